@@ -1,0 +1,41 @@
+# kg: `make run` serves the PEP demo, `make test` runs the test suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PG_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
+export KG_DATA_DIR ?= .kg
+
+.PHONY: install run demo serve test test-sqlite bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+## The service with the 150 PEPs ingested (a second run embeds nothing), on 127.0.0.1:8765.
+run: install demo serve
+
+demo: install
+	$(BIN)/kg ingest fixtures/peps --repo peps --workspace peps
+
+serve: install
+	$(BIN)/kg serve
+
+## Every test, on SQLite and on the local PostgreSQL (started if it is down).
+test: install
+	./scripts/ensure-postgres.sh
+	KG_TEST_POSTGRES_URL=$${KG_TEST_POSTGRES_URL:-$(PG_URL)} $(BIN)/python -m pytest -q
+
+## Tests on SQLite only (no PostgreSQL needed).
+test-sqlite: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/branch_create.py
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf .kg .pytest_cache bench/results

@@ -1,0 +1,1 @@
+"""kg's HTTP API (FastAPI): routes, request and response models, error mapping. No logic."""

@@ -1,0 +1,41 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+import kg
+from api import errors
+from api.routes import branches, health, nodes, relations, repos, search
+from kg.services import Services
+from kg.settings import Settings
+
+
+def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
+    """Build the app; pending migrations are applied at start.
+
+    Parameters
+    ----------
+    settings : Settings, optional
+        Read from the environment (``KG_*``) when omitted.
+    services : Services, optional
+        Tests hand their own (fake embedder, temporary folders).
+    """
+    if services is None:
+        services = Services.from_settings(settings or Settings())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        services.close()
+
+    services.db.upgrade()
+    app = FastAPI(title="kg", version=kg.__version__, lifespan=lifespan,
+                  description="A knowledge-graph service with branching storage for AI agents.")
+    app.state.services = services
+    errors.install(app)
+    for module in (health, repos, branches, nodes, search, relations):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,19 @@
+"""Request dependencies: the process's Services, common query parameters."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+
+from kg.services import Services
+
+
+def get_services(request: Request) -> Services:
+    """The Services the app was created with."""
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+BranchQ = Annotated[str, Query(description="Branch name; may contain '/'.", min_length=1, max_length=255)]
+RevisionQ = Annotated[int | None, Query(ge=0, description="Read the branch as of this revision.")]

@@ -1,0 +1,94 @@
+"""The only place that maps errors to HTTP statuses and the one JSON error shape.
+
+``{"error": {"code": "...", "message": "...", "details": {...}}}``
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from kg import errors
+
+log = logging.getLogger("kg.api")
+
+#: Status of every error class; the most specific class wins.
+STATUS: dict[type[errors.KGError], int] = {
+    errors.KGError: 500,
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.MergeConflict: 409,
+    errors.InvalidInput: 422,
+    errors.MalformedInput: 400,
+    errors.BackendUnavailable: 503,
+    errors.ProviderError: 502,
+}
+
+
+def status_for(exc: errors.KGError) -> int:
+    """The HTTP status of a kg error (nearest class in its MRO)."""
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The API.md error shape."""
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+
+    @app.exception_handler(errors.KGError)
+    async def _kg_error(_request: Request, exc: errors.KGError) -> JSONResponse:
+        status = status_for(exc)
+        if status >= 500:
+            log.warning("%s: %s", type(exc).__name__, exc.message)
+        return JSONResponse(error_body(exc.code, exc.message, _jsonable(exc.details)), status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = exc.errors()
+        details = {"errors": [{"loc": [str(x) for x in p.get("loc", ())], "msg": p.get("msg", ""),
+                               "type": p.get("type", "")} for p in problems]}
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return JSONResponse(error_body("malformed", "the request body is not valid JSON", details),
+                                status_code=400)
+        whole_body = [p for p in problems if tuple(p.get("loc", ())) == ("body",)]
+        if whole_body:
+            return JSONResponse(
+                error_body("malformed", f"the request body must be a JSON object: {whole_body[0]['msg']}", details),
+                status_code=400,
+            )
+        first = problems[0] if problems else {"msg": "invalid request", "loc": ()}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        message = f"{where}: {first['msg']}" if where else first["msg"]
+        return JSONResponse(error_body("invalid_input", message, details), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:  # pragma: no cover
+        log.exception("unexpected error")
+        return JSONResponse(error_body("internal", "internal error; see the server log"), status_code=500)

@@ -1,0 +1,70 @@
+"""Request bodies (pydantic). Unknown fields are refused so that typos do not pass silently."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    """Refuses unknown fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RepoCreate(Strict):
+    name: str
+
+
+class WorkspaceCreate(Strict):
+    name: str
+    embedding: dict[str, Any] | None = None
+
+
+class BranchCreate(Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str
+    from_: str = Field(default="main", alias="from")
+    at_revision: int | None = Field(default=None, ge=0)
+
+
+class NodePut(Strict):
+    node_type: str = "kg:Node"
+    properties: dict[str, Any] = Field(default_factory=dict)
+    order: float | None = None
+    message: str | None = None
+    actor: str | None = None
+
+
+class NodePatch(Strict):
+    properties: dict[str, Any] = Field(default_factory=dict)
+    node_type: str | None = None
+    order: float | None = None
+    message: str | None = None
+    actor: str | None = None
+
+
+class SearchBody(Strict):
+    query: str
+    k: int = 10
+    mode: Literal["vector", "fulltext", "hybrid"] = "hybrid"
+    granularity: Literal["chunk", "node"] = "chunk"
+    workspaces: list[str] | None = None
+    path_prefix: str | None = None
+    node_type: str | None = None
+    where: dict[str, Any] | None = None
+    fulltext_weight: float = 1.0
+    vector_weight: float = 1.0
+    max_distance: float | None = None
+
+
+class RelationCreate(Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    from_: str = Field(alias="from")
+    to: str
+    type: str
+    weight: float | None = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+    message: str | None = None
+    actor: str | None = None

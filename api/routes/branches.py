@@ -1,0 +1,56 @@
+"""Branches: create (one row, nothing copied), list, get, delete."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from api.deps import ServicesDep
+from api.models import BranchCreate
+from kg.store import repos as store
+
+router = APIRouter(prefix="/api/repos/{repo}/branches", tags=["branches"])
+
+
+def _branch(session, branch) -> dict:
+    return {
+        "name": branch.name,
+        "parent": store.parent_name(session, branch),
+        "base_revision": branch.base_revision,
+        "head_revision": branch.head_revision,
+        "created_at": branch.created_at.isoformat(),
+    }
+
+
+@router.post("", status_code=201)
+def create_branch(repo: str, body: BranchCreate, services: ServicesDep) -> dict:
+    """Create a branch from ``from`` (at ``at_revision``, default now)."""
+    with services.db.write() as session:
+        r = store.get_repository(session, repo, lock=True)
+        branch = store.create_branch(session, r, name=body.name, from_branch=body.from_,
+                                     at_revision=body.at_revision)
+        return _branch(session, branch)
+
+
+@router.get("")
+def list_branches(repo: str, services: ServicesDep) -> dict:
+    """Every branch of the repository."""
+    with services.db.read() as session:
+        r = store.get_repository(session, repo)
+        return {"branches": [_branch(session, b) for b in store.list_branches(session, r)]}
+
+
+@router.get("/{branch:path}")
+def get_branch(repo: str, branch: str, services: ServicesDep) -> dict:
+    """One branch (its name may contain '/')."""
+    with services.db.read() as session:
+        r = store.get_repository(session, repo)
+        return _branch(session, store.get_branch(session, r, branch))
+
+
+@router.delete("/{branch:path}", status_code=204)
+def delete_branch(repo: str, branch: str, services: ServicesDep) -> Response:
+    """Delete a branch and what was written on it (not ``main``, not a branch with children)."""
+    with services.db.write() as session:
+        r = store.get_repository(session, repo, lock=True)
+        store.delete_branch(session, r, branch)
+    return Response(status_code=204)

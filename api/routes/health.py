@@ -1,0 +1,15 @@
+"""Liveness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+import kg
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health")
+def health() -> dict:
+    """``{"status": "ok", "version": ...}``."""
+    return {"status": "ok", "version": kg.__version__}

@@ -1,0 +1,24 @@
+"""Search: vector KNN, BM25 or hybrid rank fusion, branch-aware."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import BranchQ, RevisionQ, ServicesDep
+from api.models import SearchBody
+from kg.rag.search import SearchRequest, search
+from kg.store.repos import branch_view
+
+router = APIRouter(prefix="/api/repos/{repo}", tags=["search"])
+
+
+@router.post("/search")
+def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: BranchQ = "main",
+                 at_revision: RevisionQ = None) -> dict:
+    """Search the chunks of the nodes the branch sees."""
+    request = SearchRequest(**body.model_dump())
+    request.validate()
+    with services.db.read() as session:
+        view = branch_view(session, repo, branch, at_revision=at_revision)
+        results, took_ms = search(session, services, view, request)
+    return {"results": [r.as_dict() for r in results], "took_ms": took_ms}

@@ -1,0 +1,171 @@
+"""The ``kg`` command line: serve, db upgrade, ingest, search, branch."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from kg.errors import KGError
+from kg.settings import Settings
+
+app = typer.Typer(help="kg: a knowledge-graph service with branching storage for AI agents.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+branch_app = typer.Typer(help="Branches.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(branch_app, name="branch")
+err = Console(stderr=True)
+
+
+def _fail(exc: Exception) -> None:
+    message = exc.message if isinstance(exc, KGError) else str(exc)
+    err.print(f"error: {message}", markup=False, highlight=False)
+    raise typer.Exit(1)
+
+
+def _services():
+    from kg.services import Services
+
+    services = Services.from_settings(Settings())
+    services.db.upgrade()
+    return services
+
+
+@app.command()
+def serve(host: Annotated[Optional[str], typer.Option(help="Interface to listen on.")] = None,
+          port: Annotated[Optional[int], typer.Option(help="TCP port.")] = None,
+          workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 1) -> None:
+    """Run the HTTP API (pending migrations are applied at start)."""
+    import uvicorn
+
+    settings = Settings()
+    try:
+        from kg.store.db import Database
+
+        Database(settings.resolved_database_url()).upgrade()
+    except KGError as exc:
+        _fail(exc)
+    uvicorn.run("api.main:app", host=host or settings.host, port=port or settings.port,
+                workers=workers, log_level="info")
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply pending migrations."""
+    from kg.store.db import Database
+
+    settings = Settings()
+    try:
+        Database(settings.resolved_database_url()).upgrade()
+    except KGError as exc:
+        _fail(exc)
+    typer.echo("database is up to date")
+
+
+@app.command()
+def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text files.")],
+           repo: Annotated[str, typer.Option(help="Repository (created if missing).")],
+           workspace: Annotated[str, typer.Option(help="Workspace (created if missing).")],
+           branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main") -> None:
+    """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded."""
+    from kg.rag.ingest import ingest_path
+
+    try:
+        services = _services()
+        with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err, transient=False) as progress:
+            task = progress.add_task("files", total=None)
+            report = ingest_path(
+                services, path, repo=repo, workspace=workspace, branch=branch,
+                on_files=lambda n: progress.update(task, total=n),
+                on_progress=lambda n: progress.advance(task, n),
+            )
+        services.index.flush(_repo_uid(services, repo)) if hasattr(services.index, "flush") else None
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(report.as_dict()))
+
+
+def _repo_uid(services, repo: str) -> str:
+    from kg.rag.indexing import sync_index
+    from kg.store.repos import get_repository
+
+    with services.db.read() as session:
+        r = get_repository(session, repo)
+        sync_index(session, services.index, r.id, r.uid)
+        return r.uid
+
+
+@app.command()
+def search(query: Annotated[str, typer.Argument(help="What to look for.")],
+           repo: Annotated[str, typer.Option(help="Repository.")],
+           branch: Annotated[str, typer.Option(help="Branch.")] = "main",
+           k: Annotated[int, typer.Option(help="Rows.")] = 5,
+           mode: Annotated[str, typer.Option(help="vector | fulltext | hybrid")] = "hybrid",
+           granularity: Annotated[str, typer.Option(help="chunk | node")] = "node",
+           workspace: Annotated[Optional[list[str]], typer.Option(help="Limit to a workspace (repeatable).")] = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Search a repository's nodes on a branch."""
+    from kg.rag.search import SearchRequest, search as run_search
+    from kg.store.repos import branch_view
+
+    try:
+        services = _services()
+        request = SearchRequest(query=query, k=k, mode=mode, granularity=granularity,  # type: ignore[arg-type]
+                                workspaces=workspace or None)
+        with services.db.read() as session:
+            view = branch_view(session, repo, branch)
+            results, took = run_search(session, services, view, request)
+    except KGError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps({"results": [r.as_dict() for r in results], "took_ms": took}, indent=2))
+        return
+    for i, r in enumerate(results, start=1):
+        title = r.properties.get("title", "")
+        snippet = " ".join(r.chunk_text.split())[:160]
+        typer.echo(f"{i}. {r.workspace}:{r.path}  {title}  (score {r.score:.4f})\n   {snippet}")
+
+
+@branch_app.command("create")
+def branch_create(name: str, repo: Annotated[str, typer.Option()],
+                  from_: Annotated[str, typer.Option("--from")] = "main") -> None:
+    """Create a branch (one row; nothing is copied)."""
+    from kg.store.repos import create_branch, get_repository
+
+    try:
+        services = _services()
+        with services.db.write() as session:
+            r = get_repository(session, repo, lock=True)
+            b = create_branch(session, r, name=name, from_branch=from_)
+            typer.echo(json.dumps({"name": b.name, "base_revision": b.base_revision}))
+    except KGError as exc:
+        _fail(exc)
+
+
+@branch_app.command("list")
+def branch_list(repo: Annotated[str, typer.Option()]) -> None:
+    """List branches."""
+    from kg.store.repos import get_repository, list_branches
+
+    try:
+        services = _services()
+        with services.db.read() as session:
+            for b in list_branches(session, get_repository(session, repo)):
+                typer.echo(f"{b.name}\tbase={b.base_revision}\thead={b.head_revision}")
+    except KGError as exc:
+        _fail(exc)
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

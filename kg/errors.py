@@ -1,0 +1,82 @@
+"""The one error tree of kg.
+
+::
+
+    KGError
+    ├── NotFound            unknown repository, branch, workspace, node, relation, job
+    ├── Conflict            exists already, stale revision, node has children
+    │   └── MergeConflict   a merge that cannot be applied without resolutions
+    ├── InvalidInput        valid JSON that breaks a rule (bad path, overlap >= size, ...)
+    │   └── MalformedInput  input that cannot be parsed at all
+    ├── BackendUnavailable  an index or database that cannot be reached
+    └── ProviderError       an embedder or LLM failed or answered something unusable
+
+Vendor errors (SQLAlchemy, onnxruntime, httpx) are translated into this tree at the boundary,
+``raise ... from exc``. ``api/errors.py`` maps each class to one HTTP status; the CLI maps every
+``KGError`` to exit code 1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KGError(Exception):
+    """Base of every error kg raises on purpose.
+
+    Parameters
+    ----------
+    message : str
+        One line for a person.
+    details : dict, optional
+        Machine-readable context (the offending field, the conflicting value, ...).
+    """
+
+    code = "error"
+
+    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details or {}
+
+
+class NotFound(KGError):
+    """An addressed object does not exist (or is not visible on the branch)."""
+
+    code = "not_found"
+
+
+class Conflict(KGError):
+    """The request clashes with the current state (exists already, stale, has children)."""
+
+    code = "conflict"
+
+
+class MergeConflict(Conflict):
+    """A merge found changes on both sides that it will not resolve silently."""
+
+    code = "merge_conflict"
+
+
+class InvalidInput(KGError):
+    """Well-formed input that breaks a rule of kg (bad path, chunk overlap >= size, ...)."""
+
+    code = "invalid_input"
+
+
+class MalformedInput(InvalidInput):
+    """Input that cannot be parsed at all (malformed JSON, wrong types)."""
+
+    code = "malformed"
+
+
+class BackendUnavailable(KGError):
+    """A database or index backend that cannot be reached or is not installed."""
+
+    code = "backend_unavailable"
+
+
+class ProviderError(KGError):
+    """An embedder or LLM failed, or answered something that cannot be used."""
+
+    code = "provider_error"

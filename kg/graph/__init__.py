@@ -1,0 +1,1 @@
+"""The relation index viewed as networkx graphs: NEIGHBORS, walks, budgets."""

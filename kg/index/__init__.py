@@ -1,0 +1,1 @@
+"""Search indexes behind one protocol: the embedded index (default), later Weaviate."""

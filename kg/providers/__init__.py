@@ -1,0 +1,1 @@
+"""Embedders and LLMs behind small protocols."""

@@ -1,0 +1,49 @@
+"""The provider contracts: :class:`Embedder` (and later ``LLM``)."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalised vectors.
+
+    Attributes
+    ----------
+    name : str
+        Full model name, ``<provider>:<model>`` (``local:all-MiniLM-L6-v2``).
+    dim : int
+        Length of every vector.
+    max_tokens : int
+        The model's context, in its own tokens; longer input must be split by the caller.
+    """
+
+    name: str
+    dim: int
+    max_tokens: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed ``texts``.
+
+        Parameters
+        ----------
+        texts : sequence of str, length n
+            Non-empty texts.
+
+        Returns
+        -------
+        ndarray, shape (n, dim), float32, L2-normalised rows
+
+        Raises
+        ------
+        kg.errors.ProviderError
+            The model failed or answered something unusable.
+        """
+        ...
+
+    def count_tokens(self, text: str) -> int:
+        """Number of model tokens in ``text`` (without special tokens)."""
+        ...

@@ -1,0 +1,1 @@
+"""Retrieval-augmented generation: ingestion lifecycle, hybrid fusion, ask, graph context."""

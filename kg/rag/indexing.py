@@ -1,0 +1,266 @@
+"""The ingestion lifecycle of node text: chunk, embed, store, index.
+
+A node version's indexed text is keyed by a *content key*: sha256 over its text fields, the
+chunking settings and the embedding model (``kg.text.hashing.content_key``). Chunks are stored
+once per key, so an unchanged text is never embedded again (by any branch), a changed text gets
+a new key and new chunks, and a branch sees exactly the chunks of the node versions it sees.
+
+Embedding happens before the write transaction (it is the slow part); the transaction then
+inserts the chunks if no concurrent writer did, and the node version pointing at them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from kg.errors import ProviderError
+from kg.index.base import IndexedChunk, VectorIndex
+from kg.providers.base import Embedder
+from kg.rag.config import BODY_FIELDS, SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
+from kg.store.models import Chunk
+from kg.text.chunking import ChunkingConfig, recursive_split
+from kg.text.hashing import content_key
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRow:
+    """A chunk ready to store: its place in the source field and its vector."""
+
+    content_key: str
+    chunk_index: int
+    field: str
+    text: str
+    start: int
+    end: int
+    model: str
+    vector: np.ndarray
+
+
+@dataclass(frozen=True, slots=True)
+class TextPlan:
+    """The indexed text of one node version: its fields and content key (None: no text)."""
+
+    fields: dict[str, str]
+    content_key: str | None
+    config: EmbeddingConfig
+
+
+def text_fields(properties: Mapping[str, object]) -> dict[str, str]:
+    """The indexed text properties of a node (strings with a non-space character)."""
+    return {
+        name: value
+        for name in TEXT_FIELDS
+        if isinstance(value := properties.get(name), str) and value.strip()
+    }
+
+
+def effective_chunking(config: ChunkingConfig, embedder: Embedder) -> ChunkingConfig:
+    """The chunking actually applied: a token size never exceeds the model's context.
+
+    A chunk longer than the model's context would be silently truncated by the model, so in
+    token units the size is capped at ``max_tokens - 2`` (the model's [CLS] and [SEP]), and the
+    overlap at half of that.
+    """
+    if config.unit != "tokens":
+        return config
+    cap = max(1, embedder.max_tokens - 2)
+    if config.chunk_size <= cap:
+        return config
+    return config.model_copy(update={"chunk_size": cap, "overlap": min(config.overlap, cap // 2)})
+
+
+def plan_text(properties: Mapping[str, object], config: EmbeddingConfig, embedder: Embedder) -> TextPlan:
+    """Compute the fields and content key of a node's text (no model call)."""
+    fields = text_fields(properties)
+    if not fields:
+        return TextPlan({}, None, config)
+    chunking = effective_chunking(config.chunking, embedder)
+    key = content_key(fields, chunking=chunking.fingerprint(), model=embedder.name)
+    return TextPlan(fields, key, config)
+
+
+def split_fields(fields: Mapping[str, str], chunking: ChunkingConfig, embedder: Embedder) -> list[tuple[str, str, int, int]]:
+    """Split text fields into passages ``(field, text, start, end)`` in chunk-index order.
+
+    Short fields are one passage; body fields go through the configured splitter. Any passage
+    still longer than the model's context is split again in model tokens (never truncated).
+    """
+    counter = embedder.count_tokens
+    limit = max(1, embedder.max_tokens - 2)
+    passages: list[tuple[str, str, int, int]] = []
+    for name in TEXT_FIELDS:
+        text = fields.get(name)
+        if not text:
+            continue
+        if name in SHORT_FIELDS:
+            lead = len(text) - len(text.lstrip())
+            pieces = [(text.strip(), lead, lead + len(text.strip()))]
+        else:
+            pieces = [(c.text, c.start, c.end) for c in chunking.chunk(text, counter)]
+        for piece, start, end in pieces:
+            if counter(piece) <= limit:
+                passages.append((name, piece, start, end))
+                continue
+            for sub in recursive_split(piece, chunk_size=limit, overlap=0, length=counter):
+                passages.append((name, sub.text, start + sub.start, start + sub.end))
+    return passages
+
+
+def check_vectors(vectors: object, n: int, dim: int, texts: Sequence[str]) -> np.ndarray:
+    """Refuse an embedder answer that is not ``n`` finite, non-zero vectors of length ``dim``.
+
+    Raises
+    ------
+    kg.errors.ProviderError
+        Naming the first bad chunk.
+    """
+    if vectors is None:
+        raise ProviderError("the embedder returned nothing")
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise ProviderError(
+            f"the embedder returned {arr.shape[0] if arr.ndim else 0} vectors for {n} texts",
+            details={"expected": n},
+        )
+    if arr.shape[1] != dim:
+        raise ProviderError(f"the embedder returned vectors of length {arr.shape[1]}, expected {dim}")
+    finite = np.isfinite(arr).all(axis=1)
+    norms = np.linalg.norm(np.where(np.isfinite(arr), arr, 0.0), axis=1)
+    bad = np.flatnonzero(~finite | (norms == 0))
+    if bad.size:
+        i = int(bad[0])
+        reason = "non-finite values (NaN or inf)" if not finite[i] else "an all-zero vector"
+        raise ProviderError(
+            f"the embedder returned {reason} for chunk {i}: {texts[i][:60]!r}",
+            details={"chunk": i},
+        )
+    return arr / norms[:, None]
+
+
+def existing_content_keys(session: Session, repo_id: int, keys: Iterable[str]) -> set[str]:
+    """Which content keys already have their chunks stored."""
+    wanted = list(set(keys))
+    found: set[str] = set()
+    for start in range(0, len(wanted), 500):
+        part = wanted[start:start + 500]
+        found.update(session.scalars(
+            select(Chunk.content_key).where(Chunk.repo_id == repo_id, Chunk.content_key.in_(part),
+                                            Chunk.chunk_index == 0)
+        ))
+    return found
+
+
+def embed_plans(plans: Sequence[TextPlan], embedder: Embedder, *, batch_size: int = 32,
+                progress=None) -> dict[str, list[ChunkRow]]:
+    """Chunk and embed the texts of ``plans`` (distinct content keys), batched across nodes.
+
+    Parameters
+    ----------
+    plans : sequence of TextPlan
+        Plans whose chunks are not stored yet.
+    embedder : Embedder
+    batch_size : int
+        Passages per embedder call.
+    progress : callable(int), optional
+        Called with the number of passages embedded after each batch.
+
+    Returns
+    -------
+    dict of content key -> list of ChunkRow
+
+    Raises
+    ------
+    kg.errors.ProviderError
+        The embedder failed or answered something unusable.
+    """
+    todo: list[tuple[str, int, str, str, int, int]] = []
+    seen: set[str] = set()
+    for plan in plans:
+        if plan.content_key is None or plan.content_key in seen:
+            continue
+        seen.add(plan.content_key)
+        chunking = effective_chunking(plan.config.chunking, embedder)
+        for i, (field, text, start, end) in enumerate(split_fields(plan.fields, chunking, embedder)):
+            todo.append((plan.content_key, i, field, text, start, end))
+    rows: dict[str, list[ChunkRow]] = {key: [] for key in seen}
+    for offset in range(0, len(todo), batch_size):
+        batch = todo[offset:offset + batch_size]
+        texts = [item[3] for item in batch]
+        vectors = check_vectors(embedder.embed(texts), len(texts), embedder.dim, texts)
+        for item, vector in zip(batch, vectors):
+            key, index, field, text, start, end = item
+            rows[key].append(ChunkRow(key, index, field, text, start, end, embedder.name, vector))
+        if progress is not None:
+            progress(len(batch))
+    return rows
+
+
+def store_chunks(session: Session, repo_id: int, rows: Iterable[ChunkRow]) -> int:
+    """Insert chunk rows, skipping any (content key, index) a concurrent writer stored.
+
+    Returns
+    -------
+    int
+        Rows offered.
+    """
+    values = [
+        {
+            "repo_id": repo_id, "content_key": r.content_key, "chunk_index": r.chunk_index,
+            "field": r.field, "text": r.text, "char_start": r.start, "char_end": r.end,
+            "model": r.model, "dim": int(r.vector.shape[0]),
+            "embedding": np.ascontiguousarray(r.vector, dtype=np.float32).tobytes(),
+        }
+        for r in rows
+    ]
+    if not values:
+        return 0
+    dialect = session.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    for start in range(0, len(values), 200):
+        stmt = insert(Chunk).values(values[start:start + 200]).on_conflict_do_nothing(
+            index_elements=["repo_id", "content_key", "chunk_index"]
+        )
+        session.execute(stmt)
+    return len(values)
+
+
+def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str) -> int:
+    """Bring the index up to date with the chunks stored in SQL for one repository.
+
+    Returns
+    -------
+    int
+        Chunks added to the index.
+
+    Notes
+    -----
+    Chunks are append-only and their ``seq`` grows in commit order per repository (writers
+    hold the repository's revision lock), so reading ``seq > watermark`` is complete.
+    """
+    mark = index.watermark(repo_key)
+    added = 0
+    while True:
+        rows = session.execute(
+            select(Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, Chunk.model,
+                   Chunk.embedding)
+            .where(Chunk.repo_id == repo_id, Chunk.seq > mark)
+            .order_by(Chunk.seq)
+            .limit(5000)
+        ).all()
+        if not rows:
+            return added
+        index.sync(repo_key, [
+            IndexedChunk(seq=r.seq, content_key=r.content_key, chunk_index=r.chunk_index,
+                         text=r.text, model=r.model,
+                         vector=np.frombuffer(r.embedding, dtype=np.float32))
+            for r in rows
+        ])
+        added += len(rows)
+        mark = rows[-1].seq

@@ -1,0 +1,262 @@
+"""Branch-aware search over node chunks: vector KNN, BM25 and hybrid rank fusion.
+
+The branch decides what is searchable: the chunks of exactly the node versions it sees.
+Filters (workspaces, path prefix, node type, property ``where``) select those node versions
+first; each leg then ranks only their chunks, so a filter never truncates a top-k afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
+
+from kg.errors import InvalidInput
+from kg.index.base import IndexHit
+from kg.rag.config import workspace_embedding
+from kg.rag.fusion import reciprocal_rank_fusion
+from kg.rag.indexing import sync_index
+from kg.store.models import NodeVersion, Workspace
+from kg.store.nodes import visible_nodes, workspace_id
+from kg.store.paths import validate_prefix
+from kg.store.repos import BranchView
+
+Mode = Literal["vector", "fulltext", "hybrid"]
+Granularity = Literal["chunk", "node"]
+RRF_K = 60
+MAX_K = 1000
+
+
+@dataclass
+class SearchRequest:
+    """A search, as API.md describes it.
+
+    Attributes
+    ----------
+    query : str
+    k : int
+        Rows to return, 1..1000.
+    mode : {"vector", "fulltext", "hybrid"}
+    granularity : {"chunk", "node"}
+        One row per passage, or one row per node with its best passage.
+    workspaces : list of str, optional
+    path_prefix, node_type : str, optional
+    where : dict, optional
+        Property equality filters.
+    fulltext_weight, vector_weight : float
+        Weights of the legs in the fusion; 0 turns a leg off.
+    max_distance : float, optional
+        Drop vector hits farther than this cosine distance.
+    """
+
+    query: str
+    k: int = 10
+    mode: Mode = "hybrid"
+    granularity: Granularity = "chunk"
+    workspaces: list[str] | None = None
+    path_prefix: str | None = None
+    node_type: str | None = None
+    where: dict[str, Any] | None = None
+    fulltext_weight: float = 1.0
+    vector_weight: float = 1.0
+    max_distance: float | None = None
+
+    def validate(self) -> None:
+        """Raise :class:`kg.errors.InvalidInput` for a request that breaks a rule."""
+        if not isinstance(self.query, str) or not self.query.strip():
+            raise InvalidInput("query must be a non-empty string", details={"query": self.query})
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= MAX_K:
+            raise InvalidInput(f"k must be between 1 and {MAX_K}", details={"k": self.k})
+        if self.mode not in ("vector", "fulltext", "hybrid"):
+            raise InvalidInput(f"unknown mode {self.mode!r}: use vector, fulltext or hybrid")
+        if self.granularity not in ("chunk", "node"):
+            raise InvalidInput(f"unknown granularity {self.granularity!r}: use chunk or node")
+        for name in ("fulltext_weight", "vector_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise InvalidInput(f"{name} must be a finite number >= 0")
+        if self.mode == "hybrid" and self.fulltext_weight == 0 and self.vector_weight == 0:
+            raise InvalidInput("at least one of fulltext_weight and vector_weight must be > 0")
+        if self.path_prefix is not None:
+            validate_prefix(self.path_prefix)
+        if self.where is not None and not isinstance(self.where, dict):
+            raise InvalidInput("where must be a JSON object of property values")
+        if self.max_distance is not None and (isinstance(self.max_distance, bool) or not isinstance(self.max_distance, (int, float)) or not 0 <= self.max_distance <= 2):
+            raise InvalidInput("max_distance must be between 0 and 2")
+
+
+@dataclass
+class SearchResult:
+    """One row of a search answer (API.md, Search)."""
+
+    workspace: str
+    path: str
+    node_id: str
+    node_type: str
+    chunk_index: int
+    chunk_text: str
+    score: float
+    vector_distance: float | None
+    vector_rank: int | None
+    fulltext_rank: int | None
+    properties: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The API shape."""
+        return {
+            "workspace": self.workspace, "path": self.path, "node_id": self.node_id,
+            "node_type": self.node_type, "chunk_index": self.chunk_index,
+            "chunk_text": self.chunk_text, "score": self.score,
+            "vector_distance": self.vector_distance, "vector_rank": self.vector_rank,
+            "fulltext_rank": self.fulltext_rank,
+        }
+
+
+def _matches(properties: dict[str, Any], where: dict[str, Any] | None) -> bool:
+    if not where:
+        return True
+    return all(properties.get(key) == value for key, value in where.items())
+
+
+def search(session: Session, services: Any, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
+    """Run a search on a branch.
+
+    Parameters
+    ----------
+    session : Session
+    services : kg.services.Services
+        Index and embedders.
+    view : BranchView
+        The branch (and revision) searched.
+    request : SearchRequest
+
+    Returns
+    -------
+    (results, took_ms)
+        Results best first: by cosine similarity (vector), BM25 score (fulltext) or weighted
+        reciprocal rank fusion score (hybrid).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A request that breaks a rule.
+    kg.errors.NotFound
+        An unknown workspace.
+    kg.errors.ProviderError
+        The query could not be embedded.
+
+    References
+    ----------
+    Cormack, Clarke and Buettcher (2009), "Reciprocal rank fusion outperforms Condorcet and
+    individual rank learning methods", SIGIR. Robertson and Zaragoza (2009), "The Probabilistic
+    Relevance Framework: BM25 and Beyond".
+    """
+    started = time.perf_counter()
+    request.validate()
+    if request.workspaces is not None:
+        if not isinstance(request.workspaces, list) or not all(isinstance(w, str) for w in request.workspaces):
+            raise InvalidInput("workspaces must be a list of names")
+        wids = [workspace_id(view, name) for name in request.workspaces]
+    else:
+        wids = list(view.workspaces)
+    if not wids:
+        return [], _ms(started)
+    nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
+    by_key: dict[str, list[NodeVersion]] = defaultdict(list)
+    for node in nodes:
+        if node.content_key is None:
+            continue
+        if request.node_type is not None and node.node_type != request.node_type:
+            continue
+        if not _matches(node.properties, request.where):
+            continue
+        by_key[node.content_key].append(node)
+    if not by_key:
+        return [], _ms(started)
+
+    repo_key = view.repo.uid
+    sync_index(session, services.index, view.repo.id, repo_key)
+    depth = min(MAX_K * 4, max(request.k * (8 if request.granularity == "node" else 3), 50))
+
+    use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
+    use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
+    vector_hits: list[IndexHit] = []
+    fulltext_hits: list[IndexHit] = []
+    if use_vector:
+        vector_hits = _vector_leg(session, services, view, wids, by_key, nodes, request, depth)
+    if use_fulltext:
+        fulltext_hits = services.index.bm25(repo_key, request.query, depth, content_keys=by_key.keys())
+
+    hits: dict[tuple[str, int], IndexHit] = {}
+    for hit in fulltext_hits + vector_hits:
+        hits[(hit.content_key, hit.chunk_index)] = hit
+    vector_by = {(h.content_key, h.chunk_index): h for h in vector_hits}
+    fulltext_by = {(h.content_key, h.chunk_index): h for h in fulltext_hits}
+
+    if request.mode == "vector":
+        ranked = [((h.content_key, h.chunk_index), h.score) for h in vector_hits]
+    elif request.mode == "fulltext":
+        ranked = [((h.content_key, h.chunk_index), h.score) for h in fulltext_hits]
+    else:
+        fused = reciprocal_rank_fusion(
+            {"vector": [(h.content_key, h.chunk_index) for h in vector_hits],
+             "fulltext": [(h.content_key, h.chunk_index) for h in fulltext_hits]},
+            weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
+            k=RRF_K,
+        )
+        ranked = [(key, score) for key, score, _ in fused]
+
+    names = view.workspaces
+    results: list[SearchResult] = []
+    seen_nodes: set[str] = set()
+    for key, score in ranked:
+        hit = hits[key]
+        v = vector_by.get(key)
+        f = fulltext_by.get(key)
+        for node in sorted(by_key[key[0]], key=lambda n: (names[n.workspace_id], n.path)):
+            if request.granularity == "node":
+                if node.node_id in seen_nodes:
+                    continue
+                seen_nodes.add(node.node_id)
+            results.append(SearchResult(
+                workspace=names[node.workspace_id], path=node.path, node_id=node.node_id,
+                node_type=node.node_type, chunk_index=key[1], chunk_text=hit.text,
+                score=float(score), vector_distance=None if v is None else float(v.distance),
+                vector_rank=None if v is None else v.rank,
+                fulltext_rank=None if f is None else f.rank, properties=node.properties,
+            ))
+            if len(results) >= request.k:
+                return results, _ms(started)
+    return results, _ms(started)
+
+
+def _vector_leg(session, services, view, wids, by_key, nodes, request, depth) -> list[IndexHit]:
+    """KNN per embedding model of the searched workspaces, merged by distance."""
+    workspaces = {w.id: w for w in session.query(Workspace).filter(Workspace.id.in_(wids))}
+    keys_by_model: dict[str, set[str]] = defaultdict(set)
+    for node in nodes:
+        if node.content_key in by_key:
+            cfg = workspace_embedding(workspaces[node.workspace_id].config,
+                                      default_model=services.settings.embedding_model)
+            keys_by_model[cfg.model].add(node.content_key)
+    merged: list[IndexHit] = []
+    for model, keys in keys_by_model.items():
+        embedder = services.embedder(model)
+        vector = embedder.embed([request.query])[0]
+        merged.extend(services.index.knn(view.repo.uid, vector, depth, model=embedder.name,
+                                         content_keys=keys, max_distance=request.max_distance))
+    if len(keys_by_model) > 1:
+        merged.sort(key=lambda h: (h.distance, h.seq))
+        merged = [
+            IndexHit(h.seq, h.content_key, h.chunk_index, h.text, h.score, rank, h.distance)
+            for rank, h in enumerate(merged[:depth], start=1)
+        ]
+    return merged
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

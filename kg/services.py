@@ -1,0 +1,64 @@
+"""The ``Services`` container: store, index, embedders and graph cache, built in one place.
+
+``create_app(settings)`` and the CLI build one from :class:`kg.settings.Settings`; tests hand
+their own (a fake embedder, a temporary data folder).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kg.graph.cache import GraphCache
+from kg.index.base import VectorIndex
+from kg.providers.base import Embedder
+from kg.settings import Settings
+from kg.store.db import Database
+
+
+@dataclass
+class Services:
+    """Everything a request needs, shared by the whole process.
+
+    Attributes
+    ----------
+    settings : Settings
+    db : Database
+    index : VectorIndex
+    embedder_factory : callable(str) -> Embedder
+        Makes the embedder named ``<provider>:<model>``.
+    graphs : GraphCache
+    """
+
+    settings: Settings
+    db: Database
+    index: VectorIndex
+    embedder_factory: Callable[[str], Embedder]
+    graphs: GraphCache = field(default_factory=GraphCache)
+    _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Services":
+        """Build the default services: the configured database and the embedded index."""
+        from kg.index.embedded import EmbeddedVectorIndex
+        from kg.providers.registry import make_embedder
+
+        db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s)
+        index = EmbeddedVectorIndex(settings.data_dir)
+        return cls(settings=settings, db=db, index=index,
+                   embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size))
+
+    def embedder(self, name: str) -> Embedder:
+        """The embedder called ``name``, made once per process."""
+        with self._lock:
+            embedder = self._embedders.get(name)
+            if embedder is None:
+                embedder = self.embedder_factory(name)
+                self._embedders[name] = embedder
+            return embedder
+
+    def close(self) -> None:
+        """Release the database pool."""
+        self.db.dispose()

@@ -1,0 +1,48 @@
+"""Settings: one pydantic-settings object; every knob has an environment variable ``KG_*``.
+
+Nothing reads the environment at import time: build :class:`Settings` in ``create_app`` or
+in the CLI and pass it down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Configuration of one kg process.
+
+    Attributes
+    ----------
+    database_url : str or None
+        SQLAlchemy URL of the store. ``None`` (``KG_DATABASE_URL`` unset) means a SQLite file
+        ``kg.sqlite3`` inside :attr:`data_dir`. PostgreSQL: ``postgresql+psycopg://...``.
+    data_dir : Path
+        Folder for the SQLite file and the embedded search index (default ``./.kg``).
+    embedding_model : str
+        Default embedding model of new workspaces, ``<provider>:<model>``.
+    embed_batch_size : int
+        Texts per embedder call.
+    sqlite_busy_timeout_s : float
+        How long a SQLite writer waits for the write lock, in seconds.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
+
+    database_url: str | None = None
+    data_dir: Path = Path(".kg")
+    embedding_model: str = "local:all-MiniLM-L6-v2"
+    embed_batch_size: int = Field(default=32, gt=0)
+    sqlite_busy_timeout_s: float = Field(default=30.0, gt=0)
+    ollama_host: str = "http://127.0.0.1:11434"
+    host: str = "127.0.0.1"
+    port: int = 8765
+
+    def resolved_database_url(self) -> str:
+        """Return the database URL, defaulting to a SQLite file in :attr:`data_dir`."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'kg.sqlite3').resolve()}"

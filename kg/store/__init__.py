@@ -1,0 +1,1 @@
+"""The SQL store: models, sessions, branch resolution, revisions, nodes and relations."""

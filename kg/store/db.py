@@ -1,0 +1,133 @@
+"""Engines and sessions: SQLite (WAL, busy timeout, foreign keys, ``BEGIN IMMEDIATE`` for
+writes) or PostgreSQL, and the Alembic upgrade that creates the schema.
+
+The caller owns the transaction (one per HTTP request or CLI command): store functions take a
+``Session`` and never commit; :meth:`Database.write` and :meth:`Database.read` open one.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from kg.errors import BackendUnavailable
+
+_upgrade_lock = threading.Lock()
+
+
+class Database:
+    """One engine and its session factories.
+
+    Parameters
+    ----------
+    url : str
+        SQLAlchemy URL: ``sqlite:///path/kg.sqlite3`` or ``postgresql+psycopg://...``.
+    busy_timeout_s : float
+        SQLite only: how long a writer waits for the lock, in seconds.
+    """
+
+    def __init__(self, url: str, *, busy_timeout_s: float = 30.0) -> None:
+        self.url = url
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        if self.dialect == "sqlite":
+            if parsed.database and parsed.database != ":memory:":
+                Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = create_engine(
+                url,
+                connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
+                pool_size=8,
+                max_overflow=16,
+            )
+            _configure_sqlite(self.engine, busy_timeout_s)
+        elif self.dialect == "postgresql":
+            self.engine = create_engine(url, pool_size=8, max_overflow=16, pool_pre_ping=True)
+        else:
+            raise BackendUnavailable(
+                f"unsupported database {self.dialect!r}: use sqlite:/// or postgresql+psycopg://"
+            )
+        self._reader = sessionmaker(self.engine, expire_on_commit=False)
+        self._writer = sessionmaker(
+            self.engine.execution_options(kg_write=True), expire_on_commit=False
+        )
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A session for reads; rolled back at the end."""
+        with self._reader() as session:
+            try:
+                yield session
+            finally:
+                session.rollback()
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite): committed on success,
+        rolled back on any error, so no error leaves a partial write."""
+        with self._writer() as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    def upgrade(self) -> None:
+        """Apply pending Alembic migrations (the only way kg creates tables)."""
+        with _upgrade_lock:
+            from alembic import command
+
+            try:
+                with self.engine.begin() as connection:
+                    cfg = alembic_config(self.url)
+                    cfg.attributes["connection"] = connection
+                    command.upgrade(cfg, "head")
+            except OperationalError as exc:
+                raise BackendUnavailable(f"cannot reach the database: {exc.orig}") from exc
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+
+def alembic_config(url: str):
+    """An Alembic ``Config`` pointing at kg's migrations, for ``url``."""
+    from alembic.config import Config
+
+    script_location = str(resources.files("migrations"))
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location)
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
+    """WAL, busy timeout, foreign keys; explicit BEGIN so writes can take the lock up front."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # pragma: no cover - driver hook
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # pragma: no cover - driver hook
+        if connection.get_execution_options().get("kg_write"):
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        else:
+            connection.exec_driver_sql("BEGIN")
+
+
+__all__ = ["Database", "alembic_config", "SQLAlchemyError"]

@@ -1,0 +1,177 @@
+"""SQLAlchemy models of the store.
+
+The schema is created only by Alembic migrations (``migrations/``); these classes describe it.
+
+Content is stored as *versions* (DESIGN.md, "Branches: copy-on-write by revision"): a node or
+relation write adds a row on the writing branch at the new revision; a delete adds a
+tombstone row (``deleted = true``). A branch is one row naming its parent and the revision it
+forked at. Chunks are keyed by ``content_key`` and shared by every node version with that key.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# BIGINT on PostgreSQL, INTEGER (rowid alias, autoincrement) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    """Timezone-aware now, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every kg table."""
+
+
+class Repository(Base):
+    """A repository: workspaces, branches and one revision counter."""
+
+    __tablename__ = "repositories"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    uid: Mapped[str] = mapped_column(String(36), unique=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    head_revision: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Branch(Base):
+    """A branch: its parent and the revision of the parent it forked at."""
+
+    __tablename__ = "branches"
+    __table_args__ = (UniqueConstraint("repo_id", "name", name="uq_branches_repo_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(255))
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("branches.id", ondelete="CASCADE"), nullable=True
+    )
+    base_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    head_revision: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Revision(Base):
+    """One write transaction: its number, branch, message and actor."""
+
+    __tablename__ = "revisions"
+    __table_args__ = (UniqueConstraint("repo_id", "number", name="uq_revisions_repo_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    actor: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Workspace(Base):
+    """A workspace: a named tree of nodes with its embedding and chunking configuration."""
+
+    __tablename__ = "workspaces"
+    __table_args__ = (UniqueConstraint("repo_id", "name", name="uq_workspaces_repo_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(128))
+    config: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class NodeVersion(Base):
+    """One version of a node on one branch; ``deleted`` marks a tombstone."""
+
+    __tablename__ = "node_versions"
+    __table_args__ = (
+        Index("ix_node_versions_path", "branch_id", "workspace_id", "path", "revision"),
+        Index("ix_node_versions_parent", "branch_id", "workspace_id", "parent_path", "revision"),
+        Index("ix_node_versions_node_id", "branch_id", "node_id", "revision"),
+        Index("ix_node_versions_content_key", "repo_id", "content_key"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    revision: Mapped[int] = mapped_column(Integer)
+    node_id: Mapped[str] = mapped_column(String(36))
+    path: Mapped[str] = mapped_column(String(1024))
+    parent_path: Mapped[str] = mapped_column(String(1024))
+    name: Mapped[str] = mapped_column(String(255))
+    node_type: Mapped[str] = mapped_column(String(255))
+    properties: Mapped[dict] = mapped_column(JSON, default=dict)
+    order: Mapped[float | None] = mapped_column("sort_order", Float, nullable=True)
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False)
+    content_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RelationVersion(Base):
+    """One version of a typed, weighted edge between two nodes (by node id) on one branch."""
+
+    __tablename__ = "relation_versions"
+    __table_args__ = (
+        Index(
+            "ix_relation_versions_key", "branch_id", "from_node_id", "rel_type", "to_node_id", "revision"
+        ),
+        Index("ix_relation_versions_to", "branch_id", "to_node_id", "revision"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
+    revision: Mapped[int] = mapped_column(Integer)
+    from_node_id: Mapped[str] = mapped_column(String(36))
+    to_node_id: Mapped[str] = mapped_column(String(36))
+    rel_type: Mapped[str] = mapped_column(String(255))
+    weight: Mapped[float | None] = mapped_column(Float, nullable=True)
+    properties: Mapped[dict] = mapped_column(JSON, default=dict)
+    deleted: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Chunk(Base):
+    """A passage of node text with its embedding, shared by all versions with its content key.
+
+    ``seq`` increases in commit order within a repository (writes hold the repository's
+    revision lock), so an index catches up by reading ``seq > watermark``.
+    """
+
+    __tablename__ = "chunks"
+    __table_args__ = (
+        UniqueConstraint("repo_id", "content_key", "chunk_index", name="uq_chunks_key"),
+        Index("ix_chunks_repo_seq", "repo_id", "seq"),
+    )
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    content_key: Mapped[str] = mapped_column(String(64))
+    chunk_index: Mapped[int] = mapped_column(Integer)
+    field: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    char_start: Mapped[int] = mapped_column(Integer)
+    char_end: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(String(255))
+    dim: Mapped[int] = mapped_column(Integer)
+    embedding: Mapped[bytes] = mapped_column(LargeBinary)

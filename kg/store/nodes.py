@@ -1,0 +1,353 @@
+"""Nodes: path-addressed, versioned per branch (put, patch, get, delete, children, prefix)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kg.errors import Conflict, InvalidInput, NotFound
+from kg.store.models import NodeVersion, Workspace, utcnow
+from kg.store.paths import ancestors_of, name_of, parent_of, validate_path, validate_prefix
+from kg.store.repos import BranchView, WriteContext
+from kg.store.visibility import visible_select
+
+FOLDER_TYPE = "kg:Folder"
+MAX_PROPERTIES_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class NodeWrite:
+    """What a write asks for, before it is stored (the content key is computed by the caller)."""
+
+    node_type: str
+    properties: dict[str, Any]
+    order: float | None
+    content_key: str | None
+
+
+def node_dict(version: NodeVersion, workspace: str) -> dict[str, Any]:
+    """The API shape of a node version."""
+    return {
+        "id": version.node_id,
+        "workspace": workspace,
+        "path": version.path,
+        "name": version.name,
+        "parent_path": version.parent_path,
+        "node_type": version.node_type,
+        "properties": version.properties,
+        "order": version.order,
+        "revision": version.revision,
+        "created_at": version.created_at.isoformat() if version.created_at else None,
+        "updated_at": version.updated_at.isoformat() if version.updated_at else None,
+    }
+
+
+def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
+    """Check a node's type, properties and order.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+    """
+    if not isinstance(node_type, str) or not node_type.strip() or len(node_type) > 255:
+        raise InvalidInput("node_type must be a non-empty string of at most 255 characters")
+    if not isinstance(properties, dict):
+        raise InvalidInput("properties must be a JSON object")
+    if order is not None and (isinstance(order, bool) or not isinstance(order, (int, float))
+                              or not math.isfinite(order)):
+        raise InvalidInput("order must be a finite number")
+    try:
+        size = len(json.dumps(properties, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"properties must be plain JSON: {exc}") from exc
+    if size > MAX_PROPERTIES_BYTES:
+        raise InvalidInput(f"properties are larger than {MAX_PROPERTIES_BYTES} bytes")
+
+
+def _workspace_id(view: BranchView, workspace: str) -> int:
+    for wid, name in view.workspaces.items():
+        if name == workspace:
+            return wid
+    raise NotFound(
+        f"workspace {workspace!r} not found in repository {view.repo.name!r}",
+        details={"workspace": workspace},
+    )
+
+
+def workspace_id(view: BranchView, workspace: str) -> int:
+    """The id of ``workspace`` in the view's repository.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    """
+    return _workspace_id(view, workspace)
+
+
+def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
+    """The version of the node at ``workspace:path`` that ``view`` sees, or None."""
+    wid = _workspace_id(view, workspace)
+    stmt, alias = visible_select(
+        NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+        NodeVersion.workspace_id == wid, NodeVersion.path == path,
+    )
+    return session.scalar(stmt)
+
+
+def get_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion:
+    """The node at ``workspace:path``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad path.
+    kg.errors.NotFound
+        Unknown workspace, or no node there on this branch.
+    """
+    validate_path(path)
+    found = find_node(session, view, workspace, path)
+    if found is None:
+        raise NotFound(
+            f"node {workspace}:{path} not found on branch {view.branch.name!r}",
+            details={"workspace": workspace, "path": path},
+        )
+    return found
+
+
+def nodes_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> dict[str, NodeVersion]:
+    """The visible versions of the given node ids (deleted or unknown ids are absent)."""
+    ids = list(dict.fromkeys(node_ids))
+    out: dict[str, NodeVersion] = {}
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        stmt, _ = visible_select(NodeVersion, view, (NodeVersion.node_id,), NodeVersion.node_id.in_(part))
+        for version in session.scalars(stmt):
+            out[version.node_id] = version
+    return out
+
+
+def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
+                    node_id: str, write: NodeWrite, created_at, deleted: bool = False) -> NodeVersion:
+    now = utcnow()
+    version = NodeVersion(
+        repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
+        node_id=node_id, path=path, parent_path=parent_of(path), name=name_of(path),
+        node_type=write.node_type, properties=write.properties, order=write.order,
+        deleted=deleted, content_key=write.content_key, created_at=created_at or now,
+        updated_at=now,
+    )
+    session.add(version)
+    session.flush()
+    return version
+
+
+def put_node(
+    session: Session,
+    ctx: WriteContext,
+    workspace: str,
+    path: str,
+    write: NodeWrite,
+    *,
+    parents: bool = False,
+) -> tuple[NodeVersion, bool]:
+    """Create or replace the node at ``workspace:path`` on the context's branch.
+
+    Parameters
+    ----------
+    ctx : WriteContext
+        The transaction's revision.
+    write : NodeWrite
+        Type, properties (replaced whole), order and content key.
+    parents : bool
+        Create missing ancestors as ``kg:Folder`` nodes instead of refusing.
+
+    Returns
+    -------
+    (NodeVersion, created)
+        ``created`` is False when an existing node was replaced (its id is kept).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad path or properties.
+    kg.errors.NotFound
+        Unknown workspace, or a missing parent without ``parents``.
+    """
+    validate_path(path)
+    validate_node_input(write.node_type, write.properties, write.order)
+    view = ctx.view
+    wid = _workspace_id(view, workspace)
+    parent = parent_of(path)
+    if parent != "/" and find_node(session, view, workspace, parent) is None:
+        if not parents:
+            raise NotFound(
+                f"parent {workspace}:{parent} does not exist (use parents=true to create it)",
+                details={"workspace": workspace, "path": path, "parent": parent},
+            )
+        for ancestor in ancestors_of(path):
+            if find_node(session, view, workspace, ancestor) is None:
+                _insert_version(session, ctx, wid, ancestor, node_id=str(uuid.uuid4()),
+                                write=NodeWrite(FOLDER_TYPE, {}, None, None), created_at=None)
+    existing = find_node(session, view, workspace, path)
+    if existing is None:
+        return _insert_version(session, ctx, wid, path, node_id=str(uuid.uuid4()), write=write,
+                               created_at=None), True
+    return _insert_version(session, ctx, wid, path, node_id=existing.node_id, write=write,
+                           created_at=existing.created_at), False
+
+
+def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Shallow merge: keys of ``patch`` replace, a ``None`` value removes the key."""
+    merged = dict(current)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
+
+
+def children_exist(session: Session, view: BranchView, workspace: str, path: str) -> bool:
+    """Whether the node at ``path`` has at least one visible child."""
+    wid = _workspace_id(view, workspace)
+    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == wid, NodeVersion.parent_path == path)
+    return session.execute(stmt.limit(1)).first() is not None
+
+
+def descendants(session: Session, view: BranchView, workspace: str, path: str) -> list[NodeVersion]:
+    """Every visible node strictly below ``path``."""
+    wid = _workspace_id(view, workspace)
+    stmt, alias = visible_select(
+        NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+        NodeVersion.workspace_id == wid, NodeVersion.path.startswith(path + "/", autoescape=True),
+    )
+    return list(session.scalars(stmt))
+
+
+def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, *,
+                recursive: bool = False) -> list[NodeVersion]:
+    """Tombstone the node (and, with ``recursive``, its descendants) on the branch.
+
+    Returns
+    -------
+    list of NodeVersion
+        The versions that were hidden (the node first).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        No such node.
+    kg.errors.Conflict
+        The node has children and ``recursive`` is False.
+    """
+    node = get_node(session, ctx.view, workspace, path)
+    below = descendants(session, ctx.view, workspace, path)
+    if below and not recursive:
+        raise Conflict(
+            f"node {workspace}:{path} has {len(below)} descendant(s); use recursive=true",
+            details={"workspace": workspace, "path": path, "descendants": len(below)},
+        )
+    wid = _workspace_id(ctx.view, workspace)
+    hidden = [node, *sorted(below, key=lambda v: v.path)]
+    for version in hidden:
+        _insert_version(
+            session, ctx, wid, version.path, node_id=version.node_id,
+            write=NodeWrite(version.node_type, {}, None, None), created_at=version.created_at,
+            deleted=True,
+        )
+    return hidden
+
+
+def _sort_key(v: NodeVersion) -> tuple:
+    return (v.order is None, v.order if v.order is not None else 0.0, v.name)
+
+
+def list_children(session: Session, view: BranchView, workspace: str, parent: str) -> list[NodeVersion]:
+    """The children of ``parent`` (``/`` for top level) in ``order``, then name.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad parent path.
+    kg.errors.NotFound
+        Unknown workspace or parent node.
+    """
+    if parent != "/":
+        get_node(session, view, workspace, parent)
+    wid = _workspace_id(view, workspace)
+    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent)
+    return sorted(session.scalars(stmt), key=_sort_key)
+
+
+def encode_cursor(path: str) -> str:
+    """An opaque pagination cursor after ``path``."""
+    return base64.urlsafe_b64encode(path.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    """The path a cursor points after.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+    """
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput("invalid cursor", details={"cursor": cursor}) from exc
+
+
+def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str, *,
+                limit: int = 1000, cursor: str | None = None) -> tuple[list[NodeVersion], str | None]:
+    """Nodes whose path starts with ``prefix``, by path, one page at a time.
+
+    Returns
+    -------
+    (nodes, next_cursor)
+        ``next_cursor`` is None on the last page.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad prefix, cursor or limit.
+    """
+    validate_prefix(prefix)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
+    wid = _workspace_id(view, workspace)
+    where = [NodeVersion.workspace_id == wid]
+    if prefix != "/":
+        where.append(NodeVersion.path.startswith(prefix, autoescape=True))
+    after = decode_cursor(cursor) if cursor else None
+    if after is not None:
+        where.append(NodeVersion.path > after)
+    stmt, alias = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
+    rows = list(session.scalars(stmt.order_by(alias.path).limit(limit + 1)))
+    next_cursor = encode_cursor(rows[limit - 1].path) if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
+def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
+                  path_prefix: str | None = None) -> list[NodeVersion]:
+    """Every visible node, optionally in some workspaces and under a path prefix."""
+    where = []
+    if workspace_ids is not None:
+        where.append(NodeVersion.workspace_id.in_(workspace_ids))
+    if path_prefix and path_prefix != "/":
+        where.append(NodeVersion.path.startswith(path_prefix, autoescape=True))
+    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
+    return list(session.scalars(stmt))
+
+
+def workspace_by_id(session: Session, wid: int) -> Workspace:
+    """The workspace row with id ``wid``."""
+    return session.get_one(Workspace, wid)

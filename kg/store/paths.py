@@ -1,0 +1,131 @@
+"""Node paths and names: validation and splitting. Pure functions."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+from kg.errors import InvalidInput
+
+MAX_PATH_CHARS = 1024
+MAX_SEGMENT_CHARS = 255
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/\-]{0,254}$")
+
+
+def validate_path(path: str) -> str:
+    """Check a node path and return it unchanged.
+
+    A path starts with ``/``, has no empty segment (``//``), no trailing ``/``, no ``.`` or
+    ``..`` segment and no control character; the root ``/`` is not a node path.
+
+    Parameters
+    ----------
+    path : str
+
+    Returns
+    -------
+    str
+        ``path``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        With the reason and ``details={"path": path}``.
+    """
+    def bad(reason: str) -> InvalidInput:
+        return InvalidInput(f"invalid path {path!r}: {reason}", details={"path": path})
+
+    if not isinstance(path, str) or not path:
+        raise bad("a path is required")
+    if not path.startswith("/"):
+        raise bad("it must start with '/'")
+    if path == "/":
+        raise bad("the root '/' is not a node")
+    if len(path) > MAX_PATH_CHARS:
+        raise bad(f"longer than {MAX_PATH_CHARS} characters")
+    if path.endswith("/"):
+        raise bad("no trailing '/'")
+    for segment in path[1:].split("/"):
+        if segment == "":
+            raise bad("empty segment ('//')")
+        if segment in (".", ".."):
+            raise bad("'.' and '..' segments are not allowed")
+        if segment != segment.strip():
+            raise bad("a segment may not start or end with whitespace")
+        if len(segment) > MAX_SEGMENT_CHARS:
+            raise bad(f"a segment is longer than {MAX_SEGMENT_CHARS} characters")
+        if any(unicodedata.category(ch)[0] == "C" for ch in segment):
+            raise bad("control characters are not allowed")
+    return path
+
+
+def validate_prefix(prefix: str) -> str:
+    """Check a listing prefix: ``/`` or a valid path, optionally with a trailing ``/``."""
+    if prefix == "/":
+        return prefix
+    validate_path(prefix[:-1] if prefix.endswith("/") and len(prefix) > 1 else prefix)
+    return prefix
+
+
+def parent_of(path: str) -> str:
+    """The parent path (``/`` for a top-level node)."""
+    head = path.rsplit("/", 1)[0]
+    return head or "/"
+
+
+def name_of(path: str) -> str:
+    """The last segment of a path: the node's name."""
+    return path.rsplit("/", 1)[1]
+
+
+def ancestors_of(path: str) -> list[str]:
+    """Every ancestor path from the top level down, excluding ``/`` and ``path`` itself."""
+    parts = path[1:].split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def validate_name(kind: str, name: str) -> str:
+    """Check a repository, workspace or branch name.
+
+    Names start with a letter or digit and use letters, digits, ``.``, ``_``, ``-`` and, for
+    branches, ``/`` (``agent/rag-session-001``); at most 255 characters.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise InvalidInput(
+            f"invalid {kind} name {name!r}: use letters, digits, '.', '_', '-'"
+            + (" and '/'" if kind == "branch" else ""),
+            details={kind: name},
+        )
+    if kind != "branch" and "/" in name:
+        raise InvalidInput(f"invalid {kind} name {name!r}: '/' is not allowed", details={kind: name})
+    if kind == "branch" and ("//" in name or name.endswith("/") or name.endswith(".")
+                             or any(p in (".", "..") for p in name.split("/"))):
+        raise InvalidInput(f"invalid branch name {name!r}", details={kind: name})
+    return name
+
+
+def parse_address(address: str, *, default_workspace: str | None = None) -> tuple[str, str]:
+    """Split ``workspace:/path`` into (workspace, path); validate the path.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        No workspace given and no default, or a bad path.
+    """
+    if not isinstance(address, str):
+        raise InvalidInput("a node address is a string 'workspace:/path'")
+    workspace, sep, path = address.partition(":")
+    if not sep:
+        if default_workspace is None:
+            raise InvalidInput(
+                f"invalid node address {address!r}: write it as 'workspace:/path'",
+                details={"address": address},
+            )
+        workspace, path = default_workspace, address
+    if not workspace:
+        raise InvalidInput(f"invalid node address {address!r}: empty workspace")
+    return workspace, validate_path(path)

@@ -1,0 +1,414 @@
+"""Repositories, workspaces, branches, revisions and branch views.
+
+Store functions take a ``Session`` and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from kg.errors import Conflict, InvalidInput, NotFound
+from kg.store.models import (
+    Branch,
+    NodeVersion,
+    RelationVersion,
+    Repository,
+    Revision,
+    Workspace,
+    utcnow,
+)
+from kg.store.paths import validate_name
+
+MAIN = "main"
+
+
+@dataclass(frozen=True)
+class BranchView:
+    """What one branch sees at one revision.
+
+    Attributes
+    ----------
+    repo : Repository
+    branch : Branch
+    revision : int
+        Effective revision read on ``branch`` itself.
+    chain : tuple of (branch_id, max_revision)
+        The branch then its ancestors, nearest first; each entry caps the revisions read on
+        that branch (an ancestor is read as of the fork, DESIGN.md).
+    """
+
+    repo: Repository
+    branch: Branch
+    revision: int
+    chain: tuple[tuple[int, int], ...]
+    workspaces: dict[int, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def cache_key(self) -> tuple[int, int]:
+        """(branch id, effective revision): equal keys see equal content."""
+        return (self.branch.id, self.revision)
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    """A write transaction's revision on one branch; reads through it see its own writes."""
+
+    view: BranchView
+    revision: int
+
+    @property
+    def repo(self) -> Repository:
+        return self.view.repo
+
+    @property
+    def branch(self) -> Branch:
+        return self.view.branch
+
+
+# -- repositories ---------------------------------------------------------------------------
+
+
+def create_repository(session: Session, *, name: str) -> Repository:
+    """Create a repository with its ``main`` branch.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad name.
+    kg.errors.Conflict
+        A repository of that name exists.
+    """
+    validate_name("repository", name)
+    if session.scalar(select(Repository.id).where(Repository.name == name)) is not None:
+        raise Conflict(f"repository {name!r} exists already", details={"repo": name})
+    repo = Repository(uid=str(uuid.uuid4()), name=name, head_revision=0, created_at=utcnow())
+    session.add(repo)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise Conflict(f"repository {name!r} exists already", details={"repo": name}) from exc
+    session.add(Branch(repo_id=repo.id, name=MAIN, parent_id=None, base_revision=None,
+                       head_revision=0, created_at=utcnow()))
+    session.flush()
+    return repo
+
+
+def get_repository(session: Session, name: str, *, lock: bool = False) -> Repository:
+    """The repository called ``name``; ``lock`` takes its row lock (PostgreSQL).
+
+    Raises
+    ------
+    kg.errors.NotFound
+    """
+    stmt = select(Repository).where(Repository.name == name)
+    if lock:
+        stmt = stmt.with_for_update()
+    repo = session.scalar(stmt)
+    if repo is None:
+        raise NotFound(f"repository {name!r} not found", details={"repo": name})
+    return repo
+
+
+def list_repositories(session: Session) -> list[Repository]:
+    """Every repository, by name."""
+    return list(session.scalars(select(Repository).order_by(Repository.name)))
+
+
+def delete_repository(session: Session, name: str) -> None:
+    """Delete a repository and everything in it.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    """
+    repo = get_repository(session, name, lock=True)
+    # Children before parents: branch rows reference each other.
+    for model in (RelationVersion, NodeVersion, Revision):
+        session.execute(model.__table__.delete().where(model.repo_id == repo.id))
+    from kg.store.models import Chunk
+
+    session.execute(Chunk.__table__.delete().where(Chunk.repo_id == repo.id))
+    branches = list(session.scalars(select(Branch).where(Branch.repo_id == repo.id)))
+    for branch in sorted(branches, key=lambda b: -_depth(b, {x.id: x for x in branches})):
+        session.delete(branch)
+        session.flush()
+    session.execute(Workspace.__table__.delete().where(Workspace.repo_id == repo.id))
+    session.delete(repo)
+    session.flush()
+
+
+def _depth(branch: Branch, by_id: dict[int, Branch]) -> int:
+    depth = 0
+    while branch.parent_id is not None:
+        branch = by_id[branch.parent_id]
+        depth += 1
+    return depth
+
+
+# -- workspaces -----------------------------------------------------------------------------
+
+
+def create_workspace(
+    session: Session, repo: Repository, *, name: str, config: dict | None = None
+) -> Workspace:
+    """Create a workspace in ``repo``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad name.
+    kg.errors.Conflict
+        A workspace of that name exists.
+    """
+    validate_name("workspace", name)
+    exists = session.scalar(
+        select(Workspace.id).where(Workspace.repo_id == repo.id, Workspace.name == name)
+    )
+    if exists is not None:
+        raise Conflict(f"workspace {name!r} exists already", details={"workspace": name})
+    workspace = Workspace(repo_id=repo.id, name=name, config=config or {}, created_at=utcnow())
+    session.add(workspace)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise Conflict(f"workspace {name!r} exists already", details={"workspace": name}) from exc
+    return workspace
+
+
+def get_workspace(session: Session, repo: Repository, name: str) -> Workspace:
+    """The workspace ``name`` of ``repo``.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    """
+    workspace = session.scalar(
+        select(Workspace).where(Workspace.repo_id == repo.id, Workspace.name == name)
+    )
+    if workspace is None:
+        raise NotFound(
+            f"workspace {name!r} not found in repository {repo.name!r}",
+            details={"workspace": name},
+        )
+    return workspace
+
+
+def list_workspaces(session: Session, repo: Repository) -> list[Workspace]:
+    """The workspaces of ``repo``, by name."""
+    return list(
+        session.scalars(select(Workspace).where(Workspace.repo_id == repo.id).order_by(Workspace.name))
+    )
+
+
+# -- branches -------------------------------------------------------------------------------
+
+
+def _branches(session: Session, repo: Repository) -> dict[str, Branch]:
+    rows = session.scalars(select(Branch).where(Branch.repo_id == repo.id))
+    return {b.name: b for b in rows}
+
+
+def get_branch(session: Session, repo: Repository, name: str) -> Branch:
+    """The branch ``name`` of ``repo``.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    """
+    branch = session.scalar(select(Branch).where(Branch.repo_id == repo.id, Branch.name == name))
+    if branch is None:
+        raise NotFound(
+            f"branch {name!r} not found in repository {repo.name!r}", details={"branch": name}
+        )
+    return branch
+
+
+def list_branches(session: Session, repo: Repository) -> list[Branch]:
+    """The branches of ``repo``, by name."""
+    return sorted(_branches(session, repo).values(), key=lambda b: b.name)
+
+
+def create_branch(
+    session: Session,
+    repo: Repository,
+    *,
+    name: str,
+    from_branch: str = MAIN,
+    at_revision: int | None = None,
+) -> Branch:
+    """Create a branch by writing one row: nothing is copied.
+
+    Parameters
+    ----------
+    repo : Repository
+        Locked by the caller (``get_repository(..., lock=True)``) so that two creations of
+        one name serialise.
+    name : str
+        New branch name; may contain ``/``.
+    from_branch : str
+        Parent branch.
+    at_revision : int, optional
+        Fork the parent as it was at this revision (default: now).
+
+    Returns
+    -------
+    Branch
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad name, or a revision outside ``0..head``.
+    kg.errors.NotFound
+        Unknown parent.
+    kg.errors.Conflict
+        The name exists.
+
+    Notes
+    -----
+    O(1) in the size of the repository: the branch reads its parent's versions with
+    revision <= ``base_revision`` (DESIGN.md, copy-on-write by revision).
+    """
+    validate_name("branch", name)
+    parent = get_branch(session, repo, from_branch)
+    if session.scalar(
+        select(Branch.id).where(Branch.repo_id == repo.id, Branch.name == name)
+    ) is not None:
+        raise Conflict(f"branch {name!r} exists already", details={"branch": name})
+    head = repo.head_revision
+    if at_revision is None:
+        base = head
+    else:
+        if isinstance(at_revision, bool) or not isinstance(at_revision, int) or not 0 <= at_revision <= head:
+            raise InvalidInput(
+                f"at_revision must be between 0 and the head revision {head}",
+                details={"at_revision": at_revision},
+            )
+        base = at_revision
+    branch = Branch(repo_id=repo.id, name=name, parent_id=parent.id, base_revision=base,
+                    head_revision=base, created_at=utcnow())
+    session.add(branch)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise Conflict(f"branch {name!r} exists already", details={"branch": name}) from exc
+    return branch
+
+
+def delete_branch(session: Session, repo: Repository, name: str) -> None:
+    """Delete a branch and the versions written on it.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    kg.errors.Conflict
+        ``main``, or a branch that other branches were created from.
+    """
+    branch = get_branch(session, repo, name)
+    if branch.parent_id is None:
+        raise Conflict(f"branch {name!r} cannot be deleted", details={"branch": name})
+    children = session.scalars(select(Branch.name).where(Branch.parent_id == branch.id)).all()
+    if children:
+        raise Conflict(
+            f"branch {name!r} has child branches: {', '.join(sorted(children))}",
+            details={"branch": name, "children": sorted(children)},
+        )
+    for model in (RelationVersion, NodeVersion, Revision):
+        session.execute(model.__table__.delete().where(model.branch_id == branch.id))
+    session.delete(branch)
+    session.flush()
+
+
+def parent_name(session: Session, branch: Branch) -> str | None:
+    """Name of the branch's parent, or None for ``main``."""
+    if branch.parent_id is None:
+        return None
+    return session.scalar(select(Branch.name).where(Branch.id == branch.parent_id))
+
+
+# -- views and revisions --------------------------------------------------------------------
+
+
+def branch_view(
+    session: Session, repo_name: str, branch_name: str = MAIN, *, at_revision: int | None = None
+) -> BranchView:
+    """Resolve what ``branch_name`` sees (at ``at_revision``, default its head).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository or branch.
+    kg.errors.InvalidInput
+        A negative ``at_revision``.
+    """
+    repo = get_repository(session, repo_name)
+    return _view(session, repo, branch_name, at_revision)
+
+
+def _view(session: Session, repo: Repository, branch_name: str, at_revision: int | None) -> BranchView:
+    if at_revision is not None and (isinstance(at_revision, bool) or at_revision < 0):
+        raise InvalidInput("at_revision must be >= 0", details={"at_revision": at_revision})
+    branches = _branches(session, repo)
+    branch = branches.get(branch_name)
+    if branch is None:
+        raise NotFound(
+            f"branch {branch_name!r} not found in repository {repo.name!r}",
+            details={"branch": branch_name},
+        )
+    by_id = {b.id: b for b in branches.values()}
+    cap = branch.head_revision if at_revision is None else min(at_revision, branch.head_revision)
+    chain = [(branch.id, cap)]
+    current = branch
+    while current.parent_id is not None:
+        cap = min(cap, current.base_revision or 0)
+        current = by_id[current.parent_id]
+        chain.append((current.id, cap))
+    workspaces = dict(
+        session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == repo.id)).all()
+    )
+    return BranchView(repo=repo, branch=branch, revision=chain[0][1], chain=tuple(chain),
+                      workspaces=workspaces)
+
+
+def begin_write(
+    session: Session,
+    repo_name: str,
+    branch_name: str = MAIN,
+    *,
+    message: str | None = None,
+    actor: str | None = None,
+) -> WriteContext:
+    """Open a revision on a branch: the first statement of every write transaction.
+
+    Takes the repository's row lock (the revision counter), so writers of one repository
+    serialise and the counter never repeats; on SQLite the transaction began IMMEDIATE.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository or branch.
+    """
+    repo = get_repository(session, repo_name)
+    number = session.execute(
+        update(Repository)
+        .where(Repository.id == repo.id)
+        .values(head_revision=Repository.head_revision + 1)
+        .returning(Repository.head_revision)
+        .execution_options(synchronize_session=False)
+    ).scalar_one()
+    session.refresh(repo)
+    branch = get_branch(session, repo, branch_name)
+    branch.head_revision = number
+    session.add(Revision(repo_id=repo.id, number=number, branch_id=branch.id, message=message,
+                         actor=actor, created_at=utcnow()))
+    session.flush()
+    return WriteContext(view=_view(session, repo, branch_name, None), revision=number)
+
+
+def count_branch_children(session: Session, branch: Branch) -> int:
+    """How many branches were created from ``branch``."""
+    return session.scalar(select(func.count()).where(Branch.parent_id == branch.id)) or 0

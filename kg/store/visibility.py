@@ -1,0 +1,78 @@
+"""Branch resolution in SQL: the version of each entity that a branch sees.
+
+DESIGN.md: what a branch sees at revision r is, for each entity, the newest version on the
+branch itself with revision <= r; failing that, the newest on its parent with revision <= the
+branch's base, and so on up the chain. A tombstone hides the entity.
+
+One window query does it: among the versions allowed by the chain, rank each entity's
+versions by (chain position, revision desc) and keep the first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from sqlalchemy import Select, and_, case, false, func, or_, select
+from sqlalchemy.orm import aliased
+
+from kg.store.repos import BranchView
+
+
+def _chain_filter(model: Any, chain: Sequence[tuple[int, int]]):
+    return or_(*(and_(model.branch_id == b, model.revision <= r) for b, r in chain)) if chain else false()
+
+
+def _priority(model: Any, chain: Sequence[tuple[int, int]]):
+    if len(chain) == 1:
+        return func.abs(0)
+    return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id)
+
+
+def visible(
+    model: Any,
+    view: BranchView,
+    partition: Sequence[Any],
+    *where: Any,
+    include_deleted: bool = False,
+):
+    """An aliased entity over the versions of ``model`` that ``view`` sees.
+
+    Parameters
+    ----------
+    model : NodeVersion or RelationVersion
+    view : BranchView
+    partition : sequence of columns
+        What identifies one entity (``workspace_id, path`` for nodes by address, ``node_id``
+        for nodes by id, ``from_node_id, rel_type, to_node_id`` for relations).
+    *where : SQL expressions
+        Filters on columns constant across an entity's versions (path, workspace, ids). Never
+        filter here on a column that changes between versions (properties, type): that would
+        pick an older version as the winner.
+    include_deleted : bool
+        Keep tombstones (for diff and history).
+
+    Returns
+    -------
+    An ``aliased(model, subquery)``: select from it like from ``model``.
+
+    Notes
+    -----
+    Cost: one index range scan per chain entry and a sort of the matching versions.
+    """
+    rn = func.row_number().over(
+        partition_by=list(partition),
+        order_by=(_priority(model, view.chain), model.revision.desc()),
+    ).label("rn")
+    inner = select(model, rn).where(_chain_filter(model, view.chain), *where).subquery()
+    alias = aliased(model, inner)
+    return alias, inner.c.rn
+
+
+def visible_select(model: Any, view: BranchView, partition: Sequence[Any], *where: Any,
+                   include_deleted: bool = False) -> tuple[Select, Any]:
+    """``select(alias)`` of the winners (and the alias, to add filters and ordering)."""
+    alias, rn = visible(model, view, partition, *where)
+    stmt = select(alias).where(rn == 1)
+    if not include_deleted:
+        stmt = stmt.where(alias.deleted == false())
+    return stmt, alias

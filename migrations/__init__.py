@@ -1,0 +1,1 @@
+"""Alembic migrations of kg's store: the only code that creates or alters tables."""

@@ -1,0 +1,154 @@
+"""Node routes on both databases: CRUD, children, prefix listing, paths, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def put(client, path, props=None, branch="main", node_type="kb:Article", **params):
+    return client.put(f"/api/repos/acme/workspaces/knowledge/nodes{path}",
+                      params={"branch": branch, **params},
+                      json={"node_type": node_type, "properties": props or {}})
+
+
+def assert_error(response, status, code=None):
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["message"]
+    if code:
+        assert body["error"]["code"] == code
+
+
+def test_health(client):
+    r = client.get("/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
+def test_put_get_replace_patch_delete(client, repo):
+    r = put(client, "/docs", {"title": "Docs"})
+    assert r.status_code == 201
+    node = r.json()
+    assert node["path"] == "/docs" and node["name"] == "docs" and node["parent_path"] == "/"
+    assert node["workspace"] == "knowledge" and node["node_type"] == "kb:Article"
+    assert isinstance(node["revision"], int)
+    r2 = put(client, "/docs", {"title": "Docs v2"})
+    assert r2.status_code == 200
+    assert r2.json()["id"] == node["id"] and r2.json()["revision"] > node["revision"]
+    r3 = client.patch("/api/repos/acme/workspaces/knowledge/nodes/docs",
+                      json={"properties": {"status": "draft", "title": None}})
+    assert r3.status_code == 200
+    assert r3.json()["properties"] == {"status": "draft"}
+    got = client.get("/api/repos/acme/workspaces/knowledge/nodes/docs").json()
+    assert got["properties"] == {"status": "draft"} and got["id"] == node["id"]
+    d = client.delete("/api/repos/acme/workspaces/knowledge/nodes/docs")
+    assert d.status_code == 200 and d.json()["deleted"] == 1
+    assert_error(client.get("/api/repos/acme/workspaces/knowledge/nodes/docs"), 404, "not_found")
+
+
+def test_missing_parent_and_parents_true(client, repo):
+    assert_error(put(client, "/a/b/c"), 404)
+    r = put(client, "/a/b/c", parents="true")
+    assert r.status_code == 201
+    a = client.get("/api/repos/acme/workspaces/knowledge/nodes/a").json()
+    assert a["node_type"] == "kg:Folder"
+    assert client.get("/api/repos/acme/workspaces/knowledge/nodes/a/b").status_code == 200
+
+
+def test_children_in_order_then_name(client, repo):
+    put(client, "/docs")
+    for name, order in [("zeta", None), ("beta", 2.0), ("alpha", None), ("gamma", 1.0)]:
+        client.put(f"/api/repos/acme/workspaces/knowledge/nodes/docs/{name}",
+                   json={"node_type": "kb:Section", "properties": {}, "order": order})
+    r = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"parent": "/docs"})
+    assert [n["name"] for n in r.json()["nodes"]] == ["gamma", "beta", "alpha", "zeta"]
+    top = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"parent": "/"}).json()
+    assert [n["path"] for n in top["nodes"]] == ["/docs"]
+
+
+def test_prefix_listing_paginates(client, repo):
+    put(client, "/docs")
+    put(client, "/docs/api")
+    for i in range(7):
+        put(client, f"/docs/api/p{i}")
+    put(client, "/docsother")
+    seen, cursor = [], None
+    while True:
+        params = {"prefix": "/docs/api/", "limit": 3}
+        if cursor:
+            params["cursor"] = cursor
+        body = client.get("/api/repos/acme/workspaces/knowledge/nodes", params=params).json()
+        seen += [n["path"] for n in body["nodes"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [f"/docs/api/p{i}" for i in range(7)]
+    everything = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/"}).json()
+    assert len(everything["nodes"]) == 10 and everything["next_cursor"] is None
+
+
+def test_delete_with_children_needs_recursive(client, repo):
+    put(client, "/docs")
+    put(client, "/docs/a")
+    put(client, "/docs/a/b")
+    assert_error(client.delete("/api/repos/acme/workspaces/knowledge/nodes/docs"), 409, "conflict")
+    assert client.get("/api/repos/acme/workspaces/knowledge/nodes/docs/a").status_code == 200
+    r = client.delete("/api/repos/acme/workspaces/knowledge/nodes/docs", params={"recursive": "true"})
+    assert r.json()["deleted"] == 3
+    assert client.get("/api/repos/acme/workspaces/knowledge/nodes/docs/a/b").status_code == 404
+
+
+def test_path_with_space_is_one_node(client, repo):
+    put(client, "/docs")
+    assert put(client, "/docs/a b").status_code == 201
+    r = client.get("/api/repos/acme/workspaces/knowledge/nodes/docs/a%20b")
+    assert r.status_code == 200 and r.json()["path"] == "/docs/a b"
+
+
+@pytest.mark.parametrize("raw", ["docs/", "docs//x", "docs/%2E%2E/x", "docs/./x", "%2E%2E"])
+def test_bad_paths_are_422(client, repo, raw):
+    put(client, "/docs")
+    r = client.put(f"/api/repos/acme/workspaces/knowledge/nodes/{raw}",
+                   json={"node_type": "t", "properties": {}})
+    assert_error(r, 422, "invalid_input")
+
+
+def test_unknown_repo_workspace_branch_are_404(client, repo):
+    assert_error(client.get("/api/repos/nope/workspaces/knowledge/nodes/x"), 404)
+    assert_error(client.get("/api/repos/acme/workspaces/nope/nodes/x"), 404)
+    assert_error(client.get("/api/repos/acme/workspaces/knowledge/nodes/x", params={"branch": "nope"}), 404)
+    assert_error(put(client, "/x", branch="nope"), 404)
+
+
+def test_malformed_json_is_400_and_writes_nothing(client, repo):
+    r = client.put("/api/repos/acme/workspaces/knowledge/nodes/x", content=b"{not json",
+                   headers={"content-type": "application/json"})
+    assert_error(r, 400, "malformed")
+    r = client.put("/api/repos/acme/workspaces/knowledge/nodes/x", json=[1, 2])
+    assert_error(r, 400, "malformed")
+    r = client.put("/api/repos/acme/workspaces/knowledge/nodes/x", json={"properties": "nope"})
+    assert_error(r, 422)
+    assert client.get("/api/repos/acme/workspaces/knowledge/nodes/x").status_code == 404
+    assert client.get("/api/repos/acme").json()["head_revision"] == 0
+
+
+def test_duplicate_repo_and_branch_are_409(client, repo):
+    assert_error(client.post("/api/repos", json={"name": "acme"}), 409)
+    assert client.post("/api/repos/acme/branches", json={"name": "b1"}).status_code == 201
+    assert_error(client.post("/api/repos/acme/branches", json={"name": "b1"}), 409)
+    assert_error(client.post("/api/repos/acme/workspaces", json={"name": "knowledge"}), 409)
+
+
+def test_bad_chunking_is_422_before_any_write(client, repo):
+    r = client.post("/api/repos/acme/workspaces",
+                    json={"name": "w2", "embedding": {"chunking": {"chunk_size": 64, "overlap": 64}}})
+    assert_error(r, 422)
+    assert "overlap" in r.json()["error"]["message"] and "64" in r.json()["error"]["message"]
+    names = [w["name"] for w in client.get("/api/repos/acme/workspaces").json()["workspaces"]]
+    assert names == ["knowledge"]
+
+
+def test_unknown_route_and_method_use_error_shape(client):
+    assert_error(client.get("/api/nothing"), 404)
+    assert_error(client.patch("/api/repos"), 405)

@@ -1,0 +1,127 @@
+"""Search (three modes, two granularities, filters, branch-aware) and relations / NEIGHBORS."""
+
+from __future__ import annotations
+
+from tests.api.test_nodes import assert_error, put
+
+DOCS = {
+    "/rotate": ("Rotating API keys", "To rotate an API key open settings and press rotate key. Old keys expire."),
+    "/billing": ("Billing", "Invoices are sent monthly. Payment by card or bank transfer."),
+    "/deploy": ("Deploy failures", "A deploy fails when the build cache is stale. Clear the cache and retry."),
+}
+
+
+def seed(client):
+    for path, (title, body) in DOCS.items():
+        assert put(client, path, {"title": title, "content": body, "status": "published"}).status_code == 201
+
+
+def search(client, body, **params):
+    return client.post("/api/repos/acme/search", params=params, json=body)
+
+
+def test_three_modes_find_the_right_node(client, repo):
+    seed(client)
+    for mode in ("vector", "fulltext", "hybrid"):
+        r = search(client, {"query": "rotate api key", "k": 3, "mode": mode, "granularity": "node"})
+        assert r.status_code == 200, r.text
+        rows = r.json()["results"]
+        assert rows[0]["path"] == "/rotate", (mode, rows)
+        assert len({row["node_id"] for row in rows}) == len(rows)
+    hybrid = search(client, {"query": "rotate api key", "mode": "hybrid"}).json()["results"][0]
+    assert hybrid["vector_rank"] == 1 and hybrid["fulltext_rank"] == 1
+    assert abs(hybrid["score"] - 2 / 61) < 1e-9
+    ft = search(client, {"query": "rotate api key", "mode": "fulltext"}).json()["results"][0]
+    assert ft["vector_rank"] is None and ft["vector_distance"] is None
+
+
+def test_chunk_granularity_returns_passages(client, repo):
+    seed(client)
+    rows = search(client, {"query": "invoices monthly", "k": 10, "granularity": "chunk", "mode": "fulltext"}).json()["results"]
+    assert rows[0]["path"] == "/billing"
+    assert "Invoices" in rows[0]["chunk_text"]
+    assert all(set(r) >= {"workspace", "path", "node_id", "node_type", "chunk_index", "chunk_text", "score",
+                          "vector_distance", "vector_rank", "fulltext_rank"} for r in rows)
+
+
+def test_filters_apply_before_top_k(client, repo):
+    seed(client)
+    put(client, "/drafts", {"title": "Draft", "content": "rotate api key draft notes", "status": "draft"})
+    rows = search(client, {"query": "rotate api key", "k": 1, "where": {"status": "draft"}}).json()["results"]
+    assert [r["path"] for r in rows] == ["/drafts"]
+    rows = search(client, {"query": "rotate api key", "k": 5, "path_prefix": "/bill"}).json()["results"]
+    assert {r["path"] for r in rows} == {"/billing"}
+    assert search(client, {"query": "rotate", "node_type": "nope"}).json()["results"] == []
+
+
+def test_search_is_branch_aware(client, repo):
+    seed(client)
+    client.post("/api/repos/acme/branches", json={"name": "agent/demo"})
+    put(client, "/answer", {"title": "Answer", "content": "zebra crossing quasar"}, branch="agent/demo")
+    client.delete("/api/repos/acme/workspaces/knowledge/nodes/billing", params={"branch": "agent/demo"})
+    on_branch = search(client, {"query": "zebra quasar", "mode": "fulltext"}, branch="agent/demo").json()["results"]
+    assert [r["path"] for r in on_branch][:1] == ["/answer"]
+    assert search(client, {"query": "zebra quasar", "mode": "fulltext"}).json()["results"] == []
+    invoices_branch = search(client, {"query": "invoices", "mode": "fulltext"}, branch="agent/demo").json()["results"]
+    assert invoices_branch == []
+    assert search(client, {"query": "invoices", "mode": "fulltext"}).json()["results"][0]["path"] == "/billing"
+    # a changed node: the branch sees only its new text
+    put(client, "/deploy", {"title": "Deploy", "content": "nothing about caches anymore"}, branch="agent/demo")
+    stale = search(client, {"query": "stale build cache", "mode": "fulltext"}, branch="agent/demo").json()["results"]
+    assert stale == []
+
+
+def test_search_bad_input_never_500(client, repo):
+    seed(client)
+    for body in [{"query": ""}, {"query": "   "}, {"query": "x", "k": 0}, {"query": "x", "mode": "nope"},
+                 {"query": "x", "granularity": "nope"}, {"query": "x", "fulltext_weight": -1},
+                 {"query": "x", "vector_weight": 0, "fulltext_weight": 0}]:
+        r = search(client, body)
+        assert r.status_code == 422, (body, r.text)
+    assert search(client, {"query": "the of and ?!", "mode": "fulltext"}).json()["results"] == []
+    assert search(client, {"query": "x", "workspaces": ["nope"]}).status_code == 404
+    assert search(client, {"query": "rotate", "vector_weight": 0}).status_code == 200
+
+
+def test_search_on_empty_repo(client, repo):
+    for mode in ("vector", "fulltext", "hybrid"):
+        r = search(client, {"query": "anything", "mode": mode})
+        assert r.status_code == 200 and r.json()["results"] == []
+
+
+def test_relate_unrelate_neighbors(client, repo):
+    seed(client)
+    rel = {"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "see_also", "weight": 0.5}
+    assert client.post("/api/repos/acme/relations", json=rel).status_code == 201
+    assert client.post("/api/repos/acme/relations", json={**rel, "weight": 0.9}).status_code == 200
+    client.post("/api/repos/acme/relations", json={"from": "knowledge:/deploy", "to": "knowledge:/rotate", "type": "requires"})
+    n = client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate"}).json()["neighbors"]
+    assert [(x["path"], x["relation_type"], x["weight"], x["direction"]) for x in n] == [
+        ("/billing", "see_also", 0.9, "OUT"), ("/deploy", "requires", None, "IN")]
+    out = client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "direction": "OUT"}).json()
+    assert [x["path"] for x in out["neighbors"]] == ["/billing"]
+    typed = client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "type": "requires"}).json()
+    assert [x["path"] for x in typed["neighbors"]] == ["/deploy"]
+    assert_error(client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "direction": "UP"}), 422)
+    assert_error(client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/nope"}), 404)
+    assert_error(client.get("/api/repos/acme/neighbors", params={"node": "no-workspace"}), 422)
+    d = client.delete("/api/repos/acme/relations", params={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "see_also"})
+    assert d.json()["deleted"] == 1
+    n = client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate"}).json()["neighbors"]
+    assert [x["path"] for x in n] == ["/deploy"]
+
+
+def test_relations_are_branch_scoped_and_hidden_with_their_node(client, repo):
+    seed(client)
+    client.post("/api/repos/acme/branches", json={"name": "b"})
+    client.post("/api/repos/acme/relations", params={"branch": "b"},
+                json={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "see_also"})
+    assert client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate"}).json()["neighbors"] == []
+    assert len(client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"]) == 1
+    client.delete("/api/repos/acme/workspaces/knowledge/nodes/billing", params={"branch": "b"})
+    assert client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"] == []
+    # re-created node at the same path does not inherit the old edge
+    put(client, "/billing", {"title": "new"}, branch="b")
+    assert client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"] == []
+    assert_error(client.post("/api/repos/acme/relations", json={"from": "knowledge:/rotate", "to": "knowledge:/nope", "type": "x"}), 404)
+    assert_error(client.post("/api/repos/acme/relations", json={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "bad type"}), 422)

@@ -1,0 +1,81 @@
+"""Shared fixtures: a real database (SQLite file, and PostgreSQL when KG_TEST_POSTGRES_URL is
+set), Services with the deterministic fake embedder, and an in-process API client."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from kg.index.embedded import EmbeddedVectorIndex
+from kg.providers.registry import make_embedder
+from kg.services import Services
+from kg.settings import Settings
+from kg.store.db import Database
+
+FAKE_MODEL = "fake:hash-64"
+POSTGRES_URL = os.environ.get("KG_TEST_POSTGRES_URL")
+
+BACKENDS = ["sqlite"] + (["postgresql"] if POSTGRES_URL else [])
+
+
+def _pg_schema_url(schema: str) -> str:
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    return f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database: a SQLite file, or a new PostgreSQL schema dropped afterwards."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'kg.sqlite3'}"
+        return
+    schema = f"kg_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield _pg_schema_url(schema)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def settings(db_url: str, tmp_path: Path) -> Settings:
+    return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL)
+
+
+@pytest.fixture
+def services(settings: Settings) -> Iterator[Services]:
+    """Services on the test database with the fake embedder and a temporary index folder."""
+    db = Database(settings.resolved_database_url())
+    db.upgrade()
+    svc = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
+                   embedder_factory=lambda name: make_embedder(name))
+    yield svc
+    svc.close()
+
+
+@pytest.fixture
+def client(services: Services):
+    """An in-process HTTP client of the app."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    with TestClient(create_app(services=services), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.fixture
+def repo(client) -> str:
+    """A repository ``acme`` with a workspace ``knowledge``."""
+    assert client.post("/api/repos", json={"name": "acme"}).status_code == 201
+    assert client.post("/api/repos/acme/workspaces", json={"name": "knowledge"}).status_code == 201
+    return "acme"

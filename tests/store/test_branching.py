@@ -1,0 +1,118 @@
+"""Copy-on-write branches in the store, on both databases."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from kg.errors import Conflict, InvalidInput, NotFound
+from kg.store import nodes, relations
+from kg.store.models import Branch, NodeVersion, RelationVersion
+from kg.store.nodes import NodeWrite
+from kg.store.repos import (
+    begin_write,
+    branch_view,
+    create_branch,
+    create_repository,
+    create_workspace,
+    get_repository,
+)
+
+
+@pytest.fixture
+def db(services):
+    with services.db.write() as s:
+        repo = create_repository(s, name="r")
+        create_workspace(s, repo, name="w")
+    return services.db
+
+
+def write(db, branch, path, title, **kw):
+    with db.write() as s:
+        ctx = begin_write(s, "r", branch)
+        version, _ = nodes.put_node(s, ctx, "w", path, NodeWrite("t", {"title": title}, None, None), **kw)
+        return ctx.revision
+
+
+def read(db, branch, path, at=None):
+    with db.read() as s:
+        found = nodes.find_node(s, branch_view(s, "r", branch, at_revision=at), "w", path)
+        return None if found is None else found.properties["title"]
+
+
+def test_branch_creation_copies_nothing(db):
+    for i in range(20):
+        write(db, "main", f"/n{i}", str(i))
+    with db.read() as s:
+        before = s.scalar(select(func.count()).select_from(NodeVersion))
+    with db.write() as s:
+        create_branch(s, get_repository(s, "r", lock=True), name="agent/x")
+    with db.read() as s:
+        assert s.scalar(select(func.count()).select_from(NodeVersion)) == before
+        assert s.scalar(select(func.count()).select_from(Branch)) == 2
+    assert read(db, "agent/x", "/n7") == "7"
+
+
+def test_revisions_increase_and_time_travel(db):
+    r1 = write(db, "main", "/a", "one")
+    r2 = write(db, "main", "/a", "two")
+    assert r2 == r1 + 1
+    assert read(db, "main", "/a", at=r1) == "one"
+    assert read(db, "main", "/a") == "two"
+    assert read(db, "main", "/a", at=0) is None
+
+
+def test_tombstones_do_not_leak_to_parent_or_sibling(db):
+    write(db, "main", "/a", "main")
+    with db.write() as s:
+        repo = get_repository(s, "r", lock=True)
+        create_branch(s, repo, name="left")
+        create_branch(s, repo, name="right")
+    with db.write() as s:
+        ctx = begin_write(s, "r", "left")
+        nodes.delete_node(s, ctx, "w", "/a")
+    assert read(db, "left", "/a") is None
+    assert read(db, "main", "/a") == "main"
+    assert read(db, "right", "/a") == "main"
+    write(db, "left", "/a", "recreated")
+    assert read(db, "left", "/a") == "recreated"
+    assert read(db, "right", "/a") == "main"
+
+
+def test_write_failure_leaves_nothing(db):
+    with pytest.raises(NotFound):
+        with db.write() as s:
+            ctx = begin_write(s, "r", "main")
+            nodes.put_node(s, ctx, "w", "/ok", NodeWrite("t", {}, None, None))
+            nodes.put_node(s, ctx, "w", "/missing/child", NodeWrite("t", {}, None, None))
+    assert read(db, "main", "/ok") is None
+    with db.read() as s:
+        assert get_repository(s, "r").head_revision == 0
+
+
+def test_relations_hidden_with_deleted_endpoint_only_on_that_branch(db):
+    write(db, "main", "/a", "a")
+    write(db, "main", "/b", "b")
+    with db.write() as s:
+        ctx = begin_write(s, "r", "main")
+        _, created = relations.relate(s, ctx, "w:/a", "w:/b", "links", weight=2.0)
+        assert created
+    with db.write() as s:
+        create_branch(s, get_repository(s, "r", lock=True), name="br")
+    with db.write() as s:
+        nodes.delete_node(s, begin_write(s, "r", "br"), "w", "/b")
+    with db.read() as s:
+        assert len(relations.visible_relations(s, branch_view(s, "r", "main"))) == 1
+        assert relations.visible_relations(s, branch_view(s, "r", "br")) == []
+        assert s.scalar(select(func.count()).select_from(RelationVersion)) == 1
+
+
+def test_invalid_names_and_revisions(db):
+    with db.write() as s:
+        repo = get_repository(s, "r", lock=True)
+        with pytest.raises(InvalidInput):
+            create_branch(s, repo, name="a//b")
+        with pytest.raises(InvalidInput):
+            create_branch(s, repo, name="x", at_revision=5)
+        with pytest.raises(Conflict):
+            create_branch(s, repo, name="main")
