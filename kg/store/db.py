@@ -61,12 +61,10 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """A session for reads; rolled back at the end."""
+        """A session for reads; closed at the end (its transaction rolled back), leaving the
+        objects it loaded readable."""
         with self._reader() as session:
-            try:
-                yield session
-            finally:
-                session.rollback()
+            yield session
 
     @contextmanager
     def write(self) -> Iterator[Session]:

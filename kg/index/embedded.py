@@ -1,0 +1,787 @@
+"""The embedded search index: vectors and BM25 postings in process memory, snapshots on disk.
+
+Per repository the index holds its chunks as rows in insertion order (columns ``seq``,
+content key id, ``chunk_index``, model id, text), one ``float32`` vector matrix per embedding
+model (models may differ in dimension) and a :class:`~kg.index.bm25.BM25Index` over the texts.
+
+Concurrency: each repository has a lock that serialises writers (``sync``, ``flush``, loading,
+``drop``). Searches take no lock: every write appends past the filled part of its arrays (or
+into fresh, larger copies) and then publishes an immutable :class:`_View` with one attribute
+assignment, so a search reads a consistent snapshot while a sync runs.
+
+Persistence (when ``data_dir`` is given): :meth:`EmbeddedVectorIndex.flush` writes a snapshot
+to ``data_dir/index/<repo_key>/``::
+
+    meta.json             {"format": 1, "watermark", "rows", "keys", "rows_file",
+                           "models": [{"name", "dim", "rows", "file"}]}
+    rows-<token>.npz      seq int64, key_id int32, chunk_index int32, model_id int32 (n,);
+                          texts and content keys as UTF-8 blobs with character offsets
+    vectors-<token>-<m>.npy
+                          float32 (rows of model m, dim), in row order
+
+Every file goes through a temporary file and :func:`os.replace`; ``meta.json`` is replaced last
+and is the commit point, then the previous snapshot's files are removed. A snapshot is loaded on
+first access to the repository; a missing, unreadable or inconsistent one is ignored (the index
+starts empty, its watermark is 0, and the caller re-syncs from SQL). The BM25 postings are
+rebuilt from the texts at load: about 2 s for 20,000 chunks of 150 words on 2 cores
+(``bench/index_embedded.py``), the bulk of a load. One process owns a ``data_dir``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import uuid
+import zipfile
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from kg.errors import BackendUnavailable, InvalidInput
+from kg.index.base import IndexedChunk, IndexHit
+from kg.index.bm25 import BM25Index, top_k_indices
+
+__all__ = ["EmbeddedVectorIndex"]
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FORMAT = 1
+"""Version of the on-disk snapshot layout; a snapshot of another version is ignored."""
+
+_REPO_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
+# Below this share of a model's rows, knn gathers the candidate vectors before the dot product;
+# above it, one product over the whole matrix and then the selection is faster (measured with
+# 20,000 x 384 float32 rows: the two cross near 20 %).
+_GATHER_SHARE = 0.2
+
+
+class _Growable:
+    """An append-only array along axis 0 with spare capacity (grows by doubling)."""
+
+    __slots__ = ("buf", "size")
+
+    def __init__(self, dtype: type | np.dtype, tail: tuple[int, ...] = ()) -> None:
+        self.buf = np.empty((0, *tail), dtype=dtype)
+        self.size = 0
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> _Growable:
+        """Wrap a filled array (no spare capacity)."""
+        grown = cls(array.dtype, array.shape[1:])
+        grown.buf, grown.size = array, len(array)
+        return grown
+
+    def extend(self, values: np.ndarray) -> None:
+        """Append rows; writes only past :attr:`size` or into a new buffer."""
+        need = self.size + len(values)
+        if need > len(self.buf):
+            buf = np.empty((max(need, 2 * len(self.buf)), *self.buf.shape[1:]), self.buf.dtype)
+            buf[: self.size] = self.buf[: self.size]
+            self.buf = buf
+        self.buf[self.size : need] = values
+        self.size = need
+
+    def view(self) -> np.ndarray:
+        """The filled rows (a view, never written again)."""
+        return self.buf[: self.size]
+
+
+@dataclass(frozen=True, slots=True)
+class _ModelView:
+    """One model's vectors as published: matrix rows and the repository row of each."""
+
+    dim: int
+    vectors: np.ndarray  # (m, dim) float32, L2-normalised
+    rows: np.ndarray  # (m,) int64, ascending
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """An immutable snapshot of one repository that searches read without a lock."""
+
+    n: int
+    watermark: int
+    seq: np.ndarray  # (n,) int64
+    key_id: np.ndarray  # (n,) int32
+    chunk_index: np.ndarray  # (n,) int32
+    model_id: np.ndarray  # (n,) int32
+    texts: list[str]  # shared, append-only: read the first n only
+    keys: list[str]  # shared, append-only: read the first n_keys only
+    key_ids: dict[str, int]  # shared, insert-only: ids >= n_keys are not visible yet
+    n_keys: int
+    models: dict[str, _ModelView]
+    bm25: BM25Index  # shared: may hold documents past n, which the mask leaves out
+
+    def allowed_keys(self, content_keys: Collection[str]) -> np.ndarray | None:
+        """Boolean mask over key ids for ``content_keys``; None when none of them is held."""
+        if isinstance(content_keys, str):
+            raise TypeError("content_keys must be a collection of keys, not one str")
+        if not content_keys or not self.n:
+            return None
+        get = self.key_ids.get
+        ids = np.fromiter(
+            map(get, content_keys, itertools.repeat(-1)), dtype=np.int64, count=len(content_keys)
+        )
+        ids = ids[(ids >= 0) & (ids < self.n_keys)]
+        if not ids.size:
+            return None
+        allowed = np.zeros(self.n_keys, dtype=bool)
+        allowed[ids] = True
+        return allowed
+
+    def hit(self, row: int, rank: int, score: float, distance: float | None) -> IndexHit:
+        """The hit for repository row ``row``."""
+        return IndexHit(
+            seq=int(self.seq[row]),
+            content_key=self.keys[self.key_id[row]],
+            chunk_index=int(self.chunk_index[row]),
+            text=self.texts[row],
+            score=score,
+            rank=rank,
+            distance=distance,
+        )
+
+
+class _Repo:
+    """The mutable state of one repository; written only under :attr:`lock`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loaded = False
+        self.dropped = False
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every chunk."""
+        self.persisted_rows = -1  # rows of the snapshot on disk if it matches memory, else -1
+        self.seq = _Growable(np.int64)
+        self.key_id = _Growable(np.int32)
+        self.chunk_index = _Growable(np.int32)
+        self.model_id = _Growable(np.int32)
+        self.texts: list[str] = []
+        self.keys: list[str] = []
+        self.key_ids: dict[str, int] = {}
+        self.models: dict[str, tuple[_Growable, _Growable]] = {}  # name -> (vectors, rows)
+        self.bm25 = BM25Index()
+        self.watermark = 0
+        self.publish()
+
+    def intern(self, key: str) -> int:
+        """The id of content key ``key``, new if needed."""
+        key_id = self.key_ids.get(key)
+        if key_id is None:
+            key_id = len(self.keys)
+            self.keys.append(key)
+            self.key_ids[key] = key_id
+        return key_id
+
+    def append(self, chunks: list[IndexedChunk], matrices: dict[str, np.ndarray]) -> None:
+        """Append new, checked chunks (their vectors by model in ``matrices``) and publish."""
+        model_ids = {name: i for i, name in enumerate(dict.fromkeys([*self.models, *matrices]))}
+        seqs = np.array([c.seq for c in chunks], dtype=np.int64)
+        chunk_index = np.array([c.chunk_index for c in chunks], dtype=np.int32)
+        model_id = np.array([model_ids[c.model] for c in chunks], dtype=np.int32)
+        rows = np.arange(self.seq.size, self.seq.size + len(chunks), dtype=np.int64)
+        self.bm25.add_many(zip(rows.tolist(), (c.text for c in chunks)))  # all or nothing
+        try:
+            for name, matrix in matrices.items():
+                if name not in self.models:
+                    self.models[name] = (
+                        _Growable(np.float32, (matrix.shape[1],)),
+                        _Growable(np.int64),
+                    )
+                vectors, model_rows = self.models[name]
+                vectors.extend(matrix)
+                model_rows.extend(rows[model_id == model_ids[name]])
+            self.seq.extend(seqs)
+            self.key_id.extend(np.array([self.intern(c.content_key) for c in chunks], np.int32))
+            self.chunk_index.extend(chunk_index)
+            self.model_id.extend(model_id)
+            self.texts.extend(c.text for c in chunks)
+        except BaseException:
+            # Half-appended state cannot be trusted: start over empty (watermark 0), so the
+            # caller re-syncs from SQL.
+            self.reset()
+            raise
+        self.watermark = max(self.watermark, int(seqs.max()))
+        self.publish()
+
+    def publish(self) -> None:
+        """Make the current state visible to searches."""
+        models = {
+            name: _ModelView(dim=vectors.buf.shape[1], vectors=vectors.view(), rows=rows.view())
+            for name, (vectors, rows) in self.models.items()
+        }
+        self.view = _View(
+            n=self.seq.size,
+            watermark=self.watermark,
+            seq=self.seq.view(),
+            key_id=self.key_id.view(),
+            chunk_index=self.chunk_index.view(),
+            model_id=self.model_id.view(),
+            texts=self.texts,
+            keys=self.keys,
+            key_ids=self.key_ids,
+            n_keys=len(self.keys),
+            models=models,
+            bm25=self.bm25,
+        )
+
+
+class EmbeddedVectorIndex:
+    """The default :class:`~kg.index.base.VectorIndex`: in process memory, optional snapshots.
+
+    Parameters
+    ----------
+    data_dir : Path or None
+        Folder for snapshots (``data_dir/index/<repo_key>/``); ``None`` keeps everything in
+        memory only. Nothing is read or written until a repository is first used.
+
+    Notes
+    -----
+    Memory per chunk: ``4 * dim`` bytes of vector (up to twice that while a matrix has spare
+    capacity), the text, about 20 bytes of row columns and the BM25 postings of its terms.
+
+    Repository keys must match ``[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}`` (they name a folder).
+    """
+
+    def __init__(self, data_dir: Path | None = None) -> None:
+        self._root = Path(data_dir) / "index" if data_dir is not None else None
+        self._repos: dict[str, _Repo] = {}
+        self._registry_lock = threading.Lock()
+
+    # -- the VectorIndex protocol ---------------------------------------------------------------
+
+    def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
+        """Add chunks; a ``seq`` the index already holds is skipped (idempotent).
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+        chunks : sequence of IndexedChunk
+            In any order; seqs below the watermark that are not held yet are added too (a
+            transaction that committed late). Each ``vector`` is 1-D, finite and non-zero, of the
+            dimension of its model's earlier vectors; it is stored L2-normalised as ``float32``.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            A ``seq`` <= 0, or a vector that is not 1-D, has a dimension other than its model's,
+            or is non-finite or all zeros. The whole call is refused; nothing is added.
+
+        Notes
+        -----
+        O(m log m + m * dim + text length) for m chunks, plus O(n) when some seq is not above
+        the watermark (membership test against the n held rows).
+        """
+        if not chunks:
+            return
+        with self._writing(repo_key) as repo:
+            fresh = _fresh_chunks(chunks, repo.seq.view(), repo.watermark)
+            if not fresh:
+                return
+            dims = {name: vectors.buf.shape[1] for name, (vectors, _) in repo.models.items()}
+            repo.append(fresh, _checked_vectors(fresh, dims))
+
+    def watermark(self, repo_key: str) -> int:
+        """Highest ``seq`` held for the repository, 0 when it holds nothing.
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+
+        Returns
+        -------
+        int
+        """
+        return self._view(repo_key).watermark
+
+    def knn(
+        self,
+        repo_key: str,
+        vector: np.ndarray,
+        k: int,
+        *,
+        model: str,
+        content_keys: Collection[str],
+        max_distance: float | None = None,
+    ) -> list[IndexHit]:
+        """Top ``k`` chunks by cosine similarity among ``content_keys`` embedded by ``model``.
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+        vector : ndarray, shape (dim,), float
+            The query embedding; normalised here, so any non-zero length will do.
+        k : int
+            Maximum number of hits; ``k <= 0`` gives ``[]``.
+        model : str
+            Only chunks embedded by this model are ranked.
+        content_keys : collection of str
+            Only chunks of these content keys are ranked (the caller's visible, filtered set).
+        max_distance : float, optional
+            Leave out chunks with cosine distance ``1 - similarity`` above this.
+
+        Returns
+        -------
+        list of IndexHit
+            By similarity descending, ties by ``seq`` ascending; ``score`` the cosine
+            similarity, ``distance`` ``max(0, 1 - score)``, ranks 1..len. ``[]`` for an empty
+            repository, an unknown model, no known content key or ``k <= 0``.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            ``vector`` is not 1-D, non-finite or zero, or its dimension differs from the one of
+            ``model``'s stored vectors; ``max_distance`` is NaN.
+
+        Notes
+        -----
+        O(len(content_keys) + m + c * dim + c log k) for m rows of ``model`` and c candidate
+        rows: the candidates' vectors are gathered when they are a small share of the model's
+        rows, else one matrix-vector product covers all m rows; :func:`numpy.argpartition`
+        selects the top k.
+        """
+        query = _query_vector(vector)
+        if max_distance is not None and np.isnan(max_distance):
+            raise InvalidInput("max_distance must be a number", details={"max_distance": None})
+        view = self._view(repo_key)
+        store = view.models.get(model)
+        if store is None:
+            return []
+        if len(query) != store.dim:
+            raise InvalidInput(
+                f"query vector has dimension {len(query)}, model {model!r} has {store.dim}",
+                details={"model": model, "dim": store.dim, "got": len(query)},
+            )
+        allowed = view.allowed_keys(content_keys)
+        if k <= 0 or allowed is None:
+            return []
+        local = np.flatnonzero(allowed[view.key_id[store.rows]])
+        if len(local) < _GATHER_SHARE * len(store.rows):
+            sims = store.vectors[local] @ query
+        else:
+            sims = (store.vectors @ query)[local]
+        distances = np.maximum(0.0, 1.0 - sims.astype(np.float64))
+        if max_distance is not None:
+            within = distances <= max_distance
+            local, sims, distances = local[within], sims[within], distances[within]
+        if not len(local):
+            return []
+        rows = store.rows[local]
+        best = top_k_indices(sims, k, tiebreak=view.seq[rows])
+        return [
+            view.hit(int(rows[i]), rank, float(sims[i]), float(distances[i]))
+            for rank, i in enumerate(best, start=1)
+        ]
+
+    def bm25(
+        self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]
+    ) -> list[IndexHit]:
+        """Top ``k`` chunks by BM25 among ``content_keys`` (any model); never a zero score.
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+        query : str
+            Free text, analysed by :func:`kg.index.tokenize.analyze`.
+        k : int
+            Maximum number of hits; ``k <= 0`` gives ``[]``.
+        content_keys : collection of str
+            Only chunks of these content keys are ranked; BM25's N, df and avgdl are computed
+            over them.
+
+        Returns
+        -------
+        list of IndexHit
+            By BM25 score descending, ties by row (sync order: ``seq`` order within a call);
+            ``distance`` None, ranks 1..len. ``[]`` for an empty repository, a query without
+            terms (blank, punctuation, stop words), no known content key or no match.
+
+        Notes
+        -----
+        O(n + len(content_keys) + postings of the query terms), n the repository's rows; see
+        :meth:`kg.index.bm25.BM25Index.search`.
+
+        References
+        ----------
+        .. [1] S. Robertson and H. Zaragoza, "The Probabilistic Relevance Framework: BM25 and
+           Beyond", Foundations and Trends in Information Retrieval 3(4), 2009, pp. 333-389.
+        """
+        if k <= 0 or not query.strip():
+            return []
+        view = self._view(repo_key)
+        allowed = view.allowed_keys(content_keys)
+        if allowed is None:
+            return []
+        ranked = view.bm25.search(query, k, allowed[view.key_id])
+        return [
+            view.hit(row, rank, score, None) for rank, (row, score) in enumerate(ranked, start=1)
+        ]
+
+    def drop(self, repo_key: str) -> None:
+        """Forget every chunk of the repository, in memory and its snapshot folder.
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key; an unknown one is a no-op.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            The snapshot folder could not be removed.
+        """
+        _check_repo_key(repo_key)
+        # Under the registry lock, so the repository cannot be re-created (and its old snapshot
+        # loaded) before the folder is gone.
+        with self._registry_lock:
+            repo = self._repos.pop(repo_key, None)
+            if repo is not None:
+                with repo.lock:
+                    repo.dropped = True
+                    repo.loaded = True
+                    repo.reset()
+            if self._root is not None:
+                try:
+                    shutil.rmtree(self._root / repo_key)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise BackendUnavailable(
+                        f"cannot remove the index folder of {repo_key!r}: {exc}"
+                    ) from exc
+
+    # -- persistence and status ----------------------------------------------------------------
+
+    def flush(self, repo_key: str) -> None:
+        """Write the repository's snapshot to ``data_dir`` (no-op without ``data_dir``).
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            The snapshot could not be written; the previous one (if any) stays valid.
+
+        Notes
+        -----
+        Skipped when nothing was added since the last flush or load. Otherwise writes every
+        row: O(n * dim + text length) bytes. Searches go on meanwhile; syncs wait.
+        """
+        if self._root is None:
+            return
+        with self._writing(repo_key) as repo:
+            if repo.persisted_rows == repo.seq.size:
+                return
+            try:
+                _write_snapshot(self._root / repo_key, repo.view)
+            except OSError as exc:
+                raise BackendUnavailable(
+                    f"cannot write the index snapshot of {repo_key!r}: {exc}"
+                ) from exc
+            repo.persisted_rows = repo.seq.size
+
+    def stats(self, repo_key: str) -> dict[str, Any]:
+        """What the index holds for a repository, for a status route.
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+
+        Returns
+        -------
+        dict
+            ``{"chunks": int, "models": {model: chunks}, "dims": {model: dim},
+            "watermark": int}``.
+        """
+        view = self._view(repo_key)
+        return {
+            "chunks": view.n,
+            "models": {name: len(store.rows) for name, store in view.models.items()},
+            "dims": {name: store.dim for name, store in view.models.items()},
+            "watermark": view.watermark,
+        }
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _repo(self, repo_key: str) -> _Repo:
+        """The repository's state, created and loaded from its snapshot on first use."""
+        repo = self._repos.get(repo_key)
+        if repo is None:
+            _check_repo_key(repo_key)
+            with self._registry_lock:
+                repo = self._repos.setdefault(repo_key, _Repo())
+        if not repo.loaded:
+            with repo.lock:
+                if not repo.loaded:
+                    if self._root is not None:
+                        _load_snapshot(self._root / repo_key, repo)
+                    repo.loaded = True
+        return repo
+
+    def _view(self, repo_key: str) -> _View:
+        """The repository's published snapshot."""
+        return self._repo(repo_key).view
+
+    @contextmanager
+    def _writing(self, repo_key: str) -> Iterator[_Repo]:
+        """Hold the repository's lock; retries if ``drop`` retired the state object meanwhile."""
+        while True:
+            repo = self._repo(repo_key)
+            with repo.lock:
+                if repo.dropped:
+                    continue
+                yield repo
+                return
+
+
+def _check_repo_key(repo_key: str) -> None:
+    """Refuse a repository key that is not a plain folder name."""
+    if not isinstance(repo_key, str) or not _REPO_KEY.fullmatch(repo_key):
+        raise InvalidInput(
+            f"invalid index repository key {repo_key!r}", details={"repo_key": repo_key}
+        )
+
+
+def _fresh_chunks(
+    chunks: Sequence[IndexedChunk], held: np.ndarray, watermark: int
+) -> list[IndexedChunk]:
+    """The chunks whose seq is not held yet, first occurrence of each, in seq order."""
+    seqs = np.array([c.seq for c in chunks], dtype=np.int64)
+    if (seqs <= 0).any():
+        bad = int(seqs[seqs <= 0][0])
+        raise InvalidInput(f"chunk seq must be positive, got {bad}", details={"seq": bad})
+    unique, first = np.unique(seqs, return_index=True)
+    if unique[0] <= watermark:
+        first = first[~np.isin(unique, held)]
+    return [chunks[i] for i in first]
+
+
+def _checked_vectors(
+    chunks: list[IndexedChunk], dims: dict[str, int]
+) -> dict[str, np.ndarray]:
+    """Per model, the chunks' vectors (in chunk order) checked and L2-normalised as float32."""
+    by_model: dict[str, list[int]] = {}
+    for i, chunk in enumerate(chunks):
+        by_model.setdefault(chunk.model, []).append(i)
+    out: dict[str, np.ndarray] = {}
+    for name, members in by_model.items():
+        vectors = [np.asarray(chunks[i].vector) for i in members]
+        dim = dims.get(name, vectors[0].shape[0] if vectors[0].ndim == 1 else 0)
+        for i, v in zip(members, vectors):
+            if v.ndim != 1 or v.shape[0] != dim or dim == 0:
+                raise InvalidInput(
+                    f"chunk seq {chunks[i].seq}: vector of shape {v.shape} for model {name!r}"
+                    f" of dimension {dim}",
+                    details={"seq": chunks[i].seq, "model": name, "dim": dim},
+                )
+        matrix = np.stack(vectors).astype(np.float64)
+        norms = np.linalg.norm(matrix, axis=1)
+        bad = ~np.isfinite(norms) | (norms == 0)
+        if bad.any():
+            seq = chunks[members[int(np.argmax(bad))]].seq
+            raise InvalidInput(
+                f"chunk seq {seq}: vector is non-finite or all zeros", details={"seq": seq}
+            )
+        out[name] = (matrix / norms[:, None]).astype(np.float32)
+    return out
+
+
+def _query_vector(vector: np.ndarray) -> np.ndarray:
+    """The query as a unit float32 vector, or InvalidInput."""
+    query = np.asarray(vector, dtype=np.float64)
+    norm = float(np.linalg.norm(query)) if query.ndim == 1 else 0.0
+    if query.ndim != 1 or not np.isfinite(norm) or norm == 0.0:
+        raise InvalidInput(
+            "query vector must be 1-D, finite and non-zero", details={"shape": list(query.shape)}
+        )
+    return (query / norm).astype(np.float32)
+
+
+# -- snapshots -------------------------------------------------------------------------------------
+
+
+def _write_snapshot(folder: Path, view: _View) -> None:
+    """Write ``view`` as the folder's snapshot: data files, then meta.json, then clean up."""
+    folder.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex[:12]
+    texts = view.texts[: view.n]
+    keys = view.keys[: view.n_keys]
+    rows_file = f"rows-{token}.npz"
+    _replace_atomically(
+        folder / rows_file,
+        lambda f: np.savez(
+            f,
+            seq=view.seq,
+            key_id=view.key_id,
+            chunk_index=view.chunk_index,
+            model_id=view.model_id,
+            text_offsets=_offsets(texts),
+            text_utf8=_utf8(texts),
+            key_offsets=_offsets(keys),
+            key_utf8=_utf8(keys),
+        ),
+    )
+    models = []
+    for i, (name, store) in enumerate(view.models.items()):
+        file = f"vectors-{token}-{i}.npy"
+        _replace_atomically(folder / file, lambda f, m=store.vectors: np.save(f, m))
+        models.append({"name": name, "dim": store.dim, "rows": len(store.rows), "file": file})
+    meta = {
+        "format": SNAPSHOT_FORMAT,
+        "watermark": view.watermark,
+        "rows": view.n,
+        "keys": view.n_keys,
+        "rows_file": rows_file,
+        "models": models,
+    }
+    _replace_atomically(folder / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
+    keep = {"meta.json", rows_file, *(m["file"] for m in models)}
+    for path in folder.iterdir():
+        if path.name not in keep:
+            path.unlink(missing_ok=True)
+
+
+def _replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """Write a file through a temporary sibling, fsync it, and rename it over ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _offsets(strings: list[str]) -> np.ndarray:
+    """Character offsets of ``strings`` joined: shape (len + 1,), int64."""
+    return np.concatenate(([0], np.cumsum([len(s) for s in strings], dtype=np.int64)))
+
+
+def _utf8(strings: list[str]) -> np.ndarray:
+    """``strings`` joined and UTF-8 encoded, as uint8 (lone surrogates kept)."""
+    return np.frombuffer("".join(strings).encode("utf-8", "surrogatepass"), dtype=np.uint8)
+
+
+def _split(blob: np.ndarray, offsets: np.ndarray, count: int) -> list[str]:
+    """The inverse of :func:`_utf8` and :func:`_offsets`."""
+    joined = blob.tobytes().decode("utf-8", "surrogatepass")
+    bounds = offsets.tolist()
+    if len(bounds) != count + 1 or bounds[0] != 0 or bounds[-1] != len(joined):
+        raise ValueError("string offsets do not match their blob")
+    if any(a > b for a, b in itertools.pairwise(bounds)):
+        raise ValueError("string offsets are not ascending")
+    return [joined[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+_SNAPSHOT_ERRORS = (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    IndexError,
+    AttributeError,
+    EOFError,
+    zipfile.BadZipFile,
+)
+"""What reading a damaged or foreign snapshot can raise."""
+
+
+def _load_snapshot(folder: Path, repo: _Repo) -> None:
+    """Fill ``repo`` from the folder's snapshot; leave it empty if there is none or it is bad."""
+    meta_path = folder / "meta.json"
+    if not meta_path.exists():
+        return
+    try:
+        _restore(folder, json.loads(meta_path.read_bytes()), repo)
+    except _SNAPSHOT_ERRORS as exc:
+        log.warning("ignoring the index snapshot in %s: %s", folder, exc)
+        repo.reset()
+        return
+    repo.persisted_rows = repo.seq.size
+
+
+def _restore(folder: Path, meta: dict[str, Any], repo: _Repo) -> None:
+    """Check a snapshot's files against each other and install them in ``repo``."""
+    if not isinstance(meta, dict) or meta.get("format") != SNAPSHOT_FORMAT:
+        raise ValueError(f"not a snapshot of format {SNAPSHOT_FORMAT}")
+    n, n_keys = int(meta["rows"]), int(meta["keys"])
+    with np.load(folder / _plain_name(meta["rows_file"]), allow_pickle=False) as rows:
+        columns = {
+            name: np.asarray(rows[name], dtype=dtype)
+            for name, dtype in (
+                ("seq", np.int64),
+                ("key_id", np.int32),
+                ("chunk_index", np.int32),
+                ("model_id", np.int32),
+            )
+        }
+        texts = _split(rows["text_utf8"], rows["text_offsets"], n)
+        keys = _split(rows["key_utf8"], rows["key_offsets"], n_keys)
+    seq, key_id, model_id = columns["seq"], columns["key_id"], columns["model_id"]
+    if any(column.shape != (n,) for column in columns.values()):
+        raise ValueError("row columns differ in length")
+    if n and (seq.min() <= 0 or len(np.unique(seq)) != n or int(seq.max()) != meta["watermark"]):
+        raise ValueError("seq column is not positive and unique up to the watermark")
+    if n and (key_id.min() < 0 or key_id.max() >= n_keys or len(set(keys)) != n_keys):
+        raise ValueError("content key ids are out of range")
+    if n and (model_id.min() < 0 or model_id.max() >= len(meta["models"])):
+        raise ValueError("model ids are out of range")
+    models: dict[str, tuple[_Growable, _Growable]] = {}
+    for i, entry in enumerate(meta["models"]):
+        vectors = np.load(folder / _plain_name(entry["file"]), allow_pickle=False)
+        model_rows = np.flatnonzero(model_id == i).astype(np.int64)
+        if (
+            vectors.dtype != np.float32
+            or vectors.shape != (len(model_rows), int(entry["dim"]))
+            or not np.isfinite(vectors).all()
+            or entry["name"] in models
+        ):
+            raise ValueError(f"vectors of model {entry['name']!r} do not match the rows")
+        models[entry["name"]] = (_Growable.of(vectors), _Growable.of(model_rows))
+    repo.seq = _Growable.of(seq)
+    repo.key_id = _Growable.of(key_id)
+    repo.chunk_index = _Growable.of(columns["chunk_index"])
+    repo.model_id = _Growable.of(model_id)
+    repo.texts = texts
+    repo.keys = keys
+    repo.key_ids = {key: i for i, key in enumerate(keys)}
+    repo.models = models
+    repo.watermark = int(meta["watermark"]) if n else 0
+    repo.bm25 = BM25Index()
+    repo.bm25.add_many(enumerate(texts))
+    repo.publish()
+
+
+def _plain_name(name: object) -> str:
+    """A file name from meta.json that stays inside the snapshot folder."""
+    if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+        raise ValueError(f"bad file name in meta.json: {name!r}")
+    return name

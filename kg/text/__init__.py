@@ -1,0 +1,1 @@
+"""Pure text processing: chunkers, token counting, hashing. No I/O, no session."""

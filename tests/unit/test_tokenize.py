@@ -1,0 +1,107 @@
+"""The BM25 analyzer: word tokens, case folding, CJK bigrams, stop words."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kg.index.tokenize import STOP_WORDS, analyze
+
+
+def test_words_are_lowercased_and_split_on_punctuation():
+    assert analyze("Hello, World! foo-bar") == ["hello", "world", "foo", "bar"]
+
+
+def test_numbers_are_kept_apart_from_words():
+    assert analyze("PEP 440 and PEP-8") == ["pep", "440", "pep", "8"]
+    assert analyze("version 3.14") == ["version", "3", "14"]
+
+
+def test_letters_glued_to_digits_stay_one_token():
+    assert analyze("pep440 utf8") == ["pep440", "utf8"]
+
+
+def test_underscore_joins_a_word():
+    assert analyze("snake_case names") == ["snake_case", "names"]
+
+
+def test_the_lucene_english_stop_words_are_dropped():
+    assert analyze("The rotation of an API key is in the docs") == [
+        "rotation",
+        "api",
+        "key",
+        "docs",
+    ]
+    assert len(STOP_WORDS) == 33
+    assert {"the", "a", "an", "and", "of", "with", "will"} <= STOP_WORDS
+    # Not in Lucene's list: pronouns and common verbs stay searchable.
+    assert analyze("I have it") == ["i", "have"]
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t", "the of and ?!", "...", "THE AND Or", "🙂👋🏻"])
+def test_a_query_of_stop_words_or_punctuation_has_no_terms(query):
+    assert analyze(query) == []
+
+
+def test_unicode_letters_and_case_folding():
+    assert analyze("Naïve CAFÉ Ελληνικά Русский") == ["naïve", "café", "ελληνικά", "русский"]
+    assert analyze("Straße") == analyze("STRASSE") == ["strasse"]
+
+
+def test_decomposed_and_composed_accents_give_the_same_term():
+    assert analyze("e\u0301cole") == analyze("\u00e9cole") == ["école"]
+
+
+def test_full_width_forms_fold_to_ascii():
+    assert analyze("ＰＥＰ　４４０") == ["pep", "440"]
+
+
+def test_combining_marks_stay_inside_the_word():
+    # Devanagari vowel signs and virama are marks, which a bare \w would split on.
+    assert analyze("हिन्दी भाषा") == ["हिन्दी", "भाषा"]
+
+
+def test_han_runs_become_overlapping_bigrams():
+    assert analyze("人工智能技术") == ["人工", "工智", "智能", "能技", "技术"]
+
+
+def test_a_lone_cjk_character_stays_a_unigram():
+    assert analyze("猫") == ["猫"]
+    assert analyze("猫 犬") == ["猫", "犬"]
+
+
+def test_cjk_punctuation_ends_a_run():
+    assert analyze("人工。智能") == ["人工", "智能"]
+
+
+def test_japanese_scripts_bigram_together():
+    assert analyze("東京タワー") == ["東京", "京タ", "タワ", "ワー"]
+    assert analyze("ひらがな") == ["ひら", "らが", "がな"]
+
+
+def test_hangul_is_bigrammed():
+    assert analyze("한국어 처리") == ["한국", "국어", "처리"]
+
+
+def test_mixed_script_word_splits_at_the_cjk_boundary():
+    assert analyze("Python编程语言3") == ["python", "编程", "程语", "语言", "3"]
+
+
+def test_stop_words_do_not_apply_to_cjk():
+    assert analyze("的") == ["的"]
+
+
+@given(st.text())
+def test_terms_are_non_empty_folded_and_never_stop_words(text):
+    terms = analyze(text)
+    assert all(terms)
+    assert not STOP_WORDS.intersection(terms)
+    assert all(t == t.casefold() for t in terms)
+
+
+@given(st.text())
+def test_every_term_analyses_to_itself(text):
+    # Queries are analysed like documents: a term typed as a query finds itself.
+    for term in analyze(text):
+        assert analyze(term) == [term]
