@@ -104,6 +104,10 @@ class VectorIndex(Protocol):
         """Top ``k`` chunks by BM25 among ``content_keys``; never a zero-score row."""
         ...
 
+    def flush(self, repo_key: str) -> None:
+        """Persist what the index holds for the repository (a no-op for remote indexes)."""
+        ...
+
     def drop(self, repo_key: str) -> None:
         """Forget every chunk of the repository (memory and disk)."""
         ...

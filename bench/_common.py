@@ -1,0 +1,122 @@
+"""Helpers shared by the benchmarks: an isolated database, machine facts, percentiles, output.
+
+Not a benchmark itself (the leading underscore keeps it apart from the scripts).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+
+@contextmanager
+def isolated_database(url: str | None, tmp: Path) -> Iterator[tuple[str, str]]:
+    """A database URL for one benchmark run, and its backend name.
+
+    ``None`` gives a SQLite file in ``tmp``. A PostgreSQL URL gets a fresh schema (selected
+    with ``options=-csearch_path=...``, as ``tests/conftest.py`` does), dropped afterwards.
+    Any other URL is used as given.
+    """
+    if url is None:
+        yield f"sqlite:///{tmp / 'kg.sqlite3'}", "sqlite"
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    backend = make_url(url).get_backend_name()
+    if backend != "postgresql":
+        yield url, backend
+        return
+    schema = f"kg_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    sep = "&" if "?" in url else "?"
+    try:
+        yield f"{url}{sep}options=-csearch_path%3D{schema}", backend
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def load_average() -> list[float]:
+    """1, 5 and 15 minute load averages, rounded."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def machine() -> dict[str, Any]:
+    """Facts that make figures comparable: versions, cores, load, thread settings."""
+    import numpy as np
+    import sqlalchemy
+
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "sqlalchemy": sqlalchemy.__version__,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": load_average(),
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+    }
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) by linear interpolation between order statistics."""
+    ordered = sorted(samples)
+    if not ordered:
+        return math.nan
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
+    """Median, p90, min and max of durations given in seconds, in milliseconds."""
+    ms = [s * 1000 for s in samples_s]
+    return {
+        "n": len(ms),
+        "median_ms": round(statistics.median(ms), 3),
+        "p90_ms": round(percentile(ms, 90), 3),
+        "min_ms": round(min(ms), 3),
+        "max_ms": round(max(ms), 3),
+    }
+
+
+def redact(url: str) -> str:
+    """The URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def write_results(results: dict[str, Any], out: Path) -> None:
+    """Write ``results`` as indented JSON and say where."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    shown = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+    print(f"wrote {shown}")
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """A plain-text table, columns right-aligned except the first."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append("  ".join(
+            c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)
+        ))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,77 @@
+"""End to end: a real ``kg serve`` process on a loopback port, with the real offline embedder."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("serve")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
+    env.update({"KG_DATA_DIR": str(data), "OPENBLAS_NUM_THREADS": "1"})
+    proc = subprocess.Popen([sys.executable, "-m", "kg.cli", "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"kg serve exited: {proc.stdout.read()}")
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        proc.kill()
+        pytest.fail("kg serve did not start in 60 s")
+    yield httpx.Client(base_url=base, timeout=60)
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+DOCS = {
+    "/rigging": "Standing rigging must be replaced every ten years in temperate waters.",
+    "/billing": "Invoices are issued on the first day of every month and are payable by card.",
+    "/keys": "To rotate an API key, open the settings page and create a new key, then revoke the old one.",
+}
+
+
+def test_real_server_real_embedder(server):
+    assert server.post("/api/repos", json={"name": "e2e"}).status_code == 201
+    assert server.post("/api/repos/e2e/workspaces", json={"name": "kb"}).status_code == 201
+    for path, text in DOCS.items():
+        r = server.put(f"/api/repos/e2e/workspaces/kb/nodes{path}", json={"node_type": "kb:Article",
+                                                                          "properties": {"content": text}})
+        assert r.status_code == 201, r.text
+    # a paraphrase with no word in common with the answer: only the vector leg can find it
+    r = server.post("/api/repos/e2e/search", json={"query": "how often should a sailboat's wires be changed",
+                                                   "mode": "vector", "k": 3})
+    assert r.status_code == 200, r.text
+    rows = r.json()["results"]
+    assert rows[0]["path"] == "/rigging"
+    assert 0 <= rows[0]["vector_distance"] < rows[1]["vector_distance"]
+    ws = server.get("/api/repos/e2e/workspaces/kb").json()
+    assert ws["embedding"]["model"] == "local:all-MiniLM-L6-v2"
+    # branch isolation through the real server, branch name with '/'
+    assert server.post("/api/repos/e2e/branches", json={"name": "agent/demo"}).status_code == 201
+    r = server.put("/api/repos/e2e/workspaces/kb/nodes/answer", params={"branch": "agent/demo"},
+                   json={"node_type": "kb:Answer", "properties": {"content": "Every ten years."}})
+    assert r.status_code == 201
+    assert server.get("/api/repos/e2e/workspaces/kb/nodes/answer").status_code == 404
+    assert server.get("/api/repos/e2e/workspaces/kb/nodes/answer", params={"branch": "agent/demo"}).status_code == 200
+    assert server.get("/api/repos/e2e/branches/agent%2Fdemo").json()["name"] == "agent/demo"

@@ -1,0 +1,122 @@
+"""The ingestion lifecycle through ``kg ingest``'s library function, on both databases."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from kg.errors import InvalidInput
+from kg.rag.ingest import ingest_path
+from kg.rag.search import SearchRequest, search
+from kg.store.models import Chunk, NodeVersion
+from kg.store.repos import branch_view
+from tests.conftest import FAKE_MODEL
+
+PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
+SOME = ["pep-0440.rst", "pep-0508.rst", "pep-0517.rst", "pep-0518.rst", "pep-0621.rst"]
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    folder = tmp_path / "peps"
+    folder.mkdir()
+    for name in SOME:
+        shutil.copy(PEPS / name, folder / name)
+    return folder
+
+
+def fake(services):
+    return services.embedder(FAKE_MODEL)
+
+
+def count(services, model) -> int:
+    with services.db.read() as s:
+        return s.scalar(select(func.count()).select_from(model))
+
+
+def test_second_ingest_embeds_nothing_and_writes_nothing(services, corpus):
+    first = ingest_path(services, corpus, repo="peps", workspace="peps")
+    assert first.files == 5 and len(first.inserted) == 5 and first.passages_embedded > 5
+    chunks, versions, calls = count(services, Chunk), count(services, NodeVersion), fake(services).calls
+    second = ingest_path(services, corpus, repo="peps", workspace="peps")
+    assert second.passages_embedded == 0 and len(second.skipped) == 5 and second.inserted == []
+    assert fake(services).calls == calls
+    assert count(services, Chunk) == chunks and count(services, NodeVersion) == versions
+
+
+def test_touch_does_not_reembed_but_a_changed_byte_does(services, corpus):
+    import os
+    import time
+
+    ingest_path(services, corpus, repo="peps", workspace="peps")
+    target = corpus / "pep-0508.rst"
+    os.utime(target, (time.time() + 100, time.time() + 100))
+    assert ingest_path(services, corpus, repo="peps", workspace="peps").passages_embedded == 0
+    data = bytearray(target.read_bytes())
+    i = data.index(b"Abstract")
+    data[i] = ord("a")  # same size, one byte changed
+    target.write_bytes(bytes(data))
+    again = ingest_path(services, corpus, repo="peps", workspace="peps")
+    assert again.replaced == ["/pep-0508"] and again.passages_embedded > 0
+
+
+def test_changed_text_replaces_old_chunks_in_search(services, corpus):
+    ingest_path(services, corpus, repo="peps", workspace="peps")
+    (corpus / "pep-0518.rst").write_text(
+        "PEP: 518\nTitle: Build system requirements\nStatus: Final\nType: Standards Track\n"
+        "Created: 10-May-2016\n\nOnly a quokka lives here now.\n", encoding="utf-8")
+    ingest_path(services, corpus, repo="peps", workspace="peps")
+    with services.db.read() as s:
+        view = branch_view(s, "peps", "main")
+        rows, _ = search(s, services, view, SearchRequest(query="quokka", mode="fulltext"))
+        assert [r.path for r in rows] == ["/pep-0518"]
+        old, _ = search(s, services, view, SearchRequest(query="pyproject toml",
+                                                         mode="fulltext", granularity="node", k=10))
+        assert "/pep-0518" not in [r.path for r in old]
+
+
+def test_relations_and_stub_nodes(services, corpus):
+    report = ingest_path(services, corpus, repo="peps", workspace="peps")
+    assert report.relations_added >= 1
+    again = ingest_path(services, corpus, repo="peps", workspace="peps")
+    assert again.relations_added == 0 and again.relations_unchanged == report.relations_added
+
+
+def test_file_removed_from_input_is_kept(services, corpus):
+    ingest_path(services, corpus, repo="peps", workspace="peps")
+    (corpus / "pep-0621.rst").unlink()
+    ingest_path(services, corpus, repo="peps", workspace="peps")
+    with services.db.read() as s:
+        from kg.store.nodes import find_node
+
+        assert find_node(s, branch_view(s, "peps", "main"), "peps", "/pep-0621") is not None
+
+
+def test_ingest_on_a_branch_leaves_main_alone(services, corpus):
+    ingest_path(services, corpus, repo="peps", workspace="peps")
+    with services.db.write() as s:
+        from kg.store.repos import create_branch, get_repository
+
+        create_branch(s, get_repository(s, "peps", lock=True), name="agent/ingest")
+    extra = corpus / "new.md"
+    extra.write_text("# Walrus notes\n\nthe walrus operator explained", encoding="utf-8")
+    ingest_path(services, corpus, repo="peps", workspace="peps", branch="agent/ingest")
+    with services.db.read() as s:
+        on_branch, _ = search(s, services, branch_view(s, "peps", "agent/ingest"),
+                              SearchRequest(query="walrus", mode="fulltext"))
+        on_main, _ = search(s, services, branch_view(s, "peps", "main"),
+                            SearchRequest(query="walrus", mode="fulltext"))
+    assert on_branch[0].path == "/new" and on_main == []
+
+
+def test_non_utf8_file_writes_nothing(services, tmp_path):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "a.txt").write_text("fine", encoding="utf-8")
+    (folder / "b.txt").write_bytes(b"\xff\xfe bad")
+    with pytest.raises(InvalidInput):
+        ingest_path(services, folder, repo="r", workspace="w")
+    assert count(services, NodeVersion) == 0
