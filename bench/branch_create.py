@@ -102,6 +102,9 @@ def build_repository(db: Database, name: str, n_nodes: int, *, section_size: int
                          NodeWrite("Item", node_properties(rng, section, i), None, None))
                 written += 1
                 i += 1
+        if n_nodes > batch:
+            print(f"  {name}: {i}/{n_nodes} nodes, {time.perf_counter() - started:.1f} s",
+                  file=sys.stderr, flush=True)
     return {"nodes": n_nodes, "sections": sections, "node_versions_written": written,
             "setup_s": round(time.perf_counter() - started, 2)}
 

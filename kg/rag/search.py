@@ -21,7 +21,7 @@ from kg.rag.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
 from kg.rag.indexing import sync_index
 from kg.store.models import NodeVersion, Workspace
-from kg.store.nodes import visible_nodes, workspace_id
+from kg.store.nodes import nodes_by_id, visible_nodes, workspace_id
 from kg.store.paths import validate_prefix
 from kg.store.repos import BranchView
 
@@ -165,14 +165,15 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
         wids = list(view.workspaces)
     if not wids:
         return [], _ms(started)
-    nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
+    nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix,
+                          with_properties=bool(request.where))
     by_key: dict[str, list[NodeVersion]] = defaultdict(list)
     for node in nodes:
         if node.content_key is None:
             continue
         if request.node_type is not None and node.node_type != request.node_type:
             continue
-        if not _matches(node.properties, request.where):
+        if request.where and not _matches(node.properties, request.where):
             continue
         by_key[node.content_key].append(node)
     if not by_key:
@@ -227,11 +228,20 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
                 node_type=node.node_type, chunk_index=key[1], chunk_text=hit.text,
                 score=float(score), vector_distance=None if v is None else float(v.distance),
                 vector_rank=None if v is None else v.rank,
-                fulltext_rank=None if f is None else f.rank, properties=node.properties,
+                fulltext_rank=None if f is None else f.rank,
             ))
             if len(results) >= request.k:
-                return results, _ms(started)
-    return results, _ms(started)
+                return _with_properties(session, view, results), _ms(started)
+    return _with_properties(session, view, results), _ms(started)
+
+
+def _with_properties(session: Session, view: BranchView, results: list[SearchResult]) -> list[SearchResult]:
+    """Attach each result node's properties (loaded for the returned rows only)."""
+    found = nodes_by_id(session, view, {r.node_id for r in results})
+    for r in results:
+        if r.node_id in found:
+            r.properties = found[r.node_id].properties
+    return results
 
 
 def _vector_leg(session, services, view, wids, by_key, nodes, request, depth) -> list[IndexHit]:

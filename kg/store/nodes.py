@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import NodeVersion, Workspace, utcnow
@@ -337,14 +337,20 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
 
 
 def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
-                  path_prefix: str | None = None) -> list[NodeVersion]:
-    """Every visible node, optionally in some workspaces and under a path prefix."""
+                  path_prefix: str | None = None, with_properties: bool = True) -> list[NodeVersion]:
+    """Every visible node, optionally in some workspaces and under a path prefix.
+
+    ``with_properties=False`` leaves the (possibly large) properties unloaded: reading them
+    afterwards is an error, so use it only when they are not needed.
+    """
     where = []
     if workspace_ids is not None:
         where.append(NodeVersion.workspace_id.in_(workspace_ids))
     if path_prefix and path_prefix != "/":
         where.append(NodeVersion.path.startswith(path_prefix, autoescape=True))
-    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
+    stmt, alias = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
+    if not with_properties:
+        stmt = stmt.options(defer(NodeVersion.properties, raiseload=True))
     return list(session.scalars(stmt))
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from sqlalchemy import Select, and_, case, false, func, or_, select
-from sqlalchemy.orm import aliased
 
 from kg.store.repos import BranchView
 
@@ -28,14 +27,9 @@ def _priority(model: Any, chain: Sequence[tuple[int, int]]):
     return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id)
 
 
-def visible(
-    model: Any,
-    view: BranchView,
-    partition: Sequence[Any],
-    *where: Any,
-    include_deleted: bool = False,
-):
-    """An aliased entity over the versions of ``model`` that ``view`` sees.
+def visible_select(model: Any, view: BranchView, partition: Sequence[Any], *where: Any,
+                   include_deleted: bool = False) -> tuple[Select, Any]:
+    """Select the versions of ``model`` that ``view`` sees: one per entity, its winner.
 
     Parameters
     ----------
@@ -53,26 +47,20 @@ def visible(
 
     Returns
     -------
-    An ``aliased(model, subquery)``: select from it like from ``model``.
+    (Select, entity)
+        ``select(model)`` of the winners, and the entity to add filters and ordering with.
 
     Notes
     -----
-    Cost: one index range scan per chain entry and a sort of the matching versions.
+    The window runs over ids and key columns only (served by the version indexes); the
+    winners' rows, with their possibly large properties, are read once, by primary key.
     """
     rn = func.row_number().over(
         partition_by=list(partition),
         order_by=(_priority(model, view.chain), model.revision.desc()),
     ).label("rn")
-    inner = select(model, rn).where(_chain_filter(model, view.chain), *where).subquery()
-    alias = aliased(model, inner)
-    return alias, inner.c.rn
-
-
-def visible_select(model: Any, view: BranchView, partition: Sequence[Any], *where: Any,
-                   include_deleted: bool = False) -> tuple[Select, Any]:
-    """``select(alias)`` of the winners (and the alias, to add filters and ordering)."""
-    alias, rn = visible(model, view, partition, *where)
-    stmt = select(alias).where(rn == 1)
+    ranked = select(model.id.label("vid"), rn).where(_chain_filter(model, view.chain), *where).subquery()
+    stmt = select(model).join(ranked, model.id == ranked.c.vid).where(ranked.c.rn == 1)
     if not include_deleted:
-        stmt = stmt.where(alias.deleted == false())
-    return stmt, alias
+        stmt = stmt.where(model.deleted == false())
+    return stmt, model
