@@ -45,6 +45,7 @@ class Repository(Base):
     """A repository: workspaces, branches and one revision counter."""
 
     __tablename__ = "repositories"
+    __table_args__ = ({"sqlite_autoincrement": True},)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     uid: Mapped[str] = mapped_column(String(36), unique=True)
@@ -57,7 +58,11 @@ class Branch(Base):
     """A branch: its parent and the revision of the parent it forked at."""
 
     __tablename__ = "branches"
-    __table_args__ = (UniqueConstraint("repo_id", "name", name="uq_branches_repo_name"),)
+    # Ids are never reused (SQLite AUTOINCREMENT): caches key on (branch id, revision).
+    __table_args__ = (
+        UniqueConstraint("repo_id", "name", name="uq_branches_repo_name"),
+        {"sqlite_autoincrement": True},
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))

@@ -24,7 +24,8 @@ def upgrade() -> None:
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id'),
     sa.UniqueConstraint('name'),
-    sa.UniqueConstraint('uid')
+    sa.UniqueConstraint('uid'),
+    sqlite_autoincrement=True,
     )
     op.create_table('branches',
     sa.Column('id', sa.Integer(), nullable=False),
@@ -37,7 +38,8 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['parent_id'], ['branches.id'], ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['repo_id'], ['repositories.id'], ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id'),
-    sa.UniqueConstraint('repo_id', 'name', name='uq_branches_repo_name')
+    sa.UniqueConstraint('repo_id', 'name', name='uq_branches_repo_name'),
+    sqlite_autoincrement=True,
     )
     op.create_table('chunks',
     sa.Column('seq', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), autoincrement=True, nullable=False),
