@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 import kg
 from api import errors
-from api.routes import branches, health, nodes, relations, repos, search
+from api.routes import branches, health, history, nodes, relations, repos, search
 from kg.services import Services
 from kg.settings import Settings
 
@@ -36,6 +36,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                   description="A knowledge-graph service with branching storage for AI agents.")
     app.state.services = services
     errors.install(app)
-    for module in (health, repos, branches, nodes, search, relations):
+    for module in (health, repos, history, branches, nodes, search, relations):
         app.include_router(module.router)
     return app

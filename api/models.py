@@ -29,20 +29,37 @@ class BranchCreate(Strict):
     at_revision: int | None = Field(default=None, ge=0)
 
 
-class NodePut(Strict):
+class WriteMeta(Strict):
+    """Optional on every write: why, by whom, and the revision the writer's view was at."""
+
+    message: str | None = Field(default=None, max_length=10_000)
+    actor: str | None = Field(default=None, max_length=255)
+
+
+class NodePut(WriteMeta):
     node_type: str = "kg:Node"
     properties: dict[str, Any] = Field(default_factory=dict)
     order: float | None = None
-    message: str | None = None
-    actor: str | None = None
+    if_revision: int | None = Field(default=None, ge=0)
 
 
-class NodePatch(Strict):
+class NodePatch(WriteMeta):
     properties: dict[str, Any] = Field(default_factory=dict)
     node_type: str | None = None
     order: float | None = None
-    message: str | None = None
-    actor: str | None = None
+    if_revision: int | None = Field(default=None, ge=0)
+
+
+class BatchBody(WriteMeta):
+    upserts: list[dict[str, Any]] = Field(default_factory=list)
+    deletes: list[dict[str, Any]] = Field(default_factory=list)
+    parents: bool = False
+
+
+class MergeBody(WriteMeta):
+    into: str | None = None
+    dry_run: bool = False
+    resolutions: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class SearchBody(Strict):
@@ -59,12 +76,10 @@ class SearchBody(Strict):
     max_distance: float | None = None
 
 
-class RelationCreate(Strict):
+class RelationCreate(WriteMeta):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     from_: str = Field(alias="from")
     to: str
     type: str
     weight: float | None = None
     properties: dict[str, Any] = Field(default_factory=dict)
-    message: str | None = None
-    actor: str | None = None

@@ -12,7 +12,8 @@ median and p90 per repository and the ratio large / small of the medians (the is
 1.5). As a check that nothing was copied, it counts ``node_versions`` rows before and after,
 and the nodes the last new branch of each repository sees.
 
-Prints a table and writes JSON (default ``bench/results/branch_create.json``).
+Prints a table and writes JSON (default ``bench/results/branch_create.json``, or
+``branch_create_postgresql.json`` on PostgreSQL).
 Run: ``python bench/branch_create.py [--small 100] [--large 20000] [--repeats 50]
 [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]``.
 """
@@ -146,7 +147,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--warmup", type=int, default=5, help="untimed creations per repository")
     parser.add_argument("--section-size", type=int, default=100, help="nodes per /section-k")
     parser.add_argument("--batch", type=int, default=1000, help="nodes per setup transaction")
-    parser.add_argument("--out", type=Path, default=RESULTS / "branch_create.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON file (default bench/results/branch_create.json on SQLite, "
+                             "branch_create_<backend>.json on another database)")
     args = parser.parse_args(argv)
 
     results: dict = {"machine": machine()}
@@ -222,7 +225,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"p90 {results['ratio_large_over_small_p90']} (target: median under 1.5)")
     print(f"node_versions rows in the database: {total_before} before, {total_after} after "
           f"creating {2 * (args.warmup + args.repeats)} branches")
-    write_results(results, args.out)
+    out = args.out or RESULTS / (
+        "branch_create.json" if backend == "sqlite" else f"branch_create_{backend}.json")
+    write_results(results, out)
     return results
 
 

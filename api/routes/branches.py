@@ -7,18 +7,22 @@ from fastapi import APIRouter, Response
 from api.deps import ServicesDep
 from api.models import BranchCreate
 from kg.store import repos as store
+from kg.store.history import ahead_behind
 
 router = APIRouter(prefix="/api/repos/{repo}/branches", tags=["branches"])
 
 
-def _branch(session, branch) -> dict:
-    return {
+def _branch(session, branch, repo=None) -> dict:
+    out = {
         "name": branch.name,
         "parent": store.parent_name(session, branch),
         "base_revision": branch.base_revision,
         "head_revision": branch.head_revision,
         "created_at": branch.created_at.isoformat(),
     }
+    if repo is not None:
+        out["ahead"], out["behind"] = ahead_behind(session, repo, branch)
+    return out
 
 
 @router.post("", status_code=201)
@@ -36,7 +40,7 @@ def list_branches(repo: str, services: ServicesDep) -> dict:
     """Every branch of the repository."""
     with services.db.read() as session:
         r = store.get_repository(session, repo)
-        return {"branches": [_branch(session, b) for b in store.list_branches(session, r)]}
+        return {"branches": [_branch(session, b, r) for b in store.list_branches(session, r)]}
 
 
 @router.get("/{branch:path}")
@@ -44,7 +48,7 @@ def get_branch(repo: str, branch: str, services: ServicesDep) -> dict:
     """One branch (its name may contain '/')."""
     with services.db.read() as session:
         r = store.get_repository(session, repo)
-        return _branch(session, store.get_branch(session, r, branch))
+        return _branch(session, store.get_branch(session, r, branch), r)
 
 
 @router.delete("/{branch:path}", status_code=204)

@@ -12,7 +12,7 @@ from kg.errors import InvalidInput
 from kg.rag import writes
 from kg.store import nodes as store
 from kg.store.paths import validate_path
-from kg.store.repos import begin_write, branch_view
+from kg.store.repos import branch_view
 
 router = APIRouter(prefix="/api/repos/{repo}/workspaces/{ws}/nodes", tags=["nodes"])
 
@@ -28,7 +28,7 @@ def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep
     node, created = writes.put_node(
         services, repo, branch, ws, _path(path), node_type=body.node_type,
         properties=body.properties, order=body.order, parents=parents,
-        message=body.message, actor=body.actor,
+        message=body.message, actor=body.actor, if_revision=body.if_revision,
     )
     response.status_code = 201 if created else 200
     return node
@@ -40,7 +40,7 @@ def patch_node(repo: str, ws: str, path: str, body: NodePatch, services: Service
     """Merge properties into the node (``null`` removes a key)."""
     return writes.patch_node(services, repo, branch, ws, _path(path), properties=body.properties,
                              node_type=body.node_type, order=body.order, message=body.message,
-                             actor=body.actor)
+                             actor=body.actor, if_revision=body.if_revision)
 
 
 @router.get("/{path:path}")
@@ -55,13 +55,11 @@ def get_node(repo: str, ws: str, path: str, services: ServicesDep, branch: Branc
 
 @router.delete("/{path:path}")
 def delete_node(repo: str, ws: str, path: str, services: ServicesDep, branch: BranchQ = "main",
-                recursive: bool = False, message: str | None = None, actor: str | None = None) -> dict:
+                recursive: bool = False, message: str | None = None, actor: str | None = None,
+                if_revision: Annotated[int | None, Query(ge=0)] = None) -> dict:
     """Delete the node (a tombstone on the branch); with children only when ``recursive``."""
-    p = _path(path)
-    with services.db.write() as session:
-        ctx = begin_write(session, repo, branch, message=message, actor=actor)
-        hidden = store.delete_node(session, ctx, ws, p, recursive=recursive)
-        return {"revision": ctx.revision, "deleted": len(hidden)}
+    return writes.delete_node(services, repo, branch, ws, _path(path), recursive=recursive,
+                              message=message, actor=actor, if_revision=if_revision)
 
 
 @router.get("")

@@ -31,10 +31,11 @@ def relate(repo: str, body: RelationCreate, services: ServicesDep, response: Res
 
 @router.delete("/relations")
 def unrelate(repo: str, services: ServicesDep, from_: Annotated[str, Query(alias="from")],
-             to: str, branch: BranchQ = "main", type: str | None = None) -> dict:
+             to: str, branch: BranchQ = "main", type: str | None = None, message: str | None = None,
+             actor: str | None = None) -> dict:
     """Remove the edges from ``from`` to ``to`` (of ``type``, or all types)."""
     with services.db.write() as session:
-        ctx = begin_write(session, repo, branch)
+        ctx = begin_write(session, repo, branch, message=message, actor=actor)
         deleted = store.unrelate(session, ctx, from_, to, type)
         return {"revision": ctx.revision, "deleted": deleted}
 

@@ -17,9 +17,9 @@ _WORD_RE = re.compile(r"\w+")
 
 
 class FakeEmbedder:
-    """Feature-hashing embedder: texts that share words get similar vectors.
+    r"""Feature-hashing embedder: texts that share words get similar vectors.
 
-    Each lowercase word (regex ``\\w+``) is hashed with BLAKE2b into one of ``dim`` buckets
+    Each lowercase word (regex ``\w+``) is hashed with BLAKE2b into one of ``dim`` buckets
     with a sign; a text's vector is the signed count per bucket, L2-normalised. Cosine
     similarity therefore grows with shared words, so search tests are meaningful, and the
     same text always gives the same vector, in any process.
@@ -67,7 +67,7 @@ class FakeEmbedder:
         self._no_words = np.full(dim, 1.0 / np.sqrt(dim), dtype=np.float32)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts``.
+        r"""Embed ``texts``.
 
         Parameters
         ----------
@@ -77,7 +77,7 @@ class FakeEmbedder:
         Returns
         -------
         ndarray, shape (n, dim), float32, L2-normalised rows
-            A text without any ``\\w+`` word (``"?!"``) gets a fixed unit vector.
+            A text without any ``\w+`` word (``"?!"``) gets a fixed unit vector.
 
         Raises
         ------
@@ -110,7 +110,7 @@ class FakeEmbedder:
         return vectors
 
     def count_tokens(self, text: str) -> int:
-        """Number of ``\\w+`` words in ``text``."""
+        r"""Number of ``\w+`` words in ``text``."""
         return len(_WORD_RE.findall(text))
 
     def token_counter(self) -> Callable[[str], int]:

@@ -152,8 +152,8 @@ class LocalEmbedder:
         -----
         Texts are tokenised in one batch (in parallel, by tokenizers), sorted by token
         count, and run ``batch_size`` at a time, each batch padded to its longest text.
-        Cost O(n * t^2) for t tokens per text; about 40 passages of 100 words per second
-        on two cores.
+        Cost O(n * t) in the dense layers plus O(n * t^2) in attention, for t tokens per
+        text: about 18 texts of 130 tokens, or 11 of 190, per CPU-second (int8, one core).
         """
         _check_texts(texts)
         out = np.empty((len(texts), _DIM), dtype=np.float32)
@@ -162,9 +162,7 @@ class LocalEmbedder:
         tokenizer = self._get_tokenizer()
         session = self._get_session()
         encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        ids = [
-            [self._cls_id, *encoding.ids[:_MAX_TOKENS], self._sep_id] for encoding in encodings
-        ]
+        ids = [[self._cls_id, *encoding.ids[:_MAX_TOKENS], self._sep_id] for encoding in encodings]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         for begin in range(0, len(order), self.batch_size):
             batch = order[begin : begin + self.batch_size]
@@ -177,6 +175,7 @@ class LocalEmbedder:
         Parameters
         ----------
         text : str
+            Any text, of any length.
 
         Returns
         -------
@@ -237,7 +236,8 @@ class LocalEmbedder:
                     f"{MODEL_NAME} answered a zero vector for text {index}",
                     details={"index": index},
                 )
-        return (pooled / norms[:, None]).astype(np.float32)
+        vectors: np.ndarray = (pooled / norms[:, None]).astype(np.float32)
+        return vectors
 
     def _get_tokenizer(self) -> Any:
         """The tokenizer, loaded and checked on first use."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from kg.errors import InvalidInput
+from kg.errors import Conflict, InvalidInput
 from kg.rag.config import workspace_embedding
 from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text, store_chunks
 from kg.store import nodes as node_store
@@ -68,9 +68,35 @@ def prepare_chunks(services, repo_name: str, items: Sequence[tuple[str, dict[str
     return [p for p, _ in planned], rows
 
 
+def check_if_revision(current, if_revision: int | None, workspace: str, path: str) -> None:
+    """Refuse a write based on a stale view of the node (optimistic concurrency).
+
+    ``if_revision`` is the revision the writer read the node at: the write is refused when the
+    node changed after it (or was deleted, or appeared when the writer saw none: ``0``).
+
+    Raises
+    ------
+    kg.errors.Conflict
+    """
+    if if_revision is None:
+        return
+    if isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0:
+        raise InvalidInput("if_revision must be an integer >= 0", details={"if_revision": if_revision})
+    if current is None and if_revision > 0:
+        raise Conflict(f"node {workspace}:{path} no longer exists (if_revision={if_revision})",
+                       details={"workspace": workspace, "path": path, "if_revision": if_revision})
+    if current is not None and current.revision > if_revision:
+        raise Conflict(
+            f"node {workspace}:{path} changed at revision {current.revision}, after {if_revision}",
+            details={"workspace": workspace, "path": path, "if_revision": if_revision,
+                     "revision": current.revision},
+        )
+
+
 def put_node(services, repo_name: str, branch: str, workspace: str, path: str, *, node_type: str,
              properties: dict[str, Any], order: float | None = None, parents: bool = False,
-             message: str | None = None, actor: str | None = None) -> tuple[dict[str, Any], bool]:
+             message: str | None = None, actor: str | None = None,
+             if_revision: int | None = None) -> tuple[dict[str, Any], bool]:
     """Create or replace a node and index its text.
 
     Returns
@@ -86,6 +112,7 @@ def put_node(services, repo_name: str, branch: str, workspace: str, path: str, *
     (plan,), rows = prepare_chunks(services, repo_name, [(workspace, properties)])
     with services.db.write() as session:
         ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
+        check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
         for chunk_rows in rows.values():
             store_chunks(session, ctx.repo.id, chunk_rows)
         version, created = node_store.put_node(
@@ -97,7 +124,8 @@ def put_node(services, repo_name: str, branch: str, workspace: str, path: str, *
 
 def patch_node(services, repo_name: str, branch: str, workspace: str, path: str, *,
                properties: dict[str, Any], node_type: str | None = None, order: float | None = None,
-               message: str | None = None, actor: str | None = None) -> dict[str, Any]:
+               message: str | None = None, actor: str | None = None,
+               if_revision: int | None = None) -> dict[str, Any]:
     """Merge ``properties`` into a node (a ``None`` value removes the key) and re-index.
 
     Raises
@@ -110,6 +138,7 @@ def patch_node(services, repo_name: str, branch: str, workspace: str, path: str,
         with services.db.read() as session:
             view = branch_view(session, repo_name, branch)
             current = node_store.get_node(session, view, workspace, path)
+            check_if_revision(current, if_revision, workspace, path)
             seen_revision = current.revision
             merged = merge_properties(current.properties, properties)
             new_type = node_type if node_type is not None else current.node_type
@@ -128,6 +157,80 @@ def patch_node(services, repo_name: str, branch: str, workspace: str, path: str,
                 session, ctx, workspace, path, NodeWrite(new_type, merged, new_order, plan.content_key)
             )
             return node_dict(version, workspace)
-    from kg.errors import Conflict
-
     raise Conflict(f"node {workspace}:{path} kept changing; retry the patch")
+
+
+def delete_node(services, repo_name: str, branch: str, workspace: str, path: str, *, recursive: bool = False,
+                message: str | None = None, actor: str | None = None,
+                if_revision: int | None = None) -> dict[str, Any]:
+    """Tombstone a node (and with ``recursive`` its descendants) as one revision.
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.Conflict
+    """
+    with services.db.write() as session:
+        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
+        check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
+        hidden = node_store.delete_node(session, ctx, workspace, path, recursive=recursive)
+        return {"revision": ctx.revision, "deleted": len(hidden)}
+
+
+def _batch_item(raw: Any, kind: str, index: int) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{kind}[{index}] must be an object")
+    if not isinstance(raw.get("workspace"), str) or not isinstance(raw.get("path"), str):
+        raise InvalidInput(f"{kind}[{index}] needs 'workspace' and 'path'", details={"index": index})
+    node_store.validate_path(raw["path"])
+    return raw
+
+
+def batch(services, repo_name: str, branch: str, *, upserts: list[dict] | None = None,
+          deletes: list[dict] | None = None, parents: bool = False, message: str | None = None,
+          actor: str | None = None) -> dict[str, Any]:
+    """Apply node deletes, then upserts, as one revision: all or nothing.
+
+    Parameters
+    ----------
+    upserts : list of dict
+        ``{"workspace", "path", "node_type", "properties", "order"}``: create or replace.
+    deletes : list of dict
+        ``{"workspace", "path", "recursive"}``.
+
+    Returns
+    -------
+    dict
+        ``{"revision", "upserted": [...nodes], "deleted": N}``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict, kg.errors.ProviderError
+        Any failing item fails the whole batch; nothing is written.
+    """
+    upserts = [_batch_item(u, "upserts", i) for i, u in enumerate(upserts or [])]
+    deletes = [_batch_item(d, "deletes", i) for i, d in enumerate(deletes or [])]
+    if not upserts and not deletes:
+        raise InvalidInput("a batch needs at least one upsert or delete")
+    if len(upserts) + len(deletes) > 10_000:
+        raise InvalidInput("a batch holds at most 10000 items")
+    for item in upserts:
+        node_store.validate_node_input(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"))
+    plans, rows = prepare_chunks(services, repo_name, [(u["workspace"], u.get("properties", {})) for u in upserts])
+    with services.db.write() as session:
+        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
+        deleted = 0
+        for item in deletes:
+            deleted += len(node_store.delete_node(session, ctx, item["workspace"], item["path"],
+                                                  recursive=bool(item.get("recursive", False))))
+        for chunk_rows in rows.values():
+            store_chunks(session, ctx.repo.id, chunk_rows)
+        out = []
+        for item, plan in zip(upserts, plans):
+            version, _ = node_store.put_node(
+                session, ctx, item["workspace"], item["path"],
+                NodeWrite(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"),
+                          plan.content_key),
+                parents=parents,
+            )
+            out.append(node_dict(version, item["workspace"]))
+        return {"revision": ctx.revision, "upserted": out, "deleted": deleted}

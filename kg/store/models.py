@@ -79,7 +79,10 @@ class Revision(Base):
     """One write transaction: its number, branch, message and actor."""
 
     __tablename__ = "revisions"
-    __table_args__ = (UniqueConstraint("repo_id", "number", name="uq_revisions_repo_number"),)
+    __table_args__ = (
+        UniqueConstraint("repo_id", "number", name="uq_revisions_repo_number"),
+        Index("ix_revisions_branch_number", "branch_id", "number"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
@@ -112,6 +115,7 @@ class NodeVersion(Base):
         Index("ix_node_versions_parent", "branch_id", "workspace_id", "parent_path", "revision"),
         Index("ix_node_versions_node_id", "branch_id", "node_id", "revision"),
         Index("ix_node_versions_content_key", "repo_id", "content_key"),
+        Index("ix_node_versions_branch_revision", "branch_id", "revision"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -141,6 +145,7 @@ class RelationVersion(Base):
             "ix_relation_versions_key", "branch_id", "from_node_id", "rel_type", "to_node_id", "revision"
         ),
         Index("ix_relation_versions_to", "branch_id", "to_node_id", "revision"),
+        Index("ix_relation_versions_branch_revision", "branch_id", "revision"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -180,3 +185,18 @@ class Chunk(Base):
     model: Mapped[str] = mapped_column(String(255))
     dim: Mapped[int] = mapped_column(Integer)
     embedding: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Merge(Base):
+    """A merge of ``source`` into ``target``: the next merge's base is this one."""
+
+    __tablename__ = "merges"
+    __table_args__ = (Index("ix_merges_pair", "source_branch_id", "target_branch_id", "target_revision"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    source_branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
+    target_branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
+    source_revision: Mapped[int] = mapped_column(Integer)
+    target_revision: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

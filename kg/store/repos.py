@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import (
     Branch,
+    Chunk,
+    Merge,
     NodeVersion,
     RelationVersion,
     Repository,
@@ -128,11 +130,8 @@ def delete_repository(session: Session, name: str) -> None:
     """
     repo = get_repository(session, name, lock=True)
     # Children before parents: branch rows reference each other.
-    for model in (RelationVersion, NodeVersion, Revision):
+    for model in (RelationVersion, NodeVersion, Revision, Merge, Chunk):
         session.execute(model.__table__.delete().where(model.repo_id == repo.id))
-    from kg.store.models import Chunk
-
-    session.execute(Chunk.__table__.delete().where(Chunk.repo_id == repo.id))
     branches = list(session.scalars(select(Branch).where(Branch.repo_id == repo.id)))
     for branch in sorted(branches, key=lambda b: -_depth(b, {x.id: x for x in branches})):
         session.delete(branch)
@@ -319,6 +318,8 @@ def delete_branch(session: Session, repo: Repository, name: str) -> None:
         )
     for model in (RelationVersion, NodeVersion, Revision):
         session.execute(model.__table__.delete().where(model.branch_id == branch.id))
+    session.execute(Merge.__table__.delete().where(
+        (Merge.source_branch_id == branch.id) | (Merge.target_branch_id == branch.id)))
     session.delete(branch)
     session.flush()
 

@@ -57,7 +57,7 @@ def visible_select(model: Any, view: BranchView, partition: Sequence[Any], *wher
     """
     rn = func.row_number().over(
         partition_by=list(partition),
-        order_by=(_priority(model, view.chain), model.revision.desc()),
+        order_by=(_priority(model, view.chain), model.revision.desc(), model.id.desc()),
     ).label("rn")
     ranked = select(model.id.label("vid"), rn).where(_chain_filter(model, view.chain), *where).subquery()
     stmt = select(model).join(ranked, model.id == ranked.c.vid).where(ranked.c.rn == 1)

@@ -370,11 +370,13 @@ class ChunkingConfig(BaseModel):
 
 def _settings_problem(chunk_size: object, overlap: object) -> str | None:
     """Describe what is wrong with the settings (naming both), or None."""
-    if not _is_int(chunk_size) or not _is_int(overlap):
-        return (
-            f"chunk size ({chunk_size!r}) and chunk overlap ({overlap!r}) must be integers"
-        )
-    assert isinstance(chunk_size, int) and isinstance(overlap, int)
+    if (
+        not isinstance(chunk_size, int)
+        or not isinstance(overlap, int)
+        or isinstance(chunk_size, bool)
+        or isinstance(overlap, bool)
+    ):
+        return f"chunk size ({chunk_size!r}) and chunk overlap ({overlap!r}) must be integers"
     if chunk_size <= 0:
         return f"chunk size ({chunk_size}) must be positive (chunk overlap is {overlap})"
     if overlap < 0:
@@ -382,11 +384,6 @@ def _settings_problem(chunk_size: object, overlap: object) -> str | None:
     if overlap >= chunk_size:
         return f"chunk overlap ({overlap}) must be smaller than chunk size ({chunk_size})"
     return None
-
-
-def _is_int(value: object) -> bool:
-    """True for an int that is not a bool."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_separators(separators: Sequence[str]) -> tuple[str, ...]:
@@ -533,10 +530,7 @@ class _Splitter:
             room = self.size - pieces[fresh][2]
             carried = 0
             start = last
-            while (
-                start - 1 > first
-                and carried + pieces[start - 1][2] <= min(self.overlap, room)
-            ):
+            while start - 1 > first and carried + pieces[start - 1][2] <= min(self.overlap, room):
                 start -= 1
                 carried += pieces[start][2]
             first = start

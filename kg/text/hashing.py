@@ -20,11 +20,12 @@ __all__ = ["content_key", "sha256_text"]
 
 
 def sha256_text(text: str) -> str:
-    """SHA-256 of a text's UTF-8 bytes.
+    r"""SHA-256 of a text's UTF-8 bytes.
 
     Parameters
     ----------
     text : str
+        Any text without lone surrogates.
 
     Returns
     -------
@@ -34,7 +35,7 @@ def sha256_text(text: str) -> str:
     Raises
     ------
     kg.errors.InvalidInput
-        The text holds a lone surrogate (``"\\ud800"``), which has no UTF-8 encoding.
+        The text holds a lone surrogate (``"\ud800"``), which has no UTF-8 encoding.
 
     Examples
     --------

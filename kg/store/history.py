@@ -1,0 +1,750 @@
+"""History of branches: the revision log, diff, three-way merge, reset, ahead / behind.
+
+Merge model (DESIGN.md): the *base* is the last point both branches shared (the fork, or the
+last merge between them); *ours* is the target, *theirs* the source. Only entities that the
+source changed since the base are candidates, so diff and merge cost grows with the changes,
+not with the repository. Nodes merge at property level (``node_type`` and ``order`` count as
+properties); relations merge as whole values (weight and properties). A change on both sides
+that disagrees is a conflict; with any unresolved conflict nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from kg.errors import Conflict, InvalidInput
+from kg.store.models import Branch, Merge, NodeVersion, RelationVersion, Repository, Revision, utcnow
+from kg.store.nodes import nodes_by_id
+from kg.store.paths import name_of, parent_of, validate_path
+from kg.store.repos import BranchView, WriteContext, _view, get_branch, parent_name
+from kg.store.visibility import visible_select
+
+NodeKey = tuple[int, str]                 # (workspace id, path)
+RelKey = tuple[str, str, str]             # (from node id, type, to node id)
+_MISSING = object()
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+def node_value(version: NodeVersion | None) -> dict[str, Any] | None:
+    """The mergeable value of a node version (None: absent or deleted)."""
+    if version is None or version.deleted:
+        return None
+    return {"node_type": version.node_type, "properties": version.properties, "order": version.order}
+
+
+def relation_value(version: RelationVersion | None) -> dict[str, Any] | None:
+    """The mergeable value of a relation version (None: absent or deleted)."""
+    if version is None or version.deleted:
+        return None
+    return {"weight": version.weight, "properties": version.properties}
+
+
+def _flat(value: dict[str, Any]) -> dict[str, Any]:
+    flat = dict(value["properties"])
+    flat["kg:node_type"] = value["node_type"]
+    flat["kg:order"] = value["order"]
+    return flat
+
+
+def _unflat(flat: dict[str, Any]) -> dict[str, Any]:
+    props = {k: v for k, v in flat.items() if k not in ("kg:node_type", "kg:order")}
+    return {"node_type": flat["kg:node_type"], "properties": props, "order": flat.get("kg:order")}
+
+
+def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Per-key ``{"old", "new"}`` of what differs between two node values (properties,
+    ``node_type`` and ``order``)."""
+    a = _flat(old) if old else {}
+    b = _flat(new) if new else {}
+    out = {}
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, _MISSING) != b.get(key, _MISSING):
+            out[key] = {"old": a.get(key), "new": b.get(key)}
+    return out
+
+
+def three_way_properties(base: dict, ours: dict, theirs: dict) -> tuple[dict | None, list[str]]:
+    """Merge two node values at property level against their base.
+
+    Returns
+    -------
+    (merged, conflicting_keys)
+        ``merged`` is None when some key changed differently on both sides.
+    """
+    b, o, t = _flat(base), _flat(ours), _flat(theirs)
+    merged: dict[str, Any] = {}
+    conflicts = []
+    for key in sorted(set(b) | set(o) | set(t)):
+        bv, ov, tv = b.get(key, _MISSING), o.get(key, _MISSING), t.get(key, _MISSING)
+        if tv == bv:
+            result = ov
+        elif ov == bv or ov == tv:
+            result = tv
+        else:
+            conflicts.append(key)
+            continue
+        if result is not _MISSING:
+            merged[key] = result
+    if conflicts:
+        return None, conflicts
+    return _unflat(merged), []
+
+
+# -- state lookups --------------------------------------------------------------------------
+
+
+def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> dict[NodeKey, NodeVersion]:
+    """The live versions the view sees at the given (workspace id, path) keys."""
+    by_ws: dict[int, list[str]] = defaultdict(list)
+    for wid, path in set(keys):
+        by_ws[wid].append(path)
+    out: dict[NodeKey, NodeVersion] = {}
+    for wid, paths in by_ws.items():
+        for start in range(0, len(paths), 500):
+            part = paths[start:start + 500]
+            stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                                     NodeVersion.workspace_id == wid, NodeVersion.path.in_(part))
+            for version in session.scalars(stmt):
+                out[(wid, version.path)] = version
+    return out
+
+
+def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
+    """The live relation versions the view sees at the given keys."""
+    wanted = set(keys)
+    by_from: dict[str, set[RelKey]] = defaultdict(set)
+    for key in wanted:
+        by_from[key[0]].add(key)
+    out: dict[RelKey, RelationVersion] = {}
+    froms = list(by_from)
+    for start in range(0, len(froms), 500):
+        part = froms[start:start + 500]
+        stmt, _ = visible_select(
+            RelationVersion, view,
+            (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id),
+            RelationVersion.from_node_id.in_(part),
+        )
+        for version in session.scalars(stmt):
+            key = (version.from_node_id, version.rel_type, version.to_node_id)
+            if key in wanted:
+                out[key] = version
+    return out
+
+
+def _changed_node_keys(session: Session, branch_id: int, since: int, upto: int) -> list[NodeKey]:
+    rows = session.execute(
+        select(NodeVersion.workspace_id, NodeVersion.path)
+        .where(NodeVersion.branch_id == branch_id, NodeVersion.revision > since,
+               NodeVersion.revision <= upto)
+        .distinct()
+    ).all()
+    return sorted((r[0], r[1]) for r in rows)
+
+
+def _changed_relation_keys(session: Session, branch_id: int, since: int, upto: int) -> list[RelKey]:
+    rows = session.execute(
+        select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
+        .where(RelationVersion.branch_id == branch_id, RelationVersion.revision > since,
+               RelationVersion.revision <= upto)
+        .distinct()
+    ).all()
+    return sorted((r[0], r[1], r[2]) for r in rows)
+
+
+def _target_moved(session: Session, branch_id: int, since: int, before: int | None) -> bool:
+    stmt = select(Revision.id).where(Revision.branch_id == branch_id, Revision.number > since)
+    if before is not None:
+        stmt = stmt.where(Revision.number < before)
+    return session.execute(stmt.limit(1)).first() is not None
+
+
+# -- merge base -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergeBase:
+    """The last state two branches shared.
+
+    Attributes
+    ----------
+    view : BranchView
+        The base state.
+    since : int
+        Revision after which the source's own versions are the candidates.
+    kind : {"fork", "merge"}
+    time : int
+        The fork revision, or the revision the last merge made: a branch with revisions after
+        it has moved since the base.
+    """
+
+    view: BranchView
+    since: int
+    kind: Literal["fork", "merge"]
+    time: int
+
+
+def merge_base(session: Session, repo: Repository, source: Branch, target: Branch) -> MergeBase:
+    """The merge base of ``source`` and ``target``: their fork point or their last merge.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        The branches are not parent and child (the only merges kg supports).
+    """
+    if source.parent_id == target.id:
+        child = source
+    elif target.parent_id == source.id:
+        child = target
+    else:
+        raise InvalidInput(
+            f"branches {source.name!r} and {target.name!r} are not parent and child; "
+            "merge a branch into its parent or its parent into it",
+            details={"source": source.name, "target": target.name},
+        )
+    parent = target if child is source else source
+    fork = child.base_revision or 0
+    best = MergeBase(_view(session, repo, parent.name, fork), fork, "fork", fork)
+    merges = session.scalars(
+        select(Merge).where(
+            or_((Merge.source_branch_id == source.id) & (Merge.target_branch_id == target.id),
+                (Merge.source_branch_id == target.id) & (Merge.target_branch_id == source.id))
+        ).order_by(Merge.target_revision.desc())
+    ).all()
+    # The source's candidates: everything it wrote since it last merged into the target.
+    since = next((m.source_revision for m in merges if m.source_branch_id == source.id), fork)
+    last = merges[0] if merges else None
+    if last is not None and last.target_revision > fork:
+        merged_from = source if last.source_branch_id == source.id else target
+        best = MergeBase(_view(session, repo, merged_from.name, last.source_revision),
+                         since, "merge", last.target_revision)
+    return best
+
+
+# -- diff -----------------------------------------------------------------------------------
+
+
+def _node_entry(view: BranchView, key: NodeKey, version: NodeVersion | None) -> dict[str, Any]:
+    value = node_value(version)
+    return {"workspace": view.workspaces.get(key[0]), "path": key[1],
+            "node_id": version.node_id if version is not None else None,
+            "node_type": value["node_type"] if value else None,
+            "properties": value["properties"] if value else None}
+
+
+def _addresses(session: Session, views: list[BranchView], ids: set[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for view in views:
+        missing = ids - set(out)
+        if not missing:
+            break
+        for node_id, version in nodes_by_id(session, view, missing).items():
+            out[node_id] = f"{view.workspaces.get(version.workspace_id)}:{version.path}"
+    if ids - set(out):
+        rows = session.execute(
+            select(NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.path)
+            .where(NodeVersion.node_id.in_(list(ids - set(out))))
+        ).all()
+        for node_id, wid, path in rows:
+            out.setdefault(node_id, f"{views[0].workspaces.get(wid)}:{path}")
+    return out
+
+
+def diff_branches(session: Session, repo: Repository, branch_name: str, against: str | None = None) -> dict[str, Any]:
+    """What ``branch_name`` changed since its merge base with ``against`` (default: its parent).
+
+    Returns
+    -------
+    dict
+        ``{"base": {...}, "nodes": {"added", "modified", "deleted"}, "relations": {"added",
+        "removed", "modified"}}``; modified nodes carry ``changes``: per property
+        ``{"old", "new"}``; re-weighted relations carry old and new weight and properties.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown branch.
+    kg.errors.InvalidInput
+        ``against`` is neither the branch's parent nor its child.
+
+    Notes
+    -----
+    O(c log n) for c changed entities on the branch and n versions in the repository.
+    """
+    source = get_branch(session, repo, branch_name)
+    if against is None:
+        against = parent_name(session, source)
+        if against is None:
+            raise InvalidInput("main has no parent: name a branch to diff against with 'against'")
+    target = get_branch(session, repo, against)
+    base = merge_base(session, repo, source, target)
+    theirs = _view(session, repo, source.name, None)
+    node_keys = _changed_node_keys(session, source.id, base.since, theirs.revision)
+    before = node_states(session, base.view, node_keys)
+    after = node_states(session, theirs, node_keys)
+    nodes: dict[str, list] = {"added": [], "modified": [], "deleted": []}
+    for key in node_keys:
+        old, new = before.get(key), after.get(key)
+        if old is None and new is not None:
+            nodes["added"].append(_node_entry(theirs, key, new))
+        elif old is not None and new is None:
+            nodes["deleted"].append(_node_entry(base.view, key, old))
+        elif old is not None and new is not None:
+            changes = property_changes(node_value(old), node_value(new))
+            if changes:
+                entry = _node_entry(theirs, key, new)
+                entry["changes"] = changes
+                nodes["modified"].append(entry)
+    rel_keys = _changed_relation_keys(session, source.id, base.since, theirs.revision)
+    rel_before = relation_states(session, base.view, rel_keys)
+    rel_after = relation_states(session, theirs, rel_keys)
+    alive_before = nodes_by_id(session, base.view, {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
+    alive_after = nodes_by_id(session, theirs, {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
+    addresses = _addresses(session, [theirs, base.view], {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
+    relations: dict[str, list] = {"added": [], "removed": [], "modified": []}
+    for key in rel_keys:
+        old = rel_before.get(key) if key[0] in alive_before and key[2] in alive_before else None
+        new = rel_after.get(key) if key[0] in alive_after and key[2] in alive_after else None
+        ov, nv = relation_value(old), relation_value(new)
+        entry = {"from": addresses.get(key[0]), "to": addresses.get(key[2]), "type": key[1]}
+        if ov is None and nv is not None:
+            relations["added"].append({**entry, **nv})
+        elif ov is not None and nv is None:
+            relations["removed"].append({**entry, **ov})
+        elif ov is not None and nv is not None and ov != nv:
+            relations["modified"].append({**entry, "old": ov, "new": nv})
+    return {
+        "branch": source.name, "against": target.name,
+        "base": {"kind": base.kind, "branch": base.view.branch.name, "revision": base.view.revision},
+        "nodes": nodes, "relations": relations,
+    }
+
+
+# -- merge ----------------------------------------------------------------------------------
+
+
+@dataclass
+class NodeChange:
+    """One node write a merge makes on the target."""
+
+    key: NodeKey
+    value: dict[str, Any] | None          # None: delete
+    node_id: str | None
+    replaced_id: str | None               # ours' id when the path changes identity
+    content_key: str | None
+    needs_content: bool                   # merged text: its content key must be computed
+    source: Literal["theirs", "merged", "value", "ours"]
+    existed: bool = False                 # the target had a live node at the path
+
+
+@dataclass
+class RelationChange:
+    """One relation write a merge makes on the target."""
+
+    key: RelKey
+    value: dict[str, Any] | None
+
+
+@dataclass
+class MergePlan:
+    """What a merge would do: its writes, or its conflicts."""
+
+    source: str
+    target: str
+    base: MergeBase
+    source_revision: int
+    fast_forward: bool
+    node_changes: list[NodeChange] = field(default_factory=list)
+    relation_changes: list[RelationChange] = field(default_factory=list)
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    workspaces: dict[int, str] = field(default_factory=dict)
+
+    def preview(self) -> dict[str, Any]:
+        """What applying the plan would change (the dry run's ``applied``)."""
+        nodes: dict[str, list] = {"added": [], "modified": [], "deleted": []}
+        for change in self.node_changes:
+            address = {"workspace": self.workspaces.get(change.key[0]), "path": change.key[1]}
+            kind = "deleted" if change.value is None else ("modified" if change.existed else "added")
+            nodes[kind].append(address)
+        return {"nodes": nodes,
+                "relations": {"upserted": sum(1 for r in self.relation_changes if r.value is not None),
+                              "removed": sum(1 for r in self.relation_changes if r.value is None)}}
+
+
+def _resolution_index(resolutions: list[dict] | None, view: BranchView) -> tuple[dict, dict]:
+    by_node: dict[NodeKey, dict] = {}
+    by_rel: dict[tuple[str, str, str], dict] = {}
+    names = {name: wid for wid, name in view.workspaces.items()}
+    for raw in resolutions or []:
+        if not isinstance(raw, dict):
+            raise InvalidInput("each resolution is an object")
+        take = raw.get("take")
+        if take not in ("ours", "theirs", "value"):
+            raise InvalidInput("a resolution's 'take' is 'ours', 'theirs' or 'value'", details={"resolution": raw})
+        if take == "value" and not isinstance(raw.get("value"), dict):
+            raise InvalidInput("take 'value' needs 'value': the node's properties (an object)",
+                               details={"resolution": raw})
+        if "path" in raw:
+            ws = raw.get("workspace")
+            if ws not in names:
+                raise InvalidInput(f"resolution names unknown workspace {ws!r}", details={"resolution": raw})
+            by_node[(names[ws], validate_path(raw["path"]))] = raw
+        elif {"from", "to", "type"} <= set(raw):
+            if take == "value":
+                raise InvalidInput("a relation conflict is resolved with 'ours' or 'theirs'")
+            by_rel[(raw["from"], raw["type"], raw["to"])] = raw
+        else:
+            raise InvalidInput("a resolution names a node (workspace, path) or a relation (from, to, type)",
+                               details={"resolution": raw})
+    return by_node, by_rel
+
+
+def plan_merge(session: Session, repo: Repository, source_name: str, target_name: str, *,
+               resolutions: list[dict] | None = None, writing_revision: int | None = None) -> MergePlan:
+    """Work out a merge of ``source_name`` into ``target_name`` without writing anything.
+
+    Parameters
+    ----------
+    resolutions : list of dict, optional
+        ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value": {...}}`` for a
+        node conflict (``value`` is the node's properties), ``{"from", "to", "type", "take"}``
+        for a relation conflict.
+    writing_revision : int, optional
+        The revision the merge itself is being written as (inside its write transaction):
+        not counted as the target having moved.
+
+    Returns
+    -------
+    MergePlan
+        With ``conflicts`` listing every conflict left unresolved (base / ours / theirs).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown branch.
+    kg.errors.InvalidInput
+        Not parent and child, the same branch, or a malformed resolution or one that names no
+        conflict.
+
+    Notes
+    -----
+    O(c log n) for c entities the source changed since the base.
+    """
+    if source_name == target_name:
+        raise InvalidInput("a branch cannot be merged into itself")
+    source = get_branch(session, repo, source_name)
+    target = get_branch(session, repo, target_name)
+    base = merge_base(session, repo, source, target)
+    theirs_view = _view(session, repo, source.name, None)
+    ours_view = _view(session, repo, target.name, None)
+    plan = MergePlan(source=source.name, target=target.name, base=base,
+                     source_revision=theirs_view.revision,
+                     fast_forward=not _target_moved(session, target.id, base.time, writing_revision),
+                     workspaces=dict(ours_view.workspaces))
+    node_res, rel_res = _resolution_index(resolutions, ours_view)
+    used: set = set()
+
+    keys = _changed_node_keys(session, source.id, base.since, theirs_view.revision)
+    b_states = node_states(session, base.view, keys)
+    o_states = node_states(session, ours_view, keys)
+    t_states = node_states(session, theirs_view, keys)
+    for key in keys:
+        bv, ov, tv = (node_value(s.get(key)) for s in (b_states, o_states, t_states))
+        o_ver, t_ver = o_states.get(key), t_states.get(key)
+        if tv == bv or ov == tv:
+            continue
+        if ov == bv:
+            plan.node_changes.append(_change(key, tv, o_ver, t_ver, "theirs"))
+            continue
+        reason, keys_in_conflict, merged = None, [], None
+        if bv is None:
+            reason = "added on both sides with different content"
+        elif ov is None or tv is None:
+            reason = "deleted on one side, modified on the other"
+        else:
+            merged, keys_in_conflict = three_way_properties(bv, ov, tv)
+            if merged is None:
+                reason = "the same properties changed differently on both sides"
+        if reason is None:
+            plan.node_changes.append(_change(key, merged, o_ver, t_ver, "merged"))
+            continue
+        resolution = node_res.get(key)
+        if resolution is None:
+            conflict = {"kind": "node", "workspace": ours_view.workspaces.get(key[0]), "path": key[1],
+                        "reason": reason, "base": bv, "ours": ov, "theirs": tv}
+            if keys_in_conflict:
+                conflict["properties"] = keys_in_conflict
+            plan.conflicts.append(conflict)
+            continue
+        used.add(("node", key))
+        take = resolution["take"]
+        if take == "ours":
+            continue
+        if take == "theirs":
+            plan.node_changes.append(_change(key, tv, o_ver, t_ver, "theirs"))
+        else:
+            like = tv or ov or bv
+            value = {"node_type": like["node_type"], "properties": resolution["value"], "order": like["order"]}
+            plan.node_changes.append(_change(key, value, o_ver, t_ver, "value"))
+
+    _check_orphans(session, ours_view, plan)
+
+    rel_keys = _changed_relation_keys(session, source.id, base.since, theirs_view.revision)
+    if rel_keys:
+        rb, ro, rt = (relation_states(session, v, rel_keys) for v in (base.view, ours_view, theirs_view))
+        addresses = _addresses(session, [theirs_view, ours_view, base.view],
+                               {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
+        for key in rel_keys:
+            bv, ov, tv = (relation_value(s.get(key)) for s in (rb, ro, rt))
+            if tv == bv or ov == tv:
+                continue
+            if ov == bv:
+                plan.relation_changes.append(RelationChange(key, tv))
+                continue
+            address = (addresses.get(key[0]), key[1], addresses.get(key[2]))
+            resolution = rel_res.get(address)
+            if resolution is None:
+                plan.conflicts.append({"kind": "relation", "from": address[0], "to": address[2], "type": key[1],
+                                       "reason": "changed differently on both sides",
+                                       "base": bv, "ours": ov, "theirs": tv})
+                continue
+            used.add(("relation", address))
+            if resolution["take"] == "theirs":
+                plan.relation_changes.append(RelationChange(key, tv))
+    unused = [k for k in node_res if ("node", k) not in used] + [k for k in rel_res if ("relation", k) not in used]
+    if unused:
+        raise InvalidInput(f"{len(unused)} resolution(s) name no conflict of this merge",
+                           details={"unused": [list(u) if isinstance(u, tuple) else u for u in unused]})
+    return plan
+
+
+def _change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion | None, source) -> NodeChange:
+    change = _make_change(key, value, ours, theirs, source)
+    change.existed = ours is not None
+    return change
+
+
+def _make_change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion | None, source) -> NodeChange:
+    if value is None:
+        return NodeChange(key, None, ours.node_id if ours else None, None, None, False, source)
+    if ours is not None and theirs is not None and ours.node_id != theirs.node_id:
+        node_id, replaced = theirs.node_id, ours.node_id
+    elif ours is not None:
+        node_id, replaced = ours.node_id, None
+    elif theirs is not None:
+        node_id, replaced = theirs.node_id, None
+    else:
+        node_id, replaced = str(uuid.uuid4()), None
+    if theirs is not None and node_value(theirs) == value:
+        return NodeChange(key, value, node_id, replaced, theirs.content_key, False, source)
+    if ours is not None and node_value(ours) == value:
+        return NodeChange(key, value, node_id, replaced, ours.content_key, False, source)
+    return NodeChange(key, value, node_id, replaced, None, True, source)
+
+
+def _check_orphans(session: Session, ours: BranchView, plan: MergePlan) -> None:
+    """A merge must not leave a node without its parent on the target."""
+    result = {c.key: c.value for c in plan.node_changes}
+    parents = {(c.key[0], parent_of(c.key[1])) for c in plan.node_changes
+               if c.value is not None and parent_of(c.key[1]) != "/"}
+    alive = node_states(session, ours, parents)
+    for change in plan.node_changes:
+        wid, path = change.key
+        parent = (wid, parent_of(path))
+        if change.value is not None and parent[1] != "/":
+            parent_alive = result[parent] is not None if parent in result else parent in alive
+            if not parent_alive:
+                plan.conflicts.append({"kind": "node", "workspace": ours.workspaces.get(wid), "path": path,
+                                       "reason": "its parent is deleted on the target", "base": None,
+                                       "ours": None, "theirs": change.value})
+        if change.value is None:
+            stmt, _ = visible_select(NodeVersion, ours, (NodeVersion.workspace_id, NodeVersion.path),
+                                     NodeVersion.workspace_id == wid, NodeVersion.parent_path == path)
+            for child in session.scalars(stmt):
+                if result.get((wid, child.path), "alive") is not None:
+                    plan.conflicts.append({
+                        "kind": "node", "workspace": ours.workspaces.get(wid), "path": child.path,
+                        "reason": "the target has a child under a node the source deleted",
+                        "base": None, "ours": node_value(child), "theirs": None})
+
+
+def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_keys: dict[tuple[int, str], str | None]) -> dict[str, Any]:
+    """Write a conflict-free plan on the target as the context's revision.
+
+    Parameters
+    ----------
+    content_keys : dict
+        For changes with ``needs_content``: ``(workspace id, canonical properties JSON)`` to
+        the content key of the merged text (chunks already stored).
+
+    Returns
+    -------
+    dict
+        ``applied``: the nodes added / modified / deleted and relations upserted / removed.
+
+    Raises
+    ------
+    kg.errors.Conflict
+        The plan still has conflicts (the caller must not apply it).
+    """
+    if plan.conflicts:
+        raise Conflict("cannot apply a merge with conflicts")
+    now = utcnow()
+    applied = {"nodes": {"added": [], "modified": [], "deleted": []},
+               "relations": {"upserted": 0, "removed": 0}}
+    current = node_states(session, ctx.view, [c.key for c in plan.node_changes])
+    for change in plan.node_changes:
+        wid, path = change.key
+        ours = current.get(change.key)
+        address = {"workspace": ctx.view.workspaces.get(wid), "path": path}
+        if change.value is None:
+            if ours is None:
+                continue
+            session.add(_version(ctx, wid, path, ours.node_id, node_value(ours), None, True,
+                                 ours.created_at, now))
+            applied["nodes"]["deleted"].append(address)
+            continue
+        if change.replaced_id is not None and ours is not None:
+            session.add(_version(ctx, wid, path, ours.node_id, node_value(ours), None, True, ours.created_at, now))
+            session.flush()
+        key = change.content_key
+        if change.needs_content:
+            key = content_keys[(wid, canonical(change.value["properties"]))]
+        created = ours.created_at if ours is not None and change.replaced_id is None else now
+        session.add(_version(ctx, wid, path, change.node_id, change.value, key, False, created, now))
+        applied["nodes"]["modified" if ours is not None else "added"].append(address)
+    session.flush()
+    for change in plan.relation_changes:
+        f, t, to = change.key
+        value = change.value
+        session.add(RelationVersion(
+            repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision, from_node_id=f,
+            to_node_id=to, rel_type=t, weight=value["weight"] if value else None,
+            properties=value["properties"] if value else {}, deleted=value is None, created_at=now,
+        ))
+        applied["relations"]["removed" if value is None else "upserted"] += 1
+    source = session.scalar(select(Branch).where(Branch.repo_id == ctx.repo.id, Branch.name == plan.source))
+    session.add(Merge(repo_id=ctx.repo.id, source_branch_id=source.id, target_branch_id=ctx.branch.id,
+                      source_revision=plan.source_revision, target_revision=ctx.revision, created_at=now))
+    session.flush()
+    return applied
+
+
+def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict, content_key, deleted: bool,
+             created_at, now) -> NodeVersion:
+    return NodeVersion(
+        repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
+        node_id=node_id, path=path, parent_path=parent_of(path), name=name_of(path),
+        node_type=value["node_type"], properties={} if deleted else value["properties"],
+        order=value["order"], deleted=deleted, content_key=None if deleted else content_key,
+        created_at=created_at or now, updated_at=now,
+    )
+
+
+def canonical(properties: dict[str, Any]) -> str:
+    """A canonical JSON text of properties (sorted keys), to key merged values."""
+    return json.dumps(properties, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- log, ahead / behind, reset -------------------------------------------------------------
+
+
+def revision_log(session: Session, view: BranchView, *, limit: int = 100,
+                 before: int | None = None) -> list[dict[str, Any]]:
+    """The revisions a branch's history holds, newest first, with what each changed.
+
+    The history of a branch is its own revisions and its ancestors' up to the fork.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``limit`` outside 1..1000.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInput("limit must be between 1 and 1000", details={"limit": limit})
+    cond = or_(*((Revision.branch_id == b) & (Revision.number <= r) for b, r in view.chain))
+    stmt = select(Revision).where(Revision.repo_id == view.repo.id, cond)
+    if before is not None:
+        stmt = stmt.where(Revision.number < before)
+    revisions = list(session.scalars(stmt.order_by(Revision.number.desc()).limit(limit)))
+    names = {b.id: b.name for b in session.scalars(select(Branch).where(Branch.repo_id == view.repo.id))}
+    out = []
+    for rev in revisions:
+        nodes = session.execute(
+            select(NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
+            .where(NodeVersion.branch_id == rev.branch_id, NodeVersion.revision == rev.number)
+            .order_by(NodeVersion.id)
+        ).all()
+        rels = session.execute(
+            select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
+                   RelationVersion.deleted)
+            .where(RelationVersion.branch_id == rev.branch_id, RelationVersion.revision == rev.number)
+            .order_by(RelationVersion.id)
+        ).all()
+        changes = [{"kind": "node", "op": "delete" if d else "put", "workspace": view.workspaces.get(w), "path": p}
+                   for w, p, d in nodes]
+        if rels:
+            addresses = _addresses(session, [view], {r[0] for r in rels} | {r[2] for r in rels})
+            changes += [{"kind": "relation", "op": "delete" if d else "put", "from": addresses.get(f),
+                         "type": t, "to": addresses.get(to)} for f, t, to, d in rels]
+        out.append({"revision": rev.number, "branch": names.get(rev.branch_id), "created_at": rev.created_at.isoformat(),
+                    "message": rev.message, "actor": rev.actor, "changes": changes})
+    return out
+
+
+def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[int, int]:
+    """Revisions on the branch since its merge base with its parent, and on the parent since.
+
+    Returns
+    -------
+    (ahead, behind)
+        (0, 0) for ``main``.
+    """
+    if branch.parent_id is None:
+        return 0, 0
+    parent = session.get(Branch, branch.parent_id)
+    base = merge_base(session, repo, branch, parent)
+    since_ours = base.since
+    ahead = session.scalar(select(func.count()).select_from(Revision).where(
+        Revision.branch_id == branch.id, Revision.number > since_ours)) or 0
+    last_into_parent = session.scalar(select(func.max(Merge.target_revision)).where(
+        Merge.source_branch_id == branch.id, Merge.target_branch_id == parent.id))
+    last_from_parent = session.scalar(select(func.max(Merge.source_revision)).where(
+        Merge.source_branch_id == parent.id, Merge.target_branch_id == branch.id))
+    floor = max(x for x in (branch.base_revision or 0, last_into_parent or 0, last_from_parent or 0))
+    behind = session.scalar(select(func.count()).select_from(Revision).where(
+        Revision.branch_id == parent.id, Revision.number > floor)) or 0
+    return ahead, behind
+
+
+def reset_branch(session: Session, repo: Repository, branch_name: str) -> Branch:
+    """Drop everything written on a branch and fork it again from its parent's head.
+
+    Raises
+    ------
+    kg.errors.Conflict
+        ``main``, or a branch with child branches (their view would change under them).
+    """
+    branch = get_branch(session, repo, branch_name)
+    if branch.parent_id is None:
+        raise Conflict("main has no parent to reset to", details={"branch": branch_name})
+    children = session.scalars(select(Branch.name).where(Branch.parent_id == branch.id)).all()
+    if children:
+        raise Conflict(f"branch {branch_name!r} has child branches: {', '.join(sorted(children))}",
+                       details={"branch": branch_name, "children": sorted(children)})
+    for model in (RelationVersion, NodeVersion, Revision):
+        session.execute(model.__table__.delete().where(model.branch_id == branch.id))
+    session.execute(Merge.__table__.delete().where(
+        (Merge.source_branch_id == branch.id) | (Merge.target_branch_id == branch.id)))
+    branch.base_revision = repo.head_revision
+    branch.head_revision = repo.head_revision
+    session.flush()
+    return branch

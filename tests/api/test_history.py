@@ -1,0 +1,256 @@
+"""Revisions, batches, diff, three-way merge, reset, ahead / behind, if_revision (both databases)."""
+
+from __future__ import annotations
+
+from tests.api.test_nodes import assert_error
+
+BASE = "/api/repos/acme"
+NODES = f"{BASE}/workspaces/knowledge/nodes"
+
+
+def put(client, path, props, branch="main", **body):
+    r = client.put(f"{NODES}{path}", params={"branch": branch},
+                   json={"node_type": "kb:Doc", "properties": props, **body})
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+def get(client, path, branch="main"):
+    r = client.get(f"{NODES}{path}", params={"branch": branch})
+    return r.json() if r.status_code == 200 else None
+
+
+def branch(client, name, **body):
+    r = client.post(f"{BASE}/branches", json={"name": name, **body})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def merge(client, name, **body):
+    return client.post(f"{BASE}/branches/{name}/merge", json=body)
+
+
+def test_log_lists_revisions_newest_first_with_changes(client, repo):
+    put(client, "/a", {"title": "A"}, message="first", actor="dana")
+    put(client, "/b", {"title": "B"})
+    client.post(f"{BASE}/relations", json={"from": "knowledge:/a", "to": "knowledge:/b", "type": "links",
+                                           "message": "relate"})
+    revs = client.get(f"{BASE}/log").json()["revisions"]
+    assert [r["revision"] for r in revs] == [3, 2, 1]
+    assert revs[2]["message"] == "first" and revs[2]["actor"] == "dana" and revs[2]["branch"] == "main"
+    assert revs[2]["changes"] == [{"kind": "node", "op": "put", "workspace": "knowledge", "path": "/a"}]
+    assert revs[0]["changes"][0] == {"kind": "relation", "op": "put", "from": "knowledge:/a", "type": "links",
+                                     "to": "knowledge:/b"}
+    branch(client, "agent/x")
+    put(client, "/c", {"title": "C"}, branch="agent/x")
+    put(client, "/d", {"title": "D"})  # on main after the fork: not in the branch's history
+    on_branch = client.get(f"{BASE}/log", params={"branch": "agent/x"}).json()["revisions"]
+    assert [(r["revision"], r["branch"]) for r in on_branch] == [(4, "agent/x"), (3, "main"), (2, "main"), (1, "main")]
+
+
+def test_batch_is_one_revision_all_or_nothing(client, repo):
+    r = client.post(f"{BASE}/nodes:batch", json={
+        "upserts": [{"workspace": "knowledge", "path": "/docs", "node_type": "kb:Folder", "properties": {}},
+                    {"workspace": "knowledge", "path": "/docs/a", "node_type": "kb:Doc", "properties": {"title": "a"}}],
+        "message": "import"})
+    assert r.status_code == 200, r.text
+    assert r.json()["revision"] == 1 and len(r.json()["upserted"]) == 2
+    bad = client.post(f"{BASE}/nodes:batch", json={
+        "upserts": [{"workspace": "knowledge", "path": "/docs/b", "node_type": "kb:Doc", "properties": {}},
+                    {"workspace": "knowledge", "path": "/nope/c", "node_type": "kb:Doc", "properties": {}}],
+        "deletes": [{"workspace": "knowledge", "path": "/docs/a"}]})
+    assert_error(bad, 404)
+    assert get(client, "/docs/b") is None and get(client, "/docs/a") is not None
+    assert client.get(BASE).json()["head_revision"] == 1
+    assert_error(client.post(f"{BASE}/nodes:batch", json={"upserts": [{"path": "/x"}]}), 422)
+    assert_error(client.post(f"{BASE}/nodes:batch", json={}), 422)
+    both = client.post(f"{BASE}/nodes:batch", json={
+        "deletes": [{"workspace": "knowledge", "path": "/docs", "recursive": True}],
+        "upserts": [{"workspace": "knowledge", "path": "/fresh", "properties": {"title": "f"}}]})
+    assert both.status_code == 200 and both.json()["deleted"] == 2 and both.json()["revision"] == 2
+
+
+def test_diff_reports_property_changes(client, repo):
+    put(client, "/a", {"title": "A", "status": "draft"})
+    put(client, "/gone", {"title": "G"})
+    put(client, "/x", {"title": "X"})
+    put(client, "/y", {"title": "Y"})
+    client.post(f"{BASE}/relations", json={"from": "knowledge:/x", "to": "knowledge:/y", "type": "rw", "weight": 1})
+    branch(client, "b")
+    put(client, "/a", {"title": "A", "status": "published"}, branch="b")
+    put(client, "/new", {"title": "N"}, branch="b")
+    client.delete(f"{NODES}/gone", params={"branch": "b"})
+    client.post(f"{BASE}/relations", params={"branch": "b"},
+                json={"from": "knowledge:/a", "to": "knowledge:/new", "type": "links"})
+    client.post(f"{BASE}/relations", params={"branch": "b"},
+                json={"from": "knowledge:/x", "to": "knowledge:/y", "type": "rw", "weight": 2})
+    d = client.get(f"{BASE}/branches/b/diff", params={"against": "main"}).json()
+    assert [n["path"] for n in d["nodes"]["added"]] == ["/new"]
+    assert [n["path"] for n in d["nodes"]["deleted"]] == ["/gone"]
+    assert d["nodes"]["modified"][0]["path"] == "/a"
+    assert d["nodes"]["modified"][0]["changes"] == {"status": {"old": "draft", "new": "published"}}
+    assert d["relations"]["added"][0]["from"] == "knowledge:/a" and d["relations"]["added"][0]["type"] == "links"
+    assert d["relations"]["modified"][0]["old"]["weight"] == 1 and d["relations"]["modified"][0]["new"]["weight"] == 2
+    assert d["relations"]["removed"] == []
+    assert client.get(f"{BASE}/branches/b/diff").json()["nodes"] == d["nodes"]  # default: the parent
+
+
+def test_fast_forward_merge_then_merge_again(client, repo):
+    put(client, "/a", {"title": "A"})
+    branch(client, "agent/s1")
+    put(client, "/a", {"title": "A2"}, branch="agent/s1")
+    put(client, "/b", {"title": "B"}, branch="agent/s1")
+    listed = {b["name"]: b for b in client.get(f"{BASE}/branches").json()["branches"]}
+    assert listed["agent/s1"]["ahead"] == 2 and listed["agent/s1"]["behind"] == 0
+    dry = merge(client, "agent/s1", into="main", dry_run=True).json()
+    assert dry["dry_run"] and dry["revision"] is None
+    assert get(client, "/b") is None
+    r = merge(client, "agent/s1", into="main")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["fast_forward"] is True and isinstance(body["revision"], int)
+    assert {n["path"] for n in body["applied"]["nodes"]["added"]} == {"/b"}
+    assert get(client, "/a")["properties"]["title"] == "A2" and get(client, "/b") is not None
+    assert get(client, "/b")["id"] == get(client, "/b", branch="agent/s1")["id"]
+    # the branch goes on; the next merge's base is the last merge
+    put(client, "/c", {"title": "C"}, branch="agent/s1")
+    put(client, "/a", {"title": "A3"})  # main moved: not a fast-forward any more, but no conflict
+    again = merge(client, "agent/s1")
+    assert again.status_code == 200, again.text
+    assert again.json()["fast_forward"] is False
+    assert get(client, "/c") is not None and get(client, "/a")["properties"]["title"] == "A3"
+    nothing = merge(client, "agent/s1").json()
+    assert nothing["revision"] is None and nothing.get("up_to_date") is True
+
+
+def test_three_way_merge_at_property_level(client, repo):
+    put(client, "/a", {"title": "T", "status": "draft", "owner": "x"})
+    branch(client, "b")
+    put(client, "/a", {"title": "T", "status": "published", "owner": "x"}, branch="b")
+    put(client, "/a", {"title": "T2", "status": "draft", "owner": "x"})
+    r = merge(client, "b")
+    assert r.status_code == 200, r.text
+    assert get(client, "/a")["properties"] == {"title": "T2", "status": "published", "owner": "x"}
+
+
+def test_conflicts_are_409_and_write_nothing_until_resolved(client, repo):
+    put(client, "/a", {"title": "T", "status": "draft"})
+    put(client, "/d", {"title": "D"})
+    branch(client, "b")
+    put(client, "/a", {"title": "T", "status": "published"}, branch="b")
+    put(client, "/a", {"title": "T", "status": "archived"})
+    client.delete(f"{NODES}/d", params={"branch": "b"})
+    put(client, "/d", {"title": "D2"})
+    put(client, "/n", {"title": "ours"})
+    put(client, "/n", {"title": "theirs"}, branch="b")
+    head = client.get(BASE).json()["head_revision"]
+    r = merge(client, "b")
+    assert_error(r, 409, "merge_conflict")
+    conflicts = {c["path"]: c for c in r.json()["error"]["details"]["conflicts"]}
+    assert set(conflicts) == {"/a", "/d", "/n"}
+    assert conflicts["/a"]["base"]["properties"]["status"] == "draft"
+    assert conflicts["/a"]["ours"]["properties"]["status"] == "archived"
+    assert conflicts["/a"]["theirs"]["properties"]["status"] == "published"
+    assert conflicts["/a"]["properties"] == ["status"]
+    assert conflicts["/d"]["theirs"] is None and conflicts["/n"]["base"] is None
+    assert client.get(BASE).json()["head_revision"] == head
+    assert get(client, "/a")["properties"]["status"] == "archived"
+    partial = merge(client, "b", resolutions=[{"workspace": "knowledge", "path": "/a", "take": "theirs"}])
+    assert_error(partial, 409, "merge_conflict")
+    assert len(partial.json()["error"]["details"]["conflicts"]) == 2
+    assert_error(merge(client, "b", resolutions=[{"workspace": "knowledge", "path": "/zzz", "take": "ours"}]), 422)
+    ok = merge(client, "b", resolutions=[
+        {"workspace": "knowledge", "path": "/a", "take": "theirs"},
+        {"workspace": "knowledge", "path": "/d", "take": "ours"},
+        {"workspace": "knowledge", "path": "/n", "take": "value", "value": {"title": "both"}},
+    ])
+    assert ok.status_code == 200, ok.text
+    assert get(client, "/a")["properties"]["status"] == "published"
+    assert get(client, "/d")["properties"]["title"] == "D2"
+    assert get(client, "/n")["properties"]["title"] == "both"
+
+
+def test_merge_refuses_orphans(client, repo):
+    put(client, "/docs", {"title": "docs"})
+    branch(client, "b")
+    client.delete(f"{NODES}/docs", params={"branch": "b"})
+    put(client, "/docs/new", {"title": "child added on main"})
+    r = merge(client, "b")
+    assert_error(r, 409, "merge_conflict")
+    assert r.json()["error"]["details"]["conflicts"][0]["path"] == "/docs/new"
+
+
+def test_merge_relations_and_conflicting_weights(client, repo):
+    put(client, "/x", {"title": "X"})
+    put(client, "/y", {"title": "Y"})
+    client.post(f"{BASE}/relations", json={"from": "knowledge:/x", "to": "knowledge:/y", "type": "rw", "weight": 1})
+    branch(client, "b")
+    client.post(f"{BASE}/relations", params={"branch": "b"},
+                json={"from": "knowledge:/x", "to": "knowledge:/y", "type": "rw", "weight": 2})
+    client.post(f"{BASE}/relations", params={"branch": "b"},
+                json={"from": "knowledge:/y", "to": "knowledge:/x", "type": "back"})
+    client.post(f"{BASE}/relations", json={"from": "knowledge:/x", "to": "knowledge:/y", "type": "rw", "weight": 3})
+    r = merge(client, "b")
+    assert_error(r, 409)
+    (c,) = r.json()["error"]["details"]["conflicts"]
+    assert c["kind"] == "relation" and c["ours"]["weight"] == 3 and c["theirs"]["weight"] == 2
+    ok = merge(client, "b", resolutions=[{"from": "knowledge:/x", "to": "knowledge:/y", "type": "rw", "take": "theirs"}])
+    assert ok.status_code == 200, ok.text
+    n = client.get(f"{BASE}/neighbors", params={"node": "knowledge:/x"}).json()["neighbors"]
+    assert sorted((x["relation_type"], x["weight"]) for x in n) == [("back", None), ("rw", 2.0)]
+
+
+def test_merge_rules(client, repo):
+    branch(client, "a")
+    branch(client, "b")
+    assert_error(merge(client, "a", into="b"), 422)
+    assert_error(merge(client, "a", into="a"), 422)
+    assert_error(merge(client, "main"), 422)
+    assert_error(merge(client, "nope"), 404)
+
+
+def test_reset_and_ahead_behind(client, repo):
+    put(client, "/a", {"title": "A"})
+    branch(client, "b")
+    put(client, "/x", {"title": "X"}, branch="b")
+    put(client, "/main-only", {"title": "M"})
+    put(client, "/main-only2", {"title": "M"})
+    info = client.get(f"{BASE}/branches/b").json()
+    assert (info["ahead"], info["behind"]) == (1, 2)
+    r = client.post(f"{BASE}/branches/b/reset")
+    assert r.status_code == 200 and r.json()["base_revision"] == client.get(BASE).json()["head_revision"]
+    assert get(client, "/x", branch="b") is None and get(client, "/main-only", branch="b") is not None
+    info = client.get(f"{BASE}/branches/b").json()
+    assert (info["ahead"], info["behind"]) == (0, 0)
+    assert_error(client.post(f"{BASE}/branches/main/reset"), 409)
+
+
+def test_if_revision_refuses_stale_writes(client, repo):
+    node = put(client, "/a", {"title": "A"})
+    put(client, "/a", {"title": "B"})
+    stale = client.put(f"{NODES}/a", json={"node_type": "kb:Doc", "properties": {"title": "C"},
+                                           "if_revision": node["revision"]})
+    assert_error(stale, 409)
+    assert get(client, "/a")["properties"]["title"] == "B"
+    assert_error(client.patch(f"{NODES}/a", json={"properties": {"x": 1}, "if_revision": node["revision"]}), 409)
+    assert_error(client.delete(f"{NODES}/a", params={"if_revision": node["revision"]}), 409)
+    fresh = get(client, "/a")["revision"]
+    assert client.put(f"{NODES}/a", json={"node_type": "kb:Doc", "properties": {"title": "C"},
+                                          "if_revision": fresh}).status_code == 200
+    assert_error(client.put(f"{NODES}/new", json={"node_type": "kb:Doc", "properties": {}, "if_revision": 5}), 409)
+
+
+def test_at_revision_on_reads(client, repo):
+    put(client, "/a", {"title": "v1", "content": "alpha words"})
+    put(client, "/a", {"title": "v2", "content": "omega words"})
+    put(client, "/b", {"title": "b"})
+    client.post(f"{BASE}/relations", json={"from": "knowledge:/a", "to": "knowledge:/b", "type": "t"})
+    assert client.get(f"{NODES}/a", params={"at_revision": 1}).json()["properties"]["title"] == "v1"
+    kids = client.get(NODES, params={"parent": "/", "at_revision": 2}).json()["nodes"]
+    assert [n["path"] for n in kids] == ["/a"]
+    s1 = client.post(f"{BASE}/search", params={"at_revision": 1}, json={"query": "alpha", "mode": "fulltext"}).json()
+    assert [r["path"] for r in s1["results"]] == ["/a"]
+    s2 = client.post(f"{BASE}/search", json={"query": "alpha", "mode": "fulltext"}).json()
+    assert s2["results"] == []
+    assert client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a", "at_revision": 3}).json()["neighbors"] == []
+    assert len(client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a"}).json()["neighbors"]) == 1
