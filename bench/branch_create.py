@@ -65,7 +65,8 @@ def node_properties(rng: random.Random, section: int, i: int) -> dict:
     """Small properties of the kind a real node carries (a few hundred bytes of JSON)."""
     return {
         "title": f"Item {i} of section {section}",
-        "summary": f"Notes on {rng.choice(TAGS)} for team {rng.choice(OWNERS)}, revision {rng.randint(1, 9)}.",
+        "summary": f"Notes on {rng.choice(TAGS)} for team {rng.choice(OWNERS)}, "
+                   f"revision {rng.randint(1, 9)}.",
         "status": rng.choice(STATUSES),
         "owner": rng.choice(OWNERS),
         "priority": rng.randint(1, 5),
@@ -95,8 +96,9 @@ def build_repository(db: Database, name: str, n_nodes: int, *, section_size: int
             while i < stop:
                 section, offset = divmod(i, section_size)
                 if offset == 0:
-                    put_node(session, ctx, WORKSPACE, f"/section-{section}", NodeWrite(
-                        "Section", {"title": f"Section {section}", "order_hint": section}, None, None))
+                    section_props = {"title": f"Section {section}", "order_hint": section}
+                    put_node(session, ctx, WORKSPACE, f"/section-{section}",
+                             NodeWrite("Section", section_props, None, None))
                     sections += 1
                     written += 1
                 put_node(session, ctx, WORKSPACE, f"/section-{section}/node-{i}",

@@ -48,6 +48,14 @@ def merge_branch(services, repo_name: str, source: str, into: str, *, resolution
             return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
                     "applied": plan.preview(), "base": base}
         if not plan.node_changes and not plan.relation_changes:
+            with services.db.write() as session:
+                repo = get_repository(session, repo_name, lock=True)
+                again = history.plan_merge(session, repo, source, into, resolutions=resolutions)
+                _raise_conflicts(again)
+                if again.node_changes or again.relation_changes:
+                    continue  # something changed meanwhile: merge for real
+                history.record_merge(session, repo, again,
+                                     history.get_branch(session, repo, into).head_revision)
             return {"revision": None, "dry_run": False, "fast_forward": plan.fast_forward,
                     "applied": plan.preview(), "base": base, "up_to_date": True}
         needed = [c for c in plan.node_changes if c.needs_content]

@@ -217,12 +217,12 @@ def merge_base(session: Session, repo: Repository, source: Branch, target: Branc
         select(Merge).where(
             or_((Merge.source_branch_id == source.id) & (Merge.target_branch_id == target.id),
                 (Merge.source_branch_id == target.id) & (Merge.target_branch_id == source.id))
-        ).order_by(Merge.target_revision.desc())
+        ).order_by(Merge.target_revision.desc(), Merge.id.desc())
     ).all()
     # The source's candidates: everything it wrote since it last merged into the target.
     since = next((m.source_revision for m in merges if m.source_branch_id == source.id), fork)
     last = merges[0] if merges else None
-    if last is not None and last.target_revision > fork:
+    if last is not None and last.target_revision >= fork:
         merged_from = source if last.source_branch_id == source.id else target
         best = MergeBase(_view(session, repo, merged_from.name, last.source_revision),
                          since, "merge", last.target_revision)
@@ -487,6 +487,10 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         used.add(("node", key))
         take = resolution["take"]
         if take == "ours":
+            # Re-assert ours on the target: the decision is recorded as a change of the
+            # target, so a later merge in the other direction carries it.
+            if o_ver is not None:
+                plan.node_changes.append(_change(key, ov, o_ver, o_ver, "ours"))
             continue
         if take == "theirs":
             plan.node_changes.append(_change(key, tv, o_ver, t_ver, "theirs"))
@@ -517,8 +521,7 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                                        "base": bv, "ours": ov, "theirs": tv})
                 continue
             used.add(("relation", address))
-            if resolution["take"] == "theirs":
-                plan.relation_changes.append(RelationChange(key, tv))
+            plan.relation_changes.append(RelationChange(key, tv if resolution["take"] == "theirs" else ov))
     unused = [k for k in node_res if ("node", k) not in used] + [k for k in rel_res if ("relation", k) not in used]
     if unused:
         raise InvalidInput(f"{len(unused)} resolution(s) name no conflict of this merge",
@@ -631,11 +634,19 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_ke
             properties=value["properties"] if value else {}, deleted=value is None, created_at=now,
         ))
         applied["relations"]["removed" if value is None else "upserted"] += 1
-    source = session.scalar(select(Branch).where(Branch.repo_id == ctx.repo.id, Branch.name == plan.source))
-    session.add(Merge(repo_id=ctx.repo.id, source_branch_id=source.id, target_branch_id=ctx.branch.id,
-                      source_revision=plan.source_revision, target_revision=ctx.revision, created_at=now))
-    session.flush()
+    record_merge(session, ctx.repo, plan, ctx.revision)
     return applied
+
+
+def record_merge(session: Session, repo: Repository, plan: MergePlan, target_revision: int) -> None:
+    """Remember that the target now holds the source as of ``plan.source_revision``: the base
+    of the next merge between them. Recorded even when the merge had nothing to apply."""
+    source = get_branch(session, repo, plan.source)
+    target = get_branch(session, repo, plan.target)
+    session.add(Merge(repo_id=repo.id, source_branch_id=source.id, target_branch_id=target.id,
+                      source_revision=plan.source_revision, target_revision=target_revision,
+                      created_at=utcnow()))
+    session.flush()
 
 
 def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict, content_key, deleted: bool,
