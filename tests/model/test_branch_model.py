@@ -157,6 +157,7 @@ def machine_for(kind, tmp_root):
                 repo = create_repository(s, name="m")
                 create_workspace(s, repo, name="w")
             self.model = Model()
+            self.snapshots = {}  # (branch, revision) -> (nodes, visible edges) the model had
             self.ids = {}        # kg node id -> model id
             self.counter = 0
 
@@ -316,18 +317,36 @@ def machine_for(kind, tmp_root):
             for branch in self.branches():
                 self.check(branch)
 
+        @rule(data=st.data())
+        def time_travel(self, data):
+            """Every branch, read at an earlier revision, is what the model held then: a
+            write on one branch never changes what another sees, at any revision."""
+            if not self.snapshots:
+                return
+            keys = sorted(self.snapshots)
+            for branch, revision in data.draw(st.lists(st.sampled_from(keys), min_size=1, max_size=4)):
+                nodes, edges = self.snapshots[(branch, revision)]
+                got_nodes, got_edges, _ = self.read(branch, revision)
+                assert got_nodes == nodes, (branch, revision)
+                assert got_edges == edges, (branch, revision)
+
         # -- comparison -------------------------------------------------------------------
 
-        def check(self, branch):
+        def read(self, branch, at_revision=None):
             with self.services.db.read() as s:
-                view = branch_view(s, "m", branch)
+                view = branch_view(s, "m", branch, at_revision=at_revision)
                 listed, _ = node_store.list_prefix(s, view, "w", "/")
                 got_nodes = {v.path: (self._model_id(v.node_id), v.properties) for v in listed}
                 edges = rel_store.visible_relations(s, view)
                 by_id = {v.node_id: v.path for v in listed}
                 got_edges = {(by_id[e.from_node_id], e.rel_type, by_id[e.to_node_id]): e.weight for e in edges}
+            return got_nodes, got_edges, view.revision
+
+        def check(self, branch):
+            got_nodes, got_edges, revision = self.read(branch)
             assert got_nodes == self.model.nodes[branch], branch
             assert got_edges == self.model.visible_edges(branch), branch
+            self.snapshots[(branch, revision)] = (dict(got_nodes), dict(got_edges))
 
     BranchMachine.TestCase.settings = settings(
         max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
