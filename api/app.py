@@ -28,8 +28,11 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        yield
-        services.close()
+        services.indexer.start()
+        try:
+            yield
+        finally:
+            services.close()
 
     services.db.upgrade()
     app = FastAPI(title="kg", version=kg.__version__, lifespan=lifespan,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from kg.graph.cache import GraphCache
 from kg.index.base import VectorIndex
@@ -36,6 +36,7 @@ class Services:
     index: VectorIndex
     embedder_factory: Callable[[str], Embedder]
     graphs: GraphCache = field(default_factory=GraphCache)
+    indexer: Any = None
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -50,6 +51,22 @@ class Services:
         return cls(settings=settings, db=db, index=index,
                    embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size))
 
+    def __post_init__(self) -> None:
+        if self.indexer is None:
+            from kg.rag.indexer import Indexer
+
+            self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
+
+    def after_write(self, repo_id: int, queued_keys: list[str]) -> None:
+        """After a write committed: index its queued texts now (``index_inline``) or wake the
+        background indexer."""
+        if not queued_keys:
+            return
+        if self.settings.index_inline:
+            self.indexer.run_pending(repo_id=repo_id, content_keys=queued_keys)
+        else:
+            self.indexer.wake()
+
     def embedder(self, name: str) -> Embedder:
         """The embedder called ``name``, made once per process."""
         with self._lock:
@@ -60,5 +77,7 @@ class Services:
             return embedder
 
     def close(self) -> None:
-        """Release the database pool."""
+        """Stop the indexer and release the database pool."""
+        if self.indexer is not None:
+            self.indexer.stop()
         self.db.dispose()

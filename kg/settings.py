@@ -28,6 +28,11 @@ class Settings(BaseSettings):
         Texts per embedder call.
     sqlite_busy_timeout_s : float
         How long a SQLite writer waits for the write lock, in seconds.
+    index_inline : bool
+        Index a write's text before answering it (tests, scripts). Default: a write is
+        answered once stored and the background indexer embeds its text.
+    index_poll_s : float
+        How often the background indexer looks at the queue when idle, in seconds.
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -37,6 +42,8 @@ class Settings(BaseSettings):
     embedding_model: str = "local:all-MiniLM-L6-v2"
     embed_batch_size: int = Field(default=32, gt=0)
     sqlite_busy_timeout_s: float = Field(default=30.0, gt=0)
+    index_inline: bool = False
+    index_poll_s: float = Field(default=1.0, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     host: str = "127.0.0.1"
     port: int = 8765

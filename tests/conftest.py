@@ -48,7 +48,8 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
-    return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL)
+    return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
+                    index_inline=True)
 
 
 @pytest.fixture

@@ -22,3 +22,18 @@ def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: Bra
         view = branch_view(session, repo, branch, at_revision=at_revision)
         results, took_ms = search(session, services, view, request)
     return {"results": [r.as_dict() for r in results], "took_ms": took_ms}
+
+
+@router.get("/index/status")
+def index_status(repo: str, services: ServicesDep) -> dict:
+    """What the indexer has pending, running and failed for this repository, and what the
+    search index holds."""
+    from kg.rag.indexer import index_status as status
+    from kg.store.repos import get_repository
+
+    with services.db.read() as session:
+        r = get_repository(session, repo)
+        out = status(session, r)
+        stats = services.index.stats(r.uid) if hasattr(services.index, "stats") else {}
+    out["index"] = stats
+    return out

@@ -1,18 +1,22 @@
-"""Merging branches with the merged text indexed.
+"""Merging branches: plan, apply as one revision, and queue the merged texts for indexing.
 
 A property-level merge can produce a text that neither side had (ours changed the title,
-theirs the body); its chunks are embedded before the write transaction, like any node write.
+theirs the body): its content key is computed in the merge transaction and its chunks are
+queued like any node write's.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kg.errors import Conflict, MergeConflict
-from kg.rag.indexing import store_chunks
-from kg.rag.writes import prepare_chunks
+from sqlalchemy import select
+
+from kg.errors import MergeConflict
+from kg.rag.indexer import enqueue
+from kg.rag.writes import plan_for
 from kg.store import history
-from kg.store.repos import begin_write, get_repository
+from kg.store.models import NodeVersion
+from kg.store.repos import begin_write, get_branch, get_repository
 
 
 def merge_branch(services, repo_name: str, source: str, into: str, *, resolutions: list[dict] | None = None,
@@ -30,7 +34,7 @@ def merge_branch(services, repo_name: str, source: str, into: str, *, resolution
     -------
     dict
         ``{"revision", "fast_forward", "applied", "base", "dry_run"}``; ``revision`` is None
-        when there was nothing to merge (no revision is made).
+        when there was nothing to apply (no revision is made, but the merge point is recorded).
 
     Raises
     ------
@@ -38,47 +42,51 @@ def merge_branch(services, repo_name: str, source: str, into: str, *, resolution
         Unresolved conflicts, listed in ``details["conflicts"]``; nothing is written.
     kg.errors.InvalidInput, kg.errors.NotFound
     """
-    for _ in range(5):
+    if dry_run:
         with services.db.read() as session:
-            repo = get_repository(session, repo_name)
-            plan = history.plan_merge(session, repo, source, into, resolutions=resolutions)
+            plan = history.plan_merge(session, get_repository(session, repo_name), source, into,
+                                      resolutions=resolutions)
         _raise_conflicts(plan)
-        base = {"kind": plan.base.kind, "branch": plan.base.view.branch.name, "revision": plan.base.view.revision}
-        if dry_run:
-            return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
-                    "applied": plan.preview(), "base": base}
+        return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
+                "applied": plan.preview(), "base": _base(plan)}
+    with services.db.write() as session:
+        ctx = begin_write(session, repo_name, into, message=message or f"merge {source} into {into}",
+                          actor=actor)
+        plan = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
+                                  writing_revision=ctx.revision)
+        _raise_conflicts(plan)
         if not plan.node_changes and not plan.relation_changes:
-            with services.db.write() as session:
-                repo = get_repository(session, repo_name, lock=True)
-                again = history.plan_merge(session, repo, source, into, resolutions=resolutions)
-                _raise_conflicts(again)
-                if again.node_changes or again.relation_changes:
-                    continue  # something changed meanwhile: merge for real
-                history.record_merge(session, repo, again,
-                                     history.get_branch(session, repo, into).head_revision)
+            session.rollback()  # no revision for an empty merge; only its point is recorded
+            repo = get_repository(session, repo_name, lock=True)
+            history.record_merge(session, repo, plan, get_branch(session, repo, into).head_revision)
             return {"revision": None, "dry_run": False, "fast_forward": plan.fast_forward,
-                    "applied": plan.preview(), "base": base, "up_to_date": True}
-        needed = [c for c in plan.node_changes if c.needs_content]
+                    "applied": plan.preview(), "base": _base(plan), "up_to_date": True}
         names = plan.workspaces
-        plans, rows = prepare_chunks(services, repo_name,
-                                     [(names[c.key[0]], c.value["properties"]) for c in needed])
-        keys = {(c.key[0], history.canonical(c.value["properties"])): p.content_key for c, p in zip(needed, plans)}
-        with services.db.write() as session:
-            ctx = begin_write(session, repo_name, into,
-                              message=message or f"merge {source} into {into}", actor=actor)
-            again = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
-                                       writing_revision=ctx.revision)
-            _raise_conflicts(again)
-            if any(c.needs_content and (c.key[0], history.canonical(c.value["properties"])) not in keys
-                   for c in again.node_changes):
-                session.rollback()
-                continue  # the branches moved while the merged text was embedded: plan again
-            for chunk_rows in rows.values():
-                store_chunks(session, ctx.repo.id, chunk_rows)
-            applied = history.apply_merge(session, ctx, again, keys)
-            return {"revision": ctx.revision, "dry_run": False, "fast_forward": again.fast_forward,
-                    "applied": applied, "base": base}
-    raise Conflict("the branches kept changing during the merge; retry")
+        keys: dict[tuple[int, str], str | None] = {}
+        for change in plan.node_changes:
+            if change.needs_content:
+                text = plan_for(services, session, ctx.repo, names[change.key[0]], change.value["properties"])
+                keys[(change.key[0], history.canonical(change.value["properties"]))] = text.content_key
+        applied = history.apply_merge(session, ctx, plan, keys)
+        queued = []
+        wanted = {k for k in keys.values() if k}
+        if wanted:
+            written = session.execute(select(NodeVersion.id, NodeVersion.workspace_id, NodeVersion.content_key)
+                                      .where(NodeVersion.branch_id == ctx.branch.id,
+                                             NodeVersion.revision == ctx.revision,
+                                             NodeVersion.content_key.in_(wanted))).all()
+            for version_id, wid, key in written:
+                if enqueue(session, repo_id=ctx.repo.id, workspace_id=wid, content_key=key,
+                           node_version_id=version_id):
+                    queued.append(key)
+        result = {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
+                  "applied": applied, "base": _base(plan)}
+    services.after_write(ctx.repo.id, queued)
+    return result
+
+
+def _base(plan: history.MergePlan) -> dict[str, Any]:
+    return {"kind": plan.base.kind, "branch": plan.base.view.branch.name, "revision": plan.base.view.revision}
 
 
 def _raise_conflicts(plan: history.MergePlan) -> None:

@@ -10,7 +10,8 @@ from typing import Any, Sequence
 
 from kg.errors import Conflict, InvalidInput
 from kg.rag.config import workspace_embedding
-from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text, store_chunks
+from kg.rag.indexer import enqueue
+from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text
 from kg.store import nodes as node_store
 from kg.store.repos import begin_write, branch_view, get_repository, get_workspace
 from kg.store.nodes import NodeWrite, merge_properties, node_dict
@@ -93,11 +94,24 @@ def check_if_revision(current, if_revision: int | None, workspace: str, path: st
         )
 
 
+def plan_for(services, session, repo, workspace_name: str, properties: dict[str, Any]) -> TextPlan:
+    """The text plan (content key) of properties in a workspace; no model call."""
+    return _plan(services, session, repo, workspace_name, properties)[0]
+
+
+def _write_and_enqueue(services, session, ctx, workspace: str, path: str, write: NodeWrite, *,
+                       parents: bool = False):
+    version, created = node_store.put_node(session, ctx, workspace, path, write, parents=parents)
+    queued = enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
+                     content_key=write.content_key, node_version_id=version.id)
+    return version, created, write.content_key if queued else None
+
+
 def put_node(services, repo_name: str, branch: str, workspace: str, path: str, *, node_type: str,
              properties: dict[str, Any], order: float | None = None, parents: bool = False,
              message: str | None = None, actor: str | None = None,
              if_revision: int | None = None) -> tuple[dict[str, Any], bool]:
-    """Create or replace a node and index its text.
+    """Create or replace a node; its text is queued for indexing in the same transaction.
 
     Returns
     -------
@@ -106,58 +120,47 @@ def put_node(services, repo_name: str, branch: str, workspace: str, path: str, *
 
     Raises
     ------
-    kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.ProviderError
+    kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.Conflict
     """
     node_store.validate_node_input(node_type, properties, order)
-    (plan,), rows = prepare_chunks(services, repo_name, [(workspace, properties)])
     with services.db.write() as session:
         ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
         check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
-        for chunk_rows in rows.values():
-            store_chunks(session, ctx.repo.id, chunk_rows)
-        version, created = node_store.put_node(
-            session, ctx, workspace, path,
-            NodeWrite(node_type, properties, order, plan.content_key), parents=parents,
-        )
-        return node_dict(version, workspace), created
+        plan = plan_for(services, session, ctx.repo, workspace, properties)
+        version, created, queued = _write_and_enqueue(
+            services, session, ctx, workspace, path, NodeWrite(node_type, properties, order, plan.content_key),
+            parents=parents)
+        result = node_dict(version, workspace), created
+    services.after_write(ctx.repo.id, [queued] if queued else [])
+    return result
 
 
 def patch_node(services, repo_name: str, branch: str, workspace: str, path: str, *,
                properties: dict[str, Any], node_type: str | None = None, order: float | None = None,
                message: str | None = None, actor: str | None = None,
                if_revision: int | None = None) -> dict[str, Any]:
-    """Merge ``properties`` into a node (a ``None`` value removes the key) and re-index.
+    """Merge ``properties`` into a node (a ``None`` value removes the key) and queue its text.
 
     Raises
     ------
-    kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.ProviderError
+    kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.Conflict
     """
     if not isinstance(properties, dict):
         raise InvalidInput("properties must be a JSON object")
-    for _ in range(3):
-        with services.db.read() as session:
-            view = branch_view(session, repo_name, branch)
-            current = node_store.get_node(session, view, workspace, path)
-            check_if_revision(current, if_revision, workspace, path)
-            seen_revision = current.revision
-            merged = merge_properties(current.properties, properties)
-            new_type = node_type if node_type is not None else current.node_type
-            new_order = order if order is not None else current.order
+    with services.db.write() as session:
+        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
+        current = node_store.get_node(session, ctx.view, workspace, path)
+        check_if_revision(current, if_revision, workspace, path)
+        merged = merge_properties(current.properties, properties)
+        new_type = node_type if node_type is not None else current.node_type
+        new_order = order if order is not None else current.order
         node_store.validate_node_input(new_type, merged, new_order)
-        (plan,), rows = prepare_chunks(services, repo_name, [(workspace, merged)])
-        with services.db.write() as session:
-            ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
-            latest = node_store.get_node(session, ctx.view, workspace, path)
-            if latest.revision != seen_revision:
-                session.rollback()
-                continue  # a concurrent write changed the node: merge again on the new value
-            for chunk_rows in rows.values():
-                store_chunks(session, ctx.repo.id, chunk_rows)
-            version, _ = node_store.put_node(
-                session, ctx, workspace, path, NodeWrite(new_type, merged, new_order, plan.content_key)
-            )
-            return node_dict(version, workspace)
-    raise Conflict(f"node {workspace}:{path} kept changing; retry the patch")
+        plan = plan_for(services, session, ctx.repo, workspace, merged)
+        version, _, queued = _write_and_enqueue(services, session, ctx, workspace, path,
+                                                NodeWrite(new_type, merged, new_order, plan.content_key))
+        result = node_dict(version, workspace)
+    services.after_write(ctx.repo.id, [queued] if queued else [])
+    return result
 
 
 def delete_node(services, repo_name: str, branch: str, workspace: str, path: str, *, recursive: bool = False,
@@ -204,7 +207,7 @@ def batch(services, repo_name: str, branch: str, *, upserts: list[dict] | None =
 
     Raises
     ------
-    kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict, kg.errors.ProviderError
+    kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict
         Any failing item fails the whole batch; nothing is written.
     """
     upserts = [_batch_item(u, "upserts", i) for i, u in enumerate(upserts or [])]
@@ -215,22 +218,24 @@ def batch(services, repo_name: str, branch: str, *, upserts: list[dict] | None =
         raise InvalidInput("a batch holds at most 10000 items")
     for item in upserts:
         node_store.validate_node_input(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"))
-    plans, rows = prepare_chunks(services, repo_name, [(u["workspace"], u.get("properties", {})) for u in upserts])
+    queued: list[str] = []
     with services.db.write() as session:
         ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
         deleted = 0
         for item in deletes:
             deleted += len(node_store.delete_node(session, ctx, item["workspace"], item["path"],
                                                   recursive=bool(item.get("recursive", False))))
-        for chunk_rows in rows.values():
-            store_chunks(session, ctx.repo.id, chunk_rows)
         out = []
-        for item, plan in zip(upserts, plans):
-            version, _ = node_store.put_node(
-                session, ctx, item["workspace"], item["path"],
-                NodeWrite(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"),
-                          plan.content_key),
-                parents=parents,
-            )
+        for item in upserts:
+            props = item.get("properties", {})
+            plan = plan_for(services, session, ctx.repo, item["workspace"], props)
+            version, _, key = _write_and_enqueue(
+                services, session, ctx, item["workspace"], item["path"],
+                NodeWrite(item.get("node_type", "kg:Node"), props, item.get("order"), plan.content_key),
+                parents=parents)
+            if key:
+                queued.append(key)
             out.append(node_dict(version, item["workspace"]))
-        return {"revision": ctx.revision, "upserted": out, "deleted": deleted}
+        result = {"revision": ctx.revision, "upserted": out, "deleted": deleted}
+    services.after_write(ctx.repo.id, queued)
+    return result

@@ -200,3 +200,30 @@ class Merge(Base):
     source_revision: Mapped[int] = mapped_column(Integer)
     target_revision: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class IndexJob(Base):
+    """A content key whose chunks must be embedded: the durable queue that feeds the index.
+
+    A write stores its node version and, when no chunks exist for its content key, one job in
+    the same transaction; the indexer embeds and stores the chunks later and deletes the job,
+    or marks it ``failed`` with the reason. ``running`` jobs whose lease expired are taken again
+    (a crash loses nothing).
+    """
+
+    __tablename__ = "index_jobs"
+    __table_args__ = (
+        UniqueConstraint("repo_id", "content_key", name="uq_index_jobs_key"),
+        Index("ix_index_jobs_status", "status", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    content_key: Mapped[str] = mapped_column(String(64))
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    node_version_id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"))
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -58,6 +58,14 @@ def test_real_server_real_embedder(server):
         r = server.put(f"/api/repos/e2e/workspaces/kb/nodes{path}", json={"node_type": "kb:Article",
                                                                           "properties": {"content": text}})
         assert r.status_code == 201, r.text
+    # writes are answered once stored; the background indexer embeds them
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = server.get("/api/repos/e2e/index/status").json()
+        if status["pending"] == 0 and status["running"] == 0:
+            break
+        time.sleep(0.1)
+    assert status["failed"] == 0
     # a paraphrase with no word in common with the answer: only the vector leg can find it
     r = server.post("/api/repos/e2e/search", json={"query": "how often should a sailboat's wires be changed",
                                                    "mode": "vector", "k": 3})

@@ -1,0 +1,257 @@
+"""The indexer: drains the durable queue of content keys to embed (``index_jobs``).
+
+A write is acknowledged once its node version and its job are stored (one transaction). The
+indexer claims jobs, chunks and embeds their text outside any transaction, then stores the
+chunks and deletes the jobs in one transaction; an embedder failure marks only the failing
+job ``failed`` with its reason and stores none of its chunks. A crash leaves jobs ``running``;
+their lease expires and the next indexer takes them again, so nothing is lost, and chunk ids
+are deterministic (content key, index), so nothing is duplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Iterable
+
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from kg.errors import KGError, ProviderError
+from kg.rag.config import workspace_embedding
+from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text, store_chunks
+from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
+
+log = logging.getLogger("kg.indexer")
+LEASE = timedelta(minutes=5)
+
+
+def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: str | None,
+            node_version_id: int) -> bool:
+    """Queue the embedding of a content key unless its chunks exist (call inside the write).
+
+    A job that failed before is set back to ``pending``: the text was written again.
+
+    Returns
+    -------
+    bool
+        Whether a job is pending for the key after the call.
+    """
+    if content_key is None or existing_content_keys(session, repo_id, [content_key]):
+        return False
+    now = utcnow()
+    dialect = session.get_bind().dialect.name
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    stmt = insert(IndexJob).values(
+        repo_id=repo_id, content_key=content_key, workspace_id=workspace_id,
+        node_version_id=node_version_id, status="pending", attempts=0, created_at=now, updated_at=now,
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["repo_id", "content_key"],
+        set_={"status": "pending", "error": None, "node_version_id": node_version_id, "updated_at": now},
+        where=IndexJob.status == "failed",
+    )
+    session.execute(stmt)
+    return True
+
+
+@dataclass
+class IndexRun:
+    """What one pass of the indexer did."""
+
+    done: int = 0
+    failed: int = 0
+    passages: int = 0
+
+
+class Indexer:
+    """Drains ``index_jobs``: inline (``run_pending``) or in a background thread.
+
+    Parameters
+    ----------
+    services : kg.services.Services
+    batch_jobs : int
+        Jobs claimed per pass.
+    poll_s : float
+        How long the background thread sleeps when the queue is empty, in seconds (a write
+        wakes it at once).
+    """
+
+    def __init__(self, services: Any, *, batch_jobs: int = 32, poll_s: float = 1.0) -> None:
+        self.services = services
+        self.batch_jobs = batch_jobs
+        self.poll_s = poll_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- background ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the background thread (idempotent)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="kg-indexer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the background thread; a job in flight is finished or left to its lease."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def wake(self) -> None:
+        """Tell the background thread there is work."""
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                run = self.run_pending()
+            except Exception:  # keep the thread alive; the job stays queued
+                log.exception("indexer pass failed")
+                run = IndexRun()
+            if run.done == 0 and run.failed == 0:
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+
+    # -- one pass ---------------------------------------------------------------------------
+
+    def run_pending(self, *, repo_id: int | None = None, content_keys: Iterable[str] | None = None) -> IndexRun:
+        """Claim up to ``batch_jobs`` jobs, embed them, store their chunks.
+
+        Parameters
+        ----------
+        repo_id : int, optional
+            Only this repository's jobs.
+        content_keys : iterable of str, optional
+            Only these keys (a write indexing its own text inline).
+
+        Returns
+        -------
+        IndexRun
+        """
+        with self._lock:
+            claimed = self._claim(repo_id, None if content_keys is None else list(content_keys))
+            if not claimed:
+                return IndexRun()
+            return self._process(claimed)
+
+    def drain(self, *, repo_id: int | None = None) -> IndexRun:
+        """Run passes until no job is pending (failed jobs stay failed)."""
+        total = IndexRun()
+        while True:
+            run = self.run_pending(repo_id=repo_id)
+            if run.done == 0 and run.failed == 0:
+                return total
+            total.done += run.done
+            total.failed += run.failed
+            total.passages += run.passages
+
+    def _claim(self, repo_id: int | None, keys: list[str] | None) -> list[tuple[int, int, str, int, int]]:
+        now = utcnow()
+        with self.services.db.write() as session:
+            stmt = select(IndexJob.id).where(
+                or_(IndexJob.status == "pending",
+                    (IndexJob.status == "running") & (IndexJob.updated_at < now - LEASE))
+            )
+            if repo_id is not None:
+                stmt = stmt.where(IndexJob.repo_id == repo_id)
+            if keys is not None:
+                if not keys:
+                    return []
+                stmt = stmt.where(IndexJob.content_key.in_(keys))
+            stmt = stmt.order_by(IndexJob.id).limit(self.batch_jobs)
+            if session.get_bind().dialect.name == "postgresql":
+                stmt = stmt.with_for_update(skip_locked=True)
+            ids = list(session.scalars(stmt))
+            if not ids:
+                return []
+            session.execute(update(IndexJob).where(IndexJob.id.in_(ids)).values(
+                status="running", attempts=IndexJob.attempts + 1, updated_at=now))
+            rows = session.execute(select(IndexJob.id, IndexJob.repo_id, IndexJob.content_key,
+                                          IndexJob.workspace_id, IndexJob.node_version_id)
+                                   .where(IndexJob.id.in_(ids)).order_by(IndexJob.id)).all()
+            return [tuple(r) for r in rows]
+
+    def _process(self, claimed) -> IndexRun:
+        run = IndexRun()
+        settings = self.services.settings
+        work: list[tuple[tuple, TextPlan, Any]] = []
+        failures: dict[int, str] = {}
+        with self.services.db.read() as session:
+            for job in claimed:
+                job_id, repo_id, key, workspace_id, version_id = job
+                version = session.get(NodeVersion, version_id)
+                workspace = session.get(Workspace, workspace_id)
+                if version is None or workspace is None:
+                    failures[job_id] = "the node version or workspace of this job no longer exists"
+                    continue
+                try:
+                    config = workspace_embedding(workspace.config, default_model=settings.embedding_model)
+                    embedder = self.services.embedder(config.model)
+                    plan = plan_text(version.properties, config, embedder)
+                except KGError as exc:
+                    failures[job_id] = exc.message
+                    continue
+                if plan.content_key != key:
+                    failures[job_id] = "the job's text no longer matches its content key"
+                    continue
+                work.append((job, plan, embedder))
+        rows_by_job: dict[int, list] = {}
+        for job, plan, embedder in work:
+            try:
+                rows = embed_plans([plan], embedder, batch_size=settings.embed_batch_size)
+            except (ProviderError, KGError) as exc:
+                failures[job[0]] = exc.message
+                continue
+            rows_by_job[job[0]] = rows.get(plan.content_key, [])
+        by_repo: dict[int, list] = {}
+        for job, _, _ in work:
+            if job[0] in rows_by_job:
+                by_repo.setdefault(job[1], []).append(job)
+        with self.services.db.write() as session:
+            for repo_id, jobs in by_repo.items():
+                # The repository row lock orders chunk ids with the writers' (kg.rag.indexing).
+                session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
+                for job in jobs:
+                    store_chunks(session, repo_id, rows_by_job[job[0]])
+                    run.passages += len(rows_by_job[job[0]])
+                session.execute(delete(IndexJob).where(IndexJob.id.in_([j[0] for j in jobs])))
+                run.done += len(jobs)
+            for job_id, reason in failures.items():
+                session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
+                    status="failed", error=reason[:2000], updated_at=utcnow()))
+                run.failed += 1
+        if run.failed:
+            log.warning("indexer: %d job(s) failed", run.failed)
+        return run
+
+
+def index_status(session: Session, repo: Repository) -> dict[str, Any]:
+    """Pending, running and failed jobs of a repository (API: ``index/status``)."""
+    counts = dict(session.execute(
+        select(IndexJob.status, func.count()).where(IndexJob.repo_id == repo.id).group_by(IndexJob.status)
+    ).all())
+    failed = session.execute(
+        select(IndexJob.content_key, IndexJob.error, IndexJob.attempts, IndexJob.node_version_id,
+               IndexJob.updated_at)
+        .where(IndexJob.repo_id == repo.id, IndexJob.status == "failed").order_by(IndexJob.id).limit(100)
+    ).all()
+    out_failed = []
+    for key, error, attempts, version_id, updated in failed:
+        version = session.get(NodeVersion, version_id)
+        ws = session.get(Workspace, version.workspace_id) if version is not None else None
+        out_failed.append({"content_key": key, "error": error, "attempts": attempts,
+                           "workspace": ws.name if ws else None, "path": version.path if version else None,
+                           "updated_at": updated.isoformat()})
+    return {"pending": counts.get("pending", 0), "running": counts.get("running", 0),
+            "failed": counts.get("failed", 0), "failures": out_failed}

@@ -1,0 +1,169 @@
+"""The durable index queue: background indexing, crash recovery, embedder failures (CASES #15,
+#16, #17), on both databases."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select, update
+
+from kg.index.embedded import EmbeddedVectorIndex
+from kg.providers.fake import FakeEmbedder
+from kg.rag.search import SearchRequest, search
+from kg.rag.writes import put_node
+from kg.services import Services
+from kg.settings import Settings
+from kg.store.db import Database
+from kg.store.models import Chunk, IndexJob, utcnow
+from kg.store.repos import branch_view, create_repository, create_workspace
+
+
+class MisbehavingEmbedder(FakeEmbedder):
+    """A fake that answers badly for texts containing a trigger word."""
+
+    def __init__(self, mode: str):
+        super().__init__(dim=16, name="bad:" + mode)
+        self.mode = mode
+
+    def embed(self, texts):
+        good = super().embed(texts)
+        if not any("TRIGGER" in t for t in texts):
+            return good
+        if self.mode == "empty":
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self.mode == "none":
+            return None
+        if self.mode == "short":
+            return good[:-1] if len(good) > 1 else np.zeros((0, self.dim), dtype=np.float32)
+        if self.mode == "wrongdim":
+            return np.ones((len(texts), self.dim + 1), dtype=np.float32)
+        if self.mode == "nan":
+            good = good.copy()
+            good[0, 0] = np.nan
+            return good
+        if self.mode == "inf":
+            good = good.copy()
+            good[0, 0] = np.inf
+            return good
+        if self.mode == "zero":
+            return np.zeros_like(good)
+        if self.mode == "raise":
+            from kg.errors import ProviderError
+
+            raise ProviderError("the model server is down")
+        raise AssertionError(self.mode)
+
+
+def make_services(db_url, tmp_path, *, inline: bool, model: str = "fake:hash-16") -> Services:
+    settings = Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=model,
+                        index_inline=inline)
+    db = Database(db_url)
+    db.upgrade()
+    embedders = {}
+
+    def factory(name):
+        if name.startswith("bad:"):
+            return embedders.setdefault(name, MisbehavingEmbedder(name.split(":", 1)[1]))
+        return embedders.setdefault(name, FakeEmbedder(dim=16, name=name))
+
+    services = Services(settings=settings, db=db, index=EmbeddedVectorIndex(None), embedder_factory=factory)
+    with db.write() as s:
+        repo = create_repository(s, name="r")
+        create_workspace(s, repo, name="w", config={"embedding": {"model": model}})
+    return services
+
+
+def found(services, query, mode="fulltext"):
+    with services.db.read() as s:
+        rows, _ = search(s, services, branch_view(s, "r", "main"), SearchRequest(query=query, mode=mode))
+    return [r.path for r in rows]
+
+
+def jobs(services, status=None):
+    with services.db.read() as s:
+        stmt = select(func.count()).select_from(IndexJob)
+        if status:
+            stmt = stmt.where(IndexJob.status == status)
+        return s.scalar(stmt)
+
+
+def test_write_is_acknowledged_then_indexed_in_the_background(db_url, tmp_path):
+    services = make_services(db_url, tmp_path, inline=False)
+    for i in range(5):
+        put_node(services, "r", "main", "w", f"/n{i}", node_type="t", properties={"content": f"walrus number {i}"})
+    assert jobs(services, "pending") == 5
+    assert found(services, "walrus") == []
+    services.indexer.start()
+    try:
+        services.indexer.wake()
+        import time
+
+        deadline = time.monotonic() + 30
+        while jobs(services) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        services.indexer.stop()
+    assert jobs(services) == 0
+    assert sorted(found(services, "walrus")) == [f"/n{i}" for i in range(5)]
+    services.close()
+
+
+def test_a_crash_loses_nothing(db_url, tmp_path):
+    services = make_services(db_url, tmp_path, inline=False)
+    put_node(services, "r", "main", "w", "/a", node_type="t", properties={"content": "quokka facts"})
+    claimed = services.indexer._claim(None, None)  # an indexer claims the job, then dies
+    assert len(claimed) == 1 and jobs(services, "running") == 1
+    assert services.indexer.run_pending().done == 0  # its lease has not expired yet
+    with services.db.write() as s:
+        s.execute(update(IndexJob).values(updated_at=utcnow() - timedelta(minutes=10)))
+    assert services.indexer.drain().done == 1
+    assert found(services, "quokka") == ["/a"]
+    with services.db.read() as s:
+        assert s.scalar(select(func.count()).select_from(Chunk)) == 1
+    services.close()
+
+
+@pytest.mark.parametrize("mode", ["empty", "none", "short", "wrongdim", "nan", "inf", "zero", "raise"])
+def test_embedder_failures_fail_only_that_node(db_url, tmp_path, mode):
+    services = make_services(db_url, tmp_path, inline=True, model=f"bad:{mode}")
+    put_node(services, "r", "main", "w", "/good", node_type="t", properties={"content": "plain words here"})
+    put_node(services, "r", "main", "w", "/bad", node_type="t",
+             properties={"content": "TRIGGER first sentence. " * 3, "title": "also plain"})
+    put_node(services, "r", "main", "w", "/good2", node_type="t", properties={"content": "more plain words"})
+    assert jobs(services, "failed") == 1
+    from kg.rag.indexer import index_status
+    from kg.store.repos import get_repository
+
+    with services.db.read() as s:
+        status = index_status(s, get_repository(s, "r"))
+        chunk_keys = set(s.scalars(select(Chunk.content_key)))
+    (failure,) = status["failures"]
+    assert failure["path"] == "/bad" and failure["error"]
+    assert failure["content_key"] not in chunk_keys  # no partial chunks
+    assert sorted(found(services, "plain")) == ["/good", "/good2"]
+    # fixing the text indexes it; the failed job of the old text stays for the record
+    put_node(services, "r", "main", "w", "/bad", node_type="t", properties={"content": "fixed plain"})
+    assert "/bad" in found(services, "fixed")
+    services.close()
+
+
+def test_whitespace_only_text_makes_no_job_and_no_call(db_url, tmp_path):
+    services = make_services(db_url, tmp_path, inline=True)
+    put_node(services, "r", "main", "w", "/blank", node_type="t", properties={"content": "  \n\t "})
+    assert jobs(services) == 0
+    assert services.embedder("fake:hash-16").calls == 0
+    services.close()
+
+
+def test_same_text_twice_is_one_job_and_one_embedding(db_url, tmp_path):
+    services = make_services(db_url, tmp_path, inline=False)
+    put_node(services, "r", "main", "w", "/a", node_type="t", properties={"content": "same text"})
+    put_node(services, "r", "main", "w", "/b", node_type="t", properties={"content": "same text"})
+    assert jobs(services) == 1
+    services.indexer.drain()
+    assert sorted(found(services, "same")) == ["/a", "/b"]
+    with services.db.read() as s:
+        assert s.scalar(select(func.count()).select_from(Chunk)) == 1
+    services.close()
