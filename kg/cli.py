@@ -100,6 +100,8 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
                                  on_files=on_files, on_progress=lambda n: progress.advance(task, n))
         finally:
             progress.stop()
+        run = services.indexer.drain()
+        report.index_failures = run.failed
         _sync_and_flush(services, repo)
     except KGError as exc:
         _fail(exc)
@@ -146,6 +148,27 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
         title = r.properties.get("title", "")
         snippet = " ".join(r.chunk_text.split())[:160]
         typer.echo(f"{i}. {r.workspace}:{r.path}  {title}  (score {r.score:.4f})\n   {snippet}")
+
+
+@app.command()
+def reindex(repo: Annotated[str, typer.Option(help="Repository whose search index to rebuild.")]) -> None:
+    """Rebuild the embedded search index from the chunks stored in SQL (no re-embedding),
+    after finishing any queued indexing."""
+    from kg.rag.indexing import sync_index
+    from kg.store.repos import get_repository
+
+    try:
+        services = _services()
+        with services.db.read() as session:
+            r = get_repository(session, repo)
+        run = services.indexer.drain(repo_id=r.id)
+        services.index.drop(r.uid)
+        with services.db.read() as session:
+            added = sync_index(session, services.index, r.id, r.uid)
+        services.index.flush(r.uid)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps({"repo": repo, "chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}))
 
 
 @branch_app.command("create")

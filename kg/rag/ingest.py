@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kg.errors import NotFound
+from kg.errors import NotFound, ProviderError
+from kg.rag.indexer import enqueue
 from kg.rag.files import FileNode, iter_files, read_file_node
 from kg.rag.indexing import store_chunks
-from kg.rag.writes import prepare_chunks
+from kg.rag.writes import prepare_chunks, prepare_chunks_plans_only
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.nodes import NodeWrite
@@ -43,6 +44,7 @@ class IngestReport:
     relations_added: int = 0
     relations_unchanged: int = 0
     stub_nodes: list[str] = field(default_factory=list)
+    index_failures: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +52,7 @@ class IngestReport:
             "skipped": len(self.skipped), "passages_embedded": self.passages_embedded,
             "relations_added": self.relations_added,
             "relations_unchanged": self.relations_unchanged, "stub_nodes": len(self.stub_nodes),
+            "index_failures": self.index_failures,
         }
 
 
@@ -134,17 +137,25 @@ def ingest_path(services, root: Path, *, repo: str, workspace: str, branch: str 
         def count(n: int) -> None:
             counted[0] += n
 
-        plans, rows = prepare_chunks(services, repo, [(workspace, n.properties) for n in todo], progress=count)
+        try:
+            plans, rows = prepare_chunks(services, repo, [(workspace, n.properties) for n in todo],
+                                         progress=count)
+        except ProviderError:
+            # One bad text must not stop the others: store the nodes and let the indexer
+            # embed them one by one, recording the failing one with its reason.
+            plans, rows = prepare_chunks_plans_only(services, repo, [(workspace, n.properties) for n in todo]), {}
         report.passages_embedded += counted[0]
         for node, plan in zip(todo, plans):
             with services.db.write() as session:
                 ctx = begin_write(session, repo, branch, message=f"ingest {node.source}")
                 if plan.content_key in rows:
                     store_chunks(session, ctx.repo.id, rows[plan.content_key])
-                _, created = node_store.put_node(
+                version, created = node_store.put_node(
                     session, ctx, workspace, node.path,
                     NodeWrite(node.node_type, node.properties, None, plan.content_key), parents=True,
                 )
+                enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
+                        content_key=plan.content_key, node_version_id=version.id)
             (report.inserted if created else report.replaced).append(node.path)
         for node in group:
             relations += [(node.path, rel, target) for rel, target in node.relations]

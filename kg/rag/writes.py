@@ -69,6 +69,13 @@ def prepare_chunks(services, repo_name: str, items: Sequence[tuple[str, dict[str
     return [p for p, _ in planned], rows
 
 
+def prepare_chunks_plans_only(services, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]]) -> list[TextPlan]:
+    """The text plans of ``(workspace, properties)`` items, without embedding anything."""
+    with services.db.read() as session:
+        repo = get_repository(session, repo_name)
+        return [_plan(services, session, repo, ws, props)[0] for ws, props in items]
+
+
 def check_if_revision(current, if_revision: int | None, workspace: str, path: str) -> None:
     """Refuse a write based on a stale view of the node (optimistic concurrency).
 

@@ -66,3 +66,13 @@ def test_errors_are_one_line_and_exit_1(env, args):
     assert result.exit_code == 1
     assert result.output.strip().startswith("error: ")
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_reindex_rebuilds_from_sql_without_embedding(env):
+    runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
+    result = runner.invoke(app, ["reindex", "--repo", "peps"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout.strip().splitlines()[-1])
+    assert body["chunks"] > 0 and body["jobs_failed"] == 0
+    found = runner.invoke(app, ["search", "version", "--repo", "peps", "--json", "--mode", "fulltext"])
+    assert json.loads(found.stdout)["results"]

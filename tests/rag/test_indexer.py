@@ -167,3 +167,19 @@ def test_same_text_twice_is_one_job_and_one_embedding(db_url, tmp_path):
     with services.db.read() as s:
         assert s.scalar(select(func.count()).select_from(Chunk)) == 1
     services.close()
+
+
+def test_ingest_goes_on_when_one_file_fails_to_embed(db_url, tmp_path):
+    from kg.rag.ingest import ingest_path
+
+    services = make_services(db_url, tmp_path, inline=True, model="bad:raise")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nalpha words", encoding="utf-8")
+    (folder / "b.md").write_text("# B\n\nTRIGGER words", encoding="utf-8")
+    (folder / "c.md").write_text("# C\n\ngamma words", encoding="utf-8")
+    report = ingest_path(services, folder, repo="r", workspace="w")
+    assert len(report.inserted) == 3
+    assert services.indexer.drain().failed == 1
+    assert sorted(found(services, "words")) == ["/a", "/c"]
+    services.close()
