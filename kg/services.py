@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kg.graph.cache import GraphCache
+from kg.lru import LRUCache
 from kg.index.base import VectorIndex
 from kg.providers.base import Embedder
 from kg.settings import Settings
@@ -37,6 +38,7 @@ class Services:
     embedder_factory: Callable[[str], Embedder]
     graphs: GraphCache = field(default_factory=GraphCache)
     indexer: Any = None
+    search_cache: LRUCache = field(default_factory=lambda: LRUCache(32))
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -165,9 +165,11 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
         wids = list(view.workspaces)
     if not wids:
         return [], _ms(started)
-    nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix,
-                          with_properties=bool(request.where))
-    by_key: dict[str, list[NodeVersion]] = defaultdict(list)
+    if request.where:
+        nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
+    else:
+        nodes = _visible_lite(session, services, view, wids, request.path_prefix)
+    by_key: dict[str, list] = defaultdict(list)
     for node in nodes:
         if node.content_key is None:
             continue
@@ -244,15 +246,39 @@ def _with_properties(session: Session, view: BranchView, results: list[SearchRes
     return results
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeLite:
+    """What search needs of a visible node version (no properties)."""
+
+    node_id: str
+    workspace_id: int
+    path: str
+    node_type: str
+    content_key: str | None
+
+
+def _visible_lite(session: Session, services: Any, view: BranchView, wids: list[int],
+                  path_prefix: str | None) -> list[_NodeLite]:
+    """The searchable nodes of a branch state, cached: a (branch, revision) never changes."""
+    key = ("search-nodes", view.repo.id, *view.cache_key, tuple(sorted(wids)), path_prefix)
+
+    def build():
+        return [_NodeLite(n.node_id, n.workspace_id, n.path, n.node_type, n.content_key)
+                for n in visible_nodes(session, view, workspace_ids=wids, path_prefix=path_prefix,
+                                       with_properties=False)]
+
+    return services.search_cache.get(key, build)
+
+
 def _vector_leg(session, services, view, wids, by_key, nodes, request, depth) -> list[IndexHit]:
     """KNN per embedding model of the searched workspaces, merged by distance."""
     workspaces = {w.id: w for w in session.query(Workspace).filter(Workspace.id.in_(wids))}
+    models = {wid: workspace_embedding(w.config, default_model=services.settings.embedding_model).model
+              for wid, w in workspaces.items()}
     keys_by_model: dict[str, set[str]] = defaultdict(set)
     for node in nodes:
         if node.content_key in by_key:
-            cfg = workspace_embedding(workspaces[node.workspace_id].config,
-                                      default_model=services.settings.embedding_model)
-            keys_by_model[cfg.model].add(node.content_key)
+            keys_by_model[models[node.workspace_id]].add(node.content_key)
     merged: list[IndexHit] = []
     for model, keys in keys_by_model.items():
         embedder = services.embedder(model)

@@ -51,9 +51,10 @@ class BranchView:
     workspaces: dict[int, str] = field(default_factory=dict, compare=False)
 
     @property
-    def cache_key(self) -> tuple[int, int]:
-        """(branch id, effective revision): equal keys see equal content."""
-        return (self.branch.id, self.revision)
+    def cache_key(self) -> tuple[int, int | None, int]:
+        """(branch id, base revision, effective revision): equal keys see equal content
+        (the base changes when a branch is reset, its id never repeats)."""
+        return (self.branch.id, self.branch.base_revision, self.revision)
 
 
 @dataclass(frozen=True)

@@ -254,3 +254,17 @@ def test_at_revision_on_reads(client, repo):
     assert s2["results"] == []
     assert client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a", "at_revision": 3}).json()["neighbors"] == []
     assert len(client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a"}).json()["neighbors"]) == 1
+
+
+def test_reset_branch_is_not_served_from_a_stale_cache(client, repo):
+    put(client, "/a", {"title": "A", "content": "anchor text"})
+    put(client, "/b", {"title": "B"})
+    branch(client, "b")
+    put(client, "/x", {"title": "X", "content": "xylophone"}, branch="b")
+    client.post(f"{BASE}/relations", params={"branch": "b"}, json={"from": "knowledge:/a", "to": "knowledge:/b", "type": "t"})
+    # warm the search and graph caches at the branch's head
+    assert client.post(f"{BASE}/search", params={"branch": "b"}, json={"query": "xylophone", "mode": "fulltext"}).json()["results"]
+    assert client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a", "branch": "b"}).json()["neighbors"]
+    assert client.post(f"{BASE}/branches/b/reset").status_code == 200
+    assert client.post(f"{BASE}/search", params={"branch": "b"}, json={"query": "xylophone", "mode": "fulltext"}).json()["results"] == []
+    assert client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a", "branch": "b"}).json()["neighbors"] == []
