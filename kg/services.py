@@ -38,6 +38,7 @@ class Services:
     embedder_factory: Callable[[str], Embedder]
     graphs: GraphCache = field(default_factory=GraphCache)
     indexer: Any = None
+    llm: Any = None
     search_cache: LRUCache = field(default_factory=lambda: LRUCache(32))
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -46,14 +47,20 @@ class Services:
     def from_settings(cls, settings: Settings) -> "Services":
         """Build the default services: the configured database and the embedded index."""
         from kg.index.embedded import EmbeddedVectorIndex
-        from kg.providers.registry import make_embedder
+        from kg.providers.registry import make_embedder, make_llm
 
         db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s)
         index = EmbeddedVectorIndex(settings.data_dir)
         return cls(settings=settings, db=db, index=index,
-                   embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size))
+                   embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size,
+                                                               host=settings.ollama_host),
+                   llm=make_llm(settings.llm_model, host=settings.ollama_host))
 
     def __post_init__(self) -> None:
+        if self.llm is None:
+            from kg.providers.llm import NoLLM
+
+            self.llm = NoLLM()
         if self.indexer is None:
             from kg.rag.indexer import Indexer
 

@@ -31,6 +31,11 @@ class Settings(BaseSettings):
     index_inline : bool
         Index a write's text before answering it (tests, scripts). Default: a write is
         answered once stored and the background indexer embeds its text.
+    ollama_host : str
+        Where Ollama listens, for ``ollama:`` embedders and LLMs.
+    llm_model : str
+        The LLM of ``ask`` and ``extract-entities``: ``none`` (extractive, no model) or
+        ``ollama:<model>``.
     index_poll_s : float
         How often the background indexer looks at the queue when idle, in seconds.
     """
@@ -45,6 +50,7 @@ class Settings(BaseSettings):
     index_inline: bool = False
     index_poll_s: float = Field(default=1.0, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
+    llm_model: str = "none"
     host: str = "127.0.0.1"
     port: int = 8765
 

@@ -21,7 +21,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from kg.errors import KGError, ProviderError
+from kg.errors import BackendUnavailable, KGError, ProviderError
 from kg.rag.config import workspace_embedding
 from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text, store_chunks
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
@@ -207,9 +207,15 @@ class Indexer:
                     continue
                 work.append((job, plan, embedder))
         rows_by_job: dict[int, list] = {}
+        postponed: list[int] = []
         for job, plan, embedder in work:
             try:
                 rows = embed_plans([plan], embedder, batch_size=settings.embed_batch_size)
+            except BackendUnavailable as exc:
+                # The model server is down: the job waits for it, it has not failed.
+                log.warning("indexer: %s; job %s stays queued", exc.message, job[0])
+                postponed.append(job[0])
+                continue
             except (ProviderError, KGError) as exc:
                 failures[job[0]] = exc.message
                 continue
@@ -227,6 +233,9 @@ class Indexer:
                     run.passages += len(rows_by_job[job[0]])
                 session.execute(delete(IndexJob).where(IndexJob.id.in_([j[0] for j in jobs])))
                 run.done += len(jobs)
+            if postponed:
+                session.execute(update(IndexJob).where(IndexJob.id.in_(postponed)).values(
+                    status="pending", updated_at=utcnow()))
             for job_id, reason in failures.items():
                 session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
                     status="failed", error=reason[:2000], updated_at=utcnow()))

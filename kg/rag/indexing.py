@@ -70,10 +70,7 @@ def effective_chunking(config: ChunkingConfig, embedder: Embedder) -> ChunkingCo
     """
     if config.unit != "tokens":
         return config
-    cap = max(1, embedder.max_tokens - 2)
-    if config.chunk_size <= cap:
-        return config
-    return config.model_copy(update={"chunk_size": cap, "overlap": min(config.overlap, cap // 2)})
+    return config.capped(max(1, embedder.max_tokens - 2))
 
 
 def plan_text(properties: Mapping[str, object], config: EmbeddingConfig, embedder: Embedder) -> TextPlan:

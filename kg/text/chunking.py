@@ -1,6 +1,6 @@
 """Chunkers: split a text into passages whose spans slice the source exactly.
 
-Three splitters share one :class:`Chunk` type and one set of guarantees:
+Five splitters share one :class:`Chunk` type and one set of guarantees:
 
 - ``chunk.text == source[chunk.start:chunk.end]``, always;
 - no chunk is empty or whitespace-only, and a text of only whitespace gives ``[]``;
@@ -8,26 +8,31 @@ Three splitters share one :class:`Chunk` type and one set of guarantees:
   character of the source lies inside some chunk's span;
 - every chunk measures at most ``chunk_size`` units (characters, tokens or words);
 - every call ends: settings that could loop (``overlap >= chunk_size``, ``chunk_size <= 0``,
-  ``overlap < 0``) are refused before any work, and the recursive splitter always has a hard
-  character split to fall back on.
+  ``overlap < 0``) are refused before any work, and every splitter has a hard character
+  split to fall back on.
 
 :func:`recursive_split` is the recursive character splitter (paragraphs, lines, sentences,
 words, then characters); :func:`fixed_size_split` slides a window of ``chunk_size`` units;
+:func:`markdown_split` cuts at ATX headings, never inside a fenced code block;
+:func:`code_split` cuts at top-level definitions, then nested ones, then blank lines;
 :func:`word_split` counts whitespace-separated words (the RAG node's word mode).
-:class:`ChunkingConfig` holds the settings of a workspace and dispatches.
+:class:`ChunkingConfig` holds the settings of a workspace (an overlap is a count or a
+percentage, :class:`Overlap`) and dispatches.
 
 Pure code: no I/O, no session.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from decimal import Decimal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
 
 from kg.errors import InvalidInput
 
@@ -35,9 +40,14 @@ __all__ = [
     "DEFAULT_SEPARATORS",
     "Chunk",
     "ChunkingConfig",
+    "Overlap",
     "check_chunking_settings",
+    "code_split",
+    "count_words",
     "fixed_size_split",
+    "markdown_split",
     "recursive_split",
+    "resolve_overlap",
     "word_split",
 ]
 
@@ -45,9 +55,16 @@ __all__ = [
 #: character. The final hard character split happens even when ``""`` is not listed.
 DEFAULT_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", ". ", " ", "")
 
-#: Version of the splitting algorithms, part of :meth:`ChunkingConfig.fingerprint`: bump it
-#: when a change would cut the same text differently, so content keys change with it.
-_ALGORITHM_VERSION = 1
+#: Version of each splitting algorithm, part of :meth:`ChunkingConfig.fingerprint`: bump a
+#: splitter's version when a change would cut the same text differently, so content keys
+#: change with it (and only for that splitter).
+_SPLITTER_VERSIONS: dict[str, int] = {
+    "recursive": 1,
+    "fixed_size": 1,
+    "markdown": 1,
+    "code": 1,
+    "words": 1,
+}
 
 # CJK ideographs and kana: scripts written without spaces, where each character counts as
 # one word in word mode (as BERT's tokenizer does for ideographs).
@@ -279,42 +296,497 @@ def word_split(text: str, *, chunk_size: int, overlap: int) -> list[Chunk]:
     return chunks
 
 
+def count_words(text: str) -> int:
+    """Number of words in ``text``, as :func:`word_split` counts them.
+
+    Parameters
+    ----------
+    text : str
+        Any text.
+
+    Returns
+    -------
+    int
+        Maximal runs of non-whitespace characters, each CJK ideograph or kana counting as a
+        word of its own; 0 for a text of only whitespace.
+    """
+    return sum(1 for _ in _WORD_RE.finditer(text))
+
+
+def markdown_split(
+    text: str,
+    *,
+    chunk_size: int,
+    overlap: int,
+    length: Callable[[str], int] | None = None,
+) -> list[Chunk]:
+    r"""Split a Markdown text into its sections, splitting further only sections too long.
+
+    A section starts at each ATX heading (a line of one to six ``#`` after at most three
+    spaces, then a space, a tab or the end of the line) and runs to the next one; the text
+    before the first heading is a section of its own. A line inside a fenced code block
+    (opened by three or more backticks or tildes, with an optional info string, and closed
+    by a line of at least as many of the same character) is never a heading, and an
+    unclosed fence runs to the end of the text, as in CommonMark. A section that fits in
+    ``chunk_size`` is one chunk; sections are never merged and never overlap each other. A
+    longer section is split like :func:`recursive_split` into paragraphs, lines, sentences,
+    words and characters, except that a fenced block is kept whole as one piece when it fits,
+    and is split by lines (then words, then characters) only when it alone is too long.
+
+    Parameters
+    ----------
+    text : str
+        The Markdown source.
+    chunk_size : int
+        Largest chunk, in units of ``length``; > 0.
+    overlap : int
+        Units shared by consecutive chunks of one section, ``0 <= overlap < chunk_size``.
+    length : callable str -> int, optional
+        Measures a text; ``None`` counts characters (code points).
+
+    Returns
+    -------
+    list of Chunk
+        In source order, ``[]`` for a text that is empty or only whitespace. Chunks carry no
+        added heading prefix: ``chunk.text == text[chunk.start:chunk.end]``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``chunk_size <= 0``, ``overlap < 0`` or ``overlap >= chunk_size``, checked before
+        any work.
+
+    Notes
+    -----
+    Only ``"\n"`` ends a line (a ``"\r"`` before it is ignored when matching). Setext
+    headings (underlined with ``===``) are not section breaks. One pass over the lines finds
+    sections and fences, O(n); splitting a long section costs what :func:`recursive_split`
+    costs on it.
+
+    References
+    ----------
+    .. [1] CommonMark Spec 0.31.2, sections 4.2 (ATX headings) and 4.5 (fenced code blocks),
+       https://spec.commonmark.org/0.31.2/
+
+    Examples
+    --------
+    >>> doc = "# Title\nintro\n```\n# not a heading\n```\n## Part 2\nbody"
+    >>> [c.text for c in markdown_split(doc, chunk_size=100, overlap=0)]
+    ['# Title\nintro\n```\n# not a heading\n```', '## Part 2\nbody']
+    """
+    check_chunking_settings(chunk_size, overlap)
+    if not text or text.isspace():
+        return []
+    splitter = _Splitter(text, chunk_size, overlap, length)
+    for lo, hi, fences in _markdown_sections(text):
+        first, last = _strip_span(text, lo, hi)
+        if first >= last:
+            continue
+        if splitter.fits(first, last):
+            splitter.emit(first, last, first)
+            continue
+        pieces: list[tuple[int, int, tuple[_Separator, ...]]] = []
+        pos = lo
+        for fence_lo, fence_hi in [*fences, (hi, hi)]:
+            pieces.extend(
+                (start, end, _MARKDOWN_PROSE_FINER)
+                for start, end in _pieces(text, pos, fence_lo, "\n\n")
+            )
+            if fence_lo < fence_hi:
+                pieces.append((fence_lo, fence_hi, _MARKDOWN_FENCE_FINER))
+            pos = fence_hi
+        splitter.split_pieces(pieces)
+    return splitter.chunks()
+
+
+def code_split(
+    text: str,
+    *,
+    chunk_size: int,
+    overlap: int,
+    length: Callable[[str], int] | None = None,
+    language: str | None = None,
+) -> list[Chunk]:
+    """Split source code at top-level definitions, then nested ones, then blank lines.
+
+    The separators, coarsest first: the start of each top-level definition (a line at column
+    0 opening a class, function, type, ... of ``language``), moved up over the decorator,
+    attribute and comment lines right above it; the start of each indented definition
+    (methods); runs of blank lines; line ends; spaces; then a hard character split. Pieces
+    that fit are merged greedily as in :func:`recursive_split`, so small definitions share a
+    chunk and a large one is split inside.
+
+    Parameters
+    ----------
+    text : str
+        The source code.
+    chunk_size : int
+        Largest chunk, in units of ``length``; > 0.
+    overlap : int
+        Units shared by consecutive chunks, ``0 <= overlap < chunk_size``.
+    length : callable str -> int, optional
+        Measures a text; ``None`` counts characters (code points).
+    language : str, optional
+        ``"python"``, ``"javascript"``, ``"typescript"``, ``"go"``, ``"rust"`` or ``"java"``
+        (also ``py``, ``js``, ``ts``, ``golang``, ``rs``; any case). ``None`` recognises the
+        definition keywords of all of them.
+
+    Returns
+    -------
+    list of Chunk
+        In source order, ``[]`` for a text that is empty or only whitespace. Chunks are
+        stripped of surrounding whitespace, so a method's chunk starts at its ``def``, not at
+        its indentation.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``chunk_size <= 0``, ``overlap < 0``, ``overlap >= chunk_size`` or an unknown
+        ``language`` (the message lists the known ones), checked before any work.
+
+    Notes
+    -----
+    Definitions are found by line patterns, not by parsing, so a keyword at the start of a
+    line inside a multi-line string also cuts there; that only moves a chunk boundary. Cost
+    as :func:`recursive_split`, plus one regular-expression scan per level.
+
+    References
+    ----------
+    .. [1] LangChain, ``RecursiveCharacterTextSplitter.from_language``,
+       https://python.langchain.com/docs/how_to/code_splitter/
+    """
+    check_chunking_settings(chunk_size, overlap)
+    separators = _code_separators(language)
+    if not text or text.isspace():
+        return []
+    splitter = _Splitter(text, chunk_size, overlap, length)
+    splitter.split(0, len(text), separators)
+    return splitter.chunks()
+
+
+#: Finer separators of Markdown prose and of a fenced block too long to keep whole.
+_MARKDOWN_PROSE_FINER: tuple[_Separator, ...] = ("\n", ". ", " ", "")
+_MARKDOWN_FENCE_FINER: tuple[_Separator, ...] = ("\n", " ", "")
+
+_ATX_HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]|$)")
+_FENCE_OPEN = re.compile(r" {0,3}(`{3,}|~{3,})(.*)$")
+_FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t]*$")
+
+
+def _markdown_sections(text: str) -> list[tuple[int, int, list[tuple[int, int]]]]:
+    """Sections ``(start, end, fences)`` of a Markdown text; fences are ``(start, end)``
+    spans from the opening line's start to the closing line's end (or the text's end)."""
+    sections: list[tuple[int, int, list[tuple[int, int]]]] = []
+    section_start = 0
+    fences: list[tuple[int, int]] = []
+    fence: tuple[str, int, int] | None = None  # (character, length, start) of an open fence
+    pos = 0
+    while pos < len(text):
+        newline = text.find("\n", pos)
+        line_end = len(text) if newline == -1 else newline
+        line = text[pos:line_end].removesuffix("\r")
+        if fence is not None:
+            close = _FENCE_CLOSE.match(line)
+            if close and close.group(1)[0] == fence[0] and len(close.group(1)) >= fence[1]:
+                fences.append((fence[2], pos + len(line)))
+                fence = None
+        elif _ATX_HEADING.match(line):
+            if pos > section_start:
+                sections.append((section_start, pos, fences))
+            section_start, fences = pos, []
+        elif (opening := _FENCE_OPEN.match(line)) and not (
+            opening.group(1)[0] == "`" and "`" in opening.group(2)
+        ):
+            fence = (opening.group(1)[0], len(opening.group(1)), pos)
+        pos = line_end + 1
+    if fence is not None:
+        fences.append((fence[2], len(text)))
+    sections.append((section_start, len(text), fences))
+    return sections
+
+
+def _strip_span(text: str, lo: int, hi: int) -> tuple[int, int]:
+    """``[lo, hi)`` without its leading and trailing whitespace (empty: ``lo >= hi``)."""
+    window = text[lo:hi]
+    stripped = window.lstrip()
+    if not stripped:
+        return hi, hi
+    return lo + len(window) - len(stripped), hi - (len(window) - len(window.rstrip()))
+
+
+#: Definition openers per language (matched after a line's indentation).
+_CODE_DEFINITIONS: dict[str, str] = {
+    "python": r"(?:async[ \t]+)?def\b|class\b",
+    "javascript": (
+        r"(?:export[ \t]+(?:default[ \t]+)?)?(?:async[ \t]+)?"
+        r"(?:function\b|class\b|const\b|let\b|var\b)"
+    ),
+    "typescript": (
+        r"(?:export[ \t]+(?:default[ \t]+)?)?(?:declare[ \t]+)?(?:abstract[ \t]+)?(?:async[ \t]+)?"
+        r"(?:function\b|class\b|const\b|let\b|var\b|interface\b|type\b|enum\b|namespace\b)"
+    ),
+    "go": r"func\b|type\b|var\b|const\b",
+    "rust": (
+        r"(?:pub(?:\([^)\n]*\))?[ \t]+)?(?:(?:async|unsafe|const|extern)[ \t]+"
+        r"(?:\"[^\"\n]*\"[ \t]+)?)*"
+        r"(?:fn\b|struct\b|enum\b|impl\b|trait\b|mod\b|type\b|static\b|const\b|union\b"
+        r"|macro_rules!)"
+    ),
+    "java": (
+        r"(?:(?:public|protected|private|static|final|abstract|sealed|non-sealed|strictfp)[ \t]+)*"
+        r"(?:class\b|interface\b|enum\b|record\b|@interface\b)"
+    ),
+}
+#: Lines that belong to the definition below them: decorators, attributes, comments.
+_CODE_ATTACHED: dict[str, str] = {
+    "python": r"[@#]",
+    "javascript": r"//|/\*|\*|@",
+    "typescript": r"//|/\*|\*|@",
+    "go": r"//|/\*|\*",
+    "rust": r"//|/\*|\*|#",
+    "java": r"//|/\*|\*|@",
+}
+_CODE_ALIASES: dict[str, str] = {
+    "py": "python",
+    "js": "javascript",
+    "ts": "typescript",
+    "golang": "go",
+    "rs": "rust",
+}
+_BLANK_LINES = re.compile(r"\n(?:[ \t]*\r?\n)+")
+_code_separator_cache: dict[str | None, tuple[_Separator, ...]] = {}
+
+
+def _code_separators(language: str | None) -> tuple[_Separator, ...]:
+    """The separators of :func:`code_split` for ``language`` (None: every language)."""
+    if language is not None:
+        if not isinstance(language, str):
+            raise InvalidInput(
+                "the code language must be a string", details={"language": repr(language)}
+            )
+        key: str | None = _CODE_ALIASES.get(language.lower(), language.lower())
+        if key not in _CODE_DEFINITIONS:
+            known = sorted([*_CODE_DEFINITIONS, *_CODE_ALIASES])
+            raise InvalidInput(
+                f"unknown code language {language!r}; known: {', '.join(known)}",
+                details={"language": language, "known": known},
+            )
+    else:
+        key = None
+    cached = _code_separator_cache.get(key)
+    if cached is not None:
+        return cached
+    if key is None:
+        definitions = "|".join(f"(?:{pattern})" for pattern in _CODE_DEFINITIONS.values())
+        attached = "|".join(dict.fromkeys(_CODE_ATTACHED.values()))
+    else:
+        definitions, attached = _CODE_DEFINITIONS[key], _CODE_ATTACHED[key]
+    separators: tuple[_Separator, ...] = (
+        _Cut(
+            re.compile(f"^(?:{definitions})", re.MULTILINE),
+            attach=re.compile(f"(?:{attached})"),
+        ),
+        _Cut(
+            re.compile(f"^[ \\t]+(?:{definitions})", re.MULTILINE),
+            attach=re.compile(f"[ \\t]*(?:{attached})"),
+        ),
+        _Cut(_BLANK_LINES, at_end=True),
+        "\n",
+        " ",
+        "",
+    )
+    _code_separator_cache[key] = separators
+    return separators
+
+
+class Overlap(BaseModel):
+    """An overlap written as an object: a count, or a fraction of the chunk size.
+
+    Attributes
+    ----------
+    type : {"Tokens", "Percentage"}
+        ``"Tokens"``: ``value`` is a count in the configuration's unit (tokens, characters
+        or words, whatever ``unit`` says); ``"Percentage"``: ``value`` is a fraction of
+        ``chunk_size`` from 0.0 to 0.5, and the overlap is ``floor(chunk_size * value)``.
+    value : int or float
+        The count or the fraction; booleans and strings are refused.
+
+    Examples
+    --------
+    >>> Overlap(type="Percentage", value=0.125).count(512)
+    64
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["Tokens", "Percentage"]
+    value: int | float
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _number(cls, value: object) -> object:
+        """Refuse booleans and strings, which pydantic would otherwise coerce."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"chunk overlap value must be a number, got {value!r}")
+        return value
+
+    def count(self, chunk_size: int) -> int:
+        """The overlap in units for chunks of ``chunk_size`` units (no range check)."""
+        if self.type == "Tokens":
+            return int(self.value)
+        return math.floor(Decimal(repr(float(self.value))) * chunk_size)
+
+
+def resolve_overlap(chunk_size: int, overlap: int | Overlap | Mapping[str, object]) -> int:
+    """The overlap count of a setting given as a count or as ``{"type", "value"}``.
+
+    Parameters
+    ----------
+    chunk_size : int
+        Largest chunk, in units; > 0.
+    overlap : int, Overlap or mapping
+        A count, or ``{"type": "Tokens", "value": n}`` (a count), or
+        ``{"type": "Percentage", "value": p}`` with ``0.0 <= p <= 0.5`` (``floor(size * p)``).
+
+    Returns
+    -------
+    int
+        The overlap in units, ``0 <= overlap < chunk_size``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A malformed overlap object, a percentage outside [0.0, 0.5], or settings that
+        :func:`check_chunking_settings` refuses. The message names both settings.
+    """
+    count = overlap
+    if isinstance(overlap, Mapping | Overlap):
+        try:
+            spec = (
+                overlap if isinstance(overlap, Overlap) else Overlap.model_validate(dict(overlap))
+            )
+        except ValidationError as exc:
+            raise InvalidInput(
+                f"chunk overlap must be a count or {{type: Tokens|Percentage, value}} "
+                f"(chunk size is {chunk_size!r}): {exc.errors()[0]['msg']}",
+                details={"chunk_size": chunk_size, "overlap": repr(overlap)},
+            ) from exc
+        problem = _overlap_spec_problem(chunk_size, spec)
+        if problem is not None:
+            raise InvalidInput(
+                problem, details={"chunk_size": chunk_size, "overlap": spec.model_dump()}
+            )
+        count = spec.count(chunk_size)
+    check_chunking_settings(chunk_size, count)  # type: ignore[arg-type]
+    return count  # type: ignore[return-value]
+
+
 class ChunkingConfig(BaseModel):
     """The chunking settings of a workspace.
 
     Attributes
     ----------
-    splitter : {"recursive", "fixed_size"}
-        :func:`recursive_split` or :func:`fixed_size_split`.
+    splitter : {"recursive", "fixed_size", "markdown", "code", "words"}
+        :func:`recursive_split`, :func:`fixed_size_split`, :func:`markdown_split`,
+        :func:`code_split` (any language) or :func:`word_split` (the RAG node's word mode).
     chunk_size : int
         Largest chunk in ``unit``; > 0.
-    overlap : int
-        Units shared by consecutive chunks, ``0 <= overlap < chunk_size``.
-    unit : {"tokens", "chars"}
+    overlap : int or Overlap
+        Units shared by consecutive chunks: a count, or ``{"type": "Tokens", "value": n}``
+        (stored as the count ``n``), or ``{"type": "Percentage", "value": p}`` with
+        ``0.0 <= p <= 0.5`` (kept as given; :attr:`overlap_units` resolves it). The
+        resolved count must satisfy ``0 <= overlap < chunk_size``.
+    unit : {"tokens", "chars", "words"}
         ``"tokens"`` measures with the embedder's token counter, ``"chars"`` counts code
-        points.
+        points, ``"words"`` counts words as :func:`word_split` does. The ``"words"``
+        splitter implies ``"words"`` (the default when the splitter is ``"words"``) and
+        refuses any other unit.
 
     Raises
     ------
     pydantic.ValidationError
-        On construction, for settings :func:`check_chunking_settings` refuses; the message
-        names both settings.
+        On construction, for settings :func:`check_chunking_settings` refuses, a percentage
+        outside [0.0, 0.5], or the ``"words"`` splitter with another unit; the message names
+        both size settings.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    splitter: Literal["recursive", "fixed_size"] = "recursive"
+    splitter: Literal["recursive", "fixed_size", "markdown", "code", "words"] = "recursive"
     chunk_size: int = 512
-    overlap: int = 64
-    unit: Literal["tokens", "chars"] = "tokens"
+    overlap: int | Overlap = 64
+    unit: Literal["tokens", "chars", "words"] = "tokens"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        """Store a ``Tokens`` overlap as its count; give the words splitter word units."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        overlap = data.get("overlap")
+        if isinstance(overlap, Overlap):
+            overlap = overlap.model_dump()
+        if isinstance(overlap, dict):
+            if overlap.get("type") == "Tokens" and set(overlap) == {"type", "value"}:
+                value = overlap["value"]
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise ValueError(
+                        f"chunk overlap value must be a number, got {value!r} "
+                        f"(chunk size is {data.get('chunk_size', 512)!r})"
+                    )
+                data["overlap"] = value
+            else:
+                data["overlap"] = overlap
+        if data.get("splitter") == "words" and "unit" not in data:
+            data["unit"] = "words"
+        return data
 
     @model_validator(mode="after")
     def _check_sizes(self) -> ChunkingConfig:
-        """Apply :func:`check_chunking_settings` (as a ValueError for pydantic)."""
-        problem = _settings_problem(self.chunk_size, self.overlap)
+        """Apply :func:`resolve_overlap`'s rules (as a ValueError for pydantic)."""
+        problem = None
+        if isinstance(self.overlap, Overlap):
+            problem = _overlap_spec_problem(self.chunk_size, self.overlap)
+        if problem is None:
+            problem = _settings_problem(self.chunk_size, self.overlap_units)
         if problem is not None:
             raise ValueError(problem)
+        if self.splitter == "words" and self.unit != "words":
+            raise ValueError(
+                f"the words splitter counts words: unit must be 'words', not {self.unit!r}"
+            )
         return self
+
+    @property
+    def overlap_units(self) -> int:
+        """The overlap as a count of units (a percentage resolved against ``chunk_size``)."""
+        if isinstance(self.overlap, Overlap):
+            return self.overlap.count(self.chunk_size)
+        return self.overlap
+
+    def capped(self, max_size: int) -> ChunkingConfig:
+        """These settings with ``chunk_size`` at most ``max_size`` (e.g. a model's context).
+
+        Parameters
+        ----------
+        max_size : int
+            Largest allowed chunk size, in ``unit``; > 0.
+
+        Returns
+        -------
+        ChunkingConfig
+            ``self`` when it fits; else a copy of size ``max_size`` whose overlap is the same
+            percentage, or the count capped at ``max_size // 2``.
+        """
+        if self.chunk_size <= max_size:
+            return self
+        overlap: int | Overlap = self.overlap
+        if not isinstance(overlap, Overlap):
+            overlap = min(overlap, max_size // 2)
+        return ChunkingConfig(
+            splitter=self.splitter, chunk_size=max_size, overlap=overlap, unit=self.unit
+        )
 
     def chunk(self, text: str, token_counter: Callable[[str], int] | None = None) -> list[Chunk]:
         """Split ``text`` with these settings.
@@ -325,7 +797,7 @@ class ChunkingConfig(BaseModel):
             The source.
         token_counter : callable str -> int, optional
             The embedder's token counter (``embedder.count_tokens``); required when
-            ``unit == "tokens"``, ignored for ``"chars"``.
+            ``unit == "tokens"``, ignored otherwise.
 
         Returns
         -------
@@ -336,22 +808,28 @@ class ChunkingConfig(BaseModel):
         kg.errors.InvalidInput
             Token units without a ``token_counter``.
         """
+        size, overlap = self.chunk_size, self.overlap_units
+        if self.splitter == "words":
+            return word_split(text, chunk_size=size, overlap=overlap)
+        length: Callable[[str], int] | None
         if self.unit == "tokens":
             if token_counter is None:
                 raise InvalidInput(
                     "chunking in tokens needs the embedder's token counter",
                     details={"unit": self.unit},
                 )
-            length: Callable[[str], int] | None = token_counter
+            length = token_counter
+        elif self.unit == "words":
+            length = count_words
         else:
             length = None
         if self.splitter == "recursive":
-            return recursive_split(
-                text, chunk_size=self.chunk_size, overlap=self.overlap, length=length
-            )
-        return fixed_size_split(
-            text, chunk_size=self.chunk_size, overlap=self.overlap, length=length
-        )
+            return recursive_split(text, chunk_size=size, overlap=overlap, length=length)
+        if self.splitter == "fixed_size":
+            return fixed_size_split(text, chunk_size=size, overlap=overlap, length=length)
+        if self.splitter == "markdown":
+            return markdown_split(text, chunk_size=size, overlap=overlap, length=length)
+        return code_split(text, chunk_size=size, overlap=overlap, length=length)
 
     def fingerprint(self) -> str:
         """A stable string of the settings, part of a chunk's content key.
@@ -359,13 +837,30 @@ class ChunkingConfig(BaseModel):
         Returns
         -------
         str
-            ``"<splitter>/v<algorithm version>/<unit>/size=<chunk_size>/overlap=<overlap>"``,
-            e.g. ``"recursive/v1/tokens/size=512/overlap=64"``.
+            ``"<splitter>/v<splitter version>/<unit>/size=<chunk_size>/overlap=<count>"``,
+            e.g. ``"recursive/v1/tokens/size=512/overlap=64"``. The overlap is the resolved
+            count, so a percentage that gives the same count as a count gives the same
+            chunks and the same fingerprint.
         """
         return (
-            f"{self.splitter}/v{_ALGORITHM_VERSION}/{self.unit}"
-            f"/size={self.chunk_size}/overlap={self.overlap}"
+            f"{self.splitter}/v{_SPLITTER_VERSIONS[self.splitter]}/{self.unit}"
+            f"/size={self.chunk_size}/overlap={self.overlap_units}"
         )
+
+
+def _overlap_spec_problem(chunk_size: object, spec: Overlap) -> str | None:
+    """Describe what is wrong with an overlap object (naming both settings), or None."""
+    value = spec.value
+    if spec.type == "Percentage":
+        if not 0.0 <= value <= 0.5:  # also refuses NaN
+            return (
+                f"chunk overlap percentage ({value!r}) must be between 0.0 and 0.5 "
+                f"(chunk size is {chunk_size!r})"
+            )
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return f"chunk overlap ({value!r}) must be a whole count (chunk size is {chunk_size!r})"
+    return None
 
 
 def _settings_problem(chunk_size: object, overlap: object) -> str | None:
@@ -423,6 +918,54 @@ def _continues_cluster(text: str, i: int) -> bool:
     )
 
 
+class _Cut:
+    """A separator given by a pattern: cut at each match's start (or end) in a span.
+
+    ``attach`` (a pattern matched at a line's start) moves a start-cut up over the lines
+    just before it that belong to what follows (decorators, doc comments, attributes).
+    """
+
+    __slots__ = ("attach", "at_end", "pattern")
+
+    def __init__(
+        self,
+        pattern: re.Pattern[str],
+        *,
+        at_end: bool = False,
+        attach: re.Pattern[str] | None = None,
+    ) -> None:
+        self.pattern = pattern
+        self.at_end = at_end
+        self.attach = attach
+
+    def cut(self, text: str, lo: int, hi: int) -> list[tuple[int, int]] | None:
+        """Spans of ``text[lo:hi]`` between the cuts, or None when nothing cuts it."""
+        cuts: list[int] = []
+        for match in self.pattern.finditer(text, lo, hi):
+            pos = match.end() if self.at_end else self._attached_start(text, lo, match.start())
+            if lo < pos < hi and (not cuts or pos > cuts[-1]):
+                cuts.append(pos)
+        if not cuts:
+            return None
+        bounds = [lo, *cuts, hi]
+        return list(zip(bounds, bounds[1:]))
+
+    def _attached_start(self, text: str, lo: int, pos: int) -> int:
+        """Move ``pos`` (a line start) up over the attached lines just above it."""
+        if self.attach is None:
+            return pos
+        while pos > lo and text[pos - 1] == "\n":
+            above = max(lo, text.rfind("\n", lo, pos - 1) + 1)
+            if not self.attach.match(text, above, pos - 1):
+                break
+            pos = above
+        return pos
+
+
+#: A separator of :class:`_Splitter`: a literal (cut after each occurrence) or a pattern.
+_Separator = str | _Cut
+
+
 class _Splitter:
     """State of one split: the source, the settings and the spans emitted so far."""
 
@@ -470,14 +1013,19 @@ class _Splitter:
         hi -= len(window) - len(window.rstrip())
         self.spans.append((lo, hi))
 
-    def split(self, lo: int, hi: int, separators: tuple[str, ...]) -> None:
+    def split(self, lo: int, hi: int, separators: tuple[_Separator, ...]) -> None:
         """Split ``[lo, hi)`` at the first separator found, recursing into long pieces."""
-        sep, finer = self._choose(lo, hi, separators)
-        if sep is None:
+        spans, finer = self._choose(lo, hi, separators)
+        if spans is None:
             self.windows(lo, hi)
             return
+        self.split_pieces([(start, end, finer) for start, end in spans])
+
+    def split_pieces(self, pieces: Sequence[tuple[int, int, tuple[_Separator, ...]]]) -> None:
+        """Merge consecutive fitting pieces ``(start, end, finer)``; split the others with
+        their own finer separators."""
         good: list[tuple[int, int, int]] = []
-        for start, end in _pieces(self.text, lo, hi, sep):
+        for start, end, finer in pieces:
             units = self.measure(start, end)
             if units <= self.size:
                 good.append((start, end, units))
@@ -490,14 +1038,18 @@ class _Splitter:
             self.merge(good)
 
     def _choose(
-        self, lo: int, hi: int, separators: tuple[str, ...]
-    ) -> tuple[str | None, tuple[str, ...]]:
-        """The first separator occurring in ``[lo, hi)`` and the finer ones after it."""
+        self, lo: int, hi: int, separators: tuple[_Separator, ...]
+    ) -> tuple[list[tuple[int, int]] | None, tuple[_Separator, ...]]:
+        """The pieces cut by the first separator occurring in ``[lo, hi)``, and the finer
+        separators after it."""
         for i, sep in enumerate(separators):
-            if sep == "":
-                break
-            if self.text.find(sep, lo, hi) != -1:
-                return sep, separators[i + 1 :]
+            if isinstance(sep, str):
+                if sep == "":
+                    break
+                if self.text.find(sep, lo, hi) != -1:
+                    return _pieces(self.text, lo, hi, sep), separators[i + 1 :]
+            elif (spans := sep.cut(self.text, lo, hi)) is not None:
+                return spans, separators[i + 1 :]
         return None, ()
 
     def merge(self, pieces: list[tuple[int, int, int]]) -> None:

@@ -183,3 +183,16 @@ def test_ingest_goes_on_when_one_file_fails_to_embed(db_url, tmp_path):
     assert services.indexer.drain().failed == 1
     assert sorted(found(services, "words")) == ["/a", "/c"]
     services.close()
+
+
+def test_percentage_overlap_over_the_model_context_is_capped_not_a_crash():
+    from kg.rag.config import parse_embedding_config
+    from kg.rag.indexing import effective_chunking
+    from kg.providers.fake import FakeEmbedder
+
+    config = parse_embedding_config({"chunking": {"chunk_size": 100000, "overlap": {"type": "Percentage", "value": 0.25}}},
+                                    default_model="fake:hash-16")
+    small = FakeEmbedder(dim=8)
+    small.max_tokens = 102
+    capped = effective_chunking(config.chunking, small)
+    assert capped.chunk_size == 100 and capped.overlap_units == 25

@@ -15,9 +15,12 @@ from kg.text.chunking import (
     DEFAULT_SEPARATORS,
     Chunk,
     ChunkingConfig,
+    Overlap,
     check_chunking_settings,
+    count_words,
     fixed_size_split,
     recursive_split,
+    resolve_overlap,
     word_split,
 )
 
@@ -359,7 +362,7 @@ def test_config_is_frozen_and_strict_about_fields() -> None:
     with pytest.raises(ValidationError):
         ChunkingConfig(size=5)  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
-        ChunkingConfig(unit="words")  # type: ignore[arg-type]
+        ChunkingConfig(unit="bytes")  # type: ignore[arg-type]
 
 
 def test_config_dispatches() -> None:
@@ -467,3 +470,213 @@ def test_word_split_invariants(text: str, sizes: tuple[int, int]) -> None:
         assert (chunk.start, chunk.end) == (words[first].start, words[last].end)
     if chunks:
         assert chunks[-1].end == words[-1].end
+
+
+# --- CASES.md #1 in every unit and splitter, through the configuration ---------------------
+
+ALL_SPLITTERS = ["recursive", "fixed_size", "markdown", "code", "words"]
+
+
+@pytest.mark.parametrize(("chunk_size", "overlap"), BAD_SETTINGS)
+@pytest.mark.parametrize("unit", ["tokens", "chars", "words"])
+@pytest.mark.parametrize("splitter", ALL_SPLITTERS)
+def test_case1_config_refuses_bad_settings_in_every_unit_and_splitter(
+    splitter: str, unit: str, chunk_size: int, overlap: int
+) -> None:
+    with pytest.raises(ValidationError) as info:
+        ChunkingConfig(splitter=splitter, unit=unit, chunk_size=chunk_size, overlap=overlap)
+    text = str(info.value)
+    assert "chunk size" in text and "chunk overlap" in text
+    assert str(chunk_size) in text and str(overlap) in text
+
+
+@pytest.mark.parametrize(("chunk_size", "overlap"), [(5, 5), (5, 6), (0, 0), (5, -1)])
+def test_case1_word_mode_config_refuses_naming_both(chunk_size: int, overlap: int) -> None:
+    with pytest.raises(ValidationError, match=r"chunk (size|overlap) .*chunk (size|overlap)"):
+        ChunkingConfig(splitter="words", chunk_size=chunk_size, overlap=overlap)
+    with pytest.raises(ValidationError, match=r"chunk (size|overlap) .*chunk (size|overlap)"):
+        ChunkingConfig(
+            splitter="words", chunk_size=chunk_size, overlap={"type": "Tokens", "value": overlap}
+        )
+
+
+def test_case1_word_mode_config_seven_words_size5_overlap2() -> None:
+    config = ChunkingConfig(splitter="words", chunk_size=5, overlap=2)
+    assert config.unit == "words"
+    chunks = config.chunk("w1 w2 w3 w4 w5 w6 w7")
+    assert [c.text for c in chunks] == ["w1 w2 w3 w4 w5", "w4 w5 w6 w7"]
+    assert [(c.start, c.end) for c in chunks] == [(0, 14), (9, 20)]
+
+
+def test_case1_edge_in_chars_and_tokens_units() -> None:
+    text = "w1 w2 w3 w4 w5 w6 w7"
+    chars = ChunkingConfig(splitter="fixed_size", unit="chars", chunk_size=5, overlap=2)
+    assert [c.text for c in chars.chunk(text)] == [
+        "w1 w2",
+        "w2 w3",
+        "w3 w4",
+        "w4 w5",
+        "w5 w6",
+        "w6 w7",
+    ]
+    tokens = ChunkingConfig(splitter="recursive", chunk_size=5, overlap=2)
+    chunks = tokens.chunk(text, toy_tokens)
+    assert_invariants(text, chunks, 5, toy_tokens)
+
+
+def test_words_unit_with_the_recursive_splitter_counts_words() -> None:
+    text = "one two three four five six seven eight nine ten"
+    config = ChunkingConfig(splitter="recursive", unit="words", chunk_size=4, overlap=1)
+    chunks = config.chunk(text)
+    assert [c.text for c in chunks] == [
+        "one two three four",
+        "four five six seven",
+        "seven eight nine ten",
+    ]
+
+
+def test_words_splitter_refuses_another_unit() -> None:
+    with pytest.raises(ValidationError, match="words splitter counts words"):
+        ChunkingConfig(splitter="words", unit="chars", chunk_size=5, overlap=1)
+
+
+# --- overlap as a count or a percentage ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("chunk_size", "overlap", "expected"),
+    [
+        (512, {"type": "Tokens", "value": 64}, 64),
+        (512, {"type": "Percentage", "value": 0.125}, 64),
+        (512, {"type": "Percentage", "value": 0.1}, 51),
+        (100, {"type": "Percentage", "value": 0.29}, 29),  # not 28: no float rounding error
+        (10, {"type": "Percentage", "value": 0.5}, 5),
+        (1, {"type": "Percentage", "value": 0.5}, 0),
+        (7, {"type": "Percentage", "value": 0}, 0),
+        (7, {"type": "Percentage", "value": 0.0}, 0),
+        (7, 3, 3),
+    ],
+)
+def test_overlap_count_or_percentage(chunk_size: int, overlap: object, expected: int) -> None:
+    config = ChunkingConfig(unit="chars", chunk_size=chunk_size, overlap=overlap)
+    assert config.overlap_units == expected
+    assert resolve_overlap(chunk_size, overlap) == expected  # type: ignore[arg-type]
+
+
+def test_tokens_overlap_object_is_stored_as_its_count() -> None:
+    config = ChunkingConfig(overlap={"type": "Tokens", "value": 64})
+    assert config.overlap == 64
+    assert config == ChunkingConfig(overlap=64)
+    assert ChunkingConfig(overlap=Overlap(type="Tokens", value=32)).overlap == 32
+
+
+def test_percentage_overlap_round_trips_and_splits_like_its_count() -> None:
+    config = ChunkingConfig(
+        unit="chars", chunk_size=10, overlap={"type": "Percentage", "value": 0.3}
+    )
+    assert config.model_dump()["overlap"] == {"type": "Percentage", "value": 0.3}
+    assert ChunkingConfig.model_validate(config.model_dump()) == config
+    text = "abcdefghijklmnopqrstuvwxyz"
+    assert config.chunk(text) == recursive_split(text, chunk_size=10, overlap=3)
+    count = ChunkingConfig(unit="chars", chunk_size=10, overlap=3)
+    assert config.fingerprint() == count.fingerprint()
+
+
+@pytest.mark.parametrize("value", [0.51, 0.7, 1, -0.1, float("nan"), float("inf")])
+def test_percentage_outside_range_refused_naming_both(value: float) -> None:
+    overlap = {"type": "Percentage", "value": value}
+    with pytest.raises(ValidationError) as info:
+        ChunkingConfig(chunk_size=512, overlap=overlap)
+    text = str(info.value)
+    assert "chunk overlap percentage" in text and "chunk size is 512" in text
+    with pytest.raises(InvalidInput) as error:
+        resolve_overlap(512, overlap)
+    assert "chunk overlap" in error.value.message and "chunk size" in error.value.message
+
+
+@pytest.mark.parametrize(
+    "overlap",
+    [
+        {"type": "Percentage", "value": True},
+        {"type": "Percentage", "value": "0.1"},
+        {"type": "Percent", "value": 0.1},
+        {"type": "Tokens"},
+        {"type": "Tokens", "value": 64, "extra": 1},
+        {"type": "Tokens", "value": 6.5},
+        {"type": "Tokens", "value": True},
+        {"value": 0.1},
+    ],
+)
+def test_malformed_overlap_objects_refused(overlap: dict) -> None:
+    with pytest.raises(ValidationError):
+        ChunkingConfig(chunk_size=512, overlap=overlap)
+    with pytest.raises(InvalidInput, match="chunk overlap"):
+        resolve_overlap(512, overlap)
+
+
+def test_tokens_overlap_object_still_checked_against_size() -> None:
+    with pytest.raises(
+        ValidationError, match=r"chunk overlap \(512\) must be smaller than chunk size \(512\)"
+    ):
+        ChunkingConfig(chunk_size=512, overlap={"type": "Tokens", "value": 512})
+
+
+# --- fingerprints and capping ---------------------------------------------------------------
+
+
+def test_fingerprints_of_existing_configs_are_unchanged() -> None:
+    assert ChunkingConfig().fingerprint() == "recursive/v1/tokens/size=512/overlap=64"
+    assert (
+        ChunkingConfig(unit="chars", splitter="fixed_size", chunk_size=100, overlap=0).fingerprint()
+        == "fixed_size/v1/chars/size=100/overlap=0"
+    )
+
+
+def test_fingerprints_of_new_options_are_distinct() -> None:
+    variants = [
+        ChunkingConfig(),
+        ChunkingConfig(splitter="markdown"),
+        ChunkingConfig(splitter="code"),
+        ChunkingConfig(splitter="words"),
+        ChunkingConfig(unit="words"),
+        ChunkingConfig(overlap={"type": "Percentage", "value": 0.25}),
+    ]
+    assert len({v.fingerprint() for v in variants}) == len(variants)
+    assert ChunkingConfig(splitter="words").fingerprint() == "words/v1/words/size=512/overlap=64"
+
+
+def test_capped_keeps_a_percentage_and_halves_a_count() -> None:
+    pct = ChunkingConfig(chunk_size=512, overlap={"type": "Percentage", "value": 0.25})
+    capped = pct.capped(254)
+    assert (capped.chunk_size, capped.overlap_units) == (254, 63)
+    count = ChunkingConfig(chunk_size=512, overlap=200).capped(254)
+    assert (count.chunk_size, count.overlap_units) == (254, 127)
+    small = ChunkingConfig(chunk_size=100, overlap=10)
+    assert small.capped(254) is small
+
+
+# --- every splitter through the config keeps the invariants --------------------------------
+
+
+@PROPERTY_SETTINGS
+@given(
+    text=texts,
+    splitter=st.sampled_from(ALL_SPLITTERS),
+    unit=st.sampled_from(["tokens", "chars", "words"]),
+    size=st.integers(min_value=1, max_value=30),
+    pct=st.sampled_from([0.0, 0.1, 0.25, 0.5]),
+)
+def test_config_invariants_every_splitter_unit_and_percentage(
+    text: str, splitter: str, unit: str, size: int, pct: float
+) -> None:
+    if splitter == "words":
+        unit = "words"
+    config = ChunkingConfig(
+        splitter=splitter, unit=unit, chunk_size=size, overlap={"type": "Percentage", "value": pct}
+    )
+    measure = {"tokens": toy_tokens, "chars": len, "words": count_words}[unit]
+    chunks = config.chunk(text, toy_tokens)
+    # a single word is never cut in word mode, so only its count is bounded
+    assert_invariants(text, chunks, size if splitter != "words" else 10**9, measure)
+    if splitter == "words":
+        assert all(count_words(c.text) <= size for c in chunks)

@@ -117,12 +117,6 @@ def test_registry_fake_instances_are_fresh() -> None:
     assert make_embedder("fake:hash-64") is not make_embedder("fake:hash-64")
 
 
-@pytest.mark.parametrize("name", ["ollama:nomic-embed-text", "nomic-embed-text", "mxbai:v1"])
-def test_registry_ollama_and_unknown_providers_not_available(name: str) -> None:
-    with pytest.raises(ProviderError, match="Ollama embedders are not available yet"):
-        make_embedder(name)
-
-
 def test_registry_unknown_local_model_lists_known_ones() -> None:
     with pytest.raises(InvalidInput) as info:
         make_embedder("local:bge-small")
