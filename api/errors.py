@@ -26,6 +26,7 @@ STATUS: dict[type[errors.KGError], int] = {
     errors.InvalidInput: 422,
     errors.MalformedInput: 400,
     errors.BackendUnavailable: 503,
+    errors.UpstreamUnavailable: 502,
     errors.ProviderError: 502,
 }
 

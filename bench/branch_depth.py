@@ -9,10 +9,11 @@ same read on ``main`` (GET node, children, search).
    ``/s{k}/n{i}`` whose ``title`` is a few words from a small vocabulary (so search has
    passages to rank). Written through ``kg.rag.writes.batch`` (``--batch`` upserts per
    transaction) with the deterministic fake embedder ``fake:hash-64``: chunks and vectors are
-   real rows, as an ingest makes them.
+   real rows, as an ingest makes them (the index queue is drained after every batch).
 2. The chain ``main -> b1 -> b2 -> b3 -> b4 -> b5``: each branch created from the previous one
    after that one's ``--branch-writes`` own writes (three quarters modify an existing node's
-   title, the rest add nodes).
+   title, the rest add nodes). On PostgreSQL the schema is then ANALYZEd (what autovacuum does
+   after a load; skip it with ``--no-analyze`` to see reads planned without statistics).
 3. Timed, as the HTTP routes do them (one read session, ``branch_view``, then the read):
    ``get_node`` of a node only ``main`` wrote (the deepest fallback), ``list_children`` of a
    section, and ``kg.rag.search.search`` in hybrid mode (k=10). Each repetition picks one node,
@@ -22,7 +23,7 @@ same read on ``main`` (GET node, children, search).
    medians. The answers on both branches are checked to agree (untouched nodes and sections).
 
 Prints a table and writes JSON (default ``bench/results/branch_depth.json``, or
-``branch_depth_<backend>.json`` on another database). Run: ``python bench/branch_depth.py
+``branch_depth_<backend>[_no_analyze].json`` on another database). Run: ``python bench/branch_depth.py
 [--nodes 10000] [--repeats 200] [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]``.
 """
 
@@ -42,7 +43,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sqlalchemy import func, select  # noqa: E402
+from sqlalchemy import func, select, text  # noqa: E402
 
 from bench._common import (  # noqa: E402
     RESULTS,
@@ -56,13 +57,14 @@ from bench._common import (  # noqa: E402
 )
 from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
+from kg.rag.indexer import index_status  # noqa: E402
 from kg.rag.indexing import sync_index  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.rag.writes import batch  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.db import Database  # noqa: E402
-from kg.store.models import NodeVersion  # noqa: E402
+from kg.store.models import Chunk, NodeVersion  # noqa: E402
 from kg.store.nodes import get_node, list_children  # noqa: E402
 from kg.store.repos import branch_view, create_branch, create_repository, create_workspace, get_repository  # noqa: E402
 from kg.store.visibility import visible_select  # noqa: E402
@@ -86,7 +88,8 @@ def title(rng: random.Random, label: str) -> str:
 
 
 def make_services(url: str, data_dir: Path) -> Services:
-    """Services on ``url`` with the fake embedder and an embedded index in ``data_dir``."""
+    """Services on ``url`` with the fake embedder and an embedded index in ``data_dir``; no
+    background indexer (the set-up drains the index queue itself)."""
     settings = Settings(database_url=url, data_dir=data_dir, embedding_model=MODEL)
     db = Database(settings.resolved_database_url())
     db.upgrade()
@@ -114,6 +117,7 @@ def build_repository(services: Services, n_nodes: int, *, section_size: int, bat
                             "properties": {"title": title(rng, f"Item {i}"), "rank": i}})
     for start in range(0, len(upserts), batch_size):
         batch(services, REPO, "main", upserts=upserts[start:start + batch_size], message="bench load")
+        services.indexer.drain()
         print(f"  {min(start + batch_size, len(upserts))}/{len(upserts)} nodes, "
               f"{time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     leaves = [u["path"] for u in upserts if u["node_type"] == "Item"]
@@ -146,6 +150,7 @@ def build_chain(services: Services, depth: int, writes: int, leaves: list[str], 
                             "properties": {"title": title(rng, f"Added on {name}")}})
             touched.add(path)
         batch(services, REPO, name, upserts=upserts, message=f"own writes of {name}")
+        services.indexer.drain()
         names.append(name)
         parent = name
     return names, touched
@@ -205,6 +210,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--search-repeats", type=int, default=30,
                         help="timed rounds of search per branch (a search reads every visible node)")
     parser.add_argument("--warmup", type=int, default=10, help="untimed rounds")
+    parser.add_argument("--no-analyze", action="store_true",
+                        help="PostgreSQL: skip the ANALYZE after set-up (a server with autovacuum off, "
+                             "or before it has run): the planner then has no statistics")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON file (default bench/results/branch_depth.json on SQLite, "
@@ -229,12 +237,20 @@ def main(argv: list[str] | None = None) -> dict:
             setup["branch_writes_each"] = args.branch_writes
             deep = names[-1]
             results["setup"] = setup
+            results["analyzed"] = services.db.dialect == "postgresql" and not args.no_analyze
+            if results["analyzed"]:
+                with services.db.engine.connect() as conn:
+                    conn.execute(text("ANALYZE"))
+                    conn.commit()
             with services.db.read() as session:
                 sync_index(session, services.index, get_repository(session, REPO).id,
                            get_repository(session, REPO).uid)
                 view = branch_view(session, REPO, deep)
                 results["chain"] = [list(link) for link in view.chain]
             results["visible"] = {"main": count_visible(services, "main"), deep: count_visible(services, deep)}
+            with services.db.read() as session:
+                results["chunks"] = session.scalar(select(func.count()).select_from(Chunk)) or 0
+                results["index_status"] = index_status(session, get_repository(session, REPO))
             untouched = [p for p in leaves if p not in touched]
             touched_sections = {p.rsplit("/", 1)[0] for p in touched}
             quiet_sections = [f"/s{k}" for k in range(setup["sections"]) if f"/s{k}" not in touched_sections]
@@ -242,6 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
             ops = {"get_node": timed_get, "list_children": timed_children, "search_hybrid": timed_search}
             samples: dict[str, dict[str, list[float]]] = {op: {"main": [], deep: []} for op in ops}
             mismatches: dict[str, int] = {op: 0 for op in ops}
+            empty_searches = 0
             results["load_average_before_timing"] = load_average()
             for r in range(args.warmup + args.repeats):
                 arguments = {
@@ -258,6 +275,8 @@ def main(argv: list[str] | None = None) -> dict:
                         seconds, answers[branch] = fn(services, branch, arguments[op])
                         if r >= args.warmup:
                             samples[op][branch].append(seconds)
+                    if op == "search_hybrid":
+                        empty_searches += sum(1 for a in answers.values() if not a)
                     # untouched nodes and sections read alike; search may differ (b1..b5 wrote titles)
                     if op != "search_hybrid" and quiet_sections and answers["main"] != answers[deep]:
                         mismatches[op] += 1
@@ -274,6 +293,7 @@ def main(argv: list[str] | None = None) -> dict:
                        "answers_differing": mismatches[op]}
         rows.append([op, on_main["median_ms"], on_deep["median_ms"], on_main["p90_ms"], on_deep["p90_ms"],
                      ratio, "yes" if ratio < 1.5 else "NO"])
+    results["empty_search_answers"] = empty_searches
     results["repeats"] = args.repeats
     results["search_repeats"] = args.search_repeats
     results["warmup"] = args.warmup
@@ -284,13 +304,17 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"reads on main vs {deep} ({args.depth} levels deep) on {backend} ({redact(url)}); "
           f"{results['setup']['nodes']} nodes, {args.repeats} runs each ({args.search_repeats} for search) "
           f"after {args.warmup} warm-up; "
+          + ("PostgreSQL ANALYZEd after set-up; " if results["analyzed"] else
+             "no ANALYZE after set-up; " if backend == "postgresql" else "") +
           f"load average {results['load_average_before_timing']} -> {results['load_average_after_timing']}")
     print(table(rows, ["operation", "main median ms", f"{deep} median ms", "main p90 ms", f"{deep} p90 ms",
                        f"ratio {deep}/main", "< 1.5"]))
     print(f"visible nodes: {results['visible']}; differing answers (must be 0): "
-          f"get {mismatches['get_node']}, children {mismatches['list_children']}; "
+          f"get {mismatches['get_node']}, children {mismatches['list_children']}; empty search answers "
+          f"(must be 0) {empty_searches}; chunks {results['chunks']}; "
           f"setup {setup['setup_s']} s + chain {setup['chain_s']} s")
-    out = args.out or RESULTS / ("branch_depth.json" if backend == "sqlite" else f"branch_depth_{backend}.json")
+    suffix = "" if backend == "sqlite" else f"_{backend}" + ("_no_analyze" if args.no_analyze else "")
+    out = args.out or RESULTS / f"branch_depth{suffix}.json"
     write_results(results, out)
     return results
 

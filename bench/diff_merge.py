@@ -10,8 +10,8 @@ costs under 1.5 times creating one of a 100-node repository.
    node and relation versions are inserted in bulk (``insert(NodeVersion)`` with the columns
    ``kg.store.nodes.put_node`` writes, ``--batch`` rows per transaction, each transaction one
    revision opened with ``begin_write``); everything measured goes through kg's own functions.
-   On PostgreSQL the tables are then ANALYZEd (what autovacuum does after a bulk load); SQLite
-   gets no ANALYZE (kg never runs one).
+   On PostgreSQL the tables are then ANALYZEd (what autovacuum does after a bulk load; skip it
+   with ``--no-analyze``); SQLite gets no ANALYZE (kg never runs one).
 2. Branch creation, as ``POST /branches`` does it (one write transaction, repository row lock,
    one row), alternating tiny / large after ``--warmup`` rounds: medians and the ratio.
 3. Per repetition and repository (alternating which goes first): a fresh branch from ``main``,
@@ -23,7 +23,7 @@ costs under 1.5 times creating one of a 100-node repository.
    repository and the ratio large / small of the medians.
 
 Prints a table and writes JSON (default ``bench/results/diff_merge.json``, or
-``diff_merge_<backend>.json`` on another database; ``--out`` to choose). Run: ``python
+``diff_merge_<backend>[_no_analyze].json`` on another database; ``--out`` to choose). Run: ``python
 bench/diff_merge.py [--large 100000] [--repeats 10] [--database-url
 postgresql+psycopg://postgres@127.0.0.1:5432/test]``.
 """
@@ -98,7 +98,8 @@ def properties(rng: random.Random, label: str) -> dict:
 
 
 def make_services(url: str, data_dir: Path) -> Services:
-    """Services on ``url`` with the fake embedder (merges embed nothing here: no content keys)."""
+    """Services on ``url`` with the fake embedder; no background indexer (nothing here has a
+    content key, so nothing is queued)."""
     settings = Settings(database_url=url, data_dir=data_dir, embedding_model=MODEL)
     db = Database(settings.resolved_database_url())
     db.upgrade()
@@ -265,6 +266,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--repeats", type=int, default=10, help="timed diff/merge rounds per repository")
     parser.add_argument("--warmup", type=int, default=2, help="untimed diff/merge rounds per repository")
     parser.add_argument("--create-repeats", type=int, default=50, help="timed branch creations per repository")
+    parser.add_argument("--no-analyze", action="store_true",
+                        help="PostgreSQL: skip the ANALYZE after set-up (a server with autovacuum off, "
+                             "or before it has run): the planner then has no statistics")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON file (default bench/results/diff_merge.json on SQLite, "
@@ -286,7 +290,9 @@ def main(argv: list[str] | None = None) -> dict:
                 print(f"loading {n} nodes into bench-{label} (bulk) ...", file=sys.stderr, flush=True)
                 repos[label] = bulk_repository(db, f"bench-{label}", n, section_size=args.section_size,
                                                batch=args.batch, rng=rng)
-            analyze(db)
+            if not args.no_analyze:
+                analyze(db)
+            results["analyzed"] = backend == "postgresql" and not args.no_analyze
             results["setup"] = {label: {"nodes": r.nodes, "sections": r.sections, "relations": len(r.links),
                                         "setup_s": r.setup_s, **count_rows(db, r.name)}
                                 for label, r in repos.items()}
@@ -353,14 +359,17 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"diff / merge and branch creation on {backend} ({redact(url)}); repositories of "
           f"{sizes['small']} (small) and {sizes['large']} (large) nodes, {sizes['tiny']} (tiny) for creation; "
           f"{args.repeats} rounds after {args.warmup} warm-up ({args.create_repeats} creations); "
-          f"load average {results['load_average_before_timing']} -> {results['load_average_after_timing']}")
+          f"load average {results['load_average_before_timing']} -> {results['load_average_after_timing']}"
+          + ("; PostgreSQL ANALYZEd after set-up" if results["analyzed"] else
+             "; no ANALYZE after set-up" if backend == "postgresql" else ""))
     print("set-up: main's versions inserted in bulk (not through put_node), one revision per "
           f"{args.batch} rows; " + ", ".join(f"{k} {v['setup_s']} s" for k, v in results["setup"].items()))
     print(table(rows, ["operation", "small/tiny median ms", "large median ms", "small/tiny p90 ms",
                        "large p90 ms", "ratio", "target", "met"]))
     print("checks: " + ("every diff, dry run and merge reported the 100 node and 5 relation changes"
                         if not problems else "; ".join(problems)))
-    out = args.out or RESULTS / ("diff_merge.json" if backend == "sqlite" else f"diff_merge_{backend}.json")
+    suffix = "" if backend == "sqlite" else f"_{backend}" + ("_no_analyze" if args.no_analyze else "")
+    out = args.out or RESULTS / f"diff_merge{suffix}.json"
     write_results(results, out)
     return results
 

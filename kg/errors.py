@@ -9,6 +9,7 @@
     ├── InvalidInput        valid JSON that breaks a rule (bad path, overlap >= size, ...)
     │   └── MalformedInput  input that cannot be parsed at all
     ├── BackendUnavailable  an index or database that cannot be reached
+    │   └── UpstreamUnavailable  a named external service (a Weaviate URL) that cannot be used
     └── ProviderError       an embedder or LLM failed or answered something unusable
 
 Vendor errors (SQLAlchemy, onnxruntime, httpx) are translated into this tree at the boundary,
@@ -74,6 +75,13 @@ class BackendUnavailable(KGError):
     """A database or index backend that cannot be reached or is not installed."""
 
     code = "backend_unavailable"
+
+
+class UpstreamUnavailable(BackendUnavailable):
+    """A service the request named (a Weaviate URL) cannot be reached or used: never a
+    silent fallback to another backend."""
+
+    code = "upstream_unavailable"
 
 
 class ProviderError(KGError):

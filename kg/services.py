@@ -72,7 +72,8 @@ class Services:
         if not queued_keys:
             return
         if self.settings.index_inline:
-            self.indexer.run_pending(repo_id=repo_id, content_keys=queued_keys)
+            while self.indexer.run_pending(repo_id=repo_id, content_keys=queued_keys).done:
+                pass
         else:
             self.indexer.wake()
 

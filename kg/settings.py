@@ -51,6 +51,7 @@ class Settings(BaseSettings):
     index_poll_s: float = Field(default=1.0, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
+    rag_repo: str = "rag"
     host: str = "127.0.0.1"
     port: int = 8765
 

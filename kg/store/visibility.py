@@ -10,6 +10,7 @@ versions by (chain position, revision desc) and keep the first.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 from sqlalchemy import Select, and_, case, false, func, or_, select
@@ -17,11 +18,13 @@ from sqlalchemy import Select, and_, case, false, func, or_, select
 from kg.store.repos import BranchView
 
 
-def _chain_filter(model: Any, chain: Sequence[tuple[int, int]]):
+@functools.lru_cache(maxsize=1024)
+def _chain_filter(model: Any, chain: tuple[tuple[int, int], ...]):
     return or_(*(and_(model.branch_id == b, model.revision <= r) for b, r in chain)) if chain else false()
 
 
-def _priority(model: Any, chain: Sequence[tuple[int, int]]):
+@functools.lru_cache(maxsize=1024)
+def _priority(model: Any, chain: tuple[tuple[int, int], ...]):
     if len(chain) == 1:
         return func.abs(0)
     return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id)

@@ -196,3 +196,17 @@ def test_percentage_overlap_over_the_model_context_is_capped_not_a_crash():
     small.max_tokens = 102
     capped = effective_chunking(config.chunking, small)
     assert capped.chunk_size == 100 and capped.overlap_units == 25
+
+
+def test_inline_indexing_finishes_a_batch_larger_than_one_pass(db_url, tmp_path):
+    from kg.rag.writes import batch
+
+    services = make_services(db_url, tmp_path, inline=True)
+    upserts = [{"workspace": "w", "path": f"/n{i}", "properties": {"content": f"text number {i} zebra"}}
+               for i in range(services.indexer.batch_jobs * 2 + 5)]
+    batch(services, "r", "main", upserts=upserts)
+    assert jobs(services) == 0
+    assert len(found(services, "zebra", mode="fulltext")) == 10  # k = 10 by default
+    with services.db.read() as s:
+        assert s.scalar(select(func.count()).select_from(Chunk)) == len(upserts)
+    services.close()

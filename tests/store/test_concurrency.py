@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import func, select
 
 from kg.rag.ingest import ingest_path
-from kg.store.models import Merge, NodeVersion
+from kg.store.models import Merge, NodeVersion, Revision
 from kg.store.repos import get_branch, get_repository
 
 BASE = "/api/repos/acme"
@@ -208,7 +208,8 @@ def test_node_writes_beside_an_ingest_all_land_and_reads_keep_succeeding(client,
         for seq in range(writes):
             path = f"/t{w}-n{seq}"
             props = {"title": f"text {w}/{seq}", "content": f"writer {w} wrote passage {seq} about caches"}
-            r = client.put(f"{NODES}{path}", params={"branch": "main"}, json={"node_type": "kb:Doc", "properties": props})
+            r = client.put(f"{NODES}{path}", params={"branch": "main"},
+                           json={"node_type": "kb:Doc", "properties": props})
             if r.status_code in (200, 201):
                 acks.append((path, r.json()["revision"], props))
             else:
@@ -271,6 +272,8 @@ def test_node_writes_beside_an_ingest_all_land_and_reads_keep_succeeding(client,
 
 
 def test_two_concurrent_merges_of_one_branch_make_one_revision(client, repo, services):
+    """Two merges of one branch at once: one writes the changes as one revision; the other finds
+    the branch up to date (or is refused with 409) and writes no revision and no version."""
     for name in ("a", "b", "c", "d", "e"):
         _put(client, f"/{name}", {"title": name.upper()})
     assert client.post(f"{BASE}/relations", json={"from": "knowledge:/a", "to": "knowledge:/b",
@@ -315,7 +318,10 @@ def test_two_concurrent_merges_of_one_branch_make_one_revision(client, repo, ser
                                                              NodeVersion.revision > head)
                 .group_by(NodeVersion.path)
             ).all()
-            merges = session.scalar(select(func.count()).select_from(Merge)
-                                    .where(Merge.target_branch_id == main.id, Merge.target_revision > head))
+            made_revisions = session.scalar(select(func.count()).select_from(Revision)
+                                            .where(Revision.repo_id == repo_row.id, Revision.number > head))
+            recorded = set(session.scalars(select(Merge.source_revision)
+                                           .where(Merge.target_branch_id == main.id, Merge.target_revision > head)))
         assert dict(versions) == {"/a": 1, f"/new{round_}": 1, f"/{'cde'[round_]}": 1}, versions
-        assert merges == 1
+        assert made_revisions == 1
+        assert len(recorded) == 1, "the two merges recorded different points of the branch"

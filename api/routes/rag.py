@@ -1,0 +1,25 @@
+"""The RAG node endpoint, compatible with the workflow tool's RAG node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import Field
+
+from api.deps import BranchQ, ServicesDep
+from api.models import Strict
+from kg.rag.ragnode_service import run_rag_node
+
+router = APIRouter(prefix="/api", tags=["rag"])
+
+
+class RagBody(Strict):
+    config: dict[str, Any]
+    input: Any = Field(description="The node's markdown input: query, then ### File name blocks.")
+
+
+@router.post("/rag")
+def rag(body: RagBody, services: ServicesDep, branch: BranchQ = "main") -> dict:
+    """Ingest the input's file blocks into the collection, then answer with the context string."""
+    return run_rag_node(services, body.config, body.input, branch=branch)

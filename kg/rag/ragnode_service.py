@@ -1,0 +1,182 @@
+"""The RAG node over kg (API.md, "The RAG node"; seed 000): ingest the file blocks of the
+node's markdown input into a collection, then retrieve the chunks closest to its query.
+
+A collection is a workspace of the repository ``settings.rag_repo`` named by its class name
+(``rag_collection`` -> ``Ragcollection``); the workspace records the collection's original
+name, so two collection names that map to one class are refused, never merged. Each file is a
+node holding its text and the sha256 of its bytes. The lifecycle table of the seed holds:
+
+========================  =====================================================
+file new                  chunked (words), embedded and inserted
+file unchanged            skipped: no embedding call
+file changed              its node replaced: old chunks no longer searchable
+file removed from input   kept (other workflows may use it)
+embedding model changed   the collection is emptied and the current files re-ingested
+query only                retrieval over what the collection holds
+========================  =====================================================
+
+Embedding happens before any write, so a failing model leaves the collection as it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.parse
+from typing import Any
+
+from kg.errors import Conflict, InvalidInput, NotFound, UpstreamUnavailable
+from kg.rag.indexing import store_chunks
+from kg.rag.ragnode import RagConfig, class_key, parse_rag_input, validate_rag_config, format_context
+from kg.rag.search import SearchRequest, search
+from kg.rag.writes import prepare_chunks
+from kg.store import nodes as node_store
+from kg.store.nodes import NodeWrite
+from kg.store.repos import (
+    begin_write,
+    branch_view,
+    create_repository,
+    create_workspace,
+    get_repository,
+    list_workspaces,
+)
+
+FILE_TYPE = "rag:File"
+
+
+def file_path(name: str) -> str:
+    """The node path of a file name (percent-encoded into one safe path segment).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A name that cannot be a path segment (``.`` or ``..``).
+    """
+    segment = urllib.parse.quote(name, safe=" -_.()[]{}@,;=+~!$&'")
+    path = "/" + segment.strip() if segment.strip() else "/"
+    try:
+        return node_store.validate_path(path)
+    except InvalidInput as exc:
+        raise InvalidInput(f"file name {name!r} cannot be stored", details={"file": name}) from exc
+
+
+def _workspace_for(services, config: RagConfig, branch: str) -> tuple[str, bool]:
+    """Create or check the collection's workspace; say whether its model changed."""
+    repo_name = services.settings.rag_repo
+    name = config.class_name
+    wanted = {"model": config.model, "chunking": config.chunking.model_dump()}
+    with services.db.write() as session:
+        try:
+            repo = get_repository(session, repo_name, lock=True)
+        except NotFound:
+            repo = create_repository(session, name=repo_name)
+        existing = {w.name.lower(): w for w in list_workspaces(session, repo)}
+        workspace = existing.get(class_key(config.collection_name))
+        if workspace is None:
+            create_workspace(session, repo, name=name, config={
+                "embedding": wanted, "rag": {"original_name": config.collection_name,
+                                             "class_name": name}})
+            return name, False
+        original = (workspace.config or {}).get("rag", {}).get("original_name")
+        if original != config.collection_name:
+            raise Conflict(
+                f"collection {config.collection_name!r} maps to class {name!r}, which already "
+                f"holds collection {original!r}; use another name",
+                details={"collection": config.collection_name, "class": name, "existing": original},
+            )
+        old_model = (workspace.config or {}).get("embedding", {}).get("model")
+        workspace.config = {**(workspace.config or {}), "embedding": wanted}
+        session.flush()
+        return workspace.name, old_model != config.model
+
+
+def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") -> dict[str, Any]:
+    """Ingest the input's files, then retrieve for its query.
+
+    Parameters
+    ----------
+    config_raw : dict
+        The node's configuration, validated exactly as the seed's JSON Schema says.
+    text : str
+        The node's markdown input: a query, then ``### File name "..."`` blocks.
+
+    Returns
+    -------
+    dict
+        ``{"context": str | None, "results": [...], "ingestion": {"inserted", "skipped",
+        "replaced"}, "collection": {...}}``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A configuration or input that breaks the spec (422).
+    kg.errors.UpstreamUnavailable
+        A ``weaviateUrl`` other than ``embedded`` (502): never a silent fallback.
+    kg.errors.Conflict
+        The collection name maps to a class another collection holds.
+    kg.errors.ProviderError, kg.errors.BackendUnavailable
+        The embedding model failed; nothing was written.
+    """
+    if not isinstance(text, str):
+        raise InvalidInput("input must be a string")
+    config = validate_rag_config(config_raw)
+    if config.weaviate_url.strip().lower() != "embedded":
+        raise UpstreamUnavailable(
+            f"cannot use Weaviate at {config.weaviate_url!r}: this kg serves RAG collections from "
+            "its embedded index only (weaviateUrl 'embedded'); nothing was ingested",
+            details={"weaviateUrl": config.weaviate_url},
+        )
+    query, files = parse_rag_input(text)
+    for name, _ in files:
+        file_path(name)
+    services.embedder(config.model)  # an unknown model is refused before anything is written
+    workspace, model_changed = _workspace_for(services, config, branch)
+    repo_name = services.settings.rag_repo
+    ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
+    if files or model_changed:
+        _ingest(services, repo_name, workspace, branch, files, model_changed, ingestion)
+    results: list[dict[str, Any]] = []
+    if query.strip():
+        with services.db.read() as session:
+            view = branch_view(session, repo_name, branch)
+            rows, _ = search(session, services, view, SearchRequest(
+                query=query, k=config.top_k, mode="vector", granularity="chunk", workspaces=[workspace]))
+        results = [{"file": r.properties.get("source_file", r.path[1:]), "chunk_index": r.chunk_index,
+                    "content": r.chunk_text, "distance": r.vector_distance, "path": r.path}
+                   for r in rows]
+    return {
+        "context": format_context([(r["file"], r["content"]) for r in results]),
+        "results": results,
+        "ingestion": ingestion,
+        "collection": {"name": config.collection_name, "class": config.class_name,
+                       "embedding_model": config.model, "model_changed": model_changed},
+    }
+
+
+def _ingest(services, repo_name, workspace, branch, files, model_changed, ingestion) -> None:
+    nodes = []
+    for name, content in files:
+        props = {"content": content, "source_file": name,
+                 "sha256": hashlib.sha256(content.encode("utf-8")).hexdigest()}
+        nodes.append((file_path(name), name, props))
+    with services.db.read() as session:
+        view = branch_view(session, repo_name, branch)
+        current = {path: node_store.find_node(session, view, workspace, path) for path, _, _ in nodes}
+    plans, rows = prepare_chunks(services, repo_name, [(workspace, props) for _, _, props in nodes])
+    with services.db.write() as session:
+        ctx = begin_write(session, repo_name, branch, message="rag node ingest")
+        if model_changed:
+            # The seed: "Entire chunks class dropped and all current files re-ingested".
+            for top in node_store.list_children(session, ctx.view, workspace, "/"):
+                node_store.delete_node(session, ctx, workspace, top.path, recursive=True)
+            current = {}
+        for chunk_rows in rows.values():
+            store_chunks(session, ctx.repo.id, chunk_rows)
+        for (path, name, props), plan in zip(nodes, plans):
+            existing = current.get(path)
+            if existing is not None and existing.properties.get("sha256") == props["sha256"] \
+                    and existing.content_key == plan.content_key:
+                ingestion["skipped"].append(name)
+                continue
+            node_store.put_node(session, ctx, workspace, path,
+                                NodeWrite(FILE_TYPE, props, None, plan.content_key))
+            ingestion["replaced" if existing is not None else "inserted"].append(name)

@@ -1,0 +1,92 @@
+"""The RAG node endpoint: the seed's lifecycle table row by row, validation, naming, output."""
+
+from __future__ import annotations
+
+from tests.api.test_nodes import assert_error
+
+CONFIG = {"embeddingModel": "fake:hash-64", "collectionName": "rag_collection", "chunkSize": 8,
+          "chunkOverlap": 2, "topK": 3, "weaviateUrl": "embedded", "weaviateApiKey": ""}
+
+DOC_A = "Standing rigging must be replaced every ten years in temperate waters and seven in the tropics."
+DOC_B = "Invoices are issued monthly and paid by card. Late invoices incur a fee of two percent."
+
+
+def rag(client, text, **config):
+    return client.post("/api/rag", json={"config": {**CONFIG, **config}, "input": text})
+
+
+def doc(query, files):
+    blocks = "".join(f'\n\n### File name "{name}"\n{content}' for name, content in files)
+    return f"Using the attached document, answer:\n\n{query}{blocks}"
+
+
+def test_lifecycle_table_row_by_row(client, services):
+    embedder = services.embedder("fake:hash-64")
+    # new: inserted
+    r = rag(client, doc("How often is rigging replaced?", [("rigging.txt", DOC_A), ("billing.md", DOC_B)]))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert sorted(body["ingestion"]["inserted"]) == ["billing.md", "rigging.txt"]
+    assert body["context"].startswith("[1] (rigging.txt)\n")
+    assert all(block.startswith(f"[{i}] (") for i, block in enumerate(body["context"].split("\n\n"), start=1))
+    calls = embedder.calls
+    # unchanged: skipped, no embedding call for the files (one for the query)
+    r = rag(client, doc("rigging", [("rigging.txt", DOC_A)]))
+    assert r.json()["ingestion"] == {"inserted": [], "skipped": ["rigging.txt"], "replaced": []}
+    assert embedder.calls == calls + 1
+    # changed: replaced, the old text is gone from retrieval
+    r = rag(client, doc("quokka", [("rigging.txt", "Only quokka facts live here now, nothing else at all.")]))
+    assert r.json()["ingestion"]["replaced"] == ["rigging.txt"]
+    texts = [x["content"] for x in rag(client, "temperate tropics rigging", topK=10).json()["results"]]
+    assert not any("temperate" in t for t in texts)
+    # removed from input: kept
+    kept = rag(client, "invoices monthly card fee").json()
+    assert any(x["file"] == "billing.md" for x in kept["results"])
+    # query only: retrieval over what is stored, nothing ingested
+    assert kept["ingestion"] == {"inserted": [], "skipped": [], "replaced": []}
+
+
+def test_model_change_reembeds_the_collection(client):
+    rag(client, doc("q", [("a.txt", DOC_A), ("b.txt", DOC_B)]))
+    r = rag(client, doc("rigging", [("a.txt", DOC_A)]), embeddingModel="fake:hash-32")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["collection"]["model_changed"] is True
+    assert body["ingestion"]["inserted"] == ["a.txt"]
+    assert {x["file"] for x in rag(client, "invoices", embeddingModel="fake:hash-32", topK=10).json()["results"]} == {"a.txt"}
+
+
+def test_no_relevant_chunks_gives_null_context(client):
+    r = rag(client, "anything at all")
+    assert r.status_code == 200 and r.json()["context"] is None and r.json()["results"] == []
+
+
+def test_config_is_validated_exactly(client):
+    for bad in [{"chunkSize": 0}, {"chunkOverlap": -1}, {"topK": 0}, {"chunkSize": 5, "chunkOverlap": 5},
+                {"chunkSize": 5, "chunkOverlap": 6}, {"chunkSize": "5"}, {"chunkSize": True}, {"extra": 1}]:
+        assert_error(rag(client, "q", **bad), 422)
+    missing = dict(CONFIG)
+    del missing["weaviateUrl"]
+    assert_error(client.post("/api/rag", json={"config": missing, "input": "q"}), 422)
+    assert_error(rag(client, "q", chunkSize=5, chunkOverlap=5), 422)
+    assert "chunkOverlap" in rag(client, "q", chunkSize=5, chunkOverlap=5).json()["error"]["message"]
+
+
+def test_collection_names_that_collide_or_are_invalid_are_refused(client):
+    assert rag(client, doc("q", [("a.txt", DOC_A)])).status_code == 200
+    assert_error(rag(client, "q", collectionName="rag-collection"), 409)
+    assert_error(rag(client, "q", collectionName="RAG_collection"), 409)
+    for bad in ["", "123abc", "collé", "___"]:
+        assert_error(rag(client, "q", collectionName=bad), 422)
+
+
+def test_other_weaviate_url_is_502_never_a_fallback(client):
+    r = rag(client, doc("q", [("a.txt", DOC_A)]), weaviateUrl="http://127.0.0.1:9")
+    assert_error(r, 502, "upstream_unavailable")
+    assert rag(client, "rigging").json()["results"] == []
+
+
+def test_failing_model_writes_nothing(client):
+    r = rag(client, doc("q", [("a.txt", DOC_A)]), embeddingModel="ollama:nomic-embed-text:latest")
+    assert r.status_code in (502, 503)
+    assert rag(client, "rigging").json()["results"] == []
