@@ -163,6 +163,8 @@ def ingest_path(services, root: Path, *, repo: str, workspace: str, branch: str 
             on_progress(len(group))
     if relations:
         _write_relations(services, repo, workspace, branch, relations, report)
+    if report.inserted or report.replaced:
+        services.db.analyze()
     return report
 
 

@@ -244,5 +244,7 @@ def batch(services, repo_name: str, branch: str, *, upserts: list[dict] | None =
                 queued.append(key)
             out.append(node_dict(version, item["workspace"]))
         result = {"revision": ctx.revision, "upserted": out, "deleted": deleted}
+    if len(upserts) + len(deletes) >= 1000:
+        services.db.analyze()
     services.after_write(ctx.repo.id, queued)
     return result

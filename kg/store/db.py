@@ -91,6 +91,19 @@ class Database:
             except OperationalError as exc:
                 raise BackendUnavailable(f"cannot reach the database: {exc.orig}") from exc
 
+    def analyze(self) -> None:
+        """Refresh the planner's statistics after a large write (ingest, big batch).
+
+        Without statistics PostgreSQL may scan every version of a branch for a one-path
+        lookup (bench/diff_merge.py --no-analyze); autovacuum refreshes them on its own when
+        it is on, this makes it immediate. SQLite: ``PRAGMA optimize``.
+        """
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                conn.exec_driver_sql("ANALYZE node_versions, relation_versions, chunks")
+            else:
+                conn.exec_driver_sql("PRAGMA optimize")
+
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
