@@ -8,7 +8,7 @@ from fastapi import FastAPI
 
 import kg
 from api import errors
-from api.routes import branches, health, history, nodes, rag, relations, repos, search
+from api.routes import branches, functions, health, history, nodes, rag, relations, repos, search
 from kg.services import Services
 from kg.settings import Settings
 
@@ -39,6 +39,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                   description="A knowledge-graph service with branching storage for AI agents.")
     app.state.services = services
     errors.install(app)
-    for module in (health, repos, history, branches, nodes, search, relations, rag):
+    for module in (health, repos, history, branches, nodes, search, relations, rag, functions):
         app.include_router(module.router)
     return app
