@@ -8,6 +8,7 @@ from fastapi import FastAPI
 
 import kg
 from api import errors
+from api.guard import RequestGuard
 from api.routes import branches, functions, health, history, nodes, rag, relations, repos, search
 from kg.services import Services
 from kg.settings import Settings
@@ -39,6 +40,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                   description="A knowledge-graph service with branching storage for AI agents.")
     app.state.services = services
     errors.install(app)
+    app.add_middleware(RequestGuard)
     for module in (health, repos, history, branches, nodes, search, relations, rag, functions):
         app.include_router(module.router)
     return app

@@ -16,4 +16,5 @@ def get_services(request: Request) -> Services:
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 BranchQ = Annotated[str, Query(description="Branch name; may contain '/'.", min_length=1, max_length=255)]
-RevisionQ = Annotated[int | None, Query(ge=0, description="Read the branch as of this revision.")]
+MAX_REVISION = 2_147_483_647
+RevisionQ = Annotated[int | None, Query(ge=0, le=MAX_REVISION, description="Read the branch as of this revision.")]

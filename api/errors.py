@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,7 +46,12 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
+    """Details made safe to render: non-finite floats and unencodable strings become text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -62,13 +68,13 @@ def install(app: FastAPI) -> None:
         status = status_for(exc)
         if status >= 500:
             log.warning("%s: %s", type(exc).__name__, exc.message)
-        return JSONResponse(error_body(exc.code, exc.message, _jsonable(exc.details)), status_code=status)
+        return JSONResponse(error_body(exc.code, _jsonable(exc.message), _jsonable(exc.details)), status_code=status)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = exc.errors()
-        details = {"errors": [{"loc": [str(x) for x in p.get("loc", ())], "msg": p.get("msg", ""),
-                               "type": p.get("type", "")} for p in problems]}
+        details = _jsonable({"errors": [{"loc": [str(x) for x in p.get("loc", ())], "msg": p.get("msg", ""),
+                                         "type": p.get("type", "")} for p in problems]})
         if any(p.get("type") == "json_invalid" for p in problems):
             return JSONResponse(error_body("malformed", "the request body is not valid JSON", details),
                                 status_code=400)
@@ -80,7 +86,7 @@ def install(app: FastAPI) -> None:
             )
         first = problems[0] if problems else {"msg": "invalid request", "loc": ()}
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        message = f"{where}: {first['msg']}" if where else first["msg"]
+        message = _jsonable(f"{where}: {first['msg']}" if where else first["msg"])
         return JSONResponse(error_body("invalid_input", message, details), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class Strict(BaseModel):
     """Refuses unknown fields."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RepoCreate(Strict):
@@ -23,10 +23,10 @@ class WorkspaceCreate(Strict):
 
 
 class BranchCreate(Strict):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
     name: str
     from_: str = Field(default="main", alias="from")
-    at_revision: int | None = Field(default=None, ge=0)
+    at_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
 
 
 class WriteMeta(Strict):
@@ -40,14 +40,14 @@ class NodePut(WriteMeta):
     node_type: str = "kg:Node"
     properties: dict[str, Any] = Field(default_factory=dict)
     order: float | None = None
-    if_revision: int | None = Field(default=None, ge=0)
+    if_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
 
 
 class NodePatch(WriteMeta):
     properties: dict[str, Any] = Field(default_factory=dict)
     node_type: str | None = None
     order: float | None = None
-    if_revision: int | None = Field(default=None, ge=0)
+    if_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
 
 
 class BatchBody(WriteMeta):
@@ -77,7 +77,7 @@ class SearchBody(Strict):
 
 
 class RelationCreate(WriteMeta):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
     from_: str = Field(alias="from")
     to: str
     type: str

@@ -32,9 +32,13 @@ def _main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def _fail(exc: Exception) -> None:
     message = exc.message if isinstance(exc, KGError) else str(exc)
-    err.print(f"error: {message}", markup=False, highlight=False)
+    typer.echo(f"error: {_one_line(message)}", err=True)
     raise typer.Exit(1)
 
 
@@ -92,6 +96,9 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
     def on_files(n: int) -> None:
         progress.update(task, total=n)
         progress.start()
+        started.append(True)
+
+    started: list[bool] = []
 
     try:
         services = _services()
@@ -99,7 +106,8 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
             report = ingest_path(services, path, repo=repo, workspace=workspace, branch=branch,
                                  on_files=on_files, on_progress=lambda n: progress.advance(task, n))
         finally:
-            progress.stop()
+            if started:
+                progress.stop()
         run = services.indexer.drain()
         report.index_failures = run.failed
         _sync_and_flush(services, repo)
@@ -201,9 +209,44 @@ def branch_list(repo: Annotated[str, typer.Option()]) -> None:
         _fail(exc)
 
 
-def main() -> None:  # pragma: no cover
-    app()
+def main() -> None:
+    """The ``kg`` entry point: every error is one line on stderr and exit code 1."""
+    from pydantic import ValidationError
+
+    try:
+        code = app(standalone_mode=False)
+    except Exception as exc:  # typer vendors click: match its exceptions by what they carry
+        name = type(exc).__name__
+        if name == "Exit" and hasattr(exc, "exit_code"):
+            sys.exit(exc.exit_code)
+        if name == "Abort":
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        if hasattr(exc, "format_message") and not isinstance(exc, (KGError, ValidationError)):
+            typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
+            sys.exit(1)
+        _handle(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _handle(exc: Exception) -> None:
+    from pydantic import ValidationError
+
+    try:
+        raise exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        typer.echo(f"error: invalid setting {('KG_' + where.upper()) if where else ''}: {_one_line(first['msg'])}",
+                   err=True)
+        sys.exit(1)
+    except KGError as exc:
+        typer.echo(f"error: {_one_line(exc.message)}", err=True)
+        sys.exit(1)
+    except OSError as exc:
+        typer.echo(f"error: {_one_line(exc)}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    main()

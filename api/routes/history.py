@@ -19,7 +19,7 @@ router = APIRouter(prefix="/api/repos/{repo}", tags=["history"])
 @router.get("/log")
 def log(repo: str, services: ServicesDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        before: Annotated[int | None, Query(ge=0, description="Only revisions older than this.")] = None) -> dict:
+        before: Annotated[int | None, Query(ge=0, le=2_147_483_647, description="Only revisions older than this.")] = None) -> dict:
     """Revisions of the branch's history (its own, then its ancestors' up to the fork), newest first."""
     with services.db.read() as session:
         view = branch_view(session, repo, branch, at_revision=at_revision)

@@ -224,15 +224,21 @@ class Indexer:
         for job, _, _ in work:
             if job[0] in rows_by_job:
                 by_repo.setdefault(job[1], []).append(job)
-        with self.services.db.write() as session:
-            for repo_id, jobs in by_repo.items():
-                # The repository row lock orders chunk ids with the writers' (kg.rag.indexing).
-                session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
-                for job in jobs:
-                    store_chunks(session, repo_id, rows_by_job[job[0]])
-                    run.passages += len(rows_by_job[job[0]])
-                session.execute(delete(IndexJob).where(IndexJob.id.in_([j[0] for j in jobs])))
+        for repo_id, jobs in by_repo.items():
+            try:
+                with self.services.db.write() as session:
+                    # The repository row lock orders chunk ids with the writers' (kg.rag.indexing).
+                    session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
+                    for job in jobs:
+                        store_chunks(session, repo_id, rows_by_job[job[0]])
+                    session.execute(delete(IndexJob).where(IndexJob.id.in_([j[0] for j in jobs])))
                 run.done += len(jobs)
+                run.passages += sum(len(rows_by_job[j[0]]) for j in jobs)
+            except Exception as exc:  # the database refused the chunks: fail the jobs, never spin
+                log.exception("indexer: storing chunks failed")
+                for job in jobs:
+                    failures[job[0]] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
+        with self.services.db.write() as session:
             if postponed:
                 session.execute(update(IndexJob).where(IndexJob.id.in_(postponed)).values(
                     status="pending", updated_at=utcnow()))

@@ -117,8 +117,8 @@ def ingest_path(services, root: Path, *, repo: str, workspace: str, branch: str 
     kg.errors.ProviderError
         The embedder failed (files already written stay written).
     """
+    files = list(iter_files(root))  # a missing path is refused before anything is created
     ensure_repo_workspace(services, repo, workspace, create=create)
-    files = list(iter_files(root))
     if on_files is not None:
         on_files(len(files))
     base = root if root.is_dir() else root.parent

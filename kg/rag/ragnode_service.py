@@ -128,7 +128,21 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
     query, files = parse_rag_input(text)
     for name, _ in files:
         file_path(name)
-    services.embedder(config.model)  # an unknown model is refused before anything is written
+    if config.top_k > 1000:
+        raise InvalidInput("topK must be at most 1000", details={"topK": config.top_k})
+    embedder = services.embedder(config.model)  # an unknown model is refused before any write
+    with services.db.read() as session:
+        try:
+            view = branch_view(session, services.settings.rag_repo, branch)
+            known = {name.lower() for name in view.workspaces.values()}
+        except NotFound:
+            if branch != "main":
+                raise
+            known = set()
+    if files and class_key(config.collection_name) not in known:
+        # A new collection is created only once its model answers: a failing model leaves
+        # nothing behind (existing collections embed before any write anyway).
+        embedder.embed(["kg"])
     workspace, model_changed = _workspace_for(services, config, branch)
     repo_name = services.settings.rag_repo
     ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}

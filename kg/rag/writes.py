@@ -186,9 +186,21 @@ def delete_node(services, repo_name: str, branch: str, workspace: str, path: str
         return {"revision": ctx.revision, "deleted": len(hidden)}
 
 
+_BATCH_KEYS = {"upserts": {"workspace", "path", "node_type", "properties", "order"},
+               "deletes": {"workspace", "path", "recursive"}}
+
+
 def _batch_item(raw: Any, kind: str, index: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise InvalidInput(f"{kind}[{index}] must be an object")
+    unknown = sorted(set(raw) - _BATCH_KEYS[kind])
+    if unknown:
+        raise InvalidInput(f"{kind}[{index}] has unknown field(s): {', '.join(unknown)}",
+                           details={"index": index, "unknown": unknown})
+    if "recursive" in raw and not isinstance(raw["recursive"], bool):
+        raise InvalidInput(f"{kind}[{index}].recursive must be true or false", details={"index": index})
+    if "node_type" in raw and not isinstance(raw["node_type"], str):
+        raise InvalidInput(f"{kind}[{index}].node_type must be a string", details={"index": index})
     if not isinstance(raw.get("workspace"), str) or not isinstance(raw.get("path"), str):
         raise InvalidInput(f"{kind}[{index}] needs 'workspace' and 'path'", details={"index": index})
     node_store.validate_path(raw["path"])

@@ -15,7 +15,7 @@ from typing import Iterator
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kg.errors import BackendUnavailable
@@ -36,7 +36,11 @@ class Database:
 
     def __init__(self, url: str, *, busy_timeout_s: float = 30.0) -> None:
         self.url = url
-        parsed = make_url(url)
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise BackendUnavailable(f"cannot parse the database URL {url!r}: use sqlite:///path "
+                                     "or postgresql+psycopg://user@host/db") from exc
         self.dialect = parsed.get_backend_name()
         if self.dialect == "sqlite":
             if parsed.database and parsed.database != ":memory:":

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
 from kg.store.models import Branch, Merge, NodeVersion, RelationVersion, Repository, Revision, utcnow
-from kg.store.nodes import nodes_by_id
+from kg.store.nodes import nodes_by_id, validate_node_input
 from kg.store.paths import name_of, parent_of, validate_path
 from kg.store.repos import BranchView, WriteContext, _view, get_branch, parent_name
 from kg.store.visibility import visible_select
@@ -389,9 +389,11 @@ def _resolution_index(resolutions: list[dict] | None, view: BranchView) -> tuple
         take = raw.get("take")
         if take not in ("ours", "theirs", "value"):
             raise InvalidInput("a resolution's 'take' is 'ours', 'theirs' or 'value'", details={"resolution": raw})
-        if take == "value" and not isinstance(raw.get("value"), dict):
-            raise InvalidInput("take 'value' needs 'value': the node's properties (an object)",
-                               details={"resolution": raw})
+        if take == "value":
+            if not isinstance(raw.get("value"), dict):
+                raise InvalidInput("take 'value' needs 'value': the node's properties (an object)",
+                                   details={"resolution": raw})
+            validate_node_input("kg:Node", raw["value"], None)
         if "path" in raw:
             ws = raw.get("workspace")
             if ws not in names:

@@ -102,6 +102,9 @@ def validate_name(kind: str, name: str) -> str:
         )
     if kind != "branch" and "/" in name:
         raise InvalidInput(f"invalid {kind} name {name!r}: '/' is not allowed", details={kind: name})
+    if kind == "branch" and name.rsplit("/", 1)[-1] in ("diff", "merge", "reset") and "/" in name:
+        raise InvalidInput(f"invalid branch name {name!r}: a last segment 'diff', 'merge' or 'reset' "
+                           "would clash with the branch routes", details={kind: name})
     if kind == "branch" and ("//" in name or name.endswith("/") or name.endswith(".")
                              or any(p in (".", "..") for p in name.split("/"))):
         raise InvalidInput(f"invalid branch name {name!r}", details={kind: name})

@@ -1,0 +1,113 @@
+"""Refuse request text the store cannot hold, before any route runs: lone UTF-16 surrogates
+(not encodable as UTF-8), NUL characters (PostgreSQL text cannot hold them), and the JSON
+constants NaN / Infinity (not JSON). Each is a 4xx with the API.md error shape, never a 500
+or a stored value that later breaks every read."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.errors import error_body
+
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+MAX_DEPTH = 64
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status, self.code, self.message = status, code, message
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(400, "malformed", f"{name} is not valid JSON")
+
+
+def check_text(value: str, where: str) -> None:
+    """Refuse a string with a NUL or a lone surrogate (422)."""
+    match = _BAD_CHARS.search(value)
+    if match:
+        what = "a NUL character" if match.group() == "\x00" else "an unpaired UTF-16 surrogate"
+        raise _Refused(422, "invalid_input", f"{where} contains {what}, which cannot be stored")
+
+
+def _walk(value: Any, depth: int = 0) -> None:
+    if depth > MAX_DEPTH:
+        raise _Refused(400, "malformed", f"JSON nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, str):
+        check_text(value, "a string of the request body")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(key, "a key of the request body")
+            _walk(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _walk(item, depth + 1)
+
+
+class RequestGuard:
+    """ASGI middleware: checks the path, the query string and JSON bodies."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            check_text(scope.get("path", ""), "the path")
+            from urllib.parse import parse_qsl, unquote
+
+            raw_qs = scope.get("query_string", b"").decode("latin-1")
+            for key, value in parse_qsl(raw_qs, keep_blank_values=True, errors="surrogateescape"):
+                check_text(key, "a query parameter")
+                check_text(value, f"query parameter {key!r}")
+            check_text(unquote(scope.get("path", ""), errors="surrogateescape"), "the path")
+        except _Refused as exc:
+            await _send_error(send, exc)
+            return
+        if scope.get("method") not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        chunks = []
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if body.strip():
+            try:
+                try:
+                    parsed = json.loads(body, parse_constant=_constant)
+                except (ValueError, RecursionError):
+                    parsed = None  # not JSON: the route answers 400 with its own message
+                if parsed is not None:
+                    _walk(parsed)
+            except _Refused as exc:
+                await _send_error(send, exc)
+                return
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _send_error(send: Send, exc: _Refused) -> None:
+    payload = json.dumps(error_body(exc.code, exc.message)).encode()
+    await send({"type": "http.response.start", "status": exc.status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(payload)).encode())]})
+    await send({"type": "http.response.body", "body": payload})

@@ -1,0 +1,90 @@
+"""Input that once gave a 500 or a partial write (found by trying to break kg as a new user)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.test_nodes import assert_error, put
+
+NODES = "/api/repos/acme/workspaces/knowledge/nodes"
+
+
+def raw(client, method, url, text):
+    return client.request(method, url, content=text.encode(), headers={"content-type": "application/json"})
+
+
+@pytest.mark.parametrize("body", ['{"node_type": "t", "properties": {"k": "\\ud800"}}',
+                                  '{"node_type": "t", "properties": {"\\udfff": 1}}',
+                                  '{"node_type": "\\ud800", "properties": {}}',
+                                  '{"node_type": "t", "properties": {"content": "a\\u0000b"}}',
+                                  '{"node_type": "t", "properties": {}, "message": "m\\u0000"}'])
+def test_unstorable_text_is_refused_and_nothing_is_written(client, repo, body):
+    assert_error(raw(client, "PUT", f"{NODES}/x", body), 422)
+    assert client.get(f"{NODES}/x").status_code == 404
+    assert client.get("/api/repos/acme").json()["head_revision"] == 0
+
+
+@pytest.mark.parametrize("body", ['{"from": "knowledge:/a", "to": "knowledge:/b", "type": "t", "weight": NaN}',
+                                  '{"from": "knowledge:/a", "to": "knowledge:/b", "type": "t", "weight": Infinity}'])
+def test_non_json_constants_are_400(client, repo, body):
+    put(client, "/a")
+    put(client, "/b")
+    assert_error(raw(client, "POST", "/api/repos/acme/relations", body), 400, "malformed")
+
+
+def test_surrogates_and_nul_in_paths_and_queries(client, repo):
+    assert_error(client.get(f"{NODES}/a%ED%A0%80"), 404)  # invalid UTF-8 decodes to U+FFFD: no such node
+    assert_error(client.get(f"{NODES}/a%00b"), 422)
+    assert_error(client.get(f"{NODES}/a", params={"branch": "x\x00"}), 422)
+
+
+def test_merge_value_resolution_is_validated(client, repo):
+    put(client, "/a", {"title": "T"})
+    client.post("/api/repos/acme/branches", json={"name": "b"})
+    put(client, "/a", {"title": "theirs"}, branch="b")
+    put(client, "/a", {"title": "ours"})
+    r = client.post("/api/repos/acme/branches/b/merge", json={"resolutions": [
+        {"workspace": "knowledge", "path": "/a", "take": "value", "value": {"x": {"nested": [1, 2**70]}}}]})
+    assert r.status_code in (200, 422)
+    bad = raw(client, "POST", "/api/repos/acme/branches/b/merge",
+              '{"resolutions": [{"workspace": "knowledge", "path": "/a", "take": "value", "value": {"x": NaN}}]}')
+    assert_error(bad, 400)
+
+
+def test_huge_revisions_are_422_not_500(client, repo):
+    assert_error(client.get("/api/repos/acme/log", params={"before": 99999999999999999999}), 422)
+    assert_error(client.get(f"{NODES}/a", params={"at_revision": 2**40}), 422)
+
+
+def test_loose_types_are_refused(client, repo):
+    assert_error(client.post("/api/repos/acme/branches", json={"name": "f1", "at_revision": True}), 422)
+    assert_error(client.post("/api/repos/acme/search", json={"query": "x", "k": "3"}), 422)
+    assert_error(client.post("/api/repos/acme/search", json={"query": "x", "k": True}), 422)
+
+
+def test_batch_items_are_strict(client, repo):
+    put(client, "/p")
+    put(client, "/p/c")
+    assert_error(client.post("/api/repos/acme/nodes:batch", json={
+        "upserts": [{"workspace": "knowledge", "path": "/typo", "propertes": {"a": 1}}]}), 422)
+    assert_error(client.post("/api/repos/acme/nodes:batch", json={
+        "deletes": [{"workspace": "knowledge", "path": "/p", "recursive": "false"}]}), 422)
+    assert client.get(f"{NODES}/p/c").status_code == 200
+
+
+def test_branch_names_that_clash_with_routes(client, repo):
+    for name in ("x/diff", "x/merge", "a/b/reset"):
+        assert_error(client.post("/api/repos/acme/branches", json={"name": name}), 422)
+    assert client.post("/api/repos/acme/branches", json={"name": "diff"}).status_code == 201
+
+
+def test_rag_node_refuses_before_writing(client, services):
+    config = {"embeddingModel": "fake:hash-64", "collectionName": "kcol", "chunkSize": 8, "chunkOverlap": 2,
+              "topK": 5000, "weaviateUrl": "embedded"}
+    text = 'q\n\n### File name "k.txt"\nsome words here'
+    assert_error(client.post("/api/rag", json={"config": config, "input": text}), 422)
+    assert_error(client.post("/api/rag", params={"branch": "nope"},
+                             json={"config": {**config, "topK": 3}, "input": text}), 404)
+    assert client.get("/api/repos/rag").status_code == 404
+    ok = client.post("/api/rag", json={"config": {**config, "topK": 3}, "input": text})
+    assert ok.status_code == 200 and ok.json()["ingestion"]["inserted"] == ["k.txt"]
