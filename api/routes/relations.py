@@ -1,19 +1,32 @@
-"""Relations: RELATE, UNRELATE and NEIGHBORS."""
+"""Relations: RELATE, UNRELATE, NEIGHBORS and traverse."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
+from pydantic import Field
 
 from api.deps import BranchQ, RevisionQ, ServicesDep
-from api.models import RelationCreate
-from kg.graph.neighbors import check_direction
-from kg.rag.graph import neighbors_of
+from api.models import RelationCreate, Strict
+from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
+from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
+from kg.rag.graph import neighbors_of, traverse_from
 from kg.store import relations as store
 from kg.store.repos import begin_write, branch_view
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["relations"])
+
+
+class TraverseBody(Strict):
+    """``POST /traverse``: seeds, hop bound, direction, relation types and the two budgets."""
+
+    seeds: list[str] = Field(min_length=1, max_length=MAX_NODES)
+    hops: int = Field(default=2, ge=0, le=MAX_HOPS)
+    direction: str = "BOTH"
+    types: list[str] | None = None
+    max_nodes: int = Field(default=200, ge=1, le=MAX_NODES)
+    fan_out: int = Field(default=50, ge=1, le=MAX_FAN_OUT)
 
 
 @router.post("/relations")
@@ -43,10 +56,25 @@ def unrelate(repo: str, services: ServicesDep, from_: Annotated[str, Query(alias
 @router.get("/neighbors")
 def neighbors(repo: str, node: str, services: ServicesDep, branch: BranchQ = "main",
               at_revision: RevisionQ = None, direction: str = "BOTH",
-              type: Annotated[str | None, Query(description="Relation types, comma-separated.")] = None) -> dict:
-    """The nodes one edge away, heaviest edge first."""
-    d = check_direction(direction)
+              type: Annotated[str | None, Query(description="Relation types, comma-separated.")] = None,
+              limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Most rows returned.")] = DEFAULT_LIMIT,
+              ) -> dict:
+    """The edges around a node in a stable order (weight desc with null last, the other node's
+    ``workspace:path``, type, direction), at most ``limit``; ``truncated`` when more exist."""
     types = [t for t in type.split(",") if t] if type else None
     with services.db.read() as session:
         view = branch_view(session, repo, branch, at_revision=at_revision)
-        return {"neighbors": neighbors_of(session, services, view, node, direction=d, types=types)}
+        return neighbors_of(session, services, view, node, direction=direction, types=types or None,
+                            limit=limit)
+
+
+@router.post("/traverse")
+def traverse(repo: str, body: TraverseBody, services: ServicesDep, branch: BranchQ = "main",
+             at_revision: RevisionQ = None) -> dict:
+    """Breadth-first walk from the seeds, bounded by ``hops``, ``max_nodes`` (seeds count) and
+    ``fan_out`` per node; each node once at its shortest hop; ``truncated`` exactly when a budget
+    left nodes unvisited."""
+    with services.db.read() as session:
+        view = branch_view(session, repo, branch, at_revision=at_revision)
+        return traverse_from(session, services, view, body.seeds, hops=body.hops, direction=body.direction,
+                             types=body.types, max_nodes=body.max_nodes, fan_out=body.fan_out)

@@ -1,13 +1,20 @@
-"""NEIGHBORS over a networkx ``MultiDiGraph`` of one branch. Pure: no session, no I/O.
+"""NEIGHBORS: the edges around one node in a stable order. Pure: no session, no I/O.
 
-The graph has one node per node id and one edge per relation, keyed by relation type, with
-``weight`` (float or None) and ``properties`` as edge attributes.
+The stable order of the edges seen from a node is, everywhere in kg (the networkx view, the SQL
+path, traversal frontiers):
+
+1. ``weight`` descending, an edge without weight last;
+2. the other node's address ``workspace:path`` (code-point order, as SQL ``COLLATE "C"``);
+3. the relation type;
+4. the direction (``"IN"`` before ``"OUT"``).
+
+(2, 3, 4) identify one edge seen from one node, so the order is total.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Collection, Literal
+import heapq
+from typing import Any, Callable, Collection, Hashable, Iterable, Literal, NamedTuple
 
 import networkx as nx
 
@@ -15,16 +22,29 @@ from kg.errors import InvalidInput
 
 Direction = Literal["OUT", "IN", "BOTH"]
 DIRECTIONS: tuple[str, ...] = ("OUT", "IN", "BOTH")
+MAX_LIMIT = 10_000
+DEFAULT_LIMIT = 100
+
+#: A sort key of one edge seen from a node; see the module docstring.
+SortKey = tuple[bool, float, str, str, str]
 
 
-@dataclass(frozen=True, slots=True)
-class Neighbor:
-    """One edge seen from a node: the node at the other end, the type, weight and direction."""
+class Neighbor(NamedTuple):
+    """One edge seen from a node: the node at the other end, type, weight, direction, properties.
 
-    node_id: str
+    A named tuple: traversals make one per edge read, and tuples are the cheapest to make.
+    """
+
+    node_id: Hashable
     relation_type: str
     weight: float | None
     direction: Literal["OUT", "IN"]
+    properties: dict[str, Any]
+
+
+def sort_key(weight: float | None, address: str, relation_type: str, direction: str) -> SortKey:
+    """The stable-order key of an edge (weight desc with null last, address, type, direction)."""
+    return (weight is None, -weight if weight is not None else 0.0, address, relation_type, direction)
 
 
 def check_direction(direction: str) -> Direction:
@@ -43,45 +63,90 @@ def check_direction(direction: str) -> Direction:
     return value  # type: ignore[return-value]
 
 
+def check_limit(limit: Any, *, name: str = "limit", maximum: int = MAX_LIMIT) -> int:
+    """Check a count bound: an int in ``1..maximum``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
+        raise InvalidInput(f"{name} must be an integer between 1 and {maximum}", details={name: limit})
+    return limit
+
+
+def check_types(types: Iterable[str] | None) -> frozenset[str] | None:
+    """Normalise a relation-type filter: None keeps every type; an empty list is refused.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        An empty list (it would match nothing; pass null for every type).
+    """
+    if types is None:
+        return None
+    wanted = frozenset(types)
+    if not wanted:
+        raise InvalidInput("types must be null (every type) or a non-empty list", details={"types": []})
+    return wanted
+
+
 def neighbors(
     graph: nx.MultiDiGraph,
-    node_id: str,
+    node_id: Hashable,
     *,
+    address: Callable[[Hashable], str],
     direction: Direction = "BOTH",
     types: Collection[str] | None = None,
-) -> list[Neighbor]:
-    """The edges around ``node_id``, heaviest first.
+    limit: int | None = None,
+) -> tuple[list[Neighbor], bool]:
+    """The edges around ``node_id`` in the stable order, at most ``limit`` of them.
 
     Parameters
     ----------
     graph : networkx.MultiDiGraph
-        Node ids as nodes; edges keyed by relation type with a ``weight`` attribute.
-    node_id : str
+        Nodes are node ids; one edge per relation, keyed by relation type, with ``weight``
+        (float or None) and ``properties`` (dict or None) attributes.
+    node_id : hashable
+    address : callable(node id) -> str
+        The ``workspace:path`` of a node, the second sort key.
     direction : {"OUT", "IN", "BOTH"}
     types : collection of str, optional
         Keep only these relation types.
+    limit : int, optional
+        At most this many edges (default: all).
 
     Returns
     -------
-    list of Neighbor
-        Ordered by weight descending (an edge without weight last), then relation type, then
-        the other node's id, then direction: a stable order.
+    (list of Neighbor, truncated)
+        ``truncated`` is True when more edges matched than ``limit``.
 
     Notes
     -----
-    O(d log d) for a node of degree d.
+    O(d log k) time for a node of degree d and ``k = limit + 1`` (a bounded heap), O(k) memory.
+    The networkx view (:mod:`kg.graph.view`) keeps hubs' edges sorted, which makes a read
+    O(k) instead.
     """
     if node_id not in graph:
-        return []
+        return [], False
     wanted = set(types) if types else None
-    found: list[Neighbor] = []
+    candidates: list[tuple[SortKey, Hashable, str, dict]] = []
     if direction in ("OUT", "BOTH"):
-        for _, other, rel_type, data in graph.out_edges(node_id, keys=True, data=True):
-            if wanted is None or rel_type in wanted:
-                found.append(Neighbor(other, rel_type, data.get("weight"), "OUT"))
+        for other, keyed in graph.succ[node_id].items():
+            for rel_type, data in keyed.items():
+                if wanted is None or rel_type in wanted:
+                    candidates.append((sort_key(data.get("weight"), address(other), rel_type, "OUT"),
+                                       other, "OUT", data))
     if direction in ("IN", "BOTH"):
-        for other, _, rel_type, data in graph.in_edges(node_id, keys=True, data=True):
-            if wanted is None or rel_type in wanted:
-                found.append(Neighbor(other, rel_type, data.get("weight"), "IN"))
-    found.sort(key=lambda n: (n.weight is None, -(n.weight or 0.0), n.relation_type, n.node_id, n.direction))
-    return found
+        for other, keyed in graph.pred[node_id].items():
+            for rel_type, data in keyed.items():
+                if wanted is None or rel_type in wanted:
+                    candidates.append((sort_key(data.get("weight"), address(other), rel_type, "IN"),
+                                       other, "IN", data))
+    first = lambda c: c[0]  # noqa: E731 - the sort key of a candidate
+    if limit is None or limit >= len(candidates):
+        chosen, truncated = sorted(candidates, key=first), False
+    else:
+        chosen, truncated = heapq.nsmallest(limit, candidates, key=first), True
+    return [Neighbor(other, key[3], data.get("weight"), d, data.get("properties") or {})
+            for key, other, d, data in chosen], truncated

@@ -1,56 +1,313 @@
-"""Graph queries on a branch: the networkx view of its relations, NEIGHBORS."""
+"""Graph reads on a branch: NEIGHBORS and traversal, through the networkx view or through SQL.
+
+Which path answers (DESIGN.md, "Graph"):
+
+- The branch's :class:`~kg.graph.view.GraphView` when the process holds one: it is brought
+  forward first by applying the node and relation versions written on the branch since its
+  revision (never rebuilt per request), then read under its lock. NEIGHBORS reads ``limit + 1``
+  edges of a hub's sorted list.
+- A traversal of a branch's head builds the view when there is none, unless the branch holds
+  more relations than the cache's budget (``GraphCache.max_edges``).
+- Otherwise SQL: NEIGHBORS with ``ORDER BY ... LIMIT`` (a hub's edges are never all fetched),
+  and a traversal asks SQL for each node it expands, ``fan_out + 1`` edges at a time. This is
+  the path of time travel behind the view (``at_revision``), of cold NEIGHBORS (a NEIGHBORS
+  request never builds a view: on a cold cache it would load a whole branch to answer 100
+  rows), and of branches over budget.
+
+Both paths give the same answers in the same order; ``tests/api/test_graph.py`` holds them to it.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import gc
+from contextlib import contextmanager
+from typing import Any, Hashable, Iterator, Sequence
 
-import networkx as nx
 from sqlalchemy.orm import Session
 
-from kg.graph.neighbors import Direction, neighbors
-from kg.store.nodes import get_node, nodes_by_id
+from kg.errors import InvalidInput
+from kg.graph.neighbors import (
+    DEFAULT_LIMIT,
+    Direction,
+    Neighbor,
+    check_direction,
+    check_limit,
+    check_types,
+)
+from kg.graph.traverse import check_walk_bounds, traverse
+from kg.graph.view import EdgeRow, GraphView, NodeAddress, NodeRow
+from kg.store import relations as store
+from kg.store.nodes import get_node
 from kg.store.paths import parse_address
-from kg.store.relations import visible_relations
+from kg.store.relations import validate_relation_type
 from kg.store.repos import BranchView
 
 
-def branch_graph(session: Session, services: Any, view: BranchView) -> nx.MultiDiGraph:
-    """The relation graph the branch sees (cached per branch and revision).
+def view_key(view: BranchView) -> tuple[Hashable, ...]:
+    """The cache key of a branch's graph: repository, branch, and the rest of its read chain
+    (fixed from the fork on; a reset re-forks and so changes it)."""
+    return (view.repo.id, view.branch.id, view.chain[1:])
 
-    Returns
-    -------
-    networkx.MultiDiGraph
-        Nodes are node ids; one edge per relation, keyed by type, with ``weight`` and
-        ``properties``.
+
+def _resolver(session: Session, view: BranchView):
+    names = view.workspaces
+
+    def resolve(ids: set[str]) -> dict[str, NodeAddress]:
+        found = store.read_node_addresses(session, view, ids)
+        return {nid: NodeAddress(names[wid], path, f"{names[wid]}:{path}") for nid, (wid, path) in found.items()}
+
+    return resolve
+
+
+def _build(session: Session, view: BranchView, max_edges: int) -> GraphView | None:
+    """Read the branch's graph from SQL; None when it holds more than ``max_edges`` relations."""
+    graph = GraphView(view.revision)
+    rows = (EdgeRow(f, t, to, w, p) for f, t, to, w, p in store.stream_visible_edges(session, view))
+    collecting = gc.isenabled()
+    gc.disable()  # millions of new long-lived objects: a cyclic collection every 700 is waste
+    try:
+        loaded = graph.load(rows, _resolver(session, view), max_edges=max_edges)
+    finally:
+        if collecting:
+            gc.enable()
+    return graph if loaded else None
+
+
+def _catch_up(session: Session, view: BranchView, graph: GraphView) -> None:
+    """Apply the versions written on the branch since the view's revision."""
+    names = view.workspaces
+    branch_id = view.branch.id
+    nodes = [NodeRow(nid, names[wid], path, deleted) for nid, wid, path, deleted in
+             store.list_node_changes(session, branch_id=branch_id, after=graph.revision, upto=view.revision)]
+    edges = [EdgeRow(*row) for row in
+             store.list_relation_changes(session, branch_id=branch_id, after=graph.revision, upto=view.revision)]
+    graph.apply(nodes, edges, _resolver(session, view), revision=view.revision)
+
+
+@contextmanager
+def current_graph(session: Session, services: Any, view: BranchView, *,
+                  build: bool) -> Iterator[GraphView | None]:
+    """The branch's networkx view at exactly ``view.revision``, locked for the caller, or None.
+
+    Parameters
+    ----------
+    build : bool
+        Build the view when the process has none (only for a read of the branch's head, and
+        only when the branch fits the cache's edge budget).
+
+    Yields
+    ------
+    GraphView or None
+        None means: answer from SQL (no view and ``build`` is False, time travel behind the
+        view, or a branch over budget).
     """
-    def build() -> nx.MultiDiGraph:
-        graph = nx.MultiDiGraph()
-        for edge in visible_relations(session, view):
-            graph.add_edge(edge.from_node_id, edge.to_node_id, key=edge.rel_type,
-                           weight=edge.weight, properties=edge.properties)
-        return graph
+    cache = services.graphs
+    key = view_key(view)
+    graph = cache.get(key)
+    if graph is None:
+        if not build or view.revision != view.branch.head_revision or cache.too_big(key):
+            yield None
+            return
+        with cache.key_lock(key):
+            graph = cache.get(key)
+            if graph is None:
+                graph = _build(session, view, cache.max_edges)
+                if graph is None:
+                    cache.mark_too_big(key)
+                else:
+                    cache.put(key, graph)
+        if graph is None:
+            yield None
+            return
+    with graph.lock:
+        behind = graph.revision > view.revision
+        grew = not behind and graph.revision < view.revision
+        if grew:
+            try:
+                _catch_up(session, view, graph)
+            except BaseException:
+                cache.discard(key)  # half brought forward: the next read builds afresh
+                raise
+        if not behind:
+            yield graph
+    if behind:  # time travel behind the view: SQL, without holding the view's lock
+        yield None
+    if grew:
+        cache.shrink()
 
-    return services.graphs.get((view.repo.id, *view.cache_key), build)
+
+def warm_graph(session: Session, services: Any, view: BranchView) -> bool:
+    """Build (or bring forward) the branch's view now; False when it does not fit the budget."""
+    with current_graph(session, services, view, build=True) as graph:
+        return graph is not None
+
+
+def _node_id(session: Session, view: BranchView, graph: GraphView | None, address: str) -> tuple[str, str, str]:
+    """(node id, workspace, path) of an address: from the view when it holds the node (its
+    addresses are valid by construction), else validated and read from SQL."""
+    if graph is not None and isinstance(address, str):
+        workspace, _, path = address.partition(":")
+        found = graph.node_id(workspace, path)
+        if found is not None:
+            return found, workspace, path
+    workspace, path = parse_address(address)
+    return get_node(session, view, workspace, path).node_id, workspace, path
+
+
+def _check_types(types: Sequence[str] | None) -> frozenset[str] | None:
+    wanted = check_types(types)
+    for rel_type in wanted or ():
+        validate_relation_type(rel_type)
+    return wanted
 
 
 def neighbors_of(session: Session, services: Any, view: BranchView, address: str, *,
-                 direction: Direction = "BOTH", types: Sequence[str] | None = None) -> list[dict]:
+                 direction: Direction = "BOTH", types: Sequence[str] | None = None,
+                 limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
     """NEIGHBORS of the node at ``address`` (``workspace:/path``) in the API shape.
+
+    Parameters
+    ----------
+    address : str
+    direction : {"OUT", "IN", "BOTH"}
+    types : sequence of str, optional
+        Relation types to keep (None: all).
+    limit : int, 1..10,000
+        Most rows returned.
+
+    Returns
+    -------
+    dict
+        ``{"neighbors": [{"workspace", "path", "node_id", "relation_type", "weight",
+        "direction", "properties"}], "truncated": bool}`` in the stable order (weight desc with
+        null last, address, type, direction); ``truncated`` when more edges matched.
 
     Raises
     ------
     kg.errors.InvalidInput
-        A bad address.
+        A bad address, direction, type or limit.
     kg.errors.NotFound
-        No such node on the branch.
+        Unknown workspace, or no such node on the branch.
+
+    Notes
+    -----
+    From the view: O(limit) for a hub (its sorted edges), O(d log d) for a node of degree d
+    below ``SORTED_MIN_DEGREE``, no SQL. From SQL (no view held): one statement returning at
+    most ``limit + 1`` rows.
     """
-    node = get_node(session, view, *parse_address(address))
-    found = neighbors(branch_graph(session, services, view), node.node_id, direction=direction, types=types)
-    others = nodes_by_id(session, view, {n.node_id for n in found})
-    names = view.workspaces
-    return [
-        {"workspace": names[others[n.node_id].workspace_id], "path": others[n.node_id].path,
-         "node_id": n.node_id, "relation_type": n.relation_type, "weight": n.weight,
-         "direction": n.direction}
-        for n in found if n.node_id in others
-    ]
+    direction = check_direction(direction)
+    wanted = _check_types(types)
+    check_limit(limit)
+    with current_graph(session, services, view, build=False) as graph:
+        node_id, _, _ = _node_id(session, view, graph, address)
+        if graph is not None:
+            found, truncated = graph.neighbors(node_id, direction=direction, types=wanted, limit=limit)
+            rows = []
+            for other, rel_type, weight, d, properties in found:
+                where = graph.address(other)
+                rows.append({"workspace": where.workspace, "path": where.path, "node_id": other,
+                             "relation_type": rel_type, "weight": weight, "direction": d,
+                             "properties": properties})
+            return {"neighbors": rows, "truncated": truncated}
+    page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1)
+    return {
+        "neighbors": [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id,
+                       "relation_type": r.relation_type, "weight": r.weight, "direction": r.direction,
+                       "properties": r.properties} for r in page[:limit]],
+        "truncated": len(page) > limit,
+    }
+
+
+def _sql_lookup(session: Session, view: BranchView, direction: Direction, types: frozenset[str] | None,
+                fan_out: int, addresses: dict[str, tuple[str, str]]):
+    """A neighbor lookup over SQL: pages of ``fan_out + 1`` edges, then growing pages."""
+
+    def lookup(node_id: Hashable) -> Iterator[Neighbor]:
+        offset, size = 0, fan_out + 1
+        while True:
+            rows = store.list_neighbors(session, view, node_id, direction=direction, types=types,  # type: ignore[arg-type]
+                                       limit=size + 1, offset=offset)
+            for r in rows[:size]:
+                addresses[r.node_id] = (r.workspace, r.path)
+                yield Neighbor(r.node_id, r.relation_type, r.weight, r.direction, r.properties)  # type: ignore[arg-type]
+            if len(rows) <= size:
+                return
+            offset += size
+            size = min(size * 4, 10_000)
+
+    return lookup
+
+
+def traverse_from(session: Session, services: Any, view: BranchView, seeds: Sequence[str], *,
+                  hops: int = 2, direction: Direction = "BOTH", types: Sequence[str] | None = None,
+                  max_nodes: int = 200, fan_out: int = 50) -> dict[str, Any]:
+    """Walk the branch's relations breadth-first from ``seeds`` (:func:`kg.graph.traverse.traverse`).
+
+    Parameters
+    ----------
+    seeds : sequence of str
+        Node addresses ``workspace:/path``, hop 0, in this order (at least one).
+    hops : int, 0..10
+    direction : {"OUT", "IN", "BOTH"}
+    types : sequence of str, optional
+        Relation types to follow (None: all).
+    max_nodes : int, 1..10,000
+        Most nodes in the answer, seeds included.
+    fan_out : int, 1..10,000
+        Most edges followed from one node, in the stable order.
+
+    Returns
+    -------
+    dict
+        ``{"nodes": [{"workspace", "path", "node_id", "hop", "via", "weight", "from"}],
+        "truncated": bool}``; ``from`` is the address of the node that reached this one
+        (``via``, ``weight``: that edge), all three null for a seed.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A bound out of range, an unknown direction, a bad type or address, no seeds.
+    kg.errors.NotFound
+        An unknown workspace or seed node.
+
+    Notes
+    -----
+    On the view: O(max_nodes * fan_out) edge reads, no SQL once the view is current. On SQL:
+    one statement per expanded node.
+    """
+    check_walk_bounds(hops, max_nodes, fan_out)
+    direction = check_direction(direction)
+    wanted = _check_types(types)
+    if isinstance(seeds, str) or not seeds:
+        raise InvalidInput("seeds must be a non-empty list of node addresses 'workspace:/path'")
+    for seed in seeds:
+        parse_address(seed)  # every address checked (422) before any is looked up (404)
+    with current_graph(session, services, view, build=True) as graph:
+        addresses: dict[str, tuple[str, str]] = {}
+        ids = []
+        for seed in seeds:
+            node_id, workspace, path = _node_id(session, view, graph, seed)
+            addresses[node_id] = (workspace, path)
+            ids.append(node_id)
+        if graph is not None:
+            walk = traverse(ids, lambda n: graph.iter_neighbors(n, direction=direction, types=wanted),
+                            hops=hops, max_nodes=max_nodes, fan_out=fan_out)
+            for visit in walk.visits:
+                if visit.node_id not in addresses:
+                    where = graph.address(visit.node_id)
+                    addresses[visit.node_id] = (where.workspace, where.path)  # type: ignore[index]
+        else:
+            walk = traverse(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses),
+                            hops=hops, max_nodes=max_nodes, fan_out=fan_out)
+
+    def at(node_id: Hashable) -> str:
+        workspace, path = addresses[node_id]  # type: ignore[index]
+        return f"{workspace}:{path}"
+
+    nodes = []
+    for visit in walk.visits:
+        workspace, path = addresses[visit.node_id]  # type: ignore[index]
+        nodes.append({"workspace": workspace, "path": path, "node_id": visit.node_id, "hop": visit.hop,
+                      "via": visit.via, "weight": visit.weight,
+                      "from": at(visit.parent) if visit.parent is not None else None})
+    return {"nodes": nodes, "truncated": walk.truncated}

@@ -23,6 +23,7 @@ from kg.errors import Conflict, InvalidInput
 from kg.store.models import Branch, Merge, NodeVersion, RelationVersion, Repository, Revision, utcnow
 from kg.store.nodes import nodes_by_id, validate_node_input
 from kg.store.paths import name_of, parent_of, validate_path
+from kg.store.references import index_references
 from kg.store.repos import BranchView, WriteContext, _view, get_branch, parent_name
 from kg.store.visibility import visible_select
 
@@ -624,7 +625,10 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_ke
         if change.needs_content:
             key = content_keys[(wid, canonical(change.value["properties"]))]
         created = ours.created_at if ours is not None and change.replaced_id is None else now
-        session.add(_version(ctx, wid, path, change.node_id, change.value, key, False, created, now))
+        version = _version(ctx, wid, path, change.node_id, change.value, key, False, created, now)
+        session.add(version)
+        session.flush()
+        index_references(session, version, workspace=ctx.view.workspaces[wid])
         applied["nodes"]["modified" if ours is not None else "added"].append(address)
     session.flush()
     for change in plan.relation_changes:

@@ -245,3 +245,31 @@ class IndexJob(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Reference(Base):
+    """A reference: a property of one node version that points at a node by address.
+
+    Written with the node version it was read from (``kg.store.references``), so the nodes
+    that point at a target are found through this table, not by scanning properties. The
+    target is an address (workspace name and path): a reference may point at a node that does
+    not exist (yet). Named ``node_references``: ``REFERENCES`` is an SQL keyword.
+    """
+
+    __tablename__ = "node_references"
+    __table_args__ = (
+        Index("ix_node_references_target", "repo_id", "target_workspace", "target_path", "branch_id", "revision"),
+        Index("ix_node_references_source_version", "source_version_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
+    revision: Mapped[int] = mapped_column(Integer)
+    source_node_id: Mapped[str] = mapped_column(String(36))
+    source_version_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("node_versions.id", ondelete="CASCADE")
+    )
+    property_key: Mapped[str] = mapped_column(Text)
+    target_workspace: Mapped[str] = mapped_column(String(255))
+    target_path: Mapped[str] = mapped_column(String(1024))

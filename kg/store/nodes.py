@@ -145,6 +145,9 @@ def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
     )
     session.add(version)
     session.flush()
+    from kg.store.references import index_references  # here: references imports this module
+
+    index_references(session, version, workspace=ctx.view.workspaces[wid])
     return version
 
 

@@ -2,7 +2,12 @@
 
 A relation is unique per (from node, to node, type) on a branch; re-asserting it replaces its
 weight and properties. Endpoints are node ids, so an edge follows its node through updates and
-disappears with it: a node deleted on a branch hides its edges there.
+disappears with it: a node deleted on a branch hides its edges there. Endpoints may be in
+different workspaces.
+
+Besides writes, this module holds the reads behind the graph (``kg.rag.graph``): the rows that
+build and bring forward a branch's networkx view (columns only, streamed), and NEIGHBORS
+answered in SQL with ``ORDER BY ... LIMIT`` for reads the view cannot serve.
 """
 
 from __future__ import annotations
@@ -10,13 +15,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Collection, Iterable, Iterator, Sequence
 
-from sqlalchemy import or_
-from sqlalchemy.orm import Session
+from sqlalchemy import Select, and_, case, false, func, literal_column, or_, select, union_all
+from sqlalchemy.orm import Session, aliased
 
 from kg.errors import InvalidInput, NotFound
-from kg.store.models import RelationVersion, utcnow
+from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
 from kg.store.nodes import get_node, nodes_by_id
 from kg.store.paths import parse_address
 from kg.store.repos import BranchView, WriteContext
@@ -177,3 +183,197 @@ def require_node(session: Session, view: BranchView, address: str):
         return get_node(session, view, *parse_address(address))
     except NotFound:
         raise
+
+
+# -- reads behind the graph view and NEIGHBORS ----------------------------------------------
+
+#: Above this many ids, live node addresses are read by one scan of the branch instead of by id.
+_SCAN_ABOVE_IDS = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class NeighborRow:
+    """One edge seen from a node, with the other node's address (a row of :func:`list_neighbors`)."""
+
+    node_id: str
+    workspace: str
+    path: str
+    relation_type: str
+    weight: float | None
+    properties: dict[str, Any]
+    direction: str
+
+
+def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_000,
+                      ) -> Iterator[tuple[str, str, str, float | None, dict | None]]:
+    """Stream the branch's visible, not deleted relations (endpoints not checked).
+
+    Yields
+    ------
+    (from node id, relation type, to node id, weight, properties)
+
+    Notes
+    -----
+    One window query over the versions the branch's chain allows (``visible_select``), read
+    ``batch`` rows at a time (a server-side cursor on PostgreSQL).
+    """
+    stmt, _ = visible_select(RelationVersion, view, _KEY)
+    stmt = stmt.with_only_columns(RelationVersion.from_node_id, RelationVersion.rel_type,
+                                  RelationVersion.to_node_id, RelationVersion.weight,
+                                  RelationVersion.properties)
+    # Core, not ORM, execution: a third less time per row on a million rows.
+    for row in session.connection().execute(stmt.execution_options(yield_per=batch)):
+        yield row[0], row[1], row[2], row[3], row[4]
+
+
+def read_node_addresses(session: Session, view: BranchView, node_ids: Collection[str] | None = None,
+                        ) -> dict[str, tuple[int, str]]:
+    """``{node id: (workspace id, path)}`` of the live nodes among ``node_ids`` (all: None).
+
+    Notes
+    -----
+    Up to 5,000 ids are read by id, 500 per statement; more are read by one scan of the
+    branch's visible nodes (columns only), which is cheaper than thousands of lookups.
+    """
+    out: dict[str, tuple[int, str]] = {}
+    cols = (NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.path)
+    if node_ids is None or len(node_ids) > _SCAN_ABOVE_IDS:
+        wanted = None if node_ids is None else set(node_ids)
+        stmt, _ = visible_select(NodeVersion, view, (NodeVersion.node_id,))
+        rows = session.connection().execute(stmt.with_only_columns(*cols).execution_options(yield_per=20_000))
+        for node_id, wid, path in rows:
+            if wanted is None or node_id in wanted:
+                out[node_id] = (wid, path)
+        return out
+    ids = list(node_ids)
+    for start in range(0, len(ids), 500):
+        stmt, _ = visible_select(NodeVersion, view, (NodeVersion.node_id,),
+                                 NodeVersion.node_id.in_(ids[start:start + 500]))
+        for node_id, wid, path in session.execute(stmt.with_only_columns(*cols)):
+            out[node_id] = (wid, path)
+    return out
+
+
+def list_relation_changes(session: Session, *, branch_id: int, after: int, upto: int,
+                            ) -> list[tuple[str, str, str, float | None, dict | None, bool]]:
+    """Every relation version written on one branch with ``after < revision <= upto``, oldest
+    first: ``(from id, type, to id, weight, properties, deleted)``.
+
+    Notes
+    -----
+    Served by ``ix_relation_versions_branch_revision``; O(changes), whatever the branch size.
+    """
+    stmt = (select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
+                   RelationVersion.weight, RelationVersion.properties, RelationVersion.deleted)
+            .where(RelationVersion.branch_id == branch_id, RelationVersion.revision > after,
+                   RelationVersion.revision <= upto)
+            .order_by(RelationVersion.revision, RelationVersion.id))
+    return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
+
+
+def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int,
+                        ) -> list[tuple[str, int, str, bool]]:
+    """Every node version written on one branch with ``after < revision <= upto``, oldest first:
+    ``(node id, workspace id, path, deleted)`` (served by ``ix_node_versions_branch_revision``)."""
+    stmt = (select(NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
+            .where(NodeVersion.branch_id == branch_id, NodeVersion.revision > after,
+                   NodeVersion.revision <= upto)
+            .order_by(NodeVersion.revision, NodeVersion.id))
+    return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
+
+
+def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: bool = True):
+    """The versions a chain allows. ``revision_index=False`` writes ``revision + 0``: without
+    statistics SQLite would otherwise read one node's edges through ``(branch_id, revision)``,
+    that is the whole branch, instead of ``ix_relation_versions_key``."""
+    rev = model.revision if revision_index else model.revision + 0
+    return or_(*(and_(model.branch_id == b, rev <= r) for b, r in chain)) if chain else false()
+
+
+def _chain_priority(model: Any, chain: Sequence[tuple[int, int]]):
+    return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id, else_=len(chain))
+
+
+def _edge_winners(view: BranchView, mine: str, node_id: str, *where: Any) -> tuple[Select, Any]:
+    """``visible_select`` of the relations whose endpoint ``mine`` (``"from_node_id"`` or
+    ``"to_node_id"``) is ``node_id``; returns the select and the aliased entity.
+
+    The node's version ids are found first, alone (an index-only read of
+    ``ix_relation_versions_key`` or ``ix_relation_versions_to``), and ranked after: asked in one
+    step, SQLite (no statistics) prefers scanning the whole branch in key order to skip a sort.
+    """
+    cand = (select(RelationVersion.id)
+            .where(_on_chain(RelationVersion, view.chain, revision_index=False),
+                   getattr(RelationVersion, mine) == node_id, *where)
+            .subquery())
+    rv = aliased(RelationVersion)
+    other = rv.to_node_id if mine == "from_node_id" else rv.from_node_id
+    rn = func.row_number().over(
+        partition_by=[rv.rel_type, other],
+        order_by=(_chain_priority(rv, view.chain), rv.revision.desc(), rv.id.desc()),
+    ).label("rn")
+    ranked = select(rv.id.label("vid"), rn).join(cand, rv.id == cand.c.id).subquery()
+    edge = aliased(RelationVersion)
+    return (select(edge).join(ranked, edge.id == ranked.c.vid)
+            .where(ranked.c.rn == 1, edge.deleted == false())), edge
+
+
+def list_neighbors(session: Session, view: BranchView, node_id: str, *, direction: str = "BOTH",
+                  types: Collection[str] | None = None, limit: int, offset: int = 0) -> list[NeighborRow]:
+    """NEIGHBORS of one node in SQL: its visible edges to live nodes, in the stable order.
+
+    Parameters
+    ----------
+    node_id : str
+    direction : {"OUT", "IN", "BOTH"}
+    types : collection of str, optional
+    limit, offset : int
+        The page of the ordered edges to return (ask ``limit + 1`` to learn whether more exist).
+
+    Returns
+    -------
+    list of NeighborRow
+        Ordered by weight descending with null last, the other node's ``workspace:path``
+        (code-point order: ``COLLATE "C"`` on PostgreSQL), relation type, direction.
+
+    Notes
+    -----
+    One statement: the node's edge winners (``ix_relation_versions_key`` for OUT,
+    ``ix_relation_versions_to`` for IN), joined to the live versions of the nodes at their
+    other end, sorted and cut in the database. At most ``limit`` rows reach Python, whatever
+    the degree; the database still resolves every edge of the node (a version of an edge may
+    change its weight, so no index order can stop the scan sooner).
+    """
+    where = [RelationVersion.rel_type.in_(sorted(types))] if types else []
+    sides = []
+    for side, mine in (("OUT", "from_node_id"), ("IN", "to_node_id")):
+        if direction not in (side, "BOTH"):
+            continue
+        stmt, edge = _edge_winners(view, mine, node_id, *where)
+        other = edge.to_node_id if side == "OUT" else edge.from_node_id
+        sides.append(stmt.with_only_columns(
+            other.label("other"), edge.rel_type.label("rel_type"), edge.weight.label("weight"),
+            edge.properties.label("properties"), literal_column(f"'{side}'").label("direction"),
+        ))
+    edges = (union_all(*sides) if len(sides) > 1 else sides[0]).cte("edges")
+    # The live version of the node at the other end: one index probe per edge
+    # (ix_node_versions_node_id), the same rule as visible_select.
+    winner = (select(NodeVersion.id)
+              .where(NodeVersion.node_id == edges.c.other, _on_chain(NodeVersion, view.chain))
+              .order_by(_chain_priority(NodeVersion, view.chain), NodeVersion.revision.desc(),
+                        NodeVersion.id.desc())
+              .limit(1).correlate(edges).scalar_subquery())
+    address = Workspace.name + ":" + NodeVersion.path
+    rel_type = edges.c.rel_type
+    if session.get_bind().dialect.name == "postgresql":
+        address, rel_type = address.collate("C"), rel_type.collate("C")
+    stmt = (select(edges.c.other, Workspace.name, NodeVersion.path, edges.c.rel_type, edges.c.weight,
+                   edges.c.properties, edges.c.direction)
+            .select_from(edges)
+            .join(NodeVersion, NodeVersion.id == winner)
+            .join(Workspace, Workspace.id == NodeVersion.workspace_id)
+            .where(NodeVersion.deleted == false())
+            .order_by(edges.c.weight.is_(None), edges.c.weight.desc(), address, rel_type, edges.c.direction)
+            .limit(limit).offset(offset))
+    return [NeighborRow(other, ws, path, t, w, props or {}, d)
+            for other, ws, path, t, w, props, d in session.execute(stmt)]

@@ -1,0 +1,152 @@
+"""Bounded breadth-first traversal over any neighbor lookup. Pure: no session, no I/O.
+
+The walk knows nodes only as hashable ids and asks a callable for the edges around a node, in
+the stable order of :mod:`kg.graph.neighbors`. The same walk therefore runs over the networkx
+view of a branch (:class:`kg.graph.view.GraphView`) and over SQL lookups (time travel, or a
+branch too large for the view's memory budget).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+from typing import Callable, Hashable, Iterable, Iterator, Sequence
+
+from kg.errors import InvalidInput
+from kg.graph.neighbors import Neighbor
+
+MAX_HOPS = 10
+MAX_NODES = 10_000
+MAX_FAN_OUT = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Visit:
+    """A node the walk reached: at ``hop`` from the nearest seed, through the edge that first
+    reached it (``via`` its type, ``weight``, ``parent`` the node it came from; all None for a
+    seed)."""
+
+    node_id: Hashable
+    hop: int
+    via: str | None
+    weight: float | None
+    parent: Hashable | None
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    """The nodes a walk reached, in visiting order, and whether a budget cut it short."""
+
+    visits: list[Visit]
+    truncated: bool
+
+
+def check_walk_bounds(hops: int, max_nodes: int, fan_out: int) -> None:
+    """Check ``hops`` in 0..10, ``max_nodes`` and ``fan_out`` in 1..10,000.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+    """
+    for name, value, low, high in (("hops", hops, 0, MAX_HOPS), ("max_nodes", max_nodes, 1, MAX_NODES),
+                                   ("fan_out", fan_out, 1, MAX_FAN_OUT)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidInput(f"{name} must be an integer between {low} and {high}",
+                               details={name: value})
+
+
+def traverse(
+    seeds: Sequence[Hashable],
+    neighbors: Callable[[Hashable], Iterable[Neighbor]],
+    *,
+    hops: int = 2,
+    max_nodes: int = 200,
+    fan_out: int = 50,
+) -> Walk:
+    """Walk breadth-first from ``seeds``, bounded by hops, a node budget and a per-node fan-out.
+
+    Parameters
+    ----------
+    seeds : sequence of hashable
+        Start nodes, hop 0, in the order given (repeats are ignored). They count towards
+        ``max_nodes``.
+    neighbors : callable(node) -> iterable of Neighbor
+        The edges around a node in the stable order (weight desc with null last, address, type,
+        direction), already filtered by direction and relation type. Consumed lazily: the walk
+        reads at most ``fan_out`` edges of a node, plus, only to decide ``truncated``, as many
+        more as it takes to find one leading to a node it did not visit.
+    hops : int, 0..10
+        Nodes at distance ``hops`` are reached but not expanded.
+    max_nodes : int, 1..10,000
+        Most nodes in the answer, seeds included.
+    fan_out : int, 1..10,000
+        Most edges followed from one node, in the stable order (edges to nodes already reached
+        count too: the bound is on work per node).
+
+    Returns
+    -------
+    Walk
+        ``visits``: every node once, at its shortest hop, in visiting order (level by level;
+        within a level, by the order of the nodes that reached them, then the stable edge order).
+        ``truncated``: True exactly when ``max_nodes`` or ``fan_out`` left unvisited some node
+        that the walk would otherwise have reached within ``hops``; a cut in the middle of a
+        level counts, a cycle does not.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A bound out of range.
+
+    Notes
+    -----
+    Time O(n * f) edge reads and O(n) memory for n = ``max_nodes`` and f = ``fan_out``,
+    whatever the size of the graph: hop levels after the budget is spent are read only until
+    the first node that would have been added. Deciding ``truncated`` after a fan-out cut can
+    read further edges of the cut nodes; it stops at the first that leads somewhere new.
+
+    References
+    ----------
+    .. [1] E. F. Moore, "The shortest path through a maze", Proc. Int. Symp. on the Theory of
+       Switching, 1959 (breadth-first search).
+    .. [2] T. H. Cormen, C. E. Leiserson, R. L. Rivest and C. Stein, "Introduction to
+       Algorithms", 3rd ed., section 22.2, "Breadth-first search", MIT Press, 2009.
+    """
+    check_walk_bounds(hops, max_nodes, fan_out)
+    visits: list[Visit] = []
+    seen: set[Hashable] = set()
+    truncated = False
+    frontier: list[Hashable] = []
+    for seed in seeds:
+        if seed in seen:
+            continue
+        if len(visits) == max_nodes:
+            truncated = True
+            break
+        seen.add(seed)
+        visits.append(Visit(seed, 0, None, None, None))
+        frontier.append(seed)
+    cut: list[Iterator[Neighbor]] = []  # edges past a node's fan-out, not yet read
+    hop = 0
+    while frontier and hop < hops and not truncated:
+        reached: list[Hashable] = []
+        for node in frontier:
+            edges = iter(neighbors(node))
+            for taken, edge in enumerate(edges):
+                if taken == fan_out:
+                    cut.append(chain((edge,), edges))
+                    break
+                if edge.node_id in seen:
+                    continue
+                if len(visits) == max_nodes:
+                    truncated = True
+                    break
+                seen.add(edge.node_id)
+                visits.append(Visit(edge.node_id, hop + 1, edge.relation_type, edge.weight, node))
+                reached.append(edge.node_id)
+            if truncated:
+                break
+        frontier = reached
+        hop += 1
+    if not truncated:
+        truncated = any(edge.node_id not in seen for rest in cut for edge in rest)
+    return Walk(visits, truncated)

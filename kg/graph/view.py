@@ -1,0 +1,410 @@
+"""The networkx view of one branch's relations, kept current by applying newer versions.
+
+A :class:`GraphView` holds what a branch sees at one revision (DESIGN.md, "Graph"): a
+``networkx.MultiDiGraph`` with one node per live node id and one edge per live relation, keyed
+by relation type, with ``weight`` and ``properties`` attributes. It is built once from SQL and
+then brought forward by :meth:`GraphView.apply` with the node and relation versions written on
+the branch since (``revision > view.revision``); it is never rebuilt per request. Pure: the
+caller reads the rows (``kg.store.relations``) and passes them in.
+
+Rules kept here, the same as SQL visibility (``kg.store.relations.visible_relations``):
+
+- an edge is live when its newest visible version is not a tombstone and both endpoints are
+  live nodes; a live relation with a deleted endpoint is kept aside (*dormant*) and comes back
+  if the node does (a merge can revive a node id);
+- a node id is bound to one ``(workspace, path)`` for its whole life (a new node at the same
+  path gets a new id), so addresses never change under an edge.
+
+Memory: the edge attribute dicts of edges with no properties are shared per weight value (they
+are never mutated: an update replaces the dict), which roughly halves the size of a graph of
+plain weighted edges. Hubs (degree >= ``SORTED_MIN_DEGREE``) keep their edges sorted in the
+stable order, so NEIGHBORS with a limit reads only ``limit + 1`` of them; those lists are
+bounded by ``max_sorted_entries`` and evicted least-recently-used.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Collection, Hashable, Iterable, Iterator, Mapping
+
+import networkx as nx
+
+from kg.graph.neighbors import Direction, Neighbor, SortKey, sort_key
+
+SORTED_MIN_DEGREE = 64
+
+EdgeKey = tuple[str, str, str]  # (from node id, relation type, to node id)
+# (sort key..., other node id): one edge seen from one node.
+Entry = tuple[bool, float, str, str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """Where a node lives: workspace name, path, and ``workspace:path``."""
+
+    workspace: str
+    path: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeRow:
+    """One relation version: its key, weight, properties and whether it is a tombstone."""
+
+    from_id: str
+    rel_type: str
+    to_id: str
+    weight: float | None
+    properties: dict[str, Any] | None
+    deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """One node version, reduced to what the graph needs."""
+
+    node_id: str
+    workspace: str
+    path: str
+    deleted: bool = False
+
+
+def _entry(key: SortKey, other: str) -> Entry:
+    return (*key, other)  # type: ignore[return-value]
+
+
+class GraphView:
+    """What one branch's relations look like at :attr:`revision`, in memory.
+
+    Parameters
+    ----------
+    revision : int
+        The revision the rows given to :meth:`load` were read at.
+    max_sorted_entries : int
+        Budget of the hubs' sorted edge lists (entries, across all hubs of this view).
+
+    Attributes
+    ----------
+    graph : networkx.MultiDiGraph
+        Live nodes (ids) and live edges. Read it only while holding :attr:`lock`.
+    revision : int
+    lock : threading.RLock
+        Held by whoever brings the view forward or reads it.
+    """
+
+    def __init__(self, revision: int, *, max_sorted_entries: int = 1_000_000) -> None:
+        self.graph = nx.MultiDiGraph()
+        self.revision = revision
+        self.lock = threading.RLock()
+        self.max_sorted_entries = max_sorted_entries
+        self._addresses: dict[str, NodeAddress] = {}
+        self._by_address: dict[tuple[str, str], str] = {}
+        self._dormant: dict[EdgeKey, tuple[float | None, dict | None]] = {}
+        self._dormant_by_node: dict[str, set[EdgeKey]] = {}
+        self._sorted: OrderedDict[str, list[Entry]] = OrderedDict()
+        self._sorted_entries = 0
+        self._shared_attrs: dict[float | None, dict] = {}
+        self._ids: dict[str, str] = {}
+        self.edge_count = 0
+
+    # -- size ------------------------------------------------------------------------------
+
+    @property
+    def cost(self) -> int:
+        """Edges held (live and dormant): what the cache's budget counts."""
+        return self.edge_count + len(self._dormant)
+
+    @property
+    def node_count(self) -> int:
+        """Live nodes that have at least one relation (live or dormant)."""
+        return len(self._addresses)
+
+    # -- lookups ---------------------------------------------------------------------------
+
+    def node_id(self, workspace: str, path: str) -> str | None:
+        """The id of the live node at ``workspace:path`` if it has relations, else None (the
+        caller asks SQL: the node may exist without edges)."""
+        return self._by_address.get((workspace, path))
+
+    def address(self, node_id: Hashable) -> NodeAddress:
+        """The address of a live node of the view."""
+        return self._addresses[node_id]  # type: ignore[index]
+
+    def iter_neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
+                       types: Collection[str] | None = None) -> Iterator[Neighbor]:
+        """The edges around ``node_id`` in the stable order, lazily.
+
+        Notes
+        -----
+        A hub's sorted list is kept (and updated in place by :meth:`apply`): reading k edges
+        costs O(k) plus the edges skipped by the direction and type filters. A node of smaller
+        degree d is sorted per call, O(d log d).
+        """
+        if node_id not in self.graph:
+            return
+        entries = self._entries(node_id)  # type: ignore[arg-type]
+        succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
+        for _, _, _, rel_type, d, other in entries:
+            if direction != "BOTH" and d != direction:
+                continue
+            if types is not None and rel_type not in types:
+                continue
+            data = (succ if d == "OUT" else pred)[other][rel_type]
+            yield Neighbor(other, rel_type, data["weight"], d, data["properties"] or {})
+
+    def neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
+                  types: Collection[str] | None = None, limit: int) -> tuple[list[Neighbor], bool]:
+        """At most ``limit`` edges around ``node_id`` in the stable order, and whether more
+        matched (reads ``limit + 1`` of a hub's sorted edges, not its degree)."""
+        if direction != "BOTH" or types is not None:
+            found: list[Neighbor] = []
+            for edge in self.iter_neighbors(node_id, direction=direction, types=types):
+                if len(found) == limit:
+                    return found, True
+                found.append(edge)
+            return found, False
+        if node_id not in self.graph:
+            return [], False
+        entries = self._entries(node_id)  # type: ignore[arg-type]
+        succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
+        rows = []
+        for _, _, _, rel_type, d, other in entries[:limit]:  # every edge matches: a slice
+            data = (succ if d == "OUT" else pred)[other][rel_type]
+            rows.append(Neighbor(other, rel_type, data["weight"], d, data["properties"] or {}))
+        return rows, len(entries) > limit
+
+    # -- loading and applying versions -----------------------------------------------------
+
+    def load(self, edges: Iterable[EdgeRow], resolve: Callable[[set[str]], Mapping[str, NodeAddress]],
+             *, max_edges: int | None = None) -> bool:
+        """Fill an empty view with the visible live relations of the branch.
+
+        Parameters
+        ----------
+        edges : iterable of EdgeRow
+            The visible, not deleted relation versions (their endpoints may be deleted).
+        resolve : callable(set of node ids) -> {node id: NodeAddress}
+            The live nodes among the given ids, at :attr:`revision`.
+        max_edges : int, optional
+            Give up (return False) as soon as more relations than this are read.
+
+        Returns
+        -------
+        bool
+            False when ``max_edges`` was exceeded: the view is then partial, to be dropped.
+
+        Notes
+        -----
+        One pass over the rows, each added straight into networkx's adjacency dicts (what
+        ``MultiDiGraph.add_edge`` does, without its per-call overhead), then one ``resolve`` of
+        every endpoint; edges of endpoints that are not live are moved aside. O(m) for m rows;
+        the rows are not kept.
+        """
+        succ, pred, node = self.graph._succ, self.graph._pred, self.graph._node
+        ids = self._ids
+        count = 0
+        for row in edges:
+            count += 1
+            if max_edges is not None and count > max_edges:
+                return False
+            f = ids.setdefault(row.from_id, row.from_id)
+            to = ids.setdefault(row.to_id, row.to_id)
+            if f not in succ:
+                succ[f], pred[f], node[f] = {}, {}, {}
+            if to not in succ:
+                succ[to], pred[to], node[to] = {}, {}, {}
+            keyed = succ[f].get(to)
+            if keyed is None:
+                keyed = succ[f][to] = pred[to][f] = {}
+            keyed[row.rel_type] = self._attrs(row.weight, row.properties or None)
+        self.edge_count = count
+        for node_id, where in resolve(set(succ)).items():
+            self._set_address(self._id(node_id), where)
+        for dead in [n for n in succ if n not in self._addresses]:
+            edges_of = [(dead, t, to, data) for to, keyed in succ[dead].items() for t, data in keyed.items()]
+            edges_of += [(f, t, dead, data) for f, keyed in pred[dead].items() for t, data in keyed.items()
+                         if f != dead]
+            for f, t, to, data in edges_of:
+                self.graph.remove_edge(f, to, key=t)
+                self.edge_count -= 1
+                self._put_edge((f, t, to), data["weight"], data["properties"])  # dormant: an end is dead
+            self.graph.remove_node(dead)
+        return True
+
+    def apply(self, nodes: Iterable[NodeRow], edges: Iterable[EdgeRow],
+              resolve: Callable[[set[str]], Mapping[str, NodeAddress]], *, revision: int) -> None:
+        """Bring the view forward to ``revision``.
+
+        Parameters
+        ----------
+        nodes, edges : iterables of NodeRow, EdgeRow
+            Every node and relation version written on the branch with
+            ``self.revision < revision <= revision``, oldest first (the last version of an
+            entity wins).
+        resolve : callable(set of node ids) -> {node id: NodeAddress}
+            The live nodes among ids the view does not track, at ``revision``.
+        revision : int
+
+        Notes
+        -----
+        O(c log d) for c changed versions touching hubs of degree d (sorted lists are updated
+        in place), plus one ``resolve`` call for endpoints the view has not seen.
+        """
+        last_node: dict[str, NodeRow] = {}
+        for row in nodes:
+            last_node[self._id(row.node_id)] = row
+        last_edge: dict[EdgeKey, EdgeRow] = {}
+        for row in edges:
+            last_edge[(self._id(row.from_id), row.rel_type, self._id(row.to_id))] = row
+        for node_id, row in last_node.items():
+            if row.deleted:
+                self._kill(node_id)
+        for node_id, row in last_node.items():
+            # Only nodes the view tracks: a node without relations is looked up when one comes.
+            if not row.deleted and (node_id in self._addresses or node_id in self._dormant_by_node):
+                self._revive(node_id, NodeAddress(row.workspace, row.path, f"{row.workspace}:{row.path}"))
+        needed = {end for key, row in last_edge.items() if not row.deleted for end in (key[0], key[2])
+                  if end not in self._addresses}
+        unknown = set()
+        for end in needed:
+            row = last_node.get(end)
+            if row is None:
+                unknown.add(end)
+            elif not row.deleted:
+                self._set_address(end, NodeAddress(row.workspace, row.path, f"{row.workspace}:{row.path}"))
+        if unknown:
+            for node_id, where in resolve(unknown).items():
+                self._set_address(self._id(node_id), where)
+        for key, row in last_edge.items():
+            self._remove_edge(key)
+            if not row.deleted:
+                self._put_edge(key, row.weight, row.properties)
+        self.revision = revision
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _id(self, node_id: str) -> str:
+        """One string object per node id, shared by every structure that holds it."""
+        return self._ids.setdefault(node_id, node_id)
+
+    def _set_address(self, node_id: str, where: NodeAddress) -> None:
+        self._addresses[node_id] = where
+        self._by_address[(where.workspace, where.path)] = node_id
+
+    def _attrs(self, weight: float | None, properties: dict | None) -> dict:
+        if properties:
+            return {"weight": weight, "properties": properties}
+        shared = self._shared_attrs.get(weight)
+        if shared is None:
+            shared = self._shared_attrs[weight] = {"weight": weight, "properties": None}
+        return shared
+
+    def _keys(self, key: EdgeKey, weight: float | None) -> tuple[Entry, Entry]:
+        f, t, to = key
+        return (_entry(sort_key(weight, self._addresses[to].address, t, "OUT"), to),
+                _entry(sort_key(weight, self._addresses[f].address, t, "IN"), f))
+
+    def _put_edge(self, key: EdgeKey, weight: float | None, properties: dict | None) -> None:
+        f, t, to = key
+        if f in self._addresses and to in self._addresses:
+            self.graph.add_edge(f, to, key=t)
+            # networkx's own adjacency dict (succ and pred share it): swap in the shared attrs.
+            self.graph._succ[f][to][t] = self._attrs(weight, properties or None)
+            self.edge_count += 1
+            out_entry, in_entry = self._keys(key, weight)
+            self._sorted_insert(f, out_entry)
+            self._sorted_insert(to, in_entry)
+        else:
+            self._dormant[key] = (weight, properties or None)
+            for end in (f, to):
+                self._dormant_by_node.setdefault(end, set()).add(key)
+
+    def _remove_edge(self, key: EdgeKey) -> None:
+        f, t, to = key
+        keyed = self.graph._succ.get(f, {}).get(to)
+        if keyed is not None and t in keyed:
+            out_entry, in_entry = self._keys(key, keyed[t]["weight"])
+            self.graph.remove_edge(f, to, key=t)
+            self.edge_count -= 1
+            self._sorted_delete(f, out_entry)
+            self._sorted_delete(to, in_entry)
+        elif self._dormant.pop(key, None) is not None:
+            for end in (f, to):
+                keys = self._dormant_by_node.get(end)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del self._dormant_by_node[end]
+
+    def _kill(self, node_id: str) -> None:
+        """A node was deleted: its live edges become dormant, its address is forgotten."""
+        if node_id not in self._addresses:
+            return
+        if node_id in self.graph:
+            live = [(node_id, t, to, data) for to, keyed in self.graph._succ[node_id].items()
+                    for t, data in keyed.items()]
+            live += [(f, t, node_id, data) for f, keyed in self.graph._pred[node_id].items()
+                     for t, data in keyed.items() if f != node_id]
+            for f, t, to, data in live:
+                self._remove_edge((f, t, to))
+            where = self._addresses.pop(node_id)
+            for f, t, to, data in live:
+                self._put_edge((f, t, to), data["weight"], data["properties"])
+            self.graph.remove_node(node_id)
+        else:
+            where = self._addresses.pop(node_id)
+        if self._by_address.get((where.workspace, where.path)) == node_id:
+            del self._by_address[(where.workspace, where.path)]
+        if self._sorted.pop(node_id, None) is not None:
+            self._recount_sorted()
+
+    def _revive(self, node_id: str, where: NodeAddress) -> None:
+        """A node version is live: record its address; its dormant edges may come back."""
+        self._set_address(node_id, where)
+        for key in list(self._dormant_by_node.get(node_id, ())):
+            other = key[2] if key[0] == node_id else key[0]
+            if other in self._addresses:
+                weight, properties = self._dormant[key]
+                self._remove_edge(key)
+                self._put_edge(key, weight, properties)
+
+    def _entries(self, node_id: str) -> list[Entry] | Iterable[Entry]:
+        cached = self._sorted.get(node_id)
+        if cached is not None:
+            self._sorted.move_to_end(node_id)
+            return cached
+        succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
+        where = self._addresses
+        # sort_key inlined: this runs per NEIGHBORS call for every node below the hub threshold
+        entries = [((w := data["weight"]) is None, -w if w is not None else 0.0, where[to].address, t, "OUT", to)
+                   for to, keyed in succ.items() for t, data in keyed.items()]
+        entries += [((w := data["weight"]) is None, -w if w is not None else 0.0, where[f].address, t, "IN", f)
+                    for f, keyed in pred.items() for t, data in keyed.items()]
+        entries.sort()
+        if len(entries) >= SORTED_MIN_DEGREE and len(entries) <= self.max_sorted_entries:
+            self._sorted[node_id] = entries
+            self._sorted_entries += len(entries)
+            while self._sorted_entries > self.max_sorted_entries:
+                _, dropped = self._sorted.popitem(last=False)
+                self._sorted_entries -= len(dropped)
+        return entries
+
+    def _sorted_insert(self, node_id: str, entry: Entry) -> None:
+        entries = self._sorted.get(node_id)
+        if entries is not None:
+            bisect.insort(entries, entry)
+            self._sorted_entries += 1
+
+    def _sorted_delete(self, node_id: str, entry: Entry) -> None:
+        entries = self._sorted.get(node_id)
+        if entries is not None:
+            i = bisect.bisect_left(entries, entry)
+            if i < len(entries) and entries[i] == entry:
+                del entries[i]
+                self._sorted_entries -= 1
+
+    def _recount_sorted(self) -> None:
+        self._sorted_entries = sum(len(v) for v in self._sorted.values())
