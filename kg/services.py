@@ -51,7 +51,7 @@ class Services:
 
         db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s)
         index = EmbeddedVectorIndex(settings.data_dir)
-        return cls(settings=settings, db=db, index=index,
+        return cls(settings=settings, db=db, index=index, graphs=GraphCache(settings.graph_max_edges),
                    embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size,
                                                                host=settings.ollama_host),
                    llm=make_llm(settings.llm_model, host=settings.ollama_host))

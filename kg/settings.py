@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     llm_model : str
         The LLM of ``ask`` and ``extract-entities``: ``none`` (extractive, no model) or
         ``ollama:<model>``.
+    graph_max_edges : int
+        Edges the in-memory relation graphs may hold in all (about 360 bytes each); a branch
+        larger than that is answered from SQL.
     index_poll_s : float
         How often the background indexer looks at the queue when idle, in seconds.
     """
@@ -52,6 +55,7 @@ class Settings(BaseSettings):
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
     rag_repo: str = "rag"
+    graph_max_edges: int = Field(default=2_000_000, gt=0)
     host: str = "127.0.0.1"
     port: int = 8765
 
