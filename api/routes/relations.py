@@ -46,10 +46,14 @@ def relate(repo: str, body: RelationCreate, services: ServicesDep, response: Res
 def unrelate(repo: str, services: ServicesDep, from_: Annotated[str, Query(alias="from")],
              to: str, branch: BranchQ = "main", type: str | None = None, message: str | None = None,
              actor: str | None = None) -> dict:
-    """Remove the edges from ``from`` to ``to`` (of ``type``, or all types)."""
+    """Remove the edges from ``from`` to ``to`` (of ``type``, or all types); when there was
+    none, no revision is made (``revision`` is null)."""
     with services.db.write() as session:
         ctx = begin_write(session, repo, branch, message=message, actor=actor)
         deleted = store.unrelate(session, ctx, from_, to, type)
+        if deleted == 0:
+            session.rollback()
+            return {"revision": None, "deleted": 0}
         return {"revision": ctx.revision, "deleted": deleted}
 
 

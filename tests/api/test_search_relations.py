@@ -125,3 +125,12 @@ def test_relations_are_branch_scoped_and_hidden_with_their_node(client, repo):
     assert client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"] == []
     assert_error(client.post("/api/repos/acme/relations", json={"from": "knowledge:/rotate", "to": "knowledge:/nope", "type": "x"}), 404)
     assert_error(client.post("/api/repos/acme/relations", json={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "bad type"}), 422)
+
+
+def test_unrelate_of_no_edge_makes_no_revision(client, repo):
+    seed(client)
+    head = client.get("/api/repos/acme").json()["head_revision"]
+    r = client.delete("/api/repos/acme/relations", params={"from": "knowledge:/rotate", "to": "knowledge:/billing"})
+    assert r.status_code == 200 and r.json() == {"revision": None, "deleted": 0}
+    assert client.get("/api/repos/acme").json()["head_revision"] == head
+    assert client.get("/api/repos/acme/log", params={"limit": 1}).json()["revisions"][0]["revision"] == head
