@@ -117,8 +117,12 @@ def alembic_config(url: str):
     """An Alembic ``Config`` pointing at kg's migrations, for ``url``."""
     from alembic.config import Config
 
+    import sys
+
     script_location = str(resources.files("migrations"))
-    cfg = Config()
+    # Alembic's default stdout is bound when alembic.config is first imported; pass the
+    # current one, or a stream swapped at that moment (a CLI runner) is kept after it closes.
+    cfg = Config(stdout=sys.stdout)
     cfg.set_main_option("script_location", script_location)
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
