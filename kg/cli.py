@@ -215,30 +215,11 @@ def main() -> None:
 
     try:
         code = app(standalone_mode=False)
-    except Exception as exc:  # typer vendors click: match its exceptions by what they carry
-        name = type(exc).__name__
-        if name == "Exit" and hasattr(exc, "exit_code"):
-            sys.exit(exc.exit_code)
-        if name == "Abort":
-            typer.echo("error: aborted", err=True)
-            sys.exit(1)
-        if hasattr(exc, "format_message") and not isinstance(exc, (KGError, ValidationError)):
-            typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
-            sys.exit(1)
-        _handle(exc)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-def _handle(exc: Exception) -> None:
-    from pydantic import ValidationError
-
-    try:
-        raise exc
-    except ValidationError as exc:
+    except ValidationError as exc:  # a bad KG_* setting
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
-        typer.echo(f"error: invalid setting {('KG_' + where.upper()) if where else ''}: {_one_line(first['msg'])}",
-                   err=True)
+        typer.echo(f"error: invalid setting {('KG_' + where.upper()) if where else ''}: "
+                   f"{_one_line(first['msg'])}", err=True)
         sys.exit(1)
     except KGError as exc:
         typer.echo(f"error: {_one_line(exc.message)}", err=True)
@@ -246,6 +227,17 @@ def _handle(exc: Exception) -> None:
     except OSError as exc:
         typer.echo(f"error: {_one_line(exc)}", err=True)
         sys.exit(1)
+    except Exception as exc:  # typer vendors click: match its exceptions by what they carry
+        if type(exc).__name__ == "Exit" and hasattr(exc, "exit_code"):
+            sys.exit(exc.exit_code)
+        if type(exc).__name__ == "Abort":
+            typer.echo("error: aborted", err=True)
+            sys.exit(1)
+        if not hasattr(exc, "format_message"):
+            raise
+        typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

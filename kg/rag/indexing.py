@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from kg.errors import ProviderError
 from kg.index.base import IndexedChunk, VectorIndex
 from kg.providers.base import Embedder
-from kg.rag.config import BODY_FIELDS, SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
+from kg.rag.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
 from kg.store.models import Chunk
 from kg.text.chunking import ChunkingConfig, recursive_split
 from kg.text.hashing import content_key

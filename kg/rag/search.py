@@ -20,7 +20,7 @@ from kg.index.base import IndexHit
 from kg.rag.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
 from kg.rag.indexing import sync_index
-from kg.store.models import NodeVersion, Workspace
+from kg.store.models import Workspace
 from kg.store.nodes import nodes_by_id, visible_nodes, workspace_id
 from kg.store.paths import validate_prefix
 from kg.store.repos import BranchView

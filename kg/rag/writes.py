@@ -5,7 +5,6 @@ Each function is one write transaction (one revision), all or nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from kg.errors import Conflict, InvalidInput
@@ -13,20 +12,8 @@ from kg.rag.config import workspace_embedding
 from kg.rag.indexer import enqueue
 from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text
 from kg.store import nodes as node_store
-from kg.store.repos import begin_write, branch_view, get_repository, get_workspace
+from kg.store.repos import begin_write, get_repository, get_workspace
 from kg.store.nodes import NodeWrite, merge_properties, node_dict
-
-
-@dataclass(frozen=True)
-class NodeUpsert:
-    """One node to create or replace (a full write) or patch (``patch=True``)."""
-
-    workspace: str
-    path: str
-    node_type: str | None = None
-    properties: dict[str, Any] | None = None
-    order: float | None = None
-    patch: bool = False
 
 
 def _plan(services, session, repo, workspace_name: str, properties: dict[str, Any]) -> tuple[TextPlan, Any]:

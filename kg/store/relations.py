@@ -21,7 +21,7 @@ from typing import Any, Collection, Iterable, Iterator, Sequence
 from sqlalchemy import Select, and_, case, false, func, literal_column, or_, select, union_all
 from sqlalchemy.orm import Session, aliased
 
-from kg.errors import InvalidInput, NotFound
+from kg.errors import InvalidInput
 from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
 from kg.store.nodes import get_node, nodes_by_id
 from kg.store.paths import parse_address
@@ -170,19 +170,6 @@ def visible_relations(session: Session, view: BranchView, *, node_ids: Iterable[
     endpoints = {e.from_node_id for e in edges} | {e.to_node_id for e in edges}
     alive = nodes_by_id(session, view, endpoints)
     return [e for e in edges if e.from_node_id in alive and e.to_node_id in alive]
-
-
-def require_node(session: Session, view: BranchView, address: str):
-    """The node at an address ``workspace:/path``.
-
-    Raises
-    ------
-    kg.errors.InvalidInput, kg.errors.NotFound
-    """
-    try:
-        return get_node(session, view, *parse_address(address))
-    except NotFound:
-        raise
 
 
 # -- reads behind the graph view and NEIGHBORS ----------------------------------------------
