@@ -9,7 +9,7 @@ from fastapi import FastAPI
 import kg
 from api import errors
 from api.guard import RequestGuard
-from api.routes import branches, functions, health, history, nodes, rag, references, relations, repos, search
+from api.routes import branches, functions, health, history, jobs, nodes, rag, references, relations, repos, search
 from kg.services import Services
 from kg.settings import Settings
 
@@ -30,6 +30,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         services.indexer.start()
+        services.jobs.start()
         try:
             yield
         finally:
@@ -41,6 +42,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.state.services = services
     errors.install(app)
     app.add_middleware(RequestGuard)
-    for module in (health, repos, history, branches, nodes, search, relations, references, rag, functions):
+    for module in (health, repos, history, branches, nodes, search, relations, references, rag, functions, jobs):
         app.include_router(module.router)
     return app

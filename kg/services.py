@@ -30,6 +30,10 @@ class Services:
     embedder_factory : callable(str) -> Embedder
         Makes the embedder named ``<provider>:<model>``.
     graphs : GraphCache
+    indexer : kg.rag.indexer.Indexer
+        Drains the queue of texts to embed.
+    jobs : kg.jobs.JobRunner
+        Runs asynchronous function invocations.
     """
 
     settings: Settings
@@ -38,6 +42,7 @@ class Services:
     embedder_factory: Callable[[str], Embedder]
     graphs: GraphCache = field(default_factory=GraphCache)
     indexer: Any = None
+    jobs: Any = None
     llm: Any = None
     search_cache: LRUCache = field(default_factory=lambda: LRUCache(32))
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
@@ -65,6 +70,10 @@ class Services:
             from kg.rag.indexer import Indexer
 
             self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
+        if self.jobs is None:
+            from kg.jobs import JobRunner
+
+            self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
 
     def after_write(self, repo_id: int, queued_keys: list[str]) -> None:
         """After a write committed: index its queued texts now (``index_inline``) or wake the
@@ -87,7 +96,9 @@ class Services:
             return embedder
 
     def close(self) -> None:
-        """Stop the indexer and release the database pool."""
+        """Stop the indexer and the job runner, and release the database pool."""
         if self.indexer is not None:
             self.indexer.stop()
+        if self.jobs is not None:
+            self.jobs.stop()
         self.db.dispose()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from pydantic import Field
 
 from api.deps import ServicesDep
 from api.models import Strict
-from kg.errors import InvalidInput
+from kg import jobs
 from kg.rag.functions import invoke
 
 router = APIRouter(prefix="/api/functions", tags=["functions"])
@@ -22,8 +22,12 @@ class InvokeBody(Strict):
 
 
 @router.post("/{repo}/{name}/invoke")
-def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDep) -> dict:
-    """Invoke ``search-documents`` or ``ask`` on a branch and wait for the output."""
+def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDep, response: Response) -> dict:
+    """Invoke a function on a branch: wait for its output, or (``wait_for_completion: false``)
+    answer 202 with a job id to read at ``GET /api/jobs/{job_id}``."""
     if not body.wait_for_completion:
-        raise InvalidInput("asynchronous invocation (wait_for_completion: false) is not available yet")
+        job_id = jobs.submit(services, repo, name, body.input, branch=body.branch)
+        response.status_code = 202
+        response.headers["Location"] = f"/api/jobs/{job_id}"
+        return {"job_id": job_id, "state": jobs.get(services, job_id)["state"]}
     return invoke(services, repo, name, body.input, branch=body.branch)

@@ -273,3 +273,31 @@ class Reference(Base):
     property_key: Mapped[str] = mapped_column(Text)
     target_workspace: Mapped[str] = mapped_column(String(255))
     target_path: Mapped[str] = mapped_column(String(1024))
+
+
+class FunctionJob(Base):
+    """An asynchronous function invocation (``wait_for_completion: false``): the durable job.
+
+    Submitted ``queued``; a runner claims it (``running``, ``attempts`` + 1, a lease until
+    ``lease_until``, renewed while it runs), then stores ``output`` (``succeeded``) or ``error``
+    in the API error shape ``{"code", "message", "details"}`` (``failed``). A ``running`` job
+    whose lease expired (its process stopped) is claimed again, up to a bounded number of
+    attempts (:mod:`kg.jobs`).
+    """
+
+    __tablename__ = "function_jobs"
+    __table_args__ = (Index("ix_function_jobs_state", "state", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    function: Mapped[str] = mapped_column(String(128))
+    branch: Mapped[str] = mapped_column(String(255))
+    input: Mapped[dict] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    output: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

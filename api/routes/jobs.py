@@ -1,0 +1,16 @@
+"""Jobs of asynchronous function invocations (API.md, "Functions")."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import ServicesDep
+from kg import jobs
+
+router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+
+
+@router.get("/{job_id}")
+def get_job(job_id: str, services: ServicesDep) -> dict:
+    """A job's state (``queued``, ``running``, ``succeeded``, ``failed``) and its output or error."""
+    return jobs.get(services, job_id)
