@@ -74,6 +74,7 @@ class SearchBody(Strict):
     fulltext_weight: float = 1.0
     vector_weight: float = 1.0
     max_distance: float | None = None
+    max_per_node: int | None = None
 
 
 class RelationCreate(WriteMeta):

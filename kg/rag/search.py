@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,6 +51,9 @@ class SearchRequest:
         Weights of the legs in the fusion; 0 turns a leg off.
     max_distance : float, optional
         Drop vector hits farther than this cosine distance.
+    max_per_node : int, optional
+        At chunk granularity, at most this many passages of one node (1..100); ignored at node
+        granularity, which returns one row per node.
     """
 
     query: str
@@ -64,6 +67,7 @@ class SearchRequest:
     fulltext_weight: float = 1.0
     vector_weight: float = 1.0
     max_distance: float | None = None
+    max_per_node: int | None = None
 
     def validate(self) -> None:
         """Raise :class:`kg.errors.InvalidInput` for a request that breaks a rule."""
@@ -87,6 +91,9 @@ class SearchRequest:
             raise InvalidInput("where must be a JSON object of property values")
         if self.max_distance is not None and (isinstance(self.max_distance, bool) or not isinstance(self.max_distance, (int, float)) or not 0 <= self.max_distance <= 2):
             raise InvalidInput("max_distance must be between 0 and 2")
+        if self.max_per_node is not None and (isinstance(self.max_per_node, bool) or not isinstance(self.max_per_node, int) or not 1 <= self.max_per_node <= 100):
+            raise InvalidInput("max_per_node must be an integer between 1 and 100",
+                               details={"max_per_node": self.max_per_node})
 
 
 @dataclass
@@ -194,47 +201,102 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
     if use_fulltext:
         fulltext_hits = services.index.bm25(repo_key, request.query, depth, content_keys=by_key.keys())
 
+    if request.granularity == "node":
+        results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request)
+    else:
+        results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request)
+    return _with_properties(session, view, results), _ms(started)
+
+
+def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit | None,
+         f: IndexHit | None, vector_rank: int | None, fulltext_rank: int | None) -> SearchResult:
+    return SearchResult(
+        workspace=view.workspaces[node.workspace_id], path=node.path, node_id=node.node_id,
+        node_type=node.node_type, chunk_index=hit.chunk_index, chunk_text=hit.text,
+        score=float(score), vector_distance=None if v is None else float(v.distance),
+        vector_rank=vector_rank, fulltext_rank=fulltext_rank,
+    )
+
+
+def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
+                 fulltext_hits: list[IndexHit], request: SearchRequest) -> list[SearchResult]:
+    """One row per passage (and per node holding it), at most ``max_per_node`` per node."""
     hits: dict[tuple[str, int], IndexHit] = {}
     for hit in fulltext_hits + vector_hits:
         hits[(hit.content_key, hit.chunk_index)] = hit
     vector_by = {(h.content_key, h.chunk_index): h for h in vector_hits}
     fulltext_by = {(h.content_key, h.chunk_index): h for h in fulltext_hits}
-
     if request.mode == "vector":
         ranked = [((h.content_key, h.chunk_index), h.score) for h in vector_hits]
     elif request.mode == "fulltext":
         ranked = [((h.content_key, h.chunk_index), h.score) for h in fulltext_hits]
     else:
         fused = reciprocal_rank_fusion(
-            {"vector": [(h.content_key, h.chunk_index) for h in vector_hits],
-             "fulltext": [(h.content_key, h.chunk_index) for h in fulltext_hits]},
+            {"vector": list(vector_by), "fulltext": list(fulltext_by)},
             weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
             k=RRF_K,
         )
         ranked = [(key, score) for key, score, _ in fused]
-
     names = view.workspaces
+    per_node: Counter[str] = Counter()
     results: list[SearchResult] = []
-    seen_nodes: set[str] = set()
     for key, score in ranked:
-        hit = hits[key]
-        v = vector_by.get(key)
-        f = fulltext_by.get(key)
+        v, f = vector_by.get(key), fulltext_by.get(key)
         for node in sorted(by_key[key[0]], key=lambda n: (names[n.workspace_id], n.path)):
-            if request.granularity == "node":
-                if node.node_id in seen_nodes:
-                    continue
-                seen_nodes.add(node.node_id)
-            results.append(SearchResult(
-                workspace=names[node.workspace_id], path=node.path, node_id=node.node_id,
-                node_type=node.node_type, chunk_index=key[1], chunk_text=hit.text,
-                score=float(score), vector_distance=None if v is None else float(v.distance),
-                vector_rank=None if v is None else v.rank,
-                fulltext_rank=None if f is None else f.rank,
-            ))
+            if request.max_per_node is not None and per_node[node.node_id] >= request.max_per_node:
+                continue
+            per_node[node.node_id] += 1
+            results.append(_row(view, node, hits[key], score, v, f,
+                                None if v is None else v.rank, None if f is None else f.rank))
             if len(results) >= request.k:
-                return _with_properties(session, view, results), _ms(started)
-    return _with_properties(session, view, results), _ms(started)
+                return results
+    return results
+
+
+def _node_leg(view: BranchView, by_key: dict[str, list], hits: list[IndexHit]) -> dict[str, IndexHit]:
+    """A leg's node ranking: each node at the rank of its best passage (ordered dict, best first)."""
+    names = view.workspaces
+    best: dict[str, IndexHit] = {}
+    for hit in hits:
+        for node in sorted(by_key[hit.content_key], key=lambda n: (names[n.workspace_id], n.path)):
+            best.setdefault(node.node_id, hit)
+    return best
+
+
+def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
+                fulltext_hits: list[IndexHit], request: SearchRequest) -> list[SearchResult]:
+    """One row per node. Each leg ranks nodes by their best passage; hybrid fuses the node
+    rankings (so a node whose title leads one leg and whose body leads the other gets both
+    legs' credit), and the row carries the node's best passage and its per-leg node ranks."""
+    nodes = {n.node_id: n for group in by_key.values() for n in group}
+    vector_best = _node_leg(view, by_key, vector_hits)
+    fulltext_best = _node_leg(view, by_key, fulltext_hits)
+    vector_rank = {nid: rank for rank, nid in enumerate(vector_best, start=1)}
+    fulltext_rank = {nid: rank for rank, nid in enumerate(fulltext_best, start=1)}
+    if request.mode == "vector":
+        ranked = [(nid, hit.score) for nid, hit in vector_best.items()]
+    elif request.mode == "fulltext":
+        ranked = [(nid, hit.score) for nid, hit in fulltext_best.items()]
+    else:
+        fused = reciprocal_rank_fusion(
+            {"vector": list(vector_best), "fulltext": list(fulltext_best)},
+            weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
+            k=RRF_K,
+        )
+        ranked = [(nid, score) for nid, score, _ in fused]
+    results = []
+    for nid, score in ranked[:request.k]:
+        v, f = vector_best.get(nid), fulltext_best.get(nid)
+        if request.mode == "fulltext" or v is None:
+            hit = f
+        elif request.mode == "vector" or f is None:
+            hit = v
+        else:  # the passage the stronger leg put first for this node
+            hit = v if request.vector_weight / (RRF_K + vector_rank[nid]) >= \
+                request.fulltext_weight / (RRF_K + fulltext_rank[nid]) else f
+        results.append(_row(view, nodes[nid], hit, score, v, f, vector_rank.get(nid) if v else None,
+                            fulltext_rank.get(nid) if f else None))
+    return results
 
 
 def _with_properties(session: Session, view: BranchView, results: list[SearchResult]) -> list[SearchResult]:

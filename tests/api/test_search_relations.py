@@ -134,3 +134,29 @@ def test_unrelate_of_no_edge_makes_no_revision(client, repo):
     assert r.status_code == 200 and r.json() == {"revision": None, "deleted": 0}
     assert client.get("/api/repos/acme").json()["head_revision"] == head
     assert client.get("/api/repos/acme/log", params={"limit": 1}).json()["revisions"][0]["revision"] == head
+
+
+def test_max_per_node_caps_passages_of_one_node(client, repo):
+    body = " ".join(f"Paragraph {i} talks about rotating keys and key rotation policy." for i in range(400))
+    assert put(client, "/long", {"content": body}).status_code == 201
+    assert put(client, "/short", {"content": "Key rotation in short."}).status_code == 201
+    rows = search(client, {"query": "key rotation", "k": 10, "mode": "fulltext"}).json()["results"]
+    assert sum(r["path"] == "/long" for r in rows) > 2
+    capped = search(client, {"query": "key rotation", "k": 10, "mode": "fulltext", "max_per_node": 2}).json()["results"]
+    assert sum(r["path"] == "/long" for r in capped) == 2
+    assert any(r["path"] == "/short" for r in capped)
+    for bad in (0, 101, "2", True):
+        assert_error(search(client, {"query": "key", "max_per_node": bad}), 422)
+
+
+def test_node_granularity_fuses_node_rankings(client, repo):
+    """A node whose title leads one leg and whose body leads the other gets both legs' credit:
+    hybrid at node granularity fuses per-node ranks, and reports them."""
+    seed(client)
+    rows = search(client, {"query": "rotate api key", "k": 3, "mode": "hybrid", "granularity": "node"}).json()["results"]
+    top = rows[0]
+    assert top["path"] == "/rotate"
+    assert top["vector_rank"] == 1 and top["fulltext_rank"] == 1
+    assert abs(top["score"] - 2 / 61) < 1e-9
+    ranks = [r["fulltext_rank"] for r in rows if r["fulltext_rank"] is not None]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
