@@ -22,6 +22,11 @@ class WorkspaceCreate(Strict):
     embedding: dict[str, Any] | None = None
 
 
+class WorkspacePatch(Strict):
+    embedding: dict[str, Any]
+    reembed: bool = False
+
+
 class BranchCreate(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
     name: str

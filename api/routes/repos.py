@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api.deps import ServicesDep
-from api.models import RepoCreate, WorkspaceCreate
+from api.models import RepoCreate, WorkspaceCreate, WorkspacePatch
 from kg.rag.config import parse_embedding_config
 from kg.store import repos as store
 
@@ -79,3 +79,16 @@ def get_workspace(repo: str, ws: str, services: ServicesDep) -> dict:
     with services.db.read() as session:
         r = store.get_repository(session, repo)
         return _workspace(store.get_workspace(session, r, ws), services.settings.embedding_model)
+
+
+@router.patch("/{repo}/workspaces/{ws}")
+def patch_workspace(repo: str, ws: str, body: WorkspacePatch, services: ServicesDep) -> dict:
+    """Change a workspace's embedding model or chunking.
+
+    The workspace is locked to its model: a change is 409 ``model_locked`` (naming the locked
+    model) unless ``reembed`` is true, which re-points every node version at its text under the
+    new settings and queues the embedding (``GET .../index/status`` follows it).
+    """
+    from kg.rag.reembed import set_workspace_embedding
+
+    return set_workspace_embedding(services, repo, ws, body.embedding, reembed=body.reembed)

@@ -16,7 +16,7 @@ from kg.errors import NotFound, ProviderError
 from kg.rag.indexer import enqueue
 from kg.rag.files import FileNode, iter_files, read_file_node
 from kg.rag.indexing import store_chunks
-from kg.rag.writes import prepare_chunks, prepare_chunks_plans_only
+from kg.rag.writes import plan_for, prepare_chunks, prepare_chunks_plans_only
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.nodes import NodeWrite
@@ -148,14 +148,17 @@ def ingest_path(services, root: Path, *, repo: str, workspace: str, branch: str 
         for node, plan in zip(todo, plans):
             with services.db.write() as session:
                 ctx = begin_write(session, repo, branch, message=f"ingest {node.source}")
-                if plan.content_key in rows:
-                    store_chunks(session, ctx.repo.id, rows[plan.content_key])
+                # The workspace may have been re-embedded since the text was planned: then the
+                # chunks embedded above belong to the old settings and the indexer embeds anew.
+                key = plan_for(services, session, ctx.repo, workspace, node.properties).content_key
+                if key == plan.content_key and key in rows:
+                    store_chunks(session, ctx.repo.id, rows[key])
                 version, created = node_store.put_node(
                     session, ctx, workspace, node.path,
-                    NodeWrite(node.node_type, node.properties, None, plan.content_key), parents=True,
+                    NodeWrite(node.node_type, node.properties, None, key), parents=True,
                 )
                 enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
-                        content_key=plan.content_key, node_version_id=version.id)
+                        content_key=key, node_version_id=version.id)
             (report.inserted if created else report.replaced).append(node.path)
         for node in group:
             relations += [(node.path, rel, target) for rel, target in node.relations]

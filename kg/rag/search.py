@@ -7,12 +7,14 @@ first; each leg then ranks only their chunks, so a filter never truncates a top-
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kg.errors import InvalidInput
@@ -322,7 +324,13 @@ class _NodeLite:
 def _visible_lite(session: Session, services: Any, view: BranchView, wids: list[int],
                   path_prefix: str | None) -> list[_NodeLite]:
     """The searchable nodes of a branch state, cached: a (branch, revision) never changes."""
-    key = ("search-nodes", view.repo.id, *view.cache_key, tuple(sorted(wids)), path_prefix)
+    # Re-embedding a workspace re-points its node versions at new content keys without a new
+    # revision, so the key includes the workspaces' embedding settings.
+    settings = tuple(session.execute(
+        select(Workspace.id, Workspace.config).where(Workspace.id.in_(wids)).order_by(Workspace.id)
+    ).all())
+    configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in settings)
+    key = ("search-nodes", view.repo.id, *view.cache_key, configs, path_prefix)
 
     def build():
         return [_NodeLite(n.node_id, n.workspace_id, n.path, n.node_type, n.content_key)

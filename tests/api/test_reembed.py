@@ -1,0 +1,78 @@
+"""The model lock of a workspace (409 model_locked) and re-embedding it from SQL."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from kg.store.models import Chunk, NodeVersion, Workspace
+from tests.api.test_nodes import assert_error, put
+from tests.conftest import FAKE_MODEL
+
+OTHER = "fake:other-64"  # same dimension as FAKE_MODEL: the lock is by name, not by dimension
+
+
+def patch_ws(client, body):
+    return client.patch("/api/repos/acme/workspaces/knowledge", json=body)
+
+
+def vector_search(client, query, **params):
+    r = client.post("/api/repos/acme/search", params=params,
+                    json={"query": query, "mode": "vector", "granularity": "node", "k": 5})
+    assert r.status_code == 200, r.text
+    return r.json()["results"]
+
+
+def chunk_models(services) -> set[str]:
+    """Models of the chunks the workspace's current node versions point at."""
+    with services.db.read() as session:
+        keys = set(session.scalars(select(NodeVersion.content_key).join(Workspace, Workspace.id == NodeVersion.workspace_id)
+                                   .where(Workspace.name == "knowledge", NodeVersion.content_key.is_not(None))))
+        return set(session.scalars(select(Chunk.model).where(Chunk.content_key.in_(keys))))
+
+
+def test_another_model_is_409_naming_the_locked_one(client, repo, services):
+    assert put(client, "/a", {"content": "Rotate the API key every ninety days."}).status_code == 201
+    r = patch_ws(client, {"embedding": {"model": OTHER}})
+    assert_error(r, 409, "model_locked")
+    err = r.json()["error"]
+    assert err["details"]["locked_model"] == FAKE_MODEL and FAKE_MODEL in err["message"]
+    assert client.get("/api/repos/acme/workspaces/knowledge").json()["embedding"]["model"] == FAKE_MODEL
+    assert chunk_models(services) == {FAKE_MODEL}
+    # a chunking change rebuilds every chunk too: also refused without reembed
+    assert_error(patch_ws(client, {"embedding": {"chunking": {"chunk_size": 100, "overlap": 10}}}), 409, "model_locked")
+    same = patch_ws(client, {"embedding": {"model": FAKE_MODEL}})
+    assert same.status_code == 200 and same.json()["reembedded"] is False
+
+
+def test_reembed_rebuilds_the_workspace_without_mixing_vectors(client, repo, services):
+    assert put(client, "/a", {"content": "Rotate the API key every ninety days."}).status_code == 201
+    assert put(client, "/b", {"content": "Invoices are sent monthly."}).status_code == 201
+    assert put(client, "/a", {"content": "Rotate the API key every thirty days."}).status_code == 200
+    assert client.post("/api/repos/acme/branches", json={"name": "agent/x", "from": "main"}).status_code == 201
+    old_revision = client.get("/api/repos/acme/log").json()["revisions"][0]["revision"]
+    before = vector_search(client, "rotate key")
+    assert before and before[0]["path"] == "/a"
+
+    r = patch_ws(client, {"embedding": {"model": OTHER}, "reembed": True})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["reembedded"] is True and out["embedding"]["model"] == OTHER
+    assert out["node_versions"] == 3 and out["queued"] == 3  # every version, history included
+    assert client.get("/api/repos/acme/index/status").json()["pending"] == 0
+    assert chunk_models(services) == {OTHER}
+    assert client.get("/api/repos/acme/workspaces/knowledge").json()["embedding"]["model"] == OTHER
+    for params in ({}, {"branch": "agent/x"}, {"at_revision": old_revision}):
+        rows = vector_search(client, "rotate key", **params)
+        assert rows and rows[0]["path"] == "/a", params
+    # new writes use the new model
+    assert put(client, "/c", {"content": "Deploys fail on a stale cache."}).status_code == 201
+    assert chunk_models(services) == {OTHER}
+
+
+def test_reembed_refuses_an_unknown_model_and_changes_nothing(client, repo, services):
+    assert put(client, "/a", {"content": "Rotate the API key."}).status_code == 201
+    assert_error(patch_ws(client, {"embedding": {"model": "fake:hash-0"}, "reembed": True}), 422)
+    assert_error(patch_ws(client, {"embedding": {"model": OTHER}, "reembed": "yes"}), 422)
+    assert_error(patch_ws(client, {"embedding": {"bogus": 1}, "reembed": True}), 422)
+    assert_error(client.patch("/api/repos/acme/workspaces/nope", json={"embedding": {"model": OTHER}}), 404)
+    assert chunk_models(services) == {FAKE_MODEL}
