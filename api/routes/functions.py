@@ -23,7 +23,8 @@ class InvokeBody(Strict):
 
 @router.post("/{repo}/{name}/invoke")
 def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDep, response: Response) -> dict:
-    """Invoke a function on a branch: wait for its output, or (``wait_for_completion: false``)
+    """Invoke ``search-documents``, ``ask``, ``graph-context`` or ``extract-entities`` on a
+    branch: wait for its output, or (``wait_for_completion: false``)
     answer 202 with a job id to read at ``GET /api/jobs/{job_id}``."""
     if not body.wait_for_completion:
         job_id = jobs.submit(services, repo, name, body.input, branch=body.branch)

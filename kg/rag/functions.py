@@ -1,5 +1,6 @@
 """The functions agents call (API.md, "Functions"; seed 001, "Ready-made: the built-in RAG
-functions"): ``search-documents`` and ``ask``.
+functions"): ``search-documents``, ``ask``, ``graph-context`` and ``extract-entities``
+(:mod:`kg.rag.entities`). Each runs on one branch and sees exactly that branch.
 
 ``ask`` retrieves, grades the passages against the question, rewrites the query once in the
 documents' own vocabulary when they fall short (two retrievals at most), then answers from the
@@ -8,6 +9,17 @@ with the model; without one it stays useful and says so (``"mode": "extractive"`
 a lexical-coverage check, the rewrite pseudo-relevance feedback, the answer the best-supported
 sentences of the passages, each with its marker. When nothing relevant is retrieved the answer
 is ``grounded: false`` and no model is called.
+
+``graph-context`` seeds from hybrid search (the passages of one node are one seed, in the order
+of their best passage) or from given node addresses, then walks the branch's relations
+breadth-first within the hop, node and fan-out budgets (:func:`kg.rag.graph.traverse_from`).
+
+``ask`` with ``use_graph: true`` adds that walk as a second leg: from the nodes of the retrieved
+passages, two hops out (one through a direct link between documents, two through a shared
+entity node), the passage of each reached node that shares most terms with the question is
+appended, at most three, marked ``"via": "graph"``. The leg can never fail the answer: an
+error is logged and recorded in ``attempts``. With ``store_answer`` the answer is written as a
+``kb:Answer`` node with ``cites`` relations to the nodes it cites, on the request's branch.
 
 References
 ----------
@@ -18,16 +30,30 @@ Asai et al. (2023), "Self-RAG"; Yan et al. (2024), "Corrective Retrieval Augment
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import math
 import re
 from collections import Counter
 from typing import Any
 
-from kg.errors import InvalidInput, KGError, NotFound
+from sqlalchemy import select
+
+from kg.errors import Conflict, InvalidInput, KGError, NotFound
+from kg.graph.neighbors import check_direction
 from kg.index.tokenize import analyze
 from kg.providers.jsonreply import parse_json_reply
+from kg.rag.config import TEXT_FIELDS
+from kg.rag.entities import extract_entities, slugify
+from kg.rag.graph import traverse_from
 from kg.rag.search import SearchRequest, search
+from kg.rag.writes import GraphWrite, write_graph
+from kg.store.models import Chunk
+from kg.store.nodes import find_node, nodes_by_id, workspace_id
+from kg.store.paths import parse_address, validate_path
 from kg.store.repos import branch_view
+
+log = logging.getLogger(__name__)
 
 MAX_PASSAGES = 8
 MAX_DISTANCE = 0.65          # cosine distance beyond which a vector-only hit is not relevant
@@ -35,6 +61,14 @@ COVERAGE_SUFFICIENT = 0.5    # share of the question's terms the passages must c
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n{2,}")
 _MARKER_RE = re.compile(r"\[(\d+)\]")
 NOT_COVERED = "The documents do not cover this."
+GRAPH_HOPS = 2               # ask's graph leg: document -> entity -> document
+GRAPH_MAX_NODES = 30
+GRAPH_FAN_OUT = 10
+GRAPH_PASSAGES = 3           # most passages the graph leg adds
+GRAPH_PASSAGE_CHARS = 1_500  # a fallback passage (text fields, no chunks yet) is cut here
+ANSWER_NODE_TYPE = "kb:Answer"
+CITES = "cites"
+MAX_SEEDS = 1_000
 
 
 def _input(raw: Any, key: str) -> str:
@@ -62,16 +96,21 @@ def _k(raw: dict, default: int) -> int:
     return value
 
 
-def _passages(services, repo: str, branch: str, query: str, k: int, workspaces, *, relevant_only: bool):
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch)
-        rows, _ = search(session, services, view, SearchRequest(
-            query=query, k=k, mode="hybrid", granularity="chunk", workspaces=workspaces))
+def _search_passages(session, services, view, query: str, k: int, workspaces, *, relevant_only: bool):
+    """Hybrid chunk search on one branch view, as passages."""
+    rows, _ = search(session, services, view, SearchRequest(
+        query=query, k=k, mode="hybrid", granularity="chunk", workspaces=workspaces))
     if relevant_only:
         rows = [r for r in rows if r.fulltext_rank is not None
                 or (r.vector_distance is not None and r.vector_distance <= MAX_DISTANCE)]
     return [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id, "chunk_index": r.chunk_index,
              "text": r.chunk_text, "score": r.score, "text_is_exact": True} for r in rows]
+
+
+def _passages(services, repo: str, branch: str, query: str, k: int, workspaces, *, relevant_only: bool):
+    with services.db.read() as session:
+        view = branch_view(session, repo, branch)
+        return _search_passages(session, services, view, query, k, workspaces, relevant_only=relevant_only)
 
 
 def search_documents(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
@@ -181,23 +220,39 @@ def _llm_rewrite(llm, question: str, passages: list[dict]) -> str | None:
 def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     """Answer a question from the documents only, with citations (API.md ``ask``).
 
+    Parameters
+    ----------
+    raw : dict
+        ``{"question", "workspaces"?, "use_graph"?: bool, "store_answer"?: {"workspace",
+        "path"?}}``. ``use_graph`` adds the graph leg (:func:`graph_passages`) after retrieval;
+        ``store_answer`` writes the answer as a ``kb:Answer`` node on this branch
+        (:func:`store_answer`; default path ``/answers/{question slug}-{sha256 prefix}``, so
+        asking again replaces the earlier answer with a new version).
+
     Returns
     -------
     dict
         ``{"answer", "grounded", "citations": [{"marker", "path", "workspace", "node_id",
-        "chunk_index", "text_is_exact"}], "attempts": [{"query", "passages"}], "mode"}``;
-        ``mode`` is ``"llm"`` or ``"extractive"``.
+        "chunk_index", "text_is_exact", "via"?}], "attempts": [{"query", "passages",
+        "leg"?, "error"?}], "mode", "stored"?}``; ``mode`` is ``"llm"`` or ``"extractive"``.
+        The graph leg's attempt has ``"leg": "graph"`` (and ``error`` when it failed), its
+        citations ``"via": "graph"``; ``stored`` is ``{"workspace", "path", "node_id",
+        "revision"}``.
 
     Raises
     ------
     kg.errors.InvalidInput, kg.errors.NotFound
+    kg.errors.Conflict
+        ``store_answer`` names a node that is not a ``kb:Answer`` (checked before any work).
     kg.errors.ProviderError
         The model failed while answering (grading and rewriting failures are tolerated).
     """
     question = _input(raw, "question")
     workspaces = _workspaces(raw)
-    if raw.get("use_graph"):
-        raise InvalidInput("use_graph is not available yet: graph-context is not built in this version")
+    use_graph = raw.get("use_graph", False)
+    if not isinstance(use_graph, bool):
+        raise InvalidInput("input.use_graph must be true or false", details={"use_graph": use_graph})
+    target = _answer_target(services, repo, branch, raw, question)
     llm = services.llm
     has_llm = getattr(llm, "name", "none") != "none"
     attempts = []
@@ -214,8 +269,22 @@ def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
             if again:
                 passages = again
     mode = "llm" if has_llm else "extractive"
+    if use_graph and passages:
+        leg: dict[str, Any] = {"query": attempts[-1]["query"], "leg": "graph"}
+        try:
+            extra = graph_passages(services, repo, branch, question, passages, workspaces)
+        except Exception as exc:  # the graph leg never fails the answer
+            log.warning("ask: the graph leg failed on %s/%s: %s", repo, branch, exc, exc_info=True)
+            extra = []
+            leg["error"] = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        leg["passages"] = len(extra)
+        attempts.append(leg)
+        passages = passages + extra
     if not passages:
-        return {"answer": NOT_COVERED, "grounded": False, "citations": [], "attempts": attempts, "mode": mode}
+        result = {"answer": NOT_COVERED, "grounded": False, "citations": [], "attempts": attempts, "mode": mode}
+        if target is not None:
+            result["stored"] = store_answer(services, repo, branch, *target, question, result)
+        return result
     if has_llm:
         context = "\n\n".join(f"[{i}] {p['text']}" for i, p in enumerate(passages, start=1))
         reply = llm.chat([
@@ -230,14 +299,293 @@ def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
         answer = " ".join(answer.split())
     else:
         answer, valid = extractive_answer(question, passages)
-    citations = [{"marker": m, "workspace": passages[m - 1]["workspace"], "path": passages[m - 1]["path"],
-                  "node_id": passages[m - 1]["node_id"], "chunk_index": passages[m - 1]["chunk_index"],
-                  "text_is_exact": True} for m in valid]
-    return {"answer": answer, "grounded": bool(citations), "citations": citations, "attempts": attempts,
-            "mode": mode}
+    citations = []
+    for m in valid:
+        p = passages[m - 1]
+        citation = {"marker": m, "workspace": p["workspace"], "path": p["path"], "node_id": p["node_id"],
+                    "chunk_index": p["chunk_index"], "text_is_exact": p["text_is_exact"]}
+        if p.get("via") == "graph":
+            citation["via"] = "graph"
+        citations.append(citation)
+    result = {"answer": answer, "grounded": bool(citations), "citations": citations, "attempts": attempts,
+              "mode": mode}
+    if target is not None:
+        result["stored"] = store_answer(services, repo, branch, *target, question, result)
+    return result
 
 
-FUNCTIONS = {"search-documents": search_documents, "ask": ask}
+# -- graph-context ---------------------------------------------------------------------------
+
+
+def _int_option(raw: dict, key: str, default: int, low: int, high: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"input.{key} must be an integer between {low} and {high}", details={key: value})
+    return value
+
+
+def _relation_types(raw: dict) -> list[str] | None:
+    value = raw.get("types")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
+        raise InvalidInput("input.types must be null (every type) or a non-empty list of relation types",
+                           details={"types": value})
+    return value
+
+
+def _seed_addresses(raw: dict) -> list[tuple[str, str]]:
+    value = raw.get("seeds")
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise InvalidInput("input.seeds must be a list of node addresses 'workspace:/path'",
+                           details={"seeds": value if isinstance(value, (list, str)) else None})
+    if len(value) > MAX_SEEDS:
+        raise InvalidInput(f"input.seeds holds at most {MAX_SEEDS} addresses", details={"seeds": len(value)})
+    return list(dict.fromkeys(parse_address(a) for a in value))
+
+
+def _title(properties: dict) -> str | None:
+    for key in ("title", "name"):
+        if isinstance(properties.get(key), str) and properties[key].strip():
+            return properties[key]
+    return None
+
+
+def graph_context(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+    """Seeds by meaning (or given), then the relations around them (API.md ``graph-context``).
+
+    Parameters
+    ----------
+    raw : dict
+        ``{"query"?: str, "seeds"?: ["workspace:/path", ...], "hops"?: 0..4 (2),
+        "max_nodes"?: 1..1,000 (50), "fan_out"?: 1..1,000 (20), "types"?: [str],
+        "direction"?: "OUT" | "IN" | "BOTH" ("BOTH"), "workspaces"?: [str], "k"?: 1..100 (5)}``;
+        ``query``, ``seeds`` or both. ``k`` passages are searched for ``query`` and only
+        relevant ones seed (a full-text match, or a vector hit within cosine distance 0.65);
+        ``workspaces`` restricts that search, not the walk (relations may cross workspaces).
+
+    Returns
+    -------
+    dict
+        ``{"seeds": [{"workspace", "path", "node_id", "score", "source"}], "nodes":
+        [{"workspace", "path", "node_id", "hop", "via", "weight", "from", "node_type",
+        "title"?}], "truncated"}``. Given seeds come first (``source: "seeds"``), then search
+        seeds in the order of their best passage (``source: "search"``; several passages of
+        one node are one seed). ``nodes`` holds the seeds at hop 0 and every node reached, once,
+        at its shortest hop; ``via``, ``weight`` and ``from`` describe the edge that reached it;
+        ``title`` is the node's ``title`` (an entity's ``name``) when it has one. A query that
+        finds nothing relevant gives no seeds and no nodes.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Neither query nor seeds, or an option out of range.
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or seed node.
+
+    Notes
+    -----
+    One read transaction: the search and the walk see the same revision of the branch. The
+    walk costs O(max_nodes * fan_out) edge reads (:func:`kg.rag.graph.traverse_from`).
+    """
+    if not isinstance(raw, dict):
+        raise InvalidInput("input must be an object")
+    query = raw.get("query")
+    if query is not None and (not isinstance(query, str) or not query.strip()):
+        raise InvalidInput("input.query must be a non-empty string", details={"field": "query"})
+    given = _seed_addresses(raw)
+    if query is None and not given:
+        raise InvalidInput("graph-context needs input.query or input.seeds (or both)")
+    hops = _int_option(raw, "hops", 2, 0, 4)
+    max_nodes = _int_option(raw, "max_nodes", 50, 1, 1000)
+    fan_out = _int_option(raw, "fan_out", 20, 1, 1000)
+    direction = check_direction(raw.get("direction", "BOTH"))
+    types = _relation_types(raw)
+    workspaces = _workspaces(raw)
+    k = _k(raw, 5)
+    with services.db.read() as session:
+        view = branch_view(session, repo, branch)
+        seeds: dict[tuple[str, str], dict[str, Any]] = {}
+        for workspace, path in given:
+            seeds[(workspace, path)] = {"workspace": workspace, "path": path, "node_id": None, "score": None,
+                                        "source": "seeds"}
+        if query is not None:
+            for p in _search_passages(session, services, view, query, k, workspaces, relevant_only=True):
+                seeds.setdefault((p["workspace"], p["path"]), {
+                    "workspace": p["workspace"], "path": p["path"], "node_id": p["node_id"],
+                    "score": p["score"], "source": "search"})
+        if not seeds:
+            return {"seeds": [], "nodes": [], "truncated": False}
+        walk = traverse_from(session, services, view, [f"{w}:{p}" for w, p in seeds], hops=hops,
+                             direction=direction, types=types, max_nodes=max_nodes, fan_out=fan_out)
+        versions = nodes_by_id(session, view, [n["node_id"] for n in walk["nodes"]])
+    for node in walk["nodes"]:
+        version = versions.get(node["node_id"])
+        node["node_type"] = version.node_type if version is not None else None
+        title = _title(version.properties) if version is not None else None
+        if title is not None:
+            node["title"] = title
+        seed = seeds.get((node["workspace"], node["path"]))
+        if seed is not None and seed["node_id"] is None:
+            seed["node_id"] = node["node_id"]
+    return {"seeds": list(seeds.values()), "nodes": walk["nodes"], "truncated": walk["truncated"]}
+
+
+# -- ask's graph leg and stored answers ------------------------------------------------------
+
+
+def _best_passage(session, repo_id: int, version, terms: set[str]) -> dict[str, Any] | None:
+    """The chunk of a node version sharing most question terms (ties: the first), or, before
+    its chunks are stored, its text fields (cut at GRAPH_PASSAGE_CHARS)."""
+    if version.content_key:
+        rows = session.execute(
+            select(Chunk.chunk_index, Chunk.text)
+            .where(Chunk.repo_id == repo_id, Chunk.content_key == version.content_key)
+            .order_by(Chunk.chunk_index).limit(64)).all()
+        if rows:
+            index, text = max(rows, key=lambda r: (len(terms & set(analyze(r[1]))), -r[0]))
+            return {"chunk_index": index, "text": text, "text_is_exact": True}
+    parts = [v for k in TEXT_FIELDS if isinstance(v := version.properties.get(k), str) and v.strip()]
+    if not parts:
+        return None
+    text = "\n\n".join(parts)
+    return {"chunk_index": None, "text": text[:GRAPH_PASSAGE_CHARS],
+            "text_is_exact": len(text) <= GRAPH_PASSAGE_CHARS}
+
+
+def graph_passages(services, repo: str, branch: str, question: str, passages: list[dict],
+                   workspaces: list[str] | None) -> list[dict[str, Any]]:
+    """Passages of the nodes around the retrieved ones: ``ask``'s graph leg.
+
+    Walks ``GRAPH_HOPS`` (2) hops from the nodes of ``passages`` (fan-out 10, at most 30 nodes
+    beyond the seeds), keeps the reached nodes with text that are not already retrieved (and in
+    ``workspaces`` when given), and returns the best passage of up to ``GRAPH_PASSAGES`` (3) of
+    them, ranked by shared question terms, then hop, then walk order.
+
+    Returns
+    -------
+    list of dict
+        Passages like the retrieved ones, plus ``"via": "graph"``, ``"relation"`` (the type of
+        the edge that reached the node), ``"hop"`` and ``"from"``.
+
+    Raises
+    ------
+    kg.errors.KGError
+        Whatever the walk raises; ``ask`` catches every error of this leg.
+    """
+    seeds = list(dict.fromkeys(f"{p['workspace']}:{p['path']}" for p in passages))
+    have = {p["node_id"] for p in passages}
+    terms = set(analyze(question))
+    with services.db.read() as session:
+        view = branch_view(session, repo, branch)
+        walk = traverse_from(session, services, view, seeds, hops=GRAPH_HOPS,
+                             max_nodes=len(seeds) + GRAPH_MAX_NODES, fan_out=GRAPH_FAN_OUT)
+        reached = [n for n in walk["nodes"] if n["hop"] > 0 and n["node_id"] not in have
+                   and (workspaces is None or n["workspace"] in workspaces)]
+        versions = nodes_by_id(session, view, [n["node_id"] for n in reached])
+        ranked = []
+        for order, node in enumerate(reached):
+            version = versions.get(node["node_id"])
+            passage = _best_passage(session, view.repo.id, version, terms) if version is not None else None
+            if passage is None:
+                continue
+            shared = len(terms & set(analyze(passage["text"])))
+            ranked.append((-shared, node["hop"], order, {
+                "workspace": node["workspace"], "path": node["path"], "node_id": node["node_id"], **passage,
+                "score": None, "via": "graph", "relation": node["via"], "hop": node["hop"], "from": node["from"]}))
+    ranked.sort(key=lambda r: r[:3])
+    return [r[3] for r in ranked[:GRAPH_PASSAGES]]
+
+
+def _answer_target(services, repo: str, branch: str, raw: dict, question: str) -> tuple[str, str] | None:
+    """The (workspace, path) ``store_answer`` names, checked before any work."""
+    value = raw.get("store_answer")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInput('input.store_answer must be an object {"workspace", "path"?}')
+    unknown = sorted(set(value) - {"workspace", "path"})
+    if unknown:
+        raise InvalidInput(f"input.store_answer has unknown field(s): {', '.join(unknown)}",
+                           details={"unknown": unknown})
+    workspace = value.get("workspace")
+    if not isinstance(workspace, str) or not workspace:
+        raise InvalidInput("input.store_answer.workspace must be a workspace name")
+    path = value.get("path")
+    if path is None:
+        slug = slugify(question)[:80].rstrip("-") or "answer"
+        path = f"/answers/{slug}-{hashlib.sha256(question.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
+    elif not isinstance(path, str):
+        raise InvalidInput("input.store_answer.path must be a node path")
+    validate_path(path)
+    with services.db.read() as session:
+        view = branch_view(session, repo, branch)
+        workspace_id(view, workspace)
+        _check_answer_slot(find_node(session, view, workspace, path), workspace, path)
+    return workspace, path
+
+
+def _check_answer_slot(existing, workspace: str, path: str) -> None:
+    if existing is not None and existing.node_type != ANSWER_NODE_TYPE:
+        raise Conflict(f"node {workspace}:{path} is a {existing.node_type}, not a {ANSWER_NODE_TYPE}: "
+                       "an answer never replaces it", details={"workspace": workspace, "path": path})
+
+
+def store_answer(services, repo: str, branch: str, workspace: str, path: str, question: str,
+                 result: dict[str, Any]) -> dict[str, Any]:
+    """Write an answer as a ``kb:Answer`` node with ``cites`` relations, as one revision.
+
+    The node's properties are ``question``, ``answer``, ``grounded``, ``mode`` and
+    ``citations`` (none of them is a text field, so a stored answer is never retrieved as a
+    source). Each cited node gets one ``cites`` relation with the ``markers`` and
+    ``chunk_indexes`` that cite it; relations of an earlier answer at the same path to nodes
+    no longer cited are removed. Cited nodes deleted meanwhile are skipped.
+
+    Returns
+    -------
+    dict
+        ``{"workspace", "path", "node_id", "revision"}``.
+
+    Raises
+    ------
+    kg.errors.Conflict
+        A node of another type is at ``path``.
+    kg.errors.NotFound
+        Unknown workspace or branch.
+    """
+    cited: dict[tuple[str, str], dict[str, list]] = {}
+    for c in result["citations"]:
+        entry = cited.setdefault((c["workspace"], c["path"]), {"markers": [], "chunk_indexes": []})
+        entry["markers"].append(c["marker"])
+        entry["chunk_indexes"].append(c["chunk_index"])
+    address = f"{workspace}:{path}"
+
+    def plan(session, view) -> GraphWrite:
+        existing = find_node(session, view, workspace, path)
+        _check_answer_slot(existing, workspace, path)
+        todo = GraphWrite(upserts=[{"workspace": workspace, "path": path, "node_type": ANSWER_NODE_TYPE,
+                                    "properties": {"question": question, "answer": result["answer"],
+                                                   "grounded": result["grounded"], "mode": result["mode"],
+                                                   "citations": result["citations"]}}])
+        for old in (existing.properties.get("citations") or []) if existing is not None else []:
+            key = (old.get("workspace"), old.get("path")) if isinstance(old, dict) else None
+            if (key and key not in cited and all(isinstance(x, str) for x in key)
+                    and find_node(session, view, *key) is not None):
+                todo.unrelations.append({"from": address, "to": f"{key[0]}:{key[1]}", "type": CITES})
+        for (ws, p), info in cited.items():
+            if find_node(session, view, ws, p) is not None:
+                todo.relations.append({"from": address, "to": f"{ws}:{p}", "type": CITES, "properties": info})
+        return todo
+
+    written = write_graph(services, repo, branch, plan, message=f"ask: store answer {address}", actor="ask")
+    node = written["upserted"][-1]
+    return {"workspace": workspace, "path": path, "node_id": node["id"], "revision": written["revision"]}
+
+
+FUNCTIONS = {"search-documents": search_documents, "ask": ask, "graph-context": graph_context,
+             "extract-entities": extract_entities}
 
 
 def invoke(services, repo: str, name: str, raw: Any, *, branch: str = "main") -> dict[str, Any]:

@@ -5,14 +5,18 @@ Each function is one write transaction (one revision), all or nothing.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
 from kg.rag.config import workspace_embedding
 from kg.rag.indexer import enqueue
 from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text
 from kg.store import nodes as node_store
-from kg.store.repos import begin_write, get_repository, get_workspace
+from kg.store import relations as relation_store
+from kg.store.repos import BranchView, begin_write, get_repository, get_workspace
 from kg.store.nodes import NodeWrite, merge_properties, node_dict
 
 
@@ -245,5 +249,86 @@ def batch(services, repo_name: str, branch: str, *, upserts: list[dict] | None =
         result = {"revision": ctx.revision, "upserted": out, "deleted": deleted}
     if len(upserts) + len(deletes) >= 1000:
         services.db.analyze()
+    services.after_write(ctx.repo.id, queued)
+    return result
+
+
+# -- nodes and relations in one revision ----------------------------------------------------
+
+
+@dataclass
+class GraphWrite:
+    """Nodes and relations to write as one revision (:func:`write_graph`).
+
+    Attributes
+    ----------
+    upserts : list of dict
+        ``{"workspace", "path", "node_type", "properties", "order"?}``: create or replace, in
+        this order (missing ancestors are created as ``kg:Folder`` nodes).
+    relations : list of dict
+        ``{"from", "to", "type", "weight"?, "properties"?}`` with ``workspace:/path``
+        addresses, asserted after the upserts (so they may point at the nodes just written).
+    unrelations : list of dict
+        ``{"from", "to", "type"}``: edges to remove (one that does not exist is ignored).
+    """
+
+    upserts: list[dict[str, Any]] = field(default_factory=list)
+    relations: list[dict[str, Any]] = field(default_factory=list)
+    unrelations: list[dict[str, Any]] = field(default_factory=list)
+
+
+def write_graph(services, repo_name: str, branch: str,
+                plan: Callable[[Session, BranchView], GraphWrite | None], *,
+                message: str | None = None, actor: str | None = None) -> dict[str, Any] | None:
+    """Write nodes and the relations between them as one revision: all or nothing.
+
+    The batch write path with relations: each node's text is queued for indexing in the same
+    transaction, as :func:`batch` does.
+
+    Parameters
+    ----------
+    plan : callable(session, view) -> GraphWrite or None
+        Called inside the write transaction, after the revision is opened, with a view that
+        sees the branch's current head: what it reads cannot change before the commit (writers
+        of a repository serialise). Returning None (nothing to write) rolls the transaction
+        back: no revision is made.
+
+    Returns
+    -------
+    dict or None
+        ``{"revision", "upserted": [...nodes], "related": N, "unrelated": N}``, or None when
+        ``plan`` returned None.
+
+    Raises
+    ------
+    kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict
+        Any failing item fails the whole write; nothing is written.
+    """
+    queued: list[str] = []
+    with services.db.write() as session:
+        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
+        todo = plan(session, ctx.view)
+        if todo is None:
+            session.rollback()
+            return None
+        out = []
+        for item in todo.upserts:
+            props = item.get("properties", {})
+            node_type = item.get("node_type", "kg:Node")
+            node_store.validate_node_input(node_type, props, item.get("order"))
+            plan_ = plan_for(services, session, ctx.repo, item["workspace"], props)
+            version, _, key = _write_and_enqueue(
+                services, session, ctx, item["workspace"], item["path"],
+                NodeWrite(node_type, props, item.get("order"), plan_.content_key), parents=True)
+            if key:
+                queued.append(key)
+            out.append(node_dict(version, item["workspace"]))
+        unrelated = sum(relation_store.unrelate(session, ctx, u["from"], u["to"], u["type"])
+                        for u in todo.unrelations)
+        for r in todo.relations:
+            relation_store.relate(session, ctx, r["from"], r["to"], r["type"], weight=r.get("weight"),
+                                  properties=r.get("properties"))
+        result = {"revision": ctx.revision, "upserted": out, "related": len(todo.relations),
+                  "unrelated": unrelated}
     services.after_write(ctx.repo.id, queued)
     return result

@@ -1,0 +1,637 @@
+"""``extract-entities``: build the graph from a document (seed 001, "Building the graph from
+documents"; API.md, "Functions").
+
+The function reads a node's text (its ``title``, ``content``, ``body`` and ``text`` fields,
+capped), asks the LLM for the entities it names (person, organization, place, product, concept,
+event) and typed relations between them, and writes, as one revision:
+
+- an entity node per entity at ``/entities/{slug}`` in the document's workspace (node type
+  ``kg:Entity``; properties ``name``, ``entity_type``, ``aliases``). The slug folds case,
+  spacing, accents and punctuation (:func:`slugify`), so two documents naming one entity
+  converge on one node; an existing entity keeps its name and type, other spellings are added
+  to its ``aliases``;
+- a ``mentioned_in`` relation from each entity to the document;
+- the typed relations between entities, their types sanitised to lower_snake_case
+  (:func:`relation_type`), only between entities written by this run (no dangling edges);
+- an extraction record at ``/kg/extractions/{node id}`` (node type ``kg:Extraction``): the
+  sha256 fingerprint of the text read and the extractor, what was written, and a reference
+  (``kg:ref``) to the document. The document itself is never modified.
+
+A run whose fingerprint equals the record's does nothing: no model call, no revision,
+``skipped: true`` with the recorded entities and relations. ``force: true`` extracts again.
+When a changed text is extracted again, the ``mentioned_in`` edges of entities the document no
+longer names are removed; relations between entities are assertions that other documents may
+share, so they stay.
+
+With no LLM configured (``services.llm.name == "none"``) a deterministic extractor runs
+instead (:func:`deterministic_entities`): capitalised multi-word names, acronyms and PEP-style
+cross-references (``PEP 8``, ``RFC 2616``); it finds no typed relations. The output says which
+extractor ran (``"deterministic"`` or ``"llm:<model>"``).
+
+A model reply that cannot be read as entities (garbage, an echoed schema, the wrong shape) is
+a :class:`~kg.errors.ProviderError` (HTTP 502) naming the reason, logged, and nothing is
+written: not one entity, not the record, so the next call tries again. Single malformed items
+of a readable reply (an entity without a name, a relation to an entity not in the list) are
+dropped and counted in ``dropped``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+from kg.errors import Conflict, InvalidInput, ProviderError
+from kg.providers.jsonreply import parse_json_reply
+from kg.rag.config import TEXT_FIELDS
+from kg.rag.writes import GraphWrite, write_graph
+from kg.store.nodes import find_node, get_node
+from kg.store.paths import validate_path
+from kg.store.repos import branch_view
+
+log = logging.getLogger(__name__)
+
+ENTITY_ROOT = "/entities"
+ENTITY_NODE_TYPE = "kg:Entity"
+EXTRACTION_ROOT = "/kg/extractions"
+EXTRACTION_NODE_TYPE = "kg:Extraction"
+MENTIONED_IN = "mentioned_in"
+ENTITY_TYPES = ("person", "organization", "place", "product", "concept", "event")
+#: Bumped when the prompt or the heuristics change, so that old fingerprints stop matching.
+EXTRACTOR_VERSION = 1
+DEFAULT_MAX_CHARS = 8_000
+MAX_MAX_CHARS = 100_000
+MAX_ENTITIES = 100
+MAX_RELATIONS = 200
+MAX_ALIASES = 20
+MAX_SLUG_CHARS = 120
+MAX_NAME_CHARS = 200
+
+_TYPE_SYNONYMS = {
+    "people": "person", "human": "person", "individual": "person", "author": "person",
+    "org": "organization", "organisation": "organization", "company": "organization",
+    "institution": "organization", "corporation": "organization", "agency": "organization",
+    "location": "place", "city": "place", "country": "place", "region": "place", "gpe": "place",
+    "loc": "place", "software": "product", "tool": "product", "technology": "product",
+    "language": "product", "idea": "concept", "topic": "concept", "standard": "concept",
+    "document": "concept", "occurrence": "event", "meeting": "event", "conference": "event",
+}
+
+EXTRACTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "entities": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "type": {"type": "string", "enum": list(ENTITY_TYPES)},
+                    "aliases": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["name", "type"],
+            },
+        },
+        "relations": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "from": {"type": "string"},
+                    "type": {"type": "string"},
+                    "to": {"type": "string"},
+                },
+                "required": ["from", "type", "to"],
+            },
+        },
+    },
+    "required": ["entities"],
+}
+
+
+@dataclass
+class Entity:
+    """An entity named by a document: display name, type, other spellings, and its slug."""
+
+    name: str
+    type: str
+    slug: str
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A typed relation between two entities, by slug."""
+
+    source: str
+    type: str
+    target: str
+
+
+# -- names, slugs and relation types (pure) --------------------------------------------------
+
+
+def slugify(name: Any) -> str:
+    """The path segment of an entity name: case, spacing, accents and punctuation folded.
+
+    NFKC normalisation, case folding, accents removed (NFKD without combining marks), then
+    every run of characters that are not letters or digits becomes one ``-``, trimmed at
+    both ends, at most 120 characters.
+
+    Parameters
+    ----------
+    name : str
+
+    Returns
+    -------
+    str
+        ``"Guido van Rossum"``, ``"guido  van rossum."`` -> ``"guido-van-rossum"``;
+        ``"AC/DC"`` -> ``"ac-dc"``; ``""``, ``".."`` or a non-string -> ``""`` (no entity).
+        Letters of any script are kept (``"東京"`` stays ``"東京"``), so the slug is always a
+        single safe path segment: no ``/``, no ``.``, no whitespace, no control character.
+    """
+    if not isinstance(name, str):
+        return ""
+    text = unicodedata.normalize("NFKC", name).casefold()
+    text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
+    text = unicodedata.normalize("NFC", text)
+    out: list[str] = []
+    dash = False
+    for ch in text:
+        if ch.isalnum():
+            out.append(ch)
+            dash = False
+        elif not dash:
+            out.append("-")
+            dash = True
+    slug = "".join(out).strip("-")
+    if len(slug) > MAX_SLUG_CHARS:
+        slug = slug[:MAX_SLUG_CHARS].rstrip("-")
+    return slug
+
+
+def clean_name(raw: Any) -> str | None:
+    """A display name: whitespace collapsed, wrapping quotes and trailing punctuation removed.
+
+    A final ``.`` is removed only when it is the name's one dot (``"rossum."`` loses it,
+    ``"U.S."`` keeps it). None when nothing with a letter or digit is left.
+    """
+    if not isinstance(raw, str):
+        return None
+    name = " ".join(unicodedata.normalize("NFKC", raw).split())
+    previous = None
+    while name != previous:
+        previous = name
+        name = name.strip("\"'`“”‘’()[]{}<>").rstrip(",;:!?").strip()
+    if name.endswith(".") and name.count(".") == 1:
+        name = name[:-1].rstrip()
+    if len(name) > MAX_NAME_CHARS or not slugify(name):
+        return None
+    return name
+
+
+def relation_type(raw: Any) -> str | None:
+    """A relation type in lower_snake_case: ``"worksAt"``, ``"Works at"``, ``"works-at"`` ->
+    ``"works_at"``; accents removed, other characters dropped; None when nothing is left
+    (or it would not start with a letter)."""
+    if not isinstance(raw, str):
+        return None
+    text = unicodedata.normalize("NFKD", unicodedata.normalize("NFKC", raw))
+    text = "".join(ch for ch in text if not unicodedata.combining(ch))
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text)          # camelCase -> camel_Case
+    text = re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower()
+    text = text[:64].rstrip("_")
+    if not text or not text[0].isalpha():
+        return None
+    return text
+
+
+def entity_type(raw: Any) -> str:
+    """One of :data:`ENTITY_TYPES`: the value lower-cased, a known synonym mapped, anything else
+    ``"concept"``."""
+    value = raw.strip().casefold() if isinstance(raw, str) else ""
+    if value in ENTITY_TYPES:
+        return value
+    return _TYPE_SYNONYMS.get(value, "concept")
+
+
+def fingerprint(text: str, extractor: str) -> str:
+    """sha256 (hex) over the extractor's identity and version and the text it read."""
+    digest = hashlib.sha256()
+    digest.update(f"kg-extract-entities/{EXTRACTOR_VERSION}\n{extractor}\n".encode())
+    digest.update(text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def document_text(properties: dict[str, Any], max_chars: int) -> str:
+    """The node's text fields (title, content, body, text) joined by blank lines, capped at
+    ``max_chars`` characters."""
+    parts = [v.strip() for k in TEXT_FIELDS if isinstance(v := properties.get(k), str) and v.strip()]
+    return "\n\n".join(parts)[:max_chars]
+
+
+def collect(candidates: list[tuple[Any, Any, Any]]) -> tuple[list[Entity], int]:
+    """Entities from ``(name, type, aliases)`` candidates, merged by slug in order of first
+    mention (the first spelling and type win; other spellings and the given aliases become
+    ``aliases``, at most 20).
+
+    Returns
+    -------
+    (entities, dropped)
+        At most 100 entities; ``dropped`` counts candidates without a usable name.
+    """
+    by_slug: dict[str, Entity] = {}
+    dropped = 0
+    for raw_name, raw_type, raw_aliases in candidates:
+        name = clean_name(raw_name)
+        if name is None:
+            dropped += 1
+            continue
+        slug = slugify(name)
+        found = by_slug.get(slug)
+        if found is None:
+            if len(by_slug) >= MAX_ENTITIES:
+                dropped += 1
+                continue
+            found = by_slug[slug] = Entity(name, entity_type(raw_type), slug)
+        spellings = [name] + [a for a in (raw_aliases if isinstance(raw_aliases, list) else [])]
+        for spelling in spellings:
+            alias = clean_name(spelling)
+            if alias and alias != found.name and alias not in found.aliases and len(found.aliases) < MAX_ALIASES:
+                found.aliases.append(alias)
+    return list(by_slug.values()), dropped
+
+
+# -- the deterministic extractor (pure) ------------------------------------------------------
+
+_WORD = r"[A-Z][\w'’\-]*"
+_CONNECTORS = ("van", "von", "der", "den", "de", "del", "della", "di", "da", "du", "la", "le",
+               "of", "the", "for", "bin", "al", "y")
+_NAME_RE = re.compile(rf"\b{_WORD}(?:\s+(?:(?:{'|'.join(_CONNECTORS)})\s+)*{_WORD})+")
+_ACRONYM_RE = re.compile(r"(?<![\w/&])[A-Z][A-Z0-9]*(?:[/&][A-Z0-9]+)*(?![\w/&])")
+_CROSSREF_RE = re.compile(r"\b([A-Z]{2,6})[ \-]?(\d{1,5})\b")
+_LEADING = frozenset("""a an the this that these those in on at of for from by with and or but as
+    if when while after before since during under over into onto about between among through
+    it its he she they we our their his her my your there here then so yet also however
+    although because meanwhile today yesterday later""".split())
+_NOT_ACRONYMS = frozenset({"I", "A", "OK", "AM", "PM", "TV", "II", "III", "IV", "VI", "VII",
+                           "VIII", "IX", "XI", "XII", "US"})
+_ORG_WORDS = frozenset("""foundation inc inc. corporation corp corp. company co ltd llc gmbh ag
+    plc university institute society association group council agency department ministry
+    bank party committee organization organisation labs laboratory laboratories centre center
+    museum school college academy federation union commission board trust fund club team
+    press publishing records studios""".split())
+_PLACE_WORDS = frozenset("""city river mountains mountain island islands county street avenue
+    lake ocean sea valley republic kingdom states province district bay park bridge""".split())
+_EVENT_WORDS = frozenset("""war conference summit festival olympics revolution election
+    championship cup games expo congress symposium workshop battle treaty""".split())
+_PRODUCT_WORDS = frozenset("""language framework library software platform system engine os
+    browser app phone""".split())
+
+
+def _guess_type(words: list[str]) -> str:
+    lower = [w.casefold().rstrip(".,") for w in words]
+    if lower[0] == "university" or lower[-1] in _ORG_WORDS:
+        return "organization"
+    if lower[-1] in _EVENT_WORDS:
+        return "event"
+    if lower[-1] in _PLACE_WORDS:
+        return "place"
+    if lower[-1] in _PRODUCT_WORDS:
+        return "product"
+    if any(w in _CONNECTORS for w in lower[1:-1]) and not any(w in ("of", "the", "for") for w in lower):
+        return "person"
+    if 2 <= len(words) <= 3 and all(w[:1].isupper() and w[1:].islower() for w in words):
+        return "person"
+    return "concept"
+
+
+def deterministic_entities(text: str) -> list[tuple[str, str, list[str]]]:
+    """Entity candidates found without a model, in order of first mention.
+
+    - PEP-style cross-references: 2-6 capitals and a number (``PEP 8``, ``RFC-2616``,
+      ``ISO 9001``), written ``"PEP 8"``, type ``concept``;
+    - capitalised multi-word names, lower-case connectors allowed inside (``Guido van
+      Rossum``, ``Python Software Foundation``, ``University of Amsterdam``); a leading
+      sentence word such as ``The`` or ``In`` is dropped; the type is guessed from the last
+      word (``Foundation``: organization, ``War``: event, ``River``: place), else two or three
+      plain capitalised words are a person, anything else a concept;
+    - acronyms of two or more capitals (``CWI``, ``NASA``, ``AC/DC``), type organization.
+
+    Parameters
+    ----------
+    text : str
+
+    Returns
+    -------
+    list of (name, entity type, aliases)
+        Candidates for :func:`collect` (which merges repeats by slug).
+
+    Notes
+    -----
+    O(len(text)); regular expressions only. A heuristic: precise on names in running prose,
+    blind to single-word names that are not acronyms, and it finds no relations.
+    """
+    found: list[tuple[int, str, str]] = []
+    taken: list[tuple[int, int]] = []
+    for m in _CROSSREF_RE.finditer(text):
+        found.append((m.start(), f"{m.group(1)} {int(m.group(2))}", "concept"))
+        taken.append(m.span())
+    for m in _NAME_RE.finditer(text):
+        words = m.group(0).split()
+        start = m.start()
+        while words and words[0].casefold() in _LEADING:
+            start = text.index(words[1], start + len(words[0])) if len(words) > 1 else start
+            words = words[1:]
+        while words and words[-1].casefold() in _CONNECTORS:
+            words = words[:-1]
+        if words:
+            words[-1] = re.sub(r"['’]s$", "", words[-1])  # "Rossum's" names Rossum
+        if len(words) < 2 or any(a <= start < b for a, b in taken):
+            continue
+        if all(w.isupper() for w in words):  # "NASA ESA": acronyms, found below
+            continue
+        found.append((start, " ".join(words), _guess_type(words)))
+        taken.append((start, m.end()))
+    for m in _ACRONYM_RE.finditer(text):
+        word = m.group(0)
+        if (sum(ch.isupper() for ch in word) < 2 or word in _NOT_ACRONYMS
+                or any(a <= m.start() < b for a, b in taken)):
+            continue
+        found.append((m.start(), word, "organization"))
+    found.sort(key=lambda item: item[0])
+    return [(name, kind, []) for _, name, kind in found]
+
+
+# -- the LLM extractor -----------------------------------------------------------------------
+
+_SYSTEM = ("You extract a knowledge graph from a document. Answer with one JSON object only, "
+           "no prose.")
+_INSTRUCTIONS = (
+    "List the named entities of the document and the relations the document states between "
+    "them.\n"
+    "- entities: {{\"name\": the name as written, \"type\": one of {types}, \"aliases\": other "
+    "names used for it}}\n"
+    "- relations: {{\"from\": an entity name, \"type\": a short verb phrase in lower_snake_case "
+    "(works_at, founded, part_of), \"to\": an entity name}}; only between entities you list.\n"
+    "Reply as {{\"entities\": [...], \"relations\": [...]}}.\n\nDocument:\n{text}"
+)
+
+
+def _first(item: dict, *keys: str) -> Any:
+    for key in keys:
+        if key in item:
+            return item[key]
+    return None
+
+
+def parse_extraction(reply: str) -> tuple[list[Entity], list[tuple[Any, Any, Any]], int]:
+    """Read an LLM reply into entities and raw relations.
+
+    Returns
+    -------
+    (entities, relations, dropped)
+        ``relations`` as ``(from name, type, to name)``, not yet checked; ``dropped`` counts
+        entity items without a usable name.
+
+    Raises
+    ------
+    kg.errors.ProviderError
+        The reply holds no JSON object with an ``entities`` list (``details["reason"]`` as in
+        :func:`kg.providers.jsonreply.parse_json_reply`).
+    """
+    data = parse_json_reply(reply, schema=EXTRACTION_SCHEMA)
+    if not isinstance(data, dict) or not isinstance(data.get("entities"), list):
+        raise ProviderError("the model's reply holds no 'entities' list", details={"reason": "schema_mismatch"})
+    candidates: list[tuple[Any, Any, Any]] = []
+    bad = 0
+    for item in data["entities"]:
+        if isinstance(item, str):
+            candidates.append((item, None, None))
+        elif isinstance(item, dict):
+            candidates.append((_first(item, "name", "entity", "text"), _first(item, "type", "entity_type", "label"),
+                               item.get("aliases")))
+        else:
+            bad += 1
+    entities, dropped = collect(candidates)
+    raw_relations = data.get("relations")
+    relations = []
+    for item in raw_relations if isinstance(raw_relations, list) else []:
+        if isinstance(item, dict):
+            relations.append((_first(item, "from", "source", "subject"), _first(item, "type", "relation", "predicate"),
+                              _first(item, "to", "target", "object")))
+        elif isinstance(item, list) and len(item) == 3:
+            relations.append((item[0], item[1], item[2]))
+        else:
+            relations.append((None, None, None))
+    return entities, relations, dropped + bad
+
+
+def resolve_relations(entities: list[Entity], raw: list[tuple[Any, Any, Any]]) -> tuple[list[Relation], int]:
+    """Relations whose two ends are among ``entities`` (matched by slug, or by the slug of an
+    alias: ``"Guido"`` finds the entity ``Guido van Rossum`` that lists it) and whose type
+    sanitises to something; no self-loops, no repeats, at most 200.
+
+    Returns
+    -------
+    (relations, dropped)
+    """
+    known = {e.slug: e.slug for e in entities}
+    for e in entities:
+        for alias in e.aliases:
+            known.setdefault(slugify(alias), e.slug)
+    out: dict[Relation, None] = {}
+    dropped = 0
+    for source, rel, target in raw:
+        a = known.get(slugify(clean_name(source) or ""))
+        b = known.get(slugify(clean_name(target) or ""))
+        t = relation_type(rel)
+        if a is None or b is None or a == b or t is None or len(out) >= MAX_RELATIONS:
+            dropped += 1
+            continue
+        out[Relation(a, t, b)] = None
+    return list(out), dropped
+
+
+# -- the function ----------------------------------------------------------------------------
+
+
+def _options(raw: Any) -> tuple[str, str, bool, int]:
+    if not isinstance(raw, dict):
+        raise InvalidInput("input must be an object")
+    for key in ("path", "workspace"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise InvalidInput(f"input.{key} must be a non-empty string", details={"field": key})
+    path = validate_path(raw["path"])
+    force = raw.get("force", False)
+    if not isinstance(force, bool):
+        raise InvalidInput("input.force must be true or false", details={"force": force})
+    max_chars = raw.get("max_chars", DEFAULT_MAX_CHARS)
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or not 1 <= max_chars <= MAX_MAX_CHARS:
+        raise InvalidInput(f"input.max_chars must be an integer between 1 and {MAX_MAX_CHARS}",
+                           details={"max_chars": max_chars})
+    if path == ENTITY_ROOT or path.startswith(ENTITY_ROOT + "/") or path.startswith(EXTRACTION_ROOT + "/"):
+        raise InvalidInput(f"{path} is an entity or an extraction record, not a document",
+                           details={"path": path})
+    return raw["workspace"], path, force, max_chars
+
+
+def _extractor_name(llm: Any) -> str:
+    name = getattr(llm, "name", "none")
+    return "deterministic" if name == "none" else f"llm:{name}"
+
+
+def _extract(llm: Any, extractor: str, text: str) -> tuple[list[Entity], list[Relation], dict[str, int]]:
+    if extractor == "deterministic":
+        entities, dropped = collect(deterministic_entities(text))
+        return entities, [], {"entities": dropped, "relations": 0}
+    reply = llm.chat([
+        {"role": "system", "content": _SYSTEM},
+        {"role": "user", "content": _INSTRUCTIONS.format(types=", ".join(ENTITY_TYPES), text=text)},
+    ], json_schema=EXTRACTION_SCHEMA, timeout_s=120)
+    entities, raw_relations, dropped_entities = parse_extraction(reply)
+    relations, dropped_relations = resolve_relations(entities, raw_relations)
+    return entities, relations, {"entities": dropped_entities, "relations": dropped_relations}
+
+
+def _merged(existing: dict[str, Any] | None, entity: Entity) -> dict[str, Any]:
+    """An entity node's properties: an existing node keeps its name and type and gains
+    aliases."""
+    if existing is None:
+        return {"name": entity.name, "entity_type": entity.type, "aliases": list(entity.aliases)}
+    props = dict(existing)
+    name = props.get("name") if isinstance(props.get("name"), str) else entity.name
+    stored = props.get("aliases")
+    aliases = [a for a in stored if isinstance(a, str)] if isinstance(stored, list) else []
+    for spelling in [entity.name, *entity.aliases]:
+        if spelling != name and spelling not in aliases and len(aliases) < MAX_ALIASES:
+            aliases.append(spelling)
+    props.update({"name": name, "entity_type": props.get("entity_type") or entity.type, "aliases": aliases})
+    return props
+
+
+def extract_entities(services: Any, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+    """Extract a document's entities and relations into the graph (API.md ``extract-entities``).
+
+    Parameters
+    ----------
+    services : kg.services.Services
+        ``services.llm`` extracts; with none configured, the deterministic extractor does.
+    repo, branch : str
+        Read and written on this branch only.
+    raw : dict
+        ``{"path", "workspace", "force"?: bool, "max_chars"?: int 1..100,000 (8,000)}``.
+
+    Returns
+    -------
+    dict
+        ``{"workspace", "source", "entities": [{"path", "name", "type"}], "relations":
+        [{"from", "type", "to"}] (entity paths), "skipped", "extractor", "fingerprint",
+        "revision", "dropped": {"entities", "relations"}}``. ``skipped`` is True (and
+        ``revision`` null) when the record's fingerprint matched: the lists are then the
+        recorded ones. A document without text gives empty lists and no revision.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad input, or a path under ``/entities`` or ``/kg/extractions``.
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or node.
+    kg.errors.ProviderError
+        The model failed or its reply could not be read; nothing was written.
+
+    Notes
+    -----
+    One model call and one write transaction; the transaction re-reads the record, so two
+    concurrent runs on one text write once. O(e + r) node and relation writes for e
+    entities and r relations, with e <= 100 and r <= 200.
+    """
+    workspace, path, force, max_chars = _options(raw)
+    extractor = _extractor_name(services.llm)
+    with services.db.read() as session:
+        view = branch_view(session, repo, branch)
+        source = get_node(session, view, workspace, path)
+        source_id = source.node_id
+        text = document_text(source.properties, max_chars)
+        record_path = f"{EXTRACTION_ROOT}/{source_id}"
+        record = find_node(session, view, workspace, record_path)
+        record_props = dict(record.properties) if record is not None else None
+    base = {"workspace": workspace, "source": path, "extractor": extractor}
+    if not text:
+        return {**base, "entities": [], "relations": [], "skipped": False, "fingerprint": None,
+                "revision": None, "dropped": {"entities": 0, "relations": 0}, "reason": "the node has no text"}
+    digest = fingerprint(text, extractor)
+
+    def skipped(props: dict[str, Any]) -> dict[str, Any]:
+        return {**base, "entities": props.get("entities", []), "relations": props.get("relations", []),
+                "skipped": True, "fingerprint": digest, "revision": None,
+                "dropped": {"entities": 0, "relations": 0}}
+
+    if not force and record_props is not None and record_props.get("fingerprint") == digest:
+        return skipped(record_props)
+    try:
+        entities, relations, dropped = _extract(services.llm, extractor, text)
+    except ProviderError as exc:
+        log.warning("extract-entities %s:%s on %s failed: %s", workspace, path, branch, exc.message)
+        raise ProviderError(f"extract-entities: {exc.message}; nothing was written",
+                            details={**exc.details, "workspace": workspace, "path": path}) from exc
+    source_address = f"{workspace}:{path}"
+    state: dict[str, Any] = {}
+
+    def plan(session, view) -> GraphWrite | None:
+        current = get_node(session, view, workspace, path)
+        if current.node_id != source_id or document_text(current.properties, max_chars) != text:
+            raise Conflict(f"node {source_address} changed during extraction; invoke again",
+                           details={"workspace": workspace, "path": path})
+        previous = find_node(session, view, workspace, record_path)
+        previous_props = previous.properties if previous is not None else {}
+        if not force and previous_props.get("fingerprint") == digest:
+            state["skipped"] = previous_props
+            return None
+        todo = GraphWrite()
+        written: dict[str, dict[str, str]] = {}
+        for entity in entities:
+            entity_path = f"{ENTITY_ROOT}/{entity.slug}"
+            existing = find_node(session, view, workspace, entity_path)
+            if existing is not None and existing.node_type != ENTITY_NODE_TYPE:
+                dropped["entities"] += 1  # a node of another kind lives there: never replaced
+                continue
+            props = _merged(existing.properties if existing is not None else None, entity)
+            if existing is None or props != existing.properties:
+                todo.upserts.append({"workspace": workspace, "path": entity_path,
+                                     "node_type": ENTITY_NODE_TYPE, "properties": props})
+            written[entity.slug] = {"path": entity_path, "name": props["name"], "type": props["entity_type"]}
+            todo.relations.append({"from": f"{workspace}:{entity_path}", "to": source_address,
+                                   "type": MENTIONED_IN, "properties": {"extractor": extractor}})
+        kept = [r for r in relations if r.source in written and r.target in written]
+        dropped["relations"] += len(relations) - len(kept)
+        for r in kept:
+            todo.relations.append({"from": f"{workspace}:{written[r.source]['path']}", "type": r.type,
+                                   "to": f"{workspace}:{written[r.target]['path']}",
+                                   "properties": {"source": source_address}})
+        now = {e["path"] for e in written.values()}
+        for old in previous_props.get("entities", []):
+            old_path = old.get("path") if isinstance(old, dict) else None
+            if isinstance(old_path, str) and old_path not in now and find_node(session, view, workspace, old_path):
+                todo.unrelations.append({"from": f"{workspace}:{old_path}", "to": source_address,
+                                         "type": MENTIONED_IN})
+        out_entities = list(written.values())
+        out_relations = [{"from": written[r.source]["path"], "type": r.type, "to": written[r.target]["path"]}
+                         for r in kept]
+        todo.upserts.append({"workspace": workspace, "path": record_path, "node_type": EXTRACTION_NODE_TYPE,
+                             "properties": {"source": {"kg:ref": path, "kg:workspace": workspace},
+                                            "fingerprint": digest, "extractor": extractor,
+                                            "chars": len(text), "entities": out_entities,
+                                            "relations": out_relations}})
+        state.update(entities=out_entities, relations=out_relations)
+        return todo
+
+    result = write_graph(services, repo, branch, plan, message=f"extract-entities {source_address}",
+                         actor="extract-entities")
+    if result is None:
+        return skipped(state["skipped"])
+    return {**base, "entities": state["entities"], "relations": state["relations"], "skipped": False,
+            "fingerprint": digest, "revision": result["revision"], "dropped": dropped}
