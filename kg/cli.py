@@ -159,24 +159,35 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
 
 
 @app.command()
-def reindex(repo: Annotated[str, typer.Option(help="Repository whose search index to rebuild.")]) -> None:
-    """Rebuild the embedded search index from the chunks stored in SQL (no re-embedding),
-    after finishing any queued indexing."""
+def reindex(repo: Annotated[str, typer.Option(help="Repository whose search index to rebuild.")],
+            index: Annotated[Optional[str], typer.Option(
+                "--index", help="embedded | weaviate (default: KG_INDEX).")] = None) -> None:
+    """Rebuild a search index from the chunks and vectors stored in SQL (no re-embedding),
+    after finishing any queued indexing. ``--index weaviate`` fills Weaviate
+    (KG_WEAVIATE_URL) whatever KG_INDEX says."""
     from kg.rag.indexing import sync_index
+    from kg.services import build_index
     from kg.store.repos import get_repository
 
     try:
         services = _services()
-        with services.db.read() as session:
-            r = get_repository(session, repo)
-        run = services.indexer.drain(repo_id=r.id)
-        services.index.drop(r.uid)
-        with services.db.read() as session:
-            added = sync_index(session, services.index, r.id, r.uid)
-        services.index.flush(r.uid)
+        target = services.index if index in (None, services.settings.index) else build_index(
+            services.settings, index)
+        try:
+            with services.db.read() as session:
+                r = get_repository(session, repo)
+            run = services.indexer.drain(repo_id=r.id)
+            target.drop(r.uid)
+            with services.db.read() as session:
+                added = sync_index(session, target, r.id, r.uid)
+            target.flush(r.uid)
+        finally:
+            if target is not services.index and hasattr(target, "close"):
+                target.close()
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps({"repo": repo, "chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}))
+    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index, "chunks": added,
+                           "jobs_done": run.done, "jobs_failed": run.failed}))
 
 
 @branch_app.command("create")

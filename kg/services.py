@@ -50,12 +50,11 @@ class Services:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "Services":
-        """Build the default services: the configured database and the embedded index."""
-        from kg.index.embedded import EmbeddedVectorIndex
+        """Build the services: the configured database and index (``KG_INDEX``)."""
         from kg.providers.registry import make_embedder, make_llm
 
         db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s)
-        index = EmbeddedVectorIndex(settings.data_dir)
+        index = build_index(settings)
         return cls(settings=settings, db=db, index=index, graphs=GraphCache(settings.graph_max_edges),
                    embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size,
                                                                host=settings.ollama_host),
@@ -102,3 +101,46 @@ class Services:
         if self.jobs is not None:
             self.jobs.stop()
         self.db.dispose()
+        close_index = getattr(self.index, "close", None)  # a remote index's connection
+        if close_index is not None:
+            close_index()
+
+
+def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:
+    """The search index ``kind`` (default ``settings.index``) configured by ``settings``.
+
+    Parameters
+    ----------
+    settings : Settings
+    kind : {"embedded", "weaviate"}, optional
+
+    Returns
+    -------
+    VectorIndex
+        :class:`~kg.index.embedded.EmbeddedVectorIndex` over ``settings.data_dir``, or
+        :class:`~kg.index.weaviate.WeaviateVectorIndex` at ``settings.weaviate_url`` (which
+        connects on first use).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        An unknown kind, or ``weaviate`` without ``KG_WEAVIATE_URL``.
+    kg.errors.BackendUnavailable
+        ``weaviate`` without the ``kg[weaviate]`` extra: never a fallback to the embedded index.
+    """
+    from kg.errors import InvalidInput
+
+    kind = kind or settings.index
+    if kind == "embedded":
+        from kg.index.embedded import EmbeddedVectorIndex
+
+        return EmbeddedVectorIndex(settings.data_dir)
+    if kind == "weaviate":
+        from kg.index.weaviate import WeaviateVectorIndex
+
+        if not settings.weaviate_url:
+            raise InvalidInput("the Weaviate index needs KG_WEAVIATE_URL (e.g. http://localhost:8080)")
+        key = settings.weaviate_api_key.get_secret_value() if settings.weaviate_api_key else None
+        return WeaviateVectorIndex(settings.weaviate_url, api_key=key,
+                                   timeout_s=settings.weaviate_timeout_s)
+    raise InvalidInput(f"unknown index {kind!r}: use embedded or weaviate", details={"index": kind})

@@ -7,8 +7,9 @@ in the CLI and pass it down.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -41,6 +42,16 @@ class Settings(BaseSettings):
         larger than that is answered from SQL.
     index_poll_s : float
         How often the background indexer looks at the queue when idle, in seconds.
+    index : {"embedded", "weaviate"}
+        The search index: the embedded one in :attr:`data_dir` (default), or Weaviate at
+        :attr:`weaviate_url` (needs ``pip install 'kg[weaviate]'``; see docs/scale-out.md).
+    weaviate_url : str or None
+        ``http[s]://host:port`` of Weaviate (gRPC on port 50051 of the same host, or
+        ``?grpc_port=N``); required when ``index`` is ``weaviate``.
+    weaviate_api_key : SecretStr or None
+        Weaviate API key; unset for an unauthenticated instance.
+    weaviate_timeout_s : float
+        Timeout of one Weaviate query, in seconds (also for RAG-node Weaviate URLs).
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -58,6 +69,16 @@ class Settings(BaseSettings):
     graph_max_edges: int = Field(default=2_000_000, gt=0)
     host: str = "127.0.0.1"
     port: int = 8765
+    index: Literal["embedded", "weaviate"] = "embedded"
+    weaviate_url: str | None = None
+    weaviate_api_key: SecretStr | None = None
+    weaviate_timeout_s: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _weaviate_needs_a_url(self) -> "Settings":
+        if self.index == "weaviate" and not (self.weaviate_url or "").strip():
+            raise ValueError("KG_INDEX=weaviate needs KG_WEAVIATE_URL (e.g. http://localhost:8080)")
+        return self
 
     def resolved_database_url(self) -> str:
         """Return the database URL, defaulting to a SQLite file in :attr:`data_dir`."""

@@ -24,7 +24,7 @@ import hashlib
 import urllib.parse
 from typing import Any
 
-from kg.errors import Conflict, InvalidInput, NotFound, UpstreamUnavailable
+from kg.errors import Conflict, InvalidInput, NotFound
 from kg.rag.indexing import store_chunks
 from kg.rag.ragnode import RagConfig, class_key, parse_rag_input, validate_rag_config, format_context
 from kg.rag.search import SearchRequest, search
@@ -110,7 +110,8 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
     kg.errors.InvalidInput
         A configuration or input that breaks the spec (422).
     kg.errors.UpstreamUnavailable
-        A ``weaviateUrl`` other than ``embedded`` (502): never a silent fallback.
+        A ``weaviateUrl`` other than ``embedded`` that cannot be reached or used (502): never a
+        silent fallback. Such a URL is served by :mod:`kg.rag.ragnode_weaviate`.
     kg.errors.Conflict
         The collection name maps to a class another collection holds.
     kg.errors.ProviderError, kg.errors.BackendUnavailable
@@ -120,11 +121,10 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
         raise InvalidInput("input must be a string")
     config = validate_rag_config(config_raw)
     if config.weaviate_url.strip().lower() != "embedded":
-        raise UpstreamUnavailable(
-            f"cannot use Weaviate at {config.weaviate_url!r}: this kg serves RAG collections from "
-            "its embedded index only (weaviateUrl 'embedded'); nothing was ingested",
-            details={"weaviateUrl": config.weaviate_url},
-        )
+        # The collection lives in the named Weaviate instance, in the spec's schema.
+        from kg.rag.ragnode_weaviate import run_rag_node_weaviate
+
+        return run_rag_node_weaviate(services, config, text, branch=branch)
     query, files = parse_rag_input(text)
     for name, _ in files:
         file_path(name)

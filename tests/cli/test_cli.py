@@ -76,3 +76,46 @@ def test_reindex_rebuilds_from_sql_without_embedding(env):
     assert body["chunks"] > 0 and body["jobs_failed"] == 0
     found = runner.invoke(app, ["search", "version", "--repo", "peps", "--json", "--mode", "fulltext"])
     assert json.loads(found.stdout)["results"]
+
+
+def test_reindex_fills_weaviate_from_sql_without_embedding(env, monkeypatch):
+    from kg.index.weaviate import WeaviateVectorIndex
+    from tests.index.fake_weaviate import FakeWeaviate
+
+    runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
+    from kg import services as services_module
+
+    fake = FakeWeaviate()
+    built = []
+    real_build_index = services_module.build_index
+
+    def build_index(settings, kind=None):
+        if kind != "weaviate":
+            return real_build_index(settings, kind)
+        built.append(WeaviateVectorIndex(client=fake))
+        return built[-1]
+
+    monkeypatch.setattr("kg.services.build_index", build_index)
+    monkeypatch.setattr("kg.providers.registry.make_embedder", _no_embedding)
+    result = runner.invoke(app, ["reindex", "--repo", "peps", "--index", "weaviate"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout.strip().splitlines()[-1])
+    assert body["index"] == "weaviate" and body["chunks"] > 0
+    stored = sum(len(c.objects) for name, c in fake.classes.items() if name.startswith("kgchunks_"))
+    assert stored == body["chunks"]
+    assert built[0].watermark(next(iter(_repo_keys(fake)))) > 0
+
+
+def test_reindex_into_weaviate_needs_a_url(env):
+    runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
+    result = runner.invoke(app, ["reindex", "--repo", "peps", "--index", "weaviate"])
+    assert result.exit_code == 1
+    assert "KG_WEAVIATE_URL" in result.output
+
+
+def _no_embedding(name, **kwargs):
+    raise AssertionError("reindex must not embed")
+
+
+def _repo_keys(fake):
+    return {obj[0]["repoKey"] for obj in fake.classes["kgindexstate"].objects.values()}

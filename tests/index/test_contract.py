@@ -2,12 +2,18 @@
 
 A backend enters the suite through :data:`BACKENDS`: how to open an instance over some storage,
 how to make its writes durable, and whether a second instance over the same storage sees them.
+
+Weaviate runs the suite twice: against a real server when ``KG_TEST_WEAVIATE_URL`` is set
+(skipped with the reason otherwise; docs/scale-out.md says how to start one), and always against
+an in-memory stand-in of the client (``tests/index/fake_weaviate.py``), which checks kg's
+adapter logic but not the server.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -51,9 +57,42 @@ def _embedded_disk(tmp_path: Path) -> Backend:
     )
 
 
+WEAVIATE_URL = os.environ.get("KG_TEST_WEAVIATE_URL")
+
+
+def _weaviate_fake(tmp_path: Path) -> Backend:
+    from kg.index.weaviate import WeaviateVectorIndex
+    from tests.index.fake_weaviate import FakeWeaviate
+
+    fake = FakeWeaviate()
+    return Backend(
+        "weaviate-fake", lambda: WeaviateVectorIndex(client=fake), lambda ix, key: ix.flush(key), True
+    )
+
+
+def _weaviate_server(tmp_path: Path) -> Backend:
+    if not WEAVIATE_URL:
+        pytest.skip(
+            "KG_TEST_WEAVIATE_URL not set: the Weaviate contract run needs a server "
+            "(docs/scale-out.md: docker run ... cr.weaviate.io/semitechnologies/weaviate:1.28.x)"
+        )
+    from kg.index.weaviate import WeaviateVectorIndex
+
+    opened: list[WeaviateVectorIndex] = []
+
+    def open_index() -> WeaviateVectorIndex:
+        index = WeaviateVectorIndex(WEAVIATE_URL, init_timeout_s=10.0)
+        opened.append(index)
+        return index
+
+    return Backend("weaviate", open_index, lambda ix, key: ix.flush(key), True)
+
+
 BACKENDS: dict[str, Callable[[Path], Backend]] = {
     "embedded-memory": _embedded_memory,
     "embedded-disk": _embedded_disk,
+    "weaviate-fake": _weaviate_fake,
+    "weaviate": _weaviate_server,
 }
 
 

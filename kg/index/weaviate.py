@@ -1,0 +1,1211 @@
+"""The Weaviate search index: the :class:`~kg.index.base.VectorIndex` contract over Weaviate.
+
+Selected by ``KG_INDEX=weaviate`` with ``KG_WEAVIATE_URL`` (and ``KG_WEAVIATE_API_KEY``); it
+needs the optional extra ``pip install 'kg[weaviate]'`` (the official ``weaviate-client``, v4
+API). A missing extra or an unreachable server is a :class:`~kg.errors.BackendUnavailable`
+(HTTP 503), never a silent fallback to the embedded index.
+
+Layout in Weaviate
+------------------
+The index is content-addressed like the embedded one: a chunk is keyed by its ``content_key``
+(sha256 of a node's text, chunking and model) and ``chunk_index``; which chunks a branch sees is
+decided in SQL, which passes the allowed content keys to every search. So a branch shares the
+chunks of every node it did not touch with its parent, a new branch is searchable at once, and
+nothing is copied. Per repository and embedding model there is one collection::
+
+    KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>
+        vectorizer "none", HNSW, cosine distance; description = JSON {"kg": "chunks",
+        "format": 1, "repo", "model", "dim"}
+        content     text    the passage, returned by searches (not indexed)
+        terms       text    kg's BM25 analyzer output (kg.index.tokenize), whitespace-tokenized
+        contentKey  text    field-tokenized, filterable
+        chunkIndex  int
+        seq         int     the chunk's row id in SQL
+
+(one collection per model, because a Weaviate vector index has one dimension). The ``terms``
+property carries kg's own analysis (NFKC case folding, CJK bigrams, Lucene's stop words), so
+full-text search matches what the embedded index matches, without Weaviate's optional GSE
+tokenizer; the collection's own stop-word list is switched off.
+
+A collection ``KgIndexState`` holds one object per repository with its watermark. The
+watermark advances only after every object of a ``sync`` call was acknowledged, so a batch that
+failed half-way leaves no hole below the watermark: the caller re-syncs from the old watermark,
+and deterministic object ids (:func:`object_id`) make the retry overwrite instead of duplicate.
+
+Large allowed sets
+------------------
+Up to :attr:`WeaviateVectorIndex.filter_batch_keys` content keys (default 1,000) go into one
+``contentKey`` ``ContainsAny`` filter. Above that, a search first asks Weaviate for a deeper
+unfiltered top list (``probe_depth``) and keeps the allowed rows client-side; when that yields
+``k`` rows whose last score is strictly above the deepest probed score, they are the exact top
+``k`` (every row outside the probe scores lower). Otherwise the keys are split into batches of
+``filter_batch_keys``, each batch is one filtered query for the top ``k``, and the batches are
+merged: exact, since a chunk's score does not depend on the filter (cosine distance; BM25 uses
+collection-wide statistics). The probe makes the common case (a branch that sees most of the
+repository) one query; the batches bound the size of any one filter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import re
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kg.errors import BackendUnavailable, InvalidInput, KGError
+from kg.index.base import IndexedChunk, IndexHit
+from kg.index.embedded import _checked_vectors, _fresh_chunks, _query_vector
+from kg.index.tokenize import analyze
+
+__all__ = [
+    "FUSION_TYPES",
+    "HybridResult",
+    "KG_UUID_NAMESPACE",
+    "WeaviateVectorIndex",
+    "check_batch_result",
+    "check_vector_dimension",
+    "connect",
+    "import_weaviate",
+    "insert_objects",
+    "object_id",
+    "parse_weaviate_url",
+    "translate_filters",
+    "vendor_errors",
+]
+
+log = logging.getLogger(__name__)
+
+KG_UUID_NAMESPACE = uuid.UUID("5f1c0a52-8a4e-5d0b-9a57-3c6a1e0d4b21")
+"""Namespace of kg's uuid5 object ids (fixed: changing it would orphan every stored object)."""
+
+FUSION_TYPES: dict[str, str] = {"ranked": "RANKED", "relative_score": "RELATIVE_SCORE"}
+"""kg's names of Weaviate's hybrid fusion types -> members of ``HybridFusion``."""
+
+MAX_QUERY_RESULTS = 10_000
+"""Weaviate's default ``QUERY_MAXIMUM_RESULTS``: a query's ``limit + offset`` may not exceed it."""
+
+STATE_COLLECTION = "KgIndexState"
+CHUNKS_PREFIX = "KgChunks_"
+_INSERT_BATCH = 256
+_GRAPHQL_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,230}")
+
+
+# -- the client ------------------------------------------------------------------------------------
+
+
+def import_weaviate() -> Any:
+    """The ``weaviate`` package, imported on first use.
+
+    Returns
+    -------
+    module
+        ``weaviate`` (weaviate-client v4).
+
+    Raises
+    ------
+    kg.errors.BackendUnavailable
+        The optional extra is not installed; the message says how to install it.
+    """
+    try:
+        import weaviate
+        import weaviate.classes  # noqa: F401  (Filter, DataObject, MetadataQuery, ...)
+    except ImportError as exc:
+        raise BackendUnavailable(
+            "the Weaviate backend needs the optional extra: pip install 'kg[weaviate]' "
+            f"(weaviate-client v4); import failed: {exc}",
+            details={"extra": "weaviate"},
+        ) from exc
+    return weaviate
+
+
+def parse_weaviate_url(url: str) -> dict[str, Any]:
+    """Split a Weaviate URL into the REST and gRPC endpoints the v4 client needs.
+
+    Parameters
+    ----------
+    url : str
+        ``http[s]://host[:port][?grpc_port=N&grpc_host=H]``. The REST port defaults to the
+        scheme's (80 or 443); gRPC goes to the same host on port 50051 (Weaviate's default),
+        secure exactly when the URL is ``https``.
+
+    Returns
+    -------
+    dict
+        Keyword arguments of ``weaviate.connect_to_custom``: ``http_host``, ``http_port``,
+        ``http_secure``, ``grpc_host``, ``grpc_port``, ``grpc_secure``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Not an http(s) URL with a host, a bad port, or REST and gRPC on one host and port.
+
+    Examples
+    --------
+    >>> parse_weaviate_url("http://localhost:8080")["grpc_port"]
+    50051
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise InvalidInput("the Weaviate URL is empty", details={"url": url})
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(
+            f"the Weaviate URL {url!r} must look like http://host:8080 or https://host",
+            details={"url": url},
+        )
+    try:
+        query = dict(urllib.parse.parse_qsl(parts.query, strict_parsing=bool(parts.query)))
+        http_port = parts.port or (443 if parts.scheme == "https" else 80)
+        grpc_port = int(query.pop("grpc_port", 50051))
+    except ValueError as exc:
+        raise InvalidInput(f"the Weaviate URL {url!r} has a bad port: {exc}", details={"url": url}) from exc
+    grpc_host = query.pop("grpc_host", parts.hostname)
+    if query:
+        raise InvalidInput(
+            f"the Weaviate URL {url!r} has unknown parameters {sorted(query)} "
+            "(allowed: grpc_port, grpc_host)",
+            details={"url": url},
+        )
+    if not 0 < grpc_port < 65536:
+        raise InvalidInput(f"the Weaviate gRPC port {grpc_port} is out of range", details={"url": url})
+    if grpc_host == parts.hostname and grpc_port == http_port:
+        raise InvalidInput(
+            f"the Weaviate URL {url!r} puts REST and gRPC on one port; give ?grpc_port=N",
+            details={"url": url},
+        )
+    secure = parts.scheme == "https"
+    return {
+        "http_host": parts.hostname,
+        "http_port": http_port,
+        "http_secure": secure,
+        "grpc_host": grpc_host,
+        "grpc_port": grpc_port,
+        "grpc_secure": secure,
+    }
+
+
+def connect(
+    url: str,
+    *,
+    api_key: str | None = None,
+    timeout_s: float = 30.0,
+    init_timeout_s: float = 5.0,
+    error: type[BackendUnavailable] = BackendUnavailable,
+) -> Any:
+    """Connect to a Weaviate instance and check that it answers (REST and gRPC).
+
+    Parameters
+    ----------
+    url : str
+        See :func:`parse_weaviate_url`.
+    api_key : str, optional
+        Weaviate API key; ``None`` or ``""`` for an unauthenticated instance.
+    timeout_s : float
+        Timeout of queries and inserts, in seconds.
+    init_timeout_s : float
+        Timeout of the connection checks, in seconds: an unreachable server fails this fast.
+    error : type
+        The kg error raised when the server cannot be used: :class:`~kg.errors.BackendUnavailable`
+        for the configured index (503), :class:`~kg.errors.UpstreamUnavailable` for a URL a
+        request named (502).
+
+    Returns
+    -------
+    weaviate.WeaviateClient
+        Connected; the caller closes it (``client.close()``).
+
+    Raises
+    ------
+    kg.errors.BackendUnavailable
+        The extra is missing (always this class), or, as ``error``, the server is unreachable,
+        refuses the key, or its gRPC port does not answer.
+    kg.errors.InvalidInput
+        A malformed URL.
+    """
+    weaviate = import_weaviate()
+    from weaviate.classes.init import AdditionalConfig, Auth, Timeout
+
+    params = parse_weaviate_url(url)
+    config = AdditionalConfig(
+        timeout=Timeout(init=init_timeout_s, query=timeout_s, insert=max(timeout_s, 60.0))
+    )
+    auth = Auth.api_key(api_key) if api_key else None
+    try:
+        return weaviate.connect_to_custom(
+            **params, auth_credentials=auth, additional_config=config
+        )
+    except weaviate.exceptions.WeaviateBaseError as exc:
+        raise error(
+            f"cannot connect to Weaviate at {url} (REST port {params['http_port']}, gRPC port "
+            f"{params['grpc_port']}): {_one_line(exc)}",
+            details={"url": url},
+        ) from exc
+    except (OSError, ValueError) as exc:  # DNS failures, pydantic validation of the params
+        raise error(f"cannot connect to Weaviate at {url}: {_one_line(exc)}",
+                    details={"url": url}) from exc
+
+
+@contextmanager
+def vendor_errors(action: str, error: type[BackendUnavailable] = BackendUnavailable) -> Iterator[None]:
+    """Translate weaviate-client errors raised inside the block into ``error`` (``from exc``).
+
+    Parameters
+    ----------
+    action : str
+        What was being done, for the message (``"query collection KgChunks_..."``).
+    error : type
+        :class:`~kg.errors.BackendUnavailable` or a subclass.
+    """
+    weaviate = import_weaviate()
+    try:
+        yield
+    except KGError:
+        raise
+    except weaviate.exceptions.WeaviateBaseError as exc:
+        raise error(f"Weaviate failed to {action}: {_one_line(exc)}",
+                    details={"action": action}) from exc
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    """An exception's message on one line, at most ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- pure parts ------------------------------------------------------------------------------------
+
+
+def object_id(collection: str, branch: str, source: str, chunk_index: int, model: str) -> uuid.UUID:
+    """The deterministic Weaviate id of one chunk, so a retried batch overwrites, never duplicates.
+
+    Parameters
+    ----------
+    collection : str
+        The kg repository key, or the RAG collection's class key (lower-case class name).
+    branch : str
+        The branch the object belongs to; ``""`` for the content-addressed kg index, whose
+        chunks every branch shares.
+    source : str
+        The node's content key, or the RAG file name.
+    chunk_index : int
+        Position of the chunk in its source, from 0; ``-1`` for a collection's meta object.
+    model : str
+        Embedding model name.
+
+    Returns
+    -------
+    uuid.UUID
+        ``uuid5(KG_UUID_NAMESPACE, json.dumps([collection, branch, source, chunk_index, model]))``:
+        the JSON array keeps the parts apart (no two tuples give one string).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A part of the wrong type.
+
+    References
+    ----------
+    .. [1] P. Leach, M. Mealling and R. Salz, "A Universally Unique IDentifier (UUID) URN
+       Namespace", RFC 4122, 2005, section 4.3 (name-based UUIDs, version 5).
+    """
+    if not all(isinstance(p, str) for p in (collection, branch, source, model)) or isinstance(
+        chunk_index, bool
+    ) or not isinstance(chunk_index, int):
+        raise InvalidInput(
+            "object ids need str collection, branch, source, model and an int chunk index",
+            details={"chunk_index": repr(chunk_index)},
+        )
+    name = json.dumps([collection, branch, source, chunk_index, model], ensure_ascii=False)
+    return uuid.uuid5(KG_UUID_NAMESPACE, name)
+
+
+def translate_filters(
+    *,
+    content_keys: Collection[str] | None = None,
+    path_prefix: str | None = None,
+    node_type: str | None = None,
+    where: Mapping[str, Any] | None = None,
+) -> Any:
+    """kg's search filters as one Weaviate filter (``weaviate.classes.query.Filter``).
+
+    Parameters
+    ----------
+    content_keys : collection of str, optional
+        ``contentKey`` ``ContainsAny`` the keys (the branch-visibility filter of every kg search).
+    path_prefix : str, optional
+        ``path`` ``Like`` ``prefix*`` (a field-tokenized ``path`` property); ``"/"`` is no filter.
+    node_type : str, optional
+        ``nodeType`` ``Equal``.
+    where : mapping of str to scalar, optional
+        Property equality: a str, int, float or bool value is ``Equal``; ``None`` is
+        ``IsNull``. Keys must be valid Weaviate property names.
+
+    Returns
+    -------
+    weaviate filter or None
+        The conditions joined with ``Filter.all_of`` (one condition alone as itself); ``None``
+        when nothing filters.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``content_keys`` given but empty or a single ``str``; a path prefix holding Like's
+        wildcards ``*`` or ``?`` (they cannot be escaped); a property name Weaviate would refuse;
+        a list, dict or non-finite number as a property value.
+    kg.errors.BackendUnavailable
+        The weaviate extra is not installed.
+
+    Notes
+    -----
+    Pure: builds filter objects, talks to no server. O(len(content_keys) + len(where)).
+    """
+    import_weaviate()
+    from weaviate.classes.query import Filter
+
+    parts = []
+    if content_keys is not None:
+        if isinstance(content_keys, str):
+            raise InvalidInput("content_keys must be a collection of keys, not one str")
+        keys = list(dict.fromkeys(content_keys))
+        if not keys:
+            raise InvalidInput("content_keys is empty: a search over no key has no filter",
+                               details={"content_keys": []})
+        parts.append(Filter.by_property("contentKey").contains_any(keys))
+    if path_prefix is not None and path_prefix != "/":
+        if not isinstance(path_prefix, str) or not path_prefix.startswith("/"):
+            raise InvalidInput(f"path prefix {path_prefix!r} must start with /",
+                               details={"path_prefix": path_prefix})
+        if "*" in path_prefix or "?" in path_prefix:
+            raise InvalidInput(
+                f"path prefix {path_prefix!r} holds * or ?, which Weaviate's Like filter reads "
+                "as wildcards and cannot escape",
+                details={"path_prefix": path_prefix},
+            )
+        parts.append(Filter.by_property("path").like(path_prefix + "*"))
+    if node_type is not None:
+        if not isinstance(node_type, str):
+            raise InvalidInput("node_type must be a string", details={"node_type": repr(node_type)})
+        parts.append(Filter.by_property("nodeType").equal(node_type))
+    for name, value in (where or {}).items():
+        if not isinstance(name, str) or not _GRAPHQL_NAME.fullmatch(name):
+            raise InvalidInput(
+                f"property {name!r} cannot be a Weaviate filter: names are [_A-Za-z][_0-9A-Za-z]*",
+                details={"property": repr(name)},
+            )
+        if value is None:
+            parts.append(Filter.by_property(name).is_none(True))
+        elif isinstance(value, (str, bool, int)) or (
+            isinstance(value, float) and math.isfinite(value)
+        ):
+            parts.append(Filter.by_property(name).equal(value))
+        else:
+            raise InvalidInput(
+                f"property {name!r}: only str, int, float, bool or null values can be compared "
+                f"for equality, got {type(value).__name__}",
+                details={"property": name},
+            )
+    if not parts:
+        return None
+    return Filter.all_of(parts)
+
+
+def check_batch_result(
+    result: Any,
+    labels: Sequence[str],
+    *,
+    collection: str,
+    error: type[BackendUnavailable] = BackendUnavailable,
+) -> None:
+    """Raise for every object a Weaviate batch refused; return quietly when all were stored.
+
+    Parameters
+    ----------
+    result : weaviate BatchObjectReturn
+        What ``collection.data.insert_many`` answered: ``errors`` maps the index of each
+        failed object in the batch to an ``ErrorObject`` (``message``, ``original_uuid``);
+        ``has_errors`` says whether any failed.
+    labels : sequence of str, length n_objects
+        A name per object of the batch, in batch order (``"seq 12"``, ``"file a.txt chunk 3"``).
+    collection : str
+        The collection written, for the message.
+    error : type
+        The kg error class to raise.
+
+    Raises
+    ------
+    kg.errors.BackendUnavailable
+        (as ``error``) naming each failed object, its uuid and Weaviate's message; the full
+        list is in ``details["failed"]`` as ``[{"index", "object", "uuid", "message"}]``.
+    """
+    errors = dict(getattr(result, "errors", None) or {})
+    if not errors and not getattr(result, "has_errors", False):
+        return
+    failed = []
+    for index, err in sorted(errors.items()):
+        label = labels[index] if 0 <= index < len(labels) else f"object #{index}"
+        uid = getattr(err, "original_uuid", None)
+        failed.append({"index": index, "object": label, "uuid": None if uid is None else str(uid),
+                       "message": _one_line(getattr(err, "message", err), 300)})
+    if not failed:
+        raise error(f"Weaviate reported errors for a batch of {len(labels)} objects in "
+                    f"{collection} without naming them", details={"collection": collection})
+    shown = "; ".join(f"{f['object']} ({f['uuid']}): {f['message']}" for f in failed[:5])
+    more = f"; and {len(failed) - 5} more" if len(failed) > 5 else ""
+    raise error(
+        f"Weaviate refused {len(failed)} of {len(labels)} objects in {collection}: {shown}{more}",
+        details={"collection": collection, "failed": failed},
+    )
+
+
+def insert_objects(
+    collection: Any,
+    objects: Sequence[Any],
+    labels: Sequence[str],
+    *,
+    error: type[BackendUnavailable] = BackendUnavailable,
+) -> None:
+    """Insert one batch with ``collection.data.insert_many`` and check every object's outcome.
+
+    Parameters
+    ----------
+    collection : weaviate Collection
+    objects : sequence of weaviate.classes.data.DataObject, length n
+    labels : sequence of str, length n
+        A name per object, for errors (see :func:`check_batch_result`).
+    error : type
+        The kg error class to raise.
+
+    Raises
+    ------
+    kg.errors.BackendUnavailable
+        (as ``error``) some objects were refused (each named), all of them were (the client
+        then raises ``WeaviateInsertManyAllFailedError`` with the distinct messages: every
+        object is named with them), or the call failed.
+    """
+    weaviate = import_weaviate()
+    name = getattr(collection, "name", "?")
+    try:
+        with vendor_errors(f"insert {len(objects)} objects into {name}", error):
+            try:
+                result = collection.data.insert_many(list(objects))
+            except weaviate.exceptions.WeaviateInsertManyAllFailedError as exc:
+                message = _one_line(exc, 300)
+                failed = [{"index": i, "object": label, "uuid": None, "message": message}
+                          for i, label in enumerate(labels)]
+                shown = ", ".join(labels[:5]) + (f" and {len(labels) - 5} more" if len(labels) > 5 else "")
+                raise error(
+                    f"Weaviate refused all {len(labels)} objects in {name} ({shown}): {message}",
+                    details={"collection": name, "failed": failed},
+                ) from exc
+    except KGError:
+        raise
+    check_batch_result(result, labels, collection=name, error=error)
+
+
+def check_vector_dimension(vectors: np.ndarray, dim: int | None, *, what: str) -> None:
+    """Refuse vectors whose dimension differs from a collection's, before any write.
+
+    Parameters
+    ----------
+    vectors : ndarray, shape (n, d) or (d,)
+        The vectors about to be written or queried.
+    dim : int or None
+        The collection's dimension; ``None`` when it holds no vector yet (anything goes).
+    what : str
+        The collection or model, for the message.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``d != dim``, or ``vectors`` is neither 1-D nor 2-D.
+    """
+    array = np.asarray(vectors)
+    if array.ndim not in (1, 2):
+        raise InvalidInput(f"vectors for {what} must be 1-D or 2-D, got shape {array.shape}")
+    got = array.shape[-1]
+    if dim is not None and got != dim:
+        raise InvalidInput(
+            f"vectors of dimension {got} do not fit {what}, which holds dimension {dim}",
+            details={"dim": dim, "got": got, "collection": what},
+        )
+
+
+# -- the index -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HybridResult:
+    """What :meth:`WeaviateVectorIndex.hybrid` answers: the hits and the fusion that ranked them.
+
+    Attributes
+    ----------
+    hits : list of IndexHit
+        Best first; ``score`` is Weaviate's fused score, ``distance`` None.
+    alpha : float
+        Weight of the vector leg, 0 (BM25 only) to 1 (vector only), as sent to Weaviate.
+    fusion_type : str
+        ``"ranked"`` or ``"relative_score"``, as sent to Weaviate.
+    """
+
+    hits: list[IndexHit]
+    alpha: float
+    fusion_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """One chunks collection of a repository."""
+
+    name: str
+    model: str
+    dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One ranked object of a query, before ranks are given."""
+
+    seq: int
+    content_key: str
+    chunk_index: int
+    text: str
+    score: float
+    distance: float | None
+
+
+class WeaviateVectorIndex:
+    """The :class:`~kg.index.base.VectorIndex` contract over a Weaviate server.
+
+    Parameters
+    ----------
+    url : str
+        The server, ``http://host:8080`` (see :func:`parse_weaviate_url`).
+    api_key : str, optional
+        Weaviate API key; empty for an unauthenticated instance.
+    timeout_s : float
+        Query timeout, in seconds.
+    init_timeout_s : float
+        Connection-check timeout, in seconds.
+    client : weaviate.WeaviateClient, optional
+        A connected client to use instead of connecting to ``url`` (tests); not closed by
+        :meth:`close`.
+    filter_batch_keys : int
+        Most content keys in one ``ContainsAny`` filter (see the module notes).
+    probe_depth : int
+        Depth of the unfiltered probe query for large allowed sets.
+
+    Raises
+    ------
+    kg.errors.BackendUnavailable
+        The ``weaviate`` extra is not installed (checked here, at start-up); the server is
+        contacted on first use.
+
+    Notes
+    -----
+    Thread-safe: one client, created on first use under a lock. Several processes may share a
+    server: writes are idempotent (deterministic ids) and the watermark only ever lags.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 30.0,
+        init_timeout_s: float = 5.0,
+        client: Any = None,
+        filter_batch_keys: int = 1000,
+        probe_depth: int = 1000,
+    ) -> None:
+        import_weaviate()
+        if client is None and not url:
+            raise InvalidInput("WeaviateVectorIndex needs a URL (KG_WEAVIATE_URL) or a client")
+        if url:
+            parse_weaviate_url(url)  # a malformed URL fails at start-up, not on first search
+        self.url = url
+        self._api_key = api_key or None
+        self.timeout_s = timeout_s
+        self.init_timeout_s = init_timeout_s
+        self.filter_batch_keys = max(1, int(filter_batch_keys))
+        self.probe_depth = max(1, min(int(probe_depth), MAX_QUERY_RESULTS))
+        self._client = client
+        self._owns_client = client is None
+        self._lock = threading.Lock()
+
+    # -- connection --------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """The connected client (connects on first use)."""
+        if self._client is None:
+            with self._lock:
+                if self._client is None:
+                    self._client = connect(
+                        self.url or "", api_key=self._api_key, timeout_s=self.timeout_s,
+                        init_timeout_s=self.init_timeout_s,
+                    )
+        return self._client
+
+    def close(self) -> None:
+        """Close the connection this index opened (a client handed in is left open)."""
+        with self._lock:
+            if self._client is not None and self._owns_client:
+                try:
+                    self._client.close()
+                finally:
+                    self._client = None
+
+    # -- the VectorIndex protocol --------------------------------------------------------------
+
+    def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
+        """Store chunks; a chunk already held is overwritten with itself (idempotent by id).
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+        chunks : sequence of IndexedChunk
+            In any order; duplicates by ``seq`` are written once. Each vector is 1-D, finite,
+            non-zero and of its model's dimension; it is stored L2-normalised as float32.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            A ``seq`` <= 0 or a bad vector (wrong dimension for the model's collection,
+            non-finite, zero, not 1-D): checked for the whole call before anything is sent.
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable, or refused objects: the message names each one (seq and
+            uuid). The watermark is not advanced, so the caller re-syncs from SQL.
+
+        Notes
+        -----
+        One ``insert_many`` per 256 chunks and model. Object ids are :func:`object_id` of
+        ``(repo_key, "", content_key, chunk_index, model)``.
+        """
+        if not chunks:
+            return
+        fresh = _fresh_chunks(chunks, np.empty(0, dtype=np.int64), 0)
+        held = self._held(repo_key)
+        matrices = _checked_vectors(fresh, {model: h.dim for model, h in held.items()})
+        for model, matrix in matrices.items():
+            if model in held:
+                check_vector_dimension(matrix, held[model].dim, what=held[model].name)
+        by_model: dict[str, list[IndexedChunk]] = {}
+        for chunk in fresh:
+            by_model.setdefault(chunk.model, []).append(chunk)
+        from weaviate.classes.data import DataObject
+
+        for model, members in by_model.items():
+            matrix = matrices[model]
+            target = held.get(model) or self._create_chunks_collection(repo_key, model, matrix.shape[1])
+            collection = self.client.collections.get(target.name)
+            for start in range(0, len(members), _INSERT_BATCH):
+                batch = members[start : start + _INSERT_BATCH]
+                objects = [
+                    DataObject(
+                        properties={
+                            "content": c.text,
+                            "terms": " ".join(analyze(c.text)),
+                            "contentKey": c.content_key,
+                            "chunkIndex": c.chunk_index,
+                            "seq": c.seq,
+                        },
+                        uuid=object_id(repo_key, "", c.content_key, c.chunk_index, model),
+                        vector=matrix[start + i].tolist(),
+                    )
+                    for i, c in enumerate(batch)
+                ]
+                insert_objects(collection, objects, [f"seq {c.seq}" for c in batch])
+        self._advance_watermark(repo_key, max(c.seq for c in fresh))
+
+    def watermark(self, repo_key: str) -> int:
+        """Highest ``seq`` up to which every synced batch was stored (0 when empty).
+
+        Parameters
+        ----------
+        repo_key : str
+
+        Returns
+        -------
+        int
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable.
+        """
+        state = self._state_object(repo_key)
+        return 0 if state is None else int(state.properties.get("watermark") or 0)
+
+    def knn(
+        self,
+        repo_key: str,
+        vector: np.ndarray,
+        k: int,
+        *,
+        model: str,
+        content_keys: Collection[str],
+        max_distance: float | None = None,
+    ) -> list[IndexHit]:
+        """Top ``k`` chunks by cosine similarity among ``content_keys`` embedded by ``model``.
+
+        Parameters
+        ----------
+        repo_key : str
+        vector : ndarray, shape (dim,), float
+            The query embedding; normalised here.
+        k : int
+            Maximum number of hits; ``k <= 0`` gives ``[]``.
+        model : str
+            Only the collection of this model is searched.
+        content_keys : collection of str
+            Only chunks of these keys are ranked (see the module notes for large sets).
+        max_distance : float, optional
+            Leave out chunks with cosine distance above this.
+
+        Returns
+        -------
+        list of IndexHit
+            By similarity descending, ties by ``seq``; ``score = 1 - distance``,
+            ``distance >= 0``; ranks 1..len.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            An unusable query vector (not 1-D, non-finite, zero), one whose dimension differs
+            from the model's collection, or a NaN ``max_distance``.
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable or failed.
+
+        Notes
+        -----
+        Weaviate's ``nearVector`` over its HNSW index; with a filter that leaves fewer objects
+        than the collection's ``flatSearchCutoff`` (40,000 by default) Weaviate scans them
+        exactly, otherwise HNSW is approximate.
+        """
+        query = _query_vector(vector)
+        if max_distance is not None and math.isnan(max_distance):
+            raise InvalidInput("max_distance must be a number", details={"max_distance": None})
+        _check_keys(content_keys)
+        held = self._held(repo_key).get(model)
+        if held is None:
+            return []
+        check_vector_dimension(query, held.dim, what=f"model {model!r}")
+        if k <= 0 or not content_keys or (max_distance is not None and max_distance < 0):
+            return []
+        from weaviate.classes.query import MetadataQuery
+
+        collection = self.client.collections.get(held.name)
+        # Weaviate compares in float32: ask with a hair of slack and cut exactly here.
+        threshold = None if max_distance is None else float(max_distance) + 1e-6
+
+        def run(filters: Any, limit: int) -> list[_Row]:
+            with vendor_errors(f"search {held.name} by vector"):
+                answer = collection.query.near_vector(
+                    near_vector=query.tolist(), limit=limit, distance=threshold, filters=filters,
+                    return_metadata=MetadataQuery(distance=True), return_properties=_RETURNED,
+                )
+            rows = []
+            for obj in answer.objects:
+                distance = float(obj.metadata.distance)
+                rows.append(_row(obj, 1.0 - distance, max(0.0, distance)))
+            return rows
+
+        rows = self._ranked(run, k, content_keys)
+        if max_distance is not None:
+            rows = [r for r in rows if r.distance is not None and r.distance <= max_distance]
+        return _hits(rows[:k])
+
+    def bm25(
+        self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]
+    ) -> list[IndexHit]:
+        """Top ``k`` chunks by BM25 among ``content_keys``, over every model's collection.
+
+        Parameters
+        ----------
+        repo_key : str
+        query : str
+            Analyzed with :func:`kg.index.tokenize.analyze`, as the chunks' ``terms`` were.
+        k : int
+        content_keys : collection of str
+
+        Returns
+        -------
+        list of IndexHit
+            By BM25 score descending, ties by ``seq``; ``distance`` None. ``[]`` for a query
+            without terms, no key, or ``k <= 0``.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable or failed.
+
+        Notes
+        -----
+        Weaviate's BM25F over ``terms`` (k1 1.2, b 0.75, statistics of the whole collection).
+        A repository with several embedding models has one collection per model; their hits
+        are merged by score, each scored with its own collection's statistics.
+
+        References
+        ----------
+        .. [1] S. Robertson and H. Zaragoza, "The Probabilistic Relevance Framework: BM25 and
+           Beyond", Foundations and Trends in Information Retrieval 3(4), 2009, pp. 333-389.
+        """
+        _check_keys(content_keys)
+        terms = analyze(query) if isinstance(query, str) else []
+        if k <= 0 or not terms or not content_keys:
+            return []
+        from weaviate.classes.query import MetadataQuery
+
+        text = " ".join(terms)
+        rows: list[_Row] = []
+        for held in self._held(repo_key).values():
+            collection = self.client.collections.get(held.name)
+
+            def run(filters: Any, limit: int, collection: Any = collection, name: str = held.name) -> list[_Row]:
+                with vendor_errors(f"search {name} by BM25"):
+                    answer = collection.query.bm25(
+                        query=text, query_properties=["terms"], limit=limit, filters=filters,
+                        return_metadata=MetadataQuery(score=True), return_properties=_RETURNED,
+                    )
+                return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
+
+            rows.extend(self._ranked(run, k, content_keys))
+        rows = [r for r in rows if r.score > 0]
+        rows.sort(key=lambda r: (-r.score, r.seq))
+        return _hits(rows[:k])
+
+    def hybrid(
+        self,
+        repo_key: str,
+        query: str,
+        vector: np.ndarray,
+        k: int,
+        *,
+        model: str,
+        content_keys: Collection[str],
+        alpha: float = 0.5,
+        fusion_type: str = "ranked",
+    ) -> HybridResult:
+        """Top ``k`` chunks by Weaviate's own hybrid query (BM25 and vector, fused in Weaviate).
+
+        Parameters
+        ----------
+        repo_key : str
+        query : str
+            The full-text leg, analyzed like :meth:`bm25`'s.
+        vector : ndarray, shape (dim,), float
+            The vector leg, embedded by ``model``.
+        k : int
+        model : str
+            The collection searched.
+        content_keys : collection of str
+        alpha : float
+            0 (BM25 only) to 1 (vector only); sent explicitly, never Weaviate's default.
+        fusion_type : {"ranked", "relative_score"}
+            Weaviate's ``rankedFusion`` (reciprocal rank fusion) or ``relativeScoreFusion``.
+
+        Returns
+        -------
+        HybridResult
+            The hits (fused score descending, ties by ``seq``) with the ``alpha`` and
+            ``fusion_type`` used, to echo in a response.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            ``alpha`` outside [0, 1], an unknown fusion type, or a bad query vector.
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable or failed.
+
+        References
+        ----------
+        .. [1] G. V. Cormack, C. L. A. Clarke and S. Buettcher, "Reciprocal rank fusion
+           outperforms Condorcet and individual rank learning methods", SIGIR 2009.
+        """
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+            raise InvalidInput("alpha must be a number from 0 to 1", details={"alpha": repr(alpha)})
+        if fusion_type not in FUSION_TYPES:
+            raise InvalidInput(
+                f"unknown fusion type {fusion_type!r}: use {' or '.join(FUSION_TYPES)}",
+                details={"fusion_type": fusion_type},
+            )
+        query_vector = _query_vector(vector)
+        _check_keys(content_keys)
+        result = HybridResult([], float(alpha), fusion_type)
+        held = self._held(repo_key).get(model)
+        if held is None:
+            return result
+        check_vector_dimension(query_vector, held.dim, what=f"model {model!r}")
+        if k <= 0 or not content_keys:
+            return result
+        from weaviate.classes.query import HybridFusion, MetadataQuery
+
+        terms = analyze(query) if isinstance(query, str) else []
+        collection = self.client.collections.get(held.name)
+        fusion = getattr(HybridFusion, FUSION_TYPES[fusion_type])
+
+        def run(filters: Any, limit: int) -> list[_Row]:
+            with vendor_errors(f"search {held.name} by hybrid query"):
+                answer = collection.query.hybrid(
+                    query=" ".join(terms) if terms else None, vector=query_vector.tolist(),
+                    alpha=float(alpha), fusion_type=fusion, query_properties=["terms"],
+                    limit=limit, filters=filters, return_metadata=MetadataQuery(score=True),
+                    return_properties=_RETURNED,
+                )
+            return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
+
+        return HybridResult(_hits(self._ranked(run, k, content_keys)[:k]), float(alpha), fusion_type)
+
+    def flush(self, repo_key: str) -> None:
+        """Nothing to do: Weaviate persists every acknowledged write.
+
+        Parameters
+        ----------
+        repo_key : str
+        """
+
+    def drop(self, repo_key: str) -> None:
+        """Delete every collection of the repository and its watermark.
+
+        Parameters
+        ----------
+        repo_key : str
+            An unknown one is a no-op.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable or failed.
+        """
+        names = [h.name for h in self._held(repo_key).values()]
+        with vendor_errors(f"drop the collections of repository {repo_key!r}"):
+            if names:
+                self.client.collections.delete(names)
+            if self.client.collections.exists(STATE_COLLECTION):
+                state = self.client.collections.get(STATE_COLLECTION)
+                state.data.delete_by_id(_state_id(repo_key))
+
+    def stats(self, repo_key: str) -> dict[str, Any]:
+        """What the index holds for a repository, for a status route.
+
+        Returns
+        -------
+        dict
+            ``{"chunks": int, "models": {model: chunks}, "dims": {model: dim},
+            "watermark": int, "collections": {model: name}}``.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+        """
+        held = self._held(repo_key)
+        counts = {}
+        for model, h in held.items():
+            with vendor_errors(f"count the objects of {h.name}"):
+                counts[model] = int(
+                    self.client.collections.get(h.name).aggregate.over_all(total_count=True).total_count
+                    or 0
+                )
+        return {
+            "chunks": sum(counts.values()),
+            "models": counts,
+            "dims": {model: h.dim for model, h in held.items()},
+            "watermark": self.watermark(repo_key),
+            "collections": {model: h.name for model, h in held.items()},
+        }
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _held(self, repo_key: str) -> dict[str, _Held]:
+        """The repository's chunks collections by model, from the server's schema."""
+        if not isinstance(repo_key, str) or not repo_key:
+            raise InvalidInput(f"invalid index repository key {repo_key!r}",
+                               details={"repo_key": repr(repo_key)})
+        prefix = _chunks_prefix(repo_key).lower()
+        with vendor_errors("list collections"):
+            schema = self.client.collections.list_all(simple=True)
+        held: dict[str, _Held] = {}
+        for name, config in schema.items():
+            if not name.lower().startswith(prefix):
+                continue
+            meta = _description(getattr(config, "description", None))
+            if meta.get("kg") != "chunks" or meta.get("repo") != repo_key:
+                log.warning("ignoring collection %s: its description is not kg's", name)
+                continue
+            held[str(meta["model"])] = _Held(name, str(meta["model"]), int(meta["dim"]))
+        return held
+
+    def _create_chunks_collection(self, repo_key: str, model: str, dim: int) -> _Held:
+        """Create the collection of (repository, model); another process may win the race."""
+        name = _chunks_prefix(repo_key) + _short_hash(model, 10)
+        description = json.dumps(
+            {"kg": "chunks", "format": 1, "repo": repo_key, "model": model, "dim": dim},
+            ensure_ascii=False,
+        )
+        weaviate = import_weaviate()
+        try:
+            with vendor_errors(f"create collection {name}"):
+                self.client.collections.create_from_dict(_chunks_schema(name, description))
+        except BackendUnavailable as exc:
+            if not isinstance(exc.__cause__, weaviate.exceptions.UnexpectedStatusCodeError):
+                raise
+            again = self._held(repo_key).get(model)  # created meanwhile by another process?
+            if again is None:
+                raise
+            check_vector_dimension(np.zeros(dim), again.dim, what=again.name)
+            return again
+        return _Held(name, model, dim)
+
+    def _state_object(self, repo_key: str) -> Any:
+        """The repository's state object (watermark), or None."""
+        with vendor_errors("read the index watermark"):
+            if not self.client.collections.exists(STATE_COLLECTION):
+                return None
+            return self.client.collections.get(STATE_COLLECTION).query.fetch_object_by_id(
+                _state_id(repo_key)
+            )
+
+    def _advance_watermark(self, repo_key: str, seq: int) -> None:
+        """Raise the stored watermark to ``seq``: a batch upsert of the state object, so
+        concurrent writers never fail on each other (the last one wins; a lag only re-syncs)."""
+        if seq <= self.watermark(repo_key):
+            return
+        from weaviate.classes.data import DataObject
+
+        with vendor_errors("store the index watermark"):
+            if not self.client.collections.exists(STATE_COLLECTION):
+                try:
+                    self.client.collections.create_from_dict(_STATE_SCHEMA)
+                except import_weaviate().exceptions.UnexpectedStatusCodeError:
+                    if not self.client.collections.exists(STATE_COLLECTION):
+                        raise
+            state = self.client.collections.get(STATE_COLLECTION)
+        insert_objects(state, [DataObject(properties={"repoKey": repo_key, "watermark": int(seq)},
+                                          uuid=_state_id(repo_key))],
+                       [f"watermark of {repo_key!r}"])
+
+    def _ranked(self, run: Callable[[Any, int], list[_Row]], k: int,
+                content_keys: Collection[str]) -> list[_Row]:
+        """The best rows (score descending, ties by seq) among ``content_keys``: at least the top
+        ``k`` when that many exist; see the module notes for the strategy."""
+        keys = list(dict.fromkeys(content_keys))
+        if len(keys) <= self.filter_batch_keys:
+            return _complete(run, translate_filters(content_keys=keys), k)
+        allowed = set(keys)
+        depth = min(max(self.probe_depth, 4 * k), MAX_QUERY_RESULTS)
+        probed = _sorted(run(None, depth))
+        kept = [r for r in probed if r.content_key in allowed]
+        if len(probed) < depth or (len(kept) >= k and kept[k - 1].score > probed[-1].score):
+            return kept
+        merged: dict[int, _Row] = {}
+        for start in range(0, len(keys), self.filter_batch_keys):
+            batch = keys[start : start + self.filter_batch_keys]
+            for row in _complete(run, translate_filters(content_keys=batch), k):
+                merged[row.seq] = row
+        return _sorted(list(merged.values()))
+
+
+_RETURNED = ["content", "contentKey", "chunkIndex", "seq"]
+
+
+def _row(obj: Any, score: float, distance: float | None) -> _Row:
+    """A query answer's object as a row."""
+    p = obj.properties
+    return _Row(int(p["seq"]), str(p["contentKey"]), int(p["chunkIndex"]), str(p.get("content") or ""),
+                score, distance)
+
+
+def _sorted(rows: list[_Row]) -> list[_Row]:
+    """Rows by score descending, ties by seq ascending."""
+    return sorted(rows, key=lambda r: (-r.score, r.seq))
+
+
+def _complete(run: Callable[[Any, int], list[_Row]], filters: Any, k: int) -> list[_Row]:
+    """The top ``k`` of one query, deepened until ties at the cut are all in (ties by seq)."""
+    limit = min(MAX_QUERY_RESULTS, k + max(k, 10))
+    while True:
+        rows = _sorted(run(filters, limit))
+        if len(rows) < limit or limit >= MAX_QUERY_RESULTS or rows[k - 1].score > rows[-1].score:
+            return rows
+        limit = min(MAX_QUERY_RESULTS, 2 * limit)
+
+
+def _hits(rows: list[_Row]) -> list[IndexHit]:
+    """Rows as hits ranked 1..n."""
+    return [IndexHit(r.seq, r.content_key, r.chunk_index, r.text, r.score, rank, r.distance)
+            for rank, r in enumerate(rows, start=1)]
+
+
+def _check_keys(content_keys: Collection[str]) -> None:
+    """Refuse a single str where a collection of keys belongs."""
+    if isinstance(content_keys, str):
+        raise TypeError("content_keys must be a collection of keys, not one str")
+
+
+def _short_hash(text: str, n: int) -> str:
+    """The first ``n`` hex digits of sha256(text)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:n]
+
+
+def _chunks_prefix(repo_key: str) -> str:
+    """The name prefix of a repository's chunks collections."""
+    return f"{CHUNKS_PREFIX}{_short_hash(repo_key, 12)}_"
+
+
+def _state_id(repo_key: str) -> uuid.UUID:
+    """The id of a repository's state object."""
+    return object_id(repo_key, "", "index-state", -1, "")
+
+
+def _description(text: str | None) -> dict[str, Any]:
+    """A collection description as kg's JSON, or {}."""
+    try:
+        meta = json.loads(text or "")
+    except ValueError:
+        return {}
+    if not isinstance(meta, dict) or not {"model", "dim", "repo"} <= meta.keys():
+        return {}
+    return meta
+
+
+def _chunks_schema(name: str, description: str) -> dict[str, Any]:
+    """The class definition of a chunks collection."""
+    return {
+        "class": name,
+        "description": description,
+        "vectorizer": "none",
+        "vectorIndexType": "hnsw",
+        "vectorIndexConfig": {"distance": "cosine"},
+        "invertedIndexConfig": {"stopwords": {"preset": "none"}, "bm25": {"k1": 1.2, "b": 0.75}},
+        "properties": [
+            {"name": "content", "dataType": ["text"], "indexFilterable": False,
+             "indexSearchable": False},
+            {"name": "terms", "dataType": ["text"], "tokenization": "whitespace",
+             "indexFilterable": False, "indexSearchable": True},
+            {"name": "contentKey", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "chunkIndex", "dataType": ["int"]},
+            {"name": "seq", "dataType": ["int"]},
+        ],
+    }
+
+
+_STATE_SCHEMA: dict[str, Any] = {
+    "class": STATE_COLLECTION,
+    "description": json.dumps({"kg": "index-state", "format": 1}),
+    "vectorizer": "none",
+    "properties": [
+        {"name": "repoKey", "dataType": ["text"], "tokenization": "field"},
+        {"name": "watermark", "dataType": ["int"]},
+    ],
+}

@@ -1,0 +1,402 @@
+"""The Weaviate backend's own duties, without a server: class names and their collisions,
+filter translation, object ids, batch errors, dimension checks, the missing extra, an
+unreachable server, the strategy for large allowed sets, and Weaviate's hybrid query."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import uuid
+
+import numpy as np
+import pytest
+from weaviate.classes.query import Filter
+from weaviate.collections.classes.batch import BatchObjectReturn, ErrorObject
+from weaviate.collections.classes.filters import _FilterAnd, _FilterValue
+
+from kg.errors import BackendUnavailable, InvalidInput, UpstreamUnavailable
+from kg.index.base import IndexedChunk
+from kg.index.weaviate import (
+    WeaviateVectorIndex,
+    check_batch_result,
+    check_vector_dimension,
+    connect,
+    import_weaviate,
+    object_id,
+    parse_weaviate_url,
+    translate_filters,
+)
+from kg.rag.ragnode import classes_collide
+from kg.rag.ragnode_weaviate import rag_class_names
+from tests.index.fake_weaviate import FakeWeaviate
+
+DIM = 8
+MODEL = "fake:test-8"
+
+
+def unit_vectors(n: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=(n, dim))
+    return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+
+
+def chunks(n: int, *, start: int = 1, model: str = MODEL, dim: int = DIM, seed: int = 0) -> list[IndexedChunk]:
+    vectors = unit_vectors(n, dim, seed)
+    return [IndexedChunk(seq=start + i, content_key=f"key{start + i}", chunk_index=0,
+                         text=f"word{(start + i) % 5} chunk{start + i}", model=model, vector=vectors[i])
+            for i in range(n)]
+
+
+@pytest.fixture
+def fake() -> FakeWeaviate:
+    return FakeWeaviate()
+
+
+@pytest.fixture
+def index(fake) -> WeaviateVectorIndex:
+    return WeaviateVectorIndex(client=fake)
+
+
+def closed_ports(n: int) -> list[int]:
+    """Loopback ports nothing listens on (bound, then released)."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+# -- class names ------------------------------------------------------------------------------------
+
+
+def test_main_uses_exactly_the_spec_names():
+    assert rag_class_names("rag_collection") == ("Ragcollection", "RagcollectionMeta")
+    assert rag_class_names("rag_collection", "main") == ("Ragcollection", "RagcollectionMeta")
+
+
+def test_a_branch_gets_a_stable_name_with_a_short_hash_suffix():
+    chunks_name, meta_name = rag_class_names("rag_collection", "agent/rag-session-001")
+    assert chunks_name == rag_class_names("rag_collection", "agent/rag-session-001")[0]
+    assert chunks_name.startswith("Ragcollection_b") and len(chunks_name) == len("Ragcollection_b") + 10
+    assert meta_name == chunks_name + "Meta"
+    int(chunks_name[-10:], 16)
+
+
+def test_names_never_collide_across_collections_and_branches_ignoring_case():
+    collections = ["rag_collection", "docs", "docs_meta", "Docsmeta2", "a", "A1", "x_b1"]
+    branches = ["main", "dev", "Dev", "agent/1", "agent/2", "feature.x", "main2"]
+    owners: dict[str, tuple[str, str, str]] = {}
+    for c in collections:
+        for b in branches:
+            for kind, name in zip(("chunks", "meta"), rag_class_names(c, b)):
+                key = name.lower()
+                assert key not in owners or owners[key][:2] == (c, b) or classes_collide(owners[key][0], c), (
+                    name, owners.get(key))
+                owners[key] = (c, b, kind)
+
+
+@pytest.mark.parametrize("first, second", [("rag_collection", "rag-collection"),
+                                           ("rag_collection", "RAG_collection"),
+                                           ("docs_meta", "docs")])
+def test_colliding_collection_names_are_detected_without_regard_to_case(first, second):
+    assert classes_collide(first, second)
+    # ... because Weaviate would store both in one class: their names are equal ignoring case.
+    assert {n.lower() for n in rag_class_names(first)} & {n.lower() for n in rag_class_names(second)}
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "___", "123abc", "2024_docs", "collé", "数据", "x" * 300])
+def test_invalid_collection_names_are_refused(bad):
+    with pytest.raises(InvalidInput):
+        rag_class_names(bad)
+    with pytest.raises(InvalidInput):
+        rag_class_names(bad, "dev")
+
+
+@pytest.mark.parametrize("branch", ["", "  ", None, 3])
+def test_invalid_branch_names_are_refused(branch):
+    with pytest.raises(InvalidInput):
+        rag_class_names("rag_collection", branch)
+
+
+def test_kg_index_collections_are_per_repository_and_model(index, fake):
+    index.sync("repo-a", chunks(3))
+    index.sync("repo-a", chunks(2, start=10, model="other", dim=4))
+    index.sync("repo-b", chunks(2, start=20))
+    names = sorted(fake.classes[k].name for k in fake.classes if k.startswith("kgchunks_"))
+    assert len(names) == 3 and len({n.lower() for n in names}) == 3
+    assert all(n.startswith("KgChunks_") and "_b" not in n.split("_", 1)[1][:2] for n in names)
+    assert index.stats("repo-a")["models"] == {MODEL: 3, "other": 2}
+    assert index.stats("repo-a")["dims"] == {MODEL: DIM, "other": 4}
+
+
+# -- filters ----------------------------------------------------------------------------------------
+
+
+def test_content_keys_become_one_contains_any():
+    f = translate_filters(content_keys=["k1", "k2", "k1"])
+    assert f == Filter.by_property("contentKey").contains_any(["k1", "k2"])
+
+
+def test_path_prefix_node_type_and_properties():
+    f = translate_filters(path_prefix="/docs/", node_type="Doc", where={"lang": "en", "n": 2, "ok": True,
+                                                                         "x": 1.5, "gone": None})
+    assert isinstance(f, _FilterAnd)
+    assert f.filters == [
+        Filter.by_property("path").like("/docs/*"),
+        Filter.by_property("nodeType").equal("Doc"),
+        Filter.by_property("lang").equal("en"),
+        Filter.by_property("n").equal(2),
+        Filter.by_property("ok").equal(True),
+        Filter.by_property("x").equal(1.5),
+        Filter.by_property("gone").is_none(True),
+    ]
+
+
+def test_no_filter_is_none_and_root_prefix_is_no_filter():
+    assert translate_filters() is None
+    assert translate_filters(path_prefix="/") is None
+    single = translate_filters(node_type="Doc")
+    assert isinstance(single, _FilterValue) and single.target == "nodeType"
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"content_keys": "k1"},
+    {"content_keys": []},
+    {"path_prefix": "/a*b"},
+    {"path_prefix": "/a?"},
+    {"path_prefix": "docs"},
+    {"where": {"bad name": 1}},
+    {"where": {"1x": 1}},
+    {"where": {"tags": ["a"]}},
+    {"where": {"nested": {"a": 1}}},
+    {"where": {"x": float("nan")}},
+    {"node_type": 3},
+])
+def test_untranslatable_filters_are_refused(kwargs):
+    with pytest.raises(InvalidInput):
+        translate_filters(**kwargs)
+
+
+# -- object ids -------------------------------------------------------------------------------------
+
+
+def test_object_ids_are_deterministic_uuid5():
+    a = object_id("ragcollection", "main", "a.txt", 0, "ollama:nomic-embed-text:latest")
+    assert a == object_id("ragcollection", "main", "a.txt", 0, "ollama:nomic-embed-text:latest")
+    assert isinstance(a, uuid.UUID) and a.version == 5
+
+
+def test_object_ids_differ_in_every_part():
+    base = ("c", "main", "a.txt", 0, "m")
+    ids = {object_id(*base)}
+    for i, other in enumerate(["c2", "dev", "b.txt", 1, "m2"]):
+        parts = list(base)
+        parts[i] = other
+        ids.add(object_id(*parts))
+    assert len(ids) == 6
+    # The parts are kept apart: no two splits of one string give one id.
+    assert object_id("a|b", "c", "s", 0, "m") != object_id("a", "b|c", "s", 0, "m")
+    assert object_id("a", "", "s", 0, "m") != object_id("", "a", "s", 0, "m")
+
+
+@pytest.mark.parametrize("bad", [("c", "main", "s", True, "m"), ("c", "main", "s", "0", "m"), (1, "main", "s", 0, "m")])
+def test_object_ids_refuse_wrong_types(bad):
+    with pytest.raises(InvalidInput):
+        object_id(*bad)
+
+
+# -- batch errors -----------------------------------------------------------------------------------
+
+
+def _result(errors: dict[int, str], n: int) -> BatchObjectReturn:
+    ids = {i: uuid.uuid4() for i in range(n)}
+    return BatchObjectReturn(
+        errors={i: ErrorObject(message=m, object_=None, original_uuid=ids[i]) for i, m in errors.items()},
+        uuids={i: u for i, u in ids.items() if i not in errors}, has_errors=bool(errors))
+
+
+def test_a_clean_batch_passes():
+    check_batch_result(_result({}, 3), ["seq 1", "seq 2", "seq 3"], collection="C")
+
+
+def test_every_failed_object_is_named():
+    result = _result({1: "store is read-only", 2: "vector length mismatch"}, 3)
+    with pytest.raises(BackendUnavailable) as caught:
+        check_batch_result(result, ["seq 1", "seq 2", "seq 3"], collection="KgChunks_x")
+    err = caught.value
+    assert "2 of 3" in err.message and "seq 2" in err.message and "seq 3" in err.message
+    assert "read-only" in err.message and "KgChunks_x" in err.message
+    assert [f["object"] for f in err.details["failed"]] == ["seq 2", "seq 3"]
+    assert err.details["failed"][0]["uuid"] == str(result.errors[1].original_uuid)
+
+
+def test_errors_flagged_but_unnamed_still_raise():
+    with pytest.raises(BackendUnavailable):
+        check_batch_result(BatchObjectReturn(has_errors=True), ["seq 1"], collection="C")
+
+
+def test_the_error_class_is_the_callers():
+    with pytest.raises(UpstreamUnavailable):
+        check_batch_result(_result({0: "nope"}, 1), ["file 'a' chunk 0"], collection="C", error=UpstreamUnavailable)
+
+
+def test_a_refused_object_fails_the_sync_and_keeps_the_watermark(index, fake):
+    index.sync("r", chunks(4))
+    fake.refuse = lambda props: "disk full" if props.get("seq") == 7 else None
+    with pytest.raises(BackendUnavailable) as caught:
+        index.sync("r", chunks(6, start=5))
+    assert "seq 7" in caught.value.message and "disk full" in caught.value.message
+    assert index.watermark("r") == 4  # the caller re-syncs from here
+    fake.refuse = lambda props: None
+    index.sync("r", chunks(6, start=5))  # the retry overwrites, never duplicates
+    assert index.watermark("r") == 10
+    assert index.stats("r")["chunks"] == 10
+
+
+def test_a_batch_refused_whole_names_every_object(index, fake):
+    fake.refuse = lambda props: "class is read-only"
+    with pytest.raises(BackendUnavailable) as caught:
+        index.sync("r", chunks(3))
+    assert "all 3" in caught.value.message and "seq 1" in caught.value.message
+    assert len(caught.value.details["failed"]) == 3
+    assert index.watermark("r") == 0
+
+
+# -- dimensions -------------------------------------------------------------------------------------
+
+
+def test_check_vector_dimension():
+    check_vector_dimension(np.zeros((3, 8)), 8, what="C")
+    check_vector_dimension(np.zeros(8), None, what="C")
+    with pytest.raises(InvalidInput, match="dimension 9"):
+        check_vector_dimension(np.zeros((3, 9)), 8, what="C")
+    with pytest.raises(InvalidInput):
+        check_vector_dimension(np.zeros((1, 2, 8)), 8, what="C")
+
+
+def test_vectors_of_the_wrong_dimension_are_refused_before_the_call(index, fake):
+    index.sync("r", chunks(2))
+    calls = fake.calls["insert_many"]
+    with pytest.raises(InvalidInput):
+        index.sync("r", chunks(2, start=3, dim=DIM + 1))
+    assert fake.calls["insert_many"] == calls
+    with pytest.raises(InvalidInput):
+        index.knn("r", np.ones(DIM + 1), 3, model=MODEL, content_keys={"key1"})
+    assert fake.calls["near_vector"] == 0
+
+
+# -- the extra and the server -----------------------------------------------------------------------
+
+
+def test_a_missing_extra_is_a_clear_backend_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "weaviate", None)  # import weaviate -> ImportError
+    with pytest.raises(BackendUnavailable, match=r"pip install 'kg\[weaviate\]'"):
+        import_weaviate()
+    with pytest.raises(BackendUnavailable, match="kg\\[weaviate\\]"):
+        WeaviateVectorIndex("http://localhost:8080")
+    from kg.services import build_index
+    from kg.settings import Settings
+
+    with pytest.raises(BackendUnavailable):
+        build_index(Settings(index="weaviate", weaviate_url="http://localhost:8080"))
+
+
+def test_an_unreachable_server_is_a_clear_error():
+    http, grpc = closed_ports(2)
+    url = f"http://127.0.0.1:{http}?grpc_port={grpc}"
+    with pytest.raises(BackendUnavailable) as caught:
+        connect(url, init_timeout_s=1.0, timeout_s=1.0)
+    assert type(caught.value) is BackendUnavailable
+    assert f"127.0.0.1:{http}" in caught.value.message
+    with pytest.raises(UpstreamUnavailable):
+        connect(url, init_timeout_s=1.0, timeout_s=1.0, error=UpstreamUnavailable)
+    index = WeaviateVectorIndex(url, init_timeout_s=1.0, timeout_s=1.0)  # connects on first use
+    with pytest.raises(BackendUnavailable, match="cannot connect to Weaviate"):
+        index.watermark("r")
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("http://localhost:8080", ("localhost", 8080, False, "localhost", 50051)),
+    ("https://w.example.org", ("w.example.org", 443, True, "w.example.org", 50051)),
+    ("http://h:8080?grpc_port=50052&grpc_host=g", ("h", 8080, False, "g", 50052)),
+])
+def test_weaviate_urls(url, expected):
+    p = parse_weaviate_url(url)
+    assert (p["http_host"], p["http_port"], p["http_secure"], p["grpc_host"], p["grpc_port"]) == expected
+
+
+@pytest.mark.parametrize("url", ["", "localhost:8080", "ftp://h", "http://", "http://h:50051",
+                                 "http://h:8080?grpc_port=x", "http://h:8080?token=1", "http://h:99999"])
+def test_bad_weaviate_urls_are_refused(url):
+    with pytest.raises(InvalidInput):
+        parse_weaviate_url(url)
+
+
+def test_settings_select_the_weaviate_index():
+    from pydantic import ValidationError
+
+    from kg.services import build_index
+    from kg.settings import Settings
+
+    with pytest.raises(ValidationError, match="KG_WEAVIATE_URL"):
+        Settings(index="weaviate")
+    index = build_index(Settings(index="weaviate", weaviate_url="http://localhost:8080",
+                                 weaviate_api_key="secret"))
+    assert isinstance(index, WeaviateVectorIndex) and index.url == "http://localhost:8080"
+    assert "secret" not in repr(Settings(weaviate_api_key="secret"))
+    assert type(build_index(Settings())).__name__ == "EmbeddedVectorIndex"
+
+
+# -- large allowed sets -----------------------------------------------------------------------------
+
+
+def _brute(cs: list[IndexedChunk], query: np.ndarray, k: int) -> list[int]:
+    q = query / np.linalg.norm(query)
+    return [c.seq for c in sorted(cs, key=lambda c: (-float(np.dot(c.vector, q)), c.seq))[:k]]
+
+
+def test_a_large_allowed_set_is_probed_then_batched_and_stays_exact(fake):
+    index = WeaviateVectorIndex(client=fake, filter_batch_keys=4, probe_depth=20)
+    cs = chunks(120, seed=3)
+    index.sync("r", cs)
+    query = unit_vectors(1, seed=4)[0]
+    # Nearly everything allowed: the unfiltered probe answers alone.
+    allowed = [c for c in cs if c.seq % 10 != 0]
+    before = fake.calls["near_vector"]
+    hits = index.knn("r", query, 5, model=MODEL, content_keys={c.content_key for c in allowed})
+    assert [h.seq for h in hits] == _brute(allowed, query, 5)
+    assert fake.calls["near_vector"] - before == 1
+    # A small share allowed (12 keys): the probe falls short, 3 filtered batches of 4 follow.
+    allowed = [c for c in cs if c.seq % 10 == 0]
+    before = fake.calls["near_vector"]
+    hits = index.knn("r", query, 5, model=MODEL, content_keys={c.content_key for c in allowed})
+    assert [h.seq for h in hits] == _brute(allowed, query, 5)
+    assert fake.calls["near_vector"] - before == 1 + 3
+    found = index.bm25("r", "word2", 50, content_keys={c.content_key for c in allowed})
+    assert sorted(h.seq for h in found) == sorted(c.seq for c in allowed if c.seq % 5 == 2)
+    found = index.bm25("r", "word0", 50, content_keys={c.content_key for c in allowed})
+    assert sorted(h.seq for h in found) == [c.seq for c in allowed]
+
+
+# -- hybrid -----------------------------------------------------------------------------------------
+
+
+def test_hybrid_goes_through_weaviate_and_echoes_alpha_and_fusion(index, fake):
+    cs = chunks(20)
+    index.sync("r", cs)
+    keys = {c.content_key for c in cs}
+    result = index.hybrid("r", "word3", cs[2].vector, 5, model=MODEL, content_keys=keys,
+                          alpha=0.25, fusion_type="relative_score")
+    assert (result.alpha, result.fusion_type) == (0.25, "relative_score")
+    assert fake.calls["hybrid"] == 1
+    assert 0 < len(result.hits) <= 5 and [h.rank for h in result.hits] == list(range(1, len(result.hits) + 1))
+    assert {h.content_key for h in result.hits} <= keys
+
+
+@pytest.mark.parametrize("kwargs", [{"alpha": 1.5}, {"alpha": -0.1}, {"alpha": True}, {"fusion_type": "rrf"}])
+def test_hybrid_refuses_bad_alpha_or_fusion(index, kwargs):
+    index.sync("r", chunks(2))
+    with pytest.raises(InvalidInput):
+        index.hybrid("r", "word1", unit_vectors(1)[0], 3, model=MODEL, content_keys={"key1"}, **kwargs)
