@@ -80,6 +80,8 @@ class SearchBody(Strict):
     vector_weight: float = 1.0
     max_distance: float | None = None
     max_per_node: int | None = None
+    fusion: Literal["kg", "index"] | None = None
+    fusion_type: Literal["ranked", "relative_score"] | None = None
 
 
 class RelationCreate(WriteMeta):

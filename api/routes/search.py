@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.models import SearchBody
-from kg.rag.search import SearchRequest, search
+from kg.rag.search import SearchRequest, search_answer
 from kg.store.repos import branch_view
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["search"])
@@ -20,8 +20,11 @@ def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: Bra
     request.validate()
     with services.db.read() as session:
         view = branch_view(session, repo, branch, at_revision=at_revision)
-        results, took_ms = search(session, services, view, request)
-    return {"results": [r.as_dict() for r in results], "took_ms": took_ms}
+        answer = search_answer(session, services, view, request)
+    out = {"results": [r.as_dict() for r in answer.results], "took_ms": answer.took_ms}
+    if answer.fusion is not None:
+        out["fusion"] = answer.fusion
+    return out
 
 
 @router.get("/index/status")

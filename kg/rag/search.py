@@ -29,6 +29,8 @@ from kg.store.repos import BranchView
 
 Mode = Literal["vector", "fulltext", "hybrid"]
 Granularity = Literal["chunk", "node"]
+Fusion = Literal["kg", "index"]
+FusionType = Literal["ranked", "relative_score"]
 RRF_K = 60
 MAX_K = 1000
 
@@ -56,6 +58,14 @@ class SearchRequest:
     max_per_node : int, optional
         At chunk granularity, at most this many passages of one node (1..100); ignored at node
         granularity, which returns one row per node.
+    fusion : {"kg", "index"}, optional
+        Who fuses the hybrid legs: kg (weighted RRF over the legs it ran, with per-leg ranks),
+        or the index's own hybrid query (Weaviate: ``alpha = vector_weight / (vector_weight +
+        fulltext_weight)``; per-leg ranks are then unknown, null). Default: the index's own
+        when it has one and the searched workspaces share one model, else kg.
+    fusion_type : {"ranked", "relative_score"}, optional
+        The index's fusion (Weaviate ``rankedFusion`` or ``relativeScoreFusion``; default
+        ranked). Only with index fusion.
     """
 
     query: str
@@ -70,6 +80,8 @@ class SearchRequest:
     vector_weight: float = 1.0
     max_distance: float | None = None
     max_per_node: int | None = None
+    fusion: Fusion | None = None
+    fusion_type: FusionType | None = None
 
     def validate(self) -> None:
         """Raise :class:`kg.errors.InvalidInput` for a request that breaks a rule."""
@@ -93,6 +105,12 @@ class SearchRequest:
             raise InvalidInput("where must be a JSON object of property values")
         if self.max_distance is not None and (isinstance(self.max_distance, bool) or not isinstance(self.max_distance, (int, float)) or not 0 <= self.max_distance <= 2):
             raise InvalidInput("max_distance must be between 0 and 2")
+        if self.fusion not in (None, "kg", "index"):
+            raise InvalidInput(f"unknown fusion {self.fusion!r}: use kg or index")
+        if self.fusion_type not in (None, "ranked", "relative_score"):
+            raise InvalidInput(f"unknown fusion_type {self.fusion_type!r}: use ranked or relative_score")
+        if self.fusion_type is not None and self.fusion == "kg":
+            raise InvalidInput("fusion_type chooses the index's own fusion: it needs fusion 'index', not 'kg'")
         if self.max_per_node is not None and (isinstance(self.max_per_node, bool) or not isinstance(self.max_per_node, int) or not 1 <= self.max_per_node <= 100):
             raise InvalidInput("max_per_node must be an integer between 1 and 100",
                                details={"max_per_node": self.max_per_node})
@@ -131,7 +149,38 @@ def _matches(properties: dict[str, Any], where: dict[str, Any] | None) -> bool:
     return all(properties.get(key) == value for key, value in where.items())
 
 
+@dataclass
+class SearchAnswer:
+    """What :func:`search_answer` returns.
+
+    Attributes
+    ----------
+    results : list of SearchResult
+        Best first.
+    took_ms : float
+    fusion : dict or None
+        How a hybrid search was fused, echoed in the response: ``{"engine": "kg", "method":
+        "rrf", "k": 60, "weights": {...}}`` or ``{"engine": "weaviate", "alpha", "fusion_type"}``;
+        None for a single-leg search.
+    """
+
+    results: list[SearchResult]
+    took_ms: float
+    fusion: dict[str, Any] | None = None
+
+
 def search(session: Session, services: Any, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
+    """Run a search on a branch: :func:`search_answer` without the fusion description.
+
+    Returns
+    -------
+    (results, took_ms)
+    """
+    answer = search_answer(session, services, view, request)
+    return answer.results, answer.took_ms
+
+
+def search_answer(session: Session, services: Any, view: BranchView, request: SearchRequest) -> SearchAnswer:
     """Run a search on a branch.
 
     Parameters
@@ -145,9 +194,9 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
 
     Returns
     -------
-    (results, took_ms)
-        Results best first: by cosine similarity (vector), BM25 score (fulltext) or weighted
-        reciprocal rank fusion score (hybrid).
+    SearchAnswer
+        Results best first: by cosine similarity (vector), BM25 score (fulltext) or the fused
+        score (hybrid: weighted reciprocal rank fusion by kg, or the index's own hybrid).
 
     Raises
     ------
@@ -173,7 +222,7 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
     else:
         wids = list(view.workspaces)
     if not wids:
-        return [], _ms(started)
+        return SearchAnswer([], _ms(started))
     if request.where:
         nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
     else:
@@ -188,11 +237,17 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
             continue
         by_key[node.content_key].append(node)
     if not by_key:
-        return [], _ms(started)
+        return SearchAnswer([], _ms(started))
 
     repo_key = view.repo.uid
     sync_index(session, services.index, view.repo.id, repo_key)
     depth = min(MAX_K * 4, max(request.k * (8 if request.granularity == "node" else 3), 50))
+
+    if _native_fusion(services, request):
+        native = _native_hybrid(session, services, view, wids, by_key, nodes, request, depth)
+        if native is not None:
+            results, fusion = native
+            return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
 
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
@@ -207,7 +262,55 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
         results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request)
     else:
         results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request)
-    return _with_properties(session, view, results), _ms(started)
+    fusion = None
+    if request.mode == "hybrid":
+        fusion = {"engine": "kg", "method": "rrf", "k": RRF_K,
+                  "weights": {"vector": request.vector_weight, "fulltext": request.fulltext_weight}}
+    return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
+
+
+def _native_fusion(services: Any, request: SearchRequest) -> bool:
+    """Whether the index's own hybrid query fuses this search."""
+    if request.mode != "hybrid" or request.fusion == "kg":
+        return False
+    if not callable(getattr(services.index, "hybrid", None)):
+        if request.fusion == "index" or request.fusion_type is not None:
+            raise InvalidInput("this index has no hybrid query of its own: use fusion 'kg' (the default)")
+        return False
+    return request.vector_weight > 0 and request.fulltext_weight > 0
+
+
+def _native_hybrid(session, services, view, wids, by_key, nodes, request, depth):
+    """The index's hybrid query (one model only), as rows and the fusion it used; None when the
+    searched workspaces use several models (kg fuses those)."""
+    keys_by_model = _keys_by_model(session, services, wids, by_key, nodes)
+    if len(keys_by_model) != 1:
+        if request.fusion == "index":
+            raise InvalidInput("the index's own hybrid query searches one embedding model; these "
+                               "workspaces use several: use fusion 'kg'")
+        return None
+    (model, keys), = keys_by_model.items()
+    embedder = services.embedder(model)
+    vector = embedder.embed([request.query])[0]
+    alpha = request.vector_weight / (request.vector_weight + request.fulltext_weight)
+    answer = services.index.hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
+                                   content_keys=keys, alpha=alpha, fusion_type=request.fusion_type or "ranked")
+    names = view.workspaces
+    per_node: Counter[str] = Counter()
+    results: list[SearchResult] = []
+    for hit in answer.hits:
+        for node in sorted(by_key[hit.content_key], key=lambda n: (names[n.workspace_id], n.path)):
+            limit = 1 if request.granularity == "node" else request.max_per_node
+            if limit is not None and per_node[node.node_id] >= limit:
+                continue
+            per_node[node.node_id] += 1
+            results.append(_row(view, node, hit, hit.score, None, None, None, None))
+            if len(results) >= request.k:
+                break
+        if len(results) >= request.k:
+            break
+    engine = getattr(services.index, "engine", type(services.index).__name__)
+    return results, {"engine": engine, "alpha": answer.alpha, "fusion_type": answer.fusion_type}
 
 
 def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit | None,
@@ -340,8 +443,8 @@ def _visible_lite(session: Session, services: Any, view: BranchView, wids: list[
     return services.search_cache.get(key, build)
 
 
-def _vector_leg(session, services, view, wids, by_key, nodes, request, depth) -> list[IndexHit]:
-    """KNN per embedding model of the searched workspaces, merged by distance."""
+def _keys_by_model(session, services, wids, by_key, nodes) -> dict[str, set[str]]:
+    """The searchable content keys grouped by the embedding model of their workspace."""
     workspaces = {w.id: w for w in session.query(Workspace).filter(Workspace.id.in_(wids))}
     models = {wid: workspace_embedding(w.config, default_model=services.settings.embedding_model).model
               for wid, w in workspaces.items()}
@@ -349,6 +452,12 @@ def _vector_leg(session, services, view, wids, by_key, nodes, request, depth) ->
     for node in nodes:
         if node.content_key in by_key:
             keys_by_model[models[node.workspace_id]].add(node.content_key)
+    return keys_by_model
+
+
+def _vector_leg(session, services, view, wids, by_key, nodes, request, depth) -> list[IndexHit]:
+    """KNN per embedding model of the searched workspaces, merged by distance."""
+    keys_by_model = _keys_by_model(session, services, wids, by_key, nodes)
     merged: list[IndexHit] = []
     for model, keys in keys_by_model.items():
         embedder = services.embedder(model)

@@ -160,3 +160,15 @@ def test_node_granularity_fuses_node_rankings(client, repo):
     assert abs(top["score"] - 2 / 61) < 1e-9
     ranks = [r["fulltext_rank"] for r in rows if r["fulltext_rank"] is not None]
     assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)
+
+
+def test_hybrid_echoes_its_fusion(client, repo):
+    seed(client)
+    body = search(client, {"query": "rotate api key", "vector_weight": 2.0}).json()
+    assert body["fusion"] == {"engine": "kg", "method": "rrf", "k": 60, "weights": {"vector": 2.0, "fulltext": 1.0}}
+    assert "fusion" not in search(client, {"query": "rotate api key", "mode": "vector"}).json()
+    # the embedded index has no hybrid query of its own
+    assert_error(search(client, {"query": "rotate", "fusion": "index"}), 422)
+    assert_error(search(client, {"query": "rotate", "fusion_type": "relative_score"}), 422)
+    assert_error(search(client, {"query": "rotate", "fusion": "kg", "fusion_type": "ranked"}), 422)
+    assert_error(search(client, {"query": "rotate", "fusion": "weaviate"}), 422)
