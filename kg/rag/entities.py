@@ -61,7 +61,7 @@ EXTRACTION_NODE_TYPE = "kg:Extraction"
 MENTIONED_IN = "mentioned_in"
 ENTITY_TYPES = ("person", "organization", "place", "product", "concept", "event")
 #: Bumped when the prompt or the heuristics change, so that old fingerprints stop matching.
-EXTRACTOR_VERSION = 1
+EXTRACTOR_VERSION = 2
 DEFAULT_MAX_CHARS = 8_000
 MAX_MAX_CHARS = 100_000
 MAX_ENTITIES = 100
@@ -270,7 +270,8 @@ def collect(candidates: list[tuple[Any, Any, Any]]) -> tuple[list[Entity], int]:
 _WORD = r"[A-Z][\w'’\-]*"
 _CONNECTORS = ("van", "von", "der", "den", "de", "del", "della", "di", "da", "du", "la", "le",
                "of", "the", "for", "bin", "al", "y")
-_NAME_RE = re.compile(rf"\b{_WORD}(?:\s+(?:(?:{'|'.join(_CONNECTORS)})\s+)*{_WORD})+")
+# Words of one name are on one line: "Status: Final\nType: Standards" names nothing.
+_NAME_RE = re.compile(rf"\b{_WORD}(?:[ \t]+(?:(?:{'|'.join(_CONNECTORS)})[ \t]+)*{_WORD})+")
 _ACRONYM_RE = re.compile(r"(?<![\w/&])[A-Z][A-Z0-9]*(?:[/&][A-Z0-9]+)*(?![\w/&])")
 _CROSSREF_RE = re.compile(r"\b([A-Z]{2,6})[ \-]?(\d{1,5})\b")
 _LEADING = frozenset("""a an the this that these those in on at of for from by with and or but as
@@ -278,7 +279,11 @@ _LEADING = frozenset("""a an the this that these those in on at of for from by w
     it its he she they we our their his her my your there here then so yet also however
     although because meanwhile today yesterday later""".split())
 _NOT_ACRONYMS = frozenset({"I", "A", "OK", "AM", "PM", "TV", "II", "III", "IV", "VI", "VII",
-                           "VIII", "IX", "XI", "XII", "US"})
+                           "VIII", "IX", "XI", "XII", "US"}
+                          # RFC 2119 keywords and other capitalised words that name nothing
+                          | set("""MUST NOT REQUIRED SHALL SHOULD RECOMMENDED MAY OPTIONAL NOTE
+                          WARNING TODO FIXME XXX AND OR THE IF ELSE TRUE FALSE NULL NONE YES NO ALL
+                          ANY NEW END BEGIN FAQ ETC""".split()))
 _ORG_WORDS = frozenset("""foundation inc inc. corporation corp corp. company co ltd llc gmbh ag
     plc university institute society association group council agency department ministry
     bank party committee organization organisation labs laboratory laboratories centre center

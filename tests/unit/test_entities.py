@@ -169,3 +169,11 @@ def test_document_text_reads_the_text_fields_capped():
     assert document_text(props, 100) == "Title\n\nBody text"
     assert document_text(props, 8) == "Title\n\nB"
     assert document_text({"content": 5}, 100) == ""
+
+
+def test_deterministic_names_stay_on_one_line_and_skip_rfc_keywords():
+    text = ("Status: Final\nType: Standards Track\nAuthor: Alyssa Coghlan\n\n"
+            "Installers MUST NOT fail. Tools SHOULD follow PEP 440 as Donald Stufft wrote.")
+    names = [name for name, _, _ in deterministic_entities(text)]
+    assert "Alyssa Coghlan" in names and "Donald Stufft" in names and "PEP 440" in names
+    assert not {"Final Type", "Standards Track Author", "MUST", "NOT", "SHOULD"} & set(names)
