@@ -24,6 +24,8 @@ def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: Bra
     out = {"results": [r.as_dict() for r in answer.results], "took_ms": answer.took_ms}
     if answer.fusion is not None:
         out["fusion"] = answer.fusion
+    if answer.warnings:
+        out["warnings"] = answer.warnings
     return out
 
 

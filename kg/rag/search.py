@@ -17,7 +17,7 @@ from typing import Any, Literal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kg.errors import InvalidInput
+from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit
 from kg.rag.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
@@ -162,11 +162,15 @@ class SearchAnswer:
         How a hybrid search was fused, echoed in the response: ``{"engine": "kg", "method":
         "rrf", "k": 60, "weights": {...}}`` or ``{"engine": "weaviate", "alpha", "fusion_type"}``;
         None for a single-leg search.
+    warnings : list of dict
+        ``{"code", "leg", "model", "message"}`` for each embedding model whose vector leg was
+        left out because it could not embed the query (the other legs answered).
     """
 
     results: list[SearchResult]
     took_ms: float
     fusion: dict[str, Any] | None = None
+    warnings: list[dict[str, Any]] = field(default_factory=list)
 
 
 def search(session: Session, services: Any, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
@@ -249,12 +253,13 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
 
+    warnings: list[dict[str, Any]] = []
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
     vector_hits: list[IndexHit] = []
     fulltext_hits: list[IndexHit] = []
     if use_vector:
-        vector_hits = _vector_leg(session, services, view, wids, by_key, nodes, request, depth)
+        vector_hits = _vector_leg(session, services, view, wids, by_key, nodes, request, depth, warnings)
     if use_fulltext:
         fulltext_hits = services.index.bm25(repo_key, request.query, depth, content_keys=by_key.keys())
 
@@ -266,7 +271,7 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     if request.mode == "hybrid":
         fusion = {"engine": "kg", "method": "rrf", "k": RRF_K,
                   "weights": {"vector": request.vector_weight, "fulltext": request.fulltext_weight}}
-    return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
+    return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
 
 
 def _native_fusion(services: Any, request: SearchRequest) -> bool:
@@ -455,15 +460,29 @@ def _keys_by_model(session, services, wids, by_key, nodes) -> dict[str, set[str]
     return keys_by_model
 
 
-def _vector_leg(session, services, view, wids, by_key, nodes, request, depth) -> list[IndexHit]:
-    """KNN per embedding model of the searched workspaces, merged by distance."""
+def _vector_leg(session, services, view, wids, by_key, nodes, request, depth,
+                warnings: list[dict[str, Any]]) -> list[IndexHit]:
+    """KNN per embedding model of the searched workspaces, merged by distance.
+
+    A model that cannot embed the query (its server down, say) is left out with a warning when
+    other legs remain (another model, or BM25 in a hybrid search); alone, its error is raised.
+    """
     keys_by_model = _keys_by_model(session, services, wids, by_key, nodes)
     merged: list[IndexHit] = []
+    failed: list[KGError] = []
     for model, keys in keys_by_model.items():
-        embedder = services.embedder(model)
-        vector = embedder.embed([request.query])[0]
+        try:
+            embedder = services.embedder(model)
+            vector = embedder.embed([request.query])[0]
+        except (BackendUnavailable, ProviderError) as exc:
+            failed.append(exc)
+            warnings.append({"code": exc.code, "leg": "vector", "model": model,
+                             "message": f"the vector leg skipped model {model!r}: {exc.message}"})
+            continue
         merged.extend(services.index.knn(view.repo.uid, vector, depth, model=embedder.name,
                                          content_keys=keys, max_distance=request.max_distance))
+    if failed and len(failed) == len(keys_by_model) and request.mode == "vector":
+        raise failed[0]
     if len(keys_by_model) > 1:
         merged.sort(key=lambda h: (h.distance, h.seq))
         merged = [

@@ -172,3 +172,22 @@ def test_hybrid_echoes_its_fusion(client, repo):
     assert_error(search(client, {"query": "rotate", "fusion_type": "relative_score"}), 422)
     assert_error(search(client, {"query": "rotate", "fusion": "kg", "fusion_type": "ranked"}), 422)
     assert_error(search(client, {"query": "rotate", "fusion": "weaviate"}), 422)
+
+
+def test_an_unreachable_model_leaves_out_its_vector_leg_with_a_warning(client, repo):
+    """A repository-wide search is not failed by one workspace whose model server is down."""
+    seed(client)
+    r = client.post("/api/repos/acme/workspaces", json={"name": "remote", "embedding": {"model": "ollama:nomic-embed-text"}})
+    assert r.status_code == 201, r.text
+    r = client.put("/api/repos/acme/workspaces/remote/nodes/notes", json={"properties": {"content": "Key rotation notes."}})
+    assert r.status_code == 201, r.text  # stored; its embedding waits for the server
+    assert client.get("/api/repos/acme/index/status").json()["pending"] == 1
+    for mode in ("hybrid", "vector"):
+        body = search(client, {"query": "rotate api key", "mode": mode, "granularity": "node"}).json()
+        assert body["results"][0]["path"] == "/rotate", (mode, body)
+        (warning,) = body["warnings"]
+        assert warning["model"] == "ollama:nomic-embed-text" and warning["leg"] == "vector"
+        assert warning["code"] == "backend_unavailable"
+    assert "warnings" not in search(client, {"query": "rotate api key", "workspaces": ["knowledge"]}).json()
+    # the vector leg of that workspace alone cannot answer: its error, not an empty list
+    assert_error(search(client, {"query": "rotate", "mode": "vector", "workspaces": ["remote"]}), 503)
