@@ -1,4 +1,4 @@
-"""The model lock of a workspace (409 model_locked) and re-embedding it from SQL."""
+"""The model lock of a workspace (409 model_locked) and re-embedding it from SQL (CASES #9)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,8 @@ def test_another_model_is_409_naming_the_locked_one(client, repo, services):
     assert chunk_models(services) == {FAKE_MODEL}
     # a chunking change rebuilds every chunk too: also refused without reembed
     assert_error(patch_ws(client, {"embedding": {"chunking": {"chunk_size": 100, "overlap": 10}}}), 409, "model_locked")
+    # a model of another dimension: refused the same way (CASES #9: by name, not by dimension)
+    assert_error(patch_ws(client, {"embedding": {"model": "fake:hash-32"}}), 409, "model_locked")
     same = patch_ws(client, {"embedding": {"model": FAKE_MODEL}})
     assert same.status_code == 200 and same.json()["reembedded"] is False
 
