@@ -43,6 +43,12 @@ unfiltered top list (``probe_depth``) and keeps the allowed rows client-side; wh
 merged: exact, since a chunk's score does not depend on the filter (cosine distance; BM25 uses
 collection-wide statistics). The probe makes the common case (a branch that sees most of the
 repository) one query; the batches bound the size of any one filter.
+
+:meth:`WeaviateVectorIndex.hybrid` is the exception: a fused score depends on the filtered set
+(ranks within each filtered leg for ranked fusion, the legs' minimum and maximum for relative-score
+fusion), so neither an unfiltered probe nor merged batches give Weaviate's filtered answer. A
+hybrid search is always one query whose filter is an ``Or`` of ``ContainsAny`` batches of at most
+``filter_batch_keys`` keys each.
 """
 
 from __future__ import annotations
@@ -240,9 +246,21 @@ def connect(
     )
     auth = Auth.api_key(api_key) if api_key else None
     try:
-        return weaviate.connect_to_custom(
-            **params, auth_credentials=auth, additional_config=config
+        # The client's own start-up checks also ask pypi.org for its latest release (up to
+        # init_timeout_s on a machine without internet): kg checks readiness itself instead.
+        client = weaviate.connect_to_custom(
+            **params, auth_credentials=auth, additional_config=config, skip_init_checks=True
         )
+        try:
+            ready = client.is_ready()
+        except Exception:
+            client.close()
+            raise
+        if not ready:
+            client.close()
+            raise error(f"Weaviate at {url} is not ready (GET /v1/.well-known/ready)",
+                        details={"url": url})
+        return client
     except weaviate.exceptions.WeaviateBaseError as exc:
         raise error(
             f"cannot connect to Weaviate at {url} (REST port {params['http_port']}, gRPC port "
@@ -964,7 +982,9 @@ class WeaviateVectorIndex:
                 )
             return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
 
-        return HybridResult(_hits(self._ranked(run, k, content_keys)[:k]), float(alpha), fusion_type)
+        # One query over every allowed key: fused scores depend on the filtered set (module notes).
+        rows = _complete(run, self._any_key_filter(content_keys), k)
+        return HybridResult(_hits(rows[:k]), float(alpha), fusion_type)
 
     def flush(self, repo_key: str) -> None:
         """Nothing to do: Weaviate persists every acknowledged write.
@@ -1093,6 +1113,16 @@ class WeaviateVectorIndex:
         insert_objects(state, [DataObject(properties={"repoKey": repo_key, "watermark": int(seq)},
                                           uuid=_state_id(repo_key))],
                        [f"watermark of {repo_key!r}"])
+
+    def _any_key_filter(self, content_keys: Collection[str]) -> Any:
+        """One filter admitting exactly ``content_keys``: a ``ContainsAny`` per batch of
+        ``filter_batch_keys`` keys, joined with ``Or`` when there are several."""
+        from weaviate.classes.query import Filter
+
+        keys = list(dict.fromkeys(content_keys))
+        parts = [translate_filters(content_keys=keys[start : start + self.filter_batch_keys])
+                 for start in range(0, len(keys), self.filter_batch_keys)]
+        return parts[0] if len(parts) == 1 else Filter.any_of(parts)
 
     def _ranked(self, run: Callable[[Any, int], list[_Row]], k: int,
                 content_keys: Collection[str]) -> list[_Row]:

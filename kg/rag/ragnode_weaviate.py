@@ -46,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -535,16 +536,32 @@ def _ensure_class(client: Any, layer: _Layer, kind: str) -> None:
     setattr(layer, f"{kind}_exists", True)
 
 
+#: Weaviate's "en" stop words, the default of the spec's classes (``invertedIndexConfig``).
+_EN_STOPWORDS = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then "
+    "there these they this to was will with".split()
+)
+_WORD_TOKEN = re.compile(r"[^\W_]+")
+
+
+def _filters_by_token(name: str) -> bool:
+    """Whether an ``Equal`` filter on the word-tokenized ``sourceFile`` can select ``name``:
+    Weaviate drops stop words from the value and refuses one left without terms ("invalid search
+    term, only stopwords provided"), so the name needs a letter-or-digit run that is no stop word."""
+    return any(token.lower() not in _EN_STOPWORDS for token in _WORD_TOKEN.findall(name))
+
+
 def _delete_file_chunks(chunks: Any, name: str) -> None:
     """Delete the chunks of exactly the file ``name``.
 
     ``sourceFile`` is a word-tokenized text property (the spec's schema), so a Weaviate
     ``Equal`` filter matches by tokens and may return other files too: the ids are selected by
-    an exact comparison here and deleted by id.
+    an exact comparison here and deleted by id. A name without a token the filter can use
+    (``"a"``, ``"it.is"``, ``"--"``) pages through the whole class instead.
     """
     from weaviate.classes.query import Filter
 
-    filters = Filter.by_property("sourceFile").equal(name) if any(c.isalnum() for c in name) else None
+    filters = Filter.by_property("sourceFile").equal(name) if _filters_by_token(name) else None
     ids = []
     offset = 0
     while offset < MAX_QUERY_RESULTS:

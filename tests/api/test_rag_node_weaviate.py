@@ -1,16 +1,15 @@
 """The RAG node over Weaviate (``weaviateUrl`` other than ``embedded``): the seed's schema and
 lifecycle, interoperability with collections the original node wrote, branches.
 
-Each test runs against a real Weaviate when ``KG_TEST_WEAVIATE_URL`` is set (skipped with the
-reason otherwise), and against the in-memory stand-in of the client (tests/index/fake_weaviate.py),
-which checks kg's logic but not the server.
+Every test goes through the real ``weaviate-client``: against the Weaviate-compatible test server
+(tests/weaviate_server.py) in every run, or against a real Weaviate instead when
+``KG_TEST_WEAVIATE_URL`` is set.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -21,7 +20,6 @@ from kg.rag.ragnode import class_name
 from kg.rag.ragnode_weaviate import chunks_class_schema, meta_class_schema, rag_class_names
 from tests.api.test_nodes import assert_error
 
-WEAVIATE_URL = os.environ.get("KG_TEST_WEAVIATE_URL")
 MODEL = "fake:hash-64"
 DOC_A = "Standing rigging must be replaced every ten years in temperate waters and seven in the tropics."
 DOC_B = "Invoices are issued monthly and paid by card. Late invoices incur a fee of two percent."
@@ -32,29 +30,18 @@ class Target:
     """Where the node's collections live, and a client to look at them directly."""
 
     url: str
-    db: Any  # a weaviate client (real or fake)
+    db: Any  # a connected weaviate client
     collection: str  # a collection name unique to the test
-    fake: Any = None
 
 
-@pytest.fixture(params=["fake", "server"])
-def target(request, monkeypatch) -> Iterator[Target]:
+@pytest.fixture
+def target(weaviate_url) -> Iterator[Target]:
     base = f"rag_{uuid.uuid4().hex[:10]}"
-    if request.param == "fake":
-        from tests.index.fake_weaviate import FakeWeaviate
-
-        fake = FakeWeaviate()
-        monkeypatch.setattr("kg.rag.ragnode_weaviate.connect", lambda *a, **k: fake)
-        yield Target("http://weaviate.invalid:8080", fake, base, fake)
-        return
-    if not WEAVIATE_URL:
-        pytest.skip("KG_TEST_WEAVIATE_URL not set: the RAG node's Weaviate tests need a server "
-                    "(docs/scale-out.md)")
     from kg.index.weaviate import connect
 
-    db = connect(WEAVIATE_URL, init_timeout_s=10.0)
+    db = connect(weaviate_url, init_timeout_s=10.0)
     try:
-        yield Target(WEAVIATE_URL, db, base)
+        yield Target(weaviate_url, db, base)
     finally:
         prefix = class_name(base).lower()
         doomed = [n for n in db.collections.list_all(simple=True) if n.lower().startswith(prefix)]
@@ -280,3 +267,19 @@ def test_an_unreachable_weaviate_is_502(client):
     r = client.post("/api/rag", json={"config": body, "input": doc("q", [("a.txt", DOC_A)])})
     assert_error(r, 502, "upstream_unavailable")
     assert "Weaviate" in r.json()["error"]["message"]
+
+
+def test_replacing_a_file_named_only_with_stop_words(client, target):
+    # sourceFile is word-tokenized with the "en" stop words: Weaviate drops them from a filter
+    # value and refuses a value left without terms ("a", "it.is"), so such a file must be found
+    # without that filter.
+    assert rag(client, target, doc("q", [("a", DOC_A), ("it.is", DOC_B), ("b", DOC_B)])).status_code == 200
+    r = rag(client, target, doc("q", [("a", "Quokkas only."), ("it.is", "Wombats only.")]))
+    assert r.status_code == 200, r.text
+    assert sorted(r.json()["ingestion"]["replaced"]) == ["a", "it.is"]
+    chunks, _ = rag_class_names(target.collection)
+    stored = objects(target, chunks)
+    by_file = {f: sorted(o.properties["content"] for o in stored if o.properties["sourceFile"] == f)
+               for f in ("a", "it.is", "b")}
+    assert by_file["a"] == ["Quokkas only."] and by_file["it.is"] == ["Wombats only."]
+    assert by_file["b"] and by_file["b"][0].startswith("Invoices")

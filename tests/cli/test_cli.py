@@ -78,32 +78,38 @@ def test_reindex_rebuilds_from_sql_without_embedding(env):
     assert json.loads(found.stdout)["results"]
 
 
-def test_reindex_fills_weaviate_from_sql_without_embedding(env, monkeypatch):
+def test_reindex_fills_weaviate_from_sql_without_embedding(env, monkeypatch, weaviate_url):
+    """``reindex --index weaviate`` through KG_WEAVIATE_URL and the real client (test server, or
+    KG_TEST_WEAVIATE_URL's Weaviate)."""
+    from kg.cli import _services
     from kg.index.weaviate import WeaviateVectorIndex
-    from tests.index.fake_weaviate import FakeWeaviate
+    from kg.store.repos import get_repository
 
     runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
-    from kg import services as services_module
-
-    fake = FakeWeaviate()
-    built = []
-    real_build_index = services_module.build_index
-
-    def build_index(settings, kind=None):
-        if kind != "weaviate":
-            return real_build_index(settings, kind)
-        built.append(WeaviateVectorIndex(client=fake))
-        return built[-1]
-
-    monkeypatch.setattr("kg.services.build_index", build_index)
+    monkeypatch.setenv("KG_WEAVIATE_URL", weaviate_url)
     monkeypatch.setattr("kg.providers.registry.make_embedder", _no_embedding)
     result = runner.invoke(app, ["reindex", "--repo", "peps", "--index", "weaviate"])
     assert result.exit_code == 0, result.output
     body = json.loads(result.stdout.strip().splitlines()[-1])
     assert body["index"] == "weaviate" and body["chunks"] > 0
-    stored = sum(len(c.objects) for name, c in fake.classes.items() if name.startswith("kgchunks_"))
-    assert stored == body["chunks"]
-    assert built[0].watermark(next(iter(_repo_keys(fake)))) > 0
+    services = _services()
+    try:
+        with services.db.read() as session:
+            repo_key = get_repository(session, "peps").uid
+    finally:
+        services.close()
+    index = WeaviateVectorIndex(weaviate_url)
+    try:
+        stats = index.stats(repo_key)
+        assert stats["chunks"] == body["chunks"]
+        assert stats["watermark"] > 0
+        # Run again: the collection is dropped and refilled, never doubled.
+        again = runner.invoke(app, ["reindex", "--repo", "peps", "--index", "weaviate"])
+        assert again.exit_code == 0, again.output
+        assert index.stats(repo_key)["chunks"] == body["chunks"]
+    finally:
+        index.drop(repo_key)
+        index.close()
 
 
 def test_reindex_into_weaviate_needs_a_url(env):
@@ -115,7 +121,3 @@ def test_reindex_into_weaviate_needs_a_url(env):
 
 def _no_embedding(name, **kwargs):
     raise AssertionError("reindex must not embed")
-
-
-def _repo_keys(fake):
-    return {obj[0]["repoKey"] for obj in fake.classes["kgindexstate"].objects.values()}

@@ -3,17 +3,16 @@
 A backend enters the suite through :data:`BACKENDS`: how to open an instance over some storage,
 how to make its writes durable, and whether a second instance over the same storage sees them.
 
-Weaviate runs the suite twice: against a real server when ``KG_TEST_WEAVIATE_URL`` is set
-(skipped with the reason otherwise; docs/scale-out.md says how to start one), and always against
-an in-memory stand-in of the client (``tests/index/fake_weaviate.py``), which checks kg's
-adapter logic but not the server.
+Weaviate runs the suite in every run through the real ``weaviate-client``: against the
+Weaviate-compatible test server of ``tests/weaviate_server.py`` (REST and gRPC on loopback
+ports), or against a real Weaviate instead when ``KG_TEST_WEAVIATE_URL`` is set
+(docs/scale-out.md says how to start one).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,15 +39,16 @@ class Backend:
     open: Callable[[], VectorIndex]  # a new instance over this test's storage
     persist: Callable[[VectorIndex, str], None]  # make a repository's writes durable
     durable: bool  # whether a new instance sees what an earlier one persisted
+    close: Callable[[], None] = lambda: None  # release what open() made, after the test
 
 
-def _embedded_memory(tmp_path: Path) -> Backend:
+def _embedded_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return Backend(
         "embedded-memory", lambda: EmbeddedVectorIndex(None), lambda ix, key: None, False
     )
 
 
-def _embedded_disk(tmp_path: Path) -> Backend:
+def _embedded_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return Backend(
         "embedded-disk",
         lambda: EmbeddedVectorIndex(tmp_path / "data"),
@@ -57,48 +57,37 @@ def _embedded_disk(tmp_path: Path) -> Backend:
     )
 
 
-WEAVIATE_URL = os.environ.get("KG_TEST_WEAVIATE_URL")
-
-
-def _weaviate_fake(tmp_path: Path) -> Backend:
-    from kg.index.weaviate import WeaviateVectorIndex
-    from tests.index.fake_weaviate import FakeWeaviate
-
-    fake = FakeWeaviate()
-    return Backend(
-        "weaviate-fake", lambda: WeaviateVectorIndex(client=fake), lambda ix, key: ix.flush(key), True
-    )
-
-
-def _weaviate_server(tmp_path: Path) -> Backend:
-    if not WEAVIATE_URL:
-        pytest.skip(
-            "KG_TEST_WEAVIATE_URL not set: the Weaviate contract run needs a server "
-            "(docs/scale-out.md: docker run ... cr.weaviate.io/semitechnologies/weaviate:1.28.x)"
-        )
+def _weaviate(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Weaviate through the real client: the test server, or KG_TEST_WEAVIATE_URL's server."""
     from kg.index.weaviate import WeaviateVectorIndex
 
+    url = request.getfixturevalue("weaviate_url")
     opened: list[WeaviateVectorIndex] = []
 
     def open_index() -> WeaviateVectorIndex:
-        index = WeaviateVectorIndex(WEAVIATE_URL, init_timeout_s=10.0)
+        index = WeaviateVectorIndex(url, init_timeout_s=10.0)
         opened.append(index)
         return index
 
-    return Backend("weaviate", open_index, lambda ix, key: ix.flush(key), True)
+    def close() -> None:
+        for index in opened:
+            index.close()
+
+    return Backend("weaviate", open_index, lambda ix, key: ix.flush(key), True, close)
 
 
-BACKENDS: dict[str, Callable[[Path], Backend]] = {
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Backend]] = {
     "embedded-memory": _embedded_memory,
     "embedded-disk": _embedded_disk,
-    "weaviate-fake": _weaviate_fake,
-    "weaviate": _weaviate_server,
+    "weaviate": _weaviate,
 }
 
 
 @pytest.fixture(params=list(BACKENDS))
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    made = BACKENDS[request.param](request, tmp_path)
+    yield made
+    made.close()
 
 
 @pytest.fixture

@@ -1,12 +1,17 @@
-"""The Weaviate backend's own duties, without a server: class names and their collisions,
-filter translation, object ids, batch errors, dimension checks, the missing extra, an
-unreachable server, the strategy for large allowed sets, and Weaviate's hybrid query."""
+"""The Weaviate backend's own duties: class names and their collisions, filter translation,
+object ids, batch errors, dimension checks, the missing extra, an unreachable server, the
+strategy for large allowed sets, and Weaviate's hybrid query.
+
+The pure parts need no server. The rest runs through the real ``weaviate-client`` against the
+Weaviate-compatible test server (``tests/weaviate_server.py``), whose hooks count calls, refuse
+chosen objects and inject failures."""
 
 from __future__ import annotations
 
 import socket
 import sys
 import uuid
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -28,7 +33,7 @@ from kg.index.weaviate import (
 )
 from kg.rag.ragnode import classes_collide
 from kg.rag.ragnode_weaviate import rag_class_names
-from tests.index.fake_weaviate import FakeWeaviate
+from tests.weaviate_server import WeaviateTestServer
 
 DIM = 8
 MODEL = "fake:test-8"
@@ -47,13 +52,16 @@ def chunks(n: int, *, start: int = 1, model: str = MODEL, dim: int = DIM, seed: 
 
 
 @pytest.fixture
-def fake() -> FakeWeaviate:
-    return FakeWeaviate()
+def server(weaviate_test_server: WeaviateTestServer) -> WeaviateTestServer:
+    """The Weaviate test server, empty, for this test alone."""
+    return weaviate_test_server
 
 
 @pytest.fixture
-def index(fake) -> WeaviateVectorIndex:
-    return WeaviateVectorIndex(client=fake)
+def index(server) -> Iterator[WeaviateVectorIndex]:
+    opened = WeaviateVectorIndex(server.url)
+    yield opened
+    opened.close()
 
 
 def closed_ports(n: int) -> list[int]:
@@ -120,11 +128,11 @@ def test_invalid_branch_names_are_refused(branch):
         rag_class_names("rag_collection", branch)
 
 
-def test_kg_index_collections_are_per_repository_and_model(index, fake):
+def test_kg_index_collections_are_per_repository_and_model(index, server):
     index.sync("repo-a", chunks(3))
     index.sync("repo-a", chunks(2, start=10, model="other", dim=4))
     index.sync("repo-b", chunks(2, start=20))
-    names = sorted(fake.classes[k].name for k in fake.classes if k.startswith("kgchunks_"))
+    names = [n for n in server.class_names() if n.startswith("KgChunks_")]
     assert len(names) == 3 and len({n.lower() for n in names}) == 3
     assert all(n.startswith("KgChunks_") and "_b" not in n.split("_", 1)[1][:2] for n in names)
     assert index.stats("repo-a")["models"] == {MODEL: 3, "other": 2}
@@ -242,21 +250,21 @@ def test_the_error_class_is_the_callers():
         check_batch_result(_result({0: "nope"}, 1), ["file 'a' chunk 0"], collection="C", error=UpstreamUnavailable)
 
 
-def test_a_refused_object_fails_the_sync_and_keeps_the_watermark(index, fake):
+def test_a_refused_object_fails_the_sync_and_keeps_the_watermark(index, server):
     index.sync("r", chunks(4))
-    fake.refuse = lambda props: "disk full" if props.get("seq") == 7 else None
+    server.refuse = lambda cls, props: "disk full" if props.get("seq") == 7 else None
     with pytest.raises(BackendUnavailable) as caught:
         index.sync("r", chunks(6, start=5))
     assert "seq 7" in caught.value.message and "disk full" in caught.value.message
     assert index.watermark("r") == 4  # the caller re-syncs from here
-    fake.refuse = lambda props: None
+    server.refuse = None
     index.sync("r", chunks(6, start=5))  # the retry overwrites, never duplicates
     assert index.watermark("r") == 10
     assert index.stats("r")["chunks"] == 10
 
 
-def test_a_batch_refused_whole_names_every_object(index, fake):
-    fake.refuse = lambda props: "class is read-only"
+def test_a_batch_refused_whole_names_every_object(index, server):
+    server.refuse = lambda cls, props: "class is read-only"
     with pytest.raises(BackendUnavailable) as caught:
         index.sync("r", chunks(3))
     assert "all 3" in caught.value.message and "seq 1" in caught.value.message
@@ -276,15 +284,15 @@ def test_check_vector_dimension():
         check_vector_dimension(np.zeros((1, 2, 8)), 8, what="C")
 
 
-def test_vectors_of_the_wrong_dimension_are_refused_before_the_call(index, fake):
+def test_vectors_of_the_wrong_dimension_are_refused_before_the_call(index, server):
     index.sync("r", chunks(2))
-    calls = fake.calls["insert_many"]
+    calls = server.calls["BatchObjects"]
     with pytest.raises(InvalidInput):
         index.sync("r", chunks(2, start=3, dim=DIM + 1))
-    assert fake.calls["insert_many"] == calls
+    assert server.calls["BatchObjects"] == calls
     with pytest.raises(InvalidInput):
         index.knn("r", np.ones(DIM + 1), 3, model=MODEL, content_keys={"key1"})
-    assert fake.calls["near_vector"] == 0
+    assert server.calls["Search.near_vector"] == 0
 
 
 # -- the extra and the server -----------------------------------------------------------------------
@@ -357,40 +365,45 @@ def _brute(cs: list[IndexedChunk], query: np.ndarray, k: int) -> list[int]:
     return [c.seq for c in sorted(cs, key=lambda c: (-float(np.dot(c.vector, q)), c.seq))[:k]]
 
 
-def test_a_large_allowed_set_is_probed_then_batched_and_stays_exact(fake):
-    index = WeaviateVectorIndex(client=fake, filter_batch_keys=4, probe_depth=20)
+def test_a_large_allowed_set_is_probed_then_batched_and_stays_exact(server):
+    index = WeaviateVectorIndex(server.url, filter_batch_keys=4, probe_depth=20)
     cs = chunks(120, seed=3)
     index.sync("r", cs)
     query = unit_vectors(1, seed=4)[0]
     # Nearly everything allowed: the unfiltered probe answers alone.
     allowed = [c for c in cs if c.seq % 10 != 0]
-    before = fake.calls["near_vector"]
+    before = server.calls["Search.near_vector"]
     hits = index.knn("r", query, 5, model=MODEL, content_keys={c.content_key for c in allowed})
     assert [h.seq for h in hits] == _brute(allowed, query, 5)
-    assert fake.calls["near_vector"] - before == 1
+    assert server.calls["Search.near_vector"] - before == 1
     # A small share allowed (12 keys): the probe falls short, 3 filtered batches of 4 follow.
     allowed = [c for c in cs if c.seq % 10 == 0]
-    before = fake.calls["near_vector"]
+    before = server.calls["Search.near_vector"]
     hits = index.knn("r", query, 5, model=MODEL, content_keys={c.content_key for c in allowed})
     assert [h.seq for h in hits] == _brute(allowed, query, 5)
-    assert fake.calls["near_vector"] - before == 1 + 3
+    assert server.calls["Search.near_vector"] - before == 1 + 3
     found = index.bm25("r", "word2", 50, content_keys={c.content_key for c in allowed})
     assert sorted(h.seq for h in found) == sorted(c.seq for c in allowed if c.seq % 5 == 2)
     found = index.bm25("r", "word0", 50, content_keys={c.content_key for c in allowed})
     assert sorted(h.seq for h in found) == [c.seq for c in allowed]
+    index.close()
 
 
 # -- hybrid -----------------------------------------------------------------------------------------
 
 
-def test_hybrid_goes_through_weaviate_and_echoes_alpha_and_fusion(index, fake):
+def test_hybrid_goes_through_weaviate_and_echoes_alpha_and_fusion(index, server):
     cs = chunks(20)
     index.sync("r", cs)
     keys = {c.content_key for c in cs}
     result = index.hybrid("r", "word3", cs[2].vector, 5, model=MODEL, content_keys=keys,
                           alpha=0.25, fusion_type="relative_score")
     assert (result.alpha, result.fusion_type) == (0.25, "relative_score")
-    assert fake.calls["hybrid"] == 1
+    assert server.calls["Search.hybrid"] == 1
+    (sent,) = server.recorded("Search.hybrid")
+    assert sent.hybrid_search.alpha == pytest.approx(0.25)
+    assert sent.hybrid_search.fusion_type == sent.hybrid_search.FUSION_TYPE_RELATIVE_SCORE
+    assert list(sent.hybrid_search.properties) == ["terms"]
     assert 0 < len(result.hits) <= 5 and [h.rank for h in result.hits] == list(range(1, len(result.hits) + 1))
     assert {h.content_key for h in result.hits} <= keys
 
@@ -400,3 +413,99 @@ def test_hybrid_refuses_bad_alpha_or_fusion(index, kwargs):
     index.sync("r", chunks(2))
     with pytest.raises(InvalidInput):
         index.hybrid("r", "word1", unit_vectors(1)[0], 3, model=MODEL, content_keys={"key1"}, **kwargs)
+
+
+def test_hybrid_over_a_large_allowed_set_is_weaviates_filtered_query(server):
+    # A fused score depends on the filtered set (ranks in each filtered leg, the legs' min and
+    # max), so an unfiltered probe or merged per-batch queries rank differently from Weaviate's
+    # hybrid query filtered to the allowed keys. kg sends that one query, the keys batched in an Or.
+    batched = WeaviateVectorIndex(server.url, filter_batch_keys=4, probe_depth=20)
+    single = WeaviateVectorIndex(server.url)
+    try:
+        cs = chunks(120, seed=3)
+        single.sync("r", cs)
+        query = unit_vectors(1, seed=4)[0]
+        for allowed in ([c for c in cs if c.seq % 10 == 0], [c for c in cs if c.seq % 3 == 0],
+                        [c for c in cs if c.seq % 10 != 0]):
+            keys = {c.content_key for c in allowed}
+            for fusion in ("ranked", "relative_score"):
+                before = server.calls["Search.hybrid"]
+                got = batched.hybrid("r", "word2 word3", query, 5, model=MODEL, content_keys=keys,
+                                     alpha=0.5, fusion_type=fusion)
+                assert server.calls["Search.hybrid"] - before == 1
+                sent = server.recorded("Search.hybrid")[-1].filters
+                assert sent.operator == sent.OPERATOR_OR
+                assert all(len(f.value_text_array.values) <= 4 for f in sent.filters)
+                assert sum(len(f.value_text_array.values) for f in sent.filters) == len(keys)
+                want = single.hybrid("r", "word2 word3", query, 5, model=MODEL, content_keys=keys,
+                                     alpha=0.5, fusion_type=fusion)
+                assert [h.seq for h in got.hits] == [h.seq for h in want.hits], (len(keys), fusion)
+                assert [h.score for h in got.hits] == [h.score for h in want.hits]
+    finally:
+        batched.close()
+        single.close()
+
+
+def test_vectors_weaviate_refuses_for_their_dimension_fail_the_sync_naming_each(index, server):
+    # A collection whose description says DIM but which holds vectors of DIM + 1 (written by
+    # someone else): kg's own check passes, Weaviate refuses every object for its length.
+    from weaviate.classes.data import DataObject
+
+    from kg.index.weaviate import _chunks_prefix, _chunks_schema, _short_hash
+
+    name = _chunks_prefix("r") + _short_hash(MODEL, 10)
+    description = '{"kg": "chunks", "format": 1, "repo": "r", "model": "%s", "dim": %d}' % (MODEL, DIM)
+    index.client.collections.create_from_dict(_chunks_schema(name, description))
+    index.client.collections.get(name).data.insert_many([DataObject(
+        properties={"content": "x", "terms": "x", "contentKey": "k0", "chunkIndex": 0, "seq": 99},
+        vector=[1.0] * (DIM + 1))])
+    with pytest.raises(BackendUnavailable) as caught:
+        index.sync("r", chunks(3))
+    err = caught.value
+    assert "all 3" in err.message and "seq 1" in err.message
+    assert f"new node has a vector with length {DIM}" in err.message
+    assert [f["object"] for f in err.details["failed"]] == ["seq 1", "seq 2", "seq 3"]
+    assert index.watermark("r") == 0
+
+
+def test_a_failing_weaviate_call_is_backend_unavailable(index, server):
+    index.sync("r", chunks(3))
+    server.fail_next("Search.bm25", "shard KgChunks is read-only")
+    with pytest.raises(BackendUnavailable, match="read-only") as caught:
+        index.bm25("r", "word1", 3, content_keys={"key1"})
+    assert "search" in caught.value.message and "BM25" in caught.value.message
+    assert [h.seq for h in index.bm25("r", "word1", 3, content_keys={"key1"})] == [1]
+
+
+def test_a_collection_created_meanwhile_by_another_process_is_used(server):
+    # Two writers race to create the (repository, model) collection: the loser gets Weaviate's
+    # 422 "already exists" and must use the winner's collection.
+    first = WeaviateVectorIndex(server.url)
+    second = WeaviateVectorIndex(server.url)
+    try:
+        first.sync("r", chunks(2))
+        real_held = second._held
+        calls = []
+
+        def stale_held(repo_key):  # the second writer looked before the first one created it
+            calls.append(repo_key)
+            return {} if len(calls) == 1 else real_held(repo_key)
+
+        second._held = stale_held
+        before = server.calls["POST /v1/schema"]
+        second.sync("r", chunks(2, start=3))
+        assert server.calls["POST /v1/schema"] == before + 1  # refused: it exists
+        assert first.stats("r")["chunks"] == 4
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.mark.parametrize("name, filtered", [
+    ("a.txt", True), ("The End", True), ("人工智能.md", True), ("2024", True),
+    ("a", False), ("it.is", False), ("A-The", False), ("--", False), ("", False),
+])
+def test_rag_file_names_that_a_token_filter_can_select(name, filtered):
+    from kg.rag.ragnode_weaviate import _filters_by_token
+
+    assert _filters_by_token(name) is filtered
