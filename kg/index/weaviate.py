@@ -603,6 +603,9 @@ class _Row:
 class WeaviateVectorIndex:
     """The :class:`~kg.index.base.VectorIndex` contract over a Weaviate server.
 
+    ``engine = "weaviate"`` names it in a search answer's ``fusion`` when its own hybrid query
+    fused the legs.
+
     Parameters
     ----------
     url : str
@@ -632,6 +635,8 @@ class WeaviateVectorIndex:
     Thread-safe: one client, created on first use under a lock. Several processes may share a
     server: writes are idempotent (deterministic ids) and the watermark only ever lags.
     """
+
+    engine = "weaviate"
 
     def __init__(
         self,
