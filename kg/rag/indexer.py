@@ -10,13 +10,14 @@ are deterministic (content key, index), so nothing is duplicated.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Iterable
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -24,10 +25,33 @@ from sqlalchemy.orm import Session
 from kg.errors import BackendUnavailable, KGError, ProviderError
 from kg.rag.config import workspace_embedding
 from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text, store_chunks
-from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
+from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace, utcnow
 
 log = logging.getLogger("kg.indexer")
 LEASE = timedelta(minutes=5)
+
+
+@functools.lru_cache(maxsize=4)
+def _enqueue_stmt(dialect: str):
+    """The queue insert for one dialect, built once (values are bound at execution)."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    stmt = insert(IndexJob).values(
+        repo_id=bindparam("q_repo_id"), content_key=bindparam("q_key"), workspace_id=bindparam("q_wid"),
+        node_version_id=bindparam("q_vid"), status="pending", attempts=0,
+        created_at=bindparam("q_now", type_=IndexJob.created_at.type),
+        updated_at=bindparam("q_now2", type_=IndexJob.updated_at.type),
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=["repo_id", "content_key"],
+        set_={"status": "pending", "error": None, "node_version_id": stmt.excluded.node_version_id,
+              "updated_at": stmt.excluded.updated_at},
+        where=IndexJob.status == "failed",
+    )
+
+
+_HAS_CHUNKS = (select(Chunk.seq).where(Chunk.repo_id == bindparam("c_repo_id"),
+                                      Chunk.content_key == bindparam("c_key"), Chunk.chunk_index == 0)
+               .limit(1))
 
 
 def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: str | None,
@@ -41,21 +65,14 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
     bool
         Whether a job is pending for the key after the call.
     """
-    if content_key is None or existing_content_keys(session, repo_id, [content_key]):
+    if content_key is None:
+        return False
+    if session.scalar(_HAS_CHUNKS, {"c_repo_id": repo_id, "c_key": content_key}) is not None:
         return False
     now = utcnow()
-    dialect = session.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    stmt = insert(IndexJob).values(
-        repo_id=repo_id, content_key=content_key, workspace_id=workspace_id,
-        node_version_id=node_version_id, status="pending", attempts=0, created_at=now, updated_at=now,
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["repo_id", "content_key"],
-        set_={"status": "pending", "error": None, "node_version_id": node_version_id, "updated_at": now},
-        where=IndexJob.status == "failed",
-    )
-    session.execute(stmt)
+    session.execute(_enqueue_stmt(session.get_bind().dialect.name), {
+        "q_repo_id": repo_id, "q_key": content_key, "q_wid": workspace_id, "q_vid": node_version_id,
+        "q_now": now, "q_now2": now})
     return True
 
 

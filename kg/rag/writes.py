@@ -21,9 +21,15 @@ from kg.store.nodes import NodeWrite, merge_properties, node_dict
 
 
 def _plan(services, session, repo, workspace_name: str, properties: dict[str, Any]) -> tuple[TextPlan, Any]:
-    workspace = get_workspace(session, repo, workspace_name)
-    config = workspace_embedding(workspace.config, default_model=services.settings.embedding_model)
-    embedder = services.embedder(config.model)
+    # A workspace's settings are read once per transaction (a write holds the repository lock,
+    # which re-embedding takes too, so they cannot change under it).
+    memo = session.info.setdefault("kg_workspace_embedding", {})
+    key = (repo.id, workspace_name)
+    if key not in memo:
+        workspace = get_workspace(session, repo, workspace_name)
+        config = workspace_embedding(workspace.config, default_model=services.settings.embedding_model)
+        memo[key] = (config, services.embedder(config.model))
+    config, embedder = memo[key]
     return plan_text(properties, config, embedder), embedder
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
 import uuid
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Iterable
 
+from sqlalchemy import bindparam
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
@@ -90,14 +93,21 @@ def workspace_id(view: BranchView, workspace: str) -> int:
     return _workspace_id(view, workspace)
 
 
+@functools.lru_cache(maxsize=256)
+def _find_node_stmt(chain: tuple[tuple[int, int], ...]):
+    """The address lookup of a branch state (its chain), built once: the values are bound
+    parameters, so a write touching many nodes does not rebuild the window query per node."""
+    stmt, _ = visible_select(
+        NodeVersion, SimpleNamespace(chain=chain), (NodeVersion.workspace_id, NodeVersion.path),
+        NodeVersion.workspace_id == bindparam("find_wid"), NodeVersion.path == bindparam("find_path"),
+    )
+    return stmt
+
+
 def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
     """The version of the node at ``workspace:path`` that ``view`` sees, or None."""
     wid = _workspace_id(view, workspace)
-    stmt, alias = visible_select(
-        NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
-        NodeVersion.workspace_id == wid, NodeVersion.path == path,
-    )
-    return session.scalar(stmt)
+    return session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
 
 
 def get_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion:
