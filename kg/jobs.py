@@ -35,6 +35,7 @@ from kg.errors import KGError, NotFound
 from kg.rag.functions import FUNCTIONS, invoke
 from kg.store.models import FunctionJob, Repository, utcnow
 from kg.store.repos import get_branch, get_repository
+from kg.worker import PollingWorker
 
 log = logging.getLogger("kg.jobs")
 
@@ -173,7 +174,7 @@ def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str, allow_nan=False))
 
 
-class JobRunner:
+class JobRunner(PollingWorker):
     """Runs function jobs: inline (:meth:`run_pending`) or in a background thread.
 
     Parameters
@@ -191,46 +192,14 @@ class JobRunner:
 
     def __init__(self, services: Any, *, poll_s: float = 1.0, lease_s: float = LEASE_S,
                  max_attempts: int = MAX_ATTEMPTS) -> None:
+        super().__init__(poll_s=poll_s, thread_name="kg-jobs")
         self.services = services
-        self.poll_s = poll_s
         self.lease = timedelta(seconds=lease_s)
         self.max_attempts = max_attempts
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    # -- background ---------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the background thread (idempotent)."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="kg-jobs", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the background thread; a job in flight is finished or left to its lease."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-
-    def wake(self) -> None:
-        """Tell the background thread there is work."""
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                ran = self.run_pending(stop=self._stop)
-            except Exception:  # keep the thread alive; the job stays claimable
-                log.exception("job runner pass failed")
-                ran = 0
-            if ran == 0:
-                self._wake.wait(self.poll_s)
-                self._wake.clear()
+    def pass_once(self) -> int:
+        """One background pass: run claimable jobs until none is left (or stop)."""
+        return self.run_pending(stop=self._stop)
 
     # -- running ------------------------------------------------------------------------
 

@@ -24,8 +24,9 @@ from sqlalchemy.orm import Session
 
 from kg.errors import BackendUnavailable, KGError, ProviderError
 from kg.rag.config import workspace_embedding
-from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text, store_chunks
+from kg.rag.indexing import TextPlan, embed_plans, plan_text, store_chunks
 from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace, utcnow
+from kg.worker import PollingWorker
 
 log = logging.getLogger("kg.indexer")
 LEASE = timedelta(minutes=5)
@@ -85,7 +86,7 @@ class IndexRun:
     passages: int = 0
 
 
-class Indexer:
+class Indexer(PollingWorker):
     """Drains ``index_jobs``: inline (``run_pending``) or in a background thread.
 
     Parameters
@@ -99,46 +100,15 @@ class Indexer:
     """
 
     def __init__(self, services: Any, *, batch_jobs: int = 32, poll_s: float = 1.0) -> None:
+        super().__init__(poll_s=poll_s, thread_name="kg-indexer")
         self.services = services
         self.batch_jobs = batch_jobs
-        self.poll_s = poll_s
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    # -- background ---------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start the background thread (idempotent)."""
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="kg-indexer", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        """Stop the background thread; a job in flight is finished or left to its lease."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            self._thread = None
-
-    def wake(self) -> None:
-        """Tell the background thread there is work."""
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                run = self.run_pending()
-            except Exception:  # keep the thread alive; the job stays queued
-                log.exception("indexer pass failed")
-                run = IndexRun()
-            if run.done == 0 and run.failed == 0:
-                self._wake.wait(self.poll_s)
-                self._wake.clear()
+    def pass_once(self) -> int:
+        """One background pass: the jobs done or failed."""
+        run = self.run_pending()
+        return run.done + run.failed
 
     # -- one pass ---------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import uuid
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, event, settings
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 from sqlalchemy import create_engine, text
 
 from kg.errors import MergeConflict, NotFound

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kg.errors import InvalidInput, ProviderError
+from kg.errors import InvalidInput
 from kg.providers.base import Embedder
 from kg.providers.fake import FakeEmbedder
 from kg.providers.registry import make_embedder
