@@ -13,7 +13,12 @@ time), so a query term matches exactly the document terms it should:
    overlapping character bigrams (``人工智能`` -> ``人工``, ``工智``, ``智能``); a lone CJK
    character stays a unigram. A word mixing scripts (``python编程``) is split at the boundary.
 4. The English stop words of Lucene's ``EnglishAnalyzer`` (also Elasticsearch's ``_english_``
-   list) are dropped. There is no stemming.
+   list) are dropped.
+5. Words of ASCII letters are stemmed with the Snowball English stemmer ("Porter2", the
+   ``snowballstemmer`` package), as Lucene's ``EnglishAnalyzer`` stems with Porter:
+   ``versions``, ``versioning`` and ``version`` are one term, ``version``. Measured on SciFact
+   (``bench/beir.py``): BM25 nDCG@10 0.623 without stemming, 0.663 with it. ``stem=False``
+   keeps the surface words (for showing terms to people or to a model).
 
 A query of only stop words or punctuation analyzes to ``[]``; callers treat that as "no
 full-text leg".
@@ -26,7 +31,7 @@ import itertools
 import re
 import unicodedata
 
-__all__ = ["STOP_WORDS", "analyze"]
+__all__ = ["STOP_WORDS", "analyze", "stem"]
 
 STOP_WORDS: frozenset[str] = frozenset(
     {
@@ -72,13 +77,43 @@ def _char_class(code_points: list[int]) -> str:
     return "".join(items)
 
 
-def analyze(text: str) -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _stemmer():
+    import snowballstemmer
+
+    return snowballstemmer.stemmer("english")
+
+
+@functools.lru_cache(maxsize=200_000)
+def stem(word: str) -> str:
+    """The Snowball English stem of a lower-case word of ASCII letters; other words unchanged.
+
+    Parameters
+    ----------
+    word : str
+
+    Returns
+    -------
+    str
+
+    References
+    ----------
+    M. F. Porter, "The English (Porter2) stemming algorithm", snowballstem.org.
+    """
+    if word.isascii() and word.isalpha():
+        return _stemmer().stemWord(word)
+    return word
+
+
+def analyze(text: str, *, stem_words: bool = True) -> list[str]:
     """Turn text into BM25 terms.
 
     Parameters
     ----------
     text : str
         A document passage or a query, in any language.
+    stem_words : bool
+        Stem words of ASCII letters (step 5); False keeps them as written (lower-cased).
 
     Returns
     -------
@@ -99,13 +134,20 @@ def analyze(text: str) -> list[str]:
 
     Examples
     --------
-    >>> analyze("The PEP 440 version scheme")
+    >>> analyze("The PEP 440 versioning schemes")
     ['pep', '440', 'version', 'scheme']
+    >>> analyze("The PEP 440 versioning schemes", stem_words=False)
+    ['pep', '440', 'versioning', 'schemes']
     >>> analyze("人工智能")
     ['人工', '工智', '智能']
     >>> analyze("the of and ?!")
     []
     """
+    terms = _terms(text)
+    return [stem(t) for t in terms] if stem_words else terms
+
+
+def _terms(text: str) -> list[str]:
     if text.isascii():
         return [w for w in _ASCII_WORD.findall(text.lower()) if w not in STOP_WORDS]
     folded = unicodedata.normalize("NFKC", text).casefold()

@@ -41,7 +41,7 @@ from sqlalchemy import select
 
 from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
-from kg.index.tokenize import analyze
+from kg.index.tokenize import analyze, stem
 from kg.providers.jsonreply import parse_json_reply
 from kg.rag.config import TEXT_FIELDS
 from kg.rag.entities import extract_entities, slugify
@@ -142,16 +142,20 @@ def coverage(question: str, passages: list[dict]) -> float:
 def feedback_query(question: str, passages: list[dict], *, extra_terms: int = 6) -> str:
     """Pseudo-relevance feedback: the question plus the top passages' most telling terms."""
     asked = set(analyze(question))
-    counts: Counter[str] = Counter()
+    counts: Counter[str] = Counter()      # by stem
     docs: Counter[str] = Counter()
+    surface: dict[str, Counter[str]] = {}  # the words as written, to put in the query
     top = passages[:3]
     for p in top:
-        terms = analyze(p["text"])
-        counts.update(terms)
-        docs.update(set(terms))
+        words = analyze(p["text"], stem_words=False)
+        stems = [stem(w) for w in words]
+        counts.update(stems)
+        docs.update(set(stems))
+        for word, term in zip(words, stems):
+            surface.setdefault(term, Counter())[word] += 1
     scored = sorted(((c * (1 + math.log(len(top) / docs[t] + 1)), t) for t, c in counts.items()
                      if t not in asked and len(t) > 2 and not t.isdigit()), reverse=True)
-    return " ".join([question] + [t for _, t in scored[:extra_terms]])
+    return " ".join([question] + [surface[t].most_common(1)[0][0] for _, t in scored[:extra_terms]])
 
 
 def extractive_answer(question: str, passages: list[dict], *, max_sentences: int = 3) -> tuple[str, list[int]]:
