@@ -10,8 +10,9 @@ Not a benchmark itself: ``bench/hotpot.py --graph`` imports it.
 2. :func:`graph_ranking` answers one question: hybrid search (node granularity, top 100), then
    the ``graph-context`` function from the hybrid top ``keep`` passages as seeds, 2 hops over
    ``mentioned_in`` edges (passage -> entity -> passage), and fuses two rankings by reciprocal
-   rank (k = 60): hybrid's, and the graph's (passages reached from the seeds, in graph-context's
-   deterministic order). The hybrid top ``keep`` stay first; the other 10 - ``keep`` places go
+   rank (k = 60): hybrid's, and the graph's (passages reached from the seeds, by graph-context's
+   ``score``: the seeds' mass spread over the entity edges and split by degree, so a passage
+   sharing a rare entity with a seed outranks one reached through a hub). The hybrid top ``keep`` stay first; the other 10 - ``keep`` places go
    to the best fused passages. A passage the graph reaches but search ranked low can thus enter
    the top 10: the second hop that no similarity search finds.
 """
@@ -64,9 +65,11 @@ def graph_ranking(services: Any, workspace: str, question: str, *, keep: int = 5
         context = invoke(services, REPO, "graph-context", {
             "seeds": seeds, "hops": 2, "types": ["mentioned_in"], "direction": "BOTH",
             "max_nodes": 200, "fan_out": 25})
-        for node in context["nodes"]:
-            if node["hop"] == 2 and node["path"].startswith("/doc/"):
-                reached.append(node["path"].rsplit("/", 1)[-1])
+        found = [node for node in context["nodes"] if node["hop"] == 2 and node["path"].startswith("/doc/")]
+        # graph-context's relevance score (seed mass spread over the entity edges, split by
+        # degree), best first; the walk order breaks ties
+        found.sort(key=lambda node: -(node["score"] or 0.0))
+        reached = [node["path"].rsplit("/", 1)[-1] for node in found]
     score: dict[str, float] = {}
     for rank, did in enumerate(ranked, start=1):
         score[did] = score.get(did, 0.0) + 1 / (RRF_K + rank)

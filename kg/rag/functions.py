@@ -45,7 +45,7 @@ from kg.index.tokenize import analyze, stem
 from kg.providers.jsonreply import parse_json_reply
 from kg.rag.config import TEXT_FIELDS
 from kg.rag.entities import extract_entities, slugify
-from kg.rag.graph import traverse_from
+from kg.rag.graph import spread_activation, traverse_from
 from kg.rag.search import SearchRequest, search
 from kg.rag.writes import GraphWrite, write_graph
 from kg.store.models import Chunk
@@ -374,13 +374,16 @@ def graph_context(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     -------
     dict
         ``{"seeds": [{"workspace", "path", "node_id", "score", "source"}], "nodes":
-        [{"workspace", "path", "node_id", "hop", "via", "weight", "from", "node_type",
+        [{"workspace", "path", "node_id", "hop", "via", "weight", "from", "score", "node_type",
         "title"?}], "truncated"}``. Given seeds come first (``source: "seeds"``), then search
         seeds in the order of their best passage (``source: "search"``; several passages of
         one node are one seed). ``nodes`` holds the seeds at hop 0 and every node reached, once,
         at its shortest hop; ``via``, ``weight`` and ``from`` describe the edge that reached it;
-        ``title`` is the node's ``title`` (an entity's ``name``) when it has one. A query that
-        finds nothing relevant gives no seeds and no nodes.
+        ``title`` is the node's ``title`` (an entity's ``name``) when it has one. ``score`` is
+        the node's relevance to the seeds (:func:`kg.rag.graph.spread_activation`: seed mass
+        1 / (60 + seed rank), normalised to 1, spread over ``hops`` steps split by degree);
+        null when the branch's graph is too large to hold in memory. A query that finds
+        nothing relevant gives no seeds and no nodes.
 
     Raises
     ------
@@ -425,7 +428,18 @@ def graph_context(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
         walk = traverse_from(session, services, view, [f"{w}:{p}" for w, p in seeds], hops=hops,
                              direction=direction, types=types, max_nodes=max_nodes, fan_out=fan_out)
         versions = nodes_by_id(session, view, [n["node_id"] for n in walk["nodes"]])
+        # Seed mass: given seeds and search seeds by rank, 1 / (60 + rank), as in the fusion.
+        mass = {}
+        by_address = {(n["workspace"], n["path"]): n["node_id"] for n in walk["nodes"] if n["hop"] == 0}
+        for rank, key in enumerate(seeds, start=1):
+            if key in by_address:
+                mass[by_address[key]] = 1.0 / (60 + rank)
+        total = sum(mass.values()) or 1.0
+        scores = spread_activation(session, services, view, walk["nodes"],
+                                   {node_id: m / total for node_id, m in mass.items()},
+                                   hops=hops, direction=direction, types=types)
     for node in walk["nodes"]:
+        node["score"] = None if scores is None else round(scores.get(node["node_id"], 0.0), 6)
         version = versions.get(node["node_id"])
         node["node_type"] = version.node_type if version is not None else None
         title = _title(version.properties) if version is not None else None

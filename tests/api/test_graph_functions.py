@@ -448,3 +448,27 @@ def test_an_ungrounded_answer_is_stored_without_citations(client, rigging, servi
     node = get(client, body["stored"]["path"]).json()
     assert node["properties"]["grounded"] is False and node["properties"]["citations"] == []
     assert neighbors(client, f"knowledge:{body['stored']['path']}") == []
+
+
+def test_graph_context_scores_a_rare_shared_entity_above_a_hub(client, repo):
+    """Spread activation: the document that shares a rare entity with the seed outranks the
+    ones reached through a hub entity that many documents mention."""
+    put(client, "/a", "seed document")
+    put(client, "/b", "shares the rare entity")
+    for i in range(10):
+        put(client, f"/c{i}", f"mentions the hub {i}")
+    put(client, "/rare", "rare entity")
+    put(client, "/hub", "hub entity")
+    edges = [("/rare", "/a"), ("/rare", "/b"), ("/hub", "/a")] + [("/hub", f"/c{i}") for i in range(10)]
+    for src, dst in edges:
+        r = client.post(f"{API}/relations", json={"from": f"knowledge:{src}", "to": f"knowledge:{dst}", "type": "mentioned_in"})
+        assert r.status_code == 201, r.text
+    out = invoke(client, "graph-context", {"seeds": ["knowledge:/a"], "hops": 2, "max_nodes": 100}).json()
+    score = {n["path"]: n["score"] for n in out["nodes"]}
+    # the one seed holds all the mass, and gets back what returns to it at step 2
+    assert score["/a"] == pytest.approx(1 + 0.5 / 2 + 0.5 / 11, abs=1e-6)
+    # step 1: /a splits its mass over its 2 entities; step 2: /rare over 2 docs, /hub over 11
+    assert score["/rare"] == pytest.approx(0.5) and score["/hub"] == pytest.approx(0.5)
+    assert score["/b"] == pytest.approx(0.25, abs=1e-6)
+    assert score["/c0"] == pytest.approx(0.5 / 11, abs=1e-6)
+    assert all(score["/b"] > score[f"/c{i}"] for i in range(10))
