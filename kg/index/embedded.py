@@ -41,7 +41,7 @@ import uuid
 import zipfile
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -63,6 +63,8 @@ _REPO_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 # above it, one product over the whole matrix and then the selection is faster (measured with
 # 20,000 x 384 float32 rows: the two cross near 20 %).
 _GATHER_SHARE = 0.2
+# Key masks memoised per index snapshot (search passes one frozenset per branch state).
+_MASK_MEMO = 16
 
 
 class _Growable:
@@ -121,13 +123,31 @@ class _View:
     n_keys: int
     models: dict[str, _ModelView]
     bm25: BM25Index  # shared: may hold documents past n, which the mask leaves out
+    masks: dict = field(default_factory=dict)  # id(frozenset) -> (the frozenset, its mask)
 
     def allowed_keys(self, content_keys: Collection[str]) -> np.ndarray | None:
-        """Boolean mask over key ids for ``content_keys``; None when none of them is held."""
+        """Boolean mask over key ids for ``content_keys``; None when none of them is held.
+
+        The mask of a ``frozenset`` is memoised on this snapshot (a few, by identity): a
+        caller that keeps its set of a branch state (search does) pays the O(len) lookup once
+        per index snapshot, not per query.
+        """
         if isinstance(content_keys, str):
             raise TypeError("content_keys must be a collection of keys, not one str")
         if not content_keys or not self.n:
             return None
+        if isinstance(content_keys, frozenset):
+            held = self.masks.get(id(content_keys))
+            if held is not None and held[0] is content_keys:
+                return held[1]
+            mask = self._mask(content_keys)
+            if len(self.masks) >= _MASK_MEMO:
+                self.masks.pop(next(iter(self.masks)), None)
+            self.masks[id(content_keys)] = (content_keys, mask)
+            return mask
+        return self._mask(content_keys)
+
+    def _mask(self, content_keys: Collection[str]) -> np.ndarray | None:
         get = self.key_ids.get
         ids = np.fromiter(
             map(get, content_keys, itertools.repeat(-1)), dtype=np.int64, count=len(content_keys)

@@ -227,19 +227,8 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
         wids = list(view.workspaces)
     if not wids:
         return SearchAnswer([], _ms(started))
-    if request.where:
-        nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
-    else:
-        nodes = _visible_lite(session, services, view, wids, request.path_prefix)
-    by_key: dict[str, list] = defaultdict(list)
-    for node in nodes:
-        if node.content_key is None:
-            continue
-        if request.node_type is not None and node.node_type != request.node_type:
-            continue
-        if request.where and not _matches(node.properties, request.where):
-            continue
-        by_key[node.content_key].append(node)
+    searchable = _searchable(session, services, view, wids, request)
+    by_key = searchable.by_key
     if not by_key:
         return SearchAnswer([], _ms(started))
 
@@ -248,7 +237,7 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     depth = min(MAX_K * 4, max(request.k * (8 if request.granularity == "node" else 3), 50))
 
     if _native_fusion(services, request):
-        native = _native_hybrid(session, services, view, wids, by_key, nodes, request, depth)
+        native = _native_hybrid(services, view, searchable, request, depth)
         if native is not None:
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
@@ -259,9 +248,9 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     vector_hits: list[IndexHit] = []
     fulltext_hits: list[IndexHit] = []
     if use_vector:
-        vector_hits = _vector_leg(session, services, view, wids, by_key, nodes, request, depth, warnings)
+        vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
     if use_fulltext:
-        fulltext_hits = services.index.bm25(repo_key, request.query, depth, content_keys=by_key.keys())
+        fulltext_hits = services.index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
 
     if request.granularity == "node":
         results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request)
@@ -285,10 +274,11 @@ def _native_fusion(services: Any, request: SearchRequest) -> bool:
     return request.vector_weight > 0 and request.fulltext_weight > 0
 
 
-def _native_hybrid(session, services, view, wids, by_key, nodes, request, depth):
+def _native_hybrid(services, view, searchable: _Searchable, request, depth):
     """The index's hybrid query (one model only), as rows and the fusion it used; None when the
     searched workspaces use several models (kg fuses those)."""
-    keys_by_model = _keys_by_model(session, services, wids, by_key, nodes)
+    keys_by_model = searchable.keys_by_model
+    by_key = searchable.by_key
     if len(keys_by_model) != 1:
         if request.fusion == "index":
             raise InvalidInput("the index's own hybrid query searches one embedding model; these "
@@ -429,45 +419,74 @@ class _NodeLite:
     content_key: str | None
 
 
-def _visible_lite(session: Session, services: Any, view: BranchView, wids: list[int],
-                  path_prefix: str | None) -> list[_NodeLite]:
-    """The searchable nodes of a branch state, cached: a (branch, revision) never changes."""
+@dataclass(frozen=True)
+class _Searchable:
+    """The nodes a search may return, grouped as the legs need them.
+
+    Attributes
+    ----------
+    by_key : dict of str to list
+        Content key -> the visible nodes (after filters) whose text it is.
+    keys : frozenset of str
+        The content keys (what the index may rank); one object per cached state, so an index
+        can memoise its mask of them.
+    keys_by_model : dict of str to frozenset of str
+        The content keys by the embedding model of their workspace.
+    """
+
+    by_key: dict[str, list]
+    keys: frozenset[str]
+    keys_by_model: dict[str, frozenset[str]]
+
+
+def _searchable(session: Session, services: Any, view: BranchView, wids: list[int],
+                request: SearchRequest) -> _Searchable:
+    """The searchable nodes of a branch state after the filters; cached (a branch state never
+    changes) unless a property ``where`` filter needs the properties."""
     # Re-embedding a workspace re-points its node versions at new content keys without a new
     # revision, so the key includes the workspaces' embedding settings.
-    settings = tuple(session.execute(
+    rows = session.execute(
         select(Workspace.id, Workspace.config).where(Workspace.id.in_(wids)).order_by(Workspace.id)
-    ).all())
-    configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in settings)
-    key = ("search-nodes", view.repo.id, *view.cache_key, configs, path_prefix)
+    ).all()
+    models = {wid: workspace_embedding(config, default_model=services.settings.embedding_model).model
+              for wid, config in rows}
 
-    def build():
-        return [_NodeLite(n.node_id, n.workspace_id, n.path, n.node_type, n.content_key)
-                for n in visible_nodes(session, view, workspace_ids=wids, path_prefix=path_prefix,
-                                       with_properties=False)]
+    def build() -> _Searchable:
+        if request.where:
+            nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
+        else:
+            nodes = [_NodeLite(n.node_id, n.workspace_id, n.path, n.node_type, n.content_key)
+                     for n in visible_nodes(session, view, workspace_ids=wids,
+                                            path_prefix=request.path_prefix, with_properties=False)]
+        by_key: dict[str, list] = defaultdict(list)
+        by_model: dict[str, set[str]] = defaultdict(set)
+        for node in nodes:
+            if node.content_key is None:
+                continue
+            if request.node_type is not None and node.node_type != request.node_type:
+                continue
+            if request.where and not _matches(node.properties, request.where):
+                continue
+            by_key[node.content_key].append(node)
+            by_model[models[node.workspace_id]].add(node.content_key)
+        return _Searchable(dict(by_key), frozenset(by_key),
+                           {model: frozenset(keys) for model, keys in by_model.items()})
 
+    if request.where:
+        return build()
+    configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
+    key = ("searchable", view.repo.id, *view.cache_key, configs, request.path_prefix, request.node_type)
     return services.search_cache.get(key, build)
 
 
-def _keys_by_model(session, services, wids, by_key, nodes) -> dict[str, set[str]]:
-    """The searchable content keys grouped by the embedding model of their workspace."""
-    workspaces = {w.id: w for w in session.query(Workspace).filter(Workspace.id.in_(wids))}
-    models = {wid: workspace_embedding(w.config, default_model=services.settings.embedding_model).model
-              for wid, w in workspaces.items()}
-    keys_by_model: dict[str, set[str]] = defaultdict(set)
-    for node in nodes:
-        if node.content_key in by_key:
-            keys_by_model[models[node.workspace_id]].add(node.content_key)
-    return keys_by_model
-
-
-def _vector_leg(session, services, view, wids, by_key, nodes, request, depth,
+def _vector_leg(services, view, searchable: _Searchable, request, depth,
                 warnings: list[dict[str, Any]]) -> list[IndexHit]:
     """KNN per embedding model of the searched workspaces, merged by distance.
 
     A model that cannot embed the query (its server down, say) is left out with a warning when
     other legs remain (another model, or BM25 in a hybrid search); alone, its error is raised.
     """
-    keys_by_model = _keys_by_model(session, services, wids, by_key, nodes)
+    keys_by_model = searchable.keys_by_model
     merged: list[IndexHit] = []
     failed: list[KGError] = []
     for model, keys in keys_by_model.items():

@@ -682,3 +682,20 @@ def test_embedded_content_keys_must_not_be_a_single_string():
     index.sync("r", make_chunks(3))
     with pytest.raises(TypeError):
         index.bm25("r", "alpha", 5, content_keys="key1")
+
+
+def test_a_kept_frozenset_of_keys_sees_chunks_synced_after_its_first_use(index, repo):
+    """Search passes one frozenset per branch state and the embedded index memoises its mask
+    per snapshot: a key that had no chunks at the first query must count once they arrive."""
+    first, later = make_chunks(4), make_chunks(4, start=5, seed=1)
+    index.sync(repo, first)
+    allowed = frozenset(keys_of(first) | keys_of(later))
+    query = later[0].vector
+    assert set(seqs(index.knn(repo, query, 8, model=MODEL, content_keys=allowed))) == {c.seq for c in first}
+    index.sync(repo, later)
+    hits = index.knn(repo, query, 8, model=MODEL, content_keys=allowed)
+    assert hits[0].seq == later[0].seq and len(hits) == 8
+    assert set(seqs(index.bm25(repo, "chunk5", 8, content_keys=allowed))) == {5}
+    # the same set again, and an equal but distinct set: the same answer
+    assert seqs(index.knn(repo, query, 8, model=MODEL, content_keys=allowed)) == seqs(hits)
+    assert seqs(index.knn(repo, query, 8, model=MODEL, content_keys=frozenset(allowed))) == seqs(hits)
