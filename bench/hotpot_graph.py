@@ -7,7 +7,8 @@ Not a benchmark itself: ``bench/hotpot.py --graph`` imports it.
    no LLM configured it uses kg's deterministic extractor (capitalised names, acronyms); entity
    nodes converge at ``/entities/{slug}`` with ``mentioned_in`` edges to the passages. A second
    run finds every fingerprint unchanged and writes nothing.
-2. :func:`graph_ranking` answers one question: hybrid search (node granularity, top 100), then
+2. :func:`graph_ranking` answers one question: hybrid search (node granularity, top 100, the
+   ranking of the ``hybrid`` mode), then
    the ``graph-context`` function from the hybrid top ``keep`` passages as seeds, 2 hops over
    ``mentioned_in`` edges (passage -> entity -> passage), and fuses two rankings by reciprocal
    rank (k = 60): hybrid's, and the graph's (passages reached from the seeds, by graph-context's
@@ -53,12 +54,11 @@ def graph_ranking(services: Any, workspace: str, question: str, *, keep: int = 5
     """Passage ids, best first: hybrid top ``keep``, then hybrid and graph fused by RRF."""
     from bench.beir import REPO
 
-    hybrid = invoke(services, REPO, "search-documents", {"query": question, "k": 100, "workspaces": [workspace]})
-    ranked: list[str] = []
-    for passage in hybrid["passages"]:
-        did = passage["path"].rsplit("/", 1)[-1]
-        if passage["path"].startswith("/doc/") and did not in ranked:
-            ranked.append(did)
+    from bench.hotpot import run_search
+
+    # the same hybrid ranking as the "hybrid" mode (node granularity), so that the two modes
+    # differ only by the graph leg
+    ranked = run_search(services, workspace, question, "hybrid", 100)
     seeds = [f"{workspace}:/doc/{did}" for did in ranked[:keep]]
     reached: list[str] = []
     if seeds:
