@@ -9,6 +9,7 @@ from fastapi import FastAPI
 import kg
 from api import errors
 from api.guard import RequestGuard
+from api.models import ERROR_RESPONSES
 from api.routes import branches, functions, health, history, jobs, nodes, rag, references, relations, repos, search
 from kg.services import Services
 from kg.settings import Settings
@@ -43,5 +44,5 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     errors.install(app)
     app.add_middleware(RequestGuard)
     for module in (health, repos, history, branches, nodes, search, relations, references, rag, functions, jobs):
-        app.include_router(module.router)
+        app.include_router(module.router, responses=ERROR_RESPONSES)
     return app

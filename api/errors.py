@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from kg import errors
 
@@ -60,6 +61,18 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (RFC 9110: a 405 lists them in
+    ``Allow``). Starlette's own 405 names only the methods of the first route whose path
+    matched, and FastAPI makes one route per method."""
+    routes = request.app.router.routes
+    return [method for method in _METHODS
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
@@ -90,10 +103,15 @@ def install(app: FastAPI) -> None:
         return JSONResponse(error_body("invalid_input", message, details), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI answers a body it cannot parse (not UTF-8, nested past the parser's depth) with
+        # its own 400: that is API.md's "malformed" as well.
+        code = {400: "malformed", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+                            headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:  # pragma: no cover

@@ -7,6 +7,35 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class ErrorInfo(BaseModel):
+    """What went wrong: a stable machine-readable ``code``, a human ``message``, and ``details``."""
+
+    model_config = ConfigDict(extra="forbid")
+    code: str = Field(description="Stable error code: malformed, invalid_input, not_found, conflict, ...")
+    message: str = Field(description="What went wrong, for a human.")
+    details: dict[str, Any] = Field(description="Structured details (may be empty).")
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every 4xx/5xx answer (API.md, "Errors")."""
+
+    model_config = ConfigDict(extra="forbid")
+    error: ErrorInfo
+
+
+#: Documented on every route (api/app.py): errors answer :class:`ErrorBody`, not FastAPI's
+#: ``HTTPValidationError``.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "Refused: 400 malformed, 404 unknown repository / branch / "
+                                              "workspace / node, 409 conflict, 422 valid JSON that breaks a rule."},
+    "5XX": {"model": ErrorBody, "description": "502 / 503: an upstream (embedding provider, Weaviate, "
+                                              "database) is unreachable."},
+}
+
+#: ``content`` of a documented extra 2xx answer (a JSON object, as the route's 200).
+JSON_OBJECT: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
+
+
 class Strict(BaseModel):
     """Refuses unknown fields."""
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from api.deps import ServicesDep
-from api.models import Strict
+from api.models import JSON_OBJECT, Strict
 from kg import jobs
 from kg.rag.functions import invoke
 
@@ -21,7 +21,8 @@ class InvokeBody(Strict):
     wait_for_completion: bool = True
 
 
-@router.post("/{repo}/{name}/invoke")
+@router.post("/{repo}/{name}/invoke", responses={200: {"description": "The function's output"},
+                                             202: {"description": "Queued: `{job_id, state}`", "content": JSON_OBJECT}})
 def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDep, response: Response) -> dict:
     """Invoke ``search-documents``, ``ask``, ``graph-context`` or ``extract-entities`` on a
     branch: wait for its output, or (``wait_for_completion: false``)

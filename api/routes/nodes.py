@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from api.deps import BranchQ, RevisionQ, ServicesDep
-from api.models import NodePatch, NodePut
+from api.deps import MAX_REVISION, ActorQ, BranchQ, MessageQ, RevisionQ, ServicesDep
+from api.models import JSON_OBJECT, NodePatch, NodePut
 from kg.errors import InvalidInput
 from kg.rag import writes
 from kg.store import nodes as store
@@ -21,7 +21,8 @@ def _path(raw: str) -> str:
     return validate_path("/" + raw)
 
 
-@router.put("/{path:path}")
+@router.put("/{path:path}", responses={200: {"description": "Replaced: the node"},
+                                     201: {"description": "Created: the node", "content": JSON_OBJECT}})
 def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep, response: Response,
              branch: BranchQ = "main", parents: bool = False) -> dict:
     """Create (201) or replace (200) the node at ``path``; its text is chunked and embedded."""
@@ -55,8 +56,8 @@ def get_node(repo: str, ws: str, path: str, services: ServicesDep, branch: Branc
 
 @router.delete("/{path:path}")
 def delete_node(repo: str, ws: str, path: str, services: ServicesDep, branch: BranchQ = "main",
-                recursive: bool = False, message: str | None = None, actor: str | None = None,
-                if_revision: Annotated[int | None, Query(ge=0)] = None) -> dict:
+                recursive: bool = False, message: MessageQ = None, actor: ActorQ = None,
+                if_revision: Annotated[int | None, Query(ge=0, le=MAX_REVISION)] = None) -> dict:
     """Delete the node (a tombstone on the branch); with children only when ``recursive``."""
     return writes.delete_node(services, repo, branch, ws, _path(path), recursive=recursive,
                               message=message, actor=actor, if_revision=if_revision)

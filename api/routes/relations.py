@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from api.deps import BranchQ, RevisionQ, ServicesDep
-from api.models import RelationCreate, Strict
+from api.deps import ActorQ, BranchQ, MessageQ, RevisionQ, ServicesDep
+from api.models import JSON_OBJECT, RelationCreate, Strict
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.rag.graph import neighbors_of, traverse_from
@@ -29,7 +29,8 @@ class TraverseBody(Strict):
     fan_out: int = Field(default=50, ge=1, le=MAX_FAN_OUT)
 
 
-@router.post("/relations")
+@router.post("/relations", responses={200: {"description": "Re-asserted: weight and properties replaced"},
+                                    201: {"description": "Created: a new edge", "content": JSON_OBJECT}})
 def relate(repo: str, body: RelationCreate, services: ServicesDep, response: Response,
            branch: BranchQ = "main") -> dict:
     """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced)."""
@@ -44,8 +45,8 @@ def relate(repo: str, body: RelationCreate, services: ServicesDep, response: Res
 
 @router.delete("/relations")
 def unrelate(repo: str, services: ServicesDep, from_: Annotated[str, Query(alias="from")],
-             to: str, branch: BranchQ = "main", type: str | None = None, message: str | None = None,
-             actor: str | None = None) -> dict:
+             to: str, branch: BranchQ = "main", type: str | None = None, message: MessageQ = None,
+             actor: ActorQ = None) -> dict:
     """Remove the edges from ``from`` to ``to`` (of ``type``, or all types); when there was
     none, no revision is made (``revision`` is null)."""
     with services.db.write() as session:

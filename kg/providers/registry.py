@@ -25,6 +25,8 @@ LOCAL_MODELS: tuple[str, ...] = (LOCAL_MINILM,)
 PROVIDERS: tuple[str, ...] = ("local", "fake", "ollama")
 
 _FAKE_DEFAULT_DIM = 64
+#: Longest model name (as :func:`canonical_model_name` spells it) the store can record.
+MAX_MODEL_NAME = 255
 _local_cache: dict[tuple[str, int], LocalEmbedder] = {}
 _local_lock = threading.Lock()
 _ollama_cache: dict[tuple[str, str, int], OllamaEmbedder] = {}
@@ -40,16 +42,23 @@ def canonical_model_name(name: str) -> str:
     Raises
     ------
     kg.errors.InvalidInput
-        An empty name or a bad Ollama model name.
+        An empty name, a bad Ollama model name, or a name longer than :data:`MAX_MODEL_NAME`.
     """
     if not isinstance(name, str) or not name.strip():
         raise InvalidInput("the embedding model name is empty", details={"model": repr(name)})
     provider, has_provider, model = name.partition(":")
     if has_provider and provider in ("local", "fake"):
-        return name
-    if has_provider and provider == "ollama":
-        return f"ollama:{canonical_ollama_model(model)}"
-    return f"ollama:{canonical_ollama_model(name)}"
+        canonical = name
+    elif has_provider and provider == "ollama":
+        canonical = f"ollama:{canonical_ollama_model(model)}"
+    else:
+        canonical = f"ollama:{canonical_ollama_model(name)}"
+    if len(canonical) > MAX_MODEL_NAME:
+        # The store keeps it with every chunk (a 255-character column): a longer name would
+        # be accepted here and then fail every indexing of the workspace.
+        raise InvalidInput(f"the embedding model name is longer than {MAX_MODEL_NAME} characters",
+                           details={"model": name[:100] + "...", "length": len(canonical)})
+    return canonical
 
 
 def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA_HOST) -> Embedder:

@@ -27,6 +27,8 @@ from kg.store.models import (
 from kg.store.paths import validate_name
 
 MAIN = "main"
+#: Longest ``actor`` of a revision (its column is 255 characters).
+MAX_ACTOR = 255
 
 
 @dataclass(frozen=True)
@@ -393,7 +395,11 @@ def begin_write(
     ------
     kg.errors.NotFound
         Unknown repository or branch.
+    kg.errors.InvalidInput
+        An ``actor`` longer than the 255 characters the revision log keeps.
     """
+    if actor is not None and len(actor) > MAX_ACTOR:
+        raise InvalidInput(f"actor is longer than {MAX_ACTOR} characters", details={"length": len(actor)})
     repo = get_repository(session, repo_name)
     number = session.execute(
         update(Repository)

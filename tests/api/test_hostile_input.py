@@ -88,3 +88,27 @@ def test_rag_node_refuses_before_writing(client, services):
     assert client.get("/api/repos/rag").status_code == 404
     ok = client.post("/api/rag", json={"config": {**config, "topK": 3}, "input": text})
     assert ok.status_code == 200 and ok.json()["ingestion"]["inserted"] == ["k.txt"]
+
+
+def test_405_allow_names_every_method_of_the_path(client, repo):
+    # Found by schemathesis (allow_header_conformance): Starlette named only the methods of the
+    # first route matching the path (`OPTIONS /api/repos` -> `Allow: POST`, GET missing).
+    r = client.options("/api/repos")
+    assert_error(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == "GET, POST"
+    r = client.post(f"{NODES}/a")
+    assert_error(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == "GET, PUT, PATCH, DELETE"
+    r = client.delete("/health")
+    assert_error(r, 405)
+    assert r.headers["allow"] == "GET"
+
+
+@pytest.mark.parametrize("body", [b'{"node_type": "t", "properties": {"k": "caf\xe9"}}',  # Latin-1, not UTF-8
+                                  b'{"properties": {"a": ' + b"[" * 5000 + b"]" * 5000 + b"}}"])
+def test_unparseable_bodies_are_400_malformed_and_write_nothing(client, repo, body):
+    # FastAPI's own "error parsing the body" 400 came out with the generic code "http_error".
+    r = client.put(f"{NODES}/x", content=body, headers={"content-type": "application/json"})
+    assert_error(r, 400, "malformed")
+    assert client.get(f"{NODES}/x").status_code == 404
+    assert client.get("/api/repos/acme").json()["head_revision"] == 0

@@ -152,3 +152,19 @@ def test_bad_chunking_is_422_before_any_write(client, repo):
 def test_unknown_route_and_method_use_error_shape(client):
     assert_error(client.get("/api/nothing"), 404)
     assert_error(client.patch("/api/repos"), 405)
+
+
+def test_delete_write_meta_is_bounded_as_in_bodies(client, repo):
+    # `actor` > 255 characters in the DELETE query string was a 500 on PostgreSQL (the revision
+    # log's actor column is VARCHAR(255)) and stored as given on SQLite; a body refuses it (422).
+    put(client, "/a")
+    nodes = "/api/repos/acme/workspaces/knowledge/nodes"
+    head = client.get("/api/repos/acme").json()["head_revision"]
+    assert_error(client.delete(f"{nodes}/a", params={"actor": "x" * 256}), 422)
+    assert_error(client.delete(f"{nodes}/a", params={"message": "m" * 10_001}), 422)
+    assert_error(client.delete(f"{nodes}/a", params={"if_revision": 2**31}), 422)  # as PUT / PATCH
+    assert client.get(f"{nodes}/a").status_code == 200
+    assert client.get("/api/repos/acme").json()["head_revision"] == head
+    r = client.delete(f"{nodes}/a", params={"actor": "x" * 255, "message": "m" * 10_000})
+    assert r.status_code == 200 and r.json()["deleted"] == 1
+    assert client.get("/api/repos/acme/log", params={"limit": 1}).json()["revisions"][0]["actor"] == "x" * 255

@@ -78,3 +78,25 @@ def test_reembed_refuses_an_unknown_model_and_changes_nothing(client, repo, serv
     assert_error(patch_ws(client, {"embedding": {"bogus": 1}, "reembed": True}), 422)
     assert_error(client.patch("/api/repos/acme/workspaces/nope", json={"embedding": {"model": OTHER}}), 404)
     assert chunk_models(services) == {FAKE_MODEL}
+
+
+def test_a_model_name_longer_than_the_store_keeps_is_422(client, repo, services):
+    # Was accepted (201 / 200), then on PostgreSQL every text of the workspace failed to index
+    # (chunks.model is VARCHAR(255)): search found nothing, index/status listed failures.
+    long_fake, long_ollama = "fake:" + "h" * 251, "m" * 250  # 256 and (ollama: + :latest) 264
+    for model in (long_fake, long_ollama):
+        r = client.post("/api/repos/acme/workspaces", json={"name": "w2", "embedding": {"model": model}})
+        assert_error(r, 422)
+        assert "255" in r.json()["error"]["message"]
+        assert_error(patch_ws(client, {"embedding": {"model": model}, "reembed": True}), 422)
+    assert [w["name"] for w in client.get("/api/repos/acme/workspaces").json()["workspaces"]] == ["knowledge"]
+    config = {"embeddingModel": long_fake, "collectionName": "kcol", "chunkSize": 8, "chunkOverlap": 2,
+              "topK": 3, "weaviateUrl": "embedded"}
+    assert_error(client.post("/api/rag", json={"config": config, "input": 'q\n\n### File name "k.txt"\nwords'}), 422)
+    ok = "fake:" + "h" * 250  # 255 characters: kept, and indexed
+    assert client.post("/api/repos/acme/workspaces", json={"name": "w3", "embedding": {"model": ok}}).status_code == 201
+    r = client.put("/api/repos/acme/workspaces/w3/nodes/a", json={"properties": {"content": "Rotate the API key."}})
+    assert r.status_code == 201
+    assert client.get("/api/repos/acme/index/status").json()["failed"] == 0
+    hits = client.post("/api/repos/acme/search", json={"query": "rotate", "workspaces": ["w3"], "mode": "vector"})
+    assert [h["path"] for h in hits.json()["results"]][:1] == ["/a"]

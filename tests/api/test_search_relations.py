@@ -191,3 +191,16 @@ def test_an_unreachable_model_leaves_out_its_vector_leg_with_a_warning(client, r
     assert "warnings" not in search(client, {"query": "rotate api key", "workspaces": ["knowledge"]}).json()
     # the vector leg of that workspace alone cannot answer: its error, not an empty list
     assert_error(search(client, {"query": "rotate", "mode": "vector", "workspaces": ["remote"]}), 503)
+
+
+def test_unrelate_with_an_overlong_actor_is_422_and_keeps_the_edge(client, repo):
+    # Was a 500 on PostgreSQL (VARCHAR(255) actor column), silently stored on SQLite.
+    seed(client)
+    edge = {"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "see_also"}
+    assert client.post("/api/repos/acme/relations", json=edge).status_code == 201
+    head = client.get("/api/repos/acme").json()["head_revision"]
+    assert_error(client.delete("/api/repos/acme/relations", params={**edge, "actor": "x" * 256}), 422)
+    assert_error(client.delete("/api/repos/acme/relations", params={**edge, "message": "m" * 10_001}), 422)
+    assert client.get("/api/repos/acme").json()["head_revision"] == head
+    n = client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate"}).json()["neighbors"]
+    assert [x["path"] for x in n] == ["/billing"]
