@@ -11,7 +11,8 @@ file new                  chunked (words), embedded and inserted
 file unchanged            skipped: no embedding call
 file changed              its node replaced: old chunks no longer searchable
 file removed from input   kept (other workflows may use it)
-embedding model changed   the collection is emptied and the current files re-ingested
+embedding model changed   every file it holds re-embedded from SQL (the new model must
+                          answer first, else nothing changes), then the input's files
 query only                retrieval over what the collection holds
 ========================  =====================================================
 
@@ -84,9 +85,13 @@ def _workspace_for(services, config: RagConfig, branch: str) -> tuple[str, bool]
                 details={"collection": config.collection_name, "class": name, "existing": original},
             )
         old_model = (workspace.config or {}).get("embedding", {}).get("model")
+        if old_model != config.model:
+            # Re-embedded by the caller (set_workspace_embedding), which changes the settings
+            # only once the new model has answered.
+            return workspace.name, True
         workspace.config = {**(workspace.config or {}), "embedding": wanted}
         session.flush()
-        return workspace.name, old_model != config.model
+        return workspace.name, False
 
 
 def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") -> dict[str, Any]:
@@ -146,8 +151,10 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
     workspace, model_changed = _workspace_for(services, config, branch)
     repo_name = services.settings.rag_repo
     ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
-    if files or model_changed:
-        _ingest(services, repo_name, workspace, branch, files, model_changed, ingestion)
+    if model_changed:
+        ingestion["reembedded"] = _reembed(services, repo_name, workspace, branch, config)
+    if files:
+        _ingest(services, repo_name, workspace, branch, files, ingestion)
     results: list[dict[str, Any]] = []
     if query.strip():
         with services.db.read() as session:
@@ -166,7 +173,34 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
     }
 
 
-def _ingest(services, repo_name, workspace, branch, files, model_changed, ingestion) -> None:
+def _reembed(services, repo_name: str, workspace: str, branch: str, config: RagConfig) -> list[str]:
+    """The collection's model changed: re-embed every file it holds, from SQL, before the
+    input's files are ingested (the issue's "model changed: collection re-embedded"; the seed
+    drops the class and re-ingests only the input's files, which would lose the files other
+    workflows stored). The new model must answer first: if it does not, nothing changes.
+
+    Returns
+    -------
+    list of str
+        The file names re-embedded.
+    """
+    from kg.rag.reembed import set_workspace_embedding
+
+    set_workspace_embedding(services, repo_name, workspace,
+                            {"model": config.model, "chunking": config.chunking.model_dump()}, reembed=True)
+    with services.db.read() as session:
+        repo_id = get_repository(session, repo_name).id
+    # The node answers with its context now, so the re-embedding is done before it answers.
+    while services.indexer.run_pending(repo_id=repo_id).done:
+        pass
+    with services.db.read() as session:
+        view = branch_view(session, repo_name, branch)
+        held = node_store.visible_nodes(session, view, workspace_ids=[
+            wid for wid, name in view.workspaces.items() if name == workspace])
+    return sorted(v.properties.get("source_file", v.path[1:]) for v in held if v.node_type == FILE_TYPE)
+
+
+def _ingest(services, repo_name, workspace, branch, files, ingestion) -> None:
     nodes = []
     for name, content in files:
         props = {"content": content, "source_file": name,
@@ -178,11 +212,6 @@ def _ingest(services, repo_name, workspace, branch, files, model_changed, ingest
     plans, rows = prepare_chunks(services, repo_name, [(workspace, props) for _, _, props in nodes])
     with services.db.write() as session:
         ctx = begin_write(session, repo_name, branch, message="rag node ingest")
-        if model_changed:
-            # The seed: "Entire chunks class dropped and all current files re-ingested".
-            for top in node_store.list_children(session, ctx.view, workspace, "/"):
-                node_store.delete_node(session, ctx, workspace, top.path, recursive=True)
-            current = {}
         for chunk_rows in rows.values():
             store_chunks(session, ctx.repo.id, chunk_rows)
         for (path, name, props), plan in zip(nodes, plans):

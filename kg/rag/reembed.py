@@ -94,7 +94,10 @@ def set_workspace_embedding(services: Any, repo: str, workspace: str, raw: Any, 
             "send reembed: true to re-embed the workspace",
             details={"locked_model": current.model, "requested_model": wanted.model},
         )
-    embedder = services.embedder(wanted.model)  # refuse an unusable model before any change
+    # Refuse a model that cannot embed before anything changes: a name the registry does not
+    # know, or a server that is down (an Ollama name resolves without contacting the server).
+    embedder = services.embedder(wanted.model)
+    embedder.embed(["kg re-embedding probe"])
     queued: dict[str, int] = {}
     with services.db.write() as session:
         r = get_repository(session, repo, lock=True)

@@ -397,10 +397,16 @@ def _resolution_index(resolutions: list[dict] | None, view: BranchView) -> tuple
             validate_node_input("kg:Node", raw["value"], None)
         if "path" in raw:
             ws = raw.get("workspace")
+            if not isinstance(ws, str) or not isinstance(raw["path"], str):
+                raise InvalidInput("a node resolution's 'workspace' and 'path' are strings",
+                                   details={"resolution": raw})
             if ws not in names:
                 raise InvalidInput(f"resolution names unknown workspace {ws!r}", details={"resolution": raw})
             by_node[(names[ws], validate_path(raw["path"]))] = raw
         elif {"from", "to", "type"} <= set(raw):
+            if not all(isinstance(raw[key], str) for key in ("from", "to", "type")):
+                raise InvalidInput("a relation resolution's 'from', 'to' and 'type' are strings",
+                                   details={"resolution": raw})
             if take == "value":
                 raise InvalidInput("a relation conflict is resolved with 'ours' or 'theirs'")
             by_rel[(raw["from"], raw["type"], raw["to"])] = raw

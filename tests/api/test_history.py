@@ -159,6 +159,13 @@ def test_conflicts_are_409_and_write_nothing_until_resolved(client, repo):
     assert_error(partial, 409, "merge_conflict")
     assert len(partial.json()["error"]["details"]["conflicts"]) == 2
     assert_error(merge(client, "b", resolutions=[{"workspace": "knowledge", "path": "/zzz", "take": "ours"}]), 422)
+    # names of the wrong type are a 422, not a 500 (a list is unhashable), dry run or not
+    for bad in ({"workspace": ["knowledge"], "path": "/a", "take": "ours"},
+                {"workspace": "knowledge", "path": {"x": 1}, "take": "ours"},
+                {"from": ["knowledge:/a"], "to": "knowledge:/d", "type": "t", "take": "ours"},
+                {"from": "knowledge:/a", "to": {"x": 1}, "type": "t", "take": "ours"}):
+        assert_error(merge(client, "b", resolutions=[bad]), 422)
+        assert_error(merge(client, "b", resolutions=[bad], dry_run=True), 422)
     ok = merge(client, "b", resolutions=[
         {"workspace": "knowledge", "path": "/a", "take": "theirs"},
         {"workspace": "knowledge", "path": "/d", "take": "ours"},

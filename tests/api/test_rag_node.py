@@ -47,13 +47,30 @@ def test_lifecycle_table_row_by_row(client, services):
 
 
 def test_model_change_reembeds_the_collection(client):
+    """The issue's row "model changed: collection re-embedded": every file the collection
+    holds is re-embedded from SQL (b.txt, absent from this input, is kept: "removed from input:
+    kept"), then the input's files are ingested as usual."""
     rag(client, doc("q", [("a.txt", DOC_A), ("b.txt", DOC_B)]))
     r = rag(client, doc("rigging", [("a.txt", DOC_A)]), embeddingModel="fake:hash-32")
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["collection"]["model_changed"] is True
-    assert body["ingestion"]["inserted"] == ["a.txt"]
-    assert {x["file"] for x in rag(client, "invoices", embeddingModel="fake:hash-32", topK=10).json()["results"]} == {"a.txt"}
+    assert body["ingestion"]["reembedded"] == ["a.txt", "b.txt"]
+    assert body["ingestion"]["skipped"] == ["a.txt"] and body["ingestion"]["inserted"] == []
+    found = rag(client, "invoices rigging", embeddingModel="fake:hash-32", topK=10).json()
+    assert {x["file"] for x in found["results"]} == {"a.txt", "b.txt"}
+    assert found["collection"]["model_changed"] is False
+
+
+def test_a_model_change_to_a_model_that_cannot_embed_changes_nothing(client):
+    """A query-only call naming an unreachable model must not empty the collection."""
+    rag(client, doc("q", [("a.txt", DOC_A), ("b.txt", DOC_B)]))
+    r = rag(client, "invoices", embeddingModel="nomic-embed-text")  # no Ollama server here
+    assert r.status_code in (502, 503), r.text
+    assert r.json()["error"]["code"] in ("backend_unavailable", "upstream_unavailable", "provider_error")
+    after = rag(client, "invoices rigging", topK=10).json()
+    assert after["collection"]["model_changed"] is False
+    assert {x["file"] for x in after["results"]} == {"a.txt", "b.txt"}
 
 
 def test_no_relevant_chunks_gives_null_context(client):

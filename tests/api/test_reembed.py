@@ -100,3 +100,15 @@ def test_a_model_name_longer_than_the_store_keeps_is_422(client, repo, services)
     assert client.get("/api/repos/acme/index/status").json()["failed"] == 0
     hits = client.post("/api/repos/acme/search", json={"query": "rotate", "workspaces": ["w3"], "mode": "vector"})
     assert [h["path"] for h in hits.json()["results"]][:1] == ["/a"]
+
+
+def test_reembed_to_a_model_that_cannot_embed_changes_nothing(client, repo, services):
+    """The new model must answer before anything changes (an Ollama name resolves without
+    contacting the server; none runs here)."""
+    assert put(client, "/a", {"content": "Rotate the API key."}).status_code == 201
+    r = patch_ws(client, {"embedding": {"model": "ollama:nomic-embed-text"}, "reembed": True})
+    assert r.status_code == 503, r.text
+    assert client.get("/api/repos/acme/workspaces/knowledge").json()["embedding"]["model"] == FAKE_MODEL
+    assert chunk_models(services) == {FAKE_MODEL}
+    assert client.get("/api/repos/acme/index/status").json()["pending"] == 0
+    assert vector_search(client, "rotate key")[0]["path"] == "/a"
