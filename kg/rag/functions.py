@@ -164,7 +164,8 @@ def extractive_answer(question: str, passages: list[dict], *, max_sentences: int
     Returns
     -------
     (answer, markers)
-        Markers are 1-based passage numbers, in the order cited.
+        Markers are 1-based passage numbers, in the order cited; ``("", [])`` when no sentence
+        shares a term with the question.
     """
     terms = set(analyze(question))
     df: Counter[str] = Counter()
@@ -185,8 +186,6 @@ def extractive_answer(question: str, passages: list[dict], *, max_sentences: int
             scored.append((-score, number, order, sentence))
     scored.sort()
     chosen = sorted(scored[:max_sentences], key=lambda s: (s[1], s[2]))
-    if not chosen and sentences:
-        chosen = [(0, sentences[0][0], 0, sentences[0][1])]
     parts = [f"{sentence} [{number}]" for _, number, _, sentence in chosen]
     return " ".join(parts), list(dict.fromkeys(number for _, number, _, _ in chosen))
 
@@ -301,8 +300,14 @@ def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
         valid = [m for m in dict.fromkeys(cited) if 1 <= m <= len(passages)]
         answer = _MARKER_RE.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= len(passages) else "", reply)
         answer = " ".join(answer.split())
+    elif coverage(question, passages) < COVERAGE_SUFFICIENT:
+        # Without a model nothing can judge passages that share too few of the question's
+        # terms: say the documents do not cover it rather than quote unrelated sentences.
+        answer, valid = NOT_COVERED, []
     else:
         answer, valid = extractive_answer(question, passages)
+        if not valid:
+            answer = NOT_COVERED
     citations = []
     for m in valid:
         p = passages[m - 1]

@@ -53,6 +53,18 @@ def test_ask_about_something_not_covered_is_not_grounded_and_calls_no_model(clie
     assert llm.calls == []
 
 
+def test_extractive_ask_on_nonsense_or_uncovered_terms_is_not_grounded(client, docs):
+    """Regression: passages retrieved for a nonsense question (vector hits within the distance
+    cut, or the rewrite's) were quoted as a grounded answer. Without a model, passages that
+    share too few of the question's terms give the not-covered answer."""
+    for question in ("zzqx qqqz", "What is the airspeed velocity of an unladen swallow?",
+                     "What was the quarterly rainfall in Paris during the football season?"):
+        body = invoke(client, "ask", {"question": question}).json()
+        assert body["mode"] == "extractive"
+        assert body["grounded"] is False and body["citations"] == [], (question, body)
+        assert body["answer"] == "The documents do not cover this."
+
+
 def test_llm_answer_drops_invented_markers(client, docs, services):
     services.llm = ScriptedLLM(['{"sufficient": true}', "Forty cents per share [1], as in [99]."])
     body = invoke(client, "ask", {"question": "What dividend did the board approve?"}).json()
