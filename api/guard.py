@@ -67,6 +67,17 @@ class RequestGuard:
                 check_text(key, "a query parameter")
                 check_text(value, f"query parameter {key!r}")
             check_text(unquote(scope.get("path", ""), errors="surrogateescape"), "the path")
+            raw_path = scope.get("raw_path")
+            if raw_path:
+                # The server decodes the path with replacement characters: %ff%fe would land on
+                # a node named "\ufffd\ufffd", as would any other invalid byte sequence.
+                from urllib.parse import unquote_to_bytes
+
+                try:
+                    unquote_to_bytes(raw_path).decode("utf-8")
+                except UnicodeDecodeError:
+                    raise _Refused(422, "invalid_input",
+                                   "the path is not valid UTF-8 once percent-decoded") from None
         except _Refused as exc:
             await _send_error(send, exc)
             return

@@ -88,6 +88,7 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
            branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main") -> None:
     """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded."""
     from kg.rag.ingest import ingest_path
+    from kg.store.repos import get_repository
 
     progress = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err)
@@ -108,7 +109,10 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
         finally:
             if started:
                 progress.stop()
-        run = services.indexer.drain()
+        # Only this repository's queue: another repository's backlog is the server's business.
+        with services.db.read() as session:
+            repo_id = get_repository(session, repo).id
+        run = services.indexer.drain(repo_id=repo_id)
         report.index_failures = run.failed
         _sync_and_flush(services, repo)
     except KGError as exc:

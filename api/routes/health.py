@@ -10,6 +10,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/health")
+@router.get("/api/health")
 def health() -> dict:
     """``{"status": "ok", "version": ...}``."""
     return {"status": "ok", "version": kg.__version__}

@@ -61,7 +61,7 @@ EXTRACTION_NODE_TYPE = "kg:Extraction"
 MENTIONED_IN = "mentioned_in"
 ENTITY_TYPES = ("person", "organization", "place", "product", "concept", "event")
 #: Bumped when the prompt or the heuristics change, so that old fingerprints stop matching.
-EXTRACTOR_VERSION = 2
+EXTRACTOR_VERSION = 3
 DEFAULT_MAX_CHARS = 8_000
 MAX_MAX_CHARS = 100_000
 MAX_ENTITIES = 100
@@ -274,6 +274,8 @@ _CONNECTORS = ("van", "von", "der", "den", "de", "del", "della", "di", "da", "du
 _NAME_RE = re.compile(rf"\b{_WORD}(?:[ \t]+(?:(?:{'|'.join(_CONNECTORS)})[ \t]+)*{_WORD})+")
 _ACRONYM_RE = re.compile(r"(?<![\w/&])[A-Z][A-Z0-9]*(?:[/&][A-Z0-9]+)*(?![\w/&])")
 _CROSSREF_RE = re.compile(r"\b([A-Z]{2,6})[ \-]?(\d{1,5})\b")
+# reStructuredText roles for the same references: :pep:`484`, :rfc:`2119`, :pep:`title <8>`
+_ROLE_RE = re.compile(r":(pep|rfc):`(?:[^`<]*<)?(\d{1,5})(?:#[^`>]*)?>?`", re.IGNORECASE)
 _LEADING = frozenset("""a an the this that these those in on at of for from by with and or but as
     if when while after before since during under over into onto about between among through
     it its he she they we our their his her my your there here then so yet also however
@@ -318,7 +320,8 @@ def deterministic_entities(text: str) -> list[tuple[str, str, list[str]]]:
     """Entity candidates found without a model, in order of first mention.
 
     - PEP-style cross-references: 2-6 capitals and a number (``PEP 8``, ``RFC-2616``,
-      ``ISO 9001``), written ``"PEP 8"``, type ``concept``;
+      ``ISO 9001``), and the reStructuredText roles ``:pep:`484``` / ``:rfc:`2119```,
+      written ``"PEP 8"``, type ``concept``;
     - capitalised multi-word names, lower-case connectors allowed inside (``Guido van
       Rossum``, ``Python Software Foundation``, ``University of Amsterdam``); a leading
       sentence word such as ``The`` or ``In`` is dropped; the type is guessed from the last
@@ -344,6 +347,9 @@ def deterministic_entities(text: str) -> list[tuple[str, str, list[str]]]:
     taken: list[tuple[int, int]] = []
     for m in _CROSSREF_RE.finditer(text):
         found.append((m.start(), f"{m.group(1)} {int(m.group(2))}", "concept"))
+        taken.append(m.span())
+    for m in _ROLE_RE.finditer(text):
+        found.append((m.start(), f"{m.group(1).upper()} {int(m.group(2))}", "concept"))
         taken.append(m.span())
     for m in _NAME_RE.finditer(text):
         words = m.group(0).split()

@@ -112,3 +112,15 @@ def test_unparseable_bodies_are_400_malformed_and_write_nothing(client, repo, bo
     assert_error(r, 400, "malformed")
     assert client.get(f"{NODES}/x").status_code == 404
     assert client.get("/api/repos/acme").json()["head_revision"] == 0
+
+
+def test_a_path_that_is_not_utf8_once_decoded_is_refused(client, repo):
+    """Regression: PUT .../nodes/%ff%fe stored a node at "/\ufffd\ufffd" (the server decodes
+    with replacement characters), so different byte sequences met on one node."""
+    r = client.put("/api/repos/acme/workspaces/knowledge/nodes/%ff%fe", json={"properties": {}})
+    assert_error(r, 422, "invalid_input")
+    assert "UTF-8" in r.json()["error"]["message"]
+    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/"}).json()["nodes"]
+    assert listed == []
+    ok = client.put("/api/repos/acme/workspaces/knowledge/nodes/caf%C3%A9", json={"properties": {}})
+    assert ok.status_code == 201 and ok.json()["path"] == "/café"

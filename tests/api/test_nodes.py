@@ -26,6 +26,12 @@ def test_health(client):
     assert r.status_code == 200 and r.json()["status"] == "ok"
 
 
+def test_health_is_also_under_api(client):
+    """The README says every route is under /api: so is the health check."""
+    r = client.get("/api/health")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+
+
 def test_put_get_replace_patch_delete(client, repo):
     r = put(client, "/docs", {"title": "Docs"})
     assert r.status_code == 201

@@ -121,3 +121,32 @@ def test_reindex_into_weaviate_needs_a_url(env):
 
 def _no_embedding(name, **kwargs):
     raise AssertionError("reindex must not embed")
+
+
+def test_ingest_drains_only_its_own_repository(env, tmp_path):
+    """Regression: `kg ingest` waited for every repository's indexing backlog."""
+    from kg.rag.writes import put_node
+    from kg.services import Services
+    from kg.settings import Settings
+    from kg.store.models import IndexJob
+    from kg.store.repos import create_repository, create_workspace
+
+    services = Services.from_settings(Settings())
+    try:
+        services.db.upgrade()
+        with services.db.write() as session:
+            other = create_repository(session, name="other")
+            create_workspace(session, other, name="w")
+        put_node(services, "other", "main", "w", "/queued", node_type="kb:Doc",
+                 properties={"content": "waits for the server's indexer"})
+    finally:
+        services.close()
+    result = runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
+    assert result.exit_code == 0, result.output
+    services = Services.from_settings(Settings())
+    try:
+        with services.db.read() as session:
+            pending = session.query(IndexJob).filter(IndexJob.status == "pending").all()
+            assert len(pending) == 1 and pending[0].repo_id == other.id
+    finally:
+        services.close()

@@ -177,3 +177,9 @@ def test_deterministic_names_stay_on_one_line_and_skip_rfc_keywords():
     names = [name for name, _, _ in deterministic_entities(text)]
     assert "Alyssa Coghlan" in names and "Donald Stufft" in names and "PEP 440" in names
     assert not {"Final Type", "Standards Track Author", "MUST", "NOT", "SHOULD"} & set(names)
+
+
+def test_deterministic_extractor_reads_rst_pep_roles():
+    names = [name for name, _, _ in deterministic_entities(
+        "See :pep:`484` and :pep:`the style guide <8>` and :rfc:`2119`, unlike PEP 440.")]
+    assert names == ["PEP 484", "PEP 8", "RFC 2119", "PEP 440"]
