@@ -250,7 +250,8 @@ def main() -> None:
             sys.exit(1)
         if not hasattr(exc, "format_message"):
             raise
-        typer.echo(f"error: {_one_line(exc.format_message())}", err=True)
+        message = _one_line(exc.format_message()) or "missing command (see the usage above)"
+        typer.echo(f"error: {message}", err=True)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,16 @@ def test_ingest_drains_only_its_own_repository(env, tmp_path):
             assert len(pending) == 1 and pending[0].repo_id == other.id
     finally:
         services.close()
+
+
+@pytest.mark.parametrize("argv", [["kg"], ["kg", "branch"], ["kg", "db"]])
+def test_a_missing_command_says_so_in_one_line(env, argv, monkeypatch, capsys):
+    """Regression: `kg` / `kg branch` printed the usage, then an empty "error: "."""
+    from kg.cli import main
+
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors == ["error: missing command (see the usage above)"]
