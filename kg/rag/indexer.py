@@ -201,7 +201,7 @@ class Indexer(PollingWorker):
             except BackendUnavailable as exc:
                 # The model server is down: the job waits for it, it has not failed.
                 log.warning("indexer: %s; job %s stays queued", exc.message, job[0])
-                postponed.append(job[0])
+                postponed.append((job[0], exc.message))
                 continue
             except (ProviderError, KGError) as exc:
                 failures[job[0]] = exc.message
@@ -226,9 +226,9 @@ class Indexer(PollingWorker):
                 for job in jobs:
                     failures[job[0]] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
         with self.services.db.write() as session:
-            if postponed:
-                session.execute(update(IndexJob).where(IndexJob.id.in_(postponed)).values(
-                    status="pending", updated_at=utcnow()))
+            for job_id, reason in postponed:  # still pending; index/status says why it waits
+                session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
+                    status="pending", error=reason[:2000], updated_at=utcnow()))
             for job_id, reason in failures.items():
                 session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
                     status="failed", error=reason[:2000], updated_at=utcnow()))
@@ -239,21 +239,30 @@ class Indexer(PollingWorker):
 
 
 def index_status(session: Session, repo: Repository) -> dict[str, Any]:
-    """Pending, running and failed jobs of a repository (API: ``index/status``)."""
+    """Pending, running and failed jobs of a repository (API: ``index/status``).
+
+    ``failures`` describes the failed jobs (at most 100), ``waiting`` the pending ones whose
+    model could not be reached at their last attempt (they are retried), with the reason.
+    """
     counts = dict(session.execute(
         select(IndexJob.status, func.count()).where(IndexJob.repo_id == repo.id).group_by(IndexJob.status)
     ).all())
-    failed = session.execute(
-        select(IndexJob.content_key, IndexJob.error, IndexJob.attempts, IndexJob.node_version_id,
-               IndexJob.updated_at)
-        .where(IndexJob.repo_id == repo.id, IndexJob.status == "failed").order_by(IndexJob.id).limit(100)
-    ).all()
-    out_failed = []
-    for key, error, attempts, version_id, updated in failed:
-        version = session.get(NodeVersion, version_id)
-        ws = session.get(Workspace, version.workspace_id) if version is not None else None
-        out_failed.append({"content_key": key, "error": error, "attempts": attempts,
-                           "workspace": ws.name if ws else None, "path": version.path if version else None,
-                           "updated_at": updated.isoformat()})
+    def described(status: str) -> list[dict[str, Any]]:
+        rows = session.execute(
+            select(IndexJob.content_key, IndexJob.error, IndexJob.attempts, IndexJob.node_version_id,
+                   IndexJob.updated_at)
+            .where(IndexJob.repo_id == repo.id, IndexJob.status == status, IndexJob.error.is_not(None))
+            .order_by(IndexJob.id).limit(100)
+        ).all()
+        out = []
+        for key, error, attempts, version_id, updated in rows:
+            version = session.get(NodeVersion, version_id)
+            ws = session.get(Workspace, version.workspace_id) if version is not None else None
+            out.append({"content_key": key, "error": error, "attempts": attempts,
+                        "workspace": ws.name if ws else None, "path": version.path if version else None,
+                        "updated_at": updated.isoformat()})
+        return out
+
     return {"pending": counts.get("pending", 0), "running": counts.get("running", 0),
-            "failed": counts.get("failed", 0), "failures": out_failed}
+            "failed": counts.get("failed", 0), "failures": described("failed"),
+            "waiting": described("pending")}

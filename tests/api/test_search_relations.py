@@ -181,7 +181,10 @@ def test_an_unreachable_model_leaves_out_its_vector_leg_with_a_warning(client, r
     assert r.status_code == 201, r.text
     r = client.put("/api/repos/acme/workspaces/remote/nodes/notes", json={"properties": {"content": "Key rotation notes."}})
     assert r.status_code == 201, r.text  # stored; its embedding waits for the server
-    assert client.get("/api/repos/acme/index/status").json()["pending"] == 1
+    status = client.get("/api/repos/acme/index/status").json()
+    assert status["pending"] == 1 and status["failed"] == 0
+    (waiting,) = status["waiting"]  # why it waits, and where
+    assert waiting["path"] == "/notes" and waiting["workspace"] == "remote" and waiting["error"]
     for mode in ("hybrid", "vector"):
         body = search(client, {"query": "rotate api key", "mode": mode, "granularity": "node"}).json()
         assert body["results"][0]["path"] == "/rotate", (mode, body)
