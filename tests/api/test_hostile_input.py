@@ -33,7 +33,8 @@ def test_non_json_constants_are_400(client, repo, body):
 
 
 def test_surrogates_and_nul_in_paths_and_queries(client, repo):
-    assert_error(client.get(f"{NODES}/a%ED%A0%80"), 404)  # invalid UTF-8 decodes to U+FFFD: no such node
+    # an encoded surrogate is not UTF-8: refused, not decoded to U+FFFD and looked up
+    assert_error(client.get(f"{NODES}/a%ED%A0%80"), 422, "invalid_input")
     assert_error(client.get(f"{NODES}/a%00b"), 422)
     assert_error(client.get(f"{NODES}/a", params={"branch": "x\x00"}), 422)
 
