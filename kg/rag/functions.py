@@ -610,6 +610,15 @@ def store_answer(services, repo: str, branch: str, workspace: str, path: str, qu
 FUNCTIONS = {"search-documents": search_documents, "ask": ask, "graph-context": graph_context,
              "extract-entities": extract_entities}
 
+#: The input keys each function reads; any other key is refused (a typo must not be ignored).
+INPUT_KEYS: dict[str, frozenset[str]] = {
+    "search-documents": frozenset({"query", "k", "workspaces"}),
+    "ask": frozenset({"question", "workspaces", "use_graph", "store_answer"}),
+    "graph-context": frozenset({"query", "seeds", "hops", "max_nodes", "fan_out", "types", "direction",
+                                "workspaces", "k"}),
+    "extract-entities": frozenset({"path", "workspace", "force", "max_chars"}),
+}
+
 
 def invoke(services, repo: str, name: str, raw: Any, *, branch: str = "main") -> dict[str, Any]:
     """Run the function ``name`` on a branch.
@@ -618,9 +627,19 @@ def invoke(services, repo: str, name: str, raw: Any, *, branch: str = "main") ->
     ------
     kg.errors.NotFound
         Unknown function.
+    kg.errors.InvalidInput
+        An input key the function does not read, or what the function itself refuses.
     """
     function = FUNCTIONS.get(name)
     if function is None:
         raise NotFound(f"function {name!r} not found; available: {', '.join(sorted(FUNCTIONS))}",
                        details={"function": name})
+    accepted = INPUT_KEYS.get(name)
+    if accepted is not None and isinstance(raw, dict):
+        unknown = sorted(set(raw) - accepted)
+        if unknown:
+            raise InvalidInput(
+                f"{name} does not take input.{', input.'.join(unknown)}; it takes "
+                f"{', '.join(sorted(accepted))}",
+                details={"unknown": unknown, "accepted": sorted(accepted)})
     return function(services, repo, branch, raw)

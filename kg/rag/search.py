@@ -109,6 +109,9 @@ class SearchRequest:
             raise InvalidInput(f"unknown fusion {self.fusion!r}: use kg or index")
         if self.fusion_type not in (None, "ranked", "relative_score"):
             raise InvalidInput(f"unknown fusion_type {self.fusion_type!r}: use ranked or relative_score")
+        if (self.fusion is not None or self.fusion_type is not None) and self.mode != "hybrid":
+            raise InvalidInput("fusion and fusion_type apply to hybrid search only",
+                               details={"mode": self.mode})
         if self.fusion_type is not None and self.fusion == "kg":
             raise InvalidInput("fusion_type chooses the index's own fusion: it needs fusion 'index', not 'kg'")
         if self.max_per_node is not None and (isinstance(self.max_per_node, bool) or not isinstance(self.max_per_node, int) or not 1 <= self.max_per_node <= 100):

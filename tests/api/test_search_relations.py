@@ -207,3 +207,10 @@ def test_unrelate_with_an_overlong_actor_is_422_and_keeps_the_edge(client, repo)
     assert client.get("/api/repos/acme").json()["head_revision"] == head
     n = client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate"}).json()["neighbors"]
     assert [x["path"] for x in n] == ["/billing"]
+
+
+def test_fusion_options_outside_hybrid_are_refused(client, repo):
+    seed(client)
+    for mode in ("vector", "fulltext"):
+        assert_error(search(client, {"query": "rotate", "mode": mode, "fusion": "kg"}), 422)
+        assert_error(search(client, {"query": "rotate", "mode": mode, "fusion_type": "ranked"}), 422)
