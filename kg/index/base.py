@@ -18,6 +18,8 @@ from typing import Collection, Protocol, Sequence
 
 import numpy as np
 
+from kg.errors import InvalidInput
+
 
 @dataclass(frozen=True, slots=True)
 class IndexedChunk:
@@ -111,3 +113,112 @@ class VectorIndex(Protocol):
     def drop(self, repo_key: str) -> None:
         """Forget every chunk of the repository (memory and disk)."""
         ...
+
+
+# -- checks shared by the index implementations ----------------------------------------------
+
+
+def query_vector(vector: np.ndarray) -> np.ndarray:
+    """A query embedding as a unit vector.
+
+    Parameters
+    ----------
+    vector : ndarray, shape (dim,), float
+
+    Returns
+    -------
+    ndarray, shape (dim,), float32, L2-normalised
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Not 1-D, not finite, or all zeros.
+    """
+    query = np.asarray(vector, dtype=np.float64)
+    norm = float(np.linalg.norm(query)) if query.ndim == 1 else 0.0
+    if query.ndim != 1 or not np.isfinite(norm) or norm == 0.0:
+        raise InvalidInput(
+            "query vector must be 1-D, finite and non-zero", details={"shape": list(query.shape)}
+        )
+    return (query / norm).astype(np.float32)
+
+
+# -- snapshots -------------------------------------------------------------------------------------
+
+
+def fresh_chunks(
+    chunks: Sequence[IndexedChunk], held: np.ndarray, watermark: int
+) -> list[IndexedChunk]:
+    """The chunks whose seq is not held yet, first occurrence of each, in seq order.
+
+    Parameters
+    ----------
+    chunks : sequence of IndexedChunk
+    held : ndarray, shape (n,), int64
+        The seqs an index holds.
+    watermark : int
+        The highest of them (0 when empty).
+
+    Returns
+    -------
+    list of IndexedChunk
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A seq <= 0.
+    """
+    seqs = np.array([c.seq for c in chunks], dtype=np.int64)
+    if (seqs <= 0).any():
+        bad = int(seqs[seqs <= 0][0])
+        raise InvalidInput(f"chunk seq must be positive, got {bad}", details={"seq": bad})
+    unique, first = np.unique(seqs, return_index=True)
+    if unique[0] <= watermark:
+        first = first[~np.isin(unique, held)]
+    return [chunks[i] for i in first]
+
+
+def checked_vectors(
+    chunks: list[IndexedChunk], dims: dict[str, int]
+) -> dict[str, np.ndarray]:
+    """Per model, the chunks' vectors (in chunk order) checked and L2-normalised.
+
+    Parameters
+    ----------
+    chunks : list of IndexedChunk
+    dims : dict of str to int
+        The dimension an index already holds per model (a new model takes its first vector's).
+
+    Returns
+    -------
+    dict of str to ndarray, shape (m, dim), float32
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A vector of the wrong shape, non-finite or all zeros (naming the chunk's seq).
+    """
+    by_model: dict[str, list[int]] = {}
+    for i, chunk in enumerate(chunks):
+        by_model.setdefault(chunk.model, []).append(i)
+    out: dict[str, np.ndarray] = {}
+    for name, members in by_model.items():
+        vectors = [np.asarray(chunks[i].vector) for i in members]
+        dim = dims.get(name, vectors[0].shape[0] if vectors[0].ndim == 1 else 0)
+        for i, v in zip(members, vectors):
+            if v.ndim != 1 or v.shape[0] != dim or dim == 0:
+                raise InvalidInput(
+                    f"chunk seq {chunks[i].seq}: vector of shape {v.shape} for model {name!r}"
+                    f" of dimension {dim}",
+                    details={"seq": chunks[i].seq, "model": name, "dim": dim},
+                )
+        matrix = np.stack(vectors).astype(np.float64)
+        norms = np.linalg.norm(matrix, axis=1)
+        bad = ~np.isfinite(norms) | (norms == 0)
+        if bad.any():
+            seq = chunks[members[int(np.argmax(bad))]].seq
+            raise InvalidInput(
+                f"chunk seq {seq}: vector is non-finite or all zeros", details={"seq": seq}
+            )
+        out[name] = (matrix / norms[:, None]).astype(np.float32)
+    return out

@@ -48,7 +48,7 @@ from typing import IO, Any
 import numpy as np
 
 from kg.errors import BackendUnavailable, InvalidInput
-from kg.index.base import IndexedChunk, IndexHit
+from kg.index.base import IndexedChunk, IndexHit, checked_vectors, fresh_chunks, query_vector
 from kg.index.bm25 import BM25Index, top_k_indices
 
 __all__ = ["EmbeddedVectorIndex"]
@@ -308,11 +308,11 @@ class EmbeddedVectorIndex:
         if not chunks:
             return
         with self._writing(repo_key) as repo:
-            fresh = _fresh_chunks(chunks, repo.seq.view(), repo.watermark)
+            fresh = fresh_chunks(chunks, repo.seq.view(), repo.watermark)
             if not fresh:
                 return
             dims = {name: vectors.buf.shape[1] for name, (vectors, _) in repo.models.items()}
-            repo.append(fresh, _checked_vectors(fresh, dims))
+            repo.append(fresh, checked_vectors(fresh, dims))
 
     def watermark(self, repo_key: str) -> int:
         """Highest ``seq`` held for the repository, 0 when it holds nothing.
@@ -375,7 +375,7 @@ class EmbeddedVectorIndex:
         rows, else one matrix-vector product covers all m rows; :func:`numpy.argpartition`
         selects the top k.
         """
-        query = _query_vector(vector)
+        query = query_vector(vector)
         if max_distance is not None and np.isnan(max_distance):
             raise InvalidInput("max_distance must be a number", details={"max_distance": None})
         view = self._view(repo_key)
@@ -580,64 +580,6 @@ def _check_repo_key(repo_key: str) -> None:
         raise InvalidInput(
             f"invalid index repository key {repo_key!r}", details={"repo_key": repo_key}
         )
-
-
-def _fresh_chunks(
-    chunks: Sequence[IndexedChunk], held: np.ndarray, watermark: int
-) -> list[IndexedChunk]:
-    """The chunks whose seq is not held yet, first occurrence of each, in seq order."""
-    seqs = np.array([c.seq for c in chunks], dtype=np.int64)
-    if (seqs <= 0).any():
-        bad = int(seqs[seqs <= 0][0])
-        raise InvalidInput(f"chunk seq must be positive, got {bad}", details={"seq": bad})
-    unique, first = np.unique(seqs, return_index=True)
-    if unique[0] <= watermark:
-        first = first[~np.isin(unique, held)]
-    return [chunks[i] for i in first]
-
-
-def _checked_vectors(
-    chunks: list[IndexedChunk], dims: dict[str, int]
-) -> dict[str, np.ndarray]:
-    """Per model, the chunks' vectors (in chunk order) checked and L2-normalised as float32."""
-    by_model: dict[str, list[int]] = {}
-    for i, chunk in enumerate(chunks):
-        by_model.setdefault(chunk.model, []).append(i)
-    out: dict[str, np.ndarray] = {}
-    for name, members in by_model.items():
-        vectors = [np.asarray(chunks[i].vector) for i in members]
-        dim = dims.get(name, vectors[0].shape[0] if vectors[0].ndim == 1 else 0)
-        for i, v in zip(members, vectors):
-            if v.ndim != 1 or v.shape[0] != dim or dim == 0:
-                raise InvalidInput(
-                    f"chunk seq {chunks[i].seq}: vector of shape {v.shape} for model {name!r}"
-                    f" of dimension {dim}",
-                    details={"seq": chunks[i].seq, "model": name, "dim": dim},
-                )
-        matrix = np.stack(vectors).astype(np.float64)
-        norms = np.linalg.norm(matrix, axis=1)
-        bad = ~np.isfinite(norms) | (norms == 0)
-        if bad.any():
-            seq = chunks[members[int(np.argmax(bad))]].seq
-            raise InvalidInput(
-                f"chunk seq {seq}: vector is non-finite or all zeros", details={"seq": seq}
-            )
-        out[name] = (matrix / norms[:, None]).astype(np.float32)
-    return out
-
-
-def _query_vector(vector: np.ndarray) -> np.ndarray:
-    """The query as a unit float32 vector, or InvalidInput."""
-    query = np.asarray(vector, dtype=np.float64)
-    norm = float(np.linalg.norm(query)) if query.ndim == 1 else 0.0
-    if query.ndim != 1 or not np.isfinite(norm) or norm == 0.0:
-        raise InvalidInput(
-            "query vector must be 1-D, finite and non-zero", details={"shape": list(query.shape)}
-        )
-    return (query / norm).astype(np.float32)
-
-
-# -- snapshots -------------------------------------------------------------------------------------
 
 
 def _write_snapshot(folder: Path, view: _View) -> None:

@@ -69,8 +69,7 @@ from typing import Any
 import numpy as np
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError
-from kg.index.base import IndexedChunk, IndexHit
-from kg.index.embedded import _checked_vectors, _fresh_chunks, _query_vector
+from kg.index.base import IndexedChunk, IndexHit, checked_vectors, fresh_chunks, query_vector
 from kg.index.tokenize import analyze
 
 __all__ = [
@@ -716,9 +715,9 @@ class WeaviateVectorIndex:
         """
         if not chunks:
             return
-        fresh = _fresh_chunks(chunks, np.empty(0, dtype=np.int64), 0)
+        fresh = fresh_chunks(chunks, np.empty(0, dtype=np.int64), 0)
         held = self._held(repo_key)
-        matrices = _checked_vectors(fresh, {model: h.dim for model, h in held.items()})
+        matrices = checked_vectors(fresh, {model: h.dim for model, h in held.items()})
         for model, matrix in matrices.items():
             if model in held:
                 check_vector_dimension(matrix, held[model].dim, what=held[model].name)
@@ -815,7 +814,7 @@ class WeaviateVectorIndex:
         than the collection's ``flatSearchCutoff`` (40,000 by default) Weaviate scans them
         exactly, otherwise HNSW is approximate.
         """
-        query = _query_vector(vector)
+        query = query_vector(vector)
         if max_distance is not None and math.isnan(max_distance):
             raise InvalidInput("max_distance must be a number", details={"max_distance": None})
         _check_keys(content_keys)
@@ -962,13 +961,13 @@ class WeaviateVectorIndex:
                 f"unknown fusion type {fusion_type!r}: use {' or '.join(FUSION_TYPES)}",
                 details={"fusion_type": fusion_type},
             )
-        query_vector = _query_vector(vector)
+        unit = query_vector(vector)
         _check_keys(content_keys)
         result = HybridResult([], float(alpha), fusion_type)
         held = self._held(repo_key).get(model)
         if held is None:
             return result
-        check_vector_dimension(query_vector, held.dim, what=f"model {model!r}")
+        check_vector_dimension(unit, held.dim, what=f"model {model!r}")
         if k <= 0 or not content_keys:
             return result
         from weaviate.classes.query import HybridFusion, MetadataQuery
@@ -980,7 +979,7 @@ class WeaviateVectorIndex:
         def run(filters: Any, limit: int) -> list[_Row]:
             with vendor_errors(f"search {held.name} by hybrid query"):
                 answer = collection.query.hybrid(
-                    query=" ".join(terms) if terms else None, vector=query_vector.tolist(),
+                    query=" ".join(terms) if terms else None, vector=unit.tolist(),
                     alpha=float(alpha), fusion_type=fusion, query_properties=["terms"],
                     limit=limit, filters=filters, return_metadata=MetadataQuery(score=True),
                     return_properties=_RETURNED,

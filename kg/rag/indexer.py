@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session
 
 from kg.errors import BackendUnavailable, KGError, ProviderError
 from kg.rag.config import workspace_embedding
-from kg.rag.indexing import TextPlan, embed_plans, plan_text, store_chunks
-from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace, utcnow
+from kg.rag.indexing import TextPlan, embed_plans, has_chunks, plan_text, store_chunks
+from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
 from kg.worker import PollingWorker
 
 log = logging.getLogger("kg.indexer")
@@ -50,11 +50,6 @@ def _enqueue_stmt(dialect: str):
     )
 
 
-_HAS_CHUNKS = (select(Chunk.seq).where(Chunk.repo_id == bindparam("c_repo_id"),
-                                      Chunk.content_key == bindparam("c_key"), Chunk.chunk_index == 0)
-               .limit(1))
-
-
 def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: str | None,
             node_version_id: int) -> bool:
     """Queue the embedding of a content key unless its chunks exist (call inside the write).
@@ -68,7 +63,7 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
     """
     if content_key is None:
         return False
-    if session.scalar(_HAS_CHUNKS, {"c_repo_id": repo_id, "c_key": content_key}) is not None:
+    if has_chunks(session, repo_id, content_key):
         return False
     now = utcnow()
     session.execute(_enqueue_stmt(session.get_bind().dialect.name), {

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -139,6 +139,17 @@ def check_vectors(vectors: object, n: int, dim: int, texts: Sequence[str]) -> np
             details={"chunk": i},
         )
     return arr / norms[:, None]
+
+
+_HAS_CHUNKS = (select(Chunk.seq).where(Chunk.repo_id == bindparam("c_repo_id"),
+                                      Chunk.content_key == bindparam("c_key"), Chunk.chunk_index == 0)
+               .limit(1))
+
+
+def has_chunks(session: Session, repo_id: int, key: str) -> bool:
+    """Whether one content key has its chunks stored (a statement built once: writes ask this
+    for every node they write)."""
+    return session.scalar(_HAS_CHUNKS, {"c_repo_id": repo_id, "c_key": key}) is not None
 
 
 def existing_content_keys(session: Session, repo_id: int, keys: Iterable[str]) -> set[str]:

@@ -184,14 +184,16 @@ def _reembed(services, repo_name: str, workspace: str, branch: str, config: RagC
     list of str
         The file names re-embedded.
     """
-    from kg.rag.reembed import set_workspace_embedding
+    from kg.rag.reembed import reembed_workspace
 
-    set_workspace_embedding(services, repo_name, workspace,
-                            {"model": config.model, "chunking": config.chunking.model_dump()}, reembed=True)
+    _, queued = reembed_workspace(services, repo_name, workspace,
+                                  {"model": config.model, "chunking": config.chunking.model_dump()},
+                                  reembed=True)
     with services.db.read() as session:
         repo_id = get_repository(session, repo_name).id
-    # The node answers with its context now, so the re-embedding is done before it answers.
-    while services.indexer.run_pending(repo_id=repo_id).done:
+    # The node answers with its context now, so this collection's texts (and no other
+    # collection's backlog) are embedded before it answers.
+    while queued and services.indexer.run_pending(repo_id=repo_id, content_keys=queued).done:
         pass
     with services.db.read() as session:
         view = branch_view(session, repo_name, branch)

@@ -47,6 +47,13 @@ def _requested(raw: Any, current: EmbeddingConfig) -> EmbeddingConfig:
 
 def set_workspace_embedding(services: Any, repo: str, workspace: str, raw: Any, *,
                             reembed: bool = False) -> dict[str, Any]:
+    """The route's view of :func:`reembed_workspace`: its answer without the queued keys."""
+    answer, _ = reembed_workspace(services, repo, workspace, raw, reembed=reembed)
+    return answer
+
+
+def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
+                      reembed: bool = False) -> tuple[dict[str, Any], list[str]]:
     """Change a workspace's embedding model or chunking; with ``reembed``, rebuild it.
 
     Parameters
@@ -61,10 +68,10 @@ def set_workspace_embedding(services: Any, repo: str, workspace: str, raw: Any, 
 
     Returns
     -------
-    dict
-        ``{"workspace", "embedding", "reembedded": bool, "node_versions": int, "queued": int}``:
-        the versions re-pointed and the texts queued for embedding (0 and 0 when nothing
-        changed).
+    (dict, list of str)
+        ``{"workspace", "embedding", "reembedded": bool, "node_versions": int, "queued": int}``
+        (the versions re-pointed and the texts queued for embedding, 0 and 0 when nothing
+        changed), and the content keys queued.
 
     Raises
     ------
@@ -85,7 +92,7 @@ def set_workspace_embedding(services: Any, repo: str, workspace: str, raw: Any, 
     same_model = canonical_model_name(wanted.model) == canonical_model_name(current.model)
     if same_model and wanted.chunking == current.chunking:
         return {"workspace": workspace, "embedding": current.model_dump(), "reembedded": False,
-                "node_versions": 0, "queued": 0}
+                "node_versions": 0, "queued": 0}, []
     if not reembed:
         what = (f"is locked to embedding model {current.model!r}" if not same_model
                 else f"is chunked with {current.chunking.model_dump()}")
@@ -125,4 +132,4 @@ def set_workspace_embedding(services: Any, repo: str, workspace: str, raw: Any, 
     services.search_cache.clear()
     services.after_write(repo_id, pending)
     return {"workspace": workspace, "embedding": wanted.model_dump(), "reembedded": True,
-            "node_versions": len(rows), "queued": len(pending)}
+            "node_versions": len(rows), "queued": len(pending)}, pending
