@@ -102,10 +102,21 @@ def test_terms_are_non_empty_folded_and_never_stop_words(text):
 
 
 @given(st.text())
-def test_every_term_analyses_to_itself(text):
-    # Queries are analysed like documents: a term typed as a query finds itself.
-    for term in analyze(text):
-        assert analyze(term) == [term]
+def test_every_word_typed_alone_as_a_query_finds_itself(text):
+    # Queries are analysed like documents: each word of a document, typed alone as a query,
+    # becomes the very index term the document holds. (Stems themselves are not fixed points:
+    # Porter2 takes "ueding" to "ued" and "ued" to "u", so the property is on surface words.)
+    for word in analyze(text, stem_words=False):
+        assert analyze(word, stem_words=False) == [word]
+        assert analyze(word) == [stem(word)]
+    assert analyze(text) == [stem(w) for w in analyze(text, stem_words=False)]
+
+
+def test_a_stem_need_not_analyse_to_itself():
+    # The case CI's random search met (stop 8): a stemmed term is not re-stemmed to itself, which
+    # is why the property above is stated on the words a user types, not on stems.
+    assert analyze("UEDING") == ["ued"]
+    assert analyze("ued") == ["u"]
 
 
 def test_english_words_are_stemmed_like_lucenes_english_analyzer():
