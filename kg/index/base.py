@@ -76,6 +76,71 @@ class IndexHit:
     distance: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One node version's chunks, to store in the collection of its (workspace, branch).
+
+    Indexes that keep a collection per (workspace, branch) (``scoped = True``: the Weaviate
+    index) store every chunk once per node version placed there; content-addressed indexes
+    (the embedded one) take chunks by ``sync`` alone and have no ``place``.
+
+    Attributes
+    ----------
+    workspace_id, branch_id : int
+        Where the version lives (SQL ids; never reused for branches).
+    node_id : str
+    path : str
+    node_type : str
+    properties : dict
+        The version's properties (scalars are stored for filtering).
+    chunks : tuple of IndexedChunk
+        The chunks of the version's content key, in chunk order, all of one model.
+    """
+
+    workspace_id: int
+    branch_id: int
+    node_id: str
+    path: str
+    node_type: str
+    properties: dict
+    chunks: tuple[IndexedChunk, ...]
+
+    @property
+    def version_key(self) -> str:
+        """``"{node_id}:{content_key}"``: the key a search allows (see :class:`SearchScope`)."""
+        return version_key(self.node_id, self.chunks[0].content_key) if self.chunks else ""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchScope:
+    """What a search may read in one (workspace, branch) collection of a scoped index.
+
+    Attributes
+    ----------
+    model : str
+        Embedding model of the collection.
+    workspace_id, branch_id : int
+    version_keys : frozenset of str
+        ``"{node_id}:{content_key}"`` of the node versions the searched branch state sees there
+        (after every filter, decided in SQL): the exact visibility filter.
+    filters : dict or None
+        ``{"path_prefix", "node_type", "where"}`` to send to the index as well, or None. Only
+        safe where the collection's objects carry the searched versions' own path and
+        properties (the searched branch at its head); they narrow, never widen, the keys.
+    """
+
+    model: str
+    workspace_id: int
+    branch_id: int
+    version_keys: frozenset[str]
+    filters: dict | None = None
+
+
+def version_key(node_id: str, content_key: str) -> str:
+    """The key of one node version's chunks in a scoped index: ``"{node_id}:{content_key}"``."""
+    return f"{node_id}:{content_key}"
+
+
 class VectorIndex(Protocol):
     """A vector + BM25 index over the chunks of each repository (keyed by repo id)."""
 

@@ -57,7 +57,6 @@ import hashlib
 import json
 import logging
 import math
-import re
 import threading
 import urllib.parse
 import uuid
@@ -69,7 +68,15 @@ from typing import Any
 import numpy as np
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError
-from kg.index.base import IndexedChunk, IndexHit, checked_vectors, fresh_chunks, query_vector
+from kg.index.base import (
+    IndexedChunk,
+    IndexHit,
+    Placement,
+    SearchScope,
+    checked_vectors,
+    fresh_chunks,
+    query_vector,
+)
 from kg.index.tokenize import analyze
 
 __all__ = [
@@ -84,6 +91,7 @@ __all__ = [
     "insert_objects",
     "object_id",
     "parse_weaviate_url",
+    "property_pair",
     "translate_filters",
     "vendor_errors",
 ]
@@ -102,7 +110,7 @@ MAX_QUERY_RESULTS = 10_000
 STATE_COLLECTION = "KgIndexState"
 CHUNKS_PREFIX = "KgChunks_"
 _INSERT_BATCH = 256
-_GRAPHQL_NAME = re.compile(r"[_A-Za-z][_0-9A-Za-z]{0,230}")
+_MAX_PAIR_TEXT = 256
 
 
 # -- the client ------------------------------------------------------------------------------------
@@ -348,6 +356,7 @@ def object_id(collection: str, branch: str, source: str, chunk_index: int, model
 def translate_filters(
     *,
     content_keys: Collection[str] | None = None,
+    version_keys: Collection[str] | None = None,
     path_prefix: str | None = None,
     node_type: str | None = None,
     where: Mapping[str, Any] | None = None,
@@ -357,14 +366,21 @@ def translate_filters(
     Parameters
     ----------
     content_keys : collection of str, optional
-        ``contentKey`` ``ContainsAny`` the keys (the branch-visibility filter of every kg search).
+        ``contentKey`` ``ContainsAny`` the keys (the visibility filter of the shared,
+        content-addressed collections).
+    version_keys : collection of str, optional
+        ``versionKey`` ``ContainsAny`` the keys (``"{node_id}:{content_key}"``: the visibility
+        filter of a (workspace, branch) collection).
     path_prefix : str, optional
         ``path`` ``Like`` ``prefix*`` (a field-tokenized ``path`` property); ``"/"`` is no filter.
     node_type : str, optional
         ``nodeType`` ``Equal``.
-    where : mapping of str to scalar, optional
-        Property equality: a str, int, float or bool value is ``Equal``; ``None`` is
-        ``IsNull``. Keys must be valid Weaviate property names.
+    where : mapping of str to value, optional
+        Node property equality, on the ``props`` array of a (workspace, branch) collection,
+        which holds one :func:`property_pair` per scalar property: a str (up to 256
+        characters), int, float or bool value becomes ``props`` ``ContainsAll`` its pair. Other
+        values (None, lists, objects, longer strings) add no condition: SQL compares them,
+        and a translated filter only ever narrows what SQL already allowed.
 
     Returns
     -------
@@ -375,9 +391,9 @@ def translate_filters(
     Raises
     ------
     kg.errors.InvalidInput
-        ``content_keys`` given but empty or a single ``str``; a path prefix holding Like's
-        wildcards ``*`` or ``?`` (they cannot be escaped); a property name Weaviate would refuse;
-        a list, dict or non-finite number as a property value.
+        ``content_keys`` or ``version_keys`` given but empty or a single ``str``; a path prefix
+        holding Like's wildcards ``*`` or ``?`` (they cannot be escaped); a property name that
+        is not a str.
     kg.errors.BackendUnavailable
         The weaviate extra is not installed.
 
@@ -389,14 +405,17 @@ def translate_filters(
     from weaviate.classes.query import Filter
 
     parts = []
-    if content_keys is not None:
-        if isinstance(content_keys, str):
-            raise InvalidInput("content_keys must be a collection of keys, not one str")
-        keys = list(dict.fromkeys(content_keys))
+    for prop, given, label in (("contentKey", content_keys, "content_keys"),
+                               ("versionKey", version_keys, "version_keys")):
+        if given is None:
+            continue
+        if isinstance(given, str):
+            raise InvalidInput(f"{label} must be a collection of keys, not one str")
+        keys = list(dict.fromkeys(given))
         if not keys:
-            raise InvalidInput("content_keys is empty: a search over no key has no filter",
-                               details={"content_keys": []})
-        parts.append(Filter.by_property("contentKey").contains_any(keys))
+            raise InvalidInput(f"{label} is empty: a search over no key has no filter",
+                               details={label: []})
+        parts.append(Filter.by_property(prop).contains_any(keys))
     if path_prefix is not None and path_prefix != "/":
         if not isinstance(path_prefix, str) or not path_prefix.startswith("/"):
             raise InvalidInput(f"path prefix {path_prefix!r} must start with /",
@@ -412,27 +431,47 @@ def translate_filters(
         if not isinstance(node_type, str):
             raise InvalidInput("node_type must be a string", details={"node_type": repr(node_type)})
         parts.append(Filter.by_property("nodeType").equal(node_type))
+    pairs = []
     for name, value in (where or {}).items():
-        if not isinstance(name, str) or not _GRAPHQL_NAME.fullmatch(name):
-            raise InvalidInput(
-                f"property {name!r} cannot be a Weaviate filter: names are [_A-Za-z][_0-9A-Za-z]*",
-                details={"property": repr(name)},
-            )
-        if value is None:
-            parts.append(Filter.by_property(name).is_none(True))
-        elif isinstance(value, (str, bool, int)) or (
-            isinstance(value, float) and math.isfinite(value)
-        ):
-            parts.append(Filter.by_property(name).equal(value))
-        else:
-            raise InvalidInput(
-                f"property {name!r}: only str, int, float, bool or null values can be compared "
-                f"for equality, got {type(value).__name__}",
-                details={"property": name},
-            )
+        if not isinstance(name, str):
+            raise InvalidInput(f"property name {name!r} must be a str", details={"property": repr(name)})
+        pair = property_pair(name, value)
+        if pair is not None:
+            pairs.append(pair)
+    if pairs:
+        parts.append(Filter.by_property("props").contains_all(pairs))
     if not parts:
         return None
-    return Filter.all_of(parts)
+    return parts[0] if len(parts) == 1 else Filter.all_of(parts)
+
+
+def property_pair(name: str, value: Any) -> str | None:
+    """One scalar node property as the string a (workspace, branch) collection stores in its
+    ``props`` array, or None for a value that is not stored (and so never filtered on).
+
+    Parameters
+    ----------
+    name : str
+    value : Any
+        A str of at most 256 characters, an int, float or bool; anything else gives None.
+
+    Returns
+    -------
+    str or None
+        ``"{name}=s:{value}"`` for a str; ``"{name}=n:{repr(float(value))}"`` for a number or
+        bool. Two values equal in Python (``1``, ``1.0``, ``True``) give one pair, so the
+        translated filter never excludes what SQL's comparison admits; ints too large for a
+        float, NaN and infinities give None.
+    """
+    if isinstance(value, str):
+        return f"{name}=s:{value}" if len(value) <= _MAX_PAIR_TEXT else None
+    if isinstance(value, (bool, int, float)):
+        try:
+            number = float(value)
+        except OverflowError:
+            return None
+        return f"{name}=n:{number!r}" if math.isfinite(number) else None
+    return None
 
 
 def check_batch_result(
@@ -580,16 +619,21 @@ class HybridResult:
 
 @dataclass(frozen=True, slots=True)
 class _Held:
-    """One chunks collection of a repository."""
+    """One chunks collection of a repository: the shared one of a model (``workspace_id`` and
+    ``branch_id`` None) or the one of a (workspace, branch) and model."""
 
     name: str
     model: str
     dim: int
+    workspace_id: int | None = None
+    branch_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Row:
-    """One ranked object of a query, before ranks are given."""
+    """One ranked object of a query, before ranks are given; ``key`` is the property the
+    visibility filter tests (``contentKey``, or ``versionKey`` in a (workspace, branch)
+    collection)."""
 
     seq: int
     content_key: str
@@ -597,6 +641,7 @@ class _Row:
     text: str
     score: float
     distance: float | None
+    key: str = ""
 
 
 class WeaviateVectorIndex:
@@ -777,6 +822,7 @@ class WeaviateVectorIndex:
         model: str,
         content_keys: Collection[str],
         max_distance: float | None = None,
+        scopes: Sequence[SearchScope] | None = None,
     ) -> list[IndexHit]:
         """Top ``k`` chunks by cosine similarity among ``content_keys`` embedded by ``model``.
 
@@ -788,11 +834,16 @@ class WeaviateVectorIndex:
         k : int
             Maximum number of hits; ``k <= 0`` gives ``[]``.
         model : str
-            Only the collection of this model is searched.
+            Only collections of this model are searched.
         content_keys : collection of str
-            Only chunks of these keys are ranked (see the module notes for large sets).
+            Only chunks of these keys are ranked (see the module notes for large sets); with
+            ``scopes``, only the keys of the chunks the scopes allow (a check, not a filter).
         max_distance : float, optional
             Leave out chunks with cosine distance above this.
+        scopes : sequence of SearchScope, optional
+            Search the (workspace, branch) collections of these scopes (those of ``model``),
+            each filtered by its version keys (and its ``filters``), instead of the shared
+            collection; hits of one chunk in several collections are returned once.
 
         Returns
         -------
@@ -812,43 +863,56 @@ class WeaviateVectorIndex:
         -----
         Weaviate's ``nearVector`` over its HNSW index; with a filter that leaves fewer objects
         than the collection's ``flatSearchCutoff`` (40,000 by default) Weaviate scans them
-        exactly, otherwise HNSW is approximate.
+        exactly, otherwise HNSW is approximate. Merging several collections by distance is
+        exact.
         """
         query = query_vector(vector)
         if max_distance is not None and math.isnan(max_distance):
             raise InvalidInput("max_distance must be a number", details={"max_distance": None})
         _check_keys(content_keys)
-        held = self._held(repo_key).get(model)
-        if held is None:
+        targets = self._targets(repo_key, scopes, {model}, content_keys)
+        if not targets:
             return []
-        check_vector_dimension(query, held.dim, what=f"model {model!r}")
+        for held, _, _ in targets:
+            check_vector_dimension(query, held.dim, what=f"model {model!r}")
         if k <= 0 or not content_keys or (max_distance is not None and max_distance < 0):
             return []
         from weaviate.classes.query import MetadataQuery
 
-        collection = self.client.collections.get(held.name)
         # Weaviate compares in float32: ask with a hair of slack and cut exactly here.
         threshold = None if max_distance is None else float(max_distance) + 1e-6
+        rows: list[_Row] = []
+        for held, keys, base in targets:
+            collection = self.client.collections.get(held.name)
+            returned = _returned(held)
 
-        def run(filters: Any, limit: int) -> list[_Row]:
-            with vendor_errors(f"search {held.name} by vector"):
-                answer = collection.query.near_vector(
-                    near_vector=query.tolist(), limit=limit, distance=threshold, filters=filters,
-                    return_metadata=MetadataQuery(distance=True), return_properties=_RETURNED,
-                )
-            rows = []
-            for obj in answer.objects:
-                distance = float(obj.metadata.distance)
-                rows.append(_row(obj, 1.0 - distance, max(0.0, distance)))
-            return rows
+            def run(filters: Any, limit: int, collection: Any = collection, held: _Held = held,
+                    returned: list[str] = returned) -> list[_Row]:
+                with vendor_errors(f"search {held.name} by vector"):
+                    answer = collection.query.near_vector(
+                        near_vector=query.tolist(), limit=limit, distance=threshold, filters=filters,
+                        return_metadata=MetadataQuery(distance=True), return_properties=returned,
+                    )
+                out = []
+                for obj in answer.objects:
+                    distance = float(obj.metadata.distance)
+                    out.append(_row(obj, 1.0 - distance, max(0.0, distance)))
+                return out
 
-        rows = self._ranked(run, k, content_keys)
+            rows.extend(self._ranked(run, k, keys, prop=_key_property(held), base=base))
+        rows = _merged(rows)
         if max_distance is not None:
             rows = [r for r in rows if r.distance is not None and r.distance <= max_distance]
         return _hits(rows[:k])
 
     def bm25(
-        self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]
+        self,
+        repo_key: str,
+        query: str,
+        k: int,
+        *,
+        content_keys: Collection[str],
+        scopes: Sequence[SearchScope] | None = None,
     ) -> list[IndexHit]:
         """Top ``k`` chunks by BM25 among ``content_keys``, over every model's collection.
 
@@ -859,6 +923,9 @@ class WeaviateVectorIndex:
             Analyzed with :func:`kg.index.tokenize.analyze`, as the chunks' ``terms`` were.
         k : int
         content_keys : collection of str
+        scopes : sequence of SearchScope, optional
+            Search these (workspace, branch) collections instead of the shared ones (see
+            :meth:`knn`).
 
         Returns
         -------
@@ -874,8 +941,10 @@ class WeaviateVectorIndex:
         Notes
         -----
         Weaviate's BM25F over ``terms`` (k1 1.2, b 0.75, statistics of the whole collection).
-        A repository with several embedding models has one collection per model; their hits
-        are merged by score, each scored with its own collection's statistics.
+        Hits of several collections (one per model; with ``scopes``, one per workspace, branch
+        and model) are merged by score, each scored with its own collection's statistics, as
+        a sharded engine scores each shard with its own (Elasticsearch's default
+        ``query_then_fetch``).
 
         References
         ----------
@@ -890,20 +959,19 @@ class WeaviateVectorIndex:
 
         text = " ".join(terms)
         rows: list[_Row] = []
-        for held in self._held(repo_key).values():
+        for held, keys, base in self._targets(repo_key, scopes, None, content_keys):
             collection = self.client.collections.get(held.name)
 
-            def run(filters: Any, limit: int, collection: Any = collection, name: str = held.name) -> list[_Row]:
-                with vendor_errors(f"search {name} by BM25"):
+            def run(filters: Any, limit: int, collection: Any = collection, held: _Held = held) -> list[_Row]:
+                with vendor_errors(f"search {held.name} by BM25"):
                     answer = collection.query.bm25(
                         query=text, query_properties=["terms"], limit=limit, filters=filters,
-                        return_metadata=MetadataQuery(score=True), return_properties=_RETURNED,
+                        return_metadata=MetadataQuery(score=True), return_properties=_returned(held),
                     )
                 return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
 
-            rows.extend(self._ranked(run, k, content_keys))
-        rows = [r for r in rows if r.score > 0]
-        rows.sort(key=lambda r: (-r.score, r.seq))
+            rows.extend(self._ranked(run, k, keys, prop=_key_property(held), base=base))
+        rows = [r for r in _merged(rows) if r.score > 0]
         return _hits(rows[:k])
 
     def hybrid(
@@ -917,6 +985,7 @@ class WeaviateVectorIndex:
         content_keys: Collection[str],
         alpha: float = 0.5,
         fusion_type: str = "ranked",
+        scopes: Sequence[SearchScope] | None = None,
     ) -> HybridResult:
         """Top ``k`` chunks by Weaviate's own hybrid query (BM25 and vector, fused in Weaviate).
 
@@ -929,12 +998,15 @@ class WeaviateVectorIndex:
             The vector leg, embedded by ``model``.
         k : int
         model : str
-            The collection searched.
+            The collections searched.
         content_keys : collection of str
         alpha : float
             0 (BM25 only) to 1 (vector only); sent explicitly, never Weaviate's default.
         fusion_type : {"ranked", "relative_score"}
             Weaviate's ``rankedFusion`` (reciprocal rank fusion) or ``relativeScoreFusion``.
+        scopes : sequence of SearchScope, optional
+            Search these (workspace, branch) collections instead of the shared one (see
+            :meth:`knn`).
 
         Returns
         -------
@@ -948,6 +1020,13 @@ class WeaviateVectorIndex:
             ``alpha`` outside [0, 1], an unknown fusion type, or a bad query vector.
         kg.errors.BackendUnavailable
             Weaviate is unreachable or failed.
+
+        Notes
+        -----
+        One query per collection (fused scores depend on the filtered set, module notes);
+        several collections' answers are merged by fused score, which is Weaviate's exact
+        answer only when one collection holds everything searched (``main``, or a branch
+        that wrote nothing in the searched workspaces).
 
         References
         ----------
@@ -964,31 +1043,37 @@ class WeaviateVectorIndex:
         unit = query_vector(vector)
         _check_keys(content_keys)
         result = HybridResult([], float(alpha), fusion_type)
-        held = self._held(repo_key).get(model)
-        if held is None:
+        targets = self._targets(repo_key, scopes, {model}, content_keys)
+        if not targets:
             return result
-        check_vector_dimension(unit, held.dim, what=f"model {model!r}")
+        for held, _, _ in targets:
+            check_vector_dimension(unit, held.dim, what=f"model {model!r}")
         if k <= 0 or not content_keys:
             return result
-        from weaviate.classes.query import HybridFusion, MetadataQuery
+        from weaviate.classes.query import Filter, HybridFusion, MetadataQuery
 
         terms = analyze(query) if isinstance(query, str) else []
-        collection = self.client.collections.get(held.name)
         fusion = getattr(HybridFusion, FUSION_TYPES[fusion_type])
+        rows: list[_Row] = []
+        for held, keys, base in targets:
+            collection = self.client.collections.get(held.name)
 
-        def run(filters: Any, limit: int) -> list[_Row]:
-            with vendor_errors(f"search {held.name} by hybrid query"):
-                answer = collection.query.hybrid(
-                    query=" ".join(terms) if terms else None, vector=unit.tolist(),
-                    alpha=float(alpha), fusion_type=fusion, query_properties=["terms"],
-                    limit=limit, filters=filters, return_metadata=MetadataQuery(score=True),
-                    return_properties=_RETURNED,
-                )
-            return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
+            def run(filters: Any, limit: int, collection: Any = collection, held: _Held = held) -> list[_Row]:
+                with vendor_errors(f"search {held.name} by hybrid query"):
+                    answer = collection.query.hybrid(
+                        query=" ".join(terms) if terms else None, vector=unit.tolist(),
+                        alpha=float(alpha), fusion_type=fusion, query_properties=["terms"],
+                        limit=limit, filters=filters, return_metadata=MetadataQuery(score=True),
+                        return_properties=_returned(held),
+                    )
+                return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
 
-        # One query over every allowed key: fused scores depend on the filtered set (module notes).
-        rows = _complete(run, self._any_key_filter(content_keys), k)
-        return HybridResult(_hits(rows[:k]), float(alpha), fusion_type)
+            # One query over every allowed key: fused scores depend on the filtered set.
+            filters = self._any_key_filter(keys, prop=_key_property(held))
+            if base is not None:
+                filters = Filter.all_of([base, filters])
+            rows.extend(_complete(run, filters, k))
+        return HybridResult(_hits(_merged(rows)[:k]), float(alpha), fusion_type)
 
     def flush(self, repo_key: str) -> None:
         """Nothing to do: Weaviate persists every acknowledged write.
@@ -999,7 +1084,7 @@ class WeaviateVectorIndex:
         """
 
     def drop(self, repo_key: str) -> None:
-        """Delete every collection of the repository and its watermark.
+        """Delete every collection of the repository (shared and per branch) and its marks.
 
         Parameters
         ----------
@@ -1011,13 +1096,39 @@ class WeaviateVectorIndex:
         kg.errors.BackendUnavailable
             Weaviate is unreachable or failed.
         """
-        names = [h.name for h in self._held(repo_key).values()]
+        names = [h.name for h in self._collections(repo_key)]
         with vendor_errors(f"drop the collections of repository {repo_key!r}"):
             if names:
                 self.client.collections.delete(names)
             if self.client.collections.exists(STATE_COLLECTION):
                 state = self.client.collections.get(STATE_COLLECTION)
-                state.data.delete_by_id(_state_id(repo_key))
+                for uid in (_state_id(repo_key), *_placement_state_ids(repo_key)):
+                    state.data.delete_by_id(uid)
+
+    def drop_branch(self, repo_key: str, branch_id: int) -> list[str]:
+        """Delete the collections of one branch (every workspace and model), after SQL deleted
+        the branch; its id is never reused, so nothing else ever reads them.
+
+        Parameters
+        ----------
+        repo_key : str
+        branch_id : int
+
+        Returns
+        -------
+        list of str
+            The collections deleted.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable or failed.
+        """
+        names = [h.name for h in self._collections(repo_key) if h.branch_id == branch_id]
+        if names:
+            with vendor_errors(f"drop the collections of branch {branch_id}"):
+                self.client.collections.delete(names)
+        return names
 
     def stats(self, repo_key: str) -> dict[str, Any]:
         """What the index holds for a repository, for a status route.
@@ -1025,40 +1136,218 @@ class WeaviateVectorIndex:
         Returns
         -------
         dict
-            ``{"chunks": int, "models": {model: chunks}, "dims": {model: dim},
-            "watermark": int, "collections": {model: name}}``.
+            ``{"chunks": int, "models": {model: objects}, "dims": {model: dim},
+            "watermark": int, "placed": {"seq": int, "version": int},
+            "collections": [{"name", "model", "workspace_id", "branch_id", "objects"}]}``
+            (``workspace_id`` and ``branch_id`` are None for a shared collection).
 
         Raises
         ------
         kg.errors.BackendUnavailable
         """
-        held = self._held(repo_key)
-        counts = {}
-        for model, h in held.items():
+        counts: dict[str, int] = {}
+        dims: dict[str, int] = {}
+        listed = []
+        for h in self._collections(repo_key):
             with vendor_errors(f"count the objects of {h.name}"):
-                counts[model] = int(
-                    self.client.collections.get(h.name).aggregate.over_all(total_count=True).total_count
-                    or 0
-                )
+                n = int(self.client.collections.get(h.name).aggregate.over_all(total_count=True).total_count
+                        or 0)
+            counts[h.model] = counts.get(h.model, 0) + n
+            dims[h.model] = h.dim
+            listed.append({"name": h.name, "model": h.model, "workspace_id": h.workspace_id,
+                           "branch_id": h.branch_id, "objects": n})
+        seq, version = self.placement_marks(repo_key)
         return {
             "chunks": sum(counts.values()),
             "models": counts,
-            "dims": {model: h.dim for model, h in held.items()},
+            "dims": dims,
             "watermark": self.watermark(repo_key),
-            "collections": {model: h.name for model, h in held.items()},
+            "placed": {"seq": seq, "version": version},
+            "collections": listed,
         }
+
+    # -- (workspace, branch) collections -----------------------------------------------------
+
+    scoped = True
+    """kg searches this index through :class:`~kg.index.base.SearchScope` and fills it with
+    :meth:`place` (``kg.rag.indexing.sync_placements``)."""
+
+    def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
+        """Store node versions' chunks in the collections of their (workspace, branch).
+
+        Parameters
+        ----------
+        repo_key : str
+        placements : sequence of Placement
+            In version order: a later placement of the same node and content key overwrites
+            an earlier one (its path and properties win). Placements without chunks are
+            skipped.
+
+        Returns
+        -------
+        int
+            Objects written.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            A bad vector, or chunks of one placement from several content keys or models:
+            checked for the whole call before anything is sent.
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable or refused objects (each named). Marks are advanced by the
+            caller only after every call succeeded, so a failed pass is redone whole, and
+            deterministic ids make the redo overwrite.
+
+        Notes
+        -----
+        A collection is created on the first placement of its (workspace, branch, model):
+        a new branch has none until it writes, and reads its ancestors' (the caller's
+        scopes). Object ids are :func:`object_id` of ``(repo_key + "/w" + workspace_id,
+        "b" + branch_id, version_key, chunk_index, model)``.
+        """
+        todo = [p for p in placements if p.chunks]
+        if not todo:
+            return 0
+        unique: dict[int, IndexedChunk] = {}
+        for p in todo:
+            first = p.chunks[0]
+            if any(c.content_key != first.content_key or c.model != first.model for c in p.chunks):
+                raise InvalidInput(f"placement of node {p.node_id!r} mixes content keys or models",
+                                   details={"node_id": p.node_id})
+            for c in p.chunks:
+                unique.setdefault(c.seq, c)
+        chunks = list(unique.values())
+        held = {(h.model, h.workspace_id, h.branch_id): h for h in self._collections(repo_key)}
+        dims = {h.model: h.dim for h in held.values() if h.branch_id is not None}
+        matrices = checked_vectors(chunks, dims)
+        row_of: dict[int, np.ndarray] = {}
+        positions: dict[str, int] = {}
+        for c in chunks:
+            i = positions.get(c.model, 0)
+            row_of[c.seq] = matrices[c.model][i]
+            positions[c.model] = i + 1
+        groups: dict[tuple[str, int, int], list[Placement]] = {}
+        for p in todo:
+            groups.setdefault((p.chunks[0].model, p.workspace_id, p.branch_id), []).append(p)
+        from weaviate.classes.data import DataObject
+
+        written = 0
+        for (model, wid, bid), members in groups.items():
+            target = held.get((model, wid, bid))
+            dim = len(row_of[members[0].chunks[0].seq])
+            if target is None:
+                target = self._create_chunks_collection(repo_key, model, dim, scope=(wid, bid))
+            check_vector_dimension(np.zeros(dim), target.dim, what=target.name)
+            collection = self.client.collections.get(target.name)
+            # Last placement of a (node, key) wins: its path and properties are the newest.
+            latest: dict[str, Placement] = {}
+            for p in members:
+                latest.pop(p.version_key, None)
+                latest[p.version_key] = p
+            objects, labels = [], []
+            for p in latest.values():
+                props = sorted({pair for name, value in (p.properties or {}).items()
+                                if (pair := property_pair(str(name), value)) is not None})
+                for c in p.chunks:
+                    objects.append(DataObject(
+                        properties={
+                            "content": c.text, "terms": " ".join(analyze(c.text)),
+                            "contentKey": c.content_key, "chunkIndex": c.chunk_index, "seq": c.seq,
+                            "versionKey": p.version_key, "nodeId": p.node_id, "path": p.path,
+                            "nodeType": p.node_type, "props": props,
+                        },
+                        uuid=object_id(f"{repo_key}/w{wid}", f"b{bid}", p.version_key,
+                                       c.chunk_index, model),
+                        vector=row_of[c.seq].tolist(),
+                    ))
+                    labels.append(f"node {p.node_id} chunk {c.chunk_index}")
+            for start in range(0, len(objects), _INSERT_BATCH):
+                insert_objects(collection, objects[start : start + _INSERT_BATCH],
+                               labels[start : start + _INSERT_BATCH])
+            written += len(objects)
+        return written
+
+    def placement_marks(self, repo_key: str) -> tuple[int, int]:
+        """How far :meth:`place` has been fed from SQL: (chunk seq, node version id).
+
+        Returns
+        -------
+        (int, int)
+            Both 0 for a repository never placed.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+        """
+        marks = []
+        with vendor_errors("read the index placement marks"):
+            exists = self.client.collections.exists(STATE_COLLECTION)
+            for uid in _placement_state_ids(repo_key):
+                obj = (self.client.collections.get(STATE_COLLECTION).query.fetch_object_by_id(uid)
+                       if exists else None)
+                marks.append(0 if obj is None else int(obj.properties.get("watermark") or 0))
+        return marks[0], marks[1]
+
+    def advance_placement_marks(self, repo_key: str, seq: int, version: int) -> None:
+        """Store the placement marks (after every placement up to them succeeded).
+
+        Parameters
+        ----------
+        repo_key : str
+        seq : int
+            Chunks with ``seq <= seq`` are placed wherever SQL's node versions point at them.
+        version : int
+            Node versions with ``id <= version`` are placed wherever their chunks exist.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+        """
+        from weaviate.classes.data import DataObject
+
+        self._ensure_state_collection()
+        objects = [DataObject(properties={"repoKey": repo_key, "watermark": int(mark)}, uuid=uid)
+                   for uid, mark in zip(_placement_state_ids(repo_key), (seq, version))]
+        insert_objects(self.client.collections.get(STATE_COLLECTION), objects,
+                       [f"placed seq of {repo_key!r}", f"placed version of {repo_key!r}"])
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _held(self, repo_key: str) -> dict[str, _Held]:
-        """The repository's chunks collections by model, from the server's schema."""
+    def _targets(self, repo_key: str, scopes: Sequence[SearchScope] | None,
+                 models: set[str] | None,
+                 content_keys: Collection[str]) -> list[tuple[_Held, Collection[str], Any]]:
+        """The collections a search reads, each with its allowed keys and extra filter.
+
+        Without scopes: the shared collections (of ``models``, or all) with ``content_keys``.
+        With scopes: the collection of each scope that exists (a scope not placed yet has
+        nothing to find), its version keys and its translated filters.
+        """
+        if scopes is None:
+            shared = self._held(repo_key)
+            return [(h, content_keys, None) for m, h in sorted(shared.items())
+                    if models is None or m in models]
+        held = {(h.model, h.workspace_id, h.branch_id): h for h in self._collections(repo_key)
+                if h.branch_id is not None}
+        out = []
+        for scope in scopes:
+            if models is not None and scope.model not in models:
+                continue
+            h = held.get((scope.model, scope.workspace_id, scope.branch_id))
+            if h is None or not scope.version_keys:
+                continue
+            base = translate_filters(**scope.filters) if scope.filters else None
+            out.append((h, scope.version_keys, base))
+        return out
+
+    def _collections(self, repo_key: str) -> list[_Held]:
+        """Every chunks collection of the repository (shared and per branch), from the schema."""
         if not isinstance(repo_key, str) or not repo_key:
             raise InvalidInput(f"invalid index repository key {repo_key!r}",
                                details={"repo_key": repr(repo_key)})
         prefix = _chunks_prefix(repo_key).lower()
         with vendor_errors("list collections"):
             schema = self.client.collections.list_all(simple=True)
-        held: dict[str, _Held] = {}
+        held: list[_Held] = []
         for name, config in schema.items():
             if not name.lower().startswith(prefix):
                 continue
@@ -1066,29 +1355,41 @@ class WeaviateVectorIndex:
             if meta.get("kg") != "chunks" or meta.get("repo") != repo_key:
                 log.warning("ignoring collection %s: its description is not kg's", name)
                 continue
-            held[str(meta["model"])] = _Held(name, str(meta["model"]), int(meta["dim"]))
+            wid, bid = meta.get("workspace"), meta.get("branch")
+            held.append(_Held(name, str(meta["model"]), int(meta["dim"]),
+                              None if wid is None else int(wid), None if bid is None else int(bid)))
         return held
 
-    def _create_chunks_collection(self, repo_key: str, model: str, dim: int) -> _Held:
-        """Create the collection of (repository, model); another process may win the race."""
+    def _held(self, repo_key: str) -> dict[str, _Held]:
+        """The repository's shared chunks collections by model."""
+        return {h.model: h for h in self._collections(repo_key) if h.branch_id is None}
+
+    def _create_chunks_collection(self, repo_key: str, model: str, dim: int,
+                                  scope: tuple[int, int] | None = None) -> _Held:
+        """Create the collection of (repository, model) or of (repository, model, workspace,
+        branch); another process may win the race."""
         name = _chunks_prefix(repo_key) + _short_hash(model, 10)
-        description = json.dumps(
-            {"kg": "chunks", "format": 1, "repo": repo_key, "model": model, "dim": dim},
-            ensure_ascii=False,
-        )
+        meta: dict[str, Any] = {"kg": "chunks", "format": 1, "repo": repo_key, "model": model, "dim": dim}
+        if scope is not None:
+            name += f"_w{scope[0]}_b{scope[1]}"
+            meta.update(workspace=scope[0], branch=scope[1])
+        description = json.dumps(meta, ensure_ascii=False)
         weaviate = import_weaviate()
         try:
             with vendor_errors(f"create collection {name}"):
-                self.client.collections.create_from_dict(_chunks_schema(name, description))
+                self.client.collections.create_from_dict(
+                    _chunks_schema(name, description, scoped=scope is not None))
         except BackendUnavailable as exc:
             if not isinstance(exc.__cause__, weaviate.exceptions.UnexpectedStatusCodeError):
                 raise
-            again = self._held(repo_key).get(model)  # created meanwhile by another process?
-            if again is None:
+            # Created meanwhile by another process?
+            again = [h for h in self._collections(repo_key) if h.model == model
+                     and (h.workspace_id, h.branch_id) == (scope or (None, None))]
+            if not again:
                 raise
-            check_vector_dimension(np.zeros(dim), again.dim, what=again.name)
-            return again
-        return _Held(name, model, dim)
+            check_vector_dimension(np.zeros(dim), again[0].dim, what=again[0].name)
+            return again[0]
+        return _Held(name, model, dim, *(scope or (None, None)))
 
     def _state_object(self, repo_key: str) -> Any:
         """The repository's state object (watermark), or None."""
@@ -1106,57 +1407,101 @@ class WeaviateVectorIndex:
             return
         from weaviate.classes.data import DataObject
 
-        with vendor_errors("store the index watermark"):
+        self._ensure_state_collection()
+        insert_objects(self.client.collections.get(STATE_COLLECTION),
+                       [DataObject(properties={"repoKey": repo_key, "watermark": int(seq)},
+                                   uuid=_state_id(repo_key))],
+                       [f"watermark of {repo_key!r}"])
+
+    def _ensure_state_collection(self) -> None:
+        """Create ``KgIndexState`` unless it exists (another process may win the race)."""
+        with vendor_errors("create the index state collection"):
             if not self.client.collections.exists(STATE_COLLECTION):
                 try:
                     self.client.collections.create_from_dict(_STATE_SCHEMA)
                 except import_weaviate().exceptions.UnexpectedStatusCodeError:
                     if not self.client.collections.exists(STATE_COLLECTION):
                         raise
-            state = self.client.collections.get(STATE_COLLECTION)
-        insert_objects(state, [DataObject(properties={"repoKey": repo_key, "watermark": int(seq)},
-                                          uuid=_state_id(repo_key))],
-                       [f"watermark of {repo_key!r}"])
 
-    def _any_key_filter(self, content_keys: Collection[str]) -> Any:
-        """One filter admitting exactly ``content_keys``: a ``ContainsAny`` per batch of
+    def _any_key_filter(self, keys: Collection[str], *, prop: str = "contentKey") -> Any:
+        """One filter admitting exactly ``keys`` of ``prop``: a ``ContainsAny`` per batch of
         ``filter_batch_keys`` keys, joined with ``Or`` when there are several."""
         from weaviate.classes.query import Filter
 
-        keys = list(dict.fromkeys(content_keys))
-        parts = [translate_filters(content_keys=keys[start : start + self.filter_batch_keys])
-                 for start in range(0, len(keys), self.filter_batch_keys)]
+        unique = list(dict.fromkeys(keys))
+        parts = [_key_filter(prop, unique[start : start + self.filter_batch_keys])
+                 for start in range(0, len(unique), self.filter_batch_keys)]
         return parts[0] if len(parts) == 1 else Filter.any_of(parts)
 
-    def _ranked(self, run: Callable[[Any, int], list[_Row]], k: int,
-                content_keys: Collection[str]) -> list[_Row]:
-        """The best rows (score descending, ties by seq) among ``content_keys``: at least the top
-        ``k`` when that many exist; see the module notes for the strategy."""
-        keys = list(dict.fromkeys(content_keys))
-        if len(keys) <= self.filter_batch_keys:
-            return _complete(run, translate_filters(content_keys=keys), k)
-        allowed = set(keys)
+    def _ranked(self, run: Callable[[Any, int], list[_Row]], k: int, keys: Collection[str], *,
+                prop: str = "contentKey", base: Any = None) -> list[_Row]:
+        """The best rows (score descending, ties by seq) among ``keys`` of ``prop`` that also
+        pass ``base``: at least the top ``k`` when that many exist; see the module notes for
+        the strategy."""
+        unique = list(dict.fromkeys(keys))
+
+        def allowing(batch: list[str]) -> Any:
+            only = _key_filter(prop, batch)
+            if base is None:
+                return only
+            from weaviate.classes.query import Filter
+
+            return Filter.all_of([base, only])
+
+        if len(unique) <= self.filter_batch_keys:
+            return _complete(run, allowing(unique), k)
+        allowed = set(unique)
         depth = min(max(self.probe_depth, 4 * k), MAX_QUERY_RESULTS)
-        probed = _sorted(run(None, depth))
-        kept = [r for r in probed if r.content_key in allowed]
+        probed = _sorted(run(base, depth))
+        kept = [r for r in probed if r.key in allowed]
         if len(probed) < depth or (len(kept) >= k and kept[k - 1].score > probed[-1].score):
             return kept
         merged: dict[int, _Row] = {}
-        for start in range(0, len(keys), self.filter_batch_keys):
-            batch = keys[start : start + self.filter_batch_keys]
-            for row in _complete(run, translate_filters(content_keys=batch), k):
+        for start in range(0, len(unique), self.filter_batch_keys):
+            for row in _complete(run, allowing(unique[start : start + self.filter_batch_keys]), k):
                 merged[row.seq] = row
         return _sorted(list(merged.values()))
 
 
 _RETURNED = ["content", "contentKey", "chunkIndex", "seq"]
+_RETURNED_SCOPED = [*_RETURNED, "versionKey"]
+
+
+def _returned(held: _Held) -> list[str]:
+    """The properties a query of ``held`` returns."""
+    return _RETURNED if held.branch_id is None else _RETURNED_SCOPED
+
+
+def _key_property(held: _Held) -> str:
+    """The property the visibility filter of ``held`` tests."""
+    return "contentKey" if held.branch_id is None else "versionKey"
+
+
+def _key_filter(prop: str, keys: list[str]) -> Any:
+    """``prop`` ``ContainsAny`` ``keys`` (contentKey or versionKey)."""
+    if prop == "contentKey":
+        return translate_filters(content_keys=keys)
+    return translate_filters(version_keys=keys)
 
 
 def _row(obj: Any, score: float, distance: float | None) -> _Row:
     """A query answer's object as a row."""
     p = obj.properties
-    return _Row(int(p["seq"]), str(p["contentKey"]), int(p["chunkIndex"]), str(p.get("content") or ""),
-                score, distance)
+    content_key = str(p["contentKey"])
+    return _Row(int(p["seq"]), content_key, int(p["chunkIndex"]), str(p.get("content") or ""),
+                score, distance, str(p.get("versionKey") or content_key))
+
+
+def _merged(rows: list[_Row]) -> list[_Row]:
+    """Rows of several queries by score descending (ties by seq), each chunk (seq) once at its
+    best score: a chunk placed for several nodes or branches is one hit, as in the shared
+    collection (the caller maps a chunk to every node that shows it)."""
+    best: dict[int, _Row] = {}
+    for row in rows:
+        held = best.get(row.seq)
+        if held is None or row.score > held.score:
+            best[row.seq] = row
+    return _sorted(list(best.values()))
 
 
 def _sorted(rows: list[_Row]) -> list[_Row]:
@@ -1201,6 +1546,12 @@ def _state_id(repo_key: str) -> uuid.UUID:
     return object_id(repo_key, "", "index-state", -1, "")
 
 
+def _placement_state_ids(repo_key: str) -> tuple[uuid.UUID, uuid.UUID]:
+    """The ids of a repository's placement marks (chunk seq, node version id)."""
+    return (object_id(repo_key, "", "placed-seq", -1, ""),
+            object_id(repo_key, "", "placed-version", -1, ""))
+
+
 def _description(text: str | None) -> dict[str, Any]:
     """A collection description as kg's JSON, or {}."""
     try:
@@ -1212,9 +1563,9 @@ def _description(text: str | None) -> dict[str, Any]:
     return meta
 
 
-def _chunks_schema(name: str, description: str) -> dict[str, Any]:
-    """The class definition of a chunks collection."""
-    return {
+def _chunks_schema(name: str, description: str, *, scoped: bool = False) -> dict[str, Any]:
+    """The class definition of a chunks collection (``scoped``: of a (workspace, branch))."""
+    schema = {
         "class": name,
         "description": description,
         "vectorizer": "none",
@@ -1232,6 +1583,20 @@ def _chunks_schema(name: str, description: str) -> dict[str, Any]:
             {"name": "seq", "dataType": ["int"]},
         ],
     }
+    if scoped:
+        schema["properties"] += [
+            {"name": "versionKey", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "nodeId", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "path", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "nodeType", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "props", "dataType": ["text[]"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+        ]
+    return schema
 
 
 _STATE_SCHEMA: dict[str, Any] = {

@@ -29,6 +29,7 @@ from kg.index.weaviate import (
     import_weaviate,
     object_id,
     parse_weaviate_url,
+    property_pair,
     translate_filters,
 )
 from kg.rag.ragnode import classes_collide
@@ -154,12 +155,33 @@ def test_path_prefix_node_type_and_properties():
     assert f.filters == [
         Filter.by_property("path").like("/docs/*"),
         Filter.by_property("nodeType").equal("Doc"),
-        Filter.by_property("lang").equal("en"),
-        Filter.by_property("n").equal(2),
-        Filter.by_property("ok").equal(True),
-        Filter.by_property("x").equal(1.5),
-        Filter.by_property("gone").is_none(True),
+        # Scalars as the pairs a (workspace, branch) collection stores; None adds no condition.
+        Filter.by_property("props").contains_all(["lang=s:en", "n=n:2.0", "ok=n:1.0", "x=n:1.5"]),
     ]
+
+
+def test_version_keys_become_one_contains_any():
+    f = translate_filters(version_keys=["n1:k1", "n2:k1", "n1:k1"])
+    assert f == Filter.by_property("versionKey").contains_any(["n1:k1", "n2:k1"])
+
+
+def test_property_pairs_equal_exactly_when_python_values_are_equal():
+    # SQL compares with ==: 1, 1.0 and True are equal there, "1" is not. A translated filter may
+    # only narrow what SQL allowed, so equal values must give one pair and unequal ones two.
+    assert property_pair("n", 1) == property_pair("n", 1.0) == property_pair("n", True) == "n=n:1.0"
+    assert property_pair("n", False) == property_pair("n", 0) == "n=n:0.0"
+    assert property_pair("n", "1") == "n=s:1" != property_pair("n", 1)
+    assert property_pair("n", "a=s:b") == "n=s:a=s:b"
+    # Not stored, never filtered: SQL decides these alone.
+    for value in (None, [1], {"a": 1}, float("nan"), float("inf"), 10**400, "x" * 257):
+        assert property_pair("n", value) is None
+    assert property_pair("n", "x" * 256) == "n=s:" + "x" * 256
+
+
+def test_values_kg_cannot_pair_add_no_condition():
+    assert translate_filters(where={"tags": ["a"], "nested": {"a": 1}, "gone": None,
+                                    "x": float("nan"), "big": 10**400}) is None
+    assert translate_filters(where={"bad name": 1}) == Filter.by_property("props").contains_all(["bad name=n:1.0"])
 
 
 def test_no_filter_is_none_and_root_prefix_is_no_filter():
@@ -172,14 +194,12 @@ def test_no_filter_is_none_and_root_prefix_is_no_filter():
 @pytest.mark.parametrize("kwargs", [
     {"content_keys": "k1"},
     {"content_keys": []},
+    {"version_keys": "n:k"},
+    {"version_keys": []},
     {"path_prefix": "/a*b"},
     {"path_prefix": "/a?"},
     {"path_prefix": "docs"},
-    {"where": {"bad name": 1}},
-    {"where": {"1x": 1}},
-    {"where": {"tags": ["a"]}},
-    {"where": {"nested": {"a": 1}}},
-    {"where": {"x": float("nan")}},
+    {"where": {1: "a"}},
     {"node_type": 3},
 ])
 def test_untranslatable_filters_are_refused(kwargs):
