@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Response
 
 from api.deps import ServicesDep
 from api.models import BranchCreate
+from kg.errors import KGError
 from kg.store import repos as store
 from kg.store.history import ahead_behind
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/repos/{repo}/branches", tags=["branches"])
 
@@ -56,5 +61,15 @@ def delete_branch(repo: str, branch: str, services: ServicesDep) -> Response:
     """Delete a branch and what was written on it (not ``main``, not a branch with children)."""
     with services.db.write() as session:
         r = store.get_repository(session, repo, lock=True)
+        branch_id = store.get_branch(session, r, branch).id
         store.delete_branch(session, r, branch)
+        repo_key = r.uid
+    drop = getattr(services.index, "drop_branch", None)
+    if drop is not None:
+        # SQL is the truth and the branch id is never reused, so a collection left behind by a
+        # failure here is never read again: worth a warning, not a failed delete.
+        try:
+            drop(repo_key, branch_id)
+        except KGError as exc:
+            log.warning("branch %s deleted; its index collections were not: %s", branch, exc.message)
     return Response(status_code=204)

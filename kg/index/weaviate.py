@@ -1326,17 +1326,19 @@ class WeaviateVectorIndex:
             shared = self._held(repo_key)
             return [(h, content_keys, None) for m, h in sorted(shared.items())
                     if models is None or m in models]
-        held = {(h.model, h.workspace_id, h.branch_id): h for h in self._collections(repo_key)
-                if h.branch_id is not None}
+        held: dict[tuple[int, int], list[_Held]] = {}
+        for h in self._collections(repo_key):
+            if h.branch_id is not None and (models is None or h.model in models):
+                held.setdefault((h.workspace_id, h.branch_id), []).append(h)
         out = []
         for scope in scopes:
-            if models is not None and scope.model not in models:
-                continue
-            h = held.get((scope.model, scope.workspace_id, scope.branch_id))
-            if h is None or not scope.version_keys:
+            if not scope.version_keys:
                 continue
             base = translate_filters(**scope.filters) if scope.filters else None
-            out.append((h, scope.version_keys, base))
+            # Every model's collection of the scope: version keys hold the content key, which
+            # holds the model, so a collection of a model the versions no longer use finds nothing.
+            for h in sorted(held.get((scope.workspace_id, scope.branch_id), []), key=lambda h: h.name):
+                out.append((h, scope.version_keys, base))
         return out
 
     def _collections(self, repo_key: str) -> list[_Held]:

@@ -220,6 +220,8 @@ class Indexer(PollingWorker):
                 log.exception("indexer: storing chunks failed")
                 for job in jobs:
                     failures[job[0]] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
+        if by_repo and getattr(self.services.index, "scoped", False):
+            self._push(by_repo)
         with self.services.db.write() as session:
             for job_id, reason in postponed:  # still pending; index/status says why it waits
                 session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
@@ -231,6 +233,21 @@ class Indexer(PollingWorker):
         if run.failed:
             log.warning("indexer: %d job(s) failed", run.failed)
         return run
+
+
+    def _push(self, repo_ids: Iterable[int]) -> None:
+        """Place what was just embedded in a remote scoped index (Weaviate), so the next search
+        does not pay for it; a failure only logs (a search syncs before it reads)."""
+        from kg.rag.indexing import sync_index
+
+        for repo_id in repo_ids:
+            try:
+                with self.services.db.read() as session:
+                    repo = session.get(Repository, repo_id)
+                    if repo is not None:
+                        sync_index(session, self.services.index, repo.id, repo.uid)
+            except KGError as exc:
+                log.warning("indexer: placing repository %s in the index failed: %s", repo_id, exc.message)
 
 
 def index_status(session: Session, repo: Repository) -> dict[str, Any]:

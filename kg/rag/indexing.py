@@ -12,19 +12,19 @@ inserts the chunks if no concurrent writer did, and the node version pointing at
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
-from sqlalchemy import bindparam, select
+from sqlalchemy import and_, bindparam, false, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from kg.errors import ProviderError
-from kg.index.base import IndexedChunk, VectorIndex
+from kg.index.base import IndexedChunk, Placement, VectorIndex
 from kg.providers.base import Embedder
 from kg.rag.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
-from kg.store.models import Chunk
+from kg.store.models import Chunk, NodeVersion, Repository
 from kg.text.chunking import ChunkingConfig, recursive_split
 from kg.text.hashing import content_key
 
@@ -242,16 +242,21 @@ def store_chunks(session: Session, repo_id: int, rows: Iterable[ChunkRow]) -> in
 def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str) -> int:
     """Bring the index up to date with the chunks stored in SQL for one repository.
 
+    A scoped index (``index.scoped``: a collection per workspace and branch) is brought up to
+    date by :func:`sync_placements` instead.
+
     Returns
     -------
     int
-        Chunks added to the index.
+        Chunks added to the index (objects placed, for a scoped index).
 
     Notes
     -----
     Chunks are append-only and their ``seq`` grows in commit order per repository (writers
     hold the repository's revision lock), so reading ``seq > watermark`` is complete.
     """
+    if getattr(index, "scoped", False):
+        return sync_placements(session, index, repo_id, repo_key)
     mark = index.watermark(repo_key)
     added = 0
     while True:
@@ -272,3 +277,106 @@ def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str
         ])
         added += len(rows)
         mark = rows[-1].seq
+
+
+_PLACE_BATCH = 500
+
+
+def sync_placements(session: Session, index: Any, repo_id: int, repo_key: str) -> int:
+    """Bring a scoped index up to date: every live node version's chunks in the collection of
+    its (workspace, branch).
+
+    Parameters
+    ----------
+    session : Session
+    index : scoped index
+        ``placement_marks``, ``place`` and ``advance_placement_marks`` (the Weaviate index).
+    repo_id : int
+    repo_key : str
+
+    Returns
+    -------
+    int
+        Objects written.
+
+    Raises
+    ------
+    kg.errors.BackendUnavailable
+        The index failed; the marks stay where they were and the next pass redoes the work
+        (placement is idempotent).
+
+    Notes
+    -----
+    Two feeds, both complete because a repository's revisions and chunks are written under its
+    revision lock, so revision numbers and chunk seqs grow in commit order:
+
+    1. node versions of revisions above the revision mark (writes, merges) whose chunks exist;
+    2. chunks with ``seq`` above the seq mark (embedded by the queue after their version was
+       written, or by a re-embed that re-pointed versions in place): every version of a
+       revision at or below the revision mark that points at their content keys.
+
+    The marks advance to the repository's head revision and highest seq read at the start of
+    the pass, once all of it is placed; a pass with nothing new reads two numbers. Tombstones
+    and versions without text place nothing: the version keys of the searched branch state,
+    decided in SQL, hide whatever they replaced.
+    """
+    seq_mark, revision_mark = index.placement_marks(repo_key)
+    top_seq = session.scalar(select(func.max(Chunk.seq)).where(Chunk.repo_id == repo_id)) or 0
+    top_revision = session.scalar(select(Repository.head_revision).where(Repository.id == repo_id)) or 0
+    if (top_seq, top_revision) == (seq_mark, revision_mark):
+        return 0
+    live = (NodeVersion.repo_id == repo_id, NodeVersion.deleted == false(),
+            NodeVersion.content_key.is_not(None))
+    columns = (NodeVersion.id, NodeVersion.revision, NodeVersion.workspace_id, NodeVersion.branch_id,
+               NodeVersion.node_id, NodeVersion.path, NodeVersion.node_type, NodeVersion.properties,
+               NodeVersion.content_key)
+    placed = 0
+    after = (revision_mark, 0)
+    while True:
+        versions = session.execute(
+            select(*columns).where(
+                *live, NodeVersion.revision <= top_revision,
+                or_(NodeVersion.revision > after[0],
+                    and_(NodeVersion.revision == after[0], NodeVersion.id > after[1])))
+            .order_by(NodeVersion.revision, NodeVersion.id).limit(_PLACE_BATCH)
+        ).all()
+        if not versions:
+            break
+        placed += _place(session, index, repo_id, repo_key, versions)
+        after = (versions[-1].revision, versions[-1].id)
+    if top_seq > seq_mark and revision_mark > 0:
+        keys = session.scalars(
+            select(Chunk.content_key).where(Chunk.repo_id == repo_id, Chunk.seq > seq_mark,
+                                            Chunk.seq <= top_seq).distinct()
+        ).all()
+        for start in range(0, len(keys), _PLACE_BATCH):
+            versions = session.execute(
+                select(*columns).where(*live, NodeVersion.revision <= revision_mark,
+                                       NodeVersion.content_key.in_(keys[start:start + _PLACE_BATCH]))
+                .order_by(NodeVersion.revision, NodeVersion.id)
+            ).all()
+            placed += _place(session, index, repo_id, repo_key, versions)
+    index.advance_placement_marks(repo_key, max(top_seq, seq_mark), max(top_revision, revision_mark))
+    return placed
+
+
+def _place(session: Session, index: Any, repo_id: int, repo_key: str, versions: Sequence[Any]) -> int:
+    """Place these node versions (rows of ``sync_placements``' columns) whose chunks exist."""
+    keys = sorted({v.content_key for v in versions})
+    chunks: dict[str, list[IndexedChunk]] = {}
+    for start in range(0, len(keys), _PLACE_BATCH):
+        for r in session.execute(
+            select(Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, Chunk.model,
+                   Chunk.embedding)
+            .where(Chunk.repo_id == repo_id, Chunk.content_key.in_(keys[start:start + _PLACE_BATCH]))
+            .order_by(Chunk.content_key, Chunk.chunk_index)
+        ):
+            chunks.setdefault(r.content_key, []).append(IndexedChunk(
+                seq=r.seq, content_key=r.content_key, chunk_index=r.chunk_index, text=r.text,
+                model=r.model, vector=np.frombuffer(r.embedding, dtype=np.float32)))
+    placements = [
+        Placement(v.workspace_id, v.branch_id, v.node_id, v.path, v.node_type, dict(v.properties or {}),
+                  tuple(chunks[v.content_key]))
+        for v in versions if v.content_key in chunks
+    ]
+    return index.place(repo_key, placements) if placements else 0

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
-from kg.index.base import IndexHit
+from kg.index.base import IndexHit, SearchScope, version_key
 from kg.rag.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
 from kg.rag.indexing import sync_index
@@ -253,7 +253,8 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     if use_vector:
         vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
     if use_fulltext:
-        fulltext_hits = services.index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
+        fulltext_hits = services.index.bm25(repo_key, request.query, depth, content_keys=searchable.keys,
+                                            **searchable.scoped())
 
     if request.granularity == "node":
         results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request)
@@ -292,7 +293,8 @@ def _native_hybrid(services, view, searchable: _Searchable, request, depth):
     vector = embedder.embed([request.query])[0]
     alpha = request.vector_weight / (request.vector_weight + request.fulltext_weight)
     answer = services.index.hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
-                                   content_keys=keys, alpha=alpha, fusion_type=request.fusion_type or "ranked")
+                                   content_keys=keys, alpha=alpha, fusion_type=request.fusion_type or "ranked",
+                                   **searchable.scoped(model))
     names = view.workspaces
     per_node: Counter[str] = Counter()
     results: list[SearchResult] = []
@@ -417,6 +419,7 @@ class _NodeLite:
 
     node_id: str
     workspace_id: int
+    branch_id: int
     path: str
     node_type: str
     content_key: str | None
@@ -435,11 +438,22 @@ class _Searchable:
         can memoise its mask of them.
     keys_by_model : dict of str to frozenset of str
         The content keys by the embedding model of their workspace.
+    scopes : tuple of SearchScope
+        For a scoped index (a collection per workspace and branch): per (model, workspace,
+        branch) providing visible versions, their version keys; the filters go along for the
+        searched branch's own collections when it is read at its head. Empty otherwise.
     """
 
     by_key: dict[str, list]
     keys: frozenset[str]
     keys_by_model: dict[str, frozenset[str]]
+    scopes: tuple[SearchScope, ...] = ()
+
+    def scoped(self, model: str | None = None) -> dict[str, Any]:
+        """The ``scopes`` keyword of an index call (of one model, or all), or none."""
+        if not self.scopes:
+            return {}
+        return {"scopes": [s for s in self.scopes if model is None or s.model == model]}
 
 
 def _searchable(session: Session, services: Any, view: BranchView, wids: list[int],
@@ -458,7 +472,7 @@ def _searchable(session: Session, services: Any, view: BranchView, wids: list[in
         if request.where:
             nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
         else:
-            nodes = [_NodeLite(n.node_id, n.workspace_id, n.path, n.node_type, n.content_key)
+            nodes = [_NodeLite(n.node_id, n.workspace_id, n.branch_id, n.path, n.node_type, n.content_key)
                      for n in visible_nodes(session, view, workspace_ids=wids,
                                             path_prefix=request.path_prefix, with_properties=False)]
         by_key: dict[str, list] = defaultdict(list)
@@ -473,13 +487,37 @@ def _searchable(session: Session, services: Any, view: BranchView, wids: list[in
             by_key[node.content_key].append(node)
             by_model[models[node.workspace_id]].add(node.content_key)
         return _Searchable(dict(by_key), frozenset(by_key),
-                           {model: frozenset(keys) for model, keys in by_model.items()})
+                           {model: frozenset(keys) for model, keys in by_model.items()},
+                           _scopes(view, by_key, models, request) if scoped else ())
+
+    scoped = bool(getattr(services.index, "scoped", False))
 
     if request.where:
         return build()
     configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
     key = ("searchable", view.repo.id, *view.cache_key, configs, request.path_prefix, request.node_type)
     return services.search_cache.get(key, build)
+
+
+def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
+            request: SearchRequest) -> tuple[SearchScope, ...]:
+    """The (workspace, branch) collections a scoped index reads for these nodes: the branch's
+    own and its ancestors' that provide visible versions, each with the version keys it may
+    return. The request's filters go along only to the branch's own collections read at its
+    head: an object holds the newest path and properties of its node there, which is what the
+    head sees (an ancestor is read as of the fork, an older revision as of then)."""
+    keys: dict[tuple[str, int, int], set[str]] = defaultdict(set)
+    for content_key, nodes in by_key.items():
+        for node in nodes:
+            keys[(models[node.workspace_id], node.workspace_id, node.branch_id)].add(
+                version_key(node.node_id, content_key))
+    at_head = view.revision == view.branch.head_revision
+    filters = {"path_prefix": request.path_prefix, "node_type": request.node_type, "where": request.where}
+    sent = filters if at_head and any(v is not None for v in filters.values()) else None
+    return tuple(
+        SearchScope(model, wid, bid, frozenset(vkeys), sent if bid == view.branch.id else None)
+        for (model, wid, bid), vkeys in sorted(keys.items())
+    )
 
 
 def _vector_leg(services, view, searchable: _Searchable, request, depth,
@@ -502,7 +540,8 @@ def _vector_leg(services, view, searchable: _Searchable, request, depth,
                              "message": f"the vector leg skipped model {model!r}: {exc.message}"})
             continue
         merged.extend(services.index.knn(view.repo.uid, vector, depth, model=embedder.name,
-                                         content_keys=keys, max_distance=request.max_distance))
+                                         content_keys=keys, max_distance=request.max_distance,
+                                         **searchable.scoped(model)))
     if failed and len(failed) == len(keys_by_model) and request.mode == "vector":
         raise failed[0]
     if len(keys_by_model) > 1:

@@ -134,6 +134,8 @@ class NodeVersion(Base):
         Index("ix_node_versions_node_id", "branch_id", "node_id", "revision"),
         Index("ix_node_versions_content_key", "repo_id", "content_key"),
         Index("ix_node_versions_branch_revision", "branch_id", "revision"),
+        # The feed of a scoped search index (kg.rag.indexing.sync_placements).
+        Index("ix_node_versions_repo_revision", "repo_id", "revision", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)

@@ -73,3 +73,109 @@ def test_a_branch_sees_its_own_text_through_weaviate(wclient):
     assert on_branch["results"][0]["path"] == "/rotate" and "revoked" in on_branch["results"][0]["chunk_text"]
     on_main = client.post(f"/api/repos/{repo}/search", json={"query": "revoked reissued"}).json()
     assert all("revoked" not in row["chunk_text"] for row in on_main["results"])
+
+
+# -- one collection per (workspace, branch) -------------------------------------------------------
+
+
+def _names(client, repo):
+    body = client.get(f"/api/repos/{repo}/index/status").json()["index"]
+    return sorted(c["name"] for c in body["collections"])
+
+
+def test_a_new_branch_has_no_collection_until_it_writes_and_reads_mains(wclient):
+    client, repo = wclient
+    client.post(f"/api/repos/{repo}/search", json={"query": "anything"})  # a search brings the index up to date
+    main_id = client.get(f"/api/repos/{repo}/index/status").json()["index"]["collections"][0]["branch_id"]
+    before = _names(client, repo)
+    assert len(before) == 1 and before[0].endswith(f"_b{main_id}")
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/r", "from": "main"}).status_code == 201
+    # Searchable at once, through main's collection: nothing was copied, nothing created.
+    found = client.post(f"/api/repos/{repo}/search?branch=agent/r", json={"query": "invoices payment", "k": 1}).json()
+    assert found["results"][0]["path"] == "/billing"
+    assert _names(client, repo) == before
+    r = client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/notes?branch=agent/r",
+                   json={"properties": {"content": "Agents keep scratch notes about invoices here."}})
+    assert r.status_code == 201, r.text
+    client.post(f"/api/repos/{repo}/search?branch=agent/r", json={"query": "scratch notes"})
+    after = _names(client, repo)
+    assert len(after) == 2 and before[0] in after
+    collections = client.get(f"/api/repos/{repo}/index/status").json()["index"]["collections"]
+    objects = {c["name"]: c["objects"] for c in collections}
+    own = next(n for n in after if n not in before)
+    # The branch's collection holds its one node; main's is untouched.
+    assert objects[own] == 1 and objects[before[0]] == len(DOCS)
+    # Deleting the branch deletes its collection.
+    assert client.delete(f"/api/repos/{repo}/branches/agent/r").status_code == 204
+    assert _names(client, repo) == before
+
+
+def test_overrides_and_deletes_on_a_branch_hide_mains_objects(wclient):
+    client, repo = wclient
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/h", "from": "main"}).status_code == 201
+    assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/deploy?branch=agent/h",
+                      json={"properties": {"content": "Deploys are frozen on Fridays."}}).status_code == 200
+    assert client.delete(f"/api/repos/{repo}/workspaces/knowledge/nodes/billing?branch=agent/h").status_code == 200
+    for mode in ("vector", "fulltext", "hybrid"):
+        rows = client.post(f"/api/repos/{repo}/search?branch=agent/h",
+                           json={"query": "build cache stale invoices payment deploy", "mode": mode, "k": 10}).json()["results"]
+        texts = {row["path"]: row["chunk_text"] for row in rows}
+        assert "/billing" not in texts, mode
+        assert texts.get("/deploy", "Deploys are frozen on Fridays.") == "Deploys are frozen on Fridays.", mode
+        assert all("build cache" not in t for t in texts.values()), mode
+    # main still sees its own text
+    rows = client.post(f"/api/repos/{repo}/search", json={"query": "build cache stale", "k": 1}).json()["results"]
+    assert rows[0]["path"] == "/deploy" and "build cache" in rows[0]["chunk_text"]
+
+
+def test_merge_places_the_branch_text_in_mains_collection_and_history_stays_searchable(wclient):
+    client, repo = wclient
+    head = client.get(f"/api/repos/{repo}/branches/main").json()["head_revision"]
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/m", "from": "main"}).status_code == 201
+    assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/rotate?branch=agent/m",
+                      json={"properties": {"content": "Keys are revoked and reissued, never rotated."}}).status_code == 200
+    merged = client.post(f"/api/repos/{repo}/branches/agent/m/merge", json={"into": "main"})
+    assert merged.status_code == 200, merged.text
+    rows = client.post(f"/api/repos/{repo}/search", json={"query": "revoked reissued", "k": 1}).json()["results"]
+    assert rows[0]["path"] == "/rotate" and "revoked" in rows[0]["chunk_text"]
+    # Deleting the merged branch leaves main's copy in main's collection.
+    assert client.delete(f"/api/repos/{repo}/branches/agent/m").status_code == 204
+    rows = client.post(f"/api/repos/{repo}/search", json={"query": "revoked reissued", "k": 1}).json()["results"]
+    assert rows[0]["path"] == "/rotate" and "revoked" in rows[0]["chunk_text"]
+    # main as of before the merge still finds the old text (its objects are kept).
+    old = client.post(f"/api/repos/{repo}/search?at_revision={head}",
+                      json={"query": "rotate api key settings", "k": 1}).json()["results"]
+    assert old[0]["path"] == "/rotate" and "press rotate key" in old[0]["chunk_text"]
+
+
+def test_filters_on_a_branch_head_and_on_an_ancestor(wclient):
+    client, repo = wclient
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/f", "from": "main"}).status_code == 201
+    assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/runbook?branch=agent/f",
+                      json={"node_type": "Runbook", "properties": {"content": "Clear the build cache and retry the deploy.",
+                                                                   "team": "ops", "level": 2}}).status_code == 201
+    q = {"query": "clear build cache retry deploy", "k": 10}
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "path_prefix": "/runbook"}).json()["results"]
+    assert [r["path"] for r in rows] == ["/runbook"]
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "node_type": "Runbook"}).json()["results"]
+    assert [r["path"] for r in rows] == ["/runbook"]
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "where": {"level": 2.0}}).json()["results"]
+    assert [r["path"] for r in rows] == ["/runbook"]
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "where": {"team": "dev"}}).json()["results"]
+    assert rows == []
+    # An ancestor's node found through a filter on the branch (main's collection, no filter sent there).
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "path_prefix": "/deploy"}).json()["results"]
+    assert [r["path"] for r in rows] == ["/deploy"]
+
+
+def test_the_indexer_places_embedded_text_before_any_search(wclient):
+    client, repo = wclient
+    services = client.app.state.services
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/i", "from": "main"}).status_code == 201
+    assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/faq?branch=agent/i",
+                      json={"properties": {"content": "Frequently asked: where do invoices go?"}}).status_code == 201
+    services.indexer.drain()
+    status = client.get(f"/api/repos/{repo}/index/status").json()
+    branch_ids = {c["branch_id"] for c in status["index"]["collections"]}
+    assert len(branch_ids) == 2  # main's (its three nodes) and agent/i's (its one), no search ran
+    assert sorted(c["objects"] for c in status["index"]["collections"]) == [1, len(DOCS)]

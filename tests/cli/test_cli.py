@@ -103,7 +103,18 @@ def test_reindex_fills_weaviate_from_sql_without_embedding(env, monkeypatch, wea
     try:
         stats = index.stats(repo_key)
         assert stats["chunks"] == body["chunks"]
-        assert stats["watermark"] > 0
+        # Every node version's chunks went to the collection of its (workspace, branch): main.
+        with services.db.read() as session:
+            repo = get_repository(session, "peps")
+            from kg.store.models import Branch, Chunk, Workspace
+            from sqlalchemy import func, select
+
+            main_id = session.scalar(select(Branch.id).where(Branch.repo_id == repo.id, Branch.name == "main"))
+            ws_id = session.scalar(select(Workspace.id).where(Workspace.repo_id == repo.id, Workspace.name == "peps"))
+            top_seq = session.scalar(select(func.max(Chunk.seq)).where(Chunk.repo_id == repo.id))
+            head = repo.head_revision
+        assert [(c["workspace_id"], c["branch_id"]) for c in stats["collections"]] == [(ws_id, main_id)]
+        assert stats["placed"] == {"seq": top_seq, "version": head}
         # Run again: the collection is dropped and refilled, never doubled.
         again = runner.invoke(app, ["reindex", "--repo", "peps", "--index", "weaviate"])
         assert again.exit_code == 0, again.output
