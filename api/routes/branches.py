@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import APIRouter, Response
 
 from api.deps import ServicesDep
 from api.models import BranchCreate
-from kg.errors import KGError
+from kg.rag.indexing import forget_branch
 from kg.store import repos as store
 from kg.store.history import ahead_behind
-
-log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/api/repos/{repo}/branches", tags=["branches"])
 
@@ -64,12 +60,5 @@ def delete_branch(repo: str, branch: str, services: ServicesDep) -> Response:
         branch_id = store.get_branch(session, r, branch).id
         store.delete_branch(session, r, branch)
         repo_key = r.uid
-    drop = getattr(services.index, "drop_branch", None)
-    if drop is not None:
-        # SQL is the truth and the branch id is never reused, so a collection left behind by a
-        # failure here is never read again: worth a warning, not a failed delete.
-        try:
-            drop(repo_key, branch_id)
-        except KGError as exc:
-            log.warning("branch %s deleted; its index collections were not: %s", branch, exc.message)
+    forget_branch(services.index, repo_key, branch_id)
     return Response(status_code=204)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.models import BatchBody, MergeBody
 from kg.rag import writes
+from kg.rag.indexing import forget_branch
 from kg.rag.merge import merge_branch
 from kg.store import history
 from kg.store.repos import branch_view, get_repository, parent_name
@@ -63,5 +64,8 @@ def reset(repo: str, branch: str, services: ServicesDep) -> dict:
     with services.db.write() as session:
         r = get_repository(session, repo, lock=True)
         b = history.reset_branch(session, r, branch)
-        return {"name": b.name, "parent": parent_name(session, b), "base_revision": b.base_revision,
-                "head_revision": b.head_revision}
+        out = {"name": b.name, "parent": parent_name(session, b), "base_revision": b.base_revision,
+               "head_revision": b.head_revision}
+        repo_key, branch_id = r.uid, b.id
+    forget_branch(services.index, repo_key, branch_id)
+    return out

@@ -7,36 +7,53 @@ API). A missing extra or an unreachable server is a :class:`~kg.errors.BackendUn
 
 Layout in Weaviate
 ------------------
-The index is content-addressed like the embedded one: a chunk is keyed by its ``content_key``
-(sha256 of a node's text, chunking and model) and ``chunk_index``; which chunks a branch sees is
-decided in SQL, which passes the allowed content keys to every search. So a branch shares the
-chunks of every node it did not touch with its parent, a new branch is searchable at once, and
-nothing is copied. Per repository and embedding model there is one collection::
+kg's workspaces: one collection per (workspace, branch) and embedding model, filled by
+:meth:`WeaviateVectorIndex.place` from SQL's node versions (``kg.rag.indexing.sync_placements``)::
 
-    KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>
+    KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>_w<workspace id>_b<branch id>
         vectorizer "none", HNSW, cosine distance; description = JSON {"kg": "chunks",
-        "format": 1, "repo", "model", "dim"}
+        "format": 1, "repo", "model", "dim", "workspace", "branch"}
         content     text    the passage, returned by searches (not indexed)
         terms       text    kg's BM25 analyzer output (kg.index.tokenize), whitespace-tokenized
         contentKey  text    field-tokenized, filterable
         chunkIndex  int
         seq         int     the chunk's row id in SQL
+        versionKey  text    "{node_id}:{content_key}", field-tokenized: the visibility filter
+        nodeId, path, nodeType  text, field-tokenized, filterable
+        props       text[]  one property_pair per scalar property, field-tokenized
 
-(one collection per model, because a Weaviate vector index has one dimension). The ``terms``
-property carries kg's own analysis (NFKC case folding, CJK bigrams, Lucene's stop words), so
-full-text search matches what the embedded index matches, without Weaviate's optional GSE
-tokenizer; the collection's own stop-word list is switched off.
+(the model is in the name because a Weaviate vector index has one dimension; a workspace embeds
+with one model at a time). The SQL ids make the names stable and collision-free (branch ids are
+never reused), and a collection is created on its branch's first write: a new branch reads its
+ancestors' collections and is searchable at once, with nothing copied. A search passes one
+:class:`~kg.index.base.SearchScope` per (workspace, branch) that provides visible versions, with
+the version keys SQL resolved for the searched branch state (so what a branch rewrote or
+deleted is hidden, and an ancestor is read as of the fork); the search's path, type and
+property filters are sent as well where the objects carry the searched versions' own values.
+Rows of several collections are merged: exactly by distance; BM25 and hybrid scores each come
+from their own collection's statistics (see :meth:`WeaviateVectorIndex.bm25`).
 
-A collection ``KgIndexState`` holds one object per repository with its watermark. The
-watermark advances only after every object of a ``sync`` call was acknowledged, so a batch that
-failed half-way leaves no hole below the watermark: the caller re-syncs from the old watermark,
-and deterministic object ids (:func:`object_id`) make the retry overwrite instead of duplicate.
+The :class:`~kg.index.base.VectorIndex` protocol's own ``sync`` (content-addressed chunks, the
+contract every index fulfils) fills one shared collection per repository and model,
+``KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>``, with the properties above up to
+``seq``; kg's searches use the scoped collections (``scoped = True``).
+
+The ``terms`` property carries kg's own analysis (NFKC case folding, CJK bigrams, Lucene's stop
+words, English stemming), so full-text search matches what the embedded index matches, without
+Weaviate's optional GSE tokenizer; the collection's own stop-word list is switched off.
+
+A collection ``KgIndexState`` holds per repository the ``sync`` watermark and the two placement
+marks (head revision and chunk seq placed). A mark advances only after every object up to it
+was acknowledged, so a batch that failed half-way leaves no hole below it: the caller redoes the
+pass from the old mark, and deterministic object ids (:func:`object_id`) make the retry
+overwrite instead of duplicate.
 
 Large allowed sets
 ------------------
-Up to :attr:`WeaviateVectorIndex.filter_batch_keys` content keys (default 1,000) go into one
-``contentKey`` ``ContainsAny`` filter. Above that, a search first asks Weaviate for a deeper
-unfiltered top list (``probe_depth``) and keeps the allowed rows client-side; when that yields
+Up to :attr:`WeaviateVectorIndex.filter_batch_keys` keys (default 1,000; content keys, or
+version keys in a scoped collection) go into one ``ContainsAny`` filter. Above that, a search
+first asks Weaviate for a deeper top list (``probe_depth``) without the key filter (with the
+search's translated filters, if any) and keeps the allowed rows client-side; when that yields
 ``k`` rows whose last score is strictly above the deepest probed score, they are the exact top
 ``k`` (every row outside the probe scores lower). Otherwise the keys are split into batches of
 ``filter_batch_keys``, each batch is one filtered query for the top ``k``, and the batches are

@@ -11,6 +11,7 @@ inserts the chunks if no concurrent writer did, and the node version pointing at
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -20,13 +21,15 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from kg.errors import ProviderError
+from kg.errors import KGError, ProviderError
 from kg.index.base import IndexedChunk, Placement, VectorIndex
 from kg.providers.base import Embedder
 from kg.rag.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
 from kg.store.models import Chunk, NodeVersion, Repository
 from kg.text.chunking import ChunkingConfig, recursive_split
 from kg.text.hashing import content_key
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,3 +383,26 @@ def _place(session: Session, index: Any, repo_id: int, repo_key: str, versions: 
         for v in versions if v.content_key in chunks
     ]
     return index.place(repo_key, placements) if placements else 0
+
+
+def forget_branch(index: Any, repo_key: str, branch_id: int) -> None:
+    """After SQL deleted or reset a branch: delete its collections in a scoped index.
+
+    A failure only logs: SQL is the truth, and a deleted branch's id is never reused, so a
+    collection left behind is never read (a reset branch's stale objects are never in the
+    version keys it sees, and its next writes overwrite or add objects).
+
+    Parameters
+    ----------
+    index : VectorIndex
+        Anything without ``drop_branch`` (the embedded index) is left alone.
+    repo_key : str
+    branch_id : int
+    """
+    drop = getattr(index, "drop_branch", None)
+    if drop is None:
+        return
+    try:
+        drop(repo_key, branch_id)
+    except KGError as exc:
+        log.warning("branch %s: its index collections were not deleted: %s", branch_id, exc.message)

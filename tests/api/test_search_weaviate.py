@@ -179,3 +179,19 @@ def test_the_indexer_places_embedded_text_before_any_search(wclient):
     branch_ids = {c["branch_id"] for c in status["index"]["collections"]}
     assert len(branch_ids) == 2  # main's (its three nodes) and agent/i's (its one), no search ran
     assert sorted(c["objects"] for c in status["index"]["collections"]) == [1, len(DOCS)]
+
+
+def test_resetting_a_branch_drops_its_collection_and_it_reads_main_again(wclient):
+    client, repo = wclient
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/z", "from": "main"}).status_code == 201
+    assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/billing?branch=agent/z",
+                      json={"properties": {"content": "Billing moved to the finance portal."}}).status_code == 200
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/z", json={"query": "finance portal", "k": 1}).json()["results"]
+    assert "finance portal" in rows[0]["chunk_text"]
+    assert len(_names(client, repo)) == 2
+    assert client.post(f"/api/repos/{repo}/branches/agent/z/reset").status_code == 200
+    assert len(_names(client, repo)) == 1
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/z",
+                       json={"query": "invoices payment finance portal", "k": 3}).json()["results"]
+    assert rows[0]["path"] == "/billing" and "Invoices are sent monthly" in rows[0]["chunk_text"]
+    assert all("finance portal" not in r["chunk_text"] for r in rows)

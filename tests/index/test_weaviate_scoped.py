@@ -344,17 +344,29 @@ def test_bm25_and_hybrid_with_scopes(index, repo):
 # -- 9. large allowed sets -------------------------------------------------------------------------
 
 
+U = unit(1, 77)[0]  # the direction of a cluster of hidden nodes
+
+
 def _large_world() -> list[Placement]:
+    """20 nodes n0..n19 over branches 1 and 2 (every third with two chunks), and per branch six
+    nodes z.. next to ``U`` whose text repeats "zulu" (hidden: they force the batched path)."""
     v = unit(30, 9)
     out = []
     for i in range(20):
         vs = v[i:i + 1] if i % 3 else v[20 + i // 3:21 + i // 3].repeat(2, 0) * [[1], [0.5]] + v[i:i + 1]
-        n = len(vs)
         seq0 = 100 + 2 * i
-        texts = [f"{WORDS[i % 8]} {WORDS[(i * 3 + j) % 8]} extra{i % 4}" for j in range(n)]
-        out.append(put(1, 1 + i % 2, f"n{i}", chunks(f"K{i}", list(range(seq0, seq0 + n)), vs,
+        texts = [f"{WORDS[i % 8]} {WORDS[(i * 3 + j) % 8]} extra{i % 4} zulu" for j in range(len(vs))]
+        out.append(put(1, 1 + i % 2, f"n{i}", chunks(f"K{i}", list(range(seq0, seq0 + len(vs))), vs,
                                                     texts=texts), path=f"/p{i % 3}/n{i}"))
+    near = U + 0.1 * unit(12, 78)
+    for j in range(12):
+        out.append(put(1, 1 + j % 2, f"z{j}", chunks(f"Z{j}", [200 + j], near[j:j + 1],
+                                                    texts=["zulu zulu zulu"]), path="/p1/z"))
     return out
+
+
+def _shown(p: Placement) -> bool:
+    return p.node_id.startswith("n") and int(p.node_id[1:]) % 4 in (0, 3)
 
 
 def test_large_allowed_sets_are_exact(open_index, repo):
@@ -362,26 +374,24 @@ def test_large_allowed_sets_are_exact(open_index, repo):
     big = open_index(filter_batch_keys=1000)
     ps = _large_world()
     small.place(repo, ps)
-    by_branch = {b: {p.version_key for p in ps if p.branch_id == b and int(p.node_id[1:]) % 4 != 1}
-                 for b in (1, 2)}
-    assert min(len(k) for k in by_branch.values()) > 3
+    by_branch = {b: {p.version_key for p in ps if p.branch_id == b and _shown(p)} for b in (1, 2)}
+    assert [len(by_branch[b]) for b in (1, 2)] == [5, 5]
     for filters in (None, {"path_prefix": "/p1/"}):
         sc = [scope(1, 2, by_branch[2], filters), scope(1, 1, by_branch[1], filters)]
         visible = [p for p in ps if filters is None or p.path.startswith("/p1/")]
-        for q in [*unit(6, 99), ps[1].chunks[0].vector, ps[3].chunks[1].vector]:
+        for q in [U, -U, *unit(4, 99), *(ps[i].chunks[0].vector for i in (1, 2, 3, 5))]:
             for k in (1, 2, 5, 40):
                 hits = small.knn(repo, q, k, model=MODEL, content_keys=ckeys(ps), scopes=sc)
                 assert_exact(hits, brute(visible, sc, q, k))
-        for query in ("alpha", "bravo extra1", "golf hotel extra3", "echo"):
+        allowed_seqs = {c.seq for p in visible if _shown(p) for c in p.chunks}
+        for query in ("zulu", "alpha", "bravo extra1", "golf hotel extra3", "echo"):
             for k in (1, 3, 40):
                 got = small.bm25(repo, query, k, content_keys=ckeys(ps), scopes=sc)
                 want = big.bm25(repo, query, k, content_keys=ckeys(ps), scopes=sc)
                 assert [(h.seq, h.content_key) for h in got] == [(h.seq, h.content_key) for h in want]
                 assert [h.score for h in got] == pytest.approx([h.score for h in want])
-                assert len(want) == len(set(seqs(want)))
-                allowed_seqs = {c.seq for p in visible if p.version_key in by_branch[p.branch_id]
-                                for c in p.chunks}
-                assert set(seqs(got)) <= allowed_seqs
+                assert len(want) == len(set(seqs(want))) and set(seqs(got)) <= allowed_seqs
+        assert len(small.bm25(repo, "zulu", 40, content_keys=ckeys(ps), scopes=sc)) == len(allowed_seqs)
 
 
 def test_large_allowed_set_counts_a_chunk_shown_by_two_nodes_once(open_index, repo):
