@@ -1472,7 +1472,7 @@ class WeaviateVectorIndex:
         allowed = set(unique)
         depth = min(max(self.probe_depth, 4 * k), MAX_QUERY_RESULTS)
         probed = _sorted(run(base, depth))
-        kept = [r for r in probed if r.key in allowed]
+        kept = _distinct([r for r in probed if r.key in allowed])
         if len(probed) < depth or (len(kept) >= k and kept[k - 1].score > probed[-1].score):
             return kept
         merged: dict[int, _Row] = {}
@@ -1529,13 +1529,31 @@ def _sorted(rows: list[_Row]) -> list[_Row]:
 
 
 def _complete(run: Callable[[Any, int], list[_Row]], filters: Any, k: int) -> list[_Row]:
-    """The top ``k`` of one query, deepened until ties at the cut are all in (ties by seq)."""
+    """The top ``k`` chunks of one query, each once, deepened until ties at the cut are all in
+    (ties by seq).
+
+    A chunk shown by several nodes is one object per node in a (workspace, branch)
+    collection: the cut counts distinct chunks, not objects.
+    """
     limit = min(MAX_QUERY_RESULTS, k + max(k, 10))
     while True:
         rows = _sorted(run(filters, limit))
-        if len(rows) < limit or limit >= MAX_QUERY_RESULTS or rows[k - 1].score > rows[-1].score:
-            return rows
+        chunks = _distinct(rows)
+        if len(rows) < limit or limit >= MAX_QUERY_RESULTS or (
+                len(chunks) >= k and chunks[k - 1].score > rows[-1].score):
+            return chunks
         limit = min(MAX_QUERY_RESULTS, 2 * limit)
+
+
+def _distinct(rows: list[_Row]) -> list[_Row]:
+    """Sorted rows with each chunk (seq) once, at its first (best) place."""
+    seen: set[int] = set()
+    out = []
+    for row in rows:
+        if row.seq not in seen:
+            seen.add(row.seq)
+            out.append(row)
+    return out
 
 
 def _hits(rows: list[_Row]) -> list[IndexHit]:

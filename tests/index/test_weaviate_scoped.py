@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from kg.errors import InvalidInput
-from kg.index.base import IndexedChunk, IndexHit, Placement, SearchScope, version_key
+from kg.index.base import IndexedChunk, IndexHit, Placement, SearchScope
 from kg.index.weaviate import WeaviateVectorIndex, object_id
 
 MODEL = "scoped-test-model"
