@@ -195,3 +195,55 @@ def test_resetting_a_branch_drops_its_collection_and_it_reads_main_again(wclient
                        json={"query": "invoices payment finance portal", "k": 3}).json()["results"]
     assert rows[0]["path"] == "/billing" and "Invoices are sent monthly" in rows[0]["chunk_text"]
     assert all("finance portal" not in r["chunk_text"] for r in rows)
+
+
+def test_text_embedded_after_its_version_was_fed_is_placed_by_the_chunk_feed(settings, weaviate_url):
+    """A write is fed to the index before its text is embedded (the queue is slow): the version
+    feed skips it, and once the chunks exist the chunk feed places it."""
+    from api.app import create_app
+
+    slow = settings.model_copy(update={"index_inline": False, "index_poll_s": 3600.0})
+    db = Database(slow.resolved_database_url())
+    index = WeaviateVectorIndex(weaviate_url)
+    services = Services(settings=slow, db=db, index=index, embedder_factory=lambda name: make_embedder(name))
+    services.after_write = lambda repo_id, keys: None  # nothing embeds until drain() below
+    repo = f"w{uuid.uuid4().hex[:8]}"
+    with TestClient(create_app(services=services)) as client:
+        try:
+            assert client.post("/api/repos", json={"name": repo}).status_code == 201
+            assert client.post(f"/api/repos/{repo}/workspaces", json={"name": "knowledge"}).status_code == 201
+            assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/late",
+                              json={"properties": {"content": "Late text about glaciers."}}).status_code == 201
+            q = {"query": "glaciers", "mode": "fulltext"}
+            assert client.post(f"/api/repos/{repo}/search", json=q).json()["results"] == []
+            placed = client.get(f"/api/repos/{repo}/index/status").json()["index"]["placed"]
+            head = client.get(f"/api/repos/{repo}/branches/main").json()["head_revision"]
+            assert placed["version"] == head  # the version was fed, with nothing to place yet
+            services.indexer.drain()
+            rows = client.post(f"/api/repos/{repo}/search", json=q).json()["results"]
+            assert [r["path"] for r in rows] == ["/late"]
+        finally:
+            client.delete(f"/api/repos/{repo}")
+
+
+def test_filters_follow_the_version_a_branch_sees_not_the_newest_object(wclient):
+    """An object holds the newest path and properties of its node on its branch; a branch
+    forked before a property change, or a search at an older revision, sees the older version:
+    the property filter must be decided by that version (so it is not sent to Weaviate there)."""
+    client, repo = wclient
+    url = f"/api/repos/{repo}/workspaces/knowledge/nodes/billing"
+    text = DOCS["/billing"]
+    assert client.put(url, json={"properties": {"content": text, "team": "finance"}}).status_code == 200
+    old = client.get(f"/api/repos/{repo}/branches/main").json()["head_revision"]
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/old", "from": "main"}).status_code == 201
+    # Same text (same content key, same object), new property on main.
+    assert client.put(url, json={"properties": {"content": text, "team": "ops"}}).status_code == 200
+    q = {"query": "invoices payment", "k": 3, "where": {"team": "finance"}}
+    on_main = client.post(f"/api/repos/{repo}/search", json=q).json()["results"]
+    assert on_main == []
+    on_branch = client.post(f"/api/repos/{repo}/search?branch=agent/old", json=q).json()["results"]
+    assert [r["path"] for r in on_branch] == ["/billing"]
+    at_old = client.post(f"/api/repos/{repo}/search?at_revision={old}", json=q).json()["results"]
+    assert [r["path"] for r in at_old] == ["/billing"]
+    now = client.post(f"/api/repos/{repo}/search", json={**q, "where": {"team": "ops"}}).json()["results"]
+    assert [r["path"] for r in now] == ["/billing"]
