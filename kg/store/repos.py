@@ -347,15 +347,17 @@ def branch_view(
     kg.errors.NotFound
         Unknown repository or branch.
     kg.errors.InvalidInput
-        A negative ``at_revision``.
+        An ``at_revision`` below 0 or above the repository's head revision.
     """
     repo = get_repository(session, repo_name)
     return _view(session, repo, branch_name, at_revision)
 
 
 def _view(session: Session, repo: Repository, branch_name: str, at_revision: int | None) -> BranchView:
-    if at_revision is not None and (isinstance(at_revision, bool) or at_revision < 0):
-        raise InvalidInput("at_revision must be >= 0", details={"at_revision": at_revision})
+    if at_revision is not None and (isinstance(at_revision, bool) or not 0 <= at_revision <= repo.head_revision):
+        # A revision not written yet would read the present now and something else later.
+        raise InvalidInput(f"at_revision must be between 0 and the head revision {repo.head_revision}",
+                           details={"at_revision": at_revision, "head_revision": repo.head_revision})
     branches = _branches(session, repo)
     branch = branches.get(branch_name)
     if branch is None:
