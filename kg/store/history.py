@@ -531,10 +531,13 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                 continue
             used.add(("relation", address))
             plan.relation_changes.append(RelationChange(key, tv if resolution["take"] == "theirs" else ov))
-    unused = [k for k in node_res if ("node", k) not in used] + [k for k in rel_res if ("relation", k) not in used]
+    # Named back as the caller wrote them (workspace name, not its internal id).
+    unused = [{"workspace": ours_view.workspaces.get(k[0], k[0]), "path": k[1]}
+              for k in node_res if ("node", k) not in used]
+    unused += [{"from": k[0], "type": k[1], "to": k[2]} for k in rel_res if ("relation", k) not in used]
     if unused:
         raise InvalidInput(f"{len(unused)} resolution(s) name no conflict of this merge",
-                           details={"unused": [list(u) if isinstance(u, tuple) else u for u in unused]})
+                           details={"unused": unused})
     return plan
 
 

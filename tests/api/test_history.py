@@ -158,7 +158,12 @@ def test_conflicts_are_409_and_write_nothing_until_resolved(client, repo):
     partial = merge(client, "b", resolutions=[{"workspace": "knowledge", "path": "/a", "take": "theirs"}])
     assert_error(partial, 409, "merge_conflict")
     assert len(partial.json()["error"]["details"]["conflicts"]) == 2
-    assert_error(merge(client, "b", resolutions=[{"workspace": "knowledge", "path": "/zzz", "take": "ours"}]), 422)
+    unused = merge(client, "b", resolutions=[{"workspace": "knowledge", "path": "/zzz", "take": "ours"},
+                                             {"from": "knowledge:/a", "to": "knowledge:/zzz", "type": "t", "take": "ours"}])
+    assert_error(unused, 422)
+    # named back as written: the workspace by name, the relation by its addresses
+    assert unused.json()["error"]["details"] == {"unused": [
+        {"workspace": "knowledge", "path": "/zzz"}, {"from": "knowledge:/a", "type": "t", "to": "knowledge:/zzz"}]}
     # names of the wrong type are a 422, not a 500 (a list is unhashable), dry run or not
     for bad in ({"workspace": ["knowledge"], "path": "/a", "take": "ours"},
                 {"workspace": "knowledge", "path": {"x": 1}, "take": "ours"},
