@@ -84,7 +84,7 @@ def install(app: FastAPI) -> None:
         return JSONResponse(error_body(exc.code, _jsonable(exc.message), _jsonable(exc.details)), status_code=status)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = exc.errors()
         details = _jsonable({"errors": [{"loc": [str(x) for x in p.get("loc", ())], "msg": p.get("msg", ""),
                                          "type": p.get("type", "")} for p in problems]})
@@ -92,6 +92,14 @@ def install(app: FastAPI) -> None:
             return JSONResponse(error_body("malformed", "the request body is not valid JSON", details),
                                 status_code=400)
         whole_body = [p for p in problems if tuple(p.get("loc", ())) == ("body",)]
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if whole_body and content_type != "application/json" and not content_type.endswith("+json"):
+            return JSONResponse(
+                error_body("malformed", "the request body must be JSON sent with Content-Type: "
+                           f"application/json (got {content_type or 'no Content-Type'})",
+                           {**details, "content_type": content_type or None}),
+                status_code=400,
+            )
         if whole_body:
             return JSONResponse(
                 error_body("malformed", f"the request body must be a JSON object: {whole_body[0]['msg']}", details),

@@ -125,3 +125,19 @@ def test_a_path_that_is_not_utf8_once_decoded_is_refused(client, repo):
     assert listed == []
     ok = client.put("/api/repos/acme/workspaces/knowledge/nodes/caf%C3%A9", json={"properties": {}})
     assert ok.status_code == 201 and ok.json()["path"] == "/café"
+
+
+@pytest.mark.parametrize("content_type", ["", "text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_not_sent_as_json_says_which_content_type_to_send(client, content_type):
+    r = client.post("/api/repos", content=b'{"name": "x"}', headers={"content-type": content_type})
+    assert_error(r, 400, "malformed")
+    error = r.json()["error"]
+    assert "Content-Type: application/json" in error["message"]
+    assert error["details"]["content_type"] == (content_type or None)
+    assert client.get("/api/repos/x").status_code == 404  # nothing was created
+
+
+def test_a_json_body_that_is_not_an_object_keeps_its_message(client):
+    r = client.post("/api/repos", content=b"[1]", headers={"content-type": "application/json; charset=utf-8"})
+    assert_error(r, 400, "malformed")
+    assert r.json()["error"]["message"].startswith("the request body must be a JSON object")
