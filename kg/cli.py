@@ -64,8 +64,26 @@ def serve(host: Annotated[Optional[str], typer.Option(help="Interface to listen 
         Database(settings.resolved_database_url()).upgrade()
     except KGError as exc:
         _fail(exc)
-    uvicorn.run("api.main:app", host=host or settings.host, port=port or settings.port,
-                workers=workers, log_level="info")
+    host, port = host or settings.host, port or settings.port
+    _check_can_listen(host, port)
+    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info")
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Exit 1 with one line when ``host:port`` cannot be bound (in use, no such address),
+    rather than uvicorn's log lines and exit 3. Binds as uvicorn does (SO_REUSEADDR), so a
+    port in TIME_WAIT is not mistaken for a busy one."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(1)
 
 
 @db_app.command("upgrade")

@@ -175,3 +175,25 @@ def test_a_missing_command_says_so_in_one_line(env, argv, monkeypatch, capsys):
     assert stopped.value.code == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert errors == ["error: missing command (see the usage above)"]
+
+
+def test_serve_on_a_busy_port_is_one_line_and_exit_1(env, monkeypatch):
+    import socket
+
+    started = []
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: started.append(a))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
+    assert started == []
+    # A free port goes on to uvicorn.
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)]).exit_code == 0
+    assert started == [("api.main:app",)]
