@@ -34,6 +34,8 @@ class Services:
         Drains the queue of texts to embed.
     jobs : kg.jobs.JobRunner
         Runs asynchronous function invocations.
+    weaviate_clients : kg.index.weaviate.ClientPool
+        The RAG node's Weaviate connections, reused across requests.
     """
 
     settings: Settings
@@ -45,6 +47,7 @@ class Services:
     jobs: Any = None
     llm: Any = None
     search_cache: LRUCache = field(default_factory=lambda: LRUCache(32))
+    weaviate_clients: Any = field(default_factory=lambda: _client_pool())
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -104,6 +107,14 @@ class Services:
         close_index = getattr(self.index, "close", None)  # a remote index's connection
         if close_index is not None:
             close_index()
+        self.weaviate_clients.close()  # the RAG node's Weaviate connections
+
+
+def _client_pool() -> Any:
+    """The pool of the RAG node's Weaviate connections (kg.index.weaviate.ClientPool)."""
+    from kg.index.weaviate import ClientPool
+
+    return ClientPool()
 
 
 def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:

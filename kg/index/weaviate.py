@@ -97,6 +97,7 @@ from kg.index.base import (
 from kg.index.tokenize import analyze
 
 __all__ = [
+    "ClientPool",
     "FUSION_TYPES",
     "HybridResult",
     "KG_UUID_NAMESPACE",
@@ -294,6 +295,120 @@ def connect(
     except (OSError, ValueError) as exc:  # DNS failures, pydantic validation of the params
         raise error(f"cannot connect to Weaviate at {url}: {_one_line(exc)}",
                     details={"url": url}) from exc
+
+
+class ClientPool:
+    """Connected Weaviate clients reused across requests, one per (URL, API key, timeout).
+
+    The RAG node names its Weaviate per request (``weaviateUrl``); connecting each time costs a
+    readiness round trip and new REST and gRPC connections. The pool keeps the
+    ``max_clients`` most recently used clients; one is closed when it is evicted and no request
+    holds it, and dropped (closed once idle) after a request through it failed with
+    ``error``, so the next request reconnects.
+
+    Parameters
+    ----------
+    max_clients : int
+        Clients kept open at most (idle ones beyond it are closed).
+
+    Notes
+    -----
+    Thread-safe; a client is shared by concurrent requests, as the configured index shares its
+    own.
+    """
+
+    def __init__(self, max_clients: int = 8) -> None:
+        self.max_clients = max(1, int(max_clients))
+        self._entries: dict[tuple[str, str, float], _PoolEntry] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def lease(self, url: str, *, api_key: str | None = None, timeout_s: float = 30.0,
+              init_timeout_s: float = 5.0,
+              error: type[BackendUnavailable] = BackendUnavailable) -> Iterator[Any]:
+        """A connected client for the duration of a ``with`` block (see :func:`connect`).
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            As :func:`connect`, as ``error``.
+        """
+        key = (url, api_key or "", float(timeout_s))
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self._entries[key] = entry  # most recently used last
+                entry.users += 1
+        if entry is None:
+            client = connect(url, api_key=api_key, timeout_s=timeout_s,
+                             init_timeout_s=init_timeout_s, error=error)
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is None:
+                    entry = self._entries[key] = _PoolEntry(client)
+                    client = None
+                entry.users += 1
+                idle = self._evict()
+            if client is not None:  # another request connected meanwhile: use its client
+                client.close()
+            _close_all(idle)
+        failed = False
+        try:
+            yield entry.client
+        except error:
+            failed = True
+            raise
+        finally:
+            with self._lock:
+                entry.users -= 1
+                if failed and self._entries.get(key) is entry:
+                    del self._entries[key]
+                    entry.retired = True
+                done = entry.retired and entry.users == 0
+            if done:
+                _close_all([entry])
+
+    def close(self) -> None:
+        """Close every idle client; those in use close when their request ends."""
+        with self._lock:
+            entries, self._entries = list(self._entries.values()), {}
+            idle = []
+            for entry in entries:
+                entry.retired = True
+                if entry.users == 0:
+                    idle.append(entry)
+        _close_all(idle)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def _evict(self) -> list["_PoolEntry"]:
+        """Retire the least recently used entries beyond ``max_clients`` (lock held); return
+        those no request holds, to close outside the lock."""
+        idle = []
+        while len(self._entries) > self.max_clients:
+            oldest = next(iter(self._entries))
+            entry = self._entries.pop(oldest)
+            entry.retired = True
+            if entry.users == 0:
+                idle.append(entry)
+        return idle
+
+
+@dataclass
+class _PoolEntry:
+    client: Any
+    users: int = 0
+    retired: bool = False
+
+
+def _close_all(entries: Sequence[_PoolEntry]) -> None:
+    for entry in entries:
+        try:
+            entry.client.close()
+        except Exception:  # closing is best effort; the connection is gone either way
+            log.debug("closing a Weaviate client failed", exc_info=True)
 
 
 @contextmanager

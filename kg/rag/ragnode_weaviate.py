@@ -57,7 +57,6 @@ from kg.errors import Conflict, InvalidInput, UpstreamUnavailable
 from kg.index.weaviate import (
     MAX_QUERY_RESULTS,
     check_vector_dimension,
-    connect,
     insert_objects,
     object_id,
     vendor_errors,
@@ -273,10 +272,9 @@ def run_rag_node_weaviate(services: Any, config: RagConfig, text: Any, *, branch
         raise InvalidInput("topK must be at most 1000", details={"topK": config.top_k})
     chain = _branch_chain(services, branch)
     timeout_s = float(getattr(services.settings, "weaviate_timeout_s", 30.0))
-    client = connect(config.weaviate_url, api_key=config.weaviate_api_key or None,
-                     timeout_s=timeout_s, init_timeout_s=min(timeout_s, 5.0),
-                     error=UpstreamUnavailable)
-    try:
+    with services.weaviate_clients.lease(config.weaviate_url, api_key=config.weaviate_api_key or None,
+                                         timeout_s=timeout_s, init_timeout_s=min(timeout_s, 5.0),
+                                         error=UpstreamUnavailable) as client:
         with vendor_errors(f"serve RAG collection {config.collection_name!r}", UpstreamUnavailable):
             layers = _layers(client, config, chain)
             ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
@@ -285,8 +283,6 @@ def run_rag_node_weaviate(services: Any, config: RagConfig, text: Any, *, branch
                 model_changed = _ingest(services, client, config, layers, files, ingestion)
             model = config.model if files else (_visible_model(layers) or config.model)
             results = _retrieve(services, client, config, layers, query, model) if query.strip() else []
-    finally:
-        client.close()
     own = layers[0]
     return {
         "context": format_context([(r["file"], r["content"]) for r in results]),

@@ -283,3 +283,16 @@ def test_replacing_a_file_named_only_with_stop_words(client, target):
                for f in ("a", "it.is", "b")}
     assert by_file["a"] == ["Quokkas only."] and by_file["it.is"] == ["Wombats only."]
     assert by_file["b"] and by_file["b"][0].startswith("Invoices")
+
+
+def test_requests_to_one_weaviate_share_one_connection(client, services, target, monkeypatch):
+    import kg.index.weaviate as kw
+
+    made = []
+    real = kw.connect
+    monkeypatch.setattr(kw, "connect", lambda *a, **k: made.append(1) or real(*a, **k))
+    services.weaviate_clients.close()
+    for question in ("rigging", "invoices", "fees"):
+        r = rag(client, target, doc(question, [("rigging.txt", DOC_A), ("billing.md", DOC_B)]))
+        assert r.status_code == 200, r.text
+    assert len(made) == 1
