@@ -512,7 +512,10 @@ def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
             keys[(models[node.workspace_id], node.workspace_id, node.branch_id)].add(
                 version_key(node.node_id, content_key))
     at_head = view.revision == view.branch.head_revision
-    filters = {"path_prefix": request.path_prefix, "node_type": request.node_type, "where": request.where}
+    prefix = request.path_prefix
+    if prefix is not None and ("*" in prefix or "?" in prefix):
+        prefix = None  # Weaviate's Like cannot escape its wildcards: SQL alone filters this path
+    filters = {"path_prefix": prefix, "node_type": request.node_type, "where": request.where}
     sent = filters if at_head and any(v is not None for v in filters.values()) else None
     return tuple(
         SearchScope(model, wid, bid, frozenset(vkeys), sent if bid == view.branch.id else None)

@@ -7,6 +7,7 @@ Weaviate of ``KG_TEST_WEAVIATE_URL``).
 from __future__ import annotations
 
 import uuid
+from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -247,3 +248,16 @@ def test_filters_follow_the_version_a_branch_sees_not_the_newest_object(wclient)
     assert [r["path"] for r in at_old] == ["/billing"]
     now = client.post(f"/api/repos/{repo}/search", json={**q, "where": {"team": "ops"}}).json()["results"]
     assert [r["path"] for r in now] == ["/billing"]
+
+
+def test_a_path_prefix_with_like_wildcards_is_filtered_in_sql(wclient):
+    """``*`` and ``?`` are path characters to kg but wildcards to Weaviate's Like (which cannot
+    escape them): such a prefix is left to SQL, and the search answers as the embedded index."""
+    client, repo = wclient
+    for path, text in (("/what?", "A question mark page about invoices."), ("/star*", "A star page about invoices.")):
+        assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes{quote(path)}",
+                          json={"properties": {"content": text}}).status_code == 201, path
+    for prefix, expected in (("/what?", ["/what?"]), ("/star*", ["/star*"]), ("/wh", ["/what?"])):
+        r = client.post(f"/api/repos/{repo}/search", json={"query": "page invoices", "path_prefix": prefix})
+        assert r.status_code == 200, r.text
+        assert [row["path"] for row in r.json()["results"]] == expected
