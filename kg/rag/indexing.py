@@ -11,6 +11,7 @@ inserts the chunks if no concurrent writer did, and the node version pointing at
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -232,14 +233,18 @@ def store_chunks(session: Session, repo_id: int, rows: Iterable[ChunkRow]) -> in
     ]
     if not values:
         return 0
-    dialect = session.get_bind().dialect.name
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    for start in range(0, len(values), 200):
-        stmt = insert(Chunk).values(values[start:start + 200]).on_conflict_do_nothing(
-            index_elements=["repo_id", "content_key", "chunk_index"]
-        )
-        session.execute(stmt)
+    # One compiled statement, executed for many rows (the driver batches them): rows keep
+    # their order, so seqs follow it.
+    session.execute(_store_stmt(session.get_bind().dialect.name), values)
     return len(values)
+
+
+@functools.lru_cache(maxsize=4)
+def _store_stmt(dialect: str):
+    """The chunk insert of one dialect, built once: Core table, conflicts skipped."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    return insert(Chunk.__table__).on_conflict_do_nothing(
+        index_elements=["repo_id", "content_key", "chunk_index"])
 
 
 def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str) -> int:
