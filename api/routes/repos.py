@@ -49,7 +49,10 @@ def delete_repo(repo: str, services: ServicesDep) -> Response:
 
 def _workspace(ws, default_model: str) -> dict:
     config = parse_embedding_config((ws.config or {}).get("embedding"), default_model=default_model)
-    return {"name": ws.name, "created_at": ws.created_at.isoformat(), "embedding": config.model_dump()}
+    from kg.rag.reembed import reembed_status
+
+    return {"name": ws.name, "created_at": ws.created_at.isoformat(), "embedding": config.model_dump(),
+            "reembedding": reembed_status(ws.config)}
 
 
 @router.post("/{repo}/workspaces", status_code=201)

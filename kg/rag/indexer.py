@@ -169,6 +169,7 @@ class Indexer(PollingWorker):
         settings = self.services.settings
         work: list[tuple[tuple, TextPlan, Any]] = []
         failures: dict[int, str] = {}
+        obsolete: list[int] = []
         with self.services.db.read() as session:
             for job in claimed:
                 job_id, repo_id, key, workspace_id, version_id = job
@@ -178,14 +179,14 @@ class Indexer(PollingWorker):
                     failures[job_id] = "the node version or workspace of this job no longer exists"
                     continue
                 try:
-                    config = workspace_embedding(workspace.config, default_model=settings.embedding_model)
-                    embedder = self.services.embedder(config.model)
-                    plan = plan_text(version.properties, config, embedder)
+                    plan, embedder = _plan_for_job(self.services, workspace.config, version.properties, key)
                 except KGError as exc:
                     failures[job_id] = exc.message
                     continue
-                if plan.content_key != key:
-                    failures[job_id] = "the job's text no longer matches its content key"
+                if plan is None:
+                    # Neither the current settings nor a re-embed's make this key any more (the
+                    # settings changed since): nothing to embed.
+                    obsolete.append(job_id)
                     continue
                 work.append((job, plan, embedder))
         rows_by_job: dict[int, list] = {}
@@ -223,6 +224,8 @@ class Indexer(PollingWorker):
         if by_repo and getattr(self.services.index, "scoped", False):
             self._push(by_repo)
         with self.services.db.write() as session:
+            if obsolete:
+                session.execute(delete(IndexJob).where(IndexJob.id.in_(obsolete)))
             for job_id, reason in postponed:  # still pending; index/status says why it waits
                 session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
                     status="pending", error=reason[:2000], updated_at=utcnow()))
@@ -232,7 +235,21 @@ class Indexer(PollingWorker):
                 run.failed += 1
         if run.failed:
             log.warning("indexer: %d job(s) failed", run.failed)
+        self._complete_reembeds({(job[1], job[3]) for job in claimed})
         return run
+
+    def _complete_reembeds(self, workspaces: set[tuple[int, int]]) -> None:
+        """Switch the workspaces of this pass whose re-embed has all its texts embedded."""
+        from kg.rag.reembed import NEXT, complete_reembed
+
+        with self.services.db.read() as session:
+            under_way = [(repo_id, wid) for repo_id, wid in sorted(workspaces)
+                         if NEXT in ((ws := session.get(Workspace, wid)) and ws.config or {})]
+        for repo_id, wid in under_way:
+            try:
+                complete_reembed(self.services, repo_id, wid)
+            except KGError as exc:  # the new model went away: the next pass tries again
+                log.warning("indexer: re-embed of workspace %s not completed: %s", wid, exc.message)
 
 
     def _push(self, repo_ids: Iterable[int]) -> None:
@@ -278,3 +295,21 @@ def index_status(session: Session, repo: Repository) -> dict[str, Any]:
     return {"pending": counts.get("pending", 0), "running": counts.get("running", 0),
             "failed": counts.get("failed", 0), "failures": described("failed"),
             "waiting": described("pending")}
+
+
+def _plan_for_job(services: Any, config: dict | None, properties: dict, key: str):
+    """The plan and embedder that make ``key`` from a version's text: under the workspace's
+    current settings, or its re-embed's (``embedding_next``); ``(None, None)`` when neither."""
+    from kg.rag.config import parse_embedding_config
+    from kg.rag.reembed import NEXT
+
+    default = services.settings.embedding_model
+    candidates = [workspace_embedding(config, default_model=default)]
+    if (config or {}).get(NEXT) is not None:
+        candidates.append(parse_embedding_config(config[NEXT], default_model=default))
+    for settings in candidates:
+        embedder = services.embedder(settings.model)
+        plan = plan_text(properties, settings, embedder)
+        if plan.content_key == key:
+            return plan, embedder
+    return None, None

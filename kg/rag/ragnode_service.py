@@ -22,6 +22,7 @@ Embedding happens before any write, so a failing model leaves the collection as 
 from __future__ import annotations
 
 import hashlib
+import time
 import urllib.parse
 from typing import Any
 
@@ -38,6 +39,7 @@ from kg.store.repos import (
     create_repository,
     create_workspace,
     get_repository,
+    get_workspace,
     list_workspaces,
 )
 
@@ -184,17 +186,22 @@ def _reembed(services, repo_name: str, workspace: str, branch: str, config: RagC
     list of str
         The file names re-embedded.
     """
-    from kg.rag.reembed import reembed_workspace
+    from kg.rag.reembed import complete_reembed, reembed_workspace
 
-    _, queued = reembed_workspace(services, repo_name, workspace,
-                                  {"model": config.model, "chunking": config.chunking.model_dump()},
-                                  reembed=True)
+    answer, queued = reembed_workspace(services, repo_name, workspace,
+                                       {"model": config.model, "chunking": config.chunking.model_dump()},
+                                       reembed=True)
     with services.db.read() as session:
-        repo_id = get_repository(session, repo_name).id
+        repo = get_repository(session, repo_name)
+        repo_id, workspace_id = repo.id, get_workspace(session, repo, workspace).id
     # The node answers with its context now, so this collection's texts (and no other
-    # collection's backlog) are embedded before it answers.
-    while queued and services.indexer.run_pending(repo_id=repo_id, content_keys=queued).done:
-        pass
+    # collection's backlog) are embedded, and the new model made current, before it answers.
+    switched = answer["switched"]
+    deadline = time.monotonic() + _REEMBED_WAIT_S
+    while not switched and time.monotonic() < deadline:
+        if not services.indexer.run_pending(repo_id=repo_id, content_keys=queued).done:
+            time.sleep(0.05)  # the rest is being embedded by the background indexer
+        switched = complete_reembed(services, repo_id, workspace_id) or _switched(services, workspace_id)
     with services.db.read() as session:
         view = branch_view(session, repo_name, branch)
         held = node_store.visible_nodes(session, view, workspace_ids=[
@@ -225,3 +232,17 @@ def _ingest(services, repo_name, workspace, branch, files, ingestion) -> None:
             node_store.put_node(session, ctx, workspace, path,
                                 NodeWrite(FILE_TYPE, props, None, plan.content_key))
             ingestion["replaced" if existing is not None else "inserted"].append(name)
+
+
+_REEMBED_WAIT_S = 300.0
+"""How long a RAG-node call waits for its collection's re-embed to complete, in seconds."""
+
+
+def _switched(services, workspace_id: int) -> bool:
+    """Whether the workspace has no re-embed under way (another pass switched it)."""
+    from kg.rag.reembed import NEXT
+    from kg.store.models import Workspace
+
+    with services.db.read() as session:
+        ws = session.get(Workspace, workspace_id)
+        return ws is None or NEXT not in (ws.config or {})

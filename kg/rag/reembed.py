@@ -3,14 +3,20 @@
 A workspace (a collection, in the RAG node's words) records the embedding model and chunking
 its chunks were made with. Its vectors are only comparable with query vectors of that model, so
 a request to change the model is refused (409 ``model_locked``, naming the locked model) unless
-it asks to re-embed. Re-embedding rebuilds the whole workspace from SQL: in one transaction the
-configuration changes, every node version of the workspace (every branch, all history) points at
-the content key of its text under the new settings, and one indexing job per new key is queued.
-Chunks of the old model stay in SQL, unreferenced; they are never searched again, because a
-search reads only the chunks of the content keys its visible nodes point at, and the vector leg
-only vectors of the workspace's model. So old and new vectors never mix, and until the queue has
-embedded a node its text is found by nothing but BM25 over the already-stored passages, which
-``GET /api/repos/{repo}/index/status`` reports as pending.
+it asks to re-embed.
+
+Re-embedding is blue/green: the request records the new settings as the workspace's
+``embedding_next`` and queues one indexing job per text of the workspace (every node version,
+every branch, all history) under them; searches and writes go on with the current model
+meanwhile, so nothing becomes unsearchable. Once no job of the workspace is pending or running
+(:func:`complete_reembed`, run by the indexer after each pass), one transaction re-points every
+node version at its new content key and makes the new settings current; a text the new model
+failed to embed is then unsearchable, and ``index/status`` lists its failure. Versions written
+during the re-embed are embedded under the current model by their write and under the new one
+by the switch's check, which queues what is missing and waits for it. Chunks of the old model
+stay in SQL, unreferenced; old and new vectors never mix, because a search reads only the chunks
+of the content keys its visible nodes point at, and the vector leg only vectors of the
+workspace's model.
 
 The models are compared by canonical name (``nomic-embed-text`` is
 ``ollama:nomic-embed-text:latest``), never by dimension: two models of one dimension are
@@ -21,15 +27,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 
 from kg.errors import Conflict, InvalidInput
 from kg.providers.registry import canonical_model_name
 from kg.rag.config import EmbeddingConfig, parse_embedding_config, workspace_embedding
 from kg.rag.indexer import enqueue
-from kg.rag.indexing import plan_text
-from kg.store.models import IndexJob, NodeVersion
+from kg.rag.indexing import existing_content_keys, plan_text
+from kg.store.models import IndexJob, NodeVersion, Repository, Workspace
 from kg.store.repos import get_repository, get_workspace
+
+
+NEXT = "embedding_next"
+"""The workspace config key of the settings a re-embed is building."""
 
 
 class ModelLocked(Conflict):
@@ -69,9 +79,11 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
     Returns
     -------
     (dict, list of str)
-        ``{"workspace", "embedding", "reembedded": bool, "node_versions": int, "queued": int}``
-        (the versions re-pointed and the texts queued for embedding, 0 and 0 when nothing
-        changed), and the content keys queued.
+        ``{"workspace", "embedding", "reembedded": bool, "node_versions": int, "queued": int,
+        "switched": bool}``: the requested settings, the versions to re-point, the texts queued
+        for embedding and whether the new settings are current already (with inline indexing,
+        or when every text had its chunks); and the content keys queued. Asking for the current
+        settings while a re-embed is under way cancels it (``reembedded`` false).
 
     Raises
     ------
@@ -88,11 +100,16 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
     with services.db.read() as session:
         ws = get_workspace(session, get_repository(session, repo), workspace)
         current = workspace_embedding(ws.config, default_model=default)
+        under_way = (ws.config or {}).get(NEXT) is not None
     wanted = _requested(raw, current)
     same_model = canonical_model_name(wanted.model) == canonical_model_name(current.model)
     if same_model and wanted.chunking == current.chunking:
+        if under_way:
+            with services.db.write() as session:
+                ws = get_workspace(session, get_repository(session, repo, lock=True), workspace)
+                ws.config = {k: v for k, v in (ws.config or {}).items() if k != NEXT}
         return {"workspace": workspace, "embedding": current.model_dump(), "reembedded": False,
-                "node_versions": 0, "queued": 0}, []
+                "node_versions": 0, "queued": 0, "switched": False}, []
     if not reembed:
         what = (f"is locked to embedding model {current.model!r}" if not same_model
                 else f"is chunked with {current.chunking.model_dump()}")
@@ -105,31 +122,93 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
     # know, or a server that is down (an Ollama name resolves without contacting the server).
     embedder = services.embedder(wanted.model)
     embedder.embed(["kg re-embedding probe"])
-    queued: dict[str, int] = {}
     with services.db.write() as session:
         r = get_repository(session, repo, lock=True)
         ws = get_workspace(session, r, workspace)
-        config = dict(ws.config or {})
-        config["embedding"] = wanted.model_dump()
-        ws.config = config
-        session.execute(delete(IndexJob).where(IndexJob.workspace_id == ws.id))
-        rows = session.execute(
-            select(NodeVersion.id, NodeVersion.properties)
-            .where(NodeVersion.workspace_id == ws.id, NodeVersion.content_key.is_not(None))
-        ).all()
-        updates = []
-        for version_id, properties in rows:
-            key = plan_text(properties, wanted, embedder).content_key
-            updates.append({"id": version_id, "content_key": key})
+        ws.config = {**(ws.config or {}), NEXT: wanted.model_dump()}
+        versions = _next_keys(session, ws.id, wanted, embedder)
+        first: dict[str, int] = {}
+        for version_id, key in versions:
             if key is not None:
-                queued.setdefault(key, version_id)
-        if updates:
-            session.execute(update(NodeVersion), updates)
-        pending = [key for key, version_id in queued.items()
+                first.setdefault(key, version_id)
+        pending = [key for key, version_id in first.items()
                    if enqueue(session, repo_id=r.id, workspace_id=ws.id, content_key=key,
                               node_version_id=version_id)]
-        repo_id = r.id
-    services.search_cache.clear()
-    services.after_write(repo_id, pending)
+        repo_id, workspace_id = r.id, ws.id
+    services.after_write(repo_id, pending)  # inline indexing switches in there already
+    complete_reembed(services, repo_id, workspace_id)
+    with services.db.read() as session:
+        switched = NEXT not in (session.get(Workspace, workspace_id).config or {})
     return {"workspace": workspace, "embedding": wanted.model_dump(), "reembedded": True,
-            "node_versions": len(rows), "queued": len(pending)}, pending
+            "node_versions": len(versions), "queued": len(pending), "switched": switched}, pending
+
+
+def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
+    """Make a workspace's ``embedding_next`` current once its texts are embedded under it.
+
+    Parameters
+    ----------
+    services : kg.services.Services
+    repo_id, workspace_id : int
+
+    Returns
+    -------
+    bool
+        True when the switch happened now; False when no re-embed is under way, or a job of
+        the workspace is still pending or running, or texts were missing (they are queued
+        here, for a later pass).
+
+    Notes
+    -----
+    Runs under the repository's lock, so no write slips between the check and the switch.
+    A text whose job failed under the new model does not hold the switch back: after it, that
+    text is unsearchable until written again, and ``index/status`` lists the failure.
+    """
+    with services.db.write() as session:
+        session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
+        ws = session.get(Workspace, workspace_id)
+        raw_next = None if ws is None else (ws.config or {}).get(NEXT)
+        if raw_next is None:
+            return False
+        busy = session.scalar(select(IndexJob.id).where(
+            IndexJob.workspace_id == workspace_id, IndexJob.status.in_(("pending", "running"))).limit(1))
+        if busy is not None:
+            return False
+        wanted = parse_embedding_config(raw_next, default_model=services.settings.embedding_model)
+        embedder = services.embedder(wanted.model)
+        versions = _next_keys(session, workspace_id, wanted, embedder)
+        keys = {key for _, key in versions if key is not None}
+        missing = keys - existing_content_keys(session, repo_id, keys)
+        if missing:
+            failed = set(session.scalars(select(IndexJob.content_key).where(
+                IndexJob.repo_id == repo_id, IndexJob.status == "failed",
+                IndexJob.content_key.in_(sorted(missing)))))
+            queued = [key for version_id, key in versions
+                      if key in missing and key not in failed
+                      and enqueue(session, repo_id=repo_id, workspace_id=workspace_id, content_key=key,
+                                  node_version_id=version_id)]
+            if queued:
+                return False
+        if versions:
+            session.execute(update(NodeVersion), [{"id": vid, "content_key": key} for vid, key in versions])
+        config = dict(ws.config or {})
+        config["embedding"] = config.pop(NEXT)
+        ws.config = config
+    services.search_cache.clear()
+    return True
+
+
+def reembed_status(config: dict | None) -> dict[str, Any] | None:
+    """The ``embedding`` a workspace is being re-embedded to, or None."""
+    raw = (config or {}).get(NEXT)
+    return None if raw is None else {"embedding": raw}
+
+
+def _next_keys(session: Any, workspace_id: int, wanted: EmbeddingConfig, embedder: Any) -> list[tuple[int, str | None]]:
+    """Every text-bearing node version of the workspace with its content key under ``wanted``."""
+    rows = session.execute(
+        select(NodeVersion.id, NodeVersion.properties)
+        .where(NodeVersion.workspace_id == workspace_id, NodeVersion.content_key.is_not(None))
+        .order_by(NodeVersion.id)
+    ).all()
+    return [(vid, plan_text(properties, wanted, embedder).content_key) for vid, properties in rows]

@@ -112,3 +112,53 @@ def test_reembed_to_a_model_that_cannot_embed_changes_nothing(client, repo, serv
     assert chunk_models(services) == {FAKE_MODEL}
     assert client.get("/api/repos/acme/index/status").json()["pending"] == 0
     assert vector_search(client, "rotate key")[0]["path"] == "/a"
+
+
+def test_reembedding_is_blue_green_nothing_becomes_unsearchable(client, repo, services, monkeypatch):
+    """The new model's vectors are built beside the old ones; searches and writes go on with the
+    old model until every text is embedded, then one transaction switches (the gap of the first
+    design: text unsearchable until re-embedded)."""
+    services.indexer.stop()  # nothing is embedded until drain() below
+    monkeypatch.setattr(services, "after_write", lambda repo_id, keys: None)
+    assert put(client, "/a", {"content": "Rotate the API key every ninety days."}).status_code == 201
+    assert put(client, "/b", {"content": "Invoices are sent monthly."}).status_code == 201
+    services.indexer.drain()
+
+    r = patch_ws(client, {"embedding": {"model": OTHER}, "reembed": True})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["reembedded"] is True and out["switched"] is False and out["queued"] == 2
+    ws = client.get("/api/repos/acme/workspaces/knowledge").json()
+    assert ws["embedding"]["model"] == FAKE_MODEL and ws["reembedding"]["embedding"]["model"] == OTHER
+    # Still searchable with the current model while the new vectors are built.
+    assert vector_search(client, "rotate key")[0]["path"] == "/a"
+    assert chunk_models(services) == {FAKE_MODEL}
+    # A write during the re-embed: embedded now under the current model, later under the new one.
+    assert put(client, "/c", {"content": "Deploys fail on a stale cache."}).status_code == 201
+    services.indexer.drain()
+    assert vector_search(client, "stale cache deploys")[0]["path"] == "/c"
+
+    ws = client.get("/api/repos/acme/workspaces/knowledge").json()
+    assert ws["embedding"]["model"] == OTHER and ws["reembedding"] is None
+    assert chunk_models(services) == {OTHER}
+    for query, path in (("rotate key", "/a"), ("invoices monthly", "/b"), ("stale cache deploys", "/c")):
+        assert vector_search(client, query)[0]["path"] == path
+    status = client.get("/api/repos/acme/index/status").json()
+    assert status["pending"] == 0 and status["failed"] == 0
+
+
+def test_asking_for_the_current_settings_cancels_a_reembed_under_way(client, repo, services, monkeypatch):
+    services.indexer.stop()
+    monkeypatch.setattr(services, "after_write", lambda repo_id, keys: None)
+    assert put(client, "/a", {"content": "Rotate the API key every ninety days."}).status_code == 201
+    services.indexer.drain()
+    assert patch_ws(client, {"embedding": {"model": OTHER}, "reembed": True}).json()["switched"] is False
+    cancel = patch_ws(client, {"embedding": {"model": FAKE_MODEL}})
+    assert cancel.status_code == 200 and cancel.json()["reembedded"] is False
+    services.indexer.drain()  # the queued job is obsolete: dropped, not failed
+    ws = client.get("/api/repos/acme/workspaces/knowledge").json()
+    assert ws["embedding"]["model"] == FAKE_MODEL and ws["reembedding"] is None
+    status = client.get("/api/repos/acme/index/status").json()
+    assert status["pending"] == 0 and status["failed"] == 0
+    assert chunk_models(services) == {FAKE_MODEL}
+    assert vector_search(client, "rotate key")[0]["path"] == "/a"

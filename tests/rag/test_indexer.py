@@ -210,3 +210,24 @@ def test_inline_indexing_finishes_a_batch_larger_than_one_pass(db_url, tmp_path)
     with services.db.read() as s:
         assert s.scalar(select(func.count()).select_from(Chunk)) == len(upserts)
     services.close()
+
+
+def test_a_text_the_new_model_cannot_embed_does_not_hold_a_reembed_back(db_url, tmp_path):
+    """Re-embedding switches once no job of the workspace is pending or running: a text whose
+    job failed under the new model is then unsearchable (index/status lists it), the rest moves."""
+    from kg.rag.reembed import reembed_workspace
+    from kg.store.models import Workspace
+
+    services = make_services(db_url, tmp_path, inline=True)
+    put_node(services, "r", "main", "w", "/good", node_type="t", properties={"content": "plain words here"})
+    put_node(services, "r", "main", "w", "/bad", node_type="t", properties={"content": "TRIGGER plain words"})
+    answer, queued = reembed_workspace(services, "r", "w", {"model": "bad:raise"}, reembed=True)
+    assert answer["switched"] is True and len(queued) == 2
+    assert jobs(services, "failed") == 1 and jobs(services, "pending") == 0
+    with services.db.read() as s:
+        ws = s.scalar(select(Workspace).where(Workspace.name == "w"))
+        assert ws.config["embedding"]["model"] == "bad:raise" and "embedding_next" not in ws.config
+        models = set(s.scalars(select(Chunk.model)))
+    assert models == {"fake:hash-16", "bad:raise"}
+    assert found(services, "plain") == ["/good"]
+    services.close()
