@@ -1117,6 +1117,7 @@ class WeaviateVectorIndex:
         content_keys: Collection[str],
         alpha: float = 0.5,
         fusion_type: str = "ranked",
+        max_vector_distance: float | None = None,
         scopes: Sequence[SearchScope] | None = None,
     ) -> HybridResult:
         """Top ``k`` chunks by Weaviate's own hybrid query (BM25 and vector, fused in Weaviate).
@@ -1136,6 +1137,9 @@ class WeaviateVectorIndex:
             0 (BM25 only) to 1 (vector only); sent explicitly, never Weaviate's default.
         fusion_type : {"ranked", "relative_score"}
             Weaviate's ``rankedFusion`` (reciprocal rank fusion) or ``relativeScoreFusion``.
+        max_vector_distance : float, optional
+            The vector leg keeps only objects within this cosine distance (Weaviate's
+            ``max_vector_distance``); the BM25 leg is not bounded.
         scopes : sequence of SearchScope, optional
             Search these (workspace, branch) collections instead of the shared one (see
             :meth:`knn`).
@@ -1172,6 +1176,10 @@ class WeaviateVectorIndex:
                 f"unknown fusion type {fusion_type!r}: use {' or '.join(FUSION_TYPES)}",
                 details={"fusion_type": fusion_type},
             )
+        if max_vector_distance is not None and not (
+                isinstance(max_vector_distance, (int, float)) and math.isfinite(max_vector_distance)):
+            raise InvalidInput("max_vector_distance must be a finite number",
+                               details={"max_vector_distance": repr(max_vector_distance)})
         unit = query_vector(vector)
         _check_keys(content_keys)
         result = HybridResult([], float(alpha), fusion_type)
@@ -1195,6 +1203,7 @@ class WeaviateVectorIndex:
                     answer = collection.query.hybrid(
                         query=" ".join(terms) if terms else None, vector=unit.tolist(),
                         alpha=float(alpha), fusion_type=fusion, query_properties=["terms"],
+                        max_vector_distance=None if max_vector_distance is None else float(max_vector_distance),
                         limit=limit, filters=filters, return_metadata=MetadataQuery(score=True),
                         return_properties=_returned(held),
                     )

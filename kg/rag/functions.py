@@ -97,9 +97,15 @@ def _k(raw: dict, default: int) -> int:
 
 
 def _search_passages(session, services, view, query: str, k: int, workspaces, *, relevant_only: bool):
-    """Hybrid chunk search on one branch view, as passages."""
+    """Hybrid chunk search on one branch view, as passages.
+
+    ``relevant_only`` keeps passages with evidence of their own (a BM25 match, or a vector
+    within MAX_DISTANCE), which needs each leg's ranks: kg fuses those searches itself (an
+    index's own hybrid query, Weaviate's, answers fused scores without them).
+    """
     rows, _ = search(session, services, view, SearchRequest(
-        query=query, k=k, mode="hybrid", granularity="chunk", workspaces=workspaces))
+        query=query, k=k, mode="hybrid", granularity="chunk", workspaces=workspaces,
+        fusion="kg" if relevant_only else None))
     if relevant_only:
         rows = [r for r in rows if r.fulltext_rank is not None
                 or (r.vector_distance is not None and r.vector_distance <= MAX_DISTANCE)]

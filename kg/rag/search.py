@@ -54,7 +54,9 @@ class SearchRequest:
     fulltext_weight, vector_weight : float
         Weights of the legs in the fusion; 0 turns a leg off.
     max_distance : float, optional
-        Drop vector hits farther than this cosine distance.
+        Drop vector hits farther than this cosine distance. With the index's own hybrid query
+        (Weaviate's ``max_vector_distance``) a farther object leaves the answer altogether,
+        BM25 match or not.
     max_per_node : int, optional
         At chunk granularity, at most this many passages of one node (1..100); ignored at node
         granularity, which returns one row per node.
@@ -294,7 +296,7 @@ def _native_hybrid(services, view, searchable: _Searchable, request, depth):
     alpha = request.vector_weight / (request.vector_weight + request.fulltext_weight)
     answer = services.index.hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
                                    content_keys=keys, alpha=alpha, fusion_type=request.fusion_type or "ranked",
-                                   **searchable.scoped(model))
+                                   max_vector_distance=request.max_distance, **searchable.scoped(model))
     names = view.workspaces
     per_node: Counter[str] = Counter()
     results: list[SearchResult] = []

@@ -261,3 +261,38 @@ def test_a_path_prefix_with_like_wildcards_is_filtered_in_sql(wclient):
         r = client.post(f"/api/repos/{repo}/search", json={"query": "page invoices", "path_prefix": prefix})
         assert r.status_code == 200, r.text
         assert [row["path"] for row in r.json()["results"]] == expected
+
+
+def test_ask_and_graph_context_find_their_passages_on_weaviate(wclient):
+    """Found by a new-user pass: the functions keep passages with evidence of their own (a BM25
+    match or a close vector), which needs per-leg ranks; Weaviate's own hybrid has none, so every
+    passage was dropped ("The documents do not cover this.")."""
+    client, repo = wclient
+    r = client.post(f"/api/functions/{repo}/ask/invoke", json={"input": {"question": "How do I rotate an API key?"}})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["citations"] and out["citations"][0]["path"] == "/rotate", out
+    r = client.post(f"/api/functions/{repo}/graph-context/invoke", json={"input": {"query": "rotate api key"}})
+    assert r.status_code == 200, r.text
+    assert "/rotate" in [s["path"] for s in r.json()["seeds"]], r.json()
+
+
+def test_weaviate_hybrid_keeps_max_distance(wclient):
+    """Found by a new-user pass: max_distance was not sent to Weaviate's hybrid query. With
+    Weaviate's fusion it bounds every result (Weaviate's max_vector_distance drops a farther
+    object from both legs); with kg's fusion it bounds the vector leg only."""
+    client, repo = wclient
+    q = {"query": "rotate api key", "k": 10}
+    distances = {r["path"]: r["vector_distance"] for r in
+                 client.post(f"/api/repos/{repo}/search", json={**q, "mode": "vector"}).json()["results"]}
+    assert len(distances) == 3
+    bound = distances["/rotate"] + 1e-6
+    close = {p for p, d in distances.items() if d <= bound}
+    assert "/rotate" in close and len(close) < 3
+    native = client.post(f"/api/repos/{repo}/search", json={**q, "max_distance": bound}).json()
+    assert native["fusion"]["engine"] == "weaviate"
+    assert {r["path"] for r in native["results"]} == close
+    everything = client.post(f"/api/repos/{repo}/search", json=q).json()["results"]
+    assert {r["path"] for r in everything} == set(distances)
+    kg = client.post(f"/api/repos/{repo}/search", json={**q, "max_distance": bound, "fusion": "kg"}).json()["results"]
+    assert all(r["fulltext_rank"] is not None or r["vector_distance"] <= bound for r in kg)
