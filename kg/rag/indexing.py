@@ -328,6 +328,7 @@ def sync_placements(session: Session, index: Any, repo_id: int, repo_key: str) -
     and versions without text place nothing: the version keys of the searched branch state,
     decided in SQL, hide whatever they replaced.
     """
+    placed_in: set[int] = set()
     seq_mark, revision_mark = index.placement_marks(repo_key)
     top_seq = session.scalar(select(func.max(Chunk.seq)).where(Chunk.repo_id == repo_id)) or 0
     top_revision = session.scalar(select(Repository.head_revision).where(Repository.id == repo_id)) or 0
@@ -350,7 +351,7 @@ def sync_placements(session: Session, index: Any, repo_id: int, repo_key: str) -
         ).all()
         if not versions:
             break
-        placed += _place(session, index, repo_id, repo_key, versions)
+        placed += _place(session, index, repo_id, repo_key, versions, placed_in)
         after = (versions[-1].revision, versions[-1].id)
     if top_seq > seq_mark and revision_mark > 0:
         keys = session.scalars(
@@ -363,13 +364,38 @@ def sync_placements(session: Session, index: Any, repo_id: int, repo_key: str) -
                                        NodeVersion.content_key.in_(keys[start:start + _PLACE_BATCH]))
                 .order_by(NodeVersion.revision, NodeVersion.id)
             ).all()
-            placed += _place(session, index, repo_id, repo_key, versions)
+            placed += _place(session, index, repo_id, repo_key, versions, placed_in)
+    if placed_in and _forget_deleted(session, index, repo_id, repo_key, placed_in):
+        return placed
     index.advance_placement_marks(repo_key, max(top_seq, seq_mark), max(top_revision, revision_mark))
     return placed
 
 
-def _place(session: Session, index: Any, repo_id: int, repo_key: str, versions: Sequence[Any]) -> int:
-    """Place these node versions (rows of ``sync_placements``' columns) whose chunks exist."""
+def _forget_deleted(session: Session, index: Any, repo_id: int, repo_key: str, branch_ids: set[int]) -> bool:
+    """After placing: drop the collections of branches (or the whole repository) deleted in SQL
+    meanwhile, whose own drop may have run before this pass created them. Read in a session of
+    its own (this pass's may be a snapshot from before the delete). True when the repository
+    is gone."""
+    from kg.store.models import Branch
+
+    with Session(session.get_bind()) as fresh:
+        if fresh.get(Repository, repo_id) is None:
+            gone, repo_gone = branch_ids, True
+        else:
+            gone = branch_ids - set(fresh.scalars(select(Branch.id).where(Branch.id.in_(sorted(branch_ids)))))
+            repo_gone = False
+    if repo_gone:
+        index.drop(repo_key)
+        return True
+    for branch_id in sorted(gone):
+        index.drop_branch(repo_key, branch_id)
+    return False
+
+
+def _place(session: Session, index: Any, repo_id: int, repo_key: str, versions: Sequence[Any],
+           placed_in: set[int]) -> int:
+    """Place these node versions (rows of ``sync_placements``' columns) whose chunks exist;
+    add the branches placed in to ``placed_in``."""
     keys = sorted({v.content_key for v in versions})
     chunks: dict[str, list[IndexedChunk]] = {}
     for start in range(0, len(keys), _PLACE_BATCH):
@@ -387,6 +413,7 @@ def _place(session: Session, index: Any, repo_id: int, repo_key: str, versions: 
                   tuple(chunks[v.content_key]))
         for v in versions if v.content_key in chunks
     ]
+    placed_in.update(p.branch_id for p in placements)
     return index.place(repo_key, placements) if placements else 0
 
 

@@ -296,3 +296,55 @@ def test_weaviate_hybrid_keeps_max_distance(wclient):
     assert {r["path"] for r in everything} == set(distances)
     kg = client.post(f"/api/repos/{repo}/search", json={**q, "max_distance": bound, "fusion": "kg"}).json()["results"]
     assert all(r["fulltext_rank"] is not None or r["vector_distance"] <= bound for r in kg)
+
+
+def test_a_branch_deleted_while_its_text_is_placed_leaves_no_collection(wclient, monkeypatch):
+    """Found by a new-user pass: deleting a branch right after a write left its collection in
+    Weaviate (the indexer created it after the delete's drop had run). The placing pass now
+    checks, after placing, that its branches still exist, and drops what it created for one
+    that is gone."""
+    from kg.store import repos as store
+
+    client, repo = wclient
+    services = client.app.state.services
+    client.post(f"/api/repos/{repo}/search", json={"query": "anything"})
+    before = _names(client, repo)
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/gone", "from": "main"}).status_code == 201
+    real_place = services.index.place
+
+    def place_after_the_delete(repo_key, placements):
+        with services.db.write() as session:  # the delete commits while this pass is placing
+            r = store.get_repository(session, repo, lock=True)
+            store.delete_branch(session, r, "agent/gone")
+        return real_place(repo_key, placements)
+
+    monkeypatch.setattr(services.index, "place", place_after_the_delete)
+    r = client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/secret?branch=agent/gone",
+                   json={"properties": {"content": "A confidential draft."}})
+    assert r.status_code == 201, r.text
+    monkeypatch.setattr(services.index, "place", real_place)
+    assert client.get(f"/api/repos/{repo}/branches/agent/gone").status_code == 404
+    assert _names(client, repo) == before
+
+
+def test_a_repository_deleted_while_its_text_is_placed_leaves_no_collection(wclient, monkeypatch):
+    from kg.store import repos as store
+
+    client, repo = wclient
+    services = client.app.state.services
+    with services.db.read() as session:
+        repo_key = store.get_repository(session, repo).uid
+    real_place = services.index.place
+
+    def place_after_the_delete(key, placements):
+        with services.db.write() as session:
+            store.delete_repository(session, repo)
+        services.index.drop(key)  # what the route does after its commit
+        return real_place(key, placements)
+
+    monkeypatch.setattr(services.index, "place", place_after_the_delete)
+    services.index.drop(repo_key)  # so the next sync places everything again
+    client.post(f"/api/repos/{repo}/search", json={"query": "anything"})
+    monkeypatch.setattr(services.index, "place", real_place)
+    assert client.get(f"/api/repos/{repo}").status_code == 404
+    assert services.index.stats(repo_key)["collections"] == []
