@@ -602,7 +602,8 @@ def property_pair(name: str, value: Any) -> str | None:
             number = float(value)
         except OverflowError:
             return None
-        return f"{name}=n:{number!r}" if math.isfinite(number) else None
+        # + 0.0 makes -0.0 into 0.0: equal in Python, one pair here
+        return f"{name}=n:{number + 0.0!r}" if math.isfinite(number) else None
     return None
 
 

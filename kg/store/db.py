@@ -139,6 +139,9 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        # Paths are case-sensitive: a prefix filter (LIKE 'prefix%') must not match /UPPER for
+        # /upper, as it does not on PostgreSQL.
+        cursor.execute("PRAGMA case_sensitive_like=ON")
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -94,6 +94,20 @@ def test_prefix_listing_paginates(client, repo):
     assert len(everything["nodes"]) == 10 and everything["next_cursor"] is None
 
 
+def test_path_prefixes_are_case_sensitive_on_both_databases(client, repo):
+    """Found by a new-user pass: SQLite's LIKE ignores ASCII case, so /upper listed /UPPER there
+    and not on PostgreSQL (nor in Weaviate's path filter)."""
+    put(client, "/UPPER", {"content": "shouting about caches"})
+    put(client, "/UPPER/x", {"content": "more shouting about caches"})
+    put(client, "/upper", {"content": "quiet words about caches"})
+    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/upper"}).json()
+    assert [n["path"] for n in listed["nodes"]] == ["/upper"]
+    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/UP"}).json()
+    assert [n["path"] for n in listed["nodes"]] == ["/UPPER", "/UPPER/x"]
+    found = client.post("/api/repos/acme/search", json={"query": "caches", "mode": "fulltext", "path_prefix": "/upper"})
+    assert [r["path"] for r in found.json()["results"]] == ["/upper"]
+
+
 def test_delete_with_children_needs_recursive(client, repo):
     put(client, "/docs")
     put(client, "/docs/a")

@@ -169,7 +169,7 @@ def test_property_pairs_equal_exactly_when_python_values_are_equal():
     # SQL compares with ==: 1, 1.0 and True are equal there, "1" is not. A translated filter may
     # only narrow what SQL allowed, so equal values must give one pair and unequal ones two.
     assert property_pair("n", 1) == property_pair("n", 1.0) == property_pair("n", True) == "n=n:1.0"
-    assert property_pair("n", False) == property_pair("n", 0) == "n=n:0.0"
+    assert property_pair("n", False) == property_pair("n", 0) == property_pair("n", -0.0) == "n=n:0.0"
     assert property_pair("n", "1") == "n=s:1" != property_pair("n", 1)
     assert property_pair("n", "a=s:b") == "n=s:a=s:b"
     # Not stored, never filtered: SQL decides these alone.
