@@ -42,12 +42,24 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(1)
 
 
+_OPENED: list = []
+"""Services made by this command, closed by :func:`main` when it ends."""
+
+
 def _services():
+    """The services of one command (closed by :func:`main` when the command ends: the database
+    pool and any Weaviate connection, which would otherwise warn at exit)."""
     from kg.services import Services
 
     services = Services.from_settings(Settings())
+    _OPENED.append(services)
     services.db.upgrade()
     return services
+
+
+def _close_opened() -> None:
+    while _OPENED:
+        _OPENED.pop().close()
 
 
 @app.command()
@@ -247,12 +259,17 @@ def main() -> None:
     from pydantic import ValidationError
 
     try:
-        code = app(standalone_mode=False)
+        try:
+            code = app(standalone_mode=False)
+        finally:
+            _close_opened()
     except ValidationError as exc:  # a bad KG_* setting
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ()))
-        typer.echo(f"error: invalid setting {('KG_' + where.upper()) if where else ''}: "
-                   f"{_one_line(first['msg'])}", err=True)
+        # A check across settings (a model validator) has no single setting to name.
+        message = _one_line(first["msg"]).removeprefix("Value error, ")
+        typer.echo(f"error: invalid setting KG_{where.upper()}: {message}" if where
+                   else f"error: invalid settings: {message}", err=True)
         sys.exit(1)
     except KGError as exc:
         typer.echo(f"error: {_one_line(exc.message)}", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from sqlalchemy import select
 
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.models import SearchBody
@@ -36,9 +37,24 @@ def index_status(repo: str, services: ServicesDep) -> dict:
     from kg.rag.indexer import index_status as status
     from kg.store.repos import get_repository
 
+    from kg.errors import KGError
+    from kg.store.models import Branch, Workspace
+
     with services.db.read() as session:
         r = get_repository(session, repo)
         out = status(session, r)
+        names = {
+            "workspace": dict(session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == r.id)).all()),
+            "branch": dict(session.execute(select(Branch.id, Branch.name).where(Branch.repo_id == r.id)).all()),
+        }
+    try:
         stats = services.index.stats(r.uid) if hasattr(services.index, "stats") else {}
+    except KGError as exc:
+        # The queue is in SQL and still worth seeing when the index cannot answer.
+        stats = {"error": {"code": exc.code, "message": exc.message}}
+    for c in stats.get("collections") or []:
+        if isinstance(c, dict):
+            c["workspace"] = names["workspace"].get(c.get("workspace_id"))
+            c["branch"] = names["branch"].get(c.get("branch_id"))
     out["index"] = stats
     return out

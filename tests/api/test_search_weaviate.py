@@ -348,3 +348,21 @@ def test_a_repository_deleted_while_its_text_is_placed_leaves_no_collection(wcli
     monkeypatch.setattr(services.index, "place", real_place)
     assert client.get(f"/api/repos/{repo}").status_code == 404
     assert services.index.stats(repo_key)["collections"] == []
+
+
+def test_index_status_names_collections_and_survives_weaviate_down(wclient):
+    client, repo = wclient
+    client.post(f"/api/repos/{repo}/search", json={"query": "anything"})
+    (collection,) = client.get(f"/api/repos/{repo}/index/status").json()["index"]["collections"]
+    assert collection["workspace"] == "knowledge" and collection["branch"] == "main"
+    services = client.app.state.services
+    real = services.index
+    services.index = WeaviateVectorIndex("http://127.0.0.1:9?grpc_port=7", init_timeout_s=1.0)  # nothing listens
+    try:
+        r = client.get(f"/api/repos/{repo}/index/status")
+    finally:
+        services.index.close()
+        services.index = real
+    assert r.status_code == 200  # the queue (in SQL) is still shown
+    body = r.json()
+    assert body["pending"] == 0 and body["index"]["error"]["code"] == "backend_unavailable"

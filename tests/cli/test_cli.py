@@ -197,3 +197,38 @@ def test_serve_on_a_busy_port_is_one_line_and_exit_1(env, monkeypatch):
         port = free.getsockname()[1]
     assert runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)]).exit_code == 0
     assert started == [("api.main:app",)]
+
+
+@pytest.mark.parametrize("env_vars, expected", [
+    ({"KG_INDEX": "weaviate"},
+     "error: invalid settings: KG_INDEX=weaviate needs KG_WEAVIATE_URL (e.g. http://localhost:8080)"),
+    ({"KG_INDEX": "bogus"}, "error: invalid setting KG_INDEX: Input should be 'embedded' or 'weaviate'"),
+])
+def test_a_bad_setting_is_one_named_line(env, monkeypatch, capsys, env_vars, expected):
+    """Regression: a check across settings printed "invalid setting : Value error, ..."."""
+    from kg.cli import main
+
+    for name, value in env_vars.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", ["kg", "search", "x", "--repo", "r"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [expected]
+
+
+def test_commands_close_their_services(env, monkeypatch):
+    """Regression: `kg search` / `kg reindex` in Weaviate mode warned at exit (an unclosed client)."""
+    from kg.cli import main
+    from kg.services import Services
+
+    closed = []
+    real = Services.close
+    monkeypatch.setattr(Services, "close", lambda self: (closed.append(self), real(self)))
+    for argv in (["kg", "ingest", str(env), "--repo", "peps", "--workspace", "peps"],
+                 ["kg", "search", "version", "--repo", "peps", "--json"]):
+        monkeypatch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit) as stopped:
+            main()
+        assert stopped.value.code == 0
+    assert len(closed) == 2
