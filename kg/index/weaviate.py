@@ -1032,7 +1032,8 @@ class WeaviateVectorIndex:
                     out.append(_row(obj, 1.0 - distance, max(0.0, distance)))
                 return out
 
-            rows.extend(self._ranked(run, k, keys, prop=_key_property(held), base=base))
+            rows.extend(self._ranked(self._unless_dropped(run, held), k, keys, prop=_key_property(held),
+                                     base=base))
         rows = _merged(rows)
         if max_distance is not None:
             rows = [r for r in rows if r.distance is not None and r.distance <= max_distance]
@@ -1103,7 +1104,8 @@ class WeaviateVectorIndex:
                     )
                 return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
 
-            rows.extend(self._ranked(run, k, keys, prop=_key_property(held), base=base))
+            rows.extend(self._ranked(self._unless_dropped(run, held), k, keys, prop=_key_property(held),
+                                     base=base))
         rows = [r for r in _merged(rows) if r.score > 0]
         return _hits(rows[:k])
 
@@ -1214,7 +1216,7 @@ class WeaviateVectorIndex:
             filters = self._any_key_filter(keys, prop=_key_property(held))
             if base is not None:
                 filters = Filter.all_of([base, filters])
-            rows.extend(_complete(run, filters, k))
+            rows.extend(_complete(self._unless_dropped(run, held), filters, k))
         return HybridResult(_hits(_merged(rows)[:k]), float(alpha), fusion_type)
 
     def flush(self, repo_key: str) -> None:
@@ -1482,6 +1484,23 @@ class WeaviateVectorIndex:
             for h in sorted(held.get((scope.workspace_id, scope.branch_id), []), key=lambda h: h.name):
                 out.append((h, scope.version_keys, base))
         return out
+
+    def _unless_dropped(self, run: Callable[[Any, int], list[_Row]],
+                        held: _Held) -> Callable[[Any, int], list[_Row]]:
+        """``run``, answering no rows when its collection was deleted after the search listed
+        it (a branch reset or deleted, a reindex under way) instead of failing the search."""
+
+        def guarded(filters: Any, limit: int) -> list[_Row]:
+            try:
+                return run(filters, limit)
+            except BackendUnavailable:
+                with vendor_errors(f"check collection {held.name}"):
+                    gone = not self.client.collections.exists(held.name)
+                if gone:
+                    return []
+                raise
+
+        return guarded
 
     def _collections(self, repo_key: str) -> list[_Held]:
         """Every chunks collection of the repository (shared and per branch), from the schema."""

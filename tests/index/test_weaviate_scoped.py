@@ -451,3 +451,23 @@ def test_place_refuses_mixed_keys_and_a_wrong_dimension(index, repo):
         with pytest.raises(InvalidInput):
             index.place(repo, [put(ws, br, "w", wide), put(1, 1, "fine", chunks("F", [8], v[:1]))])
         assert counts(index, repo) == before
+
+
+def test_a_collection_dropped_during_a_search_answers_nothing_instead_of_failing(index, repo, monkeypatch):
+    """Found by a new-user pass: a branch reset (or a reindex) while a search of it ran gave 503
+    "could not find class". The search listed the collection, then it was deleted: it now
+    counts as empty; a failure of a collection that still exists is still raised."""
+    vectors = unit(4, seed=7)
+    own = put(1, 2, "n1", chunks("k1", [1, 2], vectors[:2]))
+    parent = put(1, 1, "n2", chunks("k2", [3, 4], vectors[2:]))
+    index.place(repo, [own, parent])
+    scopes = [scope(1, 2, {own.version_key}), scope(1, 1, {parent.version_key})]
+    listed = index._collections(repo)
+    assert len(seqs(index.knn(repo, vectors[0], 4, model=MODEL, content_keys={"k1", "k2"}, scopes=scopes))) == 4
+    index.drop_branch(repo, 2)  # deleted after the search listed it
+    monkeypatch.setattr(index, "_collections", lambda repo_key: listed)
+    for hits in (index.knn(repo, vectors[0], 4, model=MODEL, content_keys={"k1", "k2"}, scopes=scopes),
+                 index.bm25(repo, " ".join(WORDS), 4, content_keys={"k1", "k2"}, scopes=scopes),
+                 index.hybrid(repo, " ".join(WORDS), vectors[0], 4, model=MODEL, content_keys={"k1", "k2"},
+                              scopes=scopes).hits):
+        assert set(seqs(hits)) <= {3, 4} and seqs(hits)
