@@ -142,9 +142,9 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
         try:
             view = branch_view(session, services.settings.rag_repo, branch)
             known = {name.lower() for name in view.workspaces.values()}
-        except NotFound:
+        except NotFound as exc:
             if branch != "main":
-                raise
+                raise no_rag_branch(services, branch, exc) from exc
             known = set()
     if files and class_key(config.collection_name) not in known:
         # A new collection is created only once its model answers: a failing model leaves
@@ -246,3 +246,15 @@ def _switched(services, workspace_id: int) -> bool:
     with services.db.read() as session:
         ws = session.get(Workspace, workspace_id)
         return ws is None or NEXT not in (ws.config or {})
+
+
+def no_rag_branch(services, branch: str, error: NotFound) -> NotFound:
+    """The error for a RAG-node call on a branch that does not exist: when the node's
+    repository does not exist yet either, say how it comes to be (the first call on main)."""
+    repo = services.settings.rag_repo
+    if (error.details or {}).get("branch") == branch:
+        return error
+    return NotFound(
+        f"branch {branch!r} not found: the RAG node's repository {repo!r} does not exist yet "
+        f"(a first call on main creates it; then create the branch with POST /api/repos/{repo}/branches)",
+        details={"branch": branch, "repository": repo})

@@ -304,8 +304,14 @@ def _branch_chain(services: Any, branch: str) -> list[str]:
     from kg.store.models import Branch
     from kg.store.repos import get_branch, get_repository
 
+    from kg.errors import NotFound
+    from kg.rag.ragnode_service import no_rag_branch
+
     with services.db.read() as session:
-        repo = get_repository(session, services.settings.rag_repo)
+        try:
+            repo = get_repository(session, services.settings.rag_repo)
+        except NotFound as exc:
+            raise no_rag_branch(services, branch, exc) from exc
         node = get_branch(session, repo, branch)
         chain = [node.name]
         while node.parent_id is not None:

@@ -107,3 +107,18 @@ def test_failing_model_writes_nothing(client):
     r = rag(client, doc("q", [("a.txt", DOC_A)]), embeddingModel="ollama:nomic-embed-text:latest")
     assert r.status_code in (502, 503)
     assert rag(client, "rigging").json()["results"] == []
+
+
+def test_a_branch_before_the_nodes_repository_exists_says_how_it_comes_to_be(client):
+    """Found by a new-user pass: the answer was "repository 'rag' not found", naming nothing the
+    caller had asked for."""
+    body = {"config": CONFIG, "input": doc("q", [("a.txt", "words")])}
+    r = client.post("/api/rag?branch=agent/x", json=body)
+    assert_error(r, 404, "not_found")
+    error = r.json()["error"]
+    assert "'agent/x'" in error["message"] and "first call on main" in error["message"]
+    assert error["details"] == {"branch": "agent/x", "repository": "rag"}
+    assert rag(client, doc("q", [("a.txt", "words")])).status_code == 200  # main creates it
+    r = client.post("/api/rag?branch=agent/x", json=body)
+    assert_error(r, 404, "not_found")
+    assert r.json()["error"]["details"] == {"branch": "agent/x"}  # now only the branch is missing
