@@ -1274,6 +1274,36 @@ class WeaviateVectorIndex:
                 self.client.collections.delete(names)
         return names
 
+    def drop_workspace_model(self, repo_key: str, workspace_id: int, model: str) -> list[str]:
+        """Delete a workspace's collections of one embedding model (every branch), once a
+        re-embed made another model current: no version points at their chunks any more.
+
+        Parameters
+        ----------
+        repo_key : str
+        workspace_id : int
+        model : str
+            Compared by canonical name (``nomic-embed-text`` is ``ollama:nomic-embed-text:latest``).
+
+        Returns
+        -------
+        list of str
+            The collections deleted.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+        """
+        from kg.providers.registry import canonical_model_name
+
+        wanted = canonical_model_name(model)
+        names = [h.name for h in self._collections(repo_key)
+                 if h.workspace_id == workspace_id and canonical_model_name(h.model) == wanted]
+        if names:
+            with vendor_errors(f"drop the {model!r} collections of workspace {workspace_id}"):
+                self.client.collections.delete(names)
+        return names
+
     def stats(self, repo_key: str) -> dict[str, Any]:
         """What the index holds for a repository, for a status route.
 
@@ -1433,7 +1463,8 @@ class WeaviateVectorIndex:
         return marks[0], marks[1]
 
     def advance_placement_marks(self, repo_key: str, seq: int, version: int) -> None:
-        """Store the placement marks (after every placement up to them succeeded).
+        """Store the placement marks (after every placement up to them succeeded; or lower, to
+        place again, see :meth:`rewind_placement`).
 
         Parameters
         ----------
@@ -1454,6 +1485,19 @@ class WeaviateVectorIndex:
                    for uid, mark in zip(_placement_state_ids(repo_key), (seq, version))]
         insert_objects(self.client.collections.get(STATE_COLLECTION), objects,
                        [f"placed seq of {repo_key!r}", f"placed version of {repo_key!r}"])
+
+    def rewind_placement(self, repo_key: str, seq: int) -> None:
+        """Lower the placed-seq mark to ``seq``, so the next pass places again every version
+        pointing at chunks above it (a re-embed re-points versions at chunks that may have
+        been fed before any version pointed at them).
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+        """
+        placed_seq, placed_revision = self.placement_marks(repo_key)
+        if seq < placed_seq:
+            self.advance_placement_marks(repo_key, max(0, int(seq)), placed_revision)
 
     # -- internals -------------------------------------------------------------------------------
 

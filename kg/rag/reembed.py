@@ -25,18 +25,21 @@ still different spaces (seed 000, "embedding model changed").
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
-from kg.errors import Conflict, InvalidInput
+from kg.errors import Conflict, InvalidInput, KGError
 from kg.providers.registry import canonical_model_name
 from kg.rag.config import EmbeddingConfig, parse_embedding_config, workspace_embedding
 from kg.rag.indexer import enqueue
 from kg.rag.indexing import existing_content_keys, plan_text
-from kg.store.models import IndexJob, NodeVersion, Repository, Workspace
+from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace
 from kg.store.repos import get_repository, get_workspace
 
+
+log = logging.getLogger(__name__)
 
 NEXT = "embedding_next"
 """The workspace config key of the settings a re-embed is building."""
@@ -189,12 +192,23 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
                                   node_version_id=version_id)]
             if queued:
                 return False
+        lowest = _lowest_seq(session, repo_id, keys)
         if versions:
             session.execute(update(NodeVersion), [{"id": vid, "content_key": key} for vid, key in versions])
         config = dict(ws.config or {})
+        old_model = workspace_embedding(config, default_model=services.settings.embedding_model).model
         config["embedding"] = config.pop(NEXT)
         ws.config = config
+        repo_key = session.get(Repository, repo_id).uid
     services.search_cache.clear()
+    if getattr(services.index, "scoped", False) and lowest is not None:
+        _replace(services, repo_id, repo_key, lowest)
+    drop = getattr(services.index, "drop_workspace_model", None)
+    if drop is not None and canonical_model_name(old_model) != canonical_model_name(wanted.model):
+        try:  # a scoped index's collections of the old model are never read again
+            drop(repo_key, workspace_id, old_model)
+        except KGError as exc:
+            log.warning("re-embed of workspace %s: the old model's collections stay: %s", workspace_id, exc.message)
     return True
 
 
@@ -212,3 +226,33 @@ def _next_keys(session: Any, workspace_id: int, wanted: EmbeddingConfig, embedde
         .order_by(NodeVersion.id)
     ).all()
     return [(vid, plan_text(properties, wanted, embedder).content_key) for vid, properties in rows]
+
+
+def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
+    """The lowest chunk seq of these content keys, or None."""
+    lowest = None
+    ordered = sorted(keys)
+    for start in range(0, len(ordered), 500):
+        found = session.scalar(select(func.min(Chunk.seq)).where(
+            Chunk.repo_id == repo_id, Chunk.content_key.in_(ordered[start:start + 500])))
+        if found is not None and (lowest is None or found < lowest):
+            lowest = found
+    return lowest
+
+
+def _replace(services: Any, repo_id: int, repo_key: str, lowest: int) -> None:
+    """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
+    their new chunks while no version pointed at them yet (they were built beside the old)."""
+    from kg.rag.indexing import sync_index
+
+    try:
+        services.index.rewind_placement(repo_key, lowest - 1)
+    except KGError as exc:
+        log.error("re-embed switched with the index unreachable (%s): run `kg reindex --repo <repo> "
+                  "--index weaviate` to place the re-embedded texts", exc.message)
+        return
+    try:
+        with services.db.read() as session:
+            sync_index(session, services.index, repo_id, repo_key)
+    except KGError as exc:  # the rewound mark stays: the next search places them
+        log.warning("re-embed: placing the re-pointed versions failed for now: %s", exc.message)

@@ -366,3 +366,20 @@ def test_index_status_names_collections_and_survives_weaviate_down(wclient):
     assert r.status_code == 200  # the queue (in SQL) is still shown
     body = r.json()
     assert body["pending"] == 0 and body["index"]["error"]["code"] == "backend_unavailable"
+
+
+def test_reembedding_drops_the_old_models_collections(wclient):
+    client, repo = wclient
+    assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/r", "from": "main"}).status_code == 201
+    assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/notes?branch=agent/r",
+                      json={"properties": {"content": "Branch notes about invoices."}}).status_code == 201
+    client.post(f"/api/repos/{repo}/search", json={"query": "anything"})
+    before = client.get(f"/api/repos/{repo}/index/status").json()["index"]["collections"]
+    assert len(before) == 2
+    r = client.patch(f"/api/repos/{repo}/workspaces/knowledge", json={"embedding": {"model": "fake:other-64"}, "reembed": True})
+    assert r.status_code == 200 and r.json()["switched"] is True, r.text
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/r", json={"query": "invoices", "mode": "vector", "k": 3}).json()
+    assert rows["results"]
+    after = client.get(f"/api/repos/{repo}/index/status").json()["index"]["collections"]
+    assert {c["model"] for c in after} == {"fake:other-64"}
+    assert {(c["workspace"], c["branch"]) for c in after} == {("knowledge", "main"), ("knowledge", "agent/r")}
