@@ -497,7 +497,10 @@ def _searchable(session: Session, services: Any, view: BranchView, wids: list[in
     if request.where:
         return build()
     configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
-    key = ("searchable", view.repo.id, *view.cache_key, configs, request.path_prefix, request.node_type)
+    # Whether the state is the branch's head decides which filters a scoped index is sent.
+    at_head = view.revision == view.branch.head_revision
+    key = ("searchable", view.repo.id, *view.cache_key, at_head, configs, request.path_prefix,
+           request.node_type)
     return services.search_cache.get(key, build)
 
 

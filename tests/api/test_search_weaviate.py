@@ -236,10 +236,13 @@ def test_filters_follow_the_version_a_branch_sees_not_the_newest_object(wclient)
     text = DOCS["/billing"]
     assert client.put(url, json={"properties": {"content": text, "team": "finance"}}).status_code == 200
     old = client.get(f"/api/repos/{repo}/branches/main").json()["head_revision"]
+    q = {"query": "invoices payment", "k": 3, "where": {"team": "finance"}}
+    # Searched at its head first: what is cached for this state must not carry the head's
+    # filters into a later search of the same revision once it is no longer the head.
+    assert [r["path"] for r in client.post(f"/api/repos/{repo}/search", json=q).json()["results"]] == ["/billing"]
     assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/old", "from": "main"}).status_code == 201
     # Same text (same content key, same object), new property on main.
     assert client.put(url, json={"properties": {"content": text, "team": "ops"}}).status_code == 200
-    q = {"query": "invoices payment", "k": 3, "where": {"team": "finance"}}
     on_main = client.post(f"/api/repos/{repo}/search", json=q).json()["results"]
     assert on_main == []
     on_branch = client.post(f"/api/repos/{repo}/search?branch=agent/old", json=q).json()["results"]
@@ -383,3 +386,20 @@ def test_reembedding_drops_the_old_models_collections(wclient):
     after = client.get(f"/api/repos/{repo}/index/status").json()["index"]["collections"]
     assert {c["model"] for c in after} == {"fake:other-64"}
     assert {(c["workspace"], c["branch"]) for c in after} == {("knowledge", "main"), ("knowledge", "agent/r")}
+
+
+def test_a_cached_head_state_does_not_send_its_filters_once_it_is_history(wclient):
+    """The searchable set of a branch state is cached; a state searched at its head sends the
+    type filter to Weaviate, the same revision searched later (no longer the head, its object
+    now holding the newer type) must not."""
+    client, repo = wclient
+    url = f"/api/repos/{repo}/workspaces/knowledge/nodes/billing"
+    text = DOCS["/billing"]
+    assert client.put(url, json={"node_type": "Doc", "properties": {"content": text}}).status_code == 200
+    old = client.get(f"/api/repos/{repo}/branches/main").json()["head_revision"]
+    q = {"query": "invoices payment", "k": 3, "node_type": "Doc"}
+    assert [r["path"] for r in client.post(f"/api/repos/{repo}/search", json=q).json()["results"]] == ["/billing"]
+    assert client.put(url, json={"node_type": "Invoice", "properties": {"content": text}}).status_code == 200
+    assert client.post(f"/api/repos/{repo}/search", json=q).json()["results"] == []
+    rows = client.post(f"/api/repos/{repo}/search?at_revision={old}", json=q).json()["results"]
+    assert [r["path"] for r in rows] == ["/billing"]
