@@ -79,6 +79,7 @@ class IndexRun:
     done: int = 0
     failed: int = 0
     passages: int = 0
+    dropped: int = 0
 
 
 class Indexer(PollingWorker):
@@ -101,9 +102,14 @@ class Indexer(PollingWorker):
         self._lock = threading.Lock()
 
     def pass_once(self) -> int:
-        """One background pass: the jobs done or failed."""
+        """One background pass: the jobs done, failed or dropped (a busy queue is drained
+        without pauses); with nothing to do, complete any re-embed whose jobs are all done (one
+        whose last pass was cut short by a crash or an error)."""
         run = self.run_pending()
-        return run.done + run.failed
+        handled = run.done + run.failed + run.dropped
+        if not handled:
+            self._complete_reembeds(None)
+        return handled
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -132,11 +138,12 @@ class Indexer(PollingWorker):
         total = IndexRun()
         while True:
             run = self.run_pending(repo_id=repo_id)
-            if run.done == 0 and run.failed == 0:
+            if run.done == 0 and run.failed == 0 and run.dropped == 0:
                 return total
             total.done += run.done
             total.failed += run.failed
             total.passages += run.passages
+            total.dropped += run.dropped
 
     def _claim(self, repo_id: int | None, keys: list[str] | None) -> list[tuple[int, int, str, int, int]]:
         now = utcnow()
@@ -174,9 +181,17 @@ class Indexer(PollingWorker):
             for job in claimed:
                 job_id, repo_id, key, workspace_id, version_id = job
                 version = session.get(NodeVersion, version_id)
+                if version is None:
+                    # Its branch was deleted or reset: any other version with the text will do.
+                    version = session.scalar(select(NodeVersion).where(
+                        NodeVersion.repo_id == repo_id, NodeVersion.content_key == key).limit(1))
+                    if version is None:
+                        obsolete.append(job_id)  # no version needs this text any more
+                        continue
+                    workspace_id = version.workspace_id
                 workspace = session.get(Workspace, workspace_id)
-                if version is None or workspace is None:
-                    failures[job_id] = "the node version or workspace of this job no longer exists"
+                if workspace is None:
+                    obsolete.append(job_id)
                     continue
                 try:
                     plan, embedder = _plan_for_job(self.services, workspace.config, version.properties, key)
@@ -226,6 +241,7 @@ class Indexer(PollingWorker):
         with self.services.db.write() as session:
             if obsolete:
                 session.execute(delete(IndexJob).where(IndexJob.id.in_(obsolete)))
+                run.dropped += len(obsolete)
             for job_id, reason in postponed:  # still pending; index/status says why it waits
                 session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
                     status="pending", error=reason[:2000], updated_at=utcnow()))
@@ -235,16 +251,21 @@ class Indexer(PollingWorker):
                 run.failed += 1
         if run.failed:
             log.warning("indexer: %d job(s) failed", run.failed)
-        self._complete_reembeds({(job[1], job[3]) for job in claimed})
+        self._complete_reembeds({job[1] for job in claimed})
         return run
 
-    def _complete_reembeds(self, workspaces: set[tuple[int, int]]) -> None:
-        """Switch the workspaces of this pass whose re-embed has all its texts embedded."""
+    def _complete_reembeds(self, repo_ids: set[int] | None) -> None:
+        """Switch the workspaces (of these repositories, or all) whose re-embed has all its
+        texts embedded. Every workspace under way is checked, not only those of the jobs just
+        run: a job is one per text, and a text shared by two workspaces carries one of them."""
         from kg.rag.reembed import NEXT, complete_reembed
 
         with self.services.db.read() as session:
-            under_way = [(repo_id, wid) for repo_id, wid in sorted(workspaces)
-                         if NEXT in ((ws := session.get(Workspace, wid)) and ws.config or {})]
+            stmt = select(Workspace.repo_id, Workspace.id, Workspace.config)
+            if repo_ids is not None:
+                stmt = stmt.where(Workspace.repo_id.in_(sorted(repo_ids)))
+            under_way = [(repo_id, wid) for repo_id, wid, config in session.execute(stmt.order_by(Workspace.id))
+                         if NEXT in (config or {})]
         for repo_id, wid in under_way:
             try:
                 complete_reembed(self.services, repo_id, wid)

@@ -44,6 +44,14 @@ log = logging.getLogger(__name__)
 NEXT = "embedding_next"
 """The workspace config key of the settings a re-embed is building."""
 
+HELD = "embedding_next_failed"
+"""The workspace config key of how many texts failed under a re-embed's settings, when that
+many hold its switch back."""
+
+MAX_FAILED_TEXTS = 5
+"""Texts that may fail under a re-embed's model without holding the switch back (or 1 % of the
+workspace's texts, whichever is more): beyond, it waits for a retry or a cancel."""
+
 
 class ModelLocked(Conflict):
     """A workspace's embedding model (or chunking) cannot change without re-embedding."""
@@ -110,7 +118,7 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
         if under_way:
             with services.db.write() as session:
                 ws = get_workspace(session, get_repository(session, repo, lock=True), workspace)
-                ws.config = {k: v for k, v in (ws.config or {}).items() if k != NEXT}
+                ws.config = {k: v for k, v in (ws.config or {}).items() if k not in (NEXT, HELD)}
         return {"workspace": workspace, "embedding": current.model_dump(), "reembedded": False,
                 "node_versions": 0, "queued": 0, "switched": False}, []
     if not reembed:
@@ -128,7 +136,7 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
     with services.db.write() as session:
         r = get_repository(session, repo, lock=True)
         ws = get_workspace(session, r, workspace)
-        ws.config = {**(ws.config or {}), NEXT: wanted.model_dump()}
+        ws.config = {**{k: v for k, v in (ws.config or {}).items() if k != HELD}, NEXT: wanted.model_dump()}
         versions = _next_keys(session, ws.id, wanted, embedder)
         first: dict[str, int] = {}
         for version_id, key in versions:
@@ -192,10 +200,17 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
                                   node_version_id=version_id)]
             if queued:
                 return False
+            if len(failed) > max(MAX_FAILED_TEXTS, len(keys) // 100):
+                # More than a few texts failed: an outage of the new model, not a bad text.
+                # The current model keeps answering; GET on the workspace says why it waits,
+                # and the same PATCH again retries the failed texts.
+                if (ws.config or {}).get(HELD) != len(failed):
+                    ws.config = {**(ws.config or {}), HELD: len(failed)}
+                return False
         lowest = _lowest_seq(session, repo_id, keys)
         if versions:
             session.execute(update(NodeVersion), [{"id": vid, "content_key": key} for vid, key in versions])
-        config = dict(ws.config or {})
+        config = {k: v for k, v in (ws.config or {}).items() if k != HELD}
         old_model = workspace_embedding(config, default_model=services.settings.embedding_model).model
         config["embedding"] = config.pop(NEXT)
         ws.config = config
@@ -213,9 +228,12 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
 
 
 def reembed_status(config: dict | None) -> dict[str, Any] | None:
-    """The ``embedding`` a workspace is being re-embedded to, or None."""
+    """The ``embedding`` a workspace is being re-embedded to, and ``failed_texts`` when that
+    many failures hold the switch back; None when no re-embed is under way."""
     raw = (config or {}).get(NEXT)
-    return None if raw is None else {"embedding": raw}
+    if raw is None:
+        return None
+    return {"embedding": raw, "failed_texts": (config or {}).get(HELD, 0)}
 
 
 def _next_keys(session: Any, workspace_id: int, wanted: EmbeddingConfig, embedder: Any) -> list[tuple[int, str | None]]:

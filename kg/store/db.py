@@ -7,6 +7,8 @@ The caller owns the transaction (one per HTTP request or CLI command): store fun
 
 from __future__ import annotations
 
+import logging
+
 import threading
 from contextlib import contextmanager
 from importlib import resources
@@ -22,6 +24,8 @@ from kg.errors import BackendUnavailable
 
 _upgrade_lock = threading.Lock()
 
+
+log = logging.getLogger(__name__)
 
 class Database:
     """One engine and its session factories.
@@ -102,11 +106,16 @@ class Database:
         lookup (bench/diff_merge.py --no-analyze); autovacuum refreshes them on its own when
         it is on, this makes it immediate. SQLite: ``PRAGMA optimize``.
         """
-        with self.engine.begin() as conn:
-            if self.dialect == "postgresql":
-                conn.exec_driver_sql("ANALYZE node_versions, relation_versions, chunks")
-            else:
-                conn.exec_driver_sql("PRAGMA optimize")
+        # Best effort, after the write committed: a busy database (SQLite's lock held by the
+        # indexer) must not turn a stored batch into an error that a client would retry.
+        try:
+            with self.engine.begin() as conn:
+                if self.dialect == "postgresql":
+                    conn.exec_driver_sql("ANALYZE node_versions, relation_versions, chunks")
+                else:
+                    conn.exec_driver_sql("PRAGMA optimize")
+        except SQLAlchemyError as exc:
+            log.warning("refreshing the planner's statistics failed (the write stands): %s", exc)
 
     def dispose(self) -> None:
         """Close every pooled connection."""

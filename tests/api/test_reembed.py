@@ -162,3 +162,72 @@ def test_asking_for_the_current_settings_cancels_a_reembed_under_way(client, rep
     assert status["pending"] == 0 and status["failed"] == 0
     assert chunk_models(services) == {FAKE_MODEL}
     assert vector_search(client, "rotate key")[0]["path"] == "/a"
+
+
+def _queue_only(services, monkeypatch):
+    """Nothing is embedded until the test drains the queue."""
+    services.indexer.stop()
+    monkeypatch.setattr(services, "after_write", lambda repo_id, keys: None)
+
+
+def test_a_branch_deleted_during_a_reembed_leaves_mains_text_searchable(client, repo, services, monkeypatch):
+    """Found by a breaker pass: the text's one job was tied to the branch's version; deleting the
+    branch failed the job and the switch left main's node without chunks."""
+    _queue_only(services, monkeypatch)
+    text = {"content": "Zebra crossings share this text."}
+    assert client.post("/api/repos/acme/branches", json={"name": "x", "from": "main"}).status_code == 201
+    assert put(client, "/b", text, branch="x").status_code == 201
+    services.indexer.drain()
+    assert put(client, "/m", text).status_code == 201
+    assert patch_ws(client, {"embedding": {"model": OTHER}, "reembed": True}).json()["switched"] is False
+    assert client.delete("/api/repos/acme/branches/x").status_code == 204
+    services.indexer.drain()
+    assert client.get("/api/repos/acme/workspaces/knowledge").json()["reembedding"] is None
+    assert vector_search(client, "zebra crossings")[0]["path"] == "/m"
+    status = client.get("/api/repos/acme/index/status").json()
+    assert status["failed"] == 0 and status["pending"] == 0
+
+
+def test_two_workspaces_sharing_a_text_both_switch(client, repo, services, monkeypatch):
+    """Found by a breaker pass: one job per text carries one workspace; the other workspace was
+    never checked again and kept `reembedding` forever."""
+    _queue_only(services, monkeypatch)
+    assert client.post("/api/repos/acme/workspaces", json={"name": "other"}).status_code == 201
+    text = {"properties": {"content": "Identical text in two workspaces."}}
+    for ws in ("knowledge", "other"):
+        assert client.put(f"/api/repos/acme/workspaces/{ws}/nodes/d", json=text).status_code == 201
+    services.indexer.drain()
+    for ws in ("knowledge", "other"):
+        r = client.patch(f"/api/repos/acme/workspaces/{ws}", json={"embedding": {"model": OTHER}, "reembed": True})
+        assert r.status_code == 200 and r.json()["switched"] is False
+    services.indexer.drain()
+    for ws in ("knowledge", "other"):
+        body = client.get(f"/api/repos/acme/workspaces/{ws}").json()
+        assert body["embedding"]["model"] == OTHER and body["reembedding"] is None, ws
+
+
+def test_an_idle_indexer_completes_a_reembed_whose_last_pass_was_cut_short(client, repo, services, monkeypatch):
+    """Found by a breaker pass: killed after the last job and before the switch, a re-embed
+    stayed under way forever (nothing ran the check again)."""
+    _queue_only(services, monkeypatch)
+    assert put(client, "/a", {"content": "Rotate the API key every ninety days."}).status_code == 201
+    services.indexer.drain()
+    assert patch_ws(client, {"embedding": {"model": OTHER}, "reembed": True}).json()["switched"] is False
+    with monkeypatch.context() as crash:
+        crash.setattr(services.indexer, "_complete_reembeds", lambda repo_ids: None)
+        services.indexer.drain()  # the jobs are done; the switch never ran
+    assert client.get("/api/repos/acme/workspaces/knowledge").json()["reembedding"] is not None
+    assert services.indexer.pass_once() == 0  # an idle pass (after a restart, say) completes it
+    assert client.get("/api/repos/acme/workspaces/knowledge").json()["embedding"]["model"] == OTHER
+
+
+def test_dropped_obsolete_jobs_count_as_progress(client, repo, services, monkeypatch):
+    """Found by a breaker pass: after a cancel the obsolete jobs were dropped 32 per poll
+    interval, the worker sleeping between batches as if idle, stalling every repository."""
+    _queue_only(services, monkeypatch)
+    assert put(client, "/a", {"content": "Rotate the API key every ninety days."}).status_code == 201
+    services.indexer.drain()
+    assert patch_ws(client, {"embedding": {"model": OTHER}, "reembed": True}).json()["queued"] == 1
+    assert patch_ws(client, {"embedding": {"model": FAKE_MODEL}}).json()["reembedded"] is False
+    assert services.indexer.pass_once() == 1  # dropped, and counted: the worker goes on at once
+    assert client.get("/api/repos/acme/index/status").json()["pending"] == 0

@@ -231,3 +231,51 @@ def test_a_text_the_new_model_cannot_embed_does_not_hold_a_reembed_back(db_url, 
     assert models == {"fake:hash-16", "bad:raise"}
     assert found(services, "plain") == ["/good"]
     services.close()
+
+
+def test_many_texts_failing_under_the_new_model_hold_the_switch_back(db_url, tmp_path):
+    """Found by a breaker pass: an outage of the new model (HTTP errors) failed most jobs and the
+    switch went ahead, leaving most of the workspace unsearchable. Beyond a few failures (5, or
+    1 %) the current model keeps answering; the same request again retries."""
+    from kg.rag.reembed import reembed_status, reembed_workspace
+    from kg.store.models import Workspace
+
+    services = make_services(db_url, tmp_path, inline=True)
+    for i in range(7):
+        put_node(services, "r", "main", "w", f"/n{i}", node_type="t", properties={"content": f"TRIGGER plain words {i}"})
+    answer, _ = reembed_workspace(services, "r", "w", {"model": "bad:raise"}, reembed=True)
+    assert answer["switched"] is False and jobs(services, "failed") == 7
+    with services.db.read() as s:
+        config = s.scalar(select(Workspace.config).where(Workspace.name == "w"))
+    assert config["embedding"]["model"] == "fake:hash-16"
+    assert reembed_status(config) == {"embedding": config["embedding_next"], "failed_texts": 7}
+    assert sorted(found(services, "plain")) == [f"/n{i}" for i in range(7)]  # still the old model's
+    services.close()
+
+
+def test_refreshing_statistics_on_a_busy_sqlite_database_is_not_an_error(tmp_path):
+    """Found by a breaker pass: nodes:batch answered 500 after its data was committed, when
+    PRAGMA optimize met the indexer's lock."""
+    import sqlite3
+
+    from kg.store.db import Database
+
+    db = Database(f"sqlite:///{tmp_path / 'busy.db'}", busy_timeout_s=0.2)
+    db.upgrade()
+    with db.engine.begin() as conn:  # a table the planner would like statistics of
+        conn.exec_driver_sql("CREATE TABLE t (a INTEGER, b TEXT)")
+        conn.exec_driver_sql("CREATE INDEX ix_t ON t (a)")
+        conn.exec_driver_sql("INSERT INTO t WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 "
+                             "FROM n WHERE i < 5000) SELECT i, i FROM n")
+    holder = sqlite3.connect(tmp_path / "busy.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the indexer storing chunks, say
+    holder.execute("INSERT INTO t VALUES (0, 'x')")
+    try:
+        with db.engine.connect() as conn:  # queries that make PRAGMA optimize want to ANALYZE
+            for i in range(50):
+                conn.exec_driver_sql("SELECT * FROM t WHERE a = ?", (i,)).fetchall()
+        db.analyze()  # logs, does not raise
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        db.dispose()
