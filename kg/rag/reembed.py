@@ -11,7 +11,10 @@ every branch, all history) under them; searches and writes go on with the curren
 meanwhile, so nothing becomes unsearchable. Once no job of the workspace is pending or running
 (:func:`complete_reembed`, run by the indexer after each pass), one transaction re-points every
 node version at its new content key and makes the new settings current; a text the new model
-failed to embed is then unsearchable, and ``index/status`` lists its failure. Versions written
+failed to embed is then unsearchable, and ``index/status`` lists its failure. More failures than
+:data:`MAX_FAILED_TEXTS` (or 1 % of the texts) look like an outage of the new model, not bad
+texts: the switch waits (``failed_texts`` on the workspace) until the same request is sent again
+(which retries them) or the re-embed is cancelled. Versions written
 during the re-embed are embedded under the current model by their write and under the new one
 by the switch's check, which queues what is missing and waits for it. Chunks of the old model
 stay in SQL, unreferenced; old and new vectors never mix, because a search reads only the chunks
