@@ -38,7 +38,7 @@ def _enqueue_stmt(dialect: str):
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
     stmt = insert(IndexJob).values(
         repo_id=bindparam("q_repo_id"), content_key=bindparam("q_key"), workspace_id=bindparam("q_wid"),
-        node_version_id=bindparam("q_vid"), status="pending", attempts=0,
+        node_version_id=bindparam("q_vid"), status="pending", attempts=0, priority=bindparam("q_priority"),
         created_at=bindparam("q_now", type_=IndexJob.created_at.type),
         updated_at=bindparam("q_now2", type_=IndexJob.updated_at.type),
     )
@@ -50,11 +50,19 @@ def _enqueue_stmt(dialect: str):
     )
 
 
+WRITE_PRIORITY = 0
+"""Claimed first: the text of a write (a user waits to find it)."""
+
+REEMBED_PRIORITY = 1
+"""Claimed after every write's text: a re-embed's backlog (the current model answers meanwhile)."""
+
+
 def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: str | None,
-            node_version_id: int) -> bool:
+            node_version_id: int, priority: int = WRITE_PRIORITY) -> bool:
     """Queue the embedding of a content key unless its chunks exist (call inside the write).
 
-    A job that failed before is set back to ``pending``: the text was written again.
+    A job that failed before is set back to ``pending``: the text was written again. Jobs are
+    claimed by ``priority`` (lower first), then in order.
 
     Returns
     -------
@@ -68,7 +76,7 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
     now = utcnow()
     session.execute(_enqueue_stmt(session.get_bind().dialect.name), {
         "q_repo_id": repo_id, "q_key": content_key, "q_wid": workspace_id, "q_vid": node_version_id,
-        "q_now": now, "q_now2": now})
+        "q_now": now, "q_now2": now, "q_priority": priority})
     return True
 
 
@@ -158,7 +166,7 @@ class Indexer(PollingWorker):
                 if not keys:
                     return []
                 stmt = stmt.where(IndexJob.content_key.in_(keys))
-            stmt = stmt.order_by(IndexJob.id).limit(self.batch_jobs)
+            stmt = stmt.order_by(IndexJob.priority, IndexJob.id).limit(self.batch_jobs)
             if session.get_bind().dialect.name == "postgresql":
                 stmt = stmt.with_for_update(skip_locked=True)
             ids = list(session.scalars(stmt))

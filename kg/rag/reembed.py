@@ -36,7 +36,7 @@ from sqlalchemy import func, select, update
 from kg.errors import Conflict, InvalidInput, KGError
 from kg.providers.registry import canonical_model_name
 from kg.rag.config import EmbeddingConfig, parse_embedding_config, workspace_embedding
-from kg.rag.indexer import enqueue
+from kg.rag.indexer import REEMBED_PRIORITY, enqueue
 from kg.rag.indexing import existing_content_keys, plan_text
 from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace
 from kg.store.repos import get_repository, get_workspace
@@ -147,7 +147,7 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
                 first.setdefault(key, version_id)
         pending = [key for key, version_id in first.items()
                    if enqueue(session, repo_id=r.id, workspace_id=ws.id, content_key=key,
-                              node_version_id=version_id)]
+                              node_version_id=version_id, priority=REEMBED_PRIORITY)]
         repo_id, workspace_id = r.id, ws.id
     services.after_write(repo_id, pending)  # inline indexing switches in there already
     complete_reembed(services, repo_id, workspace_id)
@@ -200,7 +200,7 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
             queued = [key for version_id, key in versions
                       if key in missing and key not in failed
                       and enqueue(session, repo_id=repo_id, workspace_id=workspace_id, content_key=key,
-                                  node_version_id=version_id)]
+                                  node_version_id=version_id, priority=REEMBED_PRIORITY)]
             if queued:
                 return False
             if len(failed) > max(MAX_FAILED_TEXTS, len(keys) // 100):

@@ -235,6 +235,8 @@ class IndexJob(Base):
     __table_args__ = (
         UniqueConstraint("repo_id", "content_key", name="uq_index_jobs_key"),
         Index("ix_index_jobs_status", "status", "id"),
+        # Claim order: writes' texts (priority 0) before a re-embed's backlog (1).
+        Index("ix_index_jobs_claim", "status", "priority", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -247,6 +249,7 @@ class IndexJob(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Reference(Base):

@@ -231,3 +231,22 @@ def test_dropped_obsolete_jobs_count_as_progress(client, repo, services, monkeyp
     assert patch_ws(client, {"embedding": {"model": FAKE_MODEL}}).json()["reembedded"] is False
     assert services.indexer.pass_once() == 1  # dropped, and counted: the worker goes on at once
     assert client.get("/api/repos/acme/index/status").json()["pending"] == 0
+
+
+def test_a_write_during_a_reembed_is_embedded_before_its_backlog(client, repo, services, monkeypatch):
+    """Found by a breaker pass: one FIFO queue made a text written during a large re-embed wait
+    for the whole backlog (in every repository). Writes' texts are claimed first."""
+    _queue_only(services, monkeypatch)
+    for i in range(3):
+        assert put(client, f"/n{i}", {"content": f"Backlog text number {i}."}).status_code == 201
+    services.indexer.drain()
+    assert patch_ws(client, {"embedding": {"model": OTHER}, "reembed": True}).json()["queued"] == 3
+    assert put(client, "/new", {"content": "Fresh xylophone notes."}).status_code == 201
+    monkeypatch.setattr(services.indexer, "batch_jobs", 1)
+    assert services.indexer.run_pending().done == 1
+    rows = client.post("/api/repos/acme/search", json={"query": "xylophone", "mode": "fulltext"}).json()["results"]
+    assert [r["path"] for r in rows] == ["/new"]
+    assert client.get("/api/repos/acme/index/status").json()["pending"] == 3  # the backlog waits
+    services.indexer.drain()
+    assert client.get("/api/repos/acme/workspaces/knowledge").json()["embedding"]["model"] == OTHER
+    assert vector_search(client, "xylophone notes")[0]["path"] == "/new"
