@@ -470,6 +470,10 @@ def _searchable(session: Session, services: Any, view: BranchView, wids: list[in
     models = {wid: workspace_embedding(config, default_model=services.settings.embedding_model).model
               for wid, config in rows}
 
+    scoped = bool(getattr(services.index, "scoped", False))
+    # Whether the state is the branch's head decides which filters a scoped index is sent.
+    at_head = view.revision == view.branch.head_revision
+
     def build() -> _Searchable:
         if request.where:
             nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
@@ -490,22 +494,18 @@ def _searchable(session: Session, services: Any, view: BranchView, wids: list[in
             by_model[models[node.workspace_id]].add(node.content_key)
         return _Searchable(dict(by_key), frozenset(by_key),
                            {model: frozenset(keys) for model, keys in by_model.items()},
-                           _scopes(view, by_key, models, request) if scoped else ())
-
-    scoped = bool(getattr(services.index, "scoped", False))
+                           _scopes(view, by_key, models, request, at_head) if scoped else ())
 
     if request.where:
         return build()
     configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
-    # Whether the state is the branch's head decides which filters a scoped index is sent.
-    at_head = view.revision == view.branch.head_revision
     key = ("searchable", view.repo.id, *view.cache_key, at_head, configs, request.path_prefix,
            request.node_type)
     return services.search_cache.get(key, build)
 
 
 def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
-            request: SearchRequest) -> tuple[SearchScope, ...]:
+            request: SearchRequest, at_head: bool) -> tuple[SearchScope, ...]:
     """The (workspace, branch) collections a scoped index reads for these nodes: the branch's
     own and its ancestors' that provide visible versions, each with the version keys it may
     return. The request's filters go along only to the branch's own collections read at its
@@ -516,7 +516,6 @@ def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
         for node in nodes:
             keys[(models[node.workspace_id], node.workspace_id, node.branch_id)].add(
                 version_key(node.node_id, content_key))
-    at_head = view.revision == view.branch.head_revision
     prefix = request.path_prefix
     if prefix is not None and ("*" in prefix or "?" in prefix):
         prefix = None  # Weaviate's Like cannot escape its wildcards: SQL alone filters this path
