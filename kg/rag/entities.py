@@ -18,7 +18,10 @@ event) and typed relations between them, and writes, as one revision:
   (``kg:ref``) to the document. The document itself is never modified.
 
 A run whose fingerprint equals the record's does nothing: no model call, no revision,
-``skipped: true`` with the recorded entities and relations. ``force: true`` extracts again.
+``skipped: true`` with the recorded entities and relations, as long as what the record says was
+written is still there: every recorded entity node and its ``mentioned_in`` edge to the
+document, as the branch sees them. When one is gone (deleted by hand, or lost on the way), the
+text is extracted again. ``force: true`` always extracts again.
 When a changed text is extracted again, the ``mentioned_in`` edges of entities the document no
 longer names are removed; relations between entities are assertions that other documents may
 share, so they stay.
@@ -48,7 +51,8 @@ from kg.errors import Conflict, InvalidInput, ProviderError
 from kg.providers.jsonreply import parse_json_reply
 from kg.rag.config import TEXT_FIELDS
 from kg.rag.writes import GraphWrite, write_graph
-from kg.store.nodes import find_node, get_node
+from kg.store.nodes import find_node, get_node, node_uid, workspace_id
+from kg.store.relations import visible_relations
 from kg.store.paths import validate_path
 from kg.store.repos import branch_view
 
@@ -524,6 +528,22 @@ def _merged(existing: dict[str, Any] | None, entity: Entity) -> dict[str, Any]:
     return props
 
 
+def _record_holds(session: Any, view: Any, workspace: str, source_id: str, record: dict[str, Any]) -> bool:
+    """Whether every entity an extraction record lists is still visible with its
+    ``mentioned_in`` edge to the document (a record is trusted only while that holds)."""
+    wid = workspace_id(view, workspace)
+    wanted = set()
+    for entity in record.get("entities", []):
+        entity_path = entity.get("path") if isinstance(entity, dict) else None
+        if not isinstance(entity_path, str):
+            return False
+        wanted.add((node_uid(view.repo.uid, wid, entity_path), MENTIONED_IN, source_id))
+    if not wanted:
+        return True
+    seen = {(e.from_node_id, e.rel_type, e.to_node_id) for e in visible_relations(session, view, node_ids=[source_id])}
+    return wanted <= seen
+
+
 def extract_entities(services: Any, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     """Extract a document's entities and relations into the graph (API.md ``extract-entities``).
 
@@ -570,18 +590,20 @@ def extract_entities(services: Any, repo: str, branch: str, raw: Any) -> dict[st
         record_path = f"{EXTRACTION_ROOT}/{source_id}"
         record = find_node(session, view, workspace, record_path)
         record_props = dict(record.properties) if record is not None else None
+        digest = fingerprint(text, extractor) if text else None
+        trusted = record_props is not None and record_props.get("fingerprint") == digest \
+            and _record_holds(session, view, workspace, source_id, record_props)
     base = {"workspace": workspace, "source": path, "extractor": extractor}
     if not text:
         return {**base, "entities": [], "relations": [], "skipped": False, "fingerprint": None,
                 "revision": None, "dropped": {"entities": 0, "relations": 0}, "reason": "the node has no text"}
-    digest = fingerprint(text, extractor)
 
     def skipped(props: dict[str, Any]) -> dict[str, Any]:
         return {**base, "entities": props.get("entities", []), "relations": props.get("relations", []),
                 "skipped": True, "fingerprint": digest, "revision": None,
                 "dropped": {"entities": 0, "relations": 0}}
 
-    if not force and record_props is not None and record_props.get("fingerprint") == digest:
+    if not force and trusted and record_props is not None:
         return skipped(record_props)
     try:
         entities, relations, dropped = _extract(services.llm, extractor, text)
@@ -599,7 +621,8 @@ def extract_entities(services: Any, repo: str, branch: str, raw: Any) -> dict[st
                            details={"workspace": workspace, "path": path})
         previous = find_node(session, view, workspace, record_path)
         previous_props = previous.properties if previous is not None else {}
-        if not force and previous_props.get("fingerprint") == digest:
+        if not force and previous_props.get("fingerprint") == digest \
+                and _record_holds(session, view, workspace, source_id, previous_props):
             state["skipped"] = previous_props
             return None
         todo = GraphWrite()

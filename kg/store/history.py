@@ -11,7 +11,6 @@ that disagrees is a conflict; with any unresolved conflict nothing is written.
 from __future__ import annotations
 
 import json
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal
@@ -139,6 +138,14 @@ def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) 
             if key in wanted:
                 out[key] = version
     return out
+
+
+def seen_relations(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
+    """The relation versions a reader of ``view`` sees at the given keys: live, with both
+    endpoints live (an edge whose endpoint is deleted is not seen, whatever its own row)."""
+    states = relation_states(session, view, keys)
+    alive = nodes_by_id(session, view, {k[0] for k in states} | {k[2] for k in states})
+    return {k: v for k, v in states.items() if k[0] in alive and k[2] in alive}
 
 
 def _changed_node_keys(session: Session, branch_id: int, since: int, upto: int) -> list[NodeKey]:
@@ -305,16 +312,12 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
                 entry["changes"] = changes
                 nodes["modified"].append(entry)
     rel_keys = _changed_relation_keys(session, source.id, base.since, theirs.revision)
-    rel_before = relation_states(session, base.view, rel_keys)
-    rel_after = relation_states(session, theirs, rel_keys)
-    alive_before = nodes_by_id(session, base.view, {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
-    alive_after = nodes_by_id(session, theirs, {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
+    rel_before = seen_relations(session, base.view, rel_keys)
+    rel_after = seen_relations(session, theirs, rel_keys)
     addresses = _addresses(session, [theirs, base.view], {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
     relations: dict[str, list] = {"added": [], "removed": [], "modified": []}
     for key in rel_keys:
-        old = rel_before.get(key) if key[0] in alive_before and key[2] in alive_before else None
-        new = rel_after.get(key) if key[0] in alive_after and key[2] in alive_after else None
-        ov, nv = relation_value(old), relation_value(new)
+        ov, nv = relation_value(rel_before.get(key)), relation_value(rel_after.get(key))
         entry = {"from": addresses.get(key[0]), "to": addresses.get(key[2]), "type": key[1]}
         if ov is None and nv is not None:
             relations["added"].append({**entry, **nv})
@@ -338,8 +341,7 @@ class NodeChange:
 
     key: NodeKey
     value: dict[str, Any] | None          # None: delete
-    node_id: str | None
-    replaced_id: str | None               # ours' id when the path changes identity
+    node_id: str                          # the address's id (kg.store.nodes.node_uid)
     content_key: str | None
     needs_content: bool                   # merged text: its content key must be computed
     source: Literal["theirs", "merged", "value", "ours"]
@@ -352,6 +354,7 @@ class RelationChange:
 
     key: RelKey
     value: dict[str, Any] | None
+    taken: Literal["ours", "theirs"] | None = None   # the resolution that chose it, if any
 
 
 @dataclass
@@ -369,15 +372,32 @@ class MergePlan:
     workspaces: dict[int, str] = field(default_factory=dict)
 
     def preview(self) -> dict[str, Any]:
-        """What applying the plan would change (the dry run's ``applied``)."""
-        nodes: dict[str, list] = {"added": [], "modified": [], "deleted": []}
+        """What applying the plan would change (the dry run's ``applied``): the same report
+        :func:`apply_merge` gives, so a dry run says exactly what the merge then does."""
+        nodes: dict[str, list] = {"added": [], "modified": [], "deleted": [], "kept": []}
         for change in self.node_changes:
             address = {"workspace": self.workspaces.get(change.key[0]), "path": change.key[1]}
-            kind = "deleted" if change.value is None else ("modified" if change.existed else "added")
-            nodes[kind].append(address)
-        return {"nodes": nodes,
-                "relations": {"upserted": sum(1 for r in self.relation_changes if r.value is not None),
-                              "removed": sum(1 for r in self.relation_changes if r.value is None)}}
+            nodes[_node_outcome(change)].append(address)
+        relations = {"upserted": 0, "removed": 0, "kept": 0}
+        for rel in self.relation_changes:
+            relations[_relation_outcome(rel)] += 1
+        return {"nodes": nodes, "relations": relations}
+
+
+def _node_outcome(change: NodeChange) -> str:
+    """How a reader of the target sees a node change: ``kept`` re-asserts the target's value
+    (a conflict resolved 'ours', recorded so that a merge the other way carries it)."""
+    if change.value is None:
+        return "deleted"
+    if change.source == "ours":
+        return "kept"
+    return "modified" if change.existed else "added"
+
+
+def _relation_outcome(change: RelationChange) -> str:
+    if change.value is None:
+        return "removed"
+    return "kept" if change.taken == "ours" else "upserted"
 
 
 def _resolution_index(resolutions: list[dict] | None, view: BranchView) -> tuple[dict, dict]:
@@ -508,11 +528,10 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
             value = {"node_type": like["node_type"], "properties": resolution["value"], "order": like["order"]}
             plan.node_changes.append(_change(key, value, o_ver, t_ver, "value"))
 
-    _check_orphans(session, ours_view, plan)
-
     rel_keys = _changed_relation_keys(session, source.id, base.since, theirs_view.revision)
+    addresses: dict[str, str] = {}
     if rel_keys:
-        rb, ro, rt = (relation_states(session, v, rel_keys) for v in (base.view, ours_view, theirs_view))
+        rb, ro, rt = (seen_relations(session, v, rel_keys) for v in (base.view, ours_view, theirs_view))
         addresses = _addresses(session, [theirs_view, ours_view, base.view],
                                {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
         for key in rel_keys:
@@ -530,7 +549,10 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                                        "base": bv, "ours": ov, "theirs": tv})
                 continue
             used.add(("relation", address))
-            plan.relation_changes.append(RelationChange(key, tv if resolution["take"] == "theirs" else ov))
+            plan.relation_changes.append(
+                RelationChange(key, tv if resolution["take"] == "theirs" else ov, resolution["take"]))
+    _check_endpoints(session, plan, base.view, ours_view, theirs_view, rel_res, used, addresses)
+    _check_orphans(session, ours_view, plan)
     # Named back as the caller wrote them (workspace name, not its internal id).
     unused = [{"workspace": ours_view.workspaces.get(k[0], k[0]), "path": k[1]}
               for k in node_res if ("node", k) not in used]
@@ -548,21 +570,136 @@ def _change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion |
 
 
 def _make_change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion | None, source) -> NodeChange:
+    # Both sides hold the address's id (kg.store.nodes.node_uid): one node, whoever wrote it.
+    node_id = (theirs or ours).node_id if (theirs or ours) is not None else None
+    if node_id is None:
+        raise AssertionError(f"a merge change at {key} with no version on either side")
     if value is None:
-        return NodeChange(key, None, ours.node_id if ours else None, None, None, False, source)
-    if ours is not None and theirs is not None and ours.node_id != theirs.node_id:
-        node_id, replaced = theirs.node_id, ours.node_id
-    elif ours is not None:
-        node_id, replaced = ours.node_id, None
-    elif theirs is not None:
-        node_id, replaced = theirs.node_id, None
-    else:
-        node_id, replaced = str(uuid.uuid4()), None
+        return NodeChange(key, None, node_id, None, False, source)
     if theirs is not None and node_value(theirs) == value:
-        return NodeChange(key, value, node_id, replaced, theirs.content_key, False, source)
+        return NodeChange(key, value, node_id, theirs.content_key, False, source)
     if ours is not None and node_value(ours) == value:
-        return NodeChange(key, value, node_id, replaced, ours.content_key, False, source)
-    return NodeChange(key, value, node_id, replaced, None, True, source)
+        return NodeChange(key, value, node_id, ours.content_key, False, source)
+    return NodeChange(key, value, node_id, None, True, source)
+
+
+def _check_endpoints(session: Session, plan: MergePlan, base: BranchView, ours: BranchView,
+                     theirs: BranchView, rel_res: dict, used: set, addresses: dict[str, str]) -> None:
+    """A merge never leaves an edge whose endpoint is deleted on the target.
+
+    Two ways a planned merge could: (a) it writes an edge of the source to a node that the
+    target deleted; (b) it deletes a node (as the source did) that the target has an edge to
+    which the source never saw. Either is a relation conflict, listed with base / ours / theirs
+    as a reader of each side sees the edge. Resolved on the relation: ``take: "theirs"`` keeps
+    the source's edge and restores its deleted endpoint as the source has it (a); ``take:
+    "ours"`` keeps the target's edge and its endpoint (b); the other side drops the edge.
+    """
+    deletes = {c.node_id: c for c in plan.node_changes if c.value is None and c.existed}
+    planned = {c.key: c for c in plan.relation_changes}
+    # (b) the target's edges to nodes this merge deletes, with no planned change of their own.
+    kept_nodes: set[str] = set()
+    if deletes:
+        for edge in _live_edges_touching(session, ours, deletes):
+            key = (edge.from_node_id, edge.rel_type, edge.to_node_id)
+            if key in planned:
+                continue
+            address = _relation_address(session, [ours, theirs, base], key, addresses)
+            ov = relation_value(edge)
+            resolution = rel_res.get(address)
+            if resolution is None:
+                bv = relation_value(seen_relations(session, base, [key]).get(key))
+                gone = [addresses[i] for i in (key[0], key[2]) if i in deletes]
+                plan.conflicts.append({
+                    "kind": "relation", "from": address[0], "to": address[2], "type": key[1],
+                    "reason": "the source deleted an endpoint of this relation, which the target "
+                              "changed: take 'ours' to keep both, 'theirs' to drop the relation",
+                    "deleted_endpoints": gone, "base": bv, "ours": ov, "theirs": None})
+                continue
+            used.add(("relation", address))
+            if resolution["take"] == "ours":
+                kept_nodes.update(i for i in (key[0], key[2]) if i in deletes)
+            else:
+                change = RelationChange(key, None, "theirs")
+                plan.relation_changes.append(change)
+                planned[key] = change
+    # A relation change that keeps the target's edge (resolved 'ours') keeps its endpoints.
+    for change in plan.relation_changes:
+        if change.value is not None and change.taken == "ours":
+            kept_nodes.update(i for i in (change.key[0], change.key[2]) if i in deletes)
+    if kept_nodes:
+        plan.node_changes = [c for c in plan.node_changes if c.node_id not in kept_nodes]
+    # (a) edges the merge writes: every endpoint must be live on the target afterwards.
+    writes = [c for c in plan.relation_changes if c.value is not None]
+    if not writes:
+        return
+    result = {c.node_id: c.value is not None for c in plan.node_changes}
+    ends = {i for c in writes for i in (c.key[0], c.key[2])}
+    alive_ours = set(nodes_by_id(session, ours, ends - set(result)))
+    dead = {i for i in ends if not result.get(i, i in alive_ours)}
+    if not dead:
+        return
+    theirs_nodes = nodes_by_id(session, theirs, dead)
+    restore: dict[str, NodeVersion] = {}
+    dropped: list[RelationChange] = []
+    for change in writes:
+        gone = [i for i in (change.key[0], change.key[2]) if i in dead]
+        if not gone:
+            continue
+        address = _relation_address(session, [theirs, ours, base], change.key, addresses)
+        if change.taken == "theirs" or ("relation", address) in used:
+            restore.update((i, theirs_nodes[i]) for i in gone if i in theirs_nodes)
+            if all(i in theirs_nodes for i in gone):
+                continue
+        resolution = rel_res.get(address)
+        if resolution is None:
+            key = change.key
+            bv = relation_value(seen_relations(session, base, [key]).get(key))
+            ov = relation_value(seen_relations(session, ours, [key]).get(key))
+            plan.conflicts.append({
+                "kind": "relation", "from": address[0], "to": address[2], "type": key[1],
+                "reason": "the target deleted an endpoint of this relation, which the source "
+                          "changed: take 'theirs' to keep the relation and restore the node, 'ours' "
+                          "to drop the relation",
+                "deleted_endpoints": [address[0] if i == key[0] else address[2] for i in gone],
+                "base": bv, "ours": ov, "theirs": change.value})
+            dropped.append(change)
+            continue
+        used.add(("relation", address))
+        if resolution["take"] == "theirs":
+            restore.update((i, theirs_nodes[i]) for i in gone if i in theirs_nodes)
+        else:
+            dropped.append(change)
+    if dropped:
+        plan.relation_changes = [c for c in plan.relation_changes if c not in dropped]
+    for node_id, version in sorted(restore.items(), key=lambda kv: (kv[1].workspace_id, kv[1].path)):
+        key = (version.workspace_id, version.path)
+        plan.node_changes = [c for c in plan.node_changes if c.key != key]
+        plan.node_changes.append(_change(key, node_value(version), None, version, "theirs"))
+
+
+def _live_edges_touching(session: Session, view: BranchView, node_ids: Iterable[str]) -> list[RelationVersion]:
+    """The edges a reader of ``view`` sees that touch one of ``node_ids``."""
+    ids = list(node_ids)
+    out: list[RelationVersion] = []
+    key = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        stmt, _ = visible_select(RelationVersion, view, key,
+                                 RelationVersion.from_node_id.in_(part) | RelationVersion.to_node_id.in_(part))
+        out.extend(session.scalars(stmt))
+    alive = nodes_by_id(session, view, {e.from_node_id for e in out} | {e.to_node_id for e in out})
+    unique = {(e.from_node_id, e.rel_type, e.to_node_id): e for e in out
+              if e.from_node_id in alive and e.to_node_id in alive}
+    return [unique[k] for k in sorted(unique)]
+
+
+def _relation_address(session: Session, views: list[BranchView], key: RelKey,
+                      addresses: dict[str, str]) -> tuple[str | None, str, str | None]:
+    """``(from address, type, to address)`` of a relation key, as resolutions name it."""
+    missing = {key[0], key[2]} - set(addresses)
+    if missing:
+        addresses.update(_addresses(session, views, missing))
+    return (addresses.get(key[0]), key[1], addresses.get(key[2]))
 
 
 def _check_orphans(session: Session, ours: BranchView, plan: MergePlan) -> None:
@@ -603,7 +740,9 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_ke
     Returns
     -------
     dict
-        ``applied``: the nodes added / modified / deleted and relations upserted / removed.
+        ``applied`` (:meth:`MergePlan.preview`): the nodes ``added`` / ``modified`` /
+        ``deleted`` / ``kept`` (a conflict resolved 'ours': re-asserted, unchanged for a
+        reader) and the counts of relations ``upserted`` / ``removed`` / ``kept``.
 
     Raises
     ------
@@ -613,42 +752,34 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_ke
     if plan.conflicts:
         raise Conflict("cannot apply a merge with conflicts")
     now = utcnow()
-    applied = {"nodes": {"added": [], "modified": [], "deleted": []},
-               "relations": {"upserted": 0, "removed": 0}}
     current = node_states(session, ctx.view, [c.key for c in plan.node_changes])
     for change in plan.node_changes:
         wid, path = change.key
         ours = current.get(change.key)
-        address = {"workspace": ctx.view.workspaces.get(wid), "path": path}
         if change.value is None:
             if ours is None:
                 continue
             session.add(_version(ctx, wid, path, ours.node_id, node_value(ours), None, True,
                                  ours.created_at, now))
-            applied["nodes"]["deleted"].append(address)
             continue
-        if change.replaced_id is not None and ours is not None:
-            session.add(_version(ctx, wid, path, ours.node_id, node_value(ours), None, True, ours.created_at, now))
-            session.flush()
         key = change.content_key
         if change.needs_content:
             key = content_keys[(wid, canonical(change.value["properties"]))]
-        created = ours.created_at if ours is not None and change.replaced_id is None else now
+        created = ours.created_at if ours is not None else now
         version = _version(ctx, wid, path, change.node_id, change.value, key, False, created, now)
         session.add(version)
         session.flush()
         index_references(session, version, workspace=ctx.view.workspaces[wid])
-        applied["nodes"]["modified" if ours is not None else "added"].append(address)
     session.flush()
-    for change in plan.relation_changes:
-        f, t, to = change.key
-        value = change.value
+    for rel in plan.relation_changes:
+        f, t, to = rel.key
+        value = rel.value
         session.add(RelationVersion(
             repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision, from_node_id=f,
             to_node_id=to, rel_type=t, weight=value["weight"] if value else None,
             properties=value["properties"] if value else {}, deleted=value is None, created_at=now,
         ))
-        applied["relations"]["removed" if value is None else "upserted"] += 1
+    applied = plan.preview()
     record_merge(session, ctx.repo, plan, ctx.revision)
     return applied
 

@@ -15,13 +15,52 @@ from sqlalchemy import bindparam
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
-from kg.store.models import NodeVersion, Workspace, utcnow
+from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
 from kg.store.paths import ancestors_of, name_of, parent_of, validate_path, validate_prefix
 from kg.store.repos import BranchView, WriteContext
 from kg.store.visibility import visible_select
 
 FOLDER_TYPE = "kg:Folder"
 MAX_PROPERTIES_BYTES = 8 * 1024 * 1024
+#: The namespace of node ids (RFC 9562 name-based UUIDs, SHA-1): see :func:`node_uid`.
+NODE_ID_NAMESPACE = uuid.UUID("6f1c9f0e-4d0b-5b8e-9a51-2f7e0c3d9b11")
+
+
+def node_uid(repo_uid: str, workspace_id: int, path: str) -> str:
+    """The id of the node at ``path`` of a workspace: the same on every branch, for ever.
+
+    A node's identity across branches is its address (DESIGN.md, "Branches"): two branches
+    that both create ``/entities/acme`` made one node, and a node deleted and created again
+    at its path is that node again. The id is therefore derived from the address, so every
+    table keyed by node id (relations, references, index placements) is keyed by address.
+
+    Parameters
+    ----------
+    repo_uid : str
+        The repository's uid (a UUID string; ids never collide across repositories).
+    workspace_id : int
+        The workspace's id.
+    path : str
+        The node's path (validated).
+
+    Returns
+    -------
+    str
+        A name-based UUID (version 5) in its 36-character text form.
+
+    References
+    ----------
+    RFC 9562, "Universally Unique IDentifiers (UUIDs)", section 5.5 (UUIDv5).
+
+    Examples
+    --------
+    >>> a = node_uid("00000000-0000-0000-0000-000000000001", 1, "/entities/acme")
+    >>> a == node_uid("00000000-0000-0000-0000-000000000001", 1, "/entities/acme")
+    True
+    >>> a == node_uid("00000000-0000-0000-0000-000000000001", 2, "/entities/acme")
+    False
+    """
+    return str(uuid.uuid5(NODE_ID_NAMESPACE, f"{repo_uid}\x1f{workspace_id}\x1f{path}"))
 
 
 @dataclass(frozen=True)
@@ -183,7 +222,8 @@ def put_node(
     Returns
     -------
     (NodeVersion, created)
-        ``created`` is False when an existing node was replaced (its id is kept).
+        ``created`` is False when an existing node was replaced. The id is the address's
+        (:func:`node_uid`) either way.
 
     Raises
     ------
@@ -205,13 +245,14 @@ def put_node(
             )
         for ancestor in ancestors_of(path):
             if find_node(session, view, workspace, ancestor) is None:
-                _insert_version(session, ctx, wid, ancestor, node_id=str(uuid.uuid4()),
+                _insert_version(session, ctx, wid, ancestor, node_id=node_uid(ctx.repo.uid, wid, ancestor),
                                 write=NodeWrite(FOLDER_TYPE, {}, None, None), created_at=None)
     existing = find_node(session, view, workspace, path)
+    node_id = node_uid(ctx.repo.uid, wid, path)
     if existing is None:
-        return _insert_version(session, ctx, wid, path, node_id=str(uuid.uuid4()), write=write,
+        return _insert_version(session, ctx, wid, path, node_id=node_id, write=write,
                                created_at=None), True
-    return _insert_version(session, ctx, wid, path, node_id=existing.node_id, write=write,
+    return _insert_version(session, ctx, wid, path, node_id=node_id, write=write,
                            created_at=existing.created_at), False
 
 
@@ -246,12 +287,30 @@ def descendants(session: Session, view: BranchView, workspace: str, path: str) -
 
 def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, *,
                 recursive: bool = False) -> list[NodeVersion]:
-    """Tombstone the node (and, with ``recursive``, its descendants) on the branch.
+    """Tombstone the node (and, with ``recursive``, its descendants) on the branch, and the
+    relations that touch them.
+
+    A deleted node's relations are removed with it (a tombstone per edge, in the same
+    revision): an edge never outlives an endpoint, so a node created again at the path starts
+    with no edges, and a merge carries the removals like any other relation change.
+
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The transaction's revision on the branch.
+    workspace : str
+        Workspace name.
+    path : str
+        The node's path.
+    recursive : bool
+        Also delete every descendant (otherwise a node with children is refused).
 
     Returns
     -------
     list of NodeVersion
-        The versions that were hidden (the node first).
+        The versions that were hidden (the node first, then its descendants by path).
 
     Raises
     ------
@@ -275,7 +334,52 @@ def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, 
             write=NodeWrite(version.node_type, {}, None, None), created_at=version.created_at,
             deleted=True,
         )
+    remove_relations_of(session, ctx, [v.node_id for v in hidden])
     return hidden
+
+
+def remove_relations_of(session: Session, ctx: WriteContext, node_ids: Iterable[str]) -> int:
+    """Tombstone, on the context's branch, every visible relation touching one of the nodes.
+
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The revision the tombstones are written at.
+    node_ids : iterable of str
+        The nodes (by id) whose incoming and outgoing edges go.
+
+    Returns
+    -------
+    int
+        How many edges were removed.
+
+    Notes
+    -----
+    One window query per 500 ids over the relation versions the branch's chain allows
+    (``ix_relation_versions_key`` and ``ix_relation_versions_to``); O(e) for e edges touched.
+    """
+    ids = list(dict.fromkeys(node_ids))
+    key = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
+    seen: set[tuple[str, str, str]] = set()
+    now = utcnow()
+    for start in range(0, len(ids), 500):
+        part = ids[start:start + 500]
+        stmt, _ = visible_select(RelationVersion, ctx.view, key,
+                                 RelationVersion.from_node_id.in_(part) | RelationVersion.to_node_id.in_(part))
+        for edge in session.scalars(stmt).all():
+            edge_key = (edge.from_node_id, edge.rel_type, edge.to_node_id)
+            if edge_key in seen:
+                continue
+            seen.add(edge_key)
+            session.add(RelationVersion(
+                repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
+                from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type,
+                weight=edge.weight, properties={}, deleted=True, created_at=now,
+            ))
+    session.flush()
+    return len(seen)
 
 
 def _sort_key(v: NodeVersion) -> tuple:

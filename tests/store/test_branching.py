@@ -15,6 +15,7 @@ from kg.store.repos import (
     create_branch,
     create_repository,
     create_workspace,
+    get_branch,
     get_repository,
 )
 
@@ -104,7 +105,28 @@ def test_relations_hidden_with_deleted_endpoint_only_on_that_branch(db):
     with db.read() as s:
         assert len(relations.visible_relations(s, branch_view(s, "r", "main"))) == 1
         assert relations.visible_relations(s, branch_view(s, "r", "br")) == []
-        assert s.scalar(select(func.count()).select_from(RelationVersion)) == 1
+        # main's edge row is untouched; the delete on br wrote one tombstone of it, on br.
+        rows = s.execute(select(RelationVersion.branch_id, RelationVersion.deleted)
+                         .order_by(RelationVersion.id)).all()
+        br = get_branch(s, get_repository(s, "r"), "br")
+        assert [(b == br.id, d) for b, d in rows] == [(False, False), (True, True)]
+
+
+def test_a_node_created_again_at_its_path_is_that_node_without_its_old_edges(db):
+    """The id is the address's; the delete removed the edges, so re-creation starts clean."""
+    write(db, "main", "/a", "a")
+    write(db, "main", "/b", "b")
+    with db.write() as s:
+        relations.relate(s, begin_write(s, "r", "main"), "w:/a", "w:/b", "links")
+    with db.read() as s:
+        first = nodes.get_node(s, branch_view(s, "r", "main"), "w", "/b").node_id
+    with db.write() as s:
+        nodes.delete_node(s, begin_write(s, "r", "main"), "w", "/b")
+    write(db, "main", "/b", "b again")
+    with db.read() as s:
+        view = branch_view(s, "r", "main")
+        assert nodes.get_node(s, view, "w", "/b").node_id == first
+        assert relations.visible_relations(s, view) == []
 
 
 def test_invalid_names_and_revisions(db):

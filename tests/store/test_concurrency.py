@@ -161,8 +161,14 @@ def test_concurrent_writers_on_separate_branches_stay_isolated(client, repo):
     assert _head(client) == start + WRITERS * WRITES
     assert set(revisions) == set(range(start + 1, start + WRITERS * WRITES + 1))
     _check_acknowledged_writes_are_readable(client, acks)
-    # the shared path is one node per branch, never the same node on two branches
-    assert len({a.node_id for a in acks if a.path == SHARED}) == WRITERS
+    # the shared path is one node (its id is its address's), created on each branch by that
+    # branch's writer (201) and read there as that writer's last write, never another's
+    shared = [a for a in acks if a.path == SHARED]
+    assert len({a.node_id for a in shared}) == 1
+    for name in branches:
+        mine = sorted((a for a in shared if a.branch == name), key=lambda a: a.revision)
+        assert mine[0].status == 201
+        assert _top_level(client, name)[SHARED]["properties"] == mine[-1].properties
     for w, name in enumerate(branches):
         own = {a.path for a in acks if a.branch == name}
         assert _children(client, name) == {"/seed"} | own, name
