@@ -86,7 +86,7 @@ def merge_branch(services, repo_name: str, source: str, into: str, *, resolution
 
 
 def _base(plan: history.MergePlan) -> dict[str, Any]:
-    return {"kind": plan.base.kind, "branch": plan.base.view.branch.name, "revision": plan.base.view.revision}
+    return plan.base.report()
 
 
 def _raise_conflicts(plan: history.MergePlan) -> None:

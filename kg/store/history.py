@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
 from kg.store.models import Branch, Merge, NodeVersion, RelationVersion, Repository, Revision, utcnow
-from kg.store.nodes import nodes_by_id, validate_node_input
-from kg.store.paths import name_of, parent_of, validate_path
+from kg.store.nodes import node_uid, nodes_by_id, validate_node_input
+from kg.store.paths import name_of, parent_of, parse_address, validate_path
 from kg.store.references import index_references
 from kg.store.repos import BranchView, WriteContext, _view, get_branch, parent_name
 from kg.store.visibility import visible_select
@@ -192,12 +192,22 @@ class MergeBase:
     time : int
         The fork revision, or the revision the last merge made: a branch with revisions after
         it has moved since the base.
+    revision : int
+        The revision of ``view.branch`` the base is read at, as reported: the fork revision,
+        or the source revision of the last merge. (``view.revision`` is capped at that
+        branch's head when it is read, and a merge's own revision moves the head: reporting
+        it would make a dry run and the merge disagree about one base.)
     """
 
     view: BranchView
     since: int
     kind: Literal["fork", "merge"]
     time: int
+    revision: int
+
+    def report(self) -> dict[str, Any]:
+        """``{"kind", "branch", "revision"}``, as diff and merge answer it."""
+        return {"kind": self.kind, "branch": self.view.branch.name, "revision": self.revision}
 
 
 def merge_base(session: Session, repo: Repository, source: Branch, target: Branch) -> MergeBase:
@@ -220,7 +230,7 @@ def merge_base(session: Session, repo: Repository, source: Branch, target: Branc
         )
     parent = target if child is source else source
     fork = child.base_revision or 0
-    best = MergeBase(_view(session, repo, parent.name, fork), fork, "fork", fork)
+    best = MergeBase(_view(session, repo, parent.name, fork), fork, "fork", fork, fork)
     merges = session.scalars(
         select(Merge).where(
             or_((Merge.source_branch_id == source.id) & (Merge.target_branch_id == target.id),
@@ -233,7 +243,7 @@ def merge_base(session: Session, repo: Repository, source: Branch, target: Branc
     if last is not None and last.target_revision >= fork:
         merged_from = source if last.source_branch_id == source.id else target
         best = MergeBase(_view(session, repo, merged_from.name, last.source_revision),
-                         since, "merge", last.target_revision)
+                         since, "merge", last.target_revision, last.source_revision)
     return best
 
 
@@ -327,7 +337,7 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
             relations["modified"].append({**entry, "old": ov, "new": nv})
     return {
         "branch": source.name, "against": target.name,
-        "base": {"kind": base.kind, "branch": base.view.branch.name, "revision": base.view.revision},
+        "base": base.report(),
         "nodes": nodes, "relations": relations,
     }
 
@@ -479,7 +489,9 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                      fast_forward=not _target_moved(session, target.id, base.time, writing_revision),
                      workspaces=dict(ours_view.workspaces))
     node_res, rel_res = _resolution_index(resolutions, ours_view)
-    used: set = set()
+    if node_res or rel_res:
+        _check_resolutions_name_conflicts(session, repo, source_name, target_name, node_res, rel_res,
+                                          ours_view, writing_revision)
 
     keys = _changed_node_keys(session, source.id, base.since, theirs_view.revision)
     b_states = node_states(session, base.view, keys)
@@ -503,7 +515,8 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
             if merged is None:
                 reason = "the same properties changed differently on both sides"
         if reason is None:
-            plan.node_changes.append(_change(key, merged, o_ver, t_ver, "merged"))
+            if merged != ov:  # theirs' changes may all be ours already: nothing to write
+                plan.node_changes.append(_change(key, merged, o_ver, t_ver, "merged"))
             continue
         resolution = node_res.get(key)
         if resolution is None:
@@ -513,7 +526,6 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                 conflict["properties"] = keys_in_conflict
             plan.conflicts.append(conflict)
             continue
-        used.add(("node", key))
         take = resolution["take"]
         if take == "ours":
             # Re-assert ours on the target: the decision is recorded as a change of the
@@ -526,8 +538,9 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         else:
             like = tv or ov or bv
             value = {"node_type": like["node_type"], "properties": resolution["value"], "order": like["order"]}
-            plan.node_changes.append(_change(key, value, o_ver, t_ver, "value"))
+            plan.node_changes.append(_change(key, value, o_ver, t_ver, "ours" if value == ov else "value"))
 
+    resolved = _resolved_relations(ours_view, rel_res)
     rel_keys = _changed_relation_keys(session, source.id, base.since, theirs_view.revision)
     addresses: dict[str, str] = {}
     if rel_keys:
@@ -535,6 +548,8 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         addresses = _addresses(session, [theirs_view, ours_view, base.view],
                                {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
         for key in rel_keys:
+            if key in resolved:
+                continue
             bv, ov, tv = (relation_value(s.get(key)) for s in (rb, ro, rt))
             if tv == bv or ov == tv:
                 continue
@@ -542,25 +557,87 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                 plan.relation_changes.append(RelationChange(key, tv))
                 continue
             address = (addresses.get(key[0]), key[1], addresses.get(key[2]))
-            resolution = rel_res.get(address)
-            if resolution is None:
-                plan.conflicts.append({"kind": "relation", "from": address[0], "to": address[2], "type": key[1],
-                                       "reason": "changed differently on both sides",
-                                       "base": bv, "ours": ov, "theirs": tv})
-                continue
-            used.add(("relation", address))
-            plan.relation_changes.append(
-                RelationChange(key, tv if resolution["take"] == "theirs" else ov, resolution["take"]))
-    _check_endpoints(session, plan, base.view, ours_view, theirs_view, rel_res, used, addresses)
+            plan.conflicts.append({"kind": "relation", "from": address[0], "to": address[2], "type": key[1],
+                                   "reason": "changed differently on both sides",
+                                   "base": bv, "ours": ov, "theirs": tv})
+    if resolved:
+        _apply_relation_resolutions(session, plan, resolved, ours_view, theirs_view)
+    _check_endpoints(session, plan, base.view, ours_view, theirs_view, set(resolved), addresses)
     _check_orphans(session, ours_view, plan)
+    return plan
+
+
+def _conflict_name(conflict: dict[str, Any]) -> tuple:
+    if conflict["kind"] == "relation":
+        return ("relation", conflict["from"], conflict["type"], conflict["to"])
+    return ("node", conflict["workspace"], conflict["path"])
+
+
+def _check_resolutions_name_conflicts(session: Session, repo: Repository, source: str, target: str,
+                                      node_res: dict, rel_res: dict, ours: BranchView,
+                                      writing_revision: int | None) -> None:
+    """Every resolution must name a conflict of the merge as it stands without resolutions
+    (resolving one conflict can make another disappear: its resolution still decides it)."""
+    open_conflicts = plan_merge(session, repo, source, target, writing_revision=writing_revision).conflicts
+    named = {_conflict_name(c) for c in open_conflicts}
     # Named back as the caller wrote them (workspace name, not its internal id).
-    unused = [{"workspace": ours_view.workspaces.get(k[0], k[0]), "path": k[1]}
-              for k in node_res if ("node", k) not in used]
-    unused += [{"from": k[0], "type": k[1], "to": k[2]} for k in rel_res if ("relation", k) not in used]
+    unused = [{"workspace": ours.workspaces.get(k[0], k[0]), "path": k[1]} for k in node_res
+              if ("node", ours.workspaces.get(k[0]), k[1]) not in named]
+    unused += [{"from": k[0], "type": k[1], "to": k[2]} for k in rel_res
+               if ("relation", k[0], k[1], k[2]) not in named]
     if unused:
         raise InvalidInput(f"{len(unused)} resolution(s) name no conflict of this merge",
                            details={"unused": unused})
-    return plan
+
+
+def _resolved_relations(view: BranchView, rel_res: dict) -> dict[RelKey, str]:
+    """``{relation key: "ours" | "theirs"}`` of the relation resolutions (addresses to ids)."""
+    names = {name: wid for wid, name in view.workspaces.items()}
+    out: dict[RelKey, str] = {}
+    for (source, rel_type, target), resolution in rel_res.items():
+        ids = []
+        for address in (source, target):
+            workspace, path = parse_address(address)
+            ids.append(node_uid(view.repo.uid, names[workspace], path))
+        out[(ids[0], rel_type, ids[1])] = resolution["take"]
+    return out
+
+
+def _apply_relation_resolutions(session: Session, plan: MergePlan, resolved: dict[RelKey, str],
+                                ours: BranchView, theirs: BranchView) -> None:
+    """A resolution decides its relation: the merged edge is the one the taken side's reader
+    sees (none, or its weight and properties), and an edge kept this way keeps its endpoints:
+    'ours' keeps the target's nodes (a delete of the source's is not applied), 'theirs'
+    restores the source's nodes that the target deleted."""
+    keys = list(resolved)
+    seen_ours = seen_relations(session, ours, keys)
+    seen_theirs = seen_relations(session, theirs, keys)
+    plan.relation_changes = [c for c in plan.relation_changes if c.key not in resolved]
+    keep: set[str] = set()
+    restore: set[str] = set()
+    for key, take in sorted(resolved.items()):
+        ov = relation_value(seen_ours.get(key))
+        value = ov if take == "ours" else relation_value(seen_theirs.get(key))
+        if value is None:
+            if ov is not None:
+                plan.relation_changes.append(RelationChange(key, None, take))  # type: ignore[arg-type]
+        elif take == "ours":
+            plan.relation_changes.append(RelationChange(key, value, "ours"))
+            keep.update((key[0], key[2]))
+        else:
+            if value != ov:
+                plan.relation_changes.append(RelationChange(key, value, "theirs"))
+            restore.update((key[0], key[2]))
+    if keep:
+        plan.node_changes = [c for c in plan.node_changes if not (c.value is None and c.node_id in keep)]
+    if restore:
+        result = {c.node_id: c.value is not None for c in plan.node_changes}
+        alive = set(nodes_by_id(session, ours, restore - set(result)))
+        dead = {i for i in restore if not result.get(i, i in alive)}
+        for version in sorted(nodes_by_id(session, theirs, dead).values(), key=lambda v: (v.workspace_id, v.path)):
+            key = (version.workspace_id, version.path)
+            plan.node_changes = [c for c in plan.node_changes if c.key != key]
+            plan.node_changes.append(_change(key, node_value(version), None, version, "theirs"))
 
 
 def _change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion | None, source) -> NodeChange:
@@ -584,97 +661,54 @@ def _make_change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVers
 
 
 def _check_endpoints(session: Session, plan: MergePlan, base: BranchView, ours: BranchView,
-                     theirs: BranchView, rel_res: dict, used: set, addresses: dict[str, str]) -> None:
+                     theirs: BranchView, resolved: set[RelKey], addresses: dict[str, str]) -> None:
     """A merge never leaves an edge whose endpoint is deleted on the target.
 
     Two ways a planned merge could: (a) it writes an edge of the source to a node that the
     target deleted; (b) it deletes a node (as the source did) that the target has an edge to
     which the source never saw. Either is a relation conflict, listed with base / ours / theirs
-    as a reader of each side sees the edge. Resolved on the relation: ``take: "theirs"`` keeps
-    the source's edge and restores its deleted endpoint as the source has it (a); ``take:
-    "ours"`` keeps the target's edge and its endpoint (b); the other side drops the edge.
+    as a reader of each side sees the edge, and decided by a resolution on the relation
+    (:func:`_apply_relation_resolutions`): ``take: "theirs"`` keeps the source's edge and
+    restores its deleted endpoint as the source has it (a), ``take: "ours"`` keeps the
+    target's edge and its endpoint (b); the other side drops the edge.
     """
-    deletes = {c.node_id: c for c in plan.node_changes if c.value is None and c.existed}
-    planned = {c.key: c for c in plan.relation_changes}
-    # (b) the target's edges to nodes this merge deletes, with no planned change of their own.
-    kept_nodes: set[str] = set()
+    deletes = {c.node_id for c in plan.node_changes if c.value is None and c.existed}
+    planned = {c.key for c in plan.relation_changes} | resolved
     if deletes:
         for edge in _live_edges_touching(session, ours, deletes):
             key = (edge.from_node_id, edge.rel_type, edge.to_node_id)
             if key in planned:
                 continue
             address = _relation_address(session, [ours, theirs, base], key, addresses)
-            ov = relation_value(edge)
-            resolution = rel_res.get(address)
-            if resolution is None:
-                bv = relation_value(seen_relations(session, base, [key]).get(key))
-                gone = [addresses[i] for i in (key[0], key[2]) if i in deletes]
-                plan.conflicts.append({
-                    "kind": "relation", "from": address[0], "to": address[2], "type": key[1],
-                    "reason": "the source deleted an endpoint of this relation, which the target "
-                              "changed: take 'ours' to keep both, 'theirs' to drop the relation",
-                    "deleted_endpoints": gone, "base": bv, "ours": ov, "theirs": None})
-                continue
-            used.add(("relation", address))
-            if resolution["take"] == "ours":
-                kept_nodes.update(i for i in (key[0], key[2]) if i in deletes)
-            else:
-                change = RelationChange(key, None, "theirs")
-                plan.relation_changes.append(change)
-                planned[key] = change
-    # A relation change that keeps the target's edge (resolved 'ours') keeps its endpoints.
-    for change in plan.relation_changes:
-        if change.value is not None and change.taken == "ours":
-            kept_nodes.update(i for i in (change.key[0], change.key[2]) if i in deletes)
-    if kept_nodes:
-        plan.node_changes = [c for c in plan.node_changes if c.node_id not in kept_nodes]
-    # (a) edges the merge writes: every endpoint must be live on the target afterwards.
-    writes = [c for c in plan.relation_changes if c.value is not None]
+            plan.conflicts.append({
+                "kind": "relation", "from": address[0], "to": address[2], "type": key[1],
+                "reason": "the source deleted an endpoint of this relation, which the target "
+                          "changed: take 'ours' to keep both, 'theirs' to drop the relation",
+                "deleted_endpoints": [addresses[i] for i in (key[0], key[2]) if i in deletes],
+                "base": relation_value(seen_relations(session, base, [key]).get(key)),
+                "ours": relation_value(edge), "theirs": None})
+    writes = [c for c in plan.relation_changes if c.value is not None and c.key not in resolved]
     if not writes:
         return
     result = {c.node_id: c.value is not None for c in plan.node_changes}
     ends = {i for c in writes for i in (c.key[0], c.key[2])}
     alive_ours = set(nodes_by_id(session, ours, ends - set(result)))
     dead = {i for i in ends if not result.get(i, i in alive_ours)}
-    if not dead:
-        return
-    theirs_nodes = nodes_by_id(session, theirs, dead)
-    restore: dict[str, NodeVersion] = {}
-    dropped: list[RelationChange] = []
     for change in writes:
         gone = [i for i in (change.key[0], change.key[2]) if i in dead]
         if not gone:
             continue
-        address = _relation_address(session, [theirs, ours, base], change.key, addresses)
-        if change.taken == "theirs" or ("relation", address) in used:
-            restore.update((i, theirs_nodes[i]) for i in gone if i in theirs_nodes)
-            if all(i in theirs_nodes for i in gone):
-                continue
-        resolution = rel_res.get(address)
-        if resolution is None:
-            key = change.key
-            bv = relation_value(seen_relations(session, base, [key]).get(key))
-            ov = relation_value(seen_relations(session, ours, [key]).get(key))
-            plan.conflicts.append({
-                "kind": "relation", "from": address[0], "to": address[2], "type": key[1],
-                "reason": "the target deleted an endpoint of this relation, which the source "
-                          "changed: take 'theirs' to keep the relation and restore the node, 'ours' "
-                          "to drop the relation",
-                "deleted_endpoints": [address[0] if i == key[0] else address[2] for i in gone],
-                "base": bv, "ours": ov, "theirs": change.value})
-            dropped.append(change)
-            continue
-        used.add(("relation", address))
-        if resolution["take"] == "theirs":
-            restore.update((i, theirs_nodes[i]) for i in gone if i in theirs_nodes)
-        else:
-            dropped.append(change)
-    if dropped:
-        plan.relation_changes = [c for c in plan.relation_changes if c not in dropped]
-    for node_id, version in sorted(restore.items(), key=lambda kv: (kv[1].workspace_id, kv[1].path)):
-        key = (version.workspace_id, version.path)
-        plan.node_changes = [c for c in plan.node_changes if c.key != key]
-        plan.node_changes.append(_change(key, node_value(version), None, version, "theirs"))
+        key = change.key
+        address = _relation_address(session, [theirs, ours, base], key, addresses)
+        plan.conflicts.append({
+            "kind": "relation", "from": address[0], "to": address[2], "type": key[1],
+            "reason": "the target deleted an endpoint of this relation, which the source "
+                      "changed: take 'theirs' to keep the relation and restore the node, 'ours' "
+                      "to drop the relation",
+            "deleted_endpoints": [address[0] if i == key[0] else address[2] for i in gone],
+            "base": relation_value(seen_relations(session, base, [key]).get(key)),
+            "ours": relation_value(seen_relations(session, ours, [key]).get(key)),
+            "theirs": change.value})
 
 
 def _live_edges_touching(session: Session, view: BranchView, node_ids: Iterable[str]) -> list[RelationVersion]:

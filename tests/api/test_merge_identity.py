@@ -267,3 +267,18 @@ def test_a_record_whose_entity_was_deleted_is_not_trusted(client, repo):
     assert neighbors(client, "/entities/dgia") == {("OUT", "/doc", "mentioned_in", None)}
     third = client.post(invoke, json={"input": {"workspace": WS, "path": "/doc"}}).json()
     assert third["skipped"] is True
+
+
+def test_dry_run_and_merge_report_one_base_when_the_parent_did_not_write_since_the_fork(client, repo):
+    """The model-based test's seed: the repository's head moved on another branch before the
+    fork, so the parent's head is below the fork revision; the merge's own revision then moved
+    the parent's head, and the real merge reported another base revision than the dry run."""
+    put(client, "/a", {"title": "main"})                      # revision 1 on main
+    branch(client, "agent/one")
+    put(client, "/a", {"title": "one"}, branch="agent/one")   # revision 2 on agent/one
+    fork = branch(client, "agent/two")                        # forks main at revision 2
+    put(client, "/b", {"title": "two"}, branch="agent/two")
+    dry = merged(client, "agent/two", dry_run=True)
+    real = merged(client, "agent/two")
+    assert dry["base"] == real["base"] == {"kind": "fork", "branch": "main", "revision": fork["base_revision"]}
+    assert fork["base_revision"] == 2

@@ -38,3 +38,90 @@ def test_sqlite_pragmas(tmp_path):
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 7000
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     db.dispose()
+
+
+def _upgrade_to(db, url, target):
+    with db.engine.begin() as conn:
+        cfg = alembic_config(url)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, target)
+
+
+def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url):
+    """Legacy data (random ids, deletes that wrote no edge tombstones, a merge that hid an
+    edge by replacing a node's id) read the same after 0008, except the hidden edge."""
+    import uuid
+
+    from kg.store import relations
+    from kg.store.models import NodeVersion, RelationVersion, utcnow
+    from kg.store.nodes import list_prefix, node_uid
+    from kg.store.repos import begin_write, branch_view, create_branch, create_repository, create_workspace, get_repository
+
+    db = Database(db_url)
+    _upgrade_to(db, db_url, "0007")
+
+    def node(s, ctx, path, props, node_id=None, deleted=False):
+        node_id = node_id or str(uuid.uuid4())
+        s.add(NodeVersion(repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
+                          node_id=node_id, path=path, parent_path=path.rsplit("/", 1)[0] or "/",
+                          name=path.rsplit("/", 1)[1], node_type="t", properties=props, order=None,
+                          deleted=deleted, content_key=None, created_at=utcnow(), updated_at=utcnow()))
+        s.flush()
+        return node_id
+
+    def edge(s, ctx, f, to, deleted=False):
+        s.add(RelationVersion(repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
+                              from_node_id=f, to_node_id=to, rel_type="links", weight=None, properties={},
+                              deleted=deleted, created_at=utcnow()))
+        s.flush()
+
+    with db.write() as s:
+        repo = create_repository(s, name="r")
+        wid = create_workspace(s, repo, name="w").id
+    with db.write() as s:
+        ctx = begin_write(s, "r", "main")
+        a, b, d = node(s, ctx, "/a", {"t": "a"}), node(s, ctx, "/b", {"t": "b"}), node(s, ctx, "/d", {"t": "d"})
+        node(s, ctx, "/kg", {})
+        node(s, ctx, "/kg/extractions", {})
+        record = node(s, ctx, f"/kg/extractions/{d}", {"fingerprint": "x"})
+        edge(s, ctx, a, b)
+    with db.write() as s:
+        create_branch(s, get_repository(s, "r", lock=True), name="br")
+    with db.write() as s:
+        ctx = begin_write(s, "r", "br")
+        e_branch = node(s, ctx, "/e", {"t": "e"})
+        edge(s, ctx, a, e_branch)
+    with db.write() as s:
+        ctx = begin_write(s, "r", "main")
+        e_main = node(s, ctx, "/e", {"t": "e"})
+    with db.write() as s:   # a legacy delete: the node's tombstone, no edge tombstone
+        node(s, begin_write(s, "r", "main"), "/b", {}, node_id=b, deleted=True)
+    with db.write() as s:   # created again: a new random id
+        node(s, begin_write(s, "r", "main"), "/b", {"t": "b2"})
+    with db.write() as s:   # the legacy merge: br's edge written on main, to br's id of /e
+        edge(s, begin_write(s, "r", "main"), a, e_branch)
+    with db.read() as s:
+        view = branch_view(s, "r", "main")
+        assert relations.visible_relations(s, view) == []   # both edges hidden before
+    assert e_main != e_branch and record
+
+    db.upgrade()
+    with db.read() as s:
+        repo = get_repository(s, "r")
+        for branch in ("main", "br"):
+            view = branch_view(s, "r", branch)
+            listed, _ = list_prefix(s, view, "w", "/")
+            assert all(v.node_id == node_uid(repo.uid, wid, v.path) for v in listed), branch
+        view = branch_view(s, "r", "main")
+        paths = {v.path for v in list_prefix(s, view, "w", "/")[0]}
+        assert paths == {"/a", "/b", "/d", "/e", "/kg", "/kg/extractions",
+                         f"/kg/extractions/{node_uid(repo.uid, wid, '/d')}"}
+        by_id = {v.node_id: v.path for v in list_prefix(s, view, "w", "/")[0]}
+        seen = {(by_id[r.from_node_id], by_id[r.to_node_id]) for r in relations.visible_relations(s, view)}
+        # the merge's edge is back; the edge of the deleted /b stays gone though /b exists again
+        assert seen == {("/a", "/e")}
+        br = branch_view(s, "r", "br")
+        by_id = {v.node_id: v.path for v in list_prefix(s, br, "w", "/")[0]}
+        assert {(by_id[r.from_node_id], by_id[r.to_node_id]) for r in relations.visible_relations(s, br)} == {
+            ("/a", "/b"), ("/a", "/e")}
+    db.dispose()
