@@ -39,7 +39,6 @@ import random  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-import uuid  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -68,7 +67,7 @@ from kg.store import relations as relation_store  # noqa: E402
 from kg.store.db import Database  # noqa: E402
 from kg.store.history import diff_branches  # noqa: E402
 from kg.store.models import NodeVersion, RelationVersion, utcnow  # noqa: E402
-from kg.store.nodes import NodeWrite  # noqa: E402
+from kg.store.nodes import NodeWrite, node_uid  # noqa: E402
 from kg.store.paths import name_of, parent_of  # noqa: E402
 from kg.store.repos import begin_write, create_branch, create_repository, create_workspace, get_repository  # noqa: E402
 
@@ -110,7 +109,7 @@ def make_services(url: str, data_dir: Path) -> Services:
 def _node_row(ctx, wid: int, path: str, node_type: str, props: dict, now) -> dict:
     """The columns ``kg.store.nodes.put_node`` writes for a new node."""
     return {"repo_id": ctx.repo.id, "branch_id": ctx.branch.id, "workspace_id": wid,
-            "revision": ctx.revision, "node_id": str(uuid.uuid4()), "path": path,
+            "revision": ctx.revision, "node_id": node_uid(ctx.repo.uid, wid, path), "path": path,
             "parent_path": parent_of(path), "name": name_of(path), "node_type": node_type,
             "properties": props, "order": None, "deleted": False, "content_key": None,
             "created_at": now, "updated_at": now}
@@ -183,9 +182,12 @@ def create_one(db: Database, repo: str, name: str) -> float:
 
 def make_changes(db: Database, repo: Repo, branch: str, rep: int, rng: random.Random) -> None:
     """100 node changes (40 modify, 40 add, 20 delete) and 5 relation changes on ``branch``."""
-    picked = rng.sample(repo.alive, N_MODIFY + N_DELETE)
-    modify, delete = picked[:N_MODIFY], picked[N_MODIFY:]
+    # Deleted leaves carry no relation (a delete removes its node's edges, which would change
+    # the 5 relation changes measured); the delete still looks for edges to remove.
+    linked = {p for link in repo.links for p in link}
+    delete = rng.sample([p for p in repo.alive if p not in linked], N_DELETE)
     gone = set(delete)
+    modify = rng.sample([p for p in repo.alive if p not in gone], N_MODIFY)
     repo.alive = [p for p in repo.alive if p not in gone]
     adds = [f"/s{rng.randrange(repo.sections)}/r{rep}-a{j}" for j in range(N_ADD)]
     links = [link for link in repo.links if link[0] not in gone and link[1] not in gone]
@@ -235,8 +237,8 @@ def check(rep_label: str, d: dict, dry: dict, merged: dict) -> list[str]:
         problems.append(f"{rep_label}: diff relations {rels}")
     for label, answer in (("dry run", dry["applied"]), ("merge", merged["applied"])):
         nodes = {k: len(v) for k, v in answer["nodes"].items()}
-        if nodes != {"added": N_ADD, "modified": N_MODIFY, "deleted": N_DELETE} or \
-                answer["relations"] != {"upserted": 4, "removed": 1}:
+        if nodes != {"added": N_ADD, "modified": N_MODIFY, "deleted": N_DELETE, "kept": 0} or \
+                answer["relations"] != {"upserted": 4, "removed": 1, "kept": 0}:
             problems.append(f"{rep_label}: {label} applied {nodes} {answer['relations']}")
     if merged["revision"] is None:
         problems.append(f"{rep_label}: the merge made no revision")

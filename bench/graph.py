@@ -50,7 +50,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-import uuid  # noqa: E402
 from operator import itemgetter  # noqa: E402
 from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
@@ -79,6 +78,7 @@ from kg.settings import Settings  # noqa: E402
 from kg.store import nodes as node_store  # noqa: E402
 from kg.store import relations as relation_store  # noqa: E402
 from kg.store.models import NodeVersion, RelationVersion, utcnow  # noqa: E402
+from kg.store.nodes import node_uid  # noqa: E402
 from kg.store.repos import begin_write, branch_view, create_repository, create_workspace  # noqa: E402
 
 REPO = "graph"
@@ -125,7 +125,8 @@ def load_into_kg(services: Services, src, typ, dst, weights, n_nodes: int, batch
     with db.write() as session:
         repo = create_repository(session, name=REPO)
         wids = {name: create_workspace(session, repo, name=name).id for name in WORKSPACES}
-    ids = [str(uuid.uuid4()) for _ in range(n_nodes)]
+        repo_uid = repo.uid
+    ids = [node_uid(repo_uid, wids[ws], path) for ws, path in map(node_address, range(n_nodes))]
 
     def node_row(ctx, wid, path, node_id, now):
         parent, name = path.rsplit("/", 1)
@@ -137,7 +138,7 @@ def load_into_kg(services: Services, src, typ, dst, weights, n_nodes: int, batch
     with db.write() as session:
         ctx = begin_write(session, REPO, message="bench: folders")
         now = utcnow()
-        session.execute(insert(NodeVersion), [node_row(ctx, wids[ws], "/e", str(uuid.uuid4()), now)
+        session.execute(insert(NodeVersion), [node_row(ctx, wids[ws], "/e", node_uid(repo_uid, wids[ws], "/e"), now)
                                               for ws in WORKSPACES])
     for start in range(0, n_nodes, batch):
         with db.write() as session:

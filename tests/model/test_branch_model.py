@@ -494,7 +494,7 @@ def machine_for(kind, tmp_root):
                     assert path.startswith(("/entities", "/kg")), (path, val)
             assert all(p in got_nodes for p in before_nodes), "extraction deleted a node"
             for key in set(got_edges) | set(before_edges):
-                if got_edges.get(key) != before_edges.get(key):
+                if got_edges.get(key, ABSENT) != before_edges.get(key, ABSENT):
                     assert key[1] == "mentioned_in" and key[2] == doc, key
             if out["skipped"]:
                 assert (got_nodes, got_edges) == (before_nodes, before_edges)
@@ -571,7 +571,8 @@ def machine_for(kind, tmp_root):
             assert {n["path"] for n in applied["nodes"]["deleted"]} == set(old_nodes) - set(new_nodes)
             assert {n["path"] for n in applied["nodes"]["modified"]} == {
                 p for p in set(old_nodes) & set(new_nodes) if old_nodes[p] != new_nodes[p]}
-            changed = {k for k in set(old_edges) | set(new_edges) if old_edges.get(k) != new_edges.get(k)}
+            changed = {k for k in set(old_edges) | set(new_edges)
+                       if old_edges.get(k, ABSENT) != new_edges.get(k, ABSENT)}
             assert applied["relations"]["upserted"] == len({k for k in changed if k in new_edges})
             assert applied["relations"]["removed"] == len({k for k in changed if k not in new_edges})
             assert applied["relations"]["kept"] == sum(1 for o in report["relations"].values() if o == "kept")
