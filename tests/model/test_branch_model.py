@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import Counter
 
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis.errors import InvalidArgument
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sqlalchemy import create_engine, text
 
 from kg.errors import Conflict, MergeConflict, NotFound
@@ -56,8 +57,8 @@ TEXTS = ["The audit of DGIA was completed on time.", "The board of DGIA met Dana
 KEYS = ["k1", "k2"]
 VALUES = [1, 2, 3]
 TYPES = ["t1", "t2"]
-STEPS = int(os.environ.get("KG_MODEL_STEPS", "50"))
-EXAMPLES = int(os.environ.get("KG_MODEL_EXAMPLES", "40"))   # 40 x 50 = 2,000 steps per run
+STEPS = int(os.environ.get("KG_MODEL_STEPS", "60"))
+EXAMPLES = int(os.environ.get("KG_MODEL_EXAMPLES", "50"))   # at most 3,000 steps; about 2,500 run
 POSTGRES_URL = os.environ.get("KG_TEST_POSTGRES_URL")
 ABSENT = "∅"
 CONFLICT = object()
@@ -65,8 +66,12 @@ CONFLICT = object()
 props_st = st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=2)
 
 
+STATS: Counter = Counter()   # what the run did: steps, merges by outcome, extractions
+
+
 def _event(value):
-    """hypothesis.event, also usable outside a hypothesis run (explicit replays)."""
+    """hypothesis.event (also usable outside a hypothesis run: explicit replays), counted."""
+    STATS[value] += 1
     try:
         event(value)
     except InvalidArgument:
@@ -612,6 +617,10 @@ def machine_for(kind, tmp_root):
                 assert got_nodes == nodes, (branch, revision)
                 assert got_edges == edges, (branch, revision)
 
+        @invariant()
+        def count_steps(self):
+            STATS["steps"] += 1
+
         # -- comparison -------------------------------------------------------------------
 
         def read(self, branch, at_revision=None):
@@ -641,7 +650,13 @@ def machine_for(kind, tmp_root):
 
 @pytest.mark.parametrize("kind", ["sqlite"] + (["postgresql"] if POSTGRES_URL else []))
 def test_branches_match_the_copying_model(kind, tmp_path):
+    STATS.clear()
     machine_for(kind, tmp_path).TestCase().runTest()
+    print(f"model-based run on {kind}: {dict(sorted(STATS.items()))}")
+    if (STEPS, EXAMPLES) == (60, 50):
+        # the invariant runs after every step and once per example after set-up
+        assert STATS["steps"] - EXAMPLES >= 2_000, STATS
+        assert STATS["merge: clean"] > 0 and STATS["merge: conflict"] > 0, STATS
 
 
 class Draws:
