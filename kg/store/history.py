@@ -23,6 +23,7 @@ from kg.store.models import Branch, Merge, NodeVersion, RelationVersion, Reposit
 from kg.store.nodes import node_uid, nodes_by_id, validate_node_input
 from kg.store.paths import name_of, parent_of, parse_address, validate_path
 from kg.store.references import index_references
+from kg.store.relations import visible_relations
 from kg.store.repos import BranchView, WriteContext, _view, get_branch, parent_name
 from kg.store.visibility import visible_select
 
@@ -675,7 +676,8 @@ def _check_endpoints(session: Session, plan: MergePlan, base: BranchView, ours: 
     deletes = {c.node_id for c in plan.node_changes if c.value is None and c.existed}
     planned = {c.key for c in plan.relation_changes} | resolved
     if deletes:
-        for edge in _live_edges_touching(session, ours, deletes):
+        edges = visible_relations(session, ours, node_ids=deletes)
+        for edge in sorted(edges, key=lambda e: (e.from_node_id, e.rel_type, e.to_node_id)):
             key = (edge.from_node_id, edge.rel_type, edge.to_node_id)
             if key in planned:
                 continue
@@ -709,22 +711,6 @@ def _check_endpoints(session: Session, plan: MergePlan, base: BranchView, ours: 
             "base": relation_value(seen_relations(session, base, [key]).get(key)),
             "ours": relation_value(seen_relations(session, ours, [key]).get(key)),
             "theirs": change.value})
-
-
-def _live_edges_touching(session: Session, view: BranchView, node_ids: Iterable[str]) -> list[RelationVersion]:
-    """The edges a reader of ``view`` sees that touch one of ``node_ids``."""
-    ids = list(node_ids)
-    out: list[RelationVersion] = []
-    key = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
-    for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        stmt, _ = visible_select(RelationVersion, view, key,
-                                 RelationVersion.from_node_id.in_(part) | RelationVersion.to_node_id.in_(part))
-        out.extend(session.scalars(stmt))
-    alive = nodes_by_id(session, view, {e.from_node_id for e in out} | {e.to_node_id for e in out})
-    unique = {(e.from_node_id, e.rel_type, e.to_node_id): e for e in out
-              if e.from_node_id in alive and e.to_node_id in alive}
-    return [unique[k] for k in sorted(unique)]
 
 
 def _relation_address(session: Session, views: list[BranchView], key: RelKey,

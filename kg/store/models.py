@@ -143,6 +143,7 @@ class NodeVersion(Base):
     branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
     workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
     revision: Mapped[int] = mapped_column(Integer)
+    # The address's id (kg.store.nodes.node_uid): one per (workspace, path), on every branch.
     node_id: Mapped[str] = mapped_column(String(36))
     path: Mapped[str] = mapped_column(String(1024))
     parent_path: Mapped[str] = mapped_column(String(1024))

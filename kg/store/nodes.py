@@ -373,13 +373,18 @@ def remove_relations_of(session: Session, ctx: WriteContext, node_ids: Iterable[
             if edge_key in seen:
                 continue
             seen.add(edge_key)
-            session.add(RelationVersion(
-                repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
-                from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type,
-                weight=edge.weight, properties={}, deleted=True, created_at=now,
-            ))
+            session.add(relation_tombstone(ctx, edge, now))
     session.flush()
     return len(seen)
+
+
+def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> RelationVersion:
+    """The version that removes ``edge`` on the context's branch at its revision."""
+    return RelationVersion(
+        repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
+        from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type,
+        weight=edge.weight, properties={}, deleted=True, created_at=now,
+    )
 
 
 def _sort_key(v: NodeVersion) -> tuple:

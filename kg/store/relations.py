@@ -1,9 +1,9 @@
 """Relations: typed, weighted edges between nodes, versioned per branch.
 
 A relation is unique per (from node, to node, type) on a branch; re-asserting it replaces its
-weight and properties. Endpoints are node ids, so an edge follows its node through updates and
-disappears with it: a node deleted on a branch hides its edges there. Endpoints may be in
-different workspaces.
+weight and properties. Endpoints are node ids, which are their addresses' (``node_uid``), so an
+edge is an edge between two paths on every branch; deleting a node removes its edges
+(:func:`kg.store.nodes.remove_relations_of`). Endpoints may be in different workspaces.
 
 Besides writes, this module holds the reads behind the graph (``kg.rag.graph``): the rows that
 build and bring forward a branch's networkx view (columns only, streamed), and NEIGHBORS
@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, aliased
 
 from kg.errors import InvalidInput
 from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
-from kg.store.nodes import get_node, nodes_by_id
+from kg.store.nodes import get_node, nodes_by_id, relation_tombstone
 from kg.store.paths import parse_address
 from kg.store.repos import BranchView, WriteContext
 from kg.store.visibility import visible_select
@@ -145,12 +145,9 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
         where.append(RelationVersion.rel_type == rel_type)
     stmt, _ = visible_select(RelationVersion, ctx.view, _KEY, *where)
     removed = 0
+    now = utcnow()
     for edge in session.scalars(stmt).all():
-        session.add(RelationVersion(
-            repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
-            from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type,
-            weight=edge.weight, properties={}, deleted=True, created_at=utcnow(),
-        ))
+        session.add(relation_tombstone(ctx, edge, now))
         removed += 1
     session.flush()
     return removed
