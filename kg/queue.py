@@ -69,7 +69,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from sqlalchemy import and_, delete, func, insert, literal, or_, select, update
+from sqlalchemy import and_, delete, insert, literal, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -211,6 +211,7 @@ class DurableQueue:
         self._touched_at: datetime | None = None
         self._served: dict[tuple[str, Any], int] = {}
         self._tick = 0
+        self._heads_stmt: Any = None
 
     # -- columns ----------------------------------------------------------------------------
 
@@ -399,29 +400,35 @@ class DurableQueue:
         return claims
 
     def _heads(self, session: Session) -> list[_Head]:
-        """The lanes with queued jobs: a loose index scan over the lane column (recursive CTE)."""
-        spec, t = self.spec, self._table
-        queued_in = lambda tab: tab.c[spec.state] == spec.queued  # noqa: E731
-        seed = select(func.min(t.c[spec.lane]).label("lane")).where(queued_in(t))
-        lanes = seed.cte("queue_lanes", recursive=True)
-        step_t = t.alias("queue_step")
-        step = select(
-            select(func.min(step_t.c[spec.lane])).where(queued_in(step_t), step_t.c[spec.lane] > lanes.c.lane)
-            .scalar_subquery()
-        ).where(lanes.c.lane.is_not(None))
-        lanes = lanes.union_all(step)
-        group_t = t.alias("queue_group")
-        group = (select(group_t.c[spec.group]).where(queued_in(group_t), group_t.c[spec.lane] == lanes.c.lane)
-                 .limit(1).scalar_subquery())
-        if spec.priority is None:
-            priority: Any = literal(0)
-        else:
-            prio_t = t.alias("queue_priority")
-            priority = (select(func.min(prio_t.c[spec.priority]))
-                        .where(queued_in(prio_t), prio_t.c[spec.lane] == lanes.c.lane).scalar_subquery())
-        rows = session.execute(select(lanes.c.lane, group, priority).where(lanes.c.lane.is_not(None))).all()
+        """The lanes with queued jobs, each with its group and best priority."""
+        if self._heads_stmt is None:
+            self._heads_stmt = self._heads_select()
+        rows = session.execute(self._heads_stmt).all()
         # A lane emptied between the steps (PostgreSQL, another claimer) has no group or priority.
         return [_Head(lane, grp, int(prio)) for lane, grp, prio in rows if grp is not None and prio is not None]
+
+    def _heads_select(self) -> Any:
+        """The statement of :meth:`_heads`, built once: a loose index scan over the lane column
+        (a recursive CTE stepping from one lane to the next in the index)."""
+        spec, t = self.spec, self._table
+
+        def first(column: str, alias: str, where: Callable[[Any], tuple[Any, ...]] = lambda tab: (),
+                  ordered: bool = True) -> Any:
+            # ORDER BY ... LIMIT 1 rather than MIN(): both databases then stop at the first
+            # index entry (SQLite's MIN() would read every entry of the queued state).
+            tab = t.alias(alias)
+            stmt = select(tab.c[column]).where(tab.c[spec.state] == spec.queued, *where(tab))
+            return (stmt.order_by(tab.c[column]) if ordered else stmt).limit(1).scalar_subquery()
+
+        lanes = select(first(spec.lane, "queue_seed").label("lane")).cte(
+            "queue_lanes", recursive=True)
+        lanes = lanes.union_all(
+            select(first(spec.lane, "queue_step", lambda tab: (tab.c[spec.lane] > lanes.c.lane,)))
+            .where(lanes.c.lane.is_not(None)))
+        in_lane = lambda tab: (tab.c[spec.lane] == lanes.c.lane,)  # noqa: E731
+        group = first(spec.group, "queue_group", in_lane, ordered=False)  # one group per lane
+        priority: Any = literal(0) if spec.priority is None else first(spec.priority, "queue_priority", in_lane)
+        return select(lanes.c.lane, group, priority).where(lanes.c.lane.is_not(None))
 
     def _share(self, level: list[_Head], slots: int) -> list[tuple[_Head, int]]:
         """Split ``slots`` round-robin over the groups, then each group's lanes, least recently

@@ -404,7 +404,8 @@ from kg.store.db import Database
 db = Database(sys.argv[1])
 queue = DurableQueue(db, INDEX_QUEUE)
 with db.write() as session:
-    print(len(queue.claim(session, 100).claims), flush=True)
+    claimed = len(queue.claim(session, 100).claims)
+print(claimed, flush=True)  # committed
 time.sleep(600)  # embedding, say, when the process is killed
 """
 
