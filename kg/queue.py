@@ -37,7 +37,8 @@ Leases
 
 Workers
     Each :class:`DurableQueue` is a worker with an id, registered in ``queue_workers`` (machine,
-    pid, process start) on its first claim; every claim names its worker (``claimed_by``). A
+    pid, process start) in the transaction of its first claim; every claim names its worker
+    (``claimed_by``). A
     worker on the same machine is known gone at once when its process no longer runs (the pid
     is gone, a zombie, or reused by a later process), a worker elsewhere when its heartbeat is
     older than ``stale_s``. Gone workers' rows are deleted, and jobs claimed by a worker without
@@ -69,7 +70,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from sqlalchemy import and_, delete, insert, literal, or_, select, update
+from sqlalchemy import and_, delete, literal, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -147,15 +150,30 @@ class QueueSpec:
 
 @dataclass(frozen=True)
 class Claim:
-    """A claimed job: its id, and the attempt that fences what is done with it."""
+    """A claimed job: its id, and the attempt that fences what is done with it.
+
+    Parameters
+    ----------
+    id : int or str
+        The job's primary key.
+    attempt : int
+        The job's ``attempts`` once claimed (1 for a first claim).
+    """
 
     id: Any
     attempt: int
 
 
 class Claimed(NamedTuple):
-    """What one :meth:`DurableQueue.claim` did: the jobs claimed, in claim order, and the ids of
-    jobs it failed because their attempts were used up."""
+    """What one :meth:`DurableQueue.claim` did.
+
+    Attributes
+    ----------
+    claims : list of Claim
+        The jobs claimed, in claim order.
+    exhausted : list
+        Ids of the jobs it failed because their attempts were used up.
+    """
 
     claims: list[Claim]
     exhausted: list[Any]
@@ -226,30 +244,18 @@ class DurableQueue:
     # -- workers ----------------------------------------------------------------------------
 
     def register(self) -> None:
-        """Register this worker (first call) or refresh its heartbeat (at most once a heartbeat).
+        """Register this worker now, in its own write transaction.
 
-        Runs in its own write transaction, so a claim never names a worker that is not
-        registered. :meth:`claim` calls it; call it before storing a job already claimed.
+        :meth:`claim` registers the worker in the claim's own transaction; call this before
+        storing a job already claimed by this worker (an inline run).
 
         Raises
         ------
         sqlalchemy.exc.SQLAlchemyError
-            The database refused the write (the caller's error handling applies).
+            The database refused the write.
         """
-        now = utcnow()
-        if self._touched_at is not None and now - self._touched_at < self.heartbeat:
-            return
-        host, pid, start = _process_identity()
         with self.db.write() as session:
-            touched = session.execute(update(QueueWorker).where(QueueWorker.id == self.worker_id)
-                                      .values(heartbeat_at=now)).rowcount
-            if not touched:
-                session.execute(insert(QueueWorker).values(
-                    id=self.worker_id, queue=self.spec.name, host=host, pid=pid, process_start=start,
-                    started_at=now, heartbeat_at=now))
-        if self._registered_at is None:
-            self._registered_at = now
-        self._touched_at = now
+            self._enrol(session, utcnow(), registered=False)
 
     def close(self) -> None:
         """Unregister this worker and put back the jobs it still holds (a clean stop).
@@ -268,13 +274,29 @@ class DurableQueue:
             log.warning("queue %s: unregistering worker %s failed: %s", self.spec.name, self.worker_id, exc)
         self._registered_at = self._touched_at = None
 
+    def _enrol(self, session: Session, now: datetime, *, registered: bool) -> None:
+        """Insert this worker's row if it is missing, else refresh its heartbeat when due."""
+        if not registered:
+            host, pid, start = _process_identity()
+            insert_ = pg_insert if self._postgres else sqlite_insert
+            session.execute(insert_(QueueWorker).values(
+                id=self.worker_id, queue=self.spec.name, host=host, pid=pid, process_start=start,
+                started_at=now, heartbeat_at=now).on_conflict_do_nothing(index_elements=["id"]))
+            if self._registered_at is None:
+                self._registered_at = now
+        elif self._touched_at is not None and now - self._touched_at < self.heartbeat:
+            return
+        session.execute(update(QueueWorker).where(QueueWorker.id == self.worker_id).values(heartbeat_at=now))
+        self._touched_at = now
+
     def _bury_gone_workers(self, session: Session, now: datetime) -> int:
-        """Delete the rows of workers that are gone; their claims become orphans (taken back)."""
+        """Register or heartbeat this worker; delete the rows of workers that are gone (their
+        claims become orphans, taken back)."""
         host, _, start = _process_identity()
-        gone = [w.id for w in session.execute(select(
-                    QueueWorker.id, QueueWorker.host, QueueWorker.pid, QueueWorker.process_start,
-                    QueueWorker.heartbeat_at).where(QueueWorker.id != self.worker_id))
-                if _worker_gone(w, host, start, now, self.stale)]
+        workers = session.execute(select(QueueWorker.id, QueueWorker.host, QueueWorker.pid,
+                                         QueueWorker.process_start, QueueWorker.heartbeat_at)).all()
+        self._enrol(session, now, registered=any(w.id == self.worker_id for w in workers))
+        gone = [w.id for w in workers if w.id != self.worker_id and _worker_gone(w, host, start, now, self.stale)]
         if not gone:
             return 0
         stmt = select(QueueWorker.id).where(QueueWorker.id.in_(gone))
@@ -316,7 +338,6 @@ class DurableQueue:
         share, and a claim takes at most as many rounds as there are busy lanes (usually one or
         two).
         """
-        self.register()
         now = utcnow()
         exhausted = self.sweep(session, now)
         if limit <= 0:
@@ -329,6 +350,8 @@ class DurableQueue:
 
     def sweep(self, session: Session, now: datetime | None = None) -> list[Any]:
         """Take back the jobs of expired leases and of gone workers (call in a write).
+
+        Also registers this worker, or refreshes its heartbeat, in the same transaction.
 
         Parameters
         ----------
@@ -456,7 +479,7 @@ class DurableQueue:
             self._served[("group", head.group)] = self._tick
             self._served[("lane", head.lane)] = self._tick
         if len(self._served) > 8192:  # forget the lanes served longest ago
-            keep = sorted(self._served.items(), key=lambda kv: kv[1])[-4096:]
+            keep = sorted(list(self._served.items()), key=lambda kv: kv[1])[-4096:]
             self._served = dict(keep)
 
     def _take(self, session: Session, conditions: list[ColumnElement[bool]], limit: int, now: datetime,
