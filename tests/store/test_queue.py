@@ -288,10 +288,10 @@ def test_a_batch_longer_than_its_lease_is_not_taken_over(db_url, tmp_path):
     from kg.rag.writes import put_node
 
     services = make_services(db_url, tmp_path, inline=False)
-    slow = SlowEmbedder(services.embedder("fake:hash-16"), delay_s=2.5)
+    slow = SlowEmbedder(services.embedder("fake:hash-16"), delay_s=4.0)
     services._embedders["fake:hash-16"] = slow
-    services.indexer = Indexer(services, lease_s=0.9, heartbeat_s=0.15)
-    other = Indexer(services, lease_s=0.9, heartbeat_s=0.15)  # a second worker polling the queue
+    services.indexer = Indexer(services, lease_s=1.5, heartbeat_s=0.2)
+    other = Indexer(services, lease_s=1.5, heartbeat_s=0.2)  # a second worker polling the queue
     put_node(services, "r", "main", "w", "/long", node_type="t", properties={"content": "glacier survey"})
     runs = []
     worker = threading.Thread(target=lambda: runs.append(services.indexer.run_pending()))
@@ -300,7 +300,7 @@ def test_a_batch_longer_than_its_lease_is_not_taken_over(db_url, tmp_path):
     while not slow.calls and time.monotonic() < deadline:
         time.sleep(0.01)
     stolen = 0
-    while worker.is_alive():  # almost three leases long
+    while worker.is_alive():  # more than two leases long
         stolen += other.run_pending().done
         time.sleep(0.05)
     worker.join()
@@ -313,15 +313,15 @@ def test_a_batch_longer_than_its_lease_is_not_taken_over(db_url, tmp_path):
 def test_leases_are_renewed_while_the_block_runs_and_expire_after(db):
     lanes = make_lanes(db, {"a": ["w"]})
     (job_id,) = enqueue(db, lanes[("a", "w")], 1)
-    holder = DurableQueue(db, INDEX_QUEUE, lease_s=0.6, heartbeat_s=0.1)
-    other = DurableQueue(db, INDEX_QUEUE, lease_s=0.6)
+    holder = DurableQueue(db, INDEX_QUEUE, lease_s=1.0, heartbeat_s=0.1)
+    other = DurableQueue(db, INDEX_QUEUE, lease_s=1.0)
     taken = claim(holder, 1).claims
     with holder.renewing(taken):
-        end = time.monotonic() + 1.5
+        end = time.monotonic() + 2.5
         while time.monotonic() < end:
             assert claim(other, 1).claims == []
             time.sleep(0.1)
-    time.sleep(0.9)  # no renewal now: the lease expires
+    time.sleep(1.5)  # no renewal now: the lease expires
     (again,) = claim(other, 1).claims
     assert (again.id, again.attempt) == (job_id, 2)
     # The first holder lost it: finishing is fenced, the job stays the new holder's.
