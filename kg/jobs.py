@@ -11,12 +11,15 @@ States::
       └── lease expired ─┘
 
 A job's state lives in SQL, so it survives a restart: the next process claims jobs still
-``queued`` and jobs left ``running`` whose lease expired (their process stopped). The runner
-renews the lease of the job it runs, so a long function is not taken over by another runner
-while its process lives. A job is claimed at most :data:`MAX_ATTEMPTS` times; a job whose lease
-expires after that is failed with ``attempts_exhausted`` instead of being run again (a function
-that kills its process would otherwise do so forever). Finishing a job is fenced by its attempt
-number: a runner that lost its lease cannot overwrite the result of the attempt that took over.
+``queued`` and takes back jobs left ``running`` by a process that stopped (at once when it can
+tell that process is gone, else when the lease expires). Jobs go through the durable queue of
+:mod:`kg.queue`: claimed fairly across repositories, in order of submission inside one. The
+runner renews the lease of the job it runs, so a long function is not taken over by another
+runner while its process lives. A job is claimed at most :data:`MAX_ATTEMPTS` times; a job whose
+claim is lost after that is failed with ``attempts_exhausted`` instead of being run again (a
+function that kills its process would otherwise do so forever). Finishing a job is fenced by
+its attempt number and runner: a runner that lost its lease cannot overwrite the result of the
+attempt that took over.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import select
 
 from kg.errors import KGError, NotFound
+from kg.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
 from kg.rag.functions import FUNCTIONS, invoke
 from kg.store.models import FunctionJob, Repository, utcnow
 from kg.store.repos import get_branch, get_repository
@@ -43,6 +47,28 @@ log = logging.getLogger("kg.jobs")
 MAX_ATTEMPTS = 3
 #: How long a claim holds a job without renewal, in seconds.
 LEASE_S = 300.0
+
+
+def _exhausted(attempts: int, max_attempts: int, now: datetime) -> dict[str, Any]:
+    """The failure of a job whose claims were all lost."""
+    return {"finished_at": now, "lease_until": None, "error": {
+        "code": "attempts_exhausted",
+        "message": (f"the job was started {attempts} times and never finished: "
+                    "its process stopped each time before storing a result"),
+        "details": {"attempts": attempts, "max_attempts": max_attempts},
+    }}
+
+
+FUNCTION_QUEUE = QueueSpec(
+    name="function", model=FunctionJob, state="state", queued="queued",
+    group="repo_id", lane="repo_id", order=("created_at", "id"), priority=None,
+    claim_values=lambda now, lease: {"started_at": now, "lease_until": now + lease},
+    renew_values=lambda now, lease: {"lease_until": now + lease},
+    lease_expired=lambda now, lease: FunctionJob.lease_until < now,
+    requeue_values=lambda now: {"lease_until": None},
+    exhausted_values=_exhausted,
+)
+"""``function_jobs`` as a durable queue: shared across repositories, in order of submission."""
 
 
 def submit(services: Any, repo: str, name: str, raw: Any, branch: str = "main") -> str:
@@ -80,6 +106,8 @@ def submit(services: Any, repo: str, name: str, raw: Any, branch: str = "main") 
                        details={"function": name})
     inline = bool(services.settings.index_inline)
     runner: JobRunner = services.jobs
+    if inline:
+        runner.queue.register()  # the job is stored claimed by this runner
     now = utcnow()
     job_id = uuid.uuid4().hex
     with services.db.write() as session:
@@ -89,6 +117,7 @@ def submit(services: Any, repo: str, name: str, raw: Any, branch: str = "main") 
             id=job_id, repo_id=repository.id, function=name, branch=branch, input=raw,
             state="running" if inline else "queued", attempts=1 if inline else 0, created_at=now,
             started_at=now if inline else None, lease_until=now + runner.lease if inline else None,
+            claimed_by=runner.queue.worker_id if inline else None,
         ))
     if inline:
         runner.execute(_Claim(job_id, repo, name, branch, raw, 1))
@@ -184,27 +213,36 @@ class JobRunner(PollingWorker):
         How long the background thread sleeps when no job is claimable, in seconds (a submit
         wakes it at once).
     lease_s : float
-        How long a claim holds a job without renewal, in seconds; renewed every third of it
-        while the job runs.
+        How long a claim holds a job without renewal, in seconds; renewed every
+        ``heartbeat_s`` (at most a third of it) while the job runs.
     max_attempts : int
-        Claims of one job before an expired lease fails it.
+        Claims of one job before a lost claim (expired lease, runner gone) fails it.
+    heartbeat_s : float
+        How often a running job renews its lease, in seconds.
     """
 
     def __init__(self, services: Any, *, poll_s: float = 1.0, lease_s: float = LEASE_S,
-                 max_attempts: int = MAX_ATTEMPTS) -> None:
+                 max_attempts: int = MAX_ATTEMPTS, heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-jobs")
         self.services = services
         self.lease = timedelta(seconds=lease_s)
         self.max_attempts = max_attempts
+        self.queue = DurableQueue(services.db, FUNCTION_QUEUE, lease_s=lease_s, max_attempts=max_attempts,
+                                  heartbeat_s=heartbeat_s)
 
     def pass_once(self) -> int:
         """One background pass: run claimable jobs until none is left (or stop)."""
         return self.run_pending(stop=self._stop)
 
+    def close(self) -> None:
+        """Stop the background thread and unregister from the queue (a held job goes back)."""
+        self.stop()
+        self.queue.close()
+
     # -- running ------------------------------------------------------------------------
 
     def run_pending(self, *, stop: threading.Event | None = None) -> int:
-        """Run claimable jobs (queued, or running with an expired lease) until none is left.
+        """Run claimable jobs (queued, or taken back from a lost claim) until none is left.
 
         Parameters
         ----------
@@ -228,78 +266,41 @@ class JobRunner(PollingWorker):
         return finished
 
     def _claim(self) -> tuple[_Claim | None, int]:
-        """Claim the oldest claimable job; fail expired jobs that used up their attempts."""
-        now = utcnow()
-        abandoned = 0
+        """Claim the next job (fairly across repositories); count jobs failed for used-up attempts."""
         with self.services.db.write() as session:
-            while True:
-                stmt = (
-                    select(FunctionJob)
-                    .where(or_(FunctionJob.state == "queued",
-                               and_(FunctionJob.state == "running", FunctionJob.lease_until < now)))
-                    .order_by(FunctionJob.created_at, FunctionJob.id).limit(1)
-                )
-                if session.get_bind().dialect.name == "postgresql":
-                    stmt = stmt.with_for_update(skip_locked=True)
-                job = session.scalars(stmt).first()
-                if job is None:
-                    return None, abandoned
-                if job.state == "running" and job.attempts >= self.max_attempts:
-                    log.warning("job %s: lease expired after %d attempts; failed", job.id, job.attempts)
-                    job.state, job.finished_at, job.lease_until = "failed", now, None
-                    job.error = {
-                        "code": "attempts_exhausted",
-                        "message": (f"the job was started {job.attempts} times and never finished: "
-                                    "its process stopped each time before storing a result"),
-                        "details": {"attempts": job.attempts, "max_attempts": self.max_attempts},
-                    }
-                    session.flush()
-                    abandoned += 1
-                    continue
-                repo_name = session.scalar(select(Repository.name).where(Repository.id == job.repo_id))
-                job.state, job.attempts = "running", job.attempts + 1
-                job.started_at, job.lease_until = now, now + self.lease
-                return _Claim(job.id, repo_name, job.function, job.branch, job.input, job.attempts), abandoned
+            claimed = self.queue.claim(session, 1)
+            if not claimed.claims:
+                return None, len(claimed.exhausted)
+            (claim,) = claimed.claims
+            job = session.get(FunctionJob, claim.id)
+            repo_name = session.scalar(select(Repository.name).where(Repository.id == job.repo_id))
+            return (_Claim(job.id, repo_name, job.function, job.branch, job.input, claim.attempt),
+                    len(claimed.exhausted))
 
     def execute(self, claim: _Claim) -> None:
-        """Run one claimed job and store its output or error (a lost lease stores nothing)."""
-        done = threading.Event()
-        heartbeat = threading.Thread(target=self._renew, args=(claim, done), name="kg-jobs-lease", daemon=True)
-        heartbeat.start()
-        try:
-            output = _json_safe(invoke(self.services, claim.repo, claim.function, claim.input,
-                                       branch=claim.branch))
-            state, error = "succeeded", None
-        except KGError as exc:
-            output, state, error = None, "failed", error_shape(exc)
-        except Exception as exc:
-            log.exception("job %s: %s failed unexpectedly", claim.job_id, claim.function)
-            output, state, error = None, "failed", error_shape(exc)
-        finally:
-            done.set()
-            heartbeat.join()
-        with self.services.db.write() as session:
-            stored = session.execute(
-                update(FunctionJob)
-                .where(FunctionJob.id == claim.job_id, FunctionJob.state == "running",
-                       FunctionJob.attempts == claim.attempt)
-                .values(state=state, output=output, error=error, finished_at=utcnow(), lease_until=None)
-            ).rowcount
+        """Run one claimed job and store its output or error (a lost lease stores nothing).
+
+        Parameters
+        ----------
+        claim : _Claim
+            A job claimed by this runner (:meth:`run_pending`, or stored claimed by
+            :func:`submit`).
+        """
+        held = Claim(claim.job_id, claim.attempt)
+        with self.queue.renewing([held]):
+            try:
+                output = _json_safe(invoke(self.services, claim.repo, claim.function, claim.input,
+                                           branch=claim.branch))
+                state, error = "succeeded", None
+            except KGError as exc:
+                output, state, error = None, "failed", error_shape(exc)
+            except Exception as exc:
+                log.exception("job %s: %s failed unexpectedly", claim.job_id, claim.function)
+                output, state, error = None, "failed", error_shape(exc)
+            with self.services.db.write() as session:
+                stored = self.queue.finish(session, [held], {
+                    "state": state, "output": output, "error": error, "finished_at": utcnow(),
+                    "lease_until": None})
         if not stored:
             log.warning("job %s: attempt %d lost its lease; its result was not stored",
                         claim.job_id, claim.attempt)
-
-    def _renew(self, claim: _Claim, done: threading.Event) -> None:
-        """Extend the lease of a running job every third of the lease until ``done``."""
-        interval_s = self.lease.total_seconds() / 3
-        while not done.wait(interval_s):
-            try:
-                with self.services.db.write() as session:
-                    session.execute(
-                        update(FunctionJob)
-                        .where(FunctionJob.id == claim.job_id, FunctionJob.state == "running",
-                               FunctionJob.attempts == claim.attempt)
-                        .values(lease_until=utcnow() + self.lease)
-                    )
-            except Exception:  # the next renewal may succeed; the lease is long
-                log.exception("job %s: renewing the lease failed", claim.job_id)

@@ -98,11 +98,12 @@ class Services:
             return embedder
 
     def close(self) -> None:
-        """Stop the indexer and the job runner, and release the database pool."""
+        """Stop the indexer and the job runner (their queue claims go back), and release the
+        database pool."""
         if self.indexer is not None:
-            self.indexer.stop()
+            self.indexer.close()
         if self.jobs is not None:
-            self.jobs.stop()
+            self.jobs.close()
         self.db.dispose()
         close_index = getattr(self.index, "close", None)  # a remote index's connection
         if close_index is not None:

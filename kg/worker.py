@@ -1,8 +1,8 @@
 """A background thread that drains a durable SQL queue: run a pass, sleep when idle, wake on work.
 
 Shared by the indexer (``index_jobs``) and the function job runner (``function_jobs``): the
-queue itself lives in SQL, so a stopped or crashed thread loses nothing; this class only decides
-when the next pass runs.
+queue itself lives in SQL (:mod:`kg.queue`), so a stopped or crashed thread loses nothing; this
+class only decides when the next pass runs.
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ class PollingWorker:
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
+
+    def close(self) -> None:
+        """Stop the background thread and release what the worker holds (the process ends)."""
+        self.stop()
 
     def wake(self) -> None:
         """Tell the background thread there is work."""

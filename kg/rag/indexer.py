@@ -3,9 +3,14 @@
 A write is acknowledged once its node version and its job are stored (one transaction). The
 indexer claims jobs, chunks and embeds their text outside any transaction, then stores the
 chunks and deletes the jobs in one transaction; an embedder failure marks only the failing
-job ``failed`` with its reason and stores none of its chunks. A crash leaves jobs ``running``;
-their lease expires and the next indexer takes them again, so nothing is lost, and chunk ids
-are deterministic (content key, index), so nothing is duplicated.
+job ``failed`` with its reason and stores none of its chunks. Jobs go through the durable
+queue of :mod:`kg.queue`: claimed fairly across repositories and workspaces (a small write is
+not stuck behind another repository's backlog), by priority (writes' texts before a re-embed's),
+under a lease renewed while the batch runs. A crash leaves jobs ``running``; the next indexer
+takes them again (at once when it can tell their process is gone, else when their lease
+expires), so nothing is lost, and chunk ids are deterministic (content key, index), so nothing
+is duplicated. A text whose process dies each time it is embedded is failed after
+:data:`MAX_ATTEMPTS` claims.
 """
 
 from __future__ import annotations
@@ -14,15 +19,16 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any, Iterable
+from datetime import datetime, timedelta
+from typing import Any, Iterable, NamedTuple
 
-from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy import bindparam, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from kg.errors import BackendUnavailable, KGError, ProviderError
+from kg.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
 from kg.rag.config import workspace_embedding
 from kg.rag.indexing import TextPlan, embed_plans, has_chunks, plan_text, store_chunks
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
@@ -30,6 +36,31 @@ from kg.worker import PollingWorker
 
 log = logging.getLogger("kg.indexer")
 LEASE = timedelta(minutes=5)
+"""How long a claim holds a job without renewal (renewed while its batch runs)."""
+
+MAX_ATTEMPTS = 3
+"""Claims of one job before a lost claim (its process stopped) fails it."""
+
+
+def _exhausted(attempts: int, max_attempts: int, now: datetime) -> dict[str, Any]:
+    """The failure of a job whose claims were all lost."""
+    return {"updated_at": now, "error": (
+        f"attempts exhausted: the text was claimed {attempts} times (at most {max_attempts}) and its "
+        "indexer stopped each time before storing its chunks (a crash or a kill while embedding "
+        "it); write the text again to retry")}
+
+
+INDEX_QUEUE = QueueSpec(
+    name="index", model=IndexJob, state="status", queued="pending",
+    group="repo_id", lane="workspace_id", order=("id",), priority="priority",
+    claim_values=lambda now, lease: {"updated_at": now},
+    renew_values=lambda now, lease: {"updated_at": now},
+    lease_expired=lambda now, lease: IndexJob.updated_at < now - lease,
+    requeue_values=lambda now: {"updated_at": now},
+    exhausted_values=_exhausted,
+)
+"""``index_jobs`` as a durable queue: shared across repositories, then their workspaces; the
+lease is ``updated_at`` plus :data:`LEASE`."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -45,7 +76,7 @@ def _enqueue_stmt(dialect: str):
     return stmt.on_conflict_do_update(
         index_elements=["repo_id", "content_key"],
         set_={"status": "pending", "error": None, "node_version_id": stmt.excluded.node_version_id,
-              "updated_at": stmt.excluded.updated_at},
+              "updated_at": stmt.excluded.updated_at, "attempts": 0, "claimed_by": None},
         where=IndexJob.status == "failed",
     )
 
@@ -61,8 +92,21 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
             node_version_id: int, priority: int = WRITE_PRIORITY) -> bool:
     """Queue the embedding of a content key unless its chunks exist (call inside the write).
 
-    A job that failed before is set back to ``pending``: the text was written again. Jobs are
-    claimed by ``priority`` (lower first), then in order.
+    A job that failed before is set back to ``pending`` with no attempt used: the text was
+    written again. Jobs are claimed by ``priority`` (lower first), shared across repositories
+    and workspaces, then in order (:mod:`kg.queue`).
+
+    Parameters
+    ----------
+    session : Session
+        The write's transaction.
+    repo_id, workspace_id : int
+    content_key : str or None
+        The text's content key; ``None`` (no text) queues nothing.
+    node_version_id : int
+        A version holding the text (its properties are embedded).
+    priority : int
+        :data:`WRITE_PRIORITY` or :data:`REEMBED_PRIORITY`.
 
     Returns
     -------
@@ -90,6 +134,21 @@ class IndexRun:
     dropped: int = 0
 
 
+class _Job(NamedTuple):
+    """A claimed index job: what to embed, and the attempt that fences its result."""
+
+    id: int
+    repo_id: int
+    content_key: str
+    workspace_id: int
+    node_version_id: int
+    attempt: int
+
+    @property
+    def claim(self) -> Claim:
+        return Claim(self.id, self.attempt)
+
+
 class Indexer(PollingWorker):
     """Drains ``index_jobs``: inline (``run_pending``) or in a background thread.
 
@@ -101,12 +160,23 @@ class Indexer(PollingWorker):
     poll_s : float
         How long the background thread sleeps when the queue is empty, in seconds (a write
         wakes it at once).
+    lease_s : float
+        How long a claim holds a job without renewal, in seconds; renewed every
+        ``heartbeat_s`` while its batch runs.
+    max_attempts : int
+        Claims of one job before a lost claim fails it.
+    heartbeat_s : float
+        How often a running batch renews its leases, in seconds.
     """
 
-    def __init__(self, services: Any, *, batch_jobs: int = 32, poll_s: float = 1.0) -> None:
+    def __init__(self, services: Any, *, batch_jobs: int = 32, poll_s: float = 1.0,
+                 lease_s: float = LEASE.total_seconds(), max_attempts: int = MAX_ATTEMPTS,
+                 heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-indexer")
         self.services = services
         self.batch_jobs = batch_jobs
+        self.queue = DurableQueue(services.db, INDEX_QUEUE, lease_s=lease_s, max_attempts=max_attempts,
+                                  heartbeat_s=heartbeat_s)
         self._lock = threading.Lock()
 
     def pass_once(self) -> int:
@@ -118,6 +188,11 @@ class Indexer(PollingWorker):
         if not handled:
             self._complete_reembeds(None)
         return handled
+
+    def close(self) -> None:
+        """Stop the background thread and unregister from the queue (held jobs go back)."""
+        self.stop()
+        self.queue.close()
 
     # -- one pass ---------------------------------------------------------------------------
 
@@ -134,12 +209,22 @@ class Indexer(PollingWorker):
         Returns
         -------
         IndexRun
+            ``failed`` includes the jobs failed because their attempts were used up.
+
+        Notes
+        -----
+        Without filters, jobs are shared across repositories and workspaces (:mod:`kg.queue`);
+        their leases are renewed while the batch is embedded and stored.
         """
         with self._lock:
-            claimed = self._claim(repo_id, None if content_keys is None else list(content_keys))
+            exhausted: list[int] = []
+            claimed = self._claim(repo_id, None if content_keys is None else list(content_keys), exhausted)
             if not claimed:
-                return IndexRun()
-            return self._process(claimed)
+                return IndexRun(failed=len(exhausted))
+            with self.queue.renewing([job.claim for job in claimed]):
+                run = self._process(claimed)
+            run.failed += len(exhausted)
+            return run
 
     def drain(self, *, repo_id: int | None = None) -> IndexRun:
         """Run passes until no job is pending (failed jobs stay failed)."""
@@ -153,41 +238,37 @@ class Indexer(PollingWorker):
             total.passages += run.passages
             total.dropped += run.dropped
 
-    def _claim(self, repo_id: int | None, keys: list[str] | None) -> list[tuple[int, int, str, int, int]]:
-        now = utcnow()
+    def _claim(self, repo_id: int | None, keys: list[str] | None,
+               exhausted: list[int] | None = None) -> list[_Job]:
+        """Claim a batch through the queue; the ids failed for used-up attempts go to ``exhausted``."""
+        if keys is not None and not keys:
+            return []
+        where = []
+        if repo_id is not None:
+            where.append(IndexJob.repo_id == repo_id)
+        if keys is not None:
+            where.append(IndexJob.content_key.in_(keys))
         with self.services.db.write() as session:
-            stmt = select(IndexJob.id).where(
-                or_(IndexJob.status == "pending",
-                    (IndexJob.status == "running") & (IndexJob.updated_at < now - LEASE))
-            )
-            if repo_id is not None:
-                stmt = stmt.where(IndexJob.repo_id == repo_id)
-            if keys is not None:
-                if not keys:
-                    return []
-                stmt = stmt.where(IndexJob.content_key.in_(keys))
-            stmt = stmt.order_by(IndexJob.priority, IndexJob.id).limit(self.batch_jobs)
-            if session.get_bind().dialect.name == "postgresql":
-                stmt = stmt.with_for_update(skip_locked=True)
-            ids = list(session.scalars(stmt))
-            if not ids:
+            claimed = self.queue.claim(session, self.batch_jobs, where=where)
+            if exhausted is not None:
+                exhausted.extend(claimed.exhausted)
+            if not claimed.claims:
                 return []
-            session.execute(update(IndexJob).where(IndexJob.id.in_(ids)).values(
-                status="running", attempts=IndexJob.attempts + 1, updated_at=now))
+            attempt = {c.id: c.attempt for c in claimed.claims}
             rows = session.execute(select(IndexJob.id, IndexJob.repo_id, IndexJob.content_key,
                                           IndexJob.workspace_id, IndexJob.node_version_id)
-                                   .where(IndexJob.id.in_(ids)).order_by(IndexJob.id)).all()
-            return [tuple(r) for r in rows]
+                                   .where(IndexJob.id.in_(list(attempt))).order_by(IndexJob.id)).all()
+            return [_Job(*row, attempt=attempt[row[0]]) for row in rows]
 
-    def _process(self, claimed) -> IndexRun:
+    def _process(self, claimed: list[_Job]) -> IndexRun:
         run = IndexRun()
         settings = self.services.settings
-        work: list[tuple[tuple, TextPlan, Any]] = []
+        work: list[tuple[_Job, TextPlan, Any]] = []
         failures: dict[int, str] = {}
         obsolete: list[int] = []
         with self.services.db.read() as session:
             for job in claimed:
-                job_id, repo_id, key, workspace_id, version_id = job
+                job_id, repo_id, key, workspace_id, version_id, _ = job
                 version = session.get(NodeVersion, version_id)
                 if version is None:
                     # Its branch was deleted or reset: any other version with the text will do.
@@ -213,53 +294,61 @@ class Indexer(PollingWorker):
                     continue
                 work.append((job, plan, embedder))
         rows_by_job: dict[int, list] = {}
-        postponed: list[int] = []
+        postponed: list[tuple[int, str]] = []
         for job, plan, embedder in work:
             try:
                 rows = embed_plans([plan], embedder, batch_size=settings.embed_batch_size)
             except BackendUnavailable as exc:
                 # The model server is down: the job waits for it, it has not failed.
-                log.warning("indexer: %s; job %s stays queued", exc.message, job[0])
-                postponed.append((job[0], exc.message))
+                log.warning("indexer: %s; job %s stays queued", exc.message, job.id)
+                postponed.append((job.id, exc.message))
                 continue
             except (ProviderError, KGError) as exc:
-                failures[job[0]] = exc.message
+                failures[job.id] = exc.message
                 continue
-            rows_by_job[job[0]] = rows.get(plan.content_key, [])
-        by_repo: dict[int, list] = {}
+            rows_by_job[job.id] = rows.get(plan.content_key, [])
+        by_repo: dict[int, list[_Job]] = {}
         for job, _, _ in work:
-            if job[0] in rows_by_job:
-                by_repo.setdefault(job[1], []).append(job)
+            if job.id in rows_by_job:
+                by_repo.setdefault(job.repo_id, []).append(job)
+        stored_repos: set[int] = set()
         for repo_id, jobs in by_repo.items():
             try:
                 with self.services.db.write() as session:
                     # The repository row lock orders chunk ids with the writers' (kg.rag.indexing).
                     session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
+                    # Fenced: only the jobs this indexer still holds (a lost claim stores nothing).
+                    held = {c.id for c in self.queue.held(session, [j.claim for j in jobs])}
                     for job in jobs:
-                        store_chunks(session, repo_id, rows_by_job[job[0]])
-                    session.execute(delete(IndexJob).where(IndexJob.id.in_([j[0] for j in jobs])))
-                run.done += len(jobs)
-                run.passages += sum(len(rows_by_job[j[0]]) for j in jobs)
+                        if job.id in held:
+                            store_chunks(session, repo_id, rows_by_job[job.id])
+                    self.queue.finish(session, [j.claim for j in jobs if j.id in held])
+                if len(held) < len(jobs):
+                    log.warning("indexer: %d job(s) lost their claim; another indexer embeds them",
+                                len(jobs) - len(held))
+                if held:
+                    stored_repos.add(repo_id)
+                run.done += len(held)
+                run.passages += sum(len(rows_by_job[j.id]) for j in jobs if j.id in held)
             except Exception as exc:  # the database refused the chunks: fail the jobs, never spin
                 log.exception("indexer: storing chunks failed")
                 for job in jobs:
-                    failures[job[0]] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
-        if by_repo and getattr(self.services.index, "scoped", False):
-            self._push(by_repo)
+                    failures[job.id] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
+        if stored_repos and getattr(self.services.index, "scoped", False):
+            self._push(stored_repos)
+        claim_of = {job.id: job.claim for job in claimed}
         with self.services.db.write() as session:
             if obsolete:
-                session.execute(delete(IndexJob).where(IndexJob.id.in_(obsolete)))
-                run.dropped += len(obsolete)
+                run.dropped += len(self.queue.finish(session, [claim_of[j] for j in obsolete]))
             for job_id, reason in postponed:  # still pending; index/status says why it waits
-                session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
-                    status="pending", error=reason[:2000], updated_at=utcnow()))
+                self.queue.release(session, [claim_of[job_id]],
+                                   {"error": reason[:2000], "updated_at": utcnow()})
             for job_id, reason in failures.items():
-                session.execute(update(IndexJob).where(IndexJob.id == job_id).values(
-                    status="failed", error=reason[:2000], updated_at=utcnow()))
-                run.failed += 1
+                run.failed += len(self.queue.finish(session, [claim_of[job_id]], {
+                    "status": "failed", "error": reason[:2000], "updated_at": utcnow()}))
         if run.failed:
             log.warning("indexer: %d job(s) failed", run.failed)
-        self._complete_reembeds({job[1] for job in claimed})
+        self._complete_reembeds({job.repo_id for job in claimed})
         return run
 
     def _complete_reembeds(self, repo_ids: set[int] | None) -> None:

@@ -228,8 +228,10 @@ class IndexJob(Base):
 
     A write stores its node version and, when no chunks exist for its content key, one job in
     the same transaction; the indexer embeds and stores the chunks later and deletes the job,
-    or marks it ``failed`` with the reason. ``running`` jobs whose lease expired are taken again
-    (a crash loses nothing).
+    or marks it ``failed`` with the reason. A claim is held by one queue worker
+    (``claimed_by``, a :class:`QueueWorker`) under a lease (``updated_at``, renewed while the
+    batch runs); ``running`` jobs whose lease expired or whose worker is gone are taken again (a
+    crash loses nothing), a bounded number of times (:mod:`kg.queue`).
     """
 
     __tablename__ = "index_jobs"
@@ -238,6 +240,8 @@ class IndexJob(Base):
         Index("ix_index_jobs_status", "status", "id"),
         # Claim order: writes' texts (priority 0) before a re-embed's backlog (1).
         Index("ix_index_jobs_claim", "status", "priority", "id"),
+        # Fair claim: the lanes (workspaces) with queued jobs, and each lane's head.
+        Index("ix_index_jobs_lane", "status", "workspace_id", "priority", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -251,6 +255,7 @@ class IndexJob(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class Reference(Base):
@@ -288,11 +293,15 @@ class FunctionJob(Base):
     ``lease_until``, renewed while it runs), then stores ``output`` (``succeeded``) or ``error``
     in the API error shape ``{"code", "message", "details"}`` (``failed``). A ``running`` job
     whose lease expired (its process stopped) is claimed again, up to a bounded number of
-    attempts (:mod:`kg.jobs`).
+    attempts (:mod:`kg.jobs`, :mod:`kg.queue`); ``claimed_by`` names the queue worker holding it.
     """
 
     __tablename__ = "function_jobs"
-    __table_args__ = (Index("ix_function_jobs_state", "state", "created_at"),)
+    __table_args__ = (
+        Index("ix_function_jobs_state", "state", "created_at"),
+        # Fair claim: the lanes (repositories) with queued jobs, and each lane's head.
+        Index("ix_function_jobs_lane", "state", "repo_id", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
@@ -307,3 +316,25 @@ class FunctionJob(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+
+
+class QueueWorker(Base):
+    """A process draining a durable queue (:mod:`kg.queue`): what holds the claims.
+
+    A worker registers on its first claim and heartbeats while it claims or runs a batch. A
+    process on the same machine (``host``, and the boot in ``process_start``) knows at once
+    whether the worker's process (``pid``, started at ``process_start``) still runs; a worker on
+    another machine is gone once its heartbeat is stale. The claims of a worker that is gone are
+    taken back without waiting for their lease.
+    """
+
+    __tablename__ = "queue_workers"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    queue: Mapped[str] = mapped_column(String(32))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    process_start: Mapped[str] = mapped_column(String(128))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
