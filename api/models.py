@@ -32,10 +32,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
                                               "database) is unreachable."},
 }
 
-#: ``content`` of a documented extra 2xx answer (a JSON object, as the route's 200).
-JSON_OBJECT: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
-
-
 class Strict(BaseModel):
     """Refuses unknown fields."""
 

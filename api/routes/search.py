@@ -7,13 +7,14 @@ from sqlalchemy import select
 
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.models import SearchBody
+from api.schemas import IndexStatus, SearchResponse
 from kg.rag.search import SearchRequest, search_answer
 from kg.store.repos import branch_view
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["search"])
 
 
-@router.post("/search")
+@router.post("/search", response_model=SearchResponse, response_model_exclude_unset=True)
 def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: BranchQ = "main",
                  at_revision: RevisionQ = None) -> dict:
     """Search the chunks of the nodes the branch sees."""
@@ -30,7 +31,7 @@ def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: Bra
     return out
 
 
-@router.get("/index/status")
+@router.get("/index/status", response_model=IndexStatus, response_model_exclude_unset=True)
 def index_status(repo: str, services: ServicesDep) -> dict:
     """What the indexer has pending, running and failed for this repository, and what the
     search index holds."""
