@@ -6,7 +6,6 @@ from fastapi import APIRouter
 from sqlalchemy import select
 
 from api.deps import BranchQ, RevisionQ, ServicesDep
-from api.models import SearchBody
 from api.schemas import IndexStatus, SearchResponse
 from kg.rag.search import SearchRequest, search_answer
 from kg.store.repos import branch_view
@@ -15,14 +14,12 @@ router = APIRouter(prefix="/api/repos/{repo}", tags=["search"])
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_unset=True)
-def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: BranchQ = "main",
+def search_route(repo: str, body: SearchRequest, services: ServicesDep, branch: BranchQ = "main",
                  at_revision: RevisionQ = None) -> dict:
     """Search the chunks of the nodes the branch sees."""
-    request = SearchRequest(**body.model_dump())
-    request.validate()
     with services.db.read() as session:
         view = branch_view(session, repo, branch, at_revision=at_revision)
-        answer = search_answer(session, services, view, request)
+        answer = search_answer(session, services, view, body)
     out = {"results": [r.as_dict() for r in answer.results], "took_ms": answer.took_ms}
     if answer.fusion is not None:
         out["fusion"] = answer.fusion
