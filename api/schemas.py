@@ -574,7 +574,9 @@ class RagResult(Schema):
     """A retrieved chunk (embedded index: with its node ``path``; Weaviate: with its ``branch``
     and ``class``)."""
 
-    file: str
+    file: Any = Field(description="The file name: a string as the RAG node writes it (embedded index: the "
+                                  "node's ``source_file`` property as stored, else its path without the "
+                                  "leading ``/``).")
     chunk_index: int
     content: str
     distance: Number | None

@@ -144,3 +144,21 @@ def test_an_asynchronous_invocation_answers_202_with_the_job(client, repo):
     assert r.headers["location"] == f"/api/jobs/{job_id}"
     assert r.headers["content-type"] == "application/json"
     schemas.JobAccepted.model_validate(r.json())
+
+
+def test_a_rag_file_name_is_answered_as_stored(client):
+    """The embedded RAG node answers a chunk's ``file`` from its node's ``source_file``
+    property, which any writer of the collection's workspace may have set to another JSON
+    value: answered as stored, as before the response models, never a 500."""
+    from tests.api.test_rag_node import CONFIG, doc
+
+    assert client.post("/api/rag", json={"config": CONFIG, "input": doc("q", [("a.txt", "quokka facts")])}
+                       ).status_code == 200
+    workspace = client.get("/api/repos/rag/workspaces").json()["workspaces"][0]["name"]
+    r = client.put(f"/api/repos/rag/workspaces/{workspace}/nodes/b.txt", json={
+        "node_type": "rag:File", "properties": {"content": "quokka habits", "source_file": 5}})
+    assert r.status_code == 201, r.text
+    r = client.post("/api/rag", json={"config": {**CONFIG, "topK": 10}, "input": "quokka"})
+    assert r.status_code == 200, r.text
+    assert sorted(map(str, (x["file"] for x in r.json()["results"]))) == ["5", "a.txt"]
+    assert 5 in [x["file"] for x in r.json()["results"]]
