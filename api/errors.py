@@ -25,6 +25,7 @@ STATUS: dict[type[errors.KGError], int] = {
     errors.NotFound: 404,
     errors.Conflict: 409,
     errors.MergeConflict: 409,
+    errors.ModelLocked: 409,
     errors.InvalidInput: 422,
     errors.MalformedInput: 400,
     errors.BackendUnavailable: 503,
@@ -39,6 +40,30 @@ def status_for(exc: errors.KGError) -> int:
         if cls in STATUS:
             return STATUS[cls]
     return 500
+
+
+def error_response(exc: errors.KGError) -> JSONResponse:
+    """The answer to a kg error: its class's status and the API.md error shape.
+
+    Parameters
+    ----------
+    exc : kg.errors.KGError
+
+    Returns
+    -------
+    JSONResponse
+        ``{"error": {"code": exc.code, "message", "details"}}`` with :func:`status_for`'s
+        status; details made safe to render. A 5xx is logged.
+
+    Notes
+    -----
+    The exception handler answers with it, and so does the request guard (api/guard.py), which
+    runs before the routes, outside the handlers' reach.
+    """
+    status = status_for(exc)
+    if status >= 500:
+        log.warning("%s: %s", type(exc).__name__, exc.message)
+    return JSONResponse(error_body(exc.code, _jsonable(exc.message), _jsonable(exc.details)), status_code=status)
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -78,10 +103,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(errors.KGError)
     async def _kg_error(_request: Request, exc: errors.KGError) -> JSONResponse:
-        status = status_for(exc)
-        if status >= 500:
-            log.warning("%s: %s", type(exc).__name__, exc.message)
-        return JSONResponse(error_body(exc.code, _jsonable(exc.message), _jsonable(exc.details)), status_code=status)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

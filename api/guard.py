@@ -1,42 +1,53 @@
 """Refuse request text the store cannot hold, before any route runs: lone UTF-16 surrogates
 (not encodable as UTF-8), NUL characters (PostgreSQL text cannot hold them), and the JSON
-constants NaN / Infinity (not JSON). Each is a 4xx with the API.md error shape, never a 500
-or a stored value that later breaks every read."""
+constants NaN / Infinity (not JSON). Each is a kg error (:class:`kg.errors.InvalidInput`, 422,
+or :class:`kg.errors.MalformedInput`, 400) answered by the one error mapper
+(:func:`api.errors.error_response`) with the API.md error shape, never a 500 or a stored value
+that later breaks every read."""
 
 from __future__ import annotations
 
 import json
 import re
 from typing import Any
+from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import error_body
+from api.errors import error_response
+from kg.errors import InvalidInput, KGError, MalformedInput
 
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
 MAX_DEPTH = 64
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
-        self.status, self.code, self.message = status, code, message
-
-
 def _constant(name: str) -> Any:
-    raise _Refused(400, "malformed", f"{name} is not valid JSON")
+    raise MalformedInput(f"{name} is not valid JSON")
 
 
 def check_text(value: str, where: str) -> None:
-    """Refuse a string with a NUL or a lone surrogate (422)."""
+    """Refuse a string with a NUL or a lone surrogate.
+
+    Parameters
+    ----------
+    value : str
+    where : str
+        What the string is, for the message (``"the path"``).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        The string holds a NUL character or an unpaired UTF-16 surrogate.
+    """
     match = _BAD_CHARS.search(value)
     if match:
         what = "a NUL character" if match.group() == "\x00" else "an unpaired UTF-16 surrogate"
-        raise _Refused(422, "invalid_input", f"{where} contains {what}, which cannot be stored")
+        raise InvalidInput(f"{where} contains {what}, which cannot be stored")
 
 
 def _walk(value: Any, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
-        raise _Refused(400, "malformed", f"JSON nested deeper than {MAX_DEPTH} levels")
+        raise MalformedInput(f"JSON nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
         check_text(value, "a string of the request body")
     elif isinstance(value, dict):
@@ -46,6 +57,24 @@ def _walk(value: Any, depth: int = 0) -> None:
     elif isinstance(value, list):
         for item in value:
             _walk(item, depth + 1)
+
+
+def _check_target(scope: Scope) -> None:
+    """Refuse a path or query string that holds text the store cannot hold."""
+    check_text(scope.get("path", ""), "the path")
+    raw_qs = scope.get("query_string", b"").decode("latin-1")
+    for key, value in parse_qsl(raw_qs, keep_blank_values=True, errors="surrogateescape"):
+        check_text(key, "a query parameter")
+        check_text(value, f"query parameter {key!r}")
+    check_text(unquote(scope.get("path", ""), errors="surrogateescape"), "the path")
+    raw_path = scope.get("raw_path")
+    if raw_path:
+        # The server decodes the path with replacement characters: %ff%fe would land on
+        # a node named "\ufffd\ufffd", as would any other invalid byte sequence.
+        try:
+            unquote_to_bytes(raw_path).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput("the path is not valid UTF-8 once percent-decoded") from None
 
 
 class RequestGuard:
@@ -59,27 +88,9 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         try:
-            check_text(scope.get("path", ""), "the path")
-            from urllib.parse import parse_qsl, unquote
-
-            raw_qs = scope.get("query_string", b"").decode("latin-1")
-            for key, value in parse_qsl(raw_qs, keep_blank_values=True, errors="surrogateescape"):
-                check_text(key, "a query parameter")
-                check_text(value, f"query parameter {key!r}")
-            check_text(unquote(scope.get("path", ""), errors="surrogateescape"), "the path")
-            raw_path = scope.get("raw_path")
-            if raw_path:
-                # The server decodes the path with replacement characters: %ff%fe would land on
-                # a node named "\ufffd\ufffd", as would any other invalid byte sequence.
-                from urllib.parse import unquote_to_bytes
-
-                try:
-                    unquote_to_bytes(raw_path).decode("utf-8")
-                except UnicodeDecodeError:
-                    raise _Refused(422, "invalid_input",
-                                   "the path is not valid UTF-8 once percent-decoded") from None
-        except _Refused as exc:
-            await _send_error(send, exc)
+            _check_target(scope)
+        except KGError as exc:
+            await error_response(exc)(scope, receive, send)
             return
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
@@ -101,8 +112,8 @@ class RequestGuard:
                     parsed = None  # not JSON: the route answers 400 with its own message
                 if parsed is not None:
                     _walk(parsed)
-            except _Refused as exc:
-                await _send_error(send, exc)
+            except KGError as exc:
+                await error_response(exc)(scope, receive, send)
                 return
         sent = False
 
@@ -114,11 +125,3 @@ class RequestGuard:
             return await receive()
 
         await self.app(scope, replay, send)
-
-
-async def _send_error(send: Send, exc: _Refused) -> None:
-    payload = json.dumps(error_body(exc.code, exc.message)).encode()
-    await send({"type": "http.response.start", "status": exc.status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})

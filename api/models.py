@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,10 +31,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     "5XX": {"model": ErrorBody, "description": "502 / 503: an upstream (embedding provider, Weaviate, "
                                               "database) is unreachable."},
 }
-
-#: ``content`` of a documented extra 2xx answer (a JSON object, as the route's 200).
-JSON_OBJECT: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
-
 
 class Strict(BaseModel):
     """Refuses unknown fields."""
@@ -94,23 +90,6 @@ class MergeBody(WriteMeta):
     into: str | None = None
     dry_run: bool = False
     resolutions: list[dict[str, Any]] = Field(default_factory=list)
-
-
-class SearchBody(Strict):
-    query: str
-    k: int = 10
-    mode: Literal["vector", "fulltext", "hybrid"] = "hybrid"
-    granularity: Literal["chunk", "node"] = "chunk"
-    workspaces: list[str] | None = None
-    path_prefix: str | None = None
-    node_type: str | None = None
-    where: dict[str, Any] | None = None
-    fulltext_weight: float = 1.0
-    vector_weight: float = 1.0
-    max_distance: float | None = None
-    max_per_node: int | None = None
-    fusion: Literal["kg", "index"] | None = None
-    fusion_type: Literal["ranked", "relative_score"] | None = None
 
 
 class RelationCreate(WriteMeta):

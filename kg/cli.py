@@ -176,8 +176,8 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
 
     try:
         services = _services()
-        request = SearchRequest(query=query, k=k, mode=mode, granularity=granularity,  # type: ignore[arg-type]
-                                workspaces=workspace or None)
+        request = SearchRequest.parse({"query": query, "k": k, "mode": mode, "granularity": granularity,
+                                       "workspaces": workspace or None})
         with services.db.read() as session:
             view = branch_view(session, repo, branch)
             results, took = run_search(session, services, view, request)

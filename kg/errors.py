@@ -5,7 +5,8 @@
     KGError
     ├── NotFound            unknown repository, branch, workspace, node, relation, job
     ├── Conflict            exists already, stale revision, node has children
-    │   └── MergeConflict   a merge that cannot be applied without resolutions
+    │   ├── MergeConflict   a merge that cannot be applied without resolutions
+    │   └── ModelLocked     a workspace's embedding settings changed without re-embedding
     ├── InvalidInput        valid JSON that breaks a rule (bad path, overlap >= size, ...)
     │   └── MalformedInput  input that cannot be parsed at all
     ├── BackendUnavailable  an index or database that cannot be reached
@@ -13,8 +14,9 @@
     └── ProviderError       an embedder or LLM failed or answered something unusable
 
 Vendor errors (SQLAlchemy, onnxruntime, httpx) are translated into this tree at the boundary,
-``raise ... from exc``. ``api/errors.py`` maps each class to one HTTP status; the CLI maps every
-``KGError`` to exit code 1.
+``raise ... from exc``. Every error class of kg is defined here and drawn above, with its own
+``code`` (the API.md error code); ``api/errors.py`` maps each class to one HTTP status
+(``tests/api/test_errors.py`` holds both to it); the CLI maps every ``KGError`` to exit code 1.
 """
 
 from __future__ import annotations
@@ -57,6 +59,12 @@ class MergeConflict(Conflict):
     """A merge found changes on both sides that it will not resolve silently."""
 
     code = "merge_conflict"
+
+
+class ModelLocked(Conflict):
+    """A workspace's embedding model (or chunking) cannot change without re-embedding."""
+
+    code = "model_locked"
 
 
 class InvalidInput(KGError):

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 
 from api.deps import ServicesDep
 from api.models import BranchCreate
+from api.schemas import Branch, BranchList
 from kg.rag.indexing import forget_branch
 from kg.store import repos as store
 from kg.store.history import ahead_behind
@@ -26,7 +27,7 @@ def _branch(session, branch, repo=None) -> dict:
     return out
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=Branch, response_model_exclude_unset=True)
 def create_branch(repo: str, body: BranchCreate, services: ServicesDep) -> dict:
     """Create a branch from ``from`` (at ``at_revision``, default now)."""
     with services.db.write() as session:
@@ -36,7 +37,7 @@ def create_branch(repo: str, body: BranchCreate, services: ServicesDep) -> dict:
         return _branch(session, branch)
 
 
-@router.get("")
+@router.get("", response_model=BranchList, response_model_exclude_unset=True)
 def list_branches(repo: str, services: ServicesDep) -> dict:
     """Every branch of the repository."""
     with services.db.read() as session:
@@ -44,7 +45,7 @@ def list_branches(repo: str, services: ServicesDep) -> dict:
         return {"branches": [_branch(session, b, r) for b in store.list_branches(session, r)]}
 
 
-@router.get("/{branch:path}")
+@router.get("/{branch:path}", response_model=Branch, response_model_exclude_unset=True)
 def get_branch(repo: str, branch: str, services: ServicesDep) -> dict:
     """One branch (its name may contain '/')."""
     with services.db.read() as session:

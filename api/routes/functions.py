@@ -8,7 +8,8 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from api.deps import ServicesDep
-from api.models import JSON_OBJECT, Strict
+from api.models import Strict
+from api.schemas import FunctionOutput, JobAccepted
 from kg import jobs
 from kg.rag.functions import invoke
 
@@ -21,15 +22,17 @@ class InvokeBody(Strict):
     wait_for_completion: bool = True
 
 
-@router.post("/{repo}/{name}/invoke", responses={200: {"description": "The function's output"},
-                                             202: {"description": "Queued: `{job_id, state}`", "content": JSON_OBJECT}})
-def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDep, response: Response) -> dict:
+@router.post("/{repo}/{name}/invoke", response_model=FunctionOutput, response_model_exclude_unset=True,
+             responses={200: {"description": "The function's output"},
+                        202: {"description": "Queued: follow the job at its `Location`", "model": JobAccepted}})
+def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDep) -> Any:
     """Invoke ``search-documents``, ``ask``, ``graph-context`` or ``extract-entities`` on a
     branch: wait for its output, or (``wait_for_completion: false``)
     answer 202 with a job id to read at ``GET /api/jobs/{job_id}``."""
     if not body.wait_for_completion:
         job_id = jobs.submit(services, repo, name, body.input, branch=body.branch)
-        response.status_code = 202
-        response.headers["Location"] = f"/api/jobs/{job_id}"
-        return {"job_id": job_id, "state": jobs.get(services, job_id)["state"]}
+        accepted = JobAccepted(job_id=job_id, state=jobs.get(services, job_id)["state"])
+        # Not the 200 model: answered as is, validated by the model's construction.
+        return Response(accepted.model_dump_json(), status_code=202, media_type="application/json",
+                        headers={"Location": f"/api/jobs/{job_id}"})
     return invoke(services, repo, name, body.input, branch=body.branch)

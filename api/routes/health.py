@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 import kg
+from api.schemas import Health
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/health")
-@router.get("/api/health")
+@router.get("/health", response_model=Health)
+@router.get("/api/health", response_model=Health)
 def health() -> dict:
     """``{"status": "ok", "version": ...}``."""
     return {"status": "ok", "version": kg.__version__}

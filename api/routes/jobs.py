@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import ServicesDep
+from api.schemas import Job
 from kg import jobs
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
 
-@router.get("/{job_id}")
+@router.get("/{job_id}", response_model=Job)
 def get_job(job_id: str, services: ServicesDep) -> dict:
     """A job's state (``queued``, ``running``, ``succeeded``, ``failed``) and its output or error."""
     return jobs.get(services, job_id)

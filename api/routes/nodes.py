@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from api.deps import MAX_REVISION, ActorQ, BranchQ, MessageQ, RevisionQ, ServicesDep
-from api.models import JSON_OBJECT, NodePatch, NodePut
+from api.models import NodePatch, NodePut
+from api.schemas import Node, NodeList, NodesDeleted
 from kg.errors import InvalidInput
 from kg.rag import writes
 from kg.store import nodes as store
@@ -21,8 +22,9 @@ def _path(raw: str) -> str:
     return validate_path("/" + raw)
 
 
-@router.put("/{path:path}", responses={200: {"description": "Replaced: the node"},
-                                     201: {"description": "Created: the node", "content": JSON_OBJECT}})
+@router.put("/{path:path}", response_model=Node,
+            responses={200: {"description": "Replaced: the node"},
+                       201: {"description": "Created: the node", "model": Node}})
 def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep, response: Response,
              branch: BranchQ = "main", parents: bool = False) -> dict:
     """Create (201) or replace (200) the node at ``path``; its text is chunked and embedded."""
@@ -35,7 +37,7 @@ def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep
     return node
 
 
-@router.patch("/{path:path}")
+@router.patch("/{path:path}", response_model=Node)
 def patch_node(repo: str, ws: str, path: str, body: NodePatch, services: ServicesDep,
                branch: BranchQ = "main") -> dict:
     """Merge properties into the node (``null`` removes a key)."""
@@ -44,7 +46,7 @@ def patch_node(repo: str, ws: str, path: str, body: NodePatch, services: Service
                              actor=body.actor, if_revision=body.if_revision)
 
 
-@router.get("/{path:path}")
+@router.get("/{path:path}", response_model=Node)
 def get_node(repo: str, ws: str, path: str, services: ServicesDep, branch: BranchQ = "main",
              at_revision: RevisionQ = None) -> dict:
     """The node at ``path`` on the branch."""
@@ -54,7 +56,7 @@ def get_node(repo: str, ws: str, path: str, services: ServicesDep, branch: Branc
         return store.node_dict(store.get_node(session, view, ws, p), ws)
 
 
-@router.delete("/{path:path}")
+@router.delete("/{path:path}", response_model=NodesDeleted)
 def delete_node(repo: str, ws: str, path: str, services: ServicesDep, branch: BranchQ = "main",
                 recursive: bool = False, message: MessageQ = None, actor: ActorQ = None,
                 if_revision: Annotated[int | None, Query(ge=0, le=MAX_REVISION)] = None) -> dict:
@@ -63,7 +65,7 @@ def delete_node(repo: str, ws: str, path: str, services: ServicesDep, branch: Br
                               message=message, actor=actor, if_revision=if_revision)
 
 
-@router.get("")
+@router.get("", response_model=NodeList, response_model_exclude_unset=True)
 def list_nodes(repo: str, ws: str, services: ServicesDep, branch: BranchQ = "main",
                at_revision: RevisionQ = None,
                parent: Annotated[str | None, Query(description="List the children of this path.")] = None,

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from api.deps import BranchQ, ServicesDep
 from api.models import Strict
+from api.schemas import RagAnswer
 from kg.rag.ragnode_service import run_rag_node
 
 router = APIRouter(prefix="/api", tags=["rag"])
@@ -19,7 +20,7 @@ class RagBody(Strict):
     input: Any = Field(description="The node's markdown input: query, then ### File name blocks.")
 
 
-@router.post("/rag")
+@router.post("/rag", response_model=RagAnswer, response_model_exclude_unset=True)
 def rag(body: RagBody, services: ServicesDep, branch: BranchQ = "main") -> dict:
     """Ingest the input's file blocks into the collection, then answer with the context string."""
     return run_rag_node(services, body.config, body.input, branch=branch)

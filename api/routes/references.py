@@ -7,13 +7,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import BranchQ, RevisionQ, ServicesDep
+from api.schemas import ReferenceList
 from kg.store.references import MAX_LIMIT, list_references
 from kg.store.repos import branch_view
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["references"])
 
 
-@router.get("/references")
+@router.get("/references", response_model=ReferenceList)
 def references(repo: str, target: Annotated[str, Query(description="Node address 'workspace:/path'.")],
                services: ServicesDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
                limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000) -> dict:

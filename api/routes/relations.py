@@ -8,7 +8,8 @@ from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
 from api.deps import ActorQ, BranchQ, MessageQ, RevisionQ, ServicesDep
-from api.models import JSON_OBJECT, RelationCreate, Strict
+from api.models import RelationCreate, Strict
+from api.schemas import NeighborList, Relation, RelationsDeleted, Traversal
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.rag.graph import neighbors_of, traverse_from
@@ -29,8 +30,9 @@ class TraverseBody(Strict):
     fan_out: int = Field(default=50, ge=1, le=MAX_FAN_OUT)
 
 
-@router.post("/relations", responses={200: {"description": "Re-asserted: weight and properties replaced"},
-                                    201: {"description": "Created: a new edge", "content": JSON_OBJECT}})
+@router.post("/relations", response_model=Relation,
+             responses={200: {"description": "Re-asserted: weight and properties replaced"},
+                        201: {"description": "Created: a new edge", "model": Relation}})
 def relate(repo: str, body: RelationCreate, services: ServicesDep, response: Response,
            branch: BranchQ = "main") -> dict:
     """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced)."""
@@ -43,7 +45,7 @@ def relate(repo: str, body: RelationCreate, services: ServicesDep, response: Res
                 "properties": version.properties, "revision": ctx.revision}
 
 
-@router.delete("/relations")
+@router.delete("/relations", response_model=RelationsDeleted)
 def unrelate(repo: str, services: ServicesDep, from_: Annotated[str, Query(alias="from")],
              to: str, branch: BranchQ = "main", type: str | None = None, message: MessageQ = None,
              actor: ActorQ = None) -> dict:
@@ -58,7 +60,7 @@ def unrelate(repo: str, services: ServicesDep, from_: Annotated[str, Query(alias
         return {"revision": ctx.revision, "deleted": deleted}
 
 
-@router.get("/neighbors")
+@router.get("/neighbors", response_model=NeighborList)
 def neighbors(repo: str, node: str, services: ServicesDep, branch: BranchQ = "main",
               at_revision: RevisionQ = None, direction: str = "BOTH",
               type: Annotated[str | None, Query(description="Relation types, comma-separated.")] = None,
@@ -73,7 +75,7 @@ def neighbors(repo: str, node: str, services: ServicesDep, branch: BranchQ = "ma
                             limit=limit)
 
 
-@router.post("/traverse")
+@router.post("/traverse", response_model=Traversal)
 def traverse(repo: str, body: TraverseBody, services: ServicesDep, branch: BranchQ = "main",
              at_revision: RevisionQ = None) -> dict:
     """Breadth-first walk from the seeds, bounded by ``hops``, ``max_nodes`` (seeds count) and

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response
 
 from api.deps import ServicesDep
 from api.models import RepoCreate, WorkspaceCreate, WorkspacePatch
+from api.schemas import EmbeddingChange, Repo, RepoList, Workspace, WorkspaceList
 from kg.rag.config import parse_embedding_config
 from kg.store import repos as store
 
@@ -16,21 +17,21 @@ def _repo(repo) -> dict:
     return {"name": repo.name, "created_at": repo.created_at.isoformat(), "head_revision": repo.head_revision}
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=Repo)
 def create_repo(body: RepoCreate, services: ServicesDep) -> dict:
     """Create a repository; it starts with the branch ``main``."""
     with services.db.write() as session:
         return _repo(store.create_repository(session, name=body.name))
 
 
-@router.get("")
+@router.get("", response_model=RepoList)
 def list_repos(services: ServicesDep) -> dict:
     """Every repository."""
     with services.db.read() as session:
         return {"repos": [_repo(r) for r in store.list_repositories(session)]}
 
 
-@router.get("/{repo}")
+@router.get("/{repo}", response_model=Repo)
 def get_repo(repo: str, services: ServicesDep) -> dict:
     """One repository."""
     with services.db.read() as session:
@@ -55,7 +56,7 @@ def _workspace(ws, default_model: str) -> dict:
             "reembedding": reembed_status(ws.config)}
 
 
-@router.post("/{repo}/workspaces", status_code=201)
+@router.post("/{repo}/workspaces", status_code=201, response_model=Workspace)
 def create_workspace(repo: str, body: WorkspaceCreate, services: ServicesDep) -> dict:
     """Create a workspace, optionally with its embedding model and chunking settings."""
     default = services.settings.embedding_model
@@ -67,7 +68,7 @@ def create_workspace(repo: str, body: WorkspaceCreate, services: ServicesDep) ->
         return _workspace(ws, default)
 
 
-@router.get("/{repo}/workspaces")
+@router.get("/{repo}/workspaces", response_model=WorkspaceList)
 def list_workspaces(repo: str, services: ServicesDep) -> dict:
     """The workspaces of a repository."""
     default = services.settings.embedding_model
@@ -76,7 +77,7 @@ def list_workspaces(repo: str, services: ServicesDep) -> dict:
         return {"workspaces": [_workspace(w, default) for w in store.list_workspaces(session, r)]}
 
 
-@router.get("/{repo}/workspaces/{ws}")
+@router.get("/{repo}/workspaces/{ws}", response_model=Workspace)
 def get_workspace(repo: str, ws: str, services: ServicesDep) -> dict:
     """One workspace."""
     with services.db.read() as session:
@@ -84,7 +85,7 @@ def get_workspace(repo: str, ws: str, services: ServicesDep) -> dict:
         return _workspace(store.get_workspace(session, r, ws), services.settings.embedding_model)
 
 
-@router.patch("/{repo}/workspaces/{ws}")
+@router.patch("/{repo}/workspaces/{ws}", response_model=EmbeddingChange)
 def patch_workspace(repo: str, ws: str, body: WorkspacePatch, services: ServicesDep) -> dict:
     """Change a workspace's embedding model or chunking.
 

@@ -6,22 +6,20 @@ from fastapi import APIRouter
 from sqlalchemy import select
 
 from api.deps import BranchQ, RevisionQ, ServicesDep
-from api.models import SearchBody
+from api.schemas import IndexStatus, SearchResponse
 from kg.rag.search import SearchRequest, search_answer
 from kg.store.repos import branch_view
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["search"])
 
 
-@router.post("/search")
-def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: BranchQ = "main",
+@router.post("/search", response_model=SearchResponse, response_model_exclude_unset=True)
+def search_route(repo: str, body: SearchRequest, services: ServicesDep, branch: BranchQ = "main",
                  at_revision: RevisionQ = None) -> dict:
     """Search the chunks of the nodes the branch sees."""
-    request = SearchRequest(**body.model_dump())
-    request.validate()
     with services.db.read() as session:
         view = branch_view(session, repo, branch, at_revision=at_revision)
-        answer = search_answer(session, services, view, request)
+        answer = search_answer(session, services, view, body)
     out = {"results": [r.as_dict() for r in answer.results], "took_ms": answer.took_ms}
     if answer.fusion is not None:
         out["fusion"] = answer.fusion
@@ -30,7 +28,7 @@ def search_route(repo: str, body: SearchBody, services: ServicesDep, branch: Bra
     return out
 
 
-@router.get("/index/status")
+@router.get("/index/status", response_model=IndexStatus, response_model_exclude_unset=True)
 def index_status(repo: str, services: ServicesDep) -> dict:
     """What the indexer has pending, running and failed for this repository, and what the
     search index holds."""

@@ -33,7 +33,7 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
-from kg.errors import Conflict, InvalidInput, KGError
+from kg.errors import InvalidInput, KGError, ModelLocked
 from kg.providers.registry import canonical_model_name
 from kg.rag.config import EmbeddingConfig, parse_embedding_config, workspace_embedding
 from kg.rag.indexer import REEMBED_PRIORITY, enqueue
@@ -54,12 +54,6 @@ many hold its switch back."""
 MAX_FAILED_TEXTS = 5
 """Texts that may fail under a re-embed's model without holding the switch back (or 1 % of the
 workspace's texts, whichever is more): beyond, it waits for a retry or a cancel."""
-
-
-class ModelLocked(Conflict):
-    """A workspace's embedding model (or chunking) cannot change without re-embedding."""
-
-    code = "model_locked"
 
 
 def _requested(raw: Any, current: EmbeddingConfig) -> EmbeddingConfig:

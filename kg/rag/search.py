@@ -12,8 +12,9 @@ import math
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -35,13 +36,18 @@ RRF_K = 60
 MAX_K = 1000
 
 
-@dataclass
-class SearchRequest:
-    """A search, as API.md describes it.
+class SearchRequest(BaseModel):
+    """A search, as API.md describes it: the one model of a search request.
+
+    The HTTP route takes it as its body, the agent functions, the RAG node and the CLI build
+    it; it is validated once, when it is made, and cannot change afterwards (frozen). Types
+    are checked strictly (no coercion) and unknown fields refused; then the rules below, whose
+    violations raise :class:`kg.errors.InvalidInput` (422) with their own message.
 
     Attributes
     ----------
     query : str
+        Non-empty.
     k : int
         Rows to return, 1..1000.
     mode : {"vector", "fulltext", "hybrid"}
@@ -52,11 +58,11 @@ class SearchRequest:
     where : dict, optional
         Property equality filters.
     fulltext_weight, vector_weight : float
-        Weights of the legs in the fusion; 0 turns a leg off.
+        Weights of the legs in the fusion, finite and >= 0; 0 turns a leg off (not both).
     max_distance : float, optional
-        Drop vector hits farther than this cosine distance. With the index's own hybrid query
-        (Weaviate's ``max_vector_distance``) a farther object leaves the answer altogether,
-        BM25 match or not.
+        Drop vector hits farther than this cosine distance (0..2). With the index's own hybrid
+        query (Weaviate's ``max_vector_distance``) a farther object leaves the answer
+        altogether, BM25 match or not.
     max_per_node : int, optional
         At chunk granularity, at most this many passages of one node (1..100); ignored at node
         granularity, which returns one row per node.
@@ -64,61 +70,100 @@ class SearchRequest:
         Who fuses the hybrid legs: kg (weighted RRF over the legs it ran, with per-leg ranks),
         or the index's own hybrid query (Weaviate: ``alpha = vector_weight / (vector_weight +
         fulltext_weight)``; per-leg ranks are then unknown, null). Default: the index's own
-        when it has one and the searched workspaces share one model, else kg.
+        when it has one and the searched workspaces share one model, else kg. Hybrid only.
     fusion_type : {"ranked", "relative_score"}, optional
         The index's fusion (Weaviate ``rankedFusion`` or ``relativeScoreFusion``; default
         ranked). Only with index fusion.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        On construction, for a request that breaks a rule.
+    pydantic.ValidationError
+        On construction, for a wrong type or an unknown field (:meth:`parse` raises
+        :class:`kg.errors.InvalidInput` instead).
     """
 
-    query: str
-    k: int = 10
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    query: str = Field(description="What to look for (non-empty).")
+    k: int = Field(default=10, description=f"Rows to return, 1..{MAX_K}.")
     mode: Mode = "hybrid"
-    granularity: Granularity = "chunk"
-    workspaces: list[str] | None = None
+    granularity: Granularity = Field(default="chunk", description="chunk: one row per passage; node: one row "
+                                                                  "per node, its best passage attached.")
+    workspaces: list[str] | None = Field(default=None, description="Workspaces searched (default: all).")
     path_prefix: str | None = None
     node_type: str | None = None
-    where: dict[str, Any] | None = None
-    fulltext_weight: float = 1.0
-    vector_weight: float = 1.0
-    max_distance: float | None = None
-    max_per_node: int | None = None
-    fusion: Fusion | None = None
-    fusion_type: FusionType | None = None
+    where: dict[str, Any] | None = Field(default=None, description="Property equality filters.")
+    fulltext_weight: float = Field(default=1.0, description="Weight of the BM25 leg (0 turns it off).")
+    vector_weight: float = Field(default=1.0, description="Weight of the vector leg (0 turns it off).")
+    max_distance: float | None = Field(default=None, description="Drop vector hits farther than this cosine "
+                                                                 "distance (0..2).")
+    max_per_node: int | None = Field(default=None, description="Chunk granularity: most passages of one "
+                                                               "node (1..100).")
+    fusion: Fusion | None = Field(default=None, description="Who fuses a hybrid search: kg or the index.")
+    fusion_type: FusionType | None = Field(default=None, description="The index's fusion (with fusion 'index').")
 
-    def validate(self) -> None:
-        """Raise :class:`kg.errors.InvalidInput` for a request that breaks a rule."""
-        if not isinstance(self.query, str) or not self.query.strip():
+    @model_validator(mode="after")
+    def _rules(self) -> SearchRequest:
+        """Apply the rules beyond types (raises :class:`kg.errors.InvalidInput`, which pydantic
+        lets through unchanged)."""
+        if not self.query.strip():
             raise InvalidInput("query must be a non-empty string", details={"query": self.query})
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= MAX_K:
+        if not 1 <= self.k <= MAX_K:
             raise InvalidInput(f"k must be between 1 and {MAX_K}", details={"k": self.k})
-        if self.mode not in ("vector", "fulltext", "hybrid"):
-            raise InvalidInput(f"unknown mode {self.mode!r}: use vector, fulltext or hybrid")
-        if self.granularity not in ("chunk", "node"):
-            raise InvalidInput(f"unknown granularity {self.granularity!r}: use chunk or node")
         for name in ("fulltext_weight", "vector_weight"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if not math.isfinite(value) or value < 0:
                 raise InvalidInput(f"{name} must be a finite number >= 0")
         if self.mode == "hybrid" and self.fulltext_weight == 0 and self.vector_weight == 0:
             raise InvalidInput("at least one of fulltext_weight and vector_weight must be > 0")
         if self.path_prefix is not None:
             validate_prefix(self.path_prefix)
-        if self.where is not None and not isinstance(self.where, dict):
-            raise InvalidInput("where must be a JSON object of property values")
-        if self.max_distance is not None and (isinstance(self.max_distance, bool) or not isinstance(self.max_distance, (int, float)) or not 0 <= self.max_distance <= 2):
+        if self.max_distance is not None and not 0 <= self.max_distance <= 2:
             raise InvalidInput("max_distance must be between 0 and 2")
-        if self.fusion not in (None, "kg", "index"):
-            raise InvalidInput(f"unknown fusion {self.fusion!r}: use kg or index")
-        if self.fusion_type not in (None, "ranked", "relative_score"):
-            raise InvalidInput(f"unknown fusion_type {self.fusion_type!r}: use ranked or relative_score")
         if (self.fusion is not None or self.fusion_type is not None) and self.mode != "hybrid":
             raise InvalidInput("fusion and fusion_type apply to hybrid search only",
                                details={"mode": self.mode})
         if self.fusion_type is not None and self.fusion == "kg":
             raise InvalidInput("fusion_type chooses the index's own fusion: it needs fusion 'index', not 'kg'")
-        if self.max_per_node is not None and (isinstance(self.max_per_node, bool) or not isinstance(self.max_per_node, int) or not 1 <= self.max_per_node <= 100):
+        if self.max_per_node is not None and not 1 <= self.max_per_node <= 100:
             raise InvalidInput("max_per_node must be an integer between 1 and 100",
                                details={"max_per_node": self.max_per_node})
+        return self
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> SearchRequest:
+        """A request from plain data (parsed JSON, CLI options), every problem as a kg error.
+
+        Parameters
+        ----------
+        raw : mapping
+            The request's fields (API.md, "Search").
+
+        Returns
+        -------
+        SearchRequest
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            A wrong type or an unknown field (the message names the first, as the HTTP API's
+            does: ``"k: Input should be a valid integer"``), or a broken rule.
+        """
+        if not isinstance(raw, Mapping):
+            raise InvalidInput("a search request must be an object")
+        try:
+            return cls.model_validate(dict(raw))
+        except ValidationError as exc:
+            problems = exc.errors()
+            first = problems[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            raise InvalidInput(
+                f"{where}: {first['msg']}" if where else first["msg"],
+                details={"errors": [{"loc": [str(x) for x in p.get("loc", ())], "msg": p["msg"],
+                                     "type": p["type"]} for p in problems]},
+            ) from exc
 
 
 @dataclass
@@ -200,6 +245,7 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     view : BranchView
         The branch (and revision) searched.
     request : SearchRequest
+        Validated when it was made.
 
     Returns
     -------
@@ -210,7 +256,8 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     Raises
     ------
     kg.errors.InvalidInput
-        A request that breaks a rule.
+        Index fusion asked of an index without a hybrid query of its own, or of workspaces
+        of several models.
     kg.errors.NotFound
         An unknown workspace.
     kg.errors.ProviderError
@@ -223,10 +270,7 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     Relevance Framework: BM25 and Beyond".
     """
     started = time.perf_counter()
-    request.validate()
     if request.workspaces is not None:
-        if not isinstance(request.workspaces, list) or not all(isinstance(w, str) for w in request.workspaces):
-            raise InvalidInput("workspaces must be a list of names")
         wids = [workspace_id(view, name) for name in request.workspaces]
     else:
         wids = list(view.workspaces)

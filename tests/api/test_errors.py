@@ -1,0 +1,115 @@
+"""The one error tree (kg/errors.py) and the one error mapper (api/errors.py): every error class
+of kg is drawn in the tree under its real parent, has its own code and an explicit status, and
+every refusal, the request guard's included, is answered through the mapper."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+import api
+import kg
+from api import errors as api_errors
+from kg import errors
+
+
+def _all_error_classes() -> list[type[errors.KGError]]:
+    """KGError and every subclass defined anywhere in kg or api (every module imported)."""
+    for package in (kg, api):
+        for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            importlib.import_module(module.name)
+    found: list[type[errors.KGError]] = [errors.KGError]
+    for cls in found:
+        found.extend(sub for sub in cls.__subclasses__() if sub not in found)
+    return found
+
+
+def _drawn_tree() -> dict[str, str | None]:
+    """Class name -> parent name, read from the drawing in kg/errors.py's docstring."""
+    block = errors.__doc__.split("::", 1)[1].split("\n\n")[1]
+    parents: dict[str, str | None] = {}
+    stack: list[tuple[int, str]] = []
+    for line in block.splitlines():
+        match = re.match(r"^(\s*(?:[│ ]   )*(?:[├└]── )?)(\w+)", line)
+        assert match, f"not a line of the tree: {line!r}"
+        depth = len(match.group(1))
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        parents[match.group(2)] = stack[-1][1] if stack else None
+        stack.append((depth, match.group(2)))
+    return parents
+
+
+ERROR_CLASSES = _all_error_classes()
+
+
+def test_every_error_class_is_in_kg_errors_and_drawn_under_its_parent():
+    drawn = _drawn_tree()
+    assert drawn["KGError"] is None
+    real = {cls.__name__: (cls.__bases__[0].__name__ if cls is not errors.KGError else None)
+            for cls in ERROR_CLASSES}
+    assert drawn == real
+    for cls in ERROR_CLASSES:
+        assert cls.__module__ == "kg.errors", f"{cls.__name__} is defined outside the one tree"
+        assert len(cls.__bases__) == 1
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
+def test_every_error_class_has_its_own_code_and_an_explicit_status(cls):
+    assert "code" in vars(cls), f"{cls.__name__} inherits its code"
+    assert re.fullmatch(r"[a-z]+(_[a-z]+)*", cls.code)
+    assert cls in api_errors.STATUS, f"{cls.__name__} has no status in api/errors.py"
+    status = api_errors.STATUS[cls]
+    assert 400 <= status < 600
+    assert api_errors.status_for(cls("x")) == status
+    if cls is not errors.KGError:
+        assert status != 500, "a 500 says the service is broken, not the request"
+
+
+def test_error_codes_are_unique():
+    codes = [cls.code for cls in ERROR_CLASSES]
+    assert len(codes) == len(set(codes))
+
+
+def _raising_app() -> FastAPI:
+    app = FastAPI()
+    api_errors.install(app)
+    by_name = {cls.__name__: cls for cls in ERROR_CLASSES}
+
+    @app.get("/raise/{name}")
+    def _raise(name: str) -> None:
+        raise by_name[name]("it went wrong", details={"why": name})
+
+    return app
+
+
+@pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
+def test_every_error_class_answers_its_status_code_and_the_error_shape(cls):
+    with TestClient(_raising_app(), raise_server_exceptions=False) as client:
+        r = client.get(f"/raise/{cls.__name__}")
+    assert r.status_code == api_errors.STATUS[cls]
+    assert r.json() == {"error": {"code": cls.code, "message": "it went wrong", "details": {"why": cls.__name__}}}
+
+
+@pytest.mark.parametrize(("request_args", "cls"), [
+    ({"method": "GET", "url": "/api/repos/a%00b"}, errors.InvalidInput),
+    ({"method": "GET", "url": "/api/repos?x=%ED%A0%80"}, errors.InvalidInput),
+    ({"method": "POST", "url": "/api/repos", "content": b'{"name": NaN}',
+      "headers": {"content-type": "application/json"}}, errors.MalformedInput),
+    ({"method": "POST", "url": "/api/repos", "content": b"[" * 70 + b"]" * 70,
+      "headers": {"content-type": "application/json"}}, errors.MalformedInput),
+])
+def test_the_request_guard_answers_through_the_error_mapper(client, monkeypatch, request_args, cls):
+    """The guard runs before the routes (outside the exception handlers) and still answers with
+    api/errors.py's status for its error class: change the mapping and its answer follows."""
+    before = client.request(**request_args)
+    assert before.status_code == api_errors.STATUS[cls]
+    assert before.json()["error"]["code"] == cls.code
+    monkeypatch.setitem(api_errors.STATUS, cls, 418)
+    after = client.request(**request_args)
+    assert after.status_code == 418 and after.json() == before.json()
