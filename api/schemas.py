@@ -304,18 +304,23 @@ class NodeAddress(Schema):
 
 
 class MergedNodes(Schema):
-    """The nodes a merge wrote on the target (or would write: a dry run)."""
+    """The nodes a merge wrote on the target (or would write: a dry run), as a reader of the
+    target sees them change."""
 
     added: list[NodeAddress]
     modified: list[NodeAddress]
     deleted: list[NodeAddress]
+    kept: list[NodeAddress] = Field(description="Conflicts resolved 'ours': the target's value, "
+                                                "re-asserted (recorded, unchanged for a reader).")
 
 
 class MergedRelations(Schema):
-    """How many relation versions a merge wrote on the target."""
+    """How many relations a merge wrote on the target, as a reader of the target sees them change."""
 
     upserted: int
     removed: int
+    kept: int = Field(description="Relation conflicts resolved 'ours' that keep the target's edge "
+                                  "(recorded, unchanged for a reader).")
 
 
 class MergeApplied(Schema):
@@ -342,7 +347,8 @@ class MergeResult(Schema):
 class Node(Schema):
     """A node (API.md, "Nodes")."""
 
-    id: str = Field(description="The node's id, kept through replacements on one branch.")
+    id: str = Field(description="The node's id: derived from its workspace and path, the same on "
+                                "every branch and after a delete and re-creation.")
     workspace: str
     path: str
     name: str = Field(description="The last segment of the path.")
