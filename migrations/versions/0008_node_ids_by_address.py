@@ -60,13 +60,26 @@ def _tables():
     return nv, rv, refs, repos, branches
 
 
-def _remap(bind, table, column, mapping):
-    """``UPDATE table SET column = new WHERE column = old`` for every pair, in batches."""
-    stmt = (sa.update(table).where(table.c[column] == sa.bindparam('old'))
-            .values({column: sa.bindparam('new')}))
+def _remap(bind, mapping, columns):
+    """Rewrite node ids ``old -> new`` in ``columns`` (``(table, column)`` pairs): one UPDATE per
+    column through a mapping table keyed by the old id, so each table is read once (an UPDATE
+    per id would scan the table per id: node ids are not the leading column of any index)."""
     pairs = [{'old': old, 'new': new} for old, new in mapping.items() if old != new]
-    for start in range(0, len(pairs), BATCH):
-        bind.execute(stmt, pairs[start:start + BATCH])
+    if not pairs:
+        return
+    meta = sa.MetaData()
+    id_map = sa.Table('kg_migration_0008_ids', meta, sa.Column('old', sa.String(36), primary_key=True),
+                      sa.Column('new', sa.String(36), nullable=False))
+    id_map.create(bind)
+    try:
+        for start in range(0, len(pairs), BATCH):
+            bind.execute(sa.insert(id_map), pairs[start:start + BATCH])
+        for table, column in columns:
+            col = table.c[column]
+            new = sa.select(id_map.c.new).where(id_map.c.old == col).scalar_subquery()
+            bind.execute(sa.update(table).where(col.in_(sa.select(id_map.c.old))).values({column: new}))
+    finally:
+        id_map.drop(bind)
 
 
 def upgrade() -> None:
@@ -94,10 +107,8 @@ def upgrade() -> None:
         addresses[node_id] = (repo_uid, wid, new_path)
     # 2. every id becomes its address's
     mapping = {old: node_uid(*address) for old, address in addresses.items()}
-    _remap(bind, nv, 'node_id', mapping)
-    _remap(bind, rv, 'from_node_id', mapping)
-    _remap(bind, rv, 'to_node_id', mapping)
-    _remap(bind, refs, 'source_node_id', mapping)
+    _remap(bind, mapping, [(nv, 'node_id'), (rv, 'from_node_id'), (rv, 'to_node_id'),
+                           (refs, 'source_node_id')])
     # 3. a delete removes its node's edges: write the tombstones old deletes did not
     chains = {}
     for branch_id, repo_id, parent_id, base in bind.execute(
