@@ -87,6 +87,7 @@ class Repo:
     sections: int
     alive: list[str] = field(default_factory=list)              # leaf paths still on main
     links: list[tuple[str, str]] = field(default_factory=list)  # main's relations (from, to) paths
+    cited: set[str] = field(default_factory=set)                # ends of the 'cites' edges written
     setup_s: float = 0.0
 
 
@@ -184,7 +185,7 @@ def make_changes(db: Database, repo: Repo, branch: str, rep: int, rng: random.Ra
     """100 node changes (40 modify, 40 add, 20 delete) and 5 relation changes on ``branch``."""
     # Deleted leaves carry no relation (a delete removes its node's edges, which would change
     # the 5 relation changes measured); the delete still looks for edges to remove.
-    linked = {p for link in repo.links for p in link}
+    linked = {p for link in repo.links for p in link} | repo.cited
     delete = rng.sample([p for p in repo.alive if p not in linked], N_DELETE)
     gone = set(delete)
     modify = rng.sample([p for p in repo.alive if p not in gone], N_MODIFY)
@@ -208,6 +209,7 @@ def make_changes(db: Database, repo: Repo, branch: str, rep: int, rng: random.Ra
         ctx = begin_write(session, repo.name, branch, message="agent relations")
         for j in range(3):
             relation_store.relate(session, ctx, f"{WORKSPACE}:{modify[j]}", f"{WORKSPACE}:{adds[j]}", "cites")
+            repo.cited |= {modify[j], adds[j]}
         relation_store.relate(session, ctx, f"{WORKSPACE}:{reweight[0]}", f"{WORKSPACE}:{reweight[1]}", "links",
                               weight=2.0 + rep)
         relation_store.unrelate(session, ctx, f"{WORKSPACE}:{removed[0]}", f"{WORKSPACE}:{removed[1]}", "links")

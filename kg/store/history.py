@@ -737,10 +737,17 @@ def _check_orphans(session: Session, ours: BranchView, plan: MergePlan) -> None:
                 plan.conflicts.append({"kind": "node", "workspace": ours.workspaces.get(wid), "path": path,
                                        "reason": "its parent is deleted on the target", "base": None,
                                        "ours": None, "theirs": change.value})
+    # The target's children of the nodes this merge deletes: one query per 500 deleted paths.
+    deleted: dict[int, list[str]] = defaultdict(list)
+    for change in plan.node_changes:
         if change.value is None:
-            stmt, _ = visible_select(NodeVersion, ours, (NodeVersion.workspace_id, NodeVersion.path),
-                                     NodeVersion.workspace_id == wid, NodeVersion.parent_path == path)
-            for child in session.scalars(stmt):
+            deleted[change.key[0]].append(change.key[1])
+    for wid, paths in sorted(deleted.items()):
+        for start in range(0, len(paths), 500):
+            stmt, alias = visible_select(NodeVersion, ours, (NodeVersion.workspace_id, NodeVersion.path),
+                                         NodeVersion.workspace_id == wid,
+                                         NodeVersion.parent_path.in_(paths[start:start + 500]))
+            for child in session.scalars(stmt.order_by(alias.path)):
                 if result.get((wid, child.path), "alive") is not None:
                     plan.conflicts.append({
                         "kind": "node", "workspace": ours.workspaces.get(wid), "path": child.path,
@@ -773,6 +780,7 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_ke
         raise Conflict("cannot apply a merge with conflicts")
     now = utcnow()
     current = node_states(session, ctx.view, [c.key for c in plan.node_changes])
+    written: list[NodeVersion] = []
     for change in plan.node_changes:
         wid, path = change.key
         ours = current.get(change.key)
@@ -788,9 +796,10 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_ke
         created = ours.created_at if ours is not None else now
         version = _version(ctx, wid, path, change.node_id, change.value, key, False, created, now)
         session.add(version)
-        session.flush()
-        index_references(session, version, workspace=ctx.view.workspaces[wid])
-    session.flush()
+        written.append(version)
+    session.flush()  # one flush for every version: the references need their ids
+    for version in written:
+        index_references(session, version, workspace=ctx.view.workspaces[version.workspace_id])
     for rel in plan.relation_changes:
         f, t, to = rel.key
         value = rel.value
