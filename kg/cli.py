@@ -117,7 +117,7 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
            workspace: Annotated[str, typer.Option(help="Workspace (created if missing).")],
            branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main") -> None:
     """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded."""
-    from kg.rag.ingest import ingest_path
+    from kg.ops.ingest import ingest_path
     from kg.store.repos import get_repository
 
     progress = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
@@ -152,7 +152,7 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
 
 def _sync_and_flush(services, repo: str) -> None:
     """Bring the embedded index up to date and save it, so the server starts warm."""
-    from kg.rag.indexing import sync_index
+    from kg.indexing.chunks import sync_index
     from kg.store.repos import get_repository
 
     with services.db.read() as session:
@@ -199,7 +199,7 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
     """Rebuild a search index from the chunks and vectors stored in SQL (no re-embedding),
     after finishing any queued indexing. ``--index weaviate`` fills Weaviate
     (KG_WEAVIATE_URL) whatever KG_INDEX says."""
-    from kg.rag.indexing import sync_index
+    from kg.indexing.chunks import sync_index
     from kg.services import build_index
     from kg.store.repos import get_repository
 

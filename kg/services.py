@@ -30,9 +30,9 @@ class Services:
     embedder_factory : callable(str) -> Embedder
         Makes the embedder named ``<provider>:<model>``.
     graphs : GraphCache
-    indexer : kg.rag.indexer.Indexer
+    indexer : kg.indexing.indexer.Indexer
         Drains the queue of texts to embed.
-    jobs : kg.jobs.JobRunner
+    jobs : kg.rag.function_jobs.JobRunner
         Runs asynchronous function invocations.
     weaviate_clients : kg.index.weaviate.ClientPool
         The RAG node's Weaviate connections, reused across requests.
@@ -69,11 +69,11 @@ class Services:
 
             self.llm = NoLLM()
         if self.indexer is None:
-            from kg.rag.indexer import Indexer
+            from kg.indexing.indexer import Indexer
 
             self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
         if self.jobs is None:
-            from kg.jobs import JobRunner
+            from kg.rag.function_jobs import JobRunner
 
             self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
 

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Response
 from api.deps import ServicesDep
 from api.models import BranchCreate
 from api.schemas import Branch, BranchList
-from kg.rag.indexing import forget_branch
+from kg.indexing.chunks import forget_branch
 from kg.store import repos as store
 from kg.store.history import ahead_behind
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Query
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.models import BatchBody, MergeBody
 from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
-from kg.rag import writes
-from kg.rag.indexing import forget_branch
-from kg.rag.merge import merge_branch
+from kg.ops import nodes as node_ops
+from kg.indexing.chunks import forget_branch
+from kg.ops.merge import merge_branch
 from kg.store import history
 from kg.store.repos import branch_view, get_repository, parent_name
 
@@ -31,7 +31,7 @@ def log(repo: str, services: ServicesDep, branch: BranchQ = "main", at_revision:
 @router.post("/nodes:batch", response_model=BatchResult)
 def batch(repo: str, body: BatchBody, services: ServicesDep, branch: BranchQ = "main") -> dict:
     """Deletes then upserts as one revision: all or nothing."""
-    return writes.batch(services, repo, branch, upserts=body.upserts, deletes=body.deletes,
+    return node_ops.batch(services, repo, branch, upserts=body.upserts, deletes=body.deletes,
                         parents=body.parents, message=body.message, actor=body.actor)
 
 

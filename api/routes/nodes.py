@@ -10,7 +10,7 @@ from api.deps import MAX_REVISION, ActorQ, BranchQ, MessageQ, RevisionQ, Service
 from api.models import NodePatch, NodePut
 from api.schemas import Node, NodeList, NodesDeleted
 from kg.errors import InvalidInput
-from kg.rag import writes
+from kg.ops import nodes as node_ops
 from kg.store import nodes as store
 from kg.store.paths import validate_path
 from kg.store.repos import branch_view
@@ -28,7 +28,7 @@ def _path(raw: str) -> str:
 def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep, response: Response,
              branch: BranchQ = "main", parents: bool = False) -> dict:
     """Create (201) or replace (200) the node at ``path``; its text is chunked and embedded."""
-    node, created = writes.put_node(
+    node, created = node_ops.put_node(
         services, repo, branch, ws, _path(path), node_type=body.node_type,
         properties=body.properties, order=body.order, parents=parents,
         message=body.message, actor=body.actor, if_revision=body.if_revision,
@@ -41,7 +41,7 @@ def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep
 def patch_node(repo: str, ws: str, path: str, body: NodePatch, services: ServicesDep,
                branch: BranchQ = "main") -> dict:
     """Merge properties into the node (``null`` removes a key)."""
-    return writes.patch_node(services, repo, branch, ws, _path(path), properties=body.properties,
+    return node_ops.patch_node(services, repo, branch, ws, _path(path), properties=body.properties,
                              node_type=body.node_type, order=body.order, message=body.message,
                              actor=body.actor, if_revision=body.if_revision)
 
@@ -61,7 +61,7 @@ def delete_node(repo: str, ws: str, path: str, services: ServicesDep, branch: Br
                 recursive: bool = False, message: MessageQ = None, actor: ActorQ = None,
                 if_revision: Annotated[int | None, Query(ge=0, le=MAX_REVISION)] = None) -> dict:
     """Delete the node (a tombstone on the branch); with children only when ``recursive``."""
-    return writes.delete_node(services, repo, branch, ws, _path(path), recursive=recursive,
+    return node_ops.delete_node(services, repo, branch, ws, _path(path), recursive=recursive,
                               message=message, actor=actor, if_revision=if_revision)
 
 

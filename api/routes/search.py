@@ -32,7 +32,7 @@ def search_route(repo: str, body: SearchRequest, services: ServicesDep, branch: 
 def index_status(repo: str, services: ServicesDep) -> dict:
     """What the indexer has pending, running and failed for this repository, and what the
     search index holds."""
-    from kg.rag.indexer import index_status as status
+    from kg.indexing.indexer import index_status as status
     from kg.store.repos import get_repository
 
     from kg.errors import KGError

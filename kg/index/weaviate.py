@@ -8,7 +8,7 @@ API). A missing extra or an unreachable server is a :class:`~kg.errors.BackendUn
 Layout in Weaviate
 ------------------
 kg's workspaces: one collection per (workspace, branch) and embedding model, filled by
-:meth:`WeaviateVectorIndex.place` from SQL's node versions (``kg.rag.indexing.sync_placements``)::
+:meth:`WeaviateVectorIndex.place` from SQL's node versions (``kg.indexing.chunks.sync_placements``)::
 
     KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>_w<workspace id>_b<branch id>
         vectorizer "none", HNSW, cosine distance; description = JSON {"kg": "chunks",
@@ -1344,7 +1344,7 @@ class WeaviateVectorIndex:
 
     scoped = True
     """kg searches this index through :class:`~kg.index.base.SearchScope` and fills it with
-    :meth:`place` (``kg.rag.indexing.sync_placements``)."""
+    :meth:`place` (``kg.indexing.chunks.sync_placements``)."""
 
     def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
         """Store node versions' chunks in the collections of their (workspace, branch).

@@ -49,8 +49,8 @@ from typing import Any
 
 from kg.errors import Conflict, InvalidInput, ProviderError
 from kg.providers.jsonreply import parse_json_reply
-from kg.rag.config import TEXT_FIELDS
-from kg.rag.writes import GraphWrite, write_graph
+from kg.indexing.config import TEXT_FIELDS
+from kg.ops.nodes import GraphWrite, write_graph
 from kg.store.nodes import find_node, get_node, node_uid, workspace_id
 from kg.store.relations import visible_relations
 from kg.store.paths import validate_path

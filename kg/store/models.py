@@ -134,7 +134,7 @@ class NodeVersion(Base):
         Index("ix_node_versions_node_id", "branch_id", "node_id", "revision"),
         Index("ix_node_versions_content_key", "repo_id", "content_key"),
         Index("ix_node_versions_branch_revision", "branch_id", "revision"),
-        # The feed of a scoped search index (kg.rag.indexing.sync_placements).
+        # The feed of a scoped search index (kg.indexing.chunks.sync_placements).
         Index("ix_node_versions_repo_revision", "repo_id", "revision", "id"),
     )
 
@@ -231,7 +231,7 @@ class IndexJob(Base):
     or marks it ``failed`` with the reason. A claim is held by one queue worker
     (``claimed_by``, a :class:`QueueWorker`) under a lease (``updated_at``, renewed while the
     batch runs); ``running`` jobs whose lease expired or whose worker is gone are taken again (a
-    crash loses nothing), a bounded number of times (:mod:`kg.queue`).
+    crash loses nothing), a bounded number of times (:mod:`kg.indexing.queue`).
     """
 
     __tablename__ = "index_jobs"
@@ -293,7 +293,7 @@ class FunctionJob(Base):
     ``lease_until``, renewed while it runs), then stores ``output`` (``succeeded``) or ``error``
     in the API error shape ``{"code", "message", "details"}`` (``failed``). A ``running`` job
     whose lease expired (its process stopped) is claimed again, up to a bounded number of
-    attempts (:mod:`kg.jobs`, :mod:`kg.queue`); ``claimed_by`` names the queue worker holding it.
+    attempts (:mod:`kg.rag.function_jobs`, :mod:`kg.indexing.queue`); ``claimed_by`` names the queue worker holding it.
     """
 
     __tablename__ = "function_jobs"
@@ -320,7 +320,7 @@ class FunctionJob(Base):
 
 
 class QueueWorker(Base):
-    """A process draining a durable queue (:mod:`kg.queue`): what holds the claims.
+    """A process draining a durable queue (:mod:`kg.indexing.queue`): what holds the claims.
 
     A worker registers on its first claim and heartbeats while it claims or runs a batch. A
     process on the same machine (``host``, and the boot in ``process_start``) knows at once

@@ -12,8 +12,8 @@ from typing import Any
 from sqlalchemy import select
 
 from kg.errors import MergeConflict
-from kg.rag.indexer import enqueue
-from kg.rag.writes import plan_for
+from kg.indexing.indexer import enqueue
+from kg.ops.nodes import plan_for
 from kg.store import history
 from kg.store.models import NodeVersion
 from kg.store.repos import begin_write, get_branch, get_repository

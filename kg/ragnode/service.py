@@ -27,10 +27,10 @@ import urllib.parse
 from typing import Any
 
 from kg.errors import Conflict, InvalidInput, NotFound
-from kg.rag.indexing import store_chunks
-from kg.rag.ragnode import RagConfig, class_key, parse_rag_input, validate_rag_config, format_context
+from kg.indexing.chunks import store_chunks
+from kg.ragnode.spec import RagConfig, class_key, parse_rag_input, validate_rag_config, format_context
 from kg.rag.search import SearchRequest, search
-from kg.rag.writes import prepare_chunks
+from kg.ops.nodes import prepare_chunks
 from kg.store import nodes as node_store
 from kg.store.nodes import NodeWrite
 from kg.store.repos import (
@@ -118,7 +118,7 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
         A configuration or input that breaks the spec (422).
     kg.errors.UpstreamUnavailable
         A ``weaviateUrl`` other than ``embedded`` that cannot be reached or used (502): never a
-        silent fallback. Such a URL is served by :mod:`kg.rag.ragnode_weaviate`.
+        silent fallback. Such a URL is served by :mod:`kg.ragnode.weaviate`.
     kg.errors.Conflict
         The collection name maps to a class another collection holds.
     kg.errors.ProviderError, kg.errors.BackendUnavailable
@@ -129,7 +129,7 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
     config = validate_rag_config(config_raw)
     if config.weaviate_url.strip().lower() != "embedded":
         # The collection lives in the named Weaviate instance, in the spec's schema.
-        from kg.rag.ragnode_weaviate import run_rag_node_weaviate
+        from kg.ragnode.weaviate import run_rag_node_weaviate
 
         return run_rag_node_weaviate(services, config, text, branch=branch)
     query, files = parse_rag_input(text)
@@ -186,7 +186,7 @@ def _reembed(services, repo_name: str, workspace: str, branch: str, config: RagC
     list of str
         The file names re-embedded.
     """
-    from kg.rag.reembed import complete_reembed, reembed_workspace
+    from kg.indexing.reembed import complete_reembed, reembed_workspace
 
     answer, queued = reembed_workspace(services, repo_name, workspace,
                                        {"model": config.model, "chunking": config.chunking.model_dump()},
@@ -240,7 +240,7 @@ _REEMBED_WAIT_S = 300.0
 
 def _switched(services, workspace_id: int) -> bool:
     """Whether the workspace has no re-embed under way (another pass switched it)."""
-    from kg.rag.reembed import NEXT
+    from kg.indexing.reembed import NEXT
     from kg.store.models import Workspace
 
     with services.db.read() as session:

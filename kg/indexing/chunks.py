@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from kg.errors import KGError, ProviderError
 from kg.index.base import IndexedChunk, Placement, VectorIndex
 from kg.providers.base import Embedder
-from kg.rag.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
+from kg.indexing.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
 from kg.store.models import Chunk, NodeVersion, Repository
 from kg.text.chunking import ChunkingConfig, recursive_split
 from kg.text.hashing import content_key

@@ -35,9 +35,9 @@ from sqlalchemy import func, select, update
 
 from kg.errors import InvalidInput, KGError, ModelLocked
 from kg.providers.registry import canonical_model_name
-from kg.rag.config import EmbeddingConfig, parse_embedding_config, workspace_embedding
-from kg.rag.indexer import REEMBED_PRIORITY, enqueue
-from kg.rag.indexing import existing_content_keys, plan_text
+from kg.indexing.config import EmbeddingConfig, parse_embedding_config, workspace_embedding
+from kg.indexing.indexer import REEMBED_PRIORITY, enqueue
+from kg.indexing.chunks import existing_content_keys, plan_text
 from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace
 from kg.store.repos import get_repository, get_workspace
 
@@ -258,7 +258,7 @@ def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
 def _replace(services: Any, repo_id: int, repo_key: str, lowest: int) -> None:
     """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
     their new chunks while no version pointed at them yet (they were built beside the old)."""
-    from kg.rag.indexing import sync_index
+    from kg.indexing.chunks import sync_index
 
     try:
         services.index.rewind_placement(repo_key, lowest - 1)

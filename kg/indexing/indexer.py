@@ -4,7 +4,7 @@ A write is acknowledged once its node version and its job are stored (one transa
 indexer claims jobs, chunks and embeds their text outside any transaction, then stores the
 chunks and deletes the jobs in one transaction; an embedder failure marks only the failing
 job ``failed`` with its reason and stores none of its chunks. Jobs go through the durable
-queue of :mod:`kg.queue`: claimed fairly across repositories and workspaces (a small write is
+queue of :mod:`kg.indexing.queue`: claimed fairly across repositories and workspaces (a small write is
 not stuck behind another repository's backlog), by priority (writes' texts before a re-embed's),
 under a lease renewed while the batch runs. A crash leaves jobs ``running``; the next indexer
 takes them again (at once when it can tell their process is gone, else when their lease
@@ -28,11 +28,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from kg.errors import BackendUnavailable, KGError, ProviderError
-from kg.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
-from kg.rag.config import workspace_embedding
-from kg.rag.indexing import TextPlan, embed_plans, has_chunks, plan_text, store_chunks
+from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
+from kg.indexing.config import workspace_embedding
+from kg.indexing.chunks import TextPlan, embed_plans, has_chunks, plan_text, store_chunks
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
-from kg.worker import PollingWorker
+from kg.indexing.worker import PollingWorker
 
 log = logging.getLogger("kg.indexer")
 LEASE = timedelta(minutes=5)
@@ -94,7 +94,7 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
 
     A job that failed before is set back to ``pending`` with no attempt used: the text was
     written again. Jobs are claimed by ``priority`` (lower first), shared across repositories
-    and workspaces, then in order (:mod:`kg.queue`).
+    and workspaces, then in order (:mod:`kg.indexing.queue`).
 
     Parameters
     ----------
@@ -213,7 +213,7 @@ class Indexer(PollingWorker):
 
         Notes
         -----
-        Without filters, jobs are shared across repositories and workspaces (:mod:`kg.queue`);
+        Without filters, jobs are shared across repositories and workspaces (:mod:`kg.indexing.queue`);
         their leases are renewed while the batch is embedded and stored.
         """
         with self._lock:
@@ -315,7 +315,7 @@ class Indexer(PollingWorker):
         for repo_id, jobs in by_repo.items():
             try:
                 with self.services.db.write() as session:
-                    # The repository row lock orders chunk ids with the writers' (kg.rag.indexing).
+                    # The repository row lock orders chunk ids with the writers' (kg.indexing.chunks).
                     session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
                     # Fenced: only the jobs this indexer still holds (a lost claim stores nothing).
                     held = {c.id for c in self.queue.held(session, [j.claim for j in jobs])}
@@ -355,7 +355,7 @@ class Indexer(PollingWorker):
         """Switch the workspaces (of these repositories, or all) whose re-embed has all its
         texts embedded. Every workspace under way is checked, not only those of the jobs just
         run: a job is one per text, and a text shared by two workspaces carries one of them."""
-        from kg.rag.reembed import NEXT, complete_reembed
+        from kg.indexing.reembed import NEXT, complete_reembed
 
         with self.services.db.read() as session:
             stmt = select(Workspace.repo_id, Workspace.id, Workspace.config)
@@ -373,7 +373,7 @@ class Indexer(PollingWorker):
     def _push(self, repo_ids: Iterable[int]) -> None:
         """Place what was just embedded in a remote scoped index (Weaviate), so the next search
         does not pay for it; a failure only logs (a search syncs before it reads)."""
-        from kg.rag.indexing import sync_index
+        from kg.indexing.chunks import sync_index
 
         for repo_id in repo_ids:
             try:
@@ -418,8 +418,8 @@ def index_status(session: Session, repo: Repository) -> dict[str, Any]:
 def _plan_for_job(services: Any, config: dict | None, properties: dict, key: str):
     """The plan and embedder that make ``key`` from a version's text: under the workspace's
     current settings, or its re-embed's (``embedding_next``); ``(None, None)`` when neither."""
-    from kg.rag.config import parse_embedding_config
-    from kg.rag.reembed import NEXT
+    from kg.indexing.config import parse_embedding_config
+    from kg.indexing.reembed import NEXT
 
     default = services.settings.embedding_model
     candidates = [workspace_embedding(config, default_model=default)]
