@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._common import RESULTS, load_average, machine, percentile, table, write_results  # noqa: E402
 from kg.errors import NotFound  # noqa: E402
-from kg.indexing.indexer import index_status  # noqa: E402
+from kg.indexing.index_jobs import index_status  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.ops.nodes import batch  # noqa: E402
 from kg.services import Services  # noqa: E402

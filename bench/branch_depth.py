@@ -57,7 +57,7 @@ from bench._common import (  # noqa: E402
 )
 from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
-from kg.indexing.indexer import index_status  # noqa: E402
+from kg.indexing.index_jobs import index_status  # noqa: E402
 from kg.indexing.chunks import sync_index  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.ops.nodes import batch  # noqa: E402

@@ -60,7 +60,7 @@ from bench._common import (  # noqa: E402
     write_results,
 )
 from kg.indexing.queue import DurableQueue  # noqa: E402
-from kg.indexing.indexer import INDEX_QUEUE  # noqa: E402
+from kg.indexing.index_jobs import INDEX_QUEUE  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.ops.nodes import batch, put_node  # noqa: E402
 from kg.services import Services  # noqa: E402

@@ -9,11 +9,12 @@ from fastapi import APIRouter, Query
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.models import BatchBody, MergeBody
 from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
-from kg.ops import nodes as node_ops
+from kg.errors import InvalidInput
 from kg.indexing.chunks import forget_branch
+from kg.ops import nodes as node_ops
 from kg.ops.merge import merge_branch
 from kg.store import history
-from kg.store.repos import branch_view, get_repository, parent_name
+from kg.store.repos import branch_view, get_branch, get_repository, parent_name
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["history"])
 
@@ -48,12 +49,8 @@ def merge(repo: str, branch: str, body: MergeBody, services: ServicesDep) -> dic
     into = body.into
     if into is None:
         with services.db.read() as session:
-            from kg.store.repos import get_branch
-
             into = parent_name(session, get_branch(session, get_repository(session, repo), branch))
         if into is None:
-            from kg.errors import InvalidInput
-
             raise InvalidInput("main has no parent: say where to merge with 'into'")
     return merge_branch(services, repo, branch, into, resolutions=body.resolutions, dry_run=body.dry_run,
                         message=body.message, actor=body.actor)

@@ -12,6 +12,7 @@ from api.schemas import Node, NodeList, NodesDeleted
 from kg.errors import InvalidInput
 from kg.ops import nodes as node_ops
 from kg.store import nodes as store
+from kg.store.models import node_dict
 from kg.store.paths import validate_path
 from kg.store.repos import branch_view
 
@@ -53,7 +54,7 @@ def get_node(repo: str, ws: str, path: str, services: ServicesDep, branch: Branc
     p = _path(path)
     with services.db.read() as session:
         view = branch_view(session, repo, branch, at_revision=at_revision)
-        return store.node_dict(store.get_node(session, view, ws, p), ws)
+        return node_dict(store.get_node(session, view, ws, p), ws)
 
 
 @router.delete("/{path:path}", response_model=NodesDeleted)
@@ -81,6 +82,6 @@ def list_nodes(repo: str, ws: str, services: ServicesDep, branch: BranchQ = "mai
             if parent != "/":
                 validate_path(parent)
             rows = store.list_children(session, view, ws, parent)
-            return {"nodes": [store.node_dict(v, ws) for v in rows]}
+            return {"nodes": [node_dict(v, ws) for v in rows]}
         rows, next_cursor = store.list_prefix(session, view, ws, prefix, limit=limit, cursor=cursor)
-        return {"nodes": [store.node_dict(v, ws) for v in rows], "next_cursor": next_cursor}
+        return {"nodes": [node_dict(v, ws) for v in rows], "next_cursor": next_cursor}

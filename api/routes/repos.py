@@ -8,6 +8,7 @@ from api.deps import ServicesDep
 from api.models import RepoCreate, WorkspaceCreate, WorkspacePatch
 from api.schemas import EmbeddingChange, Repo, RepoList, Workspace, WorkspaceList
 from kg.indexing.config import parse_embedding_config
+from kg.indexing.reembed import reembed_status, set_workspace_embedding
 from kg.store import repos as store
 
 router = APIRouter(prefix="/api/repos", tags=["repositories"])
@@ -50,8 +51,6 @@ def delete_repo(repo: str, services: ServicesDep) -> Response:
 
 def _workspace(ws, default_model: str) -> dict:
     config = parse_embedding_config((ws.config or {}).get("embedding"), default_model=default_model)
-    from kg.indexing.reembed import reembed_status
-
     return {"name": ws.name, "created_at": ws.created_at.isoformat(), "embedding": config.model_dump(),
             "reembedding": reembed_status(ws.config)}
 
@@ -93,6 +92,4 @@ def patch_workspace(repo: str, ws: str, body: WorkspacePatch, services: Services
     model) unless ``reembed`` is true, which re-points every node version at its text under the
     new settings and queues the embedding (``GET .../index/status`` follows it).
     """
-    from kg.indexing.reembed import set_workspace_embedding
-
     return set_workspace_embedding(services, repo, ws, body.embedding, reembed=body.reembed)

@@ -95,6 +95,7 @@ from kg.index.base import (
     query_vector,
 )
 from kg.index.tokenize import analyze
+from kg.providers.registry import canonical_model_name
 
 __all__ = [
     "ClientPool",
@@ -1294,8 +1295,6 @@ class WeaviateVectorIndex:
         ------
         kg.errors.BackendUnavailable
         """
-        from kg.providers.registry import canonical_model_name
-
         wanted = canonical_model_name(model)
         names = [h.name for h in self._collections(repo_key)
                  if h.workspace_id == workspace_id and canonical_model_name(h.model) == wanted]

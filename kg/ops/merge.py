@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 
 from kg.errors import MergeConflict
-from kg.indexing.indexer import enqueue
+from kg.indexing.index_jobs import enqueue
 from kg.ops.nodes import plan_for
 from kg.store import history
 from kg.store.models import NodeVersion

@@ -49,9 +49,9 @@ from kg.rag.graph import spread_activation, traverse_from
 from kg.rag.search import SearchRequest, search
 from kg.ops.nodes import GraphWrite, write_graph
 from kg.store.models import Chunk
-from kg.store.nodes import find_node, nodes_by_id, workspace_id
+from kg.store.nodes import find_node, nodes_by_id
 from kg.store.paths import parse_address, validate_path
-from kg.store.repos import branch_view
+from kg.store.repos import branch_view, workspace_id
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from kg.indexing.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
 from kg.indexing.chunks import sync_index
 from kg.store.models import Workspace
-from kg.store.nodes import nodes_by_id, visible_nodes, workspace_id
+from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.paths import validate_prefix
-from kg.store.repos import BranchView
+from kg.store.repos import BranchView, workspace_id
 
 Mode = Literal["vector", "fulltext", "hybrid"]
 Granularity = Literal["chunk", "node"]

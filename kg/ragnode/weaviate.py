@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from kg.errors import Conflict, InvalidInput, UpstreamUnavailable
+from kg.errors import Conflict, InvalidInput, NotFound, UpstreamUnavailable
 from kg.index.weaviate import (
     MAX_QUERY_RESULTS,
     check_vector_dimension,
@@ -69,9 +69,12 @@ from kg.ragnode.spec import (
     classes_collide,
     format_context,
     meta_class_name,
+    no_rag_branch,
     normalise_model_name,
     parse_rag_input,
 )
+from kg.store.models import Branch
+from kg.store.repos import get_branch, get_repository
 from kg.text.chunking import word_split
 
 __all__ = [
@@ -301,12 +304,6 @@ def _branch_chain(services: Any, branch: str) -> list[str]:
     """The branch and its ancestors, nearest first (``["main"]`` needs no database)."""
     if branch == MAIN:
         return [MAIN]
-    from kg.store.models import Branch
-    from kg.store.repos import get_branch, get_repository
-
-    from kg.errors import NotFound
-    from kg.ragnode.service import no_rag_branch
-
     with services.db.read() as session:
         try:
             repo = get_repository(session, services.settings.rag_repo)

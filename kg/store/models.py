@@ -11,6 +11,7 @@ forked at. Chunks are keyed by ``content_key`` and shared by every node version 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -338,3 +339,20 @@ class QueueWorker(Base):
     process_start: Mapped[str] = mapped_column(String(128))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+def node_dict(version: NodeVersion, workspace: str) -> dict[str, Any]:
+    """The API shape of a node version."""
+    return {
+        "id": version.node_id,
+        "workspace": workspace,
+        "path": version.path,
+        "name": version.name,
+        "parent_path": version.parent_path,
+        "node_type": version.node_type,
+        "properties": version.properties,
+        "order": version.order,
+        "revision": version.revision,
+        "created_at": version.created_at.isoformat() if version.created_at else None,
+        "updated_at": version.updated_at.isoformat() if version.updated_at else None,
+    }

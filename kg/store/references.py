@@ -28,10 +28,9 @@ from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import InvalidInput
-from kg.store.models import NodeVersion, Reference, Workspace
-from kg.store.nodes import node_dict, workspace_id
+from kg.store.models import NodeVersion, Reference, Workspace, node_dict
 from kg.store.paths import parse_address, validate_name, validate_path
-from kg.store.repos import BranchView
+from kg.store.repos import BranchView, workspace_id
 from kg.store.visibility import visible_select
 
 REF_KEY = "kg:ref"

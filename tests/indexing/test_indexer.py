@@ -133,7 +133,7 @@ def test_embedder_failures_fail_only_that_node(db_url, tmp_path, mode):
              properties={"content": "TRIGGER first sentence. " * 3, "title": "also plain"})
     put_node(services, "r", "main", "w", "/good2", node_type="t", properties={"content": "more plain words"})
     assert jobs(services, "failed") == 1
-    from kg.indexing.indexer import index_status
+    from kg.indexing.index_jobs import index_status
     from kg.store.repos import get_repository
 
     with services.db.read() as s:

@@ -20,7 +20,7 @@ from kg.index.embedded import EmbeddedVectorIndex
 from kg.rag.function_jobs import FUNCTION_QUEUE
 from kg.providers.fake import FakeEmbedder
 from kg.indexing.queue import DurableQueue
-from kg.indexing.indexer import INDEX_QUEUE, REEMBED_PRIORITY, WRITE_PRIORITY
+from kg.indexing.index_jobs import INDEX_QUEUE, REEMBED_PRIORITY, WRITE_PRIORITY
 from kg.services import Services
 from kg.settings import Settings
 from kg.store.db import Database
@@ -211,7 +211,7 @@ def test_function_jobs_are_claimed_fairly_across_repositories(db):
 
 
 def test_a_text_whose_indexer_dies_each_time_is_failed_after_the_attempt_cap(db_url, tmp_path):
-    from kg.indexing.indexer import MAX_ATTEMPTS, index_status
+    from kg.indexing.index_jobs import MAX_ATTEMPTS, index_status
     from kg.ops.nodes import put_node
     from kg.store.repos import get_repository
 
@@ -398,7 +398,7 @@ def test_a_clean_close_puts_held_jobs_back_and_unregisters(db):
 CLAIM_AND_HANG = """
 import sys, time
 from kg.indexing.queue import DurableQueue
-from kg.indexing.indexer import INDEX_QUEUE
+from kg.indexing.index_jobs import INDEX_QUEUE
 from kg.store.db import Database
 
 db = Database(sys.argv[1])
