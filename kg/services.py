@@ -2,6 +2,12 @@
 
 ``create_app(settings)`` and the CLI build one from :class:`kg.settings.Settings`; tests hand
 their own (a fake embedder, a temporary data folder).
+
+This module is the composition root: it builds the indexer (:mod:`kg.indexing`) and the
+function-job runner (:mod:`kg.rag.function_jobs`), so it sits above the use-case layer, just
+below the surfaces (``api``, :mod:`kg.cli`) that build it. Use cases receive a ``Services``
+and never import this module, so every arrow still points down (``[tool.importlinter]`` in
+``pyproject.toml``; ``tests/unit/test_layers.py``).
 """
 
 from __future__ import annotations

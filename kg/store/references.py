@@ -18,6 +18,10 @@ index. So they have their own table: one row per reference of each node version
 (:class:`kg.store.models.Reference`), written with the version (``index_references``, called by
 ``kg.store.nodes``), and ``list_references`` joins the versions a branch sees with their rows.
 A reference is by address: its target need not exist.
+
+The arrow points ``kg.store.nodes -> kg.store.references`` only: what both need (a version's
+API shape, :func:`kg.store.models.node_dict`; a workspace's id in a view,
+:func:`kg.store.repos.workspace_id`) lives below both.
 """
 
 from __future__ import annotations
