@@ -9,12 +9,11 @@ from fastapi import APIRouter, Query
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.models import BatchBody, MergeBody
 from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
-from kg.errors import InvalidInput
-from kg.indexing.chunks import forget_branch
 from kg.ops import nodes as node_ops
+from kg.ops.branches import reset_branch
 from kg.ops.merge import merge_branch
 from kg.store import history
-from kg.store.repos import branch_view, get_branch, get_repository, parent_name
+from kg.store.repos import branch_view, get_repository
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["history"])
 
@@ -46,24 +45,11 @@ def diff(repo: str, branch: str, services: ServicesDep, against: str | None = No
 @router.post("/branches/{branch:path}/merge", response_model=MergeResult, response_model_exclude_unset=True)
 def merge(repo: str, branch: str, body: MergeBody, services: ServicesDep) -> dict:
     """Merge the branch into ``into`` (default: its parent): fast-forward or three-way."""
-    into = body.into
-    if into is None:
-        with services.db.read() as session:
-            into = parent_name(session, get_branch(session, get_repository(session, repo), branch))
-        if into is None:
-            raise InvalidInput("main has no parent: say where to merge with 'into'")
-    return merge_branch(services, repo, branch, into, resolutions=body.resolutions, dry_run=body.dry_run,
+    return merge_branch(services, repo, branch, body.into, resolutions=body.resolutions, dry_run=body.dry_run,
                         message=body.message, actor=body.actor)
 
 
 @router.post("/branches/{branch:path}/reset", response_model=BranchReset)
 def reset(repo: str, branch: str, services: ServicesDep) -> dict:
     """Drop what was written on the branch and fork it again from its parent's head."""
-    with services.db.write() as session:
-        r = get_repository(session, repo, lock=True)
-        b = history.reset_branch(session, r, branch)
-        out = {"name": b.name, "parent": parent_name(session, b), "base_revision": b.base_revision,
-               "head_revision": b.head_revision}
-        repo_key, branch_id = r.uid, b.id
-    forget_branch(services.index, repo_key, branch_id)
-    return out
+    return reset_branch(services, repo, branch)
