@@ -1,6 +1,6 @@
 """Retrieval quality on a BEIR-layout dataset: nDCG@10 and Recall@100 for fulltext, vector, hybrid.
 
-The corpus goes through kg's real write path: ``nodes:batch`` writes (``kg.rag.writes.batch``),
+The corpus goes through kg's real write path: ``nodes:batch`` writes (``kg.ops.nodes.batch``),
 the durable ``index_jobs`` queue drained by the indexer (chunking, embedding, chunk rows), then
 ``search`` at node granularity on ``main``, exactly as ``POST /api/repos/{repo}/search`` runs it.
 Each document is a node ``/doc/<_id>`` with properties ``title`` and ``text``.
@@ -42,9 +42,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench._common import RESULTS, load_average, machine, percentile, table, write_results  # noqa: E402
 from kg.errors import NotFound  # noqa: E402
-from kg.rag.indexer import index_status  # noqa: E402
+from kg.indexing.index_jobs import index_status  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
-from kg.rag.writes import batch  # noqa: E402
+from kg.ops.nodes import batch  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store import nodes as node_store  # noqa: E402

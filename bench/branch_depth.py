@@ -7,7 +7,7 @@ same read on ``main`` (GET node, children, search).
 
 1. A repository of ``--nodes`` nodes: ``/s{k}`` sections of ``--section-size`` nodes
    ``/s{k}/n{i}`` whose ``title`` is a few words from a small vocabulary (so search has
-   passages to rank). Written through ``kg.rag.writes.batch`` (``--batch`` upserts per
+   passages to rank). Written through ``kg.ops.nodes.batch`` (``--batch`` upserts per
    transaction) with the deterministic fake embedder ``fake:hash-64``: chunks and vectors are
    real rows, as an ingest makes them (the index queue is drained after every batch).
 2. The chain ``main -> b1 -> b2 -> b3 -> b4 -> b5``: each branch created from the previous one
@@ -57,10 +57,10 @@ from bench._common import (  # noqa: E402
 )
 from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
-from kg.rag.indexer import index_status  # noqa: E402
-from kg.rag.indexing import sync_index  # noqa: E402
+from kg.indexing.index_jobs import index_status  # noqa: E402
+from kg.indexing.chunks import sync_index  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
-from kg.rag.writes import batch  # noqa: E402
+from kg.ops.nodes import batch  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.db import Database  # noqa: E402

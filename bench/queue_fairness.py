@@ -5,10 +5,10 @@ Each round, in a fresh database (SQLite file, or a fresh PostgreSQL schema):
 
 1. Two repositories, ``big`` and ``small``, one workspace each, on the deterministic
    ``fake:hash-64`` embedder (the figures measure the queue, not a model).
-2. ``--backlog`` texts (default 10,000) written to ``big`` through ``kg.rag.writes.batch``
+2. ``--backlog`` texts (default 10,000) written to ``big`` through ``kg.ops.nodes.batch``
    (``--batch`` nodes a revision) with the indexer stopped: 10,000 pending jobs.
 3. The background indexer is started and does its first batches; once ``--lead`` texts of the
-   backlog are indexed, one node is written to ``small`` (``kg.rag.writes.put_node``; timing
+   backlog are indexed, one node is written to ``small`` (``kg.ops.nodes.put_node``; timing
    starts when the write is acknowledged), and ``kg.rag.search.search`` on ``small`` is polled
    every ``--poll-ms`` until the text is found: the time to searchable.
 4. The indexer drains the rest of the backlog; the drain's throughput (texts a second over the
@@ -20,7 +20,7 @@ the machine's load falls on both alike:
 - ``before``: the claim order of kg until this change, reproduced here as the baseline: by
   priority, then id, across all repositories (``ORDER BY priority, id LIMIT n``, ``FOR UPDATE
   SKIP LOCKED`` on PostgreSQL), through the same queue and indexer otherwise;
-- ``after``: :class:`kg.queue.DurableQueue`'s fair claim (round-robin across repositories and
+- ``after``: :class:`kg.indexing.queue.DurableQueue`'s fair claim (round-robin across repositories and
   workspaces, least recently served first).
 
 Reports the median time to searchable of each order and the ratio before / after, and the
@@ -59,10 +59,10 @@ from bench._common import (  # noqa: E402
     table,
     write_results,
 )
-from kg.queue import DurableQueue  # noqa: E402
-from kg.rag.indexer import INDEX_QUEUE  # noqa: E402
+from kg.indexing.queue import DurableQueue  # noqa: E402
+from kg.indexing.index_jobs import INDEX_QUEUE  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
-from kg.rag.writes import batch, put_node  # noqa: E402
+from kg.ops.nodes import batch, put_node  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.models import IndexJob  # noqa: E402

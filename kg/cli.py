@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kg.errors import KGError
+from kg.indexing.chunks import sync_index
+from kg.ops.ingest import ingest_path
+from kg.rag.search import SearchRequest
+from kg.rag.search import search as run_search
+from kg.services import Services, build_index
 from kg.settings import Settings
+from kg.store.db import Database
+from kg.store.repos import branch_view, create_branch, get_repository, list_branches
 
 app = typer.Typer(help="kg: a knowledge-graph service with branching storage for AI agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -49,8 +58,6 @@ _OPENED: list = []
 def _services():
     """The services of one command (closed by :func:`main` when the command ends: the database
     pool and any Weaviate connection, which would otherwise warn at exit)."""
-    from kg.services import Services
-
     services = Services.from_settings(Settings())
     _OPENED.append(services)
     services.db.upgrade()
@@ -71,8 +78,6 @@ def serve(host: Annotated[Optional[str], typer.Option(help="Interface to listen 
 
     settings = Settings()
     try:
-        from kg.store.db import Database
-
         Database(settings.resolved_database_url()).upgrade()
     except KGError as exc:
         _fail(exc)
@@ -85,8 +90,6 @@ def _check_can_listen(host: str, port: int) -> None:
     """Exit 1 with one line when ``host:port`` cannot be bound (in use, no such address),
     rather than uvicorn's log lines and exit 3. Binds as uvicorn does (SO_REUSEADDR), so a
     port in TIME_WAIT is not mistaken for a busy one."""
-    import socket
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, kind, proto, _, address = infos[0]
@@ -101,8 +104,6 @@ def _check_can_listen(host: str, port: int) -> None:
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Apply pending migrations."""
-    from kg.store.db import Database
-
     settings = Settings()
     try:
         Database(settings.resolved_database_url()).upgrade()
@@ -117,9 +118,6 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
            workspace: Annotated[str, typer.Option(help="Workspace (created if missing).")],
            branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main") -> None:
     """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded."""
-    from kg.rag.ingest import ingest_path
-    from kg.store.repos import get_repository
-
     progress = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err)
     task = progress.add_task("files", total=None)
@@ -152,9 +150,6 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
 
 def _sync_and_flush(services, repo: str) -> None:
     """Bring the embedded index up to date and save it, so the server starts warm."""
-    from kg.rag.indexing import sync_index
-    from kg.store.repos import get_repository
-
     with services.db.read() as session:
         r = get_repository(session, repo)
         sync_index(session, services.index, r.id, r.uid)
@@ -171,9 +166,6 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
            workspace: Annotated[Optional[list[str]], typer.Option(help="Limit to a workspace (repeatable).")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Search a repository's nodes on a branch."""
-    from kg.rag.search import SearchRequest, search as run_search
-    from kg.store.repos import branch_view
-
     try:
         services = _services()
         request = SearchRequest.parse({"query": query, "k": k, "mode": mode, "granularity": granularity,
@@ -199,10 +191,6 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
     """Rebuild a search index from the chunks and vectors stored in SQL (no re-embedding),
     after finishing any queued indexing. ``--index weaviate`` fills Weaviate
     (KG_WEAVIATE_URL) whatever KG_INDEX says."""
-    from kg.rag.indexing import sync_index
-    from kg.services import build_index
-    from kg.store.repos import get_repository
-
     try:
         services = _services()
         target = services.index if index in (None, services.settings.index) else build_index(
@@ -228,8 +216,6 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
 def branch_create(name: str, repo: Annotated[str, typer.Option()],
                   from_: Annotated[str, typer.Option("--from")] = "main") -> None:
     """Create a branch (one row; nothing is copied)."""
-    from kg.store.repos import create_branch, get_repository
-
     try:
         services = _services()
         with services.db.write() as session:
@@ -243,8 +229,6 @@ def branch_create(name: str, repo: Annotated[str, typer.Option()],
 @branch_app.command("list")
 def branch_list(repo: Annotated[str, typer.Option()]) -> None:
     """List branches."""
-    from kg.store.repos import get_repository, list_branches
-
     try:
         services = _services()
         with services.db.read() as session:
@@ -256,8 +240,6 @@ def branch_list(repo: Annotated[str, typer.Option()]) -> None:
 
 def main() -> None:
     """The ``kg`` entry point: every error is one line on stderr and exit code 1."""
-    from pydantic import ValidationError
-
     try:
         try:
             code = app(standalone_mode=False)

@@ -2,6 +2,12 @@
 
 ``create_app(settings)`` and the CLI build one from :class:`kg.settings.Settings`; tests hand
 their own (a fake embedder, a temporary data folder).
+
+This module is the composition root: it builds the indexer (:mod:`kg.indexing`) and the
+function-job runner (:mod:`kg.rag.function_jobs`), so it sits above the use-case layer, just
+below the surfaces (``api``, :mod:`kg.cli`) that build it. Use cases receive a ``Services``
+and never import this module, so every arrow still points down (``[tool.importlinter]`` in
+``pyproject.toml``; ``tests/unit/test_layers.py``).
 """
 
 from __future__ import annotations
@@ -10,10 +16,17 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from kg.errors import InvalidInput
 from kg.graph.cache import GraphCache
-from kg.lru import LRUCache
 from kg.index.base import VectorIndex
+from kg.index.embedded import EmbeddedVectorIndex
+from kg.index.weaviate import ClientPool, WeaviateVectorIndex
+from kg.indexing.indexer import Indexer
+from kg.lru import LRUCache
 from kg.providers.base import Embedder
+from kg.providers.llm import NoLLM
+from kg.providers.registry import make_embedder, make_llm
+from kg.rag.function_jobs import JobRunner
 from kg.settings import Settings
 from kg.store.db import Database
 
@@ -30,9 +43,9 @@ class Services:
     embedder_factory : callable(str) -> Embedder
         Makes the embedder named ``<provider>:<model>``.
     graphs : GraphCache
-    indexer : kg.rag.indexer.Indexer
+    indexer : kg.indexing.indexer.Indexer
         Drains the queue of texts to embed.
-    jobs : kg.jobs.JobRunner
+    jobs : kg.rag.function_jobs.JobRunner
         Runs asynchronous function invocations.
     weaviate_clients : kg.index.weaviate.ClientPool
         The RAG node's Weaviate connections, reused across requests.
@@ -54,8 +67,6 @@ class Services:
     @classmethod
     def from_settings(cls, settings: Settings) -> "Services":
         """Build the services: the configured database and index (``KG_INDEX``)."""
-        from kg.providers.registry import make_embedder, make_llm
-
         db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s)
         index = build_index(settings)
         return cls(settings=settings, db=db, index=index, graphs=GraphCache(settings.graph_max_edges),
@@ -65,16 +76,10 @@ class Services:
 
     def __post_init__(self) -> None:
         if self.llm is None:
-            from kg.providers.llm import NoLLM
-
             self.llm = NoLLM()
         if self.indexer is None:
-            from kg.rag.indexer import Indexer
-
             self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
         if self.jobs is None:
-            from kg.jobs import JobRunner
-
             self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
 
     def after_write(self, repo_id: int, queued_keys: list[str]) -> None:
@@ -113,8 +118,6 @@ class Services:
 
 def _client_pool() -> Any:
     """The pool of the RAG node's Weaviate connections (kg.index.weaviate.ClientPool)."""
-    from kg.index.weaviate import ClientPool
-
     return ClientPool()
 
 
@@ -140,16 +143,10 @@ def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:
     kg.errors.BackendUnavailable
         ``weaviate`` without the ``kg[weaviate]`` extra: never a fallback to the embedded index.
     """
-    from kg.errors import InvalidInput
-
     kind = kind or settings.index
     if kind == "embedded":
-        from kg.index.embedded import EmbeddedVectorIndex
-
         return EmbeddedVectorIndex(settings.data_dir)
     if kind == "weaviate":
-        from kg.index.weaviate import WeaviateVectorIndex
-
         if not settings.weaviate_url:
             raise InvalidInput("the Weaviate index needs KG_WEAVIATE_URL (e.g. http://localhost:8080)")
         key = settings.weaviate_api_key.get_secret_value() if settings.weaviate_api_key else None

@@ -10,7 +10,7 @@ from pydantic import Field
 from api.deps import ServicesDep
 from api.models import Strict
 from api.schemas import FunctionOutput, JobAccepted
-from kg import jobs
+from kg.rag import function_jobs
 from kg.rag.functions import invoke
 
 router = APIRouter(prefix="/api/functions", tags=["functions"])
@@ -30,8 +30,8 @@ def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDe
     branch: wait for its output, or (``wait_for_completion: false``)
     answer 202 with a job id to read at ``GET /api/jobs/{job_id}``."""
     if not body.wait_for_completion:
-        job_id = jobs.submit(services, repo, name, body.input, branch=body.branch)
-        accepted = JobAccepted(job_id=job_id, state=jobs.get(services, job_id)["state"])
+        job_id = function_jobs.submit(services, repo, name, body.input, branch=body.branch)
+        accepted = JobAccepted(job_id=job_id, state=function_jobs.get(services, job_id)["state"])
         # Not the 200 model: answered as is, validated by the model's construction.
         return Response(accepted.model_dump_json(), status_code=202, media_type="application/json",
                         headers={"Location": f"/api/jobs/{job_id}"})

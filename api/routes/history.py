@@ -9,11 +9,11 @@ from fastapi import APIRouter, Query
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.models import BatchBody, MergeBody
 from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
-from kg.rag import writes
-from kg.rag.indexing import forget_branch
-from kg.rag.merge import merge_branch
+from kg.ops import nodes as node_ops
+from kg.ops.branches import reset_branch
+from kg.ops.merge import merge_branch
 from kg.store import history
-from kg.store.repos import branch_view, get_repository, parent_name
+from kg.store.repos import branch_view, get_repository
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["history"])
 
@@ -31,7 +31,7 @@ def log(repo: str, services: ServicesDep, branch: BranchQ = "main", at_revision:
 @router.post("/nodes:batch", response_model=BatchResult)
 def batch(repo: str, body: BatchBody, services: ServicesDep, branch: BranchQ = "main") -> dict:
     """Deletes then upserts as one revision: all or nothing."""
-    return writes.batch(services, repo, branch, upserts=body.upserts, deletes=body.deletes,
+    return node_ops.batch(services, repo, branch, upserts=body.upserts, deletes=body.deletes,
                         parents=body.parents, message=body.message, actor=body.actor)
 
 
@@ -45,28 +45,11 @@ def diff(repo: str, branch: str, services: ServicesDep, against: str | None = No
 @router.post("/branches/{branch:path}/merge", response_model=MergeResult, response_model_exclude_unset=True)
 def merge(repo: str, branch: str, body: MergeBody, services: ServicesDep) -> dict:
     """Merge the branch into ``into`` (default: its parent): fast-forward or three-way."""
-    into = body.into
-    if into is None:
-        with services.db.read() as session:
-            from kg.store.repos import get_branch
-
-            into = parent_name(session, get_branch(session, get_repository(session, repo), branch))
-        if into is None:
-            from kg.errors import InvalidInput
-
-            raise InvalidInput("main has no parent: say where to merge with 'into'")
-    return merge_branch(services, repo, branch, into, resolutions=body.resolutions, dry_run=body.dry_run,
+    return merge_branch(services, repo, branch, body.into, resolutions=body.resolutions, dry_run=body.dry_run,
                         message=body.message, actor=body.actor)
 
 
 @router.post("/branches/{branch:path}/reset", response_model=BranchReset)
 def reset(repo: str, branch: str, services: ServicesDep) -> dict:
     """Drop what was written on the branch and fork it again from its parent's head."""
-    with services.db.write() as session:
-        r = get_repository(session, repo, lock=True)
-        b = history.reset_branch(session, r, branch)
-        out = {"name": b.name, "parent": parent_name(session, b), "base_revision": b.base_revision,
-               "head_revision": b.head_revision}
-        repo_key, branch_id = r.uid, b.id
-    forget_branch(services.index, repo_key, branch_id)
-    return out
+    return reset_branch(services, repo, branch)

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from api.deps import ServicesDep
 from api.schemas import Job
-from kg import jobs
+from kg.rag import function_jobs
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
@@ -14,4 +14,4 @@ router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 @router.get("/{job_id}", response_model=Job)
 def get_job(job_id: str, services: ServicesDep) -> dict:
     """A job's state (``queued``, ``running``, ``succeeded``, ``failed``) and its output or error."""
-    return jobs.get(services, job_id)
+    return function_jobs.get(services, job_id)

@@ -10,8 +10,9 @@ from api.deps import MAX_REVISION, ActorQ, BranchQ, MessageQ, RevisionQ, Service
 from api.models import NodePatch, NodePut
 from api.schemas import Node, NodeList, NodesDeleted
 from kg.errors import InvalidInput
-from kg.rag import writes
+from kg.ops import nodes as node_ops
 from kg.store import nodes as store
+from kg.store.models import node_dict
 from kg.store.paths import validate_path
 from kg.store.repos import branch_view
 
@@ -28,7 +29,7 @@ def _path(raw: str) -> str:
 def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep, response: Response,
              branch: BranchQ = "main", parents: bool = False) -> dict:
     """Create (201) or replace (200) the node at ``path``; its text is chunked and embedded."""
-    node, created = writes.put_node(
+    node, created = node_ops.put_node(
         services, repo, branch, ws, _path(path), node_type=body.node_type,
         properties=body.properties, order=body.order, parents=parents,
         message=body.message, actor=body.actor, if_revision=body.if_revision,
@@ -41,7 +42,7 @@ def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep
 def patch_node(repo: str, ws: str, path: str, body: NodePatch, services: ServicesDep,
                branch: BranchQ = "main") -> dict:
     """Merge properties into the node (``null`` removes a key)."""
-    return writes.patch_node(services, repo, branch, ws, _path(path), properties=body.properties,
+    return node_ops.patch_node(services, repo, branch, ws, _path(path), properties=body.properties,
                              node_type=body.node_type, order=body.order, message=body.message,
                              actor=body.actor, if_revision=body.if_revision)
 
@@ -53,7 +54,7 @@ def get_node(repo: str, ws: str, path: str, services: ServicesDep, branch: Branc
     p = _path(path)
     with services.db.read() as session:
         view = branch_view(session, repo, branch, at_revision=at_revision)
-        return store.node_dict(store.get_node(session, view, ws, p), ws)
+        return node_dict(store.get_node(session, view, ws, p), ws)
 
 
 @router.delete("/{path:path}", response_model=NodesDeleted)
@@ -61,7 +62,7 @@ def delete_node(repo: str, ws: str, path: str, services: ServicesDep, branch: Br
                 recursive: bool = False, message: MessageQ = None, actor: ActorQ = None,
                 if_revision: Annotated[int | None, Query(ge=0, le=MAX_REVISION)] = None) -> dict:
     """Delete the node (a tombstone on the branch); with children only when ``recursive``."""
-    return writes.delete_node(services, repo, branch, ws, _path(path), recursive=recursive,
+    return node_ops.delete_node(services, repo, branch, ws, _path(path), recursive=recursive,
                               message=message, actor=actor, if_revision=if_revision)
 
 
@@ -81,6 +82,6 @@ def list_nodes(repo: str, ws: str, services: ServicesDep, branch: BranchQ = "mai
             if parent != "/":
                 validate_path(parent)
             rows = store.list_children(session, view, ws, parent)
-            return {"nodes": [store.node_dict(v, ws) for v in rows]}
+            return {"nodes": [node_dict(v, ws) for v in rows]}
         rows, next_cursor = store.list_prefix(session, view, ws, prefix, limit=limit, cursor=cursor)
-        return {"nodes": [store.node_dict(v, ws) for v in rows], "next_cursor": next_cursor}
+        return {"nodes": [node_dict(v, ws) for v in rows], "next_cursor": next_cursor}

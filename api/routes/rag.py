@@ -10,7 +10,7 @@ from pydantic import Field
 from api.deps import BranchQ, ServicesDep
 from api.models import Strict
 from api.schemas import RagAnswer
-from kg.rag.ragnode_service import run_rag_node
+from kg.ragnode.service import run_rag_node
 
 router = APIRouter(prefix="/api", tags=["rag"])
 

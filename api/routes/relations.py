@@ -12,9 +12,9 @@ from api.models import RelationCreate, Strict
 from api.schemas import NeighborList, Relation, RelationsDeleted, Traversal
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
+from kg.ops import relations as relation_ops
 from kg.rag.graph import neighbors_of, traverse_from
-from kg.store import relations as store
-from kg.store.repos import begin_write, branch_view
+from kg.store.repos import branch_view
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["relations"])
 
@@ -36,13 +36,11 @@ class TraverseBody(Strict):
 def relate(repo: str, body: RelationCreate, services: ServicesDep, response: Response,
            branch: BranchQ = "main") -> dict:
     """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced)."""
-    with services.db.write() as session:
-        ctx = begin_write(session, repo, branch, message=body.message, actor=body.actor)
-        version, created = store.relate(session, ctx, body.from_, body.to, body.type,
-                                        weight=body.weight, properties=body.properties)
-        response.status_code = 201 if created else 200
-        return {"from": body.from_, "to": body.to, "type": version.rel_type, "weight": version.weight,
-                "properties": version.properties, "revision": ctx.revision}
+    relation, created = relation_ops.relate(services, repo, branch, body.from_, body.to, body.type,
+                                            weight=body.weight, properties=body.properties,
+                                            message=body.message, actor=body.actor)
+    response.status_code = 201 if created else 200
+    return relation
 
 
 @router.delete("/relations", response_model=RelationsDeleted)
@@ -51,13 +49,7 @@ def unrelate(repo: str, services: ServicesDep, from_: Annotated[str, Query(alias
              actor: ActorQ = None) -> dict:
     """Remove the edges from ``from`` to ``to`` (of ``type``, or all types); when there was
     none, no revision is made (``revision`` is null)."""
-    with services.db.write() as session:
-        ctx = begin_write(session, repo, branch, message=message, actor=actor)
-        deleted = store.unrelate(session, ctx, from_, to, type)
-        if deleted == 0:
-            session.rollback()
-            return {"revision": None, "deleted": 0}
-        return {"revision": ctx.revision, "deleted": deleted}
+    return relation_ops.unrelate(services, repo, branch, from_, to, type, message=message, actor=actor)
 
 
 @router.get("/neighbors", response_model=NeighborList)

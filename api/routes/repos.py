@@ -7,65 +7,45 @@ from fastapi import APIRouter, Response
 from api.deps import ServicesDep
 from api.models import RepoCreate, WorkspaceCreate, WorkspacePatch
 from api.schemas import EmbeddingChange, Repo, RepoList, Workspace, WorkspaceList
-from kg.rag.config import parse_embedding_config
+from kg.indexing.reembed import set_workspace_embedding
+from kg.ops import repos as repo_ops
+from kg.ops.repos import repo_dict, workspace_dict
 from kg.store import repos as store
 
 router = APIRouter(prefix="/api/repos", tags=["repositories"])
 
 
-def _repo(repo) -> dict:
-    return {"name": repo.name, "created_at": repo.created_at.isoformat(), "head_revision": repo.head_revision}
-
-
 @router.post("", status_code=201, response_model=Repo)
 def create_repo(body: RepoCreate, services: ServicesDep) -> dict:
     """Create a repository; it starts with the branch ``main``."""
-    with services.db.write() as session:
-        return _repo(store.create_repository(session, name=body.name))
+    return repo_ops.create_repository(services, body.name)
 
 
 @router.get("", response_model=RepoList)
 def list_repos(services: ServicesDep) -> dict:
     """Every repository."""
     with services.db.read() as session:
-        return {"repos": [_repo(r) for r in store.list_repositories(session)]}
+        return {"repos": [repo_dict(r) for r in store.list_repositories(session)]}
 
 
 @router.get("/{repo}", response_model=Repo)
 def get_repo(repo: str, services: ServicesDep) -> dict:
     """One repository."""
     with services.db.read() as session:
-        return _repo(store.get_repository(session, repo))
+        return repo_dict(store.get_repository(session, repo))
 
 
 @router.delete("/{repo}", status_code=204)
 def delete_repo(repo: str, services: ServicesDep) -> Response:
     """Delete a repository with everything in it, and its search index."""
-    with services.db.write() as session:
-        uid = store.get_repository(session, repo).uid
-        store.delete_repository(session, repo)
-    services.index.drop(uid)
+    repo_ops.delete_repository(services, repo)
     return Response(status_code=204)
-
-
-def _workspace(ws, default_model: str) -> dict:
-    config = parse_embedding_config((ws.config or {}).get("embedding"), default_model=default_model)
-    from kg.rag.reembed import reembed_status
-
-    return {"name": ws.name, "created_at": ws.created_at.isoformat(), "embedding": config.model_dump(),
-            "reembedding": reembed_status(ws.config)}
 
 
 @router.post("/{repo}/workspaces", status_code=201, response_model=Workspace)
 def create_workspace(repo: str, body: WorkspaceCreate, services: ServicesDep) -> dict:
     """Create a workspace, optionally with its embedding model and chunking settings."""
-    default = services.settings.embedding_model
-    config = parse_embedding_config(body.embedding, default_model=default)
-    services.embedder(config.model)  # an unknown model is refused before anything is written
-    with services.db.write() as session:
-        r = store.get_repository(session, repo, lock=True)
-        ws = store.create_workspace(session, r, name=body.name, config={"embedding": config.model_dump()})
-        return _workspace(ws, default)
+    return repo_ops.create_workspace(services, repo, body.name, body.embedding)
 
 
 @router.get("/{repo}/workspaces", response_model=WorkspaceList)
@@ -74,7 +54,7 @@ def list_workspaces(repo: str, services: ServicesDep) -> dict:
     default = services.settings.embedding_model
     with services.db.read() as session:
         r = store.get_repository(session, repo)
-        return {"workspaces": [_workspace(w, default) for w in store.list_workspaces(session, r)]}
+        return {"workspaces": [workspace_dict(w, default) for w in store.list_workspaces(session, r)]}
 
 
 @router.get("/{repo}/workspaces/{ws}", response_model=Workspace)
@@ -82,7 +62,7 @@ def get_workspace(repo: str, ws: str, services: ServicesDep) -> dict:
     """One workspace."""
     with services.db.read() as session:
         r = store.get_repository(session, repo)
-        return _workspace(store.get_workspace(session, r, ws), services.settings.embedding_model)
+        return workspace_dict(store.get_workspace(session, r, ws), services.settings.embedding_model)
 
 
 @router.patch("/{repo}/workspaces/{ws}", response_model=EmbeddingChange)
@@ -93,6 +73,4 @@ def patch_workspace(repo: str, ws: str, body: WorkspacePatch, services: Services
     model) unless ``reembed`` is true, which re-points every node version at its text under the
     new settings and queues the embedding (``GET .../index/status`` follows it).
     """
-    from kg.rag.reembed import set_workspace_embedding
-
     return set_workspace_embedding(services, repo, ws, body.embedding, reembed=body.reembed)

@@ -7,8 +7,11 @@ from sqlalchemy import select
 
 from api.deps import BranchQ, RevisionQ, ServicesDep
 from api.schemas import IndexStatus, SearchResponse
+from kg.errors import KGError
+from kg.indexing import index_jobs
 from kg.rag.search import SearchRequest, search_answer
-from kg.store.repos import branch_view
+from kg.store.models import Branch, Workspace
+from kg.store.repos import branch_view, get_repository
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["search"])
 
@@ -32,15 +35,9 @@ def search_route(repo: str, body: SearchRequest, services: ServicesDep, branch: 
 def index_status(repo: str, services: ServicesDep) -> dict:
     """What the indexer has pending, running and failed for this repository, and what the
     search index holds."""
-    from kg.rag.indexer import index_status as status
-    from kg.store.repos import get_repository
-
-    from kg.errors import KGError
-    from kg.store.models import Branch, Workspace
-
     with services.db.read() as session:
         r = get_repository(session, repo)
-        out = status(session, r)
+        out = index_jobs.index_status(session, r)
         names = {
             "workspace": dict(session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == r.id)).all()),
             "branch": dict(session.execute(select(Branch.id, Branch.name).where(Branch.repo_id == r.id)).all()),

@@ -8,7 +8,7 @@ API). A missing extra or an unreachable server is a :class:`~kg.errors.BackendUn
 Layout in Weaviate
 ------------------
 kg's workspaces: one collection per (workspace, branch) and embedding model, filled by
-:meth:`WeaviateVectorIndex.place` from SQL's node versions (``kg.rag.indexing.sync_placements``)::
+:meth:`WeaviateVectorIndex.place` from SQL's node versions (``kg.indexing.chunks.sync_placements``)::
 
     KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>_w<workspace id>_b<branch id>
         vectorizer "none", HNSW, cosine distance; description = JSON {"kg": "chunks",
@@ -95,6 +95,7 @@ from kg.index.base import (
     query_vector,
 )
 from kg.index.tokenize import analyze
+from kg.providers.registry import canonical_model_name
 
 __all__ = [
     "ClientPool",
@@ -1294,8 +1295,6 @@ class WeaviateVectorIndex:
         ------
         kg.errors.BackendUnavailable
         """
-        from kg.providers.registry import canonical_model_name
-
         wanted = canonical_model_name(model)
         names = [h.name for h in self._collections(repo_key)
                  if h.workspace_id == workspace_id and canonical_model_name(h.model) == wanted]
@@ -1344,7 +1343,7 @@ class WeaviateVectorIndex:
 
     scoped = True
     """kg searches this index through :class:`~kg.index.base.SearchScope` and fills it with
-    :meth:`place` (``kg.rag.indexing.sync_placements``)."""
+    :meth:`place` (``kg.indexing.chunks.sync_placements``)."""
 
     def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
         """Store node versions' chunks in the collections of their (workspace, branch).

@@ -27,6 +27,7 @@ exponential back-off; a refused connection, a timeout or a 4xx fails at once.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
@@ -34,8 +35,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
+import pydantic
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
+from kg.providers.local import LocalEmbedder
 
 __all__ = [
     "DEFAULT_OLLAMA_HOST",
@@ -525,8 +528,6 @@ def _wordpiece() -> Any:
     global _wordpiece_counter
     with _wordpiece_lock:
         if _wordpiece_counter is None:
-            from kg.providers.local import LocalEmbedder
-
             _wordpiece_counter = LocalEmbedder()
         return _wordpiece_counter
 
@@ -547,11 +548,8 @@ def _make_client(host: str, timeout_s: float) -> Any:
 
 def _vendor_errors() -> tuple[type[BaseException], ...]:
     """The exceptions a client call can raise that mean the server failed or misanswered."""
-    import json
-
     import httpx
     import ollama
-    import pydantic
 
     return (
         ollama.ResponseError,

@@ -1,1 +1,1 @@
-"""Retrieval-augmented generation: ingestion lifecycle, hybrid fusion, ask, graph context."""
+"""Retrieval and the agent functions: search, rank fusion, graph context, ask, entities."""

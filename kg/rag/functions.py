@@ -43,15 +43,15 @@ from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
 from kg.index.tokenize import analyze, stem
 from kg.providers.jsonreply import parse_json_reply
-from kg.rag.config import TEXT_FIELDS
+from kg.indexing.config import TEXT_FIELDS
 from kg.rag.entities import extract_entities, slugify
 from kg.rag.graph import spread_activation, traverse_from
 from kg.rag.search import SearchRequest, search
-from kg.rag.writes import GraphWrite, write_graph
+from kg.ops.nodes import GraphWrite, write_graph
 from kg.store.models import Chunk
-from kg.store.nodes import find_node, nodes_by_id, workspace_id
+from kg.store.nodes import find_node, nodes_by_id
 from kg.store.paths import parse_address, validate_path
-from kg.store.repos import branch_view
+from kg.store.repos import branch_view, workspace_id
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,13 @@ from sqlalchemy.orm import Session
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit, SearchScope, version_key
-from kg.rag.config import workspace_embedding
+from kg.indexing.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
-from kg.rag.indexing import sync_index
+from kg.indexing.chunks import sync_index
 from kg.store.models import Workspace
-from kg.store.nodes import nodes_by_id, visible_nodes, workspace_id
+from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.paths import validate_prefix
-from kg.store.repos import BranchView
+from kg.store.repos import BranchView, workspace_id
 
 Mode = Literal["vector", "fulltext", "hybrid"]
 Granularity = Literal["chunk", "node"]

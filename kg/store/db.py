@@ -8,7 +8,7 @@ The caller owns the transaction (one per HTTP request or CLI command): store fun
 from __future__ import annotations
 
 import logging
-
+import sys
 import threading
 from contextlib import contextmanager
 from importlib import resources
@@ -125,8 +125,6 @@ class Database:
 def alembic_config(url: str):
     """An Alembic ``Config`` pointing at kg's migrations, for ``url``."""
     from alembic.config import Config
-
-    import sys
 
     script_location = str(resources.files("migrations"))
     # Alembic's default stdout is bound when alembic.config is first imported; pass the

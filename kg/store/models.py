@@ -11,6 +11,7 @@ forked at. Chunks are keyed by ``content_key`` and shared by every node version 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy import (
     JSON,
@@ -134,7 +135,7 @@ class NodeVersion(Base):
         Index("ix_node_versions_node_id", "branch_id", "node_id", "revision"),
         Index("ix_node_versions_content_key", "repo_id", "content_key"),
         Index("ix_node_versions_branch_revision", "branch_id", "revision"),
-        # The feed of a scoped search index (kg.rag.indexing.sync_placements).
+        # The feed of a scoped search index (kg.indexing.chunks.sync_placements).
         Index("ix_node_versions_repo_revision", "repo_id", "revision", "id"),
     )
 
@@ -231,7 +232,7 @@ class IndexJob(Base):
     or marks it ``failed`` with the reason. A claim is held by one queue worker
     (``claimed_by``, a :class:`QueueWorker`) under a lease (``updated_at``, renewed while the
     batch runs); ``running`` jobs whose lease expired or whose worker is gone are taken again (a
-    crash loses nothing), a bounded number of times (:mod:`kg.queue`).
+    crash loses nothing), a bounded number of times (:mod:`kg.indexing.queue`).
     """
 
     __tablename__ = "index_jobs"
@@ -293,7 +294,7 @@ class FunctionJob(Base):
     ``lease_until``, renewed while it runs), then stores ``output`` (``succeeded``) or ``error``
     in the API error shape ``{"code", "message", "details"}`` (``failed``). A ``running`` job
     whose lease expired (its process stopped) is claimed again, up to a bounded number of
-    attempts (:mod:`kg.jobs`, :mod:`kg.queue`); ``claimed_by`` names the queue worker holding it.
+    attempts (:mod:`kg.rag.function_jobs`, :mod:`kg.indexing.queue`); ``claimed_by`` names the queue worker holding it.
     """
 
     __tablename__ = "function_jobs"
@@ -320,7 +321,7 @@ class FunctionJob(Base):
 
 
 class QueueWorker(Base):
-    """A process draining a durable queue (:mod:`kg.queue`): what holds the claims.
+    """A process draining a durable queue (:mod:`kg.indexing.queue`): what holds the claims.
 
     A worker registers on its first claim and heartbeats while it claims or runs a batch. A
     process on the same machine (``host``, and the boot in ``process_start``) knows at once
@@ -338,3 +339,20 @@ class QueueWorker(Base):
     process_start: Mapped[str] = mapped_column(String(128))
     started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+def node_dict(version: NodeVersion, workspace: str) -> dict[str, Any]:
+    """The API shape of a node version."""
+    return {
+        "id": version.node_id,
+        "workspace": workspace,
+        "path": version.path,
+        "name": version.name,
+        "parent_path": version.parent_path,
+        "node_type": version.node_type,
+        "properties": version.properties,
+        "order": version.order,
+        "revision": version.revision,
+        "created_at": version.created_at.isoformat() if version.created_at else None,
+        "updated_at": version.updated_at.isoformat() if version.updated_at else None,
+    }

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session, defer
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
 from kg.store.paths import ancestors_of, name_of, parent_of, validate_path, validate_prefix
-from kg.store.repos import BranchView, WriteContext
+from kg.store.references import index_references
+from kg.store.repos import BranchView, WriteContext, workspace_id
 from kg.store.visibility import visible_select
 
 FOLDER_TYPE = "kg:Folder"
@@ -73,23 +74,6 @@ class NodeWrite:
     content_key: str | None
 
 
-def node_dict(version: NodeVersion, workspace: str) -> dict[str, Any]:
-    """The API shape of a node version."""
-    return {
-        "id": version.node_id,
-        "workspace": workspace,
-        "path": version.path,
-        "name": version.name,
-        "parent_path": version.parent_path,
-        "node_type": version.node_type,
-        "properties": version.properties,
-        "order": version.order,
-        "revision": version.revision,
-        "created_at": version.created_at.isoformat() if version.created_at else None,
-        "updated_at": version.updated_at.isoformat() if version.updated_at else None,
-    }
-
-
 def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
     """Check a node's type, properties and order.
 
@@ -112,26 +96,6 @@ def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
         raise InvalidInput(f"properties are larger than {MAX_PROPERTIES_BYTES} bytes")
 
 
-def _workspace_id(view: BranchView, workspace: str) -> int:
-    for wid, name in view.workspaces.items():
-        if name == workspace:
-            return wid
-    raise NotFound(
-        f"workspace {workspace!r} not found in repository {view.repo.name!r}",
-        details={"workspace": workspace},
-    )
-
-
-def workspace_id(view: BranchView, workspace: str) -> int:
-    """The id of ``workspace`` in the view's repository.
-
-    Raises
-    ------
-    kg.errors.NotFound
-    """
-    return _workspace_id(view, workspace)
-
-
 @functools.lru_cache(maxsize=256)
 def _find_node_stmt(chain: tuple[tuple[int, int], ...]):
     """The address lookup of a branch state (its chain), built once: the values are bound
@@ -145,7 +109,7 @@ def _find_node_stmt(chain: tuple[tuple[int, int], ...]):
 
 def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
     """The version of the node at ``workspace:path`` that ``view`` sees, or None."""
-    wid = _workspace_id(view, workspace)
+    wid = workspace_id(view, workspace)
     return session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
 
 
@@ -193,8 +157,6 @@ def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
     )
     session.add(version)
     session.flush()
-    from kg.store.references import index_references  # here: references imports this module
-
     index_references(session, version, workspace=ctx.view.workspaces[wid])
     return version
 
@@ -235,7 +197,7 @@ def put_node(
     validate_path(path)
     validate_node_input(write.node_type, write.properties, write.order)
     view = ctx.view
-    wid = _workspace_id(view, workspace)
+    wid = workspace_id(view, workspace)
     parent = parent_of(path)
     if parent != "/" and find_node(session, view, workspace, parent) is None:
         if not parents:
@@ -269,7 +231,7 @@ def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str
 
 def children_exist(session: Session, view: BranchView, workspace: str, path: str) -> bool:
     """Whether the node at ``path`` has at least one visible child."""
-    wid = _workspace_id(view, workspace)
+    wid = workspace_id(view, workspace)
     stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                              NodeVersion.workspace_id == wid, NodeVersion.parent_path == path)
     return session.execute(stmt.limit(1)).first() is not None
@@ -277,7 +239,7 @@ def children_exist(session: Session, view: BranchView, workspace: str, path: str
 
 def descendants(session: Session, view: BranchView, workspace: str, path: str) -> list[NodeVersion]:
     """Every visible node strictly below ``path``."""
-    wid = _workspace_id(view, workspace)
+    wid = workspace_id(view, workspace)
     stmt, alias = visible_select(
         NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
         NodeVersion.workspace_id == wid, NodeVersion.path.startswith(path + "/", autoescape=True),
@@ -326,7 +288,7 @@ def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, 
             f"node {workspace}:{path} has {len(below)} descendant(s); use recursive=true",
             details={"workspace": workspace, "path": path, "descendants": len(below)},
         )
-    wid = _workspace_id(ctx.view, workspace)
+    wid = workspace_id(ctx.view, workspace)
     hidden = [node, *sorted(below, key=lambda v: v.path)]
     for version in hidden:
         _insert_version(
@@ -403,7 +365,7 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
     """
     if parent != "/":
         get_node(session, view, workspace, parent)
-    wid = _workspace_id(view, workspace)
+    wid = workspace_id(view, workspace)
     stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                              NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent)
     return sorted(session.scalars(stmt), key=_sort_key)
@@ -444,7 +406,7 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
     validate_prefix(prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
-    wid = _workspace_id(view, workspace)
+    wid = workspace_id(view, workspace)
     where = [NodeVersion.workspace_id == wid]
     if prefix != "/":
         where.append(NodeVersion.path.startswith(prefix, autoescape=True))

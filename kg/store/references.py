@@ -18,6 +18,10 @@ index. So they have their own table: one row per reference of each node version
 (:class:`kg.store.models.Reference`), written with the version (``index_references``, called by
 ``kg.store.nodes``), and ``list_references`` joins the versions a branch sees with their rows.
 A reference is by address: its target need not exist.
+
+The arrow points ``kg.store.nodes -> kg.store.references`` only: what both need (a version's
+API shape, :func:`kg.store.models.node_dict`; a workspace's id in a view,
+:func:`kg.store.repos.workspace_id`) lives below both.
 """
 
 from __future__ import annotations
@@ -28,10 +32,9 @@ from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import InvalidInput
-from kg.store.models import NodeVersion, Reference, Workspace
-from kg.store.nodes import node_dict, workspace_id
+from kg.store.models import NodeVersion, Reference, Workspace, node_dict
 from kg.store.paths import parse_address, validate_name, validate_path
-from kg.store.repos import BranchView
+from kg.store.repos import BranchView, workspace_id
 from kg.store.visibility import visible_select
 
 REF_KEY = "kg:ref"

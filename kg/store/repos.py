@@ -422,3 +422,19 @@ def begin_write(
 def count_branch_children(session: Session, branch: Branch) -> int:
     """How many branches were created from ``branch``."""
     return session.scalar(select(func.count()).where(Branch.parent_id == branch.id)) or 0
+
+
+def workspace_id(view: BranchView, workspace: str) -> int:
+    """The id of ``workspace`` in the view's repository.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    """
+    for wid, name in view.workspaces.items():
+        if name == workspace:
+            return wid
+    raise NotFound(
+        f"workspace {workspace!r} not found in repository {view.repo.name!r}",
+        details={"workspace": workspace},
+    )

@@ -1,6 +1,6 @@
 """durable queue: claim owners, queue workers, fair-claim indexes
 
-Index jobs and function jobs are claimed through one queue (kg.queue): a claim names the worker
+Index jobs and function jobs are claimed through one queue (kg.indexing.queue): a claim names the worker
 holding it (``claimed_by``), workers register in ``queue_workers`` (so a process that starts
 knows which claims are held by processes that are gone), and each table gets the index of its
 fair claim (the lanes with queued jobs, and each lane's head).

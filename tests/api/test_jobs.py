@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from api.app import create_app
-from kg import jobs
+from kg.rag import function_jobs
 from kg.errors import InvalidInput
 from kg.index.embedded import EmbeddedVectorIndex
 from kg.providers.registry import make_embedder
@@ -189,14 +189,14 @@ def test_job_whose_attempts_are_exhausted_fails_without_running(client, queued, 
     calls = []
     monkeypatch.setitem(functions.FUNCTIONS, "count", lambda *args: calls.append(args) or {})
     job_id = submit(client, name="count").json()["job_id"]
-    set_job(queued, job_id, state="running", attempts=jobs.MAX_ATTEMPTS, started_at=utcnow(),
+    set_job(queued, job_id, state="running", attempts=function_jobs.MAX_ATTEMPTS, started_at=utcnow(),
             lease_until=utcnow() - timedelta(seconds=1))
     assert queued.jobs.run_pending() == 1
     job = client.get(f"/api/jobs/{job_id}").json()
     assert job["state"] == "failed" and calls == [] and job["finished_at"]
     assert job["error"]["code"] == "attempts_exhausted"
-    assert f"started {jobs.MAX_ATTEMPTS} times" in job["error"]["message"]
-    assert job["error"]["details"] == {"attempts": jobs.MAX_ATTEMPTS, "max_attempts": jobs.MAX_ATTEMPTS}
+    assert f"started {function_jobs.MAX_ATTEMPTS} times" in job["error"]["message"]
+    assert job["error"]["details"] == {"attempts": function_jobs.MAX_ATTEMPTS, "max_attempts": function_jobs.MAX_ATTEMPTS}
 
 
 def test_attempt_that_lost_its_lease_does_not_store_its_result(client, queued, monkeypatch):

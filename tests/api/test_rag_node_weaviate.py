@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from kg.rag.ragnode import class_name
-from kg.rag.ragnode_weaviate import chunks_class_schema, meta_class_schema, rag_class_names
+from kg.ragnode.spec import class_name
+from kg.ragnode.weaviate import chunks_class_schema, meta_class_schema, rag_class_names
 from tests.api.test_nodes import assert_error
 
 MODEL = "fake:hash-64"

@@ -137,7 +137,7 @@ def _no_embedding(name, **kwargs):
 
 def test_ingest_drains_only_its_own_repository(env, tmp_path):
     """Regression: `kg ingest` waited for every repository's indexing backlog."""
-    from kg.rag.writes import put_node
+    from kg.ops.nodes import put_node
     from kg.services import Services
     from kg.settings import Settings
     from kg.store.models import IndexJob

@@ -25,7 +25,7 @@ from weaviate.exceptions import UnexpectedStatusCodeError, WeaviateQueryError
 from kg.errors import BackendUnavailable
 from kg.index.base import IndexedChunk
 from kg.index.weaviate import WeaviateVectorIndex, _chunks_schema, connect
-from kg.rag.ragnode_weaviate import chunks_class_schema, meta_class_schema
+from kg.ragnode.weaviate import chunks_class_schema, meta_class_schema
 from tests.weaviate_server import EN_STOPWORDS, WeaviateTestServer, tokenize
 
 

@@ -32,8 +32,8 @@ from kg.index.weaviate import (
     property_pair,
     translate_filters,
 )
-from kg.rag.ragnode import classes_collide
-from kg.rag.ragnode_weaviate import rag_class_names
+from kg.ragnode.spec import classes_collide
+from kg.ragnode.weaviate import rag_class_names
 from tests.weaviate_server import WeaviateTestServer
 
 DIM = 8
@@ -526,6 +526,6 @@ def test_a_collection_created_meanwhile_by_another_process_is_used(server):
     ("a", False), ("it.is", False), ("A-The", False), ("--", False), ("", False),
 ])
 def test_rag_file_names_that_a_token_filter_can_select(name, filtered):
-    from kg.rag.ragnode_weaviate import _filters_by_token
+    from kg.ragnode.weaviate import _filters_by_token
 
     assert _filters_by_token(name) is filtered

@@ -37,7 +37,7 @@ from kg.errors import Conflict, MergeConflict, NotFound
 from kg.index.embedded import EmbeddedVectorIndex
 from kg.providers.registry import make_embedder
 from kg.rag.functions import invoke
-from kg.rag.merge import merge_branch
+from kg.ops.merge import merge_branch
 from kg.services import Services
 from kg.settings import Settings
 from kg.store import history

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from kg.rag.ingest import ingest_path
+from kg.ops.ingest import ingest_path
 from kg.store.models import Merge, NodeVersion, Revision
 from kg.store.repos import get_branch, get_repository
 

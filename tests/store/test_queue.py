@@ -1,4 +1,4 @@
-"""The durable queue of index jobs and function jobs (kg.queue), on both databases: fair claiming
+"""The durable queue of index jobs and function jobs (kg.indexing.queue), on both databases: fair claiming
 across repositories and workspaces, priority, the attempt cap, lease renewal, fenced completion,
 taking back the claims of workers that are gone, and concurrent claimers (SKIP LOCKED)."""
 
@@ -17,16 +17,16 @@ import pytest
 from sqlalchemy import func, insert, select, text, update
 
 from kg.index.embedded import EmbeddedVectorIndex
-from kg.jobs import FUNCTION_QUEUE
+from kg.rag.function_jobs import FUNCTION_QUEUE
 from kg.providers.fake import FakeEmbedder
-from kg.queue import DurableQueue
-from kg.rag.indexer import INDEX_QUEUE, REEMBED_PRIORITY, WRITE_PRIORITY
+from kg.indexing.queue import DurableQueue
+from kg.indexing.index_jobs import INDEX_QUEUE, REEMBED_PRIORITY, WRITE_PRIORITY
 from kg.services import Services
 from kg.settings import Settings
 from kg.store.db import Database
 from kg.store.models import FunctionJob, IndexJob, QueueWorker, utcnow
 from kg.store.repos import create_repository, create_workspace
-from tests.rag.test_indexer import found, jobs, make_services
+from tests.indexing.test_indexer import found, jobs, make_services
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKLOG = 10_000
@@ -167,7 +167,7 @@ def test_a_filtered_claim_takes_only_its_jobs_in_priority_order(db):
 
 
 def test_a_small_write_is_searchable_after_one_pass_beside_another_repositorys_backlog(db_url, tmp_path):
-    from kg.rag.writes import batch, put_node
+    from kg.ops.nodes import batch, put_node
 
     services = make_services(db_url, tmp_path, inline=False)
     with services.db.write() as s:
@@ -211,8 +211,8 @@ def test_function_jobs_are_claimed_fairly_across_repositories(db):
 
 
 def test_a_text_whose_indexer_dies_each_time_is_failed_after_the_attempt_cap(db_url, tmp_path):
-    from kg.rag.indexer import MAX_ATTEMPTS, index_status
-    from kg.rag.writes import put_node
+    from kg.indexing.index_jobs import MAX_ATTEMPTS, index_status
+    from kg.ops.nodes import put_node
     from kg.store.repos import get_repository
 
     services = make_services(db_url, tmp_path, inline=False)
@@ -284,8 +284,8 @@ class SlowEmbedder:
 
 
 def test_a_batch_longer_than_its_lease_is_not_taken_over(db_url, tmp_path):
-    from kg.rag.indexer import Indexer
-    from kg.rag.writes import put_node
+    from kg.indexing.indexer import Indexer
+    from kg.ops.nodes import put_node
 
     services = make_services(db_url, tmp_path, inline=False)
     slow = SlowEmbedder(services.embedder("fake:hash-16"), delay_s=4.0)
@@ -397,8 +397,8 @@ def test_a_clean_close_puts_held_jobs_back_and_unregisters(db):
 
 CLAIM_AND_HANG = """
 import sys, time
-from kg.queue import DurableQueue
-from kg.rag.indexer import INDEX_QUEUE
+from kg.indexing.queue import DurableQueue
+from kg.indexing.index_jobs import INDEX_QUEUE
 from kg.store.db import Database
 
 db = Database(sys.argv[1])
@@ -413,7 +413,7 @@ time.sleep(600)  # embedding, say, when the process is killed
 def test_texts_claimed_by_a_killed_indexer_are_searchable_without_waiting_for_the_lease(db_url, tmp_path):
     """The issue: after a kill -9 the claimed index jobs stayed ``running`` for the whole
     5-minute lease, and the acknowledged texts were unsearchable meanwhile."""
-    from kg.rag.writes import put_node
+    from kg.ops.nodes import put_node
 
     services = make_services(db_url, tmp_path, inline=False)
     for i in range(5):
@@ -440,7 +440,7 @@ def test_texts_claimed_by_a_killed_indexer_are_searchable_without_waiting_for_th
 
 
 def test_a_function_job_of_a_gone_runner_runs_again_at_once(db_url, tmp_path):
-    from kg.jobs import get
+    from kg.rag.function_jobs import get
 
     services = make_services(db_url, tmp_path, inline=False)
     with services.db.read() as s:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kg.errors import InvalidInput
-from kg.rag.files import iter_files, parse_pep, pep_node, read_file_node
+from kg.ops.files import iter_files, parse_pep, pep_node, read_file_node
 
 PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
 

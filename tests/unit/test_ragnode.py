@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kg.errors import InvalidInput
-from kg.rag.ragnode import (
+from kg.ragnode.spec import (
     KNOWN_PROVIDERS,
     RAG_CONFIG_SCHEMA,
     RagConfig,

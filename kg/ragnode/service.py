@@ -27,11 +27,22 @@ import urllib.parse
 from typing import Any
 
 from kg.errors import Conflict, InvalidInput, NotFound
-from kg.rag.indexing import store_chunks
-from kg.rag.ragnode import RagConfig, class_key, parse_rag_input, validate_rag_config, format_context
+from kg.indexing.chunks import store_chunks
+from kg.indexing.config import NEXT
+from kg.indexing.reembed import complete_reembed, reembed_workspace
+from kg.ops.nodes import prepare_chunks
 from kg.rag.search import SearchRequest, search
-from kg.rag.writes import prepare_chunks
+from kg.ragnode.spec import (
+    RagConfig,
+    class_key,
+    format_context,
+    no_rag_branch,
+    parse_rag_input,
+    validate_rag_config,
+)
+from kg.ragnode.weaviate import run_rag_node_weaviate
 from kg.store import nodes as node_store
+from kg.store.models import Workspace
 from kg.store.nodes import NodeWrite
 from kg.store.repos import (
     begin_write,
@@ -118,7 +129,7 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
         A configuration or input that breaks the spec (422).
     kg.errors.UpstreamUnavailable
         A ``weaviateUrl`` other than ``embedded`` that cannot be reached or used (502): never a
-        silent fallback. Such a URL is served by :mod:`kg.rag.ragnode_weaviate`.
+        silent fallback. Such a URL is served by :mod:`kg.ragnode.weaviate`.
     kg.errors.Conflict
         The collection name maps to a class another collection holds.
     kg.errors.ProviderError, kg.errors.BackendUnavailable
@@ -129,8 +140,6 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
     config = validate_rag_config(config_raw)
     if config.weaviate_url.strip().lower() != "embedded":
         # The collection lives in the named Weaviate instance, in the spec's schema.
-        from kg.rag.ragnode_weaviate import run_rag_node_weaviate
-
         return run_rag_node_weaviate(services, config, text, branch=branch)
     query, files = parse_rag_input(text)
     for name, _ in files:
@@ -186,8 +195,6 @@ def _reembed(services, repo_name: str, workspace: str, branch: str, config: RagC
     list of str
         The file names re-embedded.
     """
-    from kg.rag.reembed import complete_reembed, reembed_workspace
-
     answer, queued = reembed_workspace(services, repo_name, workspace,
                                        {"model": config.model, "chunking": config.chunking.model_dump()},
                                        reembed=True)
@@ -240,21 +247,6 @@ _REEMBED_WAIT_S = 300.0
 
 def _switched(services, workspace_id: int) -> bool:
     """Whether the workspace has no re-embed under way (another pass switched it)."""
-    from kg.rag.reembed import NEXT
-    from kg.store.models import Workspace
-
     with services.db.read() as session:
         ws = session.get(Workspace, workspace_id)
         return ws is None or NEXT not in (ws.config or {})
-
-
-def no_rag_branch(services, branch: str, error: NotFound) -> NotFound:
-    """The error for a RAG-node call on a branch that does not exist: when the node's
-    repository does not exist yet either, say how it comes to be (the first call on main)."""
-    repo = services.settings.rag_repo
-    if (error.details or {}).get("branch") == branch:
-        return error
-    return NotFound(
-        f"branch {branch!r} not found: the RAG node's repository {repo!r} does not exist yet "
-        f"(a first call on main creates it; then create the branch with POST /api/repos/{repo}/branches)",
-        details={"branch": branch, "repository": repo})

@@ -13,7 +13,7 @@ States::
 A job's state lives in SQL, so it survives a restart: the next process claims jobs still
 ``queued`` and takes back jobs left ``running`` by a process that stopped (at once when it can
 tell that process is gone, else when the lease expires). Jobs go through the durable queue of
-:mod:`kg.queue`: claimed fairly across repositories, in order of submission inside one. The
+:mod:`kg.indexing.queue`: claimed fairly across repositories, in order of submission inside one. The
 runner renews the lease of the job it runs, so a long function is not taken over by another
 runner while its process lives. A job is claimed at most :data:`MAX_ATTEMPTS` times; a job whose
 claim is lost after that is failed with ``attempts_exhausted`` instead of being run again (a
@@ -35,13 +35,13 @@ from typing import Any
 from sqlalchemy import select
 
 from kg.errors import KGError, NotFound
-from kg.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
+from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
 from kg.rag.functions import FUNCTIONS, invoke
 from kg.store.models import FunctionJob, Repository, utcnow
 from kg.store.repos import get_branch, get_repository
-from kg.worker import PollingWorker
+from kg.indexing.worker import PollingWorker
 
-log = logging.getLogger("kg.jobs")
+log = logging.getLogger("kg.rag.function_jobs")
 
 #: How many times a job is claimed before an expired lease fails it.
 MAX_ATTEMPTS = 3

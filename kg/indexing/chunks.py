@@ -24,9 +24,9 @@ from sqlalchemy.orm import Session
 
 from kg.errors import KGError, ProviderError
 from kg.index.base import IndexedChunk, Placement, VectorIndex
+from kg.indexing.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
 from kg.providers.base import Embedder
-from kg.rag.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
-from kg.store.models import Chunk, NodeVersion, Repository
+from kg.store.models import Branch, Chunk, NodeVersion, Repository
 from kg.text.chunking import ChunkingConfig, recursive_split
 from kg.text.hashing import content_key
 
@@ -376,8 +376,6 @@ def _forget_deleted(session: Session, index: Any, repo_id: int, repo_key: str, b
     meanwhile, whose own drop may have run before this pass created them. Read in a session of
     its own (this pass's may be a snapshot from before the delete). True when the repository
     is gone."""
-    from kg.store.models import Branch
-
     with Session(session.get_bind()) as fresh:
         if fresh.get(Repository, repo_id) is None:
             gone, repo_gone = branch_ids, True

@@ -11,20 +11,22 @@ from typing import Any
 
 from sqlalchemy import select
 
-from kg.errors import MergeConflict
-from kg.rag.indexer import enqueue
-from kg.rag.writes import plan_for
+from kg.errors import InvalidInput, MergeConflict
+from kg.indexing.index_jobs import enqueue
+from kg.ops.nodes import plan_for
 from kg.store import history
 from kg.store.models import NodeVersion
-from kg.store.repos import begin_write, get_branch, get_repository
+from kg.store.repos import begin_write, get_branch, get_repository, parent_name
 
 
-def merge_branch(services, repo_name: str, source: str, into: str, *, resolutions: list[dict] | None = None,
+def merge_branch(services, repo_name: str, source: str, into: str | None, *, resolutions: list[dict] | None = None,
                  dry_run: bool = False, message: str | None = None, actor: str | None = None) -> dict[str, Any]:
     """Merge ``source`` into ``into`` as one revision on ``into``.
 
     Parameters
     ----------
+    into : str or None
+        The target branch; ``None``: ``source``'s parent.
     resolutions : list of dict, optional
         See :func:`kg.store.history.plan_merge`.
     dry_run : bool
@@ -41,7 +43,13 @@ def merge_branch(services, repo_name: str, source: str, into: str, *, resolution
     kg.errors.MergeConflict
         Unresolved conflicts, listed in ``details["conflicts"]``; nothing is written.
     kg.errors.InvalidInput, kg.errors.NotFound
+        ``into`` is ``None`` and ``source`` is ``main`` (it has no parent).
     """
+    if into is None:
+        with services.db.read() as session:
+            into = parent_name(session, get_branch(session, get_repository(session, repo_name), source))
+        if into is None:
+            raise InvalidInput("main has no parent: say where to merge with 'into'")
     if dry_run:
         with services.db.read() as session:
             plan = history.plan_merge(session, get_repository(session, repo_name), source, into,

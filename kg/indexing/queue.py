@@ -1,7 +1,7 @@
 """One durable queue over an SQL table: fair claiming by priority, leases renewed while a batch
 runs, an attempt cap, fenced completion, and taking back the claims of workers that are gone.
 
-Index jobs (:mod:`kg.rag.indexer`, table ``index_jobs``) and function jobs (:mod:`kg.jobs`,
+Index jobs (:mod:`kg.indexing.index_jobs`, table ``index_jobs``) and function jobs (:mod:`kg.rag.function_jobs`,
 table ``function_jobs``) are both drained through a :class:`DurableQueue`; a :class:`QueueSpec`
 says which columns of the table play which part. The queue lives in SQL, so a stopped or
 crashed process loses nothing.
@@ -80,7 +80,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from kg.store.db import Database
 from kg.store.models import QueueWorker, utcnow
 
-log = logging.getLogger("kg.queue")
+log = logging.getLogger("kg.indexing.queue")
 
 #: Claims of one job before a lost claim fails it.
 MAX_ATTEMPTS = 3

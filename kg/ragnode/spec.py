@@ -1,4 +1,8 @@
-"""The RAG node's pure parts: its input format, configuration, class names and output.
+"""The RAG node's pure parts: its input format, configuration, class names, output and errors.
+
+Both backends use them: :mod:`kg.ragnode.service` (collections in kg's own store, and the entry
+point) and :mod:`kg.ragnode.weaviate` (a named Weaviate instance), which the service dispatches
+to; what both need lives here, below both, so the arrows point service -> weaviate -> spec.
 
 The RAG node (``POST /api/rag``) receives the markdown text an AI Data Processing Node
 forwards: a query, then optional file blocks::
@@ -35,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kg.errors import InvalidInput
+from kg.errors import InvalidInput, NotFound
 from kg.providers.registry import PROVIDERS, canonical_model_name
 from kg.text.chunking import ChunkingConfig
 
@@ -537,3 +541,15 @@ def _json_type(value: object) -> str:
     if isinstance(value, list | tuple):
         return "array"
     return type(value).__name__
+
+
+def no_rag_branch(services, branch: str, error: NotFound) -> NotFound:
+    """The error for a RAG-node call on a branch that does not exist: when the node's
+    repository does not exist yet either, say how it comes to be (the first call on main)."""
+    repo = services.settings.rag_repo
+    if (error.details or {}).get("branch") == branch:
+        return error
+    return NotFound(
+        f"branch {branch!r} not found: the RAG node's repository {repo!r} does not exist yet "
+        f"(a first call on main creates it; then create the branch with POST /api/repos/{repo}/branches)",
+        details={"branch": branch, "repository": repo})

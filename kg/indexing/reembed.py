@@ -35,21 +35,14 @@ from sqlalchemy import func, select, update
 
 from kg.errors import InvalidInput, KGError, ModelLocked
 from kg.providers.registry import canonical_model_name
-from kg.rag.config import EmbeddingConfig, parse_embedding_config, workspace_embedding
-from kg.rag.indexer import REEMBED_PRIORITY, enqueue
-from kg.rag.indexing import existing_content_keys, plan_text
+from kg.indexing.chunks import existing_content_keys, plan_text, sync_index
+from kg.indexing.config import HELD, NEXT, EmbeddingConfig, parse_embedding_config, workspace_embedding
+from kg.indexing.index_jobs import REEMBED_PRIORITY, enqueue
 from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace
 from kg.store.repos import get_repository, get_workspace
 
 
 log = logging.getLogger(__name__)
-
-NEXT = "embedding_next"
-"""The workspace config key of the settings a re-embed is building."""
-
-HELD = "embedding_next_failed"
-"""The workspace config key of how many texts failed under a re-embed's settings, when that
-many hold its switch back."""
 
 MAX_FAILED_TEXTS = 5
 """Texts that may fail under a re-embed's model without holding the switch back (or 1 % of the
@@ -258,8 +251,6 @@ def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
 def _replace(services: Any, repo_id: int, repo_key: str, lowest: int) -> None:
     """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
     their new chunks while no version pointed at them yet (they were built beside the old)."""
-    from kg.rag.indexing import sync_index
-
     try:
         services.index.rewind_placement(repo_key, lowest - 1)
     except KGError as exc:

@@ -15,6 +15,14 @@ SHORT_FIELDS: tuple[str, ...] = ("title",)
 TEXT_FIELDS: tuple[str, ...] = SHORT_FIELDS + BODY_FIELDS
 
 
+NEXT = "embedding_next"
+"""The workspace config key of the settings a re-embed is building."""
+
+HELD = "embedding_next_failed"
+"""The workspace config key of how many texts failed under a re-embed's settings, when that
+many hold its switch back."""
+
+
 class EmbeddingConfig(BaseModel):
     """How a workspace's nodes are embedded.
 

@@ -1,7 +1,7 @@
 """A background thread that drains a durable SQL queue: run a pass, sleep when idle, wake on work.
 
 Shared by the indexer (``index_jobs``) and the function job runner (``function_jobs``): the
-queue itself lives in SQL (:mod:`kg.queue`), so a stopped or crashed thread loses nothing; this
+queue itself lives in SQL (:mod:`kg.indexing.queue`), so a stopped or crashed thread loses nothing; this
 class only decides when the next pass runs.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-log = logging.getLogger("kg.worker")
+log = logging.getLogger("kg.indexing.worker")
 
 
 class PollingWorker:

@@ -12,7 +12,7 @@ from sqlalchemy import func, select, update
 from kg.index.embedded import EmbeddedVectorIndex
 from kg.providers.fake import FakeEmbedder
 from kg.rag.search import SearchRequest, search
-from kg.rag.writes import put_node
+from kg.ops.nodes import put_node
 from kg.services import Services
 from kg.settings import Settings
 from kg.store.db import Database
@@ -133,7 +133,7 @@ def test_embedder_failures_fail_only_that_node(db_url, tmp_path, mode):
              properties={"content": "TRIGGER first sentence. " * 3, "title": "also plain"})
     put_node(services, "r", "main", "w", "/good2", node_type="t", properties={"content": "more plain words"})
     assert jobs(services, "failed") == 1
-    from kg.rag.indexer import index_status
+    from kg.indexing.index_jobs import index_status
     from kg.store.repos import get_repository
 
     with services.db.read() as s:
@@ -170,7 +170,7 @@ def test_same_text_twice_is_one_job_and_one_embedding(db_url, tmp_path):
 
 
 def test_ingest_goes_on_when_one_file_fails_to_embed(db_url, tmp_path):
-    from kg.rag.ingest import ingest_path
+    from kg.ops.ingest import ingest_path
 
     services = make_services(db_url, tmp_path, inline=True, model="bad:raise")
     folder = tmp_path / "docs"
@@ -186,8 +186,8 @@ def test_ingest_goes_on_when_one_file_fails_to_embed(db_url, tmp_path):
 
 
 def test_percentage_overlap_over_the_model_context_is_capped_not_a_crash():
-    from kg.rag.config import parse_embedding_config
-    from kg.rag.indexing import effective_chunking
+    from kg.indexing.config import parse_embedding_config
+    from kg.indexing.chunks import effective_chunking
     from kg.providers.fake import FakeEmbedder
 
     config = parse_embedding_config({"chunking": {"chunk_size": 100000, "overlap": {"type": "Percentage", "value": 0.25}}},
@@ -199,7 +199,7 @@ def test_percentage_overlap_over_the_model_context_is_capped_not_a_crash():
 
 
 def test_inline_indexing_finishes_a_batch_larger_than_one_pass(db_url, tmp_path):
-    from kg.rag.writes import batch
+    from kg.ops.nodes import batch
 
     services = make_services(db_url, tmp_path, inline=True)
     upserts = [{"workspace": "w", "path": f"/n{i}", "properties": {"content": f"text number {i} zebra"}}
@@ -215,7 +215,7 @@ def test_inline_indexing_finishes_a_batch_larger_than_one_pass(db_url, tmp_path)
 def test_a_text_the_new_model_cannot_embed_does_not_hold_a_reembed_back(db_url, tmp_path):
     """Re-embedding switches once no job of the workspace is pending or running: a text whose
     job failed under the new model is then unsearchable (index/status lists it), the rest moves."""
-    from kg.rag.reembed import reembed_workspace
+    from kg.indexing.reembed import reembed_workspace
     from kg.store.models import Workspace
 
     services = make_services(db_url, tmp_path, inline=True)
@@ -237,7 +237,7 @@ def test_many_texts_failing_under_the_new_model_hold_the_switch_back(db_url, tmp
     """Found by a breaker pass: an outage of the new model (HTTP errors) failed most jobs and the
     switch went ahead, leaving most of the workspace unsearchable. Beyond a few failures (5, or
     1 %) the current model keeps answering; the same request again retries."""
-    from kg.rag.reembed import reembed_status, reembed_workspace
+    from kg.indexing.reembed import reembed_status, reembed_workspace
     from kg.store.models import Workspace
 
     services = make_services(db_url, tmp_path, inline=True)

@@ -11,13 +11,14 @@ from typing import Any, Callable, Sequence
 from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
-from kg.rag.config import workspace_embedding
-from kg.rag.indexer import enqueue
-from kg.rag.indexing import TextPlan, embed_plans, existing_content_keys, plan_text
+from kg.indexing.config import workspace_embedding
+from kg.indexing.index_jobs import enqueue
+from kg.indexing.chunks import TextPlan, embed_plans, existing_content_keys, plan_text
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.repos import BranchView, begin_write, get_repository, get_workspace
-from kg.store.nodes import NodeWrite, merge_properties, node_dict
+from kg.store.models import node_dict
+from kg.store.nodes import NodeWrite, merge_properties
 
 
 def _plan(services, session, repo, workspace_name: str, properties: dict[str, Any]) -> tuple[TextPlan, Any]:

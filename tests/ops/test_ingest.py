@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from kg.errors import InvalidInput
-from kg.rag.ingest import ingest_path
+from kg.ops.ingest import ingest_path
 from kg.rag.search import SearchRequest, search
 from kg.store.models import Chunk, NodeVersion
 from kg.store.repos import branch_view

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kg.errors import NotFound, ProviderError
-from kg.rag.indexer import enqueue
-from kg.rag.files import FileNode, iter_files, read_file_node
-from kg.rag.indexing import store_chunks
-from kg.rag.writes import plan_for, prepare_chunks, prepare_chunks_plans_only
+from kg.indexing.chunks import store_chunks
+from kg.indexing.config import parse_embedding_config
+from kg.indexing.index_jobs import enqueue
+from kg.ops.files import FileNode, iter_files, read_file_node
+from kg.ops.nodes import plan_for, prepare_chunks, prepare_chunks_plans_only
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.nodes import NodeWrite
@@ -76,8 +77,6 @@ def ensure_repo_workspace(services, repo: str, workspace: str, *, create: bool =
         except NotFound:
             if not create:
                 raise
-            from kg.rag.config import parse_embedding_config
-
             config = parse_embedding_config(None, default_model=services.settings.embedding_model)
             create_workspace(session, r, name=workspace, config={"embedding": config.model_dump()})
 

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from kg.errors import Conflict, InvalidInput, UpstreamUnavailable
+from kg.errors import Conflict, InvalidInput, NotFound, UpstreamUnavailable
 from kg.index.weaviate import (
     MAX_QUERY_RESULTS,
     check_vector_dimension,
@@ -61,17 +61,20 @@ from kg.index.weaviate import (
     object_id,
     vendor_errors,
 )
-from kg.rag.indexing import check_vectors
-from kg.rag.ragnode import (
+from kg.indexing.chunks import check_vectors
+from kg.ragnode.spec import (
     RagConfig,
     class_key,
     class_name,
     classes_collide,
     format_context,
     meta_class_name,
+    no_rag_branch,
     normalise_model_name,
     parse_rag_input,
 )
+from kg.store.models import Branch
+from kg.store.repos import get_branch, get_repository
 from kg.text.chunking import word_split
 
 __all__ = [
@@ -127,17 +130,17 @@ def rag_class_names(collection_name: str, branch: str = MAIN) -> tuple[str, str]
     ------
     kg.errors.InvalidInput
         The collection name gives no valid class (empty, leading digit, non-ASCII letters:
-        :func:`kg.rag.ragnode.class_name`), the branch name is empty or not a str, or the
+        :func:`kg.ragnode.spec.class_name`), the branch name is empty or not a str, or the
         name would exceed Weaviate's 255 characters.
 
     Notes
     -----
-    Collision-free: :func:`~kg.rag.ragnode.class_name` keeps only ASCII letters and digits, so
+    Collision-free: :func:`~kg.ragnode.spec.class_name` keeps only ASCII letters and digits, so
     a main class never holds ``_`` and a branch class always does; two branch classes are equal
     (without regard to case, as Weaviate compares them) only for one collection key and one
     branch hash; a chunks class never equals a meta class (the meta name is 4 characters longer
     after the same ``_b`` + 10 hex digits). Two collection names whose classes collide are
-    refused by the callers (:func:`kg.rag.ragnode.classes_collide`).
+    refused by the callers (:func:`kg.ragnode.spec.classes_collide`).
 
     Examples
     --------
@@ -301,12 +304,6 @@ def _branch_chain(services: Any, branch: str) -> list[str]:
     """The branch and its ancestors, nearest first (``["main"]`` needs no database)."""
     if branch == MAIN:
         return [MAIN]
-    from kg.store.models import Branch
-    from kg.store.repos import get_branch, get_repository
-
-    from kg.errors import NotFound
-    from kg.rag.ragnode_service import no_rag_branch
-
     with services.db.read() as session:
         try:
             repo = get_repository(session, services.settings.rag_repo)

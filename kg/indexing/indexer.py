@@ -4,126 +4,39 @@ A write is acknowledged once its node version and its job are stored (one transa
 indexer claims jobs, chunks and embeds their text outside any transaction, then stores the
 chunks and deletes the jobs in one transaction; an embedder failure marks only the failing
 job ``failed`` with its reason and stores none of its chunks. Jobs go through the durable
-queue of :mod:`kg.queue`: claimed fairly across repositories and workspaces (a small write is
+queue of :mod:`kg.indexing.queue`: claimed fairly across repositories and workspaces (a small write is
 not stuck behind another repository's backlog), by priority (writes' texts before a re-embed's),
 under a lease renewed while the batch runs. A crash leaves jobs ``running``; the next indexer
 takes them again (at once when it can tell their process is gone, else when their lease
 expires), so nothing is lost, and chunk ids are deterministic (content key, index), so nothing
 is duplicated. A text whose process dies each time it is embedded is failed after
-:data:`MAX_ATTEMPTS` claims.
+:data:`~kg.indexing.index_jobs.MAX_ATTEMPTS` claims.
+
+The queue itself (its spec, :func:`~kg.indexing.index_jobs.enqueue`, its status) is
+:mod:`kg.indexing.index_jobs`; this module runs it and completes re-embeds
+(:mod:`kg.indexing.reembed`), which only enqueue: the arrows point indexer -> reembed ->
+index_jobs.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from typing import Any, Iterable, NamedTuple
 
-from sqlalchemy import bindparam, func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.orm import Session
+from sqlalchemy import select
 
 from kg.errors import BackendUnavailable, KGError, ProviderError
-from kg.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
-from kg.rag.config import workspace_embedding
-from kg.rag.indexing import TextPlan, embed_plans, has_chunks, plan_text, store_chunks
+from kg.indexing.chunks import TextPlan, embed_plans, plan_text, store_chunks, sync_index
+from kg.indexing.config import NEXT, parse_embedding_config, workspace_embedding
+from kg.indexing.index_jobs import INDEX_QUEUE, LEASE, MAX_ATTEMPTS
+from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue
+from kg.indexing.reembed import complete_reembed
+from kg.indexing.worker import PollingWorker
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
-from kg.worker import PollingWorker
 
 log = logging.getLogger("kg.indexer")
-LEASE = timedelta(minutes=5)
-"""How long a claim holds a job without renewal (renewed while its batch runs)."""
-
-MAX_ATTEMPTS = 3
-"""Claims of one job before a lost claim (its process stopped) fails it."""
-
-
-def _exhausted(attempts: int, max_attempts: int, now: datetime) -> dict[str, Any]:
-    """The failure of a job whose claims were all lost."""
-    return {"updated_at": now, "error": (
-        f"attempts exhausted: the text was claimed {attempts} times (at most {max_attempts}) and its "
-        "indexer stopped each time before storing its chunks (a crash or a kill while embedding "
-        "it); write the text again to retry")}
-
-
-INDEX_QUEUE = QueueSpec(
-    name="index", model=IndexJob, state="status", queued="pending",
-    group="repo_id", lane="workspace_id", order=("id",), priority="priority",
-    claim_values=lambda now, lease: {"updated_at": now},
-    renew_values=lambda now, lease: {"updated_at": now},
-    lease_expired=lambda now, lease: IndexJob.updated_at < now - lease,
-    requeue_values=lambda now: {"updated_at": now},
-    exhausted_values=_exhausted,
-)
-"""``index_jobs`` as a durable queue: shared across repositories, then their workspaces; the
-lease is ``updated_at`` plus :data:`LEASE`."""
-
-
-@functools.lru_cache(maxsize=4)
-def _enqueue_stmt(dialect: str):
-    """The queue insert for one dialect, built once (values are bound at execution)."""
-    insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    stmt = insert(IndexJob).values(
-        repo_id=bindparam("q_repo_id"), content_key=bindparam("q_key"), workspace_id=bindparam("q_wid"),
-        node_version_id=bindparam("q_vid"), status="pending", attempts=0, priority=bindparam("q_priority"),
-        created_at=bindparam("q_now", type_=IndexJob.created_at.type),
-        updated_at=bindparam("q_now2", type_=IndexJob.updated_at.type),
-    )
-    return stmt.on_conflict_do_update(
-        index_elements=["repo_id", "content_key"],
-        set_={"status": "pending", "error": None, "node_version_id": stmt.excluded.node_version_id,
-              "updated_at": stmt.excluded.updated_at, "attempts": 0, "claimed_by": None},
-        where=IndexJob.status == "failed",
-    )
-
-
-WRITE_PRIORITY = 0
-"""Claimed first: the text of a write (a user waits to find it)."""
-
-REEMBED_PRIORITY = 1
-"""Claimed after every write's text: a re-embed's backlog (the current model answers meanwhile)."""
-
-
-def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: str | None,
-            node_version_id: int, priority: int = WRITE_PRIORITY) -> bool:
-    """Queue the embedding of a content key unless its chunks exist (call inside the write).
-
-    A job that failed before is set back to ``pending`` with no attempt used: the text was
-    written again. Jobs are claimed by ``priority`` (lower first), shared across repositories
-    and workspaces, then in order (:mod:`kg.queue`).
-
-    Parameters
-    ----------
-    session : Session
-        The write's transaction.
-    repo_id, workspace_id : int
-    content_key : str or None
-        The text's content key; ``None`` (no text) queues nothing.
-    node_version_id : int
-        A version holding the text (its properties are embedded).
-    priority : int
-        :data:`WRITE_PRIORITY` or :data:`REEMBED_PRIORITY`.
-
-    Returns
-    -------
-    bool
-        Whether a job is pending for the key after the call.
-    """
-    if content_key is None:
-        return False
-    if has_chunks(session, repo_id, content_key):
-        return False
-    now = utcnow()
-    session.execute(_enqueue_stmt(session.get_bind().dialect.name), {
-        "q_repo_id": repo_id, "q_key": content_key, "q_wid": workspace_id, "q_vid": node_version_id,
-        "q_now": now, "q_now2": now, "q_priority": priority})
-    return True
-
-
 @dataclass
 class IndexRun:
     """What one pass of the indexer did."""
@@ -213,7 +126,7 @@ class Indexer(PollingWorker):
 
         Notes
         -----
-        Without filters, jobs are shared across repositories and workspaces (:mod:`kg.queue`);
+        Without filters, jobs are shared across repositories and workspaces (:mod:`kg.indexing.queue`);
         their leases are renewed while the batch is embedded and stored.
         """
         with self._lock:
@@ -315,7 +228,7 @@ class Indexer(PollingWorker):
         for repo_id, jobs in by_repo.items():
             try:
                 with self.services.db.write() as session:
-                    # The repository row lock orders chunk ids with the writers' (kg.rag.indexing).
+                    # The repository row lock orders chunk ids with the writers' (kg.indexing.chunks).
                     session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
                     # Fenced: only the jobs this indexer still holds (a lost claim stores nothing).
                     held = {c.id for c in self.queue.held(session, [j.claim for j in jobs])}
@@ -355,8 +268,6 @@ class Indexer(PollingWorker):
         """Switch the workspaces (of these repositories, or all) whose re-embed has all its
         texts embedded. Every workspace under way is checked, not only those of the jobs just
         run: a job is one per text, and a text shared by two workspaces carries one of them."""
-        from kg.rag.reembed import NEXT, complete_reembed
-
         with self.services.db.read() as session:
             stmt = select(Workspace.repo_id, Workspace.id, Workspace.config)
             if repo_ids is not None:
@@ -373,8 +284,6 @@ class Indexer(PollingWorker):
     def _push(self, repo_ids: Iterable[int]) -> None:
         """Place what was just embedded in a remote scoped index (Weaviate), so the next search
         does not pay for it; a failure only logs (a search syncs before it reads)."""
-        from kg.rag.indexing import sync_index
-
         for repo_id in repo_ids:
             try:
                 with self.services.db.read() as session:
@@ -385,42 +294,9 @@ class Indexer(PollingWorker):
                 log.warning("indexer: placing repository %s in the index failed: %s", repo_id, exc.message)
 
 
-def index_status(session: Session, repo: Repository) -> dict[str, Any]:
-    """Pending, running and failed jobs of a repository (API: ``index/status``).
-
-    ``failures`` describes the failed jobs (at most 100), ``waiting`` the pending ones whose
-    model could not be reached at their last attempt (they are retried), with the reason.
-    """
-    counts = dict(session.execute(
-        select(IndexJob.status, func.count()).where(IndexJob.repo_id == repo.id).group_by(IndexJob.status)
-    ).all())
-    def described(status: str) -> list[dict[str, Any]]:
-        rows = session.execute(
-            select(IndexJob.content_key, IndexJob.error, IndexJob.attempts, IndexJob.node_version_id,
-                   IndexJob.updated_at)
-            .where(IndexJob.repo_id == repo.id, IndexJob.status == status, IndexJob.error.is_not(None))
-            .order_by(IndexJob.id).limit(100)
-        ).all()
-        out = []
-        for key, error, attempts, version_id, updated in rows:
-            version = session.get(NodeVersion, version_id)
-            ws = session.get(Workspace, version.workspace_id) if version is not None else None
-            out.append({"content_key": key, "error": error, "attempts": attempts,
-                        "workspace": ws.name if ws else None, "path": version.path if version else None,
-                        "updated_at": updated.isoformat()})
-        return out
-
-    return {"pending": counts.get("pending", 0), "running": counts.get("running", 0),
-            "failed": counts.get("failed", 0), "failures": described("failed"),
-            "waiting": described("pending")}
-
-
 def _plan_for_job(services: Any, config: dict | None, properties: dict, key: str):
     """The plan and embedder that make ``key`` from a version's text: under the workspace's
     current settings, or its re-embed's (``embedding_next``); ``(None, None)`` when neither."""
-    from kg.rag.config import parse_embedding_config
-    from kg.rag.reembed import NEXT
-
     default = services.settings.embedding_model
     candidates = [workspace_embedding(config, default_model=default)]
     if (config or {}).get(NEXT) is not None:

@@ -1,0 +1,142 @@
+"""The queue of texts to embed (``index_jobs``): its spec, the enqueue of a write, its status.
+
+A write stores its node version and its job in one transaction (:func:`enqueue`); the
+:class:`~kg.indexing.indexer.Indexer` drains the queue through :mod:`kg.indexing.queue`. This
+module is below both the indexer and re-embed (:mod:`kg.indexing.reembed` queues a workspace's
+texts here; the indexer completes a re-embed when its texts are embedded), so neither imports
+the other in a cycle.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from kg.indexing.chunks import has_chunks
+from kg.indexing.queue import QueueSpec
+from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
+
+LEASE = timedelta(minutes=5)
+"""How long a claim holds a job without renewal (renewed while its batch runs)."""
+
+MAX_ATTEMPTS = 3
+"""Claims of one job before a lost claim (its process stopped) fails it."""
+
+
+def _exhausted(attempts: int, max_attempts: int, now: datetime) -> dict[str, Any]:
+    """The failure of a job whose claims were all lost."""
+    return {"updated_at": now, "error": (
+        f"attempts exhausted: the text was claimed {attempts} times (at most {max_attempts}) and its "
+        "indexer stopped each time before storing its chunks (a crash or a kill while embedding "
+        "it); write the text again to retry")}
+
+
+INDEX_QUEUE = QueueSpec(
+    name="index", model=IndexJob, state="status", queued="pending",
+    group="repo_id", lane="workspace_id", order=("id",), priority="priority",
+    claim_values=lambda now, lease: {"updated_at": now},
+    renew_values=lambda now, lease: {"updated_at": now},
+    lease_expired=lambda now, lease: IndexJob.updated_at < now - lease,
+    requeue_values=lambda now: {"updated_at": now},
+    exhausted_values=_exhausted,
+)
+"""``index_jobs`` as a durable queue: shared across repositories, then their workspaces; the
+lease is ``updated_at`` plus :data:`LEASE`."""
+
+
+@functools.lru_cache(maxsize=4)
+def _enqueue_stmt(dialect: str):
+    """The queue insert for one dialect, built once (values are bound at execution)."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    stmt = insert(IndexJob).values(
+        repo_id=bindparam("q_repo_id"), content_key=bindparam("q_key"), workspace_id=bindparam("q_wid"),
+        node_version_id=bindparam("q_vid"), status="pending", attempts=0, priority=bindparam("q_priority"),
+        created_at=bindparam("q_now", type_=IndexJob.created_at.type),
+        updated_at=bindparam("q_now2", type_=IndexJob.updated_at.type),
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=["repo_id", "content_key"],
+        set_={"status": "pending", "error": None, "node_version_id": stmt.excluded.node_version_id,
+              "updated_at": stmt.excluded.updated_at, "attempts": 0, "claimed_by": None},
+        where=IndexJob.status == "failed",
+    )
+
+
+WRITE_PRIORITY = 0
+"""Claimed first: the text of a write (a user waits to find it)."""
+
+REEMBED_PRIORITY = 1
+"""Claimed after every write's text: a re-embed's backlog (the current model answers meanwhile)."""
+
+
+def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: str | None,
+            node_version_id: int, priority: int = WRITE_PRIORITY) -> bool:
+    """Queue the embedding of a content key unless its chunks exist (call inside the write).
+
+    A job that failed before is set back to ``pending`` with no attempt used: the text was
+    written again. Jobs are claimed by ``priority`` (lower first), shared across repositories
+    and workspaces, then in order (:mod:`kg.indexing.queue`).
+
+    Parameters
+    ----------
+    session : Session
+        The write's transaction.
+    repo_id, workspace_id : int
+    content_key : str or None
+        The text's content key; ``None`` (no text) queues nothing.
+    node_version_id : int
+        A version holding the text (its properties are embedded).
+    priority : int
+        :data:`WRITE_PRIORITY` or :data:`REEMBED_PRIORITY`.
+
+    Returns
+    -------
+    bool
+        Whether a job is pending for the key after the call.
+    """
+    if content_key is None:
+        return False
+    if has_chunks(session, repo_id, content_key):
+        return False
+    now = utcnow()
+    session.execute(_enqueue_stmt(session.get_bind().dialect.name), {
+        "q_repo_id": repo_id, "q_key": content_key, "q_wid": workspace_id, "q_vid": node_version_id,
+        "q_now": now, "q_now2": now, "q_priority": priority})
+    return True
+
+
+
+def index_status(session: Session, repo: Repository) -> dict[str, Any]:
+    """Pending, running and failed jobs of a repository (API: ``index/status``).
+
+    ``failures`` describes the failed jobs (at most 100), ``waiting`` the pending ones whose
+    model could not be reached at their last attempt (they are retried), with the reason.
+    """
+    counts = dict(session.execute(
+        select(IndexJob.status, func.count()).where(IndexJob.repo_id == repo.id).group_by(IndexJob.status)
+    ).all())
+    def described(status: str) -> list[dict[str, Any]]:
+        rows = session.execute(
+            select(IndexJob.content_key, IndexJob.error, IndexJob.attempts, IndexJob.node_version_id,
+                   IndexJob.updated_at)
+            .where(IndexJob.repo_id == repo.id, IndexJob.status == status, IndexJob.error.is_not(None))
+            .order_by(IndexJob.id).limit(100)
+        ).all()
+        out = []
+        for key, error, attempts, version_id, updated in rows:
+            version = session.get(NodeVersion, version_id)
+            ws = session.get(Workspace, version.workspace_id) if version is not None else None
+            out.append({"content_key": key, "error": error, "attempts": attempts,
+                        "workspace": ws.name if ws else None, "path": version.path if version else None,
+                        "updated_at": updated.isoformat()})
+        return out
+
+    return {"pending": counts.get("pending", 0), "running": counts.get("running", 0),
+            "failed": counts.get("failed", 0), "failures": described("failed"),
+            "waiting": described("pending")}

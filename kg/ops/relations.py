@@ -1,0 +1,83 @@
+"""Relation writes: RELATE and UNRELATE, each one write transaction (one revision at most)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kg.store import relations as relation_store
+from kg.store.repos import begin_write
+
+
+def relate(services: Any, repo: str, branch: str, from_: str, to: str, rel_type: str, *,
+           weight: float | None = None, properties: dict[str, Any] | None = None,
+           message: str | None = None, actor: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Assert a typed, weighted edge between two node addresses, as one revision.
+
+    Parameters
+    ----------
+    services : kg.services.Services
+    repo, branch : str
+        Where the edge is written.
+    from_, to : str
+        The nodes' addresses (``workspace:/path``).
+    rel_type : str
+        The relation type.
+    weight : float or None
+    properties : dict or None
+    message, actor : str or None
+        Recorded with the revision.
+
+    Returns
+    -------
+    relation : dict
+        ``{"from", "to", "type", "weight", "properties", "revision"}``.
+    created : bool
+        Whether the edge is new (else re-asserted: weight and properties replaced).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        The repository, branch or either node does not exist.
+    kg.errors.InvalidInput
+    """
+    with services.db.write() as session:
+        ctx = begin_write(session, repo, branch, message=message, actor=actor)
+        version, created = relation_store.relate(session, ctx, from_, to, rel_type,
+                                                 weight=weight, properties=properties)
+        return {"from": from_, "to": to, "type": version.rel_type, "weight": version.weight,
+                "properties": version.properties, "revision": ctx.revision}, created
+
+
+def unrelate(services: Any, repo: str, branch: str, from_: str, to: str, rel_type: str | None = None, *,
+             message: str | None = None, actor: str | None = None) -> dict[str, Any]:
+    """Remove the edges from ``from_`` to ``to`` (of ``rel_type``, or of every type).
+
+    Parameters
+    ----------
+    services : kg.services.Services
+    repo, branch : str
+    from_, to : str
+        The nodes' addresses (``workspace:/path``).
+    rel_type : str or None
+        Only edges of this type; ``None``: all types.
+    message, actor : str or None
+        Recorded with the revision.
+
+    Returns
+    -------
+    dict
+        ``{"revision", "deleted"}``; when there was no edge, no revision is made
+        (``revision`` is ``None``, ``deleted`` 0).
+
+    Raises
+    ------
+    kg.errors.NotFound
+    kg.errors.InvalidInput
+    """
+    with services.db.write() as session:
+        ctx = begin_write(session, repo, branch, message=message, actor=actor)
+        deleted = relation_store.unrelate(session, ctx, from_, to, rel_type)
+        if deleted == 0:
+            session.rollback()
+            return {"revision": None, "deleted": 0}
+        return {"revision": ctx.revision, "deleted": deleted}
