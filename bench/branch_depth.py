@@ -56,11 +56,11 @@ from bench._common import (  # noqa: E402
     write_results,
 )
 from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
-from kg.providers.registry import make_embedder  # noqa: E402
-from kg.indexing.index_jobs import index_status  # noqa: E402
 from kg.indexing.chunks import sync_index  # noqa: E402
-from kg.rag.search import SearchRequest, search  # noqa: E402
+from kg.indexing.index_jobs import index_status  # noqa: E402
 from kg.ops.nodes import batch  # noqa: E402
+from kg.providers.registry import make_embedder  # noqa: E402
+from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.db import Database  # noqa: E402

@@ -2,7 +2,8 @@
 
 The corpus: 100,000 passages of the PEP fixture (150-word windows, cycled with shifted offsets,
 as ``bench/index_embedded.py`` builds them), ``--per-node`` passages per node in ``content``
-(the ``words`` splitter at 150 words, so that each window is one chunk), written through ``kg.ops.nodes.batch`` and indexed
+(the ``words`` splitter at 150 words, so that each window is one chunk), written through
+``kg.ops.nodes.batch`` and indexed
 by the durable queue. The vectors come from the deterministic ``fake:hash-384`` embedder: a
 search's cost does not depend on what the vectors mean, and embedding 100,000 passages with the
 offline model would take hours on 2 cores. The query is embedded by the same fake embedder, so
@@ -42,8 +43,8 @@ from bench._common import RESULTS, load_average, machine, percentile, table, wri
 from bench.index_embedded import pep_chunks  # noqa: E402
 from kg.errors import NotFound  # noqa: E402
 from kg.index.bm25 import BM25Index  # noqa: E402
-from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.ops.nodes import batch  # noqa: E402
+from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store import nodes as node_store  # noqa: E402

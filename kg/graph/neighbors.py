@@ -14,7 +14,8 @@ path, traversal frontiers):
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Collection, Hashable, Iterable, Literal, NamedTuple
+from collections.abc import Callable, Collection, Hashable, Iterable
+from typing import Any, Literal, NamedTuple
 
 import networkx as nx
 

@@ -27,8 +27,9 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Hashable, Iterable, Iterator, Mapping
+from typing import Any
 
 import networkx as nx
 
@@ -348,7 +349,7 @@ class GraphView:
                     for t, data in keyed.items()]
             live += [(f, t, node_id, data) for f, keyed in self.graph._pred[node_id].items()
                      for t, data in keyed.items() if f != node_id]
-            for f, t, to, data in live:
+            for f, t, to, _data in live:
                 self._remove_edge((f, t, to))
             where = self._addresses.pop(node_id)
             for f, t, to, data in live:

@@ -34,13 +34,12 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from kg.errors import InvalidInput, KGError, ModelLocked
-from kg.providers.registry import canonical_model_name
 from kg.indexing.chunks import existing_content_keys, plan_text, sync_index
 from kg.indexing.config import HELD, NEXT, EmbeddingConfig, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import REEMBED_PRIORITY, enqueue
+from kg.providers.registry import canonical_model_name
 from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace
 from kg.store.repos import get_repository, get_workspace
-
 
 log = logging.getLogger(__name__)
 

@@ -148,8 +148,7 @@ class _OllamaBase:
 
     def _call(self, what: str, timeout_s: float, fn: Callable[[], T]) -> T:
         """Run ``fn`` (one client request), retrying transient failures, translating errors."""
-        from tenacity import (Retrying, retry_if_exception, stop_after_attempt, wait_exponential,
-                              wait_none)
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_none
 
         vendor = _vendor_errors()
         retrying = Retrying(

@@ -36,10 +36,10 @@ from sqlalchemy import select
 
 from kg.errors import KGError, NotFound
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
+from kg.indexing.worker import PollingWorker
 from kg.rag.functions import FUNCTIONS, invoke
 from kg.store.models import FunctionJob, Repository, utcnow
 from kg.store.repos import get_branch, get_repository
-from kg.indexing.worker import PollingWorker
 
 log = logging.getLogger("kg.rag.function_jobs")
 

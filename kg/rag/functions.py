@@ -42,12 +42,12 @@ from sqlalchemy import select
 from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
 from kg.index.tokenize import analyze, stem
-from kg.providers.jsonreply import parse_json_reply
 from kg.indexing.config import TEXT_FIELDS
+from kg.ops.nodes import GraphWrite, write_graph
+from kg.providers.jsonreply import parse_json_reply
 from kg.rag.entities import extract_entities, slugify
 from kg.rag.graph import spread_activation, traverse_from
 from kg.rag.search import SearchRequest, search
-from kg.ops.nodes import GraphWrite, write_graph
 from kg.store.models import Chunk
 from kg.store.nodes import find_node, nodes_by_id
 from kg.store.paths import parse_address, validate_path
@@ -157,7 +157,7 @@ def feedback_query(question: str, passages: list[dict], *, extra_terms: int = 6)
         stems = [stem(w) for w in words]
         counts.update(stems)
         docs.update(set(stems))
-        for word, term in zip(words, stems):
+        for word, term in zip(words, stems, strict=True):
             surface.setdefault(term, Counter())[word] += 1
     scored = sorted(((c * (1 + math.log(len(top) / docs[t] + 1)), t) for t, c in counts.items()
                      if t not in asked and len(t) > 2 and not t.isdigit()), reverse=True)

@@ -20,8 +20,9 @@ Both paths give the same answers in the same order; ``tests/api/test_graph.py`` 
 from __future__ import annotations
 
 import gc
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Hashable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 

@@ -11,8 +11,9 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import select
@@ -20,9 +21,9 @@ from sqlalchemy.orm import Session
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit, SearchScope, version_key
+from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
-from kg.indexing.chunks import sync_index
 from kg.store.models import Workspace
 from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.paths import validate_prefix
@@ -223,7 +224,8 @@ class SearchAnswer:
     warnings: list[dict[str, Any]] = field(default_factory=list)
 
 
-def search(session: Session, services: Any, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
+def search(session: Session, services: Any, view: BranchView,
+           request: SearchRequest) -> tuple[list[SearchResult], float]:
     """Run a search on a branch: :func:`search_answer` without the fusion description.
 
     Returns

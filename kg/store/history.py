@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
@@ -755,7 +756,8 @@ def _check_orphans(session: Session, ours: BranchView, plan: MergePlan) -> None:
                         "base": None, "ours": node_value(child), "theirs": None})
 
 
-def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_keys: dict[tuple[int, str], str | None]) -> dict[str, Any]:
+def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
+                content_keys: dict[tuple[int, str], str | None]) -> dict[str, Any]:
     """Write a conflict-free plan on the target as the context's revision.
 
     Parameters
@@ -881,7 +883,8 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
             addresses = _addresses(session, [view], {r[0] for r in rels} | {r[2] for r in rels})
             changes += [{"kind": "relation", "op": "delete" if d else "put", "from": addresses.get(f),
                          "type": t, "to": addresses.get(to)} for f, t, to, d in rels]
-        out.append({"revision": rev.number, "branch": names.get(rev.branch_id), "created_at": rev.created_at.isoformat(),
+        out.append({"revision": rev.number, "branch": names.get(rev.branch_id),
+                    "created_at": rev.created_at.isoformat(),
                     "message": rev.message, "actor": rev.actor, "changes": changes})
     return out
 

@@ -7,9 +7,10 @@ import functools
 import json
 import math
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, Iterable
+from typing import Any
 
 from sqlalchemy import bindparam
 from sqlalchemy.orm import Session, defer

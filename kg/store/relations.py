@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Collection, Iterable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import Select, and_, case, false, func, literal_column, or_, select, union_all
 from sqlalchemy.orm import Session, aliased

@@ -11,7 +11,8 @@ versions by (chain position, revision desc) and keep the first.
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Select, and_, case, false, func, or_, select
 

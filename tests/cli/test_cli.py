@@ -22,7 +22,9 @@ def env(tmp_path, monkeypatch):
     monkeypatch.delenv("KG_DATABASE_URL", raising=False)
     folder = tmp_path / "docs"
     folder.mkdir()
-    for name in ("pep-0440.rst", "pep-0508.rst", "pep-0386.rst") if (PEPS / "pep-0386.rst").exists() else ("pep-0440.rst", "pep-0508.rst"):
+    names = (("pep-0440.rst", "pep-0508.rst", "pep-0386.rst") if (PEPS / "pep-0386.rst").exists()
+             else ("pep-0440.rst", "pep-0508.rst"))
+    for name in names:
         shutil.copy(PEPS / name, folder / name)
     return folder
 
@@ -106,8 +108,9 @@ def test_reindex_fills_weaviate_from_sql_without_embedding(env, monkeypatch, wea
         # Every node version's chunks went to the collection of its (workspace, branch): main.
         with services.db.read() as session:
             repo = get_repository(session, "peps")
-            from kg.store.models import Branch, Chunk, Workspace
             from sqlalchemy import func, select
+
+            from kg.store.models import Branch, Chunk, Workspace
 
             main_id = session.scalar(select(Branch.id).where(Branch.repo_id == repo.id, Branch.name == "main"))
             ws_id = session.scalar(select(Workspace.id).where(Workspace.repo_id == repo.id, Workspace.name == "peps"))

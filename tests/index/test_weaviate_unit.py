@@ -99,7 +99,7 @@ def test_names_never_collide_across_collections_and_branches_ignoring_case():
     owners: dict[str, tuple[str, str, str]] = {}
     for c in collections:
         for b in branches:
-            for kind, name in zip(("chunks", "meta"), rag_class_names(c, b)):
+            for kind, name in zip(("chunks", "meta"), rag_class_names(c, b), strict=True):
                 key = name.lower()
                 assert key not in owners or owners[key][:2] == (c, b) or classes_collide(owners[key][0], c), (
                     name, owners.get(key))
@@ -474,7 +474,7 @@ def test_vectors_weaviate_refuses_for_their_dimension_fail_the_sync_naming_each(
     from kg.index.weaviate import _chunks_prefix, _chunks_schema, _short_hash
 
     name = _chunks_prefix("r") + _short_hash(MODEL, 10)
-    description = '{"kg": "chunks", "format": 1, "repo": "r", "model": "%s", "dim": %d}' % (MODEL, DIM)
+    description = f'{{"kg": "chunks", "format": 1, "repo": "r", "model": "{MODEL}", "dim": {DIM:d}}}'
     index.client.collections.create_from_dict(_chunks_schema(name, description))
     index.client.collections.get(name).data.insert_many([DataObject(
         properties={"content": "x", "terms": "x", "contentKey": "k0", "chunkIndex": 0, "seq": 99},

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import func, select, update
 
 from kg.index.embedded import EmbeddedVectorIndex
+from kg.ops.nodes import put_node
 from kg.providers.fake import FakeEmbedder
 from kg.rag.search import SearchRequest, search
-from kg.ops.nodes import put_node
 from kg.services import Services
 from kg.settings import Settings
 from kg.store.db import Database
@@ -186,11 +186,12 @@ def test_ingest_goes_on_when_one_file_fails_to_embed(db_url, tmp_path):
 
 
 def test_percentage_overlap_over_the_model_context_is_capped_not_a_crash():
-    from kg.indexing.config import parse_embedding_config
     from kg.indexing.chunks import effective_chunking
+    from kg.indexing.config import parse_embedding_config
     from kg.providers.fake import FakeEmbedder
 
-    config = parse_embedding_config({"chunking": {"chunk_size": 100000, "overlap": {"type": "Percentage", "value": 0.25}}},
+    config = parse_embedding_config({"chunking": {"chunk_size": 100000,
+                                                  "overlap": {"type": "Percentage", "value": 0.25}}},
                                     default_model="fake:hash-16")
     small = FakeEmbedder(dim=8)
     small.max_tokens = 102
@@ -242,7 +243,8 @@ def test_many_texts_failing_under_the_new_model_hold_the_switch_back(db_url, tmp
 
     services = make_services(db_url, tmp_path, inline=True)
     for i in range(7):
-        put_node(services, "r", "main", "w", f"/n{i}", node_type="t", properties={"content": f"TRIGGER plain words {i}"})
+        put_node(services, "r", "main", "w", f"/n{i}", node_type="t",
+                 properties={"content": f"TRIGGER plain words {i}"})
     answer, _ = reembed_workspace(services, "r", "w", {"model": "bad:raise"}, reembed=True)
     assert answer["switched"] is False and jobs(services, "failed") == 7
     with services.db.read() as s:

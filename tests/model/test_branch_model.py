@@ -35,9 +35,9 @@ from sqlalchemy import create_engine, text
 
 from kg.errors import Conflict, MergeConflict, NotFound
 from kg.index.embedded import EmbeddedVectorIndex
+from kg.ops.merge import merge_branch
 from kg.providers.registry import make_embedder
 from kg.rag.functions import invoke
-from kg.ops.merge import merge_branch
 from kg.services import Services
 from kg.settings import Settings
 from kg.store import history
@@ -203,7 +203,7 @@ class Model:
             if key not in edge_writes and key not in resolved:
                 conflicts.add(("rel", key))
         # (a) edges the merge writes need live endpoints
-        for key, (take, w) in edge_writes.items():
+        for key, (_take, w) in edge_writes.items():
             if w != ABSENT and key not in resolved and not (alive(key[0]) and alive(key[2])):
                 conflicts.add(("rel", key))
         # a node never lives under a deleted parent
@@ -558,7 +558,7 @@ def machine_for(kind, tmp_root):
                 with pytest.raises(MergeConflict) as real:
                     merge_branch(self.services, "m", child, parent, resolutions=resolutions)
                 assert real.value.details == dry.details
-                raise real.value
+                raise real.value from dry
             got = merge_branch(self.services, "m", child, parent, resolutions=resolutions)
             for key in ("applied", "base", "fast_forward"):
                 assert preview[key] == got[key], (key, preview[key], got[key])

@@ -298,7 +298,7 @@ def test_two_concurrent_merges_of_one_branch_make_one_revision(client, repo, ser
         answers: list = []
         barrier = threading.Barrier(2)
 
-        def merge() -> None:
+        def merge(barrier: threading.Barrier = barrier, answers: list = answers) -> None:
             barrier.wait()
             r = client.post(f"{BASE}/branches/agent/m/merge", json={"into": "main"})
             answers.append((r.status_code, r.json()))

@@ -17,10 +17,10 @@ import pytest
 from sqlalchemy import func, insert, select, text, update
 
 from kg.index.embedded import EmbeddedVectorIndex
-from kg.rag.function_jobs import FUNCTION_QUEUE
-from kg.providers.fake import FakeEmbedder
-from kg.indexing.queue import DurableQueue
 from kg.indexing.index_jobs import INDEX_QUEUE, REEMBED_PRIORITY, WRITE_PRIORITY
+from kg.indexing.queue import DurableQueue
+from kg.providers.fake import FakeEmbedder
+from kg.rag.function_jobs import FUNCTION_QUEUE
 from kg.services import Services
 from kg.settings import Settings
 from kg.store.db import Database
