@@ -61,6 +61,17 @@ def reciprocal_rank_fusion(
     ... )
     >>> [(item, round(score, 5), ranks) for item, score, ranks in fused]
     [('b', 0.03252, {'vector': 2, 'fulltext': 1}), ('a', 0.01639, {'vector': 1, 'fulltext': None})]
+    >>> fused[0][1] == 1 / (60 + 2) + 1 / (60 + 1)
+    True
+
+    A leg of weight 0 adds nothing and reports no rank:
+
+    >>> fused = reciprocal_rank_fusion({"vector": ["a"], "fulltext": ["b", "a"]},
+    ...                                weights={"vector": 0.0, "fulltext": 2.0})
+    >>> [(item, ranks) for item, _, ranks in fused]
+    [('b', {'vector': None, 'fulltext': 1}), ('a', {'vector': None, 'fulltext': 2})]
+    >>> fused[1][1] == 2.0 / (60 + 2)
+    True
     """
     if k < 0:
         raise InvalidInput(f"the RRF constant k must be >= 0, got {k}", details={"k": k})
