@@ -131,7 +131,7 @@ def neighbors(
     if node_id not in graph:
         return [], False
     wanted = set(types) if types else None
-    candidates: list[tuple[SortKey, Hashable, str, dict]] = []
+    candidates: list[tuple[SortKey, Hashable, Literal["OUT", "IN"], dict]] = []
     if direction in ("OUT", "BOTH"):
         for other, keyed in graph.succ[node_id].items():
             for rel_type, data in keyed.items():

@@ -14,13 +14,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kg.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 _upgrade_lock = threading.Lock()
 
@@ -122,7 +126,7 @@ class Database:
         self.engine.dispose()
 
 
-def alembic_config(url: str):
+def alembic_config(url: str) -> Config:
     """An Alembic ``Config`` pointing at kg's migrations, for ``url``."""
     from alembic.config import Config
 
@@ -139,7 +143,7 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
     """WAL, busy timeout, foreign keys; explicit BEGIN so writes can take the lock up front."""
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # pragma: no cover - driver hook
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:  # pragma: no cover - driver hook
         dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -152,7 +156,7 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection) -> None:  # pragma: no cover - driver hook
+    def _on_begin(connection: Connection) -> None:  # pragma: no cover - driver hook
         if connection.get_execution_options().get("kg_write"):
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         else:

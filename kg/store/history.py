@@ -14,9 +14,10 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any, Literal, cast
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Table, func, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
@@ -30,6 +31,7 @@ from kg.store.visibility import visible_select
 
 NodeKey = tuple[int, str]                 # (workspace id, path)
 RelKey = tuple[str, str, str]             # (from node id, type, to node id)
+ChangeSource = Literal["theirs", "merged", "value", "ours"]
 _MISSING = object()
 
 
@@ -74,7 +76,8 @@ def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> 
     return out
 
 
-def three_way_properties(base: dict, ours: dict, theirs: dict) -> tuple[dict | None, list[str]]:
+def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
+                         theirs: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """Merge two node values at property level against their base.
 
     Returns
@@ -310,7 +313,7 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     node_keys = _changed_node_keys(session, source.id, base.since, theirs.revision)
     before = node_states(session, base.view, node_keys)
     after = node_states(session, theirs, node_keys)
-    nodes: dict[str, list] = {"added": [], "modified": [], "deleted": []}
+    nodes: dict[str, list[dict[str, Any]]] = {"added": [], "modified": [], "deleted": []}
     for key in node_keys:
         old, new = before.get(key), after.get(key)
         if old is None and new is not None:
@@ -327,10 +330,10 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     rel_before = seen_relations(session, base.view, rel_keys)
     rel_after = seen_relations(session, theirs, rel_keys)
     addresses = _addresses(session, [theirs, base.view], {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
-    relations: dict[str, list] = {"added": [], "removed": [], "modified": []}
-    for key in rel_keys:
-        ov, nv = relation_value(rel_before.get(key)), relation_value(rel_after.get(key))
-        entry = {"from": addresses.get(key[0]), "to": addresses.get(key[2]), "type": key[1]}
+    relations: dict[str, list[dict[str, Any]]] = {"added": [], "removed": [], "modified": []}
+    for rkey in rel_keys:
+        ov, nv = relation_value(rel_before.get(rkey)), relation_value(rel_after.get(rkey))
+        entry = {"from": addresses.get(rkey[0]), "to": addresses.get(rkey[2]), "type": rkey[1]}
         if ov is None and nv is not None:
             relations["added"].append({**entry, **nv})
         elif ov is not None and nv is None:
@@ -356,7 +359,7 @@ class NodeChange:
     node_id: str                          # the address's id (kg.store.nodes.node_uid)
     content_key: str | None
     needs_content: bool                   # merged text: its content key must be computed
-    source: Literal["theirs", "merged", "value", "ours"]
+    source: ChangeSource
     existed: bool = False                 # the target had a live node at the path
 
 
@@ -386,7 +389,7 @@ class MergePlan:
     def preview(self) -> dict[str, Any]:
         """What applying the plan would change (the dry run's ``applied``): the same report
         :func:`apply_merge` gives, so a dry run says exactly what the merge then does."""
-        nodes: dict[str, list] = {"added": [], "modified": [], "deleted": [], "kept": []}
+        nodes: dict[str, list[Any]] = {"added": [], "modified": [], "deleted": [], "kept": []}
         for change in self.node_changes:
             address = {"workspace": self.workspaces.get(change.key[0]), "path": change.key[1]}
             nodes[_node_outcome(change)].append(address)
@@ -412,9 +415,10 @@ def _relation_outcome(change: RelationChange) -> str:
     return "kept" if change.taken == "ours" else "upserted"
 
 
-def _resolution_index(resolutions: list[dict] | None, view: BranchView) -> tuple[dict, dict]:
-    by_node: dict[NodeKey, dict] = {}
-    by_rel: dict[tuple[str, str, str], dict] = {}
+def _resolution_index(resolutions: list[dict[str, Any]] | None,
+                      view: BranchView) -> tuple[dict[NodeKey, dict[str, Any]], dict[RelKey, dict[str, Any]]]:
+    by_node: dict[NodeKey, dict[str, Any]] = {}
+    by_rel: dict[RelKey, dict[str, Any]] = {}
     names = {name: wid for wid, name in view.workspaces.items()}
     for raw in resolutions or []:
         if not isinstance(raw, dict):
@@ -449,7 +453,7 @@ def _resolution_index(resolutions: list[dict] | None, view: BranchView) -> tuple
 
 
 def plan_merge(session: Session, repo: Repository, source_name: str, target_name: str, *,
-               resolutions: list[dict] | None = None, writing_revision: int | None = None) -> MergePlan:
+               resolutions: list[dict[str, Any]] | None = None, writing_revision: int | None = None) -> MergePlan:
     """Work out a merge of ``source_name`` into ``target_name`` without writing anything.
 
     Parameters
@@ -507,7 +511,9 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         if ov == bv:
             plan.node_changes.append(_change(key, tv, o_ver, t_ver, "theirs"))
             continue
-        reason, keys_in_conflict, merged = None, [], None
+        reason: str | None = None
+        keys_in_conflict: list[str] = []
+        merged: dict[str, Any] | None = None
         if bv is None:
             reason = "added on both sides with different content"
         elif ov is None or tv is None:
@@ -522,8 +528,9 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
             continue
         resolution = node_res.get(key)
         if resolution is None:
-            conflict = {"kind": "node", "workspace": ours_view.workspaces.get(key[0]), "path": key[1],
-                        "reason": reason, "base": bv, "ours": ov, "theirs": tv}
+            conflict: dict[str, Any] = {"kind": "node", "workspace": ours_view.workspaces.get(key[0]),
+                                        "path": key[1],
+                                        "reason": reason, "base": bv, "ours": ov, "theirs": tv}
             if keys_in_conflict:
                 conflict["properties"] = keys_in_conflict
             plan.conflicts.append(conflict)
@@ -539,6 +546,7 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
             plan.node_changes.append(_change(key, tv, o_ver, t_ver, "theirs"))
         else:
             like = tv or ov or bv
+            assert like is not None  # a conflict has a value on at least one side
             value = {"node_type": like["node_type"], "properties": resolution["value"], "order": like["order"]}
             plan.node_changes.append(_change(key, value, o_ver, t_ver, "ours" if value == ov else "value"))
 
@@ -549,19 +557,19 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         rb, ro, rt = (seen_relations(session, v, rel_keys) for v in (base.view, ours_view, theirs_view))
         addresses = _addresses(session, [theirs_view, ours_view, base.view],
                                {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
-        for key in rel_keys:
-            if key in resolved:
+        for rkey in rel_keys:
+            if rkey in resolved:
                 continue
-            bv, ov, tv = (relation_value(s.get(key)) for s in (rb, ro, rt))
-            if tv == bv or ov == tv:
+            rbv, rov, rtv = (relation_value(s.get(rkey)) for s in (rb, ro, rt))
+            if rtv == rbv or rov == rtv:
                 continue
-            if ov == bv:
-                plan.relation_changes.append(RelationChange(key, tv))
+            if rov == rbv:
+                plan.relation_changes.append(RelationChange(rkey, rtv))
                 continue
-            address = (addresses.get(key[0]), key[1], addresses.get(key[2]))
-            plan.conflicts.append({"kind": "relation", "from": address[0], "to": address[2], "type": key[1],
+            address = (addresses.get(rkey[0]), rkey[1], addresses.get(rkey[2]))
+            plan.conflicts.append({"kind": "relation", "from": address[0], "to": address[2], "type": rkey[1],
                                    "reason": "changed differently on both sides",
-                                   "base": bv, "ours": ov, "theirs": tv})
+                                   "base": rbv, "ours": rov, "theirs": rtv})
     if resolved:
         _apply_relation_resolutions(session, plan, resolved, ours_view, theirs_view)
     _check_endpoints(session, plan, base.view, ours_view, theirs_view, set(resolved), addresses)
@@ -569,14 +577,15 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
     return plan
 
 
-def _conflict_name(conflict: dict[str, Any]) -> tuple:
+def _conflict_name(conflict: dict[str, Any]) -> tuple[Any, ...]:
     if conflict["kind"] == "relation":
         return ("relation", conflict["from"], conflict["type"], conflict["to"])
     return ("node", conflict["workspace"], conflict["path"])
 
 
 def _check_resolutions_name_conflicts(session: Session, repo: Repository, source: str, target: str,
-                                      node_res: dict, rel_res: dict, ours: BranchView,
+                                      node_res: dict[NodeKey, dict[str, Any]],
+                                      rel_res: dict[RelKey, dict[str, Any]], ours: BranchView,
                                       writing_revision: int | None) -> None:
     """Every resolution must name a conflict of the merge as it stands without resolutions
     (resolving one conflict can make another disappear: its resolution still decides it)."""
@@ -592,7 +601,7 @@ def _check_resolutions_name_conflicts(session: Session, repo: Repository, source
                            details={"unused": unused})
 
 
-def _resolved_relations(view: BranchView, rel_res: dict) -> dict[RelKey, str]:
+def _resolved_relations(view: BranchView, rel_res: dict[RelKey, dict[str, Any]]) -> dict[RelKey, str]:
     """``{relation key: "ours" | "theirs"}`` of the relation resolutions (addresses to ids)."""
     names = {name: wid for wid, name in view.workspaces.items()}
     out: dict[RelKey, str] = {}
@@ -637,20 +646,23 @@ def _apply_relation_resolutions(session: Session, plan: MergePlan, resolved: dic
         alive = set(nodes_by_id(session, ours, restore - set(result)))
         dead = {i for i in restore if not result.get(i, i in alive)}
         for version in sorted(nodes_by_id(session, theirs, dead).values(), key=lambda v: (v.workspace_id, v.path)):
-            key = (version.workspace_id, version.path)
-            plan.node_changes = [c for c in plan.node_changes if c.key != key]
-            plan.node_changes.append(_change(key, node_value(version), None, version, "theirs"))
+            nkey = (version.workspace_id, version.path)
+            plan.node_changes = [c for c in plan.node_changes if c.key != nkey]
+            plan.node_changes.append(_change(nkey, node_value(version), None, version, "theirs"))
 
 
-def _change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion | None, source) -> NodeChange:
+def _change(key: NodeKey, value: dict[str, Any] | None, ours: NodeVersion | None, theirs: NodeVersion | None,
+            source: ChangeSource) -> NodeChange:
     change = _make_change(key, value, ours, theirs, source)
     change.existed = ours is not None
     return change
 
 
-def _make_change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion | None, source) -> NodeChange:
+def _make_change(key: NodeKey, value: dict[str, Any] | None, ours: NodeVersion | None, theirs: NodeVersion | None,
+                 source: ChangeSource) -> NodeChange:
     # Both sides hold the address's id (kg.store.nodes.node_uid): one node, whoever wrote it.
-    node_id = (theirs or ours).node_id if (theirs or ours) is not None else None
+    either = theirs or ours
+    node_id = either.node_id if either is not None else None
     if node_id is None:
         raise AssertionError(f"a merge change at {key} with no version on either side")
     if value is None:
@@ -789,8 +801,9 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
         if change.value is None:
             if ours is None:
                 continue
-            session.add(_version(ctx, wid, path, ours.node_id, node_value(ours), None, True,
-                                 ours.created_at, now))
+            live = node_value(ours)
+            assert live is not None  # node_states holds live versions only
+            session.add(_version(ctx, wid, path, ours.node_id, live, None, True, ours.created_at, now))
             continue
         key = change.content_key
         if change.needs_content:
@@ -826,8 +839,8 @@ def record_merge(session: Session, repo: Repository, plan: MergePlan, target_rev
     session.flush()
 
 
-def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict, content_key, deleted: bool,
-             created_at, now) -> NodeVersion:
+def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict[str, Any], content_key: str | None,
+             deleted: bool, created_at: datetime | None, now: datetime) -> NodeVersion:
     return NodeVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
         node_id=node_id, path=path, parent_path=parent_of(path), name=name_of(path),
@@ -900,6 +913,7 @@ def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[in
     if branch.parent_id is None:
         return 0, 0
     parent = session.get(Branch, branch.parent_id)
+    assert parent is not None  # branches.parent_id is a foreign key
     base = merge_base(session, repo, branch, parent)
     since_ours = base.since
     ahead = session.scalar(select(func.count()).select_from(Revision).where(
@@ -930,8 +944,8 @@ def reset_branch(session: Session, repo: Repository, branch_name: str) -> Branch
         raise Conflict(f"branch {branch_name!r} has child branches: {', '.join(sorted(children))}",
                        details={"branch": branch_name, "children": sorted(children)})
     for model in (RelationVersion, NodeVersion, Revision):
-        session.execute(model.__table__.delete().where(model.branch_id == branch.id))
-    session.execute(Merge.__table__.delete().where(
+        session.execute(cast(Table, model.__table__).delete().where(model.branch_id == branch.id))
+    session.execute(cast(Table, Merge.__table__).delete().where(
         (Merge.source_branch_id == branch.id) | (Merge.target_branch_id == branch.id)))
     branch.base_revision = repo.head_revision
     branch.head_revision = repo.head_revision

@@ -9,18 +9,19 @@ import math
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import SimpleNamespace
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import ColumnElement, Select, bindparam
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
-from kg.store.paths import ancestors_of, name_of, parent_of, validate_path, validate_prefix
+from kg.store.paths import ancestors_of, name_of, parent_of, validate_prefix
+from kg.store.paths import validate_path as validate_path  # re-exported: kg.ops.nodes, kg.ragnode.service
 from kg.store.references import index_references
 from kg.store.repos import BranchView, WriteContext, workspace_id
-from kg.store.visibility import visible_select
+from kg.store.visibility import Chain, visible_select
 
 FOLDER_TYPE = "kg:Folder"
 MAX_PROPERTIES_BYTES = 8 * 1024 * 1024
@@ -98,11 +99,11 @@ def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def _find_node_stmt(chain: tuple[tuple[int, int], ...]):
+def _find_node_stmt(chain: tuple[tuple[int, int], ...]) -> Select[Any]:
     """The address lookup of a branch state (its chain), built once: the values are bound
     parameters, so a write touching many nodes does not rebuild the window query per node."""
     stmt, _ = visible_select(
-        NodeVersion, SimpleNamespace(chain=chain), (NodeVersion.workspace_id, NodeVersion.path),
+        NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
         NodeVersion.workspace_id == bindparam("find_wid"), NodeVersion.path == bindparam("find_path"),
     )
     return stmt
@@ -111,7 +112,8 @@ def _find_node_stmt(chain: tuple[tuple[int, int], ...]):
 def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
     """The version of the node at ``workspace:path`` that ``view`` sees, or None."""
     wid = workspace_id(view, workspace)
-    return session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
+    found: NodeVersion | None = session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
+    return found
 
 
 def get_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion:
@@ -147,7 +149,8 @@ def nodes_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> 
 
 
 def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
-                    node_id: str, write: NodeWrite, created_at, deleted: bool = False) -> NodeVersion:
+                    node_id: str, write: NodeWrite, created_at: datetime | None,
+                    deleted: bool = False) -> NodeVersion:
     now = utcnow()
     version = NodeVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
@@ -350,7 +353,7 @@ def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> Re
     )
 
 
-def _sort_key(v: NodeVersion) -> tuple:
+def _sort_key(v: NodeVersion) -> tuple[bool, float, str]:
     return (v.order is None, v.order if v.order is not None else 0.0, v.name)
 
 
@@ -427,7 +430,7 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
     ``with_properties=False`` leaves the (possibly large) properties unloaded: reading them
     afterwards is an error, so use it only when they are not needed.
     """
-    where = []
+    where: list[ColumnElement[bool]] = []
     if workspace_ids is not None:
         where.append(NodeVersion.workspace_id.in_(workspace_ids))
     if path_prefix and path_prefix != "/":

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select
+from sqlalchemy import SQLColumnExpression, and_, insert, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import InvalidInput
@@ -161,7 +161,9 @@ def list_references(session: Session, view: BranchView, target: str, *, limit: i
     on_chain = or_(*(and_(Reference.branch_id == b, Reference.revision <= r) for b, r in view.chain))
     sources = select(Reference.source_node_id).where(on_target, on_chain)
     stmt, alias = visible_select(NodeVersion, view, (NodeVersion.node_id,), NodeVersion.node_id.in_(sources))
-    name, node_path, key = Workspace.name, alias.path, Reference.property_key
+    name: SQLColumnExpression[str] = Workspace.name
+    node_path: SQLColumnExpression[str] = alias.path
+    key: SQLColumnExpression[str] = Reference.property_key
     if session.get_bind().dialect.name == "postgresql":
         name, node_path, key = name.collate("C"), node_path.collate("C"), key.collate("C")
     stmt = (stmt.add_columns(Workspace.name, Reference.property_key)

@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Select, and_, case, false, func, literal_column, or_, select, union_all
+from sqlalchemy import ColumnElement, Select, and_, case, false, func, literal_column, or_, select, union_all
 from sqlalchemy.orm import Session, aliased
 
 from kg.errors import InvalidInput
@@ -119,7 +119,8 @@ def find_relation(session: Session, view: BranchView, from_id: str, to_id: str,
         RelationVersion.from_node_id == from_id, RelationVersion.to_node_id == to_id,
         RelationVersion.rel_type == rel_type,
     )
-    return session.scalar(stmt)
+    found: RelationVersion | None = session.scalar(stmt)
+    return found
 
 
 def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
@@ -190,7 +191,7 @@ class NeighborRow:
 
 
 def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_000,
-                      ) -> Iterator[tuple[str, str, str, float | None, dict | None]]:
+                      ) -> Iterator[tuple[str, str, str, float | None, dict[str, Any] | None]]:
     """Stream the branch's visible, not deleted relations (endpoints not checked).
 
     Yields
@@ -240,7 +241,7 @@ def read_node_addresses(session: Session, view: BranchView, node_ids: Collection
 
 
 def list_relation_changes(session: Session, *, branch_id: int, after: int, upto: int,
-                            ) -> list[tuple[str, str, str, float | None, dict | None, bool]]:
+                            ) -> list[tuple[str, str, str, float | None, dict[str, Any] | None, bool]]:
     """Every relation version written on one branch with ``after < revision <= upto``, oldest
     first: ``(from id, type, to id, weight, properties, deleted)``.
 
@@ -253,7 +254,7 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
             .where(RelationVersion.branch_id == branch_id, RelationVersion.revision > after,
                    RelationVersion.revision <= upto)
             .order_by(RelationVersion.revision, RelationVersion.id))
-    return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
+    return [tuple(row) for row in session.execute(stmt)]
 
 
 def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int,
@@ -267,7 +268,7 @@ def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int
     return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
 
 
-def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: bool = True):
+def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: bool = True) -> ColumnElement[bool]:
     """The versions a chain allows. ``revision_index=False`` writes ``revision + 0``: without
     statistics SQLite would otherwise read one node's edges through ``(branch_id, revision)``,
     that is the whole branch, instead of ``ix_relation_versions_key``."""
@@ -275,11 +276,11 @@ def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: b
     return or_(*(and_(model.branch_id == b, rev <= r) for b, r in chain)) if chain else false()
 
 
-def _chain_priority(model: Any, chain: Sequence[tuple[int, int]]):
+def _chain_priority(model: Any, chain: Sequence[tuple[int, int]]) -> ColumnElement[Any]:
     return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id, else_=len(chain))
 
 
-def _edge_winners(view: BranchView, mine: str, node_id: str, *where: Any) -> tuple[Select, Any]:
+def _edge_winners(view: BranchView, mine: str, node_id: str, *where: Any) -> tuple[Select[Any], Any]:
     """``visible_select`` of the relations whose endpoint ``mine`` (``"from_node_id"`` or
     ``"to_node_id"``) is ``node_id``; returns the select and the aliased entity.
 
@@ -348,8 +349,8 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
               .order_by(_chain_priority(NodeVersion, view.chain), NodeVersion.revision.desc(),
                         NodeVersion.id.desc())
               .limit(1).correlate(edges).scalar_subquery())
-    address = Workspace.name + ":" + NodeVersion.path
-    rel_type = edges.c.rel_type
+    address: ColumnElement[str] = Workspace.name + ":" + NodeVersion.path
+    rel_type: ColumnElement[str] = edges.c.rel_type
     if session.get_bind().dialect.name == "postgresql":
         address, rel_type = address.collate("C"), rel_type.collate("C")
     stmt = (select(edges.c.other, Workspace.name, NodeVersion.path, edges.c.rel_type, edges.c.weight,

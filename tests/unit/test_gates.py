@@ -24,3 +24,9 @@ def test_ruff():
     done = subprocess.run([find_ruff_bin(), "check", "--no-cache", "--output-format", "concise", "."],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_store_strict():
+    """``mypy kg/store``: the ``[tool.mypy]`` overrides make it ``--strict`` for kg.store."""
+    done = _run("mypy", "kg/store")
+    assert done.returncode == 0, done.stdout + done.stderr
