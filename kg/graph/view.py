@@ -380,7 +380,8 @@ class GraphView:
         succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
         where = self._addresses
         # sort_key inlined: this runs per NEIGHBORS call for every node below the hub threshold
-        entries: list[Entry] = [((w := data["weight"]) is None, -w if w is not None else 0.0, where[to].address, t, "OUT", to)
+        entries: list[Entry]
+        entries = [((w := data["weight"]) is None, -w if w is not None else 0.0, where[to].address, t, "OUT", to)
                    for to, keyed in succ.items() for t, data in keyed.items()]
         entries += [((w := data["weight"]) is None, -w if w is not None else 0.0, where[f].address, t, "IN", f)
                     for f, keyed in pred.items() for t, data in keyed.items()]

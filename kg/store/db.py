@@ -74,14 +74,26 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[Session]:
         """A session for reads; closed at the end (its transaction rolled back), leaving the
-        objects it loaded readable."""
+        objects it loaded readable.
+
+        Yields
+        ------
+        Session
+            Not to be committed: a read never writes.
+        """
         with self._reader() as session:
             yield session
 
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A write transaction (``BEGIN IMMEDIATE`` on SQLite): committed on success,
-        rolled back on any error, so no error leaves a partial write."""
+        rolled back on any error, so no error leaves a partial write.
+
+        Yields
+        ------
+        Session
+            The transaction; store functions flush, this context manager commits.
+        """
         with self._writer() as session:
             try:
                 yield session
@@ -91,7 +103,13 @@ class Database:
                 raise
 
     def upgrade(self) -> None:
-        """Apply pending Alembic migrations (the only way kg creates tables)."""
+        """Apply pending Alembic migrations (the only way kg creates tables).
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            The database cannot be reached.
+        """
         with _upgrade_lock:
             from alembic import command
 
@@ -127,7 +145,18 @@ class Database:
 
 
 def alembic_config(url: str) -> Config:
-    """An Alembic ``Config`` pointing at kg's migrations, for ``url``."""
+    """An Alembic ``Config`` pointing at kg's migrations, for ``url``.
+
+    Parameters
+    ----------
+    url : str
+        The SQLAlchemy URL of the database to migrate.
+
+    Returns
+    -------
+    alembic.config.Config
+        With ``script_location`` (the ``migrations`` package) and ``sqlalchemy.url`` set.
+    """
     from alembic.config import Config
 
     script_location = str(resources.files("migrations"))

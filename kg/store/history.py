@@ -39,14 +39,36 @@ _MISSING = object()
 
 
 def node_value(version: NodeVersion | None) -> dict[str, Any] | None:
-    """The mergeable value of a node version (None: absent or deleted)."""
+    """The mergeable value of a node version (None: absent or deleted).
+
+    Parameters
+    ----------
+    version : NodeVersion or None
+        A version, or None for no version.
+
+    Returns
+    -------
+    dict or None
+        ``{"node_type", "properties", "order"}``, or None for no version or a tombstone.
+    """
     if version is None or version.deleted:
         return None
     return {"node_type": version.node_type, "properties": version.properties, "order": version.order}
 
 
 def relation_value(version: RelationVersion | None) -> dict[str, Any] | None:
-    """The mergeable value of a relation version (None: absent or deleted)."""
+    """The mergeable value of a relation version (None: absent or deleted).
+
+    Parameters
+    ----------
+    version : RelationVersion or None
+        A version, or None for no version.
+
+    Returns
+    -------
+    dict or None
+        ``{"weight", "properties"}``, or None for no version or a tombstone.
+    """
     if version is None or version.deleted:
         return None
     return {"weight": version.weight, "properties": version.properties}
@@ -66,7 +88,25 @@ def _unflat(flat: dict[str, Any]) -> dict[str, Any]:
 
 def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Per-key ``{"old", "new"}`` of what differs between two node values (properties,
-    ``node_type`` and ``order``)."""
+    ``node_type`` and ``order``).
+
+    Parameters
+    ----------
+    old, new : dict or None
+        Node values (:func:`node_value`); None for no node.
+
+    Returns
+    -------
+    dict of str to dict
+        Key -> ``{"old": ..., "new": ...}`` for every key whose value differs, keys sorted;
+        ``node_type`` and ``order`` appear as ``kg:node_type`` and ``kg:order``.
+
+    Examples
+    --------
+    >>> old = {"node_type": "Note", "properties": {"a": 1, "b": 2}, "order": None}
+    >>> property_changes(old, {**old, "properties": {"a": 1, "b": 3, "c": 4}})
+    {'b': {'old': 2, 'new': 3}, 'c': {'old': None, 'new': 4}}
+    """
     a = _flat(old) if old else {}
     b = _flat(new) if new else {}
     out = {}
@@ -80,10 +120,37 @@ def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
                          theirs: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """Merge two node values at property level against their base.
 
+    Parameters
+    ----------
+    base : dict
+        The node value at the merge base (:func:`node_value`).
+    ours, theirs : dict
+        The target's and the source's values.
+
     Returns
     -------
     (merged, conflicting_keys)
         ``merged`` is None when some key changed differently on both sides.
+
+    Notes
+    -----
+    A three-way merge per key, as diff3 does per line: a key changed on one side only takes
+    that side's value; changed on both, it must be changed alike. ``node_type`` and ``order``
+    merge like properties. O(k) for k keys.
+
+    References
+    ----------
+    .. [1] S. Khanna, K. Kunal and B. C. Pierce, "A formal investigation of diff3", FSTTCS 2007,
+       LNCS 4855, pp. 485-496.
+
+    Examples
+    --------
+    >>> base = {"node_type": "Note", "properties": {"a": 1, "b": 2}, "order": None}
+    >>> ours = {**base, "properties": {"a": 9, "b": 2}}
+    >>> three_way_properties(base, ours, {**base, "properties": {"a": 1, "b": 3}})[0]["properties"]
+    {'a': 9, 'b': 3}
+    >>> three_way_properties(base, ours, {**base, "properties": {"a": 5, "b": 2}})
+    (None, ['a'])
     """
     b, o, t = _flat(base), _flat(ours), _flat(theirs)
     merged: dict[str, Any] = {}
@@ -108,7 +175,22 @@ def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
 
 
 def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> dict[NodeKey, NodeVersion]:
-    """The live versions the view sees at the given (workspace id, path) keys."""
+    """The live versions the view sees at the given (workspace id, path) keys.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    keys : iterable of (int, str)
+        (workspace id, path) keys; duplicates are read once.
+
+    Returns
+    -------
+    dict of (int, str) to NodeVersion
+        Key -> live version; keys with no live node are absent.
+    """
     by_ws: dict[int, list[str]] = defaultdict(list)
     for wid, path in set(keys):
         by_ws[wid].append(path)
@@ -124,7 +206,22 @@ def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> 
 
 
 def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
-    """The live relation versions the view sees at the given keys."""
+    """The live relation versions the view sees at the given keys.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    keys : iterable of (str, str, str)
+        (from node id, relation type, to node id) keys.
+
+    Returns
+    -------
+    dict of (str, str, str) to RelationVersion
+        Key -> live version (endpoints not checked); keys with no live edge are absent.
+    """
     wanted = set(keys)
     by_from: dict[str, set[RelKey]] = defaultdict(set)
     for key in wanted:
@@ -147,7 +244,22 @@ def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) 
 
 def seen_relations(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
     """The relation versions a reader of ``view`` sees at the given keys: live, with both
-    endpoints live (an edge whose endpoint is deleted is not seen, whatever its own row)."""
+    endpoints live (an edge whose endpoint is deleted is not seen, whatever its own row).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    keys : iterable of (str, str, str)
+        (from node id, relation type, to node id) keys.
+
+    Returns
+    -------
+    dict of (str, str, str) to RelationVersion
+        Key -> version, for the edges a reader sees.
+    """
     states = relation_states(session, view, keys)
     alive = nodes_by_id(session, view, {k[0] for k in states} | {k[2] for k in states})
     return {k: v for k, v in states.items() if k[0] in alive and k[2] in alive}
@@ -211,12 +323,32 @@ class MergeBase:
     revision: int
 
     def report(self) -> dict[str, Any]:
-        """``{"kind", "branch", "revision"}``, as diff and merge answer it."""
+        """``{"kind", "branch", "revision"}``, as diff and merge answer it.
+
+        Returns
+        -------
+        dict
+            ``kind`` is ``"fork"`` or ``"merge"``; ``branch`` and ``revision`` name the base.
+        """
         return {"kind": self.kind, "branch": self.view.branch.name, "revision": self.revision}
 
 
 def merge_base(session: Session, repo: Repository, source: Branch, target: Branch) -> MergeBase:
     """The merge base of ``source`` and ``target``: their fork point or their last merge.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository of both branches.
+    source, target : Branch
+        Parent and child, in either order.
+
+    Returns
+    -------
+    MergeBase
+        The base's view and the revision on ``source`` it stands for (``since``).
 
     Raises
     ------
@@ -284,6 +416,17 @@ def _addresses(session: Session, views: list[BranchView], ids: set[str]) -> dict
 def diff_branches(session: Session, repo: Repository, branch_name: str, against: str | None = None) -> dict[str, Any]:
     """What ``branch_name`` changed since its merge base with ``against`` (default: its parent).
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository.
+    branch_name : str
+        The branch whose changes are listed.
+    against : str or None, optional
+        Its parent or one of its children; None for its parent.
+
     Returns
     -------
     dict
@@ -296,7 +439,7 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     kg.errors.NotFound
         Unknown branch.
     kg.errors.InvalidInput
-        ``against`` is neither the branch's parent nor its child.
+        ``against`` is neither the branch's parent nor its child, or ``main`` has no parent.
 
     Notes
     -----
@@ -388,7 +531,14 @@ class MergePlan:
 
     def preview(self) -> dict[str, Any]:
         """What applying the plan would change (the dry run's ``applied``): the same report
-        :func:`apply_merge` gives, so a dry run says exactly what the merge then does."""
+        :func:`apply_merge` gives, so a dry run says exactly what the merge then does.
+
+        Returns
+        -------
+        dict
+            ``{"nodes": {"added", "modified", "deleted", "kept"}, "relations": {"upserted",
+            "removed", "kept"}}``: node addresses, and relation counts.
+        """
         nodes: dict[str, list[Any]] = {"added": [], "modified": [], "deleted": [], "kept": []}
         for change in self.node_changes:
             address = {"workspace": self.workspaces.get(change.key[0]), "path": change.key[1]}
@@ -458,6 +608,12 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
 
     Parameters
     ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository of both branches.
+    source_name, target_name : str
+        The branch merged from and the branch merged into: parent and child, either way.
     resolutions : list of dict, optional
         ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value": {...}}`` for a
         node conflict (``value`` is the node's properties), ``{"from", "to", "type", "take"}``
@@ -481,7 +637,8 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
 
     Notes
     -----
-    O(c log n) for c entities the source changed since the base.
+    O(c log n) for c entities the source changed since the base. Node values merge by
+    :func:`three_way_properties`.
     """
     if source_name == target_name:
         raise InvalidInput("a branch cannot be merged into itself")
@@ -774,6 +931,12 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
 
     Parameters
     ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The revision on the target branch that the merge is written as.
+    plan : MergePlan
+        A plan of :func:`plan_merge` without conflicts.
     content_keys : dict
         For changes with ``needs_content``: ``(workspace id, canonical properties JSON)`` to
         the content key of the merged text (chunks already stored).
@@ -830,7 +993,19 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
 
 def record_merge(session: Session, repo: Repository, plan: MergePlan, target_revision: int) -> None:
     """Remember that the target now holds the source as of ``plan.source_revision``: the base
-    of the next merge between them. Recorded even when the merge had nothing to apply."""
+    of the next merge between them. Recorded even when the merge had nothing to apply.
+
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    repo : Repository
+        The repository of both branches.
+    plan : MergePlan
+        The plan applied.
+    target_revision : int
+        The target's revision after the merge.
+    """
     source = get_branch(session, repo, plan.source)
     target = get_branch(session, repo, plan.target)
     session.add(Merge(repo_id=repo.id, source_branch_id=source.id, target_branch_id=target.id,
@@ -851,7 +1026,23 @@ def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict[s
 
 
 def canonical(properties: dict[str, Any]) -> str:
-    """A canonical JSON text of properties (sorted keys), to key merged values."""
+    """A canonical JSON text of properties (sorted keys), to key merged values.
+
+    Parameters
+    ----------
+    properties : dict
+        Plain JSON properties.
+
+    Returns
+    -------
+    str
+        Compact JSON, keys sorted, non-ASCII unescaped.
+
+    Examples
+    --------
+    >>> canonical({"b": 1, "a": "é"})
+    '{"a":"é","b":1}'
+    """
     return json.dumps(properties, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -863,6 +1054,23 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
     """The revisions a branch's history holds, newest first, with what each changed.
 
     The history of a branch is its own revisions and its ancestors' up to the fork.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state whose history is read.
+    limit : int, default 100
+        At most this many revisions, 1 to 1000.
+    before : int or None, optional
+        Only revisions with a number below it (the previous page's last number).
+
+    Returns
+    -------
+    list of dict
+        ``{"revision", "branch", "created_at", "message", "actor", "changes"}`` per revision;
+        ``changes`` lists the node and relation writes of that revision.
 
     Raises
     ------
@@ -905,6 +1113,15 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
 def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[int, int]:
     """Revisions on the branch since its merge base with its parent, and on the parent since.
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository.
+    branch : Branch
+        The branch compared with its parent.
+
     Returns
     -------
     (ahead, behind)
@@ -931,8 +1148,24 @@ def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[in
 def reset_branch(session: Session, repo: Repository, branch_name: str) -> Branch:
     """Drop everything written on a branch and fork it again from its parent's head.
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository.
+    branch_name : str
+        The branch to reset.
+
+    Returns
+    -------
+    Branch
+        The branch, now based on the repository's head revision.
+
     Raises
     ------
+    kg.errors.NotFound
+        Unknown branch.
     kg.errors.Conflict
         ``main``, or a branch with child branches (their view would change under them).
     """

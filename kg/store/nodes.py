@@ -79,9 +79,20 @@ class NodeWrite:
 def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
     """Check a node's type, properties and order.
 
+    Parameters
+    ----------
+    node_type : str
+        A non-empty type name of at most 255 characters.
+    properties : dict
+        A JSON object, at most ``MAX_PROPERTIES_BYTES`` (8 MiB) as compact JSON, no NaN or
+        infinity.
+    order : float or None
+        A finite sort position among siblings, or None.
+
     Raises
     ------
     kg.errors.InvalidInput
+        Which of the three is wrong, and why.
     """
     if not isinstance(node_type, str) or not node_type.strip() or len(node_type) > 255:
         raise InvalidInput("node_type must be a non-empty string of at most 255 characters")
@@ -110,7 +121,29 @@ def _find_node_stmt(chain: tuple[tuple[int, int], ...]) -> Select[Any]:
 
 
 def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
-    """The version of the node at ``workspace:path`` that ``view`` sees, or None."""
+    """The version of the node at ``workspace:path`` that ``view`` sees, or None.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    path : str
+        The node's path (not validated here).
+
+    Returns
+    -------
+    NodeVersion or None
+        The visible, live version; None when there is none (never created, or deleted).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+    """
     wid = workspace_id(view, workspace)
     found: NodeVersion | None = session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
     return found
@@ -118,6 +151,22 @@ def find_node(session: Session, view: BranchView, workspace: str, path: str) -> 
 
 def get_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion:
     """The node at ``workspace:path``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    path : str
+        The node's path.
+
+    Returns
+    -------
+    NodeVersion
+        The visible version.
 
     Raises
     ------
@@ -137,7 +186,26 @@ def get_node(session: Session, view: BranchView, workspace: str, path: str) -> N
 
 
 def nodes_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> dict[str, NodeVersion]:
-    """The visible versions of the given node ids (deleted or unknown ids are absent)."""
+    """The visible versions of the given node ids (deleted or unknown ids are absent).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    node_ids : iterable of str
+        Node ids (:func:`node_uid`); duplicates are read once.
+
+    Returns
+    -------
+    dict of str to NodeVersion
+        Node id -> its visible, live version.
+
+    Notes
+    -----
+    One window query per 500 ids (``visible_select`` by node id).
+    """
     ids = list(dict.fromkeys(node_ids))
     out: dict[str, NodeVersion] = {}
     for start in range(0, len(ids), 500):
@@ -178,8 +246,14 @@ def put_node(
 
     Parameters
     ----------
+    session : Session
+        The write transaction.
     ctx : WriteContext
         The transaction's revision.
+    workspace : str
+        Workspace name.
+    path : str
+        The node's path.
     write : NodeWrite
         Type, properties (replaced whole), order and content key.
     parents : bool
@@ -223,7 +297,25 @@ def put_node(
 
 
 def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Shallow merge: keys of ``patch`` replace, a ``None`` value removes the key."""
+    """Shallow merge: keys of ``patch`` replace, a ``None`` value removes the key.
+
+    Parameters
+    ----------
+    current : dict
+        The node's properties (not modified).
+    patch : dict
+        The keys to set, or to remove with a ``None`` value.
+
+    Returns
+    -------
+    dict
+        A new dict.
+
+    Examples
+    --------
+    >>> merge_properties({"a": 1, "b": 2}, {"b": None, "c": 3})
+    {'a': 1, 'c': 3}
+    """
     merged = dict(current)
     for key, value in patch.items():
         if value is None:
@@ -234,7 +326,29 @@ def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str
 
 
 def children_exist(session: Session, view: BranchView, workspace: str, path: str) -> bool:
-    """Whether the node at ``path`` has at least one visible child."""
+    """Whether the node at ``path`` has at least one visible child.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    path : str
+        The parent's path.
+
+    Returns
+    -------
+    bool
+        True when some live node has ``path`` as its parent.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+    """
     wid = workspace_id(view, workspace)
     stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                              NodeVersion.workspace_id == wid, NodeVersion.parent_path == path)
@@ -242,7 +356,29 @@ def children_exist(session: Session, view: BranchView, workspace: str, path: str
 
 
 def descendants(session: Session, view: BranchView, workspace: str, path: str) -> list[NodeVersion]:
-    """Every visible node strictly below ``path``."""
+    """Every visible node strictly below ``path``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    path : str
+        The ancestor's path (itself not included).
+
+    Returns
+    -------
+    list of NodeVersion
+        The live versions whose path starts with ``path + "/"``, in no particular order.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+    """
     wid = workspace_id(view, workspace)
     stmt, alias = visible_select(
         NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
@@ -345,7 +481,22 @@ def remove_relations_of(session: Session, ctx: WriteContext, node_ids: Iterable[
 
 
 def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> RelationVersion:
-    """The version that removes ``edge`` on the context's branch at its revision."""
+    """The version that removes ``edge`` on the context's branch at its revision.
+
+    Parameters
+    ----------
+    ctx : WriteContext
+        The revision the tombstone is written at.
+    edge : RelationVersion
+        The visible version of the edge to remove.
+    now : datetime
+        Its ``created_at``, timezone-aware UTC.
+
+    Returns
+    -------
+    RelationVersion
+        A new, unsaved tombstone (``deleted=True``, empty properties, the edge's weight).
+    """
     return RelationVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
         from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type,
@@ -359,6 +510,22 @@ def _sort_key(v: NodeVersion) -> tuple[bool, float, str]:
 
 def list_children(session: Session, view: BranchView, workspace: str, parent: str) -> list[NodeVersion]:
     """The children of ``parent`` (``/`` for top level) in ``order``, then name.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    parent : str
+        The parent's path, or ``/`` for the top level.
+
+    Returns
+    -------
+    list of NodeVersion
+        Nodes with an ``order`` first (ascending), then the rest, each group by name.
 
     Raises
     ------
@@ -376,16 +543,45 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
 
 
 def encode_cursor(path: str) -> str:
-    """An opaque pagination cursor after ``path``."""
+    """An opaque pagination cursor after ``path``.
+
+    Parameters
+    ----------
+    path : str
+        The last path of a page.
+
+    Returns
+    -------
+    str
+        URL-safe base64 of the path's UTF-8 bytes, unpadded; :func:`decode_cursor` inverts it.
+
+    Examples
+    --------
+    >>> encode_cursor("/a/b")
+    'L2EvYg'
+    >>> decode_cursor(encode_cursor("/entities/acmé"))
+    '/entities/acmé'
+    """
     return base64.urlsafe_b64encode(path.encode()).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> str:
     """The path a cursor points after.
 
+    Parameters
+    ----------
+    cursor : str
+        A cursor from :func:`encode_cursor`.
+
+    Returns
+    -------
+    str
+        The path.
+
     Raises
     ------
     kg.errors.InvalidInput
+        Not base64 of UTF-8 text.
     """
     try:
         return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
@@ -397,6 +593,21 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
                 limit: int = 1000, cursor: str | None = None) -> tuple[list[NodeVersion], str | None]:
     """Nodes whose path starts with ``prefix``, by path, one page at a time.
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    prefix : str
+        ``/`` for every node, or a path prefix (:func:`kg.store.paths.validate_prefix`).
+    limit : int, default 1000
+        Page size, 1 to 10000.
+    cursor : str or None, optional
+        The previous page's ``next_cursor``; None for the first page.
+
     Returns
     -------
     (nodes, next_cursor)
@@ -406,6 +617,8 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
     ------
     kg.errors.InvalidInput
         Bad prefix, cursor or limit.
+    kg.errors.NotFound
+        Unknown workspace.
     """
     validate_prefix(prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
@@ -429,6 +642,24 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
 
     ``with_properties=False`` leaves the (possibly large) properties unloaded: reading them
     afterwards is an error, so use it only when they are not needed.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace_ids : list of int or None, optional
+        Only these workspaces (by id); None for all.
+    path_prefix : str or None, optional
+        Only paths starting with it (a plain string prefix); None or ``/`` for all.
+    with_properties : bool, default True
+        Load the properties.
+
+    Returns
+    -------
+    list of NodeVersion
+        The live versions, in no particular order.
     """
     where: list[ColumnElement[bool]] = []
     if workspace_ids is not None:
@@ -442,5 +673,18 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
 
 
 def workspace_by_id(session: Session, wid: int) -> Workspace:
-    """The workspace row with id ``wid``."""
+    """The workspace row with id ``wid``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    wid : int
+        The workspace's id.
+
+    Returns
+    -------
+    Workspace
+        The row.
+    """
     return session.get_one(Workspace, wid)

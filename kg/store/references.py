@@ -93,6 +93,8 @@ def index_references(session: Session, version: NodeVersion, *, workspace: str) 
 
     Parameters
     ----------
+    session : Session
+        The write transaction.
     version : NodeVersion
         Flushed (it has its id).
     workspace : str
@@ -127,9 +129,14 @@ def list_references(session: Session, view: BranchView, target: str, *, limit: i
 
     Parameters
     ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
     target : str
         A node address ``workspace:/path``. The node need not exist (a reference may dangle).
-    limit : int, 1..10,000
+    limit : int, default 1000
+        At most this many rows, 1 to 10,000.
 
     Returns
     -------

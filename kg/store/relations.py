@@ -36,9 +36,25 @@ _KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.
 def validate_relation_type(rel_type: Any) -> str:
     """Check a relation type: a letter or ``_`` first, then letters, digits, ``_:-.``.
 
+    Parameters
+    ----------
+    rel_type : str
+        The type, at most 255 characters.
+
+    Returns
+    -------
+    str
+        ``rel_type``.
+
     Raises
     ------
     kg.errors.InvalidInput
+        Not a string, or not of that form.
+
+    Examples
+    --------
+    >>> validate_relation_type("schema:mentions")
+    'schema:mentions'
     """
     if not isinstance(rel_type, str) or not _TYPE_RE.match(rel_type):
         raise InvalidInput(
@@ -71,11 +87,18 @@ def relate(
 
     Parameters
     ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The transaction's revision on the branch.
     source, target : str
         Node addresses ``workspace:/path``.
     rel_type : str
+        The relation type (:func:`validate_relation_type`).
     weight : float, optional
+        A finite weight, or None (unweighted: sorted last by NEIGHBORS).
     properties : dict, optional
+        Plain JSON properties of the edge (replaced whole); None for none.
 
     Returns
     -------
@@ -113,7 +136,24 @@ def relate(
 
 def find_relation(session: Session, view: BranchView, from_id: str, to_id: str,
                   rel_type: str) -> RelationVersion | None:
-    """The visible version of one edge, or None."""
+    """The visible version of one edge, or None.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    from_id, to_id : str
+        The endpoints' node ids.
+    rel_type : str
+        The relation type.
+
+    Returns
+    -------
+    RelationVersion or None
+        The live version of the edge (endpoints not checked), or None.
+    """
     stmt, _ = visible_select(
         RelationVersion, view, _KEY,
         RelationVersion.from_node_id == from_id, RelationVersion.to_node_id == to_id,
@@ -127,6 +167,17 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
              rel_type: str | None = None) -> int:
     """Remove the edges from ``source`` to ``target`` (of ``rel_type``, or of every type).
 
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The revision the tombstones are written at.
+    source, target : str
+        Node addresses ``workspace:/path``.
+    rel_type : str or None, optional
+        The type of the edge to remove; None removes every type between the two.
+
     Returns
     -------
     int
@@ -135,6 +186,7 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
     Raises
     ------
     kg.errors.InvalidInput
+        Bad address or type.
     kg.errors.NotFound
         An endpoint does not exist.
     """
@@ -157,7 +209,22 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
 
 def visible_relations(session: Session, view: BranchView, *, node_ids: Iterable[str] | None = None,
                       ) -> list[RelationVersion]:
-    """Visible edges (touching ``node_ids`` when given) whose endpoints are both visible."""
+    """Visible edges (touching ``node_ids`` when given) whose endpoints are both visible.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    node_ids : iterable of str or None, optional
+        Only edges from or to these nodes; None for every edge of the branch.
+
+    Returns
+    -------
+    list of RelationVersion
+        Live edges between live nodes, in no particular order.
+    """
     where = []
     if node_ids is not None:
         ids = list(node_ids)
@@ -194,6 +261,15 @@ def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_
                       ) -> Iterator[tuple[str, str, str, float | None, dict[str, Any] | None]]:
     """Stream the branch's visible, not deleted relations (endpoints not checked).
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction, open while the iterator is consumed.
+    view : BranchView
+        The branch state read.
+    batch : int, default 20000
+        Rows fetched per round trip.
+
     Yields
     ------
     (from node id, relation type, to node id, weight, properties)
@@ -215,6 +291,20 @@ def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_
 def read_node_addresses(session: Session, view: BranchView, node_ids: Collection[str] | None = None,
                         ) -> dict[str, tuple[int, str]]:
     """``{node id: (workspace id, path)}`` of the live nodes among ``node_ids`` (all: None).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    node_ids : collection of str or None, optional
+        The nodes wanted; None for every live node of the branch.
+
+    Returns
+    -------
+    dict of str to (int, str)
+        Node id -> (workspace id, path); deleted or unknown ids are absent.
 
     Notes
     -----
@@ -245,6 +335,20 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
     """Every relation version written on one branch with ``after < revision <= upto``, oldest
     first: ``(from id, type, to id, weight, properties, deleted)``.
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    branch_id : int
+        The branch whose own versions are read (not its ancestors').
+    after, upto : int
+        The revision interval, open below and closed above.
+
+    Returns
+    -------
+    list of (str, str, str, float or None, dict or None, bool)
+        One tuple per version, in revision then id order.
+
     Notes
     -----
     Served by ``ix_relation_versions_branch_revision``; O(changes), whatever the branch size.
@@ -259,8 +363,26 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
 
 def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int,
                         ) -> list[tuple[str, int, str, bool]]:
-    """Every node version written on one branch with ``after < revision <= upto``, oldest first:
-    ``(node id, workspace id, path, deleted)`` (served by ``ix_node_versions_branch_revision``)."""
+    """Every node version written on one branch with ``after < revision <= upto``, oldest first.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    branch_id : int
+        The branch whose own versions are read (not its ancestors').
+    after, upto : int
+        The revision interval, open below and closed above.
+
+    Returns
+    -------
+    list of (str, int, str, bool)
+        ``(node id, workspace id, path, deleted)`` per version, in revision then id order.
+
+    Notes
+    -----
+    Served by ``ix_node_versions_branch_revision``; O(changes), whatever the branch size.
+    """
     stmt = (select(NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
             .where(NodeVersion.branch_id == branch_id, NodeVersion.revision > after,
                    NodeVersion.revision <= upto)
@@ -310,9 +432,16 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
 
     Parameters
     ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
     node_id : str
+        The node whose edges are listed.
     direction : {"OUT", "IN", "BOTH"}
+        Outgoing edges, incoming edges, or both.
     types : collection of str, optional
+        Only edges of these relation types; None or empty for every type.
     limit, offset : int
         The page of the ordered edges to return (ask ``limit + 1`` to learn whether more exist).
 

@@ -46,7 +46,9 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
     Parameters
     ----------
     model : NodeVersion or RelationVersion
-    view : BranchView
+        The versioned entity's model.
+    view : BranchView or Chain
+        The branch state read: only its ``chain`` is used.
     partition : sequence of columns
         What identifies one entity (``workspace_id, path`` for nodes by address, ``node_id``
         for nodes by id, ``from_node_id, rel_type, to_node_id`` for relations).
