@@ -15,10 +15,11 @@ import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from sqlalchemy import and_, bindparam, false, func, or_, select
+from numpy.typing import NDArray
+from sqlalchemy import Table, and_, bindparam, false, func, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -134,7 +135,7 @@ def check_vectors(vectors: object, n: int, dim: int, texts: Sequence[str]) -> np
         )
     if arr.shape[1] != dim:
         raise ProviderError(f"the embedder returned vectors of length {arr.shape[1]}, expected {dim}")
-    finite = np.isfinite(arr).all(axis=1)
+    finite = cast(NDArray[np.bool_], np.isfinite(arr).all(axis=1))
     norms = np.linalg.norm(np.where(np.isfinite(arr), arr, 0.0), axis=1)
     bad = np.flatnonzero(~finite | (norms == 0))
     if bad.size:
@@ -245,7 +246,7 @@ def store_chunks(session: Session, repo_id: int, rows: Iterable[ChunkRow]) -> in
 def _store_stmt(dialect: str):
     """The chunk insert of one dialect, built once: Core table, conflicts skipped."""
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    return insert(Chunk.__table__).on_conflict_do_nothing(
+    return insert(cast(Table, Chunk.__table__)).on_conflict_do_nothing(
         index_elements=["repo_id", "content_key", "chunk_index"])
 
 

@@ -172,7 +172,7 @@ class Indexer(PollingWorker):
             rows = session.execute(select(IndexJob.id, IndexJob.repo_id, IndexJob.content_key,
                                           IndexJob.workspace_id, IndexJob.node_version_id)
                                    .where(IndexJob.id.in_(list(attempt))).order_by(IndexJob.id)).all()
-            return [_Job(*row, attempt=attempt[row[0]]) for row in rows]
+            return [_Job(jid, repo_id, key, wid, vid, attempt=attempt[jid]) for jid, repo_id, key, wid, vid in rows]
 
     def _process(self, claimed: list[_Job]) -> IndexRun:
         run = IndexRun()
@@ -220,7 +220,7 @@ class Indexer(PollingWorker):
             except (ProviderError, KGError) as exc:
                 failures[job.id] = exc.message
                 continue
-            rows_by_job[job.id] = rows.get(plan.content_key, [])
+            rows_by_job[job.id] = rows.get(job.content_key, [])  # the plan's key (_plan_for_job)
         by_repo: dict[int, list[_Job]] = {}
         for job, _, _ in work:
             if job.id in rows_by_job:
@@ -300,7 +300,7 @@ def _plan_for_job(services: Any, config: dict | None, properties: dict, key: str
     current settings, or its re-embed's (``embedding_next``); ``(None, None)`` when neither."""
     default = services.settings.embedding_model
     candidates = [workspace_embedding(config, default_model=default)]
-    if (config or {}).get(NEXT) is not None:
+    if config is not None and config.get(NEXT) is not None:
         candidates.append(parse_embedding_config(config[NEXT], default_model=default))
     for settings in candidates:
         embedder = services.embedder(settings.model)

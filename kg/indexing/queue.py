@@ -69,9 +69,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
-from sqlalchemy import and_, delete, literal, or_, select, update
+from sqlalchemy import CursorResult, Table, and_, delete, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -133,7 +133,7 @@ class QueueSpec:
     """
 
     name: str
-    model: type
+    model: type[Any]
     state: str
     queued: str
     group: str
@@ -225,7 +225,7 @@ class DurableQueue:
         self.heartbeat = timedelta(seconds=min(heartbeat_s, lease_s / 3))
         self.stale = timedelta(seconds=stale_s if stale_s is not None else 3 * heartbeat_s)
         self.worker_id = uuid.uuid4().hex
-        self._table = spec.model.__table__
+        self._table = cast(Table, spec.model.__table__)
         self._registered_at: datetime | None = None
         self._touched_at: datetime | None = None
         self._served: dict[tuple[str, Any], int] = {}
@@ -641,8 +641,9 @@ class DurableQueue:
             try:
                 now = utcnow()
                 with self.db.write() as session:
-                    renewed = session.execute(update(self._table).where(self.fence(claims))
-                                              .values(self.spec.renew_values(now, self.lease))).rowcount
+                    renewed = cast(CursorResult[Any], session.execute(
+                        update(self._table).where(self.fence(claims))
+                        .values(self.spec.renew_values(now, self.lease)))).rowcount
                     session.execute(update(QueueWorker).where(QueueWorker.id == self.worker_id)
                                     .values(heartbeat_at=now))
                 self._touched_at = now

@@ -35,7 +35,7 @@ import logging
 import math
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 
@@ -206,7 +206,7 @@ def _llm_grade(llm, question: str, passages: list[dict]) -> bool:
             {"role": "user", "content": f"Question: {question}\n\nPassages:\n{context}\n\n"
                                         "Do the passages contain the answer? {\"sufficient\": true|false}"},
         ], json_schema=schema, timeout_s=30)
-        return bool(parse_json_reply(reply, schema=schema).get("sufficient", True))
+        return bool(cast(dict[str, Any], parse_json_reply(reply, schema=schema)).get("sufficient", True))
     except KGError:
         return True
 
@@ -220,7 +220,7 @@ def _llm_rewrite(llm, question: str, passages: list[dict]) -> str | None:
             {"role": "user", "content": f"Question: {question}\n\nDocument excerpts:\n{sample}\n\n"
                                         "Give one search query: {\"query\": \"...\"}"},
         ], json_schema=schema, timeout_s=30)
-        query = parse_json_reply(reply, schema=schema).get("query")
+        query = cast(dict[str, Any], parse_json_reply(reply, schema=schema)).get("query")
         return query.strip() if isinstance(query, str) and query.strip() else None
     except KGError:
         return None
@@ -600,8 +600,8 @@ def store_answer(services, repo: str, branch: str, workspace: str, path: str, qu
                                                    "citations": result["citations"]}}])
         for old in (existing.properties.get("citations") or []) if existing is not None else []:
             key = (old.get("workspace"), old.get("path")) if isinstance(old, dict) else None
-            if (key and key not in cited and all(isinstance(x, str) for x in key)
-                    and find_node(session, view, *key) is not None):
+            if (key and key not in cited and isinstance(key[0], str) and isinstance(key[1], str)
+                    and find_node(session, view, key[0], key[1]) is not None):
                 todo.unrelations.append({"from": address, "to": f"{key[0]}:{key[1]}", "type": CITES})
         for (ws, p), info in cited.items():
             if find_node(session, view, ws, p) is not None:
@@ -609,6 +609,7 @@ def store_answer(services, repo: str, branch: str, workspace: str, path: str, qu
         return todo
 
     written = write_graph(services, repo, branch, plan, message=f"ask: store answer {address}", actor="ask")
+    assert written is not None  # plan always writes the answer node
     node = written["upserted"][-1]
     return {"workspace": workspace, "path": path, "node_id": node["id"], "revision": written["revision"]}
 

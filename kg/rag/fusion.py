@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
 
 from kg.errors import InvalidInput
 
 __all__ = ["reciprocal_rank_fusion"]
 
+#: An item of the legs: any hashable (a chunk key, a node id); the result holds the same items.
+Item = TypeVar("Item", bound=Hashable)
+
 
 def reciprocal_rank_fusion(
-    legs: Mapping[str, Sequence[Hashable]],
+    legs: Mapping[str, Sequence[Item]],
     *,
     weights: Mapping[str, float],
     k: int = 60,
-) -> list[tuple[Hashable, float, dict[str, int | None]]]:
+) -> list[tuple[Item, float, dict[str, int | None]]]:
     r"""Fuse ranked lists by weighted reciprocal rank.
 
     Parameters
@@ -82,9 +86,9 @@ def reciprocal_rank_fusion(
                 f"leg {name!r} needs a finite weight >= 0, got {weight!r}",
                 details={"leg": name, "weight": weight},
             )
-    scores: dict[Hashable, float] = {}
-    best: dict[Hashable, int] = {}
-    ranks: dict[Hashable, dict[str, int | None]] = {}
+    scores: dict[Item, float] = {}
+    best: dict[Item, int] = {}
+    ranks: dict[Item, dict[str, int | None]] = {}
     for name, items in legs.items():
         weight = weights[name]
         if weight == 0:

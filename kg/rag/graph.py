@@ -363,7 +363,7 @@ def spread_activation(session: Session, services: Any, view: BranchView, nodes: 
             passed: dict[str, float] = {}
             for node_id, mass in current.items():
                 degree = 0
-                inside = []
+                inside: list[Any] = []  # node ids of members: str
                 for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted):
                     degree += 1
                     if edge.node_id in members:

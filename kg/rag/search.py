@@ -13,7 +13,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import select
@@ -366,7 +366,7 @@ def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit |
     return SearchResult(
         workspace=view.workspaces[node.workspace_id], path=node.path, node_id=node.node_id,
         node_type=node.node_type, chunk_index=hit.chunk_index, chunk_text=hit.text,
-        score=float(score), vector_distance=None if v is None else float(v.distance),
+        score=float(score), vector_distance=None if v is None else float(cast(float, v.distance)),
         vector_rank=vector_rank, fulltext_rank=fulltext_rank,
     )
 
@@ -447,6 +447,7 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
         else:  # the passage the stronger leg put first for this node
             hit = v if request.vector_weight / (RRF_K + vector_rank[nid]) >= \
                 request.fulltext_weight / (RRF_K + fulltext_rank[nid]) else f
+        assert hit is not None  # a ranked node is in at least one leg
         results.append(_row(view, nodes[nid], hit, score, v, f, vector_rank.get(nid) if v else None,
                             fulltext_rank.get(nid) if f else None))
     return results
@@ -521,6 +522,7 @@ def _searchable(session: Session, services: Any, view: BranchView, wids: list[in
     at_head = view.revision == view.branch.head_revision
 
     def build() -> _Searchable:
+        nodes: list[Any]  # NodeVersion with properties, else _NodeLite
         if request.where:
             nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
         else:

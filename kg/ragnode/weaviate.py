@@ -561,7 +561,7 @@ def _delete_file_chunks(chunks: Any, name: str) -> None:
     from weaviate.classes.query import Filter
 
     filters = Filter.by_property("sourceFile").equal(name) if _filters_by_token(name) else None
-    ids = []
+    ids: list[Any] = []  # object uuids
     offset = 0
     while offset < MAX_QUERY_RESULTS:
         limit = min(1000, MAX_QUERY_RESULTS - offset)

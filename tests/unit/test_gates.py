@@ -30,3 +30,9 @@ def test_mypy_store_strict():
     """``mypy kg/store``: the ``[tool.mypy]`` overrides make it ``--strict`` for kg.store."""
     done = _run("mypy", "kg/store")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_kg_and_api():
+    """``mypy kg api``: the rest of the library and the HTTP layer with mypy's defaults."""
+    done = _run("mypy", "kg", "api")
+    assert done.returncode == 0, done.stdout + done.stderr
