@@ -33,6 +33,7 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
+from kg.context import SYSTEM, Actor, Resources, unit_of_work
 from kg.errors import InvalidInput, KGError, ModelLocked
 from kg.indexing.chunks import existing_content_keys, plan_text, sync_index
 from kg.indexing.config import HELD, NEXT, EmbeddingConfig, parse_embedding_config, workspace_embedding
@@ -55,26 +56,25 @@ def _requested(raw: Any, current: EmbeddingConfig) -> EmbeddingConfig:
     return parse_embedding_config(merged, default_model=current.model)
 
 
-def set_workspace_embedding(services: Any, repo: str, workspace: str, raw: Any, *,
-                            reembed: bool = False) -> dict[str, Any]:
-    """The route's view of :func:`reembed_workspace`: its answer without the queued keys."""
-    answer, _ = reembed_workspace(services, repo, workspace, raw, reembed=reembed)
-    return answer
-
-
-def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
-                      reembed: bool = False) -> tuple[dict[str, Any], list[str]]:
+def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, *,
+                      reembed: bool = False, caller: Actor = SYSTEM) -> tuple[dict[str, Any], list[str]]:
     """Change a workspace's embedding model or chunking; with ``reembed``, rebuild it.
+
+    Reads the current settings, probes the new model with no write lock held, then writes the
+    new settings and queues the texts as one unit of work (:func:`kg.context.unit_of_work`),
+    whose commit wakes the indexer.
 
     Parameters
     ----------
-    services : kg.services.Services
+    services : kg.context.Resources
     repo, workspace : str
     raw : dict
         The new ``embedding`` object (``{"model"?, "chunking"?}``); omitted keys keep their
         current value.
     reembed : bool
         Rebuild the workspace under the new settings. Without it, any change is refused.
+    caller : kg.context.Actor
+        Who asks.
 
     Returns
     -------
@@ -105,8 +105,8 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
     same_model = canonical_model_name(wanted.model) == canonical_model_name(current.model)
     if same_model and wanted.chunking == current.chunking:
         if under_way:
-            with services.db.write() as session:
-                ws = get_workspace(session, get_repository(session, repo, lock=True), workspace)
+            with unit_of_work(services, caller) as uow:
+                ws = get_workspace(uow.session, get_repository(uow.session, repo, lock=True), workspace)
                 ws.config = {k: v for k, v in (ws.config or {}).items() if k not in (NEXT, HELD)}
         return {"workspace": workspace, "embedding": current.model_dump(), "reembedded": False,
                 "node_versions": 0, "queued": 0, "switched": False}, []
@@ -122,7 +122,8 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
     # know, or a server that is down (an Ollama name resolves without contacting the server).
     embedder = services.embedder(wanted.model)
     embedder.embed(["kg re-embedding probe"])
-    with services.db.write() as session:
+    with unit_of_work(services, caller) as uow:
+        session = uow.session
         r = get_repository(session, repo, lock=True)
         ws = get_workspace(session, r, workspace)
         ws.config = {**{k: v for k, v in (ws.config or {}).items() if k != HELD}, NEXT: wanted.model_dump()}
@@ -135,10 +136,10 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
                    if enqueue(session, repo_id=r.id, workspace_id=ws.id, content_key=key,
                               node_version_id=version_id, priority=REEMBED_PRIORITY)]
         repo_id, workspace_id = r.id, ws.id
-    services.after_write(repo_id, pending)  # inline indexing switches in there already
+        uow.index_after_commit(repo_id, pending)  # inline indexing switches in there already
     complete_reembed(services, repo_id, workspace_id)
     with services.db.read() as session:
-        switched = NEXT not in (session.get(Workspace, workspace_id).config or {})
+        switched = NEXT not in (session.get_one(Workspace, workspace_id).config or {})
     return {"workspace": workspace, "embedding": wanted.model_dump(), "reembedded": True,
             "node_versions": len(versions), "queued": len(pending), "switched": switched}, pending
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from kg.context import Actor, Resources, reading
 from kg.errors import InvalidInput
 from kg.graph.neighbors import (
     DEFAULT_LIMIT,
@@ -162,6 +163,36 @@ def _check_types(types: Sequence[str] | None) -> frozenset[str] | None:
     return wanted
 
 
+def neighbors(services: Resources, caller: Actor, repo: str, branch: str, address: str, *,
+              direction: Direction = "BOTH", types: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT,
+              at_revision: int | None = None) -> dict[str, Any]:
+    """NEIGHBORS of a node on ``branch`` (as of ``at_revision``): :func:`neighbors_of` in a read
+    of its own.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch, address : str
+    direction : {"OUT", "IN", "BOTH"}
+    types : sequence of str, optional
+    limit : int, 1..10,000
+    at_revision : int or None
+
+    Returns
+    -------
+    dict
+        As :func:`neighbors_of`.
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return neighbors_of(session, services, view, address, direction=direction, types=types, limit=limit)
+
+
 def neighbors_of(session: Session, services: Any, view: BranchView, address: str, *,
                  direction: Direction = "BOTH", types: Sequence[str] | None = None,
                  limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
@@ -237,6 +268,40 @@ def _sql_lookup(session: Session, view: BranchView, direction: Direction, types:
             size = min(size * 4, 10_000)
 
     return lookup
+
+
+def walk(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequence[str], *,
+         hops: int = 2, direction: Direction = "BOTH", types: Sequence[str] | None = None,
+         max_nodes: int = 200, fan_out: int = 50, at_revision: int | None = None) -> dict[str, Any]:
+    """A bounded breadth-first walk on ``branch`` (as of ``at_revision``): :func:`traverse_from`
+    in a read of its own.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch : str
+    seeds : sequence of str
+        Node addresses, hop 0.
+    hops, max_nodes, fan_out : int
+        The bounds (:func:`traverse_from`).
+    direction : {"OUT", "IN", "BOTH"}
+    types : sequence of str, optional
+    at_revision : int or None
+
+    Returns
+    -------
+    dict
+        As :func:`traverse_from`.
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return traverse_from(session, services, view, seeds, hops=hops, direction=direction, types=types,
+                             max_nodes=max_nodes, fan_out=fan_out)
 
 
 def traverse_from(session: Session, services: Any, view: BranchView, seeds: Sequence[str], *,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kg.context import Actor, Resources, reading
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit, SearchScope, version_key
 from kg.indexing.chunks import sync_index
@@ -223,6 +224,16 @@ class SearchAnswer:
     fusion: dict[str, Any] | None = None
     warnings: list[dict[str, Any]] = field(default_factory=list)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The API answer: ``{"results", "took_ms"}`` and, when they apply, ``"fusion"`` and
+        ``"warnings"``."""
+        out: dict[str, Any] = {"results": [r.as_dict() for r in self.results], "took_ms": self.took_ms}
+        if self.fusion is not None:
+            out["fusion"] = self.fusion
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
+
 
 def search(session: Session, services: Any, view: BranchView,
            request: SearchRequest) -> tuple[list[SearchResult], float]:
@@ -234,6 +245,33 @@ def search(session: Session, services: Any, view: BranchView,
     """
     answer = search_answer(session, services, view, request)
     return answer.results, answer.took_ms
+
+
+def search_branch(services: Resources, caller: Actor, repo: str, branch: str, request: SearchRequest, *,
+                  at_revision: int | None = None) -> SearchAnswer:
+    """Search the chunks of the nodes ``branch`` sees (as of ``at_revision``).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who searches.
+    repo, branch : str
+    request : SearchRequest
+    at_revision : int or None
+
+    Returns
+    -------
+    SearchAnswer
+        Its :meth:`SearchAnswer.as_dict` is the API answer.
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.ProviderError
+        As :func:`search_answer`.
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return search_answer(session, services, view, request)
 
 
 def search_answer(session: Session, services: Any, view: BranchView, request: SearchRequest) -> SearchAnswer:
