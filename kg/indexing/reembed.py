@@ -145,7 +145,7 @@ def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, 
             "node_versions": len(versions), "queued": len(pending), "switched": switched}, pending
 
 
-def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
+def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bool:
     """Make a workspace's ``embedding_next`` current once its texts are embedded under it.
 
     Parameters
@@ -249,7 +249,7 @@ def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
     return lowest
 
 
-def _replace(services: Any, repo_id: int, repo_key: str, lowest: int) -> None:
+def _replace(services: Resources, repo_id: int, repo_key: str, lowest: int) -> None:
     """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
     their new chunks while no version pointed at them yet (they were built beside the old)."""
     try:

@@ -227,7 +227,7 @@ class JobRunner(PollingWorker):
         How often a running job renews its lease, in seconds.
     """
 
-    def __init__(self, services: Any, *, poll_s: float = 1.0, lease_s: float = LEASE_S,
+    def __init__(self, services: Resources, *, poll_s: float = 1.0, lease_s: float = LEASE_S,
                  max_attempts: int = MAX_ATTEMPTS, heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-jobs")
         self.services = services

@@ -234,7 +234,7 @@ class SearchAnswer:
         return out
 
 
-def search(session: Session, services: Any, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
+def search(session: Session, services: Resources, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
     """Run a search on a branch: :func:`search_answer` without the fusion description.
 
     Returns
@@ -272,7 +272,7 @@ def search_branch(services: Resources, caller: Actor, repo: str, branch: str, re
         return search_answer(session, services, view, request)
 
 
-def search_answer(session: Session, services: Any, view: BranchView, request: SearchRequest) -> SearchAnswer:
+def search_answer(session: Session, services: Resources, view: BranchView, request: SearchRequest) -> SearchAnswer:
     """Run a search on a branch.
 
     Parameters
@@ -351,7 +351,7 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
 
 
-def _native_fusion(services: Any, request: SearchRequest) -> bool:
+def _native_fusion(services: Resources, request: SearchRequest) -> bool:
     """Whether the index's own hybrid query fuses this search."""
     if request.mode != "hybrid" or request.fusion == "kg":
         return False
@@ -362,7 +362,7 @@ def _native_fusion(services: Any, request: SearchRequest) -> bool:
     return request.vector_weight > 0 and request.fulltext_weight > 0
 
 
-def _native_hybrid(services, view, searchable: _Searchable, request, depth):
+def _native_hybrid(services: Resources, view, searchable: _Searchable, request, depth):
     """The index's hybrid query (one model only), as rows and the fusion it used; None when the
     searched workspaces use several models (kg fuses those)."""
     keys_by_model = searchable.keys_by_model
@@ -540,7 +540,7 @@ class _Searchable:
         return {"scopes": [s for s in self.scopes if model is None or s.model == model]}
 
 
-def _searchable(session: Session, services: Any, view: BranchView, wids: list[int],
+def _searchable(session: Session, services: Resources, view: BranchView, wids: list[int],
                 request: SearchRequest) -> _Searchable:
     """The searchable nodes of a branch state after the filters; cached (a branch state never
     changes) unless a property ``where`` filter needs the properties."""
@@ -609,7 +609,7 @@ def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
     )
 
 
-def _vector_leg(services, view, searchable: _Searchable, request, depth,
+def _vector_leg(services: Resources, view, searchable: _Searchable, request, depth,
                 warnings: list[dict[str, Any]]) -> list[IndexHit]:
     """KNN per embedding model of the searched workspaces, merged by distance.
 
