@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Concatenate, Literal, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -121,7 +121,7 @@ class Resources(Protocol):
     db: Database
     index: VectorIndex
     graphs: GraphCache
-    search_cache: LRUCache
+    search_cache: LRUCache[Any]
     llm: LLM
     weaviate_clients: ClientPool
 

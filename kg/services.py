@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from kg.errors import InvalidInput
 from kg.graph.cache import GraphCache
@@ -61,7 +61,7 @@ class Services:
     indexer: Indexer = field(init=False)
     jobs: JobRunner = field(init=False)
     llm: LLM = field(default_factory=NoLLM)
-    search_cache: LRUCache = field(default_factory=lambda: LRUCache(32))
+    search_cache: LRUCache[Any] = field(default_factory=lambda: LRUCache(32))
     weaviate_clients: ClientPool = field(default_factory=ClientPool)
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

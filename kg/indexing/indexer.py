@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import select
 
+from kg.context import Resources
 from kg.errors import BackendUnavailable, KGError, ProviderError
 from kg.indexing.chunks import TextPlan, embed_plans, plan_text, store_chunks, sync_index
 from kg.indexing.config import NEXT, parse_embedding_config, workspace_embedding
@@ -83,7 +84,7 @@ class Indexer(PollingWorker):
         How often a running batch renews its leases, in seconds.
     """
 
-    def __init__(self, services: Any, *, batch_jobs: int = 32, poll_s: float = 1.0,
+    def __init__(self, services: Resources, *, batch_jobs: int = 32, poll_s: float = 1.0,
                  lease_s: float = LEASE.total_seconds(), max_attempts: int = MAX_ATTEMPTS,
                  heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-indexer")
@@ -295,7 +296,7 @@ class Indexer(PollingWorker):
                 log.warning("indexer: placing repository %s in the index failed: %s", repo_id, exc.message)
 
 
-def _plan_for_job(services: Any, config: dict | None, properties: dict, key: str):
+def _plan_for_job(services: Resources, config: dict | None, properties: dict, key: str):
     """The plan and embedder that make ``key`` from a version's text: under the workspace's
     current settings, or its re-embed's (``embedding_next``); ``(None, None)`` when neither."""
     default = services.settings.embedding_model

@@ -29,7 +29,7 @@ still different spaces (seed 000, "embedding model changed").
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import func, select, update
 
@@ -144,7 +144,7 @@ def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, 
             "node_versions": len(versions), "queued": len(pending), "switched": switched}, pending
 
 
-def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
+def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bool:
     """Make a workspace's ``embedding_next`` current once its texts are embedded under it.
 
     Parameters
@@ -171,6 +171,7 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
         raw_next = None if ws is None else (ws.config or {}).get(NEXT)
         if raw_next is None:
             return False
+        assert ws is not None  # raw_next was read from it
         busy = session.scalar(select(IndexJob.id).where(
             IndexJob.workspace_id == workspace_id, IndexJob.status.in_(("pending", "running"))).limit(1))
         if busy is not None:
@@ -204,7 +205,7 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
         old_model = workspace_embedding(config, default_model=services.settings.embedding_model).model
         config["embedding"] = config.pop(NEXT)
         ws.config = config
-        repo_key = session.get(Repository, repo_id).uid
+        repo_key = session.get_one(Repository, repo_id).uid
     services.search_cache.clear()
     if getattr(services.index, "scoped", False) and lowest is not None:
         _replace(services, repo_id, repo_key, lowest)
@@ -248,11 +249,11 @@ def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
     return lowest
 
 
-def _replace(services: Any, repo_id: int, repo_key: str, lowest: int) -> None:
+def _replace(services: Resources, repo_id: int, repo_key: str, lowest: int) -> None:
     """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
     their new chunks while no version pointed at them yet (they were built beside the old)."""
     try:
-        services.index.rewind_placement(repo_key, lowest - 1)
+        cast(Any, services.index).rewind_placement(repo_key, lowest - 1)  # a scoped index's, not VectorIndex's
     except KGError as exc:
         log.error("re-embed switched with the index unreachable (%s): run `kg reindex --repo <repo> "
                   "--index weaviate` to place the re-embedded texts", exc.message)

@@ -106,11 +106,11 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     names = plan.workspaces
     keys: dict[tuple[int, str], str | None] = {}
     for change in plan.node_changes:
-        if change.needs_content:
+        if change.needs_content and change.value is not None:
             text = plan_for(uow.services, session, ctx.repo, names[change.key[0]], change.value["properties"])
             keys[(change.key[0], history.canonical(change.value["properties"]))] = text.content_key
     applied = history.apply_merge(session, ctx, plan, keys)
-    queued = []
+    queued: list[str] = []
     wanted = {k for k in keys.values() if k}
     if wanted:
         written = session.execute(select(NodeVersion.id, NodeVersion.workspace_id, NodeVersion.content_key)
@@ -118,8 +118,8 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
                                          NodeVersion.revision == ctx.revision,
                                          NodeVersion.content_key.in_(wanted))).all()
         for version_id, wid, key in written:
-            if enqueue(session, repo_id=ctx.repo.id, workspace_id=wid, content_key=key,
-                       node_version_id=version_id):
+            if key is not None and enqueue(session, repo_id=ctx.repo.id, workspace_id=wid, content_key=key,
+                                           node_version_id=version_id):
                 queued.append(key)
     uow.index_after_commit(ctx.repo.id, queued)
     return {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,

@@ -231,7 +231,7 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
         stats = {"error": {"code": exc.code, "message": exc.message}}
     for c in stats.get("collections") or []:
         if isinstance(c, dict):
-            c["workspace"] = names["workspace"].get(c.get("workspace_id"))
-            c["branch"] = names["branch"].get(c.get("branch_id"))
+            c["workspace"] = names["workspace"].get(c.get("workspace_id", -1))
+            c["branch"] = names["branch"].get(c.get("branch_id", -1))
     out["index"] = stats
     return out

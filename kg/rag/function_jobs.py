@@ -227,7 +227,7 @@ class JobRunner(PollingWorker):
         How often a running job renews its lease, in seconds.
     """
 
-    def __init__(self, services: Any, *, poll_s: float = 1.0, lease_s: float = LEASE_S,
+    def __init__(self, services: Resources, *, poll_s: float = 1.0, lease_s: float = LEASE_S,
                  max_attempts: int = MAX_ATTEMPTS, heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-jobs")
         self.services = services
@@ -278,8 +278,8 @@ class JobRunner(PollingWorker):
             if not claimed.claims:
                 return None, len(claimed.exhausted)
             (claim,) = claimed.claims
-            job = session.get(FunctionJob, claim.id)
-            repo_name = session.scalar(select(Repository.name).where(Repository.id == job.repo_id))
+            job = session.get_one(FunctionJob, claim.id)  # claimed just now, in this transaction
+            repo_name = session.execute(select(Repository.name).where(Repository.id == job.repo_id)).scalar_one()
             return (_Claim(job.id, repo_name, job.function, job.branch, job.input, claim.attempt),
                     len(claimed.exhausted))
 

@@ -38,6 +38,7 @@ from collections import Counter
 from typing import Any, cast
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from kg.context import Actor, Resources, reading, run
 from kg.errors import Conflict, InvalidInput, KGError, NotFound
@@ -52,7 +53,7 @@ from kg.rag.search import SearchRequest, search
 from kg.store.models import Chunk
 from kg.store.nodes import find_node, nodes_by_id
 from kg.store.paths import parse_address, validate_path
-from kg.store.repos import workspace_id
+from kg.store.repos import BranchView, workspace_id
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,8 @@ def _k(raw: dict, default: int) -> int:
     return value
 
 
-def _search_passages(session, services, view, query: str, k: int, workspaces, *, relevant_only: bool):
+def _search_passages(session: Session, services: Resources, view: BranchView, query: str, k: int, workspaces, *,
+                     relevant_only: bool):
     """Hybrid chunk search on one branch view, as passages.
 
     ``relevant_only`` keeps passages with evidence of their own (a BM25 match, or a vector

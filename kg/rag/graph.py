@@ -87,7 +87,7 @@ def _catch_up(session: Session, view: BranchView, graph: GraphView) -> None:
 
 
 @contextmanager
-def current_graph(session: Session, services: Any, view: BranchView, *,
+def current_graph(session: Session, services: Resources, view: BranchView, *,
                   build: bool) -> Iterator[GraphView | None]:
     """The branch's networkx view at exactly ``view.revision``, locked for the caller, or None.
 
@@ -138,7 +138,7 @@ def current_graph(session: Session, services: Any, view: BranchView, *,
         cache.shrink()
 
 
-def warm_graph(session: Session, services: Any, view: BranchView) -> bool:
+def warm_graph(session: Session, services: Resources, view: BranchView) -> bool:
     """Build (or bring forward) the branch's view now; False when it does not fit the budget."""
     with current_graph(session, services, view, build=True) as graph:
         return graph is not None
@@ -193,7 +193,7 @@ def neighbors(services: Resources, caller: Actor, repo: str, branch: str, addres
         return neighbors_of(session, services, view, address, direction=direction, types=types, limit=limit)
 
 
-def neighbors_of(session: Session, services: Any, view: BranchView, address: str, *,
+def neighbors_of(session: Session, services: Resources, view: BranchView, address: str, *,
                  direction: Direction = "BOTH", types: Sequence[str] | None = None,
                  limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
     """NEIGHBORS of the node at ``address`` (``workspace:/path``) in the API shape.
@@ -304,7 +304,7 @@ def walk(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequ
                              max_nodes=max_nodes, fan_out=fan_out)
 
 
-def traverse_from(session: Session, services: Any, view: BranchView, seeds: Sequence[str], *,
+def traverse_from(session: Session, services: Resources, view: BranchView, seeds: Sequence[str], *,
                   hops: int = 2, direction: Direction = "BOTH", types: Sequence[str] | None = None,
                   max_nodes: int = 200, fan_out: int = 50) -> dict[str, Any]:
     """Walk the branch's relations breadth-first from ``seeds`` (:func:`kg.graph.traverse.traverse`).
@@ -379,7 +379,7 @@ def traverse_from(session: Session, services: Any, view: BranchView, seeds: Sequ
     return {"nodes": nodes, "truncated": walk.truncated}
 
 
-def spread_activation(session: Session, services: Any, view: BranchView, nodes: Sequence[dict[str, Any]],
+def spread_activation(session: Session, services: Resources, view: BranchView, nodes: Sequence[dict[str, Any]],
                       seed_mass: dict[str, float], *, hops: int, direction: Direction = "BOTH",
                       types: Sequence[str] | None = None, max_degree: int = 100_000) -> dict[str, float] | None:
     """Relevance of the nodes a walk reached: seed mass spread along the relations, split by degree.

@@ -235,7 +235,7 @@ class SearchAnswer:
         return out
 
 
-def search(session: Session, services: Any, view: BranchView,
+def search(session: Session, services: Resources, view: BranchView,
            request: SearchRequest) -> tuple[list[SearchResult], float]:
     """Run a search on a branch: :func:`search_answer` without the fusion description.
 
@@ -274,7 +274,7 @@ def search_branch(services: Resources, caller: Actor, repo: str, branch: str, re
         return search_answer(session, services, view, request)
 
 
-def search_answer(session: Session, services: Any, view: BranchView, request: SearchRequest) -> SearchAnswer:
+def search_answer(session: Session, services: Resources, view: BranchView, request: SearchRequest) -> SearchAnswer:
     """Run a search on a branch.
 
     Parameters
@@ -353,7 +353,7 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
 
 
-def _native_fusion(services: Any, request: SearchRequest) -> bool:
+def _native_fusion(services: Resources, request: SearchRequest) -> bool:
     """Whether the index's own hybrid query fuses this search."""
     if request.mode != "hybrid" or request.fusion == "kg":
         return False
@@ -364,7 +364,7 @@ def _native_fusion(services: Any, request: SearchRequest) -> bool:
     return request.vector_weight > 0 and request.fulltext_weight > 0
 
 
-def _native_hybrid(services, view, searchable: _Searchable, request, depth):
+def _native_hybrid(services: Resources, view, searchable: _Searchable, request, depth):
     """The index's hybrid query (one model only), as rows and the fusion it used; None when the
     searched workspaces use several models (kg fuses those)."""
     keys_by_model = searchable.keys_by_model
@@ -378,7 +378,8 @@ def _native_hybrid(services, view, searchable: _Searchable, request, depth):
     embedder = services.embedder(model)
     vector = embedder.embed([request.query])[0]
     alpha = request.vector_weight / (request.vector_weight + request.fulltext_weight)
-    answer = services.index.hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
+    # Only an index with a hybrid query of its own gets here (_native_fusion): not in VectorIndex.
+    answer = cast(Any, services.index).hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
                                    content_keys=keys, alpha=alpha, fusion_type=request.fusion_type or "ranked",
                                    max_vector_distance=request.max_distance, **searchable.scoped(model))
     names = view.workspaces
@@ -543,7 +544,7 @@ class _Searchable:
         return {"scopes": [s for s in self.scopes if model is None or s.model == model]}
 
 
-def _searchable(session: Session, services: Any, view: BranchView, wids: list[int],
+def _searchable(session: Session, services: Resources, view: BranchView, wids: list[int],
                 request: SearchRequest) -> _Searchable:
     """The searchable nodes of a branch state after the filters; cached (a branch state never
     changes) unless a property ``where`` filter needs the properties."""
@@ -613,7 +614,7 @@ def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
     )
 
 
-def _vector_leg(services, view, searchable: _Searchable, request, depth,
+def _vector_leg(services: Resources, view, searchable: _Searchable, request, depth,
                 warnings: list[dict[str, Any]]) -> list[IndexHit]:
     """KNN per embedding model of the searched workspaces, merged by distance.
 

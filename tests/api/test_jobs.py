@@ -142,7 +142,7 @@ def test_bad_input_fails_the_job_with_its_error(client, docs):
 
 
 def test_unexpected_exception_fails_the_job_as_internal_error(client, docs, monkeypatch):
-    def boom(services, repo, branch, raw):
+    def boom(services, caller, repo, branch, raw):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setitem(functions.FUNCTIONS, "boom", boom)
@@ -200,7 +200,7 @@ def test_job_whose_attempts_are_exhausted_fails_without_running(client, queued, 
 
 
 def test_attempt_that_lost_its_lease_does_not_store_its_result(client, queued, monkeypatch):
-    def slow_then_overtaken(services, repo, branch, raw):
+    def slow_then_overtaken(services, caller, repo, branch, raw):
         # Another runner takes the job over while this attempt still runs.
         set_job(services, job_id, attempts=FunctionJob.attempts + 1)
         raise InvalidInput("stale attempt")
