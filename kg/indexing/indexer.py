@@ -30,12 +30,13 @@ from sqlalchemy import select
 
 from kg.context import Resources
 from kg.errors import BackendUnavailable, KGError, ProviderError
-from kg.indexing.chunks import TextPlan, embed_plans, plan_text, store_chunks, sync_index
+from kg.indexing.chunks import ChunkRow, TextPlan, embed_plans, plan_text, store_chunks, sync_index
 from kg.indexing.config import NEXT, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import INDEX_QUEUE, LEASE, MAX_ATTEMPTS
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue
 from kg.indexing.reembed import complete_reembed
 from kg.indexing.worker import PollingWorker
+from kg.providers.base import Embedder
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
 
 log = logging.getLogger("kg.indexer")
@@ -208,7 +209,7 @@ class Indexer(PollingWorker):
                     obsolete.append(job_id)
                     continue
                 work.append((job, plan, embedder))
-        rows_by_job: dict[int, list] = {}
+        rows_by_job: dict[int, list[ChunkRow]] = {}
         postponed: list[tuple[int, str]] = []
         for job, plan, embedder in work:
             try:
@@ -221,7 +222,7 @@ class Indexer(PollingWorker):
             except (ProviderError, KGError) as exc:
                 failures[job.id] = exc.message
                 continue
-            rows_by_job[job.id] = rows.get(job.content_key, [])  # the plan's key (_plan_for_job)
+            rows_by_job[job.id] = rows.get(plan.content_key or "", [])
         by_repo: dict[int, list[_Job]] = {}
         for job, _, _ in work:
             if job.id in rows_by_job:
@@ -296,7 +297,8 @@ class Indexer(PollingWorker):
                 log.warning("indexer: placing repository %s in the index failed: %s", repo_id, exc.message)
 
 
-def _plan_for_job(services: Resources, config: dict | None, properties: dict, key: str):
+def _plan_for_job(services: Resources, config: dict[str, Any] | None, properties: dict[str, Any],
+                  key: str) -> tuple[TextPlan, Embedder] | tuple[None, None]:
     """The plan and embedder that make ``key`` from a version's text: under the workspace's
     current settings, or its re-embed's (``embedding_next``); ``(None, None)`` when neither."""
     default = services.settings.embedding_model

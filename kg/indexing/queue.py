@@ -69,7 +69,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 from sqlalchemy import CursorResult, Table, and_, delete, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -133,7 +133,7 @@ class QueueSpec:
     """
 
     name: str
-    model: type[Any]
+    model: type
     state: str
     queued: str
     group: str
@@ -225,7 +225,7 @@ class DurableQueue:
         self.heartbeat = timedelta(seconds=min(heartbeat_s, lease_s / 3))
         self.stale = timedelta(seconds=stale_s if stale_s is not None else 3 * heartbeat_s)
         self.worker_id = uuid.uuid4().hex
-        self._table = cast(Table, spec.model.__table__)
+        self._table: Table = spec.model.__table__  # type: ignore[attr-defined]  # a declarative model
         self._registered_at: datetime | None = None
         self._touched_at: datetime | None = None
         self._served: dict[tuple[str, Any], int] = {}
@@ -641,9 +641,9 @@ class DurableQueue:
             try:
                 now = utcnow()
                 with self.db.write() as session:
-                    renewed = cast(CursorResult[Any], session.execute(
-                        update(self._table).where(self.fence(claims))
-                        .values(self.spec.renew_values(now, self.lease)))).rowcount
+                    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]  # an UPDATE's result
+                        update(self._table).where(self.fence(claims)).values(self.spec.renew_values(now, self.lease)))
+                    renewed = result.rowcount
                     session.execute(update(QueueWorker).where(QueueWorker.id == self.worker_id)
                                     .values(heartbeat_at=now))
                 self._touched_at = now
@@ -704,7 +704,7 @@ def _worker_gone(worker: Any, host: str, process_start: str, now: datetime, stal
             gone = _process_gone(worker.pid, ticks)
             if gone is not None:
                 return gone
-    return worker.heartbeat_at < now - stale
+    return bool(worker.heartbeat_at < now - stale)
 
 
 def _process_gone(pid: int, ticks: str) -> bool | None:

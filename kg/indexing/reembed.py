@@ -139,7 +139,8 @@ def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, 
         uow.index_after_commit(repo_id, pending)  # inline indexing switches in there already
     complete_reembed(services, repo_id, workspace_id)
     with services.db.read() as session:
-        switched = NEXT not in (session.get_one(Workspace, workspace_id).config or {})
+        after = session.get(Workspace, workspace_id)
+        switched = after is not None and NEXT not in (after.config or {})
     return {"workspace": workspace, "embedding": wanted.model_dump(), "reembedded": True,
             "node_versions": len(versions), "queued": len(pending), "switched": switched}, pending
 
@@ -166,9 +167,11 @@ def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bo
     text is unsearchable until written again, and ``index/status`` lists the failure.
     """
     with services.db.write() as session:
-        session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
+        repo_key = session.scalar(select(Repository.uid).where(Repository.id == repo_id).with_for_update())
         ws = session.get(Workspace, workspace_id)
-        raw_next = None if ws is None else (ws.config or {}).get(NEXT)
+        if repo_key is None or ws is None:
+            return False  # deleted meanwhile
+        raw_next = (ws.config or {}).get(NEXT)
         if raw_next is None:
             return False
         assert ws is not None  # raw_next was read from it
@@ -205,7 +208,6 @@ def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bo
         old_model = workspace_embedding(config, default_model=services.settings.embedding_model).model
         config["embedding"] = config.pop(NEXT)
         ws.config = config
-        repo_key = session.get_one(Repository, repo_id).uid
     services.search_cache.clear()
     if getattr(services.index, "scoped", False) and lowest is not None:
         _replace(services, repo_id, repo_key, lowest)
@@ -218,7 +220,7 @@ def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bo
     return True
 
 
-def reembed_status(config: dict | None) -> dict[str, Any] | None:
+def reembed_status(config: dict[str, Any] | None) -> dict[str, Any] | None:
     """The ``embedding`` a workspace is being re-embedded to, and ``failed_texts`` when that
     many failures hold the switch back; None when no re-embed is under way."""
     raw = (config or {}).get(NEXT)

@@ -121,9 +121,10 @@ def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main"
         state="running" if inline else "queued", attempts=1 if inline else 0, created_at=now,
         started_at=now if inline else None, lease_until=now + runner.lease if inline else None,
         claimed_by=runner.queue.worker_id if inline else None,
+        actor={"kind": uow.actor.kind, "name": uow.actor.name},
     ))
     if inline:
-        claim = _Claim(job_id, repo, name, branch, raw, 1)
+        claim = _Claim(job_id, repo, name, branch, raw, 1, uow.actor)
         uow.after_commit(lambda: runner.execute(claim))
     else:
         uow.after_commit(runner.wake)
@@ -182,6 +183,14 @@ class _Claim:
     branch: str
     input: Any
     attempt: int
+    actor: Actor = SYSTEM
+
+
+def _actor(stored: dict[str, Any] | None) -> Actor:
+    """The caller a job was submitted by (kg's own work for a job stored before 0010)."""
+    if not stored or stored.get("kind") not in ("anonymous", "operator", "system"):
+        return SYSTEM
+    return Actor(stored["kind"], stored.get("name"))
 
 
 def error_shape(exc: BaseException) -> dict[str, Any]:
@@ -280,8 +289,8 @@ class JobRunner(PollingWorker):
             (claim,) = claimed.claims
             job = session.get_one(FunctionJob, claim.id)  # claimed just now, in this transaction
             repo_name = session.execute(select(Repository.name).where(Repository.id == job.repo_id)).scalar_one()
-            return (_Claim(job.id, repo_name, job.function, job.branch, job.input, claim.attempt),
-                    len(claimed.exhausted))
+            return (_Claim(job.id, repo_name, job.function, job.branch, job.input, claim.attempt,
+                           _actor(job.actor)), len(claimed.exhausted))
 
     def execute(self, claim: _Claim) -> None:
         """Run one claimed job and store its output or error (a lost lease stores nothing).
@@ -295,8 +304,7 @@ class JobRunner(PollingWorker):
         held = Claim(claim.job_id, claim.attempt)
         with self.queue.renewing([held]):
             try:
-                # Jobs run as kg's own work: the submitter is not stored with the job yet.
-                output = _json_safe(invoke(self.services, SYSTEM, claim.repo, claim.function, claim.input,
+                output = _json_safe(invoke(self.services, claim.actor, claim.repo, claim.function, claim.input,
                                            branch=claim.branch))
                 state, error = "succeeded", None
             except KGError as exc:

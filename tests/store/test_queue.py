@@ -459,7 +459,7 @@ def test_a_function_job_of_a_gone_runner_runs_again_at_once(db_url, tmp_path):
     assert services.jobs.run_pending() == 0  # its runner lives: the claim stands
     bury(services.db, dead)
     assert services.jobs.run_pending() == 1
-    job = get(services, "f" * 32)
+    job = get(services, context.OPERATOR, "f" * 32)
     assert job["state"] == "succeeded" and job["attempts"] == 2
     services.close()
 
