@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -70,8 +70,8 @@ def _close_opened() -> None:
 
 
 @app.command()
-def serve(host: Annotated[Optional[str], typer.Option(help="Interface to listen on.")] = None,
-          port: Annotated[Optional[int], typer.Option(help="TCP port.")] = None,
+def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.")] = None,
+          port: Annotated[int | None, typer.Option(help="TCP port.")] = None,
           workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 1) -> None:
     """Run the HTTP API (pending migrations are applied at start)."""
     import uvicorn
@@ -98,7 +98,7 @@ def _check_can_listen(host: str, port: int) -> None:
             probe.bind(address)
     except OSError as exc:
         typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from exc
 
 
 @db_app.command("upgrade")
@@ -151,7 +151,7 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
            k: Annotated[int, typer.Option(help="Rows.")] = 5,
            mode: Annotated[str, typer.Option(help="vector | fulltext | hybrid")] = "hybrid",
            granularity: Annotated[str, typer.Option(help="chunk | node")] = "node",
-           workspace: Annotated[Optional[list[str]], typer.Option(help="Limit to a workspace (repeatable).")] = None,
+           workspace: Annotated[list[str] | None, typer.Option(help="Limit to a workspace (repeatable).")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Search a repository's nodes on a branch."""
     try:
@@ -173,7 +173,7 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
 
 @app.command()
 def reindex(repo: Annotated[str, typer.Option(help="Repository whose search index to rebuild.")],
-            index: Annotated[Optional[str], typer.Option(
+            index: Annotated[str | None, typer.Option(
                 "--index", help="embedded | weaviate (default: KG_INDEX).")] = None) -> None:
     """Rebuild a search index from the chunks and vectors stored in SQL (no re-embedding),
     after finishing any queued indexing. ``--index weaviate`` fills Weaviate
