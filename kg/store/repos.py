@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import (
@@ -138,7 +139,7 @@ def _allocate_revision(session: Session, view: BranchView, expected: int, *, mes
     ).scalar_one()
     if number != expected:  # the row lock of begin_write makes this impossible
         raise RuntimeError(f"revision {number} allocated where {expected} was locked for")
-    repo.head_revision = number
+    set_committed_value(repo, "head_revision", number)  # the UPDATE above wrote it already
     branch.head_revision = number
     session.add(Revision(repo_id=repo.id, number=number, branch_id=branch.id, message=message,
                          actor=actor, created_at=utcnow()))
@@ -177,13 +178,25 @@ def create_repository(session: Session, *, name: str) -> Repository:
 def get_repository(session: Session, name: str, *, lock: bool = False) -> Repository:
     """The repository called ``name``; ``lock`` takes its row lock (PostgreSQL).
 
+    Parameters
+    ----------
+    session : Session
+    name : str
+    lock : bool
+        Take the row lock; the row is then read as of the lock, even if this session loaded
+        it earlier (``populate_existing``: one statement, no refresh).
+
+    Returns
+    -------
+    Repository
+
     Raises
     ------
     kg.errors.NotFound
     """
     stmt = select(Repository).where(Repository.name == name)
     if lock:
-        stmt = stmt.with_for_update()
+        stmt = stmt.with_for_update().execution_options(populate_existing=True)
     repo = session.scalar(stmt)
     if repo is None:
         raise NotFound(f"repository {name!r} not found", details={"repo": name})
@@ -491,8 +504,7 @@ def begin_write(
     """
     if actor is not None and len(actor) > MAX_ACTOR:
         raise InvalidInput(f"actor is longer than {MAX_ACTOR} characters", details={"length": len(actor)})
-    repo = get_repository(session, repo_name, lock=True)
-    session.refresh(repo)  # the head as of the lock, not as of an earlier read in this session
+    repo = get_repository(session, repo_name, lock=True)  # the head as of the lock
     pending = repo.head_revision + 1
     view = _view(session, repo, branch_name, None, own_cap=pending)
     return WriteContext(session, view, pending, message=message, actor=actor)
