@@ -22,7 +22,7 @@ from kg.errors import NotFound, ProviderError
 from kg.indexing.config import parse_embedding_config
 from kg.ops.files import iter_files, read_file_node
 from kg.ops.formats import DEFAULT_FORMAT, FileNode, IngestFormat, get_format
-from kg.ops.texts import EmbeddedText, plan_texts, prepare_chunks, write_node
+from kg.ops.texts import EmbeddedText, prepare_chunks, write_node
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.repos import create_repository, create_workspace, get_repository, get_workspace
@@ -154,12 +154,11 @@ def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
     ctx = uow.begin(repo, branch, message=f"ingest relations ({len(relations)})")
     stubs = []
     for src, rel, dst in relations:
-        if node_store.find_node(session, ctx.view, workspace, dst) is None:
+        if file_format.stub is not None and node_store.find_node(session, ctx.view, workspace, dst) is None:
             stub = file_format.stub(dst)
-            if stub is not None:
-                write_node(uow, ctx, workspace, dst, node_type=stub.node_type,
-                           properties=stub.properties, parents=True)
-                stubs.append(dst)
+            write_node(uow, ctx, workspace, dst, node_type=stub.node_type, properties=stub.properties,
+                       parents=True)
+            stubs.append(dst)
         relation_store.relate(session, ctx, f"{workspace}:{src}", f"{workspace}:{dst}", rel)
     return stubs
 
@@ -232,7 +231,7 @@ def ingest_path(services, caller: Actor, root: Path, *, repo: str, workspace: st
         except ProviderError:
             # One bad text must not stop the others: store the nodes and let the indexer
             # embed them one by one, recording the failing one with its reason.
-            embedded = plan_texts(services, repo, items)
+            embedded = prepare_chunks(services, repo, items, embed=False)
         report.passages_embedded += counted[0]
         for node, text in zip(todo, embedded):
             created = run(services, caller, ingest_file, repo, branch, workspace, node, text)

@@ -37,7 +37,7 @@ class EmbeddedText:
         The text plan under the settings read when it was made.
     chunks : list of ChunkRow
         The chunks of ``plan.content_key`` embedded for it; empty when they were stored
-        already or nothing was embedded (:func:`plan_texts`).
+        already or nothing was embedded (``prepare_chunks(..., embed=False)``).
     """
 
     plan: TextPlan
@@ -86,9 +86,9 @@ def plan_for(services: Resources, session: Session, repo: Repository, workspace_
 
 
 def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]], *,
-                   progress: Callable[[int], None] | None = None) -> list[EmbeddedText]:
-    """Embed, outside any transaction, the text of ``(workspace, properties)`` items whose
-    chunks are not stored yet (the input of :func:`write_node`'s ``embedded``).
+                   embed: bool = True, progress: Callable[[int], None] | None = None) -> list[EmbeddedText]:
+    """Plan and embed, outside any transaction, the text of ``(workspace, properties)`` items
+    whose chunks are not stored yet (the input of :func:`write_node`'s ``embedded``).
 
     Parameters
     ----------
@@ -96,6 +96,8 @@ def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[st
     repo_name : str
     items : sequence of (str, dict)
         Workspace name and properties of each node to write.
+    embed : bool
+        False: plan only, embed nothing (the indexer embeds the texts after their writes).
     progress : callable(int), optional
         Called with the number of passages embedded after each embedder call.
 
@@ -114,43 +116,17 @@ def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[st
     with services.db.read() as session:
         repo = get_repository(session, repo_name)
         planned = [_plan(services, session, repo, ws, props) for ws, props in items]
-        stored = existing_content_keys(session, repo.id, [p.content_key for p, _ in planned if p.content_key])
+        keys = {p.content_key for p, _ in planned if p.content_key} if embed else set()
+        stored = existing_content_keys(session, repo.id, keys)
     rows: dict[str, list[ChunkRow]] = {}
     by_embedder: dict[str, tuple[Embedder, list[TextPlan]]] = {}
     for plan, embedder in planned:
-        if plan.content_key and plan.content_key not in stored:
+        if plan.content_key in keys and plan.content_key not in stored:
             by_embedder.setdefault(embedder.name, (embedder, []))[1].append(plan)
     for embedder, plans in by_embedder.values():
         rows.update(embed_plans(plans, embedder, batch_size=services.settings.embed_batch_size,
                                 progress=progress))
     return [EmbeddedText(plan, rows.get(plan.content_key or "", [])) for plan, _ in planned]
-
-
-def plan_texts(services: Resources, repo_name: str,
-               items: Sequence[tuple[str, dict[str, Any]]]) -> list[EmbeddedText]:
-    """The text plans of ``(workspace, properties)`` items, embedding nothing (the indexer
-    embeds them after the write).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-    repo_name : str
-    items : sequence of (str, dict)
-        Workspace name and properties of each node to write.
-
-    Returns
-    -------
-    list of EmbeddedText
-        One per item, in order, with no chunks.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository or workspace.
-    """
-    with services.db.read() as session:
-        repo = get_repository(session, repo_name)
-        return [EmbeddedText(_plan(services, session, repo, ws, props)[0]) for ws, props in items]
 
 
 def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *, node_type: str,

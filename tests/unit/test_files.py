@@ -97,7 +97,7 @@ def test_pep_stub_nodes():
     stub = PEP_FORMAT.stub("/pep-0386")
     assert (stub.path, stub.node_type, stub.properties) == ("/pep-0386", "pep:External",
                                                             {"pep": 386, "in_corpus": False})
-    assert TEXT_FORMAT.stub("/pep-0386") is None
+    assert TEXT_FORMAT.stub is None
 
 
 def test_the_format_registry():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable
 
 
 @dataclass
@@ -31,36 +31,22 @@ class FileNode:
     source: str = ""
 
 
-class IngestFormat(Protocol):
-    """How one kind of file becomes a node (a plugin of :data:`kg.ops.formats.FORMATS`)."""
+@dataclass(frozen=True)
+class IngestFormat:
+    """How one kind of file becomes a node (a plugin of :data:`kg.ops.formats.FORMATS`).
+
+    Attributes
+    ----------
+    name : str
+        What ``kg ingest --format`` calls it.
+    read : callable(text, relative) -> FileNode
+        The node of a file's text (UTF-8 decoded); ``relative`` is the file's path below the
+        ingested folder.
+    stub : callable(path) -> FileNode, or None
+        The node standing for a relation target no file of the corpus holds; None: the format
+        makes no relation outside the corpus.
+    """
 
     name: str
-
-    def read(self, text: str, relative: Path) -> FileNode:
-        """The node of a file's text.
-
-        Parameters
-        ----------
-        text : str
-            The file's text (UTF-8 decoded).
-        relative : Path
-            Its path below the ingested folder.
-
-        Returns
-        -------
-        FileNode
-        """
-
-    def stub(self, path: str) -> FileNode | None:
-        """The node standing for a relation target no file of the corpus holds.
-
-        Parameters
-        ----------
-        path : str
-            The target's path.
-
-        Returns
-        -------
-        FileNode or None
-            None: the format makes no relation outside the corpus.
-        """
+    read: Callable[[str, Path], FileNode]
+    stub: Callable[[str], FileNode] | None = None

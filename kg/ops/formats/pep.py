@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kg.ops.formats.base import FileNode
+from kg.ops.formats.base import FileNode, IngestFormat
 from kg.ops.formats.text import document_node
 
 PEP_RELATIONS = {"requires": "requires", "replaces": "replaces", "superseded-by": "superseded_by"}
@@ -116,42 +116,39 @@ def pep_node(text: str, source: str) -> FileNode | None:
     return FileNode(pep_path(number), "pep:PEP", props, relations, source)
 
 
-class PepFormat:
-    """PEPs with their relations; other files as documents."""
+def read_pep_file(text: str, relative: Path) -> FileNode:
+    """The PEP of a file (:func:`pep_node`), or its document when it has no PEP header.
 
-    name = "pep"
+    Parameters
+    ----------
+    text : str
+        The file's text.
+    relative : Path
+        Its path below the ingested folder.
 
-    def read(self, text: str, relative: Path) -> FileNode:
-        """The PEP of a file (:func:`pep_node`), or its document when it has no PEP header.
-
-        Parameters
-        ----------
-        text : str
-            The file's text.
-        relative : Path
-            Its path below the ingested folder.
-
-        Returns
-        -------
-        FileNode
-        """
-        return pep_node(text, relative.as_posix()) or document_node(text, relative)
-
-    def stub(self, path: str) -> FileNode | None:
-        """A ``pep:External`` node for a PEP the corpus does not hold.
-
-        Parameters
-        ----------
-        path : str
-            A relation's target, ``/pep-NNNN``.
-
-        Returns
-        -------
-        FileNode
-            ``{"pep": NNNN, "in_corpus": False}``.
-        """
-        number = path.rsplit("-", 1)[-1].lstrip("0") or "0"
-        return FileNode(path, "pep:External", {"pep": int(number), "in_corpus": False})
+    Returns
+    -------
+    FileNode
+    """
+    return pep_node(text, relative.as_posix()) or document_node(text, relative)
 
 
-PEP_FORMAT = PepFormat()
+def external_pep(path: str) -> FileNode:
+    """The ``pep:External`` stub of a PEP the corpus does not hold.
+
+    Parameters
+    ----------
+    path : str
+        A relation's target, ``/pep-NNNN``.
+
+    Returns
+    -------
+    FileNode
+        ``{"pep": NNNN, "in_corpus": False}`` at ``path``.
+    """
+    number = path.rsplit("-", 1)[-1].lstrip("0") or "0"
+    return FileNode(path, "pep:External", {"pep": int(number), "in_corpus": False})
+
+
+#: PEPs with their relations and stubs; other files as documents.
+PEP_FORMAT = IngestFormat("pep", read=read_pep_file, stub=external_pep)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kg.ops.formats.base import FileNode
+from kg.ops.formats.base import FileNode, IngestFormat
 
 _SEGMENT_UNSAFE = re.compile(r"[^\w.\- ]+", re.UNICODE)
 
@@ -46,40 +46,5 @@ def document_node(text: str, relative: Path) -> FileNode:
                     source=relative.as_posix())
 
 
-class TextFormat:
-    """Plain text and markdown files as documents (the default format)."""
-
-    name = "text"
-
-    def read(self, text: str, relative: Path) -> FileNode:
-        """The document of a file (:func:`document_node`).
-
-        Parameters
-        ----------
-        text : str
-            The file's text.
-        relative : Path
-            Its path below the ingested folder.
-
-        Returns
-        -------
-        FileNode
-        """
-        return document_node(text, relative)
-
-    def stub(self, path: str) -> FileNode | None:
-        """None: a document asserts no relation.
-
-        Parameters
-        ----------
-        path : str
-            A relation's target path.
-
-        Returns
-        -------
-        None
-        """
-        return None
-
-
-TEXT_FORMAT = TextFormat()
+#: Plain text and markdown files as documents (the default format).
+TEXT_FORMAT = IngestFormat("text", read=document_node)
