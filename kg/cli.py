@@ -18,6 +18,7 @@ from kg.context import OPERATOR, run
 from kg.errors import KGError
 from kg.ops import branches as branch_ops
 from kg.ops import repos as repo_ops
+from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import ingest_path
 from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
@@ -116,8 +117,12 @@ def db_upgrade() -> None:
 def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text files.")],
            repo: Annotated[str, typer.Option(help="Repository (created if missing).")],
            workspace: Annotated[str, typer.Option(help="Workspace (created if missing).")],
-           branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main") -> None:
-    """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded."""
+           branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main",
+           format_name: Annotated[str, typer.Option(
+               "--format", help=f"What a file becomes: {' | '.join(FORMATS)}.")] = DEFAULT_FORMAT) -> None:
+    """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded. The
+    format says what a file becomes: ``text`` a document, ``pep`` a Python Enhancement
+    Proposal with its relations."""
     progress = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err)
     task = progress.add_task("files", total=None)
@@ -132,8 +137,9 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
     try:
         services = _services()
         try:
-            report = ingest_path(services, path, repo=repo, workspace=workspace, branch=branch,
-                                 on_files=on_files, on_progress=lambda n: progress.advance(task, n))
+            report = ingest_path(services, OPERATOR, path, repo=repo, workspace=workspace, branch=branch,
+                                 format_name=format_name, on_files=on_files,
+                                 on_progress=lambda n: progress.advance(task, n))
         finally:
             if started:
                 progress.stop()

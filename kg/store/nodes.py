@@ -233,6 +233,43 @@ def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
     return version
 
 
+def check_if_revision(current: NodeVersion | None, if_revision: int | None, workspace: str, path: str) -> None:
+    """Refuse a write based on a stale view of the node (optimistic concurrency).
+
+    ``if_revision`` is the revision the writer read the node at: the write is refused when the
+    node changed after it (or was deleted, or appeared when the writer saw none: ``0``).
+
+    Parameters
+    ----------
+    current : NodeVersion or None
+        The node's visible version in the write transaction (None: no node).
+    if_revision : int or None
+        The revision the writer read; None checks nothing.
+    workspace, path : str
+        The node's address, for the message.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``if_revision`` is not an integer >= 0.
+    kg.errors.Conflict
+        The node changed, was deleted or appeared after ``if_revision``.
+    """
+    if if_revision is None:
+        return
+    if isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0:
+        raise InvalidInput("if_revision must be an integer >= 0", details={"if_revision": if_revision})
+    if current is None and if_revision > 0:
+        raise Conflict(f"node {workspace}:{path} no longer exists (if_revision={if_revision})",
+                       details={"workspace": workspace, "path": path, "if_revision": if_revision})
+    if current is not None and current.revision > if_revision:
+        raise Conflict(
+            f"node {workspace}:{path} changed at revision {current.revision}, after {if_revision}",
+            details={"workspace": workspace, "path": path, "if_revision": if_revision,
+                     "revision": current.revision},
+        )
+
+
 def put_node(
     session: Session,
     ctx: WriteContext,
@@ -241,6 +278,8 @@ def put_node(
     write: NodeWrite,
     *,
     parents: bool = False,
+    if_revision: int | None = None,
+    validated: bool = False,
 ) -> tuple[NodeVersion, bool]:
     """Create or replace the node at ``workspace:path`` on the context's branch.
 
@@ -258,6 +297,12 @@ def put_node(
         Type, properties (replaced whole), order and content key.
     parents : bool
         Create missing ancestors as ``kg:Folder`` nodes instead of refusing.
+    if_revision : int or None
+        Refuse the write if the node changed after this revision (:func:`check_if_revision`),
+        checked on the one lookup of the node this write makes.
+    validated : bool
+        The caller has checked ``write`` with :func:`validate_node_input` already (the
+        text-writing path does, before planning the text), so it is not checked twice.
 
     Returns
     -------
@@ -271,11 +316,16 @@ def put_node(
         Bad path or properties.
     kg.errors.NotFound
         Unknown workspace, or a missing parent without ``parents``.
+    kg.errors.Conflict
+        The node changed after ``if_revision``.
     """
     validate_path(path)
-    validate_node_input(write.node_type, write.properties, write.order)
+    if not validated:
+        validate_node_input(write.node_type, write.properties, write.order)
     view = ctx.view
     wid = workspace_id(view, workspace)
+    existing = find_node(session, view, workspace, path)
+    check_if_revision(existing, if_revision, workspace, path)
     parent = parent_of(path)
     if parent != "/" and find_node(session, view, workspace, parent) is None:
         if not parents:
@@ -287,7 +337,6 @@ def put_node(
             if find_node(session, view, workspace, ancestor) is None:
                 _insert_version(session, ctx, wid, ancestor, node_id=node_uid(ctx.repo.uid, wid, ancestor),
                                 write=NodeWrite(FOLDER_TYPE, {}, None, None), created_at=None)
-    existing = find_node(session, view, workspace, path)
     node_id = node_uid(ctx.repo.uid, wid, path)
     if existing is None:
         return _insert_version(session, ctx, wid, path, node_id=node_id, write=write,

@@ -12,6 +12,7 @@ from typing import Any, cast
 from sqlalchemy import Table, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import (
@@ -139,7 +140,7 @@ def _allocate_revision(session: Session, view: BranchView, expected: int, *, mes
     ).scalar_one()
     if number != expected:  # the row lock of begin_write makes this impossible
         raise RuntimeError(f"revision {number} allocated where {expected} was locked for")
-    repo.head_revision = number
+    set_committed_value(repo, "head_revision", number)  # the UPDATE above wrote it already
     branch.head_revision = number
     session.add(Revision(repo_id=repo.id, number=number, branch_id=branch.id, message=message,
                          actor=actor, created_at=utcnow()))
@@ -196,7 +197,9 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
         An open session (a write transaction for writes).
     name : str
     lock : bool
-        ``SELECT ... FOR UPDATE``: writers of the repository serialise on it.
+        ``SELECT ... FOR UPDATE``: writers of the repository serialise on it; the row is then
+        read as of the lock, even if this session loaded it earlier (``populate_existing``:
+        one statement, no refresh).
 
     Returns
     -------
@@ -208,7 +211,7 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
     """
     stmt = select(Repository).where(Repository.name == name)
     if lock:
-        stmt = stmt.with_for_update()
+        stmt = stmt.with_for_update().execution_options(populate_existing=True)
     repo = session.scalar(stmt)
     if repo is None:
         raise NotFound(f"repository {name!r} not found", details={"repo": name})
@@ -625,8 +628,7 @@ def begin_write(
     """
     if actor is not None and len(actor) > MAX_ACTOR:
         raise InvalidInput(f"actor is longer than {MAX_ACTOR} characters", details={"length": len(actor)})
-    repo = get_repository(session, repo_name, lock=True)
-    session.refresh(repo)  # the head as of the lock, not as of an earlier read in this session
+    repo = get_repository(session, repo_name, lock=True)  # the head as of the lock
     pending = repo.head_revision + 1
     view = _view(session, repo, branch_name, None, own_cap=pending)
     return WriteContext(session, view, pending, message=message, actor=actor)

@@ -51,6 +51,23 @@ def test_ingest_then_search(env):
     assert rows and rows[0]["path"] in ("/pep-0440", "/pep-0508")
 
 
+def test_ingest_format_pep_writes_the_relations_and_text_does_not(env):
+    pep = runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps", "--format", "pep"])
+    assert pep.exit_code == 0, pep.output
+    report = json.loads(pep.stdout.strip().splitlines()[-1])
+    assert report["relations_added"] >= 1
+    text = runner.invoke(app, ["ingest", str(env), "--repo", "docs", "--workspace", "docs"])
+    assert text.exit_code == 0, text.output
+    report = json.loads(text.stdout.strip().splitlines()[-1])
+    assert report["inserted"] == len(list(env.iterdir())) and report["relations_added"] == 0
+
+
+def test_an_unknown_format_is_one_line(env):
+    result = runner.invoke(app, ["ingest", str(env), "--repo", "r", "--workspace", "w", "--format", "rtf"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == ["error: unknown format 'rtf' (known: pep, text)"]
+
+
 def test_branch_commands(env):
     runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
     made = runner.invoke(app, ["branch", "create", "agent/demo", "--repo", "peps"])
@@ -61,6 +78,7 @@ def test_branch_commands(env):
 
 @pytest.mark.parametrize("args", [
     ["ingest", "/no/such/path", "--repo", "r", "--workspace", "w"],
+    ["ingest", ".", "--repo", "r", "--workspace", "w", "--format", "rtf"],
     ["search", "x", "--repo", "missing"],
     ["search", "   ", "--repo", "missing"],
     ["branch", "create", "a//b", "--repo", "missing"],
