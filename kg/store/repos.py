@@ -196,6 +196,7 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
     session : Session
         An open session (a write transaction for writes).
     name : str
+        The repository's name.
     lock : bool
         ``SELECT ... FOR UPDATE``: writers of the repository serialise on it; the row is then
         read as of the lock, even if this session loaded it earlier (``populate_existing``:
@@ -204,6 +205,7 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
     Returns
     -------
     Repository
+        The repository row (locked when ``lock``).
 
     Raises
     ------
@@ -229,6 +231,7 @@ def list_repositories(session: Session) -> list[Repository]:
     Returns
     -------
     list of Repository
+        Every repository, by name.
     """
     return list(session.scalars(select(Repository).order_by(Repository.name)))
 
@@ -241,6 +244,7 @@ def delete_repository(session: Session, name: str) -> None:
     session : Session
         An open session (a write transaction for writes).
     name : str
+        The repository's name.
 
     Raises
     ------
@@ -280,6 +284,7 @@ def create_workspace(
     session : Session
         An open session (a write transaction for writes).
     repo : Repository
+        The repository.
     name : str
         Letters, digits, ``-``, ``_`` and ``.``.
     config : dict, optional
@@ -320,11 +325,14 @@ def get_workspace(session: Session, repo: Repository, name: str) -> Workspace:
     session : Session
         An open session (a write transaction for writes).
     repo : Repository
+        The repository.
     name : str
+        The workspace's name.
 
     Returns
     -------
     Workspace
+        The workspace row.
 
     Raises
     ------
@@ -349,10 +357,12 @@ def list_workspaces(session: Session, repo: Repository) -> list[Workspace]:
     session : Session
         An open session (a write transaction for writes).
     repo : Repository
+        The repository.
 
     Returns
     -------
     list of Workspace
+        The workspaces, by name.
     """
     return list(
         session.scalars(select(Workspace).where(Workspace.repo_id == repo.id).order_by(Workspace.name))
@@ -375,11 +385,14 @@ def get_branch(session: Session, repo: Repository, name: str) -> Branch:
     session : Session
         An open session (a write transaction for writes).
     repo : Repository
+        The repository.
     name : str
+        The branch's name.
 
     Returns
     -------
     Branch
+        The branch row.
 
     Raises
     ------
@@ -401,10 +414,12 @@ def list_branches(session: Session, repo: Repository) -> list[Branch]:
     session : Session
         An open session (a write transaction for writes).
     repo : Repository
+        The repository.
 
     Returns
     -------
     list of Branch
+        The branches, by name.
     """
     return sorted(_branches(session, repo).values(), key=lambda b: b.name)
 
@@ -486,7 +501,9 @@ def delete_branch(session: Session, repo: Repository, name: str) -> None:
     session : Session
         An open session (a write transaction for writes).
     repo : Repository
+        The repository.
     name : str
+        The branch's name (not ``main``).
 
     Raises
     ------
@@ -519,10 +536,12 @@ def parent_name(session: Session, branch: Branch) -> str | None:
     session : Session
         An open session (a write transaction for writes).
     branch : Branch
+        The branch.
 
     Returns
     -------
     str or None
+        The parent's name; None for ``main``.
     """
     if branch.parent_id is None:
         return None
@@ -542,12 +561,14 @@ def branch_view(
     session : Session
         An open session (a write transaction for writes).
     repo_name, branch_name : str
+        The repository and the branch (default ``main``).
     at_revision : int or None
         Read as of this revision (``0..head``); None: the branch's head.
 
     Returns
     -------
     BranchView
+        The branch and its ancestors, each capped at the revision it is read as of.
 
     Raises
     ------
@@ -642,10 +663,12 @@ def count_branch_children(session: Session, branch: Branch) -> int:
     session : Session
         An open session (a write transaction for writes).
     branch : Branch
+        The branch.
 
     Returns
     -------
     int
+        The number of branches whose parent is ``branch``.
     """
     return session.scalar(select(func.count()).where(Branch.parent_id == branch.id)) or 0
 
@@ -656,12 +679,14 @@ def workspace_id(view: BranchView, workspace: str) -> int:
     Parameters
     ----------
     view : BranchView
+        A view of the repository (its workspaces are loaded with it).
     workspace : str
         A workspace name.
 
     Returns
     -------
     int
+        The workspace's id.
 
     Raises
     ------
