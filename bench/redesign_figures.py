@@ -6,24 +6,24 @@ APIs differ between the checkouts compared, so nothing here imports them except 
 ``Settings`` and the ``kg`` command line, which both have):
 
 1. ``batch_1000_s``: ``POST /api/repos/{repo}/nodes:batch`` of 1,000 new nodes, wall time per
-   call (median of ``--batches`` calls after one untimed call). Each node is a small document
+   call (the median call; one untimed call first). Each node is a small document
    (title, status, owner, priority, score and a one-sentence ``content``, so its text is planned
    and queued for indexing as a real write's is).
-2. ``put_p50_ms``: ``PUT .../nodes/{path}`` replacing one existing node (200), p50 of ``--puts``
-   calls on distinct nodes after 20 untimed ones. Also reported: creating one (201).
+2. ``put_p50_ms``: ``PUT .../nodes/{path}`` replacing one existing node (200), p50 of its calls
+   (each on a distinct node; 20 untimed first). Also reported: creating one (201).
 3. ``search_p50_ms``: ``POST /api/repos/peps/search`` hybrid, k = 10, over the 150 PEPs
    ingested as ``make demo`` does (``kg ingest <docs> --repo peps --workspace peps``, the
    checkout's own command line in a subprocess); the queries are the 150 PEP titles of
-   ``index.jsonl``, ``--search-passes`` passes after 20 untimed queries; p50.
+   ``index.jsonl`` in turn, after 20 untimed queries; p50.
 4. ``merge_100_ms``: ``POST .../branches/{b}/merge {"into": "main"}`` of a fresh branch with 100
    node changes (40 modified, 40 added, 20 deleted leaves, written on the branch in four
    ``nodes:batch`` calls of 25, as ``bench/diff_merge.py`` writes its changes) into a main of
-   ``--merge-nodes`` nodes; median of ``--merges`` merges after one untimed one. Each answer is
+   ``--merge-nodes`` nodes; the median merge (one untimed first). Each answer is
    checked (40 / 40 / 20 applied). Unlike diff_merge.py, no relation changes: the two
    checkouts treat a deleted endpoint's edges differently, and this is a like-for-like figure.
 5. ``sql_per_put``: SQL statements of one replacing PUT, counted with a SQLAlchemy
-   ``before_cursor_execute`` listener on the app's engine (median of 20 PUTs, outside the timed
-   ones; the JSON lists the last one's statements). Also counted: a creating PUT and a
+   ``before_cursor_execute`` listener on the app's engine (median of 20 PUTs after the timed
+   ones, without the timed ones; the JSON lists the last one's statements). Also counted: a creating PUT and a
    1,000-node batch.
 
 The embedder is the deterministic offline ``fake:hash-384`` (``KG_EMBEDDING_MODEL``; the
@@ -33,19 +33,26 @@ measurements (the app's lifespan is not entered): writes are answered once store
 default ``index_inline=False``, and their queued texts wait. SQLite in a temporary folder by
 default; ``--postgres URL`` runs on a fresh schema of that server (dropped afterwards).
 
+The calls are made in blocks (``BLOCKS``: 30 searches, 20 replacing PUTs, 20 creating PUTs,
+one batch, one merge); a round is one block of each, ``--rounds`` rounds (default 20). A figure
+is the p50 (or median call) over all its samples.
+
 Modes::
 
     # one run of the code on PYTHONPATH (prints the figures; JSON in
     # bench/results/redesign_figures_run_<backend>.json, or --out)
     PYTHONPATH=/work/main python bench/redesign_figures.py
     # old against new, each checkout in its own subprocess (PYTHONPATH=that checkout),
-    # interleaved over --rounds rounds, the order alternating (old, new, new, old, ...)
-    python bench/redesign_figures.py --compare /work/wt-baseline /work/main [--rounds 5]
+    # their blocks interleaved: old, new / new, old / ... (who goes first alternates)
+    python bench/redesign_figures.py --compare /work/wt-baseline /work/main [--rounds 20]
 
-``--compare`` prints per figure old and new (median over rounds), new/old (ratio of those
-medians) and the spread min / median / max of the per-round values and of the per-round ratios
-(each round's old and new ran back to back, under the same machine load), and writes
-``bench/results/redesign_figures.json`` (``_postgresql`` added with ``--postgres``).
+``--compare`` starts both checkouts' workers (each sets up its own database, ingest and
+repositories), then runs every block in old and new back to back, a few seconds apart, so both
+see the same machine load (2 cores shared with test suites here: a round-per-process design
+saw PUT p50 ratios of 0.6 to 1.9 between rounds). It prints per figure old, new, new/old, and
+the spread min / median / max of the new/old ratio of each pair of blocks and of the blocks'
+own values, and writes ``bench/results/redesign_figures.json`` (``_postgresql`` with
+``--postgres``).
 
 This script never imports kg from its own checkout: it does not put its checkout on
 ``sys.path``; each subprocess checks that ``kg``, ``api`` and ``migrations`` (what
@@ -201,148 +208,174 @@ class Counter:
         return self.n
 
 
-def run_once(args) -> dict:
-    """Measure the five figures with the code on sys.path; the answer as a dict."""
-    for name in [n for n in os.environ if n.startswith("KG_")]:  # only what this run sets
-        del os.environ[name]
-    imports = check_imports(args.expect_root)
-    rng = random.Random(11)
-    with tempfile.TemporaryDirectory(prefix="kg-redesign-") as tmp_name:
-        tmp = Path(tmp_name)
-        with common.isolated_database(args.postgres, tmp) as (url, backend):
-            ingest_s = ingest(tmp, url if args.postgres else None, args.dataset / "docs")
-            from fastapi.testclient import TestClient
+class Worker:
+    """The five figures' workloads on the code on sys.path, measured in blocks.
 
-            from api.app import create_app
-            from kg.settings import Settings
+    :meth:`setup` ingests the PEPs and builds the repositories; each :meth:`block` call then
+    measures a few calls of one figure and answers their samples. ``--compare`` drives one
+    worker per checkout over a pipe and alternates their blocks, so both see the same load.
+    """
 
-            settings = Settings(database_url=url if args.postgres else None, data_dir=tmp / "data",
-                                embedding_model=MODEL, index_inline=False)
-            app = create_app(settings)
-            services = app.state.services
-            counter = Counter(services.db.engine)
-            client = TestClient(app)  # no ``with``: the lifespan (indexer, job runner) stays off
-            try:
-                out = {"imports": imports, "backend": backend, "ingest_s": round(ingest_s, 3)}
-                out.update(measure_search(client, args))
-                out.update(measure_writes(client, counter, args, rng))
-                out.update(measure_merge(client, args, rng))
-            finally:
-                services.close()
-    return out
+    def __init__(self, args):
+        self.args = args
+        self.rng = random.Random(11)
+        self.tmp = tempfile.TemporaryDirectory(prefix="kg-redesign-")
+        self._db = None
 
+    def setup(self) -> dict:
+        for name in [n for n in os.environ if n.startswith("KG_")]:  # only what this run sets
+            del os.environ[name]
+        imports = check_imports(self.args.expect_root)
+        tmp = Path(self.tmp.name)
+        self._db = common.isolated_database(self.args.postgres, tmp)
+        url, backend = self._db.__enter__()
+        ingest_s = ingest(tmp, url if self.args.postgres else None, self.args.dataset / "docs")
+        from fastapi.testclient import TestClient
 
-def measure_search(client, args) -> dict:
-    titles = [json.loads(line)["title"] for line in (args.dataset / "index.jsonl").read_text().splitlines()
-              if line.strip()]
-    url = "/api/repos/peps/search"
+        from api.app import create_app
+        from kg.settings import Settings
 
-    def one(q: str):
-        return expect(client.post(url, json={"query": q, "k": 10, "mode": "hybrid"}), 200)
+        settings = Settings(database_url=url if self.args.postgres else None, data_dir=tmp / "data",
+                            embedding_model=MODEL, index_inline=False)
+        self.app = create_app(settings)
+        self.counter = Counter(self.app.state.services.db.engine)
+        self.client = TestClient(self.app)  # no ``with``: the lifespan (indexer, job runner) stays off
+        self.titles = [json.loads(line)["title"] for line in
+                       (self.args.dataset / "index.jsonl").read_text().splitlines() if line.strip()]
+        self._setup_search()
+        self._setup_writes()
+        self._setup_merge()
+        return {"imports": imports, "backend": backend, "ingest_s": round(ingest_s, 3)}
 
-    hybrid = 0
-    for q in titles[:20]:  # warm: the searchable set, the query embedder, the index files
-        rows = one(q).json()["results"]
-        hybrid += any(r["vector_rank"] is not None and r["fulltext_rank"] is not None for r in rows)
-    if not hybrid:
-        raise SystemExit("search: no row ranked by both legs; is the vector index loaded?")
-    samples = []
-    for _ in range(args.search_passes):
-        for q in titles:
-            s, response = timed(one, q)
+    def close(self) -> None:
+        self.app.state.services.close()
+        if self._db is not None:
+            self._db.__exit__(None, None, None)
+        self.tmp.cleanup()
+
+    def block(self, figure: str, n: int) -> dict:
+        """``n`` timed calls of ``figure``: ``{"samples": [seconds...]}`` (``sql``: counts)."""
+        return getattr(self, f"_block_{figure}")(n)
+
+    # search: hybrid, k = 10, the PEP titles in turn
+    def _search(self, q: str):
+        return expect(self.client.post("/api/repos/peps/search", json={"query": q, "k": 10, "mode": "hybrid"}), 200)
+
+    def _setup_search(self) -> None:
+        hybrid = 0
+        for q in self.titles[:20]:  # warm: the searchable set, the query embedder, the index files
+            rows = self._search(q).json()["results"]
+            hybrid += any(r["vector_rank"] is not None and r["fulltext_rank"] is not None for r in rows)
+        if not hybrid:
+            raise SystemExit("search: no row ranked by both legs; is the vector index loaded?")
+        self.next_query = 0
+
+    def _block_search(self, n: int) -> dict:
+        samples = []
+        for _ in range(n):
+            q = self.titles[self.next_query % len(self.titles)]
+            self.next_query += 1
+            s, response = timed(self._search, q)
             if not response.json()["results"]:
                 raise SystemExit(f"search: nothing found for {q!r}")
             samples.append(s)
-    ms = [s * 1000 for s in samples]
-    return {"search_p50_ms": round(common.percentile(ms, 50), 3),
-            "search_p95_ms": round(common.percentile(ms, 95), 3), "search_n": len(ms)}
+        return {"samples": samples}
 
+    # writes: repository "bench", workspace "docs"
+    NODES = "/api/repos/bench/workspaces/docs/nodes"
 
-def measure_writes(client, counter: Counter, args, rng: random.Random) -> dict:
-    expect(client.post("/api/repos", json={"name": "bench"}), 201)
-    expect(client.post("/api/repos/bench/workspaces", json={"name": "docs"}), 201)
-    nodes = "/api/repos/bench/workspaces/docs/nodes"
-
-    def batch_call(j: int):
-        expect(client.put(f"{nodes}/b{j}", json={"node_type": "bench:Section",
-                                                 "properties": {"title": f"Batch {j}"}}), 201)
+    def _batch_call(self):
+        j = self.next_batch
+        self.next_batch += 1
+        expect(self.client.put(f"{self.NODES}/b{j}", json={"node_type": "bench:Section",
+                                                          "properties": {"title": f"Batch {j}"}}), 201)
         body = {"upserts": [{"workspace": "docs", "path": f"/b{j}/n{i}", "node_type": "bench:Doc",
-                             "properties": doc(rng, f"Doc {j}.{i}")} for i in range(1000)]}
-        return lambda: client.post("/api/repos/bench/nodes:batch", json=body)
+                             "properties": doc(self.rng, f"Doc {j}.{i}")} for i in range(1000)]}
+        self.replace_targets += [f"/b{j}/n{i}" for i in range(1000)]
+        return lambda: self._batch_check(self.client.post("/api/repos/bench/nodes:batch", json=body))
 
-    batch_s = []
-    for j in range(args.batches + 1):
-        call = batch_call(j)
-        s, response = timed(call)
+    @staticmethod
+    def _batch_check(response):
         expect(response, 200)
         if len(response.json()["upserted"]) != 1000:
             raise SystemExit("batch: not 1000 nodes upserted")
-        if j:  # the first call is untimed
-            batch_s.append(s)
-    sql_batch = counter.count(lambda: expect(batch_call(args.batches + 1)(), 200))
+        return response
 
-    # PUT replacing an existing node: distinct nodes of /b0 .. /b{batches}, new properties.
-    targets = [f"/b{j}/n{i}" for i in range(1000) for j in range(args.batches + 1)]
-    rng.shuffle(targets)
+    def _put(self, path: str, status: int):
+        return lambda: expect(self.client.put(f"{self.NODES}{path}", json={
+            "node_type": "bench:Doc", "properties": doc(self.rng, f"Put {path}")}), status)
 
-    def put(path: str, status: int):
-        return lambda: expect(client.put(f"{nodes}{path}", json={
-            "node_type": "bench:Doc", "properties": doc(rng, f"Put {path}")}), status)
+    def _setup_writes(self) -> None:
+        expect(self.client.post("/api/repos", json={"name": "bench"}), 201)
+        expect(self.client.post("/api/repos/bench/workspaces", json={"name": "docs"}), 201)
+        self.next_batch, self.replace_targets, self.next_create = 0, [], 0
+        self._batch_call()()  # untimed: the first batch, and nodes for the PUTs to replace
+        self.rng.shuffle(self.replace_targets)
+        for _ in range(20):
+            self._put(self.replace_targets.pop(), 200)()
+        expect(self.client.put(f"{self.NODES}/p", json={"node_type": "bench:Section",
+                                                       "properties": {"title": "Puts"}}), 201)
+        for _ in range(20):
+            self._put_create()()
 
-    it = iter(targets)
-    for _ in range(20):
-        put(next(it), 200)()
-    put_s = [timed(put(next(it), 200))[0] for _ in range(args.puts)]
-    sql_put = [counter.count(put(next(it), 200)) for _ in range(20)]
-    put_statements = counter.statements
+    def _put_create(self):
+        self.next_create += 1
+        return self._put(f"/p/c{self.next_create}", 201)
 
-    expect(client.put(f"{nodes}/p", json={"node_type": "bench:Section", "properties": {"title": "Puts"}}), 201)
-    for i in range(20):
-        put(f"/p/w{i}", 201)()
-    create_s = [timed(put(f"/p/c{i}", 201))[0] for i in range(args.puts)]
-    sql_create = [counter.count(put(f"/p/s{i}", 201)) for i in range(20)]
+    def _block_batch(self, n: int) -> dict:
+        samples = []
+        for _ in range(n):
+            s, _ = timed(self._batch_call())
+            samples.append(s)
+        self.rng.shuffle(self.replace_targets)
+        return {"samples": samples}
 
-    put_ms = [s * 1000 for s in put_s]
-    return {"batch_1000_s": round(statistics.median(batch_s), 4), "batch_samples_s": [round(s, 4) for s in batch_s],
-            "sql_per_batch_1000": sql_batch,
-            "put_p50_ms": round(common.percentile(put_ms, 50), 3),
-            "put_p90_ms": round(common.percentile(put_ms, 90), 3), "put_n": len(put_ms),
-            "put_create_p50_ms": round(common.percentile([s * 1000 for s in create_s], 50), 3),
-            "sql_per_put": statistics.median(sql_put), "sql_per_put_spread": [min(sql_put), max(sql_put)],
-            "sql_put_statements": put_statements,
-            "sql_per_put_create": statistics.median(sql_create),
-            "sql_per_put_create_spread": [min(sql_create), max(sql_create)]}
+    def _block_put(self, n: int) -> dict:
+        return {"samples": [timed(self._put(self.replace_targets.pop(), 200))[0] for _ in range(n)]}
 
+    def _block_put_create(self, n: int) -> dict:
+        return {"samples": [timed(self._put_create())[0] for _ in range(n)]}
 
-def measure_merge(client, args, rng: random.Random) -> dict:
-    n_modify, n_add, n_delete = 40, 40, 20
-    expect(client.post("/api/repos", json={"name": "merging"}), 201)
-    expect(client.post("/api/repos/merging/workspaces", json={"name": "docs"}), 201)
-    section_size = 100
-    sections = max(1, args.merge_nodes // section_size)
-    alive: list[str] = []
-    upserts = []
-    for k in range(sections):
-        upserts.append({"workspace": "docs", "path": f"/s{k}", "node_type": "bench:Section",
-                        "properties": {"title": f"Section {k}"}})
-        for i in range(section_size - 1):
-            path = f"/s{k}/n{i}"
-            upserts.append({"workspace": "docs", "path": path, "node_type": "bench:Doc",
-                            "properties": doc(rng, f"Item {k}.{i}")})
-            alive.append(path)
-    for start in range(0, len(upserts), 1000):  # sections come before their leaves
-        expect(client.post("/api/repos/merging/nodes:batch", json={"upserts": upserts[start:start + 1000]}), 200)
+    def _block_sql(self, n: int) -> dict:
+        put = [self.counter.count(self._put(self.replace_targets.pop(), 200)) for _ in range(n)]
+        statements = self.counter.statements
+        create = [self.counter.count(self._put_create()) for _ in range(n)]
+        batch = self.counter.count(self._batch_call())
+        return {"put": put, "put_statements": statements, "put_create": create, "batch_1000": batch}
 
-    merge_s, fast_forward = [], []
-    for rep in range(args.merges + 1):
+    # merge: repository "merging", a fresh branch with 100 node changes merged into main
+    def _setup_merge(self) -> None:
+        expect(self.client.post("/api/repos", json={"name": "merging"}), 201)
+        expect(self.client.post("/api/repos/merging/workspaces", json={"name": "docs"}), 201)
+        section_size = 100
+        self.sections = max(1, self.args.merge_nodes // section_size)
+        self.alive: list[str] = []
+        upserts = []
+        for k in range(self.sections):
+            upserts.append({"workspace": "docs", "path": f"/s{k}", "node_type": "bench:Section",
+                            "properties": {"title": f"Section {k}"}})
+            for i in range(section_size - 1):
+                path = f"/s{k}/n{i}"
+                upserts.append({"workspace": "docs", "path": path, "node_type": "bench:Doc",
+                                "properties": doc(self.rng, f"Item {k}.{i}")})
+                self.alive.append(path)
+        for start in range(0, len(upserts), 1000):  # sections come before their leaves
+            expect(self.client.post("/api/repos/merging/nodes:batch", json={"upserts": upserts[start:start + 1000]}), 200)
+        self.main_nodes = self.sections * section_size
+        self.merge_rep = 0
+        self._merge_once()  # untimed
+
+    def _merge_once(self) -> tuple[float, dict]:
+        n_modify, n_add, n_delete = 40, 40, 20
+        rep, rng, client = self.merge_rep, self.rng, self.client
+        self.merge_rep += 1
         branch = f"change/m{rep}"
         expect(client.post("/api/repos/merging/branches", json={"name": branch, "from": "main"}), 201)
-        delete = rng.sample(alive, n_delete)
+        delete = rng.sample(self.alive, n_delete)
         gone = set(delete)
-        modify = rng.sample([p for p in alive if p not in gone], n_modify)
-        alive = [p for p in alive if p not in gone]
-        adds = [f"/s{rng.randrange(sections)}/r{rep}-a{j}" for j in range(n_add)]
-        alive += adds
+        modify = rng.sample([p for p in self.alive if p not in gone], n_modify)
+        adds = [f"/s{rng.randrange(self.sections)}/r{rep}-a{j}" for j in range(n_add)]
+        self.alive = [p for p in self.alive if p not in gone] + adds
         ops = [("put", p) for p in modify + adds] + [("delete", p) for p in delete]
         rng.shuffle(ops)
         for start in range(0, len(ops), 25):
@@ -357,32 +390,91 @@ def measure_merge(client, args, rng: random.Random) -> dict:
                    for kind, v in answer["applied"]["nodes"].items() if kind in ("added", "modified", "deleted")}
         if applied != {"added": n_add, "modified": n_modify, "deleted": n_delete}:
             raise SystemExit(f"merge {rep}: applied {applied}")
-        if rep:
-            merge_s.append(s)
+        return s, answer
+
+    def _block_merge(self, n: int) -> dict:
+        samples, fast_forward = [], []
+        for _ in range(n):
+            s, answer = self._merge_once()
+            samples.append(s)
             fast_forward.append(answer.get("fast_forward"))
-    return {"merge_100_ms": round(statistics.median(merge_s) * 1000, 3),
-            "merge_samples_ms": [round(s * 1000, 3) for s in merge_s],
-            "merge_fast_forward": sorted(set(map(str, fast_forward))),
-            "merge_main_nodes": sections * section_size}
+        return {"samples": samples, "fast_forward": fast_forward, "main_nodes": self.main_nodes}
 
 
-# -- --compare: the checkouts in subprocesses, interleaved ------------------------------------
+# The schedule: per round, one block of each figure: (figure, calls per block).
+BLOCKS = [("search", 30), ("put", 20), ("put_create", 20), ("batch", 1), ("merge", 1)]
 
 
-def child(checkout: Path, args, out: Path) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--emit", str(out), "--expect-root", str(checkout),
-           "--batches", str(args.batches), "--puts", str(args.puts), "--merges", str(args.merges),
-           "--merge-nodes", str(args.merge_nodes), "--search-passes", str(args.search_passes),
-           "--dataset", str(args.dataset)]
-    if args.postgres:
-        cmd += ["--postgres", args.postgres]
-    env = dict(os.environ, PYTHONPATH=str(checkout))
-    started = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, cwd=tempfile.gettempdir())
-    answer = json.loads(out.read_text())
-    answer["wall_s"] = round(time.perf_counter() - started, 1)
-    answer["load_average_after"] = common.load_average()
-    return answer
+def serve_worker(args) -> None:
+    """The subprocess of ``--compare``: set up, then answer block commands (JSON lines on
+    stdin) with JSON lines on the original stdout (anything else printed goes to stderr)."""
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    worker = Worker(args)
+    try:
+        proto.write(json.dumps({"ready": worker.setup()}) + "\n")
+        proto.flush()
+        for line in sys.stdin:
+            command = json.loads(line)
+            if command.get("stop"):
+                break
+            proto.write(json.dumps(worker.block(command["figure"], command["n"])) + "\n")
+            proto.flush()
+    finally:
+        worker.close()
+
+
+class Remote:
+    """A worker subprocess running one checkout (PYTHONPATH=that checkout)."""
+
+    def __init__(self, name: str, checkout: Path, args):
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--serve", "--expect-root", str(checkout),
+               "--merge-nodes", str(args.merge_nodes), "--dataset", str(args.dataset)]
+        if args.postgres:
+            cmd += ["--postgres", args.postgres]
+        self.name, self.checkout = name, checkout
+        self.proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONPATH=str(checkout)), cwd=tempfile.gettempdir(),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit(f"the {self.name} worker ({self.checkout}) stopped: exit {self.proc.wait()}")
+        return json.loads(line)
+
+    def block(self, figure: str, n: int) -> dict:
+        self.proc.stdin.write(json.dumps({"figure": figure, "n": n}) + "\n")
+        self.proc.stdin.flush()
+        return self.read()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"stop": True}) + "\n")
+            self.proc.stdin.flush()
+        self.proc.wait(timeout=120)
+
+
+def summarize(blocks: dict[str, list[list[float]]], sql: dict) -> dict:
+    """The figures of one version from its blocks' samples (seconds)."""
+    def p(figure: str, q: float) -> float:
+        return round(common.percentile([x * 1000 for b in blocks[figure] for x in b], q), 3)
+
+    return {"batch_1000_s": round(statistics.median([x for b in blocks["batch"] for x in b]), 4),
+            "put_p50_ms": p("put", 50), "put_p90_ms": p("put", 90),
+            "search_p50_ms": p("search", 50), "search_p95_ms": p("search", 95),
+            "merge_100_ms": p("merge", 50), "put_create_p50_ms": p("put_create", 50),
+            "sql_per_put": statistics.median(sql["put"]), "sql_per_put_create": statistics.median(sql["put_create"]),
+            "sql_per_batch_1000": sql["batch_1000"]}
+
+
+def block_value(figure: str, samples: list[float]) -> float:
+    """One block's figure (its median), in the figure's unit."""
+    m = statistics.median(samples)
+    return m if figure == "batch" else m * 1000
+
+
+FIGURE_OF_BLOCK = {"search": "search_p50_ms", "put": "put_p50_ms", "put_create": "put_create_p50_ms",
+                   "batch": "batch_1000_s", "merge": "merge_100_ms"}
 
 
 def spread(values: list[float]) -> dict:
@@ -399,43 +491,68 @@ def fmt(v: float, unit: str) -> str:
 
 def compare(args) -> None:
     old, new = Path(args.compare[0]).resolve(), Path(args.compare[1]).resolve()
-    runs: dict[str, list[dict]] = {"old": [], "new": []}
-    order_log = []
-    with tempfile.TemporaryDirectory(prefix="kg-redesign-cmp-") as tmp_name:
+    names = ("old", "new")
+    remotes = {"old": Remote("old", old, args), "new": Remote("new", new, args)}
+    try:
+        ready = {name: remotes[name].read()["ready"] for name in names}
+        print("set up: " + ", ".join(f"{n} ingest {ready[n]['ingest_s']} s" for n in names), file=sys.stderr, flush=True)
+        blocks = {n: {figure: [] for figure, _ in BLOCKS} for n in names}
+        pair_ratios: dict[str, list[float]] = {figure: [] for figure, _ in BLOCKS}
+        order_log = []
         for r in range(args.rounds):
-            order = ("old", "new") if r % 2 == 0 else ("new", "old")
-            for name in order:
-                checkout = old if name == "old" else new
-                print(f"round {r + 1}/{args.rounds}: {name} ({checkout}) ...", file=sys.stderr, flush=True)
-                answer = child(checkout, args, Path(tmp_name) / f"{name}-{r}.json")
-                runs[name].append(answer)
-                order_log.append(name)
-                print(f"  {name}: " + ", ".join(f"{k} {answer[k]}" for k, _, _ in FIGURES)
-                      + f" ({answer['wall_s']} s)", file=sys.stderr, flush=True)
+            for i, (figure, n) in enumerate(BLOCKS):
+                order = names if (r + i) % 2 == 0 else names[::-1]
+                got = {}
+                for name in order:
+                    got[name] = remotes[name].block(figure, n)["samples"]
+                    blocks[name][figure].append(got[name])
+                order_log.append(f"{figure}:{order[0]}")
+                pair_ratios[figure].append(block_value(figure, got["new"]) / block_value(figure, got["old"]))
+            print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+                f"{f} {block_value(f, blocks['old'][f][-1]):.1f}/{block_value(f, blocks['new'][f][-1]):.1f}"
+                for f, _ in BLOCKS) + f" (old/new; load {common.load_average()[0]})", file=sys.stderr, flush=True)
+        sql = {name: remotes[name].block("sql", 20) for name in names}
+    finally:
+        for remote in remotes.values():
+            remote.stop()
 
+    summary = {n: summarize(blocks[n], sql[n]) for n in names}
+    block_of = {v: k for k, v in FIGURE_OF_BLOCK.items()}
     rows, figures = [], {}
     for key, label, unit in FIGURES + [(k, label, "ms" if k.endswith("ms") else ("s" if k.endswith("_s") else ""))
                                        for k, label in EXTRAS]:
-        o = [run[key] for run in runs["old"]]
-        n = [run[key] for run in runs["new"]]
-        ratios = [b / a for a, b in zip(o, n) if a]
-        so, sn, sr = spread(o), spread(n), spread(ratios)
-        ratio = sn["median"] / so["median"] if so["median"] else float("nan")
-        figures[key] = {"label": label, "unit": unit, "old": o, "new": n, "old_spread": so, "new_spread": sn,
-                        "ratio_new_old": round(ratio, 3), "round_ratio_spread": {k: round(v, 3) for k, v in sr.items()},
-                        "extra": key not in {k for k, _, _ in FIGURES}}
-        rows.append([label, fmt(so["median"], unit), fmt(sn["median"], unit), f"{ratio:.2f}",
-                     f"{sr['min']:.2f} / {sr['median']:.2f} / {sr['max']:.2f}",
-                     f"{fmt(so['min'], unit)} / {fmt(so['max'], unit)}",
-                     f"{fmt(sn['min'], unit)} / {fmt(sn['max'], unit)}"])
+        if key == "ingest_s":
+            o, n = ready["old"]["ingest_s"], ready["new"]["ingest_s"]
+        else:
+            o, n = summary["old"][key], summary["new"][key]
+        ratio = n / o if o else float("nan")
+        entry = {"label": label, "unit": unit, "old": o, "new": n, "ratio_new_old": round(ratio, 3),
+                 "extra": key not in {k for k, _, _ in FIGURES}}
+        figure = block_of.get(key)
+        if figure is not None:
+            entry["block_ratio_spread"] = {k: round(v, 3) for k, v in spread(pair_ratios[figure]).items()}
+            entry["old_block_spread"] = spread([block_value(figure, b) for b in blocks["old"][figure]])
+            entry["new_block_spread"] = spread([block_value(figure, b) for b in blocks["new"][figure]])
+            sr, so, sn = entry["block_ratio_spread"], entry["old_block_spread"], entry["new_block_spread"]
+            cells = [f"{sr['min']:.2f} / {sr['median']:.2f} / {sr['max']:.2f}",
+                     f"{fmt(so['min'], unit)} / {fmt(so['max'], unit)}", f"{fmt(sn['min'], unit)} / {fmt(sn['max'], unit)}"]
+        elif key.startswith("sql_per_put"):
+            vals = {v: sql[v]["put" if key == "sql_per_put" else "put_create"] for v in names}
+            cells = ["(exact)", f"{min(vals['old'])} / {max(vals['old'])}", f"{min(vals['new'])} / {max(vals['new'])}"]
+        else:
+            cells = ["(one value)", "", ""]
+        figures[key] = entry
+        rows.append([label, fmt(o, unit), fmt(n, unit), f"{ratio:.2f}", *cells])
         if key == FIGURES[-1][0]:
             rows.append(["-- extras --", "", "", "", "", "", ""])
-    backend = runs["old"][0]["backend"]
+    backend = ready["old"]["backend"]
     print()
-    print(f"{args.rounds} rounds, old = {old}, new = {new}, {backend}, embedder {MODEL}; "
-          "per figure the median over rounds; ratio = new / old of those medians")
-    print(common.table(rows, ["figure", "old", "new", "new/old", "round ratios min/med/max",
-                              "old min/max", "new min/max"]))
+    print(f"{args.rounds} rounds of blocks, old = {old}, new = {new}, {backend}, embedder {MODEL}. "
+          "old / new: over all samples (p50, or the median call); new/old: their ratio; block ratios: "
+          "new/old of each pair of blocks run back to back (min / median / max); old, new min/max: "
+          "the blocks' own medians")
+    print(common.table(rows, ["figure", "old", "new", "new/old", "block ratios min/med/max",
+                              "old blocks min/max", "new blocks min/max"]))
     worse = [figures[k]["label"] for k, _, _ in FIGURES if figures[k]["ratio_new_old"] > 1.1]
     print("worse than 1.1x old: " + (", ".join(worse) if worse else "none"))
     put = figures["put_p50_ms"]["ratio_new_old"]
@@ -443,19 +560,39 @@ def compare(args) -> None:
 
     results = {
         "benchmark": "redesign_figures", "backend": backend, "embedder": MODEL,
-        "database": common.redact(args.postgres) if args.postgres else "sqlite (temporary file per run)",
-        "old": str(old), "new": str(new),
-        "old_commit": _head(old), "new_commit": _head(new),
-        "rounds": args.rounds, "order": order_log,
-        "parameters": {"batches": args.batches, "puts": args.puts, "merges": args.merges,
-                       "merge_nodes": args.merge_nodes, "search_passes": args.search_passes,
-                       "dataset": str(args.dataset)},
+        "database": common.redact(args.postgres) if args.postgres else "sqlite (temporary file per worker)",
+        "old": str(old), "new": str(new), "old_commit": _head(old), "new_commit": _head(new),
+        "rounds": args.rounds, "blocks": BLOCKS, "first_of_each_pair": order_log,
+        "parameters": {"merge_nodes": args.merge_nodes, "dataset": str(args.dataset)},
         "machine": common.machine(), "load_average_at_end": common.load_average(),
-        "figures": figures, "runs": runs,
+        "figures": figures, "setup": ready, "sql": sql,
+        "samples_s": blocks,
     }
     out = args.out or common.RESULTS / ("redesign_figures.json" if backend == "sqlite"
                                         else f"redesign_figures_{backend}.json")
     common.write_results(results, out)
+
+
+def run_local(args) -> None:
+    """One checkout (the code on PYTHONPATH), in this process, the same schedule."""
+    worker = Worker(args)
+    try:
+        ready = worker.setup()
+        blocks = {figure: [] for figure, _ in BLOCKS}
+        for _ in range(args.rounds):
+            for figure, n in BLOCKS:
+                blocks[figure].append(worker.block(figure, n)["samples"])
+        sql = worker.block("sql", 20)
+    finally:
+        worker.close()
+    answer = {**ready, **summarize(blocks, sql)}
+    print(f"kg from {ready['imports']['kg']}, migrations {ready['imports']['alembic_script_location']}, "
+          f"{ready['backend']}, embedder {MODEL}, {args.rounds} rounds of blocks")
+    print(common.table([[label, answer[key]] for key, label, _ in FIGURES]
+                       + [[label, answer[key]] for key, label in EXTRAS], ["figure", "value"]))
+    common.write_results({"benchmark": "redesign_figures", "embedder": MODEL, "machine": common.machine(),
+                          **answer, "sql": sql, "samples_s": blocks},
+                         args.out or common.RESULTS / f"redesign_figures_run_{ready['backend']}.json")
 
 
 def _head(checkout: Path) -> str | None:
@@ -469,34 +606,23 @@ def _head(checkout: Path) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--compare", nargs=2, metavar=("OLD_DIR", "NEW_DIR"),
-                        help="run each checkout in its own subprocess, interleaved over --rounds")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--postgres", metavar="URL", help="PostgreSQL server (a fresh schema per run)")
-    parser.add_argument("--batches", type=int, default=5, help="timed 1,000-node batch calls per run")
-    parser.add_argument("--puts", type=int, default=200, help="timed PUTs per run (replace, and create)")
-    parser.add_argument("--merges", type=int, default=5, help="timed merges per run")
+                        help="run each checkout in its own subprocess, their blocks interleaved")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds of blocks (one block of each figure)")
+    parser.add_argument("--postgres", metavar="URL", help="PostgreSQL server (a fresh schema per worker)")
     parser.add_argument("--merge-nodes", type=int, default=2000, help="nodes on main of the merge repository")
-    parser.add_argument("--search-passes", type=int, default=2, help="passes over the 150 title queries")
     parser.add_argument("--dataset", type=Path, default=DATASET, help="the PEP dataset (docs/, index.jsonl)")
     parser.add_argument("--out", type=Path, help="JSON output (default bench/results/redesign_figures*.json)")
-    parser.add_argument("--emit", type=Path, help=argparse.SUPPRESS)         # subprocess: JSON here
-    parser.add_argument("--expect-root", help=argparse.SUPPRESS)             # subprocess: its checkout
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the worker subprocess
+    parser.add_argument("--expect-root", help=argparse.SUPPRESS)                 # its checkout
     args = parser.parse_args()
     if not (args.dataset / "index.jsonl").exists():
         args.dataset = ROOT / "fixtures" / "peps"
-    if args.compare:
+    if args.serve:
+        serve_worker(args)
+    elif args.compare:
         compare(args)
-        return
-    answer = run_once(args)
-    if args.emit:
-        args.emit.write_text(json.dumps(answer))
-        return
-    print(f"kg from {answer['imports']['kg']}, migrations {answer['imports']['alembic_script_location']}, "
-          f"{answer['backend']}, embedder {MODEL}")
-    print(common.table([[label, answer[key]] for key, label, _ in FIGURES]
-                       + [[label, answer[key]] for key, label in EXTRAS], ["figure", "value"]))
-    common.write_results({"benchmark": "redesign_figures", "embedder": MODEL, "machine": common.machine(), **answer},
-                         args.out or common.RESULTS / f"redesign_figures_run_{answer['backend']}.json")
+    else:
+        run_local(args)
 
 
 if __name__ == "__main__":
