@@ -159,14 +159,18 @@ def check_imports(expect_root: str | None) -> dict:
 
 
 def ingest(tmp: Path, url: str | None, docs: Path) -> float:
-    """``kg ingest docs --repo peps --workspace peps`` with this interpreter and PYTHONPATH."""
+    """``kg ingest docs --repo peps --workspace peps`` with this interpreter and PYTHONPATH, as
+    PEPs: ``--format pep`` where the checkout has ingest formats (the baseline read PEP headers
+    of every file it ingested)."""
     env = dict(os.environ, KG_DATA_DIR=str(tmp / "data"), KG_EMBEDDING_MODEL=MODEL)
     if url is not None:
         env["KG_DATABASE_URL"] = url
+    command = [sys.executable, "-c", "from kg.cli import main; main()", "ingest"]
+    helped = subprocess.run([*command, "--help"], env=env, cwd=tmp, capture_output=True, text=True, check=False)
+    as_pep = ["--format", "pep"] if "--format" in helped.stdout else []
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", "from kg.cli import main; main()", "ingest", str(docs),
-                           "--repo", "peps", "--workspace", "peps"], env=env, cwd=tmp,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run([*command, str(docs), "--repo", "peps", "--workspace", "peps", *as_pep], env=env,
+                          cwd=tmp, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"kg ingest failed ({done.returncode}):\n{done.stderr[-2000:]}")
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -360,7 +364,8 @@ class Worker:
                                 "properties": doc(self.rng, f"Item {k}.{i}")})
                 self.alive.append(path)
         for start in range(0, len(upserts), 1000):  # sections come before their leaves
-            expect(self.client.post("/api/repos/merging/nodes:batch", json={"upserts": upserts[start:start + 1000]}), 200)
+            expect(self.client.post("/api/repos/merging/nodes:batch",
+                                    json={"upserts": upserts[start:start + 1000]}), 200)
         self.main_nodes = self.sections * section_size
         self.merge_rep = 0
         self._merge_once()  # untimed
@@ -495,7 +500,8 @@ def compare(args) -> None:
     remotes = {"old": Remote("old", old, args), "new": Remote("new", new, args)}
     try:
         ready = {name: remotes[name].read()["ready"] for name in names}
-        print("set up: " + ", ".join(f"{n} ingest {ready[n]['ingest_s']} s" for n in names), file=sys.stderr, flush=True)
+        print("set up: " + ", ".join(f"{n} ingest {ready[n]['ingest_s']} s" for n in names), file=sys.stderr,
+              flush=True)
         blocks = {n: {figure: [] for figure, _ in BLOCKS} for n in names}
         pair_ratios: dict[str, list[float]] = {figure: [] for figure, _ in BLOCKS}
         order_log = []
@@ -535,7 +541,8 @@ def compare(args) -> None:
             entry["new_block_spread"] = spread([block_value(figure, b) for b in blocks["new"][figure]])
             sr, so, sn = entry["block_ratio_spread"], entry["old_block_spread"], entry["new_block_spread"]
             cells = [f"{sr['min']:.2f} / {sr['median']:.2f} / {sr['max']:.2f}",
-                     f"{fmt(so['min'], unit)} / {fmt(so['max'], unit)}", f"{fmt(sn['min'], unit)} / {fmt(sn['max'], unit)}"]
+                     f"{fmt(so['min'], unit)} / {fmt(so['max'], unit)}",
+                     f"{fmt(sn['min'], unit)} / {fmt(sn['max'], unit)}"]
         elif key.startswith("sql_per_put"):
             vals = {v: sql[v]["put" if key == "sql_per_put" else "put_create"] for v in names}
             cells = ["(exact)", f"{min(vals['old'])} / {max(vals['old'])}", f"{min(vals['new'])} / {max(vals['new'])}"]
