@@ -204,7 +204,7 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
                 added = sync_index(session, target, r.id, r.uid)
             target.flush(r.uid)
         finally:
-            if target is not services.index and hasattr(target, "close"):
+            if target is not services.index:
                 target.close()
     except KGError as exc:
         _fail(exc)

@@ -43,7 +43,7 @@ def index_status(repo: str, services: ServicesDep) -> dict:
             "branch": dict(session.execute(select(Branch.id, Branch.name).where(Branch.repo_id == r.id)).all()),
         }
     try:
-        stats = services.index.stats(r.uid) if hasattr(services.index, "stats") else {}
+        stats = services.index.stats(r.uid)
     except KGError as exc:
         # The queue is in SQL and still worth seeing when the index cannot answer.
         stats = {"error": {"code": exc.code, "message": exc.message}}

@@ -30,6 +30,7 @@ import functools
 import itertools
 import re
 import unicodedata
+from typing import Any
 
 __all__ = ["STOP_WORDS", "analyze", "stem"]
 
@@ -78,8 +79,8 @@ def _char_class(code_points: list[int]) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _stemmer():
-    import snowballstemmer
+def _stemmer() -> Any:
+    import snowballstemmer  # type: ignore[import-untyped]
 
     return snowballstemmer.stemmer("english")
 
@@ -101,7 +102,7 @@ def stem(word: str) -> str:
     M. F. Porter, "The English (Porter2) stemming algorithm", snowballstem.org.
     """
     if word.isascii() and word.isalpha():
-        return _stemmer().stemWord(word)
+        return str(_stemmer().stemWord(word))
     return word
 
 

@@ -1,4 +1,4 @@
-"""The Weaviate search index: the :class:`~kg.index.base.VectorIndex` contract over Weaviate.
+"""The Weaviate search index: the :class:`~kg.index.base.ScopedIndex` contract over Weaviate.
 
 Selected by ``KG_INDEX=weaviate`` with ``KG_WEAVIATE_URL`` (and ``KG_WEAVIATE_API_KEY``); it
 needs the optional extra ``pip install 'kg[weaviate]'`` (the official ``weaviate-client``, v4
@@ -33,33 +33,33 @@ property filters are sent as well where the objects carry the searched versions'
 Rows of several collections are merged: exactly by distance; BM25 and hybrid scores each come
 from their own collection's statistics (see :meth:`WeaviateVectorIndex.bm25`).
 
-The :class:`~kg.index.base.VectorIndex` protocol's own ``sync`` (content-addressed chunks, the
-contract every index fulfils) fills one shared collection per repository and model,
-``KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>``, with the properties above up to
-``seq``; kg's searches use the scoped collections (``scoped = True``).
+Collections ``KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>`` without a workspace and
+branch (a shared collection per repository and model, and the ``watermark`` state object, that
+kg wrote before workspaces got collections of their own) are never read or written; ``drop``
+still deletes them.
 
 The ``terms`` property carries kg's own analysis (NFKC case folding, CJK bigrams, Lucene's stop
 words, English stemming), so full-text search matches what the embedded index matches, without
 Weaviate's optional GSE tokenizer; the collection's own stop-word list is switched off.
 
-A collection ``KgIndexState`` holds per repository the ``sync`` watermark and the two placement
-marks (head revision and chunk seq placed). A mark advances only after every object up to it
+A collection ``KgIndexState`` holds per repository the two placement marks (head revision and
+chunk seq placed). A mark advances only after every object up to it
 was acknowledged, so a batch that failed half-way leaves no hole below it: the caller redoes the
 pass from the old mark, and deterministic object ids (:func:`object_id`) make the retry
 overwrite instead of duplicate.
 
 Large allowed sets
 ------------------
-Up to :attr:`WeaviateVectorIndex.filter_batch_keys` keys (default 1,000; content keys, or
-version keys in a scoped collection) go into one ``ContainsAny`` filter. Above that, a search
+Up to :attr:`WeaviateVectorIndex.filter_batch_keys` version keys (default 1,000) go into one
+``ContainsAny`` filter. Above that, a search
 first asks Weaviate for a deeper top list (``probe_depth``) without the key filter (with the
 search's translated filters, if any) and keeps the allowed rows client-side; when that yields
 ``k`` rows whose last score is strictly above the deepest probed score, they are the exact top
 ``k`` (every row outside the probe scores lower). Otherwise the keys are split into batches of
 ``filter_batch_keys``, each batch is one filtered query for the top ``k``, and the batches are
 merged: exact, since a chunk's score does not depend on the filter (cosine distance; BM25 uses
-collection-wide statistics). The probe makes the common case (a branch that sees most of the
-repository) one query; the batches bound the size of any one filter.
+collection-wide statistics). The probe makes the common case (a branch that sees most of a
+collection) one query; the batches bound the size of any one filter.
 
 :meth:`WeaviateVectorIndex.hybrid` is the exception: a fused score depends on the filtered set
 (ranks within each filtered leg for ranked fusion, the legs' minimum and maximum for relative-score
@@ -80,18 +80,18 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError
 from kg.index.base import (
+    HybridResult,
     IndexedChunk,
     IndexHit,
     Placement,
     SearchScope,
     checked_vectors,
-    fresh_chunks,
     query_vector,
 )
 from kg.index.tokenize import analyze
@@ -433,8 +433,8 @@ def vendor_errors(action: str, error: type[BackendUnavailable] = BackendUnavaila
                     details={"action": action}) from exc
 
 
-def _one_line(exc: BaseException, limit: int = 500) -> str:
-    """An exception's message on one line, at most ``limit`` characters."""
+def _one_line(exc: object, limit: int = 500) -> str:
+    """An exception's (or a message's) text on one line, at most ``limit`` characters."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -448,12 +448,14 @@ def object_id(collection: str, branch: str, source: str, chunk_index: int, model
     Parameters
     ----------
     collection : str
-        The kg repository key, or the RAG collection's class key (lower-case class name).
+        ``"{repo_key}/w{workspace id}"`` for kg's index, or the RAG collection's class key
+        (lower-case class name); the repository key for kg's placement marks.
     branch : str
-        The branch the object belongs to; ``""`` for the content-addressed kg index, whose
-        chunks every branch shares.
+        The branch the object belongs to (``"b{branch id}"`` for kg's index); ``""`` for the
+        placement marks.
     source : str
-        The node's content key, or the RAG file name.
+        The node version's key (``"{node_id}:{content_key}"``), the RAG file name, or the
+        name of a placement mark.
     chunk_index : int
         Position of the chunk in its source, from 0; ``-1`` for a collection's meta object.
     model : str
@@ -488,7 +490,6 @@ def object_id(collection: str, branch: str, source: str, chunk_index: int, model
 
 def translate_filters(
     *,
-    content_keys: Collection[str] | None = None,
     version_keys: Collection[str] | None = None,
     path_prefix: str | None = None,
     node_type: str | None = None,
@@ -498,9 +499,6 @@ def translate_filters(
 
     Parameters
     ----------
-    content_keys : collection of str, optional
-        ``contentKey`` ``ContainsAny`` the keys (the visibility filter of the shared,
-        content-addressed collections).
     version_keys : collection of str, optional
         ``versionKey`` ``ContainsAny`` the keys (``"{node_id}:{content_key}"``: the visibility
         filter of a (workspace, branch) collection).
@@ -524,7 +522,7 @@ def translate_filters(
     Raises
     ------
     kg.errors.InvalidInput
-        ``content_keys`` or ``version_keys`` given but empty or a single ``str``; a path prefix
+        ``version_keys`` given but empty or a single ``str``; a path prefix
         holding Like's wildcards ``*`` or ``?`` (they cannot be escaped); a property name that
         is not a str.
     kg.errors.BackendUnavailable
@@ -532,23 +530,20 @@ def translate_filters(
 
     Notes
     -----
-    Pure: builds filter objects, talks to no server. O(len(content_keys) + len(where)).
+    Pure: builds filter objects, talks to no server. O(len(version_keys) + len(where)).
     """
     import_weaviate()
     from weaviate.classes.query import Filter
 
     parts = []
-    for prop, given, label in (("contentKey", content_keys, "content_keys"),
-                               ("versionKey", version_keys, "version_keys")):
-        if given is None:
-            continue
-        if isinstance(given, str):
-            raise InvalidInput(f"{label} must be a collection of keys, not one str")
-        keys = list(dict.fromkeys(given))
+    if version_keys is not None:
+        if isinstance(version_keys, str):
+            raise InvalidInput("version_keys must be a collection of keys, not one str")
+        keys = list(dict.fromkeys(version_keys))
         if not keys:
-            raise InvalidInput(f"{label} is empty: a search over no key has no filter",
-                               details={label: []})
-        parts.append(Filter.by_property(prop).contains_any(keys))
+            raise InvalidInput("version_keys is empty: a search over no key has no filter",
+                               details={"version_keys": []})
+        parts.append(Filter.by_property("versionKey").contains_any(keys))
     if path_prefix is not None and path_prefix != "/":
         if not isinstance(path_prefix, str) or not path_prefix.startswith("/"):
             raise InvalidInput(f"path prefix {path_prefix!r} must start with /",
@@ -733,41 +728,20 @@ def check_vector_dimension(vectors: np.ndarray, dim: int | None, *, what: str) -
 
 
 @dataclass(frozen=True, slots=True)
-class HybridResult:
-    """What :meth:`WeaviateVectorIndex.hybrid` answers: the hits and the fusion that ranked them.
-
-    Attributes
-    ----------
-    hits : list of IndexHit
-        Best first; ``score`` is Weaviate's fused score, ``distance`` None.
-    alpha : float
-        Weight of the vector leg, 0 (BM25 only) to 1 (vector only), as sent to Weaviate.
-    fusion_type : str
-        ``"ranked"`` or ``"relative_score"``, as sent to Weaviate.
-    """
-
-    hits: list[IndexHit]
-    alpha: float
-    fusion_type: str
-
-
-@dataclass(frozen=True, slots=True)
 class _Held:
-    """One chunks collection of a repository: the shared one of a model (``workspace_id`` and
-    ``branch_id`` None) or the one of a (workspace, branch) and model."""
+    """One chunks collection of a repository: the one of a (workspace, branch) and model."""
 
     name: str
     model: str
     dim: int
-    workspace_id: int | None = None
-    branch_id: int | None = None
+    workspace_id: int
+    branch_id: int
 
 
 @dataclass(frozen=True, slots=True)
 class _Row:
-    """One ranked object of a query, before ranks are given; ``key`` is the property the
-    visibility filter tests (``contentKey``, or ``versionKey`` in a (workspace, branch)
-    collection)."""
+    """One ranked object of a query, before ranks are given; ``key`` is its ``versionKey``,
+    the property the visibility filter tests."""
 
     seq: int
     content_key: str
@@ -779,7 +753,7 @@ class _Row:
 
 
 class WeaviateVectorIndex:
-    """The :class:`~kg.index.base.VectorIndex` contract over a Weaviate server.
+    """The :class:`~kg.index.base.ScopedIndex` contract over a Weaviate server.
 
     ``engine = "weaviate"`` names it in a search answer's ``fusion`` when its own hybrid query
     fused the legs.
@@ -798,7 +772,7 @@ class WeaviateVectorIndex:
         A connected client to use instead of connecting to ``url`` (tests); not closed by
         :meth:`close`.
     filter_batch_keys : int
-        Most content keys in one ``ContainsAny`` filter (see the module notes).
+        Most version keys in one ``ContainsAny`` filter (see the module notes).
     probe_depth : int
         Depth of the unfiltered probe query for large allowed sets.
 
@@ -811,10 +785,16 @@ class WeaviateVectorIndex:
     Notes
     -----
     Thread-safe: one client, created on first use under a lock. Several processes may share a
-    server: writes are idempotent (deterministic ids) and the watermark only ever lags.
+    server: writes are idempotent (deterministic ids) and the placement marks only ever lag.
     """
 
     engine = "weaviate"
+    """The index's name in a search answer's ``fusion``."""
+
+    layout: Literal["scoped"] = "scoped"
+    """A collection per (workspace, branch) and model, searched through
+    :class:`~kg.index.base.SearchScope` and filled with :meth:`place`
+    (``kg.indexing.chunks.sync_placements``)."""
 
     def __init__(
         self,
@@ -865,87 +845,7 @@ class WeaviateVectorIndex:
                 finally:
                     self._client = None
 
-    # -- the VectorIndex protocol --------------------------------------------------------------
-
-    def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
-        """Store chunks; a chunk already held is overwritten with itself (idempotent by id).
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-        chunks : sequence of IndexedChunk
-            In any order; duplicates by ``seq`` are written once. Each vector is 1-D, finite,
-            non-zero and of its model's dimension; it is stored L2-normalised as float32.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            A ``seq`` <= 0 or a bad vector (wrong dimension for the model's collection,
-            non-finite, zero, not 1-D): checked for the whole call before anything is sent.
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable, or refused objects: the message names each one (seq and
-            uuid). The watermark is not advanced, so the caller re-syncs from SQL.
-
-        Notes
-        -----
-        One ``insert_many`` per 256 chunks and model. Object ids are :func:`object_id` of
-        ``(repo_key, "", content_key, chunk_index, model)``.
-        """
-        if not chunks:
-            return
-        fresh = fresh_chunks(chunks, np.empty(0, dtype=np.int64), 0)
-        held = self._held(repo_key)
-        matrices = checked_vectors(fresh, {model: h.dim for model, h in held.items()})
-        for model, matrix in matrices.items():
-            if model in held:
-                check_vector_dimension(matrix, held[model].dim, what=held[model].name)
-        by_model: dict[str, list[IndexedChunk]] = {}
-        for chunk in fresh:
-            by_model.setdefault(chunk.model, []).append(chunk)
-        from weaviate.classes.data import DataObject
-
-        for model, members in by_model.items():
-            matrix = matrices[model]
-            target = held.get(model) or self._create_chunks_collection(repo_key, model, matrix.shape[1])
-            collection = self.client.collections.get(target.name)
-            for start in range(0, len(members), _INSERT_BATCH):
-                batch = members[start : start + _INSERT_BATCH]
-                objects = [
-                    DataObject(
-                        properties={
-                            "content": c.text,
-                            "terms": " ".join(analyze(c.text)),
-                            "contentKey": c.content_key,
-                            "chunkIndex": c.chunk_index,
-                            "seq": c.seq,
-                        },
-                        uuid=object_id(repo_key, "", c.content_key, c.chunk_index, model),
-                        vector=matrix[start + i].tolist(),
-                    )
-                    for i, c in enumerate(batch)
-                ]
-                insert_objects(collection, objects, [f"seq {c.seq}" for c in batch])
-        self._advance_watermark(repo_key, max(c.seq for c in fresh))
-
-    def watermark(self, repo_key: str) -> int:
-        """Highest ``seq`` up to which every synced batch was stored (0 when empty).
-
-        Parameters
-        ----------
-        repo_key : str
-
-        Returns
-        -------
-        int
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable.
-        """
-        state = self._state_object(repo_key)
-        return 0 if state is None else int(state.properties.get("watermark") or 0)
+    # -- searches ------------------------------------------------------------------------------
 
     def knn(
         self,
@@ -954,11 +854,11 @@ class WeaviateVectorIndex:
         k: int,
         *,
         model: str,
-        content_keys: Collection[str],
+        scopes: Sequence[SearchScope],
         max_distance: float | None = None,
-        scopes: Sequence[SearchScope] | None = None,
     ) -> list[IndexHit]:
-        """Top ``k`` chunks by cosine similarity among ``content_keys`` embedded by ``model``.
+        """Top ``k`` chunks by cosine similarity among the versions ``scopes`` allow, embedded
+        by ``model``.
 
         Parameters
         ----------
@@ -969,15 +869,13 @@ class WeaviateVectorIndex:
             Maximum number of hits; ``k <= 0`` gives ``[]``.
         model : str
             Only collections of this model are searched.
-        content_keys : collection of str
-            Only chunks of these keys are ranked (see the module notes for large sets); with
-            ``scopes``, only the keys of the chunks the scopes allow (a check, not a filter).
+        scopes : sequence of SearchScope
+            Search the (workspace, branch) collections of these scopes (those of ``model``),
+            each filtered by its version keys (and its ``filters``; see the module notes for
+            large sets); hits of one chunk in several collections are returned once. A scope
+            whose collection does not exist yet finds nothing.
         max_distance : float, optional
             Leave out chunks with cosine distance above this.
-        scopes : sequence of SearchScope, optional
-            Search the (workspace, branch) collections of these scopes (those of ``model``),
-            each filtered by its version keys (and its ``filters``), instead of the shared
-            collection; hits of one chunk in several collections are returned once.
 
         Returns
         -------
@@ -1003,13 +901,12 @@ class WeaviateVectorIndex:
         query = query_vector(vector)
         if max_distance is not None and math.isnan(max_distance):
             raise InvalidInput("max_distance must be a number", details={"max_distance": None})
-        _check_keys(content_keys)
-        targets = self._targets(repo_key, scopes, {model}, content_keys)
+        targets = self._targets(repo_key, scopes, {model})
         if not targets:
             return []
         for held, _, _ in targets:
             check_vector_dimension(query, held.dim, what=f"model {model!r}")
-        if k <= 0 or not content_keys or (max_distance is not None and max_distance < 0):
+        if k <= 0 or (max_distance is not None and max_distance < 0):
             return []
         from weaviate.classes.query import MetadataQuery
 
@@ -1018,14 +915,12 @@ class WeaviateVectorIndex:
         rows: list[_Row] = []
         for held, keys, base in targets:
             collection = self.client.collections.get(held.name)
-            returned = _returned(held)
 
-            def run(filters: Any, limit: int, collection: Any = collection, held: _Held = held,
-                    returned: list[str] = returned) -> list[_Row]:
+            def run(filters: Any, limit: int, collection: Any = collection, held: _Held = held) -> list[_Row]:
                 with vendor_errors(f"search {held.name} by vector"):
                     answer = collection.query.near_vector(
                         near_vector=query.tolist(), limit=limit, distance=threshold, filters=filters,
-                        return_metadata=MetadataQuery(distance=True), return_properties=returned,
+                        return_metadata=MetadataQuery(distance=True), return_properties=_RETURNED,
                     )
                 out = []
                 for obj in answer.objects:
@@ -1033,8 +928,7 @@ class WeaviateVectorIndex:
                     out.append(_row(obj, 1.0 - distance, max(0.0, distance)))
                 return out
 
-            rows.extend(self._ranked(self._unless_dropped(run, held), k, keys, prop=_key_property(held),
-                                     base=base))
+            rows.extend(self._ranked(self._unless_dropped(run, held), k, keys, base=base))
         rows = _merged(rows)
         if max_distance is not None:
             rows = [r for r in rows if r.distance is not None and r.distance <= max_distance]
@@ -1046,10 +940,10 @@ class WeaviateVectorIndex:
         query: str,
         k: int,
         *,
-        content_keys: Collection[str],
-        scopes: Sequence[SearchScope] | None = None,
+        scopes: Sequence[SearchScope],
     ) -> list[IndexHit]:
-        """Top ``k`` chunks by BM25 among ``content_keys``, over every model's collection.
+        """Top ``k`` chunks by BM25 among the versions ``scopes`` allow, over every model's
+        collection.
 
         Parameters
         ----------
@@ -1057,16 +951,14 @@ class WeaviateVectorIndex:
         query : str
             Analyzed with :func:`kg.index.tokenize.analyze`, as the chunks' ``terms`` were.
         k : int
-        content_keys : collection of str
-        scopes : sequence of SearchScope, optional
-            Search these (workspace, branch) collections instead of the shared ones (see
-            :meth:`knn`).
+        scopes : sequence of SearchScope
+            Search these (workspace, branch) collections (see :meth:`knn`).
 
         Returns
         -------
         list of IndexHit
             By BM25 score descending, ties by ``seq``; ``distance`` None. ``[]`` for a query
-            without terms, no key, or ``k <= 0``.
+            without terms, no scope, or ``k <= 0``.
 
         Raises
         ------
@@ -1076,8 +968,7 @@ class WeaviateVectorIndex:
         Notes
         -----
         Weaviate's BM25F over ``terms`` (k1 1.2, b 0.75, statistics of the whole collection).
-        Hits of several collections (one per model; with ``scopes``, one per workspace, branch
-        and model) are merged by score, each scored with its own collection's statistics, as
+        Hits of several collections (one per workspace, branch and model) are merged by score, each scored with its own collection's statistics, as
         a sharded engine scores each shard with its own (Elasticsearch's default
         ``query_then_fetch``).
 
@@ -1086,27 +977,25 @@ class WeaviateVectorIndex:
         .. [1] S. Robertson and H. Zaragoza, "The Probabilistic Relevance Framework: BM25 and
            Beyond", Foundations and Trends in Information Retrieval 3(4), 2009, pp. 333-389.
         """
-        _check_keys(content_keys)
         terms = analyze(query) if isinstance(query, str) else []
-        if k <= 0 or not terms or not content_keys:
+        if k <= 0 or not terms:
             return []
         from weaviate.classes.query import MetadataQuery
 
         text = " ".join(terms)
         rows: list[_Row] = []
-        for held, keys, base in self._targets(repo_key, scopes, None, content_keys):
+        for held, keys, base in self._targets(repo_key, scopes, None):
             collection = self.client.collections.get(held.name)
 
             def run(filters: Any, limit: int, collection: Any = collection, held: _Held = held) -> list[_Row]:
                 with vendor_errors(f"search {held.name} by BM25"):
                     answer = collection.query.bm25(
                         query=text, query_properties=["terms"], limit=limit, filters=filters,
-                        return_metadata=MetadataQuery(score=True), return_properties=_returned(held),
+                        return_metadata=MetadataQuery(score=True), return_properties=_RETURNED,
                     )
                 return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
 
-            rows.extend(self._ranked(self._unless_dropped(run, held), k, keys, prop=_key_property(held),
-                                     base=base))
+            rows.extend(self._ranked(self._unless_dropped(run, held), k, keys, base=base))
         rows = [r for r in _merged(rows) if r.score > 0]
         return _hits(rows[:k])
 
@@ -1118,11 +1007,10 @@ class WeaviateVectorIndex:
         k: int,
         *,
         model: str,
-        content_keys: Collection[str],
+        scopes: Sequence[SearchScope],
         alpha: float = 0.5,
         fusion_type: str = "ranked",
         max_vector_distance: float | None = None,
-        scopes: Sequence[SearchScope] | None = None,
     ) -> HybridResult:
         """Top ``k`` chunks by Weaviate's own hybrid query (BM25 and vector, fused in Weaviate).
 
@@ -1136,7 +1024,8 @@ class WeaviateVectorIndex:
         k : int
         model : str
             The collections searched.
-        content_keys : collection of str
+        scopes : sequence of SearchScope
+            Search these (workspace, branch) collections (see :meth:`knn`).
         alpha : float
             0 (BM25 only) to 1 (vector only); sent explicitly, never Weaviate's default.
         fusion_type : {"ranked", "relative_score"}
@@ -1144,9 +1033,6 @@ class WeaviateVectorIndex:
         max_vector_distance : float, optional
             The vector leg keeps only objects within this cosine distance (Weaviate's
             ``max_vector_distance``); the BM25 leg is not bounded.
-        scopes : sequence of SearchScope, optional
-            Search these (workspace, branch) collections instead of the shared one (see
-            :meth:`knn`).
 
         Returns
         -------
@@ -1185,14 +1071,13 @@ class WeaviateVectorIndex:
             raise InvalidInput("max_vector_distance must be a finite number",
                                details={"max_vector_distance": repr(max_vector_distance)})
         unit = query_vector(vector)
-        _check_keys(content_keys)
         result = HybridResult([], float(alpha), fusion_type)
-        targets = self._targets(repo_key, scopes, {model}, content_keys)
+        targets = self._targets(repo_key, scopes, {model})
         if not targets:
             return result
         for held, _, _ in targets:
             check_vector_dimension(unit, held.dim, what=f"model {model!r}")
-        if k <= 0 or not content_keys:
+        if k <= 0:
             return result
         from weaviate.classes.query import Filter, HybridFusion, MetadataQuery
 
@@ -1209,12 +1094,12 @@ class WeaviateVectorIndex:
                         alpha=float(alpha), fusion_type=fusion, query_properties=["terms"],
                         max_vector_distance=None if max_vector_distance is None else float(max_vector_distance),
                         limit=limit, filters=filters, return_metadata=MetadataQuery(score=True),
-                        return_properties=_returned(held),
+                        return_properties=_RETURNED,
                     )
                 return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
 
             # One query over every allowed key: fused scores depend on the filtered set.
-            filters = self._any_key_filter(keys, prop=_key_property(held))
+            filters = self._any_key_filter(keys)
             if base is not None:
                 filters = Filter.all_of([base, filters])
             rows.extend(_complete(self._unless_dropped(run, held), filters, k))
@@ -1229,7 +1114,8 @@ class WeaviateVectorIndex:
         """
 
     def drop(self, repo_key: str) -> None:
-        """Delete every collection of the repository (shared and per branch) and its marks.
+        """Delete every collection of the repository and its marks (also those an earlier kg's
+        shared layout left, see the module notes).
 
         Parameters
         ----------
@@ -1241,13 +1127,14 @@ class WeaviateVectorIndex:
         kg.errors.BackendUnavailable
             Weaviate is unreachable or failed.
         """
-        names = [h.name for h in self._collections(repo_key)]
+        held, legacy = self._listed(repo_key)
+        names = [h.name for h in held] + legacy
         with vendor_errors(f"drop the collections of repository {repo_key!r}"):
             if names:
                 self.client.collections.delete(names)
             if self.client.collections.exists(STATE_COLLECTION):
                 state = self.client.collections.get(STATE_COLLECTION)
-                for uid in (_state_id(repo_key), *_placement_state_ids(repo_key)):
+                for uid in (_legacy_watermark_id(repo_key), *_placement_state_ids(repo_key)):
                     state.data.delete_by_id(uid)
 
     def drop_branch(self, repo_key: str, branch_id: int) -> list[str]:
@@ -1310,9 +1197,8 @@ class WeaviateVectorIndex:
         -------
         dict
             ``{"chunks": int, "models": {model: objects}, "dims": {model: dim},
-            "watermark": int, "placed": {"seq": int, "version": int},
-            "collections": [{"name", "model", "workspace_id", "branch_id", "objects"}]}``
-            (``workspace_id`` and ``branch_id`` are None for a shared collection).
+            "placed": {"seq": int, "version": int},
+            "collections": [{"name", "model", "workspace_id", "branch_id", "objects"}]}``.
 
         Raises
         ------
@@ -1334,16 +1220,11 @@ class WeaviateVectorIndex:
             "chunks": sum(counts.values()),
             "models": counts,
             "dims": dims,
-            "watermark": self.watermark(repo_key),
             "placed": {"seq": seq, "version": version},
             "collections": listed,
         }
 
-    # -- (workspace, branch) collections -----------------------------------------------------
-
-    scoped = True
-    """kg searches this index through :class:`~kg.index.base.SearchScope` and fills it with
-    :meth:`place` (``kg.indexing.chunks.sync_placements``)."""
+    # -- placement -----------------------------------------------------------------------------
 
     def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
         """Store node versions' chunks in the collections of their (workspace, branch).
@@ -1391,7 +1272,7 @@ class WeaviateVectorIndex:
                 unique.setdefault(c.seq, c)
         chunks = list(unique.values())
         held = {(h.model, h.workspace_id, h.branch_id): h for h in self._collections(repo_key)}
-        dims = {h.model: h.dim for h in held.values() if h.branch_id is not None}
+        dims = {h.model: h.dim for h in held.values()}
         matrices = checked_vectors(chunks, dims)
         row_of: dict[int, np.ndarray] = {}
         positions: dict[str, int] = {}
@@ -1441,7 +1322,7 @@ class WeaviateVectorIndex:
         return written
 
     def placement_marks(self, repo_key: str) -> tuple[int, int]:
-        """How far :meth:`place` has been fed from SQL: (chunk seq, node version id).
+        """How far :meth:`place` has been fed from SQL: (chunk seq, revision).
 
         Returns
         -------
@@ -1471,7 +1352,7 @@ class WeaviateVectorIndex:
         seq : int
             Chunks with ``seq <= seq`` are placed wherever SQL's node versions point at them.
         version : int
-            Node versions with ``id <= version`` are placed wherever their chunks exist.
+            Node versions of revisions ``<= version`` are placed wherever their chunks exist.
 
         Raises
         ------
@@ -1500,24 +1381,16 @@ class WeaviateVectorIndex:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _targets(self, repo_key: str, scopes: Sequence[SearchScope] | None,
-                 models: set[str] | None,
-                 content_keys: Collection[str]) -> list[tuple[_Held, Collection[str], Any]]:
-        """The collections a search reads, each with its allowed keys and extra filter.
-
-        Without scopes: the shared collections (of ``models``, or all) with ``content_keys``.
-        With scopes: the collection of each scope that exists (a scope not placed yet has
-        nothing to find), its version keys and its translated filters.
-        """
-        if scopes is None:
-            shared = self._held(repo_key)
-            return [(h, content_keys, None) for m, h in sorted(shared.items())
-                    if models is None or m in models]
+    def _targets(self, repo_key: str, scopes: Sequence[SearchScope],
+                 models: set[str] | None) -> list[tuple[_Held, Collection[str], Any]]:
+        """The collections a search reads, each with its allowed version keys and extra filter:
+        the collection of each scope that exists (a scope not placed yet has nothing to find)
+        of ``models`` (or all), its version keys and its translated filters."""
         held: dict[tuple[int, int], list[_Held]] = {}
         for h in self._collections(repo_key):
-            if h.branch_id is not None and (models is None or h.model in models):
+            if models is None or h.model in models:
                 held.setdefault((h.workspace_id, h.branch_id), []).append(h)
-        out = []
+        out: list[tuple[_Held, Collection[str], Any]] = []
         for scope in scopes:
             if not scope.version_keys:
                 continue
@@ -1546,7 +1419,13 @@ class WeaviateVectorIndex:
         return guarded
 
     def _collections(self, repo_key: str) -> list[_Held]:
-        """Every chunks collection of the repository (shared and per branch), from the schema."""
+        """Every (workspace, branch) chunks collection of the repository, from the schema."""
+        return self._listed(repo_key)[0]
+
+    def _listed(self, repo_key: str) -> tuple[list[_Held], list[str]]:
+        """The repository's (workspace, branch) chunks collections, and the names of those an
+        earlier kg's shared layout left (no workspace and branch: never read, dropped by
+        :meth:`drop`)."""
         if not isinstance(repo_key, str) or not repo_key:
             raise InvalidInput(f"invalid index repository key {repo_key!r}",
                                details={"repo_key": repr(repo_key)})
@@ -1554,6 +1433,7 @@ class WeaviateVectorIndex:
         with vendor_errors("list collections"):
             schema = self.client.collections.list_all(simple=True)
         held: list[_Held] = []
+        legacy: list[str] = []
         for name, config in schema.items():
             if not name.lower().startswith(prefix):
                 continue
@@ -1562,62 +1442,36 @@ class WeaviateVectorIndex:
                 log.warning("ignoring collection %s: its description is not kg's", name)
                 continue
             wid, bid = meta.get("workspace"), meta.get("branch")
-            held.append(_Held(name, str(meta["model"]), int(meta["dim"]),
-                              None if wid is None else int(wid), None if bid is None else int(bid)))
-        return held
-
-    def _held(self, repo_key: str) -> dict[str, _Held]:
-        """The repository's shared chunks collections by model."""
-        return {h.model: h for h in self._collections(repo_key) if h.branch_id is None}
+            if wid is None or bid is None:
+                legacy.append(name)
+                continue
+            held.append(_Held(name, str(meta["model"]), int(meta["dim"]), int(wid), int(bid)))
+        return held, legacy
 
     def _create_chunks_collection(self, repo_key: str, model: str, dim: int,
-                                  scope: tuple[int, int] | None = None) -> _Held:
-        """Create the collection of (repository, model) or of (repository, model, workspace,
-        branch); another process may win the race."""
-        name = _chunks_prefix(repo_key) + _short_hash(model, 10)
-        meta: dict[str, Any] = {"kg": "chunks", "format": 1, "repo": repo_key, "model": model, "dim": dim}
-        if scope is not None:
-            name += f"_w{scope[0]}_b{scope[1]}"
-            meta.update(workspace=scope[0], branch=scope[1])
+                                  scope: tuple[int, int]) -> _Held:
+        """Create the collection of (repository, model, workspace, branch); another process
+        may win the race."""
+        wid, bid = scope
+        name = _chunks_prefix(repo_key) + _short_hash(model, 10) + f"_w{wid}_b{bid}"
+        meta: dict[str, Any] = {"kg": "chunks", "format": 1, "repo": repo_key, "model": model,
+                                "dim": dim, "workspace": wid, "branch": bid}
         description = json.dumps(meta, ensure_ascii=False)
         weaviate = import_weaviate()
         try:
             with vendor_errors(f"create collection {name}"):
-                self.client.collections.create_from_dict(
-                    _chunks_schema(name, description, scoped=scope is not None))
+                self.client.collections.create_from_dict(_chunks_schema(name, description))
         except BackendUnavailable as exc:
             if not isinstance(exc.__cause__, weaviate.exceptions.UnexpectedStatusCodeError):
                 raise
             # Created meanwhile by another process?
             again = [h for h in self._collections(repo_key) if h.model == model
-                     and (h.workspace_id, h.branch_id) == (scope or (None, None))]
+                     and (h.workspace_id, h.branch_id) == scope]
             if not again:
                 raise
             check_vector_dimension(np.zeros(dim), again[0].dim, what=again[0].name)
             return again[0]
-        return _Held(name, model, dim, *(scope or (None, None)))
-
-    def _state_object(self, repo_key: str) -> Any:
-        """The repository's state object (watermark), or None."""
-        with vendor_errors("read the index watermark"):
-            if not self.client.collections.exists(STATE_COLLECTION):
-                return None
-            return self.client.collections.get(STATE_COLLECTION).query.fetch_object_by_id(
-                _state_id(repo_key)
-            )
-
-    def _advance_watermark(self, repo_key: str, seq: int) -> None:
-        """Raise the stored watermark to ``seq``: a batch upsert of the state object, so
-        concurrent writers never fail on each other (the last one wins; a lag only re-syncs)."""
-        if seq <= self.watermark(repo_key):
-            return
-        from weaviate.classes.data import DataObject
-
-        self._ensure_state_collection()
-        insert_objects(self.client.collections.get(STATE_COLLECTION),
-                       [DataObject(properties={"repoKey": repo_key, "watermark": int(seq)},
-                                   uuid=_state_id(repo_key))],
-                       [f"watermark of {repo_key!r}"])
+        return _Held(name, model, dim, wid, bid)
 
     def _ensure_state_collection(self) -> None:
         """Create ``KgIndexState`` unless it exists (another process may win the race)."""
@@ -1629,25 +1483,25 @@ class WeaviateVectorIndex:
                     if not self.client.collections.exists(STATE_COLLECTION):
                         raise
 
-    def _any_key_filter(self, keys: Collection[str], *, prop: str = "contentKey") -> Any:
-        """One filter admitting exactly ``keys`` of ``prop``: a ``ContainsAny`` per batch of
+    def _any_key_filter(self, keys: Collection[str]) -> Any:
+        """One filter admitting exactly the version ``keys``: a ``ContainsAny`` per batch of
         ``filter_batch_keys`` keys, joined with ``Or`` when there are several."""
         from weaviate.classes.query import Filter
 
         unique = list(dict.fromkeys(keys))
-        parts = [_key_filter(prop, unique[start : start + self.filter_batch_keys])
+        parts = [translate_filters(version_keys=unique[start : start + self.filter_batch_keys])
                  for start in range(0, len(unique), self.filter_batch_keys)]
         return parts[0] if len(parts) == 1 else Filter.any_of(parts)
 
     def _ranked(self, run: Callable[[Any, int], list[_Row]], k: int, keys: Collection[str], *,
-                prop: str = "contentKey", base: Any = None) -> list[_Row]:
-        """The best rows (score descending, ties by seq) among ``keys`` of ``prop`` that also
+                base: Any = None) -> list[_Row]:
+        """The best rows (score descending, ties by seq) among the version ``keys`` that also
         pass ``base``: at least the top ``k`` when that many exist; see the module notes for
         the strategy."""
         unique = list(dict.fromkeys(keys))
 
         def allowing(batch: list[str]) -> Any:
-            only = _key_filter(prop, batch)
+            only = translate_filters(version_keys=batch)
             if base is None:
                 return only
             from weaviate.classes.query import Filter
@@ -1669,25 +1523,8 @@ class WeaviateVectorIndex:
         return _sorted(list(merged.values()))
 
 
-_RETURNED = ["content", "contentKey", "chunkIndex", "seq"]
-_RETURNED_SCOPED = [*_RETURNED, "versionKey"]
-
-
-def _returned(held: _Held) -> list[str]:
-    """The properties a query of ``held`` returns."""
-    return _RETURNED if held.branch_id is None else _RETURNED_SCOPED
-
-
-def _key_property(held: _Held) -> str:
-    """The property the visibility filter of ``held`` tests."""
-    return "contentKey" if held.branch_id is None else "versionKey"
-
-
-def _key_filter(prop: str, keys: list[str]) -> Any:
-    """``prop`` ``ContainsAny`` ``keys`` (contentKey or versionKey)."""
-    if prop == "contentKey":
-        return translate_filters(content_keys=keys)
-    return translate_filters(version_keys=keys)
+_RETURNED = ["content", "contentKey", "chunkIndex", "seq", "versionKey"]
+"""The properties a search returns."""
 
 
 def _row(obj: Any, score: float, distance: float | None) -> _Row:
@@ -1700,8 +1537,8 @@ def _row(obj: Any, score: float, distance: float | None) -> _Row:
 
 def _merged(rows: list[_Row]) -> list[_Row]:
     """Rows of several queries by score descending (ties by seq), each chunk (seq) once at its
-    best score: a chunk placed for several nodes or branches is one hit, as in the shared
-    collection (the caller maps a chunk to every node that shows it)."""
+    best score: a chunk placed for several nodes or branches is one hit (the caller maps a
+    chunk to every node that shows it)."""
     best: dict[int, _Row] = {}
     for row in rows:
         held = best.get(row.seq)
@@ -1749,12 +1586,6 @@ def _hits(rows: list[_Row]) -> list[IndexHit]:
             for rank, r in enumerate(rows, start=1)]
 
 
-def _check_keys(content_keys: Collection[str]) -> None:
-    """Refuse a single str where a collection of keys belongs."""
-    if isinstance(content_keys, str):
-        raise TypeError("content_keys must be a collection of keys, not one str")
-
-
 def _short_hash(text: str, n: int) -> str:
     """The first ``n`` hex digits of sha256(text)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:n]
@@ -1765,8 +1596,8 @@ def _chunks_prefix(repo_key: str) -> str:
     return f"{CHUNKS_PREFIX}{_short_hash(repo_key, 12)}_"
 
 
-def _state_id(repo_key: str) -> uuid.UUID:
-    """The id of a repository's state object."""
+def _legacy_watermark_id(repo_key: str) -> uuid.UUID:
+    """The id of the watermark object an earlier kg's shared layout kept (only deleted now)."""
     return object_id(repo_key, "", "index-state", -1, "")
 
 
@@ -1787,9 +1618,9 @@ def _description(text: str | None) -> dict[str, Any]:
     return meta
 
 
-def _chunks_schema(name: str, description: str, *, scoped: bool = False) -> dict[str, Any]:
-    """The class definition of a chunks collection (``scoped``: of a (workspace, branch))."""
-    schema = {
+def _chunks_schema(name: str, description: str) -> dict[str, Any]:
+    """The class definition of the chunks collection of a (workspace, branch) and model."""
+    return {
         "class": name,
         "description": description,
         "vectorizer": "none",
@@ -1805,10 +1636,6 @@ def _chunks_schema(name: str, description: str, *, scoped: bool = False) -> dict
              "indexFilterable": True, "indexSearchable": False},
             {"name": "chunkIndex", "dataType": ["int"]},
             {"name": "seq", "dataType": ["int"]},
-        ],
-    }
-    if scoped:
-        schema["properties"] += [
             {"name": "versionKey", "dataType": ["text"], "tokenization": "field",
              "indexFilterable": True, "indexSearchable": False},
             {"name": "nodeId", "dataType": ["text"], "tokenization": "field",
@@ -1819,8 +1646,8 @@ def _chunks_schema(name: str, description: str, *, scoped: bool = False) -> dict
              "indexFilterable": True, "indexSearchable": False},
             {"name": "props", "dataType": ["text[]"], "tokenization": "field",
              "indexFilterable": True, "indexSearchable": False},
-        ]
-    return schema
+        ],
+    }
 
 
 _STATE_SCHEMA: dict[str, Any] = {

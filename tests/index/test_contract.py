@@ -1,12 +1,11 @@
-"""The VectorIndex contract, run against every backend; then the embedded index's own duties.
+"""The ContentAddressedIndex contract, run against every backend of that layout; then the
+embedded index's own duties.
 
 A backend enters the suite through :data:`BACKENDS`: how to open an instance over some storage,
 how to make its writes durable, and whether a second instance over the same storage sees them.
 
-Weaviate runs the suite in every run through the real ``weaviate-client``: against the
-Weaviate-compatible test server of ``tests/weaviate_server.py`` (REST and gRPC on loopback
-ports), or against a real Weaviate instead when ``KG_TEST_WEAVIATE_URL`` is set
-(docs/scale-out.md says how to start one).
+The Weaviate index has the other layout (:class:`~kg.index.base.ScopedIndex`, a collection per
+workspace and branch): ``tests/index/test_weaviate_scoped.py`` is its suite.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import numpy as np
 import pytest
 
 from kg.errors import BackendUnavailable, InvalidInput
-from kg.index.base import IndexedChunk, IndexHit, VectorIndex
+from kg.index.base import ContentAddressedIndex, IndexedChunk, IndexHit
 from kg.index.embedded import EmbeddedVectorIndex
 
 DIM = 16
@@ -36,8 +35,8 @@ class Backend:
     """How the suite drives one kind of index."""
 
     name: str
-    open: Callable[[], VectorIndex]  # a new instance over this test's storage
-    persist: Callable[[VectorIndex, str], None]  # make a repository's writes durable
+    open: Callable[[], ContentAddressedIndex]  # a new instance over this test's storage
+    persist: Callable[[ContentAddressedIndex, str], None]  # make a repository's writes durable
     durable: bool  # whether a new instance sees what an earlier one persisted
     close: Callable[[], None] = lambda: None  # release what open() made, after the test
 
@@ -57,29 +56,9 @@ def _embedded_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     )
 
 
-def _weaviate(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Weaviate through the real client: the test server, or KG_TEST_WEAVIATE_URL's server."""
-    from kg.index.weaviate import WeaviateVectorIndex
-
-    url = request.getfixturevalue("weaviate_url")
-    opened: list[WeaviateVectorIndex] = []
-
-    def open_index() -> WeaviateVectorIndex:
-        index = WeaviateVectorIndex(url, init_timeout_s=10.0)
-        opened.append(index)
-        return index
-
-    def close() -> None:
-        for index in opened:
-            index.close()
-
-    return Backend("weaviate", open_index, lambda ix, key: ix.flush(key), True, close)
-
-
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Backend]] = {
     "embedded-memory": _embedded_memory,
     "embedded-disk": _embedded_disk,
-    "weaviate": _weaviate,
 }
 
 
@@ -91,12 +70,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 @pytest.fixture
-def index(backend: Backend) -> VectorIndex:
+def index(backend: Backend) -> ContentAddressedIndex:
     return backend.open()
 
 
 @pytest.fixture
-def repo(index: VectorIndex) -> Iterator[str]:
+def repo(index: ContentAddressedIndex) -> Iterator[str]:
     """A fresh repository key, dropped afterwards."""
     key = uuid.uuid4().hex
     yield key
