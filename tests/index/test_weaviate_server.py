@@ -24,7 +24,8 @@ from weaviate.exceptions import UnexpectedStatusCodeError, WeaviateQueryError
 
 from kg.errors import BackendUnavailable
 from kg.index.base import IndexedChunk, Placement, SearchScope
-from kg.index.weaviate import WeaviateVectorIndex, _chunks_schema, connect
+from kg.index.weaviate import WeaviateVectorIndex, connect
+from kg.index.weaviate.schema import _chunks_schema
 from kg.ragnode.weaviate import chunks_class_schema, meta_class_schema
 from tests.weaviate_server import EN_STOPWORDS, WeaviateTestServer, tokenize
 

@@ -476,7 +476,7 @@ def test_vectors_weaviate_refuses_for_their_dimension_fail_the_placement_naming_
     # someone else): kg's own check passes, Weaviate refuses every object for its length.
     from weaviate.classes.data import DataObject
 
-    from kg.index.weaviate import _chunks_prefix, _chunks_schema, _short_hash
+    from kg.index.weaviate.schema import _chunks_prefix, _chunks_schema, _short_hash
 
     name = _chunks_prefix("r") + _short_hash(MODEL, 10) + f"_w{WS}_b{BR}"
     description = ('{"kg": "chunks", "format": 1, "repo": "r", "model": "%s", "dim": %d, "workspace": %d, '
