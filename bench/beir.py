@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import RESULTS, load_average, machine, percentile, table, write_results  # noqa: E402
+from kg import context  # noqa: E402
 from kg.errors import NotFound  # noqa: E402
 from kg.indexing.index_jobs import index_status  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
@@ -114,7 +115,7 @@ def ingest(services: Services, workspace: str, corpus: dict[str, dict]) -> dict:
     started = time.perf_counter()
     for start in range(0, len(todo), WRITE_BATCH):
         part = todo[start:start + WRITE_BATCH]
-        batch(services, REPO, "main", parents=True, message=f"beir {start}", upserts=[
+        context.run(services, context.OPERATOR, batch, REPO, "main", parents=True, message=f"beir {start}", upserts=[
             {"workspace": workspace, "path": f"/doc/{did}", "node_type": "beir:Doc",
              "properties": {"title": doc["title"], "text": doc["text"]}} for did, doc in part])
     written_s = time.perf_counter() - started

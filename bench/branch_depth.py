@@ -55,6 +55,7 @@ from bench._common import (  # noqa: E402
     table,
     write_results,
 )
+from kg import context  # noqa: E402
 from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
 from kg.indexing.index_jobs import index_status  # noqa: E402
@@ -116,7 +117,7 @@ def build_repository(services: Services, n_nodes: int, *, section_size: int, bat
             upserts.append({"workspace": WORKSPACE, "path": f"/s{section}/n{i}", "node_type": "Item",
                             "properties": {"title": title(rng, f"Item {i}"), "rank": i}})
     for start in range(0, len(upserts), batch_size):
-        batch(services, REPO, "main", upserts=upserts[start:start + batch_size], message="bench load")
+        context.run(services, context.OPERATOR, batch, REPO, "main", upserts=upserts[start:start + batch_size], message="bench load")
         services.indexer.drain()
         print(f"  {min(start + batch_size, len(upserts))}/{len(upserts)} nodes, "
               f"{time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
@@ -149,7 +150,7 @@ def build_chain(services: Services, depth: int, writes: int, leaves: list[str], 
             upserts.append({"workspace": WORKSPACE, "path": path, "node_type": "Item",
                             "properties": {"title": title(rng, f"Added on {name}")}})
             touched.add(path)
-        batch(services, REPO, name, upserts=upserts, message=f"own writes of {name}")
+        context.run(services, context.OPERATOR, batch, REPO, name, upserts=upserts, message=f"own writes of {name}")
         services.indexer.drain()
         names.append(name)
         parent = name

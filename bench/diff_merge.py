@@ -18,7 +18,7 @@ costs under 1.5 times creating one of a 100-node repository.
    100 node changes written on it through the store API in four transactions (40 modify, 40
    add, 20 delete) plus 5 relation changes (3 added, 1 re-weighted, 1 removed); then timed:
    ``kg.store.history.diff_branches`` (in a read session, as the route), ``kg.ops.merge.
-   merge_branch(..., dry_run=True)`` and the real ``merge_branch`` into ``main``. The answers
+   preview_merge(...)`` and the real ``merge_branch`` into ``main``. The answers
    are checked (100 node and 5 relation changes reported and applied). Medians and p90 per
    repository and the ratio large / small of the medians.
 
@@ -59,7 +59,8 @@ from bench._common import (  # noqa: E402
 )
 from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
-from kg.ops.merge import merge_branch  # noqa: E402
+from kg import context  # noqa: E402
+from kg.ops.merge import merge_branch, preview_merge  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store import nodes as node_store  # noqa: E402
@@ -321,8 +322,9 @@ def main(argv: list[str] | None = None) -> dict:
                     create_one(db, repo.name, branch)
                     make_changes(db, repo, branch, r, rng)
                     t_diff, d = timed(diff, db, repo.name, branch)
-                    t_dry, dry = timed(merge_branch, services, repo.name, branch, "main", dry_run=True)
-                    t_merge, merged = timed(merge_branch, services, repo.name, branch, "main")
+                    t_dry, dry = timed(preview_merge, services, context.OPERATOR, repo.name, branch, "main")
+                    t_merge, merged = timed(context.run, services, context.OPERATOR, merge_branch, repo.name,
+                                            branch, "main")
                     problems += check(f"{label} round {r}", d, dry, merged)
                     if r >= args.warmup:
                         timing["diff"][label].append(t_diff)

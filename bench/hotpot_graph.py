@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any
 
+from kg.context import OPERATOR
 from kg.rag.functions import invoke
 
 RRF_K = 60
@@ -36,7 +37,7 @@ def extract_all(services: Any, workspace: str, corpus: dict[str, dict]) -> dict[
     started = time.perf_counter()
     done = skipped = entities = mentions = 0
     for n, did in enumerate(corpus, start=1):
-        out = invoke(services, REPO, "extract-entities", {"workspace": workspace, "path": f"/doc/{did}"})
+        out = invoke(services, OPERATOR, REPO, "extract-entities", {"workspace": workspace, "path": f"/doc/{did}"})
         if out.get("skipped"):
             skipped += 1
         else:
@@ -62,7 +63,7 @@ def graph_ranking(services: Any, workspace: str, question: str, *, keep: int = 5
     seeds = [f"{workspace}:/doc/{did}" for did in ranked[:keep]]
     reached: list[str] = []
     if seeds:
-        context = invoke(services, REPO, "graph-context", {
+        context = invoke(services, OPERATOR, REPO, "graph-context", {
             "seeds": seeds, "hops": 2, "types": ["mentioned_in"], "direction": "BOTH",
             "max_nodes": 200, "fan_out": 25})
         found = [node for node in context["nodes"] if node["hop"] == 2 and node["path"].startswith("/doc/")]

@@ -59,6 +59,7 @@ from bench._common import (  # noqa: E402
     table,
     write_results,
 )
+from kg import context  # noqa: E402
 from kg.indexing.queue import DurableQueue  # noqa: E402
 from kg.indexing.index_jobs import INDEX_QUEUE  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
@@ -120,7 +121,7 @@ def one_round(order: str, url: str, tmp: Path, args: argparse.Namespace) -> dict
                                  config={"embedding": {"model": MODEL}})
         started = time.perf_counter()
         for offset in range(0, args.backlog, args.batch):
-            batch(services, "big", "main", upserts=[
+            context.run(services, context.OPERATOR, batch, "big", "main", upserts=[
                 {"workspace": "notes", "path": f"/n{i}", "properties": {"content": backlog_text(i)}}
                 for i in range(offset, min(offset + args.batch, args.backlog))])
         write_s = time.perf_counter() - started
@@ -132,7 +133,7 @@ def one_round(order: str, url: str, tmp: Path, args: argparse.Namespace) -> dict
         while pending(services, "big") > args.backlog - args.lead:
             time.sleep(0.005)
         remaining = pending(services, "big")
-        put_node(services, "small", "main", "notes", "/note", node_type="kb:Note",
+        context.run(services, context.OPERATOR, put_node, "small", "main", "notes", "/note", node_type="kb:Note",
                  properties={"content": SMALL_TEXT})
         acknowledged = time.perf_counter()
         deadline = acknowledged + args.timeout_s

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._common import RESULTS, load_average, machine, percentile, table, write_results  # noqa: E402
 from bench.index_embedded import pep_chunks  # noqa: E402
+from kg import context  # noqa: E402
 from kg.errors import NotFound  # noqa: E402
 from kg.index.bm25 import BM25Index  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
@@ -81,7 +82,7 @@ def build(services: Services, n_chunks: int, per_node: int) -> dict:
                       "properties": {"content": "\n\n".join(text for _, _, text in group),
                                      "shard": (start // per_node) % 10}})
     for start in range(0, len(items), WRITE_BATCH):
-        batch(services, REPO, "main", upserts=items[start:start + WRITE_BATCH], parents=True)
+        context.run(services, context.OPERATOR, batch, REPO, "main", upserts=items[start:start + WRITE_BATCH], parents=True)
     write_s = time.perf_counter() - started
     while True:
         run = services.indexer.run_pending()

@@ -14,15 +14,15 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kg.context import OPERATOR, run
 from kg.errors import KGError
-from kg.indexing.chunks import sync_index
+from kg.ops import branches as branch_ops
+from kg.ops import repos as repo_ops
 from kg.ops.ingest import ingest_path
-from kg.rag.search import SearchRequest
-from kg.rag.search import search as run_search
+from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
 from kg.settings import Settings
 from kg.store.db import Database
-from kg.store.repos import branch_view, create_branch, get_repository, list_branches
 
 app = typer.Typer(help="kg: a knowledge-graph service with branching storage for AI agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -138,22 +138,10 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
             if started:
                 progress.stop()
         # Only this repository's queue: another repository's backlog is the server's business.
-        with services.db.read() as session:
-            repo_id = get_repository(session, repo).id
-        run = services.indexer.drain(repo_id=repo_id)
-        report.index_failures = run.failed
-        _sync_and_flush(services, repo)
+        report.index_failures = repo_ops.settle_index(services, OPERATOR, repo).failed
     except KGError as exc:
         _fail(exc)
     typer.echo(json.dumps(report.as_dict()))
-
-
-def _sync_and_flush(services, repo: str) -> None:
-    """Bring the embedded index up to date and save it, so the server starts warm."""
-    with services.db.read() as session:
-        r = get_repository(session, repo)
-        sync_index(session, services.index, r.id, r.uid)
-    services.index.flush(r.uid)
 
 
 @app.command()
@@ -170,9 +158,8 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
         services = _services()
         request = SearchRequest.parse({"query": query, "k": k, "mode": mode, "granularity": granularity,
                                        "workspaces": workspace or None})
-        with services.db.read() as session:
-            view = branch_view(session, repo, branch)
-            results, took = run_search(session, services, view, request)
+        answer = search_branch(services, OPERATOR, repo, branch, request)
+        results, took = answer.results, answer.took_ms
     except KGError as exc:
         _fail(exc)
     if as_json:
@@ -196,20 +183,13 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
         target = services.index if index in (None, services.settings.index) else build_index(
             services.settings, index)
         try:
-            with services.db.read() as session:
-                r = get_repository(session, repo)
-            run = services.indexer.drain(repo_id=r.id)
-            target.drop(r.uid)
-            with services.db.read() as session:
-                added = sync_index(session, target, r.id, r.uid)
-            target.flush(r.uid)
+            rebuilt = repo_ops.rebuild_index(services, OPERATOR, repo, target)
         finally:
             if target is not services.index:
                 target.close()
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index, "chunks": added,
-                           "jobs_done": run.done, "jobs_failed": run.failed}))
+    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index, **rebuilt}))
 
 
 @branch_app.command("create")
@@ -218,10 +198,8 @@ def branch_create(name: str, repo: Annotated[str, typer.Option()],
     """Create a branch (one row; nothing is copied)."""
     try:
         services = _services()
-        with services.db.write() as session:
-            r = get_repository(session, repo, lock=True)
-            b = create_branch(session, r, name=name, from_branch=from_)
-            typer.echo(json.dumps({"name": b.name, "base_revision": b.base_revision}))
+        created = run(services, OPERATOR, branch_ops.create_branch, repo, name=name, from_branch=from_)
+        typer.echo(json.dumps({"name": created["name"], "base_revision": created["base_revision"]}))
     except KGError as exc:
         _fail(exc)
 
@@ -231,9 +209,8 @@ def branch_list(repo: Annotated[str, typer.Option()]) -> None:
     """List branches."""
     try:
         services = _services()
-        with services.db.read() as session:
-            for b in list_branches(session, get_repository(session, repo)):
-                typer.echo(f"{b.name}\tbase={b.base_revision}\thead={b.head_revision}")
+        for b in branch_ops.list_branches(services, OPERATOR, repo):
+            typer.echo(f"{b['name']}\tbase={b['base_revision']}\thead={b['head_revision']}")
     except KGError as exc:
         _fail(exc)
 

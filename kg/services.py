@@ -5,9 +5,11 @@ their own (a fake embedder, a temporary data folder).
 
 This module is the composition root: it builds the indexer (:mod:`kg.indexing`) and the
 function-job runner (:mod:`kg.rag.function_jobs`), so it sits above the use-case layer, just
-below the surfaces (``api``, :mod:`kg.cli`) that build it. Use cases receive a ``Services``
-and never import this module, so every arrow still points down (``[tool.importlinter]`` in
-``pyproject.toml``; ``tests/unit/test_layers.py``).
+below the surfaces (``api``, :mod:`kg.cli`) that build it. Use cases receive it as the
+:class:`kg.context.Resources` it implements and never import this module, so every arrow still
+points down (``[tool.importlinter]`` in ``pyproject.toml``; ``tests/unit/test_layers.py``).
+What runs after a write commits is the unit of work's business (:mod:`kg.context`), not this
+container's.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from kg.index.weaviate import ClientPool, WeaviateVectorIndex
 from kg.indexing.indexer import Indexer
 from kg.lru import LRUCache
 from kg.providers.base import Embedder
-from kg.providers.llm import NoLLM
+from kg.providers.llm import LLM, NoLLM
 from kg.providers.registry import make_embedder, make_llm
 from kg.rag.function_jobs import JobRunner
 from kg.settings import Settings
@@ -57,11 +59,11 @@ class Services:
     index: VectorIndex
     embedder_factory: Callable[[str], Embedder]
     graphs: GraphCache = field(default_factory=GraphCache)
-    indexer: Any = None
-    jobs: Any = None
-    llm: Any = None
-    search_cache: LRUCache = field(default_factory=lambda: LRUCache(32))
-    weaviate_clients: Any = field(default_factory=lambda: _client_pool())
+    indexer: Indexer = field(init=False)
+    jobs: JobRunner = field(init=False)
+    llm: LLM = field(default_factory=NoLLM)
+    search_cache: LRUCache[Any] = field(default_factory=lambda: LRUCache(32))
+    weaviate_clients: ClientPool = field(default_factory=ClientPool)
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -76,23 +78,8 @@ class Services:
                    llm=make_llm(settings.llm_model, host=settings.ollama_host))
 
     def __post_init__(self) -> None:
-        if self.llm is None:
-            self.llm = NoLLM()
-        if self.indexer is None:
-            self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
-        if self.jobs is None:
-            self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
-
-    def after_write(self, repo_id: int, queued_keys: list[str]) -> None:
-        """After a write committed: index its queued texts now (``index_inline``) or wake the
-        background indexer."""
-        if not queued_keys:
-            return
-        if self.settings.index_inline:
-            while self.indexer.run_pending(repo_id=repo_id, content_keys=queued_keys).done:
-                pass
-        else:
-            self.indexer.wake()
+        self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
+        self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
 
     def embedder(self, name: str) -> Embedder:
         """The embedder called ``name``, made once per process."""
@@ -113,11 +100,6 @@ class Services:
         self.db.dispose()
         self.index.close()  # a remote index's connection
         self.weaviate_clients.close()  # the RAG node's Weaviate connections
-
-
-def _client_pool() -> Any:
-    """The pool of the RAG node's Weaviate connections (kg.index.weaviate.ClientPool)."""
-    return ClientPool()
 
 
 def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:

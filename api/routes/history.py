@@ -6,50 +6,50 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import BranchQ, RevisionQ, ServicesDep
+from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
 from api.models import BatchBody, MergeBody
 from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
+from kg.context import run
 from kg.ops import nodes as node_ops
+from kg.ops import queries
 from kg.ops.branches import reset_branch
-from kg.ops.merge import merge_branch
-from kg.store import history
-from kg.store.repos import branch_view, get_repository
+from kg.ops.merge import merge_branch, preview_merge
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["history"])
 
 
 @router.get("/log", response_model=RevisionLog)
-def log(repo: str, services: ServicesDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
+def log(repo: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         before: Annotated[int | None, Query(ge=0, le=2_147_483_647, description="Only revisions older than this.")] = None) -> dict:
     """Revisions of the branch's history (its own, then its ancestors' up to the fork), newest first."""
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch, at_revision=at_revision)
-        return {"revisions": history.revision_log(session, view, limit=limit, before=before)}
+    return {"revisions": queries.revision_log(services, caller, repo, branch, limit=limit, before=before,
+                                              at_revision=at_revision)}
 
 
 @router.post("/nodes:batch", response_model=BatchResult)
-def batch(repo: str, body: BatchBody, services: ServicesDep, branch: BranchQ = "main") -> dict:
+def batch(repo: str, body: BatchBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main") -> dict:
     """Deletes then upserts as one revision: all or nothing."""
-    return node_ops.batch(services, repo, branch, upserts=body.upserts, deletes=body.deletes,
-                        parents=body.parents, message=body.message, actor=body.actor)
+    return run(services, caller, node_ops.batch, repo, branch, upserts=body.upserts, deletes=body.deletes,
+               parents=body.parents, message=body.message, actor=body.actor)
 
 
 @router.get("/branches/{branch:path}/diff", response_model=Diff)
-def diff(repo: str, branch: str, services: ServicesDep, against: str | None = None) -> dict:
+def diff(repo: str, branch: str, services: ServicesDep, caller: CallerDep, against: str | None = None) -> dict:
     """What the branch changed since its merge base with ``against`` (default: its parent)."""
-    with services.db.read() as session:
-        return history.diff_branches(session, get_repository(session, repo), branch, against)
+    return queries.diff(services, caller, repo, branch, against)
 
 
 @router.post("/branches/{branch:path}/merge", response_model=MergeResult, response_model_exclude_unset=True)
-def merge(repo: str, branch: str, body: MergeBody, services: ServicesDep) -> dict:
+def merge(repo: str, branch: str, body: MergeBody, services: ServicesDep, caller: CallerDep) -> dict:
     """Merge the branch into ``into`` (default: its parent): fast-forward or three-way."""
-    return merge_branch(services, repo, branch, body.into, resolutions=body.resolutions, dry_run=body.dry_run,
-                        message=body.message, actor=body.actor)
+    if body.dry_run:
+        return preview_merge(services, caller, repo, branch, body.into, resolutions=body.resolutions)
+    return run(services, caller, merge_branch, repo, branch, body.into, resolutions=body.resolutions,
+               message=body.message, actor=body.actor)
 
 
 @router.post("/branches/{branch:path}/reset", response_model=BranchReset)
-def reset(repo: str, branch: str, services: ServicesDep) -> dict:
+def reset(repo: str, branch: str, services: ServicesDep, caller: CallerDep) -> dict:
     """Drop what was written on the branch and fork it again from its parent's head."""
-    return reset_branch(services, repo, branch)
+    return run(services, caller, reset_branch, repo, branch)

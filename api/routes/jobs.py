@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import ServicesDep
+from api.deps import CallerDep, ServicesDep
 from api.schemas import Job
 from kg.rag import function_jobs
 
@@ -12,6 +12,6 @@ router = APIRouter(prefix="/api/jobs", tags=["jobs"])
 
 
 @router.get("/{job_id}", response_model=Job)
-def get_job(job_id: str, services: ServicesDep) -> dict:
+def get_job(job_id: str, services: ServicesDep, caller: CallerDep) -> dict:
     """A job's state (``queued``, ``running``, ``succeeded``, ``failed``) and its output or error."""
-    return function_jobs.get(services, job_id)
+    return function_jobs.get(services, caller, job_id)

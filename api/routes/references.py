@@ -6,22 +6,21 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import BranchQ, RevisionQ, ServicesDep
+from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
 from api.schemas import ReferenceList
-from kg.store.references import MAX_LIMIT, list_references
-from kg.store.repos import branch_view
+from kg.ops import queries
+from kg.store.references import MAX_LIMIT
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["references"])
 
 
 @router.get("/references", response_model=ReferenceList)
 def references(repo: str, target: Annotated[str, Query(description="Node address 'workspace:/path'.")],
-               services: ServicesDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
+               services: ServicesDep, caller: CallerDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
                limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000) -> dict:
     """Nodes whose visible version holds a reference ``{"kg:ref": path, "kg:workspace": ws}`` to
     ``target`` (top-level property values and items of top-level lists), with the property key;
     answered through the reference index."""
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch, at_revision=at_revision)
-        rows, truncated = list_references(session, view, target, limit=limit)
-        return {"references": rows, "truncated": truncated}
+    rows, truncated = queries.references(services, caller, repo, branch, target, limit=limit,
+                                         at_revision=at_revision)
+    return {"references": rows, "truncated": truncated}

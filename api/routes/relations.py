@@ -7,14 +7,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
-from api.deps import ActorQ, BranchQ, MessageQ, RevisionQ, ServicesDep
+from api.deps import ActorQ, BranchQ, CallerDep, MessageQ, RevisionQ, ServicesDep
 from api.models import RelationCreate, Strict
 from api.schemas import NeighborList, Relation, RelationsDeleted, Traversal
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
+from kg.context import run
 from kg.ops import relations as relation_ops
-from kg.rag.graph import neighbors_of, traverse_from
-from kg.store.repos import branch_view
+from kg.rag.graph import neighbors as graph_neighbors
+from kg.rag.graph import walk
 
 router = APIRouter(prefix="/api/repos/{repo}", tags=["relations"])
 
@@ -33,27 +34,28 @@ class TraverseBody(Strict):
 @router.post("/relations", response_model=Relation,
              responses={200: {"description": "Re-asserted: weight and properties replaced"},
                         201: {"description": "Created: a new edge", "model": Relation}})
-def relate(repo: str, body: RelationCreate, services: ServicesDep, response: Response,
+def relate(repo: str, body: RelationCreate, services: ServicesDep, caller: CallerDep, response: Response,
            branch: BranchQ = "main") -> dict:
     """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced)."""
-    relation, created = relation_ops.relate(services, repo, branch, body.from_, body.to, body.type,
-                                            weight=body.weight, properties=body.properties,
-                                            message=body.message, actor=body.actor)
+    relation, created = run(services, caller, relation_ops.relate, repo, branch, body.from_, body.to,
+                            body.type, weight=body.weight, properties=body.properties,
+                            message=body.message, actor=body.actor)
     response.status_code = 201 if created else 200
     return relation
 
 
 @router.delete("/relations", response_model=RelationsDeleted)
-def unrelate(repo: str, services: ServicesDep, from_: Annotated[str, Query(alias="from")],
+def unrelate(repo: str, services: ServicesDep, caller: CallerDep, from_: Annotated[str, Query(alias="from")],
              to: str, branch: BranchQ = "main", type: str | None = None, message: MessageQ = None,
              actor: ActorQ = None) -> dict:
     """Remove the edges from ``from`` to ``to`` (of ``type``, or all types); when there was
     none, no revision is made (``revision`` is null)."""
-    return relation_ops.unrelate(services, repo, branch, from_, to, type, message=message, actor=actor)
+    return run(services, caller, relation_ops.unrelate, repo, branch, from_, to, type, message=message,
+               actor=actor)
 
 
 @router.get("/neighbors", response_model=NeighborList)
-def neighbors(repo: str, node: str, services: ServicesDep, branch: BranchQ = "main",
+def neighbors(repo: str, node: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
               at_revision: RevisionQ = None, direction: str = "BOTH",
               type: Annotated[str | None, Query(description="Relation types, comma-separated.")] = None,
               limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Most rows returned.")] = DEFAULT_LIMIT,
@@ -61,19 +63,16 @@ def neighbors(repo: str, node: str, services: ServicesDep, branch: BranchQ = "ma
     """The edges around a node in a stable order (weight desc with null last, the other node's
     ``workspace:path``, type, direction), at most ``limit``; ``truncated`` when more exist."""
     types = [t for t in type.split(",") if t] if type else None
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch, at_revision=at_revision)
-        return neighbors_of(session, services, view, node, direction=direction, types=types or None,
-                            limit=limit)
+    return graph_neighbors(services, caller, repo, branch, node, direction=direction,
+                           types=types or None, limit=limit, at_revision=at_revision)
 
 
 @router.post("/traverse", response_model=Traversal)
-def traverse(repo: str, body: TraverseBody, services: ServicesDep, branch: BranchQ = "main",
+def traverse(repo: str, body: TraverseBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
              at_revision: RevisionQ = None) -> dict:
     """Breadth-first walk from the seeds, bounded by ``hops``, ``max_nodes`` (seeds count) and
     ``fan_out`` per node; each node once at its shortest hop; ``truncated`` exactly when a budget
     left nodes unvisited."""
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch, at_revision=at_revision)
-        return traverse_from(session, services, view, body.seeds, hops=body.hops, direction=body.direction,
-                             types=body.types, max_nodes=body.max_nodes, fan_out=body.fan_out)
+    return walk(services, caller, repo, branch, body.seeds, hops=body.hops,
+                direction=body.direction,
+                types=body.types, max_nodes=body.max_nodes, fan_out=body.fan_out, at_revision=at_revision)

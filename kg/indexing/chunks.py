@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from sqlalchemy import and_, bindparam, false, func, or_, select
@@ -132,7 +132,7 @@ def check_vectors(vectors: object, n: int, dim: int, texts: Sequence[str]) -> np
         )
     if arr.shape[1] != dim:
         raise ProviderError(f"the embedder returned vectors of length {arr.shape[1]}, expected {dim}")
-    finite = np.isfinite(arr).all(axis=1)
+    finite = np.asarray(np.isfinite(arr).all(axis=1))
     norms = np.linalg.norm(np.where(np.isfinite(arr), arr, 0.0), axis=1)
     bad = np.flatnonzero(~finite | (norms == 0))
     if bad.size:
@@ -142,7 +142,8 @@ def check_vectors(vectors: object, n: int, dim: int, texts: Sequence[str]) -> np
             f"the embedder returned {reason} for chunk {i}: {texts[i][:60]!r}",
             details={"chunk": i},
         )
-    return arr / norms[:, None]
+    normalised: np.ndarray = arr / norms[:, None]
+    return normalised
 
 
 _HAS_CHUNKS = (select(Chunk.seq).where(Chunk.repo_id == bindparam("c_repo_id"),
@@ -170,7 +171,7 @@ def existing_content_keys(session: Session, repo_id: int, keys: Iterable[str]) -
 
 
 def embed_plans(plans: Sequence[TextPlan], embedder: Embedder, *, batch_size: int = 32,
-                progress=None) -> dict[str, list[ChunkRow]]:
+                progress: Callable[[int], None] | None = None) -> dict[str, list[ChunkRow]]:
     """Chunk and embed the texts of ``plans`` (distinct content keys), batched across nodes.
 
     Parameters
@@ -240,10 +241,10 @@ def store_chunks(session: Session, repo_id: int, rows: Iterable[ChunkRow]) -> in
 
 
 @functools.lru_cache(maxsize=4)
-def _store_stmt(dialect: str):
+def _store_stmt(dialect: str) -> Any:
     """The chunk insert of one dialect, built once: Core table, conflicts skipped."""
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    return insert(Chunk.__table__).on_conflict_do_nothing(
+    return insert(Chunk.__table__).on_conflict_do_nothing(  # type: ignore[arg-type]
         index_elements=["repo_id", "content_key", "chunk_index"])
 
 

@@ -65,7 +65,7 @@ def parse_embedding_config(raw: Any, *, default_model: str) -> EmbeddingConfig:
         ) from exc
 
 
-def workspace_embedding(config: dict | None, *, default_model: str) -> EmbeddingConfig:
+def workspace_embedding(config: dict[str, Any] | None, *, default_model: str) -> EmbeddingConfig:
     """The stored configuration of a workspace (as written by ``create_workspace``)."""
     raw = (config or {}).get("embedding")
     return parse_embedding_config(raw, default_model=default_model)

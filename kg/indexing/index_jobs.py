@@ -51,7 +51,7 @@ lease is ``updated_at`` plus :data:`LEASE`."""
 
 
 @functools.lru_cache(maxsize=4)
-def _enqueue_stmt(dialect: str):
+def _enqueue_stmt(dialect: str) -> Any:
     """The queue insert for one dialect, built once (values are bound at execution)."""
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
     stmt = insert(IndexJob).values(

@@ -27,12 +27,14 @@ from typing import Any, Iterable, NamedTuple
 
 from sqlalchemy import select
 
+from kg.context import Resources
 from kg.errors import BackendUnavailable, KGError, ProviderError
-from kg.indexing.chunks import TextPlan, embed_plans, plan_text, store_chunks, sync_index
+from kg.indexing.chunks import ChunkRow, TextPlan, embed_plans, plan_text, store_chunks, sync_index
 from kg.indexing.config import NEXT, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import INDEX_QUEUE, LEASE, MAX_ATTEMPTS
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue
 from kg.indexing.reembed import complete_reembed
+from kg.providers.base import Embedder
 from kg.indexing.worker import PollingWorker
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
 
@@ -82,7 +84,7 @@ class Indexer(PollingWorker):
         How often a running batch renews its leases, in seconds.
     """
 
-    def __init__(self, services: Any, *, batch_jobs: int = 32, poll_s: float = 1.0,
+    def __init__(self, services: Resources, *, batch_jobs: int = 32, poll_s: float = 1.0,
                  lease_s: float = LEASE.total_seconds(), max_attempts: int = MAX_ATTEMPTS,
                  heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-indexer")
@@ -206,7 +208,7 @@ class Indexer(PollingWorker):
                     obsolete.append(job_id)
                     continue
                 work.append((job, plan, embedder))
-        rows_by_job: dict[int, list] = {}
+        rows_by_job: dict[int, list[ChunkRow]] = {}
         postponed: list[tuple[int, str]] = []
         for job, plan, embedder in work:
             try:
@@ -219,7 +221,7 @@ class Indexer(PollingWorker):
             except (ProviderError, KGError) as exc:
                 failures[job.id] = exc.message
                 continue
-            rows_by_job[job.id] = rows.get(plan.content_key, [])
+            rows_by_job[job.id] = rows.get(plan.content_key or "", [])
         by_repo: dict[int, list[_Job]] = {}
         for job, _, _ in work:
             if job.id in rows_by_job:
@@ -294,12 +296,13 @@ class Indexer(PollingWorker):
                 log.warning("indexer: placing repository %s in the index failed: %s", repo_id, exc.message)
 
 
-def _plan_for_job(services: Any, config: dict | None, properties: dict, key: str):
+def _plan_for_job(services: Resources, config: dict[str, Any] | None, properties: dict[str, Any],
+                  key: str) -> tuple[TextPlan, Embedder] | tuple[None, None]:
     """The plan and embedder that make ``key`` from a version's text: under the workspace's
     current settings, or its re-embed's (``embedding_next``); ``(None, None)`` when neither."""
     default = services.settings.embedding_model
     candidates = [workspace_embedding(config, default_model=default)]
-    if (config or {}).get(NEXT) is not None:
+    if config is not None and config.get(NEXT) is not None:
         candidates.append(parse_embedding_config(config[NEXT], default_model=default))
     for settings in candidates:
         embedder = services.embedder(settings.model)

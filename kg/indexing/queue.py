@@ -70,7 +70,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from sqlalchemy import and_, delete, literal, or_, select, update
+from sqlalchemy import CursorResult, Table, and_, delete, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -224,7 +224,7 @@ class DurableQueue:
         self.heartbeat = timedelta(seconds=min(heartbeat_s, lease_s / 3))
         self.stale = timedelta(seconds=stale_s if stale_s is not None else 3 * heartbeat_s)
         self.worker_id = uuid.uuid4().hex
-        self._table = spec.model.__table__
+        self._table: Table = spec.model.__table__  # type: ignore[attr-defined]  # a declarative model
         self._registered_at: datetime | None = None
         self._touched_at: datetime | None = None
         self._served: dict[tuple[str, Any], int] = {}
@@ -640,8 +640,9 @@ class DurableQueue:
             try:
                 now = utcnow()
                 with self.db.write() as session:
-                    renewed = session.execute(update(self._table).where(self.fence(claims))
-                                              .values(self.spec.renew_values(now, self.lease))).rowcount
+                    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]  # an UPDATE's result
+                        update(self._table).where(self.fence(claims)).values(self.spec.renew_values(now, self.lease)))
+                    renewed = result.rowcount
                     session.execute(update(QueueWorker).where(QueueWorker.id == self.worker_id)
                                     .values(heartbeat_at=now))
                 self._touched_at = now
@@ -702,7 +703,7 @@ def _worker_gone(worker: Any, host: str, process_start: str, now: datetime, stal
             gone = _process_gone(worker.pid, ticks)
             if gone is not None:
                 return gone
-    return worker.heartbeat_at < now - stale
+    return bool(worker.heartbeat_at < now - stale)
 
 
 def _process_gone(pid: int, ticks: str) -> bool | None:

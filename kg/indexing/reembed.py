@@ -33,6 +33,7 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
+from kg.context import SYSTEM, Actor, Resources, unit_of_work
 from kg.errors import InvalidInput, KGError, ModelLocked
 from kg.index.base import ScopedIndex, VectorIndex
 from kg.providers.registry import canonical_model_name
@@ -57,26 +58,25 @@ def _requested(raw: Any, current: EmbeddingConfig) -> EmbeddingConfig:
     return parse_embedding_config(merged, default_model=current.model)
 
 
-def set_workspace_embedding(services: Any, repo: str, workspace: str, raw: Any, *,
-                            reembed: bool = False) -> dict[str, Any]:
-    """The route's view of :func:`reembed_workspace`: its answer without the queued keys."""
-    answer, _ = reembed_workspace(services, repo, workspace, raw, reembed=reembed)
-    return answer
-
-
-def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
-                      reembed: bool = False) -> tuple[dict[str, Any], list[str]]:
+def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, *,
+                      reembed: bool = False, caller: Actor = SYSTEM) -> tuple[dict[str, Any], list[str]]:
     """Change a workspace's embedding model or chunking; with ``reembed``, rebuild it.
+
+    Reads the current settings, probes the new model with no write lock held, then writes the
+    new settings and queues the texts as one unit of work (:func:`kg.context.unit_of_work`),
+    whose commit wakes the indexer.
 
     Parameters
     ----------
-    services : kg.services.Services
+    services : kg.context.Resources
     repo, workspace : str
     raw : dict
         The new ``embedding`` object (``{"model"?, "chunking"?}``); omitted keys keep their
         current value.
     reembed : bool
         Rebuild the workspace under the new settings. Without it, any change is refused.
+    caller : kg.context.Actor
+        Who asks.
 
     Returns
     -------
@@ -107,8 +107,8 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
     same_model = canonical_model_name(wanted.model) == canonical_model_name(current.model)
     if same_model and wanted.chunking == current.chunking:
         if under_way:
-            with services.db.write() as session:
-                ws = get_workspace(session, get_repository(session, repo, lock=True), workspace)
+            with unit_of_work(services, caller) as uow:
+                ws = get_workspace(uow.session, get_repository(uow.session, repo, lock=True), workspace)
                 ws.config = {k: v for k, v in (ws.config or {}).items() if k not in (NEXT, HELD)}
         return {"workspace": workspace, "embedding": current.model_dump(), "reembedded": False,
                 "node_versions": 0, "queued": 0, "switched": False}, []
@@ -124,7 +124,8 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
     # know, or a server that is down (an Ollama name resolves without contacting the server).
     embedder = services.embedder(wanted.model)
     embedder.embed(["kg re-embedding probe"])
-    with services.db.write() as session:
+    with unit_of_work(services, caller) as uow:
+        session = uow.session
         r = get_repository(session, repo, lock=True)
         ws = get_workspace(session, r, workspace)
         ws.config = {**{k: v for k, v in (ws.config or {}).items() if k != HELD}, NEXT: wanted.model_dump()}
@@ -137,15 +138,16 @@ def reembed_workspace(services: Any, repo: str, workspace: str, raw: Any, *,
                    if enqueue(session, repo_id=r.id, workspace_id=ws.id, content_key=key,
                               node_version_id=version_id, priority=REEMBED_PRIORITY)]
         repo_id, workspace_id = r.id, ws.id
-    services.after_write(repo_id, pending)  # inline indexing switches in there already
+        uow.index_after_commit(repo_id, pending)  # inline indexing switches in there already
     complete_reembed(services, repo_id, workspace_id)
     with services.db.read() as session:
-        switched = NEXT not in (session.get(Workspace, workspace_id).config or {})
+        after = session.get(Workspace, workspace_id)
+        switched = after is not None and NEXT not in (after.config or {})
     return {"workspace": workspace, "embedding": wanted.model_dump(), "reembedded": True,
             "node_versions": len(versions), "queued": len(pending), "switched": switched}, pending
 
 
-def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
+def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bool:
     """Make a workspace's ``embedding_next`` current once its texts are embedded under it.
 
     Parameters
@@ -167,9 +169,11 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
     text is unsearchable until written again, and ``index/status`` lists the failure.
     """
     with services.db.write() as session:
-        session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
+        repo_key = session.scalar(select(Repository.uid).where(Repository.id == repo_id).with_for_update())
         ws = session.get(Workspace, workspace_id)
-        raw_next = None if ws is None else (ws.config or {}).get(NEXT)
+        if repo_key is None or ws is None:
+            return False  # deleted meanwhile
+        raw_next = (ws.config or {}).get(NEXT)
         if raw_next is None:
             return False
         busy = session.scalar(select(IndexJob.id).where(
@@ -205,7 +209,6 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
         old_model = workspace_embedding(config, default_model=services.settings.embedding_model).model
         config["embedding"] = config.pop(NEXT)
         ws.config = config
-        repo_key = session.get(Repository, repo_id).uid
     services.search_cache.clear()
     index: VectorIndex = services.index
     if index.layout != "scoped":
@@ -220,7 +223,7 @@ def complete_reembed(services: Any, repo_id: int, workspace_id: int) -> bool:
     return True
 
 
-def reembed_status(config: dict | None) -> dict[str, Any] | None:
+def reembed_status(config: dict[str, Any] | None) -> dict[str, Any] | None:
     """The ``embedding`` a workspace is being re-embedded to, and ``failed_texts`` when that
     many failures hold the switch back; None when no re-embed is under way."""
     raw = (config or {}).get(NEXT)
@@ -251,7 +254,7 @@ def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
     return lowest
 
 
-def _replace(services: Any, index: ScopedIndex, repo_id: int, repo_key: str, lowest: int) -> None:
+def _replace(services: Resources, index: ScopedIndex, repo_id: int, repo_key: str, lowest: int) -> None:
     """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
     their new chunks while no version pointed at them yet (they were built beside the old)."""
     try:

@@ -1,6 +1,8 @@
-"""Use cases that write: nodes, relations, branches, repositories, merge and file ingest.
+"""The use cases: every write, and the reads the adapters answer with.
 
-Each function is one write transaction (one revision), all or nothing. Every surface (HTTP,
-CLI, the RAG node) calls these; retrieval lives in :mod:`kg.rag`, derived index state in
-:mod:`kg.indexing`.
+A write use case takes a :class:`kg.context.UnitOfWork` (the write transaction and its caller)
+as its first argument and never opens a transaction itself; an adapter calls it through
+:func:`kg.context.run`, which commits and then runs its after-commit hooks. A read takes the
+services and the caller. Every surface (HTTP, CLI, the RAG node, the agent functions) calls
+these; retrieval lives in :mod:`kg.rag`, derived index state in :mod:`kg.indexing`.
 """

@@ -1,6 +1,7 @@
-"""Branch writes: create (one row, nothing copied), delete and reset, each one transaction.
+"""Branches: create (one row, nothing copied), delete, reset, list and read.
 
-Deleting or resetting a branch drops what the search index holds for it after the commit.
+Deleting or resetting a branch drops what the search index holds for it once the transaction
+has committed.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from kg.context import Actor, Resources, UnitOfWork
 from kg.indexing.chunks import forget_branch
 from kg.store import history
 from kg.store import repos as repo_store
@@ -17,7 +19,21 @@ from kg.store.models import Branch, Repository
 
 
 def branch_dict(session: Session, branch: Branch, repo: Repository | None = None) -> dict[str, Any]:
-    """The API shape of a branch; with ``repo``, also how far it is ``ahead`` and ``behind``."""
+    """The API shape of a branch; with ``repo``, also how far it is ``ahead`` and ``behind``.
+
+    Parameters
+    ----------
+    session : Session
+    branch : Branch
+    repo : Repository, optional
+        Its repository: also count the revisions ahead of and behind its parent.
+
+    Returns
+    -------
+    dict
+        ``{"name", "parent", "base_revision", "head_revision", "created_at"}`` and, with
+        ``repo``, ``"ahead"`` and ``"behind"``.
+    """
     out = {
         "name": branch.name,
         "parent": repo_store.parent_name(session, branch),
@@ -30,13 +46,64 @@ def branch_dict(session: Session, branch: Branch, repo: Repository | None = None
     return out
 
 
-def create_branch(services: Any, repo: str, *, name: str, from_branch: str = "main",
+def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
+    """Every branch of ``repo`` with how far each is ahead of and behind its parent.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo : str
+
+    Returns
+    -------
+    list of dict
+        :func:`branch_dict` of each branch, by name.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository.
+    """
+    with services.db.read() as session:
+        r = repo_store.get_repository(session, repo)
+        return [branch_dict(session, b, r) for b in repo_store.list_branches(session, r)]
+
+
+def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> dict[str, Any]:
+    """One branch of ``repo``, with how far it is ahead of and behind its parent.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch : str
+
+    Returns
+    -------
+    dict
+        :func:`branch_dict`.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository or branch.
+    """
+    with services.db.read() as session:
+        r = repo_store.get_repository(session, repo)
+        return branch_dict(session, repo_store.get_branch(session, r, branch), r)
+
+
+def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "main",
                   at_revision: int | None = None) -> dict[str, Any]:
     """Create a branch from ``from_branch`` at ``at_revision`` (default: its head now).
 
     Parameters
     ----------
-    services : kg.services.Services
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
     repo : str
     name : str
         The new branch's name (may contain ``/``).
@@ -58,16 +125,21 @@ def create_branch(services: Any, repo: str, *, name: str, from_branch: str = "ma
         A branch of that name exists.
     kg.errors.InvalidInput
     """
-    with services.db.write() as session:
-        r = repo_store.get_repository(session, repo, lock=True)
-        branch = repo_store.create_branch(session, r, name=name, from_branch=from_branch,
-                                          at_revision=at_revision)
-        return branch_dict(session, branch)
+    r = repo_store.get_repository(uow.session, repo, lock=True)
+    created = repo_store.create_branch(uow.session, r, name=name, from_branch=from_branch,
+                                       at_revision=at_revision)
+    return branch_dict(uow.session, created)
 
 
-def delete_branch(services: Any, repo: str, branch: str) -> None:
-    """Delete a branch and what was written on it (not ``main``, not a branch with children),
-    then drop its state in the search index.
+def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
+    """Delete a branch and what was written on it (not ``main``, not a branch with children);
+    once committed, drop its state in the search index.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch : str
 
     Raises
     ------
@@ -75,16 +147,21 @@ def delete_branch(services: Any, repo: str, branch: str) -> None:
     kg.errors.Conflict
         ``main``, or a branch with children.
     """
-    with services.db.write() as session:
-        r = repo_store.get_repository(session, repo, lock=True)
-        branch_id = repo_store.get_branch(session, r, branch).id
-        repo_store.delete_branch(session, r, branch)
-        repo_key = r.uid
-    forget_branch(services.index, repo_key, branch_id)
+    r = repo_store.get_repository(uow.session, repo, lock=True)
+    branch_id = repo_store.get_branch(uow.session, r, branch).id
+    repo_store.delete_branch(uow.session, r, branch)
+    _forget_after_commit(uow, r.uid, branch_id)
 
 
-def reset_branch(services: Any, repo: str, branch: str) -> dict[str, Any]:
-    """Drop what was written on the branch and fork it again from its parent's head.
+def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
+    """Drop what was written on the branch and fork it again from its parent's head; once
+    committed, drop its state in the search index.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch : str
 
     Returns
     -------
@@ -97,11 +174,13 @@ def reset_branch(services: Any, repo: str, branch: str) -> dict[str, Any]:
     kg.errors.InvalidInput
         ``main`` (it has no parent).
     """
-    with services.db.write() as session:
-        r = repo_store.get_repository(session, repo, lock=True)
-        b = history.reset_branch(session, r, branch)
-        out = {"name": b.name, "parent": repo_store.parent_name(session, b), "base_revision": b.base_revision,
-               "head_revision": b.head_revision}
-        repo_key, branch_id = r.uid, b.id
-    forget_branch(services.index, repo_key, branch_id)
-    return out
+    r = repo_store.get_repository(uow.session, repo, lock=True)
+    b = history.reset_branch(uow.session, r, branch)
+    _forget_after_commit(uow, r.uid, b.id)
+    return {"name": b.name, "parent": repo_store.parent_name(uow.session, b),
+            "base_revision": b.base_revision, "head_revision": b.head_revision}
+
+
+def _forget_after_commit(uow: UnitOfWork, repo_key: str, branch_id: int) -> None:
+    index = uow.services.index
+    uow.after_commit(lambda: forget_branch(index, repo_key, branch_id))

@@ -10,27 +10,74 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from kg.context import Actor, Resources, UnitOfWork
 from kg.errors import InvalidInput, MergeConflict
 from kg.indexing.index_jobs import enqueue
 from kg.ops.nodes import plan_for
 from kg.store import history
-from kg.store.models import NodeVersion
-from kg.store.repos import begin_write, get_branch, get_repository, parent_name
+from kg.store.models import NodeVersion, Repository
+from kg.store.repos import get_branch, get_repository, parent_name
 
 
-def merge_branch(services, repo_name: str, source: str, into: str | None, *, resolutions: list[dict] | None = None,
-                 dry_run: bool = False, message: str | None = None, actor: str | None = None) -> dict[str, Any]:
-    """Merge ``source`` into ``into`` as one revision on ``into``.
+def preview_merge(services: Resources, caller: Actor, repo_name: str, source: str, into: str | None, *,
+                  resolutions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What merging ``source`` into ``into`` would do (a dry run): nothing is written.
 
     Parameters
     ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who asks.
+    repo_name, source : str
     into : str or None
         The target branch; ``None``: ``source``'s parent.
     resolutions : list of dict, optional
         See :func:`kg.store.history.plan_merge`.
-    dry_run : bool
-        Only say what the merge would do.
+
+    Returns
+    -------
+    dict
+        ``{"revision": None, "dry_run": True, "fast_forward", "applied", "base"}``.
+
+    Raises
+    ------
+    kg.errors.MergeConflict
+        Unresolved conflicts, listed in ``details["conflicts"]``.
+    kg.errors.InvalidInput, kg.errors.NotFound
+        As :func:`merge_branch`.
+    """
+    with services.db.read() as session:
+        repo = get_repository(session, repo_name)
+        plan = history.plan_merge(session, repo, source, _target(session, repo, source, into),
+                                  resolutions=resolutions)
+    _raise_conflicts(plan)
+    return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
+            "applied": plan.preview(), "base": _base(plan)}
+
+
+def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None, *,
+                 resolutions: list[dict[str, Any]] | None = None,
+                 message: str | None = None, actor: str | None = None) -> dict[str, Any]:
+    """Merge ``source`` into ``into`` as one revision on ``into``.
+
+    A merge with nothing to apply makes no revision but records its merge point (the base of
+    the next merge); :func:`preview_merge` is the dry run.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo_name : str
+    source : str
+        The branch merged.
+    into : str or None
+        The target branch; ``None``: ``source``'s parent.
+    resolutions : list of dict, optional
+        See :func:`kg.store.history.plan_merge`.
+    message, actor : str or None
+        Recorded with the revision (default message ``merge <source> into <into>``).
 
     Returns
     -------
@@ -45,52 +92,48 @@ def merge_branch(services, repo_name: str, source: str, into: str | None, *, res
     kg.errors.InvalidInput, kg.errors.NotFound
         ``into`` is ``None`` and ``source`` is ``main`` (it has no parent).
     """
-    if into is None:
-        with services.db.read() as session:
-            into = parent_name(session, get_branch(session, get_repository(session, repo_name), source))
-        if into is None:
-            raise InvalidInput("main has no parent: say where to merge with 'into'")
-    if dry_run:
-        with services.db.read() as session:
-            plan = history.plan_merge(session, get_repository(session, repo_name), source, into,
-                                      resolutions=resolutions)
-        _raise_conflicts(plan)
-        return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
-                "applied": plan.preview(), "base": _base(plan)}
-    with services.db.write() as session:
-        ctx = begin_write(session, repo_name, into, message=message or f"merge {source} into {into}",
-                          actor=actor)
-        plan = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
-                                  writing_revision=ctx.revision)
-        _raise_conflicts(plan)
-        if not plan.node_changes and not plan.relation_changes:
-            session.rollback()  # no revision for an empty merge; only its point is recorded
-            repo = get_repository(session, repo_name, lock=True)
-            history.record_merge(session, repo, plan, get_branch(session, repo, into).head_revision)
-            return {"revision": None, "dry_run": False, "fast_forward": plan.fast_forward,
-                    "applied": plan.preview(), "base": _base(plan), "up_to_date": True}
-        names = plan.workspaces
-        keys: dict[tuple[int, str], str | None] = {}
-        for change in plan.node_changes:
-            if change.needs_content:
-                text = plan_for(services, session, ctx.repo, names[change.key[0]], change.value["properties"])
-                keys[(change.key[0], history.canonical(change.value["properties"]))] = text.content_key
-        applied = history.apply_merge(session, ctx, plan, keys)
-        queued = []
-        wanted = {k for k in keys.values() if k}
-        if wanted:
-            written = session.execute(select(NodeVersion.id, NodeVersion.workspace_id, NodeVersion.content_key)
-                                      .where(NodeVersion.branch_id == ctx.branch.id,
-                                             NodeVersion.revision == ctx.revision,
-                                             NodeVersion.content_key.in_(wanted))).all()
-            for version_id, wid, key in written:
-                if enqueue(session, repo_id=ctx.repo.id, workspace_id=wid, content_key=key,
-                           node_version_id=version_id):
-                    queued.append(key)
-        result = {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
-                  "applied": applied, "base": _base(plan)}
-    services.after_write(ctx.repo.id, queued)
-    return result
+    session = uow.session
+    into = _target(session, get_repository(session, repo_name), source, into)
+    ctx = uow.begin(repo_name, into, message=message or f"merge {source} into {into}", actor=actor)
+    plan = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
+                              writing_revision=ctx.pending_revision)
+    _raise_conflicts(plan)
+    if not plan.node_changes and not plan.relation_changes:
+        # No revision for an empty merge; only its point is recorded.
+        history.record_merge(session, ctx.repo, plan, ctx.branch.head_revision)
+        return {"revision": None, "dry_run": False, "fast_forward": plan.fast_forward,
+                "applied": plan.preview(), "base": _base(plan), "up_to_date": True}
+    names = plan.workspaces
+    keys: dict[tuple[int, str], str | None] = {}
+    for change in plan.node_changes:
+        if change.needs_content and change.value is not None:
+            text = plan_for(uow.services, session, ctx.repo, names[change.key[0]], change.value["properties"])
+            keys[(change.key[0], history.canonical(change.value["properties"]))] = text.content_key
+    applied = history.apply_merge(session, ctx, plan, keys)
+    queued: list[str] = []
+    wanted = {k for k in keys.values() if k}
+    if wanted:
+        written = session.execute(select(NodeVersion.id, NodeVersion.workspace_id, NodeVersion.content_key)
+                                  .where(NodeVersion.branch_id == ctx.branch.id,
+                                         NodeVersion.revision == ctx.revision,
+                                         NodeVersion.content_key.in_(wanted))).all()
+        for version_id, wid, key in written:
+            if key is not None and enqueue(session, repo_id=ctx.repo.id, workspace_id=wid, content_key=key,
+                                           node_version_id=version_id):
+                queued.append(key)
+    uow.index_after_commit(ctx.repo.id, queued)
+    return {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
+            "applied": applied, "base": _base(plan)}
+
+
+def _target(session: Session, repo: Repository, source: str, into: str | None) -> str:
+    """``into``, or ``source``'s parent when ``into`` is None."""
+    if into is not None:
+        return into
+    parent = parent_name(session, get_branch(session, repo, source))
+    if parent is None:
+        raise InvalidInput("main has no parent: say where to merge with 'into'")
+    return parent
 
 
 def _base(plan: history.MergePlan) -> dict[str, Any]:

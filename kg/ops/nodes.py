@@ -1,6 +1,7 @@
 """Node writes with their text indexed: plan, embed outside the transaction, then store.
 
-Each function is one write transaction (one revision), all or nothing.
+Each use case runs in the unit of work it is given (one revision at most), all or nothing;
+the texts it queues are indexed once the unit of work has committed.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.orm import Session
 
+from kg.context import UnitOfWork
 from kg.errors import Conflict, InvalidInput
 from kg.indexing.config import workspace_embedding
 from kg.indexing.index_jobs import enqueue
 from kg.indexing.chunks import TextPlan, embed_plans, existing_content_keys, plan_text
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
-from kg.store.repos import BranchView, begin_write, get_repository, get_workspace
-from kg.store.models import node_dict
+from kg.store.repos import BranchView, WriteContext, get_repository, get_workspace
+from kg.store.models import NodeVersion, node_dict
 from kg.store.nodes import NodeWrite, merge_properties
 
 
@@ -104,19 +106,40 @@ def plan_for(services, session, repo, workspace_name: str, properties: dict[str,
     return _plan(services, session, repo, workspace_name, properties)[0]
 
 
-def _write_and_enqueue(services, session, ctx, workspace: str, path: str, write: NodeWrite, *,
-                       parents: bool = False):
+def _write_and_enqueue(session: Session, ctx: WriteContext, workspace: str, path: str, write: NodeWrite, *,
+                       parents: bool = False) -> tuple[NodeVersion, bool, str | None]:
     version, created = node_store.put_node(session, ctx, workspace, path, write, parents=parents)
     queued = enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
                      content_key=write.content_key, node_version_id=version.id)
     return version, created, write.content_key if queued else None
 
 
-def put_node(services, repo_name: str, branch: str, workspace: str, path: str, *, node_type: str,
+def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *, node_type: str,
              properties: dict[str, Any], order: float | None = None, parents: bool = False,
              message: str | None = None, actor: str | None = None,
              if_revision: int | None = None) -> tuple[dict[str, Any], bool]:
     """Create or replace a node; its text is queued for indexing in the same transaction.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo_name, branch, workspace : str
+        Where the node is written.
+    path : str
+        Its path (``/a/b``, validated).
+    node_type : str
+        Its type (``kg:Node``, ``pep:PEP``...).
+    properties : dict
+        Its JSON properties; the text fields are chunked and embedded.
+    order : float or None
+        Its place among its siblings.
+    parents : bool
+        Create missing ancestors as ``kg:Folder`` nodes.
+    message, actor : str or None
+        Recorded with the revision.
+    if_revision : int or None
+        Refuse the write if the node changed after this revision (:func:`check_if_revision`).
 
     Returns
     -------
@@ -128,23 +151,44 @@ def put_node(services, repo_name: str, branch: str, workspace: str, path: str, *
     kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.Conflict
     """
     node_store.validate_node_input(node_type, properties, order)
-    with services.db.write() as session:
-        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
-        check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
-        plan = plan_for(services, session, ctx.repo, workspace, properties)
-        version, created, queued = _write_and_enqueue(
-            services, session, ctx, workspace, path, NodeWrite(node_type, properties, order, plan.content_key),
-            parents=parents)
-        result = node_dict(version, workspace), created
-    services.after_write(ctx.repo.id, [queued] if queued else [])
-    return result
+    session = uow.session
+    ctx = uow.begin(repo_name, branch, message=message, actor=actor)
+    check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
+    plan = plan_for(uow.services, session, ctx.repo, workspace, properties)
+    version, created, queued = _write_and_enqueue(
+        session, ctx, workspace, path, NodeWrite(node_type, properties, order, plan.content_key),
+        parents=parents)
+    uow.index_after_commit(ctx.repo.id, [queued] if queued else [])
+    return node_dict(version, workspace), created
 
 
-def patch_node(services, repo_name: str, branch: str, workspace: str, path: str, *,
+def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *,
                properties: dict[str, Any], node_type: str | None = None, order: float | None = None,
                message: str | None = None, actor: str | None = None,
                if_revision: int | None = None) -> dict[str, Any]:
     """Merge ``properties`` into a node (a ``None`` value removes the key) and queue its text.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo_name, branch, workspace, path : str
+        The node.
+    properties : dict
+        Keys to set; a ``None`` value removes its key.
+    node_type : str or None
+        A new type; ``None`` keeps it.
+    order : float or None
+        A new place among its siblings; ``None`` keeps it.
+    message, actor : str or None
+        Recorded with the revision.
+    if_revision : int or None
+        Refuse the write if the node changed after this revision.
+
+    Returns
+    -------
+    dict
+        The API shape of the stored node.
 
     Raises
     ------
@@ -152,36 +196,53 @@ def patch_node(services, repo_name: str, branch: str, workspace: str, path: str,
     """
     if not isinstance(properties, dict):
         raise InvalidInput("properties must be a JSON object")
-    with services.db.write() as session:
-        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
-        current = node_store.get_node(session, ctx.view, workspace, path)
-        check_if_revision(current, if_revision, workspace, path)
-        merged = merge_properties(current.properties, properties)
-        new_type = node_type if node_type is not None else current.node_type
-        new_order = order if order is not None else current.order
-        node_store.validate_node_input(new_type, merged, new_order)
-        plan = plan_for(services, session, ctx.repo, workspace, merged)
-        version, _, queued = _write_and_enqueue(services, session, ctx, workspace, path,
-                                                NodeWrite(new_type, merged, new_order, plan.content_key))
-        result = node_dict(version, workspace)
-    services.after_write(ctx.repo.id, [queued] if queued else [])
-    return result
+    session = uow.session
+    ctx = uow.begin(repo_name, branch, message=message, actor=actor)
+    current = node_store.get_node(session, ctx.view, workspace, path)
+    check_if_revision(current, if_revision, workspace, path)
+    merged = merge_properties(current.properties, properties)
+    new_type = node_type if node_type is not None else current.node_type
+    new_order = order if order is not None else current.order
+    node_store.validate_node_input(new_type, merged, new_order)
+    plan = plan_for(uow.services, session, ctx.repo, workspace, merged)
+    version, _, queued = _write_and_enqueue(session, ctx, workspace, path,
+                                            NodeWrite(new_type, merged, new_order, plan.content_key))
+    uow.index_after_commit(ctx.repo.id, [queued] if queued else [])
+    return node_dict(version, workspace)
 
 
-def delete_node(services, repo_name: str, branch: str, workspace: str, path: str, *, recursive: bool = False,
-                message: str | None = None, actor: str | None = None,
+def delete_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *,
+                recursive: bool = False, message: str | None = None, actor: str | None = None,
                 if_revision: int | None = None) -> dict[str, Any]:
-    """Tombstone a node (and with ``recursive`` its descendants) as one revision.
+    """Tombstone a node (and with ``recursive`` its descendants) and their edges, as one revision.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo_name, branch, workspace, path : str
+        The node.
+    recursive : bool
+        Also its descendants (else a node with children is refused).
+    message, actor : str or None
+        Recorded with the revision.
+    if_revision : int or None
+        Refuse the write if the node changed after this revision.
+
+    Returns
+    -------
+    dict
+        ``{"revision", "deleted"}``: the revision and how many nodes were tombstoned.
 
     Raises
     ------
     kg.errors.NotFound, kg.errors.Conflict
     """
-    with services.db.write() as session:
-        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
-        check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
-        hidden = node_store.delete_node(session, ctx, workspace, path, recursive=recursive)
-        return {"revision": ctx.revision, "deleted": len(hidden)}
+    session = uow.session
+    ctx = uow.begin(repo_name, branch, message=message, actor=actor)
+    check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
+    hidden = node_store.delete_node(session, ctx, workspace, path, recursive=recursive)
+    return {"revision": ctx.revision, "deleted": len(hidden)}
 
 
 _BATCH_KEYS = {"upserts": {"workspace", "path", "node_type", "properties", "order"},
@@ -205,17 +266,25 @@ def _batch_item(raw: Any, kind: str, index: int) -> dict[str, Any]:
     return raw
 
 
-def batch(services, repo_name: str, branch: str, *, upserts: list[dict] | None = None,
-          deletes: list[dict] | None = None, parents: bool = False, message: str | None = None,
+def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[str, Any]] | None = None,
+          deletes: list[dict[str, Any]] | None = None, parents: bool = False, message: str | None = None,
           actor: str | None = None) -> dict[str, Any]:
     """Apply node deletes, then upserts, as one revision: all or nothing.
 
     Parameters
     ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo_name, branch : str
+        Where the nodes are written.
     upserts : list of dict
         ``{"workspace", "path", "node_type", "properties", "order"}``: create or replace.
     deletes : list of dict
         ``{"workspace", "path", "recursive"}``.
+    parents : bool
+        Create missing ancestors of the upserts as ``kg:Folder`` nodes.
+    message, actor : str or None
+        Recorded with the revision.
 
     Returns
     -------
@@ -236,28 +305,27 @@ def batch(services, repo_name: str, branch: str, *, upserts: list[dict] | None =
     for item in upserts:
         node_store.validate_node_input(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"))
     queued: list[str] = []
-    with services.db.write() as session:
-        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
-        deleted = 0
-        for item in deletes:
-            deleted += len(node_store.delete_node(session, ctx, item["workspace"], item["path"],
-                                                  recursive=bool(item.get("recursive", False))))
-        out = []
-        for item in upserts:
-            props = item.get("properties", {})
-            plan = plan_for(services, session, ctx.repo, item["workspace"], props)
-            version, _, key = _write_and_enqueue(
-                services, session, ctx, item["workspace"], item["path"],
-                NodeWrite(item.get("node_type", "kg:Node"), props, item.get("order"), plan.content_key),
-                parents=parents)
-            if key:
-                queued.append(key)
-            out.append(node_dict(version, item["workspace"]))
-        result = {"revision": ctx.revision, "upserted": out, "deleted": deleted}
+    session = uow.session
+    ctx = uow.begin(repo_name, branch, message=message, actor=actor)
+    deleted = 0
+    for item in deletes:
+        deleted += len(node_store.delete_node(session, ctx, item["workspace"], item["path"],
+                                              recursive=bool(item.get("recursive", False))))
+    out = []
+    for item in upserts:
+        props = item.get("properties", {})
+        plan = plan_for(uow.services, session, ctx.repo, item["workspace"], props)
+        version, _, key = _write_and_enqueue(
+            session, ctx, item["workspace"], item["path"],
+            NodeWrite(item.get("node_type", "kg:Node"), props, item.get("order"), plan.content_key),
+            parents=parents)
+        if key:
+            queued.append(key)
+        out.append(node_dict(version, item["workspace"]))
     if len(upserts) + len(deletes) >= 1000:
-        services.db.analyze()
-    services.after_write(ctx.repo.id, queued)
-    return result
+        uow.after_commit(uow.services.db.analyze)  # fresh planner statistics after a large write
+    uow.index_after_commit(ctx.repo.id, queued)
+    return {"revision": ctx.revision, "upserted": out, "deleted": deleted}
 
 
 # -- nodes and relations in one revision ----------------------------------------------------
@@ -284,7 +352,7 @@ class GraphWrite:
     unrelations: list[dict[str, Any]] = field(default_factory=list)
 
 
-def write_graph(services, repo_name: str, branch: str,
+def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
                 plan: Callable[[Session, BranchView], GraphWrite | None], *,
                 message: str | None = None, actor: str | None = None) -> dict[str, Any] | None:
     """Write nodes and the relations between them as one revision: all or nothing.
@@ -294,11 +362,17 @@ def write_graph(services, repo_name: str, branch: str,
 
     Parameters
     ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo_name, branch : str
+        Where the graph is written.
     plan : callable(session, view) -> GraphWrite or None
-        Called inside the write transaction, after the revision is opened, with a view that
-        sees the branch's current head: what it reads cannot change before the commit (writers
-        of a repository serialise). Returning None (nothing to write) rolls the transaction
-        back: no revision is made.
+        Called inside the write transaction, once the branch is locked, with a view that sees
+        the branch's current head: what it reads cannot change before the commit (writers of
+        a repository serialise). Returning None (nothing to write) writes nothing: no revision
+        is made.
+    message, actor : str or None
+        Recorded with the revision.
 
     Returns
     -------
@@ -312,30 +386,28 @@ def write_graph(services, repo_name: str, branch: str,
         Any failing item fails the whole write; nothing is written.
     """
     queued: list[str] = []
-    with services.db.write() as session:
-        ctx = begin_write(session, repo_name, branch, message=message, actor=actor)
-        todo = plan(session, ctx.view)
-        if todo is None:
-            session.rollback()
-            return None
-        out = []
-        for item in todo.upserts:
-            props = item.get("properties", {})
-            node_type = item.get("node_type", "kg:Node")
-            node_store.validate_node_input(node_type, props, item.get("order"))
-            plan_ = plan_for(services, session, ctx.repo, item["workspace"], props)
-            version, _, key = _write_and_enqueue(
-                services, session, ctx, item["workspace"], item["path"],
-                NodeWrite(node_type, props, item.get("order"), plan_.content_key), parents=True)
-            if key:
-                queued.append(key)
-            out.append(node_dict(version, item["workspace"]))
-        unrelated = sum(relation_store.unrelate(session, ctx, u["from"], u["to"], u["type"])
-                        for u in todo.unrelations)
-        for r in todo.relations:
-            relation_store.relate(session, ctx, r["from"], r["to"], r["type"], weight=r.get("weight"),
-                                  properties=r.get("properties"))
-        result = {"revision": ctx.revision, "upserted": out, "related": len(todo.relations),
-                  "unrelated": unrelated}
-    services.after_write(ctx.repo.id, queued)
-    return result
+    session = uow.session
+    ctx = uow.begin(repo_name, branch, message=message, actor=actor)
+    todo = plan(session, ctx.view)
+    if todo is None:
+        return None
+    out = []
+    for item in todo.upserts:
+        props = item.get("properties", {})
+        node_type = item.get("node_type", "kg:Node")
+        node_store.validate_node_input(node_type, props, item.get("order"))
+        plan_ = plan_for(uow.services, session, ctx.repo, item["workspace"], props)
+        version, _, key = _write_and_enqueue(
+            session, ctx, item["workspace"], item["path"],
+            NodeWrite(node_type, props, item.get("order"), plan_.content_key), parents=True)
+        if key:
+            queued.append(key)
+        out.append(node_dict(version, item["workspace"]))
+    unrelated = sum(relation_store.unrelate(session, ctx, u["from"], u["to"], u["type"])
+                    for u in todo.unrelations)
+    for r in todo.relations:
+        relation_store.relate(session, ctx, r["from"], r["to"], r["type"], weight=r.get("weight"),
+                              properties=r.get("properties"))
+    uow.index_after_commit(ctx.repo.id, queued)
+    return {"revision": ctx.revision, "upserted": out, "related": len(todo.relations),
+            "unrelated": unrelated}

@@ -1,21 +1,22 @@
-"""Relation writes: RELATE and UNRELATE, each one write transaction (one revision at most)."""
+"""Relation writes: RELATE and UNRELATE, one revision at most each."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from kg.context import UnitOfWork
 from kg.store import relations as relation_store
-from kg.store.repos import begin_write
 
 
-def relate(services: Any, repo: str, branch: str, from_: str, to: str, rel_type: str, *,
+def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str, *,
            weight: float | None = None, properties: dict[str, Any] | None = None,
            message: str | None = None, actor: str | None = None) -> tuple[dict[str, Any], bool]:
     """Assert a typed, weighted edge between two node addresses, as one revision.
 
     Parameters
     ----------
-    services : kg.services.Services
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
     repo, branch : str
         Where the edge is written.
     from_, to : str
@@ -23,7 +24,9 @@ def relate(services: Any, repo: str, branch: str, from_: str, to: str, rel_type:
     rel_type : str
         The relation type.
     weight : float or None
+        The edge's weight; ``None``: unweighted.
     properties : dict or None
+        The edge's JSON properties.
     message, actor : str or None
         Recorded with the revision.
 
@@ -40,22 +43,23 @@ def relate(services: Any, repo: str, branch: str, from_: str, to: str, rel_type:
         The repository, branch or either node does not exist.
     kg.errors.InvalidInput
     """
-    with services.db.write() as session:
-        ctx = begin_write(session, repo, branch, message=message, actor=actor)
-        version, created = relation_store.relate(session, ctx, from_, to, rel_type,
-                                                 weight=weight, properties=properties)
-        return {"from": from_, "to": to, "type": version.rel_type, "weight": version.weight,
-                "properties": version.properties, "revision": ctx.revision}, created
+    ctx = uow.begin(repo, branch, message=message, actor=actor)
+    version, created = relation_store.relate(uow.session, ctx, from_, to, rel_type,
+                                             weight=weight, properties=properties)
+    return {"from": from_, "to": to, "type": version.rel_type, "weight": version.weight,
+            "properties": version.properties, "revision": ctx.revision}, created
 
 
-def unrelate(services: Any, repo: str, branch: str, from_: str, to: str, rel_type: str | None = None, *,
+def unrelate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str | None = None, *,
              message: str | None = None, actor: str | None = None) -> dict[str, Any]:
     """Remove the edges from ``from_`` to ``to`` (of ``rel_type``, or of every type).
 
     Parameters
     ----------
-    services : kg.services.Services
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
     repo, branch : str
+        Where the edges are removed.
     from_, to : str
         The nodes' addresses (``workspace:/path``).
     rel_type : str or None
@@ -74,10 +78,6 @@ def unrelate(services: Any, repo: str, branch: str, from_: str, to: str, rel_typ
     kg.errors.NotFound
     kg.errors.InvalidInput
     """
-    with services.db.write() as session:
-        ctx = begin_write(session, repo, branch, message=message, actor=actor)
-        deleted = relation_store.unrelate(session, ctx, from_, to, rel_type)
-        if deleted == 0:
-            session.rollback()
-            return {"revision": None, "deleted": 0}
-        return {"revision": ctx.revision, "deleted": deleted}
+    ctx = uow.begin(repo, branch, message=message, actor=actor)
+    deleted = relation_store.unrelate(uow.session, ctx, from_, to, rel_type)
+    return {"revision": ctx.revision_if_written, "deleted": deleted}

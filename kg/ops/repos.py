@@ -1,29 +1,154 @@
-"""Repository and workspace writes: create and delete, each one transaction."""
+"""Repositories and workspaces: create, delete, list and read; a workspace's embedding
+settings change through :func:`set_workspace_embedding`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork
+from kg.index.base import VectorIndex
+from kg.indexing.chunks import sync_index
 from kg.indexing.config import parse_embedding_config
-from kg.indexing.reembed import reembed_status
+from kg.indexing.reembed import reembed_status, reembed_workspace
 from kg.store import repos as repo_store
 from kg.store.models import Repository, Workspace
 
 
 def repo_dict(repo: Repository) -> dict[str, Any]:
-    """The API shape of a repository."""
+    """The API shape of a repository.
+
+    Parameters
+    ----------
+    repo : Repository
+
+    Returns
+    -------
+    dict
+        ``{"name", "created_at", "head_revision"}``.
+    """
     return {"name": repo.name, "created_at": repo.created_at.isoformat(), "head_revision": repo.head_revision}
 
 
 def workspace_dict(ws: Workspace, default_model: str) -> dict[str, Any]:
-    """The API shape of a workspace: its embedding settings and any re-embed under way."""
+    """The API shape of a workspace: its embedding settings and any re-embed under way.
+
+    Parameters
+    ----------
+    ws : Workspace
+    default_model : str
+        The service's model, for a workspace whose settings name none.
+
+    Returns
+    -------
+    dict
+        ``{"name", "created_at", "embedding", "reembedding"}``.
+    """
     config = parse_embedding_config((ws.config or {}).get("embedding"), default_model=default_model)
     return {"name": ws.name, "created_at": ws.created_at.isoformat(), "embedding": config.model_dump(),
             "reembedding": reembed_status(ws.config)}
 
 
-def create_repository(services: Any, name: str) -> dict[str, Any]:
+def list_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]]:
+    """Every repository, by name.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+
+    Returns
+    -------
+    list of dict
+        :func:`repo_dict` of each.
+    """
+    with services.db.read() as session:
+        return [repo_dict(r) for r in repo_store.list_repositories(session)]
+
+
+def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, Any]:
+    """One repository.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    name : str
+
+    Returns
+    -------
+    dict
+        :func:`repo_dict`.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    """
+    with services.db.read() as session:
+        return repo_dict(repo_store.get_repository(session, name))
+
+
+def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
+    """The workspaces of ``repo``, by name.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo : str
+
+    Returns
+    -------
+    list of dict
+        :func:`workspace_dict` of each.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository.
+    """
+    default = services.settings.embedding_model
+    with services.db.read() as session:
+        r = repo_store.get_repository(session, repo)
+        return [workspace_dict(w, default) for w in repo_store.list_workspaces(session, r)]
+
+
+def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> dict[str, Any]:
+    """One workspace of ``repo``.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, name : str
+
+    Returns
+    -------
+    dict
+        :func:`workspace_dict`.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository or workspace.
+    """
+    with services.db.read() as session:
+        r = repo_store.get_repository(session, repo)
+        return workspace_dict(repo_store.get_workspace(session, r, name), services.settings.embedding_model)
+
+
+def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
     """Create a repository; it starts with the branch ``main``.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    name : str
+        Letters, digits, ``-``, ``_`` and ``.``.
 
     Returns
     -------
@@ -36,31 +161,38 @@ def create_repository(services: Any, name: str) -> dict[str, Any]:
         A repository of that name exists.
     kg.errors.InvalidInput
     """
-    with services.db.write() as session:
-        return repo_dict(repo_store.create_repository(session, name=name))
+    return repo_dict(repo_store.create_repository(uow.session, name=name))
 
 
-def delete_repository(services: Any, name: str) -> None:
-    """Delete a repository with everything in it, then its search index.
+def delete_repository(uow: UnitOfWork, name: str) -> None:
+    """Delete a repository with everything in it; once committed, its search index.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    name : str
 
     Raises
     ------
     kg.errors.NotFound
     """
-    with services.db.write() as session:
-        uid = repo_store.get_repository(session, name).uid
-        repo_store.delete_repository(session, name)
-    services.index.drop(uid)
+    uid = repo_store.get_repository(uow.session, name).uid
+    repo_store.delete_repository(uow.session, name)
+    index = uow.services.index
+    uow.after_commit(lambda: index.drop(uid))
 
 
-def create_workspace(services: Any, repo: str, name: str, embedding: Any = None) -> dict[str, Any]:
+def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = None) -> dict[str, Any]:
     """Create a workspace, with its embedding model and chunking settings (default: the
     service's model). An unknown model is refused before anything is written.
 
     Parameters
     ----------
-    services : kg.services.Services
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
     repo, name : str
+        The repository, and the new workspace's name.
     embedding : dict or None
         ``{"model", "chunking"}`` as API.md describes it.
 
@@ -76,10 +208,110 @@ def create_workspace(services: Any, repo: str, name: str, embedding: Any = None)
     kg.errors.InvalidInput
     kg.errors.ProviderError
     """
-    default = services.settings.embedding_model
+    default = uow.services.settings.embedding_model
     config = parse_embedding_config(embedding, default_model=default)
-    services.embedder(config.model)  # an unknown model is refused before anything is written
-    with services.db.write() as session:
-        r = repo_store.get_repository(session, repo, lock=True)
-        ws = repo_store.create_workspace(session, r, name=name, config={"embedding": config.model_dump()})
-        return workspace_dict(ws, default)
+    uow.services.embedder(config.model)  # an unknown model is refused before anything is written
+    r = repo_store.get_repository(uow.session, repo, lock=True)
+    ws = repo_store.create_workspace(uow.session, r, name=name, config={"embedding": config.model_dump()})
+    return workspace_dict(ws, default)
+
+
+def set_workspace_embedding(services: Resources, caller: Actor, repo: str, workspace: str, raw: Any, *,
+                            reembed: bool = False) -> dict[str, Any]:
+    """Change a workspace's embedding model or chunking; with ``reembed``, rebuild it blue/green.
+
+    Not one unit of work: the new model is probed (a remote server may take seconds) between
+    reading the current settings and writing the new ones, and no write lock is held meanwhile;
+    :func:`kg.indexing.reembed.reembed_workspace` runs each of its writes as a unit of work.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who asks.
+    repo, workspace : str
+    raw : dict
+        The new ``embedding`` object (``{"model"?, "chunking"?}``).
+    reembed : bool
+        Rebuild the workspace under the new settings; without it any change is refused.
+
+    Returns
+    -------
+    dict
+        ``{"workspace", "embedding", "reembedded", "node_versions", "queued", "switched"}``.
+
+    Raises
+    ------
+    kg.errors.ModelLocked
+        The settings differ and ``reembed`` is false.
+    kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.ProviderError, kg.errors.BackendUnavailable
+        See :func:`kg.indexing.reembed.reembed_workspace`.
+    """
+    answer, _ = reembed_workspace(services, repo, workspace, raw, reembed=reembed, caller=caller)
+    return answer
+
+
+def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCounts:
+    """Embed what ``repo`` has queued, bring the search index up to date and save it (so a
+    server started next finds it warm). Other repositories' queues are not touched.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who asks.
+    repo : str
+
+    Returns
+    -------
+    kg.context.IndexRunCounts
+        The jobs done and failed.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository.
+    """
+    with services.db.read() as session:
+        r = repo_store.get_repository(session, repo)
+    run = services.indexer.drain(repo_id=r.id)
+    with services.db.read() as session:
+        sync_index(session, services.index, r.id, r.uid)
+    services.index.flush(r.uid)
+    return run
+
+
+def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorIndex | None = None) -> dict[str, Any]:
+    """Rebuild a search index of ``repo`` from the chunks and vectors stored in SQL (no
+    re-embedding), after finishing the repository's queued indexing.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who asks.
+    repo : str
+    target : VectorIndex, optional
+        The index to fill (default: the service's own).
+
+    Returns
+    -------
+    dict
+        ``{"chunks", "jobs_done", "jobs_failed"}``: the chunks placed and the queued jobs run.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository.
+    kg.errors.BackendUnavailable
+        The index cannot be reached.
+    """
+    index = services.index if target is None else target
+    with services.db.read() as session:
+        r = repo_store.get_repository(session, repo)
+    run = services.indexer.drain(repo_id=r.id)
+    index.drop(r.uid)
+    with services.db.read() as session:
+        added = sync_index(session, index, r.id, r.uid)
+    index.flush(r.uid)
+    return {"chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}

@@ -47,6 +47,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from kg.context import Actor, Resources, reading, run
 from kg.errors import Conflict, InvalidInput, ProviderError
 from kg.providers.jsonreply import parse_json_reply
 from kg.indexing.config import TEXT_FIELDS
@@ -54,7 +55,7 @@ from kg.ops.nodes import GraphWrite, write_graph
 from kg.store.nodes import find_node, get_node, node_uid
 from kg.store.relations import visible_relations
 from kg.store.paths import validate_path
-from kg.store.repos import branch_view, workspace_id
+from kg.store.repos import workspace_id
 
 log = logging.getLogger(__name__)
 
@@ -544,13 +545,15 @@ def _record_holds(session: Any, view: Any, workspace: str, source_id: str, recor
     return wanted <= seen
 
 
-def extract_entities(services: Any, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def extract_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     """Extract a document's entities and relations into the graph (API.md ``extract-entities``).
 
     Parameters
     ----------
-    services : kg.services.Services
+    services : kg.context.Resources
         ``services.llm`` extracts; with none configured, the deterministic extractor does.
+    caller : kg.context.Actor
+        Who asks: the document is read and the graph written as this caller.
     repo, branch : str
         Read and written on this branch only.
     raw : dict
@@ -582,8 +585,7 @@ def extract_entities(services: Any, repo: str, branch: str, raw: Any) -> dict[st
     """
     workspace, path, force, max_chars = _options(raw)
     extractor = _extractor_name(services.llm)
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch)
+    with reading(services, caller, repo, branch) as (session, view):
         source = get_node(session, view, workspace, path)
         source_id = source.node_id
         text = document_text(source.properties, max_chars)
@@ -663,8 +665,8 @@ def extract_entities(services: Any, repo: str, branch: str, raw: Any) -> dict[st
         state.update(entities=out_entities, relations=out_relations)
         return todo
 
-    result = write_graph(services, repo, branch, plan, message=f"extract-entities {source_address}",
-                         actor="extract-entities")
+    result = run(services, caller, write_graph, repo, branch, plan,
+                 message=f"extract-entities {source_address}", actor="extract-entities")
     if result is None:
         return skipped(state["skipped"])
     return {**base, "entities": state["entities"], "relations": state["relations"], "skipped": False,

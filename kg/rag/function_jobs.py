@@ -30,10 +30,11 @@ import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 
+from kg.context import SYSTEM, Actor, Resources, UnitOfWork
 from kg.errors import KGError, NotFound
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
 from kg.rag.functions import FUNCTIONS, invoke
@@ -71,7 +72,7 @@ FUNCTION_QUEUE = QueueSpec(
 """``function_jobs`` as a durable queue: shared across repositories, in order of submission."""
 
 
-def submit(services: Any, repo: str, name: str, raw: Any, branch: str = "main") -> str:
+def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main") -> str:
     """Queue the invocation of function ``name`` on a branch; answer its job id.
 
     The function, the repository and the branch are checked before the job is stored; the
@@ -81,7 +82,9 @@ def submit(services: Any, repo: str, name: str, raw: Any, branch: str = "main") 
 
     Parameters
     ----------
-    services : kg.services.Services
+    uow : kg.context.UnitOfWork
+        The write transaction (the job row) and its caller; once it has committed the runner
+        is woken, or with inline indexing runs the job.
     repo : str
         Repository name.
     name : str
@@ -104,34 +107,38 @@ def submit(services: Any, repo: str, name: str, raw: Any, branch: str = "main") 
     if name not in FUNCTIONS:
         raise NotFound(f"function {name!r} not found; available: {', '.join(sorted(FUNCTIONS))}",
                        details={"function": name})
-    inline = bool(services.settings.index_inline)
-    runner: JobRunner = services.jobs
+    inline = bool(uow.services.settings.index_inline)
+    runner = cast(JobRunner, uow.services.jobs)
     if inline:
         runner.queue.register()  # the job is stored claimed by this runner
     now = utcnow()
     job_id = uuid.uuid4().hex
-    with services.db.write() as session:
-        repository = get_repository(session, repo)
-        get_branch(session, repository, branch)
-        session.add(FunctionJob(
-            id=job_id, repo_id=repository.id, function=name, branch=branch, input=raw,
-            state="running" if inline else "queued", attempts=1 if inline else 0, created_at=now,
-            started_at=now if inline else None, lease_until=now + runner.lease if inline else None,
-            claimed_by=runner.queue.worker_id if inline else None,
-        ))
+    session = uow.session
+    repository = get_repository(session, repo)
+    get_branch(session, repository, branch)
+    session.add(FunctionJob(
+        id=job_id, repo_id=repository.id, function=name, branch=branch, input=raw,
+        state="running" if inline else "queued", attempts=1 if inline else 0, created_at=now,
+        started_at=now if inline else None, lease_until=now + runner.lease if inline else None,
+        claimed_by=runner.queue.worker_id if inline else None,
+        actor={"kind": uow.actor.kind, "name": uow.actor.name},
+    ))
     if inline:
-        runner.execute(_Claim(job_id, repo, name, branch, raw, 1))
+        claim = _Claim(job_id, repo, name, branch, raw, 1, uow.actor)
+        uow.after_commit(lambda: runner.execute(claim))
     else:
-        runner.wake()
+        uow.after_commit(runner.wake)
     return job_id
 
 
-def get(services: Any, job_id: str) -> dict[str, Any]:
+def get(services: Resources, caller: Actor, job_id: str) -> dict[str, Any]:
     """A job's state, and its output or error once it has finished.
 
     Parameters
     ----------
-    services : kg.services.Services
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
     job_id : str
 
     Returns
@@ -176,6 +183,14 @@ class _Claim:
     branch: str
     input: Any
     attempt: int
+    actor: Actor = SYSTEM
+
+
+def _actor(stored: dict[str, Any] | None) -> Actor:
+    """The caller a job was submitted by (kg's own work for a job stored before 0010)."""
+    if not stored or stored.get("kind") not in ("anonymous", "operator", "system"):
+        return SYSTEM
+    return Actor(stored["kind"], stored.get("name"))
 
 
 def error_shape(exc: BaseException) -> dict[str, Any]:
@@ -221,7 +236,7 @@ class JobRunner(PollingWorker):
         How often a running job renews its lease, in seconds.
     """
 
-    def __init__(self, services: Any, *, poll_s: float = 1.0, lease_s: float = LEASE_S,
+    def __init__(self, services: Resources, *, poll_s: float = 1.0, lease_s: float = LEASE_S,
                  max_attempts: int = MAX_ATTEMPTS, heartbeat_s: float = HEARTBEAT_S) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-jobs")
         self.services = services
@@ -274,8 +289,8 @@ class JobRunner(PollingWorker):
             (claim,) = claimed.claims
             job = session.get(FunctionJob, claim.id)
             repo_name = session.scalar(select(Repository.name).where(Repository.id == job.repo_id))
-            return (_Claim(job.id, repo_name, job.function, job.branch, job.input, claim.attempt),
-                    len(claimed.exhausted))
+            return (_Claim(job.id, repo_name, job.function, job.branch, job.input, claim.attempt,
+                           _actor(job.actor)), len(claimed.exhausted))
 
     def execute(self, claim: _Claim) -> None:
         """Run one claimed job and store its output or error (a lost lease stores nothing).
@@ -289,7 +304,7 @@ class JobRunner(PollingWorker):
         held = Claim(claim.job_id, claim.attempt)
         with self.queue.renewing([held]):
             try:
-                output = _json_safe(invoke(self.services, claim.repo, claim.function, claim.input,
+                output = _json_safe(invoke(self.services, claim.actor, claim.repo, claim.function, claim.input,
                                            branch=claim.branch))
                 state, error = "succeeded", None
             except KGError as exc:

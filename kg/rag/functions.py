@@ -38,7 +38,9 @@ from collections import Counter
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from kg.context import Actor, Resources, reading, run
 from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
 from kg.index.tokenize import analyze, stem
@@ -51,7 +53,7 @@ from kg.ops.nodes import GraphWrite, write_graph
 from kg.store.models import Chunk
 from kg.store.nodes import find_node, nodes_by_id
 from kg.store.paths import parse_address, validate_path
-from kg.store.repos import branch_view, workspace_id
+from kg.store.repos import BranchView, workspace_id
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,7 @@ def _k(raw: dict, default: int) -> int:
     return value
 
 
-def _search_passages(session, services, view, query: str, k: int, workspaces, *, relevant_only: bool):
+def _search_passages(session: Session, services: Resources, view: BranchView, query: str, k: int, workspaces, *, relevant_only: bool):
     """Hybrid chunk search on one branch view, as passages.
 
     ``relevant_only`` keeps passages with evidence of their own (a BM25 match, or a vector
@@ -113,13 +115,12 @@ def _search_passages(session, services, view, query: str, k: int, workspaces, *,
              "text": r.chunk_text, "score": r.score, "text_is_exact": True} for r in rows]
 
 
-def _passages(services, repo: str, branch: str, query: str, k: int, workspaces, *, relevant_only: bool):
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch)
+def _passages(services: Resources, caller: Actor, repo: str, branch: str, query: str, k: int, workspaces, *, relevant_only: bool):
+    with reading(services, caller, repo, branch) as (session, view):
         return _search_passages(session, services, view, query, k, workspaces, relevant_only=relevant_only)
 
 
-def search_documents(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def search_documents(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     """Hybrid search at chunk granularity: passages with their citation handles.
 
     Raises
@@ -127,7 +128,7 @@ def search_documents(services, repo: str, branch: str, raw: Any) -> dict[str, An
     kg.errors.InvalidInput, kg.errors.NotFound
     """
     query = _input(raw, "query")
-    passages = _passages(services, repo, branch, query, _k(raw, 10), _workspaces(raw), relevant_only=False)
+    passages = _passages(services, caller, repo, branch, query, _k(raw, 10), _workspaces(raw), relevant_only=False)
     return {"passages": passages}
 
 
@@ -226,7 +227,7 @@ def _llm_rewrite(llm, question: str, passages: list[dict]) -> str | None:
         return None
 
 
-def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     """Answer a question from the documents only, with citations (API.md ``ask``).
 
     Parameters
@@ -261,11 +262,11 @@ def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     use_graph = raw.get("use_graph", False)
     if not isinstance(use_graph, bool):
         raise InvalidInput("input.use_graph must be true or false", details={"use_graph": use_graph})
-    target = _answer_target(services, repo, branch, raw, question)
+    target = _answer_target(services, caller, repo, branch, raw, question)
     llm = services.llm
     has_llm = getattr(llm, "name", "none") != "none"
     attempts = []
-    passages = _passages(services, repo, branch, question, MAX_PASSAGES, workspaces, relevant_only=True)
+    passages = _passages(services, caller, repo, branch, question, MAX_PASSAGES, workspaces, relevant_only=True)
     attempts.append({"query": question, "passages": len(passages)})
     sufficient = bool(passages) and (
         _llm_grade(llm, question, passages) if has_llm else coverage(question, passages) >= COVERAGE_SUFFICIENT)
@@ -273,7 +274,7 @@ def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
         # Nothing relevant at all: no model is called (CASES #24), the answer is ungrounded.
         rewritten = (_llm_rewrite(llm, question, passages) if has_llm else None) or feedback_query(question, passages)
         if rewritten and rewritten != question:
-            again = _passages(services, repo, branch, rewritten, MAX_PASSAGES, workspaces, relevant_only=True)
+            again = _passages(services, caller, repo, branch, rewritten, MAX_PASSAGES, workspaces, relevant_only=True)
             attempts.append({"query": rewritten, "passages": len(again)})
             if again:
                 passages = again
@@ -281,7 +282,7 @@ def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     if use_graph and passages:
         leg: dict[str, Any] = {"query": attempts[-1]["query"], "leg": "graph"}
         try:
-            extra = graph_passages(services, repo, branch, question, passages, workspaces)
+            extra = graph_passages(services, caller, repo, branch, question, passages, workspaces)
         except Exception as exc:  # the graph leg never fails the answer
             log.warning("ask: the graph leg failed on %s/%s: %s", repo, branch, exc, exc_info=True)
             extra = []
@@ -292,7 +293,7 @@ def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     if not passages:
         result = {"answer": NOT_COVERED, "grounded": False, "citations": [], "attempts": attempts, "mode": mode}
         if target is not None:
-            result["stored"] = store_answer(services, repo, branch, *target, question, result)
+            result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
         return result
     if has_llm:
         context = "\n\n".join(f"[{i}] {p['text']}" for i, p in enumerate(passages, start=1))
@@ -325,7 +326,7 @@ def ask(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     result = {"answer": answer, "grounded": bool(citations), "citations": citations, "attempts": attempts,
               "mode": mode}
     if target is not None:
-        result["stored"] = store_answer(services, repo, branch, *target, question, result)
+        result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
     return result
 
 
@@ -368,7 +369,7 @@ def _title(properties: dict) -> str | None:
     return None
 
 
-def graph_context(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def graph_context(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     """Seeds by meaning (or given), then the relations around them (API.md ``graph-context``).
 
     Parameters
@@ -423,8 +424,7 @@ def graph_context(services, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     types = _relation_types(raw)
     workspaces = _workspaces(raw)
     k = _k(raw, 5)
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch)
+    with reading(services, caller, repo, branch) as (session, view):
         seeds: dict[tuple[str, str], dict[str, Any]] = {}
         for workspace, path in given:
             seeds[(workspace, path)] = {"workspace": workspace, "path": path, "node_id": None, "score": None,
@@ -484,7 +484,7 @@ def _best_passage(session, repo_id: int, version, terms: set[str]) -> dict[str, 
             "text_is_exact": len(text) <= GRAPH_PASSAGE_CHARS}
 
 
-def graph_passages(services, repo: str, branch: str, question: str, passages: list[dict],
+def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, question: str, passages: list[dict],
                    workspaces: list[str] | None) -> list[dict[str, Any]]:
     """Passages of the nodes around the retrieved ones: ``ask``'s graph leg.
 
@@ -507,8 +507,7 @@ def graph_passages(services, repo: str, branch: str, question: str, passages: li
     seeds = list(dict.fromkeys(f"{p['workspace']}:{p['path']}" for p in passages))
     have = {p["node_id"] for p in passages}
     terms = set(analyze(question))
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch)
+    with reading(services, caller, repo, branch) as (session, view):
         walk = traverse_from(session, services, view, seeds, hops=GRAPH_HOPS,
                              max_nodes=len(seeds) + GRAPH_MAX_NODES, fan_out=GRAPH_FAN_OUT)
         reached = [n for n in walk["nodes"] if n["hop"] > 0 and n["node_id"] not in have
@@ -528,7 +527,7 @@ def graph_passages(services, repo: str, branch: str, question: str, passages: li
     return [r[3] for r in ranked[:GRAPH_PASSAGES]]
 
 
-def _answer_target(services, repo: str, branch: str, raw: dict, question: str) -> tuple[str, str] | None:
+def _answer_target(services: Resources, caller: Actor, repo: str, branch: str, raw: dict, question: str) -> tuple[str, str] | None:
     """The (workspace, path) ``store_answer`` names, checked before any work."""
     value = raw.get("store_answer")
     if value is None:
@@ -549,8 +548,7 @@ def _answer_target(services, repo: str, branch: str, raw: dict, question: str) -
     elif not isinstance(path, str):
         raise InvalidInput("input.store_answer.path must be a node path")
     validate_path(path)
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch)
+    with reading(services, caller, repo, branch) as (session, view):
         workspace_id(view, workspace)
         _check_answer_slot(find_node(session, view, workspace, path), workspace, path)
     return workspace, path
@@ -562,7 +560,7 @@ def _check_answer_slot(existing, workspace: str, path: str) -> None:
                        "an answer never replaces it", details={"workspace": workspace, "path": path})
 
 
-def store_answer(services, repo: str, branch: str, workspace: str, path: str, question: str,
+def store_answer(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, question: str,
                  result: dict[str, Any]) -> dict[str, Any]:
     """Write an answer as a ``kb:Answer`` node with ``cites`` relations, as one revision.
 
@@ -608,7 +606,8 @@ def store_answer(services, repo: str, branch: str, workspace: str, path: str, qu
                 todo.relations.append({"from": address, "to": f"{ws}:{p}", "type": CITES, "properties": info})
         return todo
 
-    written = write_graph(services, repo, branch, plan, message=f"ask: store answer {address}", actor="ask")
+    written = run(services, caller, write_graph, repo, branch, plan, message=f"ask: store answer {address}",
+                  actor="ask")
     node = written["upserted"][-1]
     return {"workspace": workspace, "path": path, "node_id": node["id"], "revision": written["revision"]}
 
@@ -626,8 +625,31 @@ INPUT_KEYS: dict[str, frozenset[str]] = {
 }
 
 
-def invoke(services, repo: str, name: str, raw: Any, *, branch: str = "main") -> dict[str, Any]:
-    """Run the function ``name`` on a branch.
+def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *,
+           branch: str = "main") -> dict[str, Any]:
+    """Run the function ``name`` on a branch for ``caller``.
+
+    The functions are orchestrations, not units of work: they read, may call a language model
+    (seconds, with no write lock held), then write what they keep through
+    :func:`kg.context.run` (one unit of work per write).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who invokes it; its reads and writes are made as this caller.
+    repo, name : str
+        The repository, and the function (``search-documents``, ``ask``, ``graph-context``,
+        ``extract-entities``).
+    raw : dict
+        The function's input.
+    branch : str
+        Read (and written) on this branch only.
+
+    Returns
+    -------
+    dict
+        The function's output (API.md, "Functions").
 
     Raises
     ------
@@ -648,4 +670,4 @@ def invoke(services, repo: str, name: str, raw: Any, *, branch: str = "main") ->
                 f"{name} does not take input.{', input.'.join(unknown)}; it takes "
                 f"{', '.join(sorted(accepted))}",
                 details={"unknown": unknown, "accepted": sorted(accepted)})
-    return function(services, repo, branch, raw)
+    return function(services, caller, repo, branch, raw)

@@ -25,6 +25,7 @@ from typing import Any, Hashable, Iterator, Sequence
 
 from sqlalchemy.orm import Session
 
+from kg.context import Actor, Resources, reading
 from kg.errors import InvalidInput
 from kg.graph.neighbors import (
     DEFAULT_LIMIT,
@@ -85,7 +86,7 @@ def _catch_up(session: Session, view: BranchView, graph: GraphView) -> None:
 
 
 @contextmanager
-def current_graph(session: Session, services: Any, view: BranchView, *,
+def current_graph(session: Session, services: Resources, view: BranchView, *,
                   build: bool) -> Iterator[GraphView | None]:
     """The branch's networkx view at exactly ``view.revision``, locked for the caller, or None.
 
@@ -136,7 +137,7 @@ def current_graph(session: Session, services: Any, view: BranchView, *,
         cache.shrink()
 
 
-def warm_graph(session: Session, services: Any, view: BranchView) -> bool:
+def warm_graph(session: Session, services: Resources, view: BranchView) -> bool:
     """Build (or bring forward) the branch's view now; False when it does not fit the budget."""
     with current_graph(session, services, view, build=True) as graph:
         return graph is not None
@@ -161,7 +162,37 @@ def _check_types(types: Sequence[str] | None) -> frozenset[str] | None:
     return wanted
 
 
-def neighbors_of(session: Session, services: Any, view: BranchView, address: str, *,
+def neighbors(services: Resources, caller: Actor, repo: str, branch: str, address: str, *,
+              direction: Direction = "BOTH", types: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT,
+              at_revision: int | None = None) -> dict[str, Any]:
+    """NEIGHBORS of a node on ``branch`` (as of ``at_revision``): :func:`neighbors_of` in a read
+    of its own.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch, address : str
+    direction : {"OUT", "IN", "BOTH"}
+    types : sequence of str, optional
+    limit : int, 1..10,000
+    at_revision : int or None
+
+    Returns
+    -------
+    dict
+        As :func:`neighbors_of`.
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return neighbors_of(session, services, view, address, direction=direction, types=types, limit=limit)
+
+
+def neighbors_of(session: Session, services: Resources, view: BranchView, address: str, *,
                  direction: Direction = "BOTH", types: Sequence[str] | None = None,
                  limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
     """NEIGHBORS of the node at ``address`` (``workspace:/path``) in the API shape.
@@ -238,7 +269,41 @@ def _sql_lookup(session: Session, view: BranchView, direction: Direction, types:
     return lookup
 
 
-def traverse_from(session: Session, services: Any, view: BranchView, seeds: Sequence[str], *,
+def walk(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequence[str], *,
+         hops: int = 2, direction: Direction = "BOTH", types: Sequence[str] | None = None,
+         max_nodes: int = 200, fan_out: int = 50, at_revision: int | None = None) -> dict[str, Any]:
+    """A bounded breadth-first walk on ``branch`` (as of ``at_revision``): :func:`traverse_from`
+    in a read of its own.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch : str
+    seeds : sequence of str
+        Node addresses, hop 0.
+    hops, max_nodes, fan_out : int
+        The bounds (:func:`traverse_from`).
+    direction : {"OUT", "IN", "BOTH"}
+    types : sequence of str, optional
+    at_revision : int or None
+
+    Returns
+    -------
+    dict
+        As :func:`traverse_from`.
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return traverse_from(session, services, view, seeds, hops=hops, direction=direction, types=types,
+                             max_nodes=max_nodes, fan_out=fan_out)
+
+
+def traverse_from(session: Session, services: Resources, view: BranchView, seeds: Sequence[str], *,
                   hops: int = 2, direction: Direction = "BOTH", types: Sequence[str] | None = None,
                   max_nodes: int = 200, fan_out: int = 50) -> dict[str, Any]:
     """Walk the branch's relations breadth-first from ``seeds`` (:func:`kg.graph.traverse.traverse`).
@@ -313,7 +378,7 @@ def traverse_from(session: Session, services: Any, view: BranchView, seeds: Sequ
     return {"nodes": nodes, "truncated": walk.truncated}
 
 
-def spread_activation(session: Session, services: Any, view: BranchView, nodes: Sequence[dict[str, Any]],
+def spread_activation(session: Session, services: Resources, view: BranchView, nodes: Sequence[dict[str, Any]],
                       seed_mass: dict[str, float], *, hops: int, direction: Direction = "BOTH",
                       types: Sequence[str] | None = None, max_degree: int = 100_000) -> dict[str, float] | None:
     """Relevance of the nodes a walk reached: seed mass spread along the relations, split by degree.

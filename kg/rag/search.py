@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kg.context import Actor, Resources, reading
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit, ScopedIndex, SearchScope, VectorIndex, version_key
 from kg.indexing.config import workspace_embedding
@@ -222,8 +223,18 @@ class SearchAnswer:
     fusion: dict[str, Any] | None = None
     warnings: list[dict[str, Any]] = field(default_factory=list)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The API answer: ``{"results", "took_ms"}`` and, when they apply, ``"fusion"`` and
+        ``"warnings"``."""
+        out: dict[str, Any] = {"results": [r.as_dict() for r in self.results], "took_ms": self.took_ms}
+        if self.fusion is not None:
+            out["fusion"] = self.fusion
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
 
-def search(session: Session, services: Any, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
+
+def search(session: Session, services: Resources, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
     """Run a search on a branch: :func:`search_answer` without the fusion description.
 
     Returns
@@ -234,7 +245,34 @@ def search(session: Session, services: Any, view: BranchView, request: SearchReq
     return answer.results, answer.took_ms
 
 
-def search_answer(session: Session, services: Any, view: BranchView, request: SearchRequest) -> SearchAnswer:
+def search_branch(services: Resources, caller: Actor, repo: str, branch: str, request: SearchRequest, *,
+                  at_revision: int | None = None) -> SearchAnswer:
+    """Search the chunks of the nodes ``branch`` sees (as of ``at_revision``).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who searches.
+    repo, branch : str
+    request : SearchRequest
+    at_revision : int or None
+
+    Returns
+    -------
+    SearchAnswer
+        Its :meth:`SearchAnswer.as_dict` is the API answer.
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.ProviderError
+        As :func:`search_answer`.
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return search_answer(session, services, view, request)
+
+
+def search_answer(session: Session, services: Resources, view: BranchView, request: SearchRequest) -> SearchAnswer:
     """Run a search on a branch.
 
     Parameters
@@ -316,7 +354,7 @@ def search_answer(session: Session, services: Any, view: BranchView, request: Se
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
 
 
-def _native_fusion(services: Any, request: SearchRequest) -> bool:
+def _native_fusion(services: Resources, request: SearchRequest) -> bool:
     """Whether the index's own hybrid query fuses this search."""
     if request.mode != "hybrid" or request.fusion == "kg":
         return False
@@ -327,7 +365,7 @@ def _native_fusion(services: Any, request: SearchRequest) -> bool:
     return request.vector_weight > 0 and request.fulltext_weight > 0
 
 
-def _native_hybrid(services, view, searchable: _Searchable, request, depth):
+def _native_hybrid(services: Resources, view, searchable: _Searchable, request, depth):
     """The scoped index's hybrid query (one model only), as rows and the fusion it used; None
     when the searched workspaces use several models (kg fuses those)."""
     index: ScopedIndex = services.index
@@ -503,7 +541,7 @@ class _Searchable:
         return [s for s in self.scopes if s.model == model]
 
 
-def _searchable(session: Session, services: Any, view: BranchView, wids: list[int],
+def _searchable(session: Session, services: Resources, view: BranchView, wids: list[int],
                 request: SearchRequest) -> _Searchable:
     """The searchable nodes of a branch state after the filters; cached (a branch state never
     changes) unless a property ``where`` filter needs the properties."""
@@ -572,7 +610,7 @@ def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
     )
 
 
-def _vector_leg(services, view, searchable: _Searchable, request, depth,
+def _vector_leg(services: Resources, view, searchable: _Searchable, request, depth,
                 warnings: list[dict[str, Any]]) -> list[IndexHit]:
     """KNN per embedding model of the searched workspaces, merged by distance.
 

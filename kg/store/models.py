@@ -318,6 +318,8 @@ class FunctionJob(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    #: Who submitted it, ``{"kind", "name"}`` (:class:`kg.context.Actor`); the job runs as them.
+    actor: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class QueueWorker(Base):

@@ -59,20 +59,91 @@ class BranchView:
         return (self.branch.id, self.branch.base_revision, self.revision)
 
 
-@dataclass(frozen=True)
 class WriteContext:
-    """A write transaction's revision on one branch; reads through it see its own writes."""
+    """A write transaction's place on one branch; its revision is allocated by the first write.
 
-    view: BranchView
-    revision: int
+    :func:`begin_write` takes the repository's row lock, so the number the next revision will
+    carry (``pending_revision``) is known and stable, and reads through ``view`` already see
+    what this transaction writes. Nothing is written until a store function asks for
+    :attr:`revision` to stamp a version row: that first access allocates the revision (the
+    repository's counter, the branch head, the log entry). A transaction that ends up writing
+    nothing (an UNRELATE of no edge, a merge with nothing to apply) therefore commits nothing
+    and never needs a rollback.
+
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    view : BranchView
+        The branch as this transaction sees it (its own writes included).
+    pending_revision : int
+        The number the revision gets if anything is written.
+    message, actor : str or None
+        Recorded with the revision.
+    """
+
+    def __init__(self, session: Session, view: BranchView, pending_revision: int, *,
+                 message: str | None = None, actor: str | None = None) -> None:
+        self._session = session
+        self.view = view
+        self.pending_revision = pending_revision
+        self._message = message
+        self._actor = actor
+        self._allocated: int | None = None
 
     @property
     def repo(self) -> Repository:
+        """The repository written to."""
         return self.view.repo
 
     @property
     def branch(self) -> Branch:
+        """The branch written to."""
         return self.view.branch
+
+    @property
+    def written(self) -> bool:
+        """Whether anything was written (the revision is allocated)."""
+        return self._allocated is not None
+
+    @property
+    def revision(self) -> int:
+        """The revision this transaction writes, allocated on first access.
+
+        Store functions read it to stamp the rows they write; use cases read it after a
+        write to answer with it. Read :attr:`pending_revision` for the number without
+        writing, and :attr:`revision_if_written` to answer ``None`` when nothing was written.
+        """
+        if self._allocated is None:
+            self._allocated = _allocate_revision(self._session, self.view, self.pending_revision,
+                                                 message=self._message, actor=self._actor)
+        return self._allocated
+
+    @property
+    def revision_if_written(self) -> int | None:
+        """The revision if anything was written, else ``None`` (nothing is allocated)."""
+        return self._allocated
+
+
+def _allocate_revision(session: Session, view: BranchView, expected: int, *, message: str | None,
+                       actor: str | None) -> int:
+    """Take the next revision number of ``view``'s repository for its branch and log it."""
+    repo, branch = view.repo, view.branch
+    number = session.execute(
+        update(Repository)
+        .where(Repository.id == repo.id)
+        .values(head_revision=Repository.head_revision + 1)
+        .returning(Repository.head_revision)
+        .execution_options(synchronize_session=False)
+    ).scalar_one()
+    if number != expected:  # the row lock of begin_write makes this impossible
+        raise RuntimeError(f"revision {number} allocated where {expected} was locked for")
+    repo.head_revision = number
+    branch.head_revision = number
+    session.add(Revision(repo_id=repo.id, number=number, branch_id=branch.id, message=message,
+                         actor=actor, created_at=utcnow()))
+    session.flush()
+    return number
 
 
 # -- repositories ---------------------------------------------------------------------------
@@ -353,7 +424,8 @@ def branch_view(
     return _view(session, repo, branch_name, at_revision)
 
 
-def _view(session: Session, repo: Repository, branch_name: str, at_revision: int | None) -> BranchView:
+def _view(session: Session, repo: Repository, branch_name: str, at_revision: int | None, *,
+          own_cap: int | None = None) -> BranchView:
     if at_revision is not None and (isinstance(at_revision, bool) or not 0 <= at_revision <= repo.head_revision):
         # A revision not written yet would read the present now and something else later.
         raise InvalidInput(f"at_revision must be between 0 and the head revision {repo.head_revision}",
@@ -366,7 +438,10 @@ def _view(session: Session, repo: Repository, branch_name: str, at_revision: int
             details={"branch": branch_name},
         )
     by_id = {b.id: b for b in branches.values()}
-    cap = branch.head_revision if at_revision is None else min(at_revision, branch.head_revision)
+    if own_cap is not None:  # a write transaction: it sees the revision it is writing
+        cap = own_cap
+    else:
+        cap = branch.head_revision if at_revision is None else min(at_revision, branch.head_revision)
     chain = [(branch.id, cap)]
     current = branch
     while current.parent_id is not None:
@@ -388,10 +463,24 @@ def begin_write(
     message: str | None = None,
     actor: str | None = None,
 ) -> WriteContext:
-    """Open a revision on a branch: the first statement of every write transaction.
+    """Open a write on a branch: the first statement of every write transaction.
 
     Takes the repository's row lock (the revision counter), so writers of one repository
-    serialise and the counter never repeats; on SQLite the transaction began IMMEDIATE.
+    serialise and the counter never repeats; on SQLite the transaction began IMMEDIATE. The
+    revision itself is allocated by the first write (:class:`WriteContext`).
+
+    Parameters
+    ----------
+    session : Session
+        A write transaction (:meth:`kg.store.db.Database.write`).
+    repo_name, branch_name : str
+        Where to write.
+    message, actor : str or None
+        Recorded with the revision: why, and who (at most 255 characters).
+
+    Returns
+    -------
+    WriteContext
 
     Raises
     ------
@@ -402,21 +491,11 @@ def begin_write(
     """
     if actor is not None and len(actor) > MAX_ACTOR:
         raise InvalidInput(f"actor is longer than {MAX_ACTOR} characters", details={"length": len(actor)})
-    repo = get_repository(session, repo_name)
-    number = session.execute(
-        update(Repository)
-        .where(Repository.id == repo.id)
-        .values(head_revision=Repository.head_revision + 1)
-        .returning(Repository.head_revision)
-        .execution_options(synchronize_session=False)
-    ).scalar_one()
-    session.refresh(repo)
-    branch = get_branch(session, repo, branch_name)
-    branch.head_revision = number
-    session.add(Revision(repo_id=repo.id, number=number, branch_id=branch.id, message=message,
-                         actor=actor, created_at=utcnow()))
-    session.flush()
-    return WriteContext(view=_view(session, repo, branch_name, None), revision=number)
+    repo = get_repository(session, repo_name, lock=True)
+    session.refresh(repo)  # the head as of the lock, not as of an earlier read in this session
+    pending = repo.head_revision + 1
+    view = _view(session, repo, branch_name, None, own_cap=pending)
+    return WriteContext(session, view, pending, message=message, actor=actor)
 
 
 def count_branch_children(session: Session, branch: Branch) -> int:

@@ -122,6 +122,7 @@ def test_same_text_is_skipped_without_model_call_or_revision_and_force_redoes(cl
 
 
 def test_a_concurrent_run_on_the_same_text_writes_once(client, repo, services):
+    from kg.context import OPERATOR
     from kg.rag.entities import extract_entities
 
     put(client, "/bio", "Guido van Rossum created Python.")
@@ -131,7 +132,7 @@ def test_a_concurrent_run_on_the_same_text_writes_once(client, repo, services):
     def reply(messages, schema):
         if not nested:  # while this run waits for the model, another run completes
             nested.append(None)
-            nested[0] = extract_entities(services, "acme", "main", {"path": "/bio", "workspace": "knowledge"})
+            nested[0] = extract_entities(services, OPERATOR, "acme", "main", {"path": "/bio", "workspace": "knowledge"})
         return entities_reply([{"name": "Guido van Rossum", "type": "person"}])
 
     services.llm = ScriptedLLM(default=reply)

@@ -143,7 +143,7 @@ def test_bad_input_fails_the_job_with_its_error(client, docs):
 
 
 def test_unexpected_exception_fails_the_job_as_internal_error(client, docs, monkeypatch):
-    def boom(services, repo, branch, raw):
+    def boom(services, caller, repo, branch, raw):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setitem(functions.FUNCTIONS, "boom", boom)
@@ -200,7 +200,7 @@ def test_job_whose_attempts_are_exhausted_fails_without_running(client, queued, 
 
 
 def test_attempt_that_lost_its_lease_does_not_store_its_result(client, queued, monkeypatch):
-    def slow_then_overtaken(services, repo, branch, raw):
+    def slow_then_overtaken(services, caller, repo, branch, raw):
         # Another runner takes the job over while this attempt still runs.
         set_job(services, job_id, attempts=FunctionJob.attempts + 1)
         raise InvalidInput("stale attempt")
@@ -216,3 +216,38 @@ def test_deleting_the_repository_deletes_its_jobs(client, docs):
     job_id = submit(client).json()["job_id"]
     assert client.delete("/api/repos/acme").status_code == 204
     assert_error(client.get(f"/api/jobs/{job_id}"), 404, "not_found")
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "queued"])
+def test_a_job_runs_as_the_caller_that_submitted_it(services, docs, monkeypatch, inline):
+    """The job is stored with its submitter and the runner invokes the function as them."""
+    from kg.context import Actor, run
+
+    def whoami(services, caller, repo, branch, raw):
+        return {"kind": caller.kind, "name": caller.name}
+
+    monkeypatch.setitem(functions.FUNCTIONS, "whoami", whoami)
+    if not inline:
+        services.jobs.stop()
+        monkeypatch.setattr(services.settings, "index_inline", False)
+    alice = Actor("operator", "alice")
+    job_id = run(services, alice, function_jobs.submit, "acme", "whoami", {})
+    if not inline:
+        assert function_jobs.get(services, alice, job_id)["state"] == "queued"
+        assert services.jobs.run_pending() == 1
+    job = function_jobs.get(services, alice, job_id)
+    assert job["state"] == "succeeded" and job["output"] == {"kind": "operator", "name": "alice"}
+    with services.db.read() as s:
+        assert s.get(FunctionJob, job_id).actor == {"kind": "operator", "name": "alice"}
+
+
+def test_a_job_stored_without_its_submitter_runs_as_kg(services, queued, monkeypatch):
+    """Jobs queued before migration 0010 have no actor: they run as kg's own work."""
+    from kg.context import OPERATOR, run
+
+    monkeypatch.setitem(functions.FUNCTIONS, "whoami",
+                        lambda services, caller, repo, branch, raw: {"kind": caller.kind, "name": caller.name})
+    job_id = run(services, OPERATOR, function_jobs.submit, "acme", "whoami", {})
+    set_job(services, job_id, actor=None)
+    assert queued.jobs.run_pending() == 1
+    assert function_jobs.get(services, OPERATOR, job_id)["output"] == {"kind": "system", "name": None}

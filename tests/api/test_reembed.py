@@ -119,7 +119,7 @@ def test_reembedding_is_blue_green_nothing_becomes_unsearchable(client, repo, se
     old model until every text is embedded, then one transaction switches (the gap of the first
     design: text unsearchable until re-embedded)."""
     services.indexer.stop()  # nothing is embedded until drain() below
-    monkeypatch.setattr(services, "after_write", lambda repo_id, keys: None)
+    monkeypatch.setattr(services, "settings", services.settings.model_copy(update={"index_inline": False}))
     assert put(client, "/a", {"content": "Rotate the API key every ninety days."}).status_code == 201
     assert put(client, "/b", {"content": "Invoices are sent monthly."}).status_code == 201
     services.indexer.drain()
@@ -149,7 +149,7 @@ def test_reembedding_is_blue_green_nothing_becomes_unsearchable(client, repo, se
 
 def test_asking_for_the_current_settings_cancels_a_reembed_under_way(client, repo, services, monkeypatch):
     services.indexer.stop()
-    monkeypatch.setattr(services, "after_write", lambda repo_id, keys: None)
+    monkeypatch.setattr(services, "settings", services.settings.model_copy(update={"index_inline": False}))
     assert put(client, "/a", {"content": "Rotate the API key every ninety days."}).status_code == 201
     services.indexer.drain()
     assert patch_ws(client, {"embedding": {"model": OTHER}, "reembed": True}).json()["switched"] is False
@@ -167,7 +167,7 @@ def test_asking_for_the_current_settings_cancels_a_reembed_under_way(client, rep
 def _queue_only(services, monkeypatch):
     """Nothing is embedded until the test drains the queue."""
     services.indexer.stop()
-    monkeypatch.setattr(services, "after_write", lambda repo_id, keys: None)
+    monkeypatch.setattr(services, "settings", services.settings.model_copy(update={"index_inline": False}))
 
 
 def test_a_branch_deleted_during_a_reembed_leaves_mains_text_searchable(client, repo, services, monkeypatch):

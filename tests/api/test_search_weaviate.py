@@ -207,7 +207,7 @@ def test_text_embedded_after_its_version_was_fed_is_placed_by_the_chunk_feed(set
     db = Database(slow.resolved_database_url())
     index = WeaviateVectorIndex(weaviate_url)
     services = Services(settings=slow, db=db, index=index, embedder_factory=lambda name: make_embedder(name))
-    services.after_write = lambda repo_id, keys: None  # nothing embeds until drain() below
+    services.indexer.wake = lambda: None  # type: ignore[method-assign]  # nothing embeds until drain() below
     repo = f"w{uuid.uuid4().hex[:8]}"
     with TestClient(create_app(services=services)) as client:
         try:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from kg import context
 from kg.cli import app
 
 PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
@@ -149,7 +150,7 @@ def test_ingest_drains_only_its_own_repository(env, tmp_path):
         with services.db.write() as session:
             other = create_repository(session, name="other")
             create_workspace(session, other, name="w")
-        put_node(services, "other", "main", "w", "/queued", node_type="kb:Doc",
+        context.run(services, context.OPERATOR, put_node, "other", "main", "w", "/queued", node_type="kb:Doc",
                  properties={"content": "waits for the server's indexer"})
     finally:
         services.close()

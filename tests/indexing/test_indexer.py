@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select, update
 
+from kg import context
 from kg.index.embedded import EmbeddedVectorIndex
 from kg.providers.fake import FakeEmbedder
 from kg.rag.search import SearchRequest, search
@@ -92,7 +93,7 @@ def jobs(services, status=None):
 def test_write_is_acknowledged_then_indexed_in_the_background(db_url, tmp_path):
     services = make_services(db_url, tmp_path, inline=False)
     for i in range(5):
-        put_node(services, "r", "main", "w", f"/n{i}", node_type="t", properties={"content": f"walrus number {i}"})
+        context.run(services, context.OPERATOR, put_node, "r", "main", "w", f"/n{i}", node_type="t", properties={"content": f"walrus number {i}"})
     assert jobs(services, "pending") == 5
     assert found(services, "walrus") == []
     services.indexer.start()
@@ -112,7 +113,7 @@ def test_write_is_acknowledged_then_indexed_in_the_background(db_url, tmp_path):
 
 def test_a_crash_loses_nothing(db_url, tmp_path):
     services = make_services(db_url, tmp_path, inline=False)
-    put_node(services, "r", "main", "w", "/a", node_type="t", properties={"content": "quokka facts"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/a", node_type="t", properties={"content": "quokka facts"})
     claimed = services.indexer._claim(None, None)  # an indexer claims the job, then dies
     assert len(claimed) == 1 and jobs(services, "running") == 1
     assert services.indexer.run_pending().done == 0  # its lease has not expired yet
@@ -128,10 +129,10 @@ def test_a_crash_loses_nothing(db_url, tmp_path):
 @pytest.mark.parametrize("mode", ["empty", "none", "short", "wrongdim", "nan", "inf", "zero", "raise"])
 def test_embedder_failures_fail_only_that_node(db_url, tmp_path, mode):
     services = make_services(db_url, tmp_path, inline=True, model=f"bad:{mode}")
-    put_node(services, "r", "main", "w", "/good", node_type="t", properties={"content": "plain words here"})
-    put_node(services, "r", "main", "w", "/bad", node_type="t",
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/good", node_type="t", properties={"content": "plain words here"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/bad", node_type="t",
              properties={"content": "TRIGGER first sentence. " * 3, "title": "also plain"})
-    put_node(services, "r", "main", "w", "/good2", node_type="t", properties={"content": "more plain words"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/good2", node_type="t", properties={"content": "more plain words"})
     assert jobs(services, "failed") == 1
     from kg.indexing.index_jobs import index_status
     from kg.store.repos import get_repository
@@ -144,14 +145,14 @@ def test_embedder_failures_fail_only_that_node(db_url, tmp_path, mode):
     assert failure["content_key"] not in chunk_keys  # no partial chunks
     assert sorted(found(services, "plain")) == ["/good", "/good2"]
     # fixing the text indexes it; the failed job of the old text stays for the record
-    put_node(services, "r", "main", "w", "/bad", node_type="t", properties={"content": "fixed plain"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/bad", node_type="t", properties={"content": "fixed plain"})
     assert "/bad" in found(services, "fixed")
     services.close()
 
 
 def test_whitespace_only_text_makes_no_job_and_no_call(db_url, tmp_path):
     services = make_services(db_url, tmp_path, inline=True)
-    put_node(services, "r", "main", "w", "/blank", node_type="t", properties={"content": "  \n\t "})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/blank", node_type="t", properties={"content": "  \n\t "})
     assert jobs(services) == 0
     assert services.embedder("fake:hash-16").calls == 0
     services.close()
@@ -159,8 +160,8 @@ def test_whitespace_only_text_makes_no_job_and_no_call(db_url, tmp_path):
 
 def test_same_text_twice_is_one_job_and_one_embedding(db_url, tmp_path):
     services = make_services(db_url, tmp_path, inline=False)
-    put_node(services, "r", "main", "w", "/a", node_type="t", properties={"content": "same text"})
-    put_node(services, "r", "main", "w", "/b", node_type="t", properties={"content": "same text"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/a", node_type="t", properties={"content": "same text"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/b", node_type="t", properties={"content": "same text"})
     assert jobs(services) == 1
     services.indexer.drain()
     assert sorted(found(services, "same")) == ["/a", "/b"]
@@ -204,7 +205,7 @@ def test_inline_indexing_finishes_a_batch_larger_than_one_pass(db_url, tmp_path)
     services = make_services(db_url, tmp_path, inline=True)
     upserts = [{"workspace": "w", "path": f"/n{i}", "properties": {"content": f"text number {i} zebra"}}
                for i in range(services.indexer.batch_jobs * 2 + 5)]
-    batch(services, "r", "main", upserts=upserts)
+    context.run(services, context.OPERATOR, batch, "r", "main", upserts=upserts)
     assert jobs(services) == 0
     assert len(found(services, "zebra", mode="fulltext")) == 10  # k = 10 by default
     with services.db.read() as s:
@@ -219,8 +220,8 @@ def test_a_text_the_new_model_cannot_embed_does_not_hold_a_reembed_back(db_url, 
     from kg.store.models import Workspace
 
     services = make_services(db_url, tmp_path, inline=True)
-    put_node(services, "r", "main", "w", "/good", node_type="t", properties={"content": "plain words here"})
-    put_node(services, "r", "main", "w", "/bad", node_type="t", properties={"content": "TRIGGER plain words"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/good", node_type="t", properties={"content": "plain words here"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/bad", node_type="t", properties={"content": "TRIGGER plain words"})
     answer, queued = reembed_workspace(services, "r", "w", {"model": "bad:raise"}, reembed=True)
     assert answer["switched"] is True and len(queued) == 2
     assert jobs(services, "failed") == 1 and jobs(services, "pending") == 0
@@ -242,7 +243,7 @@ def test_many_texts_failing_under_the_new_model_hold_the_switch_back(db_url, tmp
 
     services = make_services(db_url, tmp_path, inline=True)
     for i in range(7):
-        put_node(services, "r", "main", "w", f"/n{i}", node_type="t", properties={"content": f"TRIGGER plain words {i}"})
+        context.run(services, context.OPERATOR, put_node, "r", "main", "w", f"/n{i}", node_type="t", properties={"content": f"TRIGGER plain words {i}"})
     answer, _ = reembed_workspace(services, "r", "w", {"model": "bad:raise"}, reembed=True)
     assert answer["switched"] is False and jobs(services, "failed") == 7
     with services.db.read() as s:

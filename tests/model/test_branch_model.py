@@ -37,7 +37,8 @@ from kg.errors import Conflict, MergeConflict, NotFound
 from kg.index.embedded import EmbeddedVectorIndex
 from kg.providers.registry import make_embedder
 from kg.rag.functions import invoke
-from kg.ops.merge import merge_branch
+from kg.context import OPERATOR, run
+from kg.ops.merge import merge_branch, preview_merge
 from kg.services import Services
 from kg.settings import Settings
 from kg.store import history
@@ -488,10 +489,10 @@ def machine_for(kind, tmp_root):
             branch = data.draw(st.sampled_from(self.branches()))
             if doc not in self.model.nodes[branch]:
                 with pytest.raises(NotFound):
-                    invoke(self.services, "m", "extract-entities", {"workspace": "w", "path": doc}, branch=branch)
+                    invoke(self.services, OPERATOR, "m", "extract-entities", {"workspace": "w", "path": doc}, branch=branch)
                 return
             before_nodes, before_edges = dict(self.model.nodes[branch]), dict(self.model.edges[branch])
-            out = invoke(self.services, "m", "extract-entities", {"workspace": "w", "path": doc}, branch=branch)
+            out = invoke(self.services, OPERATOR, "m", "extract-entities", {"workspace": "w", "path": doc}, branch=branch)
             _event(f"extract-entities: {'skipped' if out['skipped'] else 'wrote'}")
             got_nodes, got_edges, _ = self.read(branch)
             for path, val in got_nodes.items():
@@ -553,13 +554,13 @@ def machine_for(kind, tmp_root):
         def _merge_kg(self, child, parent, resolutions):
             """The dry run, then the merge: the dry run must say what the merge then does."""
             try:
-                preview = merge_branch(self.services, "m", child, parent, resolutions=resolutions, dry_run=True)
+                preview = preview_merge(self.services, OPERATOR, "m", child, parent, resolutions=resolutions)
             except MergeConflict as dry:
                 with pytest.raises(MergeConflict) as real:
-                    merge_branch(self.services, "m", child, parent, resolutions=resolutions)
+                    run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions)
                 assert real.value.details == dry.details
                 raise real.value
-            got = merge_branch(self.services, "m", child, parent, resolutions=resolutions)
+            got = run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions)
             for key in ("applied", "base", "fast_forward"):
                 assert preview[key] == got[key], (key, preview[key], got[key])
             return got, preview

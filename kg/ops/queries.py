@@ -1,0 +1,237 @@
+"""Reads of a branch's nodes and history: what the adapters answer GETs with.
+
+Each takes the services and the caller, reads through :func:`kg.context.reading` and returns
+the API shape; search and the graph walks are :mod:`kg.rag`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from kg.context import Actor, Resources, reading
+from kg.errors import KGError
+from kg.indexing import index_jobs
+from kg.store import history
+from kg.store import nodes as node_store
+from kg.store.models import Branch, Workspace, node_dict
+from kg.store.paths import validate_path
+from kg.store.references import list_references
+from kg.store.repos import get_repository
+
+
+def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
+             at_revision: int | None = None) -> dict[str, Any]:
+    """The node at ``path`` as the branch sees it.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch, workspace : str
+    path : str
+        A validated path (``/a/b``).
+    at_revision : int or None
+        Read the branch as of this revision.
+
+    Returns
+    -------
+    dict
+        The node's API shape.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or node.
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return node_dict(node_store.get_node(session, view, workspace, path), workspace)
+
+
+def list_children(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
+                  at_revision: int | None = None) -> list[dict[str, Any]]:
+    """The children of ``parent`` (``/`` for the top level) in their order.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch, workspace : str
+    parent : str
+        ``/`` or a path.
+    at_revision : int or None
+
+    Returns
+    -------
+    list of dict
+        The nodes' API shapes.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    kg.errors.InvalidInput
+        A malformed ``parent``.
+    """
+    if parent != "/":
+        validate_path(parent)
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return [node_dict(v, workspace) for v in node_store.list_children(session, view, workspace, parent)]
+
+
+def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, prefix: str, *,
+                limit: int = 1000, cursor: str | None = None,
+                at_revision: int | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """Every node under ``prefix``, by path, a page of at most ``limit``.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch, workspace, prefix : str
+    limit : int, 1..10,000
+    cursor : str or None
+        Where the previous page ended.
+    at_revision : int or None
+
+    Returns
+    -------
+    (list of dict, str or None)
+        The page and the cursor of the next one (None: the last page).
+
+    Raises
+    ------
+    kg.errors.NotFound
+    kg.errors.InvalidInput
+        A malformed cursor.
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        rows, next_cursor = node_store.list_prefix(session, view, workspace, prefix, limit=limit, cursor=cursor)
+        return [node_dict(v, workspace) for v in rows], next_cursor
+
+
+def references(services: Resources, caller: Actor, repo: str, branch: str, target: str, *, limit: int = 1000,
+               at_revision: int | None = None) -> tuple[list[dict[str, Any]], bool]:
+    """The nodes whose properties refer to ``target`` (through the reference index).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch : str
+    target : str
+        A node address ``workspace:/path``.
+    limit : int
+    at_revision : int or None
+
+    Returns
+    -------
+    (list of dict, bool)
+        The referring nodes with the property key, and whether more exist.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    kg.errors.InvalidInput
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return list_references(session, view, target, limit=limit)
+
+
+def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, limit: int = 100,
+                 before: int | None = None, at_revision: int | None = None) -> list[dict[str, Any]]:
+    """The revisions of the branch's history (its own, then its ancestors' up to the fork),
+    newest first.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch : str
+    limit : int
+    before : int or None
+        Only revisions older than this.
+    at_revision : int or None
+
+    Returns
+    -------
+    list of dict
+
+    Raises
+    ------
+    kg.errors.NotFound
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        return history.revision_log(session, view, limit=limit, before=before)
+
+
+def diff(services: Resources, caller: Actor, repo: str, branch: str, against: str | None = None) -> dict[str, Any]:
+    """What ``branch`` changed since its merge base with ``against`` (default: its parent).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch : str
+    against : str or None
+
+    Returns
+    -------
+    dict
+        See :func:`kg.store.history.diff_branches`.
+
+    Raises
+    ------
+    kg.errors.NotFound
+    kg.errors.InvalidInput
+    """
+    with services.db.read() as session:
+        return history.diff_branches(session, get_repository(session, repo), branch, against)
+
+
+def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any]:
+    """What the indexer has pending, running and failed for ``repo``, and what the search index
+    holds (each collection named by its workspace and branch).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo : str
+
+    Returns
+    -------
+    dict
+        :func:`kg.indexing.index_jobs.index_status` with ``"index"``: the index's statistics,
+        or ``{"error": {"code", "message"}}`` when the index cannot answer (the queue is in SQL
+        and still worth seeing).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository.
+    """
+    with services.db.read() as session:
+        r = get_repository(session, repo)
+        out = index_jobs.index_status(session, r)
+        names = {
+            "workspace": dict(session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == r.id)).all()),
+            "branch": dict(session.execute(select(Branch.id, Branch.name).where(Branch.repo_id == r.id)).all()),
+        }
+    try:
+        stats = services.index.stats(r.uid)
+    except KGError as exc:
+        stats = {"error": {"code": exc.code, "message": exc.message}}
+    for c in stats.get("collections") or []:
+        if isinstance(c, dict):
+            c["workspace"] = names["workspace"].get(c.get("workspace_id", -1))
+            c["branch"] = names["branch"].get(c.get("branch_id", -1))
+    out["index"] = stats
+    return out
