@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 run: install demo serve
 
 demo: install
-	$(BIN)/kg ingest fixtures/peps/docs --repo peps --workspace peps
+	$(BIN)/kg ingest fixtures/peps/docs --repo peps --workspace peps --format pep
 
 serve: install
 	$(BIN)/kg serve

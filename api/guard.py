@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
@@ -117,7 +118,7 @@ class RequestGuard:
                 return
         sent = False
 
-        async def replay() -> dict:
+        async def replay() -> MutableMapping[str, Any]:
             nonlocal sent
             if not sent:
                 sent = True

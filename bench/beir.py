@@ -44,8 +44,8 @@ from bench._common import RESULTS, load_average, machine, percentile, table, wri
 from kg import context  # noqa: E402
 from kg.errors import NotFound  # noqa: E402
 from kg.indexing.index_jobs import index_status  # noqa: E402
-from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.ops.nodes import batch  # noqa: E402
+from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store import nodes as node_store  # noqa: E402

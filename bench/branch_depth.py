@@ -57,11 +57,11 @@ from bench._common import (  # noqa: E402
 )
 from kg import context  # noqa: E402
 from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
-from kg.providers.registry import make_embedder  # noqa: E402
-from kg.indexing.index_jobs import index_status  # noqa: E402
 from kg.indexing.chunks import sync_index  # noqa: E402
-from kg.rag.search import SearchRequest, search  # noqa: E402
+from kg.indexing.index_jobs import index_status  # noqa: E402
 from kg.ops.nodes import batch  # noqa: E402
+from kg.providers.registry import make_embedder  # noqa: E402
+from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.db import Database  # noqa: E402
@@ -117,7 +117,8 @@ def build_repository(services: Services, n_nodes: int, *, section_size: int, bat
             upserts.append({"workspace": WORKSPACE, "path": f"/s{section}/n{i}", "node_type": "Item",
                             "properties": {"title": title(rng, f"Item {i}"), "rank": i}})
     for start in range(0, len(upserts), batch_size):
-        context.run(services, context.OPERATOR, batch, REPO, "main", upserts=upserts[start:start + batch_size], message="bench load")
+        context.run(services, context.OPERATOR, batch, REPO, "main", upserts=upserts[start:start + batch_size],
+                    message="bench load")
         services.indexer.drain()
         print(f"  {min(start + batch_size, len(upserts))}/{len(upserts)} nodes, "
               f"{time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)

@@ -57,10 +57,10 @@ from bench._common import (  # noqa: E402
     table,
     write_results,
 )
-from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
-from kg.providers.registry import make_embedder  # noqa: E402
 from kg import context  # noqa: E402
+from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
 from kg.ops.merge import merge_branch, preview_merge  # noqa: E402
+from kg.providers.registry import make_embedder  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store import nodes as node_store  # noqa: E402
@@ -132,7 +132,8 @@ def bulk_repository(db: Database, name: str, n_nodes: int, *, section_size: int,
             ctx = begin_write(session, name, message=f"bench bulk load {i}")
             now = utcnow()
             rows, rels, ids = [], [], {}
-            for i in range(i, min(n_nodes, i + batch)):
+            start = i
+            for i in range(start, min(n_nodes, start + batch)):
                 section, offset = divmod(i, section_size)
                 if offset == 0:
                     path = f"/s{section}"

@@ -159,7 +159,8 @@ def load_into_kg(services: Services, src, typ, dst, weights, n_nodes: int, batch
                      "weight": None if np.isnan(w) else float(w), "properties": {}, "deleted": False,
                      "created_at": now}
                     for s, t, d, w in zip(src[start:start + batch].tolist(), typ[start:start + batch].tolist(),
-                                          dst[start:start + batch].tolist(), weights[start:start + batch].tolist())]
+                                          dst[start:start + batch].tolist(), weights[start:start + batch].tolist(),
+                                          strict=True)]
             session.execute(insert(RelationVersion), rows)
         print(f"  relations {min(n_edges, start + batch)}/{n_edges}, {time.perf_counter() - started:.0f} s",
               file=sys.stderr, flush=True)
@@ -177,7 +178,7 @@ def load_into_kg(services: Services, src, typ, dst, weights, n_nodes: int, batch
 def plain_graph(ids, src, typ, dst, weights) -> nx.MultiDiGraph:
     g = nx.MultiDiGraph()
     g.add_edges_from((ids[s], ids[d], TYPES[t], {"weight": None if w != w else w, "properties": {}})
-                     for s, t, d, w in zip(src.tolist(), typ.tolist(), dst.tolist(), weights.tolist()))
+                     for s, t, d, w in zip(src.tolist(), typ.tolist(), dst.tolist(), weights.tolist(), strict=True))
     return g
 
 
@@ -202,7 +203,7 @@ def plain_traverse(g, address, seed, hops=2, max_nodes=200, fan_out=50):
     for hop in range(hops):
         nxt = []
         for u in frontier:
-            for _, v, k, w in plain_sorted_edges(g, address, u)[:fan_out]:
+            for _, v, k, _w in plain_sorted_edges(g, address, u)[:fan_out]:
                 if v in seen:
                     continue
                 if len(seen) == max_nodes:
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> dict:
             print("loading into kg (bulk) ...", file=sys.stderr, flush=True)
             ids, setup_s = load_into_kg(services, src, typ, dst, weights, n_nodes, args.batch)
             results["setup_s"] = round(setup_s, 1)
-            addresses = {ids[i]: "%s:%s" % node_address(i) for i in range(n_nodes)}
+            addresses = {ids[i]: "{}:{}".format(*node_address(i)) for i in range(n_nodes)}
 
             # plain networkx graph: time and memory
             gc.collect()
@@ -344,8 +345,8 @@ def main(argv: list[str] | None = None) -> dict:
             with_edges = [i for i in range(n_nodes) if degree[i] > 0]
             sample_idx = [rng.choice(with_edges) for _ in range(args.samples)]
             hubs_idx = [int(i) for i in np.argsort(-degree)[:10]]
-            sample = ["%s:%s" % node_address(i) for i in sample_idx]
-            hubs = ["%s:%s" % node_address(i) for i in hubs_idx]
+            sample = ["{}:{}".format(*node_address(i)) for i in sample_idx]
+            hubs = ["{}:{}".format(*node_address(i)) for i in hubs_idx]
 
             # kg's view: the first traverse builds it
             with services.db.read() as session:
@@ -368,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict:
             def plain_tr(a):
                 return plain_traverse(plain, addresses, ids[addr_index[a]])
 
-            addr_index = {"%s:%s" % node_address(i): i for i in set(sample_idx) | set(hubs_idx)}
+            addr_index = {"{}:{}".format(*node_address(i)): i for i in set(sample_idx) | set(hubs_idx)}
             timing: dict[str, dict[str, list[float]]] = {}
             with services.db.read() as session:
                 view = branch_view(session, REPO)
@@ -384,7 +385,7 @@ def main(argv: list[str] | None = None) -> dict:
                     assert ours == [v for _, v, _, _ in plain_nb(a)], a
                     assert len(kg_tr(a)["nodes"]) == len(plain_tr(a)), a
                 for label, fn in (("plain_networkx", (plain_nb, plain_tr)), ("kg_library_op", (kg_nb, kg_tr))):
-                    for op, f in zip(("neighbors", "traverse_2hop"), fn):
+                    for op, f in zip(("neighbors", "traverse_2hop"), fn, strict=True):
                         timed_each(f, sample[:20])  # warm-up (hubs' sorted lists, caches)
                         timing.setdefault(label, {})[op] = timed_each(f, sample)
                         timing[label][op + "_hubs"] = timed_each(f, hubs)
@@ -419,7 +420,8 @@ def main(argv: list[str] | None = None) -> dict:
             with TestClient(create_app(services=services)) as client:
                 timing["http_testclient"] = {
                     "neighbors": timed_each(lambda a: client.get(f"/api/repos/{REPO}/neighbors",
-                                                                 params={"node": a, "limit": 100}).raise_for_status(), sample),
+                                                                 params={"node": a, "limit": 100}).raise_for_status(),
+                                            sample),
                     "traverse_2hop": timed_each(lambda a: client.post(f"/api/repos/{REPO}/traverse",
                                                                       json={"seeds": [a], "hops": 2, "max_nodes": 200})
                                                 .raise_for_status(), sample),
@@ -432,7 +434,8 @@ def main(argv: list[str] | None = None) -> dict:
                 ctx = begin_write(session, REPO, message="bench: incremental writes")
                 for j in range(100):
                     a, b = picks[2 * j], picks[2 * j + 1]
-                    relation_store.relate(session, ctx, "%s:%s" % node_address(a), "%s:%s" % node_address(b),
+                    relation_store.relate(session, ctx, "{}:{}".format(*node_address(a)),
+                                          "{}:{}".format(*node_address(b)),
                                           "bench_added", weight=0.5)
                 for i in picks[200:210]:
                     node_store.delete_node(session, ctx, *node_address(i))
@@ -482,12 +485,14 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"graph on {backend}: {g['edges']} edges, {g['nodes']} nodes, degree max {g['degree']['max']} "
           f"p50 {g['degree']['p50']} p99 {g['degree']['p99']}; set-up {results['setup_s']} s (bulk); "
           f"load average end {results['load_average_end']}")
-    print(f"plain networkx graph: {results['plain_networkx_build']['s']} s, +{results['plain_networkx_build']['rss_mb']} MB; "
+    print(f"plain networkx graph: {results['plain_networkx_build']['s']} s, "
+          f"+{results['plain_networkx_build']['rss_mb']} MB; "
           f"kg view (built by the first traverse, from SQL): {results['kg_view_build']['s']} s, "
           f"+{results['kg_view_build']['rss_mb']} MB; bringing it forward by 110 versions: "
           f"{results['kg_view_catch_up']['s'] * 1000:.1f} ms")
     if "http_uvicorn" in results:
-        print(f"uvicorn: its first traverse built its own view in {results['http_uvicorn']['first_traverse_builds_view_s']} s")
+        print("uvicorn: its first traverse built its own view in "
+              f"{results['http_uvicorn']['first_traverse_builds_view_s']} s")
     print(table(rows, ["path / operation", "n", "p50 ms", "p95 ms", "p50 / plain", "p95 / plain"]))
     suffix = "" if backend == "sqlite" else f"_{backend}"
     if args.edges != 1_000_000:

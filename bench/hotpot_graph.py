@@ -13,7 +13,8 @@ Not a benchmark itself: ``bench/hotpot.py --graph`` imports it.
    ``mentioned_in`` edges (passage -> entity -> passage), and fuses two rankings by reciprocal
    rank (k = 60): hybrid's, and the graph's (passages reached from the seeds, by graph-context's
    ``score``: the seeds' mass spread over the entity edges and split by degree, so a passage
-   sharing a rare entity with a seed outranks one reached through a hub). The hybrid top ``keep`` stay first; the other 10 - ``keep`` places go
+   sharing a rare entity with a seed outranks one reached through a hub). The hybrid top ``keep``
+   stay first; the other 10 - ``keep`` places go
    to the best fused passages. A passage the graph reaches but search ranked low can thus enter
    the top 10: the second hop that no similarity search finds.
 """
@@ -54,7 +55,6 @@ def extract_all(services: Any, workspace: str, corpus: dict[str, dict]) -> dict[
 def graph_ranking(services: Any, workspace: str, question: str, *, keep: int = 5, k: int = 10) -> list[str]:
     """Passage ids, best first: hybrid top ``keep``, then hybrid and graph fused by RRF."""
     from bench.beir import REPO
-
     from bench.hotpot import run_search
 
     # the same hybrid ranking as the "hybrid" mode (node granularity), so that the two modes

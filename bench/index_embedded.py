@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     chunks = [
         IndexedChunk(seq=i + 1, content_key=key, chunk_index=ci, text=text, model=MODEL, vector=v)
-        for i, ((key, ci, text), v) in enumerate(zip(rows, vectors))
+        for i, ((key, ci, text), v) in enumerate(zip(rows, vectors, strict=True))
     ]
     keys = sorted({c.content_key for c in chunks})
     searched = set(rng.choice(keys, size=int(len(keys) * args.mask), replace=False).tolist())

@@ -50,9 +50,10 @@ from bench._common import (  # noqa: E402
     table,
     write_results,
 )
-from kg.providers.local import MODEL_NAME  # noqa: E402
 from kg.indexing.chunks import sync_index  # noqa: E402
+from kg.context import OPERATOR  # noqa: E402
 from kg.ops.ingest import ingest_path  # noqa: E402
+from kg.providers.local import MODEL_NAME  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.models import Chunk  # noqa: E402
@@ -113,7 +114,7 @@ def corpus(limit: int | None, tmp: Path) -> tuple[Path, int]:
 def timed_ingest(services: Services, folder: Path):
     """``ingest_path`` then ``sync_index``: (report, ingest seconds, total seconds, synced)."""
     started = time.perf_counter()
-    report = ingest_path(services, folder, repo=REPO, workspace=WORKSPACE)
+    report = ingest_path(services, OPERATOR, folder, repo=REPO, workspace=WORKSPACE, format_name="pep")
     ingested = time.perf_counter()
     with services.db.read() as session:
         repo = get_repository(session, REPO)

@@ -60,10 +60,10 @@ from bench._common import (  # noqa: E402
     write_results,
 )
 from kg import context  # noqa: E402
-from kg.indexing.queue import DurableQueue  # noqa: E402
 from kg.indexing.index_jobs import INDEX_QUEUE  # noqa: E402
-from kg.rag.search import SearchRequest, search  # noqa: E402
+from kg.indexing.queue import DurableQueue  # noqa: E402
 from kg.ops.nodes import batch, put_node  # noqa: E402
+from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.models import IndexJob  # noqa: E402
@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> dict:
     for r, pair in enumerate(schedule):
         for order in pair:
             with tempfile.TemporaryDirectory(prefix="kg-bench-") as tmp_name, \
-                    isolated_database(args.database_url, Path(tmp_name)) as (url, backend):
+                    isolated_database(args.database_url, Path(tmp_name)) as (url, db_backend):
+                backend = db_backend
                 print(f"round {r + 1}/{args.rounds}: {order} ...", file=sys.stderr, flush=True)
                 results["database"] = {"backend": backend, "url": redact(url)}
                 row = one_round(order, url, Path(tmp_name), args)

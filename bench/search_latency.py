@@ -2,7 +2,8 @@
 
 The corpus: 100,000 passages of the PEP fixture (150-word windows, cycled with shifted offsets,
 as ``bench/index_embedded.py`` builds them), ``--per-node`` passages per node in ``content``
-(the ``words`` splitter at 150 words, so that each window is one chunk), written through ``kg.ops.nodes.batch`` and indexed
+(the ``words`` splitter at 150 words, so that each window is one chunk), written through
+``kg.ops.nodes.batch`` and indexed
 by the durable queue. The vectors come from the deterministic ``fake:hash-384`` embedder: a
 search's cost does not depend on what the vectors mean, and embedding 100,000 passages with the
 offline model would take hours on 2 cores. The query is embedded by the same fake embedder, so
@@ -43,8 +44,8 @@ from bench.index_embedded import pep_chunks  # noqa: E402
 from kg import context  # noqa: E402
 from kg.errors import NotFound  # noqa: E402
 from kg.index.bm25 import BM25Index  # noqa: E402
-from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.ops.nodes import batch  # noqa: E402
+from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store import nodes as node_store  # noqa: E402
@@ -82,7 +83,8 @@ def build(services: Services, n_chunks: int, per_node: int) -> dict:
                       "properties": {"content": "\n\n".join(text for _, _, text in group),
                                      "shard": (start // per_node) % 10}})
     for start in range(0, len(items), WRITE_BATCH):
-        context.run(services, context.OPERATOR, batch, REPO, "main", upserts=items[start:start + WRITE_BATCH], parents=True)
+        context.run(services, context.OPERATOR, batch, REPO, "main", upserts=items[start:start + WRITE_BATCH],
+                    parents=True)
     write_s = time.perf_counter() - started
     while True:
         run = services.indexer.run_pending()

@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from pydantic import ValidationError
@@ -18,6 +18,7 @@ from kg.context import OPERATOR, run
 from kg.errors import KGError
 from kg.ops import branches as branch_ops
 from kg.ops import repos as repo_ops
+from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import ingest_path
 from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
@@ -70,8 +71,8 @@ def _close_opened() -> None:
 
 
 @app.command()
-def serve(host: Annotated[Optional[str], typer.Option(help="Interface to listen on.")] = None,
-          port: Annotated[Optional[int], typer.Option(help="TCP port.")] = None,
+def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.")] = None,
+          port: Annotated[int | None, typer.Option(help="TCP port.")] = None,
           workers: Annotated[int, typer.Option(help="uvicorn worker processes.")] = 1) -> None:
     """Run the HTTP API (pending migrations are applied at start)."""
     import uvicorn
@@ -98,7 +99,7 @@ def _check_can_listen(host: str, port: int) -> None:
             probe.bind(address)
     except OSError as exc:
         typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from exc
 
 
 @db_app.command("upgrade")
@@ -116,8 +117,12 @@ def db_upgrade() -> None:
 def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text files.")],
            repo: Annotated[str, typer.Option(help="Repository (created if missing).")],
            workspace: Annotated[str, typer.Option(help="Workspace (created if missing).")],
-           branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main") -> None:
-    """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded."""
+           branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main",
+           format_name: Annotated[str, typer.Option(
+               "--format", help=f"What a file becomes: {' | '.join(FORMATS)}.")] = DEFAULT_FORMAT) -> None:
+    """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded. The
+    format says what a file becomes: ``text`` a document, ``pep`` a Python Enhancement
+    Proposal with its relations."""
     progress = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err)
     task = progress.add_task("files", total=None)
@@ -132,8 +137,9 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
     try:
         services = _services()
         try:
-            report = ingest_path(services, path, repo=repo, workspace=workspace, branch=branch,
-                                 on_files=on_files, on_progress=lambda n: progress.advance(task, n))
+            report = ingest_path(services, OPERATOR, path, repo=repo, workspace=workspace, branch=branch,
+                                 format_name=format_name, on_files=on_files,
+                                 on_progress=lambda n: progress.advance(task, n))
         finally:
             if started:
                 progress.stop()
@@ -151,7 +157,7 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
            k: Annotated[int, typer.Option(help="Rows.")] = 5,
            mode: Annotated[str, typer.Option(help="vector | fulltext | hybrid")] = "hybrid",
            granularity: Annotated[str, typer.Option(help="chunk | node")] = "node",
-           workspace: Annotated[Optional[list[str]], typer.Option(help="Limit to a workspace (repeatable).")] = None,
+           workspace: Annotated[list[str] | None, typer.Option(help="Limit to a workspace (repeatable).")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Search a repository's nodes on a branch."""
     try:
@@ -173,7 +179,7 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
 
 @app.command()
 def reindex(repo: Annotated[str, typer.Option(help="Repository whose search index to rebuild.")],
-            index: Annotated[Optional[str], typer.Option(
+            index: Annotated[str | None, typer.Option(
                 "--index", help="embedded | weaviate (default: KG_INDEX).")] = None) -> None:
     """Rebuild a search index from the chunks and vectors stored in SQL (no re-embedding),
     after finishing any queued indexing. ``--index weaviate`` fills Weaviate

@@ -124,8 +124,14 @@ class Resources(Protocol):
     search_cache: LRUCache[Any]
     llm: LLM
     weaviate_clients: ClientPool
-    indexer: IndexWorker
-    jobs: object
+
+    # Read-only (properties), so that a Services whose indexer and job runner are of narrower
+    # types still is Resources: a protocol's plain attributes must match their types exactly.
+    @property
+    def indexer(self) -> IndexWorker: ...
+
+    @property
+    def jobs(self) -> object: ...
 
     def embedder(self, name: str) -> Embedder:
         """The embedder called ``name`` (``<provider>:<model>``), made once per process."""

@@ -15,8 +15,9 @@ container's.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kg.errors import InvalidInput
 from kg.graph.cache import GraphCache
@@ -68,7 +69,7 @@ class Services:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "Services":
+    def from_settings(cls, settings: Settings) -> Services:
         """Build the services: the configured database and index (``KG_INDEX``)."""
         db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s)
         index = build_index(settings)

@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     weaviate_timeout_s: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
-    def _weaviate_needs_a_url(self) -> "Settings":
+    def _weaviate_needs_a_url(self) -> Settings:
         if self.index == "weaviate" and not (self.weaviate_url or "").strip():
             raise ValueError("KG_INDEX=weaviate needs KG_WEAVIATE_URL (e.g. http://localhost:8080)")
         return self

@@ -33,7 +33,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -138,7 +138,7 @@ class OllamaTestServer:
 
     # --- life cycle ---------------------------------------------------------------------
 
-    def start(self) -> "OllamaTestServer":
+    def start(self) -> OllamaTestServer:
         """Bind a free loopback port and serve from a daemon thread."""
         handler = type("_Handler", (_Handler,), {"owner": self})
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -164,7 +164,7 @@ class OllamaTestServer:
             self._thread.join(timeout=5)
         self._httpd = self._thread = None
 
-    def __enter__(self) -> "OllamaTestServer":
+    def __enter__(self) -> OllamaTestServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -473,7 +473,7 @@ def _full_name(name: str) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _echo_reply(request: dict) -> str:

@@ -598,7 +598,7 @@ class _Collection:
             dists = -(matrix @ q)
         else:
             dists = ((matrix - q) ** 2).sum(axis=1, dtype=np.float32)
-        pairs = [(self.objects[u], float(d)) for u, d in zip(ids, dists.astype(np.float32))
+        pairs = [(self.objects[u], float(d)) for u, d in zip(ids, dists.astype(np.float32), strict=True)
                  if (allowed is None or u in allowed) and not math.isnan(d)]
         if certainty is not None and self.distance == "cosine":
             pairs = [(o, d) for o, d in pairs if 1 - d / 2 >= certainty]
@@ -993,7 +993,7 @@ class WeaviateTestServer:
         """Where the client's PyPI version check can be pointed (answers the installed version)."""
         return f"http://127.0.0.1:{self.http_port}/pypi/weaviate-client/json"
 
-    def start(self) -> "WeaviateTestServer":
+    def start(self) -> WeaviateTestServer:
         """Bind two free loopback ports and serve from background threads."""
         handler = type("_BoundHandler", (_Handler,), {"owner": self})
         httpd = _HTTPServer(("127.0.0.1", 0), handler)
@@ -1041,7 +1041,7 @@ class WeaviateTestServer:
             self._http_thread.join(timeout=5)
         self._grpc = self._executor = self._httpd = self._http_thread = None
 
-    def __enter__(self) -> "WeaviateTestServer":
+    def __enter__(self) -> WeaviateTestServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -1158,12 +1158,12 @@ class WeaviateTestServer:
             ("POST", ["graphql"], lambda: self._graphql(body)),
         ]
         for route_method, template, action in routes:
-            if len(template) != len(parts) or any(t[0] != "{" and t != p for t, p in zip(template, parts)):
+            if len(template) != len(parts) or any(t[0] != "{" and t != p for t, p in zip(template, parts, strict=True)):
                 continue
             name = f"{route_method} /v1/{'/'.join(template)}"
             if route_method != method:
                 continue
-            args = [urllib.parse.unquote(p) for t, p in zip(template, parts) if t[0] == "{"]
+            args = [urllib.parse.unquote(p) for t, p in zip(template, parts, strict=True) if t[0] == "{"]
             fault = self._enter(name, (method, path, body))
             if fault is not None:
                 return fault.status, {"error": [{"message": fault.message}]}, name
@@ -1540,8 +1540,8 @@ def _fusion_ranked(weights: list[float], legs: list[list[tuple[_Object, float, f
                    names: list[str]) -> list[_Hit]:
     """hybrid.FusionRanked: each leg adds float32(weight / (rank + 60)), ranks from 0."""
     fused: dict[uuid_package.UUID, list[Any]] = {}  # uid -> [object, score, secondary, explain]
-    for weight, leg, name in zip(weights, legs, names):
-        for rank, (obj, original, secondary) in enumerate(leg):
+    for weight, leg, name in zip(weights, legs, names, strict=True):
+        for rank, (obj, _original, secondary) in enumerate(leg):
             part = np.float32(weight / (rank + RRF_K))
             entry = fused.setdefault(obj.uid, [obj, np.float32(0), 0.0, ""])
             entry[1] = np.float32(entry[1] + part)
@@ -1556,12 +1556,12 @@ def _fusion_relative(weights: list[float], legs: list[list[tuple[_Object, float,
                      names: list[str]) -> list[_Hit]:
     """hybrid.FusionRelativeScore: min-max normalised secondary values, weighted, summed."""
     fused: dict[uuid_package.UUID, list[Any]] = {}
-    for weight, leg, name in zip(weights, legs, names):
+    for weight, leg, name in zip(weights, legs, names, strict=True):
         if not leg:
             continue
         values = [np.float32(s) for _, _, s in leg]
         high, low = max(values), min(values)
-        for (obj, original, secondary), value in zip(leg, values):
+        for (obj, original, _secondary), value in zip(leg, values, strict=True):
             score = np.float32(weight)
             if high != low:
                 score = np.float32(score * np.float32((value - low) / (high - low)))

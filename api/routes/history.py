@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.deps import MAX_REVISION, BranchQ, CallerDep, RevisionQ, ServicesDep
 from api.models import BatchBody, MergeBody
 from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
 from kg.context import run
@@ -21,7 +21,9 @@ router = APIRouter(prefix="/api/repos/{repo}", tags=["history"])
 @router.get("/log", response_model=RevisionLog)
 def log(repo: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-        before: Annotated[int | None, Query(ge=0, le=2_147_483_647, description="Only revisions older than this.")] = None) -> dict:
+        before: Annotated[int | None, Query(ge=0, le=MAX_REVISION,
+                                            description="Only revisions older than this.")] = None,
+        ) -> dict:
     """Revisions of the branch's history (its own, then its ancestors' up to the fork), newest first."""
     return {"revisions": queries.revision_log(services, caller, repo, branch, limit=limit, before=before,
                                               at_revision=at_revision)}

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import Field
 
-from api.deps import BranchQ, ServicesDep
+from api.deps import BranchQ, CallerDep, ServicesDep
 from api.models import Strict
 from api.schemas import RagAnswer
 from kg.ragnode.service import run_rag_node
@@ -21,6 +21,6 @@ class RagBody(Strict):
 
 
 @router.post("/rag", response_model=RagAnswer, response_model_exclude_unset=True)
-def rag(body: RagBody, services: ServicesDep, branch: BranchQ = "main") -> dict:
+def rag(body: RagBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main") -> dict:
     """Ingest the input's file blocks into the collection, then answer with the context string."""
-    return run_rag_node(services, body.config, body.input, branch=branch)
+    return run_rag_node(services, caller, body.config, body.input, branch=branch)

@@ -10,9 +10,9 @@ from pydantic import Field
 from api.deps import ActorQ, BranchQ, CallerDep, MessageQ, RevisionQ, ServicesDep
 from api.models import RelationCreate, Strict
 from api.schemas import NeighborList, Relation, RelationsDeleted, Traversal
+from kg.context import run
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
-from kg.context import run
 from kg.ops import relations as relation_ops
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.graph import walk

@@ -14,7 +14,8 @@ path, traversal frontiers):
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Collection, Hashable, Iterable, Literal, NamedTuple
+from collections.abc import Callable, Collection, Hashable, Iterable
+from typing import Any, Literal, NamedTuple
 
 import networkx as nx
 
@@ -130,7 +131,7 @@ def neighbors(
     if node_id not in graph:
         return [], False
     wanted = set(types) if types else None
-    candidates: list[tuple[SortKey, Hashable, str, dict]] = []
+    candidates: list[tuple[SortKey, Hashable, Literal["OUT", "IN"], dict]] = []
     if direction in ("OUT", "BOTH"):
         for other, keyed in graph.succ[node_id].items():
             for rel_type, data in keyed.items():

@@ -8,9 +8,9 @@ branch too large for the view's memory budget).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Callable, Hashable, Iterable, Iterator, Sequence
 
 from kg.errors import InvalidInput
 from kg.graph.neighbors import Neighbor

@@ -27,8 +27,9 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Collection, Hashable, Iterable, Iterator, Mapping
+from typing import Any, Literal
 
 import networkx as nx
 
@@ -38,7 +39,7 @@ SORTED_MIN_DEGREE = 64
 
 EdgeKey = tuple[str, str, str]  # (from node id, relation type, to node id)
 # (sort key..., other node id): one edge seen from one node.
-Entry = tuple[bool, float, str, str, str, str]
+Entry = tuple[bool, float, str, str, Literal["OUT", "IN"], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,8 +258,8 @@ class GraphView:
         for row in nodes:
             last_node[self._id(row.node_id)] = row
         last_edge: dict[EdgeKey, EdgeRow] = {}
-        for row in edges:
-            last_edge[(self._id(row.from_id), row.rel_type, self._id(row.to_id))] = row
+        for erow in edges:
+            last_edge[(self._id(erow.from_id), erow.rel_type, self._id(erow.to_id))] = erow
         for node_id, row in last_node.items():
             if row.deleted:
                 self._kill(node_id)
@@ -268,20 +269,20 @@ class GraphView:
                 self._revive(node_id, NodeAddress(row.workspace, row.path, f"{row.workspace}:{row.path}"))
         needed = {end for key, row in last_edge.items() if not row.deleted for end in (key[0], key[2])
                   if end not in self._addresses}
-        unknown = set()
+        unknown: set[str] = set()
         for end in needed:
-            row = last_node.get(end)
-            if row is None:
+            found = last_node.get(end)
+            if found is None:
                 unknown.add(end)
-            elif not row.deleted:
-                self._set_address(end, NodeAddress(row.workspace, row.path, f"{row.workspace}:{row.path}"))
+            elif not found.deleted:
+                self._set_address(end, NodeAddress(found.workspace, found.path, f"{found.workspace}:{found.path}"))
         if unknown:
             for node_id, where in resolve(unknown).items():
                 self._set_address(self._id(node_id), where)
-        for key, row in last_edge.items():
+        for key, erow in last_edge.items():
             self._remove_edge(key)
-            if not row.deleted:
-                self._put_edge(key, row.weight, row.properties)
+            if not erow.deleted:
+                self._put_edge(key, erow.weight, erow.properties)
         self.revision = revision
 
     # -- internals -------------------------------------------------------------------------
@@ -348,7 +349,7 @@ class GraphView:
                     for t, data in keyed.items()]
             live += [(f, t, node_id, data) for f, keyed in self.graph._pred[node_id].items()
                      for t, data in keyed.items() if f != node_id]
-            for f, t, to, data in live:
+            for f, t, to, _data in live:
                 self._remove_edge((f, t, to))
             where = self._addresses.pop(node_id)
             for f, t, to, data in live:
@@ -371,7 +372,7 @@ class GraphView:
                 self._remove_edge(key)
                 self._put_edge(key, weight, properties)
 
-    def _entries(self, node_id: str) -> list[Entry] | Iterable[Entry]:
+    def _entries(self, node_id: str) -> list[Entry]:
         cached = self._sorted.get(node_id)
         if cached is not None:
             self._sorted.move_to_end(node_id)
@@ -379,6 +380,7 @@ class GraphView:
         succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
         where = self._addresses
         # sort_key inlined: this runs per NEIGHBORS call for every node below the hub threshold
+        entries: list[Entry]
         entries = [((w := data["weight"]) is None, -w if w is not None else 0.0, where[to].address, t, "OUT", to)
                    for to, keyed in succ.items() for t, data in keyed.items()]
         entries += [((w := data["weight"]) is None, -w if w is not None else 0.0, where[f].address, t, "IN", f)

@@ -80,7 +80,7 @@ def _char_class(code_points: list[int]) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _stemmer() -> Any:
-    import snowballstemmer  # type: ignore[import-untyped]
+    import snowballstemmer
 
     return snowballstemmer.stemmer("english")
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from sqlalchemy import and_, bindparam, false, func, or_, select
@@ -87,7 +88,8 @@ def plan_text(properties: Mapping[str, object], config: EmbeddingConfig, embedde
     return TextPlan(fields, key, config)
 
 
-def split_fields(fields: Mapping[str, str], chunking: ChunkingConfig, embedder: Embedder) -> list[tuple[str, str, int, int]]:
+def split_fields(fields: Mapping[str, str], chunking: ChunkingConfig,
+                 embedder: Embedder) -> list[tuple[str, str, int, int]]:
     """Split text fields into passages ``(field, text, start, end)`` in chunk-index order.
 
     Short fields are one passage; body fields go through the configured splitter. Any passage
@@ -207,7 +209,7 @@ def embed_plans(plans: Sequence[TextPlan], embedder: Embedder, *, batch_size: in
         batch = todo[offset:offset + batch_size]
         texts = [item[3] for item in batch]
         vectors = check_vectors(embedder.embed(texts), len(texts), embedder.dim, texts)
-        for item, vector in zip(batch, vectors):
+        for item, vector in zip(batch, vectors, strict=True):
             key, index, field, text, start, end = item
             rows[key].append(ChunkRow(key, index, field, text, start, end, embedder.name, vector))
         if progress is not None:

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from sqlalchemy import select
 
@@ -34,8 +35,8 @@ from kg.indexing.config import NEXT, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import INDEX_QUEUE, LEASE, MAX_ATTEMPTS
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue
 from kg.indexing.reembed import complete_reembed
-from kg.providers.base import Embedder
 from kg.indexing.worker import PollingWorker
+from kg.providers.base import Embedder
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
 
 log = logging.getLogger("kg.indexer")
@@ -173,7 +174,7 @@ class Indexer(PollingWorker):
             rows = session.execute(select(IndexJob.id, IndexJob.repo_id, IndexJob.content_key,
                                           IndexJob.workspace_id, IndexJob.node_version_id)
                                    .where(IndexJob.id.in_(list(attempt))).order_by(IndexJob.id)).all()
-            return [_Job(*row, attempt=attempt[row[0]]) for row in rows]
+            return [_Job(jid, repo_id, key, wid, vid, attempt=attempt[jid]) for jid, repo_id, key, wid, vid in rows]
 
     def _process(self, claimed: list[_Job]) -> IndexRun:
         run = IndexRun()

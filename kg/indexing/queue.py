@@ -64,11 +64,12 @@ import socket
 import threading
 import uuid
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from sqlalchemy import CursorResult, Table, and_, delete, literal, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert

@@ -36,13 +36,12 @@ from sqlalchemy import func, select, update
 from kg.context import SYSTEM, Actor, Resources, unit_of_work
 from kg.errors import InvalidInput, KGError, ModelLocked
 from kg.index.base import ScopedIndex, VectorIndex
-from kg.providers.registry import canonical_model_name
 from kg.indexing.chunks import existing_content_keys, plan_text, sync_index
 from kg.indexing.config import HELD, NEXT, EmbeddingConfig, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import REEMBED_PRIORITY, enqueue
+from kg.providers.registry import canonical_model_name
 from kg.store.models import Chunk, IndexJob, NodeVersion, Repository, Workspace
 from kg.store.repos import get_repository, get_workspace
-
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +175,7 @@ def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bo
         raw_next = (ws.config or {}).get(NEXT)
         if raw_next is None:
             return False
+        assert ws is not None  # raw_next was read from it
         busy = session.scalar(select(IndexJob.id).where(
             IndexJob.workspace_id == workspace_id, IndexJob.status.in_(("pending", "running"))).limit(1))
         if busy is not None:

@@ -1,9 +1,14 @@
-"""``kg ingest``: files become nodes, their text chunked and embedded, PEP headers relations.
+"""``kg ingest``: files become nodes, their text chunked and embedded, a format's relations edges.
 
 The lifecycle (DESIGN.md, "Retrieval"): a file whose node is unchanged is skipped (no write, no
 embedding call); a changed file is re-embedded and its node replaced; unchanged text is never
-embedded again because chunks are keyed by content. Embedding is batched across files; each
-file is then written in its own transaction, so a failure loses nothing already ingested.
+embedded again because chunks are keyed by content. What a file becomes is its format's
+business (:mod:`kg.ops.formats`: ``text``, the default, or ``pep``).
+
+:func:`ingest_path` is an orchestration over use cases: embedding is batched across a group of
+files outside any transaction, then each file is written in a unit of work of its own
+(:func:`ingest_file`, through :func:`kg.context.run` and :func:`kg.ops.texts.write_node`), so a
+failure loses nothing already ingested; the relations follow in one more (:func:`relate_files`).
 """
 
 from __future__ import annotations
@@ -12,23 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kg.context import Actor, UnitOfWork, reading, run
 from kg.errors import NotFound, ProviderError
-from kg.indexing.chunks import store_chunks
 from kg.indexing.config import parse_embedding_config
-from kg.indexing.index_jobs import enqueue
-from kg.ops.files import FileNode, iter_files, read_file_node
-from kg.ops.nodes import plan_for, prepare_chunks, prepare_chunks_plans_only
+from kg.ops.files import iter_files, read_file_node
+from kg.ops.formats import DEFAULT_FORMAT, FileNode, IngestFormat, get_format
+from kg.ops.texts import EmbeddedText, prepare_chunks, write_node
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
-from kg.store.nodes import NodeWrite
-from kg.store.repos import (
-    begin_write,
-    branch_view,
-    create_repository,
-    create_workspace,
-    get_repository,
-    get_workspace,
-)
+from kg.store.repos import create_repository, create_workspace, get_repository, get_workspace
 
 GROUP_FILES = 16
 
@@ -48,6 +45,12 @@ class IngestReport:
     index_failures: int = 0
 
     def as_dict(self) -> dict[str, Any]:
+        """The report as the CLI prints it: counts.
+
+        Returns
+        -------
+        dict
+        """
         return {
             "files": self.files, "inserted": len(self.inserted), "replaced": len(self.replaced),
             "skipped": len(self.skipped), "passages_embedded": self.passages_embedded,
@@ -57,51 +60,137 @@ class IngestReport:
         }
 
 
-def ensure_repo_workspace(services, repo: str, workspace: str, *, create: bool = True) -> None:
+def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create: bool = True) -> None:
     """Create the repository and workspace when missing (and ``create``).
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, workspace : str
+        Their names.
+    create : bool
+        Create what is missing; else refuse.
 
     Raises
     ------
     kg.errors.NotFound
         Missing and ``create`` is False.
+    kg.errors.InvalidInput
+        A bad name.
     """
-    with services.db.write() as session:
-        try:
-            r = get_repository(session, repo, lock=True)
-        except NotFound:
-            if not create:
-                raise
-            r = create_repository(session, name=repo)
-        try:
-            get_workspace(session, r, workspace)
-        except NotFound:
-            if not create:
-                raise
-            config = parse_embedding_config(None, default_model=services.settings.embedding_model)
-            create_workspace(session, r, name=workspace, config={"embedding": config.model_dump()})
+    session = uow.session
+    try:
+        r = get_repository(session, repo, lock=True)
+    except NotFound:
+        if not create:
+            raise
+        r = create_repository(session, name=repo)
+    try:
+        get_workspace(session, r, workspace)
+    except NotFound:
+        if not create:
+            raise
+        config = parse_embedding_config(None, default_model=uow.services.settings.embedding_model)
+        create_workspace(session, r, name=workspace, config={"embedding": config.model_dump()})
+
+
+def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: FileNode,
+                embedded: EmbeddedText | None = None) -> bool:
+    """Write one ingested file's node (missing ancestors as folders), as one revision.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch, workspace : str
+        Where the node is written.
+    node : FileNode
+        The file as its format read it.
+    embedded : EmbeddedText or None
+        Its text as embedded before the transaction (:func:`kg.ops.texts.prepare_chunks`).
+
+    Returns
+    -------
+    bool
+        Whether the node was created (False: it replaced one).
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput
+    """
+    ctx = uow.begin(repo, branch, message=f"ingest {node.source}")
+    _, created = write_node(uow, ctx, workspace, node.path, node_type=node.node_type,
+                            properties=node.properties, parents=True, embedded=embedded)
+    return created
+
+
+def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
+                 relations: list[tuple[str, str, str]], file_format: IngestFormat) -> list[str]:
+    """Assert the files' relations in one revision; a missing target becomes the format's stub.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch, workspace : str
+        Where the relations are asserted.
+    relations : list of (str, str, str)
+        ``(from path, relation type, to path)`` in ``workspace``.
+    file_format : IngestFormat
+        Names the stub node of a target no file holds.
+
+    Returns
+    -------
+    list of str
+        The paths of the stub nodes written.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        A missing target the format has no stub for.
+    """
+    session = uow.session
+    ctx = uow.begin(repo, branch, message=f"ingest relations ({len(relations)})")
+    stubs = []
+    for src, rel, dst in relations:
+        if file_format.stub is not None and node_store.find_node(session, ctx.view, workspace, dst) is None:
+            stub = file_format.stub(dst)
+            write_node(uow, ctx, workspace, dst, node_type=stub.node_type, properties=stub.properties,
+                       parents=True)
+            stubs.append(dst)
+        relation_store.relate(session, ctx, f"{workspace}:{src}", f"{workspace}:{dst}", rel)
+    return stubs
 
 
 def _unchanged(current, node: FileNode) -> bool:
+    """Whether the stored node is the file's node already."""
     return current is not None and current.node_type == node.node_type and current.properties == node.properties
 
 
-def ingest_path(services, root: Path, *, repo: str, workspace: str, branch: str = "main",
-                create: bool = True, on_files: Callable[[int], None] | None = None,
+def ingest_path(services, caller: Actor, root: Path, *, repo: str, workspace: str, branch: str = "main",
+                format_name: str = DEFAULT_FORMAT, create: bool = True,
+                on_files: Callable[[int], None] | None = None,
                 on_progress: Callable[[int], None] | None = None) -> IngestReport:
     """Ingest a file or a folder of text files into ``repo`` / ``workspace`` on ``branch``.
 
     Parameters
     ----------
     services : kg.services.Services
+    caller : kg.context.Actor
+        Who ingests (the CLI: :data:`kg.context.OPERATOR`).
     root : Path
         A file, or a folder searched recursively for .md, .markdown, .txt, .rst, .text files.
     repo, workspace, branch : str
+        Where the nodes are written.
+    format_name : str
+        The ingest format (:data:`kg.ops.formats.FORMATS`): ``text`` (documents) or ``pep``.
     create : bool
         Create the repository and workspace if missing.
     on_files : callable(int), optional
         Told the number of files once they are listed.
     on_progress : callable(int), optional
-        Called with the number of files done after each file.
+        Called with the number of files done after each group of files.
 
     Returns
     -------
@@ -110,24 +199,24 @@ def ingest_path(services, root: Path, *, repo: str, workspace: str, branch: str 
     Raises
     ------
     kg.errors.InvalidInput
-        A missing path or a non-UTF-8 file (nothing of that file is written).
+        An unknown format, a missing path or a non-UTF-8 file (nothing is written).
     kg.errors.NotFound
         Unknown branch, or repository / workspace without ``create``.
     kg.errors.ProviderError
         The embedder failed (files already written stay written).
     """
+    file_format = get_format(format_name)
     files = list(iter_files(root))  # a missing path is refused before anything is created
-    ensure_repo_workspace(services, repo, workspace, create=create)
+    run(services, caller, ensure_repo_workspace, repo, workspace, create=create)
     if on_files is not None:
         on_files(len(files))
     base = root if root.is_dir() else root.parent
     report = IngestReport(files=len(files))
-    parsed = [read_file_node(path, base) for path in files]
+    parsed = [read_file_node(path, base, file_format) for path in files]
     relations: list[tuple[str, str, str]] = []
     for start in range(0, len(parsed), GROUP_FILES):
         group = parsed[start:start + GROUP_FILES]
-        with services.db.read() as session:
-            view = branch_view(session, repo, branch)
+        with reading(services, caller, repo, branch) as (session, view):
             current = {n.path: node_store.find_node(session, view, workspace, n.path) for n in group}
         todo = [n for n in group if not _unchanged(current[n.path], n)]
         report.skipped += [n.path for n in group if _unchanged(current[n.path], n)]
@@ -136,44 +225,33 @@ def ingest_path(services, root: Path, *, repo: str, workspace: str, branch: str 
         def count(n: int) -> None:
             counted[0] += n
 
+        items = [(workspace, n.properties) for n in todo]
         try:
-            plans, rows = prepare_chunks(services, repo, [(workspace, n.properties) for n in todo],
-                                         progress=count)
+            embedded = prepare_chunks(services, repo, items, progress=count)
         except ProviderError:
             # One bad text must not stop the others: store the nodes and let the indexer
             # embed them one by one, recording the failing one with its reason.
-            plans, rows = prepare_chunks_plans_only(services, repo, [(workspace, n.properties) for n in todo]), {}
+            embedded = prepare_chunks(services, repo, items, embed=False)
         report.passages_embedded += counted[0]
-        for node, plan in zip(todo, plans):
-            with services.db.write() as session:
-                ctx = begin_write(session, repo, branch, message=f"ingest {node.source}")
-                # The workspace may have been re-embedded since the text was planned: then the
-                # chunks embedded above belong to the old settings and the indexer embeds anew.
-                key = plan_for(services, session, ctx.repo, workspace, node.properties).content_key
-                if key == plan.content_key and key in rows:
-                    store_chunks(session, ctx.repo.id, rows[key])
-                version, created = node_store.put_node(
-                    session, ctx, workspace, node.path,
-                    NodeWrite(node.node_type, node.properties, None, key), parents=True,
-                )
-                enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
-                        content_key=key, node_version_id=version.id)
+        for node, text in zip(todo, embedded):
+            created = run(services, caller, ingest_file, repo, branch, workspace, node, text)
             (report.inserted if created else report.replaced).append(node.path)
         for node in group:
             relations += [(node.path, rel, target) for rel, target in node.relations]
         if on_progress is not None:
             on_progress(len(group))
     if relations:
-        _write_relations(services, repo, workspace, branch, relations, report)
+        _write_relations(services, caller, repo, workspace, branch, relations, file_format, report)
     if report.inserted or report.replaced:
         services.db.analyze()
     return report
 
 
-def _write_relations(services, repo, workspace, branch, relations, report: IngestReport) -> None:
-    """Assert the files' relations in one revision; a missing target becomes a stub node."""
-    with services.db.read() as session:
-        view = branch_view(session, repo, branch)
+def _write_relations(services, caller: Actor, repo: str, workspace: str, branch: str,
+                     relations: list[tuple[str, str, str]], file_format: IngestFormat,
+                     report: IngestReport) -> None:
+    """Count the relations already asserted; assert the others in one unit of work."""
+    with reading(services, caller, repo, branch) as (session, view):
         pending = []
         for src, rel, dst in relations:
             a = node_store.find_node(session, view, workspace, src)
@@ -184,13 +262,5 @@ def _write_relations(services, repo, workspace, branch, relations, report: Inges
                 pending.append((src, rel, dst))
     if not pending:
         return
-    with services.db.write() as session:
-        ctx = begin_write(session, repo, branch, message=f"ingest relations ({len(pending)})")
-        for src, rel, dst in pending:
-            if node_store.find_node(session, ctx.view, workspace, dst) is None:
-                number = dst.rsplit("-", 1)[-1].lstrip("0") or "0"
-                node_store.put_node(session, ctx, workspace, dst, NodeWrite(
-                    "pep:External", {"pep": int(number), "in_corpus": False}, None, None), parents=True)
-                report.stub_nodes.append(dst)
-            relation_store.relate(session, ctx, f"{workspace}:{src}", f"{workspace}:{dst}", rel)
-            report.relations_added += 1
+    report.stub_nodes += run(services, caller, relate_files, repo, branch, workspace, pending, file_format)
+    report.relations_added += len(pending)

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from kg.context import Actor, Resources, UnitOfWork
 from kg.errors import InvalidInput, MergeConflict
 from kg.indexing.index_jobs import enqueue
-from kg.ops.nodes import plan_for
+from kg.ops.texts import plan_for
 from kg.store import history
 from kg.store.models import NodeVersion, Repository
 from kg.store.repos import get_branch, get_repository, parent_name

@@ -1,7 +1,8 @@
-"""Node writes with their text indexed: plan, embed outside the transaction, then store.
+"""Node writes with their text indexed: put, patch, delete, batch, nodes with relations.
 
 Each use case runs in the unit of work it is given (one revision at most), all or nothing;
-the texts it queues are indexed once the unit of work has committed.
+every node with content is written by :func:`kg.ops.texts.write_node`, so its text is queued
+in the same transaction and indexed once the unit of work has committed.
 """
 
 from __future__ import annotations
@@ -12,106 +13,13 @@ from typing import Any, Callable, Sequence
 from sqlalchemy.orm import Session
 
 from kg.context import UnitOfWork
-from kg.errors import Conflict, InvalidInput
-from kg.indexing.config import workspace_embedding
-from kg.indexing.index_jobs import enqueue
-from kg.indexing.chunks import TextPlan, embed_plans, existing_content_keys, plan_text
+from kg.errors import InvalidInput
+from kg.ops.texts import write_node
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
-from kg.store.repos import BranchView, WriteContext, get_repository, get_workspace
-from kg.store.models import NodeVersion, node_dict
-from kg.store.nodes import NodeWrite, merge_properties
-
-
-def _plan(services, session, repo, workspace_name: str, properties: dict[str, Any]) -> tuple[TextPlan, Any]:
-    # A workspace's settings are read once per transaction (a write holds the repository lock,
-    # which re-embedding takes too, so they cannot change under it).
-    memo = session.info.setdefault("kg_workspace_embedding", {})
-    key = (repo.id, workspace_name)
-    if key not in memo:
-        workspace = get_workspace(session, repo, workspace_name)
-        config = workspace_embedding(workspace.config, default_model=services.settings.embedding_model)
-        memo[key] = (config, services.embedder(config.model))
-    config, embedder = memo[key]
-    return plan_text(properties, config, embedder), embedder
-
-
-def prepare_chunks(services, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]], *, progress=None):
-    """Embed the text of ``(workspace, properties)`` items whose chunks are not stored yet.
-
-    Returns
-    -------
-    (plans, rows)
-        A TextPlan per item and the new chunk rows by content key.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository or workspace.
-    kg.errors.ProviderError
-        The embedder failed.
-    """
-    with services.db.read() as session:
-        repo = get_repository(session, repo_name)
-        planned = [_plan(services, session, repo, ws, props) for ws, props in items]
-        keys = [p.content_key for p, _ in planned if p.content_key]
-        stored = existing_content_keys(session, repo.id, keys)
-    rows: dict[str, list] = {}
-    by_embedder: dict[str, list[TextPlan]] = {}
-    embedders = {}
-    for plan, embedder in planned:
-        if plan.content_key and plan.content_key not in stored:
-            by_embedder.setdefault(embedder.name, []).append(plan)
-            embedders[embedder.name] = embedder
-    for name, plans in by_embedder.items():
-        rows.update(embed_plans(plans, embedders[name], batch_size=services.settings.embed_batch_size,
-                                progress=progress))
-    return [p for p, _ in planned], rows
-
-
-def prepare_chunks_plans_only(services, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]]) -> list[TextPlan]:
-    """The text plans of ``(workspace, properties)`` items, without embedding anything."""
-    with services.db.read() as session:
-        repo = get_repository(session, repo_name)
-        return [_plan(services, session, repo, ws, props)[0] for ws, props in items]
-
-
-def check_if_revision(current, if_revision: int | None, workspace: str, path: str) -> None:
-    """Refuse a write based on a stale view of the node (optimistic concurrency).
-
-    ``if_revision`` is the revision the writer read the node at: the write is refused when the
-    node changed after it (or was deleted, or appeared when the writer saw none: ``0``).
-
-    Raises
-    ------
-    kg.errors.Conflict
-    """
-    if if_revision is None:
-        return
-    if isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0:
-        raise InvalidInput("if_revision must be an integer >= 0", details={"if_revision": if_revision})
-    if current is None and if_revision > 0:
-        raise Conflict(f"node {workspace}:{path} no longer exists (if_revision={if_revision})",
-                       details={"workspace": workspace, "path": path, "if_revision": if_revision})
-    if current is not None and current.revision > if_revision:
-        raise Conflict(
-            f"node {workspace}:{path} changed at revision {current.revision}, after {if_revision}",
-            details={"workspace": workspace, "path": path, "if_revision": if_revision,
-                     "revision": current.revision},
-        )
-
-
-def plan_for(services, session, repo, workspace_name: str, properties: dict[str, Any]) -> TextPlan:
-    """The text plan (content key) of properties in a workspace; no model call."""
-    return _plan(services, session, repo, workspace_name, properties)[0]
-
-
-def _write_and_enqueue(session: Session, ctx: WriteContext, workspace: str, path: str, write: NodeWrite, *,
-                       parents: bool = False) -> tuple[NodeVersion, bool, str | None]:
-    version, created = node_store.put_node(session, ctx, workspace, path, write, parents=parents)
-    queued = enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
-                     content_key=write.content_key, node_version_id=version.id)
-    return version, created, write.content_key if queued else None
+from kg.store.models import node_dict
+from kg.store.nodes import check_if_revision, merge_properties
+from kg.store.repos import BranchView
 
 
 def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *, node_type: str,
@@ -139,7 +47,8 @@ def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path:
     message, actor : str or None
         Recorded with the revision.
     if_revision : int or None
-        Refuse the write if the node changed after this revision (:func:`check_if_revision`).
+        Refuse the write if the node changed after this revision
+        (:func:`kg.store.nodes.check_if_revision`).
 
     Returns
     -------
@@ -150,15 +59,9 @@ def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path:
     ------
     kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.Conflict
     """
-    node_store.validate_node_input(node_type, properties, order)
-    session = uow.session
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
-    check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
-    plan = plan_for(uow.services, session, ctx.repo, workspace, properties)
-    version, created, queued = _write_and_enqueue(
-        session, ctx, workspace, path, NodeWrite(node_type, properties, order, plan.content_key),
-        parents=parents)
-    uow.index_after_commit(ctx.repo.id, [queued] if queued else [])
+    version, created = write_node(uow, ctx, workspace, path, node_type=node_type, properties=properties,
+                                  order=order, parents=parents, if_revision=if_revision)
     return node_dict(version, workspace), created
 
 
@@ -203,11 +106,7 @@ def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pat
     merged = merge_properties(current.properties, properties)
     new_type = node_type if node_type is not None else current.node_type
     new_order = order if order is not None else current.order
-    node_store.validate_node_input(new_type, merged, new_order)
-    plan = plan_for(uow.services, session, ctx.repo, workspace, merged)
-    version, _, queued = _write_and_enqueue(session, ctx, workspace, path,
-                                            NodeWrite(new_type, merged, new_order, plan.content_key))
-    uow.index_after_commit(ctx.repo.id, [queued] if queued else [])
+    version, _ = write_node(uow, ctx, workspace, path, node_type=new_type, properties=merged, order=new_order)
     return node_dict(version, workspace)
 
 
@@ -304,7 +203,6 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
         raise InvalidInput("a batch holds at most 10000 items")
     for item in upserts:
         node_store.validate_node_input(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"))
-    queued: list[str] = []
     session = uow.session
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     deleted = 0
@@ -313,18 +211,13 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
                                               recursive=bool(item.get("recursive", False))))
     out = []
     for item in upserts:
-        props = item.get("properties", {})
-        plan = plan_for(uow.services, session, ctx.repo, item["workspace"], props)
-        version, _, key = _write_and_enqueue(
-            session, ctx, item["workspace"], item["path"],
-            NodeWrite(item.get("node_type", "kg:Node"), props, item.get("order"), plan.content_key),
-            parents=parents)
-        if key:
-            queued.append(key)
+        version, _ = write_node(uow, ctx, item["workspace"], item["path"],
+                                node_type=item.get("node_type", "kg:Node"),
+                                properties=item.get("properties", {}), order=item.get("order"),
+                                parents=parents)
         out.append(node_dict(version, item["workspace"]))
     if len(upserts) + len(deletes) >= 1000:
         uow.after_commit(uow.services.db.analyze)  # fresh planner statistics after a large write
-    uow.index_after_commit(ctx.repo.id, queued)
     return {"revision": ctx.revision, "upserted": out, "deleted": deleted}
 
 
@@ -385,7 +278,6 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict
         Any failing item fails the whole write; nothing is written.
     """
-    queued: list[str] = []
     session = uow.session
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     todo = plan(session, ctx.view)
@@ -393,21 +285,15 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
         return None
     out = []
     for item in todo.upserts:
-        props = item.get("properties", {})
-        node_type = item.get("node_type", "kg:Node")
-        node_store.validate_node_input(node_type, props, item.get("order"))
-        plan_ = plan_for(uow.services, session, ctx.repo, item["workspace"], props)
-        version, _, key = _write_and_enqueue(
-            session, ctx, item["workspace"], item["path"],
-            NodeWrite(node_type, props, item.get("order"), plan_.content_key), parents=True)
-        if key:
-            queued.append(key)
+        version, _ = write_node(uow, ctx, item["workspace"], item["path"],
+                                node_type=item.get("node_type", "kg:Node"),
+                                properties=item.get("properties", {}), order=item.get("order"),
+                                parents=True)
         out.append(node_dict(version, item["workspace"]))
     unrelated = sum(relation_store.unrelate(session, ctx, u["from"], u["to"], u["type"])
                     for u in todo.unrelations)
     for r in todo.relations:
         relation_store.relate(session, ctx, r["from"], r["to"], r["type"], weight=r.get("weight"),
                               properties=r.get("properties"))
-    uow.index_after_commit(ctx.repo.id, queued)
     return {"revision": ctx.revision, "upserted": out, "related": len(todo.relations),
             "unrelated": unrelated}

@@ -222,7 +222,8 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
         r = get_repository(session, repo)
         out = index_jobs.index_status(session, r)
         names = {
-            "workspace": dict(session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == r.id)).all()),
+            "workspace": dict(session.execute(
+                select(Workspace.id, Workspace.name).where(Workspace.repo_id == r.id)).all()),
             "branch": dict(session.execute(select(Branch.id, Branch.name).where(Branch.repo_id == r.id)).all()),
         }
     try:

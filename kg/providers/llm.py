@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from kg.errors import ProviderError
 
@@ -98,7 +98,7 @@ class NoLLM:
 
 
 #: One scripted reply: the text, an exception to raise, or a function of the call.
-ScriptedReply = Union[str, BaseException, Callable[[list[dict], "dict | None"], str]]
+ScriptedReply = str | BaseException | Callable[[list[dict], "dict | None"], str]
 
 
 class ScriptedLLM:

@@ -27,15 +27,17 @@ exponential back-off; a refused connection, a timeout or a 4xx fails at once.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pydantic
+from numpy.typing import NDArray
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.providers.local import LocalEmbedder
@@ -148,8 +150,7 @@ class _OllamaBase:
 
     def _call(self, what: str, timeout_s: float, fn: Callable[[], T]) -> T:
         """Run ``fn`` (one client request), retrying transient failures, translating errors."""
-        from tenacity import (Retrying, retry_if_exception, stop_after_attempt, wait_exponential,
-                              wait_none)
+        from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_none
 
         vendor = _vendor_errors()
         retrying = Retrying(
@@ -348,8 +349,8 @@ class OllamaEmbedder(_OllamaBase):
             response = self._call(
                 f"an embedding request for texts {begin}..{begin + len(batch) - 1}",
                 self.timeout_s,
-                lambda batch=batch: client.embed(model=self.model, input=batch,
-                                                 truncate=self.truncate, keep_alive=self.keep_alive),
+                functools.partial(client.embed, model=self.model, input=batch,
+                                  truncate=self.truncate, keep_alive=self.keep_alive),
             )
             parts.append(self._vectors(getattr(response, "embeddings", None), begin, texts))
         return np.vstack(parts)
@@ -400,7 +401,7 @@ class OllamaEmbedder(_OllamaBase):
                     details={**details, "index": index, "length": length, "expected": dim},
                 )
         matrix = np.asarray(raw, dtype=np.float64).reshape(count, dim)
-        finite = np.isfinite(matrix).all(axis=1)
+        finite = cast(NDArray[np.bool_], np.isfinite(matrix).all(axis=1))
         scale = np.where(np.isfinite(matrix), np.abs(matrix), 0.0).max(axis=1)
         bad = np.flatnonzero(~finite | (scale == 0))
         if bad.size:

@@ -49,12 +49,12 @@ from typing import Any
 
 from kg.context import Actor, Resources, reading, run
 from kg.errors import Conflict, InvalidInput, ProviderError
-from kg.providers.jsonreply import parse_json_reply
 from kg.indexing.config import TEXT_FIELDS
 from kg.ops.nodes import GraphWrite, write_graph
+from kg.providers.jsonreply import parse_json_reply
 from kg.store.nodes import find_node, get_node, node_uid
-from kg.store.relations import visible_relations
 from kg.store.paths import validate_path
+from kg.store.relations import visible_relations
 from kg.store.repos import workspace_id
 
 log = logging.getLogger(__name__)

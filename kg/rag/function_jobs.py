@@ -37,10 +37,10 @@ from sqlalchemy import select
 from kg.context import SYSTEM, Actor, Resources, UnitOfWork
 from kg.errors import KGError, NotFound
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
+from kg.indexing.worker import PollingWorker
 from kg.rag.functions import FUNCTIONS, invoke
 from kg.store.models import FunctionJob, Repository, utcnow
 from kg.store.repos import get_branch, get_repository
-from kg.indexing.worker import PollingWorker
 
 log = logging.getLogger("kg.rag.function_jobs")
 
@@ -287,8 +287,8 @@ class JobRunner(PollingWorker):
             if not claimed.claims:
                 return None, len(claimed.exhausted)
             (claim,) = claimed.claims
-            job = session.get(FunctionJob, claim.id)
-            repo_name = session.scalar(select(Repository.name).where(Repository.id == job.repo_id))
+            job = session.get_one(FunctionJob, claim.id)  # claimed just now, in this transaction
+            repo_name = session.execute(select(Repository.name).where(Repository.id == job.repo_id)).scalar_one()
             return (_Claim(job.id, repo_name, job.function, job.branch, job.input, claim.attempt,
                            _actor(job.actor)), len(claimed.exhausted))
 

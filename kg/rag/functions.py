@@ -35,7 +35,7 @@ import logging
 import math
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -44,12 +44,12 @@ from kg.context import Actor, Resources, reading, run
 from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
 from kg.index.tokenize import analyze, stem
-from kg.providers.jsonreply import parse_json_reply
 from kg.indexing.config import TEXT_FIELDS
+from kg.ops.nodes import GraphWrite, write_graph
+from kg.providers.jsonreply import parse_json_reply
 from kg.rag.entities import extract_entities, slugify
 from kg.rag.graph import spread_activation, traverse_from
 from kg.rag.search import SearchRequest, search
-from kg.ops.nodes import GraphWrite, write_graph
 from kg.store.models import Chunk
 from kg.store.nodes import find_node, nodes_by_id
 from kg.store.paths import parse_address, validate_path
@@ -98,7 +98,8 @@ def _k(raw: dict, default: int) -> int:
     return value
 
 
-def _search_passages(session: Session, services: Resources, view: BranchView, query: str, k: int, workspaces, *, relevant_only: bool):
+def _search_passages(session: Session, services: Resources, view: BranchView, query: str, k: int, workspaces, *,
+                     relevant_only: bool):
     """Hybrid chunk search on one branch view, as passages.
 
     ``relevant_only`` keeps passages with evidence of their own (a BM25 match, or a vector
@@ -115,7 +116,8 @@ def _search_passages(session: Session, services: Resources, view: BranchView, qu
              "text": r.chunk_text, "score": r.score, "text_is_exact": True} for r in rows]
 
 
-def _passages(services: Resources, caller: Actor, repo: str, branch: str, query: str, k: int, workspaces, *, relevant_only: bool):
+def _passages(services: Resources, caller: Actor, repo: str, branch: str, query: str, k: int, workspaces, *,
+              relevant_only: bool):
     with reading(services, caller, repo, branch) as (session, view):
         return _search_passages(session, services, view, query, k, workspaces, relevant_only=relevant_only)
 
@@ -158,7 +160,7 @@ def feedback_query(question: str, passages: list[dict], *, extra_terms: int = 6)
         stems = [stem(w) for w in words]
         counts.update(stems)
         docs.update(set(stems))
-        for word, term in zip(words, stems):
+        for word, term in zip(words, stems, strict=True):
             surface.setdefault(term, Counter())[word] += 1
     scored = sorted(((c * (1 + math.log(len(top) / docs[t] + 1)), t) for t, c in counts.items()
                      if t not in asked and len(t) > 2 and not t.isdigit()), reverse=True)
@@ -207,7 +209,7 @@ def _llm_grade(llm, question: str, passages: list[dict]) -> bool:
             {"role": "user", "content": f"Question: {question}\n\nPassages:\n{context}\n\n"
                                         "Do the passages contain the answer? {\"sufficient\": true|false}"},
         ], json_schema=schema, timeout_s=30)
-        return bool(parse_json_reply(reply, schema=schema).get("sufficient", True))
+        return bool(cast(dict[str, Any], parse_json_reply(reply, schema=schema)).get("sufficient", True))
     except KGError:
         return True
 
@@ -221,7 +223,7 @@ def _llm_rewrite(llm, question: str, passages: list[dict]) -> str | None:
             {"role": "user", "content": f"Question: {question}\n\nDocument excerpts:\n{sample}\n\n"
                                         "Give one search query: {\"query\": \"...\"}"},
         ], json_schema=schema, timeout_s=30)
-        query = parse_json_reply(reply, schema=schema).get("query")
+        query = cast(dict[str, Any], parse_json_reply(reply, schema=schema)).get("query")
         return query.strip() if isinstance(query, str) and query.strip() else None
     except KGError:
         return None
@@ -527,7 +529,8 @@ def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, q
     return [r[3] for r in ranked[:GRAPH_PASSAGES]]
 
 
-def _answer_target(services: Resources, caller: Actor, repo: str, branch: str, raw: dict, question: str) -> tuple[str, str] | None:
+def _answer_target(services: Resources, caller: Actor, repo: str, branch: str, raw: dict,
+                   question: str) -> tuple[str, str] | None:
     """The (workspace, path) ``store_answer`` names, checked before any work."""
     value = raw.get("store_answer")
     if value is None:
@@ -598,8 +601,8 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
                                                    "citations": result["citations"]}}])
         for old in (existing.properties.get("citations") or []) if existing is not None else []:
             key = (old.get("workspace"), old.get("path")) if isinstance(old, dict) else None
-            if (key and key not in cited and all(isinstance(x, str) for x in key)
-                    and find_node(session, view, *key) is not None):
+            if (key and key not in cited and isinstance(key[0], str) and isinstance(key[1], str)
+                    and find_node(session, view, key[0], key[1]) is not None):
                 todo.unrelations.append({"from": address, "to": f"{key[0]}:{key[1]}", "type": CITES})
         for (ws, p), info in cited.items():
             if find_node(session, view, ws, p) is not None:
@@ -608,6 +611,7 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
 
     written = run(services, caller, write_graph, repo, branch, plan, message=f"ask: store answer {address}",
                   actor="ask")
+    assert written is not None  # plan always writes the answer node
     node = written["upserted"][-1]
     return {"workspace": workspace, "path": path, "node_id": node["id"], "revision": written["revision"]}
 

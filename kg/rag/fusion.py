@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
 
 from kg.errors import InvalidInput
 
 __all__ = ["reciprocal_rank_fusion"]
 
+#: An item of the legs: any hashable (a chunk key, a node id); the result holds the same items.
+Item = TypeVar("Item", bound=Hashable)
+
 
 def reciprocal_rank_fusion(
-    legs: Mapping[str, Sequence[Hashable]],
+    legs: Mapping[str, Sequence[Item]],
     *,
     weights: Mapping[str, float],
     k: int = 60,
-) -> list[tuple[Hashable, float, dict[str, int | None]]]:
+) -> list[tuple[Item, float, dict[str, int | None]]]:
     r"""Fuse ranked lists by weighted reciprocal rank.
 
     Parameters
@@ -61,6 +65,17 @@ def reciprocal_rank_fusion(
     ... )
     >>> [(item, round(score, 5), ranks) for item, score, ranks in fused]
     [('b', 0.03252, {'vector': 2, 'fulltext': 1}), ('a', 0.01639, {'vector': 1, 'fulltext': None})]
+    >>> fused[0][1] == 1 / (60 + 2) + 1 / (60 + 1)
+    True
+
+    A leg of weight 0 adds nothing and reports no rank:
+
+    >>> fused = reciprocal_rank_fusion({"vector": ["a"], "fulltext": ["b", "a"]},
+    ...                                weights={"vector": 0.0, "fulltext": 2.0})
+    >>> [(item, ranks) for item, _, ranks in fused]
+    [('b', {'vector': None, 'fulltext': 1}), ('a', {'vector': None, 'fulltext': 2})]
+    >>> fused[1][1] == 2.0 / (60 + 2)
+    True
     """
     if k < 0:
         raise InvalidInput(f"the RRF constant k must be >= 0, got {k}", details={"k": k})
@@ -71,9 +86,9 @@ def reciprocal_rank_fusion(
                 f"leg {name!r} needs a finite weight >= 0, got {weight!r}",
                 details={"leg": name, "weight": weight},
             )
-    scores: dict[Hashable, float] = {}
-    best: dict[Hashable, int] = {}
-    ranks: dict[Hashable, dict[str, int | None]] = {}
+    scores: dict[Item, float] = {}
+    best: dict[Item, int] = {}
+    ranks: dict[Item, dict[str, int | None]] = {}
     for name, items in legs.items():
         weight = weights[name]
         if weight == 0:

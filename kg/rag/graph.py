@@ -20,8 +20,9 @@ Both paths give the same answers in the same order; ``tests/api/test_graph.py`` 
 from __future__ import annotations
 
 import gc
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Hashable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -427,7 +428,7 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
             passed: dict[str, float] = {}
             for node_id, mass in current.items():
                 degree = 0
-                inside = []
+                inside: list[Any] = []  # node ids of members: str
                 for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted):
                     degree += 1
                     if edge.node_id in members:

@@ -11,8 +11,9 @@ import json
 import math
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy import select
@@ -21,9 +22,9 @@ from sqlalchemy.orm import Session
 from kg.context import Actor, Resources, reading
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit, ScopedIndex, SearchScope, VectorIndex, version_key
+from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
-from kg.indexing.chunks import sync_index
 from kg.store.models import Workspace
 from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.paths import validate_prefix
@@ -234,7 +235,8 @@ class SearchAnswer:
         return out
 
 
-def search(session: Session, services: Resources, view: BranchView, request: SearchRequest) -> tuple[list[SearchResult], float]:
+def search(session: Session, services: Resources, view: BranchView,
+           request: SearchRequest) -> tuple[list[SearchResult], float]:
     """Run a search on a branch: :func:`search_answer` without the fusion description.
 
     Returns
@@ -323,8 +325,9 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     sync_index(session, services.index, view.repo.id, repo_key)
     depth = min(MAX_K * 4, max(request.k * (8 if request.granularity == "node" else 3), 50))
 
-    if _native_fusion(services, request):
-        native = _native_hybrid(services, view, searchable, request, depth)
+    fusing = _native_fusion(services, request)
+    if fusing is not None:
+        native = _native_hybrid(fusing, services, view, searchable, request, depth)
         if native is not None:
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
@@ -354,21 +357,21 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
 
 
-def _native_fusion(services: Resources, request: SearchRequest) -> bool:
-    """Whether the index's own hybrid query fuses this search."""
+def _native_fusion(services: Resources, request: SearchRequest) -> ScopedIndex | None:
+    """The index whose own hybrid query fuses this search, or None (kg fuses it)."""
     if request.mode != "hybrid" or request.fusion == "kg":
-        return False
-    if services.index.layout != "scoped":  # only a scoped index has a hybrid query of its own
+        return None
+    index = services.index
+    if index.layout != "scoped":  # only a scoped index has a hybrid query of its own
         if request.fusion == "index" or request.fusion_type is not None:
             raise InvalidInput("this index has no hybrid query of its own: use fusion 'kg' (the default)")
-        return False
-    return request.vector_weight > 0 and request.fulltext_weight > 0
+        return None
+    return index if request.vector_weight > 0 and request.fulltext_weight > 0 else None
 
 
-def _native_hybrid(services: Resources, view, searchable: _Searchable, request, depth):
+def _native_hybrid(index: ScopedIndex, services: Resources, view, searchable: _Searchable, request, depth):
     """The scoped index's hybrid query (one model only), as rows and the fusion it used; None
     when the searched workspaces use several models (kg fuses those)."""
-    index: ScopedIndex = services.index
     keys_by_model = searchable.keys_by_model
     by_key = searchable.by_key
     if len(keys_by_model) != 1:
@@ -405,7 +408,7 @@ def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit |
     return SearchResult(
         workspace=view.workspaces[node.workspace_id], path=node.path, node_id=node.node_id,
         node_type=node.node_type, chunk_index=hit.chunk_index, chunk_text=hit.text,
-        score=float(score), vector_distance=None if v is None else float(v.distance),
+        score=float(score), vector_distance=None if v is None else float(cast(float, v.distance)),
         vector_rank=vector_rank, fulltext_rank=fulltext_rank,
     )
 
@@ -486,6 +489,7 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
         else:  # the passage the stronger leg put first for this node
             hit = v if request.vector_weight / (RRF_K + vector_rank[nid]) >= \
                 request.fulltext_weight / (RRF_K + fulltext_rank[nid]) else f
+        assert hit is not None  # a ranked node is in at least one leg
         results.append(_row(view, nodes[nid], hit, score, v, f, vector_rank.get(nid) if v else None,
                             fulltext_rank.get(nid) if f else None))
     return results
@@ -558,6 +562,7 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     at_head = view.revision == view.branch.head_revision
 
     def build() -> _Searchable:
+        nodes: list[Any]  # NodeVersion with properties, else _NodeLite
         if request.where:
             nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
         else:

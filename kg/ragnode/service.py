@@ -26,11 +26,11 @@ import time
 import urllib.parse
 from typing import Any
 
+from kg.context import Actor, UnitOfWork, reading, run
 from kg.errors import Conflict, InvalidInput, NotFound
-from kg.indexing.chunks import store_chunks
 from kg.indexing.config import NEXT
 from kg.indexing.reembed import complete_reembed, reembed_workspace
-from kg.ops.nodes import prepare_chunks
+from kg.ops.texts import EmbeddedText, prepare_chunks, write_node
 from kg.rag.search import SearchRequest, search
 from kg.ragnode.spec import (
     RagConfig,
@@ -43,10 +43,7 @@ from kg.ragnode.spec import (
 from kg.ragnode.weaviate import run_rag_node_weaviate
 from kg.store import nodes as node_store
 from kg.store.models import Workspace
-from kg.store.nodes import NodeWrite
 from kg.store.repos import (
-    begin_write,
-    branch_view,
     create_repository,
     create_workspace,
     get_repository,
@@ -73,49 +70,78 @@ def file_path(name: str) -> str:
         raise InvalidInput(f"file name {name!r} cannot be stored", details={"file": name}) from exc
 
 
-def _workspace_for(services, config: RagConfig, branch: str) -> tuple[str, bool]:
-    """Create or check the collection's workspace; say whether its model changed."""
-    repo_name = services.settings.rag_repo
-    name = config.class_name
-    wanted = {"model": config.model, "chunking": config.chunking.model_dump()}
-    with services.db.write() as session:
-        try:
-            repo = get_repository(session, repo_name, lock=True)
-        except NotFound:
-            repo = create_repository(session, name=repo_name)
-        existing = {w.name.lower(): w for w in list_workspaces(session, repo)}
-        workspace = existing.get(class_key(config.collection_name))
-        if workspace is None:
-            create_workspace(session, repo, name=name, config={
-                "embedding": wanted, "rag": {"original_name": config.collection_name,
-                                             "class_name": name}})
-            return name, False
-        original = (workspace.config or {}).get("rag", {}).get("original_name")
-        if original != config.collection_name:
-            raise Conflict(
-                f"collection {config.collection_name!r} maps to class {name!r}, which already "
-                f"holds collection {original!r}; use another name",
-                details={"collection": config.collection_name, "class": name, "existing": original},
-            )
-        old_model = (workspace.config or {}).get("embedding", {}).get("model")
-        if old_model != config.model:
-            # Re-embedded by the caller (set_workspace_embedding), which changes the settings
-            # only once the new model has answered.
-            return workspace.name, True
-        workspace.config = {**(workspace.config or {}), "embedding": wanted}
-        session.flush()
-        return workspace.name, False
-
-
-def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") -> dict[str, Any]:
-    """Ingest the input's files, then retrieve for its query.
+def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]:
+    """Create or check the collection's workspace (and the RAG repository); say whether its
+    model changed.
 
     Parameters
     ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    config : RagConfig
+        The node's validated configuration.
+
+    Returns
+    -------
+    (workspace, model_changed)
+        The workspace's name; whether the collection's embedding model differs from
+        ``config``'s (its settings are then left for :func:`reembed_workspace` to change).
+
+    Raises
+    ------
+    kg.errors.Conflict
+        The collection name maps to a class another collection holds.
+    """
+    session = uow.session
+    repo_name = uow.services.settings.rag_repo
+    name = config.class_name
+    wanted = {"model": config.model, "chunking": config.chunking.model_dump()}
+    try:
+        repo = get_repository(session, repo_name, lock=True)
+    except NotFound:
+        repo = create_repository(session, name=repo_name)
+    existing = {w.name.lower(): w for w in list_workspaces(session, repo)}
+    workspace = existing.get(class_key(config.collection_name))
+    if workspace is None:
+        create_workspace(session, repo, name=name, config={
+            "embedding": wanted, "rag": {"original_name": config.collection_name,
+                                         "class_name": name}})
+        return name, False
+    original = (workspace.config or {}).get("rag", {}).get("original_name")
+    if original != config.collection_name:
+        raise Conflict(
+            f"collection {config.collection_name!r} maps to class {name!r}, which already "
+            f"holds collection {original!r}; use another name",
+            details={"collection": config.collection_name, "class": name, "existing": original},
+        )
+    old_model = (workspace.config or {}).get("embedding", {}).get("model")
+    if old_model != config.model:
+        # Re-embedded by the caller (set_workspace_embedding), which changes the settings
+        # only once the new model has answered.
+        return workspace.name, True
+    workspace.config = {**(workspace.config or {}), "embedding": wanted}
+    session.flush()
+    return workspace.name, False
+
+
+def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch: str = "main") -> dict[str, Any]:
+    """Ingest the input's files, then retrieve for its query.
+
+    An orchestration: the collection's workspace is made or checked in one unit of work, the
+    input's files are embedded outside any transaction, then written in one unit of work
+    (:func:`write_files`), all through :func:`kg.context.run`.
+
+    Parameters
+    ----------
+    services : kg.services.Services
+    caller : kg.context.Actor
+        Who calls (the HTTP caller).
     config_raw : dict
         The node's configuration, validated exactly as the seed's JSON Schema says.
     text : str
         The node's markdown input: a query, then ``### File name "..."`` blocks.
+    branch : str
+        The branch of the RAG repository to ingest into and retrieve from.
 
     Returns
     -------
@@ -147,29 +173,27 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
     if config.top_k > 1000:
         raise InvalidInput("topK must be at most 1000", details={"topK": config.top_k})
     embedder = services.embedder(config.model)  # an unknown model is refused before any write
-    with services.db.read() as session:
-        try:
-            view = branch_view(session, services.settings.rag_repo, branch)
+    try:
+        with reading(services, caller, services.settings.rag_repo, branch) as (_, view):
             known = {name.lower() for name in view.workspaces.values()}
-        except NotFound as exc:
-            if branch != "main":
-                raise no_rag_branch(services, branch, exc) from exc
-            known = set()
+    except NotFound as exc:
+        if branch != "main":
+            raise no_rag_branch(services, branch, exc) from exc
+        known = set()
     if files and class_key(config.collection_name) not in known:
         # A new collection is created only once its model answers: a failing model leaves
         # nothing behind (existing collections embed before any write anyway).
         embedder.embed(["kg"])
-    workspace, model_changed = _workspace_for(services, config, branch)
+    workspace, model_changed = run(services, caller, collection_workspace, config)
     repo_name = services.settings.rag_repo
     ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
     if model_changed:
-        ingestion["reembedded"] = _reembed(services, repo_name, workspace, branch, config)
+        ingestion["reembedded"] = _reembed(services, caller, repo_name, workspace, branch, config)
     if files:
-        _ingest(services, repo_name, workspace, branch, files, ingestion)
+        _ingest(services, caller, repo_name, workspace, branch, files, ingestion)
     results: list[dict[str, Any]] = []
     if query.strip():
-        with services.db.read() as session:
-            view = branch_view(session, repo_name, branch)
+        with reading(services, caller, repo_name, branch) as (session, view):
             rows, _ = search(session, services, view, SearchRequest(
                 query=query, k=config.top_k, mode="vector", granularity="chunk", workspaces=[workspace]))
         results = [{"file": r.properties.get("source_file", r.path[1:]), "chunk_index": r.chunk_index,
@@ -184,7 +208,8 @@ def run_rag_node(services, config_raw: Any, text: Any, *, branch: str = "main") 
     }
 
 
-def _reembed(services, repo_name: str, workspace: str, branch: str, config: RagConfig) -> list[str]:
+def _reembed(services, caller: Actor, repo_name: str, workspace: str, branch: str,
+             config: RagConfig) -> list[str]:
     """The collection's model changed: re-embed every file it holds, from SQL, before the
     input's files are ingested (the issue's "model changed: collection re-embedded"; the seed
     drops the class and re-ingests only the input's files, which would lose the files other
@@ -209,36 +234,64 @@ def _reembed(services, repo_name: str, workspace: str, branch: str, config: RagC
         if not services.indexer.run_pending(repo_id=repo_id, content_keys=queued).done:
             time.sleep(0.05)  # the rest is being embedded by the background indexer
         switched = complete_reembed(services, repo_id, workspace_id) or _switched(services, workspace_id)
-    with services.db.read() as session:
-        view = branch_view(session, repo_name, branch)
+    with reading(services, caller, repo_name, branch) as (session, view):
         held = node_store.visible_nodes(session, view, workspace_ids=[
             wid for wid, name in view.workspaces.items() if name == workspace])
     return sorted(v.properties.get("source_file", v.path[1:]) for v in held if v.node_type == FILE_TYPE)
 
 
-def _ingest(services, repo_name, workspace, branch, files, ingestion) -> None:
+def _ingest(services, caller: Actor, repo_name: str, workspace: str, branch: str,
+            files: list[tuple[str, str]], ingestion: dict[str, list[str]]) -> None:
+    """Embed the input's new and changed files, then write them in one unit of work."""
     nodes = []
     for name, content in files:
         props = {"content": content, "source_file": name,
                  "sha256": hashlib.sha256(content.encode("utf-8")).hexdigest()}
         nodes.append((file_path(name), name, props))
-    with services.db.read() as session:
-        view = branch_view(session, repo_name, branch)
+    with reading(services, caller, repo_name, branch) as (session, view):
         current = {path: node_store.find_node(session, view, workspace, path) for path, _, _ in nodes}
-    plans, rows = prepare_chunks(services, repo_name, [(workspace, props) for _, _, props in nodes])
-    with services.db.write() as session:
-        ctx = begin_write(session, repo_name, branch, message="rag node ingest")
-        for chunk_rows in rows.values():
-            store_chunks(session, ctx.repo.id, chunk_rows)
-        for (path, name, props), plan in zip(nodes, plans):
-            existing = current.get(path)
-            if existing is not None and existing.properties.get("sha256") == props["sha256"] \
-                    and existing.content_key == plan.content_key:
-                ingestion["skipped"].append(name)
-                continue
-            node_store.put_node(session, ctx, workspace, path,
-                                NodeWrite(FILE_TYPE, props, None, plan.content_key))
-            ingestion["replaced" if existing is not None else "inserted"].append(name)
+    embedded = prepare_chunks(services, repo_name, [(workspace, props) for _, _, props in nodes])
+    todo = []
+    for (path, name, props), text in zip(nodes, embedded):
+        existing = current.get(path)
+        if existing is not None and existing.properties.get("sha256") == props["sha256"] \
+                and existing.content_key == text.plan.content_key:
+            ingestion["skipped"].append(name)
+            continue
+        todo.append((path, props, text))
+        ingestion["replaced" if existing is not None else "inserted"].append(name)
+    if todo:
+        run(services, caller, write_files, repo_name, branch, workspace, todo)
+
+
+def write_files(uow: UnitOfWork, repo_name: str, branch: str, workspace: str,
+                files: list[tuple[str, dict[str, Any], EmbeddedText]]) -> int:
+    """Write the RAG node's files as ``rag:File`` nodes, in one revision.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo_name, branch, workspace : str
+        The collection's repository, branch and workspace.
+    files : list of (path, properties, EmbeddedText)
+        Each file's node path, properties (``content``, ``source_file``, ``sha256``) and its
+        text as embedded before the transaction (:func:`kg.ops.texts.prepare_chunks`).
+
+    Returns
+    -------
+    int
+        The revision written.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch or workspace.
+    """
+    ctx = uow.begin(repo_name, branch, message="rag node ingest")
+    for path, props, text in files:
+        write_node(uow, ctx, workspace, path, node_type=FILE_TYPE, properties=props, embedded=text)
+    return ctx.revision
 
 
 _REEMBED_WAIT_S = 300.0

@@ -485,7 +485,7 @@ def _ingest(services: Any, client: Any, config: RagConfig, layers: list[_Layer],
     _ensure_class(client, own, "chunks")
     _ensure_class(client, own, "meta")
     chunks = client.collections.get(own.chunks)
-    for name, _, sha in todo:
+    for name, _, _sha in todo:
         _delete_file_chunks(chunks, name)
     key = class_key(config.collection_name)
     from weaviate.classes.data import DataObject
@@ -561,7 +561,7 @@ def _delete_file_chunks(chunks: Any, name: str) -> None:
     from weaviate.classes.query import Filter
 
     filters = Filter.by_property("sourceFile").equal(name) if _filters_by_token(name) else None
-    ids = []
+    ids: list[Any] = []  # object uuids
     offset = 0
     while offset < MAX_QUERY_RESULTS:
         limit = min(1000, MAX_QUERY_RESULTS - offset)

@@ -10,17 +10,21 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kg.errors import BackendUnavailable
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 _upgrade_lock = threading.Lock()
 
@@ -70,14 +74,26 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[Session]:
         """A session for reads; closed at the end (its transaction rolled back), leaving the
-        objects it loaded readable."""
+        objects it loaded readable.
+
+        Yields
+        ------
+        Session
+            Not to be committed: a read never writes.
+        """
         with self._reader() as session:
             yield session
 
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A write transaction (``BEGIN IMMEDIATE`` on SQLite): committed on success,
-        rolled back on any error, so no error leaves a partial write."""
+        rolled back on any error, so no error leaves a partial write.
+
+        Yields
+        ------
+        Session
+            The transaction; store functions flush, this context manager commits.
+        """
         with self._writer() as session:
             try:
                 yield session
@@ -87,7 +103,13 @@ class Database:
                 raise
 
     def upgrade(self) -> None:
-        """Apply pending Alembic migrations (the only way kg creates tables)."""
+        """Apply pending Alembic migrations (the only way kg creates tables).
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            The database cannot be reached.
+        """
         with _upgrade_lock:
             from alembic import command
 
@@ -122,8 +144,19 @@ class Database:
         self.engine.dispose()
 
 
-def alembic_config(url: str):
-    """An Alembic ``Config`` pointing at kg's migrations, for ``url``."""
+def alembic_config(url: str) -> Config:
+    """An Alembic ``Config`` pointing at kg's migrations, for ``url``.
+
+    Parameters
+    ----------
+    url : str
+        The SQLAlchemy URL of the database to migrate.
+
+    Returns
+    -------
+    alembic.config.Config
+        With ``script_location`` (the ``migrations`` package) and ``sqlalchemy.url`` set.
+    """
     from alembic.config import Config
 
     script_location = str(resources.files("migrations"))
@@ -139,7 +172,7 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
     """WAL, busy timeout, foreign keys; explicit BEGIN so writes can take the lock up front."""
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # pragma: no cover - driver hook
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:  # pragma: no cover - driver hook
         dbapi_connection.isolation_level = None  # we emit BEGIN ourselves
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -152,7 +185,7 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection) -> None:  # pragma: no cover - driver hook
+    def _on_begin(connection: Connection) -> None:  # pragma: no cover - driver hook
         if connection.get_execution_options().get("kg_write"):
             connection.exec_driver_sql("BEGIN IMMEDIATE")
         else:

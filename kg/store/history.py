@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal
+from datetime import datetime
+from typing import Any, Literal, cast
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Table, func, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
@@ -29,6 +31,7 @@ from kg.store.visibility import visible_select
 
 NodeKey = tuple[int, str]                 # (workspace id, path)
 RelKey = tuple[str, str, str]             # (from node id, type, to node id)
+ChangeSource = Literal["theirs", "merged", "value", "ours"]
 _MISSING = object()
 
 
@@ -36,14 +39,36 @@ _MISSING = object()
 
 
 def node_value(version: NodeVersion | None) -> dict[str, Any] | None:
-    """The mergeable value of a node version (None: absent or deleted)."""
+    """The mergeable value of a node version (None: absent or deleted).
+
+    Parameters
+    ----------
+    version : NodeVersion or None
+        A version, or None for no version.
+
+    Returns
+    -------
+    dict or None
+        ``{"node_type", "properties", "order"}``, or None for no version or a tombstone.
+    """
     if version is None or version.deleted:
         return None
     return {"node_type": version.node_type, "properties": version.properties, "order": version.order}
 
 
 def relation_value(version: RelationVersion | None) -> dict[str, Any] | None:
-    """The mergeable value of a relation version (None: absent or deleted)."""
+    """The mergeable value of a relation version (None: absent or deleted).
+
+    Parameters
+    ----------
+    version : RelationVersion or None
+        A version, or None for no version.
+
+    Returns
+    -------
+    dict or None
+        ``{"weight", "properties"}``, or None for no version or a tombstone.
+    """
     if version is None or version.deleted:
         return None
     return {"weight": version.weight, "properties": version.properties}
@@ -63,7 +88,25 @@ def _unflat(flat: dict[str, Any]) -> dict[str, Any]:
 
 def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Per-key ``{"old", "new"}`` of what differs between two node values (properties,
-    ``node_type`` and ``order``)."""
+    ``node_type`` and ``order``).
+
+    Parameters
+    ----------
+    old, new : dict or None
+        Node values (:func:`node_value`); None for no node.
+
+    Returns
+    -------
+    dict of str to dict
+        Key -> ``{"old": ..., "new": ...}`` for every key whose value differs, keys sorted;
+        ``node_type`` and ``order`` appear as ``kg:node_type`` and ``kg:order``.
+
+    Examples
+    --------
+    >>> old = {"node_type": "Note", "properties": {"a": 1, "b": 2}, "order": None}
+    >>> property_changes(old, {**old, "properties": {"a": 1, "b": 3, "c": 4}})
+    {'b': {'old': 2, 'new': 3}, 'c': {'old': None, 'new': 4}}
+    """
     a = _flat(old) if old else {}
     b = _flat(new) if new else {}
     out = {}
@@ -73,13 +116,41 @@ def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> 
     return out
 
 
-def three_way_properties(base: dict, ours: dict, theirs: dict) -> tuple[dict | None, list[str]]:
+def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
+                         theirs: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """Merge two node values at property level against their base.
+
+    Parameters
+    ----------
+    base : dict
+        The node value at the merge base (:func:`node_value`).
+    ours, theirs : dict
+        The target's and the source's values.
 
     Returns
     -------
     (merged, conflicting_keys)
         ``merged`` is None when some key changed differently on both sides.
+
+    Notes
+    -----
+    A three-way merge per key, as diff3 does per line: a key changed on one side only takes
+    that side's value; changed on both, it must be changed alike. ``node_type`` and ``order``
+    merge like properties. O(k) for k keys.
+
+    References
+    ----------
+    .. [1] S. Khanna, K. Kunal and B. C. Pierce, "A formal investigation of diff3", FSTTCS 2007,
+       LNCS 4855, pp. 485-496.
+
+    Examples
+    --------
+    >>> base = {"node_type": "Note", "properties": {"a": 1, "b": 2}, "order": None}
+    >>> ours = {**base, "properties": {"a": 9, "b": 2}}
+    >>> three_way_properties(base, ours, {**base, "properties": {"a": 1, "b": 3}})[0]["properties"]
+    {'a': 9, 'b': 3}
+    >>> three_way_properties(base, ours, {**base, "properties": {"a": 5, "b": 2}})
+    (None, ['a'])
     """
     b, o, t = _flat(base), _flat(ours), _flat(theirs)
     merged: dict[str, Any] = {}
@@ -104,7 +175,22 @@ def three_way_properties(base: dict, ours: dict, theirs: dict) -> tuple[dict | N
 
 
 def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> dict[NodeKey, NodeVersion]:
-    """The live versions the view sees at the given (workspace id, path) keys."""
+    """The live versions the view sees at the given (workspace id, path) keys.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    keys : iterable of (int, str)
+        (workspace id, path) keys; duplicates are read once.
+
+    Returns
+    -------
+    dict of (int, str) to NodeVersion
+        Key -> live version; keys with no live node are absent.
+    """
     by_ws: dict[int, list[str]] = defaultdict(list)
     for wid, path in set(keys):
         by_ws[wid].append(path)
@@ -120,7 +206,22 @@ def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> 
 
 
 def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
-    """The live relation versions the view sees at the given keys."""
+    """The live relation versions the view sees at the given keys.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    keys : iterable of (str, str, str)
+        (from node id, relation type, to node id) keys.
+
+    Returns
+    -------
+    dict of (str, str, str) to RelationVersion
+        Key -> live version (endpoints not checked); keys with no live edge are absent.
+    """
     wanted = set(keys)
     by_from: dict[str, set[RelKey]] = defaultdict(set)
     for key in wanted:
@@ -143,7 +244,22 @@ def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) 
 
 def seen_relations(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
     """The relation versions a reader of ``view`` sees at the given keys: live, with both
-    endpoints live (an edge whose endpoint is deleted is not seen, whatever its own row)."""
+    endpoints live (an edge whose endpoint is deleted is not seen, whatever its own row).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    keys : iterable of (str, str, str)
+        (from node id, relation type, to node id) keys.
+
+    Returns
+    -------
+    dict of (str, str, str) to RelationVersion
+        Key -> version, for the edges a reader sees.
+    """
     states = relation_states(session, view, keys)
     alive = nodes_by_id(session, view, {k[0] for k in states} | {k[2] for k in states})
     return {k: v for k, v in states.items() if k[0] in alive and k[2] in alive}
@@ -207,12 +323,32 @@ class MergeBase:
     revision: int
 
     def report(self) -> dict[str, Any]:
-        """``{"kind", "branch", "revision"}``, as diff and merge answer it."""
+        """``{"kind", "branch", "revision"}``, as diff and merge answer it.
+
+        Returns
+        -------
+        dict
+            ``kind`` is ``"fork"`` or ``"merge"``; ``branch`` and ``revision`` name the base.
+        """
         return {"kind": self.kind, "branch": self.view.branch.name, "revision": self.revision}
 
 
 def merge_base(session: Session, repo: Repository, source: Branch, target: Branch) -> MergeBase:
     """The merge base of ``source`` and ``target``: their fork point or their last merge.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository of both branches.
+    source, target : Branch
+        Parent and child, in either order.
+
+    Returns
+    -------
+    MergeBase
+        The base's view and the revision on ``source`` it stands for (``since``).
 
     Raises
     ------
@@ -280,6 +416,17 @@ def _addresses(session: Session, views: list[BranchView], ids: set[str]) -> dict
 def diff_branches(session: Session, repo: Repository, branch_name: str, against: str | None = None) -> dict[str, Any]:
     """What ``branch_name`` changed since its merge base with ``against`` (default: its parent).
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository.
+    branch_name : str
+        The branch whose changes are listed.
+    against : str or None, optional
+        Its parent or one of its children; None for its parent.
+
     Returns
     -------
     dict
@@ -292,7 +439,7 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     kg.errors.NotFound
         Unknown branch.
     kg.errors.InvalidInput
-        ``against`` is neither the branch's parent nor its child.
+        ``against`` is neither the branch's parent nor its child, or ``main`` has no parent.
 
     Notes
     -----
@@ -309,7 +456,7 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     node_keys = _changed_node_keys(session, source.id, base.since, theirs.revision)
     before = node_states(session, base.view, node_keys)
     after = node_states(session, theirs, node_keys)
-    nodes: dict[str, list] = {"added": [], "modified": [], "deleted": []}
+    nodes: dict[str, list[dict[str, Any]]] = {"added": [], "modified": [], "deleted": []}
     for key in node_keys:
         old, new = before.get(key), after.get(key)
         if old is None and new is not None:
@@ -326,10 +473,10 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     rel_before = seen_relations(session, base.view, rel_keys)
     rel_after = seen_relations(session, theirs, rel_keys)
     addresses = _addresses(session, [theirs, base.view], {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
-    relations: dict[str, list] = {"added": [], "removed": [], "modified": []}
-    for key in rel_keys:
-        ov, nv = relation_value(rel_before.get(key)), relation_value(rel_after.get(key))
-        entry = {"from": addresses.get(key[0]), "to": addresses.get(key[2]), "type": key[1]}
+    relations: dict[str, list[dict[str, Any]]] = {"added": [], "removed": [], "modified": []}
+    for rkey in rel_keys:
+        ov, nv = relation_value(rel_before.get(rkey)), relation_value(rel_after.get(rkey))
+        entry = {"from": addresses.get(rkey[0]), "to": addresses.get(rkey[2]), "type": rkey[1]}
         if ov is None and nv is not None:
             relations["added"].append({**entry, **nv})
         elif ov is not None and nv is None:
@@ -355,7 +502,7 @@ class NodeChange:
     node_id: str                          # the address's id (kg.store.nodes.node_uid)
     content_key: str | None
     needs_content: bool                   # merged text: its content key must be computed
-    source: Literal["theirs", "merged", "value", "ours"]
+    source: ChangeSource
     existed: bool = False                 # the target had a live node at the path
 
 
@@ -384,8 +531,15 @@ class MergePlan:
 
     def preview(self) -> dict[str, Any]:
         """What applying the plan would change (the dry run's ``applied``): the same report
-        :func:`apply_merge` gives, so a dry run says exactly what the merge then does."""
-        nodes: dict[str, list] = {"added": [], "modified": [], "deleted": [], "kept": []}
+        :func:`apply_merge` gives, so a dry run says exactly what the merge then does.
+
+        Returns
+        -------
+        dict
+            ``{"nodes": {"added", "modified", "deleted", "kept"}, "relations": {"upserted",
+            "removed", "kept"}}``: node addresses, and relation counts.
+        """
+        nodes: dict[str, list[Any]] = {"added": [], "modified": [], "deleted": [], "kept": []}
         for change in self.node_changes:
             address = {"workspace": self.workspaces.get(change.key[0]), "path": change.key[1]}
             nodes[_node_outcome(change)].append(address)
@@ -411,9 +565,10 @@ def _relation_outcome(change: RelationChange) -> str:
     return "kept" if change.taken == "ours" else "upserted"
 
 
-def _resolution_index(resolutions: list[dict] | None, view: BranchView) -> tuple[dict, dict]:
-    by_node: dict[NodeKey, dict] = {}
-    by_rel: dict[tuple[str, str, str], dict] = {}
+def _resolution_index(resolutions: list[dict[str, Any]] | None,
+                      view: BranchView) -> tuple[dict[NodeKey, dict[str, Any]], dict[RelKey, dict[str, Any]]]:
+    by_node: dict[NodeKey, dict[str, Any]] = {}
+    by_rel: dict[RelKey, dict[str, Any]] = {}
     names = {name: wid for wid, name in view.workspaces.items()}
     for raw in resolutions or []:
         if not isinstance(raw, dict):
@@ -448,11 +603,17 @@ def _resolution_index(resolutions: list[dict] | None, view: BranchView) -> tuple
 
 
 def plan_merge(session: Session, repo: Repository, source_name: str, target_name: str, *,
-               resolutions: list[dict] | None = None, writing_revision: int | None = None) -> MergePlan:
+               resolutions: list[dict[str, Any]] | None = None, writing_revision: int | None = None) -> MergePlan:
     """Work out a merge of ``source_name`` into ``target_name`` without writing anything.
 
     Parameters
     ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository of both branches.
+    source_name, target_name : str
+        The branch merged from and the branch merged into: parent and child, either way.
     resolutions : list of dict, optional
         ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value": {...}}`` for a
         node conflict (``value`` is the node's properties), ``{"from", "to", "type", "take"}``
@@ -476,7 +637,8 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
 
     Notes
     -----
-    O(c log n) for c entities the source changed since the base.
+    O(c log n) for c entities the source changed since the base. Node values merge by
+    :func:`three_way_properties`.
     """
     if source_name == target_name:
         raise InvalidInput("a branch cannot be merged into itself")
@@ -506,7 +668,9 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         if ov == bv:
             plan.node_changes.append(_change(key, tv, o_ver, t_ver, "theirs"))
             continue
-        reason, keys_in_conflict, merged = None, [], None
+        reason: str | None = None
+        keys_in_conflict: list[str] = []
+        merged: dict[str, Any] | None = None
         if bv is None:
             reason = "added on both sides with different content"
         elif ov is None or tv is None:
@@ -521,8 +685,9 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
             continue
         resolution = node_res.get(key)
         if resolution is None:
-            conflict = {"kind": "node", "workspace": ours_view.workspaces.get(key[0]), "path": key[1],
-                        "reason": reason, "base": bv, "ours": ov, "theirs": tv}
+            conflict: dict[str, Any] = {"kind": "node", "workspace": ours_view.workspaces.get(key[0]),
+                                        "path": key[1],
+                                        "reason": reason, "base": bv, "ours": ov, "theirs": tv}
             if keys_in_conflict:
                 conflict["properties"] = keys_in_conflict
             plan.conflicts.append(conflict)
@@ -538,6 +703,7 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
             plan.node_changes.append(_change(key, tv, o_ver, t_ver, "theirs"))
         else:
             like = tv or ov or bv
+            assert like is not None  # a conflict has a value on at least one side
             value = {"node_type": like["node_type"], "properties": resolution["value"], "order": like["order"]}
             plan.node_changes.append(_change(key, value, o_ver, t_ver, "ours" if value == ov else "value"))
 
@@ -548,19 +714,19 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         rb, ro, rt = (seen_relations(session, v, rel_keys) for v in (base.view, ours_view, theirs_view))
         addresses = _addresses(session, [theirs_view, ours_view, base.view],
                                {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
-        for key in rel_keys:
-            if key in resolved:
+        for rkey in rel_keys:
+            if rkey in resolved:
                 continue
-            bv, ov, tv = (relation_value(s.get(key)) for s in (rb, ro, rt))
-            if tv == bv or ov == tv:
+            rbv, rov, rtv = (relation_value(s.get(rkey)) for s in (rb, ro, rt))
+            if rtv == rbv or rov == rtv:
                 continue
-            if ov == bv:
-                plan.relation_changes.append(RelationChange(key, tv))
+            if rov == rbv:
+                plan.relation_changes.append(RelationChange(rkey, rtv))
                 continue
-            address = (addresses.get(key[0]), key[1], addresses.get(key[2]))
-            plan.conflicts.append({"kind": "relation", "from": address[0], "to": address[2], "type": key[1],
+            address = (addresses.get(rkey[0]), rkey[1], addresses.get(rkey[2]))
+            plan.conflicts.append({"kind": "relation", "from": address[0], "to": address[2], "type": rkey[1],
                                    "reason": "changed differently on both sides",
-                                   "base": bv, "ours": ov, "theirs": tv})
+                                   "base": rbv, "ours": rov, "theirs": rtv})
     if resolved:
         _apply_relation_resolutions(session, plan, resolved, ours_view, theirs_view)
     _check_endpoints(session, plan, base.view, ours_view, theirs_view, set(resolved), addresses)
@@ -568,14 +734,15 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
     return plan
 
 
-def _conflict_name(conflict: dict[str, Any]) -> tuple:
+def _conflict_name(conflict: dict[str, Any]) -> tuple[Any, ...]:
     if conflict["kind"] == "relation":
         return ("relation", conflict["from"], conflict["type"], conflict["to"])
     return ("node", conflict["workspace"], conflict["path"])
 
 
 def _check_resolutions_name_conflicts(session: Session, repo: Repository, source: str, target: str,
-                                      node_res: dict, rel_res: dict, ours: BranchView,
+                                      node_res: dict[NodeKey, dict[str, Any]],
+                                      rel_res: dict[RelKey, dict[str, Any]], ours: BranchView,
                                       writing_revision: int | None) -> None:
     """Every resolution must name a conflict of the merge as it stands without resolutions
     (resolving one conflict can make another disappear: its resolution still decides it)."""
@@ -591,7 +758,7 @@ def _check_resolutions_name_conflicts(session: Session, repo: Repository, source
                            details={"unused": unused})
 
 
-def _resolved_relations(view: BranchView, rel_res: dict) -> dict[RelKey, str]:
+def _resolved_relations(view: BranchView, rel_res: dict[RelKey, dict[str, Any]]) -> dict[RelKey, str]:
     """``{relation key: "ours" | "theirs"}`` of the relation resolutions (addresses to ids)."""
     names = {name: wid for wid, name in view.workspaces.items()}
     out: dict[RelKey, str] = {}
@@ -636,20 +803,23 @@ def _apply_relation_resolutions(session: Session, plan: MergePlan, resolved: dic
         alive = set(nodes_by_id(session, ours, restore - set(result)))
         dead = {i for i in restore if not result.get(i, i in alive)}
         for version in sorted(nodes_by_id(session, theirs, dead).values(), key=lambda v: (v.workspace_id, v.path)):
-            key = (version.workspace_id, version.path)
-            plan.node_changes = [c for c in plan.node_changes if c.key != key]
-            plan.node_changes.append(_change(key, node_value(version), None, version, "theirs"))
+            nkey = (version.workspace_id, version.path)
+            plan.node_changes = [c for c in plan.node_changes if c.key != nkey]
+            plan.node_changes.append(_change(nkey, node_value(version), None, version, "theirs"))
 
 
-def _change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion | None, source) -> NodeChange:
+def _change(key: NodeKey, value: dict[str, Any] | None, ours: NodeVersion | None, theirs: NodeVersion | None,
+            source: ChangeSource) -> NodeChange:
     change = _make_change(key, value, ours, theirs, source)
     change.existed = ours is not None
     return change
 
 
-def _make_change(key: NodeKey, value, ours: NodeVersion | None, theirs: NodeVersion | None, source) -> NodeChange:
+def _make_change(key: NodeKey, value: dict[str, Any] | None, ours: NodeVersion | None, theirs: NodeVersion | None,
+                 source: ChangeSource) -> NodeChange:
     # Both sides hold the address's id (kg.store.nodes.node_uid): one node, whoever wrote it.
-    node_id = (theirs or ours).node_id if (theirs or ours) is not None else None
+    either = theirs or ours
+    node_id = either.node_id if either is not None else None
     if node_id is None:
         raise AssertionError(f"a merge change at {key} with no version on either side")
     if value is None:
@@ -755,11 +925,18 @@ def _check_orphans(session: Session, ours: BranchView, plan: MergePlan) -> None:
                         "base": None, "ours": node_value(child), "theirs": None})
 
 
-def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_keys: dict[tuple[int, str], str | None]) -> dict[str, Any]:
+def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
+                content_keys: dict[tuple[int, str], str | None]) -> dict[str, Any]:
     """Write a conflict-free plan on the target as the context's revision.
 
     Parameters
     ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The revision on the target branch that the merge is written as.
+    plan : MergePlan
+        A plan of :func:`plan_merge` without conflicts.
     content_keys : dict
         For changes with ``needs_content``: ``(workspace id, canonical properties JSON)`` to
         the content key of the merged text (chunks already stored).
@@ -787,8 +964,9 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_ke
         if change.value is None:
             if ours is None:
                 continue
-            session.add(_version(ctx, wid, path, ours.node_id, node_value(ours), None, True,
-                                 ours.created_at, now))
+            live = node_value(ours)
+            assert live is not None  # node_states holds live versions only
+            session.add(_version(ctx, wid, path, ours.node_id, live, None, True, ours.created_at, now))
             continue
         key = change.content_key
         if change.needs_content:
@@ -815,7 +993,19 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan, content_ke
 
 def record_merge(session: Session, repo: Repository, plan: MergePlan, target_revision: int) -> None:
     """Remember that the target now holds the source as of ``plan.source_revision``: the base
-    of the next merge between them. Recorded even when the merge had nothing to apply."""
+    of the next merge between them. Recorded even when the merge had nothing to apply.
+
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    repo : Repository
+        The repository of both branches.
+    plan : MergePlan
+        The plan applied.
+    target_revision : int
+        The target's revision after the merge.
+    """
     source = get_branch(session, repo, plan.source)
     target = get_branch(session, repo, plan.target)
     session.add(Merge(repo_id=repo.id, source_branch_id=source.id, target_branch_id=target.id,
@@ -824,8 +1014,8 @@ def record_merge(session: Session, repo: Repository, plan: MergePlan, target_rev
     session.flush()
 
 
-def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict, content_key, deleted: bool,
-             created_at, now) -> NodeVersion:
+def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict[str, Any], content_key: str | None,
+             deleted: bool, created_at: datetime | None, now: datetime) -> NodeVersion:
     return NodeVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
         node_id=node_id, path=path, parent_path=parent_of(path), name=name_of(path),
@@ -836,7 +1026,23 @@ def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict, 
 
 
 def canonical(properties: dict[str, Any]) -> str:
-    """A canonical JSON text of properties (sorted keys), to key merged values."""
+    """A canonical JSON text of properties (sorted keys), to key merged values.
+
+    Parameters
+    ----------
+    properties : dict
+        Plain JSON properties.
+
+    Returns
+    -------
+    str
+        Compact JSON, keys sorted, non-ASCII unescaped.
+
+    Examples
+    --------
+    >>> canonical({"b": 1, "a": "é"})
+    '{"a":"é","b":1}'
+    """
     return json.dumps(properties, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -848,6 +1054,23 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
     """The revisions a branch's history holds, newest first, with what each changed.
 
     The history of a branch is its own revisions and its ancestors' up to the fork.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state whose history is read.
+    limit : int, default 100
+        At most this many revisions, 1 to 1000.
+    before : int or None, optional
+        Only revisions with a number below it (the previous page's last number).
+
+    Returns
+    -------
+    list of dict
+        ``{"revision", "branch", "created_at", "message", "actor", "changes"}`` per revision;
+        ``changes`` lists the node and relation writes of that revision.
 
     Raises
     ------
@@ -881,13 +1104,23 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
             addresses = _addresses(session, [view], {r[0] for r in rels} | {r[2] for r in rels})
             changes += [{"kind": "relation", "op": "delete" if d else "put", "from": addresses.get(f),
                          "type": t, "to": addresses.get(to)} for f, t, to, d in rels]
-        out.append({"revision": rev.number, "branch": names.get(rev.branch_id), "created_at": rev.created_at.isoformat(),
+        out.append({"revision": rev.number, "branch": names.get(rev.branch_id),
+                    "created_at": rev.created_at.isoformat(),
                     "message": rev.message, "actor": rev.actor, "changes": changes})
     return out
 
 
 def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[int, int]:
     """Revisions on the branch since its merge base with its parent, and on the parent since.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository.
+    branch : Branch
+        The branch compared with its parent.
 
     Returns
     -------
@@ -897,6 +1130,7 @@ def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[in
     if branch.parent_id is None:
         return 0, 0
     parent = session.get(Branch, branch.parent_id)
+    assert parent is not None  # branches.parent_id is a foreign key
     base = merge_base(session, repo, branch, parent)
     since_ours = base.since
     ahead = session.scalar(select(func.count()).select_from(Revision).where(
@@ -914,8 +1148,24 @@ def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[in
 def reset_branch(session: Session, repo: Repository, branch_name: str) -> Branch:
     """Drop everything written on a branch and fork it again from its parent's head.
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo : Repository
+        The repository.
+    branch_name : str
+        The branch to reset.
+
+    Returns
+    -------
+    Branch
+        The branch, now based on the repository's head revision.
+
     Raises
     ------
+    kg.errors.NotFound
+        Unknown branch.
     kg.errors.Conflict
         ``main``, or a branch with child branches (their view would change under them).
     """
@@ -927,8 +1177,8 @@ def reset_branch(session: Session, repo: Repository, branch_name: str) -> Branch
         raise Conflict(f"branch {branch_name!r} has child branches: {', '.join(sorted(children))}",
                        details={"branch": branch_name, "children": sorted(children)})
     for model in (RelationVersion, NodeVersion, Revision):
-        session.execute(model.__table__.delete().where(model.branch_id == branch.id))
-    session.execute(Merge.__table__.delete().where(
+        session.execute(cast(Table, model.__table__).delete().where(model.branch_id == branch.id))
+    session.execute(cast(Table, Merge.__table__).delete().where(
         (Merge.source_branch_id == branch.id) | (Merge.target_branch_id == branch.id)))
     branch.base_revision = repo.head_revision
     branch.head_revision = repo.head_revision

@@ -10,7 +10,7 @@ forked at. Chunks are keyed by ``content_key`` and shared by every node version 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -28,32 +28,67 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # BIGINT on PostgreSQL, INTEGER (rowid alias, autoincrement) on SQLite.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 
 
-class UTCDateTime(TypeDecorator):
+class UTCDateTime(TypeDecorator[datetime]):
     """A timestamp that always comes back timezone-aware in UTC (SQLite keeps no zone)."""
 
     impl = DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value, dialect):
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Mark a naive timestamp as UTC before it is stored.
+
+        Parameters
+        ----------
+        value : datetime or None
+            The value bound; a naive one is taken to be UTC.
+        dialect : Dialect
+            The database's dialect (unused).
+
+        Returns
+        -------
+        datetime or None
+            ``value``, timezone-aware.
+        """
         if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value
 
-    def process_result_value(self, value, dialect):
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Mark a timestamp read without a zone (SQLite) as UTC.
+
+        Parameters
+        ----------
+        value : datetime or None
+            The value read.
+        dialect : Dialect
+            The database's dialect (unused).
+
+        Returns
+        -------
+        datetime or None
+            ``value``, timezone-aware.
+        """
         if value is not None and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value
 
 
 def utcnow() -> datetime:
-    """Timezone-aware now, in UTC."""
-    return datetime.now(timezone.utc)
+    """Timezone-aware now, in UTC.
+
+    Returns
+    -------
+    datetime
+        The current time with ``tzinfo=UTC``.
+    """
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):
@@ -121,7 +156,7 @@ class Workspace(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(128))
-    config: Mapped[dict] = mapped_column(JSON, default=dict)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
@@ -150,7 +185,7 @@ class NodeVersion(Base):
     parent_path: Mapped[str] = mapped_column(String(1024))
     name: Mapped[str] = mapped_column(String(255))
     node_type: Mapped[str] = mapped_column(String(255))
-    properties: Mapped[dict] = mapped_column(JSON, default=dict)
+    properties: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     order: Mapped[float | None] = mapped_column("sort_order", Float, nullable=True)
     deleted: Mapped[bool] = mapped_column(Boolean, default=False)
     content_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -178,7 +213,7 @@ class RelationVersion(Base):
     to_node_id: Mapped[str] = mapped_column(String(36))
     rel_type: Mapped[str] = mapped_column(String(255))
     weight: Mapped[float | None] = mapped_column(Float, nullable=True)
-    properties: Mapped[dict] = mapped_column(JSON, default=dict)
+    properties: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     deleted: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -308,10 +343,10 @@ class FunctionJob(Base):
     repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
     function: Mapped[str] = mapped_column(String(128))
     branch: Mapped[str] = mapped_column(String(255))
-    input: Mapped[dict] = mapped_column(JSON)
+    input: Mapped[dict[str, Any]] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(16), default="queued")
-    output: Mapped[dict | None] = mapped_column(JSON, nullable=True)
-    error: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
@@ -344,7 +379,21 @@ class QueueWorker(Base):
 
 
 def node_dict(version: NodeVersion, workspace: str) -> dict[str, Any]:
-    """The API shape of a node version."""
+    """The API shape of a node version.
+
+    Parameters
+    ----------
+    version : NodeVersion
+        The version shown.
+    workspace : str
+        Its workspace's name.
+
+    Returns
+    -------
+    dict
+        ``id``, ``workspace``, ``path``, ``name``, ``parent_path``, ``node_type``, ``properties``,
+        ``order``, ``revision`` and the ISO 8601 ``created_at`` and ``updated_at``.
+    """
     return {
         "id": version.node_id,
         "workspace": workspace,

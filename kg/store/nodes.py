@@ -7,19 +7,21 @@ import functools
 import json
 import math
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any, Iterable
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import ColumnElement, Select, bindparam
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
-from kg.store.paths import ancestors_of, name_of, parent_of, validate_path, validate_prefix
+from kg.store.paths import ancestors_of, name_of, parent_of, validate_prefix
+from kg.store.paths import validate_path as validate_path  # re-exported: kg.ops.nodes, kg.ragnode.service
 from kg.store.references import index_references
 from kg.store.repos import BranchView, WriteContext, workspace_id
-from kg.store.visibility import visible_select
+from kg.store.visibility import Chain, visible_select
 
 FOLDER_TYPE = "kg:Folder"
 MAX_PROPERTIES_BYTES = 8 * 1024 * 1024
@@ -77,9 +79,20 @@ class NodeWrite:
 def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
     """Check a node's type, properties and order.
 
+    Parameters
+    ----------
+    node_type : str
+        A non-empty type name of at most 255 characters.
+    properties : dict
+        A JSON object, at most ``MAX_PROPERTIES_BYTES`` (8 MiB) as compact JSON, no NaN or
+        infinity.
+    order : float or None
+        A finite sort position among siblings, or None.
+
     Raises
     ------
     kg.errors.InvalidInput
+        Which of the three is wrong, and why.
     """
     if not isinstance(node_type, str) or not node_type.strip() or len(node_type) > 255:
         raise InvalidInput("node_type must be a non-empty string of at most 255 characters")
@@ -97,24 +110,63 @@ def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def _find_node_stmt(chain: tuple[tuple[int, int], ...]):
+def _find_node_stmt(chain: tuple[tuple[int, int], ...]) -> Select[Any]:
     """The address lookup of a branch state (its chain), built once: the values are bound
     parameters, so a write touching many nodes does not rebuild the window query per node."""
     stmt, _ = visible_select(
-        NodeVersion, SimpleNamespace(chain=chain), (NodeVersion.workspace_id, NodeVersion.path),
+        NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
         NodeVersion.workspace_id == bindparam("find_wid"), NodeVersion.path == bindparam("find_path"),
     )
     return stmt
 
 
 def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
-    """The version of the node at ``workspace:path`` that ``view`` sees, or None."""
+    """The version of the node at ``workspace:path`` that ``view`` sees, or None.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    path : str
+        The node's path (not validated here).
+
+    Returns
+    -------
+    NodeVersion or None
+        The visible, live version; None when there is none (never created, or deleted).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+    """
     wid = workspace_id(view, workspace)
-    return session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
+    found: NodeVersion | None = session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
+    return found
 
 
 def get_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion:
     """The node at ``workspace:path``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    path : str
+        The node's path.
+
+    Returns
+    -------
+    NodeVersion
+        The visible version.
 
     Raises
     ------
@@ -134,7 +186,26 @@ def get_node(session: Session, view: BranchView, workspace: str, path: str) -> N
 
 
 def nodes_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> dict[str, NodeVersion]:
-    """The visible versions of the given node ids (deleted or unknown ids are absent)."""
+    """The visible versions of the given node ids (deleted or unknown ids are absent).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    node_ids : iterable of str
+        Node ids (:func:`node_uid`); duplicates are read once.
+
+    Returns
+    -------
+    dict of str to NodeVersion
+        Node id -> its visible, live version.
+
+    Notes
+    -----
+    One window query per 500 ids (``visible_select`` by node id).
+    """
     ids = list(dict.fromkeys(node_ids))
     out: dict[str, NodeVersion] = {}
     for start in range(0, len(ids), 500):
@@ -146,7 +217,8 @@ def nodes_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> 
 
 
 def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
-                    node_id: str, write: NodeWrite, created_at, deleted: bool = False) -> NodeVersion:
+                    node_id: str, write: NodeWrite, created_at: datetime | None,
+                    deleted: bool = False) -> NodeVersion:
     now = utcnow()
     version = NodeVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
@@ -161,6 +233,43 @@ def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
     return version
 
 
+def check_if_revision(current: NodeVersion | None, if_revision: int | None, workspace: str, path: str) -> None:
+    """Refuse a write based on a stale view of the node (optimistic concurrency).
+
+    ``if_revision`` is the revision the writer read the node at: the write is refused when the
+    node changed after it (or was deleted, or appeared when the writer saw none: ``0``).
+
+    Parameters
+    ----------
+    current : NodeVersion or None
+        The node's visible version in the write transaction (None: no node).
+    if_revision : int or None
+        The revision the writer read; None checks nothing.
+    workspace, path : str
+        The node's address, for the message.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``if_revision`` is not an integer >= 0.
+    kg.errors.Conflict
+        The node changed, was deleted or appeared after ``if_revision``.
+    """
+    if if_revision is None:
+        return
+    if isinstance(if_revision, bool) or not isinstance(if_revision, int) or if_revision < 0:
+        raise InvalidInput("if_revision must be an integer >= 0", details={"if_revision": if_revision})
+    if current is None and if_revision > 0:
+        raise Conflict(f"node {workspace}:{path} no longer exists (if_revision={if_revision})",
+                       details={"workspace": workspace, "path": path, "if_revision": if_revision})
+    if current is not None and current.revision > if_revision:
+        raise Conflict(
+            f"node {workspace}:{path} changed at revision {current.revision}, after {if_revision}",
+            details={"workspace": workspace, "path": path, "if_revision": if_revision,
+                     "revision": current.revision},
+        )
+
+
 def put_node(
     session: Session,
     ctx: WriteContext,
@@ -169,17 +278,31 @@ def put_node(
     write: NodeWrite,
     *,
     parents: bool = False,
+    if_revision: int | None = None,
+    validated: bool = False,
 ) -> tuple[NodeVersion, bool]:
     """Create or replace the node at ``workspace:path`` on the context's branch.
 
     Parameters
     ----------
+    session : Session
+        The write transaction.
     ctx : WriteContext
         The transaction's revision.
+    workspace : str
+        Workspace name.
+    path : str
+        The node's path.
     write : NodeWrite
         Type, properties (replaced whole), order and content key.
     parents : bool
         Create missing ancestors as ``kg:Folder`` nodes instead of refusing.
+    if_revision : int or None
+        Refuse the write if the node changed after this revision (:func:`check_if_revision`),
+        checked on the one lookup of the node this write makes.
+    validated : bool
+        The caller has checked ``write`` with :func:`validate_node_input` already (the
+        text-writing path does, before planning the text), so it is not checked twice.
 
     Returns
     -------
@@ -193,11 +316,16 @@ def put_node(
         Bad path or properties.
     kg.errors.NotFound
         Unknown workspace, or a missing parent without ``parents``.
+    kg.errors.Conflict
+        The node changed after ``if_revision``.
     """
     validate_path(path)
-    validate_node_input(write.node_type, write.properties, write.order)
+    if not validated:
+        validate_node_input(write.node_type, write.properties, write.order)
     view = ctx.view
     wid = workspace_id(view, workspace)
+    existing = find_node(session, view, workspace, path)
+    check_if_revision(existing, if_revision, workspace, path)
     parent = parent_of(path)
     if parent != "/" and find_node(session, view, workspace, parent) is None:
         if not parents:
@@ -209,7 +337,6 @@ def put_node(
             if find_node(session, view, workspace, ancestor) is None:
                 _insert_version(session, ctx, wid, ancestor, node_id=node_uid(ctx.repo.uid, wid, ancestor),
                                 write=NodeWrite(FOLDER_TYPE, {}, None, None), created_at=None)
-    existing = find_node(session, view, workspace, path)
     node_id = node_uid(ctx.repo.uid, wid, path)
     if existing is None:
         return _insert_version(session, ctx, wid, path, node_id=node_id, write=write,
@@ -219,7 +346,25 @@ def put_node(
 
 
 def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Shallow merge: keys of ``patch`` replace, a ``None`` value removes the key."""
+    """Shallow merge: keys of ``patch`` replace, a ``None`` value removes the key.
+
+    Parameters
+    ----------
+    current : dict
+        The node's properties (not modified).
+    patch : dict
+        The keys to set, or to remove with a ``None`` value.
+
+    Returns
+    -------
+    dict
+        A new dict.
+
+    Examples
+    --------
+    >>> merge_properties({"a": 1, "b": 2}, {"b": None, "c": 3})
+    {'a': 1, 'c': 3}
+    """
     merged = dict(current)
     for key, value in patch.items():
         if value is None:
@@ -230,7 +375,29 @@ def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str
 
 
 def children_exist(session: Session, view: BranchView, workspace: str, path: str) -> bool:
-    """Whether the node at ``path`` has at least one visible child."""
+    """Whether the node at ``path`` has at least one visible child.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    path : str
+        The parent's path.
+
+    Returns
+    -------
+    bool
+        True when some live node has ``path`` as its parent.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+    """
     wid = workspace_id(view, workspace)
     stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                              NodeVersion.workspace_id == wid, NodeVersion.parent_path == path)
@@ -238,7 +405,29 @@ def children_exist(session: Session, view: BranchView, workspace: str, path: str
 
 
 def descendants(session: Session, view: BranchView, workspace: str, path: str) -> list[NodeVersion]:
-    """Every visible node strictly below ``path``."""
+    """Every visible node strictly below ``path``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    path : str
+        The ancestor's path (itself not included).
+
+    Returns
+    -------
+    list of NodeVersion
+        The live versions whose path starts with ``path + "/"``, in no particular order.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+    """
     wid = workspace_id(view, workspace)
     stmt, alias = visible_select(
         NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
@@ -341,7 +530,22 @@ def remove_relations_of(session: Session, ctx: WriteContext, node_ids: Iterable[
 
 
 def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> RelationVersion:
-    """The version that removes ``edge`` on the context's branch at its revision."""
+    """The version that removes ``edge`` on the context's branch at its revision.
+
+    Parameters
+    ----------
+    ctx : WriteContext
+        The revision the tombstone is written at.
+    edge : RelationVersion
+        The visible version of the edge to remove.
+    now : datetime
+        Its ``created_at``, timezone-aware UTC.
+
+    Returns
+    -------
+    RelationVersion
+        A new, unsaved tombstone (``deleted=True``, empty properties, the edge's weight).
+    """
     return RelationVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
         from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type,
@@ -349,12 +553,28 @@ def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> Re
     )
 
 
-def _sort_key(v: NodeVersion) -> tuple:
+def _sort_key(v: NodeVersion) -> tuple[bool, float, str]:
     return (v.order is None, v.order if v.order is not None else 0.0, v.name)
 
 
 def list_children(session: Session, view: BranchView, workspace: str, parent: str) -> list[NodeVersion]:
     """The children of ``parent`` (``/`` for top level) in ``order``, then name.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    parent : str
+        The parent's path, or ``/`` for the top level.
+
+    Returns
+    -------
+    list of NodeVersion
+        Nodes with an ``order`` first (ascending), then the rest, each group by name.
 
     Raises
     ------
@@ -372,16 +592,45 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
 
 
 def encode_cursor(path: str) -> str:
-    """An opaque pagination cursor after ``path``."""
+    """An opaque pagination cursor after ``path``.
+
+    Parameters
+    ----------
+    path : str
+        The last path of a page.
+
+    Returns
+    -------
+    str
+        URL-safe base64 of the path's UTF-8 bytes, unpadded; :func:`decode_cursor` inverts it.
+
+    Examples
+    --------
+    >>> encode_cursor("/a/b")
+    'L2EvYg'
+    >>> decode_cursor(encode_cursor("/entities/acmé"))
+    '/entities/acmé'
+    """
     return base64.urlsafe_b64encode(path.encode()).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> str:
     """The path a cursor points after.
 
+    Parameters
+    ----------
+    cursor : str
+        A cursor from :func:`encode_cursor`.
+
+    Returns
+    -------
+    str
+        The path.
+
     Raises
     ------
     kg.errors.InvalidInput
+        Not base64 of UTF-8 text.
     """
     try:
         return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
@@ -393,6 +642,21 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
                 limit: int = 1000, cursor: str | None = None) -> tuple[list[NodeVersion], str | None]:
     """Nodes whose path starts with ``prefix``, by path, one page at a time.
 
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    prefix : str
+        ``/`` for every node, or a path prefix (:func:`kg.store.paths.validate_prefix`).
+    limit : int, default 1000
+        Page size, 1 to 10000.
+    cursor : str or None, optional
+        The previous page's ``next_cursor``; None for the first page.
+
     Returns
     -------
     (nodes, next_cursor)
@@ -402,6 +666,8 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
     ------
     kg.errors.InvalidInput
         Bad prefix, cursor or limit.
+    kg.errors.NotFound
+        Unknown workspace.
     """
     validate_prefix(prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
@@ -425,8 +691,26 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
 
     ``with_properties=False`` leaves the (possibly large) properties unloaded: reading them
     afterwards is an error, so use it only when they are not needed.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace_ids : list of int or None, optional
+        Only these workspaces (by id); None for all.
+    path_prefix : str or None, optional
+        Only paths starting with it (a plain string prefix); None or ``/`` for all.
+    with_properties : bool, default True
+        Load the properties.
+
+    Returns
+    -------
+    list of NodeVersion
+        The live versions, in no particular order.
     """
-    where = []
+    where: list[ColumnElement[bool]] = []
     if workspace_ids is not None:
         where.append(NodeVersion.workspace_id.in_(workspace_ids))
     if path_prefix and path_prefix != "/":
@@ -438,5 +722,18 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
 
 
 def workspace_by_id(session: Session, wid: int) -> Workspace:
-    """The workspace row with id ``wid``."""
+    """The workspace row with id ``wid``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    wid : int
+        The workspace's id.
+
+    Returns
+    -------
+    Workspace
+        The row.
+    """
     return session.get_one(Workspace, wid)

@@ -21,6 +21,7 @@ def validate_path(path: str) -> str:
     Parameters
     ----------
     path : str
+        The node path, at most 1024 characters, each segment at most 255.
 
     Returns
     -------
@@ -31,6 +32,15 @@ def validate_path(path: str) -> str:
     ------
     kg.errors.InvalidInput
         With the reason and ``details={"path": path}``.
+
+    Examples
+    --------
+    >>> validate_path("/entities/acme")
+    '/entities/acme'
+    >>> validate_path("/entities//acme")
+    Traceback (most recent call last):
+    ...
+    kg.errors.InvalidInput: invalid path '/entities//acme': empty segment ('//')
     """
     def bad(reason: str) -> InvalidInput:
         return InvalidInput(f"invalid path {path!r}: {reason}", details={"path": path})
@@ -60,7 +70,28 @@ def validate_path(path: str) -> str:
 
 
 def validate_prefix(prefix: str) -> str:
-    """Check a listing prefix: ``/`` or a valid path, optionally with a trailing ``/``."""
+    """Check a listing prefix: ``/`` or a valid path, optionally with a trailing ``/``.
+
+    Parameters
+    ----------
+    prefix : str
+        The prefix of the paths to list.
+
+    Returns
+    -------
+    str
+        ``prefix``, unchanged (the trailing ``/`` is kept).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        The prefix without its trailing ``/`` is not a valid path.
+
+    Examples
+    --------
+    >>> validate_prefix("/entities/")
+    '/entities/'
+    """
     if prefix == "/":
         return prefix
     validate_path(prefix[:-1] if prefix.endswith("/") and len(prefix) > 1 else prefix)
@@ -68,18 +99,68 @@ def validate_prefix(prefix: str) -> str:
 
 
 def parent_of(path: str) -> str:
-    """The parent path (``/`` for a top-level node)."""
+    """The parent path (``/`` for a top-level node).
+
+    Parameters
+    ----------
+    path : str
+        A valid node path (not checked).
+
+    Returns
+    -------
+    str
+        The path without its last segment, or ``/``.
+
+    Examples
+    --------
+    >>> parent_of("/entities/acme"), parent_of("/entities")
+    ('/entities', '/')
+    """
     head = path.rsplit("/", 1)[0]
     return head or "/"
 
 
 def name_of(path: str) -> str:
-    """The last segment of a path: the node's name."""
+    """The last segment of a path: the node's name.
+
+    Parameters
+    ----------
+    path : str
+        A valid node path (not checked).
+
+    Returns
+    -------
+    str
+        The text after the last ``/``.
+
+    Examples
+    --------
+    >>> name_of("/entities/acme")
+    'acme'
+    """
     return path.rsplit("/", 1)[1]
 
 
 def ancestors_of(path: str) -> list[str]:
-    """Every ancestor path from the top level down, excluding ``/`` and ``path`` itself."""
+    """Every ancestor path from the top level down, excluding ``/`` and ``path`` itself.
+
+    Parameters
+    ----------
+    path : str
+        A valid node path (not checked).
+
+    Returns
+    -------
+    list of str
+        The ancestors, shortest first; empty for a top-level node.
+
+    Examples
+    --------
+    >>> ancestors_of("/a/b/c")
+    ['/a', '/a/b']
+    >>> ancestors_of("/a")
+    []
+    """
     parts = path[1:].split("/")
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
 
@@ -90,9 +171,31 @@ def validate_name(kind: str, name: str) -> str:
     Names start with a letter or digit and use letters, digits, ``.``, ``_``, ``-`` and, for
     branches, ``/`` (``agent/rag-session-001``); at most 255 characters.
 
+    Parameters
+    ----------
+    kind : {"repository", "workspace", "branch"}
+        What is named: the message and ``details`` key, and whether ``/`` is allowed.
+    name : str
+        The name to check.
+
+    Returns
+    -------
+    str
+        ``name``.
+
     Raises
     ------
     kg.errors.InvalidInput
+        With the reason and ``details={kind: name}``.
+
+    Examples
+    --------
+    >>> validate_name("branch", "agent/rag-session-001")
+    'agent/rag-session-001'
+    >>> validate_name("workspace", "a/b")
+    Traceback (most recent call last):
+    ...
+    kg.errors.InvalidInput: invalid workspace name 'a/b': '/' is not allowed
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise InvalidInput(
@@ -114,10 +217,29 @@ def validate_name(kind: str, name: str) -> str:
 def parse_address(address: str, *, default_workspace: str | None = None) -> tuple[str, str]:
     """Split ``workspace:/path`` into (workspace, path); validate the path.
 
+    Parameters
+    ----------
+    address : str
+        ``workspace:/path``, or a bare ``/path`` when ``default_workspace`` is given.
+    default_workspace : str or None, optional
+        The workspace of a bare path.
+
+    Returns
+    -------
+    (workspace, path) : tuple of str
+        The workspace name (not checked to exist) and the validated path.
+
     Raises
     ------
     kg.errors.InvalidInput
         No workspace given and no default, or a bad path.
+
+    Examples
+    --------
+    >>> parse_address("knowledge:/entities/acme")
+    ('knowledge', '/entities/acme')
+    >>> parse_address("/entities/acme", default_workspace="knowledge")
+    ('knowledge', '/entities/acme')
     """
     if not isinstance(address, str):
         raise InvalidInput("a node address is a string 'workspace:/path'")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, insert, or_, select
+from sqlalchemy import SQLColumnExpression, and_, insert, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import InvalidInput
@@ -93,6 +93,8 @@ def index_references(session: Session, version: NodeVersion, *, workspace: str) 
 
     Parameters
     ----------
+    session : Session
+        The write transaction.
     version : NodeVersion
         Flushed (it has its id).
     workspace : str
@@ -127,9 +129,14 @@ def list_references(session: Session, view: BranchView, target: str, *, limit: i
 
     Parameters
     ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
     target : str
         A node address ``workspace:/path``. The node need not exist (a reference may dangle).
-    limit : int, 1..10,000
+    limit : int, default 1000
+        At most this many rows, 1 to 10,000.
 
     Returns
     -------
@@ -161,7 +168,9 @@ def list_references(session: Session, view: BranchView, target: str, *, limit: i
     on_chain = or_(*(and_(Reference.branch_id == b, Reference.revision <= r) for b, r in view.chain))
     sources = select(Reference.source_node_id).where(on_target, on_chain)
     stmt, alias = visible_select(NodeVersion, view, (NodeVersion.node_id,), NodeVersion.node_id.in_(sources))
-    name, node_path, key = Workspace.name, alias.path, Reference.property_key
+    name: SQLColumnExpression[str] = Workspace.name
+    node_path: SQLColumnExpression[str] = alias.path
+    key: SQLColumnExpression[str] = Reference.property_key
     if session.get_bind().dialect.name == "postgresql":
         name, node_path, key = name.collate("C"), node_path.collate("C"), key.collate("C")
     stmt = (stmt.add_columns(Workspace.name, Reference.property_key)

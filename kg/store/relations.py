@@ -15,10 +15,11 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Collection, Iterable, Iterator, Sequence
+from typing import Any
 
-from sqlalchemy import Select, and_, case, false, func, literal_column, or_, select, union_all
+from sqlalchemy import ColumnElement, Select, and_, case, false, func, literal_column, or_, select, union_all
 from sqlalchemy.orm import Session, aliased
 
 from kg.errors import InvalidInput
@@ -35,9 +36,25 @@ _KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.
 def validate_relation_type(rel_type: Any) -> str:
     """Check a relation type: a letter or ``_`` first, then letters, digits, ``_:-.``.
 
+    Parameters
+    ----------
+    rel_type : str
+        The type, at most 255 characters.
+
+    Returns
+    -------
+    str
+        ``rel_type``.
+
     Raises
     ------
     kg.errors.InvalidInput
+        Not a string, or not of that form.
+
+    Examples
+    --------
+    >>> validate_relation_type("schema:mentions")
+    'schema:mentions'
     """
     if not isinstance(rel_type, str) or not _TYPE_RE.match(rel_type):
         raise InvalidInput(
@@ -70,11 +87,18 @@ def relate(
 
     Parameters
     ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The transaction's revision on the branch.
     source, target : str
         Node addresses ``workspace:/path``.
     rel_type : str
+        The relation type (:func:`validate_relation_type`).
     weight : float, optional
+        A finite weight, or None (unweighted: sorted last by NEIGHBORS).
     properties : dict, optional
+        Plain JSON properties of the edge (replaced whole); None for none.
 
     Returns
     -------
@@ -112,18 +136,47 @@ def relate(
 
 def find_relation(session: Session, view: BranchView, from_id: str, to_id: str,
                   rel_type: str) -> RelationVersion | None:
-    """The visible version of one edge, or None."""
+    """The visible version of one edge, or None.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    from_id, to_id : str
+        The endpoints' node ids.
+    rel_type : str
+        The relation type.
+
+    Returns
+    -------
+    RelationVersion or None
+        The live version of the edge (endpoints not checked), or None.
+    """
     stmt, _ = visible_select(
         RelationVersion, view, _KEY,
         RelationVersion.from_node_id == from_id, RelationVersion.to_node_id == to_id,
         RelationVersion.rel_type == rel_type,
     )
-    return session.scalar(stmt)
+    found: RelationVersion | None = session.scalar(stmt)
+    return found
 
 
 def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
              rel_type: str | None = None) -> int:
     """Remove the edges from ``source`` to ``target`` (of ``rel_type``, or of every type).
+
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The revision the tombstones are written at.
+    source, target : str
+        Node addresses ``workspace:/path``.
+    rel_type : str or None, optional
+        The type of the edge to remove; None removes every type between the two.
 
     Returns
     -------
@@ -133,6 +186,7 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
     Raises
     ------
     kg.errors.InvalidInput
+        Bad address or type.
     kg.errors.NotFound
         An endpoint does not exist.
     """
@@ -155,7 +209,22 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
 
 def visible_relations(session: Session, view: BranchView, *, node_ids: Iterable[str] | None = None,
                       ) -> list[RelationVersion]:
-    """Visible edges (touching ``node_ids`` when given) whose endpoints are both visible."""
+    """Visible edges (touching ``node_ids`` when given) whose endpoints are both visible.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    node_ids : iterable of str or None, optional
+        Only edges from or to these nodes; None for every edge of the branch.
+
+    Returns
+    -------
+    list of RelationVersion
+        Live edges between live nodes, in no particular order.
+    """
     where = []
     if node_ids is not None:
         ids = list(node_ids)
@@ -189,8 +258,17 @@ class NeighborRow:
 
 
 def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_000,
-                      ) -> Iterator[tuple[str, str, str, float | None, dict | None]]:
+                      ) -> Iterator[tuple[str, str, str, float | None, dict[str, Any] | None]]:
     """Stream the branch's visible, not deleted relations (endpoints not checked).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction, open while the iterator is consumed.
+    view : BranchView
+        The branch state read.
+    batch : int, default 20000
+        Rows fetched per round trip.
 
     Yields
     ------
@@ -213,6 +291,20 @@ def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_
 def read_node_addresses(session: Session, view: BranchView, node_ids: Collection[str] | None = None,
                         ) -> dict[str, tuple[int, str]]:
     """``{node id: (workspace id, path)}`` of the live nodes among ``node_ids`` (all: None).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    node_ids : collection of str or None, optional
+        The nodes wanted; None for every live node of the branch.
+
+    Returns
+    -------
+    dict of str to (int, str)
+        Node id -> (workspace id, path); deleted or unknown ids are absent.
 
     Notes
     -----
@@ -239,9 +331,23 @@ def read_node_addresses(session: Session, view: BranchView, node_ids: Collection
 
 
 def list_relation_changes(session: Session, *, branch_id: int, after: int, upto: int,
-                            ) -> list[tuple[str, str, str, float | None, dict | None, bool]]:
+                            ) -> list[tuple[str, str, str, float | None, dict[str, Any] | None, bool]]:
     """Every relation version written on one branch with ``after < revision <= upto``, oldest
     first: ``(from id, type, to id, weight, properties, deleted)``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    branch_id : int
+        The branch whose own versions are read (not its ancestors').
+    after, upto : int
+        The revision interval, open below and closed above.
+
+    Returns
+    -------
+    list of (str, str, str, float or None, dict or None, bool)
+        One tuple per version, in revision then id order.
 
     Notes
     -----
@@ -252,13 +358,31 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
             .where(RelationVersion.branch_id == branch_id, RelationVersion.revision > after,
                    RelationVersion.revision <= upto)
             .order_by(RelationVersion.revision, RelationVersion.id))
-    return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
+    return [tuple(row) for row in session.execute(stmt)]
 
 
 def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int,
                         ) -> list[tuple[str, int, str, bool]]:
-    """Every node version written on one branch with ``after < revision <= upto``, oldest first:
-    ``(node id, workspace id, path, deleted)`` (served by ``ix_node_versions_branch_revision``)."""
+    """Every node version written on one branch with ``after < revision <= upto``, oldest first.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    branch_id : int
+        The branch whose own versions are read (not its ancestors').
+    after, upto : int
+        The revision interval, open below and closed above.
+
+    Returns
+    -------
+    list of (str, int, str, bool)
+        ``(node id, workspace id, path, deleted)`` per version, in revision then id order.
+
+    Notes
+    -----
+    Served by ``ix_node_versions_branch_revision``; O(changes), whatever the branch size.
+    """
     stmt = (select(NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
             .where(NodeVersion.branch_id == branch_id, NodeVersion.revision > after,
                    NodeVersion.revision <= upto)
@@ -266,7 +390,7 @@ def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int
     return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
 
 
-def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: bool = True):
+def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: bool = True) -> ColumnElement[bool]:
     """The versions a chain allows. ``revision_index=False`` writes ``revision + 0``: without
     statistics SQLite would otherwise read one node's edges through ``(branch_id, revision)``,
     that is the whole branch, instead of ``ix_relation_versions_key``."""
@@ -274,11 +398,11 @@ def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: b
     return or_(*(and_(model.branch_id == b, rev <= r) for b, r in chain)) if chain else false()
 
 
-def _chain_priority(model: Any, chain: Sequence[tuple[int, int]]):
+def _chain_priority(model: Any, chain: Sequence[tuple[int, int]]) -> ColumnElement[Any]:
     return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id, else_=len(chain))
 
 
-def _edge_winners(view: BranchView, mine: str, node_id: str, *where: Any) -> tuple[Select, Any]:
+def _edge_winners(view: BranchView, mine: str, node_id: str, *where: Any) -> tuple[Select[Any], Any]:
     """``visible_select`` of the relations whose endpoint ``mine`` (``"from_node_id"`` or
     ``"to_node_id"``) is ``node_id``; returns the select and the aliased entity.
 
@@ -308,9 +432,16 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
 
     Parameters
     ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
     node_id : str
+        The node whose edges are listed.
     direction : {"OUT", "IN", "BOTH"}
+        Outgoing edges, incoming edges, or both.
     types : collection of str, optional
+        Only edges of these relation types; None or empty for every type.
     limit, offset : int
         The page of the ordered edges to return (ask ``limit + 1`` to learn whether more exist).
 
@@ -347,8 +478,8 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
               .order_by(_chain_priority(NodeVersion, view.chain), NodeVersion.revision.desc(),
                         NodeVersion.id.desc())
               .limit(1).correlate(edges).scalar_subquery())
-    address = Workspace.name + ":" + NodeVersion.path
-    rel_type = edges.c.rel_type
+    address: ColumnElement[str] = Workspace.name + ":" + NodeVersion.path
+    rel_type: ColumnElement[str] = edges.c.rel_type
     if session.get_bind().dialect.name == "postgresql":
         address, rel_type = address.collate("C"), rel_type.collate("C")
     stmt = (select(edges.c.other, Workspace.name, NodeVersion.path, edges.c.rel_type, edges.c.weight,

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import (
@@ -138,7 +140,7 @@ def _allocate_revision(session: Session, view: BranchView, expected: int, *, mes
     ).scalar_one()
     if number != expected:  # the row lock of begin_write makes this impossible
         raise RuntimeError(f"revision {number} allocated where {expected} was locked for")
-    repo.head_revision = number
+    set_committed_value(repo, "head_revision", number)  # the UPDATE above wrote it already
     branch.head_revision = number
     session.add(Revision(repo_id=repo.id, number=number, branch_id=branch.id, message=message,
                          actor=actor, created_at=utcnow()))
@@ -151,6 +153,18 @@ def _allocate_revision(session: Session, view: BranchView, expected: int, *, mes
 
 def create_repository(session: Session, *, name: str) -> Repository:
     """Create a repository with its ``main`` branch.
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    name : str
+        Letters, digits, ``-``, ``_`` and ``.``.
+
+    Returns
+    -------
+    Repository
+        The new repository (flushed: it has its id and uid).
 
     Raises
     ------
@@ -177,13 +191,29 @@ def create_repository(session: Session, *, name: str) -> Repository:
 def get_repository(session: Session, name: str, *, lock: bool = False) -> Repository:
     """The repository called ``name``; ``lock`` takes its row lock (PostgreSQL).
 
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    name : str
+        The repository's name.
+    lock : bool
+        ``SELECT ... FOR UPDATE``: writers of the repository serialise on it; the row is then
+        read as of the lock, even if this session loaded it earlier (``populate_existing``:
+        one statement, no refresh).
+
+    Returns
+    -------
+    Repository
+        The repository row (locked when ``lock``).
+
     Raises
     ------
     kg.errors.NotFound
     """
     stmt = select(Repository).where(Repository.name == name)
     if lock:
-        stmt = stmt.with_for_update()
+        stmt = stmt.with_for_update().execution_options(populate_existing=True)
     repo = session.scalar(stmt)
     if repo is None:
         raise NotFound(f"repository {name!r} not found", details={"repo": name})
@@ -191,12 +221,30 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
 
 
 def list_repositories(session: Session) -> list[Repository]:
-    """Every repository, by name."""
+    """Every repository, by name.
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+
+    Returns
+    -------
+    list of Repository
+        Every repository, by name.
+    """
     return list(session.scalars(select(Repository).order_by(Repository.name)))
 
 
 def delete_repository(session: Session, name: str) -> None:
     """Delete a repository and everything in it.
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    name : str
+        The repository's name.
 
     Raises
     ------
@@ -205,12 +253,12 @@ def delete_repository(session: Session, name: str) -> None:
     repo = get_repository(session, name, lock=True)
     # Children before parents: branch rows reference each other.
     for model in (RelationVersion, NodeVersion, Revision, Merge, Chunk):
-        session.execute(model.__table__.delete().where(model.repo_id == repo.id))
+        session.execute(cast(Table, model.__table__).delete().where(model.repo_id == repo.id))
     branches = list(session.scalars(select(Branch).where(Branch.repo_id == repo.id)))
     for branch in sorted(branches, key=lambda b: -_depth(b, {x.id: x for x in branches})):
         session.delete(branch)
         session.flush()
-    session.execute(Workspace.__table__.delete().where(Workspace.repo_id == repo.id))
+    session.execute(cast(Table, Workspace.__table__).delete().where(Workspace.repo_id == repo.id))
     session.delete(repo)
     session.flush()
 
@@ -227,9 +275,25 @@ def _depth(branch: Branch, by_id: dict[int, Branch]) -> int:
 
 
 def create_workspace(
-    session: Session, repo: Repository, *, name: str, config: dict | None = None
+    session: Session, repo: Repository, *, name: str, config: dict[str, Any] | None = None
 ) -> Workspace:
     """Create a workspace in ``repo``.
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    repo : Repository
+        The repository.
+    name : str
+        Letters, digits, ``-``, ``_`` and ``.``.
+    config : dict, optional
+        Its settings (``{"embedding": {...}}``).
+
+    Returns
+    -------
+    Workspace
+        The new workspace (flushed).
 
     Raises
     ------
@@ -256,6 +320,20 @@ def create_workspace(
 def get_workspace(session: Session, repo: Repository, name: str) -> Workspace:
     """The workspace ``name`` of ``repo``.
 
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    repo : Repository
+        The repository.
+    name : str
+        The workspace's name.
+
+    Returns
+    -------
+    Workspace
+        The workspace row.
+
     Raises
     ------
     kg.errors.NotFound
@@ -272,7 +350,20 @@ def get_workspace(session: Session, repo: Repository, name: str) -> Workspace:
 
 
 def list_workspaces(session: Session, repo: Repository) -> list[Workspace]:
-    """The workspaces of ``repo``, by name."""
+    """The workspaces of ``repo``, by name.
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    repo : Repository
+        The repository.
+
+    Returns
+    -------
+    list of Workspace
+        The workspaces, by name.
+    """
     return list(
         session.scalars(select(Workspace).where(Workspace.repo_id == repo.id).order_by(Workspace.name))
     )
@@ -289,6 +380,20 @@ def _branches(session: Session, repo: Repository) -> dict[str, Branch]:
 def get_branch(session: Session, repo: Repository, name: str) -> Branch:
     """The branch ``name`` of ``repo``.
 
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    repo : Repository
+        The repository.
+    name : str
+        The branch's name.
+
+    Returns
+    -------
+    Branch
+        The branch row.
+
     Raises
     ------
     kg.errors.NotFound
@@ -302,7 +407,20 @@ def get_branch(session: Session, repo: Repository, name: str) -> Branch:
 
 
 def list_branches(session: Session, repo: Repository) -> list[Branch]:
-    """The branches of ``repo``, by name."""
+    """The branches of ``repo``, by name.
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    repo : Repository
+        The repository.
+
+    Returns
+    -------
+    list of Branch
+        The branches, by name.
+    """
     return sorted(_branches(session, repo).values(), key=lambda b: b.name)
 
 
@@ -318,6 +436,8 @@ def create_branch(
 
     Parameters
     ----------
+    session : Session
+        An open session (a write transaction for writes).
     repo : Repository
         Locked by the caller (``get_repository(..., lock=True)``) so that two creations of
         one name serialise.
@@ -331,6 +451,7 @@ def create_branch(
     Returns
     -------
     Branch
+        The new branch (flushed), its ``head_revision`` equal to its ``base_revision``.
 
     Raises
     ------
@@ -375,6 +496,15 @@ def create_branch(
 def delete_branch(session: Session, repo: Repository, name: str) -> None:
     """Delete a branch and the versions written on it.
 
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    repo : Repository
+        The repository.
+    name : str
+        The branch's name (not ``main``).
+
     Raises
     ------
     kg.errors.NotFound
@@ -391,15 +521,28 @@ def delete_branch(session: Session, repo: Repository, name: str) -> None:
             details={"branch": name, "children": sorted(children)},
         )
     for model in (RelationVersion, NodeVersion, Revision):
-        session.execute(model.__table__.delete().where(model.branch_id == branch.id))
-    session.execute(Merge.__table__.delete().where(
+        session.execute(cast(Table, model.__table__).delete().where(model.branch_id == branch.id))
+    session.execute(cast(Table, Merge.__table__).delete().where(
         (Merge.source_branch_id == branch.id) | (Merge.target_branch_id == branch.id)))
     session.delete(branch)
     session.flush()
 
 
 def parent_name(session: Session, branch: Branch) -> str | None:
-    """Name of the branch's parent, or None for ``main``."""
+    """Name of the branch's parent, or None for ``main``.
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    branch : Branch
+        The branch.
+
+    Returns
+    -------
+    str or None
+        The parent's name; None for ``main``.
+    """
     if branch.parent_id is None:
         return None
     return session.scalar(select(Branch.name).where(Branch.id == branch.parent_id))
@@ -412,6 +555,20 @@ def branch_view(
     session: Session, repo_name: str, branch_name: str = MAIN, *, at_revision: int | None = None
 ) -> BranchView:
     """Resolve what ``branch_name`` sees (at ``at_revision``, default its head).
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    repo_name, branch_name : str
+        The repository and the branch (default ``main``).
+    at_revision : int or None
+        Read as of this revision (``0..head``); None: the branch's head.
+
+    Returns
+    -------
+    BranchView
+        The branch and its ancestors, each capped at the revision it is read as of.
 
     Raises
     ------
@@ -481,6 +638,7 @@ def begin_write(
     Returns
     -------
     WriteContext
+        The write's place on the branch; its revision is allocated by the first write.
 
     Raises
     ------
@@ -491,20 +649,44 @@ def begin_write(
     """
     if actor is not None and len(actor) > MAX_ACTOR:
         raise InvalidInput(f"actor is longer than {MAX_ACTOR} characters", details={"length": len(actor)})
-    repo = get_repository(session, repo_name, lock=True)
-    session.refresh(repo)  # the head as of the lock, not as of an earlier read in this session
+    repo = get_repository(session, repo_name, lock=True)  # the head as of the lock
     pending = repo.head_revision + 1
     view = _view(session, repo, branch_name, None, own_cap=pending)
     return WriteContext(session, view, pending, message=message, actor=actor)
 
 
 def count_branch_children(session: Session, branch: Branch) -> int:
-    """How many branches were created from ``branch``."""
+    """How many branches were created from ``branch``.
+
+    Parameters
+    ----------
+    session : Session
+        An open session (a write transaction for writes).
+    branch : Branch
+        The branch.
+
+    Returns
+    -------
+    int
+        The number of branches whose parent is ``branch``.
+    """
     return session.scalar(select(func.count()).where(Branch.parent_id == branch.id)) or 0
 
 
 def workspace_id(view: BranchView, workspace: str) -> int:
     """The id of ``workspace`` in the view's repository.
+
+    Parameters
+    ----------
+    view : BranchView
+        A view of the repository (its workspaces are loaded with it).
+    workspace : str
+        A workspace name.
+
+    Returns
+    -------
+    int
+        The workspace's id.
 
     Raises
     ------

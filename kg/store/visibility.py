@@ -11,33 +11,44 @@ versions by (chain position, revision desc) and keep the first.
 from __future__ import annotations
 
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Select, and_, case, false, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, case, false, func, or_, select
 
 from kg.store.repos import BranchView
 
 
+@dataclass(frozen=True)
+class Chain:
+    """Only a branch state's chain: what :func:`visible_select` reads of a view."""
+
+    chain: tuple[tuple[int, int], ...]
+
+
 @functools.lru_cache(maxsize=1024)
-def _chain_filter(model: Any, chain: tuple[tuple[int, int], ...]):
+def _chain_filter(model: Any, chain: tuple[tuple[int, int], ...]) -> ColumnElement[bool]:
     return or_(*(and_(model.branch_id == b, model.revision <= r) for b, r in chain)) if chain else false()
 
 
 @functools.lru_cache(maxsize=1024)
-def _priority(model: Any, chain: tuple[tuple[int, int], ...]):
+def _priority(model: Any, chain: tuple[tuple[int, int], ...]) -> ColumnElement[Any]:
     if len(chain) == 1:
         return func.abs(0)
     return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id)
 
 
-def visible_select(model: Any, view: BranchView, partition: Sequence[Any], *where: Any,
-                   include_deleted: bool = False) -> tuple[Select, Any]:
+def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any], *where: Any,
+                   include_deleted: bool = False) -> tuple[Select[Any], Any]:
     """Select the versions of ``model`` that ``view`` sees: one per entity, its winner.
 
     Parameters
     ----------
     model : NodeVersion or RelationVersion
-    view : BranchView
+        The versioned entity's model.
+    view : BranchView or Chain
+        The branch state read: only its ``chain`` is used.
     partition : sequence of columns
         What identifies one entity (``workspace_id, path`` for nodes by address, ``node_id``
         for nodes by id, ``from_node_id, rel_type, to_node_id`` for relations).

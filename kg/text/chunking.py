@@ -948,7 +948,7 @@ class _Cut:
         if not cuts:
             return None
         bounds = [lo, *cuts, hi]
-        return list(zip(bounds, bounds[1:]))
+        return list(zip(bounds, bounds[1:], strict=False))
 
     def _attached_start(self, text: str, lo: int, pos: int) -> int:
         """Move ``pos`` (a line start) up over the attached lines just above it."""

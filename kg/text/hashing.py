@@ -75,6 +75,16 @@ def content_key(fields: Mapping[str, str], *, chunking: str, model: str) -> str:
     kg.errors.InvalidInput
         A field name or value, ``chunking`` or ``model`` is not a string, or holds a lone
         surrogate.
+
+    Examples
+    --------
+    >>> key = content_key({"title": "A", "body": "b"}, chunking="words:150:0", model="fake:hash-64")
+    >>> key
+    '9949fd6d825b95c4e345ee59ce072ddc5ec8df283f2e8ab0d1e43ae7b7b8ee57'
+    >>> key == content_key({"body": "b", "title": "A"}, chunking="words:150:0", model="fake:hash-64")
+    True
+    >>> key == content_key({"title": "A", "body": "b"}, chunking="words:150:0", model="fake:other-64")
+    False
     """
     for name, value in fields.items():
         if not isinstance(name, str) or not isinstance(value, str):

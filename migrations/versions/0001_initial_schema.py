@@ -1,13 +1,12 @@
 """initial schema
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-29 21:34:39.825301
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0001'
 down_revision = None
@@ -95,7 +94,8 @@ def upgrade() -> None:
     with op.batch_alter_table('node_versions', schema=None) as batch_op:
         batch_op.create_index('ix_node_versions_content_key', ['repo_id', 'content_key'], unique=False)
         batch_op.create_index('ix_node_versions_node_id', ['branch_id', 'node_id', 'revision'], unique=False)
-        batch_op.create_index('ix_node_versions_parent', ['branch_id', 'workspace_id', 'parent_path', 'revision'], unique=False)
+        batch_op.create_index('ix_node_versions_parent', ['branch_id', 'workspace_id', 'parent_path', 'revision'],
+                              unique=False)
         batch_op.create_index('ix_node_versions_path', ['branch_id', 'workspace_id', 'path', 'revision'], unique=False)
 
     op.create_table('relation_versions',
@@ -115,7 +115,8 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id')
     )
     with op.batch_alter_table('relation_versions', schema=None) as batch_op:
-        batch_op.create_index('ix_relation_versions_key', ['branch_id', 'from_node_id', 'rel_type', 'to_node_id', 'revision'], unique=False)
+        batch_op.create_index('ix_relation_versions_key',
+                              ['branch_id', 'from_node_id', 'rel_type', 'to_node_id', 'revision'], unique=False)
         batch_op.create_index('ix_relation_versions_to', ['branch_id', 'to_node_id', 'revision'], unique=False)
 
     op.create_table('revisions',

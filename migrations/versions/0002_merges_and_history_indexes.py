@@ -5,9 +5,8 @@ Revises: 0001
 Create Date: 2026-11-29 22:00:36.025966
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0002'
 down_revision = '0001'
@@ -30,7 +29,8 @@ def upgrade() -> None:
     sa.PrimaryKeyConstraint('id')
     )
     with op.batch_alter_table('merges', schema=None) as batch_op:
-        batch_op.create_index('ix_merges_pair', ['source_branch_id', 'target_branch_id', 'target_revision'], unique=False)
+        batch_op.create_index('ix_merges_pair', ['source_branch_id', 'target_branch_id', 'target_revision'],
+                              unique=False)
 
     with op.batch_alter_table('node_versions', schema=None) as batch_op:
         batch_op.create_index('ix_node_versions_branch_revision', ['branch_id', 'revision'], unique=False)

@@ -7,9 +7,8 @@ Create Date: 2026-11-29 22:39:23.236769
 (The file was planned as the third migration; the index job queue took revision 0003 first.)
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0004'
 down_revision = '0003'
@@ -35,7 +34,8 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('node_references', schema=None) as batch_op:
         batch_op.create_index('ix_node_references_source_version', ['source_version_id'], unique=False)
-        batch_op.create_index('ix_node_references_target', ['repo_id', 'target_workspace', 'target_path', 'branch_id', 'revision'], unique=False)
+        batch_op.create_index('ix_node_references_target',
+                              ['repo_id', 'target_workspace', 'target_path', 'branch_id', 'revision'], unique=False)
 
 
 def downgrade() -> None:

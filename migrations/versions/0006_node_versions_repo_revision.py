@@ -7,7 +7,6 @@ Create Date: 2026-11-30 05:00:00.000000
 
 from alembic import op
 
-
 revision = '0006'
 down_revision = '0005'
 branch_labels = None

@@ -5,9 +5,8 @@ Revises: 0006
 Create Date: 2026-11-30 06:10:00.000000
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0007'
 down_revision = '0006'

@@ -20,9 +20,8 @@ Create Date: 2026-12-01 09:30:00.000000
 
 import uuid
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0008'
 down_revision = '0007'
@@ -92,7 +91,7 @@ def upgrade() -> None:
         addresses.setdefault(node_id, (uids[repo_id], wid, path))
     # 1. extraction records are named by their document's id: rename them to its new id
     renames = {}
-    for node_id, (repo_uid, wid, path) in addresses.items():
+    for node_id, (_repo_uid, _wid, path) in addresses.items():
         if path.startswith(EXTRACTIONS):
             old_doc = path[len(EXTRACTIONS):]
             if old_doc in addresses:

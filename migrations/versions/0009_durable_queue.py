@@ -10,9 +10,8 @@ Revises: 0008
 Create Date: 2026-12-01 09:00:00.000000
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0009'
 down_revision = '0008'

@@ -9,9 +9,8 @@ Revises: 0009
 Create Date: 2026-12-01 11:40:00.000000
 """
 
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0010'
 down_revision = '0009'

@@ -96,7 +96,9 @@ def test_recreated_branch_does_not_see_the_deleted_ones_relations(client, repo):
     client.post("/api/repos/acme/branches", json={"name": "tmp"})
     client.post("/api/repos/acme/relations", params={"branch": "tmp"},
                 json={"from": "knowledge:/a", "to": "knowledge:/b", "type": "links"})
-    assert len(client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/a", "branch": "tmp"}).json()["neighbors"]) == 1
+    assert len(client.get("/api/repos/acme/neighbors",
+                          params={"node": "knowledge:/a", "branch": "tmp"}).json()["neighbors"]) == 1
     assert client.delete("/api/repos/acme/branches/tmp").status_code == 204
     client.post("/api/repos/acme/branches", json={"name": "tmp2"})
-    assert client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/a", "branch": "tmp2"}).json()["neighbors"] == []
+    assert client.get("/api/repos/acme/neighbors",
+                      params={"node": "knowledge:/a", "branch": "tmp2"}).json()["neighbors"] == []

@@ -91,7 +91,8 @@ def test_function_errors(client, docs):
     assert_error(invoke(client, "ask", {}), 422)
     assert_error(invoke(client, "search-documents", {"query": "x", "k": 0}), 422)
     assert_error(invoke(client, "ask", {"question": "x"}, branch="nope"), 404)
-    assert invoke(client, "ask", {"question": "x"}, wait_for_completion=False).status_code == 202  # tests/api/test_jobs.py
+    # tests/api/test_jobs.py
+    assert invoke(client, "ask", {"question": "x"}, wait_for_completion=False).status_code == 202
 
 
 def test_unknown_input_keys_are_refused_before_any_work(client, docs):
@@ -101,4 +102,5 @@ def test_unknown_input_keys_are_refused_before_any_work(client, docs):
     assert r.json()["error"]["details"]["unknown"] == ["top_k"]
     assert_error(invoke(client, "ask", {"question": "What dividend?", "use_graphs": True}), 422)
     assert_error(invoke(client, "graph-context", {"querry": "dividend"}), 422)
-    assert_error(invoke(client, "extract-entities", {"path": "/dividends", "workspace": "knowledge", "forse": True}), 422)
+    assert_error(invoke(client, "extract-entities",
+                        {"path": "/dividends", "workspace": "knowledge", "forse": True}), 422)

@@ -193,7 +193,8 @@ def test_neighbors_stable_order_properties_and_cross_workspace(client, repo, lib
     rel(client, k("/n"), k("/c"), "t0", weight=3.0)
     rel(client, "lib:/a", k("/n"), "cites", weight=0.5)
     answer = nb(client, k("/n"))
-    got = [(f"{r['workspace']}:{r['path']}", r["relation_type"], r["weight"], r["direction"]) for r in answer["neighbors"]]
+    got = [(f"{r['workspace']}:{r['path']}", r["relation_type"], r["weight"], r["direction"])
+           for r in answer["neighbors"]]
     assert got == [
         (k("/c"), "t0", 3.0, "OUT"),
         (k("/a"), "t9", 0.5, "OUT"),          # 'knowledge:/a' < 'lib:/a'
@@ -354,7 +355,8 @@ def test_deleted_node_hides_its_edges_and_references(client, repo, path):
     client.delete(f"{API}/workspaces/knowledge/nodes/src")
     assert nb(client, k("/target"))["neighbors"] == []
     assert paths(walk(client, [k("/other")], hops=3, direction="BOTH")) == [k("/other")]
-    assert client.get(f"{API}/references", params={"target": k("/target")}).json() == {"references": [], "truncated": False}
+    assert client.get(f"{API}/references", params={"target": k("/target")}).json() == {"references": [],
+                                                                                  "truncated": False}
 
 
 # -- references -----------------------------------------------------------------------------
@@ -390,7 +392,8 @@ def test_references_top_level_and_in_lists(client, repo, lib):
     r = client.patch(f"{API}/workspaces/knowledge/nodes/a",
                      json={"properties": {"editor": {"kg:ref": "/people/dana", "kg:workspace": "lib"}}})
     assert r.status_code == 200, r.text
-    assert [(r["path"], r["property_key"]) for r in refs(client, "lib:/people/dana")["references"]][0] == ("/a", "editor")
+    assert [(r["path"], r["property_key"])
+            for r in refs(client, "lib:/people/dana")["references"]][0] == ("/a", "editor")
 
 
 def test_malformed_reference_is_refused_and_writes_nothing(client, repo):

@@ -462,7 +462,8 @@ def test_graph_context_scores_a_rare_shared_entity_above_a_hub(client, repo):
     put(client, "/hub", "hub entity")
     edges = [("/rare", "/a"), ("/rare", "/b"), ("/hub", "/a")] + [("/hub", f"/c{i}") for i in range(10)]
     for src, dst in edges:
-        r = client.post(f"{API}/relations", json={"from": f"knowledge:{src}", "to": f"knowledge:{dst}", "type": "mentioned_in"})
+        r = client.post(f"{API}/relations",
+                        json={"from": f"knowledge:{src}", "to": f"knowledge:{dst}", "type": "mentioned_in"})
         assert r.status_code == 201, r.text
     out = invoke(client, "graph-context", {"seeds": ["knowledge:/a"], "hops": 2, "max_nodes": 100}).json()
     score = {n["path"]: n["score"] for n in out["nodes"]}

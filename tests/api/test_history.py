@@ -159,7 +159,8 @@ def test_conflicts_are_409_and_write_nothing_until_resolved(client, repo):
     assert_error(partial, 409, "merge_conflict")
     assert len(partial.json()["error"]["details"]["conflicts"]) == 2
     unused = merge(client, "b", resolutions=[{"workspace": "knowledge", "path": "/zzz", "take": "ours"},
-                                             {"from": "knowledge:/a", "to": "knowledge:/zzz", "type": "t", "take": "ours"}])
+                                             {"from": "knowledge:/a", "to": "knowledge:/zzz", "type": "t",
+                                              "take": "ours"}])
     assert_error(unused, 422)
     # named back as written: the workspace by name, the relation by its addresses
     assert unused.json()["error"]["details"] == {"unused": [
@@ -206,7 +207,8 @@ def test_merge_relations_and_conflicting_weights(client, repo):
     assert_error(r, 409)
     (c,) = r.json()["error"]["details"]["conflicts"]
     assert c["kind"] == "relation" and c["ours"]["weight"] == 3 and c["theirs"]["weight"] == 2
-    ok = merge(client, "b", resolutions=[{"from": "knowledge:/x", "to": "knowledge:/y", "type": "rw", "take": "theirs"}])
+    ok = merge(client, "b", resolutions=[{"from": "knowledge:/x", "to": "knowledge:/y", "type": "rw",
+                                          "take": "theirs"}])
     assert ok.status_code == 200, ok.text
     n = client.get(f"{BASE}/neighbors", params={"node": "knowledge:/x"}).json()["neighbors"]
     assert sorted((x["relation_type"], x["weight"]) for x in n) == [("back", None), ("rw", 2.0)]
@@ -287,10 +289,13 @@ def test_reset_branch_is_not_served_from_a_stale_cache(client, repo):
     put(client, "/b", {"title": "B"})
     branch(client, "b")
     put(client, "/x", {"title": "X", "content": "xylophone"}, branch="b")
-    client.post(f"{BASE}/relations", params={"branch": "b"}, json={"from": "knowledge:/a", "to": "knowledge:/b", "type": "t"})
+    client.post(f"{BASE}/relations", params={"branch": "b"},
+                json={"from": "knowledge:/a", "to": "knowledge:/b", "type": "t"})
     # warm the search and graph caches at the branch's head
-    assert client.post(f"{BASE}/search", params={"branch": "b"}, json={"query": "xylophone", "mode": "fulltext"}).json()["results"]
+    assert client.post(f"{BASE}/search", params={"branch": "b"},
+                       json={"query": "xylophone", "mode": "fulltext"}).json()["results"]
     assert client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a", "branch": "b"}).json()["neighbors"]
     assert client.post(f"{BASE}/branches/b/reset").status_code == 200
-    assert client.post(f"{BASE}/search", params={"branch": "b"}, json={"query": "xylophone", "mode": "fulltext"}).json()["results"] == []
+    assert client.post(f"{BASE}/search", params={"branch": "b"},
+                       json={"query": "xylophone", "mode": "fulltext"}).json()["results"] == []
     assert client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a", "branch": "b"}).json()["neighbors"] == []

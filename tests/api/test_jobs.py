@@ -12,11 +12,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 
 from api.app import create_app
-from kg.rag import function_jobs
 from kg.errors import InvalidInput
 from kg.index.embedded import EmbeddedVectorIndex
 from kg.providers.registry import make_embedder
-from kg.rag import functions
+from kg.rag import function_jobs, functions
 from kg.services import Services
 from kg.store.db import Database
 from kg.store.models import FunctionJob, utcnow
@@ -196,7 +195,8 @@ def test_job_whose_attempts_are_exhausted_fails_without_running(client, queued, 
     assert job["state"] == "failed" and calls == [] and job["finished_at"]
     assert job["error"]["code"] == "attempts_exhausted"
     assert f"started {function_jobs.MAX_ATTEMPTS} times" in job["error"]["message"]
-    assert job["error"]["details"] == {"attempts": function_jobs.MAX_ATTEMPTS, "max_attempts": function_jobs.MAX_ATTEMPTS}
+    assert job["error"]["details"] == {"attempts": function_jobs.MAX_ATTEMPTS,
+                                       "max_attempts": function_jobs.MAX_ATTEMPTS}
 
 
 def test_attempt_that_lost_its_lease_does_not_store_its_result(client, queued, monkeypatch):

@@ -50,7 +50,7 @@ def test_the_reproduction_of_issue_10_keeps_the_branch_edges(client, repo):
     put(client, "/docA", {"content": "the audit of DGIA was completed on time."})
     put(client, "/docB", {"content": "the board approved new funding for DGIA yesterday."})
     branch(client, "agent/x")
-    invoke = f"/api/functions/acme/extract-entities/invoke"
+    invoke = "/api/functions/acme/extract-entities/invoke"
     r = client.post(invoke, json={"input": {"workspace": WS, "path": "/docA"}})
     assert r.status_code == 200, r.text
     r = client.post(invoke, json={"input": {"workspace": WS, "path": "/docB"}, "branch": "agent/x"})
@@ -224,7 +224,8 @@ def test_extraction_on_a_branch_then_merge_equals_extraction_on_main(client, rep
     invoke = "/api/functions/{}/extract-entities/invoke"
     for repo_name in ("acme", "twin"):
         for path, text in texts.items():
-            r = client.put(f"/api/repos/{repo_name}/workspaces/{WS}/nodes{path}", json={"properties": {"content": text}})
+            r = client.put(f"/api/repos/{repo_name}/workspaces/{WS}/nodes{path}",
+                           json={"properties": {"content": text}})
             assert r.status_code == 201, r.text
     branch(client, "agent/x")
     assert client.post(invoke.format("acme"), json={"input": {"workspace": WS, "path": "/docA"}}).status_code == 200
@@ -251,7 +252,8 @@ def test_extraction_on_a_branch_then_merge_equals_extraction_on_main(client, rep
     assert records(acme_nodes).keys() == records(twin_nodes).keys()
     entity_paths = {p for p in acme_nodes if p.startswith("/entities/")}
     assert {p: acme_nodes[p] for p in entity_paths} == {p: twin_nodes[p] for p in entity_paths}
-    assert {e for e in acme_edges if not e[0].startswith("/kg/")} == {e for e in twin_edges if not e[0].startswith("/kg/")}
+    assert ({e for e in acme_edges if not e[0].startswith("/kg/")}
+            == {e for e in twin_edges if not e[0].startswith("/kg/")})
     assert ("/entities/dgia", "mentioned_in", "/docA") in acme_edges
     assert ("/entities/dgia", "mentioned_in", "/docB") in acme_edges
 

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import event
+
+from api.app import create_app
+from kg.index.embedded import EmbeddedVectorIndex
+from kg.providers.registry import make_embedder
+from kg.services import Services
+from kg.store.db import Database
 
 
 def put(client, path, props=None, branch="main", node_type="kb:Article", **params):
@@ -188,3 +198,44 @@ def test_delete_write_meta_is_bounded_as_in_bodies(client, repo):
     r = client.delete(f"{nodes}/a", params={"actor": "x" * 255, "message": "m" * 10_000})
     assert r.status_code == 200 and r.json()["deleted"] == 1
     assert client.get("/api/repos/acme/log", params={"limit": 1}).json()["revisions"][0]["actor"] == "x" * 255
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_put_runs_a_pinned_number_of_sql_statements(settings):
+    """Regression (issue 11): a PUT looked its node up twice (``if_revision``, then the put),
+    validated its input twice, read the repository row twice (the lock, then a refresh) and
+    wrote its head twice: 15 statements for a node with text, 13 without; 12 and 10 now.
+    Counted on SQLite, in-process, with no background indexer (the app's lifespan is not
+    run) and no inline indexing, so every statement counted is the PUT's own."""
+    settings = settings.model_copy(update={"index_inline": False})
+    db = Database(settings.resolved_database_url())
+    services = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
+                        embedder_factory=make_embedder)
+    statements: list[str] = []
+
+    def counted(conn, cursor, statement, parameters, context, executemany):
+        statements.append(" ".join(statement.split()))
+
+    def statements_of_put(path: str, body: dict) -> int:
+        statements.clear()
+        r = client.put(f"/api/repos/acme/workspaces/knowledge/nodes{path}", json=body)
+        assert r.status_code in (200, 201), r.text
+        return len(statements)
+
+    client = TestClient(create_app(services=services))
+    try:
+        assert client.post("/api/repos", json={"name": "acme"}).status_code == 201
+        assert client.post("/api/repos/acme/workspaces", json={"name": "knowledge"}).status_code == 201
+        event.listen(db.engine, "before_cursor_execute", counted)
+        text = {"node_type": "kb:Article", "properties": {"content": "hello world"}}
+        assert statements_of_put("/a", text) == 12, statements  # created, its text queued
+        text["properties"] = {"content": "hello again"}
+        assert statements_of_put("/a", text) == 12, statements  # replaced
+        text.update(properties={"content": "third"}, if_revision=2)
+        assert statements_of_put("/a", text) == 12, statements  # if_revision: no extra lookup
+        assert statements_of_put("/b", {"node_type": "kb:Article", "properties": {"n": 1}}) == 10, \
+            statements  # no text: nothing queued
+    finally:
+        event.remove(db.engine, "before_cursor_execute", counted)
+        client.close()
+        services.close()

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -128,7 +129,7 @@ def test_a_collection_written_by_the_original_node_is_queried_without_reingestio
     vectors = services.embedder(MODEL).embed(texts)
     target.db.collections.get(chunks).data.insert_many([
         DataObject(properties={"content": t, "sourceFile": "ext.md", "chunkIndex": i}, vector=v.tolist())
-        for i, (t, v) in enumerate(zip(texts, vectors))])
+        for i, (t, v) in enumerate(zip(texts, vectors, strict=True))])
     target.db.collections.get(meta).data.insert(
         properties={"documentHash": "{}", "embeddingModel": MODEL, "originalName": target.collection})
     r = rag(client, target, "rigging replaced years", topK=1)
@@ -242,7 +243,8 @@ def test_a_branch_reads_its_ancestors_and_hides_what_it_replaced(client, target)
     on_main = rag(client, target, "rigging temperate quokka invoices", topK=20).json()
     assert any("temperate" in x["content"] for x in on_main["results"])
     assert not any("Quokkas" in x["content"] for x in on_main["results"])
-    assert json.loads(meta_of(target, branch_meta)["documentHash"]) == {"a.txt": sha("Quokkas live on Rottnest island.")}
+    assert json.loads(meta_of(target, branch_meta)["documentHash"]) == {
+        "a.txt": sha("Quokkas live on Rottnest island.")}
     assert_error(rag(client, target, "q", branch="no-such-branch"), 404)
 
 

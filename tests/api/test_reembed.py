@@ -25,7 +25,8 @@ def vector_search(client, query, **params):
 def chunk_models(services) -> set[str]:
     """Models of the chunks the workspace's current node versions point at."""
     with services.db.read() as session:
-        keys = set(session.scalars(select(NodeVersion.content_key).join(Workspace, Workspace.id == NodeVersion.workspace_id)
+        keys = set(session.scalars(select(NodeVersion.content_key)
+                                   .join(Workspace, Workspace.id == NodeVersion.workspace_id)
                                    .where(Workspace.name == "knowledge", NodeVersion.content_key.is_not(None))))
         return set(session.scalars(select(Chunk.model).where(Chunk.content_key.in_(keys))))
 

@@ -13,7 +13,8 @@ Checks, per response: no 5xx (``not_a_server_error``; a body its route's respons
 is a 500 as well); every 4xx/5xx carries the API.md error shape with a specific code; the
 response conforms to the OpenAPI document (``response_schema_conformance``,
 ``status_code_conformance``, ``content_type_conformance``): every 2xx body against its response
-model (api/schemas.py, which refuses unknown keys), errors against ``ErrorBody``. Deterministic (``derandomize``) and bounded
+model (api/schemas.py, which refuses unknown keys), errors against ``ErrorBody``. Deterministic
+(``derandomize``) and bounded
 (``max_examples``) for CI; ``KG_FUZZ_EXAMPLES=500 KG_FUZZ_RANDOM=1`` hunts longer with fresh
 random data.
 """

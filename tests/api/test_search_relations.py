@@ -39,7 +39,8 @@ def test_three_modes_find_the_right_node(client, repo):
 
 def test_chunk_granularity_returns_passages(client, repo):
     seed(client)
-    rows = search(client, {"query": "invoices monthly", "k": 10, "granularity": "chunk", "mode": "fulltext"}).json()["results"]
+    rows = search(client, {"query": "invoices monthly", "k": 10, "granularity": "chunk",
+                           "mode": "fulltext"}).json()["results"]
     assert rows[0]["path"] == "/billing"
     assert "Invoices" in rows[0]["chunk_text"]
     assert all(set(r) >= {"workspace", "path", "node_id", "node_type", "chunk_index", "chunk_text", "score",
@@ -96,7 +97,8 @@ def test_relate_unrelate_neighbors(client, repo):
     rel = {"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "see_also", "weight": 0.5}
     assert client.post("/api/repos/acme/relations", json=rel).status_code == 201
     assert client.post("/api/repos/acme/relations", json={**rel, "weight": 0.9}).status_code == 200
-    client.post("/api/repos/acme/relations", json={"from": "knowledge:/deploy", "to": "knowledge:/rotate", "type": "requires"})
+    client.post("/api/repos/acme/relations",
+                json={"from": "knowledge:/deploy", "to": "knowledge:/rotate", "type": "requires"})
     n = client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate"}).json()["neighbors"]
     assert [(x["path"], x["relation_type"], x["weight"], x["direction"]) for x in n] == [
         ("/billing", "see_also", 0.9, "OUT"), ("/deploy", "requires", None, "IN")]
@@ -107,7 +109,8 @@ def test_relate_unrelate_neighbors(client, repo):
     assert_error(client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "direction": "UP"}), 422)
     assert_error(client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/nope"}), 404)
     assert_error(client.get("/api/repos/acme/neighbors", params={"node": "no-workspace"}), 422)
-    d = client.delete("/api/repos/acme/relations", params={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "see_also"})
+    d = client.delete("/api/repos/acme/relations",
+                      params={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "see_also"})
     assert d.json()["deleted"] == 1
     n = client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate"}).json()["neighbors"]
     assert [x["path"] for x in n] == ["/deploy"]
@@ -119,14 +122,20 @@ def test_relations_are_branch_scoped_and_hidden_with_their_node(client, repo):
     client.post("/api/repos/acme/relations", params={"branch": "b"},
                 json={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "see_also"})
     assert client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate"}).json()["neighbors"] == []
-    assert len(client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"]) == 1
+    assert len(client.get("/api/repos/acme/neighbors",
+                          params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"]) == 1
     client.delete("/api/repos/acme/workspaces/knowledge/nodes/billing", params={"branch": "b"})
-    assert client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"] == []
+    assert client.get("/api/repos/acme/neighbors",
+                      params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"] == []
     # re-created node at the same path does not inherit the old edge
     put(client, "/billing", {"title": "new"}, branch="b")
-    assert client.get("/api/repos/acme/neighbors", params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"] == []
-    assert_error(client.post("/api/repos/acme/relations", json={"from": "knowledge:/rotate", "to": "knowledge:/nope", "type": "x"}), 404)
-    assert_error(client.post("/api/repos/acme/relations", json={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "bad type"}), 422)
+    assert client.get("/api/repos/acme/neighbors",
+                      params={"node": "knowledge:/rotate", "branch": "b"}).json()["neighbors"] == []
+    assert_error(client.post("/api/repos/acme/relations",
+                             json={"from": "knowledge:/rotate", "to": "knowledge:/nope", "type": "x"}), 404)
+    assert_error(client.post("/api/repos/acme/relations",
+                             json={"from": "knowledge:/rotate", "to": "knowledge:/billing", "type": "bad type"}),
+                 422)
 
 
 def test_unrelate_of_no_edge_makes_no_revision(client, repo):
@@ -155,7 +164,8 @@ def test_node_granularity_fuses_node_rankings(client, repo):
     """A node whose title leads one leg and whose body leads the other gets both legs' credit:
     hybrid at node granularity fuses per-node ranks, and reports them."""
     seed(client)
-    rows = search(client, {"query": "rotate api key", "k": 3, "mode": "hybrid", "granularity": "node"}).json()["results"]
+    rows = search(client, {"query": "rotate api key", "k": 3, "mode": "hybrid",
+                           "granularity": "node"}).json()["results"]
     top = rows[0]
     assert top["path"] == "/rotate"
     assert top["vector_rank"] == 1 and top["fulltext_rank"] == 1
@@ -179,9 +189,11 @@ def test_hybrid_echoes_its_fusion(client, repo):
 def test_an_unreachable_model_leaves_out_its_vector_leg_with_a_warning(client, repo):
     """A repository-wide search is not failed by one workspace whose model server is down."""
     seed(client)
-    r = client.post("/api/repos/acme/workspaces", json={"name": "remote", "embedding": {"model": "ollama:nomic-embed-text"}})
+    r = client.post("/api/repos/acme/workspaces",
+                    json={"name": "remote", "embedding": {"model": "ollama:nomic-embed-text"}})
     assert r.status_code == 201, r.text
-    r = client.put("/api/repos/acme/workspaces/remote/nodes/notes", json={"properties": {"content": "Key rotation notes."}})
+    r = client.put("/api/repos/acme/workspaces/remote/nodes/notes",
+                   json={"properties": {"content": "Key rotation notes."}})
     assert r.status_code == 201, r.text  # stored; its embedding waits for the server
     # The background indexer tries it once, cannot reach the server and puts it back: read
     # the status once that attempt is recorded (while it runs the job shows as running).

@@ -37,7 +37,8 @@ def wclient(settings, weaviate_url):
         assert client.post("/api/repos", json={"name": repo}).status_code == 201
         assert client.post(f"/api/repos/{repo}/workspaces", json={"name": "knowledge"}).status_code == 201
         for path, text in DOCS.items():
-            r = client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes{path}", json={"properties": {"content": text}})
+            r = client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes{path}",
+                           json={"properties": {"content": text}})
             assert r.status_code == 201, r.text
         yield client, repo
         client.delete(f"/api/repos/{repo}")
@@ -61,7 +62,8 @@ def test_hybrid_goes_through_weaviate_and_echoes_alpha(wclient):
     # filters still apply before ranking (SQL decides the allowed content keys)
     only = client.post(f"/api/repos/{repo}/search", json={"query": "rotate api key", "path_prefix": "/billing"}).json()
     assert [row["path"] for row in only["results"]] == ["/billing"]
-    assert_error(client.post(f"/api/repos/{repo}/search", json={"query": "x", "fusion": "kg", "fusion_type": "ranked"}), 422)
+    assert_error(client.post(f"/api/repos/{repo}/search",
+                             json={"query": "x", "fusion": "kg", "fusion_type": "ranked"}), 422)
 
 
 def test_a_branch_sees_its_own_text_through_weaviate(wclient):
@@ -70,7 +72,8 @@ def test_a_branch_sees_its_own_text_through_weaviate(wclient):
     r = client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/rotate?branch=agent/w",
                    json={"properties": {"content": "Keys are never rotated; they are revoked and reissued."}})
     assert r.status_code == 200, r.text
-    on_branch = client.post(f"/api/repos/{repo}/search?branch=agent/w", json={"query": "revoked reissued", "k": 1}).json()
+    on_branch = client.post(f"/api/repos/{repo}/search?branch=agent/w",
+                            json={"query": "revoked reissued", "k": 1}).json()
     assert on_branch["results"][0]["path"] == "/rotate" and "revoked" in on_branch["results"][0]["chunk_text"]
     on_main = client.post(f"/api/repos/{repo}/search", json={"query": "revoked reissued"}).json()
     assert all("revoked" not in row["chunk_text"] for row in on_main["results"])
@@ -119,7 +122,8 @@ def test_overrides_and_deletes_on_a_branch_hide_mains_objects(wclient):
     assert client.delete(f"/api/repos/{repo}/workspaces/knowledge/nodes/billing?branch=agent/h").status_code == 200
     for mode in ("vector", "fulltext", "hybrid"):
         rows = client.post(f"/api/repos/{repo}/search?branch=agent/h",
-                           json={"query": "build cache stale invoices payment deploy", "mode": mode, "k": 10}).json()["results"]
+                           json={"query": "build cache stale invoices payment deploy", "mode": mode,
+                                 "k": 10}).json()["results"]
         texts = {row["path"]: row["chunk_text"] for row in rows}
         assert "/billing" not in texts, mode
         assert texts.get("/deploy", "Deploys are frozen on Fridays.") == "Deploys are frozen on Fridays.", mode
@@ -134,7 +138,8 @@ def test_merge_places_the_branch_text_in_mains_collection_and_history_stays_sear
     head = client.get(f"/api/repos/{repo}/branches/main").json()["head_revision"]
     assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/m", "from": "main"}).status_code == 201
     assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/rotate?branch=agent/m",
-                      json={"properties": {"content": "Keys are revoked and reissued, never rotated."}}).status_code == 200
+                      json={"properties": {"content": "Keys are revoked and reissued, never rotated."}}
+                      ).status_code == 200
     merged = client.post(f"/api/repos/{repo}/branches/agent/m/merge", json={"into": "main"})
     assert merged.status_code == 200, merged.text
     rows = client.post(f"/api/repos/{repo}/search", json={"query": "revoked reissued", "k": 1}).json()["results"]
@@ -153,19 +158,24 @@ def test_filters_on_a_branch_head_and_on_an_ancestor(wclient):
     client, repo = wclient
     assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/f", "from": "main"}).status_code == 201
     assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/runbook?branch=agent/f",
-                      json={"node_type": "Runbook", "properties": {"content": "Clear the build cache and retry the deploy.",
+                      json={"node_type": "Runbook",
+                            "properties": {"content": "Clear the build cache and retry the deploy.",
                                                                    "team": "ops", "level": 2}}).status_code == 201
     q = {"query": "clear build cache retry deploy", "k": 10}
-    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "path_prefix": "/runbook"}).json()["results"]
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f",
+                       json={**q, "path_prefix": "/runbook"}).json()["results"]
     assert [r["path"] for r in rows] == ["/runbook"]
     rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "node_type": "Runbook"}).json()["results"]
     assert [r["path"] for r in rows] == ["/runbook"]
-    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "where": {"level": 2.0}}).json()["results"]
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f",
+                       json={**q, "where": {"level": 2.0}}).json()["results"]
     assert [r["path"] for r in rows] == ["/runbook"]
-    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "where": {"team": "dev"}}).json()["results"]
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f",
+                       json={**q, "where": {"team": "dev"}}).json()["results"]
     assert rows == []
     # An ancestor's node found through a filter on the branch (main's collection, no filter sent there).
-    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f", json={**q, "path_prefix": "/deploy"}).json()["results"]
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/f",
+                       json={**q, "path_prefix": "/deploy"}).json()["results"]
     assert [r["path"] for r in rows] == ["/deploy"]
 
 
@@ -187,7 +197,8 @@ def test_resetting_a_branch_drops_its_collection_and_it_reads_main_again(wclient
     assert client.post(f"/api/repos/{repo}/branches", json={"name": "agent/z", "from": "main"}).status_code == 201
     assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes/billing?branch=agent/z",
                       json={"properties": {"content": "Billing moved to the finance portal."}}).status_code == 200
-    rows = client.post(f"/api/repos/{repo}/search?branch=agent/z", json={"query": "finance portal", "k": 1}).json()["results"]
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/z",
+                       json={"query": "finance portal", "k": 1}).json()["results"]
     assert "finance portal" in rows[0]["chunk_text"]
     assert len(_names(client, repo)) == 2
     assert client.post(f"/api/repos/{repo}/branches/agent/z/reset").status_code == 200
@@ -379,9 +390,11 @@ def test_reembedding_drops_the_old_models_collections(wclient):
     client.post(f"/api/repos/{repo}/search", json={"query": "anything"})
     before = client.get(f"/api/repos/{repo}/index/status").json()["index"]["collections"]
     assert len(before) == 2
-    r = client.patch(f"/api/repos/{repo}/workspaces/knowledge", json={"embedding": {"model": "fake:other-64"}, "reembed": True})
+    r = client.patch(f"/api/repos/{repo}/workspaces/knowledge",
+                     json={"embedding": {"model": "fake:other-64"}, "reembed": True})
     assert r.status_code == 200 and r.json()["switched"] is True, r.text
-    rows = client.post(f"/api/repos/{repo}/search?branch=agent/r", json={"query": "invoices", "mode": "vector", "k": 3}).json()
+    rows = client.post(f"/api/repos/{repo}/search?branch=agent/r",
+                       json={"query": "invoices", "mode": "vector", "k": 3}).json()
     assert rows["results"]
     after = client.get(f"/api/repos/{repo}/index/status").json()["index"]["collections"]
     assert {c["model"] for c in after} == {"fake:other-64"}

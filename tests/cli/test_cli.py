@@ -23,7 +23,9 @@ def env(tmp_path, monkeypatch):
     monkeypatch.delenv("KG_DATABASE_URL", raising=False)
     folder = tmp_path / "docs"
     folder.mkdir()
-    for name in ("pep-0440.rst", "pep-0508.rst", "pep-0386.rst") if (PEPS / "pep-0386.rst").exists() else ("pep-0440.rst", "pep-0508.rst"):
+    names = (("pep-0440.rst", "pep-0508.rst", "pep-0386.rst") if (PEPS / "pep-0386.rst").exists()
+             else ("pep-0440.rst", "pep-0508.rst"))
+    for name in names:
         shutil.copy(PEPS / name, folder / name)
     return folder
 
@@ -49,6 +51,23 @@ def test_ingest_then_search(env):
     assert rows and rows[0]["path"] in ("/pep-0440", "/pep-0508")
 
 
+def test_ingest_format_pep_writes_the_relations_and_text_does_not(env):
+    pep = runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps", "--format", "pep"])
+    assert pep.exit_code == 0, pep.output
+    report = json.loads(pep.stdout.strip().splitlines()[-1])
+    assert report["relations_added"] >= 1
+    text = runner.invoke(app, ["ingest", str(env), "--repo", "docs", "--workspace", "docs"])
+    assert text.exit_code == 0, text.output
+    report = json.loads(text.stdout.strip().splitlines()[-1])
+    assert report["inserted"] == len(list(env.iterdir())) and report["relations_added"] == 0
+
+
+def test_an_unknown_format_is_one_line(env):
+    result = runner.invoke(app, ["ingest", str(env), "--repo", "r", "--workspace", "w", "--format", "rtf"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == ["error: unknown format 'rtf' (known: pep, text)"]
+
+
 def test_branch_commands(env):
     runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
     made = runner.invoke(app, ["branch", "create", "agent/demo", "--repo", "peps"])
@@ -59,6 +78,7 @@ def test_branch_commands(env):
 
 @pytest.mark.parametrize("args", [
     ["ingest", "/no/such/path", "--repo", "r", "--workspace", "w"],
+    ["ingest", ".", "--repo", "r", "--workspace", "w", "--format", "rtf"],
     ["search", "x", "--repo", "missing"],
     ["search", "   ", "--repo", "missing"],
     ["branch", "create", "a//b", "--repo", "missing"],
@@ -107,8 +127,9 @@ def test_reindex_fills_weaviate_from_sql_without_embedding(env, monkeypatch, wea
         # Every node version's chunks went to the collection of its (workspace, branch): main.
         with services.db.read() as session:
             repo = get_repository(session, "peps")
-            from kg.store.models import Branch, Chunk, Workspace
             from sqlalchemy import func, select
+
+            from kg.store.models import Branch, Chunk, Workspace
 
             main_id = session.scalar(select(Branch.id).where(Branch.repo_id == repo.id, Branch.name == "main"))
             ws_id = session.scalar(select(Workspace.id).where(Workspace.repo_id == repo.id, Workspace.name == "peps"))

@@ -103,7 +103,7 @@ def brute(placements: Sequence[Placement], scopes: Sequence[SearchScope], query:
 def assert_exact(hits: list[IndexHit], expected: list[tuple[int, float]]) -> None:
     assert seqs(hits) == [s for s, _ in expected]
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
-    for h, (_, score) in zip(hits, expected):
+    for h, (_, score) in zip(hits, expected, strict=True):
         assert h.score == pytest.approx(score, abs=1e-5)
         assert h.distance == pytest.approx(max(0.0, 1.0 - score), abs=1e-5)
 

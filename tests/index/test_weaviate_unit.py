@@ -114,7 +114,7 @@ def test_names_never_collide_across_collections_and_branches_ignoring_case():
     owners: dict[str, tuple[str, str, str]] = {}
     for c in collections:
         for b in branches:
-            for kind, name in zip(("chunks", "meta"), rag_class_names(c, b)):
+            for kind, name in zip(("chunks", "meta"), rag_class_names(c, b), strict=True):
                 key = name.lower()
                 assert key not in owners or owners[key][:2] == (c, b) or classes_collide(owners[key][0], c), (
                     name, owners.get(key))
@@ -479,8 +479,8 @@ def test_vectors_weaviate_refuses_for_their_dimension_fail_the_placement_naming_
     from kg.index.weaviate.schema import _chunks_prefix, _chunks_schema, _short_hash
 
     name = _chunks_prefix("r") + _short_hash(MODEL, 10) + f"_w{WS}_b{BR}"
-    description = ('{"kg": "chunks", "format": 1, "repo": "r", "model": "%s", "dim": %d, "workspace": %d, '
-                   '"branch": %d}' % (MODEL, DIM, WS, BR))
+    description = (f'{{"kg": "chunks", "format": 1, "repo": "r", "model": "{MODEL}", "dim": {DIM:d}, '
+                   f'"workspace": {WS:d}, "branch": {BR:d}}}')
     index.client.collections.create_from_dict(_chunks_schema(name, description))
     index.client.collections.get(name).data.insert_many([DataObject(
         properties={"content": "x", "terms": "x", "contentKey": "k0", "chunkIndex": 0, "seq": 99},

@@ -33,12 +33,12 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from sqlalchemy import create_engine, text
 
+from kg.context import OPERATOR, run
 from kg.errors import Conflict, MergeConflict, NotFound
 from kg.index.embedded import EmbeddedVectorIndex
+from kg.ops.merge import merge_branch, preview_merge
 from kg.providers.registry import make_embedder
 from kg.rag.functions import invoke
-from kg.context import OPERATOR, run
-from kg.ops.merge import merge_branch, preview_merge
 from kg.services import Services
 from kg.settings import Settings
 from kg.store import history
@@ -204,7 +204,7 @@ class Model:
             if key not in edge_writes and key not in resolved:
                 conflicts.add(("rel", key))
         # (a) edges the merge writes need live endpoints
-        for key, (take, w) in edge_writes.items():
+        for key, (_take, w) in edge_writes.items():
             if w != ABSENT and key not in resolved and not (alive(key[0]) and alive(key[2])):
                 conflicts.add(("rel", key))
         # a node never lives under a deleted parent
@@ -489,10 +489,12 @@ def machine_for(kind, tmp_root):
             branch = data.draw(st.sampled_from(self.branches()))
             if doc not in self.model.nodes[branch]:
                 with pytest.raises(NotFound):
-                    invoke(self.services, OPERATOR, "m", "extract-entities", {"workspace": "w", "path": doc}, branch=branch)
+                    invoke(self.services, OPERATOR, "m", "extract-entities", {"workspace": "w", "path": doc},
+                           branch=branch)
                 return
             before_nodes, before_edges = dict(self.model.nodes[branch]), dict(self.model.edges[branch])
-            out = invoke(self.services, OPERATOR, "m", "extract-entities", {"workspace": "w", "path": doc}, branch=branch)
+            out = invoke(self.services, OPERATOR, "m", "extract-entities", {"workspace": "w", "path": doc},
+                         branch=branch)
             _event(f"extract-entities: {'skipped' if out['skipped'] else 'wrote'}")
             got_nodes, got_edges, _ = self.read(branch)
             for path, val in got_nodes.items():
@@ -559,7 +561,7 @@ def machine_for(kind, tmp_root):
                 with pytest.raises(MergeConflict) as real:
                     run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions)
                 assert real.value.details == dry.details
-                raise real.value
+                raise real.value from dry
             got = run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions)
             for key in ("applied", "base", "fast_forward"):
                 assert preview[key] == got[key], (key, preview[key], got[key])

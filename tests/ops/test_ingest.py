@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from kg.errors import InvalidInput
+from kg.context import OPERATOR
 from kg.ops.ingest import ingest_path
 from kg.rag.search import SearchRequest, search
 from kg.store.models import Chunk, NodeVersion
@@ -38,10 +39,10 @@ def count(services, model) -> int:
 
 
 def test_second_ingest_embeds_nothing_and_writes_nothing(services, corpus):
-    first = ingest_path(services, corpus, repo="peps", workspace="peps")
+    first = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     assert first.files == 5 and len(first.inserted) == 5 and first.passages_embedded > 5
     chunks, versions, calls = count(services, Chunk), count(services, NodeVersion), fake(services).calls
-    second = ingest_path(services, corpus, repo="peps", workspace="peps")
+    second = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     assert second.passages_embedded == 0 and len(second.skipped) == 5 and second.inserted == []
     assert fake(services).calls == calls
     assert count(services, Chunk) == chunks and count(services, NodeVersion) == versions
@@ -51,24 +52,24 @@ def test_touch_does_not_reembed_but_a_changed_byte_does(services, corpus):
     import os
     import time
 
-    ingest_path(services, corpus, repo="peps", workspace="peps")
+    ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     target = corpus / "pep-0508.rst"
     os.utime(target, (time.time() + 100, time.time() + 100))
-    assert ingest_path(services, corpus, repo="peps", workspace="peps").passages_embedded == 0
+    assert ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep").passages_embedded == 0
     data = bytearray(target.read_bytes())
     i = data.index(b"Abstract")
     data[i] = ord("a")  # same size, one byte changed
     target.write_bytes(bytes(data))
-    again = ingest_path(services, corpus, repo="peps", workspace="peps")
+    again = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     assert again.replaced == ["/pep-0508"] and again.passages_embedded > 0
 
 
 def test_changed_text_replaces_old_chunks_in_search(services, corpus):
-    ingest_path(services, corpus, repo="peps", workspace="peps")
+    ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     (corpus / "pep-0518.rst").write_text(
         "PEP: 518\nTitle: Build system requirements\nStatus: Final\nType: Standards Track\n"
         "Created: 10-May-2016\n\nOnly a quokka lives here now.\n", encoding="utf-8")
-    ingest_path(services, corpus, repo="peps", workspace="peps")
+    ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     with services.db.read() as s:
         view = branch_view(s, "peps", "main")
         rows, _ = search(s, services, view, SearchRequest(query="quokka", mode="fulltext"))
@@ -79,16 +80,16 @@ def test_changed_text_replaces_old_chunks_in_search(services, corpus):
 
 
 def test_relations_and_stub_nodes(services, corpus):
-    report = ingest_path(services, corpus, repo="peps", workspace="peps")
+    report = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     assert report.relations_added >= 1
-    again = ingest_path(services, corpus, repo="peps", workspace="peps")
+    again = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     assert again.relations_added == 0 and again.relations_unchanged == report.relations_added
 
 
 def test_file_removed_from_input_is_kept(services, corpus):
-    ingest_path(services, corpus, repo="peps", workspace="peps")
+    ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     (corpus / "pep-0621.rst").unlink()
-    ingest_path(services, corpus, repo="peps", workspace="peps")
+    ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     with services.db.read() as s:
         from kg.store.nodes import find_node
 
@@ -96,14 +97,14 @@ def test_file_removed_from_input_is_kept(services, corpus):
 
 
 def test_ingest_on_a_branch_leaves_main_alone(services, corpus):
-    ingest_path(services, corpus, repo="peps", workspace="peps")
+    ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     with services.db.write() as s:
         from kg.store.repos import create_branch, get_repository
 
         create_branch(s, get_repository(s, "peps", lock=True), name="agent/ingest")
     extra = corpus / "new.md"
     extra.write_text("# Walrus notes\n\nthe walrus operator explained", encoding="utf-8")
-    ingest_path(services, corpus, repo="peps", workspace="peps", branch="agent/ingest")
+    ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep", branch="agent/ingest")
     with services.db.read() as s:
         on_branch, _ = search(s, services, branch_view(s, "peps", "agent/ingest"),
                               SearchRequest(query="walrus", mode="fulltext"))
@@ -118,5 +119,38 @@ def test_non_utf8_file_writes_nothing(services, tmp_path):
     (folder / "a.txt").write_text("fine", encoding="utf-8")
     (folder / "b.txt").write_bytes(b"\xff\xfe bad")
     with pytest.raises(InvalidInput):
-        ingest_path(services, folder, repo="r", workspace="w")
+        ingest_path(services, OPERATOR, folder, repo="r", workspace="w")
     assert count(services, NodeVersion) == 0
+
+
+def test_the_pep_format_writes_relations_and_external_stubs(services, corpus):
+    report = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
+    assert report.stub_nodes  # e.g. PEP 386, replaced by PEP 440, is not in the corpus
+    with services.db.read() as s:
+        from kg.store.nodes import find_node
+
+        view = branch_view(s, "peps", "main")
+        assert find_node(s, view, "peps", "/pep-0440").node_type == "pep:PEP"
+        for path in report.stub_nodes:
+            stub = find_node(s, view, "peps", path)
+            assert stub.node_type == "pep:External" and stub.properties["in_corpus"] is False
+
+
+def test_the_default_text_format_ingests_peps_as_documents(services, corpus):
+    report = ingest_path(services, OPERATOR, corpus, repo="docs", workspace="docs")
+    assert len(report.inserted) == 5 and report.relations_added == 0 and report.stub_nodes == []
+    with services.db.read() as s:
+        from kg.store.nodes import find_node
+
+        node = find_node(s, branch_view(s, "docs", "main"), "docs", "/pep-0440")
+        assert node.node_type == "kg:Document" and node.properties["content"].startswith("PEP: 440")
+
+
+def test_an_unknown_format_writes_nothing(services, corpus):
+    with pytest.raises(InvalidInput, match="unknown format"):
+        ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="rtf")
+    assert count(services, NodeVersion) == 0
+    with services.db.read() as s:
+        from kg.store.models import Repository
+
+        assert s.scalar(select(func.count()).select_from(Repository)) == 0

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from kg.context import OPERATOR
 from kg.ops.ingest import ingest_path
 from kg.store.models import Merge, NodeVersion, Revision
 from kg.store.repos import get_branch, get_repository
@@ -197,7 +198,7 @@ def test_node_writes_beside_an_ingest_all_land_and_reads_keep_succeeding(client,
     folder = tmp_path / "notes"
     folder.mkdir()
     expected_docs = _write_notes(folder, 0)
-    ingest_path(services, folder, repo="acme", workspace="docs")   # the reader searches these
+    ingest_path(services, OPERATOR, folder, repo="acme", workspace="docs")   # the reader searches these
     _put(client, "/seed", {"title": "seed", "content": "cache invalidation notes"})
     start = _head(client)
 
@@ -228,7 +229,7 @@ def test_node_writes_beside_an_ingest_all_land_and_reads_keep_succeeding(client,
             while round_ < 2 or (not writers_done.is_set() and round_ < 4):
                 round_ += 1
                 expected_docs.update(_write_notes(folder, round_))
-                ingest_reports.append(ingest_path(services, folder, repo="acme", workspace="docs").as_dict())
+                ingest_reports.append(ingest_path(services, OPERATOR, folder, repo="acme", workspace="docs").as_dict())
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             ingest_errors.append(exc)
 
@@ -298,7 +299,7 @@ def test_two_concurrent_merges_of_one_branch_make_one_revision(client, repo, ser
         answers: list = []
         barrier = threading.Barrier(2)
 
-        def merge() -> None:
+        def merge(barrier: threading.Barrier = barrier, answers: list = answers) -> None:
             barrier.wait()
             r = client.post(f"{BASE}/branches/agent/m/merge", json={"into": "main"})
             answers.append((r.status_code, r.json()))

@@ -55,7 +55,14 @@ def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url)
     from kg.store import relations
     from kg.store.models import NodeVersion, RelationVersion, utcnow
     from kg.store.nodes import list_prefix, node_uid
-    from kg.store.repos import begin_write, branch_view, create_branch, create_repository, create_workspace, get_repository
+    from kg.store.repos import (
+        begin_write,
+        branch_view,
+        create_branch,
+        create_repository,
+        create_workspace,
+        get_repository,
+    )
 
     db = Database(db_url)
     _upgrade_to(db, db_url, "0007")

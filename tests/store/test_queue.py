@@ -18,10 +18,10 @@ from sqlalchemy import func, insert, select, text, update
 
 from kg import context
 from kg.index.embedded import EmbeddedVectorIndex
-from kg.rag.function_jobs import FUNCTION_QUEUE
-from kg.providers.fake import FakeEmbedder
-from kg.indexing.queue import DurableQueue
 from kg.indexing.index_jobs import INDEX_QUEUE, REEMBED_PRIORITY, WRITE_PRIORITY
+from kg.indexing.queue import DurableQueue
+from kg.providers.fake import FakeEmbedder
+from kg.rag.function_jobs import FUNCTION_QUEUE
 from kg.services import Services
 from kg.settings import Settings
 from kg.store.db import Database
@@ -177,7 +177,8 @@ def test_a_small_write_is_searchable_after_one_pass_beside_another_repositorys_b
     backlog = services.indexer.batch_jobs * 4
     context.run(services, context.OPERATOR, batch, "r", "main", upserts=[
         {"workspace": "w", "path": f"/n{i}", "properties": {"content": f"backlog text {i}"}} for i in range(backlog)])
-    context.run(services, context.OPERATOR, put_node, "other", "main", "w", "/small", node_type="t", properties={"content": "narwhal sighting"})
+    context.run(services, context.OPERATOR, put_node, "other", "main", "w", "/small", node_type="t",
+                properties={"content": "narwhal sighting"})
     run = services.indexer.run_pending()
     assert run.done == services.indexer.batch_jobs
     with services.db.read() as s:
@@ -217,7 +218,8 @@ def test_a_text_whose_indexer_dies_each_time_is_failed_after_the_attempt_cap(db_
     from kg.store.repos import get_repository
 
     services = make_services(db_url, tmp_path, inline=False)
-    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/poison", node_type="t", properties={"content": "poison pill text"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/poison", node_type="t",
+                properties={"content": "poison pill text"})
     for attempt in range(1, MAX_ATTEMPTS + 1):
         doomed = DurableQueue(services.db, INDEX_QUEUE)  # an indexer that claims it, then is killed
         (taken,) = claim(doomed, 32).claims
@@ -233,7 +235,8 @@ def test_a_text_whose_indexer_dies_each_time_is_failed_after_the_attempt_cap(db_
     assert failure["error"].startswith("attempts exhausted") and f"claimed {MAX_ATTEMPTS} times" in failure["error"]
     assert services.indexer.run_pending().done == 0  # not claimed again
     # Writing the text again queues it afresh, with all its attempts.
-    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/poison", node_type="t", properties={"content": "poison pill text"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/poison", node_type="t",
+                properties={"content": "poison pill text"})
     assert jobs(services, "pending") == 1
     assert services.indexer.drain().done == 1 and found(services, "poison") == ["/poison"]
     services.close()
@@ -293,7 +296,8 @@ def test_a_batch_longer_than_its_lease_is_not_taken_over(db_url, tmp_path):
     services._embedders["fake:hash-16"] = slow
     services.indexer = Indexer(services, lease_s=1.5, heartbeat_s=0.2)
     other = Indexer(services, lease_s=1.5, heartbeat_s=0.2)  # a second worker polling the queue
-    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/long", node_type="t", properties={"content": "glacier survey"})
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/long", node_type="t",
+                properties={"content": "glacier survey"})
     runs = []
     worker = threading.Thread(target=lambda: runs.append(services.indexer.run_pending()))
     worker.start()
@@ -418,7 +422,8 @@ def test_texts_claimed_by_a_killed_indexer_are_searchable_without_waiting_for_th
 
     services = make_services(db_url, tmp_path, inline=False)
     for i in range(5):
-        context.run(services, context.OPERATOR, put_node, "r", "main", "w", f"/t{i}", node_type="t", properties={"content": f"okapi note {i}"})
+        context.run(services, context.OPERATOR, put_node, "r", "main", "w", f"/t{i}", node_type="t",
+                    properties={"content": f"okapi note {i}"})
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", CLAIM_AND_HANG, db_url], stdout=subprocess.PIPE, env=env,
                             cwd=ROOT, text=True)

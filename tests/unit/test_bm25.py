@@ -177,7 +177,7 @@ texts = st.lists(st.lists(words, max_size=8).map(" ".join), min_size=1, max_size
 @given(texts=texts, query=st.lists(words, min_size=1, max_size=3).map(" ".join), data=st.data())
 def test_masked_search_equals_the_formula_on_the_masked_subset(texts, query, data):
     mask = np.array(data.draw(st.lists(st.booleans(), min_size=len(texts), max_size=len(texts))))
-    subset = [t for t, keep in zip(texts, mask) if keep]
+    subset = [t for t, keep in zip(texts, mask, strict=True) if keep]
     got = build(texts).search(query, len(texts), mask)
     expected = reference_scores(subset, query) if subset else {}
     original_ids = np.flatnonzero(mask)

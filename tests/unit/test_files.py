@@ -1,4 +1,4 @@
-"""Files to nodes: PEP headers, relations, plain documents."""
+"""Files to nodes through the ingest formats: PEP headers, relations, stubs, plain documents."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from kg.errors import InvalidInput
-from kg.ops.files import iter_files, parse_pep, pep_node, read_file_node
+from kg.ops.files import iter_files, read_file_node
+from kg.ops.formats import FORMATS, get_format
+from kg.ops.formats.pep import PEP_FORMAT, parse_pep, pep_node
+from kg.ops.formats.text import TEXT_FORMAT
 
 PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
 
@@ -51,14 +54,15 @@ def test_not_a_pep_is_a_document(tmp_path):
     (tmp_path / "notes").mkdir()
     f = tmp_path / "notes" / "a b.md"
     f.write_text("# Heading\n\ntext", encoding="utf-8")
-    node = read_file_node(f, tmp_path)
-    assert node.path == "/notes/a b" and node.node_type == "kg:Document"
-    assert node.properties["title"] == "Heading" and node.properties["content"].endswith("text")
-    assert len(node.properties["sha256"]) == 64
+    for file_format in (TEXT_FORMAT, PEP_FORMAT):
+        node = read_file_node(f, tmp_path, file_format)
+        assert node.path == "/notes/a b" and node.node_type == "kg:Document"
+        assert node.properties["title"] == "Heading" and node.properties["content"].endswith("text")
+        assert len(node.properties["sha256"]) == 64
 
 
 def test_real_pep_440():
-    node = read_file_node(PEPS / "pep-0440.rst", PEPS)
+    node = read_file_node(PEPS / "pep-0440.rst", PEPS, PEP_FORMAT)
     assert node.path == "/pep-0440"
     assert node.properties["title"] == "Version Identification and Dependency Specification"
     assert ("replaces", "/pep-0386") in node.relations
@@ -67,7 +71,7 @@ def test_real_pep_440():
 def test_the_fixture_corpus_has_150_peps_with_relations():
     files = list(iter_files(PEPS))
     assert len(files) == 150
-    nodes = [read_file_node(f, PEPS) for f in files]
+    nodes = [read_file_node(f, PEPS, PEP_FORMAT) for f in files]
     assert all(n.node_type == "pep:PEP" for n in nodes)
     assert sum(len(n.relations) for n in nodes) >= 18
 
@@ -80,4 +84,24 @@ def test_errors(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(InvalidInput):
-        read_file_node(bad, tmp_path)
+        read_file_node(bad, tmp_path, TEXT_FORMAT)
+
+
+def test_the_text_format_makes_a_pep_a_plain_document():
+    node = read_file_node(PEPS / "pep-0440.rst", PEPS, TEXT_FORMAT)
+    assert node.path == "/pep-0440" and node.node_type == "kg:Document" and node.relations == []
+    assert node.properties["content"].startswith("PEP: 440")
+
+
+def test_pep_stub_nodes():
+    stub = PEP_FORMAT.stub("/pep-0386")
+    assert (stub.path, stub.node_type, stub.properties) == ("/pep-0386", "pep:External",
+                                                            {"pep": 386, "in_corpus": False})
+    assert TEXT_FORMAT.stub is None
+
+
+def test_the_format_registry():
+    assert sorted(FORMATS) == ["pep", "text"]
+    assert get_format("pep") is PEP_FORMAT
+    with pytest.raises(InvalidInput, match="unknown format 'rtf'"):
+        get_format("rtf")

@@ -56,15 +56,16 @@ words, English stemming), so full-text search matches what the embedded index ma
 Weaviate's optional GSE tokenizer; the collection's own stop-word list is switched off.
 
 A collection ``KgIndexState`` holds per repository the two placement marks (head revision and
-chunk seq placed). A mark advances only after every object up to it was acknowledged, so a batch that failed half-way leaves no hole below it: the caller redoes the
-pass from the old mark, and deterministic object ids (:func:`object_id`) make the retry
-overwrite instead of duplicate.
+chunk seq placed). A mark advances only after every object up to it was acknowledged, so a batch
+that failed half-way leaves no hole below it: the caller redoes the pass from the old mark, and
+deterministic object ids (:func:`object_id`) make the retry overwrite instead of duplicate.
 
 Large allowed sets
 ------------------
 Up to :attr:`WeaviateVectorIndex.filter_batch_keys` version keys (default 1,000) go into one
-``ContainsAny`` filter. Above that, a search first asks Weaviate for a deeper top list (``probe_depth``) without the key filter (with the
-search's translated filters, if any) and keeps the allowed rows client-side; when that yields
+``ContainsAny`` filter. Above that, a search first asks Weaviate for a deeper top list
+(``probe_depth``) without the key filter (with the search's translated filters, if any) and
+keeps the allowed rows client-side; when that yields
 ``k`` rows whose last score is strictly above the deepest probed score, they are the exact top
 ``k`` (every row outside the probe scores lower). Otherwise the keys are split into batches of
 ``filter_batch_keys``, each batch is one filtered query for the top ``k``, and the batches are

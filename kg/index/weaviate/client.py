@@ -246,7 +246,7 @@ class ClientPool:
         with self._lock:
             return len(self._entries)
 
-    def _evict(self) -> list["_PoolEntry"]:
+    def _evict(self) -> list[_PoolEntry]:
         """Retire the least recently used entries beyond ``max_clients`` (lock held); return
         those no request holds, to close outside the lock."""
         idle = []

@@ -293,9 +293,9 @@ class WeaviateVectorIndex:
         Notes
         -----
         Weaviate's BM25F over ``terms`` (k1 1.2, b 0.75, statistics of the whole collection).
-        Hits of several collections (one per workspace, branch and model) are merged by score, each scored with its own collection's statistics, as
-        a sharded engine scores each shard with its own (Elasticsearch's default
-        ``query_then_fetch``).
+        Hits of several collections (one per workspace, branch and model) are merged by score,
+        each scored with its own collection's statistics, as a sharded engine scores each shard
+        with its own (Elasticsearch's default ``query_then_fetch``).
 
         References
         ----------
@@ -687,7 +687,7 @@ class WeaviateVectorIndex:
 
         self._ensure_state_collection()
         objects = [DataObject(properties={"repoKey": repo_key, "watermark": int(mark)}, uuid=uid)
-                   for uid, mark in zip(_placement_state_ids(repo_key), (seq, version))]
+                   for uid, mark in zip(_placement_state_ids(repo_key), (seq, version), strict=True)]
         insert_objects(self.client.collections.get(STATE_COLLECTION), objects,
                        [f"placed seq of {repo_key!r}", f"placed version of {repo_key!r}"])
 

@@ -19,7 +19,6 @@ import numpy as np
 from kg.errors import BackendUnavailable, InvalidInput, KGError
 from kg.index.weaviate.errors import _one_line, check_batch_result, import_weaviate, vendor_errors
 
-
 KG_UUID_NAMESPACE = uuid.UUID("5f1c0a52-8a4e-5d0b-9a57-3c6a1e0d4b21")
 """Namespace of kg's uuid5 object ids (fixed: changing it would orphan every stored object)."""
 

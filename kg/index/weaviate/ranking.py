@@ -14,7 +14,6 @@ from typing import Any
 
 from kg.index.base import IndexHit
 
-
 MAX_QUERY_RESULTS = 10_000
 """Weaviate's default ``QUERY_MAXIMUM_RESULTS``: a query's ``limit + offset`` may not exceed it."""
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from kg.index.weaviate.objects import object_id
 
-
 STATE_COLLECTION = "KgIndexState"
 
 CHUNKS_PREFIX = "KgChunks_"

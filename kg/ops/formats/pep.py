@@ -1,0 +1,154 @@
+"""The ``pep`` format: Python Enhancement Proposals (``kg ingest --format pep``).
+
+A PEP (reStructuredText with an RFC 822 style header, PEP 1 / PEP 12) becomes a node at
+``/pep-NNNN`` with its header fields as properties and its body as ``body``; its ``Requires``,
+``Replaces`` and ``Superseded-By`` headers become relations ``requires``, ``replaces`` and
+``superseded_by``. A relation to a PEP the corpus does not hold gets a ``pep:External`` stub
+node. A file without a PEP header is a plain document (:mod:`kg.ops.formats.text`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from kg.ops.formats.base import FileNode, IngestFormat
+from kg.ops.formats.text import document_node
+
+PEP_RELATIONS = {"requires": "requires", "replaces": "replaces", "superseded-by": "superseded_by"}
+_HEADER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
+_PEP_NUMBER_RE = re.compile(r"\d+")
+
+
+def pep_path(number: int) -> str:
+    """The node path of PEP ``number``: ``/pep-0440``.
+
+    Parameters
+    ----------
+    number : int
+
+    Returns
+    -------
+    str
+    """
+    return f"/pep-{number:04d}"
+
+
+def parse_pep(text: str) -> tuple[dict[str, str], str] | None:
+    """Split a PEP into its header fields (lower-case names) and body; None if not a PEP.
+
+    Parameters
+    ----------
+    text : str
+        A file's text.
+
+    Returns
+    -------
+    (dict of str -> str, str) or None
+        The header fields (continuation lines joined) and the body; None when the first line
+        is not ``PEP: <number>``.
+
+    References
+    ----------
+    PEP 1 and PEP 12: the header preamble is RFC 2822 style, continuation lines indented.
+    """
+    lines = text.splitlines()
+    if not lines or not re.match(r"^PEP:\s*\d+\s*$", lines[0]):
+        return None
+    headers: dict[str, str] = {}
+    current: str | None = None
+    i = 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            break
+        if line[0] in " \t" and current is not None:
+            headers[current] += " " + line.strip()
+            continue
+        match = _HEADER_RE.match(line)
+        if match is None:
+            break
+        current = match.group(1).lower()
+        headers[current] = match.group(2).strip()
+    else:
+        i = len(lines)
+    body = "\n".join(lines[i:]).strip("\n")
+    return headers, body
+
+
+def pep_node(text: str, source: str) -> FileNode | None:
+    """The node and relations of a PEP, or None when ``text`` is not a PEP.
+
+    Parameters
+    ----------
+    text : str
+        A file's text.
+    source : str
+        The file, relative to the ingested folder.
+
+    Returns
+    -------
+    FileNode or None
+        A ``pep:PEP`` at :func:`pep_path` of its number.
+    """
+    parsed = parse_pep(text)
+    if parsed is None:
+        return None
+    headers, body = parsed
+    number = int(headers["pep"])
+    props: dict[str, Any] = {
+        "pep": number,
+        "title": headers.get("title", f"PEP {number}"),
+        "status": headers.get("status"),
+        "type": headers.get("type"),
+        "created": headers.get("created"),
+        "body": body,
+    }
+    for extra in ("topic", "author", "python-version", "requires", "replaces", "superseded-by"):
+        if extra in headers:
+            props[extra.replace("-", "_")] = headers[extra]
+    relations = [
+        (rel, pep_path(int(n)))
+        for header, rel in PEP_RELATIONS.items()
+        for n in _PEP_NUMBER_RE.findall(headers.get(header, ""))
+    ]
+    props = {k: v for k, v in props.items() if v is not None}
+    return FileNode(pep_path(number), "pep:PEP", props, relations, source)
+
+
+def read_pep_file(text: str, relative: Path) -> FileNode:
+    """The PEP of a file (:func:`pep_node`), or its document when it has no PEP header.
+
+    Parameters
+    ----------
+    text : str
+        The file's text.
+    relative : Path
+        Its path below the ingested folder.
+
+    Returns
+    -------
+    FileNode
+    """
+    return pep_node(text, relative.as_posix()) or document_node(text, relative)
+
+
+def external_pep(path: str) -> FileNode:
+    """The ``pep:External`` stub of a PEP the corpus does not hold.
+
+    Parameters
+    ----------
+    path : str
+        A relation's target, ``/pep-NNNN``.
+
+    Returns
+    -------
+    FileNode
+        ``{"pep": NNNN, "in_corpus": False}`` at ``path``.
+    """
+    number = path.rsplit("-", 1)[-1].lstrip("0") or "0"
+    return FileNode(path, "pep:External", {"pep": int(number), "in_corpus": False})
+
+
+#: PEPs with their relations and stubs; other files as documents.
+PEP_FORMAT = IngestFormat("pep", read=read_pep_file, stub=external_pep)
