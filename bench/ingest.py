@@ -50,8 +50,8 @@ from bench._common import (  # noqa: E402
     table,
     write_results,
 )
-from kg.indexing.chunks import sync_index  # noqa: E402
 from kg.context import OPERATOR  # noqa: E402
+from kg.indexing.chunks import sync_index  # noqa: E402
 from kg.ops.ingest import ingest_path  # noqa: E402
 from kg.providers.local import MODEL_NAME  # noqa: E402
 from kg.services import Services  # noqa: E402

@@ -240,7 +240,7 @@ def main() -> None:
         typer.echo(f"error: {_one_line(exc.message)}", err=True)
         sys.exit(1)
     except OSError as exc:
-        typer.echo(f"error: {_one_line(exc)}", err=True)
+        typer.echo(f"error: {_one_line(str(exc))}", err=True)
         sys.exit(1)
     except Exception as exc:  # typer vendors click: match its exceptions by what they carry
         if type(exc).__name__ == "Exit" and hasattr(exc, "exit_code"):

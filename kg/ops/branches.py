@@ -24,7 +24,9 @@ def branch_dict(session: Session, branch: Branch, repo: Repository | None = None
     Parameters
     ----------
     session : Session
+        An open session (a write transaction for writes).
     branch : Branch
+        The branch.
     repo : Repository, optional
         Its repository: also count the revisions ahead of and behind its parent.
 
@@ -52,9 +54,11 @@ def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[st
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo : str
+        The repository.
 
     Returns
     -------
@@ -77,9 +81,11 @@ def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> di
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo, branch : str
+        The repository. The branch.
 
     Returns
     -------
@@ -105,6 +111,7 @@ def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "
     uow : kg.context.UnitOfWork
         The write transaction and its caller.
     repo : str
+        The repository.
     name : str
         The new branch's name (may contain ``/``).
     from_branch : str
@@ -140,6 +147,7 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
     uow : kg.context.UnitOfWork
         The write transaction and its caller.
     repo, branch : str
+        The repository. The branch.
 
     Raises
     ------
@@ -162,6 +170,7 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
     uow : kg.context.UnitOfWork
         The write transaction and its caller.
     repo, branch : str
+        The repository. The branch.
 
     Returns
     -------

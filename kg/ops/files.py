@@ -8,8 +8,8 @@ text files, decodes them and records the sha256 of their bytes (the ingest lifec
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from kg.errors import InvalidInput
 from kg.ops.formats.base import FileNode, IngestFormat
@@ -65,6 +65,7 @@ def read_file_node(path: Path, root: Path, file_format: IngestFormat) -> FileNod
     Returns
     -------
     FileNode
+        The node the file becomes (path, type, properties, relations).
 
     Raises
     ------

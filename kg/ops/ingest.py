@@ -13,11 +13,13 @@ failure loses nothing already ingested; the relations follow in one more (:func:
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from kg.context import Actor, UnitOfWork, reading, run
+from kg.context import Actor, Resources, UnitOfWork, reading, run
 from kg.errors import NotFound, ProviderError
 from kg.indexing.config import parse_embedding_config
 from kg.ops.files import iter_files, read_file_node
@@ -25,6 +27,7 @@ from kg.ops.formats import DEFAULT_FORMAT, FileNode, IngestFormat, get_format
 from kg.ops.texts import EmbeddedText, prepare_chunks, write_node
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
+from kg.store.models import NodeVersion
 from kg.store.repos import create_repository, create_workspace, get_repository, get_workspace
 
 GROUP_FILES = 16
@@ -50,6 +53,7 @@ class IngestReport:
         Returns
         -------
         dict
+            The counts, as ``kg ingest`` prints them.
         """
         return {
             "files": self.files, "inserted": len(self.inserted), "replaced": len(self.replaced),
@@ -163,12 +167,17 @@ def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
     return stubs
 
 
-def _unchanged(current, node: FileNode) -> bool:
+def _add(total: list[int], n: int) -> None:
+    """Count ``n`` more passages embedded into ``total[0]``."""
+    total[0] += n
+
+
+def _unchanged(current: NodeVersion | None, node: FileNode) -> bool:
     """Whether the stored node is the file's node already."""
     return current is not None and current.node_type == node.node_type and current.properties == node.properties
 
 
-def ingest_path(services, caller: Actor, root: Path, *, repo: str, workspace: str, branch: str = "main",
+def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, workspace: str, branch: str = "main",
                 format_name: str = DEFAULT_FORMAT, create: bool = True,
                 on_files: Callable[[int], None] | None = None,
                 on_progress: Callable[[int], None] | None = None) -> IngestReport:
@@ -177,6 +186,7 @@ def ingest_path(services, caller: Actor, root: Path, *, repo: str, workspace: st
     Parameters
     ----------
     services : kg.services.Services
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who ingests (the CLI: :data:`kg.context.OPERATOR`).
     root : Path
@@ -195,6 +205,7 @@ def ingest_path(services, caller: Actor, root: Path, *, repo: str, workspace: st
     Returns
     -------
     IngestReport
+        What was inserted, replaced, skipped and embedded.
 
     Raises
     ------
@@ -221,19 +232,15 @@ def ingest_path(services, caller: Actor, root: Path, *, repo: str, workspace: st
         todo = [n for n in group if not _unchanged(current[n.path], n)]
         report.skipped += [n.path for n in group if _unchanged(current[n.path], n)]
         counted = [0]
-
-        def count(n: int) -> None:
-            counted[0] += n
-
         items = [(workspace, n.properties) for n in todo]
         try:
-            embedded = prepare_chunks(services, repo, items, progress=count)
+            embedded = prepare_chunks(services, repo, items, progress=functools.partial(_add, counted))
         except ProviderError:
             # One bad text must not stop the others: store the nodes and let the indexer
             # embed them one by one, recording the failing one with its reason.
             embedded = prepare_chunks(services, repo, items, embed=False)
         report.passages_embedded += counted[0]
-        for node, text in zip(todo, embedded):
+        for node, text in zip(todo, embedded, strict=True):
             created = run(services, caller, ingest_file, repo, branch, workspace, node, text)
             (report.inserted if created else report.replaced).append(node.path)
         for node in group:
@@ -247,7 +254,7 @@ def ingest_path(services, caller: Actor, root: Path, *, repo: str, workspace: st
     return report
 
 
-def _write_relations(services, caller: Actor, repo: str, workspace: str, branch: str,
+def _write_relations(services: Resources, caller: Actor, repo: str, workspace: str, branch: str,
                      relations: list[tuple[str, str, str]], file_format: IngestFormat,
                      report: IngestReport) -> None:
     """Count the relations already asserted; assert the others in one unit of work."""
@@ -256,7 +263,8 @@ def _write_relations(services, caller: Actor, repo: str, workspace: str, branch:
         for src, rel, dst in relations:
             a = node_store.find_node(session, view, workspace, src)
             b = node_store.find_node(session, view, workspace, dst)
-            if a is not None and b is not None and relation_store.find_relation(session, view, a.node_id, b.node_id, rel):
+            if a is not None and b is not None and relation_store.find_relation(session, view, a.node_id,
+                                                                                b.node_id, rel):
                 report.relations_unchanged += 1
             else:
                 pending.append((src, rel, dst))

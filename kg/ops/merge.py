@@ -28,9 +28,13 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who asks.
-    repo_name, source : str
+    repo_name : str
+        The repository's name.
+    source : str
+        The branch merged.
     into : str or None
         The target branch; ``None``: ``source``'s parent.
     resolutions : list of dict, optional
@@ -70,6 +74,7 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     uow : kg.context.UnitOfWork
         The write transaction and its caller.
     repo_name : str
+        The repository's name.
     source : str
         The branch merged.
     into : str or None

@@ -7,8 +7,9 @@ in the same transaction and indexed once the unit of work has committed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -95,7 +96,12 @@ def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pat
 
     Raises
     ------
-    kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.Conflict
+    kg.errors.InvalidInput
+        Properties that are not a JSON object, or a node type, order or properties refused.
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or node.
+    kg.errors.Conflict
+        The node changed after ``if_revision``.
     """
     if not isinstance(properties, dict):
         raise InvalidInput("properties must be a JSON object")
@@ -192,8 +198,12 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
 
     Raises
     ------
-    kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict
-        Any failing item fails the whole batch; nothing is written.
+    kg.errors.InvalidInput
+        An empty or too large batch, or a malformed item.
+    kg.errors.NotFound
+        Unknown repository, branch or workspace, or a delete of a node that does not exist.
+    kg.errors.Conflict
+        A delete of a node with children without ``recursive``.
     """
     upserts = [_batch_item(u, "upserts", i) for i, u in enumerate(upserts or [])]
     deletes = [_batch_item(d, "deletes", i) for i, d in enumerate(deletes or [])]

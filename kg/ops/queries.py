@@ -28,9 +28,11 @@ def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspa
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo, branch, workspace : str
+        The repository. The branch. The workspace's name.
     path : str
         A validated path (``/a/b``).
     at_revision : int or None
@@ -57,12 +59,15 @@ def list_children(services: Resources, caller: Actor, repo: str, branch: str, wo
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo, branch, workspace : str
+        The repository. The branch. The workspace's name.
     parent : str
         ``/`` or a path.
     at_revision : int or None
+        Read as of this revision; None: the head.
 
     Returns
     -------
@@ -89,13 +94,19 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
-    repo, branch, workspace, prefix : str
+    repo, branch, workspace : str
+        Where to list.
+    prefix : str
+        List the nodes whose path starts with it.
     limit : int, 1..10,000
+        Most rows returned.
     cursor : str or None
         Where the previous page ended.
     at_revision : int or None
+        Read as of this revision; None: the head.
 
     Returns
     -------
@@ -120,13 +131,17 @@ def references(services: Resources, caller: Actor, repo: str, branch: str, targe
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo, branch : str
+        The repository. The branch.
     target : str
         A node address ``workspace:/path``.
     limit : int
+        Most rows returned.
     at_revision : int or None
+        Read as of this revision; None: the head.
 
     Returns
     -------
@@ -150,17 +165,22 @@ def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, 
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo, branch : str
+        The repository. The branch.
     limit : int
+        Most rows returned.
     before : int or None
         Only revisions older than this.
     at_revision : int or None
+        Read as of this revision; None: the head.
 
     Returns
     -------
     list of dict
+        ``{"number", "branch", "message", "actor", "created_at", ...}`` per revision.
 
     Raises
     ------
@@ -176,10 +196,13 @@ def diff(services: Resources, caller: Actor, repo: str, branch: str, against: st
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo, branch : str
+        The repository. The branch.
     against : str or None
+        The branch compared with; None: the branch's parent.
 
     Returns
     -------
@@ -202,9 +225,11 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo : str
+        The repository.
 
     Returns
     -------

@@ -20,6 +20,7 @@ def repo_dict(repo: Repository) -> dict[str, Any]:
     Parameters
     ----------
     repo : Repository
+        The repository.
 
     Returns
     -------
@@ -35,6 +36,7 @@ def workspace_dict(ws: Workspace, default_model: str) -> dict[str, Any]:
     Parameters
     ----------
     ws : Workspace
+        The workspace row.
     default_model : str
         The service's model, for a workspace whose settings name none.
 
@@ -54,6 +56,7 @@ def list_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
 
@@ -72,9 +75,11 @@ def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, A
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     name : str
+        The name.
 
     Returns
     -------
@@ -95,9 +100,11 @@ def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo : str
+        The repository.
 
     Returns
     -------
@@ -121,9 +128,11 @@ def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> d
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
     repo, name : str
+        The repository. The name.
 
     Returns
     -------
@@ -172,6 +181,7 @@ def delete_repository(uow: UnitOfWork, name: str) -> None:
     uow : kg.context.UnitOfWork
         The write transaction and its caller.
     name : str
+        The name.
 
     Raises
     ------
@@ -227,9 +237,11 @@ def set_workspace_embedding(services: Resources, caller: Actor, repo: str, works
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who asks.
     repo, workspace : str
+        The repository. The workspace's name.
     raw : dict
         The new ``embedding`` object (``{"model"?, "chunking"?}``).
     reembed : bool
@@ -258,9 +270,11 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who asks.
     repo : str
+        The repository.
 
     Returns
     -------
@@ -288,9 +302,11 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who asks.
     repo : str
+        The repository.
     target : VectorIndex, optional
         The index to fill (default: the service's own).
 

@@ -11,8 +11,9 @@ of work indexes the queued text once it has committed.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -66,16 +67,20 @@ def plan_for(services: Resources, session: Session, repo: Repository, workspace_
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     session : Session
         The transaction whose view of the workspace's settings counts.
     repo : Repository
+        The repository.
     workspace_name : str
+        The workspace whose embedding settings apply.
     properties : dict
         The node's JSON properties (validated).
 
     Returns
     -------
     TextPlan
+        The text's chunking plan and content key (None: no text).
 
     Raises
     ------
@@ -93,7 +98,9 @@ def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[st
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources (store, index, embedders).
     repo_name : str
+        The repository's name.
     items : sequence of (str, dict)
         Workspace name and properties of each node to write.
     embed : bool
@@ -188,7 +195,7 @@ def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *,
                                            parents=parents, if_revision=if_revision, validated=True)
     if key is not None and embedded is not None and embedded.chunks and embedded.plan.content_key == key:
         store_chunks(session, ctx.repo.id, embedded.chunks)
-    if enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id, content_key=key,
-               node_version_id=version.id):
+    if key is not None and enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
+                                   content_key=key, node_version_id=version.id):
         uow.index_after_commit(ctx.repo.id, [key])
     return version, created

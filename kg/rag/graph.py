@@ -164,7 +164,7 @@ def _check_types(types: Sequence[str] | None) -> frozenset[str] | None:
 
 
 def neighbors(services: Resources, caller: Actor, repo: str, branch: str, address: str, *,
-              direction: Direction = "BOTH", types: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT,
+              direction: str = "BOTH", types: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT,
               at_revision: int | None = None) -> dict[str, Any]:
     """NEIGHBORS of a node on ``branch`` (as of ``at_revision``): :func:`neighbors_of` in a read
     of its own.
@@ -190,7 +190,8 @@ def neighbors(services: Resources, caller: Actor, repo: str, branch: str, addres
     kg.errors.NotFound, kg.errors.InvalidInput
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        return neighbors_of(session, services, view, address, direction=direction, types=types, limit=limit)
+        return neighbors_of(session, services, view, address, direction=check_direction(direction), types=types,
+                            limit=limit)
 
 
 def neighbors_of(session: Session, services: Resources, view: BranchView, address: str, *,
@@ -271,7 +272,7 @@ def _sql_lookup(session: Session, view: BranchView, direction: Direction, types:
 
 
 def walk(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequence[str], *,
-         hops: int = 2, direction: Direction = "BOTH", types: Sequence[str] | None = None,
+         hops: int = 2, direction: str = "BOTH", types: Sequence[str] | None = None,
          max_nodes: int = 200, fan_out: int = 50, at_revision: int | None = None) -> dict[str, Any]:
     """A bounded breadth-first walk on ``branch`` (as of ``at_revision``): :func:`traverse_from`
     in a read of its own.
@@ -300,7 +301,8 @@ def walk(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequ
     kg.errors.NotFound, kg.errors.InvalidInput
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        return traverse_from(session, services, view, seeds, hops=hops, direction=direction, types=types,
+        return traverse_from(session, services, view, seeds, hops=hops, direction=check_direction(direction),
+                             types=types,
                              max_nodes=max_nodes, fan_out=fan_out)
 
 

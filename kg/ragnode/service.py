@@ -252,7 +252,7 @@ def _ingest(services, caller: Actor, repo_name: str, workspace: str, branch: str
         current = {path: node_store.find_node(session, view, workspace, path) for path, _, _ in nodes}
     embedded = prepare_chunks(services, repo_name, [(workspace, props) for _, _, props in nodes])
     todo = []
-    for (path, name, props), text in zip(nodes, embedded):
+    for (path, name, props), text in zip(nodes, embedded, strict=True):
         existing = current.get(path)
         if existing is not None and existing.properties.get("sha256") == props["sha256"] \
                 and existing.content_key == text.plan.content_key:

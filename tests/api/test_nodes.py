@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event

@@ -83,11 +83,7 @@ def docstring_problems(package: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("package", [
-    "kg.store",
-    pytest.param("kg.ops", marks=pytest.mark.xfail(
-        strict=False, reason="kg/ops being rewritten in this issue; owners fill in")),
-])
+@pytest.mark.parametrize("package", ["kg.store", "kg.ops"])
 def test_public_api_has_numpydoc_docstrings(package):
     problems = docstring_problems(package)
     assert problems == [], f"{len(problems)} docstring problems:\n" + "\n".join(problems)

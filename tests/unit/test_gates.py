@@ -26,9 +26,10 @@ def test_ruff():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_mypy_store_strict():
-    """``mypy kg/store``: the ``[tool.mypy]`` overrides make it ``--strict`` for kg.store."""
-    done = _run("mypy", "kg/store")
+def test_mypy_core_strict():
+    """``mypy`` over the store, the use cases, the indexing and the index: the ``[tool.mypy]``
+    overrides make it ``--strict`` for them."""
+    done = _run("mypy", "kg/store", "kg/ops", "kg/context.py", "kg/indexing", "kg/index")
     assert done.returncode == 0, done.stdout + done.stderr
 
 

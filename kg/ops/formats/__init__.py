@@ -39,6 +39,7 @@ def get_format(name: str) -> IngestFormat:
     Returns
     -------
     IngestFormat
+        The format registered under that name.
 
     Raises
     ------

@@ -27,10 +27,12 @@ def pep_path(number: int) -> str:
     Parameters
     ----------
     number : int
+        The PEP's number.
 
     Returns
     -------
     str
+        ``/pep-0008`` for 8: four digits at least.
     """
     return f"/pep-{number:04d}"
 
@@ -59,7 +61,7 @@ def parse_pep(text: str) -> tuple[dict[str, str], str] | None:
     headers: dict[str, str] = {}
     current: str | None = None
     i = 0
-    for i, line in enumerate(lines):
+    for i, line in enumerate(lines):  # noqa: B007 - i is read after the loop: where the header ends
         if not line.strip():
             break
         if line[0] in " \t" and current is not None:
@@ -129,6 +131,8 @@ def read_pep_file(text: str, relative: Path) -> FileNode:
     Returns
     -------
     FileNode
+        The PEP's node (its header fields, relations to the PEPs it names), or a plain
+        document when the file has no PEP header.
     """
     return pep_node(text, relative.as_posix()) or document_node(text, relative)
 
