@@ -191,7 +191,7 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
         try:
             rebuilt = repo_ops.rebuild_index(services, OPERATOR, repo, target)
         finally:
-            if target is not services.index and hasattr(target, "close"):
+            if target is not services.index:
                 target.close()
     except KGError as exc:
         _fail(exc)

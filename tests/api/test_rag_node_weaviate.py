@@ -288,7 +288,7 @@ def test_replacing_a_file_named_only_with_stop_words(client, target):
 
 
 def test_requests_to_one_weaviate_share_one_connection(client, services, target, monkeypatch):
-    import kg.index.weaviate as kw
+    import kg.index.weaviate.client as kw  # where ClientPool looks connect up
 
     made = []
     real = kw.connect
