@@ -13,8 +13,9 @@ filter never truncates a top-k after the fact.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Collection, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -270,7 +271,7 @@ def checked_vectors(
     for name, members in by_model.items():
         vectors = [np.asarray(chunks[i].vector) for i in members]
         dim = dims.get(name, vectors[0].shape[0] if vectors[0].ndim == 1 else 0)
-        for i, v in zip(members, vectors):
+        for i, v in zip(members, vectors, strict=True):
             if v.ndim != 1 or v.shape[0] != dim or dim == 0:
                 raise InvalidInput(
                     f"chunk seq {chunks[i].seq}: vector of shape {v.shape} for model {name!r}"

@@ -212,7 +212,7 @@ class _Repo:
         chunk_index = np.array([c.chunk_index for c in chunks], dtype=np.int32)
         model_id = np.array([model_ids[c.model] for c in chunks], dtype=np.int32)
         rows = np.arange(self.seq.size, self.seq.size + len(chunks), dtype=np.int64)
-        self.bm25.add_many(zip(rows.tolist(), (c.text for c in chunks)))  # all or nothing
+        self.bm25.add_many(zip(rows.tolist(), (c.text for c in chunks), strict=True))  # all or nothing
         try:
             for name, matrix in matrices.items():
                 if name not in self.models:

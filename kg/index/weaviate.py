@@ -384,7 +384,7 @@ class ClientPool:
         with self._lock:
             return len(self._entries)
 
-    def _evict(self) -> list["_PoolEntry"]:
+    def _evict(self) -> list[_PoolEntry]:
         """Retire the least recently used entries beyond ``max_clients`` (lock held); return
         those no request holds, to close outside the lock."""
         idle = []
@@ -1481,7 +1481,7 @@ class WeaviateVectorIndex:
 
         self._ensure_state_collection()
         objects = [DataObject(properties={"repoKey": repo_key, "watermark": int(mark)}, uuid=uid)
-                   for uid, mark in zip(_placement_state_ids(repo_key), (seq, version))]
+                   for uid, mark in zip(_placement_state_ids(repo_key), (seq, version), strict=True)]
         insert_objects(self.client.collections.get(STATE_COLLECTION), objects,
                        [f"placed seq of {repo_key!r}", f"placed version of {repo_key!r}"])
 
