@@ -20,6 +20,7 @@ PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("KG_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("KG_EMBEDDING_MODEL", "fake:hash-64")
+    monkeypatch.setenv("KG_ALLOW_FAKE_EMBEDDER", "true")
     monkeypatch.delenv("KG_DATABASE_URL", raising=False)
     folder = tmp_path / "docs"
     folder.mkdir()
