@@ -296,6 +296,11 @@ def connect(
     except (OSError, ValueError) as exc:  # DNS failures, pydantic validation of the params
         raise error(f"cannot connect to Weaviate at {url}: {_one_line(exc)}",
                     details={"url": url}) from exc
+    except KGError:
+        raise
+    except Exception as exc:  # an answer that is not Weaviate's (the client raises KeyError, ...)
+        raise error(f"Weaviate at {url} answered what kg cannot use: {type(exc).__name__}: {_one_line(exc)}",
+                    details={"url": url}) from exc
 
 
 class ClientPool:
