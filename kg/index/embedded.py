@@ -606,7 +606,11 @@ def _write_snapshot(folder: Path, view: _View) -> None:
     models = []
     for i, (name, store) in enumerate(view.models.items()):
         file = f"vectors-{token}-{i}.npy"
-        _replace_atomically(folder / file, lambda f, m=store.vectors: np.save(f, m))
+
+        def write(f: IO[bytes], m: np.ndarray = store.vectors) -> None:
+            np.save(f, m)
+
+        _replace_atomically(folder / file, write)
         models.append({"name": name, "dim": store.dim, "rows": len(store.rows), "file": file})
     meta = {
         "format": SNAPSHOT_FORMAT,

@@ -438,7 +438,7 @@ def vendor_errors(action: str, error: type[BackendUnavailable] = BackendUnavaila
                     details={"action": action}) from exc
 
 
-def _one_line(exc: BaseException, limit: int = 500) -> str:
+def _one_line(exc: object, limit: int = 500) -> str:
     """An exception's message on one line, at most ``limit`` characters."""
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -1518,11 +1518,11 @@ class WeaviateVectorIndex:
             shared = self._held(repo_key)
             return [(h, content_keys, None) for m, h in sorted(shared.items())
                     if models is None or m in models]
-        held: dict[tuple[int, int], list[_Held]] = {}
+        held: dict[tuple[int | None, int], list[_Held]] = {}
         for h in self._collections(repo_key):
             if h.branch_id is not None and (models is None or h.model in models):
                 held.setdefault((h.workspace_id, h.branch_id), []).append(h)
-        out = []
+        out: list[tuple[_Held, Collection[str], Any]] = []
         for scope in scopes:
             if not scope.version_keys:
                 continue
@@ -1794,7 +1794,7 @@ def _description(text: str | None) -> dict[str, Any]:
 
 def _chunks_schema(name: str, description: str, *, scoped: bool = False) -> dict[str, Any]:
     """The class definition of a chunks collection (``scoped``: of a (workspace, branch))."""
-    schema = {
+    schema: dict[str, Any] = {
         "class": name,
         "description": description,
         "vectorizer": "none",
