@@ -42,7 +42,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                   description="A knowledge-graph service with branching storage for AI agents.")
     app.state.services = services
     errors.install(app)
-    app.add_middleware(RequestGuard)
+    app.add_middleware(RequestGuard, max_body_bytes=services.settings.max_body_bytes)
     for module in (health, repos, history, branches, nodes, search, relations, references, rag, functions, jobs):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     return app

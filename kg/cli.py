@@ -84,7 +84,15 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
         _fail(exc)
     host, port = host or settings.host, port or settings.port
     _check_can_listen(host, port)
-    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info")
+    # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S; headers are capped at 64 KiB
+    # (h11); bodies are bounded by the request guard (KG_MAX_BODY_BYTES).
+    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info",
+                http="h11", timeout_keep_alive=settings.keepalive_timeout_s,
+                h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+
+
+MAX_HEADER_BYTES = 64 * 1024
+"""Largest request head (request line and headers) ``kg serve`` reads, in bytes."""
 
 
 def _check_can_listen(host: str, port: int) -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from kg.errors import BackendUnavailable, InvalidInput
+from kg.errors import BackendUnavailable, InvalidInput, KGError
 from kg.index.weaviate.errors import _one_line, import_weaviate
 
 log = logging.getLogger(__name__)
@@ -157,6 +157,11 @@ def connect(
         ) from exc
     except (OSError, ValueError) as exc:  # DNS failures, pydantic validation of the params
         raise error(f"cannot connect to Weaviate at {url}: {_one_line(exc)}",
+                    details={"url": url}) from exc
+    except KGError:
+        raise
+    except Exception as exc:  # an answer that is not Weaviate's (the client raises KeyError, ...)
+        raise error(f"Weaviate at {url} answered what kg cannot use: {type(exc).__name__}: {_one_line(exc)}",
                     details={"url": url}) from exc
 
 
