@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kg.context import Actor, Resources, UnitOfWork, reading, run
-from kg.errors import NotFound, ProviderError
+from kg.errors import InvalidInput, NotFound, ProviderError
 from kg.indexing.config import parse_embedding_config
 from kg.ops.files import iter_files, read_file_node
 from kg.ops.formats import DEFAULT_FORMAT, FileNode, IngestFormat, get_format
@@ -167,6 +167,20 @@ def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
     return stubs
 
 
+def _refuse_one_path_for_two_files(parsed: list[FileNode]) -> None:
+    """Two files that become the same node would replace each other on every ingest."""
+    by_path: dict[str, list[str]] = {}
+    for node in parsed:
+        by_path.setdefault(node.path, []).append(node.source)
+    clashes = {path: sources for path, sources in by_path.items() if len(sources) > 1}
+    if clashes:
+        path, sources = next(iter(clashes.items()))
+        raise InvalidInput(
+            f"{' and '.join(sources)} would both be the node {path}: rename one (a node's path is "
+            "its file's path without the suffix)",
+            details={"clashes": [{"path": p, "files": s} for p, s in clashes.items()]})
+
+
 def _add(total: list[int], n: int) -> None:
     """Count ``n`` more passages embedded into ``total[0]``."""
     total[0] += n
@@ -210,7 +224,8 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
     Raises
     ------
     kg.errors.InvalidInput
-        An unknown format, a missing path or a non-UTF-8 file (nothing is written).
+        An unknown format, a missing path, a non-UTF-8 file, or two files that would be the
+        same node (``a.md`` and ``a.txt`` are both ``/a``): nothing is written.
     kg.errors.NotFound
         Unknown branch, or repository / workspace without ``create``.
     kg.errors.ProviderError
@@ -218,12 +233,13 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
     """
     file_format = get_format(format_name)
     files = list(iter_files(root))  # a missing path is refused before anything is created
+    base = root if root.is_dir() else root.parent
+    parsed = [read_file_node(path, base, file_format) for path in files]
+    _refuse_one_path_for_two_files(parsed)
     run(services, caller, ensure_repo_workspace, repo, workspace, create=create)
     if on_files is not None:
         on_files(len(files))
-    base = root if root.is_dir() else root.parent
     report = IngestReport(files=len(files))
-    parsed = [read_file_node(path, base, file_format) for path in files]
     relations: list[tuple[str, str, str]] = []
     for start in range(0, len(parsed), GROUP_FILES):
         group = parsed[start:start + GROUP_FILES]

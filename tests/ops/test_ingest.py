@@ -12,7 +12,7 @@ from kg.context import OPERATOR
 from kg.errors import InvalidInput
 from kg.ops.ingest import ingest_path
 from kg.rag.search import SearchRequest, search
-from kg.store.models import Chunk, NodeVersion
+from kg.store.models import Chunk, NodeVersion, Repository
 from kg.store.repos import branch_view
 from tests.conftest import FAKE_MODEL
 
@@ -154,4 +154,21 @@ def test_an_unknown_format_writes_nothing(services, corpus):
     with services.db.read() as s:
         from kg.store.models import Repository
 
+        assert s.scalar(select(func.count()).select_from(Repository)) == 0
+
+
+def test_two_files_that_would_be_one_node_are_refused_and_nothing_is_written(services, tmp_path):
+    """``a.md`` and ``a.txt`` are both ``/a``: ingested, each replaced the other on every run
+    (one file's text always lost, a revision per run); now the ingest says so and writes nothing."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nfrom markdown", encoding="utf-8")
+    (folder / "a.txt").write_text("from plain text", encoding="utf-8")
+    (folder / "b.md").write_text("# B\n\nunrelated", encoding="utf-8")
+    with pytest.raises(InvalidInput) as raised:
+        ingest_path(services, OPERATOR, folder, repo="notes", workspace="w")
+    assert "a.md and a.txt would both be the node /a" in raised.value.message
+    assert raised.value.details == {"clashes": [{"path": "/a", "files": ["a.md", "a.txt"]}]}
+    assert count(services, NodeVersion) == 0
+    with services.db.read() as s:
         assert s.scalar(select(func.count()).select_from(Repository)) == 0
