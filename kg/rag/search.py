@@ -36,6 +36,8 @@ Fusion = Literal["kg", "index"]
 FusionType = Literal["ranked", "relative_score"]
 RRF_K = 60
 MAX_K = 1000
+#: Most chunks a leg reads for one search (node rows read deeper until they have k nodes).
+MAX_DEPTH = MAX_K * 4
 
 
 class SearchRequest(BaseModel):
@@ -323,7 +325,7 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
 
     repo_key = view.repo.uid
     sync_index(session, services.index, view.repo.id, repo_key)
-    depth = min(MAX_K * 4, max(request.k * (8 if request.granularity == "node" else 3), 50))
+    depth = min(MAX_DEPTH, max(request.k * (8 if request.granularity == "node" else 3), 50))
 
     fusing = _native_fusion(services, request)
     if fusing is not None:
@@ -332,24 +334,30 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
 
-    warnings: list[dict[str, Any]] = []
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
-    vector_hits: list[IndexHit] = []
-    fulltext_hits: list[IndexHit] = []
-    if use_vector:
-        vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
-    if use_fulltext:
-        index: VectorIndex = services.index
-        if index.layout == "scoped":
-            fulltext_hits = index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
-        else:
-            fulltext_hits = index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
-
-    if request.granularity == "node":
+    while True:
+        warnings: list[dict[str, Any]] = []
+        vector_hits: list[IndexHit] = []
+        fulltext_hits: list[IndexHit] = []
+        if use_vector:
+            vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
+        if use_fulltext:
+            index: VectorIndex = services.index
+            if index.layout == "scoped":
+                fulltext_hits = index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
+            else:
+                fulltext_hits = index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
+        if request.granularity == "chunk":
+            results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request)
+            break
         results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request)
-    else:
-        results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request)
+        # A node row per node: when a few long documents fill the legs' top chunks, fewer than
+        # k nodes are found though more match. Read deeper while a leg was cut at the depth.
+        cut = len(vector_hits) >= depth or len(fulltext_hits) >= depth
+        if len(results) >= request.k or not cut or depth >= MAX_DEPTH:
+            break
+        depth = min(depth * 4, MAX_DEPTH)
     fusion = None
     if request.mode == "hybrid":
         fusion = {"engine": "kg", "method": "rrf", "k": RRF_K,

@@ -235,3 +235,24 @@ def test_fusion_options_outside_hybrid_are_refused(client, repo):
     for mode in ("vector", "fulltext"):
         assert_error(search(client, {"query": "rotate", "mode": mode, "fusion": "kg"}), 422)
         assert_error(search(client, {"query": "rotate", "mode": mode, "fusion_type": "ranked"}), 422)
+
+
+def test_node_rows_are_k_nodes_when_one_long_document_fills_the_top_chunks(client, repo):
+    """Node granularity reads the legs' top chunks and keeps each node's best: with one long
+    document holding the query in every chunk, the first 50 chunks were all its own and a
+    k=3 search answered 1 node though 3 match (found by a new-user pass on PEP 440)."""
+    embedding = {"model": "fake:hash-64", "chunking": {"splitter": "words", "chunk_size": 6, "overlap": 0,
+                                                       "unit": "words"}}
+    assert client.post("/api/repos/acme/workspaces", json={"name": "long", "embedding": embedding}).status_code == 201
+    long_text = " ".join(f"quokka quokka habitat note {i}." for i in range(120))
+    short = "Many animals live on the island, among them one quokka, several birds and some lizards."
+    for path, text in {"/long": long_text, "/short-a": short, "/short-b": short + " More lizards."}.items():
+        r = client.put(f"/api/repos/acme/workspaces/long/nodes{path}", json={"properties": {"content": text}})
+        assert r.status_code == 201, r.text
+    for mode in ("fulltext", "hybrid", "vector"):
+        body = search(client, {"query": "quokka", "k": 3, "mode": mode, "granularity": "node",
+                               "workspaces": ["long"]}).json()
+        assert sorted(row["path"] for row in body["results"]) == ["/long", "/short-a", "/short-b"], (mode, body)
+    chunks = search(client, {"query": "quokka", "k": 3, "mode": "fulltext", "granularity": "chunk",
+                             "workspaces": ["long"]}).json()["results"]
+    assert [row["path"] for row in chunks] == ["/long"] * 3  # chunk rows are the top chunks, as before
