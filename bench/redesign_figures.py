@@ -162,7 +162,7 @@ def ingest(tmp: Path, url: str | None, docs: Path) -> float:
     """``kg ingest docs --repo peps --workspace peps`` with this interpreter and PYTHONPATH, as
     PEPs: ``--format pep`` where the checkout has ingest formats (the baseline read PEP headers
     of every file it ingested)."""
-    env = dict(os.environ, KG_DATA_DIR=str(tmp / "data"), KG_EMBEDDING_MODEL=MODEL)
+    env = dict(os.environ, KG_DATA_DIR=str(tmp / "data"), KG_EMBEDDING_MODEL=MODEL, KG_ALLOW_FAKE_EMBEDDER="1")
     if url is not None:
         env["KG_DATABASE_URL"] = url
     command = [sys.executable, "-c", "from kg.cli import main; main()", "ingest"]
@@ -229,6 +229,9 @@ class Worker:
     def setup(self) -> dict:
         for name in [n for n in os.environ if n.startswith("KG_")]:  # only what this run sets
             del os.environ[name]
+        # The fake embedder is for tests and benches: a checkout that guards it needs this (one
+        # that does not ignores it).
+        os.environ["KG_ALLOW_FAKE_EMBEDDER"] = "1"
         imports = check_imports(self.args.expect_root)
         tmp = Path(self.tmp.name)
         self._db = common.isolated_database(self.args.postgres, tmp)
