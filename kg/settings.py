@@ -52,6 +52,17 @@ class Settings(BaseSettings):
         Weaviate API key; unset for an unauthenticated instance.
     weaviate_timeout_s : float
         Timeout of one Weaviate query, in seconds (also for RAG-node Weaviate URLs).
+    auth : bool
+        Require an API key (``Authorization: Bearer kg_...``) on every HTTP request. Off, the
+        server listens on loopback only (``kg serve`` refuses any other host).
+    key_pepper : SecretStr or None
+        The server-side secret keyed into every stored key hash (HMAC-SHA256); required to
+        create keys and to turn ``auth`` on. Changing it invalidates every key.
+    protected_branches : str
+        Comma-separated branch names or globs that need a grant naming them literally for
+        write, merge, reset and delete (default ``main``).
+    key_touch_s : float
+        A key's ``last_used_at`` is written at most this often, in seconds.
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -73,12 +84,27 @@ class Settings(BaseSettings):
     weaviate_url: str | None = None
     weaviate_api_key: SecretStr | None = None
     weaviate_timeout_s: float = Field(default=30.0, gt=0)
+    auth: bool = False
+    key_pepper: SecretStr | None = None
+    protected_branches: str = "main"
+    key_touch_s: float = Field(default=300.0, ge=0)
 
     @model_validator(mode="after")
     def _weaviate_needs_a_url(self) -> Settings:
         if self.index == "weaviate" and not (self.weaviate_url or "").strip():
             raise ValueError("KG_INDEX=weaviate needs KG_WEAVIATE_URL (e.g. http://localhost:8080)")
         return self
+
+    @model_validator(mode="after")
+    def _auth_needs_a_pepper(self) -> Settings:
+        if self.auth and not (self.key_pepper and self.key_pepper.get_secret_value().strip()):
+            raise ValueError("KG_AUTH=true needs KG_KEY_PEPPER (a long random secret, e.g. from "
+                             "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        return self
+
+    def protected(self) -> tuple[str, ...]:
+        """Return the protected branch globs of :attr:`protected_branches`."""
+        return tuple(b.strip() for b in self.protected_branches.split(",") if b.strip())
 
     def resolved_database_url(self) -> str:
         """Return the database URL, defaulting to a SQLite file in :attr:`data_dir`."""
