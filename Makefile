@@ -36,6 +36,7 @@ test-sqlite: install
 bench: install
 	$(BIN)/python bench/branch_create.py
 	$(BIN)/python bench/ingest.py
+	PYTHONPATH=$(CURDIR) $(BIN)/python bench/redesign_figures.py
 
 clean:
 	rm -rf .kg .pytest_cache bench/results

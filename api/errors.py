@@ -30,6 +30,7 @@ STATUS: dict[type[errors.KGError], int] = {
     errors.ModelLocked: 409,
     errors.InvalidInput: 422,
     errors.MalformedInput: 400,
+    errors.TooLarge: 413,
     errors.BackendUnavailable: 503,
     errors.UpstreamUnavailable: 502,
     errors.ProviderError: 502,

@@ -3,7 +3,14 @@
 constants NaN / Infinity (not JSON). Each is a kg error (:class:`kg.errors.InvalidInput`, 422,
 or :class:`kg.errors.MalformedInput`, 400) answered by the one error mapper
 (:func:`api.errors.error_response`) with the API.md error shape, never a 500 or a stored value
-that later breaks every read."""
+that later breaks every read.
+
+It also bounds the work one request can cause before any route runs: a body larger than
+``Settings.max_body_bytes`` (``KG_MAX_BODY_BYTES``) is refused with 413
+(:class:`kg.errors.TooLarge`) from its ``Content-Length`` before a byte of it is read, or, sent
+without one (chunked), as soon as the bytes received pass the limit; and the JSON is parsed
+and checked in a worker thread, so a large body never holds the event loop (``/health`` and
+every other request are served meanwhile)."""
 
 from __future__ import annotations
 
@@ -13,10 +20,13 @@ from collections.abc import MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
+import anyio.to_thread
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import error_response
-from kg.errors import InvalidInput, KGError, MalformedInput
+from kg.errors import InvalidInput, KGError, MalformedInput, TooLarge
 
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
 MAX_DEPTH = 64
@@ -78,11 +88,69 @@ def _check_target(scope: Scope) -> None:
             raise InvalidInput("the path is not valid UTF-8 once percent-decoded") from None
 
 
-class RequestGuard:
-    """ASGI middleware: checks the path, the query string and JSON bodies."""
+def _too_large(limit: int, length: int | None = None) -> TooLarge:
+    """The 413 of a body over ``limit`` bytes."""
+    size = f"of {length} bytes " if length is not None else ""
+    return TooLarge(f"the request body {size}is larger than the {limit} bytes this server accepts "
+                    "(KG_MAX_BODY_BYTES)", details={"max_body_bytes": limit})
 
-    def __init__(self, app: ASGIApp) -> None:
+
+def _declared_length(scope: Scope) -> int | None:
+    """The request's Content-Length, None when absent or not a number."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+#: Where the guard leaves a body's parsed JSON in the ASGI scope, for :class:`GuardedRoute`.
+PARSED_JSON = "kg.parsed_json"
+
+
+def _parse_body(body: bytes, scope: Scope) -> None:
+    """Parse and check a JSON body (run in a worker thread) and leave it in the scope; a body
+    that is not JSON passes, for the route to answer 400 with its own message."""
+    try:
+        parsed = json.loads(body, parse_constant=_constant)
+    except (ValueError, RecursionError):
+        return
+    _walk(parsed)
+    scope[PARSED_JSON] = parsed
+
+
+class GuardedRoute(APIRoute):
+    """A route that takes the body's JSON as the guard parsed it (off the event loop), so
+    FastAPI does not parse it a second time on the loop (``Request.json`` caches ``_json``)."""
+
+    def get_route_handler(self) -> Any:
+        """The route's handler, given the guard's parsed body first."""
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            if PARSED_JSON in request.scope:
+                request._json = request.scope[PARSED_JSON]
+            return await handler(request)
+
+        return handle
+
+
+class RequestGuard:
+    """ASGI middleware: checks the path, the query string and JSON bodies, and bounds the
+    body's size.
+
+    Parameters
+    ----------
+    app : ASGI application
+    max_body_bytes : int
+        Largest body accepted, in bytes (``Settings.max_body_bytes``); larger is 413.
+    """
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int = 10 * 1024 * 1024) -> None:
         self.app = app
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -93,26 +161,32 @@ class RequestGuard:
         except KGError as exc:
             await error_response(exc)(scope, receive, send)
             return
+        limit = self.max_body_bytes
+        declared = _declared_length(scope)
+        if declared is not None and declared > limit:
+            await error_response(_too_large(limit, declared))(scope, receive, send)
+            return
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
         chunks = []
+        received = 0
         more = True
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            chunks.append(message.get("body", b""))
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > limit:  # a streamed body (no Content-Length, or a false one)
+                await error_response(_too_large(limit))(scope, receive, send)
+                return
+            chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
         if body.strip():
             try:
-                try:
-                    parsed = json.loads(body, parse_constant=_constant)
-                except (ValueError, RecursionError):
-                    parsed = None  # not JSON: the route answers 400 with its own message
-                if parsed is not None:
-                    _walk(parsed)
+                await anyio.to_thread.run_sync(_parse_body, body, scope)
             except KGError as exc:
                 await error_response(exc)(scope, receive, send)
                 return

@@ -496,7 +496,7 @@ class IndexStats(Schema):
     chunks: int = absent("Chunks (objects) held.")
     models: dict[str, int] = absent("Chunks by embedding model.")
     dims: dict[str, int | None] = absent("Vector dimension by embedding model.")
-    watermark: int = absent("The newest chunk seq the index holds.")
+    watermark: int = absent("Content-addressed index: the newest chunk seq it holds.")
     placed: PlacementMarks = absent("Scoped index: placement marks.")
     collections: list[IndexCollection] = absent("Scoped index: its collections.")
     error: IndexUnavailable = absent("The index could not be asked.")

@@ -95,7 +95,7 @@ def make_services(url: str, data_dir: Path) -> Services:
     db = Database(settings.resolved_database_url())
     db.upgrade()
     return Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
-                    embedder_factory=lambda name: make_embedder(name))
+                    embedder_factory=lambda name: make_embedder(name, allow_fake=True))
 
 
 def build_repository(services: Services, n_nodes: int, *, section_size: int, batch_size: int,

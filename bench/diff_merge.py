@@ -105,7 +105,7 @@ def make_services(url: str, data_dir: Path) -> Services:
     db = Database(settings.resolved_database_url())
     db.upgrade()
     return Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
-                    embedder_factory=lambda name: make_embedder(name))
+                    embedder_factory=lambda name: make_embedder(name, allow_fake=True))
 
 
 def _node_row(ctx, wid: int, path: str, node_type: str, props: dict, now) -> dict:

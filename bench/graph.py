@@ -261,7 +261,8 @@ def uvicorn_figures(url: str, data_dir: Path, sample: list[str], seeds: list[str
     import httpx
 
     port = free_port()
-    env = {**os.environ, "KG_DATABASE_URL": url, "KG_DATA_DIR": str(data_dir), "KG_EMBEDDING_MODEL": MODEL}
+    env = {**os.environ, "KG_DATABASE_URL": url, "KG_DATA_DIR": str(data_dir), "KG_EMBEDDING_MODEL": MODEL,
+           "KG_ALLOW_FAKE_EMBEDDER": "true"}
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "api.main:app", "--host", "127.0.0.1",
                              "--port", str(port), "--log-level", "warning"], cwd=ROOT, env=env)
     try:
@@ -324,7 +325,8 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="kg-bench-") as tmp, \
             isolated_database(args.database_url, Path(tmp)) as (url, backend):
         results["database"] = {"backend": backend, "url": redact(url)}
-        settings = Settings(database_url=url, data_dir=Path(tmp) / "data", embedding_model=MODEL)
+        settings = Settings(database_url=url, data_dir=Path(tmp) / "data", embedding_model=MODEL,
+                            allow_fake_embedder=True)
         services = Services.from_settings(settings)
         services.db.upgrade()
         try:

@@ -109,7 +109,7 @@ def searchable(services: Services) -> bool:
 def one_round(order: str, url: str, tmp: Path, args: argparse.Namespace) -> dict:
     """One database, one claim order: the time to searchable and the backlog's drain."""
     settings = Settings(database_url=url, data_dir=tmp / "data", embedding_model=MODEL,
-                        index_inline=False)
+                        index_inline=False, allow_fake_embedder=True)
     services = Services.from_settings(settings)
     try:
         services.db.upgrade()

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     settings = Settings(database_url=f"sqlite:///{workdir / 'kg.sqlite3'}", data_dir=workdir / "data",
-                        embedding_model=MODEL, index_inline=False)
+                        embedding_model=MODEL, index_inline=False, allow_fake_embedder=True)
     services = Services.from_settings(settings)
     results: dict = {"machine": machine(), "k": args.k, "model": MODEL}
     try:

@@ -95,7 +95,15 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
                    "(and KG_KEY_PEPPER) or listen on 127.0.0.1", err=True)
         raise typer.Exit(1)
     _check_can_listen(host, port)
-    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info")
+    # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S; headers are capped at 64 KiB
+    # (h11); bodies are bounded by the request guard (KG_MAX_BODY_BYTES).
+    uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info",
+                http="h11", timeout_keep_alive=settings.keepalive_timeout_s,
+                h11_max_incomplete_event_size=MAX_HEADER_BYTES)
+
+
+MAX_HEADER_BYTES = 64 * 1024
+"""Largest request head (request line and headers) ``kg serve`` reads, in bytes."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -212,7 +220,7 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
         try:
             rebuilt = repo_ops.rebuild_index(services, OPERATOR, repo, target)
         finally:
-            if target is not services.index and hasattr(target, "close"):
+            if target is not services.index:
                 target.close()
     except KGError as exc:
         _fail(exc)

@@ -10,7 +10,8 @@
     │   ├── MergeConflict   a merge that cannot be applied without resolutions
     │   └── ModelLocked     a workspace's embedding settings changed without re-embedding
     ├── InvalidInput        valid JSON that breaks a rule (bad path, overlap >= size, ...)
-    │   └── MalformedInput  input that cannot be parsed at all
+    │   ├── MalformedInput  input that cannot be parsed at all
+    │   └── TooLarge        more than a configured limit (body bytes, chunks per request)
     ├── BackendUnavailable  an index or database that cannot be reached
     │   └── UpstreamUnavailable  a named external service (a Weaviate URL) that cannot be used
     └── ProviderError       an embedder or LLM failed or answered something unusable
@@ -91,6 +92,13 @@ class MalformedInput(InvalidInput):
     """Input that cannot be parsed at all (malformed JSON, wrong types)."""
 
     code = "malformed"
+
+
+class TooLarge(InvalidInput):
+    """A request larger than a limit the operator configured (``KG_MAX_BODY_BYTES``,
+    ``KG_MAX_CHUNKS_PER_REQUEST``): refused before the work is done (HTTP 413)."""
+
+    code = "too_large"
 
 
 class BackendUnavailable(KGError):

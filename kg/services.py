@@ -43,6 +43,7 @@ class Services:
     settings : Settings
     db : Database
     index : VectorIndex
+        Either layout (:mod:`kg.index.base`): callers dispatch on ``index.layout``.
     embedder_factory : callable(str) -> Embedder
         Makes the embedder named ``<provider>:<model>``.
     graphs : GraphCache
@@ -74,7 +75,8 @@ class Services:
         index = build_index(settings)
         return cls(settings=settings, db=db, index=index, graphs=GraphCache(settings.graph_max_edges),
                    embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size,
-                                                               host=settings.ollama_host),
+                                                               host=settings.ollama_host,
+                                                               allow_fake=settings.allow_fake_embedder),
                    llm=make_llm(settings.llm_model, host=settings.ollama_host))
 
     def __post_init__(self) -> None:
@@ -98,9 +100,7 @@ class Services:
         if self.jobs is not None:
             self.jobs.close()
         self.db.dispose()
-        close_index = getattr(self.index, "close", None)  # a remote index's connection
-        if close_index is not None:
-            close_index()
+        self.index.close()  # a remote index's connection
         self.weaviate_clients.close()  # the RAG node's Weaviate connections
 
 
@@ -115,9 +115,10 @@ def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:
     Returns
     -------
     VectorIndex
-        :class:`~kg.index.embedded.EmbeddedVectorIndex` over ``settings.data_dir``, or
-        :class:`~kg.index.weaviate.WeaviateVectorIndex` at ``settings.weaviate_url`` (which
-        connects on first use).
+        :class:`~kg.index.embedded.EmbeddedVectorIndex` (a
+        :class:`~kg.index.base.ContentAddressedIndex`) over ``settings.data_dir``, or
+        :class:`~kg.index.weaviate.WeaviateVectorIndex` (a :class:`~kg.index.base.ScopedIndex`)
+        at ``settings.weaviate_url`` (which connects on first use).
 
     Raises
     ------

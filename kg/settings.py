@@ -6,11 +6,12 @@ in the CLI and pass it down.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -52,6 +53,21 @@ class Settings(BaseSettings):
         Weaviate API key; unset for an unauthenticated instance.
     weaviate_timeout_s : float
         Timeout of one Weaviate query, in seconds (also for RAG-node Weaviate URLs).
+    rag_weaviate_urls : list of str
+        The Weaviate instances a RAG-node request may name as ``weaviateUrl``
+        (``KG_RAG_WEAVIATE_URLS``, comma-separated or a JSON list). ``embedded`` is always
+        allowed; any other URL is refused (422) before kg connects to it. Default: none.
+    max_body_bytes : int
+        Largest request body, in bytes (default 10 MiB); a larger one is refused with 413
+        from its ``Content-Length``, or as soon as a streamed body passes the limit.
+    max_chunks_per_request : int
+        Chunks one RAG-node request may make of its input's files (default 20,000); more is
+        refused with 413 before anything is embedded or written.
+    allow_fake_embedder : bool
+        Allow the ``fake:`` embedding provider (tests only; default off, so a client cannot
+        name it).
+    keepalive_timeout_s : int
+        How long ``kg serve`` keeps an idle HTTP connection open, in seconds.
     auth : bool
         Require an API key (``Authorization: Bearer kg_...``) on every HTTP request. Off, the
         server listens on loopback only (``kg serve`` refuses any other host).
@@ -84,10 +100,26 @@ class Settings(BaseSettings):
     weaviate_url: str | None = None
     weaviate_api_key: SecretStr | None = None
     weaviate_timeout_s: float = Field(default=30.0, gt=0)
+    rag_weaviate_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    max_chunks_per_request: int = Field(default=20_000, gt=0)
+    allow_fake_embedder: bool = False
+    keepalive_timeout_s: int = Field(default=5, gt=0)
     auth: bool = False
     key_pepper: SecretStr | None = None
     protected_branches: str = "main"
     key_touch_s: float = Field(default=300.0, ge=0)
+
+    @field_validator("rag_weaviate_urls", mode="before")
+    @classmethod
+    def _split_urls(cls, value: object) -> object:
+        """``KG_RAG_WEAVIATE_URLS``: a JSON list, or URLs separated by commas."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
 
     @model_validator(mode="after")
     def _weaviate_needs_a_url(self) -> Settings:

@@ -49,7 +49,7 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
-                    index_inline=True)
+                    index_inline=True, allow_fake_embedder=True)
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def services(settings: Settings) -> Iterator[Services]:
     db = Database(settings.resolved_database_url())
     db.upgrade()
     svc = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
-                   embedder_factory=lambda name: make_embedder(name))
+                   embedder_factory=lambda name: make_embedder(name, allow_fake=settings.allow_fake_embedder))
     yield svc
     svc.close()
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api.deps import CallerDep, ServicesDep
+from api.guard import GuardedRoute
 from api.models import BranchCreate
 from api.schemas import Branch, BranchList
 from kg.context import run
 from kg.ops import branches as branch_ops
 
-router = APIRouter(prefix="/api/repos/{repo}/branches", tags=["branches"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/branches", tags=["branches"])
 
 
 @router.post("", status_code=201, response_model=Branch, response_model_exclude_unset=True)

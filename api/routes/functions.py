@@ -8,13 +8,14 @@ from fastapi import APIRouter, Response
 from pydantic import Field
 
 from api.deps import CallerDep, ServicesDep
+from api.guard import GuardedRoute
 from api.models import Strict
 from api.schemas import FunctionOutput, JobAccepted
 from kg.context import run
 from kg.rag import function_jobs
 from kg.rag.functions import invoke
 
-router = APIRouter(prefix="/api/functions", tags=["functions"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/functions", tags=["functions"])
 
 
 class InvokeBody(Strict):

@@ -5,9 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 import kg
+from api.guard import GuardedRoute
 from api.schemas import Health
 
-router = APIRouter(tags=["health"])
+router = APIRouter(route_class=GuardedRoute, tags=["health"])
 
 
 @router.get("/health", response_model=Health)

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import MAX_REVISION, BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.guard import GuardedRoute
 from api.models import BatchBody, MergeBody
 from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
 from kg.context import run
@@ -15,7 +16,7 @@ from kg.ops import queries
 from kg.ops.branches import reset_branch
 from kg.ops.merge import merge_branch, preview_merge
 
-router = APIRouter(prefix="/api/repos/{repo}", tags=["history"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["history"])
 
 
 @router.get("/log", response_model=RevisionLog)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import CallerDep, ServicesDep
+from api.guard import GuardedRoute
 from api.schemas import Job
 from kg.rag import function_jobs
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/jobs", tags=["jobs"])
 
 
 @router.get("/{job_id}", response_model=Job)

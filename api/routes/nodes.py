@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from api.deps import MAX_REVISION, ActorQ, BranchQ, CallerDep, MessageQ, RevisionQ, ServicesDep
+from api.guard import GuardedRoute
 from api.models import NodePatch, NodePut
 from api.schemas import Node, NodeList, NodesDeleted
 from kg.context import run
@@ -15,7 +16,7 @@ from kg.ops import nodes as node_ops
 from kg.ops import queries
 from kg.store.paths import validate_path
 
-router = APIRouter(prefix="/api/repos/{repo}/workspaces/{ws}/nodes", tags=["nodes"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/workspaces/{ws}/nodes", tags=["nodes"])
 
 
 def _path(raw: str) -> str:

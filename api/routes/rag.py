@@ -8,11 +8,12 @@ from fastapi import APIRouter
 from pydantic import Field
 
 from api.deps import BranchQ, CallerDep, ServicesDep
+from api.guard import GuardedRoute
 from api.models import Strict
 from api.schemas import RagAnswer
 from kg.ragnode.service import run_rag_node
 
-router = APIRouter(prefix="/api", tags=["rag"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api", tags=["rag"])
 
 
 class RagBody(Strict):

@@ -7,11 +7,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.guard import GuardedRoute
 from api.schemas import ReferenceList
 from kg.ops import queries
 from kg.store.references import MAX_LIMIT
 
-router = APIRouter(prefix="/api/repos/{repo}", tags=["references"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["references"])
 
 
 @router.get("/references", response_model=ReferenceList)

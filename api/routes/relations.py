@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Response
 from pydantic import Field
 
 from api.deps import ActorQ, BranchQ, CallerDep, MessageQ, RevisionQ, ServicesDep
+from api.guard import GuardedRoute
 from api.models import RelationCreate, Strict
 from api.schemas import NeighborList, Relation, RelationsDeleted, Traversal
 from kg.context import run
@@ -17,7 +18,7 @@ from kg.ops import relations as relation_ops
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.graph import walk
 
-router = APIRouter(prefix="/api/repos/{repo}", tags=["relations"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["relations"])
 
 
 class TraverseBody(Strict):

@@ -5,12 +5,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 
 from api.deps import CallerDep, ServicesDep
+from api.guard import GuardedRoute
 from api.models import RepoCreate, WorkspaceCreate, WorkspacePatch
 from api.schemas import EmbeddingChange, Repo, RepoList, Workspace, WorkspaceList
 from kg.context import run
 from kg.ops import repos as repo_ops
 
-router = APIRouter(prefix="/api/repos", tags=["repositories"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos", tags=["repositories"])
 
 
 @router.post("", status_code=201, response_model=Repo)

@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.guard import GuardedRoute
 from api.schemas import IndexStatus, SearchResponse
 from kg.ops import queries
 from kg.rag.search import SearchRequest, search_branch
 
-router = APIRouter(prefix="/api/repos/{repo}", tags=["search"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["search"])
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_unset=True)

@@ -1,4 +1,4 @@
-"""The contract every search index fulfils.
+"""The contracts of the search indexes, and the values they exchange.
 
 An index holds *chunks*: passages of node text with their vectors. Chunks are keyed by a
 ``content_key`` (sha256 of a node's text fields, the chunking settings and the embedding model)
@@ -7,14 +7,25 @@ is the source of truth; an index is derived state rebuilt from SQL and brought u
 the chunk sequence number ``seq`` (chunks are append-only in SQL).
 
 Which chunks a search may return is decided by the caller (the branch's visible node versions
-after filters): it passes the allowed content keys, and the index ranks only those, so a
-filter never truncates a top-k after the fact.
+after filters), so a filter never truncates a top-k after the fact. How it says so depends on
+the index's layout, one of two protocols:
+
+- :class:`ContentAddressedIndex` (the embedded index): one chunk store per repository, filled by
+  ``sync`` from SQL's chunk sequence; a search passes the allowed content keys.
+- :class:`ScopedIndex` (the Weaviate index): a collection per (workspace, branch) and model,
+  filled by ``place`` with node versions; a search passes one :class:`SearchScope` per
+  collection (its version keys), and the index has a hybrid query of its own.
+
+Both share :class:`SearchIndex`. :data:`VectorIndex` is either; its ``layout`` attribute
+(``"content-addressed"`` or ``"scoped"``) is fixed by the class, so callers dispatch on it
+once per call and a type checker narrows the union.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Collection, Protocol, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -80,9 +91,9 @@ class IndexHit:
 class Placement:
     """One node version's chunks, to store in the collection of its (workspace, branch).
 
-    Indexes that keep a collection per (workspace, branch) (``scoped = True``: the Weaviate
-    index) store every chunk once per node version placed there; content-addressed indexes
-    (the embedded one) take chunks by ``sync`` alone and have no ``place``.
+    A :class:`ScopedIndex` (a collection per (workspace, branch): the Weaviate index) stores
+    every chunk once per node version placed there; a :class:`ContentAddressedIndex` (the
+    embedded one) takes chunks by ``sync`` alone and has no ``place``.
 
     Attributes
     ----------
@@ -91,7 +102,7 @@ class Placement:
     node_id : str
     path : str
     node_type : str
-    properties : dict
+    properties : dict of str to value
         The version's properties (scalars are stored for filtering).
     chunks : tuple of IndexedChunk
         The chunks of the version's content key, in chunk order, all of one model.
@@ -102,7 +113,7 @@ class Placement:
     node_id: str
     path: str
     node_type: str
-    properties: dict
+    properties: dict[str, Any]
     chunks: tuple[IndexedChunk, ...]
 
     @property
@@ -133,7 +144,7 @@ class SearchScope:
     workspace_id: int
     branch_id: int
     version_keys: frozenset[str]
-    filters: dict | None = None
+    filters: dict[str, Any] | None = None
 
 
 def version_key(node_id: str, content_key: str) -> str:
@@ -141,8 +152,76 @@ def version_key(node_id: str, content_key: str) -> str:
     return f"{node_id}:{content_key}"
 
 
-class VectorIndex(Protocol):
-    """A vector + BM25 index over the chunks of each repository (keyed by repo id)."""
+@dataclass(frozen=True, slots=True)
+class HybridResult:
+    """What :meth:`ScopedIndex.hybrid` answers: the hits and the fusion that ranked them.
+
+    Attributes
+    ----------
+    hits : list of IndexHit
+        Best first; ``score`` is the index's fused score, ``distance`` None.
+    alpha : float
+        Weight of the vector leg, 0 (BM25 only) to 1 (vector only), as sent to the index.
+    fusion_type : str
+        ``"ranked"`` or ``"relative_score"``, as sent to the index.
+    """
+
+    hits: list[IndexHit]
+    alpha: float
+    fusion_type: str
+
+
+# -- the protocols -----------------------------------------------------------------------------
+#
+# Two layouts, chosen once when the index is built (kg.services.build_index): callers dispatch
+# on ``index.layout`` (a Literal, so a type checker narrows the union), never by probing for
+# methods.
+
+
+class SearchIndex(Protocol):
+    """What every search index has, whatever its layout.
+
+    Attributes
+    ----------
+    engine : str
+        The index's name in a search answer's ``fusion`` (``"embedded"``, ``"weaviate"``).
+    """
+
+    @property
+    def engine(self) -> str:
+        """The index's name (``"embedded"``, ``"weaviate"``)."""
+        ...
+
+    def flush(self, repo_key: str) -> None:
+        """Persist what the index holds for the repository (a no-op for remote indexes)."""
+        ...
+
+    def drop(self, repo_key: str) -> None:
+        """Forget everything the index holds for the repository (memory and disk)."""
+        ...
+
+    def stats(self, repo_key: str) -> dict[str, Any]:
+        """What the index holds for the repository, for a status route."""
+        ...
+
+    def close(self) -> None:
+        """Release the index's connections (a no-op for an in-process index)."""
+        ...
+
+
+@runtime_checkable
+class ContentAddressedIndex(SearchIndex, Protocol):
+    """A vector + BM25 index over the chunks of each repository, keyed by content key.
+
+    Every branch shares a chunk: a search passes the content keys its branch state sees, and
+    the index ranks only those. Filled by :meth:`sync` from SQL's chunk sequence (the embedded
+    index).
+    """
+
+    @property
+    def layout(self) -> Literal["content-addressed"]:
+        """``"content-addressed"``: the tag callers dispatch on."""
+        ...
 
     def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
         """Add chunks (idempotent by ``seq``)."""
@@ -171,13 +250,84 @@ class VectorIndex(Protocol):
         """Top ``k`` chunks by BM25 among ``content_keys``; never a zero-score row."""
         ...
 
-    def flush(self, repo_key: str) -> None:
-        """Persist what the index holds for the repository (a no-op for remote indexes)."""
+
+@runtime_checkable
+class ScopedIndex(SearchIndex, Protocol):
+    """An index with a collection per (workspace, branch) and model (the Weaviate index).
+
+    Filled by :meth:`place` with node versions' chunks (``kg.indexing.chunks.sync_placements``,
+    which keeps its progress in the placement marks) and searched through
+    :class:`SearchScope` objects: per (workspace, branch) the version keys the searched branch state
+    sees there. It also fuses BM25 and vectors itself (:meth:`hybrid`).
+    """
+
+    @property
+    def layout(self) -> Literal["scoped"]:
+        """``"scoped"``: the tag callers dispatch on."""
         ...
 
-    def drop(self, repo_key: str) -> None:
-        """Forget every chunk of the repository (memory and disk)."""
+    def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
+        """Store node versions' chunks in the collections of their (workspace, branch)."""
         ...
+
+    def placement_marks(self, repo_key: str) -> tuple[int, int]:
+        """How far :meth:`place` has been fed from SQL: (chunk seq, revision)."""
+        ...
+
+    def advance_placement_marks(self, repo_key: str, seq: int, version: int) -> None:
+        """Store the placement marks, once every placement up to them succeeded."""
+        ...
+
+    def rewind_placement(self, repo_key: str, seq: int) -> None:
+        """Lower the placed-seq mark to ``seq`` so the next pass places again above it."""
+        ...
+
+    def knn(
+        self,
+        repo_key: str,
+        vector: np.ndarray,
+        k: int,
+        *,
+        model: str,
+        scopes: Sequence[SearchScope],
+        max_distance: float | None = None,
+    ) -> list[IndexHit]:
+        """Top ``k`` chunks by cosine similarity among the versions ``scopes`` allow."""
+        ...
+
+    def bm25(
+        self, repo_key: str, query: str, k: int, *, scopes: Sequence[SearchScope]
+    ) -> list[IndexHit]:
+        """Top ``k`` chunks by BM25 among the versions ``scopes`` allow; never a zero score."""
+        ...
+
+    def hybrid(
+        self,
+        repo_key: str,
+        query: str,
+        vector: np.ndarray,
+        k: int,
+        *,
+        model: str,
+        scopes: Sequence[SearchScope],
+        alpha: float = 0.5,
+        fusion_type: str = "ranked",
+        max_vector_distance: float | None = None,
+    ) -> HybridResult:
+        """Top ``k`` chunks by the index's own fusion of BM25 and vector search."""
+        ...
+
+    def drop_branch(self, repo_key: str, branch_id: int) -> list[str]:
+        """Delete the collections of one branch (after SQL deleted or reset it)."""
+        ...
+
+    def drop_workspace_model(self, repo_key: str, workspace_id: int, model: str) -> list[str]:
+        """Delete a workspace's collections of a model no version uses any more."""
+        ...
+
+
+VectorIndex = ContentAddressedIndex | ScopedIndex
+"""A search index of either layout; ``index.layout`` tells which."""
 
 
 # -- checks shared by the index implementations ----------------------------------------------
@@ -270,7 +420,7 @@ def checked_vectors(
     for name, members in by_model.items():
         vectors = [np.asarray(chunks[i].vector) for i in members]
         dim = dims.get(name, vectors[0].shape[0] if vectors[0].ndim == 1 else 0)
-        for i, v in zip(members, vectors):
+        for i, v in zip(members, vectors, strict=True):
             if v.ndim != 1 or v.shape[0] != dim or dim == 0:
                 raise InvalidInput(
                     f"chunk seq {chunks[i].seq}: vector of shape {v.shape} for model {name!r}"

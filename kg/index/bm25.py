@@ -136,7 +136,7 @@ class BM25Index:
         grouped_ids = np.asarray(doc_ids, dtype=np.int32)[order]
         grouped_tfs = np.asarray(tfs, dtype=np.int32)[order]
         starts = np.flatnonzero(np.diff(numbers, prepend=-1)).tolist()
-        for start, end in zip(starts, [*starts[1:], len(numbers)]):
+        for start, end in zip(starts, [*starts[1:], len(numbers)], strict=False):  # no term: no slice
             term = vocabulary[numbers[start]]
             old = self._postings.get(term)
             buf, size = old if old is not None else (np.empty((2, 0), np.int32), 0)

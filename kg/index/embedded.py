@@ -29,6 +29,7 @@ rebuilt from the texts at load: about 2 s for 20,000 chunks of 150 words on 2 co
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import logging
@@ -43,7 +44,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import numpy as np
 
@@ -123,7 +124,8 @@ class _View:
     n_keys: int
     models: dict[str, _ModelView]
     bm25: BM25Index  # shared: may hold documents past n, which the mask leaves out
-    masks: dict = field(default_factory=dict)  # id(frozenset) -> (the frozenset, its mask)
+    masks: dict[int, tuple[frozenset[str], np.ndarray | None]] = field(default_factory=dict)
+    # id(frozenset) -> (the frozenset, its mask)
 
     def allowed_keys(self, content_keys: Collection[str]) -> np.ndarray | None:
         """Boolean mask over key ids for ``content_keys``; None when none of them is held.
@@ -212,7 +214,7 @@ class _Repo:
         chunk_index = np.array([c.chunk_index for c in chunks], dtype=np.int32)
         model_id = np.array([model_ids[c.model] for c in chunks], dtype=np.int32)
         rows = np.arange(self.seq.size, self.seq.size + len(chunks), dtype=np.int64)
-        self.bm25.add_many(zip(rows.tolist(), (c.text for c in chunks)))  # all or nothing
+        self.bm25.add_many(zip(rows.tolist(), (c.text for c in chunks), strict=True))  # all or nothing
         try:
             for name, matrix in matrices.items():
                 if name not in self.models:
@@ -259,7 +261,8 @@ class _Repo:
 
 
 class EmbeddedVectorIndex:
-    """The default :class:`~kg.index.base.VectorIndex`: in process memory, optional snapshots.
+    """The default index, a :class:`~kg.index.base.ContentAddressedIndex`: in process memory,
+    optional snapshots.
 
     Parameters
     ----------
@@ -275,12 +278,18 @@ class EmbeddedVectorIndex:
     Repository keys must match ``[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}`` (they name a folder).
     """
 
+    engine = "embedded"
+    """The index's name in a search answer."""
+
+    layout: Literal["content-addressed"] = "content-addressed"
+    """Chunks by content key, shared by every branch (:class:`~kg.index.base.ContentAddressedIndex`)."""
+
     def __init__(self, data_dir: Path | None = None) -> None:
         self._root = Path(data_dir) / "index" if data_dir is not None else None
         self._repos: dict[str, _Repo] = {}
         self._registry_lock = threading.Lock()
 
-    # -- the VectorIndex protocol ---------------------------------------------------------------
+    # -- the ContentAddressedIndex protocol -----------------------------------------------------
 
     def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
         """Add chunks; a ``seq`` the index already holds is skipped (idempotent).
@@ -541,6 +550,9 @@ class EmbeddedVectorIndex:
             "watermark": view.watermark,
         }
 
+    def close(self) -> None:
+        """Nothing to release: the index holds no connection (unflushed rows stay in memory)."""
+
     # -- internals -----------------------------------------------------------------------------
 
     def _repo(self, repo_key: str) -> _Repo:
@@ -606,7 +618,7 @@ def _write_snapshot(folder: Path, view: _View) -> None:
     models = []
     for i, (name, store) in enumerate(view.models.items()):
         file = f"vectors-{token}-{i}.npy"
-        _replace_atomically(folder / file, lambda f, m=store.vectors: np.save(f, m))
+        _replace_atomically(folder / file, functools.partial(_save_array, array=store.vectors))
         models.append({"name": name, "dim": store.dim, "rows": len(store.rows), "file": file})
     meta = {
         "format": SNAPSHOT_FORMAT,
@@ -621,6 +633,11 @@ def _write_snapshot(folder: Path, view: _View) -> None:
     for path in folder.iterdir():
         if path.name not in keep:
             path.unlink(missing_ok=True)
+
+
+def _save_array(file: IO[bytes], *, array: np.ndarray) -> None:
+    """Write one array in ``.npy`` format."""
+    np.save(file, array)
 
 
 def _replace_atomically(path: Path, write: Callable[[IO[bytes]], object]) -> None:

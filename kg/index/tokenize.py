@@ -30,6 +30,7 @@ import functools
 import itertools
 import re
 import unicodedata
+from typing import Any
 
 __all__ = ["STOP_WORDS", "analyze", "stem"]
 
@@ -78,7 +79,7 @@ def _char_class(code_points: list[int]) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _stemmer():
+def _stemmer() -> Any:
     import snowballstemmer
 
     return snowballstemmer.stemmer("english")
@@ -101,7 +102,7 @@ def stem(word: str) -> str:
     M. F. Porter, "The English (Porter2) stemming algorithm", snowballstem.org.
     """
     if word.isascii() and word.isalpha():
-        return _stemmer().stemWord(word)
+        return str(_stemmer().stemWord(word))
     return word
 
 

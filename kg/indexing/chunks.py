@@ -24,7 +24,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from kg.errors import KGError, ProviderError
-from kg.index.base import IndexedChunk, Placement, VectorIndex
+from kg.index.base import IndexedChunk, Placement, ScopedIndex, VectorIndex
 from kg.indexing.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
 from kg.providers.base import Embedder
 from kg.store.models import Branch, Chunk, NodeVersion, Repository
@@ -253,8 +253,16 @@ def _store_stmt(dialect: str) -> Any:
 def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str) -> int:
     """Bring the index up to date with the chunks stored in SQL for one repository.
 
-    A scoped index (``index.scoped``: a collection per workspace and branch) is brought up to
-    date by :func:`sync_placements` instead.
+    A scoped index (``index.layout == "scoped"``: a collection per workspace and branch) is
+    brought up to date by :func:`sync_placements` instead.
+
+    Parameters
+    ----------
+    session : Session
+    index : VectorIndex
+        Either layout (:mod:`kg.index.base`).
+    repo_id : int
+    repo_key : str
 
     Returns
     -------
@@ -266,7 +274,7 @@ def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str
     Chunks are append-only and their ``seq`` grows in commit order per repository (writers
     hold the repository's revision lock), so reading ``seq > watermark`` is complete.
     """
-    if getattr(index, "scoped", False):
+    if index.layout == "scoped":
         return sync_placements(session, index, repo_id, repo_key)
     mark = index.watermark(repo_key)
     added = 0
@@ -293,15 +301,15 @@ def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str
 _PLACE_BATCH = 500
 
 
-def sync_placements(session: Session, index: Any, repo_id: int, repo_key: str) -> int:
+def sync_placements(session: Session, index: ScopedIndex, repo_id: int, repo_key: str) -> int:
     """Bring a scoped index up to date: every live node version's chunks in the collection of
     its (workspace, branch).
 
     Parameters
     ----------
     session : Session
-    index : scoped index
-        ``placement_marks``, ``place`` and ``advance_placement_marks`` (the Weaviate index).
+    index : ScopedIndex
+        The Weaviate index.
     repo_id : int
     repo_key : str
 
@@ -374,7 +382,7 @@ def sync_placements(session: Session, index: Any, repo_id: int, repo_key: str) -
     return placed
 
 
-def _forget_deleted(session: Session, index: Any, repo_id: int, repo_key: str, branch_ids: set[int]) -> bool:
+def _forget_deleted(session: Session, index: ScopedIndex, repo_id: int, repo_key: str, branch_ids: set[int]) -> bool:
     """After placing: drop the collections of branches (or the whole repository) deleted in SQL
     meanwhile, whose own drop may have run before this pass created them. Read in a session of
     its own (this pass's may be a snapshot from before the delete). True when the repository
@@ -393,7 +401,7 @@ def _forget_deleted(session: Session, index: Any, repo_id: int, repo_key: str, b
     return False
 
 
-def _place(session: Session, index: Any, repo_id: int, repo_key: str, versions: Sequence[Any],
+def _place(session: Session, index: ScopedIndex, repo_id: int, repo_key: str, versions: Sequence[Any],
            placed_in: set[int]) -> int:
     """Place these node versions (rows of ``sync_placements``' columns) whose chunks exist;
     add the branches placed in to ``placed_in``."""
@@ -418,7 +426,7 @@ def _place(session: Session, index: Any, repo_id: int, repo_key: str, versions: 
     return index.place(repo_key, placements) if placements else 0
 
 
-def forget_branch(index: Any, repo_key: str, branch_id: int) -> None:
+def forget_branch(index: VectorIndex, repo_key: str, branch_id: int) -> None:
     """After SQL deleted or reset a branch: delete its collections in a scoped index.
 
     A failure only logs: SQL is the truth, and a deleted branch's id is never reused, so a
@@ -428,14 +436,13 @@ def forget_branch(index: Any, repo_key: str, branch_id: int) -> None:
     Parameters
     ----------
     index : VectorIndex
-        Anything without ``drop_branch`` (the embedded index) is left alone.
+        A content-addressed index (the embedded one) has no branch collections: left alone.
     repo_key : str
     branch_id : int
     """
-    drop = getattr(index, "drop_branch", None)
-    if drop is None:
+    if index.layout != "scoped":
         return
     try:
-        drop(repo_key, branch_id)
+        index.drop_branch(repo_key, branch_id)
     except KGError as exc:
         log.warning("branch %s: its index collections were not deleted: %s", branch_id, exc.message)

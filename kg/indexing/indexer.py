@@ -250,7 +250,7 @@ class Indexer(PollingWorker):
                 log.exception("indexer: storing chunks failed")
                 for job in jobs:
                     failures[job.id] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
-        if stored_repos and getattr(self.services.index, "scoped", False):
+        if stored_repos and self.services.index.layout == "scoped":
             self._push(stored_repos)
         claim_of = {job.id: job.claim for job in claimed}
         with self.services.db.write() as session:

@@ -29,12 +29,13 @@ still different spaces (seed 000, "embedding model changed").
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import func, select, update
 
 from kg.context import SYSTEM, Actor, Resources, unit_of_work
 from kg.errors import InvalidInput, KGError, ModelLocked
+from kg.index.base import ScopedIndex, VectorIndex
 from kg.indexing.chunks import existing_content_keys, plan_text, sync_index
 from kg.indexing.config import HELD, NEXT, EmbeddingConfig, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import REEMBED_PRIORITY, enqueue
@@ -209,12 +210,14 @@ def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bo
         config["embedding"] = config.pop(NEXT)
         ws.config = config
     services.search_cache.clear()
-    if getattr(services.index, "scoped", False) and lowest is not None:
-        _replace(services, repo_id, repo_key, lowest)
-    drop = getattr(services.index, "drop_workspace_model", None)
-    if drop is not None and canonical_model_name(old_model) != canonical_model_name(wanted.model):
+    index: VectorIndex = services.index
+    if index.layout != "scoped":
+        return True
+    if lowest is not None:
+        _replace(services, index, repo_id, repo_key, lowest)
+    if canonical_model_name(old_model) != canonical_model_name(wanted.model):
         try:  # a scoped index's collections of the old model are never read again
-            drop(repo_key, workspace_id, old_model)
+            index.drop_workspace_model(repo_key, workspace_id, old_model)
         except KGError as exc:
             log.warning("re-embed of workspace %s: the old model's collections stay: %s", workspace_id, exc.message)
     return True
@@ -251,17 +254,17 @@ def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
     return lowest
 
 
-def _replace(services: Resources, repo_id: int, repo_key: str, lowest: int) -> None:
+def _replace(services: Resources, index: ScopedIndex, repo_id: int, repo_key: str, lowest: int) -> None:
     """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
     their new chunks while no version pointed at them yet (they were built beside the old)."""
     try:
-        cast(Any, services.index).rewind_placement(repo_key, lowest - 1)  # a scoped index's, not VectorIndex's
+        index.rewind_placement(repo_key, lowest - 1)
     except KGError as exc:
         log.error("re-embed switched with the index unreachable (%s): run `kg reindex --repo <repo> "
                   "--index weaviate` to place the re-embedded texts", exc.message)
         return
     try:
         with services.db.read() as session:
-            sync_index(session, services.index, repo_id, repo_key)
+            sync_index(session, index, repo_id, repo_key)
     except KGError as exc:  # the rewound mark stays: the next search places them
         log.warning("re-embed: placing the re-pointed versions failed for now: %s", exc.message)

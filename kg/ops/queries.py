@@ -263,7 +263,7 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
             "branch": dict(session.execute(select(Branch.id, Branch.name).where(Branch.repo_id == r.id)).all()),
         }
     try:
-        stats = services.index.stats(r.uid) if hasattr(services.index, "stats") else {}
+        stats = services.index.stats(r.uid)
     except KGError as exc:
         stats = {"error": {"code": exc.code, "message": exc.message}}
     for c in stats.get("collections") or []:

@@ -7,6 +7,35 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from kg.errors import InvalidInput
+
+MAX_EMBEDDING_DIM = 4096
+"""Longest vector any embedding model may give (the largest common models give 4096): a client
+names the model, so its dimension is what one stored chunk costs in memory and on disk."""
+
+
+def check_embedding_dim(dim: int, model: str) -> None:
+    """Refuse a model whose vectors are longer than :data:`MAX_EMBEDDING_DIM`.
+
+    Parameters
+    ----------
+    dim : int
+        The model's vector length.
+    model : str
+        Its name, for the message.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``dim > MAX_EMBEDDING_DIM`` (422, naming the bound).
+    """
+    if dim > MAX_EMBEDDING_DIM:
+        raise InvalidInput(
+            f"embedding model {model!r} gives vectors of {dim} dimensions; at most "
+            f"{MAX_EMBEDDING_DIM} are allowed",
+            details={"model": model, "dim": dim, "max_dim": MAX_EMBEDDING_DIM},
+        )
+
 
 @runtime_checkable
 class Embedder(Protocol):

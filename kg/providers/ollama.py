@@ -40,6 +40,7 @@ import pydantic
 from numpy.typing import NDArray
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
+from kg.providers.base import check_embedding_dim
 from kg.providers.local import LocalEmbedder
 
 __all__ = [
@@ -392,6 +393,7 @@ class OllamaEmbedder(_OllamaBase):
         for offset, vector in enumerate(raw):
             length = len(vector)
             if not dim and length:
+                check_embedding_dim(length, self.name)
                 dim = length
             if length == 0 or length != dim:
                 index = begin + offset

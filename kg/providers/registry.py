@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 
 from kg.errors import InvalidInput
-from kg.providers.base import Embedder
+from kg.providers.base import Embedder, check_embedding_dim
 from kg.providers.fake import FakeEmbedder
 from kg.providers.llm import LLM, NoLLM
 from kg.providers.local import MODEL_NAME as LOCAL_MINILM
@@ -61,7 +61,8 @@ def canonical_model_name(name: str) -> str:
     return canonical
 
 
-def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA_HOST) -> Embedder:
+def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA_HOST,
+                  allow_fake: bool = False) -> Embedder:
     """The embedder of a model name ``<provider>:<model>``.
 
     Parameters
@@ -77,6 +78,9 @@ def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA
         Texts per model run (local) or per request (Ollama), > 0 (ignored by the fake).
     host : str
         The Ollama server, ``Settings.ollama_host`` (``KG_OLLAMA_HOST``); Ollama models only.
+    allow_fake : bool
+        Whether ``fake:`` names are allowed, ``Settings.allow_fake_embedder``
+        (``KG_ALLOW_FAKE_EMBEDDER``, tests only). Default off: a client cannot name the fake.
 
     Returns
     -------
@@ -90,7 +94,9 @@ def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA
     ------
     kg.errors.InvalidInput
         An empty name, an unknown ``local:`` model (the message lists the known ones), a bad
-        Ollama model name, a bad fake dimension or batch size.
+        Ollama model name, a bad fake dimension or batch size; a ``fake:`` name without
+        ``allow_fake``; a fake dimension over :data:`kg.providers.base.MAX_EMBEDDING_DIM`
+        (an Ollama model's is checked on its first answer).
     """
     canonical = canonical_model_name(name)
     provider, _, model = canonical.partition(":")
@@ -102,8 +108,15 @@ def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA
             )
         return _cached_local(name, batch_size)
     if provider == "fake":
+        if not allow_fake:
+            raise InvalidInput(
+                f"the fake: embedding provider is for tests only ({name!r}); this server does not "
+                "allow it (KG_ALLOW_FAKE_EMBEDDER)",
+                details={"model": name, "setting": "KG_ALLOW_FAKE_EMBEDDER"},
+            )
         suffix = model.rsplit("-", 1)[-1]
         dim = int(suffix) if suffix.isascii() and suffix.isdigit() else _FAKE_DEFAULT_DIM
+        check_embedding_dim(dim, name)
         return FakeEmbedder(dim=dim, name=name)
     key = (canonical, host, batch_size)
     with _local_lock:

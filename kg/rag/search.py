@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from kg.context import Actor, Resources, reading
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
-from kg.index.base import IndexHit, SearchScope, version_key
+from kg.index.base import IndexHit, ScopedIndex, SearchScope, VectorIndex, version_key
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
 from kg.rag.fusion import reciprocal_rank_fusion
@@ -325,8 +325,9 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     sync_index(session, services.index, view.repo.id, repo_key)
     depth = min(MAX_K * 4, max(request.k * (8 if request.granularity == "node" else 3), 50))
 
-    if _native_fusion(services, request):
-        native = _native_hybrid(services, view, searchable, request, depth)
+    fusing = _native_fusion(services, request)
+    if fusing is not None:
+        native = _native_hybrid(fusing, services, view, searchable, request, depth)
         if native is not None:
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
@@ -339,8 +340,11 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     if use_vector:
         vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
     if use_fulltext:
-        fulltext_hits = services.index.bm25(repo_key, request.query, depth, content_keys=searchable.keys,
-                                            **searchable.scoped())
+        index: VectorIndex = services.index
+        if index.layout == "scoped":
+            fulltext_hits = index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
+        else:
+            fulltext_hits = index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
 
     if request.granularity == "node":
         results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request)
@@ -353,20 +357,21 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
 
 
-def _native_fusion(services: Resources, request: SearchRequest) -> bool:
-    """Whether the index's own hybrid query fuses this search."""
+def _native_fusion(services: Resources, request: SearchRequest) -> ScopedIndex | None:
+    """The index whose own hybrid query fuses this search, or None (kg fuses it)."""
     if request.mode != "hybrid" or request.fusion == "kg":
-        return False
-    if not callable(getattr(services.index, "hybrid", None)):
+        return None
+    index = services.index
+    if index.layout != "scoped":  # only a scoped index has a hybrid query of its own
         if request.fusion == "index" or request.fusion_type is not None:
             raise InvalidInput("this index has no hybrid query of its own: use fusion 'kg' (the default)")
-        return False
-    return request.vector_weight > 0 and request.fulltext_weight > 0
+        return None
+    return index if request.vector_weight > 0 and request.fulltext_weight > 0 else None
 
 
-def _native_hybrid(services: Resources, view, searchable: _Searchable, request, depth):
-    """The index's hybrid query (one model only), as rows and the fusion it used; None when the
-    searched workspaces use several models (kg fuses those)."""
+def _native_hybrid(index: ScopedIndex, services: Resources, view, searchable: _Searchable, request, depth):
+    """The scoped index's hybrid query (one model only), as rows and the fusion it used; None
+    when the searched workspaces use several models (kg fuses those)."""
     keys_by_model = searchable.keys_by_model
     by_key = searchable.by_key
     if len(keys_by_model) != 1:
@@ -378,10 +383,9 @@ def _native_hybrid(services: Resources, view, searchable: _Searchable, request, 
     embedder = services.embedder(model)
     vector = embedder.embed([request.query])[0]
     alpha = request.vector_weight / (request.vector_weight + request.fulltext_weight)
-    # Only an index with a hybrid query of its own gets here (_native_fusion): not in VectorIndex.
-    answer = cast(Any, services.index).hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
-                                   content_keys=keys, alpha=alpha, fusion_type=request.fusion_type or "ranked",
-                                   max_vector_distance=request.max_distance, **searchable.scoped(model))
+    answer = index.hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
+                          scopes=searchable.scopes_of(model), alpha=alpha,
+                          fusion_type=request.fusion_type or "ranked", max_vector_distance=request.max_distance)
     names = view.workspaces
     per_node: Counter[str] = Counter()
     results: list[SearchResult] = []
@@ -396,8 +400,7 @@ def _native_hybrid(services: Resources, view, searchable: _Searchable, request, 
                 break
         if len(results) >= request.k:
             break
-    engine = getattr(services.index, "engine", type(services.index).__name__)
-    return results, {"engine": engine, "alpha": answer.alpha, "fusion_type": answer.fusion_type}
+    return results, {"engine": index.engine, "alpha": answer.alpha, "fusion_type": answer.fusion_type}
 
 
 def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit | None,
@@ -537,11 +540,9 @@ class _Searchable:
     keys_by_model: dict[str, frozenset[str]]
     scopes: tuple[SearchScope, ...] = ()
 
-    def scoped(self, model: str | None = None) -> dict[str, Any]:
-        """The ``scopes`` keyword of an index call (of one model, or all), or none."""
-        if not self.scopes:
-            return {}
-        return {"scopes": [s for s in self.scopes if model is None or s.model == model]}
+    def scopes_of(self, model: str) -> list[SearchScope]:
+        """The scopes of one embedding model."""
+        return [s for s in self.scopes if s.model == model]
 
 
 def _searchable(session: Session, services: Resources, view: BranchView, wids: list[int],
@@ -556,7 +557,7 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     models = {wid: workspace_embedding(config, default_model=services.settings.embedding_model).model
               for wid, config in rows}
 
-    scoped = bool(getattr(services.index, "scoped", False))
+    scoped = services.index.layout == "scoped"
     # Whether the state is the branch's head decides which filters a scoped index is sent.
     at_head = view.revision == view.branch.head_revision
 
@@ -622,6 +623,7 @@ def _vector_leg(services: Resources, view, searchable: _Searchable, request, dep
     other legs remain (another model, or BM25 in a hybrid search); alone, its error is raised.
     """
     keys_by_model = searchable.keys_by_model
+    index: VectorIndex = services.index
     merged: list[IndexHit] = []
     failed: list[KGError] = []
     for model, keys in keys_by_model.items():
@@ -633,9 +635,12 @@ def _vector_leg(services: Resources, view, searchable: _Searchable, request, dep
             warnings.append({"code": exc.code, "leg": "vector", "model": model,
                              "message": f"the vector leg skipped model {model!r}: {exc.message}"})
             continue
-        merged.extend(services.index.knn(view.repo.uid, vector, depth, model=embedder.name,
-                                         content_keys=keys, max_distance=request.max_distance,
-                                         **searchable.scoped(model)))
+        if index.layout == "scoped":
+            merged.extend(index.knn(view.repo.uid, vector, depth, model=embedder.name,
+                                    scopes=searchable.scopes_of(model), max_distance=request.max_distance))
+        else:
+            merged.extend(index.knn(view.repo.uid, vector, depth, model=embedder.name,
+                                    content_keys=keys, max_distance=request.max_distance))
     if failed and len(failed) == len(keys_by_model) and request.mode == "vector":
         raise failed[0]
     if len(keys_by_model) > 1:

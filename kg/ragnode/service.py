@@ -34,6 +34,7 @@ from kg.ops.texts import EmbeddedText, prepare_chunks, write_node
 from kg.rag.search import SearchRequest, search
 from kg.ragnode.spec import (
     RagConfig,
+    check_chunk_budget,
     class_key,
     format_context,
     no_rag_branch,
@@ -152,7 +153,11 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
     Raises
     ------
     kg.errors.InvalidInput
-        A configuration or input that breaks the spec (422).
+        A configuration or input that breaks the spec (422), a ``weaviateUrl`` not listed in
+        ``KG_RAG_WEAVIATE_URLS`` (422, never contacted).
+    kg.errors.TooLarge
+        The input's files make more chunks than ``KG_MAX_CHUNKS_PER_REQUEST`` (413); nothing
+        is embedded or written.
     kg.errors.UpstreamUnavailable
         A ``weaviateUrl`` other than ``embedded`` that cannot be reached or used (502): never a
         silent fallback. Such a URL is served by :mod:`kg.ragnode.weaviate`.
@@ -170,6 +175,7 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
     query, files = parse_rag_input(text)
     for name, _ in files:
         file_path(name)
+    check_chunk_budget(files, config, services.settings.max_chunks_per_request)
     if config.top_k > 1000:
         raise InvalidInput("topK must be at most 1000", details={"topK": config.top_k})
     embedder = services.embedder(config.model)  # an unknown model is refused before any write

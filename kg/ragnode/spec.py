@@ -39,14 +39,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kg.errors import InvalidInput, NotFound
+from kg.errors import InvalidInput, NotFound, TooLarge
 from kg.providers.registry import PROVIDERS, canonical_model_name
-from kg.text.chunking import ChunkingConfig
+from kg.text.chunking import ChunkingConfig, word_chunk_count
 
 __all__ = [
     "KNOWN_PROVIDERS",
     "RAG_CONFIG_SCHEMA",
     "RagConfig",
+    "check_chunk_budget",
     "class_key",
     "class_name",
     "classes_collide",
@@ -230,6 +231,47 @@ def parse_rag_input(text: str) -> tuple[str, list[tuple[str, str]]]:
         content = _LEADING_BLANK_LINES.sub("", body).rstrip()
         files.append((name, content))
     return query, files
+
+
+def check_chunk_budget(files: Sequence[tuple[str, str]], config: RagConfig, max_chunks: int) -> int:
+    """Refuse an input whose files make more chunks than one request may (before any work).
+
+    Parameters
+    ----------
+    files : sequence of (name, content)
+        The input's file blocks (:func:`parse_rag_input`).
+    config : RagConfig
+        The node's configuration: ``chunk_size`` and ``chunk_overlap``, in words.
+    max_chunks : int
+        ``Settings.max_chunks_per_request`` (``KG_MAX_CHUNKS_PER_REQUEST``).
+
+    Returns
+    -------
+    int
+        The chunks the files make, all of them counted (unchanged files too, so the answer
+        does not depend on what the collection holds).
+
+    Raises
+    ------
+    kg.errors.TooLarge
+        More than ``max_chunks`` chunks (413): the request is well-formed but asks for more
+        work than the server does per request; fewer files or a larger ``chunkSize`` pass.
+
+    Notes
+    -----
+    O(total length of the files), O(1) memory (:func:`kg.text.chunking.word_chunk_count`).
+    """
+    total = 0
+    for _, content in files:
+        total += word_chunk_count(content, chunk_size=config.chunk_size, overlap=config.chunk_overlap)
+    if total > max_chunks:
+        raise TooLarge(
+            f"the input's files make {total} chunks with chunkSize {config.chunk_size}, more than "
+            f"the {max_chunks} one request may make (KG_MAX_CHUNKS_PER_REQUEST); send fewer files "
+            "per request or use a larger chunkSize",
+            details={"chunks": total, "max_chunks_per_request": max_chunks},
+        )
+    return total
 
 
 def validate_rag_config(config: Mapping[str, Any]) -> RagConfig:

@@ -37,7 +37,12 @@ and an ancestor whose model differs from the branch's is not read (the branch dr
 changed the model). So a new branch is searchable at once and nothing is copied. Ancestors are
 read as they are now: Weaviate keeps no revisions, so there is no time travel here.
 
-An unreachable instance is a :class:`~kg.errors.UpstreamUnavailable` (HTTP 502), never a silent
+Only the instances the operator lists in ``Settings.rag_weaviate_urls``
+(``KG_RAG_WEAVIATE_URLS``) may be named: any other URL is refused (422) before kg connects to it
+or sends it the request's API key (:func:`check_weaviate_url_allowed`). An instance that cannot
+be used, whatever the reason (refused, timed out, an answer that is not Weaviate's, a failed
+write), is one :class:`~kg.errors.UpstreamUnavailable` (HTTP 502) with one message, so the
+answer tells nothing about the port's state; the cause goes to the server log. Never a silent
 fallback to the embedded index.
 """
 
@@ -53,17 +58,19 @@ from typing import Any
 
 import numpy as np
 
-from kg.errors import Conflict, InvalidInput, NotFound, UpstreamUnavailable
+from kg.errors import Conflict, InvalidInput, KGError, NotFound, UpstreamUnavailable
 from kg.index.weaviate import (
     MAX_QUERY_RESULTS,
     check_vector_dimension,
     insert_objects,
     object_id,
+    parse_weaviate_url,
     vendor_errors,
 )
 from kg.indexing.chunks import check_vectors
 from kg.ragnode.spec import (
     RagConfig,
+    check_chunk_budget,
     class_key,
     class_name,
     classes_collide,
@@ -81,6 +88,7 @@ __all__ = [
     "CHUNKS_PROPERTIES",
     "MAIN",
     "META_PROPERTIES",
+    "check_weaviate_url_allowed",
     "chunks_class_schema",
     "meta_class_schema",
     "rag_class_names",
@@ -228,6 +236,47 @@ class _Layer:
             return None
 
 
+def check_weaviate_url_allowed(url: str, allowed: Sequence[str]) -> None:
+    """Refuse a ``weaviateUrl`` the operator did not list, before anything connects to it.
+
+    Parameters
+    ----------
+    url : str
+        The request's ``weaviateUrl``.
+    allowed : sequence of str
+        ``Settings.rag_weaviate_urls`` (``KG_RAG_WEAVIATE_URLS``). URLs are compared as
+        endpoints (:func:`kg.index.weaviate.parse_weaviate_url`: scheme, host without regard to
+        case, REST port with its default, gRPC host and port), so ``http://Weaviate:80/`` is
+        ``http://weaviate``. A listed URL that does not parse matches nothing.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``url`` is malformed, or is no endpoint of ``allowed`` (422, naming the setting).
+    """
+    wanted = parse_weaviate_url(url)
+    for entry in allowed:
+        try:
+            if parse_weaviate_url(entry) == wanted:
+                return
+        except InvalidInput:
+            log.warning("KG_RAG_WEAVIATE_URLS holds %r, which is not a Weaviate URL; ignored", entry)
+    raise InvalidInput(
+        f"weaviateUrl {url!r} is not one of the Weaviate instances this server may use: the "
+        "operator lists them in KG_RAG_WEAVIATE_URLS (\"embedded\" is always allowed)",
+        details={"weaviateUrl": url, "setting": "KG_RAG_WEAVIATE_URLS"},
+    )
+
+
+def _unusable(url: str) -> UpstreamUnavailable:
+    """The one 502 of a Weaviate that cannot be used, whatever the cause (logged, not told)."""
+    return UpstreamUnavailable(
+        f"the Weaviate instance at {url} cannot be used (unreachable, or it answered something "
+        "that is not Weaviate's); the server log has the cause",
+        details={"weaviateUrl": url},
+    )
+
+
 def run_rag_node_weaviate(services: Any, config: RagConfig, text: Any, *, branch: str = MAIN) -> dict[str, Any]:
     """Ingest the input's files into a Weaviate collection, then retrieve for its query.
 
@@ -254,11 +303,17 @@ def run_rag_node_weaviate(services: Any, config: RagConfig, text: Any, *, branch
     Raises
     ------
     kg.errors.UpstreamUnavailable
-        The instance cannot be reached or failed (502), or refused objects of a batch (named).
+        The instance cannot be reached, failed, answered what is not Weaviate's, or refused
+        objects of a batch (502): one message for every cause, the cause in the server log.
     kg.errors.BackendUnavailable
         The ``weaviate`` extra is not installed.
     kg.errors.InvalidInput
-        Bad input; vectors whose dimension differs from the collection's (before any write).
+        Bad input; a ``weaviate_url`` not listed in ``settings.rag_weaviate_urls``
+        (:func:`check_weaviate_url_allowed`, never contacted); vectors whose dimension differs
+        from the collection's (before any write).
+    kg.errors.TooLarge
+        The input's files make more chunks than ``settings.max_chunks_per_request`` (413),
+        refused before Weaviate is contacted.
     kg.errors.Conflict
         The class belongs to another collection name (``rag-collection`` vs
         ``rag_collection``, compared without regard to case), or a class of that name exists
@@ -270,22 +325,40 @@ def run_rag_node_weaviate(services: Any, config: RagConfig, text: Any, *, branch
     """
     if not isinstance(text, str):
         raise InvalidInput("input must be a string")
+    settings = services.settings
+    check_weaviate_url_allowed(config.weaviate_url, settings.rag_weaviate_urls)
     query, files = parse_rag_input(text)
     if config.top_k > 1000:
         raise InvalidInput("topK must be at most 1000", details={"topK": config.top_k})
+    check_chunk_budget(files, config, settings.max_chunks_per_request)
     chain = _branch_chain(services, branch)
-    timeout_s = float(getattr(services.settings, "weaviate_timeout_s", 30.0))
-    with services.weaviate_clients.lease(config.weaviate_url, api_key=config.weaviate_api_key or None,
-                                         timeout_s=timeout_s, init_timeout_s=min(timeout_s, 5.0),
-                                         error=UpstreamUnavailable) as client:
-        with vendor_errors(f"serve RAG collection {config.collection_name!r}", UpstreamUnavailable):
-            layers = _layers(client, config, chain)
-            ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
-            model_changed = False
-            if files:
-                model_changed = _ingest(services, client, config, layers, files, ingestion)
-            model = config.model if files else (_visible_model(layers) or config.model)
-            results = _retrieve(services, client, config, layers, query, model) if query.strip() else []
+    timeout_s = float(settings.weaviate_timeout_s)
+    url = config.weaviate_url
+    try:
+        with services.weaviate_clients.lease(url, api_key=config.weaviate_api_key or None,
+                                             timeout_s=timeout_s, init_timeout_s=min(timeout_s, 5.0),
+                                             error=UpstreamUnavailable) as client:
+            try:
+                with vendor_errors(f"serve RAG collection {config.collection_name!r}", UpstreamUnavailable):
+                    layers = _layers(client, config, chain)
+                    ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
+                    model_changed = False
+                    if files:
+                        model_changed = _ingest(services, client, config, layers, files, ingestion)
+                    model = config.model if files else (_visible_model(layers) or config.model)
+                    results = _retrieve(services, client, config, layers, query, model) if query.strip() else []
+            except KGError:
+                raise
+            except Exception as exc:  # the client met an answer it did not expect (KeyError, ...)
+                raise UpstreamUnavailable(f"Weaviate at {url}: {type(exc).__name__}: {exc}") from exc
+    except UpstreamUnavailable as exc:
+        log.warning("RAG node: Weaviate at %s cannot be used: %s", url, exc.message, exc_info=exc.__cause__)
+        raise _unusable(url) from exc
+    except KGError:
+        raise
+    except Exception as exc:  # connecting met an answer the client did not expect
+        log.warning("RAG node: Weaviate at %s cannot be used", url, exc_info=exc)
+        raise _unusable(url) from exc
     own = layers[0]
     return {
         "context": format_context([(r["file"], r["content"]) for r in results]),

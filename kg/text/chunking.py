@@ -48,6 +48,7 @@ __all__ = [
     "markdown_split",
     "recursive_split",
     "resolve_overlap",
+    "word_chunk_count",
     "word_split",
 ]
 
@@ -311,6 +312,38 @@ def count_words(text: str) -> int:
         word of its own; 0 for a text of only whitespace.
     """
     return sum(1 for _ in _WORD_RE.finditer(text))
+
+
+def word_chunk_count(text: str, *, chunk_size: int, overlap: int) -> int:
+    """Number of chunks :func:`word_split` makes of ``text``, without making them.
+
+    Parameters
+    ----------
+    text, chunk_size, overlap
+        As :func:`word_split` takes them.
+
+    Returns
+    -------
+    int
+        ``len(word_split(text, chunk_size=chunk_size, overlap=overlap))``: 0 for no word, 1 for
+        at most ``chunk_size`` words, else ``1 + ceil((n - chunk_size) / (chunk_size - overlap))``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad chunk settings, as :func:`word_split`.
+
+    Notes
+    -----
+    O(n) in the length of the text, with O(1) memory: a bound on the chunks of a request is
+    checked before any chunk exists.
+    """
+    check_chunking_settings(chunk_size, overlap)
+    words = count_words(text)
+    if words <= chunk_size:
+        return 1 if words else 0
+    step = chunk_size - overlap
+    return 1 + -(-(words - chunk_size) // step)
 
 
 def markdown_split(

@@ -27,7 +27,7 @@ NODE = "/api/repos/acme/workspaces/knowledge/nodes"
 def settings(db_url, tmp_path) -> Settings:
     """This module's settings (the conftest's ``services`` and ``client`` use them): auth on."""
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
-                    index_inline=True, auth=True, key_pepper=PEPPER)
+                    index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER)
 
 
 @pytest.fixture

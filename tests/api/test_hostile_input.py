@@ -141,3 +141,131 @@ def test_a_json_body_that_is_not_an_object_keeps_its_message(client):
     r = client.post("/api/repos", content=b"[1]", headers={"content-type": "application/json; charset=utf-8"})
     assert_error(r, 400, "malformed")
     assert r.json()["error"]["message"].startswith("the request body must be a JSON object")
+
+
+# --- request size and the event loop (issue 12, "one request stalls the server") -------------
+
+
+async def _asgi_post(app, body_chunks, *, content_length=None, path="/api/repos"):
+    """POST ``body_chunks`` to ``app`` over raw ASGI; answer (status, JSON body, chunks read)."""
+    import json as _json
+
+    reads = 0
+
+    async def receive():
+        nonlocal reads
+        if reads < len(body_chunks):
+            reads += 1
+            return {"type": "http.request", "body": body_chunks[reads - 1], "more_body": reads < len(body_chunks)}
+        return {"type": "http.disconnect"}
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/json")]
+    if content_length is not None:
+        headers.append((b"content-length", str(content_length).encode()))
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "root_path": "", "headers": headers, "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], _json.loads(text), reads
+
+
+def _small_limit_app(services, monkeypatch, limit=1000):
+    from api.app import create_app
+
+    monkeypatch.setattr(services.settings, "max_body_bytes", limit)
+    return create_app(services=services)
+
+
+def _check_413(status, body):
+    assert status == 413, body
+    assert set(body["error"]) == {"code", "message", "details"}
+    assert body["error"]["code"] == "too_large"
+    assert "KG_MAX_BODY_BYTES" in body["error"]["message"]
+
+
+def test_a_body_over_the_limit_is_413_from_content_length_before_it_is_read(services, monkeypatch):
+    import asyncio
+
+    app = _small_limit_app(services, monkeypatch)
+    chunks = [b"[" + b"1," * 499 + b"1]"] + [b" " * 1000] * 4  # 5000 bytes in all
+    status, body, reads = asyncio.run(_asgi_post(app, chunks, content_length=5000))
+    _check_413(status, body)
+    assert body["error"]["details"]["max_body_bytes"] == 1000
+    assert reads == 0  # refused from the header alone
+    status, _, reads = asyncio.run(_asgi_post(app, [b'{"name": "ok"}'], content_length=14))
+    assert status == 201 and reads == 1  # under the limit: served
+
+
+def test_a_streamed_body_over_the_limit_is_413_once_it_passes_the_limit(services, monkeypatch):
+    import asyncio
+
+    app = _small_limit_app(services, monkeypatch)
+    chunks = [b" " * 400] * 20  # 8000 bytes, no Content-Length (chunked)
+    status, body, reads = asyncio.run(_asgi_post(app, chunks))
+    _check_413(status, body)
+    assert reads == 3  # 1200 bytes read, the rest never
+    status, _, _ = asyncio.run(_asgi_post(app, [b'{"name": ', b'"streamed"}']))
+    assert status == 201
+
+
+def test_health_answers_while_a_large_body_is_parsed(services, monkeypatch):
+    """The body's JSON is parsed and checked off the event loop: the check below waits for
+    /health to answer, which it can only do while the loop is free."""
+    import asyncio
+    import threading
+
+    import httpx
+
+    import api.guard as guard
+    from api.app import create_app
+
+    app = create_app(services=services)
+    walk_started, health_answered = threading.Event(), threading.Event()
+    seen: list[bool] = []
+    real_walk = guard._walk
+
+    def waiting_walk(value, depth=0):
+        if depth == 0:
+            walk_started.set()
+            seen.append(health_answered.wait(10))
+        real_walk(value, depth)
+
+    monkeypatch.setattr(guard, "_walk", waiting_walk)
+    big = b'{"name": "big", "pad": [' + b",".join([b'"xxxxxxxx"'] * 200_000) + b"]}"  # ~2.2 MB
+
+    async def main():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+            post = asyncio.create_task(c.post("/api/repos", content=big,
+                                              headers={"content-type": "application/json"}))
+            for _ in range(2000):  # until the check runs (on the loop, this waits for its end)
+                if walk_started.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            health = await c.get("/health")
+            health_answered.set()
+            return health, await post
+
+    health, post = asyncio.run(main())
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert seen == [True]  # /health answered while the body was being checked
+    assert_error(post, 422)  # the body itself: an unknown field, answered as before
+
+
+def test_a_route_takes_the_body_as_the_guard_parsed_it(client, repo, monkeypatch):
+    """The body is parsed once, in the guard's worker thread, not again on the event loop."""
+    from types import SimpleNamespace
+
+    import starlette.requests
+
+    def no_second_parse(*args, **kwargs):
+        raise AssertionError("the body was parsed again on the event loop")
+
+    monkeypatch.setattr(starlette.requests, "json", SimpleNamespace(loads=no_second_parse))
+    assert put(client, "/parsed-once").status_code == 201

@@ -156,7 +156,8 @@ def test_job_survives_a_restart(client, queued, settings):
     # The process stops here; a new one (new Services, new app) on the same database runs it.
     db = Database(settings.resolved_database_url())
     fresh = Services(settings=settings.model_copy(update={"index_inline": False}), db=db,
-                     index=EmbeddedVectorIndex(settings.data_dir), embedder_factory=lambda name: make_embedder(name))
+                     index=EmbeddedVectorIndex(settings.data_dir),
+                     embedder_factory=lambda name: make_embedder(name, allow_fake=True))
     try:
         other = TestClient(create_app(services=fresh), raise_server_exceptions=False)
         assert other.get(f"/api/jobs/{job_id}").json()["state"] == "queued"

@@ -40,10 +40,10 @@ def two_modes(settings, weaviate_url):
     db = Database(settings.resolved_database_url())
     db.upgrade()
     weaviate = Services(settings=settings, db=db, index=WeaviateVectorIndex(weaviate_url),
-                        embedder_factory=lambda name: make_embedder(name))
+                        embedder_factory=lambda name: make_embedder(name, allow_fake=True))
     embedded = Services(settings=settings, db=Database(settings.resolved_database_url()),
                         index=EmbeddedVectorIndex(settings.data_dir / "embedded"),
-                        embedder_factory=lambda name: make_embedder(name))
+                        embedder_factory=lambda name: make_embedder(name, allow_fake=True))
     with TestClient(create_app(services=weaviate)) as wclient, TestClient(create_app(services=embedded)) as eclient:
         yield wclient, eclient
         for repo in ("acme", "twin"):

@@ -208,7 +208,7 @@ def test_a_put_runs_a_pinned_number_of_sql_statements(settings):
     settings = settings.model_copy(update={"index_inline": False})
     db = Database(settings.resolved_database_url())
     services = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
-                        embedder_factory=make_embedder)
+                        embedder_factory=lambda name: make_embedder(name, allow_fake=True))
     statements: list[str] = []
 
     def counted(conn, cursor, statement, parameters, context, executemany):

@@ -97,7 +97,10 @@ def test_collection_names_that_collide_or_are_invalid_are_refused(client):
         assert_error(rag(client, "q", collectionName=bad), 422)
 
 
-def test_other_weaviate_url_is_502_never_a_fallback(client):
+def test_other_weaviate_url_is_502_never_a_fallback(client, services, monkeypatch):
+    r = rag(client, doc("q", [("a.txt", DOC_A)]), weaviateUrl="http://127.0.0.1:9")
+    assert_error(r, 422, "invalid_input")  # not listed in KG_RAG_WEAVIATE_URLS
+    monkeypatch.setattr(services.settings, "rag_weaviate_urls", ["http://127.0.0.1:9"])
     r = rag(client, doc("q", [("a.txt", DOC_A)]), weaviateUrl="http://127.0.0.1:9")
     assert_error(r, 502, "upstream_unavailable")
     assert rag(client, "rigging").json()["results"] == []
@@ -122,3 +125,49 @@ def test_a_branch_before_the_nodes_repository_exists_says_how_it_comes_to_be(cli
     r = client.post("/api/rag?branch=agent/x", json=body)
     assert_error(r, 404, "not_found")
     assert r.json()["error"]["details"] == {"branch": "agent/x"}  # now only the branch is missing
+
+
+def test_a_client_cannot_pick_a_huge_embedding_dimension(client):
+    from kg.providers.base import MAX_EMBEDDING_DIM
+
+    client.post("/api/repos", json={"name": "big"})
+    r = client.post("/api/repos/big/workspaces", json={"name": "w", "embedding": {"model": "fake:hash-10000000"}})
+    assert_error(r, 422, "invalid_input")
+    assert str(MAX_EMBEDDING_DIM) in r.json()["error"]["message"]
+    assert client.get("/api/repos/big/workspaces").json()["workspaces"] == []
+    r = rag(client, doc("q", [("a.txt", DOC_A)]), embeddingModel="fake:hash-10000000")
+    assert_error(r, 422, "invalid_input")
+    assert str(MAX_EMBEDDING_DIM) in r.json()["error"]["message"]
+
+
+def test_the_fake_embedder_is_refused_unless_the_test_setting_enables_it(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from kg.services import Services
+    from kg.settings import Settings
+
+    settings = Settings(data_dir=tmp_path / "prod", index_inline=True)
+    assert settings.allow_fake_embedder is False
+    with TestClient(create_app(services=Services.from_settings(settings))) as prod:
+        prod.post("/api/repos", json={"name": "acme"})
+        r = prod.post("/api/repos/acme/workspaces", json={"name": "w", "embedding": {"model": "fake:hash-64"}})
+        assert_error(r, 422, "invalid_input")
+        assert "KG_ALLOW_FAKE_EMBEDDER" in r.json()["error"]["message"]
+        assert_error(rag(prod, doc("q", [("a.txt", DOC_A)])), 422, "invalid_input")
+
+
+def test_chunks_per_request_are_bounded_and_nothing_is_written(client, services, monkeypatch):
+    monkeypatch.setattr(services.settings, "max_chunks_per_request", 50)
+    words = " ".join(f"w{i}" for i in range(100))  # chunkSize 1: 100 chunks
+    r = rag(client, doc("q", [("a.txt", words)]), chunkSize=1, chunkOverlap=0)
+    assert_error(r, 413, "too_large")
+    body = r.json()["error"]
+    assert "KG_MAX_CHUNKS_PER_REQUEST" in body["message"]
+    assert body["details"] == {"chunks": 100, "max_chunks_per_request": 50}
+    assert client.get("/api/repos/rag/log").status_code in (404, 200)
+    if client.get("/api/repos/rag/log").status_code == 200:
+        assert client.get("/api/repos/rag/log").json()["revisions"] == []
+    # at the bound: served
+    r = rag(client, doc("q", [("a.txt", " ".join(words.split()[:50]))]), chunkSize=1, chunkOverlap=0)
+    assert r.status_code == 200, r.text

@@ -12,6 +12,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,12 @@ from tests.api.test_nodes import assert_error
 MODEL = "fake:hash-64"
 DOC_A = "Standing rigging must be replaced every ten years in temperate waters and seven in the tropics."
 DOC_B = "Invoices are issued monthly and paid by card. Late invoices incur a fee of two percent."
+
+
+@pytest.fixture
+def settings(settings, weaviate_url):
+    """The test settings with the Weaviate under test listed (KG_RAG_WEAVIATE_URLS)."""
+    return settings.model_copy(update={"rag_weaviate_urls": [weaviate_url]})
 
 
 @dataclass
@@ -262,13 +269,86 @@ def closed_ports(n: int) -> list[int]:
             s.close()
 
 
-def test_an_unreachable_weaviate_is_502(client):
-    http, grpc = closed_ports(2)
-    body = {"embeddingModel": MODEL, "collectionName": "rag_collection", "chunkSize": 8, "chunkOverlap": 2,
-            "topK": 3, "weaviateUrl": f"http://127.0.0.1:{http}?grpc_port={grpc}"}
-    r = client.post("/api/rag", json={"config": body, "input": doc("q", [("a.txt", DOC_A)])})
-    assert_error(r, 502, "upstream_unavailable")
-    assert "Weaviate" in r.json()["error"]["message"]
+@contextmanager
+def fake_upstream(kind: str) -> Iterator[str]:
+    """A URL where no Weaviate answers: ``closed`` (connection refused), ``silent`` (accepts,
+    never answers), ``json`` (HTTP 200 ``{"hello": "world"}`` to everything), ``html``."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    (grpc,) = closed_ports(1)
+    if kind == "closed":
+        (http,) = closed_ports(1)
+        yield f"http://127.0.0.1:{http}?grpc_port={grpc}"
+        return
+    if kind == "silent":
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(16)
+            yield f"http://127.0.0.1:{listener.getsockname()[1]}?grpc_port={grpc}"
+        return
+    payload, ctype = (b'{"hello": "world"}', "application/json") if kind == "json" else \
+        (b"<html><body>router login</body></html>", "text/html")
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}?grpc_port={grpc}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_every_upstream_failure_is_one_502_that_tells_no_port_state(client, services, monkeypatch):
+    """Refused, timed out, a JSON answer that is not Weaviate's, an HTML page: one status, one
+    code, one message (the URL aside), so the RAG node cannot be used as a port scanner."""
+    monkeypatch.setattr(services.settings, "weaviate_timeout_s", 0.5)
+    answers = {}
+    for kind in ("closed", "silent", "json", "html"):
+        with fake_upstream(kind) as url:
+            monkeypatch.setattr(services.settings, "rag_weaviate_urls", [url])
+            body = {"embeddingModel": MODEL, "collectionName": "rag_collection", "chunkSize": 8,
+                    "chunkOverlap": 2, "topK": 3, "weaviateUrl": url, "weaviateApiKey": "k"}
+            r = client.post("/api/rag", json={"config": body, "input": doc("q", [("a.txt", DOC_A)])})
+            assert_error(r, 502, "upstream_unavailable")
+            error = r.json()["error"]
+            answers[kind] = (error["message"].replace(url, "<url>"),
+                             json.dumps(error["details"]).replace(json.dumps(url)[1:-1], "<url>"))
+    assert "Weaviate" in answers["closed"][0]
+    assert len(set(answers.values())) == 1, answers
+
+
+def test_a_weaviate_url_the_operator_did_not_list_is_422_and_never_contacted(client, services):
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        listener.setblocking(False)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}?grpc_port={closed_ports(1)[0]}"
+        body = {"embeddingModel": MODEL, "collectionName": "rag_collection", "chunkSize": 8,
+                "chunkOverlap": 2, "topK": 3, "weaviateUrl": url, "weaviateApiKey": "secret-key"}
+        r = client.post("/api/rag", json={"config": body, "input": doc("q", [("a.txt", DOC_A)])})
+        assert_error(r, 422, "invalid_input")
+        assert "KG_RAG_WEAVIATE_URLS" in r.json()["error"]["message"]
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # no connection was made, so no key was sent
+    assert services.settings.rag_weaviate_urls != [url]
 
 
 def test_replacing_a_file_named_only_with_stop_words(client, target):
@@ -288,7 +368,7 @@ def test_replacing_a_file_named_only_with_stop_words(client, target):
 
 
 def test_requests_to_one_weaviate_share_one_connection(client, services, target, monkeypatch):
-    import kg.index.weaviate as kw
+    import kg.index.weaviate.client as kw  # where ClientPool looks connect up
 
     made = []
     real = kw.connect
@@ -298,3 +378,13 @@ def test_requests_to_one_weaviate_share_one_connection(client, services, target,
         r = rag(client, target, doc(question, [("rigging.txt", DOC_A), ("billing.md", DOC_B)]))
         assert r.status_code == 200, r.text
     assert len(made) == 1
+
+
+def test_chunks_per_request_are_bounded_before_weaviate_is_written(client, services, target, monkeypatch):
+    monkeypatch.setattr(services.settings, "max_chunks_per_request", 50)
+    words = " ".join(f"w{i}" for i in range(100))
+    r = rag(client, target, doc("q", [("a.txt", words)]), chunkSize=1, chunkOverlap=0)
+    assert_error(r, 413, "too_large")
+    assert r.json()["error"]["details"] == {"chunks": 100, "max_chunks_per_request": 50}
+    names = {n.lower() for n in target.db.collections.list_all(simple=True)}
+    assert class_name(target.collection).lower() not in names

@@ -15,12 +15,13 @@ from pydantic import ValidationError
 
 from api import schemas
 from api.app import create_app
+from kg.settings import Settings
 
 NODES = "/api/repos/acme/workspaces/knowledge/nodes"
 
 
 def _doc() -> dict[str, Any]:
-    return create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None))).openapi()
+    return create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None), settings=Settings())).openapi()
 
 
 def _refs(schema: dict[str, Any]) -> list[str]:

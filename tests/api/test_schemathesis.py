@@ -37,6 +37,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from api.app import create_app
+from kg.settings import Settings
 
 #: Examples per operation; ``KG_FUZZ_EXAMPLES=500`` for a longer local hunt.
 MAX_EXAMPLES = int(os.environ.get("KG_FUZZ_EXAMPLES", "30"))
@@ -69,7 +70,8 @@ class _CurrentApp:
 
 
 # The OpenAPI document does not depend on the database: an app on no services serves it.
-_SCHEMA_ONLY = create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None)))
+_SCHEMA_ONLY = create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None),
+                                                  settings=Settings()))
 APP = _CurrentApp(_SCHEMA_ONLY)
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 APP.target = None

@@ -31,7 +31,8 @@ def wclient(settings, weaviate_url):
 
     db = Database(settings.resolved_database_url())
     index = WeaviateVectorIndex(weaviate_url)
-    services = Services(settings=settings, db=db, index=index, embedder_factory=lambda name: make_embedder(name))
+    services = Services(settings=settings, db=db, index=index,
+                     embedder_factory=lambda name: make_embedder(name, allow_fake=True))
     repo = f"w{uuid.uuid4().hex[:8]}"
     with TestClient(create_app(services=services)) as client:
         assert client.post("/api/repos", json={"name": repo}).status_code == 201
@@ -217,7 +218,8 @@ def test_text_embedded_after_its_version_was_fed_is_placed_by_the_chunk_feed(set
     slow = settings.model_copy(update={"index_inline": False, "index_poll_s": 3600.0})
     db = Database(slow.resolved_database_url())
     index = WeaviateVectorIndex(weaviate_url)
-    services = Services(settings=slow, db=db, index=index, embedder_factory=lambda name: make_embedder(name))
+    services = Services(settings=slow, db=db, index=index,
+                     embedder_factory=lambda name: make_embedder(name, allow_fake=True))
     services.indexer.wake = lambda: None  # type: ignore[method-assign]  # nothing embeds until drain() below
     repo = f"w{uuid.uuid4().hex[:8]}"
     with TestClient(create_app(services=services)) as client:

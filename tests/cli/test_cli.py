@@ -20,6 +20,7 @@ PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
 def env(tmp_path, monkeypatch):
     monkeypatch.setenv("KG_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("KG_EMBEDDING_MODEL", "fake:hash-64")
+    monkeypatch.setenv("KG_ALLOW_FAKE_EMBEDDER", "true")
     monkeypatch.delenv("KG_DATABASE_URL", raising=False)
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -254,6 +255,20 @@ def test_commands_close_their_services(env, monkeypatch):
             main()
         assert stopped.value.code == 0
     assert len(closed) == 2
+
+
+def test_serve_sets_the_keep_alive_timeout(env, monkeypatch):
+    import socket
+
+    calls = []
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: calls.append(k))
+    monkeypatch.setenv("KG_KEEPALIVE_TIMEOUT_S", "3")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)]).exit_code == 0
+    assert calls[0]["timeout_keep_alive"] == 3
+    assert calls[0]["http"] == "h11" and calls[0]["h11_max_incomplete_event_size"] == 64 * 1024
 
 
 def test_serve_refuses_a_non_loopback_host_without_auth(env, monkeypatch):

@@ -1,4 +1,5 @@
-"""The VectorIndex contract, run against every backend; then the embedded index's own duties.
+"""The ContentAddressedIndex contract, run against every backend; then the embedded index's own
+duties.
 
 A backend enters the suite through :data:`BACKENDS`: how to open an instance over some storage,
 how to make its writes durable, and whether a second instance over the same storage sees them.
@@ -6,7 +7,11 @@ how to make its writes durable, and whether a second instance over the same stor
 Weaviate runs the suite in every run through the real ``weaviate-client``: against the
 Weaviate-compatible test server of ``tests/weaviate_server.py`` (REST and gRPC on loopback
 ports), or against a real Weaviate instead when ``KG_TEST_WEAVIATE_URL`` is set
-(docs/scale-out.md says how to start one).
+(docs/scale-out.md says how to start one). Its index has the other layout
+(:class:`~kg.index.base.ScopedIndex`, a collection per workspace and branch), so the suite drives
+it through :class:`PlacedByContentKey`: what the suite asserts of ranking, filtering and
+refusals holds for the scoped searches; ``tests/index/test_weaviate_scoped.py`` tests the rest of
+that layout (several branches, version keys, translated filters).
 """
 
 from __future__ import annotations
@@ -15,16 +20,25 @@ import dataclasses
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from kg.errors import BackendUnavailable, InvalidInput
-from kg.index.base import IndexedChunk, IndexHit, VectorIndex
+from kg.index.base import (
+    ContentAddressedIndex,
+    IndexedChunk,
+    IndexHit,
+    Placement,
+    ScopedIndex,
+    SearchScope,
+)
 from kg.index.embedded import EmbeddedVectorIndex
+from kg.index.weaviate import WeaviateVectorIndex
 
 DIM = 16
 MODEL = "fake:test-16"
@@ -36,8 +50,8 @@ class Backend:
     """How the suite drives one kind of index."""
 
     name: str
-    open: Callable[[], VectorIndex]  # a new instance over this test's storage
-    persist: Callable[[VectorIndex, str], None]  # make a repository's writes durable
+    open: Callable[[], ContentAddressedIndex]  # a new instance over this test's storage
+    persist: Callable[[ContentAddressedIndex, str], None]  # make a repository's writes durable
     durable: bool  # whether a new instance sees what an earlier one persisted
     close: Callable[[], None] = lambda: None  # release what open() made, after the test
 
@@ -57,15 +71,69 @@ def _embedded_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     )
 
 
+class PlacedByContentKey:
+    """A :class:`~kg.index.base.ScopedIndex` driven through the ContentAddressedIndex contract.
+
+    Each content key (per model) is the one node version ``n-<key>`` of workspace 1, branch 1,
+    so a search allowing content keys is a search of that collection allowing their version
+    keys; ``sync`` places chunks and keeps its watermark in the placement marks.
+    """
+
+    layout = "content-addressed"
+
+    def __init__(self, index: ScopedIndex) -> None:
+        self.index = index
+        self.engine = index.engine
+
+    def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
+        groups: dict[tuple[str, str], dict[int, IndexedChunk]] = {}
+        for c in chunks:
+            groups.setdefault((c.model, c.content_key), {}).setdefault(c.seq, c)
+        if not groups:
+            return
+        self.index.place(repo_key, [
+            Placement(1, 1, f"n-{key}", f"/n/{key}", "note", {},
+                      tuple(sorted(group.values(), key=lambda c: c.chunk_index)))
+            for (_, key), group in groups.items()])
+        top = max(c.seq for c in chunks)
+        if top > self.watermark(repo_key):
+            self.index.advance_placement_marks(repo_key, top, 0)
+
+    def watermark(self, repo_key: str) -> int:
+        return self.index.placement_marks(repo_key)[0]
+
+    def knn(self, repo_key: str, vector: np.ndarray, k: int, *, model: str,
+            content_keys: Collection[str], max_distance: float | None = None) -> list[IndexHit]:
+        return self.index.knn(repo_key, vector, k, model=model, max_distance=max_distance,
+                              scopes=self._scopes(content_keys, model))
+
+    def bm25(self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]) -> list[IndexHit]:
+        return self.index.bm25(repo_key, query, k, scopes=self._scopes(content_keys, "any model"))
+
+    def flush(self, repo_key: str) -> None:
+        self.index.flush(repo_key)
+
+    def drop(self, repo_key: str) -> None:
+        self.index.drop(repo_key)
+
+    def stats(self, repo_key: str) -> dict[str, Any]:
+        return self.index.stats(repo_key)
+
+    def close(self) -> None:
+        self.index.close()
+
+    @staticmethod
+    def _scopes(content_keys: Collection[str], model: str) -> list[SearchScope]:
+        return [SearchScope(model, 1, 1, frozenset(f"n-{key}:{key}" for key in content_keys))]
+
+
 def _weaviate(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """Weaviate through the real client: the test server, or KG_TEST_WEAVIATE_URL's server."""
-    from kg.index.weaviate import WeaviateVectorIndex
-
     url = request.getfixturevalue("weaviate_url")
-    opened: list[WeaviateVectorIndex] = []
+    opened: list[PlacedByContentKey] = []
 
-    def open_index() -> WeaviateVectorIndex:
-        index = WeaviateVectorIndex(url, init_timeout_s=10.0)
+    def open_index() -> PlacedByContentKey:
+        index = PlacedByContentKey(WeaviateVectorIndex(url, init_timeout_s=10.0))
         opened.append(index)
         return index
 
@@ -91,12 +159,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 @pytest.fixture
-def index(backend: Backend) -> VectorIndex:
+def index(backend: Backend) -> ContentAddressedIndex:
     return backend.open()
 
 
 @pytest.fixture
-def repo(index: VectorIndex) -> Iterator[str]:
+def repo(index: ContentAddressedIndex) -> Iterator[str]:
     """A fresh repository key, dropped afterwards."""
     key = uuid.uuid4().hex
     yield key

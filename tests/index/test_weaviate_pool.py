@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-import kg.index.weaviate as kw
+import kg.index.weaviate.client as kw  # where ClientPool looks connect up
 from kg.errors import BackendUnavailable, UpstreamUnavailable
 from kg.index.weaviate import ClientPool
 

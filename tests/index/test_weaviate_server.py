@@ -23,8 +23,9 @@ from weaviate.classes.query import Filter, HybridFusion, MetadataQuery
 from weaviate.exceptions import UnexpectedStatusCodeError, WeaviateQueryError
 
 from kg.errors import BackendUnavailable
-from kg.index.base import IndexedChunk
-from kg.index.weaviate import WeaviateVectorIndex, _chunks_schema, connect
+from kg.index.base import IndexedChunk, Placement, SearchScope
+from kg.index.weaviate import WeaviateVectorIndex, connect
+from kg.index.weaviate.schema import _chunks_schema
 from kg.ragnode.weaviate import chunks_class_schema, meta_class_schema
 from tests.weaviate_server import EN_STOPWORDS, WeaviateTestServer, tokenize
 
@@ -339,11 +340,12 @@ def test_newer_wire_formats_carry_kgs_calls(version):
             vectors = np.random.default_rng(1).normal(size=(8, 4)).astype(np.float32)
             chunks = [IndexedChunk(seq=i + 1, content_key=f"k{i}", chunk_index=0, text=f"word{i % 3} text",
                                    model="m", vector=vectors[i]) for i in range(8)]
-            index.sync("r", chunks)
-            keys = {c.content_key for c in chunks}
-            assert [h.seq for h in index.knn("r", vectors[3], 1, model="m", content_keys=keys)] == [4]
-            assert sorted(h.seq for h in index.bm25("r", "word1", 5, content_keys=keys)) == [2, 5, 8]
-            hybrid = index.hybrid("r", "word1", vectors[3], 3, model="m", content_keys=keys, alpha=0.4)
+            placements = [Placement(1, 1, f"n{c.seq}", f"/n{c.seq}", "note", {}, (c,)) for c in chunks]
+            index.place("r", placements)
+            scopes = [SearchScope("m", 1, 1, frozenset(p.version_key for p in placements))]
+            assert [h.seq for h in index.knn("r", vectors[3], 1, model="m", scopes=scopes)] == [4]
+            assert sorted(h.seq for h in index.bm25("r", "word1", 5, scopes=scopes)) == [2, 5, 8]
+            hybrid = index.hybrid("r", "word1", vectors[3], 3, model="m", scopes=scopes, alpha=0.4)
             assert len(hybrid.hits) == 3
             assert index.stats("r")["chunks"] == 8
             assert server.calls["Aggregate"] == 1 and server.calls["POST /v1/graphql"] == 0

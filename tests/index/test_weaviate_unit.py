@@ -20,7 +20,7 @@ from weaviate.collections.classes.batch import BatchObjectReturn, ErrorObject
 from weaviate.collections.classes.filters import _FilterAnd, _FilterValue
 
 from kg.errors import BackendUnavailable, InvalidInput, UpstreamUnavailable
-from kg.index.base import IndexedChunk
+from kg.index.base import IndexedChunk, Placement, SearchScope
 from kg.index.weaviate import (
     WeaviateVectorIndex,
     check_batch_result,
@@ -40,6 +40,9 @@ DIM = 8
 MODEL = "fake:test-8"
 
 
+WS, BR = 1, 1  # the (workspace, branch) whose collection the tests write
+
+
 def unit_vectors(n: int, dim: int = DIM, seed: int = 0) -> np.ndarray:
     v = np.random.default_rng(seed).normal(size=(n, dim))
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
@@ -50,6 +53,18 @@ def chunks(n: int, *, start: int = 1, model: str = MODEL, dim: int = DIM, seed: 
     return [IndexedChunk(seq=start + i, content_key=f"key{start + i}", chunk_index=0,
                          text=f"word{(start + i) % 5} chunk{start + i}", model=model, vector=vectors[i])
             for i in range(n)]
+
+
+def place(index: WeaviateVectorIndex, repo: str, cs: list[IndexedChunk]) -> list[SearchScope]:
+    """Place each chunk as the one chunk of node ``n<seq>`` in (WS, BR); the scopes allowing
+    them all."""
+    index.place(repo, [Placement(WS, BR, f"n{c.seq}", f"/docs/n{c.seq}", "note", {}, (c,)) for c in cs])
+    return scopes_of(cs)
+
+
+def scopes_of(cs: list[IndexedChunk], model: str = MODEL) -> list[SearchScope]:
+    """The scopes allowing exactly the versions :func:`place` made of ``cs``."""
+    return [SearchScope(model, WS, BR, frozenset(f"n{c.seq}:{c.content_key}" for c in cs))]
 
 
 @pytest.fixture
@@ -129,23 +144,18 @@ def test_invalid_branch_names_are_refused(branch):
         rag_class_names("rag_collection", branch)
 
 
-def test_kg_index_collections_are_per_repository_and_model(index, server):
-    index.sync("repo-a", chunks(3))
-    index.sync("repo-a", chunks(2, start=10, model="other", dim=4))
-    index.sync("repo-b", chunks(2, start=20))
+def test_kg_index_collections_are_per_repository_workspace_branch_and_model(index, server):
+    place(index, "repo-a", chunks(3))
+    place(index, "repo-a", chunks(2, start=10, model="other", dim=4))
+    place(index, "repo-b", chunks(2, start=20))
     names = [n for n in server.class_names() if n.startswith("KgChunks_")]
     assert len(names) == 3 and len({n.lower() for n in names}) == 3
-    assert all(n.startswith("KgChunks_") and "_b" not in n.split("_", 1)[1][:2] for n in names)
+    assert all(n.endswith(f"_w{WS}_b{BR}") for n in names)
     assert index.stats("repo-a")["models"] == {MODEL: 3, "other": 2}
     assert index.stats("repo-a")["dims"] == {MODEL: DIM, "other": 4}
 
 
 # -- filters ----------------------------------------------------------------------------------------
-
-
-def test_content_keys_become_one_contains_any():
-    f = translate_filters(content_keys=["k1", "k2", "k1"])
-    assert f == Filter.by_property("contentKey").contains_any(["k1", "k2"])
 
 
 def test_path_prefix_node_type_and_properties():
@@ -192,8 +202,6 @@ def test_no_filter_is_none_and_root_prefix_is_no_filter():
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"content_keys": "k1"},
-    {"content_keys": []},
     {"version_keys": "n:k"},
     {"version_keys": []},
     {"path_prefix": "/a*b"},
@@ -270,26 +278,23 @@ def test_the_error_class_is_the_callers():
         check_batch_result(_result({0: "nope"}, 1), ["file 'a' chunk 0"], collection="C", error=UpstreamUnavailable)
 
 
-def test_a_refused_object_fails_the_sync_and_keeps_the_watermark(index, server):
-    index.sync("r", chunks(4))
+def test_a_refused_object_fails_the_placement_naming_it(index, server):
+    place(index, "r", chunks(4))
     server.refuse = lambda cls, props: "disk full" if props.get("seq") == 7 else None
     with pytest.raises(BackendUnavailable) as caught:
-        index.sync("r", chunks(6, start=5))
-    assert "seq 7" in caught.value.message and "disk full" in caught.value.message
-    assert index.watermark("r") == 4  # the caller re-syncs from here
+        place(index, "r", chunks(6, start=5))
+    assert "node n7 chunk 0" in caught.value.message and "disk full" in caught.value.message
     server.refuse = None
-    index.sync("r", chunks(6, start=5))  # the retry overwrites, never duplicates
-    assert index.watermark("r") == 10
+    place(index, "r", chunks(6, start=5))  # the retry overwrites, never duplicates
     assert index.stats("r")["chunks"] == 10
 
 
 def test_a_batch_refused_whole_names_every_object(index, server):
     server.refuse = lambda cls, props: "class is read-only"
     with pytest.raises(BackendUnavailable) as caught:
-        index.sync("r", chunks(3))
-    assert "all 3" in caught.value.message and "seq 1" in caught.value.message
+        place(index, "r", chunks(3))
+    assert "all 3" in caught.value.message and "node n1 chunk 0" in caught.value.message
     assert len(caught.value.details["failed"]) == 3
-    assert index.watermark("r") == 0
 
 
 # -- dimensions -------------------------------------------------------------------------------------
@@ -305,13 +310,13 @@ def test_check_vector_dimension():
 
 
 def test_vectors_of_the_wrong_dimension_are_refused_before_the_call(index, server):
-    index.sync("r", chunks(2))
+    allowed = place(index, "r", chunks(2))
     calls = server.calls["BatchObjects"]
     with pytest.raises(InvalidInput):
-        index.sync("r", chunks(2, start=3, dim=DIM + 1))
+        place(index, "r", chunks(2, start=3, dim=DIM + 1))
     assert server.calls["BatchObjects"] == calls
     with pytest.raises(InvalidInput):
-        index.knn("r", np.ones(DIM + 1), 3, model=MODEL, content_keys={"key1"})
+        index.knn("r", np.ones(DIM + 1), 3, model=MODEL, scopes=allowed)
     assert server.calls["Search.near_vector"] == 0
 
 
@@ -342,7 +347,7 @@ def test_an_unreachable_server_is_a_clear_error():
         connect(url, init_timeout_s=1.0, timeout_s=1.0, error=UpstreamUnavailable)
     index = WeaviateVectorIndex(url, init_timeout_s=1.0, timeout_s=1.0)  # connects on first use
     with pytest.raises(BackendUnavailable, match="cannot connect to Weaviate"):
-        index.watermark("r")
+        index.placement_marks("r")
 
 
 @pytest.mark.parametrize("url, expected", [
@@ -388,23 +393,23 @@ def _brute(cs: list[IndexedChunk], query: np.ndarray, k: int) -> list[int]:
 def test_a_large_allowed_set_is_probed_then_batched_and_stays_exact(server):
     index = WeaviateVectorIndex(server.url, filter_batch_keys=4, probe_depth=20)
     cs = chunks(120, seed=3)
-    index.sync("r", cs)
+    place(index, "r", cs)
     query = unit_vectors(1, seed=4)[0]
     # Nearly everything allowed: the unfiltered probe answers alone.
     allowed = [c for c in cs if c.seq % 10 != 0]
     before = server.calls["Search.near_vector"]
-    hits = index.knn("r", query, 5, model=MODEL, content_keys={c.content_key for c in allowed})
+    hits = index.knn("r", query, 5, model=MODEL, scopes=scopes_of(allowed))
     assert [h.seq for h in hits] == _brute(allowed, query, 5)
     assert server.calls["Search.near_vector"] - before == 1
     # A small share allowed (12 keys): the probe falls short, 3 filtered batches of 4 follow.
     allowed = [c for c in cs if c.seq % 10 == 0]
     before = server.calls["Search.near_vector"]
-    hits = index.knn("r", query, 5, model=MODEL, content_keys={c.content_key for c in allowed})
+    hits = index.knn("r", query, 5, model=MODEL, scopes=scopes_of(allowed))
     assert [h.seq for h in hits] == _brute(allowed, query, 5)
     assert server.calls["Search.near_vector"] - before == 1 + 3
-    found = index.bm25("r", "word2", 50, content_keys={c.content_key for c in allowed})
+    found = index.bm25("r", "word2", 50, scopes=scopes_of(allowed))
     assert sorted(h.seq for h in found) == sorted(c.seq for c in allowed if c.seq % 5 == 2)
-    found = index.bm25("r", "word0", 50, content_keys={c.content_key for c in allowed})
+    found = index.bm25("r", "word0", 50, scopes=scopes_of(allowed))
     assert sorted(h.seq for h in found) == [c.seq for c in allowed]
     index.close()
 
@@ -414,9 +419,9 @@ def test_a_large_allowed_set_is_probed_then_batched_and_stays_exact(server):
 
 def test_hybrid_goes_through_weaviate_and_echoes_alpha_and_fusion(index, server):
     cs = chunks(20)
-    index.sync("r", cs)
+    allowed = place(index, "r", cs)
     keys = {c.content_key for c in cs}
-    result = index.hybrid("r", "word3", cs[2].vector, 5, model=MODEL, content_keys=keys,
+    result = index.hybrid("r", "word3", cs[2].vector, 5, model=MODEL, scopes=allowed,
                           alpha=0.25, fusion_type="relative_score")
     assert (result.alpha, result.fusion_type) == (0.25, "relative_score")
     assert server.calls["Search.hybrid"] == 1
@@ -430,9 +435,9 @@ def test_hybrid_goes_through_weaviate_and_echoes_alpha_and_fusion(index, server)
 
 @pytest.mark.parametrize("kwargs", [{"alpha": 1.5}, {"alpha": -0.1}, {"alpha": True}, {"fusion_type": "rrf"}])
 def test_hybrid_refuses_bad_alpha_or_fusion(index, kwargs):
-    index.sync("r", chunks(2))
+    allowed = place(index, "r", chunks(2))
     with pytest.raises(InvalidInput):
-        index.hybrid("r", "word1", unit_vectors(1)[0], 3, model=MODEL, content_keys={"key1"}, **kwargs)
+        index.hybrid("r", "word1", unit_vectors(1)[0], 3, model=MODEL, scopes=allowed, **kwargs)
 
 
 def test_hybrid_over_a_large_allowed_set_is_weaviates_filtered_query(server):
@@ -443,21 +448,21 @@ def test_hybrid_over_a_large_allowed_set_is_weaviates_filtered_query(server):
     single = WeaviateVectorIndex(server.url)
     try:
         cs = chunks(120, seed=3)
-        single.sync("r", cs)
+        place(single, "r", cs)
         query = unit_vectors(1, seed=4)[0]
         for allowed in ([c for c in cs if c.seq % 10 == 0], [c for c in cs if c.seq % 3 == 0],
                         [c for c in cs if c.seq % 10 != 0]):
-            keys = {c.content_key for c in allowed}
+            keys = scopes_of(allowed)[0].version_keys
             for fusion in ("ranked", "relative_score"):
                 before = server.calls["Search.hybrid"]
-                got = batched.hybrid("r", "word2 word3", query, 5, model=MODEL, content_keys=keys,
+                got = batched.hybrid("r", "word2 word3", query, 5, model=MODEL, scopes=scopes_of(allowed),
                                      alpha=0.5, fusion_type=fusion)
                 assert server.calls["Search.hybrid"] - before == 1
                 sent = server.recorded("Search.hybrid")[-1].filters
                 assert sent.operator == sent.OPERATOR_OR
                 assert all(len(f.value_text_array.values) <= 4 for f in sent.filters)
                 assert sum(len(f.value_text_array.values) for f in sent.filters) == len(keys)
-                want = single.hybrid("r", "word2 word3", query, 5, model=MODEL, content_keys=keys,
+                want = single.hybrid("r", "word2 word3", query, 5, model=MODEL, scopes=scopes_of(allowed),
                                      alpha=0.5, fusion_type=fusion)
                 assert [h.seq for h in got.hits] == [h.seq for h in want.hits], (len(keys), fusion)
                 assert [h.score for h in got.hits] == [h.score for h in want.hits]
@@ -466,54 +471,55 @@ def test_hybrid_over_a_large_allowed_set_is_weaviates_filtered_query(server):
         single.close()
 
 
-def test_vectors_weaviate_refuses_for_their_dimension_fail_the_sync_naming_each(index, server):
+def test_vectors_weaviate_refuses_for_their_dimension_fail_the_placement_naming_each(index, server):
     # A collection whose description says DIM but which holds vectors of DIM + 1 (written by
     # someone else): kg's own check passes, Weaviate refuses every object for its length.
     from weaviate.classes.data import DataObject
 
-    from kg.index.weaviate import _chunks_prefix, _chunks_schema, _short_hash
+    from kg.index.weaviate.schema import _chunks_prefix, _chunks_schema, _short_hash
 
-    name = _chunks_prefix("r") + _short_hash(MODEL, 10)
-    description = f'{{"kg": "chunks", "format": 1, "repo": "r", "model": "{MODEL}", "dim": {DIM:d}}}'
+    name = _chunks_prefix("r") + _short_hash(MODEL, 10) + f"_w{WS}_b{BR}"
+    description = (f'{{"kg": "chunks", "format": 1, "repo": "r", "model": "{MODEL}", "dim": {DIM:d}, '
+                   f'"workspace": {WS:d}, "branch": {BR:d}}}')
     index.client.collections.create_from_dict(_chunks_schema(name, description))
     index.client.collections.get(name).data.insert_many([DataObject(
         properties={"content": "x", "terms": "x", "contentKey": "k0", "chunkIndex": 0, "seq": 99},
         vector=[1.0] * (DIM + 1))])
     with pytest.raises(BackendUnavailable) as caught:
-        index.sync("r", chunks(3))
+        place(index, "r", chunks(3))
     err = caught.value
-    assert "all 3" in err.message and "seq 1" in err.message
+    assert "all 3" in err.message and "node n1 chunk 0" in err.message
     assert f"new node has a vector with length {DIM}" in err.message
-    assert [f["object"] for f in err.details["failed"]] == ["seq 1", "seq 2", "seq 3"]
-    assert index.watermark("r") == 0
+    assert [f["object"] for f in err.details["failed"]] == [f"node n{i} chunk 0" for i in (1, 2, 3)]
 
 
 def test_a_failing_weaviate_call_is_backend_unavailable(index, server):
-    index.sync("r", chunks(3))
+    cs = chunks(3)
+    place(index, "r", cs)
     server.fail_next("Search.bm25", "shard KgChunks is read-only")
     with pytest.raises(BackendUnavailable, match="read-only") as caught:
-        index.bm25("r", "word1", 3, content_keys={"key1"})
+        index.bm25("r", "word1", 3, scopes=scopes_of(cs[:1]))
     assert "search" in caught.value.message and "BM25" in caught.value.message
-    assert [h.seq for h in index.bm25("r", "word1", 3, content_keys={"key1"})] == [1]
+    assert [h.seq for h in index.bm25("r", "word1", 3, scopes=scopes_of(cs[:1]))] == [1]
 
 
 def test_a_collection_created_meanwhile_by_another_process_is_used(server):
-    # Two writers race to create the (repository, model) collection: the loser gets Weaviate's
-    # 422 "already exists" and must use the winner's collection.
+    # Two writers race to create the (repository, workspace, branch, model) collection: the
+    # loser gets Weaviate's 422 "already exists" and must use the winner's collection.
     first = WeaviateVectorIndex(server.url)
     second = WeaviateVectorIndex(server.url)
     try:
-        first.sync("r", chunks(2))
-        real_held = second._held
+        place(first, "r", chunks(2))
+        real_listed = second._listed
         calls = []
 
-        def stale_held(repo_key):  # the second writer looked before the first one created it
+        def stale_listed(repo_key):  # the second writer looked before the first one created it
             calls.append(repo_key)
-            return {} if len(calls) == 1 else real_held(repo_key)
+            return ([], []) if len(calls) == 1 else real_listed(repo_key)
 
-        second._held = stale_held
+        second._listed = stale_listed
         before = server.calls["POST /v1/schema"]
-        second.sync("r", chunks(2, start=3))
+        place(second, "r", chunks(2, start=3))
         assert server.calls["POST /v1/schema"] == before + 1  # refused: it exists
         assert first.stats("r")["chunks"] == 4
     finally:

@@ -278,7 +278,7 @@ def machine_for(kind, tmp_root):
             db = Database(url)
             db.upgrade()
             self.services = Services(settings=settings_, db=db, index=EmbeddedVectorIndex(None),
-                                     embedder_factory=lambda name: make_embedder(name))
+                                     embedder_factory=lambda name: make_embedder(name, allow_fake=True))
             with db.write() as s:
                 repo = create_repository(s, name="m")
                 create_workspace(s, repo, name="w")

@@ -322,3 +322,17 @@ def test_the_test_server_speaks_ollamas_model_endpoints(ollama_server: str, olla
     assert info.value.status_code == 404
     assert len(client.embeddings(model="all-minilm", prompt="hello").embedding) == 384
     client.close()
+
+
+def test_an_ollama_model_answering_vectors_over_the_dimension_bound_is_refused() -> None:
+    from kg.providers.base import MAX_EMBEDDING_DIM
+    from kg.providers.fake import FakeEmbedder
+    from tests.ollama_server import OllamaTestServer
+
+    with OllamaTestServer(embedders={"huge:latest": FakeEmbedder(dim=MAX_EMBEDDING_DIM + 1)}) as server:
+        embedder = make_embedder("huge:latest", host=server.url)
+        with pytest.raises(InvalidInput) as info:
+            embedder.embed(["alpha"])
+    assert str(MAX_EMBEDDING_DIM) in info.value.message
+    assert info.value.details["max_dim"] == MAX_EMBEDDING_DIM
+    assert embedder.dim == 0  # not learnt

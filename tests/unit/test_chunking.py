@@ -680,3 +680,13 @@ def test_config_invariants_every_splitter_unit_and_percentage(
     assert_invariants(text, chunks, size if splitter != "words" else 10**9, measure)
     if splitter == "words":
         assert all(count_words(c.text) <= size for c in chunks)
+
+
+@pytest.mark.parametrize("size, overlap", [(1, 0), (3, 1), (5, 2), (8, 7), (10, 0)])
+def test_word_chunk_count_is_the_length_of_word_split(size, overlap):
+    from kg.text.chunking import word_chunk_count
+
+    for n in (0, 1, 2, 5, 9, 10, 11, 23):
+        text = " ".join(f"w{i}" for i in range(n)) + " 漢字"
+        assert word_chunk_count(text, chunk_size=size, overlap=overlap) == \
+            len(word_split(text, chunk_size=size, overlap=overlap))

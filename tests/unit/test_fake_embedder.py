@@ -107,14 +107,14 @@ def test_bad_dim_refused(dim: object) -> None:
     ("name", "dim"), [("fake:hash-64", 64), ("fake:hash-8", 8), ("fake:other", 64)]
 )
 def test_registry_fake_dimension_from_name(name: str, dim: int) -> None:
-    embedder = make_embedder(name)
+    embedder = make_embedder(name, allow_fake=True)
     assert isinstance(embedder, FakeEmbedder)
     assert (embedder.name, embedder.dim) == (name, dim)
     assert embedder.embed(["x"]).shape == (1, dim)
 
 
 def test_registry_fake_instances_are_fresh() -> None:
-    assert make_embedder("fake:hash-64") is not make_embedder("fake:hash-64")
+    assert make_embedder("fake:hash-64", allow_fake=True) is not make_embedder("fake:hash-64", allow_fake=True)
 
 
 def test_registry_unknown_local_model_lists_known_ones() -> None:
@@ -127,4 +127,20 @@ def test_registry_unknown_local_model_lists_known_ones() -> None:
 @pytest.mark.parametrize("name", ["", "   ", "fake:hash-0"])
 def test_registry_bad_names(name: str) -> None:
     with pytest.raises(InvalidInput):
-        make_embedder(name)
+        make_embedder(name, allow_fake=True)
+
+
+def test_registry_fake_provider_is_off_unless_enabled() -> None:
+    with pytest.raises(InvalidInput) as info:
+        make_embedder("fake:hash-64")
+    assert "KG_ALLOW_FAKE_EMBEDDER" in info.value.message
+
+
+def test_registry_fake_dimension_is_bounded() -> None:
+    from kg.providers.base import MAX_EMBEDDING_DIM
+
+    assert make_embedder(f"fake:hash-{MAX_EMBEDDING_DIM}", allow_fake=True).dim == MAX_EMBEDDING_DIM
+    with pytest.raises(InvalidInput) as info:
+        make_embedder("fake:hash-10000000", allow_fake=True)
+    assert str(MAX_EMBEDDING_DIM) in info.value.message
+    assert info.value.details["max_dim"] == MAX_EMBEDDING_DIM
