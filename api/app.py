@@ -4,13 +4,27 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 import kg
 from api import errors
+from api.deps import get_caller
 from api.guard import RequestGuard
 from api.models import ERROR_RESPONSES
-from api.routes import branches, functions, health, history, jobs, nodes, rag, references, relations, repos, search
+from api.routes import (
+    branches,
+    functions,
+    health,
+    history,
+    jobs,
+    keys,
+    nodes,
+    rag,
+    references,
+    relations,
+    repos,
+    search,
+)
 from kg.services import Services
 from kg.settings import Settings
 
@@ -43,6 +57,9 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.state.services = services
     errors.install(app)
     app.add_middleware(RequestGuard, max_body_bytes=services.settings.max_body_bytes)
-    for module in (health, repos, history, branches, nodes, search, relations, references, rag, functions, jobs):
-        app.include_router(module.router, responses=ERROR_RESPONSES)
+    app.include_router(health.router, responses=ERROR_RESPONSES)
+    # Every other route needs the caller (a 401 with KG_AUTH on and no valid key), even one
+    # that does not use it; FastAPI resolves get_caller once per request.
+    for module in (repos, history, branches, nodes, search, relations, references, rag, functions, jobs, keys):
+        app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[Depends(get_caller)])
     return app

@@ -6,7 +6,9 @@ from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
+from kg.access import authenticate
 from kg.context import ANONYMOUS, Actor
+from kg.errors import Unauthenticated
 from kg.services import Services
 
 
@@ -16,8 +18,19 @@ def get_services(request: Request) -> Services:
 
 
 def get_caller(request: Request) -> Actor:
-    """Who calls: anonymous until API keys identify callers."""
-    return ANONYMOUS
+    """Who calls: the key of ``Authorization: Bearer kg_...``; without one, anonymous while
+    ``KG_AUTH`` is off and a 401 (``unauthenticated``, ``WWW-Authenticate: Bearer``) while it
+    is on. A key that is sent is always checked, auth on or off."""
+    services: Services = request.app.state.services
+    header = request.headers.get("authorization")
+    if header is None:
+        if services.settings.auth:
+            raise Unauthenticated("an API key is required: Authorization: Bearer kg_<id>_<secret>")
+        return ANONYMOUS
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("the Authorization header must be 'Bearer kg_<id>_<secret>'")
+    return authenticate(services.db, services.settings, token)
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]

@@ -23,6 +23,8 @@ log = logging.getLogger("kg.api")
 STATUS: dict[type[errors.KGError], int] = {
     errors.KGError: 500,
     errors.NotFound: 404,
+    errors.Unauthenticated: 401,
+    errors.Forbidden: 403,
     errors.Conflict: 409,
     errors.MergeConflict: 409,
     errors.ModelLocked: 409,
@@ -64,7 +66,10 @@ def error_response(exc: errors.KGError) -> JSONResponse:
     status = status_for(exc)
     if status >= 500:
         log.warning("%s: %s", type(exc).__name__, exc.message)
-    return JSONResponse(error_body(exc.code, _jsonable(exc.message), _jsonable(exc.details)), status_code=status)
+    # RFC 6750: a 401 says which scheme to authenticate with.
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(exc.code, _jsonable(exc.message), _jsonable(exc.details)), status_code=status,
+                        headers=headers)
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -27,7 +27,8 @@ class ErrorBody(BaseModel):
 #: ``HTTPValidationError``.
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     "4XX": {"model": ErrorBody, "description": "Refused: 400 malformed, 404 unknown repository / branch / "
-                                              "workspace / node, 409 conflict, 422 valid JSON that breaks a rule."},
+                                              "workspace / node, 409 conflict, 422 valid JSON that breaks a rule; "
+                                              "401 no valid API key, 403 outside the key's grants."},
     "5XX": {"model": ErrorBody, "description": "502 / 503: an upstream (embedding provider, Weaviate, "
                                               "database) is unreachable."},
 }
@@ -57,6 +58,28 @@ class BranchCreate(Strict):
     name: str
     from_: str = Field(default="main", alias="from")
     at_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
+
+
+class GrantBody(Strict):
+    """One grant of a key (:class:`kg.access.Grant`)."""
+
+    repo: str = Field(min_length=1, max_length=255, description="Repository name or glob ('*': every one).")
+    branches: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
+                                description="Branch globs ('agent/*').")
+    workspaces: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
+                                  description="Workspace names or globs.")
+    actions: list[str] = Field(default_factory=lambda: ["read"], min_length=1, max_length=6,
+                               description="read, write, branch:create, branch:delete, merge, admin.")
+
+
+class KeyCreate(Strict):
+    """A new API key: its name, its grants, and when it expires."""
+
+    name: str = Field(min_length=1, max_length=255)
+    grants: list[GrantBody] = Field(default_factory=list, max_length=100)
+    admin: bool = Field(default=False, description="Also grant everything everywhere (an administrator key).")
+    expires_in_s: int | None = Field(default=None, ge=1, le=10 * 366 * 86400,
+                                     description="Seconds until the key stops working (default: never).")
 
 
 class WriteMeta(Strict):

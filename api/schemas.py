@@ -775,3 +775,42 @@ class Job(Schema):
     started_at: Timestamp | None
     finished_at: Timestamp | None
     attempts: int
+
+
+# -- API keys ---------------------------------------------------------------------------------
+
+
+class KeyGrant(Schema):
+    """One grant of a key."""
+
+    repo: str
+    branches: list[str]
+    workspaces: list[str]
+    actions: list[str]
+
+
+class ApiKeyInfo(Schema):
+    """An API key as listed: never its secret."""
+
+    id: str = Field(description="The key's id (the <id> of kg_<id>_<secret>).")
+    name: str = Field(description="The actor of the key's revisions.")
+    state: Literal["active", "revoked", "expired"]
+    created_by: str | None
+    created_at: Timestamp
+    expires_at: Timestamp | None
+    revoked_at: Timestamp | None
+    last_used_at: Timestamp | None = Field(description="Written at most every KG_KEY_TOUCH_S seconds.")
+    grants: list[KeyGrant]
+
+
+class ApiKeyCreated(ApiKeyInfo):
+    """A new key: the token is in this answer and never again."""
+
+    key: str = Field(description="The bearer token kg_<id>_<secret>: shown once.")
+    warnings: list[str] = Field(description="One line per grant that is '*' everywhere.")
+
+
+class ApiKeyList(Schema):
+    """Every key, revoked and expired ones included."""
+
+    keys: list[ApiKeyInfo]

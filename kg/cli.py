@@ -1,11 +1,13 @@
-"""The ``kg`` command line: serve, db upgrade, ingest, search, branch."""
+"""The ``kg`` command line: serve, db upgrade, ingest, search, branch, keys."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -14,9 +16,11 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kg.access import parse_grant
 from kg.context import OPERATOR, run
 from kg.errors import KGError
 from kg.ops import branches as branch_ops
+from kg.ops import keys as key_ops
 from kg.ops import repos as repo_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import ingest_path
@@ -24,13 +28,16 @@ from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
 from kg.settings import Settings
 from kg.store.db import Database
+from kg.store.models import utcnow
 
 app = typer.Typer(help="kg: a knowledge-graph service with branching storage for AI agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 branch_app = typer.Typer(help="Branches.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+keys_app = typer.Typer(help="API keys (on the local database).", no_args_is_help=True)
 app.add_typer(branch_app, name="branch")
+app.add_typer(keys_app, name="keys")
 err = Console(stderr=True)
 
 
@@ -83,6 +90,10 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
     except KGError as exc:
         _fail(exc)
     host, port = host or settings.host, port or settings.port
+    if not settings.auth and not _is_loopback(host):
+        typer.echo(f"error: refusing to listen on {host} without authentication: set KG_AUTH=true "
+                   "(and KG_KEY_PEPPER) or listen on 127.0.0.1", err=True)
+        raise typer.Exit(1)
     _check_can_listen(host, port)
     # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S; headers are capped at 64 KiB
     # (h11); bodies are bounded by the request guard (KG_MAX_BODY_BYTES).
@@ -93,6 +104,16 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
 
 MAX_HEADER_BYTES = 64 * 1024
 """Largest request head (request line and headers) ``kg serve`` reads, in bytes."""
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback one (``localhost``, 127.0.0.0/8, ::1)."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError:
+        return False
+    addresses = {str(info[4][0]) for info in infos}
+    return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 
 def _check_can_listen(host: str, port: int) -> None:
@@ -227,6 +248,49 @@ def branch_list(repo: Annotated[str, typer.Option()]) -> None:
             typer.echo(f"{b['name']}\tbase={b['base_revision']}\thead={b['head_revision']}")
     except KGError as exc:
         _fail(exc)
+
+
+@keys_app.command("create")
+def keys_create(name: Annotated[str, typer.Option(help="The key's name: the actor of its revisions.")],
+                grant: Annotated[list[str] | None, typer.Option(
+                    help="repo=NAME|*,branches=GLOB+GLOB,workspaces=GLOB,actions=read+write (repeatable).")] = None,
+                admin: Annotated[bool, typer.Option("--admin", help="An administrator key: everything.")] = False,
+                expires_in_days: Annotated[float | None, typer.Option(help="Days until it expires.")] = None) -> None:
+    """Create an API key (needs KG_KEY_PEPPER); the token is printed once, never stored."""
+    try:
+        grants = [parse_grant(g) for g in grant or []]
+        expires = utcnow() + timedelta(days=expires_in_days) if expires_in_days is not None else None
+        services = _services()
+        created = run(services, OPERATOR, key_ops.create_key, name=name, grants=grants, expires_at=expires,
+                      admin=admin)
+    except KGError as exc:
+        _fail(exc)
+    for warning in created["warnings"]:
+        typer.echo(f"warning: {warning}", err=True)
+    typer.echo(json.dumps(created))
+    err.print("[bold]Keep the key now: it is not shown again.[/bold]")
+
+
+@keys_app.command("list")
+def keys_list() -> None:
+    """List API keys (never their secrets), one JSON object a line."""
+    try:
+        services = _services()
+        for key in key_ops.list_keys(services, OPERATOR):
+            typer.echo(json.dumps(key))
+    except KGError as exc:
+        _fail(exc)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (kg_<id>_...).")]) -> None:
+    """Revoke an API key: refused from the next request on."""
+    try:
+        services = _services()
+        revoked = run(services, OPERATOR, key_ops.revoke_key, key_id)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(revoked))
 
 
 def main() -> None:

@@ -12,7 +12,12 @@ its input and makes one call::
 
 :func:`run` opens the transaction, calls the use case, commits, then runs the hooks. Reads
 take ``(services, caller)`` and open a read session of their own. Access control (who may
-write where) is decided here, in this one layer, from the actor every call carries.
+write where) is decided here, in this one layer, from the actor every call carries:
+:meth:`UnitOfWork.begin` asks :func:`kg.access.authorize` for ``write`` on the branch (or the
+action a use case names: ``merge``), :func:`reading` for ``read``, and :func:`permit` (or
+:meth:`UnitOfWork.authorize`) serves the use cases that act on something else (a branch to
+create or delete, a repository, a workspace). An ``anonymous`` caller is refused while
+``KG_AUTH`` is on.
 
 The resources a use case may use are declared by :class:`Resources`; :class:`kg.services.Services`
 (the composition root, above every use case) implements it.
@@ -22,11 +27,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from sqlalchemy.orm import Session
 
+from kg.access import ANONYMOUS as ANONYMOUS
+from kg.access import OPERATOR as OPERATOR
+from kg.access import SYSTEM as SYSTEM
+from kg.access import Action, authorize, authorize_actor_name
+from kg.access import Actor as Actor
+from kg.errors import Unauthenticated
 from kg.graph.cache import GraphCache
 from kg.index.base import VectorIndex
 from kg.index.weaviate import ClientPool
@@ -39,35 +49,6 @@ from kg.store.repos import MAIN, BranchView, WriteContext, begin_write, branch_v
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-ActorKind = Literal["anonymous", "operator", "system"]
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who calls a use case.
-
-    Attributes
-    ----------
-    kind : {"anonymous", "operator", "system"}
-        ``anonymous``: an HTTP caller (no credentials are asked for yet); ``operator``: the
-        person at the machine, through the CLI; ``system``: kg's own background work (the
-        indexer, re-embedding, the function-job runner).
-    name : str or None
-        Recorded as a revision's ``actor`` when the call names none of its own.
-    """
-
-    kind: ActorKind
-    name: str | None = None
-
-
-#: An HTTP caller, until API keys identify callers.
-ANONYMOUS = Actor("anonymous")
-#: The person running the CLI on the machine that holds the data.
-OPERATOR = Actor("operator")
-#: kg's own background work.
-SYSTEM = Actor("system")
-
 
 class IndexRunCounts(Protocol):
     """What an indexing pass did (:class:`kg.indexing.indexer.IndexRun`)."""
@@ -159,7 +140,7 @@ class UnitOfWork:
         self._queued: dict[int, list[str]] = {}
 
     def begin(self, repo: str, branch: str = MAIN, *, message: str | None = None,
-              actor: str | None = None) -> WriteContext:
+              actor: str | None = None, action: Action = "write") -> WriteContext:
         """Open a write on ``branch`` of ``repo``; its revision is allocated by the first write.
 
         Parameters
@@ -168,7 +149,10 @@ class UnitOfWork:
         message : str or None
             Why: kept in the revision log.
         actor : str or None
-            Who, as the caller states it; default: the caller's name.
+            Who, as the caller states it; default: the caller's name. A key that is not an
+            admin of ``repo`` may state only its own name.
+        action : {"write", "merge"}
+            What the caller must be allowed on ``branch`` (a merge writes its target).
 
         Returns
         -------
@@ -177,12 +161,41 @@ class UnitOfWork:
         Raises
         ------
         kg.errors.NotFound
-            Unknown repository or branch.
+            Unknown repository or branch, or one the caller cannot see.
+        kg.errors.Forbidden
+            The caller may not ``action`` on the branch, or may not name another actor.
+        kg.errors.Unauthenticated
+            An anonymous caller while ``KG_AUTH`` is on.
         kg.errors.InvalidInput
             An ``actor`` longer than 255 characters.
         """
+        self.authorize(action, repo, branch)
         return begin_write(self.session, repo, branch, message=message,
-                           actor=actor if actor is not None else self.actor.name)
+                           actor=authorize_actor_name(self.actor, repo, actor))
+
+    def authorize(self, action: Action, repo: str, branch: str | None = None,
+                  workspace: str | None = None) -> None:
+        """Check that the caller may ``action`` (:func:`permit` for this unit's caller).
+
+        Parameters
+        ----------
+        action : str
+            One of :data:`kg.access.ACTIONS`.
+        repo : str
+            The repository.
+        branch, workspace : str or None
+            The branch, the workspace acted on.
+
+        Raises
+        ------
+        kg.errors.NotFound
+            Something the caller cannot see.
+        kg.errors.Forbidden
+            No grant allows it.
+        kg.errors.Unauthenticated
+            An anonymous caller while ``KG_AUTH`` is on.
+        """
+        permit(self.services, self.actor, action, repo, branch, workspace)
 
     def after_commit(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` once the transaction has committed (never if it rolls back).
@@ -225,6 +238,55 @@ def _index_now_or_wake(services: Resources, repo_id: int, content_keys: list[str
             pass
     else:
         services.indexer.wake()
+
+
+def permit(services: Resources, caller: Actor, action: Action, repo: str, branch: str | None = None,
+           workspace: str | None = None) -> None:
+    """:func:`kg.access.authorize`, refusing an anonymous caller while ``KG_AUTH`` is on.
+
+    Parameters
+    ----------
+    services : Resources
+        For the settings.
+    caller : Actor
+        Who asks.
+    action : str
+        One of :data:`kg.access.ACTIONS`.
+    repo : str
+        The repository.
+    branch, workspace : str or None
+        The branch, the workspace acted on.
+
+    Raises
+    ------
+    kg.errors.Unauthenticated
+        An anonymous caller while ``KG_AUTH`` is on.
+    kg.errors.NotFound
+        Something the caller cannot see.
+    kg.errors.Forbidden
+        No grant allows it.
+    """
+    admit(services, caller)
+    authorize(caller, action, repo, branch, workspace)
+
+
+def admit(services: Resources, caller: Actor) -> None:
+    """Refuse an anonymous caller while ``KG_AUTH`` is on (the HTTP layer refuses it first).
+
+    Parameters
+    ----------
+    services : Resources
+        For the settings.
+    caller : Actor
+        Who asks.
+
+    Raises
+    ------
+    kg.errors.Unauthenticated
+        ``caller`` is anonymous and ``KG_AUTH`` is on.
+    """
+    if caller.kind == "anonymous" and services.settings.auth:
+        raise Unauthenticated("an API key is required (Authorization: Bearer kg_...)")
 
 
 @contextmanager
@@ -270,10 +332,15 @@ def reading(services: Resources, caller: Actor, repo: str, branch: str = MAIN,
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository or branch.
+        Unknown repository or branch, or one ``caller`` may not read.
+    kg.errors.Forbidden
+        ``caller`` sees the branch but may not read it.
+    kg.errors.Unauthenticated
+        An anonymous caller while ``KG_AUTH`` is on.
     kg.errors.InvalidInput
         A revision not written yet.
     """
+    permit(services, caller, "read", repo, branch)
     with services.db.read() as session:
         yield session, branch_view(session, repo, branch, at_revision=at_revision)
 

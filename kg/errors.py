@@ -4,6 +4,8 @@
 
     KGError
     ├── NotFound            unknown repository, branch, workspace, node, relation, job
+    ├── Unauthenticated     no API key, or an unknown, revoked or expired one (KG_AUTH on)
+    ├── Forbidden           an action outside the key's grants on something it can see
     ├── Conflict            exists already, stale revision, node has children
     │   ├── MergeConflict   a merge that cannot be applied without resolutions
     │   └── ModelLocked     a workspace's embedding settings changed without re-embedding
@@ -48,6 +50,18 @@ class NotFound(KGError):
     """An addressed object does not exist (or is not visible on the branch)."""
 
     code = "not_found"
+
+
+class Unauthenticated(KGError):
+    """No API key where one is required, or a key that is unknown, revoked or expired."""
+
+    code = "unauthenticated"
+
+
+class Forbidden(KGError):
+    """The caller can see the object, but none of its grants allows the action."""
+
+    code = "forbidden"
 
 
 class Conflict(KGError):

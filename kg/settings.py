@@ -68,6 +68,17 @@ class Settings(BaseSettings):
         name it).
     keepalive_timeout_s : int
         How long ``kg serve`` keeps an idle HTTP connection open, in seconds.
+    auth : bool
+        Require an API key (``Authorization: Bearer kg_...``) on every HTTP request. Off, the
+        server listens on loopback only (``kg serve`` refuses any other host).
+    key_pepper : SecretStr or None
+        The server-side secret keyed into every stored key hash (HMAC-SHA256); required to
+        create keys and to turn ``auth`` on. Changing it invalidates every key.
+    protected_branches : str
+        Comma-separated branch names or globs that need a grant naming them literally for
+        write, merge, reset and delete (default ``main``).
+    key_touch_s : float
+        A key's ``last_used_at`` is written at most this often, in seconds.
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -94,6 +105,10 @@ class Settings(BaseSettings):
     max_chunks_per_request: int = Field(default=20_000, gt=0)
     allow_fake_embedder: bool = False
     keepalive_timeout_s: int = Field(default=5, gt=0)
+    auth: bool = False
+    key_pepper: SecretStr | None = None
+    protected_branches: str = "main"
+    key_touch_s: float = Field(default=300.0, ge=0)
 
     @field_validator("rag_weaviate_urls", mode="before")
     @classmethod
@@ -111,6 +126,17 @@ class Settings(BaseSettings):
         if self.index == "weaviate" and not (self.weaviate_url or "").strip():
             raise ValueError("KG_INDEX=weaviate needs KG_WEAVIATE_URL (e.g. http://localhost:8080)")
         return self
+
+    @model_validator(mode="after")
+    def _auth_needs_a_pepper(self) -> Settings:
+        if self.auth and not (self.key_pepper and self.key_pepper.get_secret_value().strip()):
+            raise ValueError("KG_AUTH=true needs KG_KEY_PEPPER (a long random secret, e.g. from "
+                             "python -c 'import secrets; print(secrets.token_urlsafe(32))')")
+        return self
+
+    def protected(self) -> tuple[str, ...]:
+        """Return the protected branch globs of :attr:`protected_branches`."""
+        return tuple(b.strip() for b in self.protected_branches.split(",") if b.strip())
 
     def resolved_database_url(self) -> str:
         """Return the database URL, defaulting to a SQLite file in :attr:`data_dir`."""

@@ -10,7 +10,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from kg.context import Actor, Resources, UnitOfWork
+from kg.access import can_see
+from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.indexing.chunks import forget_branch
 from kg.store import history
 from kg.store import repos as repo_store
@@ -70,9 +71,11 @@ def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[st
     kg.errors.NotFound
         Unknown repository.
     """
+    permit(services, caller, "read", repo)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
-        return [branch_dict(session, b, r) for b in repo_store.list_branches(session, r)]
+        return [branch_dict(session, b, r) for b in repo_store.list_branches(session, r)
+                if can_see(caller, repo, b.name)]
 
 
 def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> dict[str, Any]:
@@ -97,6 +100,7 @@ def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> di
     kg.errors.NotFound
         Unknown repository or branch.
     """
+    permit(services, caller, "read", repo, branch)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
         return branch_dict(session, repo_store.get_branch(session, r, branch), r)
@@ -130,8 +134,13 @@ def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "
         The repository or the parent does not exist.
     kg.errors.Conflict
         A branch of that name exists.
+    kg.errors.Forbidden
+        The caller may not read ``from_branch`` or create ``name`` (``branch:create`` with a
+        branch glob matching it).
     kg.errors.InvalidInput
     """
+    uow.authorize("read", repo, from_branch)
+    uow.authorize("branch:create", repo, name)
     r = repo_store.get_repository(uow.session, repo, lock=True)
     created = repo_store.create_branch(uow.session, r, name=name, from_branch=from_branch,
                                        at_revision=at_revision)
@@ -154,7 +163,10 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
     kg.errors.NotFound
     kg.errors.Conflict
         ``main``, or a branch with children.
+    kg.errors.Forbidden
+        The caller may not ``branch:delete`` it.
     """
+    uow.authorize("branch:delete", repo, branch)
     r = repo_store.get_repository(uow.session, repo, lock=True)
     branch_id = repo_store.get_branch(uow.session, r, branch).id
     repo_store.delete_branch(uow.session, r, branch)
@@ -182,7 +194,10 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
     kg.errors.NotFound
     kg.errors.InvalidInput
         ``main`` (it has no parent).
+    kg.errors.Forbidden
+        The caller may not ``branch:delete`` it (a reset drops what was written on it).
     """
+    uow.authorize("branch:delete", repo, branch)
     r = repo_store.get_repository(uow.session, repo, lock=True)
     b = history.reset_branch(uow.session, r, branch)
     _forget_after_commit(uow, r.uid, b.id)

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kg.context import Actor, Resources, UnitOfWork
+from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.errors import InvalidInput, MergeConflict
 from kg.indexing.index_jobs import enqueue
 from kg.ops.texts import plan_for
@@ -52,10 +52,12 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
     kg.errors.InvalidInput, kg.errors.NotFound
         As :func:`merge_branch`.
     """
+    permit(services, caller, "read", repo_name, source)
     with services.db.read() as session:
         repo = get_repository(session, repo_name)
-        plan = history.plan_merge(session, repo, source, _target(session, repo, source, into),
-                                  resolutions=resolutions)
+        target = _target(session, repo, source, into)
+        permit(services, caller, "read", repo_name, target)
+        plan = history.plan_merge(session, repo, source, target, resolutions=resolutions)
     _raise_conflicts(plan)
     return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
             "applied": plan.preview(), "base": _base(plan)}
@@ -96,10 +98,14 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
         Unresolved conflicts, listed in ``details["conflicts"]``; nothing is written.
     kg.errors.InvalidInput, kg.errors.NotFound
         ``into`` is ``None`` and ``source`` is ``main`` (it has no parent).
+    kg.errors.Forbidden
+        The caller may not read ``source`` or may not ``merge`` into ``into``.
     """
     session = uow.session
+    uow.authorize("read", repo_name, source)
     into = _target(session, get_repository(session, repo_name), source, into)
-    ctx = uow.begin(repo_name, into, message=message or f"merge {source} into {into}", actor=actor)
+    ctx = uow.begin(repo_name, into, message=message or f"merge {source} into {into}", actor=actor,
+                    action="merge")
     plan = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
                               writing_revision=ctx.pending_revision)
     _raise_conflicts(plan)

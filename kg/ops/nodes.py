@@ -60,6 +60,7 @@ def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path:
     ------
     kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.Conflict
     """
+    uow.authorize("write", repo_name, branch, workspace)
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     version, created = write_node(uow, ctx, workspace, path, node_type=node_type, properties=properties,
                                   order=order, parents=parents, if_revision=if_revision)
@@ -106,6 +107,7 @@ def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pat
     if not isinstance(properties, dict):
         raise InvalidInput("properties must be a JSON object")
     session = uow.session
+    uow.authorize("write", repo_name, branch, workspace)
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     current = node_store.get_node(session, ctx.view, workspace, path)
     check_if_revision(current, if_revision, workspace, path)
@@ -144,6 +146,7 @@ def delete_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pa
     kg.errors.NotFound, kg.errors.Conflict
     """
     session = uow.session
+    uow.authorize("write", repo_name, branch, workspace)
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
     hidden = node_store.delete_node(session, ctx, workspace, path, recursive=recursive)

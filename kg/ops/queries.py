@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from kg.context import Actor, Resources, reading
+from kg.context import Actor, Resources, permit, reading
 from kg.errors import KGError
 from kg.indexing import index_jobs
 from kg.store import history
@@ -18,7 +18,7 @@ from kg.store import nodes as node_store
 from kg.store.models import Branch, Workspace, node_dict
 from kg.store.paths import validate_path
 from kg.store.references import list_references
-from kg.store.repos import get_repository
+from kg.store.repos import get_branch, get_repository, parent_name
 
 
 def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
@@ -48,6 +48,7 @@ def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspa
     kg.errors.NotFound
         Unknown repository, branch, workspace or node.
     """
+    permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return node_dict(node_store.get_node(session, view, workspace, path), workspace)
 
@@ -82,6 +83,7 @@ def list_children(services: Resources, caller: Actor, repo: str, branch: str, wo
     """
     if parent != "/":
         validate_path(parent)
+    permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return [node_dict(v, workspace) for v in node_store.list_children(session, view, workspace, parent)]
 
@@ -119,6 +121,7 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
     kg.errors.InvalidInput
         A malformed cursor.
     """
+    permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         rows, next_cursor = node_store.list_prefix(session, view, workspace, prefix, limit=limit, cursor=cursor)
         return [node_dict(v, workspace) for v in rows], next_cursor
@@ -214,8 +217,13 @@ def diff(services: Resources, caller: Actor, repo: str, branch: str, against: st
     kg.errors.NotFound
     kg.errors.InvalidInput
     """
+    permit(services, caller, "read", repo, branch)
     with services.db.read() as session:
-        return history.diff_branches(session, get_repository(session, repo), branch, against)
+        r = get_repository(session, repo)
+        compared = against if against is not None else parent_name(session, get_branch(session, r, branch))
+        if compared is not None:
+            permit(services, caller, "read", repo, compared)
+        return history.diff_branches(session, r, branch, against)
 
 
 def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any]:
@@ -242,7 +250,10 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
     ------
     kg.errors.NotFound
         Unknown repository.
+    kg.errors.Forbidden
+        A key without ``admin`` on ``repo`` (the status names every branch).
     """
+    permit(services, caller, "admin", repo)
     with services.db.read() as session:
         r = get_repository(session, repo)
         out = index_jobs.index_status(session, r)

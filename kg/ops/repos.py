@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork
+from kg.access import can_see
+from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit
+from kg.errors import Forbidden, NotFound
 from kg.index.base import VectorIndex
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import parse_embedding_config
@@ -65,8 +67,9 @@ def list_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]
     list of dict
         :func:`repo_dict` of each.
     """
+    admit(services, caller)
     with services.db.read() as session:
-        return [repo_dict(r) for r in repo_store.list_repositories(session)]
+        return [repo_dict(r) for r in repo_store.list_repositories(session) if can_see(caller, r.name)]
 
 
 def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, Any]:
@@ -90,6 +93,7 @@ def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, A
     ------
     kg.errors.NotFound
     """
+    permit(services, caller, "read", name)
     with services.db.read() as session:
         return repo_dict(repo_store.get_repository(session, name))
 
@@ -116,10 +120,12 @@ def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[
     kg.errors.NotFound
         Unknown repository.
     """
+    permit(services, caller, "read", repo)
     default = services.settings.embedding_model
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
-        return [workspace_dict(w, default) for w in repo_store.list_workspaces(session, r)]
+        return [workspace_dict(w, default) for w in repo_store.list_workspaces(session, r)
+                if can_see(caller, repo, workspace=w.name)]
 
 
 def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> dict[str, Any]:
@@ -144,6 +150,7 @@ def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> d
     kg.errors.NotFound
         Unknown repository or workspace.
     """
+    permit(services, caller, "read", repo, workspace=name)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
         return workspace_dict(repo_store.get_workspace(session, r, name), services.settings.embedding_model)
@@ -168,8 +175,15 @@ def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
     ------
     kg.errors.Conflict
         A repository of that name exists.
+    kg.errors.Forbidden
+        A key without ``admin`` on a repository glob matching ``name``.
     kg.errors.InvalidInput
     """
+    try:
+        uow.authorize("admin", name)
+    except NotFound as exc:  # nothing to hide about a name the key may not create
+        raise Forbidden(f"key {uow.actor.name!r} may not create repository {name!r}",
+                        details={"action": "admin", "repo": name}) from exc
     return repo_dict(repo_store.create_repository(uow.session, name=name))
 
 
@@ -186,7 +200,10 @@ def delete_repository(uow: UnitOfWork, name: str) -> None:
     Raises
     ------
     kg.errors.NotFound
+    kg.errors.Forbidden
+        A key without ``admin`` on the repository.
     """
+    uow.authorize("admin", name)
     uid = repo_store.get_repository(uow.session, name).uid
     repo_store.delete_repository(uow.session, name)
     index = uow.services.index
@@ -217,7 +234,10 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
     kg.errors.Conflict
     kg.errors.InvalidInput
     kg.errors.ProviderError
+    kg.errors.Forbidden
+        A key without ``admin`` on the repository.
     """
+    uow.authorize("admin", repo)
     default = uow.services.settings.embedding_model
     config = parse_embedding_config(embedding, default_model=default)
     uow.services.embedder(config.model)  # an unknown model is refused before anything is written
@@ -258,7 +278,10 @@ def set_workspace_embedding(services: Resources, caller: Actor, repo: str, works
         The settings differ and ``reembed`` is false.
     kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.ProviderError, kg.errors.BackendUnavailable
         See :func:`kg.indexing.reembed.reembed_workspace`.
+    kg.errors.Forbidden
+        A key without ``admin`` on the repository.
     """
+    permit(services, caller, "admin", repo, workspace=workspace)
     answer, _ = reembed_workspace(services, repo, workspace, raw, reembed=reembed, caller=caller)
     return answer
 
@@ -285,7 +308,10 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
     ------
     kg.errors.NotFound
         Unknown repository.
+    kg.errors.Forbidden
+        A key without ``admin`` on the repository.
     """
+    permit(services, caller, "admin", repo)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
     run = services.indexer.drain(repo_id=r.id)
@@ -319,9 +345,12 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
     ------
     kg.errors.NotFound
         Unknown repository.
+    kg.errors.Forbidden
+        A key without ``admin`` on the repository.
     kg.errors.BackendUnavailable
         The index cannot be reached.
     """
+    permit(services, caller, "admin", repo)
     index = services.index if target is None else target
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)

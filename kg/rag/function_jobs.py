@@ -33,12 +33,15 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from kg.context import SYSTEM, Actor, Resources, UnitOfWork
+from kg.access import key_actor
+from kg.context import SYSTEM, Actor, Resources, UnitOfWork, admit
 from kg.errors import KGError, NotFound
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
 from kg.indexing.worker import PollingWorker
 from kg.rag.functions import FUNCTIONS, invoke
+from kg.settings import Settings
 from kg.store.models import FunctionJob, Repository, utcnow
 from kg.store.repos import get_branch, get_repository
 
@@ -107,6 +110,7 @@ def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main"
     if name not in FUNCTIONS:
         raise NotFound(f"function {name!r} not found; available: {', '.join(sorted(FUNCTIONS))}",
                        details={"function": name})
+    uow.authorize("read", repo, branch)
     inline = bool(uow.services.settings.index_inline)
     runner = cast(JobRunner, uow.services.jobs)
     if inline:
@@ -121,7 +125,8 @@ def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main"
         state="running" if inline else "queued", attempts=1 if inline else 0, created_at=now,
         started_at=now if inline else None, lease_until=now + runner.lease if inline else None,
         claimed_by=runner.queue.worker_id if inline else None,
-        actor={"kind": uow.actor.kind, "name": uow.actor.name},
+        actor={"kind": uow.actor.kind, "name": uow.actor.name,
+               **({"key_id": uow.actor.key_id} if uow.actor.key_id is not None else {})},
     ))
     if inline:
         claim = _Claim(job_id, repo, name, branch, raw, 1, uow.actor)
@@ -152,14 +157,17 @@ def get(services: Resources, caller: Actor, job_id: str) -> dict[str, Any]:
     Raises
     ------
     kg.errors.NotFound
-        No job has this id (or its repository was deleted).
+        No job has this id (or its repository was deleted), or ``caller`` is a key that
+        neither submitted it nor is an admin.
     """
     with services.db.read() as session:
         row = session.execute(
             select(FunctionJob, Repository.name).join(Repository, Repository.id == FunctionJob.repo_id)
             .where(FunctionJob.id == job_id)
         ).first()
-    if row is None:
+    admit(services, caller)
+    # A key sees the jobs it submitted (admins see every job); any other is not there for it.
+    if row is None or (not caller.is_admin and (row[0].actor or {}).get("key_id") != caller.key_id):
         raise NotFound(f"job {job_id!r} not found", details={"job_id": job_id})
     job, repo_name = row
     return {"job_id": job.id, "repo": repo_name, "function": job.function, "branch": job.branch,
@@ -186,8 +194,11 @@ class _Claim:
     actor: Actor = SYSTEM
 
 
-def _actor(stored: dict[str, Any] | None) -> Actor:
-    """The caller a job was submitted by (kg's own work for a job stored before 0010)."""
+def _actor(session: Session, settings: Settings, stored: dict[str, Any] | None) -> Actor:
+    """The caller a job was submitted by (kg's own work for a job stored before 0010); a key
+    as it is now, so a job of a key revoked meanwhile can read nothing."""
+    if stored and stored.get("kind") == "key":
+        return key_actor(session, settings, str(stored.get("key_id")))
     if not stored or stored.get("kind") not in ("anonymous", "operator", "system"):
         return SYSTEM
     return Actor(stored["kind"], stored.get("name"))
@@ -290,7 +301,7 @@ class JobRunner(PollingWorker):
             job = session.get_one(FunctionJob, claim.id)  # claimed just now, in this transaction
             repo_name = session.execute(select(Repository.name).where(Repository.id == job.repo_id)).scalar_one()
             return (_Claim(job.id, repo_name, job.function, job.branch, job.input, claim.attempt,
-                           _actor(job.actor)), len(claimed.exhausted))
+                           _actor(session, self.services.settings, job.actor)), len(claimed.exhausted))
 
     def execute(self, claim: _Claim) -> None:
         """Run one claimed job and store its output or error (a lost lease stores nothing).

@@ -357,6 +357,41 @@ class FunctionJob(Base):
     actor: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
+class ApiKey(Base):
+    """An API key (``kg_<id>_<secret>``): the secret itself is never stored, only its
+    HMAC-SHA256 under the server's pepper (``KG_KEY_PEPPER``), hexadecimal.
+
+    ``last_used_at`` is written at most every ``KG_KEY_TOUCH_S`` seconds, not on every request.
+    A revoked or expired key is kept (its name stays in the revision log) and refused.
+    """
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_by: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class ApiKeyGrant(Base):
+    """One grant of a key: a repository (name or glob), branch globs, workspace globs, and the
+    actions allowed there (:class:`kg.access.Grant`)."""
+
+    __tablename__ = "api_key_grants"
+    __table_args__ = (Index("ix_api_key_grants_key", "key_id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"))
+    repo: Mapped[str] = mapped_column(String(255))
+    branches: Mapped[list[str]] = mapped_column(JSON)
+    workspaces: Mapped[list[str]] = mapped_column(JSON)
+    actions: Mapped[list[str]] = mapped_column(JSON)
+
+
 class QueueWorker(Base):
     """A process draining a durable queue (:mod:`kg.indexing.queue`): what holds the claims.
 

@@ -269,3 +269,55 @@ def test_serve_sets_the_keep_alive_timeout(env, monkeypatch):
     assert runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)]).exit_code == 0
     assert calls[0]["timeout_keep_alive"] == 3
     assert calls[0]["http"] == "h11" and calls[0]["h11_max_incomplete_event_size"] == 64 * 1024
+
+
+def test_serve_refuses_a_non_loopback_host_without_auth(env, monkeypatch):
+    started = []
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: started.append(a))
+    monkeypatch.delenv("KG_AUTH", raising=False)
+    result = runner.invoke(app, ["serve", "--host", "0.0.0.0", "--port", "0"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: refusing to listen on 0.0.0.0 without authentication")
+    assert started == []
+    # With auth on (and a pepper) it goes on to uvicorn; without a pepper auth cannot be on.
+    monkeypatch.setenv("KG_AUTH", "true")
+    assert runner.invoke(app, ["serve", "--host", "0.0.0.0", "--port", "0"]).exit_code != 0
+    monkeypatch.setenv("KG_KEY_PEPPER", "a-pepper")
+    import socket
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert runner.invoke(app, ["serve", "--host", "0.0.0.0", "--port", str(port)]).exit_code == 0
+    assert started == [("api.main:app",)]
+
+
+def test_keys_create_list_revoke(env, monkeypatch):
+    monkeypatch.setenv("KG_KEY_PEPPER", "a-pepper")
+    admin = runner.invoke(app, ["keys", "create", "--name", "admin", "--admin"])
+    assert admin.exit_code == 0, admin.output
+    made = json.loads([line for line in admin.stdout.splitlines() if line.startswith("{")][0])
+    assert made["key"].startswith(f"kg_{made['id']}_") and made["grants"][0]["actions"][-1] == "admin"
+    agent = runner.invoke(app, ["keys", "create", "--name", "agent-1",
+                                "--grant", "repo=acme,branches=main,actions=read",
+                                "--grant", "repo=*,actions=read"])
+    assert agent.exit_code == 0, agent.output
+    assert "warning: key 'agent-1': a grant on repo=*" in agent.output
+    agent_key = json.loads([line for line in agent.stdout.splitlines() if line.startswith("{")][0])
+    listed = runner.invoke(app, ["keys", "list"])
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [r["name"] for r in rows] == ["admin", "agent-1"] and all("key" not in r for r in rows)
+    assert made["key"].split("_", 2)[2] not in listed.stdout
+    revoked = runner.invoke(app, ["keys", "revoke", agent_key["id"]])
+    assert revoked.exit_code == 0 and json.loads(revoked.stdout)["state"] == "revoked"
+    missing = runner.invoke(app, ["keys", "revoke", "0123456789abcdef"])
+    assert missing.exit_code == 1
+    bad = runner.invoke(app, ["keys", "create", "--name", "x", "--grant", "repo=a,actions=fly"])
+    assert bad.exit_code == 1 and "fly" in bad.output
+
+
+def test_keys_create_needs_a_pepper(env, monkeypatch):
+    monkeypatch.delenv("KG_KEY_PEPPER", raising=False)
+    result = runner.invoke(app, ["keys", "create", "--name", "admin", "--admin"])
+    assert result.exit_code == 1 and "KG_KEY_PEPPER" in result.output

@@ -1,0 +1,568 @@
+"""Who may do what: the caller's identity, its grants, and the one function that decides.
+
+Every use case receives an :class:`Actor` (through :class:`kg.context.UnitOfWork` or a read's
+``caller``); :func:`authorize` is the only place that says yes or no. It is called by the
+use-case layer (:mod:`kg.context` for every branch write and read, :mod:`kg.ops` for branch,
+merge, repository, workspace and key administration), never by an adapter.
+
+The rules:
+
+- :data:`OPERATOR` (the CLI at the machine) and :data:`SYSTEM` (kg's own work) may do
+  anything. ``anonymous`` may do anything too, and exists only while ``KG_AUTH`` is off: with
+  auth on, a request without a valid key is refused before any use case runs
+  (:class:`kg.errors.Unauthenticated`), and :mod:`kg.context` refuses an anonymous caller.
+- A key (``kind="key"``) may do what one of its :class:`Grant` s allows, nothing else. A key
+  with ``admin`` on repository ``*`` is an administrator: it may do anything, and manage keys.
+- What a key cannot see at all answers :class:`kg.errors.NotFound`, as an unknown name would,
+  so that existence does not leak: a repository no grant names, a branch no grant's globs
+  match, a workspace no grant's workspace globs match. An action on something it can see but
+  that no grant allows answers :class:`kg.errors.Forbidden`.
+- Protected branches (``KG_PROTECTED_BRANCHES``, default ``main``): ``write``, ``merge`` and
+  ``branch:delete`` (also reset) there need a grant that names the branch literally (``main``,
+  not ``*`` nor ``m*``); reading needs nothing more than any other branch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
+
+from kg.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
+from kg.settings import Settings
+from kg.store import keys as key_store
+from kg.store.db import Database
+from kg.store.models import ApiKey, utcnow
+
+log = logging.getLogger("kg.access")
+
+ActorKind = Literal["anonymous", "operator", "system", "key"]
+Action = Literal["read", "write", "branch:create", "branch:delete", "merge", "admin"]
+
+#: Every action a grant may hold.
+ACTIONS: tuple[str, ...] = ("read", "write", "branch:create", "branch:delete", "merge", "admin")
+#: Actions that a protected branch allows only to a grant naming it literally.
+PROTECTED_ACTIONS = frozenset({"write", "merge", "branch:delete"})
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a key may do where.
+
+    Attributes
+    ----------
+    repo : str
+        A repository name, or a glob (``*``: every repository).
+    branches : tuple of str
+        Branch globs (``agent/*``; ``*`` matches ``/`` too).
+    workspaces : tuple of str
+        Workspace names or globs.
+    actions : frozenset of str
+        A subset of :data:`ACTIONS`.
+    """
+
+    repo: str
+    branches: tuple[str, ...] = ("*",)
+    workspaces: tuple[str, ...] = ("*",)
+    actions: frozenset[str] = field(default_factory=lambda: frozenset({"read"}))
+
+    def covers_repo(self, repo: str) -> bool:
+        """Whether this grant names ``repo``.
+
+        Parameters
+        ----------
+        repo : str
+            A repository name.
+
+        Returns
+        -------
+        bool
+        """
+        return fnmatchcase(repo, self.repo)
+
+    def covers_branch(self, branch: str, *, literal: bool = False) -> bool:
+        """Whether one of the branch globs matches ``branch``.
+
+        Parameters
+        ----------
+        branch : str
+            A branch name.
+        literal : bool
+            Only a glob that is the branch's own name counts (protected branches).
+
+        Returns
+        -------
+        bool
+        """
+        if literal:
+            return branch in self.branches
+        return any(fnmatchcase(branch, glob) for glob in self.branches)
+
+    def covers_workspace(self, workspace: str) -> bool:
+        """Whether one of the workspace globs matches ``workspace``.
+
+        Parameters
+        ----------
+        workspace : str
+            A workspace name.
+
+        Returns
+        -------
+        bool
+        """
+        return any(fnmatchcase(workspace, glob) for glob in self.workspaces)
+
+    @property
+    def everywhere(self) -> bool:
+        """``*`` for the repository, the branches and the workspaces (worth a warning)."""
+        return self.repo == "*" and "*" in self.branches and "*" in self.workspaces
+
+    def as_dict(self) -> dict[str, object]:
+        """The stored and answered shape.
+
+        Returns
+        -------
+        dict
+            ``{"repo", "branches", "workspaces", "actions"}`` (actions in :data:`ACTIONS` order).
+        """
+        return {"repo": self.repo, "branches": list(self.branches), "workspaces": list(self.workspaces),
+                "actions": [a for a in ACTIONS if a in self.actions]}
+
+
+def make_grant(repo: str, branches: Iterable[str] = ("*",), workspaces: Iterable[str] = ("*",),
+               actions: Iterable[str] = ("read",)) -> Grant:
+    """A checked :class:`Grant`.
+
+    Parameters
+    ----------
+    repo : str
+        Repository name or glob.
+    branches, workspaces : iterable of str
+        Globs; at least one each.
+    actions : iterable of str
+        At least one of :data:`ACTIONS`.
+
+    Returns
+    -------
+    Grant
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        An empty or over-long pattern, no action, or an unknown one.
+    """
+    branch_globs, workspace_globs, wanted = tuple(branches), tuple(workspaces), frozenset(actions)
+    for what, values in (("repo", (repo,)), ("branches", branch_globs), ("workspaces", workspace_globs)):
+        if not values or any(not isinstance(v, str) or not v.strip() or len(v) > 255 for v in values):
+            raise InvalidInput(f"grant {what}: give one or more non-empty names or globs (255 characters at most)",
+                               details={"field": what})
+    unknown = sorted(wanted - set(ACTIONS))
+    if not wanted or unknown:
+        raise InvalidInput(f"grant actions: {', '.join(unknown) or 'none given'}; known: {', '.join(ACTIONS)}",
+                           details={"field": "actions", "known": list(ACTIONS)})
+    return Grant(repo, branch_globs, workspace_globs, wanted)
+
+
+def parse_grant(text: str) -> Grant:
+    """A grant written as the CLI takes it: ``repo=*,branches=agent/*,actions=read+write``.
+
+    ``branches`` and ``workspaces`` list several globs with ``+`` (default ``*``); ``actions``
+    too (default ``read``).
+
+    Parameters
+    ----------
+    text : str
+        ``key=value`` pairs separated by ``,``; keys ``repo`` (required), ``branches``,
+        ``workspaces``, ``actions``.
+
+    Returns
+    -------
+    Grant
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        An unknown key, a missing ``repo``, or what :func:`make_grant` refuses.
+    """
+    fields: dict[str, list[str]] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in ("repo", "branches", "workspaces", "actions"):
+            raise InvalidInput(f"grant {text!r}: expected repo=...,branches=...,workspaces=...,actions=a+b")
+        fields[key] = [v.strip() for v in value.split("+")]
+    if "repo" not in fields or len(fields["repo"]) != 1:
+        raise InvalidInput(f"grant {text!r}: name one repository (repo=NAME or repo=*)")
+    return make_grant(fields["repo"][0], fields.get("branches", ["*"]), fields.get("workspaces", ["*"]),
+                      fields.get("actions", ["read"]))
+
+
+def warn_if_everywhere(grants: Sequence[Grant], key_name: str) -> list[str]:
+    """Log (and return) a warning for each grant that is ``*`` everywhere.
+
+    Parameters
+    ----------
+    grants : sequence of Grant
+        A key's grants.
+    key_name : str
+        The key, for the message.
+
+    Returns
+    -------
+    list of str
+        One warning per such grant (empty: none).
+    """
+    warnings = [f"key {key_name!r}: a grant on repo=* with branches=* and workspaces=* "
+                f"({'+'.join(a for a in ACTIONS if a in g.actions)}) reaches everything, present and future"
+                for g in grants if g.everywhere]
+    for warning in warnings:
+        log.warning("%s", warning)
+    return warnings
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who calls a use case.
+
+    Attributes
+    ----------
+    kind : {"anonymous", "operator", "system", "key"}
+        ``anonymous``: an HTTP caller while ``KG_AUTH`` is off; ``operator``: the person at the
+        machine, through the CLI; ``system``: kg's own background work (the indexer,
+        re-embedding, the function-job runner); ``key``: the holder of an API key.
+    name : str or None
+        Recorded as a revision's ``actor`` (a key's name, forced for a non-admin key).
+    key_id : str or None
+        The API key's id (``kind="key"`` only).
+    grants : tuple of Grant
+        What the key may do (``kind="key"`` only; the other kinds may do anything).
+    protected : tuple of str
+        Protected branch names or globs (``KG_PROTECTED_BRANCHES``), for a key.
+    """
+
+    kind: ActorKind
+    name: str | None = None
+    key_id: str | None = None
+    grants: tuple[Grant, ...] = ()
+    protected: tuple[str, ...] = ("main",)
+
+    @property
+    def unrestricted(self) -> bool:
+        """The operator, kg's own work, an anonymous caller (auth off) or an admin key."""
+        return self.kind != "key" or self.is_admin
+
+    @property
+    def is_admin(self) -> bool:
+        """A key with ``admin`` on repository ``*``, or any caller that is not a key."""
+        return self.kind != "key" or any(g.repo == "*" and "admin" in g.actions for g in self.grants)
+
+
+#: An HTTP caller while ``KG_AUTH`` is off.
+ANONYMOUS = Actor("anonymous")
+#: The person running the CLI on the machine that holds the data.
+OPERATOR = Actor("operator")
+#: kg's own background work.
+SYSTEM = Actor("system")
+
+
+def is_protected(actor: Actor, branch: str) -> bool:
+    """Whether ``branch`` is protected for ``actor``.
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller (its ``protected`` globs).
+    branch : str
+        A branch name.
+
+    Returns
+    -------
+    bool
+    """
+    return any(fnmatchcase(branch, glob) for glob in actor.protected)
+
+
+def can_see(actor: Actor, repo: str, branch: str | None = None, workspace: str | None = None) -> bool:
+    """Whether ``actor`` may know that ``repo`` (its ``branch``, its ``workspace``) exists.
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    repo : str
+        The repository.
+    branch, workspace : str or None
+        Also the branch, the workspace (None: not asked).
+
+    Returns
+    -------
+    bool
+        True when one grant covers all that was asked (with any action).
+    """
+    if actor.unrestricted:
+        return True
+    return any(g.covers_repo(repo) and (branch is None or g.covers_branch(branch))
+               and (workspace is None or g.covers_workspace(workspace)) for g in actor.grants)
+
+
+def authorize(actor: Actor, action: Action, repo: str, branch: str | None = None,
+              workspace: str | None = None) -> None:
+    """Decide whether ``actor`` may do ``action`` on ``repo`` (its ``branch``, its ``workspace``).
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    action : {"read", "write", "branch:create", "branch:delete", "merge", "admin"}
+        What it wants to do. ``branch:create`` is asked with the *new* branch's name.
+    repo : str
+        The repository.
+    branch : str or None
+        The branch acted on (None: the repository as a whole).
+    workspace : str or None
+        The workspace acted on (None: not one in particular).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        ``actor`` cannot see the repository, the branch or the workspace at all (the answer an
+        unknown name gets). Never for ``branch:create``, whose branch does not exist yet.
+    kg.errors.Forbidden
+        It can see them, but no grant allows ``action`` there (for a protected branch and
+        ``write``, ``merge`` or ``branch:delete``: no grant naming the branch literally).
+
+    Notes
+    -----
+    O(number of grants x globs); no I/O.
+    """
+    if actor.unrestricted:
+        return
+    if not can_see(actor, repo):
+        raise NotFound(f"repository {repo!r} not found", details={"repo": repo})
+    if branch is not None and action != "branch:create" and not can_see(actor, repo, branch):
+        raise NotFound(f"branch {branch!r} not found in {repo!r}", details={"repo": repo, "branch": branch})
+    if workspace is not None and not can_see(actor, repo, branch if action != "branch:create" else None, workspace):
+        raise NotFound(f"workspace {workspace!r} not found in {repo!r}",
+                       details={"repo": repo, "workspace": workspace})
+    literal = branch is not None and action in PROTECTED_ACTIONS and is_protected(actor, branch)
+    for g in actor.grants:
+        if (action in g.actions and g.covers_repo(repo)
+                and (branch is None or g.covers_branch(branch, literal=literal))
+                and (workspace is None or g.covers_workspace(workspace))):
+            return
+    where = f"{repo!r}" + (f" branch {branch!r}" if branch is not None else "") + \
+        (f" workspace {workspace!r}" if workspace is not None else "")
+    reason = " (a protected branch: it needs a grant naming it)" if literal else ""
+    raise Forbidden(f"key {actor.name!r} may not {action} on {where}{reason}",
+                    details={"action": action, "repo": repo, "branch": branch, "workspace": workspace})
+
+
+def authorize_actor_name(actor: Actor, repo: str, stated: str | None) -> str | None:
+    """The ``actor`` a revision records: what the caller stated, if it may state it.
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    repo : str
+        The repository written.
+    stated : str or None
+        The ``actor`` the request named.
+
+    Returns
+    -------
+    str or None
+        ``stated`` (or the caller's name when it stated none); a non-admin key's own name.
+
+    Raises
+    ------
+    kg.errors.Forbidden
+        A key without ``admin`` on ``repo`` named another actor than itself.
+    """
+    if stated is None or stated == actor.name or actor.unrestricted:
+        return stated if stated is not None else actor.name
+    if any(g.covers_repo(repo) and "admin" in g.actions for g in actor.grants):
+        return stated
+    raise Forbidden(f"key {actor.name!r} may not record another actor ({stated!r}); only admins may",
+                    details={"actor": stated})
+
+
+# -- keys: tokens, hashes, authentication -----------------------------------------------------
+
+_TOKEN = re.compile(r"^kg_([0-9a-f]{16})_([A-Za-z0-9_-]{20,128})$")
+
+
+def new_token() -> tuple[str, str, str]:
+    """A fresh key: its id, its secret and the token ``kg_<id>_<secret>`` shown once.
+
+    Returns
+    -------
+    (str, str, str)
+        The id (16 hexadecimal digits), the secret (``secrets.token_urlsafe(32)``, 43
+        characters) and the token.
+    """
+    key_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
+    return key_id, secret, f"kg_{key_id}_{secret}"
+
+
+def pepper_of(settings: Settings) -> bytes:
+    """The server's pepper (``KG_KEY_PEPPER``).
+
+    Parameters
+    ----------
+    settings : Settings
+        The process's settings.
+
+    Returns
+    -------
+    bytes
+        The pepper, UTF-8.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        No pepper is configured.
+    """
+    if settings.key_pepper is None or not settings.key_pepper.get_secret_value().strip():
+        raise InvalidInput("API keys need KG_KEY_PEPPER (a long random secret kept by the server)",
+                           details={"setting": "KG_KEY_PEPPER"})
+    return settings.key_pepper.get_secret_value().encode()
+
+
+def hash_secret(pepper: bytes, key_id: str, secret: str) -> str:
+    """The stored form of a key's secret: HMAC-SHA256 under the pepper, of ``<id>:<secret>``.
+
+    Parameters
+    ----------
+    pepper : bytes
+        The server's pepper (:func:`pepper_of`).
+    key_id, secret : str
+        The two parts of the token.
+
+    Returns
+    -------
+    str
+        64 hexadecimal digits.
+    """
+    return hmac.new(pepper, f"{key_id}:{secret}".encode(), hashlib.sha256).hexdigest()
+
+
+def grants_of(rows: Sequence[dict[str, Any]]) -> tuple[Grant, ...]:
+    """Grants from their stored dicts.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        ``{"repo", "branches", "workspaces", "actions"}`` each.
+
+    Returns
+    -------
+    tuple of Grant
+    """
+    return tuple(Grant(r["repo"], tuple(r["branches"]), tuple(r["workspaces"]), frozenset(r["actions"]))
+                 for r in rows)
+
+
+def key_state(key: ApiKey, now: datetime) -> str:
+    """``active``, ``revoked`` or ``expired``.
+
+    Parameters
+    ----------
+    key : ApiKey
+        The stored key.
+    now : datetime
+        The time to judge at, UTC.
+
+    Returns
+    -------
+    str
+    """
+    if key.revoked_at is not None:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= now:
+        return "expired"
+    return "active"
+
+
+def key_actor(session: Session, settings: Settings, key_id: str) -> Actor:
+    """The caller a stored key is, as of now (a function job runs as the key that submitted it).
+
+    Parameters
+    ----------
+    session : Session
+        An open session.
+    settings : Settings
+        For the protected branches.
+    key_id : str
+        The key's id.
+
+    Returns
+    -------
+    Actor
+        ``kind="key"`` with its grants; a revoked, expired or deleted key has none (it can do
+        nothing, see nothing).
+    """
+    key = key_store.get_key(session, key_id)
+    if key is None:
+        return Actor("key", None, key_id, (), settings.protected())
+    grants = grants_of(key_store.key_grants(session, key_id)) if key_state(key, utcnow()) == "active" else ()
+    return Actor("key", key.name, key_id, grants, settings.protected())
+
+
+def authenticate(db: Database, settings: Settings, token: str) -> Actor:
+    """The caller a bearer token identifies, checked in constant time against the stored hash.
+
+    Writes ``last_used_at`` when the one stored is older than ``KG_KEY_TOUCH_S``. Reads the key
+    on every call, so a revocation holds from the next request, in every process.
+
+    Parameters
+    ----------
+    db : Database
+        The store.
+    settings : Settings
+        The pepper, the protected branches and how often ``last_used_at`` is written.
+    token : str
+        ``kg_<id>_<secret>``.
+
+    Returns
+    -------
+    Actor
+        ``kind="key"``, named after the key, with its grants.
+
+    Raises
+    ------
+    kg.errors.Unauthenticated
+        A token that is malformed, unknown, wrong, revoked or expired (one message for all but
+        the last two, so that a guess learns nothing), or no pepper configured.
+    """
+    match = _TOKEN.match(token.strip())
+    if settings.key_pepper is None or not settings.key_pepper.get_secret_value().strip():
+        raise Unauthenticated("API keys are not set up on this server (KG_KEY_PEPPER is unset)")
+    pepper = pepper_of(settings)
+    key_id, secret = match.groups() if match else ("0" * 16, "x" * 43)
+    with db.read() as session:
+        key = key_store.get_key(session, key_id) if match else None
+        expected = key.secret_hash if key is not None else hash_secret(pepper, key_id, "-" + secret)
+        if not hmac.compare_digest(expected, hash_secret(pepper, key_id, secret)) or key is None:
+            raise Unauthenticated("invalid API key")
+        now = utcnow()
+        state = key_state(key, now)
+        if state != "active":
+            raise Unauthenticated(f"API key {key.name!r} is {state}", details={"state": state})
+        stale = key.last_used_at is None or key.last_used_at < now - timedelta(seconds=settings.key_touch_s)
+        actor = Actor("key", key.name, key.id, grants_of(key_store.key_grants(session, key.id)),
+                      settings.protected())
+    if stale:
+        with db.write() as session:
+            key_store.touch_key(session, key_id, at=now, before=now - timedelta(seconds=settings.key_touch_s))
+    return actor

@@ -1,0 +1,171 @@
+"""API keys: create (the token is answered once), list (never a secret), revoke.
+
+Only an administrator may manage keys: the operator (CLI), or a key with ``admin`` on
+repository ``*``. Identity and the decision are :mod:`kg.access`'s; this module is the use
+cases every surface (``kg keys``, ``/api/keys``) calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from kg.access import (
+    ACTIONS,
+    Actor,
+    Grant,
+    grants_of,
+    hash_secret,
+    key_state,
+    make_grant,
+    new_token,
+    pepper_of,
+    warn_if_everywhere,
+)
+from kg.context import Resources, UnitOfWork, admit
+from kg.errors import Forbidden, InvalidInput
+from kg.store import keys as key_store
+from kg.store.models import ApiKey, utcnow
+
+#: The grant of ``kg keys create --admin``: everything, everywhere.
+ADMIN_GRANT = make_grant("*", ("*",), ("*",), ACTIONS)
+
+
+def key_dict(key: ApiKey, grants: Sequence[Grant], now: datetime | None = None) -> dict[str, Any]:
+    """The API shape of a key: never its secret nor its hash.
+
+    Parameters
+    ----------
+    key : ApiKey
+        The stored key.
+    grants : sequence of Grant
+        Its grants.
+    now : datetime, optional
+        The time its ``state`` is judged at (default: now).
+
+    Returns
+    -------
+    dict
+        ``{"id", "name", "state", "created_by", "created_at", "expires_at", "revoked_at",
+        "last_used_at", "grants"}``; times ISO 8601 or None.
+    """
+    def iso(value: datetime | None) -> str | None:
+        return value.isoformat() if value is not None else None
+
+    return {"id": key.id, "name": key.name, "state": key_state(key, now or utcnow()),
+            "created_by": key.created_by, "created_at": key.created_at.isoformat(),
+            "expires_at": iso(key.expires_at), "revoked_at": iso(key.revoked_at),
+            "last_used_at": iso(key.last_used_at), "grants": [g.as_dict() for g in grants]}
+
+
+def _require_admin(actor: Actor) -> None:
+    """Refuse a caller that is not an administrator."""
+    if not actor.is_admin:
+        raise Forbidden("only an admin key (admin on repo=*) may manage keys", details={"action": "admin"})
+
+
+def create_key(uow: UnitOfWork, *, name: str, grants: Sequence[Grant], expires_at: datetime | None = None,
+               admin: bool = False) -> dict[str, Any]:
+    """Create a key; the token is in the answer and nowhere else, ever.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller (an administrator).
+    name : str
+        Unique, 1 to 255 characters: the ``actor`` of the key's revisions.
+    grants : sequence of Grant
+        What it may do (:func:`kg.access.make_grant`, :func:`kg.access.parse_grant`).
+    expires_at : datetime or None
+        When it stops working, timezone-aware (None: never).
+    admin : bool
+        Also give it :data:`ADMIN_GRANT` (an administrator key).
+
+    Returns
+    -------
+    dict
+        :func:`key_dict` with ``"key"``: the token ``kg_<id>_<secret>``, and ``"warnings"``:
+        one line per grant that is ``*`` everywhere.
+
+    Raises
+    ------
+    kg.errors.Forbidden
+        The caller is not an administrator.
+    kg.errors.InvalidInput
+        No pepper configured, a bad name, no grant, or an ``expires_at`` without a zone or past.
+    kg.errors.Conflict
+        A key of that name exists.
+    """
+    admit(uow.services, uow.actor)
+    _require_admin(uow.actor)
+    pepper = pepper_of(uow.services.settings)
+    if not isinstance(name, str) or not name.strip() or len(name) > 255:
+        raise InvalidInput("a key needs a name of 1 to 255 characters", details={"field": "name"})
+    all_grants = tuple(grants) + ((ADMIN_GRANT,) if admin else ())
+    if not all_grants:
+        raise InvalidInput("a key needs at least one grant (or --admin)", details={"field": "grants"})
+    now = utcnow()
+    if expires_at is not None and (expires_at.tzinfo is None or expires_at <= now):
+        raise InvalidInput("expires_at must be a time in the future, with its zone", details={"field": "expires_at"})
+    key_id, secret, token = new_token()
+    key = key_store.insert_key(uow.session, key_id=key_id, name=name, secret_hash=hash_secret(pepper, key_id, secret),
+                               created_by=uow.actor.name or uow.actor.kind, created_at=now, expires_at=expires_at,
+                               grants=[g.as_dict() for g in all_grants])
+    warnings = warn_if_everywhere(tuple(grants), name)  # the admin grant is everywhere by design
+    return {**key_dict(key, all_grants, now), "key": token, "warnings": warnings}
+
+
+def list_keys(services: Resources, caller: Actor) -> list[dict[str, Any]]:
+    """Every key (revoked and expired included), without secrets.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources.
+    caller : kg.context.Actor
+        Who asks (an administrator).
+
+    Returns
+    -------
+    list of dict
+        :func:`key_dict` of each, by creation.
+
+    Raises
+    ------
+    kg.errors.Forbidden
+        The caller is not an administrator.
+    """
+    admit(services, caller)
+    _require_admin(caller)
+    now = utcnow()
+    with services.db.read() as session:
+        return [key_dict(k, grants_of(key_store.key_grants(session, k.id)), now) for k in key_store.list_keys(session)]
+
+
+def revoke_key(uow: UnitOfWork, key_id: str) -> dict[str, Any]:
+    """Revoke a key: refused from the next request on, in every process.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller (an administrator).
+    key_id : str
+        The key's id (the ``<id>`` of ``kg_<id>_<secret>``).
+
+    Returns
+    -------
+    dict
+        :func:`key_dict` of the revoked key.
+
+    Raises
+    ------
+    kg.errors.Forbidden
+        The caller is not an administrator.
+    kg.errors.NotFound
+        No key has that id.
+    """
+    admit(uow.services, uow.actor)
+    _require_admin(uow.actor)
+    key = key_store.revoke_key(uow.session, key_id, at=utcnow())
+    return key_dict(key, grants_of(key_store.key_grants(uow.session, key_id)))

@@ -1,0 +1,177 @@
+"""API keys and their grants in SQL (:class:`kg.store.models.ApiKey`, ``ApiKeyGrant``).
+
+The store keeps rows; hashing, parsing and deciding are :mod:`kg.access`'s. A grant is a
+dict ``{"repo", "branches", "workspaces", "actions"}`` here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from kg.errors import Conflict, NotFound
+from kg.store.models import ApiKey, ApiKeyGrant
+
+
+def insert_key(session: Session, *, key_id: str, name: str, secret_hash: str, created_by: str | None,
+               created_at: datetime, expires_at: datetime | None, grants: list[dict[str, Any]]) -> ApiKey:
+    """Store a new key and its grants.
+
+    Parameters
+    ----------
+    session : Session
+        A write transaction.
+    key_id : str
+        The public id (the ``<id>`` of ``kg_<id>_<secret>``).
+    name : str
+        Unique name; the ``actor`` of the key's revisions.
+    secret_hash : str
+        HMAC-SHA256 of the secret, 64 hexadecimal digits.
+    created_by : str or None
+        Who made it.
+    created_at : datetime
+        When, UTC.
+    expires_at : datetime or None
+        When it stops working (None: never).
+    grants : list of dict
+        ``{"repo", "branches", "workspaces", "actions"}`` each.
+
+    Returns
+    -------
+    ApiKey
+        The stored row.
+
+    Raises
+    ------
+    kg.errors.Conflict
+        A key of that name exists.
+    """
+    if session.execute(select(ApiKey.id).where(ApiKey.name == name)).first() is not None:
+        raise Conflict(f"a key named {name!r} exists already", details={"name": name})
+    key = ApiKey(id=key_id, name=name, secret_hash=secret_hash, created_by=created_by, created_at=created_at,
+                 expires_at=expires_at)
+    session.add(key)
+    try:
+        session.flush()
+    except IntegrityError as exc:
+        raise Conflict(f"a key named {name!r} exists already", details={"name": name}) from exc
+    for g in grants:
+        session.add(ApiKeyGrant(key_id=key_id, repo=g["repo"], branches=list(g["branches"]),
+                                workspaces=list(g["workspaces"]), actions=list(g["actions"])))
+    session.flush()
+    return key
+
+
+def get_key(session: Session, key_id: str) -> ApiKey | None:
+    """The key with id ``key_id``, or None.
+
+    Parameters
+    ----------
+    session : Session
+        An open session.
+    key_id : str
+        The public id.
+
+    Returns
+    -------
+    ApiKey or None
+        The row; None when no key has that id.
+    """
+    return session.get(ApiKey, key_id)
+
+
+def key_grants(session: Session, key_id: str) -> list[dict[str, Any]]:
+    """The grants of a key, in the order they were given.
+
+    Parameters
+    ----------
+    session : Session
+        An open session.
+    key_id : str
+        The public id.
+
+    Returns
+    -------
+    list of dict
+        ``{"repo", "branches", "workspaces", "actions"}`` each.
+    """
+    rows = session.execute(select(ApiKeyGrant).where(ApiKeyGrant.key_id == key_id)
+                           .order_by(ApiKeyGrant.id)).scalars()
+    return [{"repo": g.repo, "branches": list(g.branches), "workspaces": list(g.workspaces),
+             "actions": list(g.actions)} for g in rows]
+
+
+def list_keys(session: Session) -> list[ApiKey]:
+    """Every key, revoked and expired ones included, by creation.
+
+    Parameters
+    ----------
+    session : Session
+        An open session.
+
+    Returns
+    -------
+    list of ApiKey
+        The rows, oldest first.
+    """
+    return list(session.execute(select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)).scalars())
+
+
+def revoke_key(session: Session, key_id: str, *, at: datetime) -> ApiKey:
+    """Mark a key revoked (a key revoked already keeps its first time).
+
+    Parameters
+    ----------
+    session : Session
+        A write transaction.
+    key_id : str
+        The public id.
+    at : datetime
+        When, UTC.
+
+    Returns
+    -------
+    ApiKey
+        The row.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        No key has that id.
+    """
+    key = session.get(ApiKey, key_id)
+    if key is None:
+        raise NotFound(f"key {key_id!r} not found", details={"key": key_id})
+    if key.revoked_at is None:
+        key.revoked_at = at
+        session.flush()
+    return key
+
+
+def touch_key(session: Session, key_id: str, *, at: datetime, before: datetime) -> bool:
+    """Record that a key was used at ``at``, unless it was recorded after ``before`` already.
+
+    Parameters
+    ----------
+    session : Session
+        A write transaction.
+    key_id : str
+        The public id.
+    at : datetime
+        Now, UTC.
+    before : datetime
+        Only a ``last_used_at`` older than this (or none) is rewritten.
+
+    Returns
+    -------
+    bool
+        Whether the row was written.
+    """
+    result = session.execute(update(ApiKey).where(ApiKey.id == key_id)
+                             .where((ApiKey.last_used_at.is_(None)) | (ApiKey.last_used_at < before))
+                             .values(last_used_at=at))
+    return bool(getattr(result, "rowcount", 0))

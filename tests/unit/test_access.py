@@ -1,0 +1,103 @@
+"""The policy (kg/access.py) on its own: grants, globs, visibility (404) versus refusal (403),
+protected branches, who may name the actor, and the CLI's grant syntax. Pure: no database."""
+
+from __future__ import annotations
+
+import pytest
+
+from kg.access import (
+    ANONYMOUS,
+    OPERATOR,
+    SYSTEM,
+    Actor,
+    authorize,
+    authorize_actor_name,
+    can_see,
+    hash_secret,
+    make_grant,
+    new_token,
+    parse_grant,
+    warn_if_everywhere,
+)
+from kg.errors import Forbidden, InvalidInput, NotFound
+
+AGENT = Actor("key", "agent-1", "0123456789abcdef", (
+    make_grant("acme", ("main",), actions=("read",)),
+    make_grant("acme", ("agent/*",), actions=("read", "write", "branch:create")),
+))
+
+
+@pytest.mark.parametrize("actor", [ANONYMOUS, OPERATOR, SYSTEM,
+                                   Actor("key", "root", "x", (make_grant("*", actions=("admin",)),))])
+def test_operator_system_anonymous_and_admin_keys_may_do_anything(actor):
+    for action in ("read", "write", "merge", "branch:delete", "admin"):
+        authorize(actor, action, "anything", "main", "ws")
+
+
+def test_the_agent_key_of_the_issue():
+    authorize(AGENT, "read", "acme", "main")
+    authorize(AGENT, "branch:create", "acme", "agent/x")
+    authorize(AGENT, "write", "acme", "agent/x", "knowledge")
+    authorize(AGENT, "read", "acme", "agent/deep/er")       # '*' matches '/'
+    with pytest.raises(Forbidden):
+        authorize(AGENT, "write", "acme", "main")
+    with pytest.raises(Forbidden):
+        authorize(AGENT, "merge", "acme", "main")
+    with pytest.raises(Forbidden):
+        authorize(AGENT, "branch:create", "acme", "feature/x")  # never a 404: the branch is new
+    with pytest.raises(Forbidden):
+        authorize(AGENT, "admin", "acme")
+    with pytest.raises(NotFound):
+        authorize(AGENT, "read", "other")
+    with pytest.raises(NotFound):
+        authorize(AGENT, "read", "acme", "feature/y")
+    assert can_see(AGENT, "acme") and not can_see(AGENT, "other") and not can_see(AGENT, "acme", "feature/y")
+
+
+def test_protected_branches_need_a_literal_grant_for_write_merge_and_delete():
+    star = Actor("key", "star", "s", (make_grant("acme", ("*",), actions=("read", "write", "merge", "branch:delete")),))
+    for action in ("write", "merge", "branch:delete"):
+        authorize(star, action, "acme", "feature")
+        with pytest.raises(Forbidden, match="protected"):
+            authorize(star, action, "acme", "main")
+    authorize(star, "read", "acme", "main")
+    named = Actor("key", "n", "n", (make_grant("acme", ("main",), actions=("write",)),))
+    authorize(named, "write", "acme", "main")
+    custom = Actor("key", "c", "c", star.grants, protected=("main", "release/*"))
+    with pytest.raises(Forbidden):
+        authorize(custom, "write", "acme", "release/1.0")
+
+
+def test_workspace_globs():
+    key = Actor("key", "k", "k", (make_grant("acme", workspaces=("kb-*",), actions=("read",)),))
+    authorize(key, "read", "acme", "main", "kb-one")
+    with pytest.raises(NotFound):
+        authorize(key, "read", "acme", "main", "private")
+
+
+def test_only_admins_name_another_actor():
+    assert authorize_actor_name(AGENT, "acme", None) == "agent-1"
+    assert authorize_actor_name(AGENT, "acme", "agent-1") == "agent-1"
+    with pytest.raises(Forbidden):
+        authorize_actor_name(AGENT, "acme", "someone")
+    repo_admin = Actor("key", "ra", "r", (make_grant("acme", actions=("admin",)),))
+    assert authorize_actor_name(repo_admin, "acme", "someone") == "someone"
+    assert authorize_actor_name(OPERATOR, "acme", "someone") == "someone"
+
+
+def test_parse_grant_and_warnings():
+    g = parse_grant("repo=*,branches=agent/*+main,actions=read+write")
+    assert (g.repo, g.branches, g.workspaces, g.actions) == ("*", ("agent/*", "main"), ("*",),
+                                                            frozenset({"read", "write"}))
+    for bad in ("branches=*", "repo=a,actions=fly", "repo=a,colour=red", "repo=a+b", "repo="):
+        with pytest.raises(InvalidInput):
+            parse_grant(bad)
+    assert len(warn_if_everywhere([parse_grant("repo=*"), parse_grant("repo=acme")], "k")) == 1
+
+
+def test_tokens_and_hashes():
+    key_id, secret, token = new_token()
+    assert token == f"kg_{key_id}_{secret}" and len(key_id) == 16 and len(secret) >= 43
+    assert hash_secret(b"p", key_id, secret) != hash_secret(b"q", key_id, secret)
+    assert len(hash_secret(b"p", key_id, secret)) == 64 and secret not in hash_secret(b"p", key_id, secret)
+    assert new_token()[2] != token
