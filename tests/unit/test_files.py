@@ -105,3 +105,18 @@ def test_the_format_registry():
     assert get_format("pep") is PEP_FORMAT
     with pytest.raises(InvalidInput, match="unknown format 'rtf'"):
         get_format("rtf")
+
+
+def test_a_pep_list_names_only_whole_numbers():
+    """``Requires: not-a-number, 12x`` made a ``requires`` edge to PEP 12 and a stub for it
+    (found by a new-user pass): a token is a PEP only if it is a whole number."""
+    junk = PEP.replace("Requires: 440, 508", "Requires: not-a-number, 12x, PEP 484")
+    node = pep_node(junk, "pep-9999.rst")
+    assert node.relations == [("requires", "/pep-0484"), ("replaces", "/pep-0386"),
+                              ("superseded_by", "/pep-9998")]
+
+
+def test_the_fixture_corpus_relations_are_the_headers_numbers():
+    """Every number of the corpus's Requires / Replaces / Superseded-By headers is one edge."""
+    nodes = [read_file_node(f, PEPS, PEP_FORMAT) for f in iter_files(PEPS)]
+    assert sum(len(n.relations) for n in nodes) == 22

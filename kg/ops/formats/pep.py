@@ -18,7 +18,35 @@ from kg.ops.formats.text import document_node
 
 PEP_RELATIONS = {"requires": "requires", "replaces": "replaces", "superseded-by": "superseded_by"}
 _HEADER_RE = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
-_PEP_NUMBER_RE = re.compile(r"\d+")
+#: A PEP number in a ``Requires`` / ``Replaces`` / ``Superseded-By`` list: a whole token of digits.
+_PEP_NUMBER_RE = re.compile(r"(?:pep-?)?(\d{1,5})", re.IGNORECASE)
+
+
+def pep_numbers(value: str) -> list[int]:
+    """The PEP numbers a header's list names: comma- or space-separated numbers, each
+    optionally written ``PEP 8`` or ``pep-0008``; a token that is not a whole number is not a PEP.
+
+    Parameters
+    ----------
+    value : str
+        The header's value (continuation lines joined).
+
+    Returns
+    -------
+    list of int
+        In the order written.
+
+    Examples
+    --------
+    >>> pep_numbers("703, 793, 697")
+    [703, 793, 697]
+    >>> pep_numbers("PEP 484, pep-0008")
+    [484, 8]
+    >>> pep_numbers("not-a-number, 12x")
+    []
+    """
+    found = (_PEP_NUMBER_RE.fullmatch(token) for token in re.split(r"[,\s]+", value))
+    return [int(match.group(1)) for match in found if match is not None]
 
 
 def pep_path(number: int) -> str:
@@ -110,9 +138,9 @@ def pep_node(text: str, source: str) -> FileNode | None:
         if extra in headers:
             props[extra.replace("-", "_")] = headers[extra]
     relations = [
-        (rel, pep_path(int(n)))
+        (rel, pep_path(n))
         for header, rel in PEP_RELATIONS.items()
-        for n in _PEP_NUMBER_RE.findall(headers.get(header, ""))
+        for n in pep_numbers(headers.get(header, ""))
     ]
     props = {k: v for k, v in props.items() if v is not None}
     return FileNode(pep_path(number), "pep:PEP", props, relations, source)
