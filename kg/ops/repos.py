@@ -312,12 +312,7 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
         A key without ``admin`` on the repository.
     """
     permit(services, caller, "admin", repo)
-    with services.db.read() as session:
-        r = repo_store.get_repository(session, repo)
-    run = services.indexer.drain(repo_id=r.id)
-    with services.db.read() as session:
-        sync_index(session, services.index, r.id, r.uid)
-    services.index.flush(r.uid)
+    run, _ = _drain_and_sync(services, repo, services.index, rebuild=False)
     return run
 
 
@@ -351,12 +346,20 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
         The index cannot be reached.
     """
     permit(services, caller, "admin", repo)
-    index = services.index if target is None else target
+    run, added = _drain_and_sync(services, repo, services.index if target is None else target, rebuild=True)
+    return {"chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}
+
+
+def _drain_and_sync(services: Resources, repo: str, index: VectorIndex, *,
+                    rebuild: bool) -> tuple[IndexRunCounts, int]:
+    """Run ``repo``'s queued indexing, then bring ``index`` up to date from SQL (emptied first
+    when ``rebuild``) and save it: the jobs run and the chunks placed."""
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
     run = services.indexer.drain(repo_id=r.id)
-    index.drop(r.uid)
+    if rebuild:
+        index.drop(r.uid)
     with services.db.read() as session:
         added = sync_index(session, index, r.id, r.uid)
     index.flush(r.uid)
-    return {"chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}
+    return run, added
