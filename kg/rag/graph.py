@@ -100,11 +100,15 @@ def current_graph(session: Session, services: Resources, view: BranchView, *,
     Yields
     ------
     GraphView or None
-        None means: answer from SQL (no view and ``build`` is False, time travel behind the
+        The whole branch's graph, whoever reads (callers apply the reader's workspace scope
+        with :func:`readable_names`). None means: answer from SQL (no view and ``build`` is False, time travel behind the
         view, or a branch over budget).
     """
     cache = services.graphs
     key = view_key(view)
+    # The view held in memory is the branch's whole graph, shared by every reader: built and
+    # brought forward unrestricted; a restricted reader's scope applies when it is read.
+    view = view.scoped(None)
     graph = cache.get(key)
     if graph is None:
         if not build or view.revision != view.branch.head_revision or cache.too_big(key):

@@ -240,3 +240,17 @@ def test_a_branch_whose_parent_is_unreadable_tells_nothing_of_it(api, scoped):
     assert "main" not in r.text
     full = api.get(f"{BASE}/branches/agent/7", headers=admin_).json()
     assert full["parent"] == "main" and full["ahead"] == 0
+
+
+def test_the_graph_view_a_restricted_reader_builds_is_the_whole_branch_for_the_next(api, scoped):
+    """The in-memory graph is shared by every reader of a branch: a restricted key that builds it
+    first must not leave it restricted for an unrestricted one (and the other way round)."""
+    body = {"seeds": ["public:/a"], "hops": 2}
+    got = no_token(api.post(f"{BASE}/traverse", json=body, headers=scoped["reader"]))
+    assert [n["path"] for n in got["nodes"]] == ["/a", "/b"]
+    full = api.post(f"{BASE}/traverse", json=body, headers=scoped["admin"]).json()
+    assert sorted(n["path"] for n in full["nodes"]) == ["/a", "/b", "/s"]
+    around = api.get(f"{BASE}/neighbors", params={"node": "secret:/s"}, headers=scoped["admin"]).json()
+    assert sorted(n["path"] for n in around["neighbors"]) == ["/a", "/b"]
+    again = no_token(api.post(f"{BASE}/traverse", json=body, headers=scoped["reader"]))
+    assert [n["path"] for n in again["nodes"]] == ["/a", "/b"]
