@@ -26,7 +26,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from kg.context import Actor, UnitOfWork, reading, run
+from kg.context import Actor, UnitOfWork, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.indexing.config import NEXT
 from kg.indexing.reembed import complete_reembed, reembed_workspace
@@ -165,10 +165,14 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         The collection name maps to a class another collection holds.
     kg.errors.ProviderError, kg.errors.BackendUnavailable
         The embedding model failed; nothing was written.
+    kg.errors.RateLimited
+        More calls than the caller's rate limit allows (``KG_RATE_EXPENSIVE_PER_MIN``; every
+        call is charged once its configuration is valid).
     """
     if not isinstance(text, str):
         raise InvalidInput("input must be a string")
     config = validate_rag_config(config_raw)
+    throttle(services, caller, "rag")
     if config.weaviate_url.strip().lower() != "embedded":
         # The collection lives in the named Weaviate instance, in the spec's schema.
         return run_rag_node_weaviate(services, config, text, branch=branch)
