@@ -9,10 +9,8 @@ grants from the database on every request and no process caches them. Skipped wi
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,17 +19,13 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-POSTGRES_URL = os.environ.get("KG_TEST_POSTGRES_URL")
+from tests.conftest import POSTGRES_URL, _pg_schema_url
+from tests.e2e.serve import start_serve
+
 PEPPER = "a-pepper-shared-by-both-servers"
 FAKE_MODEL = "fake:hash-64"
 
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs KG_TEST_POSTGRES_URL (two servers share PostgreSQL)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +36,8 @@ def database_url() -> Iterator[str]:
     admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    sep = "&" if "?" in POSTGRES_URL else "?"
     try:
-        yield f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
+        yield _pg_schema_url(schema)
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
@@ -59,25 +52,6 @@ def _env(database_url: str, data: Path) -> dict[str, str]:
     return env
 
 
-def _serve(database_url: str, data: Path) -> tuple[subprocess.Popen[str], str]:
-    """``kg serve`` on a free loopback port; its process and base URL once ``/health`` answers."""
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "kg.cli", "serve", "--port", str(port)],
-                            env=_env(database_url, data), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"kg serve exited: {proc.stdout.read() if proc.stdout else ''}")
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    pytest.fail("kg serve did not start in 60 s")
-
-
 @pytest.fixture(scope="module")
 def servers(database_url, tmp_path_factory) -> Iterator[tuple[httpx.Client, httpx.Client, str]]:
     """Servers A and B on one database (A first: it applies the migrations), and an admin token
@@ -86,7 +60,7 @@ def servers(database_url, tmp_path_factory) -> Iterator[tuple[httpx.Client, http
     started = []
     try:
         for name in ("a", "b"):
-            started.append(_serve(database_url, data / name))
+            started.append(start_serve(_env(database_url, data / name)))
         made = subprocess.run([sys.executable, "-m", "kg.cli", "keys", "create", "--name", "admin", "--admin"],
                               env=_env(database_url, data / "cli"), capture_output=True, text=True, check=False)
         assert made.returncode == 0, made.stderr
