@@ -17,6 +17,8 @@ from tests.conftest import FAKE_MODEL
 PEPPER = "a-pepper-for-the-rate-limit-tests"
 NODE = "/api/repos/acme/workspaces/knowledge/nodes"
 QUESTION = {"question": "What dividend did the board approve?"}
+RAG_CONFIG = {"embeddingModel": FAKE_MODEL, "collectionName": "rag_collection", "chunkSize": 50, "chunkOverlap": 5,
+              "topK": 2, "weaviateUrl": "embedded", "weaviateApiKey": ""}
 
 
 class FakeClock:
@@ -125,9 +127,15 @@ def test_cheap_functions_and_refused_calls_are_not_charged(client, keys, clock):
     for _ in range(5):
         assert_error(ask(client, keys["eve"]), 404, "not_found")
     assert_error(ask(client, keys["alice"], payload={"question": "x", "typo": 1}), 422)
-    for _ in range(3):
-        assert ask(client, keys["alice"]).status_code == 200
-    assert ask(client, keys["alice"]).status_code == 429
+    rag = {"config": {**RAG_CONFIG, "chunkSize": 1, "chunkOverlap": 0}, "input": "q\n\n### File name \"a.txt\"\n"
+           + "word " * 30_000}
+    assert_error(client.post("/api/rag", headers=keys["admin"], json=rag), 413)  # not charged either
+    assert_error(client.post("/api/rag", headers=keys["admin"],
+                             json={"config": {**RAG_CONFIG, "weaviateUrl": "http://10.0.0.1:8080"}, "input": "q"}), 422)
+    for who in ("alice", "admin"):
+        for _ in range(3):
+            assert ask(client, keys[who]).status_code == 200
+        assert ask(client, keys[who]).status_code == 429
 
 
 def test_extract_entities_re_embed_and_the_rag_node_share_the_bucket(client, keys, clock):
@@ -137,9 +145,7 @@ def test_extract_entities_re_embed_and_the_rag_node_share_the_bucket(client, key
     r = client.patch("/api/repos/acme/workspaces/knowledge", headers=admin,
                      json={"embedding": {"model": "fake:hash-32"}, "reembed": True})
     assert r.status_code == 200, r.text
-    r = client.post("/api/rag", headers=admin, json={"config": {
-        "embeddingModel": FAKE_MODEL, "collectionName": "rag_collection", "chunkSize": 50, "chunkOverlap": 5,
-        "topK": 2, "weaviateUrl": "embedded", "weaviateApiKey": ""}, "input": "what?"})
+    r = client.post("/api/rag", headers=admin, json={"config": RAG_CONFIG, "input": "what?"})
     assert r.status_code == 200, r.text
     for refused in (ask(client, admin),
                     client.patch("/api/repos/acme/workspaces/knowledge", headers=admin,
