@@ -25,6 +25,7 @@ STATUS: dict[type[errors.KGError], int] = {
     errors.NotFound: 404,
     errors.Unauthenticated: 401,
     errors.Forbidden: 403,
+    errors.RateLimited: 429,
     errors.Conflict: 409,
     errors.MergeConflict: 409,
     errors.ModelLocked: 409,
@@ -68,8 +69,27 @@ def error_response(exc: errors.KGError) -> JSONResponse:
         log.warning("%s: %s", type(exc).__name__, exc.message)
     # RFC 6750: a 401 says which scheme to authenticate with.
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, errors.RateLimited):
+        headers = {"Retry-After": str(retry_after_header(exc.retry_after_s))}
     return JSONResponse(error_body(exc.code, _jsonable(exc.message), _jsonable(exc.details)), status_code=status,
                         headers=headers)
+
+
+def retry_after_header(retry_after_s: float) -> int:
+    """``Retry-After`` in whole seconds (RFC 9110 allows no fraction), rounded up so that a
+    client waiting that long finds a token: at least 1.
+
+    Parameters
+    ----------
+    retry_after_s : float
+        Seconds until the call would be admitted.
+
+    Returns
+    -------
+    int
+    """
+    # Rounded to the microsecond first: 13.000000000000002 s of float arithmetic is 13 s.
+    return max(1, math.ceil(round(retry_after_s, 6)))
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:

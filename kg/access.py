@@ -41,6 +41,7 @@ from kg.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
 from kg.settings import Settings
 from kg.store import keys as key_store
 from kg.store.db import Database
+from kg.store.keys import KeyRecord
 from kg.store.models import ApiKey, utcnow
 
 log = logging.getLogger("kg.access")
@@ -509,12 +510,12 @@ def grants_of(rows: Sequence[dict[str, Any]]) -> tuple[Grant, ...]:
                  for r in rows)
 
 
-def key_state(key: ApiKey, now: datetime) -> str:
+def key_state(key: ApiKey | KeyRecord, now: datetime) -> str:
     """``active``, ``revoked`` or ``expired``.
 
     Parameters
     ----------
-    key : ApiKey
+    key : ApiKey or kg.store.keys.KeyRecord
         The stored key.
     now : datetime
         The time to judge at, UTC.
@@ -548,10 +549,10 @@ def key_actor(session: Session, settings: Settings, key_id: str) -> Actor:
         ``kind="key"`` with its grants; a revoked, expired or deleted key has none (it can do
         nothing, see nothing).
     """
-    key = key_store.get_key(session, key_id)
+    key = key_store.read_key(session, key_id)
     if key is None:
         return Actor("key", None, key_id, (), settings.protected())
-    grants = grants_of(key_store.key_grants(session, key_id)) if key_state(key, utcnow()) == "active" else ()
+    grants = grants_of(key.grants) if key_state(key, utcnow()) == "active" else ()
     return Actor("key", key.name, key_id, grants, settings.protected())
 
 
@@ -559,7 +560,10 @@ def authenticate(db: Database, settings: Settings, token: str) -> Actor:
     """The caller a bearer token identifies, checked in constant time against the stored hash.
 
     Writes ``last_used_at`` when the one stored is older than ``KG_KEY_TOUCH_S``. Reads the key
-    on every call, so a revocation holds from the next request, in every process.
+    and its grants on every call (one query on a plain connection,
+    :func:`kg.store.keys.read_key`), and caches
+    nothing: a revocation, an expiry or a change of grants holds from the key's next request,
+    in every process that shares the database (``tests/e2e/test_revocation.py``).
 
     Parameters
     ----------
@@ -586,18 +590,17 @@ def authenticate(db: Database, settings: Settings, token: str) -> Actor:
         raise Unauthenticated("API keys are not set up on this server (KG_KEY_PEPPER is unset)")
     pepper = pepper_of(settings)
     key_id, secret = match.groups() if match else ("0" * 16, "x" * 43)
-    with db.read() as session:
-        key = key_store.get_key(session, key_id) if match else None
-        expected = key.secret_hash if key is not None else hash_secret(pepper, key_id, "-" + secret)
-        if not hmac.compare_digest(expected, hash_secret(pepper, key_id, secret)) or key is None:
-            raise Unauthenticated("invalid API key")
-        now = utcnow()
-        state = key_state(key, now)
-        if state != "active":
-            raise Unauthenticated(f"API key {key.name!r} is {state}", details={"state": state})
-        stale = key.last_used_at is None or key.last_used_at < now - timedelta(seconds=settings.key_touch_s)
-        actor = Actor("key", key.name, key.id, grants_of(key_store.key_grants(session, key.id)),
-                      settings.protected())
+    with db.read_connection() as connection:
+        key = key_store.read_key(connection, key_id) if match else None
+    expected = key.secret_hash if key is not None else hash_secret(pepper, key_id, "-" + secret)
+    if not hmac.compare_digest(expected, hash_secret(pepper, key_id, secret)) or key is None:
+        raise Unauthenticated("invalid API key")
+    now = utcnow()
+    state = key_state(key, now)
+    if state != "active":
+        raise Unauthenticated(f"API key {key.name!r} is {state}", details={"state": state})
+    stale = key.last_used_at is None or key.last_used_at < now - timedelta(seconds=settings.key_touch_s)
+    actor = Actor("key", key.name, key.id, grants_of(key.grants), settings.protected())
     if stale:
         with db.write() as session:
             key_store.touch_key(session, key_id, at=now, before=now - timedelta(seconds=settings.key_touch_s))

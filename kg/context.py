@@ -36,13 +36,14 @@ from kg.access import OPERATOR as OPERATOR
 from kg.access import SYSTEM as SYSTEM
 from kg.access import Action, authorize, authorize_actor_name, readable_workspaces
 from kg.access import Actor as Actor
-from kg.errors import Unauthenticated
+from kg.errors import RateLimited, Unauthenticated
 from kg.graph.cache import GraphCache
 from kg.index.base import VectorIndex
 from kg.index.weaviate import ClientPool
 from kg.lru import LRUCache
 from kg.providers.base import Embedder
 from kg.providers.llm import LLM
+from kg.ratelimit import RateLimiter
 from kg.settings import Settings
 from kg.store.db import Database
 from kg.store.paths import parse_address
@@ -92,6 +93,8 @@ class Resources(Protocol):
         The configured language model (``NoLLM`` without one).
     weaviate_clients : ClientPool
         The RAG node's Weaviate connections.
+    rate_limiter : RateLimiter
+        The token buckets of expensive calls (:func:`throttle`).
     indexer : IndexWorker
         Embeds queued texts.
     jobs : object
@@ -106,6 +109,7 @@ class Resources(Protocol):
     search_cache: LRUCache[Any]
     llm: LLM
     weaviate_clients: ClientPool
+    rate_limiter: RateLimiter
 
     # Read-only (properties), so that a Services whose indexer and job runner are of narrower
     # types still is Resources: a protocol's plain attributes must match their types exactly.
@@ -345,6 +349,55 @@ def admit(services: Resources, caller: Actor) -> None:
     """
     if caller.kind == "anonymous" and services.settings.auth:
         raise Unauthenticated("an API key is required (Authorization: Bearer kg_...)")
+
+
+#: The callers :func:`throttle` never charges: the person at the machine and kg's own work.
+UNLIMITED_KINDS = frozenset({"operator", "system"})
+#: The one bucket every anonymous caller shares (they exist only while KG_AUTH is off, when
+#: the server listens on loopback: every one of them is on this machine).
+ANONYMOUS_BUCKET = "anonymous"
+
+
+def throttle(services: Resources, caller: Actor, call: str) -> None:
+    """Charge one expensive call to ``caller``'s token bucket, or refuse it.
+
+    One bucket per API key (its id: a renamed key keeps its bucket), one shared by every
+    anonymous caller; the operator and kg's own work are not limited. The bucket holds
+    ``KG_RATE_EXPENSIVE_BURST`` calls and refills at ``KG_RATE_EXPENSIVE_PER_MIN`` a minute
+    (0: no limit). A refused call is not charged.
+
+    Parameters
+    ----------
+    services : Resources
+        For the rate limiter.
+    caller : Actor
+        Who calls.
+    call : str
+        What, for the message (``ask``, ``extract-entities``, ``re-embed``, ``rag``).
+
+    Raises
+    ------
+    kg.errors.RateLimited
+        The bucket is empty; ``retry_after_s`` says when it holds a call again.
+
+    Notes
+    -----
+    O(1), no I/O. The buckets are per process (see :mod:`kg.ratelimit`).
+    """
+    if caller.kind in UNLIMITED_KINDS:
+        return
+    limiter = services.rate_limiter
+    identity = f"key:{caller.key_id}" if caller.kind == "key" else ANONYMOUS_BUCKET
+    wait_s = limiter.take(identity)
+    if wait_s > 0:
+        who = f"key {caller.name!r}" if caller.kind == "key" else "anonymous callers"
+        raise RateLimited(
+            f"{call}: {who} made more expensive calls than allowed ({limiter.per_min:g} a minute, "
+            f"{limiter.burst} at once; KG_RATE_EXPENSIVE_PER_MIN, KG_RATE_EXPENSIVE_BURST); "
+            f"retry in {wait_s:.1f} s",
+            retry_after_s=wait_s,
+            details={"call": call, "retry_after_s": round(wait_s, 3), "per_min": limiter.per_min,
+                     "burst": limiter.burst})
 
 
 @contextmanager

@@ -6,6 +6,7 @@
     ├── NotFound            unknown repository, branch, workspace, node, relation, job
     ├── Unauthenticated     no API key, or an unknown, revoked or expired one (KG_AUTH on)
     ├── Forbidden           an action outside the key's grants on something it can see
+    ├── RateLimited         more expensive calls than the caller's token bucket allows
     ├── Conflict            exists already, stale revision, node has children
     │   ├── MergeConflict   a merge that cannot be applied without resolutions
     │   └── ModelLocked     a workspace's embedding settings changed without re-embedding
@@ -62,6 +63,29 @@ class Forbidden(KGError):
     """The caller can see the object, but none of its grants allows the action."""
 
     code = "forbidden"
+
+
+class RateLimited(KGError):
+    """The caller made more expensive calls (ask, extract-entities, re-embed, the RAG node)
+    than ``KG_RATE_EXPENSIVE_PER_MIN`` and ``KG_RATE_EXPENSIVE_BURST`` allow (HTTP 429).
+
+    Parameters
+    ----------
+    message : str
+        One line for a person.
+    retry_after_s : float
+        Seconds until the same call would be admitted, > 0 (HTTP: the ``Retry-After`` header,
+        rounded up to whole seconds).
+    details : dict, optional
+        Machine-readable context (:func:`kg.context.throttle` gives ``retry_after_s``, the
+        limit and the burst).
+    """
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details=details)
+        self.retry_after_s = retry_after_s
 
 
 class Conflict(KGError):

@@ -30,6 +30,7 @@ from kg.providers.base import Embedder
 from kg.providers.llm import LLM, NoLLM
 from kg.providers.registry import make_embedder, make_llm
 from kg.rag.function_jobs import JobRunner
+from kg.ratelimit import RateLimiter
 from kg.settings import Settings
 from kg.store.db import Database
 
@@ -53,6 +54,9 @@ class Services:
         Runs asynchronous function invocations.
     weaviate_clients : kg.index.weaviate.ClientPool
         The RAG node's Weaviate connections, reused across requests.
+    rate_limiter : kg.ratelimit.RateLimiter
+        The token buckets of expensive calls (``KG_RATE_EXPENSIVE_*``), made from the settings
+        (a test may replace it, with a clock of its own).
     """
 
     settings: Settings
@@ -65,6 +69,7 @@ class Services:
     llm: LLM = field(default_factory=NoLLM)
     search_cache: LRUCache[Any] = field(default_factory=lambda: LRUCache(32))
     weaviate_clients: ClientPool = field(default_factory=ClientPool)
+    rate_limiter: RateLimiter = field(init=False)
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -82,6 +87,7 @@ class Services:
     def __post_init__(self) -> None:
         self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
         self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
+        self.rate_limiter = RateLimiter(self.settings.rate_expensive_per_min, self.settings.rate_expensive_burst)
 
     def embedder(self, name: str) -> Embedder:
         """The embedder called ``name``, made once per process."""

@@ -79,6 +79,13 @@ class Settings(BaseSettings):
         write, merge, reset and delete (default ``main``).
     key_touch_s : float
         A key's ``last_used_at`` is written at most this often, in seconds.
+    rate_expensive_per_min : float
+        Expensive calls (the ``ask`` and ``extract-entities`` functions, a workspace re-embed,
+        the RAG node) a caller may make per minute, on average: a token bucket per API key
+        (one shared by every anonymous caller), refilled at this rate; 0 turns the limit off.
+        Beyond it the call is refused with 429 and ``Retry-After``. Per process.
+    rate_expensive_burst : int
+        Expensive calls a caller that was idle may make at once (the bucket's size), >= 1.
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -109,6 +116,8 @@ class Settings(BaseSettings):
     key_pepper: SecretStr | None = None
     protected_branches: str = "main"
     key_touch_s: float = Field(default=300.0, ge=0)
+    rate_expensive_per_min: float = Field(default=60.0, ge=0)
+    rate_expensive_burst: int = Field(default=20, ge=1)
 
     @field_validator("rag_weaviate_urls", mode="before")
     @classmethod

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kg.access import can_see
-from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit
+from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit, throttle
 from kg.errors import Forbidden, NotFound
 from kg.index.base import VectorIndex
 from kg.indexing.chunks import sync_index
@@ -280,8 +280,13 @@ def set_workspace_embedding(services: Resources, caller: Actor, repo: str, works
         See :func:`kg.indexing.reembed.reembed_workspace`.
     kg.errors.Forbidden
         A key without ``admin`` on the repository.
+    kg.errors.RateLimited
+        ``reembed`` beyond the caller's rate limit (``KG_RATE_EXPENSIVE_PER_MIN``): a re-embed
+        is charged as one expensive call, whether or not the settings differ.
     """
     permit(services, caller, "admin", repo, workspace=workspace)
+    if reembed:
+        throttle(services, caller, "re-embed")
     answer, _ = reembed_workspace(services, repo, workspace, raw, reembed=reembed, caller=caller)
     return answer
 

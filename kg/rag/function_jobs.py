@@ -36,11 +36,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kg.access import key_actor
-from kg.context import SYSTEM, Actor, Resources, UnitOfWork, admit
+from kg.context import SYSTEM, Actor, Resources, UnitOfWork, admit, throttle
 from kg.errors import KGError, NotFound
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
 from kg.indexing.worker import PollingWorker
-from kg.rag.functions import FUNCTIONS, invoke
+from kg.rag.functions import EXPENSIVE_FUNCTIONS, FUNCTIONS, invoke
 from kg.settings import Settings
 from kg.store.models import FunctionJob, Repository, utcnow
 from kg.store.repos import get_branch, get_repository
@@ -106,11 +106,16 @@ def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main"
     ------
     kg.errors.NotFound
         Unknown function, repository or branch.
+    kg.errors.RateLimited
+        An expensive function (``ask``, ``extract-entities``) beyond the caller's rate limit:
+        refused before the job is stored.
     """
     if name not in FUNCTIONS:
         raise NotFound(f"function {name!r} not found; available: {', '.join(sorted(FUNCTIONS))}",
                        details={"function": name})
     uow.authorize("read", repo, branch)
+    if name in EXPENSIVE_FUNCTIONS:
+        throttle(uow.services, uow.actor, name)  # charged now: the runner does not charge again
     inline = bool(uow.services.settings.index_inline)
     runner = cast(JobRunner, uow.services.jobs)
     if inline:
@@ -316,7 +321,7 @@ class JobRunner(PollingWorker):
         with self.queue.renewing([held]):
             try:
                 output = _json_safe(invoke(self.services, claim.actor, claim.repo, claim.function, claim.input,
-                                           branch=claim.branch))
+                                           branch=claim.branch, charged=True))
                 state, error = "succeeded", None
             except KGError as exc:
                 output, state, error = None, "failed", error_shape(exc)

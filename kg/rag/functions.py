@@ -40,7 +40,7 @@ from typing import Any, cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kg.context import Actor, Resources, reading, run
+from kg.context import Actor, Resources, permit, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
 from kg.index.tokenize import analyze, stem
@@ -619,6 +619,11 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
 FUNCTIONS = {"search-documents": search_documents, "ask": ask, "graph-context": graph_context,
              "extract-entities": extract_entities}
 
+#: The functions charged to the caller's token bucket (:func:`kg.context.throttle`): the ones
+#: that may call a language model. ``search-documents`` and ``graph-context`` cost one search,
+#: as ``POST .../search`` does, and are not limited.
+EXPENSIVE_FUNCTIONS = frozenset({"ask", "extract-entities"})
+
 #: The input keys each function reads; any other key is refused (a typo must not be ignored).
 INPUT_KEYS: dict[str, frozenset[str]] = {
     "search-documents": frozenset({"query", "k", "workspaces"}),
@@ -630,7 +635,7 @@ INPUT_KEYS: dict[str, frozenset[str]] = {
 
 
 def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *,
-           branch: str = "main") -> dict[str, Any]:
+           branch: str = "main", charged: bool = False) -> dict[str, Any]:
     """Run the function ``name`` on a branch for ``caller``.
 
     The functions are orchestrations, not units of work: they read, may call a language model
@@ -649,6 +654,11 @@ def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *
         The function's input.
     branch : str
         Read (and written) on this branch only.
+    charged : bool
+        The call was charged to the caller's bucket already (a queued job is charged when it
+        is submitted, :func:`kg.rag.function_jobs.submit`); else an expensive function
+        (:data:`EXPENSIVE_FUNCTIONS`) is charged here, once its input and the caller's read
+        access are checked.
 
     Returns
     -------
@@ -658,9 +668,11 @@ def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *
     Raises
     ------
     kg.errors.NotFound
-        Unknown function.
+        Unknown function, or a repository or branch the caller cannot see.
     kg.errors.InvalidInput
         An input key the function does not read, or what the function itself refuses.
+    kg.errors.RateLimited
+        An expensive function beyond the caller's rate limit (``KG_RATE_EXPENSIVE_PER_MIN``).
     """
     function = FUNCTIONS.get(name)
     if function is None:
@@ -674,4 +686,7 @@ def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *
                 f"{name} does not take input.{', input.'.join(unknown)}; it takes "
                 f"{', '.join(sorted(accepted))}",
                 details={"unknown": unknown, "accepted": sorted(accepted)})
+    if name in EXPENSIVE_FUNCTIONS and not charged:
+        permit(services, caller, "read", repo, branch)  # a caller that may not read is not charged
+        throttle(services, caller, name)
     return function(services, caller, repo, branch, raw)

@@ -26,7 +26,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from kg.context import Actor, UnitOfWork, reading, run
+from kg.context import Actor, UnitOfWork, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.indexing.config import NEXT
 from kg.indexing.reembed import complete_reembed, reembed_workspace
@@ -41,7 +41,7 @@ from kg.ragnode.spec import (
     parse_rag_input,
     validate_rag_config,
 )
-from kg.ragnode.weaviate import run_rag_node_weaviate
+from kg.ragnode.weaviate import check_weaviate_url_allowed, run_rag_node_weaviate
 from kg.store import nodes as node_store
 from kg.store.models import Workspace
 from kg.store.repos import (
@@ -165,12 +165,17 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         The collection name maps to a class another collection holds.
     kg.errors.ProviderError, kg.errors.BackendUnavailable
         The embedding model failed; nothing was written.
+    kg.errors.RateLimited
+        More calls than the caller's rate limit allows (``KG_RATE_EXPENSIVE_PER_MIN``; a call
+        is charged once its configuration and input are checked, before anything is embedded).
     """
     if not isinstance(text, str):
         raise InvalidInput("input must be a string")
     config = validate_rag_config(config_raw)
     if config.weaviate_url.strip().lower() != "embedded":
         # The collection lives in the named Weaviate instance, in the spec's schema.
+        check_weaviate_url_allowed(config.weaviate_url, services.settings.rag_weaviate_urls)
+        throttle(services, caller, "rag")  # once the URL is allowed: a refused one is not charged
         return run_rag_node_weaviate(services, config, text, branch=branch)
     query, files = parse_rag_input(text)
     for name, _ in files:
@@ -178,6 +183,7 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
     check_chunk_budget(files, config, services.settings.max_chunks_per_request)
     if config.top_k > 1000:
         raise InvalidInput("topK must be at most 1000", details={"topK": config.top_k})
+    throttle(services, caller, "rag")  # once the input is checked: a refused one is not charged
     embedder = services.embedder(config.model)  # an unknown model is refused before any write
     try:
         with reading(services, caller, services.settings.rag_repo, branch) as (_, view):

@@ -9,6 +9,7 @@ every import, a function-level one too, so a lazy import does not hide an upward
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import grimp
@@ -36,7 +37,18 @@ def _import_graph() -> nx.DiGraph:
 
 
 def test_the_layers_contracts_hold(capsys):
-    code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    # lint_imports configures logging (dictConfig, which disables every logger that exists):
+    # put it back, or a later test's caplog sees nothing of kg's loggers.
+    enabled = [lg for lg in logging.Logger.manager.loggerDict.values()
+               if isinstance(lg, logging.Logger) and not lg.disabled]
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True)
+    finally:
+        for lg in enabled:
+            lg.disabled = False
+        root.handlers[:], root.level = handlers, level
     assert code == 0, capsys.readouterr().out
 
 
