@@ -30,7 +30,7 @@ def get_caller(request: Request) -> Actor:
     scheme, _, token = header.strip().partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthenticated("the Authorization header must be 'Bearer kg_<id>_<secret>'")
-    return authenticate(services.db, services.settings, token)
+    return authenticate(services.db, services.settings, token, services.key_cache)
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]

@@ -29,7 +29,9 @@ import hmac
 import logging
 import re
 import secrets
-from collections.abc import Iterable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
@@ -556,14 +558,101 @@ def key_actor(session: Session, settings: Settings, key_id: str) -> Actor:
     return Actor("key", key.name, key_id, grants, settings.protected())
 
 
-def authenticate(db: Database, settings: Settings, token: str) -> Actor:
+class KeyCache:
+    """Keys authenticated in the last ``ttl_s`` seconds, so that a request does not read its key.
+
+    An entry holds the key's stored hash and its caller; a hit still compares the presented
+    secret's hash with it in constant time. It lives until ``ttl_s`` has passed or the key
+    expires, whichever is first; :meth:`forget` drops a key at once (a revocation in this
+    process). Another process sees a revocation within ``ttl_s`` (``KG_KEY_CACHE_S``).
+
+    Parameters
+    ----------
+    ttl_s : float
+        Seconds an entry is trusted (0: nothing is kept; every request reads its key).
+    max_keys : int
+        Most keys held; the oldest entry goes first.
+    clock : callable() -> float
+        A monotonic clock in seconds (tests inject one).
+    """
+
+    def __init__(self, ttl_s: float, *, max_keys: int = 10_000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_s = ttl_s
+        self.max_keys = max_keys
+        self._clock = clock
+        self._entries: dict[str, tuple[str, Actor, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key_id: str, presented_hash: str) -> Actor | None:
+        """The cached caller of ``key_id`` if the presented secret's hash matches and the entry
+        is still trusted.
+
+        Parameters
+        ----------
+        key_id : str
+        presented_hash : str
+            :func:`hash_secret` of the presented secret.
+
+        Returns
+        -------
+        Actor or None
+            None: not cached, stale, or a different secret (the caller then reads the key).
+        """
+        with self._lock:
+            entry = self._entries.get(key_id)
+            if entry is not None and self._clock() >= entry[2]:
+                del self._entries[key_id]
+                entry = None
+        if entry is None or not hmac.compare_digest(entry[0], presented_hash):
+            return None
+        return entry[1]
+
+    def put(self, key_id: str, secret_hash: str, actor: Actor, expires_at: datetime | None, now: datetime) -> None:
+        """Trust ``actor`` for ``key_id`` for ``ttl_s`` seconds, or until the key expires.
+
+        Parameters
+        ----------
+        key_id, secret_hash : str
+            The key and its stored hash.
+        actor : Actor
+            Its caller.
+        expires_at : datetime or None
+            When the key expires (UTC).
+        now : datetime
+            The present (UTC), to turn ``expires_at`` into monotonic time.
+        """
+        if self.ttl_s <= 0:
+            return
+        lifetime = self.ttl_s if expires_at is None else min(self.ttl_s, (expires_at - now).total_seconds())
+        if lifetime <= 0:
+            return
+        with self._lock:
+            self._entries.pop(key_id, None)
+            while len(self._entries) >= self.max_keys:
+                del self._entries[next(iter(self._entries))]
+            self._entries[key_id] = (secret_hash, actor, self._clock() + lifetime)
+
+    def forget(self, key_id: str) -> None:
+        """Drop ``key_id`` (revoked in this process: refused from the next request).
+
+        Parameters
+        ----------
+        key_id : str
+        """
+        with self._lock:
+            self._entries.pop(key_id, None)
+
+
+def authenticate(db: Database, settings: Settings, token: str, cache: KeyCache | None = None) -> Actor:
     """The caller a bearer token identifies, checked in constant time against the stored hash.
 
     Writes ``last_used_at`` when the one stored is older than ``KG_KEY_TOUCH_S``. Reads the key
-    and its grants on every call (one query on a plain connection,
-    :func:`kg.store.keys.read_key`), and caches
-    nothing: a revocation, an expiry or a change of grants holds from the key's next request,
-    in every process that shares the database (``tests/e2e/test_revocation.py``).
+    and its grants (one query on a plain connection, :func:`kg.store.keys.read_key`) unless
+    ``cache`` trusts it still: a revocation holds from the key's next request in the process
+    that revoked it, and within the cache's ``ttl_s`` (``KG_KEY_CACHE_S``) in every other
+    process that shares the database (``tests/e2e/test_revocation.py``); an expiry holds on
+    time everywhere.
 
     Parameters
     ----------
@@ -573,6 +662,8 @@ def authenticate(db: Database, settings: Settings, token: str) -> Actor:
         The pepper, the protected branches and how often ``last_used_at`` is written.
     token : str
         ``kg_<id>_<secret>``.
+    cache : KeyCache or None
+        Recently authenticated keys (None: read the key every time).
 
     Returns
     -------
@@ -590,10 +681,15 @@ def authenticate(db: Database, settings: Settings, token: str) -> Actor:
         raise Unauthenticated("API keys are not set up on this server (KG_KEY_PEPPER is unset)")
     pepper = pepper_of(settings)
     key_id, secret = match.groups() if match else ("0" * 16, "x" * 43)
+    presented = hash_secret(pepper, key_id, secret)
+    if cache is not None and match:
+        cached = cache.get(key_id, presented)
+        if cached is not None:
+            return cached
     with db.read_connection() as connection:
         key = key_store.read_key(connection, key_id) if match else None
     expected = key.secret_hash if key is not None else hash_secret(pepper, key_id, "-" + secret)
-    if not hmac.compare_digest(expected, hash_secret(pepper, key_id, secret)) or key is None:
+    if not hmac.compare_digest(expected, presented) or key is None:
         raise Unauthenticated("invalid API key")
     now = utcnow()
     state = key_state(key, now)
@@ -601,6 +697,8 @@ def authenticate(db: Database, settings: Settings, token: str) -> Actor:
         raise Unauthenticated(f"API key {key.name!r} is {state}", details={"state": state})
     stale = key.last_used_at is None or key.last_used_at < now - timedelta(seconds=settings.key_touch_s)
     actor = Actor("key", key.name, key.id, grants_of(key.grants), settings.protected())
+    if cache is not None:
+        cache.put(key.id, key.secret_hash, actor, key.expires_at, now)
     if stale:
         with db.write() as session:
             key_store.touch_key(session, key_id, at=now, before=now - timedelta(seconds=settings.key_touch_s))

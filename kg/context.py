@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from kg.access import ANONYMOUS as ANONYMOUS
 from kg.access import OPERATOR as OPERATOR
 from kg.access import SYSTEM as SYSTEM
-from kg.access import Action, authorize, authorize_actor_name, readable_workspaces
+from kg.access import Action, KeyCache, authorize, authorize_actor_name, readable_workspaces
 from kg.access import Actor as Actor
 from kg.errors import RateLimited, Unauthenticated
 from kg.graph.cache import GraphCache
@@ -95,6 +95,8 @@ class Resources(Protocol):
         The RAG node's Weaviate connections.
     rate_limiter : RateLimiter
         The token buckets of expensive calls (:func:`throttle`).
+    key_cache : KeyCache
+        Keys authenticated lately (a revocation forgets its key here).
     indexer : IndexWorker
         Embeds queued texts.
     jobs : object
@@ -110,6 +112,7 @@ class Resources(Protocol):
     llm: LLM
     weaviate_clients: ClientPool
     rate_limiter: RateLimiter
+    key_cache: KeyCache
 
     # Read-only (properties), so that a Services whose indexer and job runner are of narrower
     # types still is Resources: a protocol's plain attributes must match their types exactly.

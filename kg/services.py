@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kg.access import KeyCache
 from kg.errors import InvalidInput
 from kg.graph.cache import GraphCache
 from kg.index.base import VectorIndex
@@ -55,6 +56,8 @@ class Services:
     weaviate_clients : kg.index.weaviate.ClientPool
         The RAG node's Weaviate connections, reused across requests.
     rate_limiter : kg.ratelimit.RateLimiter
+    key_cache : kg.access.KeyCache
+        Keys authenticated in the last ``KG_KEY_CACHE_S`` seconds.
         The token buckets of expensive calls (``KG_RATE_EXPENSIVE_*``), made from the settings
         (a test may replace it, with a clock of its own).
     """
@@ -70,6 +73,7 @@ class Services:
     search_cache: LRUCache[Any] = field(default_factory=lambda: LRUCache(32))
     weaviate_clients: ClientPool = field(default_factory=ClientPool)
     rate_limiter: RateLimiter = field(init=False)
+    key_cache: KeyCache = field(init=False)
     _embedders: dict[str, Embedder] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -88,6 +92,7 @@ class Services:
         self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
         self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
         self.rate_limiter = RateLimiter(self.settings.rate_expensive_per_min, self.settings.rate_expensive_burst)
+        self.key_cache = KeyCache(self.settings.key_cache_s)
 
     def embedder(self, name: str) -> Embedder:
         """The embedder called ``name``, made once per process."""

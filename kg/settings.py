@@ -79,6 +79,10 @@ class Settings(BaseSettings):
         write, merge, reset and delete (default ``main``).
     key_touch_s : float
         A key's ``last_used_at`` is written at most this often, in seconds.
+    key_cache_s : float
+        Seconds a server trusts a key it authenticated without reading it again (0..300;
+        0: every request reads its key). A revocation holds at once in the process that made
+        it and within this bound in every other.
     rate_expensive_per_min : float
         Expensive calls (the ``ask`` and ``extract-entities`` functions, a workspace re-embed,
         the RAG node) a caller may make per minute, on average: a token bucket per API key
@@ -116,6 +120,7 @@ class Settings(BaseSettings):
     key_pepper: SecretStr | None = None
     protected_branches: str = "main"
     key_touch_s: float = Field(default=300.0, ge=0)
+    key_cache_s: float = Field(default=2.0, ge=0, le=300)
     rate_expensive_per_min: float = Field(default=60.0, ge=0)
     rate_expensive_burst: int = Field(default=20, ge=1)
 

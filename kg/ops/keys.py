@@ -168,4 +168,5 @@ def revoke_key(uow: UnitOfWork, key_id: str) -> dict[str, Any]:
     admit(uow.services, uow.actor)
     _require_admin(uow.actor)
     key = key_store.revoke_key(uow.session, key_id, at=utcnow())
+    uow.after_commit(lambda: uow.services.key_cache.forget(key_id))  # this process: the next request
     return key_dict(key, grants_of(key_store.key_grants(uow.session, key_id)))

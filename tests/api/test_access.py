@@ -27,7 +27,8 @@ NODE = "/api/repos/acme/workspaces/knowledge/nodes"
 def settings(db_url, tmp_path) -> Settings:
     """This module's settings (the conftest's ``services`` and ``client`` use them): auth on."""
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
-                    index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER)
+                    index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER,
+                    key_cache_s=60)  # long enough that no entry ends inside a test
 
 
 @pytest.fixture
@@ -107,6 +108,9 @@ def test_expired_key_is_401(api, world, auth_services):
     assert api.get(f"{NODE}/docs", headers=bearer(created["key"])).status_code == 200
     with auth_services.db.write() as session:
         session.get(ApiKey, created["id"]).expires_at = utcnow() - timedelta(seconds=1)
+    # the edit stands for an hour passing; the server's cached entry for the key would have
+    # ended at the expiry by then (tests/unit/test_access.py, the key cache)
+    auth_services.key_cache.forget(created["id"])
     r = api.get(f"{NODE}/docs", headers=bearer(created["key"]))
     assert_error(r, 401, "unauthenticated")
     assert "expired" in r.json()["error"]["message"]
@@ -294,3 +298,21 @@ def test_a_job_is_seen_by_the_key_that_submitted_it_and_by_admins_only(api, worl
     assert_error(api.post("/api/functions/other/search-documents/invoke",
                           json={"input": {"query": "x"}, "wait_for_completion": False}, headers=agent),
                  404, "not_found")
+
+
+def test_a_key_is_read_once_per_cache_period_and_a_wrong_secret_is_still_refused(api, world, monkeypatch):
+    from kg.store import keys as key_store
+
+    created = make_key(api, world, "cached", [{"repo": "acme"}])
+    reads = []
+    real = key_store.read_key
+    monkeypatch.setattr(key_store, "read_key", lambda conn, key_id: reads.append(key_id) or real(conn, key_id))
+    for _ in range(3):
+        assert api.get(f"{NODE}/docs", headers=bearer(created["key"])).status_code == 200
+    assert reads == [created["id"]]  # the first request read it; the next two trusted the entry
+    secret = created["key"].split("_", 2)[2]
+    wrong = f"kg_{created['id']}_{'A' * len(secret)}"
+    assert_error(api.get(f"{NODE}/docs", headers=bearer(wrong)), 401, "unauthenticated")
+    assert reads == [created["id"]] * 2  # a secret that is not the cached one is checked against the store
+    assert api.get(f"{NODE}/docs", headers=bearer(created["key"])).status_code == 200
+    assert len(reads) == 2

@@ -101,3 +101,48 @@ def test_tokens_and_hashes():
     assert hash_secret(b"p", key_id, secret) != hash_secret(b"q", key_id, secret)
     assert len(hash_secret(b"p", key_id, secret)) == 64 and secret not in hash_secret(b"p", key_id, secret)
     assert new_token()[2] != token
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_key_cache_trusts_a_key_for_its_ttl_a_matching_secret_only_and_forgets_on_revocation():
+    from datetime import timedelta
+
+    from kg.access import KeyCache
+    from kg.store.models import utcnow
+
+    clock, now = FakeClock(), utcnow()
+    cache = KeyCache(2.0, clock=clock)
+    agent = Actor("key", "agent", "a" * 16, (make_grant("r"),))
+    cache.put("a" * 16, "h1", agent, None, now)
+    assert cache.get("a" * 16, "h1") is agent
+    assert cache.get("a" * 16, "h2") is None            # another secret for the same id: read the key
+    assert cache.get("b" * 16, "h1") is None
+    clock.now += 1.999
+    assert cache.get("a" * 16, "h1") is agent
+    clock.now += 0.001                                  # exactly the ttl: no longer trusted
+    assert cache.get("a" * 16, "h1") is None
+    cache.put("a" * 16, "h1", agent, None, now)
+    cache.forget("a" * 16)                              # revoked in this process
+    assert cache.get("a" * 16, "h1") is None
+    # a key that expires in 0.5 s is trusted 0.5 s, not the ttl; an expired one not at all
+    cache.put("a" * 16, "h1", agent, now + timedelta(seconds=0.5), now)
+    clock.now += 0.499
+    assert cache.get("a" * 16, "h1") is agent
+    clock.now += 0.001
+    assert cache.get("a" * 16, "h1") is None
+    cache.put("a" * 16, "h1", agent, now - timedelta(seconds=1), now)
+    assert cache.get("a" * 16, "h1") is None
+    off = KeyCache(0.0, clock=clock)
+    off.put("a" * 16, "h1", agent, None, now)
+    assert off.get("a" * 16, "h1") is None
+    small = KeyCache(2.0, max_keys=2, clock=clock)
+    for key_id in ("1" * 16, "2" * 16, "3" * 16):
+        small.put(key_id, "h", agent, None, now)
+    assert [small.get(k, "h") is agent for k in ("1" * 16, "2" * 16, "3" * 16)] == [False, True, True]
