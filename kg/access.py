@@ -315,6 +315,42 @@ def can_see(actor: Actor, repo: str, branch: str | None = None, workspace: str |
                and (workspace is None or g.covers_workspace(workspace)) for g in actor.grants)
 
 
+def readable_workspaces(actor: Actor, repo: str, branch: str, workspaces: Iterable[str]) -> frozenset[str] | None:
+    """The workspaces of ``repo`` that ``actor`` may read on ``branch``.
+
+    Retrieval is scoped to them inside its queries (:attr:`kg.store.repos.BranchView.readable`):
+    a search, a walk or a log on the branch never reads the others, so nothing about them
+    (content, counts, scores, ``truncated``) reaches the caller.
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    repo, branch : str
+        The repository and the branch read.
+    workspaces : iterable of str
+        Every workspace of the repository.
+
+    Returns
+    -------
+    frozenset of str or None
+        The names among ``workspaces`` a grant with ``read`` covers (with the repository and
+        the branch); None for an unrestricted caller, or when every workspace is readable.
+
+    Examples
+    --------
+    >>> agent = Actor("key", "a", "0" * 16, (make_grant("r", ["agent/*"], ["notes"], ["read"]),))
+    >>> sorted(readable_workspaces(agent, "r", "agent/x", ["docs", "notes"]))
+    ['notes']
+    """
+    if actor.unrestricted:
+        return None
+    names = list(workspaces)
+    covering = [g for g in actor.grants if "read" in g.actions and g.covers_repo(repo) and g.covers_branch(branch)]
+    readable = frozenset(n for n in names if any(g.covers_workspace(n) for g in covering))
+    return None if len(readable) == len(set(names)) else readable
+
+
 def authorize(actor: Actor, action: Action, repo: str, branch: str | None = None,
               workspace: str | None = None) -> None:
     """Decide whether ``actor`` may do ``action`` on ``repo`` (its ``branch``, its ``workspace``).

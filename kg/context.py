@@ -25,7 +25,7 @@ The resources a use case may use are declared by :class:`Resources`; :class:`kg.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from kg.access import ANONYMOUS as ANONYMOUS
 from kg.access import OPERATOR as OPERATOR
 from kg.access import SYSTEM as SYSTEM
-from kg.access import Action, authorize, authorize_actor_name
+from kg.access import Action, authorize, authorize_actor_name, readable_workspaces
 from kg.access import Actor as Actor
 from kg.errors import Unauthenticated
 from kg.graph.cache import GraphCache
@@ -45,6 +45,7 @@ from kg.providers.base import Embedder
 from kg.providers.llm import LLM
 from kg.settings import Settings
 from kg.store.db import Database
+from kg.store.paths import parse_address
 from kg.store.repos import MAIN, BranchView, WriteContext, begin_write, branch_view
 
 P = ParamSpec("P")
@@ -197,6 +198,63 @@ class UnitOfWork:
         """
         permit(self.services, self.actor, action, repo, branch, workspace)
 
+    def authorize_workspaces(self, action: Action, repo: str, branch: str, workspaces: Iterable[str]) -> None:
+        """Check ``action`` on each of ``workspaces`` (named once each, in order).
+
+        The per-workspace checks of a write that touches several workspaces (a batch, a graph
+        write, a relation, a merge), made before anything is written.
+
+        Parameters
+        ----------
+        action : str
+            One of :data:`kg.access.ACTIONS`.
+        repo, branch : str
+        workspaces : iterable of str
+            Workspace names.
+
+        Raises
+        ------
+        kg.errors.NotFound
+            A workspace the caller cannot see.
+        kg.errors.Forbidden
+            One it sees but may not ``action`` on.
+        """
+        for workspace in dict.fromkeys(workspaces):
+            permit(self.services, self.actor, action, repo, branch, workspace)
+
+    def authorize_relation(self, repo: str, branch: str, from_: str, to: str) -> None:
+        """Check a relation write: ``write`` on its source node's workspace, ``read`` on its
+        target's (an agent relates its own notes to the documents it reads).
+
+        Parameters
+        ----------
+        repo, branch : str
+        from_, to : str
+            The endpoints' addresses ``workspace:/path``.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            A malformed address.
+        kg.errors.NotFound, kg.errors.Forbidden
+            As :meth:`authorize_workspaces`.
+        """
+        self.authorize_workspaces("write", repo, branch, [parse_address(from_)[0]])
+        self.authorize_workspaces("read", repo, branch, [parse_address(to)[0]])
+
+    def reader_view(self, view: BranchView) -> BranchView:
+        """``view`` restricted to what this unit's caller may read (:func:`scoped_view`).
+
+        Parameters
+        ----------
+        view : kg.store.repos.BranchView
+
+        Returns
+        -------
+        kg.store.repos.BranchView
+        """
+        return scoped_view(self.actor, view)
+
     def after_commit(self, hook: Callable[[], None]) -> None:
         """Run ``hook`` once the transaction has committed (never if it rolls back).
 
@@ -342,7 +400,29 @@ def reading(services: Resources, caller: Actor, repo: str, branch: str = MAIN,
     """
     permit(services, caller, "read", repo, branch)
     with services.db.read() as session:
-        yield session, branch_view(session, repo, branch, at_revision=at_revision)
+        yield session, scoped_view(caller, branch_view(session, repo, branch, at_revision=at_revision))
+
+
+def scoped_view(caller: Actor, view: BranchView) -> BranchView:
+    """``view`` as ``caller`` reads it: restricted to the workspaces its grants let it read.
+
+    Parameters
+    ----------
+    caller : Actor
+        Who reads.
+    view : kg.store.repos.BranchView
+        The branch state, unrestricted.
+
+    Returns
+    -------
+    kg.store.repos.BranchView
+        The same state with :attr:`~kg.store.repos.BranchView.readable` set (None: every
+        workspace).
+    """
+    names = readable_workspaces(caller, view.repo.name, view.branch.name, view.workspaces.values())
+    if names is None:
+        return view
+    return view.scoped(frozenset(wid for wid, name in view.workspaces.items() if name in names))
 
 
 def run(services: Resources, actor: Actor, use_case: Callable[Concatenate[UnitOfWork, P], T], /,

@@ -135,34 +135,49 @@ class GraphView:
         return self._addresses[node_id]  # type: ignore[index]
 
     def iter_neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
-                       types: Collection[str] | None = None) -> Iterator[Neighbor]:
+                       types: Collection[str] | None = None,
+                       workspaces: Collection[str] | None = None) -> Iterator[Neighbor]:
         """The edges around ``node_id`` in the stable order, lazily.
+
+        Parameters
+        ----------
+        node_id : hashable
+        direction : {"OUT", "IN", "BOTH"}
+        types : collection of str, optional
+            Only these relation types.
+        workspaces : collection of str, optional
+            Only edges to nodes of these workspaces (a restricted reader's scope); None: all.
 
         Notes
         -----
         A hub's sorted list is kept (and updated in place by :meth:`apply`): reading k edges
-        costs O(k) plus the edges skipped by the direction and type filters. A node of smaller
-        degree d is sorted per call, O(d log d).
+        costs O(k) plus the edges skipped by the direction, type and workspace filters. A node
+        of smaller degree d is sorted per call, O(d log d).
         """
         if node_id not in self.graph:
             return
         entries = self._entries(node_id)  # type: ignore[arg-type]
         succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
+        addresses = self._addresses
         for _, _, _, rel_type, d, other in entries:
             if direction != "BOTH" and d != direction:
                 continue
             if types is not None and rel_type not in types:
                 continue
+            if workspaces is not None and addresses[other].workspace not in workspaces:
+                continue
             data = (succ if d == "OUT" else pred)[other][rel_type]
             yield Neighbor(other, rel_type, data["weight"], d, data["properties"] or {})
 
     def neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
-                  types: Collection[str] | None = None, limit: int) -> tuple[list[Neighbor], bool]:
+                  types: Collection[str] | None = None, limit: int,
+                  workspaces: Collection[str] | None = None) -> tuple[list[Neighbor], bool]:
         """At most ``limit`` edges around ``node_id`` in the stable order, and whether more
-        matched (reads ``limit + 1`` of a hub's sorted edges, not its degree)."""
-        if direction != "BOTH" or types is not None:
+        matched (reads ``limit + 1`` of a hub's sorted edges, not its degree); ``workspaces``
+        as in :meth:`iter_neighbors`: the filter applies before the cut."""
+        if direction != "BOTH" or types is not None or workspaces is not None:
             found: list[Neighbor] = []
-            for edge in self.iter_neighbors(node_id, direction=direction, types=types):
+            for edge in self.iter_neighbors(node_id, direction=direction, types=types, workspaces=workspaces):
                 if len(found) == limit:
                     return found, True
                 found.append(edge)

@@ -19,8 +19,12 @@ from kg.store.history import ahead_behind
 from kg.store.models import Branch, Repository
 
 
-def branch_dict(session: Session, branch: Branch, repo: Repository | None = None) -> dict[str, Any]:
+def branch_dict(session: Session, branch: Branch, repo: Repository | None = None,
+                caller: Actor | None = None) -> dict[str, Any]:
     """The API shape of a branch; with ``repo``, also how far it is ``ahead`` and ``behind``.
+
+    A ``caller`` who may not see the parent branch learns nothing of it: ``parent`` is null
+    and ``ahead``/``behind`` (which count the parent's revisions) are left out.
 
     Parameters
     ----------
@@ -30,6 +34,8 @@ def branch_dict(session: Session, branch: Branch, repo: Repository | None = None
         The branch.
     repo : Repository, optional
         Its repository: also count the revisions ahead of and behind its parent.
+    caller : kg.context.Actor, optional
+        Who reads (None: someone who sees every branch).
 
     Returns
     -------
@@ -37,14 +43,17 @@ def branch_dict(session: Session, branch: Branch, repo: Repository | None = None
         ``{"name", "parent", "base_revision", "head_revision", "created_at"}`` and, with
         ``repo``, ``"ahead"`` and ``"behind"``.
     """
+    parent = repo_store.parent_name(session, branch)
+    hidden = (parent is not None and caller is not None and repo is not None
+              and not can_see(caller, repo.name, parent))
     out = {
         "name": branch.name,
-        "parent": repo_store.parent_name(session, branch),
+        "parent": None if hidden else parent,
         "base_revision": branch.base_revision,
         "head_revision": branch.head_revision,
         "created_at": branch.created_at.isoformat(),
     }
-    if repo is not None:
+    if repo is not None and not hidden:
         out["ahead"], out["behind"] = ahead_behind(session, repo, branch)
     return out
 
@@ -74,7 +83,7 @@ def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[st
     permit(services, caller, "read", repo)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
-        return [branch_dict(session, b, r) for b in repo_store.list_branches(session, r)
+        return [branch_dict(session, b, r, caller) for b in repo_store.list_branches(session, r)
                 if can_see(caller, repo, b.name)]
 
 
@@ -103,7 +112,7 @@ def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> di
     permit(services, caller, "read", repo, branch)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
-        return branch_dict(session, repo_store.get_branch(session, r, branch), r)
+        return branch_dict(session, repo_store.get_branch(session, r, branch), r, caller)
 
 
 def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "main",

@@ -17,8 +17,9 @@ from kg.errors import InvalidInput, MergeConflict
 from kg.indexing.index_jobs import enqueue
 from kg.ops.texts import plan_for
 from kg.store import history
-from kg.store.models import NodeVersion, Repository
-from kg.store.repos import get_branch, get_repository, parent_name
+from kg.store import nodes as node_store
+from kg.store.models import Branch, NodeVersion, Repository
+from kg.store.repos import WriteContext, get_branch, get_repository, parent_name
 
 
 def preview_merge(services: Resources, caller: Actor, repo_name: str, source: str, into: str | None, *,
@@ -109,6 +110,7 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     plan = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
                               writing_revision=ctx.pending_revision)
     _raise_conflicts(plan)
+    _authorize_changes(uow, repo_name, into, ctx, plan)
     if not plan.node_changes and not plan.relation_changes:
         # No revision for an empty merge; only its point is recorded.
         history.record_merge(session, ctx.repo, plan, ctx.branch.head_revision)
@@ -135,6 +137,22 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     uow.index_after_commit(ctx.repo.id, queued)
     return {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
             "applied": applied, "base": _base(plan)}
+
+
+def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext, plan: history.MergePlan) -> None:
+    """A merge writes every workspace it changes on the target: the caller must be allowed to
+    write each (the workspaces of the changed nodes and of the changed relations' sources)
+    and to read the changed relations' targets, as for the writes themselves."""
+    if uow.actor.unrestricted:
+        return
+    names = plan.workspaces
+    sources = [c.key[0] for c in plan.relation_changes]
+    targets = [c.key[2] for c in plan.relation_changes]
+    branches = list(uow.session.scalars(select(Branch.id).where(Branch.repo_id == ctx.repo.id)))
+    where = node_store.node_workspaces(uow.session, branches, sources + targets)
+    uow.authorize_workspaces("write", repo, into, [names[c.key[0]] for c in plan.node_changes]
+                             + [names[where[n]] for n in sources if n in where])
+    uow.authorize_workspaces("read", repo, into, [names[where[n]] for n in targets if n in where])
 
 
 def _target(session: Session, repo: Repository, source: str, into: str | None) -> str:

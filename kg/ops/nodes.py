@@ -216,6 +216,7 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
         raise InvalidInput("a batch holds at most 10000 items")
     for item in upserts:
         node_store.validate_node_input(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"))
+    uow.authorize_workspaces("write", repo_name, branch, [i["workspace"] for i in deletes + upserts])
     session = uow.session
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     deleted = 0
@@ -274,9 +275,9 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
         Where the graph is written.
     plan : callable(session, view) -> GraphWrite or None
         Called inside the write transaction, once the branch is locked, with a view that sees
-        the branch's current head: what it reads cannot change before the commit (writers of
-        a repository serialise). Returning None (nothing to write) writes nothing: no revision
-        is made.
+        the branch's current head as the caller may read it: what it reads cannot change
+        before the commit (writers of a repository serialise). Returning None (nothing to
+        write) writes nothing: no revision is made.
     message, actor : str or None
         Recorded with the revision.
 
@@ -290,12 +291,18 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     ------
     kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict
         Any failing item fails the whole write; nothing is written.
+    kg.errors.Forbidden
+        The caller may not write a node's workspace or a relation's source workspace, or read
+        a relation's target workspace.
     """
     session = uow.session
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
-    todo = plan(session, ctx.view)
+    todo = plan(session, uow.reader_view(ctx.view))
     if todo is None:
         return None
+    uow.authorize_workspaces("write", repo_name, branch, [u["workspace"] for u in todo.upserts])
+    for r in [*todo.unrelations, *todo.relations]:
+        uow.authorize_relation(repo_name, branch, r["from"], r["to"])
     out = []
     for item in todo.upserts:
         version, _ = write_node(uow, ctx, item["workspace"], item["path"],

@@ -10,15 +10,16 @@ from typing import Any
 
 from sqlalchemy import select
 
-from kg.context import Actor, Resources, permit, reading
-from kg.errors import KGError
+from kg.access import can_see
+from kg.context import Actor, Resources, permit, reading, scoped_view
+from kg.errors import KGError, NotFound
 from kg.indexing import index_jobs
 from kg.store import history
 from kg.store import nodes as node_store
 from kg.store.models import Branch, Workspace, node_dict
 from kg.store.paths import validate_path
 from kg.store.references import list_references
-from kg.store.repos import get_branch, get_repository, parent_name
+from kg.store.repos import branch_view, get_repository, parent_name
 
 
 def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
@@ -217,13 +218,28 @@ def diff(services: Resources, caller: Actor, repo: str, branch: str, against: st
     kg.errors.NotFound
     kg.errors.InvalidInput
     """
-    permit(services, caller, "read", repo, branch)
-    with services.db.read() as session:
-        r = get_repository(session, repo)
-        compared = against if against is not None else parent_name(session, get_branch(session, r, branch))
+    with reading(services, caller, repo, branch) as (session, view):
+        compared = against if against is not None else parent_name(session, view.branch)
+        if against is None and compared is not None and not can_see(caller, repo, compared):
+            # its parent is a branch the caller cannot see: not even its name is told
+            raise NotFound(f"branch {branch!r} has no parent you can read; name a branch with 'against'",
+                           details={"branch": branch})
         if compared is not None:
             permit(services, caller, "read", repo, compared)
-        return history.diff_branches(session, r, branch, against)
+            # Changes the caller may read on both sides: a workspace readable on the branch but
+            # not on the one compared shows nothing of the other's state.
+            other = scoped_view(caller, branch_view(session, repo, compared))
+            readable = _both(view.readable, other.readable)
+        else:
+            readable = view.readable
+        return history.diff_branches(session, view.repo, branch, against, readable=readable)
+
+
+def _both(one: frozenset[int] | None, other: frozenset[int] | None) -> frozenset[int] | None:
+    """The workspaces readable in two scopes (None: every workspace)."""
+    if one is None or other is None:
+        return other if one is None else one
+    return one & other
 
 
 def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any]:

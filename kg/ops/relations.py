@@ -40,9 +40,13 @@ def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_typ
     Raises
     ------
     kg.errors.NotFound
-        The repository, branch or either node does not exist.
+        The repository, branch or either node does not exist (or is in a workspace the
+        caller cannot see).
+    kg.errors.Forbidden
+        The caller may not write the source node's workspace, or read the target's.
     kg.errors.InvalidInput
     """
+    uow.authorize_relation(repo, branch, from_, to)
     ctx = uow.begin(repo, branch, message=message, actor=actor)
     version, created = relation_store.relate(uow.session, ctx, from_, to, rel_type,
                                              weight=weight, properties=properties)
@@ -76,8 +80,11 @@ def unrelate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_t
     Raises
     ------
     kg.errors.NotFound
+    kg.errors.Forbidden
+        As :func:`relate`.
     kg.errors.InvalidInput
     """
+    uow.authorize_relation(repo, branch, from_, to)
     ctx = uow.begin(repo, branch, message=message, actor=actor)
     deleted = relation_store.unrelate(uow.session, ctx, from_, to, rel_type)
     return {"revision": ctx.revision_if_written, "deleted": deleted}

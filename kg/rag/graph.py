@@ -100,11 +100,15 @@ def current_graph(session: Session, services: Resources, view: BranchView, *,
     Yields
     ------
     GraphView or None
-        None means: answer from SQL (no view and ``build`` is False, time travel behind the
-        view, or a branch over budget).
+        The whole branch's graph, whoever reads (callers apply the reader's workspace scope
+        with :func:`readable_names`). None means: answer from SQL (no view and ``build`` is
+        False, time travel behind the view, or a branch over budget).
     """
     cache = services.graphs
     key = view_key(view)
+    # The view held in memory is the branch's whole graph, shared by every reader: built and
+    # brought forward unrestricted; a restricted reader's scope applies when it is read.
+    view = view.scoped(None)
     graph = cache.get(key)
     if graph is None:
         if not build or view.revision != view.branch.head_revision or cache.too_big(key):
@@ -144,12 +148,30 @@ def warm_graph(session: Session, services: Resources, view: BranchView) -> bool:
         return graph is not None
 
 
+def readable_names(view: BranchView) -> frozenset[str] | None:
+    """The names of the workspaces ``view``'s reader may read (None: all), for the graph view.
+
+    Parameters
+    ----------
+    view : BranchView
+
+    Returns
+    -------
+    frozenset of str or None
+    """
+    if view.readable is None:
+        return None
+    return frozenset(view.workspaces[w] for w in view.readable if w in view.workspaces)
+
+
 def _node_id(session: Session, view: BranchView, graph: GraphView | None, address: str) -> tuple[str, str, str]:
     """(node id, workspace, path) of an address: from the view when it holds the node (its
-    addresses are valid by construction), else validated and read from SQL."""
+    addresses are valid by construction) and the reader may read its workspace, else validated
+    and read from SQL."""
+    scope = readable_names(view)
     if graph is not None and isinstance(address, str):
         workspace, _, path = address.partition(":")
-        found = graph.node_id(workspace, path)
+        found = graph.node_id(workspace, path) if scope is None or workspace in scope else None
         if found is not None:
             return found, workspace, path
     workspace, path = parse_address(address)
@@ -234,7 +256,8 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     with current_graph(session, services, view, build=False) as graph:
         node_id, _, _ = _node_id(session, view, graph, address)
         if graph is not None:
-            found, truncated = graph.neighbors(node_id, direction=direction, types=wanted, limit=limit)
+            found, truncated = graph.neighbors(node_id, direction=direction, types=wanted, limit=limit,
+                                               workspaces=readable_names(view))
             rows = []
             for other, rel_type, weight, d, properties in found:
                 where = graph.address(other)
@@ -358,7 +381,9 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
             addresses[node_id] = (workspace, path)
             ids.append(node_id)
         if graph is not None:
-            walk = traverse(ids, lambda n: graph.iter_neighbors(n, direction=direction, types=wanted),
+            scope = readable_names(view)
+            walk = traverse(ids, lambda n: graph.iter_neighbors(n, direction=direction, types=wanted,
+                                                                workspaces=scope),
                             hops=hops, max_nodes=max_nodes, fan_out=fan_out)
             for visit in walk.visits:
                 if visit.node_id not in addresses:
@@ -420,6 +445,7 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
        large language models", NeurIPS 2024 (PPR over an entity graph for multi-hop retrieval).
     """
     wanted = _check_types(types)
+    scope = readable_names(view)
     members = {n["node_id"] for n in nodes}
     with current_graph(session, services, view, build=True) as graph:
         if graph is None:
@@ -431,7 +457,8 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
             for node_id, mass in current.items():
                 degree = 0
                 inside: list[Any] = []  # node ids of members: str
-                for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted):
+                for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted,
+                                                 workspaces=scope):
                     degree += 1
                     if edge.node_id in members:
                         inside.append(edge.node_id)

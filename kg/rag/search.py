@@ -315,7 +315,7 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     if request.workspaces is not None:
         wids = [workspace_id(view, name) for name in request.workspaces]
     else:
-        wids = list(view.workspaces)
+        wids = view.readable_ids()
     if not wids:
         return SearchAnswer([], _ms(started))
     searchable = _searchable(session, services, view, wids, request)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import Table, func, or_, select
+from sqlalchemy import Table, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
@@ -27,7 +27,7 @@ from kg.store.paths import name_of, parent_of, parse_address, validate_path
 from kg.store.references import index_references
 from kg.store.relations import visible_relations
 from kg.store.repos import BranchView, WriteContext, _view, get_branch, parent_name
-from kg.store.visibility import visible_select
+from kg.store.visibility import readable_node, reader_scope, visible_select
 
 NodeKey = tuple[int, str]                 # (workspace id, path)
 RelKey = tuple[str, str, str]             # (from node id, type, to node id)
@@ -265,21 +265,27 @@ def seen_relations(session: Session, view: BranchView, keys: Iterable[RelKey]) -
     return {k: v for k, v in states.items() if k[0] in alive and k[2] in alive}
 
 
-def _changed_node_keys(session: Session, branch_id: int, since: int, upto: int) -> list[NodeKey]:
+def _changed_node_keys(session: Session, branch_id: int, since: int, upto: int, *,
+                       readable: frozenset[int] | None = None) -> list[NodeKey]:
+    scope = [] if readable is None else [NodeVersion.workspace_id.in_(sorted(readable))]
     rows = session.execute(
         select(NodeVersion.workspace_id, NodeVersion.path)
         .where(NodeVersion.branch_id == branch_id, NodeVersion.revision > since,
-               NodeVersion.revision <= upto)
+               NodeVersion.revision <= upto, *scope)
         .distinct()
     ).all()
     return sorted((r[0], r[1]) for r in rows)
 
 
-def _changed_relation_keys(session: Session, branch_id: int, since: int, upto: int) -> list[RelKey]:
+def _changed_relation_keys(session: Session, branch_id: int, since: int, upto: int, *,
+                           readable: frozenset[int] | None = None,
+                           branches: Sequence[int] = ()) -> list[RelKey]:
+    scope = [] if readable is None else [readable_node(c, readable, branches)
+                                         for c in (RelationVersion.from_node_id, RelationVersion.to_node_id)]
     rows = session.execute(
         select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
         .where(RelationVersion.branch_id == branch_id, RelationVersion.revision > since,
-               RelationVersion.revision <= upto)
+               RelationVersion.revision <= upto, *scope)
         .distinct()
     ).all()
     return sorted((r[0], r[1], r[2]) for r in rows)
@@ -413,7 +419,8 @@ def _addresses(session: Session, views: list[BranchView], ids: set[str]) -> dict
     return out
 
 
-def diff_branches(session: Session, repo: Repository, branch_name: str, against: str | None = None) -> dict[str, Any]:
+def diff_branches(session: Session, repo: Repository, branch_name: str, against: str | None = None, *,
+                  readable: frozenset[int] | None = None) -> dict[str, Any]:
     """What ``branch_name`` changed since its merge base with ``against`` (default: its parent).
 
     Parameters
@@ -426,6 +433,10 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
         The branch whose changes are listed.
     against : str or None, optional
         Its parent or one of its children; None for its parent.
+    readable : frozenset of int or None, optional
+        Only changes in these workspaces (node ids), and of relations whose endpoints are both
+        in them: a restricted reader's scope, applied in the queries that find the changes.
+        None: every workspace.
 
     Returns
     -------
@@ -453,7 +464,7 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     target = get_branch(session, repo, against)
     base = merge_base(session, repo, source, target)
     theirs = _view(session, repo, source.name, None)
-    node_keys = _changed_node_keys(session, source.id, base.since, theirs.revision)
+    node_keys = _changed_node_keys(session, source.id, base.since, theirs.revision, readable=readable)
     before = node_states(session, base.view, node_keys)
     after = node_states(session, theirs, node_keys)
     nodes: dict[str, list[dict[str, Any]]] = {"added": [], "modified": [], "deleted": []}
@@ -469,7 +480,8 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
                 entry = _node_entry(theirs, key, new)
                 entry["changes"] = changes
                 nodes["modified"].append(entry)
-    rel_keys = _changed_relation_keys(session, source.id, base.since, theirs.revision)
+    rel_keys = _changed_relation_keys(session, source.id, base.since, theirs.revision, readable=readable,
+                                      branches=sorted({b for b, _ in theirs.chain + base.view.chain}))
     rel_before = seen_relations(session, base.view, rel_keys)
     rel_after = seen_relations(session, theirs, rel_keys)
     addresses = _addresses(session, [theirs, base.view], {k[0] for k in rel_keys} | {k[2] for k in rel_keys})
@@ -1053,7 +1065,9 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
                  before: int | None = None) -> list[dict[str, Any]]:
     """The revisions a branch's history holds, newest first, with what each changed.
 
-    The history of a branch is its own revisions and its ancestors' up to the fork.
+    The history of a branch is its own revisions and its ancestors' up to the fork. A
+    restricted reader (``view.readable``) sees only the revisions that changed a node of a
+    workspace it may read or a relation between two such nodes, and of each only those changes.
 
     Parameters
     ----------
@@ -1083,19 +1097,29 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
     stmt = select(Revision).where(Revision.repo_id == view.repo.id, cond)
     if before is not None:
         stmt = stmt.where(Revision.number < before)
+    node_scope, rel_scope = reader_scope(NodeVersion, view), reader_scope(RelationVersion, view)
+    if view.readable is not None:
+        # A restricted reader sees the revisions that changed something it may read, and only
+        # those changes: chosen in the query, so that a page holds ``limit`` of them.
+        stmt = stmt.where(or_(
+            exists().where(NodeVersion.branch_id == Revision.branch_id, NodeVersion.revision == Revision.number,
+                           *node_scope),
+            exists().where(RelationVersion.branch_id == Revision.branch_id,
+                           RelationVersion.revision == Revision.number, *rel_scope)))
     revisions = list(session.scalars(stmt.order_by(Revision.number.desc()).limit(limit)))
     names = {b.id: b.name for b in session.scalars(select(Branch).where(Branch.repo_id == view.repo.id))}
     out = []
     for rev in revisions:
         nodes = session.execute(
             select(NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
-            .where(NodeVersion.branch_id == rev.branch_id, NodeVersion.revision == rev.number)
+            .where(NodeVersion.branch_id == rev.branch_id, NodeVersion.revision == rev.number, *node_scope)
             .order_by(NodeVersion.id)
         ).all()
         rels = session.execute(
             select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
                    RelationVersion.deleted)
-            .where(RelationVersion.branch_id == rev.branch_id, RelationVersion.revision == rev.number)
+            .where(RelationVersion.branch_id == rev.branch_id, RelationVersion.revision == rev.number,
+                   *rel_scope)
             .order_by(RelationVersion.id)
         ).all()
         changes = [{"kind": "node", "op": "delete" if d else "put", "workspace": view.workspaces.get(w), "path": p}

@@ -7,12 +7,12 @@ import functools
 import json
 import math
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam
+from sqlalchemy import ColumnElement, Select, bindparam, select
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
@@ -719,6 +719,38 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
     if not with_properties:
         stmt = stmt.options(defer(NodeVersion.properties, raiseload=True))
     return list(session.scalars(stmt))
+
+
+def node_workspaces(session: Session, branches: Sequence[int], node_ids: Iterable[str]) -> dict[str, int]:
+    """The workspace of each node id (a node's id is derived from its workspace and path).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    branches : sequence of int
+        Branches where a version of the nodes is (a view's chain; several views' chains).
+    node_ids : iterable of str
+        Node ids.
+
+    Returns
+    -------
+    dict of str to int
+        Node id -> workspace id, for the ids with a version on ``branches``.
+
+    Notes
+    -----
+    One statement per 500 ids (``ix_node_versions_node_id``).
+    """
+    ids = list(dict.fromkeys(node_ids))
+    out: dict[str, int] = {}
+    for start in range(0, len(ids), 500):
+        rows = session.execute(
+            select(NodeVersion.node_id, NodeVersion.workspace_id)
+            .where(NodeVersion.branch_id.in_(list(branches)), NodeVersion.node_id.in_(ids[start:start + 500]))
+            .distinct())
+        out.update({node_id: wid for node_id, wid in rows})
+    return out
 
 
 def workspace_by_id(session: Session, wid: int) -> Workspace:

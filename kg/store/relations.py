@@ -457,7 +457,8 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
     ``ix_relation_versions_to`` for IN), joined to the live versions of the nodes at their
     other end, sorted and cut in the database. At most ``limit`` rows reach Python, whatever
     the degree; the database still resolves every edge of the node (a version of an edge may
-    change its weight, so no index order can stop the scan sooner).
+    change its weight, so no index order can stop the scan sooner). A restricted reader's view
+    drops the edges to nodes of workspaces it may not read before the page is cut.
     """
     where = [RelationVersion.rel_type.in_(sorted(types))] if types else []
     sides = []
@@ -487,7 +488,8 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
             .select_from(edges)
             .join(NodeVersion, NodeVersion.id == winner)
             .join(Workspace, Workspace.id == NodeVersion.workspace_id)
-            .where(NodeVersion.deleted == false())
+            .where(NodeVersion.deleted == false(),
+                   *([NodeVersion.workspace_id.in_(sorted(view.readable))] if view.readable is not None else []))
             .order_by(edges.c.weight.is_(None), edges.c.weight.desc(), address, rel_type, edges.c.direction)
             .limit(limit).offset(offset))
     return [NeighborRow(other, ws, path, t, w, props or {}, d)

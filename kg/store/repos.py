@@ -6,7 +6,7 @@ Store functions take a ``Session`` and never commit: the caller owns the transac
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from sqlalchemy import Table, func, select, update
@@ -46,6 +46,12 @@ class BranchView:
     chain : tuple of (branch_id, max_revision)
         The branch then its ancestors, nearest first; each entry caps the revisions read on
         that branch (an ancestor is read as of the fork, DESIGN.md).
+    workspaces : dict of int to str
+        Every workspace of the repository, id to name (for naming addresses).
+    readable : frozenset of int or None
+        The workspaces the reader may read (None: all). Retrieval on the view reads only
+        these (:func:`kg.context.reading` sets it from the caller's grants); a node, a chunk,
+        a relation endpoint or a log entry elsewhere is not there for this reader.
     """
 
     repo: Repository
@@ -53,6 +59,47 @@ class BranchView:
     revision: int
     chain: tuple[tuple[int, int], ...]
     workspaces: dict[int, str] = field(default_factory=dict, compare=False)
+    readable: frozenset[int] | None = field(default=None, compare=False)
+
+    def can_read(self, workspace_id: int) -> bool:
+        """Whether this view's reader may read workspace ``workspace_id``.
+
+        Parameters
+        ----------
+        workspace_id : int
+            A workspace of the view's repository.
+
+        Returns
+        -------
+        bool
+            True for every workspace when :attr:`readable` is None (an unrestricted reader).
+        """
+        return self.readable is None or workspace_id in self.readable
+
+    def readable_ids(self) -> list[int]:
+        """The ids of the workspaces this view's reader may read, ascending.
+
+        Returns
+        -------
+        list of int
+            Every workspace of the repository when :attr:`readable` is None.
+        """
+        return sorted(w for w in self.workspaces if self.can_read(w))
+
+    def scoped(self, readable: frozenset[int] | None) -> BranchView:
+        """This view, read by a reader restricted to the workspaces ``readable``.
+
+        Parameters
+        ----------
+        readable : frozenset of int or None
+            Workspace ids (None: every workspace).
+
+        Returns
+        -------
+        BranchView
+            The same branch state; retrieval on it reads only ``readable``.
+        """
+        return replace(self, readable=readable)
 
     @property
     def cache_key(self) -> tuple[int, int | None, int]:
@@ -693,7 +740,7 @@ def workspace_id(view: BranchView, workspace: str) -> int:
     kg.errors.NotFound
     """
     for wid, name in view.workspaces.items():
-        if name == workspace:
+        if name == workspace and view.can_read(wid):
             return wid
     raise NotFound(
         f"workspace {workspace!r} not found in repository {view.repo.name!r}",

@@ -11,12 +11,14 @@ versions by (chain position, revision desc) and keep the first.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, false, func, or_, select
+from sqlalchemy import ColumnElement, Select, and_, case, exists, false, func, or_, select
+from sqlalchemy.orm import aliased
 
+from kg.store.models import NodeVersion, RelationVersion
 from kg.store.repos import BranchView
 
 
@@ -66,9 +68,13 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
 
     Notes
     -----
+    A view with :attr:`~kg.store.repos.BranchView.readable` set reads only what its reader may
+    read (:func:`reader_scope`), in this same query.
+
     The window runs over ids and key columns only (served by the version indexes); the
     winners' rows, with their possibly large properties, are read once, by primary key.
     """
+    where = (*where, *reader_scope(model, view))
     rn = func.row_number().over(
         partition_by=list(partition),
         order_by=(_priority(model, view.chain), model.revision.desc(), model.id.desc()),
@@ -78,3 +84,59 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
     if not include_deleted:
         stmt = stmt.where(model.deleted == false())
     return stmt, model
+
+
+def reader_scope(model: Any, view: BranchView | Chain) -> tuple[ColumnElement[bool], ...]:
+    """The filters that keep a restricted reader inside the workspaces it may read.
+
+    A node is in one workspace for life (its id is derived from it), so the filters are on
+    columns constant across an entity's versions and may sit inside the window query.
+
+    Parameters
+    ----------
+    model : NodeVersion or RelationVersion
+        The versioned entity read.
+    view : BranchView or Chain
+        The branch state read; a :class:`Chain` or an unrestricted view adds nothing.
+
+    Returns
+    -------
+    tuple of SQL expressions
+        For nodes: the workspace is readable. For relations: both endpoints are nodes of
+        readable workspaces (an index probe of ``ix_node_versions_node_id`` per endpoint).
+    """
+    readable = view.readable if isinstance(view, BranchView) else None
+    if readable is None:
+        return ()
+    wids = sorted(readable)
+    if model is NodeVersion:
+        return (NodeVersion.workspace_id.in_(wids),)
+    if model is RelationVersion:
+        branches = [b for b, _ in view.chain]
+        return tuple(readable_node(column, readable, branches) for column in (model.from_node_id, model.to_node_id))
+    return ()
+
+
+def readable_node(column: Any, readable: Collection[int], branches: Sequence[int]) -> ColumnElement[bool]:
+    """Whether the node id in ``column`` belongs to one of the workspaces ``readable``.
+
+    A node's id is derived from its workspace and path, so any version of it tells.
+
+    Parameters
+    ----------
+    column : SQL column
+        A node id column (a relation's endpoint).
+    readable : collection of int
+        Workspace ids.
+    branches : sequence of int
+        The branches where a version of the node may be (a view's chain).
+
+    Returns
+    -------
+    SQL expression
+        ``EXISTS`` a version of that node on ``branches`` in a readable workspace (an index
+        probe of ``ix_node_versions_node_id`` per branch).
+    """
+    nv = aliased(NodeVersion)
+    return exists().where(nv.branch_id.in_(list(branches)), nv.node_id == column,
+                          nv.workspace_id.in_(sorted(readable)))

@@ -647,6 +647,9 @@ def machine_for(kind, tmp_root):
     BranchMachine.TestCase.settings = settings(
         max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
         suppress_health_check=list(HealthCheck),
+        # the same draws on every run: an unseeded run drew 1,984 steps once (about 2,700 as
+        # a rule) and failed the bar below in CI; a fixed draw makes the bar a fact, not luck
+        derandomize=True, database=None,
     )
     return BranchMachine
 
