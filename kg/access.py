@@ -20,6 +20,14 @@ The rules:
 - Protected branches (``KG_PROTECTED_BRANCHES``, default ``main``): ``write``, ``merge`` and
   ``branch:delete`` (also reset) there need a grant that names the branch literally (``main``,
   not ``*`` nor ``m*``); reading needs nothing more than any other branch.
+- Reserved repositories (:func:`reserved_repositories`: the RAG node's, ``KG_RAG_REPO``,
+  default ``rag``): only a grant that names one literally (``repo=rag``, not ``*`` nor ``r*``)
+  reaches it, on every route; to any other key it does not exist. Nobody creates one through
+  the repository use case (:func:`authorize_new_repository`): the RAG node makes its own on its
+  first call. Each collection of the RAG node is a workspace of that repository named by its
+  class name (``rag_collection`` -> ``Ragcollection``), so a grant's workspace globs say whose
+  collections are whose: ``repo=rag,branches=main,workspaces=Teama*,actions=read+write`` owns
+  every collection whose class name starts with ``Teama``, and no other.
 """
 
 from __future__ import annotations
@@ -79,18 +87,22 @@ class Grant:
     workspaces: tuple[str, ...] = ("*",)
     actions: frozenset[str] = field(default_factory=lambda: frozenset({"read"}))
 
-    def covers_repo(self, repo: str) -> bool:
+    def covers_repo(self, repo: str, *, literal: bool = False) -> bool:
         """Whether this grant names ``repo``.
 
         Parameters
         ----------
         repo : str
             A repository name.
+        literal : bool
+            Only a grant whose repository is ``repo`` itself counts (reserved repositories).
 
         Returns
         -------
         bool
         """
+        if literal:
+            return self.repo == repo
         return fnmatchcase(repo, self.repo)
 
     def covers_branch(self, branch: str, *, literal: bool = False) -> bool:
@@ -227,6 +239,7 @@ def warn_if_everywhere(grants: Sequence[Grant], key_name: str) -> list[str]:
     """
     warnings = [f"key {key_name!r}: a grant on repo=* with branches=* and workspaces=* "
                 f"({'+'.join(a for a in ACTIONS if a in g.actions)}) reaches everything, present and future"
+                + ("" if "admin" in g.actions else " (but the reserved repositories, which need a grant naming them)")
                 for g in grants if g.everywhere]
     for warning in warnings:
         log.warning("%s", warning)
@@ -251,6 +264,9 @@ class Actor:
         What the key may do (``kind="key"`` only; the other kinds may do anything).
     protected : tuple of str
         Protected branch names or globs (``KG_PROTECTED_BRANCHES``), for a key.
+    reserved : tuple of str
+        Reserved repository names (:func:`reserved_repositories`), for a key: only a grant
+        naming one literally reaches it.
     """
 
     kind: ActorKind
@@ -258,6 +274,7 @@ class Actor:
     key_id: str | None = None
     grants: tuple[Grant, ...] = ()
     protected: tuple[str, ...] = ("main",)
+    reserved: tuple[str, ...] = ("rag",)
 
     @property
     def unrestricted(self) -> bool:
@@ -268,6 +285,23 @@ class Actor:
     def is_admin(self) -> bool:
         """A key with ``admin`` on repository ``*``, or any caller that is not a key."""
         return self.kind != "key" or any(g.repo == "*" and "admin" in g.actions for g in self.grants)
+
+    def grants_on(self, repo: str) -> list[Grant]:
+        """The grants that reach ``repo``: the one place the reserved-repository rule is applied.
+
+        Parameters
+        ----------
+        repo : str
+            A repository name.
+
+        Returns
+        -------
+        list of Grant
+            Those whose repository glob matches ``repo``; for a reserved repository (``reserved``),
+            only those that name it literally (``repo=rag``, not ``*`` nor ``r*``).
+        """
+        literal = repo in self.reserved
+        return [g for g in self.grants if g.covers_repo(repo, literal=literal)]
 
 
 #: An HTTP caller while ``KG_AUTH`` is off.
@@ -295,6 +329,23 @@ def is_protected(actor: Actor, branch: str) -> bool:
     return any(fnmatchcase(branch, glob) for glob in actor.protected)
 
 
+def reserved_repositories(settings: Settings) -> tuple[str, ...]:
+    """The repositories kg keeps for its own use: the RAG node's (``KG_RAG_REPO``).
+
+    Parameters
+    ----------
+    settings : Settings
+        The process's settings.
+
+    Returns
+    -------
+    tuple of str
+        Repository names; a key reaches one only through a grant naming it literally, and
+        nobody creates one through :func:`authorize_new_repository`.
+    """
+    return (settings.rag_repo,)
+
+
 def can_see(actor: Actor, repo: str, branch: str | None = None, workspace: str | None = None) -> bool:
     """Whether ``actor`` may know that ``repo`` (its ``branch``, its ``workspace``) exists.
 
@@ -310,12 +361,13 @@ def can_see(actor: Actor, repo: str, branch: str | None = None, workspace: str |
     Returns
     -------
     bool
-        True when one grant covers all that was asked (with any action).
+        True when one grant covers all that was asked (with any action); for a reserved
+        repository, only a grant naming it literally counts.
     """
     if actor.unrestricted:
         return True
-    return any(g.covers_repo(repo) and (branch is None or g.covers_branch(branch))
-               and (workspace is None or g.covers_workspace(workspace)) for g in actor.grants)
+    return any((branch is None or g.covers_branch(branch)) and (workspace is None or g.covers_workspace(workspace))
+               for g in actor.grants_on(repo))
 
 
 def readable_workspaces(actor: Actor, repo: str, branch: str, workspaces: Iterable[str]) -> frozenset[str] | None:
@@ -349,7 +401,7 @@ def readable_workspaces(actor: Actor, repo: str, branch: str, workspaces: Iterab
     if actor.unrestricted:
         return None
     names = list(workspaces)
-    covering = [g for g in actor.grants if "read" in g.actions and g.covers_repo(repo) and g.covers_branch(branch)]
+    covering = [g for g in actor.grants_on(repo) if "read" in g.actions and g.covers_branch(branch)]
     readable = frozenset(n for n in names if any(g.covers_workspace(n) for g in covering))
     return None if len(readable) == len(set(names)) else readable
 
@@ -375,7 +427,9 @@ def authorize(actor: Actor, action: Action, repo: str, branch: str | None = None
     ------
     kg.errors.NotFound
         ``actor`` cannot see the repository, the branch or the workspace at all (the answer an
-        unknown name gets). Never for ``branch:create``, whose branch does not exist yet.
+        unknown name gets). Never for ``branch:create``, whose branch does not exist yet. A
+        reserved repository (:func:`reserved_repositories`) is seen only through a grant
+        naming it literally: ``repo=*`` does not reach it.
     kg.errors.Forbidden
         It can see them, but no grant allows ``action`` there (for a protected branch and
         ``write``, ``merge`` or ``branch:delete``: no grant naming the branch literally).
@@ -394,8 +448,8 @@ def authorize(actor: Actor, action: Action, repo: str, branch: str | None = None
         raise NotFound(f"workspace {workspace!r} not found in {repo!r}",
                        details={"repo": repo, "workspace": workspace})
     literal = branch is not None and action in PROTECTED_ACTIONS and is_protected(actor, branch)
-    for g in actor.grants:
-        if (action in g.actions and g.covers_repo(repo)
+    for g in actor.grants_on(repo):
+        if (action in g.actions
                 and (branch is None or g.covers_branch(branch, literal=literal))
                 and (workspace is None or g.covers_workspace(workspace))):
             return
@@ -404,6 +458,38 @@ def authorize(actor: Actor, action: Action, repo: str, branch: str | None = None
     reason = " (a protected branch: it needs a grant naming it)" if literal else ""
     raise Forbidden(f"key {actor.name!r} may not {action} on {where}{reason}",
                     details={"action": action, "repo": repo, "branch": branch, "workspace": workspace})
+
+
+def authorize_new_repository(actor: Actor, name: str, reserved: Sequence[str]) -> None:
+    """Decide whether ``actor`` may create the repository ``name`` through the repository use case.
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    name : str
+        The new repository's name.
+    reserved : sequence of str
+        The reserved names (:func:`reserved_repositories`); the RAG node makes its own
+        repository itself, never through this use case.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``name`` is reserved: refused to every caller (operator and administrators too), so
+        that nobody squats the RAG node's repository before its first call.
+    kg.errors.Forbidden
+        A key without ``admin`` on a repository glob matching ``name`` (never NotFound: there
+        is nothing to hide about a name the key may not create).
+    """
+    if name in reserved:
+        raise InvalidInput(f"repository name {name!r} is reserved for the RAG node (KG_RAG_REPO): "
+                           f"its collections are made by POST /api/rag", details={"repo": name})
+    try:
+        authorize(actor, "admin", name)
+    except NotFound as exc:
+        raise Forbidden(f"key {actor.name!r} may not create repository {name!r}",
+                        details={"action": "admin", "repo": name}) from exc
 
 
 def authorize_actor_name(actor: Actor, repo: str, stated: str | None) -> str | None:
@@ -430,7 +516,7 @@ def authorize_actor_name(actor: Actor, repo: str, stated: str | None) -> str | N
     """
     if stated is None or stated == actor.name or actor.unrestricted:
         return stated if stated is not None else actor.name
-    if any(g.covers_repo(repo) and "admin" in g.actions for g in actor.grants):
+    if any("admin" in g.actions for g in actor.grants_on(repo)):
         return stated
     raise Forbidden(f"key {actor.name!r} may not record another actor ({stated!r}); only admins may",
                     details={"actor": stated})
@@ -553,9 +639,9 @@ def key_actor(session: Session, settings: Settings, key_id: str) -> Actor:
     """
     key = key_store.read_key(session, key_id)
     if key is None:
-        return Actor("key", None, key_id, (), settings.protected())
+        return Actor("key", None, key_id, (), settings.protected(), reserved_repositories(settings))
     grants = grants_of(key.grants) if key_state(key, utcnow()) == "active" else ()
-    return Actor("key", key.name, key_id, grants, settings.protected())
+    return Actor("key", key.name, key_id, grants, settings.protected(), reserved_repositories(settings))
 
 
 class KeyCache:
@@ -696,7 +782,8 @@ def authenticate(db: Database, settings: Settings, token: str, cache: KeyCache |
     if state != "active":
         raise Unauthenticated(f"API key {key.name!r} is {state}", details={"state": state})
     stale = key.last_used_at is None or key.last_used_at < now - timedelta(seconds=settings.key_touch_s)
-    actor = Actor("key", key.name, key.id, grants_of(key.grants), settings.protected())
+    actor = Actor("key", key.name, key.id, grants_of(key.grants), settings.protected(),
+                  reserved_repositories(settings))
     if cache is not None:
         cache.put(key.id, key.secret_hash, actor, key.expires_at, now)
     if stale:

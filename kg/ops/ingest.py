@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kg.access import authorize_new_repository, reserved_repositories
 from kg.context import Actor, Resources, UnitOfWork, reading, run
 from kg.errors import InvalidInput, NotFound, ProviderError
 from kg.indexing.config import parse_embedding_config
@@ -81,7 +82,10 @@ def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create:
     kg.errors.NotFound
         Missing and ``create`` is False.
     kg.errors.InvalidInput
-        A bad name.
+        A bad name, or a reserved one to create (:func:`kg.access.authorize_new_repository`:
+        the RAG node's repository is made by the RAG node only).
+    kg.errors.Forbidden
+        A key without ``admin`` on the repository, to create it or the workspace.
     """
     session = uow.session
     try:
@@ -89,12 +93,14 @@ def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create:
     except NotFound:
         if not create:
             raise
+        authorize_new_repository(uow.actor, repo, reserved_repositories(uow.services.settings))
         r = create_repository(session, name=repo)
     try:
         get_workspace(session, r, workspace)
     except NotFound:
         if not create:
             raise
+        uow.authorize("admin", repo)
         config = parse_embedding_config(None, default_model=uow.services.settings.embedding_model)
         create_workspace(session, r, name=workspace, config={"embedding": config.model_dump()})
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kg.access import can_see
+from kg.access import authorize_new_repository, can_see, reserved_repositories
 from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit, throttle
-from kg.errors import Forbidden, NotFound
 from kg.index.base import VectorIndex
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import parse_embedding_config
@@ -178,12 +177,11 @@ def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
     kg.errors.Forbidden
         A key without ``admin`` on a repository glob matching ``name``.
     kg.errors.InvalidInput
+        A bad name, or a reserved one (the RAG node's ``KG_RAG_REPO``, refused to every
+        caller: the RAG node makes it on its first call).
     """
-    try:
-        uow.authorize("admin", name)
-    except NotFound as exc:  # nothing to hide about a name the key may not create
-        raise Forbidden(f"key {uow.actor.name!r} may not create repository {name!r}",
-                        details={"action": "admin", "repo": name}) from exc
+    admit(uow.services, uow.actor)
+    authorize_new_repository(uow.actor, name, reserved_repositories(uow.services.settings))
     return repo_dict(repo_store.create_repository(uow.session, name=name))
 
 

@@ -17,6 +17,21 @@ query only                retrieval over what the collection holds
 ========================  =====================================================
 
 Embedding happens before any write, so a failing model leaves the collection as it was.
+
+Collections belong to the caller's grants (:mod:`kg.access`). The repository is reserved: a
+key reaches it only through a grant naming it literally (``repo=rag``, never ``repo=*``), on
+``POST /api/rag`` and on every ordinary route alike, and nobody creates it through
+``POST /api/repos`` (this module makes it on the first call). A collection is the workspace of
+its class name, so a key holds the collections whose class names its grant's workspace globs
+match: ``repo=rag,branches=main,workspaces=Teama*,actions=read+write`` reads and writes
+``teama_docs`` (class ``Teamadocs``) on ``main`` and nothing else. Reading a collection needs
+``read`` there; ingesting into it, creating it or changing its model or chunking needs
+``write``. A collection outside the caller's grants answers 404 ``collection ... not found``,
+the answer a collection that does not exist gets, whether or not it exists: it can be neither
+read, overwritten, re-embedded nor squatted. Two names collide (409) only when the caller
+can see both collections: one whose class differs only by case from a collection outside the
+caller's grants is a collection of its own. With ``KG_AUTH`` off the anonymous caller, like the
+operator and an administrator key, reaches every collection.
 """
 
 from __future__ import annotations
@@ -26,7 +41,8 @@ import time
 import urllib.parse
 from typing import Any
 
-from kg.context import Actor, UnitOfWork, reading, run, throttle
+from kg.access import can_see
+from kg.context import Actor, UnitOfWork, permit, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.indexing.config import NEXT
 from kg.indexing.reembed import complete_reembed, reembed_workspace
@@ -71,9 +87,13 @@ def file_path(name: str) -> str:
         raise InvalidInput(f"file name {name!r} cannot be stored", details={"file": name}) from exc
 
 
-def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]:
+def collection_workspace(uow: UnitOfWork, config: RagConfig, branch: str = "main") -> tuple[str, bool]:
     """Create or check the collection's workspace (and the RAG repository); say whether its
     model changed.
+
+    A collection belongs to the caller's grants: the caller must see the RAG repository, the
+    branch and the collection's workspace (``read``), and may create the collection or change
+    its settings only with ``write`` there; nothing is created for anyone else.
 
     Parameters
     ----------
@@ -81,6 +101,8 @@ def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]
         The write transaction and its caller.
     config : RagConfig
         The node's validated configuration.
+    branch : str
+        The branch of the RAG repository the node reads and writes.
 
     Returns
     -------
@@ -91,19 +113,31 @@ def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]
     Raises
     ------
     kg.errors.Conflict
-        The collection name maps to a class another collection holds.
+        The collection name maps to a class another collection the caller can see holds (a
+        collection outside its grants never collides: its class differs by case only, and kg
+        keeps both).
+    kg.errors.NotFound
+        The caller cannot see the RAG repository, the branch or the collection.
+    kg.errors.Forbidden
+        It sees them but may not write there, and the collection is new or its settings change.
     """
     session = uow.session
     repo_name = uow.services.settings.rag_repo
     name = config.class_name
     wanted = {"model": config.model, "chunking": config.chunking.model_dump()}
+    uow.authorize("read", repo_name, branch, name)
     try:
         repo = get_repository(session, repo_name, lock=True)
     except NotFound:
+        uow.authorize("write", repo_name, branch, name)
         repo = create_repository(session, name=repo_name)
-    existing = {w.name.lower(): w for w in list_workspaces(session, repo)}
+    # Names collide (rag-collection, RAG_collection) only among the collections the caller can
+    # see: one it cannot see is not there for it, so its existence never shows as a 409.
+    existing = {w.name.lower(): w for w in list_workspaces(session, repo)
+                if can_see(uow.actor, repo_name, branch, w.name)}
     workspace = existing.get(class_key(config.collection_name))
     if workspace is None:
+        uow.authorize("write", repo_name, branch, name)
         create_workspace(session, repo, name=name, config={
             "embedding": wanted, "rag": {"original_name": config.collection_name,
                                          "class_name": name}})
@@ -119,10 +153,83 @@ def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]
     if old_model != config.model:
         # Re-embedded by the caller (set_workspace_embedding), which changes the settings
         # only once the new model has answered.
+        uow.authorize("write", repo_name, branch, workspace.name)
         return workspace.name, True
-    workspace.config = {**(workspace.config or {}), "embedding": wanted}
-    session.flush()
+    if (workspace.config or {}).get("embedding") != wanted:
+        uow.authorize("write", repo_name, branch, workspace.name)
+        workspace.config = {**(workspace.config or {}), "embedding": wanted}
+        session.flush()
     return workspace.name, False
+
+
+def collection_not_found(config: RagConfig, branch: str) -> NotFound:
+    """The one answer for a collection the caller cannot see, whether or not it exists."""
+    return NotFound(f"collection {config.collection_name!r} not found on branch {branch!r}",
+                    details={"collection": config.collection_name, "branch": branch})
+
+
+def authorize_collection(services, caller: Actor, config: RagConfig, branch: str, *,
+                         write: bool = False) -> None:
+    """Check that ``caller`` may read (and ``write``) the collection of ``config`` on ``branch``.
+
+    The collection is the workspace ``config.class_name`` of the reserved repository
+    ``settings.rag_repo``; the grant decides through :func:`kg.context.permit`, before anything
+    is looked up, so the answer does not depend on whether the collection exists.
+
+    Parameters
+    ----------
+    services : kg.services.Services
+        For the settings.
+    caller : kg.context.Actor
+        Who calls.
+    config : RagConfig
+        The node's validated configuration (its collection).
+    branch : str
+        The branch of the RAG repository.
+    write : bool
+        Also ``write`` (an ingest, a new collection, a model or chunking change).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        No grant of the caller reaches the collection: ``collection ... not found``, the
+        answer a collection that does not exist gets.
+    kg.errors.Forbidden
+        ``write`` asked and no grant allows it (``main`` is protected: a grant naming it).
+    kg.errors.Unauthenticated
+        An anonymous caller while ``KG_AUTH`` is on.
+    """
+    repo = services.settings.rag_repo
+    try:
+        permit(services, caller, "read", repo, branch, config.class_name)
+    except NotFound as exc:
+        raise collection_not_found(config, branch) from exc
+    if write:
+        permit(services, caller, "write", repo, branch, config.class_name)
+
+
+def rag_repository(uow: UnitOfWork) -> str:
+    """Make the RAG node's reserved repository (``settings.rag_repo``) if it does not exist.
+
+    The only way the reserved repository comes to be (``POST /api/repos`` refuses its name); the
+    caller was authorized for its collection first (:func:`authorize_collection`).
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction.
+
+    Returns
+    -------
+    str
+        The repository's name.
+    """
+    name = uow.services.settings.rag_repo
+    try:
+        get_repository(uow.session, name, lock=True)
+    except NotFound:
+        create_repository(uow.session, name=name)
+    return name
 
 
 def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch: str = "main") -> dict[str, Any]:
@@ -163,6 +270,12 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         silent fallback. Such a URL is served by :mod:`kg.ragnode.weaviate`.
     kg.errors.Conflict
         The collection name maps to a class another collection holds.
+    kg.errors.NotFound
+        The collection is outside the caller's grants (the module's docstring): the answer of
+        a collection that does not exist, whether or not it does; nothing is read or written.
+    kg.errors.Forbidden
+        The caller may read the collection but not write it (an ingest, a new collection, a
+        model or chunking change; a write on ``main`` needs a grant naming ``main``).
     kg.errors.ProviderError, kg.errors.BackendUnavailable
         The embedding model failed; nothing was written.
     kg.errors.RateLimited
@@ -172,12 +285,16 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
     if not isinstance(text, str):
         raise InvalidInput("input must be a string")
     config = validate_rag_config(config_raw)
+    query, files = parse_rag_input(text)
+    authorize_collection(services, caller, config, branch, write=bool(files))
     if config.weaviate_url.strip().lower() != "embedded":
-        # The collection lives in the named Weaviate instance, in the spec's schema.
+        # The collection lives in the named Weaviate instance, in the spec's schema; its
+        # branches are those of the RAG repository, made on the first ingest on main.
         check_weaviate_url_allowed(config.weaviate_url, services.settings.rag_weaviate_urls)
         throttle(services, caller, "rag")  # once the URL is allowed: a refused one is not charged
+        if files and branch == "main":
+            run(services, caller, rag_repository)
         return run_rag_node_weaviate(services, config, text, branch=branch)
-    query, files = parse_rag_input(text)
     for name, _ in files:
         file_path(name)
     check_chunk_budget(files, config, services.settings.max_chunks_per_request)
@@ -187,7 +304,8 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
     embedder = services.embedder(config.model)  # an unknown model is refused before any write
     try:
         with reading(services, caller, services.settings.rag_repo, branch) as (_, view):
-            known = {name.lower() for name in view.workspaces.values()}
+            known = {name.lower() for name in view.workspaces.values()
+                     if can_see(caller, services.settings.rag_repo, branch, name)}
     except NotFound as exc:
         if branch != "main":
             raise no_rag_branch(services, branch, exc) from exc
@@ -196,7 +314,7 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         # A new collection is created only once its model answers: a failing model leaves
         # nothing behind (existing collections embed before any write anyway).
         embedder.embed(["kg"])
-    workspace, model_changed = run(services, caller, collection_workspace, config)
+    workspace, model_changed = run(services, caller, collection_workspace, config, branch)
     repo_name = services.settings.rag_repo
     ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
     if model_changed:
@@ -205,6 +323,7 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         _ingest(services, caller, repo_name, workspace, branch, files, ingestion)
     results: list[dict[str, Any]] = []
     if query.strip():
+        permit(services, caller, "read", repo_name, branch, workspace)
         with reading(services, caller, repo_name, branch) as (session, view):
             rows, _ = search(session, services, view, SearchRequest(
                 query=query, k=config.top_k, mode="vector", granularity="chunk", workspaces=[workspace]))
@@ -298,8 +417,11 @@ def write_files(uow: UnitOfWork, repo_name: str, branch: str, workspace: str,
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository, branch or workspace.
+        Unknown repository, branch or workspace, or one the caller cannot see.
+    kg.errors.Forbidden
+        The caller may not write the collection's workspace on ``branch``.
     """
+    uow.authorize("write", repo_name, branch, workspace)
     ctx = uow.begin(repo_name, branch, message="rag node ingest")
     for path, props, text in files:
         write_node(uow, ctx, workspace, path, node_type=FILE_TYPE, properties=props, embedded=text)

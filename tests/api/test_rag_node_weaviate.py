@@ -231,9 +231,9 @@ def test_a_failing_model_writes_nothing(client, target):
 
 
 def test_a_branch_reads_its_ancestors_and_hides_what_it_replaced(client, target):
-    assert client.post("/api/repos", json={"name": "rag"}).status_code == 201
-    assert client.post("/api/repos/rag/branches", json={"name": "agent/1", "from": "main"}).status_code == 201
+    # The first ingest on main makes the node's repository (POST /api/repos refuses its name).
     rag(client, target, doc("q", [("a.txt", DOC_A), ("b.txt", DOC_B)]))
+    assert client.post("/api/repos/rag/branches", json={"name": "agent/1", "from": "main"}).status_code == 201
     # A new branch sees main at once; an unchanged file is skipped, nothing is copied.
     r = rag(client, target, doc("rigging temperate", [("a.txt", DOC_A)]), branch="agent/1")
     assert r.json()["ingestion"]["skipped"] == ["a.txt"]

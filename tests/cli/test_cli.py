@@ -321,3 +321,13 @@ def test_keys_create_needs_a_pepper(env, monkeypatch):
     monkeypatch.delenv("KG_KEY_PEPPER", raising=False)
     result = runner.invoke(app, ["keys", "create", "--name", "admin", "--admin"])
     assert result.exit_code == 1 and "KG_KEY_PEPPER" in result.output
+
+
+def test_ingest_cannot_create_the_rag_nodes_reserved_repository(env):
+    """The RAG node's repository (KG_RAG_REPO) is made by the node only: an ingest that would
+    create it, as the operator too, is refused and writes nothing."""
+    result = runner.invoke(app, ["ingest", str(env), "--repo", "rag", "--workspace", "docs"])
+    assert result.exit_code == 1
+    assert "reserved" in result.output and "KG_RAG_REPO" in result.output
+    listed = runner.invoke(app, ["ingest", str(env), "--repo", "ragged", "--workspace", "docs"])
+    assert listed.exit_code == 0, listed.output

@@ -12,6 +12,7 @@ from kg.access import (
     Actor,
     authorize,
     authorize_actor_name,
+    authorize_new_repository,
     can_see,
     hash_secret,
     make_grant,
@@ -73,6 +74,35 @@ def test_workspace_globs():
     authorize(key, "read", "acme", "main", "kb-one")
     with pytest.raises(NotFound):
         authorize(key, "read", "acme", "main", "private")
+
+
+def test_a_reserved_repository_is_reached_only_by_a_grant_naming_it_literally():
+    wide = Actor("key", "wide", "w", (make_grant("*", actions=("read", "write", "merge")),
+                                      make_grant("r*", actions=("read",))))
+    assert can_see(wide, "acme") and not can_see(wide, "rag") and can_see(wide, "ragged")
+    with pytest.raises(NotFound):
+        authorize(wide, "read", "rag", "main")
+    named = Actor("key", "named", "n", (make_grant("rag", workspaces=("Teama*",), actions=("read",)),))
+    assert can_see(named, "rag", "main", "Teamadocs") and not can_see(named, "rag", "main", "Teambdocs")
+    authorize(named, "read", "rag", "main", "Teamadocs")
+    with pytest.raises(Forbidden):
+        authorize(named, "write", "rag", "agent/x", "Teamadocs")
+    # the reserved names come from the settings (KG_RAG_REPO); a renamed one frees "rag"
+    moved = Actor("key", "wide", "w", wide.grants, reserved=("nodes",))
+    assert can_see(moved, "rag") and not can_see(moved, "nodes")
+    # an administrator key, the operator and kg's own work reach it
+    for actor in (OPERATOR, SYSTEM, Actor("key", "root", "x", (make_grant("*", actions=("admin",)),))):
+        assert can_see(actor, "rag")
+
+
+@pytest.mark.parametrize("actor", [ANONYMOUS, OPERATOR,
+                                   Actor("key", "root", "x", (make_grant("*", actions=("admin",)),))])
+def test_nobody_creates_a_reserved_repository_through_the_repository_use_case(actor):
+    with pytest.raises(InvalidInput, match="reserved"):
+        authorize_new_repository(actor, "rag", ("rag",))
+    authorize_new_repository(actor, "ragged", ("rag",))
+    with pytest.raises(Forbidden):
+        authorize_new_repository(AGENT, "new", ("rag",))
 
 
 def test_only_admins_name_another_actor():
