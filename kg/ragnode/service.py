@@ -71,9 +71,13 @@ def file_path(name: str) -> str:
         raise InvalidInput(f"file name {name!r} cannot be stored", details={"file": name}) from exc
 
 
-def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]:
+def collection_workspace(uow: UnitOfWork, config: RagConfig, branch: str = "main") -> tuple[str, bool]:
     """Create or check the collection's workspace (and the RAG repository); say whether its
     model changed.
+
+    A collection belongs to the caller's grants: the caller must see the RAG repository, the
+    branch and the collection's workspace (``read``), and may create the collection or change
+    its settings only with ``write`` there; nothing is created for anyone else.
 
     Parameters
     ----------
@@ -81,6 +85,8 @@ def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]
         The write transaction and its caller.
     config : RagConfig
         The node's validated configuration.
+    branch : str
+        The branch of the RAG repository the node reads and writes.
 
     Returns
     -------
@@ -92,18 +98,25 @@ def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]
     ------
     kg.errors.Conflict
         The collection name maps to a class another collection holds.
+    kg.errors.NotFound
+        The caller cannot see the RAG repository, the branch or the collection.
+    kg.errors.Forbidden
+        It sees them but may not write there, and the collection is new or its settings change.
     """
     session = uow.session
     repo_name = uow.services.settings.rag_repo
     name = config.class_name
     wanted = {"model": config.model, "chunking": config.chunking.model_dump()}
+    uow.authorize("read", repo_name, branch, name)
     try:
         repo = get_repository(session, repo_name, lock=True)
     except NotFound:
+        uow.authorize("write", repo_name, branch, name)
         repo = create_repository(session, name=repo_name)
     existing = {w.name.lower(): w for w in list_workspaces(session, repo)}
     workspace = existing.get(class_key(config.collection_name))
     if workspace is None:
+        uow.authorize("write", repo_name, branch, name)
         create_workspace(session, repo, name=name, config={
             "embedding": wanted, "rag": {"original_name": config.collection_name,
                                          "class_name": name}})
@@ -119,9 +132,12 @@ def collection_workspace(uow: UnitOfWork, config: RagConfig) -> tuple[str, bool]
     if old_model != config.model:
         # Re-embedded by the caller (set_workspace_embedding), which changes the settings
         # only once the new model has answered.
+        uow.authorize("write", repo_name, branch, workspace.name)
         return workspace.name, True
-    workspace.config = {**(workspace.config or {}), "embedding": wanted}
-    session.flush()
+    if (workspace.config or {}).get("embedding") != wanted:
+        uow.authorize("write", repo_name, branch, workspace.name)
+        workspace.config = {**(workspace.config or {}), "embedding": wanted}
+        session.flush()
     return workspace.name, False
 
 
@@ -190,7 +206,7 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         # A new collection is created only once its model answers: a failing model leaves
         # nothing behind (existing collections embed before any write anyway).
         embedder.embed(["kg"])
-    workspace, model_changed = run(services, caller, collection_workspace, config)
+    workspace, model_changed = run(services, caller, collection_workspace, config, branch)
     repo_name = services.settings.rag_repo
     ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
     if model_changed:
