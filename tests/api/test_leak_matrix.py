@@ -205,6 +205,9 @@ ROWS = [
     Row("diff", "GET", f"{BRANCH_ROUTE}/diff", f"{ACME}/branches/feature/x/diff", BRANCH_READ),
     Row("merge", "POST", f"{BRANCH_ROUTE}/merge", f"{ACME}/branches/feature/b{{n}}/merge", WRITE,
         body={"into": "main"}, setup=_branch),
+    # a dry run is a read, of every workspace the merge would change
+    Row("merge dry run", "POST", f"{BRANCH_ROUTE}/merge", f"{ACME}/branches/feature/b{{n}}/merge",
+        (200, 404, 404, 404, 200), body={"into": "main", "dry_run": True}, setup=_branch),
     Row("reset", "POST", f"{BRANCH_ROUTE}/reset", f"{ACME}/branches/feature/b{{n}}/reset", (403, 404, 404, 404, 200),
         setup=_branch),
     Row("create branch", "POST", f"{R}/branches", f"{ACME}/branches", (403, 404, 201, 404, 201),
@@ -328,3 +331,25 @@ def test_a_rag_node_collection_needs_write_on_the_rag_repository(world):
     made = api.post("/api/rag", json=body, headers=bearer(writer["key"]))
     assert made.status_code == 200, made.text
     assert made.json()["ingestion"]["inserted"] == ["mine.txt"] and "harbour" in made.json()["context"]
+
+
+def test_a_merge_conflict_in_a_workspace_the_key_cannot_see_is_not_described(world):
+    """A key that may merge into main but sees only ``elsewhere`` is answered 404 for a merge,
+    or a dry run, whose conflict is in ``knowledge``: not the 409 that names the node and holds
+    both sides' properties."""
+    api, admin = world.app.client, world.app.admin
+    n = next(_serial)
+    node, branch = f"{KNOWLEDGE}/conflict{n}", f"feature/k{n}"
+    _ok(api.put(node, json={"node_type": "kb:Doc", "properties": {"content": "base"}}, headers=admin))
+    _ok(api.post(f"{ACME}/branches", json={"name": branch}, headers=admin))
+    _ok(api.put(node, params={"branch": branch}, json={"node_type": "kb:Doc", "properties": {"content": "theirs"}},
+                headers=admin), 200)
+    _ok(api.put(node, json={"node_type": "kb:Doc", "properties": {"content": "ours"}}, headers=admin), 200)
+    for dry_run in (False, True):
+        body = {"into": "main", "dry_run": dry_run}
+        r = api.post(f"{ACME}/branches/{branch}/merge", json=body, headers=world.headers["other_workspace"])
+        assert_error(r, 404, "not_found")
+        assert f"conflict{n}" not in r.text and "theirs" not in r.text
+        full = api.post(f"{ACME}/branches/{branch}/merge", json=body, headers=admin)
+        assert_error(full, 409, "merge_conflict")
+        assert [c["path"] for c in full.json()["error"]["details"]["conflicts"]] == [f"/conflict{n}"]
