@@ -17,6 +17,7 @@ rows are independent of each other and of their order.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -353,3 +354,33 @@ def test_a_merge_conflict_in_a_workspace_the_key_cannot_see_is_not_described(wor
         full = api.post(f"{ACME}/branches/{branch}/merge", json=body, headers=admin)
         assert_error(full, 409, "merge_conflict")
         assert [c["path"] for c in full.json()["error"]["details"]["conflicts"]] == [f"/conflict{n}"]
+
+
+@pytest.mark.parametrize("caller,hidden,missing", [
+    ("other_repo", f"{KNOWLEDGE}/docs", "/api/repos/nope/workspaces/knowledge/nodes/docs"),
+    ("other_workspace", f"{KNOWLEDGE}/docs", f"{ACME}/workspaces/nope/nodes/docs"),
+    ("other_workspace", f"{ACME}/workspaces/knowledge", f"{ACME}/workspaces/nope"),
+    ("other_workspace", f"{ACME}/neighbors?node=knowledge:/docs", f"{ACME}/neighbors?node=nope:/docs"),
+    ("other_workspace", f"{ACME}/references?target=knowledge:/docs", f"{ACME}/references?target=nope:/docs"),
+    ("other_branch", f"{ACME}/branches/feature/x", f"{ACME}/branches/feature/nope"),
+    ("other_branch", f"{KNOWLEDGE}/docs?branch=feature/x", f"{KNOWLEDGE}/docs?branch=feature/nope"),
+    ("other_branch", f"{ACME}/log?branch=main", f"{ACME}/log?branch=nope"),
+    ("read_only", "/api/jobs/{job_id}", "/api/jobs/0123456789abcdef0123456789abcdef"),
+])
+def test_what_a_key_cannot_see_is_answered_as_what_does_not_exist(world, caller, hidden, missing):
+    """The 404 for a hidden repository, workspace, branch, node or job is, but for the name, the
+    404 for one that does not exist: message and details tell nothing more."""
+    def seen(url: str) -> dict:
+        r = world.app.client.get(url.format(job_id=world.job_id), headers=world.headers[caller])
+        assert_error(r, 404, "not_found")
+        return r.json()["error"]
+
+    def names(url: str) -> list[str]:
+        return [part for part in url.replace("?", "/").replace("=", "/").replace(":", "/").split("/") if part]
+
+    one, other = seen(hidden), seen(missing)
+    swap = [(a, b) for a, b in zip(names(hidden.format(job_id=world.job_id)), names(missing), strict=True) if a != b]
+    text = json.dumps(one)
+    for a, b in swap:
+        text = text.replace(a, b)
+    assert json.loads(text) == other
