@@ -303,9 +303,28 @@ def check_branch(c: Checker, repo: Repo, branch: str) -> None:
         if diff is not None:  # a diff compares the workspaces the key reads on both branches
             c.found({n.token for n in readable if n.branch == branch and w.sees(repo.name, parent, n.workspace)},
                    diff, "diff")
+    if parent is not None:
+        check_dry_run(c, repo, branch, parent)
     got = c.call("GET", f"{base}/branches/{branch}", miss, set())
     if got is not None:
         assert got["parent"] == (parent if parent is not None and w.sees(repo.name, parent) else None), got
+
+
+def check_dry_run(c: Checker, repo: Repo, branch: str, parent: str) -> None:
+    """A dry-run merge of ``branch`` into its parent: answered only when the key reads, on both
+    branches, every workspace the merge would touch (the nodes written on the branch, the new
+    relations' endpoints), and then it lists those nodes."""
+    w = c.world
+    before = {(src.token, dst.token) for b, src, dst in repo.relations if b in repo.lineage(parent)}
+    new = [(src, dst) for b, src, dst in repo.relations if b == branch and (src.token, dst.token) not in before]
+    touched = {n.workspace for n in repo.nodes if n.branch == branch} | \
+        {x.workspace for edge in new for x in edge}
+    ok = w.sees(repo.name, branch) and w.sees(repo.name, parent) and \
+        all(w.sees(repo.name, b, ws) for b in (branch, parent) for ws in touched)
+    got = c.call("POST", f"/api/repos/{repo.name}/branches/{branch}/merge", 200 if ok else 404,
+                 w.allowed(repo, branch), json={"into": parent, "dry_run": True})
+    if got is not None:
+        c.found({n.token for n in repo.nodes if n.branch == branch}, got, "dry-run merge")
 
 
 def check_repo(c: Checker, repo: Repo) -> None:
