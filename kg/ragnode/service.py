@@ -26,7 +26,7 @@ import time
 import urllib.parse
 from typing import Any
 
-from kg.context import Actor, UnitOfWork, reading, run
+from kg.context import Actor, UnitOfWork, permit, reading, run
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.indexing.config import NEXT
 from kg.indexing.reembed import complete_reembed, reembed_workspace
@@ -181,14 +181,23 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         The collection name maps to a class another collection holds.
     kg.errors.ProviderError, kg.errors.BackendUnavailable
         The embedding model failed; nothing was written.
+    kg.errors.NotFound
+        The caller cannot see the RAG repository, the branch or the collection.
+    kg.errors.Forbidden
+        It sees them but may not write there, and the call would ingest or create.
     """
     if not isinstance(text, str):
         raise InvalidInput("input must be a string")
     config = validate_rag_config(config_raw)
-    if config.weaviate_url.strip().lower() != "embedded":
-        # The collection lives in the named Weaviate instance, in the spec's schema.
-        return run_rag_node_weaviate(services, config, text, branch=branch)
     query, files = parse_rag_input(text)
+    if config.weaviate_url.strip().lower() != "embedded":
+        # The collection lives in the named Weaviate instance, in the spec's schema; it belongs
+        # to the caller's grants on the RAG repository (its branch, the collection's class) as
+        # an embedded one does: read to retrieve, write to ingest.
+        permit(services, caller, "read", services.settings.rag_repo, branch, config.class_name)
+        if files:
+            permit(services, caller, "write", services.settings.rag_repo, branch, config.class_name)
+        return run_rag_node_weaviate(services, config, text, branch=branch)
     for name, _ in files:
         file_path(name)
     check_chunk_budget(files, config, services.settings.max_chunks_per_request)

@@ -384,3 +384,27 @@ def test_what_a_key_cannot_see_is_answered_as_what_does_not_exist(world, caller,
     for a, b in swap:
         text = text.replace(a, b)
     assert json.loads(text) == other
+
+
+def test_a_rag_node_collection_in_weaviate_belongs_to_the_grants_on_the_rag_repository(world, weaviate_url,
+                                                                                         monkeypatch):
+    """``weaviateUrl`` naming a listed Weaviate instance: the same grants as the embedded index
+    (404 without a grant on the RAG repository, 403 with read only and files to ingest), checked
+    before the instance is contacted; the admin is served."""
+    api, admin = world.app.client, world.app.admin
+    monkeypatch.setattr(world.app.services.settings, "rag_weaviate_urls", [weaviate_url])
+    n = next(_serial)
+    reader = _ok(api.post("/api/keys", headers=admin, json={"name": f"rag-w-reader{n}", "grants": [
+        {"repo": world.app.services.settings.rag_repo, "actions": ["read"]}]}))
+    body = _rag_body(f"weaviate{n}", "w.txt")
+    body["config"]["weaviateUrl"] = weaviate_url
+    for caller in ("read_only", "other_repo", "other_workspace", "other_branch"):
+        assert_error(api.post("/api/rag", json=body, headers=world.headers[caller]), 404, "not_found")
+    assert_error(api.post("/api/rag", json=body, headers=bearer(reader["key"])), 403, "forbidden")
+    served = api.post("/api/rag", json=body, headers=admin)
+    assert served.status_code == 200, served.text
+    assert served.json()["ingestion"]["inserted"] == ["w.txt"]
+    ask = {**body, "input": "What is in it?"}  # no file: a read, which the reader may do
+    answered = api.post("/api/rag", json=ask, headers=bearer(reader["key"]))
+    assert answered.status_code == 200, answered.text
+    assert "harbour" in answered.json()["context"]
