@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from kg.access import can_see
 from kg.context import Actor, Resources, UnitOfWork, permit
+from kg.errors import Forbidden, NotFound
 from kg.indexing.chunks import forget_branch
 from kg.store import history
 from kg.store import nodes as node_store
@@ -178,7 +179,7 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
     """
     uow.authorize("branch:delete", repo, branch)
     r = repo_store.get_repository(uow.session, repo, lock=True)
-    branch_id = _authorize_discard(uow, r, branch)
+    branch_id = _authorize_discard(uow, r, branch).id
     repo_store.delete_branch(uow.session, r, branch)
     _forget_after_commit(uow, r.uid, branch_id)
 
@@ -206,28 +207,35 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
         ``main`` (it has no parent).
     kg.errors.Forbidden
         The caller may not ``branch:delete`` it (a reset drops what was written on it), or not
-        in a workspace written on it.
+        in a workspace written on it, or may not read its parent (the parent is not named).
     """
     uow.authorize("branch:delete", repo, branch)
     r = repo_store.get_repository(uow.session, repo, lock=True)
-    _authorize_discard(uow, r, branch)
+    parent = repo_store.parent_name(uow.session, _authorize_discard(uow, r, branch))
+    if parent is not None:
+        try:  # the branch is forked again from its parent's head: the caller reads the parent
+            uow.authorize("read", repo, parent)
+        except (NotFound, Forbidden):
+            raise Forbidden(f"key {uow.actor.name!r} may not reset {branch!r}: a reset forks it again from "
+                            "its parent, which the key may not read",
+                            details={"action": "branch:delete", "repo": repo, "branch": branch}) from None
     b = history.reset_branch(uow.session, r, branch)
     _forget_after_commit(uow, r.uid, b.id)
     return {"name": b.name, "parent": repo_store.parent_name(uow.session, b),
             "base_revision": b.base_revision, "head_revision": b.head_revision}
 
 
-def _authorize_discard(uow: UnitOfWork, repo: Repository, branch: str) -> int:
+def _authorize_discard(uow: UnitOfWork, repo: Repository, branch: str) -> Branch:
     """Deleting or resetting a branch drops what was written on it: the caller needs
     ``branch:delete`` in every workspace that holds such writes (a key whose grants name other
     workspaces cannot see them, and may not destroy them: 404 as for any write there). Returns
-    the branch's id."""
+    the branch."""
     b = repo_store.get_branch(uow.session, repo, branch)
     if not uow.actor.unrestricted:
         names = {w.id: w.name for w in repo_store.list_workspaces(uow.session, repo)}
         uow.authorize_workspaces("branch:delete", repo.name, branch,
                                  sorted(names[w] for w in node_store.written_workspaces(uow.session, b)))
-    return b.id
+    return b
 
 
 def _forget_after_commit(uow: UnitOfWork, repo_key: str, branch_id: int) -> None:

@@ -127,6 +127,15 @@ def _branch(w: World, n: int) -> dict:
     return {}
 
 
+def _agent_branch(w: World, n: int) -> dict:
+    """A branch ``agent/b<n>`` off main that changed knowledge (``/docs/agent<n>``)."""
+    api, admin = w.app.client, w.app.admin
+    _ok(api.post(f"{ACME}/branches", json={"name": f"agent/b{n}"}, headers=admin))
+    _ok(api.put(f"{KNOWLEDGE}/docs/agent{n}", params={"branch": f"agent/b{n}"},
+                json={"node_type": "kb:Doc", "properties": {"content": f"agent {n}"}}, headers=admin))
+    return {}
+
+
 def _relation(w: World, n: int) -> dict:
     _ok(w.app.client.post(f"{ACME}/relations", headers=w.app.admin,
                           json={"from": "knowledge:/docs/a", "to": "knowledge:/docs", "type": f"t{n}"}))
@@ -203,6 +212,8 @@ ROWS = [
     Row("log", "GET", f"{R}/log", f"{ACME}/log", BRANCH_READ),
     Row("batch", "POST", f"{R}/nodes:batch", f"{ACME}/nodes:batch", WRITE,
         body={"upserts": [{"workspace": "knowledge", "path": "/batch{n}", **DOC}]}),
+    Row("batch delete", "POST", f"{R}/nodes:batch", f"{ACME}/nodes:batch", WRITE, setup=_node,
+        body={"deletes": [{"workspace": "knowledge", "path": "/del{n}"}]}),
     Row("diff", "GET", f"{BRANCH_ROUTE}/diff", f"{ACME}/branches/feature/x/diff", BRANCH_READ),
     Row("merge", "POST", f"{BRANCH_ROUTE}/merge", f"{ACME}/branches/feature/b{{n}}/merge", WRITE,
         body={"into": "main"}, setup=_branch),
@@ -211,6 +222,16 @@ ROWS = [
         (200, 404, 404, 404, 200), body={"into": "main", "dry_run": True}, setup=_branch),
     Row("reset", "POST", f"{BRANCH_ROUTE}/reset", f"{ACME}/branches/feature/b{{n}}/reset", (403, 404, 404, 404, 200),
         setup=_branch),
+    Row("create branch from a branch", "POST", f"{R}/branches", f"{ACME}/branches", (403, 404, 201, 404, 201),
+        body={"name": "agent/c{n}", "from": "feature/x"}),
+    # the branch-glob key sees agent/b<n> but not main, its parent and the merge's target
+    Row("merge an agent branch", "POST", f"{BRANCH_ROUTE}/merge", f"{ACME}/branches/agent/b{{n}}/merge",
+        (403, 404, 404, 404, 200), body={}, setup=_agent_branch),
+    # a reset forks the branch again from its parent's head: it reads the parent
+    Row("reset an agent branch", "POST", f"{BRANCH_ROUTE}/reset", f"{ACME}/branches/agent/b{{n}}/reset",
+        (403, 404, 404, 403, 200), setup=_agent_branch),
+    Row("delete an agent branch", "DELETE", BRANCH_ROUTE, f"{ACME}/branches/agent/b{{n}}",
+        (403, 404, 404, 204, 204), setup=_agent_branch),
     Row("create branch", "POST", f"{R}/branches", f"{ACME}/branches", (403, 404, 201, 404, 201),
         body={"name": "feature/c{n}"}),
     Row("list branches", "GET", f"{R}/branches", f"{ACME}/branches", REPO_READ),
@@ -408,3 +429,13 @@ def test_a_rag_node_collection_in_weaviate_belongs_to_the_grants_on_the_rag_repo
     answered = api.post("/api/rag", json=ask, headers=bearer(reader["key"]))
     assert answered.status_code == 200, answered.text
     assert "harbour" in answered.json()["context"]
+
+
+def test_a_reset_refused_for_a_hidden_parent_does_not_name_it(world):
+    """A key on ``agent/*`` only may not reset an agent branch: the reset would show it main's
+    head, and its 403 does not name main (the answer of a reset names the parent)."""
+    n = next(_serial)
+    _agent_branch(world, n)
+    r = world.app.client.post(f"{ACME}/branches/agent/b{n}/reset", headers=world.headers["other_branch"])
+    assert_error(r, 403, "forbidden")
+    assert "main" not in r.text
