@@ -118,22 +118,20 @@ def _node(w: World, n: int) -> dict:
     return {}
 
 
-def _branch(w: World, n: int) -> dict:
-    """A branch ``feature/b<n>`` off main that changed knowledge (``/docs/b<n>``)."""
-    api, admin = w.app.client, w.app.admin
-    _ok(api.post(f"{ACME}/branches", json={"name": f"feature/b{n}"}, headers=admin))
-    _ok(api.put(f"{KNOWLEDGE}/docs/b{n}", params={"branch": f"feature/b{n}"},
-                json={"node_type": "kb:Doc", "properties": {"content": f"branch {n}"}}, headers=admin))
-    return {}
+def _fork(prefix: str) -> Callable[[World, int], dict]:
+    """A setup: a branch ``<prefix><n>`` off main that changed knowledge (``/docs/<n>-<prefix>``)."""
+
+    def setup(w: World, n: int) -> dict:
+        api, admin, branch = w.app.client, w.app.admin, f"{prefix}{n}"
+        _ok(api.post(f"{ACME}/branches", json={"name": branch}, headers=admin))
+        _ok(api.put(f"{KNOWLEDGE}/docs/{n}-{prefix.replace('/', '-')}", params={"branch": branch},
+                    json={"node_type": "kb:Doc", "properties": {"content": f"on {branch}"}}, headers=admin))
+        return {}
+
+    return setup
 
 
-def _agent_branch(w: World, n: int) -> dict:
-    """A branch ``agent/b<n>`` off main that changed knowledge (``/docs/agent<n>``)."""
-    api, admin = w.app.client, w.app.admin
-    _ok(api.post(f"{ACME}/branches", json={"name": f"agent/b{n}"}, headers=admin))
-    _ok(api.put(f"{KNOWLEDGE}/docs/agent{n}", params={"branch": f"agent/b{n}"},
-                json={"node_type": "kb:Doc", "properties": {"content": f"agent {n}"}}, headers=admin))
-    return {}
+_branch, _agent_branch = _fork("feature/b"), _fork("agent/b")
 
 
 def _relation(w: World, n: int) -> dict:
