@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,12 @@ def _pg_schema_url(schema: str) -> str:
     return f"{POSTGRES_URL}{sep}options=-csearch_path%3D{schema}"
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database: a SQLite file, or a new PostgreSQL schema dropped afterwards."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'kg.sqlite3'}"
+@contextmanager
+def database_url(backend: str, folder: Path) -> Iterator[str]:
+    """A fresh, empty database on ``backend``: a SQLite file in ``folder``, or a new PostgreSQL
+    schema dropped afterwards."""
+    if backend == "sqlite":
+        yield f"sqlite:///{folder / 'kg.sqlite3'}"
         return
     schema = f"kg_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
@@ -44,6 +46,13 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_url(request, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database: a SQLite file, or a new PostgreSQL schema dropped afterwards."""
+    with database_url(request.param, tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

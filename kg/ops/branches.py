@@ -12,8 +12,10 @@ from sqlalchemy.orm import Session
 
 from kg.access import can_see
 from kg.context import Actor, Resources, UnitOfWork, permit
+from kg.errors import Forbidden, NotFound
 from kg.indexing.chunks import forget_branch
 from kg.store import history
+from kg.store import nodes as node_store
 from kg.store import repos as repo_store
 from kg.store.history import ahead_behind
 from kg.store.models import Branch, Repository
@@ -173,11 +175,11 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
     kg.errors.Conflict
         ``main``, or a branch with children.
     kg.errors.Forbidden
-        The caller may not ``branch:delete`` it.
+        The caller may not ``branch:delete`` it, or not in a workspace written on it.
     """
     uow.authorize("branch:delete", repo, branch)
     r = repo_store.get_repository(uow.session, repo, lock=True)
-    branch_id = repo_store.get_branch(uow.session, r, branch).id
+    branch_id = _authorize_discard(uow, r, branch).id
     repo_store.delete_branch(uow.session, r, branch)
     _forget_after_commit(uow, r.uid, branch_id)
 
@@ -204,14 +206,36 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
     kg.errors.InvalidInput
         ``main`` (it has no parent).
     kg.errors.Forbidden
-        The caller may not ``branch:delete`` it (a reset drops what was written on it).
+        The caller may not ``branch:delete`` it (a reset drops what was written on it), or not
+        in a workspace written on it, or may not read its parent (the parent is not named).
     """
     uow.authorize("branch:delete", repo, branch)
     r = repo_store.get_repository(uow.session, repo, lock=True)
+    parent = repo_store.parent_name(uow.session, _authorize_discard(uow, r, branch))
+    if parent is not None:
+        try:  # the branch is forked again from its parent's head: the caller reads the parent
+            uow.authorize("read", repo, parent)
+        except (NotFound, Forbidden):
+            raise Forbidden(f"key {uow.actor.name!r} may not reset {branch!r}: a reset forks it again from "
+                            "its parent, which the key may not read",
+                            details={"action": "branch:delete", "repo": repo, "branch": branch}) from None
     b = history.reset_branch(uow.session, r, branch)
     _forget_after_commit(uow, r.uid, b.id)
     return {"name": b.name, "parent": repo_store.parent_name(uow.session, b),
             "base_revision": b.base_revision, "head_revision": b.head_revision}
+
+
+def _authorize_discard(uow: UnitOfWork, repo: Repository, branch: str) -> Branch:
+    """Deleting or resetting a branch drops what was written on it: the caller needs
+    ``branch:delete`` in every workspace that holds such writes (a key whose grants name other
+    workspaces cannot see them, and may not destroy them: 404 as for any write there). Returns
+    the branch."""
+    b = repo_store.get_branch(uow.session, repo, branch)
+    if not uow.actor.unrestricted:
+        names = {w.id: w.name for w in repo_store.list_workspaces(uow.session, repo)}
+        uow.authorize_workspaces("branch:delete", repo.name, branch,
+                                 sorted(names[w] for w in node_store.written_workspaces(uow.session, b)))
+    return b
 
 
 def _forget_after_commit(uow: UnitOfWork, repo_key: str, branch_id: int) -> None:

@@ -59,6 +59,13 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
         target = _target(session, repo, source, into)
         permit(services, caller, "read", repo_name, target)
         plan = history.plan_merge(session, repo, source, target, resolutions=resolutions)
+        if not caller.unrestricted:
+            # A dry run tells what the merge would change, conflicts included: the caller
+            # reads each workspace it touches, on both branches, before anything is told.
+            writes, reads = _touched(session, repo, plan)
+            for branch in (source, target):
+                for workspace in dict.fromkeys(writes + reads):
+                    permit(services, caller, "read", repo_name, branch, workspace)
     _raise_conflicts(plan)
     return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
             "applied": plan.preview(), "base": _base(plan)}
@@ -109,8 +116,8 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
                     action="merge")
     plan = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
                               writing_revision=ctx.pending_revision)
+    _authorize_changes(uow, repo_name, into, ctx, plan)  # before a conflict tells anything
     _raise_conflicts(plan)
-    _authorize_changes(uow, repo_name, into, ctx, plan)
     if not plan.node_changes and not plan.relation_changes:
         # No revision for an empty merge; only its point is recorded.
         history.record_merge(session, ctx.repo, plan, ctx.branch.head_revision)
@@ -141,18 +148,33 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
 
 def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext, plan: history.MergePlan) -> None:
     """A merge writes every workspace it changes on the target: the caller must be allowed to
-    write each (the workspaces of the changed nodes and of the changed relations' sources)
-    and to read the changed relations' targets, as for the writes themselves."""
+    write each (the workspaces of the changed and conflicting nodes and of the changed and
+    conflicting relations' sources) and to read the relations' targets, as for the writes
+    themselves."""
     if uow.actor.unrestricted:
         return
+    writes, reads = _touched(uow.session, ctx.repo, plan)
+    uow.authorize_workspaces("write", repo, into, writes)
+    uow.authorize_workspaces("read", repo, into, reads)
+
+
+def _touched(session: Session, repo: Repository, plan: history.MergePlan) -> tuple[list[str], list[str]]:
+    """The workspaces a merge plan writes (changed or conflicting nodes, changed or conflicting
+    relations' sources) and those it reads (those relations' targets), in order."""
     names = plan.workspaces
     sources = [c.key[0] for c in plan.relation_changes]
     targets = [c.key[2] for c in plan.relation_changes]
-    branches = list(uow.session.scalars(select(Branch.id).where(Branch.repo_id == ctx.repo.id)))
-    where = node_store.node_workspaces(uow.session, branches, sources + targets)
-    uow.authorize_workspaces("write", repo, into, [names[c.key[0]] for c in plan.node_changes]
-                             + [names[where[n]] for n in sources if n in where])
-    uow.authorize_workspaces("read", repo, into, [names[where[n]] for n in targets if n in where])
+    branches = list(session.scalars(select(Branch.id).where(Branch.repo_id == repo.id)))
+    where = node_store.node_workspaces(session, branches, sources + targets)
+    writes = [names[c.key[0]] for c in plan.node_changes] + [names[where[n]] for n in sources if n in where]
+    reads = [names[where[n]] for n in targets if n in where]
+    for conflict in plan.conflicts:
+        if conflict["kind"] == "node":
+            writes += [conflict["workspace"]] if conflict.get("workspace") else []
+        else:
+            writes += [conflict["from"].partition(":")[0]] if conflict.get("from") else []
+            reads += [conflict["to"].partition(":")[0]] if conflict.get("to") else []
+    return writes, reads
 
 
 def _target(session: Session, repo: Repository, source: str, into: str | None) -> str:

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, Select, bindparam, select
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
-from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
+from kg.store.models import Branch, NodeVersion, RelationVersion, Workspace, utcnow
 from kg.store.paths import ancestors_of, name_of, parent_of, validate_prefix
 from kg.store.paths import validate_path as validate_path  # re-exported: kg.ops.nodes, kg.ragnode.service
 from kg.store.references import index_references
@@ -769,3 +769,34 @@ def workspace_by_id(session: Session, wid: int) -> Workspace:
         The row.
     """
     return session.get_one(Workspace, wid)
+
+
+def written_workspaces(session: Session, branch: Branch) -> set[int]:
+    """The workspaces that hold what was written on ``branch`` itself (not what it inherits):
+    those of its node versions and those of the source nodes of its relation versions.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    branch : Branch
+        The branch.
+
+    Returns
+    -------
+    set of int
+        Workspace ids (empty: nothing was written on the branch).
+
+    Notes
+    -----
+    Two statements on ``ix_node_versions_branch_revision`` and ``ix_relation_versions_branch_revision``,
+    then :func:`node_workspaces` for the relations' sources.
+    """
+    written = set(session.scalars(select(NodeVersion.workspace_id).where(NodeVersion.branch_id == branch.id)
+                                  .distinct()))
+    sources = list(session.scalars(select(RelationVersion.from_node_id)
+                                   .where(RelationVersion.branch_id == branch.id).distinct()))
+    if sources:
+        branches = list(session.scalars(select(Branch.id).where(Branch.repo_id == branch.repo_id)))
+        written |= set(node_workspaces(session, branches, sources).values())
+    return written
