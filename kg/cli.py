@@ -95,10 +95,13 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
                    "(and KG_KEY_PEPPER) or listen on 127.0.0.1", err=True)
         raise typer.Exit(1)
     _check_can_listen(host, port)
-    # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S; headers are capped at 64 KiB
-    # (h11); bodies are bounded by the request guard (KG_MAX_BODY_BYTES).
+    from kg.serve_protocol import HeadDeadlineH11Protocol
+
+    # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S, one whose request head takes
+    # longer than KG_HEADER_TIMEOUT_S too (kg.serve_protocol); heads are capped at 64 KiB (h11);
+    # bodies are bounded by the request guard (KG_MAX_BODY_BYTES).
     uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info",
-                http="h11", timeout_keep_alive=settings.keepalive_timeout_s,
+                http=HeadDeadlineH11Protocol, timeout_keep_alive=settings.keepalive_timeout_s,
                 h11_max_incomplete_event_size=MAX_HEADER_BYTES)
 
 

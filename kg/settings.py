@@ -68,6 +68,10 @@ class Settings(BaseSettings):
         name it).
     keepalive_timeout_s : int
         How long ``kg serve`` keeps an idle HTTP connection open, in seconds.
+    header_timeout_s : float
+        How long ``kg serve`` waits for a request's head (request line and headers), in
+        seconds from the connection's opening or the previous response; then it closes the
+        connection (a client sending its headers a byte at a time holds no slot for long).
     auth : bool
         Require an API key (``Authorization: Bearer kg_...``) on every HTTP request. Off, the
         server listens on loopback only (``kg serve`` refuses any other host).
@@ -116,6 +120,7 @@ class Settings(BaseSettings):
     max_chunks_per_request: int = Field(default=20_000, gt=0)
     allow_fake_embedder: bool = False
     keepalive_timeout_s: int = Field(default=5, gt=0)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     auth: bool = False
     key_pepper: SecretStr | None = None
     protected_branches: str = "main"
