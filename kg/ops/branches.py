@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from kg.access import can_see
+from kg.access import can_see, readable_workspaces
 from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.errors import Forbidden, NotFound
 from kg.indexing.chunks import forget_branch
@@ -18,7 +19,7 @@ from kg.store import history
 from kg.store import nodes as node_store
 from kg.store import repos as repo_store
 from kg.store.history import ahead_behind
-from kg.store.models import Branch, Repository
+from kg.store.models import Branch, Repository, Workspace
 
 
 def branch_dict(session: Session, branch: Branch, repo: Repository | None = None,
@@ -56,8 +57,24 @@ def branch_dict(session: Session, branch: Branch, repo: Repository | None = None
         "created_at": branch.created_at.isoformat(),
     }
     if repo is not None and not hidden:
-        out["ahead"], out["behind"] = ahead_behind(session, repo, branch)
+        out["ahead"], out["behind"] = ahead_behind(session, repo, branch,
+                                                   readable=_readable_on_both(session, repo, branch, parent, caller))
     return out
+
+
+def _readable_on_both(session: Session, repo: Repository, branch: Branch, parent: str | None,
+                      caller: Actor | None) -> frozenset[int] | None:
+    """The workspaces ``caller`` reads on the branch and on its parent (None: every one): what
+    its ``ahead`` and ``behind`` count."""
+    if caller is None or caller.unrestricted or parent is None:
+        return None
+    workspaces = dict(session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == repo.id)).all())
+    scopes = [readable_workspaces(caller, repo.name, name, workspaces.values()) for name in (branch.name, parent)]
+    if scopes[0] is None and scopes[1] is None:
+        return None
+    names = set(workspaces.values())
+    both = (scopes[0] if scopes[0] is not None else names) & (scopes[1] if scopes[1] is not None else names)
+    return frozenset(wid for wid, name in workspaces.items() if name in both)
 
 
 def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:

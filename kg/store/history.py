@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, cast
 
-from sqlalchemy import Table, exists, func, or_, select
+from sqlalchemy import ColumnElement, Table, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
@@ -1101,11 +1101,7 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
     if view.readable is not None:
         # A restricted reader sees the revisions that changed something it may read, and only
         # those changes: chosen in the query, so that a page holds ``limit`` of them.
-        stmt = stmt.where(or_(
-            exists().where(NodeVersion.branch_id == Revision.branch_id, NodeVersion.revision == Revision.number,
-                           *node_scope),
-            exists().where(RelationVersion.branch_id == Revision.branch_id,
-                           RelationVersion.revision == Revision.number, *rel_scope)))
+        stmt = stmt.where(_changed_readable(view.readable, [b for b, _ in view.chain]))
     revisions = list(session.scalars(stmt.order_by(Revision.number.desc()).limit(limit)))
     names = {b.id: b.name for b in session.scalars(select(Branch).where(Branch.repo_id == view.repo.id))}
     out = []
@@ -1134,7 +1130,21 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
     return out
 
 
-def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[int, int]:
+def _changed_readable(readable: frozenset[int], branches: Sequence[int]) -> ColumnElement[bool]:
+    """A revision wrote a node of a workspace in ``readable``, or a relation between two such
+    nodes (whose versions are on ``branches``)."""
+    node_scope = [NodeVersion.workspace_id.in_(sorted(readable))]
+    rel_scope = [readable_node(c, readable, branches)
+                 for c in (RelationVersion.from_node_id, RelationVersion.to_node_id)]
+    return or_(
+        exists().where(NodeVersion.branch_id == Revision.branch_id, NodeVersion.revision == Revision.number,
+                       *node_scope),
+        exists().where(RelationVersion.branch_id == Revision.branch_id,
+                       RelationVersion.revision == Revision.number, *rel_scope))
+
+
+def ahead_behind(session: Session, repo: Repository, branch: Branch, *,
+                 readable: frozenset[int] | None = None) -> tuple[int, int]:
     """Revisions on the branch since its merge base with its parent, and on the parent since.
 
     Parameters
@@ -1145,6 +1155,9 @@ def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[in
         The repository.
     branch : Branch
         The branch compared with its parent.
+    readable : frozenset of int or None, optional
+        Count only the revisions that changed something in these workspaces (a restricted
+        reader's scope); None: every revision.
 
     Returns
     -------
@@ -1157,15 +1170,17 @@ def ahead_behind(session: Session, repo: Repository, branch: Branch) -> tuple[in
     assert parent is not None  # branches.parent_id is a foreign key
     base = merge_base(session, repo, branch, parent)
     since_ours = base.since
+    scope = [] if readable is None else [
+        _changed_readable(readable, list(session.scalars(select(Branch.id).where(Branch.repo_id == repo.id))))]
     ahead = session.scalar(select(func.count()).select_from(Revision).where(
-        Revision.branch_id == branch.id, Revision.number > since_ours)) or 0
+        Revision.branch_id == branch.id, Revision.number > since_ours, *scope)) or 0
     last_into_parent = session.scalar(select(func.max(Merge.target_revision)).where(
         Merge.source_branch_id == branch.id, Merge.target_branch_id == parent.id))
     last_from_parent = session.scalar(select(func.max(Merge.source_revision)).where(
         Merge.source_branch_id == parent.id, Merge.target_branch_id == branch.id))
     floor = max(x for x in (branch.base_revision or 0, last_into_parent or 0, last_from_parent or 0))
     behind = session.scalar(select(func.count()).select_from(Revision).where(
-        Revision.branch_id == parent.id, Revision.number > floor)) or 0
+        Revision.branch_id == parent.id, Revision.number > floor, *scope)) or 0
     return ahead, behind
 
 

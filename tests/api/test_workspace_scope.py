@@ -254,3 +254,18 @@ def test_the_graph_view_a_restricted_reader_builds_is_the_whole_branch_for_the_n
     assert sorted(n["path"] for n in around["neighbors"]) == ["/a", "/b"]
     again = no_token(api.post(f"{BASE}/traverse", json=body, headers=scoped["reader"]))
     assert [n["path"] for n in again["nodes"]] == ["/a", "/b"]
+
+
+def test_ahead_and_behind_count_only_revisions_the_key_may_read(api, scoped):
+    admin_, reader = scoped["admin"], scoped["reader"]
+    assert api.post(f"{BASE}/branches", json={"name": "review/2"}, headers=admin_).status_code == 201
+    doc = {"node_type": "kb:Doc", "properties": {"content": "x"}}
+    for ws, path, branch in (("secret", "/x1", "review/2"), ("public", "/x2", "review/2"), ("secret", "/x3", "main"),
+                             ("secret", "/x4", "main"), ("public", "/x5", "main")):
+        assert api.put(node(ws, path) + f"?branch={branch}", json=doc, headers=admin_).status_code == 201
+    full = api.get(f"{BASE}/branches/review/2", headers=admin_).json()
+    assert (full["ahead"], full["behind"]) == (2, 3)
+    seen = no_token(api.get(f"{BASE}/branches/review/2", headers=reader))
+    assert (seen["ahead"], seen["behind"]) == (1, 1)
+    listed = {b["name"]: b for b in api.get(f"{BASE}/branches", headers=reader).json()["branches"]}
+    assert (listed["review/2"]["ahead"], listed["review/2"]["behind"]) == (1, 1)
