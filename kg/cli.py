@@ -95,6 +95,9 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
                    "(and KG_KEY_PEPPER) or listen on 127.0.0.1", err=True)
         raise typer.Exit(1)
     _check_can_listen(host, port)
+    # The app (built in each worker from the environment) needs the interface it is served on:
+    # the MCP transport accepts only localhost Host headers on a loopback one.
+    os.environ["KG_HOST"], os.environ["KG_PORT"] = host, str(port)
     # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S; headers are capped at 64 KiB
     # (h11); bodies are bounded by the request guard (KG_MAX_BODY_BYTES).
     uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info",

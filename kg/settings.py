@@ -79,6 +79,9 @@ class Settings(BaseSettings):
         write, merge, reset and delete (default ``main``).
     key_touch_s : float
         A key's ``last_used_at`` is written at most this often, in seconds.
+    mcp_read_only : bool
+        Serve only the MCP server's read tools (``KG_MCP_READ_ONLY``): no write, branch or
+        merge tool is registered, whatever the caller's grants.
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -109,6 +112,7 @@ class Settings(BaseSettings):
     key_pepper: SecretStr | None = None
     protected_branches: str = "main"
     key_touch_s: float = Field(default=300.0, ge=0)
+    mcp_read_only: bool = False
 
     @field_validator("rag_weaviate_urls", mode="before")
     @classmethod
