@@ -9,7 +9,7 @@ from typing import Any
 
 import anyio
 import httpx2
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 
@@ -59,3 +59,11 @@ def read(target: Any, key: str | None, uri: str) -> str:
     async def one(client: Client) -> str:
         return (await client.read_resource(uri)).contents[0].text
     return mcp_session(target, key, one)
+
+
+def mcp_error(exc: BaseException) -> MCPError:
+    """The MCP error a failed session raised (the client raises it inside exception groups)."""
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    assert isinstance(exc, MCPError), repr(exc)
+    return exc
