@@ -26,7 +26,7 @@ is a courtesy: a call is decided by the use case, whoever lists what.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -37,6 +37,7 @@ from mcp import MCPError
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import AnyHttpUrl, Field
 
@@ -259,6 +260,46 @@ def tool_error(exc: KGError) -> CallToolResult:
                           structured_content=shape, is_error=True)
 
 
+def compact_schema(schema: Any) -> Any:
+    """A tool's JSON schema without what only costs tokens: titles, and the ``null`` arm of an
+    optional argument (it is left out instead; the SDK still accepts an explicit null).
+
+    Parameters
+    ----------
+    schema : dict
+        A JSON schema as pydantic writes it.
+
+    Returns
+    -------
+    dict
+        The same constraints, shorter.
+
+    Examples
+    --------
+    >>> compact_schema({"title": "A", "properties": {"title": {"title": "Title", "type": "string"},
+    ...     "n": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "N"}}})
+    {'properties': {'title': {'type': 'string'}, 'n': {'type': 'integer'}}}
+    """
+    if isinstance(schema, list):
+        return [compact_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: compact_schema(item) for name, item in value.items()}
+        else:
+            out[key] = compact_schema(value)
+    options = out.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options \
+            and "default" in out and out["default"] is None:
+        kept = next(option for option in options if option != {"type": "null"})
+        out = {**kept, **{k: v for k, v in out.items() if k not in ("anyOf", "default")}}
+    return out
+
+
 def _request_of(ctx: Context) -> Any:
     """The transport's request of a tool or resource call (None over stdio)."""
     return ctx.request_context.request
@@ -299,15 +340,7 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
         :data:`WRITE_TOOLS` (``research_assistant`` when :mod:`kg.rag.functions` has it);
         its resource template is :data:`NODE_URI_TEMPLATE`.
     """
-    server: MCPServer = MCPServer(
-        # The SDK configures the root logger at construction: at WARNING, kg's own logs stay as they were.
-        "kg", version=kg.__version__, token_verifier=token_verifier, auth=auth, log_level="WARNING",
-        instructions=("kg: a knowledge graph with branches. The connection names a repository and a branch; "
-                      "every tool acts there unless its 'branch' argument names another, and says which. "
-                      "Write on a session branch (branch_create), never on main; a person reviews its diff."),
-        middleware=[_tool_list_for(binder, registered=lambda: names)],
-    )
-    names: list[str] = []
+    tools: list[Tool] = []
 
     async def call(ctx: Context, use_case: Callable[[Binding], Any]) -> CallToolResult:
         binding = binder(_request_of(ctx))
@@ -318,8 +351,10 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
 
     def tool(annotations: ToolAnnotations, description: str) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
-            names.append(fn.__name__)
-            return server.tool(description=description, annotations=annotations, structured_output=False)(fn)
+            made = Tool.from_function(fn, description=description, annotations=annotations, structured_output=False)
+            made.parameters = compact_schema(made.parameters)
+            tools.append(made)
+            return fn
         return register
 
     # -- reads -------------------------------------------------------------------------------
@@ -405,11 +440,28 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
         return await call(ctx, lambda b: {"branch": b.on(branch), "against": against,
                                           **queries.diff(services, b.caller, b.repo, b.on(branch), against)})
 
-    if read_only:
-        _add_resources(server, services, binder)
-        return server
+    if not read_only:
+        _write_tools(services, call, tool)
+    names = [t.name for t in tools]
+    server: MCPServer = MCPServer(
+        # The SDK configures the root logger at construction: at WARNING, kg's own logs stay as they were.
+        "kg", version=kg.__version__, token_verifier=token_verifier, auth=auth, log_level="WARNING", tools=tools,
+        instructions=("kg: a knowledge graph with branches. The connection names a repository and a branch; "
+                      "every tool acts there unless its 'branch' argument names another, and says which. "
+                      "Write on a session branch (branch_create), never on main; a person reviews its diff."),
+        middleware=[_tool_list_for(binder, registered=lambda: names)],
+    )
+    _add_resources(server, services, binder)
+    return server
 
-    # -- writes ------------------------------------------------------------------------------
+
+Caller = Callable[[Context, Callable[[Binding], Any]], Awaitable[CallToolResult]]
+Register = Callable[[ToolAnnotations, str], Callable[[Callable[..., Any]], Any]]
+
+
+def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
+    """Define the write tools (none under ``KG_MCP_READ_ONLY``)."""
+
 
     @tool(_UPSERT, "Create or replace a node (its text is chunked and embedded).")
     async def put_node(ctx: Context, workspace: Workspace, path: NodePath,
@@ -480,9 +532,6 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
             return await call(ctx, lambda b: invoke(services, b.caller, b.repo, RESEARCH_ASSISTANT,
                                                     {"question": question}, branch=b.on(branch)))
 
-    _add_resources(server, services, binder)
-    return server
-
 
 def _add_resources(server: MCPServer, services: Resources, binder: Binder) -> None:
     """Register the node resource template :data:`NODE_URI_TEMPLATE`."""
@@ -546,7 +595,9 @@ def http_app(server: MCPServer, host: str) -> Any:
     """The streamable HTTP ASGI app of ``server``, to mount at ``/mcp``.
 
     Stateless (any worker of ``kg serve --workers N`` answers any request; no server-to-client
-    stream is needed), at :data:`HTTP_PATH`. Its session manager must be run by the app that
+    stream is needed) and answered as plain JSON rather than an SSE stream (no tool sends
+    progress; an SSE answer cost about 40 ms more per call, ``bench/mcp_latency.py``), at
+    :data:`HTTP_PATH`. Its session manager must be run by the app that
     mounts it (``server.session_manager.run()`` in that app's lifespan).
 
     Parameters
@@ -562,4 +613,5 @@ def http_app(server: MCPServer, host: str) -> Any:
     starlette.applications.Starlette
         One route, :data:`HTTP_PATH`.
     """
-    return server.streamable_http_app(streamable_http_path=HTTP_PATH, stateless_http=True, host=host)
+    return server.streamable_http_app(streamable_http_path=HTTP_PATH, stateless_http=True, json_response=True,
+                                      host=host)
