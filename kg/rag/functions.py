@@ -610,7 +610,7 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
         return todo
 
     written = run(services, caller, write_graph, repo, branch, plan, message=f"ask: store answer {address}",
-                  actor="ask" if caller.unrestricted else None)  # a key's revisions are its own
+                  actor="ask")
     assert written is not None  # plan always writes the answer node
     node = written["upserted"][-1]
     return {"workspace": workspace, "path": path, "node_id": node["id"], "revision": written["revision"]}
