@@ -101,8 +101,8 @@ def current_graph(session: Session, services: Resources, view: BranchView, *,
     ------
     GraphView or None
         The whole branch's graph, whoever reads (callers apply the reader's workspace scope
-        with :func:`readable_names`). None means: answer from SQL (no view and ``build`` is False,
-        time travel behind the view, or a branch over budget).
+        with :func:`readable_names`). None means: answer from SQL (no view and ``build`` is
+        False, time travel behind the view, or a branch over budget).
     """
     cache = services.graphs
     key = view_key(view)
