@@ -524,14 +524,19 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
             return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into)
         return await call(ctx, lambda b: {"branch": b.on(branch), **use_case(b)})
 
-    if RESEARCH_ASSISTANT in FUNCTIONS:  # pragma: no cover - lands with the research assistant (issue 13)
-        @tool(_ADD, "Research a question on a new session branch: searches, reads the graph, answers with "
-                    "citations stored on that branch; answers the branch name for review.")
+    if RESEARCH_ASSISTANT in FUNCTIONS:  # the research assistant of issue 13, once kg.rag has it
+        @tool(_ADD, "Research a question on a new session branch research/<id>: searches, reads the graph, "
+                    "answers with citations stored on that branch; answers the branch for a person to review.")
         async def research_assistant(ctx: Context, question: Annotated[str, Field(description="The question.")],
+                                     workspaces: Workspaces = None,
+                                     max_steps: Annotated[int | None, Field(description="Most tool calls.")] = None,
                                      branch: BranchArg = None) -> CallToolResult:
-            return await call(ctx, lambda b: invoke(services, b.caller, b.repo, RESEARCH_ASSISTANT,
-                                                    {"question": question}, branch=b.on(branch)))
-
+            raw: dict[str, Any] = {"question": question}
+            for key, value in (("workspaces", workspaces), ("max_steps", max_steps)):
+                if value is not None:
+                    raw[key] = value
+            return await call(ctx, lambda b: invoke(services, b.caller, b.repo, RESEARCH_ASSISTANT, raw,
+                                                    branch=b.on(branch)))
 
 def _add_resources(server: MCPServer, services: Resources, binder: Binder) -> None:
     """Register the node resource template :data:`NODE_URI_TEMPLATE`."""
