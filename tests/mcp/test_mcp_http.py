@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -229,6 +230,8 @@ def test_every_tool_through_an_agent_session_branch(server):
 
     changed = call(url, agent, "diff", {})
     assert "/docs/answer" in [n["path"] for n in changed["nodes"]["added"]]
+    encoded = call(f"{base}/mcp/acme/{quote(session_branch, safe='')}", agent, "diff", {})  # agent%2F...
+    assert encoded["branch"] == session_branch and encoded["nodes"] == changed["nodes"]
     assert any(r["type"] == "cites" for r in changed["relations"]["added"])
 
     removed = call(url, agent, "unrelate", {"source": "kb:/docs/answer", "target": "kb:/docs/keys"})
@@ -294,5 +297,22 @@ def test_a_read_only_server_registers_no_write_tool(tmp_path):
         gone = call(url, keys["admin"], "put_node", {"workspace": "kb", "path": "/x", "node_type": "kb:Note",
                                                      "properties": {}}, error=True, raw=True)
         assert "Unknown tool" in gone
+    finally:
+        stop_server(proc)
+
+
+def test_with_auth_off_a_key_that_is_sent_is_still_checked(tmp_path):
+    db_url, data = f"sqlite:///{tmp_path / 'kg.sqlite3'}", tmp_path / "data"
+    keys = make_keys(db_url, data)
+    proc, base = start_server(serve_env(db_url, data, KG_AUTH="false"))
+    try:
+        seed(base, keys["admin"])
+        url = f"{base}/mcp/acme/main"
+        assert [t for t in tool_names(url) if t != "research_assistant"] == ALL_TOOLS  # anonymous
+        assert tool_names(url, keys["reader"]) == list(READ_TOOLS)  # the key's grants
+        r = httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                       headers={"Accept": "application/json, text/event-stream",
+                                "Authorization": "Bearer kg_0123456789abcdef_" + "x" * 43})
+        assert r.status_code == 401
     finally:
         stop_server(proc)
