@@ -343,8 +343,8 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
     tools: list[Tool] = []
 
     async def call(ctx: Context, use_case: Callable[[Binding], Any]) -> CallToolResult:
-        binding = binder(_request_of(ctx))
         try:
+            binding = binder(_request_of(ctx))
             return tool_result(await anyio.to_thread.run_sync(use_case, binding))
         except KGError as exc:
             return tool_error(exc)
