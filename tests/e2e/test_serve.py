@@ -3,45 +3,22 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.serve import start_server, stop_server
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("serve")
-    port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
     env.update({"KG_DATA_DIR": str(data), "OPENBLAS_NUM_THREADS": "1"})
-    proc = subprocess.Popen([sys.executable, "-m", "kg.cli", "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"kg serve exited: {proc.stdout.read()}")
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        pytest.fail("kg serve did not start in 60 s")
+    proc, base = start_server(env)
     yield httpx.Client(base_url=base, timeout=60)
-    proc.terminate()
-    proc.wait(timeout=20)
+    stop_server(proc)
 
 
 DOCS = {

@@ -3,7 +3,6 @@ stateless): helpers of the MCP tests."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,12 +10,6 @@ import anyio
 import httpx2
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mcp_session(target: Any, key: str | None, body: Callable[[Client], Awaitable[Any]]) -> Any:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -23,7 +22,8 @@ from kg.ops import keys as key_ops
 from kg.services import Services
 from kg.settings import Settings
 from tests.conftest import BACKENDS, FAKE_MODEL, POSTGRES_URL, _pg_schema_url
-from tests.mcp.client import call, free_port, mcp_error, mcp_session, read, tool_names
+from tests.mcp.client import call, mcp_error, mcp_session, read, tool_names
+from tests.serve import start_server, stop_server
 
 PEPPER = "a-pepper-for-the-mcp-tests-only"
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,33 +52,6 @@ def serve_env(db_url: str, data: Path, **extra: str) -> dict[str, str]:
                 "KG_ALLOW_FAKE_EMBEDDER": "true", "KG_INDEX_INLINE": "true", "KG_AUTH": "true",
                 "KG_KEY_PEPPER": PEPPER, "OPENBLAS_NUM_THREADS": "1", **extra})
     return env
-
-
-def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """A real ``kg serve`` on a free loopback port, once ``/health`` answers."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "kg.cli", "serve", "--port", str(port)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"kg serve exited: {proc.stdout.read()}")
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    pytest.fail("kg serve did not start in 60 s")
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def make_keys(db_url: str, data: Path) -> dict[str, str]:
@@ -286,27 +259,31 @@ def test_bad_arguments_and_refusals_are_tool_errors_with_kgs_code(server):
     assert call(url, reader, "search", {"query": "invoices"})["results"][0]["path"] == "/docs/billing"
 
 
-def test_a_read_only_server_registers_no_write_tool(tmp_path):
-    db_url, data = f"sqlite:///{tmp_path / 'kg.sqlite3'}", tmp_path / "data"
+@contextmanager
+def seeded_server(folder: Path, **extra: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """A one-off ``kg serve`` on SQLite in ``folder`` with ``extra`` settings, ``acme`` seeded:
+    (base URL, tokens by key name)."""
+    db_url, data = f"sqlite:///{folder / 'kg.sqlite3'}", folder / "data"
     keys = make_keys(db_url, data)
-    proc, base = start_server(serve_env(db_url, data, KG_MCP_READ_ONLY="true"))
+    proc, base = start_server(serve_env(db_url, data, **extra))
     try:
         seed(base, keys["admin"])
+        yield base, keys
+    finally:
+        stop_server(proc)
+
+
+def test_a_read_only_server_registers_no_write_tool(tmp_path):
+    with seeded_server(tmp_path, KG_MCP_READ_ONLY="true") as (base, keys):
         url = f"{base}/mcp/acme/main"
         assert tool_names(url, keys["admin"]) == list(READ_TOOLS)
         gone = call(url, keys["admin"], "put_node", {"workspace": "kb", "path": "/x", "node_type": "kb:Note",
                                                      "properties": {}}, error=True, raw=True)
         assert "Unknown tool" in gone
-    finally:
-        stop_server(proc)
 
 
 def test_with_auth_off_a_key_that_is_sent_is_still_checked(tmp_path):
-    db_url, data = f"sqlite:///{tmp_path / 'kg.sqlite3'}", tmp_path / "data"
-    keys = make_keys(db_url, data)
-    proc, base = start_server(serve_env(db_url, data, KG_AUTH="false"))
-    try:
-        seed(base, keys["admin"])
+    with seeded_server(tmp_path, KG_AUTH="false") as (base, keys):
         url = f"{base}/mcp/acme/main"
         assert [t for t in tool_names(url) if t != "research_assistant"] == ALL_TOOLS  # anonymous
         assert tool_names(url, keys["reader"]) == list(READ_TOOLS)  # the key's grants
@@ -314,5 +291,3 @@ def test_with_auth_off_a_key_that_is_sent_is_still_checked(tmp_path):
                        headers={"Accept": "application/json, text/event-stream",
                                 "Authorization": "Bearer kg_0123456789abcdef_" + "x" * 43})
         assert r.status_code == 401
-    finally:
-        stop_server(proc)

@@ -18,7 +18,7 @@ from kg.services import Services
 from kg.settings import Settings
 from tests.conftest import FAKE_MODEL
 from tests.mcp.client import mcp_error, mcp_session, tool_names
-from tests.mcp.test_mcp_http import ALL_TOOLS, make_keys, seed, serve_env, start_server, stop_server
+from tests.mcp.test_mcp_http import ALL_TOOLS, seeded_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,11 +92,7 @@ def test_kg_mcp_without_a_repository_says_so(local_store):
 
 
 def test_kg_mcp_relays_to_a_server_with_a_key(tmp_path):
-    db_url, data = f"sqlite:///{tmp_path / 'kg.sqlite3'}", tmp_path / "data"
-    keys = make_keys(db_url, data)
-    proc, base = start_server(serve_env(db_url, data))
-    try:
-        seed(base, keys["admin"])
+    with seeded_server(tmp_path) as (base, keys):
         url = f"{base}/mcp/acme/main"
         env = {"OPENBLAS_NUM_THREADS": "1", "KG_MCP_KEY": keys["reader"]}
 
@@ -114,5 +110,3 @@ def test_kg_mcp_relays_to_a_server_with_a_key(tmp_path):
         with pytest.raises(Exception) as raised:
             tool_names(_kg_mcp("--url", url, "--key", "kg_0123456789abcdef_" + "z" * 43, env={}))
         assert mcp_error(raised.value).error.code == -32603  # the 401, relayed
-    finally:
-        stop_server(proc)
