@@ -10,6 +10,7 @@ import kg
 from api import errors
 from api.deps import get_caller
 from api.guard import RequestGuard
+from api.mcp import mcp_app
 from api.models import ERROR_RESPONSES
 from api.routes import (
     branches,
@@ -42,12 +43,16 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     if services is None:
         services = Services.from_settings(settings or Settings())
 
+    mcp_server, mcp_asgi = mcp_app(services)
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         services.indexer.start()
         services.jobs.start()
         try:
-            yield
+            # A mounted app's lifespan never runs: the MCP session manager is run here.
+            async with mcp_server.session_manager.run():
+                yield
         finally:
             services.close()
 
@@ -62,4 +67,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     # that does not use it; FastAPI resolves get_caller once per request.
     for module in (repos, history, branches, nodes, search, relations, references, rag, functions, jobs, keys):
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[Depends(get_caller)])
+    # MCP over streamable HTTP: /mcp/{repo}/{branch} (the branch may hold '/'), the same keys.
+    app.mount("/mcp", mcp_asgi)
     return app

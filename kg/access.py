@@ -370,6 +370,36 @@ def can_see(actor: Actor, repo: str, branch: str | None = None, workspace: str |
                for g in actor.grants_on(repo))
 
 
+def may_somewhere(actor: Actor, action: Action, repo: str) -> bool:
+    """Whether one of ``actor``'s grants allows ``action`` on some branch of ``repo``.
+
+    What an adapter offers a caller (the MCP server lists write tools only to a key that may
+    write somewhere in the repository); it decides nothing: every use case still asks
+    :func:`authorize` for the branch and workspace it acts on.
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    action : str
+        One of :data:`ACTIONS`.
+    repo : str
+        The repository.
+
+    Returns
+    -------
+    bool
+        True for an unrestricted caller, or when a grant covering ``repo`` holds ``action``.
+
+    Examples
+    --------
+    >>> agent = Actor("key", "a", "0" * 16, (make_grant("r", ["agent/*"], ["*"], ["read", "write"]),))
+    >>> may_somewhere(agent, "write", "r"), may_somewhere(agent, "merge", "r")
+    (True, False)
+    """
+    return actor.unrestricted or any(action in g.actions and g.covers_repo(repo) for g in actor.grants)
+
+
 def readable_workspaces(actor: Actor, repo: str, branch: str, workspaces: Iterable[str]) -> frozenset[str] | None:
     """The workspaces of ``repo`` that ``actor`` may read on ``branch``.
 

@@ -1,4 +1,4 @@
-"""The ``kg`` command line: serve, db upgrade, ingest, search, branch, keys."""
+"""The ``kg`` command line: serve, db upgrade, ingest, search, branch, keys, mcp."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
+import anyio
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -95,6 +96,9 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
                    "(and KG_KEY_PEPPER) or listen on 127.0.0.1", err=True)
         raise typer.Exit(1)
     _check_can_listen(host, port)
+    # The app (built in each worker from the environment) needs the interface it is served on:
+    # the MCP transport accepts only localhost Host headers on a loopback one.
+    os.environ["KG_HOST"], os.environ["KG_PORT"] = host, str(port)
     from kg.serve_protocol import HeadDeadlineH11Protocol
 
     # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S, one whose request head takes
@@ -251,6 +255,32 @@ def branch_list(repo: Annotated[str, typer.Option()]) -> None:
             typer.echo(f"{b['name']}\tbase={b['base_revision']}\thead={b['head_revision']}")
     except KGError as exc:
         _fail(exc)
+
+
+@app.command("mcp")
+def mcp_stdio(repo: Annotated[str | None, typer.Option(help="Repository (local store).")] = None,
+              branch: Annotated[str, typer.Option(help="Branch the tools act on by default.")] = "main",
+              url: Annotated[str | None, typer.Option(
+                  help="Relay to a kg server instead: http://HOST:PORT/mcp/REPO/BRANCH.")] = None,
+              key: Annotated[str | None, typer.Option(
+                  envvar="KG_MCP_KEY", help="API key for --url (or KG_MCP_KEY).")] = None) -> None:
+    """Serve MCP over stdio for a desktop agent: on the local store as the operator (--repo,
+    --branch), or relayed to a kg server's /mcp endpoint with an API key (--url, --key)."""
+    from kg.mcp.stdio import relay_stdio, serve_stdio  # the MCP SDK: over a second to import
+
+    if url is not None:
+        anyio.run(relay_stdio, url, key)
+        return
+    if repo is None:
+        typer.echo("error: give --repo (the local store) or --url (a kg server)", err=True)
+        raise typer.Exit(1)
+    try:
+        services = _services()
+    except KGError as exc:
+        _fail(exc)
+    services.indexer.start()
+    services.jobs.start()
+    anyio.run(serve_stdio, services, repo, branch)
 
 
 @keys_app.command("create")

@@ -94,6 +94,9 @@ class Settings(BaseSettings):
         Beyond it the call is refused with 429 and ``Retry-After``. Per process.
     rate_expensive_burst : int
         Expensive calls a caller that was idle may make at once (the bucket's size), >= 1.
+    mcp_read_only : bool
+        Serve only the MCP server's read tools (``KG_MCP_READ_ONLY``): no write, branch or
+        merge tool is registered, whatever the caller's grants.
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -128,6 +131,7 @@ class Settings(BaseSettings):
     key_cache_s: float = Field(default=2.0, ge=0, le=300)
     rate_expensive_per_min: float = Field(default=60.0, ge=0)
     rate_expensive_burst: int = Field(default=20, ge=1)
+    mcp_read_only: bool = False
 
     @field_validator("rag_weaviate_urls", mode="before")
     @classmethod

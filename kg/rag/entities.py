@@ -666,7 +666,9 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         return todo
 
     result = run(services, caller, write_graph, repo, branch, plan,
-                 message=f"extract-entities {source_address}", actor="extract-entities")
+                 message=f"extract-entities {source_address}",
+                 # a key's revisions are its own (it may not state another actor)
+                 actor="extract-entities" if caller.unrestricted else None)
     if result is None:
         return skipped(state["skipped"])
     return {**base, "entities": state["entities"], "relations": state["relations"], "skipped": False,

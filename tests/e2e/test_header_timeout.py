@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.serve import start_serve
+from tests.serve import start_server, stop_server
 
 TIMEOUT_S = 1.0
 
@@ -22,12 +22,11 @@ def base(tmp_path_factory):
     env.update({"KG_DATA_DIR": str(tmp_path_factory.mktemp("head")), "KG_HEADER_TIMEOUT_S": str(TIMEOUT_S),
                 "KG_KEEPALIVE_TIMEOUT_S": "30", "KG_ALLOW_FAKE_EMBEDDER": "true",
                 "KG_EMBEDDING_MODEL": "fake:hash-64"})
-    proc, url = start_serve(env)
+    proc, url = start_server(env)
     try:
         yield url
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop_server(proc)
 
 
 def _connect(url: str) -> socket.socket:

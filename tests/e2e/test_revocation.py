@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.conftest import POSTGRES_URL, _pg_schema_url
-from tests.e2e.serve import start_serve
+from tests.serve import start_server, stop_server
 
 PEPPER = "a-pepper-shared-by-both-servers"
 FAKE_MODEL = "fake:hash-64"
@@ -63,7 +63,7 @@ def servers(database_url, tmp_path_factory) -> Iterator[tuple[httpx.Client, http
     started = []
     try:
         for name in ("a", "b"):
-            started.append(start_serve(_env(database_url, data / name)))
+            started.append(start_server(_env(database_url, data / name)))
         made = subprocess.run([sys.executable, "-m", "kg.cli", "keys", "create", "--name", "admin", "--admin"],
                               env=_env(database_url, data / "cli"), capture_output=True, text=True, check=False)
         assert made.returncode == 0, made.stderr
@@ -73,8 +73,7 @@ def servers(database_url, tmp_path_factory) -> Iterator[tuple[httpx.Client, http
             yield a, b, token
     finally:
         for proc, _ in started:
-            proc.terminate()
-            proc.wait(timeout=20)
+            stop_server(proc)
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from tests.e2e.serve import start_serve
+from tests.serve import start_server, stop_server
 
 
 @pytest.fixture(scope="module")
@@ -16,10 +16,9 @@ def server(tmp_path_factory):
     data = tmp_path_factory.mktemp("serve")
     env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
     env.update({"KG_DATA_DIR": str(data), "OPENBLAS_NUM_THREADS": "1"})
-    proc, base = start_serve(env)
+    proc, base = start_server(env)
     yield httpx.Client(base_url=base, timeout=60)
-    proc.terminate()
-    proc.wait(timeout=20)
+    stop_server(proc)
 
 
 DOCS = {

@@ -1,4 +1,4 @@
-"""The docstring gate: kg.store and kg.ops document their public API in numpydoc (STYLE.md).
+"""The docstring gate: kg.store, kg.ops and kg.mcp document their public API in numpydoc (STYLE.md).
 
 Every public function and method (a name without a leading ``_``, defined in the module, of a
 module-level function or of a public class) is run through numpydoc's validator, and these of
@@ -83,7 +83,7 @@ def docstring_problems(package: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("package", ["kg.store", "kg.ops"])
+@pytest.mark.parametrize("package", ["kg.store", "kg.ops", "kg.mcp"])
 def test_public_api_has_numpydoc_docstrings(package):
     problems = docstring_problems(package)
     assert problems == [], f"{len(problems)} docstring problems:\n" + "\n".join(problems)

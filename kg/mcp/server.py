@@ -1,0 +1,622 @@
+"""kg's MCP server: tools over the use cases, a node resource template, a tool list per caller.
+
+One :class:`mcp.server.mcpserver.MCPServer` serves every connection; what a request is bound to
+(:class:`Binding`: the repository, the branch and the caller) comes from its transport: the URL
+``/mcp/{repo}/{branch}`` and the bearer key over streamable HTTP (:func:`http_binding`), the
+command line over stdio (:func:`fixed_binding`).
+
+The branch is explicit. A connection names one branch; every tool takes an optional ``branch``
+that overrides it for that call, and every answer says which branch it read or wrote. A new
+session branch (``branch_create``) is answered with its name and its own MCP path; nothing
+switches branches behind the agent's back.
+
+Every tool is one call to a use case with the binding's caller, run in a worker thread (the
+use cases block on the database and the embedder). A :class:`kg.errors.KGError` comes back as a
+tool error (``isError``) whose structured content is the HTTP API's error shape, ``{"error":
+{"code", "message", "details"}}``; anything else is the SDK's generic tool error, logged, and the
+session goes on.
+
+Which tools a caller is offered (:func:`offered_tools`): the read tools always; the write tools
+(``put_node``, ``relate``, ``unrelate``, ``extract_entities``) to a caller that may write somewhere
+in the repository, ``branch_create`` to one that may create branches, ``merge`` to one that may
+merge; none of those with ``KG_MCP_READ_ONLY`` (then they are not registered at all). The list
+is a courtesy: a call is decided by the use case, whoever lists what.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import anyio.to_thread
+import pydantic_core
+from mcp import MCPError
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.tools import Tool
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
+from pydantic import AnyHttpUrl, Field
+
+import kg
+from kg.access import OPERATOR, Action, Actor, may_somewhere
+from kg.context import Resources, run
+from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
+from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
+from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
+from kg.mcp.auth import KeyVerifier, caller_of_request
+from kg.ops import branches as branch_ops
+from kg.ops import merge as merge_ops
+from kg.ops import nodes as node_ops
+from kg.ops import queries
+from kg.ops import relations as relation_ops
+from kg.rag.functions import FUNCTIONS, invoke
+from kg.rag.graph import neighbors as graph_neighbors
+from kg.rag.graph import walk
+from kg.rag.search import SearchRequest, search_branch
+from kg.store.paths import validate_path
+
+#: The route of the streamable HTTP endpoint inside its mount (``/mcp``): ``{branch}`` may hold ``/``.
+HTTP_PATH = "/{repo}/{branch:path}"
+#: The node resources: ``kg://acme/knowledge/docs/intro?branch=agent%2Fs1`` (path without its leading ``/``).
+NODE_URI_TEMPLATE = "kg://{repo}/{workspace}/{+path}{?branch}"
+#: The function of the research assistant (issue 13), offered as a tool once kg.rag has it.
+RESEARCH_ASSISTANT = "research-assistant"
+
+READ_TOOLS = ("search", "ask", "graph_context", "get_node", "neighbors", "traverse", "diff")
+#: Tool name -> the action a caller must hold somewhere in the repository to be offered it.
+WRITE_TOOLS: dict[str, Action] = {
+    "put_node": "write", "relate": "write", "unrelate": "write", "extract_entities": "write",
+    "branch_create": "branch:create", "merge": "merge", "research_assistant": "branch:create",
+}
+
+_READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+_ADD = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+_UPSERT = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What one MCP request acts on, and for whom.
+
+    Attributes
+    ----------
+    repo : str
+        The repository.
+    branch : str
+        The connection's branch (a tool's ``branch`` argument overrides it for one call).
+    caller : kg.access.Actor
+        Who calls: every use case receives it.
+    """
+
+    repo: str
+    branch: str
+    caller: Actor
+
+    def on(self, branch: str | None) -> str:
+        """The branch one call acts on.
+
+        Parameters
+        ----------
+        branch : str or None
+            The tool's ``branch`` argument.
+
+        Returns
+        -------
+        str
+            ``branch``, or the connection's branch when it is None or empty.
+        """
+        return branch or self.branch
+
+
+#: How a request is bound: from the transport's request object (a Starlette request over
+#: streamable HTTP, None over stdio) to its :class:`Binding`.
+Binder = Callable[[Any], Binding]
+
+
+def http_binding(request: Any) -> Binding:
+    """The binding of a streamable HTTP request: ``/mcp/{repo}/{branch}`` and its bearer key.
+
+    Parameters
+    ----------
+    request : starlette.requests.Request or None
+        The HTTP request that carried the MCP message.
+
+    Returns
+    -------
+    Binding
+        The URL's repository and branch; the caller of :func:`kg.mcp.auth.caller_of_request`.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A request without the repository and the branch in its URL.
+    """
+    params = getattr(request, "path_params", None) or {}
+    repo, branch = params.get("repo"), params.get("branch")
+    if not repo or not branch:
+        raise InvalidInput("an MCP URL names the repository and the branch: /mcp/{repo}/{branch}")
+    return Binding(repo, branch, caller_of_request())
+
+
+def fixed_binding(repo: str, branch: str, caller: Actor = OPERATOR) -> Binder:
+    """One binding for every request (stdio: the repository and branch of ``kg mcp``).
+
+    Parameters
+    ----------
+    repo, branch : str
+        What every request acts on.
+    caller : kg.access.Actor
+        Who calls; default the operator (the person at the machine that holds the data).
+
+    Returns
+    -------
+    callable(request) -> Binding
+        A binder that ignores its request.
+    """
+    binding = Binding(repo, branch, caller)
+    return lambda _request: binding
+
+
+def node_uri(repo: str, branch: str, workspace: str, path: str) -> str:
+    """The resource URI of a node (its citation handle).
+
+    Parameters
+    ----------
+    repo, branch, workspace : str
+        Where the node is.
+    path : str
+        Its path, ``/a/b``.
+
+    Returns
+    -------
+    str
+        ``kg://{repo}/{workspace}/{path without its leading /}?branch={branch}``, each part
+        percent-encoded (``/`` kept in the path).
+
+    Examples
+    --------
+    >>> node_uri("acme", "agent/s1", "knowledge", "/docs/a b")
+    'kg://acme/knowledge/docs/a%20b?branch=agent%2Fs1'
+    """
+    return (f"kg://{quote(repo, safe='')}/{quote(workspace, safe='')}/{quote(path.lstrip('/'), safe='/')}"
+            f"?branch={quote(branch, safe='')}")
+
+
+def offered_tools(binding: Binding, registered: Sequence[str]) -> list[str]:
+    """The tools listed to ``binding``'s caller, among ``registered``.
+
+    Parameters
+    ----------
+    binding : Binding
+        The request's repository and caller.
+    registered : sequence of str
+        The server's tool names.
+
+    Returns
+    -------
+    list of str
+        The read tools, and each write tool whose action (:data:`WRITE_TOOLS`) one of the
+        caller's grants holds in the repository (:func:`kg.access.may_somewhere`).
+    """
+    return [name for name in registered
+            if name not in WRITE_TOOLS or may_somewhere(binding.caller, WRITE_TOOLS[name], binding.repo)]
+
+
+def error_shape(exc: KGError) -> dict[str, Any]:
+    """The HTTP API's error shape of a kg error.
+
+    Parameters
+    ----------
+    exc : kg.errors.KGError
+        The error a use case raised.
+
+    Returns
+    -------
+    dict
+        ``{"error": {"code", "message", "details"}}``, JSON-safe.
+    """
+    return {"error": {"code": exc.code, "message": exc.message,
+                      "details": pydantic_core.to_jsonable_python(exc.details, fallback=str)}}
+
+
+def tool_result(data: Any) -> CallToolResult:
+    """A tool's answer: ``data`` as structured content and as JSON text.
+
+    Parameters
+    ----------
+    data : dict
+        What the use case returned (datetimes and the like are made JSON-safe).
+
+    Returns
+    -------
+    mcp.types.CallToolResult
+        Not an error; the text is the JSON of the structured content.
+    """
+    safe = pydantic_core.to_jsonable_python(data, fallback=str)
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(safe, ensure_ascii=False))],
+                          structured_content=safe)
+
+
+def tool_error(exc: KGError) -> CallToolResult:
+    """A kg error as an MCP tool error carrying kg's code and message.
+
+    Parameters
+    ----------
+    exc : kg.errors.KGError
+        The error a use case raised.
+
+    Returns
+    -------
+    mcp.types.CallToolResult
+        ``isError`` true; the text is ``"<code>: <message>"``, the structured content
+        :func:`error_shape`.
+    """
+    shape = error_shape(exc)
+    return CallToolResult(content=[TextContent(type="text", text=f"{exc.code}: {exc.message}")],
+                          structured_content=shape, is_error=True)
+
+
+def compact_schema(schema: Any) -> Any:
+    """A tool's JSON schema without what only costs tokens: titles, and the ``null`` arm of an
+    optional argument (it is left out instead; the SDK still accepts an explicit null).
+
+    Parameters
+    ----------
+    schema : dict
+        A JSON schema as pydantic writes it.
+
+    Returns
+    -------
+    dict
+        The same constraints, shorter.
+
+    Examples
+    --------
+    >>> compact_schema({"title": "A", "properties": {"title": {"title": "Title", "type": "string"},
+    ...     "n": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "N"}}})
+    {'properties': {'title': {'type': 'string'}, 'n': {'type': 'integer'}}}
+    """
+    if isinstance(schema, list):
+        return [compact_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: compact_schema(item) for name, item in value.items()}
+        else:
+            out[key] = compact_schema(value)
+    options = out.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options \
+            and "default" in out and out["default"] is None:
+        kept = next(option for option in options if option != {"type": "null"})
+        out = {**kept, **{k: v for k, v in out.items() if k not in ("anyOf", "default")}}
+    return out
+
+
+def _request_of(ctx: Context) -> Any:
+    """The transport's request of a tool or resource call (None over stdio)."""
+    return ctx.request_context.request
+
+
+# Argument types shared by several tools (JSON schema from the annotations; kg validates the rest).
+BranchArg = Annotated[str | None, Field(description="Branch for this call; default: the connection's branch.")]
+Workspace = Annotated[str, Field(description="Workspace name.")]
+NodePath = Annotated[str, Field(description="Node path, '/a/b'.")]
+Address = Annotated[str, Field(description="Node address 'workspace:/path'.")]
+Direction = Annotated[str, Field(description="OUT, IN or BOTH.")]
+Types = Annotated[list[str] | None, Field(description="Relation types; default: all.")]
+Workspaces = Annotated[list[str] | None, Field(description="Limit to these workspaces; default: all.")]
+Message = Annotated[str | None, Field(description="Why: kept in the revision log.")]
+
+
+def build_server(services: Resources, binder: Binder, *, read_only: bool = False,
+                 token_verifier: KeyVerifier | None = None, auth: AuthSettings | None = None) -> MCPServer:
+    """The MCP server of kg over ``services``.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources.
+    binder : callable(request) -> Binding
+        How a request is bound (:func:`http_binding`, :func:`fixed_binding`).
+    read_only : bool
+        Register only the read tools (``KG_MCP_READ_ONLY``).
+    token_verifier : KeyVerifier, optional
+        With ``auth``: every streamable HTTP request must carry a valid key.
+    auth : mcp.server.auth.settings.AuthSettings, optional
+        The SDK's resource-server settings, with ``token_verifier``.
+
+    Returns
+    -------
+    mcp.server.mcpserver.MCPServer
+        Its tools are :data:`READ_TOOLS` and (unless ``read_only``) the write tools of
+        :data:`WRITE_TOOLS` (``research_assistant`` when :mod:`kg.rag.functions` has it);
+        its resource template is :data:`NODE_URI_TEMPLATE`.
+    """
+    tools: list[Tool] = []
+
+    async def call(ctx: Context, use_case: Callable[[Binding], Any]) -> CallToolResult:
+        try:
+            binding = binder(_request_of(ctx))
+            return tool_result(await anyio.to_thread.run_sync(use_case, binding))
+        except KGError as exc:
+            return tool_error(exc)
+
+    def tool(annotations: ToolAnnotations, description: str) -> Callable[[Callable[..., Any]], Any]:
+        def register(fn: Callable[..., Any]) -> Any:
+            made = Tool.from_function(fn, description=description, annotations=annotations, structured_output=False)
+            made.parameters = compact_schema(made.parameters)
+            tools.append(made)
+            return fn
+        return register
+
+    # -- reads -------------------------------------------------------------------------------
+
+    @tool(_READ, "Search the branch's documents (hybrid BM25 + vector by default). Each result is a passage "
+                 "with its citation handle 'uri' (a kg:// resource).")
+    async def search(ctx: Context, query: Annotated[str, Field(description="What to look for.")],
+                     k: Annotated[int, Field(description="Results.")] = 5,
+                     mode: Annotated[str, Field(description="hybrid, vector or fulltext.")] = "hybrid",
+                     workspaces: Workspaces = None,
+                     path_prefix: Annotated[str | None, Field(description="Only paths under this.")] = None,
+                     node_type: Annotated[str | None, Field(description="Only nodes of this type.")] = None,
+                     branch: BranchArg = None) -> CallToolResult:
+        def use_case(b: Binding) -> dict[str, Any]:
+            request = SearchRequest.parse({"query": query, "k": k, "mode": mode, "granularity": "chunk",
+                                           "workspaces": workspaces, "path_prefix": path_prefix,
+                                           "node_type": node_type})
+            answer = search_branch(services, b.caller, b.repo, b.on(branch), request).as_dict()
+            for row in answer["results"]:
+                row["uri"] = node_uri(b.repo, b.on(branch), row["workspace"], row["path"])
+            return {"branch": b.on(branch), **answer}
+        return await call(ctx, use_case)
+
+    @tool(_READ, "Answer a question from the branch's documents only, with numbered citations; "
+                 "'grounded' is false when the documents do not cover it.")
+    async def ask(ctx: Context, question: Annotated[str, Field(description="The question.")],
+                  workspaces: Workspaces = None,
+                  use_graph: Annotated[bool, Field(description="Also follow relations from the passages.")] = False,
+                  branch: BranchArg = None) -> CallToolResult:
+        raw: dict[str, Any] = {"question": question, "use_graph": use_graph}
+        if workspaces is not None:
+            raw["workspaces"] = workspaces
+        return await call(ctx, lambda b: {"branch": b.on(branch),
+                                          **invoke(services, b.caller, b.repo, "ask", raw, branch=b.on(branch))})
+
+    @tool(_READ, "The relations around the nodes a query finds (or given seeds): nodes with hop, via, score.")
+    async def graph_context(ctx: Context, query: Annotated[str | None, Field(description="Seeds by meaning.")] = None,
+                            seeds: Annotated[list[str] | None, Field(description="Seed addresses.")] = None,
+                            hops: Annotated[int, Field(description="0..4.")] = 2,
+                            types: Types = None, branch: BranchArg = None) -> CallToolResult:
+        raw: dict[str, Any] = {"hops": hops}
+        for key, value in (("query", query), ("seeds", seeds), ("types", types)):
+            if value is not None:
+                raw[key] = value
+        return await call(ctx, lambda b: {"branch": b.on(branch), **invoke(services, b.caller, b.repo,
+                                                                           "graph-context", raw, branch=b.on(branch))})
+
+    @tool(_READ, "A node with its parent and its children in order.")
+    async def get_node(ctx: Context, workspace: Workspace, path: NodePath, branch: BranchArg = None) -> CallToolResult:
+        def use_case(b: Binding) -> dict[str, Any]:
+            on, where = b.on(branch), validate_path(path)
+            node = queries.get_node(services, b.caller, b.repo, on, workspace, where)
+            parent = None
+            if node["parent_path"] not in (None, "/"):
+                parent = queries.get_node(services, b.caller, b.repo, on, workspace, node["parent_path"])
+            children = queries.list_children(services, b.caller, b.repo, on, workspace, where)
+            return {"branch": on, "uri": node_uri(b.repo, on, workspace, where), "node": node, "parent": parent,
+                    "children": children}
+        return await call(ctx, use_case)
+
+    @tool(_READ, "The edges around a node (NEIGHBORS), strongest first; 'truncated' when more exist.")
+    async def neighbors(ctx: Context, node: Address, direction: Direction = "BOTH", types: Types = None,
+                        limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+                        branch: BranchArg = None) -> CallToolResult:
+        return await call(ctx, lambda b: {"branch": b.on(branch), **graph_neighbors(
+            services, b.caller, b.repo, b.on(branch), node, direction=direction, types=types, limit=limit)})
+
+    @tool(_READ, "A bounded breadth-first walk from seed nodes; each node once at its shortest hop.")
+    async def traverse(ctx: Context, seeds: Annotated[list[str], Field(min_length=1, max_length=MAX_NODES,
+                                                                       description="Seed addresses.")],
+                       hops: Annotated[int, Field(ge=0, le=MAX_HOPS)] = 2, direction: Direction = "BOTH",
+                       types: Types = None, max_nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = 200,
+                       fan_out: Annotated[int, Field(ge=1, le=MAX_FAN_OUT)] = 50,
+                       branch: BranchArg = None) -> CallToolResult:
+        return await call(ctx, lambda b: {"branch": b.on(branch), **walk(
+            services, b.caller, b.repo, b.on(branch), seeds, hops=hops, direction=direction, types=types,
+            max_nodes=max_nodes, fan_out=fan_out)})
+
+    @tool(_READ, "What a branch wrote since it forked: nodes and relations added, modified, deleted.")
+    async def diff(ctx: Context, branch: BranchArg = None,
+                   against: Annotated[str | None, Field(description="Compare with; default: the parent.")] = None,
+                   ) -> CallToolResult:
+        return await call(ctx, lambda b: {"branch": b.on(branch), "against": against,
+                                          **queries.diff(services, b.caller, b.repo, b.on(branch), against)})
+
+    if not read_only:
+        _write_tools(services, call, tool)
+    names = [t.name for t in tools]
+    server: MCPServer = MCPServer(
+        # The SDK configures the root logger at construction: at WARNING, kg's own logs stay as they were.
+        "kg", version=kg.__version__, token_verifier=token_verifier, auth=auth, log_level="WARNING", tools=tools,
+        instructions=("kg: a knowledge graph with branches. The connection names a repository and a branch; "
+                      "every tool acts there unless its 'branch' argument names another, and says which. "
+                      "Write on a session branch (branch_create), never on main; a person reviews its diff."),
+        middleware=[_tool_list_for(binder, registered=lambda: names)],
+    )
+    _add_resources(server, services, binder)
+    return server
+
+
+Caller = Callable[[Context, Callable[[Binding], Any]], Awaitable[CallToolResult]]
+Register = Callable[[ToolAnnotations, str], Callable[[Callable[..., Any]], Any]]
+
+
+def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
+    """Define the write tools (none under ``KG_MCP_READ_ONLY``)."""
+
+
+    @tool(_UPSERT, "Create or replace a node (its text is chunked and embedded).")
+    async def put_node(ctx: Context, workspace: Workspace, path: NodePath,
+                       node_type: Annotated[str, Field(description="e.g. kb:Note.")],
+                       properties: Annotated[dict[str, Any], Field(description="JSON properties.")],
+                       order: Annotated[float | None, Field(description="Place among siblings.")] = None,
+                       parents: Annotated[bool, Field(description="Create missing parents.")] = False,
+                       message: Message = None, branch: BranchArg = None) -> CallToolResult:
+        def use_case(b: Binding) -> dict[str, Any]:
+            node, created = run(services, b.caller, node_ops.put_node, b.repo, b.on(branch), workspace,
+                                validate_path(path), node_type=node_type, properties=properties, order=order,
+                                parents=parents, message=message)
+            return {"branch": b.on(branch), "created": created, "node": node}
+        return await call(ctx, use_case)
+
+    @tool(_UPSERT, "Assert a typed edge between two nodes; the same (from, to, type) again replaces its weight.")
+    async def relate(ctx: Context, source: Address, target: Address,
+                     type: Annotated[str, Field(description="Relation type, e.g. cites.")],
+                     weight: float | None = None, properties: dict[str, Any] | None = None,
+                     message: Message = None, branch: BranchArg = None) -> CallToolResult:
+        def use_case(b: Binding) -> dict[str, Any]:
+            relation, created = run(services, b.caller, relation_ops.relate, b.repo, b.on(branch), source, target,
+                                    type, weight=weight, properties=properties, message=message)
+            return {"branch": b.on(branch), "created": created, "relation": relation}
+        return await call(ctx, use_case)
+
+    @tool(_UPSERT, "Remove the edges from source to target (of one type, or all).")
+    async def unrelate(ctx: Context, source: Address, target: Address,
+                       type: Annotated[str | None, Field(description="Relation type; default: all.")] = None,
+                       message: Message = None, branch: BranchArg = None) -> CallToolResult:
+        return await call(ctx, lambda b: {"branch": b.on(branch), **run(
+            services, b.caller, relation_ops.unrelate, b.repo, b.on(branch), source, target, type, message=message)})
+
+    @tool(_UPSERT, "Extract a document's entities and relations into the graph (skipped when unchanged).")
+    async def extract_entities(ctx: Context, workspace: Workspace, path: NodePath,
+                               force: Annotated[bool, Field(description="Extract again even if unchanged.")] = False,
+                               branch: BranchArg = None) -> CallToolResult:
+        raw = {"workspace": workspace, "path": path, "force": force}
+        return await call(ctx, lambda b: {"branch": b.on(branch), **invoke(
+            services, b.caller, b.repo, "extract-entities", raw, branch=b.on(branch))})
+
+    @tool(_ADD, "Open a new session branch from this one (nothing is copied). Answers its name and its MCP path.")
+    async def branch_create(ctx: Context, name: Annotated[str, Field(description="e.g. agent/session-1.")],
+                            from_branch: Annotated[str | None, Field(
+                                description="Parent; default: the connection's branch.")] = None) -> CallToolResult:
+        def use_case(b: Binding) -> dict[str, Any]:
+            created = run(services, b.caller, branch_ops.create_branch, b.repo, name=name,
+                          from_branch=b.on(from_branch))
+            return {**created, "mcp_path": f"/mcp/{quote(b.repo, safe='')}/{quote(created['name'], safe='/')}"}
+        return await call(ctx, use_case)
+
+    @tool(_ADD, "Merge this branch into its parent (or 'into'); conflicts are reported and nothing is written.")
+    async def merge(ctx: Context, branch: BranchArg = None,
+                    into: Annotated[str | None, Field(description="Target; default: the parent.")] = None,
+                    dry_run: Annotated[bool, Field(description="Only report what would change.")] = False,
+                    ) -> CallToolResult:
+        def use_case(b: Binding) -> dict[str, Any]:
+            if dry_run:
+                return merge_ops.preview_merge(services, b.caller, b.repo, b.on(branch), into)
+            return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into)
+        return await call(ctx, lambda b: {"branch": b.on(branch), **use_case(b)})
+
+    if RESEARCH_ASSISTANT in FUNCTIONS:  # the research assistant of issue 13, once kg.rag has it
+        @tool(_ADD, "Research a question on a new session branch research/<id>: searches, reads the graph, "
+                    "answers with citations stored on that branch; answers the branch for a person to review.")
+        async def research_assistant(ctx: Context, question: Annotated[str, Field(description="The question.")],
+                                     workspaces: Workspaces = None,
+                                     max_steps: Annotated[int | None, Field(description="Most tool calls.")] = None,
+                                     branch: BranchArg = None) -> CallToolResult:
+            raw: dict[str, Any] = {"question": question}
+            for key, value in (("workspaces", workspaces), ("max_steps", max_steps)):
+                if value is not None:
+                    raw[key] = value
+            return await call(ctx, lambda b: invoke(services, b.caller, b.repo, RESEARCH_ASSISTANT, raw,
+                                                    branch=b.on(branch)))
+
+def _add_resources(server: MCPServer, services: Resources, binder: Binder) -> None:
+    """Register the node resource template :data:`NODE_URI_TEMPLATE`."""
+
+    @server.resource(NODE_URI_TEMPLATE, name="node", mime_type="application/json",
+                     description="A node (JSON) by repository, workspace, path and branch (default: the "
+                                 "connection's).")
+    async def node(repo: str, workspace: str, path: str, ctx: Context, branch: str | None = None) -> str:
+        binding = binder(_request_of(ctx))
+        on = branch or binding.branch
+        try:
+            found = await anyio.to_thread.run_sync(
+                lambda: queries.get_node(services, binding.caller, repo, on, workspace, validate_path("/" + path)))
+        except KGError as exc:
+            code = INTERNAL_ERROR if isinstance(exc, BackendUnavailable | ProviderError) else INVALID_PARAMS
+            raise MCPError(code=code, message=f"{exc.code}: {exc.message}",
+                           data={"uri": node_uri(repo, on, workspace, "/" + path), **error_shape(exc)}) from exc
+        return json.dumps(pydantic_core.to_jsonable_python({"branch": on, **found}, fallback=str), ensure_ascii=False)
+
+
+def _tool_list_for(binder: Binder, registered: Callable[[], list[str]]) -> Any:
+    """The server middleware that lists to each caller the tools :func:`offered_tools` gives it."""
+
+    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        result = await call_next(ctx)
+        if ctx.method == "tools/list" and isinstance(result, dict) and isinstance(result.get("tools"), list):
+            try:
+                offered = set(offered_tools(binder(ctx.request), registered()))
+            except KGError as exc:
+                raise MCPError(code=INVALID_PARAMS, message=f"{exc.code}: {exc.message}") from exc
+            result = {**result, "tools": [t for t in result["tools"] if t.get("name") in offered]}
+        return result
+
+    return middleware
+
+
+def http_server(services: Resources) -> MCPServer:
+    """The server of the streamable HTTP transport, with the keys of ``KG_AUTH``.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (its settings: ``auth``, ``mcp_read_only``, ``host``, ``port``).
+
+    Returns
+    -------
+    mcp.server.mcpserver.MCPServer
+        Bound by :func:`http_binding`. With ``KG_AUTH`` on, the SDK's bearer middleware refuses
+        (401) a request without a valid key before any MCP message is read (:class:`KeyVerifier`);
+        kg is then its own issuer of tokens (``kg keys create``), so no OAuth metadata is served.
+    """
+    settings = services.settings
+    verifier, auth = None, None
+    if settings.auth:
+        verifier = KeyVerifier(services.db, settings)
+        auth = AuthSettings(issuer_url=AnyHttpUrl(f"http://{settings.host}:{settings.port}"), resource_server_url=None)
+    return build_server(services, http_binding, read_only=settings.mcp_read_only, token_verifier=verifier, auth=auth)
+
+
+def http_app(server: MCPServer, host: str) -> Any:
+    """The streamable HTTP ASGI app of ``server``, to mount at ``/mcp``.
+
+    Stateless (any worker of ``kg serve --workers N`` answers any request; no server-to-client
+    stream is needed) and answered as plain JSON rather than an SSE stream (no tool sends
+    progress; an SSE answer cost about 40 ms more per call, ``bench/mcp_latency.py``), at
+    :data:`HTTP_PATH`. Its session manager must be run by the app that
+    mounts it (``server.session_manager.run()`` in that app's lifespan).
+
+    Parameters
+    ----------
+    server : mcp.server.mcpserver.MCPServer
+        From :func:`http_server`.
+    host : str
+        The interface kg listens on: on a loopback one the SDK accepts only requests addressed to
+        localhost (DNS-rebinding protection); on any other it checks no ``Host`` header.
+
+    Returns
+    -------
+    starlette.applications.Starlette
+        One route, :data:`HTTP_PATH`.
+    """
+    return server.streamable_http_app(streamable_http_path=HTTP_PATH, stateless_http=True, json_response=True,
+                                      host=host)
