@@ -17,12 +17,8 @@ PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("KG_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("KG_EMBEDDING_MODEL", "fake:hash-64")
-    monkeypatch.setenv("KG_ALLOW_FAKE_EMBEDDER", "true")
-    monkeypatch.delenv("KG_DATABASE_URL", raising=False)
-    folder = tmp_path / "docs"
+def env(cli_env):
+    folder = cli_env / "docs"
     folder.mkdir()
     names = (("pep-0440.rst", "pep-0508.rst", "pep-0386.rst") if (PEPS / "pep-0386.rst").exists()
              else ("pep-0440.rst", "pep-0508.rst"))
