@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     llm_model : str
         The LLM of ``ask`` and ``extract-entities``: ``none`` (extractive, no model) or
         ``ollama:<model>``.
+    research_max_steps : int
+        Most tool calls one ``research-assistant`` run makes (its input ``max_steps`` may only
+        lower it); the model then answers from what it found.
+    research_result_chars : int
+        A tool result is cut to this many characters before the model reads it.
     graph_max_edges : int
         Edges the in-memory relation graphs may hold in all (about 360 bytes each); a branch
         larger than that is answered from SQL.
@@ -92,6 +97,8 @@ class Settings(BaseSettings):
     index_poll_s: float = Field(default=1.0, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
+    research_max_steps: int = Field(default=6, ge=1, le=50)
+    research_result_chars: int = Field(default=4_000, ge=200, le=100_000)
     rag_repo: str = "rag"
     graph_max_edges: int = Field(default=2_000_000, gt=0)
     host: str = "127.0.0.1"
