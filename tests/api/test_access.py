@@ -294,3 +294,59 @@ def test_a_job_is_seen_by_the_key_that_submitted_it_and_by_admins_only(api, worl
     assert_error(api.post("/api/functions/other/search-documents/invoke",
                           json={"input": {"query": "x"}, "wait_for_completion": False}, headers=agent),
                  404, "not_found")
+
+
+# -- the research assistant: its session branch is decided by kg.access -------------------------
+
+
+RESEARCH = "/api/functions/acme/research-assistant/invoke"
+RESEARCH_QUESTION = {"input": {"question": "What does the main doc say?"}}
+
+
+def branch_names(api, headers) -> list[str]:
+    return [b["name"] for b in api.get("/api/repos/acme/branches", headers=headers).json()["branches"]]
+
+
+def test_a_key_with_research_grants_gets_its_answer_on_its_branch_only(api, world):
+    key = bearer(make_key(api, world, "researcher", [
+        {"repo": "acme", "branches": ["main"], "actions": ["read"]},
+        {"repo": "acme", "branches": ["research/*"], "actions": ["read", "write", "branch:create"]},
+    ])["key"])
+    r = api.post(RESEARCH, json=RESEARCH_QUESTION, headers=key)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["branch"].startswith("research/") and body["mode"] == "fixed-plan"
+    stored = f"/api/repos/acme/workspaces/{body['stored']['workspace']}/nodes{body['stored']['path']}"
+    assert api.get(stored, params={"branch": body["branch"]}, headers=key).status_code == 200
+    assert api.get(stored, headers=key).status_code == 404
+    log = api.get("/api/repos/acme/log", params={"branch": body["branch"]}, headers=key).json()["revisions"]
+    assert log[0]["actor"] == "researcher"
+    # The key may not merge into main; an admin reviews the diff and merges.
+    merge = f"/api/repos/acme/branches/{body['branch']}/merge"
+    assert_error(api.post(merge, json={"into": "main"}, headers=key), 403, "forbidden")
+    assert api.post(merge, json={"into": "main"}, headers=world).status_code == 200
+    assert api.get(stored, headers=key).status_code == 200
+
+
+def test_without_branch_create_nothing_is_made(api, world):
+    reader = bearer(make_key(api, world, "reader", [
+        {"repo": "acme", "branches": ["main", "research/*"], "actions": ["read", "write"]}])["key"])
+    before = branch_names(api, world)
+    assert_error(api.post(RESEARCH, json=RESEARCH_QUESTION, headers=reader), 403, "forbidden")
+    assert branch_names(api, world) == before
+
+
+def test_without_write_on_the_session_branch_nothing_is_made(api, world):
+    key = bearer(make_key(api, world, "no-write", [
+        {"repo": "acme", "branches": ["main"], "actions": ["read"]},
+        {"repo": "acme", "branches": ["research/*"], "actions": ["read", "branch:create"]},
+    ])["key"])
+    before = branch_names(api, world)
+    assert_error(api.post(RESEARCH, json=RESEARCH_QUESTION, headers=key), 403, "forbidden")
+    assert branch_names(api, world) == before
+
+
+def test_a_source_branch_the_key_cannot_see_is_404(api, world):
+    key = bearer(make_key(api, world, "elsewhere", [
+        {"repo": "acme", "branches": ["research/*"], "actions": ["read", "write", "branch:create"]}])["key"])
+    assert_error(api.post(RESEARCH, json={**RESEARCH_QUESTION, "branch": "feature/y"}, headers=key), 404)
