@@ -695,7 +695,7 @@ def research_assistant(services: Resources, caller: Actor, repo: str, branch: st
         ``grounded`` is true exactly when the answer cites a passage; with nothing found the
         answer is "The documents do not cover this." ``stopped`` says how the loop ended:
         ``answered``, ``max_steps``, ``loop`` (a call repeated twice), ``early_stop`` (the model
-        answered before retrieving anything: the answer is then kg's own ``ask``),
+        answered before any tool call ran: the answer is then kg's own ``ask``),
         ``model_error``, or ``plan``.
 
     Raises

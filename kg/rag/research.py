@@ -270,7 +270,8 @@ class _Session:
         self.out = LoopResult()
         self.seen: dict[tuple[str, str], int] = {}
         self.repeats = 0
-        self.retrieved = False  # a retrieval step succeeded
+        self.ran = False  # a tool call ran (whatever it found)
+        self.retrieved = False  # a tool call found something
         self.last_ask_answer: str | None = None  # the last ask answer, whole, in session markers
 
     def note(self, by: str, *, result: str | None = None, error: str | None = None) -> None:
@@ -281,8 +282,11 @@ class _Session:
             entry["error"] = error
         self.out.trace.append(entry)
 
-    def call(self, by: str, tool: str, arguments: Any) -> str:
-        """Run one tool call (or refuse it); record the step; return what the model reads."""
+    def call(self, by: str, tool: str, arguments: Any, *, again: bool = False) -> str:
+        """Run one tool call (or refuse it); record the step; return what the model reads.
+
+        ``again``: run it even if it repeats an earlier call (kg's own fallback).
+        """
         self.out.steps += 1
         step: dict[str, Any] = {"step": len(self.out.trace) + 1, "by": by, "tool": tool,
                                 "arguments": _json_safe(arguments), "result": None}
@@ -296,7 +300,7 @@ class _Session:
             step["error"] = f"malformed arguments: {exc.message}"
             return f"error: {step['error']}. Parameters: {json.dumps(TOOLS[tool]['parameters']['properties'])}"
         key = (tool, json.dumps(checked, sort_keys=True))
-        if key in self.seen:
+        if key in self.seen and not again:
             self.repeats += 1
             step["error"] = f"repeated call: the same as step {self.seen[key]}; not run again"
             return f"error: {step['error']}. Its result is above: answer, or call something else."
@@ -309,7 +313,8 @@ class _Session:
         text, summary, passages = self._read(tool, output)
         step["result"] = _cut(summary, SUMMARY_CHARS)
         step["passages"] = passages
-        if passages or tool == "graph-context" and output.get("nodes"):
+        self.ran = True
+        if passages or (tool == "graph-context" and output.get("nodes")):
             self.retrieved = True
         return _cut(text, self.result_chars)
 
@@ -345,7 +350,7 @@ class _Session:
 
     def fallback_ask(self, question: str) -> None:
         """kg runs ``ask`` itself; its whole answer (in session markers) is the answer."""
-        self.call("kg", "ask", {"question": question})
+        self.call("kg", "ask", {"question": question}, again=True)
         self.out.answer = self.last_ask_answer if "error" not in self.out.trace[-1] else None
 
 
@@ -440,10 +445,9 @@ def run_tool_loop(llm: ToolLLM, question: str, run_tool: ToolRunner, *, max_step
             break
         if not reply.tool_calls:
             text = reply.content.strip()
-            if not session.retrieved:
+            if not session.ran:
                 session.note("model", result=_cut(text, SUMMARY_CHARS) or None,
-                             error="early stop: the model answered before any retrieval found anything; "
-                                   "kg ran ask itself")
+                             error="early stop: the model answered before any tool call ran; kg ran ask itself")
                 out.stopped = "early_stop"
                 session.fallback_ask(question)
                 return out

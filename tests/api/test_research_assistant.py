@@ -213,6 +213,16 @@ def test_an_early_stop_on_an_uncovered_question_is_an_honest_not_covered(client,
     assert_stored_on_its_branch_only(client, body)
 
 
+def test_a_model_that_found_nothing_and_answers_anyway_gets_not_covered(client, model):
+    uncovered = "Who won the 1954 chess olympiad?"
+    model.script(tool_call("ask", {"question": uncovered}), {"content": "The Soviet Union won it."})
+    body = ok(research(client, {"question": uncovered}))
+    assert body["stopped"] == "answered" and body["steps"] == 1
+    assert body["trace"][0]["result"].startswith("grounded false, 0 citation(s)")
+    assert body["trace"][-1]["result"] == "The Soviet Union won it."  # kept in the trace, not passed off
+    assert body["answer"] == "The documents do not cover this." and body["grounded"] is False
+
+
 def test_an_answer_citing_nothing_is_not_grounded(client, model):
     model.script(tool_call("search-documents", {"query": "standing rigging"}),
                  {"content": "Probably every few years [7]."})
