@@ -746,9 +746,42 @@ class ExtractEntitiesOutput(Schema):
     reason: str = absent("Why nothing was extracted.")
 
 
-class FunctionOutput(RootModel[SearchDocumentsOutput | AskOutput | GraphContextOutput | ExtractEntitiesOutput]):
-    """The output of the function invoked: ``search-documents``, ``ask``, ``graph-context`` or
-    ``extract-entities`` (each model refuses the others' keys, so exactly one matches)."""
+class ResearchStep(Schema):
+    """One step of the research assistant's trace: a tool call (made or refused) or, with
+    ``tool`` null, the model's answer or failure."""
+
+    step: int
+    by: Literal["model", "plan", "kg"] = Field(description="Who made it: the model, the fixed plan, or kg "
+                                                           "itself (its own ask after an early stop).")
+    tool: str | None
+    arguments: Any = Field(description="The arguments as the model sent them.")
+    result: str | None = Field(description="A summary of the result.")
+    passages: int = absent("Passages the call gave.")
+    error: str = absent("Why the call was not run or failed (unknown tool, malformed arguments, "
+                        "repeated call, early stop, a kg error).")
+
+
+class ResearchAssistantOutput(Schema):
+    """``research-assistant``: the answer, its citations, the trace, and the session branch."""
+
+    answer: str
+    grounded: bool
+    citations: list[Citation]
+    trace: list[ResearchStep]
+    mode: Literal["llm", "fixed-plan"]
+    stopped: Literal["answered", "max_steps", "loop", "early_stop", "model_error", "plan"]
+    steps: int
+    max_steps: int
+    branch: str = Field(description="The session branch holding the answer: review it with its diff, merge it.")
+    from_: str = Field(alias="from", description="The branch it was opened from.")
+    stored: StoredAnswer
+
+
+class FunctionOutput(RootModel[SearchDocumentsOutput | AskOutput | GraphContextOutput | ExtractEntitiesOutput
+                               | ResearchAssistantOutput]):
+    """The output of the function invoked: ``search-documents``, ``ask``, ``graph-context``,
+    ``extract-entities`` or ``research-assistant`` (each model refuses the others' keys, so
+    exactly one matches)."""
 
     model_config = ConfigDict(strict=True)
 

@@ -1,4 +1,4 @@
-"""The ``kg`` command line: serve, db upgrade, ingest, search, branch, keys, mcp."""
+"""The ``kg`` command line: serve, db upgrade, ingest, import, search, branch, keys, mcp."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from kg.context import OPERATOR, run
 from kg.errors import KGError
 from kg.ops import branches as branch_ops
 from kg.ops import keys as key_ops
+from kg.ops import memory as memory_ops
 from kg.ops import repos as repo_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import ingest_path
@@ -39,6 +40,8 @@ app.add_typer(db_app, name="db")
 keys_app = typer.Typer(help="API keys (on the local database).", no_args_is_help=True)
 app.add_typer(branch_app, name="branch")
 app.add_typer(keys_app, name="keys")
+import_app = typer.Typer(help="Import other tools' data into a branch.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
 err = Console(stderr=True)
 
 
@@ -184,6 +187,31 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
     except KGError as exc:
         _fail(exc)
     typer.echo(json.dumps(report.as_dict()))
+
+
+@import_app.command("memory-jsonl")
+def import_memory_jsonl(
+        file: Annotated[Path, typer.Argument(help="The memory server's JSONL file (memory.jsonl).")],
+        repo: Annotated[str, typer.Option(help="Repository (created if missing).")],
+        branch: Annotated[str, typer.Option(help="Branch to write on (must exist).")] = "main",
+        workspace: Annotated[str, typer.Option(help="Workspace of the entity nodes (created if missing).")]
+        = memory_ops.DEFAULT_WORKSPACE) -> None:
+    """Import the knowledge graph of the MCP memory server (@modelcontextprotocol/server-memory):
+    entities become nodes at /entities/<slug> with their observations indexed, relations typed
+    relations; all in one revision, none when nothing changed. A malformed line is refused with
+    its number and nothing is written."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        typer.echo(f"error: cannot read {file}: {_one_line(str(exc))}", err=True)
+        raise typer.Exit(1) from exc
+    try:
+        services = _services()
+        report = run(services, OPERATOR, memory_ops.import_memory_jsonl, repo, branch, text, workspace=workspace)
+        report["index_failures"] = repo_ops.settle_index(services, OPERATOR, repo).failed
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(report))
 
 
 @app.command()

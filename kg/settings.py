@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     llm_model : str
         The LLM of ``ask`` and ``extract-entities``: ``none`` (extractive, no model) or
         ``ollama:<model>``.
+    research_max_steps : int
+        Most tool calls one ``research-assistant`` run makes (its input ``max_steps`` may only
+        lower it); the model then answers from what it found.
+    research_result_chars : int
+        A tool result is cut to this many characters before the model reads it.
     graph_max_edges : int
         Edges the in-memory relation graphs may hold in all (about 360 bytes each); a branch
         larger than that is answered from SQL.
@@ -88,7 +93,7 @@ class Settings(BaseSettings):
         0: every request reads its key). A revocation holds at once in the process that made
         it and within this bound in every other.
     rate_expensive_per_min : float
-        Expensive calls (the ``ask`` and ``extract-entities`` functions, a workspace re-embed,
+        Expensive calls (the ``ask``, ``extract-entities`` and ``research-assistant`` functions, a workspace re-embed,
         the RAG node) a caller may make per minute, on average: a token bucket per API key
         (one shared by every anonymous caller), refilled at this rate; 0 turns the limit off.
         Beyond it the call is refused with 429 and ``Retry-After``. Per process.
@@ -110,6 +115,8 @@ class Settings(BaseSettings):
     index_poll_s: float = Field(default=1.0, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
+    research_max_steps: int = Field(default=6, ge=1, le=50)
+    research_result_chars: int = Field(default=4_000, ge=200, le=100_000)
     rag_repo: str = "rag"
     graph_max_edges: int = Field(default=2_000_000, gt=0)
     host: str = "127.0.0.1"

@@ -39,7 +39,7 @@ from typing import Any
 
 from kg.providers.base import Embedder
 
-__all__ = ["Fault", "FAULTS", "OllamaTestServer", "Recorded"]
+__all__ = ["Fault", "FAULTS", "OllamaTestServer", "Recorded", "tool_call"]
 
 #: The kinds of :class:`Fault`.
 FAULTS = (
@@ -92,7 +92,13 @@ class Recorded:
     body: Any
 
 
-ChatReply = str | Callable[[dict], str]
+ChatReply = str | dict | Callable[[dict], "str | dict"]
+
+
+def tool_call(name: str, arguments: Any = None, content: str = "") -> dict:
+    """A scripted reply calling one tool: ``{"content", "tool_calls": [{"function": {...}}]}``."""
+    return {"content": content,
+            "tool_calls": [{"function": {"name": name, "arguments": {} if arguments is None else arguments}}]}
 
 
 class OllamaTestServer:
@@ -225,7 +231,7 @@ class OllamaTestServer:
                 self._embedders[model] = entry
             return entry  # type: ignore[return-value]
 
-    def _next_reply(self, request: dict) -> str:
+    def _next_reply(self, request: dict) -> str | dict:
         with self._lock:
             reply = self._replies.popleft() if self._replies else self.default_chat_reply
         return reply(request) if callable(reply) else reply
@@ -373,15 +379,20 @@ class _Handler(BaseHTTPRequestHandler):
         if name not in self.owner.chat_models:
             return self._not_found(name)
         messages = body.get("messages") or []
+        reply: str | dict
         if not messages:  # Ollama loads the model and answers an empty message
-            content, reason = "", "load"
+            reply, reason = "", "load"
         else:
-            content, reason = self.owner._next_reply(body), "stop"
+            reply, reason = self.owner._next_reply(body), "stop"
+        message: dict[str, Any] = ({"role": "assistant", "content": reply} if isinstance(reply, str)
+                                   else {"role": "assistant", "content": reply.get("content", ""),
+                                         **({"tool_calls": reply["tool_calls"]} if "tool_calls" in reply else {})})
         if fault is not None and fault.kind == "empty_content":
-            content = ""
+            message["content"] = ""
+        content = message["content"]
         final: dict[str, Any] = {
             "model": name, "created_at": _now(),
-            "message": {"role": "assistant", "content": content},
+            "message": message,
             "done_reason": reason, "done": True, "total_duration": 5_191_566_416,
             "load_duration": 2_154_458, "prompt_eval_count": 26,
             "prompt_eval_duration": 383_809_000, "eval_count": 298,

@@ -28,8 +28,8 @@ class InvokeBody(Strict):
              responses={200: {"description": "The function's output"},
                         202: {"description": "Queued: follow the job at its `Location`", "model": JobAccepted}})
 def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDep, caller: CallerDep) -> Any:
-    """Invoke ``search-documents``, ``ask``, ``graph-context`` or ``extract-entities`` on a
-    branch: wait for its output, or (``wait_for_completion: false``)
+    """Invoke ``search-documents``, ``ask``, ``graph-context``, ``extract-entities`` or
+    ``research-assistant`` on a branch: wait for its output, or (``wait_for_completion: false``)
     answer 202 with a job id to read at ``GET /api/jobs/{job_id}``."""
     if not body.wait_for_completion:
         job_id = run(services, caller, function_jobs.submit, repo, name, body.input, branch=body.branch)

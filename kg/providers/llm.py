@@ -1,4 +1,5 @@
-"""The :class:`LLM` contract, :class:`NoLLM` (no model configured) and :class:`ScriptedLLM`.
+"""The :class:`LLM` contract, :class:`NoLLM` (no model configured) and :class:`ScriptedLLM`;
+:class:`ToolLLM`, a chat model that may call tools (:class:`ToolCall`, :class:`ToolReply`).
 
 The Ollama implementation is :class:`kg.providers.ollama.OllamaLLM`; build one from its name
 with :func:`kg.providers.registry.make_llm`. Replies that must be JSON are read with
@@ -10,11 +11,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from kg.errors import ProviderError
 
-__all__ = ["LLM", "NoLLM", "ScriptedLLM", "ScriptedReply"]
+__all__ = ["LLM", "NoLLM", "ScriptedLLM", "ScriptedReply", "ToolCall", "ToolLLM", "ToolReply"]
 
 
 @runtime_checkable
@@ -61,6 +63,91 @@ class LLM(Protocol):
         ------
         kg.errors.ProviderError
             No model, the model failed, timed out or answered nothing.
+        kg.errors.BackendUnavailable
+            The model's server cannot be reached.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a model's reply.
+
+    Attributes
+    ----------
+    name : str
+        The tool's name, as the model wrote it (it may name no tool).
+    arguments : object
+        The arguments as the server gave them: a dict when the model wrote a JSON object; a
+        string or anything else is the model's mistake, for the caller to refuse.
+    """
+
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class ToolReply:
+    """A reply of :meth:`ToolLLM.chat_tools`: text, tool calls, or both.
+
+    Attributes
+    ----------
+    content : str
+        The reply text (may be empty, when the model only calls tools, or stopped).
+    tool_calls : tuple of ToolCall
+        The calls it asks for, in order (empty: it answered or stopped).
+    """
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@runtime_checkable
+class ToolLLM(Protocol):
+    """A chat model that may answer with tool calls (Ollama's ``tools``).
+
+    Attributes
+    ----------
+    name : str
+        Full model name, ``<provider>:<model>``.
+    """
+
+    name: str
+
+    def chat_tools(
+        self,
+        messages: list[dict],
+        tools: list[dict],
+        *,
+        temperature: float = 0.0,
+        timeout_s: float = 60,
+    ) -> ToolReply:
+        """Send ``messages`` with the ``tools`` the model may call; return its reply.
+
+        Parameters
+        ----------
+        messages : list of dict
+            ``{"role": "system" | "user" | "assistant" | "tool", "content": str}``, oldest
+            first; an assistant message may carry ``tool_calls`` (``[{"function": {"name",
+            "arguments"}}]``), a tool message ``tool_name``.
+        tools : list of dict
+            ``{"type": "function", "function": {"name", "description", "parameters"}}``, the
+            parameters a JSON Schema; empty: the model may only answer.
+        temperature : float
+            Sampling temperature.
+        timeout_s : float
+            Seconds to wait for the whole reply.
+
+        Returns
+        -------
+        ToolReply
+
+        Raises
+        ------
+        kg.errors.ProviderError
+            The model failed or timed out; ``details["reason"] == "malformed_tool_call"`` when
+            a tool call of its reply was not of the documented shape (arguments that are not a
+            JSON object).
         kg.errors.BackendUnavailable
             The model's server cannot be reached.
         """

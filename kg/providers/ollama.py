@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.providers.base import check_embedding_dim
+from kg.providers.llm import ToolCall, ToolReply
 from kg.providers.local import LocalEmbedder
 
 __all__ = [
@@ -520,6 +521,75 @@ class OllamaLLM(_OllamaBase):
                 details={"model": self.name, "host": self.host, "reason": "empty_reply"},
             )
         return content
+
+
+    def chat_tools(
+        self,
+        messages: list[dict],
+        tools: list[dict],
+        *,
+        temperature: float = 0.0,
+        timeout_s: float = 60,
+    ) -> ToolReply:
+        """Send ``messages`` with ``tools`` (Ollama's ``tools``); return the text and tool calls.
+
+        Parameters
+        ----------
+        messages : list of dict
+            ``{"role", "content"}``, oldest first, not empty; an assistant message may carry
+            ``tool_calls``, a tool message ``tool_name`` (passed on as they are).
+        tools : list of dict
+            Ollama tool definitions ``{"type": "function", "function": {"name",
+            "description", "parameters"}}``; empty: none.
+        temperature : float
+            Sent in ``options``.
+        timeout_s : float
+            Seconds to wait for the reply, > 0.
+
+        Returns
+        -------
+        kg.providers.llm.ToolReply
+            ``message.content`` (``""`` when absent) and ``message.tool_calls``.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            ``messages`` is not a list of ``{"role", "content"}`` strings.
+        kg.errors.BackendUnavailable
+            The server cannot be reached.
+        kg.errors.ProviderError
+            As :meth:`chat` (an empty reply is not an error here: the caller decides);
+            ``details["reason"] == "malformed_tool_call"`` when a tool call's arguments are
+            not a JSON object.
+        """
+        _check_messages(messages)
+        if not _is_number(temperature) or temperature < 0:
+            raise InvalidInput(f"temperature must be a number >= 0, got {temperature!r}")
+        client = self._client(timeout_s)
+        options = {**self.options, "temperature": float(temperature)}
+        keys = ("role", "content", "tool_calls", "tool_name")
+        payload = [{k: m[k] for k in keys if k in m} for m in messages]
+        try:
+            response = self._call(
+                "a chat request with tools",
+                timeout_s,
+                lambda: client.chat(model=self.model, messages=payload, tools=tools or None,
+                                    options=options, stream=False, keep_alive=self.keep_alive),
+            )
+        except ProviderError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, pydantic.ValidationError) and any(
+                    "tool_calls" in error.get("loc", ()) for error in cause.errors()):
+                raise ProviderError(
+                    f"{self.name} at {self.host} answered a tool call whose arguments are not a "
+                    "JSON object", details={"model": self.name, "host": self.host,
+                                            "reason": "malformed_tool_call"}) from cause
+            raise
+        message = getattr(response, "message", None)
+        content = getattr(message, "content", None)
+        calls = tuple(ToolCall(name=str(call.function.name), arguments=dict(call.function.arguments))
+                      for call in (getattr(message, "tool_calls", None) or ()))
+        return ToolReply(content=content if isinstance(content, str) else "", tool_calls=calls)
 
 
 _wordpiece_lock = threading.Lock()

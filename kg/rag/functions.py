@@ -1,6 +1,8 @@
 """The functions agents call (API.md, "Functions"; seed 001, "Ready-made: the built-in RAG
-functions"): ``search-documents``, ``ask``, ``graph-context`` and ``extract-entities``
-(:mod:`kg.rag.entities`). Each runs on one branch and sees exactly that branch.
+functions"): ``search-documents``, ``ask``, ``graph-context``, ``extract-entities``
+(:mod:`kg.rag.entities`) and ``research-assistant`` (the loop is :mod:`kg.rag.research`). Each
+runs on one branch and sees exactly that branch, except ``research-assistant``, which opens a
+session branch of its own from the request's branch and works there only.
 
 ``ask`` retrieves, grades the passages against the question, rewrites the query once in the
 documents' own vocabulary when they fall short (two retrievals at most), then answers from the
@@ -34,6 +36,7 @@ import hashlib
 import logging
 import math
 import re
+import uuid
 from collections import Counter
 from typing import Any, cast
 
@@ -45,10 +48,13 @@ from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
 from kg.index.tokenize import analyze, stem
 from kg.indexing.config import TEXT_FIELDS
+from kg.ops.branches import create_branch
 from kg.ops.nodes import GraphWrite, write_graph
 from kg.providers.jsonreply import parse_json_reply
+from kg.providers.llm import ToolLLM
 from kg.rag.entities import extract_entities, slugify
 from kg.rag.graph import spread_activation, traverse_from
+from kg.rag.research import run_fixed_plan, run_tool_loop
 from kg.rag.search import SearchRequest, search
 from kg.store.models import Chunk
 from kg.store.nodes import find_node, nodes_by_id
@@ -564,8 +570,12 @@ def _check_answer_slot(existing, workspace: str, path: str) -> None:
 
 
 def store_answer(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, question: str,
-                 result: dict[str, Any]) -> dict[str, Any]:
+                 result: dict[str, Any], *, actor: str | None = "ask", by: str = "ask") -> dict[str, Any]:
     """Write an answer as a ``kb:Answer`` node with ``cites`` relations, as one revision.
+
+    ``actor`` is the revision's actor (None: the caller's name); a key records its own name
+    whatever ``actor`` says (it may not state another); ``by`` names the function in the
+    revision's message (``"ask: store answer ws:/path"``).
 
     The node's properties are ``question``, ``answer``, ``grounded``, ``mode`` and
     ``citations`` (none of them is a text field, so a stored answer is never retrieved as a
@@ -609,20 +619,156 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
                 todo.relations.append({"from": address, "to": f"{ws}:{p}", "type": CITES, "properties": info})
         return todo
 
-    written = run(services, caller, write_graph, repo, branch, plan, message=f"ask: store answer {address}",
-                  actor="ask")
+    written = run(services, caller, write_graph, repo, branch, plan, message=f"{by}: store answer {address}",
+                  actor=actor if caller.unrestricted else None)
     assert written is not None  # plan always writes the answer node
     node = written["upserted"][-1]
     return {"workspace": workspace, "path": path, "node_id": node["id"], "revision": written["revision"]}
 
 
+# -- the research assistant ----------------------------------------------------------------
+
+RESEARCH_BRANCH_PREFIX = "research/"
+RESEARCH_TOOLS = {"search-documents": search_documents, "ask": ask, "graph-context": graph_context}
+
+
+def _answer_workspace(services: Resources, caller: Actor, repo: str, branch: str, given: str | None,
+                      citations: list[dict[str, Any]], workspaces: list[str] | None) -> str:
+    """Where the research answer is stored: the given workspace, else the first cited passage's,
+    else the first of ``workspaces``, else the branch's first readable workspace by name."""
+    if given is not None:
+        return given
+    if citations:
+        return str(citations[0]["workspace"])
+    if workspaces:
+        return workspaces[0]
+    with reading(services, caller, repo, branch) as (_, view):
+        readable = sorted(name for wid, name in view.workspaces.items()
+                          if view.readable is None or wid in view.readable)
+    if not readable:
+        raise NotFound(f"repository {repo!r} has no workspace to store the answer in",
+                       details={"repo": repo})
+    return readable[0]
+
+
+def _extractive_from(question: str, entries: list[dict[str, Any]], trace: list[dict[str, Any]]) -> str | None:
+    """When the model gave no answer: the best-supported sentences of the passages found (as
+    ``ask`` answers without a model), in session markers, noted in the trace; None when the
+    passages do not cover the question."""
+    passages = [e for e in entries if e["text"]]
+    if not passages or coverage(question, passages) < COVERAGE_SUFFICIENT:
+        return None
+    text, markers = extractive_answer(question, passages)
+    if not markers:
+        return None
+    trace.append({"step": len(trace) + 1, "by": "kg", "tool": None, "arguments": None,
+                  "result": "the model gave no answer: kg answered from the passages found, extractively"})
+    return _MARKER_RE.sub(lambda m: f"[{passages[int(m.group(1)) - 1]['marker']}]", text)
+
+
+def research_assistant(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+    """Research a question on a session branch of its own, with the model calling kg's tools.
+
+    Opens the branch ``research/<12 hex digits>`` from ``branch``, then runs
+    :func:`kg.rag.research.run_tool_loop` with the configured LLM over ``search-documents``,
+    ``ask`` and ``graph-context`` (each run as ``caller``, reading the session branch), or,
+    without a model that calls tools, :func:`kg.rag.research.run_fixed_plan` (search,
+    graph-context, extractive ask; ``"mode": "fixed-plan"``). The answer is stored on the
+    session branch only, as a ``kb:Answer`` node with ``cites`` relations (:func:`store_answer`);
+    a person reviews the branch (diff) and merges it, or drops it.
+
+    Parameters
+    ----------
+    raw : dict
+        ``{"question": str, "workspaces"?: [str], "max_steps"?: int, "workspace"?: str}``.
+        ``workspaces`` restricts every search of the session; ``max_steps`` (1 to
+        ``KG_RESEARCH_MAX_STEPS``, the default) bounds the model's tool calls; ``workspace``
+        is where the answer is stored (default: the first cited passage's workspace, else the
+        first of ``workspaces``, else the first workspace by name).
+
+    Returns
+    -------
+    dict
+        ``{"answer", "grounded", "citations": [{"marker", "workspace", "path", "node_id",
+        "chunk_index", "text_is_exact"}], "trace": [{"step", "by", "tool", "arguments",
+        "result", "passages"?, "error"?}], "mode": "llm" | "fixed-plan", "stopped", "steps",
+        "max_steps", "branch", "from", "stored": {"workspace", "path", "node_id", "revision"}}``.
+        ``grounded`` is true exactly when the answer cites a passage; with nothing found the
+        answer is "The documents do not cover this." ``stopped`` says how the loop ended:
+        ``answered``, ``max_steps``, ``loop`` (a call repeated twice), ``early_stop`` (the model
+        answered before any tool call ran: the answer is then kg's own ``ask``),
+        ``model_error``, or ``plan``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A bad input.
+    kg.errors.NotFound
+        Unknown repository, branch or workspace (or one the caller cannot see).
+    kg.errors.Forbidden
+        The caller may not read ``branch``, or may not create, read or write the session branch
+        (``branch:create``, ``read`` and ``write`` on ``research/...``); checked before the
+        branch is created.
+
+    Notes
+    -----
+    At most ``max_steps`` tool calls and ``max_steps + 2`` model calls (each tool result the
+    model reads is cut at ``KG_RESEARCH_RESULT_CHARS``). What the model does wrong (an unknown
+    tool, malformed arguments, a repeated call, an early stop, a failure) is a step of the trace,
+    never an error of the function.
+    """
+    question = _input(raw, "question")
+    workspaces = _workspaces(raw)
+    settings = services.settings
+    max_steps = _int_option(raw, "max_steps", settings.research_max_steps, 1, settings.research_max_steps)
+    given = raw.get("workspace")
+    if given is not None and (not isinstance(given, str) or not given):
+        raise InvalidInput("input.workspace must be a workspace name", details={"workspace": given})
+    session_branch = f"{RESEARCH_BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+    permit(services, caller, "read", repo, branch)
+    permit(services, caller, "branch:create", repo, session_branch)
+    permit(services, caller, "write", repo, session_branch, given)
+    permit(services, caller, "read", repo, session_branch)
+    if given is not None:
+        with reading(services, caller, repo, branch) as (_, view):
+            workspace_id(view, given)
+    created = run(services, caller, create_branch, repo, name=session_branch, from_branch=branch)
+
+    def run_tool(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        scoped = {**arguments, "workspaces": workspaces} if workspaces else arguments
+        return RESEARCH_TOOLS[tool](services, caller, repo, session_branch, scoped)
+
+    llm = services.llm
+    if isinstance(llm, ToolLLM) and getattr(llm, "name", "none") != "none":
+        mode = "llm"
+        loop = run_tool_loop(llm, question, run_tool, max_steps=max_steps,
+                             result_chars=settings.research_result_chars)
+    else:
+        mode = "fixed-plan"
+        loop = run_fixed_plan(question, run_tool, result_chars=settings.research_result_chars)
+    if loop.answer is None:
+        loop.answer = _extractive_from(question, loop.registry.entries, loop.trace)
+    answer, citations = loop.registry.citations(loop.answer or "")
+    if not citations:
+        # Nothing cited: an answer from the model's own weights is not passed off as research.
+        answer = NOT_COVERED if not loop.registry.entries or not answer else answer
+    result: dict[str, Any] = {"answer": answer, "grounded": bool(citations), "citations": citations,
+                              "trace": loop.trace, "mode": mode, "stopped": loop.stopped, "steps": loop.steps,
+                              "max_steps": max_steps, "branch": created["name"], "from": branch}
+    workspace = _answer_workspace(services, caller, repo, session_branch, given, citations, workspaces)
+    path = f"/answers/{slugify(question)[:60].rstrip('-') or 'answer'}-{session_branch.rsplit('/', 1)[1]}"
+    result["stored"] = store_answer(services, caller, repo, session_branch, workspace, path, question, result,
+                                    actor=None, by="research-assistant")
+    return result
+
+
 FUNCTIONS = {"search-documents": search_documents, "ask": ask, "graph-context": graph_context,
-             "extract-entities": extract_entities}
+             "extract-entities": extract_entities, "research-assistant": research_assistant}
 
 #: The functions charged to the caller's token bucket (:func:`kg.context.throttle`): the ones
 #: that may call a language model. ``search-documents`` and ``graph-context`` cost one search,
 #: as ``POST .../search`` does, and are not limited.
-EXPENSIVE_FUNCTIONS = frozenset({"ask", "extract-entities"})
+EXPENSIVE_FUNCTIONS = frozenset({"ask", "extract-entities", "research-assistant"})
 
 #: The input keys each function reads; any other key is refused (a typo must not be ignored).
 INPUT_KEYS: dict[str, frozenset[str]] = {
@@ -631,6 +777,7 @@ INPUT_KEYS: dict[str, frozenset[str]] = {
     "graph-context": frozenset({"query", "seeds", "hops", "max_nodes", "fan_out", "types", "direction",
                                 "workspaces", "k"}),
     "extract-entities": frozenset({"path", "workspace", "force", "max_chars"}),
+    "research-assistant": frozenset({"question", "workspaces", "max_steps", "workspace"}),
 }
 
 
@@ -649,7 +796,7 @@ def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *
         Who invokes it; its reads and writes are made as this caller.
     repo, name : str
         The repository, and the function (``search-documents``, ``ask``, ``graph-context``,
-        ``extract-entities``).
+        ``extract-entities``, ``research-assistant``).
     raw : dict
         The function's input.
     branch : str

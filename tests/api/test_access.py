@@ -316,3 +316,74 @@ def test_a_key_is_read_once_per_cache_period_and_a_wrong_secret_is_still_refused
     assert reads == [created["id"]] * 2  # a secret that is not the cached one is checked against the store
     assert api.get(f"{NODE}/docs", headers=bearer(created["key"])).status_code == 200
     assert len(reads) == 2
+
+
+# -- the research assistant: its session branch is decided by kg.access -------------------------
+
+
+RESEARCH = "/api/functions/acme/research-assistant/invoke"
+RESEARCH_QUESTION = {"input": {"question": "What does the main doc say?"}}
+
+
+def branch_names(api, headers) -> list[str]:
+    return [b["name"] for b in api.get("/api/repos/acme/branches", headers=headers).json()["branches"]]
+
+
+def test_a_key_with_research_grants_gets_its_answer_on_its_branch_only(api, world):
+    key = bearer(make_key(api, world, "researcher", [
+        {"repo": "acme", "branches": ["main"], "actions": ["read"]},
+        {"repo": "acme", "branches": ["research/*"], "actions": ["read", "write", "branch:create"]},
+    ])["key"])
+    r = api.post(RESEARCH, json=RESEARCH_QUESTION, headers=key)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["branch"].startswith("research/") and body["mode"] == "fixed-plan"
+    stored = f"/api/repos/acme/workspaces/{body['stored']['workspace']}/nodes{body['stored']['path']}"
+    assert api.get(stored, params={"branch": body["branch"]}, headers=key).status_code == 200
+    assert api.get(stored, headers=key).status_code == 404
+    log = api.get("/api/repos/acme/log", params={"branch": body["branch"]}, headers=key).json()["revisions"]
+    assert log[0]["actor"] == "researcher"
+    # The key may not merge into main; an admin reviews the diff and merges.
+    merge = f"/api/repos/acme/branches/{body['branch']}/merge"
+    assert_error(api.post(merge, json={"into": "main"}, headers=key), 403, "forbidden")
+    assert api.post(merge, json={"into": "main"}, headers=world).status_code == 200
+    assert api.get(stored, headers=key).status_code == 200
+
+
+def test_without_branch_create_nothing_is_made(api, world):
+    reader = bearer(make_key(api, world, "reader", [
+        {"repo": "acme", "branches": ["main", "research/*"], "actions": ["read", "write"]}])["key"])
+    before = branch_names(api, world)
+    assert_error(api.post(RESEARCH, json=RESEARCH_QUESTION, headers=reader), 403, "forbidden")
+    assert branch_names(api, world) == before
+
+
+def test_without_write_on_the_session_branch_nothing_is_made(api, world):
+    key = bearer(make_key(api, world, "no-write", [
+        {"repo": "acme", "branches": ["main"], "actions": ["read"]},
+        {"repo": "acme", "branches": ["research/*"], "actions": ["read", "branch:create"]},
+    ])["key"])
+    before = branch_names(api, world)
+    assert_error(api.post(RESEARCH, json=RESEARCH_QUESTION, headers=key), 403, "forbidden")
+    assert branch_names(api, world) == before
+
+
+def test_a_source_branch_the_key_cannot_see_is_404(api, world):
+    key = bearer(make_key(api, world, "elsewhere", [
+        {"repo": "acme", "branches": ["research/*"], "actions": ["read", "write", "branch:create"]}])["key"])
+    assert_error(api.post(RESEARCH, json={**RESEARCH_QUESTION, "branch": "feature/y"}, headers=key), 404)
+
+
+def test_a_key_stores_an_ask_answer_on_its_branch_as_itself(api, world):
+    """``ask`` with ``store_answer`` recorded the actor ``ask``, which a non-admin key may not
+    state: every agent key got a 403 for it."""
+    agent = bearer(make_key(api, world, "agent-ask", AGENT_GRANTS)["key"])
+    assert api.post("/api/repos/acme/branches", json={"name": "agent/ask"}, headers=agent).status_code == 201
+    r = api.post("/api/functions/acme/ask/invoke", headers=agent, json={
+        "branch": "agent/ask",
+        "input": {"question": "What does the main doc say?",
+                  "store_answer": {"workspace": "knowledge", "path": "/answers/main-doc"}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["stored"]["path"] == "/answers/main-doc"
+    log = api.get("/api/repos/acme/log", params={"branch": "agent/ask"}, headers=agent).json()["revisions"]
+    assert log[0]["actor"] == "agent-ask" and log[0]["message"].startswith("ask: store answer")

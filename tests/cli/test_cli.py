@@ -17,12 +17,8 @@ PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("KG_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("KG_EMBEDDING_MODEL", "fake:hash-64")
-    monkeypatch.setenv("KG_ALLOW_FAKE_EMBEDDER", "true")
-    monkeypatch.delenv("KG_DATABASE_URL", raising=False)
-    folder = tmp_path / "docs"
+def env(cli_env):
+    folder = cli_env / "docs"
     folder.mkdir()
     names = (("pep-0440.rst", "pep-0508.rst", "pep-0386.rst") if (PEPS / "pep-0386.rst").exists()
              else ("pep-0440.rst", "pep-0508.rst"))
@@ -268,7 +264,10 @@ def test_serve_sets_the_keep_alive_timeout(env, monkeypatch):
         port = free.getsockname()[1]
     assert runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)]).exit_code == 0
     assert calls[0]["timeout_keep_alive"] == 3
-    assert calls[0]["http"] == "h11" and calls[0]["h11_max_incomplete_event_size"] == 64 * 1024
+    from kg.serve_protocol import HeadDeadlineH11Protocol
+
+    # h11, with the request-head deadline (tests/e2e/test_header_timeout.py runs it for real)
+    assert calls[0]["http"] is HeadDeadlineH11Protocol and calls[0]["h11_max_incomplete_event_size"] == 64 * 1024
 
 
 def test_serve_refuses_a_non_loopback_host_without_auth(env, monkeypatch):

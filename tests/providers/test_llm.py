@@ -8,10 +8,10 @@ import pytest
 
 from kg.errors import BackendUnavailable, InvalidInput, ProviderError
 from kg.providers.jsonreply import parse_json_reply
-from kg.providers.llm import LLM, NoLLM, ScriptedLLM
+from kg.providers.llm import LLM, NoLLM, ScriptedLLM, ToolCall, ToolLLM, ToolReply
 from kg.providers.ollama import OllamaLLM
 from kg.providers.registry import make_llm
-from tests.ollama_server import OllamaTestServer
+from tests.ollama_server import OllamaTestServer, tool_call
 
 USER = [{"role": "user", "content": "Name the entities in: Ada Lovelace met Babbage."}]
 SCHEMA = {
@@ -187,3 +187,38 @@ def test_make_llm_ollama(ollama, name: str, full: str) -> None:
 def test_make_llm_refuses_providers_without_chat_models(name: str) -> None:
     with pytest.raises(InvalidInput):
         make_llm(name)
+
+
+# --- OllamaLLM.chat_tools -----------------------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "search-documents", "description": "Search.",
+                                           "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                                                          "required": ["query"]}}}]
+
+
+def test_chat_tools_sends_the_tools_and_reads_the_tool_calls(ollama) -> None:
+    ollama.script_chat(tool_call("search-documents", {"query": "rigging"}), "Ten years [1].")
+    model = llm(ollama)
+    assert isinstance(model, ToolLLM)
+    reply = model.chat_tools(USER, TOOLS)
+    assert reply == ToolReply(content="", tool_calls=(ToolCall("search-documents", {"query": "rigging"}),))
+    history = USER + [{"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "search-documents", "arguments": {"query": "rigging"}}}]},
+        {"role": "tool", "tool_name": "search-documents", "content": "[1] ten years"}]
+    assert model.chat_tools(history, TOOLS) == ToolReply(content="Ten years [1].")
+    first, second = ollama.recorded("/api/chat")
+    assert first.body["tools"] == TOOLS and first.body["stream"] is False
+    assert second.body["messages"][-1] == {"role": "tool", "content": "[1] ten years", "tool_name": "search-documents"}
+    assert second.body["messages"][-2]["tool_calls"] == [
+        {"function": {"name": "search-documents", "arguments": {"query": "rigging"}}}]
+
+
+def test_chat_tools_arguments_that_are_no_object_are_a_malformed_tool_call(ollama) -> None:
+    ollama.script_chat(tool_call("search-documents", "{not json"))
+    with pytest.raises(ProviderError, match="arguments are not a JSON object") as raised:
+        llm(ollama).chat_tools(USER, TOOLS)
+    assert raised.value.details["reason"] == "malformed_tool_call"
+
+
+def test_no_llm_and_the_scripted_llm_call_no_tools() -> None:
+    assert not isinstance(NoLLM(), ToolLLM) and not isinstance(ScriptedLLM(), ToolLLM)

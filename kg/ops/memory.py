@@ -1,0 +1,285 @@
+"""Import of the reference MCP memory server's knowledge graph (``@modelcontextprotocol/server-memory``).
+
+That server keeps its graph in a JSON Lines file (``memory.jsonl``): one object a line, an
+entity ``{"type": "entity", "name", "entityType", "observations": [str, ...]}`` or a relation
+``{"type": "relation", "from", "to", "relationType"}`` whose ends are entity names. Blank lines
+are skipped, as the server's loader does; other keys of a record are ignored, as its schemas do.
+
+Where the server's loader skips a bad line, :func:`import_memory_jsonl` refuses the whole file:
+the first malformed record is named by its line number and nothing is written. What it writes,
+as one revision:
+
+- each entity as a ``kg:Entity`` node at ``/entities/{slug}`` of the workspace
+  (:func:`kg.text.slugs.slugify`: case, accents and punctuation folded, so a ``/`` in a name
+  becomes ``-`` like any punctuation and never makes a nested path; ``AC/DC`` ->
+  ``/entities/ac-dc``). The name is kept verbatim in ``name``. When another name already holds
+  that slug (on the branch, or earlier in the file) the entity's path is the slug plus ``-``
+  and the first 8 hex digits of the name's SHA-256, so every name keeps one path for good;
+- its ``entityType`` as ``entity_type``, its observations as the list ``observations`` and, one a
+  line, as ``content`` (chunked, embedded and indexed for search) with the name as ``title``;
+  the node's other properties (an extracted entity's ``aliases``) are kept;
+- each relation as a typed relation between the two entity nodes. A ``relationType`` that is not
+  a kg relation type (``works at``) is written with each run of other characters as ``_``
+  (``works_at``), the original kept in the relation's ``memory_relation_type`` property.
+
+A relation whose ``from`` or ``to`` names no entity of the file is malformed (the reference
+server refuses to create one: "Entity with name X not found"). Importing the same file again
+writes nothing and makes no revision; entities and relations no longer in the file are left as
+they are (an import never deletes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from kg.context import UnitOfWork
+from kg.errors import Conflict, InvalidInput
+from kg.ops.ingest import ensure_repo_workspace
+from kg.ops.nodes import GraphWrite, write_graph
+from kg.store.nodes import find_node
+from kg.store.relations import find_relation
+from kg.store.repos import BranchView
+from kg.text.slugs import slugify
+
+__all__ = ["MemoryGraph", "import_memory_jsonl", "parse_memory_jsonl"]
+
+ENTITY_ROOT = "/entities"
+ENTITY_NODE_TYPE = "kg:Entity"
+DEFAULT_WORKSPACE = "memory"
+_TYPE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:\-.]{0,254}$")
+_NOT_TYPE_CHARS = re.compile(r"[^A-Za-z0-9_:\-.]+")
+
+
+@dataclass
+class MemoryGraph:
+    """The records of a memory file, checked.
+
+    Attributes
+    ----------
+    entities : list of dict
+        ``{"line", "name", "entity_type", "observations"}`` in file order, names unique.
+    relations : list of dict
+        ``{"line", "from", "to", "type", "memory_type"}``: entity names, the kg relation type
+        and the file's ``relationType``; duplicates (same from, to, type) dropped.
+    """
+
+    entities: list[dict[str, Any]] = field(default_factory=list)
+    relations: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _bad(line: int, why: str) -> InvalidInput:
+    return InvalidInput(f"line {line}: {why}", details={"line": line})
+
+
+def _string(record: dict[str, Any], key: str, line: int, *, blank_ok: bool = False) -> str:
+    value = record.get(key)
+    if not isinstance(value, str):
+        raise _bad(line, f"{record.get('type')} field {key!r} must be a string")
+    if not blank_ok and not value.strip():
+        raise _bad(line, f"{record.get('type')} field {key!r} is empty")
+    return value
+
+
+def relation_type(memory_type: str) -> str:
+    """The kg relation type of a memory ``relationType``.
+
+    Parameters
+    ----------
+    memory_type : str
+        The file's ``relationType``, not blank.
+
+    Returns
+    -------
+    str
+        ``memory_type`` when it is a kg relation type; else each run of characters a type may
+        not hold replaced by ``_`` (``"works at"`` -> ``"works_at"``), with a leading ``_`` when
+        it would start with a digit or ``-``, cut at 255 characters.
+    """
+    if _TYPE_RE.match(memory_type):
+        return memory_type
+    text = _NOT_TYPE_CHARS.sub("_", memory_type.strip())
+    if not text or not (text[0].isalpha() or text[0] == "_"):
+        text = "_" + text
+    return text[:255]
+
+
+def parse_memory_jsonl(text: str) -> MemoryGraph:
+    """Read and check a memory file; the first malformed record is refused with its line.
+
+    Parameters
+    ----------
+    text : str
+        The file's content (UTF-8 decoded).
+
+    Returns
+    -------
+    MemoryGraph
+        The entities and relations, in file order.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``"line N: ..."`` (``details["line"]``): a line that is not a JSON object, a record
+        whose ``type`` is neither ``entity`` nor ``relation``, a field missing or of the wrong
+        type, an entity name without a letter or digit, an entity named twice, or a relation
+        whose ``from`` or ``to`` names no entity of the file.
+
+    Notes
+    -----
+    O(number of records).
+    """
+    graph = MemoryGraph()
+    seen: dict[str, int] = {}
+    pending: list[dict[str, Any]] = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise _bad(number, f"not JSON ({exc.msg} at column {exc.colno})") from exc
+        except RecursionError as exc:
+            raise _bad(number, "not JSON kg can read (nested too deeply)") from exc
+        if not isinstance(record, dict):
+            raise _bad(number, "a record must be a JSON object")
+        kind = record.get("type")
+        if kind == "entity":
+            name = _string(record, "name", number)
+            entity_type = _string(record, "entityType", number, blank_ok=True)
+            observations = record.get("observations")
+            if not isinstance(observations, list) or not all(isinstance(o, str) for o in observations):
+                raise _bad(number, "entity field 'observations' must be a list of strings")
+            if not slugify(name):
+                raise _bad(number, f"entity name {name!r} has no letter or digit to make a path of")
+            if name in seen:
+                raise _bad(number, f"entity {name!r} is named twice (first on line {seen[name]})")
+            seen[name] = number
+            graph.entities.append({"line": number, "name": name, "entity_type": entity_type,
+                                   "observations": list(observations)})
+        elif kind == "relation":
+            memory_type = _string(record, "relationType", number)
+            pending.append({"line": number, "from": _string(record, "from", number),
+                            "to": _string(record, "to", number), "type": relation_type(memory_type),
+                            "memory_type": memory_type})
+        else:
+            raise _bad(number, f"unknown record type {kind!r} (expected 'entity' or 'relation')")
+    keys = set()
+    for rel in pending:
+        for end in ("from", "to"):
+            if rel[end] not in seen:
+                raise _bad(rel["line"], f"relation {end} {rel[end]!r} names no entity of the file")
+        key = (rel["from"], rel["to"], rel["type"])
+        if key not in keys:
+            keys.add(key)
+            graph.relations.append(rel)
+    return graph
+
+
+def _entity_paths(session: Session, view: BranchView, workspace: str, graph: MemoryGraph) -> dict[str, str]:
+    """The path of each entity name: its slug, or slug plus a name hash when another name holds it."""
+    paths: dict[str, str] = {}
+    claimed: dict[str, str] = {}  # path -> name, this file
+    for entity in graph.entities:
+        name = entity["name"]
+        path = f"{ENTITY_ROOT}/{slugify(name)}"
+        existing = find_node(session, view, workspace, path)
+        holder = claimed.get(path) or (existing.properties.get("name") if existing is not None else None)
+        if holder is not None and holder != name:
+            digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+            path = f"{path}-{digest}"
+        claimed[path] = name
+        paths[name] = path
+    return paths
+
+
+def import_memory_jsonl(uow: UnitOfWork, repo: str, branch: str, text: str, *,
+                        workspace: str = DEFAULT_WORKSPACE, create: bool = True) -> dict[str, Any]:
+    """Import a memory server's JSONL graph into a branch, as one revision (or none).
+
+    The file is checked whole (:func:`parse_memory_jsonl`) before anything is written; the nodes
+    and relations that differ from what the branch holds are then written with
+    :func:`kg.ops.nodes.write_graph`. See the module docstring for the mapping.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch : str
+        Where to write; the branch must exist.
+    text : str
+        The file's content.
+    workspace : str
+        The workspace of the entity nodes (default ``memory``).
+    create : bool
+        Create the repository and the workspace when missing.
+
+    Returns
+    -------
+    dict
+        ``{"revision", "entities", "relations", "nodes_written", "relations_written",
+        "unchanged"}``: the records read, what was written, and ``revision`` null (with
+        ``unchanged`` true) when the branch already held all of it.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A malformed record (``"line N: ..."``) or a bad name.
+    kg.errors.NotFound
+        Unknown branch (or repository or workspace without ``create``).
+    kg.errors.Conflict
+        A node that is not a ``kg:Entity`` is at an entity's path.
+    kg.errors.Forbidden
+        The caller may not write the workspace.
+
+    Notes
+    -----
+    O(entities + relations) node and edge reads, one write transaction.
+    """
+    graph = parse_memory_jsonl(text)
+    ensure_repo_workspace(uow, repo, workspace, create=create)
+    counts = {"nodes": 0, "relations": 0}
+
+    def plan(session: Session, view: BranchView) -> GraphWrite | None:
+        todo = GraphWrite()
+        paths = _entity_paths(session, view, workspace, graph)
+        ids: dict[str, str | None] = {}
+        for entity in graph.entities:
+            path = paths[entity["name"]]
+            existing = find_node(session, view, workspace, path)
+            if existing is not None and existing.node_type != ENTITY_NODE_TYPE:
+                raise Conflict(f"line {entity['line']}: {workspace}:{path} is a {existing.node_type}, "
+                               f"not a {ENTITY_NODE_TYPE}", details={"line": entity["line"], "path": path})
+            properties = dict(existing.properties) if existing is not None else {}
+            properties.update({"name": entity["name"], "entity_type": entity["entity_type"],
+                               "observations": entity["observations"], "title": entity["name"],
+                               "content": "\n".join(entity["observations"])})
+            if not entity["observations"]:
+                del properties["content"]
+            ids[entity["name"]] = existing.node_id if existing is not None else None
+            if existing is None or existing.properties != properties:
+                todo.upserts.append({"workspace": workspace, "path": path, "node_type": ENTITY_NODE_TYPE,
+                                     "properties": properties})
+        for rel in graph.relations:
+            props = {"memory_relation_type": rel["memory_type"]} if rel["memory_type"] != rel["type"] else {}
+            source, target = ids[rel["from"]], ids[rel["to"]]
+            if source is not None and target is not None:
+                edge = find_relation(session, view, source, target, rel["type"])
+                if edge is not None and not edge.deleted and (edge.properties or {}) == props:
+                    continue
+            todo.relations.append({"from": f"{workspace}:{paths[rel['from']]}",
+                                   "to": f"{workspace}:{paths[rel['to']]}", "type": rel["type"],
+                                   "properties": props})
+        counts["nodes"], counts["relations"] = len(todo.upserts), len(todo.relations)
+        return todo if todo.upserts or todo.relations else None
+
+    written = write_graph(uow, repo, branch, plan, message=f"import memory-jsonl into {workspace}")
+    return {"revision": written["revision"] if written is not None else None,
+            "entities": len(graph.entities), "relations": len(graph.relations),
+            "nodes_written": counts["nodes"], "relations_written": counts["relations"],
+            "unchanged": written is None}
