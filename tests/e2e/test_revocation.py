@@ -13,15 +13,14 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
-from tests.conftest import POSTGRES_URL, _pg_schema_url
+from tests.conftest import POSTGRES_URL
+from tests.conftest import database_url as fresh_database
 from tests.serve import start_server, stop_server
 
 PEPPER = "a-pepper-shared-by-both-servers"
@@ -32,19 +31,10 @@ pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="needs KG_TEST_POSTGRES
 
 
 @pytest.fixture(scope="module")
-def database_url() -> Iterator[str]:
+def database_url(tmp_path_factory) -> Iterator[str]:
     """A fresh PostgreSQL schema, dropped afterwards."""
-    assert POSTGRES_URL is not None
-    schema = f"kg_e2e_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield _pg_schema_url(schema)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+    with fresh_database("postgresql", tmp_path_factory.mktemp("db")) as url:
+        yield url
 
 
 def _env(database_url: str, data: Path) -> dict[str, str]:
