@@ -85,7 +85,12 @@ def _stemmer() -> Any:
     return snowballstemmer.stemmer("english")
 
 
-@functools.lru_cache(maxsize=200_000)
+#: Longest word that is stemmed; longer ones are kept as written. English words are far shorter,
+#: and the Snowball stemmer's suffix replacement is quadratic in a word's length: one 400,000
+#: letter "yyyy..." word took 16 s, and a 5 MB one would have held the indexer for most of an hour.
+MAX_STEM_CHARS = 64
+
+
 def stem(word: str) -> str:
     """The Snowball English stem of a lower-case word of ASCII letters; other words unchanged.
 
@@ -96,11 +101,19 @@ def stem(word: str) -> str:
     Returns
     -------
     str
+        Unchanged for a word of other characters or longer than :data:`MAX_STEM_CHARS`.
 
     References
     ----------
     M. F. Porter, "The English (Porter2) stemming algorithm", snowballstem.org.
     """
+    if len(word) > MAX_STEM_CHARS:
+        return word
+    return _stem(word)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _stem(word: str) -> str:
     if word.isascii() and word.isalpha():
         return str(_stemmer().stemWord(word))
     return word

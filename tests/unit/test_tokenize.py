@@ -128,3 +128,19 @@ def test_english_words_are_stemmed_like_lucenes_english_analyzer():
     assert analyze("python3 snake_case 440 naïve ελληνικά") == ["python3", "snake_case", "440", "naïve", "ελληνικά"]
     assert analyze("人工智能") == ["人工", "工智", "智能"]
     assert stem("caresses") == "caress" and stem("ponies") == "poni"
+
+
+def test_a_word_longer_than_the_stemming_bound_is_kept_as_written_and_never_stemmed(monkeypatch):
+    """One write of a 5 MB word ("yyyy...") held the indexer for most of an hour: the Snowball
+    stemmer is quadratic in a word's length. Words above MAX_STEM_CHARS are not stemmed."""
+    import kg.index.tokenize as tokenize
+
+    assert tokenize.stem("studies") == "studi"
+    word = "y" * (tokenize.MAX_STEM_CHARS + 1)
+
+    def refuse():
+        raise AssertionError("the stemmer was asked for a word")
+
+    monkeypatch.setattr(tokenize, "_stemmer", refuse)  # only the long words below reach stem()
+    assert tokenize.stem(word) == word
+    assert tokenize.analyze(f"{'ay' * 200_000} {word}", stem_words=True) == ["ay" * 200_000, word]
