@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 import kg
-from api import errors
+from api import errors, ui
 from api.deps import get_caller
 from api.guard import RequestGuard
 from api.mcp import mcp_app
@@ -69,4 +69,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[Depends(get_caller)])
     # MCP over streamable HTTP: /mcp/{repo}/{branch} (the branch may hold '/'), the same keys.
     app.mount("/mcp", mcp_asgi)
+    # The review console: HTML under /ui, over the same kg functions.
+    ui.install(app)
     return app

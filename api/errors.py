@@ -5,13 +5,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -124,52 +126,79 @@ def allowed_methods(request: Request) -> list[str]:
             if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
 
 
+def _answer(request: Request, response: JSONResponse) -> Response:
+    """``response``, or the page the app's ``error_page`` hook makes of it (the console's HTML
+    on ``/ui`` paths: same status, same code and message)."""
+    hook: Callable[..., Response | None] | None = getattr(request.app.state, "error_page", None)
+    if hook is None:
+        return response
+    error = json.loads(bytes(response.body))["error"]
+    page = hook(request, response.status_code, error["code"], error["message"], error["details"])
+    if page is None:
+        return response
+    for name in ("retry-after", "allow"):
+        if name in response.headers:
+            page.headers[name] = response.headers[name]
+    return page
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
     @app.exception_handler(errors.KGError)
-    async def _kg_error(_request: Request, exc: errors.KGError) -> JSONResponse:
-        return error_response(exc)
+    async def _kg_error(request: Request, exc: errors.KGError) -> Response:
+        return _answer(request, error_response(exc))
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = exc.errors()
-        details = _jsonable({"errors": [{"loc": [str(x) for x in p.get("loc", ())], "msg": p.get("msg", ""),
-                                         "type": p.get("type", "")} for p in problems]})
-        if any(p.get("type") == "json_invalid" for p in problems):
-            return JSONResponse(error_body("malformed", "the request body is not valid JSON", details),
-                                status_code=400)
-        whole_body = [p for p in problems if tuple(p.get("loc", ())) == ("body",)]
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if whole_body and content_type != "application/json" and not content_type.endswith("+json"):
-            return JSONResponse(
-                error_body("malformed", "the request body must be JSON sent with Content-Type: "
-                           f"application/json (got {content_type or 'no Content-Type'})",
-                           {**details, "content_type": content_type or None}),
-                status_code=400,
-            )
-        if whole_body:
-            return JSONResponse(
-                error_body("malformed", f"the request body must be a JSON object: {whole_body[0]['msg']}", details),
-                status_code=400,
-            )
-        first = problems[0] if problems else {"msg": "invalid request", "loc": ()}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        message = _jsonable(f"{where}: {first['msg']}" if where else first["msg"])
-        return JSONResponse(error_body("invalid_input", message, details), status_code=422)
+    async def _validation(request: Request, exc: RequestValidationError) -> Response:
+        return _answer(request, _validation_response(request, exc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        # FastAPI answers a body it cannot parse (not UTF-8, nested past the parser's depth) with
-        # its own 400: that is API.md's "malformed" as well.
-        code = {400: "malformed", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        headers = dict(getattr(exc, "headers", None) or {})
-        if exc.status_code == 405:
-            headers["Allow"] = ", ".join(allowed_methods(request))
-        return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
-                            headers=headers or None)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        return _answer(request, _http_response(request, exc))
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:  # pragma: no cover
+    async def _unexpected(request: Request, exc: Exception) -> Response:  # pragma: no cover
         log.exception("unexpected error")
-        return JSONResponse(error_body("internal", "internal error; see the server log"), status_code=500)
+        return _answer(request, JSONResponse(error_body("internal", "internal error; see the server log"),
+                                             status_code=500))
+
+
+def _validation_response(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """The 400 / 422 of a request FastAPI could not validate."""
+    problems = exc.errors()
+    details = _jsonable({"errors": [{"loc": [str(x) for x in p.get("loc", ())], "msg": p.get("msg", ""),
+                                     "type": p.get("type", "")} for p in problems]})
+    if any(p.get("type") == "json_invalid" for p in problems):
+        return JSONResponse(error_body("malformed", "the request body is not valid JSON", details),
+                            status_code=400)
+    whole_body = [p for p in problems if tuple(p.get("loc", ())) == ("body",)]
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if whole_body and content_type != "application/json" and not content_type.endswith("+json"):
+        return JSONResponse(
+            error_body("malformed", "the request body must be JSON sent with Content-Type: "
+                       f"application/json (got {content_type or 'no Content-Type'})",
+                       {**details, "content_type": content_type or None}),
+            status_code=400,
+        )
+    if whole_body:
+        return JSONResponse(
+            error_body("malformed", f"the request body must be a JSON object: {whole_body[0]['msg']}", details),
+            status_code=400,
+        )
+    first = problems[0] if problems else {"msg": "invalid request", "loc": ()}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    message = _jsonable(f"{where}: {first['msg']}" if where else first["msg"])
+    return JSONResponse(error_body("invalid_input", message, details), status_code=422)
+
+
+def _http_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own errors (404 route, 405 method) in the API.md shape."""
+    # FastAPI answers a body it cannot parse (not UTF-8, nested past the parser's depth) with
+    # its own 400: that is API.md's "malformed" as well.
+    code = {400: "malformed", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+    return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code,
+                        headers=headers or None)

@@ -102,6 +102,13 @@ class Settings(BaseSettings):
     mcp_read_only : bool
         Serve only the MCP server's read tools (``KG_MCP_READ_ONLY``): no write, branch or
         merge tool is registered, whatever the caller's grants.
+    ui_secret : SecretStr or None
+        The key that signs the review console's session cookie (``KG_UI_SECRET``). Unset, it is
+        derived from ``key_pepper`` (so every process of one deployment shares it), or, with no
+        pepper either, drawn at random when the server starts (a restart signs everyone out).
+    ui_session_s : float
+        How long a console sign-in lasts, in seconds (default 12 hours); the key itself is
+        checked again on every page, so a revoked or expired key ends the session at once.
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -139,6 +146,8 @@ class Settings(BaseSettings):
     rate_expensive_per_min: float = Field(default=60.0, ge=0)
     rate_expensive_burst: int = Field(default=20, ge=1)
     mcp_read_only: bool = False
+    ui_secret: SecretStr | None = None
+    ui_session_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 24 * 3600.0)
 
     @field_validator("rag_weaviate_urls", mode="before")
     @classmethod

@@ -6,13 +6,14 @@ has committed.
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kg.access import can_see, readable_workspaces
-from kg.context import Actor, Resources, UnitOfWork, permit
+from kg.context import Actor, Resources, UnitOfWork, permit, reading
 from kg.errors import Forbidden, NotFound
 from kg.indexing.chunks import forget_branch
 from kg.store import history
@@ -104,6 +105,46 @@ def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[st
         r = repo_store.get_repository(session, repo)
         return [branch_dict(session, b, r, caller) for b in repo_store.list_branches(session, r)
                 if can_see(caller, repo, b.name)]
+
+
+def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
+    """Every branch the caller sees, for review: :func:`branch_dict` with its last revision,
+    whether it is protected, and which branches are its children.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (store, index, embedders).
+    caller : kg.context.Actor
+        Who reads; the last revision is the newest that changed something it reads.
+    repo : str
+        The repository.
+
+    Returns
+    -------
+    list of dict
+        By name; each :func:`branch_dict` plus ``"last_revision"`` (``{"revision",
+        "created_at", "message", "actor"}`` or None for a branch whose history holds nothing the
+        caller reads), ``"protected"`` (bool, from ``KG_PROTECTED_BRANCHES``) and
+        ``"children"`` (names, of the branches listed).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository.
+    """
+    branches = list_branches(services, caller, repo)
+    globs = services.settings.protected()
+    names = {b["name"] for b in branches}
+    for b in branches:
+        with reading(services, caller, repo, b["name"]) as (session, view):
+            log = history.revision_log(session, view, limit=1)
+        last = log[0] if log else None
+        b["last_revision"] = (None if last is None else
+                              {k: last.get(k) for k in ("revision", "created_at", "message", "actor")})
+        b["protected"] = any(fnmatchcase(b["name"], glob) for glob in globs)
+        b["children"] = sorted(c["name"] for c in branches if c.get("parent") == b["name"] and c["name"] in names)
+    return branches
 
 
 def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> dict[str, Any]:

@@ -1,0 +1,146 @@
+"""The console's frame on SQLite and PostgreSQL: sign-in, the session cookie, CSRF, error
+pages, and the branches screen (issue 14)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from tests.ui.conftest import ConsoleClient, bearer, csrf_of, new_key
+
+
+def _seed(console: ConsoleClient) -> None:
+    api = {"headers": bearer(console.admin)}
+    assert console.http.post("/api/repos", json={"name": "acme"}, **api).status_code == 201
+    assert console.http.post("/api/repos/acme/workspaces", json={"name": "kb"}, **api).status_code == 201
+    r = console.http.put("/api/repos/acme/workspaces/kb/nodes/doc", json={"node_type": "kb:Doc",
+                         "properties": {"title": "t"}, "message": "first", "actor": "alice"}, **api)
+    assert r.status_code in (200, 201), r.text
+    for name in ("agent/s1", "agent/s2", "feature"):
+        assert console.http.post("/api/repos/acme/branches", json={"name": name, "from": "main"},
+                                 **api).status_code == 201
+    r = console.http.put("/api/repos/acme/workspaces/kb/nodes/new?branch=agent/s2",
+                         json={"node_type": "kb:Doc", "properties": {"title": "n"}, "message": "agent wrote"}, **api)
+    assert r.status_code == 201, r.text
+
+
+def test_without_a_session_every_page_sends_a_person_to_sign_in_and_back(console_services):
+    from api.app import create_app
+
+    with TestClient(create_app(services=console_services)) as http:
+        r = http.get("/ui/r/acme/branches?sort=name", follow_redirects=False)
+        assert r.status_code == 303
+        assert r.headers["location"].startswith("/ui/login?next=%2Fui%2Fr%2Facme%2Fbranches%3Fsort%3Dname")
+        r = http.get("/ui/r/acme/branches", headers={"HX-Request": "true"}, follow_redirects=False)
+        assert r.status_code == 200 and r.headers["HX-Redirect"].startswith("/ui/login")
+
+
+def test_a_wrong_key_is_refused_on_the_form_and_no_session_is_made(console):
+    console.post("/ui/logout")
+    form = console.get("/ui/login")
+    r = console.post("/ui/login", {"key": "kg_0123456789abcdef_nope", "next": "/ui",
+                                   "csrf_token": csrf_of(form.text)}, csrf=False)
+    assert r.status_code == 401
+    assert "invalid API key" in r.text or "unknown" in r.text or "API key" in r.text
+    assert console.get("/ui/repos", follow_redirects=False).status_code == 303
+
+
+def test_sign_in_never_redirects_off_the_console(console):
+    console.post("/ui/logout")
+    form = console.get("/ui/login")
+    r = console.post("/ui/login", {"key": console.admin, "next": "https://evil.example/x",
+                                   "csrf_token": csrf_of(form.text)}, csrf=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui"
+    form = console.get("/ui/login")
+    r = console.post("/ui/login", {"key": console.admin, "next": "//evil.example",
+                                   "csrf_token": csrf_of(form.text)}, csrf=False)
+    assert r.headers["location"] == "/ui"
+
+
+def test_the_session_cookie_is_httponly_strict_and_signed(console):
+    console.post("/ui/logout")
+    form = console.get("/ui/login")
+    r = console.post("/ui/login", {"key": console.admin, "next": "/ui/repos", "csrf_token": csrf_of(form.text)},
+                     csrf=False)
+    cookie = r.headers["set-cookie"]
+    assert "kg_console=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
+    assert console.admin not in cookie or "." in cookie  # signed (itsdangerous payload.timestamp.signature)
+    value = cookie.split(";")[0].split("=", 1)[1]
+    console.http.cookies.clear()
+    console.http.cookies.set("kg_console", value[:-3] + ("AAA" if not value.endswith("AAA") else "BBB"),
+                             domain="testserver.local", path="/ui")
+    assert console.get("/ui/repos", follow_redirects=False).status_code == 303  # an altered cookie is no session
+    console.http.cookies.clear()
+    console.http.cookies.set("kg_console", value, domain="testserver.local", path="/ui")
+    assert console.get("/ui/repos", follow_redirects=False).status_code == 200  # the cookie as signed is
+
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(console):
+    _seed(console)
+    for sent in ({}, {"csrf_token": "forged"}):
+        r = console.post("/ui/r/acme/branches/delete", {"branch": "feature", **sent}, csrf=False)
+        assert r.status_code == 403
+        assert "CSRF" in r.text and "<html" in r.text
+    assert console.http.get("/api/repos/acme/branches/feature", headers=bearer(console.admin)).status_code == 200
+
+
+def test_branches_screen_shows_the_tree_the_agents_and_their_last_revision(console):
+    _seed(console)
+    r = console.get("/ui/r/acme/branches")
+    assert r.status_code == 200
+    tree = r.text.split('id="branch-tree"')[1].split("</table>")[0]
+    agents = r.text.split('id="agent-branches"')[1].split("</table>")[0]
+    assert 'data-branch="main"' in tree and 'data-branch="feature"' in tree and "agent/s1" not in tree
+    assert 'data-branch="agent/s1"' in agents and 'data-branch="agent/s2"' in agents
+    assert "protected" in tree.split('data-branch="feature"')[0]  # main's badge
+    s2 = agents.split('data-branch="agent/s2"')[1].split("</tr>")[0]
+    assert "agent wrote" in s2 and 'class="num ahead">1<' in s2
+    # stalest first: s1 (no revision of its own, forked before s2 wrote) before s2
+    assert agents.index("agent/s1") < agents.index("agent/s2")
+    fresh = console.get("/ui/r/acme/branches?sort=fresh").text.split('id="agent-branches"')[1]
+    assert fresh.index("agent/s2") < fresh.index("agent/s1")
+
+
+def test_deleting_and_resetting_a_branch_from_the_screen(console):
+    _seed(console)
+    r = console.post("/ui/r/acme/branches/reset", {"branch": "agent/s2"})
+    assert r.status_code == 303
+    assert console.http.get("/api/repos/acme/branches/agent/s2", headers=bearer(console.admin)).json()["ahead"] == 0
+    r = console.post("/ui/r/acme/branches/delete", {"branch": "agent/s1"})
+    assert r.status_code == 303 and "deleted+agent%2Fs1" in r.headers["location"]
+    assert console.http.get("/api/repos/acme/branches/agent/s1", headers=bearer(console.admin)).status_code == 404
+    r = console.post("/ui/r/acme/branches/delete", {"branch": "main"})
+    assert r.status_code in (403, 409) and "<html" in r.text  # an HTML error page, never a 500
+
+
+def test_a_read_only_key_sees_no_action_and_is_refused_if_it_posts(console):
+    _seed(console)
+    reader = new_key(console.services, "reader", {"repo": "acme", "actions": ["read"]})
+    console.sign_in(reader)
+    r = console.get("/ui/r/acme/branches")
+    assert r.status_code == 200 and "agent/s2" in r.text
+    assert "Merge…" not in r.text and ">Delete<" not in r.text and ">Reset<" not in r.text
+    r = console.post("/ui/r/acme/branches/delete", {"branch": "agent/s2"})
+    assert r.status_code == 403 and "forbidden" in r.text
+    assert console.http.get("/api/repos/acme/branches/agent/s2", headers=bearer(console.admin)).status_code == 200
+
+
+def test_a_key_sees_only_the_repositories_it_may_read(console):
+    _seed(console)
+    assert console.http.post("/api/repos", json={"name": "secret"}, headers=bearer(console.admin)).status_code == 201
+    reader = new_key(console.services, "reader", {"repo": "acme", "actions": ["read"]})
+    console.sign_in(reader)
+    r = console.get("/ui/repos")
+    assert "acme" in r.text and "secret" not in r.text
+    assert console.get("/ui/r/secret/branches").status_code == 404
+
+
+def test_an_unknown_console_page_is_an_html_404(console):
+    r = console.get("/ui/no/such/page")
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert console.http.get("/api/no/such").headers["content-type"].startswith("application/json")
+
+
+def test_static_assets_are_served_from_the_package(console):
+    for path in ("/ui/static/vendor/htmx.min.js", "/ui/static/vendor/cytoscape.min.js", "/ui/static/console.css"):
+        r = console.get(path)
+        assert r.status_code == 200 and len(r.content) > 1000, path
