@@ -247,7 +247,8 @@ async def action(request: Request) -> Console:
         if len(value) > MAX_FIELD_CHARS:
             raise InvalidInput(f"the form field {name!r} is longer than {MAX_FIELD_CHARS} characters")
         multi.setdefault(name, []).append(value)
-    sent = request.headers.get(CSRF_HEADER) or (multi.get(CSRF_FIELD) or [None])[-1]
+    fields = multi.get(CSRF_FIELD)
+    sent = request.headers.get(CSRF_HEADER) or (fields[-1] if fields else None)
     check_csrf(session, sent)
     assert session is not None  # check_csrf refused a request without one
     services: Services = request.app.state.services

@@ -111,7 +111,7 @@ class SessionCodec:
         if not value:
             return None
         try:
-            data: Any = self._serializer.loads(value, max_age=self.max_age_s)
+            data: Any = self._serializer.loads(value, max_age=int(self.max_age_s))
         except BadSignature:  # SignatureExpired is a BadSignature
             return None
         if not isinstance(data, dict) or not isinstance(data.get("c"), str):
