@@ -36,8 +36,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kg.access import key_actor
-from kg.context import SYSTEM, Actor, Resources, UnitOfWork, admit, throttle
-from kg.errors import KGError, NotFound
+from kg.context import SYSTEM, Actor, Resources, UnitOfWork, admit, permit, throttle
+from kg.errors import InvalidInput, KGError, NotFound
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
 from kg.indexing.worker import PollingWorker
 from kg.rag.functions import EXPENSIVE_FUNCTIONS, FUNCTIONS, invoke
@@ -179,6 +179,49 @@ def get(services: Resources, caller: Actor, job_id: str) -> dict[str, Any]:
             "state": job.state, "output": job.output, "error": job.error,
             "created_at": _iso(job.created_at), "started_at": _iso(job.started_at),
             "finished_at": _iso(job.finished_at), "attempts": job.attempts}
+
+
+def list_jobs(services: Resources, caller: Actor, repo: str, *, limit: int = 50) -> list[dict[str, Any]]:
+    """The newest function jobs of ``repo`` that ``caller`` may see, newest first.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads: a key sees the jobs it submitted, an admin (and any caller that is not a
+        key) every job, as :func:`get`.
+    repo : str
+        The repository.
+    limit : int
+        Most jobs answered (1..1000).
+
+    Returns
+    -------
+    list of dict
+        :func:`get`'s shape without ``output`` (``has_output`` instead: outputs can be large).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository (or one the caller may not read).
+    kg.errors.InvalidInput
+        ``limit`` outside 1..1000.
+    """
+    if not 1 <= limit <= 1000:
+        raise InvalidInput("limit must be between 1 and 1000", details={"limit": limit})
+    permit(services, caller, "read", repo)
+    with services.db.read() as session:
+        repo_row = get_repository(session, repo)
+        query = select(FunctionJob).where(FunctionJob.repo_id == repo_row.id)
+        if not caller.is_admin:
+            # Filtered in the query: the page holds `limit` of the caller's own jobs.
+            query = query.where(FunctionJob.actor["key_id"].as_string() == (caller.key_id or ""))
+        jobs = session.execute(query.order_by(FunctionJob.created_at.desc(), FunctionJob.id.desc())
+                               .limit(limit)).scalars().all()
+    return [{"job_id": job.id, "repo": repo, "function": job.function, "branch": job.branch, "state": job.state,
+             "has_output": job.output is not None, "error": job.error, "created_at": _iso(job.created_at),
+             "started_at": _iso(job.started_at), "finished_at": _iso(job.finished_at), "attempts": job.attempts}
+            for job in jobs]
 
 
 def _iso(value: datetime | None) -> str | None:
