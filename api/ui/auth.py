@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 
-from api.ui.core import ENV, Console, action, page, ui_url
+from api.ui.core import ENV, Console, action, harden, page, ui_url
 from api.ui.session import CSRF_FIELD, ConsoleSession, check_csrf, read_session, set_cookie
 from kg.access import authenticate
 from kg.errors import Unauthenticated
@@ -44,7 +44,7 @@ def login_form(request: Request, next: str | None = None, reason: str | None = N
     services = request.app.state.services
     html = ENV.get_template("login.html").render(console=None, csrf=session.csrf, next=_safe_next(next),
                                                  reason=reason, error=None, auth=services.settings.auth)
-    response = Response(html, media_type="text/html")
+    response = harden(Response(html, media_type="text/html"))
     set_cookie(response, request, session)
     return response
 
@@ -68,7 +68,7 @@ async def login(request: Request) -> Response:
         assert session is not None
         html = ENV.get_template("login.html").render(console=None, csrf=session.csrf, next=target, reason=None,
                                                      error=exc.message, auth=services.settings.auth)
-        return Response(html, status_code=401, media_type="text/html")
+        return harden(Response(html, status_code=401, media_type="text/html"))
     response = RedirectResponse(target, status_code=303)
     set_cookie(response, request, ConsoleSession.fresh(key.strip()))
     return response

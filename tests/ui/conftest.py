@@ -126,6 +126,22 @@ def console(console_services: Services) -> Iterator[ConsoleClient]:
         yield c
 
 
+def console_routes(app) -> set[tuple[str, str]]:
+    """Every ``(method, path)`` the app serves under ``/ui`` (walking the included routers,
+    which FastAPI keeps apart from the app's own list)."""
+    from fastapi.routing import APIRoute
+
+    def walk(routes, prefix: str):
+        for route in routes:
+            if isinstance(route, APIRoute):
+                yield prefix + route.path, route
+            elif hasattr(route, "original_router"):
+                yield from walk(route.original_router.routes, prefix + (route.include_context.prefix or ""))
+
+    return {(method, path) for path, route in walk(app.routes, "") if path.startswith("/ui")
+            for method in route.methods}
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from tests.ui.conftest import ConsoleClient, bearer, csrf_of, new_key
+from tests.ui.conftest import ConsoleClient, bearer, console_routes, csrf_of, new_key
 
 
 def _seed(console: ConsoleClient) -> None:
@@ -144,3 +144,27 @@ def test_static_assets_are_served_from_the_package(console):
     for path in ("/ui/static/vendor/htmx.min.js", "/ui/static/vendor/cytoscape.min.js", "/ui/static/console.css"):
         r = console.get(path)
         assert r.status_code == 200 and len(r.content) > 1000, path
+
+
+def test_every_console_post_refuses_a_missing_csrf_token(console):
+    """Every state-changing console route, found in the app's routes (a new one is covered the
+    day it is added), answers 403 without the session's token, before it does anything."""
+    _seed(console)
+    posts = sorted(path for method, path in console_routes(console.http.app) if method == "POST")
+    assert "/ui/r/{repo}/branches/delete" in posts and "/ui/login" in posts
+    for path in posts:
+        url = path.replace("{repo}", "acme")
+        for token in (None, "forged"):
+            data = {"branch": "feature", "key": console.admin} | ({"csrf_token": token} if token else {})
+            r = console.post(url, data, csrf=False)
+            assert r.status_code == 403, (url, r.status_code, r.text[:200])
+    assert console.http.get("/api/repos/acme/branches/feature", headers=bearer(console.admin)).status_code == 200
+
+
+def test_console_pages_forbid_framing_and_foreign_scripts(console):
+    _seed(console)
+    for url in ("/ui/r/acme/branches", "/ui/no/such/page", "/ui/login"):
+        r = console.get(url)
+        policy = r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy, url
+        assert r.headers["x-content-type-options"] == "nosniff"
