@@ -255,18 +255,22 @@ def test_a_branch_reads_its_ancestors_and_hides_what_it_replaced(client, target)
     assert_error(rag(client, target, "q", branch="no-such-branch"), 404)
 
 
-def closed_ports(n: int) -> list[int]:
-    """Loopback ports nothing listens on (bound, then released)."""
+def closed_ports(n: int, avoid: tuple[int, ...] = ()) -> list[int]:
+    """``n`` distinct loopback ports nothing listens on (bound together, then released), none
+    of them in ``avoid`` (a port in use by the test: a released port can be handed out again)."""
     import socket
 
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    while True:
+        sockets = [socket.socket() for _ in range(n)]
+        try:
+            for s in sockets:
+                s.bind(("127.0.0.1", 0))
+            ports = [s.getsockname()[1] for s in sockets]
+        finally:
+            for s in sockets:
+                s.close()
+        if not set(ports) & set(avoid):
+            return ports
 
 
 @contextmanager
@@ -277,16 +281,17 @@ def fake_upstream(kind: str) -> Iterator[str]:
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    (grpc,) = closed_ports(1)
     if kind == "closed":
-        (http,) = closed_ports(1)
+        # Drawn together, so they differ (two draws one after the other can give one port twice).
+        http, grpc = closed_ports(2)
         yield f"http://127.0.0.1:{http}?grpc_port={grpc}"
         return
     if kind == "silent":
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", 0))
             listener.listen(16)
-            yield f"http://127.0.0.1:{listener.getsockname()[1]}?grpc_port={grpc}"
+            port = listener.getsockname()[1]
+            yield f"http://127.0.0.1:{port}?grpc_port={closed_ports(1, avoid=(port,))[0]}"
         return
     payload, ctype = (b'{"hello": "world"}', "application/json") if kind == "json" else \
         (b"<html><body>router login</body></html>", "text/html")
@@ -307,8 +312,9 @@ def fake_upstream(kind: str) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    port = server.server_address[1]
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}?grpc_port={grpc}"
+        yield f"http://127.0.0.1:{port}?grpc_port={closed_ports(1, avoid=(port,))[0]}"
     finally:
         server.shutdown()
         server.server_close()
@@ -340,7 +346,8 @@ def test_a_weaviate_url_the_operator_did_not_list_is_422_and_never_contacted(cli
         listener.bind(("127.0.0.1", 0))
         listener.listen(16)
         listener.setblocking(False)
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}?grpc_port={closed_ports(1)[0]}"
+        port = listener.getsockname()[1]
+        url = f"http://127.0.0.1:{port}?grpc_port={closed_ports(1, avoid=(port,))[0]}"
         body = {"embeddingModel": MODEL, "collectionName": "rag_collection", "chunkSize": 8,
                 "chunkOverlap": 2, "topK": 3, "weaviateUrl": url, "weaviateApiKey": "secret-key"}
         r = client.post("/api/rag", json={"config": body, "input": doc("q", [("a.txt", DOC_A)])})
