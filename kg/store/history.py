@@ -809,7 +809,17 @@ def _apply_relation_resolutions(session: Session, plan: MergePlan, resolved: dic
                 plan.relation_changes.append(RelationChange(key, value, "theirs"))
             restore.update((key[0], key[2]))
     if keep:
-        plan.node_changes = [c for c in plan.node_changes if not (c.value is None and c.node_id in keep)]
+        # A delete of the source's that a kept edge needs is not applied: the target's node is
+        # re-asserted as it is ('kept' in the report, and recorded, as a node conflict resolved
+        # 'ours' is), never dropped without a word.
+        undone = [c for c in plan.node_changes if c.value is None and c.node_id in keep]
+        if undone:
+            plan.node_changes = [c for c in plan.node_changes if not (c.value is None and c.node_id in keep)]
+            kept = nodes_by_id(session, ours, {c.node_id for c in undone})
+            for change in undone:
+                version = kept.get(change.node_id)
+                if version is not None:
+                    plan.node_changes.append(_change(change.key, node_value(version), version, None, "ours"))
     if restore:
         result = {c.node_id: c.value is not None for c in plan.node_changes}
         alive = set(nodes_by_id(session, ours, restore - set(result)))
@@ -864,11 +874,20 @@ def _check_endpoints(session: Session, plan: MergePlan, base: BranchView, ours: 
             if key in planned:
                 continue
             address = _relation_address(session, [ours, theirs, base], key, addresses)
+            reason = ("the source deleted an endpoint of this relation, which the target "
+                      "changed: take 'ours' to keep both, 'theirs' to drop the relation")
+            deleted_ends = [addresses[i] for i in (key[0], key[2]) if i in deletes]
+            listed = next((c for c in plan.conflicts if c["kind"] == "relation" and c["from"] == address[0]
+                           and c["type"] == key[1] and c["to"] == address[2]), None)
+            if listed is not None:
+                # Already a conflict (both sides changed the edge): one conflict per relation,
+                # with the reason that tells what each resolution does.
+                listed.update(reason=reason, deleted_endpoints=deleted_ends)
+                continue
             plan.conflicts.append({
                 "kind": "relation", "from": address[0], "to": address[2], "type": key[1],
-                "reason": "the source deleted an endpoint of this relation, which the target "
-                          "changed: take 'ours' to keep both, 'theirs' to drop the relation",
-                "deleted_endpoints": [addresses[i] for i in (key[0], key[2]) if i in deletes],
+                "reason": reason,
+                "deleted_endpoints": deleted_ends,
                 "base": relation_value(seen_relations(session, base, [key]).get(key)),
                 "ours": relation_value(edge), "theirs": None})
     writes = [c for c in plan.relation_changes if c.value is not None and c.key not in resolved]

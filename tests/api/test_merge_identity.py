@@ -284,3 +284,40 @@ def test_dry_run_and_merge_report_one_base_when_the_parent_did_not_write_since_t
     real = merged(client, "agent/two")
     assert dry["base"] == real["base"] == {"kind": "fork", "branch": "main", "revision": fork["base_revision"]}
     assert fork["base_revision"] == 2
+
+
+def test_take_ours_on_a_deleted_endpoint_keeps_the_node_and_says_so(client):
+    """The source deletes x; the target re-weights a->x. One conflict names the relation (not
+    one per reason), and ``take: ours`` keeps the edge and x: x is reported ``kept`` (before,
+    the delete was dropped without a word), while the source's removal of y->x, which the target
+    did not touch, applies."""
+    assert client.post("/api/repos", json={"name": "r"}).status_code == 201
+    assert client.post("/api/repos/r/workspaces", json={"name": "w"}).status_code == 201
+    for path in ("a", "x", "y"):
+        assert client.put(f"/api/repos/r/workspaces/w/nodes/{path}",
+                          json={"node_type": "t", "properties": {"title": path}}).status_code == 201
+    for source in ("a", "y"):
+        assert client.post("/api/repos/r/relations", json={"from": f"w:/{source}", "to": "w:/x", "type": "rel",
+                                                           "weight": 1.0}).status_code == 201
+    assert client.post("/api/repos/r/branches", json={"name": "b", "from": "main"}).status_code == 201
+    assert client.delete("/api/repos/r/workspaces/w/nodes/x?branch=b").status_code == 200
+    assert client.post("/api/repos/r/relations", json={"from": "w:/a", "to": "w:/x", "type": "rel",
+                                                       "weight": 0.5}).status_code == 200
+    r = client.post("/api/repos/r/branches/b/merge", json={"into": "main", "dry_run": True})
+    assert r.status_code == 409
+    conflicts = r.json()["error"]["details"]["conflicts"]
+    assert len(conflicts) == 1
+    assert conflicts[0]["from"] == "w:/a" and conflicts[0]["to"] == "w:/x"
+    assert conflicts[0]["deleted_endpoints"] == ["w:/x"] and conflicts[0]["ours"]["weight"] == 0.5
+    resolution = [{"from": "w:/a", "to": "w:/x", "type": "rel", "take": "ours"}]
+    preview = client.post("/api/repos/r/branches/b/merge", json={"into": "main", "dry_run": True,
+                                                                 "resolutions": resolution})
+    r = client.post("/api/repos/r/branches/b/merge", json={"into": "main", "resolutions": resolution})
+    assert r.status_code == 200, r.text
+    assert r.json()["applied"] == preview.json()["applied"]
+    assert r.json()["applied"]["nodes"] == {"added": [], "modified": [], "deleted": [],
+                                            "kept": [{"workspace": "w", "path": "/x"}]}
+    assert r.json()["applied"]["relations"] == {"upserted": 0, "removed": 1, "kept": 1}
+    assert client.get("/api/repos/r/workspaces/w/nodes/x").json()["properties"] == {"title": "x"}
+    edges = client.get("/api/repos/r/neighbors?node=w:/x").json()["neighbors"]
+    assert [(e["path"], e["weight"]) for e in edges] == [("/a", 0.5)]
