@@ -188,9 +188,12 @@ class Model:
                 if w != o:
                     edge_writes[key] = ("theirs", w)
                 restore |= {key[0], key[2]}
-        for p in keep:
+        for p in keep:  # the source's delete is not applied: the target's node is re-asserted
             if p in node_writes and node_writes[p][0] == "delete":
-                del node_writes[p]
+                if p in on:
+                    node_writes[p] = ("kept", on[p])
+                else:
+                    del node_writes[p]
 
         def alive(p):
             if p in node_writes:
