@@ -88,12 +88,13 @@ def group_diff(diff: dict[str, Any]) -> list[dict[str, Any]]:
     rels = diff.get("relations", {})
     for kind in ("added", "removed", "modified"):
         for rel in rels.get(kind, []):
-            value = {"weight": rel.get("weight"), "properties": rel.get("properties") or {}}
-            old, new = ((None, value) if kind == "added" else (value, None) if kind == "removed"
-                        else (rel["old"], rel["new"]))
+            value: dict[str, Any] = {"weight": rel.get("weight"), "properties": rel.get("properties") or {}}
+            old: dict[str, Any] | None = None if kind == "added" else value
+            new: dict[str, Any] | None = None if kind == "removed" else value
             shown = kind
             if kind == "modified":
-                shown = "reweighted" if old["weight"] != new["weight"] else "modified"
+                old, new = rel["old"], rel["new"]
+                shown = "reweighted" if rel["old"]["weight"] != rel["new"]["weight"] else "modified"
             at(*_split(rel["from"]))["relations"].append(
                 {"kind": shown, "from": rel["from"], "to": rel["to"], "type": rel["type"], "old": old, "new": new})
     out = []
@@ -106,8 +107,24 @@ def group_diff(diff: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def conflict_id(item: dict[str, Any]) -> str:
-    """One conflict's (or one pick's) identity as a string: ``node ws /path`` or
-    ``relation from type to``."""
+    """One conflict's (or one pick's) identity as a string.
+
+    Parameters
+    ----------
+    item : dict
+        A conflict of :class:`kg.errors.MergeConflict`'s ``details["conflicts"]``, or a pick
+        of :func:`read_picks`.
+
+    Returns
+    -------
+    str
+        ``"node <workspace> <path>"`` or ``"relation <from> <type> <to>"``.
+
+    Examples
+    --------
+    >>> conflict_id({"kind": "node", "workspace": "kb", "path": "/a"})
+    'node kb /a'
+    """
     if item.get("kind") == "relation":
         return f"relation {item.get('from')} {item.get('type')} {item.get('to')}"
     return f"node {item.get('workspace')} {item.get('path')}"
@@ -115,6 +132,17 @@ def conflict_id(item: dict[str, Any]) -> str:
 
 def read_picks(console: Console) -> list[dict[str, str]]:
     """The conflict picks a form carries (``res``, ``res-<i>-*``), as they were typed.
+
+    Parameters
+    ----------
+    console : Console
+        A POST's console (its form read).
+
+    Returns
+    -------
+    list of dict of str to str
+        ``{"kind", "take", "value"}`` and ``workspace``, ``path`` (a node) or ``from``, ``to``,
+        ``type`` (a relation), in the form's order; ``take`` is ``""`` when nothing was picked.
 
     Raises
     ------
@@ -191,9 +219,24 @@ def resolutions_of(picks: list[dict[str, str]]) -> list[dict[str, Any]]:
 
 def conflict_rows(conflicts: list[dict[str, Any]], picks: list[dict[str, str]],
                   left: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Each conflict with what the person picked so far and the text its edit box starts
-    with: ``[{"conflict", "take", "value", "open"}]``; ``open`` marks the conflicts the last
-    attempt left unresolved (all of them when ``left`` is None)."""
+    """Each conflict with what the person picked so far and the text its edit box starts with.
+
+    Parameters
+    ----------
+    conflicts : list of dict
+        Every conflict of the merge (before any pick).
+    picks : list of dict
+        :func:`read_picks`.
+    left : list of dict or None
+        The conflicts the last attempt left unresolved; None: all of them.
+
+    Returns
+    -------
+    list of dict
+        ``{"conflict", "take", "value", "open"}`` per conflict: the pick (``""`` for none), the
+        edit box's text (what was typed, else theirs' properties as JSON, failing that ours'
+        or the base's), and whether it is still unresolved.
+    """
     by_id = {conflict_id(p): p for p in picks}
     still = None if left is None else {conflict_id(c) for c in left}
     rows = []
@@ -249,8 +292,10 @@ def merge(repo: str, console: ActionDep) -> Response:
     except MergeConflict as exc:
         left = list(exc.details.get("conflicts", []))
         every = _open_conflicts(console, repo, branch, into) if picks else left
+        problem = (f"{len(left)} conflict(s) to resolve before merging: pick ours, theirs or an edit for each"
+                   if not picks else f"{len(left)} conflict(s) left unresolved")
         return _panel(console, "conflicts", 409, context, rows=conflict_rows(every or left, picks, left),
-                      problem=exc.message)
+                      problem=problem)
     except InvalidInput as exc:
         every = _open_conflicts(console, repo, branch, into)
         if not every:

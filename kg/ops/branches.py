@@ -160,6 +160,7 @@ def is_protected(services: Resources, branch: str) -> bool:
     Returns
     -------
     bool
+        True when the name matches one of ``KG_PROTECTED_BRANCHES``'s globs.
 
     Examples
     --------

@@ -330,5 +330,5 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
     if compared is None:
         return {"branch": info, "into": None, "diff": None}
     changes = diff(services, caller, repo, branch, compared)
-    return {"branch": info, "into": {"name": changes["against"], "protected": branch_ops.is_protected(services, compared)},
-            "diff": changes}
+    into = {"name": changes["against"], "protected": branch_ops.is_protected(services, compared)}
+    return {"branch": info, "into": into, "diff": changes}

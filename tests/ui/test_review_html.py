@@ -180,7 +180,7 @@ def test_conflict_panel_shows_base_ours_and_theirs_with_a_pick_each(console):
     r = _merge(console, {"dry_run": "1"}, headers={"HX-Request": "true"})
     assert r.status_code == 409
     panel = r.text
-    assert "1 conflict(s)" in panel
+    assert "1 conflict(s) to resolve before merging" in panel
     (fieldset,) = re.findall(r'<fieldset class="conflict open" data-kind="node".*?</fieldset>', panel, re.S)
     assert 'data-path="/a" data-workspace="kb"' in fieldset
     grid = fieldset.split('class="grid3"')[1]
@@ -208,7 +208,7 @@ def test_resolving_the_conflict_then_merging_updates_main_exactly(console, take,
     assert dry.status_code == 200, dry.text
     assert "would apply" in dry.text
     # the preview carries the pick to its Merge form
-    assert 'name="res-0-take" value="%s"' % take in dry.text
+    assert f'name="res-0-take" value="{take}"' in dry.text
     r = _merge(console, {"dry_run": "0", "message": "resolved", **_picks(take, value)},
                headers={"HX-Request": "true"})
     assert r.status_code == 200, r.text
