@@ -298,3 +298,37 @@ def test_bad_input_is_never_a_5xx(console):
                             "res-0-take": "maybe"}).status_code == 422
     r = console.post(MERGE, {"into": "main"})
     assert r.status_code == 422 and "branch" in r.text
+
+
+def test_a_relation_conflict_offers_ours_or_theirs_only_and_merges_the_pick(console):
+    _seed(console)
+    _relate(console, "/a", "/b", "cites", 3.0)  # main re-weights the edge the branch re-weighted to 2
+    r = _merge(console, {"dry_run": "1"}, headers={"HX-Request": "true"})
+    assert r.status_code == 409, r.text
+    (fieldset,) = re.findall(r'<fieldset class="conflict open" data-kind="relation".*?</fieldset>', r.text, re.S)
+    assert 'data-type="cites"' in fieldset and "kb:/a" in fieldset and "kb:/b" in fieldset
+    grid = fieldset.split('class="grid3"')[1]
+    weights = [grid.split(f'<div class="{side}">')[1].split("</strong>")[0].rsplit(">", 1)[1]
+               for side in ("base", "ours", "theirs")]
+    assert weights == ["1.0", "3.0", "2.0"]
+    assert 'value="ours"' in fieldset and 'value="theirs"' in fieldset
+    assert 'value="edit"' not in fieldset and "<textarea" not in fieldset
+    picks = {"res": "0", "res-0-kind": "relation", "res-0-from": "kb:/a", "res-0-to": "kb:/b",
+             "res-0-type": "cites", "res-0-take": "theirs"}
+    r = _merge(console, {"dry_run": "0", **picks}, headers={"HX-Request": "true"})
+    assert r.status_code == 200, r.text
+    out = console.http.get(f"{BASE}/neighbors", params={"node": "kb:/a", "direction": "OUT"}, **_api(console))
+    assert sorted((n["relation_type"], n["path"], n["weight"]) for n in out.json()["neighbors"]) == [
+        ("cites", "/b", 2.0), ("new", "/n", None)]
+
+
+def test_a_partial_pick_keeps_every_conflict_on_the_panel_with_the_picks_made(console):
+    _seed(console, conflict=True)
+    _put(console, "/b", {"title": "B on main"})
+    _put(console, "/b", {"title": "B on the branch"}, branch="agent/s1")
+    r = _merge(console, {"dry_run": "1", **_picks("theirs")}, headers={"HX-Request": "true"})
+    assert r.status_code == 409
+    assert "1 conflict(s) left unresolved" in r.text
+    assert re.findall(r'<fieldset class="conflict (\w+)" data-kind="node" data-index="\d"\s+data-path="([^"]+)"',
+                      r.text) == [("picked", "/a"), ("open", "/b")]
+    assert 'name="res-0-take" value="theirs" checked' in r.text
