@@ -134,7 +134,6 @@ def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[
         Unknown repository.
     """
     branches = list_branches(services, caller, repo)
-    globs = services.settings.protected()
     names = {b["name"] for b in branches}
     for b in branches:
         with reading(services, caller, repo, b["name"]) as (session, view):
@@ -142,9 +141,35 @@ def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[
         last = log[0] if log else None
         b["last_revision"] = (None if last is None else
                               {k: last.get(k) for k in ("revision", "created_at", "message", "actor")})
-        b["protected"] = any(fnmatchcase(b["name"], glob) for glob in globs)
+        b["protected"] = is_protected(services, b["name"])
         b["children"] = sorted(c["name"] for c in branches if c.get("parent") == b["name"] and c["name"] in names)
     return branches
+
+
+def is_protected(services: Resources, branch: str) -> bool:
+    """Whether ``branch`` is protected (``KG_PROTECTED_BRANCHES``: writes, merges and deletes
+    on it need a grant naming it).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (its settings name the protected branches).
+    branch : str
+        A branch name.
+
+    Returns
+    -------
+    bool
+        True when the name matches one of ``KG_PROTECTED_BRANCHES``'s globs.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> svc = SimpleNamespace(settings=SimpleNamespace(protected=lambda: ("main", "release/*")))
+    >>> is_protected(svc, "release/1"), is_protected(svc, "agent/a")
+    (True, False)
+    """
+    return any(fnmatchcase(branch, glob) for glob in services.settings.protected())
 
 
 def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> dict[str, Any]:

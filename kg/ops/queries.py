@@ -14,6 +14,7 @@ from kg.access import can_see
 from kg.context import Actor, Resources, permit, reading, scoped_view
 from kg.errors import KGError, NotFound
 from kg.indexing import index_jobs
+from kg.ops import branches as branch_ops
 from kg.store import history
 from kg.store import nodes as node_store
 from kg.store.models import Branch, Workspace, node_dict
@@ -288,3 +289,46 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
             c["branch"] = names["branch"].get(c.get("branch_id", -1))
     out["index"] = stats
     return out
+
+
+def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
+                  against: str | None = None) -> dict[str, Any]:
+    """What a person reviews before merging ``branch``: the branch (parent, ahead / behind,
+    protected), the branch it is compared with, and the diff with each property's old and new
+    value.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (store, index, embedders).
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch : str
+        The repository. The branch reviewed.
+    against : str or None
+        The branch compared with (the merge target); None: the branch's parent.
+
+    Returns
+    -------
+    dict
+        ``{"branch": {...}, "into": {"name", "protected"} or None, "diff": {...} or None}``:
+        ``branch`` is :func:`kg.ops.branches.get_branch` plus ``"protected"`` (bool, from
+        ``KG_PROTECTED_BRANCHES``); ``diff`` is :func:`diff` (modified nodes carry per property
+        ``{"old", "new"}``), None when there is nothing to compare with (``main`` and no
+        ``against``).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository or branch, or one the caller may not read.
+    kg.errors.InvalidInput
+        ``against`` is neither the branch's parent nor its child.
+    """
+    info = branch_ops.get_branch(services, caller, repo, branch)
+    info["protected"] = branch_ops.is_protected(services, info["name"])
+    compared = against if against is not None else info.get("parent")
+    if compared is None:
+        return {"branch": info, "into": None, "diff": None}
+    changes = diff(services, caller, repo, branch, compared)
+    into = {"name": changes["against"], "protected": branch_ops.is_protected(services, compared)}
+    return {"branch": info, "into": into, "diff": changes}
