@@ -118,7 +118,8 @@ def test_the_node_page_shows_type_properties_chunks_references_relations_and_his
     assert r.status_code == 200
     assert 'id="node-type">kg:Entity<' in r.text
     props = _section(r.text, "properties")
-    assert '<tr data-key="status"><td class="mono nowrap">status</td><td><pre class="value">&#34;published&#34;</pre>' in props
+    assert ('<tr data-key="status"><td class="mono nowrap">status</td>'
+            '<td><pre class="value">&#34;published&#34;</pre>') in props
     assert "&#34;kg:ref&#34;: &#34;/docs/a&#34;" in props
     chunks = _section(r.text, "chunks")
     indexes = re.findall(r'<tr data-index="(\d+)">', chunks)
@@ -169,7 +170,8 @@ def test_edit_writes_one_revision_with_the_new_properties(console):
         "message": "retire dana"})
     assert r.status_code == 303
     new = head["revision"] + 1
-    assert r.headers["location"] == f"/ui/r/acme/node?branch=main&workspace=kb&path=%2Fentities%2Fdana&done=saved%3A+revision+{new}"
+    assert r.headers["location"] == ("/ui/r/acme/node?branch=main&workspace=kb&path=%2Fentities%2Fdana"
+                                     f"&done=saved%3A+revision+{new}")
     node = console.http.get("/api/repos/acme/workspaces/kb/nodes/entities/dana", **_api(console)).json()
     assert node["node_type"] == "kg:Person" and node["properties"] == {"title": "Dana W.", "status": "retired"}
     assert node["revision"] == new
