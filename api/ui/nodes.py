@@ -55,7 +55,37 @@ def _children(console: Console, repo: str, branch: str, workspace: str, parent: 
 def tree(repo: str, console: PageDep, branch: str = "main", workspace: str | None = None,
          cursor: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = CHILDREN_PER_PAGE,
          done: str | None = None) -> Response:
-    """The workspaces of the repository and the top of the chosen one's tree."""
+    """The workspaces of the repository and the top of the chosen one's tree.
+
+    Parameters
+    ----------
+    repo : str
+        The repository.
+    console : Console
+        The request.
+    branch : str
+        The branch read (default ``main``).
+    workspace : str or None
+        The workspace shown; None: the first the key may read.
+    cursor : str or None
+        A page of the top level after the first (the "more" link's cursor).
+    limit : int
+        Top-level nodes per page.
+    done : str or None
+        A message of the action that led here.
+
+    Returns
+    -------
+    Response
+        The HTML page.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch or workspace, or one the key may not read.
+    kg.errors.InvalidInput
+        A malformed cursor.
+    """
     workspaces = _workspaces(console, repo)
     chosen = workspace if workspace is not None else (workspaces[0] if workspaces else None)
     children = (_children(console, repo, branch, chosen, "/", cursor, limit) if chosen is not None else None)
@@ -68,7 +98,35 @@ def tree(repo: str, console: PageDep, branch: str = "main", workspace: str | Non
 def tree_children(repo: str, workspace: str, console: PageDep, branch: str = "main", parent: str = "/",
                   cursor: str | None = None,
                   limit: Annotated[int, Query(ge=1, le=1000)] = CHILDREN_PER_PAGE) -> Response:
-    """A fragment: one page of a node's children (the ``<li>`` items, then a "more" item)."""
+    """A fragment: one page of a node's children (the ``<li>`` items, then a "more" item).
+
+    Parameters
+    ----------
+    repo, workspace : str
+        The repository. The workspace.
+    console : Console
+        The request.
+    branch : str
+        The branch read.
+    parent : str
+        ``/`` or the path of the node whose children are listed.
+    cursor : str or None
+        The previous page's cursor.
+    limit : int
+        Children per page.
+
+    Returns
+    -------
+    Response
+        The HTML fragment.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or parent, or one the key may not read.
+    kg.errors.InvalidInput
+        A malformed parent or cursor.
+    """
     return console.render("_tree_children.html", **_children(console, repo, branch, workspace, parent, cursor, limit))
 
 
@@ -84,7 +142,33 @@ def _outgoing(node: dict[str, Any]) -> list[dict[str, str]]:
 @router.get("/node")
 def node(repo: str, workspace: str, path: str, console: PageDep, branch: str = "main",
          at_revision: RevisionQ = None, done: str | None = None) -> Response:
-    """One node: type, properties, chunks, references, relations, history; edit and delete."""
+    """One node: type, properties, chunks, references, relations, history; edit and delete.
+
+    Parameters
+    ----------
+    repo, workspace, path : str
+        The node's repository, workspace and path.
+    console : Console
+        The request.
+    branch : str
+        The branch read.
+    at_revision : int or None
+        Show the node as of this revision (read-only).
+    done : str or None
+        A message of the action that led here.
+
+    Returns
+    -------
+    Response
+        The HTML page.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or node, or one the key may not read.
+    kg.errors.InvalidInput
+        A malformed path, or a revision not written yet.
+    """
     path = validate_path(path)
     services, caller = console.services, console.caller
     found = queries.get_node(services, caller, repo, branch, workspace, path, at_revision=at_revision)
@@ -141,7 +225,32 @@ def _revision(raw: str | None) -> int | None:
 
 @router.post("/node/edit")
 def edit(repo: str, console: ActionDep) -> Response:
-    """Replace the node's type and properties (its order kept) as one revision, then show it."""
+    """Replace the node's type and properties (its order kept) as one revision, then show it.
+
+    Parameters
+    ----------
+    repo : str
+        The repository.
+    console : Console
+        The request, its form: ``branch``, ``workspace``, ``path``, ``node_type``,
+        ``properties`` (a JSON object), ``if_revision`` and ``message``.
+
+    Returns
+    -------
+    Response
+        A redirect to the node page.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Properties that are not a JSON object, a missing field; nothing is written.
+    kg.errors.Forbidden
+        A key that may not write there (a protected branch needs a grant naming it).
+    kg.errors.NotFound
+        Unknown node, or one the key may not read.
+    kg.errors.Conflict
+        The node changed after ``if_revision``.
+    """
     branch, workspace, path = _target(console)
     node_type = console.field("node_type", required=True)
     assert node_type is not None
@@ -158,7 +267,29 @@ def edit(repo: str, console: ActionDep) -> Response:
 
 @router.post("/node/delete")
 def delete(repo: str, console: ActionDep) -> Response:
-    """Delete the node (with its descendants when asked) as one revision, then show its parent's tree."""
+    """Delete the node (with its descendants when asked) as one revision, then show the tree.
+
+    Parameters
+    ----------
+    repo : str
+        The repository.
+    console : Console
+        The request, its form: ``branch``, ``workspace``, ``path``, ``recursive`` and ``message``.
+
+    Returns
+    -------
+    Response
+        A redirect to the workspace's tree.
+
+    Raises
+    ------
+    kg.errors.Forbidden
+        A key that may not write there.
+    kg.errors.NotFound
+        Unknown node, or one the key may not read.
+    kg.errors.Conflict
+        A node with children and no ``recursive``.
+    """
     branch, workspace, path = _target(console)
     recursive = console.field("recursive") in ("on", "true", "1")
     out = run(console.services, console.caller, node_ops.delete_node, repo, branch, workspace, path,

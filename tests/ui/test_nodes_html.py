@@ -104,11 +104,17 @@ def test_many_children_are_paged_with_a_more_link_and_its_cursor(console):
         r = console.get(url)
         assert r.status_code == 200
         seen += re.findall(r'<li data-path="([^"]+)"', r.text)
-        more = re.search(r'<li class="more">\s*<a href="([^"]+)"', r.text)
+        more = re.search(r'<li class="more">.*?hx-get="([^"]+)"', r.text, re.S)
         url = html.unescape(more.group(1)) if more else ""
         pages += 1
     assert pages == 3  # 9 top-level nodes, 3 a page
     assert seen == [f"/many-{i}" for i in range(7)] + ["/docs", "/entities"]
+    # without htmx, the top level's "more" link is the tree page's next page
+    first = console.get("/ui/r/acme/tree?workspace=kb&limit=3").text
+    href = html.unescape(re.search(r'<li class="more">.*?<a href="([^"]+)"', first, re.S).group(1))
+    assert href.startswith("/ui/r/acme/tree?branch=main&workspace=kb&cursor=")
+    second = console.get(href)
+    assert re.findall(r'<li data-path="([^"]+)"', second.text) == ["/many-3", "/many-4", "/many-5"]
     assert console.get("/ui/r/acme/tree/children?workspace=kb&parent=/&cursor=%%%").status_code == 422
 
 
