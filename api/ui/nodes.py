@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from api.deps import MAX_REVISION
+from api.guard import MAX_DEPTH, check_text
 from api.ui.core import Console, action, page, ui_url
 from kg.context import run
 from kg.errors import InvalidInput
@@ -198,15 +199,39 @@ def _target(console: Console) -> tuple[str, str, str]:
     return branch, workspace, validate_path(path)
 
 
+def _no_constant(name: str) -> Any:
+    """Refuse NaN and Infinity, which JSON does not have."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _check_json(value: Any, depth: int = 0) -> None:
+    """Refuse JSON nested deeper than the API accepts, or with text the store cannot hold."""
+    if depth > MAX_DEPTH:
+        raise InvalidInput(f"properties are nested deeper than {MAX_DEPTH} levels", details={"field": "properties"})
+    if isinstance(value, str):
+        check_text(value, "a string of the properties")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(key, "a key of the properties")
+            _check_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
+
+
 def _properties(raw: str | None) -> dict[str, Any]:
     """The edit form's properties: a JSON object, else a clear 422."""
     try:
-        value = json.loads(raw or "{}")
+        value = json.loads(raw or "{}", parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise InvalidInput(f"properties are nested deeper than {MAX_DEPTH} levels",
+                           details={"field": "properties"}) from exc
     except ValueError as exc:
         raise InvalidInput(f"properties are not valid JSON: {exc}", details={"field": "properties"}) from exc
     if not isinstance(value, dict):
         raise InvalidInput("properties must be a JSON object ({...}), not "
                            f"{type(value).__name__}", details={"field": "properties"})
+    _check_json(value)
     return value
 
 

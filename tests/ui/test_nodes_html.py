@@ -206,7 +206,10 @@ def test_invalid_json_is_a_422_page_and_nothing_is_written(console):
     _seed(console)
     before = console.http.get("/api/repos/acme/log?branch=main&limit=1", **_api(console)).json()["revisions"]
     for raw, message in (('{"title": ', "properties are not valid JSON"),
-                         ('["a list"]', "properties must be a JSON object")):
+                         ('["a list"]', "properties must be a JSON object"),
+                         ('{"a": NaN}', "NaN is not a JSON value"),
+                         ('{"a": "\\u0000"}', "contains a NUL character"),
+                         ('{"a": ' + "[" * 50_000 + "]" * 50_000 + "}", "nested deeper than 64 levels")):
         r = console.post("/ui/r/acme/node/edit", {"branch": "main", "workspace": "kb", "path": "/entities/dana",
                                                   "node_type": "kg:Entity", "properties": raw})
         assert r.status_code == 422 and "<html" in r.text
