@@ -69,3 +69,13 @@ def test_a_person_browses_the_tree_opens_a_node_and_edits_it(page, live):
     page.wait_for_selector("#as-of")
     assert json.loads(page.inner_text("#properties tr[data-key=status] pre")) == "draft"
     assert page.locator("#edit-form").count() == 0
+
+    # the branch selector shows the node as another branch sees it (a script file, no inline handler)
+    assert api.post("/api/repos/lib/branches", json={"name": "agent/x", "from": "main"}).status_code == 201
+    r = api.patch("/api/repos/lib/workspaces/kb/nodes/guides/rotate?branch=agent/x",
+                  json={"properties": {"status": "on the branch"}})
+    assert r.status_code == 200, r.text
+    page.goto("/ui/r/lib/node?workspace=kb&path=/guides/rotate")
+    page.select_option(".branch-select select[name=branch]", "agent/x")
+    page.wait_for_url(re.compile(r".*branch=agent%2Fx.*"))
+    assert json.loads(page.inner_text("#properties tr[data-key=status] pre")) == "on the branch"
