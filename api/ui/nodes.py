@@ -1,7 +1,324 @@
-"""(being written)"""
+"""Screen 3, nodes: the node tree of a workspace (children in their order, loaded lazily and
+paged) and the node page (properties, chunks, references, relations in and out, the revision
+history, the node as of any revision), with edit and delete on branches the key may write."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+from typing import Annotated, Any
 
-router = APIRouter(prefix="/ui")
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
+
+from api.deps import MAX_REVISION
+from api.guard import MAX_DEPTH, check_text
+from api.ui.core import Console, action, page, ui_url
+from kg.context import run
+from kg.errors import InvalidInput
+from kg.ops import branches as branch_ops
+from kg.ops import nodes as node_ops
+from kg.ops import queries
+from kg.ops import repos as repo_ops
+from kg.rag.graph import neighbors as graph_neighbors
+from kg.store.paths import validate_path
+from kg.store.references import extract_references
+
+router = APIRouter(prefix="/ui/r/{repo}")
+PageDep = Annotated[Console, Depends(page)]
+ActionDep = Annotated[Console, Depends(action)]
+RevisionQ = Annotated[int | None, Query(ge=0, le=MAX_REVISION)]
+#: Children shown per page of the tree (a "more" link loads the next page).
+CHILDREN_PER_PAGE = 100
+#: Relations shown per direction on a node page.
+RELATIONS_SHOWN = 200
+#: Revisions shown in a node's history.
+HISTORY_SHOWN = 100
+
+
+def _workspaces(console: Console, repo: str) -> list[str]:
+    return [w["name"] for w in repo_ops.list_workspaces(console.services, console.caller, repo)]
+
+
+def _branches(console: Console, repo: str) -> list[str]:
+    return [b["name"] for b in branch_ops.list_branches(console.services, console.caller, repo)]
+
+
+def _children(console: Console, repo: str, branch: str, workspace: str, parent: str,
+              cursor: str | None, limit: int) -> dict[str, Any]:
+    """The context of ``_tree_children.html``: one page of ``parent``'s children."""
+    nodes, next_cursor = queries.children_page(console.services, console.caller, repo, branch, workspace, parent,
+                                               limit=limit, cursor=cursor)
+    return {"nodes": nodes, "next_cursor": next_cursor, "parent": parent, "workspace": workspace,
+            "branch": branch, "repo": repo, "limit": limit}
+
+
+@router.get("/tree")
+def tree(repo: str, console: PageDep, branch: str = "main", workspace: str | None = None,
+         cursor: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = CHILDREN_PER_PAGE,
+         done: str | None = None) -> Response:
+    """The workspaces of the repository and the top of the chosen one's tree.
+
+    Parameters
+    ----------
+    repo : str
+        The repository.
+    console : Console
+        The request.
+    branch : str
+        The branch read (default ``main``).
+    workspace : str or None
+        The workspace shown; None: the first the key may read.
+    cursor : str or None
+        A page of the top level after the first (the "more" link's cursor).
+    limit : int
+        Top-level nodes per page.
+    done : str or None
+        A message of the action that led here.
+
+    Returns
+    -------
+    Response
+        The HTML page.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch or workspace, or one the key may not read.
+    kg.errors.InvalidInput
+        A malformed cursor.
+    """
+    workspaces = _workspaces(console, repo)
+    chosen = workspace if workspace is not None else (workspaces[0] if workspaces else None)
+    children = (_children(console, repo, branch, chosen, "/", cursor, limit) if chosen is not None else None)
+    return console.render("tree.html", section="tree", repo=repo, branch=branch, workspace=chosen,
+                          workspaces=workspaces, branches=_branches(console, repo), children=children,
+                          done=done)
+
+
+@router.get("/tree/children")
+def tree_children(repo: str, workspace: str, console: PageDep, branch: str = "main", parent: str = "/",
+                  cursor: str | None = None,
+                  limit: Annotated[int, Query(ge=1, le=1000)] = CHILDREN_PER_PAGE) -> Response:
+    """A fragment: one page of a node's children (the ``<li>`` items, then a "more" item).
+
+    Parameters
+    ----------
+    repo, workspace : str
+        The repository. The workspace.
+    console : Console
+        The request.
+    branch : str
+        The branch read.
+    parent : str
+        ``/`` or the path of the node whose children are listed.
+    cursor : str or None
+        The previous page's cursor.
+    limit : int
+        Children per page.
+
+    Returns
+    -------
+    Response
+        The HTML fragment.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or parent, or one the key may not read.
+    kg.errors.InvalidInput
+        A malformed parent or cursor.
+    """
+    return console.render("_tree_children.html", **_children(console, repo, branch, workspace, parent, cursor, limit))
+
+
+def _outgoing(node: dict[str, Any]) -> list[dict[str, str]]:
+    """The references the node's own properties hold (property key, target workspace and path)."""
+    try:
+        found = extract_references(node["properties"], workspace=node["workspace"])
+    except InvalidInput:
+        return []
+    return [{"property_key": key, "workspace": ws, "path": path} for key, ws, path in found]
+
+
+@router.get("/node")
+def node(repo: str, workspace: str, path: str, console: PageDep, branch: str = "main",
+         at_revision: RevisionQ = None, done: str | None = None) -> Response:
+    """One node: type, properties, chunks, references, relations, history; edit and delete.
+
+    Parameters
+    ----------
+    repo, workspace, path : str
+        The node's repository, workspace and path.
+    console : Console
+        The request.
+    branch : str
+        The branch read.
+    at_revision : int or None
+        Show the node as of this revision (read-only).
+    done : str or None
+        A message of the action that led here.
+
+    Returns
+    -------
+    Response
+        The HTML page.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or node, or one the key may not read.
+    kg.errors.InvalidInput
+        A malformed path, or a revision not written yet.
+    """
+    path = validate_path(path)
+    services, caller = console.services, console.caller
+    found = queries.get_node(services, caller, repo, branch, workspace, path, at_revision=at_revision)
+    chunks = queries.node_chunks(services, caller, repo, branch, workspace, path, at_revision=at_revision)
+    address = f"{workspace}:{path}"
+    incoming, truncated_refs = queries.references(services, caller, repo, branch, address, limit=RELATIONS_SHOWN,
+                                                  at_revision=at_revision)
+    relations = {d: graph_neighbors(services, caller, repo, branch, address, direction=d, limit=RELATIONS_SHOWN,
+                                    at_revision=at_revision) for d in ("OUT", "IN")}
+    history = queries.node_history(services, caller, repo, branch, workspace, path, limit=HISTORY_SHOWN,
+                                   at_revision=at_revision)
+    writable = at_revision is None and console.may("write", repo, branch, workspace)
+    return console.render(
+        "node.html", section="tree", repo=repo, branch=branch, workspace=workspace, node=found,
+        at_revision=at_revision, chunks=chunks, references_in=incoming, references_truncated=truncated_refs,
+        references_out=_outgoing(found), relations=relations, history=history, writable=writable,
+        branches=_branches(console, repo), done=done, properties_json=json.dumps(
+            found["properties"], indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def _target(console: Console) -> tuple[str, str, str]:
+    """The branch, workspace and path a node form names."""
+    branch = console.field("branch", "main")
+    workspace = console.field("workspace", required=True)
+    path = console.field("path", required=True)
+    assert branch is not None and workspace is not None and path is not None
+    return branch, workspace, validate_path(path)
+
+
+def _no_constant(name: str) -> Any:
+    """Refuse NaN and Infinity, which JSON does not have."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _check_json(value: Any, depth: int = 0) -> None:
+    """Refuse JSON nested deeper than the API accepts, or with text the store cannot hold."""
+    if depth > MAX_DEPTH:
+        raise InvalidInput(f"properties are nested deeper than {MAX_DEPTH} levels", details={"field": "properties"})
+    if isinstance(value, str):
+        check_text(value, "a string of the properties")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text(key, "a key of the properties")
+            _check_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
+
+
+def _properties(raw: str | None) -> dict[str, Any]:
+    """The edit form's properties: a JSON object, else a clear 422."""
+    try:
+        value = json.loads(raw or "{}", parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise InvalidInput(f"properties are nested deeper than {MAX_DEPTH} levels",
+                           details={"field": "properties"}) from exc
+    except ValueError as exc:
+        raise InvalidInput(f"properties are not valid JSON: {exc}", details={"field": "properties"}) from exc
+    if not isinstance(value, dict):
+        raise InvalidInput("properties must be a JSON object ({...}), not "
+                           f"{type(value).__name__}", details={"field": "properties"})
+    _check_json(value)
+    return value
+
+
+def _revision(raw: str | None) -> int | None:
+    """The form's ``if_revision`` (the revision of the node the person edited)."""
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise InvalidInput("if_revision must be an integer", details={"field": "if_revision"}) from exc
+    if not 0 <= value <= MAX_REVISION:
+        raise InvalidInput("if_revision is out of range", details={"field": "if_revision"})
+    return value
+
+
+@router.post("/node/edit")
+def edit(repo: str, console: ActionDep) -> Response:
+    """Replace the node's type and properties (its order kept) as one revision, then show it.
+
+    Parameters
+    ----------
+    repo : str
+        The repository.
+    console : Console
+        The request, its form: ``branch``, ``workspace``, ``path``, ``node_type``,
+        ``properties`` (a JSON object), ``if_revision`` and ``message``.
+
+    Returns
+    -------
+    Response
+        A redirect to the node page.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Properties that are not a JSON object, a missing field; nothing is written.
+    kg.errors.Forbidden
+        A key that may not write there (a protected branch needs a grant naming it).
+    kg.errors.NotFound
+        Unknown node, or one the key may not read.
+    kg.errors.Conflict
+        The node changed after ``if_revision``.
+    """
+    branch, workspace, path = _target(console)
+    node_type = console.field("node_type", required=True)
+    assert node_type is not None
+    properties = _properties(console.form.get("properties"))
+    if_revision = _revision(console.field("if_revision"))
+    current = queries.get_node(console.services, console.caller, repo, branch, workspace, path)
+    stored, _ = run(console.services, console.caller, node_ops.put_node, repo, branch, workspace, path,
+                    node_type=node_type, properties=properties, order=current["order"],
+                    message=console.field("message") or f"edited {workspace}:{path} in the console",
+                    if_revision=if_revision)
+    return console.redirect(ui_url(f"/r/{repo}/node", branch=branch, workspace=workspace, path=path,
+                                   done=f"saved: revision {stored['revision']}"))
+
+
+@router.post("/node/delete")
+def delete(repo: str, console: ActionDep) -> Response:
+    """Delete the node (with its descendants when asked) as one revision, then show the tree.
+
+    Parameters
+    ----------
+    repo : str
+        The repository.
+    console : Console
+        The request, its form: ``branch``, ``workspace``, ``path``, ``recursive`` and ``message``.
+
+    Returns
+    -------
+    Response
+        A redirect to the workspace's tree.
+
+    Raises
+    ------
+    kg.errors.Forbidden
+        A key that may not write there.
+    kg.errors.NotFound
+        Unknown node, or one the key may not read.
+    kg.errors.Conflict
+        A node with children and no ``recursive``.
+    """
+    branch, workspace, path = _target(console)
+    recursive = console.field("recursive") in ("on", "true", "1")
+    out = run(console.services, console.caller, node_ops.delete_node, repo, branch, workspace, path,
+              recursive=recursive, message=console.field("message") or f"deleted {workspace}:{path} in the console")
+    return console.redirect(ui_url(f"/r/{repo}/tree", branch=branch, workspace=workspace,
+                                   done=f"deleted {workspace}:{path} ({out['deleted']} node"
+                                        f"{'' if out['deleted'] == 1 else 's'}): revision {out['revision']}"))

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from kg.access import can_see
 from kg.context import Actor, Resources, permit, reading, scoped_view
-from kg.errors import KGError, NotFound
+from kg.errors import InvalidInput, KGError, NotFound
 from kg.indexing import index_jobs
 from kg.ops import branches as branch_ops
 from kg.store import history
 from kg.store import nodes as node_store
-from kg.store.models import Branch, Workspace, node_dict
+from kg.store.models import Branch, Chunk, IndexJob, NodeVersion, Revision, Workspace, node_dict
 from kg.store.paths import validate_path
 from kg.store.references import list_references
-from kg.store.repos import branch_view, get_repository, parent_name
+from kg.store.repos import branch_view, get_repository, parent_name, workspace_id
 
 
 def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
@@ -88,6 +88,168 @@ def list_children(services: Resources, caller: Actor, repo: str, branch: str, wo
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return [node_dict(v, workspace) for v in node_store.list_children(session, view, workspace, parent)]
+
+
+def children_page(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
+                  limit: int = 100, cursor: str | None = None,
+                  at_revision: int | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the children of ``parent`` in their order, each saying whether it has children
+    (what a lazily expanded tree needs).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (store, index, embedders).
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch, workspace : str
+        The repository. The branch. The workspace's name.
+    parent : str
+        ``/`` or a path.
+    limit : int, 1..10,000
+        Most children returned.
+    cursor : str or None
+        The previous page's next cursor; None for the first page.
+    at_revision : int or None
+        Read as of this revision; None: the head.
+
+    Returns
+    -------
+    (list of dict, str or None)
+        The nodes' API shapes, each with ``"has_children": bool``, in the order of
+        :func:`list_children`; and the cursor of the next page (None: the last page).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or parent, or one the caller may not read.
+    kg.errors.InvalidInput
+        A malformed ``parent``, cursor or limit.
+
+    Notes
+    -----
+    Two queries: the children (sorted in Python, O(n log n)), then which of the page's
+    children have children (:func:`kg.store.nodes.parents_with_children`).
+    """
+    if parent != "/":
+        validate_path(parent)
+    permit(services, caller, "read", repo, branch, workspace)
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        rows, next_cursor = node_store.list_children_page(session, view, workspace, parent, limit=limit,
+                                                          cursor=cursor)
+        parents = node_store.parents_with_children(session, view, workspace, [v.path for v in rows])
+        return [{**node_dict(v, workspace), "has_children": v.path in parents} for v in rows], next_cursor
+
+
+def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
+                at_revision: int | None = None) -> dict[str, Any]:
+    """The chunks of the node at ``path``: the passages its text was split into and embedded.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (store, index, embedders).
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch, workspace : str
+        The repository. The branch. The workspace's name.
+    path : str
+        A validated path (``/a/b``).
+    at_revision : int or None
+        Read the node as of this revision.
+
+    Returns
+    -------
+    dict
+        ``{"content_key", "pending", "chunks": [{"chunk_index", "field", "text", "char_start",
+        "char_end", "model", "dim"}]}``, chunks by index; ``content_key`` is None for a node
+        without text, ``pending`` True while its text waits in the index queue (or failed there).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch, workspace or node, or one the caller may not read.
+    kg.errors.InvalidInput
+        A malformed path.
+
+    Notes
+    -----
+    Chunks are shared by every node version with the same content key (DESIGN.md): a branch
+    that did not change the node shows its parent's.
+    """
+    permit(services, caller, "read", repo, branch, workspace)
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        version = node_store.get_node(session, view, workspace, path)
+        key = version.content_key
+        if key is None:
+            return {"content_key": None, "pending": False, "chunks": []}
+        rows = session.scalars(select(Chunk).where(Chunk.repo_id == view.repo.id, Chunk.content_key == key)
+                               .order_by(Chunk.chunk_index))
+        chunks = [{"chunk_index": c.chunk_index, "field": c.field, "text": c.text, "char_start": c.char_start,
+                   "char_end": c.char_end, "model": c.model, "dim": c.dim} for c in rows]
+        queued = session.scalar(select(IndexJob.id).where(IndexJob.repo_id == view.repo.id,
+                                                          IndexJob.content_key == key).limit(1))
+        return {"content_key": key, "pending": queued is not None, "chunks": chunks}
+
+
+def node_history(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
+                 limit: int = 100, at_revision: int | None = None) -> list[dict[str, Any]]:
+    """The revisions that wrote the node at ``path`` in the branch's history, newest first.
+
+    The branch's history is its own revisions and its ancestors' up to the fork (as
+    :func:`revision_log`); a merge into the branch that changed the node is one of them.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (store, index, embedders).
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch, workspace : str
+        The repository. The branch. The workspace's name.
+    path : str
+        A path (``/a/b``); the node need not exist now (a deleted node keeps its history).
+    limit : int, 1..1000
+        Most revisions returned.
+    at_revision : int or None
+        Only the history up to this revision; None: up to the head.
+
+    Returns
+    -------
+    list of dict
+        ``{"revision", "branch", "actor", "message", "created_at", "op"}`` per revision, ``op``
+        ``"put"`` or ``"delete"``; empty when no version of the node was ever written there.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository, branch or workspace, or one the caller may not read.
+    kg.errors.InvalidInput
+        A malformed path, or ``limit`` outside 1..1000.
+
+    Notes
+    -----
+    One query over ``ix_node_versions_path`` per chain entry, joined to the revisions.
+    """
+    validate_path(path)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInput("limit must be between 1 and 1000", details={"limit": limit})
+    permit(services, caller, "read", repo, branch, workspace)
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        wid = workspace_id(view, workspace)
+        on_chain = or_(*((NodeVersion.branch_id == b) & (NodeVersion.revision <= r) for b, r in view.chain))
+        rows = session.execute(
+            select(NodeVersion.revision, NodeVersion.deleted, Branch.name, Revision.actor, Revision.message,
+                   Revision.created_at)
+            .join(Revision, (Revision.repo_id == NodeVersion.repo_id) & (Revision.number == NodeVersion.revision))
+            .join(Branch, Branch.id == NodeVersion.branch_id)
+            .where(on_chain, NodeVersion.workspace_id == wid, NodeVersion.path == path)
+            .order_by(NodeVersion.revision.desc(), NodeVersion.id.desc())
+            .limit(limit)
+        ).all()
+        return [{"revision": rev, "branch": name, "actor": actor, "message": message,
+                 "created_at": created.isoformat(), "op": "delete" if deleted else "put"}
+                for rev, deleted, name, actor, message, created in rows]
 
 
 def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, prefix: str, *,

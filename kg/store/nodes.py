@@ -591,6 +591,108 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
     return sorted(session.scalars(stmt), key=_sort_key)
 
 
+def list_children_page(session: Session, view: BranchView, workspace: str, parent: str, *, limit: int = 100,
+                       cursor: str | None = None) -> tuple[list[NodeVersion], str | None]:
+    """One page of the children of ``parent`` in their order (:func:`list_children`).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    parent : str
+        The parent's path, or ``/`` for the top level.
+    limit : int, default 100
+        Page size, 1 to 10000.
+    cursor : str or None, optional
+        The previous page's ``next_cursor``; None for the first page.
+
+    Returns
+    -------
+    (nodes, next_cursor)
+        ``next_cursor`` (opaque: the sort key of the page's last child) is None on the last page.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad parent path, cursor or limit.
+    kg.errors.NotFound
+        Unknown workspace or parent node.
+
+    Notes
+    -----
+    Keyset paging over the sort key ``(order is None, order, name)``: a child written or
+    deleted between two pages neither repeats nor hides another. Each page reads and sorts
+    every child (O(n log n) for n children).
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
+    rows = list_children(session, view, workspace, parent)
+    if cursor:
+        after = _decode_child_cursor(cursor)
+        rows = [v for v in rows if _sort_key(v) > after]
+    next_cursor = _encode_child_cursor(_sort_key(rows[limit - 1])) if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
+def _encode_child_cursor(key: tuple[bool, float, str]) -> str:
+    """The cursor after the child with sort key ``key``."""
+    return encode_cursor(json.dumps([key[0], key[1], key[2]]))
+
+
+def _decode_child_cursor(cursor: str) -> tuple[bool, float, str]:
+    """The sort key a children cursor points after."""
+    try:
+        none, order, name = json.loads(decode_cursor(cursor))
+        if not (isinstance(none, bool) and isinstance(order, (int, float)) and isinstance(name, str)):
+            raise ValueError(cursor)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput("invalid cursor", details={"cursor": cursor}) from exc
+    return (none, float(order), name)
+
+
+def parents_with_children(session: Session, view: BranchView, workspace: str, paths: Sequence[str]) -> set[str]:
+    """Which of ``paths`` have at least one visible child.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace : str
+        Workspace name.
+    paths : sequence of str
+        Node paths (a page of a tree).
+
+    Returns
+    -------
+    set of str
+        The paths among ``paths`` that are the parent of some live node.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+
+    Notes
+    -----
+    One window query per 500 paths; it returns parent paths only, never the children's rows.
+    """
+    wid = workspace_id(view, workspace)
+    out: set[str] = set()
+    unique = list(dict.fromkeys(paths))
+    for start in range(0, len(unique), 500):
+        part = unique[start:start + 500]
+        stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                                 NodeVersion.workspace_id == wid, NodeVersion.parent_path.in_(part))
+        out.update(session.scalars(stmt.with_only_columns(NodeVersion.parent_path).distinct()))
+    return out
+
+
 def encode_cursor(path: str) -> str:
     """An opaque pagination cursor after ``path``.
 
