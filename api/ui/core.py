@@ -43,7 +43,7 @@ STATIC = Path(__file__).parent / "static"
 MAX_FIELD_CHARS = 1_000_000
 
 
-def ui_url(path: str, **params: Any) -> str:
+def ui_url(path: str, /, **params: Any) -> str:
     """A console URL: ``path`` under ``/ui`` with ``params`` as its query (None values left out).
 
     Parameters
