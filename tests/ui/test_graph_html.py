@@ -196,6 +196,8 @@ def test_bad_parameters_are_422_html_and_unknown_nodes_404(console):
         assert r.headers["content-type"].startswith("text/html") and message in r.text
         r = console.get("/ui/r/acme/graph/elements", params={"workspace": "kb", "path": "/a", **params})
         assert r.status_code == 422
+    r = console.get("/ui/r/acme/graph/elements", params={"workspace": "kb", "path": "/a\x00"})
+    assert r.status_code == 422 and "NUL" in r.text
     r = console.get("/ui/r/acme/graph", params={"workspace": "kb", "path": "/nope"})
     assert r.status_code == 404 and "text/html" in r.headers["content-type"]
     r = console.get("/ui/r/acme/graph", params={"workspace": "kb", "path": "/a", "branch": "nope"})
