@@ -41,10 +41,12 @@
       style: STYLE,
       layout: els.nodes.length > 1
         ? { name: "concentric", concentric: function (n) { return 10 - n.data("hop"); },
-            levelWidth: function () { return 1; }, minNodeSpacing: 40, animate: false }
+            levelWidth: function () { return 1; }, minNodeSpacing: 40, padding: 40,
+            animate: false }
         : { name: "grid" },
       wheelSensitivity: 0.3
     });
+    if (cy.zoom() > 1.4) { cy.zoom(1.4); cy.center(); }  // a small graph: labels at a readable size
     cy.on("tap", "node", function (evt) {
       var href = evt.target.data("href");
       if (href) { window.location.assign(href); }
