@@ -12,12 +12,14 @@ the caller's rate limit) as the signed-in key; a bad parameter is the use case's
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
+from markupsafe import Markup, escape
 
-from api.ui.core import Console, page
+from api.ui.core import ENV, Console, page
 from kg.errors import InvalidInput
 from kg.rag.functions import invoke
 from kg.rag.search import MAX_K, SearchRequest, search_branch
@@ -27,6 +29,47 @@ PageDep = Annotated[Console, Depends(page)]
 
 MODES = ("hybrid", "vector", "fulltext")
 GRANULARITIES = ("chunk", "node")
+
+
+_WORD = re.compile(r"\w+")
+
+
+def highlight(text: str, query: str) -> Markup:
+    """``text`` escaped, with the words that start with one of ``query``'s words (two letters
+    or more, any case) in ``<mark>``.
+
+    Parameters
+    ----------
+    text : str
+        A passage.
+    query : str
+        The search's query.
+
+    Returns
+    -------
+    markupsafe.Markup
+        Safe HTML: everything from ``text`` escaped.
+
+    Examples
+    --------
+    >>> str(highlight("Rotate <b>keys</b> now", "rotating key"))
+    'Rotate &lt;b&gt;<mark>keys</mark>&lt;/b&gt; now'
+    """
+    terms = sorted({w.lower() for w in _WORD.findall(query) if len(w) >= 2}, key=len, reverse=True)
+    if not terms:
+        return escape(text)
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(t) for t in terms) + r")\w*", re.IGNORECASE)
+    out: list[str] = []
+    last = 0
+    for match in pattern.finditer(text):
+        out.append(str(escape(text[last:match.start()])))
+        out.append(f"<mark>{escape(match.group())}</mark>")
+        last = match.end()
+    out.append(str(escape(text[last:])))
+    return Markup("".join(out))
+
+
+ENV.filters["highlight"] = highlight
 
 
 def _number(name: str, raw: str | None, kind: type[int] | type[float]) -> int | float | None:

@@ -46,7 +46,7 @@ def cells(row: str) -> dict[str, str]:
     out = {}
     for cls, text in re.findall(r'<td class="[^"]*?\b(rank|node|score|fulltext-rank|vector-rank|distance|passage)\b'
                                 r'[^"]*">(.*?)</td>', row, re.S):
-        out[cls] = html.unescape(re.sub(r"<[^>]+>", " ", text)).strip()
+        out[cls] = " ".join(html.unescape(re.sub(r"<[^>]+>", "", text)).split())
     return out
 
 
@@ -79,6 +79,7 @@ def test_the_search_page_shows_each_hits_score_and_per_leg_ranks(console):
     first = shown[0][1]
     assert first["score"] == f"{2 / 61:.4f}" and first["fulltext-rank"] == "1" and first["vector-rank"] == "1"
     assert "press rotate key" in first["passage"]
+    assert "press <mark>rotate</mark> <mark>key</mark>" in r.text  # the query's words highlighted
     assert 'href="/ui/r/acme/node?branch=main&amp;workspace=kb&amp;path=%2Frotate"' in r.text
     assert "&#34;engine&#34;: &#34;kg&#34;" in r.text or "engine" in r.text  # the fusion is described
 
@@ -120,11 +121,16 @@ def test_compare_shows_both_branches_side_by_side(console):
 def test_a_search_hit_is_escaped(console):
     seed(console)
     _put(console, "/evil", "<script>alert(1)</script>", "<script>alert(1)</script> rotate keys <b>bold</b>")
-    r = console.get("/ui/r/acme/search", params={"q": "alert rotate", "mode": "fulltext"})
+    r = console.get("/ui/r/acme/search", params={"q": "rotate keys", "mode": "fulltext"})
     assert r.status_code == 200
     assert "/evil" in columns(r.text)["main"]
     assert "<script>alert(1)</script>" not in r.text and "<b>bold</b>" not in r.text
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
+    passage = "&lt;script&gt;alert(1)&lt;/script&gt; <mark>rotate</mark> <mark>keys</mark> &lt;b&gt;bold&lt;/b&gt;"
+    assert passage in r.text
+    # the query itself, echoed in the form, is escaped too
+    r = console.get("/ui/r/acme/search", params={"q": '"><script>alert(2)</script>', "mode": "fulltext"})
+    assert r.status_code == 200 and "<script>alert(2)</script>" not in r.text
+    assert 'value="&#34;&gt;&lt;script&gt;alert(2)&lt;/script&gt;"' in r.text
 
 
 def test_bad_search_parameters_are_a_422_page_with_the_use_cases_message(console):
