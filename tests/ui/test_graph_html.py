@@ -202,3 +202,18 @@ def test_bad_parameters_are_422_html_and_unknown_nodes_404(console):
     assert r.status_code == 404 and "text/html" in r.headers["content-type"]
     r = console.get("/ui/r/acme/graph", params={"workspace": "kb", "path": "/a", "branch": "nope"})
     assert r.status_code == 404
+
+
+def test_the_library_function_follows_and_returns_only_the_types_asked(console):
+    seed_graph(console)
+    from kg.context import OPERATOR
+
+    drawn = neighborhood(console.services, OPERATOR, "acme", "main", ["kb:/a"], hops=2, types=["cites"])
+    # c at hop 2 (c -cites-> b, followed backwards), not at hop 1 by "mentions"; d only by "supports"
+    assert [(n["path"], n["hop"]) for n in drawn["nodes"]] == [("/a", 0), ("/b", 1), ("/s", 1), ("/c", 2)]
+    assert [(e["from"], e["to"]) for e in drawn["edges"]] == [("kb:/a", "kb:/b"), ("kb:/a", "secret:/s"),
+                                                             ("kb:/c", "kb:/b")]
+    assert drawn["parent"] is None and drawn["truncated"] is False
+    seed_only = neighborhood(console.services, OPERATOR, "acme", "main", ["kb:/a"], hops=0)
+    assert [n["path"] for n in seed_only["nodes"]] == ["/a"] and seed_only["edges"] == []
+    assert seed_only["nodes"][0]["title"] == "Doc A" and seed_only["nodes"][0]["node_type"] == "kb:Doc"
