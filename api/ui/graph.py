@@ -143,6 +143,7 @@ def _walk(console: Console, repo: str, branch: str, workspace: str, path: str, h
 def graph(repo: str, console: PageDep, branch: str = "main", workspace: str | None = None,
           path: str | None = None, hops: str | None = None, cap: str | None = None) -> Response:
     """The neighbourhood graph of a node (without ``path``: the form to pick one)."""
+    branch = branch.strip() or "main"
     n_hops = _bounded("hops", hops, 1, 1, MAX_GRAPH_HOPS)
     n_cap = _bounded("cap", cap, DEFAULT_CAP, 1, MAX_CAP)
     workspaces = [w["name"] for w in list_workspaces(console.services, console.caller, repo)]

@@ -132,6 +132,7 @@ def search(repo: str, console: PageDep, q: str | None = None, branch: str = "mai
            granularity: str | None = None) -> Response:
     """The search playground: the form and, with ``q``, the hits on ``branch`` (and on
     ``compare``, side by side)."""
+    branch = branch.strip() or "main"
     compare = compare.strip() if compare and compare.strip() else None
     form = {"q": q or "", "branch": branch, "compare": compare or "", "mode": mode or "hybrid", "k": k or "",
             "fulltext_weight": fulltext_weight or "", "vector_weight": vector_weight or "",
@@ -152,6 +153,7 @@ def search(repo: str, console: PageDep, q: str | None = None, branch: str = "mai
 @router.get("/ask")
 def ask(repo: str, console: PageDep, q: str | None = None, branch: str = "main") -> Response:
     """The ask playground: the form and, with ``q``, the answer, its citations and attempts."""
+    branch = branch.strip() or "main"
     result = None
     if q is not None and q.strip():
         result = invoke(console.services, console.caller, repo, "ask", {"question": q}, branch=branch)
