@@ -39,10 +39,15 @@ from kg.graph.neighbors import (
 from kg.graph.traverse import check_walk_bounds, traverse
 from kg.graph.view import EdgeRow, GraphView, NodeAddress, NodeRow
 from kg.store import relations as store
-from kg.store.nodes import get_node
+from kg.store.models import Branch, NodeVersion, RelationVersion
+from kg.store.nodes import get_node, nodes_by_id
 from kg.store.paths import parse_address
 from kg.store.relations import validate_relation_type
 from kg.store.repos import BranchView
+from kg.store.visibility import Chain, visible_select
+
+#: What identifies one relation across its versions.
+_EDGE_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
 
 
 def view_key(view: BranchView) -> tuple[Hashable, ...]:
@@ -470,3 +475,109 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
                 score[node_id] += mass
             current = passed
     return score
+
+
+def neighborhood(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequence[str], *,
+                 hops: int = 1, direction: str = "BOTH", types: Sequence[str] | None = None,
+                 max_nodes: int = 200, fan_out: int = 50) -> dict[str, Any]:
+    """The subgraph around ``seeds`` on ``branch``'s head, for drawing: the bounded walk's nodes,
+    every relation between them, and what the branch changed against its parent.
+
+    The nodes are those of :func:`traverse_from` (hop-bounded, at most ``fan_out`` edges
+    followed from a node, at most ``max_nodes`` nodes); the edges are all the live relations
+    whose two endpoints are among them (of ``types``), so an edge between two reached nodes
+    is drawn even when the walk reached them by other edges. Everything is read as ``caller``:
+    a node in a workspace it may not read is neither walked to nor returned, nor any edge to it.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+    caller : kg.context.Actor
+        Who reads.
+    repo, branch : str
+    seeds : sequence of str
+        Node addresses ``workspace:/path``, hop 0.
+    hops : int, 0..10
+    direction : {"OUT", "IN", "BOTH"}
+        Which edges the walk follows (the edges returned are all those between its nodes).
+    types : sequence of str, optional
+        Relation types followed and returned (None: all).
+    max_nodes, fan_out : int, 1..10,000
+        The walk's budgets.
+
+    Returns
+    -------
+    dict
+        ``{"nodes": [{"workspace", "path", "node_id", "node_type", "title", "hop", "change"}],
+        "edges": [{"from", "to", "from_id", "to_id", "type", "weight", "change"}],
+        "truncated": bool, "branch", "parent"}``. ``change`` is ``"added"`` for what the
+        branch wrote and its parent (as of the fork) does not have, ``"changed"`` for what
+        the branch rewrote, and None for what it reads from its ancestors unchanged (always
+        None on a branch without a parent). ``truncated`` is the walk's: a budget left nodes
+        unvisited. Edges are in a stable order (from, type, to).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A bound out of range, a bad direction, type or address.
+    kg.errors.NotFound
+        An unknown repository, branch, workspace or seed node, or one ``caller`` may not read.
+
+    Notes
+    -----
+    The walk's cost (:func:`traverse_from`), then one window query for the n nodes' versions
+    (per 500), one for the relations between them, and on a branch with a parent, two more
+    for the ancestors' versions of what the branch wrote.
+    """
+    with reading(services, caller, repo, branch) as (session, view):
+        walked = traverse_from(session, services, view, seeds, hops=hops, direction=check_direction(direction),
+                               types=types, max_nodes=max_nodes, fan_out=fan_out)
+        wanted = _check_types(types)
+        ids = [n["node_id"] for n in walked["nodes"]]
+        versions = nodes_by_id(session, view, ids)
+        edges: list[Any] = []
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            stmt, _ = visible_select(RelationVersion, view, _EDGE_KEY, RelationVersion.from_node_id.in_(part),
+                                     RelationVersion.to_node_id.in_(ids))
+            edges.extend(e for e in session.scalars(stmt) if wanted is None or e.rel_type in wanted)
+        own = view.branch.id
+        parents = Chain(view.chain[1:])
+        mine_nodes = [nid for nid, v in versions.items() if v.branch_id == own]
+        mine_edges = [e for e in edges if e.branch_id == own]
+        before_nodes: set[str] = set()
+        before_edges: set[tuple[str, str, str]] = set()
+        if parents.chain and mine_nodes:
+            stmt, _ = visible_select(NodeVersion, parents, (NodeVersion.node_id,),
+                                     NodeVersion.node_id.in_(mine_nodes))
+            before_nodes = {v.node_id for v in session.scalars(stmt)}
+        if parents.chain and mine_edges:
+            froms = sorted({e.from_node_id for e in mine_edges})
+            stmt, _ = visible_select(RelationVersion, parents, _EDGE_KEY, RelationVersion.from_node_id.in_(froms))
+            before_edges = {(e.from_node_id, e.rel_type, e.to_node_id) for e in session.scalars(stmt)}
+        parent_id = view.branch.parent_id
+        parent_row = session.get(Branch, parent_id) if parent_id is not None else None
+        parent = parent_row.name if parent_row is not None else None
+
+    def change(written_here: bool, existed: bool) -> str | None:
+        if not written_here or not parents.chain:
+            return None
+        return "changed" if existed else "added"
+
+    address = {n["node_id"]: f"{n['workspace']}:{n['path']}" for n in walked["nodes"]}
+    nodes = []
+    for n in walked["nodes"]:
+        version = versions.get(n["node_id"])
+        properties = version.properties if version is not None else {}
+        title = properties.get("title") if isinstance(properties, dict) else None
+        nodes.append({"workspace": n["workspace"], "path": n["path"], "node_id": n["node_id"],
+                      "node_type": version.node_type if version is not None else None,
+                      "title": title if isinstance(title, str) else None, "hop": n["hop"],
+                      "change": change(version is not None and version.branch_id == own,
+                                       n["node_id"] in before_nodes)})
+    drawn = [{"from": address[e.from_node_id], "to": address[e.to_node_id], "from_id": e.from_node_id,
+              "to_id": e.to_node_id, "type": e.rel_type, "weight": e.weight,
+              "change": change(e.branch_id == own, (e.from_node_id, e.rel_type, e.to_node_id) in before_edges)}
+             for e in edges if e.from_node_id in address and e.to_node_id in address]
+    drawn.sort(key=lambda e: (e["from"], e["type"], e["to"]))
+    return {"nodes": nodes, "edges": drawn, "truncated": walked["truncated"], "branch": branch, "parent": parent}
