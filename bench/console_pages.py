@@ -5,9 +5,10 @@ The app runs in process (``fastapi.testclient.TestClient``: the ASGI app, its mi
 Jinja2 rendering, no socket), with auth on and a signed-in admin session, on a SQLite file, with
 the deterministic ``fake:hash-384`` embedder (the figures are kg's and the console's, not the
 model's). Data: the 150 PEPs of ``fixtures/peps`` as nodes (title and the first 4,000
-characters), a ``cites`` relation for each "PEP NNN" one PEP mentions of another (so the most
-cited PEP is a hub), and a branch ``agent/review-100`` with 100 changes: 60 nodes re-titled, 20
-added, 10 deleted, 10 relations re-weighted.
+characters), a ``cites`` relation for each "PEP NNN" one PEP mentions of another, and
+``authored_by``, ``has_status`` and ``has_type`` relations to entity nodes made of the PEPs'
+headers (the most linked, a PEP type, is the hub); a branch ``agent/review-100`` re-titles 60
+PEPs, adds 20 notes, deletes 10 PEPs (and so their relations) and re-weights 10 relations.
 
 Each page is requested ``--calls`` times after ``--warmup``, in turn with its baseline (page,
 API, page, ...: both see the same load); the table gives p50 and p90 in milliseconds and the
@@ -42,6 +43,11 @@ BRANCH = "agent/review-100"
 BOUND_MS = 150.0
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 _PEP = re.compile(r"\bPEP\s+(\d{1,4})\b")
+_HEADER = re.compile(r"^([A-Z][A-Za-z-]+):\s*(.+)$", re.M)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "x"
 
 
 def _app(folder: Path) -> tuple[TestClient, str]:
@@ -75,16 +81,30 @@ def _seed(api: Callable[..., Any]) -> str:
                         "properties": {"title": title, "content": text[:4000]}})
     api("post", "/api/repos/peps/nodes:batch", json={"upserts": upserts})
     known = set(texts)
-    edges: list[tuple[str, str]] = []
+    edges: list[tuple[str, str, str]] = []
     for stem, text in texts.items():
         for number in sorted({int(n) for n in _PEP.findall(text)}):
             target = f"pep-{number:04d}"
             if target in known and target != stem:
-                edges.append((stem, target))
-    for source, target in edges:
-        api("post", "/api/repos/peps/relations", json={"from": f"peps:/{source}", "to": f"peps:/{target}",
-                                                        "type": "cites", "weight": 1.0})
-    hub = Counter(t for _, t in edges).most_common(1)[0][0]
+                edges.append((f"/{stem}", f"/{target}", "cites"))
+        headers = dict(_HEADER.findall(text.split("\n\n", 1)[0]))
+        for name in [a.split("<")[0].strip() for a in headers.get("Author", "").split(",")]:
+            if name:
+                edges.append((f"/{stem}", f"/people/{_slug(name)}", "authored_by"))
+        for field in ("Status", "Type"):
+            if headers.get(field):
+                edges.append((f"/{stem}", f"/{field.lower()}/{_slug(headers[field])}", f"has_{field.lower()}"))
+    entities = sorted({t for _, t, kind in edges if kind != "cites"})
+    api("post", "/api/repos/peps/nodes:batch", json={"parents": True, "upserts": [
+        {"workspace": "peps", "path": path, "node_type": "kb:Entity", "properties": {"title": path.rsplit("/", 1)[1]}}
+        for path in entities]})
+    for source, target, kind in edges:
+        api("post", "/api/repos/peps/relations", json={"from": f"peps:{source}", "to": f"peps:{target}",
+                                                        "type": kind, "weight": 1.0})
+    degree = Counter(t for _, t, _ in edges)
+    hub = degree.most_common(1)[0][0]
+    print(f"{len(upserts)} PEPs, {len(entities)} entities, {len(edges)} relations; the hub {hub} has "
+          f"{degree[hub]} in-edges")
     api("post", "/api/repos/peps/branches", json={"name": BRANCH, "from": "main"})
     stems = sorted(known)
     q = f"?branch={BRANCH}"
@@ -94,12 +114,14 @@ def _seed(api: Callable[..., Any]) -> str:
               "properties": {"title": f"note {i}", "content": f"An agent's note number {i} on packaging."}}
              for i in range(20)]
     api("post", f"/api/repos/peps/nodes:batch{q}",
-        json={"upserts": retitle + added, "deletes": [{"workspace": "peps", "path": f"/{s}"} for s in stems[-10:]]})
-    reweighted = [(s, t) for s, t in edges if s in stems[:60] and t in stems[:60]][:10]
-    for source, target in reweighted:
-        api("post", f"/api/repos/peps/relations{q}", json={"from": f"peps:/{source}", "to": f"peps:/{target}",
-                                                            "type": "cites", "weight": 0.5})
-    return f"/{hub}"
+        json={"upserts": retitle + added, "parents": True,
+              "deletes": [{"workspace": "peps", "path": f"/{s}"} for s in stems[-10:]]})
+    renamed = {f"/{s}" for s in stems[:60]}
+    reweighted = [(s, t, kind) for s, t, kind in edges if s in renamed][:10]
+    for source, target, kind in reweighted:
+        api("post", f"/api/repos/peps/relations{q}", json={"from": f"peps:{source}", "to": f"peps:{target}",
+                                                            "type": kind, "weight": 0.5})
+    return hub
 
 
 def _timed(client: TestClient, method: str, url: str, **kw: Any) -> float:
@@ -136,6 +158,12 @@ def main() -> None:
                                  follow_redirects=False)
             assert signed.status_code == 303, signed.text
             node = "/pep-0440"
+            diff = api("get", f"/api/repos/peps/branches/{BRANCH}/diff")
+            changes = sum(len(v) for v in diff["nodes"].values()) + sum(
+                len(v) if isinstance(v, list) else 0 for v in diff["relations"].values())
+            walk = api("post", "/api/repos/peps/traverse", json={"seeds": [f"peps:{hub}"], "hops": 3})
+            print(f"the review branch has {changes} changes; the hub's 3-hop walk reaches "
+                  f"{len(walk['nodes'])} nodes (truncated: {walk['truncated']})")
             search_q = "how are packages installed and uninstalled"
             cases: list[tuple[str, tuple[str, str, dict[str, Any]], tuple[str, str, dict[str, Any]]]] = [
                 ("branches", ("GET", "/ui/r/peps/branches", {}), ("GET", "/api/repos/peps/branches", {})),
@@ -145,7 +173,7 @@ def main() -> None:
                  ("GET", "/api/repos/peps/workspaces/peps/nodes?parent=/", {})),
                 ("node page", ("GET", f"/ui/r/peps/node?branch=main&workspace=peps&path={node}", {}),
                  ("GET", f"/api/repos/peps/workspaces/peps/nodes{node}", {})),
-                ("graph of the hub, 3 hops", ("GET", f"/ui/r/peps/graph/elements?branch=main&workspace=peps"
+                ("graph of the hub, 3 hops", ("GET", f"/ui/r/peps/graph?branch=main&workspace=peps"
                                               f"&path={hub}&hops=3", {}),
                  ("POST", "/api/repos/peps/traverse", {"json": {"seeds": [f"peps:{hub}"], "hops": 3}})),
                 ("search, hybrid k=10", ("GET", f"/ui/r/peps/search?branch=main&q={search_q}&mode=hybrid&k=10", {}),
