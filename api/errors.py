@@ -126,7 +126,7 @@ def allowed_methods(request: Request) -> list[str]:
             if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
 
 
-def _answer(request: Request, response: JSONResponse) -> Response:
+def answer(request: Request, response: JSONResponse) -> Response:
     """``response``, or the page the app's ``error_page`` hook makes of it (the console's HTML
     on ``/ui`` paths: same status, same code and message)."""
     hook: Callable[..., Response | None] | None = getattr(request.app.state, "error_page", None)
@@ -147,20 +147,20 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(errors.KGError)
     async def _kg_error(request: Request, exc: errors.KGError) -> Response:
-        return _answer(request, error_response(exc))
+        return answer(request, error_response(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> Response:
-        return _answer(request, _validation_response(request, exc))
+        return answer(request, _validation_response(request, exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        return _answer(request, _http_response(request, exc))
+        return answer(request, _http_response(request, exc))
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:  # pragma: no cover
         log.exception("unexpected error")
-        return _answer(request, JSONResponse(error_body("internal", "internal error; see the server log"),
+        return answer(request, JSONResponse(error_body("internal", "internal error; see the server log"),
                                              status_code=500))
 
 

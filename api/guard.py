@@ -22,10 +22,11 @@ from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
 import anyio.to_thread
 from fastapi import Request, Response
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import error_response
+from api.errors import answer, error_response
 from kg.errors import InvalidInput, KGError, MalformedInput, TooLarge
 
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
@@ -152,6 +153,14 @@ class RequestGuard:
         self.app = app
         self.max_body_bytes = max_body_bytes
 
+    @staticmethod
+    async def _refuse(exc: KGError, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer ``exc`` as the error handlers do (the API's JSON, the console's HTML page)."""
+        response: JSONResponse | Response = error_response(exc)
+        if "app" in scope:  # set by the application before its middleware runs
+            response = answer(Request(scope), error_response(exc))
+        await response(scope, receive, send)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -159,12 +168,12 @@ class RequestGuard:
         try:
             _check_target(scope)
         except KGError as exc:
-            await error_response(exc)(scope, receive, send)
+            await self._refuse(exc, scope, receive, send)
             return
         limit = self.max_body_bytes
         declared = _declared_length(scope)
         if declared is not None and declared > limit:
-            await error_response(_too_large(limit, declared))(scope, receive, send)
+            await self._refuse(_too_large(limit, declared), scope, receive, send)
             return
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
@@ -179,7 +188,7 @@ class RequestGuard:
             chunk = message.get("body", b"")
             received += len(chunk)
             if received > limit:  # a streamed body (no Content-Length, or a false one)
-                await error_response(_too_large(limit))(scope, receive, send)
+                await self._refuse(_too_large(limit), scope, receive, send)
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -188,7 +197,7 @@ class RequestGuard:
             try:
                 await anyio.to_thread.run_sync(_parse_body, body, scope)
             except KGError as exc:
-                await error_response(exc)(scope, receive, send)
+                await self._refuse(exc, scope, receive, send)
                 return
         sent = False
 

@@ -168,3 +168,13 @@ def test_console_pages_forbid_framing_and_foreign_scripts(console):
         policy = r.headers["content-security-policy"]
         assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy, url
         assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_text_the_store_cannot_hold_in_a_console_url_is_an_html_422(console):
+    """The request guard refuses a NUL before any route runs; on /ui it answers with the
+    console's page (it answered JSON), on /api with the API's shape."""
+    r = console.get("/ui/r/acme/node?workspace=kb&path=/a%00b")
+    assert r.status_code == 422 and r.headers["content-type"].startswith("text/html")
+    assert "NUL" in r.text and "frame-ancestors" in r.headers["content-security-policy"]
+    r = console.http.get("/api/repos/acme/workspaces/kb/nodes/a%00b", headers=bearer(console.admin))
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"
