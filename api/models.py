@@ -113,6 +113,8 @@ class MergeBody(WriteMeta):
     into: str | None = None
     dry_run: bool = False
     resolutions: list[dict[str, Any]] = Field(default_factory=list)
+    #: The ``plan`` a dry run answered: the merge is refused (409) if either branch changed since.
+    if_plan: str | None = Field(default=None, max_length=200)
 
 
 class RelationCreate(WriteMeta):

@@ -339,6 +339,7 @@ class MergeResult(Schema):
     applied: MergeApplied
     base: MergePoint
     up_to_date: bool = absent("true when there was nothing to merge (no revision was made).")
+    plan: str = absent("A dry run's token of what it planned from: send it as ``if_plan`` with the merge.")
 
 
 # -- nodes ----------------------------------------------------------------------------------

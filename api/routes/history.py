@@ -47,9 +47,10 @@ def diff(repo: str, branch: str, services: ServicesDep, caller: CallerDep, again
 def merge(repo: str, branch: str, body: MergeBody, services: ServicesDep, caller: CallerDep) -> dict:
     """Merge the branch into ``into`` (default: its parent): fast-forward or three-way."""
     if body.dry_run:
-        return preview_merge(services, caller, repo, branch, body.into, resolutions=body.resolutions)
+        return preview_merge(services, caller, repo, branch, body.into, resolutions=body.resolutions,
+                             if_plan=body.if_plan)
     return run(services, caller, merge_branch, repo, branch, body.into, resolutions=body.resolutions,
-               message=body.message, actor=body.actor)
+               message=body.message, actor=body.actor, if_plan=body.if_plan)
 
 
 @router.post("/branches/{branch:path}/reset", response_model=BranchReset)

@@ -21,7 +21,7 @@ from fastapi.responses import Response
 
 from api.ui.core import Console, action, page, pretty
 from kg.context import run
-from kg.errors import InvalidInput, MergeConflict
+from kg.errors import Conflict, InvalidInput, MergeConflict
 from kg.ops import merge as merge_ops
 from kg.ops import queries
 
@@ -265,7 +265,7 @@ def review(repo: str, console: PageDep, branch: str, into: str | None = None) ->
     seen = queries.branch_review(console.services, console.caller, repo, branch, into)
     target = seen["into"]["name"] if seen["into"] else None
     return console.render("review.html", section="branches", repo=repo, branch=branch, info=seen["branch"],
-                          into=seen["into"], diff=seen["diff"],
+                          into=seen["into"], diff=seen["diff"], plan=seen.get("plan"),
                           groups=group_diff(seen["diff"]) if seen["diff"] else [],
                           can_merge=target is not None and console.may("merge", repo, target))
 
@@ -279,28 +279,39 @@ def merge(repo: str, console: ActionDep) -> Response:
     dry_run = console.field("dry_run") == "1"
     message = console.field("message")
     picks = read_picks(console)
+    # What the reviewer saw (the review page's, then each dry run's plan token): the dry run
+    # and the merge are refused if either branch changed since, so nothing unseen is merged.
+    seen = console.field("plan")
     context: dict[str, Any] = {"repo": repo, "branch": branch, "target": into, "message": message or "",
-                               "picks": picks, "can_merge": into is not None and console.may("merge", repo, into)}
+                               "picks": picks, "can_merge": into is not None and console.may("merge", repo, into),
+                               "plan": seen}
     try:
         resolutions = resolutions_of(picks) or None
         if dry_run:
             out = merge_ops.preview_merge(console.services, console.caller, repo, branch, into,
-                                          resolutions=resolutions)
+                                          resolutions=resolutions, if_plan=seen)
         else:
             out = run(console.services, console.caller, merge_ops.merge_branch, repo, branch, into,
-                      resolutions=resolutions, message=message)
-    except MergeConflict as exc:
+                      resolutions=resolutions, message=message, if_plan=seen)
+    except MergeConflict as exc:  # a Conflict: before the stale-plan clause
         left = list(exc.details.get("conflicts", []))
+        context["plan"] = exc.details.get("plan", seen)
         every = _open_conflicts(console, repo, branch, into) if picks else left
         problem = (f"{len(left)} conflict(s) to resolve before merging: pick ours, theirs or an edit for each"
                    if not picks else f"{len(left)} conflict(s) left unresolved")
         return _panel(console, "conflicts", 409, context, rows=conflict_rows(every or left, picks, left),
                       problem=problem)
+    except Conflict as exc:
+        if exc.details.get("reason") != "stale_plan":
+            raise
+        return _panel(console, "stale", 409, context, problem=exc.message)
     except InvalidInput as exc:
         every = _open_conflicts(console, repo, branch, into)
         if not every:
             raise
         return _panel(console, "conflicts", 422, context, rows=conflict_rows(every, picks), problem=exc.message)
+    if dry_run:
+        context["plan"] = out.get("plan", seen)
     return _panel(console, "preview" if dry_run else "result", 200, context, out=out)
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kg.context import Actor, Resources, UnitOfWork, permit
-from kg.errors import InvalidInput, MergeConflict
+from kg.errors import Conflict, InvalidInput, MergeConflict
 from kg.indexing.index_jobs import enqueue
 from kg.ops.texts import plan_for
 from kg.store import history
@@ -23,7 +23,7 @@ from kg.store.repos import WriteContext, get_branch, get_repository, parent_name
 
 
 def preview_merge(services: Resources, caller: Actor, repo_name: str, source: str, into: str | None, *,
-                  resolutions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                  resolutions: list[dict[str, Any]] | None = None, if_plan: str | None = None) -> dict[str, Any]:
     """What merging ``source`` into ``into`` would do (a dry run): nothing is written.
 
     Parameters
@@ -40,16 +40,22 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
         The target branch; ``None``: ``source``'s parent.
     resolutions : list of dict, optional
         See :func:`kg.store.history.plan_merge`.
+    if_plan : str, optional
+        The :func:`plan_token` a reviewer saw: refused when either branch changed since.
 
     Returns
     -------
     dict
-        ``{"revision": None, "dry_run": True, "fast_forward", "applied", "base"}``.
+        ``{"revision": None, "dry_run": True, "fast_forward", "applied", "base", "plan"}``:
+        ``plan`` is the :func:`plan_token` to pass to :func:`merge_branch` as ``if_plan``, so
+        that the merge applies exactly what this dry run said.
 
     Raises
     ------
     kg.errors.MergeConflict
-        Unresolved conflicts, listed in ``details["conflicts"]``.
+        Unresolved conflicts, listed in ``details["conflicts"]`` (with ``details["plan"]``).
+    kg.errors.Conflict
+        ``if_plan`` is not the branches' token now (``details["reason"] = "stale_plan"``).
     kg.errors.InvalidInput, kg.errors.NotFound
         As :func:`merge_branch`.
     """
@@ -58,6 +64,8 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
         repo = get_repository(session, repo_name)
         target = _target(session, repo, source, into)
         permit(services, caller, "read", repo_name, target)
+        token = plan_token(session, repo, source, target)
+        _check_plan(token, if_plan, source, target)
         plan = history.plan_merge(session, repo, source, target, resolutions=resolutions)
         if not caller.unrestricted:
             # A dry run tells what the merge would change, conflicts included: the caller
@@ -66,14 +74,15 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
             for branch in (source, target):
                 for workspace in dict.fromkeys(writes + reads):
                     permit(services, caller, "read", repo_name, branch, workspace)
-    _raise_conflicts(plan)
+    _raise_conflicts(plan, token)
     return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
-            "applied": plan.preview(), "base": _base(plan)}
+            "applied": plan.preview(), "base": _base(plan), "plan": token}
 
 
 def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None, *,
                  resolutions: list[dict[str, Any]] | None = None,
-                 message: str | None = None, actor: str | None = None) -> dict[str, Any]:
+                 message: str | None = None, actor: str | None = None,
+                 if_plan: str | None = None) -> dict[str, Any]:
     """Merge ``source`` into ``into`` as one revision on ``into``.
 
     A merge with nothing to apply makes no revision but records its merge point (the base of
@@ -93,6 +102,10 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
         See :func:`kg.store.history.plan_merge`.
     message, actor : str or None
         Recorded with the revision (default message ``merge <source> into <into>``).
+    if_plan : str, optional
+        The ``plan`` of the dry run this merge was asked from (:func:`preview_merge`): the merge
+        is refused, nothing written, when either branch changed since (a reviewer never merges
+        what they did not see). Checked under the repository's write lock.
 
     Returns
     -------
@@ -108,16 +121,21 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
         ``into`` is ``None`` and ``source`` is ``main`` (it has no parent).
     kg.errors.Forbidden
         The caller may not read ``source`` or may not ``merge`` into ``into``.
+    kg.errors.Conflict
+        ``if_plan`` is not the branches' :func:`plan_token` now (``details["reason"] =
+        "stale_plan"``).
     """
     session = uow.session
     uow.authorize("read", repo_name, source)
     into = _target(session, get_repository(session, repo_name), source, into)
     ctx = uow.begin(repo_name, into, message=message or f"merge {source} into {into}", actor=actor,
                     action="merge")
+    token = plan_token(session, ctx.repo, source, into)  # under the write lock: nothing moves now
+    _check_plan(token, if_plan, source, into)
     plan = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
                               writing_revision=ctx.pending_revision)
     _authorize_changes(uow, repo_name, into, ctx, plan)  # before a conflict tells anything
-    _raise_conflicts(plan)
+    _raise_conflicts(plan, token)
     if not plan.node_changes and not plan.relation_changes:
         # No revision for an empty merge; only its point is recorded.
         history.record_merge(session, ctx.repo, plan, ctx.branch.head_revision)
@@ -177,6 +195,45 @@ def _touched(session: Session, repo: Repository, plan: history.MergePlan) -> tup
     return writes, reads
 
 
+def plan_token(session: Session, repo: Repository, source: str, target: str) -> str:
+    """What a merge of ``source`` into ``target`` would be planned from, as an opaque token: the
+    head and fork revisions of both branches. Equal tokens, equal plans (a merge is a function of
+    what the two branches hold); a write, a reset or a merge on either branch changes it.
+
+    Parameters
+    ----------
+    session : Session
+        An open session.
+    repo : Repository
+        The repository of both branches.
+    source, target : str
+        The branch merged and the branch merged into.
+
+    Returns
+    -------
+    str
+        ``"<source id>.<head>.<base>-<target id>.<head>.<base>"``.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown branch.
+    """
+    parts = []
+    for name in (source, target):
+        b = get_branch(session, repo, name)
+        parts.append(f"{b.id}.{b.head_revision}.{b.base_revision or 0}")
+    return "-".join(parts)
+
+
+def _check_plan(token: str, expected: str | None, source: str, target: str) -> None:
+    """Refuse a merge planned from other contents than the reviewer saw (``expected``)."""
+    if expected is not None and expected != token:
+        raise Conflict(f"{source} or {target} changed since the dry run this merge was asked from: "
+                       "review the branch again (nothing was written)",
+                       details={"reason": "stale_plan", "plan": token, "expected": expected})
+
+
 def _target(session: Session, repo: Repository, source: str, into: str | None) -> str:
     """``into``, or ``source``'s parent when ``into`` is None."""
     if into is not None:
@@ -191,10 +248,10 @@ def _base(plan: history.MergePlan) -> dict[str, Any]:
     return plan.base.report()
 
 
-def _raise_conflicts(plan: history.MergePlan) -> None:
+def _raise_conflicts(plan: history.MergePlan, token: str | None = None) -> None:
     if plan.conflicts:
         raise MergeConflict(
             f"merging {plan.source} into {plan.target} has {len(plan.conflicts)} conflict(s); "
             "resolve them with 'resolutions'",
-            details={"conflicts": plan.conflicts},
+            details={"conflicts": plan.conflicts, **({"plan": token} if token else {})},
         )

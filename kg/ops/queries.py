@@ -15,6 +15,7 @@ from kg.context import Actor, Resources, permit, reading, scoped_view
 from kg.errors import InvalidInput, KGError, NotFound
 from kg.indexing import index_jobs
 from kg.ops import branches as branch_ops
+from kg.ops import merge as merge_ops
 from kg.store import history
 from kg.store import nodes as node_store
 from kg.store.models import Branch, Chunk, IndexJob, NodeVersion, Revision, Workspace, node_dict
@@ -473,7 +474,9 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
     Returns
     -------
     dict
-        ``{"branch": {...}, "into": {"name", "protected"} or None, "diff": {...} or None}``:
+        ``{"branch": {...}, "into": {"name", "protected"} or None, "diff": {...} or None,
+        "plan"}``: ``plan`` is :func:`kg.ops.merge.plan_token` as of before the diff was read
+        (for ``if_plan``: a merge of what the page showed, or none), None without ``into``.
         ``branch`` is :func:`kg.ops.branches.get_branch` plus ``"protected"`` (bool, from
         ``KG_PROTECTED_BRANCHES``); ``diff`` is :func:`diff` (modified nodes carry per property
         ``{"old", "new"}``), None when there is nothing to compare with (``main`` and no
@@ -490,7 +493,11 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
     info["protected"] = branch_ops.is_protected(services, info["name"])
     compared = against if against is not None else info.get("parent")
     if compared is None:
-        return {"branch": info, "into": None, "diff": None}
+        return {"branch": info, "into": None, "diff": None, "plan": None}
+    # The token is read before the diff: a write between the two makes it older than what the
+    # page shows, so the dry run asked from the page is refused rather than merging unseen work.
+    with services.db.read() as session:
+        token = merge_ops.plan_token(session, get_repository(session, repo), branch, compared)
     changes = diff(services, caller, repo, branch, compared)
     into = {"name": changes["against"], "protected": branch_ops.is_protected(services, compared)}
-    return {"branch": info, "into": into, "diff": changes}
+    return {"branch": info, "into": into, "diff": changes, "plan": token}
