@@ -820,3 +820,101 @@ def authenticate(db: Database, settings: Settings, token: str, cache: KeyCache |
         with db.write() as session:
             key_store.touch_key(session, key_id, at=now, before=now - timedelta(seconds=settings.key_touch_s))
     return actor
+
+
+def _session_hash(session_id: str) -> str:
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+def open_console_session(db: Database, settings: Settings, token: str,
+                         cache: KeyCache | None = None) -> tuple[str, Actor]:
+    """Sign in to the review console with an API key: a new session, its random id for the
+    cookie, and the caller. The token is checked as :func:`authenticate` does and is not kept:
+    the session stores the SHA-256 of its id and the key's id, never the secret.
+
+    Parameters
+    ----------
+    db : Database
+        The store.
+    settings : Settings
+        The pepper, and ``ui_session_s`` (how long the session lasts).
+    token : str
+        ``kg_<id>_<secret>``.
+    cache : KeyCache or None
+        As :func:`authenticate`.
+
+    Returns
+    -------
+    tuple of (str, Actor)
+        The session id (32 random bytes, URL-safe) and the key's caller.
+
+    Raises
+    ------
+    kg.errors.Unauthenticated
+        As :func:`authenticate`.
+    """
+    actor = authenticate(db, settings, token, cache)
+    session_id = secrets.token_urlsafe(32)
+    now = utcnow()
+    assert actor.key_id is not None
+    with db.write() as session:
+        key_store.add_console_session(session, _session_hash(session_id), actor.key_id, at=now,
+                                      expires_at=now + timedelta(seconds=settings.ui_session_s))
+    return session_id, actor
+
+
+def console_session_actor(db: Database, settings: Settings, session_id: str) -> Actor:
+    """The caller of an open console session, as its key is now (one read: the session joined
+    to nothing, then the key as :func:`key_actor` reads it).
+
+    Parameters
+    ----------
+    db : Database
+        The store.
+    settings : Settings
+        For the protected branches and reserved repositories.
+    session_id : str
+        The id the cookie carries.
+
+    Returns
+    -------
+    Actor
+
+    Raises
+    ------
+    kg.errors.Unauthenticated
+        An unknown, expired or ended session (signed out), or one whose key is revoked,
+        expired or deleted.
+    """
+    now = utcnow()
+    with db.read_connection() as connection:
+        key_id = key_store.console_session_key(connection, _session_hash(session_id), now)
+        key = key_store.read_key(connection, key_id) if key_id is not None else None
+    if key_id is None:
+        raise Unauthenticated("the console session has ended (signed out or expired)")
+    if key is None:
+        raise Unauthenticated("the key of this console session no longer exists")
+    state = key_state(key, now)
+    if state != "active":
+        raise Unauthenticated(f"API key {key.name!r} is {state}", details={"state": state})
+    return Actor("key", key.name, key.id, grants_of(key.grants), settings.protected(),
+                 reserved_repositories(settings))
+
+
+def end_console_session(db: Database, session_id: str) -> bool:
+    """Sign out: end the console session, for every copy of its cookie.
+
+    Parameters
+    ----------
+    db : Database
+        The store.
+    session_id : str
+        The id the cookie carries.
+
+    Returns
+    -------
+    bool
+        Whether an open session was ended.
+    """
+    with db.write() as session:
+        return key_store.end_console_session(session, _session_hash(session_id), at=utcnow())

@@ -305,7 +305,7 @@ def error_page(request: Request, status: int, code: str, message: str, details: 
 def sign_in_redirect(request: Request, exc: SignInRequired) -> Response:
     """Send a person without a valid session to the sign-in page, then back where they were."""
     target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-    url = ui_url("/login", next=target if request.method == "GET" else None, reason=exc.message)
+    url = ui_url("/login", next=target if request.method == "GET" else None, reason=exc.reason)
     if request.headers.get("hx-request") == "true":
         return Response(status_code=200, headers={"HX-Redirect": url})
     return RedirectResponse(url, status_code=303)

@@ -1,11 +1,13 @@
 """The console's session: a signed HttpOnly cookie, the caller it names, and CSRF tokens.
 
-The cookie holds the API key a person signed in with and a CSRF token, signed with
-itsdangerous (HMAC-SHA1 over a timestamped payload, ``URLSafeTimedSerializer``) so that a
-browser cannot forge or alter it. It is ``HttpOnly`` (no script reads it), ``SameSite=Strict``
-(no other site's page sends it) and ``Secure`` when the console is served over HTTPS. The key
-is checked again on every page (:func:`kg.access.authenticate`, with the server's key cache), so
-revoking it ends the session within ``KG_KEY_CACHE_S``.
+Signing in with an API key opens a session on the server (:func:`kg.access.open_console_session`:
+a row keyed by the SHA-256 of a random id, the key's id, an expiry); the cookie holds that random
+id and a CSRF token, never the key, signed with itsdangerous (HMAC over a timestamped payload,
+``URLSafeTimedSerializer``) so that a browser cannot forge or alter it. It is ``HttpOnly`` (no
+script reads it), ``SameSite=Strict`` (no other site's page sends it) and ``Secure`` when the
+console is served over HTTPS. Every page reads the session and its key again
+(:func:`kg.access.console_session_actor`): signing out ends the session for every copy of the
+cookie, and revoking the key ends it at once, in every process.
 
 Every state-changing form carries the session's CSRF token (a hidden ``csrf_token`` field, or
 the ``X-CSRF-Token`` header htmx sends): the synchroniser-token pattern of the OWASP CSRF
@@ -23,7 +25,7 @@ from typing import Any
 from fastapi import Request
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 
-from kg.access import authenticate
+from kg.access import console_session_actor
 from kg.context import ANONYMOUS, Actor
 from kg.errors import Forbidden, Unauthenticated
 from kg.services import Services
@@ -37,13 +39,27 @@ CSRF_HEADER = "x-csrf-token"
 _SALT = "kg-console-session"
 
 
+#: Why the sign-in page is shown: the only messages it shows (a URL cannot make it say anything).
+SIGN_IN_REASONS = {
+    "required": "Sign in with an API key: this server requires one (KG_AUTH).",
+    "ended": "Your console session ended: you signed out, it expired, or its key was revoked or expired. "
+             "Sign in again.",
+}
+
+
 class SignInRequired(Exception):
     """The console needs a signed-in key (``KG_AUTH`` on and no valid session): the console's
-    handler answers with a redirect to the sign-in page, not an error page."""
+    handler answers with a redirect to the sign-in page, not an error page.
 
-    def __init__(self, message: str = "sign in with an API key") -> None:
-        super().__init__(message)
-        self.message = message
+    Parameters
+    ----------
+    reason : {"required", "ended"}
+        A key of :data:`SIGN_IN_REASONS`.
+    """
+
+    def __init__(self, reason: str = "required") -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -52,19 +68,20 @@ class ConsoleSession:
 
     Attributes
     ----------
-    key : str or None
-        The API key signed in with (``kg_<id>_<secret>``); None: nobody signed in.
+    sid : str or None
+        The id of the server's session (:func:`kg.access.open_console_session`); None: nobody
+        signed in.
     csrf : str
         The session's CSRF token (32 random bytes, URL-safe base64).
     """
 
-    key: str | None
+    sid: str | None
     csrf: str
 
     @classmethod
-    def fresh(cls, key: str | None = None) -> ConsoleSession:
+    def fresh(cls, sid: str | None = None) -> ConsoleSession:
         """A new session with a new CSRF token."""
-        return cls(key=key, csrf=secrets.token_urlsafe(32))
+        return cls(sid=sid, csrf=secrets.token_urlsafe(32))
 
 
 def signing_secret(settings: Settings) -> bytes:
@@ -104,7 +121,7 @@ class SessionCodec:
 
     def dumps(self, session: ConsoleSession) -> str:
         """The cookie's value for ``session``."""
-        return str(self._serializer.dumps({"k": session.key, "c": session.csrf}))
+        return str(self._serializer.dumps({"s": session.sid, "c": session.csrf}))
 
     def loads(self, value: str | None) -> ConsoleSession | None:
         """The session a cookie holds; None when it is absent, forged, altered or too old."""
@@ -116,8 +133,8 @@ class SessionCodec:
             return None
         if not isinstance(data, dict) or not isinstance(data.get("c"), str):
             return None
-        key = data.get("k")
-        return ConsoleSession(key=key if isinstance(key, str) else None, csrf=data["c"])
+        sid = data.get("s")
+        return ConsoleSession(sid=sid if isinstance(sid, str) else None, csrf=data["c"])
 
 
 def codec_of(request: Request) -> SessionCodec:
@@ -132,7 +149,7 @@ def read_session(request: Request) -> ConsoleSession | None:
 
 
 def session_caller(services: Services, session: ConsoleSession | None) -> Actor:
-    """Who a session is: its key's actor; without a key, anonymous while ``KG_AUTH`` is off.
+    """Who a session is: its key's actor; without a sign-in, anonymous while ``KG_AUTH`` is off.
 
     Parameters
     ----------
@@ -146,17 +163,17 @@ def session_caller(services: Services, session: ConsoleSession | None) -> Actor:
     Raises
     ------
     SignInRequired
-        ``KG_AUTH`` is on and nobody signed in, or the key is no longer valid (revoked,
-        expired, unknown).
+        ``KG_AUTH`` is on and nobody signed in, or the session ended (signed out, expired) or its
+        key is no longer valid (revoked, expired, deleted).
     """
-    if session is None or session.key is None:
+    if session is None or session.sid is None:
         if services.settings.auth:
-            raise SignInRequired()
+            raise SignInRequired("required")
         return ANONYMOUS
     try:
-        return authenticate(services.db, services.settings, session.key, services.key_cache)
-    except Unauthenticated as exc:
-        raise SignInRequired(f"your session ended: {exc.message}") from None
+        return console_session_actor(services.db, services.settings, session.sid)
+    except Unauthenticated:
+        raise SignInRequired("ended") from None
 
 
 def check_csrf(session: ConsoleSession | None, sent: str | None) -> None:

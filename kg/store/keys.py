@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, NotFound
-from kg.store.models import ApiKey, ApiKeyGrant
+from kg.store.models import ApiKey, ApiKeyGrant, ConsoleSession
 
 
 def insert_key(session: Session, *, key_id: str, name: str, secret_hash: str, created_by: str | None,
@@ -235,4 +235,67 @@ def touch_key(session: Session, key_id: str, *, at: datetime, before: datetime) 
     result = session.execute(update(ApiKey).where(ApiKey.id == key_id)
                              .where((ApiKey.last_used_at.is_(None)) | (ApiKey.last_used_at < before))
                              .values(last_used_at=at))
+    return bool(getattr(result, "rowcount", 0))
+
+
+def add_console_session(session: Session, id_hash: str, key_id: str, *, at: datetime, expires_at: datetime) -> None:
+    """Record a sign-in to the console.
+
+    Parameters
+    ----------
+    session : Session
+        A write transaction.
+    id_hash : str
+        SHA-256 (hex) of the session id the cookie carries.
+    key_id : str
+        The key signed in with.
+    at, expires_at : datetime
+        Now and when the session ends by itself, UTC.
+    """
+    session.add(ConsoleSession(id_hash=id_hash, key_id=key_id, created_at=at, expires_at=expires_at))
+    session.flush()
+
+
+def console_session_key(session: Session | Connection, id_hash: str, now: datetime) -> str | None:
+    """The key of a console session that is still open at ``now``.
+
+    Parameters
+    ----------
+    session : Session or Connection
+        An open session or connection.
+    id_hash : str
+        SHA-256 (hex) of the session id.
+    now : datetime
+        UTC.
+
+    Returns
+    -------
+    str or None
+        The key's id; None for an unknown, expired or ended session.
+    """
+    row = session.execute(select(ConsoleSession.key_id).where(
+        ConsoleSession.id_hash == id_hash, ConsoleSession.ended_at.is_(None),
+        ConsoleSession.expires_at > now)).first()
+    return None if row is None else str(row[0])
+
+
+def end_console_session(session: Session, id_hash: str, *, at: datetime) -> bool:
+    """End a console session (signing out): every copy of its cookie is refused from now on.
+
+    Parameters
+    ----------
+    session : Session
+        A write transaction.
+    id_hash : str
+        SHA-256 (hex) of the session id.
+    at : datetime
+        Now, UTC.
+
+    Returns
+    -------
+    bool
+        Whether an open session was ended.
+    """
+    result = session.execute(update(ConsoleSession).where(ConsoleSession.id_hash == id_hash,
+                                                          ConsoleSession.ended_at.is_(None)).values(ended_at=at))
     return bool(getattr(result, "rowcount", 0))

@@ -357,6 +357,21 @@ class FunctionJob(Base):
     actor: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
+class ConsoleSession(Base):
+    """A sign-in to the review console. The browser's cookie carries the session's random id
+    (signed); only its SHA-256 is stored, and never the key's secret: signing out or revoking the
+    key ends the session for every copy of the cookie."""
+
+    __tablename__ = "console_sessions"
+    __table_args__ = (Index("ix_console_sessions_key", "key_id"),)
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
 class ApiKey(Base):
     """An API key (``kg_<id>_<secret>``): the secret itself is never stored, only its
     HMAC-SHA256 under the server's pepper (``KG_KEY_PEPPER``), hexadecimal.

@@ -3,6 +3,8 @@ pages, and the branches screen (issue 14)."""
 
 from __future__ import annotations
 
+import base64
+
 from fastapi.testclient import TestClient
 
 from tests.ui.conftest import ConsoleClient, bearer, console_routes, csrf_of, new_key
@@ -63,8 +65,11 @@ def test_the_session_cookie_is_httponly_strict_and_signed(console):
                      csrf=False)
     cookie = r.headers["set-cookie"]
     assert "kg_console=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict")
-    assert console.admin not in cookie or "." in cookie  # signed (itsdangerous payload.timestamp.signature)
     value = cookie.split(";")[0].split("=", 1)[1]
+    payload = value.split(".")[0]
+    decoded = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).decode()
+    secret = console.admin.split("_", 2)[2]
+    assert secret not in decoded and console.admin not in decoded  # the cookie never holds the key
     console.http.cookies.clear()
     console.http.cookies.set("kg_console", value[:-3] + ("AAA" if not value.endswith("AAA") else "BBB"),
                              domain="testserver.local", path="/ui")
@@ -178,3 +183,54 @@ def test_text_the_store_cannot_hold_in_a_console_url_is_an_html_422(console):
     assert "NUL" in r.text and "frame-ancestors" in r.headers["content-security-policy"]
     r = console.http.get("/api/repos/acme/workspaces/kb/nodes/a%00b", headers=bearer(console.admin))
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"
+
+
+def _cookie(console: ConsoleClient) -> str:
+    return next(c.value for c in console.http.cookies.jar if c.name == "kg_console")
+
+
+def _with_cookie(console: ConsoleClient, value: str) -> None:
+    console.http.cookies.clear()
+    console.http.cookies.set("kg_console", value, domain="testserver.local", path="/ui")
+
+
+def test_signing_out_ends_every_copy_of_the_session_cookie(console):
+    """A new-user pass found that a copy of the cookie kept working after sign-out (the cookie
+    held the key itself): the session is now on the server and sign-out ends it."""
+    copy = _cookie(console)
+    assert console.get("/ui/repos", follow_redirects=False).status_code == 200
+    r = console.post("/ui/logout")
+    assert r.status_code == 303
+    _with_cookie(console, copy)
+    r = console.get("/ui/repos", follow_redirects=False)
+    assert r.status_code == 303 and "reason=ended" in r.headers["location"]
+
+
+def test_opening_the_sign_in_page_does_not_sign_out(console):
+    """A GET changes nothing: an <img src=/ui/login> on another site signed people out."""
+    assert console.get("/ui/login").status_code == 200
+    assert console.get("/ui/repos", follow_redirects=False).status_code == 200
+
+
+def test_the_sign_in_page_shows_only_its_own_messages(console):
+    r = console.get("/ui/login?reason=Paste+your+key+at+https://evil.example")
+    assert "evil.example" not in r.text
+    r = console.get("/ui/login?reason=ended")
+    assert "Your console session ended" in r.text
+
+
+def test_revoking_the_key_ends_its_console_session_at_once(console):
+    reader = new_key(console.services, "short", {"repo": "*", "actions": ["read"]})
+    console.sign_in(reader)
+    assert console.get("/ui/repos", follow_redirects=False).status_code == 200
+    key_id = reader.split("_")[1]
+    assert console.http.delete(f"/api/keys/{key_id}", headers=bearer(console.admin)).status_code == 200
+    r = console.get("/ui/repos", follow_redirects=False)
+    assert r.status_code == 303 and "reason=ended" in r.headers["location"]
+    # Signing out still works on the ended session, and the person can sign in again.
+    form = console.get("/ui/login")
+    assert "sign-out" in form.text
+    r = console.post("/ui/logout", {"csrf_token": csrf_of(form.text)}, csrf=False)
+    assert r.status_code == 303
+    console.sign_in(console.admin)
+    assert console.get("/ui/repos", follow_redirects=False).status_code == 200
