@@ -76,7 +76,7 @@ def branches(repo: str, console: PageDep, sort: Annotated[Sort, Query()] = "stal
     agents = [b for b in every if b["name"].startswith(AGENT_PREFIXES)]
     others = [b for b in every if not b["name"].startswith(AGENT_PREFIXES)]
     return console.render("branches.html", section="branches", repo=repo, tree=tree_order(others),
-                          agents=sort_agents(agents, sort), sort=sort, done=done,
+                          agents=sort_agents(agents, sort), sort=sort, done=console.flashed(done),
                           can=lambda a, b: console.may(a, repo, b))
 
 
@@ -87,7 +87,8 @@ def reset(repo: str, console: ActionDep) -> Response:
     assert name is not None
     out = run(console.services, console.caller, branch_ops.reset_branch, repo, name)
     return console.redirect(ui_url(f"/r/{repo}/branches",
-                                   done=f"reset {name}: it now forks at revision {out.get('base_revision')}"))
+                                   done=console.flash(f"reset {name}: it now forks at revision "
+                                                      f"{out.get('base_revision')}")))
 
 
 @router.post("/branches/delete")
@@ -96,4 +97,4 @@ def delete(repo: str, console: ActionDep) -> Response:
     name = console.field("branch", required=True)
     assert name is not None
     run(console.services, console.caller, branch_ops.delete_branch, repo, name)
-    return console.redirect(ui_url(f"/r/{repo}/branches", done=f"deleted {name}"))
+    return console.redirect(ui_url(f"/r/{repo}/branches", done=console.flash(f"deleted {name}")))

@@ -28,6 +28,7 @@ from api.ui.session import (
     ConsoleSession,
     SignInRequired,
     check_csrf,
+    codec_of,
     read_session,
     session_caller,
     set_cookie,
@@ -197,6 +198,14 @@ class Console:
                               else RedirectResponse(url, status_code=303))
         self.keep(response)
         return response
+
+    def flash(self, text: str) -> str:
+        """``text`` as a signed ``done=`` parameter (:meth:`SessionCodec.flash`)."""
+        return codec_of(self.request).flash(text)
+
+    def flashed(self, token: str | None) -> str | None:
+        """The message of a ``done=`` parameter the console made; None for any other text."""
+        return codec_of(self.request).read_flash(token)
 
     def keep(self, response: Response) -> None:
         """Set the session cookie on ``response`` when this request made the session."""

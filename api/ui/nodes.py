@@ -92,7 +92,7 @@ def tree(repo: str, console: PageDep, branch: str = "main", workspace: str | Non
     children = (_children(console, repo, branch, chosen, "/", cursor, limit) if chosen is not None else None)
     return console.render("tree.html", section="tree", repo=repo, branch=branch, workspace=chosen,
                           workspaces=workspaces, branches=_branches(console, repo), children=children,
-                          done=done)
+                          done=console.flashed(done))
 
 
 @router.get("/tree/children")
@@ -186,7 +186,7 @@ def node(repo: str, workspace: str, path: str, console: PageDep, branch: str = "
         "node.html", section="tree", repo=repo, branch=branch, workspace=workspace, node=found,
         at_revision=at_revision, chunks=chunks, references_in=incoming, references_truncated=truncated_refs,
         references_out=_outgoing(found), relations=relations, history=history, writable=writable,
-        branches=_branches(console, repo), done=done, properties_json=json.dumps(
+        branches=_branches(console, repo), done=console.flashed(done), properties_json=json.dumps(
             found["properties"], indent=2, sort_keys=True, ensure_ascii=False))
 
 
@@ -287,7 +287,7 @@ def edit(repo: str, console: ActionDep) -> Response:
                     message=console.field("message") or f"edited {workspace}:{path} in the console",
                     if_revision=if_revision)
     return console.redirect(ui_url(f"/r/{repo}/node", branch=branch, workspace=workspace, path=path,
-                                   done=f"saved: revision {stored['revision']}"))
+                                   done=console.flash(f"saved: revision {stored['revision']}")))
 
 
 @router.post("/node/delete")
@@ -320,5 +320,6 @@ def delete(repo: str, console: ActionDep) -> Response:
     out = run(console.services, console.caller, node_ops.delete_node, repo, branch, workspace, path,
               recursive=recursive, message=console.field("message") or f"deleted {workspace}:{path} in the console")
     return console.redirect(ui_url(f"/r/{repo}/tree", branch=branch, workspace=workspace,
-                                   done=f"deleted {workspace}:{path} ({out['deleted']} node"
-                                        f"{'' if out['deleted'] == 1 else 's'}): revision {out['revision']}"))
+                                   done=console.flash(f"deleted {workspace}:{path} ({out['deleted']} node"
+                                                      f"{'' if out['deleted'] == 1 else 's'}): "
+                                                      f"revision {out['revision']}")))

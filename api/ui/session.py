@@ -117,11 +117,27 @@ class SessionCodec:
     def __init__(self, settings: Settings) -> None:
         secret = signing_secret(settings) or secrets.token_bytes(32)
         self._serializer = URLSafeTimedSerializer(secret, salt=_SALT)
+        self._flashes = URLSafeTimedSerializer(secret, salt=_SALT + "-flash")
         self.max_age_s = settings.ui_session_s
 
     def dumps(self, session: ConsoleSession) -> str:
         """The cookie's value for ``session``."""
         return str(self._serializer.dumps({"s": session.sid, "c": session.csrf}))
+
+    def flash(self, text: str) -> str:
+        """``text`` signed, for a ``done=`` query parameter: a page shows a message only when
+        the console itself made it (a link cannot make a page say anything)."""
+        return str(self._flashes.dumps(text))
+
+    def read_flash(self, token: str | None) -> str | None:
+        """The message a :meth:`flash` token carries; None when absent, forged or older than 10 min."""
+        if not token:
+            return None
+        try:
+            text: Any = self._flashes.loads(token, max_age=600)
+        except BadSignature:
+            return None
+        return text if isinstance(text, str) else None
 
     def loads(self, value: str | None) -> ConsoleSession | None:
         """The session a cookie holds; None when it is absent, forged, altered or too old."""

@@ -111,7 +111,8 @@ def test_deleting_and_resetting_a_branch_from_the_screen(console):
     assert r.status_code == 303
     assert console.http.get("/api/repos/acme/branches/agent/s2", headers=bearer(console.admin)).json()["ahead"] == 0
     r = console.post("/ui/r/acme/branches/delete", {"branch": "agent/s1"})
-    assert r.status_code == 303 and "deleted+agent%2Fs1" in r.headers["location"]
+    assert r.status_code == 303 and "done=" in r.headers["location"]
+    assert "deleted agent/s1" in console.get(r.headers["location"]).text
     assert console.http.get("/api/repos/acme/branches/agent/s1", headers=bearer(console.admin)).status_code == 404
     r = console.post("/ui/r/acme/branches/delete", {"branch": "main"})
     assert r.status_code in (403, 409) and "<html" in r.text  # an HTML error page, never a 500
@@ -234,3 +235,12 @@ def test_revoking_the_key_ends_its_console_session_at_once(console):
     assert r.status_code == 303
     console.sign_in(console.admin)
     assert console.get("/ui/repos", follow_redirects=False).status_code == 200
+
+
+def test_a_page_shows_only_messages_the_console_signed(console):
+    """``done=`` carried any text a link gave it (phishing in the console's own message box)."""
+    _seed(console)
+    r = console.get("/ui/r/acme/branches?done=Your+key+expired:+paste+it+at+https://evil.example")
+    assert r.status_code == 200 and "evil.example" not in r.text
+    r = console.get("/ui/r/acme/tree?workspace=kb&done=Paste+your+key+at+https://evil.example")
+    assert r.status_code == 200 and "evil.example" not in r.text

@@ -176,8 +176,8 @@ def test_edit_writes_one_revision_with_the_new_properties(console):
         "message": "retire dana"})
     assert r.status_code == 303
     new = head["revision"] + 1
-    assert r.headers["location"] == ("/ui/r/acme/node?branch=main&workspace=kb&path=%2Fentities%2Fdana"
-                                     f"&done=saved%3A+revision+{new}")
+    assert r.headers["location"].startswith("/ui/r/acme/node?branch=main&workspace=kb&path=%2Fentities%2Fdana"
+                                            "&done=")  # a message signed by the console
     node = console.http.get("/api/repos/acme/workspaces/kb/nodes/entities/dana", **_api(console)).json()
     assert node["node_type"] == "kg:Person" and node["properties"] == {"title": "Dana W.", "status": "retired"}
     assert node["revision"] == new
@@ -229,7 +229,7 @@ def test_delete_tombstones_the_node_and_redirects_to_the_tree(console):
     assert r.status_code == 409
     r = console.post("/ui/r/acme/node/delete", {"branch": "main", "workspace": "kb", "path": "/docs/a",
                                                 "recursive": "on"})
-    assert r.status_code == 303 and "2+nodes" in r.headers["location"]
+    assert r.status_code == 303 and "deleted kb:/docs/a (2 nodes)" in console.get(r.headers["location"]).text
     assert console.http.get("/api/repos/acme/workspaces/kb/nodes/docs/a/deep", **_api(console)).status_code == 404
 
 
