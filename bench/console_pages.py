@@ -157,6 +157,7 @@ def main() -> None:
             signed = client.post("/ui/login", data={"key": token, "next": "/ui", "csrf_token": csrf},
                                  follow_redirects=False)
             assert signed.status_code == 303, signed.text
+            csrf = _CSRF.search(client.get("/ui/r/peps/ask").text).group(1)  # type: ignore[union-attr]
             node = "/pep-0440"
             diff = api("get", f"/api/repos/peps/branches/{BRANCH}/diff")
             changes = sum(len(v) for v in diff["nodes"].values()) + sum(
@@ -178,7 +179,8 @@ def main() -> None:
                  ("POST", "/api/repos/peps/traverse", {"json": {"seeds": [f"peps:{hub}"], "hops": 3}})),
                 ("search, hybrid k=10", ("GET", f"/ui/r/peps/search?branch=main&q={search_q}&mode=hybrid&k=10", {}),
                  ("POST", "/api/repos/peps/search", {"json": {"query": search_q, "mode": "hybrid", "k": 10}})),
-                ("ask", ("GET", "/ui/r/peps/ask?branch=main&q=What+replaced+PEP+386%3F", {}),
+                ("ask", ("POST", "/ui/r/peps/ask", {"data": {"q": "What replaced PEP 386?", "branch": "main",
+                                                            "csrf_token": csrf}}),
                  ("POST", "/api/functions/peps/ask/invoke",
                   {"json": {"input": {"question": "What replaced PEP 386?"}}})),
             ]

@@ -19,13 +19,14 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from markupsafe import Markup, escape
 
-from api.ui.core import ENV, Console, page
+from api.ui.core import ENV, Console, action, page
 from kg.errors import InvalidInput
 from kg.rag.functions import invoke
 from kg.rag.search import MAX_K, SearchRequest, search_branch
 
 router = APIRouter(prefix="/ui/r/{repo}")
 PageDep = Annotated[Console, Depends(page)]
+ActionDep = Annotated[Console, Depends(action)]
 
 MODES = ("hybrid", "vector", "fulltext")
 GRANULARITIES = ("chunk", "node")
@@ -151,10 +152,18 @@ def search(repo: str, console: PageDep, q: str | None = None, branch: str = "mai
 
 
 @router.get("/ask")
-def ask(repo: str, console: PageDep, q: str | None = None, branch: str = "main") -> Response:
-    """The ask playground: the form and, with ``q``, the answer, its citations and attempts."""
-    branch = branch.strip() or "main"
-    result = None
-    if q is not None and q.strip():
-        result = invoke(console.services, console.caller, repo, "ask", {"question": q}, branch=branch)
-    return console.render("ask.html", section="ask", repo=repo, branch=branch, q=q or "", result=result)
+def ask_form(repo: str, console: PageDep, q: str | None = None, branch: str = "main") -> Response:
+    """The ask playground's form (``q`` fills it in). Asking is a POST: ``ask`` is charged to
+    the caller's rate limit, and a GET any page can make (an ``<img>``) must spend nothing."""
+    return console.render("ask.html", section="ask", repo=repo, branch=branch.strip() or "main", q=q or "",
+                          result=None)
+
+
+@router.post("/ask")
+def ask(repo: str, console: ActionDep) -> Response:
+    """Ask (the form's CSRF token checked first): the answer, its citations and attempts."""
+    q = console.field("q", required=True)
+    assert q is not None
+    branch = console.field("branch", "main") or "main"
+    result = invoke(console.services, console.caller, repo, "ask", {"question": q}, branch=branch)
+    return console.render("ask.html", section="ask", repo=repo, branch=branch, q=q, result=result)

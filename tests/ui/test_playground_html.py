@@ -171,7 +171,7 @@ def test_a_restricted_key_searches_only_what_it_may_read(console):
 def test_ask_shows_the_answer_its_citations_and_attempts(console):
     seed(console)
     question = "What dividend did the board approve?"
-    r = console.get("/ui/r/acme/ask", params={"q": question})
+    r = console.post("/ui/r/acme/ask", {"q": question})
     assert r.status_code == 200, r.text
     answer = re.search(r'<p class="answer-text">(.*?)</p>', r.text, re.S)
     assert answer is not None and "40 cents" in answer.group(1)
@@ -186,12 +186,27 @@ def test_ask_shows_the_answer_its_citations_and_attempts(console):
 
 def test_ask_escapes_and_refuses_bad_input(console):
     seed(console)
-    r = console.get("/ui/r/acme/ask", params={"q": "<script>alert(1)</script>"})
+    r = console.post("/ui/r/acme/ask", {"q": "<script>alert(1)</script>"})
     assert r.status_code == 200
     assert "<script>alert(1)</script>" not in r.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in r.text
-    r = console.get("/ui/r/acme/ask", params={"q": "dividend", "branch": "nope"})
+    r = console.post("/ui/r/acme/ask", {"q": "dividend", "branch": "nope"})
     assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
-    r = console.get("/ui/r/acme/ask", params={"q": "dividend\x00"})  # refused by the request guard
+    r = console.post("/ui/r/acme/ask", {"q": "dividend\x00"})  # text the store cannot hold
     assert r.status_code == 422 and "NUL" in r.text
     r = console.get("/ui/r/acme/ask")
     assert r.status_code == 200 and 'id="ask-form"' in r.text and 'id="answer"' not in r.text
+
+
+def test_a_get_of_the_ask_page_spends_no_rate_limit(console):
+    """A GET any page can make (<img src=/ui/r/acme/ask?q=...>) asked, and drained the caller's
+    bucket of expensive calls; asking is now a POST with the CSRF token."""
+    seed(console)
+    from kg.ratelimit import RateLimiter
+
+    console.services.rate_limiter = RateLimiter(0.001, 1)  # one call, then a refill every 16 h
+    for _ in range(3):
+        r = console.get("/ui/r/acme/ask", params={"q": "dividend"})
+        assert r.status_code == 200 and 'id="answer"' not in r.text
+    assert console.post("/ui/r/acme/ask", {"q": "dividend"}).status_code == 200
+    assert console.post("/ui/r/acme/ask", {"q": "dividend"}).status_code == 429
+    assert console.post("/ui/r/acme/ask", {"q": "dividend"}, csrf=False).status_code == 403
