@@ -36,6 +36,7 @@ from api.ui.session import (
 from kg.access import authorize
 from kg.context import Actor
 from kg.errors import InvalidInput, KGError
+from kg.ops.branches import home_branch
 from kg.services import Services
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -198,6 +199,13 @@ class Console:
                               else RedirectResponse(url, status_code=303))
         self.keep(response)
         return response
+
+    def home_branch(self, repo: str, named: str | None) -> str:
+        """``named`` (stripped), or the branch a page opens on for this caller
+        (:func:`kg.ops.branches.home_branch`: ``main`` when it may read it)."""
+        if named is not None and named.strip():
+            return named.strip()
+        return home_branch(self.services, self.caller, repo)
 
     def flash(self, text: str) -> str:
         """``text`` as a signed ``done=`` parameter (:meth:`SessionCodec.flash`)."""

@@ -140,10 +140,10 @@ def _walk(console: Console, repo: str, branch: str, workspace: str, path: str, h
 
 
 @router.get("/graph")
-def graph(repo: str, console: PageDep, branch: str = "main", workspace: str | None = None,
+def graph(repo: str, console: PageDep, branch: str | None = None, workspace: str | None = None,
           path: str | None = None, hops: str | None = None, cap: str | None = None) -> Response:
     """The neighbourhood graph of a node (without ``path``: the form to pick one)."""
-    branch = branch.strip() or "main"
+    branch = console.home_branch(repo, branch)
     n_hops = _bounded("hops", hops, 1, 1, MAX_GRAPH_HOPS)
     n_cap = _bounded("cap", cap, DEFAULT_CAP, 1, MAX_CAP)
     workspaces = [w["name"] for w in list_workspaces(console.services, console.caller, repo)]

@@ -53,7 +53,7 @@ def _children(console: Console, repo: str, branch: str, workspace: str, parent: 
 
 
 @router.get("/tree")
-def tree(repo: str, console: PageDep, branch: str = "main", workspace: str | None = None,
+def tree(repo: str, console: PageDep, branch: str | None = None, workspace: str | None = None,
          cursor: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = CHILDREN_PER_PAGE,
          done: str | None = None) -> Response:
     """The workspaces of the repository and the top of the chosen one's tree.
@@ -64,8 +64,8 @@ def tree(repo: str, console: PageDep, branch: str = "main", workspace: str | Non
         The repository.
     console : Console
         The request.
-    branch : str
-        The branch read (default ``main``).
+    branch : str or None
+        The branch read (default ``main``, or the first branch the key may read without it).
     workspace : str or None
         The workspace shown; None: the first the key may read.
     cursor : str or None
@@ -87,6 +87,7 @@ def tree(repo: str, console: PageDep, branch: str = "main", workspace: str | Non
     kg.errors.InvalidInput
         A malformed cursor.
     """
+    branch = console.home_branch(repo, branch)
     workspaces = _workspaces(console, repo)
     chosen = workspace if workspace is not None else (workspaces[0] if workspaces else None)
     children = (_children(console, repo, branch, chosen, "/", cursor, limit) if chosen is not None else None)

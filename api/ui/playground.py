@@ -127,13 +127,13 @@ def search_request(q: str, *, mode: str | None = None, k: str | None = None, ful
 
 
 @router.get("/search")
-def search(repo: str, console: PageDep, q: str | None = None, branch: str = "main", compare: str | None = None,
+def search(repo: str, console: PageDep, q: str | None = None, branch: str | None = None, compare: str | None = None,
            mode: str | None = None, k: str | None = None, fulltext_weight: str | None = None,
            vector_weight: str | None = None, max_distance: str | None = None, path_prefix: str | None = None,
            granularity: str | None = None) -> Response:
     """The search playground: the form and, with ``q``, the hits on ``branch`` (and on
     ``compare``, side by side)."""
-    branch = branch.strip() or "main"
+    branch = console.home_branch(repo, branch)
     compare = compare.strip() if compare and compare.strip() else None
     form = {"q": q or "", "branch": branch, "compare": compare or "", "mode": mode or "hybrid", "k": k or "",
             "fulltext_weight": fulltext_weight or "", "vector_weight": vector_weight or "",
@@ -152,10 +152,10 @@ def search(repo: str, console: PageDep, q: str | None = None, branch: str = "mai
 
 
 @router.get("/ask")
-def ask_form(repo: str, console: PageDep, q: str | None = None, branch: str = "main") -> Response:
+def ask_form(repo: str, console: PageDep, q: str | None = None, branch: str | None = None) -> Response:
     """The ask playground's form (``q`` fills it in). Asking is a POST: ``ask`` is charged to
     the caller's rate limit, and a GET any page can make (an ``<img>``) must spend nothing."""
-    return console.render("ask.html", section="ask", repo=repo, branch=branch.strip() or "main", q=q or "",
+    return console.render("ask.html", section="ask", repo=repo, branch=console.home_branch(repo, branch), q=q or "",
                           result=None)
 
 
@@ -164,6 +164,6 @@ def ask(repo: str, console: ActionDep) -> Response:
     """Ask (the form's CSRF token checked first): the answer, its citations and attempts."""
     q = console.field("q", required=True)
     assert q is not None
-    branch = console.field("branch", "main") or "main"
+    branch = console.home_branch(repo, console.field("branch"))
     result = invoke(console.services, console.caller, repo, "ask", {"question": q}, branch=branch)
     return console.render("ask.html", section="ask", repo=repo, branch=branch, q=q, result=result)

@@ -107,6 +107,34 @@ def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[st
                 if can_see(caller, repo, b.name)]
 
 
+def home_branch(services: Resources, caller: Actor, repo: str) -> str:
+    """The branch a page opens on when none is named: ``main`` if the caller may read it, else
+    the first branch (by name) it may read, else ``main`` (whose page then says it is not there).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources.
+    caller : kg.context.Actor
+        Who reads.
+    repo : str
+        The repository.
+
+    Returns
+    -------
+    str
+    """
+    if can_see(caller, repo, "main"):
+        return "main"
+    with services.db.read() as session:
+        try:
+            r = repo_store.get_repository(session, repo)
+        except NotFound:
+            return "main"
+        names = sorted(b.name for b in repo_store.list_branches(session, r))
+    return next((name for name in names if can_see(caller, repo, name)), "main")
+
+
 def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
     """Every branch the caller sees, for review: :func:`branch_dict` with its last revision,
     whether it is protected, and which branches are its children.

@@ -244,3 +244,18 @@ def test_a_page_shows_only_messages_the_console_signed(console):
     assert r.status_code == 200 and "evil.example" not in r.text
     r = console.get("/ui/r/acme/tree?workspace=kb&done=Paste+your+key+at+https://evil.example")
     assert r.status_code == 200 and "evil.example" not in r.text
+
+
+def test_a_key_without_main_opens_pages_on_a_branch_it_reads_and_is_told_why_it_cannot_review(console):
+    """A key with grants on agent/* only met 404 'branch main not found' on every page the
+    navigation opened, and a review that said its branch had no parent."""
+    _seed(console)
+    agent = new_key(console.services, "agent-only", {"repo": "acme", "branches": ["agent/*"],
+                                                     "actions": ["read", "write"]})
+    console.sign_in(agent)
+    for url in ("/ui/r/acme/tree", "/ui/r/acme/graph", "/ui/r/acme/search", "/ui/r/acme/ask"):
+        r = console.get(url)
+        assert r.status_code == 200, (url, r.status_code)
+        assert 'value="agent/s1"' in r.text or "agent/s1" in r.text, url
+    r = console.get("/ui/r/acme/review?branch=agent/s2")
+    assert r.status_code == 200 and 'id="hidden-parent"' in r.text and "no parent" not in r.text
