@@ -287,6 +287,12 @@ class Indexer(PollingWorker):
             if rows is not None:
                 rows_by_job[job.id] = rows
                 complete.append(job)
+        # The whole texts first: stored (searchable) before the large ones' steps are embedded.
+        stored_repos = self._store(complete, rows_by_job, run, failures)
+        if stored_repos and self.services.index.layout == "scoped" and (going or started):
+            self._push(stored_repos)
+            stored_repos = set()
+        finished: list[_Job] = []
         left = budget
         for flight in going + started:
             if left is not None and left <= 0:
@@ -303,35 +309,11 @@ class Indexer(PollingWorker):
             if len(flight.rows) == len(flight.pieces):
                 self._in_flight.pop(flight.job.id, None)
                 rows_by_job[flight.job.id] = flight.rows
-                complete.append(flight.job)
+                finished.append(flight.job)
             else:
                 run.stepped += n
-        by_repo: dict[int, list[_Job]] = {}
-        for job in complete:
-            by_repo.setdefault(job.repo_id, []).append(job)
-        stored_repos: set[int] = set()
-        for repo_id, jobs in by_repo.items():
-            try:
-                with self.services.db.write() as session:
-                    # The repository row lock orders chunk ids with the writers' (kg.indexing.chunks).
-                    session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
-                    # Fenced: only the jobs this indexer still holds (a lost claim stores nothing).
-                    held = {c.id for c in self.queue.held(session, [j.claim for j in jobs])}
-                    for job in jobs:
-                        if job.id in held:
-                            store_chunks(session, repo_id, rows_by_job[job.id])
-                    self.queue.finish(session, [j.claim for j in jobs if j.id in held])
-                if len(held) < len(jobs):
-                    log.warning("indexer: %d job(s) lost their claim; another indexer embeds them",
-                                len(jobs) - len(held))
-                if held:
-                    stored_repos.add(repo_id)
-                run.done += len(held)
-                run.passages += sum(len(rows_by_job[j.id]) for j in jobs if j.id in held)
-            except Exception as exc:  # the database refused the chunks: fail the jobs, never spin
-                log.exception("indexer: storing chunks failed")
-                for job in jobs:
-                    failures[job.id] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
+        stored_repos |= self._store(finished, rows_by_job, run, failures)
+        complete += finished
         if stored_repos and self.services.index.layout == "scoped":
             self._push(stored_repos)
         claim_of = {job.id: job.claim for job in claimed}
@@ -351,6 +333,39 @@ class Indexer(PollingWorker):
             log.warning("indexer: %d job(s) failed", run.failed)
         self._complete_reembeds({job.repo_id for job in claimed} | {job.repo_id for job in complete})
         return run
+
+    def _store(self, jobs: list[_Job], rows_by_job: dict[int, list[ChunkRow]], run: IndexRun,
+               failures: dict[int, str]) -> set[int]:
+        """Store the chunks of embedded jobs and finish them, one transaction a repository,
+        fenced (a lost claim stores nothing); the repositories stored in. A job the database
+        refuses goes to ``failures``."""
+        by_repo: dict[int, list[_Job]] = {}
+        for job in jobs:
+            by_repo.setdefault(job.repo_id, []).append(job)
+        stored_repos: set[int] = set()
+        for repo_id, repo_jobs in by_repo.items():
+            try:
+                with self.services.db.write() as session:
+                    # The repository row lock orders chunk ids with the writers' (kg.indexing.chunks).
+                    session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
+                    # Fenced: only the jobs this indexer still holds (a lost claim stores nothing).
+                    held = {c.id for c in self.queue.held(session, [j.claim for j in repo_jobs])}
+                    for job in repo_jobs:
+                        if job.id in held:
+                            store_chunks(session, repo_id, rows_by_job[job.id])
+                    self.queue.finish(session, [j.claim for j in repo_jobs if j.id in held])
+                if len(held) < len(repo_jobs):
+                    log.warning("indexer: %d job(s) lost their claim; another indexer embeds them",
+                                len(repo_jobs) - len(held))
+                if held:
+                    stored_repos.add(repo_id)
+                run.done += len(held)
+                run.passages += sum(len(rows_by_job[j.id]) for j in repo_jobs if j.id in held)
+            except Exception as exc:  # the database refused the chunks: fail the jobs, never spin
+                log.exception("indexer: storing chunks failed")
+                for job in repo_jobs:
+                    failures[job.id] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
+        return stored_repos
 
     def _record_progress(self, session: Session) -> None:
         """Store the progress of the texts in flight (``index/status`` shows it); a text whose

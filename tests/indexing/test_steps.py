@@ -182,3 +182,24 @@ def test_index_status_route_answers_the_progress(services):
     [job] = body["progress"]
     assert (body["running"], job["path"], job["chunks_done"], job["chunks_total"]) == (1, "/big", 5, 20)
     assert job["eta_s"] is not None and job["eta_s"] >= 15.0
+
+
+def test_whole_texts_are_stored_before_the_large_ones_step_is_embedded(db_url, tmp_path):
+    """A small write claimed in a pass is searchable before that pass embeds its step of a large
+    text (else it would wait for up to two steps)."""
+    services = make_services(db_url, tmp_path)
+    seen: list[int] = []
+    embedder = services.embedder("fake:hash-16")
+    real = embedder.embed
+
+    def embed(texts):
+        if any("zebra" in t for t in texts):
+            seen.append(chunks(services))
+        return real(texts)
+
+    embedder.embed = embed
+    write(services, "big", "/big", BIG)
+    write(services, "small", "/first", "a small note about otters")
+    assert services.indexer.run_pending().done == 1
+    assert seen and seen[0] == 1  # the small text's chunk was stored when the step began
+    services.close()
