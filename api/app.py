@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 import kg
-from api import errors, ui
+from api import docs, errors, ui
 from api.deps import get_caller
 from api.guard import RequestGuard
 from api.mcp import mcp_app
@@ -57,7 +57,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
             services.close()
 
     services.db.upgrade()
-    app = FastAPI(title="kg", version=kg.__version__, lifespan=lifespan,
+    app = FastAPI(title="kg", version=kg.__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="A knowledge-graph service with branching storage for AI agents.")
     app.state.services = services
     errors.install(app)
@@ -71,4 +71,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.mount("/mcp", mcp_asgi)
     # The review console: HTML under /ui, over the same kg functions.
     ui.install(app)
+    # /docs and /redoc from the assets shipped with kg: no CDN, they work offline.
+    docs.install(app)
     return app

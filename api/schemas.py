@@ -503,6 +503,19 @@ class IndexStats(Schema):
     error: IndexUnavailable = absent("The index could not be asked.")
 
 
+class IndexJobProgress(Schema):
+    """A running job of a large text embedded in steps: chunks done of its total, an estimate."""
+
+    content_key: str
+    workspace: str | None
+    path: str | None
+    chunks_done: int
+    chunks_total: int
+    started_at: Timestamp | None
+    elapsed_s: Number | None
+    eta_s: Number | None = Field(description="Seconds left at the rate so far; null before the first chunk.")
+
+
 class IndexStatus(Schema):
     """``GET .../index/status``: the indexer's queue for the repository, and the index."""
 
@@ -511,6 +524,8 @@ class IndexStatus(Schema):
     failed: int
     failures: list[IndexJobProblem] = Field(description="Failed jobs (at most 100).")
     waiting: list[IndexJobProblem] = Field(description="Pending jobs whose model could not be reached (at most 100).")
+    progress: list[IndexJobProgress] = Field(
+        description="Running jobs of large texts embedded in steps (at most 100), with chunks done / total.")
     index: IndexStats
 
 

@@ -1,4 +1,5 @@
-"""The ``kg`` command line: serve, db upgrade, ingest, import, search, branch, keys, mcp."""
+"""The ``kg`` command line: serve, db upgrade, ingest, import, search, ask, diff, merge, branch, keys,
+mcp."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import socket
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
@@ -19,13 +21,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kg.access import parse_grant
 from kg.context import OPERATOR, run
-from kg.errors import KGError
+from kg.errors import KGError, MergeConflict
 from kg.ops import branches as branch_ops
 from kg.ops import keys as key_ops
 from kg.ops import memory as memory_ops
+from kg.ops import queries
 from kg.ops import repos as repo_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import ingest_path
+from kg.ops.merge import merge_branch, preview_merge
+from kg.rag.functions import ask as ask_question
 from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
 from kg.settings import Settings
@@ -158,35 +163,69 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
            workspace: Annotated[str, typer.Option(help="Workspace (created if missing).")],
            branch: Annotated[str, typer.Option(help="Branch to write on.")] = "main",
            format_name: Annotated[str, typer.Option(
-               "--format", help=f"What a file becomes: {' | '.join(FORMATS)}.")] = DEFAULT_FORMAT) -> None:
+               "--format", help=f"What a file becomes: {' | '.join(FORMATS)}.")] = DEFAULT_FORMAT,
+           strict: Annotated[bool, typer.Option(
+               "--strict", help="Refuse the whole ingest at the first unreadable file (nothing is "
+                                "written) instead of skipping it.")] = False) -> None:
     """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded. The
     format says what a file becomes: ``text`` a document, ``pep`` a Python Enhancement
-    Proposal with its relations."""
-    progress = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err)
-    task = progress.add_task("files", total=None)
-
-    def on_files(n: int) -> None:
-        progress.update(task, total=n)
-        progress.start()
-        started.append(True)
-
-    started: list[bool] = []
-
+    Proposal with its relations. A file that cannot be read (not UTF-8, no permission) is
+    skipped and reported at the end, unless ``--strict``. Progress is a bar on a terminal,
+    else one line on stderr per group of files."""
+    progress = _IngestProgress(err.is_terminal)
     try:
         services = _services()
         try:
             report = ingest_path(services, OPERATOR, path, repo=repo, workspace=workspace, branch=branch,
-                                 format_name=format_name, on_files=on_files,
-                                 on_progress=lambda n: progress.advance(task, n))
+                                 format_name=format_name, on_files=progress.listed, on_progress=progress.advance,
+                                 skip_unreadable=not strict)
         finally:
-            if started:
-                progress.stop()
+            progress.stop()
         # Only this repository's queue: another repository's backlog is the server's business.
         report.index_failures = repo_ops.settle_index(services, OPERATOR, repo).failed
     except KGError as exc:
         _fail(exc)
+    if report.unreadable:
+        typer.echo(f"skipped {len(report.unreadable)} unreadable file(s):", err=True)
+        for entry in report.unreadable:
+            typer.echo(f"  {entry['file']}: {entry['reason']}", err=True)
     typer.echo(json.dumps(report.as_dict()))
+
+
+class _IngestProgress:
+    """Ingest progress: a rich bar on a terminal, else a line per group of files on stderr
+    (files done / total, elapsed), so a log shows that a long ingest is moving."""
+
+    def __init__(self, terminal: bool) -> None:
+        self.terminal, self.total, self.done = terminal, 0, 0
+        self.started = time.monotonic()
+        self.bar: Progress | None = None
+        self.running = False
+        if terminal:
+            self.bar = Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), console=err)
+            self.task = self.bar.add_task("files", total=None)
+
+    def listed(self, n: int) -> None:
+        self.total = n
+        if self.bar is not None:
+            self.bar.update(self.task, total=n)
+            self.bar.start()
+            self.running = True
+        else:
+            typer.echo(f"ingest: {n} file(s) to read", err=True)
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.advance(self.task, n)
+        else:
+            typer.echo(f"ingest: {self.done}/{self.total} files ({time.monotonic() - self.started:.1f} s)",
+                       err=True)
+
+    def stop(self) -> None:
+        if self.bar is not None and self.running:
+            self.bar.stop()
 
 
 @import_app.command("memory-jsonl")
@@ -242,6 +281,176 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
 
 
 @app.command()
+def ask(question: Annotated[str, typer.Argument(help="The question.")],
+        repo: Annotated[str, typer.Option(help="Repository.")],
+        branch: Annotated[str, typer.Option(help="Branch.")] = "main",
+        workspace: Annotated[list[str] | None, typer.Option(help="Limit to a workspace (repeatable).")] = None,
+        use_graph: Annotated[bool, typer.Option("--graph", help="Add the graph leg.")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the answer's JSON.")] = False) -> None:
+    """Answer a question from the branch's documents, with citations (the ``ask`` function)."""
+    raw: dict = {"question": question, "use_graph": use_graph}
+    if workspace:
+        raw["workspaces"] = workspace
+    try:
+        services = _services()
+        answer = ask_question(services, OPERATOR, repo, branch, raw)
+    except KGError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(answer, indent=2))
+        return
+    typer.echo(answer["answer"])
+    typer.echo("")
+    typer.echo(f"grounded: {'yes' if answer['grounded'] else 'no'} ({answer['mode']})")
+    for c in answer["citations"]:
+        via = "  (graph)" if c.get("via") == "graph" else ""
+        typer.echo(f"[{c['marker']}] {c['workspace']}:{c['path']} chunk {c['chunk_index']}{via}")
+
+
+def _value(value: object) -> str:
+    """A property value on one line (JSON, so strings are quoted and absent is ``-``)."""
+    if value is None:
+        return "-"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _diff_lines(report: dict) -> list[str]:
+    """A diff report (:func:`kg.store.history.diff_branches`) as readable lines."""
+    nodes, rels = report["nodes"], report["relations"]
+    base = report["base"]
+    lines = [f"diff {report['branch']} against {report['against']} (base: {base['branch']} at revision "
+             f"{base['revision']})",
+             f"nodes: {len(nodes['added'])} added, {len(nodes['modified'])} modified, "
+             f"{len(nodes['deleted'])} deleted"]
+    for n in nodes["added"]:
+        lines.append(f"  + {n['workspace']}:{n['path']}  {n['node_type']}")
+    for n in nodes["modified"]:
+        lines.append(f"  ~ {n['workspace']}:{n['path']}  {n['node_type']}")
+        for key, change in sorted(n["changes"].items()):
+            lines.append(f"      {key}: {_value(change.get('old'))} -> {_value(change.get('new'))}")
+    for n in nodes["deleted"]:
+        lines.append(f"  - {n['workspace']}:{n['path']}  {n['node_type']}")
+    lines.append(f"relations: {len(rels['added'])} added, {len(rels['modified'])} modified, "
+                 f"{len(rels['removed'])} removed")
+    for r in rels["added"]:
+        lines.append(f"  + {r['from']} -[{r['type']}]-> {r['to']}  weight {r['weight']}")
+    for r in rels["modified"]:
+        lines.append(f"  ~ {r['from']} -[{r['type']}]-> {r['to']}  weight {r['old']['weight']} -> "
+                     f"{r['new']['weight']}")
+    for r in rels["removed"]:
+        lines.append(f"  - {r['from']} -[{r['type']}]-> {r['to']}")
+    return lines
+
+
+@app.command()
+def diff(repo: Annotated[str, typer.Option(help="Repository.")],
+         branch: Annotated[str, typer.Option(help="The branch whose changes are listed.")],
+         against: Annotated[str | None, typer.Option(help="Compared with (default: its parent).")] = None,
+         as_json: Annotated[bool, typer.Option("--json", help="Print the diff's JSON.")] = False) -> None:
+    """What a branch changed since its merge base: nodes added, modified (per property) and
+    deleted, and relations."""
+    try:
+        services = _services()
+        report = queries.diff(services, OPERATOR, repo, branch, against)
+    except KGError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+        return
+    typer.echo("\n".join(_diff_lines(report)))
+
+
+def _conflict_lines(conflicts: list[dict]) -> list[str]:
+    """Merge conflicts (:func:`kg.store.history.plan_merge`) as readable lines."""
+    lines = []
+    for c in conflicts:
+        if c["kind"] == "relation":
+            lines.append(f"conflict: relation {c['from']} -[{c['type']}]-> {c['to']}: {c['reason']}")
+            for side in ("base", "ours", "theirs"):
+                lines.append(f"    {side}: {_value(c.get(side))}")
+            continue
+        lines.append(f"conflict: node {c['workspace']}:{c['path']}: {c['reason']}")
+        sides = {side: (c.get(side) or {}) for side in ("base", "ours", "theirs")}
+        keys = c.get("properties")
+        if keys:
+            for key in keys:
+                values = ", ".join(f"{side} {_value((v.get('properties') or {}).get(key)) if v else '-'}"
+                                   for side, v in sides.items())
+                lines.append(f"    {key}: {values}")
+        else:
+            for side, v in sides.items():
+                lines.append(f"    {side}: {_value(v.get('properties')) if v else 'absent'}")
+    return lines
+
+
+def _read_resolutions(file: Path) -> list[dict]:
+    """The resolutions of ``--resolutions``: a JSON list, or an object with a ``resolutions`` list."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        typer.echo(f"error: cannot read {file}: {_one_line(str(exc))}", err=True)
+        raise typer.Exit(1) from exc
+    except json.JSONDecodeError as exc:
+        typer.echo(f"error: {file} is not JSON: {exc.msg} at line {exc.lineno}", err=True)
+        raise typer.Exit(1) from exc
+    if isinstance(data, dict) and "resolutions" in data:
+        data = data["resolutions"]
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        typer.echo(f"error: {file} must hold a list of resolutions (objects)", err=True)
+        raise typer.Exit(1)
+    return data
+
+
+@app.command()
+def merge(repo: Annotated[str, typer.Option(help="Repository.")],
+          branch: Annotated[str, typer.Option(help="The branch merged.")],
+          into: Annotated[str | None, typer.Option(help="The target (default: its parent).")] = None,
+          dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would do; write nothing.")] = False,
+          resolutions: Annotated[Path | None, typer.Option(
+              help="A JSON file: a list of {workspace, path, take: ours|theirs|value, value} or "
+                   "{from, to, type, take}.")] = None,
+          message: Annotated[str | None, typer.Option(help="The revision's message.")] = None,
+          as_json: Annotated[bool, typer.Option("--json", help="Print the result's JSON.")] = False) -> None:
+    """Merge a branch into its parent (or ``--into``): fast-forward or three-way, one revision.
+    Conflicts are listed and nothing is written (exit 1)."""
+    chosen = _read_resolutions(resolutions) if resolutions is not None else None
+    try:
+        services = _services()
+        if dry_run:
+            result = preview_merge(services, OPERATOR, repo, branch, into, resolutions=chosen)
+        else:
+            result = run(services, OPERATOR, merge_branch, repo, branch, into, resolutions=chosen, message=message)
+    except MergeConflict as exc:
+        conflicts = exc.details.get("conflicts", [])
+        if as_json:
+            typer.echo(json.dumps({"error": {"code": exc.code, "message": exc.message,
+                                             "details": {"conflicts": conflicts}}}, indent=2, default=str))
+        else:
+            typer.echo("\n".join(_conflict_lines(conflicts)))
+        typer.echo(f"error: {_one_line(exc.message.replace(chr(39) + 'resolutions' + chr(39), '--resolutions'))}; "
+                   "nothing was written", err=True)
+        raise typer.Exit(1) from exc
+    except KGError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2, default=str))
+        return
+    target = into or branch_ops.get_branch(services, OPERATOR, repo, branch)["parent"]
+    nodes, rels = result["applied"]["nodes"], result["applied"]["relations"]
+    how = "fast-forward" if result["fast_forward"] else "three-way"
+    counts = (f"nodes {len(nodes['added'])} added, {len(nodes['modified'])} modified, "
+              f"{len(nodes['deleted'])} deleted; relations {rels['upserted']} upserted, {rels['removed']} removed")
+    where = f"{branch} into {target}"
+    if dry_run:
+        typer.echo(f"dry run: merging {where} ({how}) would write {counts}")
+    elif result["revision"] is None:
+        typer.echo(f"merged {where}: nothing to apply (up to date)")
+    else:
+        typer.echo(f"merged {where} ({how}) as revision {result['revision']}: {counts}")
+
+
+@app.command()
 def reindex(repo: Annotated[str, typer.Option(help="Repository whose search index to rebuild.")],
             index: Annotated[str | None, typer.Option(
                 "--index", help="embedded | weaviate (default: KG_INDEX).")] = None) -> None:
@@ -283,6 +492,28 @@ def branch_list(repo: Annotated[str, typer.Option()]) -> None:
             typer.echo(f"{b['name']}\tbase={b['base_revision']}\thead={b['head_revision']}")
     except KGError as exc:
         _fail(exc)
+
+
+@branch_app.command("delete")
+def branch_delete(name: str, repo: Annotated[str, typer.Option()]) -> None:
+    """Delete a branch and what was written on it (not ``main``, not a branch with children)."""
+    try:
+        services = _services()
+        run(services, OPERATOR, branch_ops.delete_branch, repo, name)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps({"deleted": name}))
+
+
+@branch_app.command("reset")
+def branch_reset(name: str, repo: Annotated[str, typer.Option()]) -> None:
+    """Drop what was written on a branch and fork it again from its parent's head."""
+    try:
+        services = _services()
+        reset = run(services, OPERATOR, branch_ops.reset_branch, repo, name)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(reset))
 
 
 @app.command("mcp")

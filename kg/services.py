@@ -89,7 +89,8 @@ class Services:
                    llm=make_llm(settings.llm_model, host=settings.ollama_host))
 
     def __post_init__(self) -> None:
-        self.indexer = Indexer(self, poll_s=self.settings.index_poll_s)
+        self.indexer = Indexer(self, poll_s=self.settings.index_poll_s,
+                               step_chunks=self.settings.index_step_chunks)
         self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
         self.rate_limiter = RateLimiter(self.settings.rate_expensive_per_min, self.settings.rate_expensive_burst)
         self.key_cache = KeyCache(self.settings.key_cache_s)

@@ -48,6 +48,10 @@ class Settings(BaseSettings):
         larger than that is answered from SQL.
     index_poll_s : float
         How often the background indexer looks at the queue when idle, in seconds.
+    index_step_chunks : int
+        Chunks the background indexer embeds of large texts per pass: a text with more is
+        embedded in steps across passes (its chunks stored only once all are embedded), so
+        other jobs are claimed and done in between.
     index : {"embedded", "weaviate"}
         The search index: the embedded one in :attr:`data_dir` (default), or Weaviate at
         :attr:`weaviate_url` (needs ``pip install 'kg[weaviate]'``; see docs/scale-out.md).
@@ -120,6 +124,7 @@ class Settings(BaseSettings):
     sqlite_busy_timeout_s: float = Field(default=30.0, gt=0)
     index_inline: bool = False
     index_poll_s: float = Field(default=1.0, gt=0)
+    index_step_chunks: int = Field(default=16, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
     research_max_steps: int = Field(default=6, ge=1, le=50)

@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from sqlalchemy import and_, bindparam, false, func, or_, select
@@ -195,23 +195,83 @@ def embed_plans(plans: Sequence[TextPlan], embedder: Embedder, *, batch_size: in
     kg.errors.ProviderError
         The embedder failed or answered something unusable.
     """
-    todo: list[tuple[str, int, str, str, int, int]] = []
+    todo: list[Piece] = []
     seen: set[str] = set()
     for plan in plans:
         if plan.content_key is None or plan.content_key in seen:
             continue
         seen.add(plan.content_key)
-        chunking = effective_chunking(plan.config.chunking, embedder)
-        for i, (field, text, start, end) in enumerate(split_fields(plan.fields, chunking, embedder)):
-            todo.append((plan.content_key, i, field, text, start, end))
+        todo += plan_pieces(plan, embedder)
     rows: dict[str, list[ChunkRow]] = {key: [] for key in seen}
-    for offset in range(0, len(todo), batch_size):
-        batch = todo[offset:offset + batch_size]
-        texts = [item[3] for item in batch]
+    for row in embed_pieces(todo, embedder, batch_size=batch_size, progress=progress):
+        rows[row.content_key].append(row)
+    return rows
+
+
+class Piece(NamedTuple):
+    """One chunk of a text to embed: its content key, index and place in its field."""
+
+    content_key: str
+    chunk_index: int
+    field: str
+    text: str
+    start: int
+    end: int
+
+
+def plan_pieces(plan: TextPlan, embedder: Embedder) -> list[Piece]:
+    """The chunks of a plan's text, in order, not embedded (no model call).
+
+    Parameters
+    ----------
+    plan : TextPlan
+        A plan with a content key.
+    embedder : Embedder
+        The model: its context caps a token chunk size (:func:`effective_chunking`).
+
+    Returns
+    -------
+    list of Piece
+        Empty for a plan without text.
+    """
+    if plan.content_key is None:
+        return []
+    chunking = effective_chunking(plan.config.chunking, embedder)
+    return [Piece(plan.content_key, i, field, text, start, end)
+            for i, (field, text, start, end) in enumerate(split_fields(plan.fields, chunking, embedder))]
+
+
+def embed_pieces(pieces: Sequence[Piece], embedder: Embedder, *, batch_size: int = 32,
+                 progress: Callable[[int], None] | None = None) -> list[ChunkRow]:
+    """Embed chunks, ``batch_size`` a model call.
+
+    Parameters
+    ----------
+    pieces : sequence of Piece
+    embedder : Embedder
+    batch_size : int
+        Passages per embedder call.
+    progress : callable(int), optional
+        Called with the number of passages embedded after each batch.
+
+    Returns
+    -------
+    list of ChunkRow
+        One per piece, in order.
+
+    Raises
+    ------
+    kg.errors.ProviderError
+        The embedder failed or answered something unusable.
+    """
+    rows: list[ChunkRow] = []
+    for offset in range(0, len(pieces), batch_size):
+        batch = pieces[offset:offset + batch_size]
+        texts = [item.text for item in batch]
         vectors = check_vectors(embedder.embed(texts), len(texts), embedder.dim, texts)
         for item, vector in zip(batch, vectors, strict=True):
-            key, index, field, text, start, end = item
-            rows[key].append(ChunkRow(key, index, field, text, start, end, embedder.name, vector))
+            rows.append(ChunkRow(item.content_key, item.chunk_index, item.field, item.text, item.start, item.end,
+                                 embedder.name, vector))
         if progress is not None:
             progress(len(batch))
     return rows

@@ -37,13 +37,17 @@ def _exhausted(attempts: int, max_attempts: int, now: datetime) -> dict[str, Any
         "it); write the text again to retry")}
 
 
+_NO_PROGRESS: dict[str, Any] = {"chunks_done": None, "chunks_total": None, "started_at": None}
+"""The progress columns of a job not being embedded in steps."""
+
 INDEX_QUEUE = QueueSpec(
     name="index", model=IndexJob, state="status", queued="pending",
     group="repo_id", lane="workspace_id", order=("id",), priority="priority",
-    claim_values=lambda now, lease: {"updated_at": now},
+    # A claim starts the text from its first chunk: no progress of an earlier attempt is kept.
+    claim_values=lambda now, lease: {"updated_at": now, **_NO_PROGRESS},
     renew_values=lambda now, lease: {"updated_at": now},
     lease_expired=lambda now, lease: IndexJob.updated_at < now - lease,
-    requeue_values=lambda now: {"updated_at": now},
+    requeue_values=lambda now: {"updated_at": now, **_NO_PROGRESS},
     exhausted_values=_exhausted,
 )
 """``index_jobs`` as a durable queue: shared across repositories, then their workspaces; the
@@ -112,11 +116,26 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
 
 
 
-def index_status(session: Session, repo: Repository) -> dict[str, Any]:
+def index_status(session: Session, repo: Repository, *, now: datetime | None = None) -> dict[str, Any]:
     """Pending, running and failed jobs of a repository (API: ``index/status``).
 
-    ``failures`` describes the failed jobs (at most 100), ``waiting`` the pending ones whose
-    model could not be reached at their last attempt (they are retried), with the reason.
+    Parameters
+    ----------
+    session : Session
+    repo : Repository
+    now : datetime, optional
+        The time the estimates are made at (default: now).
+
+    Returns
+    -------
+    dict
+        ``{"pending", "running", "failed", "failures", "waiting", "progress"}``: ``failures``
+        describes the failed jobs (at most 100), ``waiting`` the pending ones whose model
+        could not be reached at their last attempt (they are retried), with the reason;
+        ``progress`` the running jobs of large texts embedded in steps (at most 100), each
+        ``{"content_key", "workspace", "path", "chunks_done", "chunks_total", "started_at",
+        "elapsed_s", "eta_s"}``; ``eta_s`` (seconds left) assumes the rate so far holds, None
+        before the first chunk.
     """
     counts = dict(session.execute(
         select(IndexJob.status, func.count()).where(IndexJob.repo_id == repo.id).group_by(IndexJob.status)
@@ -139,4 +158,25 @@ def index_status(session: Session, repo: Repository) -> dict[str, Any]:
 
     return {"pending": counts.get("pending", 0), "running": counts.get("running", 0),
             "failed": counts.get("failed", 0), "failures": described("failed"),
-            "waiting": described("pending")}
+            "waiting": described("pending"), "progress": _progress(session, repo, now or utcnow())}
+
+
+def _progress(session: Session, repo: Repository, now: datetime) -> list[dict[str, Any]]:
+    """The running jobs with recorded progress (texts embedded in steps), with an estimate."""
+    rows = session.execute(
+        select(IndexJob.content_key, IndexJob.node_version_id, IndexJob.chunks_done, IndexJob.chunks_total,
+               IndexJob.started_at)
+        .where(IndexJob.repo_id == repo.id, IndexJob.status == "running", IndexJob.chunks_total.is_not(None))
+        .order_by(IndexJob.id).limit(100)
+    ).all()
+    out = []
+    for key, version_id, done, total, started in rows:
+        version = session.get(NodeVersion, version_id)
+        ws = session.get(Workspace, version.workspace_id) if version is not None else None
+        elapsed = max(0.0, (now - started).total_seconds()) if started is not None else None
+        eta = round(elapsed * ((total or 0) - done) / done, 1) if done and elapsed is not None else None
+        out.append({"content_key": key, "workspace": ws.name if ws else None,
+                    "path": version.path if version else None, "chunks_done": done or 0, "chunks_total": total,
+                    "started_at": started.isoformat() if started is not None else None,
+                    "elapsed_s": round(elapsed, 1) if elapsed is not None else None, "eta_s": eta})
+    return out

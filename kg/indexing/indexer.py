@@ -23,14 +23,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from kg.context import Resources
 from kg.errors import BackendUnavailable, KGError, ProviderError
-from kg.indexing.chunks import ChunkRow, TextPlan, embed_plans, plan_text, store_chunks, sync_index
+from kg.indexing.chunks import ChunkRow, Piece, TextPlan, embed_pieces, plan_pieces, plan_text, store_chunks, sync_index
 from kg.indexing.config import NEXT, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import INDEX_QUEUE, LEASE, MAX_ATTEMPTS
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue
@@ -48,6 +50,8 @@ class IndexRun:
     failed: int = 0
     passages: int = 0
     dropped: int = 0
+    stepped: int = 0
+    """Chunks embedded of large texts still in flight (their jobs are not done yet)."""
 
 
 class _Job(NamedTuple):
@@ -63,6 +67,18 @@ class _Job(NamedTuple):
     @property
     def claim(self) -> Claim:
         return Claim(self.id, self.attempt)
+
+
+@dataclass
+class _InFlight:
+    """A large text embedded in steps across passes: its claim, its chunks, those embedded so
+    far (kept in memory: nothing is stored until every chunk is embedded)."""
+
+    job: _Job
+    embedder: Embedder
+    pieces: list[Piece]
+    started_at: datetime
+    rows: list[ChunkRow] = field(default_factory=list)
 
 
 class Indexer(PollingWorker):
@@ -83,14 +99,23 @@ class Indexer(PollingWorker):
         Claims of one job before a lost claim fails it.
     heartbeat_s : float
         How often a running batch renews its leases, in seconds.
+    step_chunks : int
+        Chunks embedded of large texts per unfiltered pass. A claimed text with more chunks
+        is embedded in steps over the following passes, which claim and finish other jobs in
+        between (except its workspace's: a lane's jobs go in order); its chunks are stored, and
+        its job finished, only once all are embedded, so a search never sees half a text.
+        Filtered passes (:meth:`drain` of a repository, a write indexing its own text) embed
+        whole texts.
     """
 
     def __init__(self, services: Resources, *, batch_jobs: int = 32, poll_s: float = 1.0,
                  lease_s: float = LEASE.total_seconds(), max_attempts: int = MAX_ATTEMPTS,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, step_chunks: int = 16) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-indexer")
         self.services = services
         self.batch_jobs = batch_jobs
+        self.step_chunks = step_chunks
+        self._in_flight: dict[int, _InFlight] = {}
         self.queue = DurableQueue(services.db, INDEX_QUEUE, lease_s=lease_s, max_attempts=max_attempts,
                                   heartbeat_s=heartbeat_s)
         self._lock = threading.Lock()
@@ -100,7 +125,7 @@ class Indexer(PollingWorker):
         without pauses); with nothing to do, complete any re-embed whose jobs are all done (one
         whose last pass was cut short by a crash or an error)."""
         run = self.run_pending()
-        handled = run.done + run.failed + run.dropped
+        handled = run.done + run.failed + run.dropped + run.stepped
         if not handled:
             self._complete_reembeds(None)
         return handled
@@ -108,6 +133,7 @@ class Indexer(PollingWorker):
     def close(self) -> None:
         """Stop the background thread and unregister from the queue (held jobs go back)."""
         self.stop()
+        self._in_flight.clear()  # their claims go back with the others'
         self.queue.close()
 
     # -- one pass ---------------------------------------------------------------------------
@@ -134,11 +160,19 @@ class Indexer(PollingWorker):
         """
         with self._lock:
             exhausted: list[int] = []
-            claimed = self._claim(repo_id, None if content_keys is None else list(content_keys), exhausted)
-            if not claimed:
+            keys = None if content_keys is None else list(content_keys)
+            stepped = repo_id is None and keys is None
+            busy = sorted({f.job.workspace_id for f in self._in_flight.values()}) if stepped else []
+            claimed = self._claim(repo_id, keys, exhausted, skip_lanes=busy)
+            # In flight: large texts of earlier passes (those this pass's filter names).
+            going = [f for f in self._in_flight.values()
+                     if (repo_id is None or f.job.repo_id == repo_id)
+                     and (keys is None or f.job.content_key in keys)]
+            if not claimed and not going:
                 return IndexRun(failed=len(exhausted))
-            with self.queue.renewing([job.claim for job in claimed]):
-                run = self._process(claimed)
+            held = [job.claim for job in claimed] + [f.job.claim for f in self._in_flight.values()]
+            with self.queue.renewing(held):
+                run = self._process(claimed, going, self.step_chunks if stepped else None)
             run.failed += len(exhausted)
             return run
 
@@ -147,15 +181,27 @@ class Indexer(PollingWorker):
         total = IndexRun()
         while True:
             run = self.run_pending(repo_id=repo_id)
-            if run.done == 0 and run.failed == 0 and run.dropped == 0:
+            if run.done == 0 and run.failed == 0 and run.dropped == 0 and run.stepped == 0:
                 return total
             total.done += run.done
             total.failed += run.failed
             total.passages += run.passages
             total.dropped += run.dropped
+            total.stepped += run.stepped
+
+    def in_flight(self) -> list[dict[str, Any]]:
+        """The large texts this indexer is embedding in steps.
+
+        Returns
+        -------
+        list of dict
+            ``{"job_id", "content_key", "chunks_done", "chunks_total"}``, oldest first.
+        """
+        return [{"job_id": f.job.id, "content_key": f.job.content_key, "chunks_done": len(f.rows),
+                 "chunks_total": len(f.pieces)} for f in list(self._in_flight.values())]
 
     def _claim(self, repo_id: int | None, keys: list[str] | None,
-               exhausted: list[int] | None = None) -> list[_Job]:
+               exhausted: list[int] | None = None, skip_lanes: list[int] | None = None) -> list[_Job]:
         """Claim a batch through the queue; the ids failed for used-up attempts go to ``exhausted``."""
         if keys is not None and not keys:
             return []
@@ -165,7 +211,7 @@ class Indexer(PollingWorker):
         if keys is not None:
             where.append(IndexJob.content_key.in_(keys))
         with self.services.db.write() as session:
-            claimed = self.queue.claim(session, self.batch_jobs, where=where)
+            claimed = self.queue.claim(session, self.batch_jobs, where=where, skip_lanes=skip_lanes or ())
             if exhausted is not None:
                 exhausted.extend(claimed.exhausted)
             if not claimed.claims:
@@ -176,7 +222,7 @@ class Indexer(PollingWorker):
                                    .where(IndexJob.id.in_(list(attempt))).order_by(IndexJob.id)).all()
             return [_Job(jid, repo_id, key, wid, vid, attempt=attempt[jid]) for jid, repo_id, key, wid, vid in rows]
 
-    def _process(self, claimed: list[_Job]) -> IndexRun:
+    def _process(self, claimed: list[_Job], going: list[_InFlight], budget: int | None) -> IndexRun:
         run = IndexRun()
         settings = self.services.settings
         work: list[tuple[_Job, TextPlan, Any]] = []
@@ -211,49 +257,70 @@ class Indexer(PollingWorker):
                 work.append((job, plan, embedder))
         rows_by_job: dict[int, list[ChunkRow]] = {}
         postponed: list[tuple[int, str]] = []
-        for job, plan, embedder in work:
+        complete: list[_Job] = []
+        started: list[_InFlight] = []
+
+        def embed(job: _Job, pieces: list[Piece], embedder: Embedder) -> list[ChunkRow] | None:
             try:
-                rows = embed_plans([plan], embedder, batch_size=settings.embed_batch_size)
+                return embed_pieces(pieces, embedder, batch_size=settings.embed_batch_size)
             except BackendUnavailable as exc:
                 # The model server is down: the job waits for it, it has not failed.
                 log.warning("indexer: %s; job %s stays queued", exc.message, job.id)
                 postponed.append((job.id, exc.message))
-                continue
             except (ProviderError, KGError) as exc:
                 failures[job.id] = exc.message
-                continue
-            rows_by_job[job.id] = rows.get(plan.content_key or "", [])
-        by_repo: dict[int, list[_Job]] = {}
-        for job, _, _ in work:
-            if job.id in rows_by_job:
-                by_repo.setdefault(job.repo_id, []).append(job)
-        stored_repos: set[int] = set()
-        for repo_id, jobs in by_repo.items():
+            return None
+
+        for job, plan, embedder in work:
             try:
-                with self.services.db.write() as session:
-                    # The repository row lock orders chunk ids with the writers' (kg.indexing.chunks).
-                    session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
-                    # Fenced: only the jobs this indexer still holds (a lost claim stores nothing).
-                    held = {c.id for c in self.queue.held(session, [j.claim for j in jobs])}
-                    for job in jobs:
-                        if job.id in held:
-                            store_chunks(session, repo_id, rows_by_job[job.id])
-                    self.queue.finish(session, [j.claim for j in jobs if j.id in held])
-                if len(held) < len(jobs):
-                    log.warning("indexer: %d job(s) lost their claim; another indexer embeds them",
-                                len(jobs) - len(held))
-                if held:
-                    stored_repos.add(repo_id)
-                run.done += len(held)
-                run.passages += sum(len(rows_by_job[j.id]) for j in jobs if j.id in held)
-            except Exception as exc:  # the database refused the chunks: fail the jobs, never spin
-                log.exception("indexer: storing chunks failed")
-                for job in jobs:
-                    failures[job.id] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
+                pieces = plan_pieces(plan, embedder)
+            except KGError as exc:
+                failures[job.id] = exc.message
+                continue
+            if budget is not None and len(pieces) > budget:
+                # A large text: embedded in steps, this pass and the next ones.
+                flight = _InFlight(job, embedder, pieces, utcnow())
+                self._in_flight[job.id] = flight
+                started.append(flight)
+                continue
+            rows = embed(job, pieces, embedder)
+            if rows is not None:
+                rows_by_job[job.id] = rows
+                complete.append(job)
+        # The whole texts first: stored (searchable) before the large ones' steps are embedded.
+        stored_repos = self._store(complete, rows_by_job, run, failures)
+        if stored_repos and self.services.index.layout == "scoped" and (going or started):
+            self._push(stored_repos)
+            stored_repos = set()
+        finished: list[_Job] = []
+        left = budget
+        for flight in going + started:
+            if left is not None and left <= 0:
+                break
+            done = len(flight.rows)
+            n = len(flight.pieces) - done if left is None else min(left, len(flight.pieces) - done)
+            rows = embed(flight.job, flight.pieces[done:done + n], flight.embedder)
+            if rows is None:  # failed or postponed: it starts again from its first chunk
+                self._in_flight.pop(flight.job.id, None)
+                continue
+            flight.rows += rows
+            if left is not None:
+                left -= n
+            if len(flight.rows) == len(flight.pieces):
+                self._in_flight.pop(flight.job.id, None)
+                rows_by_job[flight.job.id] = flight.rows
+                finished.append(flight.job)
+            else:
+                run.stepped += n
+        stored_repos |= self._store(finished, rows_by_job, run, failures)
+        complete += finished
         if stored_repos and self.services.index.layout == "scoped":
             self._push(stored_repos)
         claim_of = {job.id: job.claim for job in claimed}
+        claim_of.update((f.job.id, f.job.claim) for f in going)
         with self.services.db.write() as session:
+            if self._in_flight:
+                self._record_progress(session)
             if obsolete:
                 run.dropped += len(self.queue.finish(session, [claim_of[j] for j in obsolete]))
             for job_id, reason in postponed:  # still pending; index/status says why it waits
@@ -264,8 +331,55 @@ class Indexer(PollingWorker):
                     "status": "failed", "error": reason[:2000], "updated_at": utcnow()}))
         if run.failed:
             log.warning("indexer: %d job(s) failed", run.failed)
-        self._complete_reembeds({job.repo_id for job in claimed})
+        self._complete_reembeds({job.repo_id for job in claimed} | {job.repo_id for job in complete})
         return run
+
+    def _store(self, jobs: list[_Job], rows_by_job: dict[int, list[ChunkRow]], run: IndexRun,
+               failures: dict[int, str]) -> set[int]:
+        """Store the chunks of embedded jobs and finish them, one transaction a repository,
+        fenced (a lost claim stores nothing); the repositories stored in. A job the database
+        refuses goes to ``failures``."""
+        by_repo: dict[int, list[_Job]] = {}
+        for job in jobs:
+            by_repo.setdefault(job.repo_id, []).append(job)
+        stored_repos: set[int] = set()
+        for repo_id, repo_jobs in by_repo.items():
+            try:
+                with self.services.db.write() as session:
+                    # The repository row lock orders chunk ids with the writers' (kg.indexing.chunks).
+                    session.scalar(select(Repository.id).where(Repository.id == repo_id).with_for_update())
+                    # Fenced: only the jobs this indexer still holds (a lost claim stores nothing).
+                    held = {c.id for c in self.queue.held(session, [j.claim for j in repo_jobs])}
+                    for job in repo_jobs:
+                        if job.id in held:
+                            store_chunks(session, repo_id, rows_by_job[job.id])
+                    self.queue.finish(session, [j.claim for j in repo_jobs if j.id in held])
+                if len(held) < len(repo_jobs):
+                    log.warning("indexer: %d job(s) lost their claim; another indexer embeds them",
+                                len(repo_jobs) - len(held))
+                if held:
+                    stored_repos.add(repo_id)
+                run.done += len(held)
+                run.passages += sum(len(rows_by_job[j.id]) for j in repo_jobs if j.id in held)
+            except Exception as exc:  # the database refused the chunks: fail the jobs, never spin
+                log.exception("indexer: storing chunks failed")
+                for job in repo_jobs:
+                    failures[job.id] = f"storing the chunks failed: {type(exc).__name__}: {exc}"[:500]
+        return stored_repos
+
+    def _record_progress(self, session: Session) -> None:
+        """Store the progress of the texts in flight (``index/status`` shows it); a text whose
+        claim this indexer lost is dropped (the attempt that took it over embeds it)."""
+        flights = list(self._in_flight.values())
+        held = {c.id for c in self.queue.held(session, [f.job.claim for f in flights])}
+        for flight in flights:
+            if flight.job.id not in held:
+                log.warning("indexer: job %s lost its claim while in flight; another indexer embeds it",
+                            flight.job.id)
+                self._in_flight.pop(flight.job.id, None)
+                continue
+            session.execute(update(IndexJob).where(IndexJob.id == flight.job.id).values(
+                chunks_done=len(flight.rows), chunks_total=len(flight.pieces), started_at=flight.started_at))
 
     def _complete_reembeds(self, repo_ids: set[int] | None) -> None:
         """Switch the workspaces (of these repositories, or all) whose re-embed has all its

@@ -64,7 +64,7 @@ import socket
 import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -313,7 +313,7 @@ class DurableQueue:
     # -- claiming ---------------------------------------------------------------------------
 
     def claim(self, session: Session, limit: int, *,
-              where: Sequence[ColumnElement[bool]] = ()) -> Claimed:
+              where: Sequence[ColumnElement[bool]] = (), skip_lanes: Collection[Any] = ()) -> Claimed:
         """Take back lost claims, then claim up to ``limit`` queued jobs (call in a write).
 
         Parameters
@@ -325,6 +325,9 @@ class DurableQueue:
         where : sequence of ColumnElement, optional
             Only jobs matching these conditions (a repository, some keys). A filtered claim
             takes jobs in priority, then spec order, without sharing across lanes.
+        skip_lanes : collection, optional
+            Lanes not served by this claim (the indexer's lanes with a large text still being
+            embedded: a lane's jobs go in order); the others are shared as usual.
 
         Returns
         -------
@@ -344,9 +347,12 @@ class DurableQueue:
         if limit <= 0:
             return Claimed([], exhausted)
         if where:
-            claims = self._take(session, list(where), limit, now, by_priority=True)
+            conditions = list(where)
+            if skip_lanes:
+                conditions.append(self._c(self.spec.lane).not_in(list(skip_lanes)))
+            claims = self._take(session, conditions, limit, now, by_priority=True)
         else:
-            claims = self._claim_fairly(session, limit, now)
+            claims = self._claim_fairly(session, limit, now, frozenset(skip_lanes))
         return Claimed(claims, exhausted)
 
     def sweep(self, session: Session, now: datetime | None = None) -> list[Any]:
@@ -398,12 +404,15 @@ class DurableQueue:
                 exhausted.append(job_id)
         return exhausted
 
-    def _claim_fairly(self, session: Session, limit: int, now: datetime) -> list[Claim]:
-        """Claim up to ``limit`` jobs of the best priority, round-robin over groups and lanes."""
+    def _claim_fairly(self, session: Session, limit: int, now: datetime,
+                      skip_lanes: frozenset[Any] = frozenset()) -> list[Claim]:
+        """Claim up to ``limit`` jobs of the best priority, round-robin over groups and lanes
+        (except ``skip_lanes``)."""
         claims: list[Claim] = []
         dry: set[tuple[Any, int]] = set()  # (lane, priority) that gave less than its share
         while len(claims) < limit:
-            heads = [h for h in self._heads(session) if (h.lane, h.priority) not in dry]
+            heads = [h for h in self._heads(session)
+                     if (h.lane, h.priority) not in dry and h.lane not in skip_lanes]
             if not heads:
                 break
             best = min(h.priority for h in heads)

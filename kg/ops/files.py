@@ -70,13 +70,18 @@ def read_file_node(path: Path, root: Path, file_format: IngestFormat) -> FileNod
     Raises
     ------
     kg.errors.InvalidInput
-        The file is not UTF-8 text.
+        The file cannot be read or is not UTF-8 text (``details``: ``{"file", "reason"}``).
     """
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        reason = f"cannot be read: {exc.strerror or exc}"
+        raise InvalidInput(f"{path} {reason}", details={"file": str(path), "reason": reason}) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{path} is not UTF-8 text") from exc
+        reason = f"is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        raise InvalidInput(f"{path} {reason}", details={"file": str(path), "reason": reason}) from exc
     relative = path.relative_to(root) if path != root else Path(path.name)
     node = file_format.read(text, relative)
     node.properties["sha256"] = hashlib.sha256(raw).hexdigest()

@@ -47,6 +47,8 @@ class IngestReport:
     relations_unchanged: int = 0
     stub_nodes: list[str] = field(default_factory=list)
     index_failures: int = 0
+    unreadable: list[dict[str, str]] = field(default_factory=list)
+    """Files skipped because they could not be read: ``{"file", "reason"}``."""
 
     def as_dict(self) -> dict[str, Any]:
         """The report as the CLI prints it: counts.
@@ -61,7 +63,7 @@ class IngestReport:
             "skipped": len(self.skipped), "passages_embedded": self.passages_embedded,
             "relations_added": self.relations_added,
             "relations_unchanged": self.relations_unchanged, "stub_nodes": len(self.stub_nodes),
-            "index_failures": self.index_failures,
+            "index_failures": self.index_failures, "unreadable": len(self.unreadable),
         }
 
 
@@ -200,7 +202,8 @@ def _unchanged(current: NodeVersion | None, node: FileNode) -> bool:
 def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, workspace: str, branch: str = "main",
                 format_name: str = DEFAULT_FORMAT, create: bool = True,
                 on_files: Callable[[int], None] | None = None,
-                on_progress: Callable[[int], None] | None = None) -> IngestReport:
+                on_progress: Callable[[int], None] | None = None,
+                skip_unreadable: bool = False) -> IngestReport:
     """Ingest a file or a folder of text files into ``repo`` / ``workspace`` on ``branch``.
 
     Parameters
@@ -221,6 +224,10 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
         Told the number of files once they are listed.
     on_progress : callable(int), optional
         Called with the number of files done after each group of files.
+    skip_unreadable : bool
+        Skip a file that cannot be read (not UTF-8, no permission, refused by the format) and
+        ingest the others, listing it in the report's ``unreadable``; False: refuse the whole
+        ingest before anything is written.
 
     Returns
     -------
@@ -230,8 +237,9 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
     Raises
     ------
     kg.errors.InvalidInput
-        An unknown format, a missing path, a non-UTF-8 file, or two files that would be the
-        same node (``a.md`` and ``a.txt`` are both ``/a``): nothing is written.
+        An unknown format, a missing path, an unreadable or non-UTF-8 file (without
+        ``skip_unreadable``), or two files that would be the same node (``a.md`` and
+        ``a.txt`` are both ``/a``): nothing is written.
     kg.errors.NotFound
         Unknown branch, or repository / workspace without ``create``.
     kg.errors.ProviderError
@@ -240,12 +248,20 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
     file_format = get_format(format_name)
     files = list(iter_files(root))  # a missing path is refused before anything is created
     base = root if root.is_dir() else root.parent
-    parsed = [read_file_node(path, base, file_format) for path in files]
+    parsed: list[FileNode] = []
+    unreadable: list[dict[str, str]] = []
+    for path in files:
+        try:
+            parsed.append(read_file_node(path, base, file_format))
+        except InvalidInput as exc:
+            if not skip_unreadable:
+                raise
+            unreadable.append({"file": str(path), "reason": exc.details.get("reason", exc.message)})
     _refuse_one_path_for_two_files(parsed)
     run(services, caller, ensure_repo_workspace, repo, workspace, create=create)
     if on_files is not None:
-        on_files(len(files))
-    report = IngestReport(files=len(files))
+        on_files(len(parsed))
+    report = IngestReport(files=len(files), unreadable=unreadable)
     relations: list[tuple[str, str, str]] = []
     for start in range(0, len(parsed), GROUP_FILES):
         group = parsed[start:start + GROUP_FILES]

@@ -290,6 +290,10 @@ class IndexJob(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Progress of a text embedded in steps across indexer passes (null until its first step).
+    chunks_done: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    chunks_total: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
 

@@ -172,3 +172,18 @@ def test_two_files_that_would_be_one_node_are_refused_and_nothing_is_written(ser
     assert count(services, NodeVersion) == 0
     with services.db.read() as s:
         assert s.scalar(select(func.count()).select_from(Repository)) == 0
+
+
+def test_unreadable_files_are_skipped_with_their_reason_or_refuse_the_whole_ingest(services, tmp_path):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nreadable otters\n", encoding="utf-8")
+    (folder / "b.txt").write_bytes(b"caf\xe9")
+    with pytest.raises(InvalidInput) as refused:
+        ingest_path(services, OPERATOR, folder, repo="mixed", workspace="w")
+    assert refused.value.message == f"{folder / 'b.txt'} is not UTF-8 text (byte 0xe9 at offset 3)"
+    assert count(services, Repository) == 0  # refused before anything was written
+    report = ingest_path(services, OPERATOR, folder, repo="mixed", workspace="w", skip_unreadable=True)
+    assert (report.files, report.inserted, report.as_dict()["unreadable"]) == (2, ["/a"], 1)
+    assert report.unreadable == [{"file": str(folder / "b.txt"),
+                                  "reason": "is not UTF-8 text (byte 0xe9 at offset 3)"}]
