@@ -123,6 +123,7 @@ def home_branch(services: Resources, caller: Actor, repo: str) -> str:
     Returns
     -------
     str
+        A branch name.
     """
     if can_see(caller, repo, "main"):
         return "main"
