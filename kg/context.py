@@ -36,7 +36,7 @@ from kg.access import OPERATOR as OPERATOR
 from kg.access import SYSTEM as SYSTEM
 from kg.access import Action, KeyCache, authorize, authorize_actor_name, readable_workspaces
 from kg.access import Actor as Actor
-from kg.errors import RateLimited, Unauthenticated
+from kg.errors import NotFound, RateLimited, Unauthenticated
 from kg.graph.cache import GraphCache
 from kg.index.base import VectorIndex
 from kg.index.weaviate import ClientPool
@@ -205,7 +205,8 @@ class UnitOfWork:
         """
         permit(self.services, self.actor, action, repo, branch, workspace)
 
-    def authorize_workspaces(self, action: Action, repo: str, branch: str, workspaces: Iterable[str]) -> None:
+    def authorize_workspaces(self, action: Action, repo: str, branch: str, workspaces: Iterable[str], *,
+                             unnamed: str | None = None) -> None:
         """Check ``action`` on each of ``workspaces`` (named once each, in order).
 
         The per-workspace checks of a write that touches several workspaces (a batch, a graph
@@ -218,6 +219,10 @@ class UnitOfWork:
         repo, branch : str
         workspaces : iterable of str
             Workspace names.
+        unnamed : str, optional
+            The workspaces were not named by the caller but found by kg (what a merge or a
+            branch delete touches): a workspace it cannot see is then a 404 that says
+            ``unnamed`` (e.g. "this merge") touches something it cannot see, without its name.
 
         Raises
         ------
@@ -227,7 +232,12 @@ class UnitOfWork:
             One it sees but may not ``action`` on.
         """
         for workspace in dict.fromkeys(workspaces):
-            permit(self.services, self.actor, action, repo, branch, workspace)
+            try:
+                permit(self.services, self.actor, action, repo, branch, workspace)
+            except NotFound:
+                if unnamed is None:
+                    raise
+                raise NotFound(f"{unnamed} touches a workspace this key cannot see") from None
 
     def authorize_relation(self, repo: str, branch: str, from_: str, to: str) -> None:
         """Check a relation write: ``write`` on its source node's workspace, ``read`` on its

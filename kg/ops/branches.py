@@ -346,7 +346,8 @@ def _authorize_discard(uow: UnitOfWork, repo: Repository, branch: str) -> Branch
     if not uow.actor.unrestricted:
         names = {w.id: w.name for w in repo_store.list_workspaces(uow.session, repo)}
         uow.authorize_workspaces("branch:delete", repo.name, branch,
-                                 sorted(names[w] for w in node_store.written_workspaces(uow.session, b)))
+                                 sorted(names[w] for w in node_store.written_workspaces(uow.session, b)),
+                                 unnamed=f"what was written on {branch}")
     return b
 
 

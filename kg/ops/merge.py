@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kg.context import Actor, Resources, UnitOfWork, permit
-from kg.errors import Conflict, InvalidInput, MergeConflict
+from kg.errors import Conflict, InvalidInput, MergeConflict, NotFound
 from kg.indexing.index_jobs import enqueue
 from kg.ops.texts import plan_for
 from kg.store import history
@@ -73,7 +73,10 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
             writes, reads = _touched(session, repo, plan)
             for branch in (source, target):
                 for workspace in dict.fromkeys(writes + reads):
-                    permit(services, caller, "read", repo_name, branch, workspace)
+                    try:
+                        permit(services, caller, "read", repo_name, branch, workspace)
+                    except NotFound:  # found by kg, not named by the caller: its name is not told
+                        raise NotFound("this merge touches a workspace this key cannot see") from None
     _raise_conflicts(plan, token)
     return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
             "applied": plan.preview(), "base": _base(plan), "plan": token}
@@ -172,8 +175,8 @@ def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext,
     if uow.actor.unrestricted:
         return
     writes, reads = _touched(uow.session, ctx.repo, plan)
-    uow.authorize_workspaces("write", repo, into, writes)
-    uow.authorize_workspaces("read", repo, into, reads)
+    uow.authorize_workspaces("write", repo, into, writes, unnamed="this merge")
+    uow.authorize_workspaces("read", repo, into, reads, unnamed="this merge")
 
 
 def _touched(session: Session, repo: Repository, plan: history.MergePlan) -> tuple[list[str], list[str]]:

@@ -370,6 +370,7 @@ def test_a_merge_conflict_in_a_workspace_the_key_cannot_see_is_not_described(wor
         r = api.post(f"{ACME}/branches/{branch}/merge", json=body, headers=world.headers["other_workspace"])
         assert_error(r, 404, "not_found")
         assert f"conflict{n}" not in r.text and "theirs" not in r.text
+        assert "knowledge" not in r.text  # nor the workspace's name (a new-user pass saw it)
         full = api.post(f"{ACME}/branches/{branch}/merge", json=body, headers=admin)
         assert_error(full, 409, "merge_conflict")
         assert [c["path"] for c in full.json()["error"]["details"]["conflicts"]] == [f"/conflict{n}"]
