@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 from typing import Annotated, Any
+from urllib.parse import quote, quote_plus, urlencode
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from api.deps import MAX_REVISION
 from api.guard import MAX_DEPTH, check_text
-from api.ui.core import Console, action, page, ui_url
+from api.ui.core import MAX_FIELD_CHARS, Console, action, page, pretty, ui_url
 from kg.context import run
 from kg.errors import InvalidInput
 from kg.ops import branches as branch_ops
@@ -33,6 +34,54 @@ CHILDREN_PER_PAGE = 100
 RELATIONS_SHOWN = 200
 #: Revisions shown in a node's history.
 HISTORY_SHOWN = 100
+#: Characters of one property's value (as JSON) shown on a node page; the rest is in the API.
+VALUE_SHOWN = 2_000
+#: Chunks listed on a node page.
+CHUNKS_SHOWN = 100
+#: The most bytes of one form field Starlette's form parser reads (its ``max_part_size``): an
+#: edit whose properties, form-encoded, are longer cannot be posted.
+FORM_PART_BYTES = 1024 * 1024
+
+
+def api_node_url(repo: str, workspace: str, path: str, branch: str, at_revision: int | None = None) -> str:
+    """The API's URL of a node (``GET`` reads it whole, ``PUT`` replaces it).
+
+    Examples
+    --------
+    >>> api_node_url("acme", "kb", "/a b", "agent/s1")
+    '/api/repos/acme/workspaces/kb/nodes/a%20b?branch=agent%2Fs1'
+    """
+    query = urlencode([(k, v) for k, v in (("branch", branch), ("at_revision", at_revision)) if v is not None])
+    return f"/api/repos/{quote(repo, safe='')}/workspaces/{quote(workspace, safe='')}/nodes{quote(path)}?{query}"
+
+
+def shown_properties(properties: dict[str, Any], limit: int = VALUE_SHOWN) -> list[dict[str, Any]]:
+    """Each property as the node page shows it: its JSON cut at ``limit`` characters.
+
+    Returns
+    -------
+    list of dict
+        ``{"key", "text", "cut", "size"}`` by key; ``size`` is the value's length in characters
+        (a string's own, else its JSON's), ``cut`` whether ``text`` is only its start.
+
+    Examples
+    --------
+    >>> [(p["key"], p["cut"], p["size"]) for p in shown_properties({"b": "x" * 5000, "a": 1})]
+    [('a', False, 1), ('b', True, 5000)]
+    """
+    out = []
+    for key in sorted(properties):
+        value = properties[key]
+        text = pretty(value)
+        out.append({"key": key, "text": text[:limit], "cut": len(text) > limit,
+                    "size": len(value) if isinstance(value, str) else len(text)})
+    return out
+
+
+def too_large_to_edit(properties_json: str) -> bool:
+    """Whether the edit form could not post these properties: longer than
+    :data:`api.ui.core.MAX_FIELD_CHARS`, or over the form parser's part size once form-encoded."""
+    return len(properties_json) > MAX_FIELD_CHARS or len(quote_plus(properties_json)) > FORM_PART_BYTES
 
 
 def _workspaces(console: Console, repo: str) -> list[str]:
@@ -183,12 +232,16 @@ def node(repo: str, workspace: str, path: str, console: PageDep, branch: str = "
     history = queries.node_history(services, caller, repo, branch, workspace, path, limit=HISTORY_SHOWN,
                                    at_revision=at_revision)
     writable = at_revision is None and console.may("write", repo, branch, workspace)
+    properties_json = json.dumps(found["properties"], indent=2, sort_keys=True, ensure_ascii=False)
+    too_large = too_large_to_edit(properties_json)
     return console.render(
         "node.html", section="tree", repo=repo, branch=branch, workspace=workspace, node=found,
-        at_revision=at_revision, chunks=chunks, references_in=incoming, references_truncated=truncated_refs,
-        references_out=_outgoing(found), relations=relations, history=history, writable=writable,
-        branches=_branches(console, repo), done=console.flashed(done), properties_json=json.dumps(
-            found["properties"], indent=2, sort_keys=True, ensure_ascii=False))
+        at_revision=at_revision, chunks=chunks, chunks_shown=CHUNKS_SHOWN, references_in=incoming,
+        references_truncated=truncated_refs, references_out=_outgoing(found), relations=relations,
+        history=history, writable=writable, branches=_branches(console, repo), done=console.flashed(done),
+        shown=shown_properties(found["properties"]), too_large=too_large,
+        properties_size=len(properties_json), properties_json="" if too_large else properties_json,
+        max_field_chars=MAX_FIELD_CHARS, api_url=api_node_url(repo, workspace, path, branch, at_revision))
 
 
 def _target(console: Console) -> tuple[str, str, str]:

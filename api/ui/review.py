@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
+from api.ui import textdiff  # noqa: F401  (registers the textdiff and clip filters)
 from api.ui.core import Console, action, page, pretty
 from kg.context import run
 from kg.errors import Conflict, InvalidInput, MergeConflict

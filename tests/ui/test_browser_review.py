@@ -34,8 +34,8 @@ def test_a_person_reviews_an_agent_branch_resolves_the_conflict_and_merges(page,
     page.click("#agent-branches tr[data-branch='agent/rag-1'] a.branch-name")
     page.wait_for_url("**/ui/r/shop/review?branch=agent%2Frag-1")
     status = page.locator(".change[data-path='/a'] tr[data-key='status']")
-    assert status.locator(".old-value").inner_text().strip() == '"draft"'
-    assert status.locator(".new-value").inner_text().strip() == '"published"'
+    assert status.locator(".text-diff del.old").inner_text() == "draft"  # a word diff of the two strings
+    assert status.locator(".text-diff ins.new").inner_text() == "published"
     assert page.locator(".change[data-path='/n']").get_attribute("data-kind") == "added"
     assert page.inner_text("#branch-info .parent") == "main"
     screenshot(page, "review")

@@ -102,7 +102,7 @@ def test_review_groups_the_diff_by_workspace_and_path_with_old_and_new_values(co
     assert re.findall(r'data-path="([^"]+)" data-kind="([^"]+)"', notes) == [("/memo", "added")]
     a = _change(html, "/a")
     status = a.split('data-key="status"')[1].split("</tr>")[0]
-    assert '<pre class="old">&#34;draft&#34;</pre>' in status and '<pre class="new">&#34;published&#34;</pre>' in status
+    assert '<del class="old">draft</del><ins class="new">published</ins>' in status  # a word diff
     assert 'data-key="title"' not in a  # unchanged property: not listed
     c = _change(html, "/c")
     assert '<pre class="old">&#34;C&#34;</pre>' in c  # a deleted node's old values
