@@ -35,6 +35,7 @@ Granularity = Literal["chunk", "node"]
 Fusion = Literal["kg", "index"]
 FusionType = Literal["ranked", "relative_score"]
 RRF_K = 60
+"""The default rank constant of kg's fusion (``KG_SEARCH_RRF_K``; see docs/retrieval.md)."""
 MAX_K = 1000
 #: Most chunks a leg reads for one search (node rows read deeper until they have k nodes).
 MAX_DEPTH = MAX_K * 4
@@ -334,6 +335,7 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
 
+    rrf_k = services.settings.search_rrf_k
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
     while True:
@@ -343,15 +345,11 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
         if use_vector:
             vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
         if use_fulltext:
-            index: VectorIndex = services.index
-            if index.layout == "scoped":
-                fulltext_hits = index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
-            else:
-                fulltext_hits = index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
+            fulltext_hits = _fulltext_leg(services, repo_key, searchable, request, depth)
         if request.granularity == "chunk":
-            results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request)
+            results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request, rrf_k)
             break
-        results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request)
+        results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request, rrf_k)
         # A node row per node: when a few long documents fill the legs' top chunks, fewer than
         # k nodes are found though more match. Read deeper while a leg was cut at the depth.
         cut = len(vector_hits) >= depth or len(fulltext_hits) >= depth
@@ -360,9 +358,24 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
         depth = min(depth * 4, MAX_DEPTH)
     fusion = None
     if request.mode == "hybrid":
-        fusion = {"engine": "kg", "method": "rrf", "k": RRF_K,
+        fusion = {"engine": "kg", "method": "rrf", "k": rrf_k,
                   "weights": {"vector": request.vector_weight, "fulltext": request.fulltext_weight}}
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
+
+
+def _fulltext_leg(services: Resources, repo_key: str, searchable: _Searchable, request: SearchRequest,
+                  depth: int) -> list[IndexHit]:
+    """The BM25 leg. At node granularity on the embedded index a node is scored over all its
+    text (BM25F over its fields, the title weighted by ``KG_SEARCH_TITLE_WEIGHT``), one hit per
+    text carrying its best passage; otherwise (chunk granularity, or a scoped index, whose
+    BM25 ranks its objects) passages are ranked and a node takes its best passage's rank."""
+    index: VectorIndex = services.index
+    if index.layout == "scoped":
+        return index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
+    if request.granularity == "node":
+        return index.bm25_documents(repo_key, request.query, depth, content_keys=searchable.keys,
+                                    field_weights={"title": services.settings.search_title_weight})
+    return index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
 
 
 def _native_fusion(services: Resources, request: SearchRequest) -> ScopedIndex | None:
@@ -422,7 +435,7 @@ def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit |
 
 
 def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
-                 fulltext_hits: list[IndexHit], request: SearchRequest) -> list[SearchResult]:
+                 fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int) -> list[SearchResult]:
     """One row per passage (and per node holding it), at most ``max_per_node`` per node."""
     hits: dict[tuple[str, int], IndexHit] = {}
     for hit in fulltext_hits + vector_hits:
@@ -437,7 +450,7 @@ def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[In
         fused = reciprocal_rank_fusion(
             {"vector": list(vector_by), "fulltext": list(fulltext_by)},
             weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
-            k=RRF_K,
+            k=rrf_k,
         )
         ranked = [(key, score) for key, score, _ in fused]
     names = view.workspaces
@@ -467,7 +480,7 @@ def _node_leg(view: BranchView, by_key: dict[str, list], hits: list[IndexHit]) -
 
 
 def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
-                fulltext_hits: list[IndexHit], request: SearchRequest) -> list[SearchResult]:
+                fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int) -> list[SearchResult]:
     """One row per node. Each leg ranks nodes by their best passage; hybrid fuses the node
     rankings (so a node whose title leads one leg and whose body leads the other gets both
     legs' credit), and the row carries the node's best passage and its per-leg node ranks."""
@@ -484,7 +497,7 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
         fused = reciprocal_rank_fusion(
             {"vector": list(vector_best), "fulltext": list(fulltext_best)},
             weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
-            k=RRF_K,
+            k=rrf_k,
         )
         ranked = [(nid, score) for nid, score, _ in fused]
     results = []
@@ -495,8 +508,8 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
         elif request.mode == "vector" or f is None:
             hit = v
         else:  # the passage the stronger leg put first for this node
-            hit = v if request.vector_weight / (RRF_K + vector_rank[nid]) >= \
-                request.fulltext_weight / (RRF_K + fulltext_rank[nid]) else f
+            hit = v if request.vector_weight / (rrf_k + vector_rank[nid]) >= \
+                request.fulltext_weight / (rrf_k + fulltext_rank[nid]) else f
         assert hit is not None  # a ranked node is in at least one leg
         results.append(_row(view, nodes[nid], hit, score, v, f, vector_rank.get(nid) if v else None,
                             fulltext_rank.get(nid) if f else None))
