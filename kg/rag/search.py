@@ -24,6 +24,7 @@ from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit, ScopedIndex, SearchScope, VectorIndex, version_key
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
+from kg.providers.base import Reranker
 from kg.rag.fusion import reciprocal_rank_fusion
 from kg.store.models import Workspace
 from kg.store.nodes import nodes_by_id, visible_nodes
@@ -79,6 +80,10 @@ class SearchRequest(BaseModel):
     fusion_type : {"ranked", "relative_score"}, optional
         The index's fusion (Weaviate ``rankedFusion`` or ``relativeScoreFusion``; default
         ranked). Only with index fusion.
+    rerank : bool, optional
+        Reorder the first ``KG_RERANK_DEPTH`` candidates with the configured reranker
+        (``KG_RERANK_MODEL``). Default: on when a reranker is configured; ``true`` without
+        one is refused.
 
     Raises
     ------
@@ -108,6 +113,8 @@ class SearchRequest(BaseModel):
                                                                "node (1..100).")
     fusion: Fusion | None = Field(default=None, description="Who fuses a hybrid search: kg or the index.")
     fusion_type: FusionType | None = Field(default=None, description="The index's fusion (with fusion 'index').")
+    rerank: bool | None = Field(default=None, description="Rerank the top candidates with the configured "
+                                                          "reranker (default: when one is configured).")
 
     @model_validator(mode="after")
     def _rules(self) -> SearchRequest:
@@ -186,6 +193,7 @@ class SearchResult:
     vector_rank: int | None
     fulltext_rank: int | None
     properties: dict[str, Any] = field(default_factory=dict, repr=False)
+    rerank_score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The API shape."""
@@ -195,7 +203,7 @@ class SearchResult:
             "chunk_text": self.chunk_text, "score": self.score,
             "vector_distance": self.vector_distance, "vector_rank": self.vector_rank,
             "fulltext_rank": self.fulltext_rank,
-        }
+        } | ({} if self.rerank_score is None else {"rerank_score": self.rerank_score})
 
 
 def _matches(properties: dict[str, Any], where: dict[str, Any] | None) -> bool:
@@ -219,13 +227,17 @@ class SearchAnswer:
         None for a single-leg search.
     warnings : list of dict
         ``{"code", "leg", "model", "message"}`` for each embedding model whose vector leg was
-        left out because it could not embed the query (the other legs answered).
+        left out because it could not embed the query (the other legs answered), and for a
+        reranker that failed (``leg`` ``"rerank"``; the fused order was kept).
+    rerank : dict or None
+        ``{"model", "depth", "took_ms"}`` when the results were reranked.
     """
 
     results: list[SearchResult]
     took_ms: float
     fusion: dict[str, Any] | None = None
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    rerank: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The API answer: ``{"results", "took_ms"}`` and, when they apply, ``"fusion"`` and
@@ -235,6 +247,8 @@ class SearchAnswer:
             out["fusion"] = self.fusion
         if self.warnings:
             out["warnings"] = self.warnings
+        if self.rerank is not None:
+            out["rerank"] = self.rerank
         return out
 
 
@@ -278,7 +292,8 @@ def search_branch(services: Resources, caller: Actor, repo: str, branch: str, re
 
 
 def search_answer(session: Session, services: Resources, view: BranchView, request: SearchRequest) -> SearchAnswer:
-    """Run a search on a branch.
+    """Run a search on a branch, then rerank its first candidates when asked (or by default
+    when a reranker is configured).
 
     Parameters
     ----------
@@ -300,7 +315,7 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     ------
     kg.errors.InvalidInput
         Index fusion asked of an index without a hybrid query of its own, or of workspaces
-        of several models.
+        of several models; ``rerank: true`` without a configured reranker.
     kg.errors.NotFound
         An unknown workspace.
     kg.errors.ProviderError
@@ -310,9 +325,62 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     ----------
     Cormack, Clarke and Buettcher (2009), "Reciprocal rank fusion outperforms Condorcet and
     individual rank learning methods", SIGIR. Robertson and Zaragoza (2009), "The Probabilistic
-    Relevance Framework: BM25 and Beyond".
+    Relevance Framework: BM25 and Beyond". Nogueira and Cho (2019), "Passage Re-ranking with
+    BERT" (reranking the first candidates of a first-stage ranking).
     """
     started = time.perf_counter()
+    reranker = services.reranker
+    if request.rerank and reranker is None:
+        raise InvalidInput("rerank: no reranker is configured (KG_RERANK_MODEL)", details={"rerank": True})
+    if reranker is None or request.rerank is False:
+        return _first_stage(session, services, view, request, started)
+    depth = services.settings.rerank_depth
+    wide = request.model_copy(update={"k": max(request.k, depth)}) if depth > request.k else request
+    answer = _first_stage(session, services, view, wide, started)
+    return _reranked(answer, reranker, request, depth, started)
+
+
+def _reranked(answer: SearchAnswer, reranker: Reranker, request: SearchRequest, depth: int,
+              started: float) -> SearchAnswer:
+    """The first ``depth`` rows reordered by the reranker's scores (stable on ties), the rest
+    after them, cut to ``request.k``. A failed reranker keeps the fused order, with a warning."""
+    head, tail = answer.results[:depth], answer.results[depth:]
+    if not head:
+        answer.results = []
+        return answer
+    rerank_started = time.perf_counter()
+    try:
+        scores = reranker.score(request.query, [_rerank_text(r) for r in head])
+        if len(scores) != len(head) or not all(math.isfinite(float(x)) for x in scores):
+            raise ProviderError(f"{reranker.name} answered {len(scores)} scores for {len(head)} passages",
+                                details={"model": reranker.name, "reason": "bad_scores"})
+    except (BackendUnavailable, ProviderError) as exc:
+        answer.warnings.append({"code": exc.code, "leg": "rerank", "model": reranker.name,
+                                "message": f"the results were not reranked: {exc.message}"})
+        answer.results = answer.results[:request.k]
+        answer.took_ms = _ms(started)
+        return answer
+    order = sorted(range(len(head)), key=lambda i: (-float(scores[i]), i))
+    for i in order:
+        head[i].rerank_score = float(scores[i])
+    answer.results = ([head[i] for i in order] + tail)[:request.k]
+    answer.rerank = {"model": reranker.name, "depth": len(head), "took_ms": _ms(rerank_started)}
+    answer.took_ms = _ms(started)
+    return answer
+
+
+def _rerank_text(row: SearchResult) -> str:
+    """What the reranker reads of a row: its passage, after the node's title when the passage
+    is not the title itself."""
+    title = row.properties.get("title")
+    if isinstance(title, str) and title.strip() and title.strip() != row.chunk_text.strip():
+        return f"{title.strip()}\n{row.chunk_text}"
+    return row.chunk_text
+
+
+def _first_stage(session: Session, services: Resources, view: BranchView, request: SearchRequest,
+                 started: float) -> SearchAnswer:
+    """The search without reranking (the legs and their fusion)."""
     if request.workspaces is not None:
         wids = [workspace_id(view, name) for name in request.workspaces]
     else:
