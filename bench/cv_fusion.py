@@ -53,7 +53,7 @@ from bench._common import machine, percentile, table, write_results  # noqa: E40
 
 T = TypeVar("T", bound=Hashable)
 
-TITLE_WEIGHTS = (0.5, 1.0, 2.0, 3.0)
+TITLE_WEIGHTS = (1.0, 2.0, 3.0, 4.0, 6.0)
 RRF_KS = (10, 20, 40, 60, 100)
 VECTOR_WEIGHTS = (0.5, 0.75, 1.0, 1.5, 2.0)  # the fulltext leg weighs 1
 K = 10
@@ -154,7 +154,60 @@ class LexicalEmbedder:
         return self._local.count_tokens(text)
 
 
-def open_services(dataset: Path, workdir: Path, *, lexical: bool, model: str) -> tuple[Any, str, dict]:
+class CachedEmbedder:
+    """An embedder whose vectors are kept on disk, one ``<sha256 of the text>.npy`` per text.
+
+    The first folder is read and written, the others only read (another run's cache of the same
+    model). int8 ONNX quantises activations per batch, so a vector embedded in another batch
+    may differ from a fresh one in its last digits; rankings are unaffected in practice.
+    """
+
+    def __init__(self, inner: Any, folders: Sequence[Path]) -> None:
+        self._inner = inner
+        self._folders = [Path(f) for f in folders]
+        self._folders[0].mkdir(parents=True, exist_ok=True)
+        self.name, self.dim, self.max_tokens = inner.name, inner.dim, inner.max_tokens
+        self.hits = self.misses = 0
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Cached vectors, the missing ones embedded (in one call) and stored."""
+        import hashlib
+
+        out: list[np.ndarray | None] = []
+        todo: list[int] = []
+        for i, text in enumerate(texts):
+            key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            found = next((f / f"{key}.npy" for f in self._folders if (f / f"{key}.npy").is_file()), None)
+            vector = None
+            if found is not None:
+                try:
+                    vector = np.load(found)
+                except (OSError, ValueError):
+                    vector = None
+            if vector is None or vector.shape != (self.dim,):
+                todo.append(i)
+                out.append(None)
+            else:
+                out.append(vector.astype(np.float32))
+        self.hits += len(texts) - len(todo)
+        self.misses += len(todo)
+        if todo:
+            fresh = self._inner.embed([texts[i] for i in todo])
+            for i, vector in zip(todo, fresh, strict=True):
+                out[i] = vector
+                key = hashlib.sha256(texts[i].encode("utf-8", "surrogatepass")).hexdigest()
+                tmp = self._folders[0] / f".{key}.tmp.npy"
+                np.save(tmp, np.asarray(vector, dtype=np.float32))
+                os.replace(tmp, self._folders[0] / f"{key}.npy")
+        return np.stack([v for v in out if v is not None]).astype(np.float32)
+
+    def count_tokens(self, text: str) -> int:
+        """The inner model's count."""
+        return self._inner.count_tokens(text)
+
+
+def open_services(dataset: Path, workdir: Path, *, lexical: bool, model: str,
+                  embed_cache: Sequence[Path] = ()) -> tuple[Any, str, dict]:
     """Services over the kept database (written and indexed on first use), its workspace and
     the ingest figures."""
     from bench.beir import REPO, ingest, load_dataset
@@ -170,8 +223,13 @@ def open_services(dataset: Path, workdir: Path, *, lexical: bool, model: str) ->
                         allow_fake_embedder=lexical)
     services = Services.from_settings(settings)
     if lexical:
-        embedder = LexicalEmbedder()
+        embedder: Any = LexicalEmbedder()
         services.embedder_factory = lambda _name: embedder
+    elif embed_cache:
+        from kg.providers.registry import make_embedder
+
+        cached = CachedEmbedder(make_embedder(model, batch_size=settings.embed_batch_size), embed_cache)
+        services.embedder_factory = lambda name: cached if name == model else make_embedder(name)
     services.db.upgrade()
     figures = ingest(services, name, corpus)
     with services.db.read() as session:
@@ -260,13 +318,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", default="local:all-MiniLM-L6-v2")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="kept database and index (default /work/cache/cv-<dataset>[-lexical])")
+    parser.add_argument("--embed-cache", type=Path, nargs="*", default=(),
+                        help="folders of cached vectors (<sha256>.npy); the first is also written")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     name = args.dataset.resolve().name
     workdir = args.workdir or Path("/work/cache") / f"cv-{name}{'-lexical' if args.lexical else ''}"
     _, queries, qrels = load_dataset(args.dataset)
     services, workspace, ingest_figures = open_services(args.dataset, workdir, lexical=args.lexical,
-                                                        model=args.model)
+                                                        model=args.model, embed_cache=args.embed_cache)
     results: dict[str, Any] = {"machine": machine(), "dataset": name, "queries": len(queries),
                                "metric": args.metric, "folds": args.folds, "seed": args.seed,
                                "lexical_only": args.lexical, "ingest": ingest_figures}
@@ -283,7 +343,7 @@ def main(argv: list[str] | None = None) -> dict:
                                    "chosen": {"title_weight": title_weight, "rrf_k": rrf_k,
                                               "vector_weight": vector_weight}}
 
-            def figure(rankings: dict[str, list[str]]) -> float:
+            def figure(rankings: dict[str, list[str]], test: list[str] = test) -> float:
                 return round(statistics.fmean(measure(rankings[q], qrels[q], K) for q in test), 4)
 
             row["fulltext-passage"] = figure({q: legs[q]["passage"] for q in test})
@@ -327,7 +387,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"title weight {title_weight}, RRF k {rrf_k}, vector weight {vector_weight}")
     if not args.lexical:
         print("hybrid above both legs on every fold:", all(r["hybrid_over_both_legs"] for r in per_fold))
-    write_results(results, args.out or ROOT / "bench" / "results" / f"cv-{name}{'-lexical' if args.lexical else ''}.json")
+    suffix = "-lexical" if args.lexical else ""
+    write_results(results, args.out or ROOT / "bench" / "results" / f"cv-{name}{suffix}.json")
     return results
 
 

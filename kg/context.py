@@ -41,8 +41,7 @@ from kg.graph.cache import GraphCache
 from kg.index.base import VectorIndex
 from kg.index.weaviate import ClientPool
 from kg.lru import LRUCache
-from kg.providers.base import Embedder
-from kg.providers.base import Reranker
+from kg.providers.base import Embedder, Reranker
 from kg.providers.llm import LLM
 from kg.ratelimit import RateLimiter
 from kg.settings import Settings
