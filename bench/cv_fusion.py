@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> dict:
 
             row["fulltext-passage"] = figure({q: legs[q]["passage"] for q in test})
             row["fulltext"] = figure({q: legs[q][f"bm25f:{title_weight}"] for q in test})
+            row["fulltext_by_title_weight"] = {
+                w: figure({q: legs[q][f"bm25f:{w}"] for q in test}) for w in TITLE_WEIGHTS}
             if not args.lexical:
                 row["vector"] = figure({q: legs[q]["vector"] for q in test})
                 row["hybrid-before"] = figure({q: fused(legs[q]["vector"], legs[q]["passage"], rrf_k=60,
@@ -361,13 +363,16 @@ def main(argv: list[str] | None = None) -> dict:
                                            granularity="node", vector_weight=vector_weight, fulltext_weight=1.0)
                     took.append(seconds * 1000)
                 row["hybrid"] = figure(real)
+                row["hybrid-k60"] = figure({q: fused(legs[q]["vector"], legs[q][f"bm25f:{title_weight}"],
+                                                     rrf_k=60, vector_weight=1.0) for q in test})
                 row["hybrid-offline"] = figure({q: fused(legs[q]["vector"], legs[q][f"bm25f:{title_weight}"],
                                                          rrf_k=rrf_k, vector_weight=vector_weight) for q in test})
                 row["hybrid_p50_ms"] = round(percentile(took, 50), 2)
                 row["hybrid_over_both_legs"] = row["hybrid"] > max(row["fulltext"], row["vector"])
             per_fold.append(row)
             print(f"  fold {i + 1}: {row}", file=sys.stderr, flush=True)
-        columns = ["fulltext-passage", "fulltext"] + ([] if args.lexical else ["vector", "hybrid-before", "hybrid"])
+        columns = ["fulltext-passage", "fulltext"] + ([] if args.lexical else
+                                                     ["vector", "hybrid-before", "hybrid-k60", "hybrid"])
         summary = {c: dict(zip(("mean", "sd"), (round(x, 4) for x in mean_sd([r[c] for r in per_fold])),
                                strict=True)) for c in columns}
         chosen = Counter(tuple(r["chosen"].values()) for r in per_fold)
