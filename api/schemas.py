@@ -413,6 +413,8 @@ class SearchRow(Schema):
     vector_distance: Number | None
     vector_rank: int | None
     fulltext_rank: int | None
+    rerank_score: Number = absent("Reranked searches: the reranker's score of the row (higher is "
+                                  "more relevant).")
 
 
 class FusionWeights(Schema):
@@ -434,6 +436,14 @@ class Fusion(Schema):
     fusion_type: str | None = absent("The index's fusion: ranked or relative_score.")
 
 
+class RerankInfo(Schema):
+    """The reranking of a search's first candidates."""
+
+    model: str
+    depth: int
+    took_ms: Number
+
+
 class SearchWarning(Schema):
     """A vector leg left out because its model could not embed the query."""
 
@@ -449,6 +459,8 @@ class SearchResponse(Schema):
     results: list[SearchRow]
     took_ms: Number
     fusion: Fusion = absent("Hybrid searches: how the legs were fused.")
+    rerank: RerankInfo = absent("Reranked searches: the reranker, how many candidates it reordered "
+                                "and its time.")
     warnings: list[SearchWarning] = absent("Present when a vector leg was left out.")
 
 

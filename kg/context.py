@@ -41,7 +41,7 @@ from kg.graph.cache import GraphCache
 from kg.index.base import VectorIndex
 from kg.index.weaviate import ClientPool
 from kg.lru import LRUCache
-from kg.providers.base import Embedder
+from kg.providers.base import Embedder, Reranker
 from kg.providers.llm import LLM
 from kg.ratelimit import RateLimiter
 from kg.settings import Settings
@@ -99,6 +99,8 @@ class Resources(Protocol):
         Keys authenticated lately (a revocation forgets its key here).
     indexer : IndexWorker
         Embeds queued texts.
+    reranker : Reranker or None
+        The reranker of search (``KG_RERANK_MODEL``), None without one.
     jobs : object
         The function-job runner (:class:`kg.rag.function_jobs.JobRunner`, a layer above this
         one; only :mod:`kg.rag.function_jobs` uses it).
@@ -121,6 +123,10 @@ class Resources(Protocol):
 
     @property
     def jobs(self) -> object: ...
+
+    @property
+    def reranker(self) -> Reranker | None:
+        """The configured reranker of search (``KG_RERANK_MODEL``), or None."""
 
     def embedder(self, name: str) -> Embedder:
         """The embedder called ``name`` (``<provider>:<model>``), made once per process."""

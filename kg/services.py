@@ -27,9 +27,10 @@ from kg.index.embedded import EmbeddedVectorIndex
 from kg.index.weaviate import ClientPool, WeaviateVectorIndex
 from kg.indexing.indexer import Indexer
 from kg.lru import LRUCache
-from kg.providers.base import Embedder
+from kg.providers.base import Embedder, Reranker
 from kg.providers.llm import LLM, NoLLM
 from kg.providers.registry import make_embedder, make_llm
+from kg.providers.rerank import make_reranker
 from kg.rag.function_jobs import JobRunner
 from kg.ratelimit import RateLimiter
 from kg.settings import Settings
@@ -53,6 +54,8 @@ class Services:
         Drains the queue of texts to embed.
     jobs : kg.rag.function_jobs.JobRunner
         Runs asynchronous function invocations.
+    reranker : Reranker or None
+        The reranker of search (``KG_RERANK_MODEL``), None without one.
     weaviate_clients : kg.index.weaviate.ClientPool
         The RAG node's Weaviate connections, reused across requests.
     rate_limiter : kg.ratelimit.RateLimiter
@@ -70,6 +73,7 @@ class Services:
     indexer: Indexer = field(init=False)
     jobs: JobRunner = field(init=False)
     llm: LLM = field(default_factory=NoLLM)
+    reranker: Reranker | None = None
     search_cache: LRUCache[Any] = field(default_factory=lambda: LRUCache(32))
     weaviate_clients: ClientPool = field(default_factory=ClientPool)
     rate_limiter: RateLimiter = field(init=False)
@@ -86,7 +90,9 @@ class Services:
                    embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size,
                                                                host=settings.ollama_host,
                                                                allow_fake=settings.allow_fake_embedder),
-                   llm=make_llm(settings.llm_model, host=settings.ollama_host))
+                   llm=make_llm(settings.llm_model, host=settings.ollama_host),
+                   reranker=make_reranker(settings.rerank_model, host=settings.ollama_host,
+                                          allow_fake=settings.allow_fake_embedder))
 
     def __post_init__(self) -> None:
         self.indexer = Indexer(self, poll_s=self.settings.index_poll_s,

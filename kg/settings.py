@@ -62,6 +62,17 @@ class Settings(BaseSettings):
         Weaviate API key; unset for an unauthenticated instance.
     weaviate_timeout_s : float
         Timeout of one Weaviate query, in seconds (also for RAG-node Weaviate URLs).
+    search_rrf_k : int
+        The rank constant of kg's reciprocal rank fusion of hybrid search (chosen by
+        cross-validation, ``bench/cv_fusion.py``; docs/retrieval.md).
+    search_title_weight : float
+        The weight of the ``title`` field in the node-level BM25F of the fulltext leg (other
+        fields weigh 1; chosen by cross-validation like :attr:`search_rrf_k`).
+    rerank_model : str
+        The reranker of search: ``none``, or ``ollama:<model>`` (a chat model scoring each
+        passage's relevance). Searches rerank by default when one is set.
+    rerank_depth : int
+        How many fused candidates the reranker reorders (the rest keep their order after them).
     rag_weaviate_urls : list of str
         The Weaviate instances a RAG-node request may name as ``weaviateUrl``
         (``KG_RAG_WEAVIATE_URLS``, comma-separated or a JSON list). ``embedded`` is always
@@ -137,6 +148,10 @@ class Settings(BaseSettings):
     weaviate_url: str | None = None
     weaviate_api_key: SecretStr | None = None
     weaviate_timeout_s: float = Field(default=30.0, gt=0)
+    search_rrf_k: int = Field(default=60, ge=0, le=10_000)
+    search_title_weight: float = Field(default=2.0, ge=0, le=100)
+    rerank_model: str = "none"
+    rerank_depth: int = Field(default=20, ge=1, le=1000)
     rag_weaviate_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     max_chunks_per_request: int = Field(default=20_000, gt=0)

@@ -23,7 +23,7 @@ once per call and a type checker narrows the union.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -49,6 +49,9 @@ class IndexedChunk:
     model : str
         Embedding model name of ``vector``.
     vector : ndarray, shape (dim,), float32, L2-normalised
+    field : str
+        The node property the passage comes from (``title``, ``text``, ...); ``""`` unknown
+        (a field-weighted BM25 then counts it as body text).
     """
 
     seq: int
@@ -57,6 +60,7 @@ class IndexedChunk:
     text: str
     model: str
     vector: np.ndarray
+    field: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +252,19 @@ class ContentAddressedIndex(SearchIndex, Protocol):
         self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]
     ) -> list[IndexHit]:
         """Top ``k`` chunks by BM25 among ``content_keys``; never a zero-score row."""
+        ...
+
+    def bm25_documents(
+        self,
+        repo_key: str,
+        query: str,
+        k: int,
+        *,
+        content_keys: Collection[str],
+        field_weights: Mapping[str, float] | None = None,
+    ) -> list[IndexHit]:
+        """Top ``k`` content keys by BM25F over all their chunks (one hit per key, carrying
+        its best passage); never a zero score."""
         ...
 
 

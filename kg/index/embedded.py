@@ -13,9 +13,11 @@ Persistence (when ``data_dir`` is given): :meth:`EmbeddedVectorIndex.flush` writ
 to ``data_dir/index/<repo_key>/``::
 
     meta.json             {"format": 1, "watermark", "rows", "keys", "rows_file",
-                           "models": [{"name", "dim", "rows", "file"}]}
-    rows-<token>.npz      seq int64, key_id int32, chunk_index int32, model_id int32 (n,);
-                          texts and content keys as UTF-8 blobs with character offsets
+                           "models": [{"name", "dim", "rows", "file"}], "fields": [names]}
+    rows-<token>.npz      seq int64, key_id int32, chunk_index int32, model_id int32,
+                          field_id int32 (n,); texts and content keys as UTF-8 blobs with
+                          character offsets (a snapshot without field ids, written before
+                          they existed, loads with every field unknown)
     vectors-<token>-<m>.npy
                           float32 (rows of model m, dim), in row order
 
@@ -40,7 +42,7 @@ import tempfile
 import threading
 import uuid
 import zipfile
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +120,8 @@ class _View:
     key_id: np.ndarray  # (n,) int32
     chunk_index: np.ndarray  # (n,) int32
     model_id: np.ndarray  # (n,) int32
+    field_id: np.ndarray  # (n,) int32, into fields
+    fields: list[str]  # shared, append-only: field names ("" unknown)
     texts: list[str]  # shared, append-only: read the first n only
     keys: list[str]  # shared, append-only: read the first n_keys only
     key_ids: dict[str, int]  # shared, insert-only: ids >= n_keys are not visible yet
@@ -190,6 +194,8 @@ class _Repo:
         self.key_id = _Growable(np.int32)
         self.chunk_index = _Growable(np.int32)
         self.model_id = _Growable(np.int32)
+        self.field_id = _Growable(np.int32)
+        self.fields: list[str] = [""]
         self.texts: list[str] = []
         self.keys: list[str] = []
         self.key_ids: dict[str, int] = {}
@@ -206,6 +212,14 @@ class _Repo:
             self.keys.append(key)
             self.key_ids[key] = key_id
         return key_id
+
+    def field_number(self, name: str) -> int:
+        """The number of field ``name``, new if needed."""
+        try:
+            return self.fields.index(name)
+        except ValueError:
+            self.fields.append(name)
+            return len(self.fields) - 1
 
     def append(self, chunks: list[IndexedChunk], matrices: dict[str, np.ndarray]) -> None:
         """Append new, checked chunks (their vectors by model in ``matrices``) and publish."""
@@ -229,6 +243,7 @@ class _Repo:
             self.key_id.extend(np.array([self.intern(c.content_key) for c in chunks], np.int32))
             self.chunk_index.extend(chunk_index)
             self.model_id.extend(model_id)
+            self.field_id.extend(np.array([self.field_number(c.field) for c in chunks], np.int32))
             self.texts.extend(c.text for c in chunks)
         except BaseException:
             # Half-appended state cannot be trusted: start over empty (watermark 0), so the
@@ -251,6 +266,8 @@ class _Repo:
             key_id=self.key_id.view(),
             chunk_index=self.chunk_index.view(),
             model_id=self.model_id.view(),
+            field_id=self.field_id.view(),
+            fields=self.fields,
             texts=self.texts,
             keys=self.keys,
             key_ids=self.key_ids,
@@ -462,6 +479,74 @@ class EmbeddedVectorIndex:
             view.hit(row, rank, score, None) for rank, (row, score) in enumerate(ranked, start=1)
         ]
 
+    def bm25_documents(
+        self,
+        repo_key: str,
+        query: str,
+        k: int,
+        *,
+        content_keys: Collection[str],
+        field_weights: Mapping[str, float] | None = None,
+    ) -> list[IndexHit]:
+        """Top ``k`` content keys (node texts) by BM25F over all their chunks.
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+        query : str
+            Free text, analysed by :func:`kg.index.tokenize.analyze`.
+        k : int
+            Maximum number of hits; ``k <= 0`` gives ``[]``.
+        content_keys : collection of str
+            Only these content keys are ranked; N, df and the average field lengths are
+            computed over them.
+        field_weights : mapping of str to float, optional
+            Weight of each field (``{"title": 2.0}``); a field not named, and a chunk whose
+            field is unknown, weighs 1.0.
+
+        Returns
+        -------
+        list of IndexHit
+            One per content key, by BM25F score descending (ties by key id: sync order);
+            each carries the key's passage with the best passage-level BM25 (its
+            ``chunk_index``, ``text`` and ``seq``), ``score`` the key's BM25F score,
+            ``distance`` None, ranks 1..len.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            A field weight that is negative or not finite.
+
+        Notes
+        -----
+        O(n + postings of the query terms), n the repository's rows; see
+        :meth:`kg.index.bm25.BM25Index.search_groups`.
+
+        References
+        ----------
+        .. [1] S. Robertson and H. Zaragoza, "The Probabilistic Relevance Framework: BM25 and
+           Beyond", Foundations and Trends in Information Retrieval 3(4), 2009, section 3.7.
+        """
+        weights_by_name = dict(field_weights or {})
+        for name, weight in weights_by_name.items():
+            if not isinstance(weight, int | float) or not np.isfinite(weight) or weight < 0:
+                raise InvalidInput(f"field weight of {name!r} must be a finite number >= 0",
+                                   details={"field": name, "weight": weight})
+        if k <= 0 or not query.strip():
+            return []
+        view = self._view(repo_key)
+        allowed = view.allowed_keys(content_keys)
+        if allowed is None:
+            return []
+        key_id = view.key_id
+        groups = np.where(allowed[key_id], key_id, -1)
+        weights = [float(weights_by_name.get(name, 1.0)) for name in view.fields[: int(view.field_id.max()) + 1]]
+        ranked = view.bm25.search_groups(query, k, groups=groups, fields=view.field_id,
+                                         field_weights=weights)
+        return [view.hit(hit.best_doc, rank, hit.score, None)
+                for rank, hit in enumerate(ranked, start=1)]
+
     def drop(self, repo_key: str) -> None:
         """Forget every chunk of the repository, in memory and its snapshot folder.
 
@@ -609,6 +694,7 @@ def _write_snapshot(folder: Path, view: _View) -> None:
             key_id=view.key_id,
             chunk_index=view.chunk_index,
             model_id=view.model_id,
+            field_id=view.field_id,
             text_offsets=_offsets(texts),
             text_utf8=_utf8(texts),
             key_offsets=_offsets(keys),
@@ -627,6 +713,7 @@ def _write_snapshot(folder: Path, view: _View) -> None:
         "keys": view.n_keys,
         "rows_file": rows_file,
         "models": models,
+        "fields": view.fields[: int(view.field_id.max()) + 1 if view.n else 1],
     }
     _replace_atomically(folder / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
     keep = {"meta.json", rows_file, *(m["file"] for m in models)}
@@ -722,11 +809,16 @@ def _restore(folder: Path, meta: dict[str, Any], repo: _Repo) -> None:
                 ("model_id", np.int32),
             )
         }
+        field_id = (np.asarray(rows["field_id"], dtype=np.int32) if "field_id" in rows.files
+                    else np.zeros(n, np.int32))
         texts = _split(rows["text_utf8"], rows["text_offsets"], n)
         keys = _split(rows["key_utf8"], rows["key_offsets"], n_keys)
     seq, key_id, model_id = columns["seq"], columns["key_id"], columns["model_id"]
-    if any(column.shape != (n,) for column in columns.values()):
+    fields = [str(f) for f in meta.get("fields", [""])]
+    if any(column.shape != (n,) for column in [*columns.values(), field_id]):
         raise ValueError("row columns differ in length")
+    if n and (field_id.min() < 0 or field_id.max() >= len(fields)):
+        raise ValueError("field ids are out of range")
     if n and (seq.min() <= 0 or len(np.unique(seq)) != n or int(seq.max()) != meta["watermark"]):
         raise ValueError("seq column is not positive and unique up to the watermark")
     if n and (key_id.min() < 0 or key_id.max() >= n_keys or len(set(keys)) != n_keys):
@@ -749,6 +841,10 @@ def _restore(folder: Path, meta: dict[str, Any], repo: _Repo) -> None:
     repo.key_id = _Growable.of(key_id)
     repo.chunk_index = _Growable.of(columns["chunk_index"])
     repo.model_id = _Growable.of(model_id)
+    repo.field_id = _Growable.of(field_id)
+    repo.fields = fields if fields and fields[0] == "" else ["", *fields]
+    if repo.fields is not fields:
+        repo.field_id = _Growable.of(field_id + 1)
     repo.texts = texts
     repo.keys = keys
     repo.key_ids = {key: i for i, key in enumerate(keys)}

@@ -341,7 +341,7 @@ def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str
     while True:
         rows = session.execute(
             select(Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, Chunk.model,
-                   Chunk.embedding)
+                   Chunk.embedding, Chunk.field)
             .where(Chunk.repo_id == repo_id, Chunk.seq > mark)
             .order_by(Chunk.seq)
             .limit(5000)
@@ -351,7 +351,7 @@ def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str
         index.sync(repo_key, [
             IndexedChunk(seq=r.seq, content_key=r.content_key, chunk_index=r.chunk_index,
                          text=r.text, model=r.model,
-                         vector=np.frombuffer(r.embedding, dtype=np.float32))
+                         vector=np.frombuffer(r.embedding, dtype=np.float32), field=r.field)
             for r in rows
         ])
         added += len(rows)
@@ -470,13 +470,13 @@ def _place(session: Session, index: ScopedIndex, repo_id: int, repo_key: str, ve
     for start in range(0, len(keys), _PLACE_BATCH):
         for r in session.execute(
             select(Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, Chunk.model,
-                   Chunk.embedding)
+                   Chunk.embedding, Chunk.field)
             .where(Chunk.repo_id == repo_id, Chunk.content_key.in_(keys[start:start + _PLACE_BATCH]))
             .order_by(Chunk.content_key, Chunk.chunk_index)
         ):
             chunks.setdefault(r.content_key, []).append(IndexedChunk(
                 seq=r.seq, content_key=r.content_key, chunk_index=r.chunk_index, text=r.text,
-                model=r.model, vector=np.frombuffer(r.embedding, dtype=np.float32)))
+                model=r.model, vector=np.frombuffer(r.embedding, dtype=np.float32), field=r.field))
     placements = [
         Placement(v.workspace_id, v.branch_id, v.node_id, v.path, v.node_type, dict(v.properties or {}),
                   tuple(chunks[v.content_key]))

@@ -1,4 +1,4 @@
-"""The provider contracts: :class:`Embedder` (and later ``LLM``)."""
+"""The provider contracts: :class:`Embedder` and :class:`Reranker` (``LLM`` is in :mod:`kg.providers.llm`)."""
 
 from __future__ import annotations
 
@@ -76,4 +76,45 @@ class Embedder(Protocol):
 
     def count_tokens(self, text: str) -> int:
         """Number of model tokens in ``text`` (without special tokens)."""
+        ...
+
+
+@runtime_checkable
+class Reranker(Protocol):
+    """Scores passages against a query, to reorder a search's fused candidates.
+
+    A cross-encoder reads the query and each passage together, so it can judge relevance that
+    neither a bi-encoder's vectors nor BM25's term statistics see (Nogueira and Cho 2019,
+    "Passage Re-ranking with BERT", arXiv:1901.04085).
+
+    Attributes
+    ----------
+    name : str
+        ``<provider>:<model>`` (``ollama:qwen3:4b``).
+    """
+
+    name: str
+
+    def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        """Relevance of each passage to ``query``.
+
+        Parameters
+        ----------
+        query : str
+            Non-empty.
+        passages : sequence of str, length n
+            The candidates, n >= 1.
+
+        Returns
+        -------
+        ndarray, shape (n,), float64
+            Higher is more relevant; only the order within one call is meaningful.
+
+        Raises
+        ------
+        kg.errors.ProviderError
+            The model failed or answered something unusable.
+        kg.errors.BackendUnavailable
+            The model's server cannot be reached.
+        """
         ...

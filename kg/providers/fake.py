@@ -11,7 +11,7 @@ import numpy as np
 
 from kg.errors import InvalidInput
 
-__all__ = ["FakeEmbedder"]
+__all__ = ["FakeEmbedder", "FakeReranker"]
 
 _WORD_RE = re.compile(r"\w+")
 
@@ -122,3 +122,33 @@ class FakeEmbedder:
         digest = hashlib.blake2b(word.encode("utf-8"), digest_size=8).digest()
         value = int.from_bytes(digest, "little")
         return value % self.dim, 1.0 if (value >> 63) & 1 == 0 else -1.0
+
+
+class FakeReranker:
+    """Deterministic reranker for tests: the share of the query's words a passage holds.
+
+    Parameters
+    ----------
+    name : str, optional
+        Default ``"fake:overlap"``.
+
+    Attributes
+    ----------
+    calls : int
+        Number of :meth:`score` calls.
+    """
+
+    def __init__(self, name: str = "fake:overlap") -> None:
+        self.name = name
+        self.calls = 0
+
+    def score(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        """Per passage, distinct query words it holds / distinct query words (lowercase
+        ``\\w+``), minus a tiny length penalty so that shorter passages win ties."""
+        self.calls += 1
+        words = set(re.findall(r"\w+", query.lower()))
+        out = np.zeros(len(passages), dtype=np.float64)
+        for i, passage in enumerate(passages):
+            held = set(re.findall(r"\w+", passage.lower()))
+            out[i] = len(words & held) / max(1, len(words)) - 1e-6 * len(passage)
+        return out

@@ -24,6 +24,7 @@ from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit, ScopedIndex, SearchScope, VectorIndex, version_key
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
+from kg.providers.base import Reranker
 from kg.rag.fusion import reciprocal_rank_fusion
 from kg.store.models import Workspace
 from kg.store.nodes import nodes_by_id, visible_nodes
@@ -35,6 +36,7 @@ Granularity = Literal["chunk", "node"]
 Fusion = Literal["kg", "index"]
 FusionType = Literal["ranked", "relative_score"]
 RRF_K = 60
+"""The default rank constant of kg's fusion (``KG_SEARCH_RRF_K``; see docs/retrieval.md)."""
 MAX_K = 1000
 #: Most chunks a leg reads for one search (node rows read deeper until they have k nodes).
 MAX_DEPTH = MAX_K * 4
@@ -78,6 +80,10 @@ class SearchRequest(BaseModel):
     fusion_type : {"ranked", "relative_score"}, optional
         The index's fusion (Weaviate ``rankedFusion`` or ``relativeScoreFusion``; default
         ranked). Only with index fusion.
+    rerank : bool, optional
+        Reorder the first ``KG_RERANK_DEPTH`` candidates with the configured reranker
+        (``KG_RERANK_MODEL``). Default: on when a reranker is configured; ``true`` without
+        one is refused.
 
     Raises
     ------
@@ -107,6 +113,8 @@ class SearchRequest(BaseModel):
                                                                "node (1..100).")
     fusion: Fusion | None = Field(default=None, description="Who fuses a hybrid search: kg or the index.")
     fusion_type: FusionType | None = Field(default=None, description="The index's fusion (with fusion 'index').")
+    rerank: bool | None = Field(default=None, description="Rerank the top candidates with the configured "
+                                                          "reranker (default: when one is configured).")
 
     @model_validator(mode="after")
     def _rules(self) -> SearchRequest:
@@ -185,6 +193,7 @@ class SearchResult:
     vector_rank: int | None
     fulltext_rank: int | None
     properties: dict[str, Any] = field(default_factory=dict, repr=False)
+    rerank_score: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The API shape."""
@@ -194,7 +203,7 @@ class SearchResult:
             "chunk_text": self.chunk_text, "score": self.score,
             "vector_distance": self.vector_distance, "vector_rank": self.vector_rank,
             "fulltext_rank": self.fulltext_rank,
-        }
+        } | ({} if self.rerank_score is None else {"rerank_score": self.rerank_score})
 
 
 def _matches(properties: dict[str, Any], where: dict[str, Any] | None) -> bool:
@@ -218,13 +227,17 @@ class SearchAnswer:
         None for a single-leg search.
     warnings : list of dict
         ``{"code", "leg", "model", "message"}`` for each embedding model whose vector leg was
-        left out because it could not embed the query (the other legs answered).
+        left out because it could not embed the query (the other legs answered), and for a
+        reranker that failed (``leg`` ``"rerank"``; the fused order was kept).
+    rerank : dict or None
+        ``{"model", "depth", "took_ms"}`` when the results were reranked.
     """
 
     results: list[SearchResult]
     took_ms: float
     fusion: dict[str, Any] | None = None
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    rerank: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The API answer: ``{"results", "took_ms"}`` and, when they apply, ``"fusion"`` and
@@ -234,6 +247,8 @@ class SearchAnswer:
             out["fusion"] = self.fusion
         if self.warnings:
             out["warnings"] = self.warnings
+        if self.rerank is not None:
+            out["rerank"] = self.rerank
         return out
 
 
@@ -277,7 +292,8 @@ def search_branch(services: Resources, caller: Actor, repo: str, branch: str, re
 
 
 def search_answer(session: Session, services: Resources, view: BranchView, request: SearchRequest) -> SearchAnswer:
-    """Run a search on a branch.
+    """Run a search on a branch, then rerank its first candidates when asked (or by default
+    when a reranker is configured).
 
     Parameters
     ----------
@@ -299,7 +315,7 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     ------
     kg.errors.InvalidInput
         Index fusion asked of an index without a hybrid query of its own, or of workspaces
-        of several models.
+        of several models; ``rerank: true`` without a configured reranker.
     kg.errors.NotFound
         An unknown workspace.
     kg.errors.ProviderError
@@ -309,9 +325,62 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     ----------
     Cormack, Clarke and Buettcher (2009), "Reciprocal rank fusion outperforms Condorcet and
     individual rank learning methods", SIGIR. Robertson and Zaragoza (2009), "The Probabilistic
-    Relevance Framework: BM25 and Beyond".
+    Relevance Framework: BM25 and Beyond". Nogueira and Cho (2019), "Passage Re-ranking with
+    BERT" (reranking the first candidates of a first-stage ranking).
     """
     started = time.perf_counter()
+    reranker = services.reranker
+    if request.rerank and reranker is None:
+        raise InvalidInput("rerank: no reranker is configured (KG_RERANK_MODEL)", details={"rerank": True})
+    if reranker is None or request.rerank is False:
+        return _first_stage(session, services, view, request, started)
+    depth = services.settings.rerank_depth
+    wide = request.model_copy(update={"k": max(request.k, depth)}) if depth > request.k else request
+    answer = _first_stage(session, services, view, wide, started)
+    return _reranked(answer, reranker, request, depth, started)
+
+
+def _reranked(answer: SearchAnswer, reranker: Reranker, request: SearchRequest, depth: int,
+              started: float) -> SearchAnswer:
+    """The first ``depth`` rows reordered by the reranker's scores (stable on ties), the rest
+    after them, cut to ``request.k``. A failed reranker keeps the fused order, with a warning."""
+    head, tail = answer.results[:depth], answer.results[depth:]
+    if not head:
+        answer.results = []
+        return answer
+    rerank_started = time.perf_counter()
+    try:
+        scores = reranker.score(request.query, [_rerank_text(r) for r in head])
+        if len(scores) != len(head) or not all(math.isfinite(float(x)) for x in scores):
+            raise ProviderError(f"{reranker.name} answered {len(scores)} scores for {len(head)} passages",
+                                details={"model": reranker.name, "reason": "bad_scores"})
+    except (BackendUnavailable, ProviderError) as exc:
+        answer.warnings.append({"code": exc.code, "leg": "rerank", "model": reranker.name,
+                                "message": f"the results were not reranked: {exc.message}"})
+        answer.results = answer.results[:request.k]
+        answer.took_ms = _ms(started)
+        return answer
+    order = sorted(range(len(head)), key=lambda i: (-float(scores[i]), i))
+    for i in order:
+        head[i].rerank_score = float(scores[i])
+    answer.results = ([head[i] for i in order] + tail)[:request.k]
+    answer.rerank = {"model": reranker.name, "depth": len(head), "took_ms": _ms(rerank_started)}
+    answer.took_ms = _ms(started)
+    return answer
+
+
+def _rerank_text(row: SearchResult) -> str:
+    """What the reranker reads of a row: its passage, after the node's title when the passage
+    is not the title itself."""
+    title = row.properties.get("title")
+    if isinstance(title, str) and title.strip() and title.strip() != row.chunk_text.strip():
+        return f"{title.strip()}\n{row.chunk_text}"
+    return row.chunk_text
+
+
+def _first_stage(session: Session, services: Resources, view: BranchView, request: SearchRequest,
+                 started: float) -> SearchAnswer:
+    """The search without reranking (the legs and their fusion)."""
     if request.workspaces is not None:
         wids = [workspace_id(view, name) for name in request.workspaces]
     else:
@@ -334,6 +403,7 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
 
+    rrf_k = services.settings.search_rrf_k
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
     while True:
@@ -343,15 +413,11 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
         if use_vector:
             vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
         if use_fulltext:
-            index: VectorIndex = services.index
-            if index.layout == "scoped":
-                fulltext_hits = index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
-            else:
-                fulltext_hits = index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
+            fulltext_hits = _fulltext_leg(services, repo_key, searchable, request, depth)
         if request.granularity == "chunk":
-            results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request)
+            results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request, rrf_k)
             break
-        results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request)
+        results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request, rrf_k)
         # A node row per node: when a few long documents fill the legs' top chunks, fewer than
         # k nodes are found though more match. Read deeper while a leg was cut at the depth.
         cut = len(vector_hits) >= depth or len(fulltext_hits) >= depth
@@ -360,9 +426,24 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
         depth = min(depth * 4, MAX_DEPTH)
     fusion = None
     if request.mode == "hybrid":
-        fusion = {"engine": "kg", "method": "rrf", "k": RRF_K,
+        fusion = {"engine": "kg", "method": "rrf", "k": rrf_k,
                   "weights": {"vector": request.vector_weight, "fulltext": request.fulltext_weight}}
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
+
+
+def _fulltext_leg(services: Resources, repo_key: str, searchable: _Searchable, request: SearchRequest,
+                  depth: int) -> list[IndexHit]:
+    """The BM25 leg. At node granularity on the embedded index a node is scored over all its
+    text (BM25F over its fields, the title weighted by ``KG_SEARCH_TITLE_WEIGHT``), one hit per
+    text carrying its best passage; otherwise (chunk granularity, or a scoped index, whose
+    BM25 ranks its objects) passages are ranked and a node takes its best passage's rank."""
+    index: VectorIndex = services.index
+    if index.layout == "scoped":
+        return index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
+    if request.granularity == "node":
+        return index.bm25_documents(repo_key, request.query, depth, content_keys=searchable.keys,
+                                    field_weights={"title": services.settings.search_title_weight})
+    return index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
 
 
 def _native_fusion(services: Resources, request: SearchRequest) -> ScopedIndex | None:
@@ -422,7 +503,7 @@ def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit |
 
 
 def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
-                 fulltext_hits: list[IndexHit], request: SearchRequest) -> list[SearchResult]:
+                 fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int) -> list[SearchResult]:
     """One row per passage (and per node holding it), at most ``max_per_node`` per node."""
     hits: dict[tuple[str, int], IndexHit] = {}
     for hit in fulltext_hits + vector_hits:
@@ -437,7 +518,7 @@ def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[In
         fused = reciprocal_rank_fusion(
             {"vector": list(vector_by), "fulltext": list(fulltext_by)},
             weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
-            k=RRF_K,
+            k=rrf_k,
         )
         ranked = [(key, score) for key, score, _ in fused]
     names = view.workspaces
@@ -467,7 +548,7 @@ def _node_leg(view: BranchView, by_key: dict[str, list], hits: list[IndexHit]) -
 
 
 def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
-                fulltext_hits: list[IndexHit], request: SearchRequest) -> list[SearchResult]:
+                fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int) -> list[SearchResult]:
     """One row per node. Each leg ranks nodes by their best passage; hybrid fuses the node
     rankings (so a node whose title leads one leg and whose body leads the other gets both
     legs' credit), and the row carries the node's best passage and its per-leg node ranks."""
@@ -484,7 +565,7 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
         fused = reciprocal_rank_fusion(
             {"vector": list(vector_best), "fulltext": list(fulltext_best)},
             weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
-            k=RRF_K,
+            k=rrf_k,
         )
         ranked = [(nid, score) for nid, score, _ in fused]
     results = []
@@ -495,8 +576,8 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
         elif request.mode == "vector" or f is None:
             hit = v
         else:  # the passage the stronger leg put first for this node
-            hit = v if request.vector_weight / (RRF_K + vector_rank[nid]) >= \
-                request.fulltext_weight / (RRF_K + fulltext_rank[nid]) else f
+            hit = v if request.vector_weight / (rrf_k + vector_rank[nid]) >= \
+                request.fulltext_weight / (rrf_k + fulltext_rank[nid]) else f
         assert hit is not None  # a ranked node is in at least one leg
         results.append(_row(view, nodes[nid], hit, score, v, f, vector_rank.get(nid) if v else None,
                             fulltext_rank.get(nid) if f else None))
