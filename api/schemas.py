@@ -633,6 +633,8 @@ class Passage(Schema):
     text: str
     score: Number
     text_is_exact: bool
+    node_type: str
+    is_answer: bool = Field(description="The passage is a stored answer (a ``kb:Answer`` node), not a source.")
 
 
 class SearchDocumentsOutput(Schema):

@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     llm_model : str
         The LLM of ``ask`` and ``extract-entities``: ``none`` (extractive, no model) or
         ``ollama:<model>``.
+    ask_min_similarity : float
+        The semantic grade of ``ask`` without an LLM: the cosine similarity between the
+        question and a passage's sentence that the sentence must reach to be quoted
+        (calibrated for ``local:all-MiniLM-L6-v2`` by cross-validation on HotpotQA,
+        ``bench/extractive_ask.py --calibrate``).
     research_max_steps : int
         Most tool calls one ``research-assistant`` run makes (its input ``max_steps`` may only
         lower it); the model then answers from what it found.
@@ -122,6 +127,7 @@ class Settings(BaseSettings):
     index_poll_s: float = Field(default=1.0, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
+    ask_min_similarity: float = Field(default=0.3, ge=-1.0, le=1.0)
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)
     rag_repo: str = "rag"
