@@ -104,11 +104,19 @@ class ChunkingSettings(Schema):
     unit: str = Field(description="tokens, chars or words.")
 
 
+class IndexedPropertiesSettings(Schema):
+    """Which properties a workspace indexes."""
+
+    short: list[str] = Field(description="Indexed as one passage each (never chunked).")
+    body: list[str] = Field(description="Chunked with the workspace's chunking.")
+
+
 class EmbeddingSettings(Schema):
-    """A workspace's embedding model and chunking."""
+    """A workspace's embedding model, chunking and indexed properties."""
 
     model: str = Field(description="``<provider>:<model>``.")
     chunking: ChunkingSettings
+    indexed_properties: IndexedPropertiesSettings
 
 
 class Reembedding(Schema):

@@ -8,9 +8,15 @@ session branch of its own from the request's branch and works there only.
 documents' own vocabulary when they fall short (two retrievals at most), then answers from the
 passages only, with numbered citations. With an LLM configured it grades, rewrites and answers
 with the model; without one it stays useful and says so (``"mode": "extractive"``): the grade is
-a lexical-coverage check, the rewrite pseudo-relevance feedback, the answer the best-supported
-sentences of the passages, each with its marker. When nothing relevant is retrieved the answer
-is ``grounded: false`` and no model is called.
+semantic (the cosine similarity of the question to each whole sentence of the passages, by the
+passages' own embedding model, against ``KG_ASK_MIN_SIMILARITY``, calibrated by
+cross-validation on HotpotQA), the rewrite takes its words from the best-matching sentences of
+the best vector-leg passages (:func:`vocabulary_rewrite`), and the answer is the sentences that
+pass the grade and lie within a margin of the best one, at most three, whole
+(:mod:`kg.text.sentences`), in document order, each passage's group named by its document and
+followed by its marker. When no sentence passes, the answer is "The documents do not cover
+this." Stored answers (``kb:Answer``) are found by search but are never ``ask``'s evidence.
+When nothing relevant is retrieved the answer is ``grounded: false`` and no model is called.
 
 ``graph-context`` seeds from hybrid search (the passages of one node are one seed, in the order
 of their best passage) or from given node addresses, then walks the branch's relations
@@ -75,6 +81,7 @@ MAX_SENTENCES = 3            # most sentences of an extractive answer
 SENTENCE_MARGIN = 0.12       # a sentence further than this below the best one is left out
 REWRITE_PASSAGES = 2         # vector-leg passages that lend their words to the rewrite
 REWRITE_TERMS = 6            # most terms the rewrite adds
+ANSWER_SLACK = 4             # passages searched beyond the wanted ones: stored answers are not evidence
 GRAPH_HOPS = 2               # ask's graph leg: document -> entity -> document
 GRAPH_MAX_NODES = 30
 GRAPH_FAN_OUT = 10
@@ -376,9 +383,9 @@ def vocabulary_rewrite(services: Resources, caller: Actor, repo: str, branch: st
     language models") restricted to dense-retrieval hits, as in Wang et al. (2021), "Pseudo-
     relevance feedback for multiple representation dense retrieval" (ColBERT-PRF).
     """
-    hits = _passages(services, caller, repo, branch, question, passages, workspaces, relevant_only=False,
-                     mode="vector")
-    hits = [p for p in hits if not p.get("is_answer")]
+    hits = _passages(services, caller, repo, branch, question, passages + ANSWER_SLACK, workspaces,
+                     relevant_only=False, mode="vector")
+    hits = _evidence(hits)[:passages]
     if not hits:
         return None
     scored = score_sentences(services, question, hits)
@@ -475,8 +482,8 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     has_llm = getattr(llm, "name", "none") != "none"
     attempts = []
     threshold = services.settings.ask_min_similarity
-    passages = _evidence(_passages(services, caller, repo, branch, question, MAX_PASSAGES, workspaces,
-                                   relevant_only=True))
+    passages = _evidence(_passages(services, caller, repo, branch, question, MAX_PASSAGES + ANSWER_SLACK,
+                                   workspaces, relevant_only=True))[:MAX_PASSAGES]
     attempts.append({"query": question, "passages": len(passages)})
     scored: list[ScoredSentence] = []
     if has_llm:
@@ -492,8 +499,8 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     elif not has_llm and not sufficient:
         rewritten = vocabulary_rewrite(services, caller, repo, branch, question, workspaces)
     if rewritten and rewritten != question:
-        again = _evidence(_passages(services, caller, repo, branch, rewritten, MAX_PASSAGES, workspaces,
-                                    relevant_only=True))
+        again = _evidence(_passages(services, caller, repo, branch, rewritten, MAX_PASSAGES + ANSWER_SLACK,
+                                    workspaces, relevant_only=True))[:MAX_PASSAGES]
         attempts.append({"query": rewritten, "passages": len(again)})
         if again and has_llm:
             passages = again
@@ -795,11 +802,14 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
     whatever ``actor`` says (it may not state another); ``by`` names the function in the
     revision's message (``"ask: store answer ws:/path"``).
 
-    The node's properties are ``question``, ``answer``, ``grounded``, ``mode`` and
-    ``citations`` (none of them is a text field, so a stored answer is never retrieved as a
-    source). Each cited node gets one ``cites`` relation with the ``markers`` and
-    ``chunk_indexes`` that cite it; relations of an earlier answer at the same path to nodes
-    no longer cited are removed. Cited nodes deleted meanwhile are skipped.
+    The node's properties are ``question``, ``answer``, ``grounded``, ``mode``, ``citations``
+    and ``sources`` (the cited paths, as the guide stores them). ``question`` and ``answer`` are
+    indexed by default (a workspace's ``embedding.indexed_properties``), so search finds the
+    answer next time, marked as one (``node_type`` ``kb:Answer``; ``is_answer`` in
+    ``search-documents``); ``ask`` never takes a stored answer as evidence, so an answer is never
+    grounded by itself or by an earlier answer, only by the documents. Each cited node gets one
+    ``cites`` relation with the ``markers`` and ``chunk_indexes`` that cite it; relations of an
+    earlier answer at the same path to nodes no longer cited are removed. Cited nodes deleted meanwhile are skipped.
 
     Returns
     -------
@@ -826,7 +836,9 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
         todo = GraphWrite(upserts=[{"workspace": workspace, "path": path, "node_type": ANSWER_NODE_TYPE,
                                     "properties": {"question": question, "answer": result["answer"],
                                                    "grounded": result["grounded"], "mode": result["mode"],
-                                                   "citations": result["citations"]}}])
+                                                   "citations": result["citations"],
+                                                   "sources": list(dict.fromkeys(
+                                                       c["path"] for c in result["citations"]))}}])
         for old in (existing.properties.get("citations") or []) if existing is not None else []:
             key = (old.get("workspace"), old.get("path")) if isinstance(old, dict) else None
             if (key and key not in cited and isinstance(key[0], str) and isinstance(key[1], str)

@@ -326,7 +326,8 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         permit(services, caller, "read", repo_name, branch, workspace)
         with reading(services, caller, repo_name, branch) as (session, view):
             rows, _ = search(session, services, view, SearchRequest(
-                query=query, k=config.top_k, mode="vector", granularity="chunk", workspaces=[workspace]))
+                query=query, k=config.top_k, mode="vector", granularity="chunk", workspaces=[workspace],
+                max_distance=services.settings.rag_max_distance))
         results = [{"file": r.properties.get("source_file", r.path[1:]), "chunk_index": r.chunk_index,
                     "content": r.chunk_text, "distance": r.vector_distance, "path": r.path}
                    for r in rows]
