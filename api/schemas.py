@@ -734,11 +734,19 @@ class ExtractedRelation(Schema):
     to: str
 
 
+class DroppedCandidate(Schema):
+    """A candidate the extraction dropped, and why."""
+
+    name: str
+    reason: str = Field(description="heading, fragment, no_usable_name, limit or relation_to_unknown_entity.")
+
+
 class ExtractionDropped(Schema):
-    """What the extraction could not write."""
+    """What the extraction could not write, and why."""
 
     entities: int
     relations: int
+    reasons: list[DroppedCandidate]
 
 
 class ExtractEntitiesOutput(Schema):
