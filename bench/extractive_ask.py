@@ -172,8 +172,10 @@ def calibrate(embedder, questions: list[dict], corpus: dict[str, dict], *, folds
     """The grade's threshold by ``folds``-fold cross-validation over the questions.
 
     For every question, the *on-topic* score is the best cosine similarity between the question
-    and a sentence of its two supporting passages; the *off-topic* score is the same best
-    similarity over the 10 context passages of another question (a random derangement). The
+    and a sentence of its two supporting passages that holds the answer string (the sentence the
+    extractive answer must quote; questions whose answer no whole sentence holds are left out);
+    the *off-topic* score is the best similarity between the question and any sentence of the
+    10 context passages of another question (a random derangement). The
     grade should pass the first and refuse the second: on each fold's training questions the
     threshold maximising balanced accuracy (mean of the two pass/refuse rates) is chosen on a
     0.01 grid, then measured on the held-out fold. Reported: each fold's threshold and held-out
@@ -181,20 +183,26 @@ def calibrate(embedder, questions: list[dict], corpus: dict[str, dict], *, folds
     """
     from kg.text.sentences import split_sentences
 
-    def best(question: str, pids: list[str]) -> float:
+    def best(question: str, pids: list[str], answers: list[str] | None = None) -> float | None:
         sentences = [s for pid in pids for s in split_sentences(corpus[pid]["text"])]
+        if answers is not None:
+            sentences = [s for s in sentences if contains_answer(s, answers)]
         if not sentences:
-            return -1.0
+            return None
         vectors = embedder.embed([question] + sentences)
         return float(np.max(vectors[1:] @ vectors[0]))
 
+    answerable = [q for q in questions if best(q["text"], q["supporting_ids"], q["answers"]) is not None]
+    left_out = len(questions) - len(answerable)
+    questions = answerable
     rng = random.Random(seed)
     order = list(range(len(questions)))
     others = order[:]
     while any(i == j for i, j in zip(order, others, strict=True)):
         rng.shuffle(others)
-    on = np.array([best(q["text"], q["supporting_ids"]) for q in questions])
-    off = np.array([best(q["text"], questions[j]["context_ids"]) for q, j in zip(questions, others, strict=True)])
+    on = np.array([best(q["text"], q["supporting_ids"], q["answers"]) for q in questions])
+    off = np.array([best(q["text"], questions[j]["context_ids"]) or -1.0
+                    for q, j in zip(questions, others, strict=True)])
     ids = order[:]
     rng.shuffle(ids)
     grid = np.round(np.arange(0.0, 0.9, 0.01), 2)
@@ -213,7 +221,8 @@ def calibrate(embedder, questions: list[dict], corpus: dict[str, dict], *, folds
                         "held_off_topic_refused": round(float(np.mean(off[held] < t)), 4)})
     thresholds = [r["threshold"] for r in results]
     held_acc = [r["held_accuracy"] for r in results]
-    return {"folds": results, "threshold_median": float(np.median(thresholds)),
+    return {"questions": len(questions), "left_out_no_answer_sentence": left_out,
+            "folds": results, "threshold_median": float(np.median(thresholds)),
             "threshold_range": [min(thresholds), max(thresholds)],
             "held_accuracy_mean": round(float(np.mean(held_acc)), 4),
             "held_accuracy_range": [min(held_acc), max(held_acc)],

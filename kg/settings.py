@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     index_poll_s: float = Field(default=1.0, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
-    ask_min_similarity: float = Field(default=0.3, ge=-1.0, le=1.0)
+    ask_min_similarity: float = Field(default=0.32, ge=-1.0, le=1.0)
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)
     rag_repo: str = "rag"

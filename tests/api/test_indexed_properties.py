@@ -61,16 +61,18 @@ def test_changing_indexed_properties_reembeds_the_workspace(client, repo):
 
 
 def test_a_stored_answer_is_found_next_time_but_never_grounds_a_new_answer(client, docs):  # noqa: F811
-    question = "how much warning before we get kicked out?"
+    question = "What dividend did the board approve?"
     first = invoke(client, "ask", {"question": question, "store_answer": {"workspace": "finance"}}).json()
     assert first["grounded"] is True
     stored = first["stored"]["path"]
-    passages = invoke(client, "search-documents", {"query": "termination thirty days written notice"}).json()
+    props = client.get(f"/api/repos/acme/workspaces/finance/nodes{stored}").json()["properties"]
+    assert props["sources"] == ["/dividends"]
+    passages = invoke(client, "search-documents", {"query": "quarterly dividend 40 cents per share"}).json()
     marked = {p["path"]: p["is_answer"] for p in passages["passages"]}
-    assert marked[stored] is True and marked["/notice"] is False
+    assert marked[stored] is True and marked["/dividends"] is False
     again = invoke(client, "ask", {"question": question}).json()
-    assert [c["path"] for c in again["citations"]] == ["/notice"]
+    assert [c["path"] for c in again["citations"]] == ["/dividends"]
     # with the source gone, the stored answer alone does not ground an answer
-    assert client.delete("/api/repos/acme/workspaces/finance/nodes/notice").status_code == 200
+    assert client.delete("/api/repos/acme/workspaces/finance/nodes/dividends").status_code == 200
     alone = invoke(client, "ask", {"question": question}).json()
     assert alone["grounded"] is False and alone["citations"] == []
