@@ -78,7 +78,7 @@ _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n{2,}")
 _MARKER_RE = re.compile(r"\[(\d+)\]")
 NOT_COVERED = "The documents do not cover this."
 MAX_SENTENCES = 3            # most sentences of an extractive answer
-SENTENCE_MARGIN = 0.12       # a sentence further than this below the best one is left out
+SENTENCE_MARGIN = 0.3        # a sentence further than this below the best one is left out (2-fold CV, bench)
 REWRITE_PASSAGES = 2         # vector-leg passages that lend their words to the rewrite
 REWRITE_TERMS = 6            # most terms the rewrite adds
 ANSWER_SLACK = 4             # passages searched beyond the wanted ones: stored answers are not evidence
