@@ -15,7 +15,9 @@ no LLM configured. Figures:
 - ``grounded``: share answered ``grounded: true``; ``mean_sentences``: sentences per answer.
 
 ``--calibrate`` instead chooses the semantic grade's threshold (``KG_ASK_MIN_SIMILARITY``) by
-5-fold cross-validation over the questions (:func:`calibrate`), never on all at once.
+5-fold cross-validation over the questions (:func:`calibrate`), never on all at once;
+``--margins 0.12,0.2,0.3,1.0`` chooses ask's sentence margin by 2-fold cross-validation
+(:func:`choose_margin`) before the figures are measured.
 
 The real embedder is slow on a shared machine (about 10 passages/s), so every embedding is cached
 on disk under ``--cache`` (default ``/work/cache/kg-extractive-ask``), keyed by the model and the
@@ -230,6 +232,29 @@ def calibrate(embedder, questions: list[dict], corpus: dict[str, dict], *, folds
             "off_topic_similarity_mean": round(float(off.mean()), 4)}
 
 
+def choose_margin(services: Services, questions: list[dict], margins: list[float]) -> dict:
+    """ask's ``SENTENCE_MARGIN`` by 2-fold cross-validation: every margin is run on all the
+    questions; on each half the margin with the most answers holding the answer string (ties:
+    the smaller, stricter margin) is chosen and its share on the other half reported."""
+    from kg.rag import functions
+
+    hits: dict[float, list[bool]] = {}
+    kept = functions.select_sentences.__kwdefaults__
+    try:
+        for margin in margins:
+            functions.select_sentences.__kwdefaults__ = {**kept, "margin": margin}
+            rows = evaluate(services, questions)["rows"]
+            hits[margin] = [r["hit"] for r in rows]
+    finally:
+        functions.select_sentences.__kwdefaults__ = kept
+    halves = [list(range(0, len(questions), 2)), list(range(1, len(questions), 2))]
+    folds = []
+    for train, held in ((halves[0], halves[1]), (halves[1], halves[0])):
+        best = max(margins, key=lambda m: (sum(hits[m][i] for i in train), -m))
+        folds.append({"margin": best, "held_answer_in_answer": round(sum(hits[best][i] for i in held) / len(held), 4)})
+    return {"margins": {str(m): round(sum(h) / len(h), 4) for m, h in hits.items()}, "folds": folds}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", type=Path, help="the hotpotqa-500 folder")
@@ -237,6 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--cache", type=Path, default=Path("/work/cache/kg-extractive-ask"))
     parser.add_argument("--calibrate", action="store_true", help="choose the grade threshold by cross-validation")
     parser.add_argument("--label", default="after", help="names the result file (before / after)")
+    parser.add_argument("--margins", default=None, help="comma-separated sentence margins to cross-validate")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     questions, corpus = load(args.dataset, args.questions)
@@ -266,6 +292,9 @@ def main(argv: list[str] | None = None) -> dict:
         results["ingest"] = ingest(services, WORKSPACE, corpus)
         with services.db.read() as session:
             services.index.flush(get_repository(session, REPO).uid)
+        if args.margins:
+            results["margin_cv"] = choose_margin(services, questions, [float(m) for m in args.margins.split(",")])
+            print(json.dumps(results["margin_cv"], indent=1))
         print(f"asking {len(questions)} questions ...", file=sys.stderr, flush=True)
         results["ask"] = evaluate(services, questions)
     finally:
