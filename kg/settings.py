@@ -135,7 +135,7 @@ class Settings(BaseSettings):
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)
     rag_repo: str = "rag"
-    rag_max_distance: float = Field(default=0.7, ge=0.0, le=2.0)
+    rag_max_distance: float = Field(default=0.6, ge=0.0, le=2.0)
     graph_max_edges: int = Field(default=2_000_000, gt=0)
     host: str = "127.0.0.1"
     port: int = 8765
