@@ -232,6 +232,19 @@ def calibrate(embedder, questions: list[dict], corpus: dict[str, dict], *, folds
             "off_topic_similarity_mean": round(float(off.mean()), 4)}
 
 
+def off_topic(services: Services) -> dict:
+    """The 30 off-topic questions of ``bench/rag_null_context.py`` asked of the same collection:
+    the share answered "The documents do not cover this." (``grounded: false``)."""
+    from bench.rag_null_context import OFF_TOPIC
+    from kg.rag.functions import ask
+
+    answers = [ask(services, context.OPERATOR, REPO, "main", {"question": q, "workspaces": [WORKSPACE]})
+               for q in OFF_TOPIC]
+    return {"questions": len(OFF_TOPIC),
+            "not_covered": round(sum(not a["grounded"] for a in answers) / len(OFF_TOPIC), 4),
+            "answers": [{"question": q, "answer": a["answer"]} for q, a in zip(OFF_TOPIC, answers, strict=True)]}
+
+
 def choose_margin(services: Services, questions: list[dict], margins: list[float]) -> dict:
     """ask's ``SENTENCE_MARGIN`` by 2-fold cross-validation: every margin is run on all the
     questions; on each half the margin with the most answers holding the answer string (ties:
@@ -297,10 +310,12 @@ def main(argv: list[str] | None = None) -> dict:
             print(json.dumps(results["margin_cv"], indent=1))
         print(f"asking {len(questions)} questions ...", file=sys.stderr, flush=True)
         results["ask"] = evaluate(services, questions)
+        results["off_topic"] = off_topic(services)
     finally:
         services.close()
     results["embedded_now"] = sum(e.computed for e in embedders.values())
     figures = {k: v for k, v in results["ask"].items() if k != "rows"}
+    figures["off_topic_not_covered"] = results["off_topic"]["not_covered"]
     print(json.dumps(figures, indent=1))
     write_results(results, args.out or RESULTS / f"extractive-ask-{args.label}.json")
     return results
