@@ -32,6 +32,9 @@ error is logged and recorded in ``attempts``. With ``store_answer`` the answer i
 References
 ----------
 Rocchio (1971), "Relevance feedback in information retrieval" (pseudo-relevance feedback).
+Reimers and Gurevych (2019), "Sentence-BERT" (sentence embeddings compared by cosine: the
+semantic grade); Kiss and Strunk (2006), "Unsupervised Multilingual Sentence Boundary Detection"
+(the sentence splitting rules of :mod:`kg.text.sentences`).
 Asai et al. (2023), "Self-RAG"; Yan et al. (2024), "Corrective Retrieval Augmented Generation"
 (grade, rewrite, retrieve again).
 """
@@ -198,25 +201,6 @@ def coverage(question: str, passages: list[dict]) -> float:
     for p in passages:
         seen.update(analyze(p["text"]))
     return len(terms & seen) / len(terms)
-
-
-def feedback_query(question: str, passages: list[dict], *, extra_terms: int = 6) -> str:
-    """Pseudo-relevance feedback: the question plus the top passages' most telling terms."""
-    asked = set(analyze(question))
-    counts: Counter[str] = Counter()      # by stem
-    docs: Counter[str] = Counter()
-    surface: dict[str, Counter[str]] = {}  # the words as written, to put in the query
-    top = passages[:3]
-    for p in top:
-        words = analyze(p["text"], stem_words=False)
-        stems = [stem(w) for w in words]
-        counts.update(stems)
-        docs.update(set(stems))
-        for word, term in zip(words, stems, strict=True):
-            surface.setdefault(term, Counter())[word] += 1
-    scored = sorted(((c * (1 + math.log(len(top) / docs[t] + 1)), t) for t, c in counts.items()
-                     if t not in asked and len(t) > 2 and not t.isdigit()), reverse=True)
-    return " ".join([question] + [surface[t].most_common(1)[0][0] for _, t in scored[:extra_terms]])
 
 
 def extractive_answer(question: str, passages: list[dict], *, max_sentences: int = 3) -> tuple[str, list[int]]:
