@@ -738,7 +738,8 @@ class DroppedCandidate(Schema):
     """A candidate the extraction dropped, and why."""
 
     name: str
-    reason: str = Field(description="heading, fragment, no_usable_name, limit or relation_to_unknown_entity.")
+    reason: str = Field(description="heading, fragment, no_usable_name, limit, relation_to_unknown_entity "
+                                    "or relation_to_unwritten_entity.")
 
 
 class ExtractionDropped(Schema):

@@ -747,6 +747,9 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
                                    "type": MENTIONED_IN, "properties": {"extractor": extractor}})
         kept = [r for r in relations if r.source in written and r.target in written]
         dropped["relations"] += len(relations) - len(kept)
+        dropped.setdefault("reasons", []).extend(
+            {"name": f"{r.source} {r.type} {r.target}", "reason": "relation_to_unwritten_entity"}
+            for r in relations if r not in kept)
         for r in kept:
             todo.relations.append({"from": f"{workspace}:{written[r.source]['path']}", "type": r.type,
                                    "to": f"{workspace}:{written[r.target]['path']}",
