@@ -57,8 +57,11 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
+    # The RAG node's relevance cut (KG_RAG_MAX_DISTANCE) is measured for a real model; the fake
+    # embedder's hashed bag-of-words distances are no model's, so it is off here (the test of
+    # the cut, tests/api/test_rag_node.py, uses the local model and the default).
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
-                    index_inline=True, allow_fake_embedder=True)
+                    index_inline=True, allow_fake_embedder=True, rag_max_distance=2.0)
 
 
 @pytest.fixture

@@ -39,7 +39,8 @@ def auth_app(backend: str, folder: Path) -> Iterator[App]:
     fake embedder, inline indexing; with an admin key made as ``kg keys create --admin`` does."""
     with database_url(backend, folder) as url:
         settings = Settings(database_url=url, data_dir=folder / "data", embedding_model=FAKE_MODEL,
-                            index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER)
+                            index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER,
+                            rag_max_distance=2.0)  # the fake embedder: no relevance cut (tests/conftest.py)
         services = Services(settings=settings, db=_upgraded(settings), index=EmbeddedVectorIndex(settings.data_dir),
                             embedder_factory=lambda name: make_embedder(name, allow_fake=True))
         try:

@@ -28,7 +28,8 @@ def settings(db_url, tmp_path) -> Settings:
     """This module's settings (the conftest's ``services`` and ``client`` use them): auth on."""
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
                     index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER,
-                    key_cache_s=60)  # long enough that no entry ends inside a test
+                    key_cache_s=60,  # long enough that no entry ends inside a test
+                    rag_max_distance=2.0)  # the fake embedder: no relevance cut (tests/conftest.py)
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from kg.settings import Settings
 from tests.api.test_nodes import assert_error
 
@@ -12,14 +10,6 @@ CONFIG = {"embeddingModel": "fake:hash-64", "collectionName": "rag_collection", 
 
 DOC_A = "Standing rigging must be replaced every ten years in temperate waters and seven in the tropics."
 DOC_B = "Invoices are issued monthly and paid by card. Late invoices incur a fee of two percent."
-
-
-@pytest.fixture(autouse=True)
-def _no_distance_cut(services):
-    """The lifecycle tests run on the fake embedder, whose hashed bag-of-words distances are no
-    model's: the default cut (``KG_RAG_MAX_DISTANCE``, measured for the local model) is turned
-    off here; the test of the cut uses the local model and the default."""
-    services.settings = services.settings.model_copy(update={"rag_max_distance": 2.0})
 
 
 def rag(client, text, **config):

@@ -35,7 +35,8 @@ class FakeClock:
 def settings(db_url, tmp_path) -> Settings:
     """Auth on (the conftest's ``services`` and ``client`` use these settings)."""
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
-                    index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER)
+                    index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER,
+                    rag_max_distance=2.0)  # the fake embedder: no relevance cut (tests/conftest.py)
 
 
 @pytest.fixture
