@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kg.providers.llm import ScriptedLLM
+from kg.settings import Settings
 from tests.api.test_nodes import assert_error
 
 FINANCE = {
@@ -18,9 +19,12 @@ LOCAL_MODEL = "local:all-MiniLM-L6-v2"
 
 
 @pytest.fixture
-def docs(client, repo):
+def docs(client, repo, services):
     """The finance documents in a workspace embedded by the real local model: the extractive
-    ask grades by meaning, which the fake embedder does not have."""
+    ask grades by meaning, which the fake embedder does not have (so the grade is the default
+    one, calibrated for this model, not the fake's of tests/conftest.py)."""
+    services.settings = services.settings.model_copy(
+        update={"ask_min_similarity": Settings.model_fields["ask_min_similarity"].default})
     r = client.post("/api/repos/acme/workspaces", json={"name": "finance", "embedding": {"model": LOCAL_MODEL}})
     assert r.status_code == 201, r.text
     for path, text in FINANCE.items():
