@@ -104,11 +104,19 @@ class ChunkingSettings(Schema):
     unit: str = Field(description="tokens, chars or words.")
 
 
+class IndexedPropertiesSettings(Schema):
+    """Which properties a workspace indexes."""
+
+    short: list[str] = Field(description="Indexed as one passage each (never chunked).")
+    body: list[str] = Field(description="Chunked with the workspace's chunking.")
+
+
 class EmbeddingSettings(Schema):
-    """A workspace's embedding model and chunking."""
+    """A workspace's embedding model, chunking and indexed properties."""
 
     model: str = Field(description="``<provider>:<model>``.")
     chunking: ChunkingSettings
+    indexed_properties: IndexedPropertiesSettings
 
 
 class Reembedding(Schema):
@@ -661,6 +669,8 @@ class Passage(Schema):
     text: str
     score: Number
     text_is_exact: bool
+    node_type: str
+    is_answer: bool = Field(description="The passage is a stored answer (a ``kb:Answer`` node), not a source.")
 
 
 class SearchDocumentsOutput(Schema):
@@ -752,11 +762,20 @@ class ExtractedRelation(Schema):
     to: str
 
 
+class DroppedCandidate(Schema):
+    """A candidate the extraction dropped, and why."""
+
+    name: str
+    reason: str = Field(description="heading, fragment, no_usable_name, limit, relation_to_unknown_entity "
+                                    "or relation_to_unwritten_entity.")
+
+
 class ExtractionDropped(Schema):
-    """What the extraction could not write."""
+    """What the extraction could not write, and why."""
 
     entities: int
     relations: int
+    reasons: list[DroppedCandidate]
 
 
 class ExtractEntitiesOutput(Schema):

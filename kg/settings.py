@@ -38,6 +38,15 @@ class Settings(BaseSettings):
     llm_model : str
         The LLM of ``ask`` and ``extract-entities``: ``none`` (extractive, no model) or
         ``ollama:<model>``.
+    ask_min_similarity : float
+        The semantic grade of ``ask`` without an LLM: the cosine similarity between the
+        question and a passage's sentence that the sentence must reach to be quoted
+        (calibrated for ``local:all-MiniLM-L6-v2`` by cross-validation on HotpotQA,
+        ``bench/extractive_ask.py --calibrate``).
+    rag_max_distance : float
+        The RAG node injects only chunks within this cosine distance of the query (the seed's
+        null context when nothing relevant is found); 2 injects the top k however far.
+        Measured on held data by ``bench/rag_null_context.py``.
     research_max_steps : int
         Most tool calls one ``research-assistant`` run makes (its input ``max_steps`` may only
         lower it); the model then answers from what it found.
@@ -138,9 +147,11 @@ class Settings(BaseSettings):
     index_step_chunks: int = Field(default=16, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
+    ask_min_similarity: float = Field(default=0.32, ge=-1.0, le=1.0)
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)
     rag_repo: str = "rag"
+    rag_max_distance: float = Field(default=0.6, ge=0.0, le=2.0)
     graph_max_edges: int = Field(default=2_000_000, gt=0)
     host: str = "127.0.0.1"
     port: int = 8765

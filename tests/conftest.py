@@ -19,6 +19,9 @@ from kg.settings import Settings
 from kg.store.db import Database
 
 FAKE_MODEL = "fake:hash-64"
+#: ask's semantic grade for the fake embedder (hashed bag-of-words cosines, no model's scale):
+#: KG_ASK_MIN_SIMILARITY's default is calibrated for the local model (bench/extractive_ask.py).
+FAKE_ASK_MIN_SIMILARITY = 0.15
 POSTGRES_URL = os.environ.get("KG_TEST_POSTGRES_URL")
 
 BACKENDS = ["sqlite"] + (["postgresql"] if POSTGRES_URL else [])
@@ -57,8 +60,12 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def settings(db_url: str, tmp_path: Path) -> Settings:
+    # The RAG node's relevance cut (KG_RAG_MAX_DISTANCE) is measured for a real model; the fake
+    # embedder's hashed bag-of-words distances are no model's, so it is off here (the test of
+    # the cut, tests/api/test_rag_node.py, uses the local model and the default).
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
-                    index_inline=True, allow_fake_embedder=True)
+                    index_inline=True, allow_fake_embedder=True, rag_max_distance=2.0,
+                    ask_min_similarity=FAKE_ASK_MIN_SIMILARITY)
 
 
 @pytest.fixture

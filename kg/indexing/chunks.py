@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from kg.errors import KGError, ProviderError
 from kg.index.base import IndexedChunk, Placement, ScopedIndex, VectorIndex
-from kg.indexing.config import SHORT_FIELDS, TEXT_FIELDS, EmbeddingConfig
+from kg.indexing.config import EmbeddingConfig, IndexedProperties
 from kg.providers.base import Embedder
 from kg.store.models import Branch, Chunk, NodeVersion, Repository
 from kg.text.chunking import ChunkingConfig, recursive_split
@@ -57,11 +57,13 @@ class TextPlan:
     config: EmbeddingConfig
 
 
-def text_fields(properties: Mapping[str, object]) -> dict[str, str]:
-    """The indexed text properties of a node (strings with a non-space character)."""
+def text_fields(properties: Mapping[str, object], indexed: IndexedProperties | None = None) -> dict[str, str]:
+    """The indexed text properties of a node (strings with a non-space character), of the
+    workspace's ``indexed`` properties (default: kg's)."""
+    names = (indexed or IndexedProperties()).fields
     return {
         name: value
-        for name in TEXT_FIELDS
+        for name in names
         if isinstance(value := properties.get(name), str) and value.strip()
     }
 
@@ -80,16 +82,22 @@ def effective_chunking(config: ChunkingConfig, embedder: Embedder) -> ChunkingCo
 
 def plan_text(properties: Mapping[str, object], config: EmbeddingConfig, embedder: Embedder) -> TextPlan:
     """Compute the fields and content key of a node's text (no model call)."""
-    fields = text_fields(properties)
+    fields = text_fields(properties, config.indexed_properties)
     if not fields:
         return TextPlan({}, None, config)
     chunking = effective_chunking(config.chunking, embedder)
-    key = content_key(fields, chunking=chunking.fingerprint(), model=embedder.name)
+    fingerprint = chunking.fingerprint()
+    indexed = config.indexed_properties
+    if not indexed.is_default():
+        # Which fields are chunked changes the chunks: it is part of the key (the defaults are
+        # left out, so the keys of texts written before the setting existed stay valid).
+        fingerprint += f"|short={','.join(indexed.short)}|body={','.join(indexed.body)}"
+    key = content_key(fields, chunking=fingerprint, model=embedder.name)
     return TextPlan(fields, key, config)
 
 
 def split_fields(fields: Mapping[str, str], chunking: ChunkingConfig,
-                 embedder: Embedder) -> list[tuple[str, str, int, int]]:
+                 embedder: Embedder, indexed: IndexedProperties | None = None) -> list[tuple[str, str, int, int]]:
     """Split text fields into passages ``(field, text, start, end)`` in chunk-index order.
 
     Short fields are one passage; body fields go through the configured splitter. Any passage
@@ -98,11 +106,12 @@ def split_fields(fields: Mapping[str, str], chunking: ChunkingConfig,
     counter = embedder.count_tokens
     limit = max(1, embedder.max_tokens - 2)
     passages: list[tuple[str, str, int, int]] = []
-    for name in TEXT_FIELDS:
+    indexed = indexed or IndexedProperties()
+    for name in indexed.fields:
         text = fields.get(name)
         if not text:
             continue
-        if name in SHORT_FIELDS:
+        if name in indexed.short:
             lead = len(text) - len(text.lstrip())
             pieces = [(text.strip(), lead, lead + len(text.strip()))]
         else:
@@ -238,7 +247,8 @@ def plan_pieces(plan: TextPlan, embedder: Embedder) -> list[Piece]:
         return []
     chunking = effective_chunking(plan.config.chunking, embedder)
     return [Piece(plan.content_key, i, field, text, start, end)
-            for i, (field, text, start, end) in enumerate(split_fields(plan.fields, chunking, embedder))]
+            for i, (field, text, start, end) in enumerate(split_fields(plan.fields, chunking, embedder,
+                                                                       plan.config.indexed_properties))]
 
 
 def embed_pieces(pieces: Sequence[Piece], embedder: Embedder, *, batch_size: int = 32,

@@ -53,7 +53,8 @@ workspace's texts, whichever is more): beyond, it waits for a retry or a cancel.
 def _requested(raw: Any, current: EmbeddingConfig) -> EmbeddingConfig:
     if not isinstance(raw, dict):
         raise InvalidInput("embedding must be a JSON object")
-    merged = {"model": current.model, "chunking": current.chunking.model_dump(), **raw}
+    merged = {"model": current.model, "chunking": current.chunking.model_dump(),
+              "indexed_properties": current.indexed_properties.model_dump(), **raw}
     return parse_embedding_config(merged, default_model=current.model)
 
 
@@ -104,7 +105,7 @@ def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, 
         under_way = (ws.config or {}).get(NEXT) is not None
     wanted = _requested(raw, current)
     same_model = canonical_model_name(wanted.model) == canonical_model_name(current.model)
-    if same_model and wanted.chunking == current.chunking:
+    if same_model and wanted.chunking == current.chunking and wanted.indexed_properties == current.indexed_properties:
         if under_way:
             with unit_of_work(services, caller) as uow:
                 ws = get_workspace(uow.session, get_repository(uow.session, repo, lock=True), workspace)
@@ -113,7 +114,8 @@ def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, 
                 "node_versions": 0, "queued": 0, "switched": False}, []
     if not reembed:
         what = (f"is locked to embedding model {current.model!r}" if not same_model
-                else f"is chunked with {current.chunking.model_dump()}")
+                else f"is chunked with {current.chunking.model_dump()}" if wanted.chunking != current.chunking
+                else f"indexes the properties {current.indexed_properties.model_dump()}")
         raise ModelLocked(
             f"workspace {workspace!r} {what}; changing it rebuilds every vector: "
             "send reembed: true to re-embed the workspace",
@@ -233,13 +235,20 @@ def reembed_status(config: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _next_keys(session: Any, workspace_id: int, wanted: EmbeddingConfig, embedder: Any) -> list[tuple[int, str | None]]:
-    """Every text-bearing node version of the workspace with its content key under ``wanted``."""
+    """Every node version of the workspace with indexed text now or under ``wanted``, with its
+    content key under ``wanted`` (a version whose text is no longer indexed gets None: a change
+    of the indexed properties may add or remove text)."""
     rows = session.execute(
-        select(NodeVersion.id, NodeVersion.properties)
-        .where(NodeVersion.workspace_id == workspace_id, NodeVersion.content_key.is_not(None))
+        select(NodeVersion.id, NodeVersion.properties, NodeVersion.content_key)
+        .where(NodeVersion.workspace_id == workspace_id, NodeVersion.deleted.is_(False))
         .order_by(NodeVersion.id)
     ).all()
-    return [(vid, plan_text(properties, wanted, embedder).content_key) for vid, properties in rows]
+    out = []
+    for vid, properties, current in rows:
+        key = plan_text(properties or {}, wanted, embedder).content_key
+        if key is not None or current is not None:
+            out.append((vid, key))
+    return out
 
 
 def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:

@@ -27,9 +27,12 @@ longer names are removed; relations between entities are assertions that other d
 share, so they stay.
 
 With no LLM configured (``services.llm.name == "none"``) a deterministic extractor runs
-instead (:func:`deterministic_entities`): capitalised multi-word names, acronyms and PEP-style
-cross-references (``PEP 8``, ``RFC 2616``); it finds no typed relations. The output says which
-extractor ran (``"deterministic"`` or ``"llm:<model>"``).
+instead (:func:`deterministic_extraction`): capitalised multi-word names, acronyms and PEP-style
+cross-references (``PEP 8``, ``RFC 2616``); headings and document names are not persons, and
+"X of Y" with X a person is two entities joined by ``affiliated_with``. The output says which
+extractor ran (``"deterministic"`` or ``"llm:<model>"``), and ``dropped.reasons`` why each
+dropped candidate was dropped. An existing node at an entity's path is linked whatever its
+node type, never replaced.
 
 A model reply that cannot be read as entities (garbage, an echoed schema, the wrong shape) is
 a :class:`~kg.errors.ProviderError` (HTTP 502) naming the reason, logged, and nothing is
@@ -67,7 +70,7 @@ EXTRACTION_NODE_TYPE = "kg:Extraction"
 MENTIONED_IN = "mentioned_in"
 ENTITY_TYPES = ("person", "organization", "place", "product", "concept", "event")
 #: Bumped when the prompt or the heuristics change, so that old fingerprints stop matching.
-EXTRACTOR_VERSION = 3
+EXTRACTOR_VERSION = 4
 DEFAULT_MAX_CHARS = 8_000
 MAX_MAX_CHARS = 100_000
 MAX_ENTITIES = 100
@@ -199,28 +202,33 @@ def document_text(properties: dict[str, Any], max_chars: int) -> str:
     return "\n\n".join(parts)[:max_chars]
 
 
-def collect(candidates: list[tuple[Any, Any, Any]]) -> tuple[list[Entity], int]:
+def collect(candidates: list[tuple[Any, Any, Any]], *, reasons: bool = False) -> Any:
     """Entities from ``(name, type, aliases)`` candidates, merged by slug in order of first
     mention (the first spelling and type win; other spellings and the given aliases become
     ``aliases``, at most 20).
 
     Returns
     -------
-    (entities, dropped)
-        At most 100 entities; ``dropped`` counts candidates without a usable name.
+    (entities, dropped) or (entities, dropped, why)
+        At most 100 entities; ``dropped`` counts candidates without a usable name or beyond the
+        limit; with ``reasons``, ``why`` says it of each: ``[{"name", "reason"}]``, reason
+        ``"no_usable_name"`` or ``"limit"``.
     """
     by_slug: dict[str, Entity] = {}
     dropped = 0
+    why: list[dict[str, str]] = []
     for raw_name, raw_type, raw_aliases in candidates:
         name = clean_name(raw_name)
         if name is None:
             dropped += 1
+            why.append({"name": raw_name if isinstance(raw_name, str) else "", "reason": "no_usable_name"})
             continue
         slug = slugify(name)
         found = by_slug.get(slug)
         if found is None:
             if len(by_slug) >= MAX_ENTITIES:
                 dropped += 1
+                why.append({"name": name, "reason": "limit"})
                 continue
             found = by_slug[slug] = Entity(name, entity_type(raw_type), slug)
         spellings = [name] + [a for a in (raw_aliases if isinstance(raw_aliases, list) else [])]
@@ -228,6 +236,8 @@ def collect(candidates: list[tuple[Any, Any, Any]]) -> tuple[list[Entity], int]:
             alias = clean_name(spelling)
             if alias and alias != found.name and alias not in found.aliases and len(found.aliases) < MAX_ALIASES:
                 found.aliases.append(alias)
+    if reasons:
+        return list(by_slug.values()), dropped, why
     return list(by_slug.values()), dropped
 
 
@@ -251,35 +261,181 @@ _NOT_ACRONYMS = frozenset({"I", "A", "OK", "AM", "PM", "TV", "II", "III", "IV", 
                           # RFC 2119 keywords and other capitalised words that name nothing
                           | set("""MUST NOT REQUIRED SHALL SHOULD RECOMMENDED MAY OPTIONAL NOTE
                           WARNING TODO FIXME XXX AND OR THE IF ELSE TRUE FALSE NULL NONE YES NO ALL
-                          ANY NEW END BEGIN FAQ ETC""".split()))
+                          ANY NEW END BEGIN FAQ ETC CANNOT WILL SEE AKA""".split()))
 _ORG_WORDS = frozenset("""foundation inc inc. corporation corp corp. company co ltd llc gmbh ag
     plc university institute society association group council agency department ministry
     bank party committee organization organisation labs laboratory laboratories centre center
     museum school college academy federation union commission board trust fund club team
-    press publishing records studios""".split())
+    press publishing records studios marine systems industries technologies entertainment
+    commons solutions partners holdings networks media motors airlines consulting enterprises
+    associates brothers church""".split())
 _PLACE_WORDS = frozenset("""city river mountains mountain island islands county street avenue
-    lake ocean sea valley republic kingdom states province district bay park bridge""".split())
+    lake ocean sea valley republic kingdom province district bay park bridge theatre
+    theater cathedral port harbour harbor airport station square castle palace""".split())
+_PLACE_FIRST = frozenset("fort mount lake cape port saint".split())
 _EVENT_WORDS = frozenset("""war conference summit festival olympics revolution election
-    championship cup games expo congress symposium workshop battle treaty""".split())
+    championship cup games expo congress symposium workshop battle treaty prix cyclone
+    hurricane earthquake""".split())
 _PRODUCT_WORDS = frozenset("""language framework library software platform system engine os
-    browser app phone""".split())
+    browser app phone linux""".split())
+#: Last words of a section heading that names no entity ("Rejected Ideas", "Version History").
+_SECTION_WORDS = frozenset("""alternatives ideas history process terms rationale motivation abstract
+    appendix references examples notes discussion background acknowledgements acknowledgments
+    introduction overview summary changes copyright footnotes specification""".split())
+#: Last words that make a name a document, a section or an idea, never a person: "Python
+#: Package Index", "Marine Handbook", "Rejected Ideas".
+_CONCEPT_WORDS = frozenset("""index indexes indices handbook guide manual api apis specification
+    format protocol notation notations alternatives ideas history process terms semantics
+    classifier interpreter interpreters installer installers award awards prize dynasty age era
+    christianity standard proposal license licence policy module modules package packages
+    states order syntax grammar operators types objects classes functions rules registry
+    repository overview introduction summary abstract rationale motivation appendix
+    references examples example notes discussion background""".split())
 
 
-def _guess_type(words: list[str]) -> str:
+def _guess_type(words: list[str], common: frozenset[str] = frozenset()) -> str:
+    """The type of a capitalised name from its words; ``common`` holds the words the text also
+    writes in lower case (a name made of them is a phrase or a heading, not a person)."""
     lower = [w.casefold().rstrip(".,") for w in words]
     if lower[0] == "university" or lower[-1] in _ORG_WORDS:
         return "organization"
     if lower[-1] in _EVENT_WORDS:
         return "event"
-    if lower[-1] in _PLACE_WORDS:
+    if lower[-1] in _PLACE_WORDS or lower[0] in _PLACE_FIRST:
         return "place"
     if lower[-1] in _PRODUCT_WORDS:
         return "product"
+    if lower[-1] in _CONCEPT_WORDS:
+        return "concept"
+    if any(w in common for w in lower if w not in _CONNECTORS):
+        return "concept"
     if any(w in _CONNECTORS for w in lower[1:-1]) and not any(w in ("of", "the", "for") for w in lower):
         return "person"
     if 2 <= len(words) <= 3 and all(w[:1].isupper() and w[1:].islower() for w in words):
         return "person"
     return "concept"
+
+
+def _person_like(words: list[str], common: frozenset[str]) -> bool:
+    return 2 <= len(words) <= 3 and _guess_type(words, common) == "person"
+
+
+def _heading_line(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` fills a heading: a markdown ``#`` line, or a line underlined
+    with ``===`` / ``---`` (reStructuredText, setext)."""
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line_end = len(text) if line_end < 0 else line_end
+    line = text[line_start:line_end]
+    if line.lstrip().startswith("#"):
+        return True
+    following = text[line_end + 1:text.find("\n", line_end + 1) if text.find("\n", line_end + 1) >= 0 else len(text)]
+    return bool(re.fullmatch(r"\s*([=\-~^*])\1{2,}\s*", following))
+
+
+@dataclass
+class Extraction:
+    """What the deterministic extractor found: candidates, relations and drops with reasons."""
+
+    candidates: list[tuple[str, str, list[str]]]
+    relations: list[tuple[str, str, str]]
+    dropped: list[dict[str, str]]
+
+
+def deterministic_extraction(text: str) -> Extraction:
+    """Entity candidates, relations and dropped candidates found without a model.
+
+    See :func:`deterministic_entities` for the candidates. Beyond them:
+
+    - a heading is a ``#`` line, or a line underlined with ``===`` or ``---``; a name cut by a
+      slash (``Python I`` of ``Python I/O``) is dropped, reason ``"fragment"``; a heading is
+      never a person (a section heading such as "Rejected Ideas" is dropped, reason
+      ``"heading"``); an all-capitals word the text also writes in lower case (``METADATA``,
+      ``RECORD``) is a concept, not an organization;
+    - a name's words that the text also writes in lower case make it a phrase, never a person
+      (sentence-case headings, "Package Installers"); last words such as ``Index``,
+      ``Handbook``, ``Guide``, ``Ideas`` make it a concept, ``Marine``, ``Systems``,
+      ``Entertainment`` an organization;
+    - "X of Y" with X a person's name ("Dana Weber of Acme Marine") is two entities, X a person
+      and Y an organization (a place when its words say so), with the relation
+      ``(X, "affiliated_with", Y)``.
+
+    Returns
+    -------
+    Extraction
+
+    Notes
+    -----
+    O(len(text)); regular expressions and word lists only, in the manner of the rule-based
+    named-entity recognisers surveyed by Nadeau and Sekine (2007), "A survey of named entity
+    recognition and classification", Lingvisticae Investigationes 30(1): capitalisation,
+    trigger words (organization, place and event suffixes) and the lower-case evidence of the
+    document itself ("document-level" features).
+    """
+    common = frozenset(w.casefold() for w in re.findall(r"(?<![\w/])[a-z][a-z'\-]+(?![\w/])", text))
+    found: list[tuple[int, str, str]] = []
+    taken: list[tuple[int, int]] = []
+    relations: list[tuple[str, str, str]] = []
+    dropped: list[dict[str, str]] = []
+    for m in _CROSSREF_RE.finditer(text):
+        found.append((m.start(), f"{m.group(1)} {int(m.group(2))}", "concept"))
+        taken.append(m.span())
+    for m in _ROLE_RE.finditer(text):
+        found.append((m.start(), f"{m.group(1).upper()} {int(m.group(2))}", "concept"))
+        taken.append(m.span())
+    for m in _NAME_RE.finditer(text):
+        words = m.group(0).split()
+        start = m.start()
+        while words and words[0].casefold() in _LEADING:
+            start = text.index(words[1], start + len(words[0])) if len(words) > 1 else start
+            words = words[1:]
+        while words and (words[-1].casefold() in _CONNECTORS or words[-1] in _NOT_ACRONYMS):
+            words = words[:-1]  # "Tools MUST": an RFC 2119 keyword names nothing
+        if words:
+            words[-1] = re.sub(r"['’]s$", "", words[-1])  # "Rossum's" names Rossum
+        if len(words) < 2 or any(a <= start < b for a, b in taken):
+            continue
+        if all(w.isupper() for w in words):  # "NASA ESA": acronyms, found below
+            continue
+        name = " ".join(words)
+        end = m.end()
+        taken.append((start, end))
+        if text[end:end + 1] == "/" or text[start - 1:start] == "/":
+            dropped.append({"name": name, "reason": "fragment"})
+            continue
+        if _heading_line(text, start, end):
+            if words[-1].casefold() in _SECTION_WORDS:
+                dropped.append({"name": name, "reason": "heading"})
+            else:  # a heading may name a concept, never a person
+                kind = _guess_type(words, common)
+                found.append((start, name, "concept" if kind == "person" else kind))
+            continue
+        lower = [w.casefold() for w in words]
+        if "of" in lower[2:4]:
+            i = lower.index("of", 2)
+            left, right = words[:i], words[i + 1:]
+            while right and right[0].casefold() in ("the", "of"):
+                right = right[1:]
+            if right and _person_like(left, common):
+                kind = _guess_type(right, common)
+                kind = kind if kind in ("organization", "place") else "organization"
+                person, other = " ".join(left), " ".join(right)
+                found.append((start, person, "person"))
+                found.append((start + len(m.group(0)) - len(other), other, kind))
+                relations.append((person, "affiliated_with", other))
+                continue
+        found.append((start, name, _guess_type(words, common)))
+    for m in _ACRONYM_RE.finditer(text):
+        word = m.group(0)
+        if (sum(ch.isupper() for ch in word) < 2 or word in _NOT_ACRONYMS
+                or any(a <= m.start() < b for a, b in taken)):
+            continue
+        # a word the text also writes in lower case is a constant or a file name, not a body
+        shouted = len(word) > 3 and word.casefold() in common
+        letters = "/" in word and all(len(part) == 1 for part in word.split("/"))  # "I/O", "A/B"
+        found.append((m.start(), word, "concept" if shouted or letters else "organization"))
+    found.sort(key=lambda item: item[0])
+    return Extraction([(name, kind, []) for _, name, kind in found], relations, dropped)
 
 
 def deterministic_entities(text: str) -> list[tuple[str, str, list[str]]]:
@@ -309,38 +465,7 @@ def deterministic_entities(text: str) -> list[tuple[str, str, list[str]]]:
     O(len(text)); regular expressions only. A heuristic: precise on names in running prose,
     blind to single-word names that are not acronyms, and it finds no relations.
     """
-    found: list[tuple[int, str, str]] = []
-    taken: list[tuple[int, int]] = []
-    for m in _CROSSREF_RE.finditer(text):
-        found.append((m.start(), f"{m.group(1)} {int(m.group(2))}", "concept"))
-        taken.append(m.span())
-    for m in _ROLE_RE.finditer(text):
-        found.append((m.start(), f"{m.group(1).upper()} {int(m.group(2))}", "concept"))
-        taken.append(m.span())
-    for m in _NAME_RE.finditer(text):
-        words = m.group(0).split()
-        start = m.start()
-        while words and words[0].casefold() in _LEADING:
-            start = text.index(words[1], start + len(words[0])) if len(words) > 1 else start
-            words = words[1:]
-        while words and words[-1].casefold() in _CONNECTORS:
-            words = words[:-1]
-        if words:
-            words[-1] = re.sub(r"['’]s$", "", words[-1])  # "Rossum's" names Rossum
-        if len(words) < 2 or any(a <= start < b for a, b in taken):
-            continue
-        if all(w.isupper() for w in words):  # "NASA ESA": acronyms, found below
-            continue
-        found.append((start, " ".join(words), _guess_type(words)))
-        taken.append((start, m.end()))
-    for m in _ACRONYM_RE.finditer(text):
-        word = m.group(0)
-        if (sum(ch.isupper() for ch in word) < 2 or word in _NOT_ACRONYMS
-                or any(a <= m.start() < b for a, b in taken)):
-            continue
-        found.append((m.start(), word, "organization"))
-    found.sort(key=lambda item: item[0])
-    return [(name, kind, []) for _, name, kind in found]
+    return deterministic_extraction(text).candidates
 
 
 # -- the LLM extractor -----------------------------------------------------------------------
@@ -461,17 +586,23 @@ def _extractor_name(llm: Any) -> str:
     return "deterministic" if name == "none" else f"llm:{name}"
 
 
-def _extract(llm: Any, extractor: str, text: str) -> tuple[list[Entity], list[Relation], dict[str, int]]:
+def _extract(llm: Any, extractor: str, text: str) -> tuple[list[Entity], list[Relation], dict[str, Any]]:
     if extractor == "deterministic":
-        entities, dropped = collect(deterministic_entities(text))
-        return entities, [], {"entities": dropped, "relations": 0}
+        found = deterministic_extraction(text)
+        entities, dropped, why = collect(found.candidates, reasons=True)
+        relations, lost = resolve_relations(entities, list(found.relations))
+        return entities, relations, {"entities": dropped + len(found.dropped), "relations": lost,
+                                     "reasons": found.dropped + why}
     reply = llm.chat([
         {"role": "system", "content": _SYSTEM},
         {"role": "user", "content": _INSTRUCTIONS.format(types=", ".join(ENTITY_TYPES), text=text)},
     ], json_schema=EXTRACTION_SCHEMA, timeout_s=120)
     entities, raw_relations, dropped_entities = parse_extraction(reply)
     relations, dropped_relations = resolve_relations(entities, raw_relations)
-    return entities, relations, {"entities": dropped_entities, "relations": dropped_relations}
+    reasons = [{"name": "", "reason": "no_usable_name"}] * dropped_entities
+    if dropped_relations:
+        reasons.append({"name": f"{dropped_relations} relation(s)", "reason": "relation_to_unknown_entity"})
+    return entities, relations, {"entities": dropped_entities, "relations": dropped_relations, "reasons": reasons}
 
 
 def _merged(existing: dict[str, Any] | None, entity: Entity) -> dict[str, Any]:
@@ -525,7 +656,10 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     dict
         ``{"workspace", "source", "entities": [{"path", "name", "type"}], "relations":
         [{"from", "type", "to"}] (entity paths), "skipped", "extractor", "fingerprint",
-        "revision", "dropped": {"entities", "relations"}}``. ``skipped`` is True (and
+        "revision", "dropped": {"entities", "relations", "reasons": [{"name", "reason"}]}}``.
+        An existing node at an entity's path is linked (``mentioned_in``) whatever its node
+        type, and never replaced; its ``type`` in the answer is its ``entity_type``, else its
+        node type. ``skipped`` is True (and
         ``revision`` null) when the record's fingerprint matched: the lists are then the
         recorded ones. A document without text gives empty lists and no revision.
 
@@ -559,12 +693,13 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     base = {"workspace": workspace, "source": path, "extractor": extractor}
     if not text:
         return {**base, "entities": [], "relations": [], "skipped": False, "fingerprint": None,
-                "revision": None, "dropped": {"entities": 0, "relations": 0}, "reason": "the node has no text"}
+                "revision": None, "dropped": {"entities": 0, "relations": 0, "reasons": []},
+                "reason": "the node has no text"}
 
     def skipped(props: dict[str, Any]) -> dict[str, Any]:
         return {**base, "entities": props.get("entities", []), "relations": props.get("relations", []),
                 "skipped": True, "fingerprint": digest, "revision": None,
-                "dropped": {"entities": 0, "relations": 0}}
+                "dropped": {"entities": 0, "relations": 0, "reasons": []}}
 
     if not force and trusted and record_props is not None:
         return skipped(record_props)
@@ -594,7 +729,14 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
             entity_path = f"{ENTITY_ROOT}/{entity.slug}"
             existing = find_node(session, view, workspace, entity_path)
             if existing is not None and existing.node_type != ENTITY_NODE_TYPE:
-                dropped["entities"] += 1  # a node of another kind lives there: never replaced
+                # A node made by hand at the entity's path (a kb:Person, ...) is that entity:
+                # linked as it is, never replaced or retyped.
+                kind = existing.properties.get("entity_type")
+                own = existing.properties.get("name")
+                written[entity.slug] = {"path": entity_path, "name": own if isinstance(own, str) else entity.name,
+                                        "type": kind if isinstance(kind, str) else existing.node_type}
+                todo.relations.append({"from": f"{workspace}:{entity_path}", "to": source_address,
+                                       "type": MENTIONED_IN, "properties": {"extractor": extractor}})
                 continue
             props = _merged(existing.properties if existing is not None else None, entity)
             if existing is None or props != existing.properties:
@@ -605,6 +747,9 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
                                    "type": MENTIONED_IN, "properties": {"extractor": extractor}})
         kept = [r for r in relations if r.source in written and r.target in written]
         dropped["relations"] += len(relations) - len(kept)
+        dropped.setdefault("reasons", []).extend(
+            {"name": f"{r.source} {r.type} {r.target}", "reason": "relation_to_unwritten_entity"}
+            for r in relations if r not in kept)
         for r in kept:
             todo.relations.append({"from": f"{workspace}:{written[r.source]['path']}", "type": r.type,
                                    "to": f"{workspace}:{written[r.target]['path']}",

@@ -8,9 +8,15 @@ session branch of its own from the request's branch and works there only.
 documents' own vocabulary when they fall short (two retrievals at most), then answers from the
 passages only, with numbered citations. With an LLM configured it grades, rewrites and answers
 with the model; without one it stays useful and says so (``"mode": "extractive"``): the grade is
-a lexical-coverage check, the rewrite pseudo-relevance feedback, the answer the best-supported
-sentences of the passages, each with its marker. When nothing relevant is retrieved the answer
-is ``grounded: false`` and no model is called.
+semantic (the cosine similarity of the question to each whole sentence of the passages, by the
+passages' own embedding model, against ``KG_ASK_MIN_SIMILARITY``, calibrated by
+cross-validation on HotpotQA), the rewrite takes its words from the best-matching sentences of
+the best vector-leg passages (:func:`vocabulary_rewrite`), and the answer is the sentences that
+pass the grade and lie within a margin of the best one, at most three, whole
+(:mod:`kg.text.sentences`), in document order, each passage's group named by its document and
+followed by its marker. When no sentence passes, the answer is "The documents do not cover
+this." Stored answers (``kb:Answer``) are found by search but are never ``ask``'s evidence.
+When nothing relevant is retrieved the answer is ``grounded: false`` and no model is called.
 
 ``graph-context`` seeds from hybrid search (the passages of one node are one seed, in the order
 of their best passage) or from given node addresses, then walks the branch's relations
@@ -26,6 +32,9 @@ error is logged and recorded in ``attempts``. With ``store_answer`` the answer i
 References
 ----------
 Rocchio (1971), "Relevance feedback in information retrieval" (pseudo-relevance feedback).
+Reimers and Gurevych (2019), "Sentence-BERT" (sentence embeddings compared by cosine: the
+semantic grade); Kiss and Strunk (2006), "Unsupervised Multilingual Sentence Boundary Detection"
+(the sentence splitting rules of :mod:`kg.text.sentences`).
 Asai et al. (2023), "Self-RAG"; Yan et al. (2024), "Corrective Retrieval Augmented Generation"
 (grade, rewrite, retrieve again).
 """
@@ -38,7 +47,8 @@ import math
 import re
 import uuid
 from collections import Counter
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, Literal, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -47,7 +57,7 @@ from kg.context import Actor, Resources, permit, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
 from kg.index.tokenize import analyze, stem
-from kg.indexing.config import TEXT_FIELDS
+from kg.indexing.config import TEXT_FIELDS, workspace_embedding
 from kg.ops.branches import create_branch
 from kg.ops.nodes import GraphWrite, write_graph
 from kg.providers.jsonreply import parse_json_reply
@@ -56,10 +66,11 @@ from kg.rag.entities import extract_entities, slugify
 from kg.rag.graph import spread_activation, traverse_from
 from kg.rag.research import run_fixed_plan, run_tool_loop
 from kg.rag.search import SearchRequest, search
-from kg.store.models import Chunk
+from kg.store.models import Chunk, Workspace
 from kg.store.nodes import find_node, nodes_by_id
 from kg.store.paths import parse_address, validate_path
 from kg.store.repos import BranchView, workspace_id
+from kg.text.sentences import split_sentences
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +80,11 @@ COVERAGE_SUFFICIENT = 0.5    # share of the question's terms the passages must c
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n{2,}")
 _MARKER_RE = re.compile(r"\[(\d+)\]")
 NOT_COVERED = "The documents do not cover this."
+MAX_SENTENCES = 3            # most sentences of an extractive answer
+SENTENCE_MARGIN = 0.3        # a sentence further than this below the best one is left out (2-fold CV, bench)
+REWRITE_PASSAGES = 2         # vector-leg passages that lend their words to the rewrite
+REWRITE_TERMS = 6            # most terms the rewrite adds
+ANSWER_SLACK = 4             # passages searched beyond the wanted ones: stored answers are not evidence
 GRAPH_HOPS = 2               # ask's graph leg: document -> entity -> document
 GRAPH_MAX_NODES = 30
 GRAPH_FAN_OUT = 10
@@ -105,27 +121,60 @@ def _k(raw: dict, default: int) -> int:
 
 
 def _search_passages(session: Session, services: Resources, view: BranchView, query: str, k: int, workspaces, *,
-                     relevant_only: bool):
+                     relevant_only: bool, mode: Literal["vector", "fulltext", "hybrid"] = "hybrid"):
     """Hybrid chunk search on one branch view, as passages.
 
     ``relevant_only`` keeps passages with evidence of their own (a BM25 match, or a vector
     within MAX_DISTANCE), which needs each leg's ranks: kg fuses those searches itself (an
-    index's own hybrid query, Weaviate's, answers fused scores without them).
+    index's own hybrid query, Weaviate's, answers fused scores without them). Each passage also
+    carries ``node_type``, ``is_answer`` (a stored ``kb:Answer``) and, for ``ask``, the private
+    keys ``_title`` (the node's title) and ``_model`` (its workspace's embedding model).
     """
     rows, _ = search(session, services, view, SearchRequest(
-        query=query, k=k, mode="hybrid", granularity="chunk", workspaces=workspaces,
-        fusion="kg" if relevant_only else None))
+        query=query, k=k, mode=mode, granularity="chunk", workspaces=workspaces,
+        fusion="kg" if relevant_only and mode == "hybrid" else None))
     if relevant_only:
         rows = [r for r in rows if r.fulltext_rank is not None
                 or (r.vector_distance is not None and r.vector_distance <= MAX_DISTANCE)]
+    models = _workspace_models(session, services, view)
     return [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id, "chunk_index": r.chunk_index,
-             "text": r.chunk_text, "score": r.score, "text_is_exact": True} for r in rows]
+             "text": r.chunk_text, "score": r.score, "text_is_exact": True, "node_type": r.node_type,
+             "is_answer": r.node_type == ANSWER_NODE_TYPE,
+             "_title": document_label(r.properties),
+             "_model": models.get(r.workspace, services.settings.embedding_model)} for r in rows]
+
+
+def document_label(properties: dict[str, Any]) -> str | None:
+    """How an extractive answer names a passage's document: its ``title`` (a PEP, as kg's PEP
+    format stores it with its number in ``pep``, is "PEP 440 – <title>"); None without a title.
+    """
+    title = properties.get("title")
+    if not isinstance(title, str) or not title.strip():
+        return None
+    title = " ".join(title.split())
+    number = properties.get("pep")
+    if isinstance(number, int) and not isinstance(number, bool) and f"pep {number}" not in title.lower():
+        return f"PEP {number} \u2013 {title}"
+    return title
+
+
+def _workspace_models(session: Session, services: Resources, view: BranchView) -> dict[str, str]:
+    """The embedding model of each workspace of the view, by name."""
+    rows = session.execute(select(Workspace.name, Workspace.config).where(Workspace.repo_id == view.repo.id)).all()
+    return {name: workspace_embedding(config, default_model=services.settings.embedding_model).model
+            for name, config in rows}
+
+
+def _public(passages: list[dict]) -> list[dict]:
+    """Passages without their private keys."""
+    return [{k: v for k, v in p.items() if not k.startswith("_")} for p in passages]
 
 
 def _passages(services: Resources, caller: Actor, repo: str, branch: str, query: str, k: int, workspaces, *,
-              relevant_only: bool):
+              relevant_only: bool, mode: Literal["vector", "fulltext", "hybrid"] = "hybrid"):
     with reading(services, caller, repo, branch) as (session, view):
-        return _search_passages(session, services, view, query, k, workspaces, relevant_only=relevant_only)
+        return _search_passages(session, services, view, query, k, workspaces, relevant_only=relevant_only,
+                                mode=mode)
 
 
 def search_documents(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
@@ -137,7 +186,7 @@ def search_documents(services: Resources, caller: Actor, repo: str, branch: str,
     """
     query = _input(raw, "query")
     passages = _passages(services, caller, repo, branch, query, _k(raw, 10), _workspaces(raw), relevant_only=False)
-    return {"passages": passages}
+    return {"passages": _public(passages)}
 
 
 # -- ask ------------------------------------------------------------------------------------
@@ -152,25 +201,6 @@ def coverage(question: str, passages: list[dict]) -> float:
     for p in passages:
         seen.update(analyze(p["text"]))
     return len(terms & seen) / len(terms)
-
-
-def feedback_query(question: str, passages: list[dict], *, extra_terms: int = 6) -> str:
-    """Pseudo-relevance feedback: the question plus the top passages' most telling terms."""
-    asked = set(analyze(question))
-    counts: Counter[str] = Counter()      # by stem
-    docs: Counter[str] = Counter()
-    surface: dict[str, Counter[str]] = {}  # the words as written, to put in the query
-    top = passages[:3]
-    for p in top:
-        words = analyze(p["text"], stem_words=False)
-        stems = [stem(w) for w in words]
-        counts.update(stems)
-        docs.update(set(stems))
-        for word, term in zip(words, stems, strict=True):
-            surface.setdefault(term, Counter())[word] += 1
-    scored = sorted(((c * (1 + math.log(len(top) / docs[t] + 1)), t) for t, c in counts.items()
-                     if t not in asked and len(t) > 2 and not t.isdigit()), reverse=True)
-    return " ".join([question] + [surface[t].most_common(1)[0][0] for _, t in scored[:extra_terms]])
 
 
 def extractive_answer(question: str, passages: list[dict], *, max_sentences: int = 3) -> tuple[str, list[int]]:
@@ -203,6 +233,167 @@ def extractive_answer(question: str, passages: list[dict], *, max_sentences: int
     chosen = sorted(scored[:max_sentences], key=lambda s: (s[1], s[2]))
     parts = [f"{sentence} [{number}]" for _, number, _, sentence in chosen]
     return " ".join(parts), list(dict.fromkeys(number for _, number, _, _ in chosen))
+
+
+@dataclass(frozen=True)
+class ScoredSentence:
+    """A whole sentence of a passage and its cosine similarity to the question."""
+
+    marker: int       # 1-based number of its passage
+    position: int     # its order in the passage
+    text: str
+    similarity: float
+
+
+def score_sentences(services: Resources, question: str, passages: list[dict]) -> list[ScoredSentence]:
+    """The whole sentences of the passages, each with its cosine similarity to the question.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        Gives the embedder of each passage's workspace (the passage's ``_model``, else
+        ``KG_EMBEDDING_MODEL``): the question is embedded once per model.
+    question : str
+    passages : list of dict
+        With ``text``; numbered from 1 in this order.
+
+    Returns
+    -------
+    list of ScoredSentence
+        In passage order, then sentence order; a sentence repeated in several passages (chunk
+        overlap) is kept once, in its first passage. Sentences come from
+        :func:`kg.text.sentences.split_sentences` (whole sentences only).
+
+    Raises
+    ------
+    kg.errors.ProviderError
+        The embedder failed.
+
+    Notes
+    -----
+    One embedding call per model over the question and every sentence: O(sentences) model
+    work. Similarity is the dot product of L2-normalised vectors, i.e. the cosine, the
+    dense-retrieval relevance of Karpukhin et al. (2020), "Dense Passage Retrieval for
+    Open-Domain Question Answering", applied to sentences as in Reimers and Gurevych (2019),
+    "Sentence-BERT".
+    """
+    by_model: dict[str, list[tuple[int, int, str]]] = {}
+    seen: set[str] = set()
+    for number, p in enumerate(passages, start=1):
+        for position, sentence in enumerate(split_sentences(p["text"])):
+            if sentence in seen:
+                continue
+            seen.add(sentence)
+            model = p.get("_model") or services.settings.embedding_model
+            by_model.setdefault(model, []).append((number, position, sentence))
+    out: list[ScoredSentence] = []
+    for model, items in by_model.items():
+        vectors = services.embedder(model).embed([question] + [text for _, _, text in items])
+        sims = vectors[1:] @ vectors[0]
+        out.extend(ScoredSentence(n, pos, text, float(sim)) for (n, pos, text), sim in zip(items, sims, strict=True))
+    out.sort(key=lambda s: (s.marker, s.position))
+    return out
+
+
+def select_sentences(scored: list[ScoredSentence], *, threshold: float, margin: float = SENTENCE_MARGIN,
+                     max_sentences: int = MAX_SENTENCES) -> list[ScoredSentence]:
+    """The sentences that answer: above ``threshold``, within ``margin`` of the best, at most
+    ``max_sentences`` of them (most similar first), returned in document order.
+
+    Parameters
+    ----------
+    scored : list of ScoredSentence
+    threshold : float
+        Cosine similarity a sentence must reach (the semantic grade, ``KG_ASK_MIN_SIMILARITY``).
+    margin : float
+        A sentence less similar than the best one by more than this is left out (it is about
+        something else than the best-answering sentence).
+    max_sentences : int
+
+    Returns
+    -------
+    list of ScoredSentence
+        Ordered by passage number, then position; empty when no sentence passes the grade.
+    """
+    passing = [s for s in scored if s.similarity >= threshold]
+    if not passing:
+        return []
+    best = max(s.similarity for s in passing)
+    kept = sorted((s for s in passing if s.similarity >= best - margin), key=lambda s: -s.similarity)
+    return sorted(kept[:max_sentences], key=lambda s: (s.marker, s.position))
+
+
+def compose_answer(chosen: list[ScoredSentence], passages: list[dict]) -> tuple[str, list[int]]:
+    """The extractive answer: the chosen sentences in document order, each passage's group
+    followed by its marker, prefixed by the document's title when the sentences do not name it.
+
+    Returns
+    -------
+    (answer, markers)
+        Markers are 1-based passage numbers in the order cited.
+    """
+    groups: dict[int, list[str]] = {}
+    for s in chosen:
+        groups.setdefault(s.marker, []).append(s.text)
+    parts = []
+    for marker, texts in groups.items():
+        body = " ".join(texts)
+        title = passages[marker - 1].get("_title")
+        if isinstance(title, str) and title.strip() and " ".join(title.split()).lower() not in body.lower():
+            body = f"{' '.join(title.split())}: {body}"
+        parts.append(f"{body} [{marker}]")
+    return " ".join(parts), list(groups)
+
+
+def vocabulary_rewrite(services: Resources, caller: Actor, repo: str, branch: str, question: str,
+                       workspaces: list[str] | None, *, passages: int = REWRITE_PASSAGES,
+                       extra_terms: int = REWRITE_TERMS) -> str | None:
+    """The question rewritten in the vocabulary of its best vector-leg passages.
+
+    The vector leg alone (KNN, no distance cut) retrieves ``passages`` passages; from each, the
+    sentence most similar to the question is taken, and its content terms that the question
+    lacks (in sentence order, most similar sentence first) are appended to the question, at most
+    ``extra_terms``. Only the best-matching sentences of the best vector hits lend words, not
+    every top passage: a lexical match of an unrelated document cannot steer the rewrite.
+
+    Returns
+    -------
+    str or None
+        None when the vector leg finds nothing or lends no new term.
+
+    Notes
+    -----
+    A form of pseudo-relevance feedback (Rocchio 1971; Lavrenko and Croft 2001, "Relevance-based
+    language models") restricted to dense-retrieval hits, as in Wang et al. (2021), "Pseudo-
+    relevance feedback for multiple representation dense retrieval" (ColBERT-PRF).
+    """
+    hits = _passages(services, caller, repo, branch, question, passages + ANSWER_SLACK, workspaces,
+                     relevant_only=False, mode="vector")
+    hits = _evidence(hits)[:passages]
+    if not hits:
+        return None
+    scored = score_sentences(services, question, hits)
+    best: dict[int, ScoredSentence] = {}
+    for s in scored:
+        if s.marker not in best or s.similarity > best[s.marker].similarity:
+            best[s.marker] = s
+    asked = {stem(w) for w in analyze(question, stem_words=False)}
+    terms: list[str] = []
+    for s in sorted(best.values(), key=lambda s: -s.similarity):
+        for word in analyze(s.text, stem_words=False):
+            term = stem(word)
+            if term in asked or len(word) < 3 or word.isdigit():
+                continue
+            asked.add(term)
+            terms.append(word)
+    if not terms:
+        return None
+    return " ".join([question] + terms[:extra_terms])
+
+
+def _evidence(passages: list[dict]) -> list[dict]:
+    """The passages ``ask`` may answer from: stored answers (``kb:Answer``) are not evidence."""
+    return [p for p in passages if not p.get("is_answer")]
 
 
 def _llm_grade(llm, question: str, passages: list[dict]) -> bool:
@@ -274,18 +465,35 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     llm = services.llm
     has_llm = getattr(llm, "name", "none") != "none"
     attempts = []
-    passages = _passages(services, caller, repo, branch, question, MAX_PASSAGES, workspaces, relevant_only=True)
+    threshold = services.settings.ask_min_similarity
+    passages = _evidence(_passages(services, caller, repo, branch, question, MAX_PASSAGES + ANSWER_SLACK,
+                                   workspaces, relevant_only=True))[:MAX_PASSAGES]
     attempts.append({"query": question, "passages": len(passages)})
-    sufficient = bool(passages) and (
-        _llm_grade(llm, question, passages) if has_llm else coverage(question, passages) >= COVERAGE_SUFFICIENT)
-    if passages and not sufficient:
+    scored: list[ScoredSentence] = []
+    if has_llm:
+        sufficient = bool(passages) and _llm_grade(llm, question, passages)
+    else:
+        scored = score_sentences(services, question, passages) if passages else []
+        sufficient = any(s.similarity >= threshold for s in scored)
+    rewritten: str | None = None
+    if has_llm and passages and not sufficient:
         # Nothing relevant at all: no model is called (CASES #24), the answer is ungrounded.
-        rewritten = (_llm_rewrite(llm, question, passages) if has_llm else None) or feedback_query(question, passages)
-        if rewritten and rewritten != question:
-            again = _passages(services, caller, repo, branch, rewritten, MAX_PASSAGES, workspaces, relevant_only=True)
-            attempts.append({"query": rewritten, "passages": len(again)})
-            if again:
-                passages = again
+        rewritten = (_llm_rewrite(llm, question, passages)
+                     or vocabulary_rewrite(services, caller, repo, branch, question, workspaces))
+    elif not has_llm and not sufficient:
+        rewritten = vocabulary_rewrite(services, caller, repo, branch, question, workspaces)
+    if rewritten and rewritten != question:
+        again = _evidence(_passages(services, caller, repo, branch, rewritten, MAX_PASSAGES + ANSWER_SLACK,
+                                    workspaces, relevant_only=True))[:MAX_PASSAGES]
+        attempts.append({"query": rewritten, "passages": len(again)})
+        if again and has_llm:
+            passages = again
+        elif again:
+            # Graded against the question itself, never against the rewrite.
+            scored_again = score_sentences(services, question, again)
+            if max((s.similarity for s in scored_again), default=-1.0) > max(
+                    (s.similarity for s in scored), default=-1.0):
+                passages, scored = again, scored_again
     mode = "llm" if has_llm else "extractive"
     if use_graph and passages:
         leg: dict[str, Any] = {"query": attempts[-1]["query"], "leg": "graph"}
@@ -297,7 +505,10 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
             leg["error"] = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
         leg["passages"] = len(extra)
         attempts.append(leg)
-        passages = passages + extra
+        if extra:
+            passages = passages + extra
+            if not has_llm:
+                scored = score_sentences(services, question, passages)
     if not passages:
         result = {"answer": NOT_COVERED, "grounded": False, "citations": [], "attempts": attempts, "mode": mode}
         if target is not None:
@@ -315,12 +526,10 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         valid = [m for m in dict.fromkeys(cited) if 1 <= m <= len(passages)]
         answer = _MARKER_RE.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= len(passages) else "", reply)
         answer = " ".join(answer.split())
-    elif coverage(question, passages) < COVERAGE_SUFFICIENT:
-        # Without a model nothing can judge passages that share too few of the question's
-        # terms: say the documents do not cover it rather than quote unrelated sentences.
-        answer, valid = NOT_COVERED, []
     else:
-        answer, valid = extractive_answer(question, passages)
+        # Without a model a sentence is quoted only when it passes the semantic grade: no
+        # passing sentence is the not-covered answer, never unrelated sentences.
+        answer, valid = compose_answer(select_sentences(scored, threshold=threshold), passages)
         if not valid:
             answer = NOT_COVERED
     citations = []
@@ -577,11 +786,14 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
     whatever ``actor`` says (it may not state another); ``by`` names the function in the
     revision's message (``"ask: store answer ws:/path"``).
 
-    The node's properties are ``question``, ``answer``, ``grounded``, ``mode`` and
-    ``citations`` (none of them is a text field, so a stored answer is never retrieved as a
-    source). Each cited node gets one ``cites`` relation with the ``markers`` and
-    ``chunk_indexes`` that cite it; relations of an earlier answer at the same path to nodes
-    no longer cited are removed. Cited nodes deleted meanwhile are skipped.
+    The node's properties are ``question``, ``answer``, ``grounded``, ``mode``, ``citations``
+    and ``sources`` (the cited paths, as the guide stores them). ``question`` and ``answer`` are
+    indexed by default (a workspace's ``embedding.indexed_properties``), so search finds the
+    answer next time, marked as one (``node_type`` ``kb:Answer``; ``is_answer`` in
+    ``search-documents``); ``ask`` never takes a stored answer as evidence, so an answer is never
+    grounded by itself or by an earlier answer, only by the documents. Each cited node gets one
+    ``cites`` relation with the ``markers`` and ``chunk_indexes`` that cite it; relations of an
+    earlier answer at the same path to nodes no longer cited are removed. Cited nodes deleted meanwhile are skipped.
 
     Returns
     -------
@@ -608,7 +820,9 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
         todo = GraphWrite(upserts=[{"workspace": workspace, "path": path, "node_type": ANSWER_NODE_TYPE,
                                     "properties": {"question": question, "answer": result["answer"],
                                                    "grounded": result["grounded"], "mode": result["mode"],
-                                                   "citations": result["citations"]}}])
+                                                   "citations": result["citations"],
+                                                   "sources": list(dict.fromkeys(
+                                                       c["path"] for c in result["citations"]))}}])
         for old in (existing.properties.get("citations") or []) if existing is not None else []:
             key = (old.get("workspace"), old.get("path")) if isinstance(old, dict) else None
             if (key and key not in cited and isinstance(key[0], str) and isinstance(key[1], str)

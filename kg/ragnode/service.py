@@ -44,7 +44,7 @@ from typing import Any
 from kg.access import can_see
 from kg.context import Actor, UnitOfWork, permit, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, NotFound
-from kg.indexing.config import NEXT
+from kg.indexing.config import NEXT, parse_embedding_config
 from kg.indexing.reembed import complete_reembed, reembed_workspace
 from kg.ops.texts import EmbeddedText, prepare_chunks, write_node
 from kg.rag.search import SearchRequest, search
@@ -155,11 +155,23 @@ def collection_workspace(uow: UnitOfWork, config: RagConfig, branch: str = "main
         # only once the new model has answered.
         uow.authorize("write", repo_name, branch, workspace.name)
         return workspace.name, True
-    if (workspace.config or {}).get("embedding") != wanted:
+    if _settings_differ((workspace.config or {}).get("embedding"), wanted, config.model):
         uow.authorize("write", repo_name, branch, workspace.name)
         workspace.config = {**(workspace.config or {}), "embedding": wanted}
         session.flush()
     return workspace.name, False
+
+
+def _settings_differ(stored: Any, wanted: dict[str, Any], model: str) -> bool:
+    """Whether a collection's stored embedding settings differ from the node's, compared as
+    parsed settings (a re-embed stores them with their defaults, ``indexed_properties``)."""
+    if not isinstance(stored, dict):
+        return True
+    try:
+        return (parse_embedding_config(stored, default_model=model).model_dump()
+                != parse_embedding_config(wanted, default_model=model).model_dump())
+    except InvalidInput:
+        return True
 
 
 def collection_not_found(config: RagConfig, branch: str) -> NotFound:
@@ -326,7 +338,8 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         permit(services, caller, "read", repo_name, branch, workspace)
         with reading(services, caller, repo_name, branch) as (session, view):
             rows, _ = search(session, services, view, SearchRequest(
-                query=query, k=config.top_k, mode="vector", granularity="chunk", workspaces=[workspace]))
+                query=query, k=config.top_k, mode="vector", granularity="chunk", workspaces=[workspace],
+                max_distance=services.settings.rag_max_distance))
         results = [{"file": r.properties.get("source_file", r.path[1:]), "chunk_index": r.chunk_index,
                     "content": r.chunk_text, "distance": r.vector_distance, "path": r.path}
                    for r in rows]

@@ -493,6 +493,31 @@ def classes_collide(first: str, second: str) -> bool:
     return bool(keys_first & keys_second)
 
 
+def relevant_results(results: list[dict[str, Any]], max_distance: float | None) -> list[dict[str, Any]]:
+    """The retrieved chunks relevant enough to inject: cosine distance at most ``max_distance``.
+
+    The seed: "If no relevant chunks are found, the output is empty (null context)". A vector
+    search always answers its top k, however far; this cut is what "relevant" means.
+
+    Parameters
+    ----------
+    results : list of dict
+        With ``distance`` (cosine distance, 0..2), best first.
+    max_distance : float or None
+        ``KG_RAG_MAX_DISTANCE``; None keeps everything. Its default was measured on held data
+        (``bench/rag_null_context.py``: off-topic questions against the shared datasets'
+        collections answered null, on-topic ones still answered).
+
+    Returns
+    -------
+    list of dict
+        The results within the distance, in their order.
+    """
+    if max_distance is None:
+        return results
+    return [r for r in results if r.get("distance") is not None and r["distance"] <= max_distance]
+
+
 def format_context(results: Sequence[tuple[str, str]]) -> str | None:
     """The context string the node injects: numbered chunks with their file names.
 

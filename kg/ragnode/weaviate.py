@@ -79,6 +79,7 @@ from kg.ragnode.spec import (
     no_rag_branch,
     normalise_model_name,
     parse_rag_input,
+    relevant_results,
 )
 from kg.store.models import Branch
 from kg.store.repos import get_branch, get_repository
@@ -347,6 +348,7 @@ def run_rag_node_weaviate(services: Any, config: RagConfig, text: Any, *, branch
                         model_changed = _ingest(services, client, config, layers, files, ingestion)
                     model = config.model if files else (_visible_model(layers) or config.model)
                     results = _retrieve(services, client, config, layers, query, model) if query.strip() else []
+                    results = relevant_results(results, services.settings.rag_max_distance)
             except KGError:
                 raise
             except Exception as exc:  # the client met an answer it did not expect (KeyError, ...)

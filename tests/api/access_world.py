@@ -21,7 +21,7 @@ from kg.services import Services
 from kg.settings import Settings
 from kg.store.db import Database
 from tests.api.test_access import PEPPER, bearer
-from tests.conftest import FAKE_MODEL, database_url
+from tests.conftest import FAKE_ASK_MIN_SIMILARITY, FAKE_MODEL, database_url
 
 
 @dataclass
@@ -39,7 +39,9 @@ def auth_app(backend: str, folder: Path) -> Iterator[App]:
     fake embedder, inline indexing; with an admin key made as ``kg keys create --admin`` does."""
     with database_url(backend, folder) as url:
         settings = Settings(database_url=url, data_dir=folder / "data", embedding_model=FAKE_MODEL,
-                            index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER)
+                            index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER,
+                            rag_max_distance=2.0,  # the fake embedder: no relevance cut (tests/conftest.py)
+                            ask_min_similarity=FAKE_ASK_MIN_SIMILARITY)
         services = Services(settings=settings, db=_upgraded(settings), index=EmbeddedVectorIndex(settings.data_dir),
                             embedder_factory=lambda name: make_embedder(name, allow_fake=True))
         try:

@@ -17,7 +17,7 @@ from kg.ops import keys as key_ops
 from kg.settings import Settings
 from kg.store.models import ApiKey, ApiKeyGrant, utcnow
 from tests.api.test_nodes import assert_error
-from tests.conftest import FAKE_MODEL
+from tests.conftest import FAKE_ASK_MIN_SIMILARITY, FAKE_MODEL
 
 PEPPER = "a-pepper-for-the-tests-only"
 NODE = "/api/repos/acme/workspaces/knowledge/nodes"
@@ -28,7 +28,9 @@ def settings(db_url, tmp_path) -> Settings:
     """This module's settings (the conftest's ``services`` and ``client`` use them): auth on."""
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
                     index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER,
-                    key_cache_s=60)  # long enough that no entry ends inside a test
+                    key_cache_s=60,  # long enough that no entry ends inside a test
+                    rag_max_distance=2.0,  # the fake embedder: no relevance cut (tests/conftest.py)
+                    ask_min_similarity=FAKE_ASK_MIN_SIMILARITY)
 
 
 @pytest.fixture

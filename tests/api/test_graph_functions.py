@@ -222,14 +222,37 @@ def test_entities_on_a_branch_are_invisible_on_main(client, repo):
     assert extract(client, "/bio").json()["skipped"] is False
 
 
-def test_an_existing_node_of_another_type_is_never_replaced(client, repo):
+def test_an_existing_node_of_another_type_is_linked_and_never_replaced(client, repo):
+    """Regression (issue 15): an entity node made by hand with another type was refused
+    (``dropped: {"entities": 2}``, no reason); it is that entity: linked as it is."""
     r = client.put(f"{NODES}/entities/cwi", params={"parents": "true"},
-                   json={"node_type": "kb:Doc", "properties": {"content": "my notes on CWI"}})
+                   json={"node_type": "kb:Org", "properties": {"content": "my notes on CWI"}})
     assert r.status_code == 201
     put(client, "/bio", "Guido van Rossum worked at CWI.")
     body = extract(client, "/bio").json()
-    assert [e["path"] for e in body["entities"]] == ["/entities/guido-van-rossum"]
-    assert get(client, "/entities/cwi").json()["node_type"] == "kb:Doc"
+    assert [(e["path"], e["type"]) for e in body["entities"]] == [
+        ("/entities/guido-van-rossum", "person"), ("/entities/cwi", "kb:Org")]
+    assert body["dropped"] == {"entities": 0, "relations": 0, "reasons": []}
+    cwi = get(client, "/entities/cwi").json()
+    assert cwi["node_type"] == "kb:Org" and cwi["properties"] == {"content": "my notes on CWI"}
+    assert {n["path"] for n in neighbors(client, "knowledge:/bio")} == {"/entities/guido-van-rossum", "/entities/cwi"}
+
+
+def test_deterministic_extraction_splits_x_of_y_and_says_why_it_drops(client, repo):
+    """Regression (issue 15): "Dana Weber of Acme Marine" was one entity; "Marine Handbook" and
+    "Python Package Index" were persons; a dropped candidate gave no reason."""
+    put(client, "/handbook", "Marine Handbook\n===============\n\nDana Weber of Acme Marine maintains it. "
+                             "Packages come from the Python Package Index.\n\nRejected Ideas\n--------------\n\n"
+                             "The I/O Library was considered.")
+    body = extract(client, "/handbook").json()
+    types = {e["name"]: e["type"] for e in body["entities"]}
+    assert types == {"Marine Handbook": "concept", "Dana Weber": "person", "Acme Marine": "organization",
+                     "Python Package Index": "concept", "I/O": "concept"}
+    assert body["relations"] == [{"from": "/entities/dana-weber", "type": "affiliated_with",
+                                  "to": "/entities/acme-marine"}]
+    assert body["dropped"]["entities"] == 2
+    assert body["dropped"]["reasons"] == [{"name": "Rejected Ideas", "reason": "heading"},
+                                          {"name": "O Library", "reason": "fragment"}]
 
 
 def test_extract_entities_input_errors(client, repo):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kg.settings import Settings
 from tests.api.test_nodes import assert_error
 
 CONFIG = {"embeddingModel": "fake:hash-64", "collectionName": "rag_collection", "chunkSize": 8,
@@ -171,3 +172,25 @@ def test_chunks_per_request_are_bounded_and_nothing_is_written(client, services,
     # at the bound: served
     r = rag(client, doc("q", [("a.txt", " ".join(words.split()[:50]))]), chunkSize=1, chunkOverlap=0)
     assert r.status_code == 200, r.text
+
+
+SAILING = [("rigging.txt", "Standing rigging must be replaced every ten years in temperate waters and every seven "
+                           "years in the tropics. Inspect the swage fittings and the chainplates for cracks and "
+                           "rust every season."),
+           ("sails.txt", "Reef the mainsail early when the wind rises above twenty knots. A furling genoa should "
+                         "be rolled away before the sheets chafe on the shrouds.")]
+
+
+def test_an_off_topic_question_gets_a_null_context_not_the_nearest_chunks(client, services):
+    """Regression (issue 15): a football question on a sailing collection returned four rigging
+    chunks at distances 0.84 to 0.95; the seed says null when nothing relevant is found."""
+    services.settings = services.settings.model_copy(
+        update={"rag_max_distance": Settings.model_fields["rag_max_distance"].default})
+    config = {"embeddingModel": "local:all-MiniLM-L6-v2", "chunkSize": 200, "chunkOverlap": 20, "topK": 4}
+    r = rag(client, doc("How often must standing rigging be replaced?", SAILING), **config)
+    assert r.status_code == 200, r.text
+    on = r.json()
+    assert on["context"].startswith("[1] (rigging.txt)\n")
+    assert all(x["distance"] <= 0.6 for x in on["results"])
+    off = rag(client, "Who won the football world cup final?", **config).json()
+    assert off["context"] is None and off["results"] == []

@@ -12,7 +12,7 @@ from kg.ops import keys as key_ops
 from kg.ratelimit import RateLimiter
 from kg.settings import Settings
 from tests.api.test_nodes import assert_error
-from tests.conftest import FAKE_MODEL
+from tests.conftest import FAKE_ASK_MIN_SIMILARITY, FAKE_MODEL
 
 PEPPER = "a-pepper-for-the-rate-limit-tests"
 NODE = "/api/repos/acme/workspaces/knowledge/nodes"
@@ -35,7 +35,9 @@ class FakeClock:
 def settings(db_url, tmp_path) -> Settings:
     """Auth on (the conftest's ``services`` and ``client`` use these settings)."""
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
-                    index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER)
+                    index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER,
+                    rag_max_distance=2.0,  # the fake embedder: no relevance cut (tests/conftest.py)
+                    ask_min_similarity=FAKE_ASK_MIN_SIMILARITY)
 
 
 @pytest.fixture

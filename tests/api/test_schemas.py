@@ -130,7 +130,9 @@ def test_workspace_body_with_an_overlap_object(client, repo):
     assert r.status_code == 201, r.text
     body = r.json()
     assert list(body) == ["name", "created_at", "embedding", "reembedding"]
-    assert body["embedding"] == embedding and body["reembedding"] is None
+    default_indexed = {"short": ["title", "question"], "body": ["content", "body", "text", "answer"]}
+    assert body["embedding"] == {**embedding, "indexed_properties": default_indexed}
+    assert body["reembedding"] is None
     assert json.dumps(body["embedding"], separators=(",", ":")) in r.text  # key order as built
     assert client.get("/api/repos/acme/workspaces/pct").json() == body
 

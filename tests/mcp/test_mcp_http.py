@@ -50,7 +50,8 @@ def serve_env(db_url: str, data: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
     env.update({"KG_DATABASE_URL": db_url, "KG_DATA_DIR": str(data), "KG_EMBEDDING_MODEL": FAKE_MODEL,
                 "KG_ALLOW_FAKE_EMBEDDER": "true", "KG_INDEX_INLINE": "true", "KG_AUTH": "true",
-                "KG_KEY_PEPPER": PEPPER, "OPENBLAS_NUM_THREADS": "1", **extra})
+                "KG_KEY_PEPPER": PEPPER, "OPENBLAS_NUM_THREADS": "1",
+                "KG_ASK_MIN_SIMILARITY": "0.15", "KG_RAG_MAX_DISTANCE": "2", **extra})  # the fake embedder
     return env
 
 

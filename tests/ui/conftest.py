@@ -103,7 +103,7 @@ def console_services(db_url: str, tmp_path: Path) -> Iterator[Services]:
 
     settings = Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
                         index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER,
-                        key_cache_s=0)
+                        key_cache_s=0, ask_min_similarity=0.15, rag_max_distance=2.0)  # the fake embedder
     db = Database(settings.resolved_database_url())
     db.upgrade()
     svc = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
@@ -174,7 +174,8 @@ def live(request, tmp_path_factory) -> Iterator[Live]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
         env.update({"KG_DATABASE_URL": url, "KG_DATA_DIR": str(folder / "data"), "KG_AUTH": "true",
                     "KG_KEY_PEPPER": PEPPER, "KG_ALLOW_FAKE_EMBEDDER": "true", "KG_EMBEDDING_MODEL": FAKE_MODEL,
-                    "KG_INDEX_INLINE": "true", "KG_KEY_CACHE_S": "0", "OPENBLAS_NUM_THREADS": "1"})
+                    "KG_INDEX_INLINE": "true", "KG_KEY_CACHE_S": "0", "OPENBLAS_NUM_THREADS": "1",
+                    "KG_ASK_MIN_SIMILARITY": "0.15", "KG_RAG_MAX_DISTANCE": "2"})  # the fake embedder
         proc, base = start_server(env)
         try:
             made = subprocess.run([sys.executable, "-m", "kg.cli", "keys", "create", "--name", "admin", "--admin"],

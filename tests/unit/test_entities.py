@@ -13,6 +13,7 @@ from kg.rag.entities import (
     clean_name,
     collect,
     deterministic_entities,
+    deterministic_extraction,
     document_text,
     entity_type,
     fingerprint,
@@ -183,3 +184,33 @@ def test_deterministic_extractor_reads_rst_pep_roles():
     names = [name for name, _, _ in deterministic_entities(
         "See :pep:`484` and :pep:`the style guide <8>` and :rfc:`2119`, unlike PEP 440.")]
     assert names == ["PEP 484", "PEP 8", "RFC 2119", "PEP 440"]
+
+
+def test_names_of_documents_indexes_and_companies_are_not_persons():
+    """Regression (issue 15): "Python Package Index", "Marine Handbook" and a company were
+    typed as persons."""
+    text = "Get it from the Python Package Index. It is in the Marine Handbook. Films by Starz Home Entertainment."
+    assert deterministic_entities(text) == [("Python Package Index", "concept", []),
+                                            ("Marine Handbook", "concept", []),
+                                            ("Starz Home Entertainment", "organization", [])]
+    # words the document writes in lower case make a phrase, not a person
+    assert deterministic_entities("Package Installers are tools. Some installers fail.") == [
+        ("Package Installers", "concept", [])]
+    assert deterministic_entities("Yesterday Ada Lovelace wrote.") == [("Ada Lovelace", "person", [])]
+
+
+def test_x_of_y_is_two_entities_and_a_relation():
+    found = deterministic_extraction("Dana Weber of Acme Marine wrote it. The University of Amsterdam agreed.")
+    assert found.candidates == [("Dana Weber", "person", []), ("Acme Marine", "organization", []),
+                                ("University of Amsterdam", "organization", [])]
+    assert found.relations == [("Dana Weber", "affiliated_with", "Acme Marine")]
+
+
+def test_headings_and_fragments_are_dropped_with_a_reason():
+    found = deterministic_extraction("Rejected Ideas\n==============\n\nThe I/O Library is slow.\n\n"
+                                     "# Package Index\n\nText.")
+    assert found.dropped == [{"name": "Rejected Ideas", "reason": "heading"},
+                             {"name": "O Library", "reason": "fragment"}]
+    assert ("Package Index", "concept", []) in found.candidates  # a heading naming a concept stays
+    entities, dropped, why = collect([("..", "concept", None)], reasons=True)
+    assert (entities, dropped, why) == ([], 1, [{"name": "..", "reason": "no_usable_name"}])
