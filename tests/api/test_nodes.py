@@ -237,3 +237,70 @@ def test_a_put_runs_a_pinned_number_of_sql_statements(settings):
         event.remove(db.engine, "before_cursor_execute", counted)
         client.close()
         services.close()
+
+
+def _children(client, **params):
+    r = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"parent": "/doc", **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _sections(client):
+    put(client, "/doc")
+    for name, position in [("d", 2), ("b", 1), ("a", None), ("c", 2), ("e", 10), ("f", "x")]:
+        props = {} if position is None else {"position": position}
+        put(client, f"/doc/{name}", props, node_type="kb:Section")
+    put(client, "/doc/notes", {"position": 0}, node_type="kb:Note")
+
+
+def test_children_ordered_by_a_property_with_direction(client, repo):
+    """Issue 15: the guide's sections carry ``position``; children can be ordered by it, nodes
+    without it last, ties by name, numbers numerically (10 after 2), strings after numbers."""
+    _sections(client)
+    names = [n["name"] for n in _children(client, order_by="properties.position")["nodes"]]
+    assert names == ["notes", "b", "c", "d", "e", "f", "a"]
+    names = [n["name"] for n in _children(client, order_by="properties.position", direction="desc")["nodes"]]
+    assert names == ["f", "e", "c", "d", "b", "notes", "a"]
+    names = [n["name"] for n in _children(client, order_by="-properties.position")["nodes"]]
+    assert names == ["f", "e", "c", "d", "b", "notes", "a"]
+    assert [n["name"] for n in _children(client, order_by="name", direction="desc")["nodes"]] == \
+        ["notes", "f", "e", "d", "c", "b", "a"]
+    # the default stays `order`, then name
+    assert [n["name"] for n in _children(client)["nodes"]] == ["a", "b", "c", "d", "e", "f", "notes"]
+
+
+def test_children_filtered_by_node_type(client, repo):
+    """Issue 15: ``node_type`` was silently ignored on children."""
+    _sections(client)
+    body = _children(client, node_type="kb:Section", order_by="properties.position")
+    assert [n["name"] for n in body["nodes"]] == ["b", "c", "d", "e", "f", "a"]
+    assert {n["node_type"] for n in body["nodes"]} == {"kb:Section"}
+    assert _children(client, node_type="kb:Nothing")["nodes"] == []
+
+
+def test_children_cursor_paging_follows_order_by(client, repo):
+    """A cursor encodes the sort key: pages of 2 under a descending property sort rebuild the
+    whole listing, and a cursor made for one sort is refused under another."""
+    _sections(client)
+    whole = [n["name"] for n in _children(client, order_by="-properties.position")["nodes"]]
+    seen, cursor = [], None
+    while True:
+        params = {"order_by": "-properties.position", "limit": 2, **({"cursor": cursor} if cursor else {})}
+        body = _children(client, **params)
+        seen += [n["name"] for n in body["nodes"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == whole and len(seen) == 7
+    first = _children(client, order_by="properties.position", limit=2)
+    r = client.get("/api/repos/acme/workspaces/knowledge/nodes",
+                   params={"parent": "/doc", "order_by": "name", "cursor": first["next_cursor"]})
+    assert_error(r, 422)
+
+
+@pytest.mark.parametrize("params", [{"order_by": "position"}, {"order_by": "properties."},
+                                    {"direction": "up"}, {"order_by": "-name", "direction": "asc"}])
+def test_children_bad_order_by_is_422(client, repo, params):
+    put(client, "/doc")
+    r = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"parent": "/doc", **params})
+    assert_error(r, 422)
