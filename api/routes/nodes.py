@@ -75,6 +75,10 @@ def list_nodes(repo: str, ws: str, services: ServicesDep, caller: CallerDep, bra
                direction: Annotated[Literal["asc", "desc"] | None, Query(
                    description="Children only: the direction of `order_by`.")] = None,
                node_type: Annotated[str | None, Query(description="Children only: only this node type.")] = None,
+               prefix_mode: Annotated[Literal["segments", "raw"], Query(
+                   description="Prefix listing only: `segments` (default): `/docs` is `/docs` and "
+                               "`/docs/...`, not `/docs-old`; `raw`: any path starting with the string.")]
+               = "segments",
                limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
                cursor: Annotated[str | None, Query(min_length=1, description="The previous page's next_cursor.")]
                = None) -> dict:
@@ -82,6 +86,9 @@ def list_nodes(repo: str, ws: str, services: ServicesDep, caller: CallerDep, bra
     if (parent is None) == (prefix is None):
         raise InvalidInput("give exactly one of parent and prefix")
     if parent is not None:
+        if prefix_mode != "segments":
+            raise InvalidInput("prefix_mode applies to a prefix listing (prefix=...), not to children",
+                               details={"prefix_mode": prefix_mode})
         nodes, next_cursor = queries.children_page(
             services, caller, repo, branch, ws, parent, limit=limit, cursor=cursor, at_revision=at_revision,
             order_by=order_by, direction=direction, node_type=node_type, has_children=False)
@@ -92,5 +99,5 @@ def list_nodes(repo: str, ws: str, services: ServicesDep, caller: CallerDep, bra
             raise InvalidInput(f"{name} applies to children (parent=...), not to a prefix listing",
                                details={name: value})
     nodes, next_cursor = queries.list_prefix(services, caller, repo, branch, ws, prefix, limit=limit,
-                                             cursor=cursor, at_revision=at_revision)
+                                             cursor=cursor, at_revision=at_revision, mode=prefix_mode)
     return {"nodes": nodes, "next_cursor": next_cursor}

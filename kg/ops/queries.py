@@ -279,8 +279,8 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
 
 
 def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, prefix: str, *,
-                limit: int = 1000, cursor: str | None = None,
-                at_revision: int | None = None) -> tuple[list[dict[str, Any]], str | None]:
+                limit: int = 1000, cursor: str | None = None, at_revision: int | None = None,
+                mode: str = "segments") -> tuple[list[dict[str, Any]], str | None]:
     """Every node under ``prefix``, by path, a page of at most ``limit``.
 
     Parameters
@@ -292,13 +292,16 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
     repo, branch, workspace : str
         Where to list.
     prefix : str
-        List the nodes whose path starts with it.
+        List the nodes under it: ``/docs`` is ``/docs`` and ``/docs/...`` (not ``/docs-old``),
+        ``/docs/`` only what is below ``/docs``, ``/`` everything.
     limit : int, 1..10,000
         Most rows returned.
     cursor : str or None
         Where the previous page ended.
     at_revision : int or None
         Read as of this revision; None: the head.
+    mode : {"segments", "raw"}
+        ``raw``: every path that starts with the string ``prefix`` (``/docs`` lists ``/docs-old``).
 
     Returns
     -------
@@ -309,11 +312,12 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
     ------
     kg.errors.NotFound
     kg.errors.InvalidInput
-        A malformed cursor.
+        A malformed prefix, mode or cursor.
     """
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        rows, next_cursor = node_store.list_prefix(session, view, workspace, prefix, limit=limit, cursor=cursor)
+        rows, next_cursor = node_store.list_prefix(session, view, workspace, prefix, limit=limit, cursor=cursor,
+                                                   mode=mode)
         return [node_dict(v, workspace) for v in rows], next_cursor
 
 

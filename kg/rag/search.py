@@ -34,6 +34,7 @@ Mode = Literal["vector", "fulltext", "hybrid"]
 Granularity = Literal["chunk", "node"]
 Fusion = Literal["kg", "index"]
 FusionType = Literal["ranked", "relative_score"]
+PrefixMode = Literal["segments", "raw"]
 RRF_K = 60
 MAX_K = 1000
 #: Most chunks a leg reads for one search (node rows read deeper until they have k nodes).
@@ -59,6 +60,10 @@ class SearchRequest(BaseModel):
         One row per passage, or one row per node with its best passage.
     workspaces : list of str, optional
     path_prefix, node_type : str, optional
+        ``path_prefix``: ``/answers`` is ``/answers`` and ``/answers/...``, never ``/answers-old``
+        (whole segments; a trailing ``/``: only what is below).
+    path_prefix_mode : {"segments", "raw"}
+        ``raw``: ``path_prefix`` is a plain string prefix (``/answers`` matches ``/answers-old``).
     where : dict, optional
         Property equality filters.
     fulltext_weight, vector_weight : float
@@ -96,7 +101,10 @@ class SearchRequest(BaseModel):
     granularity: Granularity = Field(default="chunk", description="chunk: one row per passage; node: one row "
                                                                   "per node, its best passage attached.")
     workspaces: list[str] | None = Field(default=None, description="Workspaces searched (default: all).")
-    path_prefix: str | None = None
+    path_prefix: str | None = Field(default=None, description="Only paths under this: whole segments "
+                                    "(/answers is /answers and /answers/..., not /answers-old).")
+    path_prefix_mode: PrefixMode = Field(default="segments", description="segments, or raw: path_prefix "
+                                         "as a plain string prefix.")
     node_type: str | None = None
     where: dict[str, Any] | None = Field(default=None, description="Property equality filters.")
     fulltext_weight: float = Field(default=1.0, description="Weight of the BM25 leg (0 turns it off).")
@@ -572,11 +580,13 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     def build() -> _Searchable:
         nodes: list[Any]  # NodeVersion with properties, else _NodeLite
         if request.where:
-            nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
+            nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix,
+                                  path_prefix_mode=request.path_prefix_mode)
         else:
             nodes = [_NodeLite(n.node_id, n.workspace_id, n.branch_id, n.path, n.node_type, n.content_key)
                      for n in visible_nodes(session, view, workspace_ids=wids,
-                                            path_prefix=request.path_prefix, with_properties=False)]
+                                            path_prefix=request.path_prefix,
+                                            path_prefix_mode=request.path_prefix_mode, with_properties=False)]
         by_key: dict[str, list] = defaultdict(list)
         by_model: dict[str, set[str]] = defaultdict(set)
         for node in nodes:
@@ -596,7 +606,7 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
         return build()
     configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
     key = ("searchable", view.repo.id, *view.cache_key, at_head, configs, request.path_prefix,
-           request.node_type)
+           request.path_prefix_mode, request.node_type)
     return services.search_cache.get(key, build)
 
 
@@ -615,8 +625,10 @@ def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
     prefix = request.path_prefix
     if prefix is not None and ("*" in prefix or "?" in prefix):
         prefix = None  # Weaviate's Like cannot escape its wildcards: SQL alone filters this path
-    filters = {"path_prefix": prefix, "node_type": request.node_type, "where": request.where}
+    filters: dict[str, Any] = {"path_prefix": prefix, "node_type": request.node_type, "where": request.where}
     sent = filters if at_head and any(v is not None for v in filters.values()) else None
+    if sent is not None and prefix is not None:
+        sent = {**sent, "path_prefix_mode": request.path_prefix_mode}
     return tuple(
         SearchScope(model, wid, bid, frozenset(vkeys), sent if bid == view.branch.id else None)
         for (model, wid, bid), vkeys in sorted(keys.items())

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, select
+from sqlalchemy import ColumnElement, Select, bindparam, or_, select
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import Branch, NodeVersion, RelationVersion, Workspace, utcnow
-from kg.store.paths import ancestors_of, name_of, parent_of, validate_prefix
+from kg.store.paths import ancestors_of, name_of, parent_of, validate_prefix, validate_prefix_mode
 from kg.store.paths import validate_path as validate_path  # re-exported: kg.ops.nodes, kg.ragnode.service
 from kg.store.references import index_references
 from kg.store.repos import BranchView, WriteContext, workspace_id
@@ -879,9 +879,38 @@ def decode_cursor(cursor: str) -> str:
         raise InvalidInput("invalid cursor", details={"cursor": cursor}) from exc
 
 
+def path_under(prefix: str, mode: str = "segments") -> ColumnElement[bool] | None:
+    """The SQL condition of :func:`kg.store.paths.path_has_prefix` on ``NodeVersion.path``.
+
+    Parameters
+    ----------
+    prefix : str
+        ``/``, a path, or a path with a trailing ``/``.
+    mode : {"segments", "raw"}
+        Match whole segments (``/a`` is ``/a`` and ``/a/...``, not ``/ab``), or any string prefix.
+
+    Returns
+    -------
+    ColumnElement or None
+        The condition; None for ``/`` (every path).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        An unknown mode.
+    """
+    validate_prefix_mode(mode)
+    if prefix == "/":
+        return None
+    if mode == "raw" or prefix.endswith("/"):
+        return NodeVersion.path.startswith(prefix, autoescape=True)
+    return or_(NodeVersion.path == prefix, NodeVersion.path.startswith(prefix + "/", autoescape=True))
+
+
 def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str, *,
-                limit: int = 1000, cursor: str | None = None) -> tuple[list[NodeVersion], str | None]:
-    """Nodes whose path starts with ``prefix``, by path, one page at a time.
+                limit: int = 1000, cursor: str | None = None,
+                mode: str = "segments") -> tuple[list[NodeVersion], str | None]:
+    """Nodes under ``prefix`` (:func:`kg.store.paths.path_has_prefix`), by path, one page at a time.
 
     Parameters
     ----------
@@ -897,6 +926,9 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
         Page size, 1 to 10000.
     cursor : str or None, optional
         The previous page's ``next_cursor``; None for the first page.
+    mode : {"segments", "raw"}, default "segments"
+        ``/docs`` matches ``/docs`` and ``/docs/...`` (not ``/docs-old``); ``raw``: any path
+        that starts with the string.
 
     Returns
     -------
@@ -906,7 +938,7 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
     Raises
     ------
     kg.errors.InvalidInput
-        Bad prefix, cursor or limit.
+        Bad prefix, mode, cursor or limit.
     kg.errors.NotFound
         Unknown workspace.
     """
@@ -915,8 +947,9 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
         raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
     wid = workspace_id(view, workspace)
     where = [NodeVersion.workspace_id == wid]
-    if prefix != "/":
-        where.append(NodeVersion.path.startswith(prefix, autoescape=True))
+    under = path_under(prefix, mode)
+    if under is not None:
+        where.append(under)
     after = decode_cursor(cursor) if cursor else None
     if after is not None:
         where.append(NodeVersion.path > after)
@@ -927,7 +960,8 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
 
 
 def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
-                  path_prefix: str | None = None, with_properties: bool = True) -> list[NodeVersion]:
+                  path_prefix: str | None = None, path_prefix_mode: str = "segments",
+                  with_properties: bool = True) -> list[NodeVersion]:
     """Every visible node, optionally in some workspaces and under a path prefix.
 
     ``with_properties=False`` leaves the (possibly large) properties unloaded: reading them
@@ -942,7 +976,9 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
     workspace_ids : list of int or None, optional
         Only these workspaces (by id); None for all.
     path_prefix : str or None, optional
-        Only paths starting with it (a plain string prefix); None or ``/`` for all.
+        Only paths under it (:func:`kg.store.paths.path_has_prefix`); None or ``/`` for all.
+    path_prefix_mode : {"segments", "raw"}, default "segments"
+        Whole segments (``/a`` is ``/a`` and ``/a/...``), or a plain string prefix.
     with_properties : bool, default True
         Load the properties.
 
@@ -954,8 +990,9 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
     where: list[ColumnElement[bool]] = []
     if workspace_ids is not None:
         where.append(NodeVersion.workspace_id.in_(workspace_ids))
-    if path_prefix and path_prefix != "/":
-        where.append(NodeVersion.path.startswith(path_prefix, autoescape=True))
+    under = path_under(path_prefix, path_prefix_mode) if path_prefix else None
+    if under is not None:
+        where.append(under)
     stmt, alias = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
     if not with_properties:
         stmt = stmt.options(defer(NodeVersion.properties, raiseload=True))

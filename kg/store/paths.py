@@ -98,6 +98,64 @@ def validate_prefix(prefix: str) -> str:
     return prefix
 
 
+#: How a path prefix matches: whole segments (the default) or as a plain string prefix.
+PREFIX_MODES = ("segments", "raw")
+
+
+def validate_prefix_mode(mode: str) -> str:
+    """Check a prefix mode: ``"segments"`` or ``"raw"``.
+
+    Parameters
+    ----------
+    mode : str
+        ``"segments"``: ``/answers`` is the node ``/answers`` and what is under it, never
+        ``/answers-old``; ``"raw"``: every path that starts with the string.
+
+    Returns
+    -------
+    str
+        ``mode``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Another value.
+    """
+    if mode not in PREFIX_MODES:
+        raise InvalidInput("path prefix mode must be 'segments' or 'raw'", details={"path_prefix_mode": mode})
+    return mode
+
+
+def path_has_prefix(path: str, prefix: str, mode: str = "segments") -> bool:
+    """Whether ``path`` is under ``prefix``.
+
+    Parameters
+    ----------
+    path : str
+        A node path.
+    prefix : str
+        ``/`` (everything), a path (the node itself and its descendants, in ``segments`` mode)
+        or a path with a trailing ``/`` (its descendants only).
+    mode : {"segments", "raw"}
+        Match whole segments, or any string prefix.
+
+    Returns
+    -------
+    bool
+        True when ``path`` matches.
+
+    Examples
+    --------
+    >>> path_has_prefix("/answers/x", "/answers"), path_has_prefix("/answers-old", "/answers")
+    (True, False)
+    >>> path_has_prefix("/answers-old", "/answers", "raw")
+    True
+    """
+    if prefix == "/" or mode == "raw" or prefix.endswith("/"):
+        return path.startswith(prefix)
+    return path == prefix or path.startswith(prefix + "/")
+
+
 def parent_of(path: str) -> str:
     """The parent path (``/`` for a top-level node).
 

@@ -110,7 +110,8 @@ def test_path_prefixes_are_case_sensitive_on_both_databases(client, repo):
     put(client, "/upper", {"content": "quiet words about caches"})
     listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/upper"}).json()
     assert [n["path"] for n in listed["nodes"]] == ["/upper"]
-    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/UP"}).json()
+    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes",
+                        params={"prefix": "/UP", "prefix_mode": "raw"}).json()
     assert [n["path"] for n in listed["nodes"]] == ["/UPPER", "/UPPER/x"]
     found = client.post("/api/repos/acme/search", json={"query": "caches", "mode": "fulltext", "path_prefix": "/upper"})
     assert [r["path"] for r in found.json()["results"]] == ["/upper"]
@@ -304,3 +305,34 @@ def test_children_bad_order_by_is_422(client, repo, params):
     put(client, "/doc")
     r = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"parent": "/doc", **params})
     assert_error(r, 422)
+
+
+def test_path_prefix_matches_whole_segments_in_listing_and_search(client, repo):
+    """Issue 15: ``path_prefix: "/answers"`` matched ``/answers-old``. A prefix is whole segments
+    (the node itself and what is under it) in the prefix listing and in every search mode;
+    ``raw`` keeps the plain string prefix."""
+    for path in ("/answers", "/answers/x", "/answers-old", "/answers-old/y"):
+        put(client, path, {"content": f"stored answer about caching {path}"})
+    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/answers"}).json()
+    assert [n["path"] for n in listed["nodes"]] == ["/answers", "/answers/x"]
+    below = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/answers/"}).json()
+    assert [n["path"] for n in below["nodes"]] == ["/answers/x"]
+    raw = client.get("/api/repos/acme/workspaces/knowledge/nodes",
+                     params={"prefix": "/answers", "prefix_mode": "raw"}).json()
+    assert [n["path"] for n in raw["nodes"]] == ["/answers", "/answers-old", "/answers-old/y", "/answers/x"]
+    for mode in ("fulltext", "vector", "hybrid"):
+        for where in (None, {"content": "stored answer about caching /answers/x"}):
+            body = {"query": "stored answer caching", "mode": mode, "k": 10, "path_prefix": "/answers",
+                    **({"where": where} if where else {})}
+            found = client.post("/api/repos/acme/search", json=body)
+            assert found.status_code == 200, found.text
+            expected = {"/answers/x"} if where else {"/answers", "/answers/x"}
+            assert {r["path"] for r in found.json()["results"]} == expected, (mode, where)
+        found = client.post("/api/repos/acme/search", json={"query": "stored answer caching", "mode": mode, "k": 10,
+                                                            "path_prefix": "/answers", "path_prefix_mode": "raw"})
+        assert {r["path"] for r in found.json()["results"]} == \
+            {"/answers", "/answers/x", "/answers-old", "/answers-old/y"}
+    assert_error(client.post("/api/repos/acme/search", json={"query": "x", "path_prefix": "/a",
+                                                            "path_prefix_mode": "glob"}), 422)
+    assert_error(client.get("/api/repos/acme/workspaces/knowledge/nodes",
+                            params={"prefix": "/answers", "prefix_mode": "glob"}), 422)

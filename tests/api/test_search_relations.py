@@ -52,7 +52,10 @@ def test_filters_apply_before_top_k(client, repo):
     put(client, "/drafts", {"title": "Draft", "content": "rotate api key draft notes", "status": "draft"})
     rows = search(client, {"query": "rotate api key", "k": 1, "where": {"status": "draft"}}).json()["results"]
     assert [r["path"] for r in rows] == ["/drafts"]
-    rows = search(client, {"query": "rotate api key", "k": 5, "path_prefix": "/bill"}).json()["results"]
+    rows = search(client, {"query": "rotate api key", "k": 5, "path_prefix": "/bill",
+                           "path_prefix_mode": "raw"}).json()["results"]
+    assert {r["path"] for r in rows} == {"/billing"}
+    rows = search(client, {"query": "rotate api key", "k": 5, "path_prefix": "/billing"}).json()["results"]
     assert {r["path"] for r in rows} == {"/billing"}
     assert search(client, {"query": "rotate", "node_type": "nope"}).json()["results"] == []
 
