@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import Branch, NodeVersion, RelationVersion, Workspace, utcnow
-from kg.store.paths import ancestors_of, name_of, parent_of, validate_prefix, validate_prefix_mode
+from kg.store.paths import ancestors_of, name_of, parent_of, path_has_prefix, validate_prefix, validate_prefix_mode
 from kg.store.paths import validate_path as validate_path  # re-exported: kg.ops.nodes, kg.ragnode.service
 from kg.store.references import index_references
 from kg.store.repos import BranchView, WriteContext, workspace_id
@@ -907,6 +907,20 @@ def path_under(prefix: str, mode: str = "segments") -> ColumnElement[bool] | Non
     return or_(NodeVersion.path == prefix, NodeVersion.path.startswith(prefix + "/", autoescape=True))
 
 
+def _decode_prefix_cursor(cursor: str, prefix: str, mode: str) -> str:
+    """The path a prefix listing's cursor points after: a path under ``prefix``, encoded as
+    :func:`encode_cursor` does, or a 422 (never a silent restart at page 1)."""
+    bad = InvalidInput("invalid cursor: not one of this listing's next_cursor values", details={"cursor": cursor})
+    try:
+        after = decode_cursor(cursor)
+        validate_path(after)
+    except InvalidInput as exc:
+        raise bad from exc
+    if encode_cursor(after) != cursor or not path_has_prefix(after, prefix, mode):
+        raise bad
+    return after
+
+
 def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str, *,
                 limit: int = 1000, cursor: str | None = None,
                 mode: str = "segments") -> tuple[list[NodeVersion], str | None]:
@@ -950,7 +964,7 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
     under = path_under(prefix, mode)
     if under is not None:
         where.append(under)
-    after = decode_cursor(cursor) if cursor else None
+    after = _decode_prefix_cursor(cursor, prefix, mode) if cursor else None
     if after is not None:
         where.append(NodeVersion.path > after)
     stmt, alias = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)

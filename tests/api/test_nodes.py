@@ -336,3 +336,24 @@ def test_path_prefix_matches_whole_segments_in_listing_and_search(client, repo):
                                                             "path_prefix_mode": "glob"}), 422)
     assert_error(client.get("/api/repos/acme/workspaces/knowledge/nodes",
                             params={"prefix": "/answers", "prefix_mode": "glob"}), 422)
+
+
+@pytest.mark.parametrize("listing", [{"prefix": "/doc/"}, {"parent": "/doc"}])
+def test_a_bad_cursor_is_422_not_page_one(client, repo, listing):
+    """Issue 15: a bad cursor restarted at page 1 (children ignored the cursor altogether)."""
+    import base64
+
+    put(client, "/doc")
+    for i in range(4):
+        put(client, f"/doc/p{i}")
+    url = "/api/repos/acme/workspaces/knowledge/nodes"
+    first = client.get(url, params={**listing, "limit": 2}).json()
+    assert [n["name"] for n in first["nodes"]] == ["p0", "p1"]
+    second = client.get(url, params={**listing, "limit": 2, "cursor": first["next_cursor"]}).json()
+    assert [n["name"] for n in second["nodes"]] == ["p2", "p3"] and second["next_cursor"] is None
+    other = {"parent": "/doc"} if "prefix" in listing else {"prefix": "/doc/"}
+    foreign = client.get(url, params={**other, "limit": 2}).json()["next_cursor"]
+    b64 = base64.urlsafe_b64encode
+    for cursor in ("", "not a cursor", "zz", b64(b"hello").decode(), b64(b"/elsewhere/x").decode(),
+                   b64(b"\xff\xfe").decode(), foreign, first["next_cursor"] + "A"):
+        assert_error(client.get(url, params={**listing, "limit": 2, "cursor": cursor}), 422)
