@@ -205,10 +205,42 @@ class SearchResult:
         }
 
 
+def json_equal(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal as JSON: a boolean never equals a number.
+
+    Python's ``==`` has ``True == 1`` and ``False == 0.0``; JSON (and a ``where`` filter) does
+    not. Numbers compare by value (``1 == 1.0``), arrays element-wise, objects key-wise.
+
+    Parameters
+    ----------
+    a, b : Any
+        Values parsed from JSON (None, bool, int, float, str, list, dict).
+
+    Returns
+    -------
+    bool
+        True when equal.
+
+    Examples
+    --------
+    >>> json_equal(True, 1), json_equal(1, 1.0), json_equal([True], [1])
+    (False, True, False)
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a is b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, dict)) or isinstance(b, (list, dict)):
+        return False
+    return bool(a == b)
+
+
 def _matches(properties: dict[str, Any], where: dict[str, Any] | None) -> bool:
     if not where:
         return True
-    return all(properties.get(key) == value for key, value in where.items())
+    return all(json_equal(properties.get(key), value) for key, value in where.items())
 
 
 @dataclass

@@ -435,3 +435,19 @@ def test_a_path_prefix_matches_whole_segments_in_weaviate(wclient):
         assert {row["path"] for row in r.json()["results"]} == {"/billing", "/billing/cards"}, extra
         r = client.post(f"/api/repos/{repo}/search", json={**q, "path_prefix_mode": "raw"})
         assert {row["path"] for row in r.json()["results"]} == {"/billing", "/billing/cards", "/billing-old"}, extra
+
+
+def test_where_booleans_never_equal_numbers_on_weaviate(wclient):
+    """Issue 15: Weaviate's property pairs give ``True`` and ``1`` one pair; kg's comparison
+    decides the version keys, so ``{"x": true}`` still never finds ``1`` there."""
+    client, repo = wclient
+    for path, value in (("/one", 1), ("/true", True)):
+        r = client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes{path}",
+                       json={"properties": {"content": "flag passage about invoices", "x": value}})
+        assert r.status_code == 201, r.text
+    for extra in ({}, {"fusion": "kg"}, {"mode": "fulltext"}, {"mode": "vector"}):
+        for value, expected in ((True, {"/true"}), (1, {"/one"})):
+            r = client.post(f"/api/repos/{repo}/search",
+                            json={"query": "flag passage invoices", "k": 10, "where": {"x": value}, **extra})
+            assert r.status_code == 200, r.text
+            assert {row["path"] for row in r.json()["results"]} == expected, (extra, value)
