@@ -170,8 +170,7 @@ def _batch_item(raw: Any, kind: str, index: int) -> dict[str, Any]:
         raise InvalidInput(f"{kind}[{index}].node_type must be a string", details={"index": index})
     if not isinstance(raw.get("workspace"), str) or not isinstance(raw.get("path"), str):
         raise InvalidInput(f"{kind}[{index}] needs 'workspace' and 'path'", details={"index": index})
-    node_store.validate_path(raw["path"])
-    return raw
+    return {**raw, "path": node_store.validate_path(raw["path"])}
 
 
 def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[str, Any]] | None = None,

@@ -93,7 +93,7 @@ def list_children(services: Resources, caller: Actor, repo: str, branch: str, wo
         A malformed ``parent``, ``order_by`` or ``direction``.
     """
     if parent != "/":
-        validate_path(parent)
+        parent = validate_path(parent)
     order = node_store.child_order(order_by, direction)
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
@@ -155,7 +155,7 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
     children have children (:func:`kg.store.nodes.parents_with_children`).
     """
     if parent != "/":
-        validate_path(parent)
+        parent = validate_path(parent)
     order = node_store.child_order(order_by, direction)
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
@@ -257,7 +257,7 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
     -----
     One query over ``ix_node_versions_path`` per chain entry, joined to the revisions.
     """
-    validate_path(path)
+    path = validate_path(path)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidInput("limit must be between 1 and 1000", details={"limit": limit})
     permit(services, caller, "read", repo, branch, workspace)

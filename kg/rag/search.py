@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import math
 import time
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -115,6 +116,12 @@ class SearchRequest(BaseModel):
                                                                "node (1..100).")
     fusion: Fusion | None = Field(default=None, description="Who fuses a hybrid search: kg or the index.")
     fusion_type: FusionType | None = Field(default=None, description="The index's fusion (with fusion 'index').")
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _nfc_prefix(cls, value: str | None) -> str | None:
+        """The prefix in NFC, as paths are stored (:func:`kg.store.paths.validate_path`)."""
+        return unicodedata.normalize("NFC", value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _rules(self) -> SearchRequest:

@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import re
+import unicodedata
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ def find_node(session: Session, view: BranchView, workspace: str, path: str) -> 
     workspace : str
         Workspace name.
     path : str
-        The node's path (not validated here).
+        The node's path (not validated here; looked up in NFC, as :func:`validate_path` stores it).
 
     Returns
     -------
@@ -146,6 +147,7 @@ def find_node(session: Session, view: BranchView, workspace: str, path: str) -> 
         Unknown workspace.
     """
     wid = workspace_id(view, workspace)
+    path = unicodedata.normalize("NFC", path) if isinstance(path, str) else path
     found: NodeVersion | None = session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
     return found
 
@@ -176,7 +178,7 @@ def get_node(session: Session, view: BranchView, workspace: str, path: str) -> N
     kg.errors.NotFound
         Unknown workspace, or no node there on this branch.
     """
-    validate_path(path)
+    path = validate_path(path)
     found = find_node(session, view, workspace, path)
     if found is None:
         raise NotFound(
@@ -320,7 +322,7 @@ def put_node(
     kg.errors.Conflict
         The node changed after ``if_revision``.
     """
-    validate_path(path)
+    path = validate_path(path)
     if not validated:
         validate_node_input(write.node_type, write.properties, write.order)
     view = ctx.view
@@ -472,6 +474,7 @@ def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, 
         The node has children and ``recursive`` is False.
     """
     node = get_node(session, ctx.view, workspace, path)
+    path = node.path  # in NFC
     below = descendants(session, ctx.view, workspace, path)
     if below and not recursive:
         raise Conflict(
@@ -956,7 +959,7 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
     kg.errors.NotFound
         Unknown workspace.
     """
-    validate_prefix(prefix)
+    prefix = validate_prefix(prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
     wid = workspace_id(view, workspace)

@@ -357,3 +357,51 @@ def test_a_bad_cursor_is_422_not_page_one(client, repo, listing):
     for cursor in ("", "not a cursor", "zz", b64(b"hello").decode(), b64(b"/elsewhere/x").decode(),
                    b64(b"\xff\xfe").decode(), foreign, first["next_cursor"] + "A"):
         assert_error(client.get(url, params={**listing, "limit": 2, "cursor": cursor}), 422)
+
+
+NFC_NAME = "caf\u00e9"          # é as one code point
+NFD_NAME = "cafe\u0301"         # e and a combining acute accent: prints the same
+
+
+def test_nfc_and_nfd_spellings_address_one_node(client, repo):
+    """Issue 15: NFC and NFD spellings of a name were two nodes that print the same. Paths are
+    NFC on write and on read: PUT, GET, PATCH, children, prefix listing, batch, relations,
+    search's path_prefix and DELETE all reach the one node."""
+    from urllib.parse import quote
+
+    url = "/api/repos/acme/workspaces/knowledge/nodes"
+    assert put(client, f"/{quote(NFD_NAME)}", {"content": "a menu of coffees"}).status_code == 201
+    again = put(client, f"/{quote(NFC_NAME)}", {"content": "a menu of teas"})
+    assert again.status_code == 200, again.text  # replaced, not a second node
+    node = again.json()
+    assert node["path"] == f"/{NFC_NAME}" and node["name"] == NFC_NAME
+    for spelling in (NFC_NAME, NFD_NAME):
+        got = client.get(f"{url}/{quote(spelling)}")
+        assert got.status_code == 200 and got.json()["id"] == node["id"]
+        assert got.json()["properties"] == {"content": "a menu of teas"}
+    assert client.patch(f"{url}/{quote(NFD_NAME)}", json={"properties": {"k": 1}}).status_code == 200
+    top = client.get(url, params={"parent": "/"}).json()["nodes"]
+    assert [n["path"] for n in top] == [f"/{NFC_NAME}"]
+    assert put(client, f"/{quote(NFD_NAME)}/menu", node_type="kb:Section").status_code == 201
+    kids = client.get(url, params={"parent": f"/{NFD_NAME}"}).json()["nodes"]
+    assert [n["path"] for n in kids] == [f"/{NFC_NAME}/menu"]
+    listed = client.get(url, params={"prefix": f"/{NFD_NAME}/"}).json()["nodes"]
+    assert [n["path"] for n in listed] == [f"/{NFC_NAME}/menu"]
+    found = client.post("/api/repos/acme/search", json={"query": "teas menu", "mode": "fulltext",
+                                                        "path_prefix": f"/{NFD_NAME}"}).json()["results"]
+    assert {r["path"] for r in found} == {f"/{NFC_NAME}"}
+    r = client.post("/api/repos/acme/nodes:batch", json={"upserts": [
+        {"workspace": "knowledge", "path": f"/{NFD_NAME}/menu", "node_type": "kb:Section", "properties": {"x": 2}}]})
+    assert r.status_code == 200, r.text
+    assert client.get(f"{url}/{quote(NFC_NAME)}/menu").json()["properties"] == {"x": 2}
+    assert put(client, "/other").status_code == 201
+    rel = client.post("/api/repos/acme/relations", json={"from": f"knowledge:/{NFD_NAME}", "to": "knowledge:/other",
+                                                         "type": "serves"})
+    assert rel.status_code == 201, rel.text
+    nb = client.get("/api/repos/acme/neighbors", params={"node": f"knowledge:/{NFC_NAME}"}).json()["neighbors"]
+    assert [(n["path"], n["relation_type"]) for n in nb] == [("/other", "serves")]
+    everything = client.get(url, params={"prefix": "/"}).json()["nodes"]
+    assert sorted(n["path"] for n in everything) == sorted([f"/{NFC_NAME}", f"/{NFC_NAME}/menu", "/other"])
+    deleted = client.delete(f"{url}/{quote(NFD_NAME)}", params={"recursive": "true"})
+    assert deleted.status_code == 200 and deleted.json()["deleted"] == 2
+    assert client.get(f"{url}/{quote(NFC_NAME)}").status_code == 404
