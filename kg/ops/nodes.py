@@ -239,13 +239,17 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
     for item in deletes:
         deleted += len(node_store.delete_node(session, ctx, item["workspace"], item["path"],
                                               recursive=bool(item.get("recursive", False))))
-    out = []
-    for item in upserts:
+    # Ancestors first: a parent the batch also upserts is written before a child's ``parents``
+    # would make it a folder (two versions of one node at one revision); answered in the order given.
+    written: dict[int, dict[str, Any]] = {}
+    for index in sorted(range(len(upserts)), key=lambda i: upserts[i]["path"].count("/")):
+        item = upserts[index]
         version, _ = write_node(uow, ctx, item["workspace"], item["path"],
                                 node_type=item.get("node_type", "kg:Node"),
                                 properties=item.get("properties", {}), order=item.get("order"),
                                 parents=parents)
-        out.append(node_dict(version, item["workspace"]))
+        written[index] = node_dict(version, item["workspace"])
+    out = [written[i] for i in range(len(upserts))]
     if len(upserts) + len(deletes) >= 1000:
         uow.after_commit(uow.services.db.analyze)  # fresh planner statistics after a large write
     return {"revision": ctx.revision, "upserted": out, "deleted": deleted}

@@ -327,3 +327,20 @@ def test_a_batch_naming_one_path_twice_is_422_and_writes_nothing(client, repo):
                                                               {**item, "workspace": "other", "path": "/x",
                                                                "properties": {}}]})
     assert ok.status_code == 200, ok.text
+
+
+def test_a_batch_child_before_its_parent_makes_one_version_of_the_parent(client, repo, services):
+    """A child upserted before its parent with ``parents: true`` made the parent a folder, then
+    the parent's own upsert a second version at the same revision."""
+    from kg.context import OPERATOR
+    from kg.ops.queries import node_history
+
+    item = {"workspace": "knowledge", "node_type": "kb:Doc"}
+    r = client.post(f"{BASE}/nodes:batch", json={"parents": True, "upserts": [
+        {**item, "path": "/p/c", "properties": {"v": "child"}}, {**item, "path": "/p", "properties": {"v": "parent"}}]})
+    assert r.status_code == 200, r.text
+    assert [n["path"] for n in r.json()["upserted"]] == ["/p/c", "/p"]
+    parent = get(client, "/p")
+    assert parent["node_type"] == "kb:Doc" and parent["properties"] == {"v": "parent"}
+    versions = node_history(services, OPERATOR, "acme", "main", "knowledge", "/p")
+    assert [v["revision"] for v in versions] == [r.json()["revision"]]
