@@ -21,7 +21,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
 import anyio.to_thread
-from fastapi import Request, Response
+from fastapi import Depends, Request, Response
+from fastapi.dependencies.models import Dependant
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -122,9 +123,67 @@ def _parse_body(body: bytes, scope: Scope) -> None:
     scope[PARSED_JSON] = parsed
 
 
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameter names a route declares, in itself and in its dependencies."""
+    names: set[str] = set()
+    stack, seen = [dependant], set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        for field in current.query_params:
+            names.add(field.alias)
+            choices = getattr(field.field_info.validation_alias, "choices", None)
+            names.update(c for c in choices or () if isinstance(c, str))
+        stack.extend(current.dependencies)
+    return names
+
+
+def refuse_unknown_query(request: Request) -> None:
+    """Refuse a query parameter the matched route does not declare (a dependency of every
+    :class:`GuardedRoute` under ``/api``), as bodies refuse unknown fields.
+
+    Parameters
+    ----------
+    request : fastapi.Request
+        The request; its matched route (``scope["route"]``) says which names it accepts.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        422 naming the unknown parameters and the accepted ones (``details={"unknown": [...],
+        "accepted": [...]}``).
+    """
+    route = request.scope.get("route")
+    accepted = route.accepted_query if isinstance(route, GuardedRoute) else None
+    if accepted is None:
+        return
+    unknown = sorted({key for key in request.query_params.keys() if key not in accepted})
+    if unknown:
+        names = ", ".join(sorted(accepted)) or "none"
+        raise InvalidInput(f"unknown query parameter{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(repr(u) for u in unknown)}; this route accepts: {names}",
+                           details={"unknown": unknown, "accepted": sorted(accepted)})
+
+
 class GuardedRoute(APIRoute):
     """A route that takes the body's JSON as the guard parsed it (off the event loop), so
-    FastAPI does not parse it a second time on the loop (``Request.json`` caches ``_json``)."""
+    FastAPI does not parse it a second time on the loop (``Request.json`` caches ``_json``).
+
+    Under ``/api`` it also refuses query parameters it does not declare
+    (:func:`refuse_unknown_query`, run after the router's own dependencies, so a missing key
+    is still a 401 first)."""
+
+    def __init__(self, path: str, endpoint: Any, **kwargs: Any) -> None:
+        if path.startswith("/api/") or path == "/api":
+            dependencies = list(kwargs.get("dependencies") or [])
+            if not any(getattr(d, "dependency", None) is refuse_unknown_query for d in dependencies):
+                dependencies.append(Depends(refuse_unknown_query))
+            kwargs["dependencies"] = dependencies
+        super().__init__(path, endpoint, **kwargs)
+        self.accepted_query: frozenset[str] | None = (
+            frozenset(_query_names(self.dependant)) if path.startswith("/api/") or path == "/api" else None)
 
     def get_route_handler(self) -> Any:
         """The route's handler, given the guard's parsed body first."""

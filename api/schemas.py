@@ -374,7 +374,7 @@ class NodeList(Schema):
     """Children in order, or a page of the nodes under a prefix."""
 
     nodes: list[Node]
-    next_cursor: str | None = absent("Prefix listing only: the cursor of the next page, null on the last.")
+    next_cursor: str | None = absent("The cursor of the next page, null on the last.")
 
 
 class NodesDeleted(Schema):

@@ -7,6 +7,7 @@ from datetime import timedelta
 from fastapi import APIRouter
 
 from api.deps import CallerDep, ServicesDep
+from api.guard import GuardedRoute
 from api.models import KeyCreate
 from api.schemas import ApiKeyCreated, ApiKeyInfo, ApiKeyList
 from kg.access import make_grant
@@ -14,7 +15,7 @@ from kg.context import run
 from kg.ops import keys as key_ops
 from kg.store.models import utcnow
 
-router = APIRouter(prefix="/api/keys", tags=["keys"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/keys", tags=["keys"])
 
 
 @router.post("", status_code=201, response_model=ApiKeyCreated)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 
@@ -68,14 +68,36 @@ def list_nodes(repo: str, ws: str, services: ServicesDep, caller: CallerDep, bra
                at_revision: RevisionQ = None,
                parent: Annotated[str | None, Query(description="List the children of this path.")] = None,
                prefix: Annotated[str | None, Query(description="List every node under this prefix.")] = None,
+               order_by: Annotated[str | None, Query(
+                   description="Children only: `order` (default: `order`, then name), `name` or "
+                               "`properties.<key>`; a leading `-` for descending. Children without "
+                               "the value come last; ties by name.")] = None,
+               direction: Annotated[Literal["asc", "desc"] | None, Query(
+                   description="Children only: the direction of `order_by`.")] = None,
+               node_type: Annotated[str | None, Query(description="Children only: only this node type.")] = None,
+               prefix_mode: Annotated[Literal["segments", "raw"], Query(
+                   description="Prefix listing only: `segments` (default): `/docs` is `/docs` and "
+                               "`/docs/...`, not `/docs-old`; `raw`: any path starting with the string.")]
+               = "segments",
                limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-               cursor: str | None = None) -> dict:
+               cursor: Annotated[str | None, Query(min_length=1, description="The previous page's next_cursor.")]
+               = None) -> dict:
     """Children of ``parent`` in order, or all nodes under ``prefix`` by path, paginated."""
     if (parent is None) == (prefix is None):
         raise InvalidInput("give exactly one of parent and prefix")
     if parent is not None:
-        return {"nodes": queries.list_children(services, caller, repo, branch, ws, parent, at_revision=at_revision)}
+        if prefix_mode != "segments":
+            raise InvalidInput("prefix_mode applies to a prefix listing (prefix=...), not to children",
+                               details={"prefix_mode": prefix_mode})
+        nodes, next_cursor = queries.children_page(
+            services, caller, repo, branch, ws, parent, limit=limit, cursor=cursor, at_revision=at_revision,
+            order_by=order_by, direction=direction, node_type=node_type, has_children=False)
+        return {"nodes": nodes, "next_cursor": next_cursor}
     assert prefix is not None
+    for name, value in (("order_by", order_by), ("direction", direction), ("node_type", node_type)):
+        if value is not None:
+            raise InvalidInput(f"{name} applies to children (parent=...), not to a prefix listing",
+                               details={name: value})
     nodes, next_cursor = queries.list_prefix(services, caller, repo, branch, ws, prefix, limit=limit,
-                                             cursor=cursor, at_revision=at_revision)
+                                             cursor=cursor, at_revision=at_revision, mode=prefix_mode)
     return {"nodes": nodes, "next_cursor": next_cursor}

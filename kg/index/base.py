@@ -139,7 +139,8 @@ class SearchScope:
         ``"{node_id}:{content_key}"`` of the node versions the searched branch state sees there
         (after every filter, decided in SQL): the exact visibility filter.
     filters : dict or None
-        ``{"path_prefix", "node_type", "where"}`` to send to the index as well, or None. Only
+        ``{"path_prefix", "path_prefix_mode"?, "node_type", "where"}`` (the arguments of
+        :func:`kg.index.weaviate.translate_filters`) to send to the index as well, or None. Only
         safe where the collection's objects carry the searched versions' own path and
         properties (the searched branch at its head); they narrow, never widen, the keys.
     """

@@ -170,8 +170,22 @@ def _batch_item(raw: Any, kind: str, index: int) -> dict[str, Any]:
         raise InvalidInput(f"{kind}[{index}].node_type must be a string", details={"index": index})
     if not isinstance(raw.get("workspace"), str) or not isinstance(raw.get("path"), str):
         raise InvalidInput(f"{kind}[{index}] needs 'workspace' and 'path'", details={"index": index})
-    node_store.validate_path(raw["path"])
-    return raw
+    return {**raw, "path": node_store.validate_path(raw["path"])}
+
+
+def _refuse_repeated_paths(upserts: list[dict[str, Any]], deletes: list[dict[str, Any]]) -> None:
+    """Refuse a batch that names one (workspace, path) twice (two versions at one revision)."""
+    seen: dict[tuple[str, str], str] = {}
+    for kind, items in (("deletes", deletes), ("upserts", upserts)):
+        for index, item in enumerate(items):
+            key = (item["workspace"], item["path"])
+            where = f"{kind}[{index}]"
+            if key in seen:
+                raise InvalidInput(
+                    f"{where} names {key[0]}:{key[1]}, which {seen[key]} names already: a batch names each "
+                    "node once (one revision holds one version of a node)",
+                    details={"workspace": key[0], "path": key[1], "items": [seen[key], where]})
+            seen[key] = where
 
 
 def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[str, Any]] | None = None,
@@ -202,7 +216,8 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
     Raises
     ------
     kg.errors.InvalidInput
-        An empty or too large batch, or a malformed item.
+        An empty or too large batch, a malformed item, or one (workspace, path) named twice
+        (in upserts, deletes or both; NFC and NFD spellings are one path).
     kg.errors.NotFound
         Unknown repository, branch or workspace, or a delete of a node that does not exist.
     kg.errors.Conflict
@@ -214,6 +229,7 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
         raise InvalidInput("a batch needs at least one upsert or delete")
     if len(upserts) + len(deletes) > 10_000:
         raise InvalidInput("a batch holds at most 10000 items")
+    _refuse_repeated_paths(upserts, deletes)
     for item in upserts:
         node_store.validate_node_input(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"))
     uow.authorize_workspaces("write", repo_name, branch, [i["workspace"] for i in deletes + upserts])
@@ -223,13 +239,17 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
     for item in deletes:
         deleted += len(node_store.delete_node(session, ctx, item["workspace"], item["path"],
                                               recursive=bool(item.get("recursive", False))))
-    out = []
-    for item in upserts:
+    # Ancestors first: a parent the batch also upserts is written before a child's ``parents``
+    # would make it a folder (two versions of one node at one revision); answered in the order given.
+    written: dict[int, dict[str, Any]] = {}
+    for index in sorted(range(len(upserts)), key=lambda i: upserts[i]["path"].count("/")):
+        item = upserts[index]
         version, _ = write_node(uow, ctx, item["workspace"], item["path"],
                                 node_type=item.get("node_type", "kg:Node"),
                                 properties=item.get("properties", {}), order=item.get("order"),
                                 parents=parents)
-        out.append(node_dict(version, item["workspace"]))
+        written[index] = node_dict(version, item["workspace"])
+    out = [written[i] for i in range(len(upserts))]
     if len(upserts) + len(deletes) >= 1000:
         uow.after_commit(uow.services.db.analyze)  # fresh planner statistics after a large write
     return {"revision": ctx.revision, "upserted": out, "deleted": deleted}

@@ -57,7 +57,8 @@ def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspa
 
 
 def list_children(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
-                  at_revision: int | None = None) -> list[dict[str, Any]]:
+                  at_revision: int | None = None, order_by: str | None = None, direction: str | None = None,
+                  node_type: str | None = None) -> list[dict[str, Any]]:
     """The children of ``parent`` (``/`` for the top level) in their order.
 
     Parameters
@@ -72,6 +73,14 @@ def list_children(services: Resources, caller: Actor, repo: str, branch: str, wo
         ``/`` or a path.
     at_revision : int or None
         Read as of this revision; None: the head.
+    order_by : str or None
+        ``order`` (the default: ``order``, then name), ``name`` or ``properties.<key>``, a
+        leading ``-`` for descending (:func:`kg.store.nodes.child_order`); children without
+        the value come last, ties by name.
+    direction : {"asc", "desc"} or None
+        The direction of ``order_by``; None: ascending unless it starts with ``-``.
+    node_type : str or None
+        Only children of this node type.
 
     Returns
     -------
@@ -82,18 +91,21 @@ def list_children(services: Resources, caller: Actor, repo: str, branch: str, wo
     ------
     kg.errors.NotFound
     kg.errors.InvalidInput
-        A malformed ``parent``.
+        A malformed ``parent``, ``order_by`` or ``direction``.
     """
     if parent != "/":
-        validate_path(parent)
+        parent = validate_path(parent)
+    order = node_store.child_order(order_by, direction)
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        return [node_dict(v, workspace) for v in node_store.list_children(session, view, workspace, parent)]
+        return [node_dict(v, workspace) for v in node_store.list_children(session, view, workspace, parent,
+                                                                           order=order, node_type=node_type)]
 
 
 def children_page(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
-                  limit: int = 100, cursor: str | None = None,
-                  at_revision: int | None = None) -> tuple[list[dict[str, Any]], str | None]:
+                  limit: int = 100, cursor: str | None = None, at_revision: int | None = None,
+                  order_by: str | None = None, direction: str | None = None,
+                  node_type: str | None = None, has_children: bool = True) -> tuple[list[dict[str, Any]], str | None]:
     """One page of the children of ``parent`` in their order, each saying whether it has children
     (what a lazily expanded tree needs).
 
@@ -113,11 +125,21 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
         The previous page's next cursor; None for the first page.
     at_revision : int or None
         Read as of this revision; None: the head.
+    order_by : str or None
+        ``order`` (the default: ``order``, then name), ``name`` or ``properties.<key>``, a
+        leading ``-`` for descending (:func:`kg.store.nodes.child_order`); children without
+        the value come last, ties by name.
+    direction : {"asc", "desc"} or None
+        The direction of ``order_by``; None: ascending unless it starts with ``-``.
+    node_type : str or None
+        Only children of this node type.
+    has_children : bool
+        Add ``"has_children"`` to each node (one more query); False: the plain API shapes.
 
     Returns
     -------
     (list of dict, str or None)
-        The nodes' API shapes, each with ``"has_children": bool``, in the order of
+        The nodes' API shapes, each with ``"has_children": bool`` (when asked), in the order of
         :func:`list_children`; and the cursor of the next page (None: the last page).
 
     Raises
@@ -125,7 +147,8 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
     kg.errors.NotFound
         Unknown repository, branch, workspace or parent, or one the caller may not read.
     kg.errors.InvalidInput
-        A malformed ``parent``, cursor or limit.
+        A malformed ``parent``, cursor, limit, ``order_by`` or ``direction``; a cursor made
+        with another ``order_by``.
 
     Notes
     -----
@@ -133,11 +156,14 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
     children have children (:func:`kg.store.nodes.parents_with_children`).
     """
     if parent != "/":
-        validate_path(parent)
+        parent = validate_path(parent)
+    order = node_store.child_order(order_by, direction)
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         rows, next_cursor = node_store.list_children_page(session, view, workspace, parent, limit=limit,
-                                                          cursor=cursor)
+                                                          cursor=cursor, order=order, node_type=node_type)
+        if not has_children:
+            return [node_dict(v, workspace) for v in rows], next_cursor
         parents = node_store.parents_with_children(session, view, workspace, [v.path for v in rows])
         return [{**node_dict(v, workspace), "has_children": v.path in parents} for v in rows], next_cursor
 
@@ -232,7 +258,7 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
     -----
     One query over ``ix_node_versions_path`` per chain entry, joined to the revisions.
     """
-    validate_path(path)
+    path = validate_path(path)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise InvalidInput("limit must be between 1 and 1000", details={"limit": limit})
     permit(services, caller, "read", repo, branch, workspace)
@@ -254,8 +280,8 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
 
 
 def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, prefix: str, *,
-                limit: int = 1000, cursor: str | None = None,
-                at_revision: int | None = None) -> tuple[list[dict[str, Any]], str | None]:
+                limit: int = 1000, cursor: str | None = None, at_revision: int | None = None,
+                mode: str = "segments") -> tuple[list[dict[str, Any]], str | None]:
     """Every node under ``prefix``, by path, a page of at most ``limit``.
 
     Parameters
@@ -267,13 +293,16 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
     repo, branch, workspace : str
         Where to list.
     prefix : str
-        List the nodes whose path starts with it.
+        List the nodes under it: ``/docs`` is ``/docs`` and ``/docs/...`` (not ``/docs-old``),
+        ``/docs/`` only what is below ``/docs``, ``/`` everything.
     limit : int, 1..10,000
         Most rows returned.
     cursor : str or None
         Where the previous page ended.
     at_revision : int or None
         Read as of this revision; None: the head.
+    mode : {"segments", "raw"}
+        ``raw``: every path that starts with the string ``prefix`` (``/docs`` lists ``/docs-old``).
 
     Returns
     -------
@@ -284,11 +313,12 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
     ------
     kg.errors.NotFound
     kg.errors.InvalidInput
-        A malformed cursor.
+        A malformed prefix, mode or cursor.
     """
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        rows, next_cursor = node_store.list_prefix(session, view, workspace, prefix, limit=limit, cursor=cursor)
+        rows, next_cursor = node_store.list_prefix(session, view, workspace, prefix, limit=limit, cursor=cursor,
+                                                   mode=mode)
         return [node_dict(v, workspace) for v in rows], next_cursor
 
 

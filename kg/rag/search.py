@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import math
 import time
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -35,6 +36,7 @@ Mode = Literal["vector", "fulltext", "hybrid"]
 Granularity = Literal["chunk", "node"]
 Fusion = Literal["kg", "index"]
 FusionType = Literal["ranked", "relative_score"]
+PrefixMode = Literal["segments", "raw"]
 RRF_K = 60
 """The default rank constant of kg's fusion (``KG_SEARCH_RRF_K``; see docs/retrieval.md)."""
 MAX_K = 1000
@@ -61,6 +63,10 @@ class SearchRequest(BaseModel):
         One row per passage, or one row per node with its best passage.
     workspaces : list of str, optional
     path_prefix, node_type : str, optional
+        ``path_prefix``: ``/answers`` is ``/answers`` and ``/answers/...``, never ``/answers-old``
+        (whole segments; a trailing ``/``: only what is below).
+    path_prefix_mode : {"segments", "raw"}
+        ``raw``: ``path_prefix`` is a plain string prefix (``/answers`` matches ``/answers-old``).
     where : dict, optional
         Property equality filters.
     fulltext_weight, vector_weight : float
@@ -102,7 +108,10 @@ class SearchRequest(BaseModel):
     granularity: Granularity = Field(default="chunk", description="chunk: one row per passage; node: one row "
                                                                   "per node, its best passage attached.")
     workspaces: list[str] | None = Field(default=None, description="Workspaces searched (default: all).")
-    path_prefix: str | None = None
+    path_prefix: str | None = Field(default=None, description="Only paths under this: whole segments "
+                                    "(/answers is /answers and /answers/..., not /answers-old).")
+    path_prefix_mode: PrefixMode = Field(default="segments", description="segments, or raw: path_prefix "
+                                         "as a plain string prefix.")
     node_type: str | None = None
     where: dict[str, Any] | None = Field(default=None, description="Property equality filters.")
     fulltext_weight: float = Field(default=1.0, description="Weight of the BM25 leg (0 turns it off).")
@@ -115,6 +124,12 @@ class SearchRequest(BaseModel):
     fusion_type: FusionType | None = Field(default=None, description="The index's fusion (with fusion 'index').")
     rerank: bool | None = Field(default=None, description="Rerank the top candidates with the configured "
                                                           "reranker (default: when one is configured).")
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _nfc_prefix(cls, value: str | None) -> str | None:
+        """The prefix in NFC, as paths are stored (:func:`kg.store.paths.validate_path`)."""
+        return unicodedata.normalize("NFC", value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _rules(self) -> SearchRequest:
@@ -206,10 +221,42 @@ class SearchResult:
         } | ({} if self.rerank_score is None else {"rerank_score": self.rerank_score})
 
 
+def json_equal(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal as JSON: a boolean never equals a number.
+
+    Python's ``==`` has ``True == 1`` and ``False == 0.0``; JSON (and a ``where`` filter) does
+    not. Numbers compare by value (``1 == 1.0``), arrays element-wise, objects key-wise.
+
+    Parameters
+    ----------
+    a, b : Any
+        Values parsed from JSON (None, bool, int, float, str, list, dict).
+
+    Returns
+    -------
+    bool
+        True when equal.
+
+    Examples
+    --------
+    >>> json_equal(True, 1), json_equal(1, 1.0), json_equal([True], [1])
+    (False, True, False)
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a is b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, dict)) or isinstance(b, (list, dict)):
+        return False
+    return bool(a == b)
+
+
 def _matches(properties: dict[str, Any], where: dict[str, Any] | None) -> bool:
     if not where:
         return True
-    return all(properties.get(key) == value for key, value in where.items())
+    return all(json_equal(properties.get(key), value) for key, value in where.items())
 
 
 @dataclass
@@ -653,11 +700,13 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     def build() -> _Searchable:
         nodes: list[Any]  # NodeVersion with properties, else _NodeLite
         if request.where:
-            nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix)
+            nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix,
+                                  path_prefix_mode=request.path_prefix_mode)
         else:
             nodes = [_NodeLite(n.node_id, n.workspace_id, n.branch_id, n.path, n.node_type, n.content_key)
                      for n in visible_nodes(session, view, workspace_ids=wids,
-                                            path_prefix=request.path_prefix, with_properties=False)]
+                                            path_prefix=request.path_prefix,
+                                            path_prefix_mode=request.path_prefix_mode, with_properties=False)]
         by_key: dict[str, list] = defaultdict(list)
         by_model: dict[str, set[str]] = defaultdict(set)
         for node in nodes:
@@ -677,7 +726,7 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
         return build()
     configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
     key = ("searchable", view.repo.id, *view.cache_key, at_head, configs, request.path_prefix,
-           request.node_type)
+           request.path_prefix_mode, request.node_type)
     return services.search_cache.get(key, build)
 
 
@@ -696,8 +745,10 @@ def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
     prefix = request.path_prefix
     if prefix is not None and ("*" in prefix or "?" in prefix):
         prefix = None  # Weaviate's Like cannot escape its wildcards: SQL alone filters this path
-    filters = {"path_prefix": prefix, "node_type": request.node_type, "where": request.where}
+    filters: dict[str, Any] = {"path_prefix": prefix, "node_type": request.node_type, "where": request.where}
     sent = filters if at_head and any(v is not None for v in filters.values()) else None
+    if sent is not None and prefix is not None:
+        sent = {**sent, "path_prefix_mode": request.path_prefix_mode}
     return tuple(
         SearchScope(model, wid, bid, frozenset(vkeys), sent if bid == view.branch.id else None)
         for (model, wid, bid), vkeys in sorted(keys.items())

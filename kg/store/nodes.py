@@ -6,18 +6,20 @@ import base64
 import functools
 import json
 import math
+import re
+import unicodedata
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, bindparam, select
+from sqlalchemy import ColumnElement, Select, bindparam, or_, select
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import Branch, NodeVersion, RelationVersion, Workspace, utcnow
-from kg.store.paths import ancestors_of, name_of, parent_of, validate_prefix
+from kg.store.paths import ancestors_of, name_of, parent_of, path_has_prefix, validate_prefix, validate_prefix_mode
 from kg.store.paths import validate_path as validate_path  # re-exported: kg.ops.nodes, kg.ragnode.service
 from kg.store.references import index_references
 from kg.store.repos import BranchView, WriteContext, workspace_id
@@ -132,7 +134,7 @@ def find_node(session: Session, view: BranchView, workspace: str, path: str) -> 
     workspace : str
         Workspace name.
     path : str
-        The node's path (not validated here).
+        The node's path (not validated here; looked up in NFC, as :func:`validate_path` stores it).
 
     Returns
     -------
@@ -145,6 +147,7 @@ def find_node(session: Session, view: BranchView, workspace: str, path: str) -> 
         Unknown workspace.
     """
     wid = workspace_id(view, workspace)
+    path = unicodedata.normalize("NFC", path) if isinstance(path, str) else path
     found: NodeVersion | None = session.scalar(_find_node_stmt(view.chain), {"find_wid": wid, "find_path": path})
     return found
 
@@ -175,7 +178,7 @@ def get_node(session: Session, view: BranchView, workspace: str, path: str) -> N
     kg.errors.NotFound
         Unknown workspace, or no node there on this branch.
     """
-    validate_path(path)
+    path = validate_path(path)
     found = find_node(session, view, workspace, path)
     if found is None:
         raise NotFound(
@@ -319,7 +322,7 @@ def put_node(
     kg.errors.Conflict
         The node changed after ``if_revision``.
     """
-    validate_path(path)
+    path = validate_path(path)
     if not validated:
         validate_node_input(write.node_type, write.properties, write.order)
     view = ctx.view
@@ -471,6 +474,7 @@ def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, 
         The node has children and ``recursive`` is False.
     """
     node = get_node(session, ctx.view, workspace, path)
+    path = node.path  # in NFC
     below = descendants(session, ctx.view, workspace, path)
     if below and not recursive:
         raise Conflict(
@@ -553,12 +557,123 @@ def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> Re
     )
 
 
-def _sort_key(v: NodeVersion) -> tuple[bool, float, str]:
-    return (v.order is None, v.order if v.order is not None else 0.0, v.name)
+#: A child's sort key: (has no value, value's type rank, value, name); JSON-encodable.
+SortKey = tuple[bool, int, "float | str | bool", str]
+_ORDER_BY_RE = r"^-?(order|name|properties\.[^.\s][^\s]{0,254})$"
 
 
-def list_children(session: Session, view: BranchView, workspace: str, parent: str) -> list[NodeVersion]:
-    """The children of ``parent`` (``/`` for top level) in ``order``, then name.
+@dataclass(frozen=True)
+class ChildOrder:
+    """How children are sorted: by ``order`` (the default), ``name`` or one property.
+
+    Parameters
+    ----------
+    field : str
+        ``"order"``, ``"name"`` or ``"properties.<key>"``.
+    descending : bool
+        Largest value first; children without the value stay last and ties stay by name.
+    """
+
+    field: str = "order"
+    descending: bool = False
+
+    @property
+    def spec(self) -> str:
+        """The field with a leading ``-`` when descending (what cursors record)."""
+        return ("-" if self.descending else "") + self.field
+
+    def key(self, v: NodeVersion) -> SortKey:
+        """The sort key of a child.
+
+        Parameters
+        ----------
+        v : NodeVersion
+            The child.
+
+        Returns
+        -------
+        SortKey
+            ``(missing, rank, value, name)``: ``missing`` when the child has no sortable value
+            (absent, null, a list or an object), ``rank`` 0 for numbers, 1 strings, 2 booleans.
+        """
+        if self.field == "order":
+            value: Any = v.order
+        elif self.field == "name":
+            value = v.name
+        else:
+            props = v.properties if isinstance(v.properties, dict) else {}
+            value = props.get(self.field[len("properties."):])
+        if isinstance(value, bool):
+            return (False, 2, value, v.name)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            return (False, 0, float(value), v.name)
+        if isinstance(value, str):
+            return (False, 1, value, v.name)
+        return (True, 0, 0.0, v.name)
+
+    def compare(self, a: SortKey, b: SortKey) -> int:
+        """Whether the child with key ``a`` comes before, with or after the one with ``b``.
+
+        Parameters
+        ----------
+        a, b : SortKey
+            Keys from :meth:`key`.
+
+        Returns
+        -------
+        int
+            -1 (before), 0 (same key) or 1 (after).
+        """
+        if a[0] != b[0]:
+            return -1 if b[0] else 1
+        if (a[1], a[2]) != (b[1], b[2]):
+            before = (a[1], a[2]) < (b[1], b[2])  # same rank: same type
+            return (1 if before else -1) if self.descending else (-1 if before else 1)
+        return (a[3] > b[3]) - (a[3] < b[3])
+
+
+def child_order(order_by: str | None = None, direction: str | None = None) -> ChildOrder:
+    """Parse a children sort: ``order`` (default), ``name``, ``properties.<key>``, ``-`` for descending.
+
+    Parameters
+    ----------
+    order_by : str or None
+        ``order``, ``name`` or ``properties.<key>``, optionally with a leading ``-``
+        (descending); None: ``order``.
+    direction : {"asc", "desc"} or None
+        The direction; None: ascending unless ``order_by`` starts with ``-``.
+
+    Returns
+    -------
+    ChildOrder
+        The parsed sort.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        An unknown field or direction, or ``-field`` with ``direction="asc"``.
+
+    Examples
+    --------
+    >>> child_order("properties.position", "desc").spec
+    '-properties.position'
+    """
+    spec = "order" if order_by is None else order_by
+    if not isinstance(spec, str) or not re.match(_ORDER_BY_RE, spec):
+        raise InvalidInput("order_by must be 'order', 'name' or 'properties.<key>', optionally with a "
+                           "leading '-' for descending", details={"order_by": order_by})
+    if direction not in (None, "asc", "desc"):
+        raise InvalidInput("direction must be 'asc' or 'desc'", details={"direction": direction})
+    descending = spec.startswith("-")
+    if descending and direction == "asc":
+        raise InvalidInput("order_by with '-' is descending: it contradicts direction=asc",
+                           details={"order_by": order_by, "direction": direction})
+    return ChildOrder(spec.lstrip("-"), descending or direction == "desc")
+
+
+def list_children(session: Session, view: BranchView, workspace: str, parent: str, *,
+                  order: ChildOrder | None = None, node_type: str | None = None) -> list[NodeVersion]:
+    """The children of ``parent`` (``/`` for top level), by default in ``order``, then name.
 
     Parameters
     ----------
@@ -570,11 +685,16 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
         Workspace name.
     parent : str
         The parent's path, or ``/`` for the top level.
+    order : ChildOrder or None, optional
+        The sort (:func:`child_order`); None: ``order`` ascending.
+    node_type : str or None, optional
+        Only children of this node type.
 
     Returns
     -------
     list of NodeVersion
-        Nodes with an ``order`` first (ascending), then the rest, each group by name.
+        Children with the sort value first (ascending or descending; numbers, then strings,
+        then booleans), then those without it; ties by name.
 
     Raises
     ------
@@ -586,13 +706,21 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
     if parent != "/":
         get_node(session, view, workspace, parent)
     wid = workspace_id(view, workspace)
-    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
-                             NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent)
-    return sorted(session.scalars(stmt), key=_sort_key)
+    where = [NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent]
+    if node_type is not None:
+        where.append(NodeVersion.node_type == node_type)
+    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
+    how = order or ChildOrder()
+
+    def cmp(a: NodeVersion, b: NodeVersion) -> int:
+        return how.compare(how.key(a), how.key(b))
+
+    return sorted(session.scalars(stmt), key=functools.cmp_to_key(cmp))
 
 
 def list_children_page(session: Session, view: BranchView, workspace: str, parent: str, *, limit: int = 100,
-                       cursor: str | None = None) -> tuple[list[NodeVersion], str | None]:
+                       cursor: str | None = None, order: ChildOrder | None = None,
+                       node_type: str | None = None) -> tuple[list[NodeVersion], str | None]:
     """One page of the children of ``parent`` in their order (:func:`list_children`).
 
     Parameters
@@ -608,50 +736,64 @@ def list_children_page(session: Session, view: BranchView, workspace: str, paren
     limit : int, default 100
         Page size, 1 to 10000.
     cursor : str or None, optional
-        The previous page's ``next_cursor``; None for the first page.
+        The previous page's ``next_cursor`` (made with the same ``order``); None or ``""`` for
+        the first page.
+    order : ChildOrder or None, optional
+        The sort (:func:`child_order`); None: ``order`` ascending.
+    node_type : str or None, optional
+        Only children of this node type.
 
     Returns
     -------
     (nodes, next_cursor)
-        ``next_cursor`` (opaque: the sort key of the page's last child) is None on the last page.
+        ``next_cursor`` (opaque: the sort and the sort key of the page's last child) is None
+        on the last page.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad parent path, cursor or limit.
+        Bad parent path or limit; a cursor that is not one, or one made with another sort.
     kg.errors.NotFound
         Unknown workspace or parent node.
 
     Notes
     -----
-    Keyset paging over the sort key ``(order is None, order, name)``: a child written or
-    deleted between two pages neither repeats nor hides another. Each page reads and sorts
-    every child (O(n log n) for n children).
+    Keyset paging over the sort key: a child written or deleted between two pages neither
+    repeats nor hides another. Each page reads and sorts every child (O(n log n) for n children).
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
-    rows = list_children(session, view, workspace, parent)
-    if cursor:
-        after = _decode_child_cursor(cursor)
-        rows = [v for v in rows if _sort_key(v) > after]
-    next_cursor = _encode_child_cursor(_sort_key(rows[limit - 1])) if len(rows) > limit else None
+    how = order or ChildOrder()
+    after = _decode_child_cursor(cursor, how) if cursor else None
+    rows = list_children(session, view, workspace, parent, order=how, node_type=node_type)
+    if after is not None:
+        rows = [v for v in rows if how.compare(how.key(v), after) > 0]
+    next_cursor = _encode_child_cursor(how, how.key(rows[limit - 1])) if len(rows) > limit else None
     return rows[:limit], next_cursor
 
 
-def _encode_child_cursor(key: tuple[bool, float, str]) -> str:
-    """The cursor after the child with sort key ``key``."""
-    return encode_cursor(json.dumps([key[0], key[1], key[2]]))
+def _encode_child_cursor(order: ChildOrder, key: SortKey) -> str:
+    """The cursor after the child with sort key ``key`` under ``order``."""
+    return encode_cursor(json.dumps({"o": order.spec, "k": list(key)}))
 
 
-def _decode_child_cursor(cursor: str) -> tuple[bool, float, str]:
-    """The sort key a children cursor points after."""
+def _decode_child_cursor(cursor: str, order: ChildOrder) -> SortKey:
+    """The sort key a children cursor points after; it must have been made with ``order``."""
+    bad = InvalidInput("invalid cursor: not one of this listing's next_cursor values", details={"cursor": cursor})
     try:
-        none, order, name = json.loads(decode_cursor(cursor))
-        if not (isinstance(none, bool) and isinstance(order, (int, float)) and isinstance(name, str)):
-            raise ValueError(cursor)
-    except (ValueError, TypeError) as exc:
-        raise InvalidInput("invalid cursor", details={"cursor": cursor}) from exc
-    return (none, float(order), name)
+        data = json.loads(decode_cursor(cursor))
+        missing, rank, value, name = data["k"]
+        spec = data["o"]
+    except (InvalidInput, ValueError, TypeError, KeyError) as exc:
+        raise bad from exc
+    kinds = {0: (int, float), 1: (str,), 2: (bool,)}
+    if not (isinstance(missing, bool) and rank in kinds and not isinstance(rank, bool) and isinstance(name, str)
+            and isinstance(value, kinds[rank]) and (rank == 2 or not isinstance(value, bool))):
+        raise bad
+    if spec != order.spec:
+        raise InvalidInput(f"the cursor was made for order_by {spec!r}, not {order.spec!r}",
+                           details={"cursor": cursor})
+    return (missing, rank, float(value) if rank == 0 else value, name)
 
 
 def parents_with_children(session: Session, view: BranchView, workspace: str, paths: Sequence[str]) -> set[str]:
@@ -740,9 +882,52 @@ def decode_cursor(cursor: str) -> str:
         raise InvalidInput("invalid cursor", details={"cursor": cursor}) from exc
 
 
+def path_under(prefix: str, mode: str = "segments") -> ColumnElement[bool] | None:
+    """The SQL condition of :func:`kg.store.paths.path_has_prefix` on ``NodeVersion.path``.
+
+    Parameters
+    ----------
+    prefix : str
+        ``/``, a path, or a path with a trailing ``/``.
+    mode : {"segments", "raw"}
+        Match whole segments (``/a`` is ``/a`` and ``/a/...``, not ``/ab``), or any string prefix.
+
+    Returns
+    -------
+    ColumnElement or None
+        The condition; None for ``/`` (every path).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        An unknown mode.
+    """
+    validate_prefix_mode(mode)
+    if prefix == "/":
+        return None
+    if mode == "raw" or prefix.endswith("/"):
+        return NodeVersion.path.startswith(prefix, autoescape=True)
+    return or_(NodeVersion.path == prefix, NodeVersion.path.startswith(prefix + "/", autoescape=True))
+
+
+def _decode_prefix_cursor(cursor: str, prefix: str, mode: str) -> str:
+    """The path a prefix listing's cursor points after: a path under ``prefix``, encoded as
+    :func:`encode_cursor` does, or a 422 (never a silent restart at page 1)."""
+    bad = InvalidInput("invalid cursor: not one of this listing's next_cursor values", details={"cursor": cursor})
+    try:
+        after = decode_cursor(cursor)
+        validate_path(after)
+    except InvalidInput as exc:
+        raise bad from exc
+    if encode_cursor(after) != cursor or not path_has_prefix(after, prefix, mode):
+        raise bad
+    return after
+
+
 def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str, *,
-                limit: int = 1000, cursor: str | None = None) -> tuple[list[NodeVersion], str | None]:
-    """Nodes whose path starts with ``prefix``, by path, one page at a time.
+                limit: int = 1000, cursor: str | None = None,
+                mode: str = "segments") -> tuple[list[NodeVersion], str | None]:
+    """Nodes under ``prefix`` (:func:`kg.store.paths.path_has_prefix`), by path, one page at a time.
 
     Parameters
     ----------
@@ -758,6 +943,9 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
         Page size, 1 to 10000.
     cursor : str or None, optional
         The previous page's ``next_cursor``; None for the first page.
+    mode : {"segments", "raw"}, default "segments"
+        ``/docs`` matches ``/docs`` and ``/docs/...`` (not ``/docs-old``); ``raw``: any path
+        that starts with the string.
 
     Returns
     -------
@@ -767,18 +955,19 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
     Raises
     ------
     kg.errors.InvalidInput
-        Bad prefix, cursor or limit.
+        Bad prefix, mode, cursor or limit.
     kg.errors.NotFound
         Unknown workspace.
     """
-    validate_prefix(prefix)
+    prefix = validate_prefix(prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
     wid = workspace_id(view, workspace)
     where = [NodeVersion.workspace_id == wid]
-    if prefix != "/":
-        where.append(NodeVersion.path.startswith(prefix, autoescape=True))
-    after = decode_cursor(cursor) if cursor else None
+    under = path_under(prefix, mode)
+    if under is not None:
+        where.append(under)
+    after = _decode_prefix_cursor(cursor, prefix, mode) if cursor else None
     if after is not None:
         where.append(NodeVersion.path > after)
     stmt, alias = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
@@ -788,7 +977,8 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
 
 
 def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
-                  path_prefix: str | None = None, with_properties: bool = True) -> list[NodeVersion]:
+                  path_prefix: str | None = None, path_prefix_mode: str = "segments",
+                  with_properties: bool = True) -> list[NodeVersion]:
     """Every visible node, optionally in some workspaces and under a path prefix.
 
     ``with_properties=False`` leaves the (possibly large) properties unloaded: reading them
@@ -803,7 +993,9 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
     workspace_ids : list of int or None, optional
         Only these workspaces (by id); None for all.
     path_prefix : str or None, optional
-        Only paths starting with it (a plain string prefix); None or ``/`` for all.
+        Only paths under it (:func:`kg.store.paths.path_has_prefix`); None or ``/`` for all.
+    path_prefix_mode : {"segments", "raw"}, default "segments"
+        Whole segments (``/a`` is ``/a`` and ``/a/...``), or a plain string prefix.
     with_properties : bool, default True
         Load the properties.
 
@@ -815,8 +1007,9 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
     where: list[ColumnElement[bool]] = []
     if workspace_ids is not None:
         where.append(NodeVersion.workspace_id.in_(workspace_ids))
-    if path_prefix and path_prefix != "/":
-        where.append(NodeVersion.path.startswith(path_prefix, autoescape=True))
+    under = path_under(path_prefix, path_prefix_mode) if path_prefix else None
+    if under is not None:
+        where.append(under)
     stmt, alias = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
     if not with_properties:
         stmt = stmt.options(defer(NodeVersion.properties, raiseload=True))

@@ -13,10 +13,12 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/\-]{0,254}$")
 
 
 def validate_path(path: str) -> str:
-    """Check a node path and return it unchanged.
+    """Check a node path and return it in Unicode normal form C.
 
     A path starts with ``/``, has no empty segment (``//``), no trailing ``/``, no ``.`` or
-    ``..`` segment and no control character; the root ``/`` is not a node path.
+    ``..`` segment and no control character; the root ``/`` is not a node path. The store
+    keys nodes by the NFC path this returns, so NFC and NFD spellings of one name (``é`` as
+    one code point, or ``e`` and a combining accent) address one node, on write and on read.
 
     Parameters
     ----------
@@ -26,7 +28,7 @@ def validate_path(path: str) -> str:
     Returns
     -------
     str
-        ``path``.
+        ``path`` in NFC (:func:`unicodedata.normalize`).
 
     Raises
     ------
@@ -37,6 +39,8 @@ def validate_path(path: str) -> str:
     --------
     >>> validate_path("/entities/acme")
     '/entities/acme'
+    >>> validate_path("/entities/acme\u0301") == "/entities/acm\u00e9"
+    True
     >>> validate_path("/entities//acme")
     Traceback (most recent call last):
     ...
@@ -47,6 +51,7 @@ def validate_path(path: str) -> str:
 
     if not isinstance(path, str) or not path:
         raise bad("a path is required")
+    path = unicodedata.normalize("NFC", path)
     if not path.startswith("/"):
         raise bad("it must start with '/'")
     if path == "/":
@@ -80,7 +85,7 @@ def validate_prefix(prefix: str) -> str:
     Returns
     -------
     str
-        ``prefix``, unchanged (the trailing ``/`` is kept).
+        ``prefix`` in NFC (as :func:`validate_path`; the trailing ``/`` is kept).
 
     Raises
     ------
@@ -94,8 +99,66 @@ def validate_prefix(prefix: str) -> str:
     """
     if prefix == "/":
         return prefix
-    validate_path(prefix[:-1] if prefix.endswith("/") and len(prefix) > 1 else prefix)
-    return prefix
+    trailing = prefix.endswith("/") and len(prefix) > 1 if isinstance(prefix, str) else False
+    return validate_path(prefix[:-1] if trailing else prefix) + ("/" if trailing else "")
+
+
+#: How a path prefix matches: whole segments (the default) or as a plain string prefix.
+PREFIX_MODES = ("segments", "raw")
+
+
+def validate_prefix_mode(mode: str) -> str:
+    """Check a prefix mode: ``"segments"`` or ``"raw"``.
+
+    Parameters
+    ----------
+    mode : str
+        ``"segments"``: ``/answers`` is the node ``/answers`` and what is under it, never
+        ``/answers-old``; ``"raw"``: every path that starts with the string.
+
+    Returns
+    -------
+    str
+        ``mode``.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Another value.
+    """
+    if mode not in PREFIX_MODES:
+        raise InvalidInput("path prefix mode must be 'segments' or 'raw'", details={"path_prefix_mode": mode})
+    return mode
+
+
+def path_has_prefix(path: str, prefix: str, mode: str = "segments") -> bool:
+    """Whether ``path`` is under ``prefix``.
+
+    Parameters
+    ----------
+    path : str
+        A node path.
+    prefix : str
+        ``/`` (everything), a path (the node itself and its descendants, in ``segments`` mode)
+        or a path with a trailing ``/`` (its descendants only).
+    mode : {"segments", "raw"}
+        Match whole segments, or any string prefix.
+
+    Returns
+    -------
+    bool
+        True when ``path`` matches.
+
+    Examples
+    --------
+    >>> path_has_prefix("/answers/x", "/answers"), path_has_prefix("/answers-old", "/answers")
+    (True, False)
+    >>> path_has_prefix("/answers-old", "/answers", "raw")
+    True
+    """
+    if prefix == "/" or mode == "raw" or prefix.endswith("/"):
+        return path.startswith(prefix)
+    return path == prefix or path.startswith(prefix + "/")
 
 
 def parent_of(path: str) -> str:
@@ -227,7 +290,7 @@ def parse_address(address: str, *, default_workspace: str | None = None) -> tupl
     Returns
     -------
     (workspace, path) : tuple of str
-        The workspace name (not checked to exist) and the validated path.
+        The workspace name (not checked to exist) and the validated path, in NFC.
 
     Raises
     ------

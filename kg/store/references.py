@@ -48,7 +48,7 @@ def _target(key: str, value: dict[str, Any], workspace: str) -> tuple[str, str]:
     try:
         if not isinstance(path, str):
             raise InvalidInput(f"{REF_KEY} must be a node path string")
-        validate_path(path)
+        path = validate_path(path)
         validate_name("workspace", target_ws)
     except InvalidInput as exc:
         raise InvalidInput(f"invalid reference in property {key!r}: {exc.message}",

@@ -389,3 +389,11 @@ def test_a_key_stores_an_ask_answer_on_its_branch_as_itself(api, world):
     assert r.json()["stored"]["path"] == "/answers/main-doc"
     log = api.get("/api/repos/acme/log", params={"branch": "agent/ask"}, headers=agent).json()["revisions"]
     assert log[0]["actor"] == "agent-ask" and log[0]["message"].startswith("ask: store answer")
+
+
+def test_a_missing_key_is_401_before_an_unknown_query_parameter(api, admin):
+    """Issue 15: the unknown-parameter 422 runs after the caller's key is checked."""
+    r = api.get("/api/repos", params={"bogus": "1"})
+    assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+    r = api.get("/api/repos", params={"bogus": "1"}, headers=admin)
+    assert r.status_code == 422 and r.json()["error"]["details"]["unknown"] == ["bogus"]

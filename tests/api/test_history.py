@@ -299,3 +299,48 @@ def test_reset_branch_is_not_served_from_a_stale_cache(client, repo):
     assert client.post(f"{BASE}/search", params={"branch": "b"},
                        json={"query": "xylophone", "mode": "fulltext"}).json()["results"] == []
     assert client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a", "branch": "b"}).json()["neighbors"] == []
+
+
+def test_a_batch_naming_one_path_twice_is_422_and_writes_nothing(client, repo):
+    """Issue 15: two upserts of one path made two versions at one revision. A batch names each
+    node once, across upserts and deletes, and NFC / NFD spellings are one path."""
+    put(client, "/docs", {"title": "D"})
+    head = client.get(BASE).json()["head_revision"]
+    item = {"workspace": "knowledge", "node_type": "kb:Doc"}
+    docs = {"workspace": "knowledge", "path": "/docs"}
+    for body in (
+        {"upserts": [{**item, "path": "/docs/a", "properties": {"v": 1}},
+                     {**item, "path": "/docs/a", "properties": {"v": 2}}]},
+        {"upserts": [{**item, "path": "/docs/caf\u00e9", "properties": {}},
+                     {**item, "path": "/docs/cafe\u0301", "properties": {}}]},
+        {"deletes": [docs], "upserts": [{**item, "path": "/docs", "properties": {}}]},
+        {"deletes": [docs, docs]},
+    ):
+        r = client.post(f"{BASE}/nodes:batch", json=body)
+        assert_error(r, 422)
+        assert len(r.json()["error"]["details"]["items"]) == 2
+    assert client.get(BASE).json()["head_revision"] == head
+    assert get(client, "/docs/a") is None and get(client, "/docs")["properties"] == {"title": "D"}
+    # one path in two workspaces is two nodes
+    assert client.post("/api/repos/acme/workspaces", json={"name": "other"}).status_code == 201
+    ok = client.post(f"{BASE}/nodes:batch", json={"upserts": [{**item, "path": "/x", "properties": {}},
+                                                              {**item, "workspace": "other", "path": "/x",
+                                                               "properties": {}}]})
+    assert ok.status_code == 200, ok.text
+
+
+def test_a_batch_child_before_its_parent_makes_one_version_of_the_parent(client, repo, services):
+    """A child upserted before its parent with ``parents: true`` made the parent a folder, then
+    the parent's own upsert a second version at the same revision."""
+    from kg.context import OPERATOR
+    from kg.ops.queries import node_history
+
+    item = {"workspace": "knowledge", "node_type": "kb:Doc"}
+    r = client.post(f"{BASE}/nodes:batch", json={"parents": True, "upserts": [
+        {**item, "path": "/p/c", "properties": {"v": "child"}}, {**item, "path": "/p", "properties": {"v": "parent"}}]})
+    assert r.status_code == 200, r.text
+    assert [n["path"] for n in r.json()["upserted"]] == ["/p/c", "/p"]
+    parent = get(client, "/p")
+    assert parent["node_type"] == "kb:Doc" and parent["properties"] == {"v": "parent"}
+    versions = node_history(services, OPERATOR, "acme", "main", "knowledge", "/p")
+    assert [v["revision"] for v in versions] == [r.json()["revision"]]

@@ -110,7 +110,8 @@ def test_path_prefixes_are_case_sensitive_on_both_databases(client, repo):
     put(client, "/upper", {"content": "quiet words about caches"})
     listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/upper"}).json()
     assert [n["path"] for n in listed["nodes"]] == ["/upper"]
-    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/UP"}).json()
+    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes",
+                        params={"prefix": "/UP", "prefix_mode": "raw"}).json()
     assert [n["path"] for n in listed["nodes"]] == ["/UPPER", "/UPPER/x"]
     found = client.post("/api/repos/acme/search", json={"query": "caches", "mode": "fulltext", "path_prefix": "/upper"})
     assert [r["path"] for r in found.json()["results"]] == ["/upper"]
@@ -237,3 +238,170 @@ def test_a_put_runs_a_pinned_number_of_sql_statements(settings):
         event.remove(db.engine, "before_cursor_execute", counted)
         client.close()
         services.close()
+
+
+def _children(client, **params):
+    r = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"parent": "/doc", **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _sections(client):
+    put(client, "/doc")
+    for name, position in [("d", 2), ("b", 1), ("a", None), ("c", 2), ("e", 10), ("f", "x")]:
+        props = {} if position is None else {"position": position}
+        put(client, f"/doc/{name}", props, node_type="kb:Section")
+    put(client, "/doc/notes", {"position": 0}, node_type="kb:Note")
+
+
+def test_children_ordered_by_a_property_with_direction(client, repo):
+    """Issue 15: the guide's sections carry ``position``; children can be ordered by it, nodes
+    without it last, ties by name, numbers numerically (10 after 2), strings after numbers."""
+    _sections(client)
+    names = [n["name"] for n in _children(client, order_by="properties.position")["nodes"]]
+    assert names == ["notes", "b", "c", "d", "e", "f", "a"]
+    names = [n["name"] for n in _children(client, order_by="properties.position", direction="desc")["nodes"]]
+    assert names == ["f", "e", "c", "d", "b", "notes", "a"]
+    names = [n["name"] for n in _children(client, order_by="-properties.position")["nodes"]]
+    assert names == ["f", "e", "c", "d", "b", "notes", "a"]
+    assert [n["name"] for n in _children(client, order_by="name", direction="desc")["nodes"]] == \
+        ["notes", "f", "e", "d", "c", "b", "a"]
+    # the default stays `order`, then name
+    assert [n["name"] for n in _children(client)["nodes"]] == ["a", "b", "c", "d", "e", "f", "notes"]
+
+
+def test_children_filtered_by_node_type(client, repo):
+    """Issue 15: ``node_type`` was silently ignored on children."""
+    _sections(client)
+    body = _children(client, node_type="kb:Section", order_by="properties.position")
+    assert [n["name"] for n in body["nodes"]] == ["b", "c", "d", "e", "f", "a"]
+    assert {n["node_type"] for n in body["nodes"]} == {"kb:Section"}
+    assert _children(client, node_type="kb:Nothing")["nodes"] == []
+
+
+def test_children_cursor_paging_follows_order_by(client, repo):
+    """A cursor encodes the sort key: pages of 2 under a descending property sort rebuild the
+    whole listing, and a cursor made for one sort is refused under another."""
+    _sections(client)
+    whole = [n["name"] for n in _children(client, order_by="-properties.position")["nodes"]]
+    seen, cursor = [], None
+    while True:
+        params = {"order_by": "-properties.position", "limit": 2, **({"cursor": cursor} if cursor else {})}
+        body = _children(client, **params)
+        seen += [n["name"] for n in body["nodes"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == whole and len(seen) == 7
+    first = _children(client, order_by="properties.position", limit=2)
+    r = client.get("/api/repos/acme/workspaces/knowledge/nodes",
+                   params={"parent": "/doc", "order_by": "name", "cursor": first["next_cursor"]})
+    assert_error(r, 422)
+
+
+@pytest.mark.parametrize("params", [{"order_by": "position"}, {"order_by": "properties."},
+                                    {"direction": "up"}, {"order_by": "-name", "direction": "asc"}])
+def test_children_bad_order_by_is_422(client, repo, params):
+    put(client, "/doc")
+    r = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"parent": "/doc", **params})
+    assert_error(r, 422)
+
+
+def test_path_prefix_matches_whole_segments_in_listing_and_search(client, repo):
+    """Issue 15: ``path_prefix: "/answers"`` matched ``/answers-old``. A prefix is whole segments
+    (the node itself and what is under it) in the prefix listing and in every search mode;
+    ``raw`` keeps the plain string prefix."""
+    for path in ("/answers", "/answers/x", "/answers-old", "/answers-old/y"):
+        put(client, path, {"content": f"stored answer about caching {path}"})
+    listed = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/answers"}).json()
+    assert [n["path"] for n in listed["nodes"]] == ["/answers", "/answers/x"]
+    below = client.get("/api/repos/acme/workspaces/knowledge/nodes", params={"prefix": "/answers/"}).json()
+    assert [n["path"] for n in below["nodes"]] == ["/answers/x"]
+    raw = client.get("/api/repos/acme/workspaces/knowledge/nodes",
+                     params={"prefix": "/answers", "prefix_mode": "raw"}).json()
+    assert [n["path"] for n in raw["nodes"]] == ["/answers", "/answers-old", "/answers-old/y", "/answers/x"]
+    for mode in ("fulltext", "vector", "hybrid"):
+        for where in (None, {"content": "stored answer about caching /answers/x"}):
+            body = {"query": "stored answer caching", "mode": mode, "k": 10, "path_prefix": "/answers",
+                    **({"where": where} if where else {})}
+            found = client.post("/api/repos/acme/search", json=body)
+            assert found.status_code == 200, found.text
+            expected = {"/answers/x"} if where else {"/answers", "/answers/x"}
+            assert {r["path"] for r in found.json()["results"]} == expected, (mode, where)
+        found = client.post("/api/repos/acme/search", json={"query": "stored answer caching", "mode": mode, "k": 10,
+                                                            "path_prefix": "/answers", "path_prefix_mode": "raw"})
+        assert {r["path"] for r in found.json()["results"]} == \
+            {"/answers", "/answers/x", "/answers-old", "/answers-old/y"}
+    assert_error(client.post("/api/repos/acme/search", json={"query": "x", "path_prefix": "/a",
+                                                            "path_prefix_mode": "glob"}), 422)
+    assert_error(client.get("/api/repos/acme/workspaces/knowledge/nodes",
+                            params={"prefix": "/answers", "prefix_mode": "glob"}), 422)
+
+
+@pytest.mark.parametrize("listing", [{"prefix": "/doc/"}, {"parent": "/doc"}])
+def test_a_bad_cursor_is_422_not_page_one(client, repo, listing):
+    """Issue 15: a bad cursor restarted at page 1 (children ignored the cursor altogether)."""
+    import base64
+
+    put(client, "/doc")
+    for i in range(4):
+        put(client, f"/doc/p{i}")
+    url = "/api/repos/acme/workspaces/knowledge/nodes"
+    first = client.get(url, params={**listing, "limit": 2}).json()
+    assert [n["name"] for n in first["nodes"]] == ["p0", "p1"]
+    second = client.get(url, params={**listing, "limit": 2, "cursor": first["next_cursor"]}).json()
+    assert [n["name"] for n in second["nodes"]] == ["p2", "p3"] and second["next_cursor"] is None
+    other = {"parent": "/doc"} if "prefix" in listing else {"prefix": "/doc/"}
+    foreign = client.get(url, params={**other, "limit": 2}).json()["next_cursor"]
+    b64 = base64.urlsafe_b64encode
+    for cursor in ("", "not a cursor", "zz", b64(b"hello").decode(), b64(b"/elsewhere/x").decode(),
+                   b64(b"\xff\xfe").decode(), foreign, first["next_cursor"] + "A"):
+        assert_error(client.get(url, params={**listing, "limit": 2, "cursor": cursor}), 422)
+
+
+NFC_NAME = "caf\u00e9"          # é as one code point
+NFD_NAME = "cafe\u0301"         # e and a combining acute accent: prints the same
+
+
+def test_nfc_and_nfd_spellings_address_one_node(client, repo):
+    """Issue 15: NFC and NFD spellings of a name were two nodes that print the same. Paths are
+    NFC on write and on read: PUT, GET, PATCH, children, prefix listing, batch, relations,
+    search's path_prefix and DELETE all reach the one node."""
+    from urllib.parse import quote
+
+    url = "/api/repos/acme/workspaces/knowledge/nodes"
+    assert put(client, f"/{quote(NFD_NAME)}", {"content": "a menu of coffees"}).status_code == 201
+    again = put(client, f"/{quote(NFC_NAME)}", {"content": "a menu of teas"})
+    assert again.status_code == 200, again.text  # replaced, not a second node
+    node = again.json()
+    assert node["path"] == f"/{NFC_NAME}" and node["name"] == NFC_NAME
+    for spelling in (NFC_NAME, NFD_NAME):
+        got = client.get(f"{url}/{quote(spelling)}")
+        assert got.status_code == 200 and got.json()["id"] == node["id"]
+        assert got.json()["properties"] == {"content": "a menu of teas"}
+    assert client.patch(f"{url}/{quote(NFD_NAME)}", json={"properties": {"k": 1}}).status_code == 200
+    top = client.get(url, params={"parent": "/"}).json()["nodes"]
+    assert [n["path"] for n in top] == [f"/{NFC_NAME}"]
+    assert put(client, f"/{quote(NFD_NAME)}/menu", node_type="kb:Section").status_code == 201
+    kids = client.get(url, params={"parent": f"/{NFD_NAME}"}).json()["nodes"]
+    assert [n["path"] for n in kids] == [f"/{NFC_NAME}/menu"]
+    listed = client.get(url, params={"prefix": f"/{NFD_NAME}/"}).json()["nodes"]
+    assert [n["path"] for n in listed] == [f"/{NFC_NAME}/menu"]
+    found = client.post("/api/repos/acme/search", json={"query": "teas menu", "mode": "fulltext",
+                                                        "path_prefix": f"/{NFD_NAME}"}).json()["results"]
+    assert {r["path"] for r in found} == {f"/{NFC_NAME}"}
+    r = client.post("/api/repos/acme/nodes:batch", json={"upserts": [
+        {"workspace": "knowledge", "path": f"/{NFD_NAME}/menu", "node_type": "kb:Section", "properties": {"x": 2}}]})
+    assert r.status_code == 200, r.text
+    assert client.get(f"{url}/{quote(NFC_NAME)}/menu").json()["properties"] == {"x": 2}
+    assert put(client, "/other").status_code == 201
+    rel = client.post("/api/repos/acme/relations", json={"from": f"knowledge:/{NFD_NAME}", "to": "knowledge:/other",
+                                                         "type": "serves"})
+    assert rel.status_code == 201, rel.text
+    nb = client.get("/api/repos/acme/neighbors", params={"node": f"knowledge:/{NFC_NAME}"}).json()["neighbors"]
+    assert [(n["path"], n["relation_type"]) for n in nb] == [("/other", "serves")]
+    everything = client.get(url, params={"prefix": "/"}).json()["nodes"]
+    assert sorted(n["path"] for n in everything) == sorted([f"/{NFC_NAME}", f"/{NFC_NAME}/menu", "/other"])
+    deleted = client.delete(f"{url}/{quote(NFD_NAME)}", params={"recursive": "true"})
+    assert deleted.status_code == 200 and deleted.json()["deleted"] == 2
+    assert client.get(f"{url}/{quote(NFC_NAME)}").status_code == 404

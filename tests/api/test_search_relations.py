@@ -52,7 +52,10 @@ def test_filters_apply_before_top_k(client, repo):
     put(client, "/drafts", {"title": "Draft", "content": "rotate api key draft notes", "status": "draft"})
     rows = search(client, {"query": "rotate api key", "k": 1, "where": {"status": "draft"}}).json()["results"]
     assert [r["path"] for r in rows] == ["/drafts"]
-    rows = search(client, {"query": "rotate api key", "k": 5, "path_prefix": "/bill"}).json()["results"]
+    rows = search(client, {"query": "rotate api key", "k": 5, "path_prefix": "/bill",
+                           "path_prefix_mode": "raw"}).json()["results"]
+    assert {r["path"] for r in rows} == {"/billing"}
+    rows = search(client, {"query": "rotate api key", "k": 5, "path_prefix": "/billing"}).json()["results"]
     assert {r["path"] for r in rows} == {"/billing"}
     assert search(client, {"query": "rotate", "node_type": "nope"}).json()["results"] == []
 
@@ -256,3 +259,22 @@ def test_node_rows_are_k_nodes_when_one_long_document_fills_the_top_chunks(clien
     chunks = search(client, {"query": "quokka", "k": 3, "mode": "fulltext", "granularity": "chunk",
                              "workspaces": ["long"]}).json()["results"]
     assert [row["path"] for row in chunks] == ["/long"] * 3  # chunk rows are the top chunks, as before
+
+
+def test_where_never_equals_a_boolean_and_a_number(client, repo):
+    """Issue 15: ``where: {"position": true}`` matched ``1`` (Python's ``True == 1``)."""
+    for path, value in (("/one", 1), ("/true", True), ("/zero", 0.0), ("/false", False),
+                        ("/list-one", [1]), ("/list-true", [True])):
+        put(client, path, {"content": "caching passage", "x": value})
+    for mode in ("fulltext", "vector", "hybrid"):
+        def paths(value, mode=mode):
+            r = search(client, {"query": "caching passage", "k": 20, "mode": mode, "where": {"x": value}})
+            assert r.status_code == 200, r.text
+            return {row["path"] for row in r.json()["results"]}
+        assert paths(True) == {"/true"}
+        assert paths(1) == {"/one"}
+        assert paths(1.0) == {"/one"}
+        assert paths(False) == {"/false"}
+        assert paths(0) == {"/zero"}
+        assert paths([True]) == {"/list-true"}
+        assert paths([1]) == {"/list-one"}

@@ -274,7 +274,8 @@ def test_a_path_prefix_with_like_wildcards_is_filtered_in_sql(wclient):
         assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes{quote(path)}",
                           json={"properties": {"content": text}}).status_code == 201, path
     for prefix, expected in (("/what?", ["/what?"]), ("/star*", ["/star*"]), ("/wh", ["/what?"])):
-        r = client.post(f"/api/repos/{repo}/search", json={"query": "page invoices", "path_prefix": prefix})
+        r = client.post(f"/api/repos/{repo}/search", json={"query": "page invoices", "path_prefix": prefix,
+                                                           "path_prefix_mode": "raw"})
         assert r.status_code == 200, r.text
         assert [row["path"] for row in r.json()["results"]] == expected
 
@@ -418,3 +419,35 @@ def test_a_cached_head_state_does_not_send_its_filters_once_it_is_history(wclien
     assert client.post(f"/api/repos/{repo}/search", json=q).json()["results"] == []
     rows = client.post(f"/api/repos/{repo}/search?at_revision={old}", json=q).json()["results"]
     assert [r["path"] for r in rows] == ["/billing"]
+
+
+def test_a_path_prefix_matches_whole_segments_in_weaviate(wclient):
+    """Issue 15: on Weaviate too, ``/billing`` is ``/billing`` and ``/billing/...``, never
+    ``/billing-old``; ``path_prefix_mode: raw`` is the string prefix."""
+    client, repo = wclient
+    for path in ("/billing/cards", "/billing-old"):
+        assert client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes{path}",
+                          json={"properties": {"content": "Invoices and cards, the old way."}}).status_code == 201
+    for extra in ({}, {"fusion": "kg"}, {"mode": "fulltext"}, {"mode": "vector"}):
+        q = {"query": "invoices cards", "k": 10, "path_prefix": "/billing", **extra}
+        r = client.post(f"/api/repos/{repo}/search", json=q)
+        assert r.status_code == 200, r.text
+        assert {row["path"] for row in r.json()["results"]} == {"/billing", "/billing/cards"}, extra
+        r = client.post(f"/api/repos/{repo}/search", json={**q, "path_prefix_mode": "raw"})
+        assert {row["path"] for row in r.json()["results"]} == {"/billing", "/billing/cards", "/billing-old"}, extra
+
+
+def test_where_booleans_never_equal_numbers_on_weaviate(wclient):
+    """Issue 15: Weaviate's property pairs give ``True`` and ``1`` one pair; kg's comparison
+    decides the version keys, so ``{"x": true}`` still never finds ``1`` there."""
+    client, repo = wclient
+    for path, value in (("/one", 1), ("/true", True)):
+        r = client.put(f"/api/repos/{repo}/workspaces/knowledge/nodes{path}",
+                       json={"properties": {"content": "flag passage about invoices", "x": value}})
+        assert r.status_code == 201, r.text
+    for extra in ({}, {"fusion": "kg"}, {"mode": "fulltext"}, {"mode": "vector"}):
+        for value, expected in ((True, {"/true"}), (1, {"/one"})):
+            r = client.post(f"/api/repos/{repo}/search",
+                            json={"query": "flag passage invoices", "k": 10, "where": {"x": value}, **extra})
+            assert r.status_code == 200, r.text
+            assert {row["path"] for row in r.json()["results"]} == expected, (extra, value)

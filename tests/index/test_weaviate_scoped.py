@@ -211,7 +211,10 @@ FILTER_NODES = [  # node, path, type, properties
 
 @pytest.mark.parametrize("filters, expected", [
     ({"path_prefix": "/docs/"}, {"a", "b"}),
-    ({"path_prefix": "/docs"}, {"a", "b", "d"}),
+    ({"path_prefix": "/docs"}, {"a", "b"}),  # whole segments: not /docs2/d
+    ({"path_prefix": "/docs", "path_prefix_mode": "raw"}, {"a", "b", "d"}),
+    ({"path_prefix": "/docs/a"}, {"a"}),
+    ({"path_prefix": "/docs/a", "path_prefix_mode": "raw"}, {"a"}),
     ({"path_prefix": "/"}, {"a", "b", "c", "d"}),
     ({"node_type": "note"}, {"a", "c"}),
     ({"where": {"status": "open"}}, {"a", "c", "d"}),
@@ -219,7 +222,8 @@ FILTER_NODES = [  # node, path, type, properties
     ({"where": {"count": 3.0}}, {"a", "c"}),
     ({"where": {"flag": True}}, {"a", "d"}),
     ({"where": {"flag": False, "status": "open"}}, {"c"}),
-    ({"where": {"status": "open"}, "node_type": "task", "path_prefix": "/docs"}, {"d"}),
+    ({"where": {"status": "open"}, "node_type": "task", "path_prefix": "/docs"}, set()),
+    ({"where": {"status": "open"}, "node_type": "task", "path_prefix": "/docs", "path_prefix_mode": "raw"}, {"d"}),
     ({"where": {"status": "closed"}}, set()),
     ({"where": {"tags": ["x"]}}, {"a", "b", "c", "d"}),
     ({"where": {"z": None}}, {"a", "b", "c", "d"}),

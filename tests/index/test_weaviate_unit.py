@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from weaviate.classes.query import Filter
 from weaviate.collections.classes.batch import BatchObjectReturn, ErrorObject
-from weaviate.collections.classes.filters import _FilterAnd, _FilterValue
+from weaviate.collections.classes.filters import _FilterAnd, _FilterOr, _FilterValue
 
 from kg.errors import BackendUnavailable, InvalidInput, UpstreamUnavailable
 from kg.index.base import IndexedChunk, Placement, SearchScope
@@ -168,6 +168,19 @@ def test_path_prefix_node_type_and_properties():
         # Scalars as the pairs a (workspace, branch) collection stores; None adds no condition.
         Filter.by_property("props").contains_all(["lang=s:en", "n=n:2.0", "ok=n:1.0", "x=n:1.5"]),
     ]
+
+
+def test_a_path_prefix_matches_whole_segments_unless_raw():
+    """Issue 15: ``/answers`` is ``/answers`` and what is under it, never ``/answers-old``."""
+    either = translate_filters(path_prefix="/answers")
+    assert isinstance(either, _FilterOr)
+    assert either.filters == [Filter.by_property("path").equal("/answers"),
+                              Filter.by_property("path").like("/answers/*")]
+    assert translate_filters(path_prefix="/answers", path_prefix_mode="raw") == \
+        Filter.by_property("path").like("/answers*")
+    assert translate_filters(path_prefix="/answers/") == Filter.by_property("path").like("/answers/*")
+    with pytest.raises(InvalidInput):
+        translate_filters(path_prefix="/answers", path_prefix_mode="prefix")
 
 
 def test_version_keys_become_one_contains_any():

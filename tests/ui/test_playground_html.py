@@ -86,14 +86,14 @@ def test_the_search_page_shows_each_hits_score_and_per_leg_ranks(console):
 
 def test_the_form_keeps_every_parameter_and_the_use_case_applies_them(console):
     seed(console)
-    r = console.get("/ui/r/acme/search", params={"q": "cache", "mode": "fulltext", "k": "5", "path_prefix": "/dep",
+    r = console.get("/ui/r/acme/search", params={"q": "cache", "mode": "fulltext", "k": "5", "path_prefix": "/deploy",
                                                   "granularity": "chunk", "fulltext_weight": "1",
                                                   "vector_weight": "0.5", "max_distance": "1.5"})
     assert r.status_code == 200, r.text
     assert columns(r.text) == {"main": ["/deploy"]}
     row = cells(_ROW.search(r.text).group(0))
     assert row["vector-rank"] == "–" and row["distance"] == "–" and row["fulltext-rank"] == "1"
-    for field, value in (("k", "5"), ("path_prefix", "/dep"), ("vector_weight", "0.5"), ("max_distance", "1.5")):
+    for field, value in (("k", "5"), ("path_prefix", "/deploy"), ("vector_weight", "0.5"), ("max_distance", "1.5")):
         assert f'name="{field}" value="{value}"' in r.text
     assert '<option value="fulltext" selected>' in r.text
     r = console.get("/ui/r/acme/search", params={"q": "rotate", "mode": "vector", "max_distance": "0.0001"})

@@ -13,12 +13,14 @@ from typing import Any
 from kg.errors import InvalidInput
 from kg.index.weaviate.errors import import_weaviate
 from kg.index.weaviate.objects import property_pair
+from kg.store.paths import validate_prefix_mode
 
 
 def translate_filters(
     *,
     version_keys: Collection[str] | None = None,
     path_prefix: str | None = None,
+    path_prefix_mode: str = "segments",
     node_type: str | None = None,
     where: Mapping[str, Any] | None = None,
 ) -> Any:
@@ -30,7 +32,11 @@ def translate_filters(
         ``versionKey`` ``ContainsAny`` the keys (``"{node_id}:{content_key}"``: the visibility
         filter of a (workspace, branch) collection).
     path_prefix : str, optional
-        ``path`` ``Like`` ``prefix*`` (a field-tokenized ``path`` property); ``"/"`` is no filter.
+        On the field-tokenized ``path`` property, whole segments: ``path`` ``Equal`` the prefix
+        or ``Like`` ``prefix/*`` (``/answers`` never matches ``/answers-old``); a prefix ending
+        in ``/`` is ``Like`` ``prefix*``; ``"/"`` is no filter.
+    path_prefix_mode : {"segments", "raw"}, default "segments"
+        ``raw``: ``path`` ``Like`` ``prefix*``, a plain string prefix.
     node_type : str, optional
         ``nodeType`` ``Equal``.
     where : mapping of str to value, optional
@@ -49,7 +55,7 @@ def translate_filters(
     Raises
     ------
     kg.errors.InvalidInput
-        ``version_keys`` given but empty or a single ``str``; a path prefix
+        ``version_keys`` given but empty or a single ``str``; an unknown prefix mode; a path prefix
         holding Like's wildcards ``*`` or ``?`` (they cannot be escaped); a property name that
         is not a str.
     kg.errors.BackendUnavailable
@@ -81,7 +87,12 @@ def translate_filters(
                 "as wildcards and cannot escape",
                 details={"path_prefix": path_prefix},
             )
-        parts.append(Filter.by_property("path").like(path_prefix + "*"))
+        validate_prefix_mode(path_prefix_mode)
+        if path_prefix_mode == "raw" or path_prefix.endswith("/"):
+            parts.append(Filter.by_property("path").like(path_prefix + "*"))
+        else:
+            parts.append(Filter.any_of([Filter.by_property("path").equal(path_prefix),
+                                        Filter.by_property("path").like(path_prefix + "/*")]))
     if node_type is not None:
         if not isinstance(node_type, str):
             raise InvalidInput("node_type must be a string", details={"node_type": repr(node_type)})
