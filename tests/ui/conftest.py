@@ -188,10 +188,12 @@ def live(request, tmp_path_factory) -> Iterator[Live]:
             stop_server(proc)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
     """Debian's Chromium under Playwright (``apt-get install chromium``; ``KG_TEST_CHROMIUM``
-    names another binary)."""
+    names another binary). Per module: Playwright's sync API runs an event loop in the test
+    thread while it is started, and ``asyncio.run`` in any later test (the MCP client's) would
+    fail with "Already running asyncio in this thread" if it outlived the browser tests."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
