@@ -70,7 +70,7 @@ def test_import_writes_entities_observations_and_relations_in_one_revision(env):
         acdc = queries.get_node(services, OPERATOR, "mem", "main", "memory", "/entities/ac-dc")
         assert acdc["properties"]["name"] == "AC/DC" and "content" not in acdc["properties"]
         # "ac dc" has the same slug: it gets the slug plus its name's hash.
-        other = queries.list_prefix(services, OPERATOR, "mem", "main", "memory", "/entities/ac-dc-")
+        other = queries.list_prefix(services, OPERATOR, "mem", "main", "memory", "/entities/ac-dc-", mode="raw")
         assert [n["properties"]["name"] for n in other[0]] == ["ac dc"]
         out = neighbors(services, OPERATOR, "mem", "main", "memory:/entities/dana-weber", direction="OUT")
         edges = sorted((n["path"], n["relation_type"]) for n in out["neighbors"])
