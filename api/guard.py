@@ -58,18 +58,37 @@ def check_text(value: str, where: str) -> None:
         raise InvalidInput(f"{where} contains {what}, which cannot be stored")
 
 
-def _walk(value: Any, depth: int = 0) -> None:
+def check_json(value: Any, where: str = "the request body", depth: int = 0) -> None:
+    """Refuse parsed JSON nested deeper than :data:`MAX_DEPTH`, or holding text the store cannot
+    hold (:func:`check_text`), in any key or string.
+
+    Parameters
+    ----------
+    value : Any
+        Parsed JSON.
+    where : str
+        What it is, for the messages (``"the properties"``).
+    depth : int
+        How deep ``value`` already is.
+
+    Raises
+    ------
+    kg.errors.MalformedInput
+        Nested deeper than :data:`MAX_DEPTH`.
+    kg.errors.InvalidInput
+        A NUL character or a lone surrogate.
+    """
     if depth > MAX_DEPTH:
         raise MalformedInput(f"JSON nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
-        check_text(value, "a string of the request body")
+        check_text(value, f"a string of {where}")
     elif isinstance(value, dict):
         for key, item in value.items():
-            check_text(key, "a key of the request body")
-            _walk(item, depth + 1)
+            check_text(key, f"a key of {where}")
+            check_json(item, where, depth + 1)
     elif isinstance(value, list):
         for item in value:
-            _walk(item, depth + 1)
+            check_json(item, where, depth + 1)
 
 
 def _check_target(scope: Scope) -> None:
@@ -119,7 +138,7 @@ def _parse_body(body: bytes, scope: Scope) -> None:
         parsed = json.loads(body, parse_constant=_constant)
     except (ValueError, RecursionError):
         return
-    _walk(parsed)
+    check_json(parsed)
     scope[PARSED_JSON] = parsed
 
 

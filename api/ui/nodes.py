@@ -12,10 +12,10 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from api.deps import MAX_REVISION
-from api.guard import MAX_DEPTH, check_text
+from api.guard import MAX_DEPTH, check_json
 from api.ui.core import MAX_FIELD_CHARS, Console, action, page, pretty, ui_url
 from kg.context import run
-from kg.errors import InvalidInput
+from kg.errors import InvalidInput, MalformedInput
 from kg.ops import branches as branch_ops
 from kg.ops import nodes as node_ops
 from kg.ops import queries
@@ -258,21 +258,6 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _check_json(value: Any, depth: int = 0) -> None:
-    """Refuse JSON nested deeper than the API accepts, or with text the store cannot hold."""
-    if depth > MAX_DEPTH:
-        raise InvalidInput(f"properties are nested deeper than {MAX_DEPTH} levels", details={"field": "properties"})
-    if isinstance(value, str):
-        check_text(value, "a string of the properties")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_text(key, "a key of the properties")
-            _check_json(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_json(item, depth + 1)
-
-
 def _properties(raw: str | None) -> dict[str, Any]:
     """The edit form's properties: a JSON object, else a clear 422."""
     try:
@@ -285,7 +270,10 @@ def _properties(raw: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidInput("properties must be a JSON object ({...}), not "
                            f"{type(value).__name__}", details={"field": "properties"})
-    _check_json(value)
+    try:
+        check_json(value, "the properties")
+    except MalformedInput as exc:  # too deep: a 422 of the form's field, as its other refusals
+        raise InvalidInput(exc.message, details={"field": "properties"}) from None
     return value
 
 

@@ -229,15 +229,15 @@ def test_health_answers_while_a_large_body_is_parsed(services, monkeypatch):
     app = create_app(services=services)
     walk_started, health_answered = threading.Event(), threading.Event()
     seen: list[bool] = []
-    real_walk = guard._walk
+    real_walk = guard.check_json
 
-    def waiting_walk(value, depth=0):
+    def waiting_walk(value, where="the request body", depth=0):
         if depth == 0:
             walk_started.set()
             seen.append(health_answered.wait(10))
-        real_walk(value, depth)
+        real_walk(value, where, depth)
 
-    monkeypatch.setattr(guard, "_walk", waiting_walk)
+    monkeypatch.setattr(guard, "check_json", waiting_walk)
     big = b'{"name": "big", "pad": [' + b",".join([b'"xxxxxxxx"'] * 200_000) + b"]}"  # ~2.2 MB
 
     async def main():
