@@ -706,16 +706,17 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
     if parent != "/":
         get_node(session, view, workspace, parent)
     wid = workspace_id(view, workspace)
-    where = [NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent]
-    if node_type is not None:
-        where.append(NodeVersion.node_type == node_type)
-    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
+    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent)
     how = order or ChildOrder()
 
     def cmp(a: NodeVersion, b: NodeVersion) -> int:
         return how.compare(how.key(a), how.key(b))
 
-    return sorted(session.scalars(stmt), key=functools.cmp_to_key(cmp))
+    # The type is filtered on each child's winning version: a node's type can change between
+    # versions, and filtering the versions first would pick an older one as the winner.
+    children = [v for v in session.scalars(stmt) if node_type is None or v.node_type == node_type]
+    return sorted(children, key=functools.cmp_to_key(cmp))
 
 
 def list_children_page(session: Session, view: BranchView, workspace: str, parent: str, *, limit: int = 100,

@@ -405,3 +405,17 @@ def test_nfc_and_nfd_spellings_address_one_node(client, repo):
     deleted = client.delete(f"{url}/{quote(NFD_NAME)}", params={"recursive": "true"})
     assert deleted.status_code == 200 and deleted.json()["deleted"] == 2
     assert client.get(f"{url}/{quote(NFC_NAME)}").status_code == 404
+
+
+def test_children_type_filter_sees_a_retyped_child_as_it_is_now(client, repo):
+    """The type filter is applied to each child's newest version, never to its versions:
+    a section re-typed to a note is a note, and no longer a section (filtering the versions
+    first picked the older, still-a-section version as the winner)."""
+    put(client, "/doc")
+    put(client, "/doc/a", node_type="kb:Section")
+    put(client, "/doc/b", node_type="kb:Section")
+    assert put(client, "/doc/a", {"now": "a note"}, node_type="kb:Note").status_code == 200
+    sections = _children(client, node_type="kb:Section")["nodes"]
+    assert [(n["name"], n["node_type"]) for n in sections] == [("b", "kb:Section")]
+    notes = _children(client, node_type="kb:Note")["nodes"]
+    assert [(n["name"], n["properties"]) for n in notes] == [("a", {"now": "a note"})]
