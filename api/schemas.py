@@ -408,6 +408,15 @@ class ReferenceList(Schema):
 # -- search ---------------------------------------------------------------------------------
 
 
+class HitContextNodes(Schema):
+    """What surrounds a hit (searches with ``context``): its parent and its neighbouring siblings
+    of its node type, in the children's order."""
+
+    parent: Node | None = absent("With context.parent: the hit's parent node (null at the top level).")
+    before: list[Node] = absent("With context.siblings: the siblings before the hit, the nearest last.")
+    after: list[Node] = absent("With context.siblings: the siblings after the hit, the nearest first.")
+
+
 class SearchRow(Schema):
     """One search result: a passage of a node, with each leg's rank (null: that leg did not rank it)."""
 
@@ -423,6 +432,7 @@ class SearchRow(Schema):
     fulltext_rank: int | None
     rerank_score: Number = absent("Reranked searches: the reranker's score of the row (higher is "
                                   "more relevant).")
+    context: HitContextNodes = absent("Searches with context: the hit's parent and neighbouring sections.")
 
 
 class FusionWeights(Schema):

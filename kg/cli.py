@@ -261,12 +261,23 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
            mode: Annotated[str, typer.Option(help="vector | fulltext | hybrid")] = "hybrid",
            granularity: Annotated[str, typer.Option(help="chunk | node")] = "node",
            workspace: Annotated[list[str] | None, typer.Option(help="Limit to a workspace (repeatable).")] = None,
+           path_prefix: Annotated[str | None, typer.Option(help="Only paths under this (whole segments).")]
+           = None,
+           node_type: Annotated[str | None, typer.Option(help="Only nodes of this type.")] = None,
+           context: Annotated[int | None, typer.Option(
+               help="Attach each hit's parent and this many neighbouring sections on each side (0: the "
+                    "parent only).")] = None,
+           context_order_by: Annotated[str | None, typer.Option(
+               help="The sections' order: order (default), name or properties.<key>.")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Search a repository's nodes on a branch."""
+    raw: dict = {"query": query, "k": k, "mode": mode, "granularity": granularity,
+                 "workspaces": workspace or None, "path_prefix": path_prefix, "node_type": node_type}
+    if context is not None or context_order_by is not None:
+        raw["context"] = {"siblings": 1 if context is None else context, "order_by": context_order_by}
     try:
         services = _services()
-        request = SearchRequest.parse({"query": query, "k": k, "mode": mode, "granularity": granularity,
-                                       "workspaces": workspace or None})
+        request = SearchRequest.parse(raw)
         answer = search_branch(services, OPERATOR, repo, branch, request)
         results, took = answer.results, answer.took_ms
     except KGError as exc:
@@ -278,6 +289,13 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
         title = r.properties.get("title", "")
         snippet = " ".join(r.chunk_text.split())[:160]
         typer.echo(f"{i}. {r.workspace}:{r.path}  {title}  (score {r.score:.4f})\n   {snippet}")
+        if r.context is not None:
+            parent = r.context.get("parent")
+            if parent is not None:
+                typer.echo(f"   in {parent['path']}  {parent['properties'].get('title', '')}".rstrip())
+            for label in ("before", "after"):
+                if r.context.get(label):
+                    typer.echo(f"   {label}: " + ", ".join(n["path"] for n in r.context[label]))
 
 
 @app.command()

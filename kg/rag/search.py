@@ -26,6 +26,7 @@ from kg.index.base import IndexHit, ScopedIndex, SearchScope, VectorIndex, versi
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
 from kg.providers.base import Reranker
+from kg.rag.enrich import HitContext, attach_context
 from kg.rag.fusion import reciprocal_rank_fusion
 from kg.store.models import Workspace
 from kg.store.nodes import nodes_by_id, visible_nodes
@@ -90,6 +91,9 @@ class SearchRequest(BaseModel):
         Reorder the first ``KG_RERANK_DEPTH`` candidates with the configured reranker
         (``KG_RERANK_MODEL``). Default: on when a reranker is configured; ``true`` without
         one is refused.
+    context : kg.rag.enrich.HitContext, optional
+        Attach to each hit its parent node and its neighbouring siblings of the same node type,
+        in order (the guide's enrichment loop; :func:`kg.rag.enrich.attach_context`).
 
     Raises
     ------
@@ -124,6 +128,8 @@ class SearchRequest(BaseModel):
     fusion_type: FusionType | None = Field(default=None, description="The index's fusion (with fusion 'index').")
     rerank: bool | None = Field(default=None, description="Rerank the top candidates with the configured "
                                                           "reranker (default: when one is configured).")
+    context: HitContext | None = Field(default=None, description="Attach each hit's parent and neighbouring "
+                                                                 "sections, in order.")
 
     @field_validator("path_prefix")
     @classmethod
@@ -209,6 +215,7 @@ class SearchResult:
     fulltext_rank: int | None
     properties: dict[str, Any] = field(default_factory=dict, repr=False)
     rerank_score: float | None = None
+    context: dict[str, Any] | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         """The API shape."""
@@ -218,7 +225,8 @@ class SearchResult:
             "chunk_text": self.chunk_text, "score": self.score,
             "vector_distance": self.vector_distance, "vector_rank": self.vector_rank,
             "fulltext_rank": self.fulltext_rank,
-        } | ({} if self.rerank_score is None else {"rerank_score": self.rerank_score})
+        } | ({} if self.rerank_score is None else {"rerank_score": self.rerank_score}) \
+          | ({} if self.context is None else {"context": self.context})
 
 
 def json_equal(a: Any, b: Any) -> bool:
@@ -380,11 +388,15 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     if request.rerank and reranker is None:
         raise InvalidInput("rerank: no reranker is configured (KG_RERANK_MODEL)", details={"rerank": True})
     if reranker is None or request.rerank is False:
-        return _first_stage(session, services, view, request, started)
-    depth = services.settings.rerank_depth
-    wide = request.model_copy(update={"k": max(request.k, depth)}) if depth > request.k else request
-    answer = _first_stage(session, services, view, wide, started)
-    return _reranked(answer, reranker, request, depth, started)
+        answer = _first_stage(session, services, view, request, started)
+    else:
+        depth = services.settings.rerank_depth
+        wide = request.model_copy(update={"k": max(request.k, depth)}) if depth > request.k else request
+        answer = _reranked(_first_stage(session, services, view, wide, started), reranker, request, depth, started)
+    if request.context is not None:
+        attach_context(session, view, answer.results, request.context)
+        answer.took_ms = _ms(started)
+    return answer
 
 
 def _reranked(answer: SearchAnswer, reranker: Reranker, request: SearchRequest, depth: int,

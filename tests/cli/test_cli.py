@@ -330,3 +330,31 @@ def test_ingest_cannot_create_the_rag_nodes_reserved_repository(env):
     assert "reserved" in result.output and "KG_RAG_REPO" in result.output
     listed = runner.invoke(app, ["ingest", str(env), "--repo", "ragged", "--workspace", "docs"])
     assert listed.exit_code == 0, listed.output
+
+
+def test_search_with_context_prints_the_parent_and_neighbouring_sections(cli_env):
+    """``kg search --context 1``: each hit with its folder and the files beside it, in order."""
+    folder = cli_env / "handbook" / "rigging"
+    folder.mkdir(parents=True)
+    for name, text in (("a-intro.txt", "Check the shrouds before sailing."),
+                       ("b-knots.txt", "The bowline makes a fixed loop that does not slip."),
+                       ("c-anchor.txt", "Let out five times the depth in chain.")):
+        (folder / name).write_text(text, encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(cli_env / "handbook"), "--repo", "sea", "--workspace", "docs"])
+    assert result.exit_code == 0, result.output
+    found = runner.invoke(app, ["search", "bowline fixed loop", "--repo", "sea", "--mode", "fulltext", "--k", "1",
+                                "--context", "1", "--json"])
+    assert found.exit_code == 0, found.output
+    row = json.loads(found.stdout)["results"][0]
+    assert row["path"] == "/rigging/b-knots"
+    assert row["context"]["parent"]["path"] == "/rigging"
+    assert [n["path"] for n in row["context"]["before"]] == ["/rigging/a-intro"]
+    assert [n["path"] for n in row["context"]["after"]] == ["/rigging/c-anchor"]
+    text = runner.invoke(app, ["search", "bowline fixed loop", "--repo", "sea", "--mode", "fulltext", "--k", "1",
+                               "--context", "1"])
+    assert text.exit_code == 0, text.output
+    assert "   in /rigging" in text.stdout
+    assert "   before: /rigging/a-intro" in text.stdout and "   after: /rigging/c-anchor" in text.stdout
+    bad = runner.invoke(app, ["search", "bowline", "--repo", "sea", "--context", "11"])
+    assert bad.exit_code == 1
+    assert bad.output.strip().splitlines() == ["error: context.siblings must be between 0 and 10"]
