@@ -56,6 +56,8 @@ T = TypeVar("T", bound=Hashable)
 TITLE_WEIGHTS = (1.0, 2.0, 3.0, 4.0, 6.0)
 RRF_KS = (10, 20, 40, 60, 100)
 VECTOR_WEIGHTS = (0.5, 0.75, 1.0, 1.5, 2.0)  # the fulltext leg weighs 1
+#: Vector weights of relative score fusion (fulltext 1): alpha = w / (1 + w) from 0.1 to 0.7.
+RELATIVE_WEIGHTS = (0.111, 0.25, 0.429, 0.667, 1.0, 1.5, 2.333)
 K = 10
 DEPTH = max(K * 8, 50)  # what kg's node-granularity hybrid reads per leg for k = 10
 
@@ -240,6 +242,13 @@ def open_services(dataset: Path, workdir: Path, *, lexical: bool, model: str,
 def run(services: Any, workspace: str, query: str, **fields: Any) -> tuple[list[str], float]:
     """Node ids (the ``/doc/<id>`` tail), best first, of one kg search on ``main``, and its
     time in seconds."""
+    ranked, took = run_scored(services, workspace, query, **fields)
+    return [did for did, _ in ranked], took
+
+
+def run_scored(services: Any, workspace: str, query: str, **fields: Any) -> tuple[list[tuple[str, float]], float]:
+    """``(node id, score)`` pairs, best first (each node at its first row), of one kg search on
+    ``main``, and its time in seconds."""
     from bench.beir import REPO
     from kg.rag.search import SearchRequest, search
     from kg.store.repos import branch_view
@@ -250,7 +259,10 @@ def run(services: Any, workspace: str, query: str, **fields: Any) -> tuple[list[
         rows, _ = search(session, services, view, SearchRequest(
             query=query, workspaces=[workspace], **fields))
     took = time.perf_counter() - started
-    return list(dict.fromkeys(r.path.rsplit("/", 1)[-1] for r in rows)), took
+    first: dict[str, float] = {}
+    for r in rows:
+        first.setdefault(r.path.rsplit("/", 1)[-1], r.score)
+    return list(first.items()), took
 
 
 def legs_of(services: Any, workspace: str, queries: dict[str, str], *, lexical: bool) -> dict[str, dict]:
@@ -259,45 +271,71 @@ def legs_of(services: Any, workspace: str, queries: dict[str, str], *, lexical: 
     settings = services.settings
     out: dict[str, dict] = {}
     for n, (qid, text) in enumerate(queries.items(), start=1):
-        legs: dict[str, list[str]] = {}
+        legs: dict[str, Any] = {}
         if not lexical:
-            legs["vector"] = run(services, workspace, text, k=DEPTH, mode="vector", granularity="chunk")[0]
+            scored = run_scored(services, workspace, text, k=DEPTH, mode="vector", granularity="chunk")[0]
+            legs["vector"], legs["vector:scores"] = [d for d, _ in scored], [x for _, x in scored]
         legs["passage"] = run(services, workspace, text, k=DEPTH, mode="fulltext", granularity="chunk")[0]
         for weight in TITLE_WEIGHTS:
             settings.search_title_weight = weight
-            legs[f"bm25f:{weight}"] = run(services, workspace, text, k=DEPTH, mode="fulltext",
-                                          granularity="node")[0]
+            scored = run_scored(services, workspace, text, k=DEPTH, mode="fulltext", granularity="node")[0]
+            legs[f"bm25f:{weight}"] = [d for d, _ in scored]
+            legs[f"bm25f:{weight}:scores"] = [x for _, x in scored]
         out[qid] = legs
         if n % 50 == 0:
             print(f"  legs of {n}/{len(queries)} queries", file=sys.stderr, flush=True)
     return out
 
 
-def configs(lexical: bool) -> list[tuple[float, int, float]]:
-    """The grid: (title weight, RRF k, vector weight); one RRF setting without a vector leg."""
+def fused_relative(legs: dict[str, Any], title_weight: float, vector_weight: float) -> list[str]:
+    """The node ranking of kg's relative score fusion (fulltext weight 1) of one query's legs."""
+    from kg.rag.fusion import relative_score_fusion
+
+    fulltext = f"bm25f:{title_weight}"
+    pairs = {"vector": list(zip(legs["vector"], legs["vector:scores"], strict=True)),
+             "fulltext": list(zip(legs[fulltext], legs[f"{fulltext}:scores"], strict=True))}
+    return [item for item, _, _ in relative_score_fusion(pairs, weights={"vector": vector_weight, "fulltext": 1.0})]
+
+
+#: A fusion choice: (method, BM25F title weight, RRF k (0 for relative score), vector weight).
+Config = tuple[str, float, int, float]
+
+
+def configs(lexical: bool, methods: Sequence[str] = ("rrf",)) -> list[Config]:
+    """The grid: (method, title weight, RRF k, vector weight); one setting without a vector leg."""
     if lexical:
-        return [(w, 60, 1.0) for w in TITLE_WEIGHTS]
-    return list(itertools.product(TITLE_WEIGHTS, RRF_KS, VECTOR_WEIGHTS))
+        return [("rrf", w, 60, 1.0) for w in TITLE_WEIGHTS]
+    grid: list[Config] = []
+    if "rrf" in methods:
+        grid += [("rrf", w, k, v) for w, k, v in itertools.product(TITLE_WEIGHTS, RRF_KS, VECTOR_WEIGHTS)]
+    if "relative_score" in methods:
+        grid += [("relative_score", w, 0, v) for w, v in itertools.product(TITLE_WEIGHTS, RELATIVE_WEIGHTS)]
+    return grid
 
 
-def score_config(config: tuple[float, int, float], qids: Sequence[str], legs: dict[str, dict],
+def ranking_of(config: Config, legs: dict[str, Any], lexical: bool) -> list[str]:
+    """One query's hybrid node ranking under ``config`` (its BM25F leg alone with ``lexical``)."""
+    method, title_weight, rrf_k, vector_weight = config
+    leg = legs[f"bm25f:{title_weight}"]
+    if lexical:
+        return list(leg)
+    if method == "relative_score":
+        return fused_relative(legs, title_weight, vector_weight)
+    return fused(legs["vector"], leg, rrf_k=rrf_k, vector_weight=vector_weight)
+
+
+def score_config(config: Config, qids: Sequence[str], legs: dict[str, dict],
                  qrels: dict[str, dict[str, int]], metric: str, lexical: bool) -> float:
     """The mean metric of hybrid (fulltext alone with ``lexical``) over ``qids``."""
-    title_weight, rrf_k, vector_weight = config
     measure = METRICS[metric]
-    values = []
-    for qid in qids:
-        leg = legs[qid][f"bm25f:{title_weight}"]
-        ranked = leg if lexical else fused(legs[qid]["vector"], leg, rrf_k=rrf_k, vector_weight=vector_weight)
-        values.append(measure(ranked, qrels[qid], K))
-    return statistics.fmean(values)
+    return statistics.fmean(measure(ranking_of(config, legs[qid], lexical), qrels[qid], K) for qid in qids)
 
 
 def choose(train: Sequence[str], legs: dict[str, dict], qrels: dict[str, dict[str, int]], metric: str,
-           lexical: bool) -> tuple[float, int, float]:
+           lexical: bool, methods: Sequence[str] = ("rrf",)) -> Config:
     """The grid's best config on ``train`` (ties: the earliest in grid order)."""
     best, best_score = None, -1.0
-    for config in configs(lexical):
+    for config in configs(lexical, methods):
         value = score_config(config, train, legs, qrels, metric, lexical)
         if value > best_score + 1e-12:
             best, best_score = config, value
@@ -320,6 +358,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="kept database and index (default /work/cache/cv-<dataset>[-lexical])")
     parser.add_argument("--embed-cache", type=Path, nargs="*", default=(),
                         help="folders of cached vectors (<sha256>.npy); the first is also written")
+    parser.add_argument("--methods", nargs="+", choices=("rrf", "relative_score"), default=("rrf", "relative_score"),
+                        help="the fusion functions in the grid (each also chosen on its own, offline)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     name = args.dataset.resolve().name
@@ -338,9 +378,10 @@ def main(argv: list[str] | None = None) -> dict:
         per_fold: list[dict[str, Any]] = []
         for i, test in enumerate(folds):
             train = [q for j, fold in enumerate(folds) if j != i for q in fold]
-            title_weight, rrf_k, vector_weight = choose(train, legs, qrels, args.metric, args.lexical)
+            method, title_weight, rrf_k, vector_weight = choose(train, legs, qrels, args.metric, args.lexical,
+                                                                args.methods)
             row: dict[str, Any] = {"fold": i + 1, "queries": len(test),
-                                   "chosen": {"title_weight": title_weight, "rrf_k": rrf_k,
+                                   "chosen": {"method": method, "title_weight": title_weight, "rrf_k": rrf_k,
                                               "vector_weight": vector_weight}}
 
             def figure(rankings: dict[str, list[str]], test: list[str] = test) -> float:
@@ -354,42 +395,52 @@ def main(argv: list[str] | None = None) -> dict:
                 row["vector"] = figure({q: legs[q]["vector"] for q in test})
                 row["hybrid-before"] = figure({q: fused(legs[q]["vector"], legs[q]["passage"], rrf_k=60,
                                                         vector_weight=1.0) for q in test})
+                # Each fusion method's own choice on the other folds, measured offline.
+                for each in args.methods:
+                    own = choose(train, legs, qrels, args.metric, False, (each,))
+                    row[f"chosen_{each}"] = dict(zip(("method", "title_weight", "rrf_k", "vector_weight"), own,
+                                                     strict=True))
+                    row[f"hybrid-{each}"] = figure({q: ranking_of(own, legs[q], False) for q in test})
                 # The held-out fold through kg's real hybrid search with the fold's choice.
                 services.settings.search_title_weight = title_weight
-                services.settings.search_rrf_k = rrf_k
+                services.settings.search_rrf_k = rrf_k if rrf_k else 60
+                fusion = {"fusion": "kg", "fusion_type": "relative_score"} if method == "relative_score" else {}
                 real, took = {}, []
                 for q in test:
                     real[q], seconds = run(services, workspace, queries[q], k=K, mode="hybrid",
-                                           granularity="node", vector_weight=vector_weight, fulltext_weight=1.0)
+                                           granularity="node", vector_weight=vector_weight, fulltext_weight=1.0,
+                                           **fusion)
                     took.append(seconds * 1000)
                 row["hybrid"] = figure(real)
                 row["hybrid-k60"] = figure({q: fused(legs[q]["vector"], legs[q][f"bm25f:{title_weight}"],
                                                      rrf_k=60, vector_weight=1.0) for q in test})
-                row["hybrid-offline"] = figure({q: fused(legs[q]["vector"], legs[q][f"bm25f:{title_weight}"],
-                                                         rrf_k=rrf_k, vector_weight=vector_weight) for q in test})
+                row["hybrid-offline"] = figure({q: ranking_of((method, title_weight, rrf_k, vector_weight),
+                                                              legs[q], False) for q in test})
                 row["hybrid_p50_ms"] = round(percentile(took, 50), 2)
                 row["hybrid_over_both_legs"] = row["hybrid"] > max(row["fulltext"], row["vector"])
             per_fold.append(row)
             print(f"  fold {i + 1}: {row}", file=sys.stderr, flush=True)
         columns = ["fulltext-passage", "fulltext"] + ([] if args.lexical else
-                                                     ["vector", "hybrid-before", "hybrid-k60", "hybrid"])
+                                                     ["vector", "hybrid-before", "hybrid-k60"]
+                                                     + [f"hybrid-{m}" for m in args.methods] + ["hybrid"])
         summary = {c: dict(zip(("mean", "sd"), (round(x, 4) for x in mean_sd([r[c] for r in per_fold])),
                                strict=True)) for c in columns}
         chosen = Counter(tuple(r["chosen"].values()) for r in per_fold)
-        (title_weight, rrf_k, vector_weight), times = chosen.most_common(1)[0]
+        (method, title_weight, rrf_k, vector_weight), times = chosen.most_common(1)[0]
         results.update(per_fold=per_fold, summary=summary,
-                       defaults={"title_weight": title_weight, "rrf_k": rrf_k, "vector_weight": vector_weight,
-                                 "chosen_in_folds": times})
+                       defaults={"method": method, "title_weight": title_weight, "rrf_k": rrf_k,
+                                 "vector_weight": vector_weight, "chosen_in_folds": times})
     finally:
         services.close()
     rows = [[f"fold {r['fold']} ({r['queries']} q)"] + [f"{r[c]:.4f}" for c in columns]
-            + [f"title {r['chosen']['title_weight']}, k {r['chosen']['rrf_k']}, w_v {r['chosen']['vector_weight']}"]
+            + [f"{r['chosen']['method']}, title {r['chosen']['title_weight']}, k {r['chosen']['rrf_k']}, "
+               f"w_v {r['chosen']['vector_weight']}"]
             for r in per_fold]
     rows.append(["mean ± sd"] + [f"{summary[c]['mean']:.4f} ± {summary[c]['sd']:.4f}" for c in columns] + [""])
     print(f"{name}: {args.metric}, {args.folds} folds (seed {args.seed})")
     print(table(rows, ["split"] + columns + ["chosen on the other folds"]))
     print(f"defaults (chosen in {results['defaults']['chosen_in_folds']} of {args.folds} folds): "
-          f"title weight {title_weight}, RRF k {rrf_k}, vector weight {vector_weight}")
+          f"{method}, title weight {title_weight}, RRF k {rrf_k}, vector weight {vector_weight}")
     if not args.lexical:
         print("hybrid above both legs on every fold:", all(r["hybrid_over_both_legs"] for r in per_fold))
     suffix = "-lexical" if args.lexical else ""

@@ -27,7 +27,7 @@ from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
 from kg.providers.base import Reranker
 from kg.rag.enrich import HitContext, attach_context
-from kg.rag.fusion import reciprocal_rank_fusion
+from kg.rag.fusion import Item, reciprocal_rank_fusion, relative_score_fusion
 from kg.store.models import Workspace
 from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.paths import validate_prefix
@@ -85,8 +85,11 @@ class SearchRequest(BaseModel):
         fulltext_weight)``; per-leg ranks are then unknown, null). Default: the index's own
         when it has one and the searched workspaces share one model, else kg. Hybrid only.
     fusion_type : {"ranked", "relative_score"}, optional
-        The index's fusion (Weaviate ``rankedFusion`` or ``relativeScoreFusion``; default
-        ranked). Only with index fusion.
+        The fusion function, whoever fuses: ``ranked`` (reciprocal rank fusion; the index's
+        ``rankedFusion``) or ``relative_score`` (a convex combination of min-max normalised
+        scores, :func:`kg.rag.fusion.relative_score_fusion`; Weaviate's ``relativeScoreFusion``),
+        with ``alpha = vector_weight / (vector_weight + fulltext_weight)``. Default:
+        ``KG_SEARCH_FUSION_TYPE``. Hybrid only.
     rerank : bool, optional
         Reorder the first ``KG_RERANK_DEPTH`` candidates with the configured reranker
         (``KG_RERANK_MODEL``). Default: on when a reranker is configured; ``true`` without
@@ -125,7 +128,8 @@ class SearchRequest(BaseModel):
     max_per_node: int | None = Field(default=None, description="Chunk granularity: most passages of one "
                                                                "node (1..100).")
     fusion: Fusion | None = Field(default=None, description="Who fuses a hybrid search: kg or the index.")
-    fusion_type: FusionType | None = Field(default=None, description="The index's fusion (with fusion 'index').")
+    fusion_type: FusionType | None = Field(default=None, description="The fusion function: ranked (RRF) or "
+                                           "relative_score (normalised scores); default KG_SEARCH_FUSION_TYPE.")
     rerank: bool | None = Field(default=None, description="Rerank the top candidates with the configured "
                                                           "reranker (default: when one is configured).")
     context: HitContext | None = Field(default=None, description="Attach each hit's parent and neighbouring "
@@ -158,8 +162,6 @@ class SearchRequest(BaseModel):
         if (self.fusion is not None or self.fusion_type is not None) and self.mode != "hybrid":
             raise InvalidInput("fusion and fusion_type apply to hybrid search only",
                                details={"mode": self.mode})
-        if self.fusion_type is not None and self.fusion == "kg":
-            raise InvalidInput("fusion_type chooses the index's own fusion: it needs fusion 'index', not 'kg'")
         if self.max_per_node is not None and not 1 <= self.max_per_node <= 100:
             raise InvalidInput("max_per_node must be an integer between 1 and 100",
                                details={"max_per_node": self.max_per_node})
@@ -463,6 +465,7 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
 
     rrf_k = services.settings.search_rrf_k
+    method = request.fusion_type or services.settings.search_fusion_type
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
     while True:
@@ -474,9 +477,9 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
         if use_fulltext:
             fulltext_hits = _fulltext_leg(services, repo_key, searchable, request, depth)
         if request.granularity == "chunk":
-            results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request, rrf_k)
+            results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method)
             break
-        results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request, rrf_k)
+        results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method)
         # A node row per node: when a few long documents fill the legs' top chunks, fewer than
         # k nodes are found though more match. Read deeper while a leg was cut at the depth.
         cut = len(vector_hits) >= depth or len(fulltext_hits) >= depth
@@ -485,8 +488,9 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
         depth = min(depth * 4, MAX_DEPTH)
     fusion = None
     if request.mode == "hybrid":
-        fusion = {"engine": "kg", "method": "rrf", "k": rrf_k,
-                  "weights": {"vector": request.vector_weight, "fulltext": request.fulltext_weight}}
+        weights = {"vector": request.vector_weight, "fulltext": request.fulltext_weight}
+        fusion = {"engine": "kg", "method": "rrf", "k": rrf_k, "weights": weights} if method == "ranked" else \
+            {"engine": "kg", "method": "relative_score", "weights": weights}
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
 
 
@@ -511,7 +515,7 @@ def _native_fusion(services: Resources, request: SearchRequest) -> ScopedIndex |
         return None
     index = services.index
     if index.layout != "scoped":  # only a scoped index has a hybrid query of its own
-        if request.fusion == "index" or request.fusion_type is not None:
+        if request.fusion == "index":
             raise InvalidInput("this index has no hybrid query of its own: use fusion 'kg' (the default)")
         return None
     return index if request.vector_weight > 0 and request.fulltext_weight > 0 else None
@@ -533,7 +537,8 @@ def _native_hybrid(index: ScopedIndex, services: Resources, view, searchable: _S
     alpha = request.vector_weight / (request.vector_weight + request.fulltext_weight)
     answer = index.hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
                           scopes=searchable.scopes_of(model), alpha=alpha,
-                          fusion_type=request.fusion_type or "ranked", max_vector_distance=request.max_distance)
+                          fusion_type=request.fusion_type or services.settings.search_fusion_type,
+                          max_vector_distance=request.max_distance)
     names = view.workspaces
     per_node: Counter[str] = Counter()
     results: list[SearchResult] = []
@@ -561,8 +566,23 @@ def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit |
     )
 
 
+def _fuse(vector: Mapping[Item, IndexHit], fulltext: Mapping[Item, IndexHit], request: SearchRequest,
+          rrf_k: int, method: str) -> list[tuple[Item, float]]:
+    """The hybrid ranking of two legs (items best first, each with its hit): weighted RRF on
+    their ranks, or relative score fusion on their scores."""
+    weights = {"vector": request.vector_weight, "fulltext": request.fulltext_weight}
+    if method == "relative_score":
+        fused = relative_score_fusion({"vector": [(i, h.score) for i, h in vector.items()],
+                                       "fulltext": [(i, h.score) for i, h in fulltext.items()]}, weights=weights)
+    else:
+        fused = reciprocal_rank_fusion({"vector": list(vector), "fulltext": list(fulltext)}, weights=weights,
+                                       k=rrf_k)
+    return [(item, score) for item, score, _ in fused]
+
+
 def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
-                 fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int) -> list[SearchResult]:
+                 fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int,
+                 method: str = "ranked") -> list[SearchResult]:
     """One row per passage (and per node holding it), at most ``max_per_node`` per node."""
     hits: dict[tuple[str, int], IndexHit] = {}
     for hit in fulltext_hits + vector_hits:
@@ -574,12 +594,7 @@ def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[In
     elif request.mode == "fulltext":
         ranked = [((h.content_key, h.chunk_index), h.score) for h in fulltext_hits]
     else:
-        fused = reciprocal_rank_fusion(
-            {"vector": list(vector_by), "fulltext": list(fulltext_by)},
-            weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
-            k=rrf_k,
-        )
-        ranked = [(key, score) for key, score, _ in fused]
+        ranked = _fuse(vector_by, fulltext_by, request, rrf_k, method)
     names = view.workspaces
     per_node: Counter[str] = Counter()
     results: list[SearchResult] = []
@@ -607,7 +622,8 @@ def _node_leg(view: BranchView, by_key: dict[str, list], hits: list[IndexHit]) -
 
 
 def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
-                fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int) -> list[SearchResult]:
+                fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int,
+                method: str = "ranked") -> list[SearchResult]:
     """One row per node. Each leg ranks nodes by their best passage; hybrid fuses the node
     rankings (so a node whose title leads one leg and whose body leads the other gets both
     legs' credit), and the row carries the node's best passage and its per-leg node ranks."""
@@ -621,12 +637,7 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
     elif request.mode == "fulltext":
         ranked = [(nid, hit.score) for nid, hit in fulltext_best.items()]
     else:
-        fused = reciprocal_rank_fusion(
-            {"vector": list(vector_best), "fulltext": list(fulltext_best)},
-            weights={"vector": request.vector_weight, "fulltext": request.fulltext_weight},
-            k=rrf_k,
-        )
-        ranked = [(nid, score) for nid, score, _ in fused]
+        ranked = _fuse(vector_best, fulltext_best, request, rrf_k, method)
     results = []
     for nid, score in ranked[:request.k]:
         v, f = vector_best.get(nid), fulltext_best.get(nid)

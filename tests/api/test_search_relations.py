@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.api.test_nodes import assert_error, put
 
 DOCS = {
@@ -184,8 +186,7 @@ def test_hybrid_echoes_its_fusion(client, repo):
     assert "fusion" not in search(client, {"query": "rotate api key", "mode": "vector"}).json()
     # the embedded index has no hybrid query of its own
     assert_error(search(client, {"query": "rotate", "fusion": "index"}), 422)
-    assert_error(search(client, {"query": "rotate", "fusion_type": "relative_score"}), 422)
-    assert_error(search(client, {"query": "rotate", "fusion": "kg", "fusion_type": "ranked"}), 422)
+    assert search(client, {"query": "rotate", "fusion": "kg", "fusion_type": "ranked"}).json()["fusion"]["method"] == "rrf"
     assert_error(search(client, {"query": "rotate", "fusion": "weaviate"}), 422)
 
 
@@ -278,3 +279,22 @@ def test_where_never_equals_a_boolean_and_a_number(client, repo):
         assert paths(0) == {"/zero"}
         assert paths([True]) == {"/list-true"}
         assert paths([1]) == {"/list-one"}
+
+
+def test_relative_score_fusion_by_kg_combines_normalised_scores(client, repo):
+    """``fusion_type: relative_score`` on the embedded index: kg fuses the legs' min-max
+    normalised scores (weights as alpha), echoes it, and keeps the per-leg ranks. With all the
+    weight on one leg the order is that leg's order."""
+    seed(client)
+    body = search(client, {"query": "rotate api key", "fusion_type": "relative_score", "granularity": "node",
+                           "vector_weight": 1.0, "fulltext_weight": 3.0}).json()
+    assert body["fusion"] == {"engine": "kg", "method": "relative_score",
+                              "weights": {"vector": 1.0, "fulltext": 3.0}}
+    top = body["results"][0]
+    assert top["path"] == "/rotate" and top["vector_rank"] == 1 and top["fulltext_rank"] == 1
+    assert top["score"] == pytest.approx(1.0)  # first in both legs: both normalised scores are 1
+    assert all(0.0 <= r["score"] <= 1.0 for r in body["results"])
+    lexical = search(client, {"query": "cache stale build", "mode": "fulltext", "granularity": "node"}).json()
+    only_bm25 = search(client, {"query": "cache stale build", "fusion_type": "relative_score", "granularity": "node",
+                                "vector_weight": 0.0}).json()
+    assert [r["path"] for r in only_bm25["results"]] == [r["path"] for r in lexical["results"]]

@@ -63,8 +63,10 @@ def test_hybrid_goes_through_weaviate_and_echoes_alpha(wclient):
     # filters still apply before ranking (SQL decides the allowed content keys)
     only = client.post(f"/api/repos/{repo}/search", json={"query": "rotate api key", "path_prefix": "/billing"}).json()
     assert [row["path"] for row in only["results"]] == ["/billing"]
-    assert_error(client.post(f"/api/repos/{repo}/search",
-                             json={"query": "x", "fusion": "kg", "fusion_type": "ranked"}), 422)
+    relative = client.post(f"/api/repos/{repo}/search",
+                           json={"query": "rotate api key", "fusion": "kg", "fusion_type": "relative_score"}).json()
+    assert relative["fusion"]["engine"] == "kg" and relative["fusion"]["method"] == "relative_score"
+    assert relative["results"][0]["path"] == "/rotate"
 
 
 def test_a_branch_sees_its_own_text_through_weaviate(wclient):
