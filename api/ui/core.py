@@ -100,6 +100,34 @@ def age(when: str | datetime | None, now: datetime | None = None) -> str:
     return f"{int(seconds)} s"
 
 
+def duration(seconds: float | None) -> str:
+    """A span of time for a person: ``"20 s"``, ``"3 min 20 s"``, ``"2 h 5 min"``.
+
+    Parameters
+    ----------
+    seconds : float or None
+        The span, in seconds (negative counts as 0).
+
+    Returns
+    -------
+    str
+        Whole seconds under a minute, then the two largest units; ``""`` for None.
+
+    Examples
+    --------
+    >>> duration(20.4), duration(200), duration(7500), duration(None)
+    ('20 s', '3 min 20 s', '2 h 5 min', '')
+    """
+    if seconds is None:
+        return ""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
 def pretty(value: Any) -> str:
     """``value`` as indented JSON (keys sorted), for a ``<pre>``; escaped by the template."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
@@ -139,6 +167,7 @@ ENV = jinja2.Environment(
 )
 ENV.globals["ui_url"] = ui_url
 ENV.filters["age"] = age
+ENV.filters["duration"] = duration
 ENV.filters["pretty"] = pretty
 ENV.filters["compact"] = compact
 

@@ -366,12 +366,15 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                      mode: Annotated[str, Field(description="hybrid, vector or fulltext.")] = "hybrid",
                      workspaces: Workspaces = None,
                      path_prefix: Annotated[str | None, Field(description="Only paths under this.")] = None,
+                     path_prefix_mode: Annotated[str, Field(
+                         description="segments: path_prefix matches whole segments (/a is /a and /a/..., "
+                                     "not /ab); raw: a plain string prefix.")] = "segments",
                      node_type: Annotated[str | None, Field(description="Only nodes of this type.")] = None,
                      branch: BranchArg = None) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
             request = SearchRequest.parse({"query": query, "k": k, "mode": mode, "granularity": "chunk",
                                            "workspaces": workspaces, "path_prefix": path_prefix,
-                                           "node_type": node_type})
+                                           "path_prefix_mode": path_prefix_mode, "node_type": node_type})
             answer = search_branch(services, b.caller, b.repo, b.on(branch), request).as_dict()
             for row in answer["results"]:
                 row["uri"] = node_uri(b.repo, b.on(branch), row["workspace"], row["path"])
@@ -513,15 +516,19 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
             return {**created, "mcp_path": f"/mcp/{quote(b.repo, safe='')}/{quote(created['name'], safe='/')}"}
         return await call(ctx, use_case)
 
-    @tool(_ADD, "Merge this branch into its parent (or 'into'); conflicts are reported and nothing is written.")
+    @tool(_ADD, "Merge this branch into its parent (or 'into'); conflicts are reported and nothing is written. "
+                "A dry run answers 'plan': pass it as 'if_plan' to merge exactly what the dry run showed.")
     async def merge(ctx: Context, branch: BranchArg = None,
                     into: Annotated[str | None, Field(description="Target; default: the parent.")] = None,
                     dry_run: Annotated[bool, Field(description="Only report what would change.")] = False,
+                    if_plan: Annotated[str | None, Field(
+                        max_length=200, description="A dry run's 'plan': refused (stale_plan, nothing written) "
+                                                    "when either branch changed since.")] = None,
                     ) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
             if dry_run:
-                return merge_ops.preview_merge(services, b.caller, b.repo, b.on(branch), into)
-            return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into)
+                return merge_ops.preview_merge(services, b.caller, b.repo, b.on(branch), into, if_plan=if_plan)
+            return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into, if_plan=if_plan)
         return await call(ctx, lambda b: {"branch": b.on(branch), **use_case(b)})
 
     if RESEARCH_ASSISTANT in FUNCTIONS:  # the research assistant of issue 13, once kg.rag has it

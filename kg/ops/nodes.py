@@ -20,6 +20,7 @@ from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.models import node_dict
 from kg.store.nodes import check_if_revision, merge_properties
+from kg.store.paths import ancestors_of, parent_of
 from kg.store.repos import BranchView
 
 
@@ -188,6 +189,32 @@ def _refuse_repeated_paths(upserts: list[dict[str, Any]], deletes: list[dict[str
             seen[key] = where
 
 
+def _refuse_writes_under_deletes(upserts: list[dict[str, Any]], deletes: list[dict[str, Any]]) -> None:
+    """Refuse an upsert below a node the batch deletes: the deletes come first, so its parent
+    would be gone (recreating it as a folder would be a second version at one revision)."""
+    deleted = {(item["workspace"], item["path"]): f"deletes[{index}]" for index, item in enumerate(deletes)}
+    if not deleted:
+        return
+    for index, item in enumerate(upserts):
+        for ancestor in ancestors_of(item["path"]):
+            where = deleted.get((item["workspace"], ancestor))
+            if where is None:
+                continue
+            workspace, path, parent = item["workspace"], item["path"], parent_of(item["path"])
+            raise InvalidInput(
+                f"upserts[{index}] writes {workspace}:{path} below {workspace}:{ancestor}, which {where} deletes: "
+                f"its parent {workspace}:{parent} would not exist (a batch applies its deletes first, and names "
+                "each node once)",
+                details={"workspace": workspace, "path": path, "parent": parent, "deleted": ancestor,
+                         "items": [where, f"upserts[{index}]"]})
+
+
+def _ancestors_first(upserts: list[dict[str, Any]]) -> list[int]:
+    """The upserts' indexes, shallowest path first (stable): a parent an upsert writes is written
+    before a child's ``parents`` would make it a folder (two versions of one node at one revision)."""
+    return sorted(range(len(upserts)), key=lambda i: upserts[i]["path"].count("/"))
+
+
 def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[str, Any]] | None = None,
           deletes: list[dict[str, Any]] | None = None, parents: bool = False, message: str | None = None,
           actor: str | None = None) -> dict[str, Any]:
@@ -216,10 +243,13 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
     Raises
     ------
     kg.errors.InvalidInput
-        An empty or too large batch, a malformed item, or one (workspace, path) named twice
-        (in upserts, deletes or both; NFC and NFD spellings are one path).
+        An empty or too large batch, a malformed item, one (workspace, path) named twice
+        (in upserts, deletes or both; NFC and NFD spellings are one path), or an upsert below a
+        node the batch deletes (``details["parent"]``: its parent, which would not exist once
+        the deletes are applied; ``details["deleted"]``: the deleted ancestor).
     kg.errors.NotFound
-        Unknown repository, branch or workspace, or a delete of a node that does not exist.
+        Unknown repository, branch or workspace, a delete of a node that does not exist, or an
+        upsert whose parent does not exist without ``parents``.
     kg.errors.Conflict
         A delete of a node with children without ``recursive``.
     """
@@ -230,6 +260,7 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
     if len(upserts) + len(deletes) > 10_000:
         raise InvalidInput("a batch holds at most 10000 items")
     _refuse_repeated_paths(upserts, deletes)
+    _refuse_writes_under_deletes(upserts, deletes)
     for item in upserts:
         node_store.validate_node_input(item.get("node_type", "kg:Node"), item.get("properties", {}), item.get("order"))
     uow.authorize_workspaces("write", repo_name, branch, [i["workspace"] for i in deletes + upserts])
@@ -239,10 +270,9 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
     for item in deletes:
         deleted += len(node_store.delete_node(session, ctx, item["workspace"], item["path"],
                                               recursive=bool(item.get("recursive", False))))
-    # Ancestors first: a parent the batch also upserts is written before a child's ``parents``
-    # would make it a folder (two versions of one node at one revision); answered in the order given.
+    # Ancestors first, answered in the order given.
     written: dict[int, dict[str, Any]] = {}
-    for index in sorted(range(len(upserts)), key=lambda i: upserts[i]["path"].count("/")):
+    for index in _ancestors_first(upserts):
         item = upserts[index]
         version, _ = write_node(uow, ctx, item["workspace"], item["path"],
                                 node_type=item.get("node_type", "kg:Node"),
@@ -265,8 +295,10 @@ class GraphWrite:
     Attributes
     ----------
     upserts : list of dict
-        ``{"workspace", "path", "node_type", "properties", "order"?}``: create or replace, in
-        this order (missing ancestors are created as ``kg:Folder`` nodes).
+        ``{"workspace", "path", "node_type", "properties", "order"?}``: create or replace
+        (missing ancestors are created as ``kg:Folder`` nodes). Written shallowest path first,
+        whatever the order of the list, as :func:`batch` does: a parent listed after its child
+        is written as given, not made a folder first; answered in the order of the list.
     relations : list of dict
         ``{"from", "to", "type", "weight"?, "properties"?}`` with ``workspace:/path``
         addresses, asserted after the upserts (so they may point at the nodes just written).
@@ -323,13 +355,15 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     uow.authorize_workspaces("write", repo_name, branch, [u["workspace"] for u in todo.upserts])
     for r in [*todo.unrelations, *todo.relations]:
         uow.authorize_relation(repo_name, branch, r["from"], r["to"])
-    out = []
-    for item in todo.upserts:
+    written: dict[int, dict[str, Any]] = {}
+    for index in _ancestors_first(todo.upserts):
+        item = todo.upserts[index]
         version, _ = write_node(uow, ctx, item["workspace"], item["path"],
                                 node_type=item.get("node_type", "kg:Node"),
                                 properties=item.get("properties", {}), order=item.get("order"),
                                 parents=True)
-        out.append(node_dict(version, item["workspace"]))
+        written[index] = node_dict(version, item["workspace"])
+    out = [written[i] for i in range(len(todo.upserts))]
     unrelated = sum(relation_store.unrelate(session, ctx, u["from"], u["to"], u["type"])
                     for u in todo.unrelations)
     for r in todo.relations:

@@ -329,6 +329,50 @@ def test_a_batch_naming_one_path_twice_is_422_and_writes_nothing(client, repo):
     assert ok.status_code == 200, ok.text
 
 
+def test_a_batch_upsert_below_a_node_it_deletes_is_422_naming_the_parent_and_writes_nothing(client, repo, services):
+    """A recursive delete of /a and an upsert of its child /a/b in one batch made two versions of
+    /a/b (its tombstone and the new one) and, with ``parents: true``, two of /a (the tombstone and
+    a folder) at one revision. The deletes come first, so /a/b's parent would be gone: 422."""
+    from kg.context import OPERATOR
+    from kg.ops.queries import node_history
+
+    put(client, "/a", {"title": "A"})
+    put(client, "/a/b", {"title": "B"})
+    put(client, "/a/b/c", {"title": "C"})
+    put(client, "/keep", {"title": "K"})
+    head = client.get(BASE).json()["head_revision"]
+    item = {"workspace": "knowledge", "node_type": "kb:Doc", "properties": {"title": "new"}}
+    cases = [  # (the delete, the upsert, its parent that would not exist, the deleted ancestor)
+        ({"path": "/a", "recursive": True}, "/a/b", "/a", "/a"),
+        ({"path": "/a", "recursive": True}, "/a/b/c", "/a/b", "/a"),
+        ({"path": "/a/b/c"}, "/a/b/c/d", "/a/b/c", "/a/b/c"),  # a new child of a deleted leaf
+    ]
+    for delete, path, parent, deleted in cases:
+        for parents in (False, True):
+            r = client.post(f"{BASE}/nodes:batch", json={
+                "parents": parents, "deletes": [{"workspace": "knowledge", **delete}],
+                "upserts": [{**item, "path": "/keep"}, {**item, "path": path}]})
+            assert_error(r, 422)
+            error = r.json()["error"]
+            assert error["details"] == {"workspace": "knowledge", "path": path, "parent": parent,
+                                        "deleted": deleted, "items": ["deletes[0]", "upserts[1]"]}
+            assert f"knowledge:{parent} would not exist" in error["message"]
+    assert client.get(BASE).json()["head_revision"] == head
+    for path, title in (("/a", "A"), ("/a/b", "B"), ("/a/b/c", "C"), ("/keep", "K")):
+        assert get(client, path)["properties"] == {"title": title}
+        assert len(node_history(services, OPERATOR, "acme", "main", "knowledge", path)) == 1
+    # Deleting a subtree and writing beside it is one version of each node at the revision.
+    ok = client.post(f"{BASE}/nodes:batch", json={"parents": True,
+                     "deletes": [{"workspace": "knowledge", "path": "/a/b", "recursive": True}],
+                     "upserts": [{**item, "path": "/a/bb"}, {**item, "path": "/a"}]})
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["deleted"] == 2 and get(client, "/a/b") is None and get(client, "/a/bb") is not None
+    revision = ok.json()["revision"]
+    for path in ("/a", "/a/b", "/a/b/c", "/a/bb"):
+        versions = node_history(services, OPERATOR, "acme", "main", "knowledge", path)
+        assert [v["revision"] for v in versions].count(revision) == 1, (path, versions)
+
+
 def test_a_batch_child_before_its_parent_makes_one_version_of_the_parent(client, repo, services):
     """A child upserted before its parent with ``parents: true`` made the parent a folder, then
     the parent's own upsert a second version at the same revision."""

@@ -1,5 +1,6 @@
 """The MCP server through the SDK's in-memory client (no transport): the tool list per caller,
-the read-only switch, and the research assistant once kg.rag has it."""
+the read-only switch, search's path-prefix mode, merge's plan token, and the research assistant
+once kg.rag has it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kg.mcp.server import (
     fixed_binding,
     offered_tools,
 )
+from kg.ops import branches as branch_ops
 from kg.ops import nodes as node_ops
 from kg.ops import repos as repo_ops
 from kg.rag.functions import FUNCTIONS
@@ -56,6 +58,49 @@ def test_a_key_is_listed_its_tools_in_memory_too(acme):
     put = call(build_server(acme, fixed_binding("acme", "main", READER)), None, "put_node",
                {"workspace": "kb", "path": "/x", "node_type": "kb:Note", "properties": {}}, error=True)
     assert put["error"]["code"] == "forbidden"
+
+
+def test_search_takes_the_path_prefix_mode(acme):
+    for path in ("/answers/a", "/answers-old/b"):
+        run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", path, node_type="kb:Note", parents=True,
+            properties={"content": "Rotate the signing key every month."})
+    server = build_server(acme, fixed_binding("acme", "main"))
+    query = {"query": "signing key", "mode": "fulltext", "path_prefix": "/answers"}
+    segments = call(server, None, "search", query)
+    assert [r["path"] for r in segments["results"]] == ["/answers/a"]  # the default: whole segments
+    raw = call(server, None, "search", {**query, "path_prefix_mode": "raw"})
+    assert sorted(r["path"] for r in raw["results"]) == ["/answers-old/b", "/answers/a"]
+    bad = call(server, None, "search", {**query, "path_prefix_mode": "glob"}, error=True)
+    assert bad["error"]["code"] == "invalid_input"
+    assert bad["error"]["details"]["errors"][0]["loc"] == ["path_prefix_mode"]
+
+
+def test_merge_applies_only_the_plan_its_dry_run_showed(acme):
+    run(acme, OPERATOR, branch_ops.create_branch, "acme", name="agent/s1", from_branch="main")
+    run(acme, OPERATOR, node_ops.put_node, "acme", "agent/s1", "kb", "/one", node_type="kb:Note",
+        properties={"content": "one"})
+    server = build_server(acme, fixed_binding("acme", "agent/s1"))
+    seen = call(server, None, "merge", {"dry_run": True})
+    assert seen["dry_run"] is True and seen["revision"] is None and isinstance(seen["plan"], str) and seen["plan"]
+    assert call(server, None, "merge", {"dry_run": True, "if_plan": seen["plan"]})["plan"] == seen["plan"]
+
+    run(acme, OPERATOR, node_ops.put_node, "acme", "agent/s1", "kb", "/two", node_type="kb:Note",
+        properties={"content": "two"})  # after the dry run: the reviewer did not see /two
+    stale = call(server, None, "merge", {"if_plan": seen["plan"]}, error=True)
+    assert stale["error"]["code"] == "conflict" and stale["error"]["details"]["reason"] == "stale_plan"
+    assert stale["error"]["details"]["expected"] == seen["plan"]
+    for path in ("/one", "/two"):  # nothing was written on main
+        missing = call(server, None, "get_node", {"workspace": "kb", "path": path, "branch": "main"}, error=True)
+        assert missing["error"]["code"] == "not_found"
+    assert call(server, None, "merge", {"dry_run": True, "if_plan": seen["plan"]}, error=True)[
+        "error"]["details"]["reason"] == "stale_plan"
+
+    fresh = call(server, None, "merge", {"dry_run": True})["plan"]
+    assert fresh != seen["plan"]
+    merged = call(server, None, "merge", {"if_plan": fresh})
+    assert merged["revision"] is not None and merged["branch"] == "agent/s1"
+    on_main = call(server, None, "get_node", {"workspace": "kb", "path": "/two", "branch": "main"})
+    assert on_main["node"]["path"] == "/two"
 
 
 @pytest.mark.skipif(RESEARCH_ASSISTANT not in FUNCTIONS, reason="the research assistant has not landed in kg.rag")

@@ -4,8 +4,25 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
 
-from tests.ui.conftest import ConsoleClient, bearer, new_key
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import update
+
+from kg.context import OPERATOR, run
+from kg.index.embedded import EmbeddedVectorIndex
+from kg.ops import nodes as node_ops
+from kg.ops import repos as repo_ops
+from kg.providers.registry import make_embedder
+from kg.services import Services
+from kg.settings import Settings
+from kg.store.db import Database
+from kg.store.models import IndexJob, utcnow
+from tests.conftest import FAKE_MODEL
+from tests.ui.conftest import PEPPER, ConsoleClient, bearer, new_key
 
 
 def _seed(console: ConsoleClient) -> None:
@@ -40,6 +57,53 @@ def test_index_page_shows_the_queue_the_index_and_the_jobs(console):
     assert "<th>chunks</th>" in stats and "fake:hash-64" in stats
     jobs = r.text.split('id="jobs"')[1].split("</table>")[0]
     assert f'data-job="{job}"' in jobs and "graph-context" in jobs and "succeeded" in jobs
+
+
+@pytest.fixture
+def stepping(db_url: str, tmp_path: Path) -> Iterator[ConsoleClient]:
+    """The console, signed in as an admin, on services whose indexer embeds large texts 16 chunks
+    a pass (``KG_INDEX_STEP_CHUNKS``) and only when the test runs a pass: no lifespan, so no
+    background indexer."""
+    settings = Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
+                        allow_fake_embedder=True, auth=True, key_pepper=PEPPER, key_cache_s=0,
+                        index_step_chunks=16)
+    db = Database(settings.resolved_database_url())
+    db.upgrade()
+    services = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
+                        embedder_factory=lambda name: make_embedder(name, allow_fake=True))
+    from api.app import create_app
+
+    c = ConsoleClient(TestClient(create_app(services=services), raise_server_exceptions=False), services)
+    c.sign_in(new_key(services, "reviewer", {"repo": "*", "actions": ["admin"]}))
+    yield c
+    c.http.close()
+    services.close()
+
+
+def test_index_page_shows_each_running_jobs_progress_and_time_left(stepping):
+    services = stepping.services
+    run(services, OPERATOR, repo_ops.create_repository, "acme")
+    run(services, OPERATOR, repo_ops.create_workspace, "acme", "kb")
+    big = " ".join(f"zebra{i} stripes." for i in range(10650))  # 48 chunks of the default 512 tokens
+    run(services, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/notes/<b>big</b> & co", node_type="kb:Doc",
+        properties={"content": big}, parents=True)
+    assert services.indexer.run_pending().stepped == 16  # /notes whole, 16 of the 48 chunks of the large text
+
+    r = stepping.get("/ui/r/acme/index")
+    assert r.status_code == 200
+    rows = r.text.split('id="progress"')[1].split("</table>")[0]
+    [row] = re.findall(r"<tr data-content-key=.*?</tr>", rows, flags=re.S)
+    assert '<td class="num" data-chunks>16 / 48</td>' in row
+    assert "<td>kb</td>" in row and "/notes/&lt;b&gt;big&lt;/b&gt; &amp; co" in row and "<b>" not in row
+    assert "<td data-eta>" in row and "ago" in row
+
+    # 16 chunks in 100 s: the 32 left take about 200 s, shown once the rate is known.
+    with services.db.write() as s:
+        s.execute(update(IndexJob).where(IndexJob.chunks_total.is_not(None))
+                  .values(started_at=utcnow() - timedelta(seconds=100)))
+    row = stepping.get("/ui/r/acme/index").text.split('id="progress"')[1].split("</table>")[0]
+    assert re.search(r"<td data-eta>about 3 min 2\d s</td>", row), row
+    assert '<td class="muted">1 min ago</td>' in row
 
 
 def test_a_key_sees_only_its_own_jobs_and_no_index_status_without_admin(console):
