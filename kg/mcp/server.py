@@ -370,14 +370,24 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                          description="segments: path_prefix matches whole segments (/a is /a and /a/..., "
                                      "not /ab); raw: a plain string prefix.")] = "segments",
                      node_type: Annotated[str | None, Field(description="Only nodes of this type.")] = None,
+                     context_siblings: Annotated[int | None, Field(
+                         description="Attach each hit's parent and this many neighbouring sections of its "
+                                     "type on each side, in order (0..10; 0: the parent only).")] = None,
                      branch: BranchArg = None) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
-            request = SearchRequest.parse({"query": query, "k": k, "mode": mode, "granularity": "chunk",
-                                           "workspaces": workspaces, "path_prefix": path_prefix,
-                                           "path_prefix_mode": path_prefix_mode, "node_type": node_type})
+            raw: dict[str, Any] = {"query": query, "k": k, "mode": mode, "granularity": "chunk",
+                                   "workspaces": workspaces, "path_prefix": path_prefix,
+                                   "path_prefix_mode": path_prefix_mode, "node_type": node_type}
+            if context_siblings is not None:
+                raw["context"] = {"parent": True, "siblings": context_siblings}
+            request = SearchRequest.parse(raw)
             answer = search_branch(services, b.caller, b.repo, b.on(branch), request).as_dict()
             for row in answer["results"]:
                 row["uri"] = node_uri(b.repo, b.on(branch), row["workspace"], row["path"])
+                for node in [row.get("context", {}).get("parent")] + row.get("context", {}).get("before", []) \
+                        + row.get("context", {}).get("after", []):
+                    if node is not None:
+                        node["uri"] = node_uri(b.repo, b.on(branch), node["workspace"], node["path"])
             return {"branch": b.on(branch), **answer}
         return await call(ctx, use_case)
 

@@ -186,7 +186,8 @@ def test_hybrid_echoes_its_fusion(client, repo):
     assert "fusion" not in search(client, {"query": "rotate api key", "mode": "vector"}).json()
     # the embedded index has no hybrid query of its own
     assert_error(search(client, {"query": "rotate", "fusion": "index"}), 422)
-    assert search(client, {"query": "rotate", "fusion": "kg", "fusion_type": "ranked"}).json()["fusion"]["method"] == "rrf"
+    kg_rrf = search(client, {"query": "rotate", "fusion": "kg", "fusion_type": "ranked"}).json()
+    assert kg_rrf["fusion"]["method"] == "rrf"
     assert_error(search(client, {"query": "rotate", "fusion": "weaviate"}), 422)
 
 

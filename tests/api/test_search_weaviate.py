@@ -16,7 +16,6 @@ from kg.index.weaviate import WeaviateVectorIndex
 from kg.providers.registry import make_embedder
 from kg.services import Services
 from kg.store.db import Database
-from tests.api.test_nodes import assert_error
 
 DOCS = {
     "/rotate": "To rotate an API key open settings and press rotate key. Old keys expire.",

@@ -75,6 +75,30 @@ def test_search_takes_the_path_prefix_mode(acme):
     assert bad["error"]["details"]["errors"][0]["loc"] == ["path_prefix_mode"]
 
 
+def test_search_attaches_each_hits_parent_and_neighbouring_sections(acme):
+    """The guide's enrichment loop over MCP: ``context_siblings`` attaches the parent and the
+    sections beside each hit, in order, each with its kg:// citation handle."""
+    run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/guide", node_type="kb:Article",
+        properties={"title": "Rigging guide"})
+    for order, (name, text) in enumerate((("shrouds", "Check the shrouds for wear."),
+                                          ("bowline", "The bowline ties a fixed loop that holds."),
+                                          ("anchor", "Let out five times the depth in chain."))):
+        run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", f"/guide/{name}", node_type="kb:Section",
+            properties={"content": text}, order=float(order))
+    server = build_server(acme, fixed_binding("acme", "main"))
+    found = call(server, None, "search", {"query": "bowline fixed loop", "mode": "fulltext", "k": 1,
+                                          "context_siblings": 1})
+    row = found["results"][0]
+    assert row["path"] == "/guide/bowline"
+    assert row["context"]["parent"]["path"] == "/guide"
+    assert row["context"]["parent"]["uri"] == row["uri"].replace("/bowline", "")
+    assert [n["path"] for n in row["context"]["before"]] == ["/guide/shrouds"]
+    assert [n["path"] for n in row["context"]["after"]] == ["/guide/anchor"]
+    assert "context" not in call(server, None, "search", {"query": "bowline", "mode": "fulltext"})["results"][0]
+    bad = call(server, None, "search", {"query": "bowline", "context_siblings": 11}, error=True)
+    assert bad["error"]["code"] == "invalid_input" and "context.siblings" in bad["error"]["message"]
+
+
 def test_merge_applies_only_the_plan_its_dry_run_showed(acme):
     run(acme, OPERATOR, branch_ops.create_branch, "acme", name="agent/s1", from_branch="main")
     run(acme, OPERATOR, node_ops.put_node, "acme", "agent/s1", "kb", "/one", node_type="kb:Note",
