@@ -35,6 +35,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy is imported
 
 import argparse  # noqa: E402
 import itertools  # noqa: E402
+import json  # noqa: E402
 import random  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -373,6 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         print(f"reading the legs of {len(queries)} queries ...", file=sys.stderr, flush=True)
         legs = legs_of(services, workspace, queries, lexical=args.lexical)
+        (workdir / "legs.json").write_text(json.dumps(legs), encoding="utf-8")  # for offline analyses
         folds = kfold(list(queries), args.folds, seed=args.seed)
         measure = METRICS[args.metric]
         per_fold: list[dict[str, Any]] = []

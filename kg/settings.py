@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     search_title_weight : float
         The weight of the ``title`` field in the node-level BM25F of the fulltext leg (other
         fields weigh 1; chosen by cross-validation like :attr:`search_rrf_k`).
+    search_vector_weight, search_fulltext_weight : float
+        The legs' weights in hybrid fusion when a request names none (>= 0; a request with
+        both 0 is refused).
     search_fusion_type : {"ranked", "relative_score"}
         The fusion function of hybrid search when a request names none: reciprocal rank
         fusion, or relative score fusion (min-max normalised scores, convexly combined).
@@ -165,6 +168,8 @@ class Settings(BaseSettings):
     search_rrf_k: int = Field(default=60, ge=0, le=10_000)
     search_title_weight: float = Field(default=2.0, ge=0, le=100)
     search_fusion_type: Literal["ranked", "relative_score"] = "ranked"
+    search_vector_weight: float = Field(default=1.0, ge=0, le=100)
+    search_fulltext_weight: float = Field(default=1.0, ge=0, le=100)
     rerank_model: str = "none"
     rerank_depth: int = Field(default=20, ge=1, le=1000)
     rag_weaviate_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -122,7 +122,7 @@ def relative_score_fusion(
     legs : mapping of str to sequence of (hashable, float)
         Each leg's ``(item, score)`` pairs, best first (higher scores better; the scales of
         two legs need not be comparable). An item listed twice in one leg counts once, at its
-        first (best) place.
+        first (best) place and score; its later scores are ignored, also for the leg's minimum.
     weights : mapping of str to float
         A finite weight >= 0 for every leg, not all 0; they are divided by their sum, so
         ``{"vector": 1, "fulltext": 3}`` is :math:`\alpha = 0.25` on the vector leg. A leg of
@@ -185,19 +185,20 @@ def relative_score_fusion(
         weight = weights[name] / total if total else 0.0
         if weight == 0:
             continue
-        values = [score for _, score in pairs]
+        firsts: dict[Item, float] = {}
+        for item, score in pairs:
+            firsts.setdefault(item, score)
+        values = list(firsts.values())
         if not all(math.isfinite(v) for v in values):
             raise InvalidInput(f"leg {name!r} has a score that is not finite", details={"leg": name})
         low, high = (min(values), max(values)) if values else (0.0, 0.0)
         span = high - low
-        for rank, (item, score) in enumerate(pairs, start=1):
+        for rank, (item, score) in enumerate(firsts.items(), start=1):
             item_ranks = ranks.get(item)
             if item_ranks is None:
                 item_ranks = ranks[item] = dict.fromkeys(legs)
                 scores[item] = 0.0
                 best[item] = rank
-            elif item_ranks[name] is not None:
-                continue
             item_ranks[name] = rank
             scores[item] += weight * ((score - low) / span if span > 0 else 1.0)
             best[item] = min(best[item], rank)

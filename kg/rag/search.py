@@ -71,7 +71,9 @@ class SearchRequest(BaseModel):
     where : dict, optional
         Property equality filters.
     fulltext_weight, vector_weight : float
-        Weights of the legs in the fusion, finite and >= 0; 0 turns a leg off (not both).
+        Weights of the legs in the fusion, finite and >= 0; 0 turns a leg off (not both). A
+        weight the request does not name is the setting's (``KG_SEARCH_FULLTEXT_WEIGHT``,
+        ``KG_SEARCH_VECTOR_WEIGHT``; :func:`with_default_weights`), applied when it runs.
     max_distance : float, optional
         Drop vector hits farther than this cosine distance (0..2). With the index's own hybrid
         query (Weaviate's ``max_vector_distance``) a farther object leaves the answer
@@ -121,8 +123,10 @@ class SearchRequest(BaseModel):
                                          "as a plain string prefix.")
     node_type: str | None = None
     where: dict[str, Any] | None = Field(default=None, description="Property equality filters.")
-    fulltext_weight: float = Field(default=1.0, description="Weight of the BM25 leg (0 turns it off).")
-    vector_weight: float = Field(default=1.0, description="Weight of the vector leg (0 turns it off).")
+    fulltext_weight: float = Field(default=1.0, description="Weight of the BM25 leg (0 turns it off; default "
+                                                            "KG_SEARCH_FULLTEXT_WEIGHT).")
+    vector_weight: float = Field(default=1.0, description="Weight of the vector leg (0 turns it off; default "
+                                                          "KG_SEARCH_VECTOR_WEIGHT).")
     max_distance: float | None = Field(default=None, description="Drop vector hits farther than this cosine "
                                                                  "distance (0..2).")
     max_per_node: int | None = Field(default=None, description="Chunk granularity: most passages of one "
@@ -386,6 +390,7 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     BERT" (reranking the first candidates of a first-stage ranking).
     """
     started = time.perf_counter()
+    request = with_default_weights(request, services.settings)
     reranker = services.reranker
     if request.rerank and reranker is None:
         raise InvalidInput("rerank: no reranker is configured (KG_RERANK_MODEL)", details={"rerank": True})
@@ -399,6 +404,36 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
         attach_context(session, view, answer.results, request.context)
         answer.took_ms = _ms(started)
     return answer
+
+
+def with_default_weights(request: SearchRequest, settings: Any) -> SearchRequest:
+    """The request with the legs' weights it did not name set from the settings.
+
+    Parameters
+    ----------
+    request : SearchRequest
+    settings : kg.settings.Settings
+        ``search_vector_weight`` and ``search_fulltext_weight`` (``KG_SEARCH_VECTOR_WEIGHT``,
+        ``KG_SEARCH_FULLTEXT_WEIGHT``).
+
+    Returns
+    -------
+    SearchRequest
+        ``request`` itself when it named both weights.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A hybrid search whose weights, once completed, are both 0.
+    """
+    unset = {"vector_weight", "fulltext_weight"} - request.model_fields_set
+    if not unset:
+        return request
+    resolved = request.model_copy(update={name: float(getattr(settings, f"search_{name}")) for name in unset})
+    if resolved.mode == "hybrid" and resolved.fulltext_weight == 0 and resolved.vector_weight == 0:
+        raise InvalidInput("at least one of fulltext_weight and vector_weight must be > 0 (the unset one "
+                           "defaults to KG_SEARCH_VECTOR_WEIGHT / KG_SEARCH_FULLTEXT_WEIGHT, which is 0)")
+    return resolved
 
 
 def _reranked(answer: SearchAnswer, reranker: Reranker, request: SearchRequest, depth: int,

@@ -99,3 +99,66 @@ def test_items_may_be_any_hashable():
 def test_bad_weights_or_k_are_refused(weights, k):
     with pytest.raises(InvalidInput):
         reciprocal_rank_fusion({"vector": ["a"], "fulltext": ["b"]}, weights=weights, k=k)
+
+
+# -- relative score fusion ------------------------------------------------------------------------
+
+from kg.rag.fusion import relative_score_fusion  # noqa: E402
+
+
+def test_relative_scores_by_hand():
+    """min-max per leg, then the weights divided by their sum (alpha = 1 / (1 + 3) = 0.25)."""
+    fused = relative_score_fusion(
+        {"vector": [("a", 0.9), ("b", 0.7), ("c", 0.5)], "fulltext": [("c", 30.0), ("d", 20.0), ("a", 10.0)]},
+        weights={"vector": 1.0, "fulltext": 3.0})
+    scores = {item: score for item, score, _ in fused}
+    assert scores["a"] == pytest.approx(0.25 * 1.0 + 0.75 * 0.0)
+    assert scores["b"] == pytest.approx(0.25 * 0.5)
+    assert scores["c"] == pytest.approx(0.25 * 0.0 + 0.75 * 1.0)
+    assert scores["d"] == pytest.approx(0.75 * 0.5)
+    assert [item for item, _, _ in fused] == ["c", "d", "a", "b"]
+    assert {item: r for item, _, r in fused}["d"] == {"vector": None, "fulltext": 2}
+
+
+def test_relative_scores_keep_the_gaps_that_rrf_forgets():
+    """Two legs that agree on the order but not on the margins: RRF ties a and b (each first
+    in one leg); relative scores let the leg with the clear winner decide."""
+    legs = {"vector": [("a", 0.80), ("b", 0.79), ("c", 0.10)], "fulltext": [("b", 10.0), ("a", 1.0), ("c", 0.9)]}
+    rrf = reciprocal_rank_fusion({name: [i for i, _ in pairs] for name, pairs in legs.items()}, weights=BOTH)
+    assert rrf[0][1] == pytest.approx(rrf[1][1])
+    relative = relative_score_fusion(legs, weights=BOTH)
+    assert [item for item, _, _ in relative] == ["b", "a", "c"]
+
+
+def test_relative_scores_edge_cases():
+    # one item per leg, or equal scores: each item of the leg gets 1
+    fused = relative_score_fusion({"vector": [("a", 0.3)], "fulltext": [("b", 2.0), ("c", 2.0)]}, weights=BOTH)
+    assert {item: score for item, score, _ in fused} == {"a": 0.5, "b": 0.5, "c": 0.5}
+    # a weight of 0 turns its leg off; a repeated item counts at its first place
+    fused = relative_score_fusion({"vector": [("a", 0.9)], "fulltext": [("b", 2.0), ("a", 1.0), ("b", 0.5)]},
+                                  weights={"vector": 0.0, "fulltext": 1.0})
+    assert [(item, score, ranks["vector"]) for item, score, ranks in fused] == [("b", 1.0, None), ("a", 0.0, None)]
+    assert relative_score_fusion({}, weights={}) == []
+    with pytest.raises(InvalidInput):
+        relative_score_fusion({"vector": [("a", 1.0)]}, weights={"vector": 0.0})
+    with pytest.raises(InvalidInput):
+        relative_score_fusion({"vector": [("a", float("nan"))]}, weights={"vector": 1.0})
+    with pytest.raises(InvalidInput):
+        relative_score_fusion({"vector": [("a", 1.0)]}, weights={})
+
+
+def test_unset_weights_come_from_the_settings():
+    from kg.rag.search import SearchRequest, with_default_weights
+    from kg.settings import Settings
+
+    settings = Settings(search_vector_weight=0.25, search_fulltext_weight=1.0)
+    resolved = with_default_weights(SearchRequest(query="q"), settings)
+    assert (resolved.vector_weight, resolved.fulltext_weight) == (0.25, 1.0)
+    named = SearchRequest(query="q", vector_weight=2.0)
+    assert with_default_weights(named, settings).vector_weight == 2.0
+    both = SearchRequest(query="q", vector_weight=2.0, fulltext_weight=0.5)
+    assert with_default_weights(both, settings) is both
+    off = Settings(search_vector_weight=0.0)
+    with pytest.raises(InvalidInput):
+        with_default_weights(SearchRequest(query="q", fulltext_weight=0.0), off)
+    assert with_default_weights(SearchRequest(query="q", mode="fulltext", fulltext_weight=0.0), off).mode == "fulltext"
