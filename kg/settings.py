@@ -166,9 +166,9 @@ class Settings(BaseSettings):
     weaviate_api_key: SecretStr | None = None
     weaviate_timeout_s: float = Field(default=30.0, gt=0)
     search_rrf_k: int = Field(default=60, ge=0, le=10_000)
-    search_title_weight: float = Field(default=2.0, ge=0, le=100)
-    search_fusion_type: Literal["ranked", "relative_score"] = "ranked"
-    search_vector_weight: float = Field(default=1.0, ge=0, le=100)
+    search_title_weight: float = Field(default=1.0, ge=0, le=100)
+    search_fusion_type: Literal["ranked", "relative_score"] = "relative_score"
+    search_vector_weight: float = Field(default=0.25, ge=0, le=100)
     search_fulltext_weight: float = Field(default=1.0, ge=0, le=100)
     rerank_model: str = "none"
     rerank_depth: int = Field(default=20, ge=1, le=1000)

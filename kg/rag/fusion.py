@@ -114,6 +114,7 @@ def relative_score_fusion(
     legs: Mapping[str, Sequence[tuple[Item, float]]],
     *,
     weights: Mapping[str, float],
+    window: int | None = None,
 ) -> list[tuple[Item, float, dict[str, int | None]]]:
     r"""Fuse scored lists by a convex combination of their min-max normalised scores.
 
@@ -127,6 +128,10 @@ def relative_score_fusion(
         A finite weight >= 0 for every leg, not all 0; they are divided by their sum, so
         ``{"vector": 1, "fulltext": 3}`` is :math:`\alpha = 0.25` on the vector leg. A leg of
         weight 0 is off (no score, ranks None).
+    window : int or None, optional
+        Normalise over each leg's first ``window`` distinct items (their minimum is 0; items
+        further down score 0 from that leg). None: over everything listed. With a window, a
+        deeper read of the legs (a larger k) does not change how the first items are scored.
 
     Returns
     -------
@@ -175,6 +180,8 @@ def relative_score_fusion(
                 f"leg {name!r} needs a finite weight >= 0, got {weight!r}",
                 details={"leg": name, "weight": weight},
             )
+    if window is not None and window < 1:
+        raise InvalidInput(f"the normalisation window must be >= 1, got {window}", details={"window": window})
     total = sum(weights[name] for name in legs)
     if legs and total <= 0:
         raise InvalidInput("at least one leg needs a weight > 0")
@@ -188,7 +195,7 @@ def relative_score_fusion(
         firsts: dict[Item, float] = {}
         for item, score in pairs:
             firsts.setdefault(item, score)
-        values = list(firsts.values())
+        values = list(firsts.values())[:window] if window is not None else list(firsts.values())
         if not all(math.isfinite(v) for v in values):
             raise InvalidInput(f"leg {name!r} has a score that is not finite", details={"leg": name})
         low, high = (min(values), max(values)) if values else (0.0, 0.0)
@@ -200,7 +207,7 @@ def relative_score_fusion(
                 scores[item] = 0.0
                 best[item] = rank
             item_ranks[name] = rank
-            scores[item] += weight * ((score - low) / span if span > 0 else 1.0)
+            scores[item] += weight * (max(0.0, (score - low) / span) if span > 0 else float(score >= low))
             best[item] = min(best[item], rank)
     order = sorted(scores, key=lambda item: (-scores[item], best[item]))
     return [(item, scores[item], ranks[item]) for item in order]

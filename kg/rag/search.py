@@ -41,6 +41,10 @@ PrefixMode = Literal["segments", "raw"]
 RRF_K = 60
 """The default rank constant of kg's fusion (``KG_SEARCH_RRF_K``; see docs/retrieval.md)."""
 MAX_K = 1000
+#: Relative score fusion normalises each leg over its first this many items: what a k = 10
+#: search reads per leg (``max(8 k, 50)`` at node granularity, ``max(3 k, 50)`` per passage), so
+#: a larger k reads deeper without changing how the first hits are scored.
+RELATIVE_WINDOW = {"node": 80, "chunk": 50}
 #: Most chunks a leg reads for one search (node rows read deeper until they have k nodes).
 MAX_DEPTH = MAX_K * 4
 
@@ -607,8 +611,10 @@ def _fuse(vector: Mapping[Item, IndexHit], fulltext: Mapping[Item, IndexHit], re
     their ranks, or relative score fusion on their scores."""
     weights = {"vector": request.vector_weight, "fulltext": request.fulltext_weight}
     if method == "relative_score":
+        window = RELATIVE_WINDOW[request.granularity]
         fused = relative_score_fusion({"vector": [(i, h.score) for i, h in vector.items()],
-                                       "fulltext": [(i, h.score) for i, h in fulltext.items()]}, weights=weights)
+                                       "fulltext": [(i, h.score) for i, h in fulltext.items()]}, weights=weights,
+                                      window=window)
     else:
         fused = reciprocal_rank_fusion({"vector": list(vector), "fulltext": list(fulltext)}, weights=weights,
                                        k=rrf_k)

@@ -119,7 +119,10 @@ def test_keys_some_answers_leave_out_stay_left_out(client, repo):
     assert list(search) == ["results", "took_ms"]  # no fusion for one leg, no warnings
     hybrid = client.post("/api/repos/acme/search", json={"query": "docs"}).json()
     assert list(hybrid) == ["results", "took_ms", "fusion"]
-    assert hybrid["fusion"] == {"engine": "kg", "method": "rrf", "k": 60, "weights": {"vector": 1.0, "fulltext": 1.0}}
+    assert hybrid["fusion"] == {"engine": "kg", "method": "relative_score",
+                                "weights": {"vector": 0.25, "fulltext": 1.0}}
+    rrf = client.post("/api/repos/acme/search", json={"query": "docs", "fusion_type": "ranked"}).json()
+    assert rrf["fusion"] == {"engine": "kg", "method": "rrf", "k": 60, "weights": {"vector": 0.25, "fulltext": 1.0}}
 
 
 def test_workspace_body_with_an_overlap_object(client, repo):

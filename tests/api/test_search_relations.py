@@ -32,9 +32,14 @@ def test_three_modes_find_the_right_node(client, repo):
         rows = r.json()["results"]
         assert rows[0]["path"] == "/rotate", (mode, rows)
         assert len({row["node_id"] for row in rows}) == len(rows)
-    hybrid = search(client, {"query": "rotate api key", "mode": "hybrid", "granularity": "node"}).json()["results"][0]
+    rrf = {"fusion_type": "ranked", "vector_weight": 1.0, "fulltext_weight": 1.0}
+    hybrid = search(client, {"query": "rotate api key", "mode": "hybrid", "granularity": "node",
+                             **rrf}).json()["results"][0]
     assert hybrid["vector_rank"] == 1 and hybrid["fulltext_rank"] == 1
     assert abs(hybrid["score"] - 2 / 61) < 1e-9
+    # the shipped default: relative score fusion, first in both legs is 1
+    default = search(client, {"query": "rotate api key", "granularity": "node"}).json()["results"][0]
+    assert default["path"] == "/rotate" and abs(default["score"] - 1.0) < 1e-9
     ft = search(client, {"query": "rotate api key", "mode": "fulltext"}).json()["results"][0]
     assert ft["vector_rank"] is None and ft["vector_distance"] is None
 
@@ -169,8 +174,8 @@ def test_node_granularity_fuses_node_rankings(client, repo):
     """A node whose title leads one leg and whose body leads the other gets both legs' credit:
     hybrid at node granularity fuses per-node ranks, and reports them."""
     seed(client)
-    rows = search(client, {"query": "rotate api key", "k": 3, "mode": "hybrid",
-                           "granularity": "node"}).json()["results"]
+    rows = search(client, {"query": "rotate api key", "k": 3, "mode": "hybrid", "granularity": "node",
+                           "fusion_type": "ranked", "vector_weight": 1.0, "fulltext_weight": 1.0}).json()["results"]
     top = rows[0]
     assert top["path"] == "/rotate"
     assert top["vector_rank"] == 1 and top["fulltext_rank"] == 1
@@ -181,8 +186,14 @@ def test_node_granularity_fuses_node_rankings(client, repo):
 
 def test_hybrid_echoes_its_fusion(client, repo):
     seed(client)
-    body = search(client, {"query": "rotate api key", "vector_weight": 2.0}).json()
+    body = search(client, {"query": "rotate api key", "vector_weight": 2.0, "fusion_type": "ranked"}).json()
     assert body["fusion"] == {"engine": "kg", "method": "rrf", "k": 60, "weights": {"vector": 2.0, "fulltext": 1.0}}
+    # the shipped defaults (docs/retrieval.md): relative score fusion, vector 0.25, fulltext 1
+    default = search(client, {"query": "rotate api key"}).json()
+    assert default["fusion"] == {"engine": "kg", "method": "relative_score",
+                                 "weights": {"vector": 0.25, "fulltext": 1.0}}
+    assert search(client, {"query": "rotate api key", "fulltext_weight": 2.0}).json()["fusion"]["weights"] == \
+        {"vector": 0.25, "fulltext": 2.0}
     assert "fusion" not in search(client, {"query": "rotate api key", "mode": "vector"}).json()
     # the embedded index has no hybrid query of its own
     assert_error(search(client, {"query": "rotate", "fusion": "index"}), 422)

@@ -49,12 +49,15 @@ def test_hybrid_goes_through_weaviate_and_echoes_alpha(wclient):
     r = client.post(f"/api/repos/{repo}/search", json={"query": "rotate api key", "vector_weight": 3.0})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["fusion"] == {"engine": "weaviate", "alpha": 0.75, "fusion_type": "ranked"}
+    # the shipped default fusion function (KG_SEARCH_FUSION_TYPE) goes to the index too
+    assert body["fusion"] == {"engine": "weaviate", "alpha": 0.75, "fusion_type": "relative_score"}
     top = body["results"][0]
     assert top["path"] == "/rotate" and top["vector_rank"] is None and top["fulltext_rank"] is None
-    relative = client.post(f"/api/repos/{repo}/search", json={"query": "rotate api key",
-                                                             "fusion_type": "relative_score"}).json()
-    assert relative["fusion"]["fusion_type"] == "relative_score" and relative["results"][0]["path"] == "/rotate"
+    ranked = client.post(f"/api/repos/{repo}/search", json={"query": "rotate api key",
+                                                           "fusion_type": "ranked"}).json()
+    # alpha from the default weights: vector 0.25, fulltext 1
+    assert ranked["fusion"] == {"engine": "weaviate", "alpha": 0.2, "fusion_type": "ranked"}
+    assert ranked["results"][0]["path"] == "/rotate"
     # kg's own fusion on the same index: per-leg ranks
     kg = client.post(f"/api/repos/{repo}/search", json={"query": "rotate api key", "fusion": "kg"}).json()
     assert kg["fusion"]["engine"] == "kg"

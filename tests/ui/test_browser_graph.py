@@ -93,7 +93,8 @@ def test_the_search_playground_shows_per_leg_ranks_and_ask_answers(page, live):
     assert first.get_attribute("data-path") == "/rotate"
     assert first.locator("td.fulltext-rank").inner_text() == "1"
     assert first.locator("td.vector-rank").inner_text() == "1"
-    assert first.locator("td.score").inner_text() == f"{2 / 61:.4f}"
+    # relative score fusion (the default): first in both legs scores 1
+    assert first.locator("td.score").inner_text() == f"{1.0:.4f}"
     paths_a = page.locator("section.search-column[data-branch='agent/a'] tr.hit").evaluate_all(
         "rows => rows.map(r => r.dataset.path)")
     paths_main = main.evaluate_all("rows => rows.map(r => r.dataset.path)")

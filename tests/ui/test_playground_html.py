@@ -61,10 +61,13 @@ def columns(page: str) -> dict[str, list[str]]:
 
 def test_the_search_page_shows_each_hits_score_and_per_leg_ranks(console):
     seed(console)
-    q = {"q": "rotate api key", "mode": "hybrid", "granularity": "node", "k": "3"}
+    # equal weights: the vector leg's passage (the body) is the one shown for a tie
+    q = {"q": "rotate api key", "mode": "hybrid", "granularity": "node", "k": "3", "vector_weight": "1",
+         "fulltext_weight": "1"}
     r = console.get("/ui/r/acme/search", params=q)
     assert r.status_code == 200, r.text
-    expected = api_search(console, {"query": "rotate api key", "mode": "hybrid", "granularity": "node", "k": 3})
+    expected = api_search(console, {"query": "rotate api key", "mode": "hybrid", "granularity": "node", "k": 3,
+                                    "vector_weight": 1.0, "fulltext_weight": 1.0})
     assert expected[0]["path"] == "/rotate" and expected[0]["vector_rank"] == 1 and expected[0]["fulltext_rank"] == 1
     rows = _ROW.finditer(r.text)
     shown = [(m.group(1), cells(m.group(0))) for m in rows]
@@ -77,7 +80,8 @@ def test_the_search_page_shows_each_hits_score_and_per_leg_ranks(console):
         assert c["vector-rank"] == (str(e["vector_rank"]) if e["vector_rank"] is not None else "–")
         assert c["distance"] == (f"{e['vector_distance']:.4f}" if e["vector_distance"] is not None else "–")
     first = shown[0][1]
-    assert first["score"] == f"{2 / 61:.4f}" and first["fulltext-rank"] == "1" and first["vector-rank"] == "1"
+    # relative score fusion (the default): first in both legs is 1
+    assert first["score"] == f"{1.0:.4f}" and first["fulltext-rank"] == "1" and first["vector-rank"] == "1"
     assert "press rotate key" in first["passage"]
     assert "press <mark>rotate</mark> <mark>key</mark>" in r.text  # the query's words highlighted
     assert 'href="/ui/r/acme/node?branch=main&amp;workspace=kb&amp;path=%2Frotate"' in r.text

@@ -162,3 +162,19 @@ def test_unset_weights_come_from_the_settings():
     with pytest.raises(InvalidInput):
         with_default_weights(SearchRequest(query="q", fulltext_weight=0.0), off)
     assert with_default_weights(SearchRequest(query="q", mode="fulltext", fulltext_weight=0.0), off).mode == "fulltext"
+
+
+def test_a_window_makes_the_first_items_scores_independent_of_depth():
+    """Normalised over the first ``window`` items, a leg read deeper scores its head the same:
+    without the window the deeper minimum moves every normalised score."""
+    head = [("a", 0.9), ("b", 0.6), ("c", 0.5)]
+    deeper = head + [("d", 0.2), ("e", 0.1)]
+    other = [("c", 8.0), ("a", 4.0), ("b", 2.0)]
+    short = relative_score_fusion({"vector": head, "fulltext": other}, weights=BOTH, window=3)
+    deep = relative_score_fusion({"vector": deeper, "fulltext": other}, weights=BOTH, window=3)
+    assert {i: s for i, s, _ in short} == {i: s for i, s, _ in deep if i in "abc"}
+    assert {i: s for i, s, _ in deep}["d"] == pytest.approx(0.0)  # below the window's minimum: 0
+    unwindowed = relative_score_fusion({"vector": deeper, "fulltext": other}, weights=BOTH)
+    assert {i: s for i, s, _ in unwindowed}["b"] != pytest.approx({i: s for i, s, _ in short}["b"])
+    with pytest.raises(InvalidInput):
+        relative_score_fusion({"vector": head}, weights={"vector": 1.0}, window=0)
