@@ -15,6 +15,17 @@ __all__ = ["reciprocal_rank_fusion", "relative_score_fusion"]
 Item = TypeVar("Item", bound=Hashable)
 
 
+def _check_weights(legs: Mapping[str, object], weights: Mapping[str, float]) -> None:
+    """Raise :class:`kg.errors.InvalidInput` unless every leg has a finite weight >= 0."""
+    for name in legs:
+        weight = weights.get(name)
+        if weight is None or not math.isfinite(weight) or weight < 0:
+            raise InvalidInput(
+                f"leg {name!r} needs a finite weight >= 0, got {weight!r}",
+                details={"leg": name, "weight": weight},
+            )
+
+
 def reciprocal_rank_fusion(
     legs: Mapping[str, Sequence[Item]],
     *,
@@ -80,13 +91,7 @@ def reciprocal_rank_fusion(
     """
     if k < 0:
         raise InvalidInput(f"the RRF constant k must be >= 0, got {k}", details={"k": k})
-    for name in legs:
-        weight = weights.get(name)
-        if weight is None or not math.isfinite(weight) or weight < 0:
-            raise InvalidInput(
-                f"leg {name!r} needs a finite weight >= 0, got {weight!r}",
-                details={"leg": name, "weight": weight},
-            )
+    _check_weights(legs, weights)
     scores: dict[Item, float] = {}
     best: dict[Item, int] = {}
     ranks: dict[Item, dict[str, int | None]] = {}
@@ -173,13 +178,7 @@ def relative_score_fusion(
     >>> fused[0][2]
     {'vector': 2, 'fulltext': 1}
     """
-    for name in legs:
-        weight = weights.get(name)
-        if weight is None or not math.isfinite(weight) or weight < 0:
-            raise InvalidInput(
-                f"leg {name!r} needs a finite weight >= 0, got {weight!r}",
-                details={"leg": name, "weight": weight},
-            )
+    _check_weights(legs, weights)
     if window is not None and window < 1:
         raise InvalidInput(f"the normalisation window must be >= 1, got {window}", details={"window": window})
     total = sum(weights[name] for name in legs)
@@ -195,9 +194,9 @@ def relative_score_fusion(
         firsts: dict[Item, float] = {}
         for item, score in pairs:
             firsts.setdefault(item, score)
-        values = list(firsts.values())[:window] if window is not None else list(firsts.values())
-        if not all(math.isfinite(v) for v in values):
+        if not all(math.isfinite(v) for v in firsts.values()):
             raise InvalidInput(f"leg {name!r} has a score that is not finite", details={"leg": name})
+        values = list(firsts.values())[:window]
         low, high = (min(values), max(values)) if values else (0.0, 0.0)
         span = high - low
         for rank, (item, score) in enumerate(firsts.items(), start=1):

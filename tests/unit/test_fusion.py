@@ -178,3 +178,8 @@ def test_a_window_makes_the_first_items_scores_independent_of_depth():
     assert {i: s for i, s, _ in unwindowed}["b"] != pytest.approx({i: s for i, s, _ in short}["b"])
     with pytest.raises(InvalidInput):
         relative_score_fusion({"vector": head}, weights={"vector": 1.0}, window=0)
+
+
+def test_a_score_beyond_the_window_that_is_not_finite_is_refused():
+    with pytest.raises(InvalidInput):
+        relative_score_fusion({"vector": [("a", 1.0), ("b", float("nan"))]}, weights={"vector": 1.0}, window=1)
