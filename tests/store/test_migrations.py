@@ -132,3 +132,86 @@ def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url)
         assert {(by_id[r.from_node_id], by_id[r.to_node_id]) for r in relations.visible_relations(s, br)} == {
             ("/a", "/b"), ("/a", "/e")}
     db.dispose()
+
+
+def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(db_url):
+    """Versions written before paths were normalised (NFD paths, ids derived from the NFD
+    spelling) become readable at the NFC path after 0014, keep their edges, and a branch that
+    held both spellings as two nodes holds one node whose latest version wins."""
+    import unicodedata
+
+    from kg.store import relations
+    from kg.store.models import NodeVersion, Reference, RelationVersion, utcnow
+    from kg.store.nodes import find_node, list_children, list_prefix, node_uid
+    from kg.store.repos import (
+        begin_write,
+        branch_view,
+        create_branch,
+        create_repository,
+        create_workspace,
+        get_repository,
+    )
+
+    nfd_dir, nfd_cafe = unicodedata.normalize("NFD", "/caf\u00e9"), unicodedata.normalize("NFD", "caf\u00e9")
+    assert nfd_dir != "/caf\u00e9"
+    db = Database(db_url)
+    _upgrade_to(db, db_url, "0013")
+
+    def node(s, ctx, path, props, name=None):
+        parent = path.rsplit("/", 1)[0] or "/"
+        node_id = node_uid(repo_uid, wid, path)    # as written then: from the path as sent
+        s.add(NodeVersion(repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
+                          node_id=node_id, path=path, parent_path=parent, name=name or path.rsplit("/", 1)[1],
+                          node_type="t", properties=props, order=None, deleted=False, content_key=None,
+                          created_at=utcnow(), updated_at=utcnow()))
+        s.flush()
+        return node_id
+
+    with db.write() as s:
+        repo = create_repository(s, name="r")
+        repo_uid, wid = repo.uid, create_workspace(s, repo, name="w").id
+    with db.write() as s:
+        ctx = begin_write(s, "r", "main")
+        folder = node(s, ctx, nfd_dir, {"v": "folder"})
+        menu = node(s, ctx, nfd_dir + "/menu", {"v": "menu"})
+        plain = node(s, ctx, "/plain", {"see": {"$ref": nfd_dir + "/menu"}})
+        s.add(RelationVersion(repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
+                              from_node_id=plain, to_node_id=folder, rel_type="links", weight=0.5,
+                              properties={}, deleted=False, created_at=utcnow()))
+        s.flush()
+        version = s.query(NodeVersion).filter_by(node_id=plain).one()
+        s.add(Reference(repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision, source_node_id=plain,
+                        source_version_id=version.id, property_key="see", target_workspace="w",
+                        target_path=nfd_dir + "/menu"))
+    with db.write() as s:
+        create_branch(s, get_repository(s, "r", lock=True), name="br")
+    with db.write() as s:   # the NFC spelling written later on the branch: a second node then
+        ctx = begin_write(s, "r", "br")
+        nfc_menu = node(s, ctx, "/caf\u00e9/menu", {"v": "menu, later"})
+        s.add(RelationVersion(repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
+                              from_node_id=nfc_menu, to_node_id=plain, rel_type="links", weight=None,
+                              properties={}, deleted=False, created_at=utcnow()))
+    assert menu != nfc_menu
+
+    db.upgrade()
+    with db.read() as s:
+        main = branch_view(s, "r", "main")
+        found = find_node(s, main, "w", "/caf\u00e9/menu")
+        assert found is not None and found.properties == {"v": "menu"}
+        assert found.node_id == node_uid(repo_uid, wid, "/caf\u00e9/menu")
+        assert found.parent_path == "/caf\u00e9" and found.name == "menu"
+        folder_now = find_node(s, main, "w", "/caf\u00e9")
+        assert folder_now is not None and folder_now.name == "caf\u00e9" and folder_now.name != nfd_cafe
+        assert [c.path for c in list_children(s, main, "w", "/caf\u00e9")] == ["/caf\u00e9/menu"]
+        paths = {v.path for v in list_prefix(s, main, "w", "/")[0]}
+        assert paths == {"/caf\u00e9", "/caf\u00e9/menu", "/plain"}
+        edges = [(r.from_node_id, r.to_node_id, r.weight) for r in relations.visible_relations(s, main)]
+        assert edges == [(plain, folder_now.node_id, 0.5)]
+        ref = s.query(Reference).one()
+        assert ref.target_path == "/caf\u00e9/menu" and ref.source_node_id == plain
+        br = branch_view(s, "r", "br")
+        listed = [v for v in list_prefix(s, br, "w", "/")[0] if v.path == "/caf\u00e9/menu"]
+        assert [v.properties for v in listed] == [{"v": "menu, later"}]     # one node, the latest wins
+        seen = {(r.from_node_id, r.to_node_id) for r in relations.visible_relations(s, br)}
+        assert seen == {(plain, folder_now.node_id), (listed[0].node_id, plain)}
+    db.dispose()
