@@ -252,11 +252,15 @@ def tool_error(exc: KGError) -> CallToolResult:
     Returns
     -------
     mcp.types.CallToolResult
-        ``isError`` true; the text is ``"<code>: <message>"``, the structured content
+        ``isError`` true; the text is ``"<code>: <message>"``, or ``"<code> (<reason>):
+        <message>"`` when the error's details name a ``reason`` (``stale_plan``, ...: a client
+        that reads only the text still tells such errors apart); the structured content
         :func:`error_shape`.
     """
     shape = error_shape(exc)
-    return CallToolResult(content=[TextContent(type="text", text=f"{exc.code}: {exc.message}")],
+    reason = exc.details.get("reason") if isinstance(exc.details, dict) else None
+    code = f"{exc.code} ({reason})" if isinstance(reason, str) and reason else exc.code
+    return CallToolResult(content=[TextContent(type="text", text=f"{code}: {exc.message}")],
                           structured_content=shape, is_error=True)
 
 

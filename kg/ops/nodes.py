@@ -342,7 +342,8 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     Raises
     ------
     kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict
-        Any failing item fails the whole write; nothing is written.
+        Any failing item fails the whole write; nothing is written. A plan that names one
+        (workspace, path) twice is an InvalidInput (one revision holds one version of a node).
     kg.errors.Forbidden
         The caller may not write a node's workspace or a relation's source workspace, or read
         a relation's target workspace.
@@ -352,6 +353,8 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     todo = plan(session, uow.reader_view(ctx.view))
     if todo is None:
         return None
+    todo.upserts = [{**u, "path": node_store.validate_path(u["path"])} for u in todo.upserts]
+    _refuse_repeated_paths(todo.upserts, [])
     uow.authorize_workspaces("write", repo_name, branch, [u["workspace"] for u in todo.upserts])
     for r in [*todo.unrelations, *todo.relations]:
         uow.authorize_relation(repo_name, branch, r["from"], r["to"])

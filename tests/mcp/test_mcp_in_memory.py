@@ -113,6 +113,8 @@ def test_merge_applies_only_the_plan_its_dry_run_showed(acme):
     stale = call(server, None, "merge", {"if_plan": seen["plan"]}, error=True)
     assert stale["error"]["code"] == "conflict" and stale["error"]["details"]["reason"] == "stale_plan"
     assert stale["error"]["details"]["expected"] == seen["plan"]
+    text = call(server, None, "merge", {"if_plan": seen["plan"]}, error=True, raw=True)
+    assert text.startswith("conflict (stale_plan): "), text   # the reason reaches a text-only client
     for path in ("/one", "/two"):  # nothing was written on main
         missing = call(server, None, "get_node", {"workspace": "kb", "path": path, "branch": "main"}, error=True)
         assert missing["error"]["code"] == "not_found"
