@@ -4,29 +4,54 @@ Per repository the index holds its chunks as rows in insertion order (columns ``
 content key id, ``chunk_index``, model id, text), one ``float32`` vector matrix per embedding
 model (models may differ in dimension) and a :class:`~kg.index.bm25.BM25Index` over the texts.
 
+A model with at least :attr:`AnnConfig.min_rows` rows also gets an HNSW graph over its rows
+(:mod:`kg.index.ann`, faiss), one per repository and model: rows are content-addressed and shared
+by every branch, so a branch is searchable the moment it exists and creating one builds nothing.
+``knn`` walks the graph with the branch's allowed rows as a filter inside the search, adds the
+rows synced since the graph was last extended (the tail, at most about a thousand, scanned
+exactly) and reranks every candidate with exact dot products; a filter that allows few rows is
+scanned exactly instead. Syncs extend the graph; ``drop`` forgets it.
+
 Concurrency: each repository has a lock that serialises writers (``sync``, ``flush``, loading,
-``drop``). Searches take no lock: every write appends past the filled part of its arrays (or
-into fresh, larger copies) and then publishes an immutable :class:`_View` with one attribute
-assignment, so a search reads a consistent snapshot while a sync runs.
+``drop``, eviction). Searches take no repository lock: every write appends past the filled part
+of its arrays (or into fresh, larger copies) and then publishes an immutable :class:`_View` with
+one attribute assignment, so a search reads a consistent snapshot while a sync runs. The one
+shared mutable part is a model's graph: faiss does not allow a search during an insertion, so
+the graph has its own readers-writer lock (searches share it; a sync holds it alone for one
+slice of 512 rows at a time), and a view reads only the graph ids it was published with.
+
+Memory: with a budget (``memory_budget_bytes``) the least recently used repositories are
+unloaded when the estimate passes it, after writing their snapshot if ``data_dir`` is set; the
+next use loads it again. Without ``data_dir`` an unloaded repository comes back empty with
+watermark 0, and the caller re-syncs it from SQL (search does, through ``sync_index``).
 
 Persistence (when ``data_dir`` is given): :meth:`EmbeddedVectorIndex.flush` writes a snapshot
 to ``data_dir/index/<repo_key>/``::
 
     meta.json             {"format": 1, "watermark", "rows", "keys", "rows_file",
-                           "models": [{"name", "dim", "rows", "file"}], "fields": [names]}
+                           "models": [{"name", "dim", "rows", "file",
+                                       "hnsw": {"file", "rows"} (optional)}],
+                           "fields": [names]}
     rows-<token>.npz      seq int64, key_id int32, chunk_index int32, model_id int32,
                           field_id int32 (n,); texts and content keys as UTF-8 blobs with
                           character offsets (a snapshot without field ids, written before
                           they existed, loads with every field unknown)
     vectors-<token>-<m>.npy
                           float32 (rows of model m, dim), in row order
+    hnsw-<token>-<m>.faiss
+                          model m's HNSW graph over its first ``hnsw.rows`` rows, serialised
+                          by faiss (only for a model with a graph)
 
 Every file goes through a temporary file and :func:`os.replace`; ``meta.json`` is replaced last
 and is the commit point, then the previous snapshot's files are removed. A snapshot is loaded on
 first access to the repository; a missing, unreadable or inconsistent one is ignored (the index
 starts empty, its watermark is 0, and the caller re-syncs from SQL). The BM25 postings are
 rebuilt from the texts at load: about 2 s for 20,000 chunks of 150 words on 2 cores
-(``bench/index_embedded.py``), the bulk of a load. One process owns a ``data_dir``.
+(``bench/index_embedded.py``), the bulk of a load. The graphs are an optional extension of format
+1: a snapshot without them (written before the tier, or with it off) loads, and the graph of a
+model with enough rows is rebuilt at load and written with the next flush; a missing or damaged
+graph file is likewise rebuilt, never a reason to ignore the snapshot. One process owns a
+``data_dir``.
 """
 
 from __future__ import annotations
