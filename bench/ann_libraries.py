@@ -12,7 +12,7 @@ build rate (vectors/s), single-query p50/p95 at k=10 for a few ef values, recall
 exact NumPy, the index's bytes, filtered search over a random 50 % and 5 % subset of ids (and how
 it is done: inside the graph walk, or by over-fetching and dropping), incremental add rate,
 delete support, save/load time, licence. ``faiss-sq8`` is what kg runs (kg/index/ann.py): faiss
-over 8-bit codes, the ef candidates reranked exactly, the candidate list widened by 1 / share
+over 8-bit codes, the ef candidates reranked exactly, the candidate list widened by 1 / share**2
 under a filter. Exact NumPy runs in the same process on the same data and every query latency is
 also given as a ratio to it.
 
@@ -238,10 +238,10 @@ class Faiss(Library):
 
 class FaissSq8Rerank(Faiss):
     """What kg uses: faiss HNSW over 8-bit codes, ef candidates reranked with exact float32
-    products; under a filter the candidate list is widened by 1 / share (capped at 1024)."""
+    products; under a filter the candidate list is widened by 1 / share**2 (capped at 1024)."""
 
     name = "faiss-sq8"
-    filter_kind = "inside the walk (IDSelectorBitmap), ef / share candidates, exact rerank"
+    filter_kind = "inside the walk (IDSelectorBitmap), ef / share**2 candidates, exact rerank"
 
     def build(self, vectors, m, ef_construction, threads):
         import faiss
@@ -265,7 +265,7 @@ class FaissSq8Rerank(Faiss):
         return self._rerank(query, self.index.search(query[None, :], max(k, ef), params=params)[1][0], k)
 
     def filtered(self, query, k, ef, mask, prepared):
-        ef = min(1024, int(ef / prepared[2]))
+        ef = min(1024, int(ef / prepared[2] ** 2))
         params = self.faiss.SearchParametersHNSW(efSearch=ef, sel=prepared[1])
         return self._rerank(query, self.index.search(query[None, :], ef, params=params)[1][0], k)
 

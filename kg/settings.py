@@ -179,7 +179,7 @@ class Settings(BaseSettings):
     index_ann_min_rows: int = Field(default=20_000, ge=0)
     index_ann_m: int = Field(default=16, ge=4, le=128)
     index_ann_ef_construction: int = Field(default=128, ge=8, le=4096)
-    index_ann_ef_search: int = Field(default=96, ge=8, le=4096)
+    index_ann_ef_search: int = Field(default=128, ge=8, le=4096)
     index_memory_budget_mb: int = Field(default=4096, ge=0)
     search_rrf_k: int = Field(default=60, ge=0, le=10_000)
     search_title_weight: float = Field(default=1.0, ge=0, le=100)

@@ -97,7 +97,7 @@ _MASK_MEMO = 16
 # Rows of a model past its HNSW graph that knn scans exactly before a sync adds them to the graph.
 _ANN_TAIL_ROWS = 1024
 # Below this share of a model's rows allowed, knn scans the allowed rows exactly: a filtered
-# HNSW walk must widen its candidate list by 1 / share to keep its recall (bench/ann_tier.py).
+# HNSW walk must widen its candidate list by 1 / share**2 to keep its recall (bench/ann_tier.py).
 _ANN_MIN_SHARE = 0.1
 # The widest candidate list a filtered walk uses (ef / share, capped).
 _ANN_MAX_EF = 1024
@@ -118,14 +118,14 @@ class AnnConfig:
     ef_construction : int
         Candidate list size while inserting.
     ef_search : int
-        Candidate list size of a search (raised to k; divided by the allowed share under a
-        branch filter). Every candidate is reranked exactly.
+        Candidate list size of a search (raised to k; divided by the square of the allowed
+        share under a branch filter, at most 1,024). Every candidate is reranked exactly.
     """
 
     min_rows: int = 20_000
     m: int = 16
     ef_construction: int = 128
-    ef_search: int = 96
+    ef_search: int = 128
 
 
 class _Growable:
@@ -563,7 +563,7 @@ class EmbeddedVectorIndex:
         Approximate, when the model has an HNSW graph [1]_ and at least
         :attr:`AnnConfig.min_rows` rows (and a tenth of the model's rows) are allowed: the
         graph's walk, filtered by the allowed rows inside the search, proposes ``max(k, ef)``
-        candidates (``ef`` = :attr:`AnnConfig.ef_search` divided by the allowed share), the
+        candidates (``ef`` = :attr:`AnnConfig.ef_search` over the allowed share squared), the
         rows added since the graph was last extended (at most about a thousand) are added to
         them, and all are reranked with exact dot products, so every distance returned is exact
         and only recall is approximate (>= 0.98 of exact at 10, docs/ann.md).
@@ -626,7 +626,9 @@ class EmbeddedVectorIndex:
         if not allowed_in_graph:
             return tail
         share = allowed_in_graph / covered
-        ef = min(_ANN_MAX_EF, max(int(self._ann.ef_search / share), k))
+        # A filter thins the allowed rows near the query and pushes its true neighbours out to
+        # where the walk's list is sparser: widen the list by 1 / share**2 (at 50 %, ef x 4).
+        ef = min(_ANN_MAX_EF, max(int(self._ann.ef_search / share**2), k))
         found = store.graph.search(query, max(k, ef), ef=ef, bitmap=bitmap, limit=covered)
         return np.concatenate((np.sort(found), tail)) if len(tail) else np.sort(found)
 
