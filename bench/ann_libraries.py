@@ -16,6 +16,9 @@ over 8-bit codes, the ef candidates reranked exactly, the candidate list widened
 under a filter. Exact NumPy runs in the same process on the same data and every query latency is
 also given as a ratio to it.
 
+faiss-cpu is a dependency of kg; the other two are installed only to measure them:
+``pip install 'usearch==2.26.6' 'hnswlib==0.8.0'``.
+
 Prints a table and writes JSON (default ``bench/results/ann_libraries.json``).
 Run: ``python bench/ann_libraries.py [--n 100000] [--libraries usearch,faiss,faiss-sq8,hnswlib]``.
 """
