@@ -23,7 +23,7 @@ from kg.access import KeyCache
 from kg.errors import InvalidInput
 from kg.graph.cache import GraphCache
 from kg.index.base import VectorIndex
-from kg.index.embedded import EmbeddedVectorIndex
+from kg.index.embedded import AnnConfig, EmbeddedVectorIndex
 from kg.index.weaviate import ClientPool, WeaviateVectorIndex
 from kg.indexing.indexer import Indexer
 from kg.lru import LRUCache
@@ -147,7 +147,11 @@ def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:
     """
     kind = kind or settings.index
     if kind == "embedded":
-        return EmbeddedVectorIndex(settings.data_dir)
+        ann = AnnConfig(min_rows=settings.index_ann_min_rows, m=settings.index_ann_m,
+                        ef_construction=settings.index_ann_ef_construction,
+                        ef_search=settings.index_ann_ef_search)
+        budget = settings.index_memory_budget_mb * 2**20 or None
+        return EmbeddedVectorIndex(settings.data_dir, ann=ann, memory_budget_bytes=budget)
     if kind == "weaviate":
         if not settings.weaviate_url:
             raise InvalidInput("the Weaviate index needs KG_WEAVIATE_URL (e.g. http://localhost:8080)")

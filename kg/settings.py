@@ -71,6 +71,17 @@ class Settings(BaseSettings):
         Weaviate API key; unset for an unauthenticated instance.
     weaviate_timeout_s : float
         Timeout of one Weaviate query, in seconds (also for RAG-node Weaviate URLs).
+    index_ann_min_rows : int
+        The embedded index searches a model's vectors through an HNSW graph once it has this
+        many rows (and a search allows this many); below it, exactly (0: always exactly).
+        Where the two cross on 2 cores, docs/ann.md.
+    index_ann_m, index_ann_ef_construction, index_ann_ef_search : int
+        The HNSW graph's neighbours per node, its insertion candidate list and its search
+        candidate list (every candidate is reranked exactly); chosen for recall@10 >= 0.98.
+    index_memory_budget_mb : int
+        Memory the embedded index's repositories may hold together, in MiB (estimated); past
+        it the least recently used are unloaded (snapshotted first, reloaded on use). 0: no
+        bound.
     search_rrf_k : int
         The rank constant of kg's reciprocal rank fusion of hybrid search (chosen by
         cross-validation, ``bench/cv_fusion.py``; docs/retrieval.md).
@@ -165,6 +176,11 @@ class Settings(BaseSettings):
     weaviate_url: str | None = None
     weaviate_api_key: SecretStr | None = None
     weaviate_timeout_s: float = Field(default=30.0, gt=0)
+    index_ann_min_rows: int = Field(default=20_000, ge=0)
+    index_ann_m: int = Field(default=16, ge=4, le=128)
+    index_ann_ef_construction: int = Field(default=128, ge=8, le=4096)
+    index_ann_ef_search: int = Field(default=128, ge=8, le=4096)
+    index_memory_budget_mb: int = Field(default=4096, ge=0)
     search_rrf_k: int = Field(default=60, ge=0, le=10_000)
     search_title_weight: float = Field(default=1.0, ge=0, le=100)
     search_fusion_type: Literal["ranked", "relative_score"] = "relative_score"

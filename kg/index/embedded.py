@@ -4,29 +4,54 @@ Per repository the index holds its chunks as rows in insertion order (columns ``
 content key id, ``chunk_index``, model id, text), one ``float32`` vector matrix per embedding
 model (models may differ in dimension) and a :class:`~kg.index.bm25.BM25Index` over the texts.
 
+A model with at least :attr:`AnnConfig.min_rows` rows also gets an HNSW graph over its rows
+(:mod:`kg.index.ann`, faiss), one per repository and model: rows are content-addressed and shared
+by every branch, so a branch is searchable the moment it exists and creating one builds nothing.
+``knn`` walks the graph with the branch's allowed rows as a filter inside the search, adds the
+rows synced since the graph was last extended (the tail, at most about a thousand, scanned
+exactly) and reranks every candidate with exact dot products; a filter that allows few rows is
+scanned exactly instead. Syncs extend the graph; ``drop`` forgets it.
+
 Concurrency: each repository has a lock that serialises writers (``sync``, ``flush``, loading,
-``drop``). Searches take no lock: every write appends past the filled part of its arrays (or
-into fresh, larger copies) and then publishes an immutable :class:`_View` with one attribute
-assignment, so a search reads a consistent snapshot while a sync runs.
+``drop``, eviction). Searches take no repository lock: every write appends past the filled part
+of its arrays (or into fresh, larger copies) and then publishes an immutable :class:`_View` with
+one attribute assignment, so a search reads a consistent snapshot while a sync runs. The one
+shared mutable part is a model's graph: faiss does not allow a search during an insertion, so
+the graph has its own readers-writer lock (searches share it; a sync holds it alone for one
+slice of 512 rows at a time), and a view reads only the graph ids it was published with.
+
+Memory: with a budget (``memory_budget_bytes``) the least recently used repositories are
+unloaded when the estimate passes it, after writing their snapshot if ``data_dir`` is set; the
+next use loads it again. Without ``data_dir`` an unloaded repository comes back empty with
+watermark 0, and the caller re-syncs it from SQL (search does, through ``sync_index``).
 
 Persistence (when ``data_dir`` is given): :meth:`EmbeddedVectorIndex.flush` writes a snapshot
 to ``data_dir/index/<repo_key>/``::
 
     meta.json             {"format": 1, "watermark", "rows", "keys", "rows_file",
-                           "models": [{"name", "dim", "rows", "file"}], "fields": [names]}
+                           "models": [{"name", "dim", "rows", "file",
+                                       "hnsw": {"file", "rows"} (optional)}],
+                           "fields": [names]}
     rows-<token>.npz      seq int64, key_id int32, chunk_index int32, model_id int32,
                           field_id int32 (n,); texts and content keys as UTF-8 blobs with
                           character offsets (a snapshot without field ids, written before
                           they existed, loads with every field unknown)
     vectors-<token>-<m>.npy
                           float32 (rows of model m, dim), in row order
+    hnsw-<token>-<m>.faiss
+                          model m's HNSW graph over its first ``hnsw.rows`` rows, serialised
+                          by faiss (only for a model with a graph)
 
 Every file goes through a temporary file and :func:`os.replace`; ``meta.json`` is replaced last
 and is the commit point, then the previous snapshot's files are removed. A snapshot is loaded on
 first access to the repository; a missing, unreadable or inconsistent one is ignored (the index
 starts empty, its watermark is 0, and the caller re-syncs from SQL). The BM25 postings are
 rebuilt from the texts at load: about 2 s for 20,000 chunks of 150 words on 2 cores
-(``bench/index_embedded.py``), the bulk of a load. One process owns a ``data_dir``.
+(``bench/index_embedded.py``), the bulk of a load. The graphs are an optional extension of format
+1: a snapshot without them (written before the tier, or with it off) loads, and the graph of a
+model with enough rows is rebuilt at load and written with the next flush; a missing or damaged
+graph file is likewise rebuilt, never a reason to ignore the snapshot. One process owns a
+``data_dir``.
 """
 
 from __future__ import annotations
@@ -51,10 +76,11 @@ from typing import IO, Any, Literal
 import numpy as np
 
 from kg.errors import BackendUnavailable, InvalidInput
+from kg.index import ann
 from kg.index.base import IndexedChunk, IndexHit, checked_vectors, fresh_chunks, query_vector
 from kg.index.bm25 import BM25Index, top_k_indices
 
-__all__ = ["EmbeddedVectorIndex"]
+__all__ = ["AnnConfig", "EmbeddedVectorIndex"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +94,38 @@ _REPO_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 _GATHER_SHARE = 0.2
 # Key masks memoised per index snapshot (search passes one frozenset per branch state).
 _MASK_MEMO = 16
+# Rows of a model past its HNSW graph that knn scans exactly before a sync adds them to the graph.
+_ANN_TAIL_ROWS = 1024
+# Below this share of a model's rows allowed, knn scans the allowed rows exactly: a filtered
+# HNSW walk must widen its candidate list by 1 / share**2 to keep its recall (bench/ann_tier.py).
+_ANN_MIN_SHARE = 0.1
+# The widest candidate list a filtered walk uses (ef / share, capped).
+_ANN_MAX_EF = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class AnnConfig:
+    """When and how the embedded index searches a model's rows through an HNSW graph.
+
+    Attributes
+    ----------
+    min_rows : int
+        A model with at least this many rows gets a graph, and a search with at least this many
+        allowed rows uses it; below it the exact scan is faster (docs/ann.md). 0 turns the tier
+        off.
+    m : int
+        HNSW neighbours per node and layer.
+    ef_construction : int
+        Candidate list size while inserting.
+    ef_search : int
+        Candidate list size of a search (raised to k; divided by the square of the allowed
+        share under a branch filter, at most 1,024). Every candidate is reranked exactly.
+    """
+
+    min_rows: int = 20_000
+    m: int = 16
+    ef_construction: int = 128
+    ef_search: int = 128
 
 
 class _Growable:
@@ -108,6 +166,30 @@ class _ModelView:
     dim: int
     vectors: np.ndarray  # (m, dim) float32, L2-normalised
     rows: np.ndarray  # (m,) int64, ascending
+    graph: ann.HnswGraph | None = None  # shared, append-only: read ids < graph_rows only
+    graph_rows: int = 0  # the first graph_rows model rows are in the graph
+
+
+class _ModelMask:
+    """Which rows of one model a search may return, with what the HNSW tier derives from it."""
+
+    __slots__ = ("_bitmaps", "count", "mask")
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.mask = mask  # (m,) bool over the model's rows
+        self.count = int(np.count_nonzero(mask))
+        self._bitmaps: dict[int, tuple[np.ndarray | None, int]] = {}
+
+    def bitmap(self, graph_rows: int) -> tuple[np.ndarray | None, int]:
+        """The packed bitmap of the first ``graph_rows`` rows (None: all allowed) and how many
+        of them are allowed."""
+        held = self._bitmaps.get(graph_rows)
+        if held is None:
+            head = self.mask[:graph_rows]
+            allowed = int(np.count_nonzero(head))
+            held = (None if allowed == graph_rows else ann.allowed_bitmap(head), allowed)
+            self._bitmaps = {graph_rows: held}  # one graph size at a time
+        return held
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +212,8 @@ class _View:
     bm25: BM25Index  # shared: may hold documents past n, which the mask leaves out
     masks: dict[int, tuple[frozenset[str], np.ndarray | None]] = field(default_factory=dict)
     # id(frozenset) -> (the frozenset, its mask)
+    model_masks: dict[tuple[int, str], tuple[frozenset[str], _ModelMask]] = field(default_factory=dict)
+    # (id(frozenset), model) -> (the frozenset, its rows of that model)
 
     def allowed_keys(self, content_keys: Collection[str]) -> np.ndarray | None:
         """Boolean mask over key ids for ``content_keys``; None when none of them is held.
@@ -152,6 +236,21 @@ class _View:
             self.masks[id(content_keys)] = (content_keys, mask)
             return mask
         return self._mask(content_keys)
+
+    def model_mask(self, content_keys: Collection[str], model: str, allowed: np.ndarray) -> _ModelMask:
+        """The rows of ``model`` whose content key ``allowed`` holds (memoised like
+        :meth:`allowed_keys` for a ``frozenset``)."""
+        if not isinstance(content_keys, frozenset):
+            return _ModelMask(allowed[self.key_id[self.models[model].rows]])
+        memo_key = (id(content_keys), model)
+        held = self.model_masks.get(memo_key)
+        if held is not None and held[0] is content_keys:
+            return held[1]
+        mask = _ModelMask(allowed[self.key_id[self.models[model].rows]])
+        if len(self.model_masks) >= _MASK_MEMO:
+            self.model_masks.pop(next(iter(self.model_masks)), None)
+        self.model_masks[memo_key] = (content_keys, mask)
+        return mask
 
     def _mask(self, content_keys: Collection[str]) -> np.ndarray | None:
         get = self.key_ids.get
@@ -181,10 +280,12 @@ class _View:
 class _Repo:
     """The mutable state of one repository; written only under :attr:`lock`."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: AnnConfig | None = None) -> None:
         self.lock = threading.Lock()
         self.loaded = False
         self.dropped = False
+        self.config = config or AnnConfig()
+        self.last_used = 0  # the index's clock at the last access (for eviction)
         self.reset()
 
     def reset(self) -> None:
@@ -200,9 +301,50 @@ class _Repo:
         self.keys: list[str] = []
         self.key_ids: dict[str, int] = {}
         self.models: dict[str, tuple[_Growable, _Growable]] = {}  # name -> (vectors, rows)
+        self.graphs: dict[str, ann.HnswGraph] = {}  # name -> HNSW graph over its first rows
+        self.text_chars = 0
         self.bm25 = BM25Index()
         self.watermark = 0
         self.publish()
+
+    def nbytes(self) -> int:
+        """Approximate bytes held: arrays (with spare capacity), texts, postings, graphs."""
+        arrays = sum(g.buf.nbytes for g in (self.seq, self.key_id, self.chunk_index, self.model_id, self.field_id))
+        arrays += sum(v.buf.nbytes + r.buf.nbytes for v, r in self.models.values())
+        # a str costs its characters plus ~50 bytes; BM25 postings about twice the text again
+        texts = 3 * self.text_chars + 50 * (len(self.texts) + len(self.keys))
+        return arrays + texts + sum(g.nbytes() for g in self.graphs.values())
+
+    def grow_graphs(self) -> bool:
+        """Build or extend the HNSW graph of every model with enough rows; True if one changed.
+
+        A model's rows past its graph stay searchable meanwhile (exactly, as the tail); a graph
+        that fails to build is forgotten, and its model searched exactly.
+        """
+        config = self.config
+        if config.min_rows <= 0 or not ann.available():
+            return False
+        changed = False
+        for name, (vectors, _) in self.models.items():
+            graph = self.graphs.get(name)
+            if graph is None and vectors.size < config.min_rows:
+                continue
+            if graph is not None and vectors.size - graph.count <= _ANN_TAIL_ROWS:
+                continue
+            try:
+                if graph is None:
+                    graph = ann.HnswGraph(vectors.buf.shape[1], config.m, config.ef_construction)
+                    self.graphs[name] = graph
+                # publish between slices: the rows added so far are searched through the graph
+                for start in range(graph.count, vectors.size, 8 * ann.ADD_SLICE):
+                    graph.add(vectors.buf[start : min(vectors.size, start + 8 * ann.ADD_SLICE)])
+                    self.publish()
+            except (RuntimeError, MemoryError) as exc:
+                log.warning("cannot build the HNSW graph of model %r, searching it exactly: %s", name, exc)
+                self.graphs.pop(name, None)
+                self.publish()
+            changed = True
+        return changed
 
     def intern(self, key: str) -> int:
         """The id of content key ``key``, new if needed."""
@@ -245,6 +387,7 @@ class _Repo:
             self.model_id.extend(model_id)
             self.field_id.extend(np.array([self.field_number(c.field) for c in chunks], np.int32))
             self.texts.extend(c.text for c in chunks)
+            self.text_chars += sum(len(c.text) for c in chunks)
         except BaseException:
             # Half-appended state cannot be trusted: start over empty (watermark 0), so the
             # caller re-syncs from SQL.
@@ -252,13 +395,15 @@ class _Repo:
             raise
         self.watermark = max(self.watermark, int(seqs.max()))
         self.publish()
+        self.grow_graphs()
 
     def publish(self) -> None:
         """Make the current state visible to searches."""
-        models = {
-            name: _ModelView(dim=vectors.buf.shape[1], vectors=vectors.view(), rows=rows.view())
-            for name, (vectors, rows) in self.models.items()
-        }
+        models = {}
+        for name, (vectors, rows) in self.models.items():
+            graph = self.graphs.get(name)
+            models[name] = _ModelView(dim=vectors.buf.shape[1], vectors=vectors.view(), rows=rows.view(),
+                                      graph=graph, graph_rows=graph.count if graph is not None else 0)
         self.view = _View(
             n=self.seq.size,
             watermark=self.watermark,
@@ -286,11 +431,20 @@ class EmbeddedVectorIndex:
     data_dir : Path or None
         Folder for snapshots (``data_dir/index/<repo_key>/``); ``None`` keeps everything in
         memory only. Nothing is read or written until a repository is first used.
+    ann : AnnConfig, optional
+        The HNSW tier (:mod:`kg.index.ann`): when a model's rows are searched through a graph.
+    memory_budget_bytes : int or None
+        Bytes the repositories held in memory may take together (estimated by
+        :meth:`memory_bytes`); past it the least recently used ones are unloaded (written to
+        their snapshot first when ``data_dir`` is set, and loaded from it on their next use;
+        without ``data_dir`` an unloaded repository is empty again, watermark 0, and its caller
+        re-syncs it from SQL). The repository in use is never unloaded. ``None``: no bound.
 
     Notes
     -----
     Memory per chunk: ``4 * dim`` bytes of vector (up to twice that while a matrix has spare
-    capacity), the text, about 20 bytes of row columns and the BM25 postings of its terms.
+    capacity), the text, about 20 bytes of row columns and the BM25 postings of its terms; a
+    model's HNSW graph adds about ``dim + 160`` bytes per row.
 
     Repository keys must match ``[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}`` (they name a folder).
     """
@@ -301,10 +455,14 @@ class EmbeddedVectorIndex:
     layout: Literal["content-addressed"] = "content-addressed"
     """Chunks by content key, shared by every branch (:class:`~kg.index.base.ContentAddressedIndex`)."""
 
-    def __init__(self, data_dir: Path | None = None) -> None:
+    def __init__(self, data_dir: Path | None = None, *, ann: AnnConfig | None = None,
+                 memory_budget_bytes: int | None = None) -> None:
         self._root = Path(data_dir) / "index" if data_dir is not None else None
         self._repos: dict[str, _Repo] = {}
         self._registry_lock = threading.Lock()
+        self._ann = ann or AnnConfig()
+        self._budget = memory_budget_bytes
+        self._clock = itertools.count(1)
 
     # -- the ContentAddressedIndex protocol -----------------------------------------------------
 
@@ -339,6 +497,7 @@ class EmbeddedVectorIndex:
                 return
             dims = {name: vectors.buf.shape[1] for name, (vectors, _) in repo.models.items()}
             repo.append(fresh, checked_vectors(fresh, dims))
+        self._evict(keep=repo_key)
 
     def watermark(self, repo_key: str) -> int:
         """Highest ``seq`` held for the repository, 0 when it holds nothing.
@@ -396,10 +555,26 @@ class EmbeddedVectorIndex:
 
         Notes
         -----
-        O(len(content_keys) + m + c * dim + c log k) for m rows of ``model`` and c candidate
-        rows: the candidates' vectors are gathered when they are a small share of the model's
-        rows, else one matrix-vector product covers all m rows; :func:`numpy.argpartition`
-        selects the top k.
+        Exact: O(len(content_keys) + m + c * dim + c log k) for m rows of ``model`` and c
+        candidate rows: the candidates' vectors are gathered when they are a small share of the
+        model's rows, else one matrix-vector product covers all m rows;
+        :func:`numpy.argpartition` selects the top k.
+
+        Approximate, when the model has an HNSW graph [1]_ and at least
+        :attr:`AnnConfig.min_rows` rows (and a tenth of the model's rows) are allowed: the
+        graph's walk, filtered by the allowed rows inside the search, proposes ``max(k, ef)``
+        candidates (``ef`` = :attr:`AnnConfig.ef_search` over the allowed share squared), the
+        rows added since the graph was last extended (at most about a thousand) are added to
+        them, and all are reranked with exact dot products, so every distance returned is exact
+        and only recall is approximate (>= 0.98 of exact at 10, docs/ann.md).
+        O(ef * M * dim * log m) for the walk. The memoised masks make the O(m) row mask a
+        once-per-branch-state cost for a ``frozenset``.
+
+        References
+        ----------
+        .. [1] Y. A. Malkov and D. A. Yashunin, "Efficient and robust approximate nearest
+           neighbor search using Hierarchical Navigable Small World graphs", IEEE TPAMI 42(4),
+           2018, pp. 824-836.
         """
         query = query_vector(vector)
         if max_distance is not None and np.isnan(max_distance):
@@ -416,11 +591,18 @@ class EmbeddedVectorIndex:
         allowed = view.allowed_keys(content_keys)
         if k <= 0 or allowed is None:
             return []
-        local = np.flatnonzero(allowed[view.key_id[store.rows]])
-        if len(local) < _GATHER_SHARE * len(store.rows):
+        rows_of = view.model_mask(content_keys, model, allowed)
+        m = len(store.rows)
+        if (store.graph is not None and rows_of.count >= self._ann.min_rows
+                and rows_of.count >= _ANN_MIN_SHARE * m):
+            local = self._ann_candidates(store, rows_of, query, k)
             sims = store.vectors[local] @ query
         else:
-            sims = (store.vectors @ query)[local]
+            local = np.flatnonzero(rows_of.mask)
+            if len(local) < _GATHER_SHARE * m:
+                sims = store.vectors[local] @ query
+            else:
+                sims = (store.vectors @ query)[local]
         distances = np.maximum(0.0, 1.0 - sims.astype(np.float64))
         if max_distance is not None:
             within = distances <= max_distance
@@ -433,6 +615,22 @@ class EmbeddedVectorIndex:
             view.hit(int(rows[i]), rank, float(sims[i]), float(distances[i]))
             for rank, i in enumerate(best, start=1)
         ]
+
+    def _ann_candidates(self, store: _ModelView, rows_of: _ModelMask, query: np.ndarray, k: int) -> np.ndarray:
+        """Model rows to rerank exactly: the graph's allowed candidates plus every allowed row
+        past the graph."""
+        assert store.graph is not None
+        covered = store.graph_rows
+        bitmap, allowed_in_graph = rows_of.bitmap(covered)
+        tail = np.flatnonzero(rows_of.mask[covered:]) + covered
+        if not allowed_in_graph:
+            return tail
+        share = allowed_in_graph / covered
+        # A filter thins the allowed rows near the query and pushes its true neighbours out to
+        # where the walk's list is sparser: widen the list by 1 / share**2 (at 50 %, ef x 4).
+        ef = min(_ANN_MAX_EF, max(int(self._ann.ef_search / share**2), k))
+        found = store.graph.search(query, max(k, ef), ef=ef, bitmap=bitmap, limit=covered)
+        return np.concatenate((np.sort(found), tail)) if len(tail) else np.sort(found)
 
     def bm25(
         self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]
@@ -606,12 +804,31 @@ class EmbeddedVectorIndex:
             if repo.persisted_rows == repo.seq.size:
                 return
             try:
-                _write_snapshot(self._root / repo_key, repo.view)
+                _write_snapshot(self._root / repo_key, repo.view, repo.graphs)
             except OSError as exc:
                 raise BackendUnavailable(
                     f"cannot write the index snapshot of {repo_key!r}: {exc}"
                 ) from exc
             repo.persisted_rows = repo.seq.size
+
+    def memory_bytes(self) -> int:
+        """Estimated bytes the repositories held in memory take (arrays, texts, postings,
+        graphs).
+
+        Returns
+        -------
+        int
+        """
+        return sum(repo.nbytes() for repo in list(self._repos.values()))
+
+    def loaded_repositories(self) -> list[str]:
+        """Keys of the repositories held in memory, least recently used first.
+
+        Returns
+        -------
+        list of str
+        """
+        return [key for key, _ in sorted(list(self._repos.items()), key=lambda item: item[1].last_used)]
 
     def stats(self, repo_key: str) -> dict[str, Any]:
         """What the index holds for a repository, for a status route.
@@ -646,14 +863,54 @@ class EmbeddedVectorIndex:
         if repo is None:
             _check_repo_key(repo_key)
             with self._registry_lock:
-                repo = self._repos.setdefault(repo_key, _Repo())
+                repo = self._repos.setdefault(repo_key, _Repo(self._ann))
+        repo.last_used = next(self._clock)
         if not repo.loaded:
+            loaded = False
             with repo.lock:
                 if not repo.loaded:
                     if self._root is not None:
                         _load_snapshot(self._root / repo_key, repo)
+                        loaded = True
                     repo.loaded = True
+            if loaded:
+                self._evict(keep=repo_key)
         return repo
+
+    def _evict(self, keep: str) -> None:
+        """Unload least recently used repositories (not ``keep``) while over the budget.
+
+        Called holding no repository lock; a repository whose lock is busy is passed over (it is
+        in use), so eviction never waits on a writer and cannot deadlock with one.
+        """
+        if self._budget is None:
+            return
+        with self._registry_lock:
+            sizes = {key: repo.nbytes() for key, repo in self._repos.items()}
+            total = sum(sizes.values())
+            if total <= self._budget:
+                return
+            for key, repo in sorted(self._repos.items(), key=lambda item: item[1].last_used):
+                if total <= self._budget:
+                    break
+                if key == keep or not repo.lock.acquire(blocking=False):
+                    continue
+                try:
+                    if self._root is not None and repo.loaded and repo.persisted_rows != repo.seq.size:
+                        try:
+                            _write_snapshot(self._root / key, repo.view, repo.graphs)
+                        except OSError as exc:
+                            log.warning("keeping index repository %r in memory: cannot flush it: %s", key, exc)
+                            continue
+                    # Retire the state object (a writer that holds it retries with a fresh one;
+                    # a search that holds its view finishes on it).
+                    repo.dropped = True
+                    del self._repos[key]
+                    total -= sizes[key]
+                    log.info("unloaded index repository %r (%d bytes) to stay within the memory budget",
+                             key, sizes[key])
+                finally:
+                    repo.lock.release()
 
     def _view(self, repo_key: str) -> _View:
         """The repository's published snapshot."""
@@ -679,8 +936,9 @@ def _check_repo_key(repo_key: str) -> None:
         )
 
 
-def _write_snapshot(folder: Path, view: _View) -> None:
-    """Write ``view`` as the folder's snapshot: data files, then meta.json, then clean up."""
+def _write_snapshot(folder: Path, view: _View, graphs: Mapping[str, ann.HnswGraph]) -> None:
+    """Write ``view`` (and its models' HNSW graphs) as the folder's snapshot: data files, then
+    meta.json, then clean up. Called holding the repository's lock (no graph grows meanwhile)."""
     folder.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:12]
     texts = view.texts[: view.n]
@@ -705,7 +963,14 @@ def _write_snapshot(folder: Path, view: _View) -> None:
     for i, (name, store) in enumerate(view.models.items()):
         file = f"vectors-{token}-{i}.npy"
         _replace_atomically(folder / file, functools.partial(_save_array, array=store.vectors))
-        models.append({"name": name, "dim": store.dim, "rows": len(store.rows), "file": file})
+        entry: dict[str, Any] = {"name": name, "dim": store.dim, "rows": len(store.rows), "file": file}
+        graph = graphs.get(name)
+        if graph is not None and graph.count:
+            graph_file = f"hnsw-{token}-{i}.faiss"
+            blob = graph.to_bytes()
+            _replace_atomically(folder / graph_file, functools.partial(_save_bytes, blob=blob.tobytes()))
+            entry["hnsw"] = {"file": graph_file, "rows": graph.count}
+        models.append(entry)
     meta = {
         "format": SNAPSHOT_FORMAT,
         "watermark": view.watermark,
@@ -716,10 +981,15 @@ def _write_snapshot(folder: Path, view: _View) -> None:
         "fields": view.fields[: int(view.field_id.max()) + 1 if view.n else 1],
     }
     _replace_atomically(folder / "meta.json", lambda f: f.write(json.dumps(meta).encode()))
-    keep = {"meta.json", rows_file, *(m["file"] for m in models)}
+    keep = {"meta.json", rows_file, *(m["file"] for m in models), *(m["hnsw"]["file"] for m in models if "hnsw" in m)}
     for path in folder.iterdir():
         if path.name not in keep:
             path.unlink(missing_ok=True)
+
+
+def _save_bytes(file: IO[bytes], *, blob: bytes) -> None:
+    """Write raw bytes."""
+    file.write(blob)
 
 
 def _save_array(file: IO[bytes], *, array: np.ndarray) -> None:
@@ -786,12 +1056,36 @@ def _load_snapshot(folder: Path, repo: _Repo) -> None:
     if not meta_path.exists():
         return
     try:
-        _restore(folder, json.loads(meta_path.read_bytes()), repo)
+        meta = json.loads(meta_path.read_bytes())
+        _restore(folder, meta, repo)
     except _SNAPSHOT_ERRORS as exc:
         log.warning("ignoring the index snapshot in %s: %s", folder, exc)
         repo.reset()
         return
     repo.persisted_rows = repo.seq.size
+    _restore_graphs(folder, meta, repo)
+    if repo.grow_graphs():
+        repo.persisted_rows = -1  # the next flush writes the graphs built or extended here
+
+
+def _restore_graphs(folder: Path, meta: dict[str, Any], repo: _Repo) -> None:
+    """Install the snapshot's HNSW graphs; one that is missing or bad is left out (and rebuilt)."""
+    if repo.config.min_rows <= 0 or not ann.available():
+        return
+    for entry in meta["models"]:
+        saved = entry.get("hnsw")
+        if not saved or entry["name"] not in repo.models:
+            continue
+        try:
+            blob = np.fromfile(folder / _plain_name(saved["file"]), dtype=np.uint8)
+            graph = ann.HnswGraph.from_bytes(blob, dim=int(entry["dim"]))
+            if graph.count != int(saved["rows"]) or graph.count > repo.models[entry["name"]][0].size:
+                raise ValueError("the graph does not match the model's rows")
+        except _SNAPSHOT_ERRORS as exc:
+            log.warning("rebuilding the HNSW graph of model %r in %s: %s", entry["name"], folder, exc)
+            continue
+        repo.graphs[entry["name"]] = graph
+    repo.publish()
 
 
 def _restore(folder: Path, meta: dict[str, Any], repo: _Repo) -> None:

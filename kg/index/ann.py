@@ -1,0 +1,267 @@
+"""The approximate nearest-neighbour tier of the embedded index: one HNSW graph per model.
+
+:class:`HnswGraph` wraps a faiss ``IndexHNSWSQ`` (an HNSW graph over 8-bit scalar-quantised
+copies of the vectors, inner-product metric) whose ids are the model-local row numbers of the
+embedded index, ``0 .. count - 1`` in the order rows were added. The graph only proposes
+candidates: the embedded index reranks them with exact float32 dot products, so every returned
+distance is the true cosine distance and the quantisation only affects which rows are proposed.
+
+Branch visibility is applied inside the graph walk: a search passes a bitmap of the allowed rows
+(:func:`allowed_bitmap`) as a faiss ``IDSelectorBitmap``, and faiss only collects allowed ids
+(it still walks through the others, so the graph stays connected for any filter).
+
+faiss runs on one OpenMP thread in kg (see :func:`_faiss`).
+
+Concurrency: faiss allows concurrent searches but not a search during an ``add``
+(hnswlib and faiss both say so), so :class:`HnswGraph` holds a readers-writer lock: searches
+share it, :meth:`HnswGraph.add` takes it alone, in slices of :data:`ADD_SLICE` rows so a large add
+lets searches in between. The embedded index's published views read ``count`` as it was when
+they were published and drop any id at or above it, so a search never sees a row twice.
+
+faiss is imported lazily; :func:`available` says whether it is installed (without it the
+embedded index stays exact).
+
+References
+----------
+.. [1] Y. A. Malkov and D. A. Yashunin, "Efficient and robust approximate nearest neighbor
+   search using Hierarchical Navigable Small World graphs", IEEE Transactions on Pattern
+   Analysis and Machine Intelligence 42(4), 2018, pp. 824-836.
+.. [2] M. Douze et al., "The Faiss library", arXiv:2401.08281, 2024.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ADD_SLICE", "HnswGraph", "allowed_bitmap", "available"]
+
+ADD_SLICE = 512
+"""Rows added to a graph per exclusive hold of its lock (about 0.2 s on a loaded core)."""
+
+
+@functools.cache
+def _faiss() -> Any:
+    """The faiss module (imported once, on first use), set to one OpenMP thread.
+
+    A search is one query (sequential in faiss anyway); an ``add`` on two OpenMP threads ran
+    5x slower than on one on a shared 2-core machine (spinning workers), and the server's other
+    threads need the cores too.
+    """
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    return faiss
+
+
+def available() -> bool:
+    """Whether faiss (``faiss-cpu``) can be imported.
+
+    Returns
+    -------
+    bool
+    """
+    try:
+        _faiss()
+    except ImportError:
+        return False
+    return True
+
+
+def allowed_bitmap(mask: np.ndarray) -> np.ndarray:
+    """Pack a boolean mask over graph ids into the bitmap faiss filters with.
+
+    Parameters
+    ----------
+    mask : ndarray, shape (n,), bool
+        ``mask[i]`` says whether id ``i`` may be returned.
+
+    Returns
+    -------
+    ndarray, shape (ceil(n / 8),), uint8
+        Bit ``i % 8`` of byte ``i // 8`` is ``mask[i]`` (little bit order, as
+        ``faiss.IDSelectorBitmap`` reads it).
+    """
+    return np.packbits(mask, bitorder="little")
+
+
+class _ReadWriteLock:
+    """Many readers or one writer; a waiting writer holds new readers back."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._readers = 0
+        self._writing = False
+        self._waiting = 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """Share the lock with other readers."""
+        with self._cond:
+            while self._writing or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the lock alone."""
+        with self._cond:
+            self._waiting += 1
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+
+class HnswGraph:
+    """An HNSW graph over one model's rows, ids ``0 .. count - 1`` in insertion order.
+
+    Parameters
+    ----------
+    dim : int
+        Vector dimension.
+    m : int
+        Neighbours per node and layer (``M``; layer 0 keeps ``2 * M``).
+    ef_construction : int
+        Candidate list size while inserting.
+
+    Notes
+    -----
+    Memory: ``dim`` bytes of 8-bit codes plus about ``8 * M`` bytes of links per row (layer 0),
+    and ``2 * 4 * dim`` bytes of quantiser ranges.
+    """
+
+    def __init__(self, dim: int, m: int, ef_construction: int, *, _index: Any = None) -> None:
+        faiss = _faiss()
+        if _index is None:
+            _index = faiss.IndexHNSWSQ(dim, faiss.ScalarQuantizer.QT_8bit, m, faiss.METRIC_INNER_PRODUCT)
+            _index.hnsw.efConstruction = ef_construction
+        self.dim = dim
+        self._index = _index
+        self._lock = _ReadWriteLock()
+
+    @property
+    def count(self) -> int:
+        """Rows in the graph."""
+        return int(self._index.ntotal)
+
+    @property
+    def m(self) -> int:
+        """Neighbours per node and layer."""
+        return int(self._index.hnsw.nb_neighbors(1))
+
+    def nbytes(self) -> int:
+        """Approximate bytes held: codes plus links (``dim + 8 * M`` per row, a little more)."""
+        return self.count * (self.dim + 10 * self.m) + 8 * self.dim
+
+    def add(self, vectors: np.ndarray) -> None:
+        """Append rows; their ids continue from :attr:`count`.
+
+        Parameters
+        ----------
+        vectors : ndarray, shape (r, dim), float32, L2-normalised
+            The first call trains the scalar quantiser (per-dimension ranges) on these rows.
+
+        Notes
+        -----
+        O(r * ef_construction * log(count) * dim), in slices of :data:`ADD_SLICE` rows, each under
+        the graph's lock alone (searches wait for one slice at most).
+        """
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if not self._index.is_trained:
+            with self._lock.writing():
+                self._index.train(vectors)
+        for start in range(0, len(vectors), ADD_SLICE):
+            with self._lock.writing():
+                self._index.add(vectors[start : start + ADD_SLICE])
+
+    def search(self, query: np.ndarray, k: int, *, ef: int, bitmap: np.ndarray | None, limit: int) -> np.ndarray:
+        """Ids of up to ``k`` allowed rows near ``query``, best first (by quantised similarity).
+
+        Parameters
+        ----------
+        query : ndarray, shape (dim,), float32, L2-normalised
+        k : int
+            Candidates wanted (>= 1).
+        ef : int
+            Candidate list size of the walk (raised to ``k`` if smaller).
+        bitmap : ndarray, shape (ceil(limit / 8),), uint8, or None
+            Allowed ids (:func:`allowed_bitmap`); ``None`` allows every id.
+        limit : int
+            Ids at or above this are dropped (rows a reader's view does not hold yet).
+
+        Returns
+        -------
+        ndarray, shape (<= k,), int64
+
+        Notes
+        -----
+        O(ef * M * dim * log(count)) distance evaluations; more when the filter rejects most
+        rows (the walk passes through rejected nodes).
+        """
+        faiss = _faiss()
+        params = faiss.SearchParametersHNSW()
+        params.efSearch = max(ef, k)
+        selector = None
+        if bitmap is not None:
+            selector = faiss.IDSelectorBitmap(len(bitmap) * 8, faiss.swig_ptr(bitmap))
+            params.sel = selector
+        with self._lock.reading():
+            _, ids = self._index.search(query.reshape(1, -1), k, params=params)
+        del selector  # kept alive until the search is done
+        found = np.asarray(ids[0], dtype=np.int64)
+        kept: np.ndarray = found[(found >= 0) & (found < limit)]
+        return kept
+
+    def to_bytes(self) -> np.ndarray:
+        """The graph serialised by faiss (to write in a snapshot).
+
+        Returns
+        -------
+        ndarray, shape (b,), uint8
+        """
+        with self._lock.reading():
+            blob: np.ndarray = np.asarray(_faiss().serialize_index(self._index), dtype=np.uint8)
+        return blob
+
+    @classmethod
+    def from_bytes(cls, blob: np.ndarray, *, dim: int) -> HnswGraph:
+        """A graph read back from :meth:`to_bytes`.
+
+        Parameters
+        ----------
+        blob : ndarray, shape (b,), uint8
+        dim : int
+            The dimension it must have.
+
+        Raises
+        ------
+        ValueError
+            The blob is not a faiss HNSW index of that dimension.
+        """
+        faiss = _faiss()
+        try:
+            index = faiss.deserialize_index(np.ascontiguousarray(blob, dtype=np.uint8))
+        except RuntimeError as exc:
+            raise ValueError(f"not a faiss index: {exc}") from exc
+        if not isinstance(index, faiss.IndexHNSW) or index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise ValueError("not an inner-product HNSW index of the expected dimension")
+        return cls(dim, 0, 0, _index=index)

@@ -1,0 +1,293 @@
+"""The embedded index's HNSW tier (kg/index/ann.py) with the real faiss: recall, branch
+filtering inside the search, incremental adds, snapshots with and without graphs, eviction by
+a memory budget, and exact distances for every returned row."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kg.index.base import IndexedChunk
+from kg.index.embedded import AnnConfig, EmbeddedVectorIndex
+
+DIM = 32
+MODEL = "fake:ann-32"
+N = 3000
+CONFIG = AnnConfig(min_rows=500, m=16, ef_construction=64, ef_search=64)
+EXACT = AnnConfig(min_rows=0)
+
+
+def clustered(n: int, seed: int, clusters: int = 40) -> np.ndarray:
+    """Unit vectors around shared random centres (low intrinsic dimension): (n, DIM) float32."""
+    shared = np.random.default_rng(7)
+    centres = shared.standard_normal((clusters, DIM)).astype(np.float32)
+    basis = shared.standard_normal((clusters, 6, DIM)).astype(np.float32) / np.sqrt(DIM)
+    rng = np.random.default_rng(seed)
+    which = rng.integers(0, clusters, n)
+    x = centres[which] / 2 + np.einsum("nr,nrd->nd", rng.standard_normal((n, 6)).astype(np.float32), basis[which])
+    x += rng.standard_normal((n, DIM)).astype(np.float32) * 0.1
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def chunks(vectors: np.ndarray, start: int = 1) -> list[IndexedChunk]:
+    return [IndexedChunk(seq=start + i, content_key=f"k{start + i}", chunk_index=0, text=f"text {start + i}",
+                         model=MODEL, vector=v, field="body") for i, v in enumerate(vectors)]
+
+
+VECTORS = clustered(N, seed=1)
+QUERIES = clustered(40, seed=2)
+EVERY = frozenset(f"k{i}" for i in range(1, N + 1))
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[EmbeddedVectorIndex, EmbeddedVectorIndex]:
+    """The same rows in an index with the HNSW tier and in an exact one."""
+    approximate, exact = EmbeddedVectorIndex(None, ann=CONFIG), EmbeddedVectorIndex(None, ann=EXACT)
+    for index in (approximate, exact):
+        index.sync("r", chunks(VECTORS))
+    return approximate, exact
+
+
+def seqs(hits) -> list[int]:
+    return [h.seq for h in hits]
+
+
+def recall(approximate, exact, keys, k: int = 10) -> float:
+    found = []
+    for q in QUERIES:
+        truth = set(seqs(exact.knn("r", q, k, model=MODEL, content_keys=keys)))
+        found.append(len(truth & set(seqs(approximate.knn("r", q, k, model=MODEL, content_keys=keys)))) / k)
+    return float(np.mean(found))
+
+
+def test_the_graph_covers_the_rows_and_recall_matches_exact(pair):
+    approximate, exact = pair
+    store = approximate._view("r").models[MODEL]
+    assert store.graph is not None and store.graph_rows == N
+    assert exact._view("r").models[MODEL].graph is None
+    assert recall(approximate, exact, EVERY) >= 0.98
+
+
+def test_recall_under_a_branch_filter(pair):
+    approximate, exact = pair
+    half = frozenset(f"k{i}" for i in range(1, N + 1, 2))
+    assert recall(approximate, exact, half) >= 0.98
+
+
+def test_a_row_not_allowed_is_never_returned_even_when_nearest(pair):
+    approximate, exact = pair
+    rng = np.random.default_rng(5)
+    allowed = frozenset(f"k{i}" for i in range(1, N + 1) if rng.random() < 0.5)
+    for row in range(0, N, 97):
+        key = f"k{row + 1}"
+        hits = approximate.knn("r", VECTORS[row], 10, model=MODEL, content_keys=allowed)
+        assert {h.content_key for h in hits} <= allowed
+        if key in allowed:
+            assert hits[0].content_key == key and hits[0].distance == pytest.approx(0.0, abs=1e-6)
+        else:
+            assert key not in {h.content_key for h in hits}
+            truth = exact.knn("r", VECTORS[row], 1, model=MODEL, content_keys=allowed)
+            assert hits[0].distance >= truth[0].distance - 1e-6  # float32 rounding of the products
+
+
+def test_a_selective_filter_is_searched_exactly(pair):
+    approximate, exact = pair
+    few = frozenset(f"k{i}" for i in range(1, N + 1, 50))  # 60 rows: below min_rows
+    for q in QUERIES[:10]:
+        assert seqs(approximate.knn("r", q, 10, model=MODEL, content_keys=few)) == seqs(
+            exact.knn("r", q, 10, model=MODEL, content_keys=few))
+
+
+def test_max_distance_and_large_k_keep_the_contract(pair):
+    approximate, exact = pair
+    q = QUERIES[0]
+    hits = approximate.knn("r", q, 50, model=MODEL, content_keys=EVERY, max_distance=0.3)
+    assert all(h.distance <= 0.3 for h in hits)
+    assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+    assert len(approximate.knn("r", q, N + 10, model=MODEL, content_keys=EVERY)) >= 0.95 * N
+
+
+def test_incremental_adds_are_found_at_once_and_join_the_graph():
+    index = EmbeddedVectorIndex(None, ann=CONFIG)
+    index.sync("r", chunks(VECTORS[:1000]))
+    assert index._view("r").models[MODEL].graph_rows == 1000
+    extra = clustered(1500, seed=3)
+    index.sync("r", chunks(extra[:1], start=N + 1))  # one row: in the exact tail
+    assert index._view("r").models[MODEL].graph_rows == 1000
+    hit = index.knn("r", extra[0], 1, model=MODEL, content_keys=frozenset({f"k{N + 1}"} | EVERY))[0]
+    assert hit.seq == N + 1 and hit.distance == pytest.approx(0.0, abs=1e-6)
+    index.sync("r", chunks(extra[1:], start=N + 2))  # past the tail: added to the graph
+    assert index._view("r").models[MODEL].graph_rows == 2500
+    keys = frozenset(f"k{i}" for i in [*range(1, 1001), *range(N + 1, N + 1501)])
+    for i in range(1, 1500, 149):
+        assert index.knn("r", extra[i], 1, model=MODEL, content_keys=keys)[0].seq == N + 1 + i
+
+
+def test_searches_run_while_a_sync_extends_the_graph():
+    index = EmbeddedVectorIndex(None, ann=CONFIG)
+    index.sync("r", chunks(VECTORS[:1000]))
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def search() -> None:
+        try:
+            while not done.is_set():
+                for row in (0, 500, 999):
+                    hits = index.knn("r", VECTORS[row], 5, model=MODEL, content_keys=EVERY)
+                    assert hits[0].seq == row + 1
+                    assert len({h.seq for h in hits}) == len(hits)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    searcher = threading.Thread(target=search)
+    searcher.start()
+    try:
+        for start in range(1000, N, 700):
+            index.sync("r", chunks(VECTORS[start : start + 700], start=start + 1))
+    finally:
+        done.set()
+        searcher.join()
+    assert not errors
+    assert index._view("r").models[MODEL].graph_rows >= N - 1024
+
+
+def _answers(index: EmbeddedVectorIndex) -> list[list[tuple[int, float | None]]]:
+    half = frozenset(f"k{i}" for i in range(1, N + 1, 2))
+    return [[(h.seq, h.distance) for h in index.knn("r", q, 10, model=MODEL, content_keys=keys)]
+            for q in QUERIES[:10] for keys in (EVERY, half)]
+
+
+def test_a_snapshot_round_trip_keeps_the_graph_and_the_answers(tmp_path):
+    index = EmbeddedVectorIndex(tmp_path, ann=CONFIG)
+    index.sync("r", chunks(VECTORS))
+    index.flush("r")
+    folder = tmp_path / "index" / "r"
+    meta = json.loads((folder / "meta.json").read_text())
+    saved = meta["models"][0]["hnsw"]
+    assert saved["rows"] == N and (folder / saved["file"]).is_file()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["meta.json", meta["rows_file"], meta["models"][0]["file"], saved["file"]])
+    reopened = EmbeddedVectorIndex(tmp_path, ann=CONFIG)
+    assert _answers(reopened) == _answers(index)
+    assert reopened._repos["r"].persisted_rows == N  # the graph was loaded, not rebuilt
+
+
+def test_an_old_snapshot_without_a_graph_loads_and_the_graph_is_rebuilt(tmp_path):
+    old = EmbeddedVectorIndex(tmp_path, ann=EXACT)  # writes no graph, as before the tier
+    old.sync("r", chunks(VECTORS))
+    old.flush("r")
+    meta_path = tmp_path / "index" / "r" / "meta.json"
+    assert "hnsw" not in json.loads(meta_path.read_text())["models"][0]
+    reopened = EmbeddedVectorIndex(tmp_path, ann=CONFIG)
+    assert reopened.watermark("r") == N
+    assert reopened._view("r").models[MODEL].graph_rows == N
+    assert recall(reopened, old, EVERY) >= 0.98
+    reopened.flush("r")  # the rebuilt graph is written with the next flush
+    assert json.loads(meta_path.read_text())["models"][0]["hnsw"]["rows"] == N
+
+
+def test_a_damaged_graph_file_is_rebuilt_and_the_rows_kept(tmp_path):
+    index = EmbeddedVectorIndex(tmp_path, ann=CONFIG)
+    index.sync("r", chunks(VECTORS))
+    index.flush("r")
+    folder = tmp_path / "index" / "r"
+    graph_file = folder / json.loads((folder / "meta.json").read_text())["models"][0]["hnsw"]["file"]
+    graph_file.write_bytes(b"not a faiss index")
+    reopened = EmbeddedVectorIndex(tmp_path, ann=CONFIG)
+    assert reopened.watermark("r") == N
+    assert reopened._view("r").models[MODEL].graph_rows == N
+    assert _answers(reopened)[0][0][0] == _answers(index)[0][0][0]
+
+
+def test_drop_removes_the_graph(tmp_path):
+    index = EmbeddedVectorIndex(tmp_path, ann=CONFIG)
+    index.sync("r", chunks(VECTORS[:1000]))
+    index.flush("r")
+    index.drop("r")
+    assert not (tmp_path / "index" / "r").exists()
+    assert index._view("r").models == {}
+    assert index.knn("r", VECTORS[0], 5, model=MODEL, content_keys=EVERY) == []
+
+
+def _small_repo(index: EmbeddedVectorIndex, key: str, offset: int) -> None:
+    index.sync(key, chunks(VECTORS[offset : offset + 600]))
+
+
+@pytest.mark.parametrize("with_data_dir", [True, False])
+def test_eviction_under_a_tiny_budget_unloads_the_least_recently_used(tmp_path, with_data_dir):
+    data_dir = tmp_path if with_data_dir else None
+    probe = EmbeddedVectorIndex(None, ann=CONFIG)
+    _small_repo(probe, "a", 0)
+    one_repo = probe.memory_bytes()
+    index = EmbeddedVectorIndex(data_dir, ann=CONFIG, memory_budget_bytes=int(one_repo * 1.5))
+    _small_repo(index, "a", 0)
+    expected = [(h.seq, h.distance) for h in index.knn("a", VECTORS[3], 5, model=MODEL, content_keys=EVERY)]
+    _small_repo(index, "b", 1000)
+    assert index.loaded_repositories() == ["b"]
+    assert index.memory_bytes() <= int(one_repo * 1.5)
+    if with_data_dir:
+        # flushed on eviction (no explicit flush was made), reloaded on the next use
+        assert (tmp_path / "index" / "a" / "meta.json").is_file()
+        assert index.watermark("a") == 600
+        assert [(h.seq, h.distance) for h in index.knn("a", VECTORS[3], 5, model=MODEL,
+                                                        content_keys=EVERY)] == expected
+        assert index._view("a").models[MODEL].graph_rows == 600
+    else:
+        # nothing to reload from: empty, watermark 0, and the caller re-syncs from SQL
+        assert index.watermark("a") == 0
+        _small_repo(index, "a", 0)
+        assert [(h.seq, h.distance) for h in index.knn("a", VECTORS[3], 5, model=MODEL,
+                                                        content_keys=EVERY)] == expected
+    assert index.loaded_repositories() == ["a"]  # b was least recently used this time
+
+
+def test_without_a_budget_nothing_is_unloaded():
+    index = EmbeddedVectorIndex(None, ann=CONFIG)
+    for i, key in enumerate("abc"):
+        _small_repo(index, key, 600 * i)
+    assert index.loaded_repositories() == ["a", "b", "c"]
+
+
+@pytest.fixture(scope="module")
+def exact_rows() -> EmbeddedVectorIndex:
+    index = EmbeddedVectorIndex(None, ann=EXACT)
+    index.sync("r", chunks(VECTORS))
+    return index
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(row=st.integers(0, N - 1), noise_seed=st.integers(0, 2**32 - 1), k=st.integers(1, 20),
+       keep=st.sampled_from([1.0, 0.5, 0.2]))
+def test_returned_distances_are_exact(pair, row, noise_seed, k, keep):
+    approximate, exact = pair
+    rng = np.random.default_rng(noise_seed)
+    query = VECTORS[row] + rng.standard_normal(DIM).astype(np.float32) * 0.05
+    keys = EVERY if keep == 1.0 else frozenset(f"k{i}" for i in range(1, N + 1) if rng.random() < keep)
+    hits = approximate.knn("r", query, k, model=MODEL, content_keys=keys)
+    assert hits and len(hits) == min(k, len(keys))
+    for hit in hits:
+        assert hit.content_key in keys
+        truth = exact.knn("r", query, 1, model=MODEL, content_keys=frozenset({hit.content_key}))[0]
+        # exact up to float32 rounding: the same dot product, summed by BLAS in another order
+        assert hit.distance == pytest.approx(truth.distance, abs=1e-6)
+        assert hit.score == pytest.approx(truth.score, abs=1e-6)
+    best = exact.knn("r", query, 1, model=MODEL, content_keys=keys)[0]
+    assert hits[0].distance >= best.distance - 1e-6
+    if f"k{row + 1}" in keys:  # the perturbed row itself is nearest by far: found
+        assert hits[0].seq == row + 1
+        assert hits[0].distance == pytest.approx(best.distance, abs=1e-6)
+
+
+def test_the_configured_index_is_built_from_settings(tmp_path):
+    from kg.services import build_index
+    from kg.settings import Settings
+
+    index = build_index(Settings(data_dir=Path(tmp_path), index_ann_min_rows=123, index_memory_budget_mb=1))
+    assert index._ann.min_rows == 123 and index._budget == 2**20
