@@ -302,6 +302,8 @@ def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
     nodes: dict[tuple[str, str], int] = {}
     relations: dict[tuple[tuple[str, str], tuple[str, str], str], int] = {}
     chunks: dict[tuple[str, int], int] = {}
+    addresses: dict[str, tuple[str, str]] = {}
+    types: set[str] = set()
     number = 0
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -330,7 +332,7 @@ def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
         if isinstance(record, NodeRecord):
             bulk.nodes.append(_check_node(number, record, workspaces, nodes))
         elif isinstance(record, RelationRecord):
-            bulk.relations.append(_check_relation(number, record, relations))
+            bulk.relations.append(_check_relation(number, record, relations, addresses, types))
         else:
             key = (record.content_key, record.chunk_index)
             if key in chunks:
@@ -372,14 +374,19 @@ def _check_node(line: int, record: NodeRecord, workspaces: set[str], seen: dict[
 
 
 def _check_relation(line: int, record: RelationRecord,
-                    seen: dict[tuple[tuple[str, str], tuple[str, str], str], int]) -> _Relation:
-    """A relation record checked as a relate checks it; ``seen`` holds the keys so far."""
+                    seen: dict[tuple[tuple[str, str], tuple[str, str], str], int],
+                    addresses: dict[str, tuple[str, str]], types: set[str]) -> _Relation:
+    """A relation record checked as a relate checks it; ``seen`` holds the keys so far,
+    ``addresses`` and ``types`` what was checked already (an endpoint recurs)."""
     try:
-        source, target = parse_address(record.source), parse_address(record.to)
-        validate_relation_type(record.type)
+        source = addresses.get(record.source) or addresses.setdefault(record.source, parse_address(record.source))
+        target = addresses.get(record.to) or addresses.setdefault(record.to, parse_address(record.to))
+        if record.type not in types:
+            types.add(validate_relation_type(record.type))
     except InvalidInput as exc:
         raise _bad(line, exc.message) from exc
-    _plain_json(line, "relation properties", record.properties)
+    if record.properties:
+        _plain_json(line, "relation properties", record.properties)
     key = (source, target, record.type)
     if key in seen:
         raise _bad(line, f"relation {record.source} -[{record.type}]-> {record.to} is named twice "
@@ -508,7 +515,8 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
     nodes: list[dict[str, Any]] = []
     references: list[list[tuple[str, str, str]]] = []
     keys: dict[str, tuple[int, str]] = {}  # content key -> (line, workspace) of its first node
-    for n in sorted(bulk.nodes, key=lambda n: n.path.count("/")):  # ancestors first, as batch writes
+    ordered = sorted(bulk.nodes, key=lambda n: n.path.count("/"))  # ancestors first, as batch writes
+    for n in ordered:
         wid = wids[n.workspace]
         parent = parent_of(n.path)
         if parent != "/" and (n.workspace, parent) not in in_file and (wid, parent) not in on_branch:
@@ -521,7 +529,7 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
         existing = on_branch.get((wid, n.path))
         stamp = _utc(rec.updated_at) or now
         nodes.append({
-            "repo_id": repo.id, "branch_id": ctx.branch.id, "workspace_id": wid, "revision": 0,
+            "repo_id": repo.id, "branch_id": ctx.branch.id, "workspace_id": wid,
             "node_id": node_uid(repo.uid, wid, n.path), "path": n.path, "parent_path": parent,
             "name": name_of(n.path), "node_type": rec.node_type, "properties": rec.properties,
             "sort_order": rec.order, "deleted": False, "content_key": key,
@@ -530,18 +538,20 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
         })
         references.append(n.references)
 
+    ids = {(n.workspace, n.path): row["node_id"] for n, row in zip(ordered, nodes, strict=True)}
+
     def node_id_of(line: int, end: str, address: tuple[str, str]) -> str:
-        wid = wids[address[0]]
-        if address in in_file:
-            return node_uid(repo.uid, wid, address[1])
-        found = on_branch.get((wid, address[1]))
+        known = ids.get(address)
+        if known is not None:
+            return known
+        found = on_branch.get((wids[address[0]], address[1]))
         if found is None:
             raise _bad(line, f"relation {end} {address[0]}:{address[1]} is neither a node of the file nor on the "
                              "branch", endpoint=f"{address[0]}:{address[1]}")
         return found[0]
 
     relations = [{
-        "repo_id": repo.id, "branch_id": ctx.branch.id, "revision": 0,
+        "repo_id": repo.id, "branch_id": ctx.branch.id,
         "from_node_id": node_id_of(r.line, "from", r.source), "to_node_id": node_id_of(r.line, "to", r.target),
         "rel_type": r.record.type, "weight": r.record.weight, "properties": r.record.properties,
         "deleted": False, "created_at": _utc(r.record.created_at) or now,
@@ -582,11 +592,56 @@ def _check_chunks(services: Resources, session: Session, repo: Any, bulk: BulkFi
     return rows
 
 
+def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], **constant: Any) -> None:
+    """Insert ``rows`` (column name -> value, plus the ``constant`` columns) into ``table``.
+
+    On SQLite one ``cursor.executemany`` of the values as SQLAlchemy binds them (each
+    column's bind processor for the dialect, applied column by column); elsewhere SQLAlchemy's
+    executemany (``insertmanyvalues``). The per-row work of a compiled statement's parameter
+    handling is what this spares; the stored values are the same.
+    """
+    if not rows:
+        return
+    connection = session.connection()
+    dialect = connection.dialect
+    names = [c.name for c in table.c if c.name in rows[0] or c.name in constant]
+    if dialect.name != "sqlite":
+        session.execute(insert(table), [{**row, **constant} for row in rows])
+        return
+    columns: list[list[Any]] = []
+    for name in names:
+        values = [constant[name]] * len(rows) if name in constant else [row[name] for row in rows]
+        process = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+        columns.append(values if process is None else [None if v is None else process(v) for v in values])
+    quote = dialect.identifier_preparer.quote
+    sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in names)}) "
+           f"VALUES ({', '.join('?' * len(names))})")
+    connection.exec_driver_sql(sql, list(zip(*columns, strict=True)))
+
+
 @functools.lru_cache(maxsize=4)
-def _node_insert(dialect: str) -> Any:
-    """The node-version insert returning ids in parameter order (insertmanyvalues)."""
+def _returning_insert(dialect: str) -> Any:
+    """The node-version insert returning ids in parameter order (batched ``INSERT ... RETURNING``)."""
     table: Table = NodeVersion.__table__  # type: ignore[assignment]
     return insert(table).returning(table.c.id, sort_by_parameter_order=True)
+
+
+def _insert_nodes(session: Session, values: list[dict[str, Any]], revision: int) -> list[int]:
+    """Insert node versions at ``revision``; their ids, in order, as the database assigns them.
+
+    SQLite has no ordered ``RETURNING`` for many rows, so the ids are given: the transaction
+    holds the database's write lock (``BEGIN IMMEDIATE``), and a rowid table without
+    AUTOINCREMENT gives a new row the largest id plus one, so these are the ids it would give.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect != "sqlite":
+        return list(session.execute(_returning_insert(dialect), [{**row, "revision": revision} for row in values])
+                    .scalars())
+    top = session.scalar(select(func.max(NodeVersion.id))) or 0
+    ids = list(range(top + 1, top + 1 + len(values)))
+    _insert_rows(session, NodeVersion.__table__, [{**row, "id": vid} for row, vid in zip(values, ids, strict=True)],
+                 revision=revision)
+    return ids
 
 
 def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relations: range, *,
@@ -596,13 +651,12 @@ def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relati
     revision = ctx.revision  # the revision row and the branch head, as every write makes them
     if with_chunks and plan.chunks:
         store_chunks(session, plan.repo_id, plan.chunks)
-    dialect = session.get_bind().dialect.name
     jobs: list[tuple[int, str | None, int]] = []
     reference_rows: list[dict[str, Any]] = []
     for start in range(nodes.start, nodes.stop, _INSERT_BATCH):
         part = range(start, min(start + _INSERT_BATCH, nodes.stop))
-        values = [{**plan.nodes[i], "revision": revision} for i in part]
-        ids = list(session.execute(_node_insert(dialect), values).scalars())
+        values = [plan.nodes[i] for i in part]
+        ids = _insert_nodes(session, values, revision)
         for i, vid, row in zip(part, ids, values, strict=True):
             jobs.append((row["workspace_id"], row["content_key"], vid))
             reference_rows.extend(
@@ -611,12 +665,11 @@ def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relati
                  "target_workspace": ws, "target_path": path}
                 for key, ws, path in plan.references[i])
     if reference_rows:
-        session.execute(insert(Reference), reference_rows)
+        session.execute(insert(Reference.__table__), reference_rows)  # type: ignore[arg-type]
     queued = enqueue_many(session, repo_id=plan.repo_id, jobs=jobs)
     for start in range(relations.start, relations.stop, _INSERT_BATCH):
-        part = range(start, min(start + _INSERT_BATCH, relations.stop))
-        session.execute(insert(RelationVersion.__table__),  # type: ignore[arg-type]
-                        [{**plan.relations[i], "revision": revision} for i in part])
+        _insert_rows(session, RelationVersion.__table__,
+                     plan.relations[start:min(start + _INSERT_BATCH, relations.stop)], revision=revision)
     return revision, queued
 
 
