@@ -538,7 +538,8 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
         })
         references.append(n.references)
 
-    ids = {(n.workspace, n.path): row["node_id"] for n, row in zip(ordered, nodes, strict=True)}
+    ids: dict[tuple[str, str], str] = {(n.workspace, n.path): row["node_id"]
+                                       for n, row in zip(ordered, nodes, strict=True)}
 
     def node_id_of(line: int, end: str, address: tuple[str, str]) -> str:
         known = ids.get(address)
