@@ -53,7 +53,7 @@ from typing import IO, Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import JSON, Table, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from kg.access import authorize_new_repository, reserved_repositories
@@ -84,6 +84,8 @@ _LOOKUP_BATCH = 500
 _SCAN_ABOVE = 5_000
 #: Rows per executemany (bounded memory for the driver's parameter lists).
 _INSERT_BATCH = 20_000
+#: SQLite's page cache while an import writes, in KiB (given back afterwards).
+_SQLITE_CACHE_KIB = 256 * 1024
 
 
 # -- records --------------------------------------------------------------------------------
@@ -538,25 +540,20 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
         })
         references.append(n.references)
 
-    ids: dict[tuple[str, str], str] = {(n.workspace, n.path): row["node_id"]
-                                       for n, row in zip(ordered, nodes, strict=True)}
-
-    def node_id_of(line: int, end: str, address: tuple[str, str]) -> str:
-        known = ids.get(address)
-        if known is not None:
-            return known
-        found = on_branch.get((wids[address[0]], address[1]))
-        if found is None:
-            raise _bad(line, f"relation {end} {address[0]}:{address[1]} is neither a node of the file nor on the "
-                             "branch", endpoint=f"{address[0]}:{address[1]}")
-        return found[0]
-
-    relations = [{
-        "repo_id": repo.id, "branch_id": ctx.branch.id,
-        "from_node_id": node_id_of(r.line, "from", r.source), "to_node_id": node_id_of(r.line, "to", r.target),
-        "rel_type": r.record.type, "weight": r.record.weight, "properties": r.record.properties,
-        "deleted": False, "created_at": _utc(r.record.created_at) or now,
-    } for r in bulk.relations]
+    names = {wid: name for name, wid in wids.items()}
+    ids: dict[tuple[str, str], str] = {(names[wid], path): found[0] for (wid, path), found in on_branch.items()}
+    ids.update(((n.workspace, n.path), row["node_id"]) for n, row in zip(ordered, nodes, strict=True))
+    relations = []
+    for r in bulk.relations:
+        for end, address in (("from", r.source), ("to", r.target)):
+            if address not in ids:
+                raise _bad(r.line, f"relation {end} {address[0]}:{address[1]} is neither a node of the file nor on "
+                                   "the branch", endpoint=f"{address[0]}:{address[1]}")
+        edge = r.record
+        relations.append({
+            "repo_id": repo.id, "branch_id": ctx.branch.id, "from_node_id": ids[r.source],
+            "to_node_id": ids[r.target], "rel_type": edge.type, "weight": edge.weight, "properties": edge.properties,
+            "deleted": False, "created_at": _utc(edge.created_at) or now})
     return _Plan(repo.id, repo.uid, wids, nodes, references, relations,
                  _check_chunks(services, session, repo, bulk, keys), created)
 
@@ -613,7 +610,11 @@ def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], *
     for name in names:
         values = [constant[name]] * len(rows) if name in constant else [row[name] for row in rows]
         process = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
-        columns.append(values if process is None else [None if v is None else process(v) for v in values])
+        if process is not None:
+            # An empty JSON object, the usual relation properties, binds as the text "{}" always.
+            empty = process({}) if isinstance(table.c[name].type, JSON) else None
+            values = [None if v is None else empty if empty is not None and v == {} else process(v) for v in values]
+        columns.append(values)
     quote = dialect.identifier_preparer.quote
     sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in names)}) "
            f"VALUES ({', '.join('?' * len(names))})")
@@ -648,6 +649,21 @@ def _insert_nodes(session: Session, values: list[dict[str, Any]], revision: int)
 def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relations: range, *,
            with_chunks: bool) -> tuple[int, list[str]]:
     """Write one batch of the plan at the context's revision; its number and the keys queued."""
+    session = uow.session
+    sqlite = session.get_bind().dialect.name == "sqlite"
+    cache = session.scalar(text("PRAGMA cache_size")) if sqlite else None
+    if sqlite:  # a page cache that holds the indexes being filled (the default holds 2 MiB)
+        session.execute(text(f"PRAGMA cache_size = {-_SQLITE_CACHE_KIB}"))
+    try:
+        return _write_rows(uow, ctx, plan, nodes, relations, with_chunks=with_chunks)
+    finally:
+        if sqlite:
+            session.execute(text(f"PRAGMA cache_size = {int(cache if cache is not None else -2000)}"))
+
+
+def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relations: range, *,
+                with_chunks: bool) -> tuple[int, list[str]]:
+    """:func:`_write` once the connection is set up."""
     session = uow.session
     revision = ctx.revision  # the revision row and the branch head, as every write makes them
     if with_chunks and plan.chunks:
@@ -767,14 +783,14 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
         raise InvalidInput("batch_size must be an integer >= 1", details={"batch_size": batch_size})
     bulk = parse_ndjson(lines)
     source = f"{bulk.header.repo}@{bulk.header.branch} r{bulk.header.revision}"
-    text = message or f"import ndjson: {len(bulk.nodes)} nodes, {len(bulk.relations)} relations from {source}"
+    summary = message or f"import ndjson: {len(bulk.nodes)} nodes, {len(bulk.relations)} relations from {source}"
     batches = _batches(len(bulk.nodes), len(bulk.relations), batch_size)
     revisions: list[int] = []
     queued_total = 0
     with unit_of_work(services, caller) as uow:
         created = _ensure_target(uow, repo, branch, bulk, create=create)
         _authorize_content(uow, repo, branch, bulk)
-        ctx = uow.begin(repo, branch, message=_batch_message(text, 0, len(batches)))
+        ctx = uow.begin(repo, branch, message=_batch_message(summary, 0, len(batches)))
         plan = _resolve(uow, ctx, bulk, created)
         nodes, relations = batches[0]
         if len(nodes) + len(relations) or plan.chunks:
@@ -784,7 +800,7 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
             _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
     for number, (nodes, relations) in enumerate(batches[1:], start=1):
         with unit_of_work(services, caller) as uow:
-            ctx = uow.begin(repo, branch, message=_batch_message(text, number, len(batches)))
+            ctx = uow.begin(repo, branch, message=_batch_message(summary, number, len(batches)))
             revision, queued = _write(uow, ctx, plan, nodes, relations, with_chunks=False)
             revisions.append(revision)
             queued_total += len(queued)
@@ -794,8 +810,8 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
             "chunks": len(plan.chunks), "queued": queued_total, "created_repository": plan.created_repository}
 
 
-def _batch_message(text: str, number: int, total: int) -> str:
-    return text if total <= 1 else f"{text} (batch {number + 1} of {total})"
+def _batch_message(summary: str, number: int, total: int) -> str:
+    return summary if total <= 1 else f"{summary} (batch {number + 1} of {total})"
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -907,8 +923,8 @@ def _chunk_lines(session: Session, repo_id: int, keys: Sequence[str]) -> Iterato
                    Chunk.model, Chunk.dim, Chunk.embedding)
             .where(Chunk.repo_id == repo_id, Chunk.content_key.in_(keys[start:start + _LOOKUP_BATCH]))
         ).all()
-        for key, index, name, text, begin, end, model, dim, embedding in sorted(rows, key=lambda r: (r[0], r[1])):
+        for key, index, name, passage, begin, end, model, dim, embedding in sorted(rows, key=lambda r: (r[0], r[1])):
             vector = np.frombuffer(embedding, dtype=np.float32).astype("<f4").tobytes()
-            yield _dumps({"record": "chunk", "content_key": key, "chunk_index": index, "field": name, "text": text,
+            yield _dumps({"record": "chunk", "content_key": key, "chunk_index": index, "field": name, "text": passage,
                           "char_start": begin, "char_end": end, "model": model, "dim": dim,
                           "vector": base64.b64encode(vector).decode("ascii")})
