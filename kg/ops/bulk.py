@@ -804,7 +804,7 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
             revision, queued = _write(uow, ctx, plan, nodes, relations, with_chunks=False)
             revisions.append(revision)
             queued_total += len(queued)
-            _after_commit(uow, plan, queued, synced=False, items=len(nodes) + len(relations))
+            _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
     return {"repo": repo, "branch": branch, "revision": revisions[-1] if revisions else None,
             "revisions": revisions, "nodes": len(bulk.nodes), "relations": len(bulk.relations),
             "chunks": len(plan.chunks), "queued": queued_total, "created_repository": plan.created_repository}
