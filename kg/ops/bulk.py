@@ -63,6 +63,7 @@ from kg.indexing.chunks import ChunkRow, store_chunks, sync_index
 from kg.indexing.config import parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import enqueue_many
 from kg.ops.texts import plan_for
+from kg.providers.base import Embedder
 from kg.store import repos as repo_store
 from kg.store.models import Chunk, NodeVersion, Reference, RelationVersion, utcnow
 from kg.store.nodes import node_uid, validate_node_input
@@ -564,15 +565,18 @@ def _check_chunks(services: Resources, session: Session, repo: Any, bulk: BulkFi
     dimension the workspace's, and each key's chunks numbered 0..n-1."""
     rows: list[ChunkRow] = []
     indexes: dict[str, list[tuple[int, int]]] = {}
+    embedders: dict[str, Embedder] = {}
     for c in bulk.chunks:
         rec = c.record
         owner = keys.get(rec.content_key)
         if owner is None:
             raise _bad(c.line, f"chunk content key {rec.content_key} is the key of no node of the file (under the "
                                "target workspaces' embedding settings)", content_key=rec.content_key)
-        config = workspace_embedding(repo_store.get_workspace(session, repo, owner[1]).config,
-                                     default_model=services.settings.embedding_model)
-        embedder = services.embedder(config.model)
+        embedder = embedders.get(owner[1])
+        if embedder is None:
+            config = workspace_embedding(repo_store.get_workspace(session, repo, owner[1]).config,
+                                         default_model=services.settings.embedding_model)
+            embedder = embedders[owner[1]] = services.embedder(config.model)
         if rec.model != embedder.name:
             raise _bad(c.line, f"chunk model {rec.model!r} is not {embedder.name!r}, the model of workspace "
                                f"{owner[1]!r} (line {owner[0]})")
