@@ -614,10 +614,15 @@ def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], *
     for name in names:
         values = [constant[name]] * len(rows) if name in constant else [row[name] for row in rows]
         process = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
-        if process is not None:
+        if process is not None and isinstance(table.c[name].type, JSON):
             # An empty JSON object, the usual relation properties, binds as the text "{}" always.
-            empty = process({}) if isinstance(table.c[name].type, JSON) else None
-            values = [None if v is None else empty if empty is not None and v == {} else process(v) for v in values]
+            empty = process({})
+            values = [None if v is None else empty if v == {} else process(v) for v in values]
+        elif process is not None:
+            # Timestamps, flags and numbers repeat (one import time for every row): bound once each.
+            memo: dict[Any, Any] = {}
+            values = [None if v is None else memo[v] if v in memo else memo.setdefault(v, process(v))
+                      for v in values]
         columns.append(values)
     quote = dialect.identifier_preparer.quote
     sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in names)}) "
