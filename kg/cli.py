@@ -1,5 +1,5 @@
-"""The ``kg`` command line: serve, db upgrade, ingest, import, search, ask, diff, merge, branch, keys,
-mcp."""
+"""The ``kg`` command line: serve, db upgrade, ingest, import, export, search, ask, diff, merge, branch,
+keys, mcp."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from kg.access import parse_grant
 from kg.context import OPERATOR, run
 from kg.errors import KGError, MergeConflict
 from kg.ops import branches as branch_ops
+from kg.ops import bulk as bulk_ops
 from kg.ops import keys as key_ops
 from kg.ops import memory as memory_ops
 from kg.ops import queries
@@ -251,6 +252,65 @@ def import_memory_jsonl(
     except KGError as exc:
         _fail(exc)
     typer.echo(json.dumps(report))
+
+
+@import_app.command("ndjson")
+def import_ndjson(
+        file: Annotated[Path, typer.Argument(help="A file `kg export` wrote (kg-ndjson records).")],
+        repo: Annotated[str, typer.Option(help="Repository (created with the file's workspaces if missing).")],
+        branch: Annotated[str, typer.Option(help="Branch to write on (must exist).")] = "main",
+        batch_size: Annotated[int | None, typer.Option(
+            help="Records (nodes, then relations) per revision; default: the whole file as one.")] = None,
+        message: Annotated[str | None, typer.Option(help="The revisions' message.")] = None) -> None:
+    """Import nodes, relations and chunks with their vectors from an NDJSON export, as one
+    revision (or one per --batch-size records). Every record is checked first: the first bad one
+    is named by its line and nothing is written. Chunks with vectors are stored as they are (not
+    embedded again); texts without them are embedded after the import."""
+    try:
+        with file.open("rb") as handle:
+            services = _services()
+            report = bulk_ops.import_ndjson(services, OPERATOR, repo, handle, branch=branch,
+                                            batch_size=batch_size, message=message)
+        report["index_failures"] = repo_ops.settle_index(services, OPERATOR, repo).failed
+    except OSError as exc:
+        typer.echo(f"error: cannot read {file}: {_one_line(exc.strerror or str(exc))}", err=True)
+        raise typer.Exit(1) from exc
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(report))
+
+
+@app.command("export")
+def export(repo: Annotated[str, typer.Option(help="Repository.")],
+           branch: Annotated[str, typer.Option(help="Branch.")] = "main",
+           out: Annotated[Path | None, typer.Option(help="Write to this file (default: standard output).")] = None,
+           with_chunks: Annotated[bool, typer.Option(
+               "--with-chunks", help="Add the chunks of the nodes' texts with their vectors.")] = False,
+           at_revision: Annotated[int | None, typer.Option(help="The branch as of this revision.")] = None) -> None:
+    """Export a branch as NDJSON: a header, then its nodes, relations and (--with-chunks) chunks
+    with their vectors; `kg import ndjson` reads it back. With --out the file appears only once
+    complete, and a summary is printed."""
+    try:
+        services = _services()
+        if out is None:
+            bulk_ops.export_ndjson(services, OPERATOR, repo, branch, out=sys.stdout, at_revision=at_revision,
+                                   with_chunks=with_chunks)
+            return
+        partial = out.with_name(out.name + ".partial")
+        try:
+            with partial.open("w", encoding="utf-8") as handle:
+                header = bulk_ops.export_ndjson(services, OPERATOR, repo, branch, out=handle,
+                                                at_revision=at_revision, with_chunks=with_chunks)
+            partial.replace(out)
+        finally:
+            partial.unlink(missing_ok=True)
+    except OSError as exc:
+        typer.echo(f"error: cannot write {out}: {_one_line(exc.strerror or str(exc))}", err=True)
+        raise typer.Exit(1) from exc
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps({"out": str(out), "repo": header["repo"], "branch": header["branch"],
+                           "revision": header["revision"], **header["counts"]}))
 
 
 @app.command()

@@ -10,6 +10,7 @@ the other in a cycle.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,7 +19,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from kg.indexing.chunks import has_chunks
+from kg.indexing.chunks import existing_content_keys, has_chunks
 from kg.indexing.queue import QueueSpec
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
 
@@ -113,6 +114,51 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
         "q_repo_id": repo_id, "q_key": content_key, "q_wid": workspace_id, "q_vid": node_version_id,
         "q_now": now, "q_now2": now, "q_priority": priority})
     return True
+
+
+def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, str | None, int]],
+                 priority: int = WRITE_PRIORITY) -> list[str]:
+    """:func:`enqueue` for many node versions at once: the same rows, one executemany.
+
+    For each content key, the job names the first version of ``jobs`` that holds it (as
+    :func:`enqueue` called once per version, in order, would: a later call for a pending key
+    changes nothing); keys whose chunks are stored queue nothing.
+
+    Parameters
+    ----------
+    session : Session
+        The write's transaction.
+    repo_id : int
+        The repository.
+    jobs : sequence of (int, str or None, int)
+        ``(workspace id, content key, node version id)`` per written version, in write order;
+        a ``None`` key (no text) queues nothing.
+    priority : int
+        :data:`WRITE_PRIORITY` or :data:`REEMBED_PRIORITY`.
+
+    Returns
+    -------
+    list of str
+        The content keys with a job pending after the call, in first-seen order.
+
+    Notes
+    -----
+    One chunk lookup per 500 distinct keys, then one statement executed for every key.
+    """
+    first: dict[str, tuple[int, int]] = {}
+    for wid, key, vid in jobs:
+        if key is not None and key not in first:
+            first[key] = (wid, vid)
+    if not first:
+        return []
+    stored = existing_content_keys(session, repo_id, first)
+    now = utcnow()
+    queued = [key for key in first if key not in stored]
+    if queued:
+        session.execute(_enqueue_stmt(session.get_bind().dialect.name), [
+            {"q_repo_id": repo_id, "q_key": key, "q_wid": first[key][0], "q_vid": first[key][1], "q_now": now,
+             "q_now2": now, "q_priority": priority} for key in queued])
+    return queued
 
 
 

@@ -69,7 +69,9 @@ def validate_path(path: str) -> str:
             raise bad("a segment may not start or end with whitespace")
         if len(segment) > MAX_SEGMENT_CHARS:
             raise bad(f"a segment is longer than {MAX_SEGMENT_CHARS} characters")
-        if any(unicodedata.category(ch)[0] == "C" for ch in segment):
+        # A printable segment has no character of the "Other" categories (str.isprintable):
+        # only another one needs the check per character.
+        if not segment.isprintable() and any(unicodedata.category(ch)[0] == "C" for ch in segment):
             raise bad("control characters are not allowed")
     return path
 

@@ -1,0 +1,939 @@
+"""Bulk export and import of a branch as NDJSON (``kg export``, ``kg import ndjson``).
+
+The format (``kg-ndjson``, version 1) is one JSON object a line, UTF-8; the field ``record``
+says what a line is. In the order :func:`export_ndjson` writes them:
+
+``header`` (the first line, once)
+    ``{"record": "header", "format": "kg-ndjson", "version": 1, "repo", "branch", "revision",
+    "with_chunks", "workspaces": [{"name", "embedding"}], "counts": {"nodes", "relations",
+    "chunks"}}``: where the content was read (the branch as of ``revision``), the workspaces
+    with their embedding settings (:class:`kg.indexing.config.EmbeddingConfig`), and how many
+    records follow (``counts`` is optional on import; when given, a file holding another number
+    of records, a truncated one, is refused).
+``node``
+    ``{"record": "node", "workspace", "path", "node_type", "properties", "order",
+    "created_at", "updated_at"}``, by workspace then path (a parent before its children). The
+    id, name, parent path and content key are derived from these, as every write derives them.
+    ``node_type`` defaults to ``kg:Node``, ``properties`` to ``{}``, ``order`` to null; the
+    timestamps (ISO 8601) to the time of the import.
+``relation``
+    ``{"record": "relation", "from", "to", "type", "weight", "properties", "created_at"}`` with
+    ``workspace:/path`` endpoints, by (from, type, to).
+``chunk`` (with ``--with-chunks``)
+    ``{"record": "chunk", "content_key", "chunk_index", "field", "text", "char_start",
+    "char_end", "model", "dim", "vector"}``: a passage of a node's indexed text and its
+    embedding, ``vector`` the base64 of ``dim`` float32 little-endian values, by content key then
+    index. The content key is the one the node's text has under its workspace's settings.
+
+An import validates every record before it writes anything: each line against a pydantic model
+of its record type (unknown fields refused), then the file as a whole (one node per address,
+one relation per (from, to, type), a parent and both endpoints of each relation in the file or
+on the branch, chunks that belong to a node of the file, of its model's dimension). The first
+bad record is named by its line (:class:`kg.errors.InvalidInput`, ``"line N: ..."``) and nothing
+is written. It then writes, as one revision by default, exactly the rows the normal write path
+(:func:`kg.ops.nodes.write_graph`) writes for the same content (node versions with the ids,
+names and content keys of their addresses, reference rows, the embedding queue's jobs of texts
+without stored chunks, relation versions, the revision and the branch head), but with
+executemany inserts of whole batches instead of a lookup and a flush per node. Chunks with their
+vectors are stored as they are, so their texts are not embedded again. A node already on the
+branch is replaced (a new version, as an upsert); an import never deletes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import IO, Annotated, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from sqlalchemy import JSON, Table, func, insert, select, text
+from sqlalchemy.orm import Session
+
+from kg.access import authorize_new_repository, reserved_repositories
+from kg.context import Actor, Resources, UnitOfWork, reading, unit_of_work
+from kg.errors import InvalidInput, KGError, NotFound
+from kg.indexing.chunks import ChunkRow, store_chunks, sync_index
+from kg.indexing.config import parse_embedding_config, workspace_embedding
+from kg.indexing.index_jobs import enqueue_many
+from kg.ops.texts import plan_for
+from kg.providers.base import Embedder
+from kg.store import repos as repo_store
+from kg.store.models import Chunk, NodeVersion, Reference, RelationVersion, utcnow
+from kg.store.nodes import node_uid, validate_node_input
+from kg.store.paths import name_of, parent_of, parse_address, validate_name, validate_path
+from kg.store.references import extract_references
+from kg.store.relations import validate_relation_type
+from kg.store.repos import MAIN, BranchView, WriteContext
+from kg.store.visibility import visible_select
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "BulkFile", "export_ndjson", "import_ndjson", "parse_ndjson"]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "kg-ndjson"
+FORMAT_VERSION = 1
+DEFAULT_NODE_TYPE = "kg:Node"
+#: Addresses looked up one statement per this many; above ``_SCAN_ABOVE`` a workspace is scanned.
+_LOOKUP_BATCH = 500
+_SCAN_ABOVE = 5_000
+#: Rows per executemany (bounded memory for the driver's parameter lists).
+_INSERT_BATCH = 20_000
+#: SQLite's page cache while an import writes, in KiB (given back afterwards).
+_SQLITE_CACHE_KIB = 256 * 1024
+
+
+# -- records --------------------------------------------------------------------------------
+
+
+class _Record(BaseModel):
+    """A record of the file: strict JSON types, no unknown field, no NaN or infinity."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class WorkspaceSpec(_Record):
+    """A workspace of the header: its name and embedding settings (None: the service's)."""
+
+    name: str
+    embedding: dict[str, Any] | None = None
+
+
+class Counts(_Record):
+    """How many records of each kind follow the header."""
+
+    nodes: int = Field(ge=0)
+    relations: int = Field(ge=0)
+    chunks: int = Field(ge=0)
+
+
+class HeaderRecord(_Record):
+    """The first record: the format, where the content was read, the workspaces."""
+
+    record: Literal["header"]
+    format: Literal["kg-ndjson"]
+    version: Literal[1]
+    repo: str
+    branch: str
+    revision: int = Field(ge=0)
+    with_chunks: bool = False
+    workspaces: list[WorkspaceSpec]
+    counts: Counts | None = None
+
+
+class NodeRecord(_Record):
+    """A node: its address, type, properties, order and timestamps."""
+
+    record: Literal["node"]
+    workspace: str
+    path: str
+    node_type: str = DEFAULT_NODE_TYPE
+    properties: dict[str, Any] = Field(default_factory=dict)
+    order: float | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class RelationRecord(_Record):
+    """A relation between two node addresses."""
+
+    record: Literal["relation"]
+    source: str = Field(alias="from")
+    to: str
+    type: str
+    weight: float | None = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+class ChunkRecord(_Record):
+    """A chunk of a node's indexed text with its embedding (base64 float32 little-endian)."""
+
+    record: Literal["chunk"]
+    content_key: str = Field(pattern=r"^[0-9a-f]{64}$")
+    chunk_index: int = Field(ge=0)
+    field: str
+    text: str
+    char_start: int = Field(ge=0)
+    char_end: int = Field(ge=0)
+    model: str
+    dim: int = Field(gt=0)
+    vector: str
+
+
+_ANY_RECORD: TypeAdapter[HeaderRecord | NodeRecord | RelationRecord | ChunkRecord] = TypeAdapter(
+    Annotated[HeaderRecord | NodeRecord | RelationRecord | ChunkRecord, Field(discriminator="record")])
+_KINDS = "'header', 'node', 'relation' or 'chunk'"
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    line: int
+    workspace: str
+    path: str
+    record: NodeRecord
+    references: list[tuple[str, str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Relation:
+    line: int
+    source: tuple[str, str]
+    target: tuple[str, str]
+    record: RelationRecord
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    line: int
+    record: ChunkRecord
+    vector: np.ndarray
+
+
+@dataclass
+class BulkFile:
+    """A file of records, checked on its own (:func:`parse_ndjson`).
+
+    Attributes
+    ----------
+    header : HeaderRecord
+        The first record.
+    nodes : list
+        The node records in file order, paths validated (NFC).
+    relations : list
+        The relation records in file order, endpoints parsed.
+    chunks : list
+        The chunk records in file order, vectors decoded (float32, shape ``(dim,)``).
+    last_line : int
+        The number of the file's last line.
+    """
+
+    header: HeaderRecord
+    nodes: list[_Node] = field(default_factory=list)
+    relations: list[_Relation] = field(default_factory=list)
+    chunks: list[_Chunk] = field(default_factory=list)
+    last_line: int = 0
+
+
+def _bad(line: int, why: str, **details: Any) -> InvalidInput:
+    return InvalidInput(f"line {line}: {why}", details={"line": line, **details})
+
+
+def _record_error(line: int, exc: ValidationError) -> InvalidInput:
+    """The first problem pydantic found in a line, as one sentence naming the line."""
+    first = exc.errors(include_url=False)[0]
+    kind, loc, msg = first["type"], first["loc"], first["msg"]
+    if kind == "json_invalid":
+        return _bad(line, f"not JSON ({msg.removeprefix('Invalid JSON: ')})")
+    if kind == "union_tag_invalid":
+        tag = (first.get("ctx") or {}).get("tag")
+        return _bad(line, f"unknown record type {tag!r} (expected {_KINDS})")
+    if kind == "union_tag_not_found":
+        return _bad(line, f"a record needs a 'record' field: {_KINDS}")
+    if not loc:
+        return _bad(line, "a record must be a JSON object")
+    kind_name, where = loc[0], ".".join(str(p) for p in loc[1:])
+    if kind == "extra_forbidden":
+        return _bad(line, f"{kind_name} record has an unknown field {where!r}")
+    if kind == "missing":
+        return _bad(line, f"{kind_name} record needs the field {where!r}")
+    return _bad(line, f"{kind_name} record field {where!r}: {msg}")
+
+
+def _decode_vector(line: int, record: ChunkRecord) -> np.ndarray:
+    """The chunk's vector, checked: ``dim`` finite float32 values, not all zero."""
+    try:
+        raw = base64.b64decode(record.vector, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _bad(line, f"chunk vector is not base64: {exc}") from exc
+    if len(raw) != 4 * record.dim:
+        raise _bad(line, f"chunk vector holds {len(raw) / 4:g} float32 values, but its dim is {record.dim}",
+                   dim=record.dim)
+    vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.isfinite(vector).all():
+        raise _bad(line, "chunk vector has non-finite values (NaN or inf)")
+    if not vector.any():
+        raise _bad(line, "chunk vector is all zeros")
+    return vector
+
+
+def _plain_json(line: int, what: str, value: dict[str, Any]) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise _bad(line, f"{what} must be plain JSON: {exc}") from exc
+
+
+def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
+    """Read and check a file of records on its own (no database): the first bad record is
+    refused with its line.
+
+    Parameters
+    ----------
+    lines : iterable of str or bytes
+        The file's lines (UTF-8 bytes, or text), with or without their line ends; blank lines
+        are skipped.
+
+    Returns
+    -------
+    BulkFile
+        The header and the node, relation and chunk records, checked.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``"line N: ..."`` (``details["line"]``): not JSON, not an object, an unknown record
+        type or field, a field of the wrong type, no header first or a second one, a node of a
+        workspace the header does not list, a bad path, type, properties, reference, relation
+        type or weight, a node or a relation named twice, a chunk named twice, a vector that is
+        not base64 of ``dim`` finite float32 values; or a file holding other counts than its
+        header announces.
+
+    Notes
+    -----
+    O(size of the file); each line is parsed and validated by pydantic-core in one call.
+    """
+    header: HeaderRecord | None = None
+    bulk: BulkFile | None = None
+    workspaces: set[str] = set()
+    nodes: dict[tuple[str, str], int] = {}
+    relations: dict[tuple[tuple[str, str], tuple[str, str], str], int] = {}
+    chunks: dict[tuple[str, int], int] = {}
+    addresses: dict[str, tuple[str, str]] = {}
+    types: set[str] = set()
+    number = 0
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = _ANY_RECORD.validate_json(raw)
+        except ValidationError as exc:
+            raise _record_error(number, exc) from exc
+        if bulk is None:
+            if not isinstance(record, HeaderRecord):
+                raise _bad(number, f"the first record must be the header, not a {record.record}")
+            header = record
+            bulk = BulkFile(header=header)
+            for ws in header.workspaces:
+                try:
+                    validate_name("workspace", ws.name)
+                    parse_embedding_config(ws.embedding, default_model="none")
+                except InvalidInput as exc:
+                    raise _bad(number, f"header workspace {ws.name!r}: {exc.message}") from exc
+                if ws.name in workspaces:
+                    raise _bad(number, f"header names workspace {ws.name!r} twice")
+                workspaces.add(ws.name)
+            continue
+        if isinstance(record, HeaderRecord):
+            raise _bad(number, "a second header: a file holds one")
+        if isinstance(record, NodeRecord):
+            bulk.nodes.append(_check_node(number, record, workspaces, nodes))
+        elif isinstance(record, RelationRecord):
+            bulk.relations.append(_check_relation(number, record, relations, addresses, types))
+        else:
+            key = (record.content_key, record.chunk_index)
+            if key in chunks:
+                raise _bad(number, f"chunk {record.chunk_index} of content key {record.content_key} is named "
+                                   f"twice (first on line {chunks[key]})")
+            chunks[key] = number
+            if record.char_end < record.char_start:
+                raise _bad(number, "chunk char_end is before its char_start")
+            bulk.chunks.append(_Chunk(number, record, _decode_vector(number, record)))
+    if bulk is None:
+        raise _bad(max(number, 1), "the file holds no header record (is it empty?)")
+    bulk.last_line = number
+    counts = bulk.header.counts
+    if counts is not None:
+        held = {"nodes": len(bulk.nodes), "relations": len(bulk.relations), "chunks": len(bulk.chunks)}
+        for kind, announced in counts.model_dump().items():
+            if held[kind] != announced:
+                raise _bad(number, f"the file ends with {held[kind]} {kind} records where its header announces "
+                                   f"{announced} (a truncated file?)", announced=announced, held=held[kind])
+    return bulk
+
+
+def _check_node(line: int, record: NodeRecord, workspaces: set[str], seen: dict[tuple[str, str], int]) -> _Node:
+    """A node record checked as a write checks it; ``seen`` holds the addresses so far."""
+    if record.workspace not in workspaces:
+        raise _bad(line, f"node workspace {record.workspace!r} is not one of the header's workspaces")
+    try:
+        path = validate_path(record.path)
+        validate_node_input(record.node_type, record.properties, record.order)
+        references = extract_references(record.properties, workspace=record.workspace)
+    except InvalidInput as exc:
+        raise _bad(line, exc.message) from exc
+    address = (record.workspace, path)
+    if address in seen:
+        raise _bad(line, f"node {record.workspace}:{path} is named twice (first on line {seen[address]})",
+                   workspace=record.workspace, path=path)
+    seen[address] = line
+    return _Node(line, record.workspace, path, record, references)
+
+
+def _check_relation(line: int, record: RelationRecord,
+                    seen: dict[tuple[tuple[str, str], tuple[str, str], str], int],
+                    addresses: dict[str, tuple[str, str]], types: set[str]) -> _Relation:
+    """A relation record checked as a relate checks it; ``seen`` holds the keys so far,
+    ``addresses`` and ``types`` what was checked already (an endpoint recurs)."""
+    try:
+        source = addresses.get(record.source) or addresses.setdefault(record.source, parse_address(record.source))
+        target = addresses.get(record.to) or addresses.setdefault(record.to, parse_address(record.to))
+        if record.type not in types:
+            types.add(validate_relation_type(record.type))
+    except InvalidInput as exc:
+        raise _bad(line, exc.message) from exc
+    if record.properties:
+        _plain_json(line, "relation properties", record.properties)
+    key = (source, target, record.type)
+    if key in seen:
+        raise _bad(line, f"relation {record.source} -[{record.type}]-> {record.to} is named twice "
+                         f"(first on line {seen[key]})")
+    seen[key] = line
+    return _Relation(line, source, target, record)
+
+
+# -- import ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Plan:
+    """What an import writes, resolved against the target branch (inside its first transaction)."""
+
+    repo_id: int
+    repo_uid: str
+    wids: dict[str, int]
+    nodes: list[dict[str, Any]]
+    references: list[list[tuple[str, str, str]]]
+    relations: list[dict[str, Any]]
+    chunks: list[ChunkRow]
+    created_repository: bool
+
+
+def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, create: bool) -> bool:
+    """Create the repository and the header's workspaces when missing (and ``create``);
+    whether the repository was created. Checks write on the branch before creating anything in
+    an existing repository."""
+    session, services = uow.session, uow.services
+    created = False
+    try:
+        r = repo_store.get_repository(session, repo, lock=True)
+    except NotFound:
+        if not create:
+            raise
+        authorize_new_repository(uow.actor, repo, reserved_repositories(services.settings))
+        r = repo_store.create_repository(session, name=repo)
+        created = True
+    uow.authorize("write", repo, branch)
+    default = services.settings.embedding_model
+    existing = {w.name for w in repo_store.list_workspaces(session, r)}
+    for spec in bulk.header.workspaces:
+        if spec.name in existing:
+            continue
+        if not create:
+            raise NotFound(f"workspace {spec.name!r} not found in repository {repo!r}",
+                           details={"workspace": spec.name})
+        uow.authorize("admin", repo)
+        config = parse_embedding_config(spec.embedding, default_model=default)
+        services.embedder(config.model)  # an unknown model is refused before anything is written
+        repo_store.create_workspace(session, r, name=spec.name, config={"embedding": config.model_dump()})
+    return created
+
+
+def _authorize_content(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile) -> None:
+    """Write on each node's workspace; write on each relation's source workspace, read on its
+    target's (as :meth:`kg.context.UnitOfWork.authorize_relation`), each pair checked once."""
+    uow.authorize_workspaces("write", repo, branch, [n.workspace for n in bulk.nodes])
+    pairs = dict.fromkeys((r.source[0], r.target[0]) for r in bulk.relations)
+    uow.authorize_workspaces("write", repo, branch, [s for s, _ in pairs])
+    uow.authorize_workspaces("read", repo, branch, [t for _, t in pairs])
+
+
+def _branch_nodes(session: Session, view: BranchView,
+                  addresses: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str, datetime]]:
+    """``{(workspace id, path): (node id, created_at)}`` of the live nodes among ``addresses``
+    on the branch: by address, 500 a statement, or by one scan of a workspace holding many."""
+    out: dict[tuple[int, str], tuple[str, datetime]] = {}
+    if not addresses or view.repo.head_revision == 0:
+        return out
+    by_ws: dict[int, list[str]] = {}
+    for wid, path in addresses:
+        by_ws.setdefault(wid, []).append(path)
+    cols = (NodeVersion.workspace_id, NodeVersion.path, NodeVersion.node_id, NodeVersion.created_at)
+    for wid, paths in by_ws.items():
+        if len(paths) > _SCAN_ABOVE:
+            stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                                     NodeVersion.workspace_id == wid)
+            wanted = set(paths)
+            for w, path, node_id, created in session.execute(stmt.with_only_columns(*cols)):
+                if path in wanted:
+                    out[(w, path)] = (node_id, created)
+            continue
+        for start in range(0, len(paths), _LOOKUP_BATCH):
+            stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                                     NodeVersion.workspace_id == wid,
+                                     NodeVersion.path.in_(paths[start:start + _LOOKUP_BATCH]))
+            for w, path, node_id, created in session.execute(stmt.with_only_columns(*cols)):
+                out[(w, path)] = (node_id, created)
+    return out
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) -> _Plan:
+    """Check the file against the branch (parents, endpoints, chunks) and compute every row."""
+    session, services, view = uow.session, uow.services, ctx.view
+    repo = ctx.repo
+    wids = {name: wid for wid, name in view.workspaces.items()}
+
+    def wid_of(line: int, workspace: str) -> int:
+        wid = wids.get(workspace)
+        if wid is None:
+            raise _bad(line, f"workspace {workspace!r} not found in repository {repo.name!r}", workspace=workspace)
+        return wid
+
+    in_file = {(n.workspace, n.path) for n in bulk.nodes}
+    wanted: set[tuple[int, str]] = set()
+    for n in bulk.nodes:
+        wanted.add((wid_of(n.line, n.workspace), n.path))
+        parent = parent_of(n.path)
+        if parent != "/" and (n.workspace, parent) not in in_file:
+            wanted.add((wids[n.workspace], parent))
+    for r in bulk.relations:
+        for ws, path in (r.source, r.target):
+            if (ws, path) not in in_file:
+                wanted.add((wid_of(r.line, ws), path))
+    on_branch = _branch_nodes(session, view, wanted)
+
+    now = utcnow()
+    nodes: list[dict[str, Any]] = []
+    references: list[list[tuple[str, str, str]]] = []
+    keys: dict[str, tuple[int, str]] = {}  # content key -> (line, workspace) of its first node
+    ordered = sorted(bulk.nodes, key=lambda n: n.path.count("/"))  # ancestors first, as batch writes
+    for n in ordered:
+        wid = wids[n.workspace]
+        parent = parent_of(n.path)
+        if parent != "/" and (n.workspace, parent) not in in_file and (wid, parent) not in on_branch:
+            raise _bad(n.line, f"parent {n.workspace}:{parent} of node {n.workspace}:{n.path} is neither in the "
+                               "file nor on the branch", workspace=n.workspace, path=n.path, parent=parent)
+        rec = n.record
+        key = plan_for(services, session, repo, n.workspace, rec.properties).content_key
+        if key is not None:
+            keys.setdefault(key, (n.line, n.workspace))
+        existing = on_branch.get((wid, n.path))
+        stamp = _utc(rec.updated_at) or now
+        nodes.append({
+            "repo_id": repo.id, "branch_id": ctx.branch.id, "workspace_id": wid,
+            "node_id": node_uid(repo.uid, wid, n.path), "path": n.path, "parent_path": parent,
+            "name": name_of(n.path), "node_type": rec.node_type, "properties": rec.properties,
+            "sort_order": rec.order, "deleted": False, "content_key": key,
+            "created_at": _utc(rec.created_at) or (existing[1] if existing is not None else now),
+            "updated_at": stamp,
+        })
+        references.append(n.references)
+
+    names = {wid: name for name, wid in wids.items()}
+    ids: dict[tuple[str, str], str] = {(names[wid], path): found[0] for (wid, path), found in on_branch.items()}
+    ids.update(((n.workspace, n.path), row["node_id"]) for n, row in zip(ordered, nodes, strict=True))
+    relations = []
+    for r in bulk.relations:
+        for end, address in (("from", r.source), ("to", r.target)):
+            if address not in ids:
+                raise _bad(r.line, f"relation {end} {address[0]}:{address[1]} is neither a node of the file nor on "
+                                   "the branch", endpoint=f"{address[0]}:{address[1]}")
+        edge = r.record
+        relations.append({
+            "repo_id": repo.id, "branch_id": ctx.branch.id, "from_node_id": ids[r.source],
+            "to_node_id": ids[r.target], "rel_type": edge.type, "weight": edge.weight, "properties": edge.properties,
+            "deleted": False, "created_at": _utc(edge.created_at) or now})
+    return _Plan(repo.id, repo.uid, wids, nodes, references, relations,
+                 _check_chunks(services, session, repo, bulk, keys), created)
+
+
+def _check_chunks(services: Resources, session: Session, repo: Any, bulk: BulkFile,
+                  keys: dict[str, tuple[int, str]]) -> list[ChunkRow]:
+    """The chunk rows to store: each chunk's key must be a node's of the file, its model and
+    dimension the workspace's, and each key's chunks numbered 0..n-1."""
+    rows: list[ChunkRow] = []
+    indexes: dict[str, list[tuple[int, int]]] = {}
+    embedders: dict[str, Embedder] = {}
+    for c in bulk.chunks:
+        rec = c.record
+        owner = keys.get(rec.content_key)
+        if owner is None:
+            raise _bad(c.line, f"chunk content key {rec.content_key} is the key of no node of the file (under the "
+                               "target workspaces' embedding settings)", content_key=rec.content_key)
+        embedder = embedders.get(owner[1])
+        if embedder is None:
+            config = workspace_embedding(repo_store.get_workspace(session, repo, owner[1]).config,
+                                         default_model=services.settings.embedding_model)
+            embedder = embedders[owner[1]] = services.embedder(config.model)
+        if rec.model != embedder.name:
+            raise _bad(c.line, f"chunk model {rec.model!r} is not {embedder.name!r}, the model of workspace "
+                               f"{owner[1]!r} (line {owner[0]})")
+        if rec.dim != embedder.dim:
+            raise _bad(c.line, f"chunk vector dim {rec.dim} is not {embedder.dim}, the dimension of {embedder.name}",
+                       dim=rec.dim, expected=embedder.dim)
+        indexes.setdefault(rec.content_key, []).append((rec.chunk_index, c.line))
+        rows.append(ChunkRow(rec.content_key, rec.chunk_index, rec.field, rec.text, rec.char_start, rec.char_end,
+                             rec.model, c.vector))
+    for key, found in indexes.items():
+        numbers = sorted(i for i, _ in found)
+        if numbers != list(range(len(numbers))):
+            raise _bad(min(line for _, line in found), f"the chunks of content key {key} are numbered "
+                       f"{numbers[:5]}{'...' if len(numbers) > 5 else ''}, not 0 to {len(numbers) - 1}")
+    return rows
+
+
+def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], **constant: Any) -> None:
+    """Insert ``rows`` (column name -> value, plus the ``constant`` columns) into ``table``.
+
+    On SQLite one ``cursor.executemany`` of the values as SQLAlchemy binds them (each
+    column's bind processor for the dialect, applied column by column); elsewhere SQLAlchemy's
+    executemany (``insertmanyvalues``). The per-row work of a compiled statement's parameter
+    handling is what this spares; the stored values are the same.
+    """
+    if not rows:
+        return
+    connection = session.connection()
+    dialect = connection.dialect
+    names = [c.name for c in table.c if c.name in rows[0] or c.name in constant]
+    if dialect.name != "sqlite":
+        session.execute(insert(table), [{**row, **constant} for row in rows])
+        return
+    columns: list[list[Any]] = []
+    for name in names:
+        values = [constant[name]] * len(rows) if name in constant else [row[name] for row in rows]
+        process = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+        if process is not None and isinstance(table.c[name].type, JSON):
+            # An empty JSON object, the usual relation properties, binds as the text "{}" always.
+            empty = process({})
+            values = [None if v is None else empty if v == {} else process(v) for v in values]
+        elif process is not None:
+            # Timestamps, flags and numbers repeat (one import time for every row): bound once each.
+            memo: dict[Any, Any] = {}
+            values = [None if v is None else memo[v] if v in memo else memo.setdefault(v, process(v))
+                      for v in values]
+        columns.append(values)
+    quote = dialect.identifier_preparer.quote
+    sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in names)}) "
+           f"VALUES ({', '.join('?' * len(names))})")
+    connection.exec_driver_sql(sql, list(zip(*columns, strict=True)))
+
+
+@functools.lru_cache(maxsize=4)
+def _returning_insert(dialect: str) -> Any:
+    """The node-version insert returning ids in parameter order (batched ``INSERT ... RETURNING``)."""
+    table: Table = NodeVersion.__table__  # type: ignore[assignment]
+    return insert(table).returning(table.c.id, sort_by_parameter_order=True)
+
+
+def _insert_nodes(session: Session, values: list[dict[str, Any]], revision: int) -> list[int]:
+    """Insert node versions at ``revision``; their ids, in order, as the database assigns them.
+
+    SQLite has no ordered ``RETURNING`` for many rows, so the ids are given: the transaction
+    holds the database's write lock (``BEGIN IMMEDIATE``), and a rowid table without
+    AUTOINCREMENT gives a new row the largest id plus one, so these are the ids it would give.
+    """
+    dialect = session.get_bind().dialect.name
+    if dialect != "sqlite":
+        return list(session.execute(_returning_insert(dialect), [{**row, "revision": revision} for row in values])
+                    .scalars())
+    top = session.scalar(select(func.max(NodeVersion.id))) or 0
+    ids = list(range(top + 1, top + 1 + len(values)))
+    _insert_rows(session, NodeVersion.__table__, [{**row, "id": vid} for row, vid in zip(values, ids, strict=True)],
+                 revision=revision)
+    return ids
+
+
+def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relations: range, *,
+           with_chunks: bool) -> tuple[int, list[str]]:
+    """Write one batch of the plan at the context's revision; its number and the keys queued."""
+    session = uow.session
+    sqlite = session.get_bind().dialect.name == "sqlite"
+    cache = session.scalar(text("PRAGMA cache_size")) if sqlite else None
+    if sqlite:  # a page cache that holds the indexes being filled (the default holds 2 MiB)
+        session.execute(text(f"PRAGMA cache_size = {-_SQLITE_CACHE_KIB}"))
+    try:
+        return _write_rows(uow, ctx, plan, nodes, relations, with_chunks=with_chunks)
+    finally:
+        if sqlite:
+            session.execute(text(f"PRAGMA cache_size = {int(cache if cache is not None else -2000)}"))
+
+
+def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relations: range, *,
+                with_chunks: bool) -> tuple[int, list[str]]:
+    """:func:`_write` once the connection is set up."""
+    session = uow.session
+    revision = ctx.revision  # the revision row and the branch head, as every write makes them
+    if with_chunks and plan.chunks:
+        store_chunks(session, plan.repo_id, plan.chunks)
+    jobs: list[tuple[int, str | None, int]] = []
+    reference_rows: list[dict[str, Any]] = []
+    for start in range(nodes.start, nodes.stop, _INSERT_BATCH):
+        part = range(start, min(start + _INSERT_BATCH, nodes.stop))
+        values = [plan.nodes[i] for i in part]
+        ids = _insert_nodes(session, values, revision)
+        for i, vid, row in zip(part, ids, values, strict=True):
+            jobs.append((row["workspace_id"], row["content_key"], vid))
+            reference_rows.extend(
+                {"repo_id": plan.repo_id, "branch_id": row["branch_id"], "revision": revision,
+                 "source_node_id": row["node_id"], "source_version_id": vid, "property_key": key,
+                 "target_workspace": ws, "target_path": path}
+                for key, ws, path in plan.references[i])
+    if reference_rows:
+        session.execute(insert(Reference.__table__), reference_rows)  # type: ignore[arg-type]
+    queued = enqueue_many(session, repo_id=plan.repo_id, jobs=jobs)
+    for start in range(relations.start, relations.stop, _INSERT_BATCH):
+        _insert_rows(session, RelationVersion.__table__,
+                     plan.relations[start:min(start + _INSERT_BATCH, relations.stop)], revision=revision)
+    return revision, queued
+
+
+def _after_commit(uow: UnitOfWork, plan: _Plan, queued: list[str], *, synced: bool, items: int) -> None:
+    """The hooks every write has (index the queued texts, fresh statistics after a large
+    write), and placing stored chunks in the search index."""
+    services = uow.services
+    uow.index_after_commit(plan.repo_id, queued)
+    if synced:
+        def sync() -> None:
+            try:
+                with services.db.read() as session:
+                    sync_index(session, services.index, plan.repo_id, plan.repo_uid)
+            except KGError as exc:  # SQL holds them: the next search or indexer pass places them
+                log.warning("import: placing the imported chunks in the index failed: %s", exc.message)
+        uow.after_commit(sync)
+    if items >= 1000:
+        uow.after_commit(services.db.analyze)
+
+
+def _batches(n_nodes: int, n_relations: int, batch_size: int | None) -> list[tuple[range, range]]:
+    """The (nodes, relations) index ranges of each revision: nodes first, then relations."""
+    total = n_nodes + n_relations
+    size = total if batch_size is None else batch_size
+    out = []
+    for start in range(0, max(total, 1), max(size, 1)):
+        stop = min(start + size, total)
+        out.append((range(min(start, n_nodes), min(stop, n_nodes)),
+                    range(max(start - n_nodes, 0), max(stop - n_nodes, 0))))
+    return out
+
+
+def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable[str | bytes], *,
+                  branch: str = MAIN, batch_size: int | None = None, create: bool = True,
+                  message: str | None = None) -> dict[str, Any]:
+    """Import a file of records (:mod:`kg.ops.bulk`) into a branch: one revision, or one per batch.
+
+    Every record is checked before anything is written (:func:`parse_ndjson`, then against
+    the branch inside the first transaction); the rows are those of the normal write path,
+    inserted many at a time. Chunks with vectors are stored as given and placed in the search
+    index; only the texts without chunks are queued for embedding.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (store, index, embedders).
+    caller : kg.context.Actor
+        Who imports: ``write`` on the branch (a protected branch needs a grant naming it),
+        on each node's workspace and each relation's source workspace, ``read`` on each
+        relation's target workspace; creating the repository or a workspace needs what
+        creating them needs (:func:`kg.access.authorize_new_repository`, ``admin``).
+    repo : str
+        The repository; created when missing (and ``create``), with the header's workspaces.
+    lines : iterable of str or bytes
+        The file's lines.
+    branch : str, default "main"
+        The branch written; it must exist.
+    batch_size : int or None, optional
+        Records (nodes, then relations) per revision; None: the whole file as one revision.
+        The batches after the first are written after it committed: a later batch that the
+        database refuses leaves the earlier ones written.
+    create : bool, default True
+        Create a missing repository and missing workspaces; else refuse them.
+    message : str or None, optional
+        The revisions' message (default: what was imported from where).
+
+    Returns
+    -------
+    dict
+        ``{"repo", "branch", "revision", "revisions", "nodes", "relations", "chunks",
+        "queued", "created_repository"}``: ``revision`` the last one written (None for a file
+        of no record after its header), ``queued`` the texts queued for embedding.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A bad record (``"line N: ..."``, ``details["line"]``), a parent or a relation endpoint
+        neither in the file nor on the branch, a chunk that is no node's, of another model or
+        dimension, or a ``batch_size`` below 1.
+    kg.errors.NotFound
+        Unknown branch (or repository or workspace without ``create``), or one the caller
+        cannot see.
+    kg.errors.Forbidden
+        An action above that the caller may not do.
+
+    Notes
+    -----
+    O(records): one parse per line, a lookup per 500 addresses the branch must hold (none in a
+    new repository), one executemany per 20,000 rows of a table. Measured by
+    ``bench/import_rate.py``.
+    """
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise InvalidInput("batch_size must be an integer >= 1", details={"batch_size": batch_size})
+    bulk = parse_ndjson(lines)
+    source = f"{bulk.header.repo}@{bulk.header.branch} r{bulk.header.revision}"
+    summary = message or f"import ndjson: {len(bulk.nodes)} nodes, {len(bulk.relations)} relations from {source}"
+    batches = _batches(len(bulk.nodes), len(bulk.relations), batch_size)
+    revisions: list[int] = []
+    queued_total = 0
+    with unit_of_work(services, caller) as uow:
+        created = _ensure_target(uow, repo, branch, bulk, create=create)
+        _authorize_content(uow, repo, branch, bulk)
+        ctx = uow.begin(repo, branch, message=_batch_message(summary, 0, len(batches)))
+        plan = _resolve(uow, ctx, bulk, created)
+        nodes, relations = batches[0]
+        if len(nodes) + len(relations) or plan.chunks:
+            revision, queued = _write(uow, ctx, plan, nodes, relations, with_chunks=True)
+            revisions.append(revision)
+            queued_total += len(queued)
+            _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
+    for number, (nodes, relations) in enumerate(batches[1:], start=1):
+        with unit_of_work(services, caller) as uow:
+            ctx = uow.begin(repo, branch, message=_batch_message(summary, number, len(batches)))
+            revision, queued = _write(uow, ctx, plan, nodes, relations, with_chunks=False)
+            revisions.append(revision)
+            queued_total += len(queued)
+            _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
+    return {"repo": repo, "branch": branch, "revision": revisions[-1] if revisions else None,
+            "revisions": revisions, "nodes": len(bulk.nodes), "relations": len(bulk.relations),
+            "chunks": len(plan.chunks), "queued": queued_total, "created_repository": plan.created_repository}
+
+
+def _batch_message(summary: str, number: int, total: int) -> str:
+    return summary if total <= 1 else f"{summary} (batch {number + 1} of {total})"
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def _dumps(value: dict[str, Any]) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).isoformat() if value is not None else None
+
+
+def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = MAIN, *, out: IO[str],
+                  at_revision: int | None = None, with_chunks: bool = False) -> dict[str, Any]:
+    """Write a branch's content (as of a revision) as a file of records (:mod:`kg.ops.bulk`).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources (store, index, embedders).
+    caller : kg.context.Actor
+        Who exports: ``read`` on the branch; a key restricted to some workspaces exports those
+        (and the relations between their nodes) only.
+    repo, branch : str
+        What is exported.
+    out : text file
+        Where the lines go (each ends with ``\\n``).
+    at_revision : int or None, optional
+        Export the branch as it was at this revision (None: its head).
+    with_chunks : bool, default False
+        Add the stored chunks of the exported nodes' texts with their vectors (a text still
+        queued for embedding has none yet).
+
+    Returns
+    -------
+    dict
+        The header record written (with its ``counts``).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository or branch, or one the caller cannot see.
+    kg.errors.Forbidden
+        The caller may not read the branch.
+    kg.errors.InvalidInput
+        A revision not written yet.
+
+    Notes
+    -----
+    One window query for the nodes, one for the relations, one chunk read per 500 content
+    keys; the nodes and relations are held in memory to be sorted (O(n log n)), the chunks are
+    streamed. Records are sorted by code point (a parent before its children), so two exports
+    of one content are byte for byte the same.
+    """
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        default = services.settings.embedding_model
+        names = {wid: name for wid, name in view.workspaces.items() if view.can_read(wid)}
+        configs = {w.name: w.config for w in repo_store.list_workspaces(session, view.repo) if w.name in names.values()}
+        stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path))
+        stmt = stmt.with_only_columns(
+            NodeVersion.workspace_id, NodeVersion.path, NodeVersion.node_type, NodeVersion.properties,
+            NodeVersion.order, NodeVersion.created_at, NodeVersion.updated_at, NodeVersion.node_id,
+            NodeVersion.content_key)
+        nodes = sorted(((names[r[0]], *r[1:]) for r in session.execute(stmt) if r[0] in names),
+                       key=lambda r: (r[0], r[1]))
+        address = {r[7]: f"{r[0]}:{r[1]}" for r in nodes}
+        rel_stmt, _ = visible_select(RelationVersion, view, (RelationVersion.from_node_id, RelationVersion.rel_type,
+                                                             RelationVersion.to_node_id))
+        rel_stmt = rel_stmt.with_only_columns(
+            RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
+            RelationVersion.weight, RelationVersion.properties, RelationVersion.created_at)
+        relations = sorted(((address[f], t, address[to], w, p, c) for f, t, to, w, p, c in session.execute(rel_stmt)
+                            if f in address and to in address), key=lambda r: (r[0], r[1], r[2]))
+        keys = sorted({r[8] for r in nodes if r[8] is not None}) if with_chunks else []
+        n_chunks = _count_chunks(session, view.repo.id, keys)
+        header = {"record": "header", "format": FORMAT, "version": FORMAT_VERSION, "repo": view.repo.name,
+                  "branch": view.branch.name, "revision": view.revision, "with_chunks": with_chunks,
+                  "workspaces": [{"name": name, "embedding": workspace_embedding(configs[name], default_model=default)
+                                  .model_dump()} for name in sorted(names.values())],
+                  "counts": {"nodes": len(nodes), "relations": len(relations), "chunks": n_chunks}}
+        out.write(_dumps(header) + "\n")
+        for ws, path, node_type, properties, order, created, updated, _, _ in nodes:
+            out.write(_dumps({"record": "node", "workspace": ws, "path": path, "node_type": node_type,
+                              "properties": properties, "order": order, "created_at": _iso(created),
+                              "updated_at": _iso(updated)}) + "\n")
+        for source, rel_type, target, weight, properties, created in relations:
+            out.write(_dumps({"record": "relation", "from": source, "to": target, "type": rel_type,
+                              "weight": weight, "properties": properties or {}, "created_at": _iso(created)}) + "\n")
+        for line in _chunk_lines(session, view.repo.id, keys):
+            out.write(line + "\n")
+    return header
+
+
+def _count_chunks(session: Session, repo_id: int, keys: Sequence[str]) -> int:
+    """How many chunks the content keys have (500 keys a statement)."""
+    total = 0
+    for start in range(0, len(keys), _LOOKUP_BATCH):
+        total += session.scalar(select(func.count()).select_from(Chunk).where(
+            Chunk.repo_id == repo_id, Chunk.content_key.in_(keys[start:start + _LOOKUP_BATCH]))) or 0
+    return total
+
+
+def _chunk_lines(session: Session, repo_id: int, keys: Sequence[str]) -> Iterator[str]:
+    """The chunk records of the content keys (sorted), by key then index."""
+    for start in range(0, len(keys), _LOOKUP_BATCH):
+        rows = session.execute(
+            select(Chunk.content_key, Chunk.chunk_index, Chunk.field, Chunk.text, Chunk.char_start, Chunk.char_end,
+                   Chunk.model, Chunk.dim, Chunk.embedding)
+            .where(Chunk.repo_id == repo_id, Chunk.content_key.in_(keys[start:start + _LOOKUP_BATCH]))
+        ).all()
+        for key, index, name, passage, begin, end, model, dim, embedding in sorted(rows, key=lambda r: (r[0], r[1])):
+            vector = np.frombuffer(embedding, dtype=np.float32).astype("<f4").tobytes()
+            yield _dumps({"record": "chunk", "content_key": key, "chunk_index": index, "field": name, "text": passage,
+                          "char_start": begin, "char_end": end, "model": model, "dim": dim,
+                          "vector": base64.b64encode(vector).decode("ascii")})

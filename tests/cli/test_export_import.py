@@ -1,0 +1,99 @@
+"""``kg export`` and ``kg import ndjson``: a branch to NDJSON and back, errors as one line and exit 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kg.cli import app
+from kg.context import OPERATOR
+from kg.ops import repos as repo_ops
+from kg.services import Services
+from kg.settings import Settings
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def env(cli_env):
+    return cli_env
+
+
+def _services() -> Services:
+    return Services.from_settings(Settings())
+
+
+def _ingest(env: Path) -> None:
+    docs = env / "docs"
+    (docs / "guides").mkdir(parents=True)
+    (docs / "guides" / "keys.md").write_text("# Rotating keys\n\nRotate your API keys every ninety days.\n")
+    (docs / "intro.md").write_text("# Introduction\n\nkg is a knowledge graph with branches.\n")
+    result = runner.invoke(app, ["ingest", str(docs), "--repo", "acme", "--workspace", "knowledge"])
+    assert result.exit_code == 0, result.output
+
+
+def test_export_then_import_round_trips(env):
+    _ingest(env)
+    out = env / "acme.ndjson"
+    exported = runner.invoke(app, ["export", "--repo", "acme", "--out", str(out), "--with-chunks"])
+    assert exported.exit_code == 0, exported.output
+    summary = json.loads(exported.stdout.strip().splitlines()[-1])
+    assert summary["repo"] == "acme" and summary["nodes"] >= 2 and summary["chunks"] >= 2
+    assert not out.with_name(out.name + ".partial").exists()
+    imported = runner.invoke(app, ["import", "ndjson", str(out), "--repo", "copy"])
+    assert imported.exit_code == 0, imported.output
+    report = json.loads(imported.stdout.strip().splitlines()[-1])
+    assert report["revision"] == 1 and report["queued"] == 0 and report["index_failures"] == 0
+    again = runner.invoke(app, ["export", "--repo", "copy", "--with-chunks"])  # to standard output
+    assert again.exit_code == 0, again.output
+    first, second = out.read_text().splitlines(), again.stdout.splitlines()
+    assert first[1:] == second[1:]
+    found = runner.invoke(app, ["search", "rotate keys", "--repo", "copy", "--json"])
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.stdout)["results"][0]["path"] == "/guides/keys"
+
+
+def test_batches_on_the_command_line(env):
+    _ingest(env)
+    out = env / "acme.ndjson"
+    assert runner.invoke(app, ["export", "--repo", "acme", "--out", str(out)]).exit_code == 0
+    imported = runner.invoke(app, ["import", "ndjson", str(out), "--repo", "copy", "--batch-size", "1"])
+    assert imported.exit_code == 0, imported.output
+    report = json.loads(imported.stdout.strip().splitlines()[-1])
+    assert len(report["revisions"]) == report["nodes"] + report["relations"]
+
+
+def test_a_bad_line_is_one_error_naming_it_and_nothing_is_written(env):
+    _ingest(env)
+    out = env / "acme.ndjson"
+    assert runner.invoke(app, ["export", "--repo", "acme", "--out", str(out)]).exit_code == 0
+    lines = out.read_text().splitlines()
+    lines.insert(2, '{"record": "node", "workspace": "knowledge", "path": "/x", "colour": "red"}')
+    bad = env / "bad.ndjson"
+    bad.write_text("\n".join(lines) + "\n")
+    result = runner.invoke(app, ["import", "ndjson", str(bad), "--repo", "copy"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == ["error: line 3: node record has an unknown field 'colour'"]
+    services = _services()
+    try:
+        assert [r["name"] for r in repo_ops.list_repositories(services, OPERATOR)] == ["acme"]
+    finally:
+        services.close()
+
+
+def test_a_missing_file_is_one_error(env):
+    result = runner.invoke(app, ["import", "ndjson", str(env / "nowhere.ndjson"), "--repo", "copy"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot read ") and "No such file" in lines[0]
+
+
+def test_export_of_an_unknown_repository_is_one_error_and_leaves_no_file(env):
+    out = env / "none.ndjson"
+    result = runner.invoke(app, ["export", "--repo", "nope", "--out", str(out)])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == ["error: repository 'nope' not found"]
+    assert not out.exists() and not out.with_name(out.name + ".partial").exists()
