@@ -88,6 +88,7 @@ class Services:
         index = build_index(settings)
         return cls(settings=settings, db=db, index=index, graphs=GraphCache(settings.graph_max_edges),
                    embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size,
+                                                               local_batch_size=settings.embed_local_batch_size,
                                                                host=settings.ollama_host,
                                                                allow_fake=settings.allow_fake_embedder),
                    llm=make_llm(settings.llm_model, host=settings.ollama_host),

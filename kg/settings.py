@@ -27,8 +27,10 @@ class Settings(BaseSettings):
     embedding_model : str
         Default embedding model of new workspaces, ``<provider>:<model>``.
     embed_batch_size : int
-        Texts per embedder call, and per model run of the local embedder (default 4: it
-        embeds fastest in small batches, ``bench/embedder_runtime.py``).
+        Texts per embedder call (the indexer's and the pipeline's), and per Ollama request.
+    embed_local_batch_size : int
+        Texts per model run of the local embedder (default 4: it embeds fastest in small
+        batches, ``bench/embedder_runtime.py``).
     sqlite_busy_timeout_s : float
         How long a SQLite writer waits for the write lock, in seconds.
     index_inline : bool
@@ -158,7 +160,8 @@ class Settings(BaseSettings):
     database_url: str | None = None
     data_dir: Path = Path(".kg")
     embedding_model: str = "local:all-MiniLM-L6-v2"
-    embed_batch_size: int = Field(default=4, gt=0)
+    embed_batch_size: int = Field(default=32, gt=0)
+    embed_local_batch_size: int = Field(default=4, gt=0)
     sqlite_busy_timeout_s: float = Field(default=30.0, gt=0)
     index_inline: bool = False
     index_poll_s: float = Field(default=1.0, gt=0)

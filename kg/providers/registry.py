@@ -13,8 +13,8 @@ from kg.errors import InvalidInput
 from kg.providers.base import Embedder, check_embedding_dim
 from kg.providers.fake import FakeEmbedder
 from kg.providers.llm import LLM, NoLLM
+from kg.providers.local import DEFAULT_BATCH_SIZE, LocalEmbedder
 from kg.providers.local import MODEL_NAME as LOCAL_MINILM
-from kg.providers.local import LocalEmbedder
 from kg.providers.ollama import DEFAULT_OLLAMA_HOST, OllamaEmbedder, OllamaLLM, canonical_ollama_model
 
 __all__ = ["LOCAL_MODELS", "PROVIDERS", "canonical_model_name", "make_embedder", "make_llm"]
@@ -62,7 +62,7 @@ def canonical_model_name(name: str) -> str:
 
 
 def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA_HOST,
-                  allow_fake: bool = False) -> Embedder:
+                  allow_fake: bool = False, local_batch_size: int = DEFAULT_BATCH_SIZE) -> Embedder:
     """The embedder of a model name ``<provider>:<model>``.
 
     Parameters
@@ -75,7 +75,11 @@ def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA
         (``nomic-embed-text:v1.5``): :class:`~kg.providers.ollama.OllamaEmbedder`, named
         :func:`canonical_model_name` (a missing tag reads ``:latest``).
     batch_size : int
-        Texts per model run (local) or per request (Ollama), > 0 (ignored by the fake).
+        Texts per request (Ollama), > 0 (ignored by the local model and the fake).
+    local_batch_size : int
+        Texts per model run of the local model, ``Settings.embed_local_batch_size``
+        (``KG_EMBED_LOCAL_BATCH_SIZE``, default 4: it embeds fastest in small batches,
+        ``bench/embedder_runtime.py``); a call with more texts runs several batches.
     host : str
         The Ollama server, ``Settings.ollama_host`` (``KG_OLLAMA_HOST``); Ollama models only.
     allow_fake : bool
@@ -106,7 +110,7 @@ def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA
                 f"unknown local embedding model {name!r}; known: {', '.join(LOCAL_MODELS)}",
                 details={"model": name, "known": list(LOCAL_MODELS)},
             )
-        return _cached_local(name, batch_size)
+        return _cached_local(name, local_batch_size)
     if provider == "fake":
         if not allow_fake:
             raise InvalidInput(

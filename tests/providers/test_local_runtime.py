@@ -65,8 +65,14 @@ def test_defaults_are_the_measured_ones() -> None:
     embedder = LocalEmbedder()
     assert (embedder.batch_size, embedder.intra_op_num_threads, embedder.allow_spinning) == (
         DEFAULT_BATCH_SIZE, DEFAULT_THREADS, False)
-    # make_embedder builds the local embedder with KG_EMBED_BATCH_SIZE: same default.
-    assert Settings().embed_batch_size == DEFAULT_BATCH_SIZE
+    # make_embedder builds the local embedder with KG_EMBED_LOCAL_BATCH_SIZE: same default;
+    # KG_EMBED_BATCH_SIZE (texts per call, per Ollama request) stays 32.
+    assert Settings().embed_local_batch_size == DEFAULT_BATCH_SIZE
+    assert Settings().embed_batch_size == 32
+    from kg.providers.registry import make_embedder
+
+    assert make_embedder("local:all-MiniLM-L6-v2", batch_size=32).batch_size == DEFAULT_BATCH_SIZE
+    assert make_embedder("local:all-MiniLM-L6-v2", local_batch_size=3).batch_size == 3
 
 
 def test_session_gets_the_runtime_options() -> None:

@@ -196,5 +196,6 @@ def test_registry_caches_the_local_model() -> None:
     first = make_embedder("local:all-MiniLM-L6-v2")
     assert isinstance(first, LocalEmbedder)
     assert make_embedder("local:all-MiniLM-L6-v2") is first
-    other = make_embedder("local:all-MiniLM-L6-v2", batch_size=8)
+    assert make_embedder("local:all-MiniLM-L6-v2", batch_size=8) is first  # texts per call: not the model's
+    other = make_embedder("local:all-MiniLM-L6-v2", local_batch_size=8)
     assert other is not first and other.batch_size == 8
