@@ -19,11 +19,11 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, false, func, literal_column, or_, select, union_all
+from sqlalchemy import ColumnElement, Select, and_, case, exists, false, literal_column, or_, select, union_all
 from sqlalchemy.orm import Session, aliased
 
 from kg.errors import InvalidInput
-from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
+from kg.store.models import NodeVersion, RelationVersion, utcnow
 from kg.store.nodes import get_node, nodes_by_id, relation_tombstone
 from kg.store.paths import parse_address
 from kg.store.repos import BranchView, WriteContext
@@ -128,6 +128,8 @@ def relate(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
         from_node_id=src.node_id, to_node_id=dst.node_id, rel_type=rel_type, weight=weight,
         properties=properties, deleted=False, created_at=utcnow(),
+        from_address=f"{ctx.view.workspaces[src.workspace_id]}:{src.path}",
+        to_address=f"{ctx.view.workspaces[dst.workspace_id]}:{dst.path}",
     )
     session.add(version)
     session.flush()
@@ -402,28 +404,44 @@ def _chain_priority(model: Any, chain: Sequence[tuple[int, int]]) -> ColumnEleme
     return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id, else_=len(chain))
 
 
-def _edge_winners(view: BranchView, mine: str, node_id: str, *where: Any) -> tuple[Select[Any], Any]:
-    """``visible_select`` of the relations whose endpoint ``mine`` (``"from_node_id"`` or
-    ``"to_node_id"``) is ``node_id``; returns the select and the aliased entity.
-
-    The node's version ids are found first, alone (an index-only read of
-    ``ix_relation_versions_key`` or ``ix_relation_versions_to``), and ranked after: asked in one
-    step, SQLite (no statistics) prefers scanning the whole branch in key order to skip a sort.
-    """
-    cand = (select(RelationVersion.id)
-            .where(_on_chain(RelationVersion, view.chain, revision_index=False),
-                   getattr(RelationVersion, mine) == node_id, *where)
-            .subquery())
-    rv = aliased(RelationVersion)
-    other = rv.to_node_id if mine == "from_node_id" else rv.from_node_id
-    rn = func.row_number().over(
-        partition_by=[rv.rel_type, other],
-        order_by=(_chain_priority(rv, view.chain), rv.revision.desc(), rv.id.desc()),
-    ).label("rn")
-    ranked = select(rv.id.label("vid"), rn).join(cand, rv.id == cand.c.id).subquery()
-    edge = aliased(RelationVersion)
-    return (select(edge).join(ranked, edge.id == ranked.c.vid)
-            .where(ranked.c.rn == 1, edge.deleted == false())), edge
+def _neighbor_stream(view: BranchView, side: str, node_id: str, types: Collection[str] | None, *,
+                     null_weights: bool, limit: int, collate_c: bool) -> Select[Any]:
+    """The first ``limit`` edges of one node on one side, with or without a weight, in the
+    stable order, read in index order (``ix_relation_versions_out`` / ``_in``) and checked one
+    by one: the version is its edge's winner on the chain, not a tombstone, and the node at
+    the other end is live (and readable)."""
+    v = aliased(RelationVersion)
+    out = side == "OUT"
+    mine, other = (v.from_node_id, v.to_node_id) if out else (v.to_node_id, v.from_node_id)
+    address = v.to_address if out else v.from_address
+    # ``+ 0``: scan the node's versions through the order index, never the branch through
+    # ix_relation_versions_key (SQLite has no statistics to tell them apart).
+    on_chain = or_(*(and_(v.branch_id + 0 == b, v.revision + 0 <= r) for b, r in view.chain))
+    w = aliased(RelationVersion)
+    winner = (select(w.id)
+              .where(w.from_node_id == v.from_node_id, w.rel_type == v.rel_type, w.to_node_id == v.to_node_id,
+                     _on_chain(w, view.chain))
+              .order_by(_chain_priority(w, view.chain), w.revision.desc(), w.id.desc())
+              .limit(1).correlate(v).scalar_subquery())
+    nv = aliased(NodeVersion)
+    live = (select(nv.id)
+            .where(nv.node_id == other, _on_chain(nv, view.chain))
+            .order_by(_chain_priority(nv, view.chain), nv.revision.desc(), nv.id.desc())
+            .limit(1).correlate(v).scalar_subquery())
+    alive = aliased(NodeVersion)
+    other_live = exists().where(
+        alive.id == live, alive.deleted == false(),
+        *([alive.workspace_id.in_(sorted(view.readable))] if view.readable is not None else []))
+    rel_type: Any = v.rel_type.collate("C") if collate_c else v.rel_type
+    stmt = (select(other.label("other"), address.label("address"), v.rel_type.label("rel_type"),
+                   v.weight.label("weight"), v.properties.label("properties"),
+                   literal_column(f"'{side}'").label("direction"))
+            .where(mine == node_id, v.weight.is_(None) if null_weights else v.weight.is_not(None),
+                   on_chain, v.deleted == false(), v.id == winner, other_live,
+                   *([v.rel_type.in_(sorted(types))] if types else []))
+            .order_by(*(() if null_weights else (v.weight.desc(),)), address, rel_type)
+            .limit(limit))
+    return stmt
 
 
 def list_neighbors(session: Session, view: BranchView, node_id: str, *, direction: str = "BOTH",
@@ -453,44 +471,36 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
 
     Notes
     -----
-    One statement: the node's edge winners (``ix_relation_versions_key`` for OUT,
-    ``ix_relation_versions_to`` for IN), joined to the live versions of the nodes at their
-    other end, sorted and cut in the database. At most ``limit`` rows reach Python, whatever
-    the degree; the database still resolves every edge of the node (a version of an edge may
-    change its weight, so no index order can stop the scan sooner). A restricted reader's view
-    drops the edges to nodes of workspaces it may not read before the page is cut.
+    Up to four ordered streams (outgoing and incoming edges, with and without a weight), each
+    read in the stable order from ``ix_relation_versions_out`` or ``ix_relation_versions_in``
+    (from the node, weight descending, the other end's address, type) and cut at
+    ``limit + offset`` rows in the database, then merged. Each version read is checked where
+    it stands (an index probe for its edge's winner on the branch chain, one for the live
+    version of the node at the other end), so a hub costs O(limit + offset + s) for the s
+    versions skipped before the page (superseded versions, tombstones, edges to deleted or
+    unreadable nodes, other types, other branches), not O(degree). A restricted reader's
+    view drops the edges to nodes of workspaces it may not read before the page is cut.
     """
-    where = [RelationVersion.rel_type.in_(sorted(types))] if types else []
-    sides = []
-    for side, mine in (("OUT", "from_node_id"), ("IN", "to_node_id")):
+    collate_c = session.get_bind().dialect.name == "postgresql"
+    streams = []
+    for side in ("OUT", "IN"):
         if direction not in (side, "BOTH"):
             continue
-        stmt, edge = _edge_winners(view, mine, node_id, *where)
-        other = edge.to_node_id if side == "OUT" else edge.from_node_id
-        sides.append(stmt.with_only_columns(
-            other.label("other"), edge.rel_type.label("rel_type"), edge.weight.label("weight"),
-            edge.properties.label("properties"), literal_column(f"'{side}'").label("direction"),
-        ))
-    edges = (union_all(*sides) if len(sides) > 1 else sides[0]).cte("edges")
-    # The live version of the node at the other end: one index probe per edge
-    # (ix_node_versions_node_id), the same rule as visible_select.
-    winner = (select(NodeVersion.id)
-              .where(NodeVersion.node_id == edges.c.other, _on_chain(NodeVersion, view.chain))
-              .order_by(_chain_priority(NodeVersion, view.chain), NodeVersion.revision.desc(),
-                        NodeVersion.id.desc())
-              .limit(1).correlate(edges).scalar_subquery())
-    address: ColumnElement[str] = Workspace.name + ":" + NodeVersion.path
+        for null_weights in (False, True):
+            part = _neighbor_stream(view, side, node_id, types, null_weights=null_weights, limit=limit + offset,
+                                    collate_c=collate_c).subquery()
+            streams.append(select(*part.c))
+    edges = union_all(*streams).subquery("edges")
+    address: ColumnElement[str] = edges.c.address
     rel_type: ColumnElement[str] = edges.c.rel_type
-    if session.get_bind().dialect.name == "postgresql":
+    if collate_c:
         address, rel_type = address.collate("C"), rel_type.collate("C")
-    stmt = (select(edges.c.other, Workspace.name, NodeVersion.path, edges.c.rel_type, edges.c.weight,
-                   edges.c.properties, edges.c.direction)
-            .select_from(edges)
-            .join(NodeVersion, NodeVersion.id == winner)
-            .join(Workspace, Workspace.id == NodeVersion.workspace_id)
-            .where(NodeVersion.deleted == false(),
-                   *([NodeVersion.workspace_id.in_(sorted(view.readable))] if view.readable is not None else []))
+    stmt = (select(edges.c.other, edges.c.address, edges.c.rel_type, edges.c.weight, edges.c.properties,
+                   edges.c.direction)
             .order_by(edges.c.weight.is_(None), edges.c.weight.desc(), address, rel_type, edges.c.direction)
             .limit(limit).offset(offset))
-    return [NeighborRow(other, ws, path, t, w, props or {}, d)
-            for other, ws, path, t, w, props, d in session.execute(stmt)]
+    rows = []
+    for other, where, t, w, props, d in session.execute(stmt):
+        workspace, _, path = where.partition(":")
+        rows.append(NeighborRow(other, workspace, path, t, w, props or {}, d))
+    return rows

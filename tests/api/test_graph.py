@@ -149,7 +149,8 @@ def bulk_hub(services, n_edges: int) -> None:
         session.execute(insert(RelationVersion), [
             {"repo_id": ctx.repo.id, "branch_id": ctx.branch.id, "revision": ctx.revision,
              "from_node_id": hub["node_id"], "to_node_id": leaf["node_id"], "rel_type": "has",
-             "weight": float((i * 7919) % n_edges), "properties": {}, "deleted": False, "created_at": now}
+             "weight": float((i * 7919) % n_edges), "properties": {}, "deleted": False, "created_at": now,
+             "from_address": "knowledge:/hub", "to_address": f"knowledge:{leaf['path']}"}
             for i, leaf in enumerate(leaves)
         ])
 
