@@ -119,6 +119,7 @@ class Services:
             self.indexer.close()
         if self.jobs is not None:
             self.jobs.close()
+        self.graphs.join_builds(timeout_s=5.0)  # a view built in the background reads the database
         self.db.dispose()
         self.index.close()  # a remote index's connection
         self.weaviate_clients.close()  # the RAG node's Weaviate connections

@@ -13,11 +13,14 @@ never evicted views without edges: 2,000 repositories of a few nodes each grew a
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 from kg.graph.view import GraphView
+
+logger = logging.getLogger(__name__)
 
 #: About 0.7 GB: a view holds a million plain edges (100,000 nodes) in about 360 MB
 #: (``bench/graph.py``; plain networkx needs about 520 MB for the same graph).
@@ -28,6 +31,9 @@ DEFAULT_MAX_BYTES = 1_000_000_000
 DEFAULT_MAX_VIEWS = 512
 #: Locks that serialise view builds, shared by keys (bounded, unlike one lock per key).
 _LOCK_STRIPES = 64
+#: A branch with at most this many relation versions gets its view built in the request that
+#: asks (well under a second); a larger one is built by a background thread meanwhile.
+DEFAULT_INLINE_BUILD_MAX = 50_000
 
 
 class GraphCache:
@@ -44,6 +50,10 @@ class GraphCache:
         The most views held (default 512).
     max_too_big : int
         How many keys of branches found too large to remember (they are not tried again).
+    inline_build_max : int, optional
+        Branches with at most this many relation versions get their view built by the request
+        that asks for it; larger ones by a background thread (:meth:`start_build`), while
+        requests are answered from SQL.
 
     Notes
     -----
@@ -53,14 +63,17 @@ class GraphCache:
     """
 
     def __init__(self, max_edges: int = DEFAULT_MAX_EDGES, *, max_bytes: int = DEFAULT_MAX_BYTES,
-                 max_views: int = DEFAULT_MAX_VIEWS, max_too_big: int = 256) -> None:
+                 max_views: int = DEFAULT_MAX_VIEWS, max_too_big: int = 256,
+                 inline_build_max: int = DEFAULT_INLINE_BUILD_MAX) -> None:
         self.max_edges = max_edges
+        self.inline_build_max = inline_build_max
         self.max_bytes = max_bytes
         self.max_views = max_views
         self.max_too_big = max_too_big
         self._views: OrderedDict[Hashable, GraphView] = OrderedDict()
         self._too_big: OrderedDict[Hashable, None] = OrderedDict()
         self._stripes = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
+        self._builds: dict[Hashable, threading.Thread] = {}
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> GraphView | None:
@@ -108,6 +121,51 @@ class GraphCache:
     def key_lock(self, key: Hashable) -> threading.Lock:
         """A lock that serialises building the view of ``key`` (shared with some other keys)."""
         return self._stripes[hash(key) % len(self._stripes)]
+
+    def start_build(self, key: Hashable, build: Callable[[], None]) -> bool:
+        """Run ``build`` (which builds the view of ``key`` and puts it here) in a background
+        thread, unless one is already under way for ``key``.
+
+        Parameters
+        ----------
+        key : hashable
+        build : callable() -> None
+            Builds the view; an exception it raises is logged and the view is not held.
+
+        Returns
+        -------
+        bool
+            True when this call started the thread.
+        """
+        with self._lock:
+            if key in self._builds or len(self._builds) >= _LOCK_STRIPES:
+                return False
+
+            def run() -> None:
+                try:
+                    build()
+                except Exception:  # a failed build only means: SQL answers, and the next traverse tries again
+                    logger.exception("building the graph view of %r failed", key)
+                finally:
+                    with self._lock:
+                        self._builds.pop(key, None)
+
+            thread = threading.Thread(target=run, name=f"kg-graph-build-{key!r}", daemon=True)
+            self._builds[key] = thread
+        thread.start()
+        return True
+
+    def building(self, key: Hashable) -> bool:
+        """Whether a background build of ``key``'s view is under way."""
+        with self._lock:
+            return key in self._builds
+
+    def join_builds(self, timeout_s: float | None = None) -> None:
+        """Wait for the background builds under way (tests, shutdown)."""
+        with self._lock:
+            threads = list(self._builds.values())
+        for thread in threads:
+            thread.join(timeout_s)
 
     def too_big(self, key: Hashable) -> bool:
         """Whether the branch of ``key`` was found larger than ``max_edges``."""

@@ -12,15 +12,29 @@ answered in SQL with ``ORDER BY ... LIMIT`` for reads the view cannot serve.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, exists, false, literal_column, or_, select, union_all
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    case,
+    exists,
+    false,
+    func,
+    literal_column,
+    or_,
+    select,
+    union_all,
+)
+from sqlalchemy.orm import Session
 
 from kg.errors import InvalidInput
 from kg.store.models import NodeVersion, RelationVersion, utcnow
@@ -332,6 +346,34 @@ def read_node_addresses(session: Session, view: BranchView, node_ids: Collection
     return out
 
 
+def count_relation_versions(session: Session, view: BranchView, *, at_most: int) -> int:
+    """How many relation versions the branch's chain allows, counted up to ``at_most + 1``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    at_most : int
+        Stop counting past this many.
+
+    Returns
+    -------
+    int
+        The count, or ``at_most + 1`` when there are more.
+
+    Notes
+    -----
+    O(at_most), on ``ix_relation_versions_branch_revision``: what a view build would read,
+    bounded, to decide whether to build in the request or in the background.
+    """
+    chain = or_(*(and_(RelationVersion.branch_id == b, RelationVersion.revision <= r) for b, r in view.chain)) \
+        if view.chain else false()
+    inner = select(RelationVersion.id).where(chain).limit(at_most + 1).subquery()
+    return int(session.scalar(select(func.count()).select_from(inner)) or 0)
+
+
 def list_relation_changes(session: Session, *, branch_id: int, after: int, upto: int,
                             ) -> list[tuple[str, str, str, float | None, dict[str, Any] | None, bool]]:
     """Every relation version written on one branch with ``after < revision <= upto``, oldest
@@ -392,56 +434,77 @@ def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int
     return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
 
 
-def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: bool = True) -> ColumnElement[bool]:
-    """The versions a chain allows. ``revision_index=False`` writes ``revision + 0``: without
-    statistics SQLite would otherwise read one node's edges through ``(branch_id, revision)``,
-    that is the whole branch, instead of ``ix_relation_versions_key``."""
-    rev = model.revision if revision_index else model.revision + 0
-    return or_(*(and_(model.branch_id == b, rev <= r) for b, r in chain)) if chain else false()
+def _chain_binds(cols: Any, depth: int, *, plain: bool = True) -> ColumnElement[bool]:
+    """The versions a chain of ``depth`` branches allows, with the branch ids and revisions as
+    bind parameters ``b0, r0, b1, r1, ...``; ``plain=False`` writes ``branch_id + 0`` and
+    ``revision + 0``, which no index serves."""
+    branch, revision = (cols.branch_id, cols.revision) if plain else (cols.branch_id + 0, cols.revision + 0)
+    return or_(*(and_(branch == bindparam(f"b{i}"), revision <= bindparam(f"r{i}")) for i in range(depth)))
 
 
-def _chain_priority(model: Any, chain: Sequence[tuple[int, int]]) -> ColumnElement[Any]:
-    return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id, else_=len(chain))
+def _priority_binds(cols: Any, depth: int) -> ColumnElement[Any]:
+    return case(*((cols.branch_id == bindparam(f"b{i}"), i) for i in range(depth)), else_=depth)
 
 
-def _neighbor_stream(view: BranchView, side: str, node_id: str, types: Collection[str] | None, *,
-                     null_weights: bool, limit: int, collate_c: bool) -> Select[Any]:
-    """The first ``limit`` edges of one node on one side, with or without a weight, in the
+def _neighbor_stream(side: str, *, depth: int, null_weights: bool, typed: bool, restricted: bool,
+                     collate_c: bool) -> Select[Any]:
+    """The first ``:n`` edges of node ``:node_id`` on one side, with or without a weight, in the
     stable order, read in index order (``ix_relation_versions_out`` / ``_in``) and checked one
     by one: the version is its edge's winner on the chain, not a tombstone, and the node at
-    the other end is live (and readable)."""
-    v = aliased(RelationVersion)
+    the other end is live (and in a workspace of ``:readable``)."""
+    v = RelationVersion.__table__.alias("v")
+    w = RelationVersion.__table__.alias("w")
+    nv = NodeVersion.__table__.alias("nv")
+    alive = NodeVersion.__table__.alias("alive")
     out = side == "OUT"
-    mine, other = (v.from_node_id, v.to_node_id) if out else (v.to_node_id, v.from_node_id)
-    address = v.to_address if out else v.from_address
-    # ``+ 0``: scan the node's versions through the order index, never the branch through
-    # ix_relation_versions_key (SQLite has no statistics to tell them apart).
-    on_chain = or_(*(and_(v.branch_id + 0 == b, v.revision + 0 <= r) for b, r in view.chain))
-    w = aliased(RelationVersion)
-    winner = (select(w.id)
-              .where(w.from_node_id == v.from_node_id, w.rel_type == v.rel_type, w.to_node_id == v.to_node_id,
-                     _on_chain(w, view.chain))
-              .order_by(_chain_priority(w, view.chain), w.revision.desc(), w.id.desc())
+    mine, other = (v.c.from_node_id, v.c.to_node_id) if out else (v.c.to_node_id, v.c.from_node_id)
+    address = v.c.to_address if out else v.c.from_address
+    winner = (select(w.c.id)
+              .where(w.c.from_node_id == v.c.from_node_id, w.c.rel_type == v.c.rel_type,
+                     w.c.to_node_id == v.c.to_node_id, _chain_binds(w.c, depth))
+              .order_by(_priority_binds(w.c, depth), w.c.revision.desc(), w.c.id.desc())
               .limit(1).correlate(v).scalar_subquery())
-    nv = aliased(NodeVersion)
-    live = (select(nv.id)
-            .where(nv.node_id == other, _on_chain(nv, view.chain))
-            .order_by(_chain_priority(nv, view.chain), nv.revision.desc(), nv.id.desc())
+    live = (select(nv.c.id)
+            .where(nv.c.node_id == other, _chain_binds(nv.c, depth))
+            .order_by(_priority_binds(nv.c, depth), nv.c.revision.desc(), nv.c.id.desc())
             .limit(1).correlate(v).scalar_subquery())
-    alive = aliased(NodeVersion)
     other_live = exists().where(
-        alive.id == live, alive.deleted == false(),
-        *([alive.workspace_id.in_(sorted(view.readable))] if view.readable is not None else []))
-    rel_type: Any = v.rel_type.collate("C") if collate_c else v.rel_type
-    stmt = (select(other.label("other"), address.label("address"), v.rel_type.label("rel_type"),
-                   v.weight.label("weight"), v.properties.label("properties"),
+        alive.c.id == live, alive.c.deleted == false(),
+        *([alive.c.workspace_id.in_(bindparam("readable", expanding=True))] if restricted else []))
+    rel_type: Any = v.c.rel_type.collate("C") if collate_c else v.c.rel_type
+    # ``plain=False`` on the scanned versions: read the node's versions through the order
+    # index, never the branch through ix_relation_versions_key (SQLite has no statistics).
+    return (select(other.label("other"), address.label("address"), v.c.rel_type.label("rel_type"),
+                   v.c.weight.label("weight"), v.c.properties.label("properties"),
                    literal_column(f"'{side}'").label("direction"))
-            .where(mine == node_id, v.weight.is_(None) if null_weights else v.weight.is_not(None),
-                   on_chain, v.deleted == false(), v.id == winner, other_live,
-                   *([v.rel_type.in_(sorted(types))] if types else []))
-            .order_by(*(() if null_weights else (v.weight.desc(),)), address, rel_type)
-            .limit(limit))
-    return stmt
+            .where(mine == bindparam("node_id"), v.c.weight.is_(None) if null_weights else v.c.weight.is_not(None),
+                   _chain_binds(v.c, depth, plain=False), v.c.deleted == false(), v.c.id == winner, other_live,
+                   *([v.c.rel_type.in_(bindparam("types", expanding=True))] if typed else []))
+            .order_by(*(() if null_weights else (v.c.weight.desc(),)), address, rel_type)
+            .limit(bindparam("n")))
+
+
+@functools.lru_cache(maxsize=256)
+def _neighbors_statement(direction: str, depth: int, typed: bool, restricted: bool, collate_c: bool) -> Select[Any]:
+    """NEIGHBORS' statement for one shape of request, built once (building it costs more than
+    running it on a hub) and compiled once by SQLAlchemy's cache; the values are binds."""
+    streams = []
+    for side in ("OUT", "IN"):
+        if direction not in (side, "BOTH"):
+            continue
+        for null_weights in (False, True):
+            part = _neighbor_stream(side, depth=depth, null_weights=null_weights, typed=typed,
+                                    restricted=restricted, collate_c=collate_c).subquery()
+            streams.append(select(*part.c))
+    edges = union_all(*streams).subquery("edges")
+    address: ColumnElement[str] = edges.c.address
+    rel_type: ColumnElement[str] = edges.c.rel_type
+    if collate_c:
+        address, rel_type = address.collate("C"), rel_type.collate("C")
+    return (select(edges.c.other, edges.c.address, edges.c.rel_type, edges.c.weight, edges.c.properties,
+                   edges.c.direction)
+            .order_by(edges.c.weight.is_(None), edges.c.weight.desc(), address, rel_type, edges.c.direction)
+            .limit(bindparam("limit")).offset(bindparam("offset")))
 
 
 def list_neighbors(session: Session, view: BranchView, node_id: str, *, direction: str = "BOTH",
@@ -481,26 +544,19 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
     unreadable nodes, other types, other branches), not O(degree). A restricted reader's
     view drops the edges to nodes of workspaces it may not read before the page is cut.
     """
+    if not view.chain:
+        return []
     collate_c = session.get_bind().dialect.name == "postgresql"
-    streams = []
-    for side in ("OUT", "IN"):
-        if direction not in (side, "BOTH"):
-            continue
-        for null_weights in (False, True):
-            part = _neighbor_stream(view, side, node_id, types, null_weights=null_weights, limit=limit + offset,
-                                    collate_c=collate_c).subquery()
-            streams.append(select(*part.c))
-    edges = union_all(*streams).subquery("edges")
-    address: ColumnElement[str] = edges.c.address
-    rel_type: ColumnElement[str] = edges.c.rel_type
-    if collate_c:
-        address, rel_type = address.collate("C"), rel_type.collate("C")
-    stmt = (select(edges.c.other, edges.c.address, edges.c.rel_type, edges.c.weight, edges.c.properties,
-                   edges.c.direction)
-            .order_by(edges.c.weight.is_(None), edges.c.weight.desc(), address, rel_type, edges.c.direction)
-            .limit(limit).offset(offset))
+    stmt = _neighbors_statement(direction, len(view.chain), bool(types), view.readable is not None, collate_c)
+    params: dict[str, Any] = {"node_id": node_id, "n": limit + offset, "limit": limit, "offset": offset}
+    for i, (branch_id, revision) in enumerate(view.chain):
+        params[f"b{i}"], params[f"r{i}"] = branch_id, revision
+    if types:
+        params["types"] = sorted(types)
+    if view.readable is not None:
+        params["readable"] = sorted(view.readable)
     rows = []
-    for other, where, t, w, props, d in session.execute(stmt):
+    for other, where, t, w, props, d in session.execute(stmt, params):
         workspace, _, path = where.partition(":")
         rows.append(NeighborRow(other, workspace, path, t, w, props or {}, d))
     return rows
