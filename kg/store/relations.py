@@ -29,10 +29,8 @@ from sqlalchemy import (
     exists,
     false,
     func,
-    literal_column,
     or_,
     select,
-    union_all,
 )
 from sqlalchemy.orm import Session
 
@@ -446,19 +444,33 @@ def _priority_binds(cols: Any, depth: int) -> ColumnElement[Any]:
     return case(*((cols.branch_id == bindparam(f"b{i}"), i) for i in range(depth)), else_=depth)
 
 
-def _neighbor_stream(side: str, *, depth: int, null_weights: bool, typed: bool, restricted: bool,
-                     collate_c: bool) -> Select[Any]:
-    """The first ``:n`` edges of node ``:node_id`` on one side, with or without a weight, in the
-    stable order, read in index order (``ix_relation_versions_out`` / ``_in``) and checked one
-    by one: the version is its edge's winner on the chain, not a tombstone, and the node at
-    the other end is live (and in a workspace of ``:readable``)."""
+@functools.lru_cache(maxsize=64)
+def _candidates_statement(side: str, null_weights: bool, typed: bool) -> Select[Any]:
+    """The first ``:scan`` versions of node ``:node_id``'s edges on one side, with or without a
+    weight, in index order (``ix_relation_versions_out`` / ``_in``: weight descending, the other
+    end's address, type) and nothing else: no filter the planner could trade the order for."""
+    v = RelationVersion.__table__.alias("v")
+    out = side == "OUT"
+    mine, other = (v.c.from_node_id, v.c.to_node_id) if out else (v.c.to_node_id, v.c.from_node_id)
+    address = v.c.to_address if out else v.c.from_address
+    return (select(v.c.id, v.c.branch_id, v.c.revision, v.c.deleted, other.label("other"), address.label("address"),
+                   v.c.rel_type, v.c.weight)
+            .where(mine == bindparam("node_id"), v.c.weight.is_(None) if null_weights else v.c.weight.is_not(None),
+                   *([v.c.rel_type.in_(bindparam("types", expanding=True))] if typed else []))
+            .order_by(*(() if null_weights else (v.c.weight.desc(),)), address, v.c.rel_type)
+            .limit(bindparam("scan")))
+
+
+@functools.lru_cache(maxsize=256)
+def _winners_statement(side: str, depth: int, restricted: bool) -> Select[Any]:
+    """Which of the versions ``:ids`` are their edge's winner on the chain ``b0, r0, ...`` with
+    a live node at the other end (in a workspace of ``:readable``), with their properties:
+    index probes per version."""
     v = RelationVersion.__table__.alias("v")
     w = RelationVersion.__table__.alias("w")
     nv = NodeVersion.__table__.alias("nv")
     alive = NodeVersion.__table__.alias("alive")
-    out = side == "OUT"
-    mine, other = (v.c.from_node_id, v.c.to_node_id) if out else (v.c.to_node_id, v.c.from_node_id)
-    address = v.c.to_address if out else v.c.from_address
+    other = v.c.to_node_id if side == "OUT" else v.c.from_node_id
     winner = (select(w.c.id)
               .where(w.c.from_node_id == v.c.from_node_id, w.c.rel_type == v.c.rel_type,
                      w.c.to_node_id == v.c.to_node_id, _chain_binds(w.c, depth))
@@ -471,40 +483,13 @@ def _neighbor_stream(side: str, *, depth: int, null_weights: bool, typed: bool, 
     other_live = exists().where(
         alive.c.id == live, alive.c.deleted == false(),
         *([alive.c.workspace_id.in_(bindparam("readable", expanding=True))] if restricted else []))
-    rel_type: Any = v.c.rel_type.collate("C") if collate_c else v.c.rel_type
-    # ``plain=False`` on the scanned versions: read the node's versions through the order
-    # index, never the branch through ix_relation_versions_key (SQLite has no statistics).
-    return (select(other.label("other"), address.label("address"), v.c.rel_type.label("rel_type"),
-                   v.c.weight.label("weight"), v.c.properties.label("properties"),
-                   literal_column(f"'{side}'").label("direction"))
-            .where(mine == bindparam("node_id"), v.c.weight.is_(None) if null_weights else v.c.weight.is_not(None),
-                   _chain_binds(v.c, depth, plain=False), v.c.deleted == false(), v.c.id == winner, other_live,
-                   *([v.c.rel_type.in_(bindparam("types", expanding=True))] if typed else []))
-            .order_by(*(() if null_weights else (v.c.weight.desc(),)), address, rel_type)
-            .limit(bindparam("n")))
+    return (select(v.c.id, v.c.properties)
+            .where(v.c.id.in_(bindparam("ids", expanding=True)), v.c.id == winner, other_live))
 
 
-@functools.lru_cache(maxsize=256)
-def _neighbors_statement(direction: str, depth: int, typed: bool, restricted: bool, collate_c: bool) -> Select[Any]:
-    """NEIGHBORS' statement for one shape of request, built once (building it costs more than
-    running it on a hub) and compiled once by SQLAlchemy's cache; the values are binds."""
-    streams = []
-    for side in ("OUT", "IN"):
-        if direction not in (side, "BOTH"):
-            continue
-        for null_weights in (False, True):
-            part = _neighbor_stream(side, depth=depth, null_weights=null_weights, typed=typed,
-                                    restricted=restricted, collate_c=collate_c).subquery()
-            streams.append(select(*part.c))
-    edges = union_all(*streams).subquery("edges")
-    address: ColumnElement[str] = edges.c.address
-    rel_type: ColumnElement[str] = edges.c.rel_type
-    if collate_c:
-        address, rel_type = address.collate("C"), rel_type.collate("C")
-    return (select(edges.c.other, edges.c.address, edges.c.rel_type, edges.c.weight, edges.c.properties,
-                   edges.c.direction)
-            .order_by(edges.c.weight.is_(None), edges.c.weight.desc(), address, rel_type, edges.c.direction)
-            .limit(bindparam("limit")).offset(bindparam("offset")))
+def _neighbor_sort_key(row: NeighborRow) -> tuple[bool, float, str, str, str]:
+    return (row.weight is None, -row.weight if row.weight is not None else 0.0,
+            f"{row.workspace}:{row.path}", row.relation_type, row.direction)
 
 
 def list_neighbors(session: Session, view: BranchView, node_id: str, *, direction: str = "BOTH",
@@ -530,33 +515,72 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
     -------
     list of NeighborRow
         Ordered by weight descending with null last, the other node's ``workspace:path``
-        (code-point order: ``COLLATE "C"`` on PostgreSQL), relation type, direction.
+        (code-point order), relation type, direction.
 
     Notes
     -----
-    Up to four ordered streams (outgoing and incoming edges, with and without a weight), each
-    read in the stable order from ``ix_relation_versions_out`` or ``ix_relation_versions_in``
-    (from the node, weight descending, the other end's address, type) and cut at
-    ``limit + offset`` rows in the database, then merged. Each version read is checked where
-    it stands (an index probe for its edge's winner on the branch chain, one for the live
-    version of the node at the other end), so a hub costs O(limit + offset + s) for the s
-    versions skipped before the page (superseded versions, tombstones, edges to deleted or
-    unreadable nodes, other types, other branches), not O(degree). A restricted reader's
-    view drops the edges to nodes of workspaces it may not read before the page is cut.
+    Up to four ordered streams (outgoing and incoming edges, with and without a weight). Each
+    reads the first ``s`` versions in the stable order from ``ix_relation_versions_out`` or
+    ``ix_relation_versions_in`` (the node, weight descending, the other end's address, type:
+    an index range read and cut by the database, whatever the node's degree), then keeps
+    those visible on the branch (on the chain, not a tombstone: checked in Python; its edge's
+    winner with a live, readable node at the other end: one statement of index probes). The
+    first ``limit + offset`` kept are final once the versions read go past their (weight,
+    address); otherwise ``s`` grows fourfold and the stream is read again. The streams are
+    merged in Python. A hub costs O(limit + offset + skipped) for the versions skipped on the
+    way (superseded versions, tombstones, edges to deleted or unreadable nodes, other
+    branches), not O(degree), and the same on SQLite and PostgreSQL (no plan to choose). A
+    restricted reader's view drops the edges to nodes it may not read before the page is cut.
     """
     if not view.chain:
         return []
-    collate_c = session.get_bind().dialect.name == "postgresql"
-    stmt = _neighbors_statement(direction, len(view.chain), bool(types), view.readable is not None, collate_c)
-    params: dict[str, Any] = {"node_id": node_id, "n": limit + offset, "limit": limit, "offset": offset}
-    for i, (branch_id, revision) in enumerate(view.chain):
-        params[f"b{i}"], params[f"r{i}"] = branch_id, revision
-    if types:
-        params["types"] = sorted(types)
+    need = limit + offset
+    chain = view.chain
+    allowed = dict(chain)  # branch id -> the newest revision of it the chain reads
+    base: dict[str, Any] = {"node_id": node_id}
+    winner_params: dict[str, Any] = {}
+    for i, (branch_id, revision) in enumerate(chain):
+        winner_params[f"b{i}"], winner_params[f"r{i}"] = branch_id, revision
     if view.readable is not None:
-        params["readable"] = sorted(view.readable)
-    rows = []
-    for other, where, t, w, props, d in session.execute(stmt, params):
-        workspace, _, path = where.partition(":")
-        rows.append(NeighborRow(other, workspace, path, t, w, props or {}, d))
-    return rows
+        winner_params["readable"] = sorted(view.readable)
+    if types:
+        base["types"] = sorted(types)
+    found: list[NeighborRow] = []
+    for side in ("OUT", "IN"):
+        if direction not in (side, "BOTH"):
+            continue
+        winners = _winners_statement(side, len(chain), view.readable is not None)
+        for null_weights in (False, True):
+            candidates = _candidates_statement(side, null_weights, bool(types))
+            scan = max(32, 2 * need + 8)
+            while True:
+                rows = session.execute(candidates, {**base, "scan": scan}).all()
+                seen = [r for r in rows if not r.deleted and r.revision <= allowed.get(r.branch_id, -1)]
+                ok: dict[int, Any] = {}  # winner version id -> its properties
+                kept: list[Any] = []
+                i, step = 0, max(32, 2 * need)
+                while i < len(seen):  # probe in order, only as far as the page needs
+                    part = seen[i:i + step]
+                    ok.update((vid, props) for vid, props in
+                              session.execute(winners, {**winner_params, "ids": [r.id for r in part]}))
+                    kept += [r for r in part if r.id in ok]
+                    i += len(part)
+                    if len(kept) >= need and (i == len(seen) or (seen[i].weight, seen[i].address)
+                                              != (kept[need - 1].weight, kept[need - 1].address)):
+                        break  # what is not probed sorts after the page
+                if len(rows) < scan:  # the stream is read to its end
+                    break
+                edge = (rows[-1].weight, rows[-1].address)
+                # versions tied with the last one read on (weight, address) may continue past it
+                kept = [r for r in kept if (r.weight, r.address) != edge]
+                if len(kept) >= need:
+                    break
+                scan *= 4
+            # in the stable order (the index orders types in the database's collation)
+            kept.sort(key=lambda r: (r.weight is None, -r.weight if r.weight is not None else 0.0, r.address,
+                                     r.rel_type))
+            for r in kept[:need]:
+                workspace, _, path = r.address.partition(":")
+                found.append(NeighborRow(r.other, workspace, path, r.rel_type, r.weight, ok[r.id] or {}, side))
+    found.sort(key=_neighbor_sort_key)
+    return found[offset:need]
