@@ -83,9 +83,10 @@ class Repo(Schema):
 
 
 class RepoList(Schema):
-    """Every repository."""
+    """A page of the repositories, by name."""
 
     repos: list[Repo]
+    next_cursor: str | None = Field(default=None, description="The cursor of the next page, null on the last.")
 
 
 class ChunkOverlap(Schema):

@@ -149,7 +149,8 @@ def bulk_repository(db: Database, name: str, n_nodes: int, *, section_size: int,
                     rels.append({"repo_id": ctx.repo.id, "branch_id": ctx.branch.id, "revision": ctx.revision,
                                  "from_node_id": ids[pending_link], "to_node_id": row["node_id"],
                                  "rel_type": "links", "weight": 1.0, "properties": {}, "deleted": False,
-                                 "created_at": now})
+                                 "created_at": now, "from_address": f"{WORKSPACE}:{pending_link}",
+                                 "to_address": f"{WORKSPACE}:{path}"})
                     out.links.append((pending_link, path))
                     pending_link = None
                 if i % 10 == 1:

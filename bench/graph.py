@@ -157,7 +157,8 @@ def load_into_kg(services: Services, src, typ, dst, weights, n_nodes: int, batch
             rows = [{"repo_id": ctx.repo.id, "branch_id": ctx.branch.id, "revision": ctx.revision,
                      "from_node_id": ids[s], "to_node_id": ids[d], "rel_type": TYPES[t],
                      "weight": None if np.isnan(w) else float(w), "properties": {}, "deleted": False,
-                     "created_at": now}
+                     "created_at": now, "from_address": "{}:{}".format(*node_address(s)),
+                     "to_address": "{}:{}".format(*node_address(d))}
                     for s, t, d, w in zip(src[start:start + batch].tolist(), typ[start:start + batch].tolist(),
                                           dst[start:start + batch].tolist(), weights[start:start + batch].tolist(),
                                           strict=True)]

@@ -86,7 +86,9 @@ class Services:
         """Build the services: the configured database and index (``KG_INDEX``)."""
         db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s)
         index = build_index(settings)
-        return cls(settings=settings, db=db, index=index, graphs=GraphCache(settings.graph_max_edges),
+        graphs = GraphCache(settings.graph_max_edges, max_bytes=settings.graph_max_bytes,
+                            max_views=settings.graph_max_views)
+        return cls(settings=settings, db=db, index=index, graphs=graphs,
                    embedder_factory=lambda name: make_embedder(name, batch_size=settings.embed_batch_size,
                                                                local_batch_size=settings.embed_local_batch_size,
                                                                host=settings.ollama_host,
@@ -118,6 +120,7 @@ class Services:
             self.indexer.close()
         if self.jobs is not None:
             self.jobs.close()
+        self.graphs.join_builds(timeout_s=5.0)  # a view built in the background reads the database
         self.db.dispose()
         self.index.close()  # a remote index's connection
         self.weaviate_clients.close()  # the RAG node's Weaviate connections

@@ -58,6 +58,11 @@ class Settings(BaseSettings):
     graph_max_edges : int
         Edges the in-memory relation graphs may hold in all (about 360 bytes each); a branch
         larger than that is answered from SQL.
+    graph_max_bytes : int
+        The estimated memory the in-memory relation graphs may take in all, in bytes (a fixed
+        cost per graph, plus per node and per edge); least recently used graphs go first.
+    graph_max_views : int
+        The most in-memory relation graphs (one per branch read) kept at once.
     index_poll_s : float
         How often the background indexer looks at the queue when idle, in seconds.
     index_step_chunks : int
@@ -174,6 +179,8 @@ class Settings(BaseSettings):
     rag_repo: str = "rag"
     rag_max_distance: float = Field(default=0.6, ge=0.0, le=2.0)
     graph_max_edges: int = Field(default=2_000_000, gt=0)
+    graph_max_bytes: int = Field(default=1_000_000_000, gt=0)
+    graph_max_views: int = Field(default=512, gt=0)
     host: str = "127.0.0.1"
     port: int = 8765
     index: Literal["embedded", "weaviate"] = "embedded"

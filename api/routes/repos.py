@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 
 from api.deps import CallerDep, ServicesDep
 from api.guard import GuardedRoute
@@ -21,9 +23,13 @@ def create_repo(body: RepoCreate, services: ServicesDep, caller: CallerDep) -> d
 
 
 @router.get("", response_model=RepoList)
-def list_repos(services: ServicesDep, caller: CallerDep) -> dict:
-    """Every repository."""
-    return {"repos": repo_ops.list_repositories(services, caller)}
+def list_repos(services: ServicesDep, caller: CallerDep,
+               limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+               cursor: Annotated[str | None, Query(min_length=1, description="The previous page's next_cursor.")]
+               = None) -> dict:
+    """The repositories the caller may see, by name, paginated with ``limit`` and ``cursor``."""
+    repos, next_cursor = repo_ops.list_repositories(services, caller, limit=limit, cursor=cursor)
+    return {"repos": repos, "next_cursor": next_cursor}
 
 
 @router.get("/{repo}", response_model=Repo)

@@ -7,12 +7,16 @@ from typing import Any
 
 from kg.access import authorize_new_repository, can_see, reserved_repositories
 from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit, throttle
+from kg.errors import InvalidInput
+from kg.graph.neighbors import MAX_LIMIT, check_limit
 from kg.index.base import VectorIndex
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import parse_embedding_config
 from kg.indexing.reembed import reembed_status, reembed_workspace
 from kg.store import repos as repo_store
 from kg.store.models import Repository, Workspace
+from kg.store.nodes import decode_cursor, encode_cursor
+from kg.store.paths import validate_name
 
 
 def repo_dict(repo: Repository) -> dict[str, Any]:
@@ -51,8 +55,9 @@ def workspace_dict(ws: Workspace, default_model: str) -> dict[str, Any]:
             "reembedding": reembed_status(ws.config)}
 
 
-def list_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]]:
-    """Every repository, by name.
+def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
+                      cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """A page of the repositories ``caller`` may see, by name.
 
     Parameters
     ----------
@@ -60,15 +65,84 @@ def list_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]
         The process's resources (store, index, embedders).
     caller : kg.context.Actor
         Who reads.
+    limit : int, default 1000
+        At most this many repositories, 1..10,000.
+    cursor : str or None, optional
+        The previous page's ``next_cursor``; None for the first page.
+
+    Returns
+    -------
+    (list of dict, str or None)
+        :func:`repo_dict` of each, by name, and the cursor of the next page (None: the last).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A limit out of range, or a cursor that is not one of this listing's.
+    kg.errors.Unauthenticated
+        No caller while keys are required.
+
+    Notes
+    -----
+    Reads ``limit + 1`` rows at a time after the cursor, skipping repositories the caller may
+    not see, until the page is full: O(limit) for a caller who sees them all.
+    """
+    admit(services, caller)
+    check_limit(limit)
+    after = _decode_repo_cursor(cursor) if cursor is not None else None
+    page: list[dict[str, Any]] = []
+    more = False
+    with services.db.read() as session:
+        while True:
+            rows = repo_store.list_repositories(session, after=after, limit=limit + 1)
+            for repo in rows:
+                if not can_see(caller, repo.name):
+                    continue
+                if len(page) == limit:
+                    more = True
+                    break
+                page.append(repo_dict(repo))
+            if more or len(rows) <= limit:
+                break
+            after = rows[-1].name
+    return page, (encode_cursor(page[-1]["name"]) if more else None)
+
+
+def all_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]]:
+    """Every repository ``caller`` may see, by name: :func:`list_repositories` page after page.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources.
+    caller : kg.context.Actor
+        Who reads.
 
     Returns
     -------
     list of dict
         :func:`repo_dict` of each.
+
+    Raises
+    ------
+    kg.errors.Unauthenticated
+        No caller while keys are required.
     """
-    admit(services, caller)
-    with services.db.read() as session:
-        return [repo_dict(r) for r in repo_store.list_repositories(session) if can_see(caller, r.name)]
+    found, cursor = list_repositories(services, caller, limit=MAX_LIMIT)
+    while cursor is not None:
+        page, cursor = list_repositories(services, caller, limit=MAX_LIMIT, cursor=cursor)
+        found.extend(page)
+    return found
+
+
+def _decode_repo_cursor(cursor: str) -> str:
+    """The repository name a cursor points after (a malformed one is a 422)."""
+    name = decode_cursor(cursor)
+    try:
+        return validate_name("repository", name)
+    except InvalidInput as exc:
+        raise InvalidInput("invalid cursor: not one of this listing's next_cursor values",
+                           details={"cursor": cursor}) from exc
 
 
 def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, Any]:

@@ -7,7 +7,9 @@ Which path answers (DESIGN.md, "Graph"):
   revision (never rebuilt per request), then read under its lock. NEIGHBORS reads ``limit + 1``
   edges of a hub's sorted list.
 - A traversal of a branch's head builds the view when there is none, unless the branch holds
-  more relations than the cache's budget (``GraphCache.max_edges``).
+  more relations than the cache's budget (``GraphCache.max_edges``): in the request for a
+  small branch, in a background thread for a large one (``GraphCache.inline_build_max``
+  relation versions), while requests are answered from SQL.
 - Otherwise SQL: NEIGHBORS with ``ORDER BY ... LIMIT`` (a hub's edges are never all fetched),
   and a traversal asks SQL for each node it expands, ``fan_out + 1`` edges at a time. This is
   the path of time travel behind the view (``at_revision``), of cold NEIGHBORS (a NEIGHBORS
@@ -93,21 +95,32 @@ def _catch_up(session: Session, view: BranchView, graph: GraphView) -> None:
 
 @contextmanager
 def current_graph(session: Session, services: Resources, view: BranchView, *,
-                  build: bool) -> Iterator[GraphView | None]:
+                  build: bool, wait: bool = False) -> Iterator[GraphView | None]:
     """The branch's networkx view at exactly ``view.revision``, locked for the caller, or None.
 
     Parameters
     ----------
     build : bool
         Build the view when the process has none (only for a read of the branch's head, and
-        only when the branch fits the cache's edge budget).
+        only when the branch fits the cache's edge budget). A branch of more relation versions
+        than ``GraphCache.inline_build_max`` is built by a background thread: this call then
+        yields None (answer from SQL), as do the calls that come while it builds.
+    wait : bool
+        Build in this call whatever the branch's size (:func:`warm_graph`).
 
     Yields
     ------
     GraphView or None
         The whole branch's graph, whoever reads (callers apply the reader's workspace scope
         with :func:`readable_names`). None means: answer from SQL (no view and ``build`` is
-        False, time travel behind the view, or a branch over budget).
+        False, a view being built in the background, time travel behind the view, or a branch
+        over budget).
+
+    Notes
+    -----
+    A request never waits for the build of a large branch: the first traverse of a cold
+    5,000,000-edge branch starts the build and is answered from SQL, like every request until
+    the view is held.
     """
     cache = services.graphs
     key = view_key(view)
@@ -117,6 +130,11 @@ def current_graph(session: Session, services: Resources, view: BranchView, *,
     graph = cache.get(key)
     if graph is None:
         if not build or view.revision != view.branch.head_revision or cache.too_big(key):
+            yield None
+            return
+        if not wait and (cache.building(key) or store.count_relation_versions(
+                session, view, at_most=cache.inline_build_max) > cache.inline_build_max):
+            cache.start_build(key, lambda: _build_in_background(services, view, key))
             yield None
             return
         with cache.key_lock(key):
@@ -147,9 +165,24 @@ def current_graph(session: Session, services: Resources, view: BranchView, *,
         cache.shrink()
 
 
+def _build_in_background(services: Resources, view: BranchView, key: Hashable) -> None:
+    """Build the view of ``view``'s branch state in a read of its own and hold it (a
+    background thread: :meth:`GraphCache.start_build`); the next read brings it forward."""
+    cache = services.graphs
+    if cache.get(key) is not None:
+        return
+    with services.db.read() as session:
+        graph = _build(session, view, cache.max_edges)
+    if graph is None:
+        cache.mark_too_big(key)
+    else:
+        cache.put(key, graph)
+
+
 def warm_graph(session: Session, services: Resources, view: BranchView) -> bool:
-    """Build (or bring forward) the branch's view now; False when it does not fit the budget."""
-    with current_graph(session, services, view, build=True) as graph:
+    """Build (or bring forward) the branch's view now, in this call; False when it does not
+    fit the budget."""
+    with current_graph(session, services, view, build=True, wait=True) as graph:
         return graph is not None
 
 

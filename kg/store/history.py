@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
 from kg.store.models import Branch, Merge, NodeVersion, RelationVersion, Repository, Revision, utcnow
-from kg.store.nodes import node_uid, nodes_by_id, validate_node_input
+from kg.store.nodes import node_addresses, node_uid, nodes_by_id, validate_node_input
 from kg.store.paths import name_of, parent_of, parse_address, validate_path
 from kg.store.references import index_references
 from kg.store.relations import visible_relations
@@ -1009,6 +1009,8 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
     session.flush()  # one flush for every version: the references need their ids
     for version in written:
         index_references(session, version, workspace=ctx.view.workspaces[version.workspace_id])
+    addresses = node_addresses(session, ctx.repo.id, {end for rel in plan.relation_changes
+                                                      for end in (rel.key[0], rel.key[2])})
     for rel in plan.relation_changes:
         f, t, to = rel.key
         value = rel.value
@@ -1016,6 +1018,7 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
             repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision, from_node_id=f,
             to_node_id=to, rel_type=t, weight=value["weight"] if value else None,
             properties=value["properties"] if value else {}, deleted=value is None, created_at=now,
+            from_address=addresses.get(f), to_address=addresses.get(to),
         ))
     applied = plan.preview()
     record_merge(session, ctx.repo, plan, ctx.revision)

@@ -33,6 +33,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # BIGINT on PostgreSQL, INTEGER (rowid alias, autoincrement) on SQLite.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
+#: A node's ``workspace:path`` kept on its relations, sorted in code-point order on both
+#: databases (SQLite compares text as bytes; PostgreSQL is told ``COLLATE "C"``).
+Address = String(1300).with_variant(String(1300, collation="C"), "postgresql")
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -216,6 +219,19 @@ class RelationVersion(Base):
     properties: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     deleted: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The endpoints' addresses ``workspace:path`` (a node id is derived from its address, so
+    # they never change): NEIGHBORS' second sort key, indexed with the weight so that the
+    # database reads a hub's edges in the stable order and stops at the limit.
+    from_address: Mapped[str | None] = mapped_column(Address, nullable=True)
+    to_address: Mapped[str | None] = mapped_column(Address, nullable=True)
+
+
+# NEIGHBORS in the stable order, by index (kg.store.relations.list_neighbors): a node's
+# outgoing, then incoming, edge versions by weight descending, the other end's address, type.
+Index("ix_relation_versions_out", RelationVersion.from_node_id, RelationVersion.weight.desc(),
+      RelationVersion.to_address, RelationVersion.rel_type)
+Index("ix_relation_versions_in", RelationVersion.to_node_id, RelationVersion.weight.desc(),
+      RelationVersion.from_address, RelationVersion.rel_type)
 
 
 class Chunk(Base):

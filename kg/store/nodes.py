@@ -554,7 +554,47 @@ def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> Re
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
         from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type,
         weight=edge.weight, properties={}, deleted=True, created_at=now,
+        from_address=edge.from_address, to_address=edge.to_address,
     )
+
+
+def node_addresses(session: Session, repo_id: int, node_ids: Iterable[str]) -> dict[str, str]:
+    """``{node id: "workspace:path"}`` of nodes that have a version on any branch of a repository.
+
+    A node id is derived from its address (:func:`node_uid`), so any version tells it, live or
+    not. Relation versions keep their endpoints' addresses (NEIGHBORS' sort key).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    repo_id : int
+        The repository.
+    node_ids : iterable of str
+        The ids wanted.
+
+    Returns
+    -------
+    dict of str to str
+        The address of each id found (an id without any version is absent).
+
+    Notes
+    -----
+    500 ids per statement, each an index probe of ``ix_node_versions_node_id`` per branch.
+    """
+    ids = sorted(set(node_ids))
+    if not ids:
+        return {}
+    branches = list(session.scalars(select(Branch.id).where(Branch.repo_id == repo_id)))
+    out: dict[str, str] = {}
+    for start in range(0, len(ids), 500):
+        stmt = (select(NodeVersion.node_id, Workspace.name, NodeVersion.path)
+                .join(Workspace, Workspace.id == NodeVersion.workspace_id)
+                .where(NodeVersion.branch_id.in_(branches), NodeVersion.node_id.in_(ids[start:start + 500]))
+                .distinct())
+        for node_id, workspace, path in session.execute(stmt):
+            out[node_id] = f"{workspace}:{path}"
+    return out
 
 
 #: A child's sort key: (has no value, value's type rank, value, name); JSON-encodable.

@@ -12,18 +12,30 @@ answered in SQL with ``ORDER BY ... LIMIT`` for reads the view cannot serve.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, case, false, func, literal_column, or_, select, union_all
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    bindparam,
+    case,
+    exists,
+    false,
+    func,
+    or_,
+    select,
+)
+from sqlalchemy.orm import Session
 
 from kg.errors import InvalidInput
-from kg.store.models import NodeVersion, RelationVersion, Workspace, utcnow
+from kg.store.models import NodeVersion, RelationVersion, utcnow
 from kg.store.nodes import get_node, nodes_by_id, relation_tombstone
 from kg.store.paths import parse_address
 from kg.store.repos import BranchView, WriteContext
@@ -128,6 +140,8 @@ def relate(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
         from_node_id=src.node_id, to_node_id=dst.node_id, rel_type=rel_type, weight=weight,
         properties=properties, deleted=False, created_at=utcnow(),
+        from_address=f"{ctx.view.workspaces[src.workspace_id]}:{src.path}",
+        to_address=f"{ctx.view.workspaces[dst.workspace_id]}:{dst.path}",
     )
     session.add(version)
     session.flush()
@@ -330,6 +344,34 @@ def read_node_addresses(session: Session, view: BranchView, node_ids: Collection
     return out
 
 
+def count_relation_versions(session: Session, view: BranchView, *, at_most: int) -> int:
+    """How many relation versions the branch's chain allows, counted up to ``at_most + 1``.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    at_most : int
+        Stop counting past this many.
+
+    Returns
+    -------
+    int
+        The count, or ``at_most + 1`` when there are more.
+
+    Notes
+    -----
+    O(at_most), on ``ix_relation_versions_branch_revision``: what a view build would read,
+    bounded, to decide whether to build in the request or in the background.
+    """
+    chain = or_(*(and_(RelationVersion.branch_id == b, RelationVersion.revision <= r) for b, r in view.chain)) \
+        if view.chain else false()
+    inner = select(RelationVersion.id).where(chain).limit(at_most + 1).subquery()
+    return int(session.scalar(select(func.count()).select_from(inner)) or 0)
+
+
 def list_relation_changes(session: Session, *, branch_id: int, after: int, upto: int,
                             ) -> list[tuple[str, str, str, float | None, dict[str, Any] | None, bool]]:
     """Every relation version written on one branch with ``after < revision <= upto``, oldest
@@ -390,40 +432,64 @@ def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int
     return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
 
 
-def _on_chain(model: Any, chain: Sequence[tuple[int, int]], *, revision_index: bool = True) -> ColumnElement[bool]:
-    """The versions a chain allows. ``revision_index=False`` writes ``revision + 0``: without
-    statistics SQLite would otherwise read one node's edges through ``(branch_id, revision)``,
-    that is the whole branch, instead of ``ix_relation_versions_key``."""
-    rev = model.revision if revision_index else model.revision + 0
-    return or_(*(and_(model.branch_id == b, rev <= r) for b, r in chain)) if chain else false()
+def _chain_binds(cols: Any, depth: int, *, plain: bool = True) -> ColumnElement[bool]:
+    """The versions a chain of ``depth`` branches allows, with the branch ids and revisions as
+    bind parameters ``b0, r0, b1, r1, ...``; ``plain=False`` writes ``branch_id + 0`` and
+    ``revision + 0``, which no index serves."""
+    branch, revision = (cols.branch_id, cols.revision) if plain else (cols.branch_id + 0, cols.revision + 0)
+    return or_(*(and_(branch == bindparam(f"b{i}"), revision <= bindparam(f"r{i}")) for i in range(depth)))
 
 
-def _chain_priority(model: Any, chain: Sequence[tuple[int, int]]) -> ColumnElement[Any]:
-    return case({b: i for i, (b, _) in enumerate(chain)}, value=model.branch_id, else_=len(chain))
+def _priority_binds(cols: Any, depth: int) -> ColumnElement[Any]:
+    return case(*((cols.branch_id == bindparam(f"b{i}"), i) for i in range(depth)), else_=depth)
 
 
-def _edge_winners(view: BranchView, mine: str, node_id: str, *where: Any) -> tuple[Select[Any], Any]:
-    """``visible_select`` of the relations whose endpoint ``mine`` (``"from_node_id"`` or
-    ``"to_node_id"``) is ``node_id``; returns the select and the aliased entity.
+@functools.lru_cache(maxsize=64)
+def _candidates_statement(side: str, null_weights: bool, typed: bool) -> Select[Any]:
+    """The first ``:scan`` versions of node ``:node_id``'s edges on one side, with or without a
+    weight, in index order (``ix_relation_versions_out`` / ``_in``: weight descending, the other
+    end's address, type) and nothing else: no filter the planner could trade the order for."""
+    v = RelationVersion.__table__.alias("v")
+    out = side == "OUT"
+    mine, other = (v.c.from_node_id, v.c.to_node_id) if out else (v.c.to_node_id, v.c.from_node_id)
+    address = v.c.to_address if out else v.c.from_address
+    return (select(v.c.id, v.c.branch_id, v.c.revision, v.c.deleted, other.label("other"), address.label("address"),
+                   v.c.rel_type, v.c.weight)
+            .where(mine == bindparam("node_id"), v.c.weight.is_(None) if null_weights else v.c.weight.is_not(None),
+                   *([v.c.rel_type.in_(bindparam("types", expanding=True))] if typed else []))
+            .order_by(*(() if null_weights else (v.c.weight.desc(),)), address, v.c.rel_type)
+            .limit(bindparam("scan")))
 
-    The node's version ids are found first, alone (an index-only read of
-    ``ix_relation_versions_key`` or ``ix_relation_versions_to``), and ranked after: asked in one
-    step, SQLite (no statistics) prefers scanning the whole branch in key order to skip a sort.
-    """
-    cand = (select(RelationVersion.id)
-            .where(_on_chain(RelationVersion, view.chain, revision_index=False),
-                   getattr(RelationVersion, mine) == node_id, *where)
-            .subquery())
-    rv = aliased(RelationVersion)
-    other = rv.to_node_id if mine == "from_node_id" else rv.from_node_id
-    rn = func.row_number().over(
-        partition_by=[rv.rel_type, other],
-        order_by=(_chain_priority(rv, view.chain), rv.revision.desc(), rv.id.desc()),
-    ).label("rn")
-    ranked = select(rv.id.label("vid"), rn).join(cand, rv.id == cand.c.id).subquery()
-    edge = aliased(RelationVersion)
-    return (select(edge).join(ranked, edge.id == ranked.c.vid)
-            .where(ranked.c.rn == 1, edge.deleted == false())), edge
+
+@functools.lru_cache(maxsize=256)
+def _winners_statement(side: str, depth: int, restricted: bool) -> Select[Any]:
+    """Which of the versions ``:ids`` are their edge's winner on the chain ``b0, r0, ...`` with
+    a live node at the other end (in a workspace of ``:readable``), with their properties:
+    index probes per version."""
+    v = RelationVersion.__table__.alias("v")
+    w = RelationVersion.__table__.alias("w")
+    nv = NodeVersion.__table__.alias("nv")
+    alive = NodeVersion.__table__.alias("alive")
+    other = v.c.to_node_id if side == "OUT" else v.c.from_node_id
+    winner = (select(w.c.id)
+              .where(w.c.from_node_id == v.c.from_node_id, w.c.rel_type == v.c.rel_type,
+                     w.c.to_node_id == v.c.to_node_id, _chain_binds(w.c, depth))
+              .order_by(_priority_binds(w.c, depth), w.c.revision.desc(), w.c.id.desc())
+              .limit(1).correlate(v).scalar_subquery())
+    live = (select(nv.c.id)
+            .where(nv.c.node_id == other, _chain_binds(nv.c, depth))
+            .order_by(_priority_binds(nv.c, depth), nv.c.revision.desc(), nv.c.id.desc())
+            .limit(1).correlate(v).scalar_subquery())
+    other_live = exists().where(
+        alive.c.id == live, alive.c.deleted == false(),
+        *([alive.c.workspace_id.in_(bindparam("readable", expanding=True))] if restricted else []))
+    return (select(v.c.id, v.c.properties)
+            .where(v.c.id.in_(bindparam("ids", expanding=True)), v.c.id == winner, other_live))
+
+
+def _neighbor_sort_key(row: NeighborRow) -> tuple[bool, float, str, str, str]:
+    return (row.weight is None, -row.weight if row.weight is not None else 0.0,
+            f"{row.workspace}:{row.path}", row.relation_type, row.direction)
 
 
 def list_neighbors(session: Session, view: BranchView, node_id: str, *, direction: str = "BOTH",
@@ -449,48 +515,72 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
     -------
     list of NeighborRow
         Ordered by weight descending with null last, the other node's ``workspace:path``
-        (code-point order: ``COLLATE "C"`` on PostgreSQL), relation type, direction.
+        (code-point order), relation type, direction.
 
     Notes
     -----
-    One statement: the node's edge winners (``ix_relation_versions_key`` for OUT,
-    ``ix_relation_versions_to`` for IN), joined to the live versions of the nodes at their
-    other end, sorted and cut in the database. At most ``limit`` rows reach Python, whatever
-    the degree; the database still resolves every edge of the node (a version of an edge may
-    change its weight, so no index order can stop the scan sooner). A restricted reader's view
-    drops the edges to nodes of workspaces it may not read before the page is cut.
+    Up to four ordered streams (outgoing and incoming edges, with and without a weight). Each
+    reads the first ``s`` versions in the stable order from ``ix_relation_versions_out`` or
+    ``ix_relation_versions_in`` (the node, weight descending, the other end's address, type:
+    an index range read and cut by the database, whatever the node's degree), then keeps
+    those visible on the branch (on the chain, not a tombstone: checked in Python; its edge's
+    winner with a live, readable node at the other end: one statement of index probes). The
+    first ``limit + offset`` kept are final once the versions read go past their (weight,
+    address); otherwise ``s`` grows fourfold and the stream is read again. The streams are
+    merged in Python. A hub costs O(limit + offset + skipped) for the versions skipped on the
+    way (superseded versions, tombstones, edges to deleted or unreadable nodes, other
+    branches), not O(degree), and the same on SQLite and PostgreSQL (no plan to choose). A
+    restricted reader's view drops the edges to nodes it may not read before the page is cut.
     """
-    where = [RelationVersion.rel_type.in_(sorted(types))] if types else []
-    sides = []
-    for side, mine in (("OUT", "from_node_id"), ("IN", "to_node_id")):
+    if not view.chain:
+        return []
+    need = limit + offset
+    chain = view.chain
+    allowed = dict(chain)  # branch id -> the newest revision of it the chain reads
+    base: dict[str, Any] = {"node_id": node_id}
+    winner_params: dict[str, Any] = {}
+    for i, (branch_id, revision) in enumerate(chain):
+        winner_params[f"b{i}"], winner_params[f"r{i}"] = branch_id, revision
+    if view.readable is not None:
+        winner_params["readable"] = sorted(view.readable)
+    if types:
+        base["types"] = sorted(types)
+    found: list[NeighborRow] = []
+    for side in ("OUT", "IN"):
         if direction not in (side, "BOTH"):
             continue
-        stmt, edge = _edge_winners(view, mine, node_id, *where)
-        other = edge.to_node_id if side == "OUT" else edge.from_node_id
-        sides.append(stmt.with_only_columns(
-            other.label("other"), edge.rel_type.label("rel_type"), edge.weight.label("weight"),
-            edge.properties.label("properties"), literal_column(f"'{side}'").label("direction"),
-        ))
-    edges = (union_all(*sides) if len(sides) > 1 else sides[0]).cte("edges")
-    # The live version of the node at the other end: one index probe per edge
-    # (ix_node_versions_node_id), the same rule as visible_select.
-    winner = (select(NodeVersion.id)
-              .where(NodeVersion.node_id == edges.c.other, _on_chain(NodeVersion, view.chain))
-              .order_by(_chain_priority(NodeVersion, view.chain), NodeVersion.revision.desc(),
-                        NodeVersion.id.desc())
-              .limit(1).correlate(edges).scalar_subquery())
-    address: ColumnElement[str] = Workspace.name + ":" + NodeVersion.path
-    rel_type: ColumnElement[str] = edges.c.rel_type
-    if session.get_bind().dialect.name == "postgresql":
-        address, rel_type = address.collate("C"), rel_type.collate("C")
-    stmt = (select(edges.c.other, Workspace.name, NodeVersion.path, edges.c.rel_type, edges.c.weight,
-                   edges.c.properties, edges.c.direction)
-            .select_from(edges)
-            .join(NodeVersion, NodeVersion.id == winner)
-            .join(Workspace, Workspace.id == NodeVersion.workspace_id)
-            .where(NodeVersion.deleted == false(),
-                   *([NodeVersion.workspace_id.in_(sorted(view.readable))] if view.readable is not None else []))
-            .order_by(edges.c.weight.is_(None), edges.c.weight.desc(), address, rel_type, edges.c.direction)
-            .limit(limit).offset(offset))
-    return [NeighborRow(other, ws, path, t, w, props or {}, d)
-            for other, ws, path, t, w, props, d in session.execute(stmt)]
+        winners = _winners_statement(side, len(chain), view.readable is not None)
+        for null_weights in (False, True):
+            candidates = _candidates_statement(side, null_weights, bool(types))
+            scan = max(32, 2 * need + 8)
+            while True:
+                rows = session.execute(candidates, {**base, "scan": scan}).all()
+                seen = [r for r in rows if not r.deleted and r.revision <= allowed.get(r.branch_id, -1)]
+                ok: dict[int, Any] = {}  # winner version id -> its properties
+                kept: list[Any] = []
+                i, step = 0, max(32, 2 * need)
+                while i < len(seen):  # probe in order, only as far as the page needs
+                    part = seen[i:i + step]
+                    ok.update((vid, props) for vid, props in
+                              session.execute(winners, {**winner_params, "ids": [r.id for r in part]}))
+                    kept += [r for r in part if r.id in ok]
+                    i += len(part)
+                    if len(kept) >= need and (i == len(seen) or (seen[i].weight, seen[i].address)
+                                              != (kept[need - 1].weight, kept[need - 1].address)):
+                        break  # what is not probed sorts after the page
+                if len(rows) < scan:  # the stream is read to its end
+                    break
+                edge = (rows[-1].weight, rows[-1].address)
+                # versions tied with the last one read on (weight, address) may continue past it
+                kept = [r for r in kept if (r.weight, r.address) != edge]
+                if len(kept) >= need:
+                    break
+                scan *= 4
+            # in the stable order (the index orders types in the database's collation)
+            kept.sort(key=lambda r: (r.weight is None, -r.weight if r.weight is not None else 0.0, r.address,
+                                     r.rel_type))
+            for r in kept[:need]:
+                workspace, _, path = r.address.partition(":")
+                found.append(NeighborRow(r.other, workspace, path, r.rel_type, r.weight, ok[r.id] or {}, side))
+    found.sort(key=_neighbor_sort_key)
+    return found[offset:need]

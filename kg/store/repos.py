@@ -267,20 +267,33 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
     return repo
 
 
-def list_repositories(session: Session) -> list[Repository]:
-    """Every repository, by name.
+def list_repositories(session: Session, *, after: str | None = None, limit: int | None = None) -> list[Repository]:
+    """Repositories by name: every one, or a page of them.
 
     Parameters
     ----------
     session : Session
         An open session (a write transaction for writes).
+    after : str or None, optional
+        Only repositories whose name sorts after this one (code-point order of the names).
+    limit : int or None, optional
+        At most this many; None for all.
 
     Returns
     -------
     list of Repository
-        Every repository, by name.
+        By name.
+
+    Notes
+    -----
+    One statement on the unique index of ``repositories.name``: O(limit), not O(repositories).
     """
-    return list(session.scalars(select(Repository).order_by(Repository.name)))
+    stmt = select(Repository).order_by(Repository.name)
+    if after is not None:
+        stmt = stmt.where(Repository.name > after)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return list(session.scalars(stmt))
 
 
 def delete_repository(session: Session, name: str) -> None:

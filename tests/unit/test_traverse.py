@@ -327,3 +327,44 @@ def test_cache_evicts_least_recently_used_views_beyond_the_edge_budget():
     assert "huge" not in cache and cache.too_big("huge")
     cache.discard("a")
     assert "a" not in cache and len(cache) <= 1
+
+
+def test_two_thousand_tiny_repositories_keep_the_cache_within_its_bounds():
+    # Issue 16: views without edges cost no edge budget, so nothing evicted them.
+    from kg.graph.cache import GraphCache
+
+    def tiny(i: int) -> GraphView:
+        truth = Truth()
+        truth.nodes[f"a{i}"] = ("w", "/a", True)
+        truth.nodes[f"b{i}"] = ("w", "/b", True)
+        if i % 2:
+            truth.rels[(f"a{i}", "r", f"b{i}")] = (1.0, None, True)
+        return truth.fresh()
+
+    cache = GraphCache(max_edges=1_000_000, max_bytes=200_000, max_views=100)
+    for i in range(2_000):
+        cache.put(("repo", i), tiny(i))
+        assert len(cache) <= 100 and cache.bytes_held <= 200_000
+    assert ("repo", 1_999) in cache and ("repo", 0) not in cache
+    assert 0 < cache.bytes_held <= 200_000
+
+    by_bytes = GraphCache(max_bytes=10 * tiny(1).estimated_bytes, max_views=10_000)
+    for i in range(2_000):
+        by_bytes.put(("repo", i), tiny(1))
+    assert len(by_bytes) == 10  # no edges or few: the memory estimate still bounds them
+
+
+def test_a_view_without_edges_still_has_a_memory_estimate():
+    from kg.graph.view import VIEW_BYTES
+
+    empty = GraphView(0)
+    assert empty.cost == 0 and empty.estimated_bytes == VIEW_BYTES
+
+
+def test_the_build_locks_of_the_cache_are_bounded():
+    from kg.graph.cache import GraphCache
+
+    cache = GraphCache()
+    locks = {id(cache.key_lock(("repo", i))) for i in range(5_000)}
+    assert len(locks) <= 64
+    assert cache.key_lock(("repo", 7)) is cache.key_lock(("repo", 7))
