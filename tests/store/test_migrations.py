@@ -174,6 +174,12 @@ def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(d
         s.flush()
         return node_id
 
+    def edge(s, ctx, f, to, weight):
+        # Core, naming the columns of revision 0013 only (the model has columns added since).
+        s.execute(insert(RelationVersion.__table__).values(
+            repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision, from_node_id=f, to_node_id=to,
+            rel_type="links", weight=weight, properties={}, deleted=False, created_at=utcnow()))
+
     with db.write() as s:
         repo = create_repository(s, name="r")
         repo_uid, wid = repo.uid, create_workspace(s, repo, name="w").id
@@ -182,10 +188,7 @@ def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(d
         folder = node(s, ctx, nfd_dir, {"v": "folder"})
         menu = node(s, ctx, nfd_dir + "/menu", {"v": "menu"})
         plain = node(s, ctx, "/plain", {"see": {"$ref": nfd_dir + "/menu"}})
-        s.add(RelationVersion(repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
-                              from_node_id=plain, to_node_id=folder, rel_type="links", weight=0.5,
-                              properties={}, deleted=False, created_at=utcnow()))
-        s.flush()
+        edge(s, ctx, plain, folder, 0.5)
         version = s.query(NodeVersion).filter_by(node_id=plain).one()
         s.add(Reference(repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision, source_node_id=plain,
                         source_version_id=version.id, property_key="see", target_workspace="w",
@@ -195,9 +198,7 @@ def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(d
     with db.write() as s:   # the NFC spelling written later on the branch: a second node then
         ctx = begin_write(s, "r", "br")
         nfc_menu = node(s, ctx, "/caf\u00e9/menu", {"v": "menu, later"})
-        s.add(RelationVersion(repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
-                              from_node_id=nfc_menu, to_node_id=plain, rel_type="links", weight=None,
-                              properties={}, deleted=False, created_at=utcnow()))
+        edge(s, ctx, nfc_menu, plain, None)
     assert menu != nfc_menu
 
     db.upgrade()

@@ -6,16 +6,16 @@ incoming edge versions by weight descending, the other end's address, type: NEIG
 hub reads its edges in the stable order and stops at the limit instead of ranking them all.
 Existing versions are filled in from the node versions of their endpoints.
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-02 04:00:00.000000
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0014'
-down_revision = '0013'
+revision = '0015'
+down_revision = '0014'
 branch_labels = None
 depends_on = None
 
