@@ -445,10 +445,13 @@ class WeaviateVectorIndex:
                 return [_row(obj, float(obj.metadata.score or 0.0) / scale, None) for obj in answer.objects]
 
             found.extend((row, held) for row in self._ranked(self._unless_dropped(run, target), k, keys, base=base))
-        best: dict[int, tuple[_Row, _Held]] = {}
+        # One hit per content key (shown by several nodes, or held by several collections), at
+        # its best score.
+        best: dict[str, tuple[_Row, _Held]] = {}
         for row, held in found:
-            if row.score > 0 and (row.seq not in best or row.score > best[row.seq][0].score):
-                best[row.seq] = (row, held)
+            held_row = best.get(row.content_key)
+            if row.score > 0 and (held_row is None or row.score > held_row[0].score):
+                best[row.content_key] = (row, held)
         top = sorted(best.values(), key=lambda t: (-t[0].score, t[0].seq))[:k]
         by_collection: dict[str, tuple[_Held, list[str]]] = {}
         for row, held in top:
@@ -1002,9 +1005,7 @@ class WeaviateVectorIndex:
             for row in rows:
                 first.setdefault(row.content_key, row)
             if len(first) >= k or len(rows) < depth or depth >= MAX_QUERY_RESULTS:
-                # A key's document row stands for it: its seq is the key's first chunk's.
-                return [dataclasses.replace(r, seq=min(x.seq for x in rows if x.content_key == r.content_key))
-                        for r in first.values()]
+                return list(first.values())
             depth = min(MAX_QUERY_RESULTS, 4 * depth)
 
     def _best_passages(self, text: str, held: _Held, keys: Sequence[str]) -> dict[str, _Row]:
