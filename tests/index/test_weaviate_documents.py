@@ -246,8 +246,14 @@ def test_a_collection_placed_before_documents_ranks_nodes_by_their_best_passage(
         best.setdefault(h.content_key, h)
     assert [(h.content_key, h.chunk_index) for h in hits] == [(h.content_key, h.chunk_index) for h in best.values()]
     assert [h.score for h in hits] == [h.score for h in best.values()]
-    index.place(repo, CORPUS)  # a reindex writes the documents
+    # Placing more there writes no partial documents collection; a reindex (drop, place) does.
+    index.place(repo, [put("late", node_chunks("K-late", [("title", "Heart disease")]))])
+    assert not index.client.collections.exists(docs_name(repo, 1, 1))
+    index.drop(repo)
+    index.place(repo, CORPUS)
     assert index.client.collections.exists(docs_name(repo, 1, 1))
+    again = index.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL)])
+    assert [h.content_key for h in again] == ["K-titled", "K-spread", "K-single"]
 
 
 def test_fields_become_properties_as_they_appear(index, repo):

@@ -732,7 +732,10 @@ class WeaviateVectorIndex:
         document object (for :meth:`bm25_documents`) in the documents collection beside its
         chunks collection, created with it, of id :func:`object_id` ``(..., version_key, -1,
         model)``; a field new to the collection adds its ``terms_<field>`` property first.
-        The document is written after the version's chunks, so a failed call leaves at worst
+        The documents collection is created just before its chunks collection, so a chunks
+        collection without one is an earlier kg's: its versions get no document objects
+        (their nodes rank by their best passage) until ``kg reindex`` places them afresh. The
+        document is written after the version's chunks, so a failed call leaves at worst
         chunks without a document, which the caller's redo completes.
         """
         todo = [p for p in placements if p.chunks]
@@ -767,6 +770,10 @@ class WeaviateVectorIndex:
             target = held.get((model, wid, bid))
             dim = len(row_of[members[0].chunks[0].seq])
             if target is None:
+                # The documents collection first: a chunks collection without one beside it
+                # is then always an earlier kg's (see bm25_documents), never a crash's.
+                name = _chunks_prefix(repo_key) + _short_hash(model, 10) + f"_w{wid}_b{bid}"
+                self._ensure_docs_collection(repo_key, _Held(name, model, dim, wid, bid), docs, ())
                 target = self._create_chunks_collection(repo_key, model, dim, scope=(wid, bid))
             check_vector_dimension(np.zeros(dim), target.dim, what=target.name)
             collection = self.client.collections.get(target.name)
@@ -796,7 +803,11 @@ class WeaviateVectorIndex:
                 insert_objects(collection, objects[start : start + _INSERT_BATCH],
                                labels[start : start + _INSERT_BATCH])
             written += len(objects)
-            self._place_documents(repo_key, target, list(latest.values()), docs)
+            if _docs_name(target.name) in docs:
+                self._place_documents(repo_key, target, list(latest.values()), docs)
+            else:  # an earlier kg's collection: its nodes rank by their best passage until a reindex
+                log.debug("no documents collection beside %s: node-level BM25F waits for a reindex",
+                          target.name)
         return written
 
     def _place_documents(self, repo_key: str, held: _Held, placements: list[Placement],
