@@ -354,6 +354,7 @@ class WeaviateVectorIndex:
         Parameters
         ----------
         repo_key : str
+            The repository (its collections' name prefix).
         query : str
             Analyzed with :func:`kg.index.tokenize.analyze`, as the documents' terms were.
         k : int

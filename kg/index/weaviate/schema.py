@@ -49,10 +49,26 @@ def _docs_name(chunks_name: str) -> str:
 def terms_property(field: str) -> str:
     """The property of a documents collection holding one node field's terms.
 
-    ``terms_<field>`` for a lower-case alphanumeric field name (``terms_title``, ``terms_body``);
-    any other (a capital, a space, ``""`` for chunks of unknown field) is
-    ``terms__<sha256(field)[:16]>``, a valid Weaviate property name. Injective: a plain name
-    never holds ``_``.
+    Parameters
+    ----------
+    field : str
+        The node property the chunks come from (:attr:`kg.index.base.IndexedChunk.field`);
+        ``""`` for chunks of unknown field.
+
+    Returns
+    -------
+    str
+        ``terms_<field>`` for a field matching ``[a-z][a-z0-9]{0,63}`` (``terms_title``,
+        ``terms_body``); any other (a capital, a space, ``""``) gives
+        ``terms__<sha256(field)[:16]>``. Always a valid Weaviate property name, and
+        injective: a plain name never holds ``_``.
+
+    Examples
+    --------
+    >>> terms_property("title")
+    'terms_title'
+    >>> terms_property("Summary Text").startswith("terms__")
+    True
     """
     if _PLAIN_FIELD.fullmatch(field):
         return f"terms_{field}"
