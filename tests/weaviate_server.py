@@ -18,7 +18,8 @@ REST, under ``/v1``:
   no OIDC).
 - ``GET /schema`` (``{"classes": [...]}``), ``POST /schema`` (the class with every default
   Weaviate fills in, so the client's full config parser reads it), ``GET /schema/{class}`` (200
-  or 404), ``DELETE /schema/{class}`` (200, also for an unknown class, as Weaviate).
+  or 404), ``DELETE /schema/{class}`` (200, also for an unknown class, as Weaviate), ``POST
+  /schema/{class}/properties`` (``collection.config.add_property``).
 - ``POST /objects``, ``GET``/``HEAD``/``PUT``/``DELETE /objects/{class}/{id}``.
 - ``POST /graphql``: only ``{Aggregate{Class{meta{count}}}}``, which the client sends for
   ``aggregate.over_all(total_count=True)`` to servers before 1.29.
@@ -67,7 +68,13 @@ BM25 is Weaviate's: ``idf = ln(1 + (N - n + 0.5) / (n + 0.5))`` with N the objec
 collection and n those holding the term, ``k1`` and ``b`` from the class, property length in
 tokens over the collection's average, collection-wide statistics whatever the filter, a
 repeated query term counted as often as it appears, stop words removed from the query for
-word-tokenized properties only. An object update gets a new internal doc id, as in Weaviate.
+word-tokenized properties only. Over several properties (``query_properties`` with ``prop^boost``)
+it is Weaviate's BM25F of the reported version (``adapters/repos/db/inverted/bm25_searcher.go``
+and ``bm25_searcher_block.go``): before 1.30 the WAND searcher sums the boosted term frequencies
+and the lengths of the properties holding the term, against the mean of the properties' mean
+lengths; from 1.30 BlockMax WAND scores each property with its own length normalisation and
+sums the boosted scores (``bm25_algorithm`` picks one); boosts are integers before 1.38.
+An object update gets a new internal doc id, as in Weaviate.
 
 Simpler than Weaviate
 ---------------------
@@ -79,8 +86,8 @@ Weaviate leaves an order unspecified the server is deliberately unhelpful: objec
 distance or score come back in *descending* uuid order; a fetch without filter lists objects by
 uuid, with a filter by doc id (insertion/update order). Tokenizers ``word``, ``lowercase``,
 ``whitespace``, ``field`` and ``trigram`` are re-implemented (word: Unicode letters and digits,
-lower-cased); ``gse`` and ``kagome`` are refused as not enabled. BM25 over several properties
-sums the per-property scores (Weaviate's BM25F merges term frequencies first). A class keeps the
+lower-cased); ``gse`` and ``kagome`` are refused as not enabled. BM25 scores carry the classic factor
+``k1 + 1`` that Weaviate leaves out (same ranking). A class keeps the
 dimension of its vectors until it holds none. Error messages follow Weaviate's where kg or its
 tests read them, and are otherwise close paraphrases.
 
@@ -619,45 +626,89 @@ class _Collection:
         return self._matrix
 
     def bm25(self, query: str, properties: Iterable[str], allowed: set[uuid_package.UUID] | None,
-             limit: int, *, require_all: bool = False, minimum_match: int | None = None
+             limit: int, *, require_all: bool = False, minimum_match: int | None = None,
+             algorithm: str = "wand", float_boosts: bool = False, own_means: bool = True,
              ) -> list[tuple[_Object, float]]:
-        """Weaviate's BM25 over the searchable text properties named (all when none are)."""
-        weighted: list[tuple[str, float]] = []
+        """Weaviate's BM25F over the searchable text properties named (all when none are).
+
+        ``algorithm`` is the searcher of ``adapters/repos/db/inverted/bm25_searcher*.go``:
+
+        - ``"wand"`` (the only one before 1.30, ``USE_BLOCKMAX_WAND=false`` later): per query
+          term, a document's frequency is the sum over the properties of ``tf_p * boost_p``
+          and its length the sum of the lengths of the properties *holding the term*,
+          normalised by the mean of the queried properties' mean lengths; n counts documents
+          holding the term in any property.
+        - ``"blockmax"`` (BlockMax WAND, the default from 1.30): each property is scored on
+          its own, ``idf * boost_p * tf_p / (tf_p + k1 (1 - b + b len_p / avg_p))`` with
+          ``avg_p`` the property's own mean length (from 1.31; ``own_means=False``: the mean
+          of the queried properties' means, as 1.30), and the properties' scores are summed;
+          the idf of a term shares one n, the integer mean of its per-property document
+          frequencies over the properties holding it.
+
+        Boosts ``prop^w`` are parsed as Go's ``strconv.Atoi`` before 1.38 (``title^1.5`` is a
+        boost of 0) and as ``ParseFloat`` from 1.38 (``float_boosts``). Scores are Weaviate's
+        times ``k1 + 1`` (the classic BM25 scale; same ranking). Exact: Weaviate's per-segment
+        top lists are not modelled.
+        """
+        weighted: dict[str, float] = {}
         for spec in properties:
-            name, _, boost = spec.partition("^")
+            name, caret, boost_text = spec.partition("^")
             prop = self.prop(name)
             if not (prop.is_text and prop.searchable):
                 raise WeaviateError(f"property '{prop.name}' of class '{self.name}' is not "
                                     "indexSearchable: it cannot be searched by bm25")
-            weighted.append((prop.name, float(boost) if boost else 1.0))
+            weighted[prop.name] = _parse_boost(boost_text, float_boosts) if caret else 1.0
         if not weighted:
-            weighted = [(name, 1.0) for name in self.postings]
+            weighted = {name: 1.0 for name in self.postings}
         n_docs = len(self.objects)
+        means = {name: self.length_sum[name] / self.length_count[name]
+                 for name in weighted if self.length_count[name]}
+        shared_mean = (sum(means.values()) / len(means)) if means else 0.0
+        shared_mean = shared_mean or 40.0  # Weaviate's default for a corrupt or empty tracker
         scores: Counter[uuid_package.UUID] = Counter()
         matched: dict[uuid_package.UUID, set[str]] = {}
         wanted: set[str] = set()
-        for name, boost in weighted:
-            prop = self.props[name]
-            terms = tokenize(prop.tokenization or "word", query)
-            if prop.tokenization == "word":
+        by_tokenization: dict[str, list[str]] = {}
+        for name in weighted:
+            by_tokenization.setdefault(self.props[name].tokenization or "word", []).append(name)
+        k1, b = self.k1, self.b
+        for tokenization, names in by_tokenization.items():
+            terms = tokenize(tokenization, query)
+            if tokenization == "word":
                 terms = [t for t in terms if t not in self.stopwords]
             wanted |= set(terms)
-            if not self.length_count[name]:
-                continue
-            avg_len = self.length_sum[name] / self.length_count[name]
             for term, repeats in Counter(terms).items():
-                holders = self.postings[name].get(term)
-                if not holders:
+                holders = {name: self.postings[name].get(term) or set() for name in names}
+                if algorithm == "blockmax":
+                    counts = [len(h) for h in holders.values() if h]
+                    if not counts:
+                        continue
+                    n = sum(counts) // len(counts)
+                    idf = math.log(1 + (max(n_docs, n) - n + 0.5) / (n + 0.5)) * repeats
+                    for name, held in holders.items():
+                        avg = means.get(name, 0.0) if own_means else shared_mean
+                        for uid in held:
+                            if allowed is not None and uid not in allowed:
+                                continue
+                            obj = self.objects[uid]
+                            tf = obj.tf[name][term]
+                            norm = k1 * (1 - b + b * len(obj.tokens[name]) / avg) if avg else k1
+                            scores[uid] += weighted[name] * idf * tf * (k1 + 1) / (tf + norm)
+                            matched.setdefault(uid, set()).add(term)
                     continue
-                idf = math.log(1 + (n_docs - len(holders) + 0.5) / (len(holders) + 0.5))
-                for uid in holders:
+                every = set().union(*holders.values())
+                if not every:
+                    continue
+                idf = math.log(1 + (n_docs - len(every) + 0.5) / (len(every) + 0.5)) * repeats
+                for uid in every:
                     if allowed is not None and uid not in allowed:
                         continue
                     obj = self.objects[uid]
-                    tf = obj.tf[name][term]
-                    length = len(obj.tokens[name])
-                    norm = self.k1 * (1 - self.b + self.b * length / avg_len) if avg_len else self.k1
-                    scores[uid] += boost * repeats * idf * tf * (self.k1 + 1) / (tf + norm)
+                    freq = sum(obj.tf[name][term] * weighted[name] for name in names if uid in holders[name])
+                    length = sum(len(obj.tokens[name]) for name in names if uid in holders[name])
+                    norm = k1 * (1 - b + b * length / shared_mean)
+                    if freq + norm > 0:
+                        scores[uid] += idf * freq * (k1 + 1) / (freq + norm)
                     matched.setdefault(uid, set()).add(term)
         pairs = [(self.objects[u], float(np.float32(s))) for u, s in scores.items()]
         if require_all:
@@ -665,6 +716,30 @@ class _Collection:
         elif minimum_match:
             pairs = [(o, s) for o, s in pairs if len(matched[o.uid]) >= minimum_match]
         return _ranked(pairs, ascending=False)[:limit]
+
+    def add_property(self, raw: Any) -> dict[str, Any]:
+        """Add a property to the class (``POST /v1/schema/{class}/properties``); objects held
+        have no value for it."""
+        definition = _property_definition(raw, self.name, {p.lower() for p in self.props})
+        self.definition["properties"].append(definition)
+        name = definition["name"]
+        self.props[name] = _Prop(name, definition["dataType"][0], definition.get("tokenization"),
+                                 definition["indexFilterable"], definition["indexSearchable"])
+        if self.props[name].is_text and self.props[name].searchable:
+            self.postings[name] = {}
+        return definition
+
+
+def _parse_boost(text: str, float_boosts: bool) -> float:
+    """A ``prop^boost`` boost as Weaviate parses it: Go's ``ParseFloat`` (from 1.38) or ``Atoi``
+    (before), an unparsable one giving 0."""
+    if float_boosts:
+        try:
+            value = float(text)
+        except ValueError:
+            return 0.0
+        return value if math.isfinite(value) else 0.0
+    return float(int(text)) if re.fullmatch(r"[+-]?[0-9]+", text) else 0.0
 
 
 def _ranked(pairs: list[tuple[_Object, float]], *, ascending: bool) -> list[tuple[_Object, float]]:
@@ -956,6 +1031,10 @@ class WeaviateTestServer:
         ``http://127.0.0.1:<http_port>?grpc_port=<grpc_port>``, kg's ``KG_WEAVIATE_URL`` form.
     refuse : callable (class name, properties) -> str or None, optional
         Consulted for every object of ``BatchObjects``: a message refuses that object.
+    bm25_algorithm : {"wand", "blockmax"} or None
+        The BM25F searcher (see ``_Collection.bm25``); None: the reported version's default
+        (BlockMax WAND from 1.30, as ``USE_BLOCKMAX_WAND`` defaults there). Reset by
+        :meth:`reset`.
     calls : collections.Counter
         Calls by name: ``"Search.near_vector"``, ``"Search.bm25"``, ``"Search.hybrid"``,
         ``"Search.fetch"``, ``"BatchObjects"``, ``"BatchDelete"``, ``"Aggregate"``,
@@ -968,6 +1047,7 @@ class WeaviateTestServer:
         self.api_key = api_key
         self.grpc_workers = grpc_workers
         self.refuse: Callable[[str, dict[str, Any]], str | None] | None = None
+        self.bm25_algorithm: str | None = None
         self.calls: Counter[str] = Counter()
         self._recorded: deque[tuple[str, Any]] = deque(maxlen=500)
         self._faults: list[_Fault] = []
@@ -1068,6 +1148,7 @@ class WeaviateTestServer:
             self._recorded.clear()
             self.calls.clear()
             self.refuse = None
+            self.bm25_algorithm = None
 
     def fail_next(self, call: str, message: str = "injected failure", *, times: int = 1,
                   code: grpc.StatusCode = grpc.StatusCode.UNKNOWN, status: int = 500) -> None:
@@ -1150,6 +1231,7 @@ class WeaviateTestServer:
             ("GET", ["schema", "{class}"], self._get_class),
             ("DELETE", ["schema", "{class}"], self._delete_class),
             ("PUT", ["schema", "{class}"], self._update_class),
+            ("POST", ["schema", "{class}", "properties"], lambda cls: self._add_property(cls, body)),
             ("POST", ["objects"], lambda: self._insert_object(body)),
             ("GET", ["objects", "{class}", "{id}"], self._get_object),
             ("HEAD", ["objects", "{class}", "{id}"], self._object_exists),
@@ -1196,6 +1278,9 @@ class WeaviateTestServer:
 
     def _update_class(self, name: str) -> tuple[int, Any]:
         raise _unsupported("updating a class")
+
+    def _add_property(self, name: str, body: Any) -> tuple[int, Any]:
+        return 200, self._require(name).add_property(body)
 
     def _delete_class(self, name: str) -> tuple[int, Any]:
         found = self._collection(name)
@@ -1354,7 +1439,7 @@ class WeaviateTestServer:
             require_all, minimum = self._operator(bm)
             hits = [_Hit(o, score=s, explain=f"BM25F score {s}") for o, s in coll.bm25(
                 bm.query, list(bm.properties), allowed, total, require_all=require_all,
-                minimum_match=minimum)]
+                minimum_match=minimum, **self._bm25_options())]
         elif req.HasField("hybrid_search"):
             hits = self._hybrid(coll, req.hybrid_search, allowed, limit, offset)
         else:
@@ -1364,6 +1449,13 @@ class WeaviateTestServer:
             results=[self._result(coll, hit, returned, req) for hit in hits])
         reply.took = time.monotonic() - started
         return reply
+
+    def _bm25_options(self) -> dict[str, Any]:
+        """The BM25F of the reported version (:meth:`_Collection.bm25`), or of
+        :attr:`bm25_algorithm` when set."""
+        version = tuple(int(p) for p in re.findall(r"[0-9]+", self.version)[:2])
+        algorithm = self.bm25_algorithm or ("blockmax" if version >= (1, 30) else "wand")
+        return {"algorithm": algorithm, "float_boosts": version >= (1, 38), "own_means": version != (1, 30)}
 
     @staticmethod
     def _operator(message: Any) -> tuple[bool, int | None]:
@@ -1392,7 +1484,7 @@ class WeaviateTestServer:
         if alpha < 1 and hs.query:
             sparse = coll.bm25(hs.query, list(hs.properties), allowed,
                                max(offset + HYBRID_SUBSEARCH_LIMIT, total) - offset,
-                               require_all=require_all, minimum_match=minimum)
+                               require_all=require_all, minimum_match=minimum, **self._bm25_options())
             legs.append([(o, s, s) for o, s in sparse])
             weights.append(1 - alpha)
             names.append("keyword")

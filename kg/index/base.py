@@ -319,6 +319,19 @@ class ScopedIndex(SearchIndex, Protocol):
         """Top ``k`` chunks by BM25 among the versions ``scopes`` allow; never a zero score."""
         ...
 
+    def bm25_documents(
+        self,
+        repo_key: str,
+        query: str,
+        k: int,
+        *,
+        scopes: Sequence[SearchScope],
+        field_weights: Mapping[str, float] | None = None,
+    ) -> list[IndexHit]:
+        """Top ``k`` node texts (content keys) by BM25F over their fields among the versions
+        ``scopes`` allow, one hit each carrying its best passage."""
+        ...
+
     def hybrid(
         self,
         repo_key: str,

@@ -535,16 +535,20 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
 
 def _fulltext_leg(services: Resources, repo_key: str, searchable: _Searchable, request: SearchRequest,
                   depth: int) -> list[IndexHit]:
-    """The BM25 leg. At node granularity on the embedded index a node is scored over all its
-    text (BM25F over its fields, the title weighted by ``KG_SEARCH_TITLE_WEIGHT``), one hit per
-    text carrying its best passage; otherwise (chunk granularity, or a scoped index, whose
-    BM25 ranks its objects) passages are ranked and a node takes its best passage's rank."""
+    """The BM25 leg. At node granularity a node is scored over all its text (BM25F over its
+    fields, the title weighted by ``KG_SEARCH_TITLE_WEIGHT``: the embedded index's, or
+    Weaviate's over its documents collections), one hit per text carrying its best passage; at
+    chunk granularity passages are ranked and a node takes its best passage's rank."""
     index: VectorIndex = services.index
+    weights = {"title": services.settings.search_title_weight}
     if index.layout == "scoped":
+        if request.granularity == "node":
+            return index.bm25_documents(repo_key, request.query, depth, scopes=searchable.scopes,
+                                        field_weights=weights)
         return index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
     if request.granularity == "node":
         return index.bm25_documents(repo_key, request.query, depth, content_keys=searchable.keys,
-                                    field_weights={"title": services.settings.search_title_weight})
+                                    field_weights=weights)
     return index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
 
 

@@ -263,6 +263,101 @@ def test_bm25_scores_are_weaviates(db):
         {n: s for n, s in _bm25("api key").items() if n > 0}, rel=1e-6)
 
 
+FIELDED = [("api key", "rotate the key every month"), ("weather", "api api key"),
+           ("lime pie", "key lime pie with a crust of crumbs"), ("", "nothing here")]
+
+
+def _fielded_docs(db: Any) -> Any:
+    docs = _docs(db, [{"name": "title", "dataType": ["text"]}, {"name": "body", "dataType": ["text"]},
+                      {"name": "n", "dataType": ["int"]}])
+    docs.data.insert_many([DataObject(properties={"n": i, **({"title": t} if t else {}), "body": body}, uuid=_uid(i))
+                           for i, (t, body) in enumerate(FIELDED)])
+    return docs
+
+
+def _bm25f(query: str, boosts: dict[str, float], algorithm: str, k1: float = 1.2, b: float = 0.75
+           ) -> dict[int, float]:
+    """Weaviate's BM25F over FIELDED (bm25_searcher.go and bm25_searcher_block.go), times k1 + 1."""
+    fields = {name: [tokenize("word", row[j]) for row in FIELDED] for j, name in enumerate(("title", "body"))}
+    held = {name: [d for d, row in zip(docs, FIELDED, strict=True) if row[j]]
+            for j, (name, docs) in enumerate(fields.items())}
+    means = {name: sum(map(len, held[name])) / len(held[name]) for name in boosts}
+    shared = sum(means.values()) / len(means)
+    n_docs = len(FIELDED)
+    scores: Counter[int] = Counter()
+    for term, repeats in Counter(t for t in tokenize("word", query) if t not in EN_STOPWORDS).items():
+        df = {name: sum(term in d for d in fields[name]) for name in boosts}
+        if algorithm == "blockmax":
+            counts = [c for c in df.values() if c]
+            if not counts:
+                continue
+            n = sum(counts) // len(counts)
+            idf = repeats * math.log(1 + (n_docs - n + 0.5) / (n + 0.5))
+            for name, boost in boosts.items():
+                for i, d in enumerate(fields[name]):
+                    if tf := d.count(term):
+                        scores[i] += boost * idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(d) / means[name]))
+            continue
+        n = sum(any(term in fields[name][i] for name in boosts) for i in range(n_docs))
+        idf = repeats * math.log(1 + (n_docs - n + 0.5) / (n + 0.5))
+        for i in range(n_docs):
+            holding = [name for name in boosts if term in fields[name][i]]
+            if holding:
+                freq = sum(fields[name][i].count(term) * boosts[name] for name in holding)
+                length = sum(len(fields[name][i]) for name in holding)
+                scores[i] += idf * freq * (k1 + 1) / (freq + k1 * (1 - b + b * length / shared))
+    return dict(scores)
+
+
+@pytest.mark.parametrize("algorithm", ["wand", "blockmax"])
+@pytest.mark.parametrize("properties, boosts", [
+    (["title", "body"], {"title": 1.0, "body": 1.0}),
+    (["title^3", "body"], {"title": 3.0, "body": 1.0}),
+    (["title^2", "body^5"], {"title": 2.0, "body": 5.0}),
+])
+def test_bm25f_over_several_properties_is_weaviates(db, server, algorithm, properties, boosts):
+    server.bm25_algorithm = algorithm
+    docs = _fielded_docs(db)
+    for query in ("api key", "key lime", "weather key key"):
+        got = docs.query.bm25(query, query_properties=properties, limit=10,
+                              return_metadata=MetadataQuery(score=True)).objects
+        assert {o.properties["n"]: o.metadata.score for o in got} == pytest.approx(
+            _bm25f(query, boosts, algorithm), rel=1e-6)
+
+
+def test_boosts_are_integers_before_weaviate_1_38(db, server):
+    docs = _fielded_docs(db)
+    server.bm25_algorithm = "blockmax"
+
+    def scores(properties: list[str]) -> dict[int, float]:
+        got = docs.query.bm25("api key", query_properties=properties, limit=10,
+                              return_metadata=MetadataQuery(score=True)).objects
+        return {o.properties["n"]: o.metadata.score for o in got}
+
+    # strconv.Atoi("1.5") fails: the title's boost is 0.
+    assert scores(["title^1.5", "body"]) == pytest.approx(_bm25f("api key", {"title": 0.0, "body": 1.0}, "blockmax"))
+    server.version = "1.38.0"
+    try:
+        assert scores(["title^1.5", "body"]) == pytest.approx(
+            _bm25f("api key", {"title": 1.5, "body": 1.0}, "blockmax"))
+    finally:
+        server.version = "1.28.4"
+
+
+def test_a_property_added_to_a_class_is_searchable(db):
+    from weaviate.classes.config import DataType, Property, Tokenization
+
+    docs = _docs(db)
+    docs.data.insert(properties={"body": "old text", "n": 1}, uuid=_uid(1))
+    docs.config.add_property(Property(name="extra", data_type=DataType.TEXT, tokenization=Tokenization.WHITESPACE))
+    assert "extra" in {p.name for p in docs.config.get().properties}
+    docs.data.insert(properties={"body": "new", "extra": "lime", "n": 2}, uuid=_uid(2))
+    got = docs.query.bm25("lime", query_properties=["extra"]).objects
+    assert [o.properties["n"] for o in got] == [2]
+    with pytest.raises(Exception, match="already exists"):
+        docs.config.add_property(Property(name="extra", data_type=DataType.TEXT))
+
+
 def _cosine_distances(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     v = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
     return 1 - v @ (query / np.linalg.norm(query))

@@ -8,7 +8,8 @@ API). A missing extra or an unreachable server is a :class:`~kg.errors.BackendUn
 Modules
 -------
 ``index``     :class:`WeaviateVectorIndex`: placement, searches, marks, drops
-``schema``    collection names, class definitions, descriptions, the state objects' ids
+``schema``    collection names, class definitions, descriptions, the state objects' ids,
+              the documents' terms property names
 ``filters``   kg's search filters as one Weaviate filter (:func:`translate_filters`)
 ``objects``   object ids, property pairs, dimension checks, checked batch inserts
 ``ranking``   rows of answers ranked, deepened and merged across queries and collections
@@ -35,7 +36,29 @@ kg's workspaces: one collection per (workspace, branch) and embedding model, fil
         nodeId, path, nodeType  text, field-tokenized, filterable
         props       text[]  one property_pair per scalar property, field-tokenized
 
-(the model is in the name because a Weaviate vector index has one dimension; a workspace embeds
+Beside each, created with it (lazily, on the first placement there) and deleted with it, the
+documents collection of the same suffix, one object per placed node version, for node-level
+BM25F (:meth:`WeaviateVectorIndex.bm25_documents`)::
+
+    KgDocs_<sha256(repo_key)[:12]>_<sha256(model)[:10]>_w<workspace id>_b<branch id>
+        no vectors; description = JSON {"kg": "docs", "format": 1, "repo", "model", "dim",
+        "workspace", "branch"}
+        terms_<field>  text  kg's analyzer output of the version's chunks of that field, in chunk
+                             order, whitespace-tokenized, BM25-searchable; one property per field,
+                             added to the schema when a field first appears (its description
+                             JSON {"kg": "terms", "field"}; a field not [a-z][a-z0-9]* is
+                             ``terms__<sha256(field)[:16]>``, :func:`terms_property`)
+        contentKey, versionKey, nodeId, path, nodeType, props   as in the chunks collection
+        seq, chunkIndex  int  the version's first chunk (one content key: one seq)
+        fields         text[]  the fields present
+
+Its object ids are :func:`object_id` of the chunk ids' parts with chunk index -1, so a redone
+placement overwrites. A search ranks these objects with Weaviate's BM25 over the
+``terms_<field>`` properties with ``^boost`` (Weaviate's BM25F), filtered like the chunks, then
+finds each top node's best passage with a BM25 query on the chunks collection restricted to
+those nodes' version keys. Weaviate's own hybrid query stays passage-level.
+
+(the model is in the names because a Weaviate vector index has one dimension; a workspace embeds
 with one model at a time). The SQL ids make the names stable and collision-free (branch ids are
 never reused), and a collection is created on its branch's first write: a new branch reads its
 ancestors' collections and is searchable at once, with nothing copied. A search passes one
@@ -93,6 +116,7 @@ from kg.index.weaviate.objects import (
     property_pair,
 )
 from kg.index.weaviate.ranking import MAX_QUERY_RESULTS
+from kg.index.weaviate.schema import terms_property
 
 __all__ = [
     "ClientPool",
@@ -109,6 +133,7 @@ __all__ = [
     "object_id",
     "parse_weaviate_url",
     "property_pair",
+    "terms_property",
     "translate_filters",
     "vendor_errors",
 ]

@@ -1,18 +1,20 @@
 """The Weaviate search index, :class:`WeaviateVectorIndex`: a :class:`~kg.index.base.ScopedIndex`.
 
-Placement (writes), searches (KNN, BM25, Weaviate's own hybrid query), the placement marks and
-the drops; :mod:`kg.index.weaviate` describes the layout and the strategy for large allowed
-sets.
+Placement (writes), searches (KNN, BM25 of passages, BM25F of node texts, Weaviate's own hybrid
+query), the placement marks and the drops; :mod:`kg.index.weaviate` describes the layout and
+the strategy for large allowed sets.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Literal
 
 import numpy as np
@@ -49,9 +51,14 @@ from kg.index.weaviate.schema import (
     _chunks_prefix,
     _chunks_schema,
     _description,
+    _docs_name,
+    _docs_prefix,
+    _docs_schema,
     _legacy_watermark_id,
     _placement_state_ids,
     _short_hash,
+    _terms_property_definition,
+    terms_property,
 )
 from kg.providers.registry import canonical_model_name
 
@@ -64,6 +71,14 @@ FUSION_TYPES: dict[str, str] = {"ranked": "RANKED", "relative_score": "RELATIVE_
 """kg's names of Weaviate's hybrid fusion types -> members of ``HybridFusion``."""
 
 _INSERT_BATCH = 256
+
+_DOC_RETURNED = ["contentKey", "chunkIndex", "seq", "versionKey"]
+"""The properties a documents search returns."""
+
+_BOOST_DENOMINATOR = 1000
+"""Field weights are sent as integer boosts (Weaviate before 1.38 parses ``prop^w`` as an int):
+each weight is rounded to a fraction of at most this denominator, and all are scaled by one
+common factor."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +339,137 @@ class WeaviateVectorIndex:
         rows = [r for r in _merged(rows) if r.score > 0]
         return _hits(rows[:k])
 
+    def bm25_documents(
+        self,
+        repo_key: str,
+        query: str,
+        k: int,
+        *,
+        scopes: Sequence[SearchScope],
+        field_weights: Mapping[str, float] | None = None,
+    ) -> list[IndexHit]:
+        """Top ``k`` node texts (content keys) by Weaviate's BM25F over all their fields, each
+        carrying its best passage.
+
+        Parameters
+        ----------
+        repo_key : str
+            The repository (its collections' name prefix).
+        query : str
+            Analyzed with :func:`kg.index.tokenize.analyze`, as the documents' terms were.
+        k : int
+            Maximum number of hits; ``k <= 0`` gives ``[]``.
+        scopes : sequence of SearchScope
+            Search the documents collections beside these scopes' chunks collections (every
+            model), each filtered by its version keys and filters as :meth:`bm25` filters.
+        field_weights : mapping of str to float, optional
+            Weight of each field (``{"title": 2.0}``), finite and >= 0; a field not named weighs
+            1.0, and a field of weight 0 is not searched.
+
+        Returns
+        -------
+        list of IndexHit
+            One per content key, by BM25F score descending (ties by ``seq`` of the key's first
+            chunk); each carries the key's passage with the best passage-level BM25 among the
+            key's chunks in the collection that scored it (``seq``, ``chunk_index``, ``text``;
+            the lowest seq on a tie), ``score`` the key's BM25F score, ``distance`` None,
+            ranks 1..len: the contract of
+            :meth:`kg.index.embedded.EmbeddedVectorIndex.bm25_documents`.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            A field weight that is negative or not finite.
+        kg.errors.BackendUnavailable
+            Weaviate is unreachable or failed.
+
+        Notes
+        -----
+        One BM25 query per documents collection with ``query_properties``
+        ``["terms_<field>^<boost>", ...]``: Weaviate's BM25F [2]_ over the fields, with the
+        statistics of the whole collection. Which BM25F depends on the server: from 1.30
+        (BlockMax WAND) each field is scored with its own length normalisation and the
+        boosted field scores are summed; before, the WAND searcher sums the boosted term
+        frequencies and normalises by the summed lengths of the fields holding the term.
+        Neither is the simple BM25F of Robertson and Zaragoza [1]_ that the embedded index
+        computes (one saturation over the per-field normalised frequencies, statistics over
+        the visible set), so the two rank alike but not always identically. Weights go out as
+        integer boosts (every weight rounded to a fraction of denominator <= 1000, all scaled
+        by the least common denominator; scores are divided back), as Weaviate before 1.38
+        reads ``^1.5`` as a boost of 0: the ranking is exactly the weights' under BlockMax
+        WAND, whose score is linear in the boosts.
+
+        The best passage of each of the top ``k`` keys is a second BM25 query on the chunks
+        collection, filtered to those keys' version keys (deepened until each key's best
+        passage is certain). A scope whose (workspace, branch) was placed by an earlier kg
+        has no documents collection until ``kg reindex``: its nodes are ranked there by their
+        best passage (:meth:`bm25`'s score) meanwhile. Hits of several collections are merged
+        by score, each scored with its own collection's statistics.
+
+        References
+        ----------
+        .. [1] S. Robertson and H. Zaragoza, "The Probabilistic Relevance Framework: BM25 and
+           Beyond", Foundations and Trends in Information Retrieval 3(4), 2009, section 3.7.
+        .. [2] Weaviate, "Keyword (BM25) search": ``query_properties`` with ``property^boost``,
+           https://weaviate.io/developers/weaviate/search/bm25 ; the searchers in
+           weaviate/weaviate ``adapters/repos/db/inverted/bm25_searcher.go`` and
+           ``bm25_searcher_block.go``.
+        """
+        weights = _checked_weights(field_weights)
+        terms = analyze(query) if isinstance(query, str) else []
+        if k <= 0 or not terms:
+            return []
+        from weaviate.classes.query import MetadataQuery
+
+        text = " ".join(terms)
+        docs = self._docs_collections(repo_key)
+        found: list[tuple[_Row, _Held]] = []
+        for held, keys, base in self._targets(repo_key, scopes, None):
+            fields = docs.get(_docs_name(held.name))
+            if fields is None:
+                found.extend((row, held) for row in self._passage_documents(text, held, keys, base, k))
+                continue
+            boosts, scale = _integer_boosts({prop: weights.get(field, 1.0) for prop, field in fields.items()})
+            searched = [f"{prop}^{boost}" for prop, boost in sorted(boosts.items()) if boost > 0]
+            if not searched:
+                continue
+            target = dataclasses.replace(held, name=_docs_name(held.name))
+            collection = self.client.collections.get(target.name)
+
+            def run(filters: Any, limit: int, collection: Any = collection, target: _Held = target,
+                    searched: list[str] = searched, scale: int = scale) -> list[_Row]:
+                with vendor_errors(f"search {target.name} by BM25F"):
+                    answer = collection.query.bm25(
+                        query=text, query_properties=searched, limit=limit, filters=filters,
+                        return_metadata=MetadataQuery(score=True), return_properties=_DOC_RETURNED,
+                    )
+                return [_row(obj, float(obj.metadata.score or 0.0) / scale, None) for obj in answer.objects]
+
+            found.extend((row, held) for row in self._ranked(self._unless_dropped(run, target), k, keys, base=base))
+        # One hit per content key (shown by several nodes, or held by several collections), at
+        # its best score.
+        best: dict[str, tuple[_Row, _Held]] = {}
+        for row, held in found:
+            held_row = best.get(row.content_key)
+            if row.score > 0 and (held_row is None or row.score > held_row[0].score):
+                best[row.content_key] = (row, held)
+        top = sorted(best.values(), key=lambda t: (-t[0].score, t[0].seq))[:k]
+        by_collection: dict[str, tuple[_Held, list[str]]] = {}
+        for row, held in top:
+            by_collection.setdefault(held.name, (held, []))[1].append(row.key)
+        passages: dict[tuple[str, str], _Row] = {}
+        for held, keys in by_collection.values():
+            for key, found_passage in self._best_passages(text, held, keys).items():
+                passages[held.name, key] = found_passage
+        hits = []
+        for rank, (row, held) in enumerate(top, start=1):
+            # Without a passage holding a term (its chunks collection dropped meanwhile), the
+            # document row stands for itself.
+            passage = passages.get((held.name, row.key), row)
+            hits.append(IndexHit(passage.seq, row.content_key, passage.chunk_index, passage.text,
+                                 row.score, rank, None))
+        return hits
+
     def hybrid(
         self,
         repo_key: str,
@@ -454,6 +600,7 @@ class WeaviateVectorIndex:
         """
         held, legacy = self._listed(repo_key)
         names = [h.name for h in held] + legacy
+        names += sorted(set(self._docs_collections(repo_key)) | {_docs_name(h.name) for h in held})
         with vendor_errors(f"drop the collections of repository {repo_key!r}"):
             if names:
                 self.client.collections.delete(names)
@@ -474,7 +621,7 @@ class WeaviateVectorIndex:
         Returns
         -------
         list of str
-            The collections deleted.
+            The chunks collections deleted (the documents collections beside them go too).
 
         Raises
         ------
@@ -484,7 +631,7 @@ class WeaviateVectorIndex:
         names = [h.name for h in self._collections(repo_key) if h.branch_id == branch_id]
         if names:
             with vendor_errors(f"drop the collections of branch {branch_id}"):
-                self.client.collections.delete(names)
+                self.client.collections.delete(names + [_docs_name(n) for n in names])
         return names
 
     def drop_workspace_model(self, repo_key: str, workspace_id: int, model: str) -> list[str]:
@@ -501,7 +648,7 @@ class WeaviateVectorIndex:
         Returns
         -------
         list of str
-            The collections deleted.
+            The chunks collections deleted (the documents collections beside them go too).
 
         Raises
         ------
@@ -512,7 +659,7 @@ class WeaviateVectorIndex:
                  if h.workspace_id == workspace_id and canonical_model_name(h.model) == wanted]
         if names:
             with vendor_errors(f"drop the {model!r} collections of workspace {workspace_id}"):
-                self.client.collections.delete(names)
+                self.client.collections.delete(names + [_docs_name(n) for n in names])
         return names
 
     def stats(self, repo_key: str) -> dict[str, Any]:
@@ -582,7 +729,15 @@ class WeaviateVectorIndex:
         A collection is created on the first placement of its (workspace, branch, model):
         a new branch has none until it writes, and reads its ancestors' (the caller's
         scopes). Object ids are :func:`object_id` of ``(repo_key + "/w" + workspace_id,
-        "b" + branch_id, version_key, chunk_index, model)``.
+        "b" + branch_id, version_key, chunk_index, model)``. Each version also gets one
+        document object (for :meth:`bm25_documents`) in the documents collection beside its
+        chunks collection, created with it, of id :func:`object_id` ``(..., version_key, -1,
+        model)``; a field new to the collection adds its ``terms_<field>`` property first.
+        The documents collection is created just before its chunks collection, so a chunks
+        collection without one is an earlier kg's: its versions get no document objects
+        (their nodes rank by their best passage) until ``kg reindex`` places them afresh. The
+        document is written after the version's chunks, so a failed call leaves at worst
+        chunks without a document, which the caller's redo completes.
         """
         todo = [p for p in placements if p.chunks]
         if not todo:
@@ -597,6 +752,7 @@ class WeaviateVectorIndex:
                 unique.setdefault(c.seq, c)
         chunks = list(unique.values())
         held = {(h.model, h.workspace_id, h.branch_id): h for h in self._collections(repo_key)}
+        docs = self._docs_collections(repo_key)
         dims = {h.model: h.dim for h in held.values()}
         matrices = checked_vectors(chunks, dims)
         row_of: dict[int, np.ndarray] = {}
@@ -615,6 +771,10 @@ class WeaviateVectorIndex:
             target = held.get((model, wid, bid))
             dim = len(row_of[members[0].chunks[0].seq])
             if target is None:
+                # The documents collection first: a chunks collection without one beside it
+                # is then always an earlier kg's (see bm25_documents), never a crash's.
+                name = _chunks_prefix(repo_key) + _short_hash(model, 10) + f"_w{wid}_b{bid}"
+                self._ensure_docs_collection(repo_key, _Held(name, model, dim, wid, bid), docs, ())
                 target = self._create_chunks_collection(repo_key, model, dim, scope=(wid, bid))
             check_vector_dimension(np.zeros(dim), target.dim, what=target.name)
             collection = self.client.collections.get(target.name)
@@ -644,7 +804,42 @@ class WeaviateVectorIndex:
                 insert_objects(collection, objects[start : start + _INSERT_BATCH],
                                labels[start : start + _INSERT_BATCH])
             written += len(objects)
+            if _docs_name(target.name) in docs:
+                self._place_documents(repo_key, target, list(latest.values()), docs)
+            else:  # an earlier kg's collection: its nodes rank by their best passage until a reindex
+                log.debug("no documents collection beside %s: node-level BM25F waits for a reindex",
+                          target.name)
         return written
+
+    def _place_documents(self, repo_key: str, held: _Held, placements: list[Placement],
+                         docs: dict[str, dict[str, str]]) -> None:
+        """Write one document object per placement into the documents collection beside
+        ``held``: a ``terms_<field>`` property per field (its chunks' terms, in chunk order),
+        the first chunk's seq and the version's key, path, type and property pairs."""
+        from weaviate.classes.data import DataObject
+
+        fields = {c.field for p in placements for c in p.chunks}
+        self._ensure_docs_collection(repo_key, held, docs, fields)
+        collection = self.client.collections.get(_docs_name(held.name))
+        objects, labels = [], []
+        for p in placements:
+            by_field: dict[str, list[str]] = {}
+            for c in sorted(p.chunks, key=lambda c: c.chunk_index):
+                by_field.setdefault(c.field, []).extend(analyze(c.text))
+            first = min(p.chunks, key=lambda c: c.chunk_index)
+            props: dict[str, Any] = {terms_property(field): " ".join(words) for field, words in by_field.items()}
+            props.update({
+                "contentKey": first.content_key, "chunkIndex": first.chunk_index, "seq": first.seq,
+                "versionKey": p.version_key, "nodeId": p.node_id, "path": p.path, "nodeType": p.node_type,
+                "props": sorted({pair for name, value in (p.properties or {}).items()
+                                 if (pair := property_pair(str(name), value)) is not None}),
+                "fields": sorted(by_field),
+            })
+            objects.append(DataObject(properties=props, uuid=object_id(
+                f"{repo_key}/w{held.workspace_id}", f"b{held.branch_id}", p.version_key, -1, held.model)))
+            labels.append(f"node {p.node_id} document")
+        for start in range(0, len(objects), _INSERT_BATCH):
+            insert_objects(collection, objects[start : start + _INSERT_BATCH], labels[start : start + _INSERT_BATCH])
 
     def placement_marks(self, repo_key: str) -> tuple[int, int]:
         """How far :meth:`place` has been fed from SQL: (chunk seq, revision).
@@ -798,6 +993,133 @@ class WeaviateVectorIndex:
             return again[0]
         return _Held(name, model, dim, wid, bid)
 
+    def _passage_documents(self, text: str, held: _Held, keys: Collection[str], base: Any,
+                           k: int) -> list[_Row]:
+        """The best passage of each content key in a chunks collection that has no documents
+        collection beside it (placed by an earlier kg): at least ``k`` keys when that many
+        match, each at its passage's BM25 score."""
+        from weaviate.classes.query import MetadataQuery
+
+        collection = self.client.collections.get(held.name)
+
+        def run(filters: Any, limit: int) -> list[_Row]:
+            with vendor_errors(f"search {held.name} by BM25"):
+                answer = collection.query.bm25(
+                    query=text, query_properties=["terms"], limit=limit, filters=filters,
+                    return_metadata=MetadataQuery(score=True), return_properties=_RETURNED,
+                )
+            return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
+
+        depth = max(1, k)
+        while True:
+            rows = self._ranked(self._unless_dropped(run, held), depth, keys, base=base)
+            first: dict[str, _Row] = {}
+            for row in rows:
+                first.setdefault(row.content_key, row)
+            if len(first) >= k or len(rows) < depth or depth >= MAX_QUERY_RESULTS:
+                return list(first.values())
+            depth = min(MAX_QUERY_RESULTS, 4 * depth)
+
+    def _best_passages(self, text: str, held: _Held, keys: Sequence[str]) -> dict[str, _Row]:
+        """The passage of best BM25 (lowest seq on a tie) of each version key of ``keys`` in a
+        chunks collection; a key without a matching passage is left out."""
+        from weaviate.classes.query import MetadataQuery
+
+        collection = self.client.collections.get(held.name)
+
+        def run(filters: Any, limit: int) -> list[_Row]:
+            with vendor_errors(f"search {held.name} by BM25"):
+                answer = collection.query.bm25(
+                    query=text, query_properties=["terms"], limit=limit, filters=filters,
+                    return_metadata=MetadataQuery(score=True), return_properties=_RETURNED,
+                )
+            return [_row(obj, float(obj.metadata.score or 0.0), None) for obj in answer.objects]
+
+        guarded = self._unless_dropped(run, held)
+        best: dict[str, _Row] = {}
+        remaining = list(dict.fromkeys(keys))
+        while remaining:
+            batch = remaining[: self.filter_batch_keys]
+            wanted = set(batch)
+            limit = min(MAX_QUERY_RESULTS, max(10, 4 * len(batch)))
+            while True:
+                rows = _sorted(guarded(translate_filters(version_keys=batch), limit))
+                cut = len(rows) >= limit and limit < MAX_QUERY_RESULTS
+                # Rows tied with the last one may have lower-seq twins beyond the cut.
+                floor = rows[-1].score if cut else -math.inf
+                got: dict[str, _Row] = {}
+                for row in rows:
+                    if row.key in wanted and row.key not in got and row.score > floor:
+                        got[row.key] = row
+                if got or not cut:
+                    break
+                limit = min(MAX_QUERY_RESULTS, 4 * limit)
+            best.update(got)
+            # Keys not got: none matching (not cut), or behind the cut: asked again.
+            remaining = [key for key in remaining if key not in best and (cut or key not in wanted)]
+        return best
+
+    def _docs_collections(self, repo_key: str) -> dict[str, dict[str, str]]:
+        """The repository's documents collections: name -> {terms property: field}."""
+        prefix = _docs_prefix(repo_key).lower()
+        with vendor_errors("list collections"):
+            schema = self.client.collections.list_all(simple=True)
+        out: dict[str, dict[str, str]] = {}
+        for name, config in schema.items():
+            if not name.lower().startswith(prefix):
+                continue
+            meta = _description(getattr(config, "description", None))
+            if meta.get("kg") != "docs" or meta.get("repo") != repo_key:
+                log.warning("ignoring collection %s: its description is not kg's", name)
+                continue
+            fields: dict[str, str] = {}
+            for prop in getattr(config, "properties", None) or []:
+                try:
+                    about = json.loads(getattr(prop, "description", None) or "")
+                except ValueError:
+                    continue
+                if isinstance(about, dict) and about.get("kg") == "terms" and isinstance(about.get("field"), str):
+                    fields[prop.name] = about["field"]
+            out[name] = fields
+        return out
+
+    def _ensure_docs_collection(self, repo_key: str, held: _Held, have: dict[str, dict[str, str]],
+                                fields: Collection[str]) -> None:
+        """Create the documents collection beside ``held`` unless it exists, and add the terms
+        properties of ``fields`` it lacks (another process may win either race); ``have`` is
+        :meth:`_docs_collections`' answer, updated."""
+        from weaviate.classes.config import DataType, Property, Tokenization
+
+        weaviate = import_weaviate()
+        name = _docs_name(held.name)
+        if name not in have:
+            meta = {"kg": "docs", "format": 1, "repo": repo_key, "model": held.model, "dim": held.dim,
+                    "workspace": held.workspace_id, "branch": held.branch_id}
+            try:
+                with vendor_errors(f"create collection {name}"):
+                    self.client.collections.create_from_dict(
+                        _docs_schema(name, json.dumps(meta, ensure_ascii=False)))
+            except BackendUnavailable as exc:
+                if not isinstance(exc.__cause__, weaviate.exceptions.UnexpectedStatusCodeError):
+                    raise
+                if name not in self._docs_collections(repo_key):
+                    raise
+            have[name] = dict(self._docs_collections(repo_key).get(name, {}))
+        held_fields = set(have[name].values())
+        for field in sorted(set(fields) - held_fields):
+            definition = _terms_property_definition(field)
+            prop = Property(name=definition["name"], data_type=DataType.TEXT,
+                            tokenization=Tokenization.WHITESPACE, index_filterable=False,
+                            index_searchable=True, description=definition["description"])
+            try:
+                with vendor_errors(f"add property {definition['name']} to {name}"):
+                    self.client.collections.get(name).config.add_property(prop)
+            except (BackendUnavailable, weaviate.exceptions.WeaviateInvalidInputError):
+                # Added meanwhile by another process?
+                if field not in self._docs_collections(repo_key).get(name, {}).values():
+                    raise
+            have[name][definition["name"]] = field
+
     def _ensure_state_collection(self) -> None:
         """Create ``KgIndexState`` unless it exists (another process may win the race)."""
         with vendor_errors("create the index state collection"):
@@ -846,3 +1168,24 @@ class WeaviateVectorIndex:
             for row in _complete(run, allowing(unique[start : start + self.filter_batch_keys]), k):
                 merged[row.seq] = row
         return _sorted(list(merged.values()))
+
+
+def _checked_weights(field_weights: Mapping[str, float] | None) -> dict[str, float]:
+    """Field weights as floats, refusing a negative or non-finite one."""
+    out: dict[str, float] = {}
+    for name, weight in (field_weights or {}).items():
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
+                or weight < 0:
+            raise InvalidInput(f"field weight of {name!r} must be a finite number >= 0",
+                               details={"field": name, "weight": weight})
+        out[str(name)] = float(weight)
+    return out
+
+
+def _integer_boosts(weights: Mapping[str, float]) -> tuple[dict[str, int], int]:
+    """Weights as integer boosts and the common factor they were scaled by: each weight is
+    rounded to a fraction of denominator <= 1000, all are multiplied by the least common
+    multiple of the denominators (``{"a": 1.5, "b": 1.0}`` -> ``({"a": 3, "b": 2}, 2)``)."""
+    fractions = {name: Fraction(weight).limit_denominator(_BOOST_DENOMINATOR) for name, weight in weights.items()}
+    scale = math.lcm(*(f.denominator for f in fractions.values())) if fractions else 1
+    return {name: int(f * scale) for name, f in fractions.items()}, scale

@@ -40,7 +40,8 @@ def object_id(collection: str, branch: str, source: str, chunk_index: int, model
         The node version's key (``"{node_id}:{content_key}"``), the RAG file name, or the
         name of a placement mark.
     chunk_index : int
-        Position of the chunk in its source, from 0; ``-1`` for a collection's meta object.
+        Position of the chunk in its source, from 0; ``-1`` for a collection's meta object and
+        for a node version's document object (kg's documents collections).
     model : str
         Embedding model name.
 

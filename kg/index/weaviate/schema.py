@@ -2,7 +2,8 @@
 
 A chunks collection per (repository, embedding model, workspace, branch), named
 ``KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>_w<workspace id>_b<branch id>`` with a
-JSON description kg reads back (:func:`_description`); one ``KgIndexState`` collection holds
+JSON description kg reads back (:func:`_description`), and beside it the documents collection
+of the same suffix (``KgDocs_...``, :func:`_docs_name`); one ``KgIndexState`` collection holds
 each repository's placement marks. See :mod:`kg.index.weaviate` for the layout.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from typing import Any
 
@@ -18,6 +20,10 @@ from kg.index.weaviate.objects import object_id
 STATE_COLLECTION = "KgIndexState"
 
 CHUNKS_PREFIX = "KgChunks_"
+
+DOCS_PREFIX = "KgDocs_"
+
+_PLAIN_FIELD = re.compile(r"[a-z][a-z0-9]{0,63}")
 
 
 def _short_hash(text: str, n: int) -> str:
@@ -28,6 +34,45 @@ def _short_hash(text: str, n: int) -> str:
 def _chunks_prefix(repo_key: str) -> str:
     """The name prefix of a repository's chunks collections."""
     return f"{CHUNKS_PREFIX}{_short_hash(repo_key, 12)}_"
+
+
+def _docs_prefix(repo_key: str) -> str:
+    """The name prefix of a repository's documents collections."""
+    return f"{DOCS_PREFIX}{_short_hash(repo_key, 12)}_"
+
+
+def _docs_name(chunks_name: str) -> str:
+    """The documents collection beside a chunks collection: the same suffix."""
+    return DOCS_PREFIX + chunks_name.removeprefix(CHUNKS_PREFIX)
+
+
+def terms_property(field: str) -> str:
+    """The property of a documents collection holding one node field's terms.
+
+    Parameters
+    ----------
+    field : str
+        The node property the chunks come from (:attr:`kg.index.base.IndexedChunk.field`);
+        ``""`` for chunks of unknown field.
+
+    Returns
+    -------
+    str
+        ``terms_<field>`` for a field matching ``[a-z][a-z0-9]{0,63}`` (``terms_title``,
+        ``terms_body``); any other (a capital, a space, ``""``) gives
+        ``terms__<sha256(field)[:16]>``. Always a valid Weaviate property name, and
+        injective: a plain name never holds ``_``.
+
+    Examples
+    --------
+    >>> terms_property("title")
+    'terms_title'
+    >>> terms_property("Summary Text").startswith("terms__")
+    True
+    """
+    if _PLAIN_FIELD.fullmatch(field):
+        return f"terms_{field}"
+    return f"terms__{_short_hash(field, 16)}"
 
 
 def _legacy_watermark_id(repo_key: str) -> uuid.UUID:
@@ -82,6 +127,46 @@ def _chunks_schema(name: str, description: str) -> dict[str, Any]:
              "indexFilterable": True, "indexSearchable": False},
         ],
     }
+
+
+def _docs_schema(name: str, description: str) -> dict[str, Any]:
+    """The class definition of the documents collection beside a chunks collection: one object
+    per node version, its ``terms_<field>`` properties added as fields appear
+    (:func:`_terms_property_definition`)."""
+    return {
+        "class": name,
+        "description": description,
+        "vectorizer": "none",
+        "vectorIndexType": "hnsw",
+        "vectorIndexConfig": {"distance": "cosine"},
+        "invertedIndexConfig": {"stopwords": {"preset": "none"}, "bm25": {"k1": 1.2, "b": 0.75}},
+        "properties": [
+            {"name": "contentKey", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "chunkIndex", "dataType": ["int"]},
+            {"name": "seq", "dataType": ["int"]},
+            {"name": "versionKey", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "nodeId", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "path", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "nodeType", "dataType": ["text"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "props", "dataType": ["text[]"], "tokenization": "field",
+             "indexFilterable": True, "indexSearchable": False},
+            {"name": "fields", "dataType": ["text[]"], "tokenization": "field",
+             "indexFilterable": False, "indexSearchable": False},
+        ],
+    }
+
+
+def _terms_property_definition(field: str) -> dict[str, Any]:
+    """The ``terms_<field>`` property of a documents collection (whitespace-tokenized, BM25
+    searchable, like a chunk's ``terms``)."""
+    return {"name": terms_property(field), "dataType": ["text"], "tokenization": "whitespace",
+            "indexFilterable": False, "indexSearchable": True,
+            "description": json.dumps({"kg": "terms", "field": field}, ensure_ascii=False)}
 
 
 _STATE_SCHEMA: dict[str, Any] = {
