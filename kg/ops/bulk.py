@@ -554,7 +554,8 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
         relations.append({
             "repo_id": repo.id, "branch_id": ctx.branch.id, "from_node_id": ids[r.source],
             "to_node_id": ids[r.target], "from_address": f"{r.source[0]}:{r.source[1]}",
-            "to_address": f"{r.target[0]}:{r.target[1]}", "rel_type": edge.type, "weight": edge.weight, "properties": edge.properties,
+            "to_address": f"{r.target[0]}:{r.target[1]}", "rel_type": edge.type, "weight": edge.weight,
+            "properties": edge.properties,
             "deleted": False, "created_at": _utc(edge.created_at) or now})
     return _Plan(repo.id, repo.uid, wids, nodes, references, relations,
                  _check_chunks(services, session, repo, bulk, keys), created)
