@@ -49,6 +49,14 @@ _MIN_TAIL_POSTINGS = 1 << 17
 """The tail is merged into the frozen segment once it holds this many postings and more than a
 quarter of the frozen ones."""
 
+_CANDIDATE_SHARE = 1 / 8
+"""MaxScore gives up once the candidates exceed this share of the documents (a dense pass is
+then as cheap)."""
+
+_PRUNE_GAIN = 4
+"""MaxScore prunes only when the remaining terms hold this many times more postings than there
+are candidates (below that, scoring them in full costs no more than looking them up)."""
+
 _ARRAYS_FORMAT = 1
 """Version of the layout of :meth:`BM25Index.to_arrays`."""
 
@@ -460,7 +468,9 @@ class BM25Index:
                 raise ValueError(f"mask must have shape (n,) with n <= {n_docs}: {mask.shape}")
             n = len(mask)
             n_selected = int(np.count_nonzero(mask))
-            avgdl = float(lengths_buf[:n][mask].mean()) if n_selected else 0.0
+            # The exact integer sum, as the float64 mean of the selected lengths has it.
+            selected_total = int(np.add.reduce(lengths_buf[:n], where=mask, dtype=np.int64))
+            avgdl = selected_total / n_selected if n_selected else 0.0
         if n_selected == 0 or avgdl == 0.0:
             return []
         lengths = lengths_buf[:n]
@@ -485,12 +495,23 @@ class BM25Index:
             best = top_k_indices(scores, k, tiebreak=candidates)
             return [(int(candidates[i]), float(scores[i])) for i in best]
         scores = np.zeros(n, dtype=np.float64)
+        doc_norm = None
+        if sum(len(t.ids) for t in terms) > n // 2:
+            # Frequent terms: every document's normalisation once, infinite where the mask
+            # leaves a document out (its contributions are then exactly 0), instead of
+            # selecting and normalising each term's postings.
+            doc_norm = self.k1 * (1.0 - self.b + self.b * (lengths / avgdl))
+            if mask is not None:
+                doc_norm[~mask] = np.inf
         for t in terms:
             ids, tfs = t.ids, t.tfs
-            if t.keep is not None:
-                ids, tfs = ids[t.keep], tfs[t.keep]
+            if doc_norm is not None:
+                norm = doc_norm[ids]
+            else:
+                if t.keep is not None:
+                    ids, tfs = ids[t.keep], tfs[t.keep]
+                norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
             tf = tfs.astype(np.float64)
-            norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
             scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + norm)
         hits = np.flatnonzero(scores > 0)
         best = hits[top_k_indices(scores[hits], k)] if hits.size else hits
@@ -504,15 +525,18 @@ class BM25Index:
             return None
         order = sorted(range(len(terms)), key=lambda i: (terms[i].df, i))  # rarest first
         bounds = [float(terms[i].idf) * (self.k1 + 1.0) for i in order]
-        union = np.zeros(0, np.int64)
+        union = np.zeros(0, np.int32)
         for p in range(1, len(terms)):
             t = terms[order[p - 1]]
-            ids = t.ids if t.keep is None else t.ids[t.keep]
-            union = np.union1d(union, ids)
-            if len(union) > n // 8:  # too many candidates for pruning to pay
+            union = np.concatenate((union, t.ids if t.keep is None else t.ids[t.keep]))
+            union.sort()
+            union = union[np.flatnonzero(np.diff(union, prepend=-1))]
+            if len(union) > n * _CANDIDATE_SHARE:
                 return None
             rest = sum(bounds[p:])
-            if len(union) < k or sum(terms[i].df for i in order[p:]) < 4 * len(union):
+            # The k-th partial score is at most the candidates' bound: no use trying below it.
+            if (len(union) < k or rest >= sum(bounds[:p])
+                    or sum(terms[i].df for i in order[p:]) < _PRUNE_GAIN * len(union)):
                 continue
             partial = self._score_docs([terms[i] for i in sorted(order[:p])], union, lengths, avgdl)
             kth = float(np.partition(partial, len(partial) - k)[len(partial) - k])
@@ -663,6 +687,7 @@ class BM25Index:
         n_docs_selected = int(np.count_nonzero(selected))
         scores = np.zeros(n_groups, dtype=np.float64)
         terms: list[_Term] = []
+        term_groups: list[np.ndarray] = []
         for term in query_terms:
             postings = self._postings(state, term, n)
             if postings is None:
@@ -676,10 +701,13 @@ class BM25Index:
                                np.log1p((n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))))
             ftfs = tfs.astype(np.float64)
             g, f = groups[ids], fields[ids]
+            term_groups.append(g)
             pseudo = np.bincount(g, weights=weights[f] * ftfs / norm[g, f], minlength=n_groups)
-            df = int(np.count_nonzero(np.bincount(g, minlength=n_groups)))
+            holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
+            df = len(holding)
             idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
-            scores += idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
+            pseudo = pseudo[holding]  # the other groups would add 0
+            scores[holding] += idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
         hits = np.flatnonzero(scores > 0)
         if not hits.size:
             return []
@@ -688,7 +716,9 @@ class BM25Index:
         # scored for the passages of those groups only.
         wanted = np.zeros(n_groups, dtype=bool)
         wanted[best] = True
-        rows = np.unique(np.concatenate([t.ids[wanted[groups[t.ids]]] for t in terms]))
+        rows = np.concatenate([t.ids[wanted[g]] for t, g in zip(terms, term_groups, strict=True)])
+        rows.sort()
+        rows = rows[np.flatnonzero(np.diff(rows, prepend=-1))]
         doc_scores = self._score_docs(terms, rows, lengths, doc_avgdl, grouped=True)
         order = np.lexsort((rows, -doc_scores, groups[rows]))
         rows = rows[order]
