@@ -11,7 +11,7 @@ segments:
 * a small **tail** segment for the documents added since the last freeze: per term one
   ``int32`` array of shape ``(2, capacity)`` (doc ids, then frequencies) that grows by doubling.
 
-When the tail holds more than a quarter of the frozen postings (and at least
+When the tail holds half as many postings as the frozen segment (and at least
 :data:`_MIN_TAIL_POSTINGS`), the writer merges it into a new frozen segment (one
 :func:`numpy.insert` per array, O(postings)) and starts an empty tail, so a run of appends costs
 amortised O(1) copies per posting. The frozen segment is what a snapshot stores
@@ -45,9 +45,9 @@ from kg.index.tokenize import analyze
 
 __all__ = ["BM25Index", "GroupHit", "top_k_indices"]
 
-_MIN_TAIL_POSTINGS = 1 << 17
-"""The tail is merged into the frozen segment once it holds this many postings and more than a
-quarter of the frozen ones."""
+_MIN_TAIL_POSTINGS = 1 << 20
+"""The tail is merged into the frozen segment once it holds this many postings (about 10,000
+chunks of 150 words) and half as many as the frozen segment."""
 
 _CANDIDATE_SHARE = 1 / 8
 """MaxScore gives up once the candidates exceed this share of the documents (a dense pass is
@@ -202,7 +202,8 @@ class BM25Index:
         -----
         O(total text length + distinct terms of the batch), amortised: each tail array grows by
         doubling, and the tail is merged into the frozen segment (O(all postings)) only when it
-        holds a quarter as many postings as the frozen segment.
+        holds half as many postings as the frozen segment: about 3 copies of each posting in
+        all over a run of appends.
         """
         state = self._state
         n_docs = state.n_docs
@@ -247,7 +248,7 @@ class BM25Index:
         tail_postings = state.tail_postings + len(terms)
         self._state = state = _State(state.frozen, tail, tail_postings, lengths_buf, new_n,
                                      state.total + sum(lengths))
-        if tail_postings >= max(_MIN_TAIL_POSTINGS, len(state.frozen.doc_ids) // 4):
+        if tail_postings >= max(_MIN_TAIL_POSTINGS, len(state.frozen.doc_ids) // 2):
             self._state = state._replace(frozen=_merged(state), tail={}, tail_postings=0)
 
     def freeze(self) -> None:
@@ -634,7 +635,9 @@ class BM25Index:
         is exactly :meth:`search`'s BM25. Overlapping passages (a body chunked with overlap)
         count their shared words twice.
 
-        Time O(n + sum of df over the query terms + r log r) for r matching groups.
+        Time O(n + sum of df over the query terms + r log r) for r matching groups; the
+        passage-level scores for ``best_doc`` are computed for the passages of the returned
+        groups only (binary search in each term's postings).
 
         References
         ----------
