@@ -1,19 +1,42 @@
 """An in-memory inverted index ranked by Okapi BM25, with statistics over a candidate subset.
 
-Documents are dense row numbers ``0, 1, 2, ...`` added in order. Each term keeps its postings as
-one ``int32`` array of shape ``(2, capacity)``: row 0 the ascending document ids, row 1 the term
-frequencies; a batch of documents appends one chunk per term, and the array grows by doubling.
+Documents are dense row numbers ``0, 1, 2, ...`` added in order. The postings live in two
+segments:
 
-Searches may run while one writer adds documents (callers serialise writers). A writer only
-writes past the published size of an array (or into a fresh, larger copy) and then publishes
-the new ``(array, size)`` pair with one assignment, so a reader always sees a consistent prefix.
+* a **frozen** segment in compressed sparse row (CSR) form: a vocabulary ``term -> term id``,
+  ``indptr`` (int64, shape ``(n_terms + 1,)``) and, for term ``t``, the slice
+  ``indptr[t]:indptr[t + 1]`` of ``doc_ids`` (int32, ascending) and ``tfs`` (the term
+  frequencies, uint16, or int32 when one exceeds 65,535). Six bytes a posting, one Python
+  object per term (its vocabulary entry), no spare capacity.
+* a small **tail** segment for the documents added since the last freeze: per term one
+  ``int32`` array of shape ``(2, capacity)`` (doc ids, then frequencies) that grows by doubling.
+
+When the tail holds half as many postings as the frozen segment (and at least
+:data:`_MIN_TAIL_POSTINGS`), the writer merges it into a new frozen segment (one
+:func:`numpy.insert` per array, O(postings)) and starts an empty tail, so a run of appends costs
+amortised O(1) copies per posting. The frozen segment is what a snapshot stores
+(:meth:`BM25Index.to_arrays`, :meth:`BM25Index.from_arrays`), so loading one does not re-analyse
+the texts.
+
+Searches may run while one writer adds documents (callers serialise writers). The state a
+search reads (frozen segment, tail, document lengths and counts) is one immutable tuple,
+published with one assignment; a writer only writes past the published size of a tail array or
+of the lengths (or into a fresh, larger copy), and a freeze builds new arrays, so a reader always
+sees a consistent prefix.
+
+Ranking is exact. :meth:`BM25Index.search` skips most of the work for the frequent terms of a
+query with the MaxScore idea of Turtle and Flood (1995): a term's contribution is below
+``idf * (k1 + 1)``, so once the rare terms' candidates hold k documents scoring above the sum of
+the other terms' bounds, no other document can enter the top k, and the frequent terms are
+looked up (binary search) for the candidates only. Every score is computed with the same
+floating-point operations, in the query's term order, as a full evaluation.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -22,7 +45,20 @@ from kg.index.tokenize import analyze
 
 __all__ = ["BM25Index", "GroupHit", "top_k_indices"]
 
-_Postings = tuple[np.ndarray, int]
+_MIN_TAIL_POSTINGS = 1 << 20
+"""The tail is merged into the frozen segment once it holds this many postings (about 10,000
+chunks of 150 words) and half as many as the frozen segment."""
+
+_CANDIDATE_SHARE = 1 / 8
+"""MaxScore gives up once the candidates exceed this share of the documents (a dense pass is
+then as cheap)."""
+
+_PRUNE_GAIN = 4
+"""MaxScore prunes only when the remaining terms hold this many times more postings than there
+are candidates (below that, scoring them in full costs no more than looking them up)."""
+
+_ARRAYS_FORMAT = 1
+"""Version of the layout of :meth:`BM25Index.to_arrays`."""
 
 
 class GroupHit(NamedTuple):
@@ -34,7 +70,41 @@ class GroupHit(NamedTuple):
     """The group's BM25F score (> 0)."""
     best_doc: int
     """The group's document (passage) with the highest passage-level BM25 score."""
-"""``(array of shape (2, capacity) int32: doc ids then term freqs, size)``."""
+
+
+class _Frozen(NamedTuple):
+    """The CSR segment: immutable once published."""
+
+    vocabulary: dict[str, int]  # term -> term id, insert-only while frozen: never mutated
+    indptr: np.ndarray  # (n_terms + 1,) int64
+    doc_ids: np.ndarray  # (n_postings,) int32, ascending within a term
+    tfs: np.ndarray  # (n_postings,) uint16 or int32
+    n_docs: int  # the segment holds documents 0..n_docs-1
+
+
+class _State(NamedTuple):
+    """What a search reads, published with one assignment."""
+
+    frozen: _Frozen
+    tail: dict[str, tuple[np.ndarray, int]]  # term -> ((2, capacity) int32, size); ids >= frozen.n_docs
+    tail_postings: int
+    lengths: np.ndarray  # (capacity,) int32, document lengths in terms; the first n_docs are set
+    n_docs: int
+    total: int  # sum of the first n_docs lengths
+
+
+class _Term(NamedTuple):
+    """A query term's postings among the candidates of one search."""
+
+    ids: np.ndarray  # (m,) int32 ascending doc ids < n (selected or not)
+    tfs: np.ndarray  # (m,) int, term frequencies
+    keep: np.ndarray | None  # (m,) bool, selected postings; None: all
+    df: int
+    idf: float
+
+
+def _empty_frozen() -> _Frozen:
+    return _Frozen({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint16), 0)
 
 
 class BM25Index:
@@ -51,13 +121,17 @@ class BM25Index:
 
     Notes
     -----
-    Memory: 8 bytes per posting (doc id and frequency, ``int32``) plus up to the same again in
-    spare capacity, 4 bytes per document for its length, and one array per distinct term.
+    Memory: 6 bytes per frozen posting (int32 doc id, uint16 frequency), 8 per tail posting plus
+    up to the same again in spare capacity, 4 bytes per document for its length, and one
+    vocabulary entry (the term string and a dict slot, about 100 bytes) per distinct term.
+    Measured by ``bench/bm25_scale.py``.
 
     References
     ----------
     .. [1] S. Robertson and H. Zaragoza, "The Probabilistic Relevance Framework: BM25 and
        Beyond", Foundations and Trends in Information Retrieval 3(4), 2009, pp. 333-389.
+    .. [2] H. Turtle and J. Flood, "Query evaluation: strategies and optimizations",
+       Information Processing & Management 31(6), 1995, pp. 831-850 (MaxScore).
     """
 
     def __init__(
@@ -72,20 +146,27 @@ class BM25Index:
         self.k1 = k1
         self.b = b
         self._analyze = analyzer
-        self._postings: dict[str, _Postings] = {}
-        # (document lengths in terms, int32 with spare capacity; number of documents; sum of
-        # lengths), published together.
-        self._docs: tuple[np.ndarray, int, int] = (np.zeros(0, np.int32), 0, 0)
+        self._state = _State(_empty_frozen(), {}, 0, np.zeros(0, np.int32), 0, 0)
 
     @property
     def n_docs(self) -> int:
         """Number of documents added."""
-        return self._docs[1]
+        return self._state.n_docs
 
     @property
     def n_terms(self) -> int:
         """Number of distinct terms (vocabulary size)."""
-        return len(self._postings)
+        state = self._state
+        vocabulary = state.frozen.vocabulary
+        return len(vocabulary) + sum(1 for term in list(state.tail) if term not in vocabulary)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the postings and length arrays (capacity included; not the vocabulary)."""
+        state = self._state
+        frozen = state.frozen
+        arrays = frozen.indptr.nbytes + frozen.doc_ids.nbytes + frozen.tfs.nbytes
+        return arrays + state.lengths.nbytes + sum(buf.nbytes for buf, _ in list(state.tail.values()))
 
     def add(self, doc_id: int, text: str) -> None:
         """Add one document.
@@ -119,10 +200,13 @@ class BM25Index:
 
         Notes
         -----
-        O(total text length + distinct terms of the batch), amortised: each term's array grows
-        by doubling.
+        O(total text length + distinct terms of the batch), amortised: each tail array grows by
+        doubling, and the tail is merged into the frozen segment (O(all postings)) only when it
+        holds half as many postings as the frozen segment: about 3 copies of each posting in
+        all over a run of appends.
         """
-        lengths_buf, n_docs, total = self._docs
+        state = self._state
+        n_docs = state.n_docs
         # One (term, doc, tf) triple per distinct term of each document, built at C speed.
         terms: list[str] = []
         doc_ids: list[int] = []
@@ -148,19 +232,160 @@ class BM25Index:
         grouped_ids = np.asarray(doc_ids, dtype=np.int32)[order]
         grouped_tfs = np.asarray(tfs, dtype=np.int32)[order]
         starts = np.flatnonzero(np.diff(numbers, prepend=-1)).tolist()
+        tail = state.tail
         for start, end in zip(starts, [*starts[1:], len(numbers)], strict=False):  # no term: no slice
             term = vocabulary[numbers[start]]
-            old = self._postings.get(term)
+            old = tail.get(term)
             buf, size = old if old is not None else (np.empty((2, 0), np.int32), 0)
             grown = size + end - start
             buf = _reserve(buf, grown)
             buf[0, size:grown] = grouped_ids[start:end]
             buf[1, size:grown] = grouped_tfs[start:end]
-            self._postings[term] = (buf, grown)
+            tail[term] = (buf, grown)
         new_n = n_docs + len(lengths)
-        lengths_buf = _reserve(lengths_buf, new_n)
+        lengths_buf = _reserve(state.lengths, new_n)
         lengths_buf[n_docs:new_n] = lengths
-        self._docs = (lengths_buf, new_n, total + sum(lengths))
+        tail_postings = state.tail_postings + len(terms)
+        self._state = state = _State(state.frozen, tail, tail_postings, lengths_buf, new_n,
+                                     state.total + sum(lengths))
+        if tail_postings >= max(_MIN_TAIL_POSTINGS, len(state.frozen.doc_ids) // 2):
+            self._state = state._replace(frozen=_merged(state), tail={}, tail_postings=0)
+
+    def freeze(self) -> None:
+        """Merge the tail segment into the frozen one now (a writer operation).
+
+        Notes
+        -----
+        O(postings). Searches give the same results before and after; they go on meanwhile.
+        """
+        state = self._state
+        if state.tail:
+            self._state = state._replace(frozen=_merged(state), tail={}, tail_postings=0)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The index as plain arrays, for a snapshot (:func:`numpy.savez`); see :meth:`from_arrays`.
+
+        Returns
+        -------
+        dict of str to ndarray
+            ``format`` (shape (1,), int64), ``lengths`` (shape (n_docs,), int32), ``indptr``
+            (shape (n_terms + 1,), int64), ``doc_ids`` (shape (n_postings,), int32),
+            ``tfs`` (shape (n_postings,), uint16 or int32), ``term_offsets`` (shape
+            (n_terms + 1,), int64: character offsets into the joined terms) and ``term_utf8``
+            (uint8: the terms joined, UTF-8). Term ``t`` is the string between its offsets;
+            its postings are ``doc_ids[indptr[t]:indptr[t + 1]]`` and the same slice of ``tfs``.
+
+        Notes
+        -----
+        O(postings); the index itself is left as it is (the tail is merged into a copy), so
+        this may run while searches do, but not while a writer adds.
+        """
+        state = self._state
+        frozen = _merged(state) if state.tail else state.frozen
+        terms = list(frozen.vocabulary)
+        offsets = np.concatenate(([0], np.cumsum([len(t) for t in terms], dtype=np.int64)))
+        return {
+            "format": np.array([_ARRAYS_FORMAT], np.int64),
+            "lengths": state.lengths[: state.n_docs].copy(),
+            "indptr": frozen.indptr,
+            "doc_ids": frozen.doc_ids,
+            "tfs": frozen.tfs,
+            "term_offsets": offsets,
+            "term_utf8": np.frombuffer("".join(terms).encode("utf-8", "surrogatepass"), np.uint8),
+        }
+
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, np.ndarray],
+        *,
+        k1: float = 1.2,
+        b: float = 0.75,
+        analyzer: Callable[[str], list[str]] = analyze,
+    ) -> BM25Index:
+        """An index from the arrays of :meth:`to_arrays`, without analysing any text.
+
+        Parameters
+        ----------
+        arrays : mapping of str to ndarray
+            What :meth:`to_arrays` returned (e.g. an ``NpzFile``).
+        k1, b, analyzer
+            As for :class:`BM25Index`; the analyzer must be the one the arrays were built with.
+
+        Returns
+        -------
+        BM25Index
+            Scores exactly as the index the arrays came from.
+
+        Raises
+        ------
+        ValueError
+            The arrays are of another format or do not fit together (a damaged snapshot).
+        KeyError
+            An array is missing.
+
+        Notes
+        -----
+        O(postings) for the checks and O(n_terms) to rebuild the vocabulary.
+        """
+        if np.asarray(arrays["format"]).tolist() != [_ARRAYS_FORMAT]:
+            raise ValueError(f"BM25 arrays are not of format {_ARRAYS_FORMAT}")
+        lengths = np.asarray(arrays["lengths"])
+        indptr = np.asarray(arrays["indptr"])
+        doc_ids = np.asarray(arrays["doc_ids"])
+        tfs = np.asarray(arrays["tfs"])
+        offsets = np.asarray(arrays["term_offsets"])
+        blob = np.asarray(arrays["term_utf8"])
+        if (lengths.dtype != np.int32 or indptr.dtype != np.int64 or doc_ids.dtype != np.int32
+                or tfs.dtype not in (np.uint16, np.int32) or offsets.dtype != np.int64
+                or blob.dtype != np.uint8):
+            raise ValueError("BM25 arrays have the wrong dtypes")
+        n_docs, n_terms = len(lengths), len(indptr) - 1
+        if (lengths.ndim != 1 or indptr.ndim != 1 or n_terms < 0 or doc_ids.shape != tfs.shape
+                or doc_ids.ndim != 1 or indptr[0] != 0 or indptr[-1] != len(doc_ids)
+                or (np.diff(indptr) < 0).any() or offsets.shape != (n_terms + 1,)):
+            raise ValueError("BM25 arrays do not fit together")
+        if len(doc_ids) and (doc_ids.min() < 0 or doc_ids.max() >= n_docs or tfs.min() <= 0):
+            raise ValueError("BM25 postings are out of range")
+        if (lengths < 0).any():
+            raise ValueError("BM25 document lengths are negative")
+        # Ascending within each term: a step down is allowed only where a term starts.
+        steps = np.flatnonzero(np.diff(doc_ids) <= 0) + 1
+        if not np.isin(steps, indptr).all():
+            raise ValueError("BM25 postings are not ascending")
+        joined = blob.tobytes().decode("utf-8", "surrogatepass")
+        bounds = offsets.tolist()
+        if bounds[0] != 0 or bounds[-1] != len(joined) or any(x > y for x, y in itertools.pairwise(bounds)):
+            raise ValueError("BM25 term offsets do not match their blob")
+        vocabulary = {joined[x:y]: i for i, (x, y) in enumerate(itertools.pairwise(bounds))}
+        if len(vocabulary) != n_terms:
+            raise ValueError("BM25 terms are not distinct")
+        index = cls(k1=k1, b=b, analyzer=analyzer)
+        frozen = _Frozen(vocabulary, indptr, doc_ids, tfs, n_docs)
+        index._state = _State(frozen, {}, 0, lengths, n_docs, int(lengths.sum(dtype=np.int64)))
+        return index
+
+    def _postings(self, state: _State, term: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(doc ids, tfs)`` of ``term`` among documents ``0..n-1``, ascending; None if none."""
+        frozen = state.frozen
+        tid = frozen.vocabulary.get(term)
+        entry = state.tail.get(term) if n > frozen.n_docs else None
+        if tid is not None:
+            start, end = int(frozen.indptr[tid]), int(frozen.indptr[tid + 1])
+            ids, tfs = frozen.doc_ids[start:end], frozen.tfs[start:end]
+            if entry is not None:
+                buf, size = entry
+                ids = np.concatenate((ids, buf[0, :size]))
+                tfs = np.concatenate((tfs, buf[1, :size]))
+        elif entry is not None:
+            buf, size = entry
+            ids, tfs = buf[0, :size], buf[1, :size]
+        else:
+            return None
+        if len(ids) and ids[-1] >= n:  # documents past the mask (or added since it was made)
+            cut = int(np.searchsorted(ids, n))
+            ids, tfs = ids[:cut], tfs[:cut]
+        return (ids, tfs) if len(ids) else None
 
     def search(
         self, query: str, k: int, mask: np.ndarray | None = None
@@ -211,20 +436,31 @@ class BM25Index:
         by ``k1 + 1`` (same ranking); it also stores lengths lossily, which shifts its scores a
         little.
 
-        Time O(n + sum of df over the query terms + r log r) for r matching documents; memory
-        O(n) for the score accumulator.
+        Evaluation (MaxScore, Turtle and Flood 1995): the terms are taken rarest first; as soon
+        as the documents holding the rarest ones (the candidates) include k whose partial score
+        exceeds the sum of the remaining terms' bounds ``idf * (k1 + 1)``, no other document can
+        reach the top k, and the remaining terms are looked up for the candidates only, by
+        binary search. Otherwise every posting is scored into a dense accumulator. Either way a
+        document's score is the same float sum, in query-term order.
+
+        Time O(n + sum of df over the query terms + r log r) for r matching documents in the
+        worst case; with pruning the frequent terms cost O(df) (one boolean gather, for their
+        df among the selected documents) plus O(c log df) for c candidates. Memory O(n).
 
         References
         ----------
         .. [1] S. Robertson and H. Zaragoza, "The Probabilistic Relevance Framework: BM25 and
            Beyond", Foundations and Trends in Information Retrieval 3(4), 2009, pp. 333-389.
+        .. [2] H. Turtle and J. Flood, "Query evaluation: strategies and optimizations",
+           Information Processing & Management 31(6), 1995, pp. 831-850.
         """
         if k <= 0:
             return []
-        terms = list(dict.fromkeys(self._analyze(query)))
-        if not terms:
+        query_terms = list(dict.fromkeys(self._analyze(query)))
+        if not query_terms:
             return []
-        lengths_buf, n_docs, total = self._docs
+        state = self._state
+        lengths_buf, n_docs, total = state.lengths, state.n_docs, state.total
         if mask is None:
             n, n_selected, avgdl = n_docs, n_docs, total / n_docs if n_docs else 0.0
         else:
@@ -233,34 +469,103 @@ class BM25Index:
                 raise ValueError(f"mask must have shape (n,) with n <= {n_docs}: {mask.shape}")
             n = len(mask)
             n_selected = int(np.count_nonzero(mask))
-            avgdl = float(lengths_buf[:n][mask].mean()) if n_selected else 0.0
+            # The exact integer sum, as the float64 mean of the selected lengths has it.
+            selected_total = int(np.add.reduce(lengths_buf[:n], where=mask, dtype=np.int64))
+            avgdl = selected_total / n_selected if n_selected else 0.0
         if n_selected == 0 or avgdl == 0.0:
             return []
         lengths = lengths_buf[:n]
-        scores = np.zeros(n, dtype=np.float64)
-        for term in terms:
-            entry = self._postings.get(term)
-            if entry is None:
+        terms: list[_Term] = []
+        for term in query_terms:
+            postings = self._postings(state, term, n)
+            if postings is None:
                 continue
-            buf, size = entry
-            ids, tfs = buf[0, :size], buf[1, :size]
-            if size and ids[-1] >= n:  # documents past the mask (or added since it was made)
-                cut = int(np.searchsorted(ids, n))
-                ids, tfs = ids[:cut], tfs[:cut]
-            if mask is not None:
-                keep = mask[ids]
-                ids, tfs = ids[keep], tfs[keep]
-            df = len(ids)
+            ids, tfs = postings
+            keep = None if mask is None else mask[ids]
+            df = len(ids) if keep is None else int(np.count_nonzero(keep))
             if df == 0:
                 continue
-            idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
+            terms.append(_Term(ids, tfs, keep, df, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
+        if not terms:
+            return []
+        candidates = self._candidates(terms, k, lengths, avgdl, n)
+        if candidates is not None:
+            scores = self._score_docs(terms, candidates, lengths, avgdl)
+            hit = scores > 0
+            candidates, scores = candidates[hit], scores[hit]
+            best = top_k_indices(scores, k, tiebreak=candidates)
+            return [(int(candidates[i]), float(scores[i])) for i in best]
+        scores = np.zeros(n, dtype=np.float64)
+        doc_norm = None
+        if sum(len(t.ids) for t in terms) > n // 2:
+            # Frequent terms: every document's normalisation once, infinite where the mask
+            # leaves a document out (its contributions are then exactly 0), instead of
+            # selecting and normalising each term's postings.
+            doc_norm = self.k1 * (1.0 - self.b + self.b * (lengths / avgdl))
+            if mask is not None:
+                doc_norm[~mask] = np.inf
+        for t in terms:
+            ids, tfs = t.ids, t.tfs
+            if doc_norm is not None:
+                norm = doc_norm[ids]
+            else:
+                if t.keep is not None:
+                    ids, tfs = ids[t.keep], tfs[t.keep]
+                norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
             tf = tfs.astype(np.float64)
-            norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
-            scores[ids] += idf * tf * (self.k1 + 1.0) / (tf + norm)
+            scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + norm)
         hits = np.flatnonzero(scores > 0)
         best = hits[top_k_indices(scores[hits], k)] if hits.size else hits
         return [(int(d), float(scores[d])) for d in best]
 
+    def _candidates(
+        self, terms: list[_Term], k: int, lengths: np.ndarray, avgdl: float, n: int
+    ) -> np.ndarray | None:
+        """MaxScore: ascending doc ids outside which no document reaches the top ``k``, or None."""
+        if len(terms) < 2:
+            return None
+        order = sorted(range(len(terms)), key=lambda i: (terms[i].df, i))  # rarest first
+        bounds = [float(terms[i].idf) * (self.k1 + 1.0) for i in order]
+        union = np.zeros(0, np.int32)
+        for p in range(1, len(terms)):
+            t = terms[order[p - 1]]
+            union = np.concatenate((union, t.ids if t.keep is None else t.ids[t.keep]))
+            union.sort()
+            union = union[np.flatnonzero(np.diff(union, prepend=-1))]
+            if len(union) > n * _CANDIDATE_SHARE:
+                return None
+            rest = sum(bounds[p:])
+            # The k-th partial score is at most the candidates' bound: no use trying below it.
+            if (len(union) < k or rest >= sum(bounds[:p])
+                    or sum(terms[i].df for i in order[p:]) < _PRUNE_GAIN * len(union)):
+                continue
+            partial = self._score_docs([terms[i] for i in sorted(order[:p])], union, lengths, avgdl)
+            kth = float(np.partition(partial, len(partial) - k)[len(partial) - k])
+            if rest < kth * (1.0 - 1e-9):  # a margin for the rounding of float sums
+                return union
+        return None
+
+    def _score_docs(
+        self, terms: list[_Term], docs: np.ndarray, lengths: np.ndarray, avgdl: float,
+        *, grouped: bool = False,
+    ) -> np.ndarray:
+        """BM25 scores of the selected, ascending ``docs``: float64, shape (len(docs),).
+
+        ``grouped`` rounds the length normalisation as :meth:`search_groups` always has.
+        """
+        scores = np.zeros(len(docs), dtype=np.float64)
+        for t in terms:
+            pos = np.searchsorted(t.ids, docs)
+            found = pos < len(t.ids)
+            found[found] = t.ids[pos[found]] == docs[found]
+            ids = docs[found]
+            tf = t.tfs[pos[found]].astype(np.float64)
+            if grouped:
+                norm = self.k1 * (1.0 - self.b + self.b * lengths[ids].astype(np.float64) / avgdl)
+            else:
+                norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
+            scores[found] += t.idf * tf * (self.k1 + 1.0) / (tf + norm)
+        return scores
 
     def search_groups(
         self,
@@ -330,7 +635,9 @@ class BM25Index:
         is exactly :meth:`search`'s BM25. Overlapping passages (a body chunked with overlap)
         count their shared words twice.
 
-        Time O(n + sum of df over the query terms + r log r) for r matching groups.
+        Time O(n + sum of df over the query terms + r log r) for r matching groups; the
+        passage-level scores for ``best_doc`` are computed for the passages of the returned
+        groups only (binary search in each term's postings).
 
         References
         ----------
@@ -341,7 +648,8 @@ class BM25Index:
            weighted fields", CIKM 2004, pp. 42-49.
         """
         groups = np.asarray(groups, dtype=np.int64)
-        lengths_buf, n_docs, _ = self._docs
+        state = self._state
+        lengths_buf, n_docs = state.lengths, state.n_docs
         if groups.ndim != 1 or len(groups) > n_docs:
             raise ValueError(f"groups must have shape (n,) with n <= {n_docs}: {groups.shape}")
         n = len(groups)
@@ -362,14 +670,15 @@ class BM25Index:
             selected &= mask
         if k <= 0:
             return []
-        terms = list(dict.fromkeys(self._analyze(query)))
-        if not terms or not selected.any():
+        query_terms = list(dict.fromkeys(self._analyze(query)))
+        if not query_terms or not selected.any():
             return []
-        lengths = lengths_buf[:n].astype(np.float64)
+        lengths = lengths_buf[:n]
+        flengths = lengths.astype(np.float64)
         n_groups = int(groups.max()) + 1
         # Per (group, field) length, and each selected group's presence.
         cell = groups * n_fields + fields
-        field_len = np.bincount(cell[selected], weights=lengths[selected],
+        field_len = np.bincount(cell[selected], weights=flengths[selected],
                                 minlength=n_groups * n_fields).reshape(n_groups, n_fields)
         present = np.bincount(groups[selected], minlength=n_groups) > 0
         n_selected = int(np.count_nonzero(present))
@@ -377,44 +686,78 @@ class BM25Index:
         # Field-length normalisation B_f(G) and the passage statistics for the best passage.
         with np.errstate(divide="ignore", invalid="ignore"):
             norm = 1.0 - self.b + self.b * np.where(avg_len > 0, field_len / avg_len, 0.0)
-        doc_avgdl = float(lengths[selected].mean())
+        doc_avgdl = float(flengths[selected].mean())
         n_docs_selected = int(np.count_nonzero(selected))
         scores = np.zeros(n_groups, dtype=np.float64)
-        doc_scores = np.zeros(n, dtype=np.float64)
-        for term in terms:
-            entry = self._postings.get(term)
-            if entry is None:
+        terms: list[_Term] = []
+        term_groups: list[np.ndarray] = []
+        for term in query_terms:
+            postings = self._postings(state, term, n)
+            if postings is None:
                 continue
-            buf, size = entry
-            ids, tfs = buf[0, :size], buf[1, :size]
-            if size and ids[-1] >= n:
-                cut = int(np.searchsorted(ids, n))
-                ids, tfs = ids[:cut], tfs[:cut]
+            ids, tfs = postings
             keep = selected[ids]
-            ids, tfs = ids[keep], tfs[keep].astype(np.float64)
+            ids, tfs = ids[keep], tfs[keep]
             if not len(ids):
                 continue
+            terms.append(_Term(ids, tfs, None, len(ids),
+                               np.log1p((n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))))
+            ftfs = tfs.astype(np.float64)
             g, f = groups[ids], fields[ids]
-            pseudo = np.bincount(g, weights=weights[f] * tfs / norm[g, f], minlength=n_groups)
-            df = int(np.count_nonzero(np.bincount(g, minlength=n_groups)))
+            term_groups.append(g)
+            pseudo = np.bincount(g, weights=weights[f] * ftfs / norm[g, f], minlength=n_groups)
+            holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
+            df = len(holding)
             idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
-            scores += idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
-            doc_idf = np.log1p((n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))
-            doc_norm = self.k1 * (1.0 - self.b + self.b * lengths[ids] / doc_avgdl)
-            doc_scores[ids] += doc_idf * tfs * (self.k1 + 1.0) / (tfs + doc_norm)
+            pseudo = pseudo[holding]  # the other groups would add 0
+            scores[holding] += idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
         hits = np.flatnonzero(scores > 0)
         if not hits.size:
             return []
         best = hits[top_k_indices(scores[hits], k)]
-        # The best passage of each returned group: highest passage score, lowest id on a tie.
+        # The best passage of each returned group: highest passage score, lowest id on a tie,
+        # scored for the passages of those groups only.
         wanted = np.zeros(n_groups, dtype=bool)
         wanted[best] = True
-        rows = np.flatnonzero(wanted[np.where(selected, groups, 0)] & selected & (doc_scores > 0))
-        order = np.lexsort((rows, -doc_scores[rows], groups[rows]))
+        rows = np.concatenate([t.ids[wanted[g]] for t, g in zip(terms, term_groups, strict=True)])
+        rows.sort()
+        rows = rows[np.flatnonzero(np.diff(rows, prepend=-1))]
+        doc_scores = self._score_docs(terms, rows, lengths, doc_avgdl, grouped=True)
+        order = np.lexsort((rows, -doc_scores, groups[rows]))
         rows = rows[order]
         first = rows[np.flatnonzero(np.diff(groups[rows], prepend=-1))]
         best_doc = dict(zip(groups[first].tolist(), first.tolist(), strict=True))
         return [GroupHit(int(gid), float(scores[gid]), best_doc[int(gid)]) for gid in best]
+
+
+def _merged(state: _State) -> _Frozen:
+    """A frozen segment holding ``state``'s frozen and tail postings (O(postings))."""
+    frozen, tail = state.frozen, state.tail
+    vocabulary = dict(frozen.vocabulary)
+    for term in tail:
+        vocabulary.setdefault(term, len(vocabulary))
+    n_old, n_terms = len(frozen.indptr) - 1, len(vocabulary)
+    entries = sorted((vocabulary[term], buf, size) for term, (buf, size) in tail.items())
+    term_ids = np.array([e[0] for e in entries], np.int64)
+    sizes = np.array([e[2] for e in entries], np.int64)
+    tail_ids = np.concatenate([buf[0, :size] for _, buf, size in entries])
+    tail_tfs = np.concatenate([buf[1, :size] for _, buf, size in entries])
+    # Each tail posting goes after its term's frozen postings (np.insert keeps the order of
+    # values inserted at one position), a new term's after every frozen posting.
+    ends = np.concatenate((frozen.indptr[1:], np.full(n_terms - n_old, len(frozen.doc_ids), np.int64)))
+    positions = np.repeat(ends[term_ids], sizes)
+    wide = frozen.tfs.dtype == np.int32 or (len(tail_tfs) and int(tail_tfs.max()) > np.iinfo(np.uint16).max)
+    dtype = np.int32 if wide else np.uint16
+    counts = np.zeros(n_terms, np.int64)
+    counts[:n_old] = np.diff(frozen.indptr)
+    counts[term_ids] += sizes
+    return _Frozen(
+        vocabulary,
+        np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+        np.insert(frozen.doc_ids, positions, tail_ids),
+        np.insert(frozen.tfs.astype(dtype, copy=False), positions, tail_tfs.astype(dtype)),
+        state.n_docs,
+    )
 
 
 def _reserve(buf: np.ndarray, size: int) -> np.ndarray:

@@ -35,7 +35,9 @@ to ``data_dir/index/<repo_key>/``::
     rows-<token>.npz      seq int64, key_id int32, chunk_index int32, model_id int32,
                           field_id int32 (n,); texts and content keys as UTF-8 blobs with
                           character offsets (a snapshot without field ids, written before
-                          they existed, loads with every field unknown)
+                          they existed, loads with every field unknown); the BM25 postings
+                          as ``bm25_<name>`` (:meth:`BM25Index.to_arrays`; a snapshot
+                          without them rebuilds them from the texts)
     vectors-<token>-<m>.npy
                           float32 (rows of model m, dim), in row order
     hnsw-<token>-<m>.faiss
@@ -46,11 +48,11 @@ Every file goes through a temporary file and :func:`os.replace`; ``meta.json`` i
 and is the commit point, then the previous snapshot's files are removed. A snapshot is loaded on
 first access to the repository; a missing, unreadable or inconsistent one is ignored (the index
 starts empty, its watermark is 0, and the caller re-syncs from SQL). The BM25 postings are
-rebuilt from the texts at load: about 2 s for 20,000 chunks of 150 words on 2 cores
-(``bench/index_embedded.py``), the bulk of a load. The graphs are an optional extension of format
-1: a snapshot without them (written before the tier, or with it off) loads, and the graph of a
-model with enough rows is rebuilt at load and written with the next flush; a missing or damaged
-graph file is likewise rebuilt, never a reason to ignore the snapshot. One process owns a
+loaded as stored, not rebuilt from the texts (``bench/bm25_scale.py``; a snapshot written before
+they were stored rebuilds them once). The graphs are an optional extension of format 1: a
+snapshot without them (written before the tier, or with it off) loads, and the graph of a model
+with enough rows is rebuilt at load and written with the next flush; a missing or damaged graph
+file is likewise rebuilt, never a reason to ignore the snapshot. One process owns a
 ``data_dir``.
 """
 
@@ -944,6 +946,7 @@ def _write_snapshot(folder: Path, view: _View, graphs: Mapping[str, ann.HnswGrap
     texts = view.texts[: view.n]
     keys = view.keys[: view.n_keys]
     rows_file = f"rows-{token}.npz"
+    bm25: dict[str, Any] = {f"bm25_{name}": array for name, array in view.bm25.to_arrays().items()}
     _replace_atomically(
         folder / rows_file,
         lambda f: np.savez(
@@ -957,6 +960,7 @@ def _write_snapshot(folder: Path, view: _View, graphs: Mapping[str, ann.HnswGrap
             text_utf8=_utf8(texts),
             key_offsets=_offsets(keys),
             key_utf8=_utf8(keys),
+            **bm25,
         ),
     )
     models = []
@@ -1107,6 +1111,8 @@ def _restore(folder: Path, meta: dict[str, Any], repo: _Repo) -> None:
                     else np.zeros(n, np.int32))
         texts = _split(rows["text_utf8"], rows["text_offsets"], n)
         keys = _split(rows["key_utf8"], rows["key_offsets"], n_keys)
+        bm25 = (BM25Index.from_arrays({name[5:]: rows[name] for name in rows.files if name.startswith("bm25_")})
+                if "bm25_format" in rows.files else None)
     seq, key_id, model_id = columns["seq"], columns["key_id"], columns["model_id"]
     fields = [str(f) for f in meta.get("fields", [""])]
     if any(column.shape != (n,) for column in [*columns.values(), field_id]):
@@ -1144,8 +1150,12 @@ def _restore(folder: Path, meta: dict[str, Any], repo: _Repo) -> None:
     repo.key_ids = {key: i for i, key in enumerate(keys)}
     repo.models = models
     repo.watermark = int(meta["watermark"]) if n else 0
-    repo.bm25 = BM25Index()
-    repo.bm25.add_many(enumerate(texts))
+    if bm25 is None:  # a snapshot written before the postings were stored in it
+        bm25 = BM25Index()
+        bm25.add_many(enumerate(texts))
+    elif bm25.n_docs != n:
+        raise ValueError("BM25 postings do not match the rows")
+    repo.bm25 = bm25
     repo.publish()
 
 
