@@ -20,12 +20,16 @@ When nothing relevant is retrieved the answer is ``grounded: false`` and no mode
 
 ``graph-context`` seeds from hybrid search (the passages of one node are one seed, in the order
 of their best passage) or from given node addresses, then walks the branch's relations
-breadth-first within the hop, node and fan-out budgets (:func:`kg.rag.graph.traverse_from`).
+breadth-first within the hop, node and fan-out budgets (:func:`kg.rag.graph.traverse_from`),
+or, with ``follow: "subjects"``, follows mentions to subjects: the entities each seed mentions,
+then the documents ``about`` them (:func:`kg.rag.graph.follow_subjects`).
 
-``ask`` with ``use_graph: true`` adds that walk as a second leg: from the nodes of the retrieved
-passages, two hops out (one through a direct link between documents, two through a shared
-entity node), the passage of each reached node that shares most terms with the question is
-appended, at most three, marked ``"via": "graph"``. The leg can never fail the answer: an
+``ask`` with ``use_graph: true`` adds a second leg: first the documents about the entities the
+best retrieved document mentions (the page of a bridge entity: HotpotQA's second hop, Yang et
+al. 2018), then the walk from the nodes of the retrieved passages, two hops out (one through a
+direct link between documents, two through a shared entity node); the passage of each reached
+node that shares most terms with the question is appended, at most three, marked
+``"via": "graph"``. The leg can never fail the answer: an
 error is logged and recorded in ``attempts``. With ``store_answer`` the answer is written as a
 ``kb:Answer`` node with ``cites`` relations to the nodes it cites, on the request's branch.
 
