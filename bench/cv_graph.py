@@ -58,7 +58,7 @@ from bench.cv_fusion import allsup_at, kfold, mean_sd, open_services  # noqa: E4
 SEEDS = (2, 3, 5)
 KEEPS = (0, 2, 4, 6)
 GRAPH_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
-SUBJECT_SEEDS = (1, 2, 3, 5)
+SUBJECT_SEEDS = (1, 2, 3, 5, 8)
 SUBJECT_KEEPS = (0, 1, 2, 3, 4, 5, 6, 8)
 RRF_K = 60
 K = 10

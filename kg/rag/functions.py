@@ -93,7 +93,7 @@ GRAPH_HOPS = 2               # ask's graph leg: document -> entity -> document
 GRAPH_MAX_NODES = 30
 GRAPH_FAN_OUT = 10
 GRAPH_PASSAGES = 3           # most passages the graph leg adds
-GRAPH_SUBJECT_SEEDS = 1      # retrieved documents whose entities' subject documents come first (5-fold CV, bench)
+GRAPH_SUBJECT_SEEDS = 5      # retrieved documents whose subjects come first (bench/cv_graph.py: chosen on 5 of 5 folds)
 GRAPH_SUBJECT_FAN_OUT = 50   # entities followed per seed document, documents per entity
 GRAPH_PASSAGE_CHARS = 1_500  # a fallback passage (text fields, no chunks yet) is cut here
 ANSWER_NODE_TYPE = "kb:Answer"
@@ -759,7 +759,7 @@ def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, q
     """Passages of the nodes around the retrieved ones: ``ask``'s graph leg.
 
     First the subjects (:func:`kg.rag.graph.follow_subjects`): from the first
-    ``GRAPH_SUBJECT_SEEDS`` (1) retrieved documents, the documents ``about`` the entities they
+    ``GRAPH_SUBJECT_SEEDS`` (5) retrieved documents, the documents ``about`` the entities they
     mention, ordered by the seed's rank, then by shared question terms (their relevance where
     the search did not rank them), then the edge order: the page of the bridge entity, which a
     second-hop question names only through the first passage (HotpotQA, Yang et al. 2018).
