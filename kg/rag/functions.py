@@ -25,7 +25,7 @@ or, with ``follow: "subjects"``, follows mentions to subjects: the entities each
 then the documents ``about`` them (:func:`kg.rag.graph.follow_subjects`).
 
 ``ask`` with ``use_graph: true`` adds a second leg: first the documents about the entities the
-best retrieved document mentions (the page of a bridge entity: HotpotQA's second hop, Yang et
+five best retrieved documents mention (the page of a bridge entity: HotpotQA's second hop, Yang et
 al. 2018), then the walk from the nodes of the retrieved passages, two hops out (one through a
 direct link between documents, two through a shared entity node); the passage of each reached
 node that shares most terms with the question is appended, at most three, marked
