@@ -448,7 +448,8 @@ def follow_subjects(session: Session, services: Resources, view: BranchView, see
         ``{"nodes": [{"workspace", "path", "node_id", "hop", "via", "weight", "from",
         "seed"}], "truncated": bool}`` as :func:`traverse_from`, each node once at its first
         reach; ``seed`` is the address of the seed it was reached from (its own address for a
-        seed). ``truncated`` when ``max_nodes`` or ``fan_out`` left a node out.
+        seed). ``truncated`` when ``max_nodes`` left a node out or a node had more than
+        ``fan_out`` edges of the hop's type.
 
     Raises
     ------
