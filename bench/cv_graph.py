@@ -13,6 +13,13 @@ little vocabulary with the question. The graph leg (as ``bench/hotpot_graph.py``
 3. the final top 10 keeps hybrid's first ``keep`` passages, then fills the other places by a
    weighted reciprocal rank fusion of the hybrid ranking and the graph's.
 
+A second graph leg follows mentions to subjects (``graph-context`` with ``follow:
+"subjects"``): from hybrid's top ``seeds`` passages, the entities each mentions, then the
+passages ``about`` those entities (the extractor links a passage to the entity its title names:
+the page of a bridge entity, HotpotQA's second hop, Yang et al. 2018). Its top 10 keeps hybrid's
+first ``keep``, then the subject passages (by their seed's rank, then their own hybrid rank),
+then the rest of hybrid.
+
 ``seeds``, ``keep`` and the graph leg's weight are chosen on four folds of the questions and
 measured on the fifth (5 disjoint folds, as ``bench/cv_fusion.py``), so the figure is what the
 choice does on questions it was not chosen on. Metric: AllSup@10 (both supporting passages in
@@ -51,32 +58,74 @@ from bench.cv_fusion import allsup_at, kfold, mean_sd, open_services  # noqa: E4
 SEEDS = (2, 3, 5)
 KEEPS = (0, 2, 4, 6)
 GRAPH_WEIGHTS = (0.25, 0.5, 1.0, 2.0)
+SUBJECT_SEEDS = (1, 2, 3, 5, 8)
+SUBJECT_KEEPS = (0, 1, 2, 3, 4, 5, 6, 8)
 RRF_K = 60
 K = 10
 
 
-def legs(services: Any, workspace: str, question: str, seeds: int) -> tuple[list[str], list[str], float]:
-    """The hybrid ranking (top 100 passage ids), the graph's (passages reached in 2 hops from
-    the hybrid top ``seeds``, by graph-context's score) and the time taken (s)."""
+def hybrid_ranking(services: Any, workspace: str, question: str) -> list[str]:
+    """kg's hybrid search at the shipped defaults: the top 100 passage ids."""
     from bench.beir import REPO
-    from kg.context import OPERATOR
-    from kg.rag.functions import invoke
     from kg.rag.search import SearchRequest, search
     from kg.store.repos import branch_view
 
-    started = time.perf_counter()
     with services.db.read() as session:
         view = branch_view(session, REPO, "main")
         rows, _ = search(session, services, view, SearchRequest(
             query=question, k=100, mode="hybrid", granularity="node", workspaces=[workspace],
             path_prefix="/doc"))
-    ranked = [r.path.rsplit("/", 1)[-1] for r in rows]
+    return [r.path.rsplit("/", 1)[-1] for r in rows]
+
+
+def legs(services: Any, workspace: str, ranked: list[str], seeds: int) -> tuple[list[str], float]:
+    """The spread-activation graph leg: passages reached in 2 hops over ``mentioned_in`` from
+    the hybrid top ``seeds``, by graph-context's score, and the time taken (s)."""
+    from bench.beir import REPO
+    from kg.context import OPERATOR
+    from kg.rag.functions import invoke
+
+    started = time.perf_counter()
     context = invoke(services, OPERATOR, REPO, "graph-context", {
         "seeds": [f"{workspace}:/doc/{did}" for did in ranked[:seeds]], "hops": 2, "types": ["mentioned_in"],
         "direction": "BOTH", "max_nodes": 200, "fan_out": 25})
     found = [n for n in context["nodes"] if n["hop"] == 2 and n["path"].startswith("/doc/")]
     found.sort(key=lambda n: -(n["score"] or 0.0))
-    return ranked, [n["path"].rsplit("/", 1)[-1] for n in found], time.perf_counter() - started
+    return [n["path"].rsplit("/", 1)[-1] for n in found], time.perf_counter() - started
+
+
+def subject_leg(services: Any, workspace: str, ranked: list[str], seeds: int) -> tuple[list[tuple[int, str]], float]:
+    """The subject leg: ``(seed rank, passage id)`` of the passages ``about`` an entity that one
+    of hybrid's top ``seeds`` mentions (graph-context, ``follow: "subjects"``), in the order
+    reached, and the time taken (s)."""
+    from bench.beir import REPO
+    from kg.context import OPERATOR
+    from kg.rag.functions import invoke
+
+    started = time.perf_counter()
+    addresses = [f"{workspace}:/doc/{did}" for did in ranked[:seeds]]
+    if not addresses:
+        return [], 0.0
+    context = invoke(services, OPERATOR, REPO, "graph-context", {
+        "seeds": addresses, "follow": "subjects", "hops": 2, "max_nodes": 1000, "fan_out": 100})
+    rank = {address: i for i, address in enumerate(addresses)}
+    reached_from = {f"{n['workspace']}:{n['path']}": n["from"] for n in context["nodes"]}
+    # a passage's "from" is the entity it is about; the entity's "from" is the seed mentioning it
+    found = [(rank[reached_from[n["from"]]], n["path"].rsplit("/", 1)[-1]) for n in context["nodes"]
+             if n["hop"] == 2 and n["path"].startswith("/doc/")]
+    return found, time.perf_counter() - started
+
+
+def subject_combined(ranked: list[str], reached: list[tuple[int, str]], *, seeds: int, keep: int) -> list[str]:
+    """Hybrid's first ``keep``, then the subject passages of the top ``seeds`` (by seed rank,
+    then hybrid rank, then the order reached), then the rest of hybrid."""
+    position = {did: i for i, did in enumerate(ranked)}
+    head = ranked[:keep]
+    order = {did: n for n, (_, did) in enumerate(reached)}
+    linked = sorted({did for s, did in reached if s < seeds and did not in head},
+                    key=lambda d: (min(s for s, x in reached if x == d), position.get(d, len(ranked)), order[d]))
+    rest = [d for d in ranked if d not in head and d not in linked]
+    return (head + linked + rest)[:K]
 
 
 def combined(ranked: list[str], reached: list[str], *, keep: int, weight: float) -> list[str]:
@@ -125,18 +174,30 @@ def main(argv: list[str] | None = None) -> dict:
         results["extraction"] = extract_all(services, workspace, corpus)
         print(f"reading the legs of {len(queries)} questions ...", file=sys.stderr, flush=True)
         per_q: dict[str, dict[int, tuple[list[str], list[str]]]] = {}
+        subjects: dict[str, tuple[list[str], list[tuple[int, str]]]] = {}
         took: list[float] = []
+        took_subjects: list[float] = []
         for n, (qid, text) in enumerate(queries.items(), start=1):
             per_q[qid] = {}
+            ranked = hybrid_ranking(services, workspace, text)
             for seeds in SEEDS:
-                ranked, reached, seconds = legs(services, workspace, text, seeds)
+                reached, seconds = legs(services, workspace, ranked, seeds)
                 per_q[qid][seeds] = (ranked, reached)
                 took.append(seconds * 1000)
+            found, seconds = subject_leg(services, workspace, ranked, max(SUBJECT_SEEDS))
+            subjects[qid] = (ranked, found)
+            took_subjects.append(seconds * 1000)
             if n % 50 == 0:
                 print(f"  {n}/{len(queries)}", file=sys.stderr, flush=True)
     finally:
         services.close()
     grid = list(itertools.product(SEEDS, KEEPS, GRAPH_WEIGHTS))
+    subject_grid = list(itertools.product(SUBJECT_SEEDS, SUBJECT_KEEPS))
+
+    def subject_value(config: tuple[int, int], qids: list[str]) -> float:
+        seeds, keep = config
+        return statistics.fmean(allsup_at(subject_combined(*subjects[q], seeds=seeds, keep=keep), qrels[q], K)
+                                for q in qids)
 
     def value(config: tuple[int, int, float], qids: list[str]) -> float:
         seeds, keep, weight = config
@@ -148,26 +209,41 @@ def main(argv: list[str] | None = None) -> dict:
     for i, test in enumerate(folds):
         train = [q for j, fold in enumerate(folds) if j != i for q in fold]
         best = max(grid, key=lambda c: (value(c, train), -grid.index(c)))
+        best_subject = max(subject_grid, key=lambda c: (subject_value(c, train), -subject_grid.index(c)))
         hybrid = statistics.fmean(allsup_at(per_q[q][SEEDS[0]][0], qrels[q], K) for q in test)
         row = {"fold": i + 1, "questions": len(test), "hybrid": round(hybrid, 4),
                "hybrid+graph": round(value(best, test), 4),
-               "chosen": {"seeds": best[0], "keep": best[1], "graph_weight": best[2]}}
+               "hybrid+subjects": round(subject_value(best_subject, test), 4),
+               "chosen": {"seeds": best[0], "keep": best[1], "graph_weight": best[2]},
+               "chosen_subjects": {"seeds": best_subject[0], "keep": best_subject[1]}}
         row["graph_over_hybrid"] = row["hybrid+graph"] > row["hybrid"]
+        row["subjects_over_hybrid"] = row["hybrid+subjects"] > row["hybrid"]
         per_fold.append(row)
+    columns = ("hybrid", "hybrid+graph", "hybrid+subjects")
     summary = {c: dict(zip(("mean", "sd"), (round(x, 4) for x in mean_sd([r[c] for r in per_fold])), strict=True))
-               for c in ("hybrid", "hybrid+graph")}
+               for c in columns}
     chosen = Counter(tuple(r["chosen"].values()) for r in per_fold).most_common(1)[0]
+    chosen_subjects = Counter(tuple(r["chosen_subjects"].values()) for r in per_fold).most_common(1)[0]
+    reached = [len(found) for _, found in subjects.values()]
     results.update(per_fold=per_fold, summary=summary, legs_p50_ms=round(percentile(took, 50), 2),
+                   subject_leg_p50_ms=round(percentile(took_subjects, 50), 2),
+                   subject_passages_reached_p50=percentile([float(x) for x in reached], 50),
                    defaults={"seeds": chosen[0][0], "keep": chosen[0][1], "graph_weight": chosen[0][2],
-                             "chosen_in_folds": chosen[1]})
+                             "chosen_in_folds": chosen[1]},
+                   subject_defaults={"seeds": chosen_subjects[0][0], "keep": chosen_subjects[0][1],
+                                     "chosen_in_folds": chosen_subjects[1]})
     rows = [[f"fold {r['fold']} ({r['questions']} q)", f"{r['hybrid']:.4f}", f"{r['hybrid+graph']:.4f}",
-             f"seeds {r['chosen']['seeds']}, keep {r['chosen']['keep']}, w_g {r['chosen']['graph_weight']}"]
+             f"seeds {r['chosen']['seeds']}, keep {r['chosen']['keep']}, w_g {r['chosen']['graph_weight']}",
+             f"{r['hybrid+subjects']:.4f}",
+             f"seeds {r['chosen_subjects']['seeds']}, keep {r['chosen_subjects']['keep']}"]
             for r in per_fold]
-    rows.append(["mean ± sd"] + [f"{summary[c]['mean']:.4f} ± {summary[c]['sd']:.4f}"
-                                 for c in ("hybrid", "hybrid+graph")] + [""])
+    rows.append(["mean ± sd", f"{summary['hybrid']['mean']:.4f} ± {summary['hybrid']['sd']:.4f}",
+                 f"{summary['hybrid+graph']['mean']:.4f} ± {summary['hybrid+graph']['sd']:.4f}", "",
+                 f"{summary['hybrid+subjects']['mean']:.4f} ± {summary['hybrid+subjects']['sd']:.4f}", ""])
     print(f"{name}: AllSup@10, {args.folds} folds (seed {args.seed}); fusion {results['fusion']}")
-    print(table(rows, ["split", "hybrid", "hybrid+graph", "chosen on the other folds"]))
+    print(table(rows, ["split", "hybrid", "hybrid+graph", "chosen (graph)", "hybrid+subjects", "chosen (subjects)"]))
     print("graph leg above hybrid on every fold:", all(r["graph_over_hybrid"] for r in per_fold))
+    print("subject leg above hybrid on every fold:", all(r["subjects_over_hybrid"] for r in per_fold))
     write_results(results, args.out or ROOT / "bench" / "results" / f"cv-graph-{name}.json")
     return results
 

@@ -11,6 +11,13 @@ event) and typed relations between them, and writes, as one revision:
   converge on one node; an existing entity keeps its name and type, other spellings are added
   to its ``aliases``;
 - a ``mentioned_in`` relation from each entity to the document;
+- an ``about`` relation from the document to its *subject* (:func:`find_subject`): the entity
+  whose normalised name (or one of whose aliases) equals the document's ``title``, a trailing
+  parenthetical qualifier dropped ("Ed Wood (film)" is about Ed Wood, Wikipedia's convention);
+  a title that looks like a name (:func:`looks_like_name`) makes that entity when the text
+  named it in no form the rules extract; a title that is a sentence makes none. The subject
+  is the page an entity links to: the second hop of a bridge question (Yang et al. 2018) goes
+  from a passage mentioning an entity to the passage about it;
 - the typed relations between entities, their types sanitised to lower_snake_case
   (:func:`relation_type`), only between entities written by this run (no dangling edges);
 - an extraction record at ``/kg/extractions/{node id}`` (node type ``kg:Extraction``): the
@@ -20,16 +27,18 @@ event) and typed relations between them, and writes, as one revision:
 A run whose fingerprint equals the record's does nothing: no model call, no revision,
 ``skipped: true`` with the recorded entities and relations, as long as what the record says was
 written is still there: every recorded entity node and its ``mentioned_in`` edge to the
-document, as the branch sees them. When one is gone (deleted by hand, or lost on the way), the
-text is extracted again. ``force: true`` always extracts again.
+document, and the recorded subject's ``about`` edge, as the branch sees them. When one is gone
+(deleted by hand, or lost on the way), the text is extracted again. ``force: true`` always extracts again.
 When a changed text is extracted again, the ``mentioned_in`` edges of entities the document no
-longer names are removed; relations between entities are assertions that other documents may
+longer names are removed, and so is the ``about`` edge to a subject that is no longer its
+subject (a changed title); relations between entities are assertions that other documents may
 share, so they stay.
 
 With no LLM configured (``services.llm.name == "none"``) a deterministic extractor runs
 instead (:func:`deterministic_extraction`): capitalised multi-word names, acronyms and PEP-style
 cross-references (``PEP 8``, ``RFC 2616``); headings and document names are not persons, and
-"X of Y" with X a person is two entities joined by ``affiliated_with``. The output says which
+"X of Y" with X a person is two entities joined by ``affiliated_with``. The subject rule
+applies to both extractors (it reads the title, not the model). The output says which
 extractor ran (``"deterministic"`` or ``"llm:<model>"``), and ``dropped.reasons`` why each
 dropped candidate was dropped. An existing node at an entity's path is linked whatever its
 node type, never replaced.
@@ -68,15 +77,17 @@ ENTITY_NODE_TYPE = "kg:Entity"
 EXTRACTION_ROOT = "/kg/extractions"
 EXTRACTION_NODE_TYPE = "kg:Extraction"
 MENTIONED_IN = "mentioned_in"
+ABOUT = "about"
 ENTITY_TYPES = ("person", "organization", "place", "product", "concept", "event")
 #: Bumped when the prompt or the heuristics change, so that old fingerprints stop matching.
-EXTRACTOR_VERSION = 4
+EXTRACTOR_VERSION = 5
 DEFAULT_MAX_CHARS = 8_000
 MAX_MAX_CHARS = 100_000
 MAX_ENTITIES = 100
 MAX_RELATIONS = 200
 MAX_ALIASES = 20
 MAX_NAME_CHARS = 200
+MAX_SUBJECT_WORDS = 8
 
 _TYPE_SYNONYMS = {
     "people": "person", "human": "person", "individual": "person", "author": "person",
@@ -468,6 +479,103 @@ def deterministic_entities(text: str) -> list[tuple[str, str, list[str]]]:
     return deterministic_extraction(text).candidates
 
 
+# -- the document's subject (pure) ----------------------------------------------------------
+
+_QUALIFIER_RE = re.compile(r"\s*\([^()]*\)$")
+#: Lower-case words a name may hold ("Kiss and Tell", "Guido van Rossum", "How to Train Your
+#: Dragon"); any other lower-case word makes a title a phrase or a sentence, not a name.
+_MINOR_WORDS = frozenset(_CONNECTORS) | frozenset("a an and or in on at to with from by into as vs vs. & et".split())
+
+
+def subject_name(title: Any) -> str | None:
+    """The name a document's title gives its subject: the title cleaned (:func:`clean_name`),
+    a trailing parenthetical qualifier dropped (``"Ed Wood (film)"`` -> ``"Ed Wood"``,
+    ``"Doctor Strange (2016 film)"`` -> ``"Doctor Strange"``); None without a usable name."""
+    if not isinstance(title, str):
+        return None
+    text = " ".join(unicodedata.normalize("NFKC", title).split())
+    bare = _QUALIFIER_RE.sub("", text).strip()
+    return clean_name(bare or text)
+
+
+def name_key(name: str) -> str:
+    """How a subject's name is compared: NFKC, case-folded, whitespace collapsed."""
+    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def looks_like_name(title: Any) -> bool:
+    """Whether a title reads as the name of something rather than a sentence or a phrase.
+
+    A name has 1 to :data:`MAX_SUBJECT_WORDS` (8) words (its qualifier dropped), does not end
+    as a sentence does (``?``, ``!``, or a final ``.`` that is the last word's only dot: ``U.S.``
+    ends a name, ``"Install it."`` a sentence), and every word is capitalised, begins with a
+    digit or holds no letter, except the connectors of names (``of``, ``and``, ``van``, ``the``,
+    ...). ``"Scott Derrickson"``, ``"Kiss and Tell (1945 film)"``, ``"AC/DC"`` and ``"Python"``
+    are names; ``"How to install packages"`` and ``"Guido created Python."`` are not.
+    """
+    if not isinstance(title, str):
+        return False
+    raw = " ".join(title.split())
+    bare = _QUALIFIER_RE.sub("", raw).strip() or raw
+    if not bare or bare[-1] in "?!" or (bare.endswith(".") and bare.split()[-1].count(".") == 1):
+        return False
+    name = subject_name(title)
+    if name is None:
+        return False
+    words = name.split()
+    if not 1 <= len(words) <= MAX_SUBJECT_WORDS:
+        return False
+    for i, word in enumerate(words):
+        letters = [ch for ch in word if ch.isalpha()]
+        if not letters or word[0].isdigit() or letters[0].isupper():
+            continue
+        if i == 0 or word.casefold() not in _MINOR_WORDS:
+            return False
+    return True
+
+
+def find_subject(title: Any, entities: list[Entity]) -> tuple[Entity | None, bool]:
+    """The entity a document with this title is about, found among ``entities`` or made.
+
+    Parameters
+    ----------
+    title : str or None
+        The document's ``title`` property.
+    entities : list of Entity
+        What the extractor found in the text.
+
+    Returns
+    -------
+    (entity, made)
+        The entity whose name or one of whose aliases equals the title's subject name
+        (:func:`subject_name`, compared by :func:`name_key`), else the one with its slug; else,
+        when the title looks like a name (:func:`looks_like_name`), a new entity of that name
+        (``made`` True; its type guessed from its words as the extractor does); else
+        ``(None, False)``.
+
+    References
+    ----------
+    .. [1] Z. Yang et al., "HotpotQA: A dataset for diverse, explainable multi-hop question
+       answering", EMNLP 2018 (bridge questions: the second passage is the page of an entity
+       the first one names).
+    """
+    name = subject_name(title)
+    if name is None:
+        return None, False
+    key = name_key(name)
+    for entity in entities:
+        if name_key(entity.name) == key or any(name_key(a) == key for a in entity.aliases):
+            return entity, False
+    slug = slugify(name)
+    for entity in entities:
+        if entity.slug == slug:
+            return entity, False
+    if not looks_like_name(title):
+        return None, False
+    words = name.split()
+    return Entity(name, _guess_type(words), slug), True
+
+
 # -- the LLM extractor -----------------------------------------------------------------------
 
 _SYSTEM = ("You extract a knowledge graph from a document. Answer with one JSON object only, "
@@ -623,7 +731,8 @@ def _merged(existing: dict[str, Any] | None, entity: Entity) -> dict[str, Any]:
 
 def _record_holds(session: Any, view: Any, workspace: str, source_id: str, record: dict[str, Any]) -> bool:
     """Whether every entity an extraction record lists is still visible with its
-    ``mentioned_in`` edge to the document (a record is trusted only while that holds)."""
+    ``mentioned_in`` edge to the document, and the recorded subject with the document's
+    ``about`` edge to it (a record is trusted only while that holds)."""
     wid = workspace_id(view, workspace)
     wanted = set()
     for entity in record.get("entities", []):
@@ -631,6 +740,12 @@ def _record_holds(session: Any, view: Any, workspace: str, source_id: str, recor
         if not isinstance(entity_path, str):
             return False
         wanted.add((node_uid(view.repo.uid, wid, entity_path), MENTIONED_IN, source_id))
+    subject = record.get("subject")
+    if subject is not None:
+        subject_path = subject.get("path") if isinstance(subject, dict) else None
+        if not isinstance(subject_path, str):
+            return False
+        wanted.add((source_id, ABOUT, node_uid(view.repo.uid, wid, subject_path)))
     if not wanted:
         return True
     seen = {(e.from_node_id, e.rel_type, e.to_node_id) for e in visible_relations(session, view, node_ids=[source_id])}
@@ -662,6 +777,9 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         node type. ``skipped`` is True (and
         ``revision`` null) when the record's fingerprint matched: the lists are then the
         recorded ones. A document without text gives empty lists and no revision.
+        The document's subject (:func:`find_subject`: the entity its title names) is among
+        ``entities``; the document's ``about`` edge points at it, and the extraction record
+        holds it as ``subject`` (``{"path", "name", "type"}`` or null).
 
     Raises
     ------
@@ -684,6 +802,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         source = get_node(session, view, workspace, path)
         source_id = source.node_id
         text = document_text(source.properties, max_chars)
+        title = source.properties.get("title")
         record_path = f"{EXTRACTION_ROOT}/{source_id}"
         record = find_node(session, view, workspace, record_path)
         record_props = dict(record.properties) if record is not None else None
@@ -709,6 +828,9 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         log.warning("extract-entities %s:%s on %s failed: %s", workspace, path, branch, exc.message)
         raise ProviderError(f"extract-entities: {exc.message}; nothing was written",
                             details={**exc.details, "workspace": workspace, "path": path}) from exc
+    subject, made = find_subject(title, entities)
+    if made and subject is not None:
+        entities.append(subject)
     source_address = f"{workspace}:{path}"
     state: dict[str, Any] = {}
 
@@ -754,12 +876,22 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
             todo.relations.append({"from": f"{workspace}:{written[r.source]['path']}", "type": r.type,
                                    "to": f"{workspace}:{written[r.target]['path']}",
                                    "properties": {"source": source_address}})
+        out_subject = written.get(subject.slug) if subject is not None else None
+        if out_subject is not None:
+            todo.relations.append({"from": source_address, "to": f"{workspace}:{out_subject['path']}",
+                                   "type": ABOUT, "properties": {"extractor": extractor}})
         now = {e["path"] for e in written.values()}
         for old in previous_props.get("entities", []):
             old_path = old.get("path") if isinstance(old, dict) else None
             if isinstance(old_path, str) and old_path not in now and find_node(session, view, workspace, old_path):
                 todo.unrelations.append({"from": f"{workspace}:{old_path}", "to": source_address,
                                          "type": MENTIONED_IN})
+        old_subject = previous_props.get("subject")
+        old_subject_path = old_subject.get("path") if isinstance(old_subject, dict) else None
+        if (isinstance(old_subject_path, str) and old_subject_path != (out_subject or {}).get("path")
+                and find_node(session, view, workspace, old_subject_path)):
+            todo.unrelations.append({"from": source_address, "to": f"{workspace}:{old_subject_path}",
+                                     "type": ABOUT})
         out_entities = list(written.values())
         out_relations = [{"from": written[r.source]["path"], "type": r.type, "to": written[r.target]["path"]}
                          for r in kept]
@@ -767,7 +899,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
                              "properties": {"source": {"kg:ref": path, "kg:workspace": workspace},
                                             "fingerprint": digest, "extractor": extractor,
                                             "chars": len(text), "entities": out_entities,
-                                            "relations": out_relations}})
+                                            "relations": out_relations, "subject": out_subject}})
         state.update(entities=out_entities, relations=out_relations)
         return todo
 

@@ -20,12 +20,16 @@ When nothing relevant is retrieved the answer is ``grounded: false`` and no mode
 
 ``graph-context`` seeds from hybrid search (the passages of one node are one seed, in the order
 of their best passage) or from given node addresses, then walks the branch's relations
-breadth-first within the hop, node and fan-out budgets (:func:`kg.rag.graph.traverse_from`).
+breadth-first within the hop, node and fan-out budgets (:func:`kg.rag.graph.traverse_from`),
+or, with ``follow: "subjects"``, follows mentions to subjects: the entities each seed mentions,
+then the documents ``about`` them (:func:`kg.rag.graph.follow_subjects`).
 
-``ask`` with ``use_graph: true`` adds that walk as a second leg: from the nodes of the retrieved
-passages, two hops out (one through a direct link between documents, two through a shared
-entity node), the passage of each reached node that shares most terms with the question is
-appended, at most three, marked ``"via": "graph"``. The leg can never fail the answer: an
+``ask`` with ``use_graph: true`` adds a second leg: first the documents about the entities the
+five best retrieved documents mention (the page of a bridge entity: HotpotQA's second hop, Yang et
+al. 2018), then the walk from the nodes of the retrieved passages, two hops out (one through a
+direct link between documents, two through a shared entity node); the passage of each reached
+node that shares most terms with the question is appended, at most three, marked
+``"via": "graph"``. The leg can never fail the answer: an
 error is logged and recorded in ``attempts``. With ``store_answer`` the answer is written as a
 ``kb:Answer`` node with ``cites`` relations to the nodes it cites, on the request's branch.
 
@@ -63,7 +67,7 @@ from kg.ops.nodes import GraphWrite, write_graph
 from kg.providers.jsonreply import parse_json_reply
 from kg.providers.llm import ToolLLM
 from kg.rag.entities import extract_entities, slugify
-from kg.rag.graph import spread_activation, traverse_from
+from kg.rag.graph import follow_subjects, spread_activation, traverse_from
 from kg.rag.research import run_fixed_plan, run_tool_loop
 from kg.rag.search import SearchRequest, search
 from kg.store.models import Chunk, Workspace
@@ -89,6 +93,8 @@ GRAPH_HOPS = 2               # ask's graph leg: document -> entity -> document
 GRAPH_MAX_NODES = 30
 GRAPH_FAN_OUT = 10
 GRAPH_PASSAGES = 3           # most passages the graph leg adds
+GRAPH_SUBJECT_SEEDS = 5      # retrieved documents whose subjects come first (bench/cv_graph.py: chosen on 5 of 5 folds)
+GRAPH_SUBJECT_FAN_OUT = 50   # entities followed per seed document, documents per entity
 GRAPH_PASSAGE_CHARS = 1_500  # a fallback passage (text fields, no chunks yet) is cut here
 ANSWER_NODE_TYPE = "kb:Answer"
 CITES = "cites"
@@ -579,6 +585,29 @@ def _seed_addresses(raw: dict) -> list[tuple[str, str]]:
     return list(dict.fromkeys(parse_address(a) for a in value))
 
 
+FOLLOWS = ("walk", "subjects")
+
+
+def _follow(raw: dict) -> str:
+    """graph-context's ``follow``: ``"walk"`` (default) or ``"subjects"``, which takes neither
+    ``types`` nor ``direction`` (its two hops have fixed types) and at most 2 hops."""
+    follow = raw.get("follow", "walk")
+    if follow not in FOLLOWS:
+        raise InvalidInput("input.follow must be 'walk' (every relation, breadth-first) or 'subjects' "
+                           "(mentioned entities, then the documents about them)", details={"follow": follow})
+    if follow == "subjects":
+        given = [key for key in ("types", "direction") if raw.get(key) is not None]
+        if given:
+            raise InvalidInput(f"input.{' and input.'.join(given)} apply to follow 'walk'; follow 'subjects' "
+                               "follows mentioned_in edges into the seeds, then about edges into the entities",
+                               details={"follow": follow, "unexpected": given})
+        hops = raw.get("hops", 2)
+        if isinstance(hops, bool) or not isinstance(hops, int) or not 0 <= hops <= 2:
+            raise InvalidInput("input.hops must be an integer between 0 and 2 with follow 'subjects' "
+                               "(1: the seeds' entities, 2: and the documents about them)", details={"hops": hops})
+    return str(follow)
+
+
 def _title(properties: dict) -> str | None:
     for key in ("title", "name"):
         if isinstance(properties.get(key), str) and properties[key].strip():
@@ -598,6 +627,10 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         ``query``, ``seeds`` or both. ``k`` passages are searched for ``query`` and only
         relevant ones seed (a full-text match, or a vector hit within cosine distance 0.65);
         ``workspaces`` restricts that search, not the walk (relations may cross workspaces).
+        ``follow``: ``"walk"`` (default) walks every relation of ``types`` breadth-first;
+        ``"subjects"`` follows mentions to subjects (:func:`kg.rag.graph.follow_subjects`):
+        hop 1 the entities each seed mentions, hop 2 the documents ``about`` them, seed by
+        seed; it takes ``hops`` 0..2 and neither ``types`` nor ``direction``.
 
     Returns
     -------
@@ -611,8 +644,11 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         ``title`` is the node's ``title`` (an entity's ``name``) when it has one. ``score`` is
         the node's relevance to the seeds (:func:`kg.rag.graph.spread_activation`: seed mass
         1 / (60 + seed rank), normalised to 1, spread over ``hops`` steps split by degree);
-        null when the branch's graph is too large to hold in memory. A query that finds
-        nothing relevant gives no seeds and no nodes.
+        null when the branch's graph is too large to hold in memory. With ``follow:
+        "subjects"`` nodes are in the order they were reached (by seed, then the stable edge
+        order); a document's ``from`` is the entity it is about, whose ``from`` is the seed
+        that mentions it, and its ``score`` is that seed's mass. A query that finds nothing
+        relevant gives no seeds and no nodes.
 
     Raises
     ------
@@ -634,7 +670,8 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
     given = _seed_addresses(raw)
     if query is None and not given:
         raise InvalidInput("graph-context needs input.query or input.seeds (or both)")
-    hops = _int_option(raw, "hops", 2, 0, 4)
+    follow = _follow(raw)
+    hops = _int_option(raw, "hops", 2, 0, 4 if follow == "walk" else 2)
     max_nodes = _int_option(raw, "max_nodes", 50, 1, 1000)
     fan_out = _int_option(raw, "fan_out", 20, 1, 1000)
     direction = check_direction(raw.get("direction", "BOTH"))
@@ -653,8 +690,13 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
                     "score": p["score"], "source": "search"})
         if not seeds:
             return {"seeds": [], "nodes": [], "truncated": False}
-        walk = traverse_from(session, services, view, [f"{w}:{p}" for w, p in seeds], hops=hops,
-                             direction=direction, types=types, max_nodes=max_nodes, fan_out=fan_out)
+        addresses = [f"{w}:{p}" for w, p in seeds]
+        if follow == "subjects":
+            walk = follow_subjects(session, services, view, addresses, hops=hops, max_nodes=max_nodes,
+                                   fan_out=fan_out)
+        else:
+            walk = traverse_from(session, services, view, addresses, hops=hops,
+                                 direction=direction, types=types, max_nodes=max_nodes, fan_out=fan_out)
         versions = nodes_by_id(session, view, [n["node_id"] for n in walk["nodes"]])
         # Seed mass: given seeds and search seeds by rank, 1 / (60 + rank), as in the fusion.
         mass = {}
@@ -663,9 +705,15 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
             if key in by_address:
                 mass[by_address[key]] = 1.0 / (60 + rank)
         total = sum(mass.values()) or 1.0
-        scores = spread_activation(session, services, view, walk["nodes"],
-                                   {node_id: m / total for node_id, m in mass.items()},
-                                   hops=hops, direction=direction, types=types)
+        scores: dict[str, float] | None
+        if follow == "subjects":
+            # a node's relevance is its seed's: the order is the seeds' order
+            seed_ids = {f"{n['workspace']}:{n['path']}": n["node_id"] for n in walk["nodes"] if n["hop"] == 0}
+            scores = {n["node_id"]: mass.get(seed_ids.get(n["seed"], ""), 0.0) / total for n in walk["nodes"]}
+        else:
+            scores = spread_activation(session, services, view, walk["nodes"],
+                                       {node_id: m / total for node_id, m in mass.items()},
+                                       hops=hops, direction=direction, types=types)
     for node in walk["nodes"]:
         node["score"] = None if scores is None else round(scores.get(node["node_id"], 0.0), 6)
         version = versions.get(node["node_id"])
@@ -673,6 +721,7 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         title = _title(version.properties) if version is not None else None
         if title is not None:
             node["title"] = title
+        node.pop("seed", None)  # follow_subjects' own; the seed is the "from" of the entity that reached it
         seed = seeds.get((node["workspace"], node["path"]))
         if seed is not None and seed["node_id"] is None:
             seed["node_id"] = node["node_id"]
@@ -683,15 +732,19 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
 
 
 def _best_passage(session, repo_id: int, version, terms: set[str]) -> dict[str, Any] | None:
-    """The chunk of a node version sharing most question terms (ties: the first), or, before
-    its chunks are stored, its text fields (cut at GRAPH_PASSAGE_CHARS)."""
+    """The chunk of a node version sharing most question terms (ties: one that is more than the
+    node's title, then the first), or, before its chunks are stored, its text fields (cut at
+    GRAPH_PASSAGE_CHARS)."""
     if version.content_key:
         rows = session.execute(
             select(Chunk.chunk_index, Chunk.text)
             .where(Chunk.repo_id == repo_id, Chunk.content_key == version.content_key)
             .order_by(Chunk.chunk_index).limit(64)).all()
         if rows:
-            index, text = max(rows, key=lambda r: (len(terms & set(analyze(r[1]))), -r[0]))
+            title = version.properties.get("title")
+            bare = " ".join(title.split()) if isinstance(title, str) else None
+            index, text = max(rows, key=lambda r: (len(terms & set(analyze(r[1]))),
+                                                   " ".join(r[1].split()) != bare, -r[0]))
             return {"chunk_index": index, "text": text, "text_is_exact": True}
     parts = [v for k in TEXT_FIELDS if isinstance(v := version.properties.get(k), str) and v.strip()]
     if not parts:
@@ -705,16 +758,27 @@ def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, q
                    workspaces: list[str] | None) -> list[dict[str, Any]]:
     """Passages of the nodes around the retrieved ones: ``ask``'s graph leg.
 
-    Walks ``GRAPH_HOPS`` (2) hops from the nodes of ``passages`` (fan-out 10, at most 30 nodes
-    beyond the seeds), keeps the reached nodes with text that are not already retrieved (and in
-    ``workspaces`` when given), and returns the best passage of up to ``GRAPH_PASSAGES`` (3) of
-    them, ranked by shared question terms, then hop, then walk order.
+    First the subjects (:func:`kg.rag.graph.follow_subjects`): from the first
+    ``GRAPH_SUBJECT_SEEDS`` (5) retrieved documents, the documents ``about`` the entities they
+    mention, ordered by the seed's rank, then by shared question terms (their relevance where
+    the search did not rank them), then the edge order: the page of the bridge entity, which a
+    second-hop question names only through the first passage (HotpotQA, Yang et al. 2018).
+    Then the walk: ``GRAPH_HOPS`` (2) hops from the nodes of ``passages`` (fan-out 10, at most
+    30 nodes beyond the seeds), ranked by shared question terms, then hop, then walk order.
+    Only nodes with text that are not already retrieved (and in ``workspaces`` when given) are
+    kept; the best passage of up to ``GRAPH_PASSAGES`` (3) of them is returned, subjects first.
 
     Returns
     -------
     list of dict
         Passages like the retrieved ones, plus ``"via": "graph"``, ``"relation"`` (the type of
-        the edge that reached the node), ``"hop"`` and ``"from"``.
+        the edge that reached the node: ``"about"`` for a subject), ``"hop"`` and ``"from"``.
+
+    References
+    ----------
+    .. [1] Y. Feldman and R. El-Yaniv, "Multi-hop paragraph retrieval for open-domain question
+       answering", ACL 2019; A. Asai et al., "Learning to retrieve reasoning paths over
+       Wikipedia graph for question answering", ICLR 2020 (entity link to the entity's page).
 
     Raises
     ------
@@ -724,24 +788,42 @@ def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, q
     seeds = list(dict.fromkeys(f"{p['workspace']}:{p['path']}" for p in passages))
     have = {p["node_id"] for p in passages}
     terms = set(analyze(question))
+
+    def wanted(node: dict[str, Any]) -> bool:
+        return (node["hop"] > 0 and node["node_id"] not in have
+                and (workspaces is None or node["workspace"] in workspaces))
+
     with reading(services, caller, repo, branch) as (session, view):
+        followed = follow_subjects(session, services, view, seeds[:GRAPH_SUBJECT_SEEDS], hops=2,
+                                   max_nodes=10_000, fan_out=GRAPH_SUBJECT_FAN_OUT)
+        subjects = [n for n in followed["nodes"] if n["hop"] == 2 and wanted(n)]
         walk = traverse_from(session, services, view, seeds, hops=GRAPH_HOPS,
                              max_nodes=len(seeds) + GRAPH_MAX_NODES, fan_out=GRAPH_FAN_OUT)
-        reached = [n for n in walk["nodes"] if n["hop"] > 0 and n["node_id"] not in have
-                   and (workspaces is None or n["workspace"] in workspaces)]
-        versions = nodes_by_id(session, view, [n["node_id"] for n in reached])
-        ranked = []
-        for order, node in enumerate(reached):
-            version = versions.get(node["node_id"])
-            passage = _best_passage(session, view.repo.id, version, terms) if version is not None else None
-            if passage is None:
-                continue
-            shared = len(terms & set(analyze(passage["text"])))
-            ranked.append((-shared, node["hop"], order, {
-                "workspace": node["workspace"], "path": node["path"], "node_id": node["node_id"], **passage,
-                "score": None, "via": "graph", "relation": node["via"], "hop": node["hop"], "from": node["from"]}))
+        reached = [n for n in walk["nodes"] if wanted(n)]
+        versions = nodes_by_id(session, view, [n["node_id"] for n in subjects + reached])
+        seed_rank = {address: rank for rank, address in enumerate(seeds)}
+        first: list[tuple[Any, ...]] = []
+        ranked: list[tuple[Any, ...]] = []
+        for subject, nodes in ((True, subjects), (False, reached)):
+            for order, node in enumerate(nodes):
+                version = versions.get(node["node_id"])
+                passage = _best_passage(session, view.repo.id, version, terms) if version is not None else None
+                if passage is None:
+                    continue
+                shared = len(terms & set(analyze(passage["text"])))
+                row = {"workspace": node["workspace"], "path": node["path"], "node_id": node["node_id"], **passage,
+                       "score": None, "via": "graph", "relation": node["via"], "hop": node["hop"],
+                       "from": node["from"]}
+                if subject:
+                    first.append((seed_rank.get(node["seed"], len(seeds)), -shared, order, row))
+                else:
+                    ranked.append((-shared, node["hop"], order, row))
+    first.sort(key=lambda r: r[:3])
     ranked.sort(key=lambda r: r[:3])
-    return [r[3] for r in ranked[:GRAPH_PASSAGES]]
+    out: dict[str, dict[str, Any]] = {}
+    for r in first + ranked:
+        out.setdefault(r[3]["node_id"], r[3])
+    return list(out.values())[:GRAPH_PASSAGES]
 
 
 def _answer_target(services: Resources, caller: Actor, repo: str, branch: str, raw: dict,
@@ -989,7 +1071,7 @@ INPUT_KEYS: dict[str, frozenset[str]] = {
     "search-documents": frozenset({"query", "k", "workspaces"}),
     "ask": frozenset({"question", "workspaces", "use_graph", "store_answer"}),
     "graph-context": frozenset({"query", "seeds", "hops", "max_nodes", "fan_out", "types", "direction",
-                                "workspaces", "k"}),
+                                "workspaces", "k", "follow"}),
     "extract-entities": frozenset({"path", "workspace", "force", "max_chars"}),
     "research-assistant": frozenset({"question", "workspaces", "max_steps", "workspace"}),
 }

@@ -40,6 +40,7 @@ from kg.graph.neighbors import (
 )
 from kg.graph.traverse import check_walk_bounds, traverse
 from kg.graph.view import EdgeRow, GraphView, NodeAddress, NodeRow
+from kg.rag.entities import ABOUT, MENTIONED_IN
 from kg.store import relations as store
 from kg.store.models import Branch, NodeVersion, RelationVersion
 from kg.store.nodes import get_node, nodes_by_id
@@ -442,6 +443,136 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
                       "via": visit.via, "weight": visit.weight,
                       "from": at(visit.parent) if visit.parent is not None else None})
     return {"nodes": nodes, "truncated": walk.truncated}
+
+
+#: The two hops of :func:`follow_subjects`: a document's entities (their ``mentioned_in``
+#: edges into it), then the documents ``about`` those entities (their edges into the entity).
+SUBJECT_HOPS: tuple[tuple[str, Direction], ...] = ((MENTIONED_IN, "IN"), (ABOUT, "IN"))
+
+
+def follow_subjects(session: Session, services: Resources, view: BranchView, seeds: Sequence[str], *,
+                    hops: int = 2, max_nodes: int = 200, fan_out: int = 50) -> dict[str, Any]:
+    """From documents to the entities they mention, then to the documents about those entities.
+
+    Hop 1 is every entity with a ``mentioned_in`` edge into a seed; hop 2 every document with an
+    ``about`` edge into such an entity (:mod:`kg.rag.entities`: a document is about the entity
+    its title names). Seeds are expanded one after the other, in the given order, each entity's
+    subject documents right after it, so the answer is ordered by the seed that first reached a
+    node, then by the stable edge order (weight, address). Unlike a breadth-first walk over all
+    relations (:func:`traverse_from`), which reaches every passage sharing an entity with a
+    seed, this reaches the passage *about* the entity: the entity's page, the second hop of a
+    bridge question.
+
+    Parameters
+    ----------
+    seeds : sequence of str
+        Node addresses ``workspace:/path``, hop 0, in this order (at least one).
+    hops : int, 0..2
+        0: the seeds only; 1: and their entities; 2: and the documents about those.
+    max_nodes : int, 1..10,000
+        Most nodes in the answer, seeds included.
+    fan_out : int, 1..10,000
+        Most edges followed from one node (entities of a seed, documents of an entity), in the
+        stable order.
+
+    Returns
+    -------
+    dict
+        ``{"nodes": [{"workspace", "path", "node_id", "hop", "via", "weight", "from",
+        "seed"}], "truncated": bool}`` as :func:`traverse_from`, each node once at its first
+        reach; ``seed`` is the address of the seed it was reached from (its own address for a
+        seed). ``truncated`` when ``max_nodes`` left a node out or a node had more than
+        ``fan_out`` edges of the hop's type.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A bound out of range, a bad address, no seeds.
+    kg.errors.NotFound
+        An unknown workspace or seed node.
+
+    Notes
+    -----
+    At most ``fan_out`` entities per seed and ``fan_out`` documents per entity are read:
+    O(s * f * f) edge reads for s seeds, bounded by ``max_nodes``; on the view no SQL, on SQL
+    one statement per expanded node. A node in a workspace the reader may not read is never
+    reached (the view filters by :func:`readable_names`, SQL by the view's scope), nor is
+    anything beyond it.
+
+    References
+    ----------
+    .. [1] Z. Yang et al., "HotpotQA: A dataset for diverse, explainable multi-hop question
+       answering", EMNLP 2018 (bridge entities).
+    .. [2] Y. Feldman and R. El-Yaniv, "Multi-hop paragraph retrieval for open-domain question
+       answering", ACL 2019; A. Asai et al., "Learning to retrieve reasoning paths over
+       Wikipedia graph for question answering", ICLR 2020 (the second hop follows the link to
+       the linked entity's page).
+    """
+    if isinstance(hops, bool) or not isinstance(hops, int) or not 0 <= hops <= len(SUBJECT_HOPS):
+        raise InvalidInput(f"hops must be an integer between 0 and {len(SUBJECT_HOPS)} when following "
+                           "subjects", details={"hops": hops})
+    check_walk_bounds(hops, max_nodes, fan_out)
+    if isinstance(seeds, str) or not seeds:
+        raise InvalidInput("seeds must be a non-empty list of node addresses 'workspace:/path'")
+    for seed in seeds:
+        parse_address(seed)
+    nodes: list[dict[str, Any]] = []
+    seen: set[Hashable] = set()
+    truncated = False
+    with current_graph(session, services, view, build=True) as graph:
+        scope = readable_names(view)
+
+        def edges(node_id: Hashable, rel_type: str, direction: Direction) -> tuple[list[tuple[Any, ...]], bool]:
+            """Up to ``fan_out`` edges (other id, workspace, path, weight) and whether more exist."""
+            wanted = frozenset({rel_type})
+            found: list[tuple[Any, ...]] = []
+            if graph is not None:
+                for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted, workspaces=scope):
+                    if len(found) == fan_out:
+                        return found, True
+                    where = graph.address(edge.node_id)
+                    found.append((edge.node_id, where.workspace, where.path, edge.weight))
+                return found, False
+            rows = store.list_neighbors(session, view, node_id, direction=direction,  # type: ignore[arg-type]
+                                        types=wanted, limit=fan_out + 1)
+            return [(r.node_id, r.workspace, r.path, r.weight) for r in rows[:fan_out]], len(rows) > fan_out
+
+        def add(node_id: Hashable, workspace: str, path: str, hop: int, via: str | None, weight: float | None,
+                parent: str | None, seed: str) -> bool:
+            nonlocal truncated
+            if node_id in seen:
+                return False
+            if len(nodes) >= max_nodes:
+                truncated = True
+                return False
+            seen.add(node_id)
+            nodes.append({"workspace": workspace, "path": path, "node_id": node_id, "hop": hop, "via": via,
+                          "weight": weight, "from": parent, "seed": seed})
+            return True
+
+        starts = []
+        for seed in seeds:
+            node_id, workspace, path = _node_id(session, view, graph, seed)
+            address = f"{workspace}:{path}"
+            if add(node_id, workspace, path, 0, None, None, None, address):
+                starts.append((node_id, address))
+        (mention, mention_direction), (subject, subject_direction) = SUBJECT_HOPS
+        expanded: set[Hashable] = set()
+        for node_id, address in starts:
+            if hops < 1:
+                break
+            entities, more = edges(node_id, mention, mention_direction)
+            truncated = truncated or more
+            for entity, workspace, path, weight in entities:
+                add(entity, workspace, path, 1, mention, weight, address, address)
+                if hops < 2 or entity not in seen or entity in expanded:
+                    continue  # cut by the budget, or its documents were added already
+                expanded.add(entity)
+                pages, more = edges(entity, subject, subject_direction)
+                truncated = truncated or more
+                for page, page_workspace, page_path, page_weight in pages:
+                    add(page, page_workspace, page_path, 2, subject, page_weight, f"{workspace}:{path}", address)
+    return {"nodes": nodes, "truncated": truncated}
 
 
 def spread_activation(session: Session, services: Resources, view: BranchView, nodes: Sequence[dict[str, Any]],

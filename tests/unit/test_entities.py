@@ -214,3 +214,50 @@ def test_headings_and_fragments_are_dropped_with_a_reason():
     assert ("Package Index", "concept", []) in found.candidates  # a heading naming a concept stays
     entities, dropped, why = collect([("..", "concept", None)], reasons=True)
     assert (entities, dropped, why) == ([], 1, [{"name": "..", "reason": "no_usable_name"}])
+
+
+# -- the document's subject -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("title, name", [
+    ("Ed Wood (film)", "Ed Wood"),
+    ("Doctor Strange (2016 film)", "Doctor Strange"),
+    ("  Scott   Derrickson ", "Scott Derrickson"),
+    ("(film)", "film"),                      # nothing but the qualifier: the qualifier is the name
+    ("Ed Wood (film) Poster", "Ed Wood (film) Poster"),   # only a trailing qualifier is dropped
+    ("", None),
+    (None, None),
+])
+def test_subject_name_drops_a_trailing_qualifier(title, name):
+    from kg.rag.entities import subject_name
+
+    assert subject_name(title) == name
+
+
+@pytest.mark.parametrize("title, expected", [
+    ("Scott Derrickson", True), ("Kiss and Tell (1945 film)", True), ("AC/DC", True), ("Python", True),
+    ("U.S.", True), ("The Sun Also Rises", True), ("Guido van Rossum", True), ("1994 FIFA World Cup", True),
+    ("How to install packages", False), ("Guido created Python.", False), ("Is it fast?", False),
+    ("Install it now!", False), ("of Mice", False), ("A B C D E F G H I", False), ("", False), (None, False),
+])
+def test_looks_like_name_tells_names_from_sentences(title, expected):
+    from kg.rag.entities import looks_like_name
+
+    assert looks_like_name(title) is expected
+
+
+def test_find_subject_by_name_alias_slug_or_made_from_the_title():
+    from kg.rag.entities import Entity, find_subject
+
+    guido = Entity("Guido van Rossum", "person", "guido-van-rossum", aliases=["BDFL"])
+    cwi = Entity("CWI", "organization", "cwi")
+    assert find_subject("guido  VAN rossum", [cwi, guido]) == (guido, False)        # case, spacing
+    assert find_subject("Guido van Rossum (programmer)", [guido]) == (guido, False)  # qualifier
+    assert find_subject("BDFL", [cwi, guido]) == (guido, False)                      # an alias
+    assert find_subject("Guido-van-Rossum", [guido]) == (guido, False)               # the slug
+    made, new = find_subject("Batman (1989 film)", [cwi])
+    assert new is True and (made.name, made.slug, made.type) == ("Batman", "batman", "concept")
+    person, _ = find_subject("Scott Derrickson", [])
+    assert person.type == "person"
+    assert find_subject("How Guido created Python", [guido]) == (None, False)
+    assert find_subject(None, [guido]) == (None, False)
