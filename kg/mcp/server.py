@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import anyio.to_thread
@@ -410,10 +410,14 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
     @tool(_READ, "The relations around the nodes a query finds (or given seeds): nodes with hop, via, score.")
     async def graph_context(ctx: Context, query: Annotated[str | None, Field(description="Seeds by meaning.")] = None,
                             seeds: Annotated[list[str] | None, Field(description="Seed addresses.")] = None,
-                            hops: Annotated[int, Field(description="0..4.")] = 2,
-                            types: Types = None, branch: BranchArg = None) -> CallToolResult:
+                            hops: Annotated[int, Field(description="0..4 (walk), 0..2 (subjects).")] = 2,
+                            types: Types = None,
+                            follow: Annotated[Literal["walk", "subjects"] | None, Field(
+                                description="walk: every relation around the seeds; subjects: the entities a "
+                                            "seed mentions, then the documents about them (multi-hop).")] = None,
+                            branch: BranchArg = None) -> CallToolResult:
         raw: dict[str, Any] = {"hops": hops}
-        for key, value in (("query", query), ("seeds", seeds), ("types", types)):
+        for key, value in (("query", query), ("seeds", seeds), ("types", types), ("follow", follow)):
             if value is not None:
                 raw[key] = value
         return await call(ctx, lambda b: {"branch": b.on(branch), **invoke(services, b.caller, b.repo,

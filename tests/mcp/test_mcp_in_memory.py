@@ -139,3 +139,26 @@ def test_the_research_assistant_answers_on_its_own_session_branch(acme):
     assert any(n["path"].startswith("/answers/") for n in added)
     missing = call(server, None, "get_node", {"workspace": "kb", "path": out["stored"]["path"]}, error=True)
     assert missing["error"]["code"] == "not_found"  # main is unchanged until a merge
+
+
+def test_graph_context_follows_a_documents_mentions_to_the_pages_about_them(acme):
+    """``follow: "subjects"`` over MCP: from a film's page to the director's page (its title
+    names him), not to another page that only mentions him; a bad ``follow`` is a tool error."""
+    from kg.rag.functions import invoke as invoke_function
+
+    pages = {"/film": ("Ed Wood (film)", "Ed Wood is a 1994 biopic directed by Tim Burton."),
+             "/burton": ("Tim Burton", "Timothy Walter Burton grew up in Burbank, California."),
+             "/batman": ("Batman (1989 film)", "Batman is a superhero picture directed by Tim Burton.")}
+    for path, (title, text) in pages.items():
+        run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", path, node_type="kb:Page",
+            properties={"title": title, "content": text})
+    for path in pages:
+        invoke_function(acme, OPERATOR, "acme", "extract-entities", {"workspace": "kb", "path": path})
+    server = build_server(acme, fixed_binding("acme", "main", READER))
+    body = call(server, None, "graph_context", {"seeds": ["kb:/film"], "follow": "subjects"})
+    reached = [(n["path"], n["via"]) for n in body["nodes"] if n["hop"] == 2]
+    assert reached == [("/burton", "about")]
+    walk = call(server, None, "graph_context", {"seeds": ["kb:/film"], "types": ["mentioned_in"]})
+    assert "/batman" in [n["path"] for n in walk["nodes"] if n["hop"] == 2]
+    bad = call(server, None, "graph_context", {"seeds": ["kb:/film"], "follow": "subjects", "hops": 3}, error=True)
+    assert bad["error"]["code"] == "invalid_input"
