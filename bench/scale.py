@@ -13,7 +13,9 @@ For each size N (``--sizes``) in a fresh database and data directory:
    use case (:func:`kg.ops.bulk.import_ndjson`): nodes/s and relations/s. Nothing is embedded
    (chunks carry their vectors; the model is ``fake:hash-384``, which only embeds the queries).
 3. **Index load**: the embedded index synced from SQL (vectors, BM25 postings, and the HNSW graph
-   once a model has ``KG_INDEX_ANN_MIN_ROWS`` rows), timed; then the **serving process's RSS**.
+   once a model has ``KG_INDEX_ANN_MIN_ROWS`` rows), timed; the importing process's RSS; then the
+   snapshot flushed and a fresh process that serves it: its **RSS** after its first search
+   (which loads the snapshot) and that search's time.
 4. **Latency**, p50 / p95 over ``--repeats`` calls each, through the use cases the HTTP routes
    call: GET node, children (a page of 100), hybrid search (k 10), vector search (k 10); the
    index's KNN **recall@10 against exact** (a numpy scan of every vector) for stored vectors plus
@@ -263,12 +265,44 @@ def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             gc.collect()
             out["rss_mb"] = round(rss_mb(), 1)
             out["rss_growth_mb"] = round(rss_mb() - rss_start, 1)
+            out["serving"] = serving_memory(services, url, tmp / "data", words, rng)
             print(f"  [{n:,}] index synced, RSS {out['rss_mb']:,} MiB", file=sys.stderr, flush=True)
             out.update(latencies(services, n, data, words, rng, args.repeats))
             out.update(branches(services, url, tmp, n, data, words, rng, args.repeats))
         finally:
             services.close()
     return out
+
+
+SERVE = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from bench.scale import make_services, rss_mb
+from kg.context import OPERATOR
+from kg.rag.search import SearchRequest, search_branch
+before = rss_mb()
+services = make_services({url!r}, __import__("pathlib").Path({data!r}))
+start = time.perf_counter()
+search_branch(services, OPERATOR, "scale", "main", SearchRequest(query={query!r}, k=10, mode="hybrid"))
+first = time.perf_counter() - start
+print(json.dumps({{"rss_mb": round(rss_mb(), 1), "rss_before_mb": round(before, 1),
+                   "first_search_s": round(first, 2)}}))
+services.close()
+"""
+
+
+def serving_memory(services: Services, url: str, data_dir: Path, words: list[str], rng: random.Random) -> dict:
+    """A fresh process that serves the repository: it loads the index snapshot (written here
+    first) on its first search; its RSS then, and how long that first search took."""
+    import subprocess
+
+    from kg.store.repos import get_repository
+
+    with services.db.read() as session:
+        services.index.flush(str(get_repository(session, "scale").id))
+    code = SERVE.format(root=str(ROOT), url=url, data=str(data_dir), query=query(words, rng))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def query(words: list[str], rng: random.Random, terms: int = 4) -> str:
@@ -392,7 +426,9 @@ def branches(services: Services, url: str, tmp: Path, n: int, data: dict[str, An
 ROWS = (("import nodes/s", lambda r: r["import_nodes"]["nodes_per_s"]),
         ("import relations/s", lambda r: r["import_relations"]["relations_per_s"]),
         ("index sync s", lambda r: r["index_sync_s"]),
-        ("RSS MiB", lambda r: r["rss_mb"]),
+        ("RSS MiB (importing process)", lambda r: r["rss_mb"]),
+        ("RSS MiB (a fresh serving process)", lambda r: r["serving"]["rss_mb"]),
+        ("first search, snapshot load s", lambda r: r["serving"]["first_search_s"]),
         ("GET node p50 / p95 ms", lambda r: f"{r['get_node']['p50_ms']} / {r['get_node']['p95_ms']}"),
         ("children p50 / p95 ms", lambda r: f"{r['children']['p50_ms']} / {r['children']['p95_ms']}"),
         ("hybrid search p50 / p95 ms", lambda r: f"{r['hybrid_search']['p50_ms']} / {r['hybrid_search']['p95_ms']}"),
