@@ -238,7 +238,7 @@ def sync(services: Services, repo: str) -> float:
     start = time.perf_counter()
     with services.db.read() as session:
         repository = get_repository(session, repo)
-        sync_index(session, services.index, repository.id, str(repository.id))
+        sync_index(session, services.index, repository.id, repository.uid)  # the key search uses (kg.rag.search)
     return time.perf_counter() - start
 
 
@@ -299,7 +299,7 @@ def serving_memory(services: Services, url: str, data_dir: Path, words: list[str
     from kg.store.repos import get_repository
 
     with services.db.read() as session:
-        services.index.flush(str(get_repository(session, "scale").id))
+        services.index.flush(get_repository(session, "scale").uid)
     code = SERVE.format(root=str(ROOT), url=url, data=str(data_dir), query=query(words, rng))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -346,7 +346,7 @@ def recall(services: Services, data: dict[str, Any], rng: random.Random, queries
     keys = [tuple(k) for k in json.loads(data["keys_file"].read_text())]
     allowed = {k for k, _ in keys}
     with services.db.read() as session:
-        repo_key = str(get_repository(session, "scale").id)
+        repo_key = get_repository(session, "scale").uid
     noise = np.random.default_rng(rng.randrange(2**32))
     found = []
     for _ in range(queries_n):
