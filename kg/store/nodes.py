@@ -711,6 +711,16 @@ def child_order(order_by: str | None = None, direction: str | None = None) -> Ch
     return ChildOrder(spec.lstrip("-"), descending or direction == "desc")
 
 
+def _children_select(session: Session, view: BranchView, workspace: str, parent: str) -> Select[Any]:
+    """The winning versions of ``parent``'s children (the parent checked to exist)."""
+    if parent != "/":
+        get_node(session, view, workspace, parent)
+    wid = workspace_id(view, workspace)
+    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent)
+    return stmt
+
+
 def list_children(session: Session, view: BranchView, workspace: str, parent: str, *,
                   order: ChildOrder | None = None, node_type: str | None = None) -> list[NodeVersion]:
     """The children of ``parent`` (``/`` for top level), by default in ``order``, then name.
@@ -743,11 +753,7 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
     kg.errors.NotFound
         Unknown workspace or parent node.
     """
-    if parent != "/":
-        get_node(session, view, workspace, parent)
-    wid = workspace_id(view, workspace)
-    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
-                             NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent)
+    stmt = _children_select(session, view, workspace, parent)
     how = order or ChildOrder()
 
     def cmp(a: NodeVersion, b: NodeVersion) -> int:
@@ -825,11 +831,7 @@ def _children_page_in_sql(session: Session, view: BranchView, workspace: str, pa
     """:func:`list_children_page` sorted by ``order`` or ``name`` in the database: the same
     order as :meth:`ChildOrder.compare` (names compared by code point: ``COLLATE "C"`` on
     PostgreSQL, SQLite's default binary collation), keyset-filtered after the cursor's key."""
-    if parent != "/":
-        get_node(session, view, workspace, parent)
-    wid = workspace_id(view, workspace)
-    stmt, model = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
-                                 NodeVersion.workspace_id == wid, NodeVersion.parent_path == parent)
+    stmt, model = _children_select(session, view, workspace, parent), NodeVersion
     if node_type is not None:  # on the winning version (see list_children)
         stmt = stmt.where(model.node_type == node_type)
     binary = "C" if session.get_bind().dialect.name == "postgresql" else "BINARY"

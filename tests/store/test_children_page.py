@@ -5,6 +5,8 @@ a branch over its parent."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,6 +18,7 @@ from kg.store.repos import begin_write, branch_view, create_branch, create_repos
 # names that differ by case, accents and code points beyond ASCII (a locale collation would
 # order them otherwise than Python does)
 NAMES = ["a", "B", "b", "Z", "_x", "\u00e9t\u00e9", "ete", "\u00c9t\u00e9", "z1", "z10", "z2", "\u4e2d", "a-b", "a b"]
+_EXAMPLES = itertools.count()
 CHILD = st.tuples(st.sampled_from(NAMES), st.one_of(st.none(), st.integers(-2, 2).map(float)),
                   st.sampled_from(["kb:Section", "kb:Note"]))
 
@@ -64,8 +67,8 @@ def _pages(db, branch, spec, node_type, limit):
 def test_sql_pages_equal_the_python_sort(store, main, branch, deleted, spec, node_type, limit):
     with store.write() as s:
         repo = get_repository(s, "r", lock=True)
-        # each example on fresh branches of its own
-        base = f"m{id(main)}-{len(main)}-{limit}"
+        # each example on fresh branches of its own (id() of a freed list is reused: a counter)
+        base = f"m{next(_EXAMPLES)}"
         create_branch(s, repo, name=base)
     _write(store, base, main)
     with store.write() as s:

@@ -97,8 +97,29 @@ def _description(text: str | None) -> dict[str, Any]:
     return meta
 
 
-def _chunks_schema(name: str, description: str) -> dict[str, Any]:
-    """The class definition of the chunks collection of a (workspace, branch) and model."""
+def _field(name: str, *, filterable: bool = True) -> dict[str, Any]:
+    """A field-tokenized text property (filterable by default), never BM25-searched."""
+    return {"name": name, "dataType": ["text"], "tokenization": "field", "indexFilterable": filterable,
+            "indexSearchable": False}
+
+
+#: The properties the chunk and document objects share: the visibility filter and the search
+#: filters' columns, and the row (seq, chunk index) a hit points at.
+_SHARED_PROPERTIES: tuple[dict[str, Any], ...] = (
+    _field("contentKey"),
+    {"name": "chunkIndex", "dataType": ["int"]},
+    {"name": "seq", "dataType": ["int"]},
+    _field("versionKey"),
+    _field("nodeId"),
+    _field("path"),
+    _field("nodeType"),
+    {**_field("props"), "dataType": ["text[]"]},
+)
+
+
+def _class_schema(name: str, description: str, properties: list[dict[str, Any]]) -> dict[str, Any]:
+    """A kg collection's class: no vectorizer, HNSW with cosine distance, BM25 k1 1.2, b 0.75
+    without stop words (kg's analyzer made the terms)."""
     return {
         "class": name,
         "description": description,
@@ -106,59 +127,28 @@ def _chunks_schema(name: str, description: str) -> dict[str, Any]:
         "vectorIndexType": "hnsw",
         "vectorIndexConfig": {"distance": "cosine"},
         "invertedIndexConfig": {"stopwords": {"preset": "none"}, "bm25": {"k1": 1.2, "b": 0.75}},
-        "properties": [
-            {"name": "content", "dataType": ["text"], "indexFilterable": False,
-             "indexSearchable": False},
-            {"name": "terms", "dataType": ["text"], "tokenization": "whitespace",
-             "indexFilterable": False, "indexSearchable": True},
-            {"name": "contentKey", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "chunkIndex", "dataType": ["int"]},
-            {"name": "seq", "dataType": ["int"]},
-            {"name": "versionKey", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "nodeId", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "path", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "nodeType", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "props", "dataType": ["text[]"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-        ],
+        "properties": properties,
     }
+
+
+def _chunks_schema(name: str, description: str) -> dict[str, Any]:
+    """The class definition of the chunks collection of a (workspace, branch) and model."""
+    return _class_schema(name, description, [
+        {"name": "content", "dataType": ["text"], "indexFilterable": False, "indexSearchable": False},
+        {"name": "terms", "dataType": ["text"], "tokenization": "whitespace",
+         "indexFilterable": False, "indexSearchable": True},
+        *(dict(p) for p in _SHARED_PROPERTIES),
+    ])
 
 
 def _docs_schema(name: str, description: str) -> dict[str, Any]:
     """The class definition of the documents collection beside a chunks collection: one object
     per node version, its ``terms_<field>`` properties added as fields appear
     (:func:`_terms_property_definition`)."""
-    return {
-        "class": name,
-        "description": description,
-        "vectorizer": "none",
-        "vectorIndexType": "hnsw",
-        "vectorIndexConfig": {"distance": "cosine"},
-        "invertedIndexConfig": {"stopwords": {"preset": "none"}, "bm25": {"k1": 1.2, "b": 0.75}},
-        "properties": [
-            {"name": "contentKey", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "chunkIndex", "dataType": ["int"]},
-            {"name": "seq", "dataType": ["int"]},
-            {"name": "versionKey", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "nodeId", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "path", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "nodeType", "dataType": ["text"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "props", "dataType": ["text[]"], "tokenization": "field",
-             "indexFilterable": True, "indexSearchable": False},
-            {"name": "fields", "dataType": ["text[]"], "tokenization": "field",
-             "indexFilterable": False, "indexSearchable": False},
-        ],
-    }
+    return _class_schema(name, description, [
+        *(dict(p) for p in _SHARED_PROPERTIES),
+        {**_field("fields", filterable=False), "dataType": ["text[]"]},
+    ])
 
 
 def _terms_property_definition(field: str) -> dict[str, Any]:
