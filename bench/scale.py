@@ -224,10 +224,31 @@ def make_services(url: str, data_dir: Path) -> Services:
     return services
 
 
-def import_file(services: Services, repo: str, path: Path, branch: str = "main") -> tuple[float, dict]:
+def import_file(services: Services, repo: str, path: Path, branch: str = "main",
+                part: int | None = None) -> tuple[float, dict]:
+    """Import ``path`` through :func:`kg.ops.bulk.import_ndjson`; seconds and the last report.
+
+    ``part``: import it as consecutive files of at most ``part`` node or relation records each
+    (a node's chunk records stay with it), one revision each, so the importing process holds one
+    part's parsed records at a time (the use case validates a whole file before writing it)."""
     start = time.perf_counter()
     with path.open("rb") as fh:
-        report = bulk.import_ndjson(services, OPERATOR, repo, fh, branch=branch)
+        if part is None:
+            report = bulk.import_ndjson(services, OPERATOR, repo, fh, branch=branch)
+            return time.perf_counter() - start, report
+        header = fh.readline()
+        lines, records, queued, parts = [header], 0, 0, 0
+        for line in fh:
+            if records >= part and b'"record":"chunk"' not in line[:24]:
+                report = bulk.import_ndjson(services, OPERATOR, repo, lines, branch=branch)
+                queued, parts = queued + (report.get("queued") or 0), parts + 1
+                lines, records = [header], 0
+                print(f"    part {parts} imported ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+            lines.append(line)
+            if b'"record":"chunk"' not in line[:24]:
+                records += 1
+        report = bulk.import_ndjson(services, OPERATOR, repo, lines, branch=branch)
+        report = {**report, "queued": queued + (report.get("queued") or 0), "parts": parts + 1}
     return time.perf_counter() - start, report
 
 
@@ -255,11 +276,13 @@ def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         rss_start = rss_mb()
         services = make_services(url, tmp / "data")
         try:
-            seconds, report = import_file(services, "scale", data["nodes_file"])
+            seconds, report = import_file(services, "scale", data["nodes_file"], part=args.part_nodes)
             out["import_nodes"] = {"s": round(seconds, 1), "nodes_per_s": round((n + data["sections"]) / seconds),
-                                   "chunks_per_s": round(data["chunks"] / seconds), "queued": report.get("queued")}
-            seconds, _ = import_file(services, "scale", data["relations_file"])
-            out["import_relations"] = {"s": round(seconds, 1), "relations_per_s": round(data["relations"] / seconds)}
+                                   "chunks_per_s": round(data["chunks"] / seconds), "queued": report.get("queued"),
+                                   "parts": report.get("parts", 1)}
+            seconds, report = import_file(services, "scale", data["relations_file"], part=args.part_relations)
+            out["import_relations"] = {"s": round(seconds, 1), "relations_per_s": round(data["relations"] / seconds),
+                                       "parts": report.get("parts", 1)}
             print(f"  [{n:,}] imported", file=sys.stderr, flush=True)
             out["index_sync_s"] = round(sync(services, "scale"), 1)
             gc.collect()
@@ -452,6 +475,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--workdir", type=Path, default=Path("/work/cache/scale"))
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--part-nodes", type=int, default=None,
+                        help="import the nodes file in parts of this many nodes (one revision each)")
+    parser.add_argument("--part-relations", type=int, default=None,
+                        help="import the relations file in parts of this many relations")
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"benchmark": "scale", "machine": machine(), "sizes": {}}
