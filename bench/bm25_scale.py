@@ -177,17 +177,22 @@ def worker(impl: str, args: argparse.Namespace) -> dict[str, Any]:
     fields = np.where(np.arange(args.docs) % GROUP == 0, 0, 1)
     latency: dict[str, dict[str, float]] = {}
     hits: dict[str, list[Any]] = {}
+    kinds = ("search", "groups") if impl == "old" else ("search", "groups", "groups_memo")
+    stats = index.group_stats(np.where(mask, groups, -1), fields) if impl == "new" else None
     for n_terms, qs in query_sets.items():
-        for kind in ("search", "groups"):
+        for kind in kinds:
             samples, got = [], []
             for q in qs:
                 runs = []
                 for _ in range(args.repeat):
                     if kind == "search":
                         seconds, result = timed(lambda q=q: index.search(q, K, mask))
-                    else:
+                    elif kind == "groups":
                         seconds, result = timed(lambda q=q: index.search_groups(
                             q, K, groups=np.where(mask, groups, -1), fields=fields, field_weights=[2.0, 1.0]))
+                    else:  # the statistics computed once per branch state, as the embedded index does
+                        seconds, result = timed(lambda q=q: index.search_groups(
+                            q, K, field_weights=[2.0, 1.0], stats=stats))
                     runs.append(seconds)
                 if kind == "search":
                     got.append([[d, s] for d, s in result])
@@ -245,17 +250,26 @@ def main() -> None:
     figures = {impl: run["figures"] for impl, run in runs.items()}
     for name in ("build_chunks_per_s", "nbytes", "rss_delta_bytes", "peak_rss_bytes", "load_s"):
         rows.append([name, *(figures[i][name] for i in figures)])
-    for name in next(iter(figures.values()))["latency"]:
+    names = list(dict.fromkeys(name for f in figures.values() for name in f["latency"]))
+    for name in names:
         for stat in ("p50_ms", "p95_ms"):
-            rows.append([f"{name} {stat}", *(figures[i]["latency"][name][stat] for i in figures)])
+            rows.append([f"{name} {stat}", *(figures[i]["latency"].get(name, {}).get(stat, "") for i in figures)])
     if {"old", "new"} <= figures.keys():
         for row in rows:
-            row.append(round(row[1] / row[2], 2) if row[2] else "")
+            row.append(round(row[1] / row[2], 2) if row[1] != "" and row[2] else "")
         old_hits, new_hits = runs["old"]["hits"], runs["new"]["hits"]
         agree = {name: sum(same_hits(a, b) for a, b in zip(old_hits[name], new_hits[name], strict=True))
                  for name in old_hits}
         results["identical_results"] = {name: f"{count}/{len(old_hits[name])}" for name, count in agree.items()}
         results["ratio_old_over_new"] = {row[0]: row[-1] for row in rows}
+    if "new" in runs and "groups_memo_2" in runs["new"]["hits"]:
+        new_hits = runs["new"]["hits"]
+        agree_memo = {name: sum(same_hits(a, b) for a, b in zip(
+            new_hits[name], new_hits[name.replace("groups_", "groups_memo_")], strict=True))
+            for name in new_hits if name.startswith("groups_") and "memo" not in name}
+        results["memo_identical_to_groups"] = {name: f"{count}/{len(new_hits[name])}"
+                                               for name, count in agree_memo.items()}
+        print("memoised statistics, identical results:", results["memo_identical_to_groups"])
     print(table(rows, ["figure", *figures, *(["old / new"] if len(figures) == 2 else [])]))
     if "identical_results" in results:
         print("identical results:", results["identical_results"])

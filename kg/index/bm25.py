@@ -43,7 +43,7 @@ import numpy as np
 
 from kg.index.tokenize import analyze
 
-__all__ = ["BM25Index", "GroupHit", "top_k_indices"]
+__all__ = ["BM25Index", "GroupHit", "GroupStats", "top_k_indices"]
 
 _MIN_TAIL_POSTINGS = 1 << 20
 """The tail is merged into the frozen segment once it holds this many postings (about 10,000
@@ -70,6 +70,40 @@ class GroupHit(NamedTuple):
     """The group's BM25F score (> 0)."""
     best_doc: int
     """The group's document (passage) with the highest passage-level BM25 score."""
+
+
+class GroupStats(NamedTuple):
+    """The collection statistics of one grouping of the documents (:meth:`BM25Index.group_stats`).
+
+    They depend on the grouping, the fields and the candidate mask only, not on the query, so a
+    caller that searches one grouping many times (a branch state's node texts) computes them once.
+    Immutable; valid for the index that computed them (documents are only appended, so later
+    additions do not change the first ``n``).
+    """
+
+    n: int
+    """Documents ``0..n-1`` are grouped; the rest are left out."""
+    groups: np.ndarray
+    """(n,) int32 or int64 (as given): each document's group, -1 left out."""
+    fields: np.ndarray
+    """(n,) int32 or int64 (as given, not copied): each document's field number."""
+    selected: np.ndarray
+    """(n,) bool: the documents searched (a group >= 0 and in the mask)."""
+    n_groups: int
+    """One more than the largest group id."""
+    n_fields: int
+    """One more than the largest field number (1 for no document)."""
+    n_selected: int
+    """Groups with a selected document: BM25F's N."""
+    norm: np.ndarray
+    """(n_groups, n_fields) float64: the length normalisation ``1 - b + b l_f(G) / avg l_f``."""
+    doc_avgdl: float
+    """Mean length of the selected documents (the passage-level score of ``best_doc``)."""
+    n_docs_selected: int
+    """Selected documents: the passage-level N."""
+    sorted_groups: bool
+    """Whether ``groups`` never decreases along the selected documents (sync order), so a
+    term's groups can be summed by runs instead of over every group."""
 
 
 class _Frozen(NamedTuple):
@@ -567,15 +601,74 @@ class BM25Index:
             scores[found] += t.idf * tf * (self.k1 + 1.0) / (tf + norm)
         return scores
 
+    def group_stats(self, groups: np.ndarray, fields: np.ndarray | None = None,
+                    mask: np.ndarray | None = None) -> GroupStats:
+        """The query-independent statistics of :meth:`search_groups` for one grouping.
+
+        Parameters
+        ----------
+        groups, fields, mask : ndarray, shape (n,)
+            As in :meth:`search_groups`.
+
+        Returns
+        -------
+        GroupStats
+            To pass to :meth:`search_groups` as ``stats``, for as long as this index lives.
+
+        Raises
+        ------
+        ValueError
+            The arrays do not have the same shape (n,) with ``n <= n_docs``.
+
+        Notes
+        -----
+        O(n): two :func:`numpy.bincount` over the documents and the normalisation of
+        Robertson and Zaragoza (2009, eq. 3.19) per group and field.
+        """
+        groups = _ids(groups)
+        state = self._state
+        if groups.ndim != 1 or len(groups) > state.n_docs:
+            raise ValueError(f"groups must have shape (n,) with n <= {state.n_docs}: {groups.shape}")
+        n = len(groups)
+        fields = np.zeros(n, np.int32) if fields is None else _ids(fields)
+        if fields.shape != (n,):
+            raise ValueError(f"fields must have the shape of groups {(n,)}: {fields.shape}")
+        n_fields = int(fields.max()) + 1 if n else 1
+        selected = groups >= 0
+        if mask is not None:
+            mask = np.asarray(mask, dtype=bool)
+            if mask.shape != (n,):
+                raise ValueError(f"mask must have the shape of groups {(n,)}: {mask.shape}")
+            selected &= mask
+        n_groups = int(groups.max()) + 1 if n else 0
+        if not selected.any():
+            return GroupStats(n, groups, fields, selected, n_groups, n_fields, 0,
+                              np.ones((n_groups, n_fields)), 0.0, 0, True)
+        flengths = state.lengths[:n].astype(np.float64)
+        # Per (group, field) length, and each selected group's presence.
+        cell = groups.astype(np.int64) * n_fields + fields
+        field_len = np.bincount(cell[selected], weights=flengths[selected],
+                                minlength=n_groups * n_fields).reshape(n_groups, n_fields)
+        present = np.bincount(groups[selected], minlength=n_groups) > 0
+        n_selected = int(np.count_nonzero(present))
+        avg_len = field_len[present].sum(axis=0) / n_selected
+        with np.errstate(divide="ignore", invalid="ignore"):
+            norm = 1.0 - self.b + self.b * np.where(avg_len > 0, field_len / avg_len, 0.0)
+        chosen = groups[selected]
+        return GroupStats(n, groups, fields, selected, n_groups, n_fields, n_selected, norm,
+                          float(flengths[selected].mean()), int(np.count_nonzero(selected)),
+                          bool(np.all(chosen[1:] >= chosen[:-1])))
+
     def search_groups(
         self,
         query: str,
         k: int,
         *,
-        groups: np.ndarray,
+        groups: np.ndarray | None = None,
         fields: np.ndarray | None = None,
         field_weights: Sequence[float] | None = None,
         mask: np.ndarray | None = None,
+        stats: GroupStats | None = None,
     ) -> list[GroupHit]:
         r"""Rank groups of documents (a node's passages) by BM25F over all their text.
 
@@ -590,9 +683,10 @@ class BM25Index:
             Free text, analysed like the documents; repeated query terms count once.
         k : int
             Maximum number of groups; ``k <= 0`` gives ``[]``.
-        groups : ndarray, shape (n,), int
+        groups : ndarray, shape (n,), int, optional
             ``groups[d]`` is the group (>= 0) of document ``d``; ``n <= n_docs``, and the
             documents from ``n`` on are left out. A negative group leaves the document out.
+            Required unless ``stats`` is given.
         fields : ndarray, shape (n,), int, optional
             ``fields[d]`` is the field number (0..F-1) of document ``d``; default all 0.
         field_weights : sequence of float, optional
@@ -600,6 +694,10 @@ class BM25Index:
         mask : ndarray, shape (n,), bool, optional
             Candidate documents, as in :meth:`search`; the collection statistics (N, df and
             the average field lengths) are those of the groups with a selected document.
+        stats : GroupStats, optional
+            :meth:`group_stats` of ``groups``, ``fields`` and ``mask`` computed earlier by this
+            index (then those three are not given): the O(n) part of a search, done once for
+            a grouping that is searched many times.
 
         Returns
         -------
@@ -613,7 +711,8 @@ class BM25Index:
         ------
         ValueError
             ``groups``, ``fields`` or ``mask`` do not have the same shape (n,) with
-            ``n <= n_docs``, or a weight is negative or not finite.
+            ``n <= n_docs``, neither ``groups`` nor ``stats`` is given (or both are), or a
+            weight is negative or not finite.
 
         Notes
         -----
@@ -635,9 +734,12 @@ class BM25Index:
         is exactly :meth:`search`'s BM25. Overlapping passages (a body chunked with overlap)
         count their shared words twice.
 
-        Time O(n + sum of df over the query terms + r log r) for r matching groups; the
-        passage-level scores for ``best_doc`` are computed for the passages of the returned
-        groups only (binary search in each term's postings).
+        Time O(n + sum of df over the query terms + r log r) for r matching groups, or
+        O(n_groups + sum of df + r log r) with ``stats`` (the per-document statistics are
+        then computed already; a term's postings are summed by runs of one group when the
+        groups follow the document order); the passage-level scores for ``best_doc`` are
+        computed for the passages of the returned groups only (binary search in each term's
+        postings).
 
         References
         ----------
@@ -647,47 +749,27 @@ class BM25Index:
         .. [2] S. Robertson, H. Zaragoza and M. Taylor, "Simple BM25 extension to multiple
            weighted fields", CIKM 2004, pp. 42-49.
         """
-        groups = np.asarray(groups, dtype=np.int64)
-        state = self._state
-        lengths_buf, n_docs = state.lengths, state.n_docs
-        if groups.ndim != 1 or len(groups) > n_docs:
-            raise ValueError(f"groups must have shape (n,) with n <= {n_docs}: {groups.shape}")
-        n = len(groups)
-        fields = np.zeros(n, np.int64) if fields is None else np.asarray(fields, dtype=np.int64)
-        if fields.shape != (n,):
-            raise ValueError(f"fields must have the shape of groups {(n,)}: {fields.shape}")
-        n_fields = int(fields.max()) + 1 if n else 1
+        if stats is None:
+            if groups is None:
+                raise ValueError("search_groups needs groups or stats")
+            stats = self.group_stats(groups, fields, mask)
+        elif groups is not None or fields is not None or mask is not None:
+            raise ValueError("search_groups takes stats or groups, fields and mask, not both")
+        n_fields = stats.n_fields
         weights = np.ones(n_fields) if field_weights is None else np.asarray(field_weights, dtype=np.float64)
         if weights.ndim != 1 or not np.isfinite(weights).all() or (weights < 0).any():
             raise ValueError(f"field weights must be finite and >= 0: {field_weights!r}")
         if len(weights) < n_fields:
             raise ValueError(f"{n_fields} fields need as many weights, got {len(weights)}")
-        selected = groups >= 0
-        if mask is not None:
-            mask = np.asarray(mask, dtype=bool)
-            if mask.shape != (n,):
-                raise ValueError(f"mask must have the shape of groups {(n,)}: {mask.shape}")
-            selected &= mask
         if k <= 0:
             return []
         query_terms = list(dict.fromkeys(self._analyze(query)))
-        if not query_terms or not selected.any():
+        if not query_terms or not stats.n_docs_selected:
             return []
-        lengths = lengths_buf[:n]
-        flengths = lengths.astype(np.float64)
-        n_groups = int(groups.max()) + 1
-        # Per (group, field) length, and each selected group's presence.
-        cell = groups * n_fields + fields
-        field_len = np.bincount(cell[selected], weights=flengths[selected],
-                                minlength=n_groups * n_fields).reshape(n_groups, n_fields)
-        present = np.bincount(groups[selected], minlength=n_groups) > 0
-        n_selected = int(np.count_nonzero(present))
-        avg_len = field_len[present].sum(axis=0) / n_selected
-        # Field-length normalisation B_f(G) and the passage statistics for the best passage.
-        with np.errstate(divide="ignore", invalid="ignore"):
-            norm = 1.0 - self.b + self.b * np.where(avg_len > 0, field_len / avg_len, 0.0)
-        doc_avgdl = float(flengths[selected].mean())
-        n_docs_selected = int(np.count_nonzero(selected))
+        state = self._state
+        n, groups, fields, selected = stats.n, stats.groups, stats.fields, stats.selected
+        n_groups, n_selected, norm = stats.n_groups, stats.n_selected, stats.norm
+        lengths = state.lengths[:n]
         scores = np.zeros(n_groups, dtype=np.float64)
         terms: list[_Term] = []
         term_groups: list[np.ndarray] = []
@@ -701,15 +783,22 @@ class BM25Index:
             if not len(ids):
                 continue
             terms.append(_Term(ids, tfs, None, len(ids),
-                               np.log1p((n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))))
+                               np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))))
             ftfs = tfs.astype(np.float64)
             g, f = groups[ids], fields[ids]
             term_groups.append(g)
-            pseudo = np.bincount(g, weights=weights[f] * ftfs / norm[g, f], minlength=n_groups)
-            holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
+            contribution = weights[f] * ftfs / norm[g, f]
+            if stats.sorted_groups:
+                # ids ascend and so do their groups: one run per group holding the term
+                starts = np.flatnonzero(np.diff(g, prepend=-1))
+                holding = g[starts]
+                pseudo = np.add.reduceat(contribution, starts)
+            else:
+                pseudo = np.bincount(g, weights=contribution, minlength=n_groups)
+                holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
+                pseudo = pseudo[holding]  # the other groups would add 0
             df = len(holding)
             idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
-            pseudo = pseudo[holding]  # the other groups would add 0
             scores[holding] += idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
         hits = np.flatnonzero(scores > 0)
         if not hits.size:
@@ -722,12 +811,19 @@ class BM25Index:
         rows = np.concatenate([t.ids[wanted[g]] for t, g in zip(terms, term_groups, strict=True)])
         rows.sort()
         rows = rows[np.flatnonzero(np.diff(rows, prepend=-1))]
-        doc_scores = self._score_docs(terms, rows, lengths, doc_avgdl, grouped=True)
+        doc_scores = self._score_docs(terms, rows, lengths, stats.doc_avgdl, grouped=True)
         order = np.lexsort((rows, -doc_scores, groups[rows]))
         rows = rows[order]
         first = rows[np.flatnonzero(np.diff(groups[rows], prepend=-1))]
         best_doc = dict(zip(groups[first].tolist(), first.tolist(), strict=True))
         return [GroupHit(int(gid), float(scores[gid]), best_doc[int(gid)]) for gid in best]
+
+
+def _ids(values: np.ndarray) -> np.ndarray:
+    """``values`` as an array of integers: int32 and int64 ones as they are (no copy), others
+    as int64."""
+    array = np.asarray(values)
+    return array if array.dtype in (np.int32, np.int64) else array.astype(np.int64)
 
 
 def _merged(state: _State) -> _Frozen:

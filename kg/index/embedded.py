@@ -80,7 +80,7 @@ import numpy as np
 from kg.errors import BackendUnavailable, InvalidInput
 from kg.index import ann
 from kg.index.base import IndexedChunk, IndexHit, checked_vectors, fresh_chunks, query_vector
-from kg.index.bm25 import BM25Index, top_k_indices
+from kg.index.bm25 import BM25Index, GroupStats, top_k_indices
 
 __all__ = ["AnnConfig", "EmbeddedVectorIndex"]
 
@@ -96,6 +96,9 @@ _REPO_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 _GATHER_SHARE = 0.2
 # Key masks memoised per index snapshot (search passes one frozenset per branch state).
 _MASK_MEMO = 16
+_GROUP_MEMO = 4
+"""BM25F statistics memoised per snapshot: about 40 bytes a row and group each (the groups,
+the selection and the (groups, fields) normalisation), 40 MB at a million node texts."""
 # Rows of a model past its HNSW graph that knn scans exactly before a sync adds them to the graph.
 _ANN_TAIL_ROWS = 1024
 # Below this share of a model's rows allowed, knn scans the allowed rows exactly: a filtered
@@ -216,6 +219,8 @@ class _View:
     # id(frozenset) -> (the frozenset, its mask)
     model_masks: dict[tuple[int, str], tuple[frozenset[str], _ModelMask]] = field(default_factory=dict)
     # (id(frozenset), model) -> (the frozenset, its rows of that model)
+    group_memo: dict[int, tuple[frozenset[str], GroupStats]] = field(default_factory=dict)
+    # id(frozenset) -> (the frozenset, BM25F's statistics over its node texts)
 
     def allowed_keys(self, content_keys: Collection[str]) -> np.ndarray | None:
         """Boolean mask over key ids for ``content_keys``; None when none of them is held.
@@ -253,6 +258,23 @@ class _View:
             self.model_masks.pop(next(iter(self.model_masks)), None)
         self.model_masks[memo_key] = (content_keys, mask)
         return mask
+
+    def group_stats(self, content_keys: Collection[str], allowed: np.ndarray) -> GroupStats:
+        """BM25F's collection statistics over the node texts ``allowed`` holds (a group per
+        content key, the chunk's field), memoised like :meth:`allowed_keys` for a ``frozenset``:
+        the O(rows) part of :meth:`EmbeddedVectorIndex.bm25_documents`, once per branch state
+        and snapshot instead of once per query."""
+        if isinstance(content_keys, frozenset):
+            held = self.group_memo.get(id(content_keys))
+            if held is not None and held[0] is content_keys:
+                return held[1]
+        key_id = self.key_id
+        stats = self.bm25.group_stats(np.where(allowed[key_id], key_id, -1), self.field_id)
+        if isinstance(content_keys, frozenset):
+            if len(self.group_memo) >= _GROUP_MEMO:
+                self.group_memo.pop(next(iter(self.group_memo)), None)
+            self.group_memo[id(content_keys)] = (content_keys, stats)
+        return stats
 
     def _mask(self, content_keys: Collection[str]) -> np.ndarray | None:
         get = self.key_ids.get
@@ -720,7 +742,10 @@ class EmbeddedVectorIndex:
 
         Notes
         -----
-        O(n + postings of the query terms), n the repository's rows; see
+        O(n + postings of the query terms), n the repository's rows, for the first query of a
+        branch state (a ``frozenset`` of content keys) on a snapshot; then O(node texts +
+        postings): the collection statistics are memoised on the snapshot
+        (:meth:`kg.index.bm25.BM25Index.group_stats`); see
         :meth:`kg.index.bm25.BM25Index.search_groups`.
 
         References
@@ -739,11 +764,9 @@ class EmbeddedVectorIndex:
         allowed = view.allowed_keys(content_keys)
         if allowed is None:
             return []
-        key_id = view.key_id
-        groups = np.where(allowed[key_id], key_id, -1)
         weights = [float(weights_by_name.get(name, 1.0)) for name in view.fields[: int(view.field_id.max()) + 1]]
-        ranked = view.bm25.search_groups(query, k, groups=groups, fields=view.field_id,
-                                         field_weights=weights)
+        ranked = view.bm25.search_groups(query, k, field_weights=weights,
+                                         stats=view.group_stats(content_keys, allowed))
         return [view.hit(hit.best_doc, rank, hit.score, None)
                 for rank, hit in enumerate(ranked, start=1)]
 

@@ -101,3 +101,26 @@ def test_a_snapshot_written_without_fields_loads_with_fields_unknown(index, tmp_
     titled = again.bm25_documents(REPO, "heart", 10, content_keys={"k-title", "k-body"},
                                   field_weights={"title": 10.0})
     assert [(h.content_key, h.score) for h in plain] == [(h.content_key, h.score) for h in titled]
+
+
+def _scores(hits):
+    return [(h.content_key, h.chunk_index, round(h.score, 12)) for h in hits]
+
+
+def test_statistics_memoised_per_branch_state_are_never_served_to_another(index):
+    """A frozenset (a branch state) pays BM25F's O(rows) statistics once per snapshot; another
+    state, and the same state after a sync, gets its own: results equal a plain set's."""
+    everything = frozenset({"k-title", "k-body", "k-other"})
+    branch = frozenset({"k-title", "k-other"})  # a branch that deleted k-body
+    for keys in (everything, branch, everything, branch):
+        assert _scores(index.bm25_documents(REPO, "heart disease", 10, content_keys=keys)) == \
+            _scores(index.bm25_documents(REPO, "heart disease", 10, content_keys=set(keys)))
+    view = index._view(REPO)
+    assert {id(everything), id(branch)} == set(view.group_memo)
+    assert [h.content_key for h in index.bm25_documents(REPO, "heart", 10, content_keys=branch)] == ["k-title"]
+    # a sync publishes a new snapshot: the new text is counted (N, df, lengths), nothing stale
+    index.sync(REPO, [_chunk(7, "k-new", 0, "Heart heart heart", "text")])
+    grown = index.bm25_documents(REPO, "heart", 10, content_keys=everything | {"k-new"})
+    assert grown[0].content_key == "k-new"
+    assert _scores(index.bm25_documents(REPO, "heart", 10, content_keys=everything)) == \
+        _scores(index.bm25_documents(REPO, "heart", 10, content_keys=set(everything)))

@@ -8,6 +8,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kg.index.bm25 import BM25Index
 
@@ -102,3 +104,48 @@ def test_nothing_matches_gives_nothing():
 def test_inconsistent_arguments_are_refused(kwargs):
     with pytest.raises(ValueError):
         _index(["alpha", "beta"]).search_groups("alpha", 10, **kwargs)
+
+
+def test_stats_and_groups_together_or_neither_are_refused():
+    index = _index(["alpha", "beta"])
+    stats = index.group_stats(np.array([0, 1]))
+    with pytest.raises(ValueError, match="not both"):
+        index.search_groups("alpha", 10, groups=np.array([0, 1]), stats=stats)
+    with pytest.raises(ValueError, match="needs groups or stats"):
+        index.search_groups("alpha", 10)
+
+
+_WORDS = ["alpha", "beta", "gamma", "delta", "omega", "kappa"]
+
+
+@given(
+    texts=st.lists(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=8), min_size=1, max_size=30),
+    data=st.data(),
+)
+@settings(max_examples=150, deadline=None)
+def test_memoised_stats_rank_exactly_as_a_fresh_computation(texts, data):
+    """The run-length sum of a term's groups (groups in document order, as the embedded index
+    assigns them) and the bincount sum (any grouping) agree with each other and with the
+    statistics computed inside the call: same groups, order, best passages and scores."""
+    index = _index([" ".join(t) for t in texts])
+    n = len(texts)
+    # groups in document order (sorted) and shuffled ones: both paths of search_groups
+    sorted_groups = np.cumsum(data.draw(st.lists(st.booleans(), min_size=n, max_size=n))).astype(np.int64)
+    shuffled = np.array(data.draw(st.permutations(sorted_groups.tolist())), dtype=np.int64)
+    fields = np.array(data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), dtype=np.int64)
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    query = " ".join(data.draw(st.lists(st.sampled_from(_WORDS), min_size=1, max_size=4)))
+    weights = [2.0, 1.0, 0.5]
+    for groups in (sorted_groups, shuffled):
+        fresh = index.search_groups(query, 5, groups=groups, fields=fields, field_weights=weights, mask=mask)
+        stats = index.group_stats(groups, fields, mask)
+        memo = index.search_groups(query, 5, field_weights=weights, stats=stats)
+        assert [(h.group, h.best_doc) for h in memo] == [(h.group, h.best_doc) for h in fresh]
+        assert [h.score for h in memo] == pytest.approx([h.score for h in fresh], rel=1e-12)
+    # on one grouping, the run-length path and the bincount path give the same ranking
+    stats = index.group_stats(sorted_groups, fields, mask)
+    assert stats.sorted_groups is True
+    runs = index.search_groups(query, n, field_weights=weights, stats=stats)
+    counted = index.search_groups(query, n, field_weights=weights, stats=stats._replace(sorted_groups=False))
+    assert [(h.group, h.best_doc) for h in runs] == [(h.group, h.best_doc) for h in counted]
+    assert [h.score for h in runs] == pytest.approx([h.score for h in counted], rel=1e-12)
