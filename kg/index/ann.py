@@ -238,9 +238,21 @@ class HnswGraph:
         -------
         ndarray, shape (b,), uint8
         """
+        return self.serialized()[0]
+
+    def serialized(self) -> tuple[np.ndarray, int]:
+        """The graph serialised by faiss and the number of rows it holds, read together (a
+        builder thread may be adding rows).
+
+        Returns
+        -------
+        blob : ndarray, shape (b,), uint8
+        rows : int
+        """
         with self._lock.reading():
             blob: np.ndarray = np.asarray(_faiss().serialize_index(self._index), dtype=np.uint8)
-        return blob
+            rows = int(self._index.ntotal)
+        return blob, rows
 
     @classmethod
     def from_bytes(cls, blob: np.ndarray, *, dim: int) -> HnswGraph:

@@ -67,6 +67,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 import zipfile
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -125,12 +126,18 @@ class AnnConfig:
     ef_search : int
         Candidate list size of a search (raised to k; divided by the square of the allowed
         share under a branch filter, at most 1,024). Every candidate is reranked exactly.
+    background_rows : int
+        A sync or a snapshot load that leaves more rows than this to add to a model's graph
+        hands the work to the index's builder thread and returns (the rows not in the graph
+        yet are searched exactly meanwhile); up to this many are added inline. 0: always in
+        the background.
     """
 
     min_rows: int = 20_000
     m: int = 16
     ef_construction: int = 128
     ef_search: int = 128
+    background_rows: int = 4096
 
 
 class _Growable:
@@ -339,6 +346,23 @@ class _Repo:
         texts = 3 * self.text_chars + 50 * (len(self.texts) + len(self.keys))
         return arrays + texts + sum(g.nbytes() for g in self.graphs.values())
 
+    def graph_work(self) -> tuple[str, int] | None:
+        """The model whose graph most needs rows, and how many it lacks; None if none does."""
+        config = self.config
+        if config.min_rows <= 0 or not ann.available():
+            return None
+        best: tuple[str, int] | None = None
+        for name, (vectors, _) in self.models.items():
+            graph = self.graphs.get(name)
+            if graph is None and vectors.size < config.min_rows:
+                continue
+            missing = vectors.size - (graph.count if graph is not None else 0)
+            if graph is not None and missing <= _ANN_TAIL_ROWS:
+                continue
+            if best is None or missing > best[1]:
+                best = (name, missing)
+        return best
+
     def grow_graphs(self) -> bool:
         """Build or extend the HNSW graph of every model with enough rows; True if one changed.
 
@@ -419,7 +443,6 @@ class _Repo:
             raise
         self.watermark = max(self.watermark, int(seqs.max()))
         self.publish()
-        self.grow_graphs()
 
     def publish(self) -> None:
         """Make the current state visible to searches."""
@@ -487,6 +510,12 @@ class EmbeddedVectorIndex:
         self._ann = ann or AnnConfig()
         self._budget = memory_budget_bytes
         self._clock = itertools.count(1)
+        # The HNSW builder (:meth:`_grow`): repositories whose graphs lag, served in order.
+        self._builder_cond = threading.Condition(threading.Lock())
+        self._builder_queue: dict[str, None] = {}
+        self._building: str | None = None
+        self._builder: threading.Thread | None = None
+        self._closed = False
 
     # -- the ContentAddressedIndex protocol -----------------------------------------------------
 
@@ -521,6 +550,7 @@ class EmbeddedVectorIndex:
                 return
             dims = {name: vectors.buf.shape[1] for name, (vectors, _) in repo.models.items()}
             repo.append(fresh, checked_vectors(fresh, dims))
+            self._grow(repo_key, repo)
         self._evict(keep=repo_key)
 
     def watermark(self, repo_key: str) -> int:
@@ -878,7 +908,122 @@ class EmbeddedVectorIndex:
         }
 
     def close(self) -> None:
-        """Nothing to release: the index holds no connection (unflushed rows stay in memory)."""
+        """Stop the HNSW builder thread (a graph it was extending keeps the rows it has; the
+        index holds no connection, and unflushed rows stay in memory)."""
+        with self._builder_cond:
+            self._closed = True
+            self._builder_queue.clear()
+            self._builder_cond.notify_all()
+            builder = self._builder
+        if builder is not None and builder is not threading.current_thread():
+            builder.join(timeout=60)
+
+    def wait_for_graphs(self, repo_key: str, timeout: float | None = None) -> bool:
+        """Wait until the builder thread has nothing left to do for ``repo_key``.
+
+        Parameters
+        ----------
+        repo_key : str
+            Repository key.
+        timeout : float or None
+            Seconds; None waits as long as it takes.
+
+        Returns
+        -------
+        bool
+            True when no graph of the repository waits for the builder (searches may still
+            scan up to ``_ANN_TAIL_ROWS`` recent rows of a model exactly), False on timeout.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._builder_cond:
+            while repo_key in self._builder_queue or self._building == repo_key:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._builder_cond.wait(left)
+        return True
+
+    def _grow(self, repo_key: str, repo: _Repo) -> None:
+        """Bring the repository's graphs up to its rows: inline when little is missing
+        (:attr:`AnnConfig.background_rows`), else by the builder thread. Called holding
+        ``repo.lock``."""
+        work = repo.graph_work()
+        if work is None:
+            return
+        if work[1] <= repo.config.background_rows:
+            if repo.grow_graphs():
+                repo.persisted_rows = -1  # the next flush writes the graph built or extended
+            return
+        with self._builder_cond:
+            if self._closed:
+                return
+            self._builder_queue[repo_key] = None
+            if self._builder is None or not self._builder.is_alive():
+                self._builder = threading.Thread(target=self._build_graphs, name="kg-hnsw-builder",
+                                                 daemon=True)
+                self._builder.start()
+            self._builder_cond.notify_all()
+
+    def _build_graphs(self) -> None:
+        """The builder thread: extends the queued repositories' graphs, one slice at a time.
+
+        Each slice is added holding only the graph's own lock (searches wait for one slice of
+        :data:`kg.index.ann.ADD_SLICE` rows at most); the repository's lock is held only to
+        pick the work and to publish it, so syncs, flushes and eviction go on meanwhile. The
+        rows a slice reads are below the model's published size, which appends never rewrite.
+        """
+        while True:
+            with self._builder_cond:
+                while not self._builder_queue and not self._closed:
+                    self._builder_cond.wait()
+                if self._closed:
+                    self._building = None
+                    self._builder_cond.notify_all()
+                    return
+                repo_key = next(iter(self._builder_queue))
+                del self._builder_queue[repo_key]
+                self._building = repo_key
+            try:
+                self._grow_in_background(repo_key)
+            except Exception:  # the thread must survive: the model is searched exactly meanwhile
+                log.exception("the HNSW builder failed on index repository %r", repo_key)
+            finally:
+                with self._builder_cond:
+                    self._building = None
+                    self._builder_cond.notify_all()
+
+    def _grow_in_background(self, repo_key: str) -> None:
+        repo = self._repos.get(repo_key)
+        while repo is not None and not self._closed:
+            with repo.lock:
+                if repo.dropped:
+                    return
+                work = repo.graph_work()
+                if work is None:
+                    return
+                name = work[0]
+                vectors = repo.models[name][0].view()  # rows below this size are never rewritten
+                graph = repo.graphs.get(name)
+                if graph is None:
+                    graph = ann.HnswGraph(vectors.shape[1], repo.config.m, repo.config.ef_construction)
+                    repo.graphs[name] = graph
+                start = graph.count
+            stop = min(len(vectors), start + 8 * ann.ADD_SLICE)
+            failed: BaseException | None = None
+            try:
+                graph.add(vectors[start:stop])
+            except (RuntimeError, MemoryError) as exc:
+                failed = exc
+            with repo.lock:
+                if repo.dropped or repo.graphs.get(name) is not graph:
+                    return  # dropped, unloaded or reset meanwhile: this graph is no one's
+                if failed is not None:
+                    log.warning("cannot build the HNSW graph of model %r, searching it exactly: %s", name, failed)
+                    repo.graphs.pop(name, None)
+                repo.persisted_rows = -1
+                repo.publish()
+            if failed is not None:
+                return
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -897,6 +1042,7 @@ class EmbeddedVectorIndex:
                     if self._root is not None:
                         _load_snapshot(self._root / repo_key, repo)
                         loaded = True
+                        self._grow(repo_key, repo)
                     repo.loaded = True
             if loaded:
                 self._evict(keep=repo_key)
@@ -963,7 +1109,8 @@ def _check_repo_key(repo_key: str) -> None:
 
 def _write_snapshot(folder: Path, view: _View, graphs: Mapping[str, ann.HnswGraph]) -> None:
     """Write ``view`` (and its models' HNSW graphs) as the folder's snapshot: data files, then
-    meta.json, then clean up. Called holding the repository's lock (no graph grows meanwhile)."""
+    meta.json, then clean up. Called holding the repository's lock (no row is added meanwhile;
+    the builder thread may extend a graph, whose rows and bytes are read together)."""
     folder.mkdir(parents=True, exist_ok=True)
     token = uuid.uuid4().hex[:12]
     texts = view.texts[: view.n]
@@ -994,9 +1141,9 @@ def _write_snapshot(folder: Path, view: _View, graphs: Mapping[str, ann.HnswGrap
         graph = graphs.get(name)
         if graph is not None and graph.count:
             graph_file = f"hnsw-{token}-{i}.faiss"
-            blob = graph.to_bytes()
+            blob, graph_rows = graph.serialized()
             _replace_atomically(folder / graph_file, functools.partial(_save_bytes, blob=blob.tobytes()))
-            entry["hnsw"] = {"file": graph_file, "rows": graph.count}
+            entry["hnsw"] = {"file": graph_file, "rows": graph_rows}
         models.append(entry)
     meta = {
         "format": SNAPSHOT_FORMAT,
@@ -1091,8 +1238,6 @@ def _load_snapshot(folder: Path, repo: _Repo) -> None:
         return
     repo.persisted_rows = repo.seq.size
     _restore_graphs(folder, meta, repo)
-    if repo.grow_graphs():
-        repo.persisted_rows = -1  # the next flush writes the graphs built or extended here
 
 
 def _restore_graphs(folder: Path, meta: dict[str, Any], repo: _Repo) -> None:

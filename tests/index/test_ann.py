@@ -291,3 +291,68 @@ def test_the_configured_index_is_built_from_settings(tmp_path):
 
     index = build_index(Settings(data_dir=Path(tmp_path), index_ann_min_rows=123, index_memory_budget_mb=1))
     assert index._ann.min_rows == 123 and index._budget == 2**20
+
+
+BACKGROUND = AnnConfig(min_rows=500, m=16, ef_construction=64, ef_search=64, background_rows=0)
+
+
+def test_a_large_build_runs_in_the_background_and_searches_stay_exact_meanwhile(monkeypatch):
+    """With every build handed to the builder thread, a sync returns before the graph exists;
+    a search then (rows past the graph are scanned exactly) answers what the exact index does,
+    and once the builder is done the graph covers the rows and recall holds."""
+    from kg.index import ann
+
+    index = EmbeddedVectorIndex(None, ann=BACKGROUND)
+    exact = EmbeddedVectorIndex(None, ann=EXACT)
+    gate = threading.Event()
+    real_add = ann.HnswGraph.add
+
+    def held_add(self, vectors):  # the builder waits for the test's word: the sync must not
+        gate.wait(timeout=30)
+        real_add(self, vectors)
+
+    monkeypatch.setattr(ann.HnswGraph, "add", held_add)
+    try:
+        index.sync("r", chunks(VECTORS))
+        exact.sync("r", chunks(VECTORS))
+        assert index._view("r").models[MODEL].graph_rows == 0  # returned before the graph was built
+        assert not index.wait_for_graphs("r", timeout=0.05)
+        for q in QUERIES[:10]:
+            assert seqs(index.knn("r", q, 10, model=MODEL, content_keys=EVERY)) == \
+                seqs(exact.knn("r", q, 10, model=MODEL, content_keys=EVERY))
+    finally:
+        gate.set()
+    assert index.wait_for_graphs("r", timeout=60)
+    assert index._view("r").models[MODEL].graph_rows == N
+    assert recall(index, exact, EVERY) >= 0.98
+    index.close()
+
+
+def test_a_background_build_is_flushed_and_a_dropped_repository_stops_it(tmp_path):
+    index = EmbeddedVectorIndex(tmp_path, ann=BACKGROUND)
+    index.sync("r", chunks(VECTORS))
+    assert index.wait_for_graphs("r", timeout=60)
+    index.flush("r")  # the graph the builder finished is written, though no row came since
+    meta = json.loads((tmp_path / "index" / "r" / "meta.json").read_text())
+    assert meta["models"][0]["hnsw"]["rows"] == N
+    index.sync("s", chunks(VECTORS))
+    index.drop("s")  # while (or before) the builder extends its graph
+    assert index.wait_for_graphs("s", timeout=60)
+    assert "s" not in index._repos
+    reopened = EmbeddedVectorIndex(tmp_path, ann=BACKGROUND)
+    assert reopened._view("r").models[MODEL].graph_rows == N  # loaded, nothing to build
+    assert reopened.wait_for_graphs("r", timeout=0)
+    index.close()
+    reopened.close()
+
+
+def test_an_old_snapshot_loads_at_once_and_its_graph_is_built_in_the_background(tmp_path):
+    old = EmbeddedVectorIndex(tmp_path, ann=EXACT)
+    old.sync("r", chunks(VECTORS))
+    old.flush("r")
+    reopened = EmbeddedVectorIndex(tmp_path, ann=BACKGROUND)
+    assert reopened.watermark("r") == N  # the load did not wait for a build
+    assert reopened.wait_for_graphs("r", timeout=60)
+    assert reopened._view("r").models[MODEL].graph_rows == N
+    assert recall(reopened, old, EVERY) >= 0.98
+    reopened.close()
