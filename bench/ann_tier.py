@@ -82,7 +82,7 @@ def main() -> None:
             t = time.perf_counter()
             for start in range(0, n, 5000):
                 index.sync("r", batch[start : start + 5000])
-            index.wait_for_graphs("r")  # a large build runs in the builder thread: timed to its end
+            index.wait_for_background("r")  # a large build runs in the builder thread: timed to its end
             entry[f"{name}_sync_per_s"] = round(n / (time.perf_counter() - t))
             entry[f"{name}_bytes"] = index.memory_bytes()
         filters = {"all": frozenset(f"k{i}" for i in range(n))}

@@ -262,7 +262,7 @@ def sync(services: Services, repo: str) -> tuple[float, float]:
         repository = get_repository(session, repo)
         sync_index(session, services.index, repository.id, repository.uid)  # the key search uses (kg.rag.search)
     synced = time.perf_counter()
-    wait = getattr(services.index, "wait_for_graphs", None)
+    wait = getattr(services.index, "wait_for_background", None)
     if wait is not None:
         wait(repository.uid)
     return synced - start, time.perf_counter() - synced

@@ -156,7 +156,8 @@ def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:
                         ef_search=settings.index_ann_ef_search,
                         background_rows=settings.index_ann_background_rows)
         budget = settings.index_memory_budget_mb * 2**20 or None
-        return EmbeddedVectorIndex(settings.data_dir, ann=ann, memory_budget_bytes=budget)
+        return EmbeddedVectorIndex(settings.data_dir, ann=ann, memory_budget_bytes=budget,
+                                   flush_interval_s=settings.index_flush_interval_s)
     if kind == "weaviate":
         if not settings.weaviate_url:
             raise InvalidInput("the Weaviate index needs KG_WEAVIATE_URL (e.g. http://localhost:8080)")

@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     index_ann_m, index_ann_ef_construction, index_ann_ef_search : int
         The HNSW graph's neighbours per node, its insertion candidate list and its search
         candidate list (every candidate is reranked exactly); chosen for recall@10 >= 0.98.
+    index_flush_interval_s : float
+        With a data directory, a sync writes the embedded index's snapshot in the background
+        when the last one is this many seconds old (0: after every sync); shutdown writes it
+        too, so a restart loads it instead of re-syncing from SQL.
     index_ann_background_rows : int
         A sync or snapshot load that leaves more rows than this to add to a graph hands them
         to a background builder thread (the rows are searched exactly meanwhile); 0: always.
@@ -195,6 +199,7 @@ class Settings(BaseSettings):
     index_ann_ef_construction: int = Field(default=128, ge=8, le=4096)
     index_ann_ef_search: int = Field(default=128, ge=8, le=4096)
     index_ann_background_rows: int = Field(default=4096, ge=0)
+    index_flush_interval_s: float = Field(default=300.0, ge=0)
     index_memory_budget_mb: int = Field(default=4096, ge=0)
     search_rrf_k: int = Field(default=60, ge=0, le=10_000)
     search_title_weight: float = Field(default=1.0, ge=0, le=100)

@@ -317,6 +317,7 @@ class _Repo:
         self.dropped = False
         self.config = config or AnnConfig()
         self.last_used = 0  # the index's clock at the last access (for eviction)
+        self.flushed_at = time.monotonic()  # when its snapshot was last written (or loaded)
         self.reset()
 
     def reset(self) -> None:
@@ -486,6 +487,11 @@ class EmbeddedVectorIndex:
         their snapshot first when ``data_dir`` is set, and loaded from it on their next use;
         without ``data_dir`` an unloaded repository is empty again, watermark 0, and its caller
         re-syncs it from SQL). The repository in use is never unloaded. ``None``: no bound.
+    flush_interval_s : float or None
+        With ``data_dir``: a sync writes the repository's snapshot in the background thread
+        when the last one is at least this old (seconds; 0 after every sync), so a restart
+        loads recent rows instead of re-syncing them from SQL. ``None``: only :meth:`flush`,
+        eviction and :meth:`close` write snapshots.
 
     Notes
     -----
@@ -503,7 +509,7 @@ class EmbeddedVectorIndex:
     """Chunks by content key, shared by every branch (:class:`~kg.index.base.ContentAddressedIndex`)."""
 
     def __init__(self, data_dir: Path | None = None, *, ann: AnnConfig | None = None,
-                 memory_budget_bytes: int | None = None) -> None:
+                 memory_budget_bytes: int | None = None, flush_interval_s: float | None = None) -> None:
         self._root = Path(data_dir) / "index" if data_dir is not None else None
         self._repos: dict[str, _Repo] = {}
         self._registry_lock = threading.Lock()
@@ -516,6 +522,9 @@ class EmbeddedVectorIndex:
         self._building: str | None = None
         self._builder: threading.Thread | None = None
         self._closed = False
+        # Snapshots written by the same thread, at most once per interval a repository.
+        self._flush_interval = flush_interval_s if data_dir is not None else None
+        self._flush_queue: dict[str, None] = {}
 
     # -- the ContentAddressedIndex protocol -----------------------------------------------------
 
@@ -551,6 +560,8 @@ class EmbeddedVectorIndex:
             dims = {name: vectors.buf.shape[1] for name, (vectors, _) in repo.models.items()}
             repo.append(fresh, checked_vectors(fresh, dims))
             self._grow(repo_key, repo)
+            if self._flush_interval is not None and time.monotonic() - repo.flushed_at >= self._flush_interval:
+                self._background(self._flush_queue, repo_key)
         self._evict(keep=repo_key)
 
     def watermark(self, repo_key: str) -> int:
@@ -865,6 +876,7 @@ class EmbeddedVectorIndex:
                     f"cannot write the index snapshot of {repo_key!r}: {exc}"
                 ) from exc
             repo.persisted_rows = repo.seq.size
+            repo.flushed_at = time.monotonic()
 
     def memory_bytes(self) -> int:
         """Estimated bytes the repositories held in memory take (arrays, texts, postings,
@@ -908,18 +920,35 @@ class EmbeddedVectorIndex:
         }
 
     def close(self) -> None:
-        """Stop the HNSW builder thread (a graph it was extending keeps the rows it has; the
-        index holds no connection, and unflushed rows stay in memory)."""
+        """Stop the background thread (a graph it was extending keeps the rows it has), then,
+        with ``data_dir``, write the snapshot of every loaded repository that changed since
+        its last one, so that the next process loads it instead of re-syncing from SQL.
+
+        A snapshot that cannot be written is logged and skipped (the rows are in SQL). The
+        index holds no connection.
+        """
         with self._builder_cond:
             self._closed = True
             self._builder_queue.clear()
+            self._flush_queue.clear()
             self._builder_cond.notify_all()
             builder = self._builder
         if builder is not None and builder is not threading.current_thread():
             builder.join(timeout=60)
+        if self._root is None:
+            return
+        for key in list(self._repos):
+            repo = self._repos.get(key)
+            if repo is None or not repo.loaded or repo.dropped or repo.persisted_rows == repo.seq.size:
+                continue
+            try:
+                self.flush(key)
+            except BackendUnavailable as exc:
+                log.warning("closing without the index snapshot of %r: %s", key, exc)
 
-    def wait_for_graphs(self, repo_key: str, timeout: float | None = None) -> bool:
-        """Wait until the builder thread has nothing left to do for ``repo_key``.
+    def wait_for_background(self, repo_key: str, timeout: float | None = None) -> bool:
+        """Wait until the background thread has nothing left to do for ``repo_key`` (graph
+        building and a snapshot flush).
 
         Parameters
         ----------
@@ -931,12 +960,13 @@ class EmbeddedVectorIndex:
         Returns
         -------
         bool
-            True when no graph of the repository waits for the builder (searches may still
-            scan up to ``_ANN_TAIL_ROWS`` recent rows of a model exactly), False on timeout.
+            True when nothing of the repository waits for the background thread (searches may
+            still scan up to ``_ANN_TAIL_ROWS`` recent rows of a model exactly), False on
+            timeout.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._builder_cond:
-            while repo_key in self._builder_queue or self._building == repo_key:
+            while repo_key in self._builder_queue or repo_key in self._flush_queue or self._building == repo_key:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -954,18 +984,24 @@ class EmbeddedVectorIndex:
             if repo.grow_graphs():
                 repo.persisted_rows = -1  # the next flush writes the graph built or extended
             return
+        self._background(self._builder_queue, repo_key)
+
+    def _background(self, queue: dict[str, None], repo_key: str) -> None:
+        """Queue ``repo_key`` for the background thread (started on first use)."""
         with self._builder_cond:
             if self._closed:
                 return
-            self._builder_queue[repo_key] = None
+            queue[repo_key] = None
             if self._builder is None or not self._builder.is_alive():
-                self._builder = threading.Thread(target=self._build_graphs, name="kg-hnsw-builder",
+                self._builder = threading.Thread(target=self._build_graphs, name="kg-index-background",
                                                  daemon=True)
                 self._builder.start()
             self._builder_cond.notify_all()
 
     def _build_graphs(self) -> None:
-        """The builder thread: extends the queued repositories' graphs, one slice at a time.
+        """The background thread: extends the queued repositories' graphs, one slice at a
+        time, then writes the snapshots queued by :attr:`_flush_queue` (graphs first: a
+        snapshot written after them holds them).
 
         Each slice is added holding only the graph's own lock (searches wait for one slice of
         :data:`kg.index.ann.ADD_SLICE` rows at most); the repository's lock is held only to
@@ -974,19 +1010,24 @@ class EmbeddedVectorIndex:
         """
         while True:
             with self._builder_cond:
-                while not self._builder_queue and not self._closed:
+                while not self._builder_queue and not self._flush_queue and not self._closed:
                     self._builder_cond.wait()
                 if self._closed:
                     self._building = None
                     self._builder_cond.notify_all()
                     return
-                repo_key = next(iter(self._builder_queue))
-                del self._builder_queue[repo_key]
+                graphs = bool(self._builder_queue)
+                queue = self._builder_queue if graphs else self._flush_queue
+                repo_key = next(iter(queue))
+                del queue[repo_key]
                 self._building = repo_key
             try:
-                self._grow_in_background(repo_key)
+                if graphs:
+                    self._grow_in_background(repo_key)
+                elif repo_key in self._repos:
+                    self.flush(repo_key)
             except Exception:  # the thread must survive: the model is searched exactly meanwhile
-                log.exception("the HNSW builder failed on index repository %r", repo_key)
+                log.exception("the index's background work failed on repository %r", repo_key)
             finally:
                 with self._builder_cond:
                     self._building = None

@@ -316,13 +316,13 @@ def test_a_large_build_runs_in_the_background_and_searches_stay_exact_meanwhile(
         index.sync("r", chunks(VECTORS))
         exact.sync("r", chunks(VECTORS))
         assert index._view("r").models[MODEL].graph_rows == 0  # returned before the graph was built
-        assert not index.wait_for_graphs("r", timeout=0.05)
+        assert not index.wait_for_background("r", timeout=0.05)
         for q in QUERIES[:10]:
             assert seqs(index.knn("r", q, 10, model=MODEL, content_keys=EVERY)) == \
                 seqs(exact.knn("r", q, 10, model=MODEL, content_keys=EVERY))
     finally:
         gate.set()
-    assert index.wait_for_graphs("r", timeout=60)
+    assert index.wait_for_background("r", timeout=60)
     assert index._view("r").models[MODEL].graph_rows == N
     assert recall(index, exact, EVERY) >= 0.98
     index.close()
@@ -331,17 +331,17 @@ def test_a_large_build_runs_in_the_background_and_searches_stay_exact_meanwhile(
 def test_a_background_build_is_flushed_and_a_dropped_repository_stops_it(tmp_path):
     index = EmbeddedVectorIndex(tmp_path, ann=BACKGROUND)
     index.sync("r", chunks(VECTORS))
-    assert index.wait_for_graphs("r", timeout=60)
+    assert index.wait_for_background("r", timeout=60)
     index.flush("r")  # the graph the builder finished is written, though no row came since
     meta = json.loads((tmp_path / "index" / "r" / "meta.json").read_text())
     assert meta["models"][0]["hnsw"]["rows"] == N
     index.sync("s", chunks(VECTORS))
     index.drop("s")  # while (or before) the builder extends its graph
-    assert index.wait_for_graphs("s", timeout=60)
+    assert index.wait_for_background("s", timeout=60)
     assert "s" not in index._repos
     reopened = EmbeddedVectorIndex(tmp_path, ann=BACKGROUND)
     assert reopened._view("r").models[MODEL].graph_rows == N  # loaded, nothing to build
-    assert reopened.wait_for_graphs("r", timeout=0)
+    assert reopened.wait_for_background("r", timeout=0)
     index.close()
     reopened.close()
 
@@ -352,7 +352,40 @@ def test_an_old_snapshot_loads_at_once_and_its_graph_is_built_in_the_background(
     old.flush("r")
     reopened = EmbeddedVectorIndex(tmp_path, ann=BACKGROUND)
     assert reopened.watermark("r") == N  # the load did not wait for a build
-    assert reopened.wait_for_graphs("r", timeout=60)
+    assert reopened.wait_for_background("r", timeout=60)
     assert reopened._view("r").models[MODEL].graph_rows == N
     assert recall(reopened, old, EVERY) >= 0.98
     reopened.close()
+
+
+def test_close_writes_the_snapshot_a_restart_loads(tmp_path):
+    """A clean shutdown persists what was synced since the last flush: the next process loads
+    it (watermark, rows, graph) instead of re-syncing from SQL."""
+    index = EmbeddedVectorIndex(tmp_path, ann=CONFIG)
+    index.sync("r", chunks(VECTORS))
+    assert not (tmp_path / "index" / "r" / "meta.json").exists()
+    index.close()
+    reopened = EmbeddedVectorIndex(tmp_path, ann=CONFIG)
+    assert reopened.watermark("r") == N
+    assert reopened._repos["r"].persisted_rows == N
+    assert reopened._view("r").models[MODEL].graph_rows == N  # loaded, not rebuilt
+    assert _answers(reopened) == _answers(index)
+    reopened.close()
+
+
+def test_a_sync_writes_the_snapshot_in_the_background_once_per_interval(tmp_path):
+    meta = tmp_path / "index" / "r" / "meta.json"
+    index = EmbeddedVectorIndex(tmp_path, ann=EXACT, flush_interval_s=0.0)
+    index.sync("r", chunks(VECTORS[:100]))
+    assert index.wait_for_background("r", timeout=60)
+    assert json.loads(meta.read_text())["rows"] == 100
+    index.sync("r", chunks(VECTORS[100:200], start=101))
+    assert index.wait_for_background("r", timeout=60)
+    assert json.loads(meta.read_text())["rows"] == 200
+    index.close()
+    hourly = EmbeddedVectorIndex(tmp_path, ann=EXACT, flush_interval_s=3600.0)
+    hourly.sync("r", chunks(VECTORS[200:300], start=201))  # loaded a snapshot just now: not due
+    assert hourly.wait_for_background("r", timeout=60)
+    assert json.loads(meta.read_text())["rows"] == 200
+    hourly.close()  # but a shutdown writes it
+    assert json.loads(meta.read_text())["rows"] == 300
