@@ -354,6 +354,7 @@ def latencies(services: Services, n: int, data: dict[str, Any], words: list[str]
         query=query(words, rng), k=10, mode="vector", granularity="chunk")), repeats)
     got["vector_recall_at_10"] = recall(services, data, rng, min(repeats, 100))
     hubs = data["hubs"]
+    got["cold_graph"] = cold_graph(services, n, hubs, rng)
     got["neighbors_hub"] = timed(lambda: graph_ops.neighbors(
         services, OPERATOR, "scale", "main", f"{WORKSPACE}:{rng.choice(hubs)}", limit=10), repeats)
     got["neighbors"] = timed(lambda: graph_ops.neighbors(
@@ -362,6 +363,48 @@ def latencies(services: Services, n: int, data: dict[str, Any], words: list[str]
         services, OPERATOR, "scale", "main", [f"{WORKSPACE}:{leaf()}"], hops=2, max_nodes=200, fan_out=20),
         max(10, repeats // 4))
     return got
+
+
+def cold_graph(services: Services, n: int, hubs: list[str], rng: random.Random) -> dict[str, Any]:
+    """The first traverse of a cold branch (graph cache emptied), and what other requests cost
+    while the branch's view is built: GET node and NEIGHBORS on a hub, called back to back
+    from another thread until the build is done (the process serves both, as a server does)."""
+    import threading
+
+    services.graphs.clear()
+    start = time.perf_counter()
+    graph_ops.walk(services, OPERATOR, "scale", "main", [f"{WORKSPACE}:{leaf_path(rng.randrange(n))}"],
+                   hops=2, max_nodes=200, fan_out=20)
+    first_ms = (time.perf_counter() - start) * 1000
+    done = threading.Event()
+    samples: dict[str, list[float]] = {"get_node": [], "neighbors_hub": []}
+
+    def others() -> None:
+        while not done.is_set():
+            for name, call in (
+                ("get_node", lambda: queries.get_node(services, OPERATOR, "scale", "main", WORKSPACE,
+                                                      leaf_path(rng.randrange(n)))),
+                ("neighbors_hub", lambda: graph_ops.neighbors(services, OPERATOR, "scale", "main",
+                                                              f"{WORKSPACE}:{rng.choice(hubs)}", limit=10)),
+            ):
+                t = time.perf_counter()
+                call()
+                samples[name].append((time.perf_counter() - t) * 1000)
+
+    worker = threading.Thread(target=others)
+    worker.start()
+    built = time.perf_counter()
+    services.graphs.join_builds(timeout_s=1800)
+    build_s = time.perf_counter() - built
+    done.set()
+    worker.join()
+    out: dict[str, Any] = {"first_traverse_ms": round(first_ms, 1), "view_build_s": round(build_s, 1)}
+    for name, values in samples.items():
+        if values:
+            out[f"{name}_during_build"] = {"calls": len(values), "p50_ms": round(percentile(values, 50), 2),
+                                           "p95_ms": round(percentile(values, 95), 2),
+                                           "max_ms": round(max(values), 1)}
+    return out
 
 
 def recall(services: Services, data: dict[str, Any], rng: random.Random, queries_n: int) -> float:
@@ -452,6 +495,11 @@ def branches(services: Services, url: str, tmp: Path, n: int, data: dict[str, An
     return got
 
 
+def _during(r: dict[str, Any], name: str) -> str:
+    got = r["cold_graph"].get(f"{name}_during_build")
+    return f"{got['p50_ms']} / {got['max_ms']}" if got else "no build"
+
+
 ROWS = (("import nodes/s", lambda r: r["import_nodes"]["nodes_per_s"]),
         ("import relations/s", lambda r: r["import_relations"]["relations_per_s"]),
         ("index sync s", lambda r: r["index_sync_s"]),
@@ -464,6 +512,10 @@ ROWS = (("import nodes/s", lambda r: r["import_nodes"]["nodes_per_s"]),
         ("hybrid search p50 / p95 ms", lambda r: f"{r['hybrid_search']['p50_ms']} / {r['hybrid_search']['p95_ms']}"),
         ("vector search p50 / p95 ms", lambda r: f"{r['vector_search']['p50_ms']} / {r['vector_search']['p95_ms']}"),
         ("vector recall@10 vs exact", lambda r: r["vector_recall_at_10"]),
+        ("cold branch: first 2-hop traverse ms", lambda r: r["cold_graph"]["first_traverse_ms"]),
+        ("cold branch: view build s", lambda r: r["cold_graph"]["view_build_s"]),
+        ("GET node during the build p50 / max ms", lambda r: _during(r, "get_node")),
+        ("NEIGHBORS hub during the build p50 / max ms", lambda r: _during(r, "neighbors_hub")),
         ("NEIGHBORS hub p50 ms", lambda r: r["neighbors_hub"]["p50_ms"]),
         ("NEIGHBORS p50 ms", lambda r: r["neighbors"]["p50_ms"]),
         ("2-hop traverse p50 ms", lambda r: r["traverse_2_hops"]["p50_ms"]),
