@@ -231,15 +231,6 @@ class HnswGraph:
         kept: np.ndarray = found[(found >= 0) & (found < limit)]
         return kept
 
-    def to_bytes(self) -> np.ndarray:
-        """The graph serialised by faiss (to write in a snapshot).
-
-        Returns
-        -------
-        ndarray, shape (b,), uint8
-        """
-        return self.serialized()[0]
-
     def serialized(self) -> tuple[np.ndarray, int]:
         """The graph serialised by faiss and the number of rows it holds, read together (a
         builder thread may be adding rows).
@@ -256,7 +247,7 @@ class HnswGraph:
 
     @classmethod
     def from_bytes(cls, blob: np.ndarray, *, dim: int) -> HnswGraph:
-        """A graph read back from :meth:`to_bytes`.
+        """A graph read back from :meth:`serialized`'s bytes.
 
         Parameters
         ----------
