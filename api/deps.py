@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
+from pydantic import AwareDatetime
 
 from kg.access import authenticate
 from kg.context import ANONYMOUS, Actor
@@ -39,5 +40,8 @@ BranchQ = Annotated[str, Query(description="Branch name; may contain '/'.", min_
 MAX_REVISION = 2_147_483_647
 RevisionQ = Annotated[int | None, Query(ge=0, le=MAX_REVISION, description="Read the branch as of this revision.")]
 #: The write metadata of DELETE routes, bounded as in request bodies (api/models.py ``WriteMeta``).
+AsOfQ = Annotated[AwareDatetime | None, Query(
+    description="World time (ISO 8601 with a zone): read the relations valid then; default now.")]
+IncludeInvalidQ = Annotated[bool, Query(description="Read every relation, whatever its validity.")]
 MessageQ = Annotated[str | None, Query(max_length=10_000, description="Why: kept in the revision log.")]
 ActorQ = Annotated[str | None, Query(max_length=255, description="Who: kept in the revision log.")]

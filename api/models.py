@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 class ErrorInfo(BaseModel):
@@ -124,3 +124,21 @@ class RelationCreate(WriteMeta):
     type: str
     weight: float | None = None
     properties: dict[str, Any] = Field(default_factory=dict)
+    #: World time the fact holds from / until (ISO 8601 with a zone; a naive time is a 422).
+    valid_from: AwareDatetime | None = Field(default=None, strict=False)
+    valid_to: AwareDatetime | None = Field(default=None, strict=False)
+
+
+class RelationInvalidate(WriteMeta):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    from_: str = Field(alias="from")
+    to: str
+    type: str
+    #: When the fact stopped holding (ISO 8601 with a zone); default now.
+    valid_to: AwareDatetime | None = Field(default=None, strict=False)
+    invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000)
+
+
+class RelationTypesPut(Strict):
+    #: Relation types that are single-valued per source in the workspace (replaced whole).
+    single_valued: list[str] = Field(max_length=1000)

@@ -571,7 +571,17 @@ class Relation(Schema):
     type: str
     weight: Number | None
     properties: JSONObject
+    valid_from: str | None = None
+    valid_to: str | None = None
+    invalidated_by: str | None = None
     revision: int
+
+
+class RelationTypes(Schema):
+    """A workspace's single-valued relation types."""
+
+    workspace: str
+    single_valued: list[str]
 
 
 class RelationsDeleted(Schema):

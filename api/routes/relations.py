@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
-from pydantic import Field
+from pydantic import AwareDatetime, Field
 
-from api.deps import ActorQ, BranchQ, CallerDep, MessageQ, RevisionQ, ServicesDep
+from api.deps import ActorQ, AsOfQ, BranchQ, CallerDep, IncludeInvalidQ, MessageQ, RevisionQ, ServicesDep
 from api.guard import GuardedRoute
-from api.models import RelationCreate, Strict
-from api.schemas import NeighborList, Relation, RelationsDeleted, Traversal
+from api.models import RelationCreate, RelationInvalidate, RelationTypesPut, Strict
+from api.schemas import NeighborList, Relation, RelationsDeleted, RelationTypes, Traversal
 from kg.context import run
+from kg.errors import InvalidInput
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.ops import relations as relation_ops
@@ -30,6 +31,10 @@ class TraverseBody(Strict):
     types: list[str] | None = None
     max_nodes: int = Field(default=200, ge=1, le=MAX_NODES)
     fan_out: int = Field(default=50, ge=1, le=MAX_FAN_OUT)
+    #: World time (ISO 8601 with a zone): follow the relations valid then; default now.
+    as_of: AwareDatetime | None = Field(default=None, strict=False)
+    #: Follow every relation, whatever its validity.
+    include_invalid: bool = False
 
 
 @router.post("/relations", response_model=Relation,
@@ -40,6 +45,7 @@ def relate(repo: str, body: RelationCreate, services: ServicesDep, caller: Calle
     """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced)."""
     relation, created = run(services, caller, relation_ops.relate, repo, branch, body.from_, body.to,
                             body.type, weight=body.weight, properties=body.properties,
+                            valid_from=body.valid_from, valid_to=body.valid_to,
                             message=body.message, actor=body.actor)
     response.status_code = 201 if created else 200
     return relation
@@ -60,12 +66,14 @@ def neighbors(repo: str, node: str, services: ServicesDep, caller: CallerDep, br
               at_revision: RevisionQ = None, direction: str = "BOTH",
               type: Annotated[str | None, Query(description="Relation types, comma-separated.")] = None,
               limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Most rows returned.")] = DEFAULT_LIMIT,
-              ) -> dict:
+              as_of: AsOfQ = None, include_invalid: IncludeInvalidQ = False) -> dict:
     """The edges around a node in a stable order (weight desc with null last, the other node's
-    ``workspace:path``, type, direction), at most ``limit``; ``truncated`` when more exist."""
+    ``workspace:path``, type, direction), at most ``limit``; ``truncated`` when more exist.
+    Only relations current now (or valid at ``as_of``) unless ``include_invalid``."""
     types = [t for t in type.split(",") if t] if type else None
     return graph_neighbors(services, caller, repo, branch, node, direction=direction,
-                           types=types or None, limit=limit, at_revision=at_revision)
+                           types=types or None, limit=limit, at_revision=at_revision, as_of=as_of,
+                           include_invalid=include_invalid)
 
 
 @router.post("/traverse", response_model=Traversal)
@@ -76,4 +84,32 @@ def traverse(repo: str, body: TraverseBody, services: ServicesDep, caller: Calle
     left nodes unvisited."""
     return walk(services, caller, repo, branch, body.seeds, hops=body.hops,
                 direction=body.direction,
-                types=body.types, max_nodes=body.max_nodes, fan_out=body.fan_out, at_revision=at_revision)
+                types=body.types, max_nodes=body.max_nodes, fan_out=body.fan_out, at_revision=at_revision,
+                as_of=body.as_of, include_invalid=body.include_invalid)
+
+
+@router.post("/workspaces/{ws}/relations/invalidate", response_model=Relation)
+def invalidate(repo: str, ws: str, body: RelationInvalidate, services: ServicesDep, caller: CallerDep,
+               branch: BranchQ = "main") -> dict:
+    """Close a relation's validity at ``valid_to`` (default now), naming what superseded it
+    (``invalidated_by``); ``from`` must be a node of ``ws``. The relation stays readable with
+    ``include_invalid`` or an ``as_of`` before ``valid_to``."""
+    if body.from_.partition(":")[0] != ws:
+        raise InvalidInput(f"'from' must be a node of workspace {ws!r}", details={"from": body.from_, "workspace": ws})
+    return run(services, caller, relation_ops.invalidate, repo, branch, body.from_, body.to, body.type,
+               valid_to=body.valid_to, invalidated_by=body.invalidated_by, message=body.message,
+               actor=body.actor)
+
+
+@router.get("/workspaces/{ws}/relation-types", response_model=RelationTypes)
+def get_relation_types(repo: str, ws: str, services: ServicesDep, caller: CallerDep) -> dict:
+    """The relation types declared single-valued per source in the workspace."""
+    return relation_ops.get_relation_types(services, caller, repo, ws)
+
+
+@router.put("/workspaces/{ws}/relation-types", response_model=RelationTypes)
+def put_relation_types(repo: str, ws: str, body: RelationTypesPut, services: ServicesDep,
+                       caller: CallerDep) -> dict:
+    """Declare the workspace's single-valued relation types (replaced whole; admin): asserting
+    one from a source with a current one to another target invalidates the old one."""
+    return run(services, caller, relation_ops.set_relation_types, repo, ws, body.single_valued)

@@ -29,11 +29,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import networkx as nx
 
 from kg.graph.neighbors import Direction, Neighbor, SortKey, sort_key
+from kg.graph.validity import ValidAt, valid_at
 
 SORTED_MIN_DEGREE = 64
 
@@ -69,6 +71,8 @@ class EdgeRow:
     weight: float | None
     properties: dict[str, Any] | None
     deleted: bool = False
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,9 @@ class GraphView:
         self._shared_attrs: dict[float | None, dict] = {}
         self._ids: dict[str, str] = {}
         self.edge_count = 0
+        # (valid_from, valid_to) of the edges (live or dormant) that carry a validity: most
+        # edges carry none, and a view without any reads as fast as before (issue 17).
+        self._validity: dict[EdgeKey, tuple[datetime | None, datetime | None]] = {}
 
     # -- size ------------------------------------------------------------------------------
 
@@ -154,7 +161,7 @@ class GraphView:
 
     def iter_neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
                        types: Collection[str] | None = None,
-                       workspaces: Collection[str] | None = None) -> Iterator[Neighbor]:
+                       workspaces: Collection[str] | None = None, at: ValidAt = None) -> Iterator[Neighbor]:
         """The edges around ``node_id`` in the stable order, lazily.
 
         Parameters
@@ -165,6 +172,9 @@ class GraphView:
             Only these relation types.
         workspaces : collection of str, optional
             Only edges to nodes of these workspaces (a restricted reader's scope); None: all.
+        at : datetime or None, optional
+            Only edges valid at this world time (:func:`kg.graph.validity.valid_at`); None:
+            every edge, whatever its validity.
 
         Notes
         -----
@@ -177,6 +187,7 @@ class GraphView:
         entries = self._entries(node_id)  # type: ignore[arg-type]
         succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
         addresses = self._addresses
+        validity = self._validity if at is not None and self._validity else None
         for _, _, _, rel_type, d, other in entries:
             if direction != "BOTH" and d != direction:
                 continue
@@ -184,18 +195,24 @@ class GraphView:
                 continue
             if workspaces is not None and addresses[other].workspace not in workspaces:
                 continue
+            if validity is not None:
+                interval = validity.get((node_id, rel_type, other) if d == "OUT" else (other, rel_type, node_id))  # type: ignore[arg-type]
+                if interval is not None and not valid_at(interval[0], interval[1], at):
+                    continue
             data = (succ if d == "OUT" else pred)[other][rel_type]
             yield Neighbor(other, rel_type, data["weight"], d, data["properties"] or {})
 
     def neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
                   types: Collection[str] | None = None, limit: int,
-                  workspaces: Collection[str] | None = None) -> tuple[list[Neighbor], bool]:
+                  workspaces: Collection[str] | None = None, at: ValidAt = None) -> tuple[list[Neighbor], bool]:
         """At most ``limit`` edges around ``node_id`` in the stable order, and whether more
         matched (reads ``limit + 1`` of a hub's sorted edges, not its degree); ``workspaces``
-        as in :meth:`iter_neighbors`: the filter applies before the cut."""
-        if direction != "BOTH" or types is not None or workspaces is not None:
+        and ``at`` as in :meth:`iter_neighbors`: the filters apply before the cut."""
+        if (direction != "BOTH" or types is not None or workspaces is not None
+                or (at is not None and self._validity)):
             found: list[Neighbor] = []
-            for edge in self.iter_neighbors(node_id, direction=direction, types=types, workspaces=workspaces):
+            for edge in self.iter_neighbors(node_id, direction=direction, types=types, workspaces=workspaces,
+                                            at=at):
                 if len(found) == limit:
                     return found, True
                 found.append(edge)
@@ -254,6 +271,8 @@ class GraphView:
             if keyed is None:
                 keyed = succ[f][to] = pred[to][f] = {}
             keyed[row.rel_type] = self._attrs(row.weight, row.properties or None)
+            if row.valid_from is not None or row.valid_to is not None:
+                self._validity[(f, row.rel_type, to)] = (row.valid_from, row.valid_to)
         self.edge_count = count
         for node_id, where in resolve(set(succ)).items():
             self._set_address(self._id(node_id), where)
@@ -314,8 +333,11 @@ class GraphView:
                 self._set_address(self._id(node_id), where)
         for key, erow in last_edge.items():
             self._remove_edge(key)
+            self._validity.pop(key, None)
             if not erow.deleted:
                 self._put_edge(key, erow.weight, erow.properties)
+                if erow.valid_from is not None or erow.valid_to is not None:
+                    self._validity[key] = (erow.valid_from, erow.valid_to)
         self.revision = revision
 
     # -- internals -------------------------------------------------------------------------

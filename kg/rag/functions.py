@@ -60,6 +60,7 @@ from sqlalchemy.orm import Session
 from kg.context import Actor, Resources, permit, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, KGError, NotFound
 from kg.graph.neighbors import check_direction
+from kg.graph.validity import ValidAt, maybe_aware, read_time
 from kg.index.tokenize import analyze, stem
 from kg.indexing.config import TEXT_FIELDS, workspace_embedding
 from kg.ops.branches import create_branch
@@ -439,7 +440,9 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     ----------
     raw : dict
         ``{"question", "workspaces"?, "use_graph"?: bool, "store_answer"?: {"workspace",
-        "path"?}}``. ``use_graph`` adds the graph leg (:func:`graph_passages`) after retrieval;
+        "path"?}, "as_of"?: ISO 8601 time with a zone, "include_invalid"?: bool}``. ``use_graph``
+        adds the graph leg (:func:`graph_passages`) after retrieval, over the relations current
+        now (or valid at ``as_of``; all with ``include_invalid``);
         ``store_answer`` writes the answer as a ``kb:Answer`` node on this branch
         (:func:`store_answer`; default path ``/answers/{question slug}-{sha256 prefix}``, so
         asking again replaces the earlier answer with a new version).
@@ -467,6 +470,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     use_graph = raw.get("use_graph", False)
     if not isinstance(use_graph, bool):
         raise InvalidInput("input.use_graph must be true or false", details={"use_graph": use_graph})
+    at = _valid_at(raw)
     target = _answer_target(services, caller, repo, branch, raw, question)
     llm = services.llm
     has_llm = getattr(llm, "name", "none") != "none"
@@ -504,7 +508,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     if use_graph and passages:
         leg: dict[str, Any] = {"query": attempts[-1]["query"], "leg": "graph"}
         try:
-            extra = graph_passages(services, caller, repo, branch, question, passages, workspaces)
+            extra = graph_passages(services, caller, repo, branch, question, passages, workspaces, at)
         except Exception as exc:  # the graph leg never fails the answer
             log.warning("ask: the graph leg failed on %s/%s: %s", repo, branch, exc, exc_info=True)
             extra = []
@@ -554,6 +558,19 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
 
 
 # -- graph-context ---------------------------------------------------------------------------
+
+
+def _valid_at(raw: dict) -> ValidAt:
+    """The world time relations are read at: ``input.as_of`` (ISO 8601 with a zone) or now;
+    None with ``input.include_invalid: true`` (every relation)."""
+    include_invalid = raw.get("include_invalid", False)
+    if not isinstance(include_invalid, bool):
+        raise InvalidInput("input.include_invalid must be true or false",
+                           details={"include_invalid": include_invalid})
+    as_of = raw.get("as_of")
+    if as_of is not None and not isinstance(as_of, str):
+        raise InvalidInput("input.as_of must be an ISO 8601 time with a zone", details={"as_of": as_of})
+    return read_time(maybe_aware(as_of, "as_of"), include_invalid)
 
 
 def _int_option(raw: dict, key: str, default: int, low: int, high: int) -> int:
@@ -630,7 +647,9 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         ``follow``: ``"walk"`` (default) walks every relation of ``types`` breadth-first;
         ``"subjects"`` follows mentions to subjects (:func:`kg.rag.graph.follow_subjects`):
         hop 1 the entities each seed mentions, hop 2 the documents ``about`` them, seed by
-        seed; it takes ``hops`` 0..2 and neither ``types`` nor ``direction``.
+        seed; it takes ``hops`` 0..2 and neither ``types`` nor ``direction``. The walk follows
+        the relations current now, or valid at ``as_of`` (ISO 8601 with a zone), or every
+        relation with ``include_invalid: true`` (:mod:`kg.graph.validity`).
 
     Returns
     -------
@@ -678,6 +697,7 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
     types = _relation_types(raw)
     workspaces = _workspaces(raw)
     k = _k(raw, 5)
+    at = _valid_at(raw)
     with reading(services, caller, repo, branch) as (session, view):
         seeds: dict[tuple[str, str], dict[str, Any]] = {}
         for workspace, path in given:
@@ -693,10 +713,10 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         addresses = [f"{w}:{p}" for w, p in seeds]
         if follow == "subjects":
             walk = follow_subjects(session, services, view, addresses, hops=hops, max_nodes=max_nodes,
-                                   fan_out=fan_out)
+                                   fan_out=fan_out, at=at)
         else:
             walk = traverse_from(session, services, view, addresses, hops=hops,
-                                 direction=direction, types=types, max_nodes=max_nodes, fan_out=fan_out)
+                                 direction=direction, types=types, max_nodes=max_nodes, fan_out=fan_out, at=at)
         versions = nodes_by_id(session, view, [n["node_id"] for n in walk["nodes"]])
         # Seed mass: given seeds and search seeds by rank, 1 / (60 + rank), as in the fusion.
         mass = {}
@@ -713,7 +733,7 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         else:
             scores = spread_activation(session, services, view, walk["nodes"],
                                        {node_id: m / total for node_id, m in mass.items()},
-                                       hops=hops, direction=direction, types=types)
+                                       hops=hops, direction=direction, types=types, at=at)
     for node in walk["nodes"]:
         node["score"] = None if scores is None else round(scores.get(node["node_id"], 0.0), 6)
         version = versions.get(node["node_id"])
@@ -755,7 +775,7 @@ def _best_passage(session, repo_id: int, version, terms: set[str]) -> dict[str, 
 
 
 def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, question: str, passages: list[dict],
-                   workspaces: list[str] | None) -> list[dict[str, Any]]:
+                   workspaces: list[str] | None, at: ValidAt = None) -> list[dict[str, Any]]:
     """Passages of the nodes around the retrieved ones: ``ask``'s graph leg.
 
     First the subjects (:func:`kg.rag.graph.follow_subjects`): from the first
@@ -795,10 +815,10 @@ def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, q
 
     with reading(services, caller, repo, branch) as (session, view):
         followed = follow_subjects(session, services, view, seeds[:GRAPH_SUBJECT_SEEDS], hops=2,
-                                   max_nodes=10_000, fan_out=GRAPH_SUBJECT_FAN_OUT)
+                                   max_nodes=10_000, fan_out=GRAPH_SUBJECT_FAN_OUT, at=at)
         subjects = [n for n in followed["nodes"] if n["hop"] == 2 and wanted(n)]
         walk = traverse_from(session, services, view, seeds, hops=GRAPH_HOPS,
-                             max_nodes=len(seeds) + GRAPH_MAX_NODES, fan_out=GRAPH_FAN_OUT)
+                             max_nodes=len(seeds) + GRAPH_MAX_NODES, fan_out=GRAPH_FAN_OUT, at=at)
         reached = [n for n in walk["nodes"] if wanted(n)]
         versions = nodes_by_id(session, view, [n["node_id"] for n in subjects + reached])
         seed_rank = {address: rank for rank, address in enumerate(seeds)}
@@ -1069,9 +1089,9 @@ EXPENSIVE_FUNCTIONS = frozenset({"ask", "extract-entities", "research-assistant"
 #: The input keys each function reads; any other key is refused (a typo must not be ignored).
 INPUT_KEYS: dict[str, frozenset[str]] = {
     "search-documents": frozenset({"query", "k", "workspaces"}),
-    "ask": frozenset({"question", "workspaces", "use_graph", "store_answer"}),
+    "ask": frozenset({"question", "workspaces", "use_graph", "store_answer", "as_of", "include_invalid"}),
     "graph-context": frozenset({"query", "seeds", "hops", "max_nodes", "fan_out", "types", "direction",
-                                "workspaces", "k", "follow"}),
+                                "workspaces", "k", "follow", "as_of", "include_invalid"}),
     "extract-entities": frozenset({"path", "workspace", "force", "max_chars"}),
     "research-assistant": frozenset({"question", "workspaces", "max_steps", "workspace"}),
 }

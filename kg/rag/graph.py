@@ -24,6 +24,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -39,6 +40,7 @@ from kg.graph.neighbors import (
     check_types,
 )
 from kg.graph.traverse import check_walk_bounds, traverse
+from kg.graph.validity import ValidAt, read_time
 from kg.graph.view import EdgeRow, GraphView, NodeAddress, NodeRow
 from kg.rag.entities import ABOUT, MENTIONED_IN
 from kg.store import relations as store
@@ -72,7 +74,8 @@ def _resolver(session: Session, view: BranchView):
 def _build(session: Session, view: BranchView, max_edges: int) -> GraphView | None:
     """Read the branch's graph from SQL; None when it holds more than ``max_edges`` relations."""
     graph = GraphView(view.revision)
-    rows = (EdgeRow(f, t, to, w, p) for f, t, to, w, p in store.stream_visible_edges(session, view))
+    rows = (EdgeRow(f, t, to, w, p, False, vf, vt)
+            for f, t, to, w, p, vf, vt in store.stream_visible_edges(session, view))
     collecting = gc.isenabled()
     gc.disable()  # millions of new long-lived objects: a cyclic collection every 700 is waste
     try:
@@ -226,9 +229,10 @@ def _check_types(types: Sequence[str] | None) -> frozenset[str] | None:
 
 def neighbors(services: Resources, caller: Actor, repo: str, branch: str, address: str, *,
               direction: str = "BOTH", types: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT,
-              at_revision: int | None = None) -> dict[str, Any]:
+              at_revision: int | None = None, as_of: datetime | None = None,
+              include_invalid: bool = False) -> dict[str, Any]:
     """NEIGHBORS of a node on ``branch`` (as of ``at_revision``): :func:`neighbors_of` in a read
-    of its own.
+    of its own, over the relations current now, valid at ``as_of``, or all (``include_invalid``).
 
     Parameters
     ----------
@@ -240,6 +244,10 @@ def neighbors(services: Resources, caller: Actor, repo: str, branch: str, addres
     types : sequence of str, optional
     limit : int, 1..10,000
     at_revision : int or None
+    as_of : datetime or None
+        World time (timezone-aware): the relations valid then; None: now.
+    include_invalid : bool
+        Every relation, whatever its validity.
 
     Returns
     -------
@@ -250,14 +258,15 @@ def neighbors(services: Resources, caller: Actor, repo: str, branch: str, addres
     ------
     kg.errors.NotFound, kg.errors.InvalidInput
     """
+    at = read_time(as_of, include_invalid)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return neighbors_of(session, services, view, address, direction=check_direction(direction), types=types,
-                            limit=limit)
+                            limit=limit, at=at)
 
 
 def neighbors_of(session: Session, services: Resources, view: BranchView, address: str, *,
                  direction: Direction = "BOTH", types: Sequence[str] | None = None,
-                 limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
+                 limit: int = DEFAULT_LIMIT, at: ValidAt = None) -> dict[str, Any]:
     """NEIGHBORS of the node at ``address`` (``workspace:/path``) in the API shape.
 
     Parameters
@@ -268,6 +277,9 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
         Relation types to keep (None: all).
     limit : int, 1..10,000
         Most rows returned.
+    at : datetime or None
+        Only relations valid at this world time (:mod:`kg.graph.validity`), filtered inside
+        the view's or SQL's read, before ``limit``; None: every relation.
 
     Returns
     -------
@@ -296,7 +308,7 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
         node_id, _, _ = _node_id(session, view, graph, address)
         if graph is not None:
             found, truncated = graph.neighbors(node_id, direction=direction, types=wanted, limit=limit,
-                                               workspaces=readable_names(view))
+                                               workspaces=readable_names(view), at=at)
             rows = []
             for other, rel_type, weight, d, properties in found:
                 where = graph.address(other)
@@ -304,7 +316,7 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
                              "relation_type": rel_type, "weight": weight, "direction": d,
                              "properties": properties})
             return {"neighbors": rows, "truncated": truncated}
-    page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1)
+    page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1, at=at)
     return {
         "neighbors": [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id,
                        "relation_type": r.relation_type, "weight": r.weight, "direction": r.direction,
@@ -314,14 +326,14 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
 
 
 def _sql_lookup(session: Session, view: BranchView, direction: Direction, types: frozenset[str] | None,
-                fan_out: int, addresses: dict[str, tuple[str, str]]):
+                fan_out: int, addresses: dict[str, tuple[str, str]], at: ValidAt = None):
     """A neighbor lookup over SQL: pages of ``fan_out + 1`` edges, then growing pages."""
 
     def lookup(node_id: Hashable) -> Iterator[Neighbor]:
         offset, size = 0, fan_out + 1
         while True:
             rows = store.list_neighbors(session, view, node_id, direction=direction, types=types,  # type: ignore[arg-type]
-                                       limit=size + 1, offset=offset)
+                                       limit=size + 1, offset=offset, at=at)
             for r in rows[:size]:
                 addresses[r.node_id] = (r.workspace, r.path)
                 yield Neighbor(r.node_id, r.relation_type, r.weight, r.direction, r.properties)  # type: ignore[arg-type]
@@ -335,7 +347,8 @@ def _sql_lookup(session: Session, view: BranchView, direction: Direction, types:
 
 def walk(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequence[str], *,
          hops: int = 2, direction: str = "BOTH", types: Sequence[str] | None = None,
-         max_nodes: int = 200, fan_out: int = 50, at_revision: int | None = None) -> dict[str, Any]:
+         max_nodes: int = 200, fan_out: int = 50, at_revision: int | None = None,
+         as_of: datetime | None = None, include_invalid: bool = False) -> dict[str, Any]:
     """A bounded breadth-first walk on ``branch`` (as of ``at_revision``): :func:`traverse_from`
     in a read of its own.
 
@@ -352,6 +365,8 @@ def walk(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequ
     direction : {"OUT", "IN", "BOTH"}
     types : sequence of str, optional
     at_revision : int or None
+    as_of, include_invalid
+        As :func:`neighbors`: the world time the relations walked are valid at.
 
     Returns
     -------
@@ -362,15 +377,16 @@ def walk(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequ
     ------
     kg.errors.NotFound, kg.errors.InvalidInput
     """
+    at = read_time(as_of, include_invalid)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return traverse_from(session, services, view, seeds, hops=hops, direction=check_direction(direction),
                              types=types,
-                             max_nodes=max_nodes, fan_out=fan_out)
+                             max_nodes=max_nodes, fan_out=fan_out, at=at)
 
 
 def traverse_from(session: Session, services: Resources, view: BranchView, seeds: Sequence[str], *,
                   hops: int = 2, direction: Direction = "BOTH", types: Sequence[str] | None = None,
-                  max_nodes: int = 200, fan_out: int = 50) -> dict[str, Any]:
+                  max_nodes: int = 200, fan_out: int = 50, at: ValidAt = None) -> dict[str, Any]:
     """Walk the branch's relations breadth-first from ``seeds`` (:func:`kg.graph.traverse.traverse`).
 
     Parameters
@@ -385,6 +401,8 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
         Most nodes in the answer, seeds included.
     fan_out : int, 1..10,000
         Most edges followed from one node, in the stable order.
+    at : datetime or None
+        Follow only relations valid at this world time; None: every relation.
 
     Returns
     -------
@@ -422,14 +440,14 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
         if graph is not None:
             scope = readable_names(view)
             walk = traverse(ids, lambda n: graph.iter_neighbors(n, direction=direction, types=wanted,
-                                                                workspaces=scope),
+                                                                workspaces=scope, at=at),
                             hops=hops, max_nodes=max_nodes, fan_out=fan_out)
             for visit in walk.visits:
                 if visit.node_id not in addresses:
                     where = graph.address(visit.node_id)
                     addresses[visit.node_id] = (where.workspace, where.path)  # type: ignore[index]
         else:
-            walk = traverse(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses),
+            walk = traverse(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses, at),
                             hops=hops, max_nodes=max_nodes, fan_out=fan_out)
 
     def at(node_id: Hashable) -> str:
@@ -451,7 +469,7 @@ SUBJECT_HOPS: tuple[tuple[str, Direction], ...] = ((MENTIONED_IN, "IN"), (ABOUT,
 
 
 def follow_subjects(session: Session, services: Resources, view: BranchView, seeds: Sequence[str], *,
-                    hops: int = 2, max_nodes: int = 200, fan_out: int = 50) -> dict[str, Any]:
+                    hops: int = 2, max_nodes: int = 200, fan_out: int = 50, at: ValidAt = None) -> dict[str, Any]:
     """From documents to the entities they mention, then to the documents about those entities.
 
     Hop 1 is every entity with a ``mentioned_in`` edge into a seed; hop 2 every document with an
@@ -474,6 +492,8 @@ def follow_subjects(session: Session, services: Resources, view: BranchView, see
     fan_out : int, 1..10,000
         Most edges followed from one node (entities of a seed, documents of an entity), in the
         stable order.
+    at : datetime or None
+        Follow only relations valid at this world time; None: every relation.
 
     Returns
     -------
@@ -527,14 +547,15 @@ def follow_subjects(session: Session, services: Resources, view: BranchView, see
             wanted = frozenset({rel_type})
             found: list[tuple[Any, ...]] = []
             if graph is not None:
-                for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted, workspaces=scope):
+                for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted, workspaces=scope,
+                                                 at=at):
                     if len(found) == fan_out:
                         return found, True
                     where = graph.address(edge.node_id)
                     found.append((edge.node_id, where.workspace, where.path, edge.weight))
                 return found, False
             rows = store.list_neighbors(session, view, node_id, direction=direction,  # type: ignore[arg-type]
-                                        types=wanted, limit=fan_out + 1)
+                                        types=wanted, limit=fan_out + 1, at=at)
             return [(r.node_id, r.workspace, r.path, r.weight) for r in rows[:fan_out]], len(rows) > fan_out
 
         def add(node_id: Hashable, workspace: str, path: str, hop: int, via: str | None, weight: float | None,
@@ -577,7 +598,8 @@ def follow_subjects(session: Session, services: Resources, view: BranchView, see
 
 def spread_activation(session: Session, services: Resources, view: BranchView, nodes: Sequence[dict[str, Any]],
                       seed_mass: dict[str, float], *, hops: int, direction: Direction = "BOTH",
-                      types: Sequence[str] | None = None, max_degree: int = 100_000) -> dict[str, float] | None:
+                      types: Sequence[str] | None = None, max_degree: int = 100_000,
+                      at: ValidAt = None) -> dict[str, float] | None:
     """Relevance of the nodes a walk reached: seed mass spread along the relations, split by degree.
 
     Each seed starts with its mass; at every step each node passes its mass on in equal shares
@@ -600,6 +622,8 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
     max_degree : int
         A node with more relations than this counts as having exactly this many (its
         relations are not all read).
+    at : datetime or None
+        Spread only over relations valid at this world time; None: every relation.
 
     Returns
     -------
@@ -627,7 +651,7 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
                 degree = 0
                 inside: list[Any] = []  # node ids of members: str
                 for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted,
-                                                 workspaces=scope):
+                                                 workspaces=scope, at=at):
                     degree += 1
                     if edge.node_id in members:
                         inside.append(edge.node_id)

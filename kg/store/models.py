@@ -224,6 +224,11 @@ class RelationVersion(Base):
     # database reads a hub's edges in the stable order and stops at the limit.
     from_address: Mapped[str | None] = mapped_column(Address, nullable=True)
     to_address: Mapped[str | None] = mapped_column(Address, nullable=True)
+    # Validity in world time (issue 17): current at t when valid_from <= t < valid_to (null:
+    # unbounded); ``invalidated_by`` names the relation that superseded it (``from|type|to``).
+    valid_from: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    valid_to: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    invalidated_by: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 # NEIGHBORS in the stable order, by index (kg.store.relations.list_neighbors): a node's
