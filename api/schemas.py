@@ -261,10 +261,13 @@ class DiffNodes(Schema):
 
 
 class RelationValue(Schema):
-    """A relation's weight and properties."""
+    """A relation's weight, properties and validity."""
 
     weight: Number | None
     properties: JSONObject
+    valid_from: str | None = None
+    valid_to: str | None = None
+    invalidated_by: str | None = None
 
 
 class DiffRelation(Schema):
@@ -275,6 +278,9 @@ class DiffRelation(Schema):
     type: str
     weight: Number | None
     properties: JSONObject
+    valid_from: str | None = None
+    valid_to: str | None = None
+    invalidated_by: str | None = None
 
 
 class DiffModifiedRelation(Schema):

@@ -14,7 +14,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from sqlalchemy import ColumnElement, Table, exists, func, or_, select
@@ -67,11 +67,23 @@ def relation_value(version: RelationVersion | None) -> dict[str, Any] | None:
     Returns
     -------
     dict or None
-        ``{"weight", "properties"}``, or None for no version or a tombstone.
+        ``{"weight", "properties", "valid_from", "valid_to", "invalidated_by"}`` (times as ISO
+        8601 text in UTC, or null), or None for no version or a tombstone. An invalidation
+        changes the value: it shows in a diff and merges like a re-weighting.
     """
     if version is None or version.deleted:
         return None
-    return {"weight": version.weight, "properties": version.properties}
+    return {"weight": version.weight, "properties": version.properties,
+            "valid_from": _iso(version.valid_from), "valid_to": _iso(version.valid_to),
+            "invalidated_by": version.invalidated_by}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def _time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
 
 
 def _flat(value: dict[str, Any]) -> dict[str, Any]:
@@ -1019,6 +1031,9 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
             to_node_id=to, rel_type=t, weight=value["weight"] if value else None,
             properties=value["properties"] if value else {}, deleted=value is None, created_at=now,
             from_address=addresses.get(f), to_address=addresses.get(to),
+            valid_from=_time(value.get("valid_from")) if value else None,
+            valid_to=_time(value.get("valid_to")) if value else None,
+            invalidated_by=value.get("invalidated_by") if value else None,
         ))
     applied = plan.preview()
     record_merge(session, ctx.repo, plan, ctx.revision)

@@ -141,7 +141,8 @@ def test_rename_on_the_branch_while_main_relates_to_the_old_path_is_a_conflict(c
     assert (conflict["from"], conflict["type"], conflict["to"]) == (f"{WS}:/y", "links", f"{WS}:/old")
     assert conflict["deleted_endpoints"] == [f"{WS}:/old"]
     assert (conflict["base"], conflict["ours"], conflict["theirs"]) == (
-        None, {"weight": None, "properties": {}}, None)
+        None, {"weight": None, "properties": {}, "valid_from": None, "valid_to": None,
+                 "invalidated_by": None}, None)
     # nothing was written
     assert neighbors(client, "/old") == {("IN", "/y", "links", None)}
     # theirs: the rename wins, the edge goes with the old path
@@ -177,7 +178,8 @@ def test_rename_on_main_while_the_branch_relates_to_the_old_path_is_a_conflict(c
     relate(client, "/y", "/old", branch="agent/a")     # the branch relates to what main deleted
     [conflict] = conflicts(client, "agent/a")
     assert conflict["kind"] == "relation" and conflict["deleted_endpoints"] == [f"{WS}:/old"]
-    assert (conflict["ours"], conflict["theirs"]) == (None, {"weight": None, "properties": {}})
+    assert (conflict["ours"], conflict["theirs"]) == (None, {"weight": None, "properties": {}, "valid_from": None,
+                                                             "valid_to": None, "invalidated_by": None})
     # ours: the edge is dropped, main's rename stands
     result = merged(client, "agent/a", resolutions=[
         {"from": f"{WS}:/y", "type": "links", "to": f"{WS}:/old", "take": "ours"}])
