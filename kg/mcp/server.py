@@ -47,6 +47,7 @@ from kg.context import Resources, run
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
+from kg.graph.validity import maybe_aware
 from kg.mcp.auth import KeyVerifier, caller_of_request
 from kg.ops import branches as branch_ops
 from kg.ops import merge as merge_ops
@@ -69,7 +70,8 @@ RESEARCH_ASSISTANT = "research-assistant"
 READ_TOOLS = ("search", "ask", "graph_context", "get_node", "neighbors", "traverse", "diff")
 #: Tool name -> the action a caller must hold somewhere in the repository to be offered it.
 WRITE_TOOLS: dict[str, Action] = {
-    "put_node": "write", "relate": "write", "unrelate": "write", "extract_entities": "write",
+    "put_node": "write", "relate": "write", "invalidate_relation": "write", "unrelate": "write",
+    "extract_entities": "write",
     "branch_create": "branch:create", "merge": "merge", "research_assistant": "branch:create",
 }
 
@@ -318,6 +320,9 @@ Direction = Annotated[str, Field(description="OUT, IN or BOTH.")]
 Types = Annotated[list[str] | None, Field(description="Relation types; default: all.")]
 Workspaces = Annotated[list[str] | None, Field(description="Limit to these workspaces; default: all.")]
 Message = Annotated[str | None, Field(description="Why: kept in the revision log.")]
+AsOf = Annotated[str | None, Field(description="World time (ISO 8601 with a zone): relations valid then; "
+                                               "default now.")]
+IncludeInvalid = Annotated[bool, Field(description="Every relation, whatever its validity.")]
 
 
 def build_server(services: Resources, binder: Binder, *, read_only: bool = False,
@@ -439,9 +444,11 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
     @tool(_READ, "The edges around a node (NEIGHBORS), strongest first; 'truncated' when more exist.")
     async def neighbors(ctx: Context, node: Address, direction: Direction = "BOTH", types: Types = None,
                         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+                        as_of: AsOf = None, include_invalid: IncludeInvalid = False,
                         branch: BranchArg = None) -> CallToolResult:
         return await call(ctx, lambda b: {"branch": b.on(branch), **graph_neighbors(
-            services, b.caller, b.repo, b.on(branch), node, direction=direction, types=types, limit=limit)})
+            services, b.caller, b.repo, b.on(branch), node, direction=direction, types=types, limit=limit,
+            as_of=maybe_aware(as_of, "as_of"), include_invalid=include_invalid)})
 
     @tool(_READ, "A bounded breadth-first walk from seed nodes; each node once at its shortest hop.")
     async def traverse(ctx: Context, seeds: Annotated[list[str], Field(min_length=1, max_length=MAX_NODES,
@@ -449,10 +456,12 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                        hops: Annotated[int, Field(ge=0, le=MAX_HOPS)] = 2, direction: Direction = "BOTH",
                        types: Types = None, max_nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = 200,
                        fan_out: Annotated[int, Field(ge=1, le=MAX_FAN_OUT)] = 50,
+                       as_of: AsOf = None, include_invalid: IncludeInvalid = False,
                        branch: BranchArg = None) -> CallToolResult:
         return await call(ctx, lambda b: {"branch": b.on(branch), **walk(
             services, b.caller, b.repo, b.on(branch), seeds, hops=hops, direction=direction, types=types,
-            max_nodes=max_nodes, fan_out=fan_out)})
+            max_nodes=max_nodes, fan_out=fan_out, as_of=maybe_aware(as_of, "as_of"),
+            include_invalid=include_invalid)})
 
     @tool(_READ, "What a branch wrote since it forked: nodes and relations added, modified, deleted.")
     async def diff(ctx: Context, branch: BranchArg = None,
@@ -502,12 +511,31 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
     async def relate(ctx: Context, source: Address, target: Address,
                      type: Annotated[str, Field(description="Relation type, e.g. cites.")],
                      weight: float | None = None, properties: dict[str, Any] | None = None,
+                     valid_from: Annotated[str | None, Field(
+                         description="World time the fact holds from (ISO 8601 with a zone).")] = None,
+                     valid_to: Annotated[str | None, Field(
+                         description="World time the fact holds until (ISO 8601 with a zone).")] = None,
                      message: Message = None, branch: BranchArg = None) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
             relation, created = run(services, b.caller, relation_ops.relate, b.repo, b.on(branch), source, target,
-                                    type, weight=weight, properties=properties, message=message)
+                                    type, weight=weight, properties=properties, valid_from=valid_from,
+                                    valid_to=valid_to, message=message)
             return {"branch": b.on(branch), "created": created, "relation": relation}
         return await call(ctx, use_case)
+
+    @tool(_UPSERT, "Mark a relation as no longer holding from valid_to (default now), naming what superseded "
+                   "it; it stays readable with include_invalid or an earlier as_of.")
+    async def invalidate_relation(ctx: Context, source: Address, target: Address,
+                                  type: Annotated[str, Field(description="Relation type, e.g. works_at.")],
+                                  valid_to: Annotated[str | None, Field(
+                                      description="When it stopped holding (ISO 8601 with a zone); default now.")]
+                                  = None,
+                                  invalidated_by: Annotated[str | None, Field(
+                                      max_length=2000, description="What superseded it.")] = None,
+                                  message: Message = None, branch: BranchArg = None) -> CallToolResult:
+        return await call(ctx, lambda b: {"branch": b.on(branch), "relation": run(
+            services, b.caller, relation_ops.invalidate, b.repo, b.on(branch), source, target, type,
+            valid_to=valid_to, invalidated_by=invalidated_by, message=message)})
 
     @tool(_UPSERT, "Remove the edges from source to target (of one type, or all).")
     async def unrelate(ctx: Context, source: Address, target: Address,

@@ -162,3 +162,35 @@ def test_graph_context_follows_a_documents_mentions_to_the_pages_about_them(acme
     assert "/batman" in [n["path"] for n in walk["nodes"] if n["hop"] == 2]
     bad = call(server, None, "graph_context", {"seeds": ["kb:/film"], "follow": "subjects", "hops": 3}, error=True)
     assert bad["error"]["code"] == "invalid_input"
+
+
+def test_relations_over_time_through_the_tools(acme):
+    """relate with valid_from, invalidate_relation, and neighbors / traverse reading current
+    facts by default, as_of and include_invalid (issue 17); a naive time is a tool error."""
+    for path in ("/dana", "/acme", "/globex"):
+        run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", path, node_type="kb:Entity", properties={})
+    server = build_server(acme, fixed_binding("acme", "main"))
+    made = call(server, None, "relate", {"source": "kb:/dana", "target": "kb:/acme", "type": "works_at",
+                                         "valid_from": "2020-01-01T00:00:00Z"})
+    assert made["relation"]["valid_from"] == "2020-01-01T00:00:00+00:00"
+    call(server, None, "relate", {"source": "kb:/dana", "target": "kb:/globex", "type": "works_at"})
+    gone = call(server, None, "invalidate_relation", {"source": "kb:/dana", "target": "kb:/acme", "type": "works_at",
+                                                      "valid_to": "2022-01-01T00:00:00Z",
+                                                      "invalidated_by": "kb:/dana|works_at|kb:/globex"})
+    assert gone["relation"]["valid_to"] == "2022-01-01T00:00:00+00:00"
+    assert gone["relation"]["invalidated_by"] == "kb:/dana|works_at|kb:/globex"
+
+    def around(**extra):
+        answer = call(server, None, "neighbors", {"node": "kb:/dana", "direction": "OUT", **extra})
+        return [n["path"] for n in answer["neighbors"]]
+
+    assert around() == ["/globex"]
+    assert around(as_of="2021-01-01T00:00:00Z") == ["/acme", "/globex"]
+    assert around(include_invalid=True) == ["/acme", "/globex"]
+    walked = call(server, None, "traverse", {"seeds": ["kb:/dana"], "hops": 1, "as_of": "2021-01-01T00:00:00Z"})
+    assert [n["path"] for n in walked["nodes"]] == ["/dana", "/acme", "/globex"]
+    bad = call(server, None, "neighbors", {"node": "kb:/dana", "as_of": "2021-01-01T00:00:00"}, error=True)
+    assert bad["error"]["code"] == "invalid_input"
+    bad = call(server, None, "invalidate_relation", {"source": "kb:/dana", "target": "kb:/acme", "type": "works_at",
+                                                     "valid_to": "2019-01-01T00:00:00Z"}, error=True)
+    assert bad["error"]["code"] == "invalid_input"
