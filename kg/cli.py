@@ -1,5 +1,5 @@
 """The ``kg`` command line: serve, db upgrade, ingest, import, export, search, ask, diff, merge, branch,
-keys, mcp."""
+keys, mcp, relate, invalidate, relation-types, neighbors."""
 
 from __future__ import annotations
 
@@ -22,16 +22,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from kg.access import parse_grant
 from kg.context import OPERATOR, run
 from kg.errors import KGError, MergeConflict
+from kg.graph.validity import maybe_aware
 from kg.ops import branches as branch_ops
 from kg.ops import bulk as bulk_ops
 from kg.ops import keys as key_ops
 from kg.ops import memory as memory_ops
 from kg.ops import queries
+from kg.ops import relations as relation_ops
 from kg.ops import repos as repo_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import ingest_path
 from kg.ops.merge import merge_branch, preview_merge
 from kg.rag.functions import ask as ask_question
+from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
 from kg.settings import Settings
@@ -526,6 +529,101 @@ def merge(repo: Annotated[str, typer.Option(help="Repository.")],
         typer.echo(f"merged {where}: nothing to apply (up to date)")
     else:
         typer.echo(f"merged {where} ({how}) as revision {result['revision']}: {counts}")
+
+
+def _time_option(value: str | None, name: str):
+    """A CLI time (ISO 8601 with a zone), or None; a bad one is a one-line error, exit 1."""
+    try:
+        return maybe_aware(value, name)
+    except KGError as exc:
+        _fail(exc)
+
+
+@app.command()
+def relate(repo: Annotated[str, typer.Option(help="Repository.")],
+           source: Annotated[str, typer.Option("--from", help="Source node 'workspace:/path'.")],
+           target: Annotated[str, typer.Option("--to", help="Target node 'workspace:/path'.")],
+           rel_type: Annotated[str, typer.Option("--type", help="Relation type, e.g. works_at.")],
+           branch: Annotated[str, typer.Option(help="Branch written.")] = "main",
+           weight: Annotated[float | None, typer.Option(help="Weight (default: none).")] = None,
+           valid_from: Annotated[str | None, typer.Option(
+               "--valid-from", help="World time the fact holds from (ISO 8601 with a zone).")] = None,
+           valid_to: Annotated[str | None, typer.Option(
+               "--valid-to", help="World time the fact holds until (ISO 8601 with a zone).")] = None,
+           message: Annotated[str | None, typer.Option(help="The revision's message.")] = None) -> None:
+    """Assert a typed relation between two nodes, optionally valid over a world-time interval; a
+    single-valued type (``kg relation-types``) invalidates the source's previous target."""
+    try:
+        services = _services()
+        relation, created = run(services, OPERATOR, relation_ops.relate, repo, branch, source, target, rel_type,
+                                weight=weight, valid_from=valid_from, valid_to=valid_to, message=message)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps({"created": created, **relation}))
+
+
+@app.command()
+def invalidate(repo: Annotated[str, typer.Option(help="Repository.")],
+               source: Annotated[str, typer.Option("--from", help="Source node 'workspace:/path'.")],
+               target: Annotated[str, typer.Option("--to", help="Target node 'workspace:/path'.")],
+               rel_type: Annotated[str, typer.Option("--type", help="Relation type.")],
+               branch: Annotated[str, typer.Option(help="Branch written.")] = "main",
+               valid_to: Annotated[str | None, typer.Option(
+                   "--valid-to", help="When it stopped holding (ISO 8601 with a zone; default now).")] = None,
+               invalidated_by: Annotated[str | None, typer.Option(
+                   "--invalidated-by", help="What superseded it.")] = None,
+               message: Annotated[str | None, typer.Option(help="The revision's message.")] = None) -> None:
+    """Mark a relation as no longer holding from ``--valid-to`` (it stays in the history)."""
+    try:
+        services = _services()
+        relation = run(services, OPERATOR, relation_ops.invalidate, repo, branch, source, target, rel_type,
+                       valid_to=valid_to, invalidated_by=invalidated_by, message=message)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(relation))
+
+
+@app.command("relation-types")
+def relation_types(repo: Annotated[str, typer.Option(help="Repository.")],
+                   workspace: Annotated[str, typer.Option(help="Workspace.")],
+                   single_valued: Annotated[list[str] | None, typer.Option(
+                       "--single-valued", help="Declare this type single-valued per source (repeat); "
+                                               "replaces the list. Without it: show the list.")] = None,
+                   clear: Annotated[bool, typer.Option("--clear", help="Declare no single-valued type.")] = False,
+                   ) -> None:
+    """Show or declare a workspace's single-valued relation types."""
+    try:
+        services = _services()
+        if single_valued or clear:
+            answer = run(services, OPERATOR, relation_ops.set_relation_types, repo, workspace,
+                         [] if clear else list(single_valued or []))
+        else:
+            answer = relation_ops.get_relation_types(services, OPERATOR, repo, workspace)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(answer))
+
+
+@app.command()
+def neighbors(repo: Annotated[str, typer.Option(help="Repository.")],
+              node: Annotated[str, typer.Option(help="Node 'workspace:/path'.")],
+              branch: Annotated[str, typer.Option(help="Branch read.")] = "main",
+              direction: Annotated[str, typer.Option(help="OUT, IN or BOTH.")] = "BOTH",
+              as_of: Annotated[str | None, typer.Option(
+                  "--as-of", help="World time (ISO 8601 with a zone): relations valid then; default now.")] = None,
+              include_invalid: Annotated[bool, typer.Option(
+                  "--include-invalid", help="Every relation, whatever its validity.")] = False,
+              at_revision: Annotated[int | None, typer.Option("--at-revision", help="Read as of this revision.")]
+              = None) -> None:
+    """NEIGHBORS of a node: its current relations by default (JSON)."""
+    when = _time_option(as_of, "as_of")
+    try:
+        services = _services()
+        answer = graph_neighbors(services, OPERATOR, repo, branch, node, direction=direction, as_of=when,
+                                 include_invalid=include_invalid, at_revision=at_revision)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(answer))
 
 
 @app.command()

@@ -358,3 +358,54 @@ def test_search_with_context_prints_the_parent_and_neighbouring_sections(cli_env
     bad = runner.invoke(app, ["search", "bowline", "--repo", "sea", "--context", "11"])
     assert bad.exit_code == 1
     assert bad.output.strip().splitlines() == ["error: context.siblings must be between 0 and 10"]
+
+
+def test_relate_invalidate_relation_types_and_neighbors_over_time(cli_env):
+    """``kg relate --valid-from/--valid-to``, ``kg invalidate``, ``kg relation-types`` and
+    ``kg neighbors --as-of/--include-invalid`` (issue 17); a naive time is one line, exit 1."""
+    from kg.context import OPERATOR, run
+    from kg.ops import nodes as node_ops
+    from kg.ops import repos as repo_ops
+    from kg.services import Services
+    from kg.settings import Settings
+
+    services = Services.from_settings(Settings())
+    services.db.upgrade()
+    run(services, OPERATOR, repo_ops.create_repository, "hr")
+    run(services, OPERATOR, repo_ops.create_workspace, "hr", "people")
+    for path in ("/dana", "/acme", "/globex"):
+        run(services, OPERATOR, node_ops.put_node, "hr", "main", "people", path, node_type="kg:Entity", properties={})
+    services.close()
+    declared = runner.invoke(app, ["relation-types", "--repo", "hr", "--workspace", "people",
+                                   "--single-valued", "works_at"])
+    assert declared.exit_code == 0, declared.output
+    assert json.loads(declared.stdout) == {"workspace": "people", "single_valued": ["works_at"]}
+    shown = runner.invoke(app, ["relation-types", "--repo", "hr", "--workspace", "people"])
+    assert json.loads(shown.stdout)["single_valued"] == ["works_at"]
+    first = runner.invoke(app, ["relate", "--repo", "hr", "--from", "people:/dana", "--to", "people:/acme",
+                                "--type", "works_at", "--valid-from", "2020-01-01T00:00:00Z"])
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.stdout)["valid_from"] == "2020-01-01T00:00:00+00:00"
+    second = runner.invoke(app, ["relate", "--repo", "hr", "--from", "people:/dana", "--to", "people:/globex",
+                                 "--type", "works_at", "--valid-from", "2023-01-01T00:00:00Z"])
+    assert second.exit_code == 0, second.output
+
+    def around(*extra):
+        result = runner.invoke(app, ["neighbors", "--repo", "hr", "--node", "people:/dana", "--direction", "OUT",
+                                     *extra])
+        assert result.exit_code == 0, result.output
+        return [n["path"] for n in json.loads(result.stdout)["neighbors"]]
+
+    assert around() == ["/globex"]
+    assert around("--as-of", "2021-01-01T00:00:00Z") == ["/acme"]
+    assert around("--include-invalid") == ["/acme", "/globex"]
+    gone = runner.invoke(app, ["invalidate", "--repo", "hr", "--from", "people:/dana", "--to", "people:/globex",
+                               "--type", "works_at", "--valid-to", "2024-01-01T00:00:00Z", "--invalidated-by", "news"])
+    assert gone.exit_code == 0, gone.output
+    assert json.loads(gone.stdout)["invalidated_by"] == "news"
+    assert around() == []
+    naive = runner.invoke(app, ["relate", "--repo", "hr", "--from", "people:/dana", "--to", "people:/acme",
+                                "--type", "knows", "--valid-from", "2020-01-01T00:00:00"])
+    assert naive.exit_code == 1 and naive.output.startswith("error: ") and "zone" in naive.output
+    bad = runner.invoke(app, ["neighbors", "--repo", "hr", "--node", "people:/dana", "--as-of", "yesterday"])
+    assert bad.exit_code == 1 and bad.output.count("\n") == 1
