@@ -17,8 +17,9 @@ says what a line is. In the order :func:`export_ndjson` writes them:
     ``node_type`` defaults to ``kg:Node``, ``properties`` to ``{}``, ``order`` to null; the
     timestamps (ISO 8601) to the time of the import.
 ``relation``
-    ``{"record": "relation", "from", "to", "type", "weight", "properties", "created_at"}`` with
-    ``workspace:/path`` endpoints, by (from, type, to).
+    ``{"record": "relation", "from", "to", "type", "weight", "properties", "created_at",
+    "valid_from"?, "valid_to"?, "invalidated_by"?}`` with ``workspace:/path`` endpoints, by
+    (from, type, to); the validity fields (ISO 8601 with a zone) only when set.
 ``chunk`` (with ``--with-chunks``)
     ``{"record": "chunk", "content_key", "chunk_index", "field", "text", "char_start",
     "char_end", "model", "dim", "vector"}``: a passage of a node's indexed text and its
@@ -59,6 +60,7 @@ from sqlalchemy.orm import Session
 from kg.access import authorize_new_repository, reserved_repositories
 from kg.context import Actor, Resources, UnitOfWork, reading, unit_of_work
 from kg.errors import InvalidInput, KGError, NotFound
+from kg.graph.validity import check_interval, maybe_aware
 from kg.indexing.chunks import ChunkRow, store_chunks, sync_index
 from kg.indexing.config import parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import enqueue_many
@@ -150,6 +152,10 @@ class RelationRecord(_Record):
     weight: float | None = None
     properties: dict[str, Any] = Field(default_factory=dict)
     created_at: datetime | None = None
+    #: Validity in world time (issue 17): ISO 8601 with a zone; absent or null: unbounded.
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000)
 
 
 class ChunkRecord(_Record):
@@ -390,6 +396,10 @@ def _check_relation(line: int, record: RelationRecord,
         raise _bad(line, exc.message) from exc
     if record.properties:
         _plain_json(line, "relation properties", record.properties)
+    try:
+        check_interval(maybe_aware(record.valid_from, "valid_from"), maybe_aware(record.valid_to, "valid_to"))
+    except InvalidInput as exc:
+        raise _bad(line, exc.message) from exc
     key = (source, target, record.type)
     if key in seen:
         raise _bad(line, f"relation {record.source} -[{record.type}]-> {record.to} is named twice "
@@ -556,7 +566,9 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
             "to_node_id": ids[r.target], "from_address": f"{r.source[0]}:{r.source[1]}",
             "to_address": f"{r.target[0]}:{r.target[1]}", "rel_type": edge.type, "weight": edge.weight,
             "properties": edge.properties,
-            "deleted": False, "created_at": _utc(edge.created_at) or now})
+            "deleted": False, "created_at": _utc(edge.created_at) or now,
+            "valid_from": _utc(edge.valid_from), "valid_to": _utc(edge.valid_to),
+            "invalidated_by": edge.invalidated_by})
     return _Plan(repo.id, repo.uid, wids, nodes, references, relations,
                  _check_chunks(services, session, repo, bulk, keys), created)
 
@@ -894,8 +906,10 @@ def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = M
                                                              RelationVersion.to_node_id))
         rel_stmt = rel_stmt.with_only_columns(
             RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
-            RelationVersion.weight, RelationVersion.properties, RelationVersion.created_at)
-        relations = sorted(((address[f], t, address[to], w, p, c) for f, t, to, w, p, c in session.execute(rel_stmt)
+            RelationVersion.weight, RelationVersion.properties, RelationVersion.created_at,
+            RelationVersion.valid_from, RelationVersion.valid_to, RelationVersion.invalidated_by)
+        relations = sorted(((address[f], t, address[to], w, p, c, vf, vt, by)
+                            for f, t, to, w, p, c, vf, vt, by in session.execute(rel_stmt)
                             if f in address and to in address), key=lambda r: (r[0], r[1], r[2]))
         keys = sorted({r[8] for r in nodes if r[8] is not None}) if with_chunks else []
         n_chunks = _count_chunks(session, view.repo.id, keys)
@@ -909,9 +923,15 @@ def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = M
             out.write(_dumps({"record": "node", "workspace": ws, "path": path, "node_type": node_type,
                               "properties": properties, "order": order, "created_at": _iso(created),
                               "updated_at": _iso(updated)}) + "\n")
-        for source, rel_type, target, weight, properties, created in relations:
-            out.write(_dumps({"record": "relation", "from": source, "to": target, "type": rel_type,
-                              "weight": weight, "properties": properties or {}, "created_at": _iso(created)}) + "\n")
+        for source, rel_type, target, weight, properties, created, valid_from, valid_to, by in relations:
+            record = {"record": "relation", "from": source, "to": target, "type": rel_type,
+                      "weight": weight, "properties": properties or {}, "created_at": _iso(created)}
+            # validity only when set: files of relations without one are as before (issue 17)
+            for name, value in (("valid_from", _iso(valid_from)), ("valid_to", _iso(valid_to)),
+                                ("invalidated_by", by)):
+                if value is not None:
+                    record[name] = value
+            out.write(_dumps(record) + "\n")
         for line in _chunk_lines(session, view.repo.id, keys):
             out.write(line + "\n")
     return header

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -457,3 +458,33 @@ def test_export_as_of_a_revision(services):
     assert json.loads(at_one[0])["revision"] == 1
     assert all(json.loads(line)["record"] == "node" for line in at_one[1:])
     assert len(at_one) - 1 == len(UPSERTS)
+
+
+def test_validity_round_trips(services):
+    """valid_from / valid_to / invalidated_by are exported when set and imported as they were
+    (issue 17); a naive time or an interval ending before it starts is refused by its line."""
+    _build(services)
+    run(services, OPERATOR, relation_ops.relate, "acme", "main", "library:/people/dana", "library:/people/lee",
+        "knows", weight=0.25, valid_from="2020-01-01T00:00:00+02:00")
+    run(services, OPERATOR, relation_ops.invalidate, "acme", "main", "library:/people/dana", "library:/people/lee",
+        "knows", valid_to="2022-01-01T00:00:00Z", invalidated_by="a quarrel")
+    first = _export(services, "acme")
+    [record] = [json.loads(line) for line in first if '"knows"' in line and "dana" in line.split('"to"')[0]]
+    assert (record["valid_from"], record["valid_to"], record["invalidated_by"]) == (
+        "2019-12-31T22:00:00+00:00", "2022-01-01T00:00:00+00:00", "a quarrel")
+    assert sum("valid_from" in line for line in first) == 1  # only the relation that has one
+    bulk.import_ndjson(services, OPERATOR, "copy", first)
+    assert _body(_export(services, "copy"))[1] == _body(first)[1]
+    current = neighbors(services, OPERATOR, "copy", "main", "library:/people/dana", direction="OUT")
+    assert [n["path"] for n in current["neighbors"]] == []
+    then = neighbors(services, OPERATOR, "copy", "main", "library:/people/dana", direction="OUT",
+                     as_of=datetime(2021, 1, 1, tzinfo=UTC))
+    assert [n["path"] for n in then["neighbors"]] == ["/people/lee"]
+    bad = [line.replace('"valid_to":"2022-01-01T00:00:00+00:00"', '"valid_to":"2010-01-01T00:00:00+00:00"')
+           for line in first]
+    with pytest.raises(InvalidInput, match="line"):
+        bulk.import_ndjson(services, OPERATOR, "copy2", bad)
+    naive = [line.replace('"valid_to":"2022-01-01T00:00:00+00:00"', '"valid_to":"2022-01-01T00:00:00"')
+             for line in first]
+    with pytest.raises(InvalidInput, match="zone"):
+        bulk.import_ndjson(services, OPERATOR, "copy3", naive)
