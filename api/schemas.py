@@ -818,6 +818,8 @@ class ExtractEntitiesOutput(Schema):
     revision: int | None
     dropped: ExtractionDropped
     reason: str = absent("Why nothing was extracted.")
+    invalidated: list[ExtractedRelation] = absent(
+        "Relations the model said no longer hold (those current were invalidated now, by this document).")
 
 
 class ResearchStep(Schema):

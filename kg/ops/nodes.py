@@ -18,9 +18,9 @@ from kg.errors import InvalidInput
 from kg.ops.texts import write_node
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
-from kg.store.models import node_dict
+from kg.store.models import node_dict, utcnow
 from kg.store.nodes import check_if_revision, merge_properties
-from kg.store.paths import ancestors_of, parent_of
+from kg.store.paths import ancestors_of, parent_of, parse_address
 from kg.store.repos import BranchView
 
 
@@ -304,11 +304,16 @@ class GraphWrite:
         addresses, asserted after the upserts (so they may point at the nodes just written).
     unrelations : list of dict
         ``{"from", "to", "type"}``: edges to remove (one that does not exist is ignored).
+    invalidations : list of dict
+        ``{"from", "to", "type", "invalidated_by"?}``: edges that stop holding now, after the
+        relations are asserted (issue 17); one that does not exist or is not current now is
+        ignored.
     """
 
     upserts: list[dict[str, Any]] = field(default_factory=list)
     relations: list[dict[str, Any]] = field(default_factory=list)
     unrelations: list[dict[str, Any]] = field(default_factory=list)
+    invalidations: list[dict[str, Any]] = field(default_factory=list)
 
 
 def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
@@ -336,7 +341,7 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     Returns
     -------
     dict or None
-        ``{"revision", "upserted": [...nodes], "related": N, "unrelated": N}``, or None when
+        ``{"revision", "upserted": [...nodes], "related": N, "unrelated": N, "invalidated": N}``, or None when
         ``plan`` returned None.
 
     Raises
@@ -356,7 +361,7 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     todo.upserts = [{**u, "path": node_store.validate_path(u["path"])} for u in todo.upserts]
     _refuse_repeated_paths(todo.upserts, [])
     uow.authorize_workspaces("write", repo_name, branch, [u["workspace"] for u in todo.upserts])
-    for r in [*todo.unrelations, *todo.relations]:
+    for r in [*todo.unrelations, *todo.relations, *todo.invalidations]:
         uow.authorize_relation(repo_name, branch, r["from"], r["to"])
     written: dict[int, dict[str, Any]] = {}
     for index in _ancestors_first(todo.upserts):
@@ -369,8 +374,21 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     out = [written[i] for i in range(len(todo.upserts))]
     unrelated = sum(relation_store.unrelate(session, ctx, u["from"], u["to"], u["type"])
                     for u in todo.unrelations)
+    now = utcnow()
     for r in todo.relations:
         relation_store.relate(session, ctx, r["from"], r["to"], r["type"], weight=r.get("weight"),
-                              properties=r.get("properties"))
+                              properties=r.get("properties"), now=now)
+    invalidated = 0
+    for r in todo.invalidations:
+        src = node_store.find_node(session, ctx.view, *parse_address(r["from"]))
+        dst = node_store.find_node(session, ctx.view, *parse_address(r["to"]))
+        edge = relation_store.find_relation(session, ctx.view, src.node_id, dst.node_id, r["type"]) \
+            if src is not None and dst is not None else None
+        if edge is None or not ((edge.valid_from is None or edge.valid_from <= now)
+                                and (edge.valid_to is None or now < edge.valid_to)):
+            continue
+        relation_store.invalidate(session, ctx, r["from"], r["to"], r["type"], valid_to=now,
+                                  invalidated_by=r.get("invalidated_by"))
+        invalidated += 1
     return {"revision": ctx.revision, "upserted": out, "related": len(todo.relations),
-            "unrelated": unrelated}
+            "unrelated": unrelated, "invalidated": invalidated}

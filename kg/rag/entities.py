@@ -126,6 +126,19 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
                 "required": ["from", "type", "to"],
             },
         },
+        # Facts the document says no longer hold (issue 17): invalidated, never deleted.
+        "invalidates": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "from": {"type": "string"},
+                    "type": {"type": "string"},
+                    "to": {"type": "string"},
+                },
+                "required": ["from", "type", "to"],
+            },
+        },
     },
     "required": ["entities"],
 }
@@ -587,7 +600,9 @@ _INSTRUCTIONS = (
     "names used for it}}\n"
     "- relations: {{\"from\": an entity name, \"type\": a short verb phrase in lower_snake_case "
     "(works_at, founded, part_of), \"to\": an entity name}}; only between entities you list.\n"
-    "Reply as {{\"entities\": [...], \"relations\": [...]}}.\n\nDocument:\n{text}"
+    "- invalidates (optional): relations of the same form that the document says no longer hold "
+    "(someone left a company, moved away).\n"
+    "Reply as {{\"entities\": [...], \"relations\": [...], \"invalidates\": [...]}}.\n\nDocument:\n{text}"
 )
 
 
@@ -638,6 +653,29 @@ def parse_extraction(reply: str) -> tuple[list[Entity], list[tuple[Any, Any, Any
         else:
             relations.append((None, None, None))
     return entities, relations, dropped + bad
+
+
+def parse_invalidations(reply: str) -> list[tuple[Any, Any, Any]]:
+    """The optional ``invalidates`` list of an LLM reply, as raw ``(from, type, to)`` names.
+
+    Parameters
+    ----------
+    reply : str
+        The model's reply (already known to parse: :func:`parse_extraction`).
+
+    Returns
+    -------
+    list of (from name, type, to name)
+        Unchecked (:func:`resolve_relations` checks them); empty when the reply has none.
+    """
+    data = parse_json_reply(reply, schema=EXTRACTION_SCHEMA)
+    items = data.get("invalidates") if isinstance(data, dict) else None
+    out: list[tuple[Any, Any, Any]] = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            out.append((_first(item, "from", "source", "subject"), _first(item, "type", "relation", "predicate"),
+                        _first(item, "to", "target", "object")))
+    return out
 
 
 def resolve_relations(entities: list[Entity], raw: list[tuple[Any, Any, Any]]) -> tuple[list[Relation], int]:
@@ -694,23 +732,28 @@ def _extractor_name(llm: Any) -> str:
     return "deterministic" if name == "none" else f"llm:{name}"
 
 
-def _extract(llm: Any, extractor: str, text: str) -> tuple[list[Entity], list[Relation], dict[str, Any]]:
+def _extract(llm: Any, extractor: str, text: str,
+             ) -> tuple[list[Entity], list[Relation], dict[str, Any], list[Relation]]:
+    """Entities, relations, what was dropped, and the relations to invalidate (an LLM's
+    ``invalidates``; the deterministic extractor never invalidates)."""
     if extractor == "deterministic":
         found = deterministic_extraction(text)
         entities, dropped, why = collect(found.candidates, reasons=True)
         relations, lost = resolve_relations(entities, list(found.relations))
         return entities, relations, {"entities": dropped + len(found.dropped), "relations": lost,
-                                     "reasons": found.dropped + why}
+                                     "reasons": found.dropped + why}, []
     reply = llm.chat([
         {"role": "system", "content": _SYSTEM},
         {"role": "user", "content": _INSTRUCTIONS.format(types=", ".join(ENTITY_TYPES), text=text)},
     ], json_schema=EXTRACTION_SCHEMA, timeout_s=120)
     entities, raw_relations, dropped_entities = parse_extraction(reply)
     relations, dropped_relations = resolve_relations(entities, raw_relations)
+    invalidations, _ = resolve_relations(entities, parse_invalidations(reply))
     reasons = [{"name": "", "reason": "no_usable_name"}] * dropped_entities
     if dropped_relations:
         reasons.append({"name": f"{dropped_relations} relation(s)", "reason": "relation_to_unknown_entity"})
-    return entities, relations, {"entities": dropped_entities, "relations": dropped_relations, "reasons": reasons}
+    return (entities, relations, {"entities": dropped_entities, "relations": dropped_relations, "reasons": reasons},
+            invalidations)
 
 
 def _merged(existing: dict[str, Any] | None, entity: Entity) -> dict[str, Any]:
@@ -823,7 +866,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     if not force and trusted and record_props is not None:
         return skipped(record_props)
     try:
-        entities, relations, dropped = _extract(services.llm, extractor, text)
+        entities, relations, dropped, invalidations = _extract(services.llm, extractor, text)
     except ProviderError as exc:
         log.warning("extract-entities %s:%s on %s failed: %s", workspace, path, branch, exc.message)
         raise ProviderError(f"extract-entities: {exc.message}; nothing was written",
@@ -876,6 +919,13 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
             todo.relations.append({"from": f"{workspace}:{written[r.source]['path']}", "type": r.type,
                                    "to": f"{workspace}:{written[r.target]['path']}",
                                    "properties": {"source": source_address}})
+        stale = [r for r in invalidations if r.source in written and r.target in written]
+        for r in stale:
+            todo.invalidations.append({"from": f"{workspace}:{written[r.source]['path']}", "type": r.type,
+                                       "to": f"{workspace}:{written[r.target]['path']}",
+                                       "invalidated_by": source_address})
+        state["invalidated"] = [{"from": written[r.source]["path"], "type": r.type, "to": written[r.target]["path"]}
+                                for r in stale]
         out_subject = written.get(subject.slug) if subject is not None else None
         if out_subject is not None:
             todo.relations.append({"from": source_address, "to": f"{workspace}:{out_subject['path']}",
@@ -909,5 +959,9 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
                  actor="extract-entities" if caller.unrestricted else None)
     if result is None:
         return skipped(state["skipped"])
-    return {**base, "entities": state["entities"], "relations": state["relations"], "skipped": False,
-            "fingerprint": digest, "revision": result["revision"], "dropped": dropped}
+    answer = {**base, "entities": state["entities"], "relations": state["relations"], "skipped": False,
+              "fingerprint": digest, "revision": result["revision"], "dropped": dropped}
+    if result.get("invalidated"):
+        # what the model said no longer holds, and was current: invalidated now, by this document
+        answer["invalidated"] = state["invalidated"]
+    return answer

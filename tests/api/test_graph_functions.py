@@ -497,3 +497,40 @@ def test_graph_context_scores_a_rare_shared_entity_above_a_hub(client, repo):
     assert score["/b"] == pytest.approx(0.25, abs=1e-6)
     assert score["/c0"] == pytest.approx(0.5 / 11, abs=1e-6)
     assert all(score["/b"] > score[f"/c{i}"] for i in range(10))
+
+
+def test_an_llm_extraction_invalidates_what_the_document_says_no_longer_holds(client, repo, services):
+    """The LLM's optional ``invalidates`` list closes the current relations it names (issue 17),
+    in the extraction's revision, by the document; without an LLM nothing is ever invalidated."""
+    people = [{"name": "Dana Weber", "type": "person"}, {"name": "Acme Marine", "type": "organization"},
+              {"name": "Globex", "type": "organization"}]
+    put(client, "/hired", "Dana Weber works at Acme Marine.")
+    put(client, "/moved", "Dana Weber left Acme Marine and joined Globex.")
+    services.llm = ScriptedLLM([
+        entities_reply(people[:2], [{"from": "Dana Weber", "type": "works_at", "to": "Acme Marine"}]),
+        json.dumps({"entities": people, "relations": [{"from": "Dana Weber", "type": "works_at", "to": "Globex"}],
+                    "invalidates": [{"from": "Dana Weber", "type": "works_at", "to": "Acme Marine"},
+                                    {"from": "Dana Weber", "type": "works_at", "to": "Nobody Inc"}]}),
+    ])
+    first = extract(client, "/hired").json()
+    assert "invalidated" not in first
+    second = extract(client, "/moved").json()
+    assert second["invalidated"] == [{"from": "/entities/dana-weber", "type": "works_at",
+                                      "to": "/entities/acme-marine"}]
+    now = neighbors(client, "knowledge:/entities/dana-weber", direction="OUT", type="works_at")
+    assert [n["path"] for n in now] == ["/entities/globex"]
+    every = neighbors(client, "knowledge:/entities/dana-weber", direction="OUT", type="works_at",
+                      include_invalid="true")
+    assert [n["path"] for n in every] == ["/entities/acme-marine", "/entities/globex"]
+    before = neighbors(client, "knowledge:/entities/dana-weber", direction="OUT", type="works_at",
+                       at_revision=second["revision"] - 1)
+    assert [n["path"] for n in before] == ["/entities/acme-marine"]
+
+
+def test_the_deterministic_extractor_never_invalidates(client, repo, services):
+    put(client, "/a", "Guido van Rossum works at CWI in Amsterdam.")
+    r = client.post(f"{API}/relations", json={"from": "knowledge:/a", "to": "knowledge:/a", "type": "self"})
+    assert r.status_code == 201
+    body = extract(client, "/a").json()
+    assert body["extractor"] == "deterministic" and "invalidated" not in body
+    assert [n["path"] for n in neighbors(client, "knowledge:/a", type="self", direction="OUT")] == ["/a"]
