@@ -96,13 +96,15 @@ def aware(value: Any, name: str) -> datetime:
         try:
             value = datetime.fromisoformat(value.replace("Z", "+00:00") if value.endswith("Z") else value)
         except ValueError as exc:
-            raise InvalidInput(f"{name} must be an ISO 8601 time with a zone, got {value!r}",
-                               details={name: value}) from exc
+            raise InvalidInput(
+                f"{name} must be an ISO 8601 time with a zone, got {value!r}", details={name: value}
+            ) from exc
     if not isinstance(value, datetime):
         raise InvalidInput(f"{name} must be an ISO 8601 time with a zone", details={name: str(value)})
     if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInput(f"{name} must carry a time zone (ISO 8601, e.g. 2026-01-01T00:00:00Z)",
-                           details={name: value.isoformat()})
+        raise InvalidInput(
+            f"{name} must carry a time zone (ISO 8601, e.g. 2026-01-01T00:00:00Z)", details={name: value.isoformat()}
+        )
     return value.astimezone(UTC)
 
 
@@ -120,8 +122,10 @@ def check_interval(valid_from: datetime | None, valid_to: datetime | None) -> No
         ``valid_to < valid_from``.
     """
     if valid_from is not None and valid_to is not None and valid_to < valid_from:
-        raise InvalidInput("valid_to must not be earlier than valid_from",
-                           details={"valid_from": valid_from.isoformat(), "valid_to": valid_to.isoformat()})
+        raise InvalidInput(
+            "valid_to must not be earlier than valid_from",
+            details={"valid_from": valid_from.isoformat(), "valid_to": valid_to.isoformat()},
+        )
 
 
 def iso(value: datetime | None) -> str | None:

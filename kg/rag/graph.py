@@ -450,7 +450,7 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
             walk = traverse(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses, at),
                             hops=hops, max_nodes=max_nodes, fan_out=fan_out)
 
-    def at(node_id: Hashable) -> str:
+    def address_of(node_id: Hashable) -> str:
         workspace, path = addresses[node_id]  # type: ignore[index]
         return f"{workspace}:{path}"
 
@@ -459,7 +459,7 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
         workspace, path = addresses[visit.node_id]  # type: ignore[index]
         nodes.append({"workspace": workspace, "path": path, "node_id": visit.node_id, "hop": visit.hop,
                       "via": visit.via, "weight": visit.weight,
-                      "from": at(visit.parent) if visit.parent is not None else None})
+                      "from": address_of(visit.parent) if visit.parent is not None else None})
     return {"nodes": nodes, "truncated": walk.truncated}
 
 

@@ -531,7 +531,7 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
             .where(RelationVersion.branch_id == branch_id, RelationVersion.revision > after,
                    RelationVersion.revision <= upto)
             .order_by(RelationVersion.revision, RelationVersion.id))
-    return [tuple(row) for row in session.execute(stmt)]  # type: ignore[misc]
+    return [tuple(row) for row in session.execute(stmt)]
 
 
 def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int,

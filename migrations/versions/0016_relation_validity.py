@@ -14,21 +14,21 @@ Create Date: 2026-12-02 12:30:00.000000
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0016'
-down_revision = '0015'
+revision = "0016"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('relation_versions') as batch:
-        batch.add_column(sa.Column('valid_from', sa.DateTime(timezone=True), nullable=True))
-        batch.add_column(sa.Column('valid_to', sa.DateTime(timezone=True), nullable=True))
-        batch.add_column(sa.Column('invalidated_by', sa.Text(), nullable=True))
+    with op.batch_alter_table("relation_versions") as batch:
+        batch.add_column(sa.Column("valid_from", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("valid_to", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("invalidated_by", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('relation_versions') as batch:
-        batch.drop_column('invalidated_by')
-        batch.drop_column('valid_to')
-        batch.drop_column('valid_from')
+    with op.batch_alter_table("relation_versions") as batch:
+        batch.drop_column("invalidated_by")
+        batch.drop_column("valid_to")
+        batch.drop_column("valid_from")

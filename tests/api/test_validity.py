@@ -33,8 +33,9 @@ def node(client, p, branch="main"):
 
 
 def rel(client, f, to, type="works_at", branch="main", **extra):
-    r = client.post(f"{API}/relations", params={"branch": branch}, json={"from": k(f), "to": k(to), "type": type,
-                                                                        **extra})
+    r = client.post(
+        f"{API}/relations", params={"branch": branch}, json={"from": k(f), "to": k(to), "type": type, **extra}
+    )
     assert r.status_code in (200, 201), r.text
     return r.json()
 
@@ -58,16 +59,20 @@ def test_relate_answers_the_interval_in_utc(people, path):
 
 
 def test_naive_time_is_422_and_writes_nothing(people, path):
-    r = people.post(f"{API}/relations", json={"from": k("/dana"), "to": k("/acme"), "type": "works_at",
-                                              "valid_from": "2020-01-01T00:00:00"})
+    r = people.post(
+        f"{API}/relations",
+        json={"from": k("/dana"), "to": k("/acme"), "type": "works_at", "valid_from": "2020-01-01T00:00:00"},
+    )
     assert_error(r, 422)
     assert nb(people, "/dana", include_invalid="true") == []
     assert_error(people.get(f"{API}/neighbors", params={"node": k("/dana"), "as_of": "2020-01-01T00:00:00"}), 422)
 
 
 def test_valid_to_before_valid_from_is_422(people, path):
-    r = people.post(f"{API}/relations", json={"from": k("/dana"), "to": k("/acme"), "type": "works_at",
-                                              "valid_from": MID, "valid_to": PAST})
+    r = people.post(
+        f"{API}/relations",
+        json={"from": k("/dana"), "to": k("/acme"), "type": "works_at", "valid_from": MID, "valid_to": PAST},
+    )
     assert_error(r, 422)
 
 
@@ -86,8 +91,9 @@ def test_traverse_follows_current_relations(people, path):
     rel(people, "/dana", "/globex")
     walk = people.post(f"{API}/traverse", json={"seeds": [k("/dana")], "hops": 1, "direction": "OUT"})
     assert [n["path"] for n in walk.json()["nodes"]] == ["/dana", "/globex"]
-    walk = people.post(f"{API}/traverse", json={"seeds": [k("/dana")], "hops": 1, "direction": "OUT",
-                                                "as_of": "2019-01-01T00:00:00Z"})
+    walk = people.post(
+        f"{API}/traverse", json={"seeds": [k("/dana")], "hops": 1, "direction": "OUT", "as_of": "2019-01-01T00:00:00Z"}
+    )
     assert [n["path"] for n in walk.json()["nodes"]] == ["/dana", "/acme", "/globex"]
     walk = people.post(f"{API}/traverse", json={"seeds": [k("/dana")], "hops": 1, "include_invalid": True})
     assert [n["path"] for n in walk.json()["nodes"]] == ["/dana", "/acme", "/globex"]
@@ -99,23 +105,34 @@ def test_graph_context_reads_current_relations(people, path):
     rel(people, "/dana", "/globex")
 
     def ctx(**extra):
-        r = people.post("/api/functions/acme/graph-context/invoke",
-                        json={"input": {"seeds": [k("/dana")], "hops": 1, "direction": "OUT", **extra}})
+        r = people.post(
+            "/api/functions/acme/graph-context/invoke",
+            json={"input": {"seeds": [k("/dana")], "hops": 1, "direction": "OUT", **extra}},
+        )
         assert r.status_code == 200, r.text
         return [n["path"] for n in r.json()["nodes"]]
 
     assert ctx() == ["/dana", "/globex"]
     assert ctx(as_of="2019-01-01T00:00:00Z") == ["/dana", "/acme", "/globex"]
     assert ctx(include_invalid=True) == ["/dana", "/acme", "/globex"]
-    r = people.post("/api/functions/acme/graph-context/invoke",
-                    json={"input": {"seeds": [k("/dana")], "as_of": "2019-01-01"}})
+    r = people.post(
+        "/api/functions/acme/graph-context/invoke", json={"input": {"seeds": [k("/dana")], "as_of": "2019-01-01"}}
+    )
     assert_error(r, 422)
 
 
 def test_invalidate_closes_the_interval_and_keeps_history(people, path):
     first = rel(people, "/dana", "/acme", valid_from=PAST)
-    r = people.post(f"{WS}/relations/invalidate", json={"from": k("/dana"), "to": k("/acme"), "type": "works_at",
-                                                       "valid_to": MID, "invalidated_by": "hr-record-17"})
+    r = people.post(
+        f"{WS}/relations/invalidate",
+        json={
+            "from": k("/dana"),
+            "to": k("/acme"),
+            "type": "works_at",
+            "valid_to": MID,
+            "invalidated_by": "hr-record-17",
+        },
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["valid_from"] == PAST and body["valid_to"] == MID and body["invalidated_by"] == "hr-record-17"
@@ -166,8 +183,10 @@ def test_single_valued_type_invalidates_the_old_target_in_the_same_revision(peop
     log = people.get(f"{API}/log").json()["revisions"]
     assert log[0]["revision"] == second["revision"]
     # the old fact's new version is in the same revision as the new one
-    r = people.get(f"{API}/neighbors", params={"node": k("/dana"), "at_revision": second["revision"] - 1,
-                                               "type": "works_at", "direction": "OUT"})
+    r = people.get(
+        f"{API}/neighbors",
+        params={"node": k("/dana"), "at_revision": second["revision"] - 1, "type": "works_at", "direction": "OUT"},
+    )
     assert [n["path"] for n in r.json()["neighbors"]] == ["/acme"]
     assert first["revision"] < second["revision"]
     # re-asserting the same target is not a second fact and invalidates nothing
@@ -179,9 +198,11 @@ def test_single_valued_type_invalidates_the_old_target_in_the_same_revision(peop
 def test_invalidation_on_a_branch_shows_in_diff_and_survives_merge(people, path):
     rel(people, "/dana", "/acme")
     assert people.post(f"{API}/branches", json={"name": "agent/x", "from": "main"}).status_code == 201
-    r = people.post(f"{WS}/relations/invalidate", params={"branch": "agent/x"},
-                    json={"from": k("/dana"), "to": k("/acme"), "type": "works_at", "valid_to": MID,
-                          "invalidated_by": "news"})
+    r = people.post(
+        f"{WS}/relations/invalidate",
+        params={"branch": "agent/x"},
+        json={"from": k("/dana"), "to": k("/acme"), "type": "works_at", "valid_to": MID, "invalidated_by": "news"},
+    )
     assert r.status_code == 200, r.text
     assert nb(people, "/dana") == ["/acme"]  # main untouched
     assert nb(people, "/dana", branch="agent/x") == []

@@ -32,13 +32,29 @@ def _year(y: int) -> datetime:
 
 
 TIMES = st.sampled_from([None, _year(2000), _year(2005), _year(2010), _year(3000)])
-AS_OF = st.sampled_from([None, _year(1999), _year(2000), _year(2001), _year(2005), _year(2007), _year(2010),
-                         _year(2999), _year(3000), _year(3001)])
+AS_OF = st.sampled_from(
+    [
+        None,
+        _year(1999),
+        _year(2000),
+        _year(2001),
+        _year(2005),
+        _year(2007),
+        _year(2010),
+        _year(2999),
+        _year(3000),
+        _year(3001),
+    ]
+)
 TARGETS = 4
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("assert"), st.integers(0, TARGETS - 1), TIMES, TIMES),
-    st.tuples(st.just("invalidate"), st.integers(0, TARGETS - 1), TIMES, st.none()),
-), min_size=1, max_size=8)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("assert"), st.integers(0, TARGETS - 1), TIMES, TIMES),
+        st.tuples(st.just("invalidate"), st.integers(0, TARGETS - 1), TIMES, st.none()),
+    ),
+    min_size=1,
+    max_size=8,
+)
 _serial = itertools.count()
 
 
@@ -71,8 +87,9 @@ def test_neighbors_answer_the_models_facts(services, ops, reads):
     run(services, OPERATOR, repo_ops.create_workspace, repo, "w")
     base = 0
     for path in ["/s", *(f"/t{i}" for i in range(TARGETS))]:
-        base = run(services, OPERATOR, node_ops.put_node, repo, "main", "w", path, node_type="kg:Node",
-                   properties={})[0]["revision"]
+        base = run(services, OPERATOR, node_ops.put_node, repo, "main", "w", path, node_type="kg:Node", properties={})[
+            0
+        ]["revision"]
     model = Model()
     revisions = [base]
     for kind, target, a, b in ops:
@@ -81,13 +98,24 @@ def test_neighbors_answer_the_models_facts(services, ops, reads):
             vf, vt = a, b
             if vf is not None and vt is not None and vt < vf:
                 try:
-                    run(services, OPERATOR, relation_ops.relate, repo, "main", "w:/s", address, "r",
-                        valid_from=vf, valid_to=vt)
+                    run(
+                        services,
+                        OPERATOR,
+                        relation_ops.relate,
+                        repo,
+                        "main",
+                        "w:/s",
+                        address,
+                        "r",
+                        valid_from=vf,
+                        valid_to=vt,
+                    )
                 except InvalidInput:
                     continue
                 raise AssertionError("an interval ending before it starts was accepted")
-            done, _ = run(services, OPERATOR, relation_ops.relate, repo, "main", "w:/s", address, "r",
-                          valid_from=vf, valid_to=vt)
+            done, _ = run(
+                services, OPERATOR, relation_ops.relate, repo, "main", "w:/s", address, "r", valid_from=vf, valid_to=vt
+            )
             model.facts.append((done["revision"], target, vf, vt))
             revisions.append(done["revision"])
             continue
@@ -117,13 +145,32 @@ def test_neighbors_answer_the_models_facts(services, ops, reads):
         at_revision = revisions[pick % len(revisions)]
         at = None if include_invalid else (as_of or datetime.now(UTC))
         expected = model.answer(at_revision, at)
-        got = neighbors(services, OPERATOR, repo, "main", "w:/s", direction="OUT", at_revision=at_revision,
-                        as_of=as_of, include_invalid=include_invalid)
+        got = neighbors(
+            services,
+            OPERATOR,
+            repo,
+            "main",
+            "w:/s",
+            direction="OUT",
+            at_revision=at_revision,
+            as_of=as_of,
+            include_invalid=include_invalid,
+        )
         assert [n["path"] for n in got["neighbors"]] == expected, (at_revision, as_of, include_invalid)
         # the head through the networkx view (a traverse builds it), then NEIGHBORS on it
-        walked = walk(services, OPERATOR, repo, "main", ["w:/s"], hops=1, direction="OUT", as_of=as_of,
-                      include_invalid=include_invalid)
+        walked = walk(
+            services,
+            OPERATOR,
+            repo,
+            "main",
+            ["w:/s"],
+            hops=1,
+            direction="OUT",
+            as_of=as_of,
+            include_invalid=include_invalid,
+        )
         assert sorted(n["path"] for n in walked["nodes"][1:]) == model.answer(head, at)
-        on_view = neighbors(services, OPERATOR, repo, "main", "w:/s", direction="OUT", as_of=as_of,
-                            include_invalid=include_invalid)
+        on_view = neighbors(
+            services, OPERATOR, repo, "main", "w:/s", direction="OUT", as_of=as_of, include_invalid=include_invalid
+        )
         assert [n["path"] for n in on_view["neighbors"]] == model.answer(head, at)
