@@ -25,7 +25,9 @@ def relation_dict(from_: str, to: str, version: RelationVersion, revision: int) 
     from_, to : str
         The endpoints' addresses as the caller named them.
     version : RelationVersion
+        The version written.
     revision : int
+        The revision that wrote it.
 
     Returns
     -------
@@ -147,9 +149,11 @@ def get_relation_types(services: Resources, caller: Actor, repo: str, workspace:
     Parameters
     ----------
     services : kg.context.Resources
+        The process's resources.
     caller : kg.context.Actor
         Who reads (``read`` on the workspace).
     repo, workspace : str
+        The repository and the workspace's name.
 
     Returns
     -------
@@ -179,6 +183,7 @@ def set_relation_types(uow: UnitOfWork, repo: str, workspace: str, single_valued
     uow : kg.context.UnitOfWork
         The write transaction and its caller (``admin`` on the workspace).
     repo, workspace : str
+        The repository and the workspace's name.
     single_valued : list of str
         Relation types (:func:`kg.store.relations.validate_relation_type`), at most 1,000.
 

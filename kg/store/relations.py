@@ -202,6 +202,18 @@ def single_valued_types(session: Session, workspace_id: int) -> frozenset[str]:
 def relation_ref(from_address: str | None, rel_type: str, to_address: str | None) -> str:
     """The reference of a relation kept in ``invalidated_by``: ``from|type|to``.
 
+    Parameters
+    ----------
+    from_address, to_address : str or None
+        The endpoints' ``workspace:path``.
+    rel_type : str
+        The relation type.
+
+    Returns
+    -------
+    str
+        ``from_address|rel_type|to_address``.
+
     Examples
     --------
     >>> relation_ref("library:/dana", "works_at", "library:/acme")
