@@ -99,6 +99,13 @@ _TYPE_SYNONYMS = {
     "document": "concept", "occurrence": "event", "meeting": "event", "conference": "event",
 }
 
+#: One relation of an LLM reply, between entity names.
+_RELATION_ITEM: dict[str, Any] = {
+    "type": "object",
+    "properties": {"from": {"type": "string"}, "type": {"type": "string"}, "to": {"type": "string"}},
+    "required": ["from", "type", "to"],
+}
+
 EXTRACTION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -116,28 +123,12 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
         },
         "relations": {
             "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "from": {"type": "string"},
-                    "type": {"type": "string"},
-                    "to": {"type": "string"},
-                },
-                "required": ["from", "type", "to"],
-            },
+            "items": _RELATION_ITEM,
         },
         # Facts the document says no longer hold (issue 17): invalidated, never deleted.
         "invalidates": {
             "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "from": {"type": "string"},
-                    "type": {"type": "string"},
-                    "to": {"type": "string"},
-                },
-                "required": ["from", "type", "to"],
-            },
+            "items": _RELATION_ITEM,
         },
     },
     "required": ["entities"],
