@@ -405,10 +405,13 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
     async def ask(ctx: Context, question: Annotated[str, Field(description="The question.")],
                   workspaces: Workspaces = None,
                   use_graph: Annotated[bool, Field(description="Also follow relations from the passages.")] = False,
+                  as_of: AsOf = None, include_invalid: IncludeInvalid = False,
                   branch: BranchArg = None) -> CallToolResult:
-        raw: dict[str, Any] = {"question": question, "use_graph": use_graph}
+        raw: dict[str, Any] = {"question": question, "use_graph": use_graph, "include_invalid": include_invalid}
         if workspaces is not None:
             raw["workspaces"] = workspaces
+        if as_of is not None:
+            raw["as_of"] = as_of
         return await call(ctx, lambda b: {"branch": b.on(branch),
                                           **invoke(services, b.caller, b.repo, "ask", raw, branch=b.on(branch))})
 
@@ -420,9 +423,11 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                             follow: Annotated[Literal["walk", "subjects"] | None, Field(
                                 description="walk: every relation around the seeds; subjects: the entities a "
                                             "seed mentions, then the documents about them (multi-hop).")] = None,
+                            as_of: AsOf = None, include_invalid: IncludeInvalid = False,
                             branch: BranchArg = None) -> CallToolResult:
-        raw: dict[str, Any] = {"hops": hops}
-        for key, value in (("query", query), ("seeds", seeds), ("types", types), ("follow", follow)):
+        raw: dict[str, Any] = {"hops": hops, "include_invalid": include_invalid}
+        for key, value in (("query", query), ("seeds", seeds), ("types", types), ("follow", follow),
+                           ("as_of", as_of)):
             if value is not None:
                 raw[key] = value
         return await call(ctx, lambda b: {"branch": b.on(branch), **invoke(services, b.caller, b.repo,

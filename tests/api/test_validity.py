@@ -212,3 +212,21 @@ def test_invalidation_on_a_branch_shows_in_diff_and_survives_merge(people, path)
     assert merged.status_code == 200, merged.text
     assert nb(people, "/dana") == []
     assert nb(people, "/dana", as_of="2021-01-01T00:00:00Z") == ["/acme"]
+
+
+def test_ask_takes_as_of_and_include_invalid(people):
+    ask = "/api/functions/acme/ask/invoke"
+    good = people.post(
+        ask,
+        json={
+            "input": {
+                "question": "where does dana work",
+                "use_graph": True,
+                "as_of": "2021-01-01T00:00:00Z",
+                "include_invalid": False,
+            }
+        },
+    )
+    assert good.status_code == 200, good.text
+    assert_error(people.post(ask, json={"input": {"question": "where", "as_of": "2021-01-01T00:00:00"}}), 422)
+    assert_error(people.post(ask, json={"input": {"question": "where", "include_invalid": "yes"}}), 422)

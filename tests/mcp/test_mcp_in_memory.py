@@ -189,6 +189,10 @@ def test_relations_over_time_through_the_tools(acme):
     assert around(include_invalid=True) == ["/acme", "/globex"]
     walked = call(server, None, "traverse", {"seeds": ["kb:/dana"], "hops": 1, "as_of": "2021-01-01T00:00:00Z"})
     assert [n["path"] for n in walked["nodes"]] == ["/dana", "/acme", "/globex"]
+    context = call(server, None, "graph_context", {"seeds": ["kb:/dana"], "hops": 1, "include_invalid": True})
+    assert sorted(n["path"] for n in context["nodes"]) == ["/acme", "/dana", "/globex"]
+    context = call(server, None, "graph_context", {"seeds": ["kb:/dana"], "hops": 1})
+    assert sorted(n["path"] for n in context["nodes"]) == ["/dana", "/globex"]
     bad = call(server, None, "neighbors", {"node": "kb:/dana", "as_of": "2021-01-01T00:00:00"}, error=True)
     assert bad["error"]["code"] == "invalid_input"
     bad = call(server, None, "invalidate_relation", {"source": "kb:/dana", "target": "kb:/acme", "type": "works_at",
