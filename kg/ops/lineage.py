@@ -211,15 +211,7 @@ def _refresh_mentions(
             continue
         if llm:
             if source.node_id not in queued:
-                from kg.rag.function_jobs import submit  # the job runs extract-entities after commit
-
-                submit(
-                    uow,
-                    view.repo.name,
-                    "extract-entities",
-                    {"workspace": source.workspace, "path": source.path},
-                    view.branch.name,
-                )
+                _queue_extraction(uow, view.repo.name, view.branch.name, source)
                 queued.add(source.node_id)
                 counts["queued"] += 1
             continue
@@ -262,6 +254,22 @@ def _refresh_mentions(
             continue
         _write_props(uow, ctx, entity, {**entity.properties, "orphan": True})
         counts["orphaned"] += 1
+
+
+def _queue_extraction(uow: UnitOfWork, repo: str, branch: str, source: Changed) -> None:
+    """Queue ``extract-entities`` of a changed document: the job row is written in this
+    transaction and the runner woken once it commits. With inline jobs (tests, scripts) the job
+    is stored and run once this transaction has committed (an inline job claims it in a
+    session of its own, which cannot open while this one writes)."""
+    from kg.context import run
+    from kg.rag.function_jobs import submit
+
+    raw = {"workspace": source.workspace, "path": source.path}
+    if uow.services.settings.index_inline:
+        services, actor = uow.services, uow.actor
+        uow.after_commit(lambda: run(services, actor, submit, repo, "extract-entities", raw, branch, charge=False))
+        return
+    submit(uow, repo, "extract-entities", raw, branch, charge=False)
 
 
 def _refresh_answers(

@@ -4,6 +4,8 @@ over SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 API = "/api/repos/acme"
@@ -116,3 +118,146 @@ def test_edit_drops_mentions_no_longer_in_the_text_and_flags_orphans(client, bio
             "orphan": False,
         }
     ]
+
+
+def test_an_entity_still_linked_elsewhere_is_not_orphaned(client, bio):
+    put(client, "/letters", "Charles Babbage wrote to Ada Lovelace about the engine.")
+    extract(client, "/letters")
+    put(client, "/bio", "Ada Lovelace wrote the first published program.")
+    assert ("/entities/charles-babbage", "/letters") in edges(client)
+    assert ("/entities/charles-babbage", "/bio") not in edges(client)
+    assert "orphan" not in props(client, "/entities/charles-babbage")
+
+
+def test_an_edit_that_keeps_every_name_only_restamps(client, bio):
+    before = edges(client)
+    put(client, "/bio", BIO + " She is remembered every October.")
+    assert edges(client) == before
+    rev = client.get(f"{NODES}/bio").json()["revision"]
+    rows = [r for r in lineage(client, "/bio")["derived"] if r["kind"] == "mention"]
+    assert {r["path"] for r in rows} == bio
+    assert all(r["source_revision"] == rev and r["current"] for r in rows)
+    assert all("orphan" not in props(client, p) for p in bio)
+    # the extraction record is a record of the text it read: it is now behind
+    assert [r["current"] for r in lineage(client, "/bio")["derived"] if r["kind"] == "extraction"] == [False]
+
+
+def test_a_write_that_changes_no_text_writes_no_derived_record(client, bio):
+    before = edges(client)
+    revisions = {p: client.get(f"{NODES}{p}").json()["revision"] for p in bio}
+    r = client.patch(f"{NODES}/bio", json={"properties": {"status": "published"}})
+    assert r.status_code == 200
+    assert edges(client) == before
+    assert {p: client.get(f"{NODES}{p}").json()["revision"] for p in bio} == revisions
+    rows = [r for r in lineage(client, "/bio")["derived"] if r["kind"] == "mention"]
+    assert len(rows) == len(bio) and all(r["current"] for r in rows)
+
+
+def test_deleting_the_source_flags_orphans_and_keeps_the_entities(client, bio):
+    put(client, "/letters", "Charles Babbage wrote letters.")
+    extract(client, "/letters")
+    r = client.delete(f"{NODES}/bio")
+    assert r.status_code == 200
+    assert {e for e in edges(client) if e[1] == "/bio"} == set()
+    for path in bio:
+        node = props(client, path)  # never deleted
+        if path == "/entities/charles-babbage":
+            assert "orphan" not in node
+        else:
+            assert node["orphan"] is True
+
+
+def test_a_batch_recomputes_each_source_once(client, bio):
+    put(client, "/letters", "Charles Babbage wrote letters.")
+    extract(client, "/letters")
+    r = client.post(
+        f"{API}/nodes:batch",
+        json={
+            "upserts": [
+                {
+                    "workspace": "knowledge",
+                    "path": "/bio",
+                    "node_type": "kb:Doc",
+                    "properties": {"content": "Charles Babbage designed engines."},
+                }
+            ],
+            "deletes": [{"workspace": "knowledge", "path": "/letters"}],
+        },
+    )
+    assert r.status_code == 200, r.text
+    assert edges(client) == {("/entities/charles-babbage", "/bio")}
+    assert "orphan" not in props(client, "/entities/charles-babbage")
+    assert all(props(client, p)["orphan"] is True for p in bio - {"/entities/charles-babbage"})
+
+
+def test_an_orphan_mentioned_again_loses_its_flag(client, bio):
+    put(client, "/bio", "Ada Lovelace wrote the first published program.")
+    assert props(client, "/entities/charles-babbage")["orphan"] is True
+    put(client, "/bio", BIO)
+    extract(client, "/bio")
+    assert "orphan" not in props(client, "/entities/charles-babbage")
+    assert ("/entities/charles-babbage", "/bio") in edges(client)
+
+
+# -- branches and merges ------------------------------------------------------------------------
+
+
+def test_an_edit_on_a_branch_recomputes_the_branch_only_until_the_merge(client, bio):
+    main_before = edges(client)
+    assert client.post(f"{API}/branches", json={"name": "agent/edit"}).status_code == 201
+    put(client, "/bio", "Ada Lovelace wrote the first published program.", branch="agent/edit")
+    assert edges(client, "agent/edit") == {("/entities/ada-lovelace", "/bio")}
+    assert props(client, "/entities/charles-babbage", "agent/edit")["orphan"] is True
+    assert edges(client) == main_before  # main untouched
+    assert "orphan" not in props(client, "/entities/charles-babbage")
+    r = client.post(f"{API}/branches/agent/edit/merge", json={"into": "main"})
+    assert r.status_code == 200, r.text
+    assert edges(client) == {("/entities/ada-lovelace", "/bio")}
+    assert all(props(client, p)["orphan"] is True for p in bio - {"/entities/ada-lovelace"})
+
+
+def test_a_merge_recomputes_what_the_target_derived_after_the_fork(client, repo):
+    put(client, "/bio", BIO)
+    assert client.post(f"{API}/branches", json={"name": "agent/late"}).status_code == 201
+    extract(client, "/bio")  # on main, after the fork
+    put(client, "/bio", "Ada Lovelace wrote the first published program.", branch="agent/late")
+    assert edges(client, "agent/late") == set()  # the branch never saw the entities
+    before = edges(client)
+    assert ("/entities/charles-babbage", "/bio") in before
+    r = client.post(f"{API}/branches/agent/late/merge", json={"into": "main"})
+    assert r.status_code == 200, r.text
+    assert edges(client) == {("/entities/ada-lovelace", "/bio")}
+    assert props(client, "/entities/charles-babbage")["orphan"] is True
+    assert "orphan" not in props(client, "/entities/ada-lovelace")
+
+
+def test_a_delete_on_a_branch_reaches_main_by_the_merge(client, bio):
+    assert client.post(f"{API}/branches", json={"name": "agent/del"}).status_code == 201
+    assert client.delete(f"{NODES}/bio", params={"branch": "agent/del"}).status_code == 200
+    assert edges(client, "agent/del") == set()
+    assert edges(client) != set()
+    assert client.post(f"{API}/branches/agent/del/merge", json={"into": "main"}).status_code == 200
+    assert edges(client) == set()
+    assert all(props(client, p)["orphan"] is True for p in bio)
+
+
+# -- with an LLM: a durable job, not an inline call -------------------------------------------
+
+
+def test_with_an_llm_an_edit_queues_an_extraction_job(client, bio, services):
+    from kg.providers.llm import ScriptedLLM
+
+    llm = services.llm = ScriptedLLM(
+        [json.dumps({"entities": [{"name": "Ada Lovelace", "type": "person"}], "relations": []})]
+    )
+    put(client, "/bio", "Ada Lovelace wrote the first published program.")
+    # the job ran after the commit (index_inline runs jobs inline): one model call, its outcome
+    assert len(llm.calls) == 1
+    assert edges(client) == {("/entities/ada-lovelace", "/bio")}
+    from sqlalchemy import select
+
+    from kg.store.models import FunctionJob
+
+    with services.db.read() as session:
+        jobs = session.execute(select(FunctionJob.function, FunctionJob.input, FunctionJob.state)).all()
+    assert [tuple(j) for j in jobs] == [("extract-entities", {"workspace": "knowledge", "path": "/bio"}, "succeeded")]
