@@ -267,7 +267,11 @@ def _queue_extraction(uow: UnitOfWork, repo: str, branch: str, source: Changed) 
     raw = {"workspace": source.workspace, "path": source.path}
     if uow.services.settings.index_inline:
         services, actor = uow.services, uow.actor
-        uow.after_commit(lambda: run(services, actor, submit, repo, "extract-entities", raw, branch, charge=False))
+
+        def queue_now() -> None:
+            run(services, actor, submit, repo, "extract-entities", raw, branch, charge=False)
+
+        uow.after_commit(queue_now)
         return
     submit(uow, repo, "extract-entities", raw, branch, charge=False)
 
