@@ -261,3 +261,146 @@ def test_with_an_llm_an_edit_queues_an_extraction_job(client, bio, services):
     with services.db.read() as session:
         jobs = session.execute(select(FunctionJob.function, FunctionJob.input, FunctionJob.state)).all()
     assert [tuple(j) for j in jobs] == [("extract-entities", {"workspace": "knowledge", "path": "/bio"}, "succeeded")]
+
+
+# -- stored answers -------------------------------------------------------------------------------
+
+RIGGING = "Standing rigging must be replaced every ten years in temperate waters."
+TROPICS = "Ultraviolet exposure near the equator shortens wire lifetimes to seven years."
+QUESTION = "How often must standing rigging be replaced?"
+
+
+@pytest.fixture
+def answer(client, repo, services):
+    """An answer citing /rigging [1] and /tropics [2] (via the graph), stored at /answers/rigging."""
+    from kg.providers.llm import ScriptedLLM
+
+    put(client, "/rigging", RIGGING)
+    put(client, "/tropics", TROPICS)
+    r = client.post(
+        f"{API}/relations", json={"from": "knowledge:/rigging", "to": "knowledge:/tropics", "type": "see_also"}
+    )
+    assert r.status_code == 201
+    none = services.llm
+    services.llm = ScriptedLLM(['{"sufficient": true}', "Ten years [1], seven in the tropics [2]."])
+    body = invoke(
+        client,
+        "ask",
+        {
+            "question": QUESTION,
+            "use_graph": True,
+            "store_answer": {"workspace": "knowledge", "path": "/answers/rigging"},
+        },
+    )
+    services.llm = none
+    assert [c["path"] for c in body["citations"]] == ["/rigging", "/tropics"]
+    return body["stored"]
+
+
+def answer_props(client, branch="main"):
+    return client.get(f"{NODES}/answers/rigging", params={"branch": branch}).json()
+
+
+def test_an_answer_records_what_it_cites(client, answer):
+    stored = answer_props(client)["properties"]
+    assert "stale" not in stored
+    revisions = {p: client.get(f"{NODES}{p}").json()["revision"] for p in ("/rigging", "/tropics")}
+    assert [(c["path"], c["source_revision"]) for c in stored["citations"]] == [
+        ("/rigging", revisions["/rigging"]),
+        ("/tropics", revisions["/tropics"]),
+    ]
+    rows = [r for r in lineage(client, "/rigging")["derived"] if r["kind"] == "answer"]
+    assert rows == [
+        {
+            "kind": "answer",
+            "workspace": "knowledge",
+            "path": "/answers/rigging",
+            "source_revision": revisions["/rigging"],
+            "current": True,
+            "stale": False,
+            "stale_citations": [],
+        }
+    ]
+    up = lineage(client, "/answers/rigging")["derived_from"]
+    assert sorted((r["kind"], r["path"], r["current"]) for r in up) == [
+        ("cites", "/rigging", True),
+        ("cites", "/tropics", True),
+    ]
+
+
+def test_a_changed_cited_passage_makes_the_answer_stale_naming_that_citation(client, answer):
+    put(client, "/rigging", "Standing rigging must be replaced every twelve years in temperate waters.")
+    rev = client.get(f"{NODES}/rigging").json()["revision"]
+    node = answer_props(client)
+    assert node["revision"] == rev  # the same transaction
+    assert node["properties"]["stale"] is True
+    assert node["properties"]["stale_citations"] == [
+        {
+            "marker": 1,
+            "workspace": "knowledge",
+            "path": "/rigging",
+            "chunk_index": 0,
+            "reason": "chunk_changed",
+            "revision": rev,
+        }
+    ]
+    rows = {r["path"]: r for r in lineage(client, "/answers/rigging")["derived_from"]}
+    assert rows["/rigging"]["current"] is False
+    assert [r["current"] for r in lineage(client, "/rigging")["derived"] if r["kind"] == "answer"] == [False]
+    assert [r["current"] for r in lineage(client, "/tropics")["derived"] if r["kind"] == "answer"] == [True]
+
+
+def test_a_change_outside_the_cited_passage_leaves_the_answer_untouched(client, answer):
+    before = answer_props(client)
+    r = client.patch(f"{NODES}/tropics", json={"properties": {"reviewed": True}})
+    assert r.status_code == 200
+    assert answer_props(client) == before
+
+
+def test_a_deleted_cited_source_makes_the_answer_stale(client, answer):
+    assert client.delete(f"{NODES}/tropics").status_code == 200
+    rev = client.get(f"{API}/branches/main").json()["head_revision"]
+    node = answer_props(client)
+    assert node["properties"]["stale"] is True
+    assert node["properties"]["stale_citations"] == [
+        {
+            "marker": 2,
+            "workspace": "knowledge",
+            "path": "/tropics",
+            "chunk_index": 0,
+            "reason": "source_deleted",
+            "revision": rev,
+        }
+    ]
+    # a second change of the other source adds its citation, keeping the first
+    put(client, "/rigging", "Rigging: replace it every twelve years.")
+    assert [s["marker"] for s in answer_props(client)["properties"]["stale_citations"]] == [2, 1]
+
+
+def test_an_answer_goes_stale_on_main_only_with_the_merge(client, answer):
+    assert client.post(f"{API}/branches", json={"name": "agent/fix"}).status_code == 201
+    put(client, "/rigging", "Standing rigging must be replaced every twelve years.", branch="agent/fix")
+    assert answer_props(client, "agent/fix")["properties"]["stale"] is True
+    assert "stale" not in answer_props(client)["properties"]
+    assert client.post(f"{API}/branches/agent/fix/merge", json={"into": "main"}).status_code == 200
+    stale = answer_props(client)["properties"]["stale_citations"]
+    assert [(s["marker"], s["path"], s["reason"]) for s in stale] == [(1, "/rigging", "chunk_changed")]
+
+
+# -- the route's errors ---------------------------------------------------------------------------
+
+
+def test_lineage_of_an_unknown_node_or_a_bad_path(client, repo):
+    r = client.get(f"{LINEAGE}/nope")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = client.get(f"{API}/workspaces/nope/lineage/x")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = client.get(f"{LINEAGE}/docs/%2E%2E/x")
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"
+
+
+def test_lineage_of_a_node_with_nothing_derived(client, repo):
+    node = put(client, "/plain", "")
+    out = lineage(client, "/plain")
+    assert out["derived"] == [] and out["derived_from"] == []
+    assert out["revision"] == node["revision"]
