@@ -17,7 +17,8 @@ changes the text:
 
 Printed per figure: p50, the ratio to ``plain_no_lineage`` and to ``plain``, the SQL
 statements of one PUT and how many of them lineage issued (inside ``refresh_derived``). JSON
-in ``bench/results/lineage_overhead_<backend>.json``. SQLite in a temporary folder by default; ``--postgres URL`` uses a fresh schema of that server::
+in ``bench/results/lineage_overhead_<backend>.json``. SQLite in a temporary folder by default;
+``--postgres URL`` uses a fresh schema of that server::
 
     .venv/bin/python bench/lineage_overhead.py [--rounds 10] [--block 20] [--entities 8] [--postgres URL]
 """

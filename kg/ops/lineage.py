@@ -36,7 +36,7 @@ import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 
 from kg.context import Actor, Resources, UnitOfWork, reading
 from kg.indexing.config import TEXT_FIELDS
@@ -44,14 +44,12 @@ from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.models import Chunk, NodeVersion, RelationVersion
 from kg.store.repos import BranchView, WriteContext, workspace_id
-from kg.store.visibility import visible_select
 
 MENTIONED_IN = "mentioned_in"
 CITES = "cites"
 DERIVED_EDGE_TYPES = (MENTIONED_IN, CITES)
 EXTRACTION_ROOT = "/kg/extractions"
 _BUSY = "kg_lineage_busy"
-_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
 
 
 def source_text(properties: dict[str, Any]) -> str:
@@ -111,26 +109,44 @@ def _before(view: BranchView, pending: int) -> BranchView:
 def derived_edges(session: Any, view: BranchView, node_ids: list[str]) -> list[RelationVersion]:
     """The live ``mentioned_in`` and ``cites`` edges pointing at ``node_ids``: one query.
 
+    The write path's one lookup, so it is kept plain: the versions of those edges on the
+    view's chain (served by ``ix_relation_versions_to``), the winner of each edge picked here
+    (nearest branch of the chain, then newest revision), as
+    :func:`kg.store.visibility.visible_select` picks it in SQL.
+
     Parameters
     ----------
     session : Session
     view : BranchView
+        The branch state read (its ``chain``).
     node_ids : list of str
+        The sources' node ids.
 
     Returns
     -------
     list of RelationVersion
+        Live edges, tombstones left out (endpoints not checked).
     """
     if not node_ids:
         return []
-    stmt, _ = visible_select(
-        RelationVersion,
-        view,
-        _KEY,
-        RelationVersion.to_node_id.in_(node_ids),
-        RelationVersion.rel_type.in_(DERIVED_EDGE_TYPES),
-    )
-    return list(session.scalars(stmt))
+    rv = RelationVersion
+    reach = [and_(rv.branch_id == branch_id, rv.revision <= upto) for branch_id, upto in view.chain]
+    stmt = select(rv).where(rv.to_node_id.in_(node_ids), rv.rel_type.in_(DERIVED_EDGE_TYPES), or_(*reach))
+    rows = list(session.scalars(stmt))
+    if not rows:
+        return []
+    rank = {branch_id: n for n, (branch_id, _) in enumerate(view.chain)}
+    best: dict[tuple[str, str, str], RelationVersion] = {}
+    for row in rows:
+        key = (row.from_node_id, row.rel_type, row.to_node_id)
+        held = best.get(key)
+        if held is None or (rank[row.branch_id], -row.revision, -row.id) < (
+            rank[held.branch_id],
+            -held.revision,
+            -held.id,
+        ):
+            best[key] = row
+    return [row for row in best.values() if not row.deleted]
 
 
 def _address(view: BranchView, version: NodeVersion) -> str:
