@@ -153,7 +153,9 @@ def _address(view: BranchView, version: NodeVersion) -> str:
     return f"{view.workspaces[version.workspace_id]}:{version.path}"
 
 
-def refresh_derived(uow: UnitOfWork, ctx: WriteContext, changed: list[Changed]) -> dict[str, int]:
+def refresh_derived(
+    uow: UnitOfWork, ctx: WriteContext, changed: list[Changed], *, recheck: bool = False
+) -> dict[str, int]:
     """Recompute, flag or leave the records derived from nodes this write changed.
 
     Parameters
@@ -164,6 +166,9 @@ def refresh_derived(uow: UnitOfWork, ctx: WriteContext, changed: list[Changed]) 
         The write's place on its branch; the changes are already written through it.
     changed : list of Changed
         The nodes replaced or deleted (not nodes just created: nothing is derived from them).
+    recheck : bool
+        Read each edge again as the transaction sees it before deciding (a merge: it may have
+        brought the branch's recomputed edges already).
 
     Returns
     -------
@@ -186,7 +191,8 @@ def refresh_derived(uow: UnitOfWork, ctx: WriteContext, changed: list[Changed]) 
     session.info[_BUSY] = True
     try:
         by_id = {c.node_id: c for c in changed}
-        _refresh_mentions(uow, ctx, by_id, [e for e in edges if e.rel_type == MENTIONED_IN], counts)
+        mentioned = [e for e in edges if e.rel_type == MENTIONED_IN]
+        _refresh_mentions(uow, ctx, by_id, mentioned, counts, recheck)
         _refresh_answers(uow, ctx, by_id, [e for e in edges if e.rel_type == CITES], counts)
     finally:
         session.info.pop(_BUSY, None)
@@ -208,7 +214,12 @@ def _write_props(uow: UnitOfWork, ctx: WriteContext, version: NodeVersion, prope
 
 
 def _refresh_mentions(
-    uow: UnitOfWork, ctx: WriteContext, by_id: dict[str, Changed], edges: list[RelationVersion], counts: dict[str, int]
+    uow: UnitOfWork,
+    ctx: WriteContext,
+    by_id: dict[str, Changed],
+    edges: list[RelationVersion],
+    counts: dict[str, int],
+    recheck: bool,
 ) -> None:
     if not edges:
         return
@@ -235,22 +246,24 @@ def _refresh_mentions(
         names = [n for n in [props.get("name"), *(props.get("aliases") or [])] if isinstance(n, str)]
         names = names or [entity.name]
         address = f"{source.workspace}:{source.path}"
-        # The edge as this transaction sees it (a merge may have changed it already).
-        now = relation_store.find_relation(session, view, entity.node_id, source.node_id, MENTIONED_IN)
+        # The edge as this transaction sees it: a merge may have changed it already; any other
+        # write has not touched it since the lookup.
+        now = (
+            relation_store.find_relation(session, view, entity.node_id, source.node_id, MENTIONED_IN)
+            if recheck
+            else edge
+        )
         if now is None:
             touched.add(entity.node_id)
             continue
         if mentions(source_text(source.properties), names):
             digest = source_hash(source.properties)
             if (now.properties or {}).get("source_hash") != digest:
-                relation_store.relate(
+                relation_store.restamp_relation(
                     session,
                     ctx,
-                    _address(view, entity),
-                    address,
-                    MENTIONED_IN,
-                    weight=now.weight,
-                    properties={
+                    now,
+                    {
                         **(now.properties or {}),
                         "source_path": source.path,
                         "source_revision": ctx.revision,

@@ -154,7 +154,7 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     applied = history.apply_merge(session, ctx, plan, keys)
     refresh_derived(uow, ctx, [Changed(names[c.key[0]], c.key[1], c.node_id,
                                        None if c.value is None else c.value["properties"])
-                               for c in plan.node_changes if c.existed and c.source != "ours"])
+                               for c in plan.node_changes if c.existed and c.source != "ours"], recheck=True)
     queued: list[str] = []
     wanted = {k for k in keys.values() if k}
     if wanted:
