@@ -4,8 +4,8 @@ without records derived from it.
 Library calls in this process (``kg.context.run`` of ``kg.ops.nodes.put_node``: no HTTP, so the
 ratio is kg's own work), the deterministic offline ``fake:hash-384`` embedder, inline indexing
 off (the embedding job is queued, not run: what is timed is the transaction). Figures, each the
-p50 of ``--rounds`` x ``--block`` PUTs, texts alternating between two versions so every PUT
-changes the text:
+median over ``--rounds`` of the p50 of ``--block`` PUTs, interleaved (one PUT of each figure per
+step, rotating order), texts alternating between two versions so every PUT changes the text:
 
 1. ``plain``: a node nothing was derived from (the one indexed lookup of derived edges).
 2. ``plain_no_lineage``: the same with :func:`kg.ops.lineage.refresh_derived` replaced by a
@@ -140,41 +140,50 @@ def main() -> None:
             finally:
                 inside.append(len(statements) - before)
 
-        def measure(name: str, path: str, versions: tuple[str, str], *, hook: bool = True) -> None:
+        def hooked(hook: bool) -> None:
             texts.refresh_derived = watched if hook else (lambda *a, **k: {})  # type: ignore[assignment]
-            inside.clear()
-            try:
-                for i in range(4):  # warm-up
-                    put(path, versions[i % 2])
-                statements.clear()
-                event.listen(services.db.engine, "before_cursor_execute", counted)
-                put(path, versions[0])
-                event.remove(services.db.engine, "before_cursor_execute", counted)
-                count, lineage_count = len(statements), sum(inside)
-                rounds = []
-                turn = 1
-                for _ in range(args.rounds):
-                    samples = []
-                    for _ in range(args.block):
-                        start = time.perf_counter()
-                        put(path, versions[turn % 2])
-                        samples.append(time.perf_counter() - start)
-                        turn += 1
-                    rounds.append(statistics.median(samples))
-                figures[name] = {
-                    "p50_ms": round(statistics.median(rounds) * 1000, 3),
-                    "statements": count,
-                    "lineage_statements": lineage_count,
-                    "round_p50s_ms": [round(r * 1000, 3) for r in rounds],
-                }
-            finally:
-                texts.refresh_derived = original
 
-        measure("plain_no_lineage", "/plain", (one, two), hook=False)
-        measure("plain", "/plain", (one, two))
-        measure("mentioned", "/mentioned", (one, two))
         cited = ask_and_store(services, ask, OPERATOR)
-        measure("cited", "/cited", rigging)
+        plans = [
+            ("plain_no_lineage", "/plain", (one, two), False),
+            ("plain", "/plain", (one, two), True),
+            ("mentioned", "/mentioned", (one, two), True),
+            ("cited", "/cited", rigging, True),
+        ]
+        turn = {name: 0 for name, *_ in plans}
+        samples: dict[str, list[list[float]]] = {name: [] for name, *_ in plans}
+        try:
+            for name, path, versions, hook in plans:  # warm-up, then one PUT counted
+                hooked(hook)
+                for _ in range(4):
+                    turn[name] += 1
+                    put(path, versions[turn[name] % 2])
+                statements.clear()
+                inside.clear()
+                event.listen(services.db.engine, "before_cursor_execute", counted)
+                turn[name] += 1
+                put(path, versions[turn[name] % 2])
+                event.remove(services.db.engine, "before_cursor_execute", counted)
+                figures[name] = {"statements": len(statements), "lineage_statements": sum(inside)}
+            # Interleaved: each step is one PUT of every figure, in a rotating order, so all see
+            # the same machine load (this machine's cores are shared).
+            for _ in range(args.rounds):
+                block: dict[str, list[float]] = {name: [] for name, *_ in plans}
+                for step in range(args.block):
+                    for name, path, versions, hook in plans[step % 4 :] + plans[: step % 4]:
+                        hooked(hook)
+                        turn[name] += 1
+                        start = time.perf_counter()
+                        put(path, versions[turn[name] % 2])
+                        block[name].append(time.perf_counter() - start)
+                for name in block:
+                    samples[name].append(block[name])
+        finally:
+            texts.refresh_derived = original
+        for name in figures:
+            rounds = [statistics.median(b) for b in samples[name]]
+            figures[name]["p50_ms"] = round(statistics.median(rounds) * 1000, 3)
+            figures[name]["round_p50s_ms"] = [round(r * 1000, 3) for r in rounds]
         services.close()
 
     base, plain = figures["plain_no_lineage"]["p50_ms"], figures["plain"]["p50_ms"]
