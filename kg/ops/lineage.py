@@ -109,10 +109,11 @@ def _before(view: BranchView, pending: int) -> BranchView:
 def derived_edges(session: Any, view: BranchView, node_ids: list[str]) -> list[RelationVersion]:
     """The live ``mentioned_in`` and ``cites`` edges pointing at ``node_ids``: one query.
 
-    The write path's one lookup, so it is kept plain: the versions of those edges on the
-    view's chain (served by ``ix_relation_versions_to``), the winner of each edge picked here
-    (nearest branch of the chain, then newest revision), as
-    :func:`kg.store.visibility.visible_select` picks it in SQL.
+    The write path's one lookup, so it is kept plain: the ids and keys of those edges'
+    versions on the view's chain (served by ``ix_relation_versions_to``), the winner of each
+    edge picked here (nearest branch of the chain, then newest revision), as
+    :func:`kg.store.visibility.visible_select` picks it in SQL; a second query loads the live
+    winners, only when there are some.
 
     Parameters
     ----------
@@ -131,22 +132,23 @@ def derived_edges(session: Any, view: BranchView, node_ids: list[str]) -> list[R
         return []
     rv = RelationVersion
     reach = [and_(rv.branch_id == branch_id, rv.revision <= upto) for branch_id, upto in view.chain]
-    stmt = select(rv).where(rv.to_node_id.in_(node_ids), rv.rel_type.in_(DERIVED_EDGE_TYPES), or_(*reach))
-    rows = list(session.scalars(stmt))
+    stmt = select(rv.id, rv.from_node_id, rv.rel_type, rv.to_node_id, rv.branch_id, rv.revision, rv.deleted).where(
+        rv.to_node_id.in_(node_ids), rv.rel_type.in_(DERIVED_EDGE_TYPES), or_(*reach)
+    )
+    rows = session.execute(stmt).all()
     if not rows:
         return []
     rank = {branch_id: n for n, (branch_id, _) in enumerate(view.chain)}
-    best: dict[tuple[str, str, str], RelationVersion] = {}
-    for row in rows:
-        key = (row.from_node_id, row.rel_type, row.to_node_id)
-        held = best.get(key)
-        if held is None or (rank[row.branch_id], -row.revision, -row.id) < (
-            rank[held.branch_id],
-            -held.revision,
-            -held.id,
-        ):
-            best[key] = row
-    return [row for row in best.values() if not row.deleted]
+    best: dict[tuple[str, str, str], tuple[tuple[int, int, int], int, bool]] = {}
+    for vid, src, rel, dst, branch_id, revision, deleted in rows:
+        order = (rank[branch_id], -revision, -vid)
+        held = best.get((src, rel, dst))
+        if held is None or order < held[0]:
+            best[(src, rel, dst)] = (order, vid, deleted)
+    live = [vid for _, vid, deleted in best.values() if not deleted]
+    if not live:
+        return []
+    return list(session.scalars(select(rv).where(rv.id.in_(live))))
 
 
 def _address(view: BranchView, version: NodeVersion) -> str:
