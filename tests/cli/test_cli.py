@@ -358,3 +358,19 @@ def test_search_with_context_prints_the_parent_and_neighbouring_sections(cli_env
     bad = runner.invoke(app, ["search", "bowline", "--repo", "sea", "--context", "11"])
     assert bad.exit_code == 1
     assert bad.output.strip().splitlines() == ["error: context.siblings must be between 0 and 10"]
+
+
+def test_lineage_lists_a_nodes_chunks_and_refuses_an_unknown_node(env):
+    assert runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"]).exit_code == 0
+    out = runner.invoke(app, ["lineage", "peps:/pep-0440", "--repo", "peps", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert report["path"] == "/pep-0440" and [r["kind"] for r in report["derived"]] == ["chunks"]
+    assert report["derived"][0]["count"] > 0 and report["derived_from"] == []
+    text = runner.invoke(app, ["lineage", "/pep-0440", "--repo", "peps", "--workspace", "peps"])
+    assert text.exit_code == 0 and text.stdout.splitlines()[0].startswith("peps:/pep-0440 (revision ")
+    assert "derived  chunks" in text.stdout
+    missing = runner.invoke(app, ["lineage", "peps:/nope", "--repo", "peps"])
+    assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1
+    no_ws = runner.invoke(app, ["lineage", "/pep-0440", "--repo", "peps"])
+    assert no_ws.exit_code == 1 and "workspace" in no_ws.output

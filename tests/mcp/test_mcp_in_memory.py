@@ -162,3 +162,18 @@ def test_graph_context_follows_a_documents_mentions_to_the_pages_about_them(acme
     assert "/batman" in [n["path"] for n in walk["nodes"] if n["hop"] == 2]
     bad = call(server, None, "graph_context", {"seeds": ["kb:/film"], "follow": "subjects", "hops": 3}, error=True)
     assert bad["error"]["code"] == "invalid_input"
+
+
+def test_the_lineage_tool_lists_what_was_derived_from_a_node(acme):
+    from kg.rag.entities import extract_entities
+
+    run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/bio", node_type="kb:Doc",
+        properties={"content": "Ada Lovelace worked with Charles Babbage."})
+    extract_entities(acme, OPERATOR, "acme", "main", {"workspace": "kb", "path": "/bio"})
+    server = build_server(acme, fixed_binding("acme", "main", READER))
+    out = call(server, None, "lineage", {"workspace": "kb", "path": "/bio"})
+    assert out["branch"] == "main" and out["path"] == "/bio"
+    assert sorted(r["path"] for r in out["derived"] if r["kind"] == "mention") == [
+        "/entities/ada-lovelace", "/entities/charles-babbage"]
+    missing = call(server, None, "lineage", {"workspace": "kb", "path": "/nope"}, error=True)
+    assert missing["error"]["code"] == "not_found"
