@@ -404,3 +404,55 @@ def test_lineage_of_a_node_with_nothing_derived(client, repo):
     out = lineage(client, "/plain")
     assert out["derived"] == [] and out["derived_from"] == []
     assert out["revision"] == node["revision"]
+
+
+# -- a property: mentions only ever shrink to the names the text still holds ------------------
+
+_FIRST = ["Marta", "Jonas", "Ilse", "Pavel"]
+_serial = iter(range(10_000))
+
+
+def _surname(n: int) -> str:
+    return "Kor" + "".join("abcdefghij"[int(d)] for d in str(n))
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_mentions_follow_every_sequence_of_edits(client, repo):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    subsets = st.sets(st.integers(0, len(_FIRST) - 1))
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(subsets, min_size=1, max_size=4))
+    def check(steps):
+        n = next(_serial)
+        names = [f"{first} {_surname(n)}" for first in _FIRST]
+        path = f"/doc{n}"
+
+        def text(chosen):
+            return " ".join(f"{names[i]} met the board." for i in sorted(chosen)) or "Nobody came."
+
+        put(client, path, text(range(len(names))))
+        linked = {e["path"] for e in extract(client, path)["entities"]}
+        slugs = {i: f"/entities/{names[i].lower().replace(' ', '-')}" for i in range(len(names))}
+        assert linked == set(slugs.values())
+        written, stamped = text(range(len(names))), None
+        for chosen in steps:
+            node = put(client, path, text(chosen))
+            if text(chosen) != written:  # a PUT of the same text restamps nothing
+                written, stamped = text(chosen), node["revision"]
+            linked &= {slugs[i] for i in chosen}
+            r = client.get(
+                f"{API}/neighbors", params={"node": f"knowledge:{path}", "direction": "IN", "type": "mentioned_in"}
+            )
+            assert {m["path"] for m in r.json()["neighbors"]} == linked
+            for slug in slugs.values():
+                assert (props(client, slug).get("orphan") is True) == (slug not in linked)
+            rows = [r for r in lineage(client, path)["derived"] if r["kind"] == "mention"]
+            assert {r["path"] for r in rows} == linked
+            assert all(r["current"] for r in rows)
+            if stamped is not None:
+                assert all(r["source_revision"] == stamped for r in rows)
+
+    check()
