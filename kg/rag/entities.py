@@ -10,7 +10,10 @@ event) and typed relations between them, and writes, as one revision:
   spacing, accents and punctuation (:func:`slugify`), so two documents naming one entity
   converge on one node; an existing entity keeps its name and type, other spellings are added
   to its ``aliases``;
-- a ``mentioned_in`` relation from each entity to the document;
+- a ``mentioned_in`` relation from each entity to the document, with its lineage
+  (``source_path``, ``source_revision``, ``source_hash``: :mod:`kg.ops.lineage`, which
+  recomputes these edges when the document changes and flags an entity left with no edge
+  ``orphan: true``; a later extraction that mentions it again removes the flag);
 - an ``about`` relation from the document to its *subject* (:func:`find_subject`): the entity
   whose normalised name (or one of whose aliases) equals the document's ``title``, a trailing
   parenthetical qualifier dropped ("Ed Wood (film)" is about Ed Wood, Wikipedia's convention);

@@ -877,6 +877,9 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
     grounded by itself or by an earlier answer, only by the documents. Each cited node gets one
     ``cites`` relation with the ``markers`` and ``chunk_indexes`` that cite it; relations of an
     earlier answer at the same path to nodes no longer cited are removed. Cited nodes deleted meanwhile are skipped.
+    Each stored citation (and its ``cites`` edge) records its lineage: the cited node's
+    ``source_revision`` and the cited passage's ``chunk_sha256``; a later change of that
+    passage marks the answer ``stale`` (:mod:`kg.ops.lineage`).
 
     Returns
     -------
