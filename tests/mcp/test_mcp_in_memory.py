@@ -198,3 +198,18 @@ def test_relations_over_time_through_the_tools(acme):
     bad = call(server, None, "invalidate_relation", {"source": "kb:/dana", "target": "kb:/acme", "type": "works_at",
                                                      "valid_to": "2019-01-01T00:00:00Z"}, error=True)
     assert bad["error"]["code"] == "invalid_input"
+
+
+def test_the_lineage_tool_lists_what_was_derived_from_a_node(acme):
+    from kg.rag.entities import extract_entities
+
+    run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/bio", node_type="kb:Doc",
+        properties={"content": "Ada Lovelace worked with Charles Babbage."})
+    extract_entities(acme, OPERATOR, "acme", "main", {"workspace": "kb", "path": "/bio"})
+    server = build_server(acme, fixed_binding("acme", "main", READER))
+    out = call(server, None, "lineage", {"workspace": "kb", "path": "/bio"})
+    assert out["branch"] == "main" and out["path"] == "/bio"
+    assert sorted(r["path"] for r in out["derived"] if r["kind"] == "mention") == [
+        "/entities/ada-lovelace", "/entities/charles-babbage"]
+    missing = call(server, None, "lineage", {"workspace": "kb", "path": "/nope"}, error=True)
+    assert missing["error"]["code"] == "not_found"
