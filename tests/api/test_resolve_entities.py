@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from kg.providers.llm import ScriptedLLM
 from tests.api.test_history import BASE, NODES, put
 from tests.api.test_merge_identity import merged, neighbors, relate
 from tests.api.test_nodes import assert_error
@@ -176,3 +177,13 @@ def test_bad_input_is_422_and_writes_nothing(client, crew, payload):
 
 def test_unknown_workspace_is_404(client, crew):
     assert_error(client.post(INVOKE, json={"input": {"workspace": "nope"}}), 404, "not_found")
+
+
+def test_with_an_llm_each_pair_is_confirmed_and_a_refused_pair_is_not_merged(client, crew, services):
+    entity(client, "moby-dick", "Moby Dick", "work")
+    entity(client, "moby-dick-novel", "Moby-Dick", "work")
+    # blocked pairs scored >= 0.9, in order: (ahab, captain-ahab), (moby-dick, moby-dick-novel)
+    services.llm = ScriptedLLM(['{"same": true}', '{"same": false}'])
+    out = resolve(client, dry_run=True)
+    assert out["merges"] == [{**EXPECTED[0], "reasons": ["llm_confirmed", "same_name"]}]
+    assert len(services.llm.calls) == 2
