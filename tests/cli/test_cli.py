@@ -79,6 +79,8 @@ def test_branch_commands(env):
     ["search", "x", "--repo", "missing"],
     ["search", "   ", "--repo", "missing"],
     ["branch", "create", "a//b", "--repo", "missing"],
+    ["resolve-entities", "w", "--repo", "missing"],
+    ["resolve-entities", "w", "--repo", "missing", "--threshold", "3"],
 ])
 def test_errors_are_one_line_and_exit_1(env, args):
     result = runner.invoke(app, args)
@@ -358,3 +360,13 @@ def test_search_with_context_prints_the_parent_and_neighbouring_sections(cli_env
     bad = runner.invoke(app, ["search", "bowline", "--repo", "sea", "--context", "11"])
     assert bad.exit_code == 1
     assert bad.output.strip().splitlines() == ["error: context.siblings must be between 0 and 10"]
+
+
+def test_resolve_entities_proposal_only_lists_and_writes_nothing(env):
+    runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
+    result = runner.invoke(app, ["resolve-entities", "peps", "--repo", "peps", "--proposal-only"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == "0 merge(s) among 0 entities; nothing written"
+    as_json = runner.invoke(app, ["resolve-entities", "peps", "--repo", "peps", "--proposal-only", "--json"])
+    body = json.loads(as_json.stdout)
+    assert body["merges"] == [] and body["branch"] is None and body["dry_run"] is True
