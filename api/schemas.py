@@ -853,11 +853,44 @@ class ResearchAssistantOutput(Schema):
     stored: StoredAnswer
 
 
+class EntityMerge(Schema):
+    """One proposed merge of ``resolve-entities``: the node kept and the nodes folded into it."""
+
+    kept: str = Field(description="The kept entity's path.")
+    kept_name: str
+    merged: list[str] = Field(description="The paths of the entities merged into it (deleted on the branch).")
+    names: list[str] = Field(description="Their names, now aliases of the kept node.")
+    score: float
+    reasons: list[str]
+
+
+class MergeEdges(Schema):
+    """What the proposal did with the merged nodes' relations."""
+
+    repointed: int
+    combined: int
+    dropped: int
+
+
+class ResolveEntitiesOutput(Schema):
+    """``resolve-entities``: the merges, and the proposal branch holding them (null for a dry
+    run or no merge)."""
+
+    workspace: str
+    from_: str = Field(alias="from", description="The source branch (never written).")
+    merges: list[EntityMerge]
+    entities: int
+    dry_run: bool
+    branch: str | None = Field(description="The proposal branch: review its diff, merge or delete it.")
+    revision: int | None
+    edges: MergeEdges = absent("How the relations were re-pointed.")
+
+
 class FunctionOutput(RootModel[SearchDocumentsOutput | AskOutput | GraphContextOutput | ExtractEntitiesOutput
-                               | ResearchAssistantOutput]):
+                               | ResearchAssistantOutput | ResolveEntitiesOutput]):
     """The output of the function invoked: ``search-documents``, ``ask``, ``graph-context``,
-    ``extract-entities`` or ``research-assistant`` (each model refuses the others' keys, so
-    exactly one matches)."""
+    ``extract-entities``, ``research-assistant`` or ``resolve-entities`` (each model refuses the
+    others' keys, so exactly one matches)."""
 
     model_config = ConfigDict(strict=True)
 

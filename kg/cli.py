@@ -35,6 +35,7 @@ from kg.ops.ingest import ingest_path
 from kg.ops.lineage import node_lineage
 from kg.ops.merge import merge_branch, preview_merge
 from kg.rag.functions import ask as ask_question
+from kg.rag.functions import invoke as invoke_function
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
@@ -425,6 +426,33 @@ def lineage(path: Annotated[str, typer.Argument(help="The node's path (/docs/a),
         state = "current" if row["current"] else "stale"
         typer.echo(f"  from     {row['kind']} {row['workspace']}:{row['path']} revision "
                    f"{row['source_revision']} ({state})")
+
+
+@app.command("resolve-entities")
+def resolve_entities(workspace: Annotated[str, typer.Argument(help="The workspace whose entities are resolved.")],
+                     repo: Annotated[str, typer.Option(help="Repository.")],
+                     branch: Annotated[str, typer.Option(help="Source branch.")] = "main",
+                     threshold: Annotated[float | None, typer.Option(help="Score to merge (0.5..1).")] = None,
+                     proposal_only: Annotated[bool, typer.Option(
+                         "--proposal-only", help="List the merges, write no branch.")] = False,
+                     as_json: Annotated[bool, typer.Option("--json", help="Print the proposal's JSON.")] = False,
+                     ) -> None:
+    """Find duplicate entities and propose their merges on a new branch (``resolve-entities``)."""
+    raw: dict = {"workspace": workspace, "dry_run": proposal_only}
+    if threshold is not None:
+        raw["threshold"] = threshold
+    try:
+        services = _services()
+        out = invoke_function(services, OPERATOR, repo, "resolve-entities", raw, branch=branch, charged=True)
+    except KGError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(out, indent=2))
+        return
+    for m in out["merges"]:
+        typer.echo(f"{m['kept']} <- {', '.join(m['merged'])}  score {m['score']}  ({', '.join(m['reasons'])})")
+    typer.echo(f"{len(out['merges'])} merge(s) among {out['entities']} entities; "
+               + (f"proposal branch {out['branch']}" if out["branch"] else "nothing written"))
 
 
 def _value(value: object) -> str:

@@ -74,6 +74,7 @@ WRITE_TOOLS: dict[str, Action] = {
     "put_node": "write", "relate": "write", "invalidate_relation": "write", "unrelate": "write",
     "extract_entities": "write",
     "branch_create": "branch:create", "merge": "merge", "research_assistant": "branch:create",
+    "resolve_entities": "branch:create",
 }
 
 _READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -603,6 +604,18 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
                     raw[key] = value
             return await call(ctx, lambda b: invoke(services, b.caller, b.repo, RESEARCH_ASSISTANT, raw,
                                                     branch=b.on(branch)))
+
+    @tool(_ADD, "Find duplicate entity nodes of a workspace and propose their merges on a new branch "
+                "proposals/entities-<timestamp> (dry_run: only list them); review its diff, then merge it.")
+    async def resolve_entities(ctx: Context, workspace: Workspace,
+                               threshold: Annotated[float | None, Field(description="Score to merge, 0.5..1.")] = None,
+                               dry_run: Annotated[bool, Field(description="List the merges, write nothing.")] = False,
+                               branch: BranchArg = None) -> CallToolResult:
+        raw: dict[str, Any] = {"workspace": workspace, "dry_run": dry_run}
+        if threshold is not None:
+            raw["threshold"] = threshold
+        return await call(ctx, lambda b: invoke(services, b.caller, b.repo, "resolve-entities", raw,
+                                                branch=b.on(branch)))
 
 def _add_resources(server: MCPServer, services: Resources, binder: Binder) -> None:
     """Register the node resource template :data:`NODE_URI_TEMPLATE`."""

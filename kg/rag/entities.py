@@ -68,7 +68,7 @@ from kg.indexing.config import TEXT_FIELDS
 from kg.ops.lineage import source_hash
 from kg.ops.nodes import GraphWrite, write_graph
 from kg.providers.jsonreply import parse_json_reply
-from kg.store.nodes import find_node, get_node, node_uid
+from kg.store.nodes import find_node, get_node, node_uid, visible_nodes
 from kg.store.paths import validate_path
 from kg.store.relations import visible_relations
 from kg.store.repos import workspace_id
@@ -791,6 +791,40 @@ def _record_holds(session: Any, view: Any, workspace: str, source_id: str, recor
     return wanted <= seen
 
 
+def alias_paths(session: Any, view: Any, workspace: str) -> dict[str, str]:
+    """The entity paths of a workspace by the slug of each of their ``aliases`` that is not
+    their own slug: where extraction links a spelling ``resolve-entities`` merged away.
+
+    Parameters
+    ----------
+    session, view
+        The transaction and the branch view read.
+    workspace : str
+
+    Returns
+    -------
+    dict
+        ``{slug: entity path}`` (the first node in path order wins a shared alias).
+
+    Notes
+    -----
+    One read of the workspace's entity nodes: O(n) for n entities, made only when an
+    extracted entity has no node at its own path.
+    """
+    wid = workspace_id(view, workspace)
+    out: dict[str, str] = {}
+    nodes = visible_nodes(session, view, workspace_ids=[wid], path_prefix=ENTITY_ROOT)
+    for node in sorted(nodes, key=lambda n: n.path):
+        stored = node.properties.get("aliases")
+        if node.node_type != ENTITY_NODE_TYPE or not isinstance(stored, list):
+            continue
+        for alias in stored:
+            slug = slugify(alias) if isinstance(alias, str) else ""
+            if slug and f"{ENTITY_ROOT}/{slug}" != node.path:
+                out.setdefault(slug, node.path)
+    return out
+
+
 def extract_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     """Extract a document's entities and relations into the graph (API.md ``extract-entities``).
 
@@ -889,9 +923,22 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         lineage = {"extractor": extractor, "source_path": current.path, "source_revision": current.revision,
                    "source_hash": source_hash(current.properties)}
         written: dict[str, dict[str, str]] = {}
+        aliases: dict[str, str] | None = None
         for entity in entities:
             entity_path = f"{ENTITY_ROOT}/{entity.slug}"
             existing = find_node(session, view, workspace, entity_path)
+            if existing is None:
+                # a spelling resolve-entities merged into a kept node links to that node
+                if aliases is None:
+                    aliases = alias_paths(session, view, workspace)
+                kept_path = aliases.get(entity.slug)
+                if kept_path is not None:
+                    entity_path = kept_path
+                    existing = find_node(session, view, workspace, entity_path)
+            same = next((w for w in written.values() if w["path"] == entity_path), None)
+            if same is not None:  # two spellings of one kept entity in one text
+                written[entity.slug] = same
+                continue
             if existing is not None and existing.node_type != ENTITY_NODE_TYPE:
                 # A node made by hand at the entity's path (a kb:Person, ...) is that entity:
                 # linked as it is, never replaced or retyped.
@@ -941,7 +988,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
                 and find_node(session, view, workspace, old_subject_path)):
             todo.unrelations.append({"from": source_address, "to": f"{workspace}:{old_subject_path}",
                                      "type": ABOUT})
-        out_entities = list(written.values())
+        out_entities = list({e["path"]: e for e in written.values()}.values())
         out_relations = [{"from": written[r.source]["path"], "type": r.type, "to": written[r.target]["path"]}
                          for r in kept]
         todo.upserts.append({"workspace": workspace, "path": record_path, "node_type": EXTRACTION_NODE_TYPE,

@@ -71,6 +71,7 @@ from kg.providers.llm import ToolLLM
 from kg.rag.entities import extract_entities, slugify
 from kg.rag.graph import follow_subjects, spread_activation, traverse_from
 from kg.rag.research import run_fixed_plan, run_tool_loop
+from kg.rag.resolve import resolve_entities
 from kg.rag.search import SearchRequest, search
 from kg.store.models import Chunk, Workspace
 from kg.store.nodes import find_node, nodes_by_id
@@ -1098,12 +1099,13 @@ def research_assistant(services: Resources, caller: Actor, repo: str, branch: st
 
 
 FUNCTIONS = {"search-documents": search_documents, "ask": ask, "graph-context": graph_context,
-             "extract-entities": extract_entities, "research-assistant": research_assistant}
+             "extract-entities": extract_entities, "research-assistant": research_assistant,
+             "resolve-entities": resolve_entities}
 
 #: The functions charged to the caller's token bucket (:func:`kg.context.throttle`): the ones
 #: that may call a language model. ``search-documents`` and ``graph-context`` cost one search,
 #: as ``POST .../search`` does, and are not limited.
-EXPENSIVE_FUNCTIONS = frozenset({"ask", "extract-entities", "research-assistant"})
+EXPENSIVE_FUNCTIONS = frozenset({"ask", "extract-entities", "research-assistant", "resolve-entities"})
 
 #: The input keys each function reads; any other key is refused (a typo must not be ignored).
 INPUT_KEYS: dict[str, frozenset[str]] = {
@@ -1113,6 +1115,7 @@ INPUT_KEYS: dict[str, frozenset[str]] = {
                                 "workspaces", "k", "follow", "as_of", "include_invalid"}),
     "extract-entities": frozenset({"path", "workspace", "force", "max_chars"}),
     "research-assistant": frozenset({"question", "workspaces", "max_steps", "workspace"}),
+    "resolve-entities": frozenset({"workspace", "threshold", "dry_run", "use_embeddings"}),
 }
 
 

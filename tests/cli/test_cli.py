@@ -79,6 +79,8 @@ def test_branch_commands(env):
     ["search", "x", "--repo", "missing"],
     ["search", "   ", "--repo", "missing"],
     ["branch", "create", "a//b", "--repo", "missing"],
+    ["resolve-entities", "w", "--repo", "missing"],
+    ["resolve-entities", "w", "--repo", "missing", "--threshold", "3"],
 ])
 def test_errors_are_one_line_and_exit_1(env, args):
     result = runner.invoke(app, args)
@@ -425,3 +427,13 @@ def test_lineage_lists_a_nodes_chunks_and_refuses_an_unknown_node(env):
     assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1
     no_ws = runner.invoke(app, ["lineage", "/pep-0440", "--repo", "peps"])
     assert no_ws.exit_code == 1 and "workspace" in no_ws.output
+
+
+def test_resolve_entities_proposal_only_lists_and_writes_nothing(env):
+    runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
+    result = runner.invoke(app, ["resolve-entities", "peps", "--repo", "peps", "--proposal-only"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == "0 merge(s) among 0 entities; nothing written"
+    as_json = runner.invoke(app, ["resolve-entities", "peps", "--repo", "peps", "--proposal-only", "--json"])
+    body = json.loads(as_json.stdout)
+    assert body["merges"] == [] and body["branch"] is None and body["dry_run"] is True

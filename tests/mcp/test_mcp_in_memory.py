@@ -213,3 +213,21 @@ def test_the_lineage_tool_lists_what_was_derived_from_a_node(acme):
         "/entities/ada-lovelace", "/entities/charles-babbage"]
     missing = call(server, None, "lineage", {"workspace": "kb", "path": "/nope"}, error=True)
     assert missing["error"]["code"] == "not_found"
+
+
+def test_resolve_entities_proposes_the_merges_on_a_proposal_branch(acme):
+    for slug, name in (("ahab", "Ahab"), ("captain-ahab", "Captain Ahab")):
+        run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", f"/entities/{slug}", node_type="kg:Entity",
+            properties={"name": name, "entity_type": "person"}, parents=True)
+    server = build_server(acme, fixed_binding("acme", "main"))
+    assert "resolve_entities" in tool_names(server)
+    dry = call(server, None, "resolve_entities", {"workspace": "kb", "dry_run": True})
+    assert dry["branch"] is None and [m["merged"] for m in dry["merges"]] == [["/entities/captain-ahab"]]
+    out = call(server, None, "resolve_entities", {"workspace": "kb"})
+    assert out["branch"].startswith("proposals/entities-")
+    deleted = call(server, None, "diff", {"branch": out["branch"]})["nodes"]["deleted"]
+    assert [n["path"] for n in deleted] == ["/entities/captain-ahab"]
+    bad = call(server, None, "resolve_entities", {"workspace": "kb", "threshold": 7}, error=True)
+    assert bad["error"]["code"] == "invalid_input"
+    reader = build_server(acme, fixed_binding("acme", "main", READER))
+    assert "resolve_entities" not in tool_names(reader)

@@ -1,0 +1,114 @@
+"""Candidate scoring of ``resolve-entities`` (kg.rag.resolve): normalisation, the number guard,
+blocking, union-find and the canonical node."""
+
+from __future__ import annotations
+
+import pytest
+
+from kg.rag.resolve import (
+    Candidate,
+    UnionFind,
+    candidate_pairs,
+    canonical,
+    cluster,
+    name_tokens,
+    normalised,
+    numbers_of,
+    score_pair,
+)
+
+
+def c(name, kind=None, edges=0, created="", path=None):
+    return Candidate(
+        node_id=name,
+        path=path or f"/entities/{name.lower().replace(' ', '-')}",
+        name=name,
+        entity_type=kind,
+        edges=edges,
+        created=created,
+    )
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ("1972 Italian Open", "1976 Italian Open"),
+        ("Henry VIII", "Henry VII"),
+        ("Super Bowl 50", "Super Bowl 51"),
+        ("3rd Battalion", "4th Battalion"),
+        ("First Crusade", "Second Crusade"),
+        ("2008 Summer Olympics", "Summer Olympics"),
+    ],
+)
+def test_names_differing_in_a_number_never_merge(a, b):
+    scored = score_pair(c(a), c(b), similarity=1.0)
+    assert scored.score is None and scored.reasons == ["numbers_differ"]
+
+
+def test_titles_and_honorifics_are_stripped():
+    assert normalised("Captain Ahab") == "ahab"
+    assert normalised("Dr. Jekyll") == "jekyll"
+    assert normalised("The Beatles") == "beatles"
+    assert normalised("The Queen") == "queen"  # nothing but titles: they stay
+    assert score_pair(c("Ahab"), c("Captain Ahab")).score == 1.0
+    assert score_pair(c("Ahab"), c("Captain Ahab")).reasons == ["same_name"]
+
+
+def test_accents_case_and_punctuation_fold():
+    assert name_tokens("Café  Müller!") == ["cafe", "muller"]
+    assert score_pair(c("Café Müller"), c("cafe muller")).score == 1.0
+
+
+def test_numbers_are_digits_ordinals_and_roman_numerals_after_the_first_word():
+    assert numbers_of("Henry VIII") == {8}
+    assert numbers_of("1972 Italian Open") == {1972}
+    assert numbers_of("3rd Battalion") == {3}
+    assert numbers_of("Second Crusade") == {2}
+    assert numbers_of("I Robot") == frozenset()  # a first-word "I" is a word
+    assert numbers_of("Vivian Leigh") == frozenset()  # "vivian" is no numeral
+
+
+def test_different_types_never_merge():
+    assert score_pair(c("Paris", "place"), c("Paris", "person")).reasons == ["types_differ"]
+    assert score_pair(c("Paris", "place"), c("Paris")).score == 1.0  # one untyped: no guard
+
+
+def test_fuzzy_score_and_embedding_average():
+    s = score_pair(c("Barack Obama"), c("Barak Obama"))
+    assert s.score is not None and 0.9 < s.score < 1.0
+    assert s.reasons[0].startswith("fuzzy:")
+    with_emb = score_pair(c("Barack Obama"), c("Barak Obama"), similarity=0.5)
+    assert with_emb.score == pytest.approx((s.score + 0.5) / 2, abs=1e-3)
+    assert with_emb.reasons[1] == "embedding:0.500"
+    assert score_pair(c("Barack Obama"), c("Michelle Obama")).score < 0.9
+
+
+def test_blocking_pairs_only_names_sharing_a_token():
+    es = [c("Ahab"), c("Captain Ahab"), c("Pequod"), c("Moby Dick"), c("Dick Whittington")]
+    assert candidate_pairs(es) == [(0, 1), (3, 4)]
+
+
+def test_union_find_joins_transitively():
+    uf = UnionFind(5)
+    uf.union(0, 1)
+    uf.union(3, 1)
+    assert uf.find(0) == uf.find(3) != uf.find(2)
+
+
+def test_canonical_is_most_edges_then_oldest_then_shortest_path():
+    a, b = c("A", edges=3, created="2020", path="/entities/aaaa"), c("B", edges=5, created="2021")
+    assert canonical([a, b]) is b
+    a2 = c("A", edges=5, created="2020", path="/entities/aaaa")
+    assert canonical([a2, b]) is a2
+    short = c("A", edges=5, created="2020", path="/entities/a")
+    assert canonical([a2, short]) is short
+
+
+def test_cluster_groups_components_and_names_the_kept_node():
+    es = [c("Ahab", edges=1), c("Captain Ahab", edges=2), c("Capt. Ahab"), c("Pequod")]
+    merges = cluster(es, [(0, 1, 1.0, ["same_name"]), (1, 2, 0.95, ["fuzzy:0.950"])])
+    assert len(merges) == 1
+    [m] = merges
+    assert m["kept"] is es[1]
+    assert [x.name for x in m["merged"]] == ["Ahab", "Capt. Ahab"]
+    assert m["score"] == 0.95 and m["reasons"] == ["fuzzy:0.950", "same_name"]
