@@ -187,3 +187,39 @@ def test_with_an_llm_each_pair_is_confirmed_and_a_refused_pair_is_not_merged(cli
     out = resolve(client, dry_run=True)
     assert out["merges"] == [{**EXPECTED[0], "reasons": ["llm_confirmed", "same_name"]}]
     assert len(services.llm.calls) == 2
+
+
+def test_a_repointed_relation_keeps_its_validity(client, crew):
+    """Re-pointing copies the whole relation row: a fact that stopped holding on the merged
+    node stays invalid on the kept node (validity, issue 17 part 1), and as_of still reads it."""
+    entity(client, "nantucket", "Nantucket", "place")
+    r = client.post(
+        f"{BASE}/relations",
+        json={
+            "from": f"{WS}:/entities/captain-ahab",
+            "to": f"{WS}:/entities/nantucket",
+            "type": "lives_in",
+            "valid_from": "1830-01-01T00:00:00Z",
+            "valid_to": "1851-01-01T00:00:00Z",
+        },
+    )
+    assert r.status_code == 201, r.text
+    branch = resolve(client)["branch"]
+
+    def lives_in(**params):
+        r = client.get(
+            f"{BASE}/neighbors",
+            params={"node": f"{WS}:/entities/ahab", "direction": "OUT", "type": "lives_in", "branch": branch, **params},
+        )
+        assert r.status_code == 200, r.text
+        return [n["path"] for n in r.json()["neighbors"]]
+
+    assert lives_in() == []
+    assert lives_in(as_of="1840-06-01T00:00:00Z") == ["/entities/nantucket"]
+    assert lives_in(include_invalid="true") == ["/entities/nantucket"]
+    merged(client, branch)
+    r = client.get(
+        f"{BASE}/neighbors",
+        params={"node": f"{WS}:/entities/ahab", "direction": "OUT", "type": "lives_in", "as_of": "1840-06-01T00:00:00Z"},
+    )
+    assert [n["path"] for n in r.json()["neighbors"]] == ["/entities/nantucket"]
