@@ -11,7 +11,6 @@ of work indexes the queued text once it has committed.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,18 +18,9 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from kg.context import Resources, UnitOfWork
-from kg.indexing.chunks import (
-    ChunkRow,
-    TextPlan,
-    embed_plans,
-    existing_content_keys,
-    plan_pieces,
-    plan_text,
-    store_chunks,
-)
+from kg.indexing.chunks import ChunkRow, TextPlan, embed_plans, existing_content_keys, plan_text, store_chunks
 from kg.indexing.config import workspace_embedding
 from kg.indexing.index_jobs import enqueue
-from kg.ops.lineage import Changed, refresh_derived
 from kg.providers.base import Embedder
 from kg.store import nodes as node_store
 from kg.store.models import NodeVersion, Repository
@@ -98,40 +88,6 @@ def plan_for(services: Resources, session: Session, repo: Repository, workspace_
         Unknown workspace.
     """
     return _plan(services, session, repo, workspace_name, properties)[0]
-
-
-def chunk_hashes(services: Resources, session: Session, repo: Repository, workspace_name: str,
-                 properties: dict[str, Any]) -> list[str]:
-    """sha256 (hex) of each chunk of a node's text, in chunk-index order; no model call.
-
-    What a stored answer's citation records of the passage it cites, and what lineage compares
-    it with when the node changes (:mod:`kg.ops.lineage`).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (the workspace's embedder counts tokens).
-    session : Session
-        The transaction whose view of the workspace's settings counts.
-    repo : Repository
-        The repository.
-    workspace_name : str
-        The node's workspace.
-    properties : dict
-        The node's JSON properties.
-
-    Returns
-    -------
-    list of str
-        Empty for a node without text.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
-    """
-    plan, embedder = _plan(services, session, repo, workspace_name, properties)
-    return [hashlib.sha256(p.text.encode("utf-8", "surrogatepass")).hexdigest() for p in plan_pieces(plan, embedder)]
 
 
 def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]], *,
@@ -242,6 +198,4 @@ def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *,
     if key is not None and enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
                                    content_key=key, node_version_id=version.id):
         uow.index_after_commit(ctx.repo.id, [key])
-    if not created:  # nothing is derived from a node just created
-        refresh_derived(uow, ctx, [Changed(workspace, version.path, version.node_id, properties)])
     return version, created

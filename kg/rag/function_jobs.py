@@ -75,7 +75,7 @@ FUNCTION_QUEUE = QueueSpec(
 """``function_jobs`` as a durable queue: shared across repositories, in order of submission."""
 
 
-def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main", *, charge: bool = True) -> str:
+def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main") -> str:
     """Queue the invocation of function ``name`` on a branch; answer its job id.
 
     The function, the repository and the branch are checked before the job is stored; the
@@ -96,9 +96,6 @@ def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main"
         The function's input, stored as JSON.
     branch : str
         The branch the function reads (and writes, for functions that write).
-    charge : bool
-        Charge an expensive function to the caller's rate limit (False: a job kg queues on its
-        own account, as lineage's re-extraction of a changed document, kg.ops.lineage).
 
     Returns
     -------
@@ -117,7 +114,7 @@ def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main"
         raise NotFound(f"function {name!r} not found; available: {', '.join(sorted(FUNCTIONS))}",
                        details={"function": name})
     uow.authorize("read", repo, branch)
-    if charge and name in EXPENSIVE_FUNCTIONS:
+    if name in EXPENSIVE_FUNCTIONS:
         throttle(uow.services, uow.actor, name)  # charged now: the runner does not charge again
     inline = bool(uow.services.settings.index_inline)
     runner = cast(JobRunner, uow.services.jobs)
