@@ -221,6 +221,7 @@ def test_a_repointed_relation_keeps_its_validity(client, crew):
     merged(client, branch)
     r = client.get(
         f"{BASE}/neighbors",
-        params={"node": f"{WS}:/entities/ahab", "direction": "OUT", "type": "lives_in", "as_of": "1840-06-01T00:00:00Z"},
+        params={"node": f"{WS}:/entities/ahab", "direction": "OUT", "type": "lives_in",
+                "as_of": "1840-06-01T00:00:00Z"},
     )
     assert [n["path"] for n in r.json()["neighbors"]] == ["/entities/nantucket"]
