@@ -11,7 +11,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import typer
@@ -21,7 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kg.access import parse_grant
 from kg.context import OPERATOR, run
-from kg.errors import KGError, MergeConflict
+from kg.errors import InvalidInput, KGError, MergeConflict
 from kg.graph.validity import maybe_aware
 from kg.ops import branches as branch_ops
 from kg.ops import bulk as bulk_ops
@@ -32,6 +32,7 @@ from kg.ops import relations as relation_ops
 from kg.ops import repos as repo_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import ingest_path
+from kg.ops.lineage import node_lineage
 from kg.ops.merge import merge_branch, preview_merge
 from kg.rag.functions import ask as ask_question
 from kg.rag.functions import invoke as invoke_function
@@ -41,6 +42,7 @@ from kg.services import Services, build_index
 from kg.settings import Settings
 from kg.store.db import Database
 from kg.store.models import utcnow
+from kg.store.paths import validate_path
 
 app = typer.Typer(help="kg: a knowledge-graph service with branching storage for AI agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -387,6 +389,49 @@ def ask(question: Annotated[str, typer.Argument(help="The question.")],
     for c in answer["citations"]:
         via = "  (graph)" if c.get("via") == "graph" else ""
         typer.echo(f"[{c['marker']}] {c['workspace']}:{c['path']} chunk {c['chunk_index']}{via}")
+
+
+@app.command()
+def lineage(path: Annotated[str, typer.Argument(help="The node's path (/docs/a), or workspace:/path.")],
+            repo: Annotated[str, typer.Option(help="Repository.")],
+            workspace: Annotated[str | None, typer.Option(help="Workspace (or give workspace:/path).")] = None,
+            branch: Annotated[str, typer.Option(help="Branch.")] = "main",
+            as_json: Annotated[bool, typer.Option("--json", help="Print the lineage's JSON.")] = False) -> None:
+    """What was derived from a node (chunks, entity mentions, its extraction record, stored
+    answers) with the source revision each recorded and whether it is current, and what the
+    node was derived from (docs/lineage.md)."""
+    if ":" in path and not path.startswith("/"):
+        workspace, path = path.split(":", 1)
+    try:
+        if workspace is None:
+            raise InvalidInput("give --workspace or a workspace:/path address")
+        services = _services()
+        report = node_lineage(services, OPERATOR, repo, branch, workspace, validate_path(path))
+    except KGError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    typer.echo(f"{report['workspace']}:{report['path']} (revision {report['revision']})")
+    for row in report["derived"]:
+        if row["kind"] == "chunks":
+            typer.echo(f"  derived  chunks {row['count']} of {row['content_key'][:12]}")
+            continue
+        state = "current" if row["current"] else "stale"
+        flags = [f for f in ("orphan", "stale") if row.get(f) is True]
+        extra = f" [{', '.join(flags)}]" if flags else ""
+        typer.echo(f"  derived  {row['kind']} {row['workspace']}:{row['path']} from {_read_of(row)} ({state}){extra}")
+    for row in report["derived_from"]:
+        state = "current" if row["current"] else "stale"
+        typer.echo(f"  from     {row['kind']} {row['workspace']}:{row['path']} {_read_of(row)} ({state})")
+
+
+def _read_of(row: dict[str, Any]) -> str:
+    """What a lineage row says its record read: a revision (answers) or a text hash (mentions)."""
+    if row.get("source_revision") is not None:
+        return f"revision {row['source_revision']}"
+    digest = row.get("source_hash")
+    return f"text {digest[:12]}" if isinstance(digest, str) else "an unrecorded version"
 
 
 @app.command("resolve-entities")

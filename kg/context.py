@@ -76,6 +76,17 @@ class IndexWorker(Protocol):
         """Run passes until no job is pending."""
 
 
+class FunctionJobQueue(Protocol):
+    """The durable function-job queue as a use case below it sees it (the port of
+    :class:`kg.rag.function_jobs.JobRunner`, a layer above; :mod:`kg.ops.lineage` queues
+    re-extraction through it)."""
+
+    def queue_own(self, uow: UnitOfWork, repo: str, name: str, raw: dict[str, Any], branch: str) -> None:
+        """Queue function ``name`` on ``branch`` on kg's own account (not charged to the caller)
+        from inside ``uow``; it runs once ``uow`` has committed."""
+        ...
+
+
 class Resources(Protocol):
     """What a use case may use, shared by the whole process (:class:`kg.services.Services`).
 
@@ -101,9 +112,9 @@ class Resources(Protocol):
         Embeds queued texts.
     reranker : Reranker or None
         The reranker of search (``KG_RERANK_MODEL``), None without one.
-    jobs : object
+    jobs : FunctionJobQueue
         The function-job runner (:class:`kg.rag.function_jobs.JobRunner`, a layer above this
-        one; only :mod:`kg.rag.function_jobs` uses it).
+        one), seen through its port.
     """
 
     settings: Settings
@@ -122,7 +133,7 @@ class Resources(Protocol):
     def indexer(self) -> IndexWorker: ...
 
     @property
-    def jobs(self) -> object: ...
+    def jobs(self) -> FunctionJobQueue: ...
 
     @property
     def reranker(self) -> Reranker | None:

@@ -54,6 +54,7 @@ from kg.ops import merge as merge_ops
 from kg.ops import nodes as node_ops
 from kg.ops import queries
 from kg.ops import relations as relation_ops
+from kg.ops.lineage import node_lineage
 from kg.rag.functions import FUNCTIONS, invoke
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.graph import walk
@@ -67,7 +68,7 @@ NODE_URI_TEMPLATE = "kg://{repo}/{workspace}/{+path}{?branch}"
 #: The function of the research assistant (issue 13), offered as a tool once kg.rag has it.
 RESEARCH_ASSISTANT = "research-assistant"
 
-READ_TOOLS = ("search", "ask", "graph_context", "get_node", "neighbors", "traverse", "diff")
+READ_TOOLS = ("search", "ask", "graph_context", "get_node", "neighbors", "traverse", "diff", "lineage")
 #: Tool name -> the action a caller must hold somewhere in the repository to be offered it.
 WRITE_TOOLS: dict[str, Action] = {
     "put_node": "write", "relate": "write", "invalidate_relation": "write", "unrelate": "write",
@@ -475,6 +476,13 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                    ) -> CallToolResult:
         return await call(ctx, lambda b: {"branch": b.on(branch), "against": against,
                                           **queries.diff(services, b.caller, b.repo, b.on(branch), against)})
+
+    @tool(_READ, "What was derived from a node (chunks, entity mentions, its extraction record, stored answers "
+                 "citing it) with the source revision each recorded and whether it is current or stale, and "
+                 "what the node was derived from.")
+    async def lineage(ctx: Context, workspace: Workspace, path: NodePath, branch: BranchArg = None) -> CallToolResult:
+        return await call(ctx, lambda b: {"branch": b.on(branch), **node_lineage(
+            services, b.caller, b.repo, b.on(branch), workspace, validate_path(path))})
 
     if not read_only:
         _write_tools(services, call, tool)

@@ -64,7 +64,7 @@ from kg.graph.validity import check_interval, maybe_aware
 from kg.indexing.chunks import ChunkRow, store_chunks, sync_index
 from kg.indexing.config import parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import enqueue_many
-from kg.ops.texts import plan_for
+from kg.ops.text_store import plan_for
 from kg.providers.base import Embedder
 from kg.store import repos as repo_store
 from kg.store.models import Chunk, NodeVersion, Reference, RelationVersion, utcnow

@@ -25,7 +25,8 @@ from kg.errors import InvalidInput, NotFound, ProviderError
 from kg.indexing.config import parse_embedding_config
 from kg.ops.files import iter_files, read_file_node
 from kg.ops.formats import DEFAULT_FORMAT, FileNode, IngestFormat, get_format
-from kg.ops.texts import EmbeddedText, prepare_chunks, write_node
+from kg.ops.text_store import EmbeddedText, prepare_chunks
+from kg.ops.texts import write_node
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.models import NodeVersion
@@ -120,7 +121,7 @@ def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: F
     node : FileNode
         The file as its format read it.
     embedded : EmbeddedText or None
-        Its text as embedded before the transaction (:func:`kg.ops.texts.prepare_chunks`).
+        Its text as embedded before the transaction (:func:`kg.ops.text_store.prepare_chunks`).
 
     Returns
     -------

@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.errors import Conflict, InvalidInput, MergeConflict, NotFound
 from kg.indexing.index_jobs import enqueue
-from kg.ops.texts import plan_for
+from kg.ops.lineage import Changed, refresh_derived
+from kg.ops.text_store import plan_for
 from kg.store import history
 from kg.store import nodes as node_store
 from kg.store.models import Branch, NodeVersion, Repository
@@ -151,6 +152,9 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
             text = plan_for(uow.services, session, ctx.repo, names[change.key[0]], change.value["properties"])
             keys[(change.key[0], history.canonical(change.value["properties"]))] = text.content_key
     applied = history.apply_merge(session, ctx, plan, keys)
+    refresh_derived(uow, ctx, [Changed(names[c.key[0]], c.key[1], c.node_id,
+                                       None if c.value is None else c.value["properties"])
+                               for c in plan.node_changes if c.existed and c.source != "ours"], recheck=True)
     queued: list[str] = []
     wanted = {k for k in keys.values() if k}
     if wanted:

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from kg.context import UnitOfWork
 from kg.errors import InvalidInput
+from kg.ops.lineage import Changed, refresh_derived
 from kg.ops.texts import write_node
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
@@ -151,6 +152,7 @@ def delete_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pa
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
     hidden = node_store.delete_node(session, ctx, workspace, path, recursive=recursive)
+    refresh_derived(uow, ctx, [Changed(workspace, v.path, v.node_id, None) for v in hidden])
     return {"revision": ctx.revision, "deleted": len(hidden)}
 
 
@@ -267,9 +269,13 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
     session = uow.session
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     deleted = 0
+    gone: list[Changed] = []
     for item in deletes:
-        deleted += len(node_store.delete_node(session, ctx, item["workspace"], item["path"],
-                                              recursive=bool(item.get("recursive", False))))
+        hidden = node_store.delete_node(session, ctx, item["workspace"], item["path"],
+                                        recursive=bool(item.get("recursive", False)))
+        deleted += len(hidden)
+        gone.extend(Changed(item["workspace"], v.path, v.node_id, None) for v in hidden)
+    refresh_derived(uow, ctx, gone)
     # Ancestors first, answered in the order given.
     written: dict[int, dict[str, Any]] = {}
     for index in _ancestors_first(upserts):

@@ -1,139 +1,22 @@
-"""The one path that writes a node with its text: plan, store, queue, index after commit.
+"""The one path that writes a node with its text: plan, store, queue, index after commit,
+and refresh what was derived from the node it replaced.
 
 Every use case that writes a node's content (:mod:`kg.ops.nodes`, :mod:`kg.ops.ingest`,
-:mod:`kg.ragnode.service`) calls :func:`write_node` inside its unit of work. The text is
-planned under the workspace's embedding settings as the transaction sees them (its content
-key); chunks embedded before the transaction (:func:`prepare_chunks`, the slow part, done
-outside any lock) are stored only if that key still holds; the node version is put; the
-embedding job is queued in the same transaction (none when the chunks exist); and the unit
-of work indexes the queued text once it has committed.
+:mod:`kg.ragnode.service`) calls :func:`write_node` inside its unit of work. Planning and
+storing the text is :mod:`kg.ops.text_store`'s (:func:`~kg.ops.text_store.put_text`); the
+lineage of derived records (entities' ``mentioned_in`` edges, stored answers' citations) is
+:mod:`kg.ops.lineage`'s, which writes through ``put_text`` itself, so its writes derive nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from kg.context import Resources, UnitOfWork
-from kg.indexing.chunks import ChunkRow, TextPlan, embed_plans, existing_content_keys, plan_text, store_chunks
-from kg.indexing.config import workspace_embedding
-from kg.indexing.index_jobs import enqueue
-from kg.providers.base import Embedder
-from kg.store import nodes as node_store
-from kg.store.models import NodeVersion, Repository
-from kg.store.nodes import NodeWrite
-from kg.store.repos import WriteContext, get_repository, get_workspace
-
-
-@dataclass(frozen=True)
-class EmbeddedText:
-    """A node's text as planned (and embedded) before its write transaction.
-
-    Attributes
-    ----------
-    plan : TextPlan
-        The text plan under the settings read when it was made.
-    chunks : list of ChunkRow
-        The chunks of ``plan.content_key`` embedded for it; empty when they were stored
-        already or nothing was embedded (``prepare_chunks(..., embed=False)``).
-    """
-
-    plan: TextPlan
-    chunks: list[ChunkRow] = field(default_factory=list)
-
-
-def _plan(services: Resources, session: Session, repo: Repository, workspace_name: str,
-          properties: dict[str, Any]) -> tuple[TextPlan, Embedder]:
-    """The text plan of ``properties`` and the embedder of the workspace's settings."""
-    # A workspace's settings are read once per transaction (a write holds the repository lock,
-    # which re-embedding takes too, so they cannot change under it).
-    memo = session.info.setdefault("kg_workspace_embedding", {})
-    key = (repo.id, workspace_name)
-    if key not in memo:
-        workspace = get_workspace(session, repo, workspace_name)
-        config = workspace_embedding(workspace.config, default_model=services.settings.embedding_model)
-        memo[key] = (config, services.embedder(config.model))
-    config, embedder = memo[key]
-    return plan_text(properties, config, embedder), embedder
-
-
-def plan_for(services: Resources, session: Session, repo: Repository, workspace_name: str,
-             properties: dict[str, Any]) -> TextPlan:
-    """The text plan (content key) of properties in a workspace; no model call.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    session : Session
-        The transaction whose view of the workspace's settings counts.
-    repo : Repository
-        The repository.
-    workspace_name : str
-        The workspace whose embedding settings apply.
-    properties : dict
-        The node's JSON properties (validated).
-
-    Returns
-    -------
-    TextPlan
-        The text's chunking plan and content key (None: no text).
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
-    """
-    return _plan(services, session, repo, workspace_name, properties)[0]
-
-
-def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]], *,
-                   embed: bool = True, progress: Callable[[int], None] | None = None) -> list[EmbeddedText]:
-    """Plan and embed, outside any transaction, the text of ``(workspace, properties)`` items
-    whose chunks are not stored yet (the input of :func:`write_node`'s ``embedded``).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    repo_name : str
-        The repository's name.
-    items : sequence of (str, dict)
-        Workspace name and properties of each node to write.
-    embed : bool
-        False: plan only, embed nothing (the indexer embeds the texts after their writes).
-    progress : callable(int), optional
-        Called with the number of passages embedded after each embedder call.
-
-    Returns
-    -------
-    list of EmbeddedText
-        One per item, in order; items of one text share its chunks.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository or workspace.
-    kg.errors.ProviderError
-        The embedder failed.
-    """
-    with services.db.read() as session:
-        repo = get_repository(session, repo_name)
-        planned = [_plan(services, session, repo, ws, props) for ws, props in items]
-        keys = {p.content_key for p, _ in planned if p.content_key} if embed else set()
-        stored = existing_content_keys(session, repo.id, keys)
-    rows: dict[str, list[ChunkRow]] = {}
-    by_embedder: dict[str, tuple[Embedder, list[TextPlan]]] = {}
-    for plan, embedder in planned:
-        if plan.content_key in keys and plan.content_key not in stored:
-            by_embedder.setdefault(embedder.name, (embedder, []))[1].append(plan)
-    for embedder, plans in by_embedder.values():
-        rows.update(embed_plans(plans, embedder, batch_size=services.settings.embed_batch_size,
-                                progress=progress))
-    return [EmbeddedText(plan, rows.get(plan.content_key or "", [])) for plan, _ in planned]
+from kg.context import UnitOfWork
+from kg.ops.lineage import Changed, refresh_derived
+from kg.ops.text_store import EmbeddedText, put_text
+from kg.store.models import NodeVersion
+from kg.store.repos import WriteContext
 
 
 def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *, node_type: str,
@@ -146,7 +29,9 @@ def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *,
     transaction sees them, puts the node version (refused if it changed after
     ``if_revision``), stores the chunks of ``embedded`` if they were embedded under those same
     settings (else the indexer embeds the text anew), queues the text's embedding job unless
-    its chunks are stored, and has the unit of work index it once committed.
+    its chunks are stored, and has the unit of work index it once committed
+    (:func:`kg.ops.text_store.put_text`). A node it replaced has what was derived from it
+    refreshed in the same transaction (:func:`kg.ops.lineage.refresh_derived`).
 
     Parameters
     ----------
@@ -170,7 +55,7 @@ def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *,
         Refuse the write if the node changed after this revision
         (:func:`kg.store.nodes.check_if_revision`).
     embedded : EmbeddedText or None
-        The text as planned and embedded before the transaction (:func:`prepare_chunks`).
+        The text as planned and embedded before the transaction (:func:`kg.ops.text_store.prepare_chunks`).
 
     Returns
     -------
@@ -186,16 +71,8 @@ def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *,
     kg.errors.Conflict
         The node changed after ``if_revision``.
     """
-    node_store.validate_node_input(node_type, properties, order)
-    session = uow.session
-    plan = plan_for(uow.services, session, ctx.repo, workspace, properties)
-    key = plan.content_key
-    version, created = node_store.put_node(session, ctx, workspace, path,
-                                           NodeWrite(node_type, properties, order, key),
-                                           parents=parents, if_revision=if_revision, validated=True)
-    if key is not None and embedded is not None and embedded.chunks and embedded.plan.content_key == key:
-        store_chunks(session, ctx.repo.id, embedded.chunks)
-    if key is not None and enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
-                                   content_key=key, node_version_id=version.id):
-        uow.index_after_commit(ctx.repo.id, [key])
+    version, created = put_text(uow, ctx, workspace, path, node_type=node_type, properties=properties, order=order,
+                                parents=parents, if_revision=if_revision, embedded=embedded)
+    if not created:  # nothing is derived from a node just created
+        refresh_derived(uow, ctx, [Changed(workspace, version.path, version.node_id, properties)])
     return version, created

@@ -10,7 +10,10 @@ event) and typed relations between them, and writes, as one revision:
   spacing, accents and punctuation (:func:`slugify`), so two documents naming one entity
   converge on one node; an existing entity keeps its name and type, other spellings are added
   to its ``aliases``;
-- a ``mentioned_in`` relation from each entity to the document;
+- a ``mentioned_in`` relation from each entity to the document, with its lineage
+  (``source_path``, ``source_hash``: :mod:`kg.ops.lineage`, which
+  recomputes these edges when the document changes and flags an entity left with no edge
+  ``orphan: true``; a later extraction that mentions it again removes the flag);
 - an ``about`` relation from the document to its *subject* (:func:`find_subject`): the entity
   whose normalised name (or one of whose aliases) equals the document's ``title``, a trailing
   parenthetical qualifier dropped ("Ed Wood (film)" is about Ed Wood, Wikipedia's convention);
@@ -62,6 +65,7 @@ from typing import Any
 from kg.context import Actor, Resources, reading, run
 from kg.errors import Conflict, InvalidInput, ProviderError
 from kg.indexing.config import TEXT_FIELDS
+from kg.ops.lineage import source_hash
 from kg.ops.nodes import GraphWrite, write_graph
 from kg.providers.jsonreply import parse_json_reply
 from kg.store.nodes import find_node, get_node, node_uid, visible_nodes
@@ -753,6 +757,7 @@ def _merged(existing: dict[str, Any] | None, entity: Entity) -> dict[str, Any]:
     if existing is None:
         return {"name": entity.name, "entity_type": entity.type, "aliases": list(entity.aliases)}
     props = dict(existing)
+    props.pop("orphan", None)  # mentioned again
     name = props.get("name") if isinstance(props.get("name"), str) else entity.name
     stored = props.get("aliases")
     aliases = [a for a in stored if isinstance(a, str)] if isinstance(stored, list) else []
@@ -914,6 +919,10 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
             state["skipped"] = previous_props
             return None
         todo = GraphWrite()
+        # What each mention was derived from (kg.ops.lineage keeps it true when the text changes).
+        # The text's hash, not its revision: one text extracted on two branches derives equal
+        # edges and records, which merge cleanly (a revision would differ and conflict).
+        lineage = {"extractor": extractor, "source_path": current.path, "source_hash": source_hash(current.properties)}
         written: dict[str, dict[str, str]] = {}
         aliases: dict[str, str] | None = None
         for entity in entities:
@@ -939,7 +948,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
                 written[entity.slug] = {"path": entity_path, "name": own if isinstance(own, str) else entity.name,
                                         "type": kind if isinstance(kind, str) else existing.node_type}
                 todo.relations.append({"from": f"{workspace}:{entity_path}", "to": source_address,
-                                       "type": MENTIONED_IN, "properties": {"extractor": extractor}})
+                                       "type": MENTIONED_IN, "properties": lineage})
                 continue
             props = _merged(existing.properties if existing is not None else None, entity)
             if existing is None or props != existing.properties:
@@ -947,7 +956,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
                                      "node_type": ENTITY_NODE_TYPE, "properties": props})
             written[entity.slug] = {"path": entity_path, "name": props["name"], "type": props["entity_type"]}
             todo.relations.append({"from": f"{workspace}:{entity_path}", "to": source_address,
-                                   "type": MENTIONED_IN, "properties": {"extractor": extractor}})
+                                   "type": MENTIONED_IN, "properties": lineage})
         kept = [r for r in relations if r.source in written and r.target in written]
         dropped["relations"] += len(relations) - len(kept)
         dropped.setdefault("reasons", []).extend(
@@ -986,7 +995,8 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         todo.upserts.append({"workspace": workspace, "path": record_path, "node_type": EXTRACTION_NODE_TYPE,
                              "properties": {"source": {"kg:ref": path, "kg:workspace": workspace},
                                             "fingerprint": digest, "extractor": extractor,
-                                            "chars": len(text), "entities": out_entities,
+                                            "chars": len(text), "source_hash": lineage["source_hash"],
+                                            "entities": out_entities,
                                             "relations": out_relations, "subject": out_subject}})
         state.update(entities=out_entities, relations=out_relations)
         return todo

@@ -36,7 +36,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kg.access import key_actor
-from kg.context import SYSTEM, Actor, Resources, UnitOfWork, admit, permit, throttle
+from kg.context import SYSTEM, Actor, Resources, UnitOfWork, admit, permit, run, throttle
 from kg.errors import InvalidInput, KGError, NotFound
 from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue, QueueSpec
 from kg.indexing.worker import PollingWorker
@@ -75,7 +75,7 @@ FUNCTION_QUEUE = QueueSpec(
 """``function_jobs`` as a durable queue: shared across repositories, in order of submission."""
 
 
-def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main") -> str:
+def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main", *, charge: bool = True) -> str:
     """Queue the invocation of function ``name`` on a branch; answer its job id.
 
     The function, the repository and the branch are checked before the job is stored; the
@@ -96,6 +96,9 @@ def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main"
         The function's input, stored as JSON.
     branch : str
         The branch the function reads (and writes, for functions that write).
+    charge : bool
+        Charge an expensive function to the caller's rate limit (False: a job kg queues on its
+        own account, as lineage's re-extraction of a changed document, kg.ops.lineage).
 
     Returns
     -------
@@ -114,7 +117,7 @@ def submit(uow: UnitOfWork, repo: str, name: str, raw: Any, branch: str = "main"
         raise NotFound(f"function {name!r} not found; available: {', '.join(sorted(FUNCTIONS))}",
                        details={"function": name})
     uow.authorize("read", repo, branch)
-    if name in EXPENSIVE_FUNCTIONS:
+    if charge and name in EXPENSIVE_FUNCTIONS:
         throttle(uow.services, uow.actor, name)  # charged now: the runner does not charge again
     inline = bool(uow.services.settings.index_inline)
     runner = cast(JobRunner, uow.services.jobs)
@@ -312,6 +315,42 @@ class JobRunner(PollingWorker):
         """Stop the background thread and unregister from the queue (a held job goes back)."""
         self.stop()
         self.queue.close()
+
+    def queue_own(self, uow: UnitOfWork, repo: str, name: str, raw: dict[str, Any], branch: str) -> None:
+        """Queue function ``name`` from inside ``uow`` on kg's own account (not charged to the
+        caller's rate limit): lineage's re-extraction of a changed document (kg.ops.lineage).
+
+        The job row is written in ``uow``'s transaction and the runner woken once it commits.
+        With inline jobs (tests, scripts) the job is stored and run once ``uow`` has committed:
+        an inline job claims it in a session of its own, which cannot open while ``uow`` writes.
+
+        Parameters
+        ----------
+        uow : kg.context.UnitOfWork
+            The write transaction the job belongs to.
+        repo : str
+            Repository name.
+        name : str
+            Function name (one of :data:`kg.rag.functions.FUNCTIONS`).
+        raw : dict
+            The function's input, stored as JSON.
+        branch : str
+            The branch the function reads and writes.
+
+        Raises
+        ------
+        kg.errors.NotFound
+            Unknown function, repository or branch (inline: raised once ``uow`` has committed).
+        """
+        if self.services.settings.index_inline:
+            services, actor = uow.services, uow.actor
+
+            def queue_now() -> None:
+                run(services, actor, submit, repo, name, raw, branch, charge=False)
+
+            uow.after_commit(queue_now)
+            return
+        submit(uow, repo, name, raw, branch, charge=False)
 
     # -- running ------------------------------------------------------------------------
 

@@ -65,6 +65,7 @@ from kg.index.tokenize import analyze, stem
 from kg.indexing.config import TEXT_FIELDS, workspace_embedding
 from kg.ops.branches import create_branch
 from kg.ops.nodes import GraphWrite, write_graph
+from kg.ops.text_store import chunk_hashes
 from kg.providers.jsonreply import parse_json_reply
 from kg.providers.llm import ToolLLM
 from kg.rag.entities import extract_entities, slugify
@@ -897,6 +898,9 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
     grounded by itself or by an earlier answer, only by the documents. Each cited node gets one
     ``cites`` relation with the ``markers`` and ``chunk_indexes`` that cite it; relations of an
     earlier answer at the same path to nodes no longer cited are removed. Cited nodes deleted meanwhile are skipped.
+    Each stored citation (and its ``cites`` edge) records its lineage: the cited node's
+    ``source_revision`` and the cited passage's ``chunk_sha256``; a later change of that
+    passage marks the answer ``stale`` (:mod:`kg.ops.lineage`).
 
     Returns
     -------
@@ -910,7 +914,7 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
     kg.errors.NotFound
         Unknown workspace or branch.
     """
-    cited: dict[tuple[str, str], dict[str, list]] = {}
+    cited: dict[tuple[str, str], dict[str, Any]] = {}
     for c in result["citations"]:
         entry = cited.setdefault((c["workspace"], c["path"]), {"markers": [], "chunk_indexes": []})
         entry["markers"].append(c["marker"])
@@ -920,10 +924,25 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
     def plan(session, view) -> GraphWrite:
         existing = find_node(session, view, workspace, path)
         _check_answer_slot(existing, workspace, path)
+        # Lineage: each citation records its source's revision and the sha256 of the passage.
+        sources = {key: find_node(session, view, *key) for key in cited}
+        hashes = {key: chunk_hashes(services, session, view.repo, key[0], found.properties)
+                  for key, found in sources.items() if found is not None}
+        citations = []
+        for c in result["citations"]:
+            cited_at = (c["workspace"], c["path"])
+            found, held = sources.get(cited_at), hashes.get(cited_at) or []
+            index = c["chunk_index"]
+            citations.append({**c, "source_revision": found.revision if found is not None else None,
+                              "chunk_sha256": held[index] if isinstance(index, int) and 0 <= index < len(held)
+                              else None})
+            if found is not None:
+                cited[cited_at]["source_revision"] = found.revision
+                cited[cited_at].setdefault("chunk_sha256", []).append(citations[-1]["chunk_sha256"])
         todo = GraphWrite(upserts=[{"workspace": workspace, "path": path, "node_type": ANSWER_NODE_TYPE,
                                     "properties": {"question": question, "answer": result["answer"],
                                                    "grounded": result["grounded"], "mode": result["mode"],
-                                                   "citations": result["citations"],
+                                                   "citations": citations,
                                                    "sources": list(dict.fromkeys(
                                                        c["path"] for c in result["citations"]))}}])
         for old in (existing.properties.get("citations") or []) if existing is not None else []:

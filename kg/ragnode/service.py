@@ -46,7 +46,8 @@ from kg.context import Actor, UnitOfWork, permit, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.indexing.config import NEXT, parse_embedding_config
 from kg.indexing.reembed import complete_reembed, reembed_workspace
-from kg.ops.texts import EmbeddedText, prepare_chunks, write_node
+from kg.ops.text_store import EmbeddedText, prepare_chunks
+from kg.ops.texts import write_node
 from kg.rag.search import SearchRequest, search
 from kg.ragnode.spec import (
     RagConfig,
@@ -420,7 +421,7 @@ def write_files(uow: UnitOfWork, repo_name: str, branch: str, workspace: str,
         The collection's repository, branch and workspace.
     files : list of (path, properties, EmbeddedText)
         Each file's node path, properties (``content``, ``source_file``, ``sha256``) and its
-        text as embedded before the transaction (:func:`kg.ops.texts.prepare_chunks`).
+        text as embedded before the transaction (:func:`kg.ops.text_store.prepare_chunks`).
 
     Returns
     -------

@@ -234,6 +234,40 @@ def _successor(ctx: WriteContext, old: RelationVersion, *, valid_to: datetime | 
     )
 
 
+def restamp_relation(session: Session, ctx: WriteContext, edge: RelationVersion,
+                     properties: dict[str, Any]) -> RelationVersion:
+    """Write a new version of a live edge with other properties (same endpoints, type, weight).
+
+    The cheap form of :func:`relate` for an edge just read on the context's branch: no
+    endpoint lookups. Not flushed (the caller's next query or flush writes it).
+
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The revision the version is written at.
+    edge : RelationVersion
+        The edge's visible version.
+    properties : dict
+        Its new properties (plain JSON, replaced whole).
+
+    Returns
+    -------
+    RelationVersion
+        The new version.
+    """
+    version = RelationVersion(
+        repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
+        from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type, weight=edge.weight,
+        properties=properties, deleted=False, created_at=utcnow(),
+        from_address=edge.from_address, to_address=edge.to_address,
+        valid_from=edge.valid_from, valid_to=edge.valid_to, invalidated_by=edge.invalidated_by,
+    )
+    session.add(version)
+    return version
+
+
 def invalidate(session: Session, ctx: WriteContext, source: str, target: str, rel_type: str, *,
                valid_to: datetime, invalidated_by: str | None = None) -> RelationVersion:
     """Close the interval of the edge ``source -[rel_type]-> target`` at ``valid_to``.

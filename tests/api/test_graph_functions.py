@@ -440,10 +440,17 @@ def test_answer_stored_as_kb_answer_on_the_branch_only(client, rigging):
     assert node["node_type"] == "kb:Answer" and node["id"] == stored["node_id"]
     props = node["properties"]
     assert props["question"] == question and props["answer"] == body["answer"]
-    assert props["grounded"] is True and props["citations"] == body["citations"]
+    assert props["grounded"] is True
+    # Stored citations add their lineage: the cited node's revision and the passage's sha256.
+    assert [{k: v for k, v in c.items() if k not in ("source_revision", "chunk_sha256")}
+            for c in props["citations"]] == body["citations"]
+    rigging = get(client, "/rigging").json()
+    assert all(c["source_revision"] == rigging["revision"] and len(c["chunk_sha256"]) == 64
+               for c in props["citations"])
     cites = neighbors(client, f"knowledge:{stored['path']}", branch="agent/rag-session-001", direction="OUT")
     assert [(n["path"], n["relation_type"]) for n in cites] == [("/rigging", "cites")]
-    assert cites[0]["properties"] == {"markers": [1], "chunk_indexes": [0]}
+    assert cites[0]["properties"] == {"markers": [1], "chunk_indexes": [0], "source_revision": rigging["revision"],
+                                      "chunk_sha256": [props["citations"][0]["chunk_sha256"]]}
     assert get(client, stored["path"]).status_code == 404
     assert [n["relation_type"] for n in neighbors(client, "knowledge:/rigging")] == ["see_also"]
 

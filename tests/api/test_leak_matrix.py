@@ -259,6 +259,8 @@ ROWS = [
         f"{ACME}/workspaces/knowledge/relation-types", (403, 404, 404, 403, 200), body={"single_valued": []}),
     Row("neighbors", "GET", f"{R}/neighbors", f"{ACME}/neighbors", READ, params={"node": "knowledge:/docs"}),
     Row("traverse", "POST", f"{R}/traverse", f"{ACME}/traverse", READ, body={"seeds": ["knowledge:/docs"]}),
+    Row("lineage", "GET", f"{R}/workspaces/{{ws}}/lineage/{{path:path}}", f"{ACME}/workspaces/knowledge/lineage/docs",
+        READ),
     Row("references", "GET", f"{R}/references", f"{ACME}/references", READ, params={"target": "knowledge:/docs"}),
     # the RAG node's repository is reserved: no grant above names it
     Row("rag node", "POST", "/api/rag", "/api/rag", (404, 404, 404, 404, 200), body=_rag_body("matrix", "f{n}.txt")),
@@ -389,6 +391,7 @@ def test_a_merge_conflict_in_a_workspace_the_key_cannot_see_is_not_described(wor
     ("other_workspace", f"{ACME}/workspaces/knowledge", f"{ACME}/workspaces/nope"),
     ("other_workspace", f"{ACME}/neighbors?node=knowledge:/docs", f"{ACME}/neighbors?node=nope:/docs"),
     ("other_workspace", f"{ACME}/references?target=knowledge:/docs", f"{ACME}/references?target=nope:/docs"),
+    ("other_workspace", f"{ACME}/workspaces/knowledge/lineage/docs", f"{ACME}/workspaces/nope/lineage/docs"),
     ("other_branch", f"{ACME}/branches/feature/x", f"{ACME}/branches/feature/nope"),
     ("other_branch", f"{KNOWLEDGE}/docs?branch=feature/x", f"{KNOWLEDGE}/docs?branch=feature/nope"),
     ("other_branch", f"{ACME}/log?branch=main", f"{ACME}/log?branch=nope"),

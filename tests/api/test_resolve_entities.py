@@ -209,8 +209,7 @@ def test_a_repointed_relation_keeps_its_validity(client, crew):
     def lives_in(**params):
         r = client.get(
             f"{BASE}/neighbors",
-            params={"node": f"{WS}:/entities/ahab", "direction": "OUT", "type": "lives_in",
-                    "branch": branch, **params},
+            params={"node": f"{WS}:/entities/ahab", "direction": "OUT", "type": "lives_in", "branch": branch, **params},
         )
         assert r.status_code == 200, r.text
         return [n["path"] for n in r.json()["neighbors"]]

@@ -413,6 +413,22 @@ def test_relate_invalidate_relation_types_and_neighbors_over_time(cli_env):
     assert bad.exit_code == 1 and bad.output.count("\n") == 1
 
 
+def test_lineage_lists_a_nodes_chunks_and_refuses_an_unknown_node(env):
+    assert runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"]).exit_code == 0
+    out = runner.invoke(app, ["lineage", "peps:/pep-0440", "--repo", "peps", "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert report["path"] == "/pep-0440" and [r["kind"] for r in report["derived"]] == ["chunks"]
+    assert report["derived"][0]["count"] > 0 and report["derived_from"] == []
+    text = runner.invoke(app, ["lineage", "/pep-0440", "--repo", "peps", "--workspace", "peps"])
+    assert text.exit_code == 0 and text.stdout.splitlines()[0].startswith("peps:/pep-0440 (revision ")
+    assert "derived  chunks" in text.stdout
+    missing = runner.invoke(app, ["lineage", "peps:/nope", "--repo", "peps"])
+    assert missing.exit_code == 1 and len(missing.output.strip().splitlines()) == 1
+    no_ws = runner.invoke(app, ["lineage", "/pep-0440", "--repo", "peps"])
+    assert no_ws.exit_code == 1 and "workspace" in no_ws.output
+
+
 def test_resolve_entities_proposal_only_lists_and_writes_nothing(env):
     runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"])
     result = runner.invoke(app, ["resolve-entities", "peps", "--repo", "peps", "--proposal-only"])

@@ -200,6 +200,21 @@ def test_relations_over_time_through_the_tools(acme):
     assert bad["error"]["code"] == "invalid_input"
 
 
+def test_the_lineage_tool_lists_what_was_derived_from_a_node(acme):
+    from kg.rag.entities import extract_entities
+
+    run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/bio", node_type="kb:Doc",
+        properties={"content": "Ada Lovelace worked with Charles Babbage."})
+    extract_entities(acme, OPERATOR, "acme", "main", {"workspace": "kb", "path": "/bio"})
+    server = build_server(acme, fixed_binding("acme", "main", READER))
+    out = call(server, None, "lineage", {"workspace": "kb", "path": "/bio"})
+    assert out["branch"] == "main" and out["path"] == "/bio"
+    assert sorted(r["path"] for r in out["derived"] if r["kind"] == "mention") == [
+        "/entities/ada-lovelace", "/entities/charles-babbage"]
+    missing = call(server, None, "lineage", {"workspace": "kb", "path": "/nope"}, error=True)
+    assert missing["error"]["code"] == "not_found"
+
+
 def test_resolve_entities_proposes_the_merges_on_a_proposal_branch(acme):
     for slug, name in (("ahab", "Ahab"), ("captain-ahab", "Captain Ahab")):
         run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", f"/entities/{slug}", node_type="kg:Entity",

@@ -22,7 +22,10 @@ extraction may touch).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import unicodedata
 import uuid
 from collections import Counter
 
@@ -79,6 +82,20 @@ def _event(value):
         pass
 
 
+def text_hash(text):
+    """sha256 of a document's one text field, stripped: what a mention records it read."""
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
+
+
+def _fold(text):
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def names_in(text, names):
+    """Whether the text names one of ``names`` (folded case and spacing, whole words)."""
+    return any(n and re.search(rf"(?<!\w){re.escape(n)}(?!\w)", _fold(text)) for n in map(_fold, names))
+
+
 def parent_path(path):
     return path.rsplit("/", 1)[0] or "/"
 
@@ -127,6 +144,7 @@ class Model:
         res = resolutions or {}
         bn, be = self.base[source]
         on, oe = self.nodes[target], self.edges[target]
+        on_before, be_target = set(on), dict(oe)
         tn, te = self.nodes[source], self.edges[source]
         conflicts = set()
         node_writes = {}                 # path -> ("write", value) | ("kept", value) | ("delete", None)
@@ -240,7 +258,51 @@ class Model:
                 oe[key] = w
                 report_edges[key] = "upserted"
         self.base[source] = (dict(tn), dict(te))
-        return set(), {"nodes": report_nodes, "relations": report_edges}
+        lineage = self.refresh_derived(target, be_target, {p for p, (op, _) in node_writes.items()
+                                                            if op in ("write", "delete") and p in on_before})
+        return set(), {"nodes": report_nodes, "relations": report_edges, "lineage": lineage}
+
+    def refresh_derived(self, branch, edges_before, changed):
+        """kg.ops.lineage's rule (no LLM) after a merge changed or deleted ``changed`` paths on
+        ``branch``: a mention of an entity the new text no longer names is dropped, one still
+        named is restamped with the new text's hash, an entity left with no edge is flagged
+        ``orphan``. Returns what changed: ``{"unlinked", "restamped"}`` edge keys and
+        ``"orphaned"`` paths."""
+        nodes, edges = self.nodes[branch], self.edges[branch]
+        out = {"unlinked": set(), "restamped": set(), "orphaned": set()}
+        touched = set()
+        for key in sorted(k for k in edges_before if k[1] == "mentioned_in" and k[2] in changed):
+            entity, _, doc = key
+            if entity not in nodes:
+                continue
+            if doc not in nodes or key not in edges:
+                touched.add(entity)
+                continue
+            text = nodes[doc].get("content", "")
+            names = [nodes[entity].get("name"), *(nodes[entity].get("aliases") or [])]
+            if names_in(text, [n for n in names if isinstance(n, str)]):
+                weight, stamp = edges[key]
+                if stamp != text_hash(text):
+                    edges[key] = (weight, text_hash(text))
+                    out["restamped"].add(key)
+                continue
+            del edges[key]
+            out["unlinked"].add(key)
+            touched.add(entity)
+        for entity in sorted(touched):
+            if nodes[entity].get("orphan") is True or any(entity in (k[0], k[2]) for k in edges):
+                continue
+            nodes[entity] = {**nodes[entity], "orphan": True}
+            out["orphaned"].add(entity)
+        return out
+
+
+def _edge_value(edge):
+    """What the model compares of an edge: its weight; a mention's also the text hash it read
+    (lineage's stamp, which a merge compares like any property)."""
+    if edge.rel_type == "mentioned_in":
+        return (edge.weight, (edge.properties or {}).get("source_hash"))
+    return edge.weight
 
 
 def _fresh_url(kind, tmp_root):
@@ -512,6 +574,9 @@ def machine_for(kind, tmp_root):
             # what the record lists is there: a trusted record never hides a lost edge
             for entity in out["entities"]:
                 assert (entity["path"], "mentioned_in", doc) in got_edges
+            for key in got_edges:
+                if key[1] == "mentioned_in" and key[2] == doc and got_edges[key] != before_edges.get(key, ABSENT):
+                    assert got_edges[key][1] == text_hash(before_nodes[doc]["content"]), key
             self.model.nodes[branch], self.model.edges[branch] = got_nodes, got_edges
             self.check(branch)
 
@@ -575,17 +640,28 @@ def machine_for(kind, tmp_root):
             old_nodes, old_edges = before
             new_nodes, new_edges = self.model.nodes[target], self.model.edges[target]
             applied = got["applied"]
+            lin = report["lineage"]
+            # lineage's own writes (in the merge's revision, not in ``applied``): orphan flags,
+            # dropped and restamped mentions
+            orphaned = lin["orphaned"] - set(report["nodes"])
+            relinked = lin["unlinked"] | lin["restamped"]
+            _event(f"merge: lineage {'wrote' if orphaned or relinked else 'nothing'}")
             for outcome in ("added", "modified", "deleted", "kept"):
                 listed = {n["path"] for n in applied["nodes"][outcome]}
                 assert listed == {p for p, o in report["nodes"].items() if o == outcome}, outcome
             assert {n["path"] for n in applied["nodes"]["added"]} == set(new_nodes) - set(old_nodes)
             assert {n["path"] for n in applied["nodes"]["deleted"]} == set(old_nodes) - set(new_nodes)
             assert {n["path"] for n in applied["nodes"]["modified"]} == {
-                p for p in set(old_nodes) & set(new_nodes) if old_nodes[p] != new_nodes[p]}
+                p for p in set(old_nodes) & set(new_nodes) if old_nodes[p] != new_nodes[p]} - orphaned
             changed = {k for k in set(old_edges) | set(new_edges)
                        if old_edges.get(k, ABSENT) != new_edges.get(k, ABSENT)}
-            assert applied["relations"]["upserted"] == len({k for k in changed if k in new_edges})
-            assert applied["relations"]["removed"] == len({k for k in changed if k not in new_edges})
+            if relinked:
+                assert changed - relinked <= set(report["relations"])
+                assert applied["relations"]["upserted"] == sum(o == "upserted" for o in report["relations"].values())
+                assert applied["relations"]["removed"] == sum(o == "removed" for o in report["relations"].values())
+            else:
+                assert applied["relations"]["upserted"] == len({k for k in changed if k in new_edges})
+                assert applied["relations"]["removed"] == len({k for k in changed if k not in new_edges})
             assert applied["relations"]["kept"] == sum(1 for o in report["relations"].values() if o == "kept")
             if got["revision"] is None:
                 assert not changed and not report["nodes"] and not report["relations"]
@@ -595,12 +671,13 @@ def machine_for(kind, tmp_root):
                 [entry] = [r for r in history.revision_log(s, view, limit=5) if r["revision"] == got["revision"]]
             puts = {c["path"] for c in entry["changes"] if c["kind"] == "node" and c["op"] == "put"}
             deletes = {c["path"] for c in entry["changes"] if c["kind"] == "node" and c["op"] == "delete"}
-            assert puts == {p for p, o in report["nodes"].items() if o != "deleted"}
+            assert puts == {p for p, o in report["nodes"].items() if o != "deleted"} | lin["orphaned"]
             assert deletes == {p for p, o in report["nodes"].items() if o == "deleted"}
             rel_ops = [c for c in entry["changes"] if c["kind"] == "relation"]
-            assert sum(1 for c in rel_ops if c["op"] == "delete") == applied["relations"]["removed"]
+            assert sum(1 for c in rel_ops if c["op"] == "delete") == (
+                applied["relations"]["removed"] + len(lin["unlinked"]))
             assert sum(1 for c in rel_ops if c["op"] == "put") == (
-                applied["relations"]["upserted"] + applied["relations"]["kept"])
+                applied["relations"]["upserted"] + applied["relations"]["kept"] + len(lin["restamped"]))
 
         def teardown_stats(self):
             _event(f"property-level merges: {min(self.model.property_merges, 3)}")
@@ -637,7 +714,7 @@ def machine_for(kind, tmp_root):
                 got_nodes = {v.path: {**v.properties, "@type": v.node_type, "@order": v.order} for v in listed}
                 by_id = {v.node_id: v.path for v in listed}
                 assert len(by_id) == len(listed), "two paths share a node id"
-                got_edges = {(by_id[e.from_node_id], e.rel_type, by_id[e.to_node_id]): e.weight
+                got_edges = {(by_id[e.from_node_id], e.rel_type, by_id[e.to_node_id]): _edge_value(e)
                              for e in rel_store.visible_relations(s, view)}
             return got_nodes, got_edges, view.revision
 
@@ -719,6 +796,26 @@ FOUND = {
         ("create_on_both_sides", {"path": "/a", "props": {"k1": 1}, "same": False}, ["b1/b2"]),
         ("relate_to_what_the_other_side_deletes", {"a": "/a", "b": "/a", "child_deletes": False, "t": "t1"},
          ["b1/b2", True, "theirs"]),
+    ],
+    # lineage (issue 17): a merge that changes a document main extracted drops the mention of
+    # an entity the new text no longer names, and flags the entity orphan; the model had no rule
+    "merge_changes_an_extracted_text": [
+        ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["main"]),
+        ("extract_entities", {"doc": "/d1"}, ["main"]),
+        ("create_branch", {}, ["main"]),
+        ("put_document", {"path": "/d1", "text_": TEXTS[2]}, ["b1"]),
+        ("merge", {}, ["b1", "none"]),
+    ],
+    # lineage: a mention stamped with the text's revision made one text, written and extracted
+    # on both sides, a merge conflict on every mention; the hash of the text merges cleanly
+    "one_text_extracted_on_both_sides": [
+        ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["main"]),
+        ("create_branch", {}, ["main"]),
+        ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["b1"]),
+        ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["main"]),
+        ("extract_entities", {"doc": "/d1"}, ["main"]),
+        ("extract_entities", {"doc": "/d1"}, ["b1"]),
+        ("merge", {}, ["b1", "none"]),
     ],
     "delete_under_relation_then_merge": [
         ("create_branch", {}, ["main"]),

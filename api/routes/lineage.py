@@ -1,0 +1,36 @@
+"""Lineage: what was derived from a node, and from what it was derived (docs/lineage.md).
+
+The route is ``/workspaces/{ws}/lineage/{path}``, not ``/nodes/{path}/lineage``: ``nodes/{path:path}``
+takes every segment, so a suffix would be ambiguous with a node whose last segment is
+``lineage``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.guard import GuardedRoute
+from api.schemas import Lineage
+from kg.ops import lineage as lineage_ops
+from kg.store.paths import validate_path
+
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/workspaces/{ws}", tags=["lineage"])
+
+
+@router.get("/lineage/{path:path}", response_model=Lineage)
+def lineage(
+    repo: str,
+    ws: str,
+    path: str,
+    services: ServicesDep,
+    caller: CallerDep,
+    branch: BranchQ = "main",
+    at_revision: RevisionQ = None,
+) -> dict:
+    """Records derived from the node at ``path`` (chunks, entity mentions, its extraction record,
+    stored answers citing it) with the source revision each recorded and whether it is current,
+    and what the node itself was derived from."""
+    return lineage_ops.node_lineage(
+        services, caller, repo, branch, ws, validate_path("/" + path), at_revision=at_revision
+    )
