@@ -24,14 +24,19 @@ demo: install
 serve: install
 	$(BIN)/kg serve
 
+## Parallel test workers (pytest-xdist): one per core; a module's tests stay on one worker, so its
+## module-scoped fixtures are built once. PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL := $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadscope)
+
 ## Every test, on SQLite and on the local PostgreSQL (started if it is down).
 test: install
 	./scripts/ensure-postgres.sh
-	KG_TEST_POSTGRES_URL=$${KG_TEST_POSTGRES_URL:-$(PG_URL)} $(BIN)/python -m pytest -q
+	KG_TEST_POSTGRES_URL=$${KG_TEST_POSTGRES_URL:-$(PG_URL)} $(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 ## Tests on SQLite only (no PostgreSQL needed).
 test-sqlite: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
 bench: install
 	$(BIN)/python bench/branch_create.py

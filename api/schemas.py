@@ -345,6 +345,17 @@ class MergeApplied(Schema):
     relations: MergedRelations
 
 
+class DerivedRefresh(Schema):
+    """What lineage did, in the same revision, to the records derived from the nodes a write
+    changed (docs/lineage.md)."""
+
+    unlinked: int = Field(description="``mentioned_in`` edges removed: the entity is no longer named in the text.")
+    restamped: int = Field(description="``mentioned_in`` edges kept and stamped with the text's new hash.")
+    orphaned: int = Field(description="Entities left with no edge, flagged ``orphan`` (not deleted).")
+    stale: int = Field(description="Stored answers marked ``stale``: a cited passage changed or was deleted.")
+    queued: int = Field(description="Texts queued for ``extract-entities`` again (with an LLM configured).")
+
+
 class MergeResult(Schema):
     """``POST .../merge``: the revision it made on the target (null: nothing to apply, or a dry run)."""
 
@@ -354,6 +365,8 @@ class MergeResult(Schema):
     applied: MergeApplied
     base: MergePoint
     up_to_date: bool = absent("true when there was nothing to merge (no revision was made).")
+    derived: DerivedRefresh = absent("What lineage did to the records derived from the merged changes "
+                                     "(absent for a dry run or an empty merge).")
     plan: str = absent("A dry run's token of what it planned from: send it as ``if_plan`` with the merge.")
 
 
@@ -607,6 +620,11 @@ class Neighbor(Schema):
     weight: Number | None
     direction: Literal["OUT", "IN"]
     properties: JSONObject
+    valid_from: str | None = Field(description="World time the relation starts holding (ISO 8601, UTC); "
+                                               "null: always had.")
+    valid_to: str | None = Field(description="World time it stops holding; null: still holds.")
+    invalidated_by: str | None = Field(description="What superseded it (``from|type|to`` of the "
+                                                   "relation that replaced it, or free text).")
 
 
 class NeighborList(Schema):

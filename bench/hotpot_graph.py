@@ -52,20 +52,56 @@ def extract_all(services: Any, workspace: str, corpus: dict[str, dict]) -> dict[
             "seconds": round(time.perf_counter() - started, 1)}
 
 
-def graph_ranking(services: Any, workspace: str, question: str, *, keep: int = 5, k: int = 10) -> list[str]:
+def resolve_onto_branch(services: Any, workspace: str) -> tuple[str, dict[str, Any]]:
+    """Resolve the entities of ``main``, merge the proposal into a new branch made from ``main``.
+
+    Returns the branch (``bench/resolved-<UTC timestamp>``; the proposal branch is deleted once
+    merged) and the figures: entities, merges, names merged, edges re-pointed / combined /
+    dropped, the merge's changes, seconds.
+    """
+    from datetime import UTC, datetime
+
+    from bench.beir import REPO
+    from kg.context import run
+    from kg.ops.branches import create_branch, delete_branch
+    from kg.ops.merge import merge_branch
+
+    started = time.perf_counter()
+    proposal = invoke(services, OPERATOR, REPO, "resolve-entities", {"workspace": workspace})
+    resolved = time.perf_counter() - started
+    target = f"bench/resolved-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
+    run(services, OPERATOR, create_branch, REPO, name=target, from_branch="main")
+    merged: dict[str, Any] = {}
+    if proposal["branch"]:
+        merged = run(services, OPERATOR, merge_branch, REPO, proposal["branch"], target,
+                     message="bench: the resolve-entities proposal")
+        run(services, OPERATOR, delete_branch, REPO, proposal["branch"])
+    figures = {
+        "entities": proposal["entities"], "merges": len(proposal["merges"]),
+        "names_merged": sum(len(m["merged"]) for m in proposal["merges"]),
+        "edges": proposal.get("edges", {}),
+        "merge_changes": {key: value for key, value in merged.items() if isinstance(value, int)},
+        "examples": [[m["kept_name"], *m["names"]] for m in proposal["merges"][:8]],
+        "resolve_seconds": round(resolved, 1), "seconds": round(time.perf_counter() - started, 1),
+    }
+    return target, figures
+
+
+def graph_ranking(services: Any, workspace: str, question: str, *, keep: int = 5, k: int = 10,
+                  branch: str = "main") -> list[str]:
     """Passage ids, best first: hybrid top ``keep``, then hybrid and graph fused by RRF."""
     from bench.beir import REPO
     from bench.hotpot import run_search
 
     # the same hybrid ranking as the "hybrid" mode (node granularity), so that the two modes
     # differ only by the graph leg
-    ranked = run_search(services, workspace, question, "hybrid", 100)
+    ranked = run_search(services, workspace, question, "hybrid", 100, branch)
     seeds = [f"{workspace}:/doc/{did}" for did in ranked[:keep]]
     reached: list[str] = []
     if seeds:
         context = invoke(services, OPERATOR, REPO, "graph-context", {
             "seeds": seeds, "hops": 2, "types": ["mentioned_in"], "direction": "BOTH",
-            "max_nodes": 200, "fan_out": 25})
+            "max_nodes": 200, "fan_out": 25}, branch=branch)
         found = [node for node in context["nodes"] if node["hop"] == 2 and node["path"].startswith("/doc/")]
         # graph-context's relevance score (seed mass spread over the entity edges, split by
         # degree), best first; the walk order breaks ties

@@ -32,7 +32,7 @@ from kg.ops import relations as relation_ops
 from kg.ops import repos as repo_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import ingest_path
-from kg.ops.lineage import node_lineage
+from kg.ops.lineage import describe_derived, node_lineage
 from kg.ops.merge import merge_branch, preview_merge
 from kg.rag.functions import ask as ask_question
 from kg.rag.functions import invoke as invoke_function
@@ -602,6 +602,16 @@ def merge(repo: Annotated[str, typer.Option(help="Repository.")],
         typer.echo(f"merged {where}: nothing to apply (up to date)")
     else:
         typer.echo(f"merged {where} ({how}) as revision {result['revision']}: {counts}")
+        lineage = _derived_line(result.get("derived") or {})
+        if lineage:
+            typer.echo(lineage)
+
+
+def _derived_line(derived: dict[str, int]) -> str:
+    """One line of what lineage did in a write (empty when nothing), e.g. ``lineage: 2
+    mention(s) unlinked, 1 entity(ies) flagged orphan``."""
+    told = describe_derived(derived)
+    return f"lineage: {told}" if told else ""
 
 
 def _time_option(value: str | None, name: str):

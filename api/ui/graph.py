@@ -105,9 +105,11 @@ def elements(repo: str, drawn: dict[str, Any], seed: str) -> dict[str, Any]:
     dict
         ``{"elements": {"nodes": [{"data": {"id", "label", "workspace", "path", "hop",
         "change", "href", "seed"}, "classes"}], "edges": [{"data": {"id", "source", "target",
-        "type", "weight", "colour", "width", "change"}, "classes"}]}, "truncated", "legend":
-        [{"type", "colour"}], "branch", "parent", "seed"}``; ``classes`` holds ``seed`` and
-        ``added`` or ``changed``. Node ids are addresses ``workspace:/path``.
+        "type", "weight", "colour", "width", "change", "valid_from", "valid_to", "invalidated_by",
+        "current"}, "classes"}]}, "truncated", "legend": [{"type", "colour"}], "branch", "parent",
+        "seed", "invalid": n}``; ``classes`` holds ``seed`` and ``added`` or ``changed``, and
+        ``invalid`` for a relation not valid now (drawn only when invalid ones are asked for).
+        Node ids are addresses ``workspace:/path``.
     """
     branch = drawn["branch"]
     nodes = []
@@ -122,30 +124,47 @@ def elements(repo: str, drawn: dict[str, Any], seed: str) -> dict[str, Any]:
                       "classes": " ".join(classes)})
     edges = []
     for e in drawn["edges"]:
+        classes = [c for c in (e["change"], None if e.get("current", True) else "invalid") if c]
         edges.append({"data": {"id": f"{e['from']}|{e['type']}|{e['to']}", "source": e["from"], "target": e["to"],
                                "type": e["type"], "weight": e["weight"], "colour": type_colour(e["type"]),
-                               "width": edge_width(e["weight"]), "change": e["change"]},
-                      "classes": e["change"] or ""})
+                               "width": edge_width(e["weight"]), "change": e["change"],
+                               "valid_from": e.get("valid_from"), "valid_to": e.get("valid_to"),
+                               "invalidated_by": e.get("invalidated_by"), "current": e.get("current", True)},
+                      "classes": " ".join(classes)})
     types = sorted({e["type"] for e in drawn["edges"]})
     return {"elements": {"nodes": nodes, "edges": edges}, "truncated": drawn["truncated"],
             "legend": [{"type": t, "colour": type_colour(t)} for t in types],
-            "branch": branch, "parent": drawn["parent"], "seed": seed}
+            "branch": branch, "parent": drawn["parent"], "seed": seed,
+            "invalid": sum(1 for e in drawn["edges"] if not e.get("current", True))}
 
 
-def _walk(console: Console, repo: str, branch: str, workspace: str, path: str, hops: int, cap: int) -> dict[str, Any]:
+def _walk(console: Console, repo: str, branch: str, workspace: str, path: str, hops: int, cap: int,
+          invalid: bool = False) -> dict[str, Any]:
     seed = f"{workspace}:{path}"
     drawn = neighborhood(console.services, console.caller, repo, branch, [seed], hops=hops, fan_out=cap,
-                         max_nodes=MAX_GRAPH_NODES)
+                         max_nodes=MAX_GRAPH_NODES, include_invalid=invalid)
     return elements(repo, drawn, seed)
+
+
+def _flag(name: str, raw: str | None) -> bool:
+    """A checkbox: absent or empty is off, ``1``/``on``/``true`` is on; anything else a 422."""
+    if raw in (None, "", "0", "off", "false"):
+        return False
+    if raw in ("1", "on", "true"):
+        return True
+    raise InvalidInput(f"{name} must be 1 or 0", details={name: raw})
 
 
 @router.get("/graph")
 def graph(repo: str, console: PageDep, branch: str | None = None, workspace: str | None = None,
-          path: str | None = None, hops: str | None = None, cap: str | None = None) -> Response:
-    """The neighbourhood graph of a node (without ``path``: the form to pick one)."""
+          path: str | None = None, hops: str | None = None, cap: str | None = None,
+          invalid: str | None = None) -> Response:
+    """The neighbourhood graph of a node (without ``path``: the form to pick one): its current
+    relations, or with ``invalid=1`` every relation, the ones no longer valid drawn dotted."""
     branch = console.home_branch(repo, branch)
     n_hops = _bounded("hops", hops, 1, 1, MAX_GRAPH_HOPS)
     n_cap = _bounded("cap", cap, DEFAULT_CAP, 1, MAX_CAP)
+    with_invalid = _flag("invalid", invalid)
     workspaces = [w["name"] for w in list_workspaces(console.services, console.caller, repo)]
     workspace = workspace or None
     path = path or None
@@ -155,20 +174,20 @@ def graph(repo: str, console: PageDep, branch: str | None = None, workspace: str
             if len(workspaces) != 1:
                 raise InvalidInput("workspace is required with path (the repository has several)")
             workspace = workspaces[0]
-        drawn = _walk(console, repo, branch, workspace, path, n_hops, n_cap)  # errors (404, 422) as a page
+        drawn = _walk(console, repo, branch, workspace, path, n_hops, n_cap, with_invalid)  # errors as a page
     elements_url = (ui_url(f"/r/{repo}/graph/elements", branch=branch, workspace=workspace, path=path, hops=n_hops,
-                           cap=n_cap) if drawn is not None else None)
+                           cap=n_cap, invalid=1 if with_invalid else None) if drawn is not None else None)
     return console.render("graph.html", section="graph", repo=repo, branch=branch, workspace=workspace,
-                          path=path, hops=n_hops, cap=n_cap, workspaces=workspaces, drawn=drawn,
+                          path=path, hops=n_hops, cap=n_cap, invalid=with_invalid, workspaces=workspaces, drawn=drawn,
                           elements_url=elements_url, max_hops=MAX_GRAPH_HOPS, max_cap=MAX_CAP)
 
 
 @router.get("/graph/elements")
 def graph_elements(repo: str, console: PageDep, workspace: str, path: str, branch: str = "main",
-                   hops: str | None = None, cap: str | None = None) -> Response:
+                   hops: str | None = None, cap: str | None = None, invalid: str | None = None) -> Response:
     """The cytoscape elements of a node's neighbourhood, as JSON."""
     drawn = _walk(console, repo, branch, workspace, path, _bounded("hops", hops, 1, 1, MAX_GRAPH_HOPS),
-                  _bounded("cap", cap, DEFAULT_CAP, 1, MAX_CAP))
+                  _bounded("cap", cap, DEFAULT_CAP, 1, MAX_CAP), _flag("invalid", invalid))
     response = JSONResponse(drawn)
     console.keep(response)
     return response

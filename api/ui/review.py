@@ -25,6 +25,7 @@ from kg.context import run
 from kg.errors import Conflict, InvalidInput, MergeConflict
 from kg.ops import merge as merge_ops
 from kg.ops import queries
+from kg.ops.lineage import describe_derived
 
 router = APIRouter(prefix="/ui/r/{repo}")
 PageDep = Annotated[Console, Depends(page)]
@@ -313,7 +314,8 @@ def merge(repo: str, console: ActionDep) -> Response:
         return _panel(console, "conflicts", 422, context, rows=conflict_rows(every, picks), problem=exc.message)
     if dry_run:
         context["plan"] = out.get("plan", seen)
-    return _panel(console, "preview" if dry_run else "result", 200, context, out=out)
+    return _panel(console, "preview" if dry_run else "result", 200, context, out=out,
+                  lineage=describe_derived(out.get("derived")))
 
 
 def _panel(console: Console, state: str, status: int, context: dict[str, Any], **more: Any) -> Response:

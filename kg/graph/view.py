@@ -73,6 +73,11 @@ class EdgeRow:
     deleted: bool = False
     valid_from: datetime | None = None
     valid_to: datetime | None = None
+    invalidated_by: str | None = None
+
+
+#: An edge's validity as the view keeps it: (valid_from, valid_to, invalidated_by).
+Validity = tuple[datetime | None, datetime | None, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +127,10 @@ class GraphView:
         self._shared_attrs: dict[float | None, dict] = {}
         self._ids: dict[str, str] = {}
         self.edge_count = 0
-        # (valid_from, valid_to) of the edges (live or dormant) that carry a validity: most
-        # edges carry none, and a view without any reads as fast as before (issue 17).
-        self._validity: dict[EdgeKey, tuple[datetime | None, datetime | None]] = {}
+        # (valid_from, valid_to, invalidated_by) of the edges (live or dormant) that carry a
+        # validity: most edges carry none, and a view without any reads as fast as before
+        # (issue 17).
+        self._validity: dict[EdgeKey, Validity] = {}
 
     # -- size ------------------------------------------------------------------------------
 
@@ -227,6 +233,11 @@ class GraphView:
             rows.append(Neighbor(other, rel_type, data["weight"], d, data["properties"] or {}))
         return rows, len(entries) > limit
 
+    def validity(self, from_id: str, rel_type: str, to_id: str) -> Validity:
+        """The world-time validity of one edge: ``(valid_from, valid_to, invalidated_by)``,
+        each None when unset (an edge without any is valid always). O(1)."""
+        return self._validity.get((from_id, rel_type, to_id), (None, None, None))
+
     # -- loading and applying versions -----------------------------------------------------
 
     def load(self, edges: Iterable[EdgeRow], resolve: Callable[[set[str]], Mapping[str, NodeAddress]],
@@ -271,8 +282,8 @@ class GraphView:
             if keyed is None:
                 keyed = succ[f][to] = pred[to][f] = {}
             keyed[row.rel_type] = self._attrs(row.weight, row.properties or None)
-            if row.valid_from is not None or row.valid_to is not None:
-                self._validity[(f, row.rel_type, to)] = (row.valid_from, row.valid_to)
+            if row.valid_from is not None or row.valid_to is not None or row.invalidated_by is not None:
+                self._validity[(f, row.rel_type, to)] = (row.valid_from, row.valid_to, row.invalidated_by)
         self.edge_count = count
         for node_id, where in resolve(set(succ)).items():
             self._set_address(self._id(node_id), where)
@@ -336,8 +347,8 @@ class GraphView:
             self._validity.pop(key, None)
             if not erow.deleted:
                 self._put_edge(key, erow.weight, erow.properties)
-                if erow.valid_from is not None or erow.valid_to is not None:
-                    self._validity[key] = (erow.valid_from, erow.valid_to)
+                if erow.valid_from is not None or erow.valid_to is not None or erow.invalidated_by is not None:
+                    self._validity[key] = (erow.valid_from, erow.valid_to, erow.invalidated_by)
         self.revision = revision
 
     # -- internals -------------------------------------------------------------------------

@@ -192,6 +192,40 @@ def _address(view: BranchView, version: NodeVersion) -> str:
     return f"{view.workspaces[version.workspace_id]}:{version.path}"
 
 
+#: How each count of :func:`refresh_derived` reads to a person, in the order they are told.
+DERIVED_LABELS = (
+    ("unlinked", "mention(s) unlinked"),
+    ("restamped", "mention(s) restamped"),
+    ("orphaned", "entity(ies) flagged orphan"),
+    ("stale", "answer(s) marked stale"),
+    ("queued", "text(s) queued for extract-entities"),
+)
+
+
+def describe_derived(counts: dict[str, int] | None) -> str:
+    """What lineage did in one write, for a person: the non-zero counts of :func:`refresh_derived`.
+
+    Parameters
+    ----------
+    counts : dict or None
+        ``{"unlinked", "restamped", "orphaned", "stale", "queued"}`` (missing keys count 0).
+
+    Returns
+    -------
+    str
+        The counts joined by commas; empty when nothing was done.
+
+    Examples
+    --------
+    >>> describe_derived({"unlinked": 2, "restamped": 0, "orphaned": 1, "stale": 0, "queued": 0})
+    '2 mention(s) unlinked, 1 entity(ies) flagged orphan'
+    >>> describe_derived(None)
+    ''
+    """
+    counts = counts or {}
+    return ", ".join(f"{counts[key]} {label}" for key, label in DERIVED_LABELS if counts.get(key))
+
+
 def refresh_derived(
     uow: UnitOfWork, ctx: WriteContext, changed: list[Changed], *, recheck: bool = False
 ) -> dict[str, int]:

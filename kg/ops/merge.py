@@ -114,8 +114,11 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     Returns
     -------
     dict
-        ``{"revision", "fast_forward", "applied", "base", "dry_run"}``; ``revision`` is None
-        when there was nothing to apply (no revision is made, but the merge point is recorded).
+        ``{"revision", "fast_forward", "applied", "base", "dry_run", "derived"}``; ``revision``
+        is None when there was nothing to apply (no revision is made, but the merge point is
+        recorded, and there is no ``derived``). ``derived`` counts what lineage did to the
+        records derived from the nodes the merge changed (:func:`kg.ops.lineage.refresh_derived`):
+        ``{"unlinked", "restamped", "orphaned", "stale", "queued"}``.
 
     Raises
     ------
@@ -152,7 +155,7 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
             text = plan_for(uow.services, session, ctx.repo, names[change.key[0]], change.value["properties"])
             keys[(change.key[0], history.canonical(change.value["properties"]))] = text.content_key
     applied = history.apply_merge(session, ctx, plan, keys)
-    refresh_derived(uow, ctx, [Changed(names[c.key[0]], c.key[1], c.node_id,
+    derived = refresh_derived(uow, ctx, [Changed(names[c.key[0]], c.key[1], c.node_id,
                                        None if c.value is None else c.value["properties"])
                                for c in plan.node_changes if c.existed and c.source != "ours"], recheck=True)
     queued: list[str] = []
@@ -168,7 +171,7 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
                 queued.append(key)
     uow.index_after_commit(ctx.repo.id, queued)
     return {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
-            "applied": applied, "base": _base(plan)}
+            "applied": applied, "base": _base(plan), "derived": derived}
 
 
 def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext, plan: history.MergePlan) -> None:

@@ -40,7 +40,7 @@ from kg.graph.neighbors import (
     check_types,
 )
 from kg.graph.traverse import check_walk_bounds, traverse
-from kg.graph.validity import ValidAt, read_time
+from kg.graph.validity import ValidAt, iso, read_time, valid_at
 from kg.graph.view import EdgeRow, GraphView, NodeAddress, NodeRow
 from kg.rag.entities import ABOUT, MENTIONED_IN
 from kg.store import relations as store
@@ -74,8 +74,8 @@ def _resolver(session: Session, view: BranchView):
 def _build(session: Session, view: BranchView, max_edges: int) -> GraphView | None:
     """Read the branch's graph from SQL; None when it holds more than ``max_edges`` relations."""
     graph = GraphView(view.revision)
-    rows = (EdgeRow(f, t, to, w, p, False, vf, vt)
-            for f, t, to, w, p, vf, vt in store.stream_visible_edges(session, view))
+    rows = (EdgeRow(f, t, to, w, p, False, vf, vt, inv)
+            for f, t, to, w, p, vf, vt, inv in store.stream_visible_edges(session, view))
     collecting = gc.isenabled()
     gc.disable()  # millions of new long-lived objects: a cyclic collection every 700 is waste
     try:
@@ -285,8 +285,10 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     -------
     dict
         ``{"neighbors": [{"workspace", "path", "node_id", "relation_type", "weight",
-        "direction", "properties"}], "truncated": bool}`` in the stable order (weight desc with
-        null last, address, type, direction); ``truncated`` when more edges matched.
+        "direction", "properties", "valid_from", "valid_to", "invalidated_by"}], "truncated":
+        bool}`` in the stable order (weight desc with null last, address, type, direction);
+        ``truncated`` when more edges matched. The validity keys are ISO 8601 times in UTC or
+        null (unbounded), ``invalidated_by`` the reference of what superseded the relation.
 
     Raises
     ------
@@ -312,17 +314,25 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
             rows = []
             for other, rel_type, weight, d, properties in found:
                 where = graph.address(other)
+                key = (node_id, rel_type, other) if d == "OUT" else (other, rel_type, node_id)
                 rows.append({"workspace": where.workspace, "path": where.path, "node_id": other,
                              "relation_type": rel_type, "weight": weight, "direction": d,
-                             "properties": properties})
+                             "properties": properties, **_validity_fields(*graph.validity(*key))})
             return {"neighbors": rows, "truncated": truncated}
     page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1, at=at)
     return {
         "neighbors": [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id,
                        "relation_type": r.relation_type, "weight": r.weight, "direction": r.direction,
-                       "properties": r.properties} for r in page[:limit]],
+                       "properties": r.properties, **_validity_fields(r.valid_from, r.valid_to, r.invalidated_by)}
+                      for r in page[:limit]],
         "truncated": len(page) > limit,
     }
+
+
+def _validity_fields(valid_from: datetime | None, valid_to: datetime | None,
+                     invalidated_by: str | None) -> dict[str, Any]:
+    """A NEIGHBORS row's validity keys: ISO 8601 in UTC, or null when unbounded / unset."""
+    return {"valid_from": iso(valid_from), "valid_to": iso(valid_to), "invalidated_by": invalidated_by}
 
 
 def _sql_lookup(session: Session, view: BranchView, direction: Direction, types: frozenset[str] | None,
@@ -667,7 +677,8 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
 
 def neighborhood(services: Resources, caller: Actor, repo: str, branch: str, seeds: Sequence[str], *,
                  hops: int = 1, direction: str = "BOTH", types: Sequence[str] | None = None,
-                 max_nodes: int = 200, fan_out: int = 50) -> dict[str, Any]:
+                 max_nodes: int = 200, fan_out: int = 50, as_of: datetime | None = None,
+                 include_invalid: bool = False) -> dict[str, Any]:
     """The subgraph around ``seeds`` on ``branch``'s head, for drawing: the bounded walk's nodes,
     every relation between them, and what the branch changed against its parent.
 
@@ -692,17 +703,23 @@ def neighborhood(services: Resources, caller: Actor, repo: str, branch: str, see
         Relation types followed and returned (None: all).
     max_nodes, fan_out : int, 1..10,000
         The walk's budgets.
+    as_of : datetime or None
+        World time (timezone-aware): walk and draw the relations valid then; None: now.
+    include_invalid : bool
+        Walk and draw every relation, whatever its validity (``as_of`` is then ignored).
 
     Returns
     -------
     dict
         ``{"nodes": [{"workspace", "path", "node_id", "node_type", "title", "hop", "change"}],
-        "edges": [{"from", "to", "from_id", "to_id", "type", "weight", "change"}],
+        "edges": [{"from", "to", "from_id", "to_id", "type", "weight", "change", "valid_from",
+        "valid_to", "invalidated_by", "current"}],
         "truncated": bool, "branch", "parent"}``. ``change`` is ``"added"`` for what the
         branch wrote and its parent (as of the fork) does not have, ``"changed"`` for what
         the branch rewrote, and None for what it reads from its ancestors unchanged (always
         None on a branch without a parent). ``truncated`` is the walk's: a budget left nodes
-        unvisited. Edges are in a stable order (from, type, to).
+        unvisited. Edges are in a stable order (from, type, to); ``current`` says whether an
+        edge is valid now (only ``include_invalid`` or a past ``as_of`` draws one that is not).
 
     Raises
     ------
@@ -717,9 +734,11 @@ def neighborhood(services: Resources, caller: Actor, repo: str, branch: str, see
     (per 500), one for the relations between them, and on a branch with a parent, two more
     for the ancestors' versions of what the branch wrote.
     """
+    at = read_time(as_of, include_invalid)
+    now = read_time()
     with reading(services, caller, repo, branch) as (session, view):
         walked = traverse_from(session, services, view, seeds, hops=hops, direction=check_direction(direction),
-                               types=types, max_nodes=max_nodes, fan_out=fan_out)
+                               types=types, max_nodes=max_nodes, fan_out=fan_out, at=at)
         wanted = _check_types(types)
         ids = [n["node_id"] for n in walked["nodes"]]
         versions = nodes_by_id(session, view, ids)
@@ -728,7 +747,8 @@ def neighborhood(services: Resources, caller: Actor, repo: str, branch: str, see
             part = ids[start:start + 500]
             stmt, _ = visible_select(RelationVersion, view, _EDGE_KEY, RelationVersion.from_node_id.in_(part),
                                      RelationVersion.to_node_id.in_(ids))
-            edges.extend(e for e in session.scalars(stmt) if wanted is None or e.rel_type in wanted)
+            edges.extend(e for e in session.scalars(stmt) if (wanted is None or e.rel_type in wanted)
+                         and valid_at(e.valid_from, e.valid_to, at))
         own = view.branch.id
         parents = Chain(view.chain[1:])
         mine_nodes = [nid for nid, v in versions.items() if v.branch_id == own]
@@ -765,7 +785,9 @@ def neighborhood(services: Resources, caller: Actor, repo: str, branch: str, see
                                        n["node_id"] in before_nodes)})
     drawn = [{"from": address[e.from_node_id], "to": address[e.to_node_id], "from_id": e.from_node_id,
               "to_id": e.to_node_id, "type": e.rel_type, "weight": e.weight,
-              "change": change(e.branch_id == own, (e.from_node_id, e.rel_type, e.to_node_id) in before_edges)}
+              "change": change(e.branch_id == own, (e.from_node_id, e.rel_type, e.to_node_id) in before_edges),
+              **_validity_fields(e.valid_from, e.valid_to, e.invalidated_by),
+              "current": valid_at(e.valid_from, e.valid_to, now)}
              for e in edges if e.from_node_id in address and e.to_node_id in address]
     drawn.sort(key=lambda e: (e["from"], e["type"], e["to"]))
     return {"nodes": nodes, "edges": drawn, "truncated": walked["truncated"], "branch": branch, "parent": parent}

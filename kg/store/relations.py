@@ -439,11 +439,14 @@ class NeighborRow:
     weight: float | None
     properties: dict[str, Any]
     direction: str
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    invalidated_by: str | None = None
 
 
 def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_000,
                       ) -> Iterator[tuple[str, str, str, float | None, dict[str, Any] | None,
-                                          datetime | None, datetime | None]]:
+                                          datetime | None, datetime | None, str | None]]:
     """Stream the branch's visible, not deleted relations (endpoints not checked).
 
     Parameters
@@ -457,7 +460,7 @@ def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_
 
     Yields
     ------
-    (from node id, relation type, to node id, weight, properties, valid_from, valid_to)
+    (from node id, relation type, to node id, weight, properties, valid_from, valid_to, invalidated_by)
 
     Notes
     -----
@@ -468,13 +471,13 @@ def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_
     stmt = stmt.with_only_columns(RelationVersion.from_node_id, RelationVersion.rel_type,
                                   RelationVersion.to_node_id, RelationVersion.weight,
                                   RelationVersion.properties, RelationVersion.valid_from,
-                                  RelationVersion.valid_to)
+                                  RelationVersion.valid_to, RelationVersion.invalidated_by)
     # Core, not ORM, execution: a third less time per row on a million rows.
     utc = _utc
     for row in session.connection().execute(stmt.execution_options(yield_per=batch)):
         vf, vt = row[5], row[6]
         yield (row[0], row[1], row[2], row[3], row[4], vf if vf is None else utc(vf),
-               vt if vt is None else utc(vt))
+               vt if vt is None else utc(vt), row[7])
 
 
 def read_node_addresses(session: Session, view: BranchView, node_ids: Collection[str] | None = None,
@@ -564,8 +567,9 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
 
     Returns
     -------
-    list of (str, str, str, float or None, dict or None, bool, datetime or None, datetime or None)
-        One tuple per version, in revision then id order (the last two: its validity).
+    list of (str, str, str, float or None, dict or None, bool, datetime or None, datetime or None, str or None)
+        One tuple per version, in revision then id order (the last three: its validity,
+        ``valid_from``, ``valid_to``, ``invalidated_by``).
 
     Notes
     -----
@@ -573,7 +577,7 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
     """
     stmt = (select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
                    RelationVersion.weight, RelationVersion.properties, RelationVersion.deleted,
-                   RelationVersion.valid_from, RelationVersion.valid_to)
+                   RelationVersion.valid_from, RelationVersion.valid_to, RelationVersion.invalidated_by)
             .where(RelationVersion.branch_id == branch_id, RelationVersion.revision > after,
                    RelationVersion.revision <= upto)
             .order_by(RelationVersion.revision, RelationVersion.id))
@@ -642,7 +646,7 @@ def _candidates_statement(side: str, null_weights: bool, typed: bool) -> Select[
 def _winners_statement(side: str, depth: int, restricted: bool, temporal: bool = False) -> Select[Any]:
     """Which of the versions ``:ids`` are their edge's winner on the chain ``b0, r0, ...`` with
     a live node at the other end (in a workspace of ``:readable``), valid at ``:at`` when
-    ``temporal``, with their properties: index probes per version."""
+    ``temporal``, with their properties and validity: index probes per version."""
     v = RelationVersion.__table__.alias("v")
     w = RelationVersion.__table__.alias("w")
     nv = NodeVersion.__table__.alias("nv")
@@ -664,7 +668,7 @@ def _winners_statement(side: str, depth: int, restricted: bool, temporal: bool =
     if temporal:
         at = bindparam("at", type_=UTCDateTime())
         valid = [or_(v.c.valid_from.is_(None), v.c.valid_from <= at), or_(v.c.valid_to.is_(None), v.c.valid_to > at)]
-    return (select(v.c.id, v.c.properties)
+    return (select(v.c.id, v.c.properties, v.c.valid_from, v.c.valid_to, v.c.invalidated_by)
             .where(v.c.id.in_(bindparam("ids", expanding=True)), *valid, v.c.id == winner, other_live))
 
 
@@ -744,12 +748,12 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
             while True:
                 rows = session.execute(candidates, {**base, "scan": scan}).all()
                 seen = [r for r in rows if not r.deleted and r.revision <= allowed.get(r.branch_id, -1)]
-                ok: dict[int, Any] = {}  # winner version id -> its properties
+                ok: dict[int, Any] = {}  # winner version id -> (properties, valid_from, valid_to, invalidated_by)
                 kept: list[Any] = []
                 i, step = 0, max(32, 2 * need)
                 while i < len(seen):  # probe in order, only as far as the page needs
                     part = seen[i:i + step]
-                    ok.update((vid, props) for vid, props in
+                    ok.update((vid, rest) for vid, *rest in
                               session.execute(winners, {**winner_params, "ids": [r.id for r in part]}))
                     kept += [r for r in part if r.id in ok]
                     i += len(part)
@@ -769,6 +773,8 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
                                      r.rel_type))
             for r in kept[:need]:
                 workspace, _, path = r.address.partition(":")
-                found.append(NeighborRow(r.other, workspace, path, r.rel_type, r.weight, ok[r.id] or {}, side))
+                props, vf, vt, inv = ok[r.id]
+                found.append(NeighborRow(r.other, workspace, path, r.rel_type, r.weight, props or {}, side,
+                                         vf if vf is None else _utc(vf), vt if vt is None else _utc(vt), inv))
     found.sort(key=_neighbor_sort_key)
     return found[offset:need]

@@ -218,6 +218,8 @@ def test_an_edit_on_a_branch_recomputes_the_branch_only_until_the_merge(client, 
     assert r.status_code == 200, r.text
     assert edges(client) == {("/entities/ada-lovelace", "/bio")}
     assert all(props(client, p)["orphan"] is True for p in bio - {"/entities/ada-lovelace"})
+    # the merge brought the branch's recomputed edges and flags: nothing left to recompute
+    assert r.json()["derived"] == {"unlinked": 0, "restamped": 0, "orphaned": 0, "stale": 0, "queued": 0}
 
 
 def test_a_merge_recomputes_what_the_target_derived_after_the_fork(client, repo):
@@ -233,6 +235,10 @@ def test_a_merge_recomputes_what_the_target_derived_after_the_fork(client, repo)
     assert edges(client) == {("/entities/ada-lovelace", "/bio")}
     assert props(client, "/entities/charles-babbage")["orphan"] is True
     assert "orphan" not in props(client, "/entities/ada-lovelace")
+    # recomputed by the merge itself, and said so: every entity but Ada unlinked and orphaned,
+    # Ada's edge stamped with the new text's hash
+    gone = len(before) - 1
+    assert r.json()["derived"] == {"unlinked": gone, "restamped": 1, "orphaned": gone, "stale": 0, "queued": 0}
 
 
 def test_a_delete_on_a_branch_reaches_main_by_the_merge(client, bio):
@@ -386,7 +392,9 @@ def test_an_answer_goes_stale_on_main_only_with_the_merge(client, answer):
     put(client, "/rigging", "Standing rigging must be replaced every twelve years.", branch="agent/fix")
     assert answer_props(client, "agent/fix")["properties"]["stale"] is True
     assert "stale" not in answer_props(client)["properties"]
-    assert client.post(f"{API}/branches/agent/fix/merge", json={"into": "main"}).status_code == 200
+    r = client.post(f"{API}/branches/agent/fix/merge", json={"into": "main"})
+    assert r.status_code == 200, r.text
+    assert r.json()["derived"]["stale"] == 0  # the branch's stale flag came with the merge
     stale = answer_props(client)["properties"]["stale_citations"]
     assert [(s["marker"], s["path"], s["reason"]) for s in stale] == [(1, "/rigging", "chunk_changed")]
 

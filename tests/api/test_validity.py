@@ -143,6 +143,30 @@ def test_invalidate_closes_the_interval_and_keeps_history(people, path):
     assert nb(people, "/dana", include_invalid="true") == ["/acme"]
 
 
+def test_neighbors_rows_say_each_relations_validity(people, path):
+    """With ``include_invalid`` a reader must tell the superseded fact from the current one:
+    every row carries valid_from, valid_to and invalidated_by (null when unset), the same
+    through the view and through SQL."""
+    people.put(f"{WS}/relation-types", json={"single_valued": ["works_at"]})
+    rel(people, "/dana", "/acme", valid_from="2020-01-01T02:00:00+02:00")
+    rel(people, "/dana", "/globex", valid_from=MID)
+    rel(people, "/dana", "/initech", type="knows")
+    r = people.get(f"{API}/neighbors", params={"node": k("/dana"), "direction": "OUT", "include_invalid": "true"})
+    assert r.status_code == 200, r.text
+    rows = {n["path"]: (n["valid_from"], n["valid_to"], n["invalidated_by"]) for n in r.json()["neighbors"]}
+    assert rows == {
+        "/acme": (PAST, MID, "knowledge:/dana|works_at|knowledge:/globex"),
+        "/globex": (MID, None, None),
+        "/initech": (None, None, None),
+    }
+    current = people.get(f"{API}/neighbors", params={"node": k("/dana"), "direction": "OUT"}).json()["neighbors"]
+    assert {n["path"]: n["valid_to"] for n in current} == {"/globex": None, "/initech": None}
+    # seen from the other end (IN) the row is the same edge, with the same validity
+    into = people.get(f"{API}/neighbors", params={"node": k("/acme"), "direction": "IN", "include_invalid": "true"})
+    assert [(n["path"], n["valid_to"], n["invalidated_by"]) for n in into.json()["neighbors"]] == [
+        ("/dana", MID, "knowledge:/dana|works_at|knowledge:/globex")]
+
+
 def test_invalidate_refuses_bad_input(people, path):
     rel(people, "/dana", "/acme", valid_from=MID)
     base = {"from": k("/dana"), "to": k("/acme"), "type": "works_at"}

@@ -194,3 +194,28 @@ def test_bad_input_is_one_line_and_exit_1(repo, args):
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+
+
+def test_merge_says_what_lineage_recomputed(repo):
+    """Entities extracted on main after the fork; the branch's edit drops one of them from the
+    text: the merge unlinks and flags it, restamps the other, and the CLI says so."""
+    from kg.rag.functions import invoke
+
+    _write((put_node, ("acme", "main", "docs", "/bio"),
+            {"node_type": "kg:Document", "properties": {"text": "Ada Lovelace worked with Charles Babbage."}}))
+    assert runner.invoke(app_(), ["branch", "create", "late", "--repo", "acme"]).exit_code == 0
+    services = Services.from_settings(Settings())
+    try:
+        out = invoke(services, context.OPERATOR, "acme", "extract-entities", {"workspace": "docs", "path": "/bio"})
+        assert sorted(e["name"] for e in out["entities"]) == ["Ada Lovelace", "Charles Babbage"]
+    finally:
+        services.close()
+    _write((put_node, ("acme", "late", "docs", "/bio"),
+            {"node_type": "kg:Document", "properties": {"text": "Ada Lovelace wrote the first program."}}))
+    done = runner.invoke(app_(), ["merge", "--repo", "acme", "--branch", "late", "--into", "main"])
+    assert done.exit_code == 0, done.output
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].startswith("merged late into main (three-way) as revision ")
+    assert lines[1:] == ["lineage: 1 mention(s) unlinked, 1 mention(s) restamped, 1 entity(ies) flagged orphan"]
+    as_json = runner.invoke(app_(), ["merge", "--repo", "acme", "--branch", "late", "--into", "main", "--json"])
+    assert json.loads(as_json.stdout)["up_to_date"] is True  # nothing left: no second refresh

@@ -217,3 +217,34 @@ def test_the_library_function_follows_and_returns_only_the_types_asked(console):
     seed_only = neighborhood(console.services, OPERATOR, "acme", "main", ["kb:/a"], hops=0)
     assert [n["path"] for n in seed_only["nodes"]] == ["/a"] and seed_only["edges"] == []
     assert seed_only["nodes"][0]["title"] == "Doc A" and seed_only["nodes"][0]["node_type"] == "kb:Doc"
+
+
+def test_the_graph_draws_current_relations_and_with_invalid_the_others_dotted(console):
+    """A superseded relation is not walked nor drawn by default (issue 17: current facts);
+    ``invalid=1`` draws it too, classed ``invalid`` with its validity, and counts it."""
+    api = _api(console)
+    assert console.http.post("/api/repos", json={"name": "acme"}, **api).status_code == 201
+    assert console.http.post("/api/repos/acme/workspaces", json={"name": "kb"}, **api).status_code == 201
+    for name in "abc":
+        _node(console, "kb", f"/{name}", f"Doc {name.upper()}")
+    _relate(console, "kb:/a", "kb:/b", "cites", 0.9)
+    r = console.http.post("/api/repos/acme/relations", json={
+        "from": "kb:/a", "to": "kb:/c", "type": "works_at", "valid_from": "2020-01-01T00:00:00Z",
+        "valid_to": "2021-01-01T00:00:00Z"}, **api)
+    assert r.status_code == 201, r.text
+    now = elements(console)
+    assert ids(now) == ({"kb:/a", "kb:/b"}, {("kb:/a", "cites", "kb:/b")})
+    assert now["invalid"] == 0
+    everything = elements(console, invalid="1")
+    assert ids(everything)[1] == {("kb:/a", "cites", "kb:/b"), ("kb:/a", "works_at", "kb:/c")}
+    edge = {e["data"]["type"]: e for e in everything["elements"]["edges"]}
+    assert edge["works_at"]["classes"] == "invalid" and edge["cites"]["classes"] == ""
+    assert (edge["works_at"]["data"]["valid_to"], edge["works_at"]["data"]["current"]) == (
+        "2021-01-01T00:00:00+00:00", False)
+    assert everything["invalid"] == 1
+    page = console.get("/ui/r/acme/graph", params={"workspace": "kb", "path": "/a", "invalid": "1"})
+    assert page.status_code == 200
+    assert 'id="invalid" checked' in page.text and "not valid now (1)" in page.text
+    assert "invalid=1" in re.search(r'data-elements-url="([^"]*)"', page.text).group(1)
+    bad = console.get("/ui/r/acme/graph/elements", params={"workspace": "kb", "path": "/a", "invalid": "maybe"})
+    assert bad.status_code == 422

@@ -175,6 +175,32 @@ def test_merge_without_conflicts_applies_and_shows_the_result(console):
     assert log[0]["revision"] == revision and log[0]["message"] == "reviewed by a person"
 
 
+def test_the_merge_result_says_what_lineage_recomputed(console):
+    """Entities extracted on main after the fork, an edit on the branch that drops one: the
+    result panel names the unlinked mention, the restamped one and the orphaned entity."""
+    assert console.http.post("/api/repos", json={"name": "acme"}, **_api(console)).status_code == 201
+    assert console.http.post(f"{BASE}/workspaces", json={"name": "kb"}, **_api(console)).status_code == 201
+    _put(console, "/bio", {"text": "Ada Lovelace worked with Charles Babbage."})
+    r = console.http.post(f"{BASE}/branches", json={"name": "agent/s1", "from": "main"}, **_api(console))
+    assert r.status_code == 201, r.text
+    r = console.http.post("/api/functions/acme/extract-entities/invoke",
+                          json={"input": {"workspace": "kb", "path": "/bio"}}, **_api(console))
+    assert r.status_code == 200, r.text
+    _put(console, "/bio", {"text": "Ada Lovelace wrote the first program."}, branch="agent/s1")
+    r = _merge(console, {})
+    assert r.status_code == 200, r.text
+    (line,) = re.findall(r'<p class="derived small"[^>]*>(.*?)</p>', r.text)
+    assert line == "Lineage: 1 mention(s) unlinked, 1 mention(s) restamped, 1 entity(ies) flagged orphan."
+    assert _props(console, "/entities/charles-babbage")["orphan"] is True
+
+
+def test_a_merge_that_derives_nothing_shows_no_lineage_line(console):
+    _seed(console)
+    r = _merge(console, {})
+    assert r.status_code == 200, r.text
+    assert 'class="derived' not in r.text
+
+
 def test_conflict_panel_shows_base_ours_and_theirs_with_a_pick_each(console):
     _seed(console, conflict=True)
     r = _merge(console, {"dry_run": "1"}, headers={"HX-Request": "true"})

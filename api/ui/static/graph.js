@@ -19,6 +19,7 @@
         "width": "data(width)", "line-color": "data(colour)", "target-arrow-color": "data(colour)",
         "target-arrow-shape": "triangle", "curve-style": "bezier", "arrow-scale": 0.9, "opacity": 0.9 } },
     { selector: "edge.added, edge.changed", style: { "line-style": "dashed", "line-dash-pattern": [8, 4] } },
+    { selector: "edge.invalid", style: { "line-style": "dotted", "opacity": 0.45 } },
     { selector: "node:selected", style: { "overlay-color": "#2357d9", "overlay-opacity": 0.15 } }
   ];
 
