@@ -347,8 +347,9 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     Returns
     -------
     dict or None
-        ``{"revision", "upserted": [...nodes], "related": N, "unrelated": N, "invalidated": N}``, or None when
-        ``plan`` returned None.
+        ``{"revision", "upserted": [...nodes], "related": N, "unrelated": N, "invalidated":
+        [{"from", "type", "to"}]}`` (the invalidations that closed a relation current then; one
+        named but not current is skipped), or None when ``plan`` returned None.
 
     Raises
     ------
@@ -384,7 +385,7 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     for r in todo.relations:
         relation_store.relate(session, ctx, r["from"], r["to"], r["type"], weight=r.get("weight"),
                               properties=r.get("properties"), now=now)
-    invalidated = 0
+    invalidated: list[dict[str, str]] = []
     for r in todo.invalidations:
         src = node_store.find_node(session, ctx.view, *parse_address(r["from"]))
         dst = node_store.find_node(session, ctx.view, *parse_address(r["to"]))
@@ -395,6 +396,6 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
             continue
         relation_store.invalidate(session, ctx, r["from"], r["to"], r["type"], valid_to=now,
                                   invalidated_by=r.get("invalidated_by"))
-        invalidated += 1
+        invalidated.append({"from": r["from"], "type": r["type"], "to": r["to"]})
     return {"revision": ctx.revision, "upserted": out, "related": len(todo.relations),
             "unrelated": unrelated, "invalidated": invalidated}

@@ -1009,7 +1009,9 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         return skipped(state["skipped"])
     answer = {**base, "entities": state["entities"], "relations": state["relations"], "skipped": False,
               "fingerprint": digest, "revision": result["revision"], "dropped": dropped}
-    if result.get("invalidated"):
+    closed = {(r["from"], r["type"], r["to"]) for r in result.get("invalidated") or []}
+    if closed:
         # what the model said no longer holds, and was current: invalidated now, by this document
-        answer["invalidated"] = state["invalidated"]
+        answer["invalidated"] = [r for r in state["invalidated"]
+                                 if (f"{workspace}:{r['from']}", r["type"], f"{workspace}:{r['to']}") in closed]
     return answer

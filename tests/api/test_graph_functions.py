@@ -534,6 +534,34 @@ def test_an_llm_extraction_invalidates_what_the_document_says_no_longer_holds(cl
     assert [n["path"] for n in before] == ["/entities/acme-marine"]
 
 
+def test_an_llm_invalidation_of_a_fact_no_longer_current_is_not_reported(client, repo, services):
+    """``invalidated`` lists what this extraction closed: a relation the model names that was
+    closed already (here by a person, earlier) is neither closed again nor listed."""
+    people = [{"name": "Dana Weber", "type": "person"}, {"name": "Acme Marine", "type": "organization"},
+              {"name": "Initech", "type": "organization"}]
+    put(client, "/hired", "Dana Weber works at Acme Marine and at Initech.")
+    put(client, "/left", "Dana Weber left Acme Marine and Initech.")
+    services.llm = ScriptedLLM([
+        entities_reply(people, [{"from": "Dana Weber", "type": "works_at", "to": "Acme Marine"},
+                                {"from": "Dana Weber", "type": "works_at", "to": "Initech"}]),
+        json.dumps({"entities": people, "relations": [],
+                    "invalidates": [{"from": "Dana Weber", "type": "works_at", "to": "Acme Marine"},
+                                    {"from": "Dana Weber", "type": "works_at", "to": "Initech"}]}),
+    ])
+    extract(client, "/hired")
+    closed = client.post(f"{API}/workspaces/knowledge/relations/invalidate", json={
+        "from": "knowledge:/entities/dana-weber", "to": "knowledge:/entities/initech", "type": "works_at",
+        "valid_to": "2024-01-01T00:00:00Z", "invalidated_by": "hr-record-9"})
+    assert closed.status_code == 200, closed.text
+    second = extract(client, "/left").json()
+    assert second["invalidated"] == [{"from": "/entities/dana-weber", "type": "works_at",
+                                      "to": "/entities/acme-marine"}]
+    every = neighbors(client, "knowledge:/entities/dana-weber", direction="OUT", type="works_at",
+                      include_invalid="true")
+    assert {n["path"]: (n["valid_to"], n["invalidated_by"]) for n in every}["/entities/initech"] == (
+        "2024-01-01T00:00:00+00:00", "hr-record-9")  # untouched by the extraction
+
+
 def test_the_deterministic_extractor_never_invalidates(client, repo, services):
     put(client, "/a", "Guido van Rossum works at CWI in Amsterdam.")
     r = client.post(f"{API}/relations", json={"from": "knowledge:/a", "to": "knowledge:/a", "type": "self"})

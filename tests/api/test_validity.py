@@ -219,6 +219,21 @@ def test_single_valued_type_invalidates_the_old_target_in_the_same_revision(peop
     assert nb(people, "/dana", type="works_at") == ["/globex"]
 
 
+def test_declaring_a_type_single_valued_keeps_stored_facts_until_the_next_assertion(people, path):
+    rel(people, "/dana", "/acme", valid_from=PAST)
+    rel(people, "/dana", "/initech", valid_from=PAST)
+    people.put(f"{WS}/relation-types", json={"single_valued": ["works_at"]})
+    assert nb(people, "/dana", type="works_at") == ["/acme", "/initech"]  # not rewritten
+    third = rel(people, "/dana", "/globex", valid_from=MID)
+    assert nb(people, "/dana", type="works_at") == ["/globex"]
+    r = people.get(f"{API}/neighbors", params={"node": k("/dana"), "direction": "OUT", "type": "works_at",
+                                               "include_invalid": "true"})
+    closed = {n["path"]: (n["valid_to"], n["invalidated_by"]) for n in r.json()["neighbors"] if n["valid_to"]}
+    ref = "knowledge:/dana|works_at|knowledge:/globex"
+    assert closed == {"/acme": (MID, ref), "/initech": (MID, ref)}
+    assert people.get(f"{API}/log").json()["revisions"][0]["revision"] == third["revision"]
+
+
 def test_invalidation_on_a_branch_shows_in_diff_and_survives_merge(people, path):
     rel(people, "/dana", "/acme")
     assert people.post(f"{API}/branches", json={"name": "agent/x", "from": "main"}).status_code == 201
