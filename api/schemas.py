@@ -871,6 +871,13 @@ class ResearchAssistantOutput(Schema):
     stored: StoredAnswer
 
 
+class HeldBack(Schema):
+    """A duplicate ``resolve-entities`` found but did not merge."""
+
+    path: str
+    reason: Literal["has_children"]
+
+
 class EntityMerge(Schema):
     """One proposed merge of ``resolve-entities``: the node kept and the nodes folded into it."""
 
@@ -880,6 +887,8 @@ class EntityMerge(Schema):
     names: list[str] = Field(description="Their names, now aliases of the kept node.")
     score: float
     reasons: list[str]
+    held_back: list[HeldBack] = absent("Duplicates of the cluster not merged: they have children (a merged "
+                                       "node is deleted); left for a person.")
 
 
 class MergeEdges(Schema):

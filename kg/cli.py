@@ -457,6 +457,8 @@ def resolve_entities(workspace: Annotated[str, typer.Argument(help="The workspac
         return
     for m in out["merges"]:
         typer.echo(f"{m['kept']} <- {', '.join(m['merged'])}  score {m['score']}  ({', '.join(m['reasons'])})")
+        for held in m.get("held_back", []):
+            typer.echo(f"  held back: {held['path']} (has children; not merged)")
     typer.echo(f"{len(out['merges'])} merge(s) among {out['entities']} entities; "
                + (f"proposal branch {out['branch']}" if out["branch"] else "nothing written"))
 

@@ -183,6 +183,7 @@ class Candidate:
     edges: int = 0
     created: str = ""
     context: str = ""
+    has_children: bool = False
 
 
 @dataclass
@@ -267,8 +268,9 @@ class UnionFind:
 
 
 def canonical(members: list[Candidate]) -> Candidate:
-    """The node a cluster keeps: most edges, then oldest, then shortest path, then path."""
-    return min(members, key=lambda c: (-c.edges, c.created, len(c.path), c.path))
+    """The node a cluster keeps: one with children first (a merged node is deleted, and a node
+    with children is not deleted without them), then most edges, oldest, shortest path, path."""
+    return min(members, key=lambda c: (not c.has_children, -c.edges, c.created, len(c.path), c.path))
 
 
 def cluster(entities: list[Candidate], accepted: list[tuple[int, int, float, list[str]]]) -> list[dict[str, Any]]:
@@ -278,7 +280,9 @@ def cluster(entities: list[Candidate], accepted: list[tuple[int, int, float, lis
     -------
     list of dict
         ``{"kept": Candidate, "merged": [Candidate], "score": min pair score, "reasons": [...]}``,
-        ordered by the kept node's path.
+        ordered by the kept node's path, and ``"held_back": [Candidate]`` when members other
+        than the kept one have children (they are not merged: a person decides; a cluster
+        left with nothing to merge is no merge).
     """
     uf = UnionFind(len(entities))
     for i, j, _, _ in accepted:
@@ -293,9 +297,16 @@ def cluster(entities: list[Candidate], accepted: list[tuple[int, int, float, lis
         inside = set(members)
         pairs = [(s, r) for i, j, s, r in accepted if i in inside and j in inside]
         kept = canonical([entities[i] for i in members])
-        merged = sorted((entities[i] for i in members if entities[i] is not kept), key=lambda c: c.path)
+        others = sorted((entities[i] for i in members if entities[i] is not kept), key=lambda c: c.path)
+        merged = [c for c in others if not c.has_children]
+        held = [c for c in others if c.has_children]
+        if not merged:
+            continue
         reasons = sorted({reason for _, rs in pairs for reason in rs})
-        out.append({"kept": kept, "merged": merged, "score": min(s for s, _ in pairs), "reasons": reasons})
+        merge = {"kept": kept, "merged": merged, "score": min(s for s, _ in pairs), "reasons": reasons}
+        if held:
+            merge["held_back"] = held
+        out.append(merge)
     out.sort(key=lambda m: str(m["kept"].path))
     return out
 
@@ -324,11 +335,9 @@ def _options(raw: Any) -> tuple[str, float, bool, bool]:
 def load_candidates(session: Any, view: BranchView, workspace: str) -> list[Candidate]:
     """The workspace's entity nodes with their edge counts and mention contexts."""
     wid = workspace_id(view, workspace)
-    nodes = [
-        n
-        for n in visible_nodes(session, view, workspace_ids=[wid], path_prefix=ENTITY_ROOT)
-        if n.node_type == ENTITY_NODE_TYPE and isinstance(n.properties.get("name"), str)
-    ]
+    under = visible_nodes(session, view, workspace_ids=[wid], path_prefix=ENTITY_ROOT)
+    parents = {n.path.rsplit("/", 1)[0] for n in under}
+    nodes = [n for n in under if n.node_type == ENTITY_NODE_TYPE and isinstance(n.properties.get("name"), str)]
     if len(nodes) > MAX_ENTITIES:
         raise InvalidInput(
             f"the workspace has {len(nodes)} entities; resolve-entities takes at most {MAX_ENTITIES}",
@@ -361,6 +370,7 @@ def load_candidates(session: Any, view: BranchView, workspace: str) -> list[Cand
                 edges[n.node_id],
                 n.created_at.isoformat() if n.created_at else "",
                 context,
+                n.path in parents,
             )
         )
     out.sort(key=lambda c: c.path)
@@ -558,8 +568,10 @@ def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str,
     -------
     dict
         ``{"workspace", "from", "branch": proposal branch or null, "revision", "merges":
-        [{"kept", "merged": [paths], "names": [merged names], "score", "reasons"}],
-        "entities": n, "dry_run"}``.
+        [{"kept", "merged": [paths], "names": [merged names], "score", "reasons",
+        "held_back"?: [{"path", "reason": "has_children"}]}], "entities": n, "dry_run"}``. A
+        duplicate with children is kept rather than merged; when two of a cluster have
+        children, those not kept are held back (left for a person), never a 409.
 
     Raises
     ------
@@ -607,6 +619,11 @@ def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str,
             "names": [c.name for c in m["merged"]],
             "score": m["score"],
             "reasons": m["reasons"],
+            **(
+                {"held_back": [{"path": c.path, "reason": "has_children"} for c in m["held_back"]]}
+                if m.get("held_back")
+                else {}
+            ),
         }
         for m in merges
     ]

@@ -224,3 +224,34 @@ def test_a_repointed_relation_keeps_its_validity(client, crew):
                 "as_of": "1840-06-01T00:00:00Z"},
     )
     assert [n["path"] for n in r.json()["neighbors"]] == ["/entities/nantucket"]
+
+
+def test_a_duplicate_with_children_is_the_one_kept(client, crew):
+    """A node with children cannot be deleted without them, so of two duplicates the one with
+    children is kept (even with fewer edges) and the other merged into it: no 409."""
+    r = client.put(f"{NODES}/entities/captain-ahab/notes", json={"node_type": "kg:Note", "properties": {}})
+    assert r.status_code == 201, r.text
+    out = resolve(client)
+    assert [(m["kept"], m["merged"]) for m in out["merges"]] == [("/entities/captain-ahab", ["/entities/ahab"])]
+    assert "held_back" not in out["merges"][0]
+    merged(client, out["branch"])
+    assert client.get(f"{NODES}/entities/captain-ahab/notes").status_code == 200
+    assert client.get(f"{NODES}/entities/captain-ahab").json()["properties"]["aliases"] == ["Ahab"]
+    assert_error(client.get(f"{NODES}/entities/ahab"), 404, "not_found")
+
+
+def test_duplicates_that_all_have_children_are_held_back_not_refused(client, crew):
+    for parent in ("ahab", "captain-ahab"):
+        r = client.put(f"{NODES}/entities/{parent}/notes", json={"node_type": "kg:Note", "properties": {}})
+        assert r.status_code == 201, r.text
+    entity(client, "capt-ahab", "Capt. Ahab")
+    out = resolve(client)
+    (merge,) = out["merges"]
+    assert (merge["kept"], merge["merged"]) == ("/entities/ahab", ["/entities/capt-ahab"])
+    assert merge["held_back"] == [{"path": "/entities/captain-ahab", "reason": "has_children"}]
+    merged(client, out["branch"])
+    assert client.get(f"{NODES}/entities/captain-ahab").status_code == 200  # left for a person
+    assert_error(client.get(f"{NODES}/entities/capt-ahab"), 404, "not_found")
+    # only the two with children: nothing can be merged, no branch is made
+    again = resolve(client)
+    assert again["merges"] == [] and again["branch"] is None
