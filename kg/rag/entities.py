@@ -68,7 +68,8 @@ from kg.indexing.config import TEXT_FIELDS
 from kg.ops.lineage import source_hash
 from kg.ops.nodes import GraphWrite, write_graph
 from kg.providers.jsonreply import parse_json_reply
-from kg.store.nodes import find_node, get_node, node_uid, visible_nodes
+from kg.rag.aliases import ALIASES, ENTITY_NODE_TYPE, ENTITY_ROOT
+from kg.store.nodes import find_node, get_node, node_uid
 from kg.store.paths import validate_path
 from kg.store.relations import visible_relations
 from kg.store.repos import workspace_id
@@ -76,8 +77,6 @@ from kg.text.slugs import slugify
 
 log = logging.getLogger(__name__)
 
-ENTITY_ROOT = "/entities"
-ENTITY_NODE_TYPE = "kg:Entity"
 EXTRACTION_ROOT = "/kg/extractions"
 EXTRACTION_NODE_TYPE = "kg:Extraction"
 MENTIONED_IN = "mentioned_in"
@@ -791,40 +790,6 @@ def _record_holds(session: Any, view: Any, workspace: str, source_id: str, recor
     return wanted <= seen
 
 
-def alias_paths(session: Any, view: Any, workspace: str) -> dict[str, str]:
-    """The entity paths of a workspace by the slug of each of their ``aliases`` that is not
-    their own slug: where extraction links a spelling ``resolve-entities`` merged away.
-
-    Parameters
-    ----------
-    session, view
-        The transaction and the branch view read.
-    workspace : str
-
-    Returns
-    -------
-    dict
-        ``{slug: entity path}`` (the first node in path order wins a shared alias).
-
-    Notes
-    -----
-    One read of the workspace's entity nodes: O(n) for n entities, made only when an
-    extracted entity has no node at its own path.
-    """
-    wid = workspace_id(view, workspace)
-    out: dict[str, str] = {}
-    nodes = visible_nodes(session, view, workspace_ids=[wid], path_prefix=ENTITY_ROOT)
-    for node in sorted(nodes, key=lambda n: n.path):
-        stored = node.properties.get("aliases")
-        if node.node_type != ENTITY_NODE_TYPE or not isinstance(stored, list):
-            continue
-        for alias in stored:
-            slug = slugify(alias) if isinstance(alias, str) else ""
-            if slug and f"{ENTITY_ROOT}/{slug}" != node.path:
-                out.setdefault(slug, node.path)
-    return out
-
-
 def extract_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
     """Extract a document's entities and relations into the graph (API.md ``extract-entities``).
 
@@ -924,15 +889,12 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         # edges and records, which merge cleanly (a revision would differ and conflict).
         lineage = {"extractor": extractor, "source_path": current.path, "source_hash": source_hash(current.properties)}
         written: dict[str, dict[str, str]] = {}
-        aliases: dict[str, str] | None = None
         for entity in entities:
             entity_path = f"{ENTITY_ROOT}/{entity.slug}"
             existing = find_node(session, view, workspace, entity_path)
             if existing is None:
                 # a spelling resolve-entities merged into a kept node links to that node
-                if aliases is None:
-                    aliases = alias_paths(session, view, workspace)
-                kept_path = aliases.get(entity.slug)
+                kept_path = ALIASES.lookup(session, view, workspace, entity.slug)
                 if kept_path is not None:
                     entity_path = kept_path
                     existing = find_node(session, view, workspace, entity_path)
