@@ -94,7 +94,8 @@ def legs(services: Any, workspace: str, ranked: list[str], seeds: int) -> tuple[
     return [n["path"].rsplit("/", 1)[-1] for n in found], time.perf_counter() - started
 
 
-def subject_leg(services: Any, workspace: str, ranked: list[str], seeds: int) -> tuple[list[tuple[int, str]], float]:
+def subject_leg(services: Any, workspace: str, ranked: list[str], seeds: int,
+                branch: str = "main") -> tuple[list[tuple[int, str]], float]:
     """The subject leg: ``(seed rank, passage id)`` of the passages ``about`` an entity that one
     of hybrid's top ``seeds`` mentions (graph-context, ``follow: "subjects"``), in the order
     reached, and the time taken (s)."""
@@ -107,7 +108,7 @@ def subject_leg(services: Any, workspace: str, ranked: list[str], seeds: int) ->
     if not addresses:
         return [], 0.0
     context = invoke(services, OPERATOR, REPO, "graph-context", {
-        "seeds": addresses, "follow": "subjects", "hops": 2, "max_nodes": 1000, "fan_out": 100})
+        "seeds": addresses, "follow": "subjects", "hops": 2, "max_nodes": 1000, "fan_out": 100}, branch=branch)
     rank = {address: i for i, address in enumerate(addresses)}
     reached_from = {f"{n['workspace']}:{n['path']}": n["from"] for n in context["nodes"]}
     # a passage's "from" is the entity it is about; the entity's "from" is the seed mentioning it

@@ -20,8 +20,13 @@ The database is kept in ``bench/results/hotpot-<dataset>/``: a second run embeds
 Reference (the dataset's PROVENANCE.md, 350 dev questions, same pool): BM25 R@10 .903,
 MiniLM-L6 int8 R@10 .870, RRF R@10 .919, AllSup@5 .549 / .634 / .669.
 
-With ``--graph --resolve`` also ``hybrid+graph resolved``: ``resolve-entities`` runs on ``main``
-(its defaults: threshold 0.9, names and mention embeddings), its proposal branch is merged into
+``--graph`` also runs ``hybrid+subjects``: the subject leg (``graph-context`` with ``follow:
+"subjects"``, hybrid's top 5 as seeds, their subject passages first: the settings
+``bench/cv_graph.py`` chose by cross-validation, docs/retrieval.md).
+
+With ``--graph --resolve`` also ``hybrid+graph resolved`` and ``hybrid+subjects resolved``:
+``resolve-entities`` runs on ``main`` (its defaults: names and mention embeddings, the default
+threshold), its proposal branch is merged into
 a fresh branch made from ``main`` (the review loop, with the merge a person would make; ``main``
 itself stays unresolved, so the kept database can be run again), and the graph leg is run on
 that branch. The resolution's own figures (entities, merges, edges re-pointed, seconds) are
@@ -106,7 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
                      "questions": len(queries), "model": args.model}
     if args.resolve and not args.graph:
         parser.error("--resolve needs --graph")
-    modes = list(MODES) + (["hybrid+graph"] if args.graph else []) + (["hybrid+graph resolved"] if args.resolve else [])
+    modes = (list(MODES) + (["hybrid+graph", "hybrid+subjects"] if args.graph else [])
+             + (["hybrid+graph resolved", "hybrid+subjects resolved"] if args.resolve else []))
     try:
         services.db.upgrade()
         print(f"ingesting {len(corpus)} passages ...", file=sys.stderr, flush=True)
@@ -114,24 +120,29 @@ def main(argv: list[str] | None = None) -> dict:
         with services.db.read() as session:
             services.index.flush(get_repository(session, REPO).uid)
         if args.graph:
-            from bench.hotpot_graph import extract_all, graph_ranking
+            from bench.hotpot_graph import extract_all, graph_ranking, subject_ranking
 
             results["extraction"] = extract_all(services, name, corpus)
         results["load_average_before_eval"] = load_average()
         print(f"evaluating {len(queries)} questions ...", file=sys.stderr, flush=True)
         per_mode: dict[str, dict] = {}
+        resolved: str | None = None
         for mode in modes:
             branch = "main"
-            if mode == "hybrid+graph resolved":
-                from bench.hotpot_graph import resolve_onto_branch
+            if mode.endswith(" resolved"):
+                if resolved is None:
+                    from bench.hotpot_graph import resolve_onto_branch
 
-                branch, results["resolution"] = resolve_onto_branch(services, name)
-                print(f"  resolution: {json.dumps(results['resolution'])}", file=sys.stderr, flush=True)
+                    resolved, results["resolution"] = resolve_onto_branch(services, name)
+                    print(f"  resolution: {json.dumps(results['resolution'])}", file=sys.stderr, flush=True)
+                branch = resolved
             totals: dict[str, float] = {}
             took = []
             for qid, text in queries.items():
                 started = time.perf_counter()
-                if mode.startswith("hybrid+graph"):
+                if mode.startswith("hybrid+subjects"):
+                    ranked = subject_ranking(services, name, text, branch=branch)
+                elif mode.startswith("hybrid+graph"):
                     ranked = graph_ranking(services, name, text, keep=args.keep, branch=branch)
                 else:
                     ranked = run_search(services, name, text, mode, 10)
@@ -154,11 +165,13 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"graph leg: both-supporting@10 {per_mode['hybrid']['allsup@10']:.3f} -> "
               f"{per_mode['hybrid+graph']['allsup@10']:.3f} ({gain:+.3f})")
     if args.resolve:
-        after = per_mode["hybrid+graph resolved"]["allsup@10"]
-        results["resolution_gain_allsup@10"] = round(after - per_mode["hybrid+graph"]["allsup@10"], 4)
-        print(f"entity resolution: graph leg both-supporting@10 {per_mode['hybrid+graph']['allsup@10']:.3f} -> "
-              f"{after:.3f} ({results['resolution_gain_allsup@10']:+.3f}), "
-              f"{results['resolution']['merges']} merge(s) of {results['resolution']['entities']} entities")
+        results["resolution_gain_allsup@10"] = {}
+        for leg in ("hybrid+graph", "hybrid+subjects"):
+            before, after = per_mode[leg]["allsup@10"], per_mode[f"{leg} resolved"]["allsup@10"]
+            results["resolution_gain_allsup@10"][leg] = round(after - before, 4)
+            print(f"entity resolution, {leg}: both-supporting@10 {before:.3f} -> {after:.3f} ({after - before:+.3f})")
+        print(f"  {results['resolution']['merges']} merge(s) of {results['resolution']['names_merged']} names "
+              f"among {results['resolution']['entities']} entities")
     suffix = ("-graph" if args.graph else "") + ("-resolved" if args.resolve else "")
     write_results(results, args.out or RESULTS / f"hotpot-{name}{suffix}.json")
     return results

@@ -87,6 +87,23 @@ def resolve_onto_branch(services: Any, workspace: str) -> tuple[str, dict[str, A
     return target, figures
 
 
+#: The subject leg's settings chosen by 5-fold cross-validation in bench/cv_graph.py (the same
+#: choice on every fold; docs/retrieval.md): the subject passages of hybrid's top 5 first.
+SUBJECT_SEEDS, SUBJECT_KEEP = 5, 0
+
+
+def subject_ranking(services: Any, workspace: str, question: str, *, branch: str = "main") -> list[str]:
+    """Passage ids, best first: the subject leg (``graph-context`` ``follow: "subjects"``) of
+    hybrid's top :data:`SUBJECT_SEEDS`, then the rest of hybrid (bench/cv_graph.py's
+    :func:`~bench.cv_graph.subject_combined`)."""
+    from bench.cv_graph import subject_combined, subject_leg
+    from bench.hotpot import run_search
+
+    ranked = run_search(services, workspace, question, "hybrid", 100, branch)
+    reached, _ = subject_leg(services, workspace, ranked, SUBJECT_SEEDS, branch)
+    return subject_combined(ranked, reached, seeds=SUBJECT_SEEDS, keep=SUBJECT_KEEP)
+
+
 def graph_ranking(services: Any, workspace: str, question: str, *, keep: int = 5, k: int = 10,
                   branch: str = "main") -> list[str]:
     """Passage ids, best first: hybrid top ``keep``, then hybrid and graph fused by RRF."""

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from kg.providers.registry import make_embedder  # noqa: E402
-from kg.rag.resolve import Candidate, candidate_pairs, score_pair  # noqa: E402
+from kg.rag.resolve import DEFAULT_THRESHOLD, Candidate, candidate_pairs, score_pair  # noqa: E402
 
 HOTPOT = Path("/work/shared/datasets/hotpotqa-500/corpus.jsonl")
 MODEL = "local:all-MiniLM-L6-v2"
@@ -133,7 +133,8 @@ def cross_validate(items: list[tuple[float, bool]], folds: int = 5, seed: int = 
     return {
         "folds": rows,
         **{k: ms(k) for k in ("precision", "recall", "f1", "threshold")},
-        "at_default_0.9": dict(zip(("precision", "recall", "f1"), (round(x, 4) for x in prf(items, 0.9)), strict=True)),
+        f"at_default_{DEFAULT_THRESHOLD}": dict(zip(("precision", "recall", "f1"),
+                                                  (round(x, 4) for x in prf(items, DEFAULT_THRESHOLD)), strict=True)),
     }
 
 

@@ -7,7 +7,6 @@ import pytest
 
 from kg.rag.resolve import (
     Candidate,
-    UnionFind,
     candidate_pairs,
     canonical,
     cluster,
@@ -88,11 +87,29 @@ def test_blocking_pairs_only_names_sharing_a_token():
     assert candidate_pairs(es) == [(0, 1), (3, 4)]
 
 
-def test_union_find_joins_transitively():
-    uf = UnionFind(5)
-    uf.union(0, 1)
-    uf.union(3, 1)
-    assert uf.find(0) == uf.find(3) != uf.find(2)
+def test_a_chain_of_matches_is_never_one_merge():
+    """Center clustering: "Academy Award" ~ "Academy Awards" ~ "Academy Awards for Best Actor"
+    (the last matched only with the middle one) is one merge of the first two, not three."""
+    es = [c("Academy Award", edges=9), c("Academy Awards", edges=2), c("Academy Awards for Best Actor"),
+          c("Academy Award for Best Picture")]
+    merges = cluster(es, [(0, 1, 0.95, ["fuzzy:0.950"]), (1, 2, 0.91, ["fuzzy:0.910"]), (2, 3, 0.92, ["x"])])
+    assert [(m["kept"].name, [x.name for x in m["merged"]]) for m in merges] == [
+        ("Academy Award", ["Academy Awards"]),
+        ("Academy Awards for Best Actor", ["Academy Award for Best Picture"]),  # the next center: shorter path
+    ]
+
+
+def test_leading_titles_go_and_inner_ones_stay():
+    assert normalised("Captain Ahab") == "ahab" and normalised("The Pequod") == "pequod"
+    assert normalised("A Film Unfinished") == normalised("Film Unfinished") == "film unfinished"
+    assert normalised("1991 Mr. Olympia") != normalised("1991 Ms. Olympia")
+    assert normalised("The Queen") == "queen" and normalised("Doctor") == "doctor"
+
+
+def test_a_longer_name_that_contains_a_shorter_one_scores_by_what_it_adds():
+    short, long_ = c("Academy Award", kind="award"), c("Academy Award for Best Actor", kind="award")
+    assert score_pair(short, long_).score < 0.9  # token_set_ratio alone says 1.0
+    assert score_pair(c("Abraham Maslow"), c("Abraham Harold Maslow")).score == pytest.approx(0.9, abs=1e-4)
 
 
 def test_canonical_is_most_edges_then_oldest_then_shortest_path():
