@@ -25,12 +25,12 @@ MiniLM-L6 int8 R@10 .870, RRF R@10 .919, AllSup@5 .549 / .634 / .669.
 ``bench/cv_graph.py`` chose by cross-validation, docs/retrieval.md).
 
 With ``--graph --resolve`` also ``hybrid+graph resolved`` and ``hybrid+subjects resolved``:
-``resolve-entities`` runs on ``main`` (its defaults: names and mention embeddings, the default
-threshold), its proposal branch is merged into
-a fresh branch made from ``main`` (the review loop, with the merge a person would make; ``main``
-itself stays unresolved, so the kept database can be run again), and the graph leg is run on
-that branch. The resolution's own figures (entities, merges, edges re-pointed, seconds) are
-reported beside the modes.
+``resolve-entities`` runs on a fresh branch made from ``main`` (its defaults: names and mention
+embeddings, the default threshold), its proposal branch (made from that branch) is merged back
+into it (the review loop, with the merge a person would make; ``main`` itself stays
+unresolved, so the kept database can be run again), and both graph legs are run on that branch.
+The resolution's own figures (entities, merges, edges re-pointed, seconds) are reported beside
+the modes.
 
 Run: ``python bench/hotpot.py ../shared/datasets/hotpotqa-500 [--questions N] [--graph [--resolve]]``.
 """

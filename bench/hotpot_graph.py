@@ -53,7 +53,7 @@ def extract_all(services: Any, workspace: str, corpus: dict[str, dict]) -> dict[
 
 
 def resolve_onto_branch(services: Any, workspace: str) -> tuple[str, dict[str, Any]]:
-    """Resolve the entities of ``main``, merge the proposal into a new branch made from ``main``.
+    """Resolve the entities on a new branch made from ``main`` and merge the proposal into it.
 
     Returns the branch (``bench/resolved-<UTC timestamp>``; the proposal branch is deleted once
     merged) and the figures: entities, merges, names merged, edges re-pointed / combined /
@@ -66,11 +66,12 @@ def resolve_onto_branch(services: Any, workspace: str) -> tuple[str, dict[str, A
     from kg.ops.branches import create_branch, delete_branch
     from kg.ops.merge import merge_branch
 
-    started = time.perf_counter()
-    proposal = invoke(services, OPERATOR, REPO, "resolve-entities", {"workspace": workspace})
-    resolved = time.perf_counter() - started
+    # the review loop: a branch made from main, the proposal made from it, merged back into it
     target = f"bench/resolved-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}"
     run(services, OPERATOR, create_branch, REPO, name=target, from_branch="main")
+    started = time.perf_counter()
+    proposal = invoke(services, OPERATOR, REPO, "resolve-entities", {"workspace": workspace}, branch=target)
+    resolved = time.perf_counter() - started
     merged: dict[str, Any] = {}
     if proposal["branch"]:
         merged = run(services, OPERATOR, merge_branch, REPO, proposal["branch"], target,
