@@ -44,6 +44,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy is imported
 import argparse  # noqa: E402
 import json  # noqa: E402
 import shutil  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
         results["load_average_before_eval"] = load_average()
         print(f"evaluating {len(queries)} questions ...", file=sys.stderr, flush=True)
         per_mode: dict[str, dict] = {}
+        per_question: dict[str, dict[str, float]] = {}
         resolved: str | None = None
         for mode in modes:
             branch = "main"
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
                 branch = resolved
             totals: dict[str, float] = {}
             took = []
+            per_question[mode] = {}
             for qid, text in queries.items():
                 started = time.perf_counter()
                 if mode.startswith("hybrid+subjects"):
@@ -147,7 +150,9 @@ def main(argv: list[str] | None = None) -> dict:
                 else:
                     ranked = run_search(services, name, text, mode, 10)
                 took.append(time.perf_counter() - started)
-                for key, value in scores(ranked, set(qrels[qid])).items():
+                scored = scores(ranked, set(qrels[qid]))
+                per_question[mode][qid] = scored["allsup@10"]
+                for key, value in scored.items():
                     totals[key] = totals.get(key, 0.0) + value
             per_mode[mode] = {key: round(value / len(queries), 4) for key, value in totals.items()}
             per_mode[mode]["latency_p50_ms"] = round(percentile([t * 1000 for t in took], 50), 2)
@@ -165,11 +170,23 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"graph leg: both-supporting@10 {per_mode['hybrid']['allsup@10']:.3f} -> "
               f"{per_mode['hybrid+graph']['allsup@10']:.3f} ({gain:+.3f})")
     if args.resolve:
+        from bench.cv_fusion import kfold, mean_sd
+
+        # the spread of the change over 5 disjoint folds of the questions (bench/cv_graph.py's split)
+        folds = kfold(list(queries), 5, seed=15)
         results["resolution_gain_allsup@10"] = {}
         for leg in ("hybrid+graph", "hybrid+subjects"):
             before, after = per_mode[leg]["allsup@10"], per_mode[f"{leg} resolved"]["allsup@10"]
-            results["resolution_gain_allsup@10"][leg] = round(after - before, 4)
-            print(f"entity resolution, {leg}: both-supporting@10 {before:.3f} -> {after:.3f} ({after - before:+.3f})")
+            gains = [statistics.fmean(per_question[f"{leg} resolved"][q] - per_question[leg][q] for q in fold)
+                     for fold in folds]
+            mean, sd = mean_sd(gains)
+            changed = sum(per_question[f"{leg} resolved"][q] != per_question[leg][q] for q in queries)
+            results["resolution_gain_allsup@10"][leg] = {"all": round(after - before, 4),
+                                                         "folds": [round(g, 4) for g in gains],
+                                                         "mean": round(mean, 4), "sd": round(sd, 4),
+                                                         "questions_changed": changed}
+            print(f"entity resolution, {leg}: both-supporting@10 {before:.3f} -> {after:.3f} ({after - before:+.3f}; "
+                  f"over 5 folds {mean:+.4f} ± {sd:.4f}; {changed} question(s) changed)")
         print(f"  {results['resolution']['merges']} merge(s) of {results['resolution']['names_merged']} names "
               f"among {results['resolution']['entities']} entities")
     suffix = ("-graph" if args.graph else "") + ("-resolved" if args.resolve else "")
