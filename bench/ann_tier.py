@@ -61,12 +61,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="5000,10000,20000,50000")
     parser.add_argument("--ef", default="32,64,96,128")
     parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--m", type=int, default=AnnConfig.m, help="HNSW neighbours per node (M)")
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--spread", type=float, default=1.3)
     parser.add_argument("--out", type=Path, default=RESULTS / "ann_tier.json")
     args = parser.parse_args()
     efs = [int(x) for x in args.ef.split(",")]
-    config = AnnConfig(min_rows=1)
+    config = AnnConfig(min_rows=1, m=args.m)
     results: dict[str, Any] = {"machine": machine(), "config": {**vars(args), "out": str(args.out)},
                                "ann": dataclasses.asdict(config), "sizes": {}}
     queries = clustered(args.queries, DIM, args.clusters, args.spread, seed=10**6 + 1)

@@ -195,7 +195,7 @@ class Settings(BaseSettings):
     weaviate_api_key: SecretStr | None = None
     weaviate_timeout_s: float = Field(default=30.0, gt=0)
     index_ann_min_rows: int = Field(default=20_000, ge=0)
-    index_ann_m: int = Field(default=16, ge=4, le=128)
+    index_ann_m: int = Field(default=32, ge=4, le=128)
     index_ann_ef_construction: int = Field(default=128, ge=8, le=4096)
     index_ann_ef_search: int = Field(default=128, ge=8, le=4096)
     index_ann_background_rows: int = Field(default=4096, ge=0)

@@ -134,7 +134,7 @@ class AnnConfig:
     """
 
     min_rows: int = 20_000
-    m: int = 16
+    m: int = 32
     ef_construction: int = 128
     ef_search: int = 128
     background_rows: int = 4096
