@@ -21,7 +21,6 @@ import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from api.guard import check_text
 from api.ui.session import (
     CSRF_FIELD,
     CSRF_HEADER,
@@ -38,6 +37,7 @@ from kg.context import Actor
 from kg.errors import InvalidInput, KGError
 from kg.ops.branches import home_branch
 from kg.services import Services
+from kg.text.storable import check_text
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"

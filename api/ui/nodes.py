@@ -12,7 +12,6 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import Response
 
 from api.deps import MAX_REVISION
-from api.guard import MAX_DEPTH, check_json
 from api.ui.core import MAX_FIELD_CHARS, Console, action, page, pretty, ui_url
 from kg.context import run
 from kg.errors import InvalidInput, MalformedInput
@@ -23,6 +22,7 @@ from kg.ops import repos as repo_ops
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.store.paths import validate_path
 from kg.store.references import extract_references
+from kg.text.storable import MAX_DEPTH, check_json
 
 router = APIRouter(prefix="/ui/r/{repo}")
 PageDep = Annotated[Console, Depends(page)]

@@ -90,7 +90,8 @@ def aware(value: Any, name: str) -> datetime:
     Raises
     ------
     kg.errors.InvalidInput
-        Not a time, or a time without a zone.
+        Not a time, a time without a zone, or one outside the years 1 to 9999 once in UTC
+        (``0001-01-01T00:00:00+01:00`` is in the year 0 in UTC).
     """
     if isinstance(value, str):
         try:
@@ -105,7 +106,12 @@ def aware(value: Any, name: str) -> datetime:
         raise InvalidInput(
             f"{name} must carry a time zone (ISO 8601, e.g. 2026-01-01T00:00:00Z)", details={name: value.isoformat()}
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError as exc:
+        raise InvalidInput(
+            f"{name} is out of range: in UTC it falls outside the years 1 to 9999", details={name: value.isoformat()}
+        ) from exc
 
 
 def maybe_aware(value: Any, name: str) -> datetime | None:

@@ -74,6 +74,7 @@ from kg.store.references import extract_references
 from kg.store.relations import validate_relation_type
 from kg.store.repos import MAIN, BranchView, WriteContext
 from kg.store.visibility import visible_select
+from kg.text.storable import check_json
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "BulkFile", "export_ndjson", "import_ndjson", "parse_ndjson"]
 
@@ -321,6 +322,12 @@ def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
             record = _ANY_RECORD.validate_json(raw)
         except ValidationError as exc:
             raise _record_error(number, exc) from exc
+        # text the store cannot hold (a NUL, a lone surrogate) can only come as a \u escape
+        if ("\\u" if isinstance(raw, str) else b"\\u") in raw:  # type: ignore[operator]
+            try:
+                check_json(record.model_dump(by_alias=True), "the record")
+            except InvalidInput as exc:
+                raise _bad(number, exc.message) from exc
         if bulk is None:
             if not isinstance(record, HeaderRecord):
                 raise _bad(number, f"the first record must be the header, not a {record.record}")

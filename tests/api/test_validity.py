@@ -68,6 +68,29 @@ def test_naive_time_is_422_and_writes_nothing(people, path):
     assert_error(people.get(f"{API}/neighbors", params={"node": k("/dana"), "as_of": "2020-01-01T00:00:00"}), 422)
 
 
+EDGE_TIMES = ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"]  # outside the years 1..9999 in UTC
+
+
+@pytest.mark.parametrize("when", EDGE_TIMES)
+def test_a_time_out_of_range_in_utc_is_422_everywhere_and_writes_nothing(people, when):
+    """Found by a new user: each of these was a 500 (OverflowError converting to UTC)."""
+    rel(people, "/dana", "/acme")
+    before = people.get(f"{API}/log").json()["revisions"][0]["revision"]
+    base = {"from": k("/dana"), "to": k("/globex"), "type": "works_at"}
+    for response in (
+        people.get(f"{API}/neighbors", params={"node": k("/dana"), "as_of": when}),
+        people.post(f"{API}/relations", json={**base, "valid_from": when}),
+        people.post(f"{API}/relations", json={**base, "valid_to": when}),
+        people.post(f"{WS}/relations/invalidate", json={**base, "to": k("/acme"), "valid_to": when}),
+        people.post(f"{API}/traverse", json={"seeds": [k("/dana")], "as_of": when}),
+        people.post("/api/functions/acme/graph-context/invoke", json={"input": {"query": "dana", "as_of": when}}),
+        people.post("/api/functions/acme/ask/invoke", json={"input": {"question": "who?", "as_of": when}}),
+    ):
+        body = assert_error(response, 422)
+        assert "out of range" in response.json()["error"]["message"], body
+    assert people.get(f"{API}/log").json()["revisions"][0]["revision"] == before
+
+
 def test_valid_to_before_valid_from_is_422(people, path):
     r = people.post(
         f"{API}/relations",

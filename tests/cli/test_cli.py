@@ -411,6 +411,15 @@ def test_relate_invalidate_relation_types_and_neighbors_over_time(cli_env):
     assert naive.exit_code == 1 and naive.output.startswith("error: ") and "zone" in naive.output
     bad = runner.invoke(app, ["neighbors", "--repo", "hr", "--node", "people:/dana", "--as-of", "yesterday"])
     assert bad.exit_code == 1 and bad.output.count("\n") == 1
+    # out of range once in UTC: was a traceback (OverflowError)
+    for args in (["neighbors", "--repo", "hr", "--node", "people:/dana", "--as-of", "0001-01-01T00:00:00+01:00"],
+                 ["relate", "--repo", "hr", "--from", "people:/dana", "--to", "people:/acme", "--type", "knows",
+                  "--valid-from", "0001-01-01T00:00:00+01:00"],
+                 ["invalidate", "--repo", "hr", "--from", "people:/dana", "--to", "people:/acme", "--type",
+                  "works_at", "--valid-to", "9999-12-31T23:59:59-01:00"]):
+        edge = runner.invoke(app, args)
+        assert edge.exit_code == 1 and edge.output.count("\n") == 1, edge.output
+        assert edge.output.startswith("error: ") and "out of range" in edge.output
 
 
 def test_lineage_lists_a_nodes_chunks_and_refuses_an_unknown_node(env):

@@ -195,6 +195,8 @@ def test_relations_over_time_through_the_tools(acme):
     assert sorted(n["path"] for n in context["nodes"]) == ["/dana", "/globex"]
     bad = call(server, None, "neighbors", {"node": "kb:/dana", "as_of": "2021-01-01T00:00:00"}, error=True)
     assert bad["error"]["code"] == "invalid_input"
+    bad = call(server, None, "neighbors", {"node": "kb:/dana", "as_of": "0001-01-01T00:00:00+01:00"}, error=True)
+    assert bad["error"]["code"] == "invalid_input"  # was an unexpected tool error (OverflowError)
     bad = call(server, None, "invalidate_relation", {"source": "kb:/dana", "target": "kb:/acme", "type": "works_at",
                                                      "valid_to": "2019-01-01T00:00:00Z"}, error=True)
     assert bad["error"]["code"] == "invalid_input"

@@ -342,6 +342,13 @@ BAD = {
     "NaN in properties": ([HEADER, '{"record":"node","workspace":"w","path":"/a","properties":{"x":NaN}}'], 2,
                           "plain JSON"),
     "NaN order": ([HEADER, '{"record":"node","workspace":"w","path":"/a","order":NaN}'], 2, "order"),
+    # found by a new user: kg import stored what HTTP refuses (and PostgreSQL text cannot hold)
+    "NUL in properties": ([HEADER, _node("/a", properties={"content": "a\u0000b"})], 2, "NUL character"),
+    "lone surrogate in a key": ([HEADER, '{"record":"node","workspace":"w","path":"/a","properties":{"\\ud800":1}}'],
+                                2, "not JSON"),  # the JSON parser refuses a lone surrogate escape
+    "NUL in relation properties": ([HEADER, _node("/a"), {"record": "relation", "from": "w:/a", "to": "w:/a",
+                                                          "type": "t", "properties": {"x": "\u0000"}}],
+                                   3, "NUL character"),
     "parent missing": ([HEADER, _node("/a"), _node("/b/c")], 3, "parent w:/b"),
     "relation endpoint missing": ([HEADER, _node("/a"), _node("/b"),
                                    {"record": "relation", "from": "w:/a", "to": "w:/nowhere", "type": "cites"}],
@@ -488,3 +495,7 @@ def test_validity_round_trips(services):
              for line in first]
     with pytest.raises(InvalidInput, match="zone"):
         bulk.import_ndjson(services, OPERATOR, "copy3", naive)
+    edge = [line.replace('"valid_to":"2022-01-01T00:00:00+00:00"', '"valid_to":"9999-12-31T23:59:59-01:00"')
+            for line in first]
+    with pytest.raises(InvalidInput, match="out of range"):  # was an OverflowError
+        bulk.import_ndjson(services, OPERATOR, "copy4", edge)
