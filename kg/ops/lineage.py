@@ -142,6 +142,12 @@ def _before(view: BranchView, pending: int) -> BranchView:
     return replace(view, revision=pending - 1, chain=((branch_id, pending - 1), *rest))
 
 
+def _at(view: BranchView, pending: int) -> BranchView:
+    """The view of the branch with the revision being written (as this transaction wrote it)."""
+    (branch_id, _), *rest = view.chain
+    return replace(view, revision=pending, chain=((branch_id, pending), *rest))
+
+
 def derived_edges(session: Any, view: BranchView, node_ids: list[str]) -> list[RelationVersion]:
     """The live ``mentioned_in`` and ``cites`` edges pointing at ``node_ids``: one query.
 
@@ -227,7 +233,7 @@ def describe_derived(counts: dict[str, int] | None) -> str:
 
 
 def refresh_derived(
-    uow: UnitOfWork, ctx: WriteContext, changed: list[Changed], *, recheck: bool = False
+    uow: UnitOfWork, ctx: WriteContext, changed: list[Changed], *, recheck: bool = False, written: bool = False
 ) -> dict[str, int]:
     """Recompute, flag or leave the records derived from nodes this write changed.
 
@@ -242,6 +248,9 @@ def refresh_derived(
     recheck : bool
         Read each edge again as the transaction sees it before deciding (a merge: it may have
         brought the branch's recomputed edges already).
+    written : bool
+        Read the derived edges as this transaction wrote them, not as they were before it: a
+        merge's pass over the sources it did not change, whose derived edges it brought.
 
     Returns
     -------
@@ -258,7 +267,10 @@ def refresh_derived(
     session = uow.session
     if not changed:
         return counts
-    edges = derived_edges(session, _before(ctx.view, ctx.pending_revision), [c.node_id for c in changed])
+    if written:
+        session.flush()
+    seen = _at(ctx.view, ctx.pending_revision) if written else _before(ctx.view, ctx.pending_revision)
+    edges = derived_edges(session, seen, [c.node_id for c in changed])
     if not edges:
         return counts
     by_id = {c.node_id: c for c in changed}

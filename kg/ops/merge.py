@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.errors import Conflict, InvalidInput, MergeConflict, NotFound
 from kg.indexing.index_jobs import enqueue
-from kg.ops.lineage import Changed, refresh_derived
+from kg.ops.lineage import DERIVED_EDGE_TYPES, Changed, refresh_derived
 from kg.ops.text_store import plan_for
 from kg.store import history
 from kg.store import nodes as node_store
@@ -158,6 +158,10 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     derived = refresh_derived(uow, ctx, [Changed(names[c.key[0]], c.key[1], c.node_id,
                                        None if c.value is None else c.value["properties"])
                                for c in plan.node_changes if c.existed and c.source != "ours"], recheck=True)
+    # Derived edges the merge brought for a source it left as the target has it (the source
+    # derived them from a text the target has since changed): checked against the target's text.
+    for kind, count in _refresh_brought(uow, ctx, plan).items():
+        derived[kind] += count
     queued: list[str] = []
     wanted = {k for k in keys.values() if k}
     if wanted:
@@ -172,6 +176,20 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     uow.index_after_commit(ctx.repo.id, queued)
     return {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
             "applied": applied, "base": _base(plan), "derived": derived}
+
+
+def _refresh_brought(uow: UnitOfWork, ctx: WriteContext, plan: history.MergePlan) -> dict[str, int]:
+    """Lineage's pass over the sources of the ``mentioned_in`` and ``cites`` edges a merge
+    wrote, when the merge did not write the source itself: their edges (as the merge wrote
+    them) against the text the target holds (:func:`kg.ops.lineage.refresh_derived`)."""
+    written = {c.node_id for c in plan.node_changes}
+    sources = {c.key[2] for c in plan.relation_changes
+               if c.value is not None and c.key[1] in DERIVED_EDGE_TYPES and c.key[2] not in written}
+    if not sources:
+        return {}
+    live = node_store.nodes_by_id(uow.session, ctx.view, sources)
+    return refresh_derived(uow, ctx, [Changed(ctx.view.workspaces[v.workspace_id], v.path, v.node_id, v.properties)
+                                      for _, v in sorted(live.items())], recheck=True, written=True)
 
 
 def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext, plan: history.MergePlan) -> None:

@@ -241,6 +241,25 @@ def test_a_merge_recomputes_what_the_target_derived_after_the_fork(client, repo)
     assert r.json()["derived"] == {"unlinked": gone, "restamped": 1, "orphaned": gone, "stale": 0, "queued": 0}
 
 
+def test_mentions_a_merge_brings_for_a_text_the_target_changed_are_recomputed(client, repo):
+    """Found by a new user: extraction on the branch, the text edited on main, then the merge.
+    The merge keeps main's text and brings the branch's mentions of the old one; those are
+    recomputed against the text main holds, in the merge's revision."""
+    put(client, "/bio", BIO)
+    assert client.post(f"{API}/branches", json={"name": "agent/x"}).status_code == 201
+    found = {e["path"] for e in extract(client, "/bio", branch="agent/x")["entities"]}
+    assert {"/entities/ada-lovelace", "/entities/charles-babbage"} <= found
+    put(client, "/bio", "Ada Lovelace wrote the first published program.")  # on main, after the fork
+    r = client.post(f"{API}/branches/agent/x/merge", json={"into": "main"})
+    assert r.status_code == 200, r.text
+    assert edges(client) == {("/entities/ada-lovelace", "/bio")}
+    assert all(props(client, p)["orphan"] is True for p in found - {"/entities/ada-lovelace"})
+    gone = len(found) - 1
+    assert r.json()["derived"] == {"unlinked": gone, "restamped": 1, "orphaned": gone, "stale": 0, "queued": 0}
+    mentions = [row for row in lineage(client, "/bio")["derived"] if row["kind"] == "mention"]
+    assert [row["path"] for row in mentions] == ["/entities/ada-lovelace"] and mentions[0]["current"] is True
+
+
 def test_a_delete_on_a_branch_reaches_main_by_the_merge(client, bio):
     assert client.post(f"{API}/branches", json={"name": "agent/del"}).status_code == 201
     assert client.delete(f"{NODES}/bio", params={"branch": "agent/del"}).status_code == 200

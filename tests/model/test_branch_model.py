@@ -260,6 +260,11 @@ class Model:
         self.base[source] = (dict(tn), dict(te))
         lineage = self.refresh_derived(target, be_target, {p for p, (op, _) in node_writes.items()
                                                             if op in ("write", "delete") and p in on_before})
+        # mentions the merge brought for a text it left as the target has it: checked against it
+        brought = {key[2] for key, (take, w) in edge_writes.items()
+                   if w != ABSENT and take != "ours" and key[1] == "mentioned_in" and key[2] not in node_writes}
+        more = self.refresh_derived(target, dict(oe), brought)
+        lineage = {kind: lineage[kind] | more[kind] for kind in lineage}
         return set(), {"nodes": report_nodes, "relations": report_edges, "lineage": lineage}
 
     def refresh_derived(self, branch, edges_before, changed):
@@ -815,6 +820,15 @@ FOUND = {
         ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["main"]),
         ("extract_entities", {"doc": "/d1"}, ["main"]),
         ("extract_entities", {"doc": "/d1"}, ["b1"]),
+        ("merge", {}, ["b1", "none"]),
+    ],
+    # lineage: mentions extracted on the branch from a text main then changed came in by the
+    # merge stamped with the old text (found by a new user's pass)
+    "extraction_on_the_branch_of_a_text_main_changed": [
+        ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["main"]),
+        ("create_branch", {}, ["main"]),
+        ("extract_entities", {"doc": "/d1"}, ["b1"]),
+        ("put_document", {"path": "/d1", "text_": TEXTS[2]}, ["main"]),
         ("merge", {}, ["b1", "none"]),
     ],
     "delete_under_relation_then_merge": [
