@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.errors import Conflict, InvalidInput, MergeConflict, NotFound
 from kg.indexing.index_jobs import enqueue
-from kg.ops.lineage import DERIVED_EDGE_TYPES, Changed, refresh_derived
+from kg.ops.lineage import CITES, DERIVED_EDGE_TYPES, Changed, refresh_derived, source_hash
 from kg.ops.text_store import plan_for
 from kg.store import history
 from kg.store import nodes as node_store
@@ -179,17 +179,31 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
 
 
 def _refresh_brought(uow: UnitOfWork, ctx: WriteContext, plan: history.MergePlan) -> dict[str, int]:
-    """Lineage's pass over the sources of the ``mentioned_in`` and ``cites`` edges a merge
-    wrote, when the merge did not write the source itself: their edges (as the merge wrote
-    them) against the text the target holds (:func:`kg.ops.lineage.refresh_derived`)."""
+    """Lineage's pass over the sources of the derived edges a merge wrote when the merge did
+    not write the source itself and an edge was derived from another text: a ``mentioned_in``
+    edge stamped with another ``source_hash`` than the target's text has, or a ``cites`` edge
+    (an answer compares its cited passages' hashes). Their edges, as the merge wrote them,
+    against the text the target holds (:func:`kg.ops.lineage.refresh_derived`). An edge with no
+    stamp (asserted by hand) or with the text's own stamp is left as it is."""
     written = {c.node_id for c in plan.node_changes}
-    sources = {c.key[2] for c in plan.relation_changes
-               if c.value is not None and c.key[1] in DERIVED_EDGE_TYPES and c.key[2] not in written}
-    if not sources:
+    brought = [c for c in plan.relation_changes
+               if c.value is not None and c.key[1] in DERIVED_EDGE_TYPES and c.key[2] not in written]
+    if not brought:
         return {}
-    live = node_store.nodes_by_id(uow.session, ctx.view, sources)
-    return refresh_derived(uow, ctx, [Changed(ctx.view.workspaces[v.workspace_id], v.path, v.node_id, v.properties)
-                                      for _, v in sorted(live.items())], recheck=True, written=True)
+    live = node_store.nodes_by_id(uow.session, ctx.view, {c.key[2] for c in brought})
+    stale: set[str] = set()
+    for c in brought:
+        source = live.get(c.key[2])
+        if source is None:
+            continue
+        stamp = (c.value.get("properties") or {}).get("source_hash") if c.value else None
+        if c.key[1] == CITES or (stamp is not None and stamp != source_hash(source.properties)):
+            stale.add(source.node_id)
+    if not stale:
+        return {}
+    return refresh_derived(uow, ctx, [Changed(ctx.view.workspaces[live[n].workspace_id], live[n].path, n,
+                                              live[n].properties) for n in sorted(stale)],
+                           recheck=True, written=True)
 
 
 def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext, plan: history.MergePlan) -> None:
