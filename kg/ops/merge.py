@@ -186,19 +186,19 @@ def _refresh_brought(uow: UnitOfWork, ctx: WriteContext, plan: history.MergePlan
     against the text the target holds (:func:`kg.ops.lineage.refresh_derived`). An edge with no
     stamp (asserted by hand) or with the text's own stamp is left as it is."""
     written = {c.node_id for c in plan.node_changes}
-    brought = [c for c in plan.relation_changes
+    brought = [(c.key, c.value) for c in plan.relation_changes
                if c.value is not None and c.key[1] in DERIVED_EDGE_TYPES and c.key[2] not in written]
     if not brought:
         return {}
-    live = node_store.nodes_by_id(uow.session, ctx.view, {c.key[2] for c in brought})
+    live = node_store.nodes_by_id(uow.session, ctx.view, {key[2] for key, _ in brought})
     stale: set[str] = set()
-    for c in brought:
-        source = live.get(c.key[2])
+    for (_, rel_type, to_id), value in brought:
+        source = live.get(to_id)
         if source is None:
             continue
-        stamp = (c.value.get("properties") or {}).get("source_hash") if c.value else None
-        if c.key[1] == CITES or (stamp is not None and stamp != source_hash(source.properties)):
-            stale.add(source.node_id)
+        stamp = (value.get("properties") or {}).get("source_hash")
+        if rel_type == CITES or (stamp is not None and stamp != source_hash(source.properties)):
+            stale.add(to_id)
     if not stale:
         return {}
     return refresh_derived(uow, ctx, [Changed(ctx.view.workspaces[live[n].workspace_id], live[n].path, n,
