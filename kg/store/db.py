@@ -126,8 +126,20 @@ class Database:
         with _upgrade_lock:
             from alembic import command
 
+            # The write lock up front (BEGIN IMMEDIATE on SQLite): Alembic reads the version
+            # table before it creates anything, and a deferred transaction that must turn a
+            # read into a write while another process migrates the same fresh file fails at
+            # once with "database is locked" (SQLite cannot wait: its snapshot is stale). With
+            # the lock taken first, the second process waits, then finds the schema at head.
             try:
-                with self.engine.begin() as connection:
+                with self.engine.execution_options(kg_write=True).begin() as connection:
+                    if self.dialect == "postgresql":
+                        # The same for PostgreSQL: one migrator of a schema at a time (the
+                        # second would fail creating a table the first made), released at
+                        # commit.
+                        connection.exec_driver_sql(
+                            "SELECT pg_advisory_xact_lock(hashtext('kg migrations in '"
+                            " || current_schema()))")
                     cfg = alembic_config(self.url)
                     cfg.attributes["connection"] = connection
                     command.upgrade(cfg, "head")

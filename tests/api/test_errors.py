@@ -19,10 +19,13 @@ from kg import errors
 
 
 def _all_error_classes() -> list[type[errors.KGError]]:
-    """KGError and every subclass defined anywhere in kg or api (every module imported)."""
+    """KGError and every subclass defined anywhere in kg or api (every module imported but
+    ``api.main``, the ASGI entry point, which builds an app on the default database when
+    imported)."""
     for package in (kg, api):
         for module in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
-            importlib.import_module(module.name)
+            if module.name != "api.main":
+                importlib.import_module(module.name)
     found: list[type[errors.KGError]] = [errors.KGError]
     for cls in found:
         found.extend(sub for sub in cls.__subclasses__() if sub not in found)

@@ -223,3 +223,28 @@ def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(d
         seen = {(r.from_node_id, r.to_node_id) for r in relations.visible_relations(s, br)}
         assert seen == {(plain, folder_now.node_id), (listed[0].node_id, plain)}
     db.dispose()
+
+
+def _upgrade_in_another_process(url: str) -> str:
+    db = Database(url)
+    try:
+        db.upgrade()
+        with db.engine.connect() as conn:
+            return str(conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar())
+    finally:
+        db.dispose()
+
+
+def test_processes_migrating_one_fresh_database_at_once_all_succeed(db_url):
+    """Several processes started together on a fresh database (a server and a CLI, or test
+    workers importing ``api.main``) each run the upgrade: the first migrates, the others wait
+    for it and find the schema at head. SQLite answered "database is locked" to all but one
+    (a deferred transaction cannot turn its read of the version table into a write)."""
+    import multiprocessing
+
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        versions = pool.map(_upgrade_in_another_process, [db_url] * 8)
+    assert versions == [head] * 8
