@@ -28,6 +28,8 @@ from kg.indexing.config import workspace_embedding
 from kg.providers.base import Reranker
 from kg.rag.enrich import HitContext, attach_context
 from kg.rag.fusion import Item, reciprocal_rank_fusion, relative_score_fusion
+from kg.rag.where import matches as where_matches
+from kg.rag.where import validate_where
 from kg.store.models import Workspace
 from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.paths import validate_prefix
@@ -73,7 +75,9 @@ class SearchRequest(BaseModel):
     path_prefix_mode : {"segments", "raw"}
         ``raw``: ``path_prefix`` is a plain string prefix (``/answers`` matches ``/answers-old``).
     where : dict, optional
-        Property equality filters.
+        Node property conditions, all of which must hold: a plain value is equality, an object
+        of operators (``$eq``, ``$ne``, ``$in``, ``$nin``, ``$gt``, ``$gte``, ``$lt``,
+        ``$lte``, ``$exists``) compares (:mod:`kg.rag.where`). Checked on construction.
     fulltext_weight, vector_weight : float
         Weights of the legs in the fusion, finite and >= 0; 0 turns a leg off (not both). A
         weight the request does not name is the setting's (``KG_SEARCH_FULLTEXT_WEIGHT``,
@@ -126,7 +130,9 @@ class SearchRequest(BaseModel):
     path_prefix_mode: PrefixMode = Field(default="segments", description="segments, or raw: path_prefix "
                                          "as a plain string prefix.")
     node_type: str | None = None
-    where: dict[str, Any] | None = Field(default=None, description="Property equality filters.")
+    where: dict[str, Any] | None = Field(default=None, description="Node property conditions, all of which "
+                                         "hold: a value (equality) or operators ($eq, $ne, $in, $nin, "
+                                         "$gt, $gte, $lt, $lte, $exists).")
     fulltext_weight: float = Field(default=1.0, description="Weight of the BM25 leg (0 turns it off; default "
                                                             "KG_SEARCH_FULLTEXT_WEIGHT).")
     vector_weight: float = Field(default=1.0, description="Weight of the vector leg (0 turns it off; default "
@@ -165,6 +171,7 @@ class SearchRequest(BaseModel):
             raise InvalidInput("at least one of fulltext_weight and vector_weight must be > 0")
         if self.path_prefix is not None:
             validate_prefix(self.path_prefix)
+        validate_where(self.where)
         if self.max_distance is not None and not 0 <= self.max_distance <= 2:
             raise InvalidInput("max_distance must be between 0 and 2")
         if (self.fusion is not None or self.fusion_type is not None) and self.mode != "hybrid":
@@ -237,44 +244,6 @@ class SearchResult:
             "fulltext_rank": self.fulltext_rank,
         } | ({} if self.rerank_score is None else {"rerank_score": self.rerank_score}) \
           | ({} if self.context is None else {"context": self.context})
-
-
-def json_equal(a: Any, b: Any) -> bool:
-    """Whether two JSON values are equal as JSON: a boolean never equals a number.
-
-    Python's ``==`` has ``True == 1`` and ``False == 0.0``; JSON (and a ``where`` filter) does
-    not. Numbers compare by value (``1 == 1.0``), arrays element-wise, objects key-wise.
-
-    Parameters
-    ----------
-    a, b : Any
-        Values parsed from JSON (None, bool, int, float, str, list, dict).
-
-    Returns
-    -------
-    bool
-        True when equal.
-
-    Examples
-    --------
-    >>> json_equal(True, 1), json_equal(1, 1.0), json_equal([True], [1])
-    (False, True, False)
-    """
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a is b
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, dict)) or isinstance(b, (list, dict)):
-        return False
-    return bool(a == b)
-
-
-def _matches(properties: dict[str, Any], where: dict[str, Any] | None) -> bool:
-    if not where:
-        return True
-    return all(json_equal(properties.get(key), value) for key, value in where.items())
 
 
 @dataclass
@@ -782,7 +751,7 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
                 continue
             if request.node_type is not None and node.node_type != request.node_type:
                 continue
-            if request.where and not _matches(node.properties, request.where):
+            if request.where and not where_matches(node.properties, request.where):
                 continue
             by_key[node.content_key].append(node)
             by_model[models[node.workspace_id]].add(node.content_key)

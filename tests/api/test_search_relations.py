@@ -310,3 +310,40 @@ def test_relative_score_fusion_by_kg_combines_normalised_scores(client, repo):
     only_bm25 = search(client, {"query": "cache stale build", "fusion_type": "relative_score", "granularity": "node",
                                 "vector_weight": 0.0}).json()
     assert [r["path"] for r in only_bm25["results"]] == [r["path"] for r in lexical["results"]]
+
+
+def test_where_operators_compare_and_bad_ones_are_refused(client, repo):
+    """A new user's ``where: {"status": {"$in": [...]}}`` was compared as equality to the
+    object and matched nothing, silently. Operators now compare; an unknown one is a 422."""
+    for path, props in (("/a", {"status": "published", "year": 2019}),
+                        ("/b", {"status": "draft", "year": 2021}),
+                        ("/c", {"status": "archived", "year": 2024.5}),
+                        ("/d", {"year": "2023"}),
+                        ("/e", {"status": "published", "meta": {"$x": 1}})):
+        put(client, path, {"content": "quarterly report on caching", **props})
+
+    def paths(where, mode="hybrid"):
+        r = search(client, {"query": "quarterly report", "k": 20, "mode": mode, "where": where})
+        assert r.status_code == 200, r.text
+        return {row["path"] for row in r.json()["results"]}
+
+    for mode in ("fulltext", "vector", "hybrid"):
+        assert paths({"status": {"$in": ["published", "draft"]}}, mode) == {"/a", "/b", "/e"}
+    assert paths({"status": {"$nin": ["published"]}}) == {"/b", "/c", "/d"}  # /d has none: null
+    assert paths({"status": {"$ne": "draft"}}) == {"/a", "/c", "/d", "/e"}
+    assert paths({"year": {"$gte": 2021}}) == {"/b", "/c"}  # "2023" is a string: no order across kinds
+    assert paths({"year": {"$gt": 2019, "$lt": 2024}}) == {"/b"}
+    assert paths({"year": {"$lte": "2023"}}) == {"/d"}
+    assert paths({"status": {"$exists": False}}) == {"/d"}
+    assert paths({"status": "published", "year": {"$exists": True}}) == {"/a"}
+    assert paths({"meta": {"$eq": {"$x": 1}}}) == {"/e"}
+    assert paths({"status": {"$eq": "archived"}}) == {"/c"}
+    for where, needle in (({"status": {"$regex": "^pub"}}, "unknown operator '$regex'"),
+                          ({"$or": [{"status": "draft"}]}, "logical operators"),
+                          ({"status": {"$in": "published"}}, "$in takes an array"),
+                          ({"year": {"$gt": {"n": 1}}}, "$gt takes a number or a string"),
+                          ({"status": {"$exists": 1}}, "$exists takes true or false"),
+                          ({"meta": {"$x": 1, "y": 2}}, "mixes operators with plain keys")):
+        r = search(client, {"query": "quarterly report", "where": where})
+        assert_error(r, 422, "invalid_input")
+        assert needle in r.json()["error"]["message"], r.json()

@@ -88,7 +88,7 @@ def property_pair(name: str, value: Any) -> str | None:
         ``"{name}=s:{value}"`` for a str; ``"{name}=n:{repr(float(value))}"`` for a number or
         bool. Two equal numbers (``1``, ``1.0``) give one pair, so the translated filter never
         excludes what kg's comparison admits; ``True`` shares ``1``'s pair, which only widens
-        (kg's own comparison, :func:`kg.rag.search.json_equal`, already left out a ``1`` for
+        (kg's own comparison, :func:`kg.rag.where.json_equal`, already left out a ``1`` for
         ``True`` from the version keys searched); ints too large for a float, NaN and
         infinities give None.
     """
