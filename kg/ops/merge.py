@@ -7,6 +7,7 @@ queued like any node write's.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sqlalchemy import select
@@ -268,9 +269,22 @@ def plan_token(session: Session, repo: Repository, source: str, target: str) -> 
     return "-".join(parts)
 
 
+_PLAN_TOKEN = re.compile(r"(\d+)\.\d+\.\d+-(\d+)\.\d+\.\d+")
+
+
 def _check_plan(token: str, expected: str | None, source: str, target: str) -> None:
-    """Refuse a merge planned from other contents than the reviewer saw (``expected``)."""
-    if expected is not None and expected != token:
+    """Refuse a merge planned from other contents than the reviewer saw (``expected``): a
+    token of these two branches at other revisions is a 409 (``stale_plan``); a string that
+    is no :func:`plan_token`, or the token of other branches, is a client's mistake (422)."""
+    if expected is None:
+        return
+    shape = _PLAN_TOKEN.fullmatch(expected) if isinstance(expected, str) else None
+    ours = _PLAN_TOKEN.fullmatch(token)
+    if shape is None or ours is None or shape.groups() != ours.groups():
+        raise InvalidInput(f"if_plan {str(expected)[:80]!r} is not the plan token of a merge of {source} into "
+                           f"{target}: pass the 'plan' of that merge's dry run",
+                           details={"if_plan": str(expected)[:200], "plan": token})
+    if expected != token:
         raise Conflict(f"{source} or {target} changed since the dry run this merge was asked from: "
                        "review the branch again (nothing was written)",
                        details={"reason": "stale_plan", "plan": token, "expected": expected})

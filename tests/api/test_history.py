@@ -388,3 +388,30 @@ def test_a_batch_child_before_its_parent_makes_one_version_of_the_parent(client,
     assert parent["node_type"] == "kb:Doc" and parent["properties"] == {"v": "parent"}
     versions = node_history(services, OPERATOR, "acme", "main", "knowledge", "/p")
     assert [v["revision"] for v in versions] == [r.json()["revision"]]
+
+
+def test_if_plan_garbage_or_of_other_branches_is_422_and_a_stale_one_409(client, repo):
+    """A new user's made-up ``if_plan`` was answered 409 "changed since the dry run", as if
+    the branches had moved. A string that is no plan token, or the token of another pair of
+    branches, is the caller's mistake (422); a token of these branches at other revisions is
+    the stale plan (409); the dry run's own token merges."""
+    put(client, "/a", {"title": "A"})
+    branch(client, "agent/s1")
+    branch(client, "agent/s2")
+    put(client, "/b", {"title": "B"}, branch="agent/s1")
+    put(client, "/c", {"title": "C"}, branch="agent/s2")
+    other = merge(client, "agent/s2", into="main", dry_run=True).json()["plan"]
+    seen = merge(client, "agent/s1", into="main", dry_run=True).json()["plan"]
+    for bad in ("garbage", "", "1.2.3", other, seen + "x"):
+        r = merge(client, "agent/s1", into="main", if_plan=bad)
+        assert_error(r, 422, "invalid_input")
+        assert "is not the plan token of a merge of agent/s1 into main" in r.json()["error"]["message"]
+    assert get(client, "/b") is None  # nothing written
+    put(client, "/d", {"title": "D"}, branch="agent/s1")
+    r = merge(client, "agent/s1", into="main", if_plan=seen)
+    assert_error(r, 409, "conflict")
+    assert r.json()["error"]["details"]["reason"] == "stale_plan"
+    fresh = merge(client, "agent/s1", into="main", dry_run=True).json()["plan"]
+    r = merge(client, "agent/s1", into="main", if_plan=fresh)
+    assert r.status_code == 200, r.text
+    assert get(client, "/b") is not None and get(client, "/d") is not None
