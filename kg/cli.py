@@ -310,6 +310,8 @@ def export(repo: Annotated[str, typer.Option(help="Repository.")],
             partial.replace(out)
         finally:
             partial.unlink(missing_ok=True)
+    except BrokenPipeError:
+        raise  # the reader left (`kg export | head`): click exits quietly with status 1
     except OSError as exc:
         typer.echo(f"error: cannot write {out}: {_one_line(exc.strerror or str(exc))}", err=True)
         raise typer.Exit(1) from exc
@@ -847,7 +849,8 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (kg_<id
 
 
 def main() -> None:
-    """The ``kg`` entry point: every error is one line on stderr and exit code 1."""
+    """The ``kg`` entry point: every error is one line on stderr and exit code 1; a closed
+    pipe on standard output (``kg export | head``) ends it quietly with 1 (click's way)."""
     try:
         try:
             code = app(standalone_mode=False)

@@ -97,3 +97,28 @@ def test_export_of_an_unknown_repository_is_one_error_and_leaves_no_file(env):
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == ["error: repository 'nope' not found"]
     assert not out.exists() and not out.with_name(out.name + ".partial").exists()
+
+
+def test_export_into_a_pipe_its_reader_closes_ends_quietly(env):
+    """``kg export | head -1`` printed "error: cannot write None: Broken pipe" and exited 1.
+    A real pipe whose reader leaves after one line: nothing on stderr, and click's status for
+    it, 1."""
+    import os
+    import subprocess
+    import sys
+
+    docs = env / "docs"
+    docs.mkdir()
+    for i in range(300):
+        (docs / f"n{i}.md").write_text(f"# Note {i}\n\n" + "words of a long note. " * 100)
+    ingested = runner.invoke(app, ["ingest", str(docs), "--repo", "big", "--workspace", "w"])
+    assert ingested.exit_code == 0, ingested.output
+    kg = [sys.executable, "-c", "from kg.cli import main; main()"]
+    with subprocess.Popen([*kg, "export", "--repo", "big"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=os.environ.copy()) as proc:
+        first = proc.stdout.readline()
+        proc.stdout.close()  # the reader leaves with ~600 KB still to come: more than a pipe holds
+        err = proc.stderr.read()
+        status = proc.wait(timeout=120)
+    assert json.loads(first)["record"] == "header"
+    assert err == b"" and status == 1
