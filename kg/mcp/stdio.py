@@ -16,9 +16,11 @@ import anyio
 import httpx2
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.stdio import stdio_server
+from mcp.types import INTERNAL_ERROR
 
 from kg.access import OPERATOR
 from kg.context import Resources
+from kg.errors import BackendUnavailable, InvalidInput
 from kg.mcp.server import build_server, fixed_binding
 
 log = logging.getLogger("kg.mcp")
@@ -39,7 +41,8 @@ async def serve_stdio(services: Resources, repo: str, branch: str) -> None:
     await server.run_stdio_async()
 
 
-async def relay_stdio(url: str, key: str | None, *, timeout_s: float = 300.0) -> None:
+async def relay_stdio(url: str, key: str | None, *, timeout_s: float = 300.0,
+                      connect_timeout_s: float = 10.0) -> None:
     """Relay MCP messages between stdin/stdout and a kg server's streamable HTTP endpoint.
 
     Parameters
@@ -51,10 +54,61 @@ async def relay_stdio(url: str, key: str | None, *, timeout_s: float = 300.0) ->
         ``KG_AUTH`` off).
     timeout_s : float
         How long one HTTP exchange may take, in seconds.
+    connect_timeout_s : float
+        How long to wait for the server to accept a connection, in seconds.
+
+    Raises
+    ------
+    kg.errors.BackendUnavailable
+        The server cannot be reached (refused, unknown host, no answer within
+        ``connect_timeout_s``), checked before anything is relayed: the MCP transport would
+        otherwise drop the failed request and leave the agent waiting for its answer.
+    kg.errors.InvalidInput
+        ``url`` is not an http(s) URL.
     """
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=timeout_s)) as http, \
-            streamable_http_client(url, http_client=http) as (remote_read, remote_write), \
+    timeout = httpx2.Timeout(connect_timeout_s, read=timeout_s)
+    async with _GatewayClient(headers=headers, timeout=timeout) as http:
+        await _reachable(http, url)
+        await _relay(http, url)
+
+
+class _GatewayClient(httpx2.AsyncClient):
+    """An HTTP client that answers a POST the server cannot receive as a gateway would: 502,
+    with the JSON-RPC error in the body.
+
+    The MCP transport lets a failed POST's exception end its writer task, which left the
+    request unanswered and the relay stuck (an agent waiting on a server that went away). A 502
+    whose body is a JSON-RPC error the transport relays to the agent under the request's id;
+    the relay goes on, and the next request may find the server back.
+    """
+
+    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        try:
+            return await super().send(request, **kwargs)
+        except httpx2.TransportError as exc:
+            if request.method != "POST":
+                raise
+            reason = f"the kg server at {request.url} cannot be reached: {exc or type(exc).__name__}"
+            log.warning("kg mcp: %s", reason)
+            return httpx2.Response(502, json={"jsonrpc": "2.0", "id": None,
+                                              "error": {"code": INTERNAL_ERROR, "message": reason}},
+                                   request=request)
+
+
+async def _reachable(http: httpx2.AsyncClient, url: str) -> None:
+    """Any HTTP answer (a 401 or a 405 included: the relay passes those on) shows the server is
+    there; a transport failure is the one-line error the command exits with."""
+    if not url.startswith(("http://", "https://")):
+        raise InvalidInput(f"--url {url!r} is not an http:// or https:// URL of a kg server's /mcp endpoint")
+    try:
+        await http.head(url)
+    except httpx2.TransportError as exc:
+        raise BackendUnavailable(f"cannot reach the kg server at {url}: {exc or type(exc).__name__}") from exc
+
+
+async def _relay(http: httpx2.AsyncClient, url: str) -> None:
+    async with streamable_http_client(url, http_client=http) as (remote_read, remote_write), \
             stdio_server() as (local_read, local_write), anyio.create_task_group() as group:
 
         async def pump(source: Any, sink: Any, *, stop: bool) -> None:

@@ -110,3 +110,56 @@ def test_kg_mcp_relays_to_a_server_with_a_key(tmp_path):
         with pytest.raises(Exception) as raised:
             tool_names(_kg_mcp("--url", url, "--key", "kg_0123456789abcdef_" + "z" * 43, env={}))
         assert mcp_error(raised.value).error.code == -32603  # the 401, relayed
+
+
+def test_kg_mcp_relay_to_an_unreachable_server_fails_at_once(tmp_path):
+    """``kg mcp --url`` to a port nobody listens on waited forever, silently (the transport
+    dropped the failed POST of ``initialize``). Now: one line on stderr, exit 1."""
+    import socket
+    import subprocess
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    url = f"http://127.0.0.1:{port}/mcp/acme/main"
+    done = subprocess.run([sys.executable, "-m", "kg.cli", "mcp", "--url", url], input="", cwd=ROOT,
+                          env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"error: cannot reach the kg server at {url}: ") and done.stderr.count("\n") == 1
+    bad = subprocess.run([sys.executable, "-m", "kg.cli", "mcp", "--url", "localhost:8765/mcp/acme/main"],
+                         input="", cwd=ROOT, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 1 and "is not an http:// or https:// URL" in bad.stderr
+
+
+def test_kg_mcp_relay_answers_each_request_while_its_server_is_gone(tmp_path):
+    """The server stops in the middle of a session: the next tool call gets an MCP error
+    naming the unreachable server at once (it waited forever), and the relay stays up."""
+    from tests.mcp.test_mcp_http import make_keys, seed, serve_env
+    from tests.serve import start_server, stop_server
+
+    db_url, data = f"sqlite:///{tmp_path / 'kg.sqlite3'}", tmp_path / "data"
+    keys = make_keys(db_url, data)
+    proc, base = start_server(serve_env(db_url, data))
+    url = f"{base}/mcp/acme/main"
+    try:
+        seed(base, keys["admin"])
+
+        async def session(client: Client) -> tuple:
+            found = await client.call_tool("search", {"query": "invoices"})
+            stop_server(proc)
+            with pytest.raises(Exception) as gone:
+                await client.call_tool("search", {"query": "invoices"})
+            with pytest.raises(Exception) as still_gone:  # the relay answers again
+                await client.list_tools()
+            return found.structured_content, gone.value, still_gone.value
+
+        found, gone, still_gone = mcp_session(
+            _kg_mcp("--url", url, env={"OPENBLAS_NUM_THREADS": "1", "KG_MCP_KEY": keys["reader"]}), None, session)
+    finally:
+        stop_server(proc)
+    assert found["results"][0]["path"] == "/docs/billing"
+    for error in (gone, still_gone):
+        assert mcp_error(error).error.code == -32603
+        assert mcp_error(error).error.message.startswith(f"the kg server at {url} cannot be reached")
