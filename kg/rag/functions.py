@@ -339,18 +339,19 @@ def compose_answer(chosen: list[ScoredSentence], passages: list[dict]) -> tuple[
     Returns
     -------
     (answer, markers)
-        Markers are 1-based passage numbers in the order cited.
+        The answer's citations are numbered 1, 2, 3 in the order cited; ``markers[i]`` is the
+        1-based number of the passage that citation ``i + 1`` stands for.
     """
     groups: dict[int, list[str]] = {}
     for s in chosen:
         groups.setdefault(s.marker, []).append(s.text)
     parts = []
-    for marker, texts in groups.items():
+    for number, (marker, texts) in enumerate(groups.items(), start=1):
         body = " ".join(texts)
         title = passages[marker - 1].get("_title")
         if isinstance(title, str) and title.strip() and " ".join(title.split()).lower() not in body.lower():
             body = f"{' '.join(title.split())}: {body}"
-        parts.append(f"{body} [{marker}]")
+        parts.append(f"{body} [{number}]")
     return " ".join(parts), list(groups)
 
 
@@ -536,7 +537,13 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         ], timeout_s=120)
         cited = [int(m) for m in _MARKER_RE.findall(reply)]
         valid = [m for m in dict.fromkeys(cited) if 1 <= m <= len(passages)]
-        answer = _MARKER_RE.sub(lambda m: m.group(0) if 1 <= int(m.group(1)) <= len(passages) else "", reply)
+        # The model cites passages of the context, most of which it leaves out: its markers
+        # become the citations' numbers, 1, 2, 3 in the order first cited (an answer opening
+        # with [5] reads as if four citations were missing); one out of range is dropped.
+        renumbered = {m: i for i, m in enumerate(valid, start=1)}
+        answer = _MARKER_RE.sub(lambda m: f"[{renumbered[int(m.group(1))]}]" if int(m.group(1)) in renumbered
+                                else "",
+                                reply)
         answer = " ".join(answer.split())
     else:
         # Without a model a sentence is quoted only when it passes the semantic grade: no
@@ -545,9 +552,9 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         if not valid:
             answer = NOT_COVERED
     citations = []
-    for m in valid:
+    for number, m in enumerate(valid, start=1):
         p = passages[m - 1]
-        citation = {"marker": m, "workspace": p["workspace"], "path": p["path"], "node_id": p["node_id"],
+        citation = {"marker": number, "workspace": p["workspace"], "path": p["path"], "node_id": p["node_id"],
                     "chunk_index": p["chunk_index"], "text_is_exact": p["text_is_exact"]}
         if p.get("via") == "graph":
             citation["via"] = "graph"

@@ -199,3 +199,50 @@ def test_extractive_ask_off_topic_stays_not_covered_after_the_rewrite(client, do
     body = invoke(client, "ask", {"question": "Who won the football world cup final?"}).json()
     assert body["grounded"] is False and body["answer"] == "The documents do not cover this."
     assert body["citations"] == []
+
+
+def _context_paths(llm) -> dict[int, str]:
+    """Passage number -> the passage's text, from the context the scripted model was sent."""
+    import re
+
+    prompt = llm.calls[-1]["messages"][-1]["content"]
+    return {int(n): text for n, text in re.findall(r"^\[(\d+)\] (.*)$", prompt, flags=re.M)}
+
+
+def test_citations_are_numbered_one_two_three_in_the_order_the_answer_cites(client, docs, services):
+    """The answer's markers were the context's passage numbers: a new user's answer opened with
+    [5] and listed [5], [6], [8]. The citations are now 1, 2, 3 in the order first cited, with
+    or without a model, and each marker still names its passage."""
+    services.llm = llm = ScriptedLLM(['{"sufficient": true}', "The dividend was forty cents [2]. Notice is "
+                                      "thirty days [1]. Forty cents, again [2]."])
+    body = invoke(client, "ask", {"question": "What notice and what dividend?"}).json()
+    assert body.get("mode") == "llm", body
+    passages = _context_paths(llm)
+    assert len(passages) == 2
+    assert body["answer"] == "The dividend was forty cents [1]. Notice is thirty days [2]. Forty cents, again [1]."
+    texts = {path: text for path, text in FINANCE.items()}
+    assert [c["marker"] for c in body["citations"]] == [1, 2]
+    assert [texts[c["path"]] for c in body["citations"]] == [passages[2], passages[1]]
+    services.llm = None
+    for question in ("How much notice does termination require?", "What dividend did the board approve?"):
+        body = invoke(client, "ask", {"question": question}).json()
+        assert body["mode"] == "extractive" and body["grounded"] is True, body
+        assert [c["marker"] for c in body["citations"]] == list(range(1, len(body["citations"]) + 1))
+        import re
+        assert sorted(set(int(m) for m in re.findall(r"\[(\d+)\]", body["answer"]))) == \
+            [c["marker"] for c in body["citations"]]
+
+
+def test_the_extractive_answer_numbers_its_citations_from_one():
+    """Sentences chosen from the context's passages 3 and 6 (the new user's [3], [6]) are
+    cited [1] and [2]; the markers returned say which passage each citation stands for."""
+    from kg.rag.functions import ScoredSentence, compose_answer
+
+    passages = [{"_title": f"Doc {i}"} for i in range(1, 8)]
+    chosen = [ScoredSentence(3, 0, "Local versions denote patched builds.", 0.8),
+              ScoredSentence(3, 2, "They sort after the public version.", 0.7),
+              ScoredSentence(6, 1, "Labels may hold letters and digits.", 0.6)]
+    answer, markers = compose_answer(chosen, passages)
+    assert answer == ("Doc 3: Local versions denote patched builds. They sort after the public version. [1] "
+                      "Doc 6: Labels may hold letters and digits. [2]")
+    assert markers == [3, 6]
