@@ -50,7 +50,7 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Annotated, Any, Literal
+from typing import IO, Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -430,6 +430,8 @@ class _Plan:
     relations: list[dict[str, Any]]
     chunks: list[ChunkRow]
     created_repository: bool
+    unchanged_nodes: int = 0
+    unchanged_relations: int = 0
 
 
 def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, create: bool) -> bool:
@@ -471,33 +473,80 @@ def _authorize_content(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile) 
     uow.authorize_workspaces("read", repo, branch, [t for _, t in pairs])
 
 
+class _OnBranch(NamedTuple):
+    """A live node of the branch at an address the file names."""
+
+    node_id: str
+    created_at: datetime
+    node_type: str
+    properties: dict[str, Any]
+    order: float | None
+
+
 def _branch_nodes(session: Session, view: BranchView,
-                  addresses: set[tuple[int, str]]) -> dict[tuple[int, str], tuple[str, datetime]]:
-    """``{(workspace id, path): (node id, created_at)}`` of the live nodes among ``addresses``
-    on the branch: by address, 500 a statement, or by one scan of a workspace holding many."""
-    out: dict[tuple[int, str], tuple[str, datetime]] = {}
+                  addresses: set[tuple[int, str]]) -> dict[tuple[int, str], _OnBranch]:
+    """``{(workspace id, path): _OnBranch}`` of the live nodes among ``addresses`` on the
+    branch: by address, 500 a statement, or by one scan of a workspace holding many."""
+    out: dict[tuple[int, str], _OnBranch] = {}
     if not addresses or view.repo.head_revision == 0:
         return out
     by_ws: dict[int, list[str]] = {}
     for wid, path in addresses:
         by_ws.setdefault(wid, []).append(path)
-    cols = (NodeVersion.workspace_id, NodeVersion.path, NodeVersion.node_id, NodeVersion.created_at)
+    cols = (NodeVersion.workspace_id, NodeVersion.path, NodeVersion.node_id, NodeVersion.created_at,
+            NodeVersion.node_type, NodeVersion.properties, NodeVersion.order)
     for wid, paths in by_ws.items():
         if len(paths) > _SCAN_ABOVE:
             stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                                      NodeVersion.workspace_id == wid)
             wanted = set(paths)
-            for w, path, node_id, created in session.execute(stmt.with_only_columns(*cols)):
+            for w, path, *found in session.execute(stmt.with_only_columns(*cols)):
                 if path in wanted:
-                    out[(w, path)] = (node_id, created)
+                    out[(w, path)] = _OnBranch(*found)
             continue
         for start in range(0, len(paths), _LOOKUP_BATCH):
             stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                                      NodeVersion.workspace_id == wid,
                                      NodeVersion.path.in_(paths[start:start + _LOOKUP_BATCH]))
-            for w, path, node_id, created in session.execute(stmt.with_only_columns(*cols)):
-                out[(w, path)] = (node_id, created)
+            for w, path, *found in session.execute(stmt.with_only_columns(*cols)):
+                out[(w, path)] = _OnBranch(*found)
     return out
+
+
+#: A relation's identity on a branch, as the store keys it (kg.store.relations).
+_RELATION_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
+
+
+def _canonical(value: Any) -> str:
+    """A JSON value as one string, so that equal means equal as JSON (``true`` is not ``1``)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _unchanged_relations(session: Session, view: BranchView, relations: list[dict[str, Any]],
+                         existing_ids: set[str]) -> set[int]:
+    """The positions in ``relations`` of rows the branch holds already, the same in weight,
+    properties and validity: a re-import writes nothing for them. Only relations whose source
+    node was on the branch before the import are looked up (none in a new repository)."""
+    candidates = [i for i, r in enumerate(relations) if r["from_node_id"] in existing_ids]
+    if not candidates:
+        return set()
+    sources = sorted({relations[i]["from_node_id"] for i in candidates})
+    held: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    for start in range(0, len(sources), _LOOKUP_BATCH):
+        stmt, _ = visible_select(RelationVersion, view, _RELATION_KEY,
+                                 RelationVersion.from_node_id.in_(sources[start:start + _LOOKUP_BATCH]))
+        for edge in session.scalars(stmt):
+            held[(edge.from_node_id, edge.to_node_id, edge.rel_type)] = (
+                edge.weight, _canonical(edge.properties or {}), _utc(edge.valid_from), _utc(edge.valid_to),
+                edge.invalidated_by)
+    same = set()
+    for i in candidates:
+        r = relations[i]
+        found = held.get((r["from_node_id"], r["to_node_id"], r["rel_type"]))
+        if found is not None and found == (r["weight"], _canonical(r["properties"] or {}), r["valid_from"],
+                                           r["valid_to"], r["invalidated_by"]):
+            same.add(i)
+    return same
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -535,6 +584,9 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
     nodes: list[dict[str, Any]] = []
     references: list[list[tuple[str, str, str]]] = []
     keys: dict[str, tuple[int, str]] = {}  # content key -> (line, workspace) of its first node
+    names = {wid: name for name, wid in wids.items()}
+    ids: dict[tuple[str, str], str] = {(names[wid], path): found.node_id for (wid, path), found in on_branch.items()}
+    unchanged_nodes = 0
     ordered = sorted(bulk.nodes, key=lambda n: n.path.count("/"))  # ancestors first, as batch writes
     for n in ordered:
         wid = wids[n.workspace]
@@ -547,20 +599,22 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
         if key is not None:
             keys.setdefault(key, (n.line, n.workspace))
         existing = on_branch.get((wid, n.path))
+        if (existing is not None and existing.node_type == rec.node_type and existing.order == rec.order
+                and _canonical(existing.properties) == _canonical(rec.properties)):
+            unchanged_nodes += 1  # the branch holds this node as the file has it: no new version
+            continue
         stamp = _utc(rec.updated_at) or now
+        ids[(n.workspace, n.path)] = node_uid(repo.uid, wid, n.path)
         nodes.append({
             "repo_id": repo.id, "branch_id": ctx.branch.id, "workspace_id": wid,
             "node_id": node_uid(repo.uid, wid, n.path), "path": n.path, "parent_path": parent,
             "name": name_of(n.path), "node_type": rec.node_type, "properties": rec.properties,
             "sort_order": rec.order, "deleted": False, "content_key": key,
-            "created_at": _utc(rec.created_at) or (existing[1] if existing is not None else now),
+            "created_at": _utc(rec.created_at) or (existing.created_at if existing is not None else now),
             "updated_at": stamp,
         })
         references.append(n.references)
 
-    names = {wid: name for name, wid in wids.items()}
-    ids: dict[tuple[str, str], str] = {(names[wid], path): found[0] for (wid, path), found in on_branch.items()}
-    ids.update(((n.workspace, n.path), row["node_id"]) for n, row in zip(ordered, nodes, strict=True))
     relations = []
     for r in bulk.relations:
         for end, address in (("from", r.source), ("to", r.target)):
@@ -576,8 +630,11 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
             "deleted": False, "created_at": _utc(edge.created_at) or now,
             "valid_from": _utc(edge.valid_from), "valid_to": _utc(edge.valid_to),
             "invalidated_by": edge.invalidated_by})
+    same = _unchanged_relations(session, view, relations, {found.node_id for found in on_branch.values()})
+    if same:
+        relations = [r for i, r in enumerate(relations) if i not in same]
     return _Plan(repo.id, repo.uid, wids, nodes, references, relations,
-                 _check_chunks(services, session, repo, bulk, keys), created)
+                 _check_chunks(services, session, repo, bulk, keys), created, unchanged_nodes, len(same))
 
 
 def _check_chunks(services: Resources, session: Session, repo: Any, bulk: BulkFile,
@@ -786,9 +843,13 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
     Returns
     -------
     dict
-        ``{"repo", "branch", "revision", "revisions", "nodes", "relations", "chunks",
-        "queued", "created_repository"}``: ``revision`` the last one written (None for a file
-        of no record after its header), ``queued`` the texts queued for embedding.
+        ``{"repo", "branch", "revision", "revisions", "nodes", "relations", "unchanged",
+        "chunks", "queued", "created_repository"}``: ``nodes`` and ``relations`` the records
+        written, ``unchanged`` (``{"nodes", "relations"}``) those the branch held already as the
+        file has them (same type, properties and order; same weight, properties and validity),
+        which get no new version; ``revision`` the last one written (None when nothing was: a
+        file of no record after its header, or a re-import of what the branch holds),
+        ``queued`` the texts queued for embedding.
 
     Raises
     ------
@@ -814,20 +875,28 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
     bulk = parse_ndjson(lines)
     source = f"{bulk.header.repo}@{bulk.header.branch} r{bulk.header.revision}"
     summary = message or f"import ndjson: {len(bulk.nodes)} nodes, {len(bulk.relations)} relations from {source}"
-    batches = _batches(len(bulk.nodes), len(bulk.relations), batch_size)
     revisions: list[int] = []
     queued_total = 0
     with unit_of_work(services, caller) as uow:
         created = _ensure_target(uow, repo, branch, bulk, create=create)
         _authorize_content(uow, repo, branch, bulk)
-        ctx = uow.begin(repo, branch, message=_batch_message(summary, 0, len(batches)))
+        # The batches count what is written: the nodes and relations the branch does not hold
+        # as the file has them (a re-import of the same file writes no revision).
+        ctx = uow.begin(repo, branch, message=summary)
         plan = _resolve(uow, ctx, bulk, created)
+        batches = _batches(len(plan.nodes), len(plan.relations), batch_size)
+        ctx.retitle(_batch_message(summary, 0, len(batches)))
         nodes, relations = batches[0]
-        if len(nodes) + len(relations) or plan.chunks:
+        if len(nodes) + len(relations):
             revision, queued = _write(uow, ctx, plan, nodes, relations, with_chunks=True)
             revisions.append(revision)
             queued_total += len(queued)
-            _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
+        elif plan.chunks:  # vectors for texts the branch holds already: stored, no revision
+            store_chunks(uow.session, plan.repo_id, plan.chunks)
+            queued = []
+        else:
+            queued = []
+        _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
     for number, (nodes, relations) in enumerate(batches[1:], start=1):
         with unit_of_work(services, caller) as uow:
             ctx = uow.begin(repo, branch, message=_batch_message(summary, number, len(batches)))
@@ -836,7 +905,8 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
             queued_total += len(queued)
             _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
     return {"repo": repo, "branch": branch, "revision": revisions[-1] if revisions else None,
-            "revisions": revisions, "nodes": len(bulk.nodes), "relations": len(bulk.relations),
+            "revisions": revisions, "nodes": len(plan.nodes), "relations": len(plan.relations),
+            "unchanged": {"nodes": plan.unchanged_nodes, "relations": plan.unchanged_relations},
             "chunks": len(plan.chunks), "queued": queued_total, "created_repository": plan.created_repository}
 
 

@@ -155,6 +155,18 @@ class WriteContext:
         """Whether anything was written (the revision is allocated)."""
         return self._allocated is not None
 
+    def retitle(self, message: str | None) -> None:
+        """Set the message the revision will be recorded with (before anything is written).
+
+        Raises
+        ------
+        RuntimeError
+            The revision is allocated already: its message is recorded.
+        """
+        if self._allocated is not None:
+            raise RuntimeError("the revision is written: its message cannot change")
+        self._message = message
+
     @property
     def revision(self) -> int:
         """The revision this transaction writes, allocated on first access.

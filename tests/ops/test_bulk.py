@@ -303,6 +303,39 @@ def test_into_an_existing_branch(services):
         bulk.import_ndjson(services, OPERATOR, "other", lines, branch="nope")
 
 
+def test_a_re_import_writes_only_what_changed_and_of_the_same_file_nothing(services):
+    """Re-importing the file just imported wrote a second revision of every node and relation
+    (a new user's `kg import` run twice). Now records the branch holds as the file has them
+    get no new version: the same file again is no revision; a file with one node and one
+    relation changed writes those two, in one revision."""
+    _build(services)
+    lines = _export(services, "acme", with_chunks=True)
+    first = bulk.import_ndjson(services, OPERATOR, "copy", lines)
+    n_nodes, n_relations = first["nodes"], first["relations"]
+    assert first["unchanged"] == {"nodes": 0, "relations": 0} and n_nodes > 3 and n_relations > 1
+    before = queries.revision_log(services, OPERATOR, "copy", "main")
+    again = bulk.import_ndjson(services, OPERATOR, "copy", lines)
+    assert again["revision"] is None and again["revisions"] == []
+    assert (again["nodes"], again["relations"]) == (0, 0)
+    assert again["unchanged"] == {"nodes": n_nodes, "relations": n_relations}
+    assert queries.revision_log(services, OPERATOR, "copy", "main") == before
+    records = [json.loads(line) for line in _export(services, "copy")]  # no chunks: a text changes
+    node = next(r for r in records if r["record"] == "node" and r["path"] == "/docs/guides/rotate-keys")
+    node["properties"] = {**node["properties"], "title": "Rotating keys, revised"}
+    edge = next(r for r in records if r["record"] == "relation")
+    edge["weight"] = 0.125
+    changed = [json.dumps(r) for r in records]
+    third = bulk.import_ndjson(services, OPERATOR, "copy", changed)
+    assert (third["nodes"], third["relations"]) == (1, 1) and len(third["revisions"]) == 1
+    assert third["unchanged"] == {"nodes": n_nodes - 1, "relations": n_relations - 1}
+    got = queries.get_node(services, OPERATOR, "copy", "main", "knowledge", "/docs/guides/rotate-keys")
+    assert got["properties"]["title"] == "Rotating keys, revised" and got["revision"] == third["revision"]
+    weights = {(n["path"], n["relation_type"]): n["weight"] for n in neighbors(
+        services, OPERATOR, "copy", "main", edge["from"], direction="OUT")["neighbors"]}
+    assert weights[(edge["to"].split(":", 1)[1], edge["type"])] == 0.125
+    assert sum(1 for r in queries.revision_log(services, OPERATOR, "copy", "main")) == len(before) + 1
+
+
 HEADER = {"record": "header", "format": "kg-ndjson", "version": 1, "repo": "x", "branch": "main", "revision": 0,
           "workspaces": [{"name": "w"}]}
 
