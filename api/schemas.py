@@ -783,12 +783,21 @@ class GraphContextNode(TraversedNode):
     title: str = absent("The node's title (an entity's name).")
 
 
+class GraphContextWarning(Schema):
+    """Why a walk found less than it might have (``no_mentions``: follow ``subjects`` on a
+    branch whose seeds mention no entity)."""
+
+    code: str
+    message: str
+
+
 class GraphContextOutput(Schema):
     """``graph-context``."""
 
     seeds: list[GraphSeed]
     nodes: list[GraphContextNode]
     truncated: bool
+    warnings: list[GraphContextWarning] | None = None
 
 
 class ExtractedEntity(Schema):

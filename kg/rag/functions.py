@@ -675,8 +675,10 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         null when the branch's graph is too large to hold in memory. With ``follow:
         "subjects"`` nodes are in the order they were reached (by seed, then the stable edge
         order); a document's ``from`` is the entity it is about, whose ``from`` is the seed
-        that mentions it, and its ``score`` is that seed's mass. A query that finds nothing
-        relevant gives no seeds and no nodes.
+        that mentions it, and its ``score`` is that seed's mass; when no seed mentions an
+        entity, ``warnings`` holds ``{"code": "no_mentions", "message"}`` (extract-entities
+        not run on the branch, most likely). A query that finds nothing relevant gives no
+        seeds and no nodes.
 
     Raises
     ------
@@ -754,7 +756,16 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         seed = seeds.get((node["workspace"], node["path"]))
         if seed is not None and seed["node_id"] is None:
             seed["node_id"] = node["node_id"]
-    return {"seeds": list(seeds.values()), "nodes": walk["nodes"], "truncated": walk["truncated"]}
+    result = {"seeds": list(seeds.values()), "nodes": walk["nodes"], "truncated": walk["truncated"]}
+    if follow == "subjects" and hops > 0 and not any(n["hop"] > 0 for n in walk["nodes"]):
+        # Not an error (a seed may mention nothing), but a caller who never extracted would
+        # read the bare seeds as the graph's answer.
+        result["warnings"] = [{
+            "code": "no_mentions",
+            "message": "no seed mentions an entity on this branch: follow 'subjects' walks the "
+                       "mentioned_in relations that extract-entities writes (run it on the branch, "
+                       "or follow 'walk' for every relation)"}]
+    return result
 
 
 # -- ask's graph leg and stored answers ------------------------------------------------------

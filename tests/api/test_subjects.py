@@ -152,6 +152,21 @@ def test_follow_subjects_reaches_the_pages_of_the_entities_a_seed_mentions(clien
     assert _docs(narrow) == ["/wood", "/depp"] and narrow["truncated"] is True   # 2 of the 3 entities
 
 
+def test_follow_subjects_without_extractions_says_why_it_found_only_the_seeds(client, repo):
+    """A new user's follow: "subjects" on a branch never extracted returned the seeds alone,
+    as if the graph had nothing: the answer now says no seed mentions an entity, and why."""
+    doc(client, "/film", *FILMS["/film"])
+    body = invoke(client, "graph-context", {"seeds": ["knowledge:/film"], "follow": "subjects"}).json()
+    assert [n["path"] for n in body["nodes"]] == ["/film"]
+    (warning,) = body["warnings"]
+    assert warning["code"] == "no_mentions" and "extract-entities" in warning["message"]
+    assert extract(client, "/film").status_code == 200
+    body = invoke(client, "graph-context", {"seeds": ["knowledge:/film"], "follow": "subjects"}).json()
+    assert "warnings" not in body and len(body["nodes"]) > 1
+    walk = invoke(client, "graph-context", {"seeds": ["knowledge:/film"], "hops": 0}).json()
+    assert "warnings" not in walk  # the walk and a walk of no hop are asked for what they give
+
+
 def test_follow_subjects_input_errors(client, films):
     seeds = ["knowledge:/film"]
     for bad in ({"follow": "sideways"}, {"follow": "subjects", "types": ["about"]},
