@@ -56,6 +56,7 @@ dropped and counted in ``dropped``.
 from __future__ import annotations
 
 import hashlib
+import html
 import logging
 import re
 import unicodedata
@@ -161,14 +162,15 @@ class Relation:
 
 
 def clean_name(raw: Any) -> str | None:
-    """A display name: whitespace collapsed, wrapping quotes and trailing punctuation removed.
+    """A display name: HTML character references decoded (``"Tom &amp; Jerry"``, text scraped
+    from web pages), whitespace collapsed, wrapping quotes and trailing punctuation removed.
 
     A final ``.`` is removed only when it is the name's one dot (``"rossum."`` loses it,
     ``"U.S."`` keeps it). None when nothing with a letter or digit is left.
     """
     if not isinstance(raw, str):
         return None
-    name = " ".join(unicodedata.normalize("NFKC", raw).split())
+    name = " ".join(unicodedata.normalize("NFKC", html.unescape(raw)).split())
     previous = None
     while name != previous:
         previous = name
@@ -280,6 +282,9 @@ _NOT_ACRONYMS = frozenset({"I", "A", "OK", "AM", "PM", "TV", "II", "III", "IV", 
                           | set("""MUST NOT REQUIRED SHALL SHOULD RECOMMENDED MAY OPTIONAL NOTE
                           WARNING TODO FIXME XXX AND OR THE IF ELSE TRUE FALSE NULL NONE YES NO ALL
                           ANY NEW END BEGIN FAQ ETC CANNOT WILL SEE AKA""".split()))
+#: Series of numbered documents whose name alone ("this PEP proposes") is a kind of document,
+#: not a body; numbered ("PEP 8") they are cross-references. Not ISO: alone, it is the body.
+_DOCUMENT_SERIES = frozenset({"PEP", "RFC", "BIP", "EIP", "JEP", "KEP", "JSR"})
 _ORG_WORDS = frozenset("""foundation inc inc. corporation corp corp. company co ltd llc gmbh ag
     plc university institute society association group council agency department ministry
     bank party committee organization organisation labs laboratory laboratories centre center
@@ -445,7 +450,7 @@ def deterministic_extraction(text: str) -> Extraction:
         found.append((start, name, _guess_type(words, common)))
     for m in _ACRONYM_RE.finditer(text):
         word = m.group(0)
-        if (sum(ch.isupper() for ch in word) < 2 or word in _NOT_ACRONYMS
+        if (sum(ch.isupper() for ch in word) < 2 or word in _NOT_ACRONYMS or word in _DOCUMENT_SERIES
                 or any(a <= m.start() < b for a, b in taken)):
             continue
         # a word the text also writes in lower case is a constant or a file name, not a body
@@ -467,7 +472,9 @@ def deterministic_entities(text: str) -> list[tuple[str, str, list[str]]]:
       sentence word such as ``The`` or ``In`` is dropped; the type is guessed from the last
       word (``Foundation``: organization, ``War``: event, ``River``: place), else two or three
       plain capitalised words are a person, anything else a concept;
-    - acronyms of two or more capitals (``CWI``, ``NASA``, ``AC/DC``), type organization.
+    - acronyms of two or more capitals (``CWI``, ``NASA``, ``AC/DC``), type organization;
+      not the name of a series of numbered documents written alone (``PEP`` in "this PEP",
+      ``RFC``), which is a kind of document.
 
     Parameters
     ----------

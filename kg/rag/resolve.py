@@ -35,6 +35,7 @@ Christen (2012), "Data Matching" (blocking by tokens); Haveliwala, Gionis and In
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from dataclasses import dataclass, field
@@ -110,6 +111,11 @@ TITLES = frozenset(
     }
 )
 _ARTICLES = frozenset({"a", "an"})  # "the" is among the titles
+#: Leading honorifics that say a gender: "Mr. Olympia" and "Ms. Olympia" are two contests, and
+#: "Lord X" and "Lady X" two people, though the rest of their names is the same.
+_MALE_TITLES = frozenset({"mr", "mister", "sir", "lord", "king", "prince", "father", "brother", "uncle"})
+_FEMALE_TITLES = frozenset({"mrs", "ms", "miss", "madam", "madame", "dame", "lady", "queen", "princess",
+                            "sister", "aunt"})
 _ORDINAL_WORDS = {
     "first": 1,
     "second": 2,
@@ -131,7 +137,7 @@ _TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
 
 
 def _fold(text: str) -> str:
-    text = unicodedata.normalize("NFKD", text)
+    text = unicodedata.normalize("NFKD", html.unescape(text))  # "&amp;" is "&" (scraped names)
     return "".join(c for c in text if not unicodedata.combining(c)).casefold()
 
 
@@ -156,6 +162,26 @@ def name_tokens(name: str) -> list[str]:
     while start < len(tokens) and (tokens[start] in TITLES or tokens[start] in _ARTICLES):
         start += 1
     return tokens[start:] or [t for t in tokens if t != "the"] or tokens
+
+
+def leading_genders(name: str) -> frozenset[str]:
+    """The genders the leading honorifics of a name say (``{"male"}`` for "Mr. Olympia",
+    empty for "Captain Ahab" or "Olympia").
+
+    Examples
+    --------
+    >>> sorted(leading_genders("Ms. Olympia")), sorted(leading_genders("Captain Ahab"))
+    (['female'], [])
+    """
+    out: set[str] = set()
+    for token in _TOKEN_RE.findall(_fold(name)):
+        if token not in TITLES and token not in _ARTICLES:
+            break
+        if token in _MALE_TITLES:
+            out.add("male")
+        elif token in _FEMALE_TITLES:
+            out.add("female")
+    return frozenset(out)
 
 
 def numbers_of(name: str) -> frozenset[int]:
@@ -214,8 +240,9 @@ def score_pair(a: Candidate, b: Candidate, *, similarity: float | None = None) -
     Returns
     -------
     PairScore
-        ``score`` None with the blocking reason (``numbers_differ``, ``types_differ``) when the
-        pair must never merge; else 1.0 for the same normalised name (``same_name``), otherwise
+        ``score`` None with the blocking reason (``numbers_differ``, ``types_differ``,
+        ``titles_differ``: leading honorifics of two genders, "Mr." and "Ms.") when the pair
+        must never merge; else 1.0 for the same normalised name (``same_name``), otherwise
         the mean of rapidfuzz's ``token_set_ratio`` and ``token_sort_ratio`` of the normalised
         names / 100 (``fuzzy:<x>``), averaged with ``similarity`` (``embedding:<x>``) when
         given. ``token_set_ratio`` alone is 1.0 whenever one name's words are a subset of the
@@ -227,6 +254,9 @@ def score_pair(a: Candidate, b: Candidate, *, similarity: float | None = None) -
         return PairScore(None, ["numbers_differ"])
     if a.entity_type and b.entity_type and a.entity_type != b.entity_type:
         return PairScore(None, ["types_differ"])
+    ga, gb = leading_genders(a.name), leading_genders(b.name)
+    if ga and gb and ga != gb:
+        return PairScore(None, ["titles_differ"])
     na, nb = normalised(a.name), normalised(b.name)
     if na == nb:
         return PairScore(1.0, ["same_name"])

@@ -261,3 +261,13 @@ def test_find_subject_by_name_alias_slug_or_made_from_the_title():
     assert person.type == "person"
     assert find_subject("How Guido created Python", [guido]) == (None, False)
     assert find_subject(None, [guido]) == (None, False)
+
+
+def test_a_document_series_written_alone_is_no_organization():
+    """A new user's PEP extraction typed "PEP" (of "this PEP proposes") as an organization.
+    Alone, PEP and RFC are kinds of document and name nothing; numbered they are the
+    cross-references; ISO alone is still the body."""
+    text = ("This PEP proposes a new format. PEPs and RFCs differ; see PEP 8 and RFC 2616. "
+            "ISO publishes ISO 9001.")
+    assert deterministic_entities(text) == [("PEP 8", "concept", []), ("RFC 2616", "concept", []),
+                                            ("ISO", "organization", []), ("ISO 9001", "concept", [])]

@@ -53,6 +53,28 @@ def test_titles_and_honorifics_are_stripped():
     assert score_pair(c("Ahab"), c("Captain Ahab")).reasons == ["same_name"]
 
 
+def test_honorifics_of_two_genders_never_merge():
+    """The new user's proposal merged "Mr. Olympia" and "Ms. Olympia" (both "olympia" once the
+    title is stripped): leading honorifics of two genders block the pair; one titled name and
+    one bare still merge, and honorifics of one gender, or titles of none, do not block."""
+    for a, b in (("Mr. Olympia", "Ms. Olympia"), ("Lord Grantham", "Lady Grantham"),
+                 ("King Charles", "Queen Charles"), ("Mr Smith", "Mrs. Smith")):
+        scored = score_pair(c(a), c(b), similarity=1.0)
+        assert scored.score is None and scored.reasons == ["titles_differ"], (a, b)
+    assert score_pair(c("Mr. Olympia"), c("Olympia")).reasons == ["same_name"]
+    assert score_pair(c("Ms. Smith"), c("Mrs. Smith")).reasons == ["same_name"]
+    assert score_pair(c("Captain Ahab"), c("Dr. Ahab")).reasons == ["same_name"]
+
+
+def test_html_character_references_are_the_characters_they_encode():
+    """Names scraped from web pages came with "&amp;" (a token "amp" of their own)."""
+    assert name_tokens("Tom &amp; Jerry") == name_tokens("Tom & Jerry") == ["tom", "jerry"]
+    assert score_pair(c("AT&amp;T"), c("AT&T")).reasons == ["same_name"]
+    assert name_tokens("Caf&eacute; M&#252;ller") == ["cafe", "muller"]
+    from kg.rag.entities import clean_name
+    assert clean_name("Tom &amp; Jerry") == "Tom & Jerry" and clean_name("&quot;Ahab&quot;") == "Ahab"
+
+
 def test_accents_case_and_punctuation_fold():
     assert name_tokens("Café  Müller!") == ["cafe", "muller"]
     assert score_pair(c("Café Müller"), c("cafe muller")).score == 1.0
