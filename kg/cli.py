@@ -313,7 +313,8 @@ def export(repo: Annotated[str, typer.Option(help="Repository.")],
     except BrokenPipeError:
         raise  # the reader left (`kg export | head`): click exits quietly with status 1
     except OSError as exc:
-        typer.echo(f"error: cannot write {out}: {_one_line(exc.strerror or str(exc))}", err=True)
+        typer.echo(f"error: cannot write {out if out is not None else 'to standard output'}: "
+                   f"{_one_line(exc.strerror or str(exc))}", err=True)
         raise typer.Exit(1) from exc
     except KGError as exc:
         _fail(exc)

@@ -39,7 +39,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
-from pydantic import AnyHttpUrl, Field
+from pydantic import AnyHttpUrl, ConfigDict, Field
 
 import kg
 from kg.access import OPERATOR, Action, Actor, may_somewhere
@@ -363,7 +363,12 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
     def tool(annotations: ToolAnnotations, description: str) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
             made = Tool.from_function(fn, description=description, annotations=annotations, structured_output=False)
-            made.parameters = compact_schema(made.parameters)
+            # An argument the tool does not take is an error, as an unknown field is over HTTP: the
+            # SDK's argument model ignores extras, so a misspelt filter ("wehre") ran unfiltered.
+            loose = made.fn_metadata.arg_model
+            made.fn_metadata.arg_model = type(loose.__name__, (loose,), {
+                "model_config": ConfigDict(**loose.model_config, extra="forbid")})
+            made.parameters = compact_schema({**made.parameters, "additionalProperties": False})
             tools.append(made)
             return fn
         return register
@@ -381,6 +386,11 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                          description="segments: path_prefix matches whole segments (/a is /a and /a/..., "
                                      "not /ab); raw: a plain string prefix.")] = "segments",
                      node_type: Annotated[str | None, Field(description="Only nodes of this type.")] = None,
+                     where: Annotated[dict[str, Any] | None, Field(
+                         description="Node property conditions, all of which hold: a value (equality) or "
+                                     "operators, e.g. {\"status\": {\"$in\": [\"draft\", \"published\"]}, "
+                                     "\"year\": {\"$gte\": 2020}} ($eq $ne $in $nin $gt $gte $lt $lte "
+                                     "$exists).")] = None,
                      context_siblings: Annotated[int | None, Field(
                          description="Attach each hit's parent and this many neighbouring sections of its "
                                      "type on each side, in order (0..10; 0: the parent only).")] = None,
@@ -388,7 +398,7 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
         def use_case(b: Binding) -> dict[str, Any]:
             raw: dict[str, Any] = {"query": query, "k": k, "mode": mode, "granularity": "chunk",
                                    "workspaces": workspaces, "path_prefix": path_prefix,
-                                   "path_prefix_mode": path_prefix_mode, "node_type": node_type}
+                                   "path_prefix_mode": path_prefix_mode, "node_type": node_type, "where": where}
             if context_siblings is not None:
                 raw["context"] = {"parent": True, "siblings": context_siblings}
             request = SearchRequest.parse(raw)

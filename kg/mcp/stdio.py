@@ -108,8 +108,11 @@ async def _reachable(http: httpx2.AsyncClient, url: str) -> None:
 
 
 async def _relay(http: httpx2.AsyncClient, url: str) -> None:
+    # The write ends are closed when the relay ends (the agent closed stdin): the stdio writer
+    # and the transport's POST writer wait on them until then, and the process would not exit.
     async with streamable_http_client(url, http_client=http) as (remote_read, remote_write), \
-            stdio_server() as (local_read, local_write), anyio.create_task_group() as group:
+            stdio_server() as (local_read, local_write), remote_write, local_write, \
+            anyio.create_task_group() as group:
 
         async def pump(source: Any, sink: Any, *, stop: bool) -> None:
             async for message in source:

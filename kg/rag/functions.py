@@ -86,6 +86,8 @@ MAX_DISTANCE = 0.65          # cosine distance beyond which a vector-only hit is
 COVERAGE_SUFFICIENT = 0.5    # share of the question's terms the passages must contain
 _SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n{2,}")
 _MARKER_RE = re.compile(r"\[(\d+)\]")
+#: A footnote reference inside a source sentence: "[2]_" (reStructuredText), "[2]", "[#]_".
+_FOOTNOTE_RE = re.compile(r"\s?\[(?:\d+|#\w*|\*)\]_?")
 NOT_COVERED = "The documents do not cover this."
 MAX_SENTENCES = 3            # most sentences of an extractive answer
 SENTENCE_MARGIN = 0.3        # a sentence further than this below the best one is left out (2-fold CV, bench)
@@ -344,7 +346,10 @@ def compose_answer(chosen: list[ScoredSentence], passages: list[dict]) -> tuple[
     """
     groups: dict[int, list[str]] = {}
     for s in chosen:
-        groups.setdefault(s.marker, []).append(s.text)
+        # A quoted sentence's own footnote references ("[2]_" in reStructuredText, "[2]") would
+        # read as the answer's citations: dropped from the quote.
+        text = " ".join(_FOOTNOTE_RE.sub("", s.text).split())
+        groups.setdefault(s.marker, []).append(text)
     parts = []
     for number, (marker, texts) in enumerate(groups.items(), start=1):
         body = " ".join(texts)
@@ -757,7 +762,7 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
         if seed is not None and seed["node_id"] is None:
             seed["node_id"] = node["node_id"]
     result = {"seeds": list(seeds.values()), "nodes": walk["nodes"], "truncated": walk["truncated"]}
-    if follow == "subjects" and hops > 0 and not any(n["hop"] > 0 for n in walk["nodes"]):
+    if follow == "subjects" and hops > 0 and not walk["truncated"] and not any(n["hop"] > 0 for n in walk["nodes"]):
         # Not an error (a seed may mention nothing), but a caller who never extracted would
         # read the bare seeds as the graph's answer.
         result["warnings"] = [{

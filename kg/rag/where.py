@@ -135,7 +135,10 @@ def _check_operand(name: str, op: str, operand: Any) -> None:
     if op in ("$in", "$nin"):
         wrong = not isinstance(operand, list)
     elif op in _ORDERED:
-        wrong = not (isinstance(operand, str) or (_is_number(operand) and math.isfinite(operand)))
+        # An int of any size is exact (Python compares it with a float exactly); a float must
+        # be finite. math.isfinite of a 300-digit int overflows, so ints never reach it.
+        wrong = not (isinstance(operand, str) or (isinstance(operand, int) and not isinstance(operand, bool))
+                     or (isinstance(operand, float) and math.isfinite(operand)))
     elif op == "$exists":
         wrong = not isinstance(operand, bool)
     if wrong:

@@ -239,10 +239,10 @@ def test_the_extractive_answer_numbers_its_citations_from_one():
     from kg.rag.functions import ScoredSentence, compose_answer
 
     passages = [{"_title": f"Doc {i}"} for i in range(1, 8)]
-    chosen = [ScoredSentence(3, 0, "Local versions denote patched builds.", 0.8),
+    chosen = [ScoredSentence(3, 0, "Local versions denote patched builds [2]_.", 0.8),
               ScoredSentence(3, 2, "They sort after the public version.", 0.7),
               ScoredSentence(6, 1, "Labels may hold letters and digits.", 0.6)]
     answer, markers = compose_answer(chosen, passages)
     assert answer == ("Doc 3: Local versions denote patched builds. They sort after the public version. [1] "
                       "Doc 6: Labels may hold letters and digits. [2]")
-    assert markers == [3, 6]
+    assert markers == [3, 6]  # the quote's own footnote "[2]_" is dropped: it read as citation 2

@@ -165,6 +165,8 @@ def test_follow_subjects_without_extractions_says_why_it_found_only_the_seeds(cl
     assert "warnings" not in body and len(body["nodes"]) > 1
     walk = invoke(client, "graph-context", {"seeds": ["knowledge:/film"], "hops": 0}).json()
     assert "warnings" not in walk  # the walk and a walk of no hop are asked for what they give
+    cut = invoke(client, "graph-context", {"seeds": ["knowledge:/film"], "follow": "subjects", "max_nodes": 1}).json()
+    assert cut["truncated"] is True and "warnings" not in cut  # the budget cut it: no claim about mentions
 
 
 def test_follow_subjects_input_errors(client, films):

@@ -122,3 +122,17 @@ def test_export_into_a_pipe_its_reader_closes_ends_quietly(env):
         status = proc.wait(timeout=120)
     assert json.loads(first)["record"] == "header"
     assert err == b"" and status == 1
+
+
+def test_export_to_a_full_disk_names_standard_output(env):
+    """``kg export > /dev/full`` said "cannot write None": standard output has no file name."""
+    import os
+    import subprocess
+    import sys
+
+    _ingest(env)
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-c", "from kg.cli import main; main()", "export", "--repo", "acme"],
+                              stdout=full, stderr=subprocess.PIPE, text=True, env=os.environ.copy(), timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == "error: cannot write to standard output: No space left on device\n"

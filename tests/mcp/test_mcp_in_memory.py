@@ -75,6 +75,24 @@ def test_search_takes_the_path_prefix_mode(acme):
     assert bad["error"]["details"]["errors"][0]["loc"] == ["path_prefix_mode"]
 
 
+def test_search_takes_where_and_no_tool_takes_an_argument_it_does_not_know(acme):
+    """A new user's agent passed ``where`` to the search tool, which had none and dropped it
+    (an unfiltered answer, isError false), as it dropped any argument it did not know."""
+    for path, status in (("/draft", "draft"), ("/published", "published")):
+        run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", path, node_type="kb:Note",
+            properties={"content": "Rotate the signing key every month.", "status": status})
+    server = build_server(acme, fixed_binding("acme", "main"))
+    query = {"query": "signing key", "mode": "fulltext"}
+    found = call(server, None, "search", {**query, "where": {"status": {"$in": ["draft"]}}})
+    assert [r["path"] for r in found["results"]] == ["/draft"]
+    bad = call(server, None, "search", {**query, "where": {"status": {"$regex": "^d"}}}, error=True)
+    assert bad["error"]["code"] == "invalid_input" and "unknown operator '$regex'" in bad["error"]["message"]
+    unknown = call(server, None, "search", {**query, "wehre": {"status": "draft"}}, error=True, raw=True)
+    assert "wehre" in unknown and "Extra inputs are not permitted" in unknown
+    unknown = call(server, None, "get_node", {"workspace": "kb", "path": "/draft", "depth": 3}, error=True, raw=True)
+    assert "depth" in unknown and "Extra inputs are not permitted" in unknown
+
+
 def test_search_attaches_each_hits_parent_and_neighbouring_sections(acme):
     """The guide's enrichment loop over MCP: ``context_siblings`` attaches the parent and the
     sections beside each hit, in order, each with its kg:// citation handle."""

@@ -163,3 +163,15 @@ def test_kg_mcp_relay_answers_each_request_while_its_server_is_gone(tmp_path):
     for error in (gone, still_gone):
         assert mcp_error(error).error.code == -32603
         assert mcp_error(error).error.message.startswith(f"the kg server at {url} cannot be reached")
+
+
+def test_kg_mcp_relay_ends_when_the_agent_closes_stdin(tmp_path):
+    """The relay never exited once stdin closed (the stdio writer and the transport's POST
+    writer waited on write ends nobody closed): it ends, 0, like the local ``kg mcp``."""
+    import subprocess
+
+    with seeded_server(tmp_path) as (base, keys):
+        done = subprocess.run([sys.executable, "-m", "kg.cli", "mcp", "--url", f"{base}/mcp/acme/main",
+                               "--key", keys["reader"]], stdin=subprocess.DEVNULL, cwd=ROOT, capture_output=True,
+                              text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"})
+    assert done.returncode == 0 and done.stdout == "", done.stderr
