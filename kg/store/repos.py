@@ -158,6 +158,11 @@ class WriteContext:
     def retitle(self, message: str | None) -> None:
         """Set the message the revision will be recorded with (before anything is written).
 
+        Parameters
+        ----------
+        message : str or None
+            The revision's message (None: none).
+
         Raises
         ------
         RuntimeError
