@@ -107,6 +107,8 @@ _ANN_TAIL_ROWS = 1024
 _ANN_MIN_SHARE = 0.1
 # The widest candidate list a filtered walk uses (ef / share, capped).
 _ANN_MAX_EF = 1024
+#: Rows up to which the configured ef_search keeps recall@10 >= 0.98 (M 32; docs/ann.md).
+_ANN_EF_ROWS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,7 +630,8 @@ class EmbeddedVectorIndex:
         Approximate, when the model has an HNSW graph [1]_ and at least
         :attr:`AnnConfig.min_rows` rows (and a tenth of the model's rows) are allowed: the
         graph's walk, filtered by the allowed rows inside the search, proposes ``max(k, ef)``
-        candidates (``ef`` = :attr:`AnnConfig.ef_search` over the allowed share squared), the
+        candidates (``ef`` = :attr:`AnnConfig.ef_search` over the allowed share squared, times
+        the square of the graph's rows over a million past a million, at most 1,024), the
         rows added since the graph was last extended (at most about a thousand) are added to
         them, and all are reranked with exact dot products, so every distance returned is exact
         and only recall is approximate (>= 0.98 of exact at 10, docs/ann.md).
@@ -693,7 +696,11 @@ class EmbeddedVectorIndex:
         share = allowed_in_graph / covered
         # A filter thins the allowed rows near the query and pushes its true neighbours out to
         # where the walk's list is sparser: widen the list by 1 / share**2 (at 50 %, ef x 4).
-        ef = min(_ANN_MAX_EF, max(int(self._ann.ef_search / share**2), k))
+        # Past _ANN_EF_ROWS rows the same ef reaches less of the graph: widen by the square of
+        # the size over it (M 32, bench/ann_tier.py: recall@10 at ef 128 was 0.989 at 1M rows
+        # and 0.885 at 2M, where ef 384 gave 0.985; 2M rows get 512).
+        size = max(1.0, covered / _ANN_EF_ROWS) ** 2
+        ef = min(_ANN_MAX_EF, max(int(self._ann.ef_search * size / share**2), k))
         found = store.graph.search(query, max(k, ef), ef=ef, bitmap=bitmap, limit=covered)
         return np.concatenate((np.sort(found), tail)) if len(tail) else np.sort(found)
 
