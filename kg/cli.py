@@ -333,6 +333,9 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
            path_prefix: Annotated[str | None, typer.Option(help="Only paths under this (whole segments).")]
            = None,
            node_type: Annotated[str | None, typer.Option(help="Only nodes of this type.")] = None,
+           where: Annotated[str | None, typer.Option(
+               help='Property conditions as a JSON object: {"status": "published"} or operators, '
+                    '{"year": {"$gte": 2020}} ($eq $ne $in $nin $gt $gte $lt $lte $exists).')] = None,
            context: Annotated[int | None, typer.Option(
                help="Attach each hit's parent and this many neighbouring sections on each side (0: the "
                     "parent only).")] = None,
@@ -345,6 +348,13 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
     if context is not None or context_order_by is not None:
         raw["context"] = {"siblings": 1 if context is None else context, "order_by": context_order_by}
     try:
+        if where is not None:
+            try:
+                raw["where"] = json.loads(where)
+            except ValueError as exc:
+                raise InvalidInput(f"--where is not JSON: {exc}") from exc
+            if not isinstance(raw["where"], dict):
+                raise InvalidInput('--where must be a JSON object, e.g. {"status": "published"}')
         services = _services()
         request = SearchRequest.parse(raw)
         answer = search_branch(services, OPERATOR, repo, branch, request)

@@ -362,6 +362,39 @@ def test_search_with_context_prints_the_parent_and_neighbouring_sections(cli_env
     assert bad.output.strip().splitlines() == ["error: context.siblings must be between 0 and 10"]
 
 
+def test_search_where_takes_json_conditions_and_refuses_bad_ones_in_one_line(cli_env, monkeypatch):
+    """``kg search --where``: the HTTP and MCP search's property conditions on the command line
+    (a new user found none)."""
+    from kg.context import OPERATOR, run
+    from kg.ops import nodes as node_ops
+    from kg.ops import repos as repo_ops
+    from kg.services import Services
+    from kg.settings import Settings
+
+    monkeypatch.setenv("KG_INDEX_INLINE", "true")  # the texts embedded as they are written
+    services = Services.from_settings(Settings())
+    services.db.upgrade()
+    try:
+        run(services, OPERATOR, repo_ops.create_repository, "acme")
+        run(services, OPERATOR, repo_ops.create_workspace, "acme", "kb")
+        for path, status in (("/draft", "draft"), ("/published", "published")):
+            run(services, OPERATOR, node_ops.put_node, "acme", "main", "kb", path, node_type="kb:Note",
+                properties={"content": "Rotate the signing key every month.", "status": status})
+    finally:
+        services.close()
+    found = runner.invoke(app, ["search", "signing key", "--repo", "acme", "--mode", "fulltext", "--json",
+                                "--where", '{"status": {"$in": ["draft"]}}'])
+    assert found.exit_code == 0, found.output
+    assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["/draft"]
+    for where, line in (("{status: draft}", "error: --where is not JSON: "),
+                        ('["draft"]', "error: --where must be a JSON object"),
+                        ('{"status": {"$regex": "d"}}', "error: where.status: unknown operator '$regex'")):
+        bad = runner.invoke(app, ["search", "signing key", "--repo", "acme", "--where", where])
+        assert bad.exit_code == 1
+        (only,) = bad.output.strip().splitlines()
+        assert only.startswith(line), only
+
+
 def test_relate_invalidate_relation_types_and_neighbors_over_time(cli_env):
     """``kg relate --valid-from/--valid-to``, ``kg invalidate``, ``kg relation-types`` and
     ``kg neighbors --as-of/--include-invalid`` (issue 17); a naive time is one line, exit 1."""
