@@ -73,7 +73,7 @@ from kg.store.models import Chunk, NodeVersion, Reference, RelationVersion, utcn
 from kg.store.nodes import node_uid, validate_node_input
 from kg.store.paths import name_of, parent_of, parse_address, validate_name, validate_path
 from kg.store.references import extract_references
-from kg.store.relations import validate_relation_type
+from kg.store.relations import RELATION_KEY, validate_relation_type
 from kg.store.repos import MAIN, BranchView, WriteContext
 from kg.store.visibility import visible_select
 from kg.text.storable import check_json
@@ -515,10 +515,6 @@ def _branch_nodes(session: Session, view: BranchView,
     return out
 
 
-#: A relation's identity on a branch, as the store keys it (kg.store.relations).
-_RELATION_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
-
-
 def _canonical(value: Any) -> str:
     """A JSON value as one string, so that equal means equal as JSON (``true`` is not ``1``)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -535,7 +531,7 @@ def _unchanged_relations(session: Session, view: BranchView, relations: list[dic
     sources = sorted({relations[i]["from_node_id"] for i in candidates})
     held: dict[tuple[str, str, str], tuple[Any, ...]] = {}
     for start in range(0, len(sources), _LOOKUP_BATCH):
-        stmt, _ = visible_select(RelationVersion, view, _RELATION_KEY,
+        stmt, _ = visible_select(RelationVersion, view, RELATION_KEY,
                                  RelationVersion.from_node_id.in_(sources[start:start + _LOOKUP_BATCH]))
         for edge in session.scalars(stmt):
             held[(edge.from_node_id, edge.to_node_id, edge.rel_type)] = (
@@ -606,10 +602,10 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
             unchanged_nodes += 1  # the branch holds this node as the file has it: no new version
             continue
         stamp = _utc(rec.updated_at) or now
-        ids[(n.workspace, n.path)] = node_uid(repo.uid, wid, n.path)
+        node_id = ids[(n.workspace, n.path)] = node_uid(repo.uid, wid, n.path)
         nodes.append({
             "repo_id": repo.id, "branch_id": ctx.branch.id, "workspace_id": wid,
-            "node_id": node_uid(repo.uid, wid, n.path), "path": n.path, "parent_path": parent,
+            "node_id": node_id, "path": n.path, "parent_path": parent,
             "name": name_of(n.path), "node_type": rec.node_type, "properties": rec.properties,
             "sort_order": rec.order, "deleted": False, "content_key": key,
             "created_at": _utc(rec.created_at) or (existing.created_at if existing is not None else now),
@@ -923,15 +919,13 @@ def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterabl
                               f"{source}" + (f" ({unchanged} records unchanged)" if unchanged else ""))
         ctx.retitle(_batch_message(summary, 0, len(batches)))
         nodes, relations = batches[0]
+        queued: list[str] = []
         if len(nodes) + len(relations):
             revision, queued = _write(uow, ctx, plan, nodes, relations, with_chunks=True)
             revisions.append(revision)
             queued_total += len(queued)
         elif plan.chunks:  # vectors for texts the branch holds already: stored, no revision
             store_chunks(uow.session, plan.repo_id, plan.chunks)
-            queued = []
-        else:
-            queued = []
         _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
     for number, (nodes, relations) in enumerate(batches[1:], start=1):
         with unit_of_work(services, caller) as uow:

@@ -52,7 +52,6 @@ from kg.store.repos import BranchView
 from kg.store.visibility import Chain, visible_select
 
 #: What identifies one relation across its versions.
-_EDGE_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
 
 
 def view_key(view: BranchView) -> tuple[Hashable, ...]:
@@ -745,7 +744,7 @@ def neighborhood(services: Resources, caller: Actor, repo: str, branch: str, see
         edges: list[Any] = []
         for start in range(0, len(ids), 500):
             part = ids[start:start + 500]
-            stmt, _ = visible_select(RelationVersion, view, _EDGE_KEY, RelationVersion.from_node_id.in_(part),
+            stmt, _ = visible_select(RelationVersion, view, store.RELATION_KEY, RelationVersion.from_node_id.in_(part),
                                      RelationVersion.to_node_id.in_(ids))
             edges.extend(e for e in session.scalars(stmt) if (wanted is None or e.rel_type in wanted)
                          and valid_at(e.valid_from, e.valid_to, at))
@@ -761,7 +760,8 @@ def neighborhood(services: Resources, caller: Actor, repo: str, branch: str, see
             before_nodes = {v.node_id for v in session.scalars(stmt)}
         if parents.chain and mine_edges:
             froms = sorted({e.from_node_id for e in mine_edges})
-            stmt, _ = visible_select(RelationVersion, parents, _EDGE_KEY, RelationVersion.from_node_id.in_(froms))
+            stmt, _ = visible_select(RelationVersion, parents, store.RELATION_KEY,
+                                     RelationVersion.from_node_id.in_(froms))
             before_edges = {(e.from_node_id, e.rel_type, e.to_node_id) for e in session.scalars(stmt)}
         parent_id = view.branch.parent_id
         parent_row = session.get(Branch, parent_id) if parent_id is not None else None

@@ -43,7 +43,8 @@ from kg.store.repos import BranchView, WriteContext
 from kg.store.visibility import visible_select
 
 _TYPE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:\-.]{0,254}$")
-_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
+#: A relation's identity on a branch: the versions of one key are one relation's history.
+RELATION_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
 
 
 def validate_relation_type(rel_type: Any) -> str:
@@ -165,7 +166,7 @@ def relate(
     if rel_type in single_valued_types(session, src.workspace_id):
         start = valid_from or now or utcnow()
         ref = relation_ref(version.from_address, rel_type, version.to_address)
-        stmt, _ = visible_select(RelationVersion, ctx.view, _KEY, RelationVersion.from_node_id == src.node_id,
+        stmt, _ = visible_select(RelationVersion, ctx.view, RELATION_KEY, RelationVersion.from_node_id == src.node_id,
                                  RelationVersion.rel_type == rel_type, RelationVersion.to_node_id != dst.node_id)
         for old in session.scalars(stmt).all():
             if (old.valid_from is None or old.valid_from <= start) and (old.valid_to is None or start < old.valid_to):
@@ -339,7 +340,7 @@ def find_relation(session: Session, view: BranchView, from_id: str, to_id: str,
         The live version of the edge (endpoints not checked), or None.
     """
     stmt, _ = visible_select(
-        RelationVersion, view, _KEY,
+        RelationVersion, view, RELATION_KEY,
         RelationVersion.from_node_id == from_id, RelationVersion.to_node_id == to_id,
         RelationVersion.rel_type == rel_type,
     )
@@ -381,7 +382,7 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
     where = [RelationVersion.from_node_id == src.node_id, RelationVersion.to_node_id == dst.node_id]
     if rel_type is not None:
         where.append(RelationVersion.rel_type == rel_type)
-    stmt, _ = visible_select(RelationVersion, ctx.view, _KEY, *where)
+    stmt, _ = visible_select(RelationVersion, ctx.view, RELATION_KEY, *where)
     removed = 0
     now = utcnow()
     for edge in session.scalars(stmt).all():
@@ -415,7 +416,7 @@ def visible_relations(session: Session, view: BranchView, *, node_ids: Iterable[
         if not ids:
             return []
         where.append(or_(RelationVersion.from_node_id.in_(ids), RelationVersion.to_node_id.in_(ids)))
-    stmt, _ = visible_select(RelationVersion, view, _KEY, *where)
+    stmt, _ = visible_select(RelationVersion, view, RELATION_KEY, *where)
     edges = list(session.scalars(stmt))
     endpoints = {e.from_node_id for e in edges} | {e.to_node_id for e in edges}
     alive = nodes_by_id(session, view, endpoints)
@@ -467,7 +468,7 @@ def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_
     One window query over the versions the branch's chain allows (``visible_select``), read
     ``batch`` rows at a time (a server-side cursor on PostgreSQL).
     """
-    stmt, _ = visible_select(RelationVersion, view, _KEY)
+    stmt, _ = visible_select(RelationVersion, view, RELATION_KEY)
     stmt = stmt.with_only_columns(RelationVersion.from_node_id, RelationVersion.rel_type,
                                   RelationVersion.to_node_id, RelationVersion.weight,
                                   RelationVersion.properties, RelationVersion.valid_from,
