@@ -22,7 +22,7 @@ Both paths give the same answers in the same order; ``tests/api/test_graph.py`` 
 from __future__ import annotations
 
 import gc
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -70,18 +70,96 @@ def _resolver(session: Session, view: BranchView):
     return resolve
 
 
-def _build(session: Session, view: BranchView, max_edges: int) -> GraphView | None:
-    """Read the branch's graph from SQL; None when it holds more than ``max_edges`` relations."""
-    graph = GraphView(view.revision)
-    rows = (EdgeRow(f, t, to, w, p, False, vf, vt, inv)
-            for f, t, to, w, p, vf, vt, inv in store.stream_visible_edges(session, view))
+#: A background build collects and freezes (``gc.freeze``) what it has built every this many
+#: relations: the view's objects then leave the cyclic collector's generations.
+FREEZE_EVERY = 200_000
+
+
+def _collect_and_freeze() -> None:
+    """Collect the cyclic garbage of every thread, then move every object still tracked to the
+    collector's permanent generation, which its passes skip."""
+    gc.collect()
+    gc.freeze()
+
+
+def _freezing(rows: Iterable[EdgeRow], every: int) -> Iterator[EdgeRow]:
+    """Yield ``rows``, collecting and freezing after each ``every`` of them."""
+    for count, row in enumerate(rows, start=1):
+        yield row
+        if count % every == 0:
+            _collect_and_freeze()
+
+
+def load_view(graph: GraphView, rows: Iterable[EdgeRow], resolve: Callable[[set[str]], Mapping[str, NodeAddress]],
+              *, max_edges: int | None = None, freeze_every: int | None = None) -> bool:
+    """Fill an empty view (:meth:`GraphView.load`) with the cyclic garbage collector held, and
+    freeze what a large view builds so that the collector never walks it again.
+
+    Parameters
+    ----------
+    graph : kg.graph.view.GraphView
+        The empty view.
+    rows : iterable of EdgeRow
+        The branch's visible live relations.
+    resolve : callable(set of str) -> {str: NodeAddress}
+        The live nodes among the given ids.
+    max_edges : int, optional
+        Give up (return False) past this many relations.
+    freeze_every : int or None, optional
+        None: the collector is held for the load and given back as it was (a small view,
+        built in a request). An int: every ``freeze_every`` relations, and once at the end, a
+        collection of every generation (cyclic garbage of any thread) and :func:`gc.freeze`
+        (a large view, built in a background thread).
+
+    Returns
+    -------
+    bool
+        As :meth:`GraphView.load`: False when ``max_edges`` was exceeded.
+
+    Notes
+    -----
+    A view of m relations holds about 3 m containers the cyclic collector tracks. Held for the
+    load, they all land in its youngest generation; given back, the next passes walk every one
+    of them (gen 0, then 1, then 2), and a full pass recurs whenever the oldest generation has
+    grown by a quarter: at 1,000,000 edges a full pass took 0.9 s, at 5,000,000 several
+    seconds, with the interpreter lock held, so every other request of the process waited.
+    That was the 2 s NEIGHBORS measured while a cold 5M-edge view was built (docs/scale.md).
+    Frozen objects are skipped by every later pass. A view holds no reference cycle, so a view
+    dropped from the cache is still freed by reference counting (tested). Each freeze also
+    moves whatever else the process holds at that moment, which is harmless for objects that
+    die by reference counting; cyclic garbage of other threads is collected just before, and
+    the collector is held only between freezes, so at most one increment's worth of
+    another thread's cycles (the SQL statements of the requests in flight) is ever frozen.
+    Each increment's collection walks what the increment built: about 0.2 s at 200,000
+    relations (``bench/view_build_pause.py``).
+
+    References
+    ----------
+    Python's ``gc.freeze`` (CPython 3.7+, PEP-less; "Garbage Collector interface").
+    """
     collecting = gc.isenabled()
+    if freeze_every is not None:
+        _collect_and_freeze()
+        rows = _freezing(rows, freeze_every)
     gc.disable()  # millions of new long-lived objects: a cyclic collection every 700 is waste
     try:
-        loaded = graph.load(rows, _resolver(session, view), max_edges=max_edges)
+        loaded = graph.load(rows, resolve, max_edges=max_edges)
+        if loaded and freeze_every is not None:
+            _collect_and_freeze()
     finally:
         if collecting:
             gc.enable()
+    return loaded
+
+
+def _build(session: Session, view: BranchView, max_edges: int, *, freeze: bool = False) -> GraphView | None:
+    """Read the branch's graph from SQL; None when it holds more than ``max_edges`` relations.
+    ``freeze``: a large view built in the background (:func:`load_view`)."""
+    graph = GraphView(view.revision)
+    rows = (EdgeRow(f, t, to, w, p, False, vf, vt, inv)
+            for f, t, to, w, p, vf, vt, inv in store.stream_visible_edges(session, view))
+    loaded = load_view(graph, rows, _resolver(session, view), max_edges=max_edges,
+                       freeze_every=FREEZE_EVERY if freeze else None)
     return graph if loaded else None
 
 
@@ -175,7 +253,7 @@ def _build_in_background(services: Resources, view: BranchView, key: Hashable) -
     if cache.get(key) is not None:
         return
     with services.db.read() as session:
-        graph = _build(session, view, cache.max_edges)
+        graph = _build(session, view, cache.max_edges, freeze=True)
     if graph is None:
         cache.mark_too_big(key)
     else:

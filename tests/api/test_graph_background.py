@@ -5,6 +5,7 @@ that waited for the build would see the build finished."""
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import kg.rag.graph as rag_graph
@@ -24,12 +25,12 @@ def test_requests_during_a_background_build_are_answered_from_sql_without_waitin
     builds = []
     original = rag_graph._build
 
-    def held_build(session, view, max_edges):
+    def held_build(session, view, max_edges, **options):
         builds.append(threading.current_thread().name)
         started.set()
         assert release.wait(60), "the test never released the build"
         try:
-            return original(session, view, max_edges)
+            return original(session, view, max_edges, **options)
         finally:
             finished.set()
 
@@ -47,6 +48,10 @@ def test_requests_during_a_background_build_are_answered_from_sql_without_waitin
     release.set()
     services.graphs.join_builds()
     assert finished.is_set() and len(services.graphs) == 1
+    # A background build freezes its view: the cyclic collector's passes no longer walk it
+    # (they held every request of the process for seconds at 5M edges).
+    (held,) = [services.graphs.get(key) for key in list(services.graphs._views)]
+    assert not any(o is held.graph._succ for o in gc.get_objects()) and gc.isenabled()
     # The view, once held, answers the same (and is brought forward by later writes).
     rel(client, k("/b"), k("/d"), weight=5.0)
     warm = walk(client, [k("/a")], hops=2)
