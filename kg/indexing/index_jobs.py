@@ -10,7 +10,7 @@ the other in a cycle.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -117,7 +117,7 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
 
 
 def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, str | None, int]],
-                 priority: int = WRITE_PRIORITY) -> list[str]:
+                 priority: int = WRITE_PRIORITY, stored: Set[str] | None = None) -> list[str]:
     """:func:`enqueue` for many node versions at once: the same rows, one executemany.
 
     For each content key, the job names the first version of ``jobs`` that holds it (as
@@ -135,6 +135,9 @@ def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, st
         a ``None`` key (no text) queues nothing.
     priority : int
         :data:`WRITE_PRIORITY` or :data:`REEMBED_PRIORITY`.
+    stored : set of str, optional
+        Which of the keys have their chunks stored, when the caller knows it (a bulk import
+        asks before it inserts its own chunks); None: looked up here.
 
     Returns
     -------
@@ -143,7 +146,8 @@ def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, st
 
     Notes
     -----
-    One chunk lookup per 500 distinct keys, then one statement executed for every key.
+    One chunk lookup per 500 distinct keys (none when ``stored`` is given), then one statement
+    executed for every key.
     """
     first: dict[str, tuple[int, int]] = {}
     for wid, key, vid in jobs:
@@ -151,7 +155,8 @@ def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, st
             first[key] = (wid, vid)
     if not first:
         return []
-    stored = existing_content_keys(session, repo_id, first)
+    if stored is None:
+        stored = existing_content_keys(session, repo_id, first)
     now = utcnow()
     queued = [key for key in first if key not in stored]
     if queued:

@@ -63,7 +63,7 @@ from kg.access import authorize_new_repository, reserved_repositories
 from kg.context import Actor, Resources, UnitOfWork, reading, unit_of_work
 from kg.errors import InvalidInput, KGError, NotFound
 from kg.graph.validity import check_interval, maybe_aware
-from kg.indexing.chunks import ChunkRow, store_chunks, sync_index
+from kg.indexing.chunks import ChunkRow, existing_content_keys, store_chunks, sync_index
 from kg.indexing.config import parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import enqueue_many
 from kg.ops.text_store import plan_for
@@ -677,17 +677,20 @@ def _check_chunks(services: Resources, session: Session, repo: Any, bulk: BulkFi
 def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], **constant: Any) -> None:
     """Insert ``rows`` (column name -> value, plus the ``constant`` columns) into ``table``.
 
-    On SQLite one ``cursor.executemany`` of the values as SQLAlchemy binds them (each
-    column's bind processor for the dialect, applied column by column); elsewhere SQLAlchemy's
-    executemany (``insertmanyvalues``). The per-row work of a compiled statement's parameter
-    handling is what this spares; the stored values are the same.
+    The values are bound as SQLAlchemy binds them (each column's bind processor for the
+    dialect, applied column by column), then written by the driver's bulk path: on SQLite one
+    ``cursor.executemany``; on PostgreSQL one ``COPY ... FROM STDIN`` (psycopg's ``Copy``, in
+    the transaction); elsewhere SQLAlchemy's executemany. The per-row work of a compiled
+    statement's parameter handling is what this spares (and on PostgreSQL a round of the
+    protocol per row: 100,000 relations took 7.1 s through psycopg's executemany pipeline);
+    the stored values are the same.
     """
     if not rows:
         return
     connection = session.connection()
     dialect = connection.dialect
     names = [c.name for c in table.c if c.name in rows[0] or c.name in constant]
-    if dialect.name != "sqlite":
+    if dialect.name not in ("sqlite", "postgresql"):
         session.execute(insert(table), [{**row, **constant} for row in rows])
         return
     columns: list[list[Any]] = []
@@ -705,8 +708,16 @@ def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], *
                       for v in values]
         columns.append(values)
     quote = dialect.identifier_preparer.quote
-    sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in names)}) "
-           f"VALUES ({', '.join('?' * len(names))})")
+    listed = ", ".join(quote(n) for n in names)
+    if dialect.name == "postgresql":
+        driver = connection.connection.driver_connection  # psycopg's, inside this transaction
+        if driver is None:
+            raise KGError("the database connection is closed")
+        with driver.cursor() as cursor, cursor.copy(f"COPY {quote(table.name)} ({listed}) FROM STDIN") as copy:
+            for row in zip(*columns, strict=True):
+                copy.write_row(row)
+        return
+    sql = f"INSERT INTO {quote(table.name)} ({listed}) VALUES ({', '.join('?' * len(names))})"
     connection.exec_driver_sql(sql, list(zip(*columns, strict=True)))
 
 
@@ -723,13 +734,19 @@ def _insert_nodes(session: Session, values: list[dict[str, Any]], revision: int)
     SQLite has no ordered ``RETURNING`` for many rows, so the ids are given: the transaction
     holds the database's write lock (``BEGIN IMMEDIATE``), and a rowid table without
     AUTOINCREMENT gives a new row the largest id plus one, so these are the ids it would give.
+    PostgreSQL's are drawn from the column's sequence in one statement, then the rows are
+    copied in (:func:`_insert_rows`).
     """
     dialect = session.get_bind().dialect.name
-    if dialect != "sqlite":
+    if dialect == "postgresql":
+        ids = list(session.scalars(text("SELECT nextval(pg_get_serial_sequence('node_versions', 'id')) "
+                                        "FROM generate_series(1, :n)"), {"n": len(values)}))
+    elif dialect == "sqlite":
+        top = session.scalar(select(func.max(NodeVersion.id))) or 0
+        ids = list(range(top + 1, top + 1 + len(values)))
+    else:
         return list(session.execute(_returning_insert(dialect), [{**row, "revision": revision} for row in values])
                     .scalars())
-    top = session.scalar(select(func.max(NodeVersion.id))) or 0
-    ids = list(range(top + 1, top + 1 + len(values)))
     _insert_rows(session, NodeVersion.__table__, [{**row, "id": vid} for row, vid in zip(values, ids, strict=True)],
                  revision=revision)
     return ids
@@ -755,6 +772,12 @@ def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, r
     """:func:`_write` once the connection is set up."""
     session = uow.session
     revision = ctx.revision  # the revision row and the branch head, as every write makes them
+    # Which texts have chunks stored, asked before this write inserts the file's: on PostgreSQL
+    # the lookup after 40,000 fresh chunk rows in the same transaction (no statistics yet)
+    # scanned the table once per 500 keys (11.5 s of a 20,000-node import).
+    file_keys = {c.content_key for c in plan.chunks}
+    keys = {key for i in nodes if (key := plan.nodes[i]["content_key"]) is not None and key not in file_keys}
+    stored = existing_content_keys(session, plan.repo_id, keys) | file_keys
     if with_chunks and plan.chunks:
         store_chunks(session, plan.repo_id, plan.chunks)
     jobs: list[tuple[int, str | None, int]] = []
@@ -772,7 +795,7 @@ def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, r
                 for key, ws, path in plan.references[i])
     if reference_rows:
         session.execute(insert(Reference.__table__), reference_rows)  # type: ignore[arg-type]
-    queued = enqueue_many(session, repo_id=plan.repo_id, jobs=jobs)
+    queued = enqueue_many(session, repo_id=plan.repo_id, jobs=jobs, stored=stored)
     for start in range(relations.start, relations.stop, _INSERT_BATCH):
         _insert_rows(session, RelationVersion.__table__,
                      plan.relations[start:min(start + _INSERT_BATCH, relations.stop)], revision=revision)

@@ -279,6 +279,43 @@ def test_chunks_with_vectors_are_stored_not_embedded(services):
     assert vector.shape == (chunks[0]["dim"],) and abs(float(np.linalg.norm(vector)) - 1) < 1e-5
 
 
+def test_the_chunk_lookup_asks_only_for_texts_without_chunks_and_before_the_chunks_are_inserted(services):
+    """The import asks which texts have stored chunks before it inserts the file's chunks, and
+    never for the texts whose chunks the file carries: on PostgreSQL the lookup after tens of
+    thousands of fresh chunk rows in the same transaction (no statistics yet) was planned as a
+    scan per 500 keys (11.5 s of a 20,000-node import)."""
+    from sqlalchemy import event
+
+    _build(services)
+    lines = _export(services, "acme", with_chunks=True)
+    records = [json.loads(line) for line in lines]
+    dropped = next(r["content_key"] for r in records if r["record"] == "chunk")
+    kept = {r["content_key"] for r in records if r["record"] == "chunk"} - {dropped}
+    # One text's chunks left out of the file: it is the only one to look up and to queue.
+    lines = [line for line, r in zip(lines, records, strict=True)
+             if not (r["record"] == "chunk" and r["content_key"] == dropped)]
+    header = records[0]
+    header["counts"]["chunks"] = sum(r["record"] == "chunk" and r["content_key"] != dropped for r in records)
+    lines[0] = json.dumps(header)
+    statements: list[tuple[str, str]] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        statements.append((" ".join(statement.split()).lower(), repr(parameters)))
+
+    event.listen(services.db.engine, "before_cursor_execute", record)
+    try:
+        report = bulk.import_ndjson(services, OPERATOR, "copy", lines)
+    finally:
+        event.remove(services.db.engine, "before_cursor_execute", record)
+    assert report["queued"] == 1 and report["chunks"] == header["counts"]["chunks"]
+    lookups = [i for i, (sql, _) in enumerate(statements)
+               if sql.startswith("select chunks.content_key from chunks")]
+    inserts = [i for i, (sql, _) in enumerate(statements) if sql.startswith("insert into chunks")]
+    assert lookups and inserts and max(lookups) < min(inserts)
+    asked = " ".join(statements[i][1] for i in lookups)
+    assert dropped in asked and not any(key in asked for key in kept)
+
+
 def test_batches_make_one_revision_each_and_the_same_content(services):
     _build(services)
     lines = _export(services, "acme")
