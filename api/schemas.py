@@ -212,7 +212,10 @@ class Revision(Schema):
     created_at: Timestamp
     message: str | None
     actor: str | None
-    changes: list[Annotated[NodeChangeEntry | RelationChangeEntry, Field(discriminator="kind")]]
+    changes: list[Annotated[NodeChangeEntry | RelationChangeEntry, Field(discriminator="kind")]] = Field(
+        description="The first `changes` (query parameter, default 100) writes of the revision: nodes, then "
+                    "relations, in write order.")
+    change_count: int = Field(description="How many writes the revision made (those the caller may read).")
 
 
 class RevisionLog(Schema):

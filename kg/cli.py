@@ -1,4 +1,4 @@
-"""The ``kg`` command line: serve, db upgrade, ingest, import, export, search, ask, diff, merge, branch,
+"""The ``kg`` command line: serve, db upgrade, ingest, import, export, search, ask, log, diff, merge, branch,
 keys, mcp, relate, invalidate, relation-types, neighbors."""
 
 from __future__ import annotations
@@ -528,6 +528,37 @@ def diff(repo: Annotated[str, typer.Option(help="Repository.")],
         typer.echo(json.dumps(report, indent=2, default=str))
         return
     typer.echo("\n".join(_diff_lines(report)))
+
+
+@app.command("log")
+def log(repo: Annotated[str, typer.Option(help="Repository.")],
+        branch: Annotated[str, typer.Option(help="Branch whose history is listed.")] = "main",
+        limit: Annotated[int, typer.Option(help="Most revisions listed (1 to 1000).")] = 20,
+        before: Annotated[int | None, typer.Option(help="Only revisions older than this one.")] = None,
+        changes: Annotated[int, typer.Option(help="Changes listed per revision (0 to 10,000).")] = 5,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the log's JSON.")] = False) -> None:
+    """The branch's revisions, newest first (its own, then its ancestors' up to the fork): who
+    wrote what, and its first changes."""
+    try:
+        services = _services()
+        revisions = queries.revision_log(services, OPERATOR, repo, branch, limit=limit, before=before,
+                                         max_changes=changes)
+    except KGError as exc:
+        _fail(exc)
+    if as_json:
+        typer.echo(json.dumps({"revisions": revisions}, indent=2))
+        return
+    for rev in revisions:
+        count = rev["change_count"]
+        typer.echo(f"r{rev['revision']}  {rev['created_at'][:19].replace('T', ' ')}  {rev['branch']}  "
+                   f"{rev['actor'] or '-'}  ({count} change{'' if count == 1 else 's'})  {rev['message'] or ''}")
+        for change in rev["changes"]:
+            if change["kind"] == "node":
+                typer.echo(f"    {change['op']:<6} {change['workspace']}:{change['path']}")
+            else:
+                typer.echo(f"    {change['op']:<6} {change['from']} -{change['type']}-> {change['to']}")
+        if count > len(rev["changes"]) and changes:
+            typer.echo(f"    ... and {count - len(rev['changes'])} more")
 
 
 def _conflict_lines(conflicts: list[dict]) -> list[str]:

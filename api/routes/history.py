@@ -24,10 +24,13 @@ def log(repo: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         before: Annotated[int | None, Query(ge=0, le=MAX_REVISION,
                                             description="Only revisions older than this.")] = None,
+        changes: Annotated[int, Query(ge=0, le=queries.MAX_LOG_CHANGES, description=(
+            "Changes listed per revision (nodes first, then relations, in write order); "
+            "`change_count` counts them all."))] = queries.DEFAULT_LOG_CHANGES,
         ) -> dict:
     """Revisions of the branch's history (its own, then its ancestors' up to the fork), newest first."""
     return {"revisions": queries.revision_log(services, caller, repo, branch, limit=limit, before=before,
-                                              at_revision=at_revision)}
+                                              at_revision=at_revision, max_changes=changes)}
 
 
 @router.post("/nodes:batch", response_model=BatchResult)

@@ -166,10 +166,12 @@ def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[
     names = {b["name"] for b in branches}
     for b in branches:
         with reading(services, caller, repo, b["name"]) as (session, view):
-            log = history.revision_log(session, view, limit=1)
-        last = log[0] if log else None
-        b["last_revision"] = (None if last is None else
-                              {k: last.get(k) for k in ("revision", "created_at", "message", "actor")})
+            # The row alone: a branch whose last revision is a bulk import wrote millions of
+            # versions, which this listing has no use for.
+            last = next(iter(history.last_revisions(session, view, limit=1)), None)
+            b["last_revision"] = (None if last is None else
+                                  {"revision": last.number, "created_at": last.created_at.isoformat(),
+                                   "message": last.message, "actor": last.actor})
         b["protected"] = is_protected(services, b["name"])
         b["children"] = sorted(c["name"] for c in branches if c.get("parent") == b["name"] and c["name"] in names)
     return branches

@@ -355,8 +355,14 @@ def references(services: Resources, caller: Actor, repo: str, branch: str, targe
         return list_references(session, view, target, limit=limit)
 
 
+#: Changes the revision log lists per revision by default, and at most.
+DEFAULT_LOG_CHANGES = history.DEFAULT_LOG_CHANGES
+MAX_LOG_CHANGES = history.MAX_LOG_CHANGES
+
+
 def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, limit: int = 100,
-                 before: int | None = None, at_revision: int | None = None) -> list[dict[str, Any]]:
+                 before: int | None = None, at_revision: int | None = None,
+                 max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
     """The revisions of the branch's history (its own, then its ancestors' up to the fork),
     newest first.
 
@@ -374,18 +380,23 @@ def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, 
         Only revisions older than this.
     at_revision : int or None
         Read as of this revision; None: the head.
+    max_changes : int, default 100
+        Changes listed per revision, 0 to 10,000 (``change_count`` counts them all).
 
     Returns
     -------
     list of dict
-        ``{"number", "branch", "message", "actor", "created_at", ...}`` per revision.
+        ``{"revision", "branch", "created_at", "message", "actor", "changes", "change_count"}``
+        per revision (:func:`kg.store.history.revision_log`).
 
     Raises
     ------
     kg.errors.NotFound
+    kg.errors.InvalidInput
+        ``limit`` or ``max_changes`` out of range.
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        return history.revision_log(session, view, limit=limit, before=before)
+        return history.revision_log(session, view, limit=limit, before=before, max_changes=max_changes)
 
 
 def diff(services: Resources, caller: Actor, repo: str, branch: str, against: str | None = None) -> dict[str, Any]:

@@ -1098,8 +1098,13 @@ def canonical(properties: dict[str, Any]) -> str:
 # -- log, ahead / behind, reset -------------------------------------------------------------
 
 
-def revision_log(session: Session, view: BranchView, *, limit: int = 100,
-                 before: int | None = None) -> list[dict[str, Any]]:
+#: Changes listed per revision of the log by default, and at most (``max_changes``).
+DEFAULT_LOG_CHANGES = 100
+MAX_LOG_CHANGES = 10_000
+
+
+def revision_log(session: Session, view: BranchView, *, limit: int = 100, before: int | None = None,
+                 max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
     """The revisions a branch's history holds, newest first, with what each changed.
 
     The history of a branch is its own revisions and its ancestors' up to the fork. A
@@ -1116,12 +1121,83 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
         At most this many revisions, 1 to 1000.
     before : int or None, optional
         Only revisions with a number below it (the previous page's last number).
+    max_changes : int, default 100
+        At most this many changes listed per revision, 0 to 10,000 (nodes first, then
+        relations, each in write order); ``change_count`` counts them all.
 
     Returns
     -------
     list of dict
-        ``{"revision", "branch", "created_at", "message", "actor", "changes"}`` per revision;
-        ``changes`` lists the node and relation writes of that revision.
+        ``{"revision", "branch", "created_at", "message", "actor", "changes", "change_count"}``
+        per revision; ``changes`` lists the first ``max_changes`` node and relation writes of
+        that revision, ``change_count`` how many it made (what the reader may read of them).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``limit`` outside 1..1000, ``max_changes`` outside 0..10,000.
+
+    Notes
+    -----
+    Per revision: two counts by the (branch, revision) indexes and at most ``max_changes``
+    rows read. A bulk import is one revision of millions of writes: listed whole, one page of
+    the log read them all (``GET .../log`` and every branch listing, which reads each branch's
+    last revision).
+    """
+    if isinstance(max_changes, bool) or not isinstance(max_changes, int) \
+            or not 0 <= max_changes <= MAX_LOG_CHANGES:
+        raise InvalidInput(f"changes must be between 0 and {MAX_LOG_CHANGES}", details={"changes": max_changes})
+    revisions = last_revisions(session, view, limit=limit, before=before)
+    names = {b.id: b.name for b in session.scalars(select(Branch).where(Branch.repo_id == view.repo.id))}
+    node_scope, rel_scope = reader_scope(NodeVersion, view), reader_scope(RelationVersion, view)
+    out = []
+    for rev in revisions:
+        node_where = (NodeVersion.branch_id == rev.branch_id, NodeVersion.revision == rev.number, *node_scope)
+        rel_where = (RelationVersion.branch_id == rev.branch_id, RelationVersion.revision == rev.number,
+                     *rel_scope)
+        count = (session.scalar(select(func.count()).select_from(NodeVersion).where(*node_where)) or 0) + (
+            session.scalar(select(func.count()).select_from(RelationVersion).where(*rel_where)) or 0)
+        nodes = session.execute(
+            select(NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
+            .where(*node_where).order_by(NodeVersion.id).limit(max_changes)
+        ).all() if max_changes else []
+        rels = session.execute(
+            select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
+                   RelationVersion.deleted)
+            .where(*rel_where).order_by(RelationVersion.id).limit(max_changes - len(nodes))
+        ).all() if max_changes > len(nodes) else []
+        changes = [{"kind": "node", "op": "delete" if d else "put", "workspace": view.workspaces.get(w), "path": p}
+                   for w, p, d in nodes]
+        if rels:
+            addresses = _addresses(session, [view], {r[0] for r in rels} | {r[2] for r in rels})
+            changes += [{"kind": "relation", "op": "delete" if d else "put", "from": addresses.get(f),
+                         "type": t, "to": addresses.get(to)} for f, t, to, d in rels]
+        out.append({"revision": rev.number, "branch": names.get(rev.branch_id),
+                    "created_at": rev.created_at.isoformat(),
+                    "message": rev.message, "actor": rev.actor, "changes": changes, "change_count": count})
+    return out
+
+
+def last_revisions(session: Session, view: BranchView, *, limit: int = 100,
+                   before: int | None = None) -> list[Revision]:
+    """The revision rows of the branch's history that the reader sees, newest first, without
+    their changes (:func:`revision_log` lists them).
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state whose history is read (its chain, its reader's scope).
+    limit : int, default 100
+        1 to 1000.
+    before : int or None, optional
+        Only revisions with a number below it.
+
+    Returns
+    -------
+    list of Revision
+        At most ``limit`` rows, by number descending.
 
     Raises
     ------
@@ -1134,37 +1210,11 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100,
     stmt = select(Revision).where(Revision.repo_id == view.repo.id, cond)
     if before is not None:
         stmt = stmt.where(Revision.number < before)
-    node_scope, rel_scope = reader_scope(NodeVersion, view), reader_scope(RelationVersion, view)
     if view.readable is not None:
         # A restricted reader sees the revisions that changed something it may read, and only
         # those changes: chosen in the query, so that a page holds ``limit`` of them.
         stmt = stmt.where(_changed_readable(view.readable, [b for b, _ in view.chain]))
-    revisions = list(session.scalars(stmt.order_by(Revision.number.desc()).limit(limit)))
-    names = {b.id: b.name for b in session.scalars(select(Branch).where(Branch.repo_id == view.repo.id))}
-    out = []
-    for rev in revisions:
-        nodes = session.execute(
-            select(NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
-            .where(NodeVersion.branch_id == rev.branch_id, NodeVersion.revision == rev.number, *node_scope)
-            .order_by(NodeVersion.id)
-        ).all()
-        rels = session.execute(
-            select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
-                   RelationVersion.deleted)
-            .where(RelationVersion.branch_id == rev.branch_id, RelationVersion.revision == rev.number,
-                   *rel_scope)
-            .order_by(RelationVersion.id)
-        ).all()
-        changes = [{"kind": "node", "op": "delete" if d else "put", "workspace": view.workspaces.get(w), "path": p}
-                   for w, p, d in nodes]
-        if rels:
-            addresses = _addresses(session, [view], {r[0] for r in rels} | {r[2] for r in rels})
-            changes += [{"kind": "relation", "op": "delete" if d else "put", "from": addresses.get(f),
-                         "type": t, "to": addresses.get(to)} for f, t, to, d in rels]
-        out.append({"revision": rev.number, "branch": names.get(rev.branch_id),
-                    "created_at": rev.created_at.isoformat(),
-                    "message": rev.message, "actor": rev.actor, "changes": changes})
-    return out
+    return list(session.scalars(stmt.order_by(Revision.number.desc()).limit(limit)))
 
 
 def _changed_readable(readable: frozenset[int], branches: Sequence[int]) -> ColumnElement[bool]:

@@ -48,6 +48,74 @@ def test_log_lists_revisions_newest_first_with_changes(client, repo):
     assert [(r["revision"], r["branch"]) for r in on_branch] == [(4, "agent/x"), (3, "main"), (2, "main"), (1, "main")]
 
 
+def test_log_lists_at_most_changes_per_revision_and_counts_them_all(client, repo, services):
+    """A revision of many writes (a bulk import writes millions in one) lists its first
+    ``changes`` writes, nodes then relations in write order, and counts them all: one page of
+    the log, and every branch listing (each branch's last revision), read every write before."""
+    upserts = [{"workspace": "knowledge", "path": f"/n{i:03d}", "node_type": "kb:Doc", "properties": {}}
+               for i in range(150)]
+    r = client.post(f"{BASE}/nodes:batch", json={"upserts": upserts, "message": "many"})
+    assert r.status_code == 200, r.text
+    for i in range(30):
+        r = client.post(f"{BASE}/relations", json={"from": "knowledge:/n000", "to": f"knowledge:/n{i + 1:03d}",
+                                                   "type": "links"})
+        assert r.status_code in (200, 201), r.text
+    (many,) = [rev for rev in client.get(f"{BASE}/log").json()["revisions"] if rev["message"] == "many"]
+    assert many["change_count"] == 150
+    assert [c["path"] for c in many["changes"]] == [f"/n{i:03d}" for i in range(100)]
+    page = client.get(f"{BASE}/log", params={"changes": 160, "limit": 31}).json()["revisions"]
+    assert [len(rev["changes"]) for rev in page] == [1] * 30 + [150]
+    assert [rev["change_count"] for rev in page] == [1] * 30 + [150]
+    none = client.get(f"{BASE}/log", params={"changes": 0}).json()["revisions"]
+    assert all(rev["changes"] == [] for rev in none) and none[-1]["change_count"] == 150
+    for bad in (-1, 10_001, "x"):
+        assert_error(client.get(f"{BASE}/log", params={"changes": bad}), 422)
+
+
+def test_a_revision_of_nodes_and_relations_lists_nodes_first_up_to_the_cap(services):
+    from kg.context import OPERATOR, run
+    from kg.ops import queries
+    from kg.ops import repos as repo_ops
+    from kg.ops.nodes import GraphWrite, write_graph
+
+    run(services, OPERATOR, repo_ops.create_repository, "capped")
+    run(services, OPERATOR, repo_ops.create_workspace, "capped", "w")
+    nodes = [{"workspace": "w", "path": f"/n{i}", "node_type": "kb:Doc", "properties": {}} for i in range(4)]
+    relations = [{"from": "w:/n0", "to": f"w:/n{i}", "type": "links"} for i in (1, 2, 3)]
+    run(services, OPERATOR, write_graph, "capped", "main",
+        lambda session, view: GraphWrite(upserts=nodes, relations=relations))
+    (rev,) = queries.revision_log(services, OPERATOR, "capped", "main", max_changes=6)
+    assert rev["change_count"] == 7
+    assert [c["kind"] for c in rev["changes"]] == ["node"] * 4 + ["relation"] * 2
+    (rev,) = queries.revision_log(services, OPERATOR, "capped", "main", max_changes=3)
+    assert [c.get("path") for c in rev["changes"]] == ["/n0", "/n1", "/n2"]
+
+
+def test_a_branch_listing_reads_no_write_of_the_last_revisions(services, repo, client):
+    """Each branch's last revision is listed with its row alone (number, time, message, actor)."""
+    from sqlalchemy import event
+
+    from kg.context import OPERATOR
+    from kg.ops import branches as branch_ops
+
+    put(client, "/a", {"title": "A"}, message="first", actor="dana")
+    branch(client, "agent/x")
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        statements.append(" ".join(statement.split()).lower())
+
+    event.listen(services.db.engine, "before_cursor_execute", record)
+    try:
+        listed = branch_ops.branch_overview(services, OPERATOR, "acme")
+    finally:
+        event.remove(services.db.engine, "before_cursor_execute", record)
+    main = next(b for b in listed if b["name"] == "main")
+    assert main["last_revision"]["message"] == "first" and main["last_revision"]["actor"] == "dana"
+    assert main["last_revision"]["revision"] == 1 and main["last_revision"]["created_at"]
+    assert not any("from node_versions" in s and "node_versions.revision =" in s for s in statements)
+
+
 def test_batch_is_one_revision_all_or_nothing(client, repo):
     r = client.post(f"{BASE}/nodes:batch", json={
         "upserts": [{"workspace": "knowledge", "path": "/docs", "node_type": "kb:Folder", "properties": {}},

@@ -219,3 +219,28 @@ def test_merge_says_what_lineage_recomputed(repo):
     assert lines[1:] == ["lineage: 1 mention(s) unlinked, 1 mention(s) restamped, 1 entity(ies) flagged orphan"]
     as_json = runner.invoke(app_(), ["merge", "--repo", "acme", "--branch", "late", "--into", "main", "--json"])
     assert json.loads(as_json.stdout)["up_to_date"] is True  # nothing left: no second refresh
+
+
+def test_log_lists_revisions_newest_first_with_their_first_changes(repo):
+    from kg.ops.nodes import batch
+
+    _changes_on_review()
+    _write((batch, ("acme", "review"), {"upserts": [
+        {"workspace": "docs", "path": f"/extra-{i}", "node_type": "kb:Note", "properties": {}} for i in range(3)],
+        "message": "three notes", "actor": "agent-7"}))
+    result = runner.invoke(app_(), ["log", "--repo", "acme", "--branch", "review", "--changes", "1"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    heads = [line for line in lines if line.startswith("r")]
+    assert [h.split()[0] for h in heads] == ["r7", "r6", "r5", "r4", "r3", "r2", "r1"]
+    assert heads[0].endswith("review  agent-7  (3 changes)  three notes")
+    assert lines[1:3] == ["    put    docs:/extra-0", "    ... and 2 more"]
+    assert "    put    docs:/notes -cites-> docs:/contract" in lines
+    assert heads[-1].endswith("main  -  (1 change)  ingest contract.md")
+    as_json = json.loads(runner.invoke(app_(), ["log", "--repo", "acme", "--branch", "review", "--json",
+                                                "--limit", "2", "--changes", "0"]).stdout)
+    assert [(r["revision"], r["change_count"], r["changes"]) for r in as_json["revisions"]] == [(7, 3, []), (6, 1, [])]
+    bad = runner.invoke(app_(), ["log", "--repo", "acme", "--changes", "-1"])
+    assert bad.exit_code == 1 and bad.output.strip().count("\n") == 0 and "changes" in bad.output
+    missing = runner.invoke(app_(), ["log", "--repo", "nope"])
+    assert missing.exit_code == 1 and "nope" in missing.output
