@@ -76,9 +76,14 @@ def _resolve(ids: set[str]) -> dict[str, Any]:
     return {i: NodeAddress("w", f"/{i}", f"w:/{i}") for i in ids}
 
 
-def child(mode: str, n_edges: int, after_s: float, seed: int) -> dict[str, Any]:
+def child(mode: str, n_edges: int, after_s: float, seed: int, heap: int = 0) -> dict[str, Any]:
     """One mode in this process: the build in a thread, requests here; the figures."""
     import gc
+
+    # The state a serving process holds before the build (other views, caches): ``heap``
+    # containers the collector tracks, long-lived (promoted to the oldest generation).
+    state = [[i] for i in range(heap)]
+    gc.collect()
 
     from kg.graph.view import GraphView
     from kg.rag.graph import FREEZE_EVERY, load_view
@@ -137,7 +142,8 @@ def child(mode: str, n_edges: int, after_s: float, seed: int) -> dict[str, Any]:
         return {"requests": len(samples), "p50_ms": round(percentile(samples, 50), 3),
                 "p99_ms": round(percentile(samples, 99), 3), "max_ms": round(max(samples), 1)}
 
-    return {"mode": mode, "edges": big.edge_count, "build_s": round(finished["s"], 2),
+    del state
+    return {"mode": mode, "edges": big.edge_count, "heap_objects": heap, "build_s": round(finished["s"], 2),
             "during_build": stats(during), "after_build": stats(after),
             "full_gc_pass_ms": round(full_pass_ms, 1), "frozen_objects": gc.get_freeze_count()}
 
@@ -147,16 +153,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--edges", type=int, default=1_000_000)
     parser.add_argument("--after-s", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--heap", type=int, default=0,
+                        help="containers the process holds before the build (a serving process's state)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", choices=MODES, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.edges, args.after_s, args.seed)))
+        print(json.dumps(child(args.child, args.edges, args.after_s, args.seed, args.heap)))
         return {}
     runs = {}
     for mode in MODES:
         done = subprocess.run([sys.executable, __file__, "--child", mode, "--edges", str(args.edges),
-                               "--after-s", str(args.after_s), "--seed", str(args.seed)],
+                               "--after-s", str(args.after_s), "--seed", str(args.seed), "--heap", str(args.heap)],
                               check=True, capture_output=True, text=True)
         runs[mode] = json.loads(done.stdout.strip().splitlines()[-1])
         print(f"  {mode}: done", file=sys.stderr, flush=True)
@@ -178,11 +186,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
            f"{r['after_build'].get('p99_ms')} / {r['after_build'].get('max_ms')}" for r in (held, frozen))],
         ["one full gc.collect() with the view held (ms)", held["full_gc_pass_ms"], frozen["full_gc_pass_ms"]],
     ]
-    print(table(rows, [f"{held['edges']:,} relations", "held (before)", "frozen (now)"]))
+    print(table(rows, [f"{held['edges']:,} relations, {args.heap:,} objects held", "held (before)", "frozen (now)"]))
     print(f"ratio frozen / held: worst request {ratios['worst_request']}, full pass {ratios['full_gc_pass']}, "
           f"build {ratios['build_s']}")
     results = {"benchmark": "view_build_pause", "machine": machine(), "load_average": load_average(),
-               "edges": args.edges, "after_s": args.after_s, "runs": runs, "ratios": ratios}
+               "edges": args.edges, "heap_objects": args.heap, "after_s": args.after_s, "runs": runs, "ratios": ratios}
     write_results(results, args.out or RESULTS / "view_build_pause.json")
     return results
 
