@@ -321,6 +321,9 @@ Address = Annotated[str, Field(description="Node address 'workspace:/path'.")]
 Direction = Annotated[str, Field(description="OUT, IN or BOTH.")]
 Types = Annotated[list[str] | None, Field(description="Relation types; default: all.")]
 Workspaces = Annotated[list[str] | None, Field(description="Limit to these workspaces; default: all.")]
+#: Children listed by ``get_node``: by default, and at most per page.
+DEFAULT_CHILDREN_PAGE = 100
+MAX_CHILDREN_PAGE = 1_000
 Message = Annotated[str | None, Field(description="Why: kept in the revision log.")]
 AsOf = Annotated[str | None, Field(description="World time (ISO 8601 with a zone): relations valid then; "
                                                "default now.")]
@@ -445,17 +448,24 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
         return await call(ctx, lambda b: {"branch": b.on(branch), **invoke(services, b.caller, b.repo,
                                                                            "graph-context", raw, branch=b.on(branch))})
 
-    @tool(_READ, "A node with its parent and its children in order.")
-    async def get_node(ctx: Context, workspace: Workspace, path: NodePath, branch: BranchArg = None) -> CallToolResult:
+    @tool(_READ, "A node with its parent and a page of its children in order ('next_cursor' for the next page).")
+    async def get_node(ctx: Context, workspace: Workspace, path: NodePath, branch: BranchArg = None,
+                       children_limit: Annotated[int, Field(ge=1, le=MAX_CHILDREN_PAGE, description=(
+                           "Most children returned."))] = DEFAULT_CHILDREN_PAGE,
+                       cursor: Annotated[str | None, Field(description=(
+                           "The previous answer's next_cursor: the next page of children."))] = None,
+                       ) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
             on, where = b.on(branch), validate_path(path)
             node = queries.get_node(services, b.caller, b.repo, on, workspace, where)
             parent = None
             if node["parent_path"] not in (None, "/"):
                 parent = queries.get_node(services, b.caller, b.repo, on, workspace, node["parent_path"])
-            children = queries.list_children(services, b.caller, b.repo, on, workspace, where)
+            # A page, not every child: a folder of an imported corpus holds up to millions.
+            children, next_cursor = queries.children_page(services, b.caller, b.repo, on, workspace, where,
+                                                          limit=children_limit, cursor=cursor)
             return {"branch": on, "uri": node_uri(b.repo, on, workspace, where), "node": node, "parent": parent,
-                    "children": children}
+                    "children": children, "next_cursor": next_cursor}
         return await call(ctx, use_case)
 
     @tool(_READ, "The edges around a node (NEIGHBORS), strongest first; 'truncated' when more exist.")

@@ -251,3 +251,30 @@ def test_resolve_entities_proposes_the_merges_on_a_proposal_branch(acme):
     assert bad["error"]["code"] == "invalid_input"
     reader = build_server(acme, fixed_binding("acme", "main", READER))
     assert "resolve_entities" not in tool_names(reader)
+
+
+def test_get_node_pages_the_children_with_a_cursor(acme):
+    """A folder of an imported corpus may hold millions of children: get_node answers a page of
+    them (default 100) and the cursor of the next, as the HTTP children listing does."""
+    for i in range(5):
+        run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", f"/shelf/item-{i}", node_type="kb:Note",
+            properties={"title": f"Item {i}"}, order=float(i), parents=True)
+    server = build_server(acme, fixed_binding("acme", "main"))
+    whole = call(server, None, "get_node", {"workspace": "kb", "path": "/shelf"})
+    assert [c["path"] for c in whole["children"]] == [f"/shelf/item-{i}" for i in range(5)]
+    assert whole["next_cursor"] is None
+    seen, cursor, pages = [], None, 0
+    while True:
+        args = {"workspace": "kb", "path": "/shelf", "children_limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = call(server, None, "get_node", args)
+        assert page["node"]["path"] == "/shelf" and len(page["children"]) <= 2
+        seen += [c["path"] for c in page["children"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == [f"/shelf/item-{i}" for i in range(5)] and pages == 3
+    for bad, said in (({"children_limit": 0}, "children_limit"), ({"children_limit": 1001}, "children_limit"),
+                      ({"cursor": "not-a-cursor"}, "cursor")):
+        error = call(server, None, "get_node", {"workspace": "kb", "path": "/shelf", **bad}, error=True, raw=True)
+        assert said in error, error
