@@ -89,7 +89,7 @@ def _workspaces(console: Console, repo: str) -> list[str]:
 
 
 def _branches(console: Console, repo: str) -> list[str]:
-    return [b["name"] for b in branch_ops.list_branches(console.services, console.caller, repo)]
+    return branch_ops.branch_names(console.services, console.caller, repo)
 
 
 def _children(console: Console, repo: str, branch: str, workspace: str, parent: str,

@@ -259,3 +259,31 @@ def test_a_key_without_main_opens_pages_on_a_branch_it_reads_and_is_told_why_it_
         assert 'value="agent/s1"' in r.text or "agent/s1" in r.text, url
     r = console.get("/ui/r/acme/review?branch=agent/s2")
     assert r.status_code == 200 and 'id="hidden-parent"' in r.text and "no parent" not in r.text
+
+
+def test_the_tree_and_node_pages_list_the_branches_without_counting_revisions(console):
+    """The branch picker of the tree and node pages needs names: it counted every branch's
+    revisions ahead of and behind its parent, which for a key limited to some workspaces walks
+    the writes of every revision since the fork (millions after a bulk import)."""
+    from sqlalchemy import event
+
+    _seed(console)
+    docs_only = new_key(console.services, "kb-reader", {"repo": "acme", "branches": ["*"], "workspaces": ["kb"],
+                                                         "actions": ["read"]})
+    console.sign_in(docs_only)
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):
+        statements.append(" ".join(statement.split()).lower())
+
+    event.listen(console.services.db.engine, "before_cursor_execute", record)
+    try:
+        tree = console.get("/ui/r/acme/tree?workspace=kb")
+        node = console.get("/ui/r/acme/node?workspace=kb&path=/doc")
+    finally:
+        event.remove(console.services.db.engine, "before_cursor_execute", record)
+    assert tree.status_code == 200 and node.status_code == 200, (tree.text[:300], node.text[:300])
+    for page in (tree, node):
+        for name in ("main", "agent/s1", "agent/s2", "feature"):
+            assert f'value="{name}"' in page.text, name
+    assert not any("count(" in s and "from revisions" in s for s in statements)
