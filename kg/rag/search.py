@@ -7,6 +7,7 @@ first; each leg then ranks only their chunks, so a filter never truncates a top-
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import time
@@ -31,7 +32,7 @@ from kg.rag.fusion import Item, reciprocal_rank_fusion, relative_score_fusion
 from kg.rag.where import matches as where_matches
 from kg.rag.where import validate_where
 from kg.store.models import Workspace
-from kg.store.nodes import nodes_by_id, visible_nodes
+from kg.store.nodes import nodes_by_id, visible_node_heads, visible_nodes
 from kg.store.paths import validate_prefix
 from kg.store.repos import BranchView, workspace_id
 
@@ -677,18 +678,6 @@ def _with_properties(session: Session, view: BranchView, results: list[SearchRes
     return results
 
 
-@dataclass(frozen=True, slots=True)
-class _NodeLite:
-    """What search needs of a visible node version (no properties)."""
-
-    node_id: str
-    workspace_id: int
-    branch_id: int
-    path: str
-    node_type: str
-    content_key: str | None
-
-
 @dataclass(frozen=True)
 class _Searchable:
     """The nodes a search may return, grouped as the legs need them.
@@ -735,15 +724,21 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     at_head = view.revision == view.branch.head_revision
 
     def build() -> _Searchable:
-        nodes: list[Any]  # NodeVersion with properties, else _NodeLite
-        if request.where:
-            nodes = visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix,
-                                  path_prefix_mode=request.path_prefix_mode)
-        else:
-            nodes = [_NodeLite(n.node_id, n.workspace_id, n.branch_id, n.path, n.node_type, n.content_key)
-                     for n in visible_nodes(session, view, workspace_ids=wids,
-                                            path_prefix=request.path_prefix,
-                                            path_prefix_mode=request.path_prefix_mode, with_properties=False)]
+        collecting = gc.isenabled()
+        gc.disable()  # a row per visible node, all kept: the collector's passes over them are waste
+        try:
+            return _build()
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _build() -> _Searchable:
+        # NodeVersion with properties for a where filter, else rows of the six columns search
+        # needs (no ORM instance per node)
+        nodes = cast(list[Any], visible_nodes(session, view, workspace_ids=wids, path_prefix=request.path_prefix,
+                                              path_prefix_mode=request.path_prefix_mode) if request.where else
+                     visible_node_heads(session, view, workspace_ids=wids, path_prefix=request.path_prefix,
+                                        path_prefix_mode=request.path_prefix_mode))
         by_key: dict[str, list] = defaultdict(list)
         by_model: dict[str, set[str]] = defaultdict(set)
         for node in nodes:

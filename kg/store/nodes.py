@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import ColumnElement, Select, and_, bindparam, or_, select
 from sqlalchemy.orm import Session, defer
@@ -1096,6 +1096,59 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
     if not with_properties:
         stmt = stmt.options(defer(NodeVersion.properties, raiseload=True))
     return list(session.scalars(stmt))
+
+
+class NodeHead(NamedTuple):
+    """The columns of a visible node version that search needs (no properties)."""
+
+    node_id: str
+    workspace_id: int
+    branch_id: int
+    path: str
+    node_type: str
+    content_key: str | None
+
+
+def visible_node_heads(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
+                       path_prefix: str | None = None, path_prefix_mode: str = "segments") -> list[NodeHead]:
+    """:func:`visible_nodes` as plain rows of six columns: no ORM instance per node.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    workspace_ids : list of int or None, optional
+        Only these workspaces (by id); None for all.
+    path_prefix : str or None, optional
+        Only paths under it (:func:`kg.store.paths.path_has_prefix`); None or ``/`` for all.
+    path_prefix_mode : {"segments", "raw"}, default "segments"
+        Whole segments, or a plain string prefix.
+
+    Returns
+    -------
+    list of NodeHead
+        The live versions, in no particular order.
+
+    Notes
+    -----
+    The same statement as :func:`visible_nodes`, selecting six columns, executed by Core and
+    fetched at once. Building an ORM instance per row was most of the time: at 100,000 nodes,
+    search's first call after a write (which reads the searchable nodes anew) took 3.7 s, now
+    about 1 s (``bench/scale.py``'s data; the read is still O(nodes) per new branch state).
+    """
+    where: list[ColumnElement[bool]] = []
+    if workspace_ids is not None:
+        where.append(NodeVersion.workspace_id.in_(workspace_ids))
+    under = path_under(path_prefix, path_prefix_mode) if path_prefix else None
+    if under is not None:
+        where.append(under)
+    stmt, entity = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
+    stmt = stmt.with_only_columns(entity.node_id, entity.workspace_id, entity.branch_id, entity.path,
+                                  entity.node_type, entity.content_key)
+    # Core, not the ORM's result machinery: the rows are plain tuples of columns.
+    return list(map(NodeHead._make, session.connection().execute(stmt).all()))
 
 
 def node_workspaces(session: Session, branches: Sequence[int], node_ids: Iterable[str]) -> dict[str, int]:

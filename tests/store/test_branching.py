@@ -138,3 +138,31 @@ def test_invalid_names_and_revisions(db):
             create_branch(s, repo, name="x", at_revision=5)
         with pytest.raises(Conflict):
             create_branch(s, repo, name="main")
+
+
+@pytest.mark.parametrize("prefix", [None, "/docs"])
+def test_visible_node_heads_are_the_visible_nodes_columns(db, prefix):
+    """Search reads the searchable nodes as six columns (no ORM instance per node); they are
+    exactly the visible versions' columns, on a branch that replaced, deleted and added nodes,
+    at its head and as of its fork."""
+    for path in ("/docs", "/docs/a", "/docs/b", "/docs/c", "/other"):
+        write(db, "main", path, path)
+    with db.write() as s:
+        create_branch(s, get_repository(s, "r", lock=True), name="agent/x")
+    write(db, "agent/x", "/docs/a", "changed")
+    write(db, "agent/x", "/docs/d", "added")
+    with db.write() as s:
+        ctx = begin_write(s, "r", "agent/x")
+        nodes.delete_node(s, ctx, "w", "/docs/b")
+    write(db, "main", "/docs/e", "after the fork")
+    with db.read() as s:
+        for branch, at in (("agent/x", None), ("agent/x", 5), ("main", None)):
+            view = branch_view(s, "r", branch, at_revision=at)
+            full = nodes.visible_nodes(s, view, path_prefix=prefix)
+            heads = nodes.visible_node_heads(s, view, path_prefix=prefix)
+            expect = sorted((n.node_id, n.workspace_id, n.branch_id, n.path, n.node_type, n.content_key) for n in full)
+            assert sorted(tuple(h) for h in heads) == expect and expect
+            assert {h.path for h in heads} >= {"/docs/a"}
+    with db.read() as s:
+        paths = {h.path for h in nodes.visible_node_heads(s, branch_view(s, "r", "agent/x"), path_prefix=prefix)}
+    assert paths == {"/docs", "/docs/a", "/docs/c", "/docs/d"} | (set() if prefix else {"/other"})
