@@ -20,7 +20,8 @@ For each size N (``--sizes``) in a fresh database and data directory:
    call: GET node, children (a page of 100), hybrid search (k 10), vector search (k 10); the
    index's KNN **recall@10 against exact** (a numpy scan of every vector) for stored vectors plus
    noise; NEIGHBORS (limit 10, on hubs and on ordinary nodes, view warm), a 2-hop traverse (max
-   200 nodes, fan-out 20); a page of the revision log (20 revisions, the import's among them)
+   200 nodes, fan-out 20); a PUT followed by a hybrid search (the first search of each new
+   branch state reads its searchable nodes anew); a page of the revision log (20 revisions, the import's among them)
    and the branch listing (each branch's last revision).
 5. **Branches**: branch create at N against the same on a 100-node repository (ratio); a read on a
    branch five deep against ``main`` (ratio); hybrid search on a branch with 1,000 changed texts
@@ -363,6 +364,16 @@ def latencies(services: Services, n: int, data: dict[str, Any], words: list[str]
     got["traverse_2_hops"] = timed(lambda: graph_ops.walk(
         services, OPERATOR, "scale", "main", [f"{WORKSPACE}:{leaf()}"], hops=2, max_nodes=200, fan_out=20),
         max(10, repeats // 4))
+    # An agent's loop: write a node, then search; each write makes a new branch state, whose
+    # searchable nodes the first search reads anew (O(nodes)).
+    counter = iter(range(10**6))
+
+    def write_then_search() -> None:
+        run(services, OPERATOR, node_ops.put_node, "scale", "main", WORKSPACE, f"/notes/n{next(counter)}",
+            node_type="kb:Note", properties={"title": "note", "content": query(words, rng, terms=20)}, parents=True)
+        search_branch(services, OPERATOR, "scale", "main", SearchRequest(query=query(words, rng), k=10, mode="hybrid"))
+
+    got["write_then_search"] = timed(write_then_search, max(5, repeats // 10), warmup=1)
     # The history: the import's revisions hold every node and relation written.
     got["log_page"] = timed(lambda: queries.revision_log(services, OPERATOR, "scale", "main", limit=20),
                             max(5, repeats // 10), warmup=1)
@@ -525,6 +536,8 @@ ROWS = (("import nodes/s", lambda r: r["import_nodes"]["nodes_per_s"]),
         ("NEIGHBORS hub p50 ms", lambda r: r["neighbors_hub"]["p50_ms"]),
         ("NEIGHBORS p50 ms", lambda r: r["neighbors"]["p50_ms"]),
         ("2-hop traverse p50 ms", lambda r: r["traverse_2_hops"]["p50_ms"]),
+        ("PUT a node then hybrid search p50 ms",
+         lambda r: r["write_then_search"]["p50_ms"] if "write_then_search" in r else ""),
         ("log, a page of 20 revisions / branch listing p50 ms",
          lambda r: f"{r['log_page']['p50_ms']} / {r['branch_listing']['p50_ms']}" if "log_page" in r else ""),
         ("branch create ratio N / 100", lambda r: r["branch_create"]["ratio"]),
