@@ -1086,16 +1086,23 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
     list of NodeVersion
         The live versions, in no particular order.
     """
+    stmt = _visible_nodes_select(view, workspace_ids, path_prefix, path_prefix_mode)
+    if not with_properties:
+        stmt = stmt.options(defer(NodeVersion.properties, raiseload=True))
+    return list(session.scalars(stmt))
+
+
+def _visible_nodes_select(view: BranchView, workspace_ids: list[int] | None, path_prefix: str | None,
+                          path_prefix_mode: str) -> Any:
+    """The winners' statement of :func:`visible_nodes` and :func:`visible_node_heads`."""
     where: list[ColumnElement[bool]] = []
     if workspace_ids is not None:
         where.append(NodeVersion.workspace_id.in_(workspace_ids))
     under = path_under(path_prefix, path_prefix_mode) if path_prefix else None
     if under is not None:
         where.append(under)
-    stmt, alias = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
-    if not with_properties:
-        stmt = stmt.options(defer(NodeVersion.properties, raiseload=True))
-    return list(session.scalars(stmt))
+    stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
+    return stmt
 
 
 class NodeHead(NamedTuple):
@@ -1138,15 +1145,9 @@ def visible_node_heads(session: Session, view: BranchView, *, workspace_ids: lis
     search's first call after a write (which reads the searchable nodes anew) took 3.7 s, now
     about 1 s (``bench/scale.py``'s data; the read is still O(nodes) per new branch state).
     """
-    where: list[ColumnElement[bool]] = []
-    if workspace_ids is not None:
-        where.append(NodeVersion.workspace_id.in_(workspace_ids))
-    under = path_under(path_prefix, path_prefix_mode) if path_prefix else None
-    if under is not None:
-        where.append(under)
-    stmt, entity = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path), *where)
-    stmt = stmt.with_only_columns(entity.node_id, entity.workspace_id, entity.branch_id, entity.path,
-                                  entity.node_type, entity.content_key)
+    stmt = _visible_nodes_select(view, workspace_ids, path_prefix, path_prefix_mode).with_only_columns(
+        NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.branch_id, NodeVersion.path,
+        NodeVersion.node_type, NodeVersion.content_key)
     # Core, not the ORM's result machinery: the rows are plain tuples of columns.
     return list(map(NodeHead._make, session.connection().execute(stmt).all()))
 
