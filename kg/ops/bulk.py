@@ -45,11 +45,9 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import gc
 import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Annotated, Any, Literal, NamedTuple
@@ -59,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from sqlalchemy import JSON, Table, func, insert, select, text
 from sqlalchemy.orm import Session
 
+from kg import collector
 from kg.access import authorize_new_repository, reserved_repositories
 from kg.context import Actor, Resources, UnitOfWork, reading, unit_of_work
 from kg.errors import InvalidInput, KGError, NotFound
@@ -435,6 +434,11 @@ class _Plan:
     unchanged_nodes: int = 0
     unchanged_relations: int = 0
 
+    @functools.cached_property
+    def chunk_keys(self) -> frozenset[str]:
+        """The content keys of the file's chunks (stored by the first batch)."""
+        return frozenset(c.content_key for c in self.chunks)
+
 
 def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, create: bool) -> bool:
     """Create the repository and the header's workspaces when missing (and ``create``);
@@ -775,9 +779,8 @@ def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, r
     # Which texts have chunks stored, asked before this write inserts the file's: on PostgreSQL
     # the lookup after 40,000 fresh chunk rows in the same transaction (no statistics yet)
     # scanned the table once per 500 keys (11.5 s of a 20,000-node import).
-    file_keys = {c.content_key for c in plan.chunks}
-    keys = {key for i in nodes if (key := plan.nodes[i]["content_key"]) is not None and key not in file_keys}
-    stored = existing_content_keys(session, plan.repo_id, keys) | file_keys
+    keys = {key for i in nodes if (key := plan.nodes[i]["content_key"]) is not None and key not in plan.chunk_keys}
+    stored = existing_content_keys(session, plan.repo_id, keys) | plan.chunk_keys
     if with_chunks and plan.chunks:
         store_chunks(session, plan.repo_id, plan.chunks)
     jobs: list[tuple[int, str | None, int]] = []
@@ -897,29 +900,11 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
         raise InvalidInput("batch_size must be an integer >= 1", details={"batch_size": batch_size})
-    with _without_cyclic_gc():
+    # An import keeps millions of records and rows until it ends: the collector's passes over
+    # them are waste (kg.collector).
+    with collector.held():
         return _import_ndjson(services, caller, repo, lines, branch=branch, batch_size=batch_size, create=create,
                               message=message)
-
-
-@contextmanager
-def _without_cyclic_gc() -> Iterator[None]:
-    """Hold the cyclic garbage collector while an import builds its records and rows.
-
-    An import makes millions of small objects that it keeps until the end (records, row
-    dicts); each collection of the oldest generation walks all of them, so the collector's
-    passes grew with the file: at 500,000 relations the plan's loop spent 36 us a relation
-    against 10 at 50,000 (bench/scale.py). Reference counting still frees what is dropped;
-    cycles wait for the collector's next pass after the import. Process-wide (the collector
-    is), for the import's duration only, and restored as it was.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable[str | bytes], *,

@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from kg import collector
 from kg.context import Actor, Resources, reading
 from kg.errors import InvalidInput
 from kg.graph.neighbors import (
@@ -135,20 +136,16 @@ def load_view(graph: GraphView, rows: Iterable[EdgeRow], resolve: Callable[[set[
 
     References
     ----------
-    Python's ``gc.freeze`` (CPython 3.7+, PEP-less; "Garbage Collector interface").
+    ``gc.freeze``, CPython 3.7 (bpo-31558), in the Python documentation's "gc: Garbage
+    Collector interface".
     """
-    collecting = gc.isenabled()
     if freeze_every is not None:
         _collect_and_freeze()
         rows = _freezing(rows, freeze_every)
-    gc.disable()  # millions of new long-lived objects: a cyclic collection every 700 is waste
-    try:
+    with collector.held():  # millions of new long-lived objects: a cyclic collection every 700 is waste
         loaded = graph.load(rows, resolve, max_edges=max_edges)
         if loaded and freeze_every is not None:
             _collect_and_freeze()
-    finally:
-        if collecting:
-            gc.enable()
     return loaded
 
 

@@ -7,7 +7,6 @@ first; each leg then ranks only their chunks, so a filter never truncates a top-
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import time
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kg import collector
 from kg.context import Actor, Resources, reading
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
 from kg.index.base import IndexHit, ScopedIndex, SearchScope, VectorIndex, version_key
@@ -724,13 +724,9 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     at_head = view.revision == view.branch.head_revision
 
     def build() -> _Searchable:
-        collecting = gc.isenabled()
-        gc.disable()  # a row per visible node, all kept: the collector's passes over them are waste
-        try:
+        # A row per visible node, all kept: the collector's passes over them are waste.
+        with collector.held():
             return _build()
-        finally:
-            if collecting:
-                gc.enable()
 
     def _build() -> _Searchable:
         # NodeVersion with properties for a where filter, else rows of the six columns search

@@ -1174,7 +1174,8 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100, before
                                                  .where(*rel_where)) or 0)
         else:
             count = len(nodes) + len(rels)
-        nodes, rels = nodes[:max_changes], rels[:max_changes - len(nodes[:max_changes])]
+        nodes = nodes[:max_changes]
+        rels = rels[:max_changes - len(nodes)]
         changes = [{"kind": "node", "op": "delete" if d else "put", "workspace": view.workspaces.get(w), "path": p}
                    for w, p, d in nodes]
         if rels:
