@@ -36,6 +36,10 @@ from kg.ratelimit import RateLimiter
 from kg.settings import Settings
 from kg.store.db import Database
 
+#: Nodes the cached searchable sets may hold together (a state at its head is held twice: as
+#: itself and as its branch's last state); the newest is kept whatever it holds.
+SEARCH_CACHE_NODES = 4_000_000
+
 
 @dataclass
 class Services:
@@ -74,7 +78,8 @@ class Services:
     jobs: JobRunner = field(init=False)
     llm: LLM = field(default_factory=NoLLM)
     reranker: Reranker | None = None
-    search_cache: LRUCache[Any] = field(default_factory=lambda: LRUCache(32))
+    # Searchable sets of branch states, bounded by their nodes (a million-node state is ~100 MB).
+    search_cache: LRUCache[Any] = field(default_factory=lambda: LRUCache(32, max_weight=SEARCH_CACHE_NODES, weigh=len))
     weaviate_clients: ClientPool = field(default_factory=ClientPool)
     rate_limiter: RateLimiter = field(init=False)
     key_cache: KeyCache = field(init=False)

@@ -23,7 +23,8 @@ once per call and a type checker narrows the union.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import weakref
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -150,6 +151,67 @@ class SearchScope:
     branch_id: int
     version_keys: frozenset[str]
     filters: dict[str, Any] | None = None
+
+
+class KeySet(frozenset[str]):
+    """A frozen set of content keys that may name the set it was made from.
+
+    Search keeps one set of allowed content keys per branch state and, after a write, makes the
+    next state's set from the last one by a few removals and additions (:mod:`kg.rag.search`).
+    An index that memoised the mask of :attr:`base` derives this set's mask from it in
+    O(changes) instead of looking every key up again; any other consumer sees a frozenset.
+    The base is held weakly, so a chain of states does not keep every older set alive.
+
+    Parameters
+    ----------
+    keys : iterable of str
+        The members.
+
+    Attributes
+    ----------
+    removed, added : frozenset of str
+        What :meth:`derive` left out of and put into :attr:`base` (empty for a set made whole).
+
+    Examples
+    --------
+    >>> first = KeySet(["a", "b"])
+    >>> second = first.derive(removed={"a"}, added={"c"})
+    >>> sorted(second), second.base is first, sorted(second.added), first.base
+    (['b', 'c'], True, ['c'], None)
+    """
+
+    removed: frozenset[str]
+    added: frozenset[str]
+    _base: weakref.ref[KeySet] | None
+
+    def __new__(cls, keys: Iterable[str] = ()) -> KeySet:
+        made = super().__new__(cls, keys)
+        made._base, made.removed, made.added = None, frozenset(), frozenset()
+        return made
+
+    @property
+    def base(self) -> KeySet | None:
+        """The set this one was derived from, while it is alive; None for a set made whole."""
+        return self._base() if self._base is not None else None
+
+    def derive(self, *, removed: Iterable[str] = (), added: Iterable[str] = ()) -> KeySet:
+        """This set without ``removed`` and with ``added``, remembering it as its base.
+
+        Parameters
+        ----------
+        removed, added : iterable of str
+            Keys to leave out and keys to put in; a key in both ends up in.
+
+        Returns
+        -------
+        KeySet
+            A new set: O(len(self)) to copy the members, O(changes) for the rest.
+        """
+        put = frozenset(added)
+        gone, new = (frozenset(removed) & self) - put, put - self
+        made = KeySet((self - gone) | new if gone else self | new)
+        made._base, made.removed, made.added = weakref.ref(self), gone, new
+        return made
 
 
 def version_key(node_id: str, content_key: str) -> str:

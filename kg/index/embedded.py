@@ -80,7 +80,7 @@ import numpy as np
 
 from kg.errors import BackendUnavailable, InvalidInput
 from kg.index import ann
-from kg.index.base import IndexedChunk, IndexHit, checked_vectors, fresh_chunks, query_vector
+from kg.index.base import IndexedChunk, IndexHit, KeySet, checked_vectors, fresh_chunks, query_vector
 from kg.index.bm25 import BM25Index, GroupStats, top_k_indices
 
 __all__ = ["AnnConfig", "EmbeddedVectorIndex"]
@@ -224,8 +224,9 @@ class _View:
     n_keys: int
     models: dict[str, _ModelView]
     bm25: BM25Index  # shared: may hold documents past n, which the mask leaves out
-    masks: dict[int, tuple[frozenset[str], np.ndarray | None]] = field(default_factory=dict)
-    # id(frozenset) -> (the frozenset, its mask)
+    masks: dict[int, tuple[frozenset[str], np.ndarray]] = field(default_factory=dict)
+    # id(frozenset) -> (the frozenset, its mask over the first n_keys key ids or fewer: one
+    # carried from an earlier snapshot is extended when used)
     model_masks: dict[tuple[int, str], tuple[frozenset[str], _ModelMask]] = field(default_factory=dict)
     # (id(frozenset), model) -> (the frozenset, its rows of that model)
     group_memo: dict[int, tuple[frozenset[str], GroupStats]] = field(default_factory=dict)
@@ -235,23 +236,31 @@ class _View:
         """Boolean mask over key ids for ``content_keys``; None when none of them is held.
 
         The mask of a ``frozenset`` is memoised on this snapshot (a few, by identity): a
-        caller that keeps its set of a branch state (search does) pays the O(len) lookup once
-        per index snapshot, not per query.
+        caller that keeps its set of a branch state (search does) pays the O(len) lookup once,
+        not per query. The memo goes along to the next snapshot, where a mask made before keys
+        were added is extended by the new keys only; and the mask of a
+        :class:`~kg.index.base.KeySet` derived from a memoised set is that set's mask with the
+        changes applied. A write then a search costs O(changes + keys / 8), not O(keys).
         """
         if isinstance(content_keys, str):
             raise TypeError("content_keys must be a collection of keys, not one str")
         if not content_keys or not self.n:
             return None
-        if isinstance(content_keys, frozenset):
-            held = self.masks.get(id(content_keys))
-            if held is not None and held[0] is content_keys:
-                return held[1]
+        if not isinstance(content_keys, frozenset):
             mask = self._mask(content_keys)
+            return mask if mask.any() else None
+        held = self.masks.get(id(content_keys))
+        if held is not None and held[0] is content_keys and len(held[1]) == self.n_keys:
+            mask = held[1]
+        else:
+            if held is not None and held[0] is content_keys:
+                mask = self._extended(content_keys, held[1])
+            else:
+                mask = self._derived(content_keys)
             if len(self.masks) >= _MASK_MEMO:
                 self.masks.pop(next(iter(self.masks)), None)
             self.masks[id(content_keys)] = (content_keys, mask)
-            return mask
-        return self._mask(content_keys)
+        return mask if mask.any() else None
 
     def model_mask(self, content_keys: Collection[str], model: str, allowed: np.ndarray) -> _ModelMask:
         """The rows of ``model`` whose content key ``allowed`` holds (memoised like
@@ -285,17 +294,38 @@ class _View:
             self.group_memo[id(content_keys)] = (content_keys, stats)
         return stats
 
-    def _mask(self, content_keys: Collection[str]) -> np.ndarray | None:
+    def _mask(self, content_keys: Collection[str]) -> np.ndarray:
+        """(n_keys,) bool: the key ids of ``content_keys``, each looked up."""
         get = self.key_ids.get
         ids = np.fromiter(
             map(get, content_keys, itertools.repeat(-1)), dtype=np.int64, count=len(content_keys)
         )
-        ids = ids[(ids >= 0) & (ids < self.n_keys)]
-        if not ids.size:
-            return None
         allowed = np.zeros(self.n_keys, dtype=bool)
-        allowed[ids] = True
+        allowed[ids[(ids >= 0) & (ids < self.n_keys)]] = True
         return allowed
+
+    def _extended(self, content_keys: frozenset[str], mask: np.ndarray) -> np.ndarray:
+        """A mask made on an earlier snapshot (fewer keys), extended to this one's keys."""
+        if len(mask) >= self.n_keys:
+            return mask
+        count = self.n_keys - len(mask)
+        tail = np.fromiter(map(content_keys.__contains__, self.keys[len(mask):self.n_keys]), dtype=bool, count=count)
+        return np.concatenate((mask, tail))
+
+    def _derived(self, content_keys: frozenset[str]) -> np.ndarray:
+        """The mask of a set not memoised: from its base's memoised mask and its changes when
+        it is a derived :class:`~kg.index.base.KeySet`, else looked up whole."""
+        base = content_keys.base if isinstance(content_keys, KeySet) else None
+        held = self.masks.get(id(base)) if base is not None else None
+        if base is None or held is None or held[0] is not base:
+            return self._mask(content_keys)
+        assert isinstance(content_keys, KeySet)
+        mask = self._extended(base, held[1]).copy()
+        get = self.key_ids.get
+        for keys, value in ((content_keys.removed, False), (content_keys.added, True)):
+            ids = np.fromiter(map(get, keys, itertools.repeat(-1)), dtype=np.int64, count=len(keys))
+            mask[ids[(ids >= 0) & (ids < self.n_keys)]] = value
+        return mask
 
     def hit(self, row: int, rank: int, score: float, distance: float | None) -> IndexHit:
         """The hit for repository row ``row``."""
@@ -448,7 +478,10 @@ class _Repo:
         self.publish()
 
     def publish(self) -> None:
-        """Make the current state visible to searches."""
+        """Make the current state visible to searches (the key masks memoised on the last
+        snapshot go along while its key ids stand)."""
+        previous: _View | None = getattr(self, "view", None)
+        masks = dict(previous.masks) if previous is not None and previous.keys is self.keys else {}
         models = {}
         for name, (vectors, rows) in self.models.items():
             graph = self.graphs.get(name)
@@ -469,6 +502,7 @@ class _Repo:
             n_keys=len(self.keys),
             models=models,
             bm25=self.bm25,
+            masks=masks,
         )
 
 

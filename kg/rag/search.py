@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from kg import collector
 from kg.context import Actor, Resources, reading
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
-from kg.index.base import IndexHit, ScopedIndex, SearchScope, VectorIndex, version_key
+from kg.index.base import IndexHit, KeySet, ScopedIndex, SearchScope, VectorIndex, version_key
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
 from kg.providers.base import Reranker
@@ -32,8 +32,9 @@ from kg.rag.fusion import Item, reciprocal_rank_fusion, relative_score_fusion
 from kg.rag.where import matches as where_matches
 from kg.rag.where import validate_where
 from kg.store.models import Workspace
-from kg.store.nodes import nodes_by_id, visible_node_heads, visible_nodes
-from kg.store.paths import validate_prefix
+from kg.store.nodes import node_heads_by_id, nodes_by_id, visible_node_heads, visible_nodes
+from kg.store.paths import path_has_prefix, validate_prefix
+from kg.store.relations import list_node_changes
 from kg.store.repos import BranchView, workspace_id
 
 Mode = Literal["vector", "fulltext", "hybrid"]
@@ -678,6 +679,13 @@ def _with_properties(session: Session, view: BranchView, results: list[SearchRes
     return results
 
 
+#: A brought-forward state re-reads whole when more nodes changed than this share of its nodes
+#: (a bulk write) and than FORWARD_MIN_CHANGES: reading them by id then costs about what one
+#: read of all does.
+FORWARD_MAX_SHARE = 0.25
+FORWARD_MIN_CHANGES = 1000
+
+
 @dataclass(frozen=True)
 class _Searchable:
     """The nodes a search may return, grouped as the legs need them.
@@ -686,31 +694,48 @@ class _Searchable:
     ----------
     by_key : dict of str to list
         Content key -> the visible nodes (after filters) whose text it is.
-    keys : frozenset of str
+    keys : KeySet
         The content keys (what the index may rank); one object per cached state, so an index
-        can memoise its mask of them.
-    keys_by_model : dict of str to frozenset of str
-        The content keys by the embedding model of their workspace.
+        can memoise its mask of them (and derive the next state's from it).
+    keys_by_model : dict of str to KeySet
+        The content keys by the embedding model of their workspace (``keys`` itself when one
+        model covers them all).
     scopes : tuple of SearchScope
         For a scoped index (a collection per workspace and branch): per (model, workspace,
         branch) providing visible versions, their version keys; the filters go along for the
         searched branch's own collections when it is read at its head. Empty otherwise.
+    node_key : dict of str to str
+        Node id -> its content key, for the nodes in ``by_key`` (what a change replaces).
+    revision : int
+        The branch state's revision.
     """
 
     by_key: dict[str, list]
-    keys: frozenset[str]
-    keys_by_model: dict[str, frozenset[str]]
+    keys: KeySet
+    keys_by_model: dict[str, KeySet]
     scopes: tuple[SearchScope, ...] = ()
+    node_key: dict[str, str] = field(default_factory=dict)
+    revision: int = 0
 
     def scopes_of(self, model: str) -> list[SearchScope]:
         """The scopes of one embedding model."""
         return [s for s in self.scopes if s.model == model]
 
+    def __len__(self) -> int:
+        """The searchable nodes (what the state weighs in the search cache)."""
+        return len(self.node_key)
+
 
 def _searchable(session: Session, services: Resources, view: BranchView, wids: list[int],
                 request: SearchRequest) -> _Searchable:
     """The searchable nodes of a branch state after the filters; cached (a branch state never
-    changes) unless a property ``where`` filter needs the properties."""
+    changes) unless a property ``where`` filter needs the properties.
+
+    A state not cached is the last one cached on its branch (same read chain, filters and
+    embedding settings) brought forward by the node versions written since, O(changes) reads
+    and O(nodes) dict and set copies, or else one read of every visible node, O(nodes) rows.
+    An agent's write then search pays the first.
+    """
     # Re-embedding a workspace re-points its node versions at new content keys without a new
     # revision, so the key includes the workspaces' embedding settings.
     rows = session.execute(
@@ -722,6 +747,12 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     scoped = services.index.layout == "scoped"
     # Whether the state is the branch's head decides which filters a scoped index is sent.
     at_head = view.revision == view.branch.head_revision
+
+    def shaped(by_key: dict[str, list], node_key: dict[str, str], keys: KeySet,
+               keys_by_model: dict[str, KeySet]) -> _Searchable:
+        return _Searchable(by_key, keys, keys_by_model,
+                           _scopes(view, by_key, models, request, at_head) if scoped else (),
+                           node_key, view.revision)
 
     def build() -> _Searchable:
         # A row per visible node, all kept: the collector's passes over them are waste.
@@ -737,6 +768,7 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
                                         path_prefix_mode=request.path_prefix_mode))
         by_key: dict[str, list] = defaultdict(list)
         by_model: dict[str, set[str]] = defaultdict(set)
+        node_key: dict[str, str] = {}
         for node in nodes:
             if node.content_key is None:
                 continue
@@ -746,16 +778,77 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
                 continue
             by_key[node.content_key].append(node)
             by_model[models[node.workspace_id]].add(node.content_key)
-        return _Searchable(dict(by_key), frozenset(by_key),
-                           {model: frozenset(keys) for model, keys in by_model.items()},
-                           _scopes(view, by_key, models, request, at_head) if scoped else ())
+            node_key[node.node_id] = node.content_key
+        keys = KeySet(by_key)
+        return shaped(dict(by_key), node_key, keys,
+                      {model: keys if len(by_model) == 1 else KeySet(model_keys)
+                       for model, model_keys in by_model.items()})
+
+    def brought_forward(last: _Searchable) -> _Searchable | None:
+        changed = {node_id for node_id, wid, _, _ in list_node_changes(
+            session, branch_id=view.branch.id, after=last.revision, upto=view.revision) if wid in models}
+        if len(changed) > max(FORWARD_MIN_CHANGES, FORWARD_MAX_SHARE * len(last.node_key)):
+            return None
+        live = node_heads_by_id(session, view, changed)
+        by_key, node_key = dict(last.by_key), dict(last.node_key)
+        touched: set[str] = set()
+        for node_id in changed:
+            old = node_key.pop(node_id, None)
+            if old is not None:
+                touched.add(old)
+                others = [n for n in by_key[old] if n.node_id != node_id]  # lists are shared: a new one
+                if others:
+                    by_key[old] = others
+                else:
+                    del by_key[old]
+            node = live.get(node_id)
+            if node is None or node.content_key is None or node.workspace_id not in models:
+                continue
+            if request.node_type is not None and node.node_type != request.node_type:
+                continue
+            if request.path_prefix is not None and not path_has_prefix(
+                    node.path, request.path_prefix, request.path_prefix_mode):
+                continue
+            by_key[node.content_key] = [*by_key.get(node.content_key, ()), node]
+            node_key[node_id] = node.content_key
+            touched.add(node.content_key)
+        keys = last.keys.derive(removed=touched - by_key.keys(), added=touched & by_key.keys())
+        keys_by_model: dict[str, KeySet] = {}
+        for model in set(models.values()):
+            held = last.keys_by_model.get(model)
+            having = {k for k in touched if any(models[n.workspace_id] == model for n in by_key.get(k, ()))}
+            if held is None:
+                model_keys = KeySet(having)
+            elif held is last.keys and len(set(models.values())) == 1:
+                model_keys = keys
+            else:
+                model_keys = held.derive(removed=touched - having, added=having)
+            if model_keys:
+                keys_by_model[model] = model_keys
+        return shaped(by_key, node_key, keys, keys_by_model)
 
     if request.where:
         return build()
     configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
-    key = ("searchable", view.repo.id, *view.cache_key, at_head, configs, request.path_prefix,
-           request.path_prefix_mode, request.node_type)
-    return services.search_cache.get(key, build)
+    # A branch's read chain is fixed from its fork on (a reset forks it again: a new base
+    # revision); its revisions only grow, so the versions written on it after a state's
+    # revision are exactly what the state lacks.
+    line = ("searchable", view.repo.id, view.branch.id, view.branch.base_revision, view.chain[1:], at_head,
+            configs, request.path_prefix, request.path_prefix_mode, request.node_type)
+    cache = services.search_cache
+
+    def build_or_bring_forward() -> _Searchable:
+        last = cache.peek(("last", *line))
+        made = None
+        if last is not None and last.revision < view.revision:
+            made = brought_forward(last)
+        if made is None:
+            made = build()
+        if last is None or last.revision < made.revision:
+            cache.put(("last", *line), made)
+        return made
+
+    return cache.get((*line, view.revision), build_or_bring_forward)
 
 
 def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],

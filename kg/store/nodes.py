@@ -9,7 +9,7 @@ import math
 import re
 import unicodedata
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -209,14 +209,16 @@ def nodes_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> 
     -----
     One window query per 500 ids (``visible_select`` by node id).
     """
+    return {version.node_id: version for stmt in _by_id_selects(view, node_ids) for version in session.scalars(stmt)}
+
+
+def _by_id_selects(view: BranchView, node_ids: Iterable[str]) -> Iterator[Any]:
+    """The visible versions of ``node_ids`` (each once), a statement per 500 ids."""
     ids = list(dict.fromkeys(node_ids))
-    out: dict[str, NodeVersion] = {}
     for start in range(0, len(ids), 500):
-        part = ids[start:start + 500]
-        stmt, _ = visible_select(NodeVersion, view, (NodeVersion.node_id,), NodeVersion.node_id.in_(part))
-        for version in session.scalars(stmt):
-            out[version.node_id] = version
-    return out
+        stmt, _ = visible_select(NodeVersion, view, (NodeVersion.node_id,),
+                                 NodeVersion.node_id.in_(ids[start:start + 500]))
+        yield stmt
 
 
 def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
@@ -1116,6 +1118,10 @@ class NodeHead(NamedTuple):
     content_key: str | None
 
 
+_HEAD_COLUMNS = (NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.branch_id, NodeVersion.path,
+                 NodeVersion.node_type, NodeVersion.content_key)
+
+
 def visible_node_heads(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
                        path_prefix: str | None = None, path_prefix_mode: str = "segments") -> list[NodeHead]:
     """:func:`visible_nodes` as plain rows of six columns: no ORM instance per node.
@@ -1146,10 +1152,37 @@ def visible_node_heads(session: Session, view: BranchView, *, workspace_ids: lis
     about 1 s (``bench/scale.py``'s data; the read is still O(nodes) per new branch state).
     """
     stmt = _visible_nodes_select(view, workspace_ids, path_prefix, path_prefix_mode).with_only_columns(
-        NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.branch_id, NodeVersion.path,
-        NodeVersion.node_type, NodeVersion.content_key)
+        *_HEAD_COLUMNS)
     # Core, not the ORM's result machinery: the rows are plain tuples of columns.
     return list(map(NodeHead._make, session.connection().execute(stmt).all()))
+
+
+def node_heads_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> dict[str, NodeHead]:
+    """:func:`nodes_by_id` as plain rows of the six columns of :class:`NodeHead`.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read.
+    node_ids : iterable of str
+        Node ids; duplicates are read once.
+
+    Returns
+    -------
+    dict of str to NodeHead
+        Node id -> its visible, live version (deleted or unknown ids are absent).
+
+    Notes
+    -----
+    One window query per 500 ids (``visible_select`` by node id), executed by Core.
+    """
+    out: dict[str, NodeHead] = {}
+    for stmt in _by_id_selects(view, node_ids):
+        for row in session.connection().execute(stmt.with_only_columns(*_HEAD_COLUMNS)):
+            out[row[0]] = NodeHead._make(row)
+    return out
 
 
 def node_workspaces(session: Session, branches: Sequence[int], node_ids: Iterable[str]) -> dict[str, int]:
