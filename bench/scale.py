@@ -379,7 +379,43 @@ def latencies(services: Services, n: int, data: dict[str, Any], words: list[str]
                             max(5, repeats // 10), warmup=1)
     got["branch_listing"] = timed(lambda: branch_ops.branch_overview(services, OPERATOR, "scale"),
                                   max(5, repeats // 10), warmup=1)
+    got.update(neighbors_parts(services, hubs, rng, repeats))  # last: it checkpoints SQLite
     return got
+
+
+def neighbors_parts(services: Services, hubs: list[str], rng: random.Random, repeats: int) -> dict[str, Any]:
+    """NEIGHBORS on a hub taken apart: the library's call on the held view
+    (:meth:`kg.graph.view.GraphView.neighbors`, limit 10) and the read transaction every use
+    case opens (:func:`kg.context.reading`: the repository, the branch chain, the workspaces),
+    each timed alone."""
+    from kg.context import reading
+    from kg.rag.graph import view_key
+    from kg.store.nodes import node_uid
+    from kg.store.repos import workspace_id
+
+    def read() -> None:
+        with reading(services, OPERATOR, "scale", "main"):
+            pass
+
+    with reading(services, OPERATOR, "scale", "main") as (_, view):
+        graph = services.graphs.get(view_key(view))
+        ids = [node_uid(view.repo.uid, workspace_id(view, WORKSPACE), path) for path in hubs]
+    out: dict[str, Any] = {"read_transaction": timed(read, repeats)}
+    if graph is not None:
+        out["neighbors_hub_in_library"] = timed(lambda: graph.neighbors(rng.choice(ids), limit=10), repeats)
+    wal = Path(services.db.engine.url.database or "") if services.db.engine.url.get_backend_name() == "sqlite" else None
+    if wal is not None:
+        # A SQLite reader looks each page up in the write-ahead log's index first, whose size
+        # is the frames written since the log was last reset: the read costs again after a
+        # full checkpoint, which resets it
+        wal = wal.with_name(wal.name + "-wal")
+        out["wal_mb"] = round(wal.stat().st_size / 2**20, 1) if wal.exists() else 0.0
+        with services.db.engine.connect() as conn:
+            out["wal_checkpoint"] = list(conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one())
+        out["read_transaction_after_checkpoint"] = timed(read, repeats)
+        out["neighbors_hub_after_checkpoint"] = timed(lambda: graph_ops.neighbors(
+            services, OPERATOR, "scale", "main", f"{WORKSPACE}:{rng.choice(hubs)}", limit=10), repeats)
+    return out
 
 
 def cold_graph(services: Services, n: int, hubs: list[str], rng: random.Random) -> dict[str, Any]:
@@ -535,6 +571,13 @@ ROWS = (("import nodes/s", lambda r: r["import_nodes"]["nodes_per_s"]),
         ("NEIGHBORS hub during the build p50 / max ms", lambda r: _during(r, "neighbors_hub")),
         ("NEIGHBORS hub p50 ms", lambda r: r["neighbors_hub"]["p50_ms"]),
         ("NEIGHBORS p50 ms", lambda r: r["neighbors"]["p50_ms"]),
+        ("NEIGHBORS hub in the library (the held view) p50 ms",
+         lambda r: r["neighbors_hub_in_library"]["p50_ms"] if "neighbors_hub_in_library" in r else "no view"),
+        ("a use case's read transaction alone p50 ms",
+         lambda r: r["read_transaction"]["p50_ms"] if "read_transaction" in r else ""),
+        ("SQLite: WAL MiB; read transaction / NEIGHBORS hub p50 ms after a full checkpoint",
+         lambda r: f"{r['wal_mb']}; {r['read_transaction_after_checkpoint']['p50_ms']} / "
+                   f"{r['neighbors_hub_after_checkpoint']['p50_ms']}" if "wal_mb" in r else ""),
         ("2-hop traverse p50 ms", lambda r: r["traverse_2_hops"]["p50_ms"]),
         ("PUT a node then hybrid search p50 ms",
          lambda r: r["write_then_search"]["p50_ms"] if "write_then_search" in r else ""),

@@ -31,7 +31,7 @@ TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f41157
 _DIM = 384
 _MAX_TOKENS = 256
 #: Default texts per model run and threads of one run, chosen by ``bench/embedder_runtime.py``.
-DEFAULT_BATCH_SIZE = 4
+DEFAULT_BATCH_SIZE = 1
 DEFAULT_THREADS: int | None = None
 _SURROGATE_RE = re.compile("[\ud800-\udfff]")
 _MISSING_DEPS = (

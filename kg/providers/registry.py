@@ -78,7 +78,7 @@ def make_embedder(name: str, *, batch_size: int = 32, host: str = DEFAULT_OLLAMA
         Texts per request (Ollama), > 0 (ignored by the local model and the fake).
     local_batch_size : int
         Texts per model run of the local model, ``Settings.embed_local_batch_size``
-        (``KG_EMBED_LOCAL_BATCH_SIZE``, default 4: it embeds fastest in small batches,
+        (``KG_EMBED_LOCAL_BATCH_SIZE``, default 1: it embeds fastest in small batches,
         ``bench/embedder_runtime.py``); a call with more texts runs several batches.
     host : str
         The Ollama server, ``Settings.ollama_host`` (``KG_OLLAMA_HOST``); Ollama models only.

@@ -62,6 +62,8 @@ def test_vectors_do_not_depend_on_threads(alone: np.ndarray, threads: int, spinn
 
 
 def test_defaults_are_the_measured_ones() -> None:
+    # bench/embedder_runtime.py, 2026-12-04: one text per run, onnxruntime's threads, no spinning
+    assert (DEFAULT_BATCH_SIZE, DEFAULT_THREADS) == (1, None)
     embedder = LocalEmbedder()
     assert (embedder.batch_size, embedder.intra_op_num_threads, embedder.allow_spinning) == (
         DEFAULT_BATCH_SIZE, DEFAULT_THREADS, False)
