@@ -784,49 +784,6 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
                       {model: keys if len(by_model) == 1 else KeySet(model_keys)
                        for model, model_keys in by_model.items()})
 
-    def brought_forward(last: _Searchable) -> _Searchable | None:
-        changed = {node_id for node_id, wid, _, _ in list_node_changes(
-            session, branch_id=view.branch.id, after=last.revision, upto=view.revision) if wid in models}
-        if len(changed) > max(FORWARD_MIN_CHANGES, FORWARD_MAX_SHARE * len(last.node_key)):
-            return None
-        live = node_heads_by_id(session, view, changed)
-        by_key, node_key = dict(last.by_key), dict(last.node_key)
-        touched: set[str] = set()
-        for node_id in changed:
-            old = node_key.pop(node_id, None)
-            if old is not None:
-                touched.add(old)
-                others = [n for n in by_key[old] if n.node_id != node_id]  # lists are shared: a new one
-                if others:
-                    by_key[old] = others
-                else:
-                    del by_key[old]
-            node = live.get(node_id)
-            if node is None or node.content_key is None or node.workspace_id not in models:
-                continue
-            if request.node_type is not None and node.node_type != request.node_type:
-                continue
-            if request.path_prefix is not None and not path_has_prefix(
-                    node.path, request.path_prefix, request.path_prefix_mode):
-                continue
-            by_key[node.content_key] = [*by_key.get(node.content_key, ()), node]
-            node_key[node_id] = node.content_key
-            touched.add(node.content_key)
-        keys = last.keys.derive(removed=touched - by_key.keys(), added=touched & by_key.keys())
-        keys_by_model: dict[str, KeySet] = {}
-        for model in set(models.values()):
-            held = last.keys_by_model.get(model)
-            having = {k for k in touched if any(models[n.workspace_id] == model for n in by_key.get(k, ()))}
-            if held is None:
-                model_keys = KeySet(having)
-            elif held is last.keys and len(set(models.values())) == 1:
-                model_keys = keys
-            else:
-                model_keys = held.derive(removed=touched - having, added=having)
-            if model_keys:
-                keys_by_model[model] = model_keys
-        return shaped(by_key, node_key, keys, keys_by_model)
-
     if request.where:
         return build()
     configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
@@ -841,7 +798,8 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
         last = cache.peek(("last", *line))
         made = None
         if last is not None and last.revision < view.revision:
-            made = brought_forward(last)
+            forward = _brought_forward(session, view, request, models, last)
+            made = shaped(*forward) if forward is not None else None
         if made is None:
             made = build()
         if last is None or last.revision < made.revision:
@@ -849,6 +807,60 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
         return made
 
     return cache.get((*line, view.revision), build_or_bring_forward)
+
+
+def _brought_forward(session: Session, view: BranchView, request: SearchRequest, models: dict[int, str],
+                     last: _Searchable) -> tuple[dict[str, list], dict[str, str], KeySet, dict[str, KeySet]] | None:
+    """``last`` (a state of ``view``'s branch on the same read chain, at an earlier revision)
+    with the node versions written on the branch since applied: ``(by_key, node_key, keys,
+    keys_by_model)`` of ``view``'s state, or None when more nodes changed than a read by id
+    pays for (:data:`FORWARD_MAX_SHARE`, :data:`FORWARD_MIN_CHANGES`).
+
+    O(c) reads for c changed nodes (the branch / revision index, then the changed nodes by id)
+    and O(n) dict and set copies at C speed for the state's n nodes; ``last`` is not changed
+    (its lists are shared, a changed key gets a new one).
+    """
+    changed = {node_id for node_id, wid, _, _ in list_node_changes(
+        session, branch_id=view.branch.id, after=last.revision, upto=view.revision) if wid in models}
+    if len(changed) > max(FORWARD_MIN_CHANGES, FORWARD_MAX_SHARE * len(last.node_key)):
+        return None
+    live = node_heads_by_id(session, view, changed)
+    by_key, node_key = dict(last.by_key), dict(last.node_key)
+    touched: set[str] = set()
+    for node_id in changed:
+        old = node_key.pop(node_id, None)
+        if old is not None:
+            touched.add(old)
+            others = [n for n in by_key[old] if n.node_id != node_id]  # lists are shared: a new one
+            if others:
+                by_key[old] = others
+            else:
+                del by_key[old]
+        node = live.get(node_id)
+        if node is None or node.content_key is None or node.workspace_id not in models:
+            continue
+        if request.node_type is not None and node.node_type != request.node_type:
+            continue
+        if request.path_prefix is not None and not path_has_prefix(
+                node.path, request.path_prefix, request.path_prefix_mode):
+            continue
+        by_key[node.content_key] = [*by_key.get(node.content_key, ()), node]
+        node_key[node_id] = node.content_key
+        touched.add(node.content_key)
+    keys = last.keys.derive(removed=touched - by_key.keys(), added=touched & by_key.keys())
+    keys_by_model: dict[str, KeySet] = {}
+    for model in set(models.values()):
+        held = last.keys_by_model.get(model)
+        having = {k for k in touched if any(models[n.workspace_id] == model for n in by_key.get(k, ()))}
+        if held is None:
+            model_keys = KeySet(having)
+        elif held is last.keys and len(set(models.values())) == 1:
+            model_keys = keys
+        else:
+            model_keys = held.derive(removed=touched - having, added=having)
+        if model_keys:
+            keys_by_model[model] = model_keys
+    return by_key, node_key, keys, keys_by_model
 
 
 def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
