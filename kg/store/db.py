@@ -44,6 +44,7 @@ class Database:
 
     def __init__(self, url: str, *, busy_timeout_s: float = 30.0) -> None:
         self.url = url
+        self.busy_timeout_s = busy_timeout_s
         try:
             parsed = make_url(url)
         except ArgumentError as exc:
@@ -151,7 +152,7 @@ class Database:
 
         Without statistics PostgreSQL may scan every version of a branch for a one-path
         lookup (bench/diff_merge.py --no-analyze); autovacuum refreshes them on its own when
-        it is on, this makes it immediate. SQLite: ``PRAGMA optimize``.
+        it is on, this makes it immediate. SQLite: ``PRAGMA optimize``, then :meth:`checkpoint`.
         """
         # Best effort, after the write committed: a busy database (SQLite's lock held by the
         # indexer) must not turn a stored batch into an error that a client would retry.
@@ -163,6 +164,48 @@ class Database:
                     conn.exec_driver_sql("PRAGMA optimize")
         except SQLAlchemyError as exc:
             log.warning("refreshing the planner's statistics failed (the write stands): %s", exc)
+        if self.dialect == "sqlite":
+            self.checkpoint()
+
+    def checkpoint(self, *, wait_s: float = 0.25) -> bool:
+        """SQLite: copy the write-ahead log into the database file and truncate it (a
+        ``TRUNCATE`` checkpoint), waiting at most ``wait_s`` for readers; best effort.
+
+        A reader looks every page up in the log's index first, and that index covers every
+        frame written since the log was last reset: after a bulk import (1.7 GB of log at a
+        million nodes) NEIGHBORS from SQL took 7.5 ms, and 2.7 ms once the log was truncated
+        (``bench/scale.py``). SQLite's automatic checkpoints copy the frames but do not reset
+        the log while a reader holds an older snapshot.
+
+        Parameters
+        ----------
+        wait_s : float
+            Seconds to wait for readers of older snapshots (the busy timeout of this call;
+            writers wait meanwhile, so it is short).
+
+        Returns
+        -------
+        bool
+            True when the log was folded in and truncated; False on PostgreSQL, or when a
+            reader kept part of it (a later checkpoint folds the rest).
+
+        References
+        ----------
+        SQLite, "Write-Ahead Logging" and "PRAGMA wal_checkpoint", sqlite.org/wal.html.
+        """
+        if self.dialect != "sqlite":
+            return False
+        try:
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
+                try:
+                    busy = int(conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()[0])
+                finally:
+                    conn.exec_driver_sql(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+        except SQLAlchemyError as exc:
+            log.warning("folding the write-ahead log into the database failed (the write stands): %s", exc)
+            return False
+        return busy == 0
 
     def dispose(self) -> None:
         """Close every pooled connection."""

@@ -574,3 +574,46 @@ def test_validity_round_trips(services):
             for line in first]
     with pytest.raises(InvalidInput, match="out of range"):  # was an OverflowError
         bulk.import_ndjson(services, OPERATOR, "copy4", edge)
+
+
+def _wal_bytes(services) -> int:
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    wal = Path(f"{make_url(services.db.url).database}-wal")
+    return wal.stat().st_size if wal.exists() else 0
+
+
+def test_a_large_import_leaves_sqlite_no_write_ahead_log_to_search(services):
+    if services.db.dialect != "sqlite":
+        assert services.db.checkpoint() is False  # PostgreSQL has no such log to fold
+        return
+    services.settings.index_inline = False
+    _setup(services, "big")
+    header = {"record": "header", "format": "kg-ndjson", "version": 1, "repo": "x", "branch": "main",
+              "revision": 0, "workspaces": [{"name": "knowledge"}]}
+    lines = [json.dumps(header)] + [
+        json.dumps({"record": "node", "workspace": "knowledge", "path": f"/n{i}", "node_type": "kb:Note",
+                    "properties": {"title": f"note {i}"}}) for i in range(1200)]
+    report = bulk.import_ndjson(services, OPERATOR, "big", lines)
+    assert report["revision"] == 1
+    # the import's frames are in the database file and the log is truncated: readers search nothing
+    assert _wal_bytes(services) == 0
+    assert queries.get_node(services, OPERATOR, "big", "main", "knowledge", "/n1199")["properties"] == {
+        "title": "note 1199"}
+
+
+def test_a_checkpoint_held_back_by_a_reader_says_so_and_loses_nothing(services):
+    if services.db.dialect != "sqlite":
+        return
+    _setup(services, "held")
+    run(services, OPERATOR, batch, "held", "main", upserts=[
+        {"workspace": "knowledge", "path": "/a", "node_type": "kb:Note", "properties": {"title": "a"}}])
+    with services.db.read() as session:  # a reader of the snapshot before the next write
+        session.execute(select(NodeVersion.id).limit(1)).all()
+        run(services, OPERATOR, batch, "held", "main", upserts=[
+            {"workspace": "knowledge", "path": "/b", "node_type": "kb:Note", "properties": {"title": "b"}}])
+        assert services.db.checkpoint(wait_s=0.05) is False
+    assert services.db.checkpoint() is True and _wal_bytes(services) == 0
+    assert queries.get_node(services, OPERATOR, "held", "main", "knowledge", "/b")["properties"] == {"title": "b"}
