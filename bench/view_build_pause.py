@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from bench._common import RESULTS, load_average, machine, percentile, table, write_results  # noqa: E402
 
 MODES = ("held", "frozen")
+GIVEN_UP_MODES = ("dropped", "released")
 
 
 def _edges(n_edges: int, seed: int):  # type: ignore[no-untyped-def]
@@ -76,8 +77,10 @@ def _resolve(ids: set[str]) -> dict[str, Any]:
     return {i: NodeAddress("w", f"/{i}", f"w:/{i}") for i in ids}
 
 
-def child(mode: str, n_edges: int, after_s: float, seed: int, heap: int = 0) -> dict[str, Any]:
-    """One mode in this process: the build in a thread, requests here; the figures."""
+def child(mode: str, n_edges: int, after_s: float, seed: int, heap: int = 0,
+          max_edges: int | None = None) -> dict[str, Any]:
+    """One mode in this process: the build in a thread, requests here; the figures. The
+    given-up modes read ``n_edges`` relations with a budget of ``max_edges``."""
     import gc
 
     # The state a serving process holds before the build (other views, caches): ``heap``
@@ -91,12 +94,21 @@ def child(mode: str, n_edges: int, after_s: float, seed: int, heap: int = 0) -> 
     small = GraphView(1)
     assert load_view(small, _edges(10_000, seed + 1), _resolve)
     hub = "n0"
-    big = GraphView(1)
+    given_up = mode in GIVEN_UP_MODES
+    holder = [GraphView(1)]
+    big = None if given_up else holder[0]  # a given-up build's view is the thread's alone
     finished: dict[str, float] = {}
 
     def build() -> None:
         start = time.perf_counter()
-        load_view(big, _edges(n_edges, seed), _resolve, freeze_every=FREEZE_EVERY if mode == "frozen" else None)
+        graph = holder.pop()
+        if given_up:  # past the budget: the build gives up at max_edges (a background build freezes)
+            load_view(graph, _edges(n_edges, seed), _resolve, max_edges=max_edges, freeze_every=FREEZE_EVERY,
+                      release=mode == "released")
+            del graph  # "dropped": what was built is freed here, in one go
+        else:
+            load_view(graph, _edges(n_edges, seed), _resolve,
+                      freeze_every=FREEZE_EVERY if mode == "frozen" else None)
         finished["s"] = time.perf_counter() - start
         finished["at"] = time.perf_counter()
 
@@ -143,7 +155,8 @@ def child(mode: str, n_edges: int, after_s: float, seed: int, heap: int = 0) -> 
                 "p99_ms": round(percentile(samples, 99), 3), "max_ms": round(max(samples), 1)}
 
     del state
-    return {"mode": mode, "edges": big.edge_count, "heap_objects": heap, "build_s": round(finished["s"], 2),
+    return {"mode": mode, "edges": max_edges if big is None else big.edge_count, "heap_objects": heap,
+            "build_s": round(finished["s"], 2),
             "during_build": stats(during), "after_build": stats(after),
             "full_gc_pass_ms": round(full_pass_ms, 1), "frozen_objects": gc.get_freeze_count()}
 
@@ -156,19 +169,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--heap", type=int, default=0,
                         help="containers the process holds before the build (a serving process's state)")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--child", choices=MODES, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--max-edges", type=int, default=None,
+                        help="a budget below --edges: compare a build that gives up there and drops what it "
+                             "built at once ('dropped', before) with one that releases it in slices ('released')")
+    parser.add_argument("--child", choices=MODES + GIVEN_UP_MODES, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.edges, args.after_s, args.seed, args.heap)))
+        print(json.dumps(child(args.child, args.edges, args.after_s, args.seed, args.heap, args.max_edges)))
         return {}
     runs = {}
-    for mode in MODES:
+    modes = GIVEN_UP_MODES if args.max_edges else MODES
+    for mode in modes:
         done = subprocess.run([sys.executable, __file__, "--child", mode, "--edges", str(args.edges),
-                               "--after-s", str(args.after_s), "--seed", str(args.seed), "--heap", str(args.heap)],
+                               "--after-s", str(args.after_s), "--seed", str(args.seed), "--heap", str(args.heap),
+                               *(["--max-edges", str(args.max_edges)] if args.max_edges else [])],
                               check=True, capture_output=True, text=True)
         runs[mode] = json.loads(done.stdout.strip().splitlines()[-1])
         print(f"  {mode}: done", file=sys.stderr, flush=True)
-    held, frozen = runs["held"], runs["frozen"]
+    held, frozen = (runs[m] for m in modes)  # before, now
 
     def worst(r: dict[str, Any]) -> float:
         return max(r["during_build"].get("max_ms", 0.0), r["after_build"].get("max_ms", 0.0))
@@ -186,11 +204,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
            f"{r['after_build'].get('p99_ms')} / {r['after_build'].get('max_ms')}" for r in (held, frozen))],
         ["one full gc.collect() with the view held (ms)", held["full_gc_pass_ms"], frozen["full_gc_pass_ms"]],
     ]
-    print(table(rows, [f"{held['edges']:,} relations, {args.heap:,} objects held", "held (before)", "frozen (now)"]))
-    print(f"ratio frozen / held: worst request {ratios['worst_request']}, full pass {ratios['full_gc_pass']}, "
-          f"build {ratios['build_s']}")
+    print(table(rows, [f"{held['edges']:,} relations, {args.heap:,} objects held", f"{modes[0]} (before)",
+                       f"{modes[1]} (now)"]))
+    print(f"ratio {modes[1]} / {modes[0]}: worst request {ratios['worst_request']}, "
+          f"full pass {ratios['full_gc_pass']}, build {ratios['build_s']}")
     results = {"benchmark": "view_build_pause", "machine": machine(), "load_average": load_average(),
-               "edges": args.edges, "heap_objects": args.heap, "after_s": args.after_s, "runs": runs, "ratios": ratios}
+               "edges": args.edges, "max_edges": args.max_edges, "heap_objects": args.heap,
+               "after_s": args.after_s, "runs": runs, "ratios": ratios}
     write_results(results, args.out or RESULTS / "view_build_pause.json")
     return results
 

@@ -92,7 +92,7 @@ def _freezing(rows: Iterable[EdgeRow], every: int) -> Iterator[EdgeRow]:
 
 
 def load_view(graph: GraphView, rows: Iterable[EdgeRow], resolve: Callable[[set[str]], Mapping[str, NodeAddress]],
-              *, max_edges: int | None = None, freeze_every: int | None = None) -> bool:
+              *, max_edges: int | None = None, freeze_every: int | None = None, release: bool = True) -> bool:
     """Fill an empty view (:meth:`GraphView.load`) with the cyclic garbage collector held, and
     freeze what a large view builds so that the collector never walks it again.
 
@@ -111,6 +111,9 @@ def load_view(graph: GraphView, rows: Iterable[EdgeRow], resolve: Callable[[set[
         built in a request). An int: every ``freeze_every`` relations, and once at the end, a
         collection of every generation (cyclic garbage of any thread) and :func:`gc.freeze`
         (a large view, built in a background thread).
+    release : bool, default True
+        When the load gives up past ``max_edges``, empty the view a slice at a time
+        (:meth:`GraphView.release`) instead of leaving it to be dropped in one pause.
 
     Returns
     -------
@@ -146,6 +149,8 @@ def load_view(graph: GraphView, rows: Iterable[EdgeRow], resolve: Callable[[set[
         loaded = graph.load(rows, resolve, max_edges=max_edges)
         if loaded and freeze_every is not None:
             _collect_and_freeze()
+    if not loaded and release:
+        graph.release()  # given up: free what was built a slice at a time, not in one pause
     return loaded
 
 

@@ -75,3 +75,36 @@ def test_a_dropped_view_is_freed_by_reference_counting(freeze_every):
     finally:
         if collecting:
             gc.enable()
+
+
+def _empty(view: GraphView) -> bool:
+    return (view.graph.number_of_nodes() == 0 and view.graph.number_of_edges() == 0 and view.cost == 0
+            and view.node_count == 0 and not view._sorted and not view._validity and not view._ids)
+
+
+def test_release_empties_a_view_a_slice_at_a_time(monkeypatch):
+    import kg.graph.view as view_module
+
+    view = GraphView(1)
+    assert load_view(view, _edges(5_000), _resolve)
+    assert view.neighbors("n0", limit=1)[0]
+    handed: list[float] = []
+    monkeypatch.setattr(view_module.time, "sleep", handed.append)
+    view.release(slice_size=20)
+    assert _empty(view)
+    # 250 nodes in each of the adjacency tables, 20 at a time: the lock handed over each time
+    assert len(handed) >= 3 * (250 // 20) and set(handed) == {0}
+
+
+@pytest.mark.parametrize("freeze_every", [None, 300])
+def test_a_load_given_up_past_the_budget_is_released_not_dropped_whole(monkeypatch, freeze_every):
+    released: list[GraphView] = []
+    whole = GraphView.release
+    monkeypatch.setattr(GraphView, "release", lambda self, **kw: released.append(self) or whole(self, **kw))
+    view = GraphView(1)
+    assert not load_view(view, _edges(2_000), _resolve, max_edges=1_000, freeze_every=freeze_every)
+    assert released == [view] and _empty(view)
+    kept = GraphView(1)
+    assert not load_view(kept, _edges(2_000), _resolve, max_edges=1_000, release=False)
+    assert released == [view]  # release=False: left to the caller (dropped whole)
+    assert gc.isenabled()
