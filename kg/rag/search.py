@@ -770,11 +770,8 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
         by_model: dict[str, set[str]] = defaultdict(set)
         node_key: dict[str, str] = {}
         for node in nodes:
-            if node.content_key is None:
-                continue
-            if request.node_type is not None and node.node_type != request.node_type:
-                continue
-            if request.where and not where_matches(node.properties, request.where):
+            if not _searchable_node(node, request) or (
+                    request.where and not where_matches(node.properties, request.where)):
                 continue
             by_key[node.content_key].append(node)
             by_model[models[node.workspace_id]].add(node.content_key)
@@ -809,6 +806,12 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     return cache.get((*line, view.revision), build_or_bring_forward)
 
 
+def _searchable_node(node: Any, request: SearchRequest) -> bool:
+    """Whether a visible node version (in a searched workspace, under the path prefix) is one
+    the search may return: it has text, and the type the request asks for."""
+    return node.content_key is not None and (request.node_type is None or node.node_type == request.node_type)
+
+
 def _brought_forward(session: Session, view: BranchView, request: SearchRequest, models: dict[int, str],
                      last: _Searchable) -> tuple[dict[str, list], dict[str, str], KeySet, dict[str, KeySet]] | None:
     """``last`` (a state of ``view``'s branch on the same read chain, at an earlier revision)
@@ -837,16 +840,14 @@ def _brought_forward(session: Session, view: BranchView, request: SearchRequest,
             else:
                 del by_key[old]
         node = live.get(node_id)
-        if node is None or node.content_key is None or node.workspace_id not in models:
+        if node is None or not _searchable_node(node, request) or (  # the read by id filtered no path
+                request.path_prefix is not None
+                and not path_has_prefix(node.path, request.path_prefix, request.path_prefix_mode)):
             continue
-        if request.node_type is not None and node.node_type != request.node_type:
-            continue
-        if request.path_prefix is not None and not path_has_prefix(
-                node.path, request.path_prefix, request.path_prefix_mode):
-            continue
-        by_key[node.content_key] = [*by_key.get(node.content_key, ()), node]
-        node_key[node_id] = node.content_key
-        touched.add(node.content_key)
+        key = cast(str, node.content_key)  # not None: _searchable_node
+        by_key[key] = [*by_key.get(key, ()), node]
+        node_key[node_id] = key
+        touched.add(key)
     keys = last.keys.derive(removed=touched - by_key.keys(), added=touched & by_key.keys())
     keys_by_model: dict[str, KeySet] = {}
     for model in set(models.values()):

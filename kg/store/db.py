@@ -173,9 +173,10 @@ class Database:
 
         A reader looks every page up in the log's index first, and that index covers every
         frame written since the log was last reset: after a bulk import (1.7 GB of log at a
-        million nodes) NEIGHBORS from SQL took 7.5 ms, and 2.7 ms once the log was truncated
-        (``bench/scale.py``). SQLite's automatic checkpoints copy the frames but do not reset
-        the log while a reader holds an older snapshot.
+        million nodes) NEIGHBORS from SQL took 7.5 ms, and 2.7 ms after ten writes and a
+        truncating checkpoint (``bench/scale.py``; not a strict A/B). SQLite's automatic
+        checkpoints copy the frames but do not reset the log while a reader holds an older
+        snapshot.
 
         Parameters
         ----------
