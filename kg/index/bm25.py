@@ -35,7 +35,6 @@ floating-point operations, in the query's term order, as a full evaluation.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -234,56 +233,51 @@ class BM25Index:
 
         Notes
         -----
-        O(total text length + distinct terms of the batch), amortised: each tail array grows by
-        doubling, and the tail is merged into the frozen segment (O(all postings)) only when it
-        holds half as many postings as the frozen segment: about 3 copies of each posting in
-        all over a run of appends.
+        O(total text length + p log p + distinct terms of the batch) for its p postings,
+        amortised: the batch's postings are counted and grouped by one sort of (term, document)
+        keys (:func:`_batch_postings`); each tail array grows by doubling, and the tail is
+        merged into the frozen segment (O(all postings)) only when it holds half as many
+        postings as the frozen segment: about 3 copies of each posting in all over a run of
+        appends. A batch that reaches that size itself goes into the new frozen segment with
+        the tail, without tail arrays (an import's pages: ``bench/bm25_scale.py``).
         """
         state = self._state
         n_docs = state.n_docs
-        # One (term, doc, tf) triple per distinct term of each document, built at C speed.
-        terms: list[str] = []
-        doc_ids: list[int] = []
-        tfs: list[int] = []
-        lengths: list[int] = []
+        analysed: list[list[str]] = []
         for expected, (doc_id, text) in enumerate(docs, start=n_docs):
             if doc_id != expected:
                 raise ValueError(f"doc_id {doc_id} out of order: expected {expected}")
-            doc_terms = self._analyze(text)
-            lengths.append(len(doc_terms))
-            counts = Counter(doc_terms)
-            terms.extend(counts)
-            tfs.extend(counts.values())
-            doc_ids.extend(itertools.repeat(doc_id, len(counts)))
-        if not lengths:
+            analysed.append(self._analyze(text))
+        if not analysed:
             return
-        # Group the triples by term (stable: doc ids stay ascending), one slice per term.
-        vocabulary = list(dict.fromkeys(terms))
-        term_number = {term: i for i, term in enumerate(vocabulary)}
-        numbers = np.fromiter(map(term_number.__getitem__, terms), np.int64, count=len(terms))
-        order = np.argsort(numbers, kind="stable")
-        numbers = numbers[order]
-        grouped_ids = np.asarray(doc_ids, dtype=np.int32)[order]
-        grouped_tfs = np.asarray(tfs, dtype=np.int32)[order]
-        starts = np.flatnonzero(np.diff(numbers, prepend=-1)).tolist()
+        batch = _batch_postings(analysed, n_docs)
+        new_n = n_docs + len(analysed)
+        lengths_buf = _reserve(state.lengths, new_n)
+        lengths_buf[n_docs:new_n] = batch.lengths
+        total = state.total + int(batch.lengths.sum())
+        tail_postings = state.tail_postings + len(batch.doc_ids)
+        if tail_postings >= max(_MIN_TAIL_POSTINGS, len(state.frozen.doc_ids) // 2):
+            # The tail would be merged right after: the batch goes into the new frozen segment
+            # with it, without a tail array per term first.
+            merged = _merged(state._replace(n_docs=new_n), batch)
+            self._state = _State(merged, {}, 0, lengths_buf, new_n, total)
+            return
         tail = state.tail
-        for start, end in zip(starts, [*starts[1:], len(numbers)], strict=False):  # no term: no slice
-            term = vocabulary[numbers[start]]
+        block = np.stack((batch.doc_ids, batch.tfs))  # (2, m) int32
+        starts = np.flatnonzero(np.diff(batch.term_ids, prepend=-1))
+        ends = [*starts[1:].tolist(), len(batch.term_ids)] if len(starts) else []
+        terms = map(batch.vocabulary.__getitem__, batch.term_ids[starts].tolist())
+        for term, start, end in zip(terms, starts.tolist(), ends, strict=True):
             old = tail.get(term)
-            buf, size = old if old is not None else (np.empty((2, 0), np.int32), 0)
+            if old is None:  # a view of the batch, full: it is copied when it grows
+                tail[term] = (block[:, start:end], end - start)
+                continue
+            buf, size = old
             grown = size + end - start
             buf = _reserve(buf, grown)
-            buf[0, size:grown] = grouped_ids[start:end]
-            buf[1, size:grown] = grouped_tfs[start:end]
+            buf[:, size:grown] = block[:, start:end]
             tail[term] = (buf, grown)
-        new_n = n_docs + len(lengths)
-        lengths_buf = _reserve(state.lengths, new_n)
-        lengths_buf[n_docs:new_n] = lengths
-        tail_postings = state.tail_postings + len(terms)
-        self._state = state = _State(state.frozen, tail, tail_postings, lengths_buf, new_n,
-                                     state.total + sum(lengths))
-        if tail_postings >= max(_MIN_TAIL_POSTINGS, len(state.frozen.doc_ids) // 2):
-            self._state = state._replace(frozen=_merged(state), tail={}, tail_postings=0)
+        self._state = _State(state.frozen, tail, tail_postings, lengths_buf, new_n, total)
 
     def freeze(self) -> None:
         """Merge the tail segment into the frozen one now (a writer operation).
@@ -826,31 +820,84 @@ def _ids(values: np.ndarray) -> np.ndarray:
     return array if array.dtype in (np.int32, np.int64) else array.astype(np.int64)
 
 
-def _merged(state: _State) -> _Frozen:
-    """A frozen segment holding ``state``'s frozen and tail postings (O(postings))."""
+class _Batch(NamedTuple):
+    """The postings of a batch of documents, grouped by term (:func:`_batch_postings`)."""
+    vocabulary: list[str]  # the batch's terms, by batch term id
+    term_ids: np.ndarray  # (m,) int64 batch term ids, ascending
+    doc_ids: np.ndarray  # (m,) int32, ascending within a term
+    tfs: np.ndarray  # (m,) int32 term frequencies
+    lengths: np.ndarray  # (docs,) int32 document lengths in terms
+
+
+class _Numbering(dict[str, int]):
+    """Term -> a dense number, the next one on first sight (one C-level lookup per term)."""
+
+    def __missing__(self, term: str) -> int:
+        number = self[term] = len(self)
+        return number
+
+
+def _batch_postings(analysed: list[list[str]], first_doc: int) -> _Batch:
+    """The (term, document, frequency) postings of documents ``first_doc, first_doc + 1, ...``
+    whose terms are ``analysed``: one pass over the terms to number them, then one sort.
+
+    Each (term number, document) pair is one int64 key ``term * docs + document``; the distinct
+    keys, with their counts, are the postings in term order and, within a term, document order.
+    """
+    numbering = _Numbering()
+    lengths = np.fromiter(map(len, analysed), np.int32, count=len(analysed))
+    flat = np.fromiter(map(numbering.__getitem__, itertools.chain.from_iterable(analysed)), np.int64,
+                       count=int(lengths.sum()))
+    span = max(len(analysed), 1)
+    keys = flat * span + np.repeat(np.arange(len(analysed), dtype=np.int64), lengths)
+    unique, counts = np.unique(keys, return_counts=True)
+    term_ids = unique // span
+    return _Batch(list(numbering), term_ids, (unique - term_ids * span + first_doc).astype(np.int32),
+                  counts.astype(np.int32), lengths)
+
+
+def _merged(state: _State, batch: _Batch | None = None) -> _Frozen:
+    """A frozen segment holding ``state``'s frozen and tail postings, and ``batch``'s after
+    them (its documents follow the tail's); O(postings)."""
     frozen, tail = state.frozen, state.tail
     vocabulary = dict(frozen.vocabulary)
     for term in tail:
         vocabulary.setdefault(term, len(vocabulary))
-    n_old, n_terms = len(frozen.indptr) - 1, len(vocabulary)
     entries = sorted((vocabulary[term], buf, size) for term, (buf, size) in tail.items())
-    term_ids = np.array([e[0] for e in entries], np.int64)
     sizes = np.array([e[2] for e in entries], np.int64)
-    tail_ids = np.concatenate([buf[0, :size] for _, buf, size in entries])
-    tail_tfs = np.concatenate([buf[1, :size] for _, buf, size in entries])
-    # Each tail posting goes after its term's frozen postings (np.insert keeps the order of
+    new_terms = [np.repeat(np.array([e[0] for e in entries], np.int64), sizes)]
+    new_ids = [buf[0, :size] for _, buf, size in entries]
+    new_tfs = [buf[1, :size] for _, buf, size in entries]
+    if batch is not None:
+        for term in batch.vocabulary:
+            vocabulary.setdefault(term, len(vocabulary))
+        numbers = np.fromiter(map(vocabulary.__getitem__, batch.vocabulary), np.int64, count=len(batch.vocabulary))
+        new_terms.append(numbers[batch.term_ids])
+        new_ids.append(batch.doc_ids)
+        new_tfs.append(batch.tfs)
+    term_of = np.concatenate(new_terms)
+    # By term, stably: a term's tail postings, then its batch postings (later documents). The
+    # batch's own order is by its first sight of a term, not by the merged term ids: postings
+    # inserted at one position (the last old term's end is where the new terms go) must be.
+    order = np.argsort(term_of, kind="stable") if batch is not None else None
+    tail_ids = np.concatenate(new_ids)
+    tail_tfs = np.concatenate(new_tfs)
+    if order is not None:
+        term_of, tail_ids, tail_tfs = term_of[order], tail_ids[order], tail_tfs[order]
+    n_old, n_terms = len(frozen.indptr) - 1, len(vocabulary)
+    # Each new posting goes after its term's frozen postings (np.insert keeps the order of
     # values inserted at one position), a new term's after every frozen posting.
     ends = np.concatenate((frozen.indptr[1:], np.full(n_terms - n_old, len(frozen.doc_ids), np.int64)))
-    positions = np.repeat(ends[term_ids], sizes)
+    positions = ends[term_of]
     wide = frozen.tfs.dtype == np.int32 or (len(tail_tfs) and int(tail_tfs.max()) > np.iinfo(np.uint16).max)
     dtype = np.int32 if wide else np.uint16
     counts = np.zeros(n_terms, np.int64)
     counts[:n_old] = np.diff(frozen.indptr)
-    counts[term_ids] += sizes
+    counts += np.bincount(term_of, minlength=n_terms)
     return _Frozen(
         vocabulary,
         np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
-        np.insert(frozen.doc_ids, positions, tail_ids),
+        np.insert(frozen.doc_ids, positions, tail_ids.astype(np.int32, copy=False)),
         np.insert(frozen.tfs.astype(dtype, copy=False), positions, tail_tfs.astype(dtype)),
         state.n_docs,
     )

@@ -180,3 +180,31 @@ def test_a_frequency_past_uint16_widens_the_frozen_frequencies():
     assert index.to_arrays()["tfs"].dtype == np.int32
     (doc, score), _ = index.search("w1 w2", 2)
     assert doc == 0 and score > 0
+
+
+def postings(index: BM25Index) -> dict[str, tuple[list[int], list[int]]]:
+    """Each term's (doc ids, frequencies), from the index's arrays (tail merged)."""
+    arrays = index.to_arrays()
+    offsets, utf8, indptr = arrays["term_offsets"], arrays["term_utf8"].tobytes().decode(), arrays["indptr"]
+    return {utf8[offsets[t]:offsets[t + 1]]: (arrays["doc_ids"][indptr[t]:indptr[t + 1]].tolist(),
+                                              arrays["tfs"][indptr[t]:indptr[t + 1]].tolist())
+            for t in range(len(indptr) - 1)}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=docs_st, cuts=st.lists(st.integers(0, 40), max_size=5), threshold=st.integers(1, 40))
+def test_postings_equal_counting_whatever_the_batches_and_the_merge_threshold(monkeypatch, texts, cuts, threshold):
+    # Small thresholds merge a batch straight into the frozen segment, with or without a tail
+    # before it (the tail's postings of a term must stay before the batch's: a batch numbers its
+    # terms by first sight, the merged segment by the vocabulary).
+    monkeypatch.setattr(bm25_module, "_MIN_TAIL_POSTINGS", threshold)
+    index = build(texts, cuts)
+    expected: dict[str, tuple[list[int], list[int]]] = {}
+    for d, text in enumerate(texts):
+        for term, tf in Counter(text.split()).items():
+            ids, tfs = expected.setdefault(term, ([], []))
+            ids.append(d)
+            tfs.append(tf)
+    assert postings(index) == expected
+    assert index.to_arrays()["lengths"].tolist() == [len(t.split()) for t in texts]
+    assert index.n_terms == len(expected)
