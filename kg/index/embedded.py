@@ -95,8 +95,16 @@ _REPO_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 # above it, one product over the whole matrix and then the selection is faster (measured with
 # 20,000 x 384 float32 rows: the two cross near 20 %).
 _GATHER_SHARE = 0.2
-# Key masks memoised per index snapshot (search passes one frozenset per branch state).
+# Key masks memoised per index snapshot (search passes one KeySet per branch state).
 _MASK_MEMO = 16
+# The immutable sets of content keys whose masks and statistics are memoised by identity.
+_Memoisable = (frozenset, KeySet)
+
+
+def _lookup(content_keys: Collection[str]) -> Collection[str]:
+    """What to look keys up in at C speed: a :class:`~kg.index.base.KeySet`'s members, else
+    the collection itself."""
+    return content_keys.members if isinstance(content_keys, KeySet) else content_keys
 _GROUP_MEMO = 4
 """BM25F statistics memoised per snapshot: about 40 bytes a row and group each (the groups,
 the selection and the (groups, fields) normalisation), 40 MB at a million node texts."""
@@ -224,29 +232,29 @@ class _View:
     n_keys: int
     models: dict[str, _ModelView]
     bm25: BM25Index  # shared: may hold documents past n, which the mask leaves out
-    masks: dict[int, tuple[frozenset[str], np.ndarray]] = field(default_factory=dict)
-    # id(frozenset) -> (the frozenset, its mask over the first n_keys key ids or fewer: one
+    masks: dict[int, tuple[frozenset[str] | KeySet, np.ndarray]] = field(default_factory=dict)
+    # id(set) -> (the set, its mask over the first n_keys key ids or fewer: one
     # carried from an earlier snapshot is extended when used)
-    model_masks: dict[tuple[int, str], tuple[frozenset[str], _ModelMask]] = field(default_factory=dict)
-    # (id(frozenset), model) -> (the frozenset, its rows of that model)
-    group_memo: dict[int, tuple[frozenset[str], GroupStats]] = field(default_factory=dict)
-    # id(frozenset) -> (the frozenset, BM25F's statistics over its node texts)
+    model_masks: dict[tuple[int, str], tuple[frozenset[str] | KeySet, _ModelMask]] = field(default_factory=dict)
+    # (id(set), model) -> (the set, its rows of that model)
+    group_memo: dict[int, tuple[frozenset[str] | KeySet, GroupStats]] = field(default_factory=dict)
+    # id(set) -> (the set, BM25F's statistics over its node texts)
 
     def allowed_keys(self, content_keys: Collection[str]) -> np.ndarray | None:
         """Boolean mask over key ids for ``content_keys``; None when none of them is held.
 
-        The mask of a ``frozenset`` is memoised on this snapshot (a few, by identity): a
-        caller that keeps its set of a branch state (search does) pays the O(len) lookup once,
-        not per query. The memo goes along to the next snapshot, where a mask made before keys
-        were added is extended by the new keys only; and the mask of a
-        :class:`~kg.index.base.KeySet` derived from a memoised set is that set's mask with the
-        changes applied. A write then a search costs O(changes + keys / 8), not O(keys).
+        The mask of a ``frozenset`` or a :class:`~kg.index.base.KeySet` is memoised on this
+        snapshot (a few, by identity): a caller that keeps its set of a branch state (search
+        does) pays the O(len) lookup once, not per query. The memo goes along to the next
+        snapshot, where a mask made before keys were added is extended by the new keys only;
+        and the mask of a :class:`~kg.index.base.KeySet` derived from a memoised set is that
+        set's mask with the changes applied. A write then a search costs O(changes + keys / 8), not O(keys).
         """
         if isinstance(content_keys, str):
             raise TypeError("content_keys must be a collection of keys, not one str")
         if not content_keys or not self.n:
             return None
-        if not isinstance(content_keys, frozenset):
+        if not isinstance(content_keys, _Memoisable):
             mask = self._mask(content_keys)
             return mask if mask.any() else None
         held = self.masks.get(id(content_keys))
@@ -264,8 +272,8 @@ class _View:
 
     def model_mask(self, content_keys: Collection[str], model: str, allowed: np.ndarray) -> _ModelMask:
         """The rows of ``model`` whose content key ``allowed`` holds (memoised like
-        :meth:`allowed_keys` for a ``frozenset``)."""
-        if not isinstance(content_keys, frozenset):
+        :meth:`allowed_keys` for an immutable set)."""
+        if not isinstance(content_keys, _Memoisable):
             return _ModelMask(allowed[self.key_id[self.models[model].rows]])
         memo_key = (id(content_keys), model)
         held = self.model_masks.get(memo_key)
@@ -279,16 +287,16 @@ class _View:
 
     def group_stats(self, content_keys: Collection[str], allowed: np.ndarray) -> GroupStats:
         """BM25F's collection statistics over the node texts ``allowed`` holds (a group per
-        content key, the chunk's field), memoised like :meth:`allowed_keys` for a ``frozenset``:
+        content key, the chunk's field), memoised like :meth:`allowed_keys` for an immutable set:
         the O(rows) part of :meth:`EmbeddedVectorIndex.bm25_documents`, once per branch state
         and snapshot instead of once per query."""
-        if isinstance(content_keys, frozenset):
+        if isinstance(content_keys, _Memoisable):
             held = self.group_memo.get(id(content_keys))
             if held is not None and held[0] is content_keys:
                 return held[1]
         key_id = self.key_id
         stats = self.bm25.group_stats(np.where(allowed[key_id], key_id, -1), self.field_id)
-        if isinstance(content_keys, frozenset):
+        if isinstance(content_keys, _Memoisable):
             if len(self.group_memo) >= _GROUP_MEMO:
                 self.group_memo.pop(next(iter(self.group_memo)), None)
             self.group_memo[id(content_keys)] = (content_keys, stats)
@@ -298,21 +306,22 @@ class _View:
         """(n_keys,) bool: the key ids of ``content_keys``, each looked up."""
         get = self.key_ids.get
         ids = np.fromiter(
-            map(get, content_keys, itertools.repeat(-1)), dtype=np.int64, count=len(content_keys)
+            map(get, _lookup(content_keys), itertools.repeat(-1)), dtype=np.int64, count=len(content_keys)
         )
         allowed = np.zeros(self.n_keys, dtype=bool)
         allowed[ids[(ids >= 0) & (ids < self.n_keys)]] = True
         return allowed
 
-    def _extended(self, content_keys: frozenset[str], mask: np.ndarray) -> np.ndarray:
+    def _extended(self, content_keys: frozenset[str] | KeySet, mask: np.ndarray) -> np.ndarray:
         """A mask made on an earlier snapshot (fewer keys), extended to this one's keys."""
         if len(mask) >= self.n_keys:
             return mask
         count = self.n_keys - len(mask)
-        tail = np.fromiter(map(content_keys.__contains__, self.keys[len(mask):self.n_keys]), dtype=bool, count=count)
+        tail = np.fromiter(map(_lookup(content_keys).__contains__, self.keys[len(mask):self.n_keys]), dtype=bool,
+                           count=count)
         return np.concatenate((mask, tail))
 
-    def _derived(self, content_keys: frozenset[str]) -> np.ndarray:
+    def _derived(self, content_keys: frozenset[str] | KeySet) -> np.ndarray:
         """The mask of a set not memoised: from its base's memoised mask and its changes when
         it is a derived :class:`~kg.index.base.KeySet`, else looked up whole."""
         base = content_keys.base if isinstance(content_keys, KeySet) else None
@@ -670,7 +679,7 @@ class EmbeddedVectorIndex:
         them, and all are reranked with exact dot products, so every distance returned is exact
         and only recall is approximate (>= 0.98 of exact at 10, docs/ann.md).
         O(ef * M * dim * log m) for the walk. The memoised masks make the O(m) row mask a
-        once-per-branch-state cost for a ``frozenset``.
+        once-per-branch-state cost for an immutable set (a ``frozenset`` or a ``KeySet``).
 
         References
         ----------
@@ -825,7 +834,7 @@ class EmbeddedVectorIndex:
         Notes
         -----
         O(n + postings of the query terms), n the repository's rows, for the first query of a
-        branch state (a ``frozenset`` of content keys) on a snapshot; then O(node texts +
+        branch state (a ``KeySet`` or ``frozenset`` of content keys) on a snapshot; then O(node texts +
         postings): the collection statistics are memoised on the snapshot
         (:meth:`kg.index.bm25.BM25Index.group_stats`); see
         :meth:`kg.index.bm25.BM25Index.search_groups`.
