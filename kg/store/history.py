@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from kg.errors import Conflict, InvalidInput
 from kg.store.models import Branch, Merge, NodeVersion, RelationVersion, Repository, Revision, utcnow
 from kg.store.nodes import node_addresses, node_uid, nodes_by_id, validate_node_input
-from kg.store.paths import name_of, parent_of, parse_address, validate_path
+from kg.store.paths import ancestors_of, name_of, parent_of, parse_address, validate_path
 from kg.store.references import index_references
 from kg.store.relations import visible_relations
 from kg.store.repos import BranchView, WriteContext, _view, get_branch, parent_name
@@ -640,8 +640,9 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         The branch merged from and the branch merged into: parent and child, either way.
     resolutions : list of dict, optional
         ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value": {...}}`` for a
-        node conflict (``value`` is the node's properties), ``{"from", "to", "type", "take"}``
-        for a relation conflict.
+        node conflict (``value`` is the node's properties, all of them) or a node whose parent
+        is deleted on one side (:func:`_apply_orphan_resolutions`), ``{"from", "to", "type",
+        "take"}`` for a relation conflict.
     writing_revision : int, optional
         The revision the merge itself is being written as (inside its write transaction):
         not counted as the target having moved.
@@ -681,6 +682,7 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                                           ours_view, writing_revision)
 
     keys = _changed_node_keys(session, source.id, base.since, theirs_view.revision)
+    decided: set[NodeKey] = set()  # the node conflicts a resolution decided
     b_states = node_states(session, base.view, keys)
     o_states = node_states(session, ours_view, keys)
     t_states = node_states(session, theirs_view, keys)
@@ -708,6 +710,8 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                 plan.node_changes.append(_change(key, merged, o_ver, t_ver, "merged"))
             continue
         resolution = node_res.get(key)
+        if resolution is not None:
+            decided.add(key)
         if resolution is None:
             conflict: dict[str, Any] = {"kind": "node", "workspace": ours_view.workspaces.get(key[0]),
                                         "path": key[1],
@@ -753,6 +757,9 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
                                    "base": rbv, "ours": rov, "theirs": rtv})
     if resolved:
         _apply_relation_resolutions(session, plan, resolved, ours_view, theirs_view)
+    orphans = {key: r for key, r in node_res.items() if key not in decided}
+    if orphans:  # before the checks: a restored parent or a deleted subtree changes what they see
+        _apply_orphan_resolutions(session, plan, orphans, decided, ours_view, theirs_view)
     _check_endpoints(session, plan, base.view, ours_view, theirs_view, set(resolved), addresses)
     _check_orphans(session, ours_view, plan)
     return plan
@@ -933,6 +940,89 @@ def _relation_address(session: Session, views: list[BranchView], key: RelKey,
     if missing:
         addresses.update(_addresses(session, views, missing))
     return (addresses.get(key[0]), key[1], addresses.get(key[2]))
+
+
+def _apply_orphan_resolutions(session: Session, plan: MergePlan, resolutions: dict[NodeKey, dict[str, Any]],
+                              decided: set[NodeKey], ours: BranchView, theirs: BranchView) -> None:
+    """Decide the parent conflicts (:func:`_check_orphans`) that resolutions name.
+
+    A node the merge writes under a parent the target deleted: ``ours`` leaves it unwritten
+    (the target keeps its delete); ``theirs`` writes it and restores its deleted ancestors as
+    the source has them; ``value`` does the same with the given properties. A node of the
+    target under one the merge deletes: ``ours`` keeps it, and the deletes of its ancestors are
+    not applied (they are re-asserted as the target has them, reported ``kept``); ``theirs``
+    deletes it and what the target holds under it; ``value`` keeps it with the given
+    properties, as ``ours`` keeps its ancestors. A resolution whose conflict an earlier one made
+    disappear (a relation resolved ``theirs`` restores the parent) still decides its node. An
+    ancestor ``decided`` by its own resolution is left as that decided it (a child written under
+    a parent resolved to stay deleted is still a conflict).
+    """
+    changes = {c.key: c for c in plan.node_changes}
+    restore: dict[int, set[str]] = defaultdict(set)  # ancestors of written nodes to bring back
+    keep: dict[int, set[str]] = defaultdict(set)  # ancestors of kept nodes not to delete
+    dropped: set[NodeKey] = set()
+    deleted_trees: list[NodeKey] = []
+    values: dict[NodeKey, dict[str, Any]] = {}
+    for key, resolution in sorted(resolutions.items()):
+        take = resolution["take"]
+        change = changes.get(key)
+        if change is not None and change.value is not None:  # (a) the merge writes it
+            if take == "ours":
+                dropped.add(key)
+                continue
+            if take == "value":
+                values[key] = {**change.value, "properties": resolution["value"]}
+            restore[key[0]].update(ancestors_of(key[1]))
+        else:  # (b) the target's node under one the merge deletes
+            if take == "theirs":
+                deleted_trees.append(key)
+                continue
+            if take == "value":
+                values[key] = {}
+            keep[key[0]].update(ancestors_of(key[1]))
+    plan.node_changes = [c for c in plan.node_changes if c.key not in dropped]
+    if values:
+        held = node_states(session, ours, [k for k, v in values.items() if not v])
+        for key, value in sorted(values.items()):
+            old = changes.get(key)
+            if value and old is not None:  # (a): the source's node, with the given properties
+                made = replace(old, value=value, content_key=None, needs_content=True, source="value")
+            else:  # (b): the target's node, with the given properties
+                version = held.get(key)
+                like = node_value(version)
+                if version is None or like is None:
+                    continue  # nothing of the target's there: the check below reports what is left
+                made = _change(key, {**like, "properties": resolutions[key]["value"]}, version, None, "value")
+            plan.node_changes = [c for c in plan.node_changes if c.key != key]
+            plan.node_changes.append(made)
+    if keep:
+        kept_keys = {(wid, path) for wid, paths in keep.items() for path in paths} - decided
+        undone = [c for c in plan.node_changes if c.value is None and c.key in kept_keys]
+        if undone:
+            plan.node_changes = [c for c in plan.node_changes if not (c.value is None and c.key in kept_keys)]
+            held = node_states(session, ours, [c.key for c in undone])
+            for change in undone:
+                version = held.get(change.key)
+                if version is not None:
+                    plan.node_changes.append(_change(change.key, node_value(version), version, version, "ours"))
+    if restore:
+        result = {c.key: c.value is not None for c in plan.node_changes}
+        wanted = {(wid, path) for wid, paths in restore.items() for path in paths} - decided
+        alive = set(node_states(session, ours, wanted - set(result)))
+        dead = sorted(k for k in wanted if not result.get(k, k in alive))
+        for key, version in sorted(node_states(session, theirs, dead).items()):
+            plan.node_changes = [c for c in plan.node_changes if c.key != key]
+            plan.node_changes.append(_change(key, node_value(version), None, version, "theirs"))
+    for wid, path in deleted_trees:
+        stmt, alias = visible_select(NodeVersion, ours, (NodeVersion.workspace_id, NodeVersion.path),
+                                     NodeVersion.workspace_id == wid,
+                                     or_(NodeVersion.path == path,
+                                         NodeVersion.path.startswith(path + "/", autoescape=True)))
+        planned = {c.key for c in plan.node_changes}
+        for node in session.scalars(stmt.order_by(alias.path)):
+            nkey = (wid, node.path)
+            if nkey not in planned:
+                plan.node_changes.append(_change(nkey, None, node, None, "theirs"))
 
 
 def _check_orphans(session: Session, ours: BranchView, plan: MergePlan) -> None:

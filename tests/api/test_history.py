@@ -261,6 +261,80 @@ def test_merge_refuses_orphans(client, repo):
     assert r.json()["error"]["details"]["conflicts"][0]["path"] == "/docs/new"
 
 
+def _applied(r):
+    """``{path: "added" | "modified" | "deleted" | "kept"}`` of a merge's report."""
+    assert r.status_code == 200, r.text
+    return {n["path"]: outcome for outcome, nodes in r.json()["applied"]["nodes"].items() for n in nodes}
+
+
+def _orphan_conflicts(r):
+    assert_error(r, 409, "merge_conflict")
+    return {(c.get("path") or f'{c["from"]} -[{c["type"]}]-> {c["to"]}', c["reason"])
+            for c in r.json()["error"]["details"]["conflicts"]}
+
+
+def test_a_child_written_under_a_parent_the_target_deleted_is_decided_by_its_resolution(client, repo):
+    """The branch adds /folder/kid, main deletes /folder: the conflict names the child, and a
+    resolution of the child decides it (it was refused again, whatever it said)."""
+    put(client, "/folder", {"title": "folder", "year": 2020})
+    branch(client, "b")
+    put(client, "/folder/kid", {"title": "kid"}, branch="b")
+    put(client, "/folder", {"title": "folder", "year": 2021}, branch="b")
+    client.delete(f"{NODES}/folder", params={"recursive": "true"})
+    reason = "its parent is deleted on the target"
+    assert _orphan_conflicts(merge(client, "b")) >= {("/folder/kid", reason)}
+    kid = [{"workspace": "knowledge", "path": "/folder/kid", "take": "ours"}]
+    folder = [{"workspace": "knowledge", "path": "/folder", "take": "ours"}]  # the modify / delete conflict
+    # ours: the target keeps its delete, the child is not written
+    assert "/folder/kid" not in _applied(merge(client, "b", resolutions=kid + folder, dry_run=True))
+    # theirs: the child is written and its parent restored as the branch has it
+    theirs = merge(client, "b", resolutions=[{**kid[0], "take": "theirs"}, {**folder[0], "take": "theirs"}],
+                   dry_run=True)
+    assert _applied(theirs) == {"/folder": "added", "/folder/kid": "added"}
+    # value: the child with the given properties (its parent resolved ours stays deleted: refused)
+    value = [{**kid[0], "take": "value", "value": {"title": "kid, reviewed"}}]
+    assert _orphan_conflicts(merge(client, "b", resolutions=value + folder)) == {("/folder/kid", reason)}
+    ok = merge(client, "b", resolutions=value + [{**folder[0], "take": "theirs"}])
+    assert ok.status_code == 200, ok.text
+    assert get(client, "/folder/kid")["properties"] == {"title": "kid, reviewed"}
+    assert get(client, "/folder")["properties"] == {"title": "folder", "year": 2021}
+
+
+def test_a_child_of_the_target_under_a_node_the_source_deleted_is_decided_by_its_resolution(client, repo):
+    put(client, "/docs", {"title": "docs"})
+    branch(client, "b")
+    client.delete(f"{NODES}/docs", params={"branch": "b"})
+    put(client, "/docs/new", {"title": "child added on main"})
+    put(client, "/docs/new/deeper", {"title": "grandchild"})
+    reason = "the target has a child under a node the source deleted"
+    assert ("/docs/new", reason) in _orphan_conflicts(merge(client, "b"))
+    new = {"workspace": "knowledge", "path": "/docs/new"}
+    # ours: the child stays, so its parent's delete is not applied (reported kept)
+    kept = merge(client, "b", resolutions=[{**new, "take": "ours"}], dry_run=True)
+    assert _applied(kept) == {"/docs": "kept"}
+    # theirs: the child and what is under it go with their parent
+    gone = merge(client, "b", resolutions=[{**new, "take": "theirs"}])
+    assert _applied(gone) == {"/docs": "deleted", "/docs/new": "deleted", "/docs/new/deeper": "deleted"}
+    assert get(client, "/docs") is None and get(client, "/docs/new/deeper") is None
+
+
+def test_a_child_resolution_decides_it_after_a_relation_resolution_restored_its_parent(client, repo):
+    put(client, "/backup", {"title": "backup"})
+    put(client, "/other", {"title": "other"})
+    branch(client, "b")
+    client.post(f"{BASE}/relations", params={"branch": "b"},
+                json={"from": "knowledge:/other", "to": "knowledge:/backup", "type": "cites"})
+    put(client, "/backup/child", {"title": "child"}, branch="b")
+    client.delete(f"{NODES}/backup")
+    conflicts = _orphan_conflicts(merge(client, "b"))
+    assert ("/backup/child", "its parent is deleted on the target") in conflicts
+    edge = {"from": "knowledge:/other", "to": "knowledge:/backup", "type": "cites", "take": "theirs"}
+    # the relation brings /backup back; the child resolved ours is still not written
+    r = merge(client, "b", resolutions=[edge, {"workspace": "knowledge", "path": "/backup/child", "take": "ours"}])
+    assert r.status_code == 200, r.text
+    assert get(client, "/backup") is not None and get(client, "/backup/child") is None
+
+
 def test_merge_relations_and_conflicting_weights(client, repo):
     put(client, "/x", {"title": "X"})
     put(client, "/y", {"title": "Y"})
