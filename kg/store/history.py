@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
@@ -831,14 +831,7 @@ def _apply_relation_resolutions(session: Session, plan: MergePlan, resolved: dic
         # A delete of the source's that a kept edge needs is not applied: the target's node is
         # re-asserted as it is ('kept' in the report, and recorded, as a node conflict resolved
         # 'ours' is), never dropped without a word.
-        undone = [c for c in plan.node_changes if c.value is None and c.node_id in keep]
-        if undone:
-            plan.node_changes = [c for c in plan.node_changes if not (c.value is None and c.node_id in keep)]
-            kept = nodes_by_id(session, ours, {c.node_id for c in undone})
-            for change in undone:
-                version = kept.get(change.node_id)
-                if version is not None:
-                    plan.node_changes.append(_change(change.key, node_value(version), version, None, "ours"))
+        _undo_deletes(session, plan, ours, lambda c: c.node_id in keep)
     if restore:
         result = {c.node_id: c.value is not None for c in plan.node_changes}
         alive = set(nodes_by_id(session, ours, restore - set(result)))
@@ -847,6 +840,20 @@ def _apply_relation_resolutions(session: Session, plan: MergePlan, resolved: dic
             nkey = (version.workspace_id, version.path)
             plan.node_changes = [c for c in plan.node_changes if c.key != nkey]
             plan.node_changes.append(_change(nkey, node_value(version), None, version, "theirs"))
+
+
+def _undo_deletes(session: Session, plan: MergePlan, ours: BranchView, undo: Callable[[NodeChange], bool]) -> None:
+    """Replace the planned deletes that ``undo`` picks by the target's node re-asserted as it
+    is ('kept' in the report, and recorded, as a node conflict resolved 'ours' is)."""
+    undone = [c for c in plan.node_changes if c.value is None and undo(c)]
+    if not undone:
+        return
+    plan.node_changes = [c for c in plan.node_changes if not (c.value is None and undo(c))]
+    held = node_states(session, ours, [c.key for c in undone])
+    for change in undone:
+        version = held.get(change.key)
+        if version is not None:
+            plan.node_changes.append(_change(change.key, node_value(version), version, None, "ours"))
 
 
 def _change(key: NodeKey, value: dict[str, Any] | None, ours: NodeVersion | None, theirs: NodeVersion | None,
@@ -997,14 +1004,7 @@ def _apply_orphan_resolutions(session: Session, plan: MergePlan, resolutions: di
             plan.node_changes.append(made)
     if keep:
         kept_keys = {(wid, path) for wid, paths in keep.items() for path in paths} - decided
-        undone = [c for c in plan.node_changes if c.value is None and c.key in kept_keys]
-        if undone:
-            plan.node_changes = [c for c in plan.node_changes if not (c.value is None and c.key in kept_keys)]
-            held = node_states(session, ours, [c.key for c in undone])
-            for change in undone:
-                version = held.get(change.key)
-                if version is not None:
-                    plan.node_changes.append(_change(change.key, node_value(version), version, version, "ours"))
+        _undo_deletes(session, plan, ours, lambda c: c.key in kept_keys)
     if restore:
         result = {c.key: c.value is not None for c in plan.node_changes}
         wanted = {(wid, path) for wid, paths in restore.items() for path in paths} - decided
