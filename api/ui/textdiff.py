@@ -1,9 +1,9 @@
-"""Readable values for the console: a word-level inline diff of two strings, and long values cut
+"""Readable values for the console: a word-level diff of two strings, side by side, and long values cut
 to a readable size.
 
 Every piece of store text is escaped here (:func:`markupsafe.escape` on each token) and the
 answer is :class:`markupsafe.Markup`, so templates print it as is. The filters are registered on
-the console's Jinja environment when this module is imported (``textdiff``, ``clip``).
+the console's Jinja environment when this module is imported (``textdiff_sides``, ``clip``).
 """
 
 from __future__ import annotations
@@ -70,29 +70,8 @@ def _run(tag: str, cls: str, tokens: list[str]) -> str:
     return f'<{tag} class="{cls}">{escape(text)}{more}</{tag}>'
 
 
-def text_diff(old: str, new: str) -> Markup:
-    """A word-level inline diff of two strings: deletions in ``<del class="old">``, insertions
-    in ``<ins class="new">``, long unchanged stretches collapsed to ``… N words …``; for a
-    container with ``white-space: pre-wrap`` (newlines stay line breaks). Every token is escaped.
-
-    Parameters
-    ----------
-    old, new : str
-
-    Returns
-    -------
-    Markup
-
-    Examples
-    --------
-    >>> str(text_diff("the quick fox", "the slow fox"))
-    'the <del class="old">quick</del><ins class="new">slow</ins> fox'
-    >>> str(text_diff("a <b>", "a <i>"))
-    'a &lt;<del class="old">b</del><ins class="new">i</ins>&gt;'
-    >>> long = " ".join(f"w{i}" for i in range(100))
-    >>> "… 88 words …" in text_diff(long + " end", long + " END")
-    True
-    """
+def _diff_ops(old: str, new: str) -> list[tuple[str, list[str], list[str]]]:
+    """Word-level opcodes (``equal`` with the tokens once, else the old and the new tokens)."""
     a, b = _TOKEN.findall(old), _TOKEN.findall(new)
     start = 0
     while start < len(a) and start < len(b) and a[start] == b[start]:
@@ -112,13 +91,52 @@ def text_diff(old: str, new: str) -> Markup:
             ops.append((tag, mid_a[i1:i2], mid_b[j1:j2]))
     if end:
         ops.append(("equal", a[len(a) - end:], []))
+    return ops
+
+
+def _render(ops: list[tuple[str, list[str], list[str]]], old: bool, new: bool) -> Markup:
     parts = []
     for n, (op, left, right) in enumerate(ops):
         if op == "equal":
             parts.append(_equal(left, first=n == 0, last=n == len(ops) - 1))
         else:
-            parts.append(_run("del", "old", left) + _run("ins", "new", right))
+            parts.append((_run("del", "old", left) if old else "") + (_run("ins", "new", right) if new else ""))
     return Markup("".join(parts))
+
+
+def text_diff_sides(old: str, new: str) -> tuple[Markup, Markup]:
+    """A word-level diff of two strings for an old and a new column: the old text with its
+    deletions in ``<del class="old">``, the new text with its insertions in
+    ``<ins class="new">``, the same long unchanged stretches collapsed to ``… N words …`` on
+    both; for a container with ``white-space: pre-wrap`` (newlines stay line breaks). Every
+    token is escaped.
+
+    Parameters
+    ----------
+    old, new : str
+
+    Returns
+    -------
+    tuple of Markup
+        ``(old side, new side)``.
+
+    Notes
+    -----
+    Python's :class:`difflib.SequenceMatcher` over word, space and punctuation tokens (the
+    Ratcliff-Obershelp algorithm), after the common start and end are taken out.
+
+    Examples
+    --------
+    >>> [str(side) for side in text_diff_sides("the quick fox", "the slow fox")]
+    ['the <del class="old">quick</del> fox', 'the <ins class="new">slow</ins> fox']
+    >>> str(text_diff_sides("a <b>", "a <i>")[1])
+    'a &lt;<ins class="new">i</ins>&gt;'
+    >>> long = " ".join(f"w{i}" for i in range(100))
+    >>> all("… 88 words …" in side for side in text_diff_sides(long + " end", long + " END"))
+    True
+    """
+    ops = _diff_ops(old, new)
+    return _render(ops, old=True, new=False), _render(ops, old=False, new=True)
 
 
 def clip(value: Any, cls: str = "", limit: int = CLIP_CHARS) -> Markup:
@@ -141,5 +159,5 @@ def clip(value: Any, cls: str = "", limit: int = CLIP_CHARS) -> Markup:
                   f"<pre>{escape(text)}</pre></details>")
 
 
-ENV.filters["textdiff"] = text_diff
+ENV.filters["textdiff_sides"] = text_diff_sides
 ENV.filters["clip"] = clip

@@ -47,8 +47,11 @@ def _ready(page) -> None:
 def test_the_graph_draws_the_neighbourhood_and_a_click_opens_the_node_page(page, live):
     _seed(live.api, "gshop")
     sign_in(page, live.admin)
+    said: list[str] = []
+    page.on("console", lambda m: said.append(f"{m.type}: {m.text}") if m.type in ("warning", "error") else None)
     page.goto("/ui/r/gshop/graph?workspace=kb&path=/rotate&hops=1")
     _ready(page)
+    assert said == []  # no warning of the library (a custom wheel sensitivity was one, on every load)
     assert page.evaluate("window.cy.nodes().length") == 3  # rotate, billing, deploy
     assert page.evaluate("window.cy.edges().length") == 3  # rotate-billing, rotate-deploy, deploy-billing
     assert sorted(page.evaluate("window.cy.nodes().map(n => n.id())")) == ["kb:/billing", "kb:/deploy", "kb:/rotate"]

@@ -102,7 +102,9 @@ def test_review_groups_the_diff_by_workspace_and_path_with_old_and_new_values(co
     assert re.findall(r'data-path="([^"]+)" data-kind="([^"]+)"', notes) == [("/memo", "added")]
     a = _change(html, "/a")
     status = a.split('data-key="status"')[1].split("</tr>")[0]
-    assert '<del class="old">draft</del><ins class="new">published</ins>' in status  # a word diff
+    # a word diff, side by side: the old word in the Old column, the new one in the New column
+    old_cell, new_cell = status.split('class="text-diff new-value"')
+    assert '<del class="old">draft</del>' in old_cell and '<ins class="new">published</ins>' in new_cell
     assert 'data-key="title"' not in a  # unchanged property: not listed
     c = _change(html, "/c")
     assert '<pre class="old">&#34;C&#34;</pre>' in c  # a deleted node's old values

@@ -49,7 +49,9 @@ def test_a_one_word_change_in_a_long_text_is_a_short_word_diff(console):
     assert r.status_code == 200, r.text
     row = _row(r.text, "body")
     assert 'class="textdiff"' in row
-    assert '<del class="old">deferred</del><ins class="new">accepted</ins>' in row
+    old_cell, new_cell = row.split('class="text-diff new-value"')
+    assert '<del class="old">deferred</del>' in old_cell and "<ins" not in old_cell
+    assert '<ins class="new">accepted</ins>' in new_cell and "<del" not in new_cell
     assert "The decision is " in row and " for now." in row  # context around the change
     assert re.search(r"… [\d,]+ words …", row)  # the long unchanged stretches collapsed
     assert "\\n" not in row  # not JSON strings: newlines are line breaks
@@ -61,7 +63,8 @@ def test_a_short_string_change_shows_both_words(console):
     _start(console, {"status": "draft"})
     _put(console, "/doc", {"status": "published"}, branch="agent/s1")
     row = _row(console.get(REVIEW).text, "status")
-    assert '<del class="old">draft</del><ins class="new">published</ins>' in row
+    old_cell, new_cell = row.split('class="text-diff new-value"')
+    assert '<del class="old">draft</del>' in old_cell and '<ins class="new">published</ins>' in new_cell
     assert "skip" not in row
 
 

@@ -63,8 +63,7 @@
       style: large ? STYLE.concat(LARGE_STYLE) : STYLE,
       layout: layoutFor(els.nodes.length),
       hideEdgesOnViewport: large,
-      textureOnViewport: large,
-      wheelSensitivity: 0.3
+      textureOnViewport: large
     });
     if (cy.zoom() > 1.4) { cy.zoom(1.4); cy.center(); }  // a small graph: labels at a readable size
     cy.on("tap", "node", function (evt) {
