@@ -490,6 +490,29 @@ def authorize(actor: Actor, action: Action, repo: str, branch: str | None = None
                     details={"action": action, "repo": repo, "branch": branch, "workspace": workspace})
 
 
+def refuse_reserved_workspace(repo: str, name: str, reserved: Sequence[str]) -> None:
+    """Refuse to make workspace ``name`` in a reserved repository: the RAG node's collections
+    are its workspaces, made by the node (``POST /api/rag``) alone.
+
+    Parameters
+    ----------
+    repo, name : str
+        The repository and the new workspace's name.
+    reserved : sequence of str
+        The reserved names (:func:`reserved_repositories`).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``repo`` is reserved: refused to every caller (operator and administrators too), as
+        the repository itself is (:func:`authorize_new_repository`).
+    """
+    if repo in reserved:
+        raise InvalidInput(f"repository {repo!r} is reserved for the RAG node (KG_RAG_REPO): its workspaces are "
+                           f"the node's collections, made by POST /api/rag (not workspace {name!r})",
+                           details={"repo": repo, "workspace": name})
+
+
 def authorize_new_repository(actor: Actor, name: str, reserved: Sequence[str]) -> None:
     """Decide whether ``actor`` may create the repository ``name`` through the repository use case.
 

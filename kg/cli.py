@@ -219,10 +219,12 @@ class _IngestProgress:
             self.bar.update(self.task, total=n)
             self.bar.start()
             self.running = True
-        else:
-            typer.echo(f"ingest: {n} file(s) to read", err=True)
 
     def advance(self, n: int) -> None:
+        if self.bar is None and not self.done:
+            # said with the first group written, not when the files are listed: an ingest refused
+            # before it writes (a reserved repository, an unknown branch) prints its error alone
+            typer.echo(f"ingest: {self.total} file(s) to read", err=True)
         self.done += n
         if self.bar is not None:
             self.bar.advance(self.task, n)

@@ -58,7 +58,7 @@ from sqlalchemy import JSON, Table, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from kg import collector
-from kg.access import authorize_new_repository, reserved_repositories
+from kg.access import authorize_new_repository, refuse_reserved_workspace, reserved_repositories
 from kg.context import Actor, Resources, UnitOfWork, reading, unit_of_work
 from kg.errors import InvalidInput, KGError, NotFound
 from kg.graph.validity import check_interval, maybe_aware
@@ -464,6 +464,7 @@ def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, c
             raise NotFound(f"workspace {spec.name!r} not found in repository {repo!r}",
                            details={"workspace": spec.name})
         uow.authorize("admin", repo)
+        refuse_reserved_workspace(repo, spec.name, reserved_repositories(services.settings))
         config = parse_embedding_config(spec.embedding, default_model=default)
         services.embedder(config.model)  # an unknown model is refused before anything is written
         repo_store.create_workspace(session, r, name=spec.name, config={"embedding": config.model_dump()})

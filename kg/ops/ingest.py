@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kg.access import authorize_new_repository, reserved_repositories
+from kg.access import authorize_new_repository, refuse_reserved_workspace, reserved_repositories
 from kg.context import Actor, Resources, UnitOfWork, reading, run
 from kg.errors import InvalidInput, NotFound, ProviderError
 from kg.indexing.config import parse_embedding_config
@@ -86,7 +86,8 @@ def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create:
         Missing and ``create`` is False.
     kg.errors.InvalidInput
         A bad name, or a reserved one to create (:func:`kg.access.authorize_new_repository`:
-        the RAG node's repository is made by the RAG node only).
+        the RAG node's repository is made by the RAG node only), or a workspace to create in
+        it (:func:`kg.access.refuse_reserved_workspace`).
     kg.errors.Forbidden
         A key without ``admin`` on the repository, to create it or the workspace.
     """
@@ -104,6 +105,7 @@ def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create:
         if not create:
             raise
         uow.authorize("admin", repo)
+        refuse_reserved_workspace(repo, workspace, reserved_repositories(uow.services.settings))
         config = parse_embedding_config(None, default_model=uow.services.settings.embedding_model)
         create_workspace(session, r, name=workspace, config={"embedding": config.model_dump()})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kg.access import authorize_new_repository, can_see, reserved_repositories
+from kg.access import authorize_new_repository, can_see, refuse_reserved_workspace, reserved_repositories
 from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit, throttle
 from kg.errors import InvalidInput
 from kg.graph.neighbors import MAX_LIMIT, check_limit
@@ -305,11 +305,14 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
     kg.errors.NotFound
     kg.errors.Conflict
     kg.errors.InvalidInput
+        A bad name or embedding, or the RAG node's repository (its workspaces are its
+        collections: :func:`kg.access.refuse_reserved_workspace`).
     kg.errors.ProviderError
     kg.errors.Forbidden
         A key without ``admin`` on the repository.
     """
     uow.authorize("admin", repo)
+    refuse_reserved_workspace(repo, name, reserved_repositories(uow.services.settings))
     default = uow.services.settings.embedding_model
     config = parse_embedding_config(embedding, default_model=default)
     uow.services.embedder(config.model)  # an unknown model is refused before anything is written

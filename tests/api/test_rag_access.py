@@ -199,3 +199,14 @@ def test_with_auth_off_the_reserved_name_is_refused_and_the_node_still_makes_it(
     assert r.status_code == 200, r.text
     assert client.get("/api/repos/rag").status_code == 200
     assert_error(client.post("/api/repos", json={"name": "rag"}), 422, "invalid_input")
+
+
+def test_no_workspace_is_made_in_the_reserved_repository_but_by_the_node(client, services):
+    services.settings.auth = False
+    made = client.post("/api/rag", json={"config": CONFIG, "input": doc("rigging", [("a.txt", DOC_A)])})
+    assert made.status_code == 200, made.text
+    r = client.post("/api/repos/rag/workspaces", json={"name": "notes"})
+    assert_error(r, 422, "invalid_input")
+    assert "reserved" in r.json()["error"]["message"] and r.json()["error"]["details"]["workspace"] == "notes"
+    names = [w["name"] for w in client.get("/api/repos/rag/workspaces").json()["workspaces"]]
+    assert "notes" not in names and len(names) == 1  # the node's collection alone

@@ -78,3 +78,30 @@ def test_progress_is_one_line_per_group_of_files_when_not_on_a_terminal(cli_env)
     assert [re.sub(r"\(\d+\.\d s\)", "(T)", line) for line in lines[1:]] == [
         "ingest: 16/20 files (T)", "ingest: 20/20 files (T)"]
     assert json.loads(result.stdout.strip().splitlines()[-1])["inserted"] == 20
+
+
+def test_an_ingest_refused_before_it_writes_prints_its_error_alone(folder):
+    result = runner.invoke(app, ["ingest", str(folder), "--repo", "r", "--workspace", "w", "--branch", "nope"])
+    assert result.exit_code == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "nope" in result.stderr
+
+
+def test_ingest_makes_no_workspace_in_the_rag_nodes_repository(folder):
+    from sqlalchemy import text
+
+    from kg.settings import Settings
+    from kg.store.db import Database
+    from kg.store.repos import create_repository
+
+    db = Database(Settings().resolved_database_url())
+    db.upgrade()
+    with db.write() as session:  # as the RAG node's first call leaves it
+        create_repository(session, name="rag")
+    result = runner.invoke(app, ["ingest", str(folder), "--repo", "rag", "--workspace", "notes"])
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "reserved for the RAG node" in line and "'notes'" in line
+    with db.read() as session:  # nothing written: no workspace, no revision
+        repo = session.execute(text("SELECT id FROM repositories WHERE name = 'rag'")).scalar_one()
+        assert session.execute(text(f"SELECT count(*) FROM workspaces WHERE repo_id = {repo}")).scalar_one() == 0
+        assert session.execute(text(f"SELECT count(*) FROM revisions WHERE repo_id = {repo}")).scalar_one() == 0
