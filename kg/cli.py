@@ -106,6 +106,9 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
     except KGError as exc:
         _fail(exc)
     host, port = host or settings.host, port or settings.port
+    if not 1 <= port <= 65535:  # the socket layer would take it modulo 65536 and listen elsewhere
+        typer.echo(f"error: port {port} is not a TCP port (1 to 65535)", err=True)
+        raise typer.Exit(1)
     if not settings.auth and not _is_loopback(host):
         typer.echo(f"error: refusing to listen on {host} without authentication: set KG_AUTH=true "
                    "(and KG_KEY_PEPPER) or listen on 127.0.0.1", err=True)
@@ -842,6 +845,9 @@ def mcp_stdio(repo: Annotated[str | None, typer.Option(help="Repository (local s
         raise typer.Exit(1)
     try:
         services = _services()
+        # the tools' default repository and branch exist: an agent whose every call would be a
+        # not_found learns it from the exit, not from its first tool call
+        branch_ops.get_branch(services, OPERATOR, repo, branch)
     except KGError as exc:
         _fail(exc)
     services.indexer.start()

@@ -479,3 +479,27 @@ def test_resolve_entities_proposal_only_lists_and_writes_nothing(env):
     as_json = runner.invoke(app, ["resolve-entities", "peps", "--repo", "peps", "--proposal-only", "--json"])
     body = json.loads(as_json.stdout)
     assert body["merges"] == [] and body["branch"] is None and body["dry_run"] is True
+
+
+@pytest.mark.parametrize("port", ["99999", "65536", "-1"])
+def test_serve_refuses_a_port_past_65535_in_one_line(env, monkeypatch, port):
+    """Regression: --port 99999 was taken modulo 65536 by the socket layer (it listened on 34463)."""
+    started = []
+    monkeypatch.setattr("uvicorn.run", lambda *a, **k: started.append(a))
+    result = runner.invoke(app, ["serve", "--host", "127.0.0.1", "--port", port])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [f"error: port {port} is not a TCP port (1 to 65535)"]
+    assert started == []
+
+
+def test_mcp_over_stdio_on_a_repository_or_branch_that_does_not_exist_exits_1(env, monkeypatch):
+    served = []
+    monkeypatch.setattr("kg.mcp.stdio.serve_stdio", lambda *a: served.append(a))
+    result = runner.invoke(app, ["mcp", "--repo", "nope"])
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: ") and "'nope'" in line
+    assert runner.invoke(app, ["ingest", str(env), "--repo", "peps", "--workspace", "peps"]).exit_code == 0
+    result = runner.invoke(app, ["mcp", "--repo", "peps", "--branch", "nobranch"])
+    assert result.exit_code == 1 and "nobranch" in result.output
+    assert served == []
