@@ -42,6 +42,11 @@ from kg.providers.base import Embedder
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
 
 log = logging.getLogger("kg.indexer")
+MAX_BACKOFF_S = 60.0
+"""Longest wait of the background indexer between tries while a model server is down, in
+seconds (the wait doubles from ``poll_s`` after each pass that could embed nothing)."""
+
+
 @dataclass
 class IndexRun:
     """What one pass of the indexer did."""
@@ -52,6 +57,10 @@ class IndexRun:
     dropped: int = 0
     stepped: int = 0
     """Chunks embedded of large texts still in flight (their jobs are not done yet)."""
+    postponed: int = 0
+    """Jobs put back in the queue because their model server cannot be reached."""
+    waiting_for: str | None = None
+    """Why they were (the first unreachable server's message)."""
 
 
 class _Job(NamedTuple):
@@ -112,6 +121,7 @@ class Indexer(PollingWorker):
                  lease_s: float = LEASE.total_seconds(), max_attempts: int = MAX_ATTEMPTS,
                  heartbeat_s: float = HEARTBEAT_S, step_chunks: int = 16) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-indexer")
+        self.backoff_s = 0.0  # the idle wait while a model server is down (pass_once)
         self.services = services
         self.batch_jobs = batch_jobs
         self.step_chunks = step_chunks
@@ -126,9 +136,22 @@ class Indexer(PollingWorker):
         whose last pass was cut short by a crash or an error)."""
         run = self.run_pending()
         handled = run.done + run.failed + run.dropped + run.stepped
+        if run.postponed and not handled:
+            # Nothing moves while the model server is down: wait twice as long as last time
+            # (up to MAX_BACKOFF_S) before the next try, and say so once per try.
+            self.backoff_s = min(max(2 * self.backoff_s, self.poll_s), MAX_BACKOFF_S)
+            log.warning("indexer: %s; %d job(s) stay queued, next try in %.0f s", run.waiting_for,
+                        run.postponed, self.backoff_s)
+        elif handled:
+            self.backoff_s = 0.0
         if not handled:
             self._complete_reembeds(None)
         return handled
+
+    def idle_wait_s(self) -> float:
+        """How long the thread waits after a pass that did nothing: ``poll_s``, or the backoff
+        while the model server of the queued jobs cannot be reached (a write still wakes it)."""
+        return max(self.poll_s, self.backoff_s)
 
     def close(self) -> None:
         """Stop the background thread and unregister from the queue (held jobs go back)."""
@@ -264,8 +287,8 @@ class Indexer(PollingWorker):
             try:
                 return embed_pieces(pieces, embedder, batch_size=settings.embed_batch_size)
             except BackendUnavailable as exc:
-                # The model server is down: the job waits for it, it has not failed.
-                log.warning("indexer: %s; job %s stays queued", exc.message, job.id)
+                # The model server is down: the job waits for it, it has not failed (said once
+                # a pass, below; the background thread backs off: pass_once).
                 postponed.append((job.id, exc.message))
             except (ProviderError, KGError) as exc:
                 failures[job.id] = exc.message
@@ -329,6 +352,8 @@ class Indexer(PollingWorker):
             for job_id, reason in failures.items():
                 run.failed += len(self.queue.finish(session, [claim_of[job_id]], {
                     "status": "failed", "error": reason[:2000], "updated_at": utcnow()}))
+        if postponed:
+            run.postponed, run.waiting_for = len(postponed), postponed[0][1]
         if run.failed:
             log.warning("indexer: %d job(s) failed", run.failed)
         self._complete_reembeds({job.repo_id for job in claimed} | {job.repo_id for job in complete})

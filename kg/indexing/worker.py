@@ -62,6 +62,10 @@ class PollingWorker:
         """Tell the background thread there is work."""
         self._wake.set()
 
+    def idle_wait_s(self) -> float:
+        """How long to sleep after a pass that did nothing (``poll_s``; a subclass may back off)."""
+        return self.poll_s
+
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
@@ -70,5 +74,5 @@ class PollingWorker:
                 log.exception("%s: pass failed", self._thread_name)
                 done = 0
             if not done:
-                self._wake.wait(self.poll_s)
+                self._wake.wait(self.idle_wait_s())
                 self._wake.clear()

@@ -54,6 +54,10 @@ class MisbehavingEmbedder(FakeEmbedder):
             from kg.errors import ProviderError
 
             raise ProviderError("the model server is down")
+        if self.mode == "unreachable":
+            from kg.errors import BackendUnavailable
+
+            raise BackendUnavailable("cannot reach the Ollama server at http://127.0.0.1:9")
         raise AssertionError(self.mode)
 
 
@@ -296,3 +300,37 @@ def test_refreshing_statistics_on_a_busy_sqlite_database_is_not_an_error(tmp_pat
         holder.execute("ROLLBACK")
         holder.close()
         db.dispose()
+
+
+def test_while_the_model_server_is_down_the_indexer_backs_off_and_says_so_once_a_try(db_url, tmp_path, caplog):
+    """Regression: a workspace whose model server could not be reached logged a warning per job
+    about twice a second in every process, for as long as it was down (1,393 in 12 minutes)."""
+    import logging
+
+    services = make_services(db_url, tmp_path, inline=False)
+    with services.db.write() as s:
+        from kg.store.repos import get_repository
+
+        create_workspace(s, get_repository(s, "r"), name="down", config={"embedding": {"model": "bad:unreachable"}})
+    for i in range(3):
+        context.run(services, context.OPERATOR, put_node, "r", "main", "down", f"/n{i}", node_type="t",
+                    properties={"content": f"TRIGGER text {i}"})
+    indexer = services.indexer
+    assert indexer.idle_wait_s() == indexer.poll_s
+    waits = []
+    with caplog.at_level(logging.WARNING, logger="kg.indexer"):
+        for _ in range(8):
+            assert indexer.pass_once() == 0  # nothing embedded, nothing failed
+            waits.append(indexer.idle_wait_s())
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    said = [r.getMessage() for r in caplog.records if r.name == "kg.indexer"]
+    assert len(said) == 8  # one line a try, not one a job
+    assert said[0] == ("indexer: cannot reach the Ollama server at http://127.0.0.1:9; 3 job(s) stay queued, "
+                       "next try in 1 s")
+    assert jobs(services, "pending") == 3  # waiting, not failed
+    # a pass that embeds something (another workspace's text) ends the backoff
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/ok", node_type="t",
+                properties={"content": "walrus"})
+    assert indexer.pass_once() == 1 and indexer.idle_wait_s() == indexer.poll_s
+    assert found(services, "walrus") == ["/ok"] and jobs(services, "pending") == 3
+    services.close()
