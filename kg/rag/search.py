@@ -456,12 +456,15 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
         wids = [workspace_id(view, name) for name in request.workspaces]
     else:
         wids = view.readable_ids()
-    if not wids:
-        return SearchAnswer([], _ms(started))
+    rrf_k = services.settings.search_rrf_k
+    method = request.fusion_type or services.settings.search_fusion_type
+    fusion = _kg_fusion(request, method, rrf_k)
+    if not wids:  # nothing to search: the answer still says how it would have been fused
+        return SearchAnswer([], _ms(started), fusion if _native_fusion(services, request) is None else None)
     searchable = _searchable(session, services, view, wids, request)
     by_key = searchable.by_key
     if not by_key:
-        return SearchAnswer([], _ms(started))
+        return SearchAnswer([], _ms(started), fusion if _native_fusion(services, request) is None else None)
 
     repo_key = view.repo.uid
     sync_index(session, services.index, view.repo.id, repo_key)
@@ -474,8 +477,6 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
 
-    rrf_k = services.settings.search_rrf_k
-    method = request.fusion_type or services.settings.search_fusion_type
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
     while True:
@@ -496,12 +497,17 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
         if len(results) >= request.k or not cut or depth >= MAX_DEPTH:
             break
         depth = min(depth * 4, MAX_DEPTH)
-    fusion = None
-    if request.mode == "hybrid":
-        weights = {"vector": request.vector_weight, "fulltext": request.fulltext_weight}
-        fusion = {"engine": "kg", "method": "rrf", "k": rrf_k, "weights": weights} if method == "ranked" else \
-            {"engine": "kg", "method": "relative_score", "weights": weights}
     return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
+
+
+def _kg_fusion(request: SearchRequest, method: str, rrf_k: int) -> dict[str, Any] | None:
+    """How kg fuses a hybrid search, as the answer describes it (None for one leg)."""
+    if request.mode != "hybrid":
+        return None
+    weights = {"vector": request.vector_weight, "fulltext": request.fulltext_weight}
+    if method == "ranked":
+        return {"engine": "kg", "method": "rrf", "k": rrf_k, "weights": weights}
+    return {"engine": "kg", "method": "relative_score", "weights": weights}
 
 
 def _fulltext_leg(services: Resources, repo_key: str, searchable: _Searchable, request: SearchRequest,

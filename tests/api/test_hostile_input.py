@@ -37,6 +37,12 @@ def test_surrogates_and_nul_in_paths_and_queries(client, repo):
     assert_error(client.get(f"{NODES}/a%ED%A0%80"), 422, "invalid_input")
     assert_error(client.get(f"{NODES}/a%00b"), 422)
     assert_error(client.get(f"{NODES}/a", params={"branch": "x\x00"}), 422)
+    # a newline as any other control character: the path check's 422, not a 404 of no route
+    # (Starlette's path convertor, ``.*``, did not match across it)
+    for method in ("GET", "PUT", "DELETE"):
+        r = client.request(method, f"{NODES}/a%0Ab", json={"node_type": "t", "properties": {}})
+        assert_error(r, 422, "invalid_input")
+        assert "control characters" in r.json()["error"]["message"]
 
 
 def test_merge_value_resolution_is_validated(client, repo):

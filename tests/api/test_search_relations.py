@@ -195,6 +195,9 @@ def test_hybrid_echoes_its_fusion(client, repo):
     assert search(client, {"query": "rotate api key", "fulltext_weight": 2.0}).json()["fusion"]["weights"] == \
         {"vector": 0.25, "fulltext": 2.0}
     assert "fusion" not in search(client, {"query": "rotate api key", "mode": "vector"}).json()
+    # an answer of no result says its fusion too (nothing searchable under the prefix)
+    empty = search(client, {"query": "rotate api key", "path_prefix": "/nothing-here"}).json()
+    assert empty["results"] == [] and empty["fusion"] == default["fusion"]
     # the embedded index has no hybrid query of its own
     assert_error(search(client, {"query": "rotate", "fusion": "index"}), 422)
     kg_rrf = search(client, {"query": "rotate", "fusion": "kg", "fusion_type": "ranked"}).json()
