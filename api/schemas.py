@@ -739,13 +739,26 @@ class Citation(Schema):
     via: Literal["graph"] = absent("The graph leg found the passage.")
 
 
+class NearestWord(Schema):
+    """The quoted word nearest in meaning to a question's word that no passage holds."""
+
+    word: str
+    similarity: float
+
+
 class AskAttempt(Schema):
-    """A retrieval ``ask`` made (the graph leg's with ``leg``, and ``error`` when it failed)."""
+    """A retrieval ``ask`` made (the graph leg's with ``leg``, and ``error`` when it failed), or
+    its check that the documents use the question's words (``leg: "coverage"``)."""
 
     query: str
-    leg: Literal["graph"] = absent("The graph leg.")
+    leg: Literal["graph", "coverage"] = absent("The graph leg, or the coverage check of the question's words.")
     error: str = absent("Why the graph leg failed (the answer did not).")
     passages: int
+    absent_terms: list[str] = absent("Coverage check: the question's content words no searchable passage holds.")
+    nearest: dict[str, NearestWord] = absent("Coverage check: each absent word's nearest quoted word.")
+    misspelt: dict[str, str] = absent("Coverage check: absent words taken for misspellings of a quoted word.")
+    uncovered: list[str] = absent("Coverage check: the absent words near no quoted word in meaning.")
+    terms: int = absent("Coverage check: the question's content words.")
 
 
 class StoredAnswer(Schema):

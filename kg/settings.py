@@ -47,6 +47,19 @@ class Settings(BaseSettings):
         question and a passage's sentence that the sentence must reach to be quoted
         (calibrated for ``local:all-MiniLM-L6-v2`` by cross-validation on HotpotQA,
         ``bench/extractive_ask.py --calibrate``).
+    ask_max_absent_share : float
+        ``ask`` without an LLM answers "not covered" when more than this share of the
+        question's content words occur in no searchable passage
+        (:func:`kg.rag.functions.absent_terms`) and near no quoted word in meaning
+        (``ask_word_similarity``); 1 turns the check off (chosen by cross-validation on
+        HotpotQA, ``bench/extractive_ask.py``).
+    ask_word_similarity : float
+        A question's word that no passage holds still counts as covered when its cosine
+        similarity with a word of the quoted sentences reaches this
+        (:func:`kg.rag.functions.nearest_words`); above 1 no word is.
+    ask_absent_words : {"all", "salient"}
+        Which uncovered words the check counts: all, or those naming the subject (numbers,
+        names, rare words: :func:`kg.rag.functions.salient_words`).
     rag_max_distance : float
         The RAG node injects only chunks within this cosine distance of the query (the seed's
         null context when nothing relevant is found); 2 injects the top k however far.
@@ -182,6 +195,9 @@ class Settings(BaseSettings):
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
     ask_min_similarity: float = Field(default=0.32, ge=-1.0, le=1.0)
+    ask_max_absent_share: float = Field(default=0.05, ge=0.0, le=1.0)
+    ask_word_similarity: float = Field(default=0.55, ge=-1.0, le=1.01)
+    ask_absent_words: Literal["all", "salient"] = "salient"
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)
     rag_repo: str = "rag"

@@ -54,6 +54,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from rapidfuzz import fuzz, process
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -244,6 +245,130 @@ def extractive_answer(question: str, passages: list[dict], *, max_sentences: int
     chosen = sorted(scored[:max_sentences], key=lambda s: (s[1], s[2]))
     parts = [f"{sentence} [{number}]" for _, number, _, sentence in chosen]
     return " ".join(parts), list(dict.fromkeys(number for _, number, _, _ in chosen))
+
+
+QUESTION_WORDS = frozenset("""
+    what which who whom whose when where why how whether does did do done doing has have had having
+    can could would should shall may might must been being were about from than also any all some
+    each many much more most other same its his her hers him she he you your yours our ours we us
+    them those i me my mine one ones very just only both either neither get gets got getting out off up
+    over before after during while until since within without between among through across against
+    along around behind below beneath beside beyond near toward towards upon via per
+    """.split())
+"""Words of a question's form, not of its subject (interrogatives, auxiliaries, pronouns,
+quantifiers, prepositions and particles): not counted by :func:`absent_terms` (BM25's stop
+words are not either)."""
+
+
+def absent_terms(services: Resources, caller: Actor, repo: str, branch: str, question: str,
+                 workspaces: list[str] | None) -> tuple[list[str], int]:
+    """The question's content words that no searchable passage holds, and how many it has.
+
+    A content word is one of the question's BM25 terms (:func:`kg.index.tokenize.analyze`: no
+    stop word) of at least three characters, or a number, and none of :data:`QUESTION_WORDS`;
+    words of one stem count once. Each
+    is looked up by a BM25 search of the branch as the caller reads it (its workspaces, the
+    request's ``workspaces``), so what it may not read counts as absent; a stored answer
+    (``kb:Answer``) is not a document that holds it.
+
+    Returns
+    -------
+    (list of str, int)
+        The absent words as the question writes them (lower-cased), in question order, and
+        the number of content words.
+
+    Notes
+    -----
+    One BM25 search a content word. A question whose own words the documents never use (an
+    entity, a number, a subject) is most often about something they do not hold: the share of
+    such words is ``ask``'s lexical answerability check beside the semantic grade, the query
+    term coverage used as a query-performance predictor (Cronen-Townsend, Zhou and Croft 2002,
+    "Predicting query performance"; a query term missing from the collection has the largest
+    clarity cost), its threshold chosen by cross-validation (``bench/extractive_ask.py``).
+    """
+    words: dict[str, str] = {}
+    for word in analyze(question, stem_words=False):
+        if (len(word) >= 3 or word.isdigit()) and word not in QUESTION_WORDS:
+            words.setdefault(stem(word), word)
+    if not words:
+        return [], 0
+    with reading(services, caller, repo, branch) as (session, view):
+        absent = [word for word in words.values()
+                  if not _evidence(_search_passages(session, services, view, word, 5, workspaces,
+                                                    relevant_only=False, mode="fulltext"))]
+    return absent, len(words)
+
+
+def nearest_words(services: Resources, words: list[str], sentences: list[ScoredSentence],
+                  passages: list[dict]) -> dict[str, tuple[str, float]]:
+    """For each of ``words``, the content word of ``sentences`` nearest in meaning and their
+    cosine similarity (one embedding call: the words and the sentences' words, by the embedder
+    of the first sentence's passage); empty without words or sentences.
+
+    A question's word that no document uses may still be answered in other words ("eviction"
+    by "landlord", "warning" by "notice": MiniLM 0.57 and 0.52), where a subject the documents
+    do not hold is near none of the quoted words ("quantum" 0.31 at best, "tesla" 0.26).
+    """
+    if not words or not sentences:
+        return {}
+    theirs = list(dict.fromkeys(w for s in sentences for w in analyze(s.text, stem_words=False)
+                                if (len(w) >= 3 or w.isdigit()) and w not in QUESTION_WORDS))
+    if not theirs:
+        return {}
+    model = passages[sentences[0].marker - 1].get("_model") or services.settings.embedding_model
+    vectors = services.embedder(model).embed(list(words) + theirs)
+    similarity = vectors[len(words):] @ vectors[:len(words)].T  # (their words, words)
+    best = similarity.argmax(axis=0)
+    return {word: (theirs[int(best[i])], round(float(similarity[best[i], i]), 4)) for i, word in enumerate(words)}
+
+
+SPELLING_RATIO = 85.0
+"""A question's word that no passage holds is taken for a misspelling of a quoted word when
+their normalised Levenshtein similarity (rapidfuzz's ``fuzz.ratio``) reaches this: one edit in
+seven characters ("hal" / "hall" 85.7, "supernatrual" / "supernatural" 91.7)."""
+
+
+SALIENT_PIECES = 3
+"""A word the embedder's tokenizer splits into this many pieces or more is a rare one (a name,
+a technical term: "nginx" 3, "quantum" 1, "replaced" 1)."""
+
+
+def salient_words(services: Resources, words: list[str], question: str) -> list[str]:
+    """The words of ``words`` that name the question's subject rather than say something about
+    it: a word holding a digit, one the question capitalises past its first word (a name), or a
+    rare one (:data:`SALIENT_PIECES` or more pieces of the default embedder's tokenizer).
+
+    A common word the documents do not use (a verb, "replaced" where they say "supersedes")
+    is most often said in other words; a name or a number they never use is most often a subject
+    they do not hold. Which words the coverage check counts ("salient" or "all",
+    ``KG_ASK_ABSENT_WORDS``) was chosen by cross-validation (``bench/extractive_ask.py``).
+    """
+    capitalised = {m.group(0).lower() for m in re.finditer(r"\w+", question)
+                   if m.start() > 0 and m.group(0)[:1].isupper()}
+    embedder = services.embedder(services.settings.embedding_model)
+    return [w for w in words if any(c.isdigit() for c in w) or w in capitalised
+            or embedder.count_tokens(w) >= SALIENT_PIECES]
+
+
+def misspelt_words(words: list[str], sentences: list[ScoredSentence]) -> dict[str, str]:
+    """``{word: the quoted word it misspells}`` for each of ``words`` (numbers excepted) within
+    :data:`SPELLING_RATIO` of a content word of ``sentences``.
+
+    References
+    ----------
+    V. I. Levenshtein, "Binary codes capable of correcting deletions, insertions and
+    reversals", Soviet Physics Doklady 10(8), 1966, pp. 707-710 (the edit distance behind
+    rapidfuzz's ``fuzz.ratio``, the Indel similarity normalised to 0..100).
+    """
+    theirs = list(dict.fromkeys(w for s in sentences for w in analyze(s.text, stem_words=False) if len(w) >= 3))
+    found: dict[str, str] = {}
+    for word in words:
+        if word.isdigit() or not theirs:
+            continue
+        match = process.extractOne(word, theirs, scorer=fuzz.ratio, score_cutoff=SPELLING_RATIO)
+        if match is not None:
+            found[word] = match[0]
+    return found
 
 
 @dataclass(frozen=True)
@@ -462,8 +587,14 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         "chunk_index", "text_is_exact", "via"?}], "attempts": [{"query", "passages",
         "leg"?, "error"?}], "mode", "stored"?}``; ``mode`` is ``"llm"`` or ``"extractive"``.
         The graph leg's attempt has ``"leg": "graph"`` (and ``error`` when it failed), its
-        citations ``"via": "graph"``; ``stored`` is ``{"workspace", "path", "node_id",
-        "revision"}``.
+        citations ``"via": "graph"``; without an LLM, once a sentence passed the semantic
+        grade, an attempt ``"leg": "coverage"`` with ``terms`` (the question's content words),
+        ``absent_terms`` (those no passage holds: :func:`absent_terms`), ``nearest`` (each
+        one's nearest quoted word and similarity: :func:`nearest_words`), ``misspelt`` (those
+        that misspell a quoted word: :func:`misspelt_words`) and ``uncovered`` (absent, not
+        misspelt, and below ``KG_ASK_WORD_SIMILARITY``); ``passages`` is 0 when more than
+        ``KG_ASK_MAX_ABSENT_SHARE`` of the words are uncovered (the answer is then not
+        covered); ``stored`` is ``{"workspace", "path", "node_id", "revision"}``.
 
     Raises
     ------
@@ -513,6 +644,23 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
                     (s.similarity for s in scored), default=-1.0):
                 passages, scored = again, scored_again
     mode = "llm" if has_llm else "extractive"
+    if not has_llm and any(s.similarity >= threshold for s in scored):
+        # The semantic grade passed: the documents must also use enough of the question's own
+        # words, or words near them in meaning; else the sentences are about something near
+        # the question, not its subject. KG_ASK_MAX_ABSENT_SHARE 1: reported, never declined.
+        absent, asked = absent_terms(services, caller, repo, branch, question, workspaces)
+        quoted = select_sentences(scored, threshold=threshold)
+        nearest = nearest_words(services, absent, quoted, passages)
+        misspelt = misspelt_words(absent, quoted)
+        word_similarity = services.settings.ask_word_similarity
+        uncovered = [w for w in absent if w not in misspelt and (w not in nearest or nearest[w][1] < word_similarity)]
+        if services.settings.ask_absent_words == "salient":
+            uncovered = salient_words(services, uncovered, question)
+        if asked and len(uncovered) / asked > services.settings.ask_max_absent_share:
+            passages, scored = [], []
+        attempts.append({"query": question, "leg": "coverage", "passages": len(passages), "absent_terms": absent,
+                         "nearest": {w: {"word": n, "similarity": sim} for w, (n, sim) in nearest.items()},
+                         "misspelt": misspelt, "uncovered": uncovered, "terms": asked})
     if use_graph and passages:
         leg: dict[str, Any] = {"query": attempts[-1]["query"], "leg": "graph"}
         try:
