@@ -188,6 +188,15 @@ def test_ask_shows_the_answer_its_citations_and_attempts(console):
     assert re.search(r'<td class="num">1</td>\s*<td>What dividend did the board approve\?', attempts)
 
 
+def test_ask_says_which_words_of_a_declined_question_the_documents_never_use(console):
+    seed(console)
+    r = console.post("/ui/r/acme/ask", {"q": "What dividend did the Tesla board approve in 1999?"})
+    assert r.status_code == 200, r.text
+    attempts = re.search(r'<table id="attempts">(.*?)</table>', r.text, re.S).group(1)
+    assert "<td>coverage</td>" in attempts and "the documents never use: tesla" in attempts
+    assert "The documents do not cover this." in r.text
+
+
 def test_ask_escapes_and_refuses_bad_input(console):
     seed(console)
     r = console.post("/ui/r/acme/ask", {"q": "<script>alert(1)</script>"})
