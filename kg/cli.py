@@ -369,6 +369,8 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
     if as_json:
         typer.echo(json.dumps({"results": [r.as_dict() for r in results], "took_ms": took}, indent=2))
         return
+    if not results:  # said, so that a search that found nothing is not taken for one that did not run
+        typer.echo("no results", err=True)
     for i, r in enumerate(results, start=1):
         title = r.properties.get("title", "")
         snippet = " ".join(r.chunk_text.split())[:160]

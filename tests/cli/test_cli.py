@@ -386,6 +386,9 @@ def test_search_where_takes_json_conditions_and_refuses_bad_ones_in_one_line(cli
                                 "--where", '{"status": {"$in": ["draft"]}}'])
     assert found.exit_code == 0, found.output
     assert [r["path"] for r in json.loads(found.stdout)["results"]] == ["/draft"]
+    # nothing matching: said on stderr (it printed nothing at all), still exit 0
+    none = runner.invoke(app, ["search", "signing key", "--repo", "acme", "--where", '{"status": "Superseded"}'])
+    assert none.exit_code == 0 and none.stdout == "" and none.stderr.strip() == "no results"
     for where, line in (("{status: draft}", "error: --where is not JSON: "),
                         ('["draft"]', "error: --where must be a JSON object"),
                         ('{"status": {"$regex": "d"}}', "error: where.status: unknown operator '$regex'")):
