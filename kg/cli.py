@@ -495,7 +495,9 @@ def _diff_lines(report: dict) -> list[str]:
     """A diff report (:func:`kg.store.history.diff_branches`) as readable lines."""
     nodes, rels = report["nodes"], report["relations"]
     base = report["base"]
-    lines = [f"diff {report['branch']} against {report['against']} (base: {base['branch']} at revision "
+    # Revision numbers are the repository's (every branch's writes draw from one sequence): the
+    # base is the parent as of that number, which may have been written on another branch.
+    lines = [f"diff {report['branch']} against {report['against']} (base: {base['branch']} as of revision "
              f"{base['revision']})",
              f"nodes: {len(nodes['added'])} added, {len(nodes['modified'])} modified, "
              f"{len(nodes['deleted'])} deleted"]

@@ -76,7 +76,7 @@ def test_diff_lists_added_modified_deleted_nodes_and_relations(repo):
     result = runner.invoke(app_(), ["diff", "--repo", "acme", "--branch", "review"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("diff review against main (base: main at revision ")
+    assert lines[0].startswith("diff review against main (base: main as of revision ")
     assert lines[1:] == [
         "nodes: 1 added, 1 modified, 1 deleted",
         "  + docs:/notes  kb:Note",
