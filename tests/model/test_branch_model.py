@@ -148,6 +148,7 @@ class Model:
         tn, te = self.nodes[source], self.edges[source]
         conflicts = set()
         node_writes = {}                 # path -> ("write", value) | ("kept", value) | ("delete", None)
+        decided = set()                  # paths whose node conflict a resolution decided
         for path in sorted(set(bn) | set(on) | set(tn)):
             bv, ov, tv = (x.get(path) for x in (bn, on, tn))
             if tv == bv or ov == tv:
@@ -172,6 +173,8 @@ class Model:
                     node_writes[path] = ("write", merged)
                 continue
             take = res.get(("node", path))
+            if take is not None:
+                decided.add(path)
             if take is None:
                 conflicts.add(("node", path))
             elif take == "ours":
@@ -219,6 +222,35 @@ class Model:
             return p in on
         for p in sorted(p for p in restore if not alive(p)):
             node_writes[p] = ("restore", tn[p])
+        # A resolution naming a node whose parent is deleted on one side decides it (ancestors
+        # decided by their own resolution are left as decided): a node the merge writes, 'ours'
+        # leaves it out, 'theirs' writes it and restores its dead ancestors as the source has
+        # them; a node of the target, 'theirs' deletes it and what is under it, 'ours' keeps it
+        # and undoes the deletes of its ancestors.
+        orphan_res = {cid[1]: take for cid, take in res.items() if cid[0] in ("node", "orphan")
+                      and cid[1] not in decided}
+        restore_up, keep_up, trees = set(), set(), []
+        for p, take in sorted(orphan_res.items()):
+            if p in node_writes and node_writes[p][0] != "delete":
+                if take == "ours":
+                    del node_writes[p]
+                else:
+                    restore_up |= set(ancestors(p))
+            elif take == "theirs":
+                trees.append(p)
+            else:
+                keep_up |= set(ancestors(p))
+        for a in sorted(keep_up - decided):
+            if a in node_writes and node_writes[a][0] == "delete":
+                if a in on:
+                    node_writes[a] = ("kept", on[a])
+                else:
+                    del node_writes[a]
+        for a in sorted(a for a in restore_up - decided if not alive(a) and a in tn):
+            node_writes[a] = ("restore", tn[a])
+        for p in trees:
+            for q in sorted(q for q in on if q == p or q.startswith(p + "/")):
+                node_writes.setdefault(q, ("delete", None))
         # (b) the target's edges to nodes the merge deletes
         deletes = {p for p, (op, _) in node_writes.items() if op == "delete" and p in on}
         for key in sorted(k for k in oe if k[0] in deletes or k[2] in deletes):
@@ -302,6 +334,12 @@ class Model:
         return out
 
 
+def ancestors(path):
+    """Every ancestor path of ``path``, top level first, without ``/`` and ``path`` itself."""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def _edge_value(edge):
     """What the model compares of an edge: its weight; a mention's also the text hash it read
     (lineage's stamp, which a merge compares like any property)."""
@@ -332,7 +370,7 @@ def _conflict_id(conflict):
 
 
 def _resolution(cid, take):
-    if cid[0] == "node":
+    if cid[0] in ("node", "orphan"):
         return {"workspace": "w", "path": cid[1], "take": take}
     f, t, to = cid[1]
     return {"from": f"w:{f}", "type": t, "to": f"w:{to}", "take": take}
@@ -607,10 +645,12 @@ def machine_for(kind, tmp_root):
                 self.check(parent)
                 self.check(child)
                 take = data.draw(st.sampled_from(["none", "ours", "theirs"]))
-                resolvable = {c for c in expected if c[0] != "orphan"}
+                resolvable = set(expected)
                 if take == "none" or not resolvable:
                     return
                 _event(f"merge: resolved {take}")
+                if any(c[0] == "orphan" for c in resolvable):
+                    _event(f"merge: resolved an orphan {take}")
                 wanted = {c: take for c in resolvable}
                 expected, report = self.model.merge(child, parent, wanted)
                 try:
