@@ -260,6 +260,13 @@ quantifiers, prepositions and particles): not counted by :func:`absent_terms` (B
 words are not either)."""
 
 
+def _content_words(text: str) -> list[str]:
+    """The words of ``text`` (lower-cased, unstemmed) that the coverage check weighs: BM25 terms
+    of three characters or more, or numbers, and none of :data:`QUESTION_WORDS`."""
+    return [w for w in analyze(text, stem_words=False)
+            if (len(w) >= 3 or w.isdigit()) and w not in QUESTION_WORDS]
+
+
 def absent_terms(services: Resources, caller: Actor, repo: str, branch: str, question: str,
                  workspaces: list[str] | None) -> tuple[list[str], int]:
     """The question's content words that no searchable passage holds, and how many it has.
@@ -287,9 +294,8 @@ def absent_terms(services: Resources, caller: Actor, repo: str, branch: str, que
     clarity cost), its threshold chosen by cross-validation (``bench/extractive_ask.py``).
     """
     words: dict[str, str] = {}
-    for word in analyze(question, stem_words=False):
-        if (len(word) >= 3 or word.isdigit()) and word not in QUESTION_WORDS:
-            words.setdefault(stem(word), word)
+    for word in _content_words(question):
+        words.setdefault(stem(word), word)
     if not words:
         return [], 0
     with reading(services, caller, repo, branch) as (session, view):
@@ -311,8 +317,7 @@ def nearest_words(services: Resources, words: list[str], sentences: list[ScoredS
     """
     if not words or not sentences:
         return {}
-    theirs = list(dict.fromkeys(w for s in sentences for w in analyze(s.text, stem_words=False)
-                                if (len(w) >= 3 or w.isdigit()) and w not in QUESTION_WORDS))
+    theirs = list(dict.fromkeys(w for s in sentences for w in _content_words(s.text)))
     if not theirs:
         return {}
     model = passages[sentences[0].marker - 1].get("_model") or services.settings.embedding_model
@@ -662,7 +667,9 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
                          "nearest": {w: {"word": n, "similarity": sim} for w, (n, sim) in nearest.items()},
                          "misspelt": misspelt, "uncovered": uncovered, "terms": asked})
     if use_graph and passages:
-        leg: dict[str, Any] = {"query": attempts[-1]["query"], "leg": "graph"}
+        # the last retrieval's query (the rewrite's when one was made), not the coverage check's
+        searched = [a for a in attempts if "leg" not in a][-1]["query"]
+        leg: dict[str, Any] = {"query": searched, "leg": "graph"}
         try:
             extra = graph_passages(services, caller, repo, branch, question, passages, workspaces, at)
         except Exception as exc:  # the graph leg never fails the answer

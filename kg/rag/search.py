@@ -459,18 +459,18 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
     rrf_k = services.settings.search_rrf_k
     method = request.fusion_type or services.settings.search_fusion_type
     fusion = _kg_fusion(request, method, rrf_k)
+    fusing = _native_fusion(services, request)
     if not wids:  # nothing to search: the answer still says how it would have been fused
-        return SearchAnswer([], _ms(started), fusion if _native_fusion(services, request) is None else None)
+        return SearchAnswer([], _ms(started), fusion if fusing is None else None)
     searchable = _searchable(session, services, view, wids, request)
     by_key = searchable.by_key
     if not by_key:
-        return SearchAnswer([], _ms(started), fusion if _native_fusion(services, request) is None else None)
+        return SearchAnswer([], _ms(started), fusion if fusing is None else None)
 
     repo_key = view.repo.uid
     sync_index(session, services.index, view.repo.id, repo_key)
     depth = min(MAX_DEPTH, max(request.k * (8 if request.granularity == "node" else 3), 50))
 
-    fusing = _native_fusion(services, request)
     if fusing is not None:
         native = _native_hybrid(fusing, services, view, searchable, request, depth)
         if native is not None:

@@ -965,49 +965,41 @@ def _apply_orphan_resolutions(session: Session, plan: MergePlan, resolutions: di
     a parent resolved to stay deleted is still a conflict).
     """
     changes = {c.key: c for c in plan.node_changes}
-    restore: dict[int, set[str]] = defaultdict(set)  # ancestors of written nodes to bring back
-    keep: dict[int, set[str]] = defaultdict(set)  # ancestors of kept nodes not to delete
-    dropped: set[NodeKey] = set()
+    restore: set[NodeKey] = set()  # ancestors of written nodes to bring back
+    keep: set[NodeKey] = set()  # ancestors of kept nodes not to delete
     deleted_trees: list[NodeKey] = []
-    values: dict[NodeKey, dict[str, Any]] = {}
+    valued: list[NodeKey] = []  # nodes written with the resolution's properties
     for key, resolution in sorted(resolutions.items()):
-        take = resolution["take"]
-        change = changes.get(key)
-        if change is not None and change.value is not None:  # (a) the merge writes it
-            if take == "ours":
-                dropped.add(key)
-                continue
-            if take == "value":
-                values[key] = {**change.value, "properties": resolution["value"]}
-            restore[key[0]].update(ancestors_of(key[1]))
-        else:  # (b) the target's node under one the merge deletes
-            if take == "theirs":
-                deleted_trees.append(key)
-                continue
-            if take == "value":
-                values[key] = {}
-            keep[key[0]].update(ancestors_of(key[1]))
-    plan.node_changes = [c for c in plan.node_changes if c.key not in dropped]
-    if values:
-        held = node_states(session, ours, [k for k, v in values.items() if not v])
-        for key, value in sorted(values.items()):
-            old = changes.get(key)
-            if value and old is not None:  # (a): the source's node, with the given properties
-                made = replace(old, value=value, content_key=None, needs_content=True, source="value")
-            else:  # (b): the target's node, with the given properties
-                version = held.get(key)
-                like = node_value(version)
-                if version is None or like is None:
-                    continue  # nothing of the target's there: the check below reports what is left
-                made = _change(key, {**like, "properties": resolutions[key]["value"]}, version, None, "value")
-            plan.node_changes = [c for c in plan.node_changes if c.key != key]
-            plan.node_changes.append(made)
-    if keep:
-        kept_keys = {(wid, path) for wid, paths in keep.items() for path in paths} - decided
-        _undo_deletes(session, plan, ours, lambda c: c.key in kept_keys)
-    if restore:
+        take, change = resolution["take"], changes.get(key)
+        written = change is not None and change.value is not None  # (a), else (b)
+        if take == "ours" and written:
+            plan.node_changes.remove(cast(NodeChange, change))
+            continue
+        if take == "theirs" and not written:
+            deleted_trees.append(key)
+            continue
+        if take == "value":
+            valued.append(key)
+        (restore if written else keep).update((key[0], a) for a in ancestors_of(key[1]))
+    if valued:
+        held = node_states(session, ours, valued)
+        for key in valued:
+            old, version = changes.get(key), held.get(key)
+            properties = resolutions[key]["value"]
+            if old is not None and old.value is not None:  # (a): the source's node
+                made = replace(old, value={**old.value, "properties": properties}, content_key=None,
+                               needs_content=True, source="value")
+            elif version is not None and (like := node_value(version)) is not None:  # (b): the target's
+                made = _change(key, {**like, "properties": properties}, version, None, "value")
+            else:
+                continue  # nothing of the target's there: the check below reports what is left
+            plan.node_changes = [c for c in plan.node_changes if c.key != key] + [made]
+    if keep - decided:
+        kept = keep - decided
+        _undo_deletes(session, plan, ours, lambda c: c.key in kept)
+    if restore - decided:
+        wanted = restore - decided
         result = {c.key: c.value is not None for c in plan.node_changes}
-        wanted = {(wid, path) for wid, paths in restore.items() for path in paths} - decided
         alive = set(node_states(session, ours, wanted - set(result)))
         dead = sorted(k for k in wanted if not result.get(k, k in alive))
         for key, version in sorted(node_states(session, theirs, dead).items()):

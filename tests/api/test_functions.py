@@ -205,6 +205,9 @@ def test_extractive_ask_paraphrase_is_answered_through_the_vector_leg_rewrite(cl
     assert rewrite.startswith(question + " ")
     assert {"termination", "notice"} <= set(rewrite.lower().split())
     assert not {"revenue", "dividend", "board"} & set(rewrite.lower().split())
+    # the graph leg names the query it followed: the rewrite's, not the coverage check's question
+    graph = invoke(client, "ask", {"question": question, "use_graph": True}).json()
+    assert [a["query"] for a in graph["attempts"] if a.get("leg") == "graph"] == [rewrite]
 
 
 def test_extractive_ask_quotes_only_sentences_that_answer(client, docs):
