@@ -133,7 +133,12 @@ def test_search_groups_equals_bm25f_after_appends_and_freezes(eager, texts, quer
         passages = reference_bm25(texts, selected, query)
         mine = {d: s for d, s in passages.items() if groups[d] == hit.group}
         top = max(mine.values())
-        assert hit.best_doc == min(d for d, s in mine.items() if s >= top * (1 - 1e-12))
+        # two passages within rounding of each other (1.3940737734300317 and ...315: 'w2 w0 w0
+        # w0' and 'w1' for "w0 w1 w3") are told apart by kg's own arithmetic: either may win
+        assert hit.best_doc in {d for d, s in mine.items() if s >= top * (1 - 1e-12)}
+        tied = [d for d, s in mine.items() if s == top]
+        if len(tied) == len([s for s in mine.values() if s >= top * (1 - 1e-12)]):
+            assert hit.best_doc == min(tied)  # an exact tie: the lowest id
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
