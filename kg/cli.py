@@ -11,7 +11,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import anyio
 import typer
@@ -44,15 +44,20 @@ from kg.store.db import Database
 from kg.store.models import utcnow
 from kg.store.paths import validate_path
 
+# Help texts are Markdown: a docstring's hard line ends flow as one paragraph, ``code`` is styled
+# (typer's default "rich" mode kept the line ends in the command list, breaking sentences).
+_HELP_MARKUP: Final = "markdown"
 app = typer.Typer(help="kg: a knowledge-graph service with branching storage for AI agents.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
-branch_app = typer.Typer(help="Branches.", no_args_is_help=True)
+                  no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=_HELP_MARKUP)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True, rich_markup_mode=_HELP_MARKUP)
+branch_app = typer.Typer(help="Branches.", no_args_is_help=True, rich_markup_mode=_HELP_MARKUP)
 app.add_typer(db_app, name="db")
-keys_app = typer.Typer(help="API keys (on the local database).", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys (on the local database).", no_args_is_help=True,
+                       rich_markup_mode=_HELP_MARKUP)
 app.add_typer(branch_app, name="branch")
 app.add_typer(keys_app, name="keys")
-import_app = typer.Typer(help="Import other tools' data into a branch.", no_args_is_help=True)
+import_app = typer.Typer(help="Import other tools' data into a branch.", no_args_is_help=True,
+                         rich_markup_mode=_HELP_MARKUP)
 app.add_typer(import_app, name="import")
 err = Console(stderr=True)
 

@@ -506,3 +506,15 @@ def test_mcp_over_stdio_on_a_repository_or_branch_that_does_not_exist_exits_1(en
     result = runner.invoke(app, ["mcp", "--repo", "peps", "--branch", "nobranch"])
     assert result.exit_code == 1 and "nobranch" in result.output
     assert served == []
+
+
+def test_help_lists_each_command_as_flowing_sentences():
+    """The command list of ``kg --help`` wraps a docstring as prose: a docstring's own line ends
+    (hard-wrapped at 100 columns in the source) are not line ends of the help (typer's "rich"
+    markup mode kept them, breaking sentences mid-line in the list)."""
+    result = CliRunner().invoke(app, ["--help"], terminal_width=200, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    line = next(row for row in result.output.splitlines() if "│ ingest " in row)
+    assert "changed ones re-embedded. The format says what a file becomes" in line
+    sub = CliRunner().invoke(app, ["import", "ndjson", "--help"], terminal_width=200, env={"COLUMNS": "200"})
+    assert sub.exit_code == 0 and "as one revision (or one per --batch-size records)" in " ".join(sub.output.split())
