@@ -16,11 +16,15 @@ Measured, in one run on one database:
    (:func:`kg.ops.nodes.batch`, 1,000 nodes a batch as a client sends them), and
    ``--sample`` relations through :func:`kg.ops.nodes.write_graph` (one revision).
 
+5. with ``--growth-parts K``: K more files of ``--relations`` new relations each, imported one
+   after another into the branch of (1) and (2): relations/s as the branch's relations grow,
+   against the first import's (the branch held none then).
+
 Prints nodes/s, relations/s and the ratio bulk / normal, by the wall clock and by this
 process's CPU time (SQLite runs in the process, so its CPU time is the import's whole cost
 there; on a loaded machine the wall clock mostly measures the other processes), and writes JSON (default
 ``bench/results/import_rate.json``, or ``import_rate_postgresql.json`` on PostgreSQL).
-Run: ``python bench/import_rate.py [--nodes 50000] [--relations 200000] [--sample 2000]
+Run: ``python bench/import_rate.py [--nodes 50000] [--relations 200000] [--sample 2000] [--growth-parts 0]
 [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]``.
 """
 
@@ -86,9 +90,15 @@ def generate(n_nodes: int, n_relations: int, section_size: int, seed: int) -> tu
                           "order": float(i % section_size)})
             leaves.append(f"{ws}:{path}")
         i += 1
+    relations = more_relations(leaves, n_relations, rng, set())
+    return nodes, relations
+
+
+def more_relations(leaves: list[str], n: int, rng: random.Random, seen: set[tuple[str, str, str]]) -> list[dict]:
+    """``n`` relation records between random ``leaves`` whose keys are not in ``seen`` (which
+    they join): a few types, weights, a quarter with properties."""
     relations: list[dict] = []
-    seen: set[tuple[str, str, str]] = set()
-    while len(relations) < n_relations:
+    while len(relations) < n:
         a, b, t = rng.choice(leaves), rng.choice(leaves), rng.choice(TYPES)
         if a == b or (a, b, t) in seen:
             continue
@@ -97,7 +107,29 @@ def generate(n_nodes: int, n_relations: int, section_size: int, seed: int) -> tu
         if len(relations) % 4 == 0:
             record["properties"] = {"source": "bench"}
         relations.append(record)
-    return nodes, relations
+    return relations
+
+
+def growth(services: Services, tmp: Path, nodes: list[dict], relations: list[dict], parts: int,
+           seed: int) -> list[dict]:
+    """Import ``parts`` more files of ``len(relations)`` new relations each into the branch that
+    holds the file's nodes and relations: the rate as the branch's relations grow (each import
+    checks the branch for the relations it names, and its rows go into larger indexes)."""
+    leaves = [f"{n['workspace']}:{n['path']}" for n in nodes if "/node-" in n["path"]]
+    seen = {(r["from"], r["to"], r["type"]) for r in relations}
+    rng = random.Random(seed + 1)
+    out = []
+    for part in range(1, parts + 1):
+        held = len(relations) * part
+        path = write_file(tmp / f"more-{part}.ndjson", [], more_relations(leaves, len(relations), rng, seen))
+        seconds, cpu, _ = timed_import(services, "bulk", path)
+        out.append({"branch_relations_before": held, "relations_s": round(seconds, 3),
+                    "relations_per_s": round(len(relations) / seconds, 1),
+                    "relations_per_cpu_s": round(len(relations) / cpu, 1)})
+        print(f"  part {part}: {len(relations):,} relations beside {held:,}: {len(relations) / seconds:,.0f}/s",
+              file=sys.stderr, flush=True)
+        path.unlink()
+    return out
 
 
 def write_file(path: Path, nodes: list[dict], relations: list[dict]) -> Path:
@@ -160,6 +192,8 @@ def main() -> None:
     parser.add_argument("--section-size", type=int, default=100)
     parser.add_argument("--sample", type=int, default=2_000, help="nodes and relations written the normal way")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--growth-parts", type=int, default=0,
+                        help="then import this many more files of --relations new relations each into the same branch")
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -182,6 +216,7 @@ def main() -> None:
             relations_s, relations_cpu, _ = timed_import(services, "bulk", relations_file)
             both_s, _, both_report = timed_import(services, "bulk-both", both_file)
             normal = normal_path(services, nodes, relations, args.sample)
+            grown = growth(services, tmp, nodes, relations, args.growth_parts, args.seed)
         finally:
             services.close()
     bulk_nodes = len(nodes) / nodes_s
@@ -196,6 +231,7 @@ def main() -> None:
                  "relations_per_cpu_s": round(len(relations) / relations_cpu, 1),
                  "both_s": round(both_s, 3), "both_revisions": both_report["revisions"]},
         "normal": normal,
+        "growth": grown,
         "load_average_at_end": load_average(),
         "ratio": {"nodes": round(bulk_nodes / normal["nodes_per_s"], 1),
                   "relations": round(bulk_relations / normal["relations_per_s"], 1),
@@ -211,6 +247,12 @@ def main() -> None:
          f"{ratio['relations_cpu']}x"],
     ], ["per second", "bulk (wall)", "bulk (CPU)", "normal (wall)", "normal (CPU)", "ratio (wall)",
         "ratio (CPU)"]))
+    if grown:
+        first = grown[0]["relations_per_s"]
+        print(table([[f"{g['branch_relations_before']:,}", f"{g['relations_per_s']:,.0f}",
+                      f"{g['relations_per_s'] / bulk_relations:.2f}", f"{g['relations_per_s'] / first:.2f}"]
+                     for g in grown],
+                    ["relations on the branch before", "relations/s", "/ first import (none held)", "/ first part"]))
     print(f"load average at the end: {load_average()}")
     print(f"{len(nodes):,} nodes + {len(relations):,} relations in one revision: {both_s:.1f} s ({backend})")
     out = args.out or RESULTS / ("import_rate.json" if backend == "sqlite" else f"import_rate_{backend}.json")

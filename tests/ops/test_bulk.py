@@ -617,3 +617,31 @@ def test_a_checkpoint_held_back_by_a_reader_says_so_and_loses_nothing(services):
         assert services.db.checkpoint(wait_s=0.05) is False
     assert services.db.checkpoint() is True and _wal_bytes(services) == 0
     assert queries.get_node(services, OPERATOR, "held", "main", "knowledge", "/b")["properties"] == {"title": "b"}
+
+
+def test_a_re_import_compares_relations_by_properties_and_validity_as_json(services):
+    """A relation the branch holds is unchanged only when its weight, properties (as JSON: key
+    order aside, ``true`` is not ``1``) and validity are the file's; a relation deleted on the
+    branch is written again. The branch's relations are read as columns with the properties'
+    stored JSON text, decoded only for the keys the file names (not one ORM instance each)."""
+    def rel(to: str, **extra: Any) -> dict[str, Any]:
+        return {"record": "relation", "from": "w:/a", "to": f"w:/{to}", "type": "cites", **extra}
+
+    nodes = [_node(f"/{p}") for p in "abcdefg"]
+    first = [rel("b", properties={"x": 1, "y": [1, 2]}), rel("c", properties={"flag": True}),
+             rel("d", weight=0.5), rel("e", valid_from="2026-01-01T00:00:00Z"), rel("f"), rel("g")]
+    lines = [json.dumps(r) for r in [HEADER, *nodes, *first]]
+    assert bulk.import_ndjson(services, OPERATOR, "rels", lines)["relations"] == 6
+    run(services, OPERATOR, relation_ops.unrelate, "rels", "main", "w:/a", "w:/g", "cites")
+    again = [rel("b", properties={"y": [1, 2], "x": 1}),  # the same JSON, keys in another order
+             rel("c", properties={"flag": 1}),  # 1 is not true
+             rel("d", weight=0.5),
+             rel("e", valid_from="2026-01-01T00:00:00+00:00"),  # the same instant
+             rel("f", valid_to="2027-01-01T00:00:00Z"),  # a validity added
+             rel("g")]  # deleted on the branch: written again
+    report = bulk.import_ndjson(services, OPERATOR, "rels", [json.dumps(r) for r in [HEADER, *nodes, *again]])
+    assert report["unchanged"] == {"nodes": 7, "relations": 3}
+    assert report["relations"] == 3
+    out = {n["path"]: n for n in neighbors(services, OPERATOR, "rels", "main", "w:/a", direction="OUT")["neighbors"]}
+    assert sorted(out) == ["/b", "/c", "/d", "/e", "/f", "/g"]
+    assert out["/c"]["properties"] == {"flag": 1} and out["/b"]["properties"] == {"x": 1, "y": [1, 2]}
