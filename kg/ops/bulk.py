@@ -493,31 +493,42 @@ class _OnBranch(NamedTuple):
 def _branch_nodes(session: Session, view: BranchView,
                   addresses: set[tuple[int, str]]) -> dict[tuple[int, str], _OnBranch]:
     """``{(workspace id, path): _OnBranch}`` of the live nodes among ``addresses`` on the
-    branch: by address, 500 a statement, or by one scan of a workspace holding many."""
-    out: dict[tuple[int, str], _OnBranch] = {}
+    branch (the file's own nodes, compared with the file's)."""
+    cols = (NodeVersion.node_id, NodeVersion.created_at, NodeVersion.node_type, NodeVersion.properties,
+            NodeVersion.order)
+    return {(wid, path): _OnBranch(*found) for wid, path, *found in _live_at(session, view, addresses, cols)}
+
+
+def _branch_ids(session: Session, view: BranchView, addresses: set[tuple[int, str]]) -> dict[tuple[int, str], str]:
+    """``{(workspace id, path): node id}`` of the live nodes among ``addresses`` on the branch
+    (parents and relation endpoints the file does not hold: only whether they are there)."""
+    return {(wid, path): node_id for wid, path, node_id in _live_at(session, view, addresses, (NodeVersion.node_id,))}
+
+
+def _live_at(session: Session, view: BranchView, addresses: set[tuple[int, str]],
+             columns: tuple[Any, ...]) -> Iterator[Sequence[Any]]:
+    """``(workspace id, path, *columns)`` of the live nodes among ``addresses`` on the branch:
+    by address, 500 a statement, or by one scan of a workspace holding many. Plain rows
+    (SQLAlchemy Core): a scan of a million nodes makes no ORM row for each."""
     if not addresses or view.repo.head_revision == 0:
-        return out
+        return
     by_ws: dict[int, list[str]] = {}
     for wid, path in addresses:
         by_ws.setdefault(wid, []).append(path)
-    cols = (NodeVersion.workspace_id, NodeVersion.path, NodeVersion.node_id, NodeVersion.created_at,
-            NodeVersion.node_type, NodeVersion.properties, NodeVersion.order)
+    cols = (NodeVersion.workspace_id, NodeVersion.path, *columns)
+    connection = session.connection()
     for wid, paths in by_ws.items():
         if len(paths) > _SCAN_ABOVE:
             stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                                      NodeVersion.workspace_id == wid)
             wanted = set(paths)
-            for w, path, *found in session.execute(stmt.with_only_columns(*cols)):
-                if path in wanted:
-                    out[(w, path)] = _OnBranch(*found)
+            yield from (row for row in connection.execute(stmt.with_only_columns(*cols)) if row[1] in wanted)
             continue
         for start in range(0, len(paths), _LOOKUP_BATCH):
             stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                                      NodeVersion.workspace_id == wid,
                                      NodeVersion.path.in_(paths[start:start + _LOOKUP_BATCH]))
-            for w, path, *found in session.execute(stmt.with_only_columns(*cols)):
-                out[(w, path)] = _OnBranch(*found)
-    return out
+            yield from connection.execute(stmt.with_only_columns(*cols))
 
 
 def _canonical(value: Any) -> str:
@@ -588,30 +599,33 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
         return wid
 
     in_file = {(n.workspace, n.path) for n in bulk.nodes}
-    wanted: set[tuple[int, str]] = set()
+    own = {(wid_of(n.line, n.workspace), n.path) for n in bulk.nodes}
+    others: set[tuple[int, str]] = set()  # parents and endpoints the file does not hold
     for n in bulk.nodes:
-        wanted.add((wid_of(n.line, n.workspace), n.path))
         parent = parent_of(n.path)
         if parent != "/" and (n.workspace, parent) not in in_file:
-            wanted.add((wids[n.workspace], parent))
+            others.add((wids[n.workspace], parent))
     for r in bulk.relations:
         for ws, path in (r.source, r.target):
             if (ws, path) not in in_file:
-                wanted.add((wid_of(r.line, ws), path))
-    on_branch = _branch_nodes(session, view, wanted)
+                others.add((wid_of(r.line, ws), path))
+    on_branch = _branch_nodes(session, view, own)
+    present = _branch_ids(session, view, others)
 
     now = utcnow()
     nodes: list[dict[str, Any]] = []
     references: list[list[tuple[str, str, str]]] = []
     keys: dict[str, tuple[int, str]] = {}  # content key -> (line, workspace) of its first node
     names = {wid: name for name, wid in wids.items()}
-    ids: dict[tuple[str, str], str] = {(names[wid], path): found.node_id for (wid, path), found in on_branch.items()}
+    ids: dict[tuple[str, str], str] = {(names[wid], path): node_id for (wid, path), node_id in present.items()}
+    ids.update(((names[wid], path), found.node_id) for (wid, path), found in on_branch.items())
+    existing_ids = set(ids.values())  # the nodes on the branch before the import
     unchanged_nodes = 0
     ordered = sorted(bulk.nodes, key=lambda n: n.path.count("/"))  # ancestors first, as batch writes
     for n in ordered:
         wid = wids[n.workspace]
         parent = parent_of(n.path)
-        if parent != "/" and (n.workspace, parent) not in in_file and (wid, parent) not in on_branch:
+        if parent != "/" and (n.workspace, parent) not in in_file and (wid, parent) not in present:
             raise _bad(n.line, f"parent {n.workspace}:{parent} of node {n.workspace}:{n.path} is neither in the "
                                "file nor on the branch", workspace=n.workspace, path=n.path, parent=parent)
         rec = n.record
@@ -650,7 +664,7 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
             "deleted": False, "created_at": _utc(edge.created_at) or now,
             "valid_from": _utc(edge.valid_from), "valid_to": _utc(edge.valid_to),
             "invalidated_by": edge.invalidated_by})
-    same = _unchanged_relations(session, view, relations, {found.node_id for found in on_branch.values()})
+    same = _unchanged_relations(session, view, relations, existing_ids)
     if same:
         relations = [r for i, r in enumerate(relations) if i not in same]
     # Inserted by source node: the two indexes that lead with it (the key, NEIGHBORS' out

@@ -645,3 +645,36 @@ def test_a_re_import_compares_relations_by_properties_and_validity_as_json(servi
     out = {n["path"]: n for n in neighbors(services, OPERATOR, "rels", "main", "w:/a", direction="OUT")["neighbors"]}
     assert sorted(out) == ["/b", "/c", "/d", "/e", "/f", "/g"]
     assert out["/c"]["properties"] == {"flag": 1} and out["/b"]["properties"] == {"x": 1, "y": [1, 2]}
+
+
+@pytest.mark.parametrize(("scan_above", "lookup_batch"), [(5_000, 500), (2, 500), (5_000, 2)],
+                         ids=["by-address", "workspace-scan", "small-batches"])
+def test_an_import_reads_the_branch_the_same_by_address_batches_or_scan(services, monkeypatch, scan_above,
+                                                                         lookup_batch):
+    """What an import reads of the branch (its own nodes as the branch has them, the parents and
+    relation endpoints it does not hold, the relations it names again) is the same whether the
+    addresses are looked up a few a statement or the workspace is scanned."""
+    monkeypatch.setattr(bulk, "_SCAN_ABOVE", scan_above)
+    monkeypatch.setattr(bulk, "_LOOKUP_BATCH", lookup_batch)
+    first = [HEADER, _node("/p"), *[_node(f"/p/c{i}", properties={"i": i}) for i in range(5)],
+             *[{"record": "relation", "from": "w:/p/c0", "to": f"w:/p/c{i}", "type": "t", "weight": 0.5}
+               for i in range(1, 5)]]
+    assert bulk.import_ndjson(services, OPERATOR, "reads", [json.dumps(r) for r in first])["nodes"] == 6
+    second = [HEADER,
+              _node("/p/c0", properties={"i": 0}),  # unchanged
+              _node("/p/c1", properties={"i": 100}),  # changed
+              _node("/p/new"),  # its parent /p is on the branch only
+              {"record": "relation", "from": "w:/p/c0", "to": "w:/p/c1", "type": "t", "weight": 0.5},  # unchanged
+              {"record": "relation", "from": "w:/p/c0", "to": "w:/p/c2", "type": "t", "weight": 0.9},  # changed
+              {"record": "relation", "from": "w:/p/new", "to": "w:/p/c3", "type": "t"}]  # to a node on the branch
+    report = bulk.import_ndjson(services, OPERATOR, "reads", [json.dumps(r) for r in second])
+    assert report["unchanged"] == {"nodes": 1, "relations": 1}
+    assert (report["nodes"], report["relations"]) == (2, 2)
+    out = {n["path"]: n["weight"] for n in neighbors(services, OPERATOR, "reads", "main", "w:/p/c0",
+                                                     direction="OUT")["neighbors"]}
+    assert out == {"/p/c1": 0.5, "/p/c2": 0.9, "/p/c3": 0.5, "/p/c4": 0.5}
+    assert [n["path"] for n in neighbors(services, OPERATOR, "reads", "main", "w:/p/new",
+                                         direction="OUT")["neighbors"]] == ["/p/c3"]
+    orphan = [HEADER, _node("/q/x")]  # a parent neither in the file nor on the branch
+    with pytest.raises(InvalidInput, match="parent w:/q of node w:/q/x is neither in the file nor on the branch"):
+        bulk.import_ndjson(services, OPERATOR, "reads", [json.dumps(r) for r in orphan])
