@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from kg.index.tokenize import analyze
+from kg.index.tokenize import TermNumbering, analyze, analyze_numbered
 
 __all__ = ["BM25Index", "GroupHit", "GroupStats", "top_k_indices"]
 
@@ -243,15 +243,18 @@ class BM25Index:
         """
         state = self._state
         n_docs = state.n_docs
-        analysed: list[list[str]] = []
+        texts: list[str] = []
         for expected, (doc_id, text) in enumerate(docs, start=n_docs):
             if doc_id != expected:
                 raise ValueError(f"doc_id {doc_id} out of order: expected {expected}")
-            analysed.append(self._analyze(text))
-        if not analysed:
+            texts.append(text)
+        if not texts:
             return
-        batch = _batch_postings(analysed, n_docs)
-        new_n = n_docs + len(analysed)
+        if self._analyze is analyze:  # the batch analysed at once (the same terms)
+            batch = _grouped_postings(*analyze_numbered(texts), n_docs)
+        else:
+            batch = _batch_postings([self._analyze(text) for text in texts], n_docs)
+        new_n = n_docs + len(texts)
         lengths_buf = _reserve(state.lengths, new_n)
         lengths_buf[n_docs:new_n] = batch.lengths
         total = state.total + int(batch.lengths.sum())
@@ -829,31 +832,30 @@ class _Batch(NamedTuple):
     lengths: np.ndarray  # (docs,) int32 document lengths in terms
 
 
-class _Numbering(dict[str, int]):
-    """Term -> a dense number, the next one on first sight (one C-level lookup per term)."""
-
-    def __missing__(self, term: str) -> int:
-        number = self[term] = len(self)
-        return number
-
-
 def _batch_postings(analysed: list[list[str]], first_doc: int) -> _Batch:
     """The (term, document, frequency) postings of documents ``first_doc, first_doc + 1, ...``
-    whose terms are ``analysed``: one pass over the terms to number them, then one sort.
+    whose terms are ``analysed``: one pass over the terms to number them, then :func:`_grouped_postings`."""
+    numbering = TermNumbering()
+    lengths = np.fromiter(map(len, analysed), np.int32, count=len(analysed))
+    terms = np.fromiter(map(numbering.__getitem__, itertools.chain.from_iterable(analysed)), np.int64,
+                        count=int(lengths.sum()))
+    documents = np.repeat(np.arange(len(analysed), dtype=np.int64), lengths)
+    return _grouped_postings(list(numbering), terms, documents, lengths, first_doc)
+
+
+def _grouped_postings(vocabulary: list[str], terms: np.ndarray, documents: np.ndarray, lengths: np.ndarray,
+              first_doc: int) -> _Batch:
+    """The postings of a batch's term occurrences (``terms`` numbers into ``vocabulary``, in
+    ``documents`` counted from 0), by one sort.
 
     Each (term number, document) pair is one int64 key ``term * docs + document``; the distinct
     keys, with their counts, are the postings in term order and, within a term, document order.
     """
-    numbering = _Numbering()
-    lengths = np.fromiter(map(len, analysed), np.int32, count=len(analysed))
-    flat = np.fromiter(map(numbering.__getitem__, itertools.chain.from_iterable(analysed)), np.int64,
-                       count=int(lengths.sum()))
-    span = max(len(analysed), 1)
-    keys = flat * span + np.repeat(np.arange(len(analysed), dtype=np.int64), lengths)
-    unique, counts = np.unique(keys, return_counts=True)
+    span = max(len(lengths), 1)
+    unique, counts = np.unique(terms * span + documents, return_counts=True)
     term_ids = unique // span
-    return _Batch(list(numbering), term_ids, (unique - term_ids * span + first_doc).astype(np.int32),
-                  counts.astype(np.int32), lengths)
+    return _Batch(vocabulary, term_ids, (unique - term_ids * span + first_doc).astype(np.int32),
+                  counts.astype(np.int32), lengths.astype(np.int32, copy=False))
 
 
 def _merged(state: _State, batch: _Batch | None = None) -> _Frozen:

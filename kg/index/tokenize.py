@@ -30,9 +30,12 @@ import functools
 import itertools
 import re
 import unicodedata
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["STOP_WORDS", "analyze", "stem"]
+import numpy as np
+
+__all__ = ["STOP_WORDS", "TermNumbering", "analyze", "analyze_numbered", "stem"]
 
 STOP_WORDS: frozenset[str] = frozenset(
     {
@@ -57,6 +60,7 @@ _CJK = (
 
 
 _ASCII_WORD = re.compile(r"[a-z0-9_]+")  # \w on lowercased ASCII text
+_ASCII_WORD_OR_NUL = re.compile(r"[a-z0-9_]+|\x00")  # the words of texts joined by NUL, and the joins
 _CJK_RUN = re.compile(f"([{_CJK}]+)")
 
 
@@ -165,6 +169,80 @@ def analyze(text: str, *, stem_words: bool = True) -> list[str]:
     # One C-level dict lookup per term, not a Python frame or a cache call: 1.5M terms a
     # 10,000-node import (0.8 s as a list comprehension around the cached stem()).
     return list(map(_STEMS.__getitem__, terms))
+
+
+def analyze_numbered(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """The terms of many texts as :func:`analyze` makes them, numbered, for an index's postings.
+
+    Parameters
+    ----------
+    texts : sequence of str
+        Document passages.
+
+    Returns
+    -------
+    vocabulary : list of str
+        The distinct terms, by number.
+    terms : ndarray, shape (m,), int64
+        A number into ``vocabulary`` for each term occurrence of the texts.
+    documents : ndarray, shape (m,), int64
+        The position in ``texts`` of each occurrence's text.
+    lengths : ndarray, shape (len(texts),), int32
+        Each text's number of terms (``len(analyze(text))``).
+
+    Notes
+    -----
+    Each text's terms, counted, are exactly :func:`analyze`'s (``tests/unit/test_tokenize.py``);
+    the order of occurrences is not kept. The ASCII texts are analysed together: joined by NUL
+    (no text of the store holds one; a batch that does is analysed text by text), lowered and
+    scanned once, each distinct word looked up once in the stop words and the stems, and the
+    occurrences mapped to terms and split into texts by arrays: one regex scan and C-level
+    lookups for the batch instead of Python calls per text. BM25's ``add_many`` of the 20,000
+    passages of a 10,000-node ``bench/scale.py`` import (analysis and postings): 1.08 s of CPU
+    text by text, 0.87 s batched (median of 5, alternated). What is left is mostly hashing each
+    occurrence's word once. Other texts go through :func:`analyze`.
+    """
+    numbering: dict[str, int] = {}
+    term_parts: list[np.ndarray] = []
+    doc_parts: list[np.ndarray] = []
+    lengths = np.zeros(len(texts), np.int32)
+    ascii_docs = [i for i, text in enumerate(texts) if text.isascii()]
+    joined = "\x00".join(texts[i] for i in ascii_docs).lower()
+    if ascii_docs and joined.count("\x00") != len(ascii_docs) - 1:
+        ascii_docs = []  # a text holds a NUL itself
+    if ascii_docs:
+        words = TermNumbering()
+        tokens = _ASCII_WORD_OR_NUL.findall(joined)
+        word_ids = np.fromiter(map(words.__getitem__, tokens), np.int64, count=len(tokens))
+        term_of_word = np.fromiter(
+            (-1 if word == "\x00" or word in STOP_WORDS else numbering.setdefault(_STEMS[word], len(numbering))
+             for word in words), np.int64, count=len(words))
+        # the i-th ASCII text's words follow the i-th NUL
+        nth = np.cumsum(word_ids == words["\x00"]) if "\x00" in words else np.zeros(len(tokens), np.int64)
+        terms = term_of_word[word_ids]
+        kept = terms >= 0
+        term_parts.append(terms[kept])
+        doc_parts.append(np.asarray(ascii_docs, np.int64)[nth[kept]])
+        lengths[ascii_docs] = np.bincount(nth[kept], minlength=len(ascii_docs))
+    done = set(ascii_docs)
+    for i, text in enumerate(texts):
+        if i in done:
+            continue
+        own = np.fromiter((numbering.setdefault(term, len(numbering)) for term in analyze(text)), np.int64)
+        term_parts.append(own)
+        doc_parts.append(np.full(len(own), i, np.int64))
+        lengths[i] = len(own)
+    if not term_parts:
+        return [], np.zeros(0, np.int64), np.zeros(0, np.int64), lengths
+    return list(numbering), np.concatenate(term_parts), np.concatenate(doc_parts), lengths
+
+
+class TermNumbering(dict[str, int]):
+    """Term -> a dense number, the next one on first sight (one C-level lookup per term)."""
+
+    def __missing__(self, term: str) -> int:
+        number = self[term] = len(self)
+        return number
 
 
 class _StemCache(dict[str, str]):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from kg.index import bm25 as bm25_module
 from kg.index.bm25 import BM25Index
+from kg.index.tokenize import analyze
 
 K1, B = 1.2, 0.75
 # Zipf-like: the first words are frequent, the last ones rare, so MaxScore has work to skip.
@@ -213,3 +214,29 @@ def test_postings_equal_counting_whatever_the_batches_and_the_merge_threshold(mo
     assert postings(index) == expected
     assert index.to_arrays()["lengths"].tolist() == [len(t.split()) for t in texts]
     assert index.n_terms == len(expected)
+
+
+_MIXED_WORDS = st.sampled_from(["the", "Running", "runs", "PEP", "440", "snake_case", "caf\u00e9", "na\u00efve",
+                                "\u4eba\u5de5\u667a\u80fd", "of", "a", "x", "stemming", "stems"])
+mixed_docs_st = st.lists(st.lists(_MIXED_WORDS, max_size=8).map(" ".join), min_size=1, max_size=14)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=mixed_docs_st, cuts=st.lists(st.integers(0, 14), max_size=4), threshold=st.integers(1, 30))
+def test_the_default_analyzer_batch_gives_the_postings_of_analyze(monkeypatch, texts, cuts, threshold):
+    """With the default analyzer a batch is analysed at once (:func:`analyze_numbered`); its
+    postings and lengths are those of :func:`analyze` text by text, ASCII or not, whatever the
+    batches and the merge threshold."""
+    monkeypatch.setattr(bm25_module, "_MIN_TAIL_POSTINGS", threshold)
+    index = BM25Index(k1=K1, b=B)
+    bounds = sorted({0, len(texts), *(c % (len(texts) + 1) for c in cuts)})
+    for start, end in zip(bounds, bounds[1:], strict=False):
+        index.add_many((d, texts[d]) for d in range(start, end))
+    expected: dict[str, tuple[list[int], list[int]]] = {}
+    for d, text in enumerate(texts):
+        for term, tf in Counter(analyze(text)).items():
+            ids, tfs = expected.setdefault(term, ([], []))
+            ids.append(d)
+            tfs.append(tf)
+    assert postings(index) == expected
+    assert index.to_arrays()["lengths"].tolist() == [len(analyze(t)) for t in texts]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from kg.index.tokenize import STOP_WORDS, analyze, stem
+from kg.index.tokenize import STOP_WORDS, analyze, analyze_numbered, stem
 
 
 def test_words_are_lowercased_and_split_on_punctuation():
@@ -174,3 +176,30 @@ def test_the_stemmer_is_pystemmers_c_build_and_stems_as_the_pure_python_snowball
     python = EnglishStemmer()
     assert [tokenize.stem(w) for w in words if len(w) <= tokenize.MAX_STEM_CHARS] == \
         [python.stemWord(w) for w in words if len(w) <= tokenize.MAX_STEM_CHARS]
+
+
+_WORDS = st.sampled_from(["the", "The", "of", "running", "runs", "PEP", "440", "snake_case", "x", "caf\u00e9",
+                          "\u4eba\u5de5\u667a\u80fd", "na\u00efve", "a", "And", "ñ", "__", "Ünïcode", "stemming"])
+_TEXTS = st.lists(st.lists(st.one_of(_WORDS, st.text(max_size=6)), max_size=12).map(
+    lambda parts: " ".join(parts)), max_size=8)
+
+
+@given(_TEXTS)
+@example(["", "the of", "A B", ""])
+@example(["plain ascii text", "caf\u00e9 au lait", "more ascii"])
+@example(["holds a NUL\x00 byte", "ascii"])
+def test_analyze_numbered_counts_each_texts_terms_as_analyze_does(texts):
+    """The batch analysis (ASCII texts joined by NUL and scanned once) gives each text the terms
+    :func:`analyze` gives it, as many times; non-ASCII texts and a text holding a NUL itself
+    take the text-by-text path."""
+    vocabulary, terms, documents, lengths = analyze_numbered(texts)
+    assert len(vocabulary) == len(set(vocabulary))
+    assert terms.shape == documents.shape and lengths.tolist() == [len(analyze(t)) for t in texts]
+    for i, text in enumerate(texts):
+        got = Counter(vocabulary[t] for t in terms[documents == i].tolist())
+        assert got == Counter(analyze(text))
+
+
+def test_analyze_numbered_of_nothing():
+    vocabulary, terms, documents, lengths = analyze_numbered([])
+    assert vocabulary == [] and terms.size == documents.size == lengths.size == 0
