@@ -253,7 +253,7 @@ def import_memory_jsonl(
         workspace: Annotated[str, typer.Option(help="Workspace of the entity nodes (created if missing).")]
         = memory_ops.DEFAULT_WORKSPACE) -> None:
     """Import the knowledge graph of the MCP memory server (@modelcontextprotocol/server-memory):
-    entities become nodes at /entities/<slug> with their observations indexed, relations typed
+    entities become nodes at `/entities/<slug>` with their observations indexed, relations typed
     relations; all in one revision, none when nothing changed. A malformed line is refused with
     its number and nothing is written."""
     try:
@@ -350,7 +350,7 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
                help="Attach each hit's parent and this many neighbouring sections on each side (0: the "
                     "parent only).")] = None,
            context_order_by: Annotated[str | None, typer.Option(
-               help="The sections' order: order (default), name or properties.<key>.")] = None,
+               help="The sections' order: order (default), name or `properties.<key>`.")] = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Search a repository's nodes on a branch."""
     raw: dict = {"query": query, "k": k, "mode": mode, "granularity": granularity,
@@ -897,7 +897,7 @@ def keys_list() -> None:
 
 
 @keys_app.command("revoke")
-def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (kg_<id>_...).")]) -> None:
+def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (`kg_<id>_...`).")]) -> None:
     """Revoke an API key: refused from the next request on."""
     try:
         services = _services()
