@@ -844,7 +844,7 @@ def _batch_postings(analysed: list[list[str]], first_doc: int) -> _Batch:
 
 
 def _grouped_postings(vocabulary: list[str], terms: np.ndarray, documents: np.ndarray, lengths: np.ndarray,
-              first_doc: int) -> _Batch:
+                      first_doc: int) -> _Batch:
     """The postings of a batch's term occurrences (``terms`` numbers into ``vocabulary``, in
     ``documents`` counted from 0), by one sort.
 

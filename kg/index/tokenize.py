@@ -60,7 +60,7 @@ _CJK = (
 
 
 _ASCII_WORD = re.compile(r"[a-z0-9_]+")  # \w on lowercased ASCII text
-_ASCII_WORD_OR_NUL = re.compile(r"[a-z0-9_]+|\x00")  # the words of texts joined by NUL, and the joins
+_ASCII_WORD_OR_NUL = re.compile(_ASCII_WORD.pattern + r"|\x00")  # the words of texts joined by NUL, and the joins
 _CJK_RUN = re.compile(f"([{_CJK}]+)")
 
 
@@ -202,7 +202,7 @@ def analyze_numbered(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.nd
     text by text, 0.87 s batched (median of 5, alternated). What is left is mostly hashing each
     occurrence's word once. Other texts go through :func:`analyze`.
     """
-    numbering: dict[str, int] = {}
+    numbering = TermNumbering()
     term_parts: list[np.ndarray] = []
     doc_parts: list[np.ndarray] = []
     lengths = np.zeros(len(texts), np.int32)
@@ -215,7 +215,7 @@ def analyze_numbered(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.nd
         tokens = _ASCII_WORD_OR_NUL.findall(joined)
         word_ids = np.fromiter(map(words.__getitem__, tokens), np.int64, count=len(tokens))
         term_of_word = np.fromiter(
-            (-1 if word == "\x00" or word in STOP_WORDS else numbering.setdefault(_STEMS[word], len(numbering))
+            (-1 if word == "\x00" or word in STOP_WORDS else numbering[_STEMS[word]]
              for word in words), np.int64, count=len(words))
         # the i-th ASCII text's words follow the i-th NUL
         nth = np.cumsum(word_ids == words["\x00"]) if "\x00" in words else np.zeros(len(tokens), np.int64)
@@ -228,7 +228,7 @@ def analyze_numbered(texts: Sequence[str]) -> tuple[list[str], np.ndarray, np.nd
     for i, text in enumerate(texts):
         if i in done:
             continue
-        own = np.fromiter((numbering.setdefault(term, len(numbering)) for term in analyze(text)), np.int64)
+        own = np.fromiter(map(numbering.__getitem__, analyze(text)), np.int64)
         term_parts.append(own)
         doc_parts.append(np.full(len(own), i, np.int64))
         lengths[i] = len(own)
