@@ -18,7 +18,8 @@ pointed at them *before* the write; a node nothing was derived from costs that q
 (a node just created costs none). Then, in the same transaction:
 
 - with no LLM configured, an entity whose name and aliases no longer occur in the new text
-  (:func:`mentions`, the offline rule) loses its ``mentioned_in`` edge; an entity still named
+  (:func:`kg.text.names.mentions`, the offline rule: the extractor's own name matching)
+  loses its ``mentioned_in`` edge; an entity still named
   keeps it, restamped with the new ``source_path`` and ``source_hash``. With an LLM
   configured an ``extract-entities`` job is queued (durable, :mod:`kg.rag.function_jobs`)
   instead. A deleted source's edges are gone with it (:func:`kg.store.nodes.delete_node`);
@@ -32,8 +33,6 @@ pointed at them *before* the write; a node nothing was derived from costs that q
 from __future__ import annotations
 
 import hashlib
-import re
-import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -46,6 +45,7 @@ from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.models import Chunk, NodeVersion, RelationVersion
 from kg.store.repos import BranchView, WriteContext, workspace_id
+from kg.text.names import mentions
 
 MENTIONED_IN = "mentioned_in"
 CITES = "cites"
@@ -89,41 +89,6 @@ def source_hash(properties: dict[str, Any]) -> str:
         64 hexadecimal digits (the text encoded as UTF-8, lone surrogates kept).
     """
     return hashlib.sha256(source_text(properties).encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _fold(text: str) -> str:
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
-
-
-def mentions(text: str, names: list[str]) -> bool:
-    """Whether ``text`` names one of ``names``: a case- and spacing-folded occurrence bounded
-    by non-word characters (the offline rule; no model).
-
-    Parameters
-    ----------
-    text : str
-        The document's text.
-    names : list of str
-        The entity's name and aliases.
-
-    Returns
-    -------
-    bool
-        True when some non-empty name occurs in the text as a whole word sequence.
-
-    Examples
-    --------
-    >>> mentions("Ada  LOVELACE wrote notes.", ["Ada Lovelace"])
-    True
-    >>> mentions("Adalovelace", ["Ada Lovelace", "Ada"])
-    False
-    """
-    folded = _fold(text)
-    for name in names:
-        needle = _fold(name)
-        if needle and re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", folded):
-            return True
-    return False
 
 
 @dataclass(frozen=True)

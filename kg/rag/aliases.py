@@ -27,7 +27,7 @@ from typing import Any
 from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.relations import list_node_changes
 from kg.store.repos import BranchView, workspace_id
-from kg.text.slugs import slugify
+from kg.text.names import entity_slug
 
 #: Where entity nodes live, and their node type (as :mod:`kg.rag.entities` writes them).
 ENTITY_ROOT = "/entities"
@@ -59,7 +59,7 @@ def alias_slugs(path: str, node_type: str, properties: dict[str, Any]) -> frozen
     stored = properties.get("aliases")
     if node_type != ENTITY_NODE_TYPE or not isinstance(stored, list):
         return frozenset()
-    slugs = {slugify(a) for a in stored if isinstance(a, str)}
+    slugs = {entity_slug(a) for a in stored if isinstance(a, str)}
     return frozenset(s for s in slugs if s and f"{ENTITY_ROOT}/{s}" != path)
 
 
@@ -140,7 +140,7 @@ class AliasIndex:
         view : BranchView
         workspace : str
         slug : str
-            A spelling's slug (:func:`kg.text.slugs.slugify`).
+            A spelling's slug (:func:`kg.text.names.entity_slug`).
 
         Returns
         -------

@@ -7,8 +7,9 @@ event) and typed relations between them, and writes, as one revision:
 
 - an entity node per entity at ``/entities/{slug}`` in the document's workspace (node type
   ``kg:Entity``; properties ``name``, ``entity_type``, ``aliases``). The slug folds case,
-  spacing, accents and punctuation (:func:`slugify`), so two documents naming one entity
-  converge on one node; an existing entity keeps its name and type, other spellings are added
+  spacing, accents and punctuation (:func:`kg.text.names.entity_slug`: "ECMA-262" and "ECMA
+  262" are one entity, "C++" and "C" two), so two documents naming one entity converge on one
+  node; an existing entity keeps its name and type, other spellings are added
   to its ``aliases``;
 - a ``mentioned_in`` relation from each entity to the document, with its lineage
   (``source_path``, ``source_hash``: :mod:`kg.ops.lineage`, which
@@ -74,6 +75,7 @@ from kg.store.nodes import find_node, get_node, node_uid
 from kg.store.paths import validate_path
 from kg.store.relations import visible_relations
 from kg.store.repos import workspace_id
+from kg.text.names import entity_slug, name_key
 from kg.text.slugs import slugify
 
 log = logging.getLogger(__name__)
@@ -243,7 +245,7 @@ def collect(candidates: list[tuple[Any, Any, Any]], *, reasons: bool = False) ->
             dropped += 1
             why.append({"name": raw_name if isinstance(raw_name, str) else "", "reason": "no_usable_name"})
             continue
-        slug = slugify(name)
+        slug = entity_slug(name)
         found = by_slug.get(slug)
         if found is None:
             if len(by_slug) >= MAX_ENTITIES:
@@ -512,11 +514,6 @@ def subject_name(title: Any) -> str | None:
     return clean_name(bare or text)
 
 
-def name_key(name: str) -> str:
-    """How a subject's name is compared: NFKC, case-folded, whitespace collapsed."""
-    return " ".join(unicodedata.normalize("NFKC", name).casefold().split())
-
-
 def looks_like_name(title: Any) -> bool:
     """Whether a title reads as the name of something rather than a sentence or a phrase.
 
@@ -562,7 +559,7 @@ def find_subject(title: Any, entities: list[Entity]) -> tuple[Entity | None, boo
     -------
     (entity, made)
         The entity whose name or one of whose aliases equals the title's subject name
-        (:func:`subject_name`, compared by :func:`name_key`), else the one with its slug; else,
+        (:func:`subject_name`, compared by :func:`kg.text.names.name_key`), else the one with its slug; else,
         when the title looks like a name (:func:`looks_like_name`), a new entity of that name
         (``made`` True; its type guessed from its words as the extractor does); else
         ``(None, False)``.
@@ -580,7 +577,7 @@ def find_subject(title: Any, entities: list[Entity]) -> tuple[Entity | None, boo
     for entity in entities:
         if name_key(entity.name) == key or any(name_key(a) == key for a in entity.aliases):
             return entity, False
-    slug = slugify(name)
+    slug = entity_slug(name)
     for entity in entities:
         if entity.slug == slug:
             return entity, False
@@ -691,12 +688,12 @@ def resolve_relations(entities: list[Entity], raw: list[tuple[Any, Any, Any]]) -
     known = {e.slug: e.slug for e in entities}
     for e in entities:
         for alias in e.aliases:
-            known.setdefault(slugify(alias), e.slug)
+            known.setdefault(entity_slug(alias), e.slug)
     out: dict[Relation, None] = {}
     dropped = 0
     for source, rel, target in raw:
-        a = known.get(slugify(clean_name(source) or ""))
-        b = known.get(slugify(clean_name(target) or ""))
+        a = known.get(entity_slug(clean_name(source) or ""))
+        b = known.get(entity_slug(clean_name(target) or ""))
         t = relation_type(rel)
         if a is None or b is None or a == b or t is None or len(out) >= MAX_RELATIONS:
             dropped += 1
