@@ -368,8 +368,14 @@ class MergeResult(Schema):
     applied: MergeApplied
     base: MergePoint
     up_to_date: bool = absent("true when there was nothing to merge (no revision was made).")
-    derived: DerivedRefresh = absent("What lineage did to the records derived from the merged changes "
-                                     "(absent for a dry run or an empty merge).")
+    derived: DerivedRefresh = absent("What lineage does to the records derived from the merged changes, "
+                                     "in the merge's revision: the counts of ``derived_writes`` (a dry run "
+                                     "says what the merge will do).")
+    derived_writes: list[JSONObject] = absent(
+        "Lineage's writes, in the order applied (docs/lineage.md, \"Branches and merges\"): ``kind`` "
+        "``unlinked`` / ``restamped`` (``from``, ``type``, ``to``; a restamp's ``source_hash``), "
+        "``orphaned`` / ``queued`` (``workspace``, ``path``), ``stale`` (``workspace``, ``path``, "
+        "``stale_citations``). The merge writes exactly the list of the dry run it was asked from.")
     plan: str = absent("A dry run's token of what it planned from: send it as ``if_plan`` with the merge.")
 
 

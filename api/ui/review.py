@@ -32,6 +32,8 @@ PageDep = Annotated[Console, Depends(page)]
 ActionDep = Annotated[Console, Depends(action)]
 #: A pick's choices on the form, and what :func:`kg.store.history.plan_merge` calls them.
 TAKES = {"ours": "ours", "theirs": "theirs", "edit": "value"}
+#: A lineage decision's choices (:mod:`kg.ops.merge_lineage`): keep the mention or drop it.
+LINEAGE_TAKES = ("keep", "drop")
 
 
 def _split(address: str | None) -> tuple[str, str]:
@@ -120,15 +122,16 @@ def conflict_id(item: dict[str, Any]) -> str:
     Returns
     -------
     str
-        ``"node <workspace> <path>"`` or ``"relation <from> <type> <to>"``.
+        ``"node <workspace> <path>"``, ``"relation <from> <type> <to>"`` or ``"lineage <from>
+        <type> <to>"`` (a lineage decision).
 
     Examples
     --------
     >>> conflict_id({"kind": "node", "workspace": "kb", "path": "/a"})
     'node kb /a'
     """
-    if item.get("kind") == "relation":
-        return f"relation {item.get('from')} {item.get('type')} {item.get('to')}"
+    if item.get("kind") in ("relation", "lineage"):
+        return f"{item.get('kind')} {item.get('from')} {item.get('type')} {item.get('to')}"
     return f"node {item.get('workspace')} {item.get('path')}"
 
 
@@ -159,10 +162,11 @@ def read_picks(console: Console) -> list[dict[str, str]]:
         pick = {"kind": kind, "take": f("take").strip(), "value": f("value")}
         if kind == "node":
             pick.update(workspace=f("workspace"), path=f("path"))
-        elif kind == "relation":
+        elif kind in ("relation", "lineage"):
             pick.update({"from": f("from"), "to": f("to"), "type": f("type")})
         else:
-            raise InvalidInput(f"conflict pick {i}: 'kind' is 'node' or 'relation'", details={"field": f"res-{i}-kind"})
+            raise InvalidInput(f"conflict pick {i}: 'kind' is 'node', 'relation' or 'lineage'",
+                               details={"field": f"res-{i}-kind"})
         picks.append(pick)
     return picks
 
@@ -195,6 +199,11 @@ def resolutions_of(picks: list[dict[str, str]]) -> list[dict[str, Any]]:
     for pick in picks:
         take = pick["take"]
         if not take:
+            continue
+        if pick["kind"] == "lineage":
+            if take not in LINEAGE_TAKES:
+                raise InvalidInput(f"the pick for {conflict_id(pick)} is 'keep' or 'drop'", details={"take": take})
+            out.append({"from": pick["from"], "to": pick["to"], "type": pick["type"], "take": take})
             continue
         if take not in TAKES or (take == "edit" and pick["kind"] != "node"):
             raise InvalidInput(f"the pick for {conflict_id(pick)} is 'ours', 'theirs'"
@@ -263,11 +272,15 @@ def _open_conflicts(console: Console, repo: str, branch: str, into: str | None) 
 
 @router.get("/review")
 def review(repo: str, console: PageDep, branch: str, into: str | None = None) -> Response:
-    """A branch's diff against its parent (or ``into``), and the merge panel."""
+    """A branch's diff against its parent (or ``into``), what lineage would write on merging it,
+    and the merge panel."""
+    merging = queries.merge_review(console.services, console.caller, repo, branch, into)
     seen = queries.branch_review(console.services, console.caller, repo, branch, into)
     target = seen["into"]["name"] if seen["into"] else None
+    # The dry run's token was read before the diff: what the page shows is no older than it.
+    plan = merging["plan"] if merging is not None and merging["plan"] else seen.get("plan")
     return console.render("review.html", section="branches", repo=repo, branch=branch, info=seen["branch"],
-                          into=seen["into"], diff=seen["diff"], plan=seen.get("plan"),
+                          into=seen["into"], diff=seen["diff"], plan=plan, merging=merging,
                           groups=group_diff(seen["diff"]) if seen["diff"] else [],
                           can_merge=target is not None and console.may("merge", repo, target))
 

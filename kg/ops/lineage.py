@@ -101,7 +101,7 @@ class Changed:
     properties: dict[str, Any] | None
 
 
-def _before(view: BranchView, pending: int) -> BranchView:
+def view_before(view: BranchView, pending: int) -> BranchView:
     """The view of the branch just before the revision being written."""
     (branch_id, _), *rest = view.chain
     return replace(view, revision=pending - 1, chain=((branch_id, pending - 1), *rest))
@@ -234,7 +234,7 @@ def refresh_derived(
         return counts
     if written:
         session.flush()
-    seen = _at(ctx.view, ctx.pending_revision) if written else _before(ctx.view, ctx.pending_revision)
+    seen = _at(ctx.view, ctx.pending_revision) if written else view_before(ctx.view, ctx.pending_revision)
     edges = derived_edges(session, seen, [c.node_id for c in changed])
     if not edges:
         return counts

@@ -16,12 +16,13 @@ from sqlalchemy.orm import Session
 from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.errors import Conflict, InvalidInput, MergeConflict, NotFound
 from kg.indexing.index_jobs import enqueue
-from kg.ops.lineage import CITES, DERIVED_EDGE_TYPES, Changed, refresh_derived, source_hash
+from kg.ops.lineage import view_before
+from kg.ops.merge_lineage import DerivedPlan, apply_derived, plan_derived, plan_digest, split_resolutions
 from kg.ops.text_store import plan_for
 from kg.store import history
 from kg.store import nodes as node_store
 from kg.store.models import Branch, NodeVersion, Repository
-from kg.store.repos import WriteContext, get_branch, get_repository, parent_name
+from kg.store.repos import WriteContext, branch_view, get_branch, get_repository, parent_name
 
 
 def preview_merge(services: Resources, caller: Actor, repo_name: str, source: str, into: str | None, *,
@@ -62,13 +63,14 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
         As :func:`merge_branch`.
     """
     permit(services, caller, "read", repo_name, source)
+    rest, decided = split_resolutions(resolutions)
     with services.db.read() as session:
         repo = get_repository(session, repo_name)
         target = _target(session, repo, source, into)
         permit(services, caller, "read", repo_name, target)
         token = plan_token(session, repo, source, target)
-        _check_plan(token, if_plan, source, target)
-        plan = history.plan_merge(session, repo, source, target, resolutions=resolutions)
+        wanted = _check_plan(token, if_plan, source, target)
+        plan = history.plan_merge(session, repo, source, target, resolutions=rest)
         if not caller.unrestricted:
             # A dry run tells what the merge would change, conflicts included: the caller
             # reads each workspace it touches, on both branches, before anything is told.
@@ -79,9 +81,14 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
                         permit(services, caller, "read", repo_name, branch, workspace)
                     except NotFound:  # found by kg, not named by the caller: its name is not told
                         raise NotFound("this merge touches a workspace this key cannot see") from None
-    _raise_conflicts(plan, token)
+        derived = plan_derived(services, session, branch_view(session, repo_name, target), plan, decided)
+    _raise_conflicts(plan, derived, token)
+    applied = plan.preview()
+    full = _with_digest(token, applied, derived)
+    _check_digest(full, if_plan, wanted, source, target)
     return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
-            "applied": plan.preview(), "base": _base(plan), "plan": token}
+            "applied": applied, "base": _base(plan), "derived": derived.counts(),
+            "derived_writes": derived.writes, "plan": full}
 
 
 def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None, *,
@@ -135,20 +142,26 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     """
     session = uow.session
     uow.authorize("read", repo_name, source)
+    rest, decided = split_resolutions(resolutions)
     into = _target(session, get_repository(session, repo_name), source, into)
     ctx = uow.begin(repo_name, into, message=message or f"merge {source} into {into}", actor=actor,
                     action="merge")
     token = plan_token(session, ctx.repo, source, into)  # under the write lock: nothing moves now
-    _check_plan(token, if_plan, source, into)
-    plan = history.plan_merge(session, ctx.repo, source, into, resolutions=resolutions,
+    wanted = _check_plan(token, if_plan, source, into)
+    plan = history.plan_merge(session, ctx.repo, source, into, resolutions=rest,
                               writing_revision=ctx.pending_revision)
     _authorize_changes(uow, repo_name, into, ctx, plan)  # before a conflict tells anything
-    _raise_conflicts(plan, token)
+    # Lineage's writes, planned from the target as it stands, as the dry run planned them.
+    derived = plan_derived(uow.services, session, view_before(ctx.view, ctx.pending_revision), plan, decided)
+    _raise_conflicts(plan, derived, token)
+    preview = plan.preview()
+    _check_digest(_with_digest(token, preview, derived), if_plan, wanted, source, into)
     if not plan.node_changes and not plan.relation_changes:
         # No revision for an empty merge; only its point is recorded.
         history.record_merge(session, ctx.repo, plan, ctx.branch.head_revision)
         return {"revision": None, "dry_run": False, "fast_forward": plan.fast_forward,
-                "applied": plan.preview(), "base": _base(plan), "up_to_date": True}
+                "applied": preview, "base": _base(plan), "up_to_date": True,
+                "derived": derived.counts(), "derived_writes": derived.writes}
     names = plan.workspaces
     keys: dict[tuple[int, str], str | None] = {}
     for change in plan.node_changes:
@@ -156,55 +169,21 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
             text = plan_for(uow.services, session, ctx.repo, names[change.key[0]], change.value["properties"])
             keys[(change.key[0], history.canonical(change.value["properties"]))] = text.content_key
     applied = history.apply_merge(session, ctx, plan, keys)
-    derived = refresh_derived(uow, ctx, [Changed(names[c.key[0]], c.key[1], c.node_id,
-                                       None if c.value is None else c.value["properties"])
-                               for c in plan.node_changes if c.existed and c.source != "ours"], recheck=True)
-    # Derived edges the merge brought for a source it left as the target has it (the source
-    # derived them from a text the target has since changed): checked against the target's text.
-    for kind, count in _refresh_brought(uow, ctx, plan).items():
-        derived[kind] += count
+    counts = apply_derived(uow, ctx, derived)
     queued: list[str] = []
-    wanted = {k for k in keys.values() if k}
-    if wanted:
+    texts = {k for k in keys.values() if k}
+    if texts:
         written = session.execute(select(NodeVersion.id, NodeVersion.workspace_id, NodeVersion.content_key)
                                   .where(NodeVersion.branch_id == ctx.branch.id,
                                          NodeVersion.revision == ctx.revision,
-                                         NodeVersion.content_key.in_(wanted))).all()
+                                         NodeVersion.content_key.in_(texts))).all()
         for version_id, wid, key in written:
             if key is not None and enqueue(session, repo_id=ctx.repo.id, workspace_id=wid, content_key=key,
                                            node_version_id=version_id):
                 queued.append(key)
     uow.index_after_commit(ctx.repo.id, queued)
     return {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
-            "applied": applied, "base": _base(plan), "derived": derived}
-
-
-def _refresh_brought(uow: UnitOfWork, ctx: WriteContext, plan: history.MergePlan) -> dict[str, int]:
-    """Lineage's pass over the sources of the derived edges a merge wrote when the merge did
-    not write the source itself and an edge was derived from another text: a ``mentioned_in``
-    edge stamped with another ``source_hash`` than the target's text has, or a ``cites`` edge
-    (an answer compares its cited passages' hashes). Their edges, as the merge wrote them,
-    against the text the target holds (:func:`kg.ops.lineage.refresh_derived`). An edge with no
-    stamp (asserted by hand) or with the text's own stamp is left as it is."""
-    written = {c.node_id for c in plan.node_changes}
-    brought = [(c.key, c.value) for c in plan.relation_changes
-               if c.value is not None and c.key[1] in DERIVED_EDGE_TYPES and c.key[2] not in written]
-    if not brought:
-        return {}
-    live = node_store.nodes_by_id(uow.session, ctx.view, {key[2] for key, _ in brought})
-    stale: set[str] = set()
-    for (_, rel_type, to_id), value in brought:
-        source = live.get(to_id)
-        if source is None:
-            continue
-        stamp = (value.get("properties") or {}).get("source_hash")
-        if rel_type == CITES or (stamp is not None and stamp != source_hash(source.properties)):
-            stale.add(to_id)
-    if not stale:
-        return {}
-    return refresh_derived(uow, ctx, [Changed(ctx.view.workspaces[live[n].workspace_id], live[n].path, n,
-                                              live[n].properties) for n in sorted(stale)],
-                           recheck=True, written=True)
+            "applied": applied, "base": _base(plan), "derived": counts, "derived_writes": derived.writes}
 
 
 def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext, plan: history.MergePlan) -> None:
@@ -269,25 +248,44 @@ def plan_token(session: Session, repo: Repository, source: str, target: str) -> 
     return "-".join(parts)
 
 
-_PLAN_TOKEN = re.compile(r"(\d+)\.\d+\.\d+-(\d+)\.\d+\.\d+")
+_PLAN_TOKEN = re.compile(r"((\d+)\.\d+\.\d+-(\d+)\.\d+\.\d+)(?:\.([0-9a-f]{12}))?")
 
 
-def _check_plan(token: str, expected: str | None, source: str, target: str) -> None:
+def _with_digest(token: str, applied: dict[str, Any], derived: DerivedPlan) -> str:
+    """The plan token of a dry run or a merge without conflicts: the branches' heads and the
+    digest of what it writes (:func:`kg.ops.merge_lineage.plan_digest`)."""
+    return f"{token}.{plan_digest(applied, derived)}"
+
+
+def _check_plan(token: str, expected: str | None, source: str, target: str) -> str | None:
     """Refuse a merge planned from other contents than the reviewer saw (``expected``): a
     token of these two branches at other revisions is a 409 (``stale_plan``); a string that
-    is no :func:`plan_token`, or the token of other branches, is a client's mistake (422)."""
+    is no :func:`plan_token`, or the token of other branches, is a client's mistake (422).
+    Returns the digest ``expected`` carries (checked by :func:`_check_digest`), if any."""
     if expected is None:
-        return
+        return None
     shape = _PLAN_TOKEN.fullmatch(expected) if isinstance(expected, str) else None
     ours = _PLAN_TOKEN.fullmatch(token)
-    if shape is None or ours is None or shape.groups() != ours.groups():
+    if shape is None or ours is None or shape.group(2, 3) != ours.group(2, 3):
         raise InvalidInput(f"if_plan {str(expected)[:80]!r} is not the plan token of a merge of {source} into "
                            f"{target}: pass the 'plan' of that merge's dry run",
                            details={"if_plan": str(expected)[:200], "plan": token})
-    if expected != token:
+    if shape.group(1) != token:
         raise Conflict(f"{source} or {target} changed since the dry run this merge was asked from: "
                        "review the branch again (nothing was written)",
                        details={"reason": "stale_plan", "plan": token, "expected": expected})
+    return shape.group(4)
+
+
+def _check_digest(full: str, expected: str | None, wanted: str | None, source: str, target: str) -> None:
+    """Refuse a merge whose writes (its own and lineage's) differ from those of the dry run
+    ``expected`` came from, the branches unchanged: other resolutions, or another
+    configuration (409, ``stale_plan``)."""
+    if wanted is not None and full.rpartition(".")[2] != wanted:
+        raise Conflict(f"merging {source} into {target} would not write what the dry run this merge was "
+                       "asked from showed (other resolutions, or lineage decides otherwise now): run the dry "
+                       "run again (nothing was written)",
+                       details={"reason": "stale_plan", "plan": full, "expected": expected})
 
 
 def _target(session: Session, repo: Repository, source: str, into: str | None) -> str:
@@ -304,10 +302,13 @@ def _base(plan: history.MergePlan) -> dict[str, Any]:
     return plan.base.report()
 
 
-def _raise_conflicts(plan: history.MergePlan, token: str | None = None) -> None:
-    if plan.conflicts:
+def _raise_conflicts(plan: history.MergePlan, derived: DerivedPlan | None = None, token: str | None = None) -> None:
+    """Refuse a plan with conflicts: the merge's own, then the lineage decisions it leaves
+    to the reviewer (:mod:`kg.ops.merge_lineage`)."""
+    conflicts = plan.conflicts + (derived.decisions if derived is not None else [])
+    if conflicts:
         raise MergeConflict(
-            f"merging {plan.source} into {plan.target} has {len(plan.conflicts)} conflict(s); "
+            f"merging {plan.source} into {plan.target} has {len(conflicts)} conflict(s); "
             "resolve them with 'resolutions'",
-            details={"conflicts": plan.conflicts, **({"plan": token} if token else {})},
+            details={"conflicts": conflicts, **({"plan": token} if token else {})},
         )

@@ -12,7 +12,7 @@ from sqlalchemy import or_, select
 
 from kg.access import can_see
 from kg.context import Actor, Resources, permit, reading, scoped_view
-from kg.errors import InvalidInput, KGError, NotFound
+from kg.errors import Forbidden, InvalidInput, KGError, MergeConflict, NotFound
 from kg.indexing import index_jobs
 from kg.ops import branches as branch_ops
 from kg.ops import merge as merge_ops
@@ -542,3 +542,43 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
     changes = diff(services, caller, repo, branch, compared)
     into = {"name": changes["against"], "protected": branch_ops.is_protected(services, compared)}
     return {"branch": info, "into": into, "diff": changes, "plan": token}
+
+
+def merge_review(services: Resources, caller: Actor, repo: str, branch: str,
+                 into: str | None = None) -> dict[str, Any] | None:
+    """What the review page says a merge of ``branch`` would write besides the diff: lineage's
+    writes and the lineage decisions it leaves to the reviewer (the dry run,
+    :func:`kg.ops.merge.preview_merge`, without resolutions).
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The process's resources.
+    caller : kg.context.Actor
+        Who reviews.
+    repo, branch : str
+        The repository. The branch reviewed.
+    into : str or None
+        The merge target; None: the branch's parent.
+
+    Returns
+    -------
+    dict or None
+        ``{"plan", "derived", "derived_writes", "decisions", "conflicts"}``: the dry run's
+        ``plan`` token (read before anything else, so before the page's diff), its
+        ``derived`` counts and ``derived_writes``, the lineage decisions (conflicts of kind
+        ``"lineage"``) and how many other conflicts there are. None when there is no merge
+        to review (``main`` without ``into``) or the caller may not dry-run it (the page then
+        says what it says without it).
+    """
+    try:
+        out = merge_ops.preview_merge(services, caller, repo, branch, into)
+    except MergeConflict as exc:
+        conflicts = list(exc.details.get("conflicts", []))
+        decisions = [c for c in conflicts if c.get("kind") == "lineage"]
+        return {"plan": exc.details.get("plan"), "derived": None, "derived_writes": [], "decisions": decisions,
+                "conflicts": len(conflicts) - len(decisions)}
+    except (InvalidInput, NotFound, Forbidden):
+        return None
+    return {"plan": out["plan"], "derived": out["derived"], "derived_writes": out["derived_writes"],
+            "decisions": [], "conflicts": 0}

@@ -222,6 +222,19 @@ def test_an_edit_on_a_branch_recomputes_the_branch_only_until_the_merge(client, 
     assert r.json()["derived"] == {"unlinked": 0, "restamped": 0, "orphaned": 0, "stale": 0, "queued": 0}
 
 
+def lineage_decisions(r):
+    """The ``(from path, to path)`` of the lineage decisions a refused merge lists."""
+    assert r.status_code == 409, r.text
+    return {(c["from"].partition(":")[2], c["to"].partition(":")[2])
+            for c in r.json()["error"]["details"]["conflicts"] if c["kind"] == "lineage"}
+
+
+def drop_all(r):
+    """Resolutions that drop every lineage decision of a refused merge."""
+    return [{"from": c["from"], "to": c["to"], "type": c["type"], "take": "drop"}
+            for c in r.json()["error"]["details"]["conflicts"]]
+
+
 def test_a_merge_recomputes_what_the_target_derived_after_the_fork(client, repo):
     put(client, "/bio", BIO)
     assert client.post(f"{API}/branches", json={"name": "agent/late"}).status_code == 201
@@ -230,27 +243,40 @@ def test_a_merge_recomputes_what_the_target_derived_after_the_fork(client, repo)
     assert edges(client, "agent/late") == set()  # the branch never saw the entities
     before = edges(client)
     assert ("/entities/charles-babbage", "/bio") in before
-    r = client.post(f"{API}/branches/agent/late/merge", json={"into": "main"})
+    # main asserted those mentions: the merge does not remove them on its own, it asks
+    refused = client.post(f"{API}/branches/agent/late/merge", json={"into": "main"})
+    assert lineage_decisions(refused) == before - {("/entities/ada-lovelace", "/bio")}
+    assert edges(client) == before  # nothing written
+    dry = client.post(f"{API}/branches/agent/late/merge",
+                      json={"into": "main", "dry_run": True, "resolutions": drop_all(refused)})
+    assert dry.status_code == 200, dry.text
+    r = client.post(f"{API}/branches/agent/late/merge",
+                    json={"into": "main", "resolutions": drop_all(refused), "if_plan": dry.json()["plan"]})
     assert r.status_code == 200, r.text
     assert edges(client) == {("/entities/ada-lovelace", "/bio")}
     assert props(client, "/entities/charles-babbage")["orphan"] is True
     assert "orphan" not in props(client, "/entities/ada-lovelace")
-    # recomputed by the merge itself, and said so: every entity but Ada unlinked and orphaned,
-    # Ada's edge stamped with the new text's hash
+    # recomputed by the merge itself, as the dry run said: every entity but Ada unlinked (as
+    # decided) and orphaned, Ada's edge stamped with the new text's hash
     gone = len(before) - 1
     assert r.json()["derived"] == {"unlinked": gone, "restamped": 1, "orphaned": gone, "stale": 0, "queued": 0}
+    assert (r.json()["derived"], r.json()["derived_writes"]) == (dry.json()["derived"], dry.json()["derived_writes"])
 
 
 def test_mentions_a_merge_brings_for_a_text_the_target_changed_are_recomputed(client, repo):
     """Found by a new user: extraction on the branch, the text edited on main, then the merge.
     The merge keeps main's text and brings the branch's mentions of the old one; those are
-    recomputed against the text main holds, in the merge's revision."""
+    checked against the text main holds: the mentions it no longer names are the reviewer's
+    to keep or drop (the branch asserted them), the others are restamped, in the merge's
+    revision."""
     put(client, "/bio", BIO)
     assert client.post(f"{API}/branches", json={"name": "agent/x"}).status_code == 201
     found = {e["path"] for e in extract(client, "/bio", branch="agent/x")["entities"]}
     assert {"/entities/ada-lovelace", "/entities/charles-babbage"} <= found
     put(client, "/bio", "Ada Lovelace wrote the first published program.")  # on main, after the fork
-    r = client.post(f"{API}/branches/agent/x/merge", json={"into": "main"})
+    refused = client.post(f"{API}/branches/agent/x/merge", json={"into": "main"})
+    assert lineage_decisions(refused) == {(p, "/bio") for p in found - {"/entities/ada-lovelace"}}
+    r = client.post(f"{API}/branches/agent/x/merge", json={"into": "main", "resolutions": drop_all(refused)})
     assert r.status_code == 200, r.text
     assert edges(client) == {("/entities/ada-lovelace", "/bio")}
     assert all(props(client, p)["orphan"] is True for p in found - {"/entities/ada-lovelace"})

@@ -177,9 +177,8 @@ def test_merge_without_conflicts_applies_and_shows_the_result(console):
     assert log[0]["revision"] == revision and log[0]["message"] == "reviewed by a person"
 
 
-def test_the_merge_result_says_what_lineage_recomputed(console):
-    """Entities extracted on main after the fork, an edit on the branch that drops one: the
-    result panel names the unlinked mention, the restamped one and the orphaned entity."""
+def _lineage_seed(console: ConsoleClient) -> None:
+    """Entities extracted on main after the fork; the branch edits the text and drops one."""
     assert console.http.post("/api/repos", json={"name": "acme"}, **_api(console)).status_code == 201
     assert console.http.post(f"{BASE}/workspaces", json={"name": "kb"}, **_api(console)).status_code == 201
     _put(console, "/bio", {"text": "Ada Lovelace worked with Charles Babbage."})
@@ -189,11 +188,55 @@ def test_the_merge_result_says_what_lineage_recomputed(console):
                           json={"input": {"workspace": "kb", "path": "/bio"}}, **_api(console))
     assert r.status_code == 200, r.text
     _put(console, "/bio", {"text": "Ada Lovelace wrote the first program."}, branch="agent/s1")
-    r = _merge(console, {})
+
+
+DROP_BABBAGE = {"res": "0", "res-0-kind": "lineage", "res-0-from": "kb:/entities/charles-babbage",
+                "res-0-to": "kb:/bio", "res-0-type": "mentioned_in", "res-0-take": "drop"}
+
+
+def test_the_merge_result_says_what_lineage_recomputed(console):
+    """Entities extracted on main after the fork, an edit on the branch that drops one: the
+    mention main asserted is the reviewer's to drop; the result panel then names the unlinked
+    mention, the restamped one and the orphaned entity."""
+    _lineage_seed(console)
+    refused = _merge(console, {})
+    assert refused.status_code == 409, refused.text
+    (fieldset,) = re.findall(r'<fieldset class="conflict[^"]*" data-kind="lineage".*?</fieldset>', refused.text, re.S)
+    assert "kb:/entities/charles-babbage" in fieldset and "kb:/bio" in fieldset
+    assert [v for v in re.findall(r'name="res-0-take" value="(\w+)"', fieldset)] == ["keep", "drop"]
+    assert "orphan" not in _props(console, "/entities/charles-babbage")  # nothing written
+    r = _merge(console, DROP_BABBAGE)
     assert r.status_code == 200, r.text
     (line,) = re.findall(r'<p class="derived small"[^>]*>(.*?)</p>', r.text)
     assert line == "Lineage: 1 mention(s) unlinked, 1 mention(s) restamped, 1 entity(ies) flagged orphan."
     assert _props(console, "/entities/charles-babbage")["orphan"] is True
+
+
+def test_the_review_page_lists_the_lineage_decisions_and_the_dry_run_the_derived_writes(console):
+    """The review page shows, beside the diff, the mentions the merge leaves to the reviewer;
+    the dry run with a pick lists every derived write, and the merge from it writes them."""
+    _lineage_seed(console)
+    page = console.get(REVIEW)
+    assert page.status_code == 200, page.text
+    (section,) = re.findall(r'<section id="lineage".*?</section>', page.text, re.S)
+    assert re.findall(r'<li data-from="([^"]+)" data-to="([^"]+)">', section) == [
+        ("kb:/entities/charles-babbage", "kb:/bio")]
+    dry = _merge(console, {"dry_run": "1", **DROP_BABBAGE})
+    assert dry.status_code == 200, dry.text
+    listed = re.findall(r'<li data-kind="(\w+)">.*?<span class="mono">([^<]+)</span>', dry.text, re.S)
+    assert listed == [("unlinked", "kb:/entities/charles-babbage"), ("restamped", "kb:/entities/ada-lovelace"),
+                      ("orphaned", "kb:/entities/charles-babbage")]
+    (plan,) = re.findall(r'name="plan" value="([^"]+)"', dry.text.split('class="do-merge"')[1])
+    r = _merge(console, {"plan": plan, **DROP_BABBAGE})
+    assert r.status_code == 200, r.text
+    assert _props(console, "/entities/charles-babbage")["orphan"] is True
+
+
+def test_the_review_page_says_when_a_merge_writes_no_derived_record(console):
+    _seed(console)
+    page = console.get(REVIEW)
+    assert page.status_code == 200, page.text
+    assert 'id="no-derived"' in page.text and 'class="lineage-decisions' not in page.text
 
 
 def test_a_merge_that_derives_nothing_shows_no_lineage_line(console):
