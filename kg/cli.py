@@ -579,6 +579,9 @@ def _conflict_lines(conflicts: list[dict]) -> list[str]:
     """Merge conflicts (:func:`kg.store.history.plan_merge`) as readable lines."""
     lines = []
     for c in conflicts:
+        if c["kind"] == "lineage":  # kg.ops.merge_lineage: keep or drop the mention
+            lines.append(f"lineage: {c['from']} -[{c['type']}]-> {c['to']}: {c['reason']}")
+            continue
         if c["kind"] == "relation":
             lines.append(f"conflict: relation {c['from']} -[{c['type']}]-> {c['to']}: {c['reason']}")
             for side in ("base", "ours", "theirs"):
@@ -623,7 +626,7 @@ def merge(repo: Annotated[str, typer.Option(help="Repository.")],
           dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what it would do; write nothing.")] = False,
           resolutions: Annotated[Path | None, typer.Option(
               help="A JSON file: a list of {workspace, path, take: ours|theirs|value, value} or "
-                   "{from, to, type, take}.")] = None,
+                   "{from, to, type, take: ours|theirs|keep|drop} (keep or drop: a lineage decision).")] = None,
           message: Annotated[str | None, typer.Option(help="The revision's message.")] = None,
           as_json: Annotated[bool, typer.Option("--json", help="Print the result's JSON.")] = False) -> None:
     """Merge a branch into its parent (or ``--into``): fast-forward or three-way, one revision.
@@ -658,6 +661,9 @@ def merge(repo: Annotated[str, typer.Option(help="Repository.")],
     where = f"{branch} into {target}"
     if dry_run:
         typer.echo(f"dry run: merging {where} ({how}) would write {counts}")
+        lineage = _derived_line(result.get("derived") or {})
+        if lineage:
+            typer.echo(f"{lineage} (would be)")
     elif result["revision"] is None:
         typer.echo(f"merged {where}: nothing to apply (up to date)")
     else:

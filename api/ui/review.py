@@ -312,6 +312,9 @@ def merge(repo: str, console: ActionDep) -> Response:
         left = list(exc.details.get("conflicts", []))
         context["plan"] = exc.details.get("plan", seen)
         every = _open_conflicts(console, repo, branch, into) if picks else left
+        # lineage decisions show once the merge's own conflicts are resolved: listed after them
+        listed = {conflict_id(c) for c in every}
+        every = every + [c for c in left if conflict_id(c) not in listed]
         problem = (f"{len(left)} conflict(s) to resolve before merging: pick ours, theirs or an edit for each"
                    if not picks else f"{len(left)} conflict(s) left unresolved")
         return _panel(console, "conflicts", 409, context, rows=conflict_rows(every or left, picks, left),

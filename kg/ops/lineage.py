@@ -102,7 +102,20 @@ class Changed:
 
 
 def view_before(view: BranchView, pending: int) -> BranchView:
-    """The view of the branch just before the revision being written."""
+    """The view of the branch just before the revision being written.
+
+    Parameters
+    ----------
+    view : kg.store.repos.BranchView
+        A write's view (:attr:`kg.store.repos.WriteContext.view`).
+    pending : int
+        The revision being written.
+
+    Returns
+    -------
+    kg.store.repos.BranchView
+        The same branch capped at ``pending - 1``.
+    """
     (branch_id, _), *rest = view.chain
     return replace(view, revision=pending - 1, chain=((branch_id, pending - 1), *rest))
 

@@ -78,7 +78,13 @@ class DerivedPlan:
     _ids: list[tuple[str, str]] = field(default_factory=list)  # per write: (from or node id, to id)
 
     def counts(self) -> dict[str, int]:
-        """``{"unlinked", "restamped", "orphaned", "stale", "queued"}``: the writes by kind."""
+        """The writes by kind.
+
+        Returns
+        -------
+        dict
+            ``{"unlinked", "restamped", "orphaned", "stale", "queued"}`` counts.
+        """
         out = dict.fromkeys(KINDS, 0)
         for write in self.writes:
             out[write["kind"]] += 1
@@ -147,6 +153,7 @@ def plan_derived(services: Resources, session: Session, view: BranchView, plan: 
     Returns
     -------
     DerivedPlan
+        The writes, in the order they are applied, and the decisions left to the reviewer.
 
     Raises
     ------
@@ -174,8 +181,9 @@ def plan_derived(services: Resources, session: Session, view: BranchView, plan: 
     for key, value in rel_after.items():
         if key[1] in DERIVED_EDGE_TYPES and (key[2] in changed or key in checked):
             checked[key] = value
-    brought = [(key, value) for key, value in rel_after.items()
-               if value is not None and key[1] in DERIVED_EDGE_TYPES and key[2] not in changes]
+    brought = [(c.key, c.value) for c in plan.relation_changes  # not the target's own, kept ('ours')
+               if c.value is not None and c.taken != "ours" and c.key[1] in DERIVED_EDGE_TYPES
+               and c.key[2] not in changes]
     if brought:
         held = node_store.nodes_by_id(session, view, {key[2] for key, _ in brought})
         for key, value in brought:
@@ -344,6 +352,7 @@ def plan_digest(applied: dict[str, Any], derived: DerivedPlan) -> str:
     Returns
     -------
     str
+        Equal for equal plans, resolutions and lineage writes.
     """
     text = json.dumps({"applied": applied, "derived": derived.writes}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]

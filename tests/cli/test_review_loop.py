@@ -196,9 +196,10 @@ def test_bad_input_is_one_line_and_exit_1(repo, args):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.output
 
 
-def test_merge_says_what_lineage_recomputed(repo):
+def test_merge_says_what_lineage_recomputed(repo, tmp_path):
     """Entities extracted on main after the fork; the branch's edit drops one of them from the
-    text: the merge unlinks and flags it, restamps the other, and the CLI says so."""
+    text: the merge lists that mention as a lineage decision; dropped, the merge unlinks it and
+    flags the entity, restamps the other, and the CLI says so (the dry run first)."""
     from kg.rag.functions import invoke
 
     _write((put_node, ("acme", "main", "docs", "/bio"),
@@ -212,7 +213,23 @@ def test_merge_says_what_lineage_recomputed(repo):
         services.close()
     _write((put_node, ("acme", "late", "docs", "/bio"),
             {"node_type": "kg:Document", "properties": {"text": "Ada Lovelace wrote the first program."}}))
-    done = runner.invoke(app_(), ["merge", "--repo", "acme", "--branch", "late", "--into", "main"])
+    # main asserted the mention of Charles Babbage: the merge leaves it to the reviewer
+    refused = runner.invoke(app_(), ["merge", "--repo", "acme", "--branch", "late", "--into", "main"])
+    assert refused.exit_code == 1
+    assert refused.stdout.strip().splitlines() == [
+        "lineage: docs:/entities/charles-babbage -[mentioned_in]-> docs:/bio: the merged text of docs:/bio no "
+        "longer names 'Charles Babbage': take 'keep' to keep this mention, 'drop' to remove it (and flag the "
+        "entity orphan if it is left with no edge)"]
+    picks = tmp_path / "picks.json"
+    picks.write_text(json.dumps([{"from": "docs:/entities/charles-babbage", "to": "docs:/bio",
+                                  "type": "mentioned_in", "take": "drop"}]))
+    dry = runner.invoke(app_(), ["merge", "--repo", "acme", "--branch", "late", "--into", "main", "--dry-run",
+                                 "--resolutions", str(picks)])
+    assert dry.exit_code == 0, dry.output
+    assert dry.stdout.strip().splitlines()[1:] == [
+        "lineage: 1 mention(s) unlinked, 1 mention(s) restamped, 1 entity(ies) flagged orphan (would be)"]
+    done = runner.invoke(app_(), ["merge", "--repo", "acme", "--branch", "late", "--into", "main",
+                                  "--resolutions", str(picks)])
     assert done.exit_code == 0, done.output
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("merged late into main (three-way) as revision ")
