@@ -81,7 +81,15 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
                         permit(services, caller, "read", repo_name, branch, workspace)
                     except NotFound:  # found by kg, not named by the caller: its name is not told
                         raise NotFound("this merge touches a workspace this key cannot see") from None
+        # lineage is planned on a plan without conflicts: the merged texts must be known
+        _raise_conflicts(plan, token=token)
         derived = plan_derived(services, session, branch_view(session, repo_name, target), plan, decided)
+        if not caller.unrestricted:  # lineage's writes and decisions name what they touch
+            for workspace in dict.fromkeys(_derived_workspaces(derived)):
+                try:
+                    permit(services, caller, "read", repo_name, target, workspace)
+                except NotFound:
+                    raise NotFound("this merge touches a workspace this key cannot see") from None
     _raise_conflicts(plan, derived, token)
     applied = plan.preview()
     full = _with_digest(token, applied, derived)
@@ -151,6 +159,7 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     plan = history.plan_merge(session, ctx.repo, source, into, resolutions=rest,
                               writing_revision=ctx.pending_revision)
     _authorize_changes(uow, repo_name, into, ctx, plan)  # before a conflict tells anything
+    _raise_conflicts(plan, token=token)
     # Lineage's writes, planned from the target as it stands, as the dry run planned them.
     derived = plan_derived(uow.services, session, view_before(ctx.view, ctx.pending_revision), plan, decided)
     _raise_conflicts(plan, derived, token)
@@ -196,6 +205,18 @@ def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext,
     writes, reads = _touched(uow.session, ctx.repo, plan)
     uow.authorize_workspaces("write", repo, into, writes, unnamed="this merge")
     uow.authorize_workspaces("read", repo, into, reads, unnamed="this merge")
+
+
+def _derived_workspaces(derived: DerivedPlan) -> list[str]:
+    """The workspaces lineage's writes and decisions name, in order."""
+    out: list[str] = []
+    for item in derived.writes + derived.decisions:
+        if "workspace" in item:
+            out.append(item["workspace"])
+        for end in ("from", "to"):
+            if end in item:
+                out.append(item[end].partition(":")[0])
+    return out
 
 
 def _touched(session: Session, repo: Repository, plan: history.MergePlan) -> tuple[list[str], list[str]]:
