@@ -403,3 +403,22 @@ def test_a_partial_pick_keeps_every_conflict_on_the_panel_with_the_picks_made(co
     assert re.findall(r'<fieldset class="conflict (\w+)" data-kind="node" data-index="\d"\s+data-path="([^"]+)"',
                       r.text) == [("picked", "/a"), ("open", "/b")]
     assert 'name="res-0-take" value="theirs" checked' in r.text
+
+
+def test_lineage_decisions_left_after_the_merges_own_conflicts_are_listed_with_them(console):
+    """Both sides rewrote /bio (a node conflict); once it is resolved 'theirs', main's mention
+    of Charles Babbage is a lineage decision: the panel lists both, the pick made and the
+    decision open; dropping it merges."""
+    _lineage_seed(console)
+    _put(console, "/bio", {"text": "Ada Lovelace and Charles Babbage, again."})  # main, after the fork
+    node = {"res": "0", "res-0-kind": "node", "res-0-workspace": "kb", "res-0-path": "/bio",
+            "res-0-take": "theirs", "res-0-value": ""}
+    r = _merge(console, {"dry_run": "1", **node})
+    assert r.status_code == 409, r.text
+    rows = re.findall(r'<fieldset class="conflict (open|picked)" data-kind="(\w+)"', r.text)
+    assert rows == [("picked", "node"), ("open", "lineage")]
+    both = {**node, "res": ["0", "1"], "res-1-kind": "lineage", "res-1-from": "kb:/entities/charles-babbage",
+            "res-1-to": "kb:/bio", "res-1-type": "mentioned_in", "res-1-take": "drop"}
+    done = _merge(console, both)
+    assert done.status_code == 200, done.text
+    assert _props(console, "/entities/charles-babbage")["orphan"] is True
