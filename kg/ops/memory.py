@@ -10,9 +10,10 @@ the first malformed record is named by its line number and nothing is written. W
 as one revision:
 
 - each entity as a ``kg:Entity`` node at ``/entities/{slug}`` of the workspace
-  (:func:`kg.text.slugs.slugify`: case, accents and punctuation folded, so a ``/`` in a name
-  becomes ``-`` like any punctuation and never makes a nested path; ``AC/DC`` ->
-  ``/entities/ac-dc``). The name is kept verbatim in ``name``. When another name already holds
+  (:func:`kg.text.names.entity_slug`, as ``extract-entities`` names its entities: case,
+  accents and punctuation folded, so a ``/`` in a name becomes ``-`` like any punctuation and
+  never makes a nested path; ``AC/DC`` -> ``/entities/ac-dc``, ``C++`` ->
+  ``/entities/c-plus-plus``). The name is kept verbatim in ``name``. When another name already holds
   that slug (on the branch, or earlier in the file) the entity's path is the slug plus ``-``
   and the first 8 hex digits of the name's SHA-256, so every name keeps one path for good;
 - its ``entityType`` as ``entity_type``, its observations as the list ``observations`` and, one a
@@ -45,7 +46,7 @@ from kg.ops.nodes import GraphWrite, write_graph
 from kg.store.nodes import find_node
 from kg.store.relations import find_relation
 from kg.store.repos import BranchView
-from kg.text.slugs import slugify
+from kg.text.names import entity_slug
 
 __all__ = ["MemoryGraph", "import_memory_jsonl", "parse_memory_jsonl"]
 
@@ -155,7 +156,7 @@ def parse_memory_jsonl(text: str) -> MemoryGraph:
             observations = record.get("observations")
             if not isinstance(observations, list) or not all(isinstance(o, str) for o in observations):
                 raise _bad(number, "entity field 'observations' must be a list of strings")
-            if not slugify(name):
+            if not entity_slug(name):
                 raise _bad(number, f"entity name {name!r} has no letter or digit to make a path of")
             if name in seen:
                 raise _bad(number, f"entity {name!r} is named twice (first on line {seen[name]})")
@@ -187,7 +188,7 @@ def _entity_paths(session: Session, view: BranchView, workspace: str, graph: Mem
     claimed: dict[str, str] = {}  # path -> name, this file
     for entity in graph.entities:
         name = entity["name"]
-        path = f"{ENTITY_ROOT}/{slugify(name)}"
+        path = f"{ENTITY_ROOT}/{entity_slug(name)}"
         existing = find_node(session, view, workspace, path)
         holder = claimed.get(path) or (existing.properties.get("name") if existing is not None else None)
         if holder is not None and holder != name:

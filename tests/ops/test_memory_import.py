@@ -52,6 +52,17 @@ def test_an_extracted_entity_keeps_its_aliases(services):
     assert node["properties"]["aliases"] == ["Acme"] and node["properties"]["observations"] == []
 
 
+def test_c_and_cpp_are_two_entities_at_the_paths_extraction_gives_them(services):
+    """Entity paths follow ``extract-entities``' rule: "C" and "C++" were one path before."""
+    lines = "\n".join(json.dumps({"type": "entity", "name": n, "entityType": "product", "observations": []})
+                      for n in ("C", "C++")) + "\n"
+    out = run(services, OPERATOR, import_memory_jsonl, "mem", "main", lines)
+    assert out["nodes_written"] == 2
+    for path, name in (("/entities/c", "C"), ("/entities/c-plus-plus", "C++")):
+        node = queries.get_node(services, OPERATOR, "mem", "main", "memory", path)
+        assert node["properties"]["name"] == name
+
+
 @pytest.mark.parametrize(("given", "expected"), [
     ("works_at", "works_at"), ("works at", "works_at"), ("is a fan of!", "is_a_fan_of_"), ("2nd", "_2nd"),
     ("schema:knows", "schema:knows"), ("über", "_ber"),
