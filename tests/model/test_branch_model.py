@@ -18,6 +18,12 @@ edges, renames (delete + create elsewhere in one revision), relates to nodes tha
 side deletes, nests nodes (a parent deleted under a child), and runs ``extract-entities`` on
 branches (its writes are adopted into the model after checking they touch only what
 extraction may touch).
+
+Lineage: documents are also rewritten through the write path (lineage unlinks and restamps the
+branch's mentions) and mentions asserted by hand. A merge runs the model's lineage rule on the
+target; a mention either side holds that the merged text no longer names is a ``lineage``
+conflict, resolved ``keep`` or ``drop``. Every merge is asked from its dry run's ``plan``, and
+its ``applied``, ``derived`` and ``derived_writes`` must be the dry run's and the model's.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from kg.context import OPERATOR, run
 from kg.errors import Conflict, MergeConflict, NotFound
 from kg.index.embedded import EmbeddedVectorIndex
 from kg.ops.merge import merge_branch, preview_merge
+from kg.ops.texts import write_node
 from kg.providers.registry import make_embedder
 from kg.rag.functions import invoke
 from kg.services import Services
@@ -87,13 +94,21 @@ def text_hash(text):
     return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
 
 
-def _fold(text):
-    return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+def _tokens(text):
+    """A name's or a text's tokens, the naive way: case folded, every character that is not a
+    letter, a digit, ``+`` or ``#`` a separator (the rule of kg.text.names for these texts)."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return re.sub(r"[^\w+#]|_", " ", folded).split()
 
 
 def names_in(text, names):
-    """Whether the text names one of ``names`` (folded case and spacing, whole words)."""
-    return any(n and re.search(rf"(?<!\w){re.escape(n)}(?!\w)", _fold(text)) for n in map(_fold, names))
+    """Whether the text names one of ``names``: a name's tokens in a row among the text's."""
+    hay = _tokens(text)
+    for name in names:
+        needle = _tokens(name)
+        if needle and any(hay[i:i + len(needle)] == needle for i in range(len(hay))):
+            return True
+    return False
 
 
 def parent_path(path):
@@ -269,6 +284,7 @@ class Model:
                     conflicts.add(("orphan", p))
         if conflicts:
             return conflicts, None
+        saved = (dict(on), dict(oe))
         report_nodes, report_edges = {}, {}
         for p, (op, val) in node_writes.items():
             if op == "delete":
@@ -289,26 +305,38 @@ class Model:
             else:
                 oe[key] = w
                 report_edges[key] = "upserted"
+        changed = {p for p, (op, _) in node_writes.items() if op in ("write", "delete") and p in on_before}
+        # the mentions lineage checks: the target's and the merge's to the texts it changes,
+        # and those it brings, stamped, for a text it leaves as the target has another version of
+        checked = {k for k in set(be_target) | set(edge_writes) if k[1] == "mentioned_in" and k[2] in changed}
+        checked |= {key for key, (take, w) in edge_writes.items()
+                    if w != ABSENT and take != "ours" and key[1] == "mentioned_in" and key[2] not in node_writes
+                    and key[2] in on and w[1] is not None and w[1] != text_hash(on[key[2]].get("content", ""))}
+        decided = {cid[1]: "keep" if take == "ours" else "drop" for cid, take in res.items() if cid[0] == "lineage"}
+        lineage, decisions = self.refresh_derived(target, checked, decided)
+        if decisions:  # left to the reviewer: nothing changes
+            on.clear()
+            on.update(saved[0])
+            oe.clear()
+            oe.update(saved[1])
+            return decisions, None
         self.base[source] = (dict(tn), dict(te))
-        lineage = self.refresh_derived(target, be_target, {p for p, (op, _) in node_writes.items()
-                                                            if op in ("write", "delete") and p in on_before})
-        # mentions the merge brought for a text it left as the target has it: checked against it
-        brought = {key[2] for key, (take, w) in edge_writes.items()
-                   if w != ABSENT and take != "ours" and key[1] == "mentioned_in" and key[2] not in node_writes}
-        more = self.refresh_derived(target, dict(oe), brought)
-        lineage = {kind: lineage[kind] | more[kind] for kind in lineage}
         return set(), {"nodes": report_nodes, "relations": report_edges, "lineage": lineage}
 
-    def refresh_derived(self, branch, edges_before, changed):
-        """kg.ops.lineage's rule (no LLM) after a merge changed or deleted ``changed`` paths on
-        ``branch``: a mention of an entity the new text no longer names is dropped, one still
-        named is restamped with the new text's hash, an entity left with no edge is flagged
-        ``orphan``. Returns what changed: ``{"unlinked", "restamped"}`` edge keys and
-        ``"orphaned"`` paths."""
+    def refresh_derived(self, branch, checked, decided=None):
+        """kg's lineage rule (no LLM) over the ``mentioned_in`` edge keys ``checked`` on
+        ``branch`` as it is now: an edge gone, or whose document is gone, may leave its entity
+        orphan; one stamped with its text's hash is current; one whose entity the text still
+        names is restamped; one it no longer names is dropped, or, in a merge (``decided`` not
+        None: every such edge is asserted by one side), a lineage decision unless ``decided``
+        keeps or drops it. An entity left with no edge is flagged ``orphan``. Returns what
+        changed (``{"unlinked", "restamped"}`` edge keys and ``"orphaned"`` paths) and the
+        decisions left (conflict ids)."""
         nodes, edges = self.nodes[branch], self.edges[branch]
         out = {"unlinked": set(), "restamped": set(), "orphaned": set()}
+        decisions = set()
         touched = set()
-        for key in sorted(k for k in edges_before if k[1] == "mentioned_in" and k[2] in changed):
+        for key in sorted(checked):
             entity, _, doc = key
             if entity not in nodes:
                 continue
@@ -316,12 +344,18 @@ class Model:
                 touched.add(entity)
                 continue
             text = nodes[doc].get("content", "")
+            weight, stamp, extracted = edges[key]
+            if stamp == text_hash(text):
+                continue
             names = [nodes[entity].get("name"), *(nodes[entity].get("aliases") or [])]
-            if names_in(text, [n for n in names if isinstance(n, str)]):
-                weight, stamp = edges[key]
-                if stamp != text_hash(text):
-                    edges[key] = (weight, text_hash(text))
-                    out["restamped"].add(key)
+            if names_in(text, [n for n in names if isinstance(n, str)] or [entity.rsplit("/", 1)[1]]):
+                edges[key] = (weight, text_hash(text), extracted)
+                out["restamped"].add(key)
+                continue
+            if decided is not None and key not in decided:
+                decisions.add(("lineage", key))
+                continue
+            if decided is not None and decided[key] == "keep":
                 continue
             del edges[key]
             out["unlinked"].add(key)
@@ -331,7 +365,16 @@ class Model:
                 continue
             nodes[entity] = {**nodes[entity], "orphan": True}
             out["orphaned"].add(entity)
-        return out
+        return out, decisions
+
+
+def _write_document(uow, branch, path, text_):
+    """A document written through the write path (lineage refreshes what was derived from it);
+    returns how many edges the branch held before."""
+    ctx = uow.begin("m", branch)
+    before = len(rel_store.visible_relations(uow.session, ctx.view))
+    write_node(uow, ctx, "w", path, node_type="kb:Doc", properties={"content": text_})
+    return before
 
 
 def ancestors(path):
@@ -342,9 +385,11 @@ def ancestors(path):
 
 def _edge_value(edge):
     """What the model compares of an edge: its weight; a mention's also the text hash it read
-    (lineage's stamp, which a merge compares like any property)."""
+    (lineage's stamp, which a merge compares like any property) and whether an extraction
+    wrote it (its ``extractor``; a mention asserted by hand has none, restamped or not)."""
     if edge.rel_type == "mentioned_in":
-        return (edge.weight, (edge.properties or {}).get("source_hash"))
+        props = edge.properties or {}
+        return (edge.weight, props.get("source_hash"), "extractor" in props)
     return edge.weight
 
 
@@ -362,6 +407,8 @@ def _fresh_url(kind, tmp_root):
 
 def _conflict_id(conflict):
     """A kg conflict as the model names it."""
+    if conflict["kind"] == "lineage":
+        return ("lineage", (conflict["from"].split(":", 1)[1], conflict["type"], conflict["to"].split(":", 1)[1]))
     if conflict["kind"] == "relation":
         return ("rel", (conflict["from"].split(":", 1)[1], conflict["type"], conflict["to"].split(":", 1)[1]))
     if "parent" in conflict["reason"] or "child under" in conflict["reason"]:
@@ -370,6 +417,9 @@ def _conflict_id(conflict):
 
 
 def _resolution(cid, take):
+    if cid[0] == "lineage":  # keep the mention (as 'ours' keeps), or drop it
+        f, t, to = cid[1]
+        return {"from": f"w:{f}", "type": t, "to": f"w:{to}", "take": "keep" if take == "ours" else "drop"}
     if cid[0] in ("node", "orphan"):
         return {"workspace": "w", "path": cid[1], "take": take}
     f, t, to = cid[1]
@@ -591,10 +641,43 @@ def machine_for(kind, tmp_root):
                 assert a not in nodes or b not in nodes
             self.check(branch)
 
+        @rule(data=st.data(), doc=st.sampled_from(DOCS), text_=st.sampled_from(TEXTS))
+        def edit_document(self, data, doc, text_):
+            """Rewrite a document through the write path: lineage unlinks, on that branch, the
+            mentions the new text no longer names and restamps the others."""
+            self._edit(data.draw(st.sampled_from(self.branches())), doc, text_)
+
+        def _edit(self, branch, doc, text_):
+            nodes = self.model.nodes[branch]
+            before = {k for k in self.model.edges[branch] if k[1] == "mentioned_in" and k[2] == doc}
+            existed = doc in nodes
+            out = run(self.services, OPERATOR, _write_document, branch, doc, text_)
+            nodes[doc] = value({"content": text_}, "kb:Doc")
+            if existed:
+                self.model.refresh_derived(branch, before)
+            _event(f"edit a document: {'unlinked' if len(self.model.edges[branch]) < out else 'kept'} mentions")
+            self.check(branch)
+
+        @rule(data=st.data(), doc=st.sampled_from(DOCS))
+        def assert_mention(self, data, doc):
+            """A mention asserted by hand (no stamp): lineage checks it like an extracted one."""
+            branch = data.draw(st.sampled_from(self.branches()))
+            nodes = self.model.nodes[branch]
+            try:
+                with self.services.db.write() as s:
+                    rel_store.relate(s, begin_write(s, "m", branch), f"w:{ENTITY}", f"w:{doc}", "mentioned_in")
+                assert ENTITY in nodes and doc in nodes
+                self.model.edges[branch][(ENTITY, "mentioned_in", doc)] = (None, None, False)
+            except NotFound:
+                assert ENTITY not in nodes or doc not in nodes
+            self.check(branch)
+
         @rule(data=st.data(), doc=st.sampled_from(DOCS))
         def extract_entities(self, data, doc):
             """Run extract-entities; adopt what it wrote after checking it wrote only that."""
-            branch = data.draw(st.sampled_from(self.branches()))
+            self._extract(data.draw(st.sampled_from(self.branches())), doc)
+
+        def _extract(self, branch, doc):
             if doc not in self.model.nodes[branch]:
                 with pytest.raises(NotFound):
                     invoke(self.services, OPERATOR, "m", "extract-entities", {"workspace": "w", "path": doc},
@@ -623,6 +706,26 @@ def machine_for(kind, tmp_root):
             self.model.nodes[branch], self.model.edges[branch] = got_nodes, got_edges
             self.check(branch)
 
+        @precondition(lambda self: len(self.model.nodes) > 1)
+        @rule(data=st.data(), doc=st.sampled_from(DOCS), text_=st.sampled_from(TEXTS),
+              extract_on_child=st.booleans())
+        def extract_on_one_side_edit_on_the_other(self, data, doc, text_, extract_on_child):
+            """Lineage across a merge: one side extracts a document, the other rewrites it
+            through the write path; then the merge (mentions to restamp, to decide)."""
+            both = [c for c in self.children()
+                    if doc in self.model.nodes[c] and doc in self.model.nodes[self.model.parent[c]]]
+            if not both:  # a document and its mentions for the branches forked later
+                branch = data.draw(st.sampled_from(self.branches()))
+                self._put(branch, doc, {"content": text_}, "kb:Doc")
+                self._extract(branch, doc)
+                return
+            child = data.draw(st.sampled_from(both))
+            parent = self.model.parent[child]
+            extractor, editor = (child, parent) if extract_on_child else (parent, child)
+            self._extract(extractor, doc)
+            self._edit(editor, doc, text_)
+            self._merge(child, data)
+
         # -- merges -----------------------------------------------------------------------
 
         @precondition(lambda self: len(self.model.nodes) > 1)
@@ -641,6 +744,8 @@ def machine_for(kind, tmp_root):
             except MergeConflict as exc:
                 got_conflicts = {_conflict_id(c) for c in exc.details["conflicts"]}
                 assert got_conflicts == expected, (got_conflicts, expected)
+                if any(c[0] == "lineage" for c in expected):
+                    _event("merge: lineage decisions")
                 assert {b: (self.model.nodes[b], self.model.edges[b]) for b in self.branches()} == before
                 self.check(parent)
                 self.check(child)
@@ -652,15 +757,23 @@ def machine_for(kind, tmp_root):
                 if any(c[0] == "orphan" for c in resolvable):
                     _event(f"merge: resolved an orphan {take}")
                 wanted = {c: take for c in resolvable}
-                expected, report = self.model.merge(child, parent, wanted)
-                try:
-                    got, preview = self._merge_kg(child, parent, [_resolution(c, take) for c in sorted(wanted)])
-                    assert not expected, f"kg merged with resolutions, the model expected {expected}"
-                except MergeConflict as exc2:
-                    got_conflicts = {_conflict_id(c) for c in exc2.details["conflicts"]}
-                    assert got_conflicts == expected, (got_conflicts, expected)
-                    self.check(parent)
-                    self.check(child)
+                for _round in range(3):  # resolving the merge's conflicts may leave lineage decisions
+                    expected, report = self.model.merge(child, parent, wanted)
+                    try:
+                        got, preview = self._merge_kg(child, parent,
+                                                      [_resolution(c, take) for c in sorted(wanted)])
+                        assert not expected, f"kg merged with resolutions, the model expected {expected}"
+                        break
+                    except MergeConflict as exc2:
+                        got_conflicts = {_conflict_id(c) for c in exc2.details["conflicts"]}
+                        assert got_conflicts == expected, (got_conflicts, expected)
+                        self.check(parent)
+                        self.check(child)
+                        if not expected or any(c[0] != "lineage" for c in expected):
+                            return
+                        _event(f"merge: lineage decisions {take}")
+                        wanted.update({c: take for c in expected})
+                else:
                     return
             self._check_report(parent, before[parent], got, preview, report)
             self.check(parent)
@@ -675,8 +788,10 @@ def machine_for(kind, tmp_root):
                     run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions)
                 assert real.value.details == dry.details
                 raise real.value from dry
-            got = run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions)
-            for key in ("applied", "base", "fast_forward"):
+            # the merge is asked from the dry run's plan: it applies that plan, derived writes included
+            got = run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions,
+                      if_plan=preview["plan"])
+            for key in ("applied", "base", "fast_forward", "derived", "derived_writes"):
                 assert preview[key] == got[key], (key, preview[key], got[key])
             return got, preview
 
@@ -690,14 +805,28 @@ def machine_for(kind, tmp_root):
             # dropped and restamped mentions
             orphaned = lin["orphaned"] - set(report["nodes"])
             relinked = lin["unlinked"] | lin["restamped"]
+            # kg's derived writes are the model's lineage, one for one
+            writes = got["derived_writes"]
+            edge_of = {w["kind"]: set() for w in writes}
+            for w in writes:
+                edge_of[w["kind"]].add((w["from"].split(":", 1)[1], w["type"], w["to"].split(":", 1)[1])
+                                       if "from" in w else w["path"])
+            for kind in ("unlinked", "restamped", "orphaned"):
+                assert edge_of.get(kind, set()) == lin[kind], (kind, edge_of, lin)
+            assert len(writes) == sum(len(lin[k]) for k in ("unlinked", "restamped", "orphaned"))
+            assert got["derived"] == {"unlinked": len(lin["unlinked"]), "restamped": len(lin["restamped"]),
+                                      "orphaned": len(lin["orphaned"]), "stale": 0, "queued": 0}
             _event(f"merge: lineage {'wrote' if orphaned or relinked else 'nothing'}")
             for outcome in ("added", "modified", "deleted", "kept"):
                 listed = {n["path"] for n in applied["nodes"][outcome]}
                 assert listed == {p for p, o in report["nodes"].items() if o == outcome}, outcome
             assert {n["path"] for n in applied["nodes"]["added"]} == set(new_nodes) - set(old_nodes)
             assert {n["path"] for n in applied["nodes"]["deleted"]} == set(old_nodes) - set(new_nodes)
+            # a node the merge wrote that lineage then flagged orphan as the target had it: written
+            reverted = {p for p in lin["orphaned"] if report["nodes"].get(p) == "modified"
+                        and old_nodes.get(p) == new_nodes.get(p)}
             assert {n["path"] for n in applied["nodes"]["modified"]} == {
-                p for p in set(old_nodes) & set(new_nodes) if old_nodes[p] != new_nodes[p]} - orphaned
+                p for p in set(old_nodes) & set(new_nodes) if old_nodes[p] != new_nodes[p]} - orphaned | reverted
             changed = {k for k in set(old_edges) | set(new_edges)
                        if old_edges.get(k, ABSENT) != new_edges.get(k, ABSENT)}
             if relinked:
@@ -788,6 +917,7 @@ def test_branches_match_the_copying_model(kind, tmp_path):
         # the invariant runs after every step and once per example after set-up
         assert STATS["steps"] - EXAMPLES >= 2_000, STATS
         assert STATS["merge: clean"] > 0 and STATS["merge: conflict"] > 0, STATS
+        assert STATS["merge: lineage wrote"] > 0 and STATS["merge: lineage decisions"] > 0, STATS
 
 
 class Draws:
@@ -870,6 +1000,24 @@ FOUND = {
         ("extract_entities", {"doc": "/d1"}, ["b1"]),
         ("put_document", {"path": "/d1", "text_": TEXTS[2]}, ["main"]),
         ("merge", {}, ["b1", "none"]),
+    ],
+    # a mention main extracted after the fork, which the branch's rewritten text no longer
+    # names, was unlinked by the merge on its own; it is the reviewer's to keep or drop
+    "lineage_decision_kept": [
+        ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["main"]),
+        ("create_branch", {}, ["main"]),
+        ("extract_entities", {"doc": "/d1"}, ["main"]),
+        ("edit_document", {"doc": "/d1", "text_": TEXTS[2]}, ["b1"]),
+        ("merge", {}, ["b1", "ours"]),
+    ],
+    "lineage_decision_dropped": [
+        ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["main"]),
+        ("put_document", {"path": "/d2", "text_": TEXTS[2]}, ["main"]),
+        ("create_branch", {}, ["main"]),
+        ("extract_entities", {"doc": "/d1"}, ["main"]),
+        ("assert_mention", {"doc": "/d2"}, ["main"]),
+        ("edit_document", {"doc": "/d1", "text_": TEXTS[2]}, ["b1"]),
+        ("merge", {}, ["b1", "theirs"]),
     ],
     "delete_under_relation_then_merge": [
         ("create_branch", {}, ["main"]),
