@@ -184,3 +184,30 @@ def test_a_merge_keeps_a_mention_of_ecma_262_the_target_extracted_after_the_fork
     assert done.json()["derived_writes"] == writes
     assert mentioned(client, "/entities/ecma-262") == {"/spec"}
     assert "orphan" not in props(client, "/entities/ecma-262")
+
+
+def test_with_an_llm_the_queued_extraction_is_in_the_dry_run_and_the_merge(client, repo, services):
+    """With an LLM configured, lineage queues ``extract-entities`` of a merged text instead of
+    deciding: the dry run lists it, the merge queues exactly that (and the job runs after)."""
+    import json
+
+    from sqlalchemy import select
+
+    from kg.providers.llm import ScriptedLLM
+    from kg.store.models import FunctionJob
+
+    _late_extraction(client)
+    llm = services.llm = ScriptedLLM(
+        [json.dumps({"entities": [{"name": "Ada Lovelace", "type": "person"}], "relations": []})])
+    dry = merge(client, "agent/late", dry_run=True)
+    assert dry.status_code == 200, dry.text
+    plan = dry.json()
+    assert plan["derived_writes"] == [{"kind": "queued", "workspace": "knowledge", "path": "/bio"}]
+    assert plan["derived"] == {"unlinked": 0, "restamped": 0, "orphaned": 0, "stale": 0, "queued": 1}
+    assert llm.calls == []
+    done = merge(client, "agent/late", if_plan=plan["plan"])
+    assert done.status_code == 200, done.text
+    assert (done.json()["derived"], done.json()["derived_writes"]) == (plan["derived"], plan["derived_writes"])
+    with services.db.read() as session:
+        jobs = session.execute(select(FunctionJob.function, FunctionJob.input)).all()
+    assert [tuple(j) for j in jobs] == [("extract-entities", {"workspace": "knowledge", "path": "/bio"})]
