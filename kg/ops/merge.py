@@ -162,6 +162,8 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     _raise_conflicts(plan, token=token)
     # Lineage's writes, planned from the target as it stands, as the dry run planned them.
     derived = plan_derived(uow.services, session, view_before(ctx.view, ctx.pending_revision), plan, decided)
+    if not uow.actor.unrestricted:  # lineage's writes and decisions name what they touch
+        uow.authorize_workspaces("read", repo_name, into, _derived_workspaces(derived), unnamed="this merge")
     _raise_conflicts(plan, derived, token)
     preview = plan.preview()
     _check_digest(_with_digest(token, preview, derived), if_plan, wanted, source, into)

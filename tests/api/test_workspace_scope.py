@@ -269,3 +269,36 @@ def test_ahead_and_behind_count_only_revisions_the_key_may_read(api, scoped):
     assert (seen["ahead"], seen["behind"]) == (1, 1)
     listed = {b["name"]: b for b in api.get(f"{BASE}/branches", headers=reader).json()["branches"]}
     assert (listed["review/2"]["ahead"], listed["review/2"]["behind"]) == (1, 1)
+
+
+def test_a_merge_dry_run_names_no_lineage_item_of_a_workspace_the_key_cannot_read(api, scoped):
+    """A mention from an entity in ``secret`` to public:/a, asserted on main after the branch
+    forked, which the branch's rewrite of /a no longer names: the merge's lineage decision
+    names the entity, so the reader's dry run, and a merge by a key that may merge but not read
+    ``secret``, are a 404 that names nothing of ``secret``; the admin's dry run lists the
+    decision."""
+    admin = scoped["admin"]
+    assert api.post(f"{BASE}/branches", json={"name": "review/x"}, headers=admin).status_code == 201
+    r = api.put(node("secret", "/quokkazebra"), headers=admin,  # on main, after the fork
+                json={"node_type": "kg:Entity", "properties": {"name": f"{TOKEN} harbour"}})
+    assert r.status_code == 201, r.text
+    r = api.post(f"{BASE}/relations", headers=admin,
+                 json={"from": f"secret:/{TOKEN}", "to": "public:/a", "type": "mentioned_in"})
+    assert r.status_code == 201, r.text
+    r = api.put(node("public", "/a") + "?branch=review/x", headers=admin,
+                json={"node_type": "kb:Doc", "properties": {"content": "Alpha notes, rewritten."}})
+    assert r.status_code == 200, r.text
+    body = {"into": "main", "dry_run": True}
+    seen = api.post(f"{BASE}/branches/review/x/merge", json=body, headers=scoped["reader"])
+    assert_error(seen, 404, "not_found")
+    assert TOKEN not in seen.text and "secret" not in seen.text
+    merger = make_key(api, admin, "public-merger",
+                      [{"repo": "acme", "branches": ["main", "review/*"], "workspaces": ["public"],
+                        "actions": ["read", "write", "merge"]}])
+    refused = api.post(f"{BASE}/branches/review/x/merge", json={"into": "main"}, headers=bearer(merger["key"]))
+    assert_error(refused, 404, "not_found")
+    assert TOKEN not in refused.text and "secret" not in refused.text
+    full = api.post(f"{BASE}/branches/review/x/merge", json=body, headers=admin)
+    assert_error(full, 409, "merge_conflict")
+    assert [(c["kind"], c["from"]) for c in full.json()["error"]["details"]["conflicts"]] == [
+        ("lineage", f"secret:/{TOKEN}")]
