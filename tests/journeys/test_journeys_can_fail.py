@@ -15,10 +15,11 @@ from kg.store.nodes import node_uid
 from tests.journeys.test_agent_answers import (
     test_an_agents_answers_reach_main_as_reviewed_and_a_second_session_finds_them as agent_answers,
 )
+from tests.journeys.test_entities import test_extracted_entities_reach_main_as_reviewed as entities
 from tests.journeys.test_research import test_the_research_assistants_branch_merged_as_reviewed as research
 from tests.journeys.test_two_agents import test_two_agents_merged_in_turn_main_ends_as_the_reviewer_saw as two_agents
 
-STORIES = {"agent_answers": agent_answers, "two_agents": two_agents, "research": research}
+STORIES = {"agent_answers": agent_answers, "two_agents": two_agents, "research": research, "entities": entities}
 
 
 def _drop_a_relation(plan):
