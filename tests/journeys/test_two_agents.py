@@ -19,6 +19,7 @@ def test_two_agents_merged_in_turn_main_ends_as_the_reviewer_saw(kg: Kg, reviewe
     kg.put("main", GLOSSARY, "kb:Doc", {"title": "Glossary", "content": "A shard is one slice of the vector index."})
     kg.put("main", OLD, "kb:Doc", {"title": "Old runbook", "content": "Reboot the whole cluster on any alert."})
     kg.relate("main", RUNBOOK, GLOSSARY, "see_also", weight=1.0)
+    kg.relate("main", OLD, GLOSSARY, "see_also")
     kg.branch(A)
     kg.branch(B)
 
