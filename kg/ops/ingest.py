@@ -1,14 +1,22 @@
 """``kg ingest``: files become nodes, their text chunked and embedded, a format's relations edges.
 
-The lifecycle (DESIGN.md, "Retrieval"): a file whose node is unchanged is skipped (no write, no
-embedding call); a changed file is re-embedded and its node replaced; unchanged text is never
-embedded again because chunks are keyed by content. What a file becomes is its format's
-business (:mod:`kg.ops.formats`: ``text``, the default, or ``pep``).
+The lifecycle (``docs/ingest.md``) is per file content hash, and people's edits of ingested
+nodes survive it: a file whose sha256 is the one the branch's last ingest of it recorded
+(:mod:`kg.store.ingest_records`) is skipped, whatever happened to its node since (no write, no
+embedding call); a changed file is a three-way merge (:func:`plan_file`, :func:`merge_file`)
+of the node now with the file's new parse against the parse the last ingest recorded: the
+file's changes apply where the node was not edited, a property both changed keeps the person's
+value and is listed in the report (or, with ``conflicts="review"``, the file's version of the
+node goes to a review branch). Unchanged text is never embedded again because chunks are keyed
+by content. What a file becomes is its format's business (:mod:`kg.ops.formats`: ``text``, the
+default, or ``pep``).
 
 :func:`ingest_path` is an orchestration over use cases: embedding is batched across a group of
-files outside any transaction, then each file is written in a unit of work of its own
-(:func:`ingest_file`, through :func:`kg.context.run` and :func:`kg.ops.texts.write_node`), so a
-failure loses nothing already ingested; the relations follow in one more (:func:`relate_files`).
+files outside any transaction, then each file is planned again and written in a unit of work of
+its own (:func:`ingest_file`, through :func:`kg.context.run` and
+:func:`kg.ops.texts.write_node`), so a failure loses nothing already ingested; the relations
+follow in one more (:func:`relate_files`), and the review branch in a last one
+(:func:`write_review`).
 """
 
 from __future__ import annotations
@@ -302,17 +310,21 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
     Returns
     -------
     FilePlan
+        The action, the value written or kept on the branch, the properties kept against the
+        file, and the review branch's value.
 
     Notes
     -----
     The lifecycle (``docs/ingest.md``): a file whose hash is the one the branch's last ingest
     of it recorded is skipped, whatever happened to its node since (edited, deleted). A changed
     file is a three-way merge (:func:`merge_file`) of the node now with the file's parse,
-    against the parse the last ingest recorded (:func:`kg.store.ingest_records.record_base`).
-    A node without a record (ingested before records were kept, written by a merge of another
-    branch, or made by a person) is skipped when its ``sha256`` property is the file's hash or
-    it is the file's parse already; otherwise its base is unknown and every value that differs
-    from the file's is kept as the node holds it.
+    against the parse the last ingest recorded (:func:`kg.store.ingest_records.record_base`);
+    a node people deleted stays deleted. A node without a record (ingested before records were
+    kept, brought by a merge of another branch, or made by a person) is skipped when its
+    ``sha256`` property is the file's hash or it is the file's parse already; otherwise its
+    base is the version the last ingest of the file wrote, found in the revision log
+    (:func:`ingest_message`), and failing that unknown: every value that differs from the
+    file's is then kept as the node holds it.
     """
     sha = file_sha256(node)
     path = validate_path(node.path)
