@@ -161,6 +161,8 @@ CONFLICT_MODES = ("keep", "review")
 #: The review branch's name when the caller gives none: ``ingest/`` and the UTC time.
 REVIEW_BRANCH_FORMAT = "ingest/%Y%m%d-%H%M%S"
 _MISSING = object()
+#: The start of the revision message of an ingest's relations (and the stubs of their targets).
+RELATIONS_MESSAGE = "ingest relations ("
 
 
 @dataclass
@@ -340,8 +342,9 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
         if ours == theirs or ours.get("sha256") == sha:
             return FilePlan(node, "skip", ours)
         # Ingested before records were kept: that ingest wrote the file's parse exactly.
-        base = ingest_records.version_value(
-            ingest_records.last_written_by(session, view, workspace, path, ingest_message(node)))
+        # (a stub of a relation's target too: it was written by the ingest's relations).
+        base = ingest_records.version_value(ingest_records.last_written_by(
+            session, view, workspace, path, ingest_message(node), prefix=RELATIONS_MESSAGE))
     else:
         base = ingest_records.record_base(session, view, record)
         if ours is None:  # people deleted the node: it stays deleted
@@ -472,13 +475,15 @@ def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
         A missing target the format has no stub for.
     """
     session = uow.session
-    ctx = uow.begin(repo, branch, message=f"ingest relations ({len(relations)})")
+    ctx = uow.begin(repo, branch, message=f"{RELATIONS_MESSAGE}{len(relations)})")
     stubs = []
     for src, rel, dst in relations:
         if file_format.stub is not None and node_store.find_node(session, ctx.view, workspace, dst) is None:
             stub = file_format.stub(dst)
             write_node(uow, ctx, workspace, dst, node_type=stub.node_type, properties=stub.properties,
                        parents=True)
+            # The stub's record (no file: no hash) makes it the base of its file's first ingest.
+            ingest_records.put_record(session, ctx, workspace, validate_path(dst), sha256="", source="", patch=None)
             stubs.append(dst)
         relation_store.relate(session, ctx, f"{workspace}:{src}", f"{workspace}:{dst}", rel)
     return stubs
@@ -606,6 +611,7 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
             embedded = prepare_chunks(services, repo, items, embed=False)
         report.passages_embedded += counted[0]
         texts = {id(p.node): text for p, text in zip(todo, embedded, strict=True)}
+        written: list[FileNode] = []
         for planned_file in planned:
             node = planned_file.node
             if planned_file.action == "skip":  # re-planned under the write lock only when it writes
@@ -614,10 +620,13 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
             done = run(services, caller, ingest_file, repo, branch, workspace, node, texts.get(id(node)),
                        conflicts=conflicts)
             report.add(done)
+            if done.action in ("insert", "write"):
+                written.append(node)
             if done.action == "review":
                 to_review.append(done)
-        for node in group:
-            relations += [(node.path, rel, target) for rel, target in node.relations]
+        # A skipped file's relations were asserted when it was last ingested: asserting them
+        # again would bring back a relation a person removed.
+        relations += [(node.path, rel, target) for node in written for rel, target in node.relations]
         if on_progress is not None:
             on_progress(len(group))
     if relations:

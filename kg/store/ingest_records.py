@@ -218,7 +218,7 @@ def record_base(session: Session, view: BranchView, record: IngestRecord) -> dic
 
 
 def last_written_by(session: Session, view: BranchView, workspace: str, path: str,
-                    message: str) -> NodeVersion | None:
+                    message: str, *, prefix: str | None = None) -> NodeVersion | None:
     """The newest version of the node at ``workspace:path`` in ``view``'s history that a
     revision logged with ``message`` wrote: the base of a node ingested before records were kept.
 
@@ -234,6 +234,9 @@ def last_written_by(session: Session, view: BranchView, workspace: str, path: st
         The node's path (validated).
     message : str
         The revision message of an ingest of the node's file (``ingest <file>``).
+    prefix : str or None
+        Also a revision whose message starts with it (the ingest's relations, which write the
+        stub nodes of their targets).
 
     Returns
     -------
@@ -250,12 +253,15 @@ def last_written_by(session: Session, view: BranchView, workspace: str, path: st
     One query over ``ix_node_versions_path`` per chain entry, joined to the revision log.
     """
     wid = workspace_id(view, workspace)
+    by_message = Revision.message == message
+    if prefix is not None:
+        by_message = or_(by_message, Revision.message.startswith(prefix, autoescape=True))
     on_chain = or_(*(and_(NodeVersion.branch_id == b, NodeVersion.revision <= r) for b, r in view.chain))
     found: NodeVersion | None = session.scalar(
         select(NodeVersion)
         .join(Revision, (Revision.repo_id == NodeVersion.repo_id) & (Revision.number == NodeVersion.revision))
         .where(on_chain, NodeVersion.workspace_id == wid, NodeVersion.path == path,
-               NodeVersion.deleted.is_(False), Revision.message == message)
+               NodeVersion.deleted.is_(False), by_message)
         .order_by(NodeVersion.revision.desc(), NodeVersion.id.desc())
         .limit(1))
     return found

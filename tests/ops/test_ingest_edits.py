@@ -253,3 +253,36 @@ def test_a_node_no_ingest_wrote_keeps_every_value_that_differs(services, corpus)
     with services.db.read() as s:
         assert s.scalar(select(func.count()).select_from(IngestRecord).where(IngestRecord.path == "/pep-0440")) == 1
     assert ingest(services, corpus).kept_edits == []  # recorded: the next run skips it
+
+
+def test_an_unchanged_file_does_not_bring_back_a_relation_a_person_removed(services, corpus):
+    from kg.ops.relations import unrelate
+    from kg.store.relations import find_relation
+
+    ingest(services, corpus)
+    run(services, OPERATOR, unrelate, "peps", "main", "peps:/pep-0440", "peps:/pep-0386", "replaces")
+    again = ingest(services, corpus)
+    assert (again.relations_added, again.relations_unchanged) == (0, 0)
+    with services.db.read() as s:
+        view = branch_view(s, "peps", "main")
+        a, b = find_node(s, view, "peps", "/pep-0440"), find_node(s, view, "peps", "/pep-0386")
+        assert find_relation(s, view, a.node_id, b.node_id, "replaces") is None
+
+
+PEP_386 = "PEP: 386\nTitle: Changing the version comparison module\nStatus: Superseded\n\nThe old scheme.\n"
+
+
+@pytest.mark.parametrize("before_records", [False, True])
+def test_a_stub_becomes_its_file_when_the_file_arrives(services, corpus, before_records):
+    """The stub of a relation's target (PEP 440 replaces 386) is the base of 386's first
+    ingest, recorded or (before records) found in the log: the file replaces it, nothing kept."""
+    first = ingest(services, corpus)
+    assert "/pep-0386" in first.stub_nodes
+    if before_records:
+        forget_records(services)
+    (corpus / "pep-0386.rst").write_text(PEP_386, encoding="utf-8")
+    again = ingest(services, corpus)
+    assert again.replaced == ["/pep-0386"] and again.kept_edits == []
+    stub = node(services, "/pep-0386")
+    assert (stub.node_type, stub.properties["status"], "in_corpus" in stub.properties) == ("pep:PEP", "Superseded",
+                                                                                           False)
