@@ -45,6 +45,7 @@ from kg.store.models import utcnow
 from kg.store.paths import validate_name, validate_path
 from kg.store.repos import (
     BranchView,
+    WriteContext,
     create_repository,
     create_workspace,
     get_repository,
@@ -393,20 +394,63 @@ def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: F
     """
     ctx = uow.begin(repo, branch, message=ingest_message(node))
     plan = plan_file(uow.session, ctx.view, workspace, node, conflicts=conflicts)
+    if plan.action == "record":
+        ctx.retitle(f"ingest {node.source} (the node stays deleted)" if plan.kept_deleted
+                    else f"ingest {node.source} (the node already holds it)")
+    _apply(uow, ctx, workspace, plan, embedded)
+    return plan
+
+
+def ingest_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
+                 files: list[tuple[FileNode, EmbeddedText | None]], *, message: str) -> list[FilePlan]:
+    """Ingest several files at their nodes in one revision, keeping people's edits.
+
+    The lifecycle of :func:`ingest_file` (people's values kept where both changed a property),
+    for a caller whose files make one revision (the RAG node's input).
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch, workspace : str
+        Where the nodes are written.
+    files : list of (FileNode, EmbeddedText or None)
+        Each file's parse (with its ``sha256``) and its text as embedded before the transaction.
+    message : str
+        The revision's message.
+
+    Returns
+    -------
+    list of FilePlan
+        What was done to each, in order (planned under the write lock).
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput
+    """
+    ctx = uow.begin(repo, branch, message=message)
+    plans = []
+    for node, embedded in files:
+        plan = plan_file(uow.session, ctx.view, workspace, node)
+        _apply(uow, ctx, workspace, plan, embedded)
+        plans.append(plan)
+    return plans
+
+
+def _apply(uow: UnitOfWork, ctx: WriteContext, workspace: str, plan: FilePlan,
+           embedded: EmbeddedText | None) -> None:
+    """Write what ``plan`` says on ``ctx``'s branch: the node (insert, write) and the record."""
     if plan.action in ("skip", "review"):
-        return plan
+        return
+    node = plan.node
     if plan.action in ("insert", "write"):
         assert plan.value is not None
         node_type, properties = ingest_records.split_value(plan.value)
         write_node(uow, ctx, workspace, node.path, node_type=node_type, properties=properties, parents=True,
                    embedded=embedded)
-    else:
-        ctx.retitle(f"ingest {node.source} (the node stays deleted)" if plan.kept_deleted
-                    else f"ingest {node.source} (the node already holds it)")
     theirs = ingest_records.flat_value(node.node_type, node.properties)
     ingest_records.put_record(uow.session, ctx, workspace, validate_path(node.path), sha256=file_sha256(node),
                               source=node.source, patch=ingest_records.base_patch(plan.value, theirs))
-    return plan
 
 
 def write_review(uow: UnitOfWork, repo: str, branch: str, workspace: str, review_branch: str,
