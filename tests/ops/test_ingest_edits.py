@@ -286,3 +286,49 @@ def test_a_stub_becomes_its_file_when_the_file_arrives(services, corpus, before_
     stub = node(services, "/pep-0386")
     assert (stub.node_type, stub.properties["status"], "in_corpus" in stub.properties) == ("pep:PEP", "Superseded",
                                                                                            False)
+
+
+def test_an_ingest_after_migration_0017_keeps_the_edits_made_before_it(settings, corpus):
+    """A store written before ingest records (migration 0016), upgraded: the old ingest's node
+    (its parse, the ``sha256`` property, logged ``ingest <file>``) and a person's edit of it."""
+    from alembic import command
+
+    from kg.index.embedded import EmbeddedVectorIndex
+    from kg.ops.files import read_file_node
+    from kg.ops.formats.pep import PEP_FORMAT
+    from kg.ops.ingest import ensure_repo_workspace
+    from kg.ops.texts import write_node
+    from kg.providers.registry import make_embedder
+    from kg.services import Services
+    from kg.store.db import Database, alembic_config
+
+    url = settings.resolved_database_url()
+    db = Database(url)
+    with db.engine.begin() as conn:
+        cfg = alembic_config(url)
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0016")
+    services = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
+                        embedder_factory=lambda name: make_embedder(name, allow_fake=True))
+    try:
+        parse = read_file_node(corpus / "pep-0440.rst", corpus, PEP_FORMAT)
+
+        def old_ingest(uow):
+            ctx = uow.begin("peps", "main", message="ingest pep-0440.rst")
+            write_node(uow, ctx, "peps", parse.path, node_type=parse.node_type, properties=parse.properties,
+                       parents=True)
+
+        run(services, OPERATOR, ensure_repo_workspace, "peps", "peps")
+        run(services, OPERATOR, old_ingest)
+        edit(services, status="Withdrawn")
+        db.upgrade()
+        first = ingest(services, corpus)
+        assert "/pep-0440" in first.skipped and first.kept_edits == []
+        assert node(services).properties["status"] == "Withdrawn"
+        change_header(corpus, "pep-0440", "Title", "Versions")
+        changed = ingest(services, corpus)
+        assert changed.replaced == ["/pep-0440"] and changed.kept_edits == []
+        props = node(services).properties
+        assert (props["title"], props["status"]) == ("Versions", "Withdrawn")
+    finally:
+        services.close()
