@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
@@ -162,6 +162,8 @@ CONFLICT_MODES = ("keep", "review")
 #: The review branch's name when the caller gives none: ``ingest/`` and the UTC time.
 REVIEW_BRANCH_FORMAT = "ingest/%Y%m%d-%H%M%S"
 _MISSING = object()
+#: What ingesting a file does at its node (:class:`FilePlan`).
+FileAction = Literal["insert", "write", "skip", "record", "review"]
 #: The start of the revision message of an ingest's relations (and the stubs of their targets).
 RELATIONS_MESSAGE = "ingest relations ("
 
@@ -192,7 +194,7 @@ class FilePlan:
     """
 
     node: FileNode
-    action: str
+    action: FileAction
     value: dict[str, Any] | None = None
     kept: list[dict[str, Any]] = field(default_factory=list)
     kept_deleted: bool = False

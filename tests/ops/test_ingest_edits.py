@@ -332,3 +332,25 @@ def test_an_ingest_after_migration_0017_keeps_the_edits_made_before_it(settings,
         assert (props["title"], props["status"]) == ("Versions", "Withdrawn")
     finally:
         services.close()
+
+
+def test_deleting_or_resetting_a_branch_drops_its_records(services, corpus):
+    from kg.ops.branches import create_branch, delete_branch, reset_branch
+
+    ingest(services, corpus)
+    for name in ("a", "b"):
+        run(services, OPERATOR, create_branch, "peps", name=name)
+        change_header(corpus, "pep-0440", "Title", f"Versions {name}")
+        assert ingest(services, corpus, branch=name).replaced == ["/pep-0440"]
+
+    def records():
+        with services.db.read() as s:
+            return s.scalar(select(func.count()).select_from(IngestRecord))
+
+    on_main = 3 + 1  # the three files and the stub of PEP 386
+    assert records() == on_main + 2
+    run(services, OPERATOR, delete_branch, "peps", "a")
+    run(services, OPERATOR, reset_branch, "peps", "b")
+    assert records() == on_main
+    # b forked again from main: it sees main's record, so the file (changed) is merged anew
+    assert ingest(services, corpus, branch="b").replaced == ["/pep-0440"]
