@@ -681,6 +681,12 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
         name = review_branch or _free_review_branch(services, repo)
         run(services, caller, write_review, repo, branch, workspace, name, to_review)
         report.review_branch = name
+        # The files' relations are part of their version: asserted on the review branch (not
+        # counted in the report, which counts the ingested branch's).
+        proposed = [(p.node.path, rel, target) for p in to_review if p.review_value is not None
+                    for rel, target in p.node.relations]
+        if proposed:
+            _write_relations(services, caller, repo, workspace, name, proposed, file_format, IngestReport())
     if report.inserted or report.replaced or to_review:
         services.db.analyze()
     return report

@@ -196,10 +196,17 @@ def test_a_deleted_node_stays_deleted(services, corpus):
     assert changed.kept_deleted == ["/pep-0517"] and changed.as_dict()["kept_deleted"] == 1
     assert node(services, "/pep-0517") is None
     assert ingest(services, corpus).kept_deleted == []  # recorded: listed once
-    change_header(corpus, "pep-0517", "Status", "Final", file="pep-0517.rst")
+    change_header(corpus, "pep-0517", "Status", "Final\nRequires: 518", file="pep-0517.rst")
     review = ingest(services, corpus, conflicts="review")
     assert review.kept_deleted == ["/pep-0517"] and node(services, "/pep-0517") is None
     assert node(services, "/pep-0517", branch=review.review_branch).properties["status"] == "Final"
+    with services.db.read() as s:  # with the file's relation, to a stub of PEP 518
+        from kg.store.relations import find_relation
+
+        view = branch_view(s, "peps", review.review_branch)
+        a, b = find_node(s, view, "peps", "/pep-0517"), find_node(s, view, "peps", "/pep-0518")
+        assert b is not None and find_relation(s, view, a.node_id, b.node_id, "requires") is not None
+    assert node(services, "/pep-0518") is None  # nothing of it on main
 
 
 def test_records_are_per_branch(services, corpus):
