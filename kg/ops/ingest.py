@@ -67,6 +67,8 @@ class IngestReport:
     passages_embedded: int = 0
     relations_added: int = 0
     relations_unchanged: int = 0
+    relations_removed: int = 0
+    """Relations a changed file no longer asserts, removed."""
     stub_nodes: list[str] = field(default_factory=list)
     index_failures: int = 0
     unreadable: list[dict[str, str]] = field(default_factory=list)
@@ -107,7 +109,8 @@ class IngestReport:
             "files": self.files, "inserted": len(self.inserted), "replaced": len(self.replaced),
             "skipped": len(self.skipped), "passages_embedded": self.passages_embedded,
             "relations_added": self.relations_added,
-            "relations_unchanged": self.relations_unchanged, "stub_nodes": len(self.stub_nodes),
+            "relations_unchanged": self.relations_unchanged, "relations_removed": self.relations_removed,
+            "stub_nodes": len(self.stub_nodes),
             "index_failures": self.index_failures, "unreadable": len(self.unreadable),
             "kept_edits": len(self.kept_edits), "kept_deleted": len(self.kept_deleted),
             "review_branch": self.review_branch,
@@ -191,6 +194,8 @@ class FilePlan:
         People deleted the node and the file changed: it stays deleted.
     review_value : dict or None
         The value for the review branch: the merge with the file's values where they clash.
+    base_relations : list of (str, str), or None
+        The relations the file asserted at its last ingest (the record's); None: unknown.
     """
 
     node: FileNode
@@ -199,6 +204,21 @@ class FilePlan:
     kept: list[dict[str, Any]] = field(default_factory=list)
     kept_deleted: bool = False
     review_value: dict[str, Any] | None = None
+    base_relations: list[tuple[str, str]] | None = None
+
+    def relation_changes(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """The relations the file added and dropped since its last ingest.
+
+        Returns
+        -------
+        (added, dropped)
+            ``(type, target path)`` lists; every relation of the file is added when its last
+            ingest's are unknown (a first ingest, a node ingested before records were kept).
+        """
+        if self.base_relations is None:
+            return list(self.node.relations), []
+        return ([r for r in self.node.relations if r not in self.base_relations],
+                [r for r in self.base_relations if r not in self.node.relations])
 
 
 def ingest_message(node: FileNode) -> str:
@@ -333,6 +353,7 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
     """
     sha = file_sha256(node)
     path = validate_path(node.path)
+    base_relations: list[tuple[str, str]] | None = None
     record = ingest_records.find_record(session, view, workspace, path)
     current = node_store.find_node(session, view, workspace, path)
     theirs = ingest_records.flat_value(node.node_type, node.properties)
@@ -350,19 +371,22 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
             session, view, workspace, path, ingest_message(node), prefix=RELATIONS_MESSAGE))
     else:
         base = ingest_records.record_base(session, view, record)
+        if record.relations is not None:
+            base_relations = [(rel, target) for rel, target in record.relations]
         if ours is None:  # people deleted the node: it stays deleted
             if conflicts == "review":
-                return FilePlan(node, "review", None, kept_deleted=True, review_value=theirs)
-            return FilePlan(node, "record", None, kept_deleted=True)
+                return FilePlan(node, "review", None, kept_deleted=True, review_value=theirs,
+                                base_relations=base_relations)
+            return FilePlan(node, "record", None, kept_deleted=True, base_relations=base_relations)
     merged, clashes = merge_file(base, ours, theirs)
     kept = [{"path": path, "key": key, "kept": ours.get(key), "file": theirs.get(key)} for key in clashes]
     if clashes and conflicts == "review":
         review_value = {k: v for k, v in merged.items() if k not in clashes}
         review_value.update({k: theirs[k] for k in clashes if k in theirs})
-        return FilePlan(node, "review", ours, kept=kept, review_value=review_value)
+        return FilePlan(node, "review", ours, kept=kept, review_value=review_value, base_relations=base_relations)
     if merged == ours:
-        return FilePlan(node, "record", ours, kept=kept)
-    return FilePlan(node, "write", merged, kept=kept)
+        return FilePlan(node, "record", ours, kept=kept, base_relations=base_relations)
+    return FilePlan(node, "write", merged, kept=kept, base_relations=base_relations)
 
 
 def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: FileNode,
@@ -452,7 +476,8 @@ def _apply(uow: UnitOfWork, ctx: WriteContext, workspace: str, plan: FilePlan,
                    embedded=embedded)
     theirs = ingest_records.flat_value(node.node_type, node.properties)
     ingest_records.put_record(uow.session, ctx, workspace, validate_path(node.path), sha256=file_sha256(node),
-                              source=node.source, patch=ingest_records.base_patch(plan.value, theirs))
+                              source=node.source, patch=ingest_records.base_patch(plan.value, theirs),
+                              relations=node.relations)
 
 
 def write_review(uow: UnitOfWork, repo: str, branch: str, workspace: str, review_branch: str,
@@ -491,7 +516,8 @@ def write_review(uow: UnitOfWork, repo: str, branch: str, workspace: str, review
         theirs = ingest_records.flat_value(plan.node.node_type, plan.node.properties)
         ingest_records.put_record(uow.session, ctx, workspace, validate_path(plan.node.path),
                                   sha256=file_sha256(plan.node), source=plan.node.source,
-                                  patch=ingest_records.base_patch(plan.review_value, theirs))
+                                  patch=ingest_records.base_patch(plan.review_value, theirs),
+                                  relations=plan.node.relations)
     return ctx.revision
 
 
@@ -533,6 +559,36 @@ def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
             stubs.append(dst)
         relation_store.relate(session, ctx, f"{workspace}:{src}", f"{workspace}:{dst}", rel)
     return stubs
+
+
+def unrelate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
+                   relations: list[tuple[str, str, str]]) -> int:
+    """Remove, in one revision, the relations files no longer assert (where still present).
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch, workspace : str
+        Where the relations are.
+    relations : list of (str, str, str)
+        ``(from path, relation type, to path)`` in ``workspace``.
+
+    Returns
+    -------
+    int
+        How many edges were removed (a relation a person removed already, or whose end is
+        gone, counts nothing).
+    """
+    session = uow.session
+    ctx = uow.begin(repo, branch, message=f"ingest: relations the files dropped ({len(relations)})")
+    removed = 0
+    for src, rel, dst in relations:
+        if node_store.find_node(session, ctx.view, workspace, src) is None or \
+                node_store.find_node(session, ctx.view, workspace, dst) is None:
+            continue
+        removed += relation_store.unrelate(session, ctx, f"{workspace}:{src}", f"{workspace}:{dst}", rel)
+    return removed
 
 
 def _refuse_one_path_for_two_files(parsed: list[FileNode]) -> None:
@@ -641,6 +697,7 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
         on_files(len(parsed))
     report = IngestReport(files=len(files), unreadable=unreadable)
     relations: list[tuple[str, str, str]] = []
+    dropped: list[tuple[str, str, str]] = []
     to_review: list[FilePlan] = []
     for start in range(0, len(parsed), GROUP_FILES):
         group = parsed[start:start + GROUP_FILES]
@@ -657,7 +714,6 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
             embedded = prepare_chunks(services, repo, items, embed=False)
         report.passages_embedded += counted[0]
         texts = {id(p.node): text for p, text in zip(todo, embedded, strict=True)}
-        written: list[FileNode] = []
         for planned_file in planned:
             node = planned_file.node
             if planned_file.action == "skip":  # re-planned under the write lock only when it writes
@@ -667,16 +723,19 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
                        conflicts=conflicts)
             report.add(done)
             if done.action in ("insert", "write"):
-                written.append(node)
+                # The file's relation changes since its last ingest, as for its properties: a
+                # relation it asserted before is not asserted again (a person may have removed it).
+                added, removed = done.relation_changes()
+                relations += [(node.path, rel, target) for rel, target in added]
+                dropped += [(node.path, rel, target) for rel, target in removed]
             if done.action == "review":
                 to_review.append(done)
-        # A skipped file's relations were asserted when it was last ingested: asserting them
-        # again would bring back a relation a person removed.
-        relations += [(node.path, rel, target) for node in written for rel, target in node.relations]
         if on_progress is not None:
             on_progress(len(group))
     if relations:
         _write_relations(services, caller, repo, workspace, branch, relations, file_format, report)
+    if dropped:
+        report.relations_removed = run(services, caller, unrelate_files, repo, branch, workspace, dropped)
     if to_review:
         name = review_branch or _free_review_branch(services, repo)
         run(services, caller, write_review, repo, branch, workspace, name, to_review)

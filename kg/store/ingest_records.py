@@ -18,6 +18,7 @@ property change.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import and_, bindparam, or_, select
@@ -268,7 +269,8 @@ def last_written_by(session: Session, view: BranchView, workspace: str, path: st
 
 
 def put_record(session: Session, ctx: WriteContext, workspace: str, path: str, *, sha256: str, source: str,
-               patch: dict[str, Any] | None) -> IngestRecord:
+               patch: dict[str, Any] | None,
+               relations: Sequence[tuple[str, str]] | None = None) -> IngestRecord:
     """Record an ingest of a file at ``workspace:path`` in the write's revision.
 
     Parameters
@@ -288,6 +290,8 @@ def put_record(session: Session, ctx: WriteContext, workspace: str, path: str, *
         The file, relative to the ingested folder.
     patch : dict or None
         :func:`base_patch` of the value the branch holds after this write and the file's parse.
+    relations : sequence of (str, str), or None
+        The ``(type, target path)`` relations the file asserts; None: not recorded (a stub).
 
     Returns
     -------
@@ -301,7 +305,9 @@ def put_record(session: Session, ctx: WriteContext, workspace: str, path: str, *
     """
     wid = workspace_id(ctx.view, workspace)
     record = IngestRecord(repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
-                          path=path, sha256=sha256, source=source, base_patch=patch, created_at=utcnow())
+                          path=path, sha256=sha256, source=source, base_patch=patch,
+                          relations=None if relations is None else [[rel, target] for rel, target in relations],
+                          created_at=utcnow())
     session.add(record)
     session.flush()
     return record

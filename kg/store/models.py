@@ -205,7 +205,8 @@ class IngestRecord(Base):
     file's bytes' hash (an unchanged file is skipped); the *base* of the next three-way merge is
     the file's parse as of this ingest: the node as this ingest wrote it (read at ``revision``)
     with ``base_patch`` applied, which is null when the ingest wrote the parse exactly, else
-    ``{"node_type"?, "set": {key: value}, "unset": [key]}`` (:mod:`kg.store.ingest_records`).
+    ``{"set": {key: value}, "unset": [key]}`` (:mod:`kg.store.ingest_records`). ``relations``
+    are the ones the file asserted, the base of the next ingest's relations.
     """
 
     __tablename__ = "ingest_records"
@@ -223,6 +224,8 @@ class IngestRecord(Base):
     sha256: Mapped[str] = mapped_column(String(64))
     source: Mapped[str] = mapped_column(Text)
     base_patch: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: The relations the file asserted, ``[[type, target path], ...]``; null: not recorded.
+    relations: Mapped[list[list[str]] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 

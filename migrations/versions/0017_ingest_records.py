@@ -2,8 +2,9 @@
 
 ``ingest_records`` holds one row per node written (or recorded) by ``kg ingest``, at the
 ingest's revision on its branch: the sha256 of the file's bytes, the file's name below the
-ingested folder and, when the node written differs from the file's parse (people's edits kept
-by a three-way merge), the patch that turns the written node back into the parse. A branch
+ingested folder, the relations the file asserted and, when the node written differs from the
+file's parse (people's edits kept by a three-way merge), the patch that turns the written node
+back into the parse. A branch
 sees the rows of its chain, as it sees node versions. Nodes ingested before this migration have
 no row: ``docs/ingest.md`` says how their first ingest after the upgrade treats them.
 
@@ -33,6 +34,7 @@ def upgrade() -> None:
         sa.Column("sha256", sa.String(length=64), nullable=False),
         sa.Column("source", sa.Text(), nullable=False),
         sa.Column("base_patch", sa.JSON(), nullable=True),
+        sa.Column("relations", sa.JSON(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(["branch_id"], ["branches.id"], ondelete="CASCADE"),
         sa.ForeignKeyConstraint(["repo_id"], ["repositories.id"], ondelete="CASCADE"),

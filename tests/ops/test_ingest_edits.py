@@ -15,11 +15,12 @@ from kg.context import OPERATOR, run
 from kg.errors import Conflict, InvalidInput
 from kg.ops import nodes as node_ops
 from kg.ops import queries
+from kg.ops.branches import create_branch
 from kg.ops.ingest import ingest_path
 from kg.ops.merge import merge_branch
 from kg.rag.search import SearchRequest, search
 from kg.store.models import IngestRecord, Repository, Revision
-from kg.store.nodes import find_node
+from kg.store.nodes import find_node, visible_nodes
 from kg.store.repos import branch_view
 
 PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
@@ -212,8 +213,7 @@ def test_a_deleted_node_stays_deleted(services, corpus):
 def test_records_are_per_branch(services, corpus):
     """A branch sees main's records up to its fork, and its own after."""
     ingest(services, corpus)
-    run(services, OPERATOR, __import__("kg.ops.branches", fromlist=["create_branch"]).create_branch,
-        "peps", name="feature")
+    run(services, OPERATOR, create_branch, "peps", name="feature")
     edit(services, branch="feature", status="Withdrawn")
     assert ingest(services, corpus, branch="feature").skipped == ["/pep-0440", "/pep-0508", "/pep-0517"]
     change_header(corpus, "pep-0440", "Status", "Active")
@@ -342,7 +342,7 @@ def test_an_ingest_after_migration_0017_keeps_the_edits_made_before_it(settings,
 
 
 def test_deleting_or_resetting_a_branch_drops_its_records(services, corpus):
-    from kg.ops.branches import create_branch, delete_branch, reset_branch
+    from kg.ops.branches import delete_branch, reset_branch
 
     ingest(services, corpus)
     for name in ("a", "b"):
@@ -361,3 +361,33 @@ def test_deleting_or_resetting_a_branch_drops_its_records(services, corpus):
     assert records() == on_main
     # b forked again from main: it sees main's record, so the file (changed) is merged anew
     assert ingest(services, corpus, branch="b").replaced == ["/pep-0440"]
+
+
+def relations_of(services, path="/pep-0440", branch="main"):
+    from kg.store.relations import visible_relations
+
+    with services.db.read() as s:
+        view = branch_view(s, "peps", branch)
+        source = find_node(s, view, "peps", path)
+        ids = {v.node_id: v.path for v in visible_nodes(s, view)}
+        return sorted((e.rel_type, ids[e.to_node_id]) for e in visible_relations(s, view, node_ids=[source.node_id])
+                      if e.from_node_id == source.node_id)
+
+
+def test_relations_follow_the_same_rule(services, corpus):
+    """A changed file adds the relations it added and removes those it dropped; one it still
+    asserts but a person removed stays removed."""
+    from kg.ops.relations import unrelate
+
+    ingest(services, corpus)
+    assert relations_of(services) == [("replaces", "/pep-0386")]
+    run(services, OPERATOR, unrelate, "peps", "main", "peps:/pep-0440", "peps:/pep-0386", "replaces")
+    change_header(corpus, "pep-0440", "Replaces", "386\nRequires: 508")
+    added = ingest(services, corpus)
+    assert (added.relations_added, added.relations_removed) == (1, 0)
+    assert relations_of(services) == [("requires", "/pep-0508")]
+    change_header(corpus, "pep-0440", "Requires", "517")
+    moved = ingest(services, corpus)
+    assert (moved.relations_added, moved.relations_removed) == (1, 1)
+    assert moved.as_dict()["relations_removed"] == 1
+    assert relations_of(services) == [("requires", "/pep-0517")]
