@@ -391,3 +391,17 @@ def test_relations_follow_the_same_rule(services, corpus):
     assert (moved.relations_added, moved.relations_removed) == (1, 1)
     assert moved.as_dict()["relations_removed"] == 1
     assert relations_of(services) == [("requires", "/pep-0517")]
+
+
+def test_after_merging_a_branch_that_ingested_a_change_main_keeps_what_the_merge_brought(services, corpus):
+    ingest(services, corpus)
+    run(services, OPERATOR, create_branch, "peps", name="feature")
+    change_header(corpus, "pep-0440", "Title", "Versions")
+    assert ingest(services, corpus, branch="feature").replaced == ["/pep-0440"]
+    run(services, OPERATOR, merge_branch, "peps", "feature", "main")
+    merged = node(services).properties
+    again = ingest(services, corpus)  # main's record is its own ingest's: the node is the file's now
+    assert (again.replaced, again.kept_edits) == ([], [])
+    assert node(services).properties == merged and merged["title"] == "Versions"
+    before = head(services)
+    assert ingest(services, corpus).skipped == ["/pep-0440", "/pep-0508", "/pep-0517"] and head(services) == before
