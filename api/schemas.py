@@ -675,6 +675,15 @@ class RagResult(Schema):
     class_: str = absent("Weaviate: the chunks class.", alias="class")
 
 
+class RagKeptEdit(Schema):
+    """A property of a file's node both a person and the file changed: the person's value is kept."""
+
+    file: str = Field(description="The input's file.")
+    key: str = Field(description="The property (``kg:node_type`` for the node's type).")
+    kept: Any = Field(description="The value kept: the person's (null: they removed it).")
+    file_value: Any = Field(description="The file's value (null: the file has none).")
+
+
 class RagIngestion(Schema):
     """The input's files by what ingesting them did."""
 
@@ -682,6 +691,9 @@ class RagIngestion(Schema):
     skipped: list[str]
     replaced: list[str]
     reembedded: list[str] = absent("Embedded index: files re-embedded because the model changed.")
+    kept_edits: list[RagKeptEdit] = absent(
+        "Embedded index: properties of a file's node that a person edited and the file changed too "
+        "since its last ingest: the person's value is kept (present only when there are some).")
 
 
 class RagCollection(Schema):

@@ -196,6 +196,39 @@ class NodeVersion(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class IngestRecord(Base):
+    """What the last ingest of a file recorded at a node's address on one branch.
+
+    Versioned like a node (one row per ingest, at the ingest's revision; a branch sees what its
+    chain sees, :func:`kg.store.visibility.visible_select`), but kept apart from the node's
+    versions so that people's edits and deletes of the node leave it alone. ``sha256`` is the
+    file's bytes' hash (an unchanged file is skipped); the *base* of the next three-way merge is
+    the file's parse as of this ingest: the node as this ingest wrote it (read at ``revision``)
+    with ``base_patch`` applied, which is null when the ingest wrote the parse exactly, else
+    ``{"set": {key: value}, "unset": [key]}`` (:mod:`kg.store.ingest_records`). ``relations``
+    are the ones the file asserted, the base of the next ingest's relations.
+    """
+
+    __tablename__ = "ingest_records"
+    __table_args__ = (
+        Index("ix_ingest_records_path", "branch_id", "workspace_id", "path", "revision"),
+        Index("ix_ingest_records_branch_revision", "branch_id", "revision"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    revision: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(1024))
+    sha256: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(Text)
+    base_patch: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: The relations the file asserted, ``[[type, target path], ...]``; null: not recorded.
+    relations: Mapped[list[list[str]] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class RelationVersion(Base):
     """One version of a typed, weighted edge between two nodes (by node id) on one branch."""
 

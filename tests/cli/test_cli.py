@@ -515,7 +515,7 @@ def test_help_lists_each_command_as_flowing_sentences():
     result = CliRunner().invoke(app, ["--help"], terminal_width=200, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     line = next(row for row in result.output.splitlines() if "│ ingest " in row)
-    assert "changed ones re-embedded. The format says what a file becomes" in line
+    assert "is skipped, whatever happened to its node since; a changed one is merged" in line
     sub = CliRunner().invoke(app, ["import", "ndjson", "--help"], terminal_width=200, env={"COLUMNS": "200"})
     assert sub.exit_code == 0 and "as one revision (or one per --batch-size records)" in " ".join(sub.output.split())
 
