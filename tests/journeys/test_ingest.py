@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from kg.context import OPERATOR
 from kg.ops.ingest import ingest_path
 from tests.journeys.journey import Kg, address
@@ -56,10 +54,6 @@ def test_ingested_documents_are_found_and_edited(kg: Kg, services, tmp_path: Pat
     assert kg.search("main", REVIEWED_TITLE)[0]["path"] == "/guide"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "re-ingesting a file reverts a person's edit of its node: an unchanged file is written "
-    "again as a new revision with the file's properties, a changed file replaces the whole node "
-    "(kg.ops.ingest compares the stored properties with the file's parse)"))
 def test_a_persons_edit_survives_re_ingesting_its_file(kg: Kg, services, tmp_path: Path):
     docs = tmp_path / "docs"
     edited = ingested_and_edited(kg, services, docs)
