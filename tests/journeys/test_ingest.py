@@ -2,7 +2,7 @@
 ``kg ingest`` runs), a person edits one over HTTP, the unchanged files are ingested again, then
 changed files.
 
-The intended behaviour: an unchanged file leaves the person's edit as it is and writes no
+An unchanged file leaves the person's edit as it is and writes no
 revision; a changed file applies the file's changes where nobody edited the node, and keeps the
 person's edit where both changed the same property. Asserted through what a user reads: the
 nodes, and the revisions in main's log."""
