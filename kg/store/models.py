@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -299,6 +300,8 @@ class IndexJob(Base):
         Index("ix_index_jobs_claim", "status", "priority", "id"),
         # Fair claim: the lanes (workspaces) with queued jobs, and each lane's head.
         Index("ix_index_jobs_lane", "status", "workspace_id", "priority", "id"),
+        # Jobs to run alone (held when their worker died): found without reading the backlog.
+        Index("ix_index_jobs_alone", "status", "alone", "priority", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -317,6 +320,11 @@ class IndexJob(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Retries (kg.indexing.queue): deaths of the job run alone (what the attempt cap counts),
+    # whether its next claim runs it alone (it was held when its worker died), its backoff.
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    alone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Reference(Base):
@@ -362,6 +370,7 @@ class FunctionJob(Base):
         Index("ix_function_jobs_state", "state", "created_at"),
         # Fair claim: the lanes (repositories) with queued jobs, and each lane's head.
         Index("ix_function_jobs_lane", "state", "repo_id", "created_at", "id"),
+        Index("ix_function_jobs_alone", "state", "alone", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -378,6 +387,11 @@ class FunctionJob(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Retries (kg.indexing.queue): deaths of the job run alone (what the attempt cap counts),
+    # whether its next claim runs it alone (it was held when its worker died), its backoff.
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    alone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     #: Who submitted it, ``{"kind", "name"}`` (:class:`kg.context.Actor`); the job runs as them.
     actor: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
