@@ -9,8 +9,10 @@ not stuck behind another repository's backlog), by priority (writes' texts befor
 under a lease renewed while the batch runs. A crash leaves jobs ``running``; the next indexer
 takes them again (at once when it can tell their process is gone, else when their lease
 expires), so nothing is lost, and chunk ids are deterministic (content key, index), so nothing
-is duplicated. A text whose process dies each time it is embedded is failed after
-:data:`~kg.indexing.index_jobs.MAX_ATTEMPTS` claims.
+is duplicated. A death is not the text's failure: a text taken back is retried by itself, and
+only deaths while it ran alone count; after :data:`~kg.indexing.index_jobs.MAX_ATTEMPTS` of them
+it is failed (a text that kills its process). Large texts are embedded in steps, with other
+texts, of their workspace too, claimed and done between the steps (:class:`Indexer`).
 
 The queue itself (its spec, :func:`~kg.indexing.index_jobs.enqueue`, its status) is
 :mod:`kg.indexing.index_jobs`; this module runs it and completes re-embeds
@@ -117,8 +119,9 @@ class Indexer(PollingWorker):
         pass claims it. Filtered passes (:meth:`drain` of a repository, a write indexing its
         own text) embed whole texts.
     retry_backoff_s : float
-        The first wait before a text whose indexer stopped while embedding it is claimed again,
-        in seconds (doubling: :class:`~kg.indexing.queue.DurableQueue`).
+        The wait before a text taken back from a dead indexer is claimed again, in seconds, after
+        its first counted death (none after the first, unattributed one; then doubling:
+        :class:`~kg.indexing.queue.DurableQueue`).
 
     Notes
     -----

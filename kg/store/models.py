@@ -289,7 +289,8 @@ class IndexJob(Base):
     or marks it ``failed`` with the reason. A claim is held by one queue worker
     (``claimed_by``, a :class:`QueueWorker`) under a lease (``updated_at``, renewed while the
     batch runs); ``running`` jobs whose lease expired or whose worker is gone are taken again (a
-    crash loses nothing), a bounded number of times (:mod:`kg.indexing.queue`).
+    crash loses nothing), retried alone, and failed after a bounded number of deaths while
+    it ran alone (:mod:`kg.indexing.queue`).
     """
 
     __tablename__ = "index_jobs"
@@ -361,8 +362,9 @@ class FunctionJob(Base):
     Submitted ``queued``; a runner claims it (``running``, ``attempts`` + 1, a lease until
     ``lease_until``, renewed while it runs), then stores ``output`` (``succeeded``) or ``error``
     in the API error shape ``{"code", "message", "details"}`` (``failed``). A ``running`` job
-    whose lease expired (its process stopped) is claimed again, up to a bounded number of
-    attempts (:mod:`kg.rag.function_jobs`, :mod:`kg.indexing.queue`); ``claimed_by`` names the queue worker holding it.
+    whose lease expired (its process stopped) is claimed again, by itself, until its runner
+    died a bounded number of times while it ran alone (:mod:`kg.rag.function_jobs`,
+    :mod:`kg.indexing.queue`); ``claimed_by`` names the queue worker holding it.
     """
 
     __tablename__ = "function_jobs"
