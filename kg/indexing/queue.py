@@ -49,10 +49,12 @@ Workers
 Retries
     A worker's death is not its jobs' failure: a kill, an out-of-memory kill or a deploy stops
     whatever the worker held. A job taken back from a gone worker or an expired lease goes back
-    to ``queued``, marked ``alone``: its next claim takes it by itself, and the worker holding
-    it claims nothing else until it ends. Only a death while the job ran alone counts
-    (``failures``): then nothing else ran in that worker. The first death, unattributed (the
-    job may have been one of many), is never counted and is retried at once; each counted one
+    to ``queued``, marked ``alone``: it is claimed by itself, by a worker that holds nothing.
+    Only a death while such a job was the one job its worker held counts (``failures``): then
+    nothing else ran in that worker (the worker may claim other jobs beside it meanwhile, such
+    as short texts between a large one's steps; a death while it holds them is not counted). The
+    first death, unattributed (the job may have been one of many), is never counted and is
+    retried at once; each counted one
     adds a backoff (``not_before``: ``retry_backoff_s`` times 1, 3, 7, ..., at most
     ``max_backoff_s``). After ``max_attempts`` counted deaths the job is failed with the spec's
     reason instead of being run again (a job that kills its process would otherwise do so
@@ -72,7 +74,7 @@ import os
 import socket
 import threading
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -357,8 +359,8 @@ class DurableQueue:
         Claimed
             The claims (``running`` under this worker, ``attempts`` + 1, a fresh lease), and the
             ids of jobs failed because their attempts were used up. A job marked ``alone`` is
-            claimed by itself, and only by a worker that holds nothing; a worker holding such a
-            job claims nothing. Jobs whose backoff (``not_before``) has not passed wait.
+            claimed by itself, and only by a worker that holds nothing. Jobs whose backoff
+            (``not_before``) has not passed wait.
 
         Notes
         -----
@@ -372,13 +374,11 @@ class DurableQueue:
         if limit <= 0:
             return Claimed([], exhausted)
         t = self._table
-        held = list(session.scalars(select(t.c.alone).where(
-            t.c[self.spec.state] == self.spec.running, t.c.claimed_by == self.worker_id)))
-        if any(held):
-            return Claimed([], exhausted)  # a job runs alone: nothing beside it
+        held = session.scalar(select(t.c.id).where(
+            t.c[self.spec.state] == self.spec.running, t.c.claimed_by == self.worker_id).limit(1))
         due = or_(t.c.not_before.is_(None), t.c.not_before <= now)
         lanes = [self._c(self.spec.lane).not_in(list(skip_lanes))] if skip_lanes else []
-        if not held:
+        if held is None:
             alone = self._take(session, [*where, *lanes, t.c.alone == true(), due], 1, now, by_priority=True)
             if alone:
                 return Claimed(alone, exhausted)
@@ -426,7 +426,8 @@ class DurableQueue:
         backoff), or fail those whose worker died while they ran alone ``max_attempts`` times;
         not ``lost`` (a clean stop): requeue them as they were."""
         spec, t = self.spec, self._table
-        stmt = select(t.c.id, t.c.failures, t.c.alone).where(self._c(spec.state) == spec.running, condition)
+        stmt = select(t.c.id, t.c.failures, t.c.alone, t.c.claimed_by).where(
+            self._c(spec.state) == spec.running, condition)
         if self._postgres:
             stmt = stmt.with_for_update(skip_locked=True, of=t)
         rows = session.execute(stmt).all()
@@ -436,9 +437,11 @@ class DurableQueue:
             session.execute(update(t).where(t.c.id.in_([r[0] for r in rows])).values(
                 {spec.state: spec.queued, "claimed_by": None, **spec.requeue_values(now)}))
             return []
+        held = Counter(row.claimed_by for row in rows)  # what each lost worker held
         exhausted = []
-        for job_id, failures, alone in rows:
-            deaths = failures + 1 if alone else failures  # only a death while it ran alone counts
+        for job_id, failures, alone, owner in rows:
+            # Only a death while it ran alone counts: claimed by itself, the one job its worker held.
+            deaths = failures + 1 if alone and held[owner] == 1 else failures
             if deaths >= self.max_attempts:
                 session.execute(update(t).where(t.c.id == job_id).values(
                     {spec.state: spec.failed, "claimed_by": None, "failures": deaths, "not_before": None,

@@ -302,3 +302,21 @@ def test_index_status_route_answers_what_the_next_job_waits_behind(services):
     behind = body["next"]["behind"]
     assert (behind["content_key"], behind["chunks_done"], behind["chunks_total"], behind["chars"]) == (
         "b" * 64, 5, 20, len(BIG))
+
+
+def test_a_large_text_retried_alone_after_a_crash_still_lets_short_texts_through(db_url, tmp_path):
+    """After its indexer died, the large text is claimed by itself; short texts of its workspace
+    written meanwhile are still done between its steps."""
+    services = make_services(db_url, tmp_path)
+    write(services, "big", "/big", BIG)
+    with services.db.write() as s:  # its first indexer died while embedding it
+        s.execute(update(IndexJob).values(status="running", claimed_by="0" * 32, attempts=1))
+    first = services.indexer.run_pending()
+    assert first.stepped == STEP
+    with services.db.read() as s:
+        assert (s.scalar(select(IndexJob.alone)), s.scalar(select(IndexJob.attempts))) == (True, 2)
+    write(services, "big", "/note", "a small note about otters")
+    second = services.indexer.run_pending()
+    assert (second.done, second.stepped) == (1, STEP) and found(services, "otters") == ["/note"]
+    assert services.indexer.drain().done == 1 and found(services, "zebra7") == ["/big"]
+    services.close()

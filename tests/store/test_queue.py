@@ -286,7 +286,7 @@ def test_deaths_beside_other_jobs_never_count_and_each_job_is_then_run_alone(db)
     for job_id in ids:
         (one,) = claim(worker, 4).claims  # by itself
         assert one.id == job_id
-        assert claim(worker, 4).claims == []  # nothing beside it
+        assert claim(worker, 4).claims == []  # another lone job waits for an idle worker
         with db.write() as s:
             assert worker.finish(s, [one]) == [one]
     assert claim(worker, 4).claims == []
@@ -306,6 +306,32 @@ def test_a_worker_holding_jobs_does_not_take_a_job_that_must_run_alone(db):
         s.execute(update(IndexJob).where(IndexJob.id == second).values(status="pending", claimed_by=None))
     assert claim(busy, 5).claims == []  # it holds a job: the lone one waits for an idle worker
     assert [c.id for c in claim(DurableQueue(db, INDEX_QUEUE), 5).claims] == [second]
+
+
+def test_a_death_counts_against_a_lone_job_only_when_it_was_all_its_worker_held(db):
+    lanes = make_lanes(db, {"a": ["w"]})
+    suspect, short = enqueue(db, lanes[("a", "w")], 2)
+    with db.write() as s:
+        s.execute(update(IndexJob).where(IndexJob.id == suspect).values(alone=True))
+    # Killed while it held the lone job and a short one claimed beside it: not counted.
+    worker = DurableQueue(db, INDEX_QUEUE)
+    assert [c.id for c in claim(worker, 5).claims] == [suspect]
+    assert [c.id for c in claim(worker, 5).claims] == [short]  # beside it: a normal job
+    bury(db, worker)
+    with db.write() as s:
+        assert DurableQueue(db, INDEX_QUEUE).sweep(s) == []
+    assert (job_row(db, suspect).failures, job_row(db, short).failures) == (0, 0)
+    assert job_row(db, short).alone  # the short one is now a suspect too
+    # Killed while the lone job was all it held: counted, with a backoff.
+    with db.write() as s:
+        s.execute(update(IndexJob).where(IndexJob.id == short).values(status="done"))
+    worker = DurableQueue(db, INDEX_QUEUE)
+    assert [c.id for c in claim(worker, 5).claims] == [suspect]
+    bury(db, worker)
+    with db.write() as s:
+        assert DurableQueue(db, INDEX_QUEUE).sweep(s) == []
+    row = job_row(db, suspect)
+    assert (row.status, row.failures, row.alone) == ("pending", 1, True) and row.not_before > utcnow()
 
 
 def test_a_retry_waits_for_its_backoff(db):
