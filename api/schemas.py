@@ -506,7 +506,8 @@ class SearchResponse(Schema):
 
 
 class IndexJobProblem(Schema):
-    """A failed index job, or a pending one waiting for its model."""
+    """A failed index job, or a pending one waiting to be retried (its model could not be
+    reached, or its indexer stopped while embedding it)."""
 
     content_key: str
     error: str
@@ -569,6 +570,41 @@ class IndexJobProgress(Schema):
     eta_s: Number | None = Field(description="Seconds left at the rate so far; null before the first chunk.")
 
 
+class IndexJobAhead(Schema):
+    """The job being embedded that the oldest pending job waits behind."""
+
+    content_key: str
+    workspace: str | None
+    path: str | None
+    chars: int | None = Field(description="Characters of its text.")
+    chunks_done: int | None = Field(description="Chunks embedded so far (a large text embedded in steps).")
+    chunks_total: int | None
+    elapsed_s: Number | None = Field(description="Seconds since its claim began embedding it.")
+
+
+class IndexJobNext(Schema):
+    """The oldest pending job of the repository and what it waits behind."""
+
+    content_key: str
+    workspace: str | None
+    path: str | None
+    chars: int | None = Field(description="Characters of its text.")
+    waiting_s: Number = Field(description="Seconds since it was queued.")
+    retry_at: Timestamp | None = Field(
+        description="End of its retry backoff (its indexer stopped while embedding it); null: claimable now.")
+    alone: bool = Field(description="Whether it will be embedded by itself (its indexer stopped while embedding it).")
+    reason: str | None = Field(description="Why it last went back to the queue.")
+    behind: IndexJobAhead | None = Field(
+        description="The repository's job being embedded that it waits for (its own workspace's first); "
+                    "null: none runs (it waits for the next pass, other repositories' jobs or its backoff).")
+
+
+class IndexRetried(Schema):
+    """``POST .../index/retry-failed``: failed texts queued again."""
+
+    retried: int = Field(description="Failed jobs set back to pending.")
+
+
 class IndexStatus(Schema):
     """``GET .../index/status``: the indexer's queue for the repository, and the index."""
 
@@ -579,6 +615,7 @@ class IndexStatus(Schema):
     waiting: list[IndexJobProblem] = Field(description="Pending jobs whose model could not be reached (at most 100).")
     progress: list[IndexJobProgress] = Field(
         description="Running jobs of large texts embedded in steps (at most 100), with chunks done / total.")
+    next: IndexJobNext | None = Field(description="The oldest pending job and what it waits behind; null: none.")
     index: IndexStats
 
 

@@ -804,12 +804,17 @@ def neighbors(repo: Annotated[str, typer.Option(help="Repository.")],
 @app.command()
 def reindex(repo: Annotated[str, typer.Option(help="Repository whose search index to rebuild.")],
             index: Annotated[str | None, typer.Option(
-                "--index", help="embedded | weaviate (default: KG_INDEX).")] = None) -> None:
+                "--index", help="embedded | weaviate (default: KG_INDEX).")] = None,
+            retry_failed: Annotated[bool, typer.Option(
+                "--retry-failed", help="First queue the failed texts again (they are embedded).")] = False) -> None:
     """Rebuild a search index from the chunks and vectors stored in SQL (no re-embedding),
     after finishing any queued indexing. ``--index weaviate`` fills Weaviate
-    (KG_WEAVIATE_URL) whatever KG_INDEX says."""
+    (KG_WEAVIATE_URL) whatever KG_INDEX says. ``--retry-failed`` first sets the failed texts
+    (``index/status`` lists them) back to pending, so they are embedded again, and reports how
+    many (``retried``)."""
     try:
         services = _services()
+        retried = run(services, OPERATOR, repo_ops.retry_failed_index, repo) if retry_failed else {}
         target = services.index if index in (None, services.settings.index) else build_index(
             services.settings, index)
         try:
@@ -819,7 +824,7 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
                 target.close()
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index, **rebuilt}))
+    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index, **retried, **rebuilt}))
 
 
 @branch_app.command("create")

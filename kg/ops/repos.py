@@ -12,6 +12,7 @@ from kg.graph.neighbors import MAX_LIMIT, check_limit
 from kg.index.base import VectorIndex
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import parse_embedding_config
+from kg.indexing.index_jobs import retry_failed
 from kg.indexing.reembed import reembed_status, reembed_workspace
 from kg.store import repos as repo_store
 from kg.store.models import Repository, Workspace
@@ -428,6 +429,37 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
     permit(services, caller, "admin", repo)
     run, added = _drain_and_sync(services, repo, services.index if target is None else target, rebuild=True)
     return {"chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}
+
+
+def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
+    """Embed a repository's failed texts again: their jobs are set back to ``pending``, afresh
+    (no attempt used), and the indexer is woken (with ``KG_INDEX_INLINE``, they are indexed
+    before this returns).
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo : str
+        The repository.
+
+    Returns
+    -------
+    dict
+        ``{"retried"}``: the jobs queued again (0 when none had failed).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository.
+    kg.errors.Forbidden
+        A key without ``admin`` on the repository.
+    """
+    uow.authorize("admin", repo)
+    r = repo_store.get_repository(uow.session, repo, lock=True)
+    keys = retry_failed(uow.session, r)
+    uow.index_after_commit(r.id, keys)
+    return {"retried": len(keys)}
 
 
 def _drain_and_sync(services: Resources, repo: str, index: VectorIndex, *,

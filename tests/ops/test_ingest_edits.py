@@ -295,8 +295,8 @@ def test_a_stub_becomes_its_file_when_the_file_arrives(services, corpus, before_
                                                                                            False)
 
 
-def test_an_ingest_after_migration_0017_keeps_the_edits_made_before_it(settings, corpus):
-    """A store written before ingest records (migration 0016), upgraded: the old ingest's node
+def test_an_ingest_after_migration_0018_keeps_the_edits_made_before_it(settings, corpus):
+    """A store written before ingest records (migration 0017), upgraded: the old ingest's node
     (its parse, the ``sha256`` property, logged ``ingest <file>``) and a person's edit of it."""
     from alembic import command
 
@@ -314,7 +314,7 @@ def test_an_ingest_after_migration_0017_keeps_the_edits_made_before_it(settings,
     with db.engine.begin() as conn:
         cfg = alembic_config(url)
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0016")
+        command.upgrade(cfg, "0017")
     services = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
                         embedder_factory=lambda name: make_embedder(name, allow_fake=True))
     try:

@@ -8,16 +8,16 @@ back into the parse. A branch
 sees the rows of its chain, as it sees node versions. Nodes ingested before this migration have
 no row: ``docs/ingest.md`` says how their first ingest after the upgrade treats them.
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-05 01:40:00.000000
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
