@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kg.access import authorize_new_repository, can_see, refuse_reserved_workspace, reserved_repositories
+from kg.access import (
+    authorize_new_repository,
+    authorize_new_workspace,
+    authorize_whole_repository,
+    can_see,
+    refuse_reserved_workspace,
+    reserved_repositories,
+)
 from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit, throttle
 from kg.errors import InvalidInput
 from kg.graph.neighbors import MAX_LIMIT, check_limit
@@ -273,10 +280,15 @@ def delete_repository(uow: UnitOfWork, name: str) -> None:
     ------
     kg.errors.NotFound
     kg.errors.Forbidden
-        A key without ``admin`` on the repository.
+        A key without ``admin`` on the repository, or whose ``admin`` grants do not cover every
+        workspace and branch in it (:func:`kg.access.authorize_whole_repository`).
     """
     uow.authorize("admin", name)
-    uid = repo_store.get_repository(uow.session, name).uid
+    r = repo_store.get_repository(uow.session, name, lock=True)
+    authorize_whole_repository(uow.actor, "admin", name,
+                               [w.name for w in repo_store.list_workspaces(uow.session, r)],
+                               [b.name for b in repo_store.list_branches(uow.session, r)])
+    uid = r.uid
     repo_store.delete_repository(uow.session, name)
     index = uow.services.index
     uow.after_commit(lambda: index.drop(uid))
@@ -309,9 +321,12 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
         collections: :func:`kg.access.refuse_reserved_workspace`).
     kg.errors.ProviderError
     kg.errors.Forbidden
-        A key without ``admin`` on the repository.
+        A key without ``admin`` on the repository, or whose ``admin`` grants' workspace globs do
+        not match ``name`` (decided before the name is looked up: a name taken by a workspace
+        the key cannot see answers as a free one, :func:`kg.access.authorize_new_workspace`).
     """
     uow.authorize("admin", repo)
+    authorize_new_workspace(uow.actor, repo, name)
     refuse_reserved_workspace(repo, name, reserved_repositories(uow.services.settings))
     default = uow.services.settings.embedding_model
     config = parse_embedding_config(embedding, default_model=default)
