@@ -26,7 +26,8 @@ for its sender):
   without a valid key is answered 401 from its head alone. Elsewhere (the console's sign-in
   form) a request with no credentials may send :data:`ANONYMOUS_BODY_BYTES` at most.
 - **Time**: a body must arrive within ``KG_BODY_TIMEOUT_S`` seconds, extended by one second
-  per ``KG_BODY_MIN_BYTES_PER_S`` bytes received; slower, it is cut with 408
+  per ``KG_BODY_MIN_BYTES_PER_S`` bytes received, and never pause longer than
+  ``KG_BODY_TIMEOUT_S`` between two parts; slower, it is cut with 408
   (:class:`kg.errors.RequestTimeout`) and the connection closed.
 - **Memory**: the bytes held by the bodies being received are bounded in all
   (``KG_MAX_BUFFERED_BODY_BYTES``, per process); past it, 503 with ``Retry-After``
@@ -437,16 +438,20 @@ class RequestGuard:
         (what was held, the refusal), or (None, None) when the client disconnected. Every byte
         returned is held in :attr:`budget` until the caller gives it back."""
         settings = self.services.settings
-        started = self._clock()
+        started = last = self._clock()
         chunks: list[bytes] = []
         received = 0
         more = True
         try:
             while more:
+                # The whole body: the timeout plus a second per min-rate bytes received; and no
+                # pause longer than the timeout between two parts (sent fast, then held open).
                 allowed = settings.body_timeout_s + received / settings.body_min_bytes_per_s
+                deadline = min(started + allowed, last + settings.body_timeout_s)
                 message: MutableMapping[str, Any] | None = None
-                with anyio.move_on_after(max(0.0, started + allowed - self._clock())):
+                with anyio.move_on_after(max(0.0, deadline - self._clock())):
                     message = await receive()
+                last = self._clock()
                 if message is None:
                     return b"".join(chunks), RequestTimeout(
                         f"the request body did not arrive in time: {received} bytes in "

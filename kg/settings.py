@@ -149,8 +149,9 @@ class Settings(BaseSettings):
         connection (a client sending its headers a byte at a time holds no slot for long).
     body_timeout_s : float
         How long ``kg serve`` waits for a request body, in seconds from the end of its head,
-        extended by one second per :attr:`body_min_bytes_per_s` bytes received: a body sent
-        more slowly than that is cut with 408 and the connection closed.
+        extended by one second per :attr:`body_min_bytes_per_s` bytes received, and at most
+        this long between two parts of it: a body sent more slowly, or paused longer, is cut
+        with 408 and the connection closed.
     body_min_bytes_per_s : int
         The rate, in bytes per second, a body must keep up past :attr:`body_timeout_s`.
     max_buffered_body_bytes : int

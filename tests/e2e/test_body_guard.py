@@ -1,15 +1,17 @@
 """Who may make a real ``kg serve`` hold a request body, and for how long (api/guard.py), over raw
 sockets: with ``KG_AUTH`` on, a request without a valid key is answered 401 from its head (the
 body it declares is never read); a body slower than ``KG_BODY_MIN_BYTES_PER_S`` past
-``KG_BODY_TIMEOUT_S`` is cut with 408 and the connection closed; the bytes all bodies hold are
-bounded by ``KG_MAX_BUFFERED_BODY_BYTES`` (503 with ``Retry-After`` past it, served again once
-they are released). Small settings keep it quick; time bounds only guard against hangs."""
+``KG_BODY_TIMEOUT_S``, or pausing longer than that, is cut with 408 and the connection closed;
+the bytes all bodies hold are bounded by ``KG_MAX_BUFFERED_BODY_BYTES`` (503 with
+``Retry-After`` past it, served again once they are released). Small settings keep it quick;
+time bounds only guard against hangs."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,13 +168,38 @@ def test_a_body_slower_than_the_minimum_rate_is_cut_with_408_and_the_connection_
     assert httpx.get(f"{base}/health", timeout=5).status_code == 200
 
 
+def test_a_body_sent_fast_then_paused_is_cut_with_408(server):
+    """The minimum rate would allow 50 s for 50,000 bytes; a pause longer than the timeout
+    between two parts of the body is cut all the same (sent fast, then held open)."""
+    base, token = server
+    with connect(base) as sock:
+        sock.sendall(head("/api/repos", 100_000, token) + b"[" + b" " * 49_999)
+        sock.settimeout(30)  # a guard against a hang only
+        status, headers, body = read_response(sock)
+        assert status == 408
+        assert error_code(body) == "request_timeout"
+        assert headers["connection"] == "close"
+        assert closed(sock)
+
+
 def test_the_bytes_all_bodies_hold_are_bounded_503_past_it_and_served_again_once_released(server):
     base, token = server
     holder = connect(base)
+    stop = threading.Event()
+
+    def trickle() -> None:  # a byte every 0.3 s: no pause as long as the timeout
+        while not stop.wait(0.3):
+            try:
+                holder.sendall(b" ")
+            except OSError:
+                return
+
+    keeper = threading.Thread(target=trickle, daemon=True)
     try:
-        # One body holds 120,000 of the 200,000 bytes: sent, then paused (its deadline, 1 s plus
-        # 1 s per 1,000 bytes, is two minutes away).
+        # One body holds 120,000 of the 200,000 bytes, then trickles (its deadline, 1 s plus 1 s
+        # per 1,000 bytes, is two minutes away).
         holder.sendall(head("/api/repos", 150_000, token) + b"[" + b" " * 119_999)
+        keeper.start()
         time.sleep(0.5)  # let the server read them (no assertion on it: the loop below retries)
         refused = None
         deadline = time.monotonic() + 30
@@ -190,6 +217,8 @@ def test_the_bytes_all_bodies_hold_are_bounded_503_past_it_and_served_again_once
         assert error_code(body) == "overloaded"
         assert headers["retry-after"] == "1"
     finally:
+        stop.set()
+        keeper.join(timeout=5)
         holder.close()  # the server releases what the body held
     served = None
     deadline = time.monotonic() + 30
