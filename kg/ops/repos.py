@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from kg.access import (
     authorize_new_repository,
     authorize_new_workspace,
@@ -285,13 +287,19 @@ def delete_repository(uow: UnitOfWork, name: str) -> None:
     """
     uow.authorize("admin", name)
     r = repo_store.get_repository(uow.session, name, lock=True)
-    authorize_whole_repository(uow.actor, "admin", name,
-                               [w.name for w in repo_store.list_workspaces(uow.session, r)],
-                               [b.name for b in repo_store.list_branches(uow.session, r)])
+    _authorize_whole(uow.session, uow.actor, r)
     uid = r.uid
     repo_store.delete_repository(uow.session, name)
     index = uow.services.index
     uow.after_commit(lambda: index.drop(uid))
+
+
+def _authorize_whole(session: Session, actor: Actor, repo: Repository) -> None:
+    """``admin`` on every workspace and branch of ``repo`` (:func:`kg.access.authorize_whole_repository`)."""
+    if actor.unrestricted:
+        return
+    authorize_whole_repository(actor, "admin", repo.name, [w.name for w in repo_store.list_workspaces(session, repo)],
+                               [b.name for b in repo_store.list_branches(session, repo)])
 
 
 def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = None) -> dict[str, Any]:
@@ -404,10 +412,10 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
     kg.errors.NotFound
         Unknown repository.
     kg.errors.Forbidden
-        A key without ``admin`` on the repository.
+        A key without ``admin`` on every workspace and branch of the repository.
     """
     permit(services, caller, "admin", repo)
-    run, _ = _drain_and_sync(services, repo, services.index, rebuild=False)
+    run, _ = _drain_and_sync(services, caller, repo, services.index, rebuild=False)
     return run
 
 
@@ -436,21 +444,23 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
     kg.errors.NotFound
         Unknown repository.
     kg.errors.Forbidden
-        A key without ``admin`` on the repository.
+        A key without ``admin`` on every workspace and branch of the repository.
     kg.errors.BackendUnavailable
         The index cannot be reached.
     """
     permit(services, caller, "admin", repo)
-    run, added = _drain_and_sync(services, repo, services.index if target is None else target, rebuild=True)
+    run, added = _drain_and_sync(services, caller, repo, services.index if target is None else target, rebuild=True)
     return {"chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}
 
 
-def _drain_and_sync(services: Resources, repo: str, index: VectorIndex, *,
+def _drain_and_sync(services: Resources, caller: Actor, repo: str, index: VectorIndex, *,
                     rebuild: bool) -> tuple[IndexRunCounts, int]:
     """Run ``repo``'s queued indexing, then bring ``index`` up to date from SQL (emptied first
-    when ``rebuild``) and save it: the jobs run and the chunks placed."""
+    when ``rebuild``) and save it: the jobs run and the chunks placed. It works on every
+    workspace and branch: ``caller`` needs ``admin`` over all of them."""
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
+        _authorize_whole(session, caller, r)
     run = services.indexer.drain(repo_id=r.id)
     if rebuild:
         index.drop(r.uid)

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from kg.access import Actor, make_grant
+from kg.errors import Forbidden
+from kg.ops import repos as repo_ops
 from tests.api.test_access import admin, api, auth_services, bearer, make_key, settings  # noqa: F401
 from tests.api.test_nodes import assert_error
 
@@ -79,3 +82,21 @@ def test_listing_shows_only_the_covered_workspaces(api, acme):
     assert [w["name"] for w in listed.json()["workspaces"]] == ["team-a"]
     repos = api.get("/api/repos", headers=acme["team"])
     assert [r["name"] for r in repos.json()["repos"]] == ["acme"]
+
+
+def test_the_index_status_of_the_whole_repository_needs_a_grant_over_all_of_it(api, acme):
+    """It names every workspace, branch and failing path: a workspace-scoped admin gets 403."""
+    assert_error(api.get(f"{BASE}/index/status", headers=acme["team"]), 403, "forbidden")
+    assert api.get(f"{BASE}/index/status", headers=acme["admin"]).status_code == 200
+    both = make_key(api, acme["admin"], "both", [TEAM, {**TEAM, "workspaces": ["secret"]}])
+    assert api.get(f"{BASE}/index/status", headers=bearer(both["key"])).status_code == 200
+
+
+def test_settling_or_rebuilding_the_index_needs_a_grant_over_the_whole_repository(auth_services, acme):
+    """The use cases behind ``kg ingest`` and ``kg index rebuild`` work on every workspace."""
+    team = Actor("key", "team", "0123456789abcdef", (make_grant("acme", ["*"], ["team-*"], ["read", "admin"]),))
+    for use_case in (repo_ops.settle_index, repo_ops.rebuild_index):
+        with pytest.raises(Forbidden):
+            use_case(auth_services, team, "acme")
+    everyone = Actor("key", "all", "0123456789abcdee", (make_grant("acme", ["*"], ["*"], ["admin"]),))
+    assert repo_ops.rebuild_index(auth_services, everyone, "acme")["chunks"] >= 2
