@@ -161,6 +161,12 @@ def test_a_body_slower_than_the_minimum_rate_is_cut_with_408_and_the_connection_
             assert httpx.get(f"{base}/health", timeout=5).status_code == 200
         sock.settimeout(10)
         raw_head, _, rest = answered.partition(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in raw_head.lower().split(b"\r\n")
+                      if line.startswith(b"content-length:"))
+        while len(rest) < length:  # the head and the body may come in two reads
+            chunk = sock.recv(65536)
+            assert chunk, "the connection closed inside the response"
+            rest += chunk
         assert raw_head.split(b" ")[1] == b"408", answered
         assert b"connection: close" in raw_head.lower()
         assert error_code(rest) == "request_timeout"
