@@ -126,7 +126,8 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
 
     # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S, one whose request head takes
     # longer than KG_HEADER_TIMEOUT_S too (kg.serve_protocol); heads are capped at 64 KiB (h11);
-    # bodies are bounded by the request guard (KG_MAX_BODY_BYTES).
+    # bodies are bounded by the request guard (KG_MAX_BODY_BYTES, KG_BODY_TIMEOUT_S and
+    # KG_BODY_MIN_BYTES_PER_S, KG_MAX_BUFFERED_BODY_BYTES), read only once the key is checked.
     uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info",
                 http=HeadDeadlineH11Protocol, timeout_keep_alive=settings.keepalive_timeout_s,
                 h11_max_incomplete_event_size=MAX_HEADER_BYTES)

@@ -29,7 +29,13 @@ from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
-from kg.access import authorize_new_repository, refuse_reserved_workspace, reserved_repositories
+from kg.access import (
+    authorize_new_repository,
+    authorize_new_workspace,
+    can_see,
+    refuse_reserved_workspace,
+    reserved_repositories,
+)
 from kg.context import Actor, Resources, UnitOfWork, reading, run
 from kg.errors import Conflict, InvalidInput, NotFound, ProviderError
 from kg.indexing.config import parse_embedding_config
@@ -148,12 +154,17 @@ def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create:
             raise
         authorize_new_repository(uow.actor, repo, reserved_repositories(uow.services.settings))
         r = create_repository(session, name=repo)
+    if create and not can_see(uow.actor, repo, workspace=workspace):
+        # Before existence: a name outside the key's workspaces answers alike, taken or free.
+        uow.authorize("admin", repo)
+        authorize_new_workspace(uow.actor, repo, workspace)
     try:
         get_workspace(session, r, workspace)
     except NotFound:
         if not create:
             raise
         uow.authorize("admin", repo)
+        authorize_new_workspace(uow.actor, repo, workspace)
         refuse_reserved_workspace(repo, workspace, reserved_repositories(uow.services.settings))
         config = parse_embedding_config(None, default_model=uow.services.settings.embedding_model)
         create_workspace(session, r, name=workspace, config={"embedding": config.model_dump()})
