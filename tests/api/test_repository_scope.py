@@ -100,3 +100,13 @@ def test_settling_or_rebuilding_the_index_needs_a_grant_over_the_whole_repositor
             use_case(auth_services, team, "acme")
     everyone = Actor("key", "all", "0123456789abcdee", (make_grant("acme", ["*"], ["*"], ["admin"]),))
     assert repo_ops.rebuild_index(auth_services, everyone, "acme")["chunks"] >= 2
+
+
+def test_retrying_failed_texts_needs_a_grant_over_the_whole_repository(api, acme):
+    """Retrying re-embeds the failed texts of every workspace and branch: a workspace-scoped
+    admin gets 403 (nothing is queued), an admin over all of it gets the count."""
+    url = f"{BASE}/index/retry-failed"
+    assert_error(api.post(url, headers=acme["team"]), 403, "forbidden")
+    r = api.post(url, headers=acme["admin"])
+    assert r.status_code == 200, r.text
+    assert r.json() == {"retried": 0}
