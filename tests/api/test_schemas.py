@@ -21,7 +21,7 @@ NODES = "/api/repos/acme/workspaces/knowledge/nodes"
 
 
 def _doc() -> dict[str, Any]:
-    return create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None), settings=Settings())).openapi()
+    return create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None), settings=Settings(), key_cache=None)).openapi()
 
 
 def _refs(schema: dict[str, Any]) -> list[str]:
