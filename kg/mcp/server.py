@@ -37,14 +37,15 @@ from mcp import MCPError
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
-from pydantic import AnyHttpUrl, ConfigDict, Field
+from pydantic import AnyHttpUrl, ConfigDict, Field, ValidationError
 
 import kg
 from kg.access import OPERATOR, Action, Actor, may_somewhere
 from kg.context import Resources, run
-from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
+from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError, invalid_fields
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.graph.validity import maybe_aware
@@ -268,6 +269,24 @@ def tool_error(exc: KGError) -> CallToolResult:
                           structured_content=shape, is_error=True)
 
 
+class KgTool(Tool):
+    """A tool whose arguments, when its argument model refuses them (a wrong type, a missing or
+    unknown argument), are a tool error in kg's shape (:func:`tool_error` of
+    :func:`kg.errors.invalid_fields`: code ``invalid_input``, the message naming the argument),
+    not the SDK's text of the pydantic error."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        """Run the tool (:meth:`mcp.server.mcpserver.tools.Tool.run`); refused arguments answer
+        their tool error."""
+        try:
+            return await super().run(arguments, context, convert_result=convert_result)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            refused = tool_error(invalid_fields(exc.__cause__))
+            return self.fn_metadata.convert_result(refused) if convert_result else refused
+
+
 def compact_schema(schema: Any) -> Any:
     """A tool's JSON schema without what only costs tokens: titles, and the ``null`` arm of an
     optional argument (it is left out instead; the SDK still accepts an explicit null).
@@ -365,7 +384,7 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
 
     def tool(annotations: ToolAnnotations, description: str) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
-            made = Tool.from_function(fn, description=description, annotations=annotations, structured_output=False)
+            made = KgTool.from_function(fn, description=description, annotations=annotations, structured_output=False)
             # An argument the tool does not take is an error, as an unknown field is over HTTP: the
             # SDK's argument model ignores extras, so a misspelt filter ("wehre") ran unfiltered.
             loose = made.fn_metadata.arg_model
