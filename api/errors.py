@@ -95,9 +95,8 @@ def retry_after_header(retry_after_s: float) -> int:
     return max(1, math.ceil(round(retry_after_s, 6)))
 
 
-def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The API.md error shape."""
-    return {"error": {"code": code, "message": message, "details": details or {}}}
+#: The API.md error shape (:func:`kg.errors.error_body`).
+error_body = errors.error_body
 
 
 def _jsonable(value: Any) -> Any:

@@ -47,6 +47,27 @@ class KGError(Exception):
         self.details = details or {}
 
 
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one error shape of every surface (API.md, "Errors"): HTTP answers, MCP tool errors,
+    and the answers ``kg serve`` gives to requests that are not HTTP at all.
+
+    Parameters
+    ----------
+    code : str
+        A kg error code (:attr:`KGError.code`, or one of the HTTP layer's own).
+    message : str
+        One line for a person.
+    details : dict, optional
+        Machine-readable context; ``{}`` when omitted.
+
+    Returns
+    -------
+    dict
+        ``{"error": {"code", "message", "details"}}``.
+    """
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
 class NotFound(KGError):
     """An addressed object does not exist (or is not visible on the branch)."""
 

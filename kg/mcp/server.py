@@ -45,7 +45,7 @@ from pydantic import AnyHttpUrl, ConfigDict, Field, ValidationError
 import kg
 from kg.access import OPERATOR, Action, Actor, may_somewhere
 from kg.context import Resources, run
-from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError, invalid_fields
+from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError, error_body, invalid_fields
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.graph.validity import maybe_aware
@@ -224,8 +224,7 @@ def error_shape(exc: KGError) -> dict[str, Any]:
     dict
         ``{"error": {"code", "message", "details"}}``, JSON-safe.
     """
-    return {"error": {"code": exc.code, "message": exc.message,
-                      "details": pydantic_core.to_jsonable_python(exc.details, fallback=str)}}
+    return error_body(exc.code, exc.message, pydantic_core.to_jsonable_python(exc.details, fallback=str))
 
 
 def tool_result(data: Any) -> CallToolResult:
