@@ -275,8 +275,23 @@ class KgTool(Tool):
     not the SDK's text of the pydantic error."""
 
     async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
-        """Run the tool (:meth:`mcp.server.mcpserver.tools.Tool.run`); refused arguments answer
-        their tool error."""
+        """Run the tool (:meth:`mcp.server.mcpserver.tools.Tool.run`).
+
+        Parameters
+        ----------
+        arguments : dict
+            The call's arguments, as the client sent them.
+        context : mcp.server.mcpserver.Context
+            The request's context.
+        convert_result : bool
+            Convert the answer to the SDK's content blocks.
+
+        Returns
+        -------
+        Any
+            The tool's answer; for arguments its model refuses, the tool error of
+            :func:`kg.errors.invalid_fields` (:func:`tool_error`).
+        """
         try:
             return await super().run(arguments, context, convert_result=convert_result)
         except ToolError as exc:
