@@ -148,3 +148,31 @@ def test_options_names_the_methods_of_every_route(client):
     assert merge.headers["allow"] == "POST"
     assert client.options("/api/repos/acme/branches/feature/x/diff").headers["allow"] == "GET"
     assert client.options("/api/repos/acme/branches/feature/x").headers["allow"] == "GET, DELETE"
+
+
+def test_the_mcp_endpoints_401_and_403_answer_the_api_error_shape():
+    """The SDK's bearer middleware answers an OAuth body (``{"error": "insufficient_scope",
+    "error_description": ...}``); ``/mcp`` answers the API's error shape through the mapper,
+    keeping the SDK's ``WWW-Authenticate``."""
+    from starlette.responses import JSONResponse
+
+    from api.mcp import _KgAuthErrors
+
+    async def sdk(scope, receive, send):
+        status = 403 if scope["path"].endswith("/scoped") else 401
+        error = "insufficient_scope" if status == 403 else "invalid_token"
+        description = "Required scope: admin" if status == 403 else "Authentication required"
+        response = JSONResponse({"error": error, "error_description": description}, status_code=status,
+                                headers={"WWW-Authenticate": f'Bearer error="{error}", '
+                                                             f'error_description="{description}"'})
+        await response(scope, receive, send)
+
+    client = TestClient(_KgAuthErrors(sdk))  # no lifespan: the SDK app here answers HTTP only
+    scoped = client.post("/acme/main/scoped", headers={"Authorization": "Bearer kg_x"})
+    missing = client.post("/acme/main")
+    assert scoped.status_code == 403 and scoped.headers["content-type"] == "application/json"
+    assert scoped.json() == {"error": {"code": "forbidden", "message": "Required scope: admin", "details": {}}}
+    assert scoped.headers["www-authenticate"].startswith('Bearer error="insufficient_scope"')
+    assert missing.status_code == 401
+    assert missing.json() == {"error": {"code": "unauthenticated", "details": {},
+                                        "message": "an API key is required: Authorization: Bearer kg_<id>_<secret>"}}
