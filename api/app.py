@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
                   description="A knowledge-graph service with branching storage for AI agents.")
     app.state.services = services
     errors.install(app)
-    app.add_middleware(RequestGuard, max_body_bytes=services.settings.max_body_bytes)
+    app.add_middleware(RequestGuard, services=services)
     app.include_router(health.router, responses=ERROR_RESPONSES)
     # Every other route needs the caller (a 401 with KG_AUTH on and no valid key), even one
     # that does not use it; FastAPI resolves get_caller once per request.

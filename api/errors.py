@@ -29,6 +29,9 @@ STATUS: dict[type[errors.KGError], int] = {
     errors.Unauthenticated: 401,
     errors.Forbidden: 403,
     errors.RateLimited: 429,
+    errors.Overloaded: 503,
+    errors.Misdirected: 421,
+    errors.RequestTimeout: 408,
     errors.Conflict: 409,
     errors.MergeConflict: 409,
     errors.ModelLocked: 409,
@@ -72,7 +75,7 @@ def error_response(exc: errors.KGError) -> JSONResponse:
         log.warning("%s: %s", type(exc).__name__, exc.message)
     # RFC 6750: a 401 says which scheme to authenticate with.
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    if isinstance(exc, errors.RateLimited):
+    if isinstance(exc, (errors.RateLimited, errors.Overloaded)):
         headers = {"Retry-After": str(retry_after_header(exc.retry_after_s))}
     return JSONResponse(error_body(exc.code, _jsonable(exc.message), _jsonable(exc.details)), status_code=status,
                         headers=headers)

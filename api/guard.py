@@ -10,15 +10,43 @@ It also bounds the work one request can cause before any route runs: a body larg
 (:class:`kg.errors.TooLarge`) from its ``Content-Length`` before a byte of it is read, or, sent
 without one (chunked), as soon as the bytes received pass the limit; and the JSON is parsed
 and checked in a worker thread, so a large body never holds the event loop (``/health`` and
-every other request are served meanwhile)."""
+every other request are served meanwhile).
+
+And it decides who may send a body at all before a byte of it is read (a body is memory held
+for its sender):
+
+- **Host**: while ``KG_AUTH`` is off (the server then listens on loopback only), a request whose
+  ``Host`` is not a loopback name (``localhost``, a loopback address, with any port) nor one of
+  ``KG_ALLOWED_HOSTS`` is refused with 421 (:class:`kg.errors.Misdirected`) on every path, and
+  one whose ``Origin`` names another site with 403: a web page whose name was re-pointed at
+  127.0.0.1 (DNS rebinding) reads and writes nothing.
+- **Key**: on ``/api`` and ``/mcp`` (but ``/health``), the bearer key is checked here, by the
+  one lookup the routes use (:func:`api.deps.caller_of_header`, with the key cache), and the
+  caller left in the scope for them (``api.deps.CALLER``): with ``KG_AUTH`` on, a request
+  without a valid key is answered 401 from its head alone. Elsewhere (the console's sign-in
+  form) a request with no credentials may send :data:`ANONYMOUS_BODY_BYTES` at most.
+- **Time**: a body must arrive within ``KG_BODY_TIMEOUT_S`` seconds, extended by one second
+  per ``KG_BODY_MIN_BYTES_PER_S`` bytes received, and never pause longer than
+  ``KG_BODY_TIMEOUT_S`` between two parts; slower, it is cut with 408
+  (:class:`kg.errors.RequestTimeout`) and the connection closed.
+- **Memory**: the bytes held by the bodies being received are bounded in all
+  (``KG_MAX_BUFFERED_BODY_BYTES``, per process); past it, 503 with ``Retry-After``
+  (:class:`kg.errors.Overloaded`).
+
+A refusal made before the body is read closes the connection (``Connection: close``): the rest
+of the body is never read."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
-from collections.abc import MutableMapping
+import re
+import time
+from collections.abc import Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
+import anyio
 import anyio.to_thread
 from fastapi import Depends, Request, Response
 from fastapi.dependencies.models import Dependant
@@ -26,8 +54,19 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api.deps import CALLER, caller_of_header
 from api.errors import answer, error_response
-from kg.errors import InvalidInput, KGError, MalformedInput, TooLarge
+from kg.errors import (
+    Forbidden,
+    InvalidInput,
+    KGError,
+    MalformedInput,
+    Misdirected,
+    Overloaded,
+    RequestTimeout,
+    TooLarge,
+)
+from kg.services import Services
 from kg.text.storable import check_json, check_text
 
 
@@ -160,74 +199,279 @@ class GuardedRoute(APIRoute):
         return handle
 
 
+#: The largest body a request with no credentials may send with ``KG_AUTH`` on, where a key is
+#: not required (the console's sign-in form, which carries the key in its body).
+ANONYMOUS_BODY_BYTES = 64 * 1024
+
+#: Paths that answer without a key, auth on or off.
+PUBLIC_PATHS = frozenset({"/health", "/api/health"})
+
+_HOST = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[^:\[\]/@\s]+))(?::(?P<port>[0-9]{1,5}))?$")
+
+
+def _header(scope: Scope, wanted: bytes) -> str | None:
+    """The value of the request's header ``wanted`` (lower case), None when absent."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == wanted:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def host_is_local(host: str | None, allowed: frozenset[str]) -> bool:
+    """Whether a ``Host`` header names this machine's loopback, or one of ``allowed``.
+
+    Parameters
+    ----------
+    host : str or None
+        The header's value (``name[:port]``, ``[v6][:port]``); None when absent.
+    allowed : frozenset of str
+        Further names the operator allows (``KG_ALLOWED_HOSTS``), lower case.
+
+    Returns
+    -------
+    bool
+        True for ``localhost``, a loopback address (``127.0.0.0/8``, ``[::1]``) or a name of
+        ``allowed``, with or without a port; False for anything else, an absent or malformed
+        header included.
+
+    Examples
+    --------
+    >>> [host_is_local(h, frozenset()) for h in ("localhost:8765", "127.0.0.1", "[::1]:80", "evil.example")]
+    [True, True, True, False]
+    """
+    match = _HOST.match((host or "").strip())
+    if match is None:
+        return False
+    name = (match.group("v6") or match.group("name")).lower()
+    if name == "localhost" or name in allowed:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def origin_is_local(origin: str | None, allowed: frozenset[str]) -> bool:
+    """Whether an ``Origin`` header is absent or names a page served from a local name
+    (:func:`host_is_local`); ``null`` (a sandboxed or local file page) is not.
+
+    Parameters
+    ----------
+    origin : str or None
+        The header's value (``scheme://host[:port]``).
+    allowed : frozenset of str
+        As :func:`host_is_local`.
+
+    Returns
+    -------
+    bool
+    """
+    if origin is None:
+        return True
+    scheme, sep, rest = origin.strip().partition("://")
+    return bool(sep) and scheme.lower() in ("http", "https") and host_is_local(rest, allowed)
+
+
+def _needs_key(path: str) -> bool:
+    """Whether ``path`` is one the bearer key governs (the API and the MCP server)."""
+    if path in PUBLIC_PATHS:
+        return False
+    return path in ("/api", "/mcp") or path.startswith(("/api/", "/mcp/"))
+
+
+class BodyBudget:
+    """The bytes held by request bodies being received in this process, and their bound.
+
+    Used from the event loop only (no lock): :meth:`take` before a chunk is kept, :meth:`give`
+    once the request is answered.
+
+    Parameters
+    ----------
+    limit : int
+        The most bytes held at once (``KG_MAX_BUFFERED_BODY_BYTES``).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def fits(self, n: int) -> bool:
+        """Whether ``n`` more bytes would fit now."""
+        return self.held + n <= self.limit
+
+    def take(self, n: int) -> bool:
+        """Hold ``n`` more bytes if they fit; whether they did."""
+        if not self.fits(n):
+            return False
+        self.held += n
+        return True
+
+    def give(self, n: int) -> None:
+        """Release ``n`` bytes taken before."""
+        self.held -= n
+
+
+def _overloaded(limit: int) -> Overloaded:
+    return Overloaded("the server is receiving as many request bodies as it may hold "
+                      "(KG_MAX_BUFFERED_BODY_BYTES); send it again shortly", retry_after_s=1.0,
+                      details={"max_buffered_body_bytes": limit})
+
+
 class RequestGuard:
-    """ASGI middleware: checks the path, the query string and JSON bodies, and bounds the
-    body's size.
+    """ASGI middleware: checks the Host, the key, the path, the query string and JSON bodies;
+    bounds a body's size, its time and the bytes all bodies hold.
 
     Parameters
     ----------
     app : ASGI application
-    max_body_bytes : int
-        Largest body accepted, in bytes (``Settings.max_body_bytes``); larger is 413.
+    services : kg.services.Services
+        Its settings (``KG_AUTH``, ``KG_ALLOWED_HOSTS``, ``KG_MAX_BODY_BYTES``,
+        ``KG_BODY_TIMEOUT_S``, ``KG_BODY_MIN_BYTES_PER_S``, ``KG_MAX_BUFFERED_BODY_BYTES``),
+        the store and the key cache (the key lookup).
+    clock : callable() -> float
+        A monotonic clock in seconds.
     """
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int = 10 * 1024 * 1024) -> None:
+    def __init__(self, app: ASGIApp, services: Services, clock: Callable[[], float] = time.monotonic) -> None:
         self.app = app
-        self.max_body_bytes = max_body_bytes
+        self.services = services
+        settings = services.settings
+        self.max_body_bytes = settings.max_body_bytes
+        self.allowed_hosts = frozenset(h.strip().lower() for h in settings.allowed_hosts if h.strip())
+        self.budget = BodyBudget(settings.max_buffered_body_bytes)
+        self._clock = clock
 
     @staticmethod
-    async def _refuse(exc: KGError, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer ``exc`` as the error handlers do (the API's JSON, the console's HTML page)."""
+    async def _refuse(exc: KGError, scope: Scope, receive: Receive, send: Send, *, close: bool = False) -> None:
+        """Answer ``exc`` as the error handlers do (the API's JSON, the console's HTML page);
+        ``close``: and close the connection (a body left unread is never read)."""
         response: JSONResponse | Response = error_response(exc)
         if "app" in scope:  # set by the application before its middleware runs
             response = answer(Request(scope), error_response(exc))
+        if close:
+            response.headers["connection"] = "close"
         await response(scope, receive, send)
+
+    def _check_addressed(self, scope: Scope) -> None:
+        """With auth off: refuse a Host (421) or an Origin (403) that is not local."""
+        if self.services.settings.auth:
+            return
+        host = _header(scope, b"host")
+        if not host_is_local(host, self.allowed_hosts):
+            raise Misdirected("this server answers only requests addressed to localhost while KG_AUTH is off "
+                              "(a name in KG_ALLOWED_HOSTS is allowed too)", details={"host": host})
+        origin = _header(scope, b"origin")
+        if not origin_is_local(origin, self.allowed_hosts):
+            raise Forbidden("a page of another site may not call this server while KG_AUTH is off",
+                            details={"origin": origin})
+
+    async def _authenticate(self, scope: Scope) -> bool:
+        """Check the caller before the body: on the API and MCP paths the bearer key (leaving
+        the caller in the scope), elsewhere a signed-in console session. Whether the request
+        carries credentials (a body without any is held to :data:`ANONYMOUS_BODY_BYTES` with
+        ``KG_AUTH`` on)."""
+        path = scope.get("path", "")
+        header = _header(scope, b"authorization")
+        if _needs_key(path):
+            if header is None and not self.services.settings.auth:
+                return False
+            scope[CALLER] = await anyio.to_thread.run_sync(caller_of_header, self.services, header)
+            return True
+        signed_in: Callable[[Request], bool] | None = getattr(getattr(scope.get("app"), "state", None),
+                                                              "console_signed_in", None)
+        return signed_in is not None and signed_in(Request(scope))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         try:
+            self._check_addressed(scope)
             _check_target(scope)
+            credentials = await self._authenticate(scope)
         except KGError as exc:
-            await self._refuse(exc, scope, receive, send)
+            await self._refuse(exc, scope, receive, send, close=True)
             return
         limit = self.max_body_bytes
+        if self.services.settings.auth and not credentials:
+            limit = min(limit, ANONYMOUS_BODY_BYTES)
         declared = _declared_length(scope)
         if declared is not None and declared > limit:
-            await self._refuse(_too_large(limit, declared), scope, receive, send)
+            await self._refuse(_too_large(limit, declared), scope, receive, send, close=True)
             return
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
-        chunks = []
+        if declared is not None and not self.budget.fits(declared):
+            await self._refuse(_overloaded(self.budget.limit), scope, receive, send, close=True)
+            return
+        held = 0
+        try:
+            body, refusal = await self._read_body(scope, receive, limit)
+            held = len(body) if body is not None else 0
+            if refusal is not None:
+                await self._refuse(refusal, scope, receive, send, close=True)
+                return
+            if body is None:  # the client went away
+                return
+            if body.strip():
+                try:
+                    await anyio.to_thread.run_sync(_parse_body, body, scope)
+                except KGError as exc:
+                    await self._refuse(exc, scope, receive, send)
+                    return
+            sent = False
+
+            async def replay() -> MutableMapping[str, Any]:
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send)
+        finally:
+            self.budget.give(held)
+
+    async def _read_body(self, scope: Scope, receive: Receive, limit: int) -> tuple[bytes | None, KGError | None]:
+        """Receive the whole body, within its deadline and the budget: (the body, None), or
+        (what was held, the refusal), or (None, None) when the client disconnected. Every byte
+        returned is held in :attr:`budget` until the caller gives it back."""
+        settings = self.services.settings
+        started = last = self._clock()
+        chunks: list[bytes] = []
         received = 0
         more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            received += len(chunk)
-            if received > limit:  # a streamed body (no Content-Length, or a false one)
-                await self._refuse(_too_large(limit), scope, receive, send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body = b"".join(chunks)
-        if body.strip():
-            try:
-                await anyio.to_thread.run_sync(_parse_body, body, scope)
-            except KGError as exc:
-                await self._refuse(exc, scope, receive, send)
-                return
-        sent = False
-
-        async def replay() -> MutableMapping[str, Any]:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        try:
+            while more:
+                # The whole body: the timeout plus a second per min-rate bytes received; and no
+                # pause longer than the timeout between two parts (sent fast, then held open).
+                allowed = settings.body_timeout_s + received / settings.body_min_bytes_per_s
+                deadline = min(started + allowed, last + settings.body_timeout_s)
+                message: MutableMapping[str, Any] | None = None
+                with anyio.move_on_after(max(0.0, deadline - self._clock())):
+                    message = await receive()
+                last = self._clock()
+                if message is None:
+                    return b"".join(chunks), RequestTimeout(
+                        f"the request body did not arrive in time: {received} bytes in "
+                        f"{self._clock() - started:.1f} s (KG_BODY_TIMEOUT_S={settings.body_timeout_s:g}, "
+                        f"KG_BODY_MIN_BYTES_PER_S={settings.body_min_bytes_per_s})",
+                        details={"received_bytes": received, "body_timeout_s": settings.body_timeout_s,
+                                 "body_min_bytes_per_s": settings.body_min_bytes_per_s})
+                if message["type"] == "http.disconnect":
+                    self.budget.give(received)
+                    received = 0
+                    return None, None
+                chunk = message.get("body", b"")
+                if received + len(chunk) > limit:  # a streamed body (no Content-Length, or a false one)
+                    return b"".join(chunks), _too_large(limit)
+                if not self.budget.take(len(chunk)):
+                    return b"".join(chunks), _overloaded(self.budget.limit)
+                received += len(chunk)
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+        except BaseException:
+            self.budget.give(received)
+            raise
+        return b"".join(chunks), None

@@ -38,10 +38,12 @@ def mcp_app(services: Services) -> tuple[MCPServer, ASGIApp]:
         The mounting app must run ``server.session_manager.run()`` in its lifespan.
     """
     server = http_server(services)
-    app: ASGIApp = http_app(server, services.settings.host)
+    # With KG_AUTH off the request guard checks Host and Origin on every path, /mcp included.
+    app: ASGIApp = http_app(server, services.settings.host, check_host=services.settings.auth)
     if not services.settings.auth:
         app = AuthenticationMiddleware(_RefuseInvalidKey(app),
-                                       backend=BearerAuthBackend(KeyVerifier(services.db, services.settings)))
+                                       backend=BearerAuthBackend(KeyVerifier(services.db, services.settings,
+                                                                                 services.key_cache)))
     return server, _KgAuthErrors(app)
 
 

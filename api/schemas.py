@@ -506,7 +506,8 @@ class SearchResponse(Schema):
 
 
 class IndexJobProblem(Schema):
-    """A failed index job, or a pending one waiting for its model."""
+    """A failed index job, or a pending one waiting to be retried (its model could not be
+    reached, or its indexer stopped while embedding it)."""
 
     content_key: str
     error: str
@@ -569,6 +570,41 @@ class IndexJobProgress(Schema):
     eta_s: Number | None = Field(description="Seconds left at the rate so far; null before the first chunk.")
 
 
+class IndexJobAhead(Schema):
+    """The job being embedded that the oldest pending job waits behind."""
+
+    content_key: str
+    workspace: str | None
+    path: str | None
+    chars: int | None = Field(description="Characters of its text.")
+    chunks_done: int | None = Field(description="Chunks embedded so far (a large text embedded in steps).")
+    chunks_total: int | None
+    elapsed_s: Number | None = Field(description="Seconds since its claim began embedding it.")
+
+
+class IndexJobNext(Schema):
+    """The oldest pending job of the repository and what it waits behind."""
+
+    content_key: str
+    workspace: str | None
+    path: str | None
+    chars: int | None = Field(description="Characters of its text.")
+    waiting_s: Number = Field(description="Seconds since it was queued.")
+    retry_at: Timestamp | None = Field(
+        description="End of its retry backoff (its indexer stopped while embedding it); null: claimable now.")
+    alone: bool = Field(description="Whether it will be embedded by itself (its indexer stopped while embedding it).")
+    reason: str | None = Field(description="Why it last went back to the queue.")
+    behind: IndexJobAhead | None = Field(
+        description="The repository's job being embedded that it waits for (its own workspace's first); "
+                    "null: none runs (it waits for the next pass, other repositories' jobs or its backoff).")
+
+
+class IndexRetried(Schema):
+    """``POST .../index/retry-failed``: failed texts queued again."""
+
+    retried: int = Field(description="Failed jobs set back to pending.")
+
+
 class IndexStatus(Schema):
     """``GET .../index/status``: the indexer's queue for the repository, and the index."""
 
@@ -579,6 +615,7 @@ class IndexStatus(Schema):
     waiting: list[IndexJobProblem] = Field(description="Pending jobs whose model could not be reached (at most 100).")
     progress: list[IndexJobProgress] = Field(
         description="Running jobs of large texts embedded in steps (at most 100), with chunks done / total.")
+    next: IndexJobNext | None = Field(description="The oldest pending job and what it waits behind; null: none.")
     index: IndexStats
 
 
@@ -675,6 +712,15 @@ class RagResult(Schema):
     class_: str = absent("Weaviate: the chunks class.", alias="class")
 
 
+class RagKeptEdit(Schema):
+    """A property of a file's node both a person and the file changed: the person's value is kept."""
+
+    file: str = Field(description="The input's file.")
+    key: str = Field(description="The property (``kg:node_type`` for the node's type).")
+    kept: Any = Field(description="The value kept: the person's (null: they removed it).")
+    file_value: Any = Field(description="The file's value (null: the file has none).")
+
+
 class RagIngestion(Schema):
     """The input's files by what ingesting them did."""
 
@@ -682,6 +728,9 @@ class RagIngestion(Schema):
     skipped: list[str]
     replaced: list[str]
     reembedded: list[str] = absent("Embedded index: files re-embedded because the model changed.")
+    kept_edits: list[RagKeptEdit] = absent(
+        "Embedded index: properties of a file's node that a person edited and the file changed too "
+        "since its last ingest: the person's value is kept (present only when there are some).")
 
 
 class RagCollection(Schema):

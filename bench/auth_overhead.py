@@ -117,7 +117,7 @@ class Bench:
         headers = {"unauthenticated": {}, "authenticated": {"Authorization": f"Bearer {self.token}"}}
         # No lifespan: the indexer and the job runner stay off (the PEPs are indexed by the ingest).
         self.clients = {mode: httpx.AsyncClient(transport=httpx.ASGITransport(app=self.apps[mode]),
-                                                base_url="http://bench", headers=headers[mode])
+                                                base_url="http://localhost", headers=headers[mode])
                         for mode in MODES}
         self.titles = [json.loads(line)["title"] for line in INDEX.read_text().splitlines() if line.strip()]
         self.paths: list[str] = []

@@ -66,7 +66,7 @@ def main() -> None:
         db.upgrade()
         services = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
                             embedder_factory=lambda name: make_embedder(name, allow_fake=True))
-        with TestClient(create_app(services=services)) as http:
+        with TestClient(create_app(services=services), base_url="http://localhost") as http:
             _ok(http.post("/api/repos", json={"name": "bench"}), 201)
             _ok(http.post("/api/repos/bench/workspaces", json={"name": "kb"}), 201)
             sections = max(1, args.nodes // SECTION)

@@ -545,6 +545,85 @@ def authorize_new_repository(actor: Actor, name: str, reserved: Sequence[str]) -
                         details={"action": "admin", "repo": name}) from exc
 
 
+def authorize_new_workspace(actor: Actor, repo: str, name: str) -> None:
+    """Decide whether ``actor`` may create the workspace ``name`` in ``repo``.
+
+    Decided from the grants alone, before the store is asked whether ``name`` exists: a name
+    outside every ``admin`` grant's workspace globs is refused the same way whether it is free
+    or taken by a workspace the key cannot see, so the answer tells them apart no more than it
+    tells anything else (a 403, never the 409 an existing name would earn).
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    repo : str
+        The repository.
+    name : str
+        The new workspace's name.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        ``actor`` cannot see ``repo``.
+    kg.errors.Forbidden
+        No grant holding ``admin`` on ``repo`` has a workspace glob matching ``name``.
+
+    Examples
+    --------
+    >>> team = Actor("key", "t", "0" * 16, (make_grant("r", ["*"], ["team-*"], ["read", "admin"]),))
+    >>> authorize_new_workspace(team, "r", "team-notes")
+    >>> authorize_new_workspace(team, "r", "finance")
+    Traceback (most recent call last):
+    ...
+    kg.errors.Forbidden: key 't' may not create workspace 'finance' in 'r': outside its grants' workspaces
+    """
+    authorize(actor, "admin", repo)
+    if actor.unrestricted or any("admin" in g.actions and g.covers_workspace(name) for g in actor.grants_on(repo)):
+        return
+    raise Forbidden(f"key {actor.name!r} may not create workspace {name!r} in {repo!r}: outside its grants' "
+                    "workspaces", details={"action": "admin", "repo": repo, "workspace": name})
+
+
+def authorize_whole_repository(actor: Actor, action: Action, repo: str, workspaces: Iterable[str],
+                               branches: Iterable[str]) -> None:
+    """Decide whether ``actor`` may do ``action`` on ``repo`` as a whole (delete it): every one of
+    its workspaces and branches must be covered by a grant holding ``action``.
+
+    A grant scoped to some workspaces (or branches) administers those, not the repository that
+    also holds others it cannot see.
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    action : str
+        One of :data:`ACTIONS` (``admin`` to delete the repository).
+    repo : str
+        The repository.
+    workspaces, branches : iterable of str
+        Every workspace and every branch of ``repo``.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        ``actor`` cannot see ``repo``.
+    kg.errors.Forbidden
+        No grant allows ``action`` on ``repo``, or some workspace or branch is outside the globs
+        of every grant that does (the message names none of them).
+    """
+    authorize(actor, action, repo)
+    if actor.unrestricted:
+        return
+    holding = [g for g in actor.grants_on(repo) if action in g.actions]
+    uncovered_ws = any(not any(g.covers_workspace(w) for g in holding) for w in workspaces)
+    uncovered_br = any(not any(g.covers_branch(b) for g in holding) for b in branches)
+    if uncovered_ws or uncovered_br:
+        raise Forbidden(f"key {actor.name!r} may not {action} repository {repo!r} as a whole: it holds "
+                        f"{'workspaces' if uncovered_ws else 'branches'} outside this key's grants",
+                        details={"action": action, "repo": repo})
+
+
 def authorize_actor_name(actor: Actor, repo: str, stated: str | None) -> str | None:
     """The ``actor`` a revision records: what the caller stated, if it may state it.
 

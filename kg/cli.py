@@ -31,7 +31,7 @@ from kg.ops import queries
 from kg.ops import relations as relation_ops
 from kg.ops import repos as repo_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
-from kg.ops.ingest import ingest_path
+from kg.ops.ingest import IngestReport, ingest_path
 from kg.ops.lineage import describe_derived, node_lineage
 from kg.ops.merge import merge_branch, preview_merge
 from kg.rag.functions import ask as ask_question
@@ -126,7 +126,8 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
 
     # An idle connection is closed after KG_KEEPALIVE_TIMEOUT_S, one whose request head takes
     # longer than KG_HEADER_TIMEOUT_S too (kg.serve_protocol); heads are capped at 64 KiB (h11);
-    # bodies are bounded by the request guard (KG_MAX_BODY_BYTES).
+    # bodies are bounded by the request guard (KG_MAX_BODY_BYTES, KG_BODY_TIMEOUT_S and
+    # KG_BODY_MIN_BYTES_PER_S, KG_MAX_BUFFERED_BODY_BYTES), read only once the key is checked.
     uvicorn.run("api.main:app", host=host, port=port, workers=workers, log_level="info",
                 http=HeadDeadlineH11Protocol, timeout_keep_alive=settings.keepalive_timeout_s,
                 h11_max_incomplete_event_size=MAX_HEADER_BYTES)
@@ -181,8 +182,17 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
                "--format", help=f"What a file becomes: {' | '.join(FORMATS)}.")] = DEFAULT_FORMAT,
            strict: Annotated[bool, typer.Option(
                "--strict", help="Refuse the whole ingest at the first unreadable file (nothing is "
-                                "written) instead of skipping it.")] = False) -> None:
-    """Ingest files as nodes: unchanged files are skipped, changed ones re-embedded. The
+                                "written) instead of skipping it.")] = False,
+           conflicts: Annotated[str, typer.Option(
+               help="A property both a person and the file changed since the last ingest: keep the "
+                    "person's value (keep), or also put the file's version of the node on a review "
+                    "branch to diff and merge (review).")] = "keep",
+           review_branch: Annotated[str | None, typer.Option(
+               help="The review branch's name (--conflicts review); default ingest/<UTC time>.")] = None,
+           ) -> None:
+    """Ingest files as nodes: a file unchanged since its last ingest is skipped, whatever
+    happened to its node since; a changed one is merged with people's edits of its node (a
+    property both changed keeps the person's value and is listed) and re-embedded. The
     format says what a file becomes: ``text`` a document, ``pep`` a Python Enhancement
     Proposal with its relations. A file that cannot be read (not UTF-8, no permission) is
     skipped and reported at the end, unless ``--strict``. Progress is a bar on a terminal,
@@ -193,7 +203,7 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
         try:
             report = ingest_path(services, OPERATOR, path, repo=repo, workspace=workspace, branch=branch,
                                  format_name=format_name, on_files=progress.listed, on_progress=progress.advance,
-                                 skip_unreadable=not strict)
+                                 skip_unreadable=not strict, conflicts=conflicts, review_branch=review_branch)
         finally:
             progress.stop()
         # Only this repository's queue: another repository's backlog is the server's business.
@@ -204,7 +214,30 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
         typer.echo(f"skipped {len(report.unreadable)} unreadable file(s):", err=True)
         for entry in report.unreadable:
             typer.echo(f"  {entry['file']}: {entry['reason']}", err=True)
+    _echo_kept(report, repo)
     typer.echo(json.dumps(report.as_dict()))
+
+
+def _shown(value: Any, width: int = 60) -> str:
+    """A property value as JSON on one line, cut to ``width`` characters."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _echo_kept(report: IngestReport, repo: str) -> None:
+    """The people's edits an ingest kept, and the review branch, on stderr."""
+    if report.kept_edits:
+        typer.echo(f"kept {len(report.kept_edits)} edited propert(ies) the files also changed:", err=True)
+        for entry in report.kept_edits:
+            typer.echo(f"  {entry['path']} {entry['key']}: kept {_shown(entry['kept'])}, "
+                       f"file {_shown(entry['file'])}", err=True)
+    if report.kept_deleted:
+        typer.echo(f"kept {len(report.kept_deleted)} deleted node(s) whose file changed:", err=True)
+        for path in report.kept_deleted:
+            typer.echo(f"  {path}", err=True)
+    if report.review_branch:
+        typer.echo(f"the files' versions are on branch {report.review_branch}: review them with "
+                   f"kg diff --repo {repo} --branch {report.review_branch}, then kg merge", err=True)
 
 
 class _IngestProgress:
@@ -772,12 +805,17 @@ def neighbors(repo: Annotated[str, typer.Option(help="Repository.")],
 @app.command()
 def reindex(repo: Annotated[str, typer.Option(help="Repository whose search index to rebuild.")],
             index: Annotated[str | None, typer.Option(
-                "--index", help="embedded | weaviate (default: KG_INDEX).")] = None) -> None:
+                "--index", help="embedded | weaviate (default: KG_INDEX).")] = None,
+            retry_failed: Annotated[bool, typer.Option(
+                "--retry-failed", help="First queue the failed texts again (they are embedded).")] = False) -> None:
     """Rebuild a search index from the chunks and vectors stored in SQL (no re-embedding),
     after finishing any queued indexing. ``--index weaviate`` fills Weaviate
-    (KG_WEAVIATE_URL) whatever KG_INDEX says."""
+    (KG_WEAVIATE_URL) whatever KG_INDEX says. ``--retry-failed`` first sets the failed texts
+    (``index/status`` lists them) back to pending, so they are embedded again, and reports how
+    many (``retried``)."""
     try:
         services = _services()
+        retried = run(services, OPERATOR, repo_ops.retry_failed_index, repo) if retry_failed else {}
         target = services.index if index in (None, services.settings.index) else build_index(
             services.settings, index)
         try:
@@ -787,7 +825,7 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
                 target.close()
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index, **rebuilt}))
+    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index, **retried, **rebuilt}))
 
 
 @branch_app.command("create")

@@ -7,6 +7,9 @@
     ├── Unauthenticated     no API key, or an unknown, revoked or expired one (KG_AUTH on)
     ├── Forbidden           an action outside the key's grants on something it can see
     ├── RateLimited         more expensive calls than the caller's token bucket allows
+    ├── Overloaded          the server holds as many request bodies as it may (KG_MAX_BUFFERED_BODY_BYTES)
+    ├── Misdirected         a Host (or Origin) this server does not answer for (KG_AUTH off)
+    ├── RequestTimeout      a request body that did not arrive in time (KG_BODY_TIMEOUT_S)
     ├── Conflict            exists already, stale revision, node has children
     │   ├── MergeConflict   a merge that cannot be applied without resolutions
     │   └── ModelLocked     a workspace's embedding settings changed without re-embedding
@@ -107,6 +110,42 @@ class RateLimited(KGError):
     def __init__(self, message: str, *, retry_after_s: float = 1.0, details: dict[str, Any] | None = None) -> None:
         super().__init__(message, details=details)
         self.retry_after_s = retry_after_s
+
+
+class Overloaded(KGError):
+    """The server already holds as many bytes of request bodies as ``KG_MAX_BUFFERED_BODY_BYTES``
+    allows (HTTP 503 with ``Retry-After``): a server-wide bound, whoever sends them.
+
+    Parameters
+    ----------
+    message : str
+        One line for a person.
+    retry_after_s : float
+        Seconds after which the request may be sent again, > 0 (HTTP: ``Retry-After``).
+    details : dict, optional
+        Machine-readable context.
+    """
+
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0, details: dict[str, Any] | None = None) -> None:
+        super().__init__(message, details=details)
+        self.retry_after_s = retry_after_s
+
+
+class Misdirected(KGError):
+    """A request addressed to a name this server does not answer for: while ``KG_AUTH`` is off,
+    a ``Host`` other than a loopback one (or a name in ``KG_ALLOWED_HOSTS``), the mark of a
+    DNS-rebinding page (HTTP 421); an ``Origin`` of another site is :class:`Forbidden`."""
+
+    code = "misdirected"
+
+
+class RequestTimeout(KGError):
+    """A request body that did not arrive within ``KG_BODY_TIMEOUT_S`` at the rate
+    ``KG_BODY_MIN_BYTES_PER_S`` (HTTP 408; the connection is closed)."""
+
+    code = "request_timeout"
 
 
 class Conflict(KGError):

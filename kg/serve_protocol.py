@@ -6,8 +6,9 @@ take to send one: a connection that sends nothing, or sends its headers a byte a
 byte cancelling the keep-alive timer, holds its slot for as long as it likes (the "slowloris"
 attack). Here a request's head (request line and headers) must be complete within
 ``KG_HEADER_TIMEOUT_S`` seconds of the connection opening, or of the previous response on a
-keep-alive connection; otherwise the connection is closed. A body is not under this deadline
-(its size is bounded by the request guard, ``KG_MAX_BODY_BYTES``).
+keep-alive connection; otherwise the connection is closed. A body has its own deadline and
+minimum rate (``KG_BODY_TIMEOUT_S``, ``KG_BODY_MIN_BYTES_PER_S``), kept by the request guard
+(api/guard.py) with its size (``KG_MAX_BODY_BYTES``) and the bytes all bodies hold.
 
 A request h11 cannot parse (a malformed request line, a bad ``Content-Length``, invalid
 chunking, a malformed header, a head over 64 KiB) is answered in the API's error shape

@@ -147,6 +147,22 @@ class Settings(BaseSettings):
         How long ``kg serve`` waits for a request's head (request line and headers), in
         seconds from the connection's opening or the previous response; then it closes the
         connection (a client sending its headers a byte at a time holds no slot for long).
+    body_timeout_s : float
+        How long ``kg serve`` waits for a request body, in seconds from the end of its head,
+        extended by one second per :attr:`body_min_bytes_per_s` bytes received, and at most
+        this long between two parts of it: a body sent more slowly, or paused longer, is cut
+        with 408 and the connection closed.
+    body_min_bytes_per_s : int
+        The rate, in bytes per second, a body must keep up past :attr:`body_timeout_s`.
+    max_buffered_body_bytes : int
+        The bytes that request bodies being received may hold in all, per process (default
+        128 MiB): past it a request is refused with 503 and ``Retry-After``, before more of
+        its body is read. Keep it above :attr:`max_body_bytes`.
+    allowed_hosts : list of str
+        While :attr:`auth` is off, the ``Host`` names (``KG_ALLOWED_HOSTS``, comma-separated
+        or a JSON list) the server answers besides the loopback ones (``localhost``,
+        ``127.0.0.1`` and any other loopback address, ``[::1]``, with any port); any other
+        ``Host`` is refused with 421 (a DNS-rebinding page), on every path. Default: none.
     auth : bool
         Require an API key (``Authorization: Bearer kg_...``) on every HTTP request. Off, the
         server listens on loopback only (``kg serve`` refuses any other host).
@@ -231,6 +247,10 @@ class Settings(BaseSettings):
     allow_fake_embedder: bool = False
     keepalive_timeout_s: int = Field(default=5, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    body_timeout_s: float = Field(default=20.0, gt=0, le=600)
+    body_min_bytes_per_s: int = Field(default=500, gt=0)
+    max_buffered_body_bytes: int = Field(default=128 * 1024 * 1024, gt=0)
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     auth: bool = False
     key_pepper: SecretStr | None = None
     protected_branches: str = "main"
@@ -242,10 +262,10 @@ class Settings(BaseSettings):
     ui_secret: SecretStr | None = None
     ui_session_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 24 * 3600.0)
 
-    @field_validator("rag_weaviate_urls", mode="before")
+    @field_validator("rag_weaviate_urls", "allowed_hosts", mode="before")
     @classmethod
     def _split_urls(cls, value: object) -> object:
-        """``KG_RAG_WEAVIATE_URLS``: a JSON list, or URLs separated by commas."""
+        """``KG_RAG_WEAVIATE_URLS``, ``KG_ALLOWED_HOSTS``: a JSON list, or values separated by commas."""
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("["):

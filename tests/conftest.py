@@ -18,6 +18,11 @@ from kg.services import Services
 from kg.settings import Settings
 from kg.store.db import Database
 
+#: The in-process client (fastapi.testclient.TestClient) addresses the app as http://testserver:
+#: a name the request guard refuses while KG_AUTH is off unless the operator allows it. Tests
+#: that start a real ``kg serve`` drop every KG_ variable from its environment.
+os.environ.setdefault("KG_ALLOWED_HOSTS", "testserver")
+
 FAKE_MODEL = "fake:hash-64"
 #: ask's semantic grade for the fake embedder (hashed bag-of-words cosines, no model's scale):
 #: KG_ASK_MIN_SIMILARITY's default is calibrated for the local model (bench/extractive_ask.py).

@@ -6,8 +6,10 @@ from fastapi import APIRouter
 
 from api.deps import BranchQ, CallerDep, RepoP, RevisionQ, ServicesDep
 from api.guard import GuardedRoute
-from api.schemas import IndexStatus, SearchResponse
+from api.schemas import IndexRetried, IndexStatus, SearchResponse
+from kg.context import run
 from kg.ops import queries
+from kg.ops import repos as repo_ops
 from kg.rag.search import SearchRequest, search_branch
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["search"])
@@ -25,3 +27,9 @@ def index_status(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
     """What the indexer has pending, running and failed for this repository, and what the
     search index holds."""
     return queries.index_status(services, caller, repo)
+
+
+@router.post("/index/retry-failed", response_model=IndexRetried)
+def retry_failed(repo: str, services: ServicesDep, caller: CallerDep) -> dict:
+    """Embed the repository's failed texts again: their jobs go back to pending, afresh (admin)."""
+    return run(services, caller, repo_ops.retry_failed_index, repo)

@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 
 from api.ui import admin, auth, branches, graph, nodes, playground, review
 from api.ui.core import STATIC, error_page, sign_in_redirect
-from api.ui.session import SessionCodec, SignInRequired
+from api.ui.session import SessionCodec, SignInRequired, signed_in
 
 #: The console's screens, in the order of the navigation.
 SCREENS = (auth, branches, review, nodes, graph, playground, admin)
@@ -29,6 +29,8 @@ def install(app: FastAPI) -> None:
     """
     app.state.console_codec = SessionCodec(app.state.services.settings)
     app.state.error_page = error_page
+    # The request guard lets a signed-in session send a body as large as a key may.
+    app.state.console_signed_in = signed_in
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(request: Request, exc: SignInRequired) -> Response:

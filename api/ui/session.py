@@ -164,6 +164,13 @@ def read_session(request: Request) -> ConsoleSession | None:
     return codec_of(request).loads(request.cookies.get(COOKIE))
 
 
+def signed_in(request: Request) -> bool:
+    """Whether the request carries the signed cookie of a signed-in session (the cookie's
+    signature only: the session itself is checked by the page)."""
+    session = read_session(request)
+    return session is not None and session.sid is not None
+
+
 def session_caller(services: Services, session: ConsoleSession | None) -> Actor:
     """Who a session is: its key's actor; without a sign-in, anonymous while ``KG_AUTH`` is off.
 

@@ -14,12 +14,13 @@ from collections.abc import Sequence, Set
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from kg.indexing.chunks import existing_content_keys, has_chunks
+from kg.indexing.chunks import existing_content_keys, has_chunks, text_fields
+from kg.indexing.config import workspace_embedding
 from kg.indexing.queue import QueueSpec
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
 
@@ -27,15 +28,16 @@ LEASE = timedelta(minutes=5)
 """How long a claim holds a job without renewal (renewed while its batch runs)."""
 
 MAX_ATTEMPTS = 3
-"""Claims of one job before a lost claim (its process stopped) fails it."""
+"""Deaths of the indexer process while it embedded a text alone before the text is failed (a
+text that kills its process; other deaths only retry it: :mod:`kg.indexing.queue`)."""
 
 
-def _exhausted(attempts: int, max_attempts: int, now: datetime) -> dict[str, Any]:
-    """The failure of a job whose claims were all lost."""
+def _exhausted(deaths: int, max_attempts: int, now: datetime) -> dict[str, Any]:
+    """The failure of a text whose indexer died each time it embedded it alone."""
     return {"updated_at": now, "error": (
-        f"attempts exhausted: the text was claimed {attempts} times (at most {max_attempts}) and its "
-        "indexer stopped each time before storing its chunks (a crash or a kill while embedding "
-        "it); write the text again to retry")}
+        f"the indexer process died {deaths} times (at most {max_attempts}) while embedding this text "
+        "alone: the text likely kills it (out of memory, a crash in the model); fix the cause, then "
+        "`kg reindex --retry-failed` (or POST .../index/retry-failed) embeds it again")}
 
 
 _NO_PROGRESS: dict[str, Any] = {"chunks_done": None, "chunks_total": None, "started_at": None}
@@ -45,14 +47,19 @@ INDEX_QUEUE = QueueSpec(
     name="index", model=IndexJob, state="status", queued="pending",
     group="repo_id", lane="workspace_id", order=("id",), priority="priority",
     # A claim starts the text from its first chunk: no progress of an earlier attempt is kept.
-    claim_values=lambda now, lease: {"updated_at": now, **_NO_PROGRESS},
+    claim_values=lambda now, lease: {"updated_at": now, **_NO_PROGRESS, "started_at": now},
     renew_values=lambda now, lease: {"updated_at": now},
     lease_expired=lambda now, lease: IndexJob.updated_at < now - lease,
     requeue_values=lambda now: {"updated_at": now, **_NO_PROGRESS},
     exhausted_values=_exhausted,
+    retry_reason=lambda reason: {"error": reason},
 )
 """``index_jobs`` as a durable queue: shared across repositories, then their workspaces; the
 lease is ``updated_at`` plus :data:`LEASE`."""
+
+
+_FRESH: dict[str, Any] = {"failures": 0, "alone": False, "not_before": None}
+"""The retry columns of a job queued afresh (:mod:`kg.indexing.queue`)."""
 
 
 @functools.lru_cache(maxsize=4)
@@ -68,7 +75,7 @@ def _enqueue_stmt(dialect: str) -> Any:
     return stmt.on_conflict_do_update(
         index_elements=["repo_id", "content_key"],
         set_={"status": "pending", "error": None, "node_version_id": stmt.excluded.node_version_id,
-              "updated_at": stmt.excluded.updated_at, "attempts": 0, "claimed_by": None},
+              "updated_at": stmt.excluded.updated_at, "attempts": 0, "claimed_by": None, **_FRESH},
         where=IndexJob.status == "failed",
     )
 
@@ -166,6 +173,28 @@ def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, st
     return queued
 
 
+def retry_failed(session: Session, repo: Repository) -> list[str]:
+    """Queue a repository's failed texts again, afresh: ``pending``, no attempt used, no reason.
+
+    Parameters
+    ----------
+    session : Session
+        A write transaction.
+    repo : Repository
+
+    Returns
+    -------
+    list of str
+        The content keys of the jobs set back to ``pending``.
+    """
+    failed = list(session.scalars(select(IndexJob.content_key).where(
+        IndexJob.repo_id == repo.id, IndexJob.status == "failed").order_by(IndexJob.id)))
+    if failed:
+        session.execute(update(IndexJob).where(IndexJob.repo_id == repo.id, IndexJob.status == "failed").values(
+            status="pending", attempts=0, error=None, claimed_by=None, updated_at=utcnow(), **_NO_PROGRESS,
+            **_FRESH))
+    return failed
+
 
 def index_status(session: Session, repo: Repository, *, now: datetime | None = None) -> dict[str, Any]:
     """Pending, running and failed jobs of a repository (API: ``index/status``).
@@ -180,13 +209,15 @@ def index_status(session: Session, repo: Repository, *, now: datetime | None = N
     Returns
     -------
     dict
-        ``{"pending", "running", "failed", "failures", "waiting", "progress"}``: ``failures``
-        describes the failed jobs (at most 100), ``waiting`` the pending ones whose model
-        could not be reached at their last attempt (they are retried), with the reason;
-        ``progress`` the running jobs of large texts embedded in steps (at most 100), each
-        ``{"content_key", "workspace", "path", "chunks_done", "chunks_total", "started_at",
-        "elapsed_s", "eta_s"}``; ``eta_s`` (seconds left) assumes the rate so far holds, None
-        before the first chunk.
+        ``{"pending", "running", "failed", "failures", "waiting", "progress", "next"}``:
+        ``failures`` describes the failed jobs (at most 100), ``waiting`` the pending ones with
+        a reason to wait (their model could not be reached at their last attempt, or their
+        indexer stopped while embedding them: they are retried); ``progress`` the running jobs
+        of large texts embedded in steps (at most 100), each ``{"content_key", "workspace",
+        "path", "chunks_done", "chunks_total", "started_at", "elapsed_s", "eta_s"}``; ``eta_s``
+        (seconds left) assumes the rate so far holds, None before the first chunk. ``next``
+        is the oldest pending job and what it waits behind (:func:`next_pending`), None when
+        nothing is pending.
     """
     counts = dict(session.execute(
         select(IndexJob.status, func.count()).where(IndexJob.repo_id == repo.id).group_by(IndexJob.status)
@@ -209,7 +240,74 @@ def index_status(session: Session, repo: Repository, *, now: datetime | None = N
 
     return {"pending": counts.get("pending", 0), "running": counts.get("running", 0),
             "failed": counts.get("failed", 0), "failures": described("failed"),
-            "waiting": described("pending"), "progress": _progress(session, repo, now or utcnow())}
+            "waiting": described("pending"), "progress": _progress(session, repo, now or utcnow()),
+            "next": next_pending(session, repo, now=now)}
+
+
+def _text_chars(session: Session, version: NodeVersion | None) -> int | None:
+    """Characters of a version's indexed text, under its workspace's settings."""
+    if version is None:
+        return None
+    ws = session.get(Workspace, version.workspace_id)
+    config = workspace_embedding(ws.config if ws is not None else None, default_model="")
+    return sum(len(v) for v in text_fields(version.properties or {}, config.indexed_properties).values())
+
+
+def next_pending(session: Session, repo: Repository, *, now: datetime | None = None) -> dict[str, Any] | None:
+    """The oldest pending job of a repository (writes' texts first) and what it waits behind.
+
+    Parameters
+    ----------
+    session : Session
+    repo : Repository
+    now : datetime, optional
+        The time waits are measured at (default: now).
+
+    Returns
+    -------
+    dict or None
+        None when nothing is pending, else ``{"content_key", "workspace", "path", "chars",
+        "waiting_s", "retry_at", "alone", "reason", "behind"}``: ``chars`` is the size of its
+        text, ``retry_at`` the end of its backoff (None: it may be claimed at once), ``alone``
+        whether it will be run by itself (its indexer stopped while embedding it), ``reason``
+        why it last went back to the queue. ``behind`` is the job being embedded that it waits
+        for (one of the same workspace first, else of the repository; the largest, by chunks
+        left), ``{"content_key", "workspace", "path", "chars", "chunks_done", "chunks_total",
+        "elapsed_s"}``, or None when none of the repository's runs (it waits for the next
+        pass, other repositories' jobs or its backoff). Chunk counts are None before a large
+        text's first step is recorded.
+    """
+    now = now or utcnow()
+    job = session.scalar(select(IndexJob).where(IndexJob.repo_id == repo.id, IndexJob.status == "pending")
+                         .order_by(IndexJob.priority, IndexJob.id).limit(1))
+    if job is None:
+        return None
+
+    def place(version_id: int) -> tuple[NodeVersion | None, str | None]:
+        version = session.get(NodeVersion, version_id)
+        ws = session.get(Workspace, version.workspace_id) if version is not None else None
+        return version, ws.name if ws is not None else None
+
+    version, workspace = place(job.node_version_id)
+    running = session.scalars(select(IndexJob).where(IndexJob.repo_id == repo.id, IndexJob.status == "running")
+                              .order_by(IndexJob.id).limit(100)).all()
+    ahead = sorted(running, key=lambda r: (r.workspace_id != job.workspace_id,
+                                           -((r.chunks_total or 0) - (r.chunks_done or 0)), r.id))
+    behind = None
+    if ahead:
+        first = ahead[0]
+        other, other_ws = place(first.node_version_id)
+        started = first.started_at
+        behind = {"content_key": first.content_key, "workspace": other_ws,
+                  "path": other.path if other is not None else None, "chars": _text_chars(session, other),
+                  "chunks_done": first.chunks_done, "chunks_total": first.chunks_total,
+                  "elapsed_s": round(max(0.0, (now - started).total_seconds()), 1) if started else None}
+    retry_at = job.not_before if job.not_before is not None and job.not_before > now else None
+    return {"content_key": job.content_key, "workspace": workspace,
+            "path": version.path if version is not None else None, "chars": _text_chars(session, version),
+            "waiting_s": round(max(0.0, (now - job.created_at).total_seconds()), 1),
+            "retry_at": retry_at.isoformat() if retry_at is not None else None, "alone": bool(job.alone),
+            "reason": job.error, "behind": behind}
 
 
 def _progress(session: Session, repo: Repository, now: datetime) -> list[dict[str, Any]]:

@@ -9,8 +9,10 @@ not stuck behind another repository's backlog), by priority (writes' texts befor
 under a lease renewed while the batch runs. A crash leaves jobs ``running``; the next indexer
 takes them again (at once when it can tell their process is gone, else when their lease
 expires), so nothing is lost, and chunk ids are deterministic (content key, index), so nothing
-is duplicated. A text whose process dies each time it is embedded is failed after
-:data:`~kg.indexing.index_jobs.MAX_ATTEMPTS` claims.
+is duplicated. A death is not the text's failure: a text taken back is retried by itself, and
+only deaths while it ran alone count; after :data:`~kg.indexing.index_jobs.MAX_ATTEMPTS` of them
+it is failed (a text that kills its process). Large texts are embedded in steps, with other
+texts, of their workspace too, claimed and done between the steps (:class:`Indexer`).
 
 The queue itself (its spec, :func:`~kg.indexing.index_jobs.enqueue`, its status) is
 :mod:`kg.indexing.index_jobs`; this module runs it and completes re-embeds
@@ -35,7 +37,7 @@ from kg.errors import BackendUnavailable, KGError, ProviderError
 from kg.indexing.chunks import ChunkRow, Piece, TextPlan, embed_pieces, plan_pieces, plan_text, store_chunks, sync_index
 from kg.indexing.config import NEXT, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import INDEX_QUEUE, LEASE, MAX_ATTEMPTS
-from kg.indexing.queue import HEARTBEAT_S, Claim, DurableQueue
+from kg.indexing.queue import HEARTBEAT_S, RETRY_BACKOFF_S, Claim, DurableQueue
 from kg.indexing.reembed import complete_reembed
 from kg.indexing.worker import PollingWorker
 from kg.providers.base import Embedder
@@ -111,15 +113,29 @@ class Indexer(PollingWorker):
     step_chunks : int
         Chunks embedded of large texts per unfiltered pass. A claimed text with more chunks
         is embedded in steps over the following passes, which claim and finish other jobs in
-        between (except its workspace's: a lane's jobs go in order); its chunks are stored, and
-        its job finished, only once all are embedded, so a search never sees half a text.
-        Filtered passes (:meth:`drain` of a repository, a write indexing its own text) embed
-        whole texts.
+        between, of its own workspace too; its chunks are stored, and its job finished, only
+        once all are embedded, so a search never sees half a text. A write (:meth:`wake`) cuts
+        the step short after the chunks under way (a quarter of a step at most), so the next
+        pass claims it. Filtered passes (:meth:`drain` of a repository, a write indexing its
+        own text) embed whole texts.
+    retry_backoff_s : float
+        The wait before a text taken back from a dead indexer is claimed again, in seconds, after
+        its first counted death (none after the first, unattributed one; then doubling:
+        :class:`~kg.indexing.queue.DurableQueue`).
+
+    Notes
+    -----
+    Texts are keyed by content, not by node: a node's versions point at the content keys of
+    their texts, and a search reads the chunks of the versions the branch sees. So a text
+    embedded out of order never shows in place of a later one: when a short later write of a
+    node is stored before the node's earlier, longer text finishes, that text's chunks serve
+    only the versions that hold it.
     """
 
     def __init__(self, services: Resources, *, batch_jobs: int = 32, poll_s: float = 1.0,
                  lease_s: float = LEASE.total_seconds(), max_attempts: int = MAX_ATTEMPTS,
-                 heartbeat_s: float = HEARTBEAT_S, step_chunks: int = 16) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, step_chunks: int = 16,
+                 retry_backoff_s: float = RETRY_BACKOFF_S) -> None:
         super().__init__(poll_s=poll_s, thread_name="kg-indexer")
         self.backoff_s = 0.0  # the idle wait while a model server is down (pass_once)
         self.services = services
@@ -127,7 +143,7 @@ class Indexer(PollingWorker):
         self.step_chunks = step_chunks
         self._in_flight: dict[int, _InFlight] = {}
         self.queue = DurableQueue(services.db, INDEX_QUEUE, lease_s=lease_s, max_attempts=max_attempts,
-                                  heartbeat_s=heartbeat_s)
+                                  heartbeat_s=heartbeat_s, retry_backoff_s=retry_backoff_s)
         self._lock = threading.Lock()
 
     def pass_once(self) -> int:
@@ -185,8 +201,9 @@ class Indexer(PollingWorker):
             exhausted: list[int] = []
             keys = None if content_keys is None else list(content_keys)
             stepped = repo_id is None and keys is None
-            busy = sorted({f.job.workspace_id for f in self._in_flight.values()}) if stepped else []
-            claimed = self._claim(repo_id, keys, exhausted, skip_lanes=busy)
+            if stepped:
+                self._wake.clear()  # this claim sees what was written so far; a later write cuts the step
+            claimed = self._claim(repo_id, keys, exhausted)
             # In flight: large texts of earlier passes (those this pass's filter names).
             going = [f for f in self._in_flight.values()
                      if (repo_id is None or f.job.repo_id == repo_id)
@@ -224,7 +241,7 @@ class Indexer(PollingWorker):
                  "chunks_total": len(f.pieces)} for f in list(self._in_flight.values())]
 
     def _claim(self, repo_id: int | None, keys: list[str] | None,
-               exhausted: list[int] | None = None, skip_lanes: list[int] | None = None) -> list[_Job]:
+               exhausted: list[int] | None = None) -> list[_Job]:
         """Claim a batch through the queue; the ids failed for used-up attempts go to ``exhausted``."""
         if keys is not None and not keys:
             return []
@@ -234,7 +251,7 @@ class Indexer(PollingWorker):
         if keys is not None:
             where.append(IndexJob.content_key.in_(keys))
         with self.services.db.write() as session:
-            claimed = self.queue.claim(session, self.batch_jobs, where=where, skip_lanes=skip_lanes or ())
+            claimed = self.queue.claim(session, self.batch_jobs, where=where)
             if exhausted is not None:
                 exhausted.extend(claimed.exhausted)
             if not claimed.claims:
@@ -317,15 +334,19 @@ class Indexer(PollingWorker):
             stored_repos = set()
         finished: list[_Job] = []
         left = budget
+        cut = max(1, (budget or 0) // 4)  # a write waits for at most this many chunks
         for flight in going + started:
-            if left is not None and left <= 0:
-                break
+            if left is not None and (left <= 0 or (self._wake.is_set() and left < (budget or 0))):
+                break  # a step's budget is spent, or a write waits (after some progress: no starving)
             done = len(flight.rows)
             n = len(flight.pieces) - done if left is None else min(left, len(flight.pieces) - done)
-            rows = embed(flight.job, flight.pieces[done:done + n], flight.embedder)
+            # Stepped: a quarter of a step at a time, until a write wakes the indexer.
+            rows = embed(flight.job, flight.pieces[done:done + n], flight.embedder) if left is None else \
+                self._embed_until_woken(flight, n, cut, embed)
             if rows is None:  # failed or postponed: it starts again from its first chunk
                 self._in_flight.pop(flight.job.id, None)
                 continue
+            n = len(rows)
             flight.rows += rows
             if left is not None:
                 left -= n
@@ -358,6 +379,22 @@ class Indexer(PollingWorker):
             log.warning("indexer: %d job(s) failed", run.failed)
         self._complete_reembeds({job.repo_id for job in claimed} | {job.repo_id for job in complete})
         return run
+
+    def _embed_until_woken(self, flight: _InFlight, n: int, cut: int,
+                           embed: Any) -> list[ChunkRow] | None:
+        """Embed up to ``n`` more chunks of a text in flight, ``cut`` at a time, stopping early
+        once a write wakes the indexer (at least one group is embedded); None if it failed."""
+        done = len(flight.rows)
+        rows: list[ChunkRow] = []
+        while len(rows) < n:
+            size = min(cut, n - len(rows))
+            got = embed(flight.job, flight.pieces[done + len(rows):done + len(rows) + size], flight.embedder)
+            if got is None:
+                return None
+            rows += got
+            if self._wake.is_set():
+                break
+        return rows
 
     def _store(self, jobs: list[_Job], rows_by_job: dict[int, list[ChunkRow]], run: IndexRun,
                failures: dict[int, str]) -> set[int]:

@@ -9,10 +9,11 @@ crashed process loses nothing.
 States::
 
     queued ──claim──> running ──finish──> (the caller's end state, or deleted)
-      ^                  │ │
-      │                  │ └──release──> queued          (not started: the attempt is given back)
+      ^                  │ │ │
+      │                  │ │ └──release──> queued        (not started: the attempt is given back)
+      │                  │ └──close──> queued            (a clean stop: nothing counted)
       └── lease expired, ┘
-          or worker gone   ──(attempts used up)──> failed (with the spec's "exhausted" reason)
+          or worker gone   ──(deaths alone used up)──> failed (the spec's "exhausted" reason)
 
 Claiming
     A claim takes the queued jobs of the best (lowest) priority present, shared round-robin
@@ -45,10 +46,20 @@ Workers
     a row are taken back at once: a process that starts after a ``kill -9`` of the previous one
     takes its claims back on its first claim instead of waiting for the lease.
 
-Attempts
-    A claim counts an attempt. A job taken back from an expired lease or a gone worker after
-    ``max_attempts`` attempts is failed with the spec's reason instead of being run again (a job
-    that kills its process would otherwise do so forever).
+Retries
+    A worker's death is not its jobs' failure: a kill, an out-of-memory kill or a deploy stops
+    whatever the worker held. A job taken back from a gone worker or an expired lease goes back
+    to ``queued``, marked ``alone``: it is claimed by itself, by a worker that holds nothing.
+    Only a death while such a job was the one job its worker held counts (``failures``): then
+    nothing else ran in that worker (the worker may claim other jobs beside it meanwhile, such
+    as short texts between a large one's steps; a death while it holds them is not counted). The
+    first death, unattributed (the job may have been one of many), is never counted and is
+    retried at once; each counted one
+    adds a backoff (``not_before``: ``retry_backoff_s`` times 1, 3, 7, ..., at most
+    ``max_backoff_s``). After ``max_attempts`` counted deaths the job is failed with the spec's
+    reason instead of being run again (a job that kills its process would otherwise do so
+    forever). A clean stop (:meth:`close`) counts nothing. ``attempts`` counts claims (it
+    fences results); a job whose own processing raises is failed by the caller.
 
 Fencing
     Finishing, releasing and renewing act only on jobs still ``running`` under the same worker
@@ -63,7 +74,7 @@ import os
 import socket
 import threading
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -71,7 +82,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import CursorResult, Table, and_, delete, literal, or_, select, update
+from sqlalchemy import CursorResult, Table, and_, delete, false, literal, or_, select, true, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -89,6 +100,11 @@ MAX_ATTEMPTS = 3
 LEASE_S = 300.0
 #: How often a running batch renews its leases and its worker's heartbeat, in seconds.
 HEARTBEAT_S = 10.0
+#: Wait before a job taken back from a lost claim after one counted death is claimed again, in
+#: seconds (none after the first, unattributed, death; doubling after each counted one).
+RETRY_BACKOFF_S = 2.0
+#: Longest wait before a job taken back from a lost claim is claimed again, in seconds.
+MAX_RETRY_BACKOFF_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -100,8 +116,8 @@ class QueueSpec:
     name : str
         The queue's name (``index``, ``function``), stored with its workers.
     model : type
-        The ORM model of the job table; it has columns ``id``, ``attempts`` and
-        ``claimed_by``.
+        The ORM model of the job table; it has columns ``id``, ``attempts``, ``claimed_by``,
+        ``failures``, ``alone`` and ``not_before``.
     state : str
         The state column.
     queued : str
@@ -123,13 +139,15 @@ class QueueSpec:
         True for a running job whose lease expired.
     requeue_values : callable(now) -> dict
         Column values set when a lost claim goes back to ``queued``.
-    exhausted_values : callable(attempts, max_attempts, now) -> dict
-        Column values (the reason) set when a lost claim used up its attempts; the queue sets
-        the state to ``failed``.
+    exhausted_values : callable(deaths, max_attempts, now) -> dict
+        Column values (the reason) set when a job's worker died while it ran alone for the
+        ``max_attempts``-th time; the queue sets the state to ``failed``.
     running : str
         The state of a claimed job.
     failed : str
         The state of a job whose attempts are used up.
+    retry_reason : callable(reason) -> dict, optional
+        Column values that say why a job taken back waits (``index/status`` shows them).
     """
 
     name: str
@@ -147,6 +165,7 @@ class QueueSpec:
     exhausted_values: Callable[[int, int, datetime], dict[str, Any]]
     running: str = "running"
     failed: str = "failed"
+    retry_reason: Callable[[str], dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -199,13 +218,17 @@ class DurableQueue:
     lease_s : float
         How long a claim holds a job without renewal, in seconds.
     max_attempts : int
-        Claims of one job before a lost claim (expired lease, worker gone) fails it.
+        Deaths of a job's worker while it ran alone (lost claims: expired lease, worker gone)
+        before the job is failed.
     heartbeat_s : float
         How often a running batch renews its leases and the worker's heartbeat, in seconds
         (capped at a third of the lease).
     stale_s : float, optional
         A worker on another machine whose heartbeat is older than this, in seconds, is gone
         (default three heartbeats).
+    retry_backoff_s, max_backoff_s : float
+        The wait before a job taken back from a lost claim is claimed again, in seconds:
+        ``retry_backoff_s`` times (2 ** its counted deaths - 1), at most ``max_backoff_s``.
 
     Notes
     -----
@@ -215,7 +238,8 @@ class DurableQueue:
 
     def __init__(self, db: Database, spec: QueueSpec, *, lease_s: float = LEASE_S,
                  max_attempts: int = MAX_ATTEMPTS, heartbeat_s: float = HEARTBEAT_S,
-                 stale_s: float | None = None) -> None:
+                 stale_s: float | None = None, retry_backoff_s: float = RETRY_BACKOFF_S,
+                 max_backoff_s: float = MAX_RETRY_BACKOFF_S) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         self.db = db
@@ -224,6 +248,8 @@ class DurableQueue:
         self.max_attempts = max_attempts
         self.heartbeat = timedelta(seconds=min(heartbeat_s, lease_s / 3))
         self.stale = timedelta(seconds=stale_s if stale_s is not None else 3 * heartbeat_s)
+        self.retry_backoff_s = retry_backoff_s
+        self.max_backoff_s = max_backoff_s
         self.worker_id = uuid.uuid4().hex
         self._table: Table = spec.model.__table__  # type: ignore[attr-defined]  # a declarative model
         self._registered_at: datetime | None = None
@@ -270,7 +296,7 @@ class DurableQueue:
         try:
             with self.db.write() as session:
                 session.execute(delete(QueueWorker).where(QueueWorker.id == self.worker_id))
-                self._take_back(session, utcnow(), self._c("claimed_by") == self.worker_id)
+                self._take_back(session, utcnow(), self._c("claimed_by") == self.worker_id, lost=False)
         except SQLAlchemyError as exc:
             log.warning("queue %s: unregistering worker %s failed: %s", self.spec.name, self.worker_id, exc)
         self._registered_at = self._touched_at = None
@@ -326,14 +352,15 @@ class DurableQueue:
             Only jobs matching these conditions (a repository, some keys). A filtered claim
             takes jobs in priority, then spec order, without sharing across lanes.
         skip_lanes : collection, optional
-            Lanes not served by this claim (the indexer's lanes with a large text still being
-            embedded: a lane's jobs go in order); the others are shared as usual.
+            Lanes not served by this claim; the others are shared as usual.
 
         Returns
         -------
         Claimed
             The claims (``running`` under this worker, ``attempts`` + 1, a fresh lease), and the
-            ids of jobs failed because their attempts were used up.
+            ids of jobs failed because their attempts were used up. A job marked ``alone`` is
+            claimed by itself, and only by a worker that holds nothing. Jobs whose backoff
+            (``not_before``) has not passed wait.
 
         Notes
         -----
@@ -346,13 +373,20 @@ class DurableQueue:
         exhausted = self.sweep(session, now)
         if limit <= 0:
             return Claimed([], exhausted)
+        t = self._table
+        held = session.scalar(select(t.c.id).where(
+            t.c[self.spec.state] == self.spec.running, t.c.claimed_by == self.worker_id).limit(1))
+        due = or_(t.c.not_before.is_(None), t.c.not_before <= now)
+        lanes = [self._c(self.spec.lane).not_in(list(skip_lanes))] if skip_lanes else []
+        if held is None:
+            alone = self._take(session, [*where, *lanes, t.c.alone == true(), due], 1, now, by_priority=True)
+            if alone:
+                return Claimed(alone, exhausted)
+        together = [t.c.alone == false(), due]
         if where:
-            conditions = list(where)
-            if skip_lanes:
-                conditions.append(self._c(self.spec.lane).not_in(list(skip_lanes)))
-            claims = self._take(session, conditions, limit, now, by_priority=True)
+            claims = self._take(session, [*where, *lanes, *together], limit, now, by_priority=True)
         else:
-            claims = self._claim_fairly(session, limit, now, frozenset(skip_lanes))
+            claims = self._claim_fairly(session, limit, now, frozenset(skip_lanes), together)
         return Claimed(claims, exhausted)
 
     def sweep(self, session: Session, now: datetime | None = None) -> list[Any]:
@@ -369,8 +403,8 @@ class DurableQueue:
         Returns
         -------
         list
-            Ids of the jobs failed because their attempts were used up (the others went back
-            to ``queued``).
+            Ids of the jobs failed because their worker died while they ran alone for the
+            ``max_attempts``-th time (the others went back to ``queued``, with a backoff).
         """
         now = now or utcnow()
         self._bury_gone_workers(session, now)
@@ -379,35 +413,60 @@ class DurableQueue:
                    and_(owner.is_not(None), owner.not_in(select(QueueWorker.id))))
         return self._take_back(session, now, lost)
 
-    def _take_back(self, session: Session, now: datetime, condition: ColumnElement[bool]) -> list[Any]:
-        """Requeue the running jobs matching ``condition``, or fail those out of attempts."""
+    def backoff(self, deaths: int) -> timedelta:
+        """The wait before a job taken back from a lost claim is claimed again, after
+        ``deaths`` counted deaths: none after the first, unattributed, death (the next process
+        takes it back at once), then ``retry_backoff_s`` times 1, 3, 7, ... up to
+        ``max_backoff_s``."""
+        return timedelta(seconds=min(self.retry_backoff_s * (2 ** min(deaths, 32) - 1), self.max_backoff_s))
+
+    def _take_back(self, session: Session, now: datetime, condition: ColumnElement[bool], *,
+                   lost: bool = True) -> list[Any]:
+        """Requeue the running jobs matching ``condition`` (a lost claim: alone, with a
+        backoff), or fail those whose worker died while they ran alone ``max_attempts`` times;
+        not ``lost`` (a clean stop): requeue them as they were."""
         spec, t = self.spec, self._table
-        stmt = select(t.c.id, t.c.attempts).where(self._c(spec.state) == spec.running, condition)
+        stmt = select(t.c.id, t.c.failures, t.c.alone, t.c.claimed_by).where(
+            self._c(spec.state) == spec.running, condition)
         if self._postgres:
             stmt = stmt.with_for_update(skip_locked=True, of=t)
         rows = session.execute(stmt).all()
         if not rows:
             return []
-        again = [job_id for job_id, attempts in rows if attempts < self.max_attempts]
-        if again:
-            session.execute(update(t).where(t.c.id.in_(again)).values(
+        if not lost:
+            session.execute(update(t).where(t.c.id.in_([r[0] for r in rows])).values(
                 {spec.state: spec.queued, "claimed_by": None, **spec.requeue_values(now)}))
-            log.warning("queue %s: %d job(s) taken back from lost claims", spec.name, len(again))
+            return []
+        held = Counter(row.claimed_by for row in rows)  # what each lost worker held
         exhausted = []
-        for job_id, attempts in rows:
-            if attempts >= self.max_attempts:
+        for job_id, failures, alone, owner in rows:
+            # Only a death while it ran alone counts: claimed by itself, the one job its worker held.
+            deaths = failures + 1 if alone and held[owner] == 1 else failures
+            if deaths >= self.max_attempts:
                 session.execute(update(t).where(t.c.id == job_id).values(
-                    {spec.state: spec.failed, "claimed_by": None,
-                     **spec.exhausted_values(attempts, self.max_attempts, now)}))
-                log.warning("queue %s: job %s lost its claim after %d attempts; failed",
-                            spec.name, job_id, attempts)
+                    {spec.state: spec.failed, "claimed_by": None, "failures": deaths, "not_before": None,
+                     **spec.exhausted_values(deaths, self.max_attempts, now)}))
+                log.warning("queue %s: job %s: its worker died %d times while it ran alone; failed",
+                            spec.name, job_id, deaths)
                 exhausted.append(job_id)
+                continue
+            wait = self.backoff(deaths)
+            reason = (f"its worker stopped while running it ({deaths} of {self.max_attempts} such stops "
+                      f"counted while it ran alone); retried alone after {wait.total_seconds():g} s")
+            session.execute(update(t).where(t.c.id == job_id).values(
+                {spec.state: spec.queued, "claimed_by": None, "failures": deaths, "alone": True,
+                 "not_before": now + wait, **spec.requeue_values(now),
+                 **(spec.retry_reason(reason) if spec.retry_reason else {})}))
+        if len(exhausted) < len(rows):
+            log.warning("queue %s: %d job(s) taken back from lost claims; retried alone", spec.name,
+                        len(rows) - len(exhausted))
         return exhausted
 
     def _claim_fairly(self, session: Session, limit: int, now: datetime,
-                      skip_lanes: frozenset[Any] = frozenset()) -> list[Claim]:
-        """Claim up to ``limit`` jobs of the best priority, round-robin over groups and lanes
-        (except ``skip_lanes``)."""
+                      skip_lanes: frozenset[Any] = frozenset(),
+                      extra: Sequence[ColumnElement[bool]] = ()) -> list[Claim]:
+        """Claim up to ``limit`` jobs of the best priority matching ``extra``, round-robin over
+        groups and lanes (except ``skip_lanes``)."""
         claims: list[Claim] = []
         dry: set[tuple[Any, int]] = set()  # (lane, priority) that gave less than its share
         while len(claims) < limit:
@@ -420,7 +479,7 @@ class DurableQueue:
             shares = self._share(level, limit - len(claims))
             served = []
             for head, share in shares:
-                conditions = [self._c(self.spec.lane) == head.lane]
+                conditions = [self._c(self.spec.lane) == head.lane, *extra]
                 if self.spec.priority is not None:
                     conditions.append(self._c(self.spec.priority) == best)
                 got = self._take(session, conditions, share, now, by_priority=False)
@@ -734,4 +793,5 @@ def _process_gone(pid: int, ticks: str) -> bool | None:
     return state in ("Z", "X") or bool(ticks and started != ticks)
 
 
-__all__ = ["Claim", "Claimed", "DurableQueue", "HEARTBEAT_S", "LEASE_S", "MAX_ATTEMPTS", "QueueSpec"]
+__all__ = ["Claim", "Claimed", "DurableQueue", "HEARTBEAT_S", "LEASE_S", "MAX_ATTEMPTS", "MAX_RETRY_BACKOFF_S",
+           "QueueSpec", "RETRY_BACKOFF_S"]

@@ -17,7 +17,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from pydantic import SkipValidation
 
-from kg.access import ANONYMOUS, Actor, authenticate
+from kg.access import ANONYMOUS, Actor, KeyCache, authenticate
 from kg.errors import Forbidden, KGError, Unauthenticated
 from kg.settings import Settings
 from kg.store.db import Database
@@ -49,11 +49,15 @@ class KeyVerifier:
         Where the keys are stored.
     settings : kg.settings.Settings
         The pepper, the protected branches, how often ``last_used_at`` is written.
+    cache : kg.access.KeyCache or None
+        The process's key cache (as the HTTP API's lookup): over HTTP the request guard has
+        just checked the same key, so this check finds it there.
     """
 
-    def __init__(self, db: Database, settings: Settings) -> None:
+    def __init__(self, db: Database, settings: Settings, cache: KeyCache | None = None) -> None:
         self.db = db
         self.settings = settings
+        self.cache = cache
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """The access token of ``token``, or None for a key that is malformed, unknown,
@@ -70,7 +74,7 @@ class KeyVerifier:
             The token with the key's caller; None refuses the request (401).
         """
         try:
-            actor = await anyio.to_thread.run_sync(authenticate, self.db, self.settings, token)
+            actor = await anyio.to_thread.run_sync(authenticate, self.db, self.settings, token, self.cache)
         except Unauthenticated as exc:
             _REFUSAL.set(exc)
             return None

@@ -39,6 +39,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import AnyHttpUrl, ConfigDict, Field, ValidationError
 
@@ -723,12 +724,12 @@ def http_server(services: Resources) -> MCPServer:
     settings = services.settings
     verifier, auth = None, None
     if settings.auth:
-        verifier = KeyVerifier(services.db, settings)
+        verifier = KeyVerifier(services.db, settings, services.key_cache)
         auth = AuthSettings(issuer_url=AnyHttpUrl(f"http://{settings.host}:{settings.port}"), resource_server_url=None)
     return build_server(services, http_binding, read_only=settings.mcp_read_only, token_verifier=verifier, auth=auth)
 
 
-def http_app(server: MCPServer, host: str) -> Any:
+def http_app(server: MCPServer, host: str, *, check_host: bool = True) -> Any:
     """The streamable HTTP ASGI app of ``server``, to mount at ``/mcp``.
 
     Stateless (any worker of ``kg serve --workers N`` answers any request; no server-to-client
@@ -744,11 +745,16 @@ def http_app(server: MCPServer, host: str) -> Any:
     host : str
         The interface kg listens on: on a loopback one the SDK accepts only requests addressed to
         localhost (DNS-rebinding protection); on any other it checks no ``Host`` header.
+    check_host : bool
+        False: the SDK checks no ``Host`` or ``Origin`` header, whatever the interface (the app
+        that mounts it checks them on every path, in its own error shape: api/guard.py while
+        ``KG_AUTH`` is off).
 
     Returns
     -------
     starlette.applications.Starlette
         One route, :data:`HTTP_PATH`.
     """
+    security = None if check_host else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     return server.streamable_http_app(streamable_http_path=HTTP_PATH, stateless_http=True, json_response=True,
-                                      host=host)
+                                      host=host, transport_security=security)

@@ -58,7 +58,13 @@ from sqlalchemy import JSON, Table, Text, cast, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from kg import collector
-from kg.access import authorize_new_repository, refuse_reserved_workspace, reserved_repositories
+from kg.access import (
+    authorize_new_repository,
+    authorize_new_workspace,
+    can_see,
+    refuse_reserved_workspace,
+    reserved_repositories,
+)
 from kg.context import Actor, Resources, UnitOfWork, reading, unit_of_work
 from kg.errors import InvalidInput, KGError, NotFound
 from kg.graph.validity import check_interval, maybe_aware
@@ -458,12 +464,16 @@ def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, c
     default = services.settings.embedding_model
     existing = {w.name for w in repo_store.list_workspaces(session, r)}
     for spec in bulk.header.workspaces:
+        if create and not can_see(uow.actor, repo, workspace=spec.name):
+            # Before existence: a name outside the key's workspaces answers alike, taken or free.
+            authorize_new_workspace(uow.actor, repo, spec.name)
         if spec.name in existing:
             continue
         if not create:
             raise NotFound(f"workspace {spec.name!r} not found in repository {repo!r}",
                            details={"workspace": spec.name})
         uow.authorize("admin", repo)
+        authorize_new_workspace(uow.actor, repo, spec.name)
         refuse_reserved_workspace(repo, spec.name, reserved_repositories(services.settings))
         config = parse_embedding_config(spec.embedding, default_model=default)
         services.embedder(config.model)  # an unknown model is refused before anything is written

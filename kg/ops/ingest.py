@@ -1,14 +1,22 @@
 """``kg ingest``: files become nodes, their text chunked and embedded, a format's relations edges.
 
-The lifecycle (DESIGN.md, "Retrieval"): a file whose node is unchanged is skipped (no write, no
-embedding call); a changed file is re-embedded and its node replaced; unchanged text is never
-embedded again because chunks are keyed by content. What a file becomes is its format's
-business (:mod:`kg.ops.formats`: ``text``, the default, or ``pep``).
+The lifecycle (``docs/ingest.md``) is per file content hash, and people's edits of ingested
+nodes survive it: a file whose sha256 is the one the branch's last ingest of it recorded
+(:mod:`kg.store.ingest_records`) is skipped, whatever happened to its node since (no write, no
+embedding call); a changed file is a three-way merge (:func:`plan_file`, :func:`merge_file`)
+of the node now with the file's new parse against the parse the last ingest recorded: the
+file's changes apply where the node was not edited, a property both changed keeps the person's
+value and is listed in the report (or, with ``conflicts="review"``, the file's version of the
+node goes to a review branch). Unchanged text is never embedded again because chunks are keyed
+by content. What a file becomes is its format's business (:mod:`kg.ops.formats`: ``text``, the
+default, or ``pep``).
 
 :func:`ingest_path` is an orchestration over use cases: embedding is batched across a group of
-files outside any transaction, then each file is written in a unit of work of its own
-(:func:`ingest_file`, through :func:`kg.context.run` and :func:`kg.ops.texts.write_node`), so a
-failure loses nothing already ingested; the relations follow in one more (:func:`relate_files`).
+files outside any transaction, then each file is planned again and written in a unit of work of
+its own (:func:`ingest_file`, through :func:`kg.context.run` and
+:func:`kg.ops.texts.write_node`), so a failure loses nothing already ingested; the relations
+follow in one more (:func:`relate_files`), and the review branch in a last one
+(:func:`write_review`).
 """
 
 from __future__ import annotations
@@ -17,20 +25,39 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from kg.access import authorize_new_repository, refuse_reserved_workspace, reserved_repositories
+from sqlalchemy.orm import Session
+
+from kg.access import (
+    authorize_new_repository,
+    authorize_new_workspace,
+    can_see,
+    refuse_reserved_workspace,
+    reserved_repositories,
+)
 from kg.context import Actor, Resources, UnitOfWork, reading, run
-from kg.errors import InvalidInput, NotFound, ProviderError
+from kg.errors import Conflict, InvalidInput, NotFound, ProviderError
 from kg.indexing.config import parse_embedding_config
+from kg.ops.branches import create_branch
 from kg.ops.files import iter_files, read_file_node
 from kg.ops.formats import DEFAULT_FORMAT, FileNode, IngestFormat, get_format
 from kg.ops.text_store import EmbeddedText, prepare_chunks
 from kg.ops.texts import write_node
+from kg.store import ingest_records
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
-from kg.store.models import NodeVersion
-from kg.store.repos import create_repository, create_workspace, get_repository, get_workspace
+from kg.store.models import utcnow
+from kg.store.paths import validate_name, validate_path
+from kg.store.repos import (
+    BranchView,
+    WriteContext,
+    create_repository,
+    create_workspace,
+    get_repository,
+    get_workspace,
+    list_branches,
+)
 
 GROUP_FILES = 16
 
@@ -46,25 +73,53 @@ class IngestReport:
     passages_embedded: int = 0
     relations_added: int = 0
     relations_unchanged: int = 0
+    relations_removed: int = 0
+    """Relations a changed file no longer asserts, removed."""
     stub_nodes: list[str] = field(default_factory=list)
     index_failures: int = 0
     unreadable: list[dict[str, str]] = field(default_factory=list)
     """Files skipped because they could not be read: ``{"file", "reason"}``."""
+    kept_edits: list[dict[str, Any]] = field(default_factory=list)
+    """Properties a person and the file both changed, kept as the person wrote them:
+    ``{"path", "key", "kept", "file"}`` (``kg:node_type`` for the type; a value absent on one
+    side is null)."""
+    kept_deleted: list[str] = field(default_factory=list)
+    """Paths of nodes people deleted whose file changed since: they stay deleted."""
+    review_branch: str | None = None
+    """The branch holding the files' versions of the nodes above (``conflicts="review"``)."""
+
+    def add(self, plan: FilePlan) -> None:
+        """Count what the ingest of one file did.
+
+        Parameters
+        ----------
+        plan : FilePlan
+            The file's outcome (:func:`ingest_file`).
+        """
+        path = plan.node.path
+        {"insert": self.inserted, "write": self.replaced}.get(plan.action, self.skipped).append(path)
+        self.kept_edits += plan.kept
+        if plan.kept_deleted:
+            self.kept_deleted.append(path)
 
     def as_dict(self) -> dict[str, Any]:
-        """The report as the CLI prints it: counts.
+        """The report as the CLI prints it: counts, and the review branch.
 
         Returns
         -------
         dict
-            The counts, as ``kg ingest`` prints them.
+            The counts, as ``kg ingest`` prints them; ``review_branch`` is the branch's name
+            or null.
         """
         return {
             "files": self.files, "inserted": len(self.inserted), "replaced": len(self.replaced),
             "skipped": len(self.skipped), "passages_embedded": self.passages_embedded,
             "relations_added": self.relations_added,
-            "relations_unchanged": self.relations_unchanged, "stub_nodes": len(self.stub_nodes),
+            "relations_unchanged": self.relations_unchanged, "relations_removed": self.relations_removed,
+            "stub_nodes": len(self.stub_nodes),
             "index_failures": self.index_failures, "unreadable": len(self.unreadable),
+            "kept_edits": len(self.kept_edits), "kept_deleted": len(self.kept_deleted),
+            "review_branch": self.review_branch,
         }
 
 
@@ -99,20 +154,255 @@ def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create:
             raise
         authorize_new_repository(uow.actor, repo, reserved_repositories(uow.services.settings))
         r = create_repository(session, name=repo)
+    if create and not can_see(uow.actor, repo, workspace=workspace):
+        # Before existence: a name outside the key's workspaces answers alike, taken or free.
+        uow.authorize("admin", repo)
+        authorize_new_workspace(uow.actor, repo, workspace)
     try:
         get_workspace(session, r, workspace)
     except NotFound:
         if not create:
             raise
         uow.authorize("admin", repo)
+        authorize_new_workspace(uow.actor, repo, workspace)
         refuse_reserved_workspace(repo, workspace, reserved_repositories(uow.services.settings))
         config = parse_embedding_config(None, default_model=uow.services.settings.embedding_model)
         create_workspace(session, r, name=workspace, config={"embedding": config.model_dump()})
 
 
+#: What ``conflicts`` may be: keep the person's value of a property both changed, or also put
+#: the file's version of the node on a review branch.
+CONFLICT_MODES = ("keep", "review")
+#: The review branch's name when the caller gives none: ``ingest/`` and the UTC time.
+REVIEW_BRANCH_FORMAT = "ingest/%Y%m%d-%H%M%S"
+_MISSING = object()
+#: What ingesting a file does at its node (:class:`FilePlan`).
+FileAction = Literal["insert", "write", "skip", "record", "review"]
+#: The start of the revision message of an ingest's relations (and the stubs of their targets).
+RELATIONS_MESSAGE = "ingest relations ("
+
+
+@dataclass
+class FilePlan:
+    """What the ingest of one file does at its node (:func:`plan_file`).
+
+    Attributes
+    ----------
+    node : FileNode
+        The file's parse.
+    action : {"insert", "write", "skip", "record", "review"}
+        ``insert`` a new node; ``write`` the merged value over the node; ``skip`` (an unchanged
+        file, or a node that is the file's parse already); ``record`` the file's hash alone (the
+        node is kept as it is: people deleted it, or hold every value the file changed);
+        ``review``: nothing on the branch, the file's version goes to the review branch.
+    value : dict or None
+        The flat value (:func:`kg.store.ingest_records.flat_value`) written on the branch
+        (``insert``, ``write``), or kept there (``record``; None: the node stays deleted).
+    kept : list of dict
+        ``{"path", "key", "kept", "file"}`` per property both the person and the file changed
+        (``kg:node_type`` for the type): the value kept on the branch, and the file's.
+    kept_deleted : bool
+        People deleted the node and the file changed: it stays deleted.
+    review_value : dict or None
+        The value for the review branch: the merge with the file's values where they clash.
+    base_relations : list of (str, str), or None
+        The relations the file asserted at its last ingest (the record's); None: unknown.
+    """
+
+    node: FileNode
+    action: FileAction
+    value: dict[str, Any] | None = None
+    kept: list[dict[str, Any]] = field(default_factory=list)
+    kept_deleted: bool = False
+    review_value: dict[str, Any] | None = None
+    base_relations: list[tuple[str, str]] | None = None
+
+    def relation_changes(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """The relations the file added and dropped since its last ingest.
+
+        Returns
+        -------
+        (added, dropped)
+            ``(type, target path)`` lists; every relation of the file is added when its last
+            ingest's are unknown (a first ingest, a node ingested before records were kept).
+        """
+        if self.base_relations is None:
+            return list(self.node.relations), []
+        return ([r for r in self.node.relations if r not in self.base_relations],
+                [r for r in self.base_relations if r not in self.node.relations])
+
+
+def ingest_message(node: FileNode) -> str:
+    """The revision message of a file's ingest: ``ingest <file>``.
+
+    Parameters
+    ----------
+    node : FileNode
+        A file's parse.
+
+    Returns
+    -------
+    str
+        ``ingest`` and the file's path below the ingested folder.
+    """
+    return f"ingest {node.source}"
+
+
+def file_sha256(node: FileNode) -> str:
+    """The hash of a parsed file's bytes (:func:`kg.ops.files.read_file_node` sets it).
+
+    Parameters
+    ----------
+    node : FileNode
+        A file's parse.
+
+    Returns
+    -------
+    str
+        The sha256, hexadecimal.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        The parse carries no hash (not read from a file).
+    """
+    sha = node.properties.get("sha256")
+    if not isinstance(sha, str):
+        raise InvalidInput(f"{node.source or node.path} has no sha256: read it with read_file_node")
+    return sha
+
+
+def merge_file(base: dict[str, Any] | None, ours: dict[str, Any],
+               theirs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Three-way merge of a node's flat values, keeping ours where both sides changed a key.
+
+    Parameters
+    ----------
+    base : dict or None
+        The file's parse at the last ingest (:func:`kg.store.ingest_records.record_base`);
+        None when unknown (a node no ingest recorded): every key that differs counts as
+        changed on both sides.
+    ours : dict
+        The node now.
+    theirs : dict
+        The file's new parse.
+
+    Returns
+    -------
+    (merged, conflicts)
+        The merged value (ours on the conflicting keys) and the conflicting keys, sorted.
+
+    Notes
+    -----
+    Per key, as diff3 does per line: a key only the file changed takes the file's value, a key
+    only the person changed keeps theirs, a key both changed alike is that value, a key both
+    changed differently is a conflict. ``sha256`` (the file's fingerprint) is always the
+    file's. O(k) for k keys.
+
+    Examples
+    --------
+    >>> base = {"status": "Draft", "title": "T"}
+    >>> merge_file(base, {"status": "Final", "title": "T"}, {"status": "Draft", "title": "U"})
+    ({'status': 'Final', 'title': 'U'}, [])
+    >>> merge_file(base, {"status": "Final", "title": "T"}, {"status": "Active", "title": "T"})
+    ({'status': 'Final', 'title': 'T'}, ['status'])
+    """
+    merged: dict[str, Any] = {}
+    conflicts = []
+    for key in sorted(set(base or {}) | set(ours) | set(theirs)):
+        ov, tv = ours.get(key, _MISSING), theirs.get(key, _MISSING)
+        bv = _MISSING if base is None else base.get(key, _MISSING)
+        if key == "sha256" or ov == tv:
+            result = tv
+        elif base is not None and tv == bv:
+            result = ov
+        elif base is not None and ov == bv:
+            result = tv
+        else:
+            conflicts.append(key)
+            result = ov
+        if result is not _MISSING:
+            merged[key] = result
+    return merged, conflicts
+
+
+def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode, *,
+              conflicts: str = "keep") -> FilePlan:
+    """Decide what ingesting one file does at its node on ``view``'s branch; reads only.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state the file is ingested into.
+    workspace : str
+        The workspace's name.
+    node : FileNode
+        The file's parse (its ``sha256`` property is the file's hash).
+    conflicts : {"keep", "review"}
+        What a property both changed becomes (:data:`CONFLICT_MODES`).
+
+    Returns
+    -------
+    FilePlan
+        The action, the value written or kept on the branch, the properties kept against the
+        file, and the review branch's value.
+
+    Notes
+    -----
+    The lifecycle (``docs/ingest.md``): a file whose hash is the one the branch's last ingest
+    of it recorded is skipped, whatever happened to its node since (edited, deleted). A changed
+    file is a three-way merge (:func:`merge_file`) of the node now with the file's parse,
+    against the parse the last ingest recorded (:func:`kg.store.ingest_records.record_base`);
+    a node people deleted stays deleted. A node without a record (ingested before records were
+    kept, brought by a merge of another branch, or made by a person) is skipped when its
+    ``sha256`` property is the file's hash or it is the file's parse already; otherwise its
+    base is the version the last ingest of the file wrote, found in the revision log
+    (:func:`ingest_message`), and failing that unknown: every value that differs from the
+    file's is then kept as the node holds it.
+    """
+    sha = file_sha256(node)
+    path = validate_path(node.path)
+    base_relations: list[tuple[str, str]] | None = None
+    record = ingest_records.find_record(session, view, workspace, path)
+    current = node_store.find_node(session, view, workspace, path)
+    theirs = ingest_records.flat_value(node.node_type, node.properties)
+    ours = ingest_records.version_value(current)
+    if record is not None and record.sha256 == sha:
+        return FilePlan(node, "skip", ours)
+    if record is None:
+        if ours is None:
+            return FilePlan(node, "insert", theirs)
+        if ours == theirs or ours.get("sha256") == sha:
+            return FilePlan(node, "skip", ours)
+        # Ingested before records were kept: that ingest wrote the file's parse exactly.
+        # (a stub of a relation's target too: it was written by the ingest's relations).
+        base = ingest_records.version_value(ingest_records.last_written_by(
+            session, view, workspace, path, ingest_message(node), prefix=RELATIONS_MESSAGE))
+    else:
+        base = ingest_records.record_base(session, view, record)
+        if record.relations is not None:
+            base_relations = [(rel, target) for rel, target in record.relations]
+        if ours is None:  # people deleted the node: it stays deleted
+            if conflicts == "review":
+                return FilePlan(node, "review", None, kept_deleted=True, review_value=theirs,
+                                base_relations=base_relations)
+            return FilePlan(node, "record", None, kept_deleted=True, base_relations=base_relations)
+    merged, clashes = merge_file(base, ours, theirs)
+    kept = [{"path": path, "key": key, "kept": ours.get(key), "file": theirs.get(key)} for key in clashes]
+    if clashes and conflicts == "review":
+        review_value = {k: v for k, v in merged.items() if k not in clashes}
+        review_value.update({k: theirs[k] for k in clashes if k in theirs})
+        return FilePlan(node, "review", ours, kept=kept, review_value=review_value, base_relations=base_relations)
+    if merged == ours:
+        return FilePlan(node, "record", ours, kept=kept, base_relations=base_relations)
+    return FilePlan(node, "write", merged, kept=kept, base_relations=base_relations)
+
+
 def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: FileNode,
-                embedded: EmbeddedText | None = None) -> bool:
-    """Write one ingested file's node (missing ancestors as folders), as one revision.
+                embedded: EmbeddedText | None = None, *, conflicts: str = "keep") -> FilePlan:
+    """Ingest one file at its node as one revision: plan it in the transaction, write it, record it.
 
     Parameters
     ----------
@@ -121,23 +411,125 @@ def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: F
     repo, branch, workspace : str
         Where the node is written.
     node : FileNode
-        The file as its format read it.
+        The file as its format read it (with its ``sha256``).
     embedded : EmbeddedText or None
-        Its text as embedded before the transaction (:func:`kg.ops.text_store.prepare_chunks`).
+        The text as embedded before the transaction (:func:`kg.ops.text_store.prepare_chunks`);
+        used only if the value written is the one it was embedded for.
+    conflicts : {"keep", "review"}
+        What a property both changed becomes (:func:`plan_file`).
 
     Returns
     -------
-    bool
-        Whether the node was created (False: it replaced one).
+    FilePlan
+        What was done (planned again under the write lock: the branch as this transaction
+        sees it). ``skip`` and ``review`` write nothing here; ``insert`` and ``write`` write
+        the node (missing ancestors as folders) and its record; ``record`` the record alone.
 
     Raises
     ------
     kg.errors.NotFound, kg.errors.InvalidInput
     """
-    ctx = uow.begin(repo, branch, message=f"ingest {node.source}")
-    _, created = write_node(uow, ctx, workspace, node.path, node_type=node.node_type,
-                            properties=node.properties, parents=True, embedded=embedded)
-    return created
+    ctx = uow.begin(repo, branch, message=ingest_message(node))
+    plan = plan_file(uow.session, ctx.view, workspace, node, conflicts=conflicts)
+    if plan.action == "record":
+        ctx.retitle(f"ingest {node.source} (the node stays deleted)" if plan.kept_deleted
+                    else f"ingest {node.source} (the node already holds it)")
+    _apply(uow, ctx, workspace, plan, embedded)
+    return plan
+
+
+def ingest_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
+                 files: list[tuple[FileNode, EmbeddedText | None]], *, message: str) -> list[FilePlan]:
+    """Ingest several files at their nodes in one revision, keeping people's edits.
+
+    The lifecycle of :func:`ingest_file` (people's values kept where both changed a property),
+    for a caller whose files make one revision (the RAG node's input).
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch, workspace : str
+        Where the nodes are written.
+    files : list of (FileNode, EmbeddedText or None)
+        Each file's parse (with its ``sha256``) and its text as embedded before the transaction.
+    message : str
+        The revision's message.
+
+    Returns
+    -------
+    list of FilePlan
+        What was done to each, in order (planned under the write lock).
+
+    Raises
+    ------
+    kg.errors.NotFound, kg.errors.InvalidInput
+    """
+    ctx = uow.begin(repo, branch, message=message)
+    plans = []
+    for node, embedded in files:
+        plan = plan_file(uow.session, ctx.view, workspace, node)
+        _apply(uow, ctx, workspace, plan, embedded)
+        plans.append(plan)
+    return plans
+
+
+def _apply(uow: UnitOfWork, ctx: WriteContext, workspace: str, plan: FilePlan,
+           embedded: EmbeddedText | None) -> None:
+    """Write what ``plan`` says on ``ctx``'s branch: the node (insert, write) and the record."""
+    if plan.action in ("skip", "review"):
+        return
+    node = plan.node
+    if plan.action in ("insert", "write"):
+        assert plan.value is not None
+        node_type, properties = ingest_records.split_value(plan.value)
+        write_node(uow, ctx, workspace, node.path, node_type=node_type, properties=properties, parents=True,
+                   embedded=embedded)
+    theirs = ingest_records.flat_value(node.node_type, node.properties)
+    ingest_records.put_record(uow.session, ctx, workspace, validate_path(node.path), sha256=file_sha256(node),
+                              source=node.source, patch=ingest_records.base_patch(plan.value, theirs),
+                              relations=node.relations)
+
+
+def write_review(uow: UnitOfWork, repo: str, branch: str, workspace: str, review_branch: str,
+                 plans: list[FilePlan]) -> int:
+    """Put the files' versions of nodes with people's edits on a new branch, for review.
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch, workspace : str
+        Where the ingest wrote.
+    review_branch : str
+        The new branch, forked from ``branch``'s head.
+    plans : list of FilePlan
+        The ``review`` plans: each node's ``review_value`` is written, with the file's record.
+
+    Returns
+    -------
+    int
+        The review branch's revision.
+
+    Raises
+    ------
+    kg.errors.Conflict
+        A branch of that name exists.
+    kg.errors.Forbidden
+        The caller may not create the branch or write it.
+    """
+    create_branch(uow, repo, name=review_branch, from_branch=branch)
+    ctx = uow.begin(repo, review_branch, message=f"ingest: the files' versions of {len(plans)} edited node(s)")
+    for plan in plans:
+        assert plan.review_value is not None
+        node_type, properties = ingest_records.split_value(plan.review_value)
+        write_node(uow, ctx, workspace, plan.node.path, node_type=node_type, properties=properties, parents=True)
+        theirs = ingest_records.flat_value(plan.node.node_type, plan.node.properties)
+        ingest_records.put_record(uow.session, ctx, workspace, validate_path(plan.node.path),
+                                  sha256=file_sha256(plan.node), source=plan.node.source,
+                                  patch=ingest_records.base_patch(plan.review_value, theirs),
+                                  relations=plan.node.relations)
+    return ctx.revision
 
 
 def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
@@ -166,16 +558,48 @@ def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
         A missing target the format has no stub for.
     """
     session = uow.session
-    ctx = uow.begin(repo, branch, message=f"ingest relations ({len(relations)})")
+    ctx = uow.begin(repo, branch, message=f"{RELATIONS_MESSAGE}{len(relations)})")
     stubs = []
     for src, rel, dst in relations:
         if file_format.stub is not None and node_store.find_node(session, ctx.view, workspace, dst) is None:
             stub = file_format.stub(dst)
             write_node(uow, ctx, workspace, dst, node_type=stub.node_type, properties=stub.properties,
                        parents=True)
+            # The stub's record (no file: no hash) makes it the base of its file's first ingest.
+            ingest_records.put_record(session, ctx, workspace, validate_path(dst), sha256="", source="", patch=None)
             stubs.append(dst)
         relation_store.relate(session, ctx, f"{workspace}:{src}", f"{workspace}:{dst}", rel)
     return stubs
+
+
+def unrelate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
+                   relations: list[tuple[str, str, str]]) -> int:
+    """Remove, in one revision, the relations files no longer assert (where still present).
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo, branch, workspace : str
+        Where the relations are.
+    relations : list of (str, str, str)
+        ``(from path, relation type, to path)`` in ``workspace``.
+
+    Returns
+    -------
+    int
+        How many edges were removed (a relation a person removed already, or whose end is
+        gone, counts nothing).
+    """
+    session = uow.session
+    ctx = uow.begin(repo, branch, message=f"ingest: relations the files dropped ({len(relations)})")
+    removed = 0
+    for src, rel, dst in relations:
+        if node_store.find_node(session, ctx.view, workspace, src) is None or \
+                node_store.find_node(session, ctx.view, workspace, dst) is None:
+            continue
+        removed += relation_store.unrelate(session, ctx, f"{workspace}:{src}", f"{workspace}:{dst}", rel)
+    return removed
 
 
 def _refuse_one_path_for_two_files(parsed: list[FileNode]) -> None:
@@ -197,16 +621,12 @@ def _add(total: list[int], n: int) -> None:
     total[0] += n
 
 
-def _unchanged(current: NodeVersion | None, node: FileNode) -> bool:
-    """Whether the stored node is the file's node already."""
-    return current is not None and current.node_type == node.node_type and current.properties == node.properties
-
-
 def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, workspace: str, branch: str = "main",
                 format_name: str = DEFAULT_FORMAT, create: bool = True,
                 on_files: Callable[[int], None] | None = None,
                 on_progress: Callable[[int], None] | None = None,
-                skip_unreadable: bool = False) -> IngestReport:
+                skip_unreadable: bool = False, conflicts: str = "keep",
+                review_branch: str | None = None) -> IngestReport:
     """Ingest a file or a folder of text files into ``repo`` / ``workspace`` on ``branch``.
 
     Parameters
@@ -231,24 +651,44 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
         Skip a file that cannot be read (not UTF-8, no permission, refused by the format) and
         ingest the others, listing it in the report's ``unreadable``; False: refuse the whole
         ingest before anything is written.
+    conflicts : {"keep", "review"}
+        A property that both a person (since the last ingest) and the file changed: ``keep``
+        the person's value on ``branch``; ``review``: also leave such nodes unwritten on
+        ``branch`` and write the files' versions of them on a new branch (``review_branch``),
+        to diff and merge. Either way the report lists them in ``kept_edits``.
+    review_branch : str or None
+        The review branch's name (``conflicts="review"``); None: ``ingest/<UTC time>``
+        (:data:`REVIEW_BRANCH_FORMAT`), made only if some node needs review.
 
     Returns
     -------
     IngestReport
-        What was inserted, replaced, skipped and embedded.
+        What was inserted, replaced, skipped, kept and embedded.
 
     Raises
     ------
     kg.errors.InvalidInput
-        An unknown format, a missing path, an unreadable or non-UTF-8 file (without
-        ``skip_unreadable``), or two files that would be the same node (``a.md`` and
-        ``a.txt`` are both ``/a``): nothing is written.
+        An unknown format or ``conflicts``, a bad ``review_branch`` name, a missing path, an
+        unreadable or non-UTF-8 file (without ``skip_unreadable``), or two files that would be
+        the same node (``a.md`` and ``a.txt`` are both ``/a``): nothing is written.
     kg.errors.NotFound
         Unknown branch, or repository / workspace without ``create``.
+    kg.errors.Conflict
+        ``review_branch`` exists already (refused before anything is written).
     kg.errors.ProviderError
         The embedder failed (files already written stay written).
+
+    Notes
+    -----
+    The lifecycle is per file hash (``docs/ingest.md``, :func:`plan_file`): an unchanged file
+    is skipped whatever happened to its node, a changed one is merged with people's edits.
     """
     file_format = get_format(format_name)
+    if conflicts not in CONFLICT_MODES:
+        raise InvalidInput(f"conflicts must be one of {', '.join(CONFLICT_MODES)}, not {conflicts!r}",
+                           details={"conflicts": conflicts})
+    if review_branch is not None:
+        validate_name("branch", review_branch)
     files = list(iter_files(root))  # a missing path is refused before anything is created
     base = root if root.is_dir() else root.parent
     parsed: list[FileNode] = []
@@ -261,19 +701,22 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
                 raise
             unreadable.append({"file": str(path), "reason": exc.details.get("reason", exc.message)})
     _refuse_one_path_for_two_files(parsed)
+    if review_branch is not None:
+        _refuse_existing_branch(services, repo, review_branch)
     run(services, caller, ensure_repo_workspace, repo, workspace, create=create)
     if on_files is not None:
         on_files(len(parsed))
     report = IngestReport(files=len(files), unreadable=unreadable)
     relations: list[tuple[str, str, str]] = []
+    dropped: list[tuple[str, str, str]] = []
+    to_review: list[FilePlan] = []
     for start in range(0, len(parsed), GROUP_FILES):
         group = parsed[start:start + GROUP_FILES]
         with reading(services, caller, repo, branch) as (session, view):
-            current = {n.path: node_store.find_node(session, view, workspace, n.path) for n in group}
-        todo = [n for n in group if not _unchanged(current[n.path], n)]
-        report.skipped += [n.path for n in group if _unchanged(current[n.path], n)]
+            planned = [plan_file(session, view, workspace, n, conflicts=conflicts) for n in group]
+        todo = [p for p in planned if p.action in ("insert", "write")]
         counted = [0]
-        items = [(workspace, n.properties) for n in todo]
+        items = [(workspace, ingest_records.split_value(p.value)[1]) for p in todo if p.value is not None]
         try:
             embedded = prepare_chunks(services, repo, items, progress=functools.partial(_add, counted))
         except ProviderError:
@@ -281,18 +724,68 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
             # embed them one by one, recording the failing one with its reason.
             embedded = prepare_chunks(services, repo, items, embed=False)
         report.passages_embedded += counted[0]
-        for node, text in zip(todo, embedded, strict=True):
-            created = run(services, caller, ingest_file, repo, branch, workspace, node, text)
-            (report.inserted if created else report.replaced).append(node.path)
-        for node in group:
-            relations += [(node.path, rel, target) for rel, target in node.relations]
+        texts = {id(p.node): text for p, text in zip(todo, embedded, strict=True)}
+        for planned_file in planned:
+            node = planned_file.node
+            if planned_file.action == "skip":  # re-planned under the write lock only when it writes
+                report.skipped.append(node.path)
+                continue
+            done = run(services, caller, ingest_file, repo, branch, workspace, node, texts.get(id(node)),
+                       conflicts=conflicts)
+            report.add(done)
+            if done.action in ("insert", "write"):
+                # The file's relation changes since its last ingest, as for its properties: a
+                # relation it asserted before is not asserted again (a person may have removed it).
+                added, removed = done.relation_changes()
+                relations += [(node.path, rel, target) for rel, target in added]
+                dropped += [(node.path, rel, target) for rel, target in removed]
+            if done.action == "review":
+                to_review.append(done)
         if on_progress is not None:
             on_progress(len(group))
     if relations:
         _write_relations(services, caller, repo, workspace, branch, relations, file_format, report)
-    if report.inserted or report.replaced:
+    if dropped:
+        report.relations_removed = run(services, caller, unrelate_files, repo, branch, workspace, dropped)
+    if to_review:
+        name = review_branch or _free_review_branch(services, repo)
+        run(services, caller, write_review, repo, branch, workspace, name, to_review)
+        report.review_branch = name
+        # The files' relations are part of their version: asserted on the review branch (not
+        # counted in the report, which counts the ingested branch's).
+        proposed = [(p.node.path, rel, target) for p in to_review if p.review_value is not None
+                    for rel, target in p.node.relations]
+        if proposed:
+            _write_relations(services, caller, repo, workspace, name, proposed, file_format, IngestReport())
+    if report.inserted or report.replaced or to_review:
         services.db.analyze()
     return report
+
+
+def _branch_names(services: Resources, repo: str) -> set[str]:
+    """The names of ``repo``'s branches (none when it does not exist yet)."""
+    with services.db.read() as session:
+        try:
+            return {b.name for b in list_branches(session, get_repository(session, repo))}
+        except NotFound:
+            return set()
+
+
+def _refuse_existing_branch(services: Resources, repo: str, name: str) -> None:
+    """Refuse a review branch name that is taken, before the ingest writes anything."""
+    if name in _branch_names(services, repo):
+        raise Conflict(f"branch {name!r} exists already: name another review branch", details={"branch": name})
+
+
+def _free_review_branch(services: Resources, repo: str) -> str:
+    """``ingest/<UTC time>``, with ``-2``, ``-3``... if an ingest of the same second took it."""
+    stem = utcnow().strftime(REVIEW_BRANCH_FORMAT)
+    taken = _branch_names(services, repo)
+    name, n = stem, 1
+    while name in taken:
+        n += 1
+        name = f"{stem}-{n}"
+    return name
 
 
 def _write_relations(services: Resources, caller: Actor, repo: str, workspace: str, branch: str,

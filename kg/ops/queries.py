@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import or_, select
 
-from kg.access import can_see
+from kg.access import authorize_whole_repository, can_see
 from kg.context import Actor, Resources, permit, reading, scoped_view
 from kg.errors import InvalidInput, KGError, NotFound
 from kg.indexing import index_jobs
@@ -472,17 +472,20 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
     kg.errors.NotFound
         Unknown repository.
     kg.errors.Forbidden
-        A key without ``admin`` on ``repo`` (the status names every branch).
+        A key without ``admin`` on ``repo``, or whose ``admin`` grants do not cover every
+        workspace and branch of it (the status names every workspace, branch and failing path:
+        :func:`kg.access.authorize_whole_repository`).
     """
     permit(services, caller, "admin", repo)
     with services.db.read() as session:
         r = get_repository(session, repo)
-        out = index_jobs.index_status(session, r)
         names = {
             "workspace": dict(session.execute(
                 select(Workspace.id, Workspace.name).where(Workspace.repo_id == r.id)).all()),
             "branch": dict(session.execute(select(Branch.id, Branch.name).where(Branch.repo_id == r.id)).all()),
         }
+        authorize_whole_repository(caller, "admin", repo, names["workspace"].values(), names["branch"].values())
+        out = index_jobs.index_status(session, r)
     try:
         stats = services.index.stats(r.uid)
     except KGError as exc:

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from kg.access import authorize_new_repository, can_see, refuse_reserved_workspace, reserved_repositories
+from sqlalchemy.orm import Session
+
+from kg.access import (
+    authorize_new_repository,
+    authorize_new_workspace,
+    authorize_whole_repository,
+    can_see,
+    refuse_reserved_workspace,
+    reserved_repositories,
+)
 from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit, throttle
 from kg.errors import InvalidInput
 from kg.graph.neighbors import MAX_LIMIT, check_limit
 from kg.index.base import VectorIndex
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import parse_embedding_config
+from kg.indexing.index_jobs import retry_failed
 from kg.indexing.reembed import reembed_status, reembed_workspace
 from kg.store import repos as repo_store
 from kg.store.models import Repository, Workspace
@@ -273,13 +283,24 @@ def delete_repository(uow: UnitOfWork, name: str) -> None:
     ------
     kg.errors.NotFound
     kg.errors.Forbidden
-        A key without ``admin`` on the repository.
+        A key without ``admin`` on the repository, or whose ``admin`` grants do not cover every
+        workspace and branch in it (:func:`kg.access.authorize_whole_repository`).
     """
     uow.authorize("admin", name)
-    uid = repo_store.get_repository(uow.session, name).uid
+    r = repo_store.get_repository(uow.session, name, lock=True)
+    _authorize_whole(uow.session, uow.actor, r)
+    uid = r.uid
     repo_store.delete_repository(uow.session, name)
     index = uow.services.index
     uow.after_commit(lambda: index.drop(uid))
+
+
+def _authorize_whole(session: Session, actor: Actor, repo: Repository) -> None:
+    """``admin`` on every workspace and branch of ``repo`` (:func:`kg.access.authorize_whole_repository`)."""
+    if actor.unrestricted:
+        return
+    authorize_whole_repository(actor, "admin", repo.name, [w.name for w in repo_store.list_workspaces(session, repo)],
+                               [b.name for b in repo_store.list_branches(session, repo)])
 
 
 def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = None) -> dict[str, Any]:
@@ -309,9 +330,12 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
         collections: :func:`kg.access.refuse_reserved_workspace`).
     kg.errors.ProviderError
     kg.errors.Forbidden
-        A key without ``admin`` on the repository.
+        A key without ``admin`` on the repository, or whose ``admin`` grants' workspace globs do
+        not match ``name`` (decided before the name is looked up: a name taken by a workspace
+        the key cannot see answers as a free one, :func:`kg.access.authorize_new_workspace`).
     """
     uow.authorize("admin", repo)
+    authorize_new_workspace(uow.actor, repo, name)
     refuse_reserved_workspace(repo, name, reserved_repositories(uow.services.settings))
     default = uow.services.settings.embedding_model
     config = parse_embedding_config(embedding, default_model=default)
@@ -389,10 +413,10 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
     kg.errors.NotFound
         Unknown repository.
     kg.errors.Forbidden
-        A key without ``admin`` on the repository.
+        A key without ``admin`` on every workspace and branch of the repository.
     """
     permit(services, caller, "admin", repo)
-    run, _ = _drain_and_sync(services, repo, services.index, rebuild=False)
+    run, _ = _drain_and_sync(services, caller, repo, services.index, rebuild=False)
     return run
 
 
@@ -421,21 +445,55 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
     kg.errors.NotFound
         Unknown repository.
     kg.errors.Forbidden
-        A key without ``admin`` on the repository.
+        A key without ``admin`` on every workspace and branch of the repository.
     kg.errors.BackendUnavailable
         The index cannot be reached.
     """
     permit(services, caller, "admin", repo)
-    run, added = _drain_and_sync(services, repo, services.index if target is None else target, rebuild=True)
+    run, added = _drain_and_sync(services, caller, repo, services.index if target is None else target, rebuild=True)
     return {"chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}
 
 
-def _drain_and_sync(services: Resources, repo: str, index: VectorIndex, *,
+def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
+    """Embed a repository's failed texts again: their jobs are set back to ``pending``, afresh
+    (no attempt used), and the indexer is woken (with ``KG_INDEX_INLINE``, they are indexed
+    before this returns).
+
+    Parameters
+    ----------
+    uow : kg.context.UnitOfWork
+        The write transaction and its caller.
+    repo : str
+        The repository.
+
+    Returns
+    -------
+    dict
+        ``{"retried"}``: the jobs queued again (0 when none had failed).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown repository.
+    kg.errors.Forbidden
+        A key without ``admin`` over every workspace and branch of the repository.
+    """
+    uow.authorize("admin", repo)
+    r = repo_store.get_repository(uow.session, repo, lock=True)
+    _authorize_whole(uow.session, uow.actor, r)  # the failed texts of every workspace and branch
+    keys = retry_failed(uow.session, r)
+    uow.index_after_commit(r.id, keys)
+    return {"retried": len(keys)}
+
+
+def _drain_and_sync(services: Resources, caller: Actor, repo: str, index: VectorIndex, *,
                     rebuild: bool) -> tuple[IndexRunCounts, int]:
     """Run ``repo``'s queued indexing, then bring ``index`` up to date from SQL (emptied first
-    when ``rebuild``) and save it: the jobs run and the chunks placed."""
+    when ``rebuild``) and save it: the jobs run and the chunks placed. It works on every
+    workspace and branch: ``caller`` needs ``admin`` over all of them."""
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
+        _authorize_whole(session, caller, r)
     run = services.indexer.drain(repo_id=r.id)
     if rebuild:
         index.drop(r.uid)

@@ -15,9 +15,10 @@ A job's state lives in SQL, so it survives a restart: the next process claims jo
 tell that process is gone, else when the lease expires). Jobs go through the durable queue of
 :mod:`kg.indexing.queue`: claimed fairly across repositories, in order of submission inside one. The
 runner renews the lease of the job it runs, so a long function is not taken over by another
-runner while its process lives. A job is claimed at most :data:`MAX_ATTEMPTS` times; a job whose
-claim is lost after that is failed with ``attempts_exhausted`` instead of being run again (a
-function that kills its process would otherwise do so forever). Finishing a job is fenced by
+runner while its process lives. A runner's death is not the job's failure: a job whose claim is
+lost is run again, by itself, and a job whose runner died :data:`MAX_ATTEMPTS` times while it ran
+alone is failed with ``attempts_exhausted`` instead of being run again (a function that kills
+its process would otherwise do so forever). Finishing a job is fenced by
 its attempt number and runner: a runner that lost its lease cannot overwrite the result of the
 attempt that took over.
 """
@@ -53,13 +54,13 @@ MAX_ATTEMPTS = 3
 LEASE_S = 300.0
 
 
-def _exhausted(attempts: int, max_attempts: int, now: datetime) -> dict[str, Any]:
-    """The failure of a job whose claims were all lost."""
+def _exhausted(deaths: int, max_attempts: int, now: datetime) -> dict[str, Any]:
+    """The failure of a job whose runner died each time it ran it alone."""
     return {"finished_at": now, "lease_until": None, "error": {
         "code": "attempts_exhausted",
-        "message": (f"the job was started {attempts} times and never finished: "
-                    "its process stopped each time before storing a result"),
-        "details": {"attempts": attempts, "max_attempts": max_attempts},
+        "message": (f"the job's runner process died {deaths} times while running it alone, before storing "
+                    "a result: the job likely kills it (out of memory, a crash)"),
+        "details": {"deaths": deaths, "max_attempts": max_attempts},
     }}
 
 

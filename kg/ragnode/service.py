@@ -46,8 +46,9 @@ from kg.context import Actor, UnitOfWork, permit, reading, run, throttle
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.indexing.config import NEXT, parse_embedding_config
 from kg.indexing.reembed import complete_reembed, reembed_workspace
+from kg.ops.formats import FileNode
+from kg.ops.ingest import FilePlan, ingest_files, plan_file
 from kg.ops.text_store import EmbeddedText, prepare_chunks
-from kg.ops.texts import write_node
 from kg.rag.search import SearchRequest, search
 from kg.ragnode.spec import (
     RagConfig,
@@ -60,6 +61,7 @@ from kg.ragnode.spec import (
 )
 from kg.ragnode.weaviate import check_weaviate_url_allowed, run_rag_node_weaviate
 from kg.store import nodes as node_store
+from kg.store.ingest_records import split_value
 from kg.store.models import Workspace
 from kg.store.repos import (
     create_repository,
@@ -329,7 +331,7 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
         embedder.embed(["kg"])
     workspace, model_changed = run(services, caller, collection_workspace, config, branch)
     repo_name = services.settings.rag_repo
-    ingestion: dict[str, list[str]] = {"inserted": [], "skipped": [], "replaced": []}
+    ingestion: dict[str, Any] = {"inserted": [], "skipped": [], "replaced": []}
     if model_changed:
         ingestion["reembedded"] = _reembed(services, caller, repo_name, workspace, branch, config)
     if files:
@@ -386,47 +388,60 @@ def _reembed(services, caller: Actor, repo_name: str, workspace: str, branch: st
 
 
 def _ingest(services, caller: Actor, repo_name: str, workspace: str, branch: str,
-            files: list[tuple[str, str]], ingestion: dict[str, list[str]]) -> None:
-    """Embed the input's new and changed files, then write them in one unit of work."""
-    nodes = []
-    for name, content in files:
-        props = {"content": content, "source_file": name,
-                 "sha256": hashlib.sha256(content.encode("utf-8")).hexdigest()}
-        nodes.append((file_path(name), name, props))
+            files: list[tuple[str, str]], ingestion: dict[str, Any]) -> None:
+    """Embed the input's new and changed files, then write them in one unit of work.
+
+    The lifecycle is ``kg ingest``'s (:func:`kg.ops.ingest.plan_file`): a file whose hash the
+    collection's last ingest of it recorded is skipped, whatever happened to its node since; a
+    changed one is merged with people's edits of its node, a property both changed keeping the
+    person's value (listed in ``kept_edits``, a key the answer holds only then).
+    """
+    nodes = [FileNode(file_path(name), FILE_TYPE,
+                      {"content": content, "source_file": name,
+                       "sha256": hashlib.sha256(content.encode("utf-8")).hexdigest()}, source=name)
+             for name, content in files]
     with reading(services, caller, repo_name, branch) as (session, view):
-        current = {path: node_store.find_node(session, view, workspace, path) for path, _, _ in nodes}
-    embedded = prepare_chunks(services, repo_name, [(workspace, props) for _, _, props in nodes])
-    todo = []
-    for (path, name, props), text in zip(nodes, embedded, strict=True):
-        existing = current.get(path)
-        if existing is not None and existing.properties.get("sha256") == props["sha256"] \
-                and existing.content_key == text.plan.content_key:
-            ingestion["skipped"].append(name)
-            continue
-        todo.append((path, props, text))
-        ingestion["replaced" if existing is not None else "inserted"].append(name)
-    if todo:
-        run(services, caller, write_files, repo_name, branch, workspace, todo)
+        planned = [plan_file(session, view, workspace, node) for node in nodes]
+    todo = [p for p in planned if p.action != "skip"]
+    ingestion["skipped"] += [p.node.source for p in planned if p.action == "skip"]
+    writes = [p for p in todo if p.value is not None and p.action in ("insert", "write")]
+    embedded = prepare_chunks(services, repo_name, [(workspace, split_value(p.value)[1]) for p in writes
+                                                    if p.value is not None])
+    texts = {id(p.node): text for p, text in zip(writes, embedded, strict=True)}
+    if not todo:
+        return
+    done = run(services, caller, write_files, repo_name, branch, workspace,
+               [(p.node, texts.get(id(p.node))) for p in todo])
+    for plan in done:
+        {"insert": ingestion["inserted"], "write": ingestion["replaced"]}.get(
+            plan.action, ingestion["skipped"]).append(plan.node.source)
+        if plan.kept:
+            ingestion.setdefault("kept_edits", []).extend(
+                {"file": plan.node.source, "key": k["key"], "kept": k["kept"], "file_value": k["file"]}
+                for k in plan.kept)
 
 
 def write_files(uow: UnitOfWork, repo_name: str, branch: str, workspace: str,
-                files: list[tuple[str, dict[str, Any], EmbeddedText]]) -> int:
-    """Write the RAG node's files as ``rag:File`` nodes, in one revision.
+                files: list[tuple[FileNode, EmbeddedText | None]]) -> list[FilePlan]:
+    """Write the RAG node's files as ``rag:File`` nodes, in one revision, keeping people's edits.
 
     Parameters
     ----------
     uow : kg.context.UnitOfWork
         The write transaction and its caller.
-    repo_name, branch, workspace : str
-        The collection's repository, branch and workspace.
-    files : list of (path, properties, EmbeddedText)
-        Each file's node path, properties (``content``, ``source_file``, ``sha256``) and its
-        text as embedded before the transaction (:func:`kg.ops.text_store.prepare_chunks`).
+    repo_name, branch : str
+        The collection's repository and branch.
+    workspace : str
+        The collection's workspace.
+    files : list of (FileNode, EmbeddedText or None)
+        Each file's node (``rag:File`` at its path; properties ``content``, ``source_file``,
+        ``sha256``) and its text as embedded before the transaction
+        (:func:`kg.ops.text_store.prepare_chunks`).
 
     Returns
     -------
-    int
-        The revision written.
+    list of FilePlan
+        What was done to each file (:func:`kg.ops.ingest.ingest_files`).
 
     Raises
     ------
@@ -436,10 +451,7 @@ def write_files(uow: UnitOfWork, repo_name: str, branch: str, workspace: str,
         The caller may not write the collection's workspace on ``branch``.
     """
     uow.authorize("write", repo_name, branch, workspace)
-    ctx = uow.begin(repo_name, branch, message="rag node ingest")
-    for path, props, text in files:
-        write_node(uow, ctx, workspace, path, node_type=FILE_TYPE, properties=props, embedded=text)
-    return ctx.revision
+    return ingest_files(uow, repo_name, branch, workspace, files, message="rag node ingest")
 
 
 _REEMBED_WAIT_S = 300.0

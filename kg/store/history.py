@@ -21,7 +21,16 @@ from sqlalchemy import ColumnElement, Table, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
-from kg.store.models import Branch, Merge, NodeVersion, RelationVersion, Repository, Revision, utcnow
+from kg.store.models import (
+    Branch,
+    IngestRecord,
+    Merge,
+    NodeVersion,
+    RelationVersion,
+    Repository,
+    Revision,
+    utcnow,
+)
 from kg.store.nodes import node_addresses, node_uid, nodes_by_id, validate_node_input
 from kg.store.paths import ancestors_of, name_of, parent_of, parse_address, validate_path
 from kg.store.references import index_references
@@ -1394,7 +1403,7 @@ def reset_branch(session: Session, repo: Repository, branch_name: str) -> Branch
     if children:
         raise Conflict(f"branch {branch_name!r} has child branches: {', '.join(sorted(children))}",
                        details={"branch": branch_name, "children": sorted(children)})
-    for model in (RelationVersion, NodeVersion, Revision):
+    for model in (RelationVersion, NodeVersion, IngestRecord, Revision):
         session.execute(cast(Table, model.__table__).delete().where(model.branch_id == branch.id))
     session.execute(cast(Table, Merge.__table__).delete().where(
         (Merge.source_branch_id == branch.id) | (Merge.target_branch_id == branch.id)))

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -196,6 +197,39 @@ class NodeVersion(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class IngestRecord(Base):
+    """What the last ingest of a file recorded at a node's address on one branch.
+
+    Versioned like a node (one row per ingest, at the ingest's revision; a branch sees what its
+    chain sees, :func:`kg.store.visibility.visible_select`), but kept apart from the node's
+    versions so that people's edits and deletes of the node leave it alone. ``sha256`` is the
+    file's bytes' hash (an unchanged file is skipped); the *base* of the next three-way merge is
+    the file's parse as of this ingest: the node as this ingest wrote it (read at ``revision``)
+    with ``base_patch`` applied, which is null when the ingest wrote the parse exactly, else
+    ``{"set": {key: value}, "unset": [key]}`` (:mod:`kg.store.ingest_records`). ``relations``
+    are the ones the file asserted, the base of the next ingest's relations.
+    """
+
+    __tablename__ = "ingest_records"
+    __table_args__ = (
+        Index("ix_ingest_records_path", "branch_id", "workspace_id", "path", "revision"),
+        Index("ix_ingest_records_branch_revision", "branch_id", "revision"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    branch_id: Mapped[int] = mapped_column(ForeignKey("branches.id", ondelete="CASCADE"))
+    workspace_id: Mapped[int] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    revision: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(1024))
+    sha256: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(Text)
+    base_patch: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    #: The relations the file asserted, ``[[type, target path], ...]``; null: not recorded.
+    relations: Mapped[list[list[str]] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class RelationVersion(Base):
     """One version of a typed, weighted edge between two nodes (by node id) on one branch."""
 
@@ -288,7 +322,8 @@ class IndexJob(Base):
     or marks it ``failed`` with the reason. A claim is held by one queue worker
     (``claimed_by``, a :class:`QueueWorker`) under a lease (``updated_at``, renewed while the
     batch runs); ``running`` jobs whose lease expired or whose worker is gone are taken again (a
-    crash loses nothing), a bounded number of times (:mod:`kg.indexing.queue`).
+    crash loses nothing), retried alone, and failed after a bounded number of deaths while
+    it ran alone (:mod:`kg.indexing.queue`).
     """
 
     __tablename__ = "index_jobs"
@@ -299,6 +334,8 @@ class IndexJob(Base):
         Index("ix_index_jobs_claim", "status", "priority", "id"),
         # Fair claim: the lanes (workspaces) with queued jobs, and each lane's head.
         Index("ix_index_jobs_lane", "status", "workspace_id", "priority", "id"),
+        # Jobs to run alone (held when their worker died): found without reading the backlog.
+        Index("ix_index_jobs_alone", "status", "alone", "priority", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
@@ -317,6 +354,11 @@ class IndexJob(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Retries (kg.indexing.queue): deaths of the job run alone (what the attempt cap counts),
+    # whether its next claim runs it alone (it was held when its worker died), its backoff.
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    alone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class Reference(Base):
@@ -353,8 +395,9 @@ class FunctionJob(Base):
     Submitted ``queued``; a runner claims it (``running``, ``attempts`` + 1, a lease until
     ``lease_until``, renewed while it runs), then stores ``output`` (``succeeded``) or ``error``
     in the API error shape ``{"code", "message", "details"}`` (``failed``). A ``running`` job
-    whose lease expired (its process stopped) is claimed again, up to a bounded number of
-    attempts (:mod:`kg.rag.function_jobs`, :mod:`kg.indexing.queue`); ``claimed_by`` names the queue worker holding it.
+    whose lease expired (its process stopped) is claimed again, by itself, until its runner
+    died a bounded number of times while it ran alone (:mod:`kg.rag.function_jobs`,
+    :mod:`kg.indexing.queue`); ``claimed_by`` names the queue worker holding it.
     """
 
     __tablename__ = "function_jobs"
@@ -362,6 +405,7 @@ class FunctionJob(Base):
         Index("ix_function_jobs_state", "state", "created_at"),
         # Fair claim: the lanes (repositories) with queued jobs, and each lane's head.
         Index("ix_function_jobs_lane", "state", "repo_id", "created_at", "id"),
+        Index("ix_function_jobs_alone", "state", "alone", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -378,6 +422,11 @@ class FunctionJob(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # Retries (kg.indexing.queue): deaths of the job run alone (what the attempt cap counts),
+    # whether its next claim runs it alone (it was held when its worker died), its backoff.
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    alone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     #: Who submitted it, ``{"kind", "name"}`` (:class:`kg.context.Actor`); the job runs as them.
     actor: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 

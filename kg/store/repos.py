@@ -18,6 +18,7 @@ from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.models import (
     Branch,
     Chunk,
+    IngestRecord,
     Merge,
     NodeVersion,
     RelationVersion,
@@ -329,7 +330,7 @@ def delete_repository(session: Session, name: str) -> None:
     """
     repo = get_repository(session, name, lock=True)
     # Children before parents: branch rows reference each other.
-    for model in (RelationVersion, NodeVersion, Revision, Merge, Chunk):
+    for model in (RelationVersion, NodeVersion, IngestRecord, Revision, Merge, Chunk):
         session.execute(cast(Table, model.__table__).delete().where(model.repo_id == repo.id))
     branches = list(session.scalars(select(Branch).where(Branch.repo_id == repo.id)))
     for branch in sorted(branches, key=lambda b: -_depth(b, {x.id: x for x in branches})):
@@ -600,7 +601,7 @@ def delete_branch(session: Session, repo: Repository, name: str) -> None:
             f"branch {name!r} has child branches: {', '.join(sorted(children))}",
             details={"branch": name, "children": sorted(children)},
         )
-    for model in (RelationVersion, NodeVersion, Revision):
+    for model in (RelationVersion, NodeVersion, IngestRecord, Revision):
         session.execute(cast(Table, model.__table__).delete().where(model.branch_id == branch.id))
     session.execute(cast(Table, Merge.__table__).delete().where(
         (Merge.source_branch_id == branch.id) | (Merge.target_branch_id == branch.id)))

@@ -397,3 +397,24 @@ def test_a_missing_key_is_401_before_an_unknown_query_parameter(api, admin):
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
     r = api.get("/api/repos", params={"bogus": "1"}, headers=admin)
     assert r.status_code == 422 and r.json()["error"]["details"]["unknown"] == ["bogus"]
+
+
+def test_a_request_looks_its_key_up_once_before_its_body_is_read(api, world, monkeypatch):
+    """The request guard checks the key (before the body) and leaves the caller for the route:
+    one lookup per request, the route's and the guard's being the same."""
+    from api import deps
+
+    calls = []
+    real = deps.authenticate
+
+    def counting(*args, **kwargs):
+        calls.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(deps, "authenticate", counting)
+    r = api.put(f"{NODE}/once", json={"node_type": "kb:Doc", "properties": {}}, headers=world)
+    assert r.status_code == 201, r.text
+    assert len(calls) == 1
+    assert_error(api.post("/api/repos", json={"name": "x"}, headers=bearer("kg_0123456789abcdef_" + "A" * 43)),
+                 401, "unauthenticated")
+    assert len(calls) == 2

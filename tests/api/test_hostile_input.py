@@ -170,7 +170,7 @@ async def _asgi_post(app, body_chunks, *, content_length=None, path="/api/repos"
     async def send(message):
         sent.append(message)
 
-    headers = [(b"content-type", b"application/json")]
+    headers = [(b"host", b"localhost"), (b"content-type", b"application/json")]
     if content_length is not None:
         headers.append((b"content-length", str(content_length).encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
@@ -247,7 +247,7 @@ def test_health_answers_while_a_large_body_is_parsed(services, monkeypatch):
     big = b'{"name": "big", "pad": [' + b",".join([b'"xxxxxxxx"'] * 200_000) + b"]}"  # ~2.2 MB
 
     async def main():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as c:
             post = asyncio.create_task(c.post("/api/repos", content=big,
                                               headers={"content-type": "application/json"}))
             for _ in range(2000):  # until the check runs (on the loop, this waits for its end)

@@ -189,15 +189,28 @@ def test_job_whose_attempts_are_exhausted_fails_without_running(client, queued, 
     calls = []
     monkeypatch.setitem(functions.FUNCTIONS, "count", lambda *args: calls.append(args) or {})
     job_id = submit(client, name="count").json()["job_id"]
-    set_job(queued, job_id, state="running", attempts=function_jobs.MAX_ATTEMPTS, started_at=utcnow(),
-            lease_until=utcnow() - timedelta(seconds=1))
+    # Its runner died while it ran alone, the last time its cap allows.
+    set_job(queued, job_id, state="running", attempts=function_jobs.MAX_ATTEMPTS + 1, started_at=utcnow(),
+            lease_until=utcnow() - timedelta(seconds=1), alone=True, failures=function_jobs.MAX_ATTEMPTS - 1)
     assert queued.jobs.run_pending() == 1
     job = client.get(f"/api/jobs/{job_id}").json()
     assert job["state"] == "failed" and calls == [] and job["finished_at"]
     assert job["error"]["code"] == "attempts_exhausted"
-    assert f"started {function_jobs.MAX_ATTEMPTS} times" in job["error"]["message"]
-    assert job["error"]["details"] == {"attempts": function_jobs.MAX_ATTEMPTS,
+    assert f"died {function_jobs.MAX_ATTEMPTS} times while running it alone" in job["error"]["message"]
+    assert job["error"]["details"] == {"deaths": function_jobs.MAX_ATTEMPTS,
                                        "max_attempts": function_jobs.MAX_ATTEMPTS}
+
+
+def test_a_job_whose_runner_died_beside_nothing_counted_runs_again(client, queued, monkeypatch):
+    """A runner's first death is not the job's failure, whatever its attempts: it runs again."""
+    calls = []
+    monkeypatch.setitem(functions.FUNCTIONS, "count", lambda *args: calls.append(args) or {})
+    job_id = submit(client, name="count").json()["job_id"]
+    set_job(queued, job_id, state="running", attempts=function_jobs.MAX_ATTEMPTS, started_at=utcnow(),
+            lease_until=utcnow() - timedelta(seconds=1))
+    assert queued.jobs.run_pending() == 1
+    job = client.get(f"/api/jobs/{job_id}").json()
+    assert job["state"] == "succeeded" and len(calls) == 1
 
 
 def test_attempt_that_lost_its_lease_does_not_store_its_result(client, queued, monkeypatch):

@@ -194,3 +194,34 @@ def test_an_off_topic_question_gets_a_null_context_not_the_nearest_chunks(client
     assert all(x["distance"] <= 0.6 for x in on["results"])
     off = rag(client, "Who won the football world cup final?", **config).json()
     assert off["context"] is None and off["results"] == []
+
+
+def test_a_persons_edit_of_a_file_node_survives_the_files_next_ingests(client, services):
+    """The RAG node ingests as ``kg ingest`` does: an unchanged file is skipped even though its
+    node was edited; a changed file is merged, the property both changed keeping the edit."""
+    from kg.context import OPERATOR, run
+    from kg.ops.nodes import patch_node
+    from kg.store.nodes import find_node
+    from kg.store.repos import branch_view
+
+    first = rag(client, doc("rigging", [("rigging.txt", DOC_A)])).json()
+    path = first["results"][0]["path"]
+    with services.db.read() as s:
+        (workspace,) = branch_view(s, "rag", "main").workspaces.values()
+    run(services, OPERATOR, patch_node, "rag", "main", workspace, path,
+        properties={"content": "Rigging: see the surveyor's report.", "reviewed": True})
+
+    def stored():
+        with services.db.read() as s:
+            return find_node(s, branch_view(s, "rag", "main"), workspace, path).properties
+
+    again = rag(client, doc("rigging", [("rigging.txt", DOC_A)])).json()
+    assert again["ingestion"] == {"inserted": [], "skipped": ["rigging.txt"], "replaced": []}
+    assert stored()["content"] == "Rigging: see the surveyor's report."
+    changed = rag(client, doc("rigging", [("rigging.txt", DOC_A + " Check it yearly.")])).json()
+    assert changed["ingestion"]["replaced"] == ["rigging.txt"]
+    assert changed["ingestion"]["kept_edits"] == [{"file": "rigging.txt", "key": "content",
+                                                   "kept": "Rigging: see the surveyor's report.",
+                                                   "file_value": DOC_A + " Check it yearly."}]
+    props = stored()
+    assert (props["content"], props["reviewed"]) == ("Rigging: see the surveyor's report.", True)

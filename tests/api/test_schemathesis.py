@@ -76,7 +76,7 @@ class _CurrentApp:
 
 # The OpenAPI document does not depend on the database: an app on no services serves it.
 _SCHEMA_ONLY = create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None),
-                                                  settings=Settings()))
+                                                  settings=Settings(), key_cache=None))
 APP = _CurrentApp(_SCHEMA_ONLY)
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 APP.target = None

@@ -515,7 +515,7 @@ def test_help_lists_each_command_as_flowing_sentences():
     result = CliRunner().invoke(app, ["--help"], terminal_width=200, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     line = next(row for row in result.output.splitlines() if "│ ingest " in row)
-    assert "changed ones re-embedded. The format says what a file becomes" in line
+    assert "is skipped, whatever happened to its node since; a changed one is merged" in line
     sub = CliRunner().invoke(app, ["import", "ndjson", "--help"], terminal_width=200, env={"COLUMNS": "200"})
     assert sub.exit_code == 0 and "as one revision (or one per --batch-size records)" in " ".join(sub.output.split())
 
@@ -533,3 +533,46 @@ def test_help_keeps_angle_bracket_placeholders(command, shown):
     result = CliRunner().invoke(app, command, terminal_width=200, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert shown in " ".join(result.output.replace("│", " ").split())
+
+
+def test_reindex_retry_failed_embeds_failed_texts_again(cli_env):
+    """A text whose embedding raised ends failed; once the cause is gone, ``kg reindex
+    --retry-failed`` queues it again, embeds it and says how many it retried."""
+    from kg.errors import ProviderError
+    from kg.index.embedded import EmbeddedVectorIndex
+    from kg.ops.nodes import put_node
+    from kg.ops.repos import create_repository, create_workspace
+    from kg.providers.fake import FakeEmbedder
+    from kg.services import Services
+    from kg.settings import Settings
+    from kg.store.db import Database
+
+    class Poisoned(FakeEmbedder):
+        def embed(self, texts):
+            if any("poison" in t for t in texts):
+                raise ProviderError("the model rejected the text")
+            return super().embed(texts)
+
+    settings = Settings(index_inline=False)
+    db = Database(settings.resolved_database_url())
+    db.upgrade()
+    poisoned = Poisoned(dim=64, name="fake:hash-64")
+    services = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
+                        embedder_factory=lambda name: poisoned)
+    context.run(services, context.OPERATOR, create_repository, "r")
+    context.run(services, context.OPERATOR, create_workspace, "r", "w")
+    context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/poison", node_type="t",
+                properties={"content": "a poison pill"})
+    assert services.indexer.drain().failed == 1
+    services.close()
+    # The command's own embedder is the plain fake one: the cause is gone.
+    result = runner.invoke(app, ["reindex", "--repo", "r", "--retry-failed"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout.strip().splitlines()[-1])
+    assert (body["retried"], body["jobs_done"], body["jobs_failed"]) == (1, 1, 0)
+    found = runner.invoke(app, ["search", "poison", "--repo", "r", "--json", "--mode", "fulltext"])
+    assert [row["path"] for row in json.loads(found.stdout)["results"]] == ["/poison"]
+    again = runner.invoke(app, ["reindex", "--repo", "r", "--retry-failed"])
+    assert json.loads(again.stdout.strip().splitlines()[-1])["retried"] == 0
+    missing = runner.invoke(app, ["reindex", "--repo", "nope", "--retry-failed"])
+    assert missing.exit_code == 1 and missing.output.strip().startswith("error: ")

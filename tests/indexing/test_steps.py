@@ -203,3 +203,120 @@ def test_whole_texts_are_stored_before_the_large_ones_step_is_embedded(db_url, t
     assert services.indexer.run_pending().done == 1
     assert seen and seen[0] == 1  # the small text's chunk was stored when the step began
     services.close()
+
+
+def test_a_short_text_written_after_a_long_one_in_the_same_workspace_is_searchable_first(db_url, tmp_path):
+    """Before: a workspace's jobs went in order, so a note written beside a large document
+    waited for all of it (minutes with the local model)."""
+    services = make_services(db_url, tmp_path)
+    write(services, "big", "/big", BIG)
+    assert services.indexer.run_pending().stepped == STEP  # in flight
+    write(services, "big", "/note", "a small note about otters")
+    run = services.indexer.run_pending()
+    assert (run.done, run.stepped) == (1, STEP)
+    assert found(services, "otters") == ["/note"] and found(services, "zebra7") == []
+    assert status(services)["progress"][0]["chunks_done"] == 2 * STEP  # the large text goes on
+    assert services.indexer.drain().done == 1 and found(services, "zebra7") == ["/big"]
+    services.close()
+
+
+def test_a_later_short_write_of_a_node_is_not_overtaken_by_its_earlier_long_text(db_url, tmp_path):
+    """Texts are keyed by content: the node's earlier, long text finishing later never shows in
+    place of its later, short one."""
+    services = make_services(db_url, tmp_path)
+    write(services, "big", "/doc", BIG)
+    services.indexer.run_pending()  # the long text in flight
+    write(services, "big", "/doc", "rewritten as a short note about otters")
+    assert services.indexer.run_pending().done == 1
+    assert found(services, "otters") == ["/doc"]
+    services.indexer.drain()  # the long text finishes after the short one
+    assert found(services, "otters") == ["/doc"] and found(services, "zebra7") == []
+    with services.db.read() as s:
+        assert s.scalar(select(func.count()).select_from(IndexJob)) == 0
+    services.close()
+
+
+def test_a_write_cuts_a_step_short(db_url, tmp_path):
+    """A write during a step ends it after the chunks under way (a quarter of a step), so the
+    next pass claims the write without waiting for the rest of the step."""
+    services = make_services(db_url, tmp_path)
+    embedder = services.embedder("fake:hash-16")
+    real = embedder.embed
+    calls: list[int] = []
+
+    def embed(texts):
+        if any("zebra" in t for t in texts):
+            calls.append(len(texts))
+            if len(calls) == 1:  # a write arrives while the step's first chunks are embedded
+                write(services, "big", "/note", "a small note about otters")
+        return real(texts)
+
+    embedder.embed = embed
+    write(services, "big", "/big", BIG)
+    first = services.indexer.run_pending()
+    assert first.stepped == STEP // 4 and calls == [STEP // 4]  # cut after the chunk under way
+    second = services.indexer.run_pending()
+    assert second.done == 1 and found(services, "otters") == ["/note"]
+    assert second.stepped == STEP  # no write meanwhile: a whole step
+    services.close()
+
+
+def test_status_says_what_the_oldest_pending_job_waits_behind(db_url, tmp_path):
+    services = make_services(db_url, tmp_path)
+    assert status(services)["next"] is None
+    write(services, "big", "/big", BIG)
+    services.indexer.run_pending()
+    write(services, "big", "/note", "a small note about otters")
+    nxt = status(services)["next"]
+    assert (nxt["workspace"], nxt["path"], nxt["chars"], nxt["alone"], nxt["retry_at"]) == (
+        "big", "/note", len("a small note about otters"), False, None)
+    behind = nxt["behind"]
+    assert (behind["workspace"], behind["path"], behind["chars"], behind["chunks_done"], behind["chunks_total"]) == (
+        "big", "/big", len(BIG), STEP, TOTAL)
+    assert behind["elapsed_s"] >= 0
+    services.indexer.run_pending()
+    assert status(services)["next"] is None
+    services.close()
+
+
+def test_index_status_route_answers_what_the_next_job_waits_behind(services):
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+
+    with services.db.write() as s:
+        repo = create_repository(s, name="r")
+        create_workspace(s, repo, name="w")
+    write(services, "w", "/big", BIG)
+    now = utcnow()
+    with services.db.write() as s:  # one text being embedded, one waiting (no indexer thread runs here)
+        big = s.scalar(select(NodeVersion).where(NodeVersion.path == "/big"))
+        s.add(IndexJob(repo_id=big.repo_id, content_key="b" * 64, workspace_id=big.workspace_id,
+                       node_version_id=big.id, status="running", attempts=1, chunks_done=5, chunks_total=20,
+                       started_at=now, created_at=now, updated_at=now))
+        s.add(IndexJob(repo_id=big.repo_id, content_key="n" * 64, workspace_id=big.workspace_id,
+                       node_version_id=big.id, status="pending", attempts=0, created_at=now, updated_at=now))
+    client = TestClient(create_app(services=services))
+    body = client.get("/api/repos/r/index/status").json()
+    assert body["next"]["content_key"] == "n" * 64 and body["next"]["path"] == "/big"
+    behind = body["next"]["behind"]
+    assert (behind["content_key"], behind["chunks_done"], behind["chunks_total"], behind["chars"]) == (
+        "b" * 64, 5, 20, len(BIG))
+
+
+def test_a_large_text_retried_alone_after_a_crash_still_lets_short_texts_through(db_url, tmp_path):
+    """After its indexer died, the large text is claimed by itself; short texts of its workspace
+    written meanwhile are still done between its steps."""
+    services = make_services(db_url, tmp_path)
+    write(services, "big", "/big", BIG)
+    with services.db.write() as s:  # its first indexer died while embedding it
+        s.execute(update(IndexJob).values(status="running", claimed_by="0" * 32, attempts=1))
+    first = services.indexer.run_pending()
+    assert first.stepped == STEP
+    with services.db.read() as s:
+        assert (s.scalar(select(IndexJob.alone)), s.scalar(select(IndexJob.attempts))) == (True, 2)
+    write(services, "big", "/note", "a small note about otters")
+    second = services.indexer.run_pending()
+    assert (second.done, second.stepped) == (1, STEP) and found(services, "otters") == ["/note"]
+    assert services.indexer.drain().done == 1 and found(services, "zebra7") == ["/big"]
+    services.close()

@@ -678,3 +678,27 @@ def test_an_import_reads_the_branch_the_same_by_address_batches_or_scan(services
     orphan = [HEADER, _node("/q/x")]  # a parent neither in the file nor on the branch
     with pytest.raises(InvalidInput, match="parent w:/q of node w:/q/x is neither in the file nor on the branch"):
         bulk.import_ndjson(services, OPERATOR, "reads", [json.dumps(r) for r in orphan])
+
+
+KB_ADMIN = Actor("key", "kb-admin", "0123456789abcdeb",
+                 (make_grant("acme", ("agent/*",), ("knowledge",), ("read", "write", "admin")),))
+
+
+def test_a_workspace_outside_the_keys_globs_is_refused_alike_whether_it_exists_or_not(services):
+    """An import whose header names a workspace the key's admin grant does not cover is refused
+    before existence is looked at: ``library`` (taken, hidden from the key) and ``archive``
+    (free) answer alike, and neither is made."""
+    _build(services)
+    run(services, OPERATOR, branch_ops.create_branch, "acme", name="agent/imports", from_branch="main",
+        at_revision=0)
+    header = json.loads(_export(services, "acme")[0])
+    refused = {}
+    for name in ("library", "archive"):
+        lines = [json.dumps({**header, "counts": None,
+                             "workspaces": [w | {"name": name} if w["name"] == "library" else w
+                                            for w in header["workspaces"]]})]
+        with pytest.raises(Forbidden) as caught:
+            bulk.import_ndjson(services, KB_ADMIN, "acme", lines, branch="agent/imports")
+        refused[name] = caught.value.message.replace(name, "NAME")
+    assert refused["library"] == refused["archive"]
+    assert [w["name"] for w in repo_ops.list_workspaces(services, OPERATOR, "acme")] == ["knowledge", "library"]

@@ -84,7 +84,12 @@ def test_relations_and_stub_nodes(services, corpus):
     report = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
     assert report.relations_added >= 1
     again = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
-    assert again.relations_added == 0 and again.relations_unchanged == report.relations_added
+    assert again.relations_added == 0 and again.relations_unchanged == 0  # unchanged files: skipped
+    target = corpus / "pep-0440.rst"  # Replaces: 386
+    target.write_text(target.read_text(encoding="utf-8") + "\nA changed line.\n", encoding="utf-8")
+    changed = ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep")
+    assert changed.replaced == ["/pep-0440"]  # its relations are those of its last ingest: none asserted
+    assert (changed.relations_added, changed.relations_unchanged, changed.relations_removed) == (0, 0, 0)
 
 
 def test_file_removed_from_input_is_kept(services, corpus):

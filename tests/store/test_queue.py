@@ -212,7 +212,15 @@ def test_function_jobs_are_claimed_fairly_across_repositories(db):
 # -- attempts -------------------------------------------------------------------------------
 
 
-def test_a_text_whose_indexer_dies_each_time_is_failed_after_the_attempt_cap(db_url, tmp_path):
+def due(db, model=IndexJob) -> None:
+    """End every job's retry backoff (as if its wait had passed)."""
+    with db.write() as s:
+        s.execute(update(model).values(not_before=None))
+
+
+def test_a_text_whose_indexer_dies_each_time_it_runs_alone_is_failed_after_the_attempt_cap(db_url, tmp_path):
+    """The first death is unattributed (the job is retried alone, at once); each later death
+    while it runs alone counts, and the MAX_ATTEMPTS-th fails it with a reason that says so."""
     from kg.indexing.index_jobs import MAX_ATTEMPTS, index_status
     from kg.ops.nodes import put_node
     from kg.store.repos import get_repository
@@ -220,40 +228,151 @@ def test_a_text_whose_indexer_dies_each_time_is_failed_after_the_attempt_cap(db_
     services = make_services(db_url, tmp_path, inline=False)
     context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/poison", node_type="t",
                 properties={"content": "poison pill text"})
-    for attempt in range(1, MAX_ATTEMPTS + 1):
+    for death in range(MAX_ATTEMPTS + 1):
         doomed = DurableQueue(services.db, INDEX_QUEUE)  # an indexer that claims it, then is killed
-        (taken,) = claim(doomed, 32).claims
-        assert taken.attempt == attempt
+        got = claim(doomed, 32)
+        assert got.exhausted == [] and [c.attempt for c in got.claims] == [death + 1]
         bury(services.db, doomed)
-    # Before: index jobs were retried forever. Now the next claim fails it with its reason.
+        if death == MAX_ATTEMPTS:
+            break
+        with services.db.write() as s:
+            assert DurableQueue(services.db, INDEX_QUEUE).sweep(s) == []
+            row = s.scalar(select(IndexJob))
+        assert (row.status, row.failures, row.alone, row.claimed_by) == ("pending", death, True, None)
+        assert "retried alone" in row.error
+        if death == 0:  # unattributed: taken back at once
+            assert row.not_before <= utcnow()
+        else:  # it ran alone: counted, and retried after a growing backoff (2 s, 6 s, ...)
+            assert row.not_before > utcnow() + timedelta(seconds=2 * (2 ** death - 1) - 1)
+        due(services.db)
+    # The next claim fails it with its reason.
     run = services.indexer.run_pending()
     assert (run.done, run.failed) == (0, 1)
     assert jobs(services, "failed") == 1 and jobs(services, "running") == 0
     with services.db.read() as s:
         (failure,) = index_status(s, get_repository(s, "r"))["failures"]
-    assert failure["path"] == "/poison" and failure["attempts"] == MAX_ATTEMPTS
-    assert failure["error"].startswith("attempts exhausted") and f"claimed {MAX_ATTEMPTS} times" in failure["error"]
+    assert failure["path"] == "/poison" and failure["attempts"] == MAX_ATTEMPTS + 1
+    assert failure["error"].startswith(f"the indexer process died {MAX_ATTEMPTS} times")
+    assert "--retry-failed" in failure["error"]
     assert services.indexer.run_pending().done == 0  # not claimed again
     # Writing the text again queues it afresh, with all its attempts.
     context.run(services, context.OPERATOR, put_node, "r", "main", "w", "/poison", node_type="t",
                 properties={"content": "poison pill text"})
-    assert jobs(services, "pending") == 1
+    with services.db.read() as s:
+        row = s.scalar(select(IndexJob))
+        assert (row.status, row.attempts, row.failures, row.alone, row.not_before) == ("pending", 0, 0, False, None)
     assert services.indexer.drain().done == 1 and found(services, "poison") == ["/poison"]
     services.close()
 
 
-def test_an_expired_lease_counts_an_attempt_and_the_last_one_fails_the_job(db):
+def test_deaths_beside_other_jobs_never_count_and_each_job_is_then_run_alone(db):
+    """A worker killed while it held four jobs: none of them is to blame yet. Each is retried
+    at once, by itself; a worker holding such a job claims nothing beside it."""
+    lanes = make_lanes(db, {"a": ["w"]})
+    ids = enqueue(db, lanes[("a", "w")], 4)
+    for _ in range(5):  # five deaths, each with the whole batch: no failure counted
+        with db.write() as s:
+            s.execute(update(IndexJob).values(alone=False))  # claimed together again
+        dead = DurableQueue(db, INDEX_QUEUE)
+        assert len(claim(dead, 4).claims) == 4
+        bury(db, dead)
+        with db.write() as s:
+            assert DurableQueue(db, INDEX_QUEUE).sweep(s) == []
+    with db.read() as s:
+        rows = s.scalars(select(IndexJob).order_by(IndexJob.id)).all()
+    assert {(r.status, r.failures, r.alone) for r in rows} == {("pending", 0, True)}
+    assert all(r.not_before <= utcnow() for r in rows)
+    worker = DurableQueue(db, INDEX_QUEUE)
+    for job_id in ids:
+        (one,) = claim(worker, 4).claims  # by itself
+        assert one.id == job_id
+        assert claim(worker, 4).claims == []  # another lone job waits for an idle worker
+        with db.write() as s:
+            assert worker.finish(s, [one]) == [one]
+    assert claim(worker, 4).claims == []
+
+
+def test_a_worker_holding_jobs_does_not_take_a_job_that_must_run_alone(db):
+    lanes = make_lanes(db, {"a": ["w"]})
+    first, second = enqueue(db, lanes[("a", "w")], 2)
+    with db.write() as s:
+        s.execute(update(IndexJob).where(IndexJob.id == second).values(alone=True))
+    busy = DurableQueue(db, INDEX_QUEUE)
+    idle = DurableQueue(db, INDEX_QUEUE)
+    # An idle worker takes the job that must run alone first, and only it.
+    assert [c.id for c in claim(idle, 5).claims] == [second]
+    assert [c.id for c in claim(busy, 5).claims] == [first]
+    with db.write() as s:  # it goes back to the queue
+        s.execute(update(IndexJob).where(IndexJob.id == second).values(status="pending", claimed_by=None))
+    assert claim(busy, 5).claims == []  # it holds a job: the lone one waits for an idle worker
+    assert [c.id for c in claim(DurableQueue(db, INDEX_QUEUE), 5).claims] == [second]
+
+
+def test_a_death_counts_against_a_lone_job_only_when_it_was_all_its_worker_held(db):
+    lanes = make_lanes(db, {"a": ["w"]})
+    suspect, short = enqueue(db, lanes[("a", "w")], 2)
+    with db.write() as s:
+        s.execute(update(IndexJob).where(IndexJob.id == suspect).values(alone=True))
+    # Killed while it held the lone job and a short one claimed beside it: not counted.
+    worker = DurableQueue(db, INDEX_QUEUE)
+    assert [c.id for c in claim(worker, 5).claims] == [suspect]
+    assert [c.id for c in claim(worker, 5).claims] == [short]  # beside it: a normal job
+    bury(db, worker)
+    with db.write() as s:
+        assert DurableQueue(db, INDEX_QUEUE).sweep(s) == []
+    assert (job_row(db, suspect).failures, job_row(db, short).failures) == (0, 0)
+    assert job_row(db, short).alone  # the short one is now a suspect too
+    # Killed while the lone job was all it held: counted, with a backoff.
+    with db.write() as s:
+        s.execute(update(IndexJob).where(IndexJob.id == short).values(status="done"))
+    worker = DurableQueue(db, INDEX_QUEUE)
+    assert [c.id for c in claim(worker, 5).claims] == [suspect]
+    bury(db, worker)
+    with db.write() as s:
+        assert DurableQueue(db, INDEX_QUEUE).sweep(s) == []
+    row = job_row(db, suspect)
+    assert (row.status, row.failures, row.alone) == ("pending", 1, True) and row.not_before > utcnow()
+
+
+def test_a_retry_waits_for_its_backoff(db):
+    lanes = make_lanes(db, {"a": ["w"]})
+    (job_id,) = enqueue(db, lanes[("a", "w")], 1)
+    with db.write() as s:
+        s.execute(update(IndexJob).values(alone=True, not_before=utcnow() + timedelta(minutes=1)))
+    worker = DurableQueue(db, INDEX_QUEUE)
+    assert claim(worker, 5).claims == []
+    due(db)
+    assert [c.id for c in claim(worker, 5).claims] == [job_id]
+
+
+def test_a_clean_stop_counts_nothing(db):
+    """Deploys stop the worker cleanly: more of them than the attempt cap fail nothing."""
+    lanes = make_lanes(db, {"a": ["w"]})
+    (job_id,) = enqueue(db, lanes[("a", "w")], 1)
+    for _ in range(6):
+        queue = DurableQueue(db, INDEX_QUEUE, max_attempts=3)
+        assert len(claim(queue, 1).claims) == 1
+        queue.close()
+    row = job_row(db, job_id)
+    assert (row.status, row.failures, row.alone, row.not_before) == ("pending", 0, False, None)
+
+
+def test_an_expired_lease_is_a_death_and_only_those_while_alone_fail_the_job(db):
     lanes = make_lanes(db, {"a": ["w"]})
     (job_id,) = enqueue(db, lanes[("a", "w")], 1)
     queue = DurableQueue(db, INDEX_QUEUE, max_attempts=2)
-    for attempt in (1, 2):
+    for attempt in (1, 2, 3):  # the first expiry is not counted; the two while alone are
         assert [c.attempt for c in claim(queue, 5).claims] == [attempt]
         with db.write() as s:  # the batch hung past its lease without renewing it
             s.execute(update(IndexJob).values(updated_at=utcnow() - timedelta(minutes=10)))
+        if attempt < 3:
+            with db.write() as s:
+                assert queue.sweep(s) == []
+            due(db)
     got = claim(queue, 5)
     assert got.claims == [] and got.exhausted == [job_id]
     row = job_row(db, job_id)
-    assert (row.status, row.attempts, row.claimed_by) == ("failed", 2, None)
+    assert (row.status, row.attempts, row.failures, row.claimed_by) == ("failed", 3, 2, None)
 
 
 def test_a_postponed_job_gives_its_attempt_back(db):
@@ -350,12 +469,16 @@ def test_claims_of_a_gone_worker_are_taken_back_at_once(db):
     fresh = DurableQueue(db, INDEX_QUEUE)
     assert claim(fresh, 5).claims == []  # its worker lives (this process): the claims stand
     bury(db, dead)
-    got = claim(fresh, 5).claims  # no wait for the 5-minute lease
+    got = []
+    for _ in ids:  # no wait for the 5-minute lease; each is run alone (its worker died beside others)
+        (one,) = claim(fresh, 5).claims
+        got.append(one)
+        with db.write() as s:  # the dead worker's results, were it to finish, are fenced off
+            assert dead.finish(s, [one.__class__(one.id, 1)]) == []
+            assert fresh.finish(s, [one], {"status": "done"}) == [one]
     assert sorted(c.id for c in got) == ids and {c.attempt for c in got} == {2}
     with db.read() as s:
         assert s.scalar(select(func.count()).select_from(QueueWorker).where(QueueWorker.id == dead.worker_id)) == 0
-    with db.write() as s:  # the dead worker's results, were it to finish, are fenced off
-        assert dead.finish(s, [c.__class__(c.id, 1) for c in got]) == []
 
 
 @pytest.mark.parametrize("how", ["pid reused", "machine rebooted", "stale elsewhere", "unregistered"])
@@ -376,7 +499,10 @@ def test_how_a_worker_is_known_to_be_gone(db, how):
     else:
         with db.write() as s:
             s.execute(QueueWorker.__table__.delete().where(QueueWorker.id == dead.worker_id))
-    assert len(claim(DurableQueue(db, INDEX_QUEUE), 3).claims) == 3
+    assert len(claim(DurableQueue(db, INDEX_QUEUE), 3).claims) == 1  # taken back; each run alone
+    with db.read() as s:
+        assert sorted(s.scalars(select(IndexJob.status))) == ["pending", "pending", "running"]
+        assert dead.worker_id not in set(s.scalars(select(IndexJob.claimed_by)))
 
 
 def test_a_live_worker_elsewhere_keeps_its_claims(db):
@@ -437,7 +563,7 @@ def test_texts_claimed_by_a_killed_indexer_are_searchable_without_waiting_for_th
     services.close()
     restarted = open_services(db_url, tmp_path / "restarted")
     started = time.monotonic()
-    assert restarted.indexer.run_pending().done == 5
+    assert restarted.indexer.drain().done == 5  # each alone: any of them may have killed it
     assert time.monotonic() - started < 60
     assert sorted(found(restarted, "okapi")) == [f"/t{i}" for i in range(5)]
     with restarted.db.read() as s:

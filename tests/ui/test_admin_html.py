@@ -160,3 +160,22 @@ def test_key_forms_need_the_csrf_token(console):
     r = console.post("/ui/keys", {"name": "x", "grants": "repo=acme"}, csrf=False)
     assert r.status_code == 403
     assert "x</td>" not in console.get("/ui/keys").text
+
+
+def test_index_page_says_what_the_next_text_waits_behind(stepping):
+    services = stepping.services
+    run(services, OPERATOR, repo_ops.create_repository, "acme")
+    run(services, OPERATOR, repo_ops.create_workspace, "acme", "kb")
+    big = " ".join(f"zebra{i} stripes." for i in range(10650))  # 48 chunks of the default 512 tokens
+    run(services, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/big", node_type="kb:Doc",
+        properties={"content": big})
+    assert services.indexer.run_pending().stepped == 16
+    run(services, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/note", node_type="kb:Note",
+        properties={"content": "otters"})
+    page = stepping.get("/ui/r/acme/index").text
+    row = page.split('id="next"')[1].split("</table>")[0]
+    assert '<td class="mono">/note</td>' in row and '<td class="num">6</td>' in row
+    behind = re.search(r"<td data-behind>(.*?)</td>", row, flags=re.S).group(1)
+    assert behind == f'<span class="mono">/big</span> in kb, {len(big)} characters, 16 / 48 chunks'
+    services.indexer.run_pending()  # the note is done between the large text's steps
+    assert 'id="next"' not in stepping.get("/ui/r/acme/index").text

@@ -1,0 +1,313 @@
+"""Ingest records: the file hash and merge base of a node's last ingest, per branch.
+
+An ingest (:mod:`kg.ops.ingest`) writes one :class:`~kg.store.models.IngestRecord` per file it
+writes or records, at its revision on its branch. A branch sees the records of its chain as it
+sees node versions (the newest on the branch, else on its parent up to the fork...), so an
+ingest on a branch compares a file with what that branch last ingested. Records are kept apart
+from the node's versions: an edit or a delete of the node leaves the record as it was.
+
+A record's *base* is the file's parse as of that ingest, the base of the next three-way merge
+(``ours``: the node now, ``theirs``: the file's new parse). It is the node as the ingest wrote
+it, read back from history at the record's revision, with the record's ``base_patch`` applied:
+null when the ingest wrote the parse exactly (no edit kept), else the keys to set and unset.
+
+Values here are *flat*: the node's properties with its type under ``kg:node_type``
+(as :func:`kg.store.history.property_changes` names it), so that a type change merges like a
+property change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import and_, bindparam, or_, select
+from sqlalchemy.orm import Session
+
+from kg.store.models import IngestRecord, NodeVersion, Revision, utcnow
+from kg.store.repos import BranchView, WriteContext, workspace_id
+from kg.store.visibility import Chain, visible_select
+
+#: The key of a node's type in a flat value.
+NODE_TYPE_KEY = "kg:node_type"
+
+
+def flat_value(node_type: str, properties: dict[str, Any]) -> dict[str, Any]:
+    """A node's type and properties as one flat dict (the type under :data:`NODE_TYPE_KEY`).
+
+    Parameters
+    ----------
+    node_type : str
+        The node's type.
+    properties : dict
+        Its properties (not modified).
+
+    Returns
+    -------
+    dict
+        A new dict.
+
+    Examples
+    --------
+    >>> flat_value("pep:PEP", {"status": "Final"})
+    {'status': 'Final', 'kg:node_type': 'pep:PEP'}
+    """
+    return {**properties, NODE_TYPE_KEY: node_type}
+
+
+def version_value(version: NodeVersion | None) -> dict[str, Any] | None:
+    """The flat value of a node version; None for no version or a tombstone.
+
+    Parameters
+    ----------
+    version : NodeVersion or None
+        A version, or None.
+
+    Returns
+    -------
+    dict or None
+        :func:`flat_value` of its type and properties.
+    """
+    if version is None or version.deleted:
+        return None
+    return flat_value(version.node_type, version.properties)
+
+
+def split_value(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The node type and properties of a flat value (the inverse of :func:`flat_value`).
+
+    Parameters
+    ----------
+    value : dict
+        A flat value.
+
+    Returns
+    -------
+    (str, dict)
+        The type and a new dict of the properties.
+    """
+    props = {k: v for k, v in value.items() if k != NODE_TYPE_KEY}
+    return value[NODE_TYPE_KEY], props
+
+
+def base_patch(written: dict[str, Any] | None, parse: dict[str, Any]) -> dict[str, Any] | None:
+    """The patch that turns the value an ingest wrote into the file's parse.
+
+    Parameters
+    ----------
+    written : dict or None
+        The flat value the branch holds after the ingest (None: no node, e.g. a node people
+        deleted, kept deleted).
+    parse : dict
+        The flat value of the file's parse.
+
+    Returns
+    -------
+    dict or None
+        None when they are equal, else ``{"set": {key: value}, "unset": [key]}``.
+
+    Examples
+    --------
+    >>> base_patch({"a": 1, "b": 2}, {"a": 1, "c": 3})
+    {'set': {'c': 3}, 'unset': ['b']}
+    >>> base_patch({"a": 1}, {"a": 1}) is None
+    True
+    """
+    written = written or {}
+    changed = {k: v for k, v in parse.items() if k not in written or written[k] != v}
+    removed = sorted(k for k in written if k not in parse)
+    if not changed and not removed:
+        return None
+    return {"set": changed, "unset": removed}
+
+
+def apply_patch(written: dict[str, Any] | None, patch: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The value ``patch`` (:func:`base_patch`) makes of ``written``.
+
+    Parameters
+    ----------
+    written : dict or None
+        A flat value, or None for no node.
+    patch : dict or None
+        A base patch; None changes nothing.
+
+    Returns
+    -------
+    dict or None
+        A new flat value; None when there was no node and no patch.
+
+    Examples
+    --------
+    >>> apply_patch({"a": 1, "b": 2}, {"set": {"c": 3}, "unset": ["b"]})
+    {'a': 1, 'c': 3}
+    """
+    if patch is None:
+        return None if written is None else dict(written)
+    value = {k: v for k, v in (written or {}).items() if k not in set(patch.get("unset", []))}
+    value.update(patch.get("set", {}))
+    return value
+
+
+def _record_select(chain: tuple[tuple[int, int], ...]) -> Any:
+    stmt, _ = visible_select(
+        IngestRecord, Chain(chain), (IngestRecord.workspace_id, IngestRecord.path),
+        IngestRecord.workspace_id == bindparam("rec_wid"), IngestRecord.path == bindparam("rec_path"),
+        include_deleted=True,
+    )
+    return stmt
+
+
+def find_record(session: Session, view: BranchView, workspace: str, path: str) -> IngestRecord | None:
+    """The last ingest record ``view`` sees at ``workspace:path``, or None.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read (its chain: a branch sees its parent's records up to the fork).
+    workspace : str
+        The workspace's name.
+    path : str
+        The node's path (validated).
+
+    Returns
+    -------
+    IngestRecord or None
+        None when no ingest on this branch's history wrote or recorded the address (never
+        ingested, or ingested before records were kept).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+    """
+    wid = workspace_id(view, workspace)
+    found: IngestRecord | None = session.scalar(_record_select(view.chain), {"rec_wid": wid, "rec_path": path})
+    return found
+
+
+def record_base(session: Session, view: BranchView, record: IngestRecord) -> dict[str, Any] | None:
+    """The file's parse as of ``record``'s ingest: the base of the next three-way merge.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state that sees ``record``.
+    record : IngestRecord
+        An ingest record of the view's history (:func:`find_record`).
+
+    Returns
+    -------
+    dict or None
+        The flat value: the node as the branch held it at the record's revision with the
+        record's ``base_patch`` applied; None only if neither exists.
+
+    Notes
+    -----
+    One lookup of the node's version at that revision (the view's chain capped at it, so a
+    record inherited from the parent branch reads the parent's history).
+    """
+    capped = tuple((b, min(r, record.revision)) for b, r in view.chain)
+    stmt, _ = visible_select(NodeVersion, Chain(capped), (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == record.workspace_id, NodeVersion.path == record.path,
+                             include_deleted=True)
+    written = version_value(session.scalar(stmt))
+    return apply_patch(written, record.base_patch)
+
+
+def last_written_by(session: Session, view: BranchView, workspace: str, path: str,
+                    message: str, *, prefix: str | None = None) -> NodeVersion | None:
+    """The newest version of the node at ``workspace:path`` in ``view``'s history that a
+    revision logged with ``message`` wrote: the base of a node ingested before records were kept.
+
+    Parameters
+    ----------
+    session : Session
+        The caller's transaction.
+    view : BranchView
+        The branch state read (its own revisions and its ancestors' up to the fork).
+    workspace : str
+        The workspace's name.
+    path : str
+        The node's path (validated).
+    message : str
+        The revision message of an ingest of the node's file (``ingest <file>``).
+    prefix : str or None
+        Also a revision whose message starts with it (the ingest's relations, which write the
+        stub nodes of their targets).
+
+    Returns
+    -------
+    NodeVersion or None
+        A live version; None when no such revision wrote one.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+
+    Notes
+    -----
+    One query over ``ix_node_versions_path`` per chain entry, joined to the revision log.
+    """
+    wid = workspace_id(view, workspace)
+    by_message = Revision.message == message
+    if prefix is not None:
+        by_message = or_(by_message, Revision.message.startswith(prefix, autoescape=True))
+    on_chain = or_(*(and_(NodeVersion.branch_id == b, NodeVersion.revision <= r) for b, r in view.chain))
+    found: NodeVersion | None = session.scalar(
+        select(NodeVersion)
+        .join(Revision, (Revision.repo_id == NodeVersion.repo_id) & (Revision.number == NodeVersion.revision))
+        .where(on_chain, NodeVersion.workspace_id == wid, NodeVersion.path == path,
+               NodeVersion.deleted.is_(False), by_message)
+        .order_by(NodeVersion.revision.desc(), NodeVersion.id.desc())
+        .limit(1))
+    return found
+
+
+def put_record(session: Session, ctx: WriteContext, workspace: str, path: str, *, sha256: str, source: str,
+               patch: dict[str, Any] | None,
+               relations: Sequence[tuple[str, str]] | None = None) -> IngestRecord:
+    """Record an ingest of a file at ``workspace:path`` in the write's revision.
+
+    Parameters
+    ----------
+    session : Session
+        The write transaction.
+    ctx : WriteContext
+        The write (its revision is allocated if nothing else allocated it: a record alone is a
+        revision, e.g. a changed file whose node people deleted).
+    workspace : str
+        The workspace's name.
+    path : str
+        The node's path (validated).
+    sha256 : str
+        The hash of the file's bytes (hexadecimal).
+    source : str
+        The file, relative to the ingested folder.
+    patch : dict or None
+        :func:`base_patch` of the value the branch holds after this write and the file's parse.
+    relations : sequence of (str, str), or None
+        The ``(type, target path)`` relations the file asserts; None: not recorded (a stub).
+
+    Returns
+    -------
+    IngestRecord
+        The row added (flushed).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        Unknown workspace.
+    """
+    wid = workspace_id(ctx.view, workspace)
+    record = IngestRecord(repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
+                          path=path, sha256=sha256, source=source, base_patch=patch,
+                          relations=None if relations is None else [[rel, target] for rel, target in relations],
+                          created_at=utcnow())
+    session.add(record)
+    session.flush()
+    return record
