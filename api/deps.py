@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Path, Query, Request
 from pydantic import AwareDatetime
 
 from kg.access import authenticate
 from kg.context import ANONYMOUS, Actor
 from kg.errors import Unauthenticated
 from kg.services import Services
+from kg.store.paths import (
+    ADDRESS_PATTERN,
+    BRANCH_PATTERN,
+    MAX_PATH_CHARS,
+    NAME_PATTERN,
+    PATH_TAIL_PATTERN,
+    TEXT_PATTERN,
+)
+from kg.store.relations import RELATION_TYPE_PATTERN
 
 
 def get_services(request: Request) -> Services:
@@ -68,12 +77,35 @@ def caller_of_header(services: Services, header: str | None) -> Actor:
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 CallerDep = Annotated[Actor, Depends(get_caller)]
-BranchQ = Annotated[str, Query(description="Branch name; may contain '/'.", min_length=1, max_length=255)]
+# The patterns of the names, paths and texts kg accepts (kg.store.paths) are documented in the
+# OpenAPI document (json_schema_extra) and checked by the library, whose refusal says why.
+#: A repository name (path parameter).
+RepoP = Annotated[str, Path(description="Repository name.", json_schema_extra={"pattern": NAME_PATTERN,
+                                                                              "maxLength": 128})]
+#: A workspace name (path parameter).
+WorkspaceP = Annotated[str, Path(description="Workspace name.", json_schema_extra={"pattern": NAME_PATTERN,
+                                                                                  "maxLength": 128})]
+#: A branch name (path parameter; may contain '/').
+BranchP = Annotated[str, Path(description="Branch name; may contain '/'.",
+                              json_schema_extra={"pattern": BRANCH_PATTERN, "maxLength": 255})]
+#: A node path without its leading '/' (path parameter).
+NodePathP = Annotated[str, Path(description="Node path without its leading '/'.",
+                                json_schema_extra={"pattern": PATH_TAIL_PATTERN, "maxLength": MAX_PATH_CHARS - 1})]
+#: A node address 'workspace:/path' (query parameter).
+AddressQ = Annotated[str, Query(description="Node address 'workspace:/path'.",
+                                json_schema_extra={"pattern": ADDRESS_PATTERN, "maxLength": 1300})]
+#: One relation type (query parameter).
+RelationTypeQ = Annotated[str | None, Query(description="Relation type.",
+                                            json_schema_extra={"pattern": RELATION_TYPE_PATTERN, "maxLength": 255})]
+BranchQ = Annotated[str, Query(description="Branch name; may contain '/'.", min_length=1, max_length=255,
+                               json_schema_extra={"pattern": BRANCH_PATTERN})]
 MAX_REVISION = 2_147_483_647
 RevisionQ = Annotated[int | None, Query(ge=0, le=MAX_REVISION, description="Read the branch as of this revision.")]
 #: The write metadata of DELETE routes, bounded as in request bodies (api/models.py ``WriteMeta``).
 AsOfQ = Annotated[AwareDatetime | None, Query(
     description="World time (ISO 8601 with a zone): read the relations valid then; default now.")]
 IncludeInvalidQ = Annotated[bool, Query(description="Read every relation, whatever its validity.")]
-MessageQ = Annotated[str | None, Query(max_length=10_000, description="Why: kept in the revision log.")]
-ActorQ = Annotated[str | None, Query(max_length=255, description="Who: kept in the revision log.")]
+MessageQ = Annotated[str | None, Query(max_length=10_000, description="Why: kept in the revision log.",
+                                       json_schema_extra={"pattern": TEXT_PATTERN})]
+ActorQ = Annotated[str | None, Query(max_length=255, description="Who: kept in the revision log.",
+                                     json_schema_extra={"pattern": TEXT_PATTERN})]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -97,9 +98,8 @@ def retry_after_header(retry_after_s: float) -> int:
     return max(1, math.ceil(round(retry_after_s, 6)))
 
 
-def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The API.md error shape."""
-    return {"error": {"code": code, "message": message, "details": details or {}}}
+#: The API.md error shape (:func:`kg.errors.error_body`).
+error_body = errors.error_body
 
 
 def _jsonable(value: Any) -> Any:
@@ -121,12 +121,38 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def allowed_methods(request: Request) -> list[str]:
-    """Every method some route serves at the request's path (RFC 9110: a 405 lists them in
-    ``Allow``). Starlette's own 405 names only the methods of the first route whose path
-    matched, and FastAPI makes one route per method."""
-    routes = request.app.router.routes
-    return [method for method in _METHODS
-            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)]
+    """The methods of the resource at the request's path (RFC 9110: a 405 lists them in
+    ``Allow``).
+
+    Starlette's own 405 names only the methods of the first route whose path matched, and
+    FastAPI makes one route per method. Where several route templates match one path, the
+    resource is the most specific template's (the most literal characters):
+    ``/branches/feature/x/merge`` is the merge of ``feature/x`` (POST), not a branch named
+    ``feature/x/merge`` of ``/branches/{branch:path}`` (GET, DELETE; such a name is refused).
+    """
+    scope = {**request.scope, "path": request.scope.get("path", "")}
+    serving: dict[str, int] = {}  # method -> the specificity of the most specific route serving it
+    for route in _leaf_routes(request.app.router.routes):
+        for method in _METHODS:
+            if route.matches({**scope, "method": method})[0] == Match.FULL:
+                serving[method] = max(serving.get(method, -1), _specificity(route))
+    best = max(serving.values(), default=-1)
+    return [method for method in _METHODS if serving.get(method) == best]
+
+
+def _leaf_routes(routes: Any) -> Any:
+    """Every route of ``routes``, an included router's own routes in its place."""
+    for route in routes:
+        included = getattr(route, "original_router", None)  # FastAPI's included router
+        if included is not None:
+            yield from _leaf_routes(included.routes)
+        else:
+            yield route
+
+
+def _specificity(route: Any) -> int:
+    """How many literal characters a route's path template holds (its ``{parameters}`` none)."""
+    return len(re.sub(r"\{[^}]*\}", "", str(getattr(route, "path", ""))))
 
 
 def answer(request: Request, response: JSONResponse) -> Response:

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
+
+from kg.store.paths import ADDRESS_PATTERN, BRANCH_PATTERN, NAME_PATTERN, TEXT_PATTERN
+from kg.store.relations import RELATION_TYPE_PATTERN
+
+# Documented patterns (json_schema_extra): the library checks them and says why (kg.store.paths).
+_NAME: JsonDict = {"pattern": NAME_PATTERN, "maxLength": 128}
+_BRANCH: JsonDict = {"pattern": BRANCH_PATTERN, "maxLength": 255}
+_ADDRESS: JsonDict = {"pattern": ADDRESS_PATTERN, "maxLength": 1300}
+_TEXT: JsonDict = {"pattern": TEXT_PATTERN}
+_TYPE: JsonDict = {"pattern": RELATION_TYPE_PATTERN, "maxLength": 255}
 
 
 class ErrorInfo(BaseModel):
@@ -40,11 +51,11 @@ class Strict(BaseModel):
 
 
 class RepoCreate(Strict):
-    name: str
+    name: str = Field(json_schema_extra=_NAME)
 
 
 class WorkspaceCreate(Strict):
-    name: str
+    name: str = Field(json_schema_extra=_NAME)
     embedding: dict[str, Any] | None = None
 
 
@@ -55,8 +66,8 @@ class WorkspacePatch(Strict):
 
 class BranchCreate(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
-    name: str
-    from_: str = Field(default="main", alias="from")
+    name: str = Field(json_schema_extra=_BRANCH)
+    from_: str = Field(default="main", alias="from", json_schema_extra=_BRANCH)
     at_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
 
 
@@ -85,8 +96,8 @@ class KeyCreate(Strict):
 class WriteMeta(Strict):
     """Optional on every write: why, by whom, and the revision the writer's view was at."""
 
-    message: str | None = Field(default=None, max_length=10_000)
-    actor: str | None = Field(default=None, max_length=255)
+    message: str | None = Field(default=None, max_length=10_000, json_schema_extra=_TEXT)
+    actor: str | None = Field(default=None, max_length=255, json_schema_extra=_TEXT)
 
 
 class NodePut(WriteMeta):
@@ -110,7 +121,7 @@ class BatchBody(WriteMeta):
 
 
 class MergeBody(WriteMeta):
-    into: str | None = None
+    into: str | None = Field(default=None, json_schema_extra=_BRANCH)
     dry_run: bool = False
     resolutions: list[dict[str, Any]] = Field(default_factory=list)
     #: The ``plan`` a dry run answered: the merge is refused (409) if either branch changed since.
@@ -119,9 +130,9 @@ class MergeBody(WriteMeta):
 
 class RelationCreate(WriteMeta):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
-    from_: str = Field(alias="from")
-    to: str
-    type: str
+    from_: str = Field(alias="from", json_schema_extra=_ADDRESS)
+    to: str = Field(json_schema_extra=_ADDRESS)
+    type: str = Field(json_schema_extra=_TYPE)
     weight: float | None = None
     properties: dict[str, Any] = Field(default_factory=dict)
     #: World time the fact holds from / until (ISO 8601 with a zone; a naive time is a 422).
@@ -131,9 +142,9 @@ class RelationCreate(WriteMeta):
 
 class RelationInvalidate(WriteMeta):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
-    from_: str = Field(alias="from")
-    to: str
-    type: str
+    from_: str = Field(alias="from", json_schema_extra=_ADDRESS)
+    to: str = Field(json_schema_extra=_ADDRESS)
+    type: str = Field(json_schema_extra=_TYPE)
     #: When the fact stopped holding (ISO 8601 with a zone); default now.
     valid_to: AwareDatetime | None = Field(default=None, strict=False)
     invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000)
@@ -141,4 +152,4 @@ class RelationInvalidate(WriteMeta):
 
 class RelationTypesPut(Strict):
     #: Relation types that are single-valued per source in the workspace (replaced whole).
-    single_valued: list[str] = Field(max_length=1000)
+    single_valued: list[Annotated[str, Field(json_schema_extra=_TYPE)]] = Field(max_length=1000)

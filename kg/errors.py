@@ -50,6 +50,27 @@ class KGError(Exception):
         self.details = details or {}
 
 
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one error shape of every surface (API.md, "Errors"): HTTP answers, MCP tool errors,
+    and the answers ``kg serve`` gives to requests that are not HTTP at all.
+
+    Parameters
+    ----------
+    code : str
+        A kg error code (:attr:`KGError.code`, or one of the HTTP layer's own).
+    message : str
+        One line for a person.
+    details : dict, optional
+        Machine-readable context; ``{}`` when omitted.
+
+    Returns
+    -------
+    dict
+        ``{"error": {"code", "message", "details"}}``.
+    """
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
 class NotFound(KGError):
     """An addressed object does not exist (or is not visible on the branch)."""
 
@@ -149,6 +170,34 @@ class InvalidInput(KGError):
     """Well-formed input that breaks a rule of kg (bad path, chunk overlap >= size, ...)."""
 
     code = "invalid_input"
+
+
+def invalid_fields(problems: Any, *, prefix: str = "") -> InvalidInput:
+    """The :class:`InvalidInput` of the problems pydantic found in some input.
+
+    One definition of how a field-by-field refusal reads, wherever the input came from (a
+    search request, an MCP tool's arguments): the message names the first field, as the
+    HTTP API's does (``"k: Input should be a valid integer"``); the details list them all.
+
+    Parameters
+    ----------
+    problems : pydantic.ValidationError or list of dict
+        The error, or its ``errors()`` (each with ``loc``, ``msg`` and ``type``).
+    prefix : str
+        Put before the message (``"invalid embedding configuration: "``).
+
+    Returns
+    -------
+    InvalidInput
+        Message ``"<loc>: <msg>"`` (the first problem; its ``loc`` joined by ``.``); details
+        ``{"errors": [{"loc": [str, ...], "msg", "type"}, ...]}``.
+    """
+    listed = problems.errors(include_url=False) if hasattr(problems, "errors") else list(problems)
+    first = listed[0] if listed else {"loc": (), "msg": "invalid input"}
+    where = ".".join(str(part) for part in first.get("loc", ()))
+    return InvalidInput(f"{prefix}{where}: {first['msg']}" if where else f"{prefix}{first['msg']}",
+                        details={"errors": [{"loc": [str(part) for part in p.get("loc", ())], "msg": p.get("msg", ""),
+                                             "type": p.get("type", "")} for p in listed]})
 
 
 class MalformedInput(InvalidInput):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from api.deps import CallerDep, ServicesDep
+from api.deps import BranchP, CallerDep, RepoP, ServicesDep
 from api.guard import GuardedRoute
 from api.models import BranchCreate
 from api.schemas import Branch, BranchList
@@ -15,26 +15,26 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/branches"
 
 
 @router.post("", status_code=201, response_model=Branch, response_model_exclude_unset=True)
-def create_branch(repo: str, body: BranchCreate, services: ServicesDep, caller: CallerDep) -> dict:
+def create_branch(repo: RepoP, body: BranchCreate, services: ServicesDep, caller: CallerDep) -> dict:
     """Create a branch from ``from`` (at ``at_revision``, default now)."""
     return run(services, caller, branch_ops.create_branch, repo, name=body.name, from_branch=body.from_,
                at_revision=body.at_revision)
 
 
 @router.get("", response_model=BranchList, response_model_exclude_unset=True)
-def list_branches(repo: str, services: ServicesDep, caller: CallerDep) -> dict:
+def list_branches(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
     """Every branch of the repository."""
     return {"branches": branch_ops.list_branches(services, caller, repo)}
 
 
 @router.get("/{branch:path}", response_model=Branch, response_model_exclude_unset=True)
-def get_branch(repo: str, branch: str, services: ServicesDep, caller: CallerDep) -> dict:
+def get_branch(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep) -> dict:
     """One branch (its name may contain '/')."""
     return branch_ops.get_branch(services, caller, repo, branch)
 
 
 @router.delete("/{branch:path}", status_code=204)
-def delete_branch(repo: str, branch: str, services: ServicesDep, caller: CallerDep) -> Response:
+def delete_branch(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep) -> Response:
     """Delete a branch and what was written on it (not ``main``, not a branch with children)."""
     run(services, caller, branch_ops.delete_branch, repo, branch)
     return Response(status_code=204)

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import Field
 
-from api.deps import CallerDep, ServicesDep
+from api.deps import CallerDep, RepoP, ServicesDep
 from api.guard import GuardedRoute
 from api.models import Strict
 from api.schemas import FunctionOutput, JobAccepted
@@ -27,7 +27,7 @@ class InvokeBody(Strict):
 @router.post("/{repo}/{name}/invoke", response_model=FunctionOutput, response_model_exclude_unset=True,
              responses={200: {"description": "The function's output"},
                         202: {"description": "Queued: follow the job at its `Location`", "model": JobAccepted}})
-def invoke_function(repo: str, name: str, body: InvokeBody, services: ServicesDep, caller: CallerDep) -> Any:
+def invoke_function(repo: RepoP, name: str, body: InvokeBody, services: ServicesDep, caller: CallerDep) -> Any:
     """Invoke ``search-documents``, ``ask``, ``graph-context``, ``extract-entities`` or
     ``research-assistant`` on a branch: wait for its output, or (``wait_for_completion: false``)
     answer 202 with a job id to read at ``GET /api/jobs/{job_id}``."""

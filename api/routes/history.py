@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import MAX_REVISION, BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.deps import MAX_REVISION, BranchP, BranchQ, CallerDep, RepoP, RevisionQ, ServicesDep
 from api.guard import GuardedRoute
 from api.models import BatchBody, MergeBody
 from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
@@ -20,7 +20,7 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["
 
 
 @router.get("/log", response_model=RevisionLog)
-def log(repo: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
+def log(repo: RepoP, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
         before: Annotated[int | None, Query(ge=0, le=MAX_REVISION,
                                             description="Only revisions older than this.")] = None,
@@ -34,20 +34,20 @@ def log(repo: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "
 
 
 @router.post("/nodes:batch", response_model=BatchResult)
-def batch(repo: str, body: BatchBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main") -> dict:
+def batch(repo: RepoP, body: BatchBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main") -> dict:
     """Deletes then upserts as one revision: all or nothing."""
     return run(services, caller, node_ops.batch, repo, branch, upserts=body.upserts, deletes=body.deletes,
                parents=body.parents, message=body.message, actor=body.actor)
 
 
 @router.get("/branches/{branch:path}/diff", response_model=Diff)
-def diff(repo: str, branch: str, services: ServicesDep, caller: CallerDep, against: str | None = None) -> dict:
+def diff(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep, against: str | None = None) -> dict:
     """What the branch changed since its merge base with ``against`` (default: its parent)."""
     return queries.diff(services, caller, repo, branch, against)
 
 
 @router.post("/branches/{branch:path}/merge", response_model=MergeResult, response_model_exclude_unset=True)
-def merge(repo: str, branch: str, body: MergeBody, services: ServicesDep, caller: CallerDep) -> dict:
+def merge(repo: RepoP, branch: BranchP, body: MergeBody, services: ServicesDep, caller: CallerDep) -> dict:
     """Merge the branch into ``into`` (default: its parent): fast-forward or three-way."""
     if body.dry_run:
         return preview_merge(services, caller, repo, branch, body.into, resolutions=body.resolutions,
@@ -57,6 +57,6 @@ def merge(repo: str, branch: str, body: MergeBody, services: ServicesDep, caller
 
 
 @router.post("/branches/{branch:path}/reset", response_model=BranchReset)
-def reset(repo: str, branch: str, services: ServicesDep, caller: CallerDep) -> dict:
+def reset(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep) -> dict:
     """Drop what was written on the branch and fork it again from its parent's head."""
     return run(services, caller, reset_branch, repo, branch)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.deps import BranchQ, CallerDep, NodePathP, RepoP, RevisionQ, ServicesDep, WorkspaceP
 from api.guard import GuardedRoute
 from api.schemas import Lineage
 from kg.ops import lineage as lineage_ops
@@ -20,9 +20,9 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/workspace
 
 @router.get("/lineage/{path:path}", response_model=Lineage)
 def lineage(
-    repo: str,
-    ws: str,
-    path: str,
+    repo: RepoP,
+    ws: WorkspaceP,
+    path: NodePathP,
     services: ServicesDep,
     caller: CallerDep,
     branch: BranchQ = "main",

@@ -6,7 +6,18 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 
-from api.deps import MAX_REVISION, ActorQ, BranchQ, CallerDep, MessageQ, RevisionQ, ServicesDep
+from api.deps import (
+    MAX_REVISION,
+    ActorQ,
+    BranchQ,
+    CallerDep,
+    MessageQ,
+    NodePathP,
+    RepoP,
+    RevisionQ,
+    ServicesDep,
+    WorkspaceP,
+)
 from api.guard import GuardedRoute
 from api.models import NodePatch, NodePut
 from api.schemas import Node, NodeList, NodesDeleted
@@ -26,7 +37,7 @@ def _path(raw: str) -> str:
 @router.put("/{path:path}", response_model=Node,
             responses={200: {"description": "Replaced: the node"},
                        201: {"description": "Created: the node", "model": Node}})
-def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep, caller: CallerDep,
+def put_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, body: NodePut, services: ServicesDep, caller: CallerDep,
              response: Response, branch: BranchQ = "main", parents: bool = False) -> dict:
     """Create (201) or replace (200) the node at ``path``; its text is chunked and embedded."""
     node, created = run(
@@ -39,7 +50,7 @@ def put_node(repo: str, ws: str, path: str, body: NodePut, services: ServicesDep
 
 
 @router.patch("/{path:path}", response_model=Node)
-def patch_node(repo: str, ws: str, path: str, body: NodePatch, services: ServicesDep, caller: CallerDep,
+def patch_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, body: NodePatch, services: ServicesDep, caller: CallerDep,
                branch: BranchQ = "main") -> dict:
     """Merge properties into the node (``null`` removes a key)."""
     return run(services, caller, node_ops.patch_node, repo, branch, ws, _path(path),
@@ -48,15 +59,15 @@ def patch_node(repo: str, ws: str, path: str, body: NodePatch, services: Service
 
 
 @router.get("/{path:path}", response_model=Node)
-def get_node(repo: str, ws: str, path: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
-             at_revision: RevisionQ = None) -> dict:
+def get_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, services: ServicesDep, caller: CallerDep,
+             branch: BranchQ = "main", at_revision: RevisionQ = None) -> dict:
     """The node at ``path`` on the branch."""
     return queries.get_node(services, caller, repo, branch, ws, _path(path), at_revision=at_revision)
 
 
 @router.delete("/{path:path}", response_model=NodesDeleted)
-def delete_node(repo: str, ws: str, path: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
-                recursive: bool = False, message: MessageQ = None, actor: ActorQ = None,
+def delete_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, services: ServicesDep, caller: CallerDep,
+                branch: BranchQ = "main", recursive: bool = False, message: MessageQ = None, actor: ActorQ = None,
                 if_revision: Annotated[int | None, Query(ge=0, le=MAX_REVISION)] = None) -> dict:
     """Delete the node (a tombstone on the branch); with children only when ``recursive``."""
     return run(services, caller, node_ops.delete_node, repo, branch, ws, _path(path), recursive=recursive,
@@ -64,7 +75,7 @@ def delete_node(repo: str, ws: str, path: str, services: ServicesDep, caller: Ca
 
 
 @router.get("", response_model=NodeList, response_model_exclude_unset=True)
-def list_nodes(repo: str, ws: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
+def list_nodes(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
                at_revision: RevisionQ = None,
                parent: Annotated[str | None, Query(description="List the children of this path.")] = None,
                prefix: Annotated[str | None, Query(description="List every node under this prefix.")] = None,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.deps import AddressQ, BranchQ, CallerDep, RepoP, RevisionQ, ServicesDep
 from api.guard import GuardedRoute
 from api.schemas import ReferenceList
 from kg.ops import queries
@@ -16,7 +16,7 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["
 
 
 @router.get("/references", response_model=ReferenceList)
-def references(repo: str, target: Annotated[str, Query(description="Node address 'workspace:/path'.")],
+def references(repo: RepoP, target: AddressQ,
                services: ServicesDep, caller: CallerDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
                limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000) -> dict:
     """Nodes whose visible version holds a reference ``{"kg:ref": path, "kg:workspace": ws}`` to

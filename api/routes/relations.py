@@ -7,17 +7,31 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 from pydantic import AwareDatetime, Field
 
-from api.deps import ActorQ, AsOfQ, BranchQ, CallerDep, IncludeInvalidQ, MessageQ, RevisionQ, ServicesDep
+from api.deps import (
+    ActorQ,
+    AddressQ,
+    AsOfQ,
+    BranchQ,
+    CallerDep,
+    IncludeInvalidQ,
+    MessageQ,
+    RelationTypeQ,
+    RepoP,
+    RevisionQ,
+    ServicesDep,
+    WorkspaceP,
+)
 from api.guard import GuardedRoute
 from api.models import RelationCreate, RelationInvalidate, RelationTypesPut, Strict
 from api.schemas import NeighborList, Relation, RelationsDeleted, RelationTypes, Traversal
 from kg.context import run
 from kg.errors import InvalidInput
-from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
+from kg.graph.neighbors import DEFAULT_LIMIT, DIRECTIONS, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.ops import relations as relation_ops
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.graph import walk
+from kg.store.paths import ADDRESS_PATTERN
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["relations"])
 
@@ -40,7 +54,7 @@ class TraverseBody(Strict):
 @router.post("/relations", response_model=Relation,
              responses={200: {"description": "Re-asserted: weight and properties replaced"},
                         201: {"description": "Created: a new edge", "model": Relation}})
-def relate(repo: str, body: RelationCreate, services: ServicesDep, caller: CallerDep, response: Response,
+def relate(repo: RepoP, body: RelationCreate, services: ServicesDep, caller: CallerDep, response: Response,
            branch: BranchQ = "main") -> dict:
     """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced)."""
     relation, created = run(services, caller, relation_ops.relate, repo, branch, body.from_, body.to,
@@ -52,8 +66,10 @@ def relate(repo: str, body: RelationCreate, services: ServicesDep, caller: Calle
 
 
 @router.delete("/relations", response_model=RelationsDeleted)
-def unrelate(repo: str, services: ServicesDep, caller: CallerDep, from_: Annotated[str, Query(alias="from")],
-             to: str, branch: BranchQ = "main", type: str | None = None, message: MessageQ = None,
+def unrelate(repo: RepoP, services: ServicesDep, caller: CallerDep,
+             from_: Annotated[str, Query(alias="from", json_schema_extra={"pattern": ADDRESS_PATTERN,
+                                                                          "maxLength": 1300})],
+             to: AddressQ, branch: BranchQ = "main", type: RelationTypeQ = None, message: MessageQ = None,
              actor: ActorQ = None) -> dict:
     """Remove the edges from ``from`` to ``to`` (of ``type``, or all types); when there was
     none, no revision is made (``revision`` is null)."""
@@ -62,8 +78,9 @@ def unrelate(repo: str, services: ServicesDep, caller: CallerDep, from_: Annotat
 
 
 @router.get("/neighbors", response_model=NeighborList)
-def neighbors(repo: str, node: str, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
-              at_revision: RevisionQ = None, direction: str = "BOTH",
+def neighbors(repo: RepoP, node: AddressQ, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
+              at_revision: RevisionQ = None,
+              direction: Annotated[str, Query(json_schema_extra={"enum": list(DIRECTIONS)})] = "BOTH",
               type: Annotated[str | None, Query(description="Relation types, comma-separated.")] = None,
               limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Most rows returned.")] = DEFAULT_LIMIT,
               as_of: AsOfQ = None, include_invalid: IncludeInvalidQ = False) -> dict:
@@ -77,7 +94,7 @@ def neighbors(repo: str, node: str, services: ServicesDep, caller: CallerDep, br
 
 
 @router.post("/traverse", response_model=Traversal)
-def traverse(repo: str, body: TraverseBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
+def traverse(repo: RepoP, body: TraverseBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
              at_revision: RevisionQ = None) -> dict:
     """Breadth-first walk from the seeds, bounded by ``hops``, ``max_nodes`` (seeds count) and
     ``fan_out`` per node; each node once at its shortest hop; ``truncated`` exactly when a budget
@@ -89,7 +106,7 @@ def traverse(repo: str, body: TraverseBody, services: ServicesDep, caller: Calle
 
 
 @router.post("/workspaces/{ws}/relations/invalidate", response_model=Relation)
-def invalidate(repo: str, ws: str, body: RelationInvalidate, services: ServicesDep, caller: CallerDep,
+def invalidate(repo: RepoP, ws: WorkspaceP, body: RelationInvalidate, services: ServicesDep, caller: CallerDep,
                branch: BranchQ = "main") -> dict:
     """Close a relation's validity at ``valid_to`` (default now), naming what superseded it
     (``invalidated_by``); ``from`` must be a node of ``ws``. The relation stays readable with
@@ -102,13 +119,13 @@ def invalidate(repo: str, ws: str, body: RelationInvalidate, services: ServicesD
 
 
 @router.get("/workspaces/{ws}/relation-types", response_model=RelationTypes)
-def get_relation_types(repo: str, ws: str, services: ServicesDep, caller: CallerDep) -> dict:
+def get_relation_types(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: CallerDep) -> dict:
     """The relation types declared single-valued per source in the workspace."""
     return relation_ops.get_relation_types(services, caller, repo, ws)
 
 
 @router.put("/workspaces/{ws}/relation-types", response_model=RelationTypes)
-def put_relation_types(repo: str, ws: str, body: RelationTypesPut, services: ServicesDep,
+def put_relation_types(repo: RepoP, ws: WorkspaceP, body: RelationTypesPut, services: ServicesDep,
                        caller: CallerDep) -> dict:
     """Declare the workspace's single-valued relation types (replaced whole; admin): asserting
     one from a source with a current one to another target invalidates the old one."""

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from api.deps import CallerDep, ServicesDep
+from api.deps import CallerDep, RepoP, ServicesDep, WorkspaceP
 from api.guard import GuardedRoute
 from api.models import RepoCreate, WorkspaceCreate, WorkspacePatch
 from api.schemas import EmbeddingChange, Repo, RepoList, Workspace, WorkspaceList
@@ -33,38 +33,39 @@ def list_repos(services: ServicesDep, caller: CallerDep,
 
 
 @router.get("/{repo}", response_model=Repo)
-def get_repo(repo: str, services: ServicesDep, caller: CallerDep) -> dict:
+def get_repo(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
     """One repository."""
     return repo_ops.get_repository(services, caller, repo)
 
 
 @router.delete("/{repo}", status_code=204)
-def delete_repo(repo: str, services: ServicesDep, caller: CallerDep) -> Response:
+def delete_repo(repo: RepoP, services: ServicesDep, caller: CallerDep) -> Response:
     """Delete a repository with everything in it, and its search index."""
     run(services, caller, repo_ops.delete_repository, repo)
     return Response(status_code=204)
 
 
 @router.post("/{repo}/workspaces", status_code=201, response_model=Workspace)
-def create_workspace(repo: str, body: WorkspaceCreate, services: ServicesDep, caller: CallerDep) -> dict:
+def create_workspace(repo: RepoP, body: WorkspaceCreate, services: ServicesDep, caller: CallerDep) -> dict:
     """Create a workspace, optionally with its embedding model and chunking settings."""
     return run(services, caller, repo_ops.create_workspace, repo, body.name, body.embedding)
 
 
 @router.get("/{repo}/workspaces", response_model=WorkspaceList)
-def list_workspaces(repo: str, services: ServicesDep, caller: CallerDep) -> dict:
+def list_workspaces(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
     """The workspaces of a repository."""
     return {"workspaces": repo_ops.list_workspaces(services, caller, repo)}
 
 
 @router.get("/{repo}/workspaces/{ws}", response_model=Workspace)
-def get_workspace(repo: str, ws: str, services: ServicesDep, caller: CallerDep) -> dict:
+def get_workspace(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: CallerDep) -> dict:
     """One workspace."""
     return repo_ops.get_workspace(services, caller, repo, ws)
 
 
 @router.patch("/{repo}/workspaces/{ws}", response_model=EmbeddingChange)
-def patch_workspace(repo: str, ws: str, body: WorkspacePatch, services: ServicesDep, caller: CallerDep) -> dict:
+def patch_workspace(repo: RepoP, ws: WorkspaceP, body: WorkspacePatch, services: ServicesDep,
+                    caller: CallerDep) -> dict:
     """Change a workspace's embedding model or chunking.
 
     The workspace is locked to its model: a change is 409 ``model_locked`` (naming the locked

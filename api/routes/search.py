@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import BranchQ, CallerDep, RevisionQ, ServicesDep
+from api.deps import BranchQ, CallerDep, RepoP, RevisionQ, ServicesDep
 from api.guard import GuardedRoute
 from api.schemas import IndexRetried, IndexStatus, SearchResponse
 from kg.context import run
@@ -16,14 +16,14 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["
 
 
 @router.post("/search", response_model=SearchResponse, response_model_exclude_unset=True)
-def search_route(repo: str, body: SearchRequest, services: ServicesDep, caller: CallerDep,
+def search_route(repo: RepoP, body: SearchRequest, services: ServicesDep, caller: CallerDep,
                  branch: BranchQ = "main", at_revision: RevisionQ = None) -> dict:
     """Search the chunks of the nodes the branch sees."""
     return search_branch(services, caller, repo, branch, body, at_revision=at_revision).as_dict()
 
 
 @router.get("/index/status", response_model=IndexStatus, response_model_exclude_unset=True)
-def index_status(repo: str, services: ServicesDep, caller: CallerDep) -> dict:
+def index_status(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
     """What the indexer has pending, running and failed for this repository, and what the
     search index holds."""
     return queries.index_status(services, caller, repo)

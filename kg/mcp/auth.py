@@ -9,6 +9,7 @@ refuses the request with 401 before any MCP message is read. Inside a handler,
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Annotated
 
 import anyio.to_thread
@@ -17,9 +18,14 @@ from mcp.server.auth.provider import AccessToken
 from pydantic import SkipValidation
 
 from kg.access import ANONYMOUS, Actor, KeyCache, authenticate
-from kg.errors import Unauthenticated
+from kg.errors import Forbidden, KGError, Unauthenticated
 from kg.settings import Settings
 from kg.store.db import Database
+
+#: Why :class:`KeyVerifier` refused the current request's key (the SDK keeps only "refused").
+_REFUSAL: ContextVar[Unauthenticated | None] = ContextVar("kg_mcp_key_refusal", default=None)
+#: What a request without a key is told (the HTTP API's words).
+KEY_REQUIRED = "an API key is required: Authorization: Bearer kg_<id>_<secret>"
 
 
 class KeyToken(AccessToken):
@@ -69,7 +75,8 @@ class KeyVerifier:
         """
         try:
             actor = await anyio.to_thread.run_sync(authenticate, self.db, self.settings, token, self.cache)
-        except Unauthenticated:
+        except Unauthenticated as exc:
+            _REFUSAL.set(exc)
             return None
         return KeyToken(token=token, client_id=actor.key_id or "", scopes=[], actor=actor)
 
@@ -85,3 +92,35 @@ def caller_of_request() -> Actor:
     """
     token = get_access_token()
     return token.actor if isinstance(token, KeyToken) else ANONYMOUS
+
+
+def forget_refusal() -> None:
+    """Start a request with no refusal recorded (:func:`refusal_of_request`)."""
+    _REFUSAL.set(None)
+
+
+def refusal_of_request(status: int, has_key: bool, description: str = "") -> KGError:
+    """The kg error of a request the SDK's bearer middleware refused.
+
+    Parameters
+    ----------
+    status : int
+        The SDK's status: 401 (no valid key) or 403 (a key without what the resource needs).
+    has_key : bool
+        Whether the request carried an ``Authorization`` header.
+    description : str
+        The SDK's own words, for a 403.
+
+    Returns
+    -------
+    kg.errors.KGError
+        A 401's :class:`kg.errors.Unauthenticated`: why :class:`KeyVerifier` refused the key
+        (unknown, revoked, expired: :func:`kg.access.authenticate`'s message), or that a key is
+        required; a 403's :class:`kg.errors.Forbidden`.
+    """
+    if status == 403:
+        return Forbidden(description or "this API key may not use the MCP endpoint")
+    refused = _REFUSAL.get()
+    if refused is not None:
+        return refused
+    return Unauthenticated("invalid API key" if has_key else KEY_REQUIRED)

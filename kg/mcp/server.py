@@ -37,15 +37,16 @@ from mcp import MCPError
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
-from pydantic import AnyHttpUrl, ConfigDict, Field
+from pydantic import AnyHttpUrl, ConfigDict, Field, ValidationError
 
 import kg
 from kg.access import OPERATOR, Action, Actor, may_somewhere
 from kg.context import Resources, run
-from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
+from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError, error_body, invalid_fields
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.graph.validity import maybe_aware
@@ -224,8 +225,7 @@ def error_shape(exc: KGError) -> dict[str, Any]:
     dict
         ``{"error": {"code", "message", "details"}}``, JSON-safe.
     """
-    return {"error": {"code": exc.code, "message": exc.message,
-                      "details": pydantic_core.to_jsonable_python(exc.details, fallback=str)}}
+    return error_body(exc.code, exc.message, pydantic_core.to_jsonable_python(exc.details, fallback=str))
 
 
 def tool_result(data: Any) -> CallToolResult:
@@ -267,6 +267,39 @@ def tool_error(exc: KGError) -> CallToolResult:
     code = f"{exc.code} ({reason})" if isinstance(reason, str) and reason else exc.code
     return CallToolResult(content=[TextContent(type="text", text=f"{code}: {exc.message}")],
                           structured_content=shape, is_error=True)
+
+
+class KgTool(Tool):
+    """A tool whose arguments, when its argument model refuses them (a wrong type, a missing or
+    unknown argument), are a tool error in kg's shape (:func:`tool_error` of
+    :func:`kg.errors.invalid_fields`: code ``invalid_input``, the message naming the argument),
+    not the SDK's text of the pydantic error."""
+
+    async def run(self, arguments: dict[str, Any], context: Any, convert_result: bool = False) -> Any:
+        """Run the tool (:meth:`mcp.server.mcpserver.tools.Tool.run`).
+
+        Parameters
+        ----------
+        arguments : dict
+            The call's arguments, as the client sent them.
+        context : mcp.server.mcpserver.Context
+            The request's context.
+        convert_result : bool
+            Convert the answer to the SDK's content blocks.
+
+        Returns
+        -------
+        Any
+            The tool's answer; for arguments its model refuses, the tool error of
+            :func:`kg.errors.invalid_fields` (:func:`tool_error`).
+        """
+        try:
+            return await super().run(arguments, context, convert_result=convert_result)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            refused = tool_error(invalid_fields(exc.__cause__))
+            return self.fn_metadata.convert_result(refused) if convert_result else refused
 
 
 def compact_schema(schema: Any) -> Any:
@@ -366,7 +399,7 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
 
     def tool(annotations: ToolAnnotations, description: str) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
-            made = Tool.from_function(fn, description=description, annotations=annotations, structured_output=False)
+            made = KgTool.from_function(fn, description=description, annotations=annotations, structured_output=False)
             # An argument the tool does not take is an error, as an unknown field is over HTTP: the
             # SDK's argument model ignores extras, so a misspelt filter ("wehre") ran unfiltered.
             loose = made.fn_metadata.arg_model

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from kg import collector
 from kg.context import Actor, Resources, reading
-from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError
+from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError, invalid_fields
 from kg.index.base import IndexHit, KeySet, ScopedIndex, SearchScope, VectorIndex, version_key
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
@@ -208,14 +208,7 @@ class SearchRequest(BaseModel):
         try:
             return cls.model_validate(dict(raw))
         except ValidationError as exc:
-            problems = exc.errors()
-            first = problems[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            raise InvalidInput(
-                f"{where}: {first['msg']}" if where else first["msg"],
-                details={"errors": [{"loc": [str(x) for x in p.get("loc", ())], "msg": p["msg"],
-                                     "type": p["type"]} for p in problems]},
-            ) from exc
+            raise invalid_fields(exc) from exc
 
 
 @dataclass

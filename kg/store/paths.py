@@ -11,6 +11,32 @@ MAX_PATH_CHARS = 1024
 MAX_SEGMENT_CHARS = 255
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/\-]{0,254}$")
 
+#: The longest name of each kind (the store's columns: 128 for a repository or workspace).
+MAX_NAME_CHARS = {"repository": 128, "workspace": 128, "branch": 255}
+
+# JSON-schema patterns (ECMA-262 and Python alike, no look-around) of what the validators below
+# accept, for the HTTP API's OpenAPI document. Each describes a subset of what its validator
+# accepts (every string a pattern matches is accepted), the part a client should produce.
+#: A repository or workspace name (:func:`validate_name`), with ``maxLength`` 128.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._\-]*$"
+_BRANCH_SEGMENT = r"[A-Za-z0-9](?:[A-Za-z0-9._\-]*[A-Za-z0-9_\-])?"
+#: A branch name (:func:`validate_name`): segments joined by ``/``, none ``.``/``..``, none ending
+#: with ``.``, with ``maxLength`` 255 (a last segment ``diff``, ``merge`` or ``reset`` after a ``/``
+#: is refused as well: a pattern without look-around cannot say it).
+BRANCH_PATTERN = rf"^{_BRANCH_SEGMENT}(?:/{_BRANCH_SEGMENT})*$"
+_PATH_CHAR = r"[A-Za-z0-9._~!$&'()*+,;=:@\-]"
+_PATH_SEGMENT = rf"[A-Za-z0-9_~!$&'()*+,;=:@\-]{_PATH_CHAR}{{0,{MAX_SEGMENT_CHARS - 1}}}"
+#: A node path without its leading ``/`` (the ``{path}`` of a URL; :func:`validate_path`):
+#: printable ASCII segments of at most 255 characters, none empty or starting with ``.``, with
+#: ``maxLength`` 1023.
+PATH_TAIL_PATTERN = rf"^{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
+#: A node path (:func:`validate_path`), with ``maxLength`` :data:`MAX_PATH_CHARS`.
+PATH_PATTERN = rf"^/{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
+#: A node address ``workspace:/path`` (:func:`parse_address`).
+ADDRESS_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._\-]*:/{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
+#: Text the store can hold (no NUL: :func:`kg.text.storable.check_text`).
+TEXT_PATTERN = r"^[^\x00]*$"
+
 
 def validate_path(path: str) -> str:
     """Check a node path and return it in Unicode normal form C.
@@ -234,7 +260,8 @@ def validate_name(kind: str, name: str) -> str:
     """Check a repository, workspace or branch name.
 
     Names start with a letter or digit and use letters, digits, ``.``, ``_``, ``-`` and, for
-    branches, ``/`` (``agent/rag-session-001``); at most 255 characters.
+    branches, ``/`` (``agent/rag-session-001``); at most :data:`MAX_NAME_CHARS` characters
+    (128 for a repository or workspace, 255 for a branch).
 
     Parameters
     ----------
@@ -262,6 +289,9 @@ def validate_name(kind: str, name: str) -> str:
     ...
     kg.errors.InvalidInput: invalid workspace name 'a/b': '/' is not allowed
     """
+    if isinstance(name, str) and len(name) > MAX_NAME_CHARS[kind]:
+        raise InvalidInput(f"invalid {kind} name: longer than {MAX_NAME_CHARS[kind]} characters",
+                           details={kind: name})
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise InvalidInput(
             f"invalid {kind} name {name!r}: use letters, digits, '.', '_', '-'"

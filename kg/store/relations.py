@@ -42,6 +42,9 @@ from kg.store.paths import parse_address
 from kg.store.repos import BranchView, WriteContext
 from kg.store.visibility import visible_select
 
+#: A relation type (:func:`validate_relation_type`; at most 255 characters): the JSON-schema
+#: pattern of the HTTP API's OpenAPI document.
+RELATION_TYPE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_:\-.]*$"
 _TYPE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:\-.]{0,254}$")
 #: A relation's identity on a branch: the versions of one key are one relation's history.
 RELATION_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)

@@ -534,9 +534,9 @@ def create_branch(
     Raises
     ------
     kg.errors.InvalidInput
-        Bad name, or a revision outside ``0..head``.
+        Bad name, or a revision below 0.
     kg.errors.NotFound
-        Unknown parent.
+        Unknown parent, or a revision above the repository's head (not written yet).
     kg.errors.Conflict
         The name exists.
 
@@ -555,11 +555,14 @@ def create_branch(
     if at_revision is None:
         base = head
     else:
-        if isinstance(at_revision, bool) or not isinstance(at_revision, int) or not 0 <= at_revision <= head:
+        if isinstance(at_revision, bool) or not isinstance(at_revision, int) or at_revision < 0:
             raise InvalidInput(
                 f"at_revision must be between 0 and the head revision {head}",
                 details={"at_revision": at_revision},
             )
+        if at_revision > head:  # a revision not written yet: nothing to branch from
+            raise NotFound(f"at_revision must be between 0 and the head revision {head}",
+                           details={"at_revision": at_revision, "head_revision": head})
         base = at_revision
     branch = Branch(repo_id=repo.id, name=name, parent_id=parent.id, base_revision=base,
                     head_revision=base, created_at=utcnow())
@@ -651,9 +654,10 @@ def branch_view(
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository or branch.
+        Unknown repository or branch, or an ``at_revision`` above the repository's head
+        revision (not written yet).
     kg.errors.InvalidInput
-        An ``at_revision`` below 0 or above the repository's head revision.
+        An ``at_revision`` below 0.
     """
     repo = get_repository(session, repo_name)
     return _view(session, repo, branch_name, at_revision)
@@ -662,9 +666,11 @@ def branch_view(
 def _view(session: Session, repo: Repository, branch_name: str, at_revision: int | None, *,
           own_cap: int | None = None) -> BranchView:
     if at_revision is not None and (isinstance(at_revision, bool) or not 0 <= at_revision <= repo.head_revision):
-        # A revision not written yet would read the present now and something else later.
-        raise InvalidInput(f"at_revision must be between 0 and the head revision {repo.head_revision}",
-                           details={"at_revision": at_revision, "head_revision": repo.head_revision})
+        # A revision not written yet would read the present now and something else later: it
+        # is not found (404), as a branch or a node that does not exist; a bool is no revision.
+        kind = InvalidInput if isinstance(at_revision, bool) or at_revision < 0 else NotFound
+        raise kind(f"at_revision must be between 0 and the head revision {repo.head_revision}",
+                   details={"at_revision": at_revision, "head_revision": repo.head_revision})
     branches = _branches(session, repo)
     branch = branches.get(branch_name)
     if branch is None:

@@ -55,7 +55,8 @@ def test_branch_of_branch_and_at_revision(client, repo):
     # time travel on main
     assert client.get("/api/repos/acme/workspaces/knowledge/nodes/a",
                       params={"at_revision": 1}).json()["properties"]["title"] == "v1"
-    assert_error(client.post("/api/repos/acme/branches", json={"name": "x", "at_revision": 99}), 422)
+    # a revision not written yet is not found, as a branch that does not exist
+    assert_error(client.post("/api/repos/acme/branches", json={"name": "x", "at_revision": 99}), 404)
     assert_error(client.post("/api/repos/acme/branches", json={"name": "y", "from": "nope"}), 404)
 
 

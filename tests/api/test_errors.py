@@ -116,3 +116,63 @@ def test_the_request_guard_answers_through_the_error_mapper(client, monkeypatch,
     monkeypatch.setitem(api_errors.STATUS, cls, 418)
     after = client.request(**request_args)
     assert after.status_code == 418 and after.json() == before.json()
+
+
+def _templates(routes, found=None) -> dict[str, set[str]]:
+    """Path template -> the methods its routes serve, over every route of the app."""
+    found = {} if found is None else found
+    for route in routes:
+        included = getattr(route, "original_router", None)
+        if included is not None:
+            _templates(included.routes, found)
+        elif getattr(route, "methods", None):
+            found.setdefault(route.path, set()).update(route.methods)
+    return found
+
+
+def test_options_names_the_methods_of_every_route(client):
+    """OPTIONS (not served: a 405) names in ``Allow`` the methods of the resource at the path.
+    ``/branches/{branch}/diff``, ``/merge`` and ``/reset`` named GET and DELETE too: those of
+    ``/branches/{branch:path}``, whose template matches the same path."""
+    templates = _templates(client.app.router.routes)
+    assert len(templates) > 40
+    for template, methods in templates.items():
+        path = re.sub(r"\{\w+\}", "x", re.sub(r"\{\w+:path\}", "a/b", template))
+        r = client.options(path)
+        assert r.status_code == 405, template
+        if not template.startswith("/ui"):  # the console answers its HTML page
+            assert r.json()["error"]["code"] == "method_not_allowed", template
+        order = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+        assert r.headers["allow"] == ", ".join(m for m in order if m in methods), template
+    merge = client.options("/api/repos/acme/branches/feature/x/merge")
+    assert merge.headers["allow"] == "POST"
+    assert client.options("/api/repos/acme/branches/feature/x/diff").headers["allow"] == "GET"
+    assert client.options("/api/repos/acme/branches/feature/x").headers["allow"] == "GET, DELETE"
+
+
+def test_the_mcp_endpoints_401_and_403_answer_the_api_error_shape():
+    """The SDK's bearer middleware answers an OAuth body (``{"error": "insufficient_scope",
+    "error_description": ...}``); ``/mcp`` answers the API's error shape through the mapper,
+    keeping the SDK's ``WWW-Authenticate``."""
+    from starlette.responses import JSONResponse
+
+    from api.mcp import _KgAuthErrors
+
+    async def sdk(scope, receive, send):
+        status = 403 if scope["path"].endswith("/scoped") else 401
+        error = "insufficient_scope" if status == 403 else "invalid_token"
+        description = "Required scope: admin" if status == 403 else "Authentication required"
+        response = JSONResponse({"error": error, "error_description": description}, status_code=status,
+                                headers={"WWW-Authenticate": f'Bearer error="{error}", '
+                                                             f'error_description="{description}"'})
+        await response(scope, receive, send)
+
+    client = TestClient(_KgAuthErrors(sdk))  # no lifespan: the SDK app here answers HTTP only
+    scoped = client.post("/acme/main/scoped", headers={"Authorization": "Bearer kg_x"})
+    missing = client.post("/acme/main")
+    assert scoped.status_code == 403 and scoped.headers["content-type"] == "application/json"
+    assert scoped.json() == {"error": {"code": "forbidden", "message": "Required scope: admin", "details": {}}}
+    assert scoped.headers["www-authenticate"].startswith('Bearer error="insufficient_scope"')
+    assert missing.status_code == 401
+    assert missing.json() == {"error": {"code": "unauthenticated", "details": {},
+                                        "message": "an API key is required: Authorization: Bearer kg_<id>_<secret>"}}

@@ -416,13 +416,14 @@ def test_a_revision_not_written_yet_is_refused_on_reads(client, repo):
     put(client, "/a", {"title": "v1", "content": "alpha words"})
     head = client.get("/api/repos/acme").json()["head_revision"]
     assert client.get(f"{NODES}/a", params={"at_revision": head}).json()["properties"]["title"] == "v1"
-    # Reading the future would answer with today's state now and with something else later.
+    # Reading the future would answer with today's state now and with something else later: that
+    # revision is not found (404), as a branch that does not exist.
     for call in (lambda: client.get(f"{NODES}/a", params={"at_revision": head + 1}),
                  lambda: client.get(NODES, params={"parent": "/", "at_revision": head + 1}),
                  lambda: client.post(f"{BASE}/search", params={"at_revision": head + 1}, json={"query": "alpha"}),
                  lambda: client.get(f"{BASE}/neighbors", params={"node": "knowledge:/a", "at_revision": head + 1})):
         response = call()
-        assert_error(response, 422)
+        assert_error(response, 404, "not_found")
         assert response.json()["error"]["details"] == {"at_revision": head + 1, "head_revision": head}
 
 

@@ -275,3 +275,13 @@ def test_a_route_takes_the_body_as_the_guard_parsed_it(client, repo, monkeypatch
 
     monkeypatch.setattr(starlette.requests, "json", SimpleNamespace(loads=no_second_parse))
     assert put(client, "/parsed-once").status_code == 201
+
+
+def test_a_name_longer_than_its_column_is_422_not_500(client):
+    """Found by the positive-data fuzzing once the document gave names their bound: a
+    repository or workspace name of 129 to 255 characters passed the check (255) and overflowed
+    its 128-character column on PostgreSQL (a 500)."""
+    assert_error(client.post("/api/repos", json={"name": "r" * 129}), 422, "invalid_input")
+    assert client.post("/api/repos", json={"name": "r" * 128}).status_code == 201
+    assert_error(client.post(f"/api/repos/{'r' * 128}/workspaces", json={"name": "w" * 129}), 422, "invalid_input")
+    assert client.post(f"/api/repos/{'r' * 128}/workspaces", json={"name": "w" * 128}).status_code == 201

@@ -21,7 +21,8 @@ NODES = "/api/repos/acme/workspaces/knowledge/nodes"
 
 
 def _doc() -> dict[str, Any]:
-    return create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None), settings=Settings(), key_cache=None)).openapi()
+    services = SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None), settings=Settings(), key_cache=None)
+    return create_app(services=services).openapi()
 
 
 def _refs(schema: dict[str, Any]) -> list[str]:

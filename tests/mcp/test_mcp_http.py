@@ -153,9 +153,31 @@ def test_a_wrong_or_missing_key_is_refused(server):
     for headers in ({}, {"Authorization": "Bearer kg_0123456789abcdef_" + "x" * 43}, {"Authorization": "Bearer no"}):
         r = httpx.post(url, json=ask, headers={**accept, **headers})
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+        assert r.headers["content-type"] == "application/json"
+        message = "an API key is required: Authorization: Bearer kg_<id>_<secret>" if not headers \
+            else "invalid API key"
+        assert r.json() == {"error": {"code": "unauthenticated", "message": message, "details": {}}}
     with pytest.raises(Exception) as raised:
         tool_names(url, "kg_0123456789abcdef_" + "y" * 43)
     assert mcp_error(raised.value).error.code == -32603  # the client's: "Server returned an error response"
+
+
+def test_a_revoked_key_is_refused_in_the_api_error_shape(server):
+    """The SDK answered a refused key with its OAuth body (``{"error": "invalid_token"}``): now
+    the API's error shape, saying why, as ``/api`` does."""
+    base, keys, _ = server
+    admin = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {keys['admin']}"}, timeout=60)
+    made = admin.post("/api/keys", json={"name": "short-lived", "grants": [{"repo": "acme", "actions": ["read"]}]})
+    assert made.status_code == 201, made.text
+    assert admin.delete(f"/api/keys/{made.json()['id']}").status_code == 200
+    r = httpx.post(f"{base}/mcp/acme/main", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                   headers={"Accept": "application/json, text/event-stream",
+                            "Authorization": f"Bearer {made.json()['key']}"})
+    on_api = httpx.get(f"{base}/api/repos", headers={"Authorization": f"Bearer {made.json()['key']}"})
+    assert r.status_code == on_api.status_code == 401
+    assert r.json() == on_api.json() == {"error": {"code": "unauthenticated",
+                                                   "message": "API key 'short-lived' is revoked",
+                                                   "details": {"state": "revoked"}}}
 
 
 def test_every_tool_through_an_agent_session_branch(server):
@@ -256,6 +278,11 @@ def test_bad_arguments_and_refusals_are_tool_errors_with_kgs_code(server):
     forbidden = call(url, reader, "put_node", {"workspace": "kb", "path": "/x", "node_type": "kb:Note",
                                                "properties": {}}, error=True)
     assert forbidden["error"]["code"] == "forbidden"
+    for arguments, loc in (({"query": "x", "k": "many"}, "k"), ({"query": "x", "wehre": 1}, "wehre"),
+                           ({"k": 1}, "query")):
+        refused = call(url, reader, "search", arguments, error=True)
+        assert refused["error"]["code"] == "invalid_input" and refused["error"]["message"].startswith(f"{loc}: ")
+        assert refused["error"]["details"]["errors"][0]["loc"] == [loc]
     # the session goes on after each error
     assert call(url, reader, "search", {"query": "invoices"})["results"][0]["path"] == "/docs/billing"
 
@@ -292,3 +319,4 @@ def test_with_auth_off_a_key_that_is_sent_is_still_checked(tmp_path):
                        headers={"Accept": "application/json, text/event-stream",
                                 "Authorization": "Bearer kg_0123456789abcdef_" + "x" * 43})
         assert r.status_code == 401
+        assert r.json() == {"error": {"code": "unauthenticated", "message": "invalid API key", "details": {}}}

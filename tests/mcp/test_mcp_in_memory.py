@@ -93,6 +93,29 @@ def test_search_takes_where_and_no_tool_takes_an_argument_it_does_not_know(acme)
     assert "depth" in unknown and "Extra inputs are not permitted" in unknown
 
 
+@pytest.mark.parametrize(("tool", "arguments", "loc", "kind"), [
+    ("search", {"query": "key", "k": "many"}, "k", "int_parsing"),
+    ("search", {"query": "key", "wehre": {"status": "draft"}}, "wehre", "extra_forbidden"),
+    ("search", {"k": 3}, "query", "missing"),
+    ("get_node", {"workspace": "kb", "path": "/keys", "depth": 3}, "depth", "extra_forbidden"),
+    ("get_node", {"workspace": ["kb"], "path": "/keys"}, "workspace", "string_type"),
+    ("put_node", {"workspace": "kb", "path": "/x", "node_type": "kb:Note", "properties": "{}x"},
+     "properties", "dict_type"),
+    ("merge", {"dry_run": "perhaps"}, "dry_run", "bool_parsing"),
+])
+def test_refused_arguments_are_tool_errors_in_kgs_error_shape(acme, tool, arguments, loc, kind):
+    """A wrong type, a missing or an unknown argument answered the SDK's text of the pydantic
+    error: now a tool error whose structured content is kg's error shape naming the argument."""
+    server = build_server(acme, fixed_binding("acme", "main"))
+    refused = call(server, None, tool, arguments, error=True)
+    assert set(refused) == {"error"} and set(refused["error"]) == {"code", "message", "details"}
+    assert refused["error"]["code"] == "invalid_input"
+    assert refused["error"]["message"].startswith(f"{loc}: ")
+    assert refused["error"]["details"]["errors"][0]["loc"] == [loc]
+    assert refused["error"]["details"]["errors"][0]["type"] == kind
+    assert call(server, None, tool, arguments, error=True, raw=True).startswith(f"invalid_input: {loc}: ")
+
+
 def test_search_attaches_each_hits_parent_and_neighbouring_sections(acme):
     """The guide's enrichment loop over MCP: ``context_siblings`` attaches the parent and the
     sections beside each hit, in order, each with its kg:// citation handle."""

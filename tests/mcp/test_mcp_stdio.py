@@ -17,7 +17,7 @@ from kg.ops import repos as repo_ops
 from kg.services import Services
 from kg.settings import Settings
 from tests.conftest import FAKE_MODEL
-from tests.mcp.client import mcp_error, mcp_session, tool_names
+from tests.mcp.client import mcp_error, mcp_session
 from tests.mcp.test_mcp_http import ALL_TOOLS, seeded_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,9 +107,99 @@ def test_kg_mcp_relays_to_a_server_with_a_key(tmp_path):
         assert names == list(READ_TOOLS)  # the server's grants: a reader
         assert found["results"][0]["path"] == "/docs/billing"
         assert refused["error"]["code"] == "forbidden"
-        with pytest.raises(Exception) as raised:
-            tool_names(_kg_mcp("--url", url, "--key", "kg_0123456789abcdef_" + "z" * 43, env={}))
-        assert mcp_error(raised.value).error.code == -32603  # the 401, relayed
+
+
+_INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+_INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def _search(request_id: int) -> dict:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": "search", "arguments": {"query": "invoices"}}}
+
+
+def _lines(*messages: dict) -> str:
+    return "".join(json.dumps(m) + "\n" for m in messages)
+
+
+def _relay(url: str, *args: str, stdin: str):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "kg.cli", "mcp", "--url", url, *args], input=stdin, cwd=ROOT,
+                          env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_kg_mcp_relay_refused_by_its_server_says_why_and_exits_1(tmp_path):
+    """A wrong, revoked or missing key, or a URL that is not an MCP endpoint: the relay printed
+    nothing and exited 0 (the agent got a bare "Server returned an error response"). Now one
+    line on stderr naming the server and what it said, exit 1, nothing on stdout."""
+    import httpx
+
+    with seeded_server(tmp_path) as (base, keys):
+        admin = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {keys['admin']}"}, timeout=60)
+        made = admin.post("/api/keys", json={"name": "gone", "grants": [{"repo": "acme", "actions": ["read"]}]})
+        assert admin.delete(f"/api/keys/{made.json()['id']}").status_code == 200
+        url = f"{base}/mcp/acme/main"
+        cases = [
+            (url, ["--key", "kg_0123456789abcdef_" + "z" * 43], f"the kg server at {url} refused the key: "
+                                                                "invalid API key"),
+            (url, ["--key", made.json()["key"]], f"the kg server at {url} refused the key: API key 'gone' is revoked"),
+            (url, [], f"the kg server at {url} refused the key: an API key is required: "
+                      "Authorization: Bearer kg_<id>_<secret>"),
+            (f"{base}/mcp/acme", ["--key", keys["reader"]],
+             f"the kg server at {base}/mcp/acme refused the MCP session: HTTP 307 (redirected to "
+             f"{base}/mcp/acme/: an MCP URL is /mcp/REPO/BRANCH)"),
+            (f"{base}/nowhere", ["--key", keys["reader"]],
+             f"the kg server at {base}/nowhere refused the MCP session: HTTP 404: Not Found"),
+        ]
+        for target, args, said in cases:
+            done = _relay(target, *args, stdin=_lines(_INIT, _INITIALIZED, _search(1)))
+            assert (done.returncode, done.stdout, done.stderr) == (1, "", f"error: {said}\n")
+
+
+def test_kg_mcp_relay_delivers_the_answers_in_flight_when_stdin_closes(tmp_path):
+    """The agent sends its requests and closes stdin: the relay ended at once and dropped the
+    answers still on their way. Now every request is answered, then it exits 0."""
+    with seeded_server(tmp_path) as (base, keys):
+        done = _relay(f"{base}/mcp/acme/main", "--key", keys["reader"],
+                      stdin=_lines(_INIT, _INITIALIZED, _search(1), _search(2)))
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert sorted(a["id"] for a in answers) == [0, 1, 2]  # the two searches run concurrently
+    assert [a["result"]["structuredContent"]["results"][0]["path"] for a in answers if a["id"]] == \
+        ["/docs/billing"] * 2
+
+
+def test_kg_mcp_relay_ends_with_exit_1_when_its_key_is_revoked_during_the_session(tmp_path):
+    import subprocess
+
+    import httpx
+
+    with seeded_server(tmp_path) as (base, keys):
+        admin = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {keys['admin']}"}, timeout=60)
+        made = admin.post("/api/keys", json={"name": "brief", "grants": [{"repo": "acme", "actions": ["read"]}]})
+        url = f"{base}/mcp/acme/main"
+        relay = subprocess.Popen([sys.executable, "-m", "kg.cli", "mcp", "--url", url, "--key", made.json()["key"]],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT,
+                                 env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"}, text=True)
+        try:
+            relay.stdin.write(_lines(_INIT, _INITIALIZED, _search(1)))
+            relay.stdin.flush()
+            assert json.loads(relay.stdout.readline())["id"] == 0
+            assert json.loads(relay.stdout.readline())["result"]["isError"] is False
+            assert admin.delete(f"/api/keys/{made.json()['id']}").status_code == 200
+            relay.stdin.write(_lines(_search(2)))
+            relay.stdin.flush()
+            refused = json.loads(relay.stdout.readline())
+            assert refused["id"] == 2 and refused["error"]["code"] == -32603
+            assert relay.wait(timeout=30) == 1
+            assert relay.stderr.read() == f"error: the kg server at {url} refused the key: API key 'brief' is revoked\n"
+        finally:
+            if relay.poll() is None:
+                relay.kill()
+                relay.wait()
 
 
 def test_kg_mcp_relay_to_an_unreachable_server_fails_at_once(tmp_path):

@@ -134,8 +134,10 @@ def test_invalid_names_and_revisions(db):
         repo = get_repository(s, "r", lock=True)
         with pytest.raises(InvalidInput):
             create_branch(s, repo, name="a//b")
-        with pytest.raises(InvalidInput):
+        with pytest.raises(NotFound):  # a revision not written yet
             create_branch(s, repo, name="x", at_revision=5)
+        with pytest.raises(InvalidInput):
+            create_branch(s, repo, name="x", at_revision=-1)
         with pytest.raises(Conflict):
             create_branch(s, repo, name="main")
 

@@ -321,7 +321,7 @@ def test_unknown_nodes_and_bad_input_are_html_errors_never_5xx(console):
                         ("/ui/r/nope/tree", 404),
                         ("/ui/r/acme/node?workspace=kb&path=no-slash", 422),
                         ("/ui/r/acme/node?workspace=kb&path=/a/../b", 422),
-                        ("/ui/r/acme/node?workspace=kb&path=/docs&at_revision=999999", 422),
+                        ("/ui/r/acme/node?workspace=kb&path=/docs&at_revision=999999", 404),
                         ("/ui/r/acme/tree/children?workspace=kb&parent=/nope", 404),
                         ("/ui/r/acme/tree/children?workspace=kb&parent=bad", 422)):
         r = console.get(url)
