@@ -82,7 +82,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import CursorResult, Table, and_, delete, false, literal, or_, select, true, update
+from sqlalchemy import CursorResult, Table, and_, delete, false, func, literal, or_, select, true, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -437,7 +437,15 @@ class DurableQueue:
             session.execute(update(t).where(t.c.id.in_([r[0] for r in rows])).values(
                 {spec.state: spec.queued, "claimed_by": None, **spec.requeue_values(now)}))
             return []
-        held = Counter(row.claimed_by for row in rows)  # what each lost worker held
+        # What each lost worker held: the rows taken back, and its other running jobs (a lease
+        # that has not expired yet, a row another sweeper has locked).
+        held = Counter(row.claimed_by for row in rows)
+        owners = [owner for owner in held if owner is not None]
+        for owner, count in session.execute(
+                select(t.c.claimed_by, func.count()).where(self._c(spec.state) == spec.running,
+                                                           t.c.claimed_by.in_(owners))
+                .group_by(t.c.claimed_by)).all():
+            held[owner] = max(held[owner], count)
         exhausted = []
         for job_id, failures, alone, owner in rows:
             # Only a death while it ran alone counts: claimed by itself, the one job its worker held.
