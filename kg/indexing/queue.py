@@ -75,7 +75,7 @@ import socket
 import threading
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -339,7 +339,7 @@ class DurableQueue:
     # -- claiming ---------------------------------------------------------------------------
 
     def claim(self, session: Session, limit: int, *,
-              where: Sequence[ColumnElement[bool]] = (), skip_lanes: Collection[Any] = ()) -> Claimed:
+              where: Sequence[ColumnElement[bool]] = ()) -> Claimed:
         """Take back lost claims, then claim up to ``limit`` queued jobs (call in a write).
 
         Parameters
@@ -351,8 +351,6 @@ class DurableQueue:
         where : sequence of ColumnElement, optional
             Only jobs matching these conditions (a repository, some keys). A filtered claim
             takes jobs in priority, then spec order, without sharing across lanes.
-        skip_lanes : collection, optional
-            Lanes not served by this claim; the others are shared as usual.
 
         Returns
         -------
@@ -377,16 +375,15 @@ class DurableQueue:
         held = session.scalar(select(t.c.id).where(
             t.c[self.spec.state] == self.spec.running, t.c.claimed_by == self.worker_id).limit(1))
         due = or_(t.c.not_before.is_(None), t.c.not_before <= now)
-        lanes = [self._c(self.spec.lane).not_in(list(skip_lanes))] if skip_lanes else []
         if held is None:
-            alone = self._take(session, [*where, *lanes, t.c.alone == true(), due], 1, now, by_priority=True)
+            alone = self._take(session, [*where, t.c.alone == true(), due], 1, now, by_priority=True)
             if alone:
                 return Claimed(alone, exhausted)
         together = [t.c.alone == false(), due]
         if where:
-            claims = self._take(session, [*where, *lanes, *together], limit, now, by_priority=True)
+            claims = self._take(session, [*where, *together], limit, now, by_priority=True)
         else:
-            claims = self._claim_fairly(session, limit, now, frozenset(skip_lanes), together)
+            claims = self._claim_fairly(session, limit, now, together)
         return Claimed(claims, exhausted)
 
     def sweep(self, session: Session, now: datetime | None = None) -> list[Any]:
@@ -471,15 +468,14 @@ class DurableQueue:
         return exhausted
 
     def _claim_fairly(self, session: Session, limit: int, now: datetime,
-                      skip_lanes: frozenset[Any] = frozenset(),
                       extra: Sequence[ColumnElement[bool]] = ()) -> list[Claim]:
         """Claim up to ``limit`` jobs of the best priority matching ``extra``, round-robin over
-        groups and lanes (except ``skip_lanes``)."""
+        groups and lanes."""
         claims: list[Claim] = []
         dry: set[tuple[Any, int]] = set()  # (lane, priority) that gave less than its share
         while len(claims) < limit:
             heads = [h for h in self._heads(session)
-                     if (h.lane, h.priority) not in dry and h.lane not in skip_lanes]
+                     if (h.lane, h.priority) not in dry]
             if not heads:
                 break
             best = min(h.priority for h in heads)
