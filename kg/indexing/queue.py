@@ -75,14 +75,14 @@ import socket
 import threading
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import CursorResult, Table, and_, delete, false, literal, or_, select, true, update
+from sqlalchemy import CursorResult, Table, and_, delete, false, func, literal, or_, select, true, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -339,7 +339,7 @@ class DurableQueue:
     # -- claiming ---------------------------------------------------------------------------
 
     def claim(self, session: Session, limit: int, *,
-              where: Sequence[ColumnElement[bool]] = (), skip_lanes: Collection[Any] = ()) -> Claimed:
+              where: Sequence[ColumnElement[bool]] = ()) -> Claimed:
         """Take back lost claims, then claim up to ``limit`` queued jobs (call in a write).
 
         Parameters
@@ -351,8 +351,6 @@ class DurableQueue:
         where : sequence of ColumnElement, optional
             Only jobs matching these conditions (a repository, some keys). A filtered claim
             takes jobs in priority, then spec order, without sharing across lanes.
-        skip_lanes : collection, optional
-            Lanes not served by this claim; the others are shared as usual.
 
         Returns
         -------
@@ -377,16 +375,15 @@ class DurableQueue:
         held = session.scalar(select(t.c.id).where(
             t.c[self.spec.state] == self.spec.running, t.c.claimed_by == self.worker_id).limit(1))
         due = or_(t.c.not_before.is_(None), t.c.not_before <= now)
-        lanes = [self._c(self.spec.lane).not_in(list(skip_lanes))] if skip_lanes else []
         if held is None:
-            alone = self._take(session, [*where, *lanes, t.c.alone == true(), due], 1, now, by_priority=True)
+            alone = self._take(session, [*where, t.c.alone == true(), due], 1, now, by_priority=True)
             if alone:
                 return Claimed(alone, exhausted)
         together = [t.c.alone == false(), due]
         if where:
-            claims = self._take(session, [*where, *lanes, *together], limit, now, by_priority=True)
+            claims = self._take(session, [*where, *together], limit, now, by_priority=True)
         else:
-            claims = self._claim_fairly(session, limit, now, frozenset(skip_lanes), together)
+            claims = self._claim_fairly(session, limit, now, together)
         return Claimed(claims, exhausted)
 
     def sweep(self, session: Session, now: datetime | None = None) -> list[Any]:
@@ -437,7 +434,15 @@ class DurableQueue:
             session.execute(update(t).where(t.c.id.in_([r[0] for r in rows])).values(
                 {spec.state: spec.queued, "claimed_by": None, **spec.requeue_values(now)}))
             return []
-        held = Counter(row.claimed_by for row in rows)  # what each lost worker held
+        # What each lost worker held: the rows taken back, and its other running jobs (a lease
+        # that has not expired yet, a row another sweeper has locked).
+        held = Counter(row.claimed_by for row in rows)
+        owners = [owner for owner in held if owner is not None]
+        for owner, count in session.execute(
+                select(t.c.claimed_by, func.count()).where(self._c(spec.state) == spec.running,
+                                                           t.c.claimed_by.in_(owners))
+                .group_by(t.c.claimed_by)).all():
+            held[owner] = max(held[owner], count)
         exhausted = []
         for job_id, failures, alone, owner in rows:
             # Only a death while it ran alone counts: claimed by itself, the one job its worker held.
@@ -463,15 +468,14 @@ class DurableQueue:
         return exhausted
 
     def _claim_fairly(self, session: Session, limit: int, now: datetime,
-                      skip_lanes: frozenset[Any] = frozenset(),
                       extra: Sequence[ColumnElement[bool]] = ()) -> list[Claim]:
         """Claim up to ``limit`` jobs of the best priority matching ``extra``, round-robin over
-        groups and lanes (except ``skip_lanes``)."""
+        groups and lanes."""
         claims: list[Claim] = []
         dry: set[tuple[Any, int]] = set()  # (lane, priority) that gave less than its share
         while len(claims) < limit:
             heads = [h for h in self._heads(session)
-                     if (h.lane, h.priority) not in dry and h.lane not in skip_lanes]
+                     if (h.lane, h.priority) not in dry]
             if not heads:
                 break
             best = min(h.priority for h in heads)

@@ -757,6 +757,11 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
                     for rel, target in p.node.relations]
         if proposed:
             _write_relations(services, caller, repo, workspace, name, proposed, file_format, IngestReport())
+        # ... and those the files dropped since their last ingest are removed there, so that
+        # merging the review branch removes them as an ingest would have.
+        gone = [(p.node.path, rel, target) for p in to_review for rel, target in p.relation_changes()[1]]
+        if gone:
+            run(services, caller, unrelate_files, repo, name, workspace, gone)
     if report.inserted or report.replaced or to_review:
         services.db.analyze()
     return report

@@ -370,38 +370,57 @@ def _refresh_answers(
         known = {(s.get("marker"), s.get("path")) for s in stale}
         for source_id in {e.to_node_id for e in edges if e.from_node_id == answer_id}:
             source = by_id[source_id]
-            now = hashes[source_id]
-            for citation in answer.properties.get("citations") or []:
-                if not isinstance(citation, dict) or (citation.get("workspace"), citation.get("path")) != (
-                    source.workspace,
-                    source.path,
-                ):
-                    continue
-                index, recorded = citation.get("chunk_index"), citation.get("chunk_sha256")
-                if now is None:
-                    reason = "source_deleted"
-                elif recorded is None or not isinstance(index, int):
-                    continue  # an answer stored before lineage: nothing to compare with
-                elif index >= len(now) or now[index] != recorded:
-                    reason = "chunk_changed"
-                else:
-                    continue
-                if (citation.get("marker"), source.path) in known:
-                    continue
-                known.add((citation.get("marker"), source.path))
-                stale.append(
-                    {
-                        "marker": citation.get("marker"),
-                        "workspace": source.workspace,
-                        "path": source.path,
-                        "chunk_index": index,
-                        "reason": reason,
-                        "revision": ctx.revision,
-                    }
-                )
+            stale += [{**s, "revision": ctx.revision} for s in stale_citations(
+                answer.properties, source.workspace, source.path, hashes[source_id], known)]
         if len(stale) != len(answer.properties.get("stale_citations") or []):
             _write_props(uow, ctx, answer, {**answer.properties, "stale": True, "stale_citations": stale})
             counts["stale"] += 1
+
+
+def stale_citations(answer: dict[str, Any], workspace: str, path: str, now: list[str] | None,
+                    known: set[tuple[Any, Any]]) -> list[dict[str, Any]]:
+    """The citations of ``workspace:path`` in an answer whose passage its text no longer holds.
+
+    Parameters
+    ----------
+    answer : dict
+        The answer node's properties (its ``citations``).
+    workspace, path : str
+        The cited source.
+    now : list of str or None
+        The sha256 of each chunk of the source's text now
+        (:func:`kg.ops.text_store.chunk_hashes`); None: the source is deleted.
+    known : set of (marker, path)
+        The citations marked stale already (not listed again); the ones returned are added.
+
+    Returns
+    -------
+    list of dict
+        ``{"marker", "workspace", "path", "chunk_index", "reason"}`` per citation newly stale:
+        ``reason`` is ``source_deleted``, or ``chunk_changed`` when the cited chunk's hash is not
+        the recorded ``chunk_sha256`` (or the text has fewer chunks now). A citation recorded
+        without a chunk hash (an answer stored before lineage) is never stale but for a deleted
+        source.
+    """
+    listed: list[dict[str, Any]] = []
+    for citation in answer.get("citations") or []:
+        if not isinstance(citation, dict) or (citation.get("workspace"), citation.get("path")) != (workspace, path):
+            continue
+        index, recorded = citation.get("chunk_index"), citation.get("chunk_sha256")
+        if now is None:
+            reason = "source_deleted"
+        elif recorded is None or not isinstance(index, int):
+            continue  # an answer stored before lineage: nothing to compare with
+        elif index >= len(now) or now[index] != recorded:
+            reason = "chunk_changed"
+        else:
+            continue
+        if (citation.get("marker"), path) in known:
+            continue
+        known.add((citation.get("marker"), path))
+        listed.append({"marker": citation.get("marker"), "workspace": workspace, "path": path,
+                       "chunk_index": index, "reason": reason})
+    return listed
 
 
 # -- reading lineage --------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from kg.ops.lineage import (
     derived_edges,
     source_hash,
     source_text,
+    stale_citations,
 )
 from kg.ops.text_store import chunk_hashes, put_text
 from kg.store import history
@@ -282,7 +283,7 @@ def _after(session: Session, view: BranchView, plan: history.MergePlan, ids: set
 def _stale_citations(services: Resources, session: Session, view: BranchView, answer: _Node, source: _Node,
                      hashes: dict[str, list[str] | None], stale: dict[str, list[dict[str, Any]]]) -> None:
     """Add to ``stale[answer]`` the citations of ``source`` whose passage the merged text no
-    longer holds (the rule of :func:`kg.ops.lineage.refresh_derived`)."""
+    longer holds (:func:`kg.ops.lineage.stale_citations`, as :func:`kg.ops.lineage.refresh_derived`)."""
     assert answer.properties is not None
     if source.node_id not in hashes:
         hashes[source.node_id] = (None if source.properties is None else
@@ -291,24 +292,7 @@ def _stale_citations(services: Resources, session: Session, view: BranchView, an
     listed = stale.setdefault(answer.node_id, [])
     known = {(s.get("marker"), s.get("path")) for s in answer.properties.get("stale_citations") or []
              if isinstance(s, dict)} | {(s["marker"], s["path"]) for s in listed}
-    for citation in answer.properties.get("citations") or []:
-        if not isinstance(citation, dict) or (citation.get("workspace"), citation.get("path")) != (
-                source.workspace, source.path):
-            continue
-        index, recorded = citation.get("chunk_index"), citation.get("chunk_sha256")
-        if now is None:
-            reason = "source_deleted"
-        elif recorded is None or not isinstance(index, int):
-            continue
-        elif index >= len(now) or now[index] != recorded:
-            reason = "chunk_changed"
-        else:
-            continue
-        if (citation.get("marker"), source.path) in known:
-            continue
-        known.add((citation.get("marker"), source.path))
-        listed.append({"marker": citation.get("marker"), "workspace": source.workspace, "path": source.path,
-                       "chunk_index": index, "reason": reason})
+    listed += stale_citations(answer.properties, source.workspace, source.path, now, known)
     if not listed:
         del stale[answer.node_id]
 

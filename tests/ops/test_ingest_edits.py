@@ -405,3 +405,22 @@ def test_after_merging_a_branch_that_ingested_a_change_main_keeps_what_the_merge
     assert node(services).properties == merged and merged["title"] == "Versions"
     before = head(services)
     assert ingest(services, corpus).skipped == ["/pep-0440", "/pep-0508", "/pep-0517"] and head(services) == before
+
+
+def test_a_relation_a_file_sent_for_review_dropped_is_gone_on_the_review_branch_and_after_its_merge(
+        services, corpus):
+    """The review branch holds the file's version of the node, its relations included: one the
+    file no longer asserts is removed there, so merging the branch removes it on main too."""
+    ingest(services, corpus)
+    assert relations_of(services) == [("replaces", "/pep-0386")]
+    edit(services, status="Withdrawn")
+    target = corpus / "pep-0440.rst"
+    target.write_text(target.read_text(encoding="utf-8").replace("Replaces: 386\n", ""), encoding="utf-8")
+    change_header(corpus, "pep-0440", "Status", "Active")
+    report = ingest(services, corpus, conflicts="review")
+    assert relations_of(services) == [("replaces", "/pep-0386")]  # main is left alone
+    assert relations_of(services, branch=report.review_branch) == []
+    run(services, OPERATOR, merge_branch, "peps", report.review_branch, "main")
+    assert relations_of(services) == []
+    again = ingest(services, corpus)
+    assert (again.replaced, relations_of(services)) == ([], [])

@@ -650,3 +650,22 @@ def test_postgresql_claimers_skip_locked_jobs_instead_of_waiting(db):
         waited = time.monotonic() - started
     assert held == ids[:5] and got == ids[5:]  # disjoint, and the second did not wait
     assert waited < 5
+
+
+def test_a_lone_jobs_expired_lease_is_not_its_death_while_its_worker_held_another_job(db):
+    """The lone job's lease expired first (it was claimed first), while the worker also held a
+    short job claimed beside it, whose lease runs on: the worker did not hold the lone job
+    alone, so the death is not counted against it."""
+    lanes = make_lanes(db, {"a": ["w"]})
+    suspect, short = enqueue(db, lanes[("a", "w")], 2)
+    with db.write() as s:
+        s.execute(update(IndexJob).where(IndexJob.id == suspect).values(alone=True))
+    worker = DurableQueue(db, INDEX_QUEUE)
+    assert [c.id for c in claim(worker, 5).claims] == [suspect]
+    assert [c.id for c in claim(worker, 5).claims] == [short]
+    with db.write() as s:  # only the lone job's lease has expired
+        s.execute(update(IndexJob).where(IndexJob.id == suspect).values(updated_at=utcnow() - timedelta(minutes=10)))
+    with db.write() as s:
+        assert DurableQueue(db, INDEX_QUEUE).sweep(s) == []
+    row = job_row(db, suspect)
+    assert (row.status, row.failures, row.alone) == ("pending", 0, True)
