@@ -638,11 +638,19 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
                     if_plan: Annotated[str | None, Field(
                         max_length=200, description="A dry run's 'plan': refused (stale_plan, nothing written) "
                                                     "when either branch changed since.")] = None,
+                    resolutions: Annotated[list[dict[str, Any]] | None, Field(
+                        max_length=10_000,
+                        description="How to settle the conflicts a merge reported: a node's "
+                                    "{workspace, path, take: ours|theirs|value[, value]}, a relation's "
+                                    "{from, type, to, take: ours|theirs}, a lineage decision's "
+                                    "{from, type, to, take: keep|drop}.")] = None,
                     ) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
             if dry_run:
-                return merge_ops.preview_merge(services, b.caller, b.repo, b.on(branch), into, if_plan=if_plan)
-            return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into, if_plan=if_plan)
+                return merge_ops.preview_merge(services, b.caller, b.repo, b.on(branch), into,
+                                               resolutions=resolutions, if_plan=if_plan)
+            return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into,
+                       resolutions=resolutions, if_plan=if_plan)
         return await call(ctx, lambda b: {"branch": b.on(branch), **use_case(b)})
 
     if RESEARCH_ASSISTANT in FUNCTIONS:  # the research assistant of issue 13, once kg.rag has it

@@ -301,3 +301,27 @@ def test_get_node_pages_the_children_with_a_cursor(acme):
                       ({"cursor": "not-a-cursor"}, "cursor")):
         error = call(server, None, "get_node", {"workspace": "kb", "path": "/shelf", **bad}, error=True, raw=True)
         assert said in error, error
+
+
+def test_a_merge_conflict_is_resolved_over_mcp(acme):
+    """An agent finishes a conflicted merge through the tool: the dry run lists the conflict,
+    the same call with ``resolutions`` shows the plan, and the merge writes the taken side."""
+    run(acme, OPERATOR, branch_ops.create_branch, "acme", name="agent/s1", from_branch="main")
+    run(acme, OPERATOR, node_ops.put_node, "acme", "agent/s1", "kb", "/keys", node_type="kb:Article",
+        properties={"content": "Rotate keys monthly."})
+    run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/keys", node_type="kb:Article",
+        properties={"content": "Rotate keys yearly."})
+    server = build_server(acme, fixed_binding("acme", "agent/s1"))
+    refused = call(server, None, "merge", {"dry_run": True}, error=True)
+    assert refused["error"]["code"] == "merge_conflict"
+    assert [(c["workspace"], c["path"]) for c in refused["error"]["details"]["conflicts"]] == [("kb", "/keys")]
+    theirs = [{"workspace": "kb", "path": "/keys", "take": "theirs"}]
+    seen = call(server, None, "merge", {"dry_run": True, "resolutions": theirs})
+    assert seen["applied"]["nodes"]["modified"] == [{"workspace": "kb", "path": "/keys"}]
+    merged = call(server, None, "merge", {"resolutions": theirs, "if_plan": seen["plan"]})
+    assert merged["revision"] is not None
+    on_main = call(server, None, "get_node", {"workspace": "kb", "path": "/keys", "branch": "main"})
+    assert on_main["node"]["properties"]["content"] == "Rotate keys monthly."
+    bad = call(server, None, "merge", {"resolutions": [{"workspace": "kb", "path": "/keys", "take": "mine"}]},
+               error=True)
+    assert bad["error"]["code"] == "invalid_input" and "take" in bad["error"]["message"]
