@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.config import JsonDict
 
+from kg.access import ACTIONS
+from kg.store.numbers import integral
 from kg.store.paths import ADDRESS_PATTERN, BRANCH_PATTERN, NAME_PATTERN, TEXT_PATTERN
 from kg.store.relations import RELATION_TYPE_PATTERN
 
@@ -16,6 +18,12 @@ _BRANCH: JsonDict = {"pattern": BRANCH_PATTERN, "maxLength": 255}
 _ADDRESS: JsonDict = {"pattern": ADDRESS_PATTERN, "maxLength": 1300}
 _TEXT: JsonDict = {"pattern": TEXT_PATTERN}
 _TYPE: JsonDict = {"pattern": RELATION_TYPE_PATTERN, "maxLength": 255}
+#: A node address 'workspace:/path' and a relation type, items of request lists.
+Address = Annotated[str, Field(json_schema_extra=_ADDRESS)]
+RelationType = Annotated[str, Field(json_schema_extra=_TYPE)]
+#: A revision number (the bounds before :func:`~kg.store.numbers.integral`, so that the document
+#: states them as ``minimum`` / ``maximum`` on an optional field too).
+Revision = Annotated[int, Field(ge=0, le=2_147_483_647), BeforeValidator(integral)]
 
 
 class ErrorInfo(BaseModel):
@@ -68,29 +76,40 @@ class BranchCreate(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
     name: str = Field(json_schema_extra=_BRANCH)
     from_: str = Field(default="main", alias="from", json_schema_extra=_BRANCH)
-    at_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    at_revision: Revision | None = None
+
+
+#: A name or glob of a grant, or a key's name: 1 to 255 characters, not only blanks (kg.access.grant),
+#: no NUL (:data:`~kg.store.paths.TEXT_PATTERN`).
+_GLOB: JsonDict = {"pattern": r"^[^\x00]*[^\x00\s][^\x00]*$", "maxLength": 255}
+Glob = Annotated[str, Field(min_length=1, max_length=255, json_schema_extra=_GLOB)]
 
 
 class GrantBody(Strict):
     """One grant of a key (:class:`kg.access.Grant`)."""
 
-    repo: str = Field(min_length=1, max_length=255, description="Repository name or glob ('*': every one).")
-    branches: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
-                                description="Branch globs ('agent/*').")
-    workspaces: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
-                                  description="Workspace names or globs.")
-    actions: list[str] = Field(default_factory=lambda: ["read"], min_length=1, max_length=6,
-                               description="read, write, branch:create, branch:delete, merge, admin.")
+    repo: Glob = Field(description="Repository name or glob ('*': every one).")
+    branches: list[Glob] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
+                                 description="Branch globs ('agent/*').")
+    workspaces: list[Glob] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
+                                   description="Workspace names or globs.")
+    actions: list[Literal[ACTIONS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["read"], min_length=1, max_length=6,
+        description="read, write, branch:create, branch:delete, merge, admin.")
 
 
 class KeyCreate(Strict):
-    """A new API key: its name, its grants, and when it expires."""
+    """A new API key: its name, its grants, and when it expires. A key needs a grant or ``admin``
+    (the document says so: one of the two is required)."""
 
-    name: str = Field(min_length=1, max_length=255)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"anyOf": [
+        {"required": ["grants"], "properties": {"grants": {"minItems": 1}}},
+        {"required": ["admin"], "properties": {"admin": {"const": True}}}]})
+    name: Glob
     grants: list[GrantBody] = Field(default_factory=list, max_length=100)
     admin: bool = Field(default=False, description="Also grant everything everywhere (an administrator key).")
-    expires_in_s: int | None = Field(default=None, ge=1, le=10 * 366 * 86400,
-                                     description="Seconds until the key stops working (default: never).")
+    expires_in_s: Annotated[int, Field(ge=1, le=10 * 366 * 86400), BeforeValidator(integral)] | None = Field(
+        default=None, description="Seconds until the key stops working (default: never).")
 
 
 class WriteMeta(Strict):
@@ -104,14 +123,14 @@ class NodePut(WriteMeta):
     node_type: str = "kg:Node"
     properties: dict[str, Any] = Field(default_factory=dict)
     order: float | None = None
-    if_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    if_revision: Revision | None = None
 
 
 class NodePatch(WriteMeta):
     properties: dict[str, Any] = Field(default_factory=dict)
     node_type: str | None = None
     order: float | None = None
-    if_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    if_revision: Revision | None = None
 
 
 class BatchBody(WriteMeta):
@@ -152,4 +171,4 @@ class RelationInvalidate(WriteMeta):
 
 class RelationTypesPut(Strict):
     #: Relation types that are single-valued per source in the workspace (replaced whole).
-    single_valued: list[Annotated[str, Field(json_schema_extra=_TYPE)]] = Field(max_length=1000)
+    single_valued: list[RelationType] = Field(max_length=1000)

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from kg.errors import InvalidInput, NotFound
 from kg.store.models import NodeVersion, node_dict
 from kg.store.nodes import ChildOrder, child_order, find_node, list_children
+from kg.store.numbers import Integer
 from kg.store.paths import parent_of
 from kg.store.repos import BranchView
 
@@ -55,8 +56,8 @@ class HitContext(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     parent: bool = Field(default=True, description="Attach the hit's parent node.")
-    siblings: int = Field(default=1, description=f"Siblings of the hit's node type on each side, "
-                                                 f"0..{MAX_SIBLINGS}.")
+    siblings: Integer = Field(default=1, description=f"Siblings of the hit's node type on each side, "
+                                                     f"0..{MAX_SIBLINGS}.")
     order_by: str | None = Field(default=None, description="The siblings' order: order (default), name "
                                                            "or properties.<key>, '-' for descending.")
 

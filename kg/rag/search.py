@@ -33,6 +33,7 @@ from kg.rag.where import matches as where_matches
 from kg.rag.where import validate_where
 from kg.store.models import Workspace
 from kg.store.nodes import node_heads_by_id, nodes_by_id, visible_node_heads, visible_nodes
+from kg.store.numbers import Integer
 from kg.store.paths import path_has_prefix, validate_prefix
 from kg.store.relations import list_node_changes
 from kg.store.repos import BranchView, workspace_id
@@ -122,7 +123,7 @@ class SearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     query: str = Field(description="What to look for (non-empty).")
-    k: int = Field(default=10, description=f"Rows to return, 1..{MAX_K}.")
+    k: Integer = Field(default=10, description=f"Rows to return, 1..{MAX_K}.")
     mode: Mode = "hybrid"
     granularity: Granularity = Field(default="chunk", description="chunk: one row per passage; node: one row "
                                                                   "per node, its best passage attached.")
@@ -141,7 +142,7 @@ class SearchRequest(BaseModel):
                                                           "KG_SEARCH_VECTOR_WEIGHT).")
     max_distance: float | None = Field(default=None, description="Drop vector hits farther than this cosine "
                                                                  "distance (0..2).")
-    max_per_node: int | None = Field(default=None, description="Chunk granularity: most passages of one "
+    max_per_node: Integer | None = Field(default=None, description="Chunk granularity: most passages of one "
                                                                "node (1..100).")
     fusion: Fusion | None = Field(default=None, description="Who fuses a hybrid search: kg or the index.")
     fusion_type: FusionType | None = Field(default=None, description="The fusion function: ranked (RRF) or "
