@@ -34,6 +34,9 @@ PATH_TAIL_PATTERN = rf"^{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
 PATH_PATTERN = rf"^/{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
 #: A node address ``workspace:/path`` (:func:`parse_address`).
 ADDRESS_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._\-]*:/{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
+#: A path prefix (:func:`validate_prefix`): ``/``, a node path, or a node path and ``/``, with
+#: ``maxLength`` :data:`MAX_PATH_CHARS`.
+PREFIX_PATTERN = rf"^/$|^/{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*/?$"
 #: Text the store can hold (no NUL: :func:`kg.text.storable.check_text`).
 TEXT_PATTERN = r"^[^\x00]*$"
 

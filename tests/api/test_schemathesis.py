@@ -283,7 +283,6 @@ POSITIVE_DATA_GAPS = {
     "PUT /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "properties: a key with a NUL is refused",
     "PATCH /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "properties: a key with a NUL is refused",
     "GET /api/repos/{repo}/workspaces/{ws}/nodes": "exactly one of parent and prefix",
-    "POST /api/repos/{repo}/search": "the search request's rules (a non-empty query, ...)",
     "POST /api/repos/{repo}/relations": "'from' and 'to' must be nodes of their workspace",
     "POST /api/repos/{repo}/workspaces/{ws}/relations/invalidate": "'from' must be a node of the workspace",
     "POST /api/rag": "the input is a string or an object by the configuration",
