@@ -277,9 +277,10 @@ POSITIVE_DATA_GAPS = {
     "GET /api/repos": "the cursor is opaque: a made-up one is refused",
     "PATCH /api/repos/{repo}/workspaces/{ws}": "the embedding configuration is an open object",
     "POST /api/repos/{repo}/nodes:batch": "items are open objects; a batch needs an upsert or a delete",
-    "GET /api/repos/{repo}/branches/{branch}/diff": "main has no parent: 'against' is then required",
-    "POST /api/repos/{repo}/branches/{branch}/merge": "main has no parent: 'into' is then required; "
-                                                      "resolutions are open objects",
+    "POST /api/repos/{repo}/branches/{branch}/merge": "a branch merged into itself ({branch} equal to 'into') "
+                                                      "and resolutions naming no conflict of the merge are "
+                                                      "refused: rules across the path and the body, and the "
+                                                      "branches' state",
     "PUT /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "properties: a key with a NUL is refused",
     "PATCH /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "properties: a key with a NUL is refused",
     "GET /api/repos/{repo}/workspaces/{ws}/nodes": "exactly one of parent and prefix",
