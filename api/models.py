@@ -9,7 +9,8 @@ from pydantic.config import JsonDict
 
 from kg.access import ACTIONS
 from kg.store.numbers import integral
-from kg.store.paths import ADDRESS_PATTERN, BRANCH_PATTERN, NAME_PATTERN, TEXT_PATTERN
+from kg.store.paths import ADDRESS_PATTERN, BRANCH_PATTERN, MAX_PATH_CHARS, NAME_PATTERN, PATH_PATTERN, TEXT_PATTERN
+from kg.store.references import REF_KEY, WORKSPACE_KEY
 from kg.store.relations import RELATION_TYPE_PATTERN
 
 # Documented patterns (json_schema_extra): the library checks them and says why (kg.store.paths).
@@ -112,6 +113,17 @@ class KeyCreate(Strict):
         default=None, description="Seconds until the key stops working (default: never).")
 
 
+#: A property value that is a reference ``{"kg:ref": path, "kg:workspace": name}`` holds a node path
+#: and a workspace name (kg.store.references; its target need not exist).
+_REFERENCE: JsonDict = {"if": {"type": "object", "required": [REF_KEY]}, "then": {"properties": {
+    REF_KEY: {"type": "string", "pattern": PATH_PATTERN, "maxLength": MAX_PATH_CHARS},
+    WORKSPACE_KEY: {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128}}}}
+#: Node properties: keys the store can hold (no NUL), references in top-level values and in the
+#: items of top-level lists (the ones kg reads) well formed.
+_PROPERTIES: JsonDict = {"propertyNames": {"pattern": TEXT_PATTERN}, "additionalProperties": {
+    "allOf": [_REFERENCE, {"if": {"type": "array"}, "then": {"items": _REFERENCE}}]}}
+
+
 class WriteMeta(Strict):
     """Optional on every write: why, by whom, and the revision the writer's view was at."""
 
@@ -120,15 +132,15 @@ class WriteMeta(Strict):
 
 
 class NodePut(WriteMeta):
-    node_type: str = "kg:Node"
-    properties: dict[str, Any] = Field(default_factory=dict)
+    node_type: str = Field(default="kg:Node", json_schema_extra=_GLOB)
+    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
     order: float | None = None
     if_revision: Revision | None = None
 
 
 class NodePatch(WriteMeta):
-    properties: dict[str, Any] = Field(default_factory=dict)
-    node_type: str | None = None
+    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
+    node_type: str | None = Field(default=None, json_schema_extra=_GLOB)
     order: float | None = None
     if_revision: Revision | None = None
 
