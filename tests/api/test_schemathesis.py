@@ -118,7 +118,8 @@ _JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
                      | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
 _PATHS = st.sampled_from(["/docs", "/docs/guide", "/docs/guide/intro", "/docs/new", "/other"]) | st.text(max_size=12)
 #: References as the document describes them (a node path; the target need not exist).
-_REF = st.fixed_dictionaries({"kg:ref": st.sampled_from(["/docs", "/docs/guide", "/docs/new", "/other"])}, optional={"kg:workspace": st.sampled_from(["knowledge", "nope"])})
+_REF = st.fixed_dictionaries({"kg:ref": st.sampled_from(["/docs", "/docs/guide", "/docs/new", "/other"])},
+                             optional={"kg:workspace": st.sampled_from(["knowledge", "nope"])})
 _PROPS = st.dictionaries(st.sampled_from(["title", "content", "see", "status"]) | st.text(max_size=5),
                          _JSON | _REF | st.lists(_REF, max_size=2), max_size=4)
 _CHUNKING = st.fixed_dictionaries({}, optional={
