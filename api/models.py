@@ -9,7 +9,15 @@ from pydantic.config import JsonDict
 
 from kg.access import ACTIONS
 from kg.store.numbers import integral
-from kg.store.paths import ADDRESS_PATTERN, BRANCH_PATTERN, MAX_PATH_CHARS, NAME_PATTERN, PATH_PATTERN, TEXT_PATTERN
+from kg.store.paths import (
+    ADDRESS_PATTERN,
+    BRANCH_PATTERN,
+    MAX_PATH_CHARS,
+    NAME_PATTERN,
+    NON_BLANK_PATTERN,
+    PATH_PATTERN,
+    TEXT_PATTERN,
+)
 from kg.store.references import REF_KEY, WORKSPACE_KEY
 from kg.store.relations import RELATION_TYPE_PATTERN
 
@@ -82,7 +90,7 @@ class BranchCreate(Strict):
 
 #: A name or glob of a grant, or a key's name: 1 to 255 characters, not only blanks (kg.access.grant),
 #: no NUL (:data:`~kg.store.paths.TEXT_PATTERN`).
-_GLOB: JsonDict = {"pattern": r"^[^\x00]*[^\x00\s][^\x00]*$", "maxLength": 255}
+_GLOB: JsonDict = {"pattern": NON_BLANK_PATTERN, "maxLength": 255}
 Glob = Annotated[str, Field(min_length=1, max_length=255, json_schema_extra=_GLOB)]
 
 

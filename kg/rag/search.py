@@ -34,7 +34,7 @@ from kg.rag.where import validate_where
 from kg.store.models import Workspace
 from kg.store.nodes import node_heads_by_id, nodes_by_id, visible_node_heads, visible_nodes
 from kg.store.numbers import Integer
-from kg.store.paths import MAX_PATH_CHARS, PREFIX_PATTERN, path_has_prefix, validate_prefix
+from kg.store.paths import MAX_PATH_CHARS, NON_BLANK_PATTERN, PREFIX_PATTERN, path_has_prefix, validate_prefix
 from kg.store.relations import list_node_changes
 from kg.store.repos import BranchView, workspace_id
 
@@ -54,8 +54,6 @@ RELATIVE_WINDOW = {"node": 80, "chunk": 50}
 MAX_DEPTH = MAX_K * 4
 
 
-#: Text with a character that is not blank (``str.strip`` leaves something).
-_NON_BLANK = r"\S"
 #: The rules across fields, for the OpenAPI document (:meth:`SearchRequest._rules` checks them):
 #: a hybrid search (the default mode) keeps a weight above 0; fusion and fusion_type are for
 #: hybrid searches only. Bounds of single fields are on the fields; ``where`` is checked by
@@ -137,7 +135,7 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, json_schema_extra=_RULES)
 
-    query: str = Field(description="What to look for (non-empty).", json_schema_extra={"pattern": _NON_BLANK})
+    query: str = Field(description="What to look for (non-empty).", json_schema_extra={"pattern": NON_BLANK_PATTERN})
     k: Integer = Field(default=10, description=f"Rows to return, 1..{MAX_K}.",
                        json_schema_extra={"minimum": 1, "maximum": MAX_K})
     mode: Mode = "hybrid"

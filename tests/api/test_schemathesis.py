@@ -297,6 +297,12 @@ POSITIVE_DATA_GAPS = {
     "POST /api/repos/{repo}/workspaces": "the embedding configuration: a model any provider may name, an "
                                          "overlap below the chunk size (a comparison of two values)",
     "PATCH /api/repos/{repo}/workspaces/{ws}": "the embedding configuration, as for POST .../workspaces",
+    "PUT /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "a NUL in a key or a string nested at any depth in "
+                                                          "the properties is refused: the document describes "
+                                                          "the top level (keys, references) only",
+    "PATCH /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "as for PUT: a NUL nested in the properties",
+    "POST /api/repos/{repo}/search": "rerank: true is refused when the server has no reranker "
+                                     "(KG_RERANK_MODEL, a setting of the server)",
     "POST /api/rag": "the input is a string or an object by the RAG configuration the body names",
     "POST /api/functions/{repo}/{name}/invoke": "each function's input is its own: it depends on {name}",
 }
@@ -361,7 +367,7 @@ def test_openapi_documents_the_rules_across_fields():
     """Rules the server checks beyond single fields are in the document: a key needs grants or
     ``admin``; a hybrid search keeps a weight above 0 and fusion is for hybrid only; node
     properties hold keys without NUL and well-formed references; integers are bounded."""
-    from kg.store.paths import PATH_PATTERN, PREFIX_PATTERN, TEXT_PATTERN
+    from kg.store.paths import NON_BLANK_PATTERN, PATH_PATTERN, PREFIX_PATTERN, TEXT_PATTERN
 
     schemas = _SCHEMA_ONLY.openapi()["components"]["schemas"]
     key = schemas["KeyCreate"]
@@ -369,7 +375,7 @@ def test_openapi_documents_the_rules_across_fields():
     assert key["properties"]["expires_in_s"]["anyOf"][0] == {"type": "integer", "minimum": 1,
                                                              "maximum": 10 * 366 * 86400}
     search = schemas["SearchRequest"]
-    assert search["properties"]["query"]["pattern"] == r"\S"
+    assert search["properties"]["query"]["pattern"] == NON_BLANK_PATTERN
     assert search["properties"]["path_prefix"]["pattern"] == PREFIX_PATTERN
     assert search["allOf"][1]["then"]["properties"]["fusion"] == {"type": "null"}
     for model in ("NodePut", "NodePatch"):
