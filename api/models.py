@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.config import JsonDict
 
-from kg.store.paths import ADDRESS_PATTERN, BRANCH_PATTERN, NAME_PATTERN, TEXT_PATTERN
+from kg.access import ACTIONS
+from kg.store.numbers import integral
+from kg.store.paths import (
+    ADDRESS_PATTERN,
+    BRANCH_PATTERN,
+    MAX_PATH_CHARS,
+    NAME_PATTERN,
+    NON_BLANK_PATTERN,
+    PATH_PATTERN,
+    TEXT_PATTERN,
+)
+from kg.store.references import REF_KEY, WORKSPACE_KEY
 from kg.store.relations import RELATION_TYPE_PATTERN
 
 # Documented patterns (json_schema_extra): the library checks them and says why (kg.store.paths).
@@ -16,6 +27,12 @@ _BRANCH: JsonDict = {"pattern": BRANCH_PATTERN, "maxLength": 255}
 _ADDRESS: JsonDict = {"pattern": ADDRESS_PATTERN, "maxLength": 1300}
 _TEXT: JsonDict = {"pattern": TEXT_PATTERN}
 _TYPE: JsonDict = {"pattern": RELATION_TYPE_PATTERN, "maxLength": 255}
+#: A node address 'workspace:/path' and a relation type, items of request lists.
+Address = Annotated[str, Field(json_schema_extra=_ADDRESS)]
+RelationType = Annotated[str, Field(json_schema_extra=_TYPE)]
+#: A revision number (the bounds before :func:`~kg.store.numbers.integral`, so that the document
+#: states them as ``minimum`` / ``maximum`` on an optional field too).
+Revision = Annotated[int, Field(ge=0, le=2_147_483_647), BeforeValidator(integral)]
 
 
 class ErrorInfo(BaseModel):
@@ -68,29 +85,51 @@ class BranchCreate(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
     name: str = Field(json_schema_extra=_BRANCH)
     from_: str = Field(default="main", alias="from", json_schema_extra=_BRANCH)
-    at_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    at_revision: Revision | None = None
+
+
+#: A name or glob of a grant, or a key's name: 1 to 255 characters, not only blanks (kg.access.grant),
+#: no NUL (:data:`~kg.store.paths.TEXT_PATTERN`).
+_GLOB: JsonDict = {"pattern": NON_BLANK_PATTERN, "maxLength": 255}
+Glob = Annotated[str, Field(min_length=1, max_length=255, json_schema_extra=_GLOB)]
 
 
 class GrantBody(Strict):
     """One grant of a key (:class:`kg.access.Grant`)."""
 
-    repo: str = Field(min_length=1, max_length=255, description="Repository name or glob ('*': every one).")
-    branches: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
-                                description="Branch globs ('agent/*').")
-    workspaces: list[str] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
-                                  description="Workspace names or globs.")
-    actions: list[str] = Field(default_factory=lambda: ["read"], min_length=1, max_length=6,
-                               description="read, write, branch:create, branch:delete, merge, admin.")
+    repo: Glob = Field(description="Repository name or glob ('*': every one).")
+    branches: list[Glob] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
+                                 description="Branch globs ('agent/*').")
+    workspaces: list[Glob] = Field(default_factory=lambda: ["*"], min_length=1, max_length=100,
+                                   description="Workspace names or globs.")
+    actions: list[Literal[ACTIONS]] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: ["read"], min_length=1, max_length=6,
+        description="read, write, branch:create, branch:delete, merge, admin.")
 
 
 class KeyCreate(Strict):
-    """A new API key: its name, its grants, and when it expires."""
+    """A new API key: its name, its grants, and when it expires. A key needs a grant or ``admin``
+    (the document says so: one of the two is required)."""
 
-    name: str = Field(min_length=1, max_length=255)
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"anyOf": [
+        {"required": ["grants"], "properties": {"grants": {"minItems": 1}}},
+        {"required": ["admin"], "properties": {"admin": {"const": True}}}]})
+    name: Glob
     grants: list[GrantBody] = Field(default_factory=list, max_length=100)
     admin: bool = Field(default=False, description="Also grant everything everywhere (an administrator key).")
-    expires_in_s: int | None = Field(default=None, ge=1, le=10 * 366 * 86400,
-                                     description="Seconds until the key stops working (default: never).")
+    expires_in_s: Annotated[int, Field(ge=1, le=10 * 366 * 86400), BeforeValidator(integral)] | None = Field(
+        default=None, description="Seconds until the key stops working (default: never).")
+
+
+#: A property value that is a reference ``{"kg:ref": path, "kg:workspace": name}`` holds a node path
+#: and a workspace name (kg.store.references; its target need not exist).
+_REFERENCE: JsonDict = {"if": {"type": "object", "required": [REF_KEY]}, "then": {"properties": {
+    REF_KEY: {"type": "string", "pattern": PATH_PATTERN, "maxLength": MAX_PATH_CHARS},
+    WORKSPACE_KEY: {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128}}}}
+#: Node properties: keys the store can hold (no NUL), references in top-level values and in the
+#: items of top-level lists (the ones kg reads) well formed.
+_PROPERTIES: JsonDict = {"propertyNames": {"pattern": TEXT_PATTERN}, "additionalProperties": {
+    "allOf": [_REFERENCE, {"if": {"type": "array"}, "then": {"items": _REFERENCE}}]}}
 
 
 class WriteMeta(Strict):
@@ -101,17 +140,17 @@ class WriteMeta(Strict):
 
 
 class NodePut(WriteMeta):
-    node_type: str = "kg:Node"
-    properties: dict[str, Any] = Field(default_factory=dict)
+    node_type: str = Field(default="kg:Node", json_schema_extra=_GLOB)
+    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
     order: float | None = None
-    if_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    if_revision: Revision | None = None
 
 
 class NodePatch(WriteMeta):
-    properties: dict[str, Any] = Field(default_factory=dict)
-    node_type: str | None = None
+    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
+    node_type: str | None = Field(default=None, json_schema_extra=_GLOB)
     order: float | None = None
-    if_revision: int | None = Field(default=None, ge=0, le=2_147_483_647)
+    if_revision: Revision | None = None
 
 
 class BatchBody(WriteMeta):
@@ -152,4 +191,4 @@ class RelationInvalidate(WriteMeta):
 
 class RelationTypesPut(Strict):
     #: Relation types that are single-valued per source in the workspace (replaced whole).
-    single_valued: list[Annotated[str, Field(json_schema_extra=_TYPE)]] = Field(max_length=1000)
+    single_valued: list[RelationType] = Field(max_length=1000)

@@ -347,7 +347,7 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
     Raises
     ------
     kg.errors.NotFound
-    kg.errors.InvalidInput
+    kg.errors.Conflict
         ``main`` (it has no parent).
     kg.errors.Forbidden
         The caller may not ``branch:delete`` it (a reset drops what was written on it), or not

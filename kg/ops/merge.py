@@ -140,7 +140,7 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     ------
     kg.errors.MergeConflict
         Unresolved conflicts, listed in ``details["conflicts"]``; nothing is written.
-    kg.errors.InvalidInput, kg.errors.NotFound
+    kg.errors.Conflict
         ``into`` is ``None`` and ``source`` is ``main`` (it has no parent).
     kg.errors.Forbidden
         The caller may not read ``source`` or may not ``merge`` into ``into``.
@@ -317,7 +317,7 @@ def _target(session: Session, repo: Repository, source: str, into: str | None) -
         return into
     parent = parent_name(session, get_branch(session, repo, source))
     if parent is None:
-        raise InvalidInput("main has no parent: say where to merge with 'into'")
+        raise Conflict("main has no parent: say where to merge with 'into'", details={"branch": source})
     return parent
 
 

@@ -422,6 +422,8 @@ def diff(services: Resources, caller: Actor, repo: str, branch: str, against: st
     ------
     kg.errors.NotFound
     kg.errors.InvalidInput
+    kg.errors.Conflict
+        No ``against`` and the branch (``main``) has no parent.
     """
     with reading(services, caller, repo, branch) as (session, view):
         compared = against if against is not None else parent_name(session, view.branch)

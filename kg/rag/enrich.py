@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 
 from kg.errors import InvalidInput, NotFound
 from kg.store.models import NodeVersion, node_dict
-from kg.store.nodes import ChildOrder, child_order, find_node, list_children
+from kg.store.nodes import ORDER_BY_PATTERN, ChildOrder, child_order, find_node, list_children
+from kg.store.numbers import Integer
 from kg.store.paths import parent_of
 from kg.store.repos import BranchView
 
@@ -52,13 +53,17 @@ class HitContext(BaseModel):
     2
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    # The document states the rules that :meth:`_rules` checks: something asked, the bounds.
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, json_schema_extra={"not": {
+        "required": ["parent", "siblings"], "properties": {"parent": {"const": False}, "siblings": {"const": 0}}}})
 
     parent: bool = Field(default=True, description="Attach the hit's parent node.")
-    siblings: int = Field(default=1, description=f"Siblings of the hit's node type on each side, "
-                                                 f"0..{MAX_SIBLINGS}.")
+    siblings: Integer = Field(default=1, description=f"Siblings of the hit's node type on each side, "
+                                                     f"0..{MAX_SIBLINGS}.",
+                              json_schema_extra={"minimum": 0, "maximum": MAX_SIBLINGS})
     order_by: str | None = Field(default=None, description="The siblings' order: order (default), name "
-                                                           "or properties.<key>, '-' for descending.")
+                                                           "or properties.<key>, '-' for descending.",
+                                 json_schema_extra={"pattern": ORDER_BY_PATTERN})
 
     @model_validator(mode="after")
     def _rules(self) -> HitContext:

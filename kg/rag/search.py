@@ -33,7 +33,8 @@ from kg.rag.where import matches as where_matches
 from kg.rag.where import validate_where
 from kg.store.models import Workspace
 from kg.store.nodes import node_heads_by_id, nodes_by_id, visible_node_heads, visible_nodes
-from kg.store.paths import path_has_prefix, validate_prefix
+from kg.store.numbers import Integer
+from kg.store.paths import MAX_PATH_CHARS, NON_BLANK_PATTERN, PREFIX_PATTERN, path_has_prefix, validate_prefix
 from kg.store.relations import list_node_changes
 from kg.store.repos import BranchView, workspace_id
 
@@ -51,6 +52,19 @@ MAX_K = 1000
 RELATIVE_WINDOW = {"node": 80, "chunk": 50}
 #: Most chunks a leg reads for one search (node rows read deeper until they have k nodes).
 MAX_DEPTH = MAX_K * 4
+
+
+#: The rules across fields, for the OpenAPI document (:meth:`SearchRequest._rules` checks them):
+#: a hybrid search (the default mode) keeps a weight above 0; fusion and fusion_type are for
+#: hybrid searches only. Bounds of single fields are on the fields; ``where`` is checked by
+#: :func:`kg.rag.where.validate_where`, which the document does not describe.
+_RULES: dict[str, Any] = {"allOf": [
+    {"not": {"required": ["fulltext_weight", "vector_weight"],
+             "properties": {"mode": {"const": "hybrid"}, "fulltext_weight": {"const": 0},
+                            "vector_weight": {"const": 0}}}},
+    {"if": {"required": ["mode"], "properties": {"mode": {"enum": ["vector", "fulltext"]}}},
+     "then": {"properties": {"fusion": {"type": "null"}, "fusion_type": {"type": "null"}}}},
+]}
 
 
 class SearchRequest(BaseModel):
@@ -119,16 +133,18 @@ class SearchRequest(BaseModel):
         :class:`kg.errors.InvalidInput` instead).
     """
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, json_schema_extra=_RULES)
 
-    query: str = Field(description="What to look for (non-empty).")
-    k: int = Field(default=10, description=f"Rows to return, 1..{MAX_K}.")
+    query: str = Field(description="What to look for (non-empty).", json_schema_extra={"pattern": NON_BLANK_PATTERN})
+    k: Integer = Field(default=10, description=f"Rows to return, 1..{MAX_K}.",
+                       json_schema_extra={"minimum": 1, "maximum": MAX_K})
     mode: Mode = "hybrid"
     granularity: Granularity = Field(default="chunk", description="chunk: one row per passage; node: one row "
                                                                   "per node, its best passage attached.")
     workspaces: list[str] | None = Field(default=None, description="Workspaces searched (default: all).")
     path_prefix: str | None = Field(default=None, description="Only paths under this: whole segments "
-                                    "(/answers is /answers and /answers/..., not /answers-old).")
+                                    "(/answers is /answers and /answers/..., not /answers-old).",
+                                    json_schema_extra={"pattern": PREFIX_PATTERN, "maxLength": MAX_PATH_CHARS})
     path_prefix_mode: PrefixMode = Field(default="segments", description="segments, or raw: path_prefix "
                                          "as a plain string prefix.")
     node_type: str | None = None
@@ -136,13 +152,17 @@ class SearchRequest(BaseModel):
                                          "hold: a value (equality) or operators ($eq, $ne, $in, $nin, "
                                          "$gt, $gte, $lt, $lte, $exists).")
     fulltext_weight: float = Field(default=1.0, description="Weight of the BM25 leg (0 turns it off; default "
-                                                            "KG_SEARCH_FULLTEXT_WEIGHT).")
+                                                            "KG_SEARCH_FULLTEXT_WEIGHT).",
+                                   json_schema_extra={"minimum": 0})
     vector_weight: float = Field(default=1.0, description="Weight of the vector leg (0 turns it off; default "
-                                                          "KG_SEARCH_VECTOR_WEIGHT).")
+                                                          "KG_SEARCH_VECTOR_WEIGHT).",
+                                 json_schema_extra={"minimum": 0})
     max_distance: float | None = Field(default=None, description="Drop vector hits farther than this cosine "
-                                                                 "distance (0..2).")
-    max_per_node: int | None = Field(default=None, description="Chunk granularity: most passages of one "
-                                                               "node (1..100).")
+                                                                 "distance (0..2).",
+                                       json_schema_extra={"minimum": 0, "maximum": 2})
+    max_per_node: Integer | None = Field(default=None, description="Chunk granularity: most passages of one "
+                                                                   "node (1..100).",
+                                         json_schema_extra={"minimum": 1, "maximum": 100})
     fusion: Fusion | None = Field(default=None, description="Who fuses a hybrid search: kg or the index.")
     fusion_type: FusionType | None = Field(default=None, description="The fusion function: ranked (RRF) or "
                                            "relative_score (normalised scores); default KG_SEARCH_FUSION_TYPE.")

@@ -471,7 +471,10 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     kg.errors.NotFound
         Unknown branch.
     kg.errors.InvalidInput
-        ``against`` is neither the branch's parent nor its child, or ``main`` has no parent.
+        ``against`` is neither the branch's parent nor its child.
+    kg.errors.Conflict
+        ``against`` is None and the branch (``main``) has no parent: a state of the branch,
+        like a reset of ``main`` (:func:`reset_branch`).
 
     Notes
     -----
@@ -481,7 +484,8 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     if against is None:
         against = parent_name(session, source)
         if against is None:
-            raise InvalidInput("main has no parent: name a branch to diff against with 'against'")
+            raise Conflict("main has no parent: name a branch to diff against with 'against'",
+                           details={"branch": source.name})
     target = get_branch(session, repo, against)
     base = merge_base(session, repo, source, target)
     theirs = _view(session, repo, source.name, None)

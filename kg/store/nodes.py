@@ -602,6 +602,8 @@ def node_addresses(session: Session, repo_id: int, node_ids: Iterable[str]) -> d
 #: A child's sort key: (has no value, value's type rank, value, name); JSON-encodable.
 SortKey = tuple[bool, int, "float | str | bool", str]
 _ORDER_BY_RE = r"^-?(order|name|properties\.[^.\s][^\s]{0,254})$"
+#: A children sort (:func:`child_order`), for the OpenAPI document.
+ORDER_BY_PATTERN = _ORDER_BY_RE
 
 
 @dataclass(frozen=True)

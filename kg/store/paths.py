@@ -34,6 +34,13 @@ PATH_TAIL_PATTERN = rf"^{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
 PATH_PATTERN = rf"^/{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
 #: A node address ``workspace:/path`` (:func:`parse_address`).
 ADDRESS_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._\-]*:/{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*$"
+#: A path prefix (:func:`validate_prefix`): ``/``, a node path, or a node path and ``/``, with
+#: ``maxLength`` :data:`MAX_PATH_CHARS`.
+PREFIX_PATTERN = rf"^/$|^/{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*/?$"
+#: A character that is not blank: not one :meth:`str.strip` removes (:meth:`str.isspace`), and no NUL.
+_VISIBLE = r"[^\x00\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+#: Text the store can hold that is not blank (``value.strip()`` leaves something).
+NON_BLANK_PATTERN = rf"^[^\x00]*{_VISIBLE}[^\x00]*$"
 #: Text the store can hold (no NUL: :func:`kg.text.storable.check_text`).
 TEXT_PATTERN = r"^[^\x00]*$"
 

@@ -361,7 +361,14 @@ def test_merge_rules(client, repo):
     branch(client, "b")
     assert_error(merge(client, "a", into="b"), 422)
     assert_error(merge(client, "a", into="a"), 422)
-    assert_error(merge(client, "main"), 422)
+    # main has no parent to merge into: a state of the branch (409, as its reset), not a bad request
+    r = merge(client, "main")
+    assert_error(r, 409)
+    assert r.json()["error"]["details"] == {"branch": "main"}
+    d = client.get("/api/repos/acme/branches/main/diff")
+    assert_error(d, 409)
+    assert "against" in d.json()["error"]["message"] and d.json()["error"]["details"] == {"branch": "main"}
+    assert client.get("/api/repos/acme/branches/main/diff", params={"against": "a"}).status_code == 200
     assert_error(merge(client, "nope"), 404)
 
 

@@ -31,8 +31,10 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck
+from hypothesis import settings as fuzz_settings
 from hypothesis import strategies as st
+from pydantic import SecretStr
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -115,7 +117,9 @@ _SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=Fals
 _JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
                      | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
 _PATHS = st.sampled_from(["/docs", "/docs/guide", "/docs/guide/intro", "/docs/new", "/other"]) | st.text(max_size=12)
-_REF = st.fixed_dictionaries({"kg:ref": _PATHS}, optional={"kg:workspace": st.sampled_from(["knowledge", "nope"])})
+#: References as the document describes them (a node path; the target need not exist).
+_REF = st.fixed_dictionaries({"kg:ref": st.sampled_from(["/docs", "/docs/guide", "/docs/new", "/other"])},
+                             optional={"kg:workspace": st.sampled_from(["knowledge", "nope"])})
 _PROPS = st.dictionaries(st.sampled_from(["title", "content", "see", "status"]) | st.text(max_size=5),
                          _JSON | _REF | st.lists(_REF, max_size=2), max_size=4)
 _CHUNKING = st.fixed_dictionaries({}, optional={
@@ -223,6 +227,12 @@ def _seed(client) -> None:
 
 
 @pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The ``client`` fixture's settings with a key pepper: ``POST /api/keys`` makes keys."""
+    return settings.model_copy(update={"key_pepper": SecretStr("schemathesis-pepper-" + "x" * 32)})
+
+
+@pytest.fixture
 def kg_app(client):
     """This test's app (fresh database, seeded), reachable by schemathesis through ``APP``."""
     _seed(client)
@@ -262,33 +272,44 @@ CHECKS = [not_a_server_error, kg_error_shape, response_schema_conformance, statu
           content_type_conformance]
 
 
-#: Operations whose document still admits requests the server refuses with 422, and why: the
-#: positive-data check (a schema-valid request is not refused with a 4xx other than 401, 403,
-#: 404, 409, 429) is not applied to them yet. Every other operation is held to it.
+#: Operations whose document still admits requests the server refuses with 422, and why the
+#: document cannot say more: the positive-data check (a schema-valid request is not refused with
+#: a 4xx other than 401, 403, 404, 409, 429) is not applied to them. Every other operation is
+#: held to it.
 POSITIVE_DATA_GAPS = {
-    "GET /api/repos": "the cursor is opaque: a made-up one is refused",
-    "PATCH /api/repos/{repo}/workspaces/{ws}": "the embedding configuration is an open object",
-    "POST /api/repos/{repo}/nodes:batch": "items are open objects; a batch needs an upsert or a delete",
-    "GET /api/repos/{repo}/branches/{branch}/diff": "main has no parent: 'against' is then required",
-    "POST /api/repos/{repo}/branches/{branch}/merge": "main has no parent: 'into' is then required; "
-                                                      "resolutions are open objects",
-    "POST /api/repos/{repo}/branches": "at_revision: a JSON integer written 60.0 is refused (strict)",
-    "PUT /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "properties: a key with a NUL is refused",
-    "PATCH /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "properties: a key with a NUL is refused",
-    "GET /api/repos/{repo}/workspaces/{ws}/nodes": "exactly one of parent and prefix",
-    "POST /api/repos/{repo}/search": "the search request's rules (a non-empty query, ...)",
-    "POST /api/repos/{repo}/relations": "'from' and 'to' must be nodes of their workspace",
-    "POST /api/repos/{repo}/traverse": "hops: a JSON integer written 2.0 is refused (strict)",
-    "POST /api/repos/{repo}/workspaces/{ws}/relations/invalidate": "'from' must be a node of the workspace",
-    "POST /api/rag": "the input is a string or an object by the configuration",
-    "POST /api/functions/{repo}/{name}/invoke": "each function's input is its own (an open object here)",
-    "POST /api/keys": "refused without KG_KEY_PEPPER (a setting of the server)",
-    "POST /api/repos/{repo}/workspaces": "the embedding configuration is an open object",
+    "GET /api/repos": "the cursor is base64url of the last repository name: no pattern says which "
+                      "base64url strings decode to a name",
+    "GET /api/repos/{repo}/workspaces/{ws}/nodes": "exactly one of the query parameters parent and prefix: "
+                                                   "OpenAPI parameters hold no rule across parameters",
+    "GET /api/repos/{repo}/branches/{branch}/diff": "'against' must be the branch's parent or child, not the "
+                                                    "branch itself: a rule across the path and the query, "
+                                                    "and the branches' state",
+    "POST /api/repos/{repo}/branches/{branch}/merge": "a branch merged into itself ({branch} equal to 'into') "
+                                                      "and resolutions naming no conflict of the merge are "
+                                                      "refused: rules across the path and the body, and the "
+                                                      "branches' state",
+    "POST /api/repos/{repo}/nodes:batch": "an item's (workspace, path) once in the batch, no upsert below a "
+                                          "deleted node, at least one item: rules across items",
+    "POST /api/repos/{repo}/relations": "valid_to not earlier than valid_from: JSON Schema compares no two "
+                                        "values",
+    "POST /api/repos/{repo}/workspaces/{ws}/relations/invalidate": "'from' must be a node of the workspace "
+                                                                   "{ws}: a rule across the path and the body",
+    "POST /api/repos/{repo}/workspaces": "the embedding configuration: a model any provider may name, an "
+                                         "overlap below the chunk size (a comparison of two values)",
+    "PATCH /api/repos/{repo}/workspaces/{ws}": "the embedding configuration, as for POST .../workspaces",
+    "PUT /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "a NUL in a key or a string nested at any depth in "
+                                                          "the properties is refused: the document describes "
+                                                          "the top level (keys, references) only",
+    "PATCH /api/repos/{repo}/workspaces/{ws}/nodes/{path}": "as for PUT: a NUL nested in the properties",
+    "POST /api/repos/{repo}/search": "rerank: true is refused when the server has no reranker "
+                                     "(KG_RERANK_MODEL, a setting of the server)",
+    "POST /api/rag": "the input is a string or an object by the RAG configuration the body names",
+    "POST /api/functions/{repo}/{name}/invoke": "each function's input is its own: it depends on {name}",
 }
 
 
 @schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
+@fuzz_settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=DERANDOMIZE, database=None,
           suppress_health_check=list(HealthCheck))
 def test_api_never_500_and_errors_have_the_api_shape(case, kg_app):
     response = case.call()
@@ -340,3 +361,27 @@ def test_openapi_documents_the_names_paths_and_texts_kg_accepts():
     assert schemas["BranchCreate"]["properties"]["name"]["pattern"] == BRANCH_PATTERN
     assert schemas["RelationCreate"]["properties"]["from"]["pattern"] == ADDRESS_PATTERN
     assert schemas["NodePut"]["properties"]["actor"]["pattern"] == TEXT_PATTERN
+
+
+def test_openapi_documents_the_rules_across_fields():
+    """Rules the server checks beyond single fields are in the document: a key needs grants or
+    ``admin``; a hybrid search keeps a weight above 0 and fusion is for hybrid only; node
+    properties hold keys without NUL and well-formed references; integers are bounded."""
+    from kg.store.paths import NON_BLANK_PATTERN, PATH_PATTERN, PREFIX_PATTERN, TEXT_PATTERN
+
+    schemas = _SCHEMA_ONLY.openapi()["components"]["schemas"]
+    key = schemas["KeyCreate"]
+    assert {"required": ["admin"], "properties": {"admin": {"const": True}}} in key["anyOf"]
+    assert key["properties"]["expires_in_s"]["anyOf"][0] == {"type": "integer", "minimum": 1,
+                                                             "maximum": 10 * 366 * 86400}
+    search = schemas["SearchRequest"]
+    assert search["properties"]["query"]["pattern"] == NON_BLANK_PATTERN
+    assert search["properties"]["path_prefix"]["pattern"] == PREFIX_PATTERN
+    assert search["allOf"][1]["then"]["properties"]["fusion"] == {"type": "null"}
+    for model in ("NodePut", "NodePatch"):
+        properties = schemas[model]["properties"]["properties"]
+        assert properties["propertyNames"] == {"pattern": TEXT_PATTERN}
+        reference = properties["additionalProperties"]["allOf"][0]
+        assert reference["then"]["properties"]["kg:ref"]["pattern"] == PATH_PATTERN
+    revision = schemas["BranchCreate"]["properties"]["at_revision"]["anyOf"][0]
+    assert revision == {"type": "integer", "minimum": 0, "maximum": 2_147_483_647}
