@@ -24,6 +24,16 @@ branch's mentions) and mentions asserted by hand. A merge runs the model's linea
 target; a mention either side holds that the merged text no longer names is a ``lineage``
 conflict, resolved ``keep`` or ``drop``. Every merge is asked from its dry run's ``plan``, and
 its ``applied``, ``derived`` and ``derived_writes`` must be the dry run's and the model's.
+
+Ingest (``docs/ingest.md``): a small folder of text files, their texts drawn (unchanged,
+changed, a heading and a body both a person and the file changed), is ingested on a branch
+through ``kg.ops.ingest.ingest_path``, between people's edits, deletes and re-creations of the
+files' nodes. The model keeps, per branch, the last ingested hash and parse of each file (a
+branch sees its parent's up to the fork; a merge carries nodes, not records) and applies the
+documented rule: an unchanged file is skipped, a changed one is merged per property with the
+node against the last parse (the person's value kept and listed where both changed it; a
+deleted node stays deleted). kg's nodes, its report and the revisions it wrote must be the
+model's.
 """
 
 from __future__ import annotations
@@ -45,6 +55,7 @@ from sqlalchemy import create_engine, text
 from kg.context import OPERATOR, run
 from kg.errors import Conflict, MergeConflict, NotFound
 from kg.index.embedded import EmbeddedVectorIndex
+from kg.ops.ingest import ingest_path
 from kg.ops.merge import merge_branch, preview_merge
 from kg.ops.texts import write_node
 from kg.providers.registry import make_embedder
@@ -75,6 +86,16 @@ ABSENT = "∅"
 CONFLICT = object()
 
 props_st = st.dictionaries(st.sampled_from(KEYS), st.sampled_from(VALUES), max_size=2)
+
+#: The ingested folder's files (``f1.md`` is the node ``/f1``) and the texts they may hold: the
+#: second changes the body only, the third the heading (the node's ``title``) and the body.
+FILES = ["f1", "f2"]
+FILE_TEXTS = ["# Alpha\n\nfirst draft\n", "# Alpha\n\nsecond draft\n", "# Beta\n\nfirst draft\n"]
+#: What a file holds at an ingest: the text the branch last ingested, one of FILE_TEXTS, or no file.
+file_st = st.sampled_from(["same", "same", 0, 1, 2, None])
+#: A person's edits of an ingested node: the file's keys (``Beta``: the file's own next heading,
+#: a change both make alike), a key of their own, a key removed.
+EDITS = [("title", "Mine"), ("title", "Beta"), ("content", "my text"), ("note", 1), ("title", None)]
 
 
 STATS: Counter = Counter()   # what the run did: steps, merges by outcome, extractions
@@ -132,13 +153,71 @@ class Model:
         self.edges = {"main": {}}        # branch -> (from path, type, to path) -> weight
         self.parent = {"main": None}
         self.base = {}                   # child -> (nodes copy, edges copy): the merge base
+        self.records = {"main": {}}      # branch -> path -> (sha256, flat parse) of its last ingest
         self.property_merges = 0
 
     def fork(self, name, parent):
         self.nodes[name] = dict(self.nodes[parent])
         self.edges[name] = dict(self.edges[parent])
+        self.records[name] = dict(self.records[parent])
         self.parent[name] = parent
         self.base[name] = (dict(self.nodes[parent]), dict(self.edges[parent]))
+
+    def ingest(self, branch, path, parse):
+        """The documented ingest rule for one file on ``branch``; its node and record follow.
+
+        ``parse`` is the file's flat parse (its properties and ``kg:node_type``, ``sha256`` the
+        file's hash). Returns ``(outcome, kept, kept_deleted)``: ``outcome`` is the report's
+        list (``inserted``, ``replaced``, ``skipped``) and whether a revision is written
+        (``skipped`` may record the hash alone), ``kept`` the report's ``kept_edits`` of it.
+        """
+        sha = parse["sha256"]
+        record = self.records[branch].get(path)
+        node = self.nodes[branch].get(path)
+        ours = None if node is None else {**props_of(node), "kg:node_type": node["@type"]}
+        if record is not None and record[0] == sha:          # unchanged: whatever the node became
+            return ("skipped", False), [], False
+        if record is None:
+            if ours is None:
+                self._write(branch, path, parse, sha, parse)
+                return ("inserted", True), [], False
+            if ours == parse or ours.get("sha256") == sha:   # no record, the file's version already
+                return ("skipped", False), [], False
+            # No ingest of the file on this branch's history (the model's records and kg's
+            # ingest revisions go together: a node a merge brought, or a person made): the base
+            # is unknown, every value that differs from the file's is the node's to keep.
+            base = None
+        else:
+            base = record[1]
+            if ours is None:                                 # deleted is an edit: it stays deleted
+                self.records[branch][path] = (sha, parse)
+                return ("skipped", True), [], True
+        merged, kept = {}, []
+        for key in sorted(set(base or {}) | set(ours) | set(parse)):
+            b = ABSENT if base is None else base.get(key, ABSENT)
+            o, t = ours.get(key, ABSENT), parse.get(key, ABSENT)
+            if key == "sha256" or o == t:
+                r = t
+            elif base is not None and t == b:                # only the person changed it
+                r = o
+            elif base is not None and o == b:                # only the file changed it
+                r = t
+            else:                                            # both: the person's value, listed
+                r = o
+                kept.append({"path": path, "key": key, "kept": None if o == ABSENT else o,
+                             "file": None if t == ABSENT else t})
+            if r != ABSENT:
+                merged[key] = r
+        if merged == ours:
+            self.records[branch][path] = (sha, parse)
+            return ("skipped", True), kept, False
+        self._write(branch, path, merged, sha, parse)
+        return ("replaced", True), kept, False
+
+    def _write(self, branch, path, flat, sha, parse):
+        self.nodes[branch][path] = value({k: v for k, v in flat.items() if k != "kg:node_type"},
+                                         flat["kg:node_type"])
+        self.records[branch][path] = (sha, parse)
 
     def delete(self, branch, path):
         """Remove the node, its descendants and every edge touching them."""
@@ -441,6 +520,7 @@ def machine_for(kind, tmp_root):
                 repo = create_repository(s, name="m")
                 create_workspace(s, repo, name="w")
             self.model = Model()
+            self.tmp = tmp_root / "files"   # the ingested folders
             self.snapshots = {}  # (branch, revision) -> (nodes, edges) the model had
 
         def teardown(self):
@@ -726,6 +806,111 @@ def machine_for(kind, tmp_root):
             self._edit(editor, doc, text_)
             self._merge(child, data)
 
+        # -- ingest -----------------------------------------------------------------------
+
+        @rule(data=st.data(), held=st.lists(file_st, min_size=len(FILES), max_size=len(FILES)))
+        def ingest(self, data, held):
+            """Ingest a folder of text files on a branch through the use case."""
+            self._ingest(data.draw(st.sampled_from(self.branches())), held)
+
+        @rule(data=st.data(), name=st.sampled_from(FILES), first=st.sampled_from([0, 1, 2]),
+              edit=st.one_of(st.none(), st.sampled_from(EDITS)), then=st.sampled_from([0, 1, 2]))
+        def ingest_edit_ingest(self, data, name, first, edit, then):
+            """A file ingested, its node edited (a property set or removed) or deleted (None) by
+            a person, then the file, changed or not, ingested again."""
+            branch = data.draw(st.sampled_from(self.branches()))
+            held = [first if f == name else None for f in FILES]
+            self._ingest(branch, held)
+            self._edit_ingested(branch, name, edit)
+            self._ingest(branch, [then if h is not None else None for h in held])
+
+        @precondition(lambda self: len(self.model.nodes) > 1)
+        @rule(data=st.data(), held=st.lists(file_st, min_size=len(FILES), max_size=len(FILES)),
+              again=st.lists(file_st, min_size=len(FILES), max_size=len(FILES)))
+        def ingest_on_a_branch_then_merge(self, data, held, again):
+            """A child ingests, is merged into its parent (which keeps its own records), and the
+            parent ingests (the same files or others)."""
+            child = data.draw(st.sampled_from(self.children()))
+            self._ingest(child, held)
+            self._merge(child, data)
+            self._ingest(self.model.parent[child], again)
+
+        def _ingest(self, branch, held):
+            """Write the files ``held`` names (per FILES: "same" as the branch last ingested, an
+            index of FILE_TEXTS, None for no file) and ingest them on ``branch`` through
+            ``ingest_path``: kg's nodes, its report and the revisions it wrote are the model's."""
+            records = self.model.records[branch]
+            if all(h is None for h in held):
+                held = ["same", *held[1:]]
+            folder = self.tmp / uuid.uuid4().hex[:8]
+            folder.mkdir(parents=True)
+            expected = {"inserted": [], "replaced": [], "skipped": [], "kept_edits": [], "kept_deleted": []}
+            writes = 0
+            for name, h in zip(FILES, held, strict=True):
+                if h is None:
+                    continue
+                path = f"/{name}"
+                if h == "same":
+                    text_ = records[path][1]["content"] if path in records else FILE_TEXTS[0]
+                else:
+                    text_ = FILE_TEXTS[h]
+                raw = text_.encode("utf-8")
+                (folder / f"{name}.md").write_bytes(raw)
+                parse = {"title": text_.splitlines()[0].lstrip("# "), "content": text_, "source": f"{name}.md",
+                         "sha256": hashlib.sha256(raw).hexdigest(), "kg:node_type": "kg:Document"}
+                (outcome, wrote), kept, kept_deleted = self.model.ingest(branch, path, parse)
+                expected[outcome].append(path)
+                expected["kept_edits"] += kept
+                if kept_deleted:
+                    expected["kept_deleted"].append(path)
+                writes += wrote
+            before = self._head(branch)
+            report = ingest_path(self.services, OPERATOR, folder, repo="m", workspace="w", branch=branch)
+            got = {"inserted": report.inserted, "replaced": report.replaced, "skipped": report.skipped,
+                   "kept_edits": report.kept_edits, "kept_deleted": report.kept_deleted}
+            assert got == expected, (branch, held, got, expected)
+            assert report.review_branch is None
+            with self.services.db.read() as s:
+                log = history.revision_log(s, branch_view(s, "m", branch), limit=len(FILES) + 1)
+            new = [r for r in log if r["revision"] > before]
+            assert len(new) == writes, (new, expected)   # one revision per file written or recorded
+            if writes == 0:
+                assert self._head(branch) == before
+                _event("ingest: nothing changed, no revision")
+            for outcome in ("inserted", "replaced", "skipped"):
+                if expected[outcome]:
+                    _event(f"ingest: {outcome}")
+            if expected["kept_edits"]:
+                _event("ingest: kept edits")
+            if expected["kept_deleted"]:
+                _event("ingest: kept deleted")
+            if writes > len(expected["inserted"]) + len(expected["replaced"]):
+                _event("ingest: recorded the hash alone")
+            self.check(branch)
+
+        def _head(self, branch):
+            with self.services.db.read() as s:
+                return branch_view(s, "m", branch).revision
+
+        @rule(data=st.data(), name=st.sampled_from(FILES), edit=st.one_of(st.none(), st.sampled_from(EDITS)))
+        def edit_ingested(self, data, name, edit):
+            """A person edits a file's node (a property set or removed), deletes it (None), or
+            makes a node of their own at its path."""
+            self._edit_ingested(data.draw(st.sampled_from(self.branches())), name, edit)
+
+        def _edit_ingested(self, branch, name, edit):
+            path = f"/{name}"
+            if path not in self.model.nodes[branch]:
+                self._put(branch, path, {"title": "Mine"}, "kg:Document")
+            elif edit is None:
+                self._delete(branch, path, True)
+            else:
+                key, val = edit
+                self._patch(branch, path, {key: val})
+                if val is None:
+                    self.model.nodes[branch][path].pop(key, None)
+            self.check(branch)
+
         # -- merges -----------------------------------------------------------------------
 
         @precondition(lambda self: len(self.model.nodes) > 1)
@@ -776,6 +961,8 @@ def machine_for(kind, tmp_root):
                 else:
                     return
             self._check_report(parent, before[parent], got, preview, report)
+            if any(p.startswith("/f") for p in report["nodes"]):
+                _event("merge: ingested nodes")
             self.check(parent)
             self.check(child)
 
@@ -918,6 +1105,9 @@ def test_branches_match_the_copying_model(kind, tmp_path):
         assert STATS["steps"] - EXAMPLES >= 2_000, STATS
         assert STATS["merge: clean"] > 0 and STATS["merge: conflict"] > 0, STATS
         assert STATS["merge: lineage wrote"] > 0 and STATS["merge: lineage decisions"] > 0, STATS
+        for seen in ("ingest: kept edits", "ingest: kept deleted", "ingest: nothing changed, no revision",
+                     "ingest: recorded the hash alone", "merge: ingested nodes"):
+            assert STATS[seen] > 0, f"{seen}: {dict(STATS)}"
 
 
 class Draws:
@@ -1033,3 +1223,30 @@ FOUND = {
 @pytest.mark.parametrize("name", sorted(FOUND))
 def test_sequences_the_model_found(kind, name, tmp_path):
     replay(kind, tmp_path, FOUND[name])
+
+
+#: A sequence the model-based test found with ingest's rules, not fixed: SQLite 3.40.1, once the
+#: ingest's ANALYZE has written ``sqlite_stat1``, answers ``branch_id = 1 AND revision <= 1 AND
+#: workspace_id = 1 AND path IN (<10 paths>)`` (``ix_node_versions_path``) with main's ``/f2`` of
+#: revision 4 too (without ``sqlite_stat1`` it does not). The merge base's read of the changed
+#: paths (``node_states``) then sees main's ``/f2``, so a node added on both sides with different
+#: content merges as the branch's, silently replacing main's, instead of a conflict. PostgreSQL
+#: answers right.
+BOTH_ADDED_READ_AS_BASE = [
+    ("edit_ingested", {"name": "f1", "edit": None}, ["main"]),
+    ("create_branch", {}, ["main"]),
+    ("edit_document", {"doc": "/d2", "text_": TEXTS[1]}, ["b1"]),
+    ("put_document", {"path": "/d1", "text_": TEXTS[0]}, ["b1"]),
+    ("edit_ingested", {"name": "f2", "edit": None}, ["main"]),
+    ("ingest", {"held": [1, 0]}, ["b1"]),
+    ("extract_entities", {"doc": "/d2"}, ["b1"]),
+    ("merge", {}, ["b1", "none"]),
+]
+
+
+@pytest.mark.parametrize("kind", [
+    pytest.param("sqlite", marks=pytest.mark.xfail(
+        strict=True, reason="SQLite 3.40.1 after ANALYZE: a range and IN read returns a version past the range")),
+] + (["postgresql"] if POSTGRES_URL else []))
+def test_a_node_added_on_both_sides_is_a_conflict_after_an_ingest(kind, tmp_path):
+    replay(kind, tmp_path, BOTH_ADDED_READ_AS_BASE)
