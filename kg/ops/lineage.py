@@ -45,6 +45,7 @@ from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.models import Chunk, NodeVersion, RelationVersion
 from kg.store.repos import BranchView, WriteContext, workspace_id
+from kg.store.visibility import Unindexed
 from kg.text.names import mentions
 
 MENTIONED_IN = "mentioned_in"
@@ -152,7 +153,8 @@ def derived_edges(session: Any, view: BranchView, node_ids: list[str]) -> list[R
     if not node_ids:
         return []
     rv = RelationVersion
-    reach = [and_(rv.branch_id == branch_id, rv.revision <= upto) for branch_id, upto in view.chain]
+    revision = Unindexed(rv.revision)  # beside an IN list (SQLite 3.40's seek-scan: kg.store.visibility)
+    reach = [and_(rv.branch_id == branch_id, revision <= upto) for branch_id, upto in view.chain]
     stmt = select(rv.id, rv.from_node_id, rv.rel_type, rv.to_node_id, rv.branch_id, rv.revision, rv.deleted).where(
         rv.to_node_id.in_(node_ids), rv.rel_type.in_(DERIVED_EDGE_TYPES), or_(*reach)
     )

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, case, exists, false, func, or_, select
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import aliased
+from sqlalchemy.sql.visitors import InternalTraversal
 
 from kg.store.models import NodeVersion, RelationVersion
 from kg.store.repos import BranchView
@@ -29,9 +31,43 @@ class Chain:
     chain: tuple[tuple[int, int], ...]
 
 
+class Unindexed(ColumnElement[Any]):
+    """A column that SQLite must not use to bound an index range (``+column``); itself elsewhere.
+
+    SQLite 3.40.1 (Debian 12's) answers a lookup such as ``branch_id = ? AND revision <= ? AND
+    workspace_id = ? AND path IN (...)`` with a version past the bound once ``ANALYZE`` has
+    written ``sqlite_stat1``: its seek-scan over the ``(branch_id, workspace_id, path,
+    revision)`` index returns a row whose ``revision`` fails the range (3.51 answers right). A
+    merge then read the fork's state with a later version in it. The unary ``+`` keeps the
+    revision out of the index seek, so it is tested on each row; the lookup still seeks the index
+    by its equality columns, and the window reads every version of those entities either way.
+    Use it for the revision bound of any read that pairs an ``IN`` list with it.
+    """
+
+    inherit_cache = True
+    _traverse_internals = [("column", InternalTraversal.dp_clauseelement)]  # in the statement cache's key
+
+    def __init__(self, column: Any) -> None:
+        self.column = column
+        self.type = column.type
+
+
+@compiles(Unindexed)
+def _plain(element: Unindexed, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.column, **kw))
+
+
+@compiles(Unindexed, "sqlite")
+def _unary_plus(element: Unindexed, compiler: Any, **kw: Any) -> str:
+    return "+" + str(compiler.process(element.column, **kw))
+
+
 @functools.lru_cache(maxsize=1024)
-def _chain_filter(model: Any, chain: tuple[tuple[int, int], ...]) -> ColumnElement[bool]:
-    return or_(*(and_(model.branch_id == b, model.revision <= r) for b, r in chain)) if chain else false()
+def _chain_filter(model: Any, chain: tuple[tuple[int, int], ...], lookup: bool = False) -> ColumnElement[bool]:
+    """The versions ``chain`` allows; ``lookup``: the query also filters by entity (an ``IN``
+    list), so the revision bound is kept out of SQLite's index seek (:class:`Unindexed`)."""
+    revision = Unindexed(model.revision) if lookup else model.revision
+    return or_(*(and_(model.branch_id == b, revision <= r) for b, r in chain)) if chain else false()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -79,7 +115,7 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
         partition_by=list(partition),
         order_by=(_priority(model, view.chain), model.revision.desc(), model.id.desc()),
     ).label("rn")
-    ranked = select(model.id.label("vid"), rn).where(_chain_filter(model, view.chain), *where).subquery()
+    ranked = select(model.id.label("vid"), rn).where(_chain_filter(model, view.chain, bool(where)), *where).subquery()
     stmt = select(model).join(ranked, model.id == ranked.c.vid).where(ranked.c.rn == 1)
     if not include_deleted:
         stmt = stmt.where(model.deleted == false())
