@@ -21,6 +21,7 @@ from sqlalchemy import ColumnElement, Table, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from kg.errors import Conflict, InvalidInput
+from kg.store.ingest_records import carry_records, flat_value
 from kg.store.models import (
     Branch,
     IngestRecord,
@@ -1131,6 +1132,11 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
             invalidated_by=value.get("invalidated_by") if value else None,
         ))
     applied = plan.preview()
+    # The source's ingest records follow the nodes (kg.store.ingest_records.carry_records).
+    taken = {c.key: (c.source, None if c.value is None else flat_value(c.value["node_type"], c.value["properties"]))
+             for c in plan.node_changes}
+    carry_records(session, ctx, _view(session, ctx.repo, plan.source, plan.source_revision), plan.base.view,
+                  plan.base.since, taken)
     record_merge(session, ctx.repo, plan, ctx.revision)
     return applied
 

@@ -311,3 +311,104 @@ def put_record(session: Session, ctx: WriteContext, workspace: str, path: str, *
     session.add(record)
     session.flush()
     return record
+
+
+def _visible_record(session: Session, chain: tuple[tuple[int, int], ...], wid: int, path: str) -> IngestRecord | None:
+    found: IngestRecord | None = session.scalar(_record_select(chain), {"rec_wid": wid, "rec_path": path})
+    return found
+
+
+def _visible_value(session: Session, chain: tuple[tuple[int, int], ...], wid: int, path: str) -> dict[str, Any] | None:
+    stmt, _ = visible_select(NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == wid, NodeVersion.path == path, include_deleted=True)
+    return version_value(session.scalar(stmt))
+
+
+def _same_file(a: IngestRecord | None, b: IngestRecord | None) -> bool:
+    """Both records are of the same file bytes (the same parse): a record re-written with the
+    hash a branch had before counts as unchanged."""
+    return a is not None and b is not None and a.sha256 == b.sha256
+
+
+def carry_records(session: Session, ctx: WriteContext, source: BranchView, base: BranchView, since: int,
+                  taken: dict[tuple[int, str], tuple[str, dict[str, Any] | None]]) -> int:
+    """Carry the source's ingest records into a merge's revision on the target.
+
+    The records merge three-way like nodes, per address, the record the source holds now
+    (*theirs*) against the one the merge base held (*base*) and the target's (*ours*), two
+    records being the same when they are of the same file (hash):
+
+    - theirs is base's (the source ingested no other version since) or ours: nothing to carry;
+    - the merge writes the node from the source (its version, a property-by-property merge, or
+      a value a person chose): theirs is carried, as its base is the file's parse the written
+      node derives from;
+    - the merge re-asserts the target's node (a conflict resolved ``ours``): the target keeps
+      its own;
+    - the merge leaves the node alone: theirs is carried unless the target ingested another
+      version of the file since the base (ours is not base's), whose record then stays.
+
+    When both sides ingested the file differently and the node merged property by property,
+    the source's record is carried: the values the target's own ingest brought then count, at
+    the next ingest on the target, as edits made over the source's parse.
+
+    A carried record keeps the source's hash, file and relations, and the source's parse as its
+    base: its patch (:func:`base_patch`) is taken against the node the target holds after the
+    merge, so :func:`record_base` on the target gives the same parse as on the source.
+
+    Parameters
+    ----------
+    session : Session
+        The merge's write transaction (its node versions flushed).
+    ctx : WriteContext
+        The merge's revision on the target (``ctx.view``: the target before it).
+    source : BranchView
+        The source as merged (at the plan's source revision).
+    base : BranchView
+        The merge base's view.
+    since : int
+        The source revision the base stands for: records the source wrote after it are candidates.
+    taken : dict
+        ``(workspace id, path)`` of each node the merge writes to ``(how, flat value)``: ``how``
+        is the plan's change source (``theirs``, ``merged``, ``value``, ``ours``), the value the
+        node's flat value after the merge (None: deleted).
+
+    Returns
+    -------
+    int
+        The number of records written.
+
+    Notes
+    -----
+    One query for the source's records since the base, then a few lookups per address they name.
+    """
+    rows = session.execute(
+        select(IngestRecord.workspace_id, IngestRecord.path)
+        .where(IngestRecord.branch_id == source.branch.id, IngestRecord.revision > since,
+               IngestRecord.revision <= source.revision)
+        .distinct()).all()
+    written = 0
+    for wid, path in sorted((r[0], r[1]) for r in rows):
+        theirs = _visible_record(session, source.chain, wid, path)
+        was = _visible_record(session, base.chain, wid, path)
+        if theirs is None or _same_file(was, theirs):
+            continue
+        ours = _visible_record(session, ctx.view.chain, wid, path)
+        if _same_file(ours, theirs):
+            continue
+        how, after = taken.get((wid, path), (None, None))
+        if how == "ours":
+            continue
+        if how is None:
+            if ours is not None and not _same_file(ours, was):
+                continue  # the target ingested another version of the file since the base
+            after = _visible_value(session, ctx.view.chain, wid, path)
+        parse = record_base(session, source, theirs)
+        record = IngestRecord(repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid,
+                              revision=ctx.revision, path=path, sha256=theirs.sha256, source=theirs.source,
+                              base_patch=None if parse is None else base_patch(after, parse),
+                              relations=theirs.relations, created_at=utcnow())
+        session.add(record)
+        written += 1
+    if written:
+        session.flush()
+    return written

@@ -18,7 +18,9 @@ from kg.ops import queries
 from kg.ops.branches import create_branch
 from kg.ops.ingest import ingest_path
 from kg.ops.merge import merge_branch
+from kg.ops.repos import create_repository, create_workspace
 from kg.rag.search import SearchRequest, search
+from kg.store.ingest_records import find_record
 from kg.store.models import IngestRecord, Repository, Revision
 from kg.store.nodes import find_node, visible_nodes
 from kg.store.repos import branch_view
@@ -424,3 +426,27 @@ def test_a_relation_a_file_sent_for_review_dropped_is_gone_on_the_review_branch_
     assert relations_of(services) == []
     again = ingest(services, corpus)
     assert (again.replaced, relations_of(services)) == ([], [])
+
+
+def record_of(services, path="/pep-0440", branch="main"):
+    with services.db.read() as s:
+        found = find_record(s, branch_view(s, "peps", branch), "peps", path)
+        return None if found is None else found.sha256
+
+
+def test_a_merge_carries_the_ingest_records_of_the_nodes_it_writes(services, corpus):
+    """A file ingested on a branch only, merged into main, then changed: main merges the change
+    against the parse the branch ingested, so it applies (no value is kept as an edit)."""
+    run(services, OPERATOR, create_repository, "peps")
+    run(services, OPERATOR, create_workspace, "peps", "peps")
+    run(services, OPERATOR, create_branch, "peps", name="b1")
+    ingest(services, corpus, branch="b1")
+    run(services, OPERATOR, merge_branch, "peps", "b1", "main")
+    before = head(services)
+    assert ingest(services, corpus).skipped == ["/pep-0440", "/pep-0508", "/pep-0517"] and head(services) == before
+    sha = change_header(corpus, "pep-0440", "Title", "Versions")
+    changed = ingest(services, corpus)
+    assert (changed.replaced, changed.kept_edits) == (["/pep-0440"], [])
+    assert node(services).properties["title"] == "Versions" and record_of(services) == sha
+    assert record_of(services, "/pep-0508") == record_of(services, "/pep-0508", branch="b1")
+    assert ingest(services, corpus).skipped == ["/pep-0440", "/pep-0508", "/pep-0517"]
