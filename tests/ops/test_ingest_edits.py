@@ -450,3 +450,43 @@ def test_a_merge_carries_the_ingest_records_of_the_nodes_it_writes(services, cor
     assert node(services).properties["title"] == "Versions" and record_of(services) == sha
     assert record_of(services, "/pep-0508") == record_of(services, "/pep-0508", branch="b1")
     assert ingest(services, corpus).skipped == ["/pep-0440", "/pep-0508", "/pep-0517"]
+
+
+@pytest.mark.parametrize("take", ["theirs", "ours"])
+def test_a_file_both_sides_ingested_differently_keeps_the_record_of_the_node_the_merge_takes(services, corpus, take):
+    """Main and a branch ingested two versions of a file, the node conflicts: the record follows
+    the resolution, so main's next ingest of its own folder merges against the right parse."""
+    ingest(services, corpus)
+    run(services, OPERATOR, create_branch, "peps", name="feature")
+    on_feature = change_header(corpus, "pep-0440", "Title", "Versions")
+    assert ingest(services, corpus, branch="feature").replaced == ["/pep-0440"]
+    on_main = change_header(corpus, "pep-0440", "Title", "Versioning")
+    assert ingest(services, corpus).replaced == ["/pep-0440"]
+    run(services, OPERATOR, merge_branch, "peps", "feature", "main",
+        resolutions=[{"workspace": "peps", "path": "/pep-0440", "take": take}])
+    title = {"theirs": "Versions", "ours": "Versioning"}[take]
+    assert node(services).properties["title"] == title
+    assert record_of(services) == {"theirs": on_feature, "ours": on_main}[take]
+    again = ingest(services, corpus)  # main's folder: title "Versioning"
+    assert again.kept_edits == [] and node(services).properties["title"] == "Versioning"
+    assert again.replaced == (["/pep-0440"] if take == "theirs" else [])
+
+
+def test_a_node_merged_property_by_property_takes_the_sources_record(services, corpus):
+    """A person edited the status on main, the branch ingested a title change: the node merges
+    per property and main takes the branch's record; the person's status stays an edit."""
+    ingest(services, corpus)
+    run(services, OPERATOR, create_branch, "peps", name="feature")
+    on_feature = change_header(corpus, "pep-0440", "Title", "Versions")
+    ingest(services, corpus, branch="feature")
+    edit(services, status="Withdrawn")
+    run(services, OPERATOR, merge_branch, "peps", "feature", "main")
+    props = node(services).properties
+    assert (props["title"], props["status"], record_of(services)) == ("Versions", "Withdrawn", on_feature)
+    before = head(services)
+    assert ingest(services, corpus).skipped == ["/pep-0440", "/pep-0508", "/pep-0517"] and head(services) == before
+    change_header(corpus, "pep-0440", "Title", "Versions 2")
+    later = ingest(services, corpus)
+    assert (later.replaced, later.kept_edits) == (["/pep-0440"], [])
+    props = node(services).properties
+    assert (props["title"], props["status"]) == ("Versions 2", "Withdrawn")
