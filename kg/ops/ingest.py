@@ -355,12 +355,12 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
     of it recorded is skipped, whatever happened to its node since (edited, deleted). A changed
     file is a three-way merge (:func:`merge_file`) of the node now with the file's parse,
     against the parse the last ingest recorded (:func:`kg.store.ingest_records.record_base`);
-    a node people deleted stays deleted. A node without a record (ingested before records were
-    kept, brought by a merge of another branch, or made by a person) is skipped when its
-    ``sha256`` property is the file's hash or it is the file's parse already; otherwise its
-    base is the version the last ingest of the file wrote, found in the revision log
-    (:func:`ingest_message`), and failing that unknown: every value that differs from the
-    file's is then kept as the node holds it.
+    a node people deleted stays deleted. A merge carries the source's records with its nodes
+    (:func:`kg.store.ingest_records.carry_records`). A node without a record (ingested before
+    records were kept, or made by a person) is skipped when its ``sha256`` property is the
+    file's hash or it is the file's parse already; otherwise its base is the version the last
+    ingest of the file wrote, found in the revision log (:func:`ingest_message`), and failing
+    that unknown: every value that differs from the file's is then kept as the node holds it.
     """
     sha = file_sha256(node)
     path = validate_path(node.path)

@@ -402,7 +402,7 @@ def test_after_merging_a_branch_that_ingested_a_change_main_keeps_what_the_merge
     assert ingest(services, corpus, branch="feature").replaced == ["/pep-0440"]
     run(services, OPERATOR, merge_branch, "peps", "feature", "main")
     merged = node(services).properties
-    again = ingest(services, corpus)  # main's record is its own ingest's: the node is the file's now
+    again = ingest(services, corpus)  # main took the branch's record with its node: the file is unchanged
     assert (again.replaced, again.kept_edits) == ([], [])
     assert node(services).properties == merged and merged["title"] == "Versions"
     before = head(services)
