@@ -18,7 +18,7 @@ property change.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import and_, bindparam, or_, select
@@ -331,7 +331,7 @@ def _same_file(a: IngestRecord | None, b: IngestRecord | None) -> bool:
 
 
 def carry_records(session: Session, ctx: WriteContext, source: BranchView, base: BranchView, since: int,
-                  taken: dict[tuple[int, str], tuple[str, dict[str, Any] | None]]) -> int:
+                  taken: Mapping[tuple[int, str], tuple[str, dict[str, Any] | None]]) -> int:
     """Carry the source's ingest records into a merge's revision on the target.
 
     The records merge three-way like nodes, per address, the record the source holds now
@@ -367,7 +367,7 @@ def carry_records(session: Session, ctx: WriteContext, source: BranchView, base:
         The merge base's view.
     since : int
         The source revision the base stands for: records the source wrote after it are candidates.
-    taken : dict
+    taken : Mapping
         ``(workspace id, path)`` of each node the merge writes to ``(how, flat value)``: ``how``
         is the plan's change source (``theirs``, ``merged``, ``value``, ``ours``), the value the
         node's flat value after the merge (None: deleted).
