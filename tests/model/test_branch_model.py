@@ -29,7 +29,8 @@ Ingest (``docs/ingest.md``): a small folder of text files, their texts drawn (un
 changed, a heading and a body both a person and the file changed), is ingested on a branch
 through ``kg.ops.ingest.ingest_path``, between people's edits, deletes and re-creations of the
 files' nodes. The model keeps, per branch, the last ingested hash and parse of each file (a
-branch sees its parent's up to the fork; a merge carries nodes, not records) and applies the
+branch sees its parent's up to the fork; a merge carries the source's records with its nodes,
+as ``kg.store.ingest_records.carry_records`` says) and applies the
 documented rule: an unchanged file is skipped, a changed one is merged per property with the
 node against the last parse (the person's value kept and listed where both changed it; a
 deleted node stays deleted). kg's nodes, its report and the revisions it wrote must be the
@@ -154,12 +155,14 @@ class Model:
         self.parent = {"main": None}
         self.base = {}                   # child -> (nodes copy, edges copy): the merge base
         self.records = {"main": {}}      # branch -> path -> (sha256, flat parse) of its last ingest
+        self.record_base = {}            # child -> its records at the merge base
         self.property_merges = 0
 
     def fork(self, name, parent):
         self.nodes[name] = dict(self.nodes[parent])
         self.edges[name] = dict(self.edges[parent])
         self.records[name] = dict(self.records[parent])
+        self.record_base[name] = dict(self.records[parent])
         self.parent[name] = parent
         self.base[name] = (dict(self.nodes[parent]), dict(self.edges[parent]))
 
@@ -399,8 +402,27 @@ class Model:
             oe.clear()
             oe.update(saved[1])
             return decisions, None
+        if node_writes or edge_writes:  # a merge with nothing to apply writes no revision, no record
+            self._carry_records(source, target, node_writes)
         self.base[source] = (dict(tn), dict(te))
+        self.record_base[source] = dict(self.records[source])
         return set(), {"nodes": report_nodes, "relations": report_edges, "lineage": lineage}
+
+    def _carry_records(self, source, target, node_writes):
+        """The documented rule: the source's records merge three-way with the target's (the
+        same record: the same file hash); one both sides changed follows its node, the source's
+        unless the merge kept the target's node."""
+        def same(a, b):
+            return a is not None and b is not None and a[0] == b[0]
+        was_records, ours_records = self.record_base[source], self.records[target]
+        for path, theirs in sorted(self.records[source].items()):
+            was, ours = was_records.get(path), ours_records.get(path)
+            if same(was, theirs) or same(ours, theirs):
+                continue
+            op = node_writes[path][0] if path in node_writes else None
+            if op == "kept" or (op is None and ours is not None and not same(ours, was)):
+                continue
+            ours_records[path] = theirs
 
     def refresh_derived(self, branch, checked, decided=None):
         """kg's lineage rule (no LLM) over the ``mentioned_in`` edge keys ``checked`` on
@@ -830,6 +852,9 @@ def machine_for(kind, tmp_root):
         def ingest_on_a_branch_then_merge(self, data, held, again):
             """A child ingests, is merged into its parent (which keeps its own records), and the
             parent ingests (the same files or others)."""
+            # "keeps its own records": where the child ingested no other version of a file; the
+            # merge carries the child's records with its nodes (Model._carry_records). The
+            # docstring is part of the machine's source, which seeds the derandomized run.
             child = data.draw(st.sampled_from(self.children()))
             self._ingest(child, held)
             self._merge(child, data)
