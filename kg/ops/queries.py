@@ -12,7 +12,7 @@ from sqlalchemy import or_, select
 
 from kg.access import authorize_whole_repository, can_see
 from kg.context import Actor, Resources, permit, reading, scoped_view
-from kg.errors import Forbidden, InvalidInput, KGError, MergeConflict, NotFound
+from kg.errors import Conflict, Forbidden, InvalidInput, KGError, MergeConflict, NotFound
 from kg.indexing import index_jobs
 from kg.ops import branches as branch_ops
 from kg.ops import merge as merge_ops
@@ -583,7 +583,7 @@ def merge_review(services: Resources, caller: Actor, repo: str, branch: str,
         decisions = [c for c in conflicts if c.get("kind") == "lineage"]
         return {"plan": exc.details.get("plan"), "derived": None, "derived_writes": [], "decisions": decisions,
                 "conflicts": len(conflicts) - len(decisions)}
-    except (InvalidInput, NotFound, Forbidden):
+    except (Conflict, InvalidInput, NotFound, Forbidden):  # Conflict: main has no parent
         return None
     return {"plan": out["plan"], "derived": out["derived"], "derived_writes": out["derived_writes"],
             "decisions": [], "conflicts": 0}
