@@ -9,9 +9,9 @@ from fastapi import Depends, FastAPI
 import kg
 from api import docs, errors, ui
 from api.deps import get_caller
+from api.errors import ERROR_RESPONSES
 from api.guard import RequestGuard
 from api.mcp import mcp_app
-from api.models import ERROR_RESPONSES
 from api.routes import (
     branches,
     functions,

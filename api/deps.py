@@ -101,7 +101,7 @@ BranchQ = Annotated[str, Query(description="Branch name; may contain '/'.", min_
                                json_schema_extra={"pattern": BRANCH_PATTERN})]
 MAX_REVISION = 2_147_483_647
 RevisionQ = Annotated[int | None, Query(ge=0, le=MAX_REVISION, description="Read the branch as of this revision.")]
-#: The write metadata of DELETE routes, bounded as in request bodies (api/models.py ``WriteMeta``).
+#: The write metadata of DELETE routes, bounded as in request bodies (:class:`kg.types.WriteMeta`).
 AsOfQ = Annotated[AwareDatetime | None, Query(
     description="World time (ISO 8601 with a zone): read the relations valid then; default now.")]
 IncludeInvalidQ = Annotated[bool, Query(description="Read every relation, whatever its validity.")]

@@ -19,10 +19,22 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from kg import errors
+from kg.types import ErrorBody
 
 log = logging.getLogger("kg.api")
 
 #: Status of every error class; the most specific class wins.
+#: Documented on every route (api/app.py): errors answer :class:`ErrorBody`, not FastAPI's
+#: ``HTTPValidationError``.
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "Refused: 400 malformed, 404 unknown repository / branch / "
+                                              "workspace / node, 409 conflict, 422 valid JSON that breaks a rule; "
+                                              "401 no valid API key, 403 outside the key's grants."},
+    "5XX": {"model": ErrorBody, "description": "502 / 503: an upstream (embedding provider, Weaviate, "
+                                              "database) is unreachable."},
+}
+
+
 STATUS: dict[type[errors.KGError], int] = {
     errors.KGError: 500,
     errors.NotFound: 404,

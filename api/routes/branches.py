@@ -6,10 +6,9 @@ from fastapi import APIRouter, Response
 
 from api.deps import BranchP, CallerDep, RepoP, ServicesDep
 from api.guard import GuardedRoute
-from api.models import BranchCreate
-from api.schemas import Branch, BranchList
 from kg.context import run
 from kg.ops import branches as branch_ops
+from kg.types import Branch, BranchCreate, BranchList
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/branches", tags=["branches"])
 

@@ -5,23 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Response
-from pydantic import Field
 
 from api.deps import CallerDep, RepoP, ServicesDep
 from api.guard import GuardedRoute
-from api.models import Strict
-from api.schemas import FunctionOutput, JobAccepted
 from kg.context import run
 from kg.rag import function_jobs
 from kg.rag.functions import invoke
+from kg.types import FunctionOutput, InvokeBody, JobAccepted
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/functions", tags=["functions"])
 
-
-class InvokeBody(Strict):
-    input: dict[str, Any]
-    branch: str = Field(default="main", min_length=1, max_length=255)
-    wait_for_completion: bool = True
 
 
 @router.post("/{repo}/{name}/invoke", response_model=FunctionOutput, response_model_exclude_unset=True,

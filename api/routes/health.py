@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 import kg
 from api.guard import GuardedRoute
-from api.schemas import Health
+from kg.types import Health
 
 router = APIRouter(route_class=GuardedRoute, tags=["health"])
 

@@ -8,13 +8,12 @@ from fastapi import APIRouter, Query
 
 from api.deps import MAX_REVISION, BranchP, BranchQ, CallerDep, RepoP, RevisionQ, ServicesDep
 from api.guard import GuardedRoute
-from api.models import BatchBody, MergeBody
-from api.schemas import BatchResult, BranchReset, Diff, MergeResult, RevisionLog
 from kg.context import run
 from kg.ops import nodes as node_ops
 from kg.ops import queries
 from kg.ops.branches import reset_branch
 from kg.ops.merge import merge_branch, preview_merge
+from kg.types import BatchBody, BatchResult, BranchReset, Diff, MergeBody, MergeResult, RevisionLog
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["history"])
 

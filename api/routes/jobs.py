@@ -6,8 +6,8 @@ from fastapi import APIRouter
 
 from api.deps import CallerDep, ServicesDep
 from api.guard import GuardedRoute
-from api.schemas import Job
 from kg.rag import function_jobs
+from kg.types import Job
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/jobs", tags=["jobs"])
 

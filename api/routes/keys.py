@@ -8,12 +8,11 @@ from fastapi import APIRouter
 
 from api.deps import CallerDep, ServicesDep
 from api.guard import GuardedRoute
-from api.models import KeyCreate
-from api.schemas import ApiKeyCreated, ApiKeyInfo, ApiKeyList
 from kg.access import make_grant
 from kg.context import run
 from kg.ops import keys as key_ops
 from kg.store.models import utcnow
+from kg.types import ApiKeyCreated, ApiKeyInfo, ApiKeyList, KeyCreate
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/keys", tags=["keys"])
 

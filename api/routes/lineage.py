@@ -11,9 +11,9 @@ from fastapi import APIRouter
 
 from api.deps import BranchQ, CallerDep, NodePathP, RepoP, RevisionQ, ServicesDep, WorkspaceP
 from api.guard import GuardedRoute
-from api.schemas import Lineage
 from kg.ops import lineage as lineage_ops
 from kg.store.paths import validate_path
+from kg.types import Lineage
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/workspaces/{ws}", tags=["lineage"])
 

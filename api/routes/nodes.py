@@ -19,13 +19,12 @@ from api.deps import (
     WorkspaceP,
 )
 from api.guard import GuardedRoute
-from api.models import NodePatch, NodePut
-from api.schemas import Node, NodeList, NodesDeleted
 from kg.context import run
 from kg.errors import InvalidInput
 from kg.ops import nodes as node_ops
 from kg.ops import queries
 from kg.store.paths import validate_path
+from kg.types import Node, NodeList, NodePatch, NodePut, NodesDeleted
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/workspaces/{ws}/nodes", tags=["nodes"])
 

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
-from pydantic import Field
 
 from api.deps import BranchQ, CallerDep, ServicesDep
 from api.guard import GuardedRoute
-from api.models import Strict
-from api.schemas import RagAnswer
 from kg.ragnode.service import run_rag_node
+from kg.types import RagAnswer, RagBody
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api", tags=["rag"])
 
-
-class RagBody(Strict):
-    config: dict[str, Any]
-    input: Any = Field(description="The node's markdown input: query, then ### File name blocks.")
 
 
 @router.post("/rag", response_model=RagAnswer, response_model_exclude_unset=True)

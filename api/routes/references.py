@@ -8,9 +8,9 @@ from fastapi import APIRouter, Query
 
 from api.deps import AddressQ, BranchQ, CallerDep, RepoP, RevisionQ, ServicesDep
 from api.guard import GuardedRoute
-from api.schemas import ReferenceList
 from kg.ops import queries
 from kg.store.references import MAX_LIMIT
+from kg.types import ReferenceList
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["references"])
 

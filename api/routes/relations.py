@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
-from pydantic import AwareDatetime, Field
 
 from api.deps import (
     ActorQ,
@@ -22,34 +21,27 @@ from api.deps import (
     WorkspaceP,
 )
 from api.guard import GuardedRoute
-from api.models import Address, RelationCreate, RelationInvalidate, RelationType, RelationTypesPut, Strict
-from api.schemas import NeighborList, Relation, RelationsDeleted, RelationTypes, Traversal
 from kg.context import run
 from kg.errors import InvalidInput
 from kg.graph.neighbors import DEFAULT_LIMIT, DIRECTIONS, MAX_LIMIT
-from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.ops import relations as relation_ops
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.graph import walk
-from kg.store.numbers import Integer
 from kg.store.paths import ADDRESS_PATTERN
+from kg.types import (
+    NeighborList,
+    Relation,
+    RelationCreate,
+    RelationInvalidate,
+    RelationsDeleted,
+    RelationTypes,
+    RelationTypesPut,
+    Traversal,
+    TraverseBody,
+)
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["relations"])
 
-
-class TraverseBody(Strict):
-    """``POST /traverse``: seeds, hop bound, direction, relation types and the two budgets."""
-
-    seeds: list[Address] = Field(min_length=1, max_length=MAX_NODES)
-    hops: Integer = Field(default=2, ge=0, le=MAX_HOPS)
-    direction: Literal["OUT", "IN", "BOTH"] = "BOTH"
-    types: list[RelationType] | None = None
-    max_nodes: Integer = Field(default=200, ge=1, le=MAX_NODES)
-    fan_out: Integer = Field(default=50, ge=1, le=MAX_FAN_OUT)
-    #: World time (ISO 8601 with a zone): follow the relations valid then; default now.
-    as_of: AwareDatetime | None = Field(default=None, strict=False)
-    #: Follow every relation, whatever its validity.
-    include_invalid: bool = False
 
 
 @router.post("/relations", response_model=Relation,

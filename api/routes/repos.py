@@ -8,10 +8,18 @@ from fastapi import APIRouter, Query, Response
 
 from api.deps import CallerDep, RepoP, ServicesDep, WorkspaceP
 from api.guard import GuardedRoute
-from api.models import RepoCreate, WorkspaceCreate, WorkspacePatch
-from api.schemas import EmbeddingChange, Repo, RepoList, Workspace, WorkspaceList
 from kg.context import run
 from kg.ops import repos as repo_ops
+from kg.types import (
+    EmbeddingChange,
+    Repo,
+    RepoCreate,
+    RepoList,
+    Workspace,
+    WorkspaceCreate,
+    WorkspaceList,
+    WorkspacePatch,
+)
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos", tags=["repositories"])
 

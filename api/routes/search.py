@@ -6,11 +6,11 @@ from fastapi import APIRouter
 
 from api.deps import BranchQ, CallerDep, RepoP, RevisionQ, ServicesDep
 from api.guard import GuardedRoute
-from api.schemas import IndexRetried, IndexStatus, SearchResponse
 from kg.context import run
 from kg.ops import queries
 from kg.ops import repos as repo_ops
 from kg.rag.search import SearchRequest, search_branch
+from kg.types import IndexRetried, IndexStatus, SearchResponse
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["search"])
 

@@ -18,7 +18,7 @@ _AS_BUILT = TypeAdapter(Any)
 def bodies_are_as_the_routes_built_them(monkeypatch):
     """Every 2xx body in every API test is, byte for byte, the JSON of the dict its route
     returned, which is what the route answered before it had a response model (``-> dict``):
-    the model (api/schemas.py) drops, adds, reorders and converts nothing. A mismatch fails
+    the model (:mod:`kg.types`) drops, adds, reorders and converts nothing. A mismatch fails
     the test at teardown, with the route and both bodies."""
     original = fastapi.routing.serialize_response
     mismatches: list[str] = []

@@ -1,4 +1,4 @@
-"""Response models (api/schemas.py): the OpenAPI document describes every 2xx body, and the
+"""Response models (:mod:`kg.types`): the OpenAPI document describes every 2xx body, and the
 models leave the bodies as the routes built them (every API test also checks that, through
 ``bodies_are_as_the_routes_built_them`` in conftest.py); here, full bodies of the cases where a
 model could most easily change one: keys some answers leave out, ints in number fields, the
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from api import schemas
 from api.app import create_app
+from kg import types as schemas
 from kg.settings import Settings
 
 NODES = "/api/repos/acme/workspaces/knowledge/nodes"

@@ -13,7 +13,7 @@ Checks, per response: no 5xx (``not_a_server_error``; a body its route's respons
 is a 500 as well); every 4xx/5xx carries the API.md error shape with a specific code; the
 response conforms to the OpenAPI document (``response_schema_conformance``,
 ``status_code_conformance``, ``content_type_conformance``): every 2xx body against its response
-model (api/schemas.py, which refuses unknown keys), errors against ``ErrorBody``; and the
+model (kg.types, which refuses unknown keys), errors against ``ErrorBody``; and the
 document describes what the server accepts (``positive_data_acceptance``): a request schemathesis
 generated as schema-valid is not refused with a 4xx other than 401, 403, 404, 409 or 429, for
 every operation but those of :data:`POSITIVE_DATA_GAPS` (each with the reason it still falls

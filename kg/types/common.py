@@ -1,0 +1,117 @@
+"""What every part of the contract shares: the error shape, the bases of request and result
+models, JSON numbers and timestamps, and the documented patterns of names, branches and addresses.
+
+Request models (:class:`Strict`) refuse unknown fields. Result models (:class:`Schema`) describe
+exactly what a use case answers: unknown keys are refused and nothing is coerced (``1`` stays
+``1``); a key some answers leave out is declared with :func:`absent`, and the HTTP layer
+serialises with ``exclude_unset`` so that left out stays left out and ``null`` stays ``null``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic.config import JsonDict
+
+from kg.store.numbers import integral
+from kg.store.paths import (
+    ADDRESS_PATTERN,
+    BRANCH_PATTERN,
+    NAME_PATTERN,
+    NON_BLANK_PATTERN,
+    TEXT_PATTERN,
+)
+from kg.store.relations import RELATION_TYPE_PATTERN
+
+# Documented patterns (json_schema_extra): the library checks them and says why (kg.store.paths).
+NAME_RULE: JsonDict = {"pattern": NAME_PATTERN, "maxLength": 128}
+BRANCH_RULE: JsonDict = {"pattern": BRANCH_PATTERN, "maxLength": 255}
+ADDRESS_RULE: JsonDict = {"pattern": ADDRESS_PATTERN, "maxLength": 1300}
+TEXT_RULE: JsonDict = {"pattern": TEXT_PATTERN}
+TYPE_RULE: JsonDict = {"pattern": RELATION_TYPE_PATTERN, "maxLength": 255}
+#: A node address 'workspace:/path' and a relation type, items of request lists.
+Address = Annotated[str, Field(json_schema_extra=ADDRESS_RULE)]
+RelationType = Annotated[str, Field(json_schema_extra=TYPE_RULE)]
+#: A revision number (the bounds before :func:`~kg.store.numbers.integral`, so that the document
+#: states them as ``minimum`` / ``maximum`` on an optional field too).
+RevisionNumber = Annotated[int, Field(ge=0, le=2_147_483_647), BeforeValidator(integral)]
+
+
+class ErrorInfo(BaseModel):
+    """What went wrong: a stable machine-readable ``code``, a human ``message``, and ``details``."""
+
+    model_config = ConfigDict(extra="forbid")
+    code: str = Field(description="Stable error code: malformed, invalid_input, not_found, conflict, ...")
+    message: str = Field(description="What went wrong, for a human.")
+    details: dict[str, Any] = Field(description="Structured details (may be empty).")
+
+
+class ErrorBody(BaseModel):
+    """The one error shape of every 4xx/5xx answer (API.md, "Errors")."""
+
+    model_config = ConfigDict(extra="forbid")
+    error: ErrorInfo
+
+
+class Strict(BaseModel):
+    """Refuses unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+#: A name or glob of a grant, or a key's name: 1 to 255 characters, not only blanks (kg.access.grant),
+#: no NUL (:data:`~kg.store.paths.TEXT_PATTERN`).
+GLOB_RULE: JsonDict = {"pattern": NON_BLANK_PATTERN, "maxLength": 255}
+Glob = Annotated[str, Field(min_length=1, max_length=255, json_schema_extra=GLOB_RULE)]
+
+
+class WriteMeta(Strict):
+    """Optional on every write: why, by whom, and the revision the writer's view was at."""
+
+    message: str | None = Field(default=None, max_length=10_000, json_schema_extra=TEXT_RULE)
+    actor: str | None = Field(default=None, max_length=255, json_schema_extra=TEXT_RULE)
+
+
+
+
+
+#: A JSON number kept as it came: an int stays an int, a float a float (a ``float`` field would
+#: turn ``1`` into ``1.0``, and a node's ``order`` or a relation's ``weight`` may be either).
+Number = Annotated[int | float, WithJsonSchema({"type": "number"})]
+#: An ISO 8601 timestamp, as ``datetime.isoformat`` writes it.
+Timestamp = Annotated[str, Field(description="ISO 8601 timestamp.")]
+#: Node properties, relation properties and other user JSON: any object.
+JSONObject = dict[str, Any]
+
+
+def _drop_default(schema: dict[str, Any]) -> None:
+    """No ``"default": null`` in the document for a key that is left out rather than null."""
+    schema.pop("default", None)
+
+
+def absent(description: str, **kwargs: Any) -> Any:
+    """A field that some answers leave out (and never answer as ``null`` unless typed so).
+
+    Parameters
+    ----------
+    description : str
+        When the key is present, for the OpenAPI document.
+    **kwargs
+        Further :func:`pydantic.Field` arguments (``alias``).
+
+    Returns
+    -------
+    pydantic.fields.FieldInfo
+        Not required, default None. The route serialises with ``exclude_unset``, so a key its
+        dict did not hold is left out of the body again.
+    """
+    return Field(default=None, description=description, json_schema_extra=_drop_default, **kwargs)
+
+
+class Schema(BaseModel):
+    """Base of the response models: unknown keys refused, nothing coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+

@@ -1,0 +1,116 @@
+"""Nodes: what a write sends, what a read answers, batches and references."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+from pydantic.config import JsonDict
+
+from kg.store.paths import (
+    MAX_PATH_CHARS,
+    NAME_PATTERN,
+    PATH_PATTERN,
+    TEXT_PATTERN,
+)
+from kg.store.references import REF_KEY, WORKSPACE_KEY
+from kg.types.common import (
+    GLOB_RULE,
+    JSONObject,
+    Number,
+    RevisionNumber,
+    Schema,
+    Timestamp,
+    WriteMeta,
+    absent,
+)
+
+# -- requests ----------------------------------------------------------------------
+
+
+#: A property value that is a reference ``{"kg:ref": path, "kg:workspace": name}`` holds a node path
+#: and a workspace name (kg.store.references; its target need not exist).
+_REFERENCE: JsonDict = {"if": {"type": "object", "required": [REF_KEY]}, "then": {"properties": {
+    REF_KEY: {"type": "string", "pattern": PATH_PATTERN, "maxLength": MAX_PATH_CHARS},
+    WORKSPACE_KEY: {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128}}}}
+#: Node properties: keys the store can hold (no NUL), references in top-level values and in the
+#: items of top-level lists (the ones kg reads) well formed.
+_PROPERTIES: JsonDict = {"propertyNames": {"pattern": TEXT_PATTERN}, "additionalProperties": {
+    "allOf": [_REFERENCE, {"if": {"type": "array"}, "then": {"items": _REFERENCE}}]}}
+
+
+class NodePut(WriteMeta):
+    node_type: str = Field(default="kg:Node", json_schema_extra=GLOB_RULE)
+    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
+    order: float | None = None
+    if_revision: RevisionNumber | None = None
+
+
+class NodePatch(WriteMeta):
+    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
+    node_type: str | None = Field(default=None, json_schema_extra=GLOB_RULE)
+    order: float | None = None
+    if_revision: RevisionNumber | None = None
+
+
+class BatchBody(WriteMeta):
+    upserts: list[dict[str, Any]] = Field(default_factory=list)
+    deletes: list[dict[str, Any]] = Field(default_factory=list)
+    parents: bool = False
+
+
+# -- nodes ----------------------------------------------------------------------------------
+
+
+class Node(Schema):
+    """A node (API.md, "Nodes")."""
+
+    id: str = Field(description="The node's id: derived from its workspace and path, the same on "
+                                "every branch and after a delete and re-creation.")
+    workspace: str
+    path: str
+    name: str = Field(description="The last segment of the path.")
+    parent_path: str | None
+    node_type: str
+    properties: JSONObject
+    order: Number | None
+    revision: int = Field(description="The revision that wrote this version.")
+    created_at: Timestamp | None
+    updated_at: Timestamp | None
+
+
+class NodeList(Schema):
+    """Children in order, or a page of the nodes under a prefix."""
+
+    nodes: list[Node]
+    next_cursor: str | None = absent("The cursor of the next page, null on the last.")
+
+
+class NodesDeleted(Schema):
+    """``DELETE`` of a node: the revision made and how many nodes it tombstoned."""
+
+    revision: int
+    deleted: int
+
+
+class BatchResult(Schema):
+    """``POST .../nodes:batch``: one revision for the whole batch."""
+
+    revision: int
+    upserted: list[Node]
+    deleted: int
+
+
+class Reference(Node):
+    """A node whose properties reference the target, with the property that does."""
+
+    property_key: str
+
+
+class ReferenceList(Schema):
+    """``GET .../references``."""
+
+    references: list[Reference]
+    truncated: bool = Field(description="More references exist than ``limit``.")
+
+

@@ -1,0 +1,140 @@
+"""Relations, neighbors and hop-bounded walks."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, ConfigDict, Field
+
+from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
+from kg.store.numbers import Integer
+from kg.types.common import (
+    ADDRESS_RULE,
+    TYPE_RULE,
+    Address,
+    JSONObject,
+    Number,
+    RelationType,
+    Schema,
+    Strict,
+    WriteMeta,
+)
+
+# -- requests ----------------------------------------------------------------------
+
+
+class TraverseBody(Strict):
+    """``POST /traverse``: seeds, hop bound, direction, relation types and the two budgets."""
+
+    seeds: list[Address] = Field(min_length=1, max_length=MAX_NODES)
+    hops: Integer = Field(default=2, ge=0, le=MAX_HOPS)
+    direction: Literal["OUT", "IN", "BOTH"] = "BOTH"
+    types: list[RelationType] | None = None
+    max_nodes: Integer = Field(default=200, ge=1, le=MAX_NODES)
+    fan_out: Integer = Field(default=50, ge=1, le=MAX_FAN_OUT)
+    #: World time (ISO 8601 with a zone): follow the relations valid then; default now.
+    as_of: AwareDatetime | None = Field(default=None, strict=False)
+    #: Follow every relation, whatever its validity.
+    include_invalid: bool = False
+
+
+class RelationCreate(WriteMeta):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    from_: str = Field(alias="from", json_schema_extra=ADDRESS_RULE)
+    to: str = Field(json_schema_extra=ADDRESS_RULE)
+    type: str = Field(json_schema_extra=TYPE_RULE)
+    weight: float | None = None
+    properties: dict[str, Any] = Field(default_factory=dict)
+    #: World time the fact holds from / until (ISO 8601 with a zone; a naive time is a 422).
+    valid_from: AwareDatetime | None = Field(default=None, strict=False)
+    valid_to: AwareDatetime | None = Field(default=None, strict=False)
+
+
+class RelationInvalidate(WriteMeta):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    from_: str = Field(alias="from", json_schema_extra=ADDRESS_RULE)
+    to: str = Field(json_schema_extra=ADDRESS_RULE)
+    type: str = Field(json_schema_extra=TYPE_RULE)
+    #: When the fact stopped holding (ISO 8601 with a zone); default now.
+    valid_to: AwareDatetime | None = Field(default=None, strict=False)
+    invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000)
+
+
+class RelationTypesPut(Strict):
+    #: Relation types that are single-valued per source in the workspace (replaced whole).
+    single_valued: list[RelationType] = Field(max_length=1000)
+# -- relations and the graph ----------------------------------------------------------------
+
+
+class Relation(Schema):
+    """A relation as asserted, and the revision that wrote it."""
+
+    from_: str = Field(alias="from")
+    to: str
+    type: str
+    weight: Number | None
+    properties: JSONObject
+    valid_from: str | None = None
+    valid_to: str | None = None
+    invalidated_by: str | None = None
+    revision: int
+
+
+class RelationTypes(Schema):
+    """A workspace's single-valued relation types."""
+
+    workspace: str
+    single_valued: list[str]
+
+
+class RelationsDeleted(Schema):
+    """``DELETE .../relations``: null revision when there was no such edge."""
+
+    revision: int | None
+    deleted: int
+
+
+class Neighbor(Schema):
+    """An edge seen from the node: the node at the other end."""
+
+    workspace: str
+    path: str
+    node_id: str
+    relation_type: str
+    weight: Number | None
+    direction: Literal["OUT", "IN"]
+    properties: JSONObject
+    valid_from: str | None = Field(description="World time the relation starts holding (ISO 8601, UTC); "
+                                               "null: always had.")
+    valid_to: str | None = Field(description="World time it stops holding; null: still holds.")
+    invalidated_by: str | None = Field(description="What superseded it (``from|type|to`` of the "
+                                                   "relation that replaced it, or free text).")
+
+
+class NeighborList(Schema):
+    """``GET .../neighbors`` in the stable order."""
+
+    neighbors: list[Neighbor]
+    truncated: bool = Field(description="More edges matched than ``limit``.")
+
+
+class TraversedNode(Schema):
+    """A node a walk reached, once, at its shortest hop; ``via``, ``weight`` and ``from``
+    describe the edge that reached it (null for a seed)."""
+
+    workspace: str
+    path: str
+    node_id: str
+    hop: int
+    via: str | None
+    weight: Number | None
+    from_: str | None = Field(alias="from")
+
+
+class Traversal(Schema):
+    """``POST .../traverse``."""
+
+    nodes: list[TraversedNode]
+    truncated: bool = Field(description="A budget left nodes unvisited.")
+
+
