@@ -32,15 +32,7 @@ _upgrade_lock = threading.Lock()
 log = logging.getLogger(__name__)
 
 class Database:
-    """One engine and its session factories.
-
-    Parameters
-    ----------
-    url : str
-        SQLAlchemy URL: ``sqlite:///path/kg.sqlite3`` or ``postgresql+psycopg://...``.
-    busy_timeout_s : float
-        SQLite only: how long a writer waits for the lock, in seconds.
-    """
+    """One engine and its session factories; ``busy_timeout_s`` is SQLite's lock wait, in seconds."""
 
     def __init__(self, url: str, *, busy_timeout_s: float = 30.0) -> None:
         self.url = url
@@ -74,39 +66,22 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """A session for reads; closed at the end (its transaction rolled back), leaving the
-        objects it loaded readable.
-
-        Yields
-        ------
-        Session
-            Not to be committed: a read never writes.
-        """
+        """A read session, rolled back at the end; the objects it loaded stay readable."""
         with self._reader() as session:
             yield session
 
     @contextmanager
     def read_connection(self) -> Iterator[Connection]:
-        """A plain connection for one small Core read, without an ORM session (half the cost
-        of :meth:`read` for a one-statement read on every request: authenticating a key).
-
-        Yields
-        ------
-        Connection
-            Its transaction is rolled back at the end: a read never writes.
+        """A plain connection for one small Core read, rolled back at the end (half the cost of
+        :meth:`read` for a one-statement read on every request: authenticating a key).
         """
         with self.engine.connect() as connection:
             yield connection
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A write transaction (``BEGIN IMMEDIATE`` on SQLite): committed on success,
-        rolled back on any error, so no error leaves a partial write.
-
-        Yields
-        ------
-        Session
-            The transaction; store functions flush, this context manager commits.
+        """A write transaction (``BEGIN IMMEDIATE`` on SQLite): committed on success, rolled back on any
+        error, so no error leaves a partial write. Store functions flush; this commits.
         """
         with self._writer() as session:
             try:
@@ -168,27 +143,20 @@ class Database:
             self.checkpoint()
 
     def checkpoint(self, *, wait_s: float = 0.25) -> bool:
-        """SQLite: copy the write-ahead log into the database file and truncate it (a
-        ``TRUNCATE`` checkpoint), waiting at most ``wait_s`` for readers; best effort.
+        """SQLite: fold the write-ahead log into the database file and truncate it (a ``TRUNCATE``
+        checkpoint), waiting at most ``wait_s`` seconds for readers (writers wait meanwhile); best effort.
 
-        A reader looks every page up in the log's index first, and that index covers every
-        frame written since the log was last reset: after a bulk import (1.7 GB of log at a
-        million nodes) NEIGHBORS from SQL took 7.5 ms, and 2.7 ms after ten writes and a
-        truncating checkpoint (``bench/scale.py``; not a strict A/B). SQLite's automatic
-        checkpoints copy the frames but do not reset the log while a reader holds an older
-        snapshot.
-
-        Parameters
-        ----------
-        wait_s : float
-            Seconds to wait for readers of older snapshots (the busy timeout of this call;
-            writers wait meanwhile, so it is short).
+        A reader looks every page up in the log's index first, and that index covers every frame
+        written since the log was last reset: after a bulk import (1.7 GB of log at a million nodes)
+        NEIGHBORS from SQL took 7.5 ms, and 2.7 ms after ten writes and a truncating checkpoint
+        (``bench/scale.py``; not a strict A/B). SQLite's automatic checkpoints copy the frames but do
+        not reset the log while a reader holds an older snapshot.
 
         Returns
         -------
         bool
-            True when the log was folded in and truncated; False on PostgreSQL, or when a
-            reader kept part of it (a later checkpoint folds the rest).
+            True when the log was folded in and truncated; False on PostgreSQL, or when a reader kept
+            part of it (a later checkpoint folds the rest).
 
         References
         ----------
@@ -214,18 +182,7 @@ class Database:
 
 
 def alembic_config(url: str) -> Config:
-    """An Alembic ``Config`` pointing at kg's migrations, for ``url``.
-
-    Parameters
-    ----------
-    url : str
-        The SQLAlchemy URL of the database to migrate.
-
-    Returns
-    -------
-    alembic.config.Config
-        With ``script_location`` (the ``migrations`` package) and ``sqlalchemy.url`` set.
-    """
+    """An Alembic ``Config`` for ``url`` with kg's ``migrations`` as its script location."""
     from alembic.config import Config
 
     script_location = str(resources.files("migrations"))

@@ -49,17 +49,8 @@ _MISSING = object()
 
 
 def node_value(version: NodeVersion | None) -> dict[str, Any] | None:
-    """The mergeable value of a node version (None: absent or deleted).
-
-    Parameters
-    ----------
-    version : NodeVersion or None
-        A version, or None for no version.
-
-    Returns
-    -------
-    dict or None
-        ``{"node_type", "properties", "order"}``, or None for no version or a tombstone.
+    """The mergeable value ``{"node_type", "properties", "order"}`` of a node version; None for no
+    version or a tombstone.
     """
     if version is None or version.deleted:
         return None
@@ -67,19 +58,9 @@ def node_value(version: NodeVersion | None) -> dict[str, Any] | None:
 
 
 def relation_value(version: RelationVersion | None) -> dict[str, Any] | None:
-    """The mergeable value of a relation version (None: absent or deleted).
-
-    Parameters
-    ----------
-    version : RelationVersion or None
-        A version, or None for no version.
-
-    Returns
-    -------
-    dict or None
-        ``{"weight", "properties", "valid_from", "valid_to", "invalidated_by"}`` (times as ISO
-        8601 text in UTC, or null), or None for no version or a tombstone. An invalidation
-        changes the value: it shows in a diff and merges like a re-weighting.
+    """The mergeable value ``{"weight", "properties", "valid_from", "valid_to", "invalidated_by"}``
+    of a relation version (times as ISO 8601 text in UTC, or null); None for no version or a
+    tombstone. An invalidation changes the value: it shows in a diff and merges like a re-weighting.
     """
     if version is None or version.deleted:
         return None
@@ -109,19 +90,8 @@ def _unflat(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """Per-key ``{"old", "new"}`` of what differs between two node values (properties,
-    ``node_type`` and ``order``).
-
-    Parameters
-    ----------
-    old, new : dict or None
-        Node values (:func:`node_value`); None for no node.
-
-    Returns
-    -------
-    dict of str to dict
-        Key -> ``{"old": ..., "new": ...}`` for every key whose value differs, keys sorted;
-        ``node_type`` and ``order`` appear as ``kg:node_type`` and ``kg:order``.
+    """Per key, sorted, ``{"old", "new"}`` of what differs between two node values (None: no node);
+    ``node_type`` and ``order`` appear as ``kg:node_type`` and ``kg:order``.
 
     Examples
     --------
@@ -140,19 +110,8 @@ def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> 
 
 def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
                          theirs: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
-    """Merge two node values at property level against their base.
-
-    Parameters
-    ----------
-    base : dict
-        The node value at the merge base (:func:`node_value`).
-    ours, theirs : dict
-        The target's and the source's values.
-
-    Returns
-    -------
-    (merged, conflicting_keys)
-        ``merged`` is None when some key changed differently on both sides.
+    """Merge two node values at property level against their base: ``(merged, conflicting_keys)``,
+    ``merged`` None when some key changed differently on both sides.
 
     Notes
     -----
@@ -197,21 +156,8 @@ def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
 
 
 def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> dict[NodeKey, NodeVersion]:
-    """The live versions the view sees at the given (workspace id, path) keys.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    keys : iterable of (int, str)
-        (workspace id, path) keys; duplicates are read once.
-
-    Returns
-    -------
-    dict of (int, str) to NodeVersion
-        Key -> live version; keys with no live node are absent.
+    """The live versions the view sees at the given (workspace id, path) keys; keys with no live node
+    are absent.
     """
     by_ws: dict[int, list[str]] = defaultdict(list)
     for wid, path in set(keys):
@@ -228,21 +174,8 @@ def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> 
 
 
 def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
-    """The live relation versions the view sees at the given keys.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    keys : iterable of (str, str, str)
-        (from node id, relation type, to node id) keys.
-
-    Returns
-    -------
-    dict of (str, str, str) to RelationVersion
-        Key -> live version (endpoints not checked); keys with no live edge are absent.
+    """The live relation versions the view sees at the given (from id, type, to id) keys, endpoints
+    not checked; keys with no live edge are absent.
     """
     wanted = set(keys)
     by_from: dict[str, set[RelKey]] = defaultdict(set)
@@ -265,22 +198,8 @@ def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) 
 
 
 def seen_relations(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
-    """The relation versions a reader of ``view`` sees at the given keys: live, with both
-    endpoints live (an edge whose endpoint is deleted is not seen, whatever its own row).
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    keys : iterable of (str, str, str)
-        (from node id, relation type, to node id) keys.
-
-    Returns
-    -------
-    dict of (str, str, str) to RelationVersion
-        Key -> version, for the edges a reader sees.
+    """The relation versions a reader of ``view`` sees at the given keys: live, with both endpoints
+    live (an edge whose endpoint is deleted is not seen, whatever its own row).
     """
     states = relation_states(session, view, keys)
     alive = nodes_by_id(session, view, {k[0] for k in states} | {k[2] for k in states})
@@ -329,11 +248,8 @@ class MergeBase:
 
     Attributes
     ----------
-    view : BranchView
-        The base state.
     since : int
         Revision after which the source's own versions are the candidates.
-    kind : {"fork", "merge"}
     time : int
         The fork revision, or the revision the last merge made: a branch with revisions after
         it has moved since the base.
@@ -351,32 +267,13 @@ class MergeBase:
     revision: int
 
     def report(self) -> dict[str, Any]:
-        """``{"kind", "branch", "revision"}``, as diff and merge answer it.
-
-        Returns
-        -------
-        dict
-            ``kind`` is ``"fork"`` or ``"merge"``; ``branch`` and ``revision`` name the base.
-        """
+        """``{"kind": "fork" | "merge", "branch", "revision"}``, as diff and merge answer it."""
         return {"kind": self.kind, "branch": self.view.branch.name, "revision": self.revision}
 
 
 def merge_base(session: Session, repo: Repository, source: Branch, target: Branch) -> MergeBase:
-    """The merge base of ``source`` and ``target``: their fork point or their last merge.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    repo : Repository
-        The repository of both branches.
-    source, target : Branch
-        Parent and child, in either order.
-
-    Returns
-    -------
-    MergeBase
-        The base's view and the revision on ``source`` it stands for (``since``).
+    """The merge base of ``source`` and ``target`` (parent and child, either order): their fork
+    point or their last merge.
 
     Raises
     ------
@@ -443,22 +340,11 @@ def _addresses(session: Session, views: list[BranchView], ids: set[str]) -> dict
 
 def diff_branches(session: Session, repo: Repository, branch_name: str, against: str | None = None, *,
                   readable: frozenset[int] | None = None) -> dict[str, Any]:
-    """What ``branch_name`` changed since its merge base with ``against`` (default: its parent).
+    """What ``branch_name`` changed since its merge base with ``against`` (its parent, the default,
+    or one of its children).
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    repo : Repository
-        The repository.
-    branch_name : str
-        The branch whose changes are listed.
-    against : str or None, optional
-        Its parent or one of its children; None for its parent.
-    readable : frozenset of int or None, optional
-        Only changes in these workspaces (node ids), and of relations whose endpoints are both
-        in them: a restricted reader's scope, applied in the queries that find the changes.
-        None: every workspace.
+    ``readable`` (workspace ids) limits the changes to those workspaces and to relations with both
+    endpoints in them, in the queries that find the changes: a restricted reader's scope.
 
     Returns
     -------
@@ -568,14 +454,8 @@ class MergePlan:
     workspaces: dict[int, str] = field(default_factory=dict)
 
     def preview(self) -> dict[str, Any]:
-        """What applying the plan would change (the dry run's ``applied``): the same report
+        """What applying the plan would change (the dry run's ``applied``): the report
         :func:`apply_merge` gives, so a dry run says exactly what the merge then does.
-
-        Returns
-        -------
-        dict
-            ``{"nodes": {"added", "modified", "deleted", "kept"}, "relations": {"upserted",
-            "removed", "kept"}}``: node addresses, and relation counts.
         """
         nodes: dict[str, list[Any]] = {"added": [], "modified": [], "deleted": [], "kept": []}
         for change in self.node_changes:
@@ -642,16 +522,11 @@ def _resolution_index(resolutions: list[dict[str, Any]] | None,
 
 def plan_merge(session: Session, repo: Repository, source_name: str, target_name: str, *,
                resolutions: list[dict[str, Any]] | None = None, writing_revision: int | None = None) -> MergePlan:
-    """Work out a merge of ``source_name`` into ``target_name`` without writing anything.
+    """Work out a merge of ``source_name`` into ``target_name`` (parent and child, either way)
+    without writing anything; unresolved conflicts are in the plan's ``conflicts``.
 
     Parameters
     ----------
-    session : Session
-        The caller's transaction.
-    repo : Repository
-        The repository of both branches.
-    source_name, target_name : str
-        The branch merged from and the branch merged into: parent and child, either way.
     resolutions : list of dict, optional
         ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value": {...}}`` for a
         node conflict (``value`` is the node's properties, all of them) or a node whose parent
@@ -660,11 +535,6 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
     writing_revision : int, optional
         The revision the merge itself is being written as (inside its write transaction):
         not counted as the target having moved.
-
-    Returns
-    -------
-    MergePlan
-        With ``conflicts`` listing every conflict left unresolved (base / ours / theirs).
 
     Raises
     ------
@@ -1066,26 +936,12 @@ def _check_orphans(session: Session, ours: BranchView, plan: MergePlan) -> None:
 
 def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
                 content_keys: dict[tuple[int, str], str | None]) -> dict[str, Any]:
-    """Write a conflict-free plan on the target as the context's revision.
+    """Write a conflict-free plan on the target as the context's revision; returns ``applied``
+    (:meth:`MergePlan.preview`).
 
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The revision on the target branch that the merge is written as.
-    plan : MergePlan
-        A plan of :func:`plan_merge` without conflicts.
-    content_keys : dict
-        For changes with ``needs_content``: ``(workspace id, canonical properties JSON)`` to
-        the content key of the merged text (chunks already stored).
-
-    Returns
-    -------
-    dict
-        ``applied`` (:meth:`MergePlan.preview`): the nodes ``added`` / ``modified`` /
-        ``deleted`` / ``kept`` (a conflict resolved 'ours': re-asserted, unchanged for a
-        reader) and the counts of relations ``upserted`` / ``removed`` / ``kept``.
+    ``content_keys`` maps, for changes with ``needs_content``, ``(workspace id, canonical
+    properties JSON)`` to the content key of the merged text (its chunks already stored). A node
+    ``kept`` is a conflict resolved 'ours': re-asserted, unchanged for a reader.
 
     Raises
     ------
@@ -1142,19 +998,9 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
 
 
 def record_merge(session: Session, repo: Repository, plan: MergePlan, target_revision: int) -> None:
-    """Remember that the target now holds the source as of ``plan.source_revision``: the base
-    of the next merge between them. Recorded even when the merge had nothing to apply.
-
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    repo : Repository
-        The repository of both branches.
-    plan : MergePlan
-        The plan applied.
-    target_revision : int
-        The target's revision after the merge.
+    """Record that the target (at ``target_revision``) now holds the source as of
+    ``plan.source_revision``: the base of the next merge between them. Recorded even when the
+    merge had nothing to apply.
     """
     source = get_branch(session, repo, plan.source)
     target = get_branch(session, repo, plan.target)
@@ -1176,17 +1022,8 @@ def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict[s
 
 
 def canonical(properties: dict[str, Any]) -> str:
-    """A canonical JSON text of properties (sorted keys), to key merged values.
-
-    Parameters
-    ----------
-    properties : dict
-        Plain JSON properties.
-
-    Returns
-    -------
-    str
-        Compact JSON, keys sorted, non-ASCII unescaped.
+    """A canonical JSON text of properties (compact, keys sorted, non-ASCII unescaped), to key merged
+    values.
 
     Examples
     --------
@@ -1206,32 +1043,19 @@ MAX_LOG_CHANGES = 10_000
 
 def revision_log(session: Session, view: BranchView, *, limit: int = 100, before: int | None = None,
                  max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
-    """The revisions a branch's history holds, newest first, with what each changed.
+    """The revisions a branch's history holds (its own and its ancestors' up to the fork), newest
+    first, with what each changed.
 
-    The history of a branch is its own revisions and its ancestors' up to the fork. A
-    restricted reader (``view.readable``) sees only the revisions that changed a node of a
+    A restricted reader (``view.readable``) sees only the revisions that changed a node of a
     workspace it may read or a relation between two such nodes, and of each only those changes.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state whose history is read.
-    limit : int, default 100
-        At most this many revisions, 1 to 1000.
-    before : int or None, optional
-        Only revisions with a number below it (the previous page's last number).
-    max_changes : int, default 100
-        At most this many changes listed per revision, 0 to 10,000 (nodes first, then
-        relations, each in write order); ``change_count`` counts them all.
+    ``limit`` is 1 to 1000; ``before`` pages (the previous page's last number); ``max_changes``
+    (0 to 10,000) caps the changes listed per revision (nodes first, then relations, each in write
+    order), while ``change_count`` counts them all.
 
     Returns
     -------
     list of dict
-        ``{"revision", "branch", "created_at", "message", "actor", "changes", "change_count"}``
-        per revision; ``changes`` lists the first ``max_changes`` node and relation writes of
-        that revision, ``change_count`` how many it made (what the reader may read of them).
+        ``{"revision", "branch", "created_at", "message", "actor", "changes", "change_count"}``.
 
     Raises
     ------
@@ -1291,24 +1115,8 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100, before
 
 def last_revisions(session: Session, view: BranchView, *, limit: int = 100,
                    before: int | None = None) -> list[Revision]:
-    """The revision rows of the branch's history that the reader sees, newest first, without
-    their changes (:func:`revision_log` lists them).
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state whose history is read (its chain, its reader's scope).
-    limit : int, default 100
-        1 to 1000.
-    before : int or None, optional
-        Only revisions with a number below it.
-
-    Returns
-    -------
-    list of Revision
-        At most ``limit`` rows, by number descending.
+    """The revision rows of the branch's history that the reader sees, newest first, without their
+    changes (:func:`revision_log` lists them).
 
     Raises
     ------
@@ -1343,24 +1151,9 @@ def _changed_readable(readable: frozenset[int], branches: Sequence[int]) -> Colu
 
 def ahead_behind(session: Session, repo: Repository, branch: Branch, *,
                  readable: frozenset[int] | None = None) -> tuple[int, int]:
-    """Revisions on the branch since its merge base with its parent, and on the parent since.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    repo : Repository
-        The repository.
-    branch : Branch
-        The branch compared with its parent.
-    readable : frozenset of int or None, optional
-        Count only the revisions that changed something in these workspaces (a restricted
-        reader's scope); None: every revision.
-
-    Returns
-    -------
-    (ahead, behind)
-        (0, 0) for ``main``.
+    """``(ahead, behind)``: revisions on the branch since its merge base with its parent, and on the
+    parent since ((0, 0) for ``main``); with ``readable``, only those that changed something in
+    these workspaces.
     """
     if branch.parent_id is None:
         return 0, 0
@@ -1384,20 +1177,6 @@ def ahead_behind(session: Session, repo: Repository, branch: Branch, *,
 
 def reset_branch(session: Session, repo: Repository, branch_name: str) -> Branch:
     """Drop everything written on a branch and fork it again from its parent's head.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    repo : Repository
-        The repository.
-    branch_name : str
-        The branch to reset.
-
-    Returns
-    -------
-    Branch
-        The branch, now based on the repository's head revision.
 
     Raises
     ------

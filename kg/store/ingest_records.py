@@ -33,19 +33,7 @@ NODE_TYPE_KEY = "kg:node_type"
 
 
 def flat_value(node_type: str, properties: dict[str, Any]) -> dict[str, Any]:
-    """A node's type and properties as one flat dict (the type under :data:`NODE_TYPE_KEY`).
-
-    Parameters
-    ----------
-    node_type : str
-        The node's type.
-    properties : dict
-        Its properties (not modified).
-
-    Returns
-    -------
-    dict
-        A new dict.
+    """A node's type and properties as one new flat dict (the type under :data:`NODE_TYPE_KEY`).
 
     Examples
     --------
@@ -56,55 +44,22 @@ def flat_value(node_type: str, properties: dict[str, Any]) -> dict[str, Any]:
 
 
 def version_value(version: NodeVersion | None) -> dict[str, Any] | None:
-    """The flat value of a node version; None for no version or a tombstone.
-
-    Parameters
-    ----------
-    version : NodeVersion or None
-        A version, or None.
-
-    Returns
-    -------
-    dict or None
-        :func:`flat_value` of its type and properties.
-    """
+    """The flat value of a node version; None for no version or a tombstone."""
     if version is None or version.deleted:
         return None
     return flat_value(version.node_type, version.properties)
 
 
 def split_value(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The node type and properties of a flat value (the inverse of :func:`flat_value`).
-
-    Parameters
-    ----------
-    value : dict
-        A flat value.
-
-    Returns
-    -------
-    (str, dict)
-        The type and a new dict of the properties.
-    """
+    """The node type and (a new dict of) the properties of a flat value: :func:`flat_value` inverted."""
     props = {k: v for k, v in value.items() if k != NODE_TYPE_KEY}
     return value[NODE_TYPE_KEY], props
 
 
 def base_patch(written: dict[str, Any] | None, parse: dict[str, Any]) -> dict[str, Any] | None:
-    """The patch that turns the value an ingest wrote into the file's parse.
-
-    Parameters
-    ----------
-    written : dict or None
-        The flat value the branch holds after the ingest (None: no node, e.g. a node people
-        deleted, kept deleted).
-    parse : dict
-        The flat value of the file's parse.
-
-    Returns
-    -------
-    dict or None
-        None when they are equal, else ``{"set": {key: value}, "unset": [key]}``.
+    """The patch that turns ``written`` (the flat value the branch holds after the ingest; None: no
+    node, e.g. one people deleted, kept deleted) into the file's ``parse``: None when they are
+    equal, else ``{"set": {key: value}, "unset": [key]}``.
 
     Examples
     --------
@@ -122,19 +77,8 @@ def base_patch(written: dict[str, Any] | None, parse: dict[str, Any]) -> dict[st
 
 
 def apply_patch(written: dict[str, Any] | None, patch: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The value ``patch`` (:func:`base_patch`) makes of ``written``.
-
-    Parameters
-    ----------
-    written : dict or None
-        A flat value, or None for no node.
-    patch : dict or None
-        A base patch; None changes nothing.
-
-    Returns
-    -------
-    dict or None
-        A new flat value; None when there was no node and no patch.
+    """The new flat value ``patch`` (:func:`base_patch`; None changes nothing) makes of ``written``;
+    None when there was no node and no patch.
 
     Examples
     --------
@@ -158,24 +102,8 @@ def _record_select(chain: tuple[tuple[int, int], ...]) -> Any:
 
 
 def find_record(session: Session, view: BranchView, workspace: str, path: str) -> IngestRecord | None:
-    """The last ingest record ``view`` sees at ``workspace:path``, or None.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read (its chain: a branch sees its parent's records up to the fork).
-    workspace : str
-        The workspace's name.
-    path : str
-        The node's path (validated).
-
-    Returns
-    -------
-    IngestRecord or None
-        None when no ingest on this branch's history wrote or recorded the address (never
-        ingested, or ingested before records were kept).
+    """The last ingest record ``view`` (its chain) sees at ``workspace:path``; None when no ingest in
+    the branch's history wrote or recorded the address (or it predates records).
 
     Raises
     ------
@@ -188,27 +116,12 @@ def find_record(session: Session, view: BranchView, workspace: str, path: str) -
 
 
 def record_base(session: Session, view: BranchView, record: IngestRecord) -> dict[str, Any] | None:
-    """The file's parse as of ``record``'s ingest: the base of the next three-way merge.
+    """The file's parse as of ``record``'s ingest, the base of the next three-way merge: the node as
+    the branch held it at the record's revision with its ``base_patch`` applied (None only if
+    neither exists).
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state that sees ``record``.
-    record : IngestRecord
-        An ingest record of the view's history (:func:`find_record`).
-
-    Returns
-    -------
-    dict or None
-        The flat value: the node as the branch held it at the record's revision with the
-        record's ``base_patch`` applied; None only if neither exists.
-
-    Notes
-    -----
-    One lookup of the node's version at that revision (the view's chain capped at it, so a
-    record inherited from the parent branch reads the parent's history).
+    One lookup of the node's version at that revision (the view's chain capped at it, so a record
+    inherited from the parent branch reads the parent's history).
     """
     capped = tuple((b, min(r, record.revision)) for b, r in view.chain)
     stmt, _ = visible_select(NodeVersion, Chain(capped), (NodeVersion.workspace_id, NodeVersion.path),
@@ -220,38 +133,15 @@ def record_base(session: Session, view: BranchView, record: IngestRecord) -> dic
 
 def last_written_by(session: Session, view: BranchView, workspace: str, path: str,
                     message: str, *, prefix: str | None = None) -> NodeVersion | None:
-    """The newest version of the node at ``workspace:path`` in ``view``'s history that a
-    revision logged with ``message`` wrote: the base of a node ingested before records were kept.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read (its own revisions and its ancestors' up to the fork).
-    workspace : str
-        The workspace's name.
-    path : str
-        The node's path (validated).
-    message : str
-        The revision message of an ingest of the node's file (``ingest <file>``).
-    prefix : str or None
-        Also a revision whose message starts with it (the ingest's relations, which write the
-        stub nodes of their targets).
-
-    Returns
-    -------
-    NodeVersion or None
-        A live version; None when no such revision wrote one.
+    """The newest live version of the node at ``workspace:path`` in ``view``'s history written by a
+    revision logged with ``message`` (``ingest <file>``), or starting with ``prefix`` (the ingest's
+    relations, which write their targets' stubs): the base of a node ingested before records were
+    kept. One query over ``ix_node_versions_path`` per chain entry, joined to the revision log.
 
     Raises
     ------
     kg.errors.NotFound
         Unknown workspace.
-
-    Notes
-    -----
-    One query over ``ix_node_versions_path`` per chain entry, joined to the revision log.
     """
     wid = workspace_id(view, workspace)
     by_message = Revision.message == message
@@ -271,32 +161,13 @@ def last_written_by(session: Session, view: BranchView, workspace: str, path: st
 def put_record(session: Session, ctx: WriteContext, workspace: str, path: str, *, sha256: str, source: str,
                patch: dict[str, Any] | None,
                relations: Sequence[tuple[str, str]] | None = None) -> IngestRecord:
-    """Record an ingest of a file at ``workspace:path`` in the write's revision.
+    """Record an ingest of a file at ``workspace:path`` in the write's revision (allocated here if
+    nothing else did: a record alone is a revision, e.g. a changed file whose node people deleted).
 
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The write (its revision is allocated if nothing else allocated it: a record alone is a
-        revision, e.g. a changed file whose node people deleted).
-    workspace : str
-        The workspace's name.
-    path : str
-        The node's path (validated).
-    sha256 : str
-        The hash of the file's bytes (hexadecimal).
-    source : str
-        The file, relative to the ingested folder.
-    patch : dict or None
-        :func:`base_patch` of the value the branch holds after this write and the file's parse.
-    relations : sequence of (str, str), or None
-        The ``(type, target path)`` relations the file asserts; None: not recorded (a stub).
-
-    Returns
-    -------
-    IngestRecord
-        The row added (flushed).
+    ``sha256`` hashes the file's bytes; ``source`` is the file relative to the ingested folder;
+    ``patch`` is :func:`base_patch` of the value the branch holds after this write and the file's
+    parse; ``relations`` the ``(type, target path)`` pairs the file asserts (None: a stub, not
+    recorded). Returns the row, flushed.
 
     Raises
     ------
@@ -332,7 +203,8 @@ def _same_file(a: IngestRecord | None, b: IngestRecord | None) -> bool:
 
 def carry_records(session: Session, ctx: WriteContext, source: BranchView, base: BranchView, since: int,
                   taken: Mapping[tuple[int, str], tuple[str, dict[str, Any] | None]]) -> int:
-    """Carry the source's ingest records into a merge's revision on the target.
+    """Carry the source's ingest records into a merge's revision on the target; returns how many
+    were written.
 
     The records merge three-way like nodes, per address, the record the source holds now
     (*theirs*) against the one the merge base held (*base*) and the target's (*ours*), two
@@ -357,25 +229,15 @@ def carry_records(session: Session, ctx: WriteContext, source: BranchView, base:
 
     Parameters
     ----------
-    session : Session
-        The merge's write transaction (its node versions flushed).
     ctx : WriteContext
-        The merge's revision on the target (``ctx.view``: the target before it).
-    source : BranchView
-        The source as merged (at the plan's source revision).
-    base : BranchView
-        The merge base's view.
+        The merge's revision on the target (``ctx.view``: the target before it); its node
+        versions are flushed.
     since : int
         The source revision the base stands for: records the source wrote after it are candidates.
     taken : Mapping
         ``(workspace id, path)`` of each node the merge writes to ``(how, flat value)``: ``how``
         is the plan's change source (``theirs``, ``merged``, ``value``, ``ours``), the value the
         node's flat value after the merge (None: deleted).
-
-    Returns
-    -------
-    int
-        The number of records written.
 
     Notes
     -----

@@ -20,31 +20,8 @@ from kg.store.models import ApiKey, ApiKeyGrant, ConsoleSession
 
 def insert_key(session: Session, *, key_id: str, name: str, secret_hash: str, created_by: str | None,
                created_at: datetime, expires_at: datetime | None, grants: list[dict[str, Any]]) -> ApiKey:
-    """Store a new key and its grants.
-
-    Parameters
-    ----------
-    session : Session
-        A write transaction.
-    key_id : str
-        The public id (the ``<id>`` of ``kg_<id>_<secret>``).
-    name : str
-        Unique name; the ``actor`` of the key's revisions.
-    secret_hash : str
-        HMAC-SHA256 of the secret, 64 hexadecimal digits.
-    created_by : str or None
-        Who made it.
-    created_at : datetime
-        When, UTC.
-    expires_at : datetime or None
-        When it stops working (None: never).
-    grants : list of dict
-        ``{"repo", "branches", "workspaces", "actions"}`` each.
-
-    Returns
-    -------
-    ApiKey
-        The stored row.
+    """Store a new key (``key_id`` is the ``<id>`` of ``kg_<id>_<secret>``; ``secret_hash`` its
+    secret's HMAC-SHA256, hexadecimal; ``name`` the ``actor`` of its revisions) and its grants.
 
     Raises
     ------
@@ -68,35 +45,14 @@ def insert_key(session: Session, *, key_id: str, name: str, secret_hash: str, cr
 
 
 def get_key(session: Session, key_id: str) -> ApiKey | None:
-    """The key with id ``key_id``, or None.
-
-    Parameters
-    ----------
-    session : Session
-        An open session.
-    key_id : str
-        The public id.
-
-    Returns
-    -------
-    ApiKey or None
-        The row; None when no key has that id.
-    """
+    """The key with id ``key_id``, or None."""
     return session.get(ApiKey, key_id)
 
 
 @dataclass(frozen=True)
 class KeyRecord:
-    """What authenticating a request needs of a key: its row's fields and its grants.
-
-    Attributes
-    ----------
-    id, name, secret_hash : str
-        As in :class:`kg.store.models.ApiKey`.
-    expires_at, revoked_at, last_used_at : datetime or None
-        UTC.
-    grants : tuple of dict
-        ``{"repo", "branches", "workspaces", "actions"}`` each, in the order given.
+    """What authenticating a request needs of a key: its row's fields (UTC times) and its grants, in
+    the order given.
     """
 
     id: str
@@ -117,24 +73,10 @@ _READ_KEY = (select(ApiKey.id, ApiKey.name, ApiKey.secret_hash, ApiKey.expires_a
 
 
 def read_key(session: Session | Connection, key_id: str) -> KeyRecord | None:
-    """A key with its grants, in one statement (the key left-joined to its grants).
+    """A key with its grants in one statement (the key left-joined to its grants), or None.
 
-    Parameters
-    ----------
-    session : Session or Connection
-        An open session, or a plain connection (:meth:`kg.store.db.Database.read_connection`).
-    key_id : str
-        The public id.
-
-    Returns
-    -------
-    KeyRecord or None
-        None when no key has that id.
-
-    Notes
-    -----
-    One indexed query (the primary key, ``ix_api_key_grants_key``) of column values, built
-    once, no ORM objects: it runs on every authenticated request.
+    One indexed query (the primary key, ``ix_api_key_grants_key``) of column values, built once,
+    no ORM objects: it runs on every authenticated request.
     """
     rows = session.execute(_READ_KEY, {"key_id": key_id}).all()
     if not rows:
@@ -146,20 +88,7 @@ def read_key(session: Session | Connection, key_id: str) -> KeyRecord | None:
 
 
 def key_grants(session: Session, key_id: str) -> list[dict[str, Any]]:
-    """The grants of a key, in the order they were given.
-
-    Parameters
-    ----------
-    session : Session
-        An open session.
-    key_id : str
-        The public id.
-
-    Returns
-    -------
-    list of dict
-        ``{"repo", "branches", "workspaces", "actions"}`` each.
-    """
+    """The grants of a key, in the order they were given."""
     rows = session.execute(select(ApiKeyGrant).where(ApiKeyGrant.key_id == key_id)
                            .order_by(ApiKeyGrant.id)).scalars()
     return [{"repo": g.repo, "branches": list(g.branches), "workspaces": list(g.workspaces),
@@ -167,37 +96,12 @@ def key_grants(session: Session, key_id: str) -> list[dict[str, Any]]:
 
 
 def list_keys(session: Session) -> list[ApiKey]:
-    """Every key, revoked and expired ones included, by creation.
-
-    Parameters
-    ----------
-    session : Session
-        An open session.
-
-    Returns
-    -------
-    list of ApiKey
-        The rows, oldest first.
-    """
+    """Every key, revoked and expired ones included, oldest first."""
     return list(session.execute(select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)).scalars())
 
 
 def revoke_key(session: Session, key_id: str, *, at: datetime) -> ApiKey:
     """Mark a key revoked (a key revoked already keeps its first time).
-
-    Parameters
-    ----------
-    session : Session
-        A write transaction.
-    key_id : str
-        The public id.
-    at : datetime
-        When, UTC.
-
-    Returns
-    -------
-    ApiKey
-        The row.
 
     Raises
     ------
@@ -214,23 +118,8 @@ def revoke_key(session: Session, key_id: str, *, at: datetime) -> ApiKey:
 
 
 def touch_key(session: Session, key_id: str, *, at: datetime, before: datetime) -> bool:
-    """Record that a key was used at ``at``, unless it was recorded after ``before`` already.
-
-    Parameters
-    ----------
-    session : Session
-        A write transaction.
-    key_id : str
-        The public id.
-    at : datetime
-        Now, UTC.
-    before : datetime
-        Only a ``last_used_at`` older than this (or none) is rewritten.
-
-    Returns
-    -------
-    bool
-        Whether the row was written.
+    """Record that a key was used ``at``, unless its ``last_used_at`` is ``before`` or later;
+    whether the row was written.
     """
     result = session.execute(update(ApiKey).where(ApiKey.id == key_id)
                              .where((ApiKey.last_used_at.is_(None)) | (ApiKey.last_used_at < before))
@@ -239,40 +128,13 @@ def touch_key(session: Session, key_id: str, *, at: datetime, before: datetime) 
 
 
 def add_console_session(session: Session, id_hash: str, key_id: str, *, at: datetime, expires_at: datetime) -> None:
-    """Record a sign-in to the console.
-
-    Parameters
-    ----------
-    session : Session
-        A write transaction.
-    id_hash : str
-        SHA-256 (hex) of the session id the cookie carries.
-    key_id : str
-        The key signed in with.
-    at, expires_at : datetime
-        Now and when the session ends by itself, UTC.
-    """
+    """Record a sign-in to the console (``id_hash``: SHA-256, hex, of the cookie's session id)."""
     session.add(ConsoleSession(id_hash=id_hash, key_id=key_id, created_at=at, expires_at=expires_at))
     session.flush()
 
 
 def console_session_key(session: Session | Connection, id_hash: str, now: datetime) -> str | None:
-    """The key of a console session that is still open at ``now``.
-
-    Parameters
-    ----------
-    session : Session or Connection
-        An open session or connection.
-    id_hash : str
-        SHA-256 (hex) of the session id.
-    now : datetime
-        UTC.
-
-    Returns
-    -------
-    str or None
-        The key's id; None for an unknown, expired or ended session.
-    """
+    """The key id of a console session still open at ``now``; None for an unknown, expired or ended one."""
     row = session.execute(select(ConsoleSession.key_id).where(
         ConsoleSession.id_hash == id_hash, ConsoleSession.ended_at.is_(None),
         ConsoleSession.expires_at > now)).first()
@@ -280,21 +142,8 @@ def console_session_key(session: Session | Connection, id_hash: str, now: dateti
 
 
 def end_console_session(session: Session, id_hash: str, *, at: datetime) -> bool:
-    """End a console session (signing out): every copy of its cookie is refused from now on.
-
-    Parameters
-    ----------
-    session : Session
-        A write transaction.
-    id_hash : str
-        SHA-256 (hex) of the session id.
-    at : datetime
-        Now, UTC.
-
-    Returns
-    -------
-    bool
-        Whether an open session was ended.
+    """End a console session (signing out): every copy of its cookie is refused from now on. Whether
+    an open session was ended.
     """
     result = session.execute(update(ConsoleSession).where(ConsoleSession.id_hash == id_hash,
                                                           ConsoleSession.ended_at.is_(None)).values(ended_at=at))

@@ -46,52 +46,20 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        """Mark a naive timestamp as UTC before it is stored.
-
-        Parameters
-        ----------
-        value : datetime or None
-            The value bound; a naive one is taken to be UTC.
-        dialect : Dialect
-            The database's dialect (unused).
-
-        Returns
-        -------
-        datetime or None
-            ``value``, timezone-aware.
-        """
+        """Mark a naive timestamp as UTC before it is stored."""
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        """Mark a timestamp read without a zone (SQLite) as UTC.
-
-        Parameters
-        ----------
-        value : datetime or None
-            The value read.
-        dialect : Dialect
-            The database's dialect (unused).
-
-        Returns
-        -------
-        datetime or None
-            ``value``, timezone-aware.
-        """
+        """Mark a timestamp read without a zone (SQLite) as UTC."""
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value
 
 
 def utcnow() -> datetime:
-    """Timezone-aware now, in UTC.
-
-    Returns
-    -------
-    datetime
-        The current time with ``tzinfo=UTC``.
-    """
+    """Timezone-aware now, in UTC."""
     return datetime.now(UTC)
 
 
@@ -503,20 +471,8 @@ class QueueWorker(Base):
 
 
 def node_dict(version: NodeVersion, workspace: str) -> dict[str, Any]:
-    """The API shape of a node version.
-
-    Parameters
-    ----------
-    version : NodeVersion
-        The version shown.
-    workspace : str
-        Its workspace's name.
-
-    Returns
-    -------
-    dict
-        ``id``, ``workspace``, ``path``, ``name``, ``parent_path``, ``node_type``, ``properties``,
-        ``order``, ``revision`` and the ISO 8601 ``created_at`` and ``updated_at``.
+    """The API shape of a node version: ``id``, ``workspace``, ``path``, ``name``, ``parent_path``,
+    ``node_type``, ``properties``, ``order``, ``revision``, ISO 8601 ``created_at``, ``updated_at``.
     """
     return {
         "id": version.node_id,

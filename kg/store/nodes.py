@@ -36,22 +36,10 @@ def node_uid(repo_uid: str, workspace_id: int, path: str) -> str:
 
     A node's identity across branches is its address (DESIGN.md, "Branches"): two branches
     that both create ``/entities/acme`` made one node, and a node deleted and created again
-    at its path is that node again. The id is therefore derived from the address, so every
-    table keyed by node id (relations, references, index placements) is keyed by address.
-
-    Parameters
-    ----------
-    repo_uid : str
-        The repository's uid (a UUID string; ids never collide across repositories).
-    workspace_id : int
-        The workspace's id.
-    path : str
-        The node's path (validated).
-
-    Returns
-    -------
-    str
-        A name-based UUID (version 5) in its 36-character text form.
+    at its path is that node again. The id is therefore derived from the address (and the
+    repository's uid, so ids never collide across repositories): every table keyed by node id
+    (relations, references, index placements) is keyed by address. A name-based UUID (version 5)
+    in its 36-character text form.
 
     References
     ----------
@@ -79,17 +67,9 @@ class NodeWrite:
 
 
 def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
-    """Check a node's type, properties and order.
-
-    Parameters
-    ----------
-    node_type : str
-        A non-empty type name of at most 255 characters.
-    properties : dict
-        A JSON object, at most ``MAX_PROPERTIES_BYTES`` (8 MiB) as compact JSON, no NaN or
-        infinity.
-    order : float or None
-        A finite sort position among siblings, or None.
+    """Check a node's type (non-empty, at most 255 characters), properties (a JSON object, at most
+    ``MAX_PROPERTIES_BYTES``, 8 MiB, as compact JSON, no NaN or infinity) and order (finite, or
+    None).
 
     Raises
     ------
@@ -123,23 +103,8 @@ def _find_node_stmt(chain: tuple[tuple[int, int], ...]) -> Select[Any]:
 
 
 def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
-    """The version of the node at ``workspace:path`` that ``view`` sees, or None.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace : str
-        Workspace name.
-    path : str
-        The node's path (not validated here; looked up in NFC, as :func:`validate_path` stores it).
-
-    Returns
-    -------
-    NodeVersion or None
-        The visible, live version; None when there is none (never created, or deleted).
+    """The visible, live version of the node at ``workspace:path``, or None (never created, or
+    deleted). ``path`` is not validated; it is looked up in NFC, as :func:`validate_path` stores it.
 
     Raises
     ------
@@ -153,23 +118,7 @@ def find_node(session: Session, view: BranchView, workspace: str, path: str) -> 
 
 
 def get_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion:
-    """The node at ``workspace:path``.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace : str
-        Workspace name.
-    path : str
-        The node's path.
-
-    Returns
-    -------
-    NodeVersion
-        The visible version.
+    """The visible version of the node at ``workspace:path``.
 
     Raises
     ------
@@ -189,25 +138,8 @@ def get_node(session: Session, view: BranchView, workspace: str, path: str) -> N
 
 
 def nodes_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> dict[str, NodeVersion]:
-    """The visible versions of the given node ids (deleted or unknown ids are absent).
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    node_ids : iterable of str
-        Node ids (:func:`node_uid`); duplicates are read once.
-
-    Returns
-    -------
-    dict of str to NodeVersion
-        Node id -> its visible, live version.
-
-    Notes
-    -----
-    One window query per 500 ids (``visible_select`` by node id).
+    """The visible, live versions of the given node ids (deleted or unknown ids are absent); one
+    window query per 500 ids.
     """
     return {version.node_id: version for stmt in _by_id_selects(view, node_ids) for version in session.scalars(stmt)}
 
@@ -241,17 +173,9 @@ def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
 def check_if_revision(current: NodeVersion | None, if_revision: int | None, workspace: str, path: str) -> None:
     """Refuse a write based on a stale view of the node (optimistic concurrency).
 
-    ``if_revision`` is the revision the writer read the node at: the write is refused when the
-    node changed after it (or was deleted, or appeared when the writer saw none: ``0``).
-
-    Parameters
-    ----------
-    current : NodeVersion or None
-        The node's visible version in the write transaction (None: no node).
-    if_revision : int or None
-        The revision the writer read; None checks nothing.
-    workspace, path : str
-        The node's address, for the message.
+    ``if_revision`` is the revision the writer read the node at (None checks nothing): the write is
+    refused when ``current`` (the node in the write transaction) changed after it, was deleted, or
+    appeared when the writer saw none (``0``).
 
     Raises
     ------
@@ -286,20 +210,11 @@ def put_node(
     if_revision: int | None = None,
     validated: bool = False,
 ) -> tuple[NodeVersion, bool]:
-    """Create or replace the node at ``workspace:path`` on the context's branch.
+    """Create or replace (properties whole) the node at ``workspace:path`` on the context's branch;
+    returns ``(version, created)``. The id is the address's (:func:`node_uid`) either way.
 
     Parameters
     ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The transaction's revision.
-    workspace : str
-        Workspace name.
-    path : str
-        The node's path.
-    write : NodeWrite
-        Type, properties (replaced whole), order and content key.
     parents : bool
         Create missing ancestors as ``kg:Folder`` nodes instead of refusing.
     if_revision : int or None
@@ -308,12 +223,6 @@ def put_node(
     validated : bool
         The caller has checked ``write`` with :func:`validate_node_input` already (the
         text-writing path does, before planning the text), so it is not checked twice.
-
-    Returns
-    -------
-    (NodeVersion, created)
-        ``created`` is False when an existing node was replaced. The id is the address's
-        (:func:`node_uid`) either way.
 
     Raises
     ------
@@ -351,19 +260,7 @@ def put_node(
 
 
 def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """Shallow merge: keys of ``patch`` replace, a ``None`` value removes the key.
-
-    Parameters
-    ----------
-    current : dict
-        The node's properties (not modified).
-    patch : dict
-        The keys to set, or to remove with a ``None`` value.
-
-    Returns
-    -------
-    dict
-        A new dict.
+    """Shallow merge into a new dict: keys of ``patch`` replace, a ``None`` value removes the key.
 
     Examples
     --------
@@ -380,23 +277,7 @@ def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str
 
 
 def children_exist(session: Session, view: BranchView, workspace: str, path: str) -> bool:
-    """Whether the node at ``path`` has at least one visible child.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace : str
-        Workspace name.
-    path : str
-        The parent's path.
-
-    Returns
-    -------
-    bool
-        True when some live node has ``path`` as its parent.
+    """Whether some live node has ``path`` as its parent.
 
     Raises
     ------
@@ -410,23 +291,7 @@ def children_exist(session: Session, view: BranchView, workspace: str, path: str
 
 
 def descendants(session: Session, view: BranchView, workspace: str, path: str) -> list[NodeVersion]:
-    """Every visible node strictly below ``path``.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace : str
-        Workspace name.
-    path : str
-        The ancestor's path (itself not included).
-
-    Returns
-    -------
-    list of NodeVersion
-        The live versions whose path starts with ``path + "/"``, in no particular order.
+    """Every visible node strictly below ``path``, in no particular order.
 
     Raises
     ------
@@ -443,30 +308,12 @@ def descendants(session: Session, view: BranchView, workspace: str, path: str) -
 
 def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, *,
                 recursive: bool = False) -> list[NodeVersion]:
-    """Tombstone the node (and, with ``recursive``, its descendants) on the branch, and the
-    relations that touch them.
+    """Tombstone the node (and, with ``recursive``, its descendants) and the relations that touch
+    them; returns the versions hidden (the node first, then its descendants by path).
 
     A deleted node's relations are removed with it (a tombstone per edge, in the same
     revision): an edge never outlives an endpoint, so a node created again at the path starts
     with no edges, and a merge carries the removals like any other relation change.
-
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The transaction's revision on the branch.
-    workspace : str
-        Workspace name.
-    path : str
-        The node's path.
-    recursive : bool
-        Also delete every descendant (otherwise a node with children is refused).
-
-    Returns
-    -------
-    list of NodeVersion
-        The versions that were hidden (the node first, then its descendants by path).
 
     Raises
     ------
@@ -496,24 +343,9 @@ def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, 
 
 
 def remove_relations_of(session: Session, ctx: WriteContext, node_ids: Iterable[str]) -> int:
-    """Tombstone, on the context's branch, every visible relation touching one of the nodes.
+    """Tombstone, at the context's revision, every visible relation touching one of the nodes;
+    returns how many.
 
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The revision the tombstones are written at.
-    node_ids : iterable of str
-        The nodes (by id) whose incoming and outgoing edges go.
-
-    Returns
-    -------
-    int
-        How many edges were removed.
-
-    Notes
-    -----
     One window query per 500 ids over the relation versions the branch's chain allows
     (``ix_relation_versions_key`` and ``ix_relation_versions_to``); O(e) for e edges touched.
     """
@@ -536,21 +368,8 @@ def remove_relations_of(session: Session, ctx: WriteContext, node_ids: Iterable[
 
 
 def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> RelationVersion:
-    """The version that removes ``edge`` on the context's branch at its revision.
-
-    Parameters
-    ----------
-    ctx : WriteContext
-        The revision the tombstone is written at.
-    edge : RelationVersion
-        The visible version of the edge to remove.
-    now : datetime
-        Its ``created_at``, timezone-aware UTC.
-
-    Returns
-    -------
-    RelationVersion
-        A new, unsaved tombstone (``deleted=True``, empty properties, the edge's weight).
+    """A new, unsaved tombstone of ``edge`` at the context's revision (empty properties, the edge's
+    weight; ``now`` is its UTC ``created_at``).
     """
     return RelationVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
@@ -561,28 +380,12 @@ def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> Re
 
 
 def node_addresses(session: Session, repo_id: int, node_ids: Iterable[str]) -> dict[str, str]:
-    """``{node id: "workspace:path"}`` of nodes that have a version on any branch of a repository.
+    """``{node id: "workspace:path"}`` of nodes that have a version on any branch of a repository
+    (an id without any version is absent).
 
     A node id is derived from its address (:func:`node_uid`), so any version tells it, live or
-    not. Relation versions keep their endpoints' addresses (NEIGHBORS' sort key).
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    repo_id : int
-        The repository.
-    node_ids : iterable of str
-        The ids wanted.
-
-    Returns
-    -------
-    dict of str to str
-        The address of each id found (an id without any version is absent).
-
-    Notes
-    -----
-    500 ids per statement, each an index probe of ``ix_node_versions_node_id`` per branch.
+    not. Relation versions keep their endpoints' addresses (NEIGHBORS' sort key). 500 ids per
+    statement, each an index probe of ``ix_node_versions_node_id`` per branch.
     """
     ids = sorted(set(node_ids))
     if not ids:
@@ -608,14 +411,9 @@ ORDER_BY_PATTERN = _ORDER_BY_RE
 
 @dataclass(frozen=True)
 class ChildOrder:
-    """How children are sorted: by ``order`` (the default), ``name`` or one property.
-
-    Parameters
-    ----------
-    field : str
-        ``"order"``, ``"name"`` or ``"properties.<key>"``.
-    descending : bool
-        Largest value first; children without the value stay last and ties stay by name.
+    """How children are sorted: ``field`` is ``"order"`` (the default), ``"name"`` or
+    ``"properties.<key>"``; descending or not, children without the value stay last and ties stay
+    by name.
     """
 
     field: str = "order"
@@ -627,18 +425,8 @@ class ChildOrder:
         return ("-" if self.descending else "") + self.field
 
     def key(self, v: NodeVersion) -> SortKey:
-        """The sort key of a child.
-
-        Parameters
-        ----------
-        v : NodeVersion
-            The child.
-
-        Returns
-        -------
-        SortKey
-            ``(missing, rank, value, name)``: ``missing`` when the child has no sortable value
-            (absent, null, a list or an object), ``rank`` 0 for numbers, 1 strings, 2 booleans.
+        """The sort key ``(missing, rank, value, name)`` of a child: ``missing`` when it has no sortable
+        value (absent, null, a list or an object), ``rank`` 0 for numbers, 1 strings, 2 booleans.
         """
         if self.field == "order":
             value: Any = v.order
@@ -656,18 +444,7 @@ class ChildOrder:
         return (True, 0, 0.0, v.name)
 
     def compare(self, a: SortKey, b: SortKey) -> int:
-        """Whether the child with key ``a`` comes before, with or after the one with ``b``.
-
-        Parameters
-        ----------
-        a, b : SortKey
-            Keys from :meth:`key`.
-
-        Returns
-        -------
-        int
-            -1 (before), 0 (same key) or 1 (after).
-        """
+        """-1, 0 or 1: the child with key ``a`` comes before, with or after the one with ``b``."""
         if a[0] != b[0]:
             return -1 if b[0] else 1
         if (a[1], a[2]) != (b[1], b[2]):
@@ -677,20 +454,8 @@ class ChildOrder:
 
 
 def child_order(order_by: str | None = None, direction: str | None = None) -> ChildOrder:
-    """Parse a children sort: ``order`` (default), ``name``, ``properties.<key>``, ``-`` for descending.
-
-    Parameters
-    ----------
-    order_by : str or None
-        ``order``, ``name`` or ``properties.<key>``, optionally with a leading ``-``
-        (descending); None: ``order``.
-    direction : {"asc", "desc"} or None
-        The direction; None: ascending unless ``order_by`` starts with ``-``.
-
-    Returns
-    -------
-    ChildOrder
-        The parsed sort.
+    """Parse a children sort: ``order`` (default), ``name``, ``properties.<key>``, with a leading
+    ``-`` for descending; ``direction`` (``asc``/``desc``) overrides, None keeps the ``-``.
 
     Raises
     ------
@@ -727,28 +492,9 @@ def _children_select(session: Session, view: BranchView, workspace: str, parent:
 
 def list_children(session: Session, view: BranchView, workspace: str, parent: str, *,
                   order: ChildOrder | None = None, node_type: str | None = None) -> list[NodeVersion]:
-    """The children of ``parent`` (``/`` for top level), by default in ``order``, then name.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace : str
-        Workspace name.
-    parent : str
-        The parent's path, or ``/`` for the top level.
-    order : ChildOrder or None, optional
-        The sort (:func:`child_order`); None: ``order`` ascending.
-    node_type : str or None, optional
-        Only children of this node type.
-
-    Returns
-    -------
-    list of NodeVersion
-        Children with the sort value first (ascending or descending; numbers, then strings,
-        then booleans), then those without it; ties by name.
+    """The children of ``parent`` (``/`` for top level), of ``node_type`` if given, sorted by
+    ``order`` (:func:`child_order`; default ``order`` ascending): those with the sort value first
+    (numbers, then strings, then booleans), then those without it; ties by name.
 
     Raises
     ------
@@ -772,33 +518,11 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
 def list_children_page(session: Session, view: BranchView, workspace: str, parent: str, *, limit: int = 100,
                        cursor: str | None = None, order: ChildOrder | None = None,
                        node_type: str | None = None) -> tuple[list[NodeVersion], str | None]:
-    """One page of the children of ``parent`` in their order (:func:`list_children`).
+    """One page (``limit`` 1 to 10000) of the children of ``parent`` in their order
+    (:func:`list_children`); returns ``(nodes, next_cursor)``, the cursor None on the last page.
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace : str
-        Workspace name.
-    parent : str
-        The parent's path, or ``/`` for the top level.
-    limit : int, default 100
-        Page size, 1 to 10000.
-    cursor : str or None, optional
-        The previous page's ``next_cursor`` (made with the same ``order``); None or ``""`` for
-        the first page.
-    order : ChildOrder or None, optional
-        The sort (:func:`child_order`); None: ``order`` ascending.
-    node_type : str or None, optional
-        Only children of this node type.
-
-    Returns
-    -------
-    (nodes, next_cursor)
-        ``next_cursor`` (opaque: the sort and the sort key of the page's last child) is None
-        on the last page.
+    ``cursor`` is the previous page's ``next_cursor`` (opaque: the sort and the sort key of the
+    page's last child), made with the same ``order``; None or ``""`` for the first page.
 
     Raises
     ------
@@ -883,32 +607,14 @@ def _decode_child_cursor(cursor: str, order: ChildOrder) -> SortKey:
 
 
 def parents_with_children(session: Session, view: BranchView, workspace: str, paths: Sequence[str]) -> set[str]:
-    """Which of ``paths`` have at least one visible child.
+    """Which of ``paths`` (a page of a tree) are the parent of some live node.
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace : str
-        Workspace name.
-    paths : sequence of str
-        Node paths (a page of a tree).
-
-    Returns
-    -------
-    set of str
-        The paths among ``paths`` that are the parent of some live node.
+    One window query per 500 paths; it returns parent paths only, never the children's rows.
 
     Raises
     ------
     kg.errors.NotFound
         Unknown workspace.
-
-    Notes
-    -----
-    One window query per 500 paths; it returns parent paths only, never the children's rows.
     """
     wid = workspace_id(view, workspace)
     out: set[str] = set()
@@ -922,17 +628,7 @@ def parents_with_children(session: Session, view: BranchView, workspace: str, pa
 
 
 def encode_cursor(path: str) -> str:
-    """An opaque pagination cursor after ``path``.
-
-    Parameters
-    ----------
-    path : str
-        The last path of a page.
-
-    Returns
-    -------
-    str
-        URL-safe base64 of the path's UTF-8 bytes, unpadded; :func:`decode_cursor` inverts it.
+    """An opaque pagination cursor after ``path``: URL-safe base64 of its UTF-8 bytes, unpadded.
 
     Examples
     --------
@@ -945,17 +641,7 @@ def encode_cursor(path: str) -> str:
 
 
 def decode_cursor(cursor: str) -> str:
-    """The path a cursor points after.
-
-    Parameters
-    ----------
-    cursor : str
-        A cursor from :func:`encode_cursor`.
-
-    Returns
-    -------
-    str
-        The path.
+    """The path a cursor (:func:`encode_cursor`) points after.
 
     Raises
     ------
@@ -969,19 +655,8 @@ def decode_cursor(cursor: str) -> str:
 
 
 def path_under(prefix: str, mode: str = "segments") -> ColumnElement[bool] | None:
-    """The SQL condition of :func:`kg.store.paths.path_has_prefix` on ``NodeVersion.path``.
-
-    Parameters
-    ----------
-    prefix : str
-        ``/``, a path, or a path with a trailing ``/``.
-    mode : {"segments", "raw"}
-        Match whole segments (``/a`` is ``/a`` and ``/a/...``, not ``/ab``), or any string prefix.
-
-    Returns
-    -------
-    ColumnElement or None
-        The condition; None for ``/`` (every path).
+    """The SQL condition of :func:`kg.store.paths.path_has_prefix` on ``NodeVersion.path``; None for
+    ``/`` (every path).
 
     Raises
     ------
@@ -1013,30 +688,8 @@ def _decode_prefix_cursor(cursor: str, prefix: str, mode: str) -> str:
 def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str, *,
                 limit: int = 1000, cursor: str | None = None,
                 mode: str = "segments") -> tuple[list[NodeVersion], str | None]:
-    """Nodes under ``prefix`` (:func:`kg.store.paths.path_has_prefix`), by path, one page at a time.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace : str
-        Workspace name.
-    prefix : str
-        ``/`` for every node, or a path prefix (:func:`kg.store.paths.validate_prefix`).
-    limit : int, default 1000
-        Page size, 1 to 10000.
-    cursor : str or None, optional
-        The previous page's ``next_cursor``; None for the first page.
-    mode : {"segments", "raw"}, default "segments"
-        ``/docs`` matches ``/docs`` and ``/docs/...`` (not ``/docs-old``); ``raw``: any path
-        that starts with the string.
-
-    Returns
-    -------
-    (nodes, next_cursor)
-        ``next_cursor`` is None on the last page.
+    """Nodes under ``prefix`` (:func:`kg.store.paths.path_has_prefix` in ``mode``), by path, one page
+    (``limit`` 1 to 10000) at a time; returns ``(nodes, next_cursor)``, None on the last page.
 
     Raises
     ------
@@ -1065,30 +718,11 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
 def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
                   path_prefix: str | None = None, path_prefix_mode: str = "segments",
                   with_properties: bool = True) -> list[NodeVersion]:
-    """Every visible node, optionally in some workspaces and under a path prefix.
+    """Every visible node, in no particular order, optionally in some workspaces (ids) and under a
+    path prefix (:func:`kg.store.paths.path_has_prefix`).
 
     ``with_properties=False`` leaves the (possibly large) properties unloaded: reading them
     afterwards is an error, so use it only when they are not needed.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace_ids : list of int or None, optional
-        Only these workspaces (by id); None for all.
-    path_prefix : str or None, optional
-        Only paths under it (:func:`kg.store.paths.path_has_prefix`); None or ``/`` for all.
-    path_prefix_mode : {"segments", "raw"}, default "segments"
-        Whole segments (``/a`` is ``/a`` and ``/a/...``), or a plain string prefix.
-    with_properties : bool, default True
-        Load the properties.
-
-    Returns
-    -------
-    list of NodeVersion
-        The live versions, in no particular order.
     """
     stmt = _visible_nodes_select(view, workspace_ids, path_prefix, path_prefix_mode)
     if not with_properties:
@@ -1128,30 +762,10 @@ def visible_node_heads(session: Session, view: BranchView, *, workspace_ids: lis
                        path_prefix: str | None = None, path_prefix_mode: str = "segments") -> list[NodeHead]:
     """:func:`visible_nodes` as plain rows of six columns: no ORM instance per node.
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    workspace_ids : list of int or None, optional
-        Only these workspaces (by id); None for all.
-    path_prefix : str or None, optional
-        Only paths under it (:func:`kg.store.paths.path_has_prefix`); None or ``/`` for all.
-    path_prefix_mode : {"segments", "raw"}, default "segments"
-        Whole segments, or a plain string prefix.
-
-    Returns
-    -------
-    list of NodeHead
-        The live versions, in no particular order.
-
-    Notes
-    -----
-    The same statement as :func:`visible_nodes`, selecting six columns, executed by Core and
-    fetched at once. Building an ORM instance per row was most of the time: at 100,000 nodes,
-    search's first call after a write (which reads the searchable nodes anew) took 3.7 s, now
-    about 1 s (``bench/scale.py``'s data; the read is still O(nodes) per new branch state).
+    The same statement, executed by Core and fetched at once. Building an ORM instance per row was
+    most of the time: at 100,000 nodes, search's first call after a write (which reads the
+    searchable nodes anew) took 3.7 s, now about 1 s (``bench/scale.py``'s data; the read is
+    still O(nodes) per new branch state).
     """
     stmt = _visible_nodes_select(view, workspace_ids, path_prefix, path_prefix_mode).with_only_columns(
         *_HEAD_COLUMNS)
@@ -1160,26 +774,7 @@ def visible_node_heads(session: Session, view: BranchView, *, workspace_ids: lis
 
 
 def node_heads_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> dict[str, NodeHead]:
-    """:func:`nodes_by_id` as plain rows of the six columns of :class:`NodeHead`.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    node_ids : iterable of str
-        Node ids; duplicates are read once.
-
-    Returns
-    -------
-    dict of str to NodeHead
-        Node id -> its visible, live version (deleted or unknown ids are absent).
-
-    Notes
-    -----
-    One window query per 500 ids (``visible_select`` by node id), executed by Core.
-    """
+    """:func:`nodes_by_id` as plain rows of the six columns of :class:`NodeHead`, executed by Core."""
     out: dict[str, NodeHead] = {}
     for stmt in _by_id_selects(view, node_ids):
         for row in session.connection().execute(stmt.with_only_columns(*_HEAD_COLUMNS)):
@@ -1188,25 +783,8 @@ def node_heads_by_id(session: Session, view: BranchView, node_ids: Iterable[str]
 
 
 def node_workspaces(session: Session, branches: Sequence[int], node_ids: Iterable[str]) -> dict[str, int]:
-    """The workspace of each node id (a node's id is derived from its workspace and path).
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    branches : sequence of int
-        Branches where a version of the nodes is (a view's chain; several views' chains).
-    node_ids : iterable of str
-        Node ids.
-
-    Returns
-    -------
-    dict of str to int
-        Node id -> workspace id, for the ids with a version on ``branches``.
-
-    Notes
-    -----
-    One statement per 500 ids (``ix_node_versions_node_id``).
+    """Node id -> workspace id, for the ids with a version on ``branches`` (a view's chain, or
+    several views' chains). One statement per 500 ids (``ix_node_versions_node_id``).
     """
     ids = list(dict.fromkeys(node_ids))
     out: dict[str, int] = {}
@@ -1220,43 +798,17 @@ def node_workspaces(session: Session, branches: Sequence[int], node_ids: Iterabl
 
 
 def workspace_by_id(session: Session, wid: int) -> Workspace:
-    """The workspace row with id ``wid``.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    wid : int
-        The workspace's id.
-
-    Returns
-    -------
-    Workspace
-        The row.
-    """
+    """The workspace row with id ``wid``."""
     return session.get_one(Workspace, wid)
 
 
 def written_workspaces(session: Session, branch: Branch) -> set[int]:
-    """The workspaces that hold what was written on ``branch`` itself (not what it inherits):
-    those of its node versions and those of the source nodes of its relation versions.
+    """The workspace ids that hold what was written on ``branch`` itself (not what it inherits):
+    those of its node versions and of the source nodes of its relation versions.
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    branch : Branch
-        The branch.
-
-    Returns
-    -------
-    set of int
-        Workspace ids (empty: nothing was written on the branch).
-
-    Notes
-    -----
-    Two statements on ``ix_node_versions_branch_revision`` and ``ix_relation_versions_branch_revision``,
-    then :func:`node_workspaces` for the relations' sources.
+    Two statements on ``ix_node_versions_branch_revision`` and
+    ``ix_relation_versions_branch_revision``, then :func:`node_workspaces` for the relations'
+    sources.
     """
     written = set(session.scalars(select(NodeVersion.workspace_id).where(NodeVersion.branch_id == branch.id)
                                   .distinct()))

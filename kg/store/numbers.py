@@ -14,18 +14,8 @@ from pydantic import BeforeValidator
 
 
 def integral(value: Any) -> Any:
-    """A float with no fractional part as its int; any other value unchanged (for the strict
-    ``int`` validation that follows).
-
-    Parameters
-    ----------
-    value : Any
-        The field's value as parsed from JSON.
-
-    Returns
-    -------
-    Any
-        ``int(value)`` for a finite float equal to an integer, else ``value``.
+    """``int(value)`` for a finite float equal to an integer, else ``value`` unchanged (for the
+    strict ``int`` validation that follows).
     """
     if isinstance(value, float) and value.is_integer():
         return int(value)

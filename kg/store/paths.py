@@ -49,19 +49,10 @@ def validate_path(path: str) -> str:
     """Check a node path and return it in Unicode normal form C.
 
     A path starts with ``/``, has no empty segment (``//``), no trailing ``/``, no ``.`` or
-    ``..`` segment and no control character; the root ``/`` is not a node path. The store
-    keys nodes by the NFC path this returns, so NFC and NFD spellings of one name (``é`` as
-    one code point, or ``e`` and a combining accent) address one node, on write and on read.
-
-    Parameters
-    ----------
-    path : str
-        The node path, at most 1024 characters, each segment at most 255.
-
-    Returns
-    -------
-    str
-        ``path`` in NFC (:func:`unicodedata.normalize`).
+    ``..`` segment and no control character; the root ``/`` is not a node path; at most 1024
+    characters, each segment at most 255. The store keys nodes by the NFC path this returns, so
+    NFC and NFD spellings of one name (``é`` as one code point, or ``e`` and a combining accent)
+    address one node, on write and on read.
 
     Raises
     ------
@@ -110,17 +101,7 @@ def validate_path(path: str) -> str:
 
 
 def validate_prefix(prefix: str) -> str:
-    """Check a listing prefix: ``/`` or a valid path, optionally with a trailing ``/``.
-
-    Parameters
-    ----------
-    prefix : str
-        The prefix of the paths to list.
-
-    Returns
-    -------
-    str
-        ``prefix`` in NFC (as :func:`validate_path`; the trailing ``/`` is kept).
+    """Check a listing prefix: ``/`` or a valid path, optionally with a trailing ``/`` (kept); NFC.
 
     Raises
     ------
@@ -143,18 +124,8 @@ PREFIX_MODES = ("segments", "raw")
 
 
 def validate_prefix_mode(mode: str) -> str:
-    """Check a prefix mode: ``"segments"`` or ``"raw"``.
-
-    Parameters
-    ----------
-    mode : str
-        ``"segments"``: ``/answers`` is the node ``/answers`` and what is under it, never
-        ``/answers-old``; ``"raw"``: every path that starts with the string.
-
-    Returns
-    -------
-    str
-        ``mode``.
+    """Check a prefix mode: ``"segments"`` (``/answers`` is the node ``/answers`` and what is under
+    it, never ``/answers-old``) or ``"raw"`` (every path that starts with the string).
 
     Raises
     ------
@@ -167,22 +138,8 @@ def validate_prefix_mode(mode: str) -> str:
 
 
 def path_has_prefix(path: str, prefix: str, mode: str = "segments") -> bool:
-    """Whether ``path`` is under ``prefix``.
-
-    Parameters
-    ----------
-    path : str
-        A node path.
-    prefix : str
-        ``/`` (everything), a path (the node itself and its descendants, in ``segments`` mode)
-        or a path with a trailing ``/`` (its descendants only).
-    mode : {"segments", "raw"}
-        Match whole segments, or any string prefix.
-
-    Returns
-    -------
-    bool
-        True when ``path`` matches.
+    """Whether ``path`` is under ``prefix``: ``/`` (everything), a path (the node and its
+    descendants, in ``segments`` mode) or a path with a trailing ``/`` (its descendants only).
 
     Examples
     --------
@@ -197,17 +154,7 @@ def path_has_prefix(path: str, prefix: str, mode: str = "segments") -> bool:
 
 
 def parent_of(path: str) -> str:
-    """The parent path (``/`` for a top-level node).
-
-    Parameters
-    ----------
-    path : str
-        A valid node path (not checked).
-
-    Returns
-    -------
-    str
-        The path without its last segment, or ``/``.
+    """The parent path (``/`` for a top-level node); ``path`` is not checked.
 
     Examples
     --------
@@ -221,16 +168,6 @@ def parent_of(path: str) -> str:
 def name_of(path: str) -> str:
     """The last segment of a path: the node's name.
 
-    Parameters
-    ----------
-    path : str
-        A valid node path (not checked).
-
-    Returns
-    -------
-    str
-        The text after the last ``/``.
-
     Examples
     --------
     >>> name_of("/entities/acme")
@@ -240,17 +177,7 @@ def name_of(path: str) -> str:
 
 
 def ancestors_of(path: str) -> list[str]:
-    """Every ancestor path from the top level down, excluding ``/`` and ``path`` itself.
-
-    Parameters
-    ----------
-    path : str
-        A valid node path (not checked).
-
-    Returns
-    -------
-    list of str
-        The ancestors, shortest first; empty for a top-level node.
+    """Every ancestor path, shortest first, excluding ``/`` and ``path`` itself.
 
     Examples
     --------
@@ -264,23 +191,11 @@ def ancestors_of(path: str) -> list[str]:
 
 
 def validate_name(kind: str, name: str) -> str:
-    """Check a repository, workspace or branch name.
+    """Check a repository, workspace or branch name (``kind``: the message and ``details`` key).
 
     Names start with a letter or digit and use letters, digits, ``.``, ``_``, ``-`` and, for
     branches, ``/`` (``agent/rag-session-001``); at most :data:`MAX_NAME_CHARS` characters
     (128 for a repository or workspace, 255 for a branch).
-
-    Parameters
-    ----------
-    kind : {"repository", "workspace", "branch"}
-        What is named: the message and ``details`` key, and whether ``/`` is allowed.
-    name : str
-        The name to check.
-
-    Returns
-    -------
-    str
-        ``name``.
 
     Raises
     ------
@@ -317,19 +232,8 @@ def validate_name(kind: str, name: str) -> str:
 
 
 def parse_address(address: str, *, default_workspace: str | None = None) -> tuple[str, str]:
-    """Split ``workspace:/path`` into (workspace, path); validate the path.
-
-    Parameters
-    ----------
-    address : str
-        ``workspace:/path``, or a bare ``/path`` when ``default_workspace`` is given.
-    default_workspace : str or None, optional
-        The workspace of a bare path.
-
-    Returns
-    -------
-    (workspace, path) : tuple of str
-        The workspace name (not checked to exist) and the validated path, in NFC.
+    """Split ``workspace:/path`` (or a bare ``/path`` in ``default_workspace``) into the workspace
+    name (not checked to exist) and the validated NFC path.
 
     Raises
     ------

@@ -57,28 +57,15 @@ def _target(key: str, value: dict[str, Any], workspace: str) -> tuple[str, str]:
 
 
 def extract_references(properties: dict[str, Any], *, workspace: str) -> list[tuple[str, str, str]]:
-    """The references in a node's properties.
+    """The references in a node's properties: (property key, target workspace, target path), in
+    property order, each once; ``workspace`` is the target's when a reference names none.
 
-    Parameters
-    ----------
-    properties : dict
-        A node's properties.
-    workspace : str
-        The node's workspace: the target's when a reference does not name one.
-
-    Returns
-    -------
-    list of (property key, target workspace, target path)
-        In property order, each once.
+    O(k + l) for k top-level keys and l items of top-level lists; deeper values are not read.
 
     Raises
     ------
     kg.errors.InvalidInput
         A malformed reference (``kg:ref`` not a valid path, a bad ``kg:workspace``).
-
-    Notes
-    -----
-    O(k + l) for k top-level keys and l items of top-level lists; deeper values are not read.
     """
     found: dict[tuple[str, str, str], None] = {}
     for key, value in properties.items():
@@ -89,21 +76,8 @@ def extract_references(properties: dict[str, Any], *, workspace: str) -> list[tu
 
 
 def index_references(session: Session, version: NodeVersion, *, workspace: str) -> int:
-    """Write the reference rows of a node version just flushed (none for a tombstone).
-
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    version : NodeVersion
-        Flushed (it has its id).
-    workspace : str
-        Its workspace's name.
-
-    Returns
-    -------
-    int
-        How many references were indexed.
+    """Write the reference rows of a node version just flushed (none for a tombstone); returns how
+    many.
 
     Raises
     ------
@@ -125,24 +99,14 @@ def index_references(session: Session, version: NodeVersion, *, workspace: str) 
 
 def list_references(session: Session, view: BranchView, target: str, *, limit: int = 1000,
                     ) -> tuple[list[dict[str, Any]], bool]:
-    """The nodes whose visible version references ``target``.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    target : str
-        A node address ``workspace:/path``. The node need not exist (a reference may dangle).
-    limit : int, default 1000
-        At most this many rows, 1 to 10,000.
+    """The nodes whose visible version references ``target`` (``workspace:/path``, which need not
+    exist), at most ``limit`` (1 to 10,000).
 
     Returns
     -------
     (rows, truncated)
-        Each row is the API node shape plus ``property_key`` (one row per property that holds
-        the reference), ordered by workspace name, path, then key; ``truncated`` when more exist.
+        The API node shape plus ``property_key`` (one row per property that holds the reference),
+        ordered by workspace name, path, then key; ``truncated`` when more exist.
 
     Raises
     ------

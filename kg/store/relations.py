@@ -51,17 +51,8 @@ RELATION_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, Relation
 
 
 def validate_relation_type(rel_type: Any) -> str:
-    """Check a relation type: a letter or ``_`` first, then letters, digits, ``_:-.``.
-
-    Parameters
-    ----------
-    rel_type : str
-        The type, at most 255 characters.
-
-    Returns
-    -------
-    str
-        ``rel_type``.
+    """Check a relation type: at most 255 characters, a letter or ``_`` first, then letters, digits,
+    ``_:-.``.
 
     Raises
     ------
@@ -108,22 +99,14 @@ def relate(
     valid_to: datetime | None = None,
     now: datetime | None = None,
 ) -> tuple[RelationVersion, bool]:
-    """Assert the edge ``source -[rel_type]-> target`` on the context's branch.
+    """Assert the edge ``source -[rel_type]-> target`` on the context's branch; returns
+    ``(version, created)``, ``created`` False when an existing edge's weight and properties were
+    replaced (whole).
 
     Parameters
     ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The transaction's revision on the branch.
-    source, target : str
-        Node addresses ``workspace:/path``.
-    rel_type : str
-        The relation type (:func:`validate_relation_type`).
     weight : float, optional
         A finite weight, or None (unweighted: sorted last by NEIGHBORS).
-    properties : dict, optional
-        Plain JSON properties of the edge (replaced whole); None for none.
     valid_from, valid_to : datetime or None, optional
         The world-time interval the fact holds in, timezone-aware UTC (checked by the caller,
         :mod:`kg.graph.validity`); None: unbounded. Replaced whole on a re-assertion.
@@ -133,11 +116,6 @@ def relate(
         from the source that is current at ``valid_from or now`` is invalidated in this same
         revision: ``valid_to`` is set to that time and ``invalidated_by`` to this relation
         (:func:`relation_ref`).
-
-    Returns
-    -------
-    (RelationVersion, created)
-        ``created`` is False when the edge existed and its weight and properties were replaced.
 
     Raises
     ------
@@ -184,19 +162,8 @@ SINGLE_VALUED_KEY = "single_valued_relation_types"
 
 
 def single_valued_types(session: Session, workspace_id: int) -> frozenset[str]:
-    """The relation types declared single-valued per source in a workspace.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    workspace_id : int
-        The source node's workspace.
-
-    Returns
-    -------
-    frozenset of str
-        From the workspace's ``config["single_valued_relation_types"]`` (empty when unset).
+    """The relation types a workspace declares single-valued per source
+    (``config["single_valued_relation_types"]``; empty when unset).
     """
     ws = session.get(Workspace, workspace_id)
     declared = (ws.config or {}).get(SINGLE_VALUED_KEY) if ws is not None else None
@@ -205,18 +172,6 @@ def single_valued_types(session: Session, workspace_id: int) -> frozenset[str]:
 
 def relation_ref(from_address: str | None, rel_type: str, to_address: str | None) -> str:
     """The reference of a relation kept in ``invalidated_by``: ``from|type|to``.
-
-    Parameters
-    ----------
-    from_address, to_address : str or None
-        The endpoints' ``workspace:path``.
-    rel_type : str
-        The relation type.
-
-    Returns
-    -------
-    str
-        ``from_address|rel_type|to_address``.
 
     Examples
     --------
@@ -244,22 +199,6 @@ def restamp_relation(session: Session, ctx: WriteContext, edge: RelationVersion,
 
     The cheap form of :func:`relate` for an edge just read on the context's branch: no
     endpoint lookups. Not flushed (the caller's next query or flush writes it).
-
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The revision the version is written at.
-    edge : RelationVersion
-        The edge's visible version.
-    properties : dict
-        Its new properties (plain JSON, replaced whole).
-
-    Returns
-    -------
-    RelationVersion
-        The new version.
     """
     version = RelationVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
@@ -274,30 +213,11 @@ def restamp_relation(session: Session, ctx: WriteContext, edge: RelationVersion,
 
 def invalidate(session: Session, ctx: WriteContext, source: str, target: str, rel_type: str, *,
                valid_to: datetime, invalidated_by: str | None = None) -> RelationVersion:
-    """Close the interval of the edge ``source -[rel_type]-> target`` at ``valid_to``.
+    """Close the interval of the edge ``source -[rel_type]-> target`` at ``valid_to`` (UTC), with
+    ``invalidated_by`` saying what superseded it (:func:`relation_ref`, or free text).
 
     The edge stays (``include_invalid`` and ``as_of`` before ``valid_to`` still read it); a new
     version of it on the context's branch carries ``valid_to`` and ``invalidated_by``.
-
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The revision the new version is written at.
-    source, target : str
-        Node addresses ``workspace:/path``.
-    rel_type : str
-        The relation type.
-    valid_to : datetime
-        Timezone-aware UTC: when the fact stopped holding.
-    invalidated_by : str or None, optional
-        What superseded it (a relation reference, :func:`relation_ref`, or free text).
-
-    Returns
-    -------
-    RelationVersion
-        The new version.
 
     Raises
     ------
@@ -324,24 +244,7 @@ def invalidate(session: Session, ctx: WriteContext, source: str, target: str, re
 
 def find_relation(session: Session, view: BranchView, from_id: str, to_id: str,
                   rel_type: str) -> RelationVersion | None:
-    """The visible version of one edge, or None.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    from_id, to_id : str
-        The endpoints' node ids.
-    rel_type : str
-        The relation type.
-
-    Returns
-    -------
-    RelationVersion or None
-        The live version of the edge (endpoints not checked), or None.
-    """
+    """The live version of one edge (endpoints not checked), or None."""
     stmt, _ = visible_select(
         RelationVersion, view, RELATION_KEY,
         RelationVersion.from_node_id == from_id, RelationVersion.to_node_id == to_id,
@@ -353,23 +256,8 @@ def find_relation(session: Session, view: BranchView, from_id: str, to_id: str,
 
 def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
              rel_type: str | None = None) -> int:
-    """Remove the edges from ``source`` to ``target`` (of ``rel_type``, or of every type).
-
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    ctx : WriteContext
-        The revision the tombstones are written at.
-    source, target : str
-        Node addresses ``workspace:/path``.
-    rel_type : str or None, optional
-        The type of the edge to remove; None removes every type between the two.
-
-    Returns
-    -------
-    int
-        How many edges were removed (tombstoned on the branch).
+    """Tombstone the edges from ``source`` to ``target`` of ``rel_type`` (None: every type); returns
+    how many.
 
     Raises
     ------
@@ -397,22 +285,7 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
 
 def visible_relations(session: Session, view: BranchView, *, node_ids: Iterable[str] | None = None,
                       ) -> list[RelationVersion]:
-    """Visible edges (touching ``node_ids`` when given) whose endpoints are both visible.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    node_ids : iterable of str or None, optional
-        Only edges from or to these nodes; None for every edge of the branch.
-
-    Returns
-    -------
-    list of RelationVersion
-        Live edges between live nodes, in no particular order.
-    """
+    """Live edges between live nodes (touching ``node_ids`` when given), in no particular order."""
     where = []
     if node_ids is not None:
         ids = list(node_ids)
@@ -451,23 +324,10 @@ class NeighborRow:
 def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_000,
                       ) -> Iterator[tuple[str, str, str, float | None, dict[str, Any] | None,
                                           datetime | None, datetime | None, str | None]]:
-    """Stream the branch's visible, not deleted relations (endpoints not checked).
+    """Stream the branch's visible, not deleted relations (endpoints not checked) as ``(from id,
+    type, to id, weight, properties, valid_from, valid_to, invalidated_by)``; the session stays
+    open while the iterator is consumed.
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction, open while the iterator is consumed.
-    view : BranchView
-        The branch state read.
-    batch : int, default 20000
-        Rows fetched per round trip.
-
-    Yields
-    ------
-    (from node id, relation type, to node id, weight, properties, valid_from, valid_to, invalidated_by)
-
-    Notes
-    -----
     One window query over the versions the branch's chain allows (``visible_select``), read
     ``batch`` rows at a time (a server-side cursor on PostgreSQL).
     """
@@ -486,24 +346,8 @@ def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_
 
 def read_node_addresses(session: Session, view: BranchView, node_ids: Collection[str] | None = None,
                         ) -> dict[str, tuple[int, str]]:
-    """``{node id: (workspace id, path)}`` of the live nodes among ``node_ids`` (all: None).
+    """``{node id: (workspace id, path)}`` of the live nodes among ``node_ids`` (None: all).
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    node_ids : collection of str or None, optional
-        The nodes wanted; None for every live node of the branch.
-
-    Returns
-    -------
-    dict of str to (int, str)
-        Node id -> (workspace id, path); deleted or unknown ids are absent.
-
-    Notes
-    -----
     Up to 5,000 ids are read by id, 500 per statement; more are read by one scan of the
     branch's visible nodes (columns only), which is cheaper than thousands of lookups.
     """
@@ -529,22 +373,6 @@ def read_node_addresses(session: Session, view: BranchView, node_ids: Collection
 def count_relation_versions(session: Session, view: BranchView, *, at_most: int) -> int:
     """How many relation versions the branch's chain allows, counted up to ``at_most + 1``.
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    at_most : int
-        Stop counting past this many.
-
-    Returns
-    -------
-    int
-        The count, or ``at_most + 1`` when there are more.
-
-    Notes
-    -----
     O(at_most), on ``ix_relation_versions_branch_revision``: what a view build would read,
     bounded, to decide whether to build in the request or in the background.
     """
@@ -557,26 +385,10 @@ def count_relation_versions(session: Session, view: BranchView, *, at_most: int)
 def list_relation_changes(session: Session, *, branch_id: int, after: int, upto: int,
                             ) -> list[tuple[str, str, str, float | None, dict[str, Any] | None, bool,
                                             datetime | None, datetime | None]]:
-    """Every relation version written on one branch with ``after < revision <= upto``, oldest
-    first: ``(from id, type, to id, weight, properties, deleted)``.
+    """Every relation version written on the branch itself (not its ancestors) with ``after <
+    revision <= upto``, in revision then id order: ``(from id, type, to id, weight, properties,
+    deleted, valid_from, valid_to, invalidated_by)``.
 
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    branch_id : int
-        The branch whose own versions are read (not its ancestors').
-    after, upto : int
-        The revision interval, open below and closed above.
-
-    Returns
-    -------
-    list of (str, str, str, float or None, dict or None, bool, datetime or None, datetime or None, str or None)
-        One tuple per version, in revision then id order (the last three: its validity,
-        ``valid_from``, ``valid_to``, ``invalidated_by``).
-
-    Notes
-    -----
     Served by ``ix_relation_versions_branch_revision``; O(changes), whatever the branch size.
     """
     stmt = (select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
@@ -590,25 +402,9 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
 
 def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int,
                         ) -> list[tuple[str, int, str, bool]]:
-    """Every node version written on one branch with ``after < revision <= upto``, oldest first.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    branch_id : int
-        The branch whose own versions are read (not its ancestors').
-    after, upto : int
-        The revision interval, open below and closed above.
-
-    Returns
-    -------
-    list of (str, int, str, bool)
-        ``(node id, workspace id, path, deleted)`` per version, in revision then id order.
-
-    Notes
-    -----
-    Served by ``ix_node_versions_branch_revision``; O(changes), whatever the branch size.
+    """Every node version written on the branch itself with ``after < revision <= upto``, in revision
+    then id order: ``(node id, workspace id, path, deleted)``. O(changes), on
+    ``ix_node_versions_branch_revision``.
     """
     stmt = (select(NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
             .where(NodeVersion.branch_id == branch_id, NodeVersion.revision > after,
@@ -684,18 +480,12 @@ def _neighbor_sort_key(row: NeighborRow) -> tuple[bool, float, str, str, str]:
 def list_neighbors(session: Session, view: BranchView, node_id: str, *, direction: str = "BOTH",
                   types: Collection[str] | None = None, limit: int, offset: int = 0,
                   at: datetime | None = None) -> list[NeighborRow]:
-    """NEIGHBORS of one node in SQL: its visible edges to live nodes, in the stable order.
+    """NEIGHBORS of one node in SQL: its visible edges to live nodes, ordered by weight descending
+    with null last, the other node's ``workspace:path`` (code-point order), type, direction.
 
     Parameters
     ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state read.
-    node_id : str
-        The node whose edges are listed.
     direction : {"OUT", "IN", "BOTH"}
-        Outgoing edges, incoming edges, or both.
     types : collection of str, optional
         Only edges of these relation types; None or empty for every type.
     limit, offset : int
@@ -704,12 +494,6 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
         Only edges whose visible version is valid at this world time (``valid_from <= at <
         valid_to``, null bounds unbounded), checked in the winners' statement, before the page
         is cut; None: every edge.
-
-    Returns
-    -------
-    list of NeighborRow
-        Ordered by weight descending with null last, the other node's ``workspace:path``
-        (code-point order), relation type, direction.
 
     Notes
     -----

@@ -40,8 +40,6 @@ class BranchView:
 
     Attributes
     ----------
-    repo : Repository
-    branch : Branch
     revision : int
         Effective revision read on ``branch`` itself.
     chain : tuple of (branch_id, max_revision)
@@ -63,43 +61,19 @@ class BranchView:
     readable: frozenset[int] | None = field(default=None, compare=False)
 
     def can_read(self, workspace_id: int) -> bool:
-        """Whether this view's reader may read workspace ``workspace_id``.
-
-        Parameters
-        ----------
-        workspace_id : int
-            A workspace of the view's repository.
-
-        Returns
-        -------
-        bool
-            True for every workspace when :attr:`readable` is None (an unrestricted reader).
+        """Whether this view's reader may read workspace ``workspace_id`` (always, when :attr:`readable`
+        is None).
         """
         return self.readable is None or workspace_id in self.readable
 
     def readable_ids(self) -> list[int]:
-        """The ids of the workspaces this view's reader may read, ascending.
-
-        Returns
-        -------
-        list of int
-            Every workspace of the repository when :attr:`readable` is None.
+        """The ids of the workspaces this view's reader may read, ascending (all when :attr:`readable` is
+        None).
         """
         return sorted(w for w in self.workspaces if self.can_read(w))
 
     def scoped(self, readable: frozenset[int] | None) -> BranchView:
-        """This view, read by a reader restricted to the workspaces ``readable``.
-
-        Parameters
-        ----------
-        readable : frozenset of int or None
-            Workspace ids (None: every workspace).
-
-        Returns
-        -------
-        BranchView
-            The same branch state; retrieval on it reads only ``readable``.
-        """
+        """This branch state, read by a reader restricted to the workspace ids ``readable`` (None: all)."""
         return replace(self, readable=readable)
 
     @property
@@ -118,18 +92,7 @@ class WriteContext:
     :attr:`revision` to stamp a version row: that first access allocates the revision (the
     repository's counter, the branch head, the log entry). A transaction that ends up writing
     nothing (an UNRELATE of no edge, a merge with nothing to apply) therefore commits nothing
-    and never needs a rollback.
-
-    Parameters
-    ----------
-    session : Session
-        The write transaction.
-    view : BranchView
-        The branch as this transaction sees it (its own writes included).
-    pending_revision : int
-        The number the revision gets if anything is written.
-    message, actor : str or None
-        Recorded with the revision.
+    and never needs a rollback. ``message`` and ``actor`` are recorded with the revision.
     """
 
     def __init__(self, session: Session, view: BranchView, pending_revision: int, *,
@@ -158,11 +121,6 @@ class WriteContext:
 
     def retitle(self, message: str | None) -> None:
         """Set the message the revision will be recorded with (before anything is written).
-
-        Parameters
-        ----------
-        message : str or None
-            The revision's message (None: none).
 
         Raises
         ------
@@ -217,19 +175,8 @@ def _allocate_revision(session: Session, view: BranchView, expected: int, *, mes
 
 
 def create_repository(session: Session, *, name: str) -> Repository:
-    """Create a repository with its ``main`` branch.
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    name : str
-        Letters, digits, ``-``, ``_`` and ``.``.
-
-    Returns
-    -------
-    Repository
-        The new repository (flushed: it has its id and uid).
+    """Create a repository (name: letters, digits, ``-``, ``_``, ``.``) with its ``main`` branch;
+    flushed, so it has its id and uid.
 
     Raises
     ------
@@ -254,27 +201,16 @@ def create_repository(session: Session, *, name: str) -> Repository:
 
 
 def get_repository(session: Session, name: str, *, lock: bool = False) -> Repository:
-    """The repository called ``name``; ``lock`` takes its row lock (PostgreSQL).
+    """The repository called ``name``.
 
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    name : str
-        The repository's name.
-    lock : bool
-        ``SELECT ... FOR UPDATE``: writers of the repository serialise on it; the row is then
-        read as of the lock, even if this session loaded it earlier (``populate_existing``:
-        one statement, no refresh).
-
-    Returns
-    -------
-    Repository
-        The repository row (locked when ``lock``).
+    ``lock`` takes its row lock (``SELECT ... FOR UPDATE``; PostgreSQL): writers of the repository
+    serialise on it, and the row is read as of the lock even if this session loaded it earlier
+    (``populate_existing``: one statement, no refresh).
 
     Raises
     ------
     kg.errors.NotFound
+        No repository of that name.
     """
     stmt = select(Repository).where(Repository.name == name)
     if lock:
@@ -286,24 +222,7 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
 
 
 def list_repositories(session: Session, *, after: str | None = None, limit: int | None = None) -> list[Repository]:
-    """Repositories by name: every one, or a page of them.
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    after : str or None, optional
-        Only repositories whose name sorts after this one (code-point order of the names).
-    limit : int or None, optional
-        At most this many; None for all.
-
-    Returns
-    -------
-    list of Repository
-        By name.
-
-    Notes
-    -----
+    """Repositories by name (code-point order): every one, or the page of ``limit`` after ``after``.
     One statement on the unique index of ``repositories.name``: O(limit), not O(repositories).
     """
     stmt = select(Repository).order_by(Repository.name)
@@ -317,16 +236,10 @@ def list_repositories(session: Session, *, after: str | None = None, limit: int 
 def delete_repository(session: Session, name: str) -> None:
     """Delete a repository and everything in it.
 
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    name : str
-        The repository's name.
-
     Raises
     ------
     kg.errors.NotFound
+        No repository of that name.
     """
     repo = get_repository(session, name, lock=True)
     # Children before parents: branch rows reference each other.
@@ -355,23 +268,8 @@ def _depth(branch: Branch, by_id: dict[int, Branch]) -> int:
 def create_workspace(
     session: Session, repo: Repository, *, name: str, config: dict[str, Any] | None = None
 ) -> Workspace:
-    """Create a workspace in ``repo``.
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    repo : Repository
-        The repository.
-    name : str
-        Letters, digits, ``-``, ``_`` and ``.``.
-    config : dict, optional
-        Its settings (``{"embedding": {...}}``).
-
-    Returns
-    -------
-    Workspace
-        The new workspace (flushed).
+    """Create a workspace in ``repo`` (name: letters, digits, ``-``, ``_``, ``.``; ``config``: its
+    settings, ``{"embedding": {...}}``), flushed.
 
     Raises
     ------
@@ -398,23 +296,10 @@ def create_workspace(
 def get_workspace(session: Session, repo: Repository, name: str) -> Workspace:
     """The workspace ``name`` of ``repo``.
 
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    repo : Repository
-        The repository.
-    name : str
-        The workspace's name.
-
-    Returns
-    -------
-    Workspace
-        The workspace row.
-
     Raises
     ------
     kg.errors.NotFound
+        No workspace of that name.
     """
     workspace = session.scalar(
         select(Workspace).where(Workspace.repo_id == repo.id, Workspace.name == name)
@@ -428,20 +313,7 @@ def get_workspace(session: Session, repo: Repository, name: str) -> Workspace:
 
 
 def list_workspaces(session: Session, repo: Repository) -> list[Workspace]:
-    """The workspaces of ``repo``, by name.
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    repo : Repository
-        The repository.
-
-    Returns
-    -------
-    list of Workspace
-        The workspaces, by name.
-    """
+    """The workspaces of ``repo``, by name."""
     return list(
         session.scalars(select(Workspace).where(Workspace.repo_id == repo.id).order_by(Workspace.name))
     )
@@ -458,23 +330,10 @@ def _branches(session: Session, repo: Repository) -> dict[str, Branch]:
 def get_branch(session: Session, repo: Repository, name: str) -> Branch:
     """The branch ``name`` of ``repo``.
 
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    repo : Repository
-        The repository.
-    name : str
-        The branch's name.
-
-    Returns
-    -------
-    Branch
-        The branch row.
-
     Raises
     ------
     kg.errors.NotFound
+        No branch of that name.
     """
     branch = session.scalar(select(Branch).where(Branch.repo_id == repo.id, Branch.name == name))
     if branch is None:
@@ -485,20 +344,7 @@ def get_branch(session: Session, repo: Repository, name: str) -> Branch:
 
 
 def list_branches(session: Session, repo: Repository) -> list[Branch]:
-    """The branches of ``repo``, by name.
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    repo : Repository
-        The repository.
-
-    Returns
-    -------
-    list of Branch
-        The branches, by name.
-    """
+    """The branches of ``repo``, by name."""
     return sorted(_branches(session, repo).values(), key=lambda b: b.name)
 
 
@@ -510,26 +356,12 @@ def create_branch(
     from_branch: str = MAIN,
     at_revision: int | None = None,
 ) -> Branch:
-    """Create a branch by writing one row: nothing is copied.
+    """Create a branch by writing one row: nothing is copied; flushed, its ``head_revision`` equal to
+    its ``base_revision`` (the parent's revision ``at_revision``, default now).
 
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    repo : Repository
-        Locked by the caller (``get_repository(..., lock=True)``) so that two creations of
-        one name serialise.
-    name : str
-        New branch name; may contain ``/``.
-    from_branch : str
-        Parent branch.
-    at_revision : int, optional
-        Fork the parent as it was at this revision (default: now).
-
-    Returns
-    -------
-    Branch
-        The new branch (flushed), its ``head_revision`` equal to its ``base_revision``.
+    ``repo`` must be locked by the caller (``get_repository(..., lock=True)``) so that two
+    creations of one name serialise. O(1) in the size of the repository: the branch reads its
+    parent's versions with revision <= ``base_revision`` (DESIGN.md, copy-on-write by revision).
 
     Raises
     ------
@@ -539,11 +371,6 @@ def create_branch(
         Unknown parent, or a revision above the repository's head (not written yet).
     kg.errors.Conflict
         The name exists.
-
-    Notes
-    -----
-    O(1) in the size of the repository: the branch reads its parent's versions with
-    revision <= ``base_revision`` (DESIGN.md, copy-on-write by revision).
     """
     validate_name("branch", name)
     parent = get_branch(session, repo, from_branch)
@@ -577,18 +404,10 @@ def create_branch(
 def delete_branch(session: Session, repo: Repository, name: str) -> None:
     """Delete a branch and the versions written on it.
 
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    repo : Repository
-        The repository.
-    name : str
-        The branch's name (not ``main``).
-
     Raises
     ------
     kg.errors.NotFound
+        No branch of that name.
     kg.errors.Conflict
         ``main``, or a branch that other branches were created from.
     """
@@ -610,20 +429,7 @@ def delete_branch(session: Session, repo: Repository, name: str) -> None:
 
 
 def parent_name(session: Session, branch: Branch) -> str | None:
-    """Name of the branch's parent, or None for ``main``.
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    branch : Branch
-        The branch.
-
-    Returns
-    -------
-    str or None
-        The parent's name; None for ``main``.
-    """
+    """Name of the branch's parent, or None for ``main``."""
     if branch.parent_id is None:
         return None
     return session.scalar(select(Branch.name).where(Branch.id == branch.parent_id))
@@ -635,21 +441,8 @@ def parent_name(session: Session, branch: Branch) -> str | None:
 def branch_view(
     session: Session, repo_name: str, branch_name: str = MAIN, *, at_revision: int | None = None
 ) -> BranchView:
-    """Resolve what ``branch_name`` sees (at ``at_revision``, default its head).
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    repo_name, branch_name : str
-        The repository and the branch (default ``main``).
-    at_revision : int or None
-        Read as of this revision (``0..head``); None: the branch's head.
-
-    Returns
-    -------
-    BranchView
-        The branch and its ancestors, each capped at the revision it is read as of.
+    """Resolve what ``branch_name`` sees as of ``at_revision`` (``0..head``; None: its head): the
+    branch and its ancestors, each capped at the revision it is read as of.
 
     Raises
     ------
@@ -708,21 +501,8 @@ def begin_write(
 
     Takes the repository's row lock (the revision counter), so writers of one repository
     serialise and the counter never repeats; on SQLite the transaction began IMMEDIATE. The
-    revision itself is allocated by the first write (:class:`WriteContext`).
-
-    Parameters
-    ----------
-    session : Session
-        A write transaction (:meth:`kg.store.db.Database.write`).
-    repo_name, branch_name : str
-        Where to write.
-    message, actor : str or None
-        Recorded with the revision: why, and who (at most 255 characters).
-
-    Returns
-    -------
-    WriteContext
-        The write's place on the branch; its revision is allocated by the first write.
+    revision itself is allocated by the first write (:class:`WriteContext`), recorded with
+    ``message`` and ``actor`` (at most 255 characters).
 
     Raises
     ------
@@ -740,41 +520,17 @@ def begin_write(
 
 
 def count_branch_children(session: Session, branch: Branch) -> int:
-    """How many branches were created from ``branch``.
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    branch : Branch
-        The branch.
-
-    Returns
-    -------
-    int
-        The number of branches whose parent is ``branch``.
-    """
+    """How many branches were created from ``branch``."""
     return session.scalar(select(func.count()).where(Branch.parent_id == branch.id)) or 0
 
 
 def workspace_id(view: BranchView, workspace: str) -> int:
     """The id of ``workspace`` in the view's repository.
 
-    Parameters
-    ----------
-    view : BranchView
-        A view of the repository (its workspaces are loaded with it).
-    workspace : str
-        A workspace name.
-
-    Returns
-    -------
-    int
-        The workspace's id.
-
     Raises
     ------
     kg.errors.NotFound
+        No workspace of that name.
     """
     for wid, name in view.workspaces.items():
         if name == workspace and view.can_read(wid):

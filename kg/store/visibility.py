@@ -83,10 +83,6 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
 
     Parameters
     ----------
-    model : NodeVersion or RelationVersion
-        The versioned entity's model.
-    view : BranchView or Chain
-        The branch state read: only its ``chain`` is used.
     partition : sequence of columns
         What identifies one entity (``workspace_id, path`` for nodes by address, ``node_id``
         for nodes by id, ``from_node_id, rel_type, to_node_id`` for relations).
@@ -105,10 +101,9 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
     Notes
     -----
     A view with :attr:`~kg.store.repos.BranchView.readable` set reads only what its reader may
-    read (:func:`reader_scope`), in this same query.
-
-    The window runs over ids and key columns only (served by the version indexes); the
-    winners' rows, with their possibly large properties, are read once, by primary key.
+    read (:func:`reader_scope`), in this same query. The window runs over ids and key columns only
+    (served by the version indexes); the winners' rows, with their possibly large properties, are
+    read once, by primary key.
     """
     where = (*where, *reader_scope(model, view))
     rn = func.row_number().over(
@@ -123,23 +118,13 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
 
 
 def reader_scope(model: Any, view: BranchView | Chain) -> tuple[ColumnElement[bool], ...]:
-    """The filters that keep a restricted reader inside the workspaces it may read.
+    """The filters that keep a restricted reader inside the workspaces it may read (none for a
+    :class:`Chain` or an unrestricted view).
 
-    A node is in one workspace for life (its id is derived from it), so the filters are on
-    columns constant across an entity's versions and may sit inside the window query.
-
-    Parameters
-    ----------
-    model : NodeVersion or RelationVersion
-        The versioned entity read.
-    view : BranchView or Chain
-        The branch state read; a :class:`Chain` or an unrestricted view adds nothing.
-
-    Returns
-    -------
-    tuple of SQL expressions
-        For nodes: the workspace is readable. For relations: both endpoints are nodes of
-        readable workspaces (an index probe of ``ix_node_versions_node_id`` per endpoint).
+    A node is in one workspace for life (its id is derived from it), so the filters are on columns
+    constant across an entity's versions and may sit inside the window query. Nodes: the workspace
+    is readable; relations: both endpoints are nodes of readable workspaces (an index probe of
+    ``ix_node_versions_node_id`` per endpoint).
     """
     readable = view.readable if isinstance(view, BranchView) else None
     if readable is None:
@@ -154,24 +139,9 @@ def reader_scope(model: Any, view: BranchView | Chain) -> tuple[ColumnElement[bo
 
 
 def readable_node(column: Any, readable: Collection[int], branches: Sequence[int]) -> ColumnElement[bool]:
-    """Whether the node id in ``column`` belongs to one of the workspaces ``readable``.
-
-    A node's id is derived from its workspace and path, so any version of it tells.
-
-    Parameters
-    ----------
-    column : SQL column
-        A node id column (a relation's endpoint).
-    readable : collection of int
-        Workspace ids.
-    branches : sequence of int
-        The branches where a version of the node may be (a view's chain).
-
-    Returns
-    -------
-    SQL expression
-        ``EXISTS`` a version of that node on ``branches`` in a readable workspace (an index
-        probe of ``ix_node_versions_node_id`` per branch).
+    """``EXISTS`` a version of the node id in ``column`` on ``branches`` in a workspace of
+    ``readable`` (a node's id is derived from its workspace and path, so any version tells; one
+    index probe per branch).
     """
     nv = aliased(NodeVersion)
     return exists().where(nv.branch_id.in_(list(branches)), nv.node_id == column,
