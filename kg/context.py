@@ -21,6 +21,33 @@ create or delete, a repository, a workspace). An ``anonymous`` caller is refused
 
 The resources a use case may use are declared by :class:`Resources`; :class:`kg.services.Services`
 (the composition root, above every use case) implements it.
+
+Common parameters
+-----------------
+The use cases (:mod:`kg.ops`) and the store (:mod:`kg.store`) share these; their docstrings do
+not describe them again.
+
+- ``uow`` (:class:`UnitOfWork`): the write transaction, its caller and its after-commit hooks;
+  the first argument of a write use case, which never commits.
+- ``services`` (:class:`Resources`): the process's resources (database, search index,
+  embedders, settings); with ``caller``, the first arguments of a read use case.
+- ``caller`` (:class:`Actor`): who calls; access is decided for it (:func:`reading`,
+  :func:`permit`, :meth:`UnitOfWork.begin`).
+- ``actor`` (a string, on a write): who, as the caller states it, kept in the revision log;
+  default the caller's name; a key that is not an admin of the repository may state only its
+  own name; at most 255 characters.
+- ``message``: why, kept in the revision log with the write's revision.
+- ``session``: a SQLAlchemy ``Session`` the caller owns, a read session or the write
+  transaction (:meth:`kg.store.db.Database.write`); store functions flush, never commit.
+- ``view`` (:class:`kg.store.repos.BranchView`): the branch state read, restricted to the
+  workspaces its reader may read; ``ctx`` (:class:`kg.store.repos.WriteContext`): a write's
+  place on a branch, whose revision its first write allocates.
+- ``repo``, ``branch``, ``workspace``: names (``branch`` defaults to ``main``); ``repo`` is the
+  :class:`kg.store.models.Repository` row in the store; ``path`` a node path
+  (:func:`kg.store.paths.validate_path`); an *address* is ``workspace:/path``.
+- ``at_revision``: read the branch as of this revision (None: its head).
+- ``limit`` and ``cursor``: a page's size and the previous page's ``next_cursor`` (None: the
+  first page); a paged read answers ``(items, next_cursor)``, the cursor None on the last page.
 """
 
 from __future__ import annotations
@@ -144,17 +171,10 @@ class Resources(Protocol):
 
 
 class UnitOfWork:
-    """One write transaction: its session, its caller, and what to do once it committed.
+    """One write transaction (``BEGIN IMMEDIATE`` on SQLite): its session, its caller, and what to
+    do once it committed.
 
     Made by :func:`unit_of_work` (or :func:`run`); a use case receives it and never commits.
-
-    Parameters
-    ----------
-    services : Resources
-    session : Session
-        The write transaction (``BEGIN IMMEDIATE`` on SQLite).
-    actor : Actor
-        The caller.
     """
 
     def __init__(self, services: Resources, session: Session, actor: Actor) -> None:
@@ -168,20 +188,8 @@ class UnitOfWork:
               actor: str | None = None, action: Action = "write") -> WriteContext:
         """Open a write on ``branch`` of ``repo``; its revision is allocated by the first write.
 
-        Parameters
-        ----------
-        repo, branch : str
-        message : str or None
-            Why: kept in the revision log.
-        actor : str or None
-            Who, as the caller states it; default: the caller's name. A key that is not an
-            admin of ``repo`` may state only its own name.
-        action : {"write", "merge"}
-            What the caller must be allowed on ``branch`` (a merge writes its target).
-
-        Returns
-        -------
-        kg.store.repos.WriteContext
+        ``action`` is what the caller must be allowed on ``branch`` (``merge``: a merge writes its
+        target); ``message`` and ``actor`` as described in this module.
 
         Raises
         ------
@@ -200,16 +208,8 @@ class UnitOfWork:
 
     def authorize(self, action: Action, repo: str, branch: str | None = None,
                   workspace: str | None = None) -> None:
-        """Check that the caller may ``action`` (:func:`permit` for this unit's caller).
-
-        Parameters
-        ----------
-        action : str
-            One of :data:`kg.access.ACTIONS`.
-        repo : str
-            The repository.
-        branch, workspace : str or None
-            The branch, the workspace acted on.
+        """Check that the caller may ``action`` (one of :data:`kg.access.ACTIONS`): :func:`permit` for
+        this unit's caller.
 
         Raises
         ------
@@ -224,22 +224,13 @@ class UnitOfWork:
 
     def authorize_workspaces(self, action: Action, repo: str, branch: str, workspaces: Iterable[str], *,
                              unnamed: str | None = None) -> None:
-        """Check ``action`` on each of ``workspaces`` (named once each, in order).
+        """Check ``action`` on each of ``workspaces`` (named once each, in order), before anything is
+        written: the checks of a write that touches several workspaces (a batch, a graph write, a
+        relation, a merge).
 
-        The per-workspace checks of a write that touches several workspaces (a batch, a graph
-        write, a relation, a merge), made before anything is written.
-
-        Parameters
-        ----------
-        action : str
-            One of :data:`kg.access.ACTIONS`.
-        repo, branch : str
-        workspaces : iterable of str
-            Workspace names.
-        unnamed : str, optional
-            The workspaces were not named by the caller but found by kg (what a merge or a
-            branch delete touches): a workspace it cannot see is then a 404 that says
-            ``unnamed`` (e.g. "this merge") touches something it cannot see, without its name.
+        ``unnamed``: the workspaces were not named by the caller but found by kg (what a merge or a
+        branch delete touches): a workspace it cannot see is then a 404 that says ``unnamed`` (e.g.
+        "this merge") touches something it cannot see, without its name.
 
         Raises
         ------
@@ -257,14 +248,8 @@ class UnitOfWork:
                 raise NotFound(f"{unnamed} touches a workspace this key cannot see") from None
 
     def authorize_relation(self, repo: str, branch: str, from_: str, to: str) -> None:
-        """Check a relation write: ``write`` on its source node's workspace, ``read`` on its
-        target's (an agent relates its own notes to the documents it reads).
-
-        Parameters
-        ----------
-        repo, branch : str
-        from_, to : str
-            The endpoints' addresses ``workspace:/path``.
+        """Check a relation write: ``write`` on its source node's workspace, ``read`` on its target's (an
+        agent relates its own notes to the documents it reads).
 
         Raises
         ------
@@ -277,38 +262,18 @@ class UnitOfWork:
         self.authorize_workspaces("read", repo, branch, [parse_address(to)[0]])
 
     def reader_view(self, view: BranchView) -> BranchView:
-        """``view`` restricted to what this unit's caller may read (:func:`scoped_view`).
-
-        Parameters
-        ----------
-        view : kg.store.repos.BranchView
-
-        Returns
-        -------
-        kg.store.repos.BranchView
-        """
+        """``view`` restricted to what this unit's caller may read (:func:`scoped_view`)."""
         return scoped_view(self.actor, view)
 
     def after_commit(self, hook: Callable[[], None]) -> None:
-        """Run ``hook`` once the transaction has committed (never if it rolls back).
-
-        Parameters
-        ----------
-        hook : callable()
-            Hooks run in the order they were added.
+        """Run ``hook`` once the transaction has committed (never if it rolls back); hooks run in the
+        order they were added.
         """
         self._hooks.append(hook)
 
     def index_after_commit(self, repo_id: int, content_keys: Sequence[str]) -> None:
-        """Once committed, index the texts this transaction queued: at once with
-        ``KG_INDEX_INLINE``, else by waking the background indexer.
-
-        Parameters
-        ----------
-        repo_id : int
-            The repository whose queue holds them.
-        content_keys : sequence of str
-            Content keys of the queued texts (64 hexadecimal digits each); empty: nothing.
+        """Once committed, index the texts this transaction queued (their content keys, in ``repo_id``'s
+        queue): at once with ``KG_INDEX_INLINE``, else by waking the background indexer.
         """
         if not content_keys:
             return
@@ -334,20 +299,8 @@ def _index_now_or_wake(services: Resources, repo_id: int, content_keys: list[str
 
 def permit(services: Resources, caller: Actor, action: Action, repo: str, branch: str | None = None,
            workspace: str | None = None) -> None:
-    """:func:`kg.access.authorize`, refusing an anonymous caller while ``KG_AUTH`` is on.
-
-    Parameters
-    ----------
-    services : Resources
-        For the settings.
-    caller : Actor
-        Who asks.
-    action : str
-        One of :data:`kg.access.ACTIONS`.
-    repo : str
-        The repository.
-    branch, workspace : str or None
-        The branch, the workspace acted on.
+    """:func:`kg.access.authorize` (``action``: one of :data:`kg.access.ACTIONS`), refusing an
+    anonymous caller while ``KG_AUTH`` is on.
 
     Raises
     ------
@@ -364,13 +317,6 @@ def permit(services: Resources, caller: Actor, action: Action, repo: str, branch
 
 def admit(services: Resources, caller: Actor) -> None:
     """Refuse an anonymous caller while ``KG_AUTH`` is on (the HTTP layer refuses it first).
-
-    Parameters
-    ----------
-    services : Resources
-        For the settings.
-    caller : Actor
-        Who asks.
 
     Raises
     ------
@@ -389,30 +335,19 @@ ANONYMOUS_BUCKET = "anonymous"
 
 
 def throttle(services: Resources, caller: Actor, call: str) -> None:
-    """Charge one expensive call to ``caller``'s token bucket, or refuse it.
+    """Charge one expensive ``call`` (``ask``, ``extract-entities``, ``re-embed``, ``rag``: for the
+    message) to ``caller``'s token bucket, or refuse it.
 
     One bucket per API key (its id: a renamed key keeps its bucket), one shared by every
     anonymous caller; the operator and kg's own work are not limited. The bucket holds
     ``KG_RATE_EXPENSIVE_BURST`` calls and refills at ``KG_RATE_EXPENSIVE_PER_MIN`` a minute
-    (0: no limit). A refused call is not charged.
-
-    Parameters
-    ----------
-    services : Resources
-        For the rate limiter.
-    caller : Actor
-        Who calls.
-    call : str
-        What, for the message (``ask``, ``extract-entities``, ``re-embed``, ``rag``).
+    (0: no limit). A refused call is not charged. O(1), no I/O; the buckets are per process
+    (see :mod:`kg.ratelimit`).
 
     Raises
     ------
     kg.errors.RateLimited
         The bucket is empty; ``retry_after_s`` says when it holds a call again.
-
-    Notes
-    -----
-    O(1), no I/O. The buckets are per process (see :mod:`kg.ratelimit`).
     """
     if caller.kind in UNLIMITED_KINDS:
         return
@@ -432,17 +367,8 @@ def throttle(services: Resources, caller: Actor, call: str) -> None:
 
 @contextmanager
 def unit_of_work(services: Resources, actor: Actor) -> Iterator[UnitOfWork]:
-    """A write transaction for ``actor``: committed when the block ends, rolled back on any
-    error (no partial write); the after-commit hooks run after the commit.
-
-    Parameters
-    ----------
-    services : Resources
-    actor : Actor
-
-    Yields
-    ------
-    UnitOfWork
+    """A write transaction for ``actor``: committed when the block ends, rolled back on any error (no
+    partial write); the after-commit hooks run after the commit.
     """
     with services.db.write() as session:
         uow = UnitOfWork(services, session, actor)
@@ -455,20 +381,8 @@ def reading(services: Resources, caller: Actor, repo: str, branch: str = MAIN,
             at_revision: int | None = None) -> Iterator[tuple[Session, BranchView]]:
     """A read session and the view of ``branch`` (as of ``at_revision``) that ``caller`` reads.
 
-    Every read of a branch's content goes through here, so who may read what is decided in
-    one place.
-
-    Parameters
-    ----------
-    services : Resources
-    caller : Actor
-    repo, branch : str
-    at_revision : int or None
-        Read the branch as of this revision (None: its head).
-
-    Yields
-    ------
-    (Session, kg.store.repos.BranchView)
+    Every read of a branch's content goes through here, so who may read what is decided in one
+    place.
 
     Raises
     ------
@@ -487,20 +401,9 @@ def reading(services: Resources, caller: Actor, repo: str, branch: str = MAIN,
 
 
 def scoped_view(caller: Actor, view: BranchView) -> BranchView:
-    """``view`` as ``caller`` reads it: restricted to the workspaces its grants let it read.
-
-    Parameters
-    ----------
-    caller : Actor
-        Who reads.
-    view : kg.store.repos.BranchView
-        The branch state, unrestricted.
-
-    Returns
-    -------
-    kg.store.repos.BranchView
-        The same state with :attr:`~kg.store.repos.BranchView.readable` set (None: every
-        workspace).
+    """``view`` as ``caller`` reads it: the same state with
+    :attr:`~kg.store.repos.BranchView.readable` set to the workspaces its grants let it read
+    (None: every workspace).
     """
     names = readable_workspaces(caller, view.repo.name, view.branch.name, view.workspaces.values())
     if names is None:
@@ -510,22 +413,8 @@ def scoped_view(caller: Actor, view: BranchView) -> BranchView:
 
 def run(services: Resources, actor: Actor, use_case: Callable[Concatenate[UnitOfWork, P], T], /,
         *args: P.args, **kwargs: P.kwargs) -> T:
-    """Call the write use case ``use_case`` in a unit of work of its own and commit it.
-
-    Parameters
-    ----------
-    services : Resources
-    actor : Actor
-        The caller.
-    use_case : callable(UnitOfWork, ...)
-        A write use case.
-    *args, **kwargs
-        Its other arguments.
-
-    Returns
-    -------
-    object
-        What the use case returned, once committed and its hooks run.
+    """Call the write use case ``use_case`` with ``*args, **kwargs`` in a unit of work of its own,
+    commit it, run its hooks, and return what it returned.
 
     Raises
     ------

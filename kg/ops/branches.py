@@ -25,27 +25,12 @@ from kg.store.models import Branch, Repository, Workspace
 
 def branch_dict(session: Session, branch: Branch, repo: Repository | None = None,
                 caller: Actor | None = None) -> dict[str, Any]:
-    """The API shape of a branch; with ``repo``, also how far it is ``ahead`` and ``behind``.
+    """The API shape of a branch, ``{"name", "parent", "base_revision", "head_revision",
+    "created_at"}``; with ``repo``, also how far it is ``ahead`` and ``behind`` its parent.
 
-    A ``caller`` who may not see the parent branch learns nothing of it: ``parent`` is null
-    and ``ahead``/``behind`` (which count the parent's revisions) are left out.
-
-    Parameters
-    ----------
-    session : Session
-        An open session (a write transaction for writes).
-    branch : Branch
-        The branch.
-    repo : Repository, optional
-        Its repository: also count the revisions ahead of and behind its parent.
-    caller : kg.context.Actor, optional
-        Who reads (None: someone who sees every branch).
-
-    Returns
-    -------
-    dict
-        ``{"name", "parent", "base_revision", "head_revision", "created_at"}`` and, with
-        ``repo``, ``"ahead"`` and ``"behind"``.
+    A ``caller`` who may not see the parent branch learns nothing of it: ``parent`` is null and
+    ``ahead``/``behind`` (which count the parent's revisions) are left out. No ``caller``: someone
+    who sees every branch.
     """
     parent = repo_store.parent_name(session, branch)
     hidden = (parent is not None and caller is not None and repo is not None
@@ -79,21 +64,8 @@ def _readable_on_both(session: Session, repo: Repository, branch: Branch, parent
 
 
 def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """Every branch of ``repo`` with how far each is ahead of and behind its parent.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo : str
-        The repository.
-
-    Returns
-    -------
-    list of dict
-        :func:`branch_dict` of each branch, by name.
+    """Every branch of ``repo`` (:func:`branch_dict`, by name) with how far each is ahead of and
+    behind its parent.
 
     Raises
     ------
@@ -108,23 +80,9 @@ def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[st
 
 
 def branch_names(services: Resources, caller: Actor, repo: str) -> list[str]:
-    """The names of the branches of ``repo`` the caller may see, by name: what a branch picker
-    needs, without :func:`list_branches`' counts of revisions ahead and behind (for a reader
-    limited to some workspaces, a count walks the writes of every revision since the fork).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo : str
-        The repository.
-
-    Returns
-    -------
-    list of str
-        Branch names, sorted.
+    """The sorted names of the branches of ``repo`` the caller may see: what a branch picker needs,
+    without :func:`list_branches`' counts of revisions ahead and behind (for a reader limited to
+    some workspaces, a count walks the writes of every revision since the fork).
 
     Raises
     ------
@@ -138,22 +96,8 @@ def branch_names(services: Resources, caller: Actor, repo: str) -> list[str]:
 
 
 def home_branch(services: Resources, caller: Actor, repo: str) -> str:
-    """The branch a page opens on when none is named: ``main`` if the caller may read it, else
-    the first branch (by name) it may read, else ``main`` (whose page then says it is not there).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources.
-    caller : kg.context.Actor
-        Who reads.
-    repo : str
-        The repository.
-
-    Returns
-    -------
-    str
-        A branch name.
+    """The branch a page opens on when none is named: ``main`` if the caller may read it, else the
+    first branch (by name) it may read, else ``main`` (whose page then says it is not there).
     """
     if can_see(caller, repo, "main"):
         return "main"
@@ -167,25 +111,10 @@ def home_branch(services: Resources, caller: Actor, repo: str) -> str:
 
 
 def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """Every branch the caller sees, for review: :func:`branch_dict` with its last revision,
-    whether it is protected, and which branches are its children.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads; the last revision is the newest that changed something it reads.
-    repo : str
-        The repository.
-
-    Returns
-    -------
-    list of dict
-        By name; each :func:`branch_dict` plus ``"last_revision"`` (``{"revision",
-        "created_at", "message", "actor"}`` or None for a branch whose history holds nothing the
-        caller reads), ``"protected"`` (bool, from ``KG_PROTECTED_BRANCHES``) and
-        ``"children"`` (names, of the branches listed).
+    """Every branch the caller sees, by name, for review: :func:`branch_dict` plus
+    ``last_revision`` (``{"revision", "created_at", "message", "actor"}`` of the newest that
+    changed something the caller reads, or None), ``protected`` (``KG_PROTECTED_BRANCHES``) and
+    ``children`` (names, of the branches listed).
 
     Raises
     ------
@@ -208,20 +137,8 @@ def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[
 
 
 def is_protected(services: Resources, branch: str) -> bool:
-    """Whether ``branch`` is protected (``KG_PROTECTED_BRANCHES``: writes, merges and deletes
-    on it need a grant naming it).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (its settings name the protected branches).
-    branch : str
-        A branch name.
-
-    Returns
-    -------
-    bool
-        True when the name matches one of ``KG_PROTECTED_BRANCHES``'s globs.
+    """Whether ``branch`` matches one of ``KG_PROTECTED_BRANCHES``'s globs (writes, merges and
+    deletes on it need a grant naming it).
 
     Examples
     --------
@@ -234,21 +151,8 @@ def is_protected(services: Resources, branch: str) -> bool:
 
 
 def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> dict[str, Any]:
-    """One branch of ``repo``, with how far it is ahead of and behind its parent.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch : str
-        The repository. The branch.
-
-    Returns
-    -------
-    dict
-        :func:`branch_dict`.
+    """One branch of ``repo`` (:func:`branch_dict`), with how far it is ahead of and behind its
+    parent.
 
     Raises
     ------
@@ -263,25 +167,8 @@ def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> di
 
 def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "main",
                   at_revision: int | None = None) -> dict[str, Any]:
-    """Create a branch from ``from_branch`` at ``at_revision`` (default: its head now).
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo : str
-        The repository.
-    name : str
-        The new branch's name (may contain ``/``).
-    from_branch : str
-        Its parent.
-    at_revision : int or None
-        The parent's revision it forks at.
-
-    Returns
-    -------
-    dict
-        The branch (:func:`branch_dict`).
+    """Create the branch ``name`` (may contain ``/``) from ``from_branch`` at ``at_revision``
+    (default: its head now); returns :func:`branch_dict`.
 
     Raises
     ------
@@ -293,6 +180,7 @@ def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "
         The caller may not read ``from_branch`` or create ``name`` (``branch:create`` with a
         branch glob matching it).
     kg.errors.InvalidInput
+        A bad name or revision.
     """
     uow.authorize("read", repo, from_branch)
     uow.authorize("branch:create", repo, name)
@@ -303,19 +191,13 @@ def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "
 
 
 def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
-    """Delete a branch and what was written on it (not ``main``, not a branch with children);
-    once committed, drop its state in the search index.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch : str
-        The repository. The branch.
+    """Delete a branch and what was written on it (not ``main``, not a branch with children); once
+    committed, drop its state in the search index.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository or branch.
     kg.errors.Conflict
         ``main``, or a branch with children.
     kg.errors.Forbidden
@@ -329,24 +211,14 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
 
 
 def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
-    """Drop what was written on the branch and fork it again from its parent's head; once
-    committed, drop its state in the search index.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch : str
-        The repository. The branch.
-
-    Returns
-    -------
-    dict
-        ``{"name", "parent", "base_revision", "head_revision"}`` after the reset.
+    """Drop what was written on the branch and fork it again from its parent's head; once committed,
+    drop its state in the search index. Returns ``{"name", "parent", "base_revision",
+    "head_revision"}`` after the reset.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository or branch.
     kg.errors.Conflict
         ``main`` (it has no parent).
     kg.errors.Forbidden

@@ -212,20 +212,9 @@ class _Chunk:
 
 @dataclass
 class BulkFile:
-    """A file of records, checked on its own (:func:`parse_ndjson`).
-
-    Attributes
-    ----------
-    header : HeaderRecord
-        The first record.
-    nodes : list
-        The node records in file order, paths validated (NFC).
-    relations : list
-        The relation records in file order, endpoints parsed.
-    chunks : list
-        The chunk records in file order, vectors decoded (float32, shape ``(dim,)``).
-    last_line : int
-        The number of the file's last line.
+    """A file of records, checked on its own (:func:`parse_ndjson`): the header, then the node
+    records (paths validated, NFC), relation records (endpoints parsed) and chunk records (vectors
+    decoded, float32 of shape ``(dim,)``) in file order, and the number of its last line.
     """
 
     header: HeaderRecord
@@ -285,19 +274,8 @@ def _plain_json(line: int, what: str, value: dict[str, Any]) -> None:
 
 
 def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
-    """Read and check a file of records on its own (no database): the first bad record is
-    refused with its line.
-
-    Parameters
-    ----------
-    lines : iterable of str or bytes
-        The file's lines (UTF-8 bytes, or text), with or without their line ends; blank lines
-        are skipped.
-
-    Returns
-    -------
-    BulkFile
-        The header and the node, relation and chunk records, checked.
+    """Read and check a file of records on its own (no database); blank lines are skipped, line
+    ends optional. O(size of the file): pydantic-core parses and validates each line in one call.
 
     Raises
     ------
@@ -308,10 +286,6 @@ def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
         type or weight, a node or a relation named twice, a chunk named twice, a vector that is
         not base64 of ``dim`` finite float32 values; or a file holding other counts than its
         header announces.
-
-    Notes
-    -----
-    O(size of the file); each line is parsed and validated by pydantic-core in one call.
     """
     header: HeaderRecord | None = None
     bulk: BulkFile | None = None
@@ -552,14 +526,11 @@ def _unchanged_relations(session: Session, view: BranchView, relations: list[dic
     properties and validity: a re-import writes nothing for them. Only relations whose source
     node was on the branch before the import are looked up (none in a new repository).
 
-    Notes
-    -----
-    The branch's relations of those sources are read by the key index, 500 sources a
-    statement, as plain rows (SQLAlchemy Core, no ORM instance) with the properties as their
-    stored JSON text; only the rows whose key the file names are compared, and only their
-    properties decoded. O(the sources' relations on the branch) rows at the driver's speed:
-    loading each as an ORM instance and comparing its canonical JSON took 35 of the 71 s of
-    importing 500,000 relations beside 1M (``bench/import_rate.py --growth-parts``).
+    The branch's relations of those sources are read by the key index, 500 sources a statement,
+    as plain rows (SQLAlchemy Core) with the properties as their stored JSON text; only the rows
+    whose key the file names are compared, and only their properties decoded: loading each as an
+    ORM instance and comparing its canonical JSON took 35 of the 71 s of importing 500,000
+    relations beside 1M (``bench/import_rate.py --growth-parts``).
     """
     wanted: dict[tuple[str, str, str], int] = {}
     for i, r in enumerate(relations):
@@ -886,29 +857,20 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
     inserted many at a time. Chunks with vectors are stored as given and placed in the search
     index; only the texts without chunks are queued for embedding.
 
+    The caller needs ``write`` on the branch (a protected branch needs a grant naming it), on each
+    node's workspace and each relation's source workspace, ``read`` on each relation's target
+    workspace; creating the repository or a workspace needs what creating them needs
+    (:func:`kg.access.authorize_new_repository`, ``admin``).
+
     Parameters
     ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who imports: ``write`` on the branch (a protected branch needs a grant naming it),
-        on each node's workspace and each relation's source workspace, ``read`` on each
-        relation's target workspace; creating the repository or a workspace needs what
-        creating them needs (:func:`kg.access.authorize_new_repository`, ``admin``).
-    repo : str
-        The repository; created when missing (and ``create``), with the header's workspaces.
-    lines : iterable of str or bytes
-        The file's lines.
-    branch : str, default "main"
-        The branch written; it must exist.
     batch_size : int or None, optional
         Records (nodes, then relations) per revision; None: the whole file as one revision.
         The batches after the first are written after it committed: a later batch that the
         database refuses leaves the earlier ones written.
     create : bool, default True
-        Create a missing repository and missing workspaces; else refuse them.
-    message : str or None, optional
-        The revisions' message (default: what was imported from where).
+        Create a missing repository (with the header's workspaces) and missing workspaces;
+        else refuse them.
 
     Returns
     -------
@@ -1007,29 +969,12 @@ def _iso(value: datetime | None) -> str | None:
 
 def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = MAIN, *, out: IO[str],
                   at_revision: int | None = None, with_chunks: bool = False) -> dict[str, Any]:
-    """Write a branch's content (as of a revision) as a file of records (:mod:`kg.ops.bulk`).
+    r"""Write a branch's content (as of a revision) to ``out`` as a file of records
+    (:mod:`kg.ops.bulk`, each line ending with ``\n``); returns the header record written.
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who exports: ``read`` on the branch; a key restricted to some workspaces exports those
-        (and the relations between their nodes) only.
-    repo, branch : str
-        What is exported.
-    out : text file
-        Where the lines go (each ends with ``\\n``).
-    at_revision : int or None, optional
-        Export the branch as it was at this revision (None: its head).
-    with_chunks : bool, default False
-        Add the stored chunks of the exported nodes' texts with their vectors (a text still
-        queued for embedding has none yet).
-
-    Returns
-    -------
-    dict
-        The header record written (with its ``counts``).
+    A key restricted to some workspaces exports those (and the relations between their nodes)
+    only. ``with_chunks`` adds the stored chunks of the exported nodes' texts with their vectors
+    (a text still queued for embedding has none yet).
 
     Raises
     ------

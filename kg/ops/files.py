@@ -18,16 +18,7 @@ TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".text"})
 
 
 def iter_files(root: Path) -> Iterator[Path]:
-    """Text files under ``root`` (or ``root`` itself), sorted.
-
-    Parameters
-    ----------
-    root : Path
-        A file, or a folder searched recursively (hidden files and folders left out).
-
-    Yields
-    ------
-    Path
+    """Text files under ``root`` (or ``root`` itself), sorted; hidden files and folders left out.
 
     Raises
     ------
@@ -51,21 +42,8 @@ def iter_files(root: Path) -> Iterator[Path]:
 
 
 def read_file_node(path: Path, root: Path, file_format: IngestFormat) -> FileNode:
-    """Read one file into a node with ``file_format``; ``sha256`` is added to its properties.
-
-    Parameters
-    ----------
-    path : Path
-        The file.
-    root : Path
-        The ingested folder (the file's path below it names the node).
-    file_format : IngestFormat
-        What the text becomes (:data:`kg.ops.formats.FORMATS`).
-
-    Returns
-    -------
-    FileNode
-        The node the file becomes (path, type, properties, relations).
+    """Read one file into a node with ``file_format``, adding ``sha256`` (of its bytes) to its
+    properties; its path below ``root`` names the node.
 
     Raises
     ------

@@ -89,13 +89,7 @@ class IngestReport:
     """The branch holding the files' versions of the nodes above (``conflicts="review"``)."""
 
     def add(self, plan: FilePlan) -> None:
-        """Count what the ingest of one file did.
-
-        Parameters
-        ----------
-        plan : FilePlan
-            The file's outcome (:func:`ingest_file`).
-        """
+        """Count what the ingest of one file did."""
         path = plan.node.path
         {"insert": self.inserted, "write": self.replaced}.get(plan.action, self.skipped).append(path)
         self.kept_edits += plan.kept
@@ -103,14 +97,7 @@ class IngestReport:
             self.kept_deleted.append(path)
 
     def as_dict(self) -> dict[str, Any]:
-        """The report as the CLI prints it: counts, and the review branch.
-
-        Returns
-        -------
-        dict
-            The counts, as ``kg ingest`` prints them; ``review_branch`` is the branch's name
-            or null.
-        """
+        """The counts as ``kg ingest`` prints them, and ``review_branch`` (a name or null)."""
         return {
             "files": self.files, "inserted": len(self.inserted), "replaced": len(self.replaced),
             "skipped": len(self.skipped), "passages_embedded": self.passages_embedded,
@@ -124,16 +111,7 @@ class IngestReport:
 
 
 def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create: bool = True) -> None:
-    """Create the repository and workspace when missing (and ``create``).
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, workspace : str
-        Their names.
-    create : bool
-        Create what is missing; else refuse.
+    """Create the repository and workspace when missing (and ``create``; else refuse).
 
     Raises
     ------
@@ -188,8 +166,6 @@ class FilePlan:
 
     Attributes
     ----------
-    node : FileNode
-        The file's parse.
     action : {"insert", "write", "skip", "record", "review"}
         ``insert`` a new node; ``write`` the merged value over the node; ``skip`` (an unchanged
         file, or a node that is the file's parse already); ``record`` the file's hash alone (the
@@ -218,13 +194,9 @@ class FilePlan:
     base_relations: list[tuple[str, str]] | None = None
 
     def relation_changes(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """The relations the file added and dropped since its last ingest.
-
-        Returns
-        -------
-        (added, dropped)
-            ``(type, target path)`` lists; every relation of the file is added when its last
-            ingest's are unknown (a first ingest, a node ingested before records were kept).
+        """``(added, dropped)``: the ``(type, target path)`` relations the file added and dropped since
+        its last ingest; all of the file's are added when the last ingest's are unknown (a first
+        ingest, a node ingested before records were kept).
         """
         if self.base_relations is None:
             return list(self.node.relations), []
@@ -233,33 +205,12 @@ class FilePlan:
 
 
 def ingest_message(node: FileNode) -> str:
-    """The revision message of a file's ingest: ``ingest <file>``.
-
-    Parameters
-    ----------
-    node : FileNode
-        A file's parse.
-
-    Returns
-    -------
-    str
-        ``ingest`` and the file's path below the ingested folder.
-    """
+    """The revision message of a file's ingest: ``ingest <file>`` (its path below the ingested folder)."""
     return f"ingest {node.source}"
 
 
 def file_sha256(node: FileNode) -> str:
-    """The hash of a parsed file's bytes (:func:`kg.ops.files.read_file_node` sets it).
-
-    Parameters
-    ----------
-    node : FileNode
-        A file's parse.
-
-    Returns
-    -------
-    str
-        The sha256, hexadecimal.
+    """The sha256 (hexadecimal) of a parsed file's bytes (:func:`kg.ops.files.read_file_node` sets it).
 
     Raises
     ------
@@ -274,23 +225,12 @@ def file_sha256(node: FileNode) -> str:
 
 def merge_file(base: dict[str, Any] | None, ours: dict[str, Any],
                theirs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Three-way merge of a node's flat values, keeping ours where both sides changed a key.
+    """Three-way merge of a node's flat values, keeping ours where both sides changed a key:
+    ``(merged, conflicting keys sorted)``.
 
-    Parameters
-    ----------
-    base : dict or None
-        The file's parse at the last ingest (:func:`kg.store.ingest_records.record_base`);
-        None when unknown (a node no ingest recorded): every key that differs counts as
-        changed on both sides.
-    ours : dict
-        The node now.
-    theirs : dict
-        The file's new parse.
-
-    Returns
-    -------
-    (merged, conflicts)
-        The merged value (ours on the conflicting keys) and the conflicting keys, sorted.
+    ``base`` is the file's parse at the last ingest (:func:`kg.store.ingest_records.record_base`),
+    None when unknown (a node no ingest recorded): every key that differs then counts as changed on
+    both sides; ``ours`` is the node now, ``theirs`` the file's new parse.
 
     Notes
     -----
@@ -328,26 +268,9 @@ def merge_file(base: dict[str, Any] | None, ours: dict[str, Any],
 
 def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode, *,
               conflicts: str = "keep") -> FilePlan:
-    """Decide what ingesting one file does at its node on ``view``'s branch; reads only.
-
-    Parameters
-    ----------
-    session : Session
-        The caller's transaction.
-    view : BranchView
-        The branch state the file is ingested into.
-    workspace : str
-        The workspace's name.
-    node : FileNode
-        The file's parse (its ``sha256`` property is the file's hash).
-    conflicts : {"keep", "review"}
-        What a property both changed becomes (:data:`CONFLICT_MODES`).
-
-    Returns
-    -------
-    FilePlan
-        The action, the value written or kept on the branch, the properties kept against the
-        file, and the review branch's value.
+    """Decide what ingesting one file (its parse, with the file's ``sha256``) does at its node on
+    ``view``'s branch; reads only. ``conflicts`` (:data:`CONFLICT_MODES`) says what a property both
+    changed becomes.
 
     Notes
     -----
@@ -404,30 +327,16 @@ def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: F
                 embedded: EmbeddedText | None = None, *, conflicts: str = "keep") -> FilePlan:
     """Ingest one file at its node as one revision: plan it in the transaction, write it, record it.
 
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch, workspace : str
-        Where the node is written.
-    node : FileNode
-        The file as its format read it (with its ``sha256``).
-    embedded : EmbeddedText or None
-        The text as embedded before the transaction (:func:`kg.ops.text_store.prepare_chunks`);
-        used only if the value written is the one it was embedded for.
-    conflicts : {"keep", "review"}
-        What a property both changed becomes (:func:`plan_file`).
-
-    Returns
-    -------
-    FilePlan
-        What was done (planned again under the write lock: the branch as this transaction
-        sees it). ``skip`` and ``review`` write nothing here; ``insert`` and ``write`` write
-        the node (missing ancestors as folders) and its record; ``record`` the record alone.
+    ``embedded`` is the text as embedded before the transaction
+    (:func:`kg.ops.text_store.prepare_chunks`), used only if the value written is the one it was
+    embedded for. The plan returned is made again under the write lock; ``skip`` and ``review``
+    write nothing here, ``insert`` and ``write`` write the node (missing ancestors as folders) and
+    its record, ``record`` the record alone.
 
     Raises
     ------
     kg.errors.NotFound, kg.errors.InvalidInput
+        Unknown repository, branch or workspace; a bad path or value.
     """
     ctx = uow.begin(repo, branch, message=ingest_message(node))
     plan = plan_file(uow.session, ctx.view, workspace, node, conflicts=conflicts)
@@ -440,30 +349,14 @@ def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: F
 
 def ingest_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
                  files: list[tuple[FileNode, EmbeddedText | None]], *, message: str) -> list[FilePlan]:
-    """Ingest several files at their nodes in one revision, keeping people's edits.
-
-    The lifecycle of :func:`ingest_file` (people's values kept where both changed a property),
-    for a caller whose files make one revision (the RAG node's input).
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch, workspace : str
-        Where the nodes are written.
-    files : list of (FileNode, EmbeddedText or None)
-        Each file's parse (with its ``sha256``) and its text as embedded before the transaction.
-    message : str
-        The revision's message.
-
-    Returns
-    -------
-    list of FilePlan
-        What was done to each, in order (planned under the write lock).
+    """Ingest several files (each parse with its ``sha256`` and its text as embedded before the
+    transaction) in one revision, keeping people's edits as :func:`ingest_file` does: for a caller
+    whose files make one revision (the RAG node's input). Returns each file's plan, in order.
 
     Raises
     ------
     kg.errors.NotFound, kg.errors.InvalidInput
+        Unknown repository, branch or workspace; a bad path or value.
     """
     ctx = uow.begin(repo, branch, message=message)
     plans = []
@@ -493,23 +386,9 @@ def _apply(uow: UnitOfWork, ctx: WriteContext, workspace: str, plan: FilePlan,
 
 def write_review(uow: UnitOfWork, repo: str, branch: str, workspace: str, review_branch: str,
                  plans: list[FilePlan]) -> int:
-    """Put the files' versions of nodes with people's edits on a new branch, for review.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch, workspace : str
-        Where the ingest wrote.
-    review_branch : str
-        The new branch, forked from ``branch``'s head.
-    plans : list of FilePlan
-        The ``review`` plans: each node's ``review_value`` is written, with the file's record.
-
-    Returns
-    -------
-    int
-        The review branch's revision.
+    """Write the ``review`` plans' ``review_value`` (and the files' records) on ``review_branch``,
+    forked from ``branch``'s head: the files' versions of nodes with people's edits, for review.
+    Returns the review branch's revision.
 
     Raises
     ------
@@ -534,23 +413,8 @@ def write_review(uow: UnitOfWork, repo: str, branch: str, workspace: str, review
 
 def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
                  relations: list[tuple[str, str, str]], file_format: IngestFormat) -> list[str]:
-    """Assert the files' relations in one revision; a missing target becomes the format's stub.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch, workspace : str
-        Where the relations are asserted.
-    relations : list of (str, str, str)
-        ``(from path, relation type, to path)`` in ``workspace``.
-    file_format : IngestFormat
-        Names the stub node of a target no file holds.
-
-    Returns
-    -------
-    list of str
-        The paths of the stub nodes written.
+    """Assert the files' ``(from path, type, to path)`` relations in one revision; a missing target
+    becomes ``file_format``'s stub. Returns the paths of the stubs written.
 
     Raises
     ------
@@ -574,22 +438,9 @@ def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
 
 def unrelate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
                    relations: list[tuple[str, str, str]]) -> int:
-    """Remove, in one revision, the relations files no longer assert (where still present).
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch, workspace : str
-        Where the relations are.
-    relations : list of (str, str, str)
-        ``(from path, relation type, to path)`` in ``workspace``.
-
-    Returns
-    -------
-    int
-        How many edges were removed (a relation a person removed already, or whose end is
-        gone, counts nothing).
+    """Remove, in one revision, the ``(from path, type, to path)`` relations files no longer assert;
+    how many edges were removed (one a person removed already, or whose end is gone, counts
+    nothing).
     """
     session = uow.session
     ctx = uow.begin(repo, branch, message=f"ingest: relations the files dropped ({len(relations)})")
@@ -627,26 +478,21 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
                 on_progress: Callable[[int], None] | None = None,
                 skip_unreadable: bool = False, conflicts: str = "keep",
                 review_branch: str | None = None) -> IngestReport:
-    """Ingest a file or a folder of text files into ``repo`` / ``workspace`` on ``branch``.
+    """Ingest a file or a folder (searched recursively for .md, .markdown, .txt, .rst, .text files)
+    into ``repo`` / ``workspace`` on ``branch``; returns what was inserted, replaced, skipped,
+    kept and embedded. The CLI calls it as :data:`kg.context.OPERATOR`.
+
+    The lifecycle is per file hash (``docs/ingest.md``, :func:`plan_file`): an unchanged file
+    is skipped whatever happened to its node, a changed one is merged with people's edits.
 
     Parameters
     ----------
-    services : kg.services.Services
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who ingests (the CLI: :data:`kg.context.OPERATOR`).
-    root : Path
-        A file, or a folder searched recursively for .md, .markdown, .txt, .rst, .text files.
-    repo, workspace, branch : str
-        Where the nodes are written.
     format_name : str
         The ingest format (:data:`kg.ops.formats.FORMATS`): ``text`` (documents) or ``pep``.
     create : bool
         Create the repository and workspace if missing.
-    on_files : callable(int), optional
-        Told the number of files once they are listed.
-    on_progress : callable(int), optional
-        Called with the number of files done after each group of files.
+    on_files, on_progress : callable(int), optional
+        Told the number of files once they are listed; the number done after each group.
     skip_unreadable : bool
         Skip a file that cannot be read (not UTF-8, no permission, refused by the format) and
         ingest the others, listing it in the report's ``unreadable``; False: refuse the whole
@@ -657,13 +503,8 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
         ``branch`` and write the files' versions of them on a new branch (``review_branch``),
         to diff and merge. Either way the report lists them in ``kept_edits``.
     review_branch : str or None
-        The review branch's name (``conflicts="review"``); None: ``ingest/<UTC time>``
-        (:data:`REVIEW_BRANCH_FORMAT`), made only if some node needs review.
-
-    Returns
-    -------
-    IngestReport
-        What was inserted, replaced, skipped, kept and embedded.
+        The review branch's name; None: ``ingest/<UTC time>`` (:data:`REVIEW_BRANCH_FORMAT`),
+        made only if some node needs review.
 
     Raises
     ------
@@ -677,11 +518,6 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
         ``review_branch`` exists already (refused before anything is written).
     kg.errors.ProviderError
         The embedder failed (files already written stay written).
-
-    Notes
-    -----
-    The lifecycle is per file hash (``docs/ingest.md``, :func:`plan_file`): an unchanged file
-    is skipped whatever happened to its node, a changed one is merged with people's edits.
     """
     file_format = get_format(format_name)
     if conflicts not in CONFLICT_MODES:

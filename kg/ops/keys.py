@@ -33,22 +33,9 @@ ADMIN_GRANT = make_grant("*", ("*",), ("*",), ACTIONS)
 
 
 def key_dict(key: ApiKey, grants: Sequence[Grant], now: datetime | None = None) -> dict[str, Any]:
-    """The API shape of a key: never its secret nor its hash.
-
-    Parameters
-    ----------
-    key : ApiKey
-        The stored key.
-    grants : sequence of Grant
-        Its grants.
-    now : datetime, optional
-        The time its ``state`` is judged at (default: now).
-
-    Returns
-    -------
-    dict
-        ``{"id", "name", "state", "created_by", "created_at", "expires_at", "revoked_at",
-        "last_used_at", "grants"}``; times ISO 8601 or None.
+    """The API shape of a key, never its secret nor its hash: ``{"id", "name", "state",
+    "created_by", "created_at", "expires_at", "revoked_at", "last_used_at", "grants"}``, times ISO
+    8601 or None, ``state`` judged at ``now`` (default: now).
     """
     def iso(value: datetime | None) -> str | None:
         return value.isoformat() if value is not None else None
@@ -67,26 +54,12 @@ def _require_admin(actor: Actor) -> None:
 
 def create_key(uow: UnitOfWork, *, name: str, grants: Sequence[Grant], expires_at: datetime | None = None,
                admin: bool = False) -> dict[str, Any]:
-    """Create a key; the token is in the answer and nowhere else, ever.
+    """Create a key; the token ``kg_<id>_<secret>`` is in the answer and nowhere else, ever.
 
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller (an administrator).
-    name : str
-        Unique, 1 to 255 characters: the ``actor`` of the key's revisions.
-    grants : sequence of Grant
-        What it may do (:func:`kg.access.make_grant`, :func:`kg.access.parse_grant`).
-    expires_at : datetime or None
-        When it stops working, timezone-aware (None: never).
-    admin : bool
-        Also give it :data:`ADMIN_GRANT` (an administrator key).
-
-    Returns
-    -------
-    dict
-        :func:`key_dict` with ``"key"``: the token ``kg_<id>_<secret>``, and ``"warnings"``:
-        one line per grant that is ``*`` everywhere.
+    ``name`` (unique, 1 to 255 characters) is the ``actor`` of the key's revisions; ``grants`` what
+    it may do (:func:`kg.access.make_grant`, :func:`kg.access.parse_grant`); ``expires_at`` is
+    timezone-aware (None: never); ``admin`` adds :data:`ADMIN_GRANT`. Returns :func:`key_dict` with
+    ``"key"`` (the token) and ``"warnings"``: one line per grant that is ``*`` everywhere.
 
     Raises
     ------
@@ -117,19 +90,7 @@ def create_key(uow: UnitOfWork, *, name: str, grants: Sequence[Grant], expires_a
 
 
 def list_keys(services: Resources, caller: Actor) -> list[dict[str, Any]]:
-    """Every key (revoked and expired included), without secrets.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources.
-    caller : kg.context.Actor
-        Who asks (an administrator).
-
-    Returns
-    -------
-    list of dict
-        :func:`key_dict` of each, by creation.
+    """Every key (revoked and expired included), without secrets, by creation.
 
     Raises
     ------
@@ -144,19 +105,8 @@ def list_keys(services: Resources, caller: Actor) -> list[dict[str, Any]]:
 
 
 def revoke_key(uow: UnitOfWork, key_id: str) -> dict[str, Any]:
-    """Revoke a key: refused from the next request on, in every process.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller (an administrator).
-    key_id : str
-        The key's id (the ``<id>`` of ``kg_<id>_<secret>``).
-
-    Returns
-    -------
-    dict
-        :func:`key_dict` of the revoked key.
+    """Revoke a key (by the ``<id>`` of ``kg_<id>_<secret>``): refused from the next request on, in
+    every process.
 
     Raises
     ------

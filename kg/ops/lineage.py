@@ -55,39 +55,21 @@ EXTRACTION_ROOT = "/kg/extractions"
 
 
 def source_text(properties: dict[str, Any]) -> str:
-    """A node's text fields (title, content, body, text), stripped, joined by blank lines.
-
-    Parameters
-    ----------
-    properties : dict
-        The node's JSON properties.
-
-    Returns
-    -------
-    str
-        Empty when the node has no text.
+    r"""A node's text fields (title, content, body, text), stripped, joined by blank lines; empty
+    when it has none.
 
     Examples
     --------
     >>> source_text({"title": " Ada ", "content": "A mathematician.", "year": 1815})
-    'Ada\\n\\nA mathematician.'
+    'Ada\n\nA mathematician.'
     """
     parts = [v.strip() for k in TEXT_FIELDS if isinstance(v := properties.get(k), str) and v.strip()]
     return "\n\n".join(parts)
 
 
 def source_hash(properties: dict[str, Any]) -> str:
-    """sha256 of a node's text fields (:func:`source_text`): what a derived record read.
-
-    Parameters
-    ----------
-    properties : dict
-        The node's JSON properties (only the text fields count).
-
-    Returns
-    -------
-    str
-        64 hexadecimal digits (the text encoded as UTF-8, lone surrogates kept).
+    """sha256 (hexadecimal) of a node's text fields (:func:`source_text`, encoded as UTF-8, lone
+    surrogates kept): what a derived record read.
     """
     return hashlib.sha256(source_text(properties).encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -103,19 +85,8 @@ class Changed:
 
 
 def view_before(view: BranchView, pending: int) -> BranchView:
-    """The view of the branch just before the revision being written.
-
-    Parameters
-    ----------
-    view : kg.store.repos.BranchView
-        A write's view (:attr:`kg.store.repos.WriteContext.view`).
-    pending : int
-        The revision being written.
-
-    Returns
-    -------
-    kg.store.repos.BranchView
-        The same branch capped at ``pending - 1``.
+    """The view of the branch just before the revision ``pending`` being written (capped at
+    ``pending - 1``).
     """
     (branch_id, _), *rest = view.chain
     return replace(view, revision=pending - 1, chain=((branch_id, pending - 1), *rest))
@@ -128,27 +99,14 @@ def _at(view: BranchView, pending: int) -> BranchView:
 
 
 def derived_edges(session: Any, view: BranchView, node_ids: list[str]) -> list[RelationVersion]:
-    """The live ``mentioned_in`` and ``cites`` edges pointing at ``node_ids``: one query.
+    """The live ``mentioned_in`` and ``cites`` edges pointing at ``node_ids`` (endpoints not
+    checked): one query.
 
-    The write path's one lookup, so it is kept plain: the ids and keys of those edges'
-    versions on the view's chain (served by ``ix_relation_versions_to``), the winner of each
-    edge picked here (nearest branch of the chain, then newest revision), as
+    The write path's one lookup, so it is kept plain: the ids and keys of those edges' versions on
+    the view's chain (served by ``ix_relation_versions_to``), the winner of each edge picked here
+    (nearest branch of the chain, then newest revision), as
     :func:`kg.store.visibility.visible_select` picks it in SQL; a second query loads the live
     winners, only when there are some.
-
-    Parameters
-    ----------
-    session : Session
-        The transaction read.
-    view : BranchView
-        The branch state read (its ``chain``).
-    node_ids : list of str
-        The sources' node ids.
-
-    Returns
-    -------
-    list of RelationVersion
-        Live edges, tombstones left out (endpoints not checked).
     """
     if not node_ids:
         return []
@@ -189,17 +147,8 @@ DERIVED_LABELS = (
 
 
 def describe_derived(counts: dict[str, int] | None) -> str:
-    """What lineage did in one write, for a person: the non-zero counts of :func:`refresh_derived`.
-
-    Parameters
-    ----------
-    counts : dict or None
-        ``{"unlinked", "restamped", "orphaned", "stale", "queued"}`` (missing keys count 0).
-
-    Returns
-    -------
-    str
-        The counts joined by commas; empty when nothing was done.
+    """What lineage did in one write, for a person: the non-zero counts of :func:`refresh_derived`
+    joined by commas (missing keys count 0; empty when nothing was done).
 
     Examples
     --------
@@ -215,27 +164,18 @@ def describe_derived(counts: dict[str, int] | None) -> str:
 def refresh_derived(
     uow: UnitOfWork, ctx: WriteContext, changed: list[Changed], *, recheck: bool = False, written: bool = False
 ) -> dict[str, int]:
-    """Recompute, flag or leave the records derived from nodes this write changed.
+    """Recompute, flag or leave the records derived from the nodes this write (``uow``, ``ctx``: the
+    changes already written through it) replaced or deleted; returns the ``{"unlinked",
+    "restamped", "orphaned", "stale", "queued"}`` counts.
 
     Parameters
     ----------
-    uow : kg.context.UnitOfWork
-        The write transaction (the same one that changed the nodes).
-    ctx : kg.store.repos.WriteContext
-        The write's place on its branch; the changes are already written through it.
-    changed : list of Changed
-        The nodes replaced or deleted (not nodes just created: nothing is derived from them).
     recheck : bool
         Read each edge again as the transaction sees it before deciding (a merge: it may have
         brought the branch's recomputed edges already).
     written : bool
         Read the derived edges as this transaction wrote them, not as they were before it: a
         merge's pass over the sources it did not change, whose derived edges it brought.
-
-    Returns
-    -------
-    dict
-        ``{"unlinked", "restamped", "orphaned", "stale", "queued"}`` counts.
 
     Notes
     -----
@@ -383,26 +323,13 @@ def stale_citations(answer: dict[str, Any], workspace: str, path: str, now: list
                     known: set[tuple[Any, Any]]) -> list[dict[str, Any]]:
     """The citations of ``workspace:path`` in an answer whose passage its text no longer holds.
 
-    Parameters
-    ----------
-    answer : dict
-        The answer node's properties (its ``citations``).
-    workspace, path : str
-        The cited source.
-    now : list of str or None
-        The sha256 of each chunk of the source's text now
-        (:func:`kg.ops.text_store.chunk_hashes`); None: the source is deleted.
-    known : set of (marker, path)
-        The citations marked stale already (not listed again); the ones returned are added.
-
-    Returns
-    -------
-    list of dict
-        ``{"marker", "workspace", "path", "chunk_index", "reason"}`` per citation newly stale:
-        ``reason`` is ``source_deleted``, or ``chunk_changed`` when the cited chunk's hash is not
-        the recorded ``chunk_sha256`` (or the text has fewer chunks now). A citation recorded
-        without a chunk hash (an answer stored before lineage) is never stale but for a deleted
-        source.
+    ``now`` is the sha256 of each chunk of the source's text now
+    (:func:`kg.ops.text_store.chunk_hashes`), None when the source is deleted; ``known`` holds the
+    ``(marker, path)`` of citations marked stale already (not listed again; the ones returned are
+    added). Each row is ``{"marker", "workspace", "path", "chunk_index", "reason"}``: ``reason`` is
+    ``source_deleted``, or ``chunk_changed`` when the cited chunk's hash is not the recorded
+    ``chunk_sha256`` (or the text has fewer chunks now). A citation recorded without a chunk hash
+    (an answer stored before lineage) is never stale but for a deleted source.
     """
     listed: list[dict[str, Any]] = []
     for citation in answer.get("citations") or []:
@@ -438,18 +365,8 @@ def node_lineage(
     *,
     at_revision: int | None = None,
 ) -> dict[str, Any]:
-    """What was derived from a node, and what the node was derived from.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store; the workspace's embedder counts a passage's tokens).
-    caller : kg.context.Actor
-        Who reads: derived records in workspaces it may not read are not there for it.
-    repo, branch, workspace, path : str
-        The node.
-    at_revision : int or None
-        Read the branch as of this revision.
+    """What was derived from a node, and what the node was derived from; derived records in
+    workspaces the caller may not read are not there for it.
 
     Returns
     -------

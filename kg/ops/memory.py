@@ -59,15 +59,10 @@ _NOT_TYPE_CHARS = re.compile(r"[^A-Za-z0-9_:\-.]+")
 
 @dataclass
 class MemoryGraph:
-    """The records of a memory file, checked.
-
-    Attributes
-    ----------
-    entities : list of dict
-        ``{"line", "name", "entity_type", "observations"}`` in file order, names unique.
-    relations : list of dict
-        ``{"line", "from", "to", "type", "memory_type"}``: entity names, the kg relation type
-        and the file's ``relationType``; duplicates (same from, to, type) dropped.
+    """The records of a memory file, checked: ``entities`` (``{"line", "name", "entity_type",
+    "observations"}``, names unique) and ``relations`` (``{"line", "from", "to", "type",
+    "memory_type"}``: entity names, the kg type and the file's ``relationType``; duplicates
+    dropped), in file order.
     """
 
     entities: list[dict[str, Any]] = field(default_factory=list)
@@ -88,19 +83,9 @@ def _string(record: dict[str, Any], key: str, line: int, *, blank_ok: bool = Fal
 
 
 def relation_type(memory_type: str) -> str:
-    """The kg relation type of a memory ``relationType``.
-
-    Parameters
-    ----------
-    memory_type : str
-        The file's ``relationType``, not blank.
-
-    Returns
-    -------
-    str
-        ``memory_type`` when it is a kg relation type; else each run of characters a type may
-        not hold replaced by ``_`` (``"works at"`` -> ``"works_at"``), with a leading ``_`` when
-        it would start with a digit or ``-``, cut at 255 characters.
+    """The kg relation type of a memory ``relationType``: itself when it is one; else each run of
+    characters a type may not hold replaced by ``_`` (``"works at"`` -> ``"works_at"``), with a
+    leading ``_`` when it would start with a digit or ``-``, cut at 255 characters.
     """
     if _TYPE_RE.match(memory_type):
         return memory_type
@@ -111,17 +96,8 @@ def relation_type(memory_type: str) -> str:
 
 
 def parse_memory_jsonl(text: str) -> MemoryGraph:
-    """Read and check a memory file; the first malformed record is refused with its line.
-
-    Parameters
-    ----------
-    text : str
-        The file's content (UTF-8 decoded).
-
-    Returns
-    -------
-    MemoryGraph
-        The entities and relations, in file order.
+    """Read and check a memory file (UTF-8 decoded); the first malformed record is refused with its
+    line. O(number of records).
 
     Raises
     ------
@@ -130,10 +106,6 @@ def parse_memory_jsonl(text: str) -> MemoryGraph:
         whose ``type`` is neither ``entity`` nor ``relation``, a field missing or of the wrong
         type, an entity name without a letter or digit, an entity named twice, or a relation
         whose ``from`` or ``to`` names no entity of the file.
-
-    Notes
-    -----
-    O(number of records).
     """
     graph = MemoryGraph()
     seen: dict[str, int] = {}
@@ -201,24 +173,13 @@ def _entity_paths(session: Session, view: BranchView, workspace: str, graph: Mem
 
 def import_memory_jsonl(uow: UnitOfWork, repo: str, branch: str, text: str, *,
                         workspace: str = DEFAULT_WORKSPACE, create: bool = True) -> dict[str, Any]:
-    """Import a memory server's JSONL graph into a branch, as one revision (or none).
+    """Import a memory server's JSONL graph into a branch's ``workspace``, as one revision (or none);
+    ``create`` makes a missing repository and workspace.
 
     The file is checked whole (:func:`parse_memory_jsonl`) before anything is written; the nodes
     and relations that differ from what the branch holds are then written with
-    :func:`kg.ops.nodes.write_graph`. See the module docstring for the mapping.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch : str
-        Where to write; the branch must exist.
-    text : str
-        The file's content.
-    workspace : str
-        The workspace of the entity nodes (default ``memory``).
-    create : bool
-        Create the repository and the workspace when missing.
+    :func:`kg.ops.nodes.write_graph` (O(entities + relations) reads, one write transaction). See
+    the module docstring for the mapping.
 
     Returns
     -------
@@ -237,10 +198,6 @@ def import_memory_jsonl(uow: UnitOfWork, repo: str, branch: str, text: str, *,
         A node that is not a ``kg:Entity`` is at an entity's path.
     kg.errors.Forbidden
         The caller may not write the workspace.
-
-    Notes
-    -----
-    O(entities + relations) node and edge reads, one write transaction.
     """
     graph = parse_memory_jsonl(text)
     ensure_repo_workspace(uow, repo, workspace, create=create)

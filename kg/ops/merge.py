@@ -27,24 +27,8 @@ from kg.store.repos import WriteContext, branch_view, get_branch, get_repository
 
 def preview_merge(services: Resources, caller: Actor, repo_name: str, source: str, into: str | None, *,
                   resolutions: list[dict[str, Any]] | None = None, if_plan: str | None = None) -> dict[str, Any]:
-    """What merging ``source`` into ``into`` would do (a dry run): nothing is written.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who asks.
-    repo_name : str
-        The repository's name.
-    source : str
-        The branch merged.
-    into : str or None
-        The target branch; ``None``: ``source``'s parent.
-    resolutions : list of dict, optional
-        See :func:`kg.store.history.plan_merge`.
-    if_plan : str, optional
-        The :func:`plan_token` a reviewer saw: refused when either branch changed since.
+    """What merging ``source`` into ``into`` (None: its parent) would do: a dry run, nothing written;
+    ``resolutions`` as :func:`kg.store.history.plan_merge` takes them.
 
     Returns
     -------
@@ -58,7 +42,8 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
     kg.errors.MergeConflict
         Unresolved conflicts, listed in ``details["conflicts"]`` (with ``details["plan"]``).
     kg.errors.Conflict
-        ``if_plan`` is not the branches' token now (``details["reason"] = "stale_plan"``).
+        ``if_plan`` (the token a reviewer saw) is not the branches' token now
+        (``details["reason"] = "stale_plan"``).
     kg.errors.InvalidInput, kg.errors.NotFound
         As :func:`merge_branch`.
     """
@@ -103,29 +88,13 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
                  resolutions: list[dict[str, Any]] | None = None,
                  message: str | None = None, actor: str | None = None,
                  if_plan: str | None = None) -> dict[str, Any]:
-    """Merge ``source`` into ``into`` as one revision on ``into``.
+    """Merge ``source`` into ``into`` (None: its parent) as one revision on ``into`` (default message
+    ``merge <source> into <into>``); ``resolutions`` as :func:`kg.store.history.plan_merge` takes
+    them. :func:`preview_merge` is the dry run.
 
-    A merge with nothing to apply makes no revision but records its merge point (the base of
-    the next merge); :func:`preview_merge` is the dry run.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo_name : str
-        The repository's name.
-    source : str
-        The branch merged.
-    into : str or None
-        The target branch; ``None``: ``source``'s parent.
-    resolutions : list of dict, optional
-        See :func:`kg.store.history.plan_merge`.
-    message, actor : str or None
-        Recorded with the revision (default message ``merge <source> into <into>``).
-    if_plan : str, optional
-        The ``plan`` of the dry run this merge was asked from (:func:`preview_merge`): the merge
-        is refused, nothing written, when either branch changed since (a reviewer never merges
-        what they did not see). Checked under the repository's write lock.
+    ``if_plan`` is the ``plan`` of the dry run this merge was asked from: the merge is refused,
+    nothing written, when either branch changed since (a reviewer never merges what they did not
+    see); checked under the repository's write lock.
 
     Returns
     -------
@@ -141,12 +110,10 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     kg.errors.MergeConflict
         Unresolved conflicts, listed in ``details["conflicts"]``; nothing is written.
     kg.errors.Conflict
-        ``into`` is ``None`` and ``source`` is ``main`` (it has no parent).
+        ``into`` is ``None`` and ``source`` is ``main`` (it has no parent); or ``if_plan`` is
+        not the branches' :func:`plan_token` now (``details["reason"] = "stale_plan"``).
     kg.errors.Forbidden
         The caller may not read ``source`` or may not ``merge`` into ``into``.
-    kg.errors.Conflict
-        ``if_plan`` is not the branches' :func:`plan_token` now (``details["reason"] =
-        "stale_plan"``).
     """
     session = uow.session
     uow.authorize("read", repo_name, source)
@@ -241,23 +208,10 @@ def _touched(session: Session, repo: Repository, plan: history.MergePlan) -> tup
 
 
 def plan_token(session: Session, repo: Repository, source: str, target: str) -> str:
-    """What a merge of ``source`` into ``target`` would be planned from, as an opaque token: the
-    head and fork revisions of both branches. Equal tokens, equal plans (a merge is a function of
-    what the two branches hold); a write, a reset or a merge on either branch changes it.
-
-    Parameters
-    ----------
-    session : Session
-        An open session.
-    repo : Repository
-        The repository of both branches.
-    source, target : str
-        The branch merged and the branch merged into.
-
-    Returns
-    -------
-    str
-        ``"<source id>.<head>.<base>-<target id>.<head>.<base>"``.
+    """What a merge of ``source`` into ``target`` would be planned from, as an opaque token
+    ``"<source id>.<head>.<base>-<target id>.<head>.<base>"``: the head and fork revisions of both
+    branches. Equal tokens, equal plans (a merge is a function of what the two branches hold); a
+    write, a reset or a merge on either branch changes it.
 
     Raises
     ------

@@ -79,13 +79,7 @@ class DerivedPlan:
     _ids: list[tuple[str, str]] = field(default_factory=list)  # per write: (from or node id, to id)
 
     def counts(self) -> dict[str, int]:
-        """The writes by kind.
-
-        Returns
-        -------
-        dict
-            ``{"unlinked", "restamped", "orphaned", "stale", "queued"}`` counts.
-        """
+        """The writes by kind: ``{"unlinked", "restamped", "orphaned", "stale", "queued"}`` counts."""
         out = dict.fromkeys(KINDS, 0)
         for write in self.writes:
             out[write["kind"]] += 1
@@ -102,18 +96,9 @@ class DerivedPlan:
 
 def split_resolutions(resolutions: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]] | None,
                                                                           dict[RelKey, Take]]:
-    """Separate the lineage decisions' resolutions (``take`` ``keep`` / ``drop``) from the
-    merge's own (:func:`kg.store.history.plan_merge`).
-
-    Parameters
-    ----------
-    resolutions : list of dict or None
-        As the caller sent them.
-
-    Returns
-    -------
-    (list of dict or None, dict)
-        The others (None when there are none), and ``{(from, type, to): take}`` by address.
+    """Separate the lineage decisions' resolutions (``take`` ``keep`` / ``drop``), as ``{(from,
+    type, to): take}`` by address, from the merge's own (:func:`kg.store.history.plan_merge`;
+    None when there are none).
 
     Raises
     ------
@@ -135,31 +120,9 @@ def split_resolutions(resolutions: list[dict[str, Any]] | None) -> tuple[list[di
 
 def plan_derived(services: Resources, session: Session, view: BranchView, plan: history.MergePlan,
                  decided: dict[RelKey, Take] | None = None) -> DerivedPlan:
-    """What lineage would do on the target when ``plan`` is applied.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (is an LLM configured; the workspaces' chunking).
-    session : Session
-        The caller's transaction (nothing is written).
-    view : kg.store.repos.BranchView
-        The target as the merge finds it (its head; in the merge's transaction, the revision
-        before the merge's).
-    plan : kg.store.history.MergePlan
-        The merge's plan.
-    decided : dict, optional
-        The lineage decisions' resolutions (:func:`split_resolutions`).
-
-    Returns
-    -------
-    DerivedPlan
-        The writes, in the order they are applied, and the decisions left to the reviewer.
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A ``keep`` / ``drop`` resolution that names no lineage decision of this merge.
+    """What lineage would do on the target (``view``: its head, or in the merge's transaction the
+    revision before the merge's) when ``plan`` is applied, with the lineage decisions ``decided``
+    (:func:`split_resolutions`); writes nothing.
 
     Notes
     -----
@@ -167,6 +130,11 @@ def plan_derived(services: Resources, session: Session, view: BranchView, plan: 
     at their ends, and one of the relations of each entity a removed mention may leave
     orphan; a chunking of each changed text a stored answer cites. Equal branches, plan and
     resolutions give an equal :class:`DerivedPlan`: the dry run's is the merge's.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A ``keep`` / ``drop`` resolution that names no lineage decision of this merge.
     """
     decided = dict(decided or {})
     out = DerivedPlan()
@@ -322,47 +290,20 @@ def _orphans(session: Session, view: BranchView, plan: history.MergePlan, ends: 
 
 
 def plan_digest(applied: dict[str, Any], derived: DerivedPlan) -> str:
-    """12 hexadecimal digits of sha256 over what a merge applies and what lineage writes: the
-    part of a plan token (:func:`kg.ops.merge.plan_token`) that the branches' heads alone do
-    not fix (the resolutions, the configuration: an LLM, the chunking).
-
-    Parameters
-    ----------
-    applied : dict
-        :meth:`kg.store.history.MergePlan.preview`.
-    derived : DerivedPlan
-        :func:`plan_derived`.
-
-    Returns
-    -------
-    str
-        Equal for equal plans, resolutions and lineage writes.
+    """12 hexadecimal digits of sha256 over what a merge applies (:meth:`MergePlan.preview
+    <kg.store.history.MergePlan.preview>`) and what lineage writes: the part of a plan token
+    (:func:`kg.ops.merge.plan_token`) that the branches' heads alone do not fix (the resolutions,
+    the configuration: an LLM, the chunking). Equal for equal plans, resolutions and lineage
+    writes.
     """
     text = json.dumps({"applied": applied, "derived": derived.writes}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def apply_derived(uow: UnitOfWork, ctx: WriteContext, derived: DerivedPlan) -> dict[str, int]:
-    """Write ``derived`` in the merge's revision, after the merge's own writes.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The merge's transaction.
-    ctx : kg.store.repos.WriteContext
-        The merge's revision on the target.
-    derived : DerivedPlan
-        :func:`plan_derived` of the plan just applied.
-
-    Returns
-    -------
-    dict
-        :meth:`DerivedPlan.counts`.
-
-    Notes
-    -----
-    Writes made here derive nothing (:func:`kg.ops.text_store.put_text`), as in
-    :func:`kg.ops.lineage.refresh_derived`.
+    """Write ``derived`` in the merge's revision, after the merge's own writes; returns
+    :meth:`DerivedPlan.counts`. Writes made here derive nothing
+    (:func:`kg.ops.text_store.put_text`), as in :func:`kg.ops.lineage.refresh_derived`.
     """
     session = uow.session
     if derived.writes:

@@ -29,38 +29,17 @@ def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path:
              properties: dict[str, Any], order: float | None = None, parents: bool = False,
              message: str | None = None, actor: str | None = None,
              if_revision: int | None = None) -> tuple[dict[str, Any], bool]:
-    """Create or replace a node; its text is queued for indexing in the same transaction.
+    """Create or replace a node (missing ancestors as ``kg:Folder`` nodes with ``parents``); its text
+    fields are queued for indexing in the same transaction. Returns ``(node, created)``,
+    ``created`` False when it replaced one.
 
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo_name, branch, workspace : str
-        Where the node is written.
-    path : str
-        Its path (``/a/b``, validated).
-    node_type : str
-        Its type (``kg:Node``, ``pep:PEP``...).
-    properties : dict
-        Its JSON properties; the text fields are chunked and embedded.
-    order : float or None
-        Its place among its siblings.
-    parents : bool
-        Create missing ancestors as ``kg:Folder`` nodes.
-    message, actor : str or None
-        Recorded with the revision.
-    if_revision : int or None
-        Refuse the write if the node changed after this revision
-        (:func:`kg.store.nodes.check_if_revision`).
-
-    Returns
-    -------
-    (node, created)
-        The API shape of the stored node; ``created`` False when it replaced one.
+    ``if_revision``: refuse the write if the node changed after this revision
+    (:func:`kg.store.nodes.check_if_revision`).
 
     Raises
     ------
     kg.errors.NotFound, kg.errors.InvalidInput, kg.errors.Conflict
+        As :func:`kg.store.nodes.put_node`.
     """
     uow.authorize("write", repo_name, branch, workspace)
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
@@ -73,29 +52,8 @@ def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pat
                properties: dict[str, Any], node_type: str | None = None, order: float | None = None,
                message: str | None = None, actor: str | None = None,
                if_revision: int | None = None) -> dict[str, Any]:
-    """Merge ``properties`` into a node (a ``None`` value removes the key) and queue its text.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo_name, branch, workspace, path : str
-        The node.
-    properties : dict
-        Keys to set; a ``None`` value removes its key.
-    node_type : str or None
-        A new type; ``None`` keeps it.
-    order : float or None
-        A new place among its siblings; ``None`` keeps it.
-    message, actor : str or None
-        Recorded with the revision.
-    if_revision : int or None
-        Refuse the write if the node changed after this revision.
-
-    Returns
-    -------
-    dict
-        The API shape of the stored node.
+    """Merge ``properties`` into a node (a ``None`` value removes the key; a ``None`` ``node_type``
+    or ``order`` keeps it) and queue its text; returns the stored node.
 
     Raises
     ------
@@ -123,29 +81,14 @@ def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pat
 def delete_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *,
                 recursive: bool = False, message: str | None = None, actor: str | None = None,
                 if_revision: int | None = None) -> dict[str, Any]:
-    """Tombstone a node (and with ``recursive`` its descendants) and their edges, as one revision.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo_name, branch, workspace, path : str
-        The node.
-    recursive : bool
-        Also its descendants (else a node with children is refused).
-    message, actor : str or None
-        Recorded with the revision.
-    if_revision : int or None
-        Refuse the write if the node changed after this revision.
-
-    Returns
-    -------
-    dict
-        ``{"revision", "deleted"}``: the revision and how many nodes were tombstoned.
+    """Tombstone a node (and with ``recursive`` its descendants, else a node with children is
+    refused) and their edges, as one revision; returns ``{"revision", "deleted"}`` (how many
+    nodes).
 
     Raises
     ------
     kg.errors.NotFound, kg.errors.Conflict
+        As :func:`kg.store.nodes.delete_node`, or the node changed after ``if_revision``.
     """
     session = uow.session
     uow.authorize("write", repo_name, branch, workspace)
@@ -220,27 +163,9 @@ def _ancestors_first(upserts: list[dict[str, Any]]) -> list[int]:
 def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[str, Any]] | None = None,
           deletes: list[dict[str, Any]] | None = None, parents: bool = False, message: str | None = None,
           actor: str | None = None) -> dict[str, Any]:
-    """Apply node deletes, then upserts, as one revision: all or nothing.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo_name, branch : str
-        Where the nodes are written.
-    upserts : list of dict
-        ``{"workspace", "path", "node_type", "properties", "order"}``: create or replace.
-    deletes : list of dict
-        ``{"workspace", "path", "recursive"}``.
-    parents : bool
-        Create missing ancestors of the upserts as ``kg:Folder`` nodes.
-    message, actor : str or None
-        Recorded with the revision.
-
-    Returns
-    -------
-    dict
-        ``{"revision", "upserted": [...nodes], "deleted": N}``.
+    """Apply node deletes (``{"workspace", "path", "recursive"}``), then upserts (``{"workspace",
+    "path", "node_type", "properties", "order"}``), as one revision: all or nothing. Returns
+    ``{"revision", "upserted": [...nodes], "deleted": N}``.
 
     Raises
     ------
@@ -325,31 +250,20 @@ class GraphWrite:
 def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
                 plan: Callable[[Session, BranchView], GraphWrite | None], *,
                 message: str | None = None, actor: str | None = None) -> dict[str, Any] | None:
-    """Write nodes and the relations between them as one revision: all or nothing.
+    """Write nodes and the relations between them as one revision: all or nothing; each node's text
+    is queued for indexing in the same transaction, as :func:`batch` does.
 
-    The batch write path with relations: each node's text is queued for indexing in the same
-    transaction, as :func:`batch` does.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo_name, branch : str
-        Where the graph is written.
-    plan : callable(session, view) -> GraphWrite or None
-        Called inside the write transaction, once the branch is locked, with a view that sees
-        the branch's current head as the caller may read it: what it reads cannot change
-        before the commit (writers of a repository serialise). Returning None (nothing to
-        write) writes nothing: no revision is made.
-    message, actor : str or None
-        Recorded with the revision.
+    ``plan(session, view)`` is called inside the write transaction, once the branch is locked,
+    with a view of the branch's current head as the caller may read it: what it reads cannot
+    change before the commit (writers of a repository serialise). Returning None writes nothing
+    (no revision) and answers None.
 
     Returns
     -------
     dict or None
         ``{"revision", "upserted": [...nodes], "related": N, "unrelated": N, "invalidated":
         [{"from", "type", "to"}]}`` (the invalidations that closed a relation current then; one
-        named but not current is skipped), or None when ``plan`` returned None.
+        named but not current is skipped).
 
     Raises
     ------

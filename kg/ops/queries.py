@@ -26,25 +26,7 @@ from kg.store.repos import branch_view, get_repository, parent_name, workspace_i
 
 def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
              at_revision: int | None = None) -> dict[str, Any]:
-    """The node at ``path`` as the branch sees it.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch, workspace : str
-        The repository. The branch. The workspace's name.
-    path : str
-        A validated path (``/a/b``).
-    at_revision : int or None
-        Read the branch as of this revision.
-
-    Returns
-    -------
-    dict
-        The node's API shape.
+    """The API shape of the node at ``path`` as the branch sees it.
 
     Raises
     ------
@@ -59,37 +41,16 @@ def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspa
 def list_children(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
                   at_revision: int | None = None, order_by: str | None = None, direction: str | None = None,
                   node_type: str | None = None) -> list[dict[str, Any]]:
-    """The children of ``parent`` (``/`` for the top level) in their order.
+    """The children of ``parent`` (``/`` for the top level) in their order, as API shapes.
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch, workspace : str
-        The repository. The branch. The workspace's name.
-    parent : str
-        ``/`` or a path.
-    at_revision : int or None
-        Read as of this revision; None: the head.
-    order_by : str or None
-        ``order`` (the default: ``order``, then name), ``name`` or ``properties.<key>``, a
-        leading ``-`` for descending (:func:`kg.store.nodes.child_order`); children without
-        the value come last, ties by name.
-    direction : {"asc", "desc"} or None
-        The direction of ``order_by``; None: ascending unless it starts with ``-``.
-    node_type : str or None
-        Only children of this node type.
-
-    Returns
-    -------
-    list of dict
-        The nodes' API shapes.
+    ``order_by`` is ``order`` (the default: ``order``, then name), ``name`` or
+    ``properties.<key>``, a leading ``-`` for descending (:func:`kg.store.nodes.child_order`;
+    ``direction`` overrides it); children without the value come last, ties by name.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository, branch, workspace or parent.
     kg.errors.InvalidInput
         A malformed ``parent``, ``order_by`` or ``direction``.
     """
@@ -106,41 +67,12 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
                   limit: int = 100, cursor: str | None = None, at_revision: int | None = None,
                   order_by: str | None = None, direction: str | None = None,
                   node_type: str | None = None, has_children: bool = True) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of the children of ``parent`` in their order, each saying whether it has children
-    (what a lazily expanded tree needs).
+    """One page (``limit`` 1..10,000) of the children of ``parent`` in their order
+    (:func:`list_children`), each with ``"has_children"`` when ``has_children`` (one more query:
+    what a lazily expanded tree needs).
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch, workspace : str
-        The repository. The branch. The workspace's name.
-    parent : str
-        ``/`` or a path.
-    limit : int, 1..10,000
-        Most children returned.
-    cursor : str or None
-        The previous page's next cursor; None for the first page.
-    at_revision : int or None
-        Read as of this revision; None: the head.
-    order_by : str or None
-        ``order`` (the default: ``order``, then name), ``name`` or ``properties.<key>``, a
-        leading ``-`` for descending (:func:`kg.store.nodes.child_order`); children without
-        the value come last, ties by name.
-    direction : {"asc", "desc"} or None
-        The direction of ``order_by``; None: ascending unless it starts with ``-``.
-    node_type : str or None
-        Only children of this node type.
-    has_children : bool
-        Add ``"has_children"`` to each node (one more query); False: the plain API shapes.
-
-    Returns
-    -------
-    (list of dict, str or None)
-        The nodes' API shapes, each with ``"has_children": bool`` (when asked), in the order of
-        :func:`list_children`; and the cursor of the next page (None: the last page).
+    Two queries: the children (sorted in Python, O(n log n)), then which of the page's children
+    have children (:func:`kg.store.nodes.parents_with_children`).
 
     Raises
     ------
@@ -149,11 +81,6 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
     kg.errors.InvalidInput
         A malformed ``parent``, cursor, limit, ``order_by`` or ``direction``; a cursor made
         with another ``order_by``.
-
-    Notes
-    -----
-    Two queries: the children (sorted in Python, O(n log n)), then which of the page's
-    children have children (:func:`kg.store.nodes.parents_with_children`).
     """
     if parent != "/":
         parent = validate_path(parent)
@@ -172,18 +99,8 @@ def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, work
                 at_revision: int | None = None) -> dict[str, Any]:
     """The chunks of the node at ``path``: the passages its text was split into and embedded.
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch, workspace : str
-        The repository. The branch. The workspace's name.
-    path : str
-        A validated path (``/a/b``).
-    at_revision : int or None
-        Read the node as of this revision.
+    Chunks are shared by every node version with the same content key (DESIGN.md): a branch that
+    did not change the node shows its parent's.
 
     Returns
     -------
@@ -198,11 +115,6 @@ def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, work
         Unknown repository, branch, workspace or node, or one the caller may not read.
     kg.errors.InvalidInput
         A malformed path.
-
-    Notes
-    -----
-    Chunks are shared by every node version with the same content key (DESIGN.md): a branch
-    that did not change the node shows its parent's.
     """
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
@@ -221,31 +133,13 @@ def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, work
 
 def node_history(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
                  limit: int = 100, at_revision: int | None = None) -> list[dict[str, Any]]:
-    """The revisions that wrote the node at ``path`` in the branch's history, newest first.
+    """The revisions that wrote the node at ``path`` (which need not exist now) in the branch's
+    history, newest first, at most ``limit`` (1..1000): ``{"revision", "branch", "actor",
+    "message", "created_at", "op": "put" | "delete"}``.
 
     The branch's history is its own revisions and its ancestors' up to the fork (as
-    :func:`revision_log`); a merge into the branch that changed the node is one of them.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch, workspace : str
-        The repository. The branch. The workspace's name.
-    path : str
-        A path (``/a/b``); the node need not exist now (a deleted node keeps its history).
-    limit : int, 1..1000
-        Most revisions returned.
-    at_revision : int or None
-        Only the history up to this revision; None: up to the head.
-
-    Returns
-    -------
-    list of dict
-        ``{"revision", "branch", "actor", "message", "created_at", "op"}`` per revision, ``op``
-        ``"put"`` or ``"delete"``; empty when no version of the node was ever written there.
+    :func:`revision_log`); a merge into the branch that changed the node is one of them. One query
+    over ``ix_node_versions_path`` per chain entry, joined to the revisions.
 
     Raises
     ------
@@ -253,10 +147,6 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
         Unknown repository, branch or workspace, or one the caller may not read.
     kg.errors.InvalidInput
         A malformed path, or ``limit`` outside 1..1000.
-
-    Notes
-    -----
-    One query over ``ix_node_versions_path`` per chain entry, joined to the revisions.
     """
     path = validate_path(path)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
@@ -282,36 +172,15 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
 def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, prefix: str, *,
                 limit: int = 1000, cursor: str | None = None, at_revision: int | None = None,
                 mode: str = "segments") -> tuple[list[dict[str, Any]], str | None]:
-    """Every node under ``prefix``, by path, a page of at most ``limit``.
+    """Every node under ``prefix``, by path, a page of at most ``limit`` (1..10,000).
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch, workspace : str
-        Where to list.
-    prefix : str
-        List the nodes under it: ``/docs`` is ``/docs`` and ``/docs/...`` (not ``/docs-old``),
-        ``/docs/`` only what is below ``/docs``, ``/`` everything.
-    limit : int, 1..10,000
-        Most rows returned.
-    cursor : str or None
-        Where the previous page ended.
-    at_revision : int or None
-        Read as of this revision; None: the head.
-    mode : {"segments", "raw"}
-        ``raw``: every path that starts with the string ``prefix`` (``/docs`` lists ``/docs-old``).
-
-    Returns
-    -------
-    (list of dict, str or None)
-        The page and the cursor of the next one (None: the last page).
+    ``/docs`` is ``/docs`` and ``/docs/...`` (not ``/docs-old``), ``/docs/`` only what is below
+    ``/docs``, ``/`` everything; ``mode="raw"``: every path that starts with the string.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository, branch or workspace.
     kg.errors.InvalidInput
         A malformed prefix, mode or cursor.
     """
@@ -324,32 +193,15 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
 
 def references(services: Resources, caller: Actor, repo: str, branch: str, target: str, *, limit: int = 1000,
                at_revision: int | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """The nodes whose properties refer to ``target`` (through the reference index).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch : str
-        The repository. The branch.
-    target : str
-        A node address ``workspace:/path``.
-    limit : int
-        Most rows returned.
-    at_revision : int or None
-        Read as of this revision; None: the head.
-
-    Returns
-    -------
-    (list of dict, bool)
-        The referring nodes with the property key, and whether more exist.
+    """The nodes whose properties refer to ``target`` (``workspace:/path``, through the reference
+    index), with the property key, and whether more exist.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository, branch or workspace.
     kg.errors.InvalidInput
+        A malformed address or limit.
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return list_references(session, view, target, limit=limit)
@@ -363,35 +215,14 @@ MAX_LOG_CHANGES = history.MAX_LOG_CHANGES
 def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, limit: int = 100,
                  before: int | None = None, at_revision: int | None = None,
                  max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
-    """The revisions of the branch's history (its own, then its ancestors' up to the fork),
-    newest first.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch : str
-        The repository. The branch.
-    limit : int
-        Most rows returned.
-    before : int or None
-        Only revisions older than this.
-    at_revision : int or None
-        Read as of this revision; None: the head.
-    max_changes : int, default 100
-        Changes listed per revision, 0 to 10,000 (``change_count`` counts them all).
-
-    Returns
-    -------
-    list of dict
-        ``{"revision", "branch", "created_at", "message", "actor", "changes", "change_count"}``
-        per revision (:func:`kg.store.history.revision_log`).
+    """The revisions of the branch's history (its own, then its ancestors' up to the fork), newest
+    first, older than ``before`` (:func:`kg.store.history.revision_log`); ``max_changes`` (0 to
+    10,000) changes listed per revision, ``change_count`` counting them all.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository or branch.
     kg.errors.InvalidInput
         ``limit`` or ``max_changes`` out of range.
     """
@@ -400,28 +231,15 @@ def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, 
 
 
 def diff(services: Resources, caller: Actor, repo: str, branch: str, against: str | None = None) -> dict[str, Any]:
-    """What ``branch`` changed since its merge base with ``against`` (default: its parent).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch : str
-        The repository. The branch.
-    against : str or None
-        The branch compared with; None: the branch's parent.
-
-    Returns
-    -------
-    dict
-        See :func:`kg.store.history.diff_branches`.
+    """What ``branch`` changed since its merge base with ``against`` (default: its parent):
+    :func:`kg.store.history.diff_branches`.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository or branch.
     kg.errors.InvalidInput
+        ``against`` is neither the branch's parent nor its child.
     kg.errors.Conflict
         No ``against`` and the branch (``main``) has no parent.
     """
@@ -450,24 +268,10 @@ def _both(one: frozenset[int] | None, other: frozenset[int] | None) -> frozenset
 
 
 def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any]:
-    """What the indexer has pending, running and failed for ``repo``, and what the search index
-    holds (each collection named by its workspace and branch).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo : str
-        The repository.
-
-    Returns
-    -------
-    dict
-        :func:`kg.indexing.index_jobs.index_status` with ``"index"``: the index's statistics,
-        or ``{"error": {"code", "message"}}`` when the index cannot answer (the queue is in SQL
-        and still worth seeing).
+    """What the indexer has pending, running and failed for ``repo``, and what the search index holds
+    (each collection named by its workspace and branch): :func:`kg.indexing.index_jobs.index_status`
+    with ``"index"``, the index's statistics or ``{"error": {"code", "message"}}`` when the index
+    cannot answer (the queue is in SQL and still worth seeing).
 
     Raises
     ------
@@ -502,20 +306,7 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
 
 def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
                   against: str | None = None) -> dict[str, Any]:
-    """What a person reviews before merging ``branch``: the branch (parent, ahead / behind,
-    protected), the branch it is compared with, and the diff with each property's old and new
-    value.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, branch : str
-        The repository. The branch reviewed.
-    against : str or None
-        The branch compared with (the merge target); None: the branch's parent.
+    """What a person reviews before merging ``branch`` into ``against`` (default: its parent).
 
     Returns
     -------
@@ -551,20 +342,8 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
 
 def merge_review(services: Resources, caller: Actor, repo: str, branch: str,
                  into: str | None = None) -> dict[str, Any] | None:
-    """What the review page says a merge of ``branch`` would write besides the diff: lineage's
-    writes and the lineage decisions it leaves to the reviewer (the dry run,
-    :func:`kg.ops.merge.preview_merge`, without resolutions).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources.
-    caller : kg.context.Actor
-        Who reviews.
-    repo, branch : str
-        The repository. The branch reviewed.
-    into : str or None
-        The merge target; None: the branch's parent.
+    """What the review page says a merge of ``branch`` into ``into`` (default: its parent) would
+    write besides the diff: the dry run (:func:`kg.ops.merge.preview_merge`) without resolutions.
 
     Returns
     -------

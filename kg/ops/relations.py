@@ -18,22 +18,9 @@ MAX_INVALIDATED_BY = 2000
 
 
 def relation_dict(from_: str, to: str, version: RelationVersion, revision: int) -> dict[str, Any]:
-    """The API shape of a written relation version.
-
-    Parameters
-    ----------
-    from_, to : str
-        The endpoints' addresses as the caller named them.
-    version : RelationVersion
-        The version written.
-    revision : int
-        The revision that wrote it.
-
-    Returns
-    -------
-    dict
-        ``{"from", "to", "type", "weight", "properties", "valid_from", "valid_to",
-        "invalidated_by", "revision"}``, times in ISO 8601 (UTC) or null.
+    """The API shape of a written relation version, endpoints as the caller named them:
+    ``{"from", "to", "type", "weight", "properties", "valid_from", "valid_to", "invalidated_by",
+    "revision"}``, times in ISO 8601 (UTC) or null.
     """
     return {"from": from_, "to": to, "type": version.rel_type, "weight": version.weight,
             "properties": version.properties, "valid_from": iso(version.valid_from),
@@ -44,36 +31,14 @@ def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_typ
            weight: float | None = None, properties: dict[str, Any] | None = None,
            valid_from: datetime | str | None = None, valid_to: datetime | str | None = None,
            message: str | None = None, actor: str | None = None) -> tuple[dict[str, Any], bool]:
-    """Assert a typed, weighted edge between two node addresses, as one revision.
+    """Assert a typed, weighted (None: unweighted) edge between two node addresses, as one revision;
+    returns ``(relation_dict, created)``, ``created`` False for a re-assertion (weight and
+    properties replaced).
 
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch : str
-        Where the edge is written.
-    from_, to : str
-        The nodes' addresses (``workspace:/path``).
-    rel_type : str
-        The relation type.
-    weight : float or None
-        The edge's weight; ``None``: unweighted.
-    properties : dict or None
-        The edge's JSON properties.
-    valid_from, valid_to : datetime, str or None
-        The world-time interval the fact holds in (timezone-aware, or ISO 8601 with a zone);
-        None: unbounded. When the type is single-valued in the source's workspace
-        (:func:`set_relation_types`), the source's other current relation of that type is
-        invalidated at ``valid_from`` (or now) in this same revision.
-    message, actor : str or None
-        Recorded with the revision.
-
-    Returns
-    -------
-    relation : dict
-        :func:`relation_dict`.
-    created : bool
-        Whether the edge is new (else re-asserted: weight and properties replaced).
+    ``valid_from``, ``valid_to``: the world-time interval the fact holds in (timezone-aware, or ISO
+    8601 with a zone); None: unbounded. When the type is single-valued in the source's workspace
+    (:func:`set_relation_types`), the source's other current relation of that type is invalidated
+    at ``valid_from`` (or now) in this same revision.
 
     Raises
     ------
@@ -83,7 +48,8 @@ def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_typ
     kg.errors.Forbidden
         The caller may not write the source node's workspace, or read the target's.
     kg.errors.InvalidInput
-        Also a time without a zone, or ``valid_to`` earlier than ``valid_from``.
+        A bad address, type, weight or properties, a time without a zone, or ``valid_to``
+        earlier than ``valid_from``.
     """
     start, end = maybe_aware(valid_from, "valid_from"), maybe_aware(valid_to, "valid_to")
     check_interval(start, end)
@@ -97,29 +63,9 @@ def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_typ
 def invalidate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str, *,
                valid_to: datetime | str | None = None, invalidated_by: str | None = None,
                message: str | None = None, actor: str | None = None) -> dict[str, Any]:
-    """Close a relation's validity at ``valid_to`` (default now), as one revision.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch : str
-        Where the edge is.
-    from_, to : str
-        The nodes' addresses (``workspace:/path``).
-    rel_type : str
-        The relation type.
-    valid_to : datetime, str or None
-        When the fact stopped holding (timezone-aware, or ISO 8601 with a zone); None: now.
-    invalidated_by : str or None
-        What superseded it (e.g. ``from|type|to`` of the new relation); at most 2,000 characters.
-    message, actor : str or None
-        Recorded with the revision.
-
-    Returns
-    -------
-    dict
-        :func:`relation_dict` of the new version.
+    """Close a relation's validity at ``valid_to`` (timezone-aware or ISO 8601 with a zone; None:
+    now), as one revision; ``invalidated_by`` (at most 2,000 characters) says what superseded it,
+    e.g. ``from|type|to`` of the new relation. Returns :func:`relation_dict` of the new version.
 
     Raises
     ------
@@ -144,21 +90,8 @@ def invalidate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel
 
 
 def get_relation_types(services: Resources, caller: Actor, repo: str, workspace: str) -> dict[str, Any]:
-    """The relation types declared single-valued per source in a workspace.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources.
-    caller : kg.context.Actor
-        Who reads (``read`` on the workspace).
-    repo, workspace : str
-        The repository and the workspace's name.
-
-    Returns
-    -------
-    dict
-        ``{"workspace", "single_valued": [str, ...]}``, sorted.
+    """The relation types declared single-valued per source in a workspace: ``{"workspace",
+    "single_valued": [...]}``, sorted; needs ``read`` on the workspace.
 
     Raises
     ------
@@ -172,31 +105,19 @@ def get_relation_types(services: Resources, caller: Actor, repo: str, workspace:
 
 
 def set_relation_types(uow: UnitOfWork, repo: str, workspace: str, single_valued: Any) -> dict[str, Any]:
-    """Declare which relation types are single-valued per source in a workspace (replaced whole).
+    """Declare which relation types (at most 1,000) are single-valued per source in a workspace
+    (replaced whole; ``admin`` on the workspace); returns :func:`get_relation_types`.
 
     A relation of a single-valued type asserted from a source that already has a current one
     to another target invalidates the old one in the same revision (:func:`relate`). The
     declaration is workspace configuration: it holds on every branch and is not versioned.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller (``admin`` on the workspace).
-    repo, workspace : str
-        The repository and the workspace's name.
-    single_valued : list of str
-        Relation types (:func:`kg.store.relations.validate_relation_type`), at most 1,000.
-
-    Returns
-    -------
-    dict
-        As :func:`get_relation_types`.
 
     Raises
     ------
     kg.errors.InvalidInput
         Not a list of valid relation types.
     kg.errors.NotFound, kg.errors.Forbidden
+        Unknown repository or workspace, or one the caller may not administer.
     """
     if not isinstance(single_valued, list) or len(single_valued) > 1000:
         raise InvalidInput("single_valued must be a list of at most 1000 relation types",
@@ -212,33 +133,17 @@ def set_relation_types(uow: UnitOfWork, repo: str, workspace: str, single_valued
 
 def unrelate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str | None = None, *,
              message: str | None = None, actor: str | None = None) -> dict[str, Any]:
-    """Remove the edges from ``from_`` to ``to`` (of ``rel_type``, or of every type).
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, branch : str
-        Where the edges are removed.
-    from_, to : str
-        The nodes' addresses (``workspace:/path``).
-    rel_type : str or None
-        Only edges of this type; ``None``: all types.
-    message, actor : str or None
-        Recorded with the revision.
-
-    Returns
-    -------
-    dict
-        ``{"revision", "deleted"}``; when there was no edge, no revision is made
-        (``revision`` is ``None``, ``deleted`` 0).
+    """Remove the edges from ``from_`` to ``to`` of ``rel_type`` (None: every type); returns
+    ``{"revision", "deleted"}``, and makes no revision (``revision`` None) when there was no edge.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository, branch or node.
     kg.errors.Forbidden
         As :func:`relate`.
     kg.errors.InvalidInput
+        A bad address or type.
     """
     uow.authorize_relation(repo, branch, from_, to)
     ctx = uow.begin(repo, branch, message=message, actor=actor)

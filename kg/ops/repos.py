@@ -30,35 +30,13 @@ from kg.store.paths import validate_name
 
 
 def repo_dict(repo: Repository) -> dict[str, Any]:
-    """The API shape of a repository.
-
-    Parameters
-    ----------
-    repo : Repository
-        The repository.
-
-    Returns
-    -------
-    dict
-        ``{"name", "created_at", "head_revision"}``.
-    """
+    """The API shape of a repository: ``{"name", "created_at", "head_revision"}``."""
     return {"name": repo.name, "created_at": repo.created_at.isoformat(), "head_revision": repo.head_revision}
 
 
 def workspace_dict(ws: Workspace, default_model: str) -> dict[str, Any]:
-    """The API shape of a workspace: its embedding settings and any re-embed under way.
-
-    Parameters
-    ----------
-    ws : Workspace
-        The workspace row.
-    default_model : str
-        The service's model, for a workspace whose settings name none.
-
-    Returns
-    -------
-    dict
-        ``{"name", "created_at", "embedding", "reembedding"}``.
+    """The API shape of a workspace, ``{"name", "created_at", "embedding", "reembedding"}``
+    (``default_model``: the service's, for a workspace whose settings name none).
     """
     config = parse_embedding_config((ws.config or {}).get("embedding"), default_model=default_model)
     return {"name": ws.name, "created_at": ws.created_at.isoformat(), "embedding": config.model_dump(),
@@ -67,23 +45,11 @@ def workspace_dict(ws: Workspace, default_model: str) -> dict[str, Any]:
 
 def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
                       cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-    """A page of the repositories ``caller`` may see, by name.
+    """A page (``limit`` 1..10,000) of the repositories ``caller`` may see, by name
+    (:func:`repo_dict`).
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    limit : int, default 1000
-        At most this many repositories, 1..10,000.
-    cursor : str or None, optional
-        The previous page's ``next_cursor``; None for the first page.
-
-    Returns
-    -------
-    (list of dict, str or None)
-        :func:`repo_dict` of each, by name, and the cursor of the next page (None: the last).
+    Reads ``limit + 1`` rows at a time after the cursor, skipping repositories the caller may not
+    see, until the page is full: O(limit) for a caller who sees them all.
 
     Raises
     ------
@@ -91,11 +57,6 @@ def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
         A limit out of range, or a cursor that is not one of this listing's.
     kg.errors.Unauthenticated
         No caller while keys are required.
-
-    Notes
-    -----
-    Reads ``limit + 1`` rows at a time after the cursor, skipping repositories the caller may
-    not see, until the page is full: O(limit) for a caller who sees them all.
     """
     admit(services, caller)
     check_limit(limit)
@@ -121,18 +82,6 @@ def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
 def all_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]]:
     """Every repository ``caller`` may see, by name: :func:`list_repositories` page after page.
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources.
-    caller : kg.context.Actor
-        Who reads.
-
-    Returns
-    -------
-    list of dict
-        :func:`repo_dict` of each.
-
     Raises
     ------
     kg.errors.Unauthenticated
@@ -156,25 +105,12 @@ def _decode_repo_cursor(cursor: str) -> str:
 
 
 def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, Any]:
-    """One repository.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    name : str
-        The name.
-
-    Returns
-    -------
-    dict
-        :func:`repo_dict`.
+    """One repository (:func:`repo_dict`).
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository, or one the caller cannot see.
     """
     permit(services, caller, "read", name)
     with services.db.read() as session:
@@ -182,21 +118,7 @@ def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, A
 
 
 def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """The workspaces of ``repo``, by name.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo : str
-        The repository.
-
-    Returns
-    -------
-    list of dict
-        :func:`workspace_dict` of each.
+    """The workspaces of ``repo`` (:func:`workspace_dict`), by name.
 
     Raises
     ------
@@ -212,21 +134,7 @@ def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[
 
 
 def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> dict[str, Any]:
-    """One workspace of ``repo``.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who reads.
-    repo, name : str
-        The repository. The name.
-
-    Returns
-    -------
-    dict
-        :func:`workspace_dict`.
+    """One workspace of ``repo`` (:func:`workspace_dict`).
 
     Raises
     ------
@@ -240,19 +148,8 @@ def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> d
 
 
 def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
-    """Create a repository; it starts with the branch ``main``.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    name : str
-        Letters, digits, ``-``, ``_`` and ``.``.
-
-    Returns
-    -------
-    dict
-        The repository (:func:`repo_dict`).
+    """Create a repository (name: letters, digits, ``-``, ``_``, ``.``); it starts with the branch
+    ``main``. Returns :func:`repo_dict`.
 
     Raises
     ------
@@ -272,16 +169,10 @@ def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
 def delete_repository(uow: UnitOfWork, name: str) -> None:
     """Delete a repository with everything in it; once committed, its search index.
 
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    name : str
-        The name.
-
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository.
     kg.errors.Forbidden
         A key without ``admin`` on the repository, or whose ``admin`` grants do not cover every
         workspace and branch in it (:func:`kg.access.authorize_whole_repository`).
@@ -304,31 +195,21 @@ def _authorize_whole(session: Session, actor: Actor, repo: Repository) -> None:
 
 
 def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = None) -> dict[str, Any]:
-    """Create a workspace, with its embedding model and chunking settings (default: the
-    service's model). An unknown model is refused before anything is written.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo, name : str
-        The repository, and the new workspace's name.
-    embedding : dict or None
-        ``{"model", "chunking"}`` as API.md describes it.
-
-    Returns
-    -------
-    dict
-        The workspace (:func:`workspace_dict`).
+    """Create a workspace with its ``embedding`` (``{"model", "chunking"}``, API.md; default: the
+    service's model); an unknown model is refused before anything is written. Returns
+    :func:`workspace_dict`.
 
     Raises
     ------
     kg.errors.NotFound
+        Unknown repository.
     kg.errors.Conflict
+        A workspace of that name exists.
     kg.errors.InvalidInput
         A bad name or embedding, or the RAG node's repository (its workspaces are its
         collections: :func:`kg.access.refuse_reserved_workspace`).
     kg.errors.ProviderError
+        The model cannot be loaded.
     kg.errors.Forbidden
         A key without ``admin`` on the repository, or whose ``admin`` grants' workspace globs do
         not match ``name`` (decided before the name is looked up: a name taken by a workspace
@@ -347,29 +228,13 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
 
 def set_workspace_embedding(services: Resources, caller: Actor, repo: str, workspace: str, raw: Any, *,
                             reembed: bool = False) -> dict[str, Any]:
-    """Change a workspace's embedding model or chunking; with ``reembed``, rebuild it blue/green.
+    """Change a workspace's embedding model or chunking (``raw``: the new ``{"model"?,
+    "chunking"?}``); with ``reembed``, rebuild it blue/green, else any change is refused.
 
     Not one unit of work: the new model is probed (a remote server may take seconds) between
     reading the current settings and writing the new ones, and no write lock is held meanwhile;
     :func:`kg.indexing.reembed.reembed_workspace` runs each of its writes as a unit of work.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who asks.
-    repo, workspace : str
-        The repository. The workspace's name.
-    raw : dict
-        The new ``embedding`` object (``{"model"?, "chunking"?}``).
-    reembed : bool
-        Rebuild the workspace under the new settings; without it any change is refused.
-
-    Returns
-    -------
-    dict
-        ``{"workspace", "embedding", "reembedded", "node_versions", "queued", "switched"}``.
+    Returns ``{"workspace", "embedding", "reembedded", "node_versions", "queued", "switched"}``.
 
     Raises
     ------
@@ -391,22 +256,9 @@ def set_workspace_embedding(services: Resources, caller: Actor, repo: str, works
 
 
 def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCounts:
-    """Embed what ``repo`` has queued, bring the search index up to date and save it (so a
-    server started next finds it warm). Other repositories' queues are not touched.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who asks.
-    repo : str
-        The repository.
-
-    Returns
-    -------
-    kg.context.IndexRunCounts
-        The jobs done and failed.
+    """Embed what ``repo`` has queued, bring the search index up to date and save it (so a server
+    started next finds it warm); the jobs done and failed. Other repositories' queues are not
+    touched.
 
     Raises
     ------
@@ -421,24 +273,9 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
 
 
 def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorIndex | None = None) -> dict[str, Any]:
-    """Rebuild a search index of ``repo`` from the chunks and vectors stored in SQL (no
-    re-embedding), after finishing the repository's queued indexing.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    caller : kg.context.Actor
-        Who asks.
-    repo : str
-        The repository.
-    target : VectorIndex, optional
-        The index to fill (default: the service's own).
-
-    Returns
-    -------
-    dict
-        ``{"chunks", "jobs_done", "jobs_failed"}``: the chunks placed and the queued jobs run.
+    """Rebuild a search index of ``repo`` (``target``, default the service's) from the chunks and
+    vectors stored in SQL (no re-embedding), after finishing the repository's queued indexing.
+    Returns ``{"chunks", "jobs_done", "jobs_failed"}``.
 
     Raises
     ------
@@ -455,21 +292,9 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
 
 
 def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
-    """Embed a repository's failed texts again: their jobs are set back to ``pending``, afresh
-    (no attempt used), and the indexer is woken (with ``KG_INDEX_INLINE``, they are indexed
-    before this returns).
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    repo : str
-        The repository.
-
-    Returns
-    -------
-    dict
-        ``{"retried"}``: the jobs queued again (0 when none had failed).
+    """Embed a repository's failed texts again: their jobs are set back to ``pending``, afresh (no
+    attempt used), and the indexer is woken (with ``KG_INDEX_INLINE``, they are indexed before
+    this returns). Returns ``{"retried"}``, 0 when none had failed.
 
     Raises
     ------

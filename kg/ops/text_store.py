@@ -40,15 +40,9 @@ from kg.store.repos import WriteContext, get_repository, get_workspace
 
 @dataclass(frozen=True)
 class EmbeddedText:
-    """A node's text as planned (and embedded) before its write transaction.
-
-    Attributes
-    ----------
-    plan : TextPlan
-        The text plan under the settings read when it was made.
-    chunks : list of ChunkRow
-        The chunks of ``plan.content_key`` embedded for it; empty when they were stored
-        already or nothing was embedded (``prepare_chunks(..., embed=False)``).
+    """A node's text as planned (``plan``, under the settings read when it was made) and embedded
+    before its write transaction; ``chunks`` is empty when they were stored already or nothing was
+    embedded (``prepare_chunks(..., embed=False)``).
     """
 
     plan: TextPlan
@@ -72,25 +66,8 @@ def _plan(services: Resources, session: Session, repo: Repository, workspace_nam
 
 def plan_for(services: Resources, session: Session, repo: Repository, workspace_name: str,
              properties: dict[str, Any]) -> TextPlan:
-    """The text plan (content key) of properties in a workspace; no model call.
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    session : Session
-        The transaction whose view of the workspace's settings counts.
-    repo : Repository
-        The repository.
-    workspace_name : str
-        The workspace whose embedding settings apply.
-    properties : dict
-        The node's JSON properties (validated).
-
-    Returns
-    -------
-    TextPlan
-        The text's chunking plan and content key (None: no text).
+    """The text plan (chunking and content key, None: no text) of validated properties under the
+    workspace's embedding settings as ``session`` sees them; no model call.
 
     Raises
     ------
@@ -102,28 +79,11 @@ def plan_for(services: Resources, session: Session, repo: Repository, workspace_
 
 def chunk_hashes(services: Resources, session: Session, repo: Repository, workspace_name: str,
                  properties: dict[str, Any]) -> list[str]:
-    """sha256 (hex) of each chunk of a node's text, in chunk-index order; no model call.
+    """sha256 (hex) of each chunk of a node's text, in chunk-index order (empty without text); no
+    model call, the workspace's embedder counts tokens.
 
     What a stored answer's citation records of the passage it cites, and what lineage compares
     it with when the node changes (:mod:`kg.ops.lineage`).
-
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (the workspace's embedder counts tokens).
-    session : Session
-        The transaction whose view of the workspace's settings counts.
-    repo : Repository
-        The repository.
-    workspace_name : str
-        The node's workspace.
-    properties : dict
-        The node's JSON properties.
-
-    Returns
-    -------
-    list of str
-        Empty for a node without text.
 
     Raises
     ------
@@ -136,27 +96,12 @@ def chunk_hashes(services: Resources, session: Session, repo: Repository, worksp
 
 def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]], *,
                    embed: bool = True, progress: Callable[[int], None] | None = None) -> list[EmbeddedText]:
-    """Plan and embed, outside any transaction, the text of ``(workspace, properties)`` items
-    whose chunks are not stored yet (the ``embedded`` of :func:`put_text` and
-    :func:`kg.ops.texts.write_node`).
+    """Plan and embed, outside any transaction, the text of ``(workspace, properties)`` items whose
+    chunks are not stored yet (the ``embedded`` of :func:`put_text` and
+    :func:`kg.ops.texts.write_node`): one per item, in order, items of one text sharing its chunks.
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-        The process's resources (store, index, embedders).
-    repo_name : str
-        The repository's name.
-    items : sequence of (str, dict)
-        Workspace name and properties of each node to write.
-    embed : bool
-        False: plan only, embed nothing (the indexer embeds the texts after their writes).
-    progress : callable(int), optional
-        Called with the number of passages embedded after each embedder call.
-
-    Returns
-    -------
-    list of EmbeddedText
-        One per item, in order; items of one text share its chunks.
+    ``embed=False`` plans only (the indexer embeds the texts after their writes); ``progress`` is
+    told the number of passages embedded after each embedder call.
 
     Raises
     ------
@@ -185,42 +130,15 @@ def put_text(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *, n
                properties: dict[str, Any], order: float | None = None, parents: bool = False,
                if_revision: int | None = None,
                embedded: EmbeddedText | None = None) -> tuple[NodeVersion, bool]:
-    """Write a node with its text in the unit of work, deriving nothing (no lineage refresh).
+    """Write a node with its text in the unit of work, deriving nothing (no lineage refresh);
+    returns ``(version, created)``.
 
     Validates the input, plans the text under the workspace's embedding settings as this
     transaction sees them, puts the node version (refused if it changed after
-    ``if_revision``), stores the chunks of ``embedded`` if they were embedded under those same
-    settings (else the indexer embeds the text anew), queues the text's embedding job unless
-    its chunks are stored, and has the unit of work index it once committed.
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    ctx : kg.store.repos.WriteContext
-        The write opened by ``uow.begin`` on the node's branch.
-    workspace : str
-        The workspace's name.
-    path : str
-        The node's path (``/a/b``, validated).
-    node_type : str
-        Its type (at most 255 characters).
-    properties : dict
-        Its JSON properties (replaced whole); the text fields are chunked and embedded.
-    order : float or None
-        Its place among its siblings.
-    parents : bool
-        Create missing ancestors as ``kg:Folder`` nodes.
-    if_revision : int or None
-        Refuse the write if the node changed after this revision
-        (:func:`kg.store.nodes.check_if_revision`).
-    embedded : EmbeddedText or None
-        The text as planned and embedded before the transaction (:func:`prepare_chunks`).
-
-    Returns
-    -------
-    (NodeVersion, created)
-        The stored version; ``created`` False when it replaced a node.
+    ``if_revision``; missing ancestors made folders with ``parents``), stores the chunks of
+    ``embedded`` (:func:`prepare_chunks`) if they were embedded under those same settings (else
+    the indexer embeds the text anew), queues the text's embedding job unless its chunks are
+    stored, and has the unit of work index it once committed.
 
     Raises
     ------

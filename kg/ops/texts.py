@@ -23,44 +23,13 @@ def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *,
                properties: dict[str, Any], order: float | None = None, parents: bool = False,
                if_revision: int | None = None,
                embedded: EmbeddedText | None = None) -> tuple[NodeVersion, bool]:
-    """Write a node with its text in the unit of work: the one text-writing path.
+    """Write a node with its text in the unit of work: the one text-writing path; returns
+    ``(version, created)``.
 
-    Validates the input, plans the text under the workspace's embedding settings as this
-    transaction sees them, puts the node version (refused if it changed after
-    ``if_revision``), stores the chunks of ``embedded`` if they were embedded under those same
-    settings (else the indexer embeds the text anew), queues the text's embedding job unless
-    its chunks are stored, and has the unit of work index it once committed
-    (:func:`kg.ops.text_store.put_text`). A node it replaced has what was derived from it
-    refreshed in the same transaction (:func:`kg.ops.lineage.refresh_derived`).
-
-    Parameters
-    ----------
-    uow : kg.context.UnitOfWork
-        The write transaction and its caller.
-    ctx : kg.store.repos.WriteContext
-        The write opened by ``uow.begin`` on the node's branch.
-    workspace : str
-        The workspace's name.
-    path : str
-        The node's path (``/a/b``, validated).
-    node_type : str
-        Its type (at most 255 characters).
-    properties : dict
-        Its JSON properties (replaced whole); the text fields are chunked and embedded.
-    order : float or None
-        Its place among its siblings.
-    parents : bool
-        Create missing ancestors as ``kg:Folder`` nodes.
-    if_revision : int or None
-        Refuse the write if the node changed after this revision
-        (:func:`kg.store.nodes.check_if_revision`).
-    embedded : EmbeddedText or None
-        The text as planned and embedded before the transaction (:func:`kg.ops.text_store.prepare_chunks`).
-
-    Returns
-    -------
-    (NodeVersion, created)
-        The stored version; ``created`` False when it replaced a node.
+    :func:`kg.ops.text_store.put_text` (validate, plan the text under the workspace's settings as
+    this transaction sees them, put the node version, store ``embedded``'s chunks if still valid,
+    queue the embedding job, index once committed), then, for a node it replaced, refresh what was
+    derived from it in the same transaction (:func:`kg.ops.lineage.refresh_derived`).
 
     Raises
     ------

@@ -29,17 +29,7 @@ __all__ = ["DEFAULT_FORMAT", "FORMATS", "FileNode", "IngestFormat", "get_format"
 
 
 def get_format(name: str) -> IngestFormat:
-    """The ingest format called ``name``.
-
-    Parameters
-    ----------
-    name : str
-        A key of :data:`FORMATS`.
-
-    Returns
-    -------
-    IngestFormat
-        The format registered under that name.
+    """The ingest format registered in :data:`FORMATS` as ``name``.
 
     Raises
     ------

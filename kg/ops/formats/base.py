@@ -10,19 +10,9 @@ from typing import Any
 
 @dataclass
 class FileNode:
-    """A node parsed from a file, and the relations it asserts to other paths.
-
-    Attributes
-    ----------
-    path : str
-        The node's path.
-    node_type : str
-    properties : dict
-        Its JSON properties (the ingest adds ``sha256``, of the file's bytes).
-    relations : list of (str, str)
-        ``(relation type, target path)`` in the same workspace.
-    source : str
-        The file, relative to the ingested folder (recorded in the revision message).
+    """A node parsed from a file, and the ``(relation type, target path)`` relations it asserts in
+    the same workspace; ``source`` is the file relative to the ingested folder (in the revision
+    message), and the ingest adds ``sha256`` of its bytes to the properties.
     """
 
     path: str
@@ -38,8 +28,6 @@ class IngestFormat:
 
     Attributes
     ----------
-    name : str
-        What ``kg ingest --format`` calls it.
     read : callable(text, relative) -> FileNode
         The node of a file's text (UTF-8 decoded); ``relative`` is the file's path below the
         ingested folder.

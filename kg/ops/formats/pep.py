@@ -23,18 +23,8 @@ _PEP_NUMBER_RE = re.compile(r"(?:pep-?)?(\d{1,5})", re.IGNORECASE)
 
 
 def pep_numbers(value: str) -> list[int]:
-    """The PEP numbers a header's list names: comma- or space-separated numbers, each
+    """The PEP numbers a header's list names, in order: comma- or space-separated numbers, each
     optionally written ``PEP 8`` or ``pep-0008``; a token that is not a whole number is not a PEP.
-
-    Parameters
-    ----------
-    value : str
-        The header's value (continuation lines joined).
-
-    Returns
-    -------
-    list of int
-        In the order written.
 
     Examples
     --------
@@ -50,34 +40,13 @@ def pep_numbers(value: str) -> list[int]:
 
 
 def pep_path(number: int) -> str:
-    """The node path of PEP ``number``: ``/pep-0440``.
-
-    Parameters
-    ----------
-    number : int
-        The PEP's number.
-
-    Returns
-    -------
-    str
-        ``/pep-0008`` for 8: four digits at least.
-    """
+    """The node path of PEP ``number``, four digits at least: ``/pep-0008``."""
     return f"/pep-{number:04d}"
 
 
 def parse_pep(text: str) -> tuple[dict[str, str], str] | None:
-    """Split a PEP into its header fields (lower-case names) and body; None if not a PEP.
-
-    Parameters
-    ----------
-    text : str
-        A file's text.
-
-    Returns
-    -------
-    (dict of str -> str, str) or None
-        The header fields (continuation lines joined) and the body; None when the first line
-        is not ``PEP: <number>``.
+    """Split a PEP into its header fields (lower-case names, continuation lines joined) and body;
+    None when the first line is not ``PEP: <number>``.
 
     References
     ----------
@@ -107,19 +76,8 @@ def parse_pep(text: str) -> tuple[dict[str, str], str] | None:
 
 
 def pep_node(text: str, source: str) -> FileNode | None:
-    """The node and relations of a PEP, or None when ``text`` is not a PEP.
-
-    Parameters
-    ----------
-    text : str
-        A file's text.
-    source : str
-        The file, relative to the ingested folder.
-
-    Returns
-    -------
-    FileNode or None
-        A ``pep:PEP`` at :func:`pep_path` of its number.
+    """A ``pep:PEP`` node at :func:`pep_path` of its number, with its relations; None when ``text``
+    is not a PEP.
     """
     parsed = parse_pep(text)
     if parsed is None:
@@ -147,36 +105,13 @@ def pep_node(text: str, source: str) -> FileNode | None:
 
 
 def read_pep_file(text: str, relative: Path) -> FileNode:
-    """The PEP of a file (:func:`pep_node`), or its document when it has no PEP header.
-
-    Parameters
-    ----------
-    text : str
-        The file's text.
-    relative : Path
-        Its path below the ingested folder.
-
-    Returns
-    -------
-    FileNode
-        The PEP's node (its header fields, relations to the PEPs it names), or a plain
-        document when the file has no PEP header.
-    """
+    """The PEP of a file (:func:`pep_node`), or its plain document when it has no PEP header."""
     return pep_node(text, relative.as_posix()) or document_node(text, relative)
 
 
 def external_pep(path: str) -> FileNode:
-    """The ``pep:External`` stub of a PEP the corpus does not hold.
-
-    Parameters
-    ----------
-    path : str
-        A relation's target, ``/pep-NNNN``.
-
-    Returns
-    -------
-    FileNode
-        ``{"pep": NNNN, "in_corpus": False}`` at ``path``.
+    """The ``pep:External`` stub (``{"pep": NNNN, "in_corpus": False}``) at ``path``, of a PEP the
+    corpus does not hold.
     """
     number = path.rsplit("-", 1)[-1].lstrip("0") or "0"
     return FileNode(path, "pep:External", {"pep": int(number), "in_corpus": False})

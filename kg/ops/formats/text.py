@@ -17,20 +17,9 @@ def _segment(name: str) -> str:
 
 
 def document_node(text: str, relative: Path) -> FileNode:
-    """A plain document: ``content`` is the text, ``title`` its first heading or file name.
-
-    Parameters
-    ----------
-    text : str
-        The file's text.
-    relative : Path
-        The file's path below the ingested folder; the node's path follows it, without the
-        suffix (``notes/a b.md`` -> ``/notes/a b``).
-
-    Returns
-    -------
-    FileNode
-        A ``kg:Document`` with ``title``, ``content`` and ``source``, and no relations.
+    """A ``kg:Document`` with ``content`` (the text), ``title`` (its first heading or file name) and
+    ``source``, no relations; its path follows the file's without the suffix (``notes/a b.md`` ->
+    ``/notes/a b``).
     """
     title = relative.stem
     for line in text.splitlines():
