@@ -48,6 +48,19 @@ not describe them again.
 - ``at_revision``: read the branch as of this revision (None: its head).
 - ``limit`` and ``cursor``: a page's size and the previous page's ``next_cursor`` (None: the
   first page); a paged read answers ``(items, next_cursor)``, the cursor None on the last page.
+
+Common errors
+-------------
+Not listed again in each Raises section, which names the other errors and the cases particular
+to its function (and any class its own body raises):
+
+- :class:`kg.errors.NotFound`: a repository, branch or workspace named does not exist, or the
+  caller may not see it (the answer does not say which);
+- :class:`kg.errors.Forbidden`: the caller sees it but no grant allows the action (a docstring
+  says which grant a use case needs when it is not ``read`` or ``write`` on the branch);
+- :class:`kg.errors.Unauthenticated`: an anonymous caller while ``KG_AUTH`` is on;
+- :class:`kg.errors.InvalidInput`: a malformed name, path or address
+  (:mod:`kg.store.paths`), or an ``actor`` longer than 255 characters.
 """
 
 from __future__ import annotations

@@ -66,11 +66,6 @@ def _readable_on_both(session: Session, repo: Repository, branch: Branch, parent
 def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
     """Every branch of ``repo`` (:func:`branch_dict`, by name) with how far each is ahead of and
     behind its parent.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository.
     """
     permit(services, caller, "read", repo)
     with services.db.read() as session:
@@ -83,11 +78,6 @@ def branch_names(services: Resources, caller: Actor, repo: str) -> list[str]:
     """The sorted names of the branches of ``repo`` the caller may see: what a branch picker needs,
     without :func:`list_branches`' counts of revisions ahead and behind (for a reader limited to
     some workspaces, a count walks the writes of every revision since the fork).
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository.
     """
     permit(services, caller, "read", repo)
     with services.db.read() as session:
@@ -115,11 +105,6 @@ def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[
     ``last_revision`` (``{"revision", "created_at", "message", "actor"}`` of the newest that
     changed something the caller reads, or None), ``protected`` (``KG_PROTECTED_BRANCHES``) and
     ``children`` (names, of the branches listed).
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository.
     """
     branches = list_branches(services, caller, repo)
     names = {b["name"] for b in branches}
@@ -153,11 +138,6 @@ def is_protected(services: Resources, branch: str) -> bool:
 def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> dict[str, Any]:
     """One branch of ``repo`` (:func:`branch_dict`), with how far it is ahead of and behind its
     parent.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository or branch.
     """
     permit(services, caller, "read", repo, branch)
     with services.db.read() as session:
@@ -196,8 +176,6 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository or branch.
     kg.errors.Conflict
         ``main``, or a branch with children.
     kg.errors.Forbidden
@@ -217,8 +195,6 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository or branch.
     kg.errors.Conflict
         ``main`` (it has no parent).
     kg.errors.Forbidden

@@ -862,6 +862,10 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
     workspace; creating the repository or a workspace needs what creating them needs
     (:func:`kg.access.authorize_new_repository`, ``admin``).
 
+    O(records): one parse per line, a lookup per 500 addresses the branch must hold (none in a
+    new repository), one executemany per 20,000 rows of a table. Measured by
+    ``bench/import_rate.py``.
+
     Parameters
     ----------
     batch_size : int or None, optional
@@ -894,12 +898,6 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
         cannot see.
     kg.errors.Forbidden
         An action above that the caller may not do.
-
-    Notes
-    -----
-    O(records): one parse per line, a lookup per 500 addresses the branch must hold (none in a
-    new repository), one executemany per 20,000 rows of a table. Measured by
-    ``bench/import_rate.py``.
     """
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
@@ -976,21 +974,17 @@ def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = M
     only. ``with_chunks`` adds the stored chunks of the exported nodes' texts with their vectors
     (a text still queued for embedding has none yet).
 
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository or branch, or one the caller cannot see.
-    kg.errors.Forbidden
-        The caller may not read the branch.
-    kg.errors.InvalidInput
-        A revision not written yet.
-
-    Notes
-    -----
     One window query for the nodes, one for the relations, one chunk read per 500 content
     keys; the nodes and relations are held in memory to be sorted (O(n log n)), the chunks are
     streamed. Records are sorted by code point (a parent before its children), so two exports
     of one content are byte for byte the same.
+
+    Raises
+    ------
+    kg.errors.Forbidden
+        The caller may not read the branch.
+    kg.errors.InvalidInput
+        A revision not written yet.
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         default = services.settings.embedding_model

@@ -232,8 +232,6 @@ def merge_file(base: dict[str, Any] | None, ours: dict[str, Any],
     None when unknown (a node no ingest recorded): every key that differs then counts as changed on
     both sides; ``ours`` is the node now, ``theirs`` the file's new parse.
 
-    Notes
-    -----
     Per key, as diff3 does per line: a key only the file changed takes the file's value, a key
     only the person changed keeps theirs, a key both changed alike is that value, a key both
     changed differently is a conflict. ``sha256`` (the file's fingerprint) is always the
@@ -272,8 +270,6 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
     ``view``'s branch; reads only. ``conflicts`` (:data:`CONFLICT_MODES`) says what a property both
     changed becomes.
 
-    Notes
-    -----
     The lifecycle (``docs/ingest.md``): a file whose hash is the one the branch's last ingest
     of it recorded is skipped, whatever happened to its node since (edited, deleted). A changed
     file is a three-way merge (:func:`merge_file`) of the node now with the file's parse,

@@ -168,6 +168,10 @@ def refresh_derived(
     changes already written through it) replaced or deleted; returns the ``{"unlinked",
     "restamped", "orphaned", "stale", "queued"}`` counts.
 
+    One query (the derived edges before the write) when nothing was derived; else O(e) reads
+    and writes for e derived edges, and a chunking of each changed source cited by an answer.
+    Writes made here derive nothing (:func:`kg.ops.text_store.put_text`), so they do not recurse.
+
     Parameters
     ----------
     recheck : bool
@@ -176,12 +180,6 @@ def refresh_derived(
     written : bool
         Read the derived edges as this transaction wrote them, not as they were before it: a
         merge's pass over the sources it did not change, whose derived edges it brought.
-
-    Notes
-    -----
-    One query (the derived edges before the write) when nothing was derived; else O(e) reads
-    and writes for e derived edges, and a chunking of each changed source cited by an answer.
-    Writes made here derive nothing (:func:`kg.ops.text_store.put_text`), so they do not recurse.
     """
     counts = {"unlinked": 0, "restamped": 0, "orphaned": 0, "stale": 0, "queued": 0}
     session = uow.session

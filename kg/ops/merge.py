@@ -212,11 +212,6 @@ def plan_token(session: Session, repo: Repository, source: str, target: str) -> 
     ``"<source id>.<head>.<base>-<target id>.<head>.<base>"``: the head and fork revisions of both
     branches. Equal tokens, equal plans (a merge is a function of what the two branches hold); a
     write, a reset or a merge on either branch changes it.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown branch.
     """
     parts = []
     for name in (source, target):

@@ -124,8 +124,6 @@ def plan_derived(services: Resources, session: Session, view: BranchView, plan: 
     revision before the merge's) when ``plan`` is applied, with the lineage decisions ``decided``
     (:func:`split_resolutions`); writes nothing.
 
-    Notes
-    -----
     One lookup of the derived edges pointing at the texts the merge changes, one of the nodes
     at their ends, and one of the relations of each entity a removed mention may leave
     orphan; a chunking of each changed text a stored answer cites. Equal branches, plan and

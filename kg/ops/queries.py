@@ -143,8 +143,6 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository, branch or workspace, or one the caller may not read.
     kg.errors.InvalidInput
         A malformed path, or ``limit`` outside 1..1000.
     """
@@ -179,8 +177,6 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository, branch or workspace.
     kg.errors.InvalidInput
         A malformed prefix, mode or cursor.
     """
@@ -198,8 +194,6 @@ def references(services: Resources, caller: Actor, repo: str, branch: str, targe
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository, branch or workspace.
     kg.errors.InvalidInput
         A malformed address or limit.
     """
@@ -221,8 +215,6 @@ def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, 
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository or branch.
     kg.errors.InvalidInput
         ``limit`` or ``max_changes`` out of range.
     """
@@ -275,8 +267,6 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository.
     kg.errors.Forbidden
         A key without ``admin`` on ``repo``, or whose ``admin`` grants do not cover every
         workspace and branch of it (the status names every workspace, branch and failing path:
@@ -321,8 +311,6 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository or branch, or one the caller may not read.
     kg.errors.InvalidInput
         ``against`` is neither the branch's parent nor its child.
     """

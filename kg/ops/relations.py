@@ -92,11 +92,6 @@ def invalidate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel
 def get_relation_types(services: Resources, caller: Actor, repo: str, workspace: str) -> dict[str, Any]:
     """The relation types declared single-valued per source in a workspace: ``{"workspace",
     "single_valued": [...]}``, sorted; needs ``read`` on the workspace.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository or workspace (or one the caller cannot see).
     """
     permit(services, caller, "read", repo, workspace=workspace)
     with services.db.read() as session:

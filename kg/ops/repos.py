@@ -55,8 +55,6 @@ def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
     ------
     kg.errors.InvalidInput
         A limit out of range, or a cursor that is not one of this listing's.
-    kg.errors.Unauthenticated
-        No caller while keys are required.
     """
     admit(services, caller)
     check_limit(limit)
@@ -80,13 +78,7 @@ def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
 
 
 def all_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]]:
-    """Every repository ``caller`` may see, by name: :func:`list_repositories` page after page.
-
-    Raises
-    ------
-    kg.errors.Unauthenticated
-        No caller while keys are required.
-    """
+    """Every repository ``caller`` may see, by name: :func:`list_repositories` page after page."""
     found, cursor = list_repositories(services, caller, limit=MAX_LIMIT)
     while cursor is not None:
         page, cursor = list_repositories(services, caller, limit=MAX_LIMIT, cursor=cursor)
@@ -105,26 +97,14 @@ def _decode_repo_cursor(cursor: str) -> str:
 
 
 def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, Any]:
-    """One repository (:func:`repo_dict`).
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository, or one the caller cannot see.
-    """
+    """One repository (:func:`repo_dict`)."""
     permit(services, caller, "read", name)
     with services.db.read() as session:
         return repo_dict(repo_store.get_repository(session, name))
 
 
 def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """The workspaces of ``repo`` (:func:`workspace_dict`), by name.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository.
-    """
+    """The workspaces of ``repo`` (:func:`workspace_dict`), by name."""
     permit(services, caller, "read", repo)
     default = services.settings.embedding_model
     with services.db.read() as session:
@@ -134,13 +114,7 @@ def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[
 
 
 def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> dict[str, Any]:
-    """One workspace of ``repo`` (:func:`workspace_dict`).
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown repository or workspace.
-    """
+    """One workspace of ``repo`` (:func:`workspace_dict`)."""
     permit(services, caller, "read", repo, workspace=name)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
@@ -171,8 +145,6 @@ def delete_repository(uow: UnitOfWork, name: str) -> None:
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository.
     kg.errors.Forbidden
         A key without ``admin`` on the repository, or whose ``admin`` grants do not cover every
         workspace and branch in it (:func:`kg.access.authorize_whole_repository`).
@@ -201,8 +173,6 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository.
     kg.errors.Conflict
         A workspace of that name exists.
     kg.errors.InvalidInput
@@ -262,8 +232,6 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository.
     kg.errors.Forbidden
         A key without ``admin`` on every workspace and branch of the repository.
     """
@@ -279,8 +247,6 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository.
     kg.errors.Forbidden
         A key without ``admin`` on every workspace and branch of the repository.
     kg.errors.BackendUnavailable
@@ -298,8 +264,6 @@ def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository.
     kg.errors.Forbidden
         A key without ``admin`` over every workspace and branch of the repository.
     """

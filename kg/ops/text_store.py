@@ -68,11 +68,6 @@ def plan_for(services: Resources, session: Session, repo: Repository, workspace_
              properties: dict[str, Any]) -> TextPlan:
     """The text plan (chunking and content key, None: no text) of validated properties under the
     workspace's embedding settings as ``session`` sees them; no model call.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
     """
     return _plan(services, session, repo, workspace_name, properties)[0]
 
@@ -84,11 +79,6 @@ def chunk_hashes(services: Resources, session: Session, repo: Repository, worksp
 
     What a stored answer's citation records of the passage it cites, and what lineage compares
     it with when the node changes (:mod:`kg.ops.lineage`).
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
     """
     plan, embedder = _plan(services, session, repo, workspace_name, properties)
     return [hashlib.sha256(p.text.encode("utf-8", "surrogatepass")).hexdigest() for p in plan_pieces(plan, embedder)]
@@ -105,8 +95,6 @@ def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[st
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository or workspace.
     kg.errors.ProviderError
         The embedder failed.
     """

@@ -104,11 +104,6 @@ def _record_select(chain: tuple[tuple[int, int], ...]) -> Any:
 def find_record(session: Session, view: BranchView, workspace: str, path: str) -> IngestRecord | None:
     """The last ingest record ``view`` (its chain) sees at ``workspace:path``; None when no ingest in
     the branch's history wrote or recorded the address (or it predates records).
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
     """
     wid = workspace_id(view, workspace)
     found: IngestRecord | None = session.scalar(_record_select(view.chain), {"rec_wid": wid, "rec_path": path})
@@ -137,11 +132,6 @@ def last_written_by(session: Session, view: BranchView, workspace: str, path: st
     revision logged with ``message`` (``ingest <file>``), or starting with ``prefix`` (the ingest's
     relations, which write their targets' stubs): the base of a node ingested before records were
     kept. One query over ``ix_node_versions_path`` per chain entry, joined to the revision log.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
     """
     wid = workspace_id(view, workspace)
     by_message = Revision.message == message
@@ -168,11 +158,6 @@ def put_record(session: Session, ctx: WriteContext, workspace: str, path: str, *
     ``patch`` is :func:`base_patch` of the value the branch holds after this write and the file's
     parse; ``relations`` the ``(type, target path)`` pairs the file asserts (None: a stub, not
     recorded). Returns the row, flushed.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
     """
     wid = workspace_id(ctx.view, workspace)
     record = IngestRecord(repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
@@ -227,6 +212,8 @@ def carry_records(session: Session, ctx: WriteContext, source: BranchView, base:
     base: its patch (:func:`base_patch`) is taken against the node the target holds after the
     merge, so :func:`record_base` on the target gives the same parse as on the source.
 
+    One query for the source's records since the base, then a few lookups per address they name.
+
     Parameters
     ----------
     ctx : WriteContext
@@ -238,10 +225,6 @@ def carry_records(session: Session, ctx: WriteContext, source: BranchView, base:
         ``(workspace id, path)`` of each node the merge writes to ``(how, flat value)``: ``how``
         is the plan's change source (``theirs``, ``merged``, ``value``, ``ours``), the value the
         node's flat value after the merge (None: deleted).
-
-    Notes
-    -----
-    One query for the source's records since the base, then a few lookups per address they name.
     """
     rows = session.execute(
         select(IngestRecord.workspace_id, IngestRecord.path)

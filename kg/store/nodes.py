@@ -105,11 +105,6 @@ def _find_node_stmt(chain: tuple[tuple[int, int], ...]) -> Select[Any]:
 def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
     """The visible, live version of the node at ``workspace:path``, or None (never created, or
     deleted). ``path`` is not validated; it is looked up in NFC, as :func:`validate_path` stores it.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
     """
     wid = workspace_id(view, workspace)
     path = unicodedata.normalize("NFC", path) if isinstance(path, str) else path
@@ -277,13 +272,7 @@ def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str
 
 
 def children_exist(session: Session, view: BranchView, workspace: str, path: str) -> bool:
-    """Whether some live node has ``path`` as its parent.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
-    """
+    """Whether some live node has ``path`` as its parent."""
     wid = workspace_id(view, workspace)
     stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                              NodeVersion.workspace_id == wid, NodeVersion.parent_path == path)
@@ -291,13 +280,7 @@ def children_exist(session: Session, view: BranchView, workspace: str, path: str
 
 
 def descendants(session: Session, view: BranchView, workspace: str, path: str) -> list[NodeVersion]:
-    """Every visible node strictly below ``path``, in no particular order.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
-    """
+    """Every visible node strictly below ``path``, in no particular order."""
     wid = workspace_id(view, workspace)
     stmt, alias = visible_select(
         NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
@@ -524,21 +507,19 @@ def list_children_page(session: Session, view: BranchView, workspace: str, paren
     ``cursor`` is the previous page's ``next_cursor`` (opaque: the sort and the sort key of the
     page's last child), made with the same ``order``; None or ``""`` for the first page.
 
-    Raises
-    ------
-    kg.errors.InvalidInput
-        Bad parent path or limit; a cursor that is not one, or one made with another sort.
-    kg.errors.NotFound
-        Unknown workspace or parent node.
-
-    Notes
-    -----
     Keyset paging over the sort key: a child written or deleted between two pages neither
     repeats nor hides another. Sorted by ``order`` or ``name``, the database sorts the winning
     versions and reads only the page (``limit + 1`` rows; the visibility window still runs over
     the children's version keys, from the indexes). Sorted by a property, each page reads and
     sorts every child in Python (O(n log n) for n children): a JSON value's order by type is not
     one the databases share.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Bad parent path or limit; a cursor that is not one, or one made with another sort.
+    kg.errors.NotFound
+        Unknown workspace or parent node.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
@@ -610,11 +591,6 @@ def parents_with_children(session: Session, view: BranchView, workspace: str, pa
     """Which of ``paths`` (a page of a tree) are the parent of some live node.
 
     One window query per 500 paths; it returns parent paths only, never the children's rows.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        Unknown workspace.
     """
     wid = workspace_id(view, workspace)
     out: set[str] = set()
@@ -695,8 +671,6 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
     ------
     kg.errors.InvalidInput
         Bad prefix, mode, cursor or limit.
-    kg.errors.NotFound
-        Unknown workspace.
     """
     prefix = validate_prefix(prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:

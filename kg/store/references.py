@@ -102,6 +102,12 @@ def list_references(session: Session, view: BranchView, target: str, *, limit: i
     """The nodes whose visible version references ``target`` (``workspace:/path``, which need not
     exist), at most ``limit`` (1 to 10,000).
 
+    Through the index, never by reading properties: the reference rows of the target
+    (``ix_node_references_target``) name candidate nodes; their visible versions are resolved
+    (``visible_select`` by node id) and kept when they are the very versions that hold the
+    reference (``source_version_id``). O(r log r) for r reference rows of the target on the
+    branch's chain.
+
     Returns
     -------
     (rows, truncated)
@@ -114,14 +120,6 @@ def list_references(session: Session, view: BranchView, target: str, *, limit: i
         A bad address or limit.
     kg.errors.NotFound
         An unknown workspace.
-
-    Notes
-    -----
-    Through the index, never by reading properties: the reference rows of the target
-    (``ix_node_references_target``) name candidate nodes; their visible versions are resolved
-    (``visible_select`` by node id) and kept when they are the very versions that hold the
-    reference (``source_version_id``). O(r log r) for r reference rows of the target on the
-    branch's chain.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}", details={"limit": limit})

@@ -483,20 +483,6 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
     """NEIGHBORS of one node in SQL: its visible edges to live nodes, ordered by weight descending
     with null last, the other node's ``workspace:path`` (code-point order), type, direction.
 
-    Parameters
-    ----------
-    direction : {"OUT", "IN", "BOTH"}
-    types : collection of str, optional
-        Only edges of these relation types; None or empty for every type.
-    limit, offset : int
-        The page of the ordered edges to return (ask ``limit + 1`` to learn whether more exist).
-    at : datetime or None, optional
-        Only edges whose visible version is valid at this world time (``valid_from <= at <
-        valid_to``, null bounds unbounded), checked in the winners' statement, before the page
-        is cut; None: every edge.
-
-    Notes
-    -----
     Up to four ordered streams (outgoing and incoming edges, with and without a weight). Each
     reads the first ``s`` versions in the stable order from ``ix_relation_versions_out`` or
     ``ix_relation_versions_in`` (the node, weight descending, the other end's address, type:
@@ -509,6 +495,18 @@ def list_neighbors(session: Session, view: BranchView, node_id: str, *, directio
     way (superseded versions, tombstones, edges to deleted or unreadable nodes, other
     branches), not O(degree), and the same on SQLite and PostgreSQL (no plan to choose). A
     restricted reader's view drops the edges to nodes it may not read before the page is cut.
+
+    Parameters
+    ----------
+    direction : {"OUT", "IN", "BOTH"}
+    types : collection of str, optional
+        Only edges of these relation types; None or empty for every type.
+    limit, offset : int
+        The page of the ordered edges to return (ask ``limit + 1`` to learn whether more exist).
+    at : datetime or None, optional
+        Only edges whose visible version is valid at this world time (``valid_from <= at <
+        valid_to``, null bounds unbounded), checked in the winners' statement, before the page
+        is cut; None: every edge.
     """
     if not view.chain:
         return []

@@ -234,13 +234,7 @@ def list_repositories(session: Session, *, after: str | None = None, limit: int 
 
 
 def delete_repository(session: Session, name: str) -> None:
-    """Delete a repository and everything in it.
-
-    Raises
-    ------
-    kg.errors.NotFound
-        No repository of that name.
-    """
+    """Delete a repository and everything in it."""
     repo = get_repository(session, name, lock=True)
     # Children before parents: branch rows reference each other.
     for model in (RelationVersion, NodeVersion, IngestRecord, Revision, Merge, Chunk):
@@ -406,8 +400,6 @@ def delete_branch(session: Session, repo: Repository, name: str) -> None:
 
     Raises
     ------
-    kg.errors.NotFound
-        No branch of that name.
     kg.errors.Conflict
         ``main``, or a branch that other branches were created from.
     """
@@ -506,8 +498,6 @@ def begin_write(
 
     Raises
     ------
-    kg.errors.NotFound
-        Unknown repository or branch.
     kg.errors.InvalidInput
         An ``actor`` longer than the 255 characters the revision log keeps.
     """

@@ -81,6 +81,11 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
                    include_deleted: bool = False) -> tuple[Select[Any], Any]:
     """Select the versions of ``model`` that ``view`` sees: one per entity, its winner.
 
+    A view with :attr:`~kg.store.repos.BranchView.readable` set reads only what its reader may
+    read (:func:`reader_scope`), in this same query. The window runs over ids and key columns only
+    (served by the version indexes); the winners' rows, with their possibly large properties, are
+    read once, by primary key.
+
     Parameters
     ----------
     partition : sequence of columns
@@ -97,13 +102,6 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
     -------
     (Select, entity)
         ``select(model)`` of the winners, and the entity to add filters and ordering with.
-
-    Notes
-    -----
-    A view with :attr:`~kg.store.repos.BranchView.readable` set reads only what its reader may
-    read (:func:`reader_scope`), in this same query. The window runs over ids and key columns only
-    (served by the version indexes); the winners' rows, with their possibly large properties, are
-    read once, by primary key.
     """
     where = (*where, *reader_scope(model, view))
     rn = func.row_number().over(
