@@ -1,8 +1,6 @@
 """Engines and sessions: SQLite (WAL, busy timeout, foreign keys, ``BEGIN IMMEDIATE`` for
-writes) or PostgreSQL, and the Alembic upgrade that creates the schema.
-
-The caller owns the transaction (one per HTTP request or CLI command): store functions take a
-``Session`` and never commit; :meth:`Database.write` and :meth:`Database.read` open one.
+writes) or PostgreSQL, and the Alembic upgrade that creates the schema. The caller owns the
+transaction (:meth:`Database.write`, :meth:`Database.read`); store functions never commit.
 """
 
 from __future__ import annotations
@@ -72,8 +70,8 @@ class Database:
 
     @contextmanager
     def read_connection(self) -> Iterator[Connection]:
-        """A plain connection for one small Core read, rolled back at the end (half the cost of
-        :meth:`read` for a one-statement read on every request: authenticating a key).
+        """A plain connection for one small Core read, rolled back at the end: half the cost of
+        :meth:`read` (authenticating a key on every request).
         """
         with self.engine.connect() as connection:
             yield connection
@@ -123,11 +121,9 @@ class Database:
                 raise BackendUnavailable(f"cannot reach the database: {exc.orig}") from exc
 
     def analyze(self) -> None:
-        """Refresh the planner's statistics after a large write (ingest, big batch).
-
-        Without statistics PostgreSQL may scan every version of a branch for a one-path
-        lookup (bench/diff_merge.py --no-analyze); autovacuum refreshes them on its own when
-        it is on, this makes it immediate. SQLite: ``PRAGMA optimize``, then :meth:`checkpoint`.
+        """Refresh the planner's statistics after a large write: without them PostgreSQL may scan every
+        version of a branch for a one-path lookup (bench/diff_merge.py --no-analyze). SQLite: ``PRAGMA
+        optimize``, then :meth:`checkpoint`.
         """
         # Best effort, after the write committed: a busy database (SQLite's lock held by the
         # indexer) must not turn a stored batch into an error that a client would retry.
@@ -143,24 +139,14 @@ class Database:
             self.checkpoint()
 
     def checkpoint(self, *, wait_s: float = 0.25) -> bool:
-        """SQLite: fold the write-ahead log into the database file and truncate it (a ``TRUNCATE``
-        checkpoint), waiting at most ``wait_s`` seconds for readers (writers wait meanwhile); best effort.
+        """SQLite: fold the write-ahead log into the database and truncate it, waiting at most
+        ``wait_s`` for readers (writers wait too); best effort. True when folded and truncated.
 
-        A reader looks every page up in the log's index first, and that index covers every frame
-        written since the log was last reset: after a bulk import (1.7 GB of log at a million nodes)
-        NEIGHBORS from SQL took 7.5 ms, and 2.7 ms after ten writes and a truncating checkpoint
-        (``bench/scale.py``; not a strict A/B). SQLite's automatic checkpoints copy the frames but do
-        not reset the log while a reader holds an older snapshot.
-
-        Returns
-        -------
-        bool
-            True when the log was folded in and truncated; False on PostgreSQL, or when a reader kept
-            part of it (a later checkpoint folds the rest).
-
-        References
-        ----------
-        SQLite, "Write-Ahead Logging" and "PRAGMA wal_checkpoint", sqlite.org/wal.html.
+        A reader looks every page up in the log's index, which covers every frame since the log was
+        last reset: after a bulk import (1.7 GB of log at a million nodes) NEIGHBORS took 7.5 ms, 2.7
+        ms after a truncating checkpoint (``bench/scale.py``; not a strict A/B). Automatic checkpoints
+        do not reset the log while a reader holds an older snapshot. See sqlite.org/wal.html and
+        "PRAGMA wal_checkpoint".
         """
         if self.dialect != "sqlite":
             return False

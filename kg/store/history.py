@@ -59,8 +59,8 @@ def node_value(version: NodeVersion | None) -> dict[str, Any] | None:
 
 def relation_value(version: RelationVersion | None) -> dict[str, Any] | None:
     """The mergeable value ``{"weight", "properties", "valid_from", "valid_to", "invalidated_by"}``
-    of a relation version (times as ISO 8601 text in UTC, or null); None for no version or a
-    tombstone. An invalidation changes the value: it shows in a diff and merges like a re-weighting.
+    (times ISO 8601 UTC) of a relation version, None for none or a tombstone; an invalidation
+    changes it, so it shows in a diff and merges like a re-weighting.
     """
     if version is None or version.deleted:
         return None
@@ -90,8 +90,8 @@ def _unflat(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """Per key, sorted, ``{"old", "new"}`` of what differs between two node values (None: no node);
-    ``node_type`` and ``order`` appear as ``kg:node_type`` and ``kg:order``.
+    """``{key: {"old", "new"}}``, keys sorted, of what differs between two node values (None: no
+    node); ``node_type`` and ``order`` as ``kg:node_type`` and ``kg:order``.
 
     Examples
     --------
@@ -113,9 +113,9 @@ def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
     """Merge two node values at property level against their base: ``(merged, conflicting_keys)``,
     ``merged`` None when some key changed differently on both sides.
 
-    A three-way merge per key, as diff3 does per line: a key changed on one side only takes
-    that side's value; changed on both, it must be changed alike. ``node_type`` and ``order``
-    merge like properties. O(k) for k keys.
+    Per key, as diff3 does per line [1]_: a key changed on one side only takes that side's value;
+    changed on both, it must be changed alike. ``node_type`` and ``order`` merge like properties.
+    O(k) for k keys.
 
     References
     ----------
@@ -154,9 +154,7 @@ def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
 
 
 def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> dict[NodeKey, NodeVersion]:
-    """The live versions the view sees at the given (workspace id, path) keys; keys with no live node
-    are absent.
-    """
+    """The live versions the view sees at the (workspace id, path) keys; absent keys have none."""
     by_ws: dict[int, list[str]] = defaultdict(list)
     for wid, path in set(keys):
         by_ws[wid].append(path)
@@ -172,8 +170,8 @@ def node_states(session: Session, view: BranchView, keys: Iterable[NodeKey]) -> 
 
 
 def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
-    """The live relation versions the view sees at the given (from id, type, to id) keys, endpoints
-    not checked; keys with no live edge are absent.
+    """The live relation versions the view sees at the (from id, type, to id) keys, endpoints not
+    checked.
     """
     wanted = set(keys)
     by_from: dict[str, set[RelKey]] = defaultdict(set)
@@ -196,9 +194,7 @@ def relation_states(session: Session, view: BranchView, keys: Iterable[RelKey]) 
 
 
 def seen_relations(session: Session, view: BranchView, keys: Iterable[RelKey]) -> dict[RelKey, RelationVersion]:
-    """The relation versions a reader of ``view`` sees at the given keys: live, with both endpoints
-    live (an edge whose endpoint is deleted is not seen, whatever its own row).
-    """
+    """The relation versions a reader sees at the keys: live, with both endpoints live."""
     states = relation_states(session, view, keys)
     alive = nodes_by_id(session, view, {k[0] for k in states} | {k[2] for k in states})
     return {k: v for k, v in states.items() if k[0] in alive and k[2] in alive}
@@ -242,20 +238,12 @@ def _target_moved(session: Session, branch_id: int, since: int, before: int | No
 
 @dataclass(frozen=True)
 class MergeBase:
-    """The last state two branches shared.
-
-    Attributes
-    ----------
-    since : int
-        Revision after which the source's own versions are the candidates.
-    time : int
-        The fork revision, or the revision the last merge made: a branch with revisions after
-        it has moved since the base.
-    revision : int
-        The revision of ``view.branch`` the base is read at, as reported: the fork revision,
-        or the source revision of the last merge. (``view.revision`` is capped at that
-        branch's head when it is read, and a merge's own revision moves the head: reporting
-        it would make a dry run and the merge disagree about one base.)
+    """The last state two branches shared: ``since``, the revision after which the source's own
+    versions are candidates; ``time``, the fork revision or the last merge's (a branch with
+    revisions after it has moved since); ``revision``, the revision of ``view.branch`` the base is
+    reported at: the fork, or the source revision of the last merge (``view.revision`` is capped
+    at that branch's head, which a merge's own revision moves: reporting it would make a dry run
+    and the merge disagree about one base).
     """
 
     view: BranchView
@@ -265,13 +253,12 @@ class MergeBase:
     revision: int
 
     def report(self) -> dict[str, Any]:
-        """``{"kind": "fork" | "merge", "branch", "revision"}``, as diff and merge answer it."""
+        """``{"kind": "fork" | "merge", "branch", "revision"}``."""
         return {"kind": self.kind, "branch": self.view.branch.name, "revision": self.revision}
 
 
 def merge_base(session: Session, repo: Repository, source: Branch, target: Branch) -> MergeBase:
-    """The merge base of ``source`` and ``target`` (parent and child, either order): their fork
-    point or their last merge.
+    """The merge base of a parent and its child: their fork point or their last merge.
 
     Raises
     ------
@@ -338,28 +325,17 @@ def _addresses(session: Session, views: list[BranchView], ids: set[str]) -> dict
 
 def diff_branches(session: Session, repo: Repository, branch_name: str, against: str | None = None, *,
                   readable: frozenset[int] | None = None) -> dict[str, Any]:
-    """What ``branch_name`` changed since its merge base with ``against`` (its parent, the default,
-    or one of its children).
-
-    ``readable`` (workspace ids) limits the changes to those workspaces and to relations with both
-    endpoints in them, in the queries that find the changes: a restricted reader's scope.
-
-    O(c log n) for c changed entities on the branch and n versions in the repository.
-
-    Returns
-    -------
-    dict
-        ``{"base": {...}, "nodes": {"added", "modified", "deleted"}, "relations": {"added",
-        "removed", "modified"}}``; modified nodes carry ``changes``: per property
-        ``{"old", "new"}``; re-weighted relations carry old and new weight and properties.
+    """What ``branch_name`` changed since its merge base with ``against`` (its parent by default, or
+    a child): :class:`kg.types.branches.Diff`'s shape. ``readable`` (workspace ids) keeps a
+    restricted reader's scope, in the queries that find the changes. O(c log n) for c changed
+    entities and n versions.
 
     Raises
     ------
     kg.errors.InvalidInput
         ``against`` is neither the branch's parent nor its child.
     kg.errors.Conflict
-        ``against`` is None and the branch (``main``) has no parent: a state of the branch,
-        like a reset of ``main`` (:func:`reset_branch`).
+        ``against`` is None and the branch (``main``) has no parent.
     """
     source = get_branch(session, repo, branch_name)
     if against is None:
@@ -448,8 +424,8 @@ class MergePlan:
     workspaces: dict[int, str] = field(default_factory=dict)
 
     def preview(self) -> dict[str, Any]:
-        """What applying the plan would change (the dry run's ``applied``): the report
-        :func:`apply_merge` gives, so a dry run says exactly what the merge then does.
+        """The dry run's ``applied``: the report :func:`apply_merge` gives, so a dry run says exactly
+        what the merge does.
         """
         nodes: dict[str, list[Any]] = {"added": [], "modified": [], "deleted": [], "kept": []}
         for change in self.node_changes:
@@ -462,8 +438,9 @@ class MergePlan:
 
 
 def _node_outcome(change: NodeChange) -> str:
-    """How a reader of the target sees a node change: ``kept`` re-asserts the target's value
-    (a conflict resolved 'ours', recorded so that a merge the other way carries it)."""
+    """How a reader of the target sees a node change: ``kept`` re-asserts the target's value (a
+    conflict resolved 'ours', recorded so that a merge the other way carries it).
+    """
     if change.value is None:
         return "deleted"
     if change.source == "ours":
@@ -516,22 +493,18 @@ def _resolution_index(resolutions: list[dict[str, Any]] | None,
 
 def plan_merge(session: Session, repo: Repository, source_name: str, target_name: str, *,
                resolutions: list[dict[str, Any]] | None = None, writing_revision: int | None = None) -> MergePlan:
-    """Work out a merge of ``source_name`` into ``target_name`` (parent and child, either way)
-    without writing anything; unresolved conflicts are in the plan's ``conflicts``.
-
-    O(c log n) for c entities the source changed since the base. Node values merge by
-    :func:`three_way_properties`.
+    """Plan a merge of ``source_name`` into ``target_name`` (parent and child, either way), writing
+    nothing; unresolved conflicts are in the plan's ``conflicts``. O(c log n) for c entities the
+    source changed since the base; node values merge by :func:`three_way_properties`.
 
     Parameters
     ----------
     resolutions : list of dict, optional
-        ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value": {...}}`` for a
-        node conflict (``value`` is the node's properties, all of them) or a node whose parent
-        is deleted on one side (:func:`_apply_orphan_resolutions`), ``{"from", "to", "type",
-        "take"}`` for a relation conflict.
+        ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value": {...}}`` for a node
+        conflict (``value``: all its properties) or a node whose parent is deleted on one side
+        (:func:`_apply_orphan_resolutions`); ``{"from", "to", "type", "take"}`` for a relation.
     writing_revision : int, optional
-        The revision the merge itself is being written as (inside its write transaction):
-        not counted as the target having moved.
+        The revision the merge is being written as: not counted as the target having moved.
 
     Raises
     ------
@@ -649,8 +622,9 @@ def _check_resolutions_name_conflicts(session: Session, repo: Repository, source
                                       node_res: dict[NodeKey, dict[str, Any]],
                                       rel_res: dict[RelKey, dict[str, Any]], ours: BranchView,
                                       writing_revision: int | None) -> None:
-    """Every resolution must name a conflict of the merge as it stands without resolutions
-    (resolving one conflict can make another disappear: its resolution still decides it)."""
+    """Every resolution must name a conflict of the merge without resolutions (resolving one can make
+    another disappear: its resolution still decides it).
+    """
     open_conflicts = plan_merge(session, repo, source, target, writing_revision=writing_revision).conflicts
     named = {_conflict_name(c) for c in open_conflicts}
     # Named back as the caller wrote them (workspace name, not its internal id).
@@ -678,10 +652,10 @@ def _resolved_relations(view: BranchView, rel_res: dict[RelKey, dict[str, Any]])
 
 def _apply_relation_resolutions(session: Session, plan: MergePlan, resolved: dict[RelKey, str],
                                 ours: BranchView, theirs: BranchView) -> None:
-    """A resolution decides its relation: the merged edge is the one the taken side's reader
-    sees (none, or its weight and properties), and an edge kept this way keeps its endpoints:
-    'ours' keeps the target's nodes (a delete of the source's is not applied), 'theirs'
-    restores the source's nodes that the target deleted."""
+    """A resolution decides its relation: the merged edge is what the taken side's reader sees, and
+    keeps its endpoints: 'ours' keeps the target's nodes (the source's delete is not applied),
+    'theirs' restores the source's nodes the target deleted.
+    """
     keys = list(resolved)
     seen_ours = seen_relations(session, ours, keys)
     seen_theirs = seen_relations(session, theirs, keys)
@@ -717,8 +691,9 @@ def _apply_relation_resolutions(session: Session, plan: MergePlan, resolved: dic
 
 
 def _undo_deletes(session: Session, plan: MergePlan, ours: BranchView, undo: Callable[[NodeChange], bool]) -> None:
-    """Replace the planned deletes that ``undo`` picks by the target's node re-asserted as it
-    is ('kept' in the report, and recorded, as a node conflict resolved 'ours' is)."""
+    """Replace the deletes ``undo`` picks by the target's node re-asserted ('kept', recorded as a
+    node conflict resolved 'ours' is).
+    """
     undone = [c for c in plan.node_changes if c.value is None and undo(c)]
     if not undone:
         return
@@ -755,15 +730,12 @@ def _make_change(key: NodeKey, value: dict[str, Any] | None, ours: NodeVersion |
 
 def _check_endpoints(session: Session, plan: MergePlan, base: BranchView, ours: BranchView,
                      theirs: BranchView, resolved: set[RelKey], addresses: dict[str, str]) -> None:
-    """A merge never leaves an edge whose endpoint is deleted on the target.
-
-    Two ways a planned merge could: (a) it writes an edge of the source to a node that the
-    target deleted; (b) it deletes a node (as the source did) that the target has an edge to
-    which the source never saw. Either is a relation conflict, listed with base / ours / theirs
-    as a reader of each side sees the edge, and decided by a resolution on the relation
-    (:func:`_apply_relation_resolutions`): ``take: "theirs"`` keeps the source's edge and
-    restores its deleted endpoint as the source has it (a), ``take: "ours"`` keeps the
-    target's edge and its endpoint (b); the other side drops the edge.
+    """A merge never leaves an edge whose endpoint is deleted on the target: (a) an edge of the
+    source to a node the target deleted, (b) a node deleted (as the source did) that the target
+    has an edge to the source never saw. Either is a relation conflict (base / ours / theirs as
+    each side's reader sees the edge); ``take: "theirs"`` keeps the source's edge and restores its
+    endpoint (a), ``take: "ours"`` keeps the target's edge and its endpoint (b), the other side
+    drops the edge.
     """
     deletes = {c.node_id for c in plan.node_changes if c.value is None and c.existed}
     planned = {c.key for c in plan.relation_changes} | resolved
@@ -827,16 +799,13 @@ def _apply_orphan_resolutions(session: Session, plan: MergePlan, resolutions: di
                               decided: set[NodeKey], ours: BranchView, theirs: BranchView) -> None:
     """Decide the parent conflicts (:func:`_check_orphans`) that resolutions name.
 
-    A node the merge writes under a parent the target deleted: ``ours`` leaves it unwritten
-    (the target keeps its delete); ``theirs`` writes it and restores its deleted ancestors as
-    the source has them; ``value`` does the same with the given properties. A node of the
-    target under one the merge deletes: ``ours`` keeps it, and the deletes of its ancestors are
-    not applied (they are re-asserted as the target has them, reported ``kept``); ``theirs``
-    deletes it and what the target holds under it; ``value`` keeps it with the given
-    properties, as ``ours`` keeps its ancestors. A resolution whose conflict an earlier one made
-    disappear (a relation resolved ``theirs`` restores the parent) still decides its node. An
-    ancestor ``decided`` by its own resolution is left as that decided it (a child written under
-    a parent resolved to stay deleted is still a conflict).
+    A node written under a parent the target deleted: ``ours`` leaves it unwritten; ``theirs``
+    writes it and restores its deleted ancestors as the source has them; ``value`` too, with the
+    given properties. A node of the target under one the merge deletes: ``ours`` keeps it and
+    re-asserts its ancestors (``kept``); ``theirs`` deletes it and what is under it; ``value``
+    keeps it with the given properties. A resolution whose conflict an earlier one made disappear
+    still decides its node; an ancestor ``decided`` by its own resolution stays as decided (a child
+    under a parent resolved to stay deleted is still a conflict).
     """
     changes = {c.key: c for c in plan.node_changes}
     restore: set[NodeKey] = set()  # ancestors of written nodes to bring back
@@ -926,17 +895,14 @@ def _check_orphans(session: Session, ours: BranchView, plan: MergePlan) -> None:
 
 def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
                 content_keys: dict[tuple[int, str], str | None]) -> dict[str, Any]:
-    """Write a conflict-free plan on the target as the context's revision; returns ``applied``
-    (:meth:`MergePlan.preview`).
-
-    ``content_keys`` maps, for changes with ``needs_content``, ``(workspace id, canonical
-    properties JSON)`` to the content key of the merged text (its chunks already stored). A node
-    ``kept`` is a conflict resolved 'ours': re-asserted, unchanged for a reader.
+    """Write a conflict-free plan as the context's revision; returns ``applied``
+    (:meth:`MergePlan.preview`). ``content_keys`` maps ``(workspace id, canonical properties
+    JSON)`` of each change with ``needs_content`` to its merged text's content key (chunks stored).
 
     Raises
     ------
     kg.errors.Conflict
-        The plan still has conflicts (the caller must not apply it).
+        The plan still has conflicts.
     """
     if plan.conflicts:
         raise Conflict("cannot apply a merge with conflicts")
@@ -988,9 +954,8 @@ def apply_merge(session: Session, ctx: WriteContext, plan: MergePlan,
 
 
 def record_merge(session: Session, repo: Repository, plan: MergePlan, target_revision: int) -> None:
-    """Record that the target (at ``target_revision``) now holds the source as of
-    ``plan.source_revision``: the base of the next merge between them. Recorded even when the
-    merge had nothing to apply.
+    """Record the target (at ``target_revision``) as holding the source as of
+    ``plan.source_revision``: the next merge's base; recorded even when nothing was applied.
     """
     source = get_branch(session, repo, plan.source)
     target = get_branch(session, repo, plan.target)
@@ -1012,8 +977,7 @@ def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict[s
 
 
 def canonical(properties: dict[str, Any]) -> str:
-    """A canonical JSON text of properties (compact, keys sorted, non-ASCII unescaped), to key merged
-    values.
+    """Compact JSON of properties, keys sorted, non-ASCII unescaped: the key of a merged value.
 
     Examples
     --------
@@ -1033,24 +997,16 @@ MAX_LOG_CHANGES = 10_000
 
 def revision_log(session: Session, view: BranchView, *, limit: int = 100, before: int | None = None,
                  max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
-    """The revisions a branch's history holds (its own and its ancestors' up to the fork), newest
-    first, with what each changed.
+    """The revisions of a branch's history (its own, its ancestors' up to the fork), newest first,
+    with their changes (:class:`kg.types.branches.Revision`).
 
     A restricted reader (``view.readable``) sees only the revisions that changed a node of a
-    workspace it may read or a relation between two such nodes, and of each only those changes.
-    ``limit`` is 1 to 1000; ``before`` pages (the previous page's last number); ``max_changes``
-    (0 to 10,000) caps the changes listed per revision (nodes first, then relations, each in write
-    order), while ``change_count`` counts them all.
-
-    Per revision: at most ``max_changes + 1`` rows read, and, for a revision of more writes
-    than that, a count of its index entries by the (branch, revision) indexes. A bulk import
-    is one revision of millions of writes: listed whole, one page of the log read them all
-    (at 20,000 nodes and 100,000 relations a page took 3,950 ms, now 33 ms).
-
-    Returns
-    -------
-    list of dict
-        ``{"revision", "branch", "created_at", "message", "actor", "changes", "change_count"}``.
+    workspace it reads or a relation between two such nodes, and only those changes. ``limit`` is
+    1 to 1000, ``before`` the previous page's last number; ``max_changes`` (0 to 10,000) caps the
+    changes listed (nodes, then relations, in write order), ``change_count`` counts them all. Per
+    revision at most ``max_changes + 1`` rows are read, and an index count for a bigger one: a
+    bulk import is one revision of millions of writes (a page at 20,000 nodes and 100,000
+    relations took 3,950 ms listed whole, 33 ms so).
 
     Raises
     ------
@@ -1103,8 +1059,7 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100, before
 
 def last_revisions(session: Session, view: BranchView, *, limit: int = 100,
                    before: int | None = None) -> list[Revision]:
-    """The revision rows of the branch's history that the reader sees, newest first, without their
-    changes (:func:`revision_log` lists them).
+    """The revision rows of the branch's history the reader sees, newest first, without changes.
 
     Raises
     ------
@@ -1125,8 +1080,7 @@ def last_revisions(session: Session, view: BranchView, *, limit: int = 100,
 
 
 def _changed_readable(readable: frozenset[int], branches: Sequence[int]) -> ColumnElement[bool]:
-    """A revision wrote a node of a workspace in ``readable``, or a relation between two such
-    nodes (whose versions are on ``branches``)."""
+    """A revision wrote a node of ``readable`` or a relation between two such nodes."""
     node_scope = [NodeVersion.workspace_id.in_(sorted(readable))]
     rel_scope = [readable_node(c, readable, branches)
                  for c in (RelationVersion.from_node_id, RelationVersion.to_node_id)]
@@ -1140,8 +1094,7 @@ def _changed_readable(readable: frozenset[int], branches: Sequence[int]) -> Colu
 def ahead_behind(session: Session, repo: Repository, branch: Branch, *,
                  readable: frozenset[int] | None = None) -> tuple[int, int]:
     """``(ahead, behind)``: revisions on the branch since its merge base with its parent, and on the
-    parent since ((0, 0) for ``main``); with ``readable``, only those that changed something in
-    these workspaces.
+    parent since ((0, 0) for ``main``), counting with ``readable`` only those that touched it.
     """
     if branch.parent_id is None:
         return 0, 0

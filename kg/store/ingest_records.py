@@ -1,19 +1,15 @@
 """Ingest records: the file hash and merge base of a node's last ingest, per branch.
 
 An ingest (:mod:`kg.ops.ingest`) writes one :class:`~kg.store.models.IngestRecord` per file it
-writes or records, at its revision on its branch. A branch sees the records of its chain as it
-sees node versions (the newest on the branch, else on its parent up to the fork...), so an
-ingest on a branch compares a file with what that branch last ingested. Records are kept apart
-from the node's versions: an edit or a delete of the node leaves the record as it was.
+writes or records, at its revision. A branch sees its chain's records as it sees node versions,
+so an ingest compares a file with what that branch last ingested; an edit or a delete of the
+node leaves the record as it was.
 
-A record's *base* is the file's parse as of that ingest, the base of the next three-way merge
-(``ours``: the node now, ``theirs``: the file's new parse). It is the node as the ingest wrote
-it, read back from history at the record's revision, with the record's ``base_patch`` applied:
-null when the ingest wrote the parse exactly (no edit kept), else the keys to set and unset.
-
-Values here are *flat*: the node's properties with its type under ``kg:node_type``
-(as :func:`kg.store.history.property_changes` names it), so that a type change merges like a
-property change.
+A record's *base*, the base of the next three-way merge (``ours``: the node now, ``theirs``:
+the file's new parse), is the file's parse as of that ingest: the node as the ingest wrote it
+(read at the record's revision) with the record's ``base_patch`` applied (null when the ingest
+wrote the parse exactly). Values are *flat*: the properties with the type under
+``kg:node_type``, so a type change merges like a property change.
 """
 
 from __future__ import annotations
@@ -33,10 +29,8 @@ NODE_TYPE_KEY = "kg:node_type"
 
 
 def flat_value(node_type: str, properties: dict[str, Any]) -> dict[str, Any]:
-    """A node's type and properties as one new flat dict (the type under :data:`NODE_TYPE_KEY`).
+    """A node's type and properties as one new flat dict.
 
-    Examples
-    --------
     >>> flat_value("pep:PEP", {"status": "Final"})
     {'status': 'Final', 'kg:node_type': 'pep:PEP'}
     """
@@ -51,18 +45,15 @@ def version_value(version: NodeVersion | None) -> dict[str, Any] | None:
 
 
 def split_value(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The node type and (a new dict of) the properties of a flat value: :func:`flat_value` inverted."""
+    """:func:`flat_value` inverted (a new properties dict)."""
     props = {k: v for k, v in value.items() if k != NODE_TYPE_KEY}
     return value[NODE_TYPE_KEY], props
 
 
 def base_patch(written: dict[str, Any] | None, parse: dict[str, Any]) -> dict[str, Any] | None:
-    """The patch that turns ``written`` (the flat value the branch holds after the ingest; None: no
-    node, e.g. one people deleted, kept deleted) into the file's ``parse``: None when they are
-    equal, else ``{"set": {key: value}, "unset": [key]}``.
+    """The patch turning ``written`` (the value after the ingest; None: no node, e.g. one people
+    deleted) into the file's ``parse``: None when equal, else ``{"set": {...}, "unset": [...]}``.
 
-    Examples
-    --------
     >>> base_patch({"a": 1, "b": 2}, {"a": 1, "c": 3})
     {'set': {'c': 3}, 'unset': ['b']}
     >>> base_patch({"a": 1}, {"a": 1}) is None
@@ -77,11 +68,8 @@ def base_patch(written: dict[str, Any] | None, parse: dict[str, Any]) -> dict[st
 
 
 def apply_patch(written: dict[str, Any] | None, patch: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The new flat value ``patch`` (:func:`base_patch`; None changes nothing) makes of ``written``;
-    None when there was no node and no patch.
+    """The value ``patch`` (:func:`base_patch`; None: no change) makes of ``written``.
 
-    Examples
-    --------
     >>> apply_patch({"a": 1, "b": 2}, {"set": {"c": 3}, "unset": ["b"]})
     {'a': 1, 'c': 3}
     """
@@ -102,21 +90,15 @@ def _record_select(chain: tuple[tuple[int, int], ...]) -> Any:
 
 
 def find_record(session: Session, view: BranchView, workspace: str, path: str) -> IngestRecord | None:
-    """The last ingest record ``view`` (its chain) sees at ``workspace:path``; None when no ingest in
-    the branch's history wrote or recorded the address (or it predates records).
-    """
+    """The last ingest record the view's chain holds at ``workspace:path``, or None."""
     wid = workspace_id(view, workspace)
     found: IngestRecord | None = session.scalar(_record_select(view.chain), {"rec_wid": wid, "rec_path": path})
     return found
 
 
 def record_base(session: Session, view: BranchView, record: IngestRecord) -> dict[str, Any] | None:
-    """The file's parse as of ``record``'s ingest, the base of the next three-way merge: the node as
-    the branch held it at the record's revision with its ``base_patch`` applied (None only if
-    neither exists).
-
-    One lookup of the node's version at that revision (the view's chain capped at it, so a record
-    inherited from the parent branch reads the parent's history).
+    """The base of the next merge as of ``record``: the node at the record's revision (the view's
+    chain capped there, so an inherited record reads the parent's history) with ``base_patch``.
     """
     capped = tuple((b, min(r, record.revision)) for b, r in view.chain)
     stmt, _ = visible_select(NodeVersion, Chain(capped), (NodeVersion.workspace_id, NodeVersion.path),
@@ -128,10 +110,9 @@ def record_base(session: Session, view: BranchView, record: IngestRecord) -> dic
 
 def last_written_by(session: Session, view: BranchView, workspace: str, path: str,
                     message: str, *, prefix: str | None = None) -> NodeVersion | None:
-    """The newest live version of the node at ``workspace:path`` in ``view``'s history written by a
-    revision logged with ``message`` (``ingest <file>``), or starting with ``prefix`` (the ingest's
-    relations, which write their targets' stubs): the base of a node ingested before records were
-    kept. One query over ``ix_node_versions_path`` per chain entry, joined to the revision log.
+    """The newest live version at ``workspace:path`` written by a revision logged ``message``
+    (``ingest <file>``) or starting with ``prefix`` (the ingest's relations, writing stubs): the
+    base of a node ingested before records were kept. A query per chain entry.
     """
     wid = workspace_id(view, workspace)
     by_message = Revision.message == message
@@ -151,13 +132,11 @@ def last_written_by(session: Session, view: BranchView, workspace: str, path: st
 def put_record(session: Session, ctx: WriteContext, workspace: str, path: str, *, sha256: str, source: str,
                patch: dict[str, Any] | None,
                relations: Sequence[tuple[str, str]] | None = None) -> IngestRecord:
-    """Record an ingest of a file at ``workspace:path`` in the write's revision (allocated here if
-    nothing else did: a record alone is a revision, e.g. a changed file whose node people deleted).
+    """Record an ingest of a file at ``workspace:path`` in the write's revision (a record alone is a
+    revision: a changed file whose node people deleted); returns the row, flushed.
 
-    ``sha256`` hashes the file's bytes; ``source`` is the file relative to the ingested folder;
-    ``patch`` is :func:`base_patch` of the value the branch holds after this write and the file's
-    parse; ``relations`` the ``(type, target path)`` pairs the file asserts (None: a stub, not
-    recorded). Returns the row, flushed.
+    ``patch`` is :func:`base_patch` of the value after this write and the file's parse;
+    ``relations`` the ``(type, target path)`` the file asserts (None: a stub, not recorded).
     """
     wid = workspace_id(ctx.view, workspace)
     record = IngestRecord(repo_id=ctx.repo.id, branch_id=ctx.branch.id, workspace_id=wid, revision=ctx.revision,
@@ -181,50 +160,33 @@ def _visible_value(session: Session, chain: tuple[tuple[int, int], ...], wid: in
 
 
 def _same_file(a: IngestRecord | None, b: IngestRecord | None) -> bool:
-    """Both records are of the same file bytes (the same parse): a record re-written with the
-    hash a branch had before counts as unchanged."""
+    """Both records are of the same bytes: a record re-written with an older hash is unchanged."""
     return a is not None and b is not None and a.sha256 == b.sha256
 
 
 def carry_records(session: Session, ctx: WriteContext, source: BranchView, base: BranchView, since: int,
                   taken: Mapping[tuple[int, str], tuple[str, dict[str, Any] | None]]) -> int:
-    """Carry the source's ingest records into a merge's revision on the target; returns how many
-    were written.
+    """Carry the source's ingest records into a merge's revision on the target; how many.
 
-    The records merge three-way like nodes, per address, the record the source holds now
-    (*theirs*) against the one the merge base held (*base*) and the target's (*ours*), two
-    records being the same when they are of the same file (hash):
+    Per address, three-way like nodes, records being equal when of the same file hash: the
+    source's (*theirs*) against the base's and the target's (*ours*).
 
-    - theirs is base's (the source ingested no other version since) or ours: nothing to carry;
-    - the merge writes the node from the source (its version, a property-by-property merge, or
-      a value a person chose): theirs is carried, as its base is the file's parse the written
-      node derives from;
-    - the merge re-asserts the target's node (a conflict resolved ``ours``): the target keeps
-      its own;
+    - theirs is base's or ours: nothing to carry;
+    - the merge writes the node from the source (its version, a property merge, or a value a
+      person chose): theirs is carried, its base being the parse the written node derives from;
+    - the merge re-asserts the target's node (resolved ``ours``): the target keeps its own;
     - the merge leaves the node alone: theirs is carried unless the target ingested another
-      version of the file since the base (ours is not base's), whose record then stays.
+      version since the base, whose record stays.
 
-    When both sides ingested the file differently and the node merged property by property,
-    the source's record is carried: the values the target's own ingest brought then count, at
-    the next ingest on the target, as edits made over the source's parse.
+    When both ingested the file differently and the node merged by property, the source's record
+    is carried: the target's ingested values count, at its next ingest, as edits over the source's
+    parse. A carried record keeps the source's hash, file, relations and parse; its patch is taken
+    against the node the target holds after the merge, so :func:`record_base` gives the same parse
+    on both. One query for the source's records since ``since``, a few lookups per address.
 
-    A carried record keeps the source's hash, file and relations, and the source's parse as its
-    base: its patch (:func:`base_patch`) is taken against the node the target holds after the
-    merge, so :func:`record_base` on the target gives the same parse as on the source.
-
-    One query for the source's records since the base, then a few lookups per address they name.
-
-    Parameters
-    ----------
-    ctx : WriteContext
-        The merge's revision on the target (``ctx.view``: the target before it); its node
-        versions are flushed.
-    since : int
-        The source revision the base stands for: records the source wrote after it are candidates.
-    taken : Mapping
-        ``(workspace id, path)`` of each node the merge writes to ``(how, flat value)``: ``how``
-        is the plan's change source (``theirs``, ``merged``, ``value``, ``ours``), the value the
-        node's flat value after the merge (None: deleted).
+    ``taken`` maps the ``(workspace id, path)`` of each node the merge writes to ``(how, flat
+    value after the merge)``, ``how`` the plan's change source (``theirs``, ``merged``, ``value``,
+    ``ours``); ``ctx``'s node versions are flushed.
     """
     rows = session.execute(
         select(IngestRecord.workspace_id, IngestRecord.path)

@@ -20,8 +20,8 @@ from kg.store.models import ApiKey, ApiKeyGrant, ConsoleSession
 
 def insert_key(session: Session, *, key_id: str, name: str, secret_hash: str, created_by: str | None,
                created_at: datetime, expires_at: datetime | None, grants: list[dict[str, Any]]) -> ApiKey:
-    """Store a new key (``key_id`` is the ``<id>`` of ``kg_<id>_<secret>``; ``secret_hash`` its
-    secret's HMAC-SHA256, hexadecimal; ``name`` the ``actor`` of its revisions) and its grants.
+    """Store a new key and its grants: ``secret_hash`` is the secret's HMAC-SHA256 (hex), ``name``
+    the ``actor`` of its revisions.
 
     Raises
     ------
@@ -73,10 +73,8 @@ _READ_KEY = (select(ApiKey.id, ApiKey.name, ApiKey.secret_hash, ApiKey.expires_a
 
 
 def read_key(session: Session | Connection, key_id: str) -> KeyRecord | None:
-    """A key with its grants in one statement (the key left-joined to its grants), or None.
-
-    One indexed query (the primary key, ``ix_api_key_grants_key``) of column values, built once,
-    no ORM objects: it runs on every authenticated request.
+    """A key with its grants, or None: one indexed statement of column values, built once, no ORM
+    objects (it runs on every authenticated request).
     """
     rows = session.execute(_READ_KEY, {"key_id": key_id}).all()
     if not rows:
@@ -118,8 +116,8 @@ def revoke_key(session: Session, key_id: str, *, at: datetime) -> ApiKey:
 
 
 def touch_key(session: Session, key_id: str, *, at: datetime, before: datetime) -> bool:
-    """Record that a key was used ``at``, unless its ``last_used_at`` is ``before`` or later;
-    whether the row was written.
+    """Record that a key was used ``at`` unless its ``last_used_at`` is ``before`` or later; whether
+    written.
     """
     result = session.execute(update(ApiKey).where(ApiKey.id == key_id)
                              .where((ApiKey.last_used_at.is_(None)) | (ApiKey.last_used_at < before))
@@ -128,7 +126,7 @@ def touch_key(session: Session, key_id: str, *, at: datetime, before: datetime) 
 
 
 def add_console_session(session: Session, id_hash: str, key_id: str, *, at: datetime, expires_at: datetime) -> None:
-    """Record a sign-in to the console (``id_hash``: SHA-256, hex, of the cookie's session id)."""
+    """Record a sign-in to the console (``id_hash``: SHA-256 of the cookie's session id)."""
     session.add(ConsoleSession(id_hash=id_hash, key_id=key_id, created_at=at, expires_at=expires_at))
     session.flush()
 
@@ -142,9 +140,7 @@ def console_session_key(session: Session | Connection, id_hash: str, now: dateti
 
 
 def end_console_session(session: Session, id_hash: str, *, at: datetime) -> bool:
-    """End a console session (signing out): every copy of its cookie is refused from now on. Whether
-    an open session was ended.
-    """
+    """End a console session (signing out): every copy of its cookie is refused from now on."""
     result = session.execute(update(ConsoleSession).where(ConsoleSession.id_hash == id_hash,
                                                           ConsoleSession.ended_at.is_(None)).values(ended_at=at))
     return bool(getattr(result, "rowcount", 0))

@@ -1,11 +1,9 @@
-"""SQLAlchemy models of the store.
+"""SQLAlchemy models of the store; Alembic migrations (``migrations/``) alone create the schema.
 
-The schema is created only by Alembic migrations (``migrations/``); these classes describe it.
-
-Content is stored as *versions* (DESIGN.md, "Branches: copy-on-write by revision"): a node or
-relation write adds a row on the writing branch at the new revision; a delete adds a
-tombstone row (``deleted = true``). A branch is one row naming its parent and the revision it
-forked at. Chunks are keyed by ``content_key`` and shared by every node version with that key.
+Content is stored as *versions* (DESIGN.md, "Branches: copy-on-write by revision"): a write
+adds a row on the writing branch at the new revision, a delete a tombstone (``deleted``). A
+branch is one row naming its parent and fork revision. Chunks are keyed by ``content_key``,
+shared by every node version with that key.
 """
 
 from __future__ import annotations
@@ -166,16 +164,10 @@ class NodeVersion(Base):
 
 
 class IngestRecord(Base):
-    """What the last ingest of a file recorded at a node's address on one branch.
-
-    Versioned like a node (one row per ingest, at the ingest's revision; a branch sees what its
-    chain sees, :func:`kg.store.visibility.visible_select`), but kept apart from the node's
-    versions so that people's edits and deletes of the node leave it alone. ``sha256`` is the
-    file's bytes' hash (an unchanged file is skipped); the *base* of the next three-way merge is
-    the file's parse as of this ingest: the node as this ingest wrote it (read at ``revision``)
-    with ``base_patch`` applied, which is null when the ingest wrote the parse exactly, else
-    ``{"set": {key: value}, "unset": [key]}`` (:mod:`kg.store.ingest_records`). ``relations``
-    are the ones the file asserted, the base of the next ingest's relations.
+    """What the last ingest of a file recorded at a node's address on one branch
+    (:mod:`kg.store.ingest_records`): versioned like a node, but apart from its versions, so
+    people's edits and deletes leave it alone. ``sha256`` hashes the file's bytes; ``base_patch``
+    and ``relations`` make the base of the next ingest's merge.
     """
 
     __tablename__ = "ingest_records"
@@ -243,9 +235,8 @@ Index("ix_relation_versions_in", RelationVersion.to_node_id, RelationVersion.wei
 
 class Chunk(Base):
     """A passage of node text with its embedding, shared by all versions with its content key.
-
-    ``seq`` increases in commit order within a repository (writes hold the repository's
-    revision lock), so an index catches up by reading ``seq > watermark``.
+    ``seq`` increases in commit order within a repository (writes hold its revision lock), so an
+    index catches up by reading ``seq > watermark``.
     """
 
     __tablename__ = "chunks"
@@ -283,15 +274,13 @@ class Merge(Base):
 
 
 class IndexJob(Base):
-    """A content key whose chunks must be embedded: the durable queue that feeds the index.
+    """A content key whose chunks must be embedded: the durable queue feeding the index.
 
-    A write stores its node version and, when no chunks exist for its content key, one job in
-    the same transaction; the indexer embeds and stores the chunks later and deletes the job,
-    or marks it ``failed`` with the reason. A claim is held by one queue worker
-    (``claimed_by``, a :class:`QueueWorker`) under a lease (``updated_at``, renewed while the
-    batch runs); ``running`` jobs whose lease expired or whose worker is gone are taken again (a
-    crash loses nothing), retried alone, and failed after a bounded number of deaths while
-    it ran alone (:mod:`kg.indexing.queue`).
+    A write queues one job with its node version when its key has no chunks; the indexer stores
+    the chunks and deletes the job, or marks it ``failed``. A claim is held by a
+    :class:`QueueWorker` (``claimed_by``) under a lease (``updated_at``, renewed): a ``running``
+    job whose lease expired or whose worker is gone is taken again (a crash loses nothing),
+    retried alone, and failed after a bounded number of deaths alone (:mod:`kg.indexing.queue`).
     """
 
     __tablename__ = "index_jobs"
@@ -330,12 +319,9 @@ class IndexJob(Base):
 
 
 class Reference(Base):
-    """A reference: a property of one node version that points at a node by address.
-
-    Written with the node version it was read from (``kg.store.references``), so the nodes
-    that point at a target are found through this table, not by scanning properties. The
-    target is an address (workspace name and path): a reference may point at a node that does
-    not exist (yet). Named ``node_references``: ``REFERENCES`` is an SQL keyword.
+    """A property of one node version that points at a node by address (which need not exist):
+    written with the version (:mod:`kg.store.references`), so referrers are found here, not by
+    scanning properties. Table ``node_references``: ``REFERENCES`` is an SQL keyword.
     """
 
     __tablename__ = "node_references"
@@ -360,12 +346,10 @@ class Reference(Base):
 class FunctionJob(Base):
     """An asynchronous function invocation (``wait_for_completion: false``): the durable job.
 
-    Submitted ``queued``; a runner claims it (``running``, ``attempts`` + 1, a lease until
-    ``lease_until``, renewed while it runs), then stores ``output`` (``succeeded``) or ``error``
-    in the API error shape ``{"code", "message", "details"}`` (``failed``). A ``running`` job
-    whose lease expired (its process stopped) is claimed again, by itself, until its runner
-    died a bounded number of times while it ran alone (:mod:`kg.rag.function_jobs`,
-    :mod:`kg.indexing.queue`); ``claimed_by`` names the queue worker holding it.
+    ``queued``, then claimed (``running``, ``attempts`` + 1, a lease until ``lease_until``,
+    renewed), then ``succeeded`` with ``output`` or ``failed`` with ``error`` in the API error
+    shape. A job whose lease expired is claimed again, alone, until its runner died a bounded
+    number of times (:mod:`kg.rag.function_jobs`, :mod:`kg.indexing.queue`).
     """
 
     __tablename__ = "function_jobs"
@@ -400,9 +384,9 @@ class FunctionJob(Base):
 
 
 class ConsoleSession(Base):
-    """A sign-in to the review console. The browser's cookie carries the session's random id
-    (signed); only its SHA-256 is stored, and never the key's secret: signing out or revoking the
-    key ends the session for every copy of the cookie."""
+    """A sign-in to the review console: the cookie carries the session's random id (signed), only its
+    SHA-256 is stored; signing out or revoking the key ends it for every copy of the cookie.
+    """
 
     __tablename__ = "console_sessions"
     __table_args__ = (Index("ix_console_sessions_key", "key_id"),)
@@ -415,11 +399,9 @@ class ConsoleSession(Base):
 
 
 class ApiKey(Base):
-    """An API key (``kg_<id>_<secret>``): the secret itself is never stored, only its
-    HMAC-SHA256 under the server's pepper (``KG_KEY_PEPPER``), hexadecimal.
-
-    ``last_used_at`` is written at most every ``KG_KEY_TOUCH_S`` seconds, not on every request.
-    A revoked or expired key is kept (its name stays in the revision log) and refused.
+    """An API key (``kg_<id>_<secret>``): only the secret's HMAC-SHA256 under ``KG_KEY_PEPPER`` is
+    stored. ``last_used_at`` is written at most every ``KG_KEY_TOUCH_S`` seconds; a revoked or
+    expired key is kept (its name stays in the log) and refused.
     """
 
     __tablename__ = "api_keys"
@@ -435,8 +417,9 @@ class ApiKey(Base):
 
 
 class ApiKeyGrant(Base):
-    """One grant of a key: a repository (name or glob), branch globs, workspace globs, and the
-    actions allowed there (:class:`kg.access.Grant`)."""
+    """One grant of a key: a repository (name or glob), branch and workspace globs, the actions
+    allowed (:class:`kg.access.Grant`).
+    """
 
     __tablename__ = "api_key_grants"
     __table_args__ = (Index("ix_api_key_grants_key", "key_id"),)
@@ -452,11 +435,10 @@ class ApiKeyGrant(Base):
 class QueueWorker(Base):
     """A process draining a durable queue (:mod:`kg.indexing.queue`): what holds the claims.
 
-    A worker registers on its first claim and heartbeats while it claims or runs a batch. A
-    process on the same machine (``host``, and the boot in ``process_start``) knows at once
-    whether the worker's process (``pid``, started at ``process_start``) still runs; a worker on
-    another machine is gone once its heartbeat is stale. The claims of a worker that is gone are
-    taken back without waiting for their lease.
+    It registers on its first claim and heartbeats while claiming or running. On the same machine
+    (``host``, the boot in ``process_start``) whether its ``pid`` still runs is known at once;
+    elsewhere it is gone once its heartbeat is stale. A gone worker's claims are taken back
+    without waiting for their lease.
     """
 
     __tablename__ = "queue_workers"
@@ -471,9 +453,7 @@ class QueueWorker(Base):
 
 
 def node_dict(version: NodeVersion, workspace: str) -> dict[str, Any]:
-    """The API shape of a node version: ``id``, ``workspace``, ``path``, ``name``, ``parent_path``,
-    ``node_type``, ``properties``, ``order``, ``revision``, ISO 8601 ``created_at``, ``updated_at``.
-    """
+    """The API shape of a node version (:class:`kg.types.nodes.Node`)."""
     return {
         "id": version.node_id,
         "workspace": workspace,

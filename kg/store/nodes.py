@@ -34,16 +34,11 @@ NODE_ID_NAMESPACE = uuid.UUID("6f1c9f0e-4d0b-5b8e-9a51-2f7e0c3d9b11")
 def node_uid(repo_uid: str, workspace_id: int, path: str) -> str:
     """The id of the node at ``path`` of a workspace: the same on every branch, for ever.
 
-    A node's identity across branches is its address (DESIGN.md, "Branches"): two branches
-    that both create ``/entities/acme`` made one node, and a node deleted and created again
-    at its path is that node again. The id is therefore derived from the address (and the
-    repository's uid, so ids never collide across repositories): every table keyed by node id
-    (relations, references, index placements) is keyed by address. A name-based UUID (version 5)
-    in its 36-character text form.
-
-    References
-    ----------
-    RFC 9562, "Universally Unique IDentifiers (UUIDs)", section 5.5 (UUIDv5).
+    A node's identity across branches is its address (DESIGN.md, "Branches"): two branches that
+    both create ``/entities/acme`` made one node, and a node deleted and created again at its path
+    is that node again. So the id is a name-based UUID (version 5, RFC 9562 section 5.5) of the
+    repository's uid, the workspace and the path, and every table keyed by node id (relations,
+    references, index placements) is keyed by address.
 
     Examples
     --------
@@ -67,9 +62,8 @@ class NodeWrite:
 
 
 def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
-    """Check a node's type (non-empty, at most 255 characters), properties (a JSON object, at most
-    ``MAX_PROPERTIES_BYTES``, 8 MiB, as compact JSON, no NaN or infinity) and order (finite, or
-    None).
+    """Check a node's type (1 to 255 characters), properties (a JSON object of at most
+    ``MAX_PROPERTIES_BYTES`` as compact JSON, no NaN or infinity) and order (finite, or None).
 
     Raises
     ------
@@ -93,8 +87,9 @@ def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
 
 @functools.lru_cache(maxsize=256)
 def _find_node_stmt(chain: tuple[tuple[int, int], ...]) -> Select[Any]:
-    """The address lookup of a branch state (its chain), built once: the values are bound
-    parameters, so a write touching many nodes does not rebuild the window query per node."""
+    """The address lookup of a chain, built once (bound parameters): a write touching many nodes
+    does not rebuild the window query per node.
+    """
     stmt, _ = visible_select(
         NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
         NodeVersion.workspace_id == bindparam("find_wid"), NodeVersion.path == bindparam("find_path"),
@@ -103,8 +98,8 @@ def _find_node_stmt(chain: tuple[tuple[int, int], ...]) -> Select[Any]:
 
 
 def find_node(session: Session, view: BranchView, workspace: str, path: str) -> NodeVersion | None:
-    """The visible, live version of the node at ``workspace:path``, or None (never created, or
-    deleted). ``path`` is not validated; it is looked up in NFC, as :func:`validate_path` stores it.
+    """The live version of the node at ``workspace:path``, or None; ``path`` is not validated but
+    looked up in NFC, as :func:`validate_path` stores it.
     """
     wid = workspace_id(view, workspace)
     path = unicodedata.normalize("NFC", path) if isinstance(path, str) else path
@@ -117,10 +112,8 @@ def get_node(session: Session, view: BranchView, workspace: str, path: str) -> N
 
     Raises
     ------
-    kg.errors.InvalidInput
-        Bad path.
     kg.errors.NotFound
-        Unknown workspace, or no node there on this branch.
+        No node there on this branch.
     """
     path = validate_path(path)
     found = find_node(session, view, workspace, path)
@@ -133,14 +126,13 @@ def get_node(session: Session, view: BranchView, workspace: str, path: str) -> N
 
 
 def nodes_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> dict[str, NodeVersion]:
-    """The visible, live versions of the given node ids (deleted or unknown ids are absent); one
-    window query per 500 ids.
+    """The live versions of the given node ids (deleted or unknown ids absent); a window query per
+    500 ids.
     """
     return {version.node_id: version for stmt in _by_id_selects(view, node_ids) for version in session.scalars(stmt)}
 
 
 def _by_id_selects(view: BranchView, node_ids: Iterable[str]) -> Iterator[Any]:
-    """The visible versions of ``node_ids`` (each once), a statement per 500 ids."""
     ids = list(dict.fromkeys(node_ids))
     for start in range(0, len(ids), 500):
         stmt, _ = visible_select(NodeVersion, view, (NodeVersion.node_id,),
@@ -166,11 +158,9 @@ def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
 
 
 def check_if_revision(current: NodeVersion | None, if_revision: int | None, workspace: str, path: str) -> None:
-    """Refuse a write based on a stale view of the node (optimistic concurrency).
-
-    ``if_revision`` is the revision the writer read the node at (None checks nothing): the write is
-    refused when ``current`` (the node in the write transaction) changed after it, was deleted, or
-    appeared when the writer saw none (``0``).
+    """Refuse a write based on a stale read (optimistic concurrency): ``current`` (the node in the
+    write transaction) changed after ``if_revision``, was deleted, or appeared when the writer saw
+    none (``0``). None checks nothing.
 
     Raises
     ------
@@ -205,26 +195,18 @@ def put_node(
     if_revision: int | None = None,
     validated: bool = False,
 ) -> tuple[NodeVersion, bool]:
-    """Create or replace (properties whole) the node at ``workspace:path`` on the context's branch;
-    returns ``(version, created)``. The id is the address's (:func:`node_uid`) either way.
+    """Create or replace (properties whole) the node at ``workspace:path``; ``(version, created)``.
 
-    Parameters
-    ----------
-    parents : bool
-        Create missing ancestors as ``kg:Folder`` nodes instead of refusing.
-    if_revision : int or None
-        Refuse the write if the node changed after this revision (:func:`check_if_revision`),
-        checked on the one lookup of the node this write makes.
-    validated : bool
-        The caller has checked ``write`` with :func:`validate_node_input` already (the
-        text-writing path does, before planning the text), so it is not checked twice.
+    ``parents`` makes missing ancestors ``kg:Folder`` nodes instead of refusing; ``if_revision`` is
+    checked (:func:`check_if_revision`) on the one lookup this write makes; ``validated``: the
+    caller ran :func:`validate_node_input` already (the text-writing path does, before planning).
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad path or properties.
+        Bad type, properties or order (:func:`validate_node_input`).
     kg.errors.NotFound
-        Unknown workspace, or a missing parent without ``parents``.
+        A missing parent without ``parents``.
     kg.errors.Conflict
         The node changed after ``if_revision``.
     """
@@ -291,12 +273,11 @@ def descendants(session: Session, view: BranchView, workspace: str, path: str) -
 
 def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, *,
                 recursive: bool = False) -> list[NodeVersion]:
-    """Tombstone the node (and, with ``recursive``, its descendants) and the relations that touch
-    them; returns the versions hidden (the node first, then its descendants by path).
+    """Tombstone the node (with ``recursive``, its descendants too) and every relation touching them;
+    returns the versions hidden, the node first, then its descendants by path.
 
-    A deleted node's relations are removed with it (a tombstone per edge, in the same
-    revision): an edge never outlives an endpoint, so a node created again at the path starts
-    with no edges, and a merge carries the removals like any other relation change.
+    An edge never outlives an endpoint (one tombstone per edge, same revision): a node created
+    again at the path starts with no edges, and a merge carries the removals like any other change.
 
     Raises
     ------
@@ -326,11 +307,8 @@ def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, 
 
 
 def remove_relations_of(session: Session, ctx: WriteContext, node_ids: Iterable[str]) -> int:
-    """Tombstone, at the context's revision, every visible relation touching one of the nodes;
-    returns how many.
-
-    One window query per 500 ids over the relation versions the branch's chain allows
-    (``ix_relation_versions_key`` and ``ix_relation_versions_to``); O(e) for e edges touched.
+    """Tombstone every visible relation touching one of the nodes; how many. A window query per 500
+    ids over ``ix_relation_versions_key`` and ``ix_relation_versions_to``: O(e) for e edges.
     """
     ids = list(dict.fromkeys(node_ids))
     key = (RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id)
@@ -351,9 +329,7 @@ def remove_relations_of(session: Session, ctx: WriteContext, node_ids: Iterable[
 
 
 def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> RelationVersion:
-    """A new, unsaved tombstone of ``edge`` at the context's revision (empty properties, the edge's
-    weight; ``now`` is its UTC ``created_at``).
-    """
+    """A new, unsaved tombstone of ``edge`` at the context's revision (``now``: its ``created_at``)."""
     return RelationVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
         from_node_id=edge.from_node_id, to_node_id=edge.to_node_id, rel_type=edge.rel_type,
@@ -363,12 +339,10 @@ def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> Re
 
 
 def node_addresses(session: Session, repo_id: int, node_ids: Iterable[str]) -> dict[str, str]:
-    """``{node id: "workspace:path"}`` of nodes that have a version on any branch of a repository
-    (an id without any version is absent).
+    """``{node id: "workspace:path"}`` of nodes with a version on any branch of a repository.
 
-    A node id is derived from its address (:func:`node_uid`), so any version tells it, live or
-    not. Relation versions keep their endpoints' addresses (NEIGHBORS' sort key). 500 ids per
-    statement, each an index probe of ``ix_node_versions_node_id`` per branch.
+    The id is derived from the address (:func:`node_uid`), so any version, live or not, tells it.
+    500 ids a statement, an index probe of ``ix_node_versions_node_id`` per branch.
     """
     ids = sorted(set(node_ids))
     if not ids:
@@ -394,9 +368,8 @@ ORDER_BY_PATTERN = _ORDER_BY_RE
 
 @dataclass(frozen=True)
 class ChildOrder:
-    """How children are sorted: ``field`` is ``"order"`` (the default), ``"name"`` or
-    ``"properties.<key>"``; descending or not, children without the value stay last and ties stay
-    by name.
+    """A children sort: ``field`` is ``"order"``, ``"name"`` or ``"properties.<key>"``; either way
+    children without the value come last and ties go by name.
     """
 
     field: str = "order"
@@ -408,8 +381,8 @@ class ChildOrder:
         return ("-" if self.descending else "") + self.field
 
     def key(self, v: NodeVersion) -> SortKey:
-        """The sort key ``(missing, rank, value, name)`` of a child: ``missing`` when it has no sortable
-        value (absent, null, a list or an object), ``rank`` 0 for numbers, 1 strings, 2 booleans.
+        """``(missing, rank, value, name)``: ``missing`` when the child has no sortable value (absent,
+        null, a list or an object); ``rank`` 0 for numbers, 1 strings, 2 booleans.
         """
         if self.field == "order":
             value: Any = v.order
@@ -427,7 +400,7 @@ class ChildOrder:
         return (True, 0, 0.0, v.name)
 
     def compare(self, a: SortKey, b: SortKey) -> int:
-        """-1, 0 or 1: the child with key ``a`` comes before, with or after the one with ``b``."""
+        """-1, 0 or 1 as ``a`` sorts before, with or after ``b``."""
         if a[0] != b[0]:
             return -1 if b[0] else 1
         if (a[1], a[2]) != (b[1], b[2]):
@@ -437,8 +410,8 @@ class ChildOrder:
 
 
 def child_order(order_by: str | None = None, direction: str | None = None) -> ChildOrder:
-    """Parse a children sort: ``order`` (default), ``name``, ``properties.<key>``, with a leading
-    ``-`` for descending; ``direction`` (``asc``/``desc``) overrides, None keeps the ``-``.
+    """Parse a children sort: ``order`` (default), ``name`` or ``properties.<key>``, a leading ``-``
+    for descending; ``direction`` (``asc``/``desc``) overrides it.
 
     Raises
     ------
@@ -475,16 +448,13 @@ def _children_select(session: Session, view: BranchView, workspace: str, parent:
 
 def list_children(session: Session, view: BranchView, workspace: str, parent: str, *,
                   order: ChildOrder | None = None, node_type: str | None = None) -> list[NodeVersion]:
-    """The children of ``parent`` (``/`` for top level), of ``node_type`` if given, sorted by
-    ``order`` (:func:`child_order`; default ``order`` ascending): those with the sort value first
-    (numbers, then strings, then booleans), then those without it; ties by name.
+    """The children of ``parent`` (``/``: top level), of ``node_type`` if given, sorted by ``order``
+    (:func:`child_order`; numbers, then strings, then booleans, then those without the value).
 
     Raises
     ------
-    kg.errors.InvalidInput
-        Bad parent path.
     kg.errors.NotFound
-        Unknown workspace or parent node.
+        No parent node.
     """
     stmt = _children_select(session, view, workspace, parent)
     how = order or ChildOrder()
@@ -501,25 +471,21 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
 def list_children_page(session: Session, view: BranchView, workspace: str, parent: str, *, limit: int = 100,
                        cursor: str | None = None, order: ChildOrder | None = None,
                        node_type: str | None = None) -> tuple[list[NodeVersion], str | None]:
-    """One page (``limit`` 1 to 10000) of the children of ``parent`` in their order
-    (:func:`list_children`); returns ``(nodes, next_cursor)``, the cursor None on the last page.
+    """One page of :func:`list_children` (``limit`` 1 to 10000); ``cursor`` (opaque: the sort and
+    the last child's sort key) must come from the same ``order``.
 
-    ``cursor`` is the previous page's ``next_cursor`` (opaque: the sort and the sort key of the
-    page's last child), made with the same ``order``; None or ``""`` for the first page.
-
-    Keyset paging over the sort key: a child written or deleted between two pages neither
-    repeats nor hides another. Sorted by ``order`` or ``name``, the database sorts the winning
-    versions and reads only the page (``limit + 1`` rows; the visibility window still runs over
-    the children's version keys, from the indexes). Sorted by a property, each page reads and
-    sorts every child in Python (O(n log n) for n children): a JSON value's order by type is not
-    one the databases share.
+    Keyset paging: a child written or deleted between two pages neither repeats nor hides another.
+    By ``order`` or ``name`` the database sorts the winners and reads ``limit + 1`` rows (the
+    visibility window still runs over the children's version keys, from the indexes); by a
+    property, each page sorts every child in Python, O(n log n): the databases order JSON values
+    by type differently.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad parent path or limit; a cursor that is not one, or one made with another sort.
+        Bad limit; a cursor that is not one, or one made with another sort.
     kg.errors.NotFound
-        Unknown workspace or parent node.
+        No parent node.
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
         raise InvalidInput("limit must be between 1 and 10000", details={"limit": limit})
@@ -537,9 +503,9 @@ def list_children_page(session: Session, view: BranchView, workspace: str, paren
 def _children_page_in_sql(session: Session, view: BranchView, workspace: str, parent: str, limit: int,
                           after: SortKey | None, how: ChildOrder,
                           node_type: str | None) -> tuple[list[NodeVersion], str | None]:
-    """:func:`list_children_page` sorted by ``order`` or ``name`` in the database: the same
-    order as :meth:`ChildOrder.compare` (names compared by code point: ``COLLATE "C"`` on
-    PostgreSQL, SQLite's default binary collation), keyset-filtered after the cursor's key."""
+    """:func:`list_children_page` sorted in SQL as :meth:`ChildOrder.compare` sorts (names by code
+    point: ``COLLATE "C"`` on PostgreSQL, SQLite's binary collation), after the cursor's key.
+    """
     stmt, model = _children_select(session, view, workspace, parent), NodeVersion
     if node_type is not None:  # on the winning version (see list_children)
         stmt = stmt.where(model.node_type == node_type)
@@ -564,7 +530,6 @@ def _children_page_in_sql(session: Session, view: BranchView, workspace: str, pa
 
 
 def _encode_child_cursor(order: ChildOrder, key: SortKey) -> str:
-    """The cursor after the child with sort key ``key`` under ``order``."""
     return encode_cursor(json.dumps({"o": order.spec, "k": list(key)}))
 
 
@@ -588,9 +553,8 @@ def _decode_child_cursor(cursor: str, order: ChildOrder) -> SortKey:
 
 
 def parents_with_children(session: Session, view: BranchView, workspace: str, paths: Sequence[str]) -> set[str]:
-    """Which of ``paths`` (a page of a tree) are the parent of some live node.
-
-    One window query per 500 paths; it returns parent paths only, never the children's rows.
+    """Which of ``paths`` (a page of a tree) have a live child: a window query per 500 paths,
+    returning parent paths only.
     """
     wid = workspace_id(view, workspace)
     out: set[str] = set()
@@ -604,7 +568,7 @@ def parents_with_children(session: Session, view: BranchView, workspace: str, pa
 
 
 def encode_cursor(path: str) -> str:
-    """An opaque pagination cursor after ``path``: URL-safe base64 of its UTF-8 bytes, unpadded.
+    """An opaque cursor after ``path``: URL-safe base64 of its UTF-8 bytes, unpadded.
 
     Examples
     --------
@@ -617,7 +581,7 @@ def encode_cursor(path: str) -> str:
 
 
 def decode_cursor(cursor: str) -> str:
-    """The path a cursor (:func:`encode_cursor`) points after.
+    """The path a cursor of :func:`encode_cursor` points after.
 
     Raises
     ------
@@ -631,8 +595,7 @@ def decode_cursor(cursor: str) -> str:
 
 
 def path_under(prefix: str, mode: str = "segments") -> ColumnElement[bool] | None:
-    """The SQL condition of :func:`kg.store.paths.path_has_prefix` on ``NodeVersion.path``; None for
-    ``/`` (every path).
+    """:func:`kg.store.paths.path_has_prefix` as SQL on ``NodeVersion.path``; None for ``/``.
 
     Raises
     ------
@@ -648,8 +611,7 @@ def path_under(prefix: str, mode: str = "segments") -> ColumnElement[bool] | Non
 
 
 def _decode_prefix_cursor(cursor: str, prefix: str, mode: str) -> str:
-    """The path a prefix listing's cursor points after: a path under ``prefix``, encoded as
-    :func:`encode_cursor` does, or a 422 (never a silent restart at page 1)."""
+    """The path under ``prefix`` a listing's cursor points after, or a 422 (never a silent restart)."""
     bad = InvalidInput("invalid cursor: not one of this listing's next_cursor values", details={"cursor": cursor})
     try:
         after = decode_cursor(cursor)
@@ -664,8 +626,8 @@ def _decode_prefix_cursor(cursor: str, prefix: str, mode: str) -> str:
 def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str, *,
                 limit: int = 1000, cursor: str | None = None,
                 mode: str = "segments") -> tuple[list[NodeVersion], str | None]:
-    """Nodes under ``prefix`` (:func:`kg.store.paths.path_has_prefix` in ``mode``), by path, one page
-    (``limit`` 1 to 10000) at a time; returns ``(nodes, next_cursor)``, None on the last page.
+    """One page (``limit`` 1 to 10000) of the nodes under ``prefix``
+    (:func:`kg.store.paths.path_has_prefix` in ``mode``), by path.
 
     Raises
     ------
@@ -692,11 +654,8 @@ def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str,
 def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
                   path_prefix: str | None = None, path_prefix_mode: str = "segments",
                   with_properties: bool = True) -> list[NodeVersion]:
-    """Every visible node, in no particular order, optionally in some workspaces (ids) and under a
-    path prefix (:func:`kg.store.paths.path_has_prefix`).
-
-    ``with_properties=False`` leaves the (possibly large) properties unloaded: reading them
-    afterwards is an error, so use it only when they are not needed.
+    """Every live node (in no order), optionally of some workspace ids and under a path prefix.
+    ``with_properties=False`` leaves the properties unloaded: reading them is then an error.
     """
     stmt = _visible_nodes_select(view, workspace_ids, path_prefix, path_prefix_mode)
     if not with_properties:
@@ -706,7 +665,6 @@ def visible_nodes(session: Session, view: BranchView, *, workspace_ids: list[int
 
 def _visible_nodes_select(view: BranchView, workspace_ids: list[int] | None, path_prefix: str | None,
                           path_prefix_mode: str) -> Any:
-    """The winners' statement of :func:`visible_nodes` and :func:`visible_node_heads`."""
     where: list[ColumnElement[bool]] = []
     if workspace_ids is not None:
         where.append(NodeVersion.workspace_id.in_(workspace_ids))
@@ -734,12 +692,9 @@ _HEAD_COLUMNS = (NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.bran
 
 def visible_node_heads(session: Session, view: BranchView, *, workspace_ids: list[int] | None = None,
                        path_prefix: str | None = None, path_prefix_mode: str = "segments") -> list[NodeHead]:
-    """:func:`visible_nodes` as plain rows of six columns: no ORM instance per node.
-
-    The same statement, executed by Core and fetched at once. Building an ORM instance per row was
-    most of the time: at 100,000 nodes, search's first call after a write (which reads the
-    searchable nodes anew) took 3.7 s, now about 1 s (``bench/scale.py``'s data; the read is
-    still O(nodes) per new branch state).
+    """:func:`visible_nodes` as plain rows of :class:`NodeHead`, by Core: at 100,000 nodes an ORM
+    instance per row made search's first call after a write 3.7 s, this about 1 s
+    (``bench/scale.py``; still O(nodes) per new branch state).
     """
     stmt = _visible_nodes_select(view, workspace_ids, path_prefix, path_prefix_mode).with_only_columns(
         *_HEAD_COLUMNS)
@@ -748,7 +703,7 @@ def visible_node_heads(session: Session, view: BranchView, *, workspace_ids: lis
 
 
 def node_heads_by_id(session: Session, view: BranchView, node_ids: Iterable[str]) -> dict[str, NodeHead]:
-    """:func:`nodes_by_id` as plain rows of the six columns of :class:`NodeHead`, executed by Core."""
+    """:func:`nodes_by_id` as plain rows of :class:`NodeHead`, by Core."""
     out: dict[str, NodeHead] = {}
     for stmt in _by_id_selects(view, node_ids):
         for row in session.connection().execute(stmt.with_only_columns(*_HEAD_COLUMNS)):
@@ -757,8 +712,8 @@ def node_heads_by_id(session: Session, view: BranchView, node_ids: Iterable[str]
 
 
 def node_workspaces(session: Session, branches: Sequence[int], node_ids: Iterable[str]) -> dict[str, int]:
-    """Node id -> workspace id, for the ids with a version on ``branches`` (a view's chain, or
-    several views' chains). One statement per 500 ids (``ix_node_versions_node_id``).
+    """Node id -> workspace id of the ids with a version on ``branches`` (one or several chains);
+    a statement per 500 ids (``ix_node_versions_node_id``).
     """
     ids = list(dict.fromkeys(node_ids))
     out: dict[str, int] = {}
@@ -777,12 +732,9 @@ def workspace_by_id(session: Session, wid: int) -> Workspace:
 
 
 def written_workspaces(session: Session, branch: Branch) -> set[int]:
-    """The workspace ids that hold what was written on ``branch`` itself (not what it inherits):
-    those of its node versions and of the source nodes of its relation versions.
-
-    Two statements on ``ix_node_versions_branch_revision`` and
-    ``ix_relation_versions_branch_revision``, then :func:`node_workspaces` for the relations'
-    sources.
+    """The workspace ids of what was written on ``branch`` itself (its node versions, its relation
+    versions' sources), not what it inherits: two statements on the ``(branch, revision)``
+    indexes, then :func:`node_workspaces`.
     """
     written = set(session.scalars(select(NodeVersion.workspace_id).where(NodeVersion.branch_id == branch.id)
                                   .distinct()))

@@ -46,13 +46,12 @@ TEXT_PATTERN = r"^[^\x00]*$"
 
 
 def validate_path(path: str) -> str:
-    """Check a node path and return it in Unicode normal form C.
+    """Check a node path; return it in Unicode normal form C.
 
-    A path starts with ``/``, has no empty segment (``//``), no trailing ``/``, no ``.`` or
-    ``..`` segment and no control character; the root ``/`` is not a node path; at most 1024
-    characters, each segment at most 255. The store keys nodes by the NFC path this returns, so
-    NFC and NFD spellings of one name (``é`` as one code point, or ``e`` and a combining accent)
-    address one node, on write and on read.
+    A path starts with ``/`` and has no empty, ``.`` or ``..`` segment, no trailing ``/``, no
+    control character, at most 1024 characters and 255 a segment; ``/`` is not a node path. Nodes
+    are keyed by the NFC path, so NFC and NFD spellings of a name (``é``, or ``e`` and a combining
+    accent) address one node.
 
     Raises
     ------
@@ -101,15 +100,13 @@ def validate_path(path: str) -> str:
 
 
 def validate_prefix(prefix: str) -> str:
-    """Check a listing prefix: ``/`` or a valid path, optionally with a trailing ``/`` (kept); NFC.
+    """Check a listing prefix: ``/``, or a valid path with or without a trailing ``/``; NFC.
 
     Raises
     ------
     kg.errors.InvalidInput
         The prefix without its trailing ``/`` is not a valid path.
 
-    Examples
-    --------
     >>> validate_prefix("/entities/")
     '/entities/'
     """
@@ -124,8 +121,8 @@ PREFIX_MODES = ("segments", "raw")
 
 
 def validate_prefix_mode(mode: str) -> str:
-    """Check a prefix mode: ``"segments"`` (``/answers`` is the node ``/answers`` and what is under
-    it, never ``/answers-old``) or ``"raw"`` (every path that starts with the string).
+    """Check a prefix mode: ``"segments"`` (``/a`` is ``/a`` and what is under it, never ``/ab``) or
+    ``"raw"`` (any path starting with the string).
 
     Raises
     ------
@@ -138,11 +135,9 @@ def validate_prefix_mode(mode: str) -> str:
 
 
 def path_has_prefix(path: str, prefix: str, mode: str = "segments") -> bool:
-    """Whether ``path`` is under ``prefix``: ``/`` (everything), a path (the node and its
-    descendants, in ``segments`` mode) or a path with a trailing ``/`` (its descendants only).
+    """Whether ``path`` is under ``prefix``: ``/`` (everything), a path (itself and its
+    descendants, in ``segments`` mode) or a path with a trailing ``/`` (its descendants).
 
-    Examples
-    --------
     >>> path_has_prefix("/answers/x", "/answers"), path_has_prefix("/answers-old", "/answers")
     (True, False)
     >>> path_has_prefix("/answers-old", "/answers", "raw")
@@ -156,8 +151,6 @@ def path_has_prefix(path: str, prefix: str, mode: str = "segments") -> bool:
 def parent_of(path: str) -> str:
     """The parent path (``/`` for a top-level node); ``path`` is not checked.
 
-    Examples
-    --------
     >>> parent_of("/entities/acme"), parent_of("/entities")
     ('/entities', '/')
     """
@@ -168,8 +161,6 @@ def parent_of(path: str) -> str:
 def name_of(path: str) -> str:
     """The last segment of a path: the node's name.
 
-    Examples
-    --------
     >>> name_of("/entities/acme")
     'acme'
     """
@@ -177,25 +168,19 @@ def name_of(path: str) -> str:
 
 
 def ancestors_of(path: str) -> list[str]:
-    """Every ancestor path, shortest first, excluding ``/`` and ``path`` itself.
+    """The ancestor paths, shortest first, without ``/`` and ``path``.
 
-    Examples
-    --------
-    >>> ancestors_of("/a/b/c")
-    ['/a', '/a/b']
-    >>> ancestors_of("/a")
-    []
+    >>> ancestors_of("/a/b/c"), ancestors_of("/a")
+    (['/a', '/a/b'], [])
     """
     parts = path[1:].split("/")
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def validate_name(kind: str, name: str) -> str:
-    """Check a repository, workspace or branch name (``kind``: the message and ``details`` key).
-
-    Names start with a letter or digit and use letters, digits, ``.``, ``_``, ``-`` and, for
-    branches, ``/`` (``agent/rag-session-001``); at most :data:`MAX_NAME_CHARS` characters
-    (128 for a repository or workspace, 255 for a branch).
+    """Check a repository, workspace or branch name (``kind``): a letter or digit, then letters,
+    digits, ``.``, ``_``, ``-`` and, in a branch, ``/``; at most :data:`MAX_NAME_CHARS` (128, 255
+    for a branch).
 
     Raises
     ------
@@ -232,8 +217,8 @@ def validate_name(kind: str, name: str) -> str:
 
 
 def parse_address(address: str, *, default_workspace: str | None = None) -> tuple[str, str]:
-    """Split ``workspace:/path`` (or a bare ``/path`` in ``default_workspace``) into the workspace
-    name (not checked to exist) and the validated NFC path.
+    """Split ``workspace:/path`` (a bare ``/path`` is in ``default_workspace``) into the workspace
+    name (not checked to exist) and the valid NFC path.
 
     Raises
     ------

@@ -1,27 +1,16 @@
 """References: node properties that point at other nodes, indexed in SQL.
 
-A property value of the form ``{"kg:ref": "/path", "kg:workspace": "ws"}`` is a *reference*
-(API.md, "Nodes"). Where it is recognised:
+A property value ``{"kg:ref": "/path", "kg:workspace": "ws"}`` is a *reference* (API.md,
+"Nodes") at the top level or as an item of a top-level list; deeper values are stored but not
+indexed. Without ``kg:workspace`` it points into the node's own workspace; other keys are
+ignored; a malformed one is refused with the write.
 
-- a top-level property value (``{"author": {"kg:ref": "/people/dana", "kg:workspace": "lib"}}``);
-- an item of a top-level list (``{"sources": [{"kg:ref": "/a"}, {"kg:ref": "/b"}]}``).
-
-Deeper values are not references (they are stored, but not indexed). ``kg:workspace`` may be
-left out: the reference then points into the node's own workspace. Other keys next to
-``kg:ref`` are allowed and ignored. A malformed reference (``kg:ref`` not a valid path, a bad
-workspace name) is refused with the write.
-
-References are not relations (the seed guide, "Relations are not references"): a reference is
-part of a node's content (an author field, a hero image), lives in its properties and changes
-with them; a relation is an assertion about two nodes, typed and weighted, in the relation
-index. So they have their own table: one row per reference of each node version
-(:class:`kg.store.models.Reference`), written with the version (``index_references``, called by
-``kg.store.nodes``), and ``list_references`` joins the versions a branch sees with their rows.
-A reference is by address: its target need not exist.
-
-The arrow points ``kg.store.nodes -> kg.store.references`` only: what both need (a version's
-API shape, :func:`kg.store.models.node_dict`; a workspace's id in a view,
-:func:`kg.store.repos.workspace_id`) lives below both.
+References are not relations (the seed guide): a reference is part of a node's content,
+changing with its properties; a relation is a typed, weighted assertion about two nodes. So
+they have their own table, one row per reference of each node version
+(:class:`kg.store.models.Reference`), written with the version by :mod:`kg.store.nodes` (the
+only direction of the import), and read by joining the versions a branch sees. A reference is
+by address: its target need not exist.
 """
 
 from __future__ import annotations
@@ -57,10 +46,8 @@ def _target(key: str, value: dict[str, Any], workspace: str) -> tuple[str, str]:
 
 
 def extract_references(properties: dict[str, Any], *, workspace: str) -> list[tuple[str, str, str]]:
-    """The references in a node's properties: (property key, target workspace, target path), in
-    property order, each once; ``workspace`` is the target's when a reference names none.
-
-    O(k + l) for k top-level keys and l items of top-level lists; deeper values are not read.
+    """The ``(property key, target workspace, target path)`` references in a node's properties, in
+    order, each once; O(top-level keys and list items).
 
     Raises
     ------
@@ -76,8 +63,7 @@ def extract_references(properties: dict[str, Any], *, workspace: str) -> list[tu
 
 
 def index_references(session: Session, version: NodeVersion, *, workspace: str) -> int:
-    """Write the reference rows of a node version just flushed (none for a tombstone); returns how
-    many.
+    """Write the reference rows of a node version just flushed; how many.
 
     Raises
     ------
@@ -99,27 +85,17 @@ def index_references(session: Session, version: NodeVersion, *, workspace: str) 
 
 def list_references(session: Session, view: BranchView, target: str, *, limit: int = 1000,
                     ) -> tuple[list[dict[str, Any]], bool]:
-    """The nodes whose visible version references ``target`` (``workspace:/path``, which need not
-    exist), at most ``limit`` (1 to 10,000).
+    """The nodes whose visible version references ``target`` (which need not exist): ``(rows,
+    truncated)``, rows the API node shape plus ``property_key``, by workspace, path, key.
 
-    Through the index, never by reading properties: the reference rows of the target
-    (``ix_node_references_target``) name candidate nodes; their visible versions are resolved
-    (``visible_select`` by node id) and kept when they are the very versions that hold the
-    reference (``source_version_id``). O(r log r) for r reference rows of the target on the
-    branch's chain.
-
-    Returns
-    -------
-    (rows, truncated)
-        The API node shape plus ``property_key`` (one row per property that holds the reference),
-        ordered by workspace name, path, then key; ``truncated`` when more exist.
+    Through the index, never by reading properties: the target's reference rows
+    (``ix_node_references_target``) name candidates, kept when their visible version is the one
+    holding the reference. O(r log r) for r reference rows of the target on the chain.
 
     Raises
     ------
     kg.errors.InvalidInput
-        A bad address or limit.
-    kg.errors.NotFound
-        An unknown workspace.
+        A bad address or limit (1 to 10,000).
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit must be between 1 and {MAX_LIMIT}", details={"limit": limit})

@@ -51,13 +51,13 @@ RELATION_KEY = (RelationVersion.from_node_id, RelationVersion.rel_type, Relation
 
 
 def validate_relation_type(rel_type: Any) -> str:
-    """Check a relation type: at most 255 characters, a letter or ``_`` first, then letters, digits,
+    """Check a relation type: at most 255 characters, a letter or ``_``, then letters, digits,
     ``_:-.``.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Not a string, or not of that form.
+        Not a string of that form.
 
     Examples
     --------
@@ -99,28 +99,19 @@ def relate(
     valid_to: datetime | None = None,
     now: datetime | None = None,
 ) -> tuple[RelationVersion, bool]:
-    """Assert the edge ``source -[rel_type]-> target`` on the context's branch; returns
-    ``(version, created)``, ``created`` False when an existing edge's weight and properties were
-    replaced (whole).
+    """Assert the edge ``source -[rel_type]-> target``: ``(version, created)``; a re-assertion
+    replaces weight (None: unweighted, last in NEIGHBORS), properties and validity whole.
 
-    Parameters
-    ----------
-    weight : float, optional
-        A finite weight, or None (unweighted: sorted last by NEIGHBORS).
-    valid_from, valid_to : datetime or None, optional
-        The world-time interval the fact holds in, timezone-aware UTC (checked by the caller,
-        :mod:`kg.graph.validity`); None: unbounded. Replaced whole on a re-assertion.
-    now : datetime or None, optional
-        The world time of the write (default: now): when ``rel_type`` is single-valued in the
-        source's workspace (:func:`single_valued_types`), every other relation of that type
-        from the source that is current at ``valid_from or now`` is invalidated in this same
-        revision: ``valid_to`` is set to that time and ``invalidated_by`` to this relation
-        (:func:`relation_ref`).
+    ``valid_from``/``valid_to`` are timezone-aware UTC, checked by the caller
+    (:mod:`kg.graph.validity`). When ``rel_type`` is single-valued in the source's workspace
+    (:func:`single_valued_types`), every other relation of that type from the source current at
+    ``valid_from`` or ``now`` is invalidated in this revision (``valid_to`` that time,
+    ``invalidated_by`` this relation, :func:`relation_ref`).
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad address, type, weight or properties.
+        Bad type, weight or properties.
     kg.errors.NotFound
         An endpoint does not exist on the branch.
     """
@@ -162,16 +153,14 @@ SINGLE_VALUED_KEY = "single_valued_relation_types"
 
 
 def single_valued_types(session: Session, workspace_id: int) -> frozenset[str]:
-    """The relation types a workspace declares single-valued per source
-    (``config["single_valued_relation_types"]``; empty when unset).
-    """
+    """The types a workspace declares single-valued (``config["single_valued_relation_types"]``)."""
     ws = session.get(Workspace, workspace_id)
     declared = (ws.config or {}).get(SINGLE_VALUED_KEY) if ws is not None else None
     return frozenset(declared or ())
 
 
 def relation_ref(from_address: str | None, rel_type: str, to_address: str | None) -> str:
-    """The reference of a relation kept in ``invalidated_by``: ``from|type|to``.
+    """The reference of a relation kept in ``invalidated_by``.
 
     Examples
     --------
@@ -183,7 +172,6 @@ def relation_ref(from_address: str | None, rel_type: str, to_address: str | None
 
 def _successor(ctx: WriteContext, old: RelationVersion, *, valid_to: datetime | None,
                invalidated_by: str | None) -> RelationVersion:
-    """A new version of ``old`` on the context's branch with its interval closed at ``valid_to``."""
     return RelationVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
         from_node_id=old.from_node_id, to_node_id=old.to_node_id, rel_type=old.rel_type, weight=old.weight,
@@ -195,10 +183,8 @@ def _successor(ctx: WriteContext, old: RelationVersion, *, valid_to: datetime | 
 
 def restamp_relation(session: Session, ctx: WriteContext, edge: RelationVersion,
                      properties: dict[str, Any]) -> RelationVersion:
-    """Write a new version of a live edge with other properties (same endpoints, type, weight).
-
-    The cheap form of :func:`relate` for an edge just read on the context's branch: no
-    endpoint lookups. Not flushed (the caller's next query or flush writes it).
+    """:func:`relate` with other properties for a live edge just read: no endpoint lookups, not
+    flushed.
     """
     version = RelationVersion(
         repo_id=ctx.repo.id, branch_id=ctx.branch.id, revision=ctx.revision,
@@ -213,16 +199,13 @@ def restamp_relation(session: Session, ctx: WriteContext, edge: RelationVersion,
 
 def invalidate(session: Session, ctx: WriteContext, source: str, target: str, rel_type: str, *,
                valid_to: datetime, invalidated_by: str | None = None) -> RelationVersion:
-    """Close the interval of the edge ``source -[rel_type]-> target`` at ``valid_to`` (UTC), with
-    ``invalidated_by`` saying what superseded it (:func:`relation_ref`, or free text).
-
-    The edge stays (``include_invalid`` and ``as_of`` before ``valid_to`` still read it); a new
-    version of it on the context's branch carries ``valid_to`` and ``invalidated_by``.
+    """Close the edge's interval at ``valid_to`` with ``invalidated_by`` (:func:`relation_ref`, or
+    free text): a new version; ``include_invalid`` and an earlier ``as_of`` still read the edge.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad address or type, or ``valid_to`` earlier than the edge's ``valid_from``.
+        Bad type, or ``valid_to`` earlier than the edge's ``valid_from``.
     kg.errors.NotFound
         An endpoint or the edge does not exist on the branch.
     """
@@ -256,13 +239,12 @@ def find_relation(session: Session, view: BranchView, from_id: str, to_id: str,
 
 def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
              rel_type: str | None = None) -> int:
-    """Tombstone the edges from ``source`` to ``target`` of ``rel_type`` (None: every type); returns
-    how many.
+    """Tombstone the edges from ``source`` to ``target`` of ``rel_type`` (None: every type); how many.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad address or type.
+        Bad type.
     kg.errors.NotFound
         An endpoint does not exist.
     """
@@ -285,7 +267,7 @@ def unrelate(session: Session, ctx: WriteContext, source: str, target: str,
 
 def visible_relations(session: Session, view: BranchView, *, node_ids: Iterable[str] | None = None,
                       ) -> list[RelationVersion]:
-    """Live edges between live nodes (touching ``node_ids`` when given), in no particular order."""
+    """Live edges between live nodes (touching ``node_ids`` if given), in no order."""
     where = []
     if node_ids is not None:
         ids = list(node_ids)
@@ -324,12 +306,9 @@ class NeighborRow:
 def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_000,
                       ) -> Iterator[tuple[str, str, str, float | None, dict[str, Any] | None,
                                           datetime | None, datetime | None, str | None]]:
-    """Stream the branch's visible, not deleted relations (endpoints not checked) as ``(from id,
-    type, to id, weight, properties, valid_from, valid_to, invalidated_by)``; the session stays
-    open while the iterator is consumed.
-
-    One window query over the versions the branch's chain allows (``visible_select``), read
-    ``batch`` rows at a time (a server-side cursor on PostgreSQL).
+    """Stream the live relations (endpoints not checked) as ``(from id, type, to id, weight,
+    properties, valid_from, valid_to, invalidated_by)``: one window query read ``batch`` rows at a
+    time (a server-side cursor on PostgreSQL) while the session stays open.
     """
     stmt, _ = visible_select(RelationVersion, view, RELATION_KEY)
     stmt = stmt.with_only_columns(RelationVersion.from_node_id, RelationVersion.rel_type,
@@ -346,10 +325,8 @@ def stream_visible_edges(session: Session, view: BranchView, *, batch: int = 20_
 
 def read_node_addresses(session: Session, view: BranchView, node_ids: Collection[str] | None = None,
                         ) -> dict[str, tuple[int, str]]:
-    """``{node id: (workspace id, path)}`` of the live nodes among ``node_ids`` (None: all).
-
-    Up to 5,000 ids are read by id, 500 per statement; more are read by one scan of the
-    branch's visible nodes (columns only), which is cheaper than thousands of lookups.
+    """``{node id: (workspace id, path)}`` of the live nodes among ``node_ids`` (None: all): up to
+    5,000 by id, 500 a statement; more by one scan of the branch's nodes (columns only).
     """
     out: dict[str, tuple[int, str]] = {}
     cols = (NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.path)
@@ -371,10 +348,8 @@ def read_node_addresses(session: Session, view: BranchView, node_ids: Collection
 
 
 def count_relation_versions(session: Session, view: BranchView, *, at_most: int) -> int:
-    """How many relation versions the branch's chain allows, counted up to ``at_most + 1``.
-
-    O(at_most), on ``ix_relation_versions_branch_revision``: what a view build would read,
-    bounded, to decide whether to build in the request or in the background.
+    """The relation versions the chain allows, counted up to ``at_most + 1`` (O(at_most), on
+    ``ix_relation_versions_branch_revision``): whether to build a view in the request.
     """
     chain = or_(*(and_(RelationVersion.branch_id == b, RelationVersion.revision <= r) for b, r in view.chain)) \
         if view.chain else false()
@@ -385,11 +360,9 @@ def count_relation_versions(session: Session, view: BranchView, *, at_most: int)
 def list_relation_changes(session: Session, *, branch_id: int, after: int, upto: int,
                             ) -> list[tuple[str, str, str, float | None, dict[str, Any] | None, bool,
                                             datetime | None, datetime | None]]:
-    """Every relation version written on the branch itself (not its ancestors) with ``after <
-    revision <= upto``, in revision then id order: ``(from id, type, to id, weight, properties,
-    deleted, valid_from, valid_to, invalidated_by)``.
-
-    Served by ``ix_relation_versions_branch_revision``; O(changes), whatever the branch size.
+    """The relation versions written on the branch itself with ``after < revision <= upto``, in
+    revision then id order: ``(from id, type, to id, weight, properties, deleted, valid_from,
+    valid_to, invalidated_by)``. O(changes) on ``ix_relation_versions_branch_revision``.
     """
     stmt = (select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
                    RelationVersion.weight, RelationVersion.properties, RelationVersion.deleted,
@@ -402,9 +375,8 @@ def list_relation_changes(session: Session, *, branch_id: int, after: int, upto:
 
 def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int,
                         ) -> list[tuple[str, int, str, bool]]:
-    """Every node version written on the branch itself with ``after < revision <= upto``, in revision
-    then id order: ``(node id, workspace id, path, deleted)``. O(changes), on
-    ``ix_node_versions_branch_revision``.
+    """The node versions written on the branch itself with ``after < revision <= upto``, in revision
+    then id order: ``(node id, workspace id, path, deleted)``. O(changes).
     """
     stmt = (select(NodeVersion.node_id, NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
             .where(NodeVersion.branch_id == branch_id, NodeVersion.revision > after,
@@ -414,9 +386,9 @@ def list_node_changes(session: Session, *, branch_id: int, after: int, upto: int
 
 
 def _chain_binds(cols: Any, depth: int, *, plain: bool = True) -> ColumnElement[bool]:
-    """The versions a chain of ``depth`` branches allows, with the branch ids and revisions as
-    bind parameters ``b0, r0, b1, r1, ...``; ``plain=False`` writes ``branch_id + 0`` and
-    ``revision + 0``, which no index serves."""
+    """The versions a chain of ``depth`` allows, bound as ``b0, r0, b1, r1, ...``; ``plain=False``
+    writes ``branch_id + 0`` and ``revision + 0``, which no index serves.
+    """
     branch, revision = (cols.branch_id, cols.revision) if plain else (cols.branch_id + 0, cols.revision + 0)
     return or_(*(and_(branch == bindparam(f"b{i}"), revision <= bindparam(f"r{i}")) for i in range(depth)))
 
@@ -427,9 +399,9 @@ def _priority_binds(cols: Any, depth: int) -> ColumnElement[Any]:
 
 @functools.lru_cache(maxsize=64)
 def _candidates_statement(side: str, null_weights: bool, typed: bool) -> Select[Any]:
-    """The first ``:scan`` versions of node ``:node_id``'s edges on one side, with or without a
-    weight, in index order (``ix_relation_versions_out`` / ``_in``: weight descending, the other
-    end's address, type) and nothing else: no filter the planner could trade the order for."""
+    """The first ``:scan`` versions of ``:node_id``'s edges on one side, with or without a weight,
+    in index order and nothing else: no filter the planner could trade the order for.
+    """
     v = RelationVersion.__table__.alias("v")
     out = side == "OUT"
     mine, other = (v.c.from_node_id, v.c.to_node_id) if out else (v.c.to_node_id, v.c.from_node_id)
@@ -444,9 +416,9 @@ def _candidates_statement(side: str, null_weights: bool, typed: bool) -> Select[
 
 @functools.lru_cache(maxsize=256)
 def _winners_statement(side: str, depth: int, restricted: bool, temporal: bool = False) -> Select[Any]:
-    """Which of the versions ``:ids`` are their edge's winner on the chain ``b0, r0, ...`` with
-    a live node at the other end (in a workspace of ``:readable``), valid at ``:at`` when
-    ``temporal``, with their properties and validity: index probes per version."""
+    """Which of ``:ids`` are their edge's winner on the chain with a live (``:readable``) node at the
+    other end, valid at ``:at`` when ``temporal``: index probes per version.
+    """
     v = RelationVersion.__table__.alias("v")
     w = RelationVersion.__table__.alias("w")
     nv = NodeVersion.__table__.alias("nv")
@@ -480,33 +452,19 @@ def _neighbor_sort_key(row: NeighborRow) -> tuple[bool, float, str, str, str]:
 def list_neighbors(session: Session, view: BranchView, node_id: str, *, direction: str = "BOTH",
                   types: Collection[str] | None = None, limit: int, offset: int = 0,
                   at: datetime | None = None) -> list[NeighborRow]:
-    """NEIGHBORS of one node in SQL: its visible edges to live nodes, ordered by weight descending
-    with null last, the other node's ``workspace:path`` (code-point order), type, direction.
+    """NEIGHBORS of one node in SQL: its visible edges to live nodes, by weight descending (null
+    last), the other node's address (code point), type, direction; ``limit`` + ``offset`` cut the
+    page (ask ``limit + 1`` to learn whether more exist); ``at``: only edges valid then
+    (``valid_from <= at < valid_to``, null unbounded), before the page is cut.
 
-    Up to four ordered streams (outgoing and incoming edges, with and without a weight). Each
-    reads the first ``s`` versions in the stable order from ``ix_relation_versions_out`` or
-    ``ix_relation_versions_in`` (the node, weight descending, the other end's address, type:
-    an index range read and cut by the database, whatever the node's degree), then keeps
-    those visible on the branch (on the chain, not a tombstone: checked in Python; its edge's
-    winner with a live, readable node at the other end: one statement of index probes). The
-    first ``limit + offset`` kept are final once the versions read go past their (weight,
-    address); otherwise ``s`` grows fourfold and the stream is read again. The streams are
-    merged in Python. A hub costs O(limit + offset + skipped) for the versions skipped on the
-    way (superseded versions, tombstones, edges to deleted or unreadable nodes, other
-    branches), not O(degree), and the same on SQLite and PostgreSQL (no plan to choose). A
-    restricted reader's view drops the edges to nodes it may not read before the page is cut.
-
-    Parameters
-    ----------
-    direction : {"OUT", "IN", "BOTH"}
-    types : collection of str, optional
-        Only edges of these relation types; None or empty for every type.
-    limit, offset : int
-        The page of the ordered edges to return (ask ``limit + 1`` to learn whether more exist).
-    at : datetime or None, optional
-        Only edges whose visible version is valid at this world time (``valid_from <= at <
-        valid_to``, null bounds unbounded), checked in the winners' statement, before the page
-        is cut; None: every edge.
+    Up to four ordered streams (out and in, with and without a weight). Each reads the first ``s``
+    versions in the stable order from ``ix_relation_versions_out`` or ``_in`` (an index range cut
+    by the database, whatever the degree), keeps those visible on the branch (on the chain, not a
+    tombstone: in Python; the edge's winner with a live, readable node at the other end: one
+    statement of index probes), and is final once the versions read go past the ``limit +
+    offset``-th kept; else ``s`` grows fourfold and the stream is read again. The streams merge in
+    Python. A hub costs O(limit + offset + skipped versions), not O(degree), on SQLite and
+    PostgreSQL alike; a restricted reader's unreadable ends are dropped before the cut.
     """
     if not view.chain:
         return []

@@ -1,7 +1,4 @@
-"""Repositories, workspaces, branches, revisions and branch views.
-
-Store functions take a ``Session`` and never commit: the caller owns the transaction.
-"""
+"""Repositories, workspaces, branches, revisions and branch views."""
 
 from __future__ import annotations
 
@@ -40,17 +37,15 @@ class BranchView:
 
     Attributes
     ----------
-    revision : int
-        Effective revision read on ``branch`` itself.
     chain : tuple of (branch_id, max_revision)
-        The branch then its ancestors, nearest first; each entry caps the revisions read on
-        that branch (an ancestor is read as of the fork, DESIGN.md).
+        The branch then its ancestors, nearest first, each capped at the revision it is read as
+        of (an ancestor as of the fork, DESIGN.md).
     workspaces : dict of int to str
-        Every workspace of the repository, id to name (for naming addresses).
+        Every workspace of the repository, by id.
     readable : frozenset of int or None
-        The workspaces the reader may read (None: all). Retrieval on the view reads only
-        these (:func:`kg.context.reading` sets it from the caller's grants); a node, a chunk,
-        a relation endpoint or a log entry elsewhere is not there for this reader.
+        The workspaces the reader may read (None: all), set from the caller's grants by
+        :func:`kg.context.reading`; a node, chunk, relation endpoint or log entry elsewhere is
+        not there for this reader.
     """
 
     repo: Repository
@@ -61,38 +56,33 @@ class BranchView:
     readable: frozenset[int] | None = field(default=None, compare=False)
 
     def can_read(self, workspace_id: int) -> bool:
-        """Whether this view's reader may read workspace ``workspace_id`` (always, when :attr:`readable`
-        is None).
-        """
+        """Whether this view's reader may read workspace ``workspace_id``."""
         return self.readable is None or workspace_id in self.readable
 
     def readable_ids(self) -> list[int]:
-        """The ids of the workspaces this view's reader may read, ascending (all when :attr:`readable` is
-        None).
-        """
+        """The workspace ids this view's reader may read, ascending."""
         return sorted(w for w in self.workspaces if self.can_read(w))
 
     def scoped(self, readable: frozenset[int] | None) -> BranchView:
-        """This branch state, read by a reader restricted to the workspace ids ``readable`` (None: all)."""
+        """This state for a reader of the workspace ids ``readable`` only (None: all)."""
         return replace(self, readable=readable)
 
     @property
     def cache_key(self) -> tuple[int, int | None, int]:
-        """(branch id, base revision, effective revision): equal keys see equal content
-        (the base changes when a branch is reset, its id never repeats)."""
+        """(branch id, base revision, effective revision): equal keys see equal content (a reset changes
+        the base; ids never repeat).
+        """
         return (self.branch.id, self.branch.base_revision, self.revision)
 
 
 class WriteContext:
     """A write transaction's place on one branch; its revision is allocated by the first write.
 
-    :func:`begin_write` takes the repository's row lock, so the number the next revision will
-    carry (``pending_revision``) is known and stable, and reads through ``view`` already see
-    what this transaction writes. Nothing is written until a store function asks for
-    :attr:`revision` to stamp a version row: that first access allocates the revision (the
-    repository's counter, the branch head, the log entry). A transaction that ends up writing
-    nothing (an UNRELATE of no edge, a merge with nothing to apply) therefore commits nothing
-    and never needs a rollback. ``message`` and ``actor`` are recorded with the revision.
+    :func:`begin_write` holds the repository's row lock, so ``pending_revision`` (the number the
+    revision will carry) is stable, and reads through ``view`` see this transaction's writes. The
+    first access to :attr:`revision`, by a store function stamping a row, allocates the revision
+    (counter, branch head, log entry): a transaction that writes nothing (an UNRELATE of no edge,
+    a merge with nothing to apply) commits nothing and needs no rollback.
     """
 
     def __init__(self, session: Session, view: BranchView, pending_revision: int, *,
@@ -116,16 +106,15 @@ class WriteContext:
 
     @property
     def written(self) -> bool:
-        """Whether anything was written (the revision is allocated)."""
         return self._allocated is not None
 
     def retitle(self, message: str | None) -> None:
-        """Set the message the revision will be recorded with (before anything is written).
+        """Set the revision's message, before anything is written.
 
         Raises
         ------
         RuntimeError
-            The revision is allocated already: its message is recorded.
+            The revision is allocated already.
         """
         if self._allocated is not None:
             raise RuntimeError("the revision is written: its message cannot change")
@@ -133,11 +122,8 @@ class WriteContext:
 
     @property
     def revision(self) -> int:
-        """The revision this transaction writes, allocated on first access.
-
-        Store functions read it to stamp the rows they write; use cases read it after a
-        write to answer with it. Read :attr:`pending_revision` for the number without
-        writing, and :attr:`revision_if_written` to answer ``None`` when nothing was written.
+        """The revision this transaction writes, allocated on first access (see the class); read
+        :attr:`pending_revision` or :attr:`revision_if_written` not to allocate it.
         """
         if self._allocated is None:
             self._allocated = _allocate_revision(self._session, self.view, self.pending_revision,
@@ -146,13 +132,11 @@ class WriteContext:
 
     @property
     def revision_if_written(self) -> int | None:
-        """The revision if anything was written, else ``None`` (nothing is allocated)."""
         return self._allocated
 
 
 def _allocate_revision(session: Session, view: BranchView, expected: int, *, message: str | None,
                        actor: str | None) -> int:
-    """Take the next revision number of ``view``'s repository for its branch and log it."""
     repo, branch = view.repo, view.branch
     number = session.execute(
         update(Repository)
@@ -175,13 +159,10 @@ def _allocate_revision(session: Session, view: BranchView, expected: int, *, mes
 
 
 def create_repository(session: Session, *, name: str) -> Repository:
-    """Create a repository (name: letters, digits, ``-``, ``_``, ``.``) with its ``main`` branch;
-    flushed, so it has its id and uid.
+    """Create a repository with its ``main`` branch, flushed (it has its id and uid).
 
     Raises
     ------
-    kg.errors.InvalidInput
-        Bad name.
     kg.errors.Conflict
         A repository of that name exists.
     """
@@ -201,11 +182,8 @@ def create_repository(session: Session, *, name: str) -> Repository:
 
 
 def get_repository(session: Session, name: str, *, lock: bool = False) -> Repository:
-    """The repository called ``name``.
-
-    ``lock`` takes its row lock (``SELECT ... FOR UPDATE``; PostgreSQL): writers of the repository
-    serialise on it, and the row is read as of the lock even if this session loaded it earlier
-    (``populate_existing``: one statement, no refresh).
+    """The repository called ``name``; ``lock``: ``SELECT ... FOR UPDATE`` (writers serialise on it),
+    the row read as of the lock even if this session loaded it before (``populate_existing``).
 
     Raises
     ------
@@ -222,8 +200,8 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
 
 
 def list_repositories(session: Session, *, after: str | None = None, limit: int | None = None) -> list[Repository]:
-    """Repositories by name (code-point order): every one, or the page of ``limit`` after ``after``.
-    One statement on the unique index of ``repositories.name``: O(limit), not O(repositories).
+    """Repositories by name (code point), all or the ``limit`` after ``after``: O(limit), on the
+    unique index of ``repositories.name``.
     """
     stmt = select(Repository).order_by(Repository.name)
     if after is not None:
@@ -262,13 +240,10 @@ def _depth(branch: Branch, by_id: dict[int, Branch]) -> int:
 def create_workspace(
     session: Session, repo: Repository, *, name: str, config: dict[str, Any] | None = None
 ) -> Workspace:
-    """Create a workspace in ``repo`` (name: letters, digits, ``-``, ``_``, ``.``; ``config``: its
-    settings, ``{"embedding": {...}}``), flushed.
+    """Create a workspace with ``config`` (``{"embedding": {...}}``), flushed.
 
     Raises
     ------
-    kg.errors.InvalidInput
-        Bad name.
     kg.errors.Conflict
         A workspace of that name exists.
     """
@@ -350,19 +325,17 @@ def create_branch(
     from_branch: str = MAIN,
     at_revision: int | None = None,
 ) -> Branch:
-    """Create a branch by writing one row: nothing is copied; flushed, its ``head_revision`` equal to
-    its ``base_revision`` (the parent's revision ``at_revision``, default now).
-
-    ``repo`` must be locked by the caller (``get_repository(..., lock=True)``) so that two
-    creations of one name serialise. O(1) in the size of the repository: the branch reads its
-    parent's versions with revision <= ``base_revision`` (DESIGN.md, copy-on-write by revision).
+    """Create a branch forked from ``from_branch`` at ``at_revision`` (default: now) by writing one
+    row: nothing is copied, O(1) in the repository's size (DESIGN.md, copy-on-write by revision).
+    ``repo`` must be locked (``get_repository(..., lock=True)``): two creations of one name
+    serialise.
 
     Raises
     ------
     kg.errors.InvalidInput
         Bad name, or a revision below 0.
     kg.errors.NotFound
-        Unknown parent, or a revision above the repository's head (not written yet).
+        Unknown parent, or a revision above the repository's head.
     kg.errors.Conflict
         The name exists.
     """
@@ -433,14 +406,12 @@ def parent_name(session: Session, branch: Branch) -> str | None:
 def branch_view(
     session: Session, repo_name: str, branch_name: str = MAIN, *, at_revision: int | None = None
 ) -> BranchView:
-    """Resolve what ``branch_name`` sees as of ``at_revision`` (``0..head``; None: its head): the
-    branch and its ancestors, each capped at the revision it is read as of.
+    """What ``branch_name`` sees as of ``at_revision``: the branch and its ancestors, each capped.
 
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository or branch, or an ``at_revision`` above the repository's head
-        revision (not written yet).
+        An ``at_revision`` above the repository's head (not written yet).
     kg.errors.InvalidInput
         An ``at_revision`` below 0.
     """
@@ -489,12 +460,9 @@ def begin_write(
     message: str | None = None,
     actor: str | None = None,
 ) -> WriteContext:
-    """Open a write on a branch: the first statement of every write transaction.
-
-    Takes the repository's row lock (the revision counter), so writers of one repository
-    serialise and the counter never repeats; on SQLite the transaction began IMMEDIATE. The
-    revision itself is allocated by the first write (:class:`WriteContext`), recorded with
-    ``message`` and ``actor`` (at most 255 characters).
+    """Open a write on a branch: the first statement of every write transaction. Takes the
+    repository's row lock (its revision counter): writers of a repository serialise and the
+    counter never repeats; on SQLite the transaction began IMMEDIATE.
 
     Raises
     ------

@@ -1,11 +1,9 @@
 """Branch resolution in SQL: the version of each entity that a branch sees.
 
-DESIGN.md: what a branch sees at revision r is, for each entity, the newest version on the
-branch itself with revision <= r; failing that, the newest on its parent with revision <= the
-branch's base, and so on up the chain. A tombstone hides the entity.
-
-One window query does it: among the versions allowed by the chain, rank each entity's
-versions by (chain position, revision desc) and keep the first.
+At revision r a branch sees, per entity, its newest version on the branch with revision <= r;
+failing that, the newest on its parent with revision <= the fork, and so on up the chain
+(DESIGN.md); a tombstone hides the entity. One window query: rank the versions the chain
+allows by (chain position, revision desc) and keep the first.
 """
 
 from __future__ import annotations
@@ -32,16 +30,13 @@ class Chain:
 
 
 class Unindexed(ColumnElement[Any]):
-    """A column that SQLite must not use to bound an index range (``+column``); itself elsewhere.
+    """A column SQLite must not use to bound an index range (``+column``); itself elsewhere.
 
-    SQLite 3.40.1 (Debian 12's) answers a lookup such as ``branch_id = ? AND revision <= ? AND
-    workspace_id = ? AND path IN (...)`` with a version past the bound once ``ANALYZE`` has
-    written ``sqlite_stat1``: its seek-scan over the ``(branch_id, workspace_id, path,
-    revision)`` index returns a row whose ``revision`` fails the range (3.51 answers right). A
-    merge then read the fork's state with a later version in it. The unary ``+`` keeps the
-    revision out of the index seek, so it is tested on each row; the lookup still seeks the index
-    by its equality columns, and the window reads every version of those entities either way.
-    Use it for the revision bound of any read that pairs an ``IN`` list with it.
+    SQLite 3.40.1 (Debian 12's), once ``ANALYZE`` wrote ``sqlite_stat1``, answers ``branch_id = ?
+    AND revision <= ? AND workspace_id = ? AND path IN (...)`` by a seek-scan that returns a
+    version past the bound (3.51 is right), and a merge read a later version. With ``+`` the bound
+    is tested per row; the equality columns still seek. Use it for the revision bound of any read
+    that pairs an ``IN`` list with it.
     """
 
     inherit_cache = True
@@ -79,29 +74,21 @@ def _priority(model: Any, chain: tuple[tuple[int, int], ...]) -> ColumnElement[A
 
 def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any], *where: Any,
                    include_deleted: bool = False) -> tuple[Select[Any], Any]:
-    """Select the versions of ``model`` that ``view`` sees: one per entity, its winner.
-
-    A view with :attr:`~kg.store.repos.BranchView.readable` set reads only what its reader may
-    read (:func:`reader_scope`), in this same query. The window runs over ids and key columns only
-    (served by the version indexes); the winners' rows, with their possibly large properties, are
-    read once, by primary key.
+    """Select the versions of ``model`` that ``view`` (its chain) sees: one winner per entity, and
+    the entity to add filters and ordering to. A view with ``readable`` set reads only what its
+    reader may (:func:`reader_scope`), in the same query. The window runs over ids and key columns
+    (the version indexes); the winners' rows are read once, by primary key.
 
     Parameters
     ----------
     partition : sequence of columns
-        What identifies one entity (``workspace_id, path`` for nodes by address, ``node_id``
-        for nodes by id, ``from_node_id, rel_type, to_node_id`` for relations).
+        What identifies an entity: ``workspace_id, path`` or ``node_id`` for nodes,
+        ``from_node_id, rel_type, to_node_id`` for relations.
     *where : SQL expressions
-        Filters on columns constant across an entity's versions (path, workspace, ids). Never
-        filter here on a column that changes between versions (properties, type): that would
-        pick an older version as the winner.
+        Filters on columns constant across an entity's versions (path, workspace, ids), never on
+        one that changes (properties, type): that would pick an older version as the winner.
     include_deleted : bool
-        Keep tombstones (for diff and history).
-
-    Returns
-    -------
-    (Select, entity)
-        ``select(model)`` of the winners, and the entity to add filters and ordering with.
+        Keep tombstones (diff, history).
     """
     where = (*where, *reader_scope(model, view))
     rn = func.row_number().over(
@@ -116,13 +103,9 @@ def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any
 
 
 def reader_scope(model: Any, view: BranchView | Chain) -> tuple[ColumnElement[bool], ...]:
-    """The filters that keep a restricted reader inside the workspaces it may read (none for a
-    :class:`Chain` or an unrestricted view).
-
-    A node is in one workspace for life (its id is derived from it), so the filters are on columns
-    constant across an entity's versions and may sit inside the window query. Nodes: the workspace
-    is readable; relations: both endpoints are nodes of readable workspaces (an index probe of
-    ``ix_node_versions_node_id`` per endpoint).
+    """The filters keeping a restricted reader inside the workspaces it may read (nodes: in one;
+    relations: both endpoints, an index probe each). A node's workspace is fixed for life, so they
+    may sit inside the window query.
     """
     readable = view.readable if isinstance(view, BranchView) else None
     if readable is None:
@@ -137,9 +120,8 @@ def reader_scope(model: Any, view: BranchView | Chain) -> tuple[ColumnElement[bo
 
 
 def readable_node(column: Any, readable: Collection[int], branches: Sequence[int]) -> ColumnElement[bool]:
-    """``EXISTS`` a version of the node id in ``column`` on ``branches`` in a workspace of
-    ``readable`` (a node's id is derived from its workspace and path, so any version tells; one
-    index probe per branch).
+    """``EXISTS`` a version of the node id in ``column`` on ``branches`` in a ``readable``
+    workspace (an index probe per branch).
     """
     nv = aliased(NodeVersion)
     return exists().where(nv.branch_id.in_(list(branches)), nv.node_id == column,
