@@ -125,8 +125,6 @@ def is_protected(services: Resources, branch: str) -> bool:
     """Whether ``branch`` matches one of ``KG_PROTECTED_BRANCHES``'s globs (writes, merges and
     deletes on it need a grant naming it).
 
-    Examples
-    --------
     >>> from types import SimpleNamespace
     >>> svc = SimpleNamespace(settings=SimpleNamespace(protected=lambda: ("main", "release/*")))
     >>> is_protected(svc, "release/1"), is_protected(svc, "agent/a")

@@ -1,43 +1,38 @@
 """Bulk export and import of a branch as NDJSON (``kg export``, ``kg import ndjson``).
 
-The format (``kg-ndjson``, version 1) is one JSON object a line, UTF-8; the field ``record``
-says what a line is. In the order :func:`export_ndjson` writes them:
+The format (``kg-ndjson``, version 1) is one JSON object a line, UTF-8, its ``record`` field
+saying what it is. In the order :func:`export_ndjson` writes them:
 
 ``header`` (the first line, once)
     ``{"record": "header", "format": "kg-ndjson", "version": 1, "repo", "branch", "revision",
     "with_chunks", "workspaces": [{"name", "embedding"}], "counts": {"nodes", "relations",
-    "chunks"}}``: where the content was read (the branch as of ``revision``), the workspaces
-    with their embedding settings (:class:`kg.indexing.config.EmbeddingConfig`), and how many
-    records follow (``counts`` is optional on import; when given, a file holding another number
-    of records, a truncated one, is refused).
+    "chunks"}}``: where the content was read, the workspaces' embedding settings
+    (:class:`kg.indexing.config.EmbeddingConfig`), how many records follow (optional on
+    import; when given, a file holding another number, a truncated one, is refused).
 ``node``
     ``{"record": "node", "workspace", "path", "node_type", "properties", "order",
-    "created_at", "updated_at"}``, by workspace then path (a parent before its children). The
-    id, name, parent path and content key are derived from these, as every write derives them.
-    ``node_type`` defaults to ``kg:Node``, ``properties`` to ``{}``, ``order`` to null; the
-    timestamps (ISO 8601) to the time of the import.
+    "created_at", "updated_at"}`` by workspace then path (parents first); id, name, parent and
+    content key are derived as every write derives them. Defaults: ``kg:Node``, ``{}``, null,
+    and the import's time for the ISO 8601 timestamps.
 ``relation``
     ``{"record": "relation", "from", "to", "type", "weight", "properties", "created_at",
-    "valid_from"?, "valid_to"?, "invalidated_by"?}`` with ``workspace:/path`` endpoints, by
-    (from, type, to); the validity fields (ISO 8601 with a zone) only when set.
+    "valid_from"?, "valid_to"?, "invalidated_by"?}``, ``workspace:/path`` endpoints, by (from,
+    type, to); the validity fields (ISO 8601 with a zone) only when set.
 ``chunk`` (with ``--with-chunks``)
     ``{"record": "chunk", "content_key", "chunk_index", "field", "text", "char_start",
-    "char_end", "model", "dim", "vector"}``: a passage of a node's indexed text and its
-    embedding, ``vector`` the base64 of ``dim`` float32 little-endian values, by content key then
-    index. The content key is the one the node's text has under its workspace's settings.
+    "char_end", "model", "dim", "vector"}``: a passage of a node's indexed text (its content
+    key under the workspace's settings) and its embedding, ``vector`` base64 of ``dim``
+    float32 little-endian values; by content key then index.
 
-An import validates every record before it writes anything: each line against a pydantic model
-of its record type (unknown fields refused), then the file as a whole (one node per address,
-one relation per (from, to, type), a parent and both endpoints of each relation in the file or
-on the branch, chunks that belong to a node of the file, of its model's dimension). The first
-bad record is named by its line (:class:`kg.errors.InvalidInput`, ``"line N: ..."``) and nothing
-is written. It then writes, as one revision by default, exactly the rows the normal write path
-(:func:`kg.ops.nodes.write_graph`) writes for the same content (node versions with the ids,
-names and content keys of their addresses, reference rows, the embedding queue's jobs of texts
-without stored chunks, relation versions, the revision and the branch head), but with
-executemany inserts of whole batches instead of a lookup and a flush per node. Chunks with their
-vectors are stored as they are, so their texts are not embedded again. A node already on the
-branch is replaced (a new version, as an upsert); an import never deletes.
+An import checks every record before it writes anything: each line against a pydantic model
+(unknown fields refused), then the file whole (one node per address, one relation per (from,
+to, type), parents and endpoints in the file or on the branch, chunks of the file's nodes at
+their model's dimension); the first bad record is named by its line (``"line N: ..."``) and
+nothing is written. It then writes, as one revision by default, exactly the rows
+:func:`kg.ops.nodes.write_graph` writes for the same content (node versions, reference rows,
+embedding jobs of texts without stored chunks, relation versions, revision, branch head), by
+executemany of whole batches instead of a lookup and a flush per node. Chunks are stored with
+their vectors, not embedded again. A node on the branch is replaced; an import never deletes.
 """
 
 from __future__ import annotations
@@ -212,9 +207,8 @@ class _Chunk:
 
 @dataclass
 class BulkFile:
-    """A file of records, checked on its own (:func:`parse_ndjson`): the header, then the node
-    records (paths validated, NFC), relation records (endpoints parsed) and chunk records (vectors
-    decoded, float32 of shape ``(dim,)``) in file order, and the number of its last line.
+    """A file of records checked on its own (:func:`parse_ndjson`): the header, then the node
+    (paths in NFC), relation (endpoints parsed) and chunk records (vectors decoded) in file order.
     """
 
     header: HeaderRecord
@@ -274,18 +268,16 @@ def _plain_json(line: int, what: str, value: dict[str, Any]) -> None:
 
 
 def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
-    """Read and check a file of records on its own (no database); blank lines are skipped, line
-    ends optional. O(size of the file): pydantic-core parses and validates each line in one call.
+    """Read and check a file of records on its own (no database; blank lines skipped). O(size):
+    pydantic-core parses and validates each line in one call.
 
     Raises
     ------
     kg.errors.InvalidInput
-        ``"line N: ..."`` (``details["line"]``): not JSON, not an object, an unknown record
-        type or field, a field of the wrong type, no header first or a second one, a node of a
-        workspace the header does not list, a bad path, type, properties, reference, relation
-        type or weight, a node or a relation named twice, a chunk named twice, a vector that is
-        not base64 of ``dim`` finite float32 values; or a file holding other counts than its
-        header announces.
+        ``"line N: ..."`` (``details["line"]``): not a JSON object, an unknown record type or
+        field, a wrong type, no header first or a second one, a workspace the header does not
+        list, a bad path, type, properties, reference, relation type or weight, a node, relation
+        or chunk named twice, a vector not of ``dim`` finite float32; other counts than announced.
     """
     header: HeaderRecord | None = None
     bulk: BulkFile | None = None
@@ -373,8 +365,9 @@ def _check_node(line: int, record: NodeRecord, workspaces: set[str], seen: dict[
 def _check_relation(line: int, record: RelationRecord,
                     seen: dict[tuple[tuple[str, str], tuple[str, str], str], int],
                     addresses: dict[str, tuple[str, str]], types: set[str]) -> _Relation:
-    """A relation record checked as a relate checks it; ``seen`` holds the keys so far,
-    ``addresses`` and ``types`` what was checked already (an endpoint recurs)."""
+    """A relation record checked as a relate checks it; ``addresses`` and ``types`` cache what was
+    checked (an endpoint recurs).
+    """
     try:
         source = addresses.get(record.source) or addresses.setdefault(record.source, parse_address(record.source))
         target = addresses.get(record.to) or addresses.setdefault(record.to, parse_address(record.to))
@@ -421,9 +414,9 @@ class _Plan:
 
 
 def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, create: bool) -> bool:
-    """Create the repository and the header's workspaces when missing (and ``create``);
-    whether the repository was created. Checks write on the branch before creating anything in
-    an existing repository."""
+    """Create the repository and the header's workspaces when missing (and ``create``); whether the
+    repository was. Checks write on the branch first in an existing repository.
+    """
     session, services = uow.session, uow.services
     created = False
     try:
@@ -476,24 +469,22 @@ class _OnBranch(NamedTuple):
 
 def _branch_nodes(session: Session, view: BranchView,
                   addresses: set[tuple[int, str]]) -> dict[tuple[int, str], _OnBranch]:
-    """``{(workspace id, path): _OnBranch}`` of the live nodes among ``addresses`` on the
-    branch (the file's own nodes, compared with the file's)."""
+    """The live nodes on the branch among ``addresses`` (the file's own, compared with the file)."""
     cols = (NodeVersion.node_id, NodeVersion.created_at, NodeVersion.node_type, NodeVersion.properties,
             NodeVersion.order)
     return {(wid, path): _OnBranch(*found) for wid, path, *found in _live_at(session, view, addresses, cols)}
 
 
 def _branch_ids(session: Session, view: BranchView, addresses: set[tuple[int, str]]) -> dict[tuple[int, str], str]:
-    """``{(workspace id, path): node id}`` of the live nodes among ``addresses`` on the branch
-    (parents and relation endpoints the file does not hold: only whether they are there)."""
+    """The ids of the live nodes among ``addresses`` (parents and endpoints outside the file)."""
     return {(wid, path): node_id for wid, path, node_id in _live_at(session, view, addresses, (NodeVersion.node_id,))}
 
 
 def _live_at(session: Session, view: BranchView, addresses: set[tuple[int, str]],
              columns: tuple[Any, ...]) -> Iterator[Sequence[Any]]:
-    """``(workspace id, path, *columns)`` of the live nodes among ``addresses`` on the branch:
-    by address, 500 a statement, or by one scan of a workspace holding many. Plain rows
-    (SQLAlchemy Core): a scan of a million nodes makes no ORM row for each."""
+    """``(workspace id, path, *columns)`` of the live nodes among ``addresses``: 500 addresses a
+    statement, or one scan of a workspace holding many; plain Core rows, no ORM row per node.
+    """
     if not addresses or view.repo.head_revision == 0:
         return
     by_ws: dict[int, list[str]] = {}
@@ -522,15 +513,11 @@ def _canonical(value: Any) -> str:
 
 def _unchanged_relations(session: Session, view: BranchView, relations: list[dict[str, Any]],
                          existing_ids: set[str]) -> set[int]:
-    """The positions in ``relations`` of rows the branch holds already, the same in weight,
-    properties and validity: a re-import writes nothing for them. Only relations whose source
-    node was on the branch before the import are looked up (none in a new repository).
-
-    The branch's relations of those sources are read by the key index, 500 sources a statement,
-    as plain rows (SQLAlchemy Core) with the properties as their stored JSON text; only the rows
-    whose key the file names are compared, and only their properties decoded: loading each as an
-    ORM instance and comparing its canonical JSON took 35 of the 71 s of importing 500,000
-    relations beside 1M (``bench/import_rate.py --growth-parts``).
+    """The positions in ``relations`` of rows the branch holds alike (weight, properties, validity):
+    a re-import writes nothing for them. Only sources on the branch before the import are looked
+    up, 500 a statement by the key index, as Core rows with the stored JSON text; only the rows
+    the file names are decoded: an ORM instance and canonical JSON per row took 35 of the 71 s of
+    importing 500,000 relations beside 1M (``bench/import_rate.py --growth-parts``).
     """
     wanted: dict[tuple[str, str, str], int] = {}
     for i, r in enumerate(relations):
@@ -692,15 +679,13 @@ def _check_chunks(services: Resources, session: Session, repo: Any, bulk: BulkFi
 
 
 def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], **constant: Any) -> None:
-    """Insert ``rows`` (column name -> value, plus the ``constant`` columns) into ``table``.
+    """Insert ``rows`` (plus the ``constant`` columns) into ``table`` by the driver's bulk path.
 
-    The values are bound as SQLAlchemy binds them (each column's bind processor for the
-    dialect, applied column by column), then written by the driver's bulk path: on SQLite one
-    ``cursor.executemany``; on PostgreSQL one ``COPY ... FROM STDIN`` (psycopg's ``Copy``, in
-    the transaction); elsewhere SQLAlchemy's executemany. The per-row work of a compiled
-    statement's parameter handling is what this spares (and on PostgreSQL a round of the
-    protocol per row: 100,000 relations took 7.1 s through psycopg's executemany pipeline);
-    the stored values are the same.
+    Values are bound by each column's bind processor, then written by one ``cursor.executemany``
+    on SQLite, one ``COPY ... FROM STDIN`` (psycopg) on PostgreSQL, SQLAlchemy's executemany
+    elsewhere: the per-row parameter handling of a compiled statement is spared (and on
+    PostgreSQL a protocol round per row: 100,000 relations took 7.1 s through psycopg's
+    executemany pipeline); the stored values are the same.
     """
     if not rows:
         return
@@ -746,13 +731,12 @@ def _returning_insert(dialect: str) -> Any:
 
 
 def _insert_nodes(session: Session, values: list[dict[str, Any]], revision: int) -> list[int]:
-    """Insert node versions at ``revision``; their ids, in order, as the database assigns them.
+    """Insert node versions at ``revision``; their ids, in order.
 
-    SQLite has no ordered ``RETURNING`` for many rows, so the ids are given: the transaction
-    holds the database's write lock (``BEGIN IMMEDIATE``), and a rowid table without
-    AUTOINCREMENT gives a new row the largest id plus one, so these are the ids it would give.
-    PostgreSQL's are drawn from the column's sequence in one statement, then the rows are
-    copied in (:func:`_insert_rows`).
+    SQLite has no ordered ``RETURNING`` for many rows, so the ids are given: the transaction holds
+    the write lock (``BEGIN IMMEDIATE``) and a rowid table without AUTOINCREMENT gives a new row
+    the largest id plus one. PostgreSQL's come from the sequence in one statement, then the rows
+    are copied in.
     """
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
@@ -819,8 +803,9 @@ def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, r
 
 
 def _after_commit(uow: UnitOfWork, plan: _Plan, queued: list[str], *, synced: bool, items: int) -> None:
-    """The hooks every write has (index the queued texts, fresh statistics after a large
-    write), and placing stored chunks in the search index."""
+    """The hooks of every write (index the queued texts, statistics after a large write), and the
+    stored chunks placed in the search index.
+    """
     services = uow.services
     uow.index_after_commit(plan.repo_id, queued)
     if synced:
@@ -850,54 +835,31 @@ def _batches(n_nodes: int, n_relations: int, batch_size: int | None) -> list[tup
 def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable[str | bytes], *,
                   branch: str = MAIN, batch_size: int | None = None, create: bool = True,
                   message: str | None = None) -> dict[str, Any]:
-    """Import a file of records (:mod:`kg.ops.bulk`) into a branch: one revision, or one per batch.
+    """Import a file of records (:mod:`kg.ops.bulk`) into a branch: one revision, or one per
+    ``batch_size`` records (nodes, then relations; a batch the database refuses leaves the
+    earlier, committed, ones written). Chunks with vectors are stored and placed in the search
+    index; only texts without chunks are queued. O(records): a parse per line, a lookup per 500
+    addresses the branch must hold, an executemany per 20,000 rows (``bench/import_rate.py``).
 
-    Every record is checked before anything is written (:func:`parse_ndjson`, then against
-    the branch inside the first transaction); the rows are those of the normal write path,
-    inserted many at a time. Chunks with vectors are stored as given and placed in the search
-    index; only the texts without chunks are queued for embedding.
-
-    The caller needs ``write`` on the branch (a protected branch needs a grant naming it), on each
-    node's workspace and each relation's source workspace, ``read`` on each relation's target
-    workspace; creating the repository or a workspace needs what creating them needs
-    (:func:`kg.access.authorize_new_repository`, ``admin``).
-
-    O(records): one parse per line, a lookup per 500 addresses the branch must hold (none in a
-    new repository), one executemany per 20,000 rows of a table. Measured by
-    ``bench/import_rate.py``.
-
-    Parameters
-    ----------
-    batch_size : int or None, optional
-        Records (nodes, then relations) per revision; None: the whole file as one revision.
-        The batches after the first are written after it committed: a later batch that the
-        database refuses leaves the earlier ones written.
-    create : bool, default True
-        Create a missing repository (with the header's workspaces) and missing workspaces;
-        else refuse them.
+    Needs ``write`` on the branch and on each node's and relation source's workspace, ``read`` on
+    each relation target's; with ``create``, what creating a missing repository (with the
+    header's workspaces) or workspace needs (:func:`kg.access.authorize_new_repository`).
 
     Returns
     -------
     dict
         ``{"repo", "branch", "revision", "revisions", "nodes", "relations", "unchanged",
-        "chunks", "queued", "created_repository"}``: ``nodes`` and ``relations`` the records
-        written, ``unchanged`` (``{"nodes", "relations"}``) those the branch held already as the
-        file has them (same type, properties and order; same weight, properties and validity),
-        which get no new version; ``revision`` the last one written (None when nothing was: a
-        file of no record after its header, or a re-import of what the branch holds),
-        ``queued`` the texts queued for embedding.
+        "chunks", "queued", "created_repository"}``: records written, and ``unchanged``
+        (``{"nodes", "relations"}``) those the branch held alike, given no new version;
+        ``revision`` the last written (None for no record or a re-import of what it holds).
 
     Raises
     ------
     kg.errors.InvalidInput
-        A bad record (``"line N: ..."``, ``details["line"]``), a parent or a relation endpoint
-        neither in the file nor on the branch, a chunk that is no node's, of another model or
-        dimension, or a ``batch_size`` below 1.
+        A bad record (``"line N: ..."``), a parent or endpoint neither in the file nor on the
+        branch, a chunk of no node, another model or dimension, a ``batch_size`` below 1.
     kg.errors.NotFound
-        Unknown branch (or repository or workspace without ``create``), or one the caller
-        cannot see.
-    kg.errors.Forbidden
-        An action above that the caller may not do.
+        Repository or workspace missing without ``create``.
     """
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
@@ -967,22 +929,16 @@ def _iso(value: datetime | None) -> str | None:
 
 def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = MAIN, *, out: IO[str],
                   at_revision: int | None = None, with_chunks: bool = False) -> dict[str, Any]:
-    r"""Write a branch's content (as of a revision) to ``out`` as a file of records
-    (:mod:`kg.ops.bulk`, each line ending with ``\n``); returns the header record written.
+    r"""Write a branch's content to ``out`` as a file of records (:mod:`kg.ops.bulk`, lines ending
+    ``\n``); the header written. A key restricted to some workspaces exports those (and the
+    relations between their nodes); ``with_chunks`` adds the stored chunks with their vectors.
 
-    A key restricted to some workspaces exports those (and the relations between their nodes)
-    only. ``with_chunks`` adds the stored chunks of the exported nodes' texts with their vectors
-    (a text still queued for embedding has none yet).
-
-    One window query for the nodes, one for the relations, one chunk read per 500 content
-    keys; the nodes and relations are held in memory to be sorted (O(n log n)), the chunks are
-    streamed. Records are sorted by code point (a parent before its children), so two exports
-    of one content are byte for byte the same.
+    One window query for the nodes, one for the relations, a chunk read per 500 keys; nodes and
+    relations are sorted in memory (by code point, parents first: two exports of one content are
+    byte for byte equal), chunks streamed.
 
     Raises
     ------
-    kg.errors.Forbidden
-        The caller may not read the branch.
     kg.errors.InvalidInput
         A revision not written yet.
     """

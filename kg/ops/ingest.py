@@ -3,20 +3,17 @@
 The lifecycle (``docs/ingest.md``) is per file content hash, and people's edits of ingested
 nodes survive it: a file whose sha256 is the one the branch's last ingest of it recorded
 (:mod:`kg.store.ingest_records`) is skipped, whatever happened to its node since (no write, no
-embedding call); a changed file is a three-way merge (:func:`plan_file`, :func:`merge_file`)
-of the node now with the file's new parse against the parse the last ingest recorded: the
-file's changes apply where the node was not edited, a property both changed keeps the person's
-value and is listed in the report (or, with ``conflicts="review"``, the file's version of the
-node goes to a review branch). Unchanged text is never embedded again because chunks are keyed
-by content. What a file becomes is its format's business (:mod:`kg.ops.formats`: ``text``, the
-default, or ``pep``).
+embedding); a changed file is a three-way merge (:func:`plan_file`, :func:`merge_file`) of the
+node now with the file's new parse against the parse the last ingest recorded: the file's
+changes apply where the node was not edited, a property both changed keeps the person's value
+and is reported (or, with ``conflicts="review"``, the file's version goes to a review branch);
+a node people deleted stays deleted. Chunks are keyed by content, so unchanged text is never
+embedded again. What a file becomes is its format's business (:mod:`kg.ops.formats`).
 
-:func:`ingest_path` is an orchestration over use cases: embedding is batched across a group of
-files outside any transaction, then each file is planned again and written in a unit of work of
-its own (:func:`ingest_file`, through :func:`kg.context.run` and
-:func:`kg.ops.texts.write_node`), so a failure loses nothing already ingested; the relations
-follow in one more (:func:`relate_files`), and the review branch in a last one
-(:func:`write_review`).
+:func:`ingest_path` orchestrates use cases: embedding is batched over a group of files outside
+any transaction, then each file is planned again and written in a unit of work of its own
+(:func:`ingest_file`), so a failure loses nothing already ingested; the relations follow in
+one more (:func:`relate_files`), the review branch in a last one (:func:`write_review`).
 """
 
 from __future__ import annotations
@@ -97,7 +94,7 @@ class IngestReport:
             self.kept_deleted.append(path)
 
     def as_dict(self) -> dict[str, Any]:
-        """The counts as ``kg ingest`` prints them, and ``review_branch`` (a name or null)."""
+        """The counts as ``kg ingest`` prints them, and ``review_branch``."""
         return {
             "files": self.files, "inserted": len(self.inserted), "replaced": len(self.replaced),
             "skipped": len(self.skipped), "passages_embedded": self.passages_embedded,
@@ -111,18 +108,16 @@ class IngestReport:
 
 
 def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create: bool = True) -> None:
-    """Create the repository and workspace when missing (and ``create``; else refuse).
+    """Create the repository and workspace when missing and ``create`` (``admin`` needed); refuse
+    the RAG node's reserved repository (:func:`kg.access.authorize_new_repository`,
+    :func:`kg.access.refuse_reserved_workspace`).
 
     Raises
     ------
     kg.errors.NotFound
         Missing and ``create`` is False.
     kg.errors.InvalidInput
-        A bad name, or a reserved one to create (:func:`kg.access.authorize_new_repository`:
-        the RAG node's repository is made by the RAG node only), or a workspace to create in
-        it (:func:`kg.access.refuse_reserved_workspace`).
-    kg.errors.Forbidden
-        A key without ``admin`` on the repository, to create it or the workspace.
+        A reserved name to create.
     """
     session = uow.session
     try:
@@ -167,22 +162,19 @@ class FilePlan:
     Attributes
     ----------
     action : {"insert", "write", "skip", "record", "review"}
-        ``insert`` a new node; ``write`` the merged value over the node; ``skip`` (an unchanged
-        file, or a node that is the file's parse already); ``record`` the file's hash alone (the
-        node is kept as it is: people deleted it, or hold every value the file changed);
-        ``review``: nothing on the branch, the file's version goes to the review branch.
+        ``insert`` a new node; ``write`` the merged value; ``skip`` an unchanged file or a node
+        that is its parse already; ``record`` the hash alone (people deleted the node, or hold
+        every value the file changed); ``review``: the file's version goes to the review branch.
     value : dict or None
-        The flat value (:func:`kg.store.ingest_records.flat_value`) written on the branch
-        (``insert``, ``write``), or kept there (``record``; None: the node stays deleted).
+        The flat value written (``insert``, ``write``) or kept (``record``; None: stays deleted).
     kept : list of dict
-        ``{"path", "key", "kept", "file"}`` per property both the person and the file changed
-        (``kg:node_type`` for the type): the value kept on the branch, and the file's.
+        ``{"path", "key", "kept", "file"}`` per property both the person and the file changed.
     kept_deleted : bool
         People deleted the node and the file changed: it stays deleted.
     review_value : dict or None
-        The value for the review branch: the merge with the file's values where they clash.
+        The review branch's value: the merge with the file's values where they clash.
     base_relations : list of (str, str), or None
-        The relations the file asserted at its last ingest (the record's); None: unknown.
+        The relations the file asserted at its last ingest; None: unknown.
     """
 
     node: FileNode
@@ -194,9 +186,8 @@ class FilePlan:
     base_relations: list[tuple[str, str]] | None = None
 
     def relation_changes(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-        """``(added, dropped)``: the ``(type, target path)`` relations the file added and dropped since
-        its last ingest; all of the file's are added when the last ingest's are unknown (a first
-        ingest, a node ingested before records were kept).
+        """``(added, dropped)`` ``(type, target path)`` relations since the last ingest (all added when
+        its are unknown).
         """
         if self.base_relations is None:
             return list(self.node.relations), []
@@ -205,12 +196,12 @@ class FilePlan:
 
 
 def ingest_message(node: FileNode) -> str:
-    """The revision message of a file's ingest: ``ingest <file>`` (its path below the ingested folder)."""
+    """The revision message of a file's ingest: ``ingest <file>``."""
     return f"ingest {node.source}"
 
 
 def file_sha256(node: FileNode) -> str:
-    """The sha256 (hexadecimal) of a parsed file's bytes (:func:`kg.ops.files.read_file_node` sets it).
+    """The sha256 of a parsed file's bytes (:func:`kg.ops.files.read_file_node` sets it).
 
     Raises
     ------
@@ -225,20 +216,13 @@ def file_sha256(node: FileNode) -> str:
 
 def merge_file(base: dict[str, Any] | None, ours: dict[str, Any],
                theirs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Three-way merge of a node's flat values, keeping ours where both sides changed a key:
-    ``(merged, conflicting keys sorted)``.
+    """Three-way merge of flat values: ``(merged, conflicting keys)``, ours kept on a conflict.
 
-    ``base`` is the file's parse at the last ingest (:func:`kg.store.ingest_records.record_base`),
-    None when unknown (a node no ingest recorded): every key that differs then counts as changed on
-    both sides; ``ours`` is the node now, ``theirs`` the file's new parse.
+    Per key, as diff3 per line: a key only the file (``theirs``) changed takes its value, one only
+    the person (``ours``) changed keeps theirs, one changed alike is that value, one changed
+    differently is a conflict; ``sha256`` is always the file's. ``base`` None (no ingest recorded
+    it): every differing key counts as changed on both sides. O(k).
 
-    Per key, as diff3 does per line: a key only the file changed takes the file's value, a key
-    only the person changed keeps theirs, a key both changed alike is that value, a key both
-    changed differently is a conflict. ``sha256`` (the file's fingerprint) is always the
-    file's. O(k) for k keys.
-
-    Examples
-    --------
     >>> base = {"status": "Draft", "title": "T"}
     >>> merge_file(base, {"status": "Final", "title": "T"}, {"status": "Draft", "title": "U"})
     ({'status': 'Final', 'title': 'U'}, [])
@@ -266,20 +250,14 @@ def merge_file(base: dict[str, Any] | None, ours: dict[str, Any],
 
 def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode, *,
               conflicts: str = "keep") -> FilePlan:
-    """Decide what ingesting one file (its parse, with the file's ``sha256``) does at its node on
-    ``view``'s branch; reads only. ``conflicts`` (:data:`CONFLICT_MODES`) says what a property both
-    changed becomes.
+    """Decide what ingesting one file does at its node (the lifecycle of the module docstring);
+    reads only.
 
-    The lifecycle (``docs/ingest.md``): a file whose hash is the one the branch's last ingest
-    of it recorded is skipped, whatever happened to its node since (edited, deleted). A changed
-    file is a three-way merge (:func:`merge_file`) of the node now with the file's parse,
-    against the parse the last ingest recorded (:func:`kg.store.ingest_records.record_base`);
-    a node people deleted stays deleted. A merge carries the source's records with its nodes
-    (:func:`kg.store.ingest_records.carry_records`). A node without a record (ingested before
-    records were kept, or made by a person) is skipped when its ``sha256`` property is the
-    file's hash or it is the file's parse already; otherwise its base is the version the last
-    ingest of the file wrote, found in the revision log (:func:`ingest_message`), and failing
-    that unknown: every value that differs from the file's is then kept as the node holds it.
+    A node without a record (ingested before records were kept, or made by a person) is skipped
+    when its ``sha256`` property is the file's hash or it is the file's parse; otherwise its base
+    is the version the file's last ingest wrote, found in the revision log
+    (:func:`ingest_message`), failing that unknown: every differing value is kept as the node
+    holds it.
     """
     sha = file_sha256(node)
     path = validate_path(node.path)
@@ -321,18 +299,14 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
 
 def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: FileNode,
                 embedded: EmbeddedText | None = None, *, conflicts: str = "keep") -> FilePlan:
-    """Ingest one file at its node as one revision: plan it in the transaction, write it, record it.
-
-    ``embedded`` is the text as embedded before the transaction
-    (:func:`kg.ops.text_store.prepare_chunks`), used only if the value written is the one it was
-    embedded for. The plan returned is made again under the write lock; ``skip`` and ``review``
-    write nothing here, ``insert`` and ``write`` write the node (missing ancestors as folders) and
-    its record, ``record`` the record alone.
+    """Ingest one file as one revision: plan it again under the write lock, write the node (missing
+    ancestors as folders) and its record, or the record alone; ``skip`` and ``review`` write
+    nothing. ``embedded`` is used only if written as it was embedded.
 
     Raises
     ------
     kg.errors.NotFound, kg.errors.InvalidInput
-        Unknown repository, branch or workspace; a bad path or value.
+        A bad path or value.
     """
     ctx = uow.begin(repo, branch, message=ingest_message(node))
     plan = plan_file(uow.session, ctx.view, workspace, node, conflicts=conflicts)
@@ -345,14 +319,12 @@ def ingest_file(uow: UnitOfWork, repo: str, branch: str, workspace: str, node: F
 
 def ingest_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
                  files: list[tuple[FileNode, EmbeddedText | None]], *, message: str) -> list[FilePlan]:
-    """Ingest several files (each parse with its ``sha256`` and its text as embedded before the
-    transaction) in one revision, keeping people's edits as :func:`ingest_file` does: for a caller
-    whose files make one revision (the RAG node's input). Returns each file's plan, in order.
+    """:func:`ingest_file` for several files in one revision (the RAG node's input); their plans.
 
     Raises
     ------
     kg.errors.NotFound, kg.errors.InvalidInput
-        Unknown repository, branch or workspace; a bad path or value.
+        A bad path or value.
     """
     ctx = uow.begin(repo, branch, message=message)
     plans = []
@@ -365,7 +337,6 @@ def ingest_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
 
 def _apply(uow: UnitOfWork, ctx: WriteContext, workspace: str, plan: FilePlan,
            embedded: EmbeddedText | None) -> None:
-    """Write what ``plan`` says on ``ctx``'s branch: the node (insert, write) and the record."""
     if plan.action in ("skip", "review"):
         return
     node = plan.node
@@ -382,16 +353,13 @@ def _apply(uow: UnitOfWork, ctx: WriteContext, workspace: str, plan: FilePlan,
 
 def write_review(uow: UnitOfWork, repo: str, branch: str, workspace: str, review_branch: str,
                  plans: list[FilePlan]) -> int:
-    """Write the ``review`` plans' ``review_value`` (and the files' records) on ``review_branch``,
-    forked from ``branch``'s head: the files' versions of nodes with people's edits, for review.
-    Returns the review branch's revision.
+    """Write the ``review`` plans' values and records on ``review_branch``, forked from ``branch``'s
+    head; its revision.
 
     Raises
     ------
     kg.errors.Conflict
         A branch of that name exists.
-    kg.errors.Forbidden
-        The caller may not create the branch or write it.
     """
     create_branch(uow, repo, name=review_branch, from_branch=branch)
     ctx = uow.begin(repo, review_branch, message=f"ingest: the files' versions of {len(plans)} edited node(s)")
@@ -409,8 +377,8 @@ def write_review(uow: UnitOfWork, repo: str, branch: str, workspace: str, review
 
 def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
                  relations: list[tuple[str, str, str]], file_format: IngestFormat) -> list[str]:
-    """Assert the files' ``(from path, type, to path)`` relations in one revision; a missing target
-    becomes ``file_format``'s stub. Returns the paths of the stubs written.
+    """Assert the files' ``(from path, type, to path)`` relations in one revision, a missing target
+    becoming ``file_format``'s stub; the stubs' paths.
 
     Raises
     ------
@@ -434,10 +402,7 @@ def relate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
 
 def unrelate_files(uow: UnitOfWork, repo: str, branch: str, workspace: str,
                    relations: list[tuple[str, str, str]]) -> int:
-    """Remove, in one revision, the ``(from path, type, to path)`` relations files no longer assert;
-    how many edges were removed (one a person removed already, or whose end is gone, counts
-    nothing).
-    """
+    """Remove, in one revision, the relations files no longer assert; how many were still there."""
     session = uow.session
     ctx = uow.begin(repo, branch, message=f"ingest: relations the files dropped ({len(relations)})")
     removed = 0
@@ -464,7 +429,6 @@ def _refuse_one_path_for_two_files(parsed: list[FileNode]) -> None:
 
 
 def _add(total: list[int], n: int) -> None:
-    """Count ``n`` more passages embedded into ``total[0]``."""
     total[0] += n
 
 
@@ -474,42 +438,32 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
                 on_progress: Callable[[int], None] | None = None,
                 skip_unreadable: bool = False, conflicts: str = "keep",
                 review_branch: str | None = None) -> IngestReport:
-    """Ingest a file or a folder (searched recursively for .md, .markdown, .txt, .rst, .text files)
-    into ``repo`` / ``workspace`` on ``branch``; returns what was inserted, replaced, skipped,
-    kept and embedded. The CLI calls it as :data:`kg.context.OPERATOR`.
-
-    The lifecycle is per file hash (``docs/ingest.md``, :func:`plan_file`): an unchanged file
-    is skipped whatever happened to its node, a changed one is merged with people's edits.
+    """Ingest a file or a folder (recursively: .md, .markdown, .txt, .rst, .text) into ``repo`` /
+    ``workspace`` on ``branch``; the report. The CLI calls it as :data:`kg.context.OPERATOR`.
 
     Parameters
     ----------
     format_name : str
-        The ingest format (:data:`kg.ops.formats.FORMATS`): ``text`` (documents) or ``pep``.
-    create : bool
-        Create the repository and workspace if missing.
+        A key of :data:`kg.ops.formats.FORMATS`.
     on_files, on_progress : callable(int), optional
-        Told the number of files once they are listed; the number done after each group.
+        Told the number of files once listed; the number done after each group.
     skip_unreadable : bool
-        Skip a file that cannot be read (not UTF-8, no permission, refused by the format) and
-        ingest the others, listing it in the report's ``unreadable``; False: refuse the whole
-        ingest before anything is written.
+        Skip (and report in ``unreadable``) a file that cannot be read (not UTF-8, no permission,
+        refused by the format); False: refuse the ingest before anything is written.
     conflicts : {"keep", "review"}
-        A property that both a person (since the last ingest) and the file changed: ``keep``
-        the person's value on ``branch``; ``review``: also leave such nodes unwritten on
-        ``branch`` and write the files' versions of them on a new branch (``review_branch``),
-        to diff and merge. Either way the report lists them in ``kept_edits``.
-    review_branch : str or None
-        The review branch's name; None: ``ingest/<UTC time>`` (:data:`REVIEW_BRANCH_FORMAT`),
-        made only if some node needs review.
+        A property both a person and the file changed: ``keep`` the person's value; ``review``:
+        also leave the node unwritten and write the file's version on a new branch
+        (``review_branch``; default ``ingest/<UTC time>``, made only if needed). The report
+        lists them in ``kept_edits`` either way.
 
     Raises
     ------
     kg.errors.InvalidInput
-        An unknown format or ``conflicts``, a bad ``review_branch`` name, a missing path, an
-        unreadable or non-UTF-8 file (without ``skip_unreadable``), or two files that would be
-        the same node (``a.md`` and ``a.txt`` are both ``/a``): nothing is written.
+        An unknown format or ``conflicts``, a missing path, an unreadable file (without
+        ``skip_unreadable``), or two files that would be one node (``a.md``, ``a.txt``): nothing
+        is written.
     kg.errors.NotFound
-        Unknown branch, or repository / workspace without ``create``.
+        Repository or workspace missing without ``create``.
     kg.errors.Conflict
         ``review_branch`` exists already (refused before anything is written).
     kg.errors.ProviderError
@@ -615,7 +569,7 @@ def _refuse_existing_branch(services: Resources, repo: str, name: str) -> None:
 
 
 def _free_review_branch(services: Resources, repo: str) -> str:
-    """``ingest/<UTC time>``, with ``-2``, ``-3``... if an ingest of the same second took it."""
+    """``ingest/<UTC time>``, with ``-2``, ``-3``... if taken."""
     stem = utcnow().strftime(REVIEW_BRANCH_FORMAT)
     taken = _branch_names(services, repo)
     name, n = stem, 1

@@ -1,33 +1,28 @@
 """Lineage: what was derived from a node, and keeping it true when the node changes (issue 17).
 
-Derived records say which source version they were made from, in their own properties (no
-table of their own):
+Derived records say which source version they were made from, in their own properties:
 
-- a ``mentioned_in`` edge (entity -> document, written by ``extract-entities``) and the
-  extraction record carry ``source_path`` and ``source_hash`` (:func:`source_hash`: sha256 of
-  the document's text fields). The hash, not a revision: one text extracted on two branches
-  derives equal records, so their merge is clean;
-- a stored answer's ``citations`` and its ``cites`` edges carry ``source_revision`` and
-  ``chunk_sha256`` (sha256 of each cited passage, :func:`kg.ops.text_store.chunk_hashes`);
-- chunks are keyed by their node version's content key already (DESIGN.md, "Vectors").
+- a ``mentioned_in`` edge (entity -> document, by ``extract-entities``) and the extraction
+  record carry ``source_path`` and ``source_hash`` (:func:`source_hash`): a hash, not a
+  revision, so one text extracted on two branches derives equal records and merges clean;
+- a stored answer's ``citations`` and ``cites`` edges carry ``source_revision`` and
+  ``chunk_sha256`` of each cited passage (:func:`kg.ops.text_store.chunk_hashes`);
+- chunks are keyed by content already (DESIGN.md, "Vectors").
 
-Every write of a node through the unit of work (PUT, PATCH, delete, batch, a merge into a
-branch) calls :func:`refresh_derived` with the nodes it replaced or deleted. It reads, in one
-indexed query over ``ix_relation_versions_to``, the ``mentioned_in`` and ``cites`` edges that
-pointed at them *before* the write; a node nothing was derived from costs that query only
-(a node just created costs none). Then, in the same transaction:
+Every node write through the unit of work (PUT, PATCH, delete, batch, merge) calls
+:func:`refresh_derived` with the nodes it replaced or deleted: one indexed query
+(``ix_relation_versions_to``) reads the ``mentioned_in`` and ``cites`` edges that pointed at
+them *before* the write (a node nothing was derived from costs that only). Then, in the same
+transaction:
 
-- with no LLM configured, an entity whose name and aliases no longer occur in the new text
-  (:func:`kg.text.names.mentions`, the offline rule: the extractor's own name matching)
-  loses its ``mentioned_in`` edge; an entity still named
-  keeps it, restamped with the new ``source_path`` and ``source_hash``. With an LLM
-  configured an ``extract-entities`` job is queued (durable, :mod:`kg.rag.function_jobs`)
-  instead. A deleted source's edges are gone with it (:func:`kg.store.nodes.delete_node`);
-- an entity left with no edge at all is flagged ``orphan: true``, never deleted;
-- a stored answer one of whose cited passages changed (its hash differs, the passage is gone,
-  or the source was deleted) is marked ``stale: true`` with ``stale_citations`` (``{"marker",
-  "workspace", "path", "chunk_index", "reason"}``, reason ``"chunk_changed"`` or
-  ``"source_deleted"``); an answer whose citations all still hold is not written.
+- without an LLM, an entity whose name and aliases no longer occur in the text
+  (:func:`kg.text.names.mentions`, the extractor's own matching) loses its ``mentioned_in``
+  edge, one still named has it restamped; with an LLM an ``extract-entities`` job is queued
+  (:mod:`kg.rag.function_jobs`). A deleted source's edges go with it;
+- an entity left with no edge is flagged ``orphan: true``, never deleted;
+- an answer one of whose cited passages changed or went (or whose source was deleted) is
+  marked ``stale: true`` with ``stale_citations`` (:func:`stale_citations`); an answer whose
+  citations hold is not written.
 """
 
 from __future__ import annotations
@@ -58,8 +53,6 @@ def source_text(properties: dict[str, Any]) -> str:
     r"""A node's text fields (title, content, body, text), stripped, joined by blank lines; empty
     when it has none.
 
-    Examples
-    --------
     >>> source_text({"title": " Ada ", "content": "A mathematician.", "year": 1815})
     'Ada\n\nA mathematician.'
     """
@@ -68,9 +61,7 @@ def source_text(properties: dict[str, Any]) -> str:
 
 
 def source_hash(properties: dict[str, Any]) -> str:
-    """sha256 (hexadecimal) of a node's text fields (:func:`source_text`, encoded as UTF-8, lone
-    surrogates kept): what a derived record read.
-    """
+    """sha256 of a node's text fields (:func:`source_text`, UTF-8, lone surrogates kept)."""
     return hashlib.sha256(source_text(properties).encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -85,9 +76,7 @@ class Changed:
 
 
 def view_before(view: BranchView, pending: int) -> BranchView:
-    """The view of the branch just before the revision ``pending`` being written (capped at
-    ``pending - 1``).
-    """
+    """The view of the branch just before the revision ``pending``."""
     (branch_id, _), *rest = view.chain
     return replace(view, revision=pending - 1, chain=((branch_id, pending - 1), *rest))
 
@@ -100,13 +89,9 @@ def _at(view: BranchView, pending: int) -> BranchView:
 
 def derived_edges(session: Any, view: BranchView, node_ids: list[str]) -> list[RelationVersion]:
     """The live ``mentioned_in`` and ``cites`` edges pointing at ``node_ids`` (endpoints not
-    checked): one query.
-
-    The write path's one lookup, so it is kept plain: the ids and keys of those edges' versions on
-    the view's chain (served by ``ix_relation_versions_to``), the winner of each edge picked here
-    (nearest branch of the chain, then newest revision), as
-    :func:`kg.store.visibility.visible_select` picks it in SQL; a second query loads the live
-    winners, only when there are some.
+    checked). The write path's one lookup, kept plain: the versions' keys on the chain
+    (``ix_relation_versions_to``), each edge's winner picked here as
+    :func:`kg.store.visibility.visible_select` picks it, then the live winners loaded if any.
     """
     if not node_ids:
         return []
@@ -147,11 +132,8 @@ DERIVED_LABELS = (
 
 
 def describe_derived(counts: dict[str, int] | None) -> str:
-    """What lineage did in one write, for a person: the non-zero counts of :func:`refresh_derived`
-    joined by commas (missing keys count 0; empty when nothing was done).
+    """The non-zero counts of :func:`refresh_derived`, for a person (empty when nothing was done).
 
-    Examples
-    --------
     >>> describe_derived({"unlinked": 2, "restamped": 0, "orphaned": 1, "stale": 0, "queued": 0})
     '2 mention(s) unlinked, 1 entity(ies) flagged orphan'
     >>> describe_derived(None)
@@ -164,22 +146,15 @@ def describe_derived(counts: dict[str, int] | None) -> str:
 def refresh_derived(
     uow: UnitOfWork, ctx: WriteContext, changed: list[Changed], *, recheck: bool = False, written: bool = False
 ) -> dict[str, int]:
-    """Recompute, flag or leave the records derived from the nodes this write (``uow``, ``ctx``: the
-    changes already written through it) replaced or deleted; returns the ``{"unlinked",
-    "restamped", "orphaned", "stale", "queued"}`` counts.
+    """Recompute, flag or leave what was derived from the nodes this write (already written through
+    ``ctx``) replaced or deleted; the ``{"unlinked", "restamped", "orphaned", "stale", "queued"}``
+    counts. One query when nothing was derived; else O(e) for e derived edges, and a chunking of
+    each changed source an answer cites. Its own writes derive nothing
+    (:func:`kg.ops.text_store.put_text`): no recursion.
 
-    One query (the derived edges before the write) when nothing was derived; else O(e) reads
-    and writes for e derived edges, and a chunking of each changed source cited by an answer.
-    Writes made here derive nothing (:func:`kg.ops.text_store.put_text`), so they do not recurse.
-
-    Parameters
-    ----------
-    recheck : bool
-        Read each edge again as the transaction sees it before deciding (a merge: it may have
-        brought the branch's recomputed edges already).
-    written : bool
-        Read the derived edges as this transaction wrote them, not as they were before it: a
-        merge's pass over the sources it did not change, whose derived edges it brought.
+    ``recheck``: read each edge again as the transaction sees it (a merge may have brought the
+    recomputed edges); ``written``: read the edges as this transaction wrote them (a merge's pass
+    over the sources it did not change, whose edges it brought).
     """
     counts = {"unlinked": 0, "restamped": 0, "orphaned": 0, "stale": 0, "queued": 0}
     session = uow.session
@@ -282,8 +257,9 @@ def _refresh_mentions(
 
 
 def _queue_extraction(uow: UnitOfWork, repo: str, branch: str, source: Changed) -> None:
-    """Queue ``extract-entities`` of a changed document on kg's own account (durable; the
-    runner, :class:`kg.rag.function_jobs.JobRunner`, is reached through its port)."""
+    """Queue ``extract-entities`` of a changed document on kg's own account, through the job
+    runner's port.
+    """
     uow.services.jobs.queue_own(uow, repo, "extract-entities", {"workspace": source.workspace, "path": source.path},
                                 branch)
 
@@ -319,15 +295,11 @@ def _refresh_answers(
 
 def stale_citations(answer: dict[str, Any], workspace: str, path: str, now: list[str] | None,
                     known: set[tuple[Any, Any]]) -> list[dict[str, Any]]:
-    """The citations of ``workspace:path`` in an answer whose passage its text no longer holds.
-
-    ``now`` is the sha256 of each chunk of the source's text now
-    (:func:`kg.ops.text_store.chunk_hashes`), None when the source is deleted; ``known`` holds the
-    ``(marker, path)`` of citations marked stale already (not listed again; the ones returned are
-    added). Each row is ``{"marker", "workspace", "path", "chunk_index", "reason"}``: ``reason`` is
-    ``source_deleted``, or ``chunk_changed`` when the cited chunk's hash is not the recorded
-    ``chunk_sha256`` (or the text has fewer chunks now). A citation recorded without a chunk hash
-    (an answer stored before lineage) is never stale but for a deleted source.
+    """The citations of ``workspace:path`` in ``answer`` newly stale: ``{"marker", "workspace",
+    "path", "chunk_index", "reason"}``, reason ``source_deleted`` (``now`` None) or
+    ``chunk_changed`` (the cited chunk's hash in ``now`` is not its ``chunk_sha256``, or is gone).
+    ``known`` holds the ``(marker, path)`` already stale, and gets these. A citation without a
+    hash (stored before lineage) is stale only for a deleted source.
     """
     listed: list[dict[str, Any]] = []
     for citation in answer.get("citations") or []:
@@ -363,29 +335,16 @@ def node_lineage(
     *,
     at_revision: int | None = None,
 ) -> dict[str, Any]:
-    """What was derived from a node, and what the node was derived from; derived records in
-    workspaces the caller may not read are not there for it.
-
-    Returns
-    -------
-    dict
-        ``{"workspace", "path", "node_id", "node_type", "revision", "source_hash",
-        "derived": [...], "derived_from": [...]}``. ``derived`` rows: ``{"kind": "chunks",
-        "content_key", "count"}``; ``{"kind": "mention", "workspace", "path", "source_hash",
-        "current", "orphan"}`` (an entity whose ``mentioned_in`` edge points here; current when
-        its recorded ``source_hash`` is this text's); ``{"kind": "extraction", "workspace",
-        "path", "source_hash", "current"}`` (the extraction record); ``{"kind": "answer",
-        "workspace", "path", "source_revision", "current", "stale", "stale_citations"}``.
-        ``derived_from`` rows: ``{"kind": "mentioned_in" | "extraction_of", "workspace", "path",
-        "source_hash", "current"}`` and ``{"kind": "cites", "workspace", "path",
-        "source_revision", "current"}``.
+    """What was derived from a node and what it was derived from (:class:`kg.types.lineage.Lineage`,
+    docs/lineage.md), as far as the caller may read. ``derived`` rows: ``chunks``, ``mention``
+    (``current`` when its ``source_hash`` is this text's; ``orphan``), ``extraction``, ``answer``
+    (``stale``, ``stale_citations``); ``derived_from`` rows: ``mentioned_in``, ``extraction_of``,
+    ``cites``.
 
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository, branch, workspace or node, or one the caller may not read.
-    kg.errors.Forbidden
-        The caller sees the branch but may not read it.
+        No node there.
     """
     with reading(services, caller, repo, branch, at_revision=at_revision) as (session, view):
         node = node_store.get_node(session, view, workspace, path)

@@ -1,7 +1,6 @@
-"""Reads of a branch's nodes and history: what the adapters answer GETs with.
-
-Each takes the services and the caller, reads through :func:`kg.context.reading` and returns
-the API shape; search and the graph walks are :mod:`kg.rag`'s.
+"""Reads of a branch's nodes and history: what the adapters answer GETs with, in the API shapes
+of :mod:`kg.types`, read through :func:`kg.context.reading`; search and graph walks are
+:mod:`kg.rag`'s.
 """
 
 from __future__ import annotations
@@ -26,12 +25,12 @@ from kg.store.repos import branch_view, get_repository, parent_name, workspace_i
 
 def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
              at_revision: int | None = None) -> dict[str, Any]:
-    """The API shape of the node at ``path`` as the branch sees it.
+    """The node at ``path`` as the branch sees it.
 
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository, branch, workspace or node.
+        No node there.
     """
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
@@ -41,18 +40,15 @@ def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspa
 def list_children(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
                   at_revision: int | None = None, order_by: str | None = None, direction: str | None = None,
                   node_type: str | None = None) -> list[dict[str, Any]]:
-    """The children of ``parent`` (``/`` for the top level) in their order, as API shapes.
-
-    ``order_by`` is ``order`` (the default: ``order``, then name), ``name`` or
-    ``properties.<key>``, a leading ``-`` for descending (:func:`kg.store.nodes.child_order`;
-    ``direction`` overrides it); children without the value come last, ties by name.
+    """The children of ``parent`` (``/``: top level) in their order: ``order_by`` ``order``
+    (default), ``name`` or ``properties.<key>`` (:func:`kg.store.nodes.child_order`).
 
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository, branch, workspace or parent.
+        No parent node.
     kg.errors.InvalidInput
-        A malformed ``parent``, ``order_by`` or ``direction``.
+        A malformed ``order_by`` or ``direction``.
     """
     if parent != "/":
         parent = validate_path(parent)
@@ -67,20 +63,15 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
                   limit: int = 100, cursor: str | None = None, at_revision: int | None = None,
                   order_by: str | None = None, direction: str | None = None,
                   node_type: str | None = None, has_children: bool = True) -> tuple[list[dict[str, Any]], str | None]:
-    """One page (``limit`` 1..10,000) of the children of ``parent`` in their order
-    (:func:`list_children`), each with ``"has_children"`` when ``has_children`` (one more query:
-    what a lazily expanded tree needs).
-
-    Two queries: the children (sorted in Python, O(n log n)), then which of the page's children
-    have children (:func:`kg.store.nodes.parents_with_children`).
+    """One page of :func:`list_children`, each child with ``"has_children"`` when ``has_children``
+    (one more query: what a lazily expanded tree needs).
 
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository, branch, workspace or parent, or one the caller may not read.
+        No parent node.
     kg.errors.InvalidInput
-        A malformed ``parent``, cursor, limit, ``order_by`` or ``direction``; a cursor made
-        with another ``order_by``.
+        A malformed cursor, limit, ``order_by`` or ``direction``; a cursor of another sort.
     """
     if parent != "/":
         parent = validate_path(parent)
@@ -97,24 +88,16 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
 
 def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
                 at_revision: int | None = None) -> dict[str, Any]:
-    """The chunks of the node at ``path``: the passages its text was split into and embedded.
-
-    Chunks are shared by every node version with the same content key (DESIGN.md): a branch that
-    did not change the node shows its parent's.
-
-    Returns
-    -------
-    dict
-        ``{"content_key", "pending", "chunks": [{"chunk_index", "field", "text", "char_start",
-        "char_end", "model", "dim"}]}``, chunks by index; ``content_key`` is None for a node
-        without text, ``pending`` True while its text waits in the index queue (or failed there).
+    """The passages the node's text was split into and embedded: ``{"content_key", "pending",
+    "chunks": [{"chunk_index", "field", "text", "char_start", "char_end", "model", "dim"}]}``,
+    ``content_key`` None without text, ``pending`` while the text waits in (or failed in) the
+    index queue. Chunks are shared by content key: a branch that did not change the node shows its
+    parent's.
 
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository, branch, workspace or node, or one the caller may not read.
-    kg.errors.InvalidInput
-        A malformed path.
+        No node there.
     """
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
@@ -133,18 +116,14 @@ def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, work
 
 def node_history(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
                  limit: int = 100, at_revision: int | None = None) -> list[dict[str, Any]]:
-    """The revisions that wrote the node at ``path`` (which need not exist now) in the branch's
-    history, newest first, at most ``limit`` (1..1000): ``{"revision", "branch", "actor",
-    "message", "created_at", "op": "put" | "delete"}``.
-
-    The branch's history is its own revisions and its ancestors' up to the fork (as
-    :func:`revision_log`); a merge into the branch that changed the node is one of them. One query
-    over ``ix_node_versions_path`` per chain entry, joined to the revisions.
+    """The revisions of the branch's history (with its ancestors' up to the fork, merges included)
+    that wrote the node at ``path``, which need not exist now; newest first, ``op`` ``put`` or
+    ``delete``. A query over ``ix_node_versions_path`` per chain entry.
 
     Raises
     ------
     kg.errors.InvalidInput
-        A malformed path, or ``limit`` outside 1..1000.
+        ``limit`` outside 1..1000.
     """
     path = validate_path(path)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
@@ -170,10 +149,7 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
 def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, prefix: str, *,
                 limit: int = 1000, cursor: str | None = None, at_revision: int | None = None,
                 mode: str = "segments") -> tuple[list[dict[str, Any]], str | None]:
-    """Every node under ``prefix``, by path, a page of at most ``limit`` (1..10,000).
-
-    ``/docs`` is ``/docs`` and ``/docs/...`` (not ``/docs-old``), ``/docs/`` only what is below
-    ``/docs``, ``/`` everything; ``mode="raw"``: every path that starts with the string.
+    """A page of the nodes under ``prefix`` by path (:func:`kg.store.paths.path_has_prefix`).
 
     Raises
     ------
@@ -189,13 +165,12 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
 
 def references(services: Resources, caller: Actor, repo: str, branch: str, target: str, *, limit: int = 1000,
                at_revision: int | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """The nodes whose properties refer to ``target`` (``workspace:/path``, through the reference
-    index), with the property key, and whether more exist.
+    """``(rows, truncated)``: the nodes whose properties refer to ``target``, with the property key.
 
     Raises
     ------
     kg.errors.InvalidInput
-        A malformed address or limit.
+        A bad limit.
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return list_references(session, view, target, limit=limit)
@@ -209,9 +184,7 @@ MAX_LOG_CHANGES = history.MAX_LOG_CHANGES
 def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, limit: int = 100,
                  before: int | None = None, at_revision: int | None = None,
                  max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
-    """The revisions of the branch's history (its own, then its ancestors' up to the fork), newest
-    first, older than ``before`` (:func:`kg.store.history.revision_log`); ``max_changes`` (0 to
-    10,000) changes listed per revision, ``change_count`` counting them all.
+    """The branch's history, newest first, before ``before`` (:func:`kg.store.history.revision_log`).
 
     Raises
     ------
@@ -223,8 +196,7 @@ def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, 
 
 
 def diff(services: Resources, caller: Actor, repo: str, branch: str, against: str | None = None) -> dict[str, Any]:
-    """What ``branch`` changed since its merge base with ``against`` (default: its parent):
-    :func:`kg.store.history.diff_branches`.
+    """What ``branch`` changed since its merge base with ``against`` (default: its parent).
 
     Raises
     ------
@@ -260,17 +232,10 @@ def _both(one: frozenset[int] | None, other: frozenset[int] | None) -> frozenset
 
 
 def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any]:
-    """What the indexer has pending, running and failed for ``repo``, and what the search index holds
-    (each collection named by its workspace and branch): :func:`kg.indexing.index_jobs.index_status`
-    with ``"index"``, the index's statistics or ``{"error": {"code", "message"}}`` when the index
-    cannot answer (the queue is in SQL and still worth seeing).
-
-    Raises
-    ------
-    kg.errors.Forbidden
-        A key without ``admin`` on ``repo``, or whose ``admin`` grants do not cover every
-        workspace and branch of it (the status names every workspace, branch and failing path:
-        :func:`kg.access.authorize_whole_repository`).
+    """The indexer's queue for ``repo`` and what the search index holds
+    (:class:`kg.types.search.IndexStatus`); an index that cannot answer is reported as an
+    ``error`` (the queue is in SQL and still worth seeing). Needs ``admin`` over every workspace
+    and branch (it names them all: :func:`kg.access.authorize_whole_repository`).
     """
     permit(services, caller, "admin", repo)
     with services.db.read() as session:
@@ -298,16 +263,10 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
                   against: str | None = None) -> dict[str, Any]:
     """What a person reviews before merging ``branch`` into ``against`` (default: its parent).
 
-    Returns
-    -------
-    dict
-        ``{"branch": {...}, "into": {"name", "protected"} or None, "diff": {...} or None,
-        "plan"}``: ``plan`` is :func:`kg.ops.merge.plan_token` as of before the diff was read
-        (for ``if_plan``: a merge of what the page showed, or none), None without ``into``.
-        ``branch`` is :func:`kg.ops.branches.get_branch` plus ``"protected"`` (bool, from
-        ``KG_PROTECTED_BRANCHES``); ``diff`` is :func:`diff` (modified nodes carry per property
-        ``{"old", "new"}``), None when there is nothing to compare with (``main`` and no
-        ``against``).
+    ``{"branch", "into", "diff", "plan"}``: the branch (:func:`kg.ops.branches.get_branch` with
+    ``protected``), ``into`` (``{"name", "protected"}``), :func:`diff`, and ``plan``,
+    :func:`kg.ops.merge.plan_token` read before the diff (for ``if_plan``: a merge of what the page
+    showed, or none); ``into``, ``diff`` and ``plan`` are None for ``main`` without ``against``.
 
     Raises
     ------
@@ -330,18 +289,11 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
 
 def merge_review(services: Resources, caller: Actor, repo: str, branch: str,
                  into: str | None = None) -> dict[str, Any] | None:
-    """What the review page says a merge of ``branch`` into ``into`` (default: its parent) would
-    write besides the diff: the dry run (:func:`kg.ops.merge.preview_merge`) without resolutions.
-
-    Returns
-    -------
-    dict or None
-        ``{"plan", "derived", "derived_writes", "decisions", "conflicts"}``: the dry run's
-        ``plan`` token (read before anything else, so before the page's diff), its
-        ``derived`` counts and ``derived_writes``, the lineage decisions (conflicts of kind
-        ``"lineage"``) and how many other conflicts there are. None when there is no merge
-        to review (``main`` without ``into``) or the caller may not dry-run it (the page then
-        says what it says without it).
+    """The dry run (:func:`kg.ops.merge.preview_merge`, no resolutions) of merging ``branch`` into
+    ``into`` as the review page shows it: ``{"plan", "derived", "derived_writes", "decisions",
+    "conflicts"}``, the ``plan`` token read first (before the page's diff), the lineage decisions,
+    and how many other conflicts. None when there is no merge (``main`` without ``into``) or the
+    caller may not dry-run it.
     """
     try:
         out = merge_ops.preview_merge(services, caller, repo, branch, into)

@@ -93,8 +93,6 @@ def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> 
     """``{key: {"old", "new"}}``, keys sorted, of what differs between two node values (None: no
     node); ``node_type`` and ``order`` as ``kg:node_type`` and ``kg:order``.
 
-    Examples
-    --------
     >>> old = {"node_type": "Note", "properties": {"a": 1, "b": 2}, "order": None}
     >>> property_changes(old, {**old, "properties": {"a": 1, "b": 3, "c": 4}})
     {'b': {'old': 2, 'new': 3}, 'c': {'old': None, 'new': 4}}
@@ -979,8 +977,6 @@ def _version(ctx: WriteContext, wid: int, path: str, node_id: str, value: dict[s
 def canonical(properties: dict[str, Any]) -> str:
     """Compact JSON of properties, keys sorted, non-ASCII unescaped: the key of a merged value.
 
-    Examples
-    --------
     >>> canonical({"b": 1, "a": "é"})
     '{"a":"é","b":1}'
     """

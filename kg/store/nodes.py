@@ -40,8 +40,6 @@ def node_uid(repo_uid: str, workspace_id: int, path: str) -> str:
     repository's uid, the workspace and the path, and every table keyed by node id (relations,
     references, index placements) is keyed by address.
 
-    Examples
-    --------
     >>> a = node_uid("00000000-0000-0000-0000-000000000001", 1, "/entities/acme")
     >>> a == node_uid("00000000-0000-0000-0000-000000000001", 1, "/entities/acme")
     True
@@ -239,8 +237,6 @@ def put_node(
 def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     """Shallow merge into a new dict: keys of ``patch`` replace, a ``None`` value removes the key.
 
-    Examples
-    --------
     >>> merge_properties({"a": 1, "b": 2}, {"b": None, "c": 3})
     {'a': 1, 'c': 3}
     """
@@ -570,8 +566,6 @@ def parents_with_children(session: Session, view: BranchView, workspace: str, pa
 def encode_cursor(path: str) -> str:
     """An opaque cursor after ``path``: URL-safe base64 of its UTF-8 bytes, unpadded.
 
-    Examples
-    --------
     >>> encode_cursor("/a/b")
     'L2EvYg'
     >>> decode_cursor(encode_cursor("/entities/acmé"))

@@ -102,13 +102,13 @@ def validate_path(path: str) -> str:
 def validate_prefix(prefix: str) -> str:
     """Check a listing prefix: ``/``, or a valid path with or without a trailing ``/``; NFC.
 
+    >>> validate_prefix("/entities/")
+    '/entities/'
+
     Raises
     ------
     kg.errors.InvalidInput
         The prefix without its trailing ``/`` is not a valid path.
-
-    >>> validate_prefix("/entities/")
-    '/entities/'
     """
     if prefix == "/":
         return prefix

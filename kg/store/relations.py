@@ -162,8 +162,6 @@ def single_valued_types(session: Session, workspace_id: int) -> frozenset[str]:
 def relation_ref(from_address: str | None, rel_type: str, to_address: str | None) -> str:
     """The reference of a relation kept in ``invalidated_by``.
 
-    Examples
-    --------
     >>> relation_ref("library:/dana", "works_at", "library:/acme")
     'library:/dana|works_at|library:/acme'
     """

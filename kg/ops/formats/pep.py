@@ -26,8 +26,6 @@ def pep_numbers(value: str) -> list[int]:
     """The PEP numbers a header's list names, in order: comma- or space-separated numbers, each
     optionally written ``PEP 8`` or ``pep-0008``; a token that is not a whole number is not a PEP.
 
-    Examples
-    --------
     >>> pep_numbers("703, 793, 697")
     [703, 793, 697]
     >>> pep_numbers("PEP 484, pep-0008")
