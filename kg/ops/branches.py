@@ -1,7 +1,5 @@
-"""Branches: create (one row, nothing copied), delete, reset, list and read.
-
-Deleting or resetting a branch drops what the search index holds for it once the transaction
-has committed.
+"""Branches: create (one row, nothing copied), delete, reset, list and read; deleting or
+resetting drops the branch's search index state once committed.
 """
 
 from __future__ import annotations
@@ -25,12 +23,9 @@ from kg.store.models import Branch, Repository, Workspace
 
 def branch_dict(session: Session, branch: Branch, repo: Repository | None = None,
                 caller: Actor | None = None) -> dict[str, Any]:
-    """The API shape of a branch, ``{"name", "parent", "base_revision", "head_revision",
-    "created_at"}``; with ``repo``, also how far it is ``ahead`` and ``behind`` its parent.
-
-    A ``caller`` who may not see the parent branch learns nothing of it: ``parent`` is null and
-    ``ahead``/``behind`` (which count the parent's revisions) are left out. No ``caller``: someone
-    who sees every branch.
+    """The API shape of a branch (:class:`kg.types.branches.Branch`); with ``repo``, ``ahead`` and
+    ``behind``. A ``caller`` who may not see the parent learns nothing of it: ``parent`` null,
+    no counts (None: a caller who sees every branch).
     """
     parent = repo_store.parent_name(session, branch)
     hidden = (parent is not None and caller is not None and repo is not None
@@ -50,8 +45,7 @@ def branch_dict(session: Session, branch: Branch, repo: Repository | None = None
 
 def _readable_on_both(session: Session, repo: Repository, branch: Branch, parent: str | None,
                       caller: Actor | None) -> frozenset[int] | None:
-    """The workspaces ``caller`` reads on the branch and on its parent (None: every one): what
-    its ``ahead`` and ``behind`` count."""
+    """The workspaces ``caller`` reads on the branch and its parent: what ``ahead``/``behind`` count."""
     if caller is None or caller.unrestricted or parent is None:
         return None
     workspaces = dict(session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == repo.id)).all())
@@ -64,9 +58,7 @@ def _readable_on_both(session: Session, repo: Repository, branch: Branch, parent
 
 
 def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """Every branch of ``repo`` (:func:`branch_dict`, by name) with how far each is ahead of and
-    behind its parent.
-    """
+    """Every branch (:func:`branch_dict`, by name) with its counts ahead and behind."""
     permit(services, caller, "read", repo)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
@@ -75,9 +67,8 @@ def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[st
 
 
 def branch_names(services: Resources, caller: Actor, repo: str) -> list[str]:
-    """The sorted names of the branches of ``repo`` the caller may see: what a branch picker needs,
-    without :func:`list_branches`' counts of revisions ahead and behind (for a reader limited to
-    some workspaces, a count walks the writes of every revision since the fork).
+    """The sorted names of the branches the caller may see: a picker's, without the counts (which,
+    for a reader of some workspaces, walk every revision since the fork).
     """
     permit(services, caller, "read", repo)
     with services.db.read() as session:
@@ -86,8 +77,8 @@ def branch_names(services: Resources, caller: Actor, repo: str) -> list[str]:
 
 
 def home_branch(services: Resources, caller: Actor, repo: str) -> str:
-    """The branch a page opens on when none is named: ``main`` if the caller may read it, else the
-    first branch (by name) it may read, else ``main`` (whose page then says it is not there).
+    """The branch a page opens on: ``main`` if readable, else the first readable by name, else
+    ``main`` (whose page says it is not there).
     """
     if can_see(caller, repo, "main"):
         return "main"
@@ -101,10 +92,8 @@ def home_branch(services: Resources, caller: Actor, repo: str) -> str:
 
 
 def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """Every branch the caller sees, by name, for review: :func:`branch_dict` plus
-    ``last_revision`` (``{"revision", "created_at", "message", "actor"}`` of the newest that
-    changed something the caller reads, or None), ``protected`` (``KG_PROTECTED_BRANCHES``) and
-    ``children`` (names, of the branches listed).
+    """Every branch the caller sees, by name: :func:`branch_dict` with ``last_revision`` (the newest
+    that changed what it reads, or None), ``protected`` and ``children``.
     """
     branches = list_branches(services, caller, repo)
     names = {b["name"] for b in branches}
@@ -122,8 +111,8 @@ def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[
 
 
 def is_protected(services: Resources, branch: str) -> bool:
-    """Whether ``branch`` matches one of ``KG_PROTECTED_BRANCHES``'s globs (writes, merges and
-    deletes on it need a grant naming it).
+    """Whether ``branch`` matches ``KG_PROTECTED_BRANCHES`` (writes, merges and deletes on it need a
+    grant naming it).
 
     >>> from types import SimpleNamespace
     >>> svc = SimpleNamespace(settings=SimpleNamespace(protected=lambda: ("main", "release/*")))
@@ -134,9 +123,7 @@ def is_protected(services: Resources, branch: str) -> bool:
 
 
 def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> dict[str, Any]:
-    """One branch of ``repo`` (:func:`branch_dict`), with how far it is ahead of and behind its
-    parent.
-    """
+    """One branch, with its counts ahead and behind."""
     permit(services, caller, "read", repo, branch)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
@@ -145,20 +132,17 @@ def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> di
 
 def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "main",
                   at_revision: int | None = None) -> dict[str, Any]:
-    """Create the branch ``name`` (may contain ``/``) from ``from_branch`` at ``at_revision``
-    (default: its head now); returns :func:`branch_dict`.
+    """Create the branch ``name`` from ``from_branch`` at ``at_revision`` (default: its head). Needs
+    ``read`` on ``from_branch`` and ``branch:create`` with a glob matching ``name``.
 
     Raises
     ------
     kg.errors.NotFound
-        The repository or the parent does not exist.
+        No parent, or a revision not written yet.
     kg.errors.Conflict
         A branch of that name exists.
-    kg.errors.Forbidden
-        The caller may not read ``from_branch`` or create ``name`` (``branch:create`` with a
-        branch glob matching it).
     kg.errors.InvalidInput
-        A bad name or revision.
+        A revision below 0.
     """
     uow.authorize("read", repo, from_branch)
     uow.authorize("branch:create", repo, name)
@@ -169,15 +153,14 @@ def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "
 
 
 def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
-    """Delete a branch and what was written on it (not ``main``, not a branch with children); once
-    committed, drop its state in the search index.
+    """Delete a branch and what was written on it; once committed, its search index state.
 
     Raises
     ------
     kg.errors.Conflict
         ``main``, or a branch with children.
     kg.errors.Forbidden
-        The caller may not ``branch:delete`` it, or not in a workspace written on it.
+        No ``branch:delete`` on it, or in a workspace written on it (:func:`_authorize_discard`).
     """
     uow.authorize("branch:delete", repo, branch)
     r = repo_store.get_repository(uow.session, repo, lock=True)
@@ -188,16 +171,14 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
 
 def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
     """Drop what was written on the branch and fork it again from its parent's head; once committed,
-    drop its state in the search index. Returns ``{"name", "parent", "base_revision",
-    "head_revision"}`` after the reset.
+    drop its search index state (:class:`kg.types.branches.BranchReset`).
 
     Raises
     ------
     kg.errors.Conflict
         ``main`` (it has no parent).
     kg.errors.Forbidden
-        The caller may not ``branch:delete`` it (a reset drops what was written on it), or not
-        in a workspace written on it, or may not read its parent (the parent is not named).
+        As :func:`delete_branch`, or the parent is not readable (and not named).
     """
     uow.authorize("branch:delete", repo, branch)
     r = repo_store.get_repository(uow.session, repo, lock=True)
@@ -216,10 +197,9 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
 
 
 def _authorize_discard(uow: UnitOfWork, repo: Repository, branch: str) -> Branch:
-    """Deleting or resetting a branch drops what was written on it: the caller needs
-    ``branch:delete`` in every workspace that holds such writes (a key whose grants name other
-    workspaces cannot see them, and may not destroy them: 404 as for any write there). Returns
-    the branch."""
+    """Deleting or resetting drops a branch's writes: ``branch:delete`` is needed in every workspace
+    holding them (a key may not destroy what it cannot see: 404, as for any write there).
+    """
     b = repo_store.get_branch(uow.session, repo, branch)
     if not uow.actor.unrestricted:
         names = {w.id: w.name for w in repo_store.list_workspaces(uow.session, repo)}

@@ -1,8 +1,8 @@
-"""Merging branches: plan, apply as one revision, and queue the merged texts for indexing.
+"""Merging branches: plan, apply as one revision, queue the merged texts for indexing.
 
-A property-level merge can produce a text that neither side had (ours changed the title,
-theirs the body): its content key is computed in the merge transaction and its chunks are
-queued like any node write's.
+A property-level merge can make a text neither side had (ours changed the title, theirs the
+body): its content key is computed in the merge transaction and its chunks queued as for any
+write.
 """
 
 from __future__ import annotations
@@ -27,23 +27,15 @@ from kg.store.repos import WriteContext, branch_view, get_branch, get_repository
 
 def preview_merge(services: Resources, caller: Actor, repo_name: str, source: str, into: str | None, *,
                   resolutions: list[dict[str, Any]] | None = None, if_plan: str | None = None) -> dict[str, Any]:
-    """What merging ``source`` into ``into`` (None: its parent) would do: a dry run, nothing written;
-    ``resolutions`` as :func:`kg.store.history.plan_merge` takes them.
-
-    Returns
-    -------
-    dict
-        ``{"revision": None, "dry_run": True, "fast_forward", "applied", "base", "plan"}``:
-        ``plan`` is the :func:`plan_token` to pass to :func:`merge_branch` as ``if_plan``, so
-        that the merge applies exactly what this dry run said.
+    """The dry run of :func:`merge_branch`, writing nothing; its ``plan`` is the token to pass back
+    as ``if_plan`` so the merge applies exactly what this said.
 
     Raises
     ------
     kg.errors.MergeConflict
-        Unresolved conflicts, listed in ``details["conflicts"]`` (with ``details["plan"]``).
+        Unresolved conflicts, in ``details["conflicts"]`` (with ``details["plan"]``).
     kg.errors.Conflict
-        ``if_plan`` (the token a reviewer saw) is not the branches' token now
-        (``details["reason"] = "stale_plan"``).
+        ``if_plan`` is stale (``details["reason"] = "stale_plan"``).
     kg.errors.InvalidInput, kg.errors.NotFound
         As :func:`merge_branch`.
     """
@@ -88,32 +80,22 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
                  resolutions: list[dict[str, Any]] | None = None,
                  message: str | None = None, actor: str | None = None,
                  if_plan: str | None = None) -> dict[str, Any]:
-    """Merge ``source`` into ``into`` (None: its parent) as one revision on ``into`` (default message
-    ``merge <source> into <into>``); ``resolutions`` as :func:`kg.store.history.plan_merge` takes
-    them. :func:`preview_merge` is the dry run.
+    """Merge ``source`` into ``into`` (None: its parent) as one revision, by default logged ``merge
+    <source> into <into>`` (:class:`kg.types.branches.MergeResult`); ``resolutions`` as
+    :func:`kg.store.history.plan_merge` takes them. Nothing to apply: no revision (``revision``
+    None, no ``derived``), but the merge point is recorded. ``derived`` counts lineage's writes.
 
-    ``if_plan`` is the ``plan`` of the dry run this merge was asked from: the merge is refused,
-    nothing written, when either branch changed since (a reviewer never merges what they did not
-    see); checked under the repository's write lock.
-
-    Returns
-    -------
-    dict
-        ``{"revision", "fast_forward", "applied", "base", "dry_run", "derived"}``; ``revision``
-        is None when there was nothing to apply (no revision is made, but the merge point is
-        recorded, and there is no ``derived``). ``derived`` counts what lineage did to the
-        records derived from the nodes the merge changed (:func:`kg.ops.lineage.refresh_derived`):
-        ``{"unlinked", "restamped", "orphaned", "stale", "queued"}``.
+    ``if_plan``, the dry run's token, refuses the merge when either branch changed since or the
+    writes differ (a reviewer never merges what they did not see); checked under the lock.
 
     Raises
     ------
     kg.errors.MergeConflict
-        Unresolved conflicts, listed in ``details["conflicts"]``; nothing is written.
+        Unresolved conflicts, in ``details["conflicts"]``; nothing is written.
     kg.errors.Conflict
-        ``into`` is ``None`` and ``source`` is ``main`` (it has no parent); or ``if_plan`` is
-        not the branches' :func:`plan_token` now (``details["reason"] = "stale_plan"``).
+        No ``into`` and ``source`` is ``main``; or ``if_plan`` is stale (``stale_plan``).
     kg.errors.Forbidden
-        The caller may not read ``source`` or may not ``merge`` into ``into``.
+        No ``read`` on ``source`` or ``merge`` on ``into``.
     """
     session = uow.session
     uow.authorize("read", repo_name, source)
@@ -165,10 +147,9 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
 
 
 def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext, plan: history.MergePlan) -> None:
-    """A merge writes every workspace it changes on the target: the caller must be allowed to
-    write each (the workspaces of the changed and conflicting nodes and of the changed and
-    conflicting relations' sources) and to read the relations' targets, as for the writes
-    themselves."""
+    """A merge writes every workspace it changes on the target: the caller must be allowed to write
+    each (changed and conflicting nodes, relations' sources) and read the relations' targets.
+    """
     if uow.actor.unrestricted:
         return
     writes, reads = _touched(uow.session, ctx.repo, plan)
@@ -189,8 +170,7 @@ def _derived_workspaces(derived: DerivedPlan) -> list[str]:
 
 
 def _touched(session: Session, repo: Repository, plan: history.MergePlan) -> tuple[list[str], list[str]]:
-    """The workspaces a merge plan writes (changed or conflicting nodes, changed or conflicting
-    relations' sources) and those it reads (those relations' targets), in order."""
+    """The workspaces a merge plan writes (nodes, relations' sources) and reads (their targets)."""
     names = plan.workspaces
     sources = [c.key[0] for c in plan.relation_changes]
     targets = [c.key[2] for c in plan.relation_changes]
@@ -208,10 +188,9 @@ def _touched(session: Session, repo: Repository, plan: history.MergePlan) -> tup
 
 
 def plan_token(session: Session, repo: Repository, source: str, target: str) -> str:
-    """What a merge of ``source`` into ``target`` would be planned from, as an opaque token
-    ``"<source id>.<head>.<base>-<target id>.<head>.<base>"``: the head and fork revisions of both
-    branches. Equal tokens, equal plans (a merge is a function of what the two branches hold); a
-    write, a reset or a merge on either branch changes it.
+    """An opaque token of what a merge of ``source`` into ``target`` is planned from: both branches'
+    head and fork revisions. Equal tokens, equal plans; any write, reset or merge on either
+    changes it.
     """
     parts = []
     for name in (source, target):
@@ -224,16 +203,16 @@ _PLAN_TOKEN = re.compile(r"((\d+)\.\d+\.\d+-(\d+)\.\d+\.\d+)(?:\.([0-9a-f]{12}))
 
 
 def _with_digest(token: str, applied: dict[str, Any], derived: DerivedPlan) -> str:
-    """The plan token of a dry run or a merge without conflicts: the branches' heads and the
-    digest of what it writes (:func:`kg.ops.merge_lineage.plan_digest`)."""
+    """The token of a conflict-free plan: the heads and the digest of its writes
+    (:func:`kg.ops.merge_lineage.plan_digest`).
+    """
     return f"{token}.{plan_digest(applied, derived)}"
 
 
 def _check_plan(token: str, expected: str | None, source: str, target: str) -> str | None:
-    """Refuse a merge planned from other contents than the reviewer saw (``expected``): a
-    token of these two branches at other revisions is a 409 (``stale_plan``); a string that
-    is no :func:`plan_token`, or the token of other branches, is a client's mistake (422).
-    Returns the digest ``expected`` carries (checked by :func:`_check_digest`), if any."""
+    """Refuse a merge planned from other contents than ``expected``: these branches at other
+    revisions are a 409 (``stale_plan``), anything else a 422; the digest ``expected`` carries.
+    """
     if expected is None:
         return None
     shape = _PLAN_TOKEN.fullmatch(expected) if isinstance(expected, str) else None
@@ -250,9 +229,9 @@ def _check_plan(token: str, expected: str | None, source: str, target: str) -> s
 
 
 def _check_digest(full: str, expected: str | None, wanted: str | None, source: str, target: str) -> None:
-    """Refuse a merge whose writes (its own and lineage's) differ from those of the dry run
-    ``expected`` came from, the branches unchanged: other resolutions, or another
-    configuration (409, ``stale_plan``)."""
+    """Refuse a merge whose writes differ from the dry run's, the branches unchanged (other
+    resolutions or configuration): 409, ``stale_plan``.
+    """
     if wanted is not None and full.rpartition(".")[2] != wanted:
         raise Conflict(f"merging {source} into {target} would not write what the dry run this merge was "
                        "asked from showed (other resolutions, or lineage decides otherwise now): run the dry "
@@ -275,8 +254,7 @@ def _base(plan: history.MergePlan) -> dict[str, Any]:
 
 
 def _raise_conflicts(plan: history.MergePlan, derived: DerivedPlan | None = None, token: str | None = None) -> None:
-    """Refuse a plan with conflicts: the merge's own, then the lineage decisions it leaves
-    to the reviewer (:mod:`kg.ops.merge_lineage`)."""
+    """Refuse a plan with conflicts: the merge's own, then the lineage decisions it leaves."""
     conflicts = plan.conflicts + (derived.decisions if derived is not None else [])
     if conflicts:
         raise MergeConflict(

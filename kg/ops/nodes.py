@@ -1,8 +1,8 @@
 """Node writes with their text indexed: put, patch, delete, batch, nodes with relations.
 
-Each use case runs in the unit of work it is given (one revision at most), all or nothing;
-every node with content is written by :func:`kg.ops.texts.write_node`, so its text is queued
-in the same transaction and indexed once the unit of work has committed.
+Each use case is one revision at most, all or nothing; every node with content is written by
+:func:`kg.ops.texts.write_node`, so its text is queued in the same transaction and indexed once
+the unit of work has committed.
 """
 
 from __future__ import annotations
@@ -29,12 +29,8 @@ def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path:
              properties: dict[str, Any], order: float | None = None, parents: bool = False,
              message: str | None = None, actor: str | None = None,
              if_revision: int | None = None) -> tuple[dict[str, Any], bool]:
-    """Create or replace a node (missing ancestors as ``kg:Folder`` nodes with ``parents``); its text
-    fields are queued for indexing in the same transaction. Returns ``(node, created)``,
-    ``created`` False when it replaced one.
-
-    ``if_revision``: refuse the write if the node changed after this revision
-    (:func:`kg.store.nodes.check_if_revision`).
+    """Create or replace a node (``parents``: missing ancestors as ``kg:Folder``), refused if it
+    changed after ``if_revision``; ``(node, created)``.
 
     Raises
     ------
@@ -52,15 +48,15 @@ def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pat
                properties: dict[str, Any], node_type: str | None = None, order: float | None = None,
                message: str | None = None, actor: str | None = None,
                if_revision: int | None = None) -> dict[str, Any]:
-    """Merge ``properties`` into a node (a ``None`` value removes the key; a ``None`` ``node_type``
-    or ``order`` keeps it) and queue its text; returns the stored node.
+    """Merge ``properties`` into a node (a ``None`` value removes the key; ``node_type`` and
+    ``order`` None keep theirs); the stored node.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Properties that are not a JSON object, or a node type, order or properties refused.
+        Properties not a JSON object, or a type, order or properties refused.
     kg.errors.NotFound
-        Unknown repository, branch, workspace or node.
+        No node there.
     kg.errors.Conflict
         The node changed after ``if_revision``.
     """
@@ -81,9 +77,8 @@ def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pat
 def delete_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *,
                 recursive: bool = False, message: str | None = None, actor: str | None = None,
                 if_revision: int | None = None) -> dict[str, Any]:
-    """Tombstone a node (and with ``recursive`` its descendants, else a node with children is
-    refused) and their edges, as one revision; returns ``{"revision", "deleted"}`` (how many
-    nodes).
+    """Tombstone a node (with ``recursive`` its descendants; else one with children is refused) and
+    their edges: ``{"revision", "deleted"}``.
 
     Raises
     ------
@@ -135,8 +130,9 @@ def _refuse_repeated_paths(upserts: list[dict[str, Any]], deletes: list[dict[str
 
 
 def _refuse_writes_under_deletes(upserts: list[dict[str, Any]], deletes: list[dict[str, Any]]) -> None:
-    """Refuse an upsert below a node the batch deletes: the deletes come first, so its parent
-    would be gone (recreating it as a folder would be a second version at one revision)."""
+    """Refuse an upsert below a node the batch deletes: deletes come first, so its parent would be
+    gone (a folder made again would be a second version at one revision).
+    """
     deleted = {(item["workspace"], item["path"]): f"deletes[{index}]" for index, item in enumerate(deletes)}
     if not deleted:
         return
@@ -155,8 +151,9 @@ def _refuse_writes_under_deletes(upserts: list[dict[str, Any]], deletes: list[di
 
 
 def _ancestors_first(upserts: list[dict[str, Any]]) -> list[int]:
-    """The upserts' indexes, shallowest path first (stable): a parent an upsert writes is written
-    before a child's ``parents`` would make it a folder (two versions of one node at one revision)."""
+    """The upserts' indexes, shallowest path first (stable): a parent is written before a child's
+    ``parents`` would make it a folder (two versions at one revision).
+    """
     return sorted(range(len(upserts)), key=lambda i: upserts[i]["path"].count("/"))
 
 
@@ -164,19 +161,16 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
           deletes: list[dict[str, Any]] | None = None, parents: bool = False, message: str | None = None,
           actor: str | None = None) -> dict[str, Any]:
     """Apply node deletes (``{"workspace", "path", "recursive"}``), then upserts (``{"workspace",
-    "path", "node_type", "properties", "order"}``), as one revision: all or nothing. Returns
-    ``{"revision", "upserted": [...nodes], "deleted": N}``.
+    "path", "node_type", "properties", "order"}``), as one revision, all or nothing
+    (:class:`kg.types.nodes.BatchResult`).
 
     Raises
     ------
     kg.errors.InvalidInput
-        An empty or too large batch, a malformed item, one (workspace, path) named twice
-        (in upserts, deletes or both; NFC and NFD spellings are one path), or an upsert below a
-        node the batch deletes (``details["parent"]``: its parent, which would not exist once
-        the deletes are applied; ``details["deleted"]``: the deleted ancestor).
+        An empty or too large batch, a malformed item, one address named twice (NFC and NFD are
+        one), or an upsert below a deleted node (``details["parent"]``, ``details["deleted"]``).
     kg.errors.NotFound
-        Unknown repository, branch or workspace, a delete of a node that does not exist, or an
-        upsert whose parent does not exist without ``parents``.
+        A delete of no node, or a missing parent without ``parents``.
     kg.errors.Conflict
         A delete of a node with children without ``recursive``.
     """
@@ -226,19 +220,15 @@ class GraphWrite:
     Attributes
     ----------
     upserts : list of dict
-        ``{"workspace", "path", "node_type", "properties", "order"?}``: create or replace
-        (missing ancestors are created as ``kg:Folder`` nodes). Written shallowest path first,
-        whatever the order of the list, as :func:`batch` does: a parent listed after its child
-        is written as given, not made a folder first; answered in the order of the list.
+        ``{"workspace", "path", "node_type", "properties", "order"?}``: missing ancestors made
+        ``kg:Folder``; written shallowest first as :func:`batch` does, answered in list order.
     relations : list of dict
-        ``{"from", "to", "type", "weight"?, "properties"?}`` with ``workspace:/path``
-        addresses, asserted after the upserts (so they may point at the nodes just written).
+        ``{"from", "to", "type", "weight"?, "properties"?}``, asserted after the upserts.
     unrelations : list of dict
         ``{"from", "to", "type"}``: edges to remove (one that does not exist is ignored).
     invalidations : list of dict
         ``{"from", "to", "type", "invalidated_by"?}``: edges that stop holding now, after the
-        relations are asserted (issue 17); one that does not exist or is not current now is
-        ignored.
+        relations (issue 17); one not current now is ignored.
     """
 
     upserts: list[dict[str, Any]] = field(default_factory=list)
@@ -250,29 +240,19 @@ class GraphWrite:
 def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
                 plan: Callable[[Session, BranchView], GraphWrite | None], *,
                 message: str | None = None, actor: str | None = None) -> dict[str, Any] | None:
-    """Write nodes and the relations between them as one revision: all or nothing; each node's text
-    is queued for indexing in the same transaction, as :func:`batch` does.
+    """Write nodes and the relations between them as one revision, all or nothing, as :func:`batch`.
 
-    ``plan(session, view)`` is called inside the write transaction, once the branch is locked,
-    with a view of the branch's current head as the caller may read it: what it reads cannot
-    change before the commit (writers of a repository serialise). Returning None writes nothing
-    (no revision) and answers None.
-
-    Returns
-    -------
-    dict or None
-        ``{"revision", "upserted": [...nodes], "related": N, "unrelated": N, "invalidated":
-        [{"from", "type", "to"}]}`` (the invalidations that closed a relation current then; one
-        named but not current is skipped).
+    ``plan(session, view)`` runs in the write transaction once the branch is locked, on the head
+    as the caller may read it: what it reads cannot change before the commit. Its None writes
+    nothing and answers None; else ``{"revision", "upserted", "related", "unrelated",
+    "invalidated"}`` (the invalidations that closed a relation current then).
 
     Raises
     ------
     kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.Conflict
-        Any failing item fails the whole write; nothing is written. A plan that names one
-        (workspace, path) twice is an InvalidInput (one revision holds one version of a node).
+        Any failing item fails the write; a plan naming one address twice is InvalidInput.
     kg.errors.Forbidden
-        The caller may not write a node's workspace or a relation's source workspace, or read
-        a relation's target workspace.
+        As :meth:`kg.context.UnitOfWork.authorize_relation`, per node and relation.
     """
     session = uow.session
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)

@@ -1,5 +1,6 @@
-"""Repositories and workspaces: create, delete, list and read; a workspace's embedding
-settings change through :func:`set_workspace_embedding`."""
+"""Repositories and workspaces: create, delete, list, read; a workspace's embedding settings
+(:func:`set_workspace_embedding`); the repository's search index (settle, rebuild, retry).
+"""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ from kg.store.paths import validate_name
 
 
 def repo_dict(repo: Repository) -> dict[str, Any]:
-    """The API shape of a repository: ``{"name", "created_at", "head_revision"}``."""
+    """The API shape of a repository (:class:`kg.types.repos.Repo`)."""
     return {"name": repo.name, "created_at": repo.created_at.isoformat(), "head_revision": repo.head_revision}
 
 
 def workspace_dict(ws: Workspace, default_model: str) -> dict[str, Any]:
-    """The API shape of a workspace, ``{"name", "created_at", "embedding", "reembedding"}``
-    (``default_model``: the service's, for a workspace whose settings name none).
+    """The API shape of a workspace (:class:`kg.types.repos.Workspace`); ``default_model`` is the
+    service's, for settings that name none.
     """
     config = parse_embedding_config((ws.config or {}).get("embedding"), default_model=default_model)
     return {"name": ws.name, "created_at": ws.created_at.isoformat(), "embedding": config.model_dump(),
@@ -45,16 +46,13 @@ def workspace_dict(ws: Workspace, default_model: str) -> dict[str, Any]:
 
 def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
                       cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-    """A page (``limit`` 1..10,000) of the repositories ``caller`` may see, by name
-    (:func:`repo_dict`).
-
-    Reads ``limit + 1`` rows at a time after the cursor, skipping repositories the caller may not
-    see, until the page is full: O(limit) for a caller who sees them all.
+    """A page of the repositories ``caller`` may see, by name: ``limit + 1`` rows at a time after
+    the cursor, skipping the unseen, so O(limit) for a caller who sees them all.
 
     Raises
     ------
     kg.errors.InvalidInput
-        A limit out of range, or a cursor that is not one of this listing's.
+        A limit outside 1..10,000, or a cursor not of this listing.
     """
     admit(services, caller)
     check_limit(limit)
@@ -78,7 +76,7 @@ def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
 
 
 def all_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]]:
-    """Every repository ``caller`` may see, by name: :func:`list_repositories` page after page."""
+    """Every repository ``caller`` may see: :func:`list_repositories` page after page."""
     found, cursor = list_repositories(services, caller, limit=MAX_LIMIT)
     while cursor is not None:
         page, cursor = list_repositories(services, caller, limit=MAX_LIMIT, cursor=cursor)
@@ -97,14 +95,14 @@ def _decode_repo_cursor(cursor: str) -> str:
 
 
 def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, Any]:
-    """One repository (:func:`repo_dict`)."""
+    """One repository."""
     permit(services, caller, "read", name)
     with services.db.read() as session:
         return repo_dict(repo_store.get_repository(session, name))
 
 
 def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """The workspaces of ``repo`` (:func:`workspace_dict`), by name."""
+    """The workspaces of ``repo``, by name."""
     permit(services, caller, "read", repo)
     default = services.settings.embedding_model
     with services.db.read() as session:
@@ -114,7 +112,7 @@ def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[
 
 
 def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> dict[str, Any]:
-    """One workspace of ``repo`` (:func:`workspace_dict`)."""
+    """One workspace of ``repo``."""
     permit(services, caller, "read", repo, workspace=name)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
@@ -122,18 +120,15 @@ def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> d
 
 
 def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
-    """Create a repository (name: letters, digits, ``-``, ``_``, ``.``); it starts with the branch
-    ``main``. Returns :func:`repo_dict`.
+    """Create a repository with its ``main`` branch; needs ``admin`` on a repository glob matching
+    ``name``.
 
     Raises
     ------
     kg.errors.Conflict
         A repository of that name exists.
-    kg.errors.Forbidden
-        A key without ``admin`` on a repository glob matching ``name``.
     kg.errors.InvalidInput
-        A bad name, or a reserved one (the RAG node's ``KG_RAG_REPO``, refused to every
-        caller: the RAG node makes it on its first call).
+        The RAG node's ``KG_RAG_REPO``, refused to every caller (the RAG node makes it).
     """
     admit(uow.services, uow.actor)
     authorize_new_repository(uow.actor, name, reserved_repositories(uow.services.settings))
@@ -141,13 +136,8 @@ def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
 
 
 def delete_repository(uow: UnitOfWork, name: str) -> None:
-    """Delete a repository with everything in it; once committed, its search index.
-
-    Raises
-    ------
-    kg.errors.Forbidden
-        A key without ``admin`` on the repository, or whose ``admin`` grants do not cover every
-        workspace and branch in it (:func:`kg.access.authorize_whole_repository`).
+    """Delete a repository with everything in it, and once committed its search index; needs
+    ``admin`` over every workspace and branch in it (:func:`kg.access.authorize_whole_repository`).
     """
     uow.authorize("admin", name)
     r = repo_store.get_repository(uow.session, name, lock=True)
@@ -167,23 +157,19 @@ def _authorize_whole(session: Session, actor: Actor, repo: Repository) -> None:
 
 
 def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = None) -> dict[str, Any]:
-    """Create a workspace with its ``embedding`` (``{"model", "chunking"}``, API.md; default: the
-    service's model); an unknown model is refused before anything is written. Returns
-    :func:`workspace_dict`.
+    """Create a workspace with its ``embedding`` (``{"model", "chunking"}``, API.md; default the
+    service's model), refusing an unknown model before anything is written. Needs ``admin`` with a
+    workspace glob matching ``name``, decided before the name is looked up (a name taken by a
+    workspace the key cannot see answers as free: :func:`kg.access.authorize_new_workspace`).
 
     Raises
     ------
     kg.errors.Conflict
         A workspace of that name exists.
     kg.errors.InvalidInput
-        A bad name or embedding, or the RAG node's repository (its workspaces are its
-        collections: :func:`kg.access.refuse_reserved_workspace`).
+        A bad embedding, or the RAG node's repository (its workspaces are its collections).
     kg.errors.ProviderError
         The model cannot be loaded.
-    kg.errors.Forbidden
-        A key without ``admin`` on the repository, or whose ``admin`` grants' workspace globs do
-        not match ``name`` (decided before the name is looked up: a name taken by a workspace
-        the key cannot see answers as a free one, :func:`kg.access.authorize_new_workspace`).
     """
     uow.authorize("admin", repo)
     authorize_new_workspace(uow.actor, repo, name)
@@ -198,25 +184,23 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
 
 def set_workspace_embedding(services: Resources, caller: Actor, repo: str, workspace: str, raw: Any, *,
                             reembed: bool = False) -> dict[str, Any]:
-    """Change a workspace's embedding model or chunking (``raw``: the new ``{"model"?,
-    "chunking"?}``); with ``reembed``, rebuild it blue/green, else any change is refused.
+    """Change a workspace's embedding model or chunking (``raw``: ``{"model"?, "chunking"?}``);
+    with ``reembed``, rebuild it blue/green (:class:`kg.types.repos.EmbeddingChange`). Needs
+    ``admin``.
 
     Not one unit of work: the new model is probed (a remote server may take seconds) between
-    reading the current settings and writing the new ones, and no write lock is held meanwhile;
-    :func:`kg.indexing.reembed.reembed_workspace` runs each of its writes as a unit of work.
-    Returns ``{"workspace", "embedding", "reembedded", "node_versions", "queued", "switched"}``.
+    reading the settings and writing them, with no lock held;
+    :func:`kg.indexing.reembed.reembed_workspace` runs each write as a unit of work.
 
     Raises
     ------
     kg.errors.ModelLocked
         The settings differ and ``reembed`` is false.
-    kg.errors.InvalidInput, kg.errors.NotFound, kg.errors.ProviderError, kg.errors.BackendUnavailable
+    kg.errors.InvalidInput, kg.errors.ProviderError, kg.errors.BackendUnavailable
         See :func:`kg.indexing.reembed.reembed_workspace`.
-    kg.errors.Forbidden
-        A key without ``admin`` on the repository.
     kg.errors.RateLimited
-        ``reembed`` beyond the caller's rate limit (``KG_RATE_EXPENSIVE_PER_MIN``): a re-embed
-        is charged as one expensive call, whether or not the settings differ.
+        ``reembed`` beyond the caller's rate (``KG_RATE_EXPENSIVE_PER_MIN``): a re-embed is
+        charged as one expensive call, whether or not the settings differ.
     """
     permit(services, caller, "admin", repo, workspace=workspace)
     if reembed:
@@ -226,14 +210,9 @@ def set_workspace_embedding(services: Resources, caller: Actor, repo: str, works
 
 
 def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCounts:
-    """Embed what ``repo`` has queued, bring the search index up to date and save it (so a server
-    started next finds it warm); the jobs done and failed. Other repositories' queues are not
-    touched.
-
-    Raises
-    ------
-    kg.errors.Forbidden
-        A key without ``admin`` on every workspace and branch of the repository.
+    """Embed what ``repo`` has queued (not other repositories), bring the search index up to date
+    and save it (a server started next finds it warm); the jobs done and failed. Needs ``admin``
+    over every workspace and branch.
     """
     permit(services, caller, "admin", repo)
     run, _ = _drain_and_sync(services, caller, repo, services.index, rebuild=False)
@@ -241,14 +220,12 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
 
 
 def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorIndex | None = None) -> dict[str, Any]:
-    """Rebuild a search index of ``repo`` (``target``, default the service's) from the chunks and
-    vectors stored in SQL (no re-embedding), after finishing the repository's queued indexing.
-    Returns ``{"chunks", "jobs_done", "jobs_failed"}``.
+    """Rebuild a search index (``target``, default the service's) of ``repo`` from the chunks and
+    vectors in SQL (no re-embedding) once its queue is done: ``{"chunks", "jobs_done",
+    "jobs_failed"}``. Needs ``admin`` over every workspace and branch.
 
     Raises
     ------
-    kg.errors.Forbidden
-        A key without ``admin`` on every workspace and branch of the repository.
     kg.errors.BackendUnavailable
         The index cannot be reached.
     """
@@ -258,14 +235,9 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
 
 
 def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
-    """Embed a repository's failed texts again: their jobs are set back to ``pending``, afresh (no
-    attempt used), and the indexer is woken (with ``KG_INDEX_INLINE``, they are indexed before
-    this returns). Returns ``{"retried"}``, 0 when none had failed.
-
-    Raises
-    ------
-    kg.errors.Forbidden
-        A key without ``admin`` over every workspace and branch of the repository.
+    """Queue a repository's failed texts again, afresh (no attempt used), and wake the indexer
+    (indexed before returning with ``KG_INDEX_INLINE``): ``{"retried"}``. Needs ``admin`` over
+    every workspace and branch.
     """
     uow.authorize("admin", repo)
     r = repo_store.get_repository(uow.session, repo, lock=True)
@@ -277,9 +249,10 @@ def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
 
 def _drain_and_sync(services: Resources, caller: Actor, repo: str, index: VectorIndex, *,
                     rebuild: bool) -> tuple[IndexRunCounts, int]:
-    """Run ``repo``'s queued indexing, then bring ``index`` up to date from SQL (emptied first
-    when ``rebuild``) and save it: the jobs run and the chunks placed. It works on every
-    workspace and branch: ``caller`` needs ``admin`` over all of them."""
+    """Run ``repo``'s queue, then bring ``index`` up to date from SQL (emptied first when
+    ``rebuild``) and save it: the jobs run and the chunks placed. ``caller`` needs ``admin`` over
+    every workspace and branch.
+    """
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
         _authorize_whole(session, caller, r)
