@@ -1,8 +1,5 @@
-"""Files to nodes: which files an ingest reads, and each one read by an ingest format.
-
-The format (:mod:`kg.ops.formats`) decides what a file's text becomes; this module lists the
-text files, decodes them and records the sha256 of their bytes (the ingest lifecycle's
-"unchanged" test).
+"""Files to nodes: the files an ingest reads, each read by its format (:mod:`kg.ops.formats`),
+decoded, with the sha256 of its bytes (the lifecycle's "unchanged" test).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ TEXT_SUFFIXES = frozenset({".md", ".markdown", ".txt", ".rst", ".text"})
 
 
 def iter_files(root: Path) -> Iterator[Path]:
-    """Text files under ``root`` (or ``root`` itself), sorted; hidden files and folders left out.
+    """Text files under ``root`` (or ``root`` itself), sorted, hidden ones left out.
 
     Raises
     ------
@@ -42,13 +39,12 @@ def iter_files(root: Path) -> Iterator[Path]:
 
 
 def read_file_node(path: Path, root: Path, file_format: IngestFormat) -> FileNode:
-    """Read one file into a node with ``file_format``, adding ``sha256`` (of its bytes) to its
-    properties; its path below ``root`` names the node.
+    """Read one file into a node with ``file_format``, ``sha256`` of its bytes added.
 
     Raises
     ------
     kg.errors.InvalidInput
-        The file cannot be read or is not UTF-8 text (``details``: ``{"file", "reason"}``).
+        Unreadable or not UTF-8 (``details``: ``{"file", "reason"}``).
     """
     try:
         raw = path.read_bytes()

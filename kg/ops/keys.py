@@ -1,8 +1,6 @@
-"""API keys: create (the token is answered once), list (never a secret), revoke.
-
-Only an administrator may manage keys: the operator (CLI), or a key with ``admin`` on
-repository ``*``. Identity and the decision are :mod:`kg.access`'s; this module is the use
-cases every surface (``kg keys``, ``/api/keys``) calls.
+"""API keys: create (the token is answered once), list (never a secret), revoke. Only an
+administrator may (the operator, or a key with ``admin`` on repository ``*``); identity and
+decisions are :mod:`kg.access`'s.
 """
 
 from __future__ import annotations
@@ -33,9 +31,8 @@ ADMIN_GRANT = make_grant("*", ("*",), ("*",), ACTIONS)
 
 
 def key_dict(key: ApiKey, grants: Sequence[Grant], now: datetime | None = None) -> dict[str, Any]:
-    """The API shape of a key, never its secret nor its hash: ``{"id", "name", "state",
-    "created_by", "created_at", "expires_at", "revoked_at", "last_used_at", "grants"}``, times ISO
-    8601 or None, ``state`` judged at ``now`` (default: now).
+    """The API shape of a key, never its secret nor hash (:class:`kg.types.keys.ApiKeyInfo`),
+    ``state`` judged at ``now``.
     """
     def iso(value: datetime | None) -> str | None:
         return value.isoformat() if value is not None else None
@@ -54,19 +51,16 @@ def _require_admin(actor: Actor) -> None:
 
 def create_key(uow: UnitOfWork, *, name: str, grants: Sequence[Grant], expires_at: datetime | None = None,
                admin: bool = False) -> dict[str, Any]:
-    """Create a key; the token ``kg_<id>_<secret>`` is in the answer and nowhere else, ever.
-
-    ``name`` (unique, 1 to 255 characters) is the ``actor`` of the key's revisions; ``grants`` what
-    it may do (:func:`kg.access.make_grant`, :func:`kg.access.parse_grant`); ``expires_at`` is
-    timezone-aware (None: never); ``admin`` adds :data:`ADMIN_GRANT`. Returns :func:`key_dict` with
-    ``"key"`` (the token) and ``"warnings"``: one line per grant that is ``*`` everywhere.
+    """Create a key: the token ``kg_<id>_<secret>`` is in the answer and nowhere else, ever, with
+    ``warnings`` for grants ``*`` everywhere. ``name`` (unique, 1 to 255 characters) is the
+    ``actor`` of its revisions; ``expires_at`` timezone-aware; ``admin`` adds :data:`ADMIN_GRANT`.
 
     Raises
     ------
     kg.errors.Forbidden
         The caller is not an administrator.
     kg.errors.InvalidInput
-        No pepper configured, a bad name, no grant, or an ``expires_at`` without a zone or past.
+        No pepper configured, a bad name, no grant, an ``expires_at`` without a zone or past.
     kg.errors.Conflict
         A key of that name exists.
     """
@@ -90,7 +84,7 @@ def create_key(uow: UnitOfWork, *, name: str, grants: Sequence[Grant], expires_a
 
 
 def list_keys(services: Resources, caller: Actor) -> list[dict[str, Any]]:
-    """Every key (revoked and expired included), without secrets, by creation.
+    """Every key (revoked and expired included), by creation.
 
     Raises
     ------
@@ -105,8 +99,7 @@ def list_keys(services: Resources, caller: Actor) -> list[dict[str, Any]]:
 
 
 def revoke_key(uow: UnitOfWork, key_id: str) -> dict[str, Any]:
-    """Revoke a key (by the ``<id>`` of ``kg_<id>_<secret>``): refused from the next request on, in
-    every process.
+    """Revoke a key: refused from the next request on, in every process.
 
     Raises
     ------

@@ -1,32 +1,25 @@
 """Import of the reference MCP memory server's knowledge graph (``@modelcontextprotocol/server-memory``).
 
-That server keeps its graph in a JSON Lines file (``memory.jsonl``): one object a line, an
-entity ``{"type": "entity", "name", "entityType", "observations": [str, ...]}`` or a relation
-``{"type": "relation", "from", "to", "relationType"}`` whose ends are entity names. Blank lines
-are skipped, as the server's loader does; other keys of a record are ignored, as its schemas do.
+Its file (``memory.jsonl``) holds one object a line: an entity ``{"type": "entity", "name",
+"entityType", "observations": [str, ...]}`` or a relation ``{"type": "relation", "from", "to",
+"relationType"}`` between entity names. Blank lines and other keys are ignored, as the server
+does; but where its loader skips a bad line, :func:`import_memory_jsonl` refuses the file,
+naming the first malformed record's line, and writes nothing. It writes, as one revision:
 
-Where the server's loader skips a bad line, :func:`import_memory_jsonl` refuses the whole file:
-the first malformed record is named by its line number and nothing is written. What it writes,
-as one revision:
+- each entity as a ``kg:Entity`` node at ``/entities/{slug}`` (:func:`kg.text.names.entity_slug`,
+  as ``extract-entities`` names entities: case, accents and punctuation folded, so a ``/`` never
+  nests: ``AC/DC`` -> ``/entities/ac-dc``, ``C++`` -> ``/entities/c-plus-plus``), the name
+  verbatim in ``name``; a slug another name holds (on the branch or earlier in the file) gets
+  ``-`` and 8 hex digits of the name's SHA-256, so a name keeps one path for good;
+- ``entityType`` as ``entity_type``, the observations as the list ``observations`` and, one a
+  line, as ``content`` (indexed for search), the name as ``title``; other properties (an
+  extracted entity's ``aliases``) are kept;
+- each relation as a typed relation between the two nodes; a ``relationType`` that is not a kg
+  type (``works at``) becomes one (``works_at``, :func:`relation_type`), the original kept in
+  ``memory_relation_type``.
 
-- each entity as a ``kg:Entity`` node at ``/entities/{slug}`` of the workspace
-  (:func:`kg.text.names.entity_slug`, as ``extract-entities`` names its entities: case,
-  accents and punctuation folded, so a ``/`` in a name becomes ``-`` like any punctuation and
-  never makes a nested path; ``AC/DC`` -> ``/entities/ac-dc``, ``C++`` ->
-  ``/entities/c-plus-plus``). The name is kept verbatim in ``name``. When another name already holds
-  that slug (on the branch, or earlier in the file) the entity's path is the slug plus ``-``
-  and the first 8 hex digits of the name's SHA-256, so every name keeps one path for good;
-- its ``entityType`` as ``entity_type``, its observations as the list ``observations`` and, one a
-  line, as ``content`` (chunked, embedded and indexed for search) with the name as ``title``;
-  the node's other properties (an extracted entity's ``aliases``) are kept;
-- each relation as a typed relation between the two entity nodes. A ``relationType`` that is not
-  a kg relation type (``works at``) is written with each run of other characters as ``_``
-  (``works_at``), the original kept in the relation's ``memory_relation_type`` property.
-
-A relation whose ``from`` or ``to`` names no entity of the file is malformed (the reference
-server refuses to create one: "Entity with name X not found"). Importing the same file again
-writes nothing and makes no revision; entities and relations no longer in the file are left as
-they are (an import never deletes).
+A relation naming no entity of the file is malformed (the server refuses it too). A second
+import of the same file writes nothing; what the file no longer holds is left (no deletes).
 """
 
 from __future__ import annotations
@@ -59,10 +52,9 @@ _NOT_TYPE_CHARS = re.compile(r"[^A-Za-z0-9_:\-.]+")
 
 @dataclass
 class MemoryGraph:
-    """The records of a memory file, checked: ``entities`` (``{"line", "name", "entity_type",
-    "observations"}``, names unique) and ``relations`` (``{"line", "from", "to", "type",
-    "memory_type"}``: entity names, the kg type and the file's ``relationType``; duplicates
-    dropped), in file order.
+    """The checked records of a memory file, in file order: ``entities`` (``{"line", "name",
+    "entity_type", "observations"}``, names unique), ``relations`` (``{"line", "from", "to",
+    "type", "memory_type"}``, duplicates dropped).
     """
 
     entities: list[dict[str, Any]] = field(default_factory=list)
@@ -83,9 +75,9 @@ def _string(record: dict[str, Any], key: str, line: int, *, blank_ok: bool = Fal
 
 
 def relation_type(memory_type: str) -> str:
-    """The kg relation type of a memory ``relationType``: itself when it is one; else each run of
-    characters a type may not hold replaced by ``_`` (``"works at"`` -> ``"works_at"``), with a
-    leading ``_`` when it would start with a digit or ``-``, cut at 255 characters.
+    """The kg relation type of a memory ``relationType``: itself if valid; else each run of other
+    characters as ``_`` (``"works at"`` -> ``"works_at"``), ``_`` first before a digit or ``-``,
+    at most 255 characters.
     """
     if _TYPE_RE.match(memory_type):
         return memory_type
@@ -96,16 +88,14 @@ def relation_type(memory_type: str) -> str:
 
 
 def parse_memory_jsonl(text: str) -> MemoryGraph:
-    """Read and check a memory file (UTF-8 decoded); the first malformed record is refused with its
-    line. O(number of records).
+    """Read and check a memory file; O(records).
 
     Raises
     ------
     kg.errors.InvalidInput
-        ``"line N: ..."`` (``details["line"]``): a line that is not a JSON object, a record
-        whose ``type`` is neither ``entity`` nor ``relation``, a field missing or of the wrong
-        type, an entity name without a letter or digit, an entity named twice, or a relation
-        whose ``from`` or ``to`` names no entity of the file.
+        ``"line N: ..."`` (``details["line"]``): not a JSON object, a ``type`` neither
+        ``entity`` nor ``relation``, a field missing or mistyped, a name without a letter or
+        digit, an entity named twice, a relation naming no entity of the file.
     """
     graph = MemoryGraph()
     seen: dict[str, int] = {}
@@ -173,31 +163,17 @@ def _entity_paths(session: Session, view: BranchView, workspace: str, graph: Mem
 
 def import_memory_jsonl(uow: UnitOfWork, repo: str, branch: str, text: str, *,
                         workspace: str = DEFAULT_WORKSPACE, create: bool = True) -> dict[str, Any]:
-    """Import a memory server's JSONL graph into a branch's ``workspace``, as one revision (or none);
-    ``create`` makes a missing repository and workspace.
-
-    The file is checked whole (:func:`parse_memory_jsonl`) before anything is written; the nodes
-    and relations that differ from what the branch holds are then written with
-    :func:`kg.ops.nodes.write_graph` (O(entities + relations) reads, one write transaction). See
-    the module docstring for the mapping.
-
-    Returns
-    -------
-    dict
-        ``{"revision", "entities", "relations", "nodes_written", "relations_written",
-        "unchanged"}``: the records read, what was written, and ``revision`` null (with
-        ``unchanged`` true) when the branch already held all of it.
+    """Import a memory file into ``workspace`` of a branch as one revision, or none when the branch
+    holds it all (``revision`` null, ``unchanged``); the file is checked whole first, then what
+    differs is written by :func:`kg.ops.nodes.write_graph`. ``create``: a missing repository and
+    workspace are made.
 
     Raises
     ------
     kg.errors.InvalidInput
-        A malformed record (``"line N: ..."``) or a bad name.
-    kg.errors.NotFound
-        Unknown branch (or repository or workspace without ``create``).
+        A malformed record (``"line N: ..."``).
     kg.errors.Conflict
         A node that is not a ``kg:Entity`` is at an entity's path.
-    kg.errors.Forbidden
-        The caller may not write the workspace.
     """
     graph = parse_memory_jsonl(text)
     ensure_repo_workspace(uow, repo, workspace, create=create)

@@ -1,19 +1,15 @@
-"""Lineage of a merge, planned before it is applied: the derived writes a merge makes and the
-mentions it leaves to the reviewer.
+"""Lineage of a merge, planned before it is applied: its derived writes, and the mentions it
+leaves to the reviewer.
 
-A merge changes texts on the target (the nodes it modifies or deletes) and brings derived
-edges whose source text the target holds in another version (a ``mentioned_in`` edge stamped
-with another ``source_hash``, a ``cites`` edge). What lineage then does is worked out here from
-the two branches as they stand and the merge's plan (:func:`kg.store.history.plan_merge`),
-without writing: the dry run (:func:`kg.ops.merge.preview_merge`) lists it and the merge
-(:func:`kg.ops.merge.merge_branch`) applies exactly that list, in the merge's revision.
-
-The rules are those of :func:`kg.ops.lineage.refresh_derived`, with one difference: every
-``mentioned_in`` edge a merge would look at is asserted by one side (the target holds it, or
-the source brings it), so a mention the merged text no longer names is never removed by the
-merge on its own. It is a *lineage decision*: a conflict of kind ``"lineage"`` that the
-reviewer resolves with ``{"from", "to", "type", "take": "keep" | "drop"}`` (keep the edge as it
-is, or remove it and flag the entity ``orphan`` if it is left with no edge).
+A merge changes texts on the target and brings derived edges whose source text the target
+holds in another version (``mentioned_in`` of another ``source_hash``, ``cites``). What lineage
+then does is worked out here from the two branches and the plan, without writing: the dry run
+lists it, the merge applies exactly that list in its revision. The rules are
+:func:`kg.ops.lineage.refresh_derived`'s but one: every ``mentioned_in`` edge a merge looks at
+is asserted by a side, so a mention the merged text no longer names is never removed on the
+merge's own. It is a *lineage decision*, a conflict of kind ``"lineage"`` the reviewer resolves
+with ``{"from", "to", "type", "take": "keep" | "drop"}`` (drop: remove it, flagging the entity
+``orphan`` if left with no edge).
 """
 
 from __future__ import annotations
@@ -65,13 +61,10 @@ class _Node:
 
 @dataclass
 class DerivedPlan:
-    """What lineage does in a merge: its writes and the decisions left to the reviewer.
-
-    ``writes`` are reported in the order applied, each ``{"kind", ...}``: ``"restamped"`` and
-    ``"unlinked"`` name the edge (``from``, ``type``, ``to`` addresses; a restamp its new
-    ``source_hash``), ``"orphaned"`` and ``"queued"`` a node (``workspace``, ``path``),
-    ``"stale"`` an answer and the citations it marks (``stale_citations`` without the
-    revision, which the merge adds). ``decisions`` are conflicts of kind ``"lineage"``.
+    """What lineage does in a merge: ``writes``, in the order applied, and ``decisions`` (conflicts
+    of kind ``"lineage"``). A write is ``{"kind", ...}``: ``restamped`` (with its new
+    ``source_hash``) and ``unlinked`` name an edge (``from``, ``type``, ``to``); ``orphaned`` and
+    ``queued`` a node; ``stale`` an answer and its ``stale_citations`` (the merge adds the revision).
     """
 
     writes: list[dict[str, Any]] = field(default_factory=list)
@@ -79,7 +72,7 @@ class DerivedPlan:
     _ids: list[tuple[str, str]] = field(default_factory=list)  # per write: (from or node id, to id)
 
     def counts(self) -> dict[str, int]:
-        """The writes by kind: ``{"unlinked", "restamped", "orphaned", "stale", "queued"}`` counts."""
+        """The writes by kind."""
         out = dict.fromkeys(KINDS, 0)
         for write in self.writes:
             out[write["kind"]] += 1
@@ -96,9 +89,8 @@ class DerivedPlan:
 
 def split_resolutions(resolutions: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]] | None,
                                                                           dict[RelKey, Take]]:
-    """Separate the lineage decisions' resolutions (``take`` ``keep`` / ``drop``), as ``{(from,
-    type, to): take}`` by address, from the merge's own (:func:`kg.store.history.plan_merge`;
-    None when there are none).
+    """Split off the lineage decisions' resolutions (``take`` ``keep``/``drop``) as ``{(from, type,
+    to): take}``; the merge's own are returned first (None when there are none).
 
     Raises
     ------
@@ -120,14 +112,11 @@ def split_resolutions(resolutions: list[dict[str, Any]] | None) -> tuple[list[di
 
 def plan_derived(services: Resources, session: Session, view: BranchView, plan: history.MergePlan,
                  decided: dict[RelKey, Take] | None = None) -> DerivedPlan:
-    """What lineage would do on the target (``view``: its head, or in the merge's transaction the
-    revision before the merge's) when ``plan`` is applied, with the lineage decisions ``decided``
-    (:func:`split_resolutions`); writes nothing.
-
-    One lookup of the derived edges pointing at the texts the merge changes, one of the nodes
-    at their ends, and one of the relations of each entity a removed mention may leave
-    orphan; a chunking of each changed text a stored answer cites. Equal branches, plan and
-    resolutions give an equal :class:`DerivedPlan`: the dry run's is the merge's.
+    """What lineage would do on the target (``view``: the head, or in the merge's transaction the
+    revision before it) when ``plan`` is applied with the decisions ``decided``; writes nothing.
+    A lookup of the derived edges at the changed texts, of the nodes at their ends, of the
+    relations of each entity that may be left orphan; a chunking of each changed text an answer
+    cites. Equal branches, plan and resolutions give an equal plan: the dry run's is the merge's.
 
     Raises
     ------
@@ -230,8 +219,9 @@ def _unused(decided: dict[RelKey, Take], out: DerivedPlan) -> None:
 
 
 def _after(session: Session, view: BranchView, plan: history.MergePlan, ids: set[str]) -> dict[str, _Node]:
-    """The nodes ``ids`` as the merge leaves them on the target (deleted ones with no
-    properties; nodes neither side holds are absent)."""
+    """The nodes ``ids`` as the merge leaves them on the target (deleted: no properties; held by
+    neither side: absent).
+    """
     out: dict[str, _Node] = {}
     names = plan.workspaces
     for change in plan.node_changes:
@@ -248,8 +238,7 @@ def _after(session: Session, view: BranchView, plan: history.MergePlan, ids: set
 
 def _stale_citations(services: Resources, session: Session, view: BranchView, answer: _Node, source: _Node,
                      hashes: dict[str, list[str] | None], stale: dict[str, list[dict[str, Any]]]) -> None:
-    """Add to ``stale[answer]`` the citations of ``source`` whose passage the merged text no
-    longer holds (:func:`kg.ops.lineage.stale_citations`, as :func:`kg.ops.lineage.refresh_derived`)."""
+    """Add to ``stale[answer]`` the citations of ``source`` the merged text no longer holds."""
     assert answer.properties is not None
     if source.node_id not in hashes:
         hashes[source.node_id] = (None if source.properties is None else
@@ -288,20 +277,16 @@ def _orphans(session: Session, view: BranchView, plan: history.MergePlan, ends: 
 
 
 def plan_digest(applied: dict[str, Any], derived: DerivedPlan) -> str:
-    """12 hexadecimal digits of sha256 over what a merge applies (:meth:`MergePlan.preview
-    <kg.store.history.MergePlan.preview>`) and what lineage writes: the part of a plan token
-    (:func:`kg.ops.merge.plan_token`) that the branches' heads alone do not fix (the resolutions,
-    the configuration: an LLM, the chunking). Equal for equal plans, resolutions and lineage
-    writes.
+    """12 hex digits of sha256 over what a merge applies and lineage writes: what the heads in a
+    plan token (:func:`kg.ops.merge.plan_token`) do not fix (resolutions, configuration).
     """
     text = json.dumps({"applied": applied, "derived": derived.writes}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
 def apply_derived(uow: UnitOfWork, ctx: WriteContext, derived: DerivedPlan) -> dict[str, int]:
-    """Write ``derived`` in the merge's revision, after the merge's own writes; returns
-    :meth:`DerivedPlan.counts`. Writes made here derive nothing
-    (:func:`kg.ops.text_store.put_text`), as in :func:`kg.ops.lineage.refresh_derived`.
+    """Write ``derived`` in the merge's revision after its own writes; :meth:`DerivedPlan.counts`.
+    These writes derive nothing (:func:`kg.ops.text_store.put_text`).
     """
     session = uow.session
     if derived.writes:

@@ -1,5 +1,6 @@
-"""Relation writes: RELATE, UNRELATE and INVALIDATE, one revision at most each, and the
-workspace's declaration of single-valued relation types (issue 17)."""
+"""Relation writes, RELATE, UNRELATE and INVALIDATE, one revision at most each; and a workspace's
+single-valued relation types (issue 17).
+"""
 
 from __future__ import annotations
 
@@ -18,9 +19,8 @@ MAX_INVALIDATED_BY = 2000
 
 
 def relation_dict(from_: str, to: str, version: RelationVersion, revision: int) -> dict[str, Any]:
-    """The API shape of a written relation version, endpoints as the caller named them:
-    ``{"from", "to", "type", "weight", "properties", "valid_from", "valid_to", "invalidated_by",
-    "revision"}``, times in ISO 8601 (UTC) or null.
+    """The API shape of a written relation version (:class:`kg.types.relations.Relation`), endpoints
+    as the caller named them.
     """
     return {"from": from_, "to": to, "type": version.rel_type, "weight": version.weight,
             "properties": version.properties, "valid_from": iso(version.valid_from),
@@ -31,25 +31,22 @@ def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_typ
            weight: float | None = None, properties: dict[str, Any] | None = None,
            valid_from: datetime | str | None = None, valid_to: datetime | str | None = None,
            message: str | None = None, actor: str | None = None) -> tuple[dict[str, Any], bool]:
-    """Assert a typed, weighted (None: unweighted) edge between two node addresses, as one revision;
-    returns ``(relation_dict, created)``, ``created`` False for a re-assertion (weight and
-    properties replaced).
+    """Assert a typed, weighted edge between two addresses as one revision: ``(relation, created)``,
+    a re-assertion replacing weight and properties. Needs ``write`` on the source's workspace and
+    ``read`` on the target's.
 
-    ``valid_from``, ``valid_to``: the world-time interval the fact holds in (timezone-aware, or ISO
-    8601 with a zone); None: unbounded. When the type is single-valued in the source's workspace
-    (:func:`set_relation_types`), the source's other current relation of that type is invalidated
-    at ``valid_from`` (or now) in this same revision.
+    ``valid_from``/``valid_to`` (timezone-aware, or ISO 8601 with a zone; None: unbounded) bound
+    the fact in world time. A type single-valued in the source's workspace
+    (:func:`set_relation_types`) invalidates the source's other current relation of that type at
+    ``valid_from`` (or now), in the same revision.
 
     Raises
     ------
     kg.errors.NotFound
-        The repository, branch or either node does not exist (or is in a workspace the
-        caller cannot see).
-    kg.errors.Forbidden
-        The caller may not write the source node's workspace, or read the target's.
+        Either node does not exist.
     kg.errors.InvalidInput
-        A bad address, type, weight or properties, a time without a zone, or ``valid_to``
-        earlier than ``valid_from``.
+        A bad type, weight or properties, a time without a zone, ``valid_to`` before
+        ``valid_from``.
     """
     start, end = maybe_aware(valid_from, "valid_from"), maybe_aware(valid_to, "valid_to")
     check_interval(start, end)
@@ -63,19 +60,15 @@ def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_typ
 def invalidate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str, *,
                valid_to: datetime | str | None = None, invalidated_by: str | None = None,
                message: str | None = None, actor: str | None = None) -> dict[str, Any]:
-    """Close a relation's validity at ``valid_to`` (timezone-aware or ISO 8601 with a zone; None:
-    now), as one revision; ``invalidated_by`` (at most 2,000 characters) says what superseded it,
-    e.g. ``from|type|to`` of the new relation. Returns :func:`relation_dict` of the new version.
+    """Close a relation's validity at ``valid_to`` (None: now), as one revision; ``invalidated_by``
+    (at most 2,000 characters) says what superseded it, e.g. the new relation's ``from|type|to``.
 
     Raises
     ------
     kg.errors.InvalidInput
-        A bad address or type, a time without a zone, ``valid_to`` earlier than the relation's
-        ``valid_from`` (nothing is written).
+        A bad type, a time without a zone, ``valid_to`` before the relation's ``valid_from``.
     kg.errors.NotFound
         No such relation (or node) on the branch.
-    kg.errors.Forbidden
-        As :func:`relate`.
     """
     end = aware(valid_to, "valid_to") if valid_to is not None else utcnow()
     if invalidated_by is not None and (not isinstance(invalidated_by, str) or not invalidated_by
@@ -90,9 +83,7 @@ def invalidate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel
 
 
 def get_relation_types(services: Resources, caller: Actor, repo: str, workspace: str) -> dict[str, Any]:
-    """The relation types declared single-valued per source in a workspace: ``{"workspace",
-    "single_valued": [...]}``, sorted; needs ``read`` on the workspace.
-    """
+    """A workspace's single-valued relation types, sorted: ``{"workspace", "single_valued"}``."""
     permit(services, caller, "read", repo, workspace=workspace)
     with services.db.read() as session:
         ws = repo_store.get_workspace(session, repo_store.get_repository(session, repo), workspace)
@@ -100,19 +91,14 @@ def get_relation_types(services: Resources, caller: Actor, repo: str, workspace:
 
 
 def set_relation_types(uow: UnitOfWork, repo: str, workspace: str, single_valued: Any) -> dict[str, Any]:
-    """Declare which relation types (at most 1,000) are single-valued per source in a workspace
-    (replaced whole; ``admin`` on the workspace); returns :func:`get_relation_types`.
-
-    A relation of a single-valued type asserted from a source that already has a current one
-    to another target invalidates the old one in the same revision (:func:`relate`). The
-    declaration is workspace configuration: it holds on every branch and is not versioned.
+    """Declare a workspace's single-valued relation types (at most 1,000, replaced whole; ``admin``):
+    a relation of such a type from a source with a current one to another target invalidates it
+    in the same revision (:func:`relate`). Workspace configuration: on every branch, unversioned.
 
     Raises
     ------
     kg.errors.InvalidInput
         Not a list of valid relation types.
-    kg.errors.NotFound, kg.errors.Forbidden
-        Unknown repository or workspace, or one the caller may not administer.
     """
     if not isinstance(single_valued, list) or len(single_valued) > 1000:
         raise InvalidInput("single_valued must be a list of at most 1000 relation types",
@@ -128,17 +114,13 @@ def set_relation_types(uow: UnitOfWork, repo: str, workspace: str, single_valued
 
 def unrelate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str | None = None, *,
              message: str | None = None, actor: str | None = None) -> dict[str, Any]:
-    """Remove the edges from ``from_`` to ``to`` of ``rel_type`` (None: every type); returns
-    ``{"revision", "deleted"}``, and makes no revision (``revision`` None) when there was no edge.
+    """Remove the edges from ``from_`` to ``to`` of ``rel_type`` (None: every type):
+    ``{"revision", "deleted"}``, no revision (None) when there was none.
 
     Raises
     ------
     kg.errors.NotFound
-        Unknown repository, branch or node.
-    kg.errors.Forbidden
-        As :func:`relate`.
-    kg.errors.InvalidInput
-        A bad address or type.
+        No such node.
     """
     uow.authorize_relation(repo, branch, from_, to)
     ctx = uow.begin(repo, branch, message=message, actor=actor)

@@ -1,13 +1,12 @@
 """A node's text, planned and stored: its content key, its chunks, its embedding job.
 
-The lower half of the one text-writing path (:func:`kg.ops.texts.write_node`), without the
-lineage refresh that path adds: the text is planned under the workspace's embedding settings
-as the transaction sees them (its content key); chunks embedded before the transaction
-(:func:`prepare_chunks`, the slow part, done outside any lock) are stored only if that key
-still holds; the node version is put; the embedding job is queued in the same transaction
-(none when the chunks exist); and the unit of work indexes the queued text once it has
-committed. :mod:`kg.ops.lineage` writes through :func:`put_text` (its own writes derive
-nothing), everything else through :func:`kg.ops.texts.write_node`.
+The lower half of the text-writing path (:func:`kg.ops.texts.write_node`), without its lineage
+refresh: the text is planned under the workspace's settings as the transaction sees them (its
+content key); chunks embedded before the transaction (:func:`prepare_chunks`, the slow part,
+outside any lock) are stored only if that key still holds; the node version is put; the
+embedding job is queued in the same transaction (none when chunks exist); the unit of work
+indexes the text once committed. :mod:`kg.ops.lineage` writes through :func:`put_text` (its
+writes derive nothing), all else through :func:`kg.ops.texts.write_node`.
 """
 
 from __future__ import annotations
@@ -40,9 +39,8 @@ from kg.store.repos import WriteContext, get_repository, get_workspace
 
 @dataclass(frozen=True)
 class EmbeddedText:
-    """A node's text as planned (``plan``, under the settings read when it was made) and embedded
-    before its write transaction; ``chunks`` is empty when they were stored already or nothing was
-    embedded (``prepare_chunks(..., embed=False)``).
+    """A node's text as planned (under the settings read then) and embedded before its write
+    transaction; ``chunks`` empty when stored already or not embedded (``embed=False``).
     """
 
     plan: TextPlan
@@ -51,7 +49,6 @@ class EmbeddedText:
 
 def _plan(services: Resources, session: Session, repo: Repository, workspace_name: str,
           properties: dict[str, Any]) -> tuple[TextPlan, Embedder]:
-    """The text plan of ``properties`` and the embedder of the workspace's settings."""
     # A workspace's settings are read once per transaction (a write holds the repository lock,
     # which re-embedding takes too, so they cannot change under it).
     memo = session.info.setdefault("kg_workspace_embedding", {})
@@ -66,19 +63,16 @@ def _plan(services: Resources, session: Session, repo: Repository, workspace_nam
 
 def plan_for(services: Resources, session: Session, repo: Repository, workspace_name: str,
              properties: dict[str, Any]) -> TextPlan:
-    """The text plan (chunking and content key, None: no text) of validated properties under the
-    workspace's embedding settings as ``session`` sees them; no model call.
+    """The text plan (content key; None: no text) of properties under the workspace's settings as
+    ``session`` sees them; no model call.
     """
     return _plan(services, session, repo, workspace_name, properties)[0]
 
 
 def chunk_hashes(services: Resources, session: Session, repo: Repository, workspace_name: str,
                  properties: dict[str, Any]) -> list[str]:
-    """sha256 (hex) of each chunk of a node's text, in chunk-index order (empty without text); no
-    model call, the workspace's embedder counts tokens.
-
-    What a stored answer's citation records of the passage it cites, and what lineage compares
-    it with when the node changes (:mod:`kg.ops.lineage`).
+    """sha256 of each chunk of a node's text, by index: what a citation records of its passage and
+    lineage compares with (:mod:`kg.ops.lineage`); no model call.
     """
     plan, embedder = _plan(services, session, repo, workspace_name, properties)
     return [hashlib.sha256(p.text.encode("utf-8", "surrogatepass")).hexdigest() for p in plan_pieces(plan, embedder)]
@@ -87,11 +81,8 @@ def chunk_hashes(services: Resources, session: Session, repo: Repository, worksp
 def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]], *,
                    embed: bool = True, progress: Callable[[int], None] | None = None) -> list[EmbeddedText]:
     """Plan and embed, outside any transaction, the text of ``(workspace, properties)`` items whose
-    chunks are not stored yet (the ``embedded`` of :func:`put_text` and
-    :func:`kg.ops.texts.write_node`): one per item, in order, items of one text sharing its chunks.
-
-    ``embed=False`` plans only (the indexer embeds the texts after their writes); ``progress`` is
-    told the number of passages embedded after each embedder call.
+    chunks are not stored: one :class:`EmbeddedText` per item, items of one text sharing it.
+    ``embed=False`` plans only; ``progress`` is told the passages embedded after each call.
 
     Raises
     ------
@@ -118,22 +109,16 @@ def put_text(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *, n
                properties: dict[str, Any], order: float | None = None, parents: bool = False,
                if_revision: int | None = None,
                embedded: EmbeddedText | None = None) -> tuple[NodeVersion, bool]:
-    """Write a node with its text in the unit of work, deriving nothing (no lineage refresh);
-    returns ``(version, created)``.
-
-    Validates the input, plans the text under the workspace's embedding settings as this
-    transaction sees them, puts the node version (refused if it changed after
-    ``if_revision``; missing ancestors made folders with ``parents``), stores the chunks of
-    ``embedded`` (:func:`prepare_chunks`) if they were embedded under those same settings (else
-    the indexer embeds the text anew), queues the text's embedding job unless its chunks are
-    stored, and has the unit of work index it once committed.
+    """Write a node with its text, deriving nothing (the module's path): ``(version, created)``;
+    ``embedded`` (:func:`prepare_chunks`) is stored if made under the same settings, else the
+    indexer embeds the text anew.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad path, type, properties or order.
+        Bad type, properties or order.
     kg.errors.NotFound
-        Unknown workspace, or a missing parent without ``parents``.
+        A missing parent without ``parents``.
     kg.errors.Conflict
         The node changed after ``if_revision``.
     """
