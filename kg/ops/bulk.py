@@ -836,22 +836,16 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
                   branch: str = MAIN, batch_size: int | None = None, create: bool = True,
                   message: str | None = None) -> dict[str, Any]:
     """Import a file of records (:mod:`kg.ops.bulk`) into a branch: one revision, or one per
-    ``batch_size`` records (nodes, then relations; a batch the database refuses leaves the
-    earlier, committed, ones written). Chunks with vectors are stored and placed in the search
-    index; only texts without chunks are queued. O(records): a parse per line, a lookup per 500
-    addresses the branch must hold, an executemany per 20,000 rows (``bench/import_rate.py``).
+    ``batch_size`` records (nodes, then relations; a batch the database refuses leaves the earlier,
+    committed, ones written). Chunks with vectors are stored and placed in the search index; only
+    texts without chunks are queued. O(records): a parse per line, a lookup per 500 addresses the
+    branch must hold, an executemany per 20,000 rows (``bench/import_rate.py``).
 
     Needs ``write`` on the branch and on each node's and relation source's workspace, ``read`` on
     each relation target's; with ``create``, what creating a missing repository (with the
     header's workspaces) or workspace needs (:func:`kg.access.authorize_new_repository`).
-
-    Returns
-    -------
-    dict
-        ``{"repo", "branch", "revision", "revisions", "nodes", "relations", "unchanged",
-        "chunks", "queued", "created_repository"}``: records written, and ``unchanged``
-        (``{"nodes", "relations"}``) those the branch held alike, given no new version;
-        ``revision`` the last written (None for no record or a re-import of what it holds).
+    Answers the records written, those ``unchanged`` (held alike: no new version), and the last
+    ``revision`` (None when nothing was written).
 
     Raises
     ------

@@ -159,22 +159,12 @@ RELATIONS_MESSAGE = "ingest relations ("
 class FilePlan:
     """What the ingest of one file does at its node (:func:`plan_file`).
 
-    Attributes
-    ----------
-    action : {"insert", "write", "skip", "record", "review"}
-        ``insert`` a new node; ``write`` the merged value; ``skip`` an unchanged file or a node
-        that is its parse already; ``record`` the hash alone (people deleted the node, or hold
-        every value the file changed); ``review``: the file's version goes to the review branch.
-    value : dict or None
-        The flat value written (``insert``, ``write``) or kept (``record``; None: stays deleted).
-    kept : list of dict
-        ``{"path", "key", "kept", "file"}`` per property both the person and the file changed.
-    kept_deleted : bool
-        People deleted the node and the file changed: it stays deleted.
-    review_value : dict or None
-        The review branch's value: the merge with the file's values where they clash.
-    base_relations : list of (str, str), or None
-        The relations the file asserted at its last ingest; None: unknown.
+    ``action``: ``insert`` a new node; ``write`` the merged ``value``; ``skip`` an unchanged file
+    or a node that is its parse; ``record`` the hash alone, keeping ``value`` (people deleted the
+    node, ``kept_deleted``, or hold every value the file changed); ``review``: the file's version
+    (``review_value``) goes to the review branch. ``kept`` lists ``{"path", "key", "kept",
+    "file"}`` per property both sides changed; ``base_relations`` the relations of the last
+    ingest (None: unknown).
     """
 
     node: FileNode
@@ -216,12 +206,11 @@ def file_sha256(node: FileNode) -> str:
 
 def merge_file(base: dict[str, Any] | None, ours: dict[str, Any],
                theirs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """Three-way merge of flat values: ``(merged, conflicting keys)``, ours kept on a conflict.
-
-    Per key, as diff3 per line: a key only the file (``theirs``) changed takes its value, one only
-    the person (``ours``) changed keeps theirs, one changed alike is that value, one changed
-    differently is a conflict; ``sha256`` is always the file's. ``base`` None (no ingest recorded
-    it): every differing key counts as changed on both sides. O(k).
+    """Three-way merge of flat values: ``(merged, conflicting keys)``, ours kept on a conflict. Per
+    key, as diff3 per line: a key only the file (``theirs``) changed takes its value, one only the
+    person (``ours``) changed keeps theirs, one changed alike is that value, one changed
+    differently is a conflict; ``sha256`` is the file's. With ``base`` None (no ingest recorded),
+    every differing key counts as changed on both sides. O(k).
 
     >>> base = {"status": "Draft", "title": "T"}
     >>> merge_file(base, {"status": "Final", "title": "T"}, {"status": "Draft", "title": "U"})
@@ -439,22 +428,15 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
                 skip_unreadable: bool = False, conflicts: str = "keep",
                 review_branch: str | None = None) -> IngestReport:
     """Ingest a file or a folder (recursively: .md, .markdown, .txt, .rst, .text) into ``repo`` /
-    ``workspace`` on ``branch``; the report. The CLI calls it as :data:`kg.context.OPERATOR`.
+    ``workspace`` on ``branch`` in the format ``format_name``; the report. The CLI calls it as
+    :data:`kg.context.OPERATOR`; ``on_files`` is told the number of files, ``on_progress`` the
+    number done after each group.
 
-    Parameters
-    ----------
-    format_name : str
-        A key of :data:`kg.ops.formats.FORMATS`.
-    on_files, on_progress : callable(int), optional
-        Told the number of files once listed; the number done after each group.
-    skip_unreadable : bool
-        Skip (and report in ``unreadable``) a file that cannot be read (not UTF-8, no permission,
-        refused by the format); False: refuse the ingest before anything is written.
-    conflicts : {"keep", "review"}
-        A property both a person and the file changed: ``keep`` the person's value; ``review``:
-        also leave the node unwritten and write the file's version on a new branch
-        (``review_branch``; default ``ingest/<UTC time>``, made only if needed). The report
-        lists them in ``kept_edits`` either way.
+    ``skip_unreadable`` skips (reports in ``unreadable``) a file that cannot be read, else the
+    ingest is refused before any write. ``conflicts``: a property both a person and the file
+    changed keeps the person's value (``keep``), and with ``review`` the file's version goes to a
+    new branch (``review_branch``, default ``ingest/<UTC time>``, made if needed); ``kept_edits``
+    lists them either way.
 
     Raises
     ------

@@ -215,20 +215,11 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
 
 @dataclass
 class GraphWrite:
-    """Nodes and relations to write as one revision (:func:`write_graph`).
-
-    Attributes
-    ----------
-    upserts : list of dict
-        ``{"workspace", "path", "node_type", "properties", "order"?}``: missing ancestors made
-        ``kg:Folder``; written shallowest first as :func:`batch` does, answered in list order.
-    relations : list of dict
-        ``{"from", "to", "type", "weight"?, "properties"?}``, asserted after the upserts.
-    unrelations : list of dict
-        ``{"from", "to", "type"}``: edges to remove (one that does not exist is ignored).
-    invalidations : list of dict
-        ``{"from", "to", "type", "invalidated_by"?}``: edges that stop holding now, after the
-        relations (issue 17); one not current now is ignored.
+    """Nodes and relations to write as one revision (:func:`write_graph`): ``upserts`` (as
+    :func:`batch`'s, missing ancestors made ``kg:Folder``, answered in list order), then
+    ``relations`` (``{"from", "to", "type", "weight"?, "properties"?}``), ``unrelations`` and
+    ``invalidations`` (``{"from", "to", "type", "invalidated_by"?}``: edges that stop holding now,
+    issue 17); an unrelation or invalidation of no current edge is ignored.
     """
 
     upserts: list[dict[str, Any]] = field(default_factory=list)
@@ -241,11 +232,9 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
                 plan: Callable[[Session, BranchView], GraphWrite | None], *,
                 message: str | None = None, actor: str | None = None) -> dict[str, Any] | None:
     """Write nodes and the relations between them as one revision, all or nothing, as :func:`batch`.
-
     ``plan(session, view)`` runs in the write transaction once the branch is locked, on the head
-    as the caller may read it: what it reads cannot change before the commit. Its None writes
-    nothing and answers None; else ``{"revision", "upserted", "related", "unrelated",
-    "invalidated"}`` (the invalidations that closed a relation current then).
+    as the caller may read it, so what it reads cannot change before the commit; its None writes
+    nothing and answers None.
 
     Raises
     ------

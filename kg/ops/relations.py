@@ -33,12 +33,10 @@ def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_typ
            message: str | None = None, actor: str | None = None) -> tuple[dict[str, Any], bool]:
     """Assert a typed, weighted edge between two addresses as one revision: ``(relation, created)``,
     a re-assertion replacing weight and properties. Needs ``write`` on the source's workspace and
-    ``read`` on the target's.
-
-    ``valid_from``/``valid_to`` (timezone-aware, or ISO 8601 with a zone; None: unbounded) bound
-    the fact in world time. A type single-valued in the source's workspace
-    (:func:`set_relation_types`) invalidates the source's other current relation of that type at
-    ``valid_from`` (or now), in the same revision.
+    ``read`` on the target's. ``valid_from``/``valid_to`` (timezone-aware or ISO 8601 with a zone;
+    None: unbounded) bound the fact in world time; a type single-valued in the source's workspace
+    (:func:`set_relation_types`) invalidates the source's other current one at ``valid_from`` (or
+    now) in the same revision.
 
     Raises
     ------

@@ -184,13 +184,10 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
 
 def set_workspace_embedding(services: Resources, caller: Actor, repo: str, workspace: str, raw: Any, *,
                             reembed: bool = False) -> dict[str, Any]:
-    """Change a workspace's embedding model or chunking (``raw``: ``{"model"?, "chunking"?}``);
-    with ``reembed``, rebuild it blue/green (:class:`kg.types.repos.EmbeddingChange`). Needs
-    ``admin``.
-
-    Not one unit of work: the new model is probed (a remote server may take seconds) between
-    reading the settings and writing them, with no lock held;
-    :func:`kg.indexing.reembed.reembed_workspace` runs each write as a unit of work.
+    """Change a workspace's embedding model or chunking (``raw``: ``{"model"?, "chunking"?}``), with
+    ``reembed`` rebuilding it blue/green; needs ``admin``. Not one unit of work: the new model is
+    probed (a remote server may take seconds) with no lock held;
+    :func:`kg.indexing.reembed.reembed_workspace` makes each write a unit of work.
 
     Raises
     ------
@@ -199,8 +196,7 @@ def set_workspace_embedding(services: Resources, caller: Actor, repo: str, works
     kg.errors.InvalidInput, kg.errors.ProviderError, kg.errors.BackendUnavailable
         See :func:`kg.indexing.reembed.reembed_workspace`.
     kg.errors.RateLimited
-        ``reembed`` beyond the caller's rate (``KG_RATE_EXPENSIVE_PER_MIN``): a re-embed is
-        charged as one expensive call, whether or not the settings differ.
+        ``reembed`` beyond ``KG_RATE_EXPENSIVE_PER_MIN``: charged whether the settings differ or not.
     """
     permit(services, caller, "admin", repo, workspace=workspace)
     if reembed:

@@ -1,10 +1,8 @@
 """Ingest formats: how ``kg ingest --format NAME`` turns a file into a node and its relations.
 
-A format is a small plugin (:class:`kg.ops.formats.base.IngestFormat`): it reads one file's
-text into a :class:`~kg.ops.formats.base.FileNode` (path, type, properties, relations to
-other paths) and names the stub node that stands for a relation's target outside the
-corpus. The library core (:mod:`kg.ops.ingest`) knows none of them; :data:`FORMATS` is the
-registry.
+A format (:class:`kg.ops.formats.base.IngestFormat`) reads a file's text into a
+:class:`~kg.ops.formats.base.FileNode` and names the stub of a relation target outside the
+corpus; :mod:`kg.ops.ingest` knows none of them, :data:`FORMATS` is the registry:
 
 ========  ==================================================================================
 text      every file a ``kg:Document`` (the default)
@@ -29,7 +27,7 @@ __all__ = ["DEFAULT_FORMAT", "FORMATS", "FileNode", "IngestFormat", "get_format"
 
 
 def get_format(name: str) -> IngestFormat:
-    """The ingest format registered in :data:`FORMATS` as ``name``.
+    """The format registered as ``name``.
 
     Raises
     ------

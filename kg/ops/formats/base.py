@@ -10,9 +10,8 @@ from typing import Any
 
 @dataclass
 class FileNode:
-    """A node parsed from a file, and the ``(relation type, target path)`` relations it asserts in
-    the same workspace; ``source`` is the file relative to the ingested folder (in the revision
-    message), and the ingest adds ``sha256`` of its bytes to the properties.
+    """A node parsed from a file with the ``(type, target path)`` relations it asserts in its
+    workspace; ``source``: the file below the ingested folder. The ingest adds ``sha256``.
     """
 
     path: str
@@ -24,16 +23,9 @@ class FileNode:
 
 @dataclass(frozen=True)
 class IngestFormat:
-    """How one kind of file becomes a node (a plugin of :data:`kg.ops.formats.FORMATS`).
-
-    Attributes
-    ----------
-    read : callable(text, relative) -> FileNode
-        The node of a file's text (UTF-8 decoded); ``relative`` is the file's path below the
-        ingested folder.
-    stub : callable(path) -> FileNode, or None
-        The node standing for a relation target no file of the corpus holds; None: the format
-        makes no relation outside the corpus.
+    """How one kind of file becomes a node: ``read(text, relative)`` gives a file's node (``relative``:
+    its path below the ingested folder), ``stub(path)`` the node of a relation target no file holds
+    (None: the format relates nothing outside the corpus).
     """
 
     name: str

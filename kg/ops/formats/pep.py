@@ -1,10 +1,9 @@
 """The ``pep`` format: Python Enhancement Proposals (``kg ingest --format pep``).
 
-A PEP (reStructuredText with an RFC 822 style header, PEP 1 / PEP 12) becomes a node at
-``/pep-NNNN`` with its header fields as properties and its body as ``body``; its ``Requires``,
-``Replaces`` and ``Superseded-By`` headers become relations ``requires``, ``replaces`` and
-``superseded_by``. A relation to a PEP the corpus does not hold gets a ``pep:External`` stub
-node. A file without a PEP header is a plain document (:mod:`kg.ops.formats.text`).
+A PEP (reStructuredText under an RFC 822 style header, PEP 1 and PEP 12) becomes a node at
+``/pep-NNNN``, header fields as properties, body as ``body``; ``Requires``, ``Replaces`` and
+``Superseded-By`` become relations ``requires``, ``replaces``, ``superseded_by``, a target
+outside the corpus a ``pep:External`` stub. A file without a PEP header is a plain document.
 """
 
 from __future__ import annotations
@@ -23,15 +22,11 @@ _PEP_NUMBER_RE = re.compile(r"(?:pep-?)?(\d{1,5})", re.IGNORECASE)
 
 
 def pep_numbers(value: str) -> list[int]:
-    """The PEP numbers a header's list names, in order: comma- or space-separated numbers, each
-    optionally written ``PEP 8`` or ``pep-0008``; a token that is not a whole number is not a PEP.
+    """The PEP numbers a header's list names, in order (``703, 793``, ``PEP 8``, ``pep-0008``); a
+    token that is not a whole number is not a PEP.
 
-    >>> pep_numbers("703, 793, 697")
-    [703, 793, 697]
-    >>> pep_numbers("PEP 484, pep-0008")
-    [484, 8]
-    >>> pep_numbers("not-a-number, 12x")
-    []
+    >>> pep_numbers("703, 793, 697"), pep_numbers("PEP 484, pep-0008"), pep_numbers("not-a-number, 12x")
+    ([703, 793, 697], [484, 8], [])
     """
     found = (_PEP_NUMBER_RE.fullmatch(token) for token in re.split(r"[,\s]+", value))
     return [int(match.group(1)) for match in found if match is not None]
@@ -43,12 +38,8 @@ def pep_path(number: int) -> str:
 
 
 def parse_pep(text: str) -> tuple[dict[str, str], str] | None:
-    """Split a PEP into its header fields (lower-case names, continuation lines joined) and body;
-    None when the first line is not ``PEP: <number>``.
-
-    References
-    ----------
-    PEP 1 and PEP 12: the header preamble is RFC 2822 style, continuation lines indented.
+    """A PEP's header fields (lower-case names, indented continuation lines joined, RFC 2822 style
+    as PEP 1 and PEP 12 say) and body; None when the first line is not ``PEP: <number>``.
     """
     lines = text.splitlines()
     if not lines or not re.match(r"^PEP:\s*\d+\s*$", lines[0]):
@@ -74,9 +65,7 @@ def parse_pep(text: str) -> tuple[dict[str, str], str] | None:
 
 
 def pep_node(text: str, source: str) -> FileNode | None:
-    """A ``pep:PEP`` node at :func:`pep_path` of its number, with its relations; None when ``text``
-    is not a PEP.
-    """
+    """A ``pep:PEP`` node at :func:`pep_path` with its relations; None when ``text`` is not a PEP."""
     parsed = parse_pep(text)
     if parsed is None:
         return None
@@ -108,9 +97,7 @@ def read_pep_file(text: str, relative: Path) -> FileNode:
 
 
 def external_pep(path: str) -> FileNode:
-    """The ``pep:External`` stub (``{"pep": NNNN, "in_corpus": False}``) at ``path``, of a PEP the
-    corpus does not hold.
-    """
+    """The ``pep:External`` stub (``{"pep": NNNN, "in_corpus": False}``) at ``path``."""
     number = path.rsplit("-", 1)[-1].lstrip("0") or "0"
     return FileNode(path, "pep:External", {"pep": int(number), "in_corpus": False})
 

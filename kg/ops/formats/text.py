@@ -17,9 +17,8 @@ def _segment(name: str) -> str:
 
 
 def document_node(text: str, relative: Path) -> FileNode:
-    """A ``kg:Document`` with ``content`` (the text), ``title`` (its first heading or file name) and
-    ``source``, no relations; its path follows the file's without the suffix (``notes/a b.md`` ->
-    ``/notes/a b``).
+    """A ``kg:Document`` with ``content``, ``title`` (first heading or file name) and ``source``, at
+    the file's path without its suffix (``notes/a b.md`` -> ``/notes/a b``).
     """
     title = relative.stem
     for line in text.splitlines():
