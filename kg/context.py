@@ -60,7 +60,8 @@ to its function (and any class its own body raises):
   says which grant a use case needs when it is not ``read`` or ``write`` on the branch);
 - :class:`kg.errors.Unauthenticated`: an anonymous caller while ``KG_AUTH`` is on;
 - :class:`kg.errors.InvalidInput`: a malformed name, path or address
-  (:mod:`kg.store.paths`), or an ``actor`` longer than 255 characters.
+  (:mod:`kg.store.paths`), an ``actor`` longer than 255 characters, an ``at_revision`` not
+  written yet, a ``limit`` out of its range, a ``cursor`` not made by the same listing.
 """
 
 from __future__ import annotations

@@ -930,11 +930,6 @@ def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = M
     One window query for the nodes, one for the relations, a chunk read per 500 keys; nodes and
     relations are sorted in memory (by code point, parents first: two exports of one content are
     byte for byte equal), chunks streamed.
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A revision not written yet.
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         default = services.settings.embedding_model

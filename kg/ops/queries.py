@@ -149,12 +149,8 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
 def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, prefix: str, *,
                 limit: int = 1000, cursor: str | None = None, at_revision: int | None = None,
                 mode: str = "segments") -> tuple[list[dict[str, Any]], str | None]:
-    """A page of the nodes under ``prefix`` by path (:func:`kg.store.paths.path_has_prefix`).
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A malformed prefix, mode or cursor.
+    """A page of the nodes under ``prefix`` by path (:func:`kg.store.paths.path_has_prefix` in
+    ``mode``).
     """
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
@@ -165,13 +161,7 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
 
 def references(services: Resources, caller: Actor, repo: str, branch: str, target: str, *, limit: int = 1000,
                at_revision: int | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """``(rows, truncated)``: the nodes whose properties refer to ``target``, with the property key.
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A bad limit.
-    """
+    """``(rows, truncated)``: the nodes whose properties refer to ``target``, with the property key."""
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return list_references(session, view, target, limit=limit)
 
@@ -184,12 +174,8 @@ MAX_LOG_CHANGES = history.MAX_LOG_CHANGES
 def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, limit: int = 100,
                  before: int | None = None, at_revision: int | None = None,
                  max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
-    """The branch's history, newest first, before ``before`` (:func:`kg.store.history.revision_log`).
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        ``limit`` or ``max_changes`` out of range.
+    """The branch's history, newest first, before ``before`` (:func:`kg.store.history.revision_log`;
+    ``max_changes`` 0 to 10,000).
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         return history.revision_log(session, view, limit=limit, before=before, max_changes=max_changes)

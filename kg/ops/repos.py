@@ -48,11 +48,6 @@ def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
                       cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
     """A page of the repositories ``caller`` may see, by name: ``limit + 1`` rows at a time after
     the cursor, skipping the unseen, so O(limit) for a caller who sees them all.
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A limit outside 1..10,000, or a cursor not of this listing.
     """
     admit(services, caller)
     check_limit(limit)
