@@ -109,19 +109,11 @@ def property_changes(old: dict[str, Any] | None, new: dict[str, Any] | None) -> 
 def three_way_properties(base: dict[str, Any], ours: dict[str, Any],
                          theirs: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
     """Merge two node values at property level against their base: ``(merged, conflicting_keys)``,
-    ``merged`` None when some key changed differently on both sides.
+    ``merged`` None when some key changed differently on both sides. Per key, as diff3 per line
+    (S. Khanna, K. Kunal, B. C. Pierce, "A formal investigation of diff3", FSTTCS 2007): a key
+    changed on one side takes that side's value; changed on both, it must be changed alike.
+    ``node_type`` and ``order`` merge like properties. O(k) for k keys.
 
-    Per key, as diff3 does per line [1]_: a key changed on one side only takes that side's value;
-    changed on both, it must be changed alike. ``node_type`` and ``order`` merge like properties.
-    O(k) for k keys.
-
-    References
-    ----------
-    .. [1] S. Khanna, K. Kunal and B. C. Pierce, "A formal investigation of diff3", FSTTCS 2007,
-       LNCS 4855, pp. 485-496.
-
-    Examples
-    --------
     >>> base = {"node_type": "Note", "properties": {"a": 1, "b": 2}, "order": None}
     >>> ours = {**base, "properties": {"a": 9, "b": 2}}
     >>> three_way_properties(base, ours, {**base, "properties": {"a": 1, "b": 3}})[0]["properties"]
@@ -236,12 +228,11 @@ def _target_moved(session: Session, branch_id: int, since: int, before: int | No
 
 @dataclass(frozen=True)
 class MergeBase:
-    """The last state two branches shared: ``since``, the revision after which the source's own
-    versions are candidates; ``time``, the fork revision or the last merge's (a branch with
-    revisions after it has moved since); ``revision``, the revision of ``view.branch`` the base is
-    reported at: the fork, or the source revision of the last merge (``view.revision`` is capped
-    at that branch's head, which a merge's own revision moves: reporting it would make a dry run
-    and the merge disagree about one base).
+    """The last state two branches shared. ``since``: the source's versions after it are the
+    candidates; ``time``: the fork or the last merge's revision (a branch with later ones has
+    moved); ``revision``: what is reported, the fork or the last merge's source revision (not
+    ``view.revision``, capped at a head that a merge's own revision moves: a dry run and its merge
+    would disagree on the base).
     """
 
     view: BranchView
@@ -494,21 +485,15 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
     """Plan a merge of ``source_name`` into ``target_name`` (parent and child, either way), writing
     nothing; unresolved conflicts are in the plan's ``conflicts``. O(c log n) for c entities the
     source changed since the base; node values merge by :func:`three_way_properties`.
-
-    Parameters
-    ----------
-    resolutions : list of dict, optional
-        ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value": {...}}`` for a node
-        conflict (``value``: all its properties) or a node whose parent is deleted on one side
-        (:func:`_apply_orphan_resolutions`); ``{"from", "to", "type", "take"}`` for a relation.
-    writing_revision : int, optional
-        The revision the merge is being written as: not counted as the target having moved.
+    ``writing_revision``: the merge's own revision, not counted as the target having moved.
+    ``resolutions``: ``{"workspace", "path", "take": "ours" | "theirs" | "value", "value"}`` for a
+    node conflict (``value``: all its properties) or a node whose parent one side deleted,
+    ``{"from", "to", "type", "take"}`` for a relation.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Not parent and child, the same branch, or a malformed resolution or one that names no
-        conflict.
+        Not parent and child, the same branch, a malformed resolution or one naming no conflict.
     """
     if source_name == target_name:
         raise InvalidInput("a branch cannot be merged into itself")
@@ -994,14 +979,11 @@ MAX_LOG_CHANGES = 10_000
 def revision_log(session: Session, view: BranchView, *, limit: int = 100, before: int | None = None,
                  max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
     """The revisions of a branch's history (its own, its ancestors' up to the fork), newest first,
-    with their changes (:class:`kg.types.branches.Revision`).
-
-    A restricted reader (``view.readable``) sees only the revisions that changed a node of a
-    workspace it reads or a relation between two such nodes, and only those changes. ``limit`` is
-    1 to 1000, ``before`` the previous page's last number; ``max_changes`` (0 to 10,000) caps the
-    changes listed (nodes, then relations, in write order), ``change_count`` counts them all. Per
-    revision at most ``max_changes + 1`` rows are read, and an index count for a bigger one: a
-    bulk import is one revision of millions of writes (a page at 20,000 nodes and 100,000
+    with their changes (:class:`kg.types.branches.Revision`). A restricted reader sees only those
+    that changed a node it reads or a relation between two, and only those changes.
+    ``max_changes`` (0 to 10,000) caps the changes listed (nodes, then relations, in write order),
+    ``change_count`` counts all: at most ``max_changes + 1`` rows a revision and an index count,
+    as a bulk import is one revision of millions of writes (a page at 20,000 nodes and 100,000
     relations took 3,950 ms listed whole, 33 ms so).
 
     Raises

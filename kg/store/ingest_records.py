@@ -1,15 +1,11 @@
 """Ingest records: the file hash and merge base of a node's last ingest, per branch.
 
-An ingest (:mod:`kg.ops.ingest`) writes one :class:`~kg.store.models.IngestRecord` per file it
-writes or records, at its revision. A branch sees its chain's records as it sees node versions,
-so an ingest compares a file with what that branch last ingested; an edit or a delete of the
-node leaves the record as it was.
-
-A record's *base*, the base of the next three-way merge (``ours``: the node now, ``theirs``:
-the file's new parse), is the file's parse as of that ingest: the node as the ingest wrote it
-(read at the record's revision) with the record's ``base_patch`` applied (null when the ingest
-wrote the parse exactly). Values are *flat*: the properties with the type under
-``kg:node_type``, so a type change merges like a property change.
+An ingest (:mod:`kg.ops.ingest`) writes one :class:`~kg.store.models.IngestRecord` per file at
+its revision; a branch sees its chain's records as it sees node versions, and an edit or a
+delete of the node leaves them. A record's *base* (of the next three-way merge: ``ours`` the
+node now, ``theirs`` the new parse) is the file's parse then: the node as the ingest wrote it
+(read at the record's revision) with the record's ``base_patch`` (null when the ingest wrote
+the parse exactly). Values are *flat*: the type under ``kg:node_type``, merging as a property.
 """
 
 from __future__ import annotations

@@ -35,10 +35,9 @@ def node_uid(repo_uid: str, workspace_id: int, path: str) -> str:
     """The id of the node at ``path`` of a workspace: the same on every branch, for ever.
 
     A node's identity across branches is its address (DESIGN.md, "Branches"): two branches that
-    both create ``/entities/acme`` made one node, and a node deleted and created again at its path
-    is that node again. So the id is a name-based UUID (version 5, RFC 9562 section 5.5) of the
-    repository's uid, the workspace and the path, and every table keyed by node id (relations,
-    references, index placements) is keyed by address.
+    both create ``/entities/acme`` made one node, a node deleted and created again is that node
+    again. So the id is a name-based UUID (version 5, RFC 9562 section 5.5) of the repository's
+    uid, the workspace and the path: relations, references, index placements are keyed by address.
 
     >>> a = node_uid("00000000-0000-0000-0000-000000000001", 1, "/entities/acme")
     >>> a == node_uid("00000000-0000-0000-0000-000000000001", 1, "/entities/acme")
@@ -156,8 +155,8 @@ def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
 
 
 def check_if_revision(current: NodeVersion | None, if_revision: int | None, workspace: str, path: str) -> None:
-    """Refuse a write based on a stale read (optimistic concurrency): ``current`` (the node in the
-    write transaction) changed after ``if_revision``, was deleted, or appeared when the writer saw
+    """Refuse a write based on a stale read (optimistic concurrency): ``current``, the node in the
+    write transaction, changed after ``if_revision``, was deleted, or appeared when the writer saw
     none (``0``). None checks nothing.
 
     Raises
@@ -165,7 +164,7 @@ def check_if_revision(current: NodeVersion | None, if_revision: int | None, work
     kg.errors.InvalidInput
         ``if_revision`` is not an integer >= 0.
     kg.errors.Conflict
-        The node changed, was deleted or appeared after ``if_revision``.
+        The node changed, was deleted or appeared.
     """
     if if_revision is None:
         return
@@ -193,16 +192,14 @@ def put_node(
     if_revision: int | None = None,
     validated: bool = False,
 ) -> tuple[NodeVersion, bool]:
-    """Create or replace (properties whole) the node at ``workspace:path``; ``(version, created)``.
-
-    ``parents`` makes missing ancestors ``kg:Folder`` nodes instead of refusing; ``if_revision`` is
-    checked (:func:`check_if_revision`) on the one lookup this write makes; ``validated``: the
-    caller ran :func:`validate_node_input` already (the text-writing path does, before planning).
+    """Create or replace (properties whole) the node at ``workspace:path``: ``(version, created)``.
+    ``parents`` makes missing ancestors ``kg:Folder`` nodes; ``if_revision`` is checked on the one
+    lookup this write makes; ``validated``: the caller ran :func:`validate_node_input` already.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad type, properties or order (:func:`validate_node_input`).
+        Bad type, properties or order.
     kg.errors.NotFound
         A missing parent without ``parents``.
     kg.errors.Conflict
@@ -269,11 +266,9 @@ def descendants(session: Session, view: BranchView, workspace: str, path: str) -
 
 def delete_node(session: Session, ctx: WriteContext, workspace: str, path: str, *,
                 recursive: bool = False) -> list[NodeVersion]:
-    """Tombstone the node (with ``recursive``, its descendants too) and every relation touching them;
-    returns the versions hidden, the node first, then its descendants by path.
-
-    An edge never outlives an endpoint (one tombstone per edge, same revision): a node created
-    again at the path starts with no edges, and a merge carries the removals like any other change.
+    """Tombstone the node (with ``recursive``, its descendants) and every relation touching them, in
+    one revision: an edge never outlives an endpoint, so a node created again starts with none.
+    Returns the versions hidden, the node first, then its descendants by path.
 
     Raises
     ------
@@ -335,10 +330,8 @@ def relation_tombstone(ctx: WriteContext, edge: RelationVersion, now: Any) -> Re
 
 
 def node_addresses(session: Session, repo_id: int, node_ids: Iterable[str]) -> dict[str, str]:
-    """``{node id: "workspace:path"}`` of nodes with a version on any branch of a repository.
-
-    The id is derived from the address (:func:`node_uid`), so any version, live or not, tells it.
-    500 ids a statement, an index probe of ``ix_node_versions_node_id`` per branch.
+    """``{node id: "workspace:path"}`` of nodes with a version, live or not, on any branch: 500 ids a
+    statement, an index probe of ``ix_node_versions_node_id`` per branch.
     """
     ids = sorted(set(node_ids))
     if not ids:
@@ -467,19 +460,16 @@ def list_children(session: Session, view: BranchView, workspace: str, parent: st
 def list_children_page(session: Session, view: BranchView, workspace: str, parent: str, *, limit: int = 100,
                        cursor: str | None = None, order: ChildOrder | None = None,
                        node_type: str | None = None) -> tuple[list[NodeVersion], str | None]:
-    """One page of :func:`list_children` (``limit`` 1 to 10000); ``cursor`` (opaque: the sort and
-    the last child's sort key) must come from the same ``order``.
-
-    Keyset paging: a child written or deleted between two pages neither repeats nor hides another.
-    By ``order`` or ``name`` the database sorts the winners and reads ``limit + 1`` rows (the
-    visibility window still runs over the children's version keys, from the indexes); by a
-    property, each page sorts every child in Python, O(n log n): the databases order JSON values
-    by type differently.
+    """One page of :func:`list_children`; ``cursor`` (the sort and the last child's sort key) must
+    come from the same ``order``. Keyset paging: a child written or deleted between two pages
+    neither repeats nor hides another. By ``order`` or ``name`` the database sorts the winners and
+    reads ``limit + 1`` rows; by a property each page sorts every child in Python, O(n log n): the
+    databases order JSON values by type differently.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad limit; a cursor that is not one, or one made with another sort.
+        A limit outside 1..10000, or a cursor of another sort.
     kg.errors.NotFound
         No parent node.
     """
@@ -620,13 +610,12 @@ def _decode_prefix_cursor(cursor: str, prefix: str, mode: str) -> str:
 def list_prefix(session: Session, view: BranchView, workspace: str, prefix: str, *,
                 limit: int = 1000, cursor: str | None = None,
                 mode: str = "segments") -> tuple[list[NodeVersion], str | None]:
-    """One page (``limit`` 1 to 10000) of the nodes under ``prefix``
-    (:func:`kg.store.paths.path_has_prefix` in ``mode``), by path.
+    """One page of the nodes under ``prefix`` (:func:`kg.store.paths.path_has_prefix`), by path.
 
     Raises
     ------
     kg.errors.InvalidInput
-        Bad prefix, mode, cursor or limit.
+        Bad prefix, mode, cursor, or a limit outside 1..10000.
     """
     prefix = validate_prefix(prefix)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
@@ -726,9 +715,8 @@ def workspace_by_id(session: Session, wid: int) -> Workspace:
 
 
 def written_workspaces(session: Session, branch: Branch) -> set[int]:
-    """The workspace ids of what was written on ``branch`` itself (its node versions, its relation
-    versions' sources), not what it inherits: two statements on the ``(branch, revision)``
-    indexes, then :func:`node_workspaces`.
+    """The workspace ids of what was written on ``branch`` itself (node versions, relation versions'
+    sources): two statements on the ``(branch, revision)`` indexes.
     """
     written = set(session.scalars(select(NodeVersion.workspace_id).where(NodeVersion.branch_id == branch.id)
                                   .distinct()))

@@ -182,19 +182,17 @@ def validate_name(kind: str, name: str) -> str:
     digits, ``.``, ``_``, ``-`` and, in a branch, ``/``; at most :data:`MAX_NAME_CHARS` (128, 255
     for a branch).
 
-    Raises
-    ------
-    kg.errors.InvalidInput
-        With the reason and ``details={kind: name}``.
-
-    Examples
-    --------
     >>> validate_name("branch", "agent/rag-session-001")
     'agent/rag-session-001'
     >>> validate_name("workspace", "a/b")
     Traceback (most recent call last):
     ...
     kg.errors.InvalidInput: invalid workspace name 'a/b': '/' is not allowed
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        With the reason and ``details={kind: name}``.
     """
     if isinstance(name, str) and len(name) > MAX_NAME_CHARS[kind]:
         raise InvalidInput(f"invalid {kind} name: longer than {MAX_NAME_CHARS[kind]} characters",

@@ -1,16 +1,12 @@
 """References: node properties that point at other nodes, indexed in SQL.
 
-A property value ``{"kg:ref": "/path", "kg:workspace": "ws"}`` is a *reference* (API.md,
-"Nodes") at the top level or as an item of a top-level list; deeper values are stored but not
-indexed. Without ``kg:workspace`` it points into the node's own workspace; other keys are
-ignored; a malformed one is refused with the write.
-
-References are not relations (the seed guide): a reference is part of a node's content,
-changing with its properties; a relation is a typed, weighted assertion about two nodes. So
-they have their own table, one row per reference of each node version
-(:class:`kg.store.models.Reference`), written with the version by :mod:`kg.store.nodes` (the
-only direction of the import), and read by joining the versions a branch sees. A reference is
-by address: its target need not exist.
+A property value ``{"kg:ref": "/path", "kg:workspace": "ws"}`` (API.md, "Nodes"), at the top
+level or an item of a top-level list, is a *reference* (deeper ones are not indexed); without
+``kg:workspace`` it points into the node's workspace; a malformed one fails the write. It is
+part of a node's content, unlike a relation (a typed, weighted assertion about two nodes: the
+seed guide), and by address (the target need not exist). One row per reference of each node
+version (:class:`kg.store.models.Reference`), written with it by :mod:`kg.store.nodes` (the
+import's only direction), read by joining the versions a branch sees.
 """
 
 from __future__ import annotations

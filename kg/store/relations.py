@@ -1,13 +1,10 @@
 """Relations: typed, weighted edges between nodes, versioned per branch.
 
-A relation is unique per (from node, to node, type) on a branch; re-asserting it replaces its
-weight and properties. Endpoints are node ids, which are their addresses' (``node_uid``), so an
-edge is an edge between two paths on every branch; deleting a node removes its edges
-(:func:`kg.store.nodes.remove_relations_of`). Endpoints may be in different workspaces.
-
-Besides writes, this module holds the reads behind the graph (``kg.rag.graph``): the rows that
-build and bring forward a branch's networkx view (columns only, streamed), and NEIGHBORS
-answered in SQL with ``ORDER BY ... LIMIT`` for reads the view cannot serve.
+A relation is unique per (from node, to node, type) on a branch; re-asserting it replaces it.
+Endpoints are node ids, which are their addresses' (``node_uid``): an edge joins two paths on
+every branch, across workspaces; deleting a node removes its edges. Besides writes: the reads
+behind the graph (``kg.rag.graph``): the rows of a branch's networkx view (columns, streamed),
+and NEIGHBORS in SQL with ``ORDER BY ... LIMIT`` for reads the view cannot serve.
 """
 
 from __future__ import annotations
@@ -100,13 +97,10 @@ def relate(
     now: datetime | None = None,
 ) -> tuple[RelationVersion, bool]:
     """Assert the edge ``source -[rel_type]-> target``: ``(version, created)``; a re-assertion
-    replaces weight (None: unweighted, last in NEIGHBORS), properties and validity whole.
-
-    ``valid_from``/``valid_to`` are timezone-aware UTC, checked by the caller
-    (:mod:`kg.graph.validity`). When ``rel_type`` is single-valued in the source's workspace
-    (:func:`single_valued_types`), every other relation of that type from the source current at
-    ``valid_from`` or ``now`` is invalidated in this revision (``valid_to`` that time,
-    ``invalidated_by`` this relation, :func:`relation_ref`).
+    replaces weight (None: last in NEIGHBORS), properties and validity whole. ``valid_from`` and
+    ``valid_to`` are UTC, checked by the caller (:mod:`kg.graph.validity`). A ``rel_type``
+    single-valued in the source's workspace invalidates the source's other ones current at
+    ``valid_from`` or ``now``, in this revision (``invalidated_by``: :func:`relation_ref`).
 
     Raises
     ------
@@ -197,8 +191,8 @@ def restamp_relation(session: Session, ctx: WriteContext, edge: RelationVersion,
 
 def invalidate(session: Session, ctx: WriteContext, source: str, target: str, rel_type: str, *,
                valid_to: datetime, invalidated_by: str | None = None) -> RelationVersion:
-    """Close the edge's interval at ``valid_to`` with ``invalidated_by`` (:func:`relation_ref`, or
-    free text): a new version; ``include_invalid`` and an earlier ``as_of`` still read the edge.
+    """Close the edge's interval at ``valid_to`` with ``invalidated_by`` in a new version
+    (``include_invalid`` and an earlier ``as_of`` still read it).
 
     Raises
     ------

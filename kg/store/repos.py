@@ -33,19 +33,11 @@ MAX_ACTOR = 255
 
 @dataclass(frozen=True)
 class BranchView:
-    """What one branch sees at one revision.
-
-    Attributes
-    ----------
-    chain : tuple of (branch_id, max_revision)
-        The branch then its ancestors, nearest first, each capped at the revision it is read as
-        of (an ancestor as of the fork, DESIGN.md).
-    workspaces : dict of int to str
-        Every workspace of the repository, by id.
-    readable : frozenset of int or None
-        The workspaces the reader may read (None: all), set from the caller's grants by
-        :func:`kg.context.reading`; a node, chunk, relation endpoint or log entry elsewhere is
-        not there for this reader.
+    """What one branch sees at one revision: ``chain``, the branch then its ancestors, nearest first,
+    each ``(branch_id, max_revision)`` (an ancestor read as of the fork, DESIGN.md); ``workspaces``
+    by id; ``readable``, the workspaces its reader may read (None: all), set from the caller's
+    grants by :func:`kg.context.reading`: a node, chunk, endpoint or log entry elsewhere is not
+    there for it.
     """
 
     repo: Repository
@@ -325,10 +317,9 @@ def create_branch(
     from_branch: str = MAIN,
     at_revision: int | None = None,
 ) -> Branch:
-    """Create a branch forked from ``from_branch`` at ``at_revision`` (default: now) by writing one
-    row: nothing is copied, O(1) in the repository's size (DESIGN.md, copy-on-write by revision).
-    ``repo`` must be locked (``get_repository(..., lock=True)``): two creations of one name
-    serialise.
+    """Create a branch forked from ``from_branch`` at ``at_revision`` (default now): one row, nothing
+    copied (DESIGN.md, copy-on-write by revision). ``repo`` must be locked
+    (``get_repository(..., lock=True)``) so two creations of one name serialise.
 
     Raises
     ------

@@ -74,21 +74,13 @@ def _priority(model: Any, chain: tuple[tuple[int, int], ...]) -> ColumnElement[A
 
 def visible_select(model: Any, view: BranchView | Chain, partition: Sequence[Any], *where: Any,
                    include_deleted: bool = False) -> tuple[Select[Any], Any]:
-    """Select the versions of ``model`` that ``view`` (its chain) sees: one winner per entity, and
-    the entity to add filters and ordering to. A view with ``readable`` set reads only what its
-    reader may (:func:`reader_scope`), in the same query. The window runs over ids and key columns
-    (the version indexes); the winners' rows are read once, by primary key.
-
-    Parameters
-    ----------
-    partition : sequence of columns
-        What identifies an entity: ``workspace_id, path`` or ``node_id`` for nodes,
-        ``from_node_id, rel_type, to_node_id`` for relations.
-    *where : SQL expressions
-        Filters on columns constant across an entity's versions (path, workspace, ids), never on
-        one that changes (properties, type): that would pick an older version as the winner.
-    include_deleted : bool
-        Keep tombstones (diff, history).
+    """Select the versions of ``model`` that ``view`` sees (one winner per entity) and the entity to
+    add filters and ordering to; a ``readable`` view reads only its reader's (:func:`reader_scope`)
+    in the same query. The window runs over ids and key columns (the version indexes); the winners'
+    rows are read once, by primary key. ``partition`` identifies an entity (``workspace_id, path``
+    or ``node_id``; ``from_node_id, rel_type, to_node_id``); ``include_deleted`` keeps tombstones.
+    ``where`` filters only on columns constant across an entity's versions (path, workspace, ids):
+    one that changes (properties, type) would pick an older version as the winner.
     """
     where = (*where, *reader_scope(model, view))
     rn = func.row_number().over(
