@@ -117,7 +117,7 @@ def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create:
     kg.errors.NotFound
         Missing and ``create`` is False.
     kg.errors.InvalidInput
-        A reserved name to create.
+        The RAG node's repository, to create or to create a workspace in.
     """
     session = uow.session
     try:

@@ -80,8 +80,8 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
                  resolutions: list[dict[str, Any]] | None = None,
                  message: str | None = None, actor: str | None = None,
                  if_plan: str | None = None) -> dict[str, Any]:
-    """Merge ``source`` into ``into`` (None: its parent) as one revision, logged ``merge <source>
-    into <into>`` by default (:class:`kg.types.branches.MergeResult`); ``resolutions`` as
+    """Merge ``source`` into ``into`` (None: its parent) as one revision (message by default
+    ``merge <source> into <into>``; :class:`kg.types.branches.MergeResult`); ``resolutions`` as
     :func:`kg.store.history.plan_merge` takes them. With nothing to apply no revision is made
     (``revision`` None), but the merge point is recorded. ``if_plan``, the dry run's token,
     refuses the merge when either branch changed since or the writes differ (a reviewer never
