@@ -55,13 +55,13 @@ Not listed again in each Raises section, which names the other errors and the ca
 to its function (and any class its own body raises):
 
 - :class:`kg.errors.NotFound`: a repository, branch or workspace named does not exist, or the
-  caller may not see it (the answer does not say which);
+  caller may not see it (the answer does not say which); an ``at_revision`` not written yet;
 - :class:`kg.errors.Forbidden`: the caller sees it but no grant allows the action (a docstring
   says which grant a use case needs when it is not ``read`` or ``write`` on the branch);
 - :class:`kg.errors.Unauthenticated`: an anonymous caller while ``KG_AUTH`` is on;
 - :class:`kg.errors.InvalidInput`: a malformed name, path or address
-  (:mod:`kg.store.paths`), an ``actor`` longer than 255 characters, an ``at_revision`` not
-  written yet, a ``limit`` out of its range, a ``cursor`` not made by the same listing.
+  (:mod:`kg.store.paths`), an ``actor`` longer than 255 characters, a negative
+  ``at_revision``, a ``limit`` out of its range, a ``cursor`` not made by the same listing.
 """
 
 from __future__ import annotations
