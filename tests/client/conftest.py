@@ -1,21 +1,20 @@
 """A real ``kg serve`` per database backend (auth on, the fake embedder, a scoped rate limit on
-expensive calls) for the client's tests, with an administrator key made through the library."""
+expensive calls) for the client's tests, with an administrator key made by ``kg keys create``."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from kg.context import OPERATOR, run
-from kg.ops import keys as key_ops
-from kg.services import Services
-from kg.settings import Settings
 from tests.conftest import BACKENDS, FAKE_MODEL, database_url
-from tests.serve import start_server, stop_server
+from tests.serve import ROOT, start_server, stop_server
 
 PEPPER = "a-pepper-for-the-client-tests-only"
 #: One expensive call a second, a burst of one: the second ``ask`` in a row is a 429 with
@@ -40,16 +39,11 @@ def serve_env(db_url: str, data: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def admin_key(db_url: str, data: Path) -> str:
-    """An administrator key, made through the library before the server starts."""
-    settings = Settings(database_url=db_url, data_dir=data, embedding_model=FAKE_MODEL, allow_fake_embedder=True,
-                        key_pepper=PEPPER)
-    services = Services.from_settings(settings)
-    try:
-        services.db.upgrade()
-        return str(run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True)["key"])
-    finally:
-        services.close()
+def admin_key(env: dict[str, str]) -> str:
+    """An administrator key, made as an operator makes one: ``kg keys create --admin``."""
+    done = subprocess.run([sys.executable, "-m", "kg.cli", "keys", "create", "--name", "admin", "--admin"], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    return str(json.loads(done.stdout)["key"])
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -57,8 +51,9 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     """A real ``kg serve`` on a fresh SQLite file or PostgreSQL schema."""
     folder = tmp_path_factory.mktemp(f"client-{request.param}")
     with database_url(request.param, folder) as url:
-        key = admin_key(url, folder / "data")
-        proc, base = start_server(serve_env(url, folder / "data", **RATE))
+        env = serve_env(url, folder / "data", **RATE)
+        key = admin_key(env)
+        proc, base = start_server(env)
         try:
             yield Server(base, key)
         finally:
