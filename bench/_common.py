@@ -9,12 +9,18 @@ import json
 import math
 import os
 import platform
+import socket
 import statistics
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -121,3 +127,29 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def start_serve(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """``kg serve`` with ``env`` on a free loopback port, once ``/health`` answers: (the process,
+    its base URL). Stop it with ``terminate()``."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kg.cli", "serve", "--port", str(port)], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("kg serve did not start in 60 s")
+
+
+def kg_cli(env: dict[str, str], *args: str) -> str:
+    """What ``kg <args>`` prints with ``env`` (``keys create`` prints the key as JSON)."""
+    return subprocess.run([sys.executable, "-m", "kg.cli", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
