@@ -17,6 +17,8 @@ from kg.types import (
     Branch,
     Diff,
     FunctionOutput,
+    Job,
+    JobAccepted,
     MergeResult,
     NeighborList,
     Node,
@@ -76,6 +78,15 @@ async def tour(kg: Client | AsyncClient, server: Server, kind: str) -> None:
 
     found = await ready(kg.search(name, "rotate the key", mode="fulltext", k=5))
     assert isinstance(found, SearchResponse) and found.results[0].path == "/docs/keys"
+
+    # invoke: the output (200), or the queued job (202) to read at get_job.
+    output = await ready(kg.invoke_function(name, "search-documents", {"query": "rotate the key"}))
+    assert isinstance(output, FunctionOutput) and output.root.passages[0].path == "/docs/keys"
+    accepted = await ready(kg.invoke_function(name, "search-documents", {"query": "rotate"},
+                                              wait_for_completion=False))
+    assert isinstance(accepted, JobAccepted) and accepted.state in ("queued", "running", "succeeded")
+    job = await ready(kg.get_job(accepted.job_id))
+    assert isinstance(job, Job) and (job.job_id, job.function) == (accepted.job_id, "search-documents")
 
     branch = await ready(kg.create_branch(name, "feature/billing"))
     assert isinstance(branch, Branch) and (branch.name, branch.parent) == ("feature/billing", "main")
