@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -44,7 +43,17 @@ from tokenizers import Tokenizer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import RESULTS, kg_cli, machine, start_serve, summary_ms, table, write_results  # noqa: E402
+from bench._common import (  # noqa: E402
+    RESULTS,
+    kg_cli,
+    machine,
+    pep_upserts,
+    serve_env,
+    start_serve,
+    summary_ms,
+    table,
+    write_results,
+)
 
 PEPPER = "bench-pepper-not-a-secret"
 MODEL = "fake:hash-384"
@@ -56,14 +65,7 @@ def _seed(base: str, admin: str) -> None:
     http = httpx2.Client(base_url=base, headers={"Authorization": f"Bearer {admin}"}, timeout=120)
     http.post("/api/repos", json={"name": "peps"}).raise_for_status()
     http.post("/api/repos/peps/workspaces", json={"name": "peps"}).raise_for_status()
-    upserts = []
-    for path in sorted((ROOT / "fixtures" / "peps" / "docs").glob("pep-*.rst")):
-        text = path.read_text(encoding="utf-8")
-        title = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Title:")),
-                     path.stem)
-        upserts.append({"workspace": "peps", "path": f"/{path.stem}", "node_type": "pep:PEP",
-                        "properties": {"title": title, "content": text[:4000]}})
-    http.post("/api/repos/peps/nodes:batch", json={"upserts": upserts}).raise_for_status()
+    http.post("/api/repos/peps/nodes:batch", json={"upserts": pep_upserts("peps")}).raise_for_status()
 
 
 async def _time_pair(calls: int, warmup: int, first, second) -> tuple[list[float], list[float]]:
@@ -130,10 +132,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "mcp_latency.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
-        env.update({"KG_DATA_DIR": str(Path(tmp) / "data"), "KG_EMBEDDING_MODEL": MODEL,
-                    "KG_ALLOW_FAKE_EMBEDDER": "true", "KG_INDEX_INLINE": "true", "KG_AUTH": "true",
-                    "KG_KEY_PEPPER": PEPPER, "OPENBLAS_NUM_THREADS": "1"})
+        env = serve_env(Path(tmp) / "data", MODEL, PEPPER)
         admin = json.loads(kg_cli(env, "keys", "create", "--name", "bench-admin", "--admin"))["key"]
         reader = json.loads(kg_cli(env, "keys", "create", "--name", "bench-reader", "--grant",
                                 "repo=peps,actions=read"))["key"]
