@@ -10,8 +10,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from api.errors import error_response
 from kg.client import AsyncClient, Client
-from kg.errors import BackendUnavailable, KGError, NotFound, Overloaded, error_body
+from kg.client.calls import error_of
+from kg.errors import (
+    ERROR_CLASSES,
+    BackendUnavailable,
+    KGError,
+    NotFound,
+    Overloaded,
+    RateLimited,
+    error_body,
+)
 from kg.services import Services
 from kg.types import Health, Repo
 
@@ -87,3 +97,24 @@ async def test_the_async_client_over_an_asgi_transport(services: Services) -> No
         assert [r.name async for r in kg.iter_repos(limit=1)] == ["acme"]
         with pytest.raises(NotFound):
             await kg.get_repo("nowhere")
+
+
+@pytest.mark.parametrize("cls", sorted(ERROR_CLASSES.values(), key=lambda c: c.code), ids=lambda c: c.code)
+def test_every_error_the_api_answers_comes_back_as_its_class(cls: type[KGError]) -> None:
+    """The round trip of each class of kg.errors: the API's answer (api/errors.py), read by the client."""
+    sent = cls("what went wrong", details={"field": "x"})
+    answer = error_response(sent)
+    response = httpx.Response(answer.status_code, content=bytes(answer.body), headers=dict(answer.headers))
+    back = error_of(response)
+    assert (type(back), back.code, back.message, back.details) == (cls, cls.code, "what went wrong", {"field": "x"})
+    if isinstance(back, (RateLimited, Overloaded)):
+        assert back.retry_after_s == 1.0
+
+
+def test_the_registry_holds_every_class_of_kg_errors_once() -> None:
+    import inspect
+
+    import kg.errors
+
+    classes = {c for _, c in inspect.getmembers(kg.errors, inspect.isclass) if issubclass(c, KGError)}
+    assert set(ERROR_CLASSES.values()) == classes and len(ERROR_CLASSES) == len(classes) == 17
