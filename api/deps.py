@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AwareDatetime
 
 from kg.access import authenticate
@@ -31,8 +32,15 @@ def get_services(request: Request) -> Services:
 #: was read: :func:`get_caller` takes it from there rather than checking the key again.
 CALLER = "kg.caller"
 
+#: The bearer scheme of the OpenAPI document (``components.securitySchemes``): every operation
+#: that depends on :func:`get_caller` names it, and ``/docs`` offers "Authorize". It refuses
+#: nothing itself (``auto_error=False``): :func:`caller_of_header` decides, in the API's error shape.
+BEARER = HTTPBearer(scheme_name="bearer", auto_error=False, bearerFormat="kg_<id>_<secret>",
+                    description="An API key: `Authorization: Bearer kg_<id>_<secret>` (needed while KG_AUTH is on).")
 
-def get_caller(request: Request) -> Actor:
+
+def get_caller(request: Request,
+               _bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)] = None) -> Actor:
     """Who calls: the key of ``Authorization: Bearer kg_...``; without one, anonymous while
     ``KG_AUTH`` is off and a 401 (``unauthenticated``, ``WWW-Authenticate: Bearer``) while it
     is on. A key that is sent is always checked, auth on or off. The request guard has

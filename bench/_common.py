@@ -9,12 +9,18 @@ import json
 import math
 import os
 import platform
+import socket
 import statistics
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -121,3 +127,51 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def start_serve(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """``kg serve`` with ``env`` on a free loopback port, once ``/health`` answers: (the process,
+    its base URL). Stop it with ``terminate()``."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "kg.cli", "serve", "--port", str(port)], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                return proc, base
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("kg serve did not start in 60 s")
+
+
+def kg_cli(env: dict[str, str], *args: str) -> str:
+    """What ``kg <args>`` prints with ``env`` (``keys create`` prints the key as JSON)."""
+    return subprocess.run([sys.executable, "-m", "kg.cli", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def serve_env(data: Path, model: str, pepper: str) -> dict[str, str]:
+    """The environment of a benchmark's ``kg serve``: no ``KG_`` variable of the caller's, the data
+    in ``data``, auth on with ``pepper``, the (fake) embedder ``model``, inline indexing."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
+    env.update({"KG_DATA_DIR": str(data), "KG_EMBEDDING_MODEL": model, "KG_ALLOW_FAKE_EMBEDDER": "true",
+                "KG_INDEX_INLINE": "true", "KG_AUTH": "true", "KG_KEY_PEPPER": pepper, "OPENBLAS_NUM_THREADS": "1"})
+    return env
+
+
+def pep_upserts(workspace: str) -> list[dict[str, Any]]:
+    """The 150 PEPs of ``fixtures/peps`` as batch upserts: ``/pep-NNNN``, type ``pep:PEP``, the
+    title and the first 4,000 characters."""
+    upserts = []
+    for path in sorted((ROOT / "fixtures" / "peps" / "docs").glob("pep-*.rst")):
+        text = path.read_text(encoding="utf-8")
+        title = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Title:")),
+                     path.stem)
+        upserts.append({"workspace": workspace, "path": f"/{path.stem}", "node_type": "pep:PEP",
+                        "properties": {"title": title, "content": text[:4000]}})
+    return upserts

@@ -29,9 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +43,17 @@ from tokenizers import Tokenizer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import RESULTS, machine, summary_ms, table, write_results  # noqa: E402
+from bench._common import (  # noqa: E402
+    RESULTS,
+    kg_cli,
+    machine,
+    pep_upserts,
+    serve_env,
+    start_serve,
+    summary_ms,
+    table,
+    write_results,
+)
 
 PEPPER = "bench-pepper-not-a-secret"
 MODEL = "fake:hash-384"
@@ -54,44 +61,11 @@ TOKENIZER = Path("/work/shared/models/all-MiniLM-L6-v2/tokenizer.json")
 QUERY = {"query": "how are packages installed and uninstalled", "k": 5, "mode": "hybrid"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _kg(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "kg.cli", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, check=True)
-    return done.stdout
-
-
-def _start(env: dict[str, str], port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "kg.cli", "serve", "--port", str(port)], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx2.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx2.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("kg serve did not start in 60 s")
-
-
 def _seed(base: str, admin: str) -> None:
     http = httpx2.Client(base_url=base, headers={"Authorization": f"Bearer {admin}"}, timeout=120)
     http.post("/api/repos", json={"name": "peps"}).raise_for_status()
     http.post("/api/repos/peps/workspaces", json={"name": "peps"}).raise_for_status()
-    upserts = []
-    for path in sorted((ROOT / "fixtures" / "peps" / "docs").glob("pep-*.rst")):
-        text = path.read_text(encoding="utf-8")
-        title = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Title:")),
-                     path.stem)
-        upserts.append({"workspace": "peps", "path": f"/{path.stem}", "node_type": "pep:PEP",
-                        "properties": {"title": title, "content": text[:4000]}})
-    http.post("/api/repos/peps/nodes:batch", json={"upserts": upserts}).raise_for_status()
+    http.post("/api/repos/peps/nodes:batch", json={"upserts": pep_upserts("peps")}).raise_for_status()
 
 
 async def _time_pair(calls: int, warmup: int, first, second) -> tuple[list[float], list[float]]:
@@ -158,17 +132,12 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "mcp_latency.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
-        env.update({"KG_DATA_DIR": str(Path(tmp) / "data"), "KG_EMBEDDING_MODEL": MODEL,
-                    "KG_ALLOW_FAKE_EMBEDDER": "true", "KG_INDEX_INLINE": "true", "KG_AUTH": "true",
-                    "KG_KEY_PEPPER": PEPPER, "OPENBLAS_NUM_THREADS": "1"})
-        admin = json.loads(_kg(env, "keys", "create", "--name", "bench-admin", "--admin"))["key"]
-        reader = json.loads(_kg(env, "keys", "create", "--name", "bench-reader", "--grant",
+        env = serve_env(Path(tmp) / "data", MODEL, PEPPER)
+        admin = json.loads(kg_cli(env, "keys", "create", "--name", "bench-admin", "--admin"))["key"]
+        reader = json.loads(kg_cli(env, "keys", "create", "--name", "bench-reader", "--grant",
                                 "repo=peps,actions=read"))["key"]
-        port = _free_port()
-        proc = _start(env, port)
+        proc, base = start_serve(env)
         try:
-            base = f"http://127.0.0.1:{port}"
             _seed(base, admin)
             measured = asyncio.run(_measure(base, admin, reader, args.calls, args.warmup))
         finally:

@@ -230,3 +230,50 @@ class ProviderError(KGError):
     """An embedder or LLM failed, or answered something that cannot be used."""
 
     code = "provider_error"
+
+
+def _tree(root: type[KGError]) -> list[type[KGError]]:
+    """``root`` and every class below it, parents first."""
+    return [root, *(cls for sub in root.__subclasses__() for cls in _tree(sub))]
+
+
+#: The class of each error code: every class of the tree above, by its ``code``. The one mapping
+#: from an answer's ``error.code`` back to the error (:func:`error_from_body`; the HTTP client).
+ERROR_CLASSES: dict[str, type[KGError]] = {cls.code: cls for cls in _tree(KGError)}
+
+
+def error_from_body(error: dict[str, Any], *, retry_after_s: float | None = None) -> KGError:
+    """The kg error an error body names: the inverse of :func:`error_body`.
+
+    Parameters
+    ----------
+    error : dict
+        The body's ``error`` object: ``{"code", "message", "details"}``.
+    retry_after_s : float, optional
+        The answer's ``Retry-After`` (seconds), kept on :class:`RateLimited` and :class:`Overloaded`.
+
+    Returns
+    -------
+    KGError
+        An instance of the code's class (:data:`ERROR_CLASSES`) with the message and details; a
+        code no class has (``method_not_allowed``, ``internal``) gives a :class:`KGError` whose
+        ``code`` is that code.
+
+    Examples
+    --------
+    >>> err = error_from_body({"code": "merge_conflict", "message": "2 conflicts", "details": {"n": 2}})
+    >>> type(err).__name__, isinstance(err, Conflict), err.details
+    ('MergeConflict', True, {'n': 2})
+    >>> error_from_body({"code": "method_not_allowed", "message": "Method Not Allowed"}).code
+    'method_not_allowed'
+    """
+    code = str(error.get("code", KGError.code))
+    message = str(error.get("message", ""))
+    details = error.get("details") if isinstance(error.get("details"), dict) else None
+    cls = ERROR_CLASSES.get(code, KGError)
+    if issubclass(cls, (RateLimited, Overloaded)):
+        return cls(message, retry_after_s=retry_after_s or 1.0, details=details)
+    exc = cls(message, details=details)
+    if cls is KGError:
+        exc.code = code
+    return exc

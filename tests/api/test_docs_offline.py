@@ -48,3 +48,15 @@ def test_the_vendored_assets_carry_their_licences():
     assert {"swagger-ui.LICENSE", "swagger-ui.NOTICE", "redoc.LICENSE"} <= names
     assert "Apache License" in (ASSETS / "swagger-ui.LICENSE").read_text(encoding="utf-8")
     assert "MIT License" in (ASSETS / "redoc.LICENSE").read_text(encoding="utf-8")
+
+
+def test_the_document_declares_the_bearer_scheme_and_the_operations_name_it(client):
+    """``components.securitySchemes`` holds the API key as an HTTP bearer scheme (so ``/docs``
+    offers "Authorize"); every ``/api`` operation needs it, the liveness probes do not."""
+    document = client.get("/openapi.json").json()
+    scheme = document["components"]["securitySchemes"]["bearer"]
+    assert (scheme["type"], scheme["scheme"], scheme["bearerFormat"]) == ("http", "bearer", "kg_<id>_<secret>")
+    operations = {(method.upper(), path): op for path, item in document["paths"].items() for method, op in item.items()}
+    assert operations[("PUT", "/api/repos/{repo}/workspaces/{ws}/nodes/{path}")]["security"] == [{"bearer": []}]
+    unsecured = sorted(key for key, op in operations.items() if op.get("security") != [{"bearer": []}])
+    assert unsecured == [("GET", "/api/health"), ("GET", "/health")]
