@@ -21,12 +21,12 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by simulating the missing package
     raise ImportError("kg.adapters.langchain needs langchain-core: pip install 'kg[langchain]'") from exc
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from kg.adapters.hits import Hit, SearchOptions, asearch, search
 from kg.client import AsyncClient, Client
 from kg.client import operations as ops
-from kg.errors import KGError, error_body
+from kg.errors import InvalidInput, KGError, error_body
 
 
 def document(hit: Hit) -> Document:
@@ -188,6 +188,15 @@ def tool_error(exc: KGError) -> ToolException:
     return ToolException(json.dumps(error_body(exc.code, exc.message, exc.details), default=str))
 
 
+def validation_error(exc: ValidationError) -> str:
+    """Arguments the tool's schema refused, as the API's error shape (``invalid_input``, as the
+    server answers a request whose fields are wrong)."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return json.dumps(error_body(InvalidInput.code, f"{where}: {first['msg']}" if where else first["msg"],
+                                 {"errors": exc.errors(include_url=False, include_context=False)}), default=str)
+
+
 Adapt = Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]
 """A tool's arguments (every field of its schema) -> the client method's positional and keyword arguments."""
 
@@ -222,7 +231,8 @@ def _tool(name: str, description: str, schema: type[BaseModel], method: str, ada
     # Without an async client, ainvoke runs func in a thread (StructuredTool's own fallback).
     return StructuredTool.from_function(func=func, coroutine=coroutine if async_client is not None else None,
                                         name=name, description=description, args_schema=schema,
-                                        handle_tool_error=True, handle_validation_error=True)
+                                        handle_tool_error=True,
+                                        handle_validation_error=validation_error)
 
 
 def kg_tools(repo: str, *, client: Client | None = None, async_client: AsyncClient | None = None,

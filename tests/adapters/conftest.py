@@ -1,7 +1,7 @@
 """A real ``kg serve`` per database backend for the framework adapters' tests: auth on, the fake
 embedder, PEPs of the fixture corpus ingested through the library (repository ``peps``,
-workspace ``peps``) and a small guide of ordered sections (workspace ``notes``) for the graph
-context, written through the client."""
+workspace ``peps``) and a small guide of ordered sections (workspace ``notes``, two ``requires`` relations) for
+the graph context, written through the client."""
 
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ def write_guide(kg: Client) -> None:
     for position, (name, text) in enumerate(GUIDE):
         kg.put_node("peps", "notes", f"/guide/{name}", node_type="kb:Section", order=float(position),
                     properties={"title": name.capitalize(), "content": text})
+    # Upgrading needs the backup and the installation.
+    kg.relate("peps", "notes:/guide/upgrade", "notes:/guide/backup", "requires")
+    kg.relate("peps", "notes:/guide/upgrade", "notes:/guide/install", "requires")
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
