@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, Literal
 
 try:
@@ -133,14 +133,15 @@ _DESCRIPTIONS = {
     "branch": "The branch (default: the tool set's).", "at_revision": "Read the branch as of this revision.",
     "name": "The new branch, e.g. agent/session-1.", "from_branch": "Its parent (default: the tool set's branch).",
     "workspace": "The node's workspace.", "path": "The node's path, e.g. /notes/a.",
-    "properties": "The node's JSON properties (its text in 'content' or 'body').", "node_type": "e.g. kb:Note.",
+    "properties": "The node's JSON properties (its text in 'content' or 'body').",
     "order": "Place among siblings.", "parents": "Create missing parents.", "message": "Kept in the revision log.",
     "if_revision": "Refuse the write if the node changed since this revision.",
 }
 
 
 def args_schema(build: Callable[..., Any], name: str, *, drop: tuple[str, ...] = (),
-                rename: dict[str, str] | None = None, defaults: dict[str, Any] | None = None) -> type[BaseModel]:
+                rename: dict[str, str] | None = None, defaults: dict[str, Any] | None = None,
+                describe: dict[str, str] | None = None) -> type[BaseModel]:
     """A tool's argument model derived from a client operation's parameters.
 
     Parameters
@@ -156,6 +157,8 @@ def args_schema(build: Callable[..., Any], name: str, *, drop: tuple[str, ...] =
         Parameter name -> field name (``ws`` -> ``workspace``).
     defaults : dict, optional
         Field defaults replacing the builder's (``branch``: the tool set's branch).
+    describe : dict, optional
+        Field descriptions of this tool, over the shared ones.
 
     Returns
     -------
@@ -163,14 +166,14 @@ def args_schema(build: Callable[..., Any], name: str, *, drop: tuple[str, ...] =
         Fields in the builder's order; unknown arguments refused.
     """
     hints = typing.get_type_hints(build)
-    rename, defaults = rename or {}, defaults or {}
+    rename, defaults, descriptions = rename or {}, defaults or {}, {**_DESCRIPTIONS, **(describe or {})}
     fields: dict[str, Any] = {}
     for param in inspect.signature(build).parameters.values():
         if param.name in drop:
             continue
         field = rename.get(param.name, param.name)
         default = defaults.get(field, ... if param.default is inspect.Parameter.empty else param.default)
-        fields[field] = (hints[param.name], Field(default=default, description=_DESCRIPTIONS.get(field)))
+        fields[field] = (hints[param.name], Field(default=default, description=descriptions.get(field)))
     model: type[BaseModel] = create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
     return model
 
@@ -300,5 +303,6 @@ def kg_tools(repo: str, *, client: Client | None = None, async_client: AsyncClie
                           defaults={"from_branch": branch}), "create_branch", branch_args, *both),
         _tool("kg_put_node", "Create or replace a node (its text is chunked and embedded).",
               args_schema(ops.put_node, "KgPutNode", drop=("repo", "actor"), rename={"ws": "workspace"},
-                          defaults=mine), "put_node", node_args, *both),
+                          defaults=mine, describe={"node_type": "The node's type, e.g. kb:Note."}),
+              "put_node", node_args, *both),
     ]
