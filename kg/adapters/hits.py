@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from kg.client import AsyncClient, Client
@@ -177,15 +178,25 @@ def search(client: Client, options: SearchOptions, query: str) -> list[Hit]:
 
 
 async def asearch(client: AsyncClient, options: SearchOptions, query: str) -> list[Hit]:
-    """:func:`search` through an :class:`kg.client.AsyncClient`."""
+    """:func:`search` through an :class:`kg.client.AsyncClient` (the titles read concurrently)."""
     answer = await client.search(options.repo, query, **options.search_kwargs())
     titles: dict[tuple[str, str], str | None] = {}
+    failed: list[Exception] = []
+
+    async def read_title(ws: str, path: str) -> None:
+        try:
+            node = await client.get_node(options.repo, ws, path, branch=options.branch,
+                                         at_revision=options.at_revision)
+            titles[ws, path] = _title(node.properties)
+        except NotFound:
+            titles[ws, path] = None
+        except Exception as exc:  # raised below as itself, not in the task group's ExceptionGroup
+            failed.append(exc)
+
     if options.titles:
-        for ws, path in _nodes(answer):
-            try:
-                node = await client.get_node(options.repo, ws, path, branch=options.branch,
-                                             at_revision=options.at_revision)
-                titles[ws, path] = _title(node.properties)
-            except NotFound:
-                titles[ws, path] = None
+        async with anyio.create_task_group() as group:
+            for ws, path in _nodes(answer):
+                group.start_soon(read_title, ws, path)
+    if failed:
+        raise failed[0]
     return _hits(answer, options, titles)

@@ -195,3 +195,11 @@ def test_a_retriever_needs_a_client() -> None:
         lc.KGRetriever(repo="peps")
     with pytest.raises(ValueError, match="needs a client"):
         li.KGRetriever("peps")
+
+
+async def test_async_refusals_raise_kg_errors(server: Server) -> None:
+    async with AsyncClient(server.url, api_key=server.admin_key) as kg:
+        with pytest.raises(NotFound):
+            await lc.KGRetriever(async_client=kg, repo="no-such-repo").ainvoke("build backend")
+        with pytest.raises(NotFound):
+            await li.KGRetriever("peps", async_client=kg, branch="no-such-branch").aretrieve("build backend")
