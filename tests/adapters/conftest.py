@@ -61,7 +61,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     for name in SOME:
         shutil.copy(PEPS / name, corpus / name)
     with database_url(request.param, folder) as url:
-        key = admin_key(url, folder / "data")
+        key = admin_key(serve_env(url, folder / "data"))
         ingest(url, folder / "data", corpus)
         proc, base = start_server(serve_env(url, folder / "data"))
         try:
