@@ -5,7 +5,7 @@ answers and an answerable one has at least one answer and one evidence quote; ev
 an exact substring of its source (a PEP under ``fixtures/peps/docs`` or, for HotpotQA, the
 passage text stored with the quote). NER: each entity's ``text[start:end]`` equals its
 ``text``, its type is one of the eight labels, spans do not overlap; a PEP sentence occurs
-verbatim in its PEP, a HotpotQA sentence in the passage stored in ``ner_passages.jsonl``.
+verbatim in its PEP (line breaks read as spaces), a HotpotQA sentence in the passage stored in ``ner_passages.jsonl``.
 
 Run from the repository root: ``python bench/data/check_gold.py``; exit 1 on any error.
 """
@@ -27,6 +27,11 @@ KINDS = {"passage", "property", "relation"}
 
 def _lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _squash(text: str) -> str:
+    """``text`` with every run of whitespace as one space: a PEP sentence joins its wrapped lines."""
+    return " ".join(text.split())
 
 
 def check_answers(path: Path) -> list[str]:
@@ -74,7 +79,7 @@ def check_ner(path: Path, passages_path: Path) -> list[str]:
             passage = passages.get(source.removeprefix("hotpotqa:"))
             if passage is None or text not in passage:
                 errors.append(f"{rid}: sentence not in passage {source}")
-        elif text not in (PEPS / source).read_text(encoding="utf-8"):
+        elif _squash(text) not in _squash((PEPS / source).read_text(encoding="utf-8")):
             errors.append(f"{rid}: sentence not in {source}")
         end_before = -1
         entities = row["entities"]
