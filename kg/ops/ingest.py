@@ -1,6 +1,6 @@
 """``kg ingest``: files become nodes, their text chunked and embedded, a format's relations edges.
 
-The lifecycle (``docs/ingest.md``) is per file content hash, and people's edits of ingested
+The lifecycle (``docs/guides/ingest.md``) is per file content hash, and people's edits of ingested
 nodes survive it: a file whose sha256 is the one the branch's last ingest of it recorded
 (:mod:`kg.store.ingest_records`) is skipped, whatever happened to its node since (no write, no
 embedding call); a changed file is a three-way merge (:func:`plan_file`, :func:`merge_file`)
@@ -351,7 +351,7 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
 
     Notes
     -----
-    The lifecycle (``docs/ingest.md``): a file whose hash is the one the branch's last ingest
+    The lifecycle (``docs/guides/ingest.md``): a file whose hash is the one the branch's last ingest
     of it recorded is skipped, whatever happened to its node since (edited, deleted). A changed
     file is a three-way merge (:func:`merge_file`) of the node now with the file's parse,
     against the parse the last ingest recorded (:func:`kg.store.ingest_records.record_base`);
@@ -680,7 +680,7 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
 
     Notes
     -----
-    The lifecycle is per file hash (``docs/ingest.md``, :func:`plan_file`): an unchanged file
+    The lifecycle is per file hash (``docs/guides/ingest.md``, :func:`plan_file`): an unchanged file
     is skipped whatever happened to its node, a changed one is merged with people's edits.
     """
     file_format = get_format(format_name)
