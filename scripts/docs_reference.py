@@ -308,10 +308,15 @@ def on_config(config: Any) -> Any:
     return config
 
 
+def changelog_page() -> str:
+    """``changelog.md``: CHANGELOG.md as it is (the site cannot read a file outside ``docs/``)."""
+    return (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
 def on_files(files: Any, config: Any) -> Any:
     """mkdocs hook: add the generated pages."""
     from mkdocs.structure.files import File
 
-    for path, content in pages().items():
+    for path, content in {**pages(), "changelog.md": changelog_page()}.items():
         files.append(File.generated(config, path, content=content))
     return files

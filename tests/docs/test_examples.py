@@ -74,3 +74,17 @@ def test_the_convention_finds_the_examples():
     for page in nav_pages():
         for example in examples(page):
             assert ":8765" not in example.code, f"docs/{page}:{example.line} names the port: use $KG_URL"
+
+
+def test_the_readme_tour_runs(site):
+    """The README's tour, its address taken from the test's server and each curl failing on a 4xx/5xx."""
+    env, work = site
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    tour = readme.split("\n## A ten-line tour\n", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    assert tour.startswith("export KG_URL=http://127.0.0.1:8765\n")
+    script = tour.split("\n", 1)[1].replace("curl -s ", "curl -sf ")
+    assert script.count("curl -sf ") == 7
+    done = subprocess.run(["bash", "-eo", "pipefail", "-c", script], env=env, cwd=work, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"path":"/pep-0440"' in done.stdout and '"into":"main"' in done.stdout.replace(" ", "")
