@@ -14,11 +14,15 @@ app), ``reference/http/<tag>.md`` (``api.app``'s OpenAPI document, one page per 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kg.errors import KGError
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the checkout's kg, not an installed one
@@ -29,8 +33,8 @@ HTTP_INDEX = "reference/http/index.md"
 
 
 def _cell(text: object) -> str:
-    """One Markdown table cell: one line, pipes escaped."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One Markdown table cell: one line, pipes escaped, reST roles (``:class:`X```) as code."""
+    return re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", " ".join(str(text).split())).replace("|", "\\|")
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -38,7 +42,7 @@ def _cell(text: object) -> str:
 
 def settings_descriptions() -> dict[str, str]:
     """Each Settings field's description, from the ``Attributes`` section of its docstring."""
-    from numpydoc.docscrape import NumpyDocString
+    from numpydoc.docscrape import NumpyDocString  # type: ignore[import-untyped]
 
     from kg.settings import Settings
 
@@ -170,7 +174,8 @@ def _operation(method: str, path: str, operation: dict[str, Any]) -> list[str]:
         lines += [f"Body ({media}): {_schema_name(content.get('schema', {}))}", ""]
     lines += ["| status | meaning |", "|---|---|"]
     for status, response in (operation.get("responses") or {}).items():
-        schema = next(iter(response.get("content", {}).values()), {}).get("schema")
+        contents: list[dict[str, Any]] = list(response.get("content", {}).values())
+        schema = contents[0].get("schema") if contents else None
         shown = f" ({_schema_name(schema)})" if schema else ""
         lines.append(f"| {status} | {_cell(response.get('description', ''))}{_cell(shown)} |")
     lines.append("")
@@ -253,7 +258,7 @@ def mcp_page() -> str:
 # -- errors -----------------------------------------------------------------------------------
 
 
-def error_classes() -> list[type]:
+def error_classes() -> list[type[KGError]]:
     """Every error class of :mod:`kg.errors`, base first, in definition order."""
     from kg import errors
 
@@ -263,7 +268,7 @@ def error_classes() -> list[type]:
 
 def errors_page() -> str:
     """``reference/error-codes.md``: each error code, its class, its HTTP status and meaning."""
-    from api.errors import status_for
+    from api.errors import STATUS
 
     lines = ["# Error codes", "",
              "Every code kg answers, generated from `kg/errors.py` (the classes) and `api/errors.py` (their",
@@ -271,7 +276,7 @@ def errors_page() -> str:
              "describes the shape.", "",
              "| code | class | HTTP | meaning |", "|---|---|---|---|"]
     for cls in error_classes():
-        status = status_for(cls.__new__(cls))
+        status = next(STATUS[c] for c in cls.__mro__ if c in STATUS)
         summary = (cls.__doc__ or "").strip().split("\n\n", 1)[0]
         lines.append(f"| `{cls.code}` | `{cls.__name__}` | {status} | {_cell(summary)} |")
     return "\n".join(lines) + "\n"
