@@ -177,7 +177,7 @@ def _operation(method: str, path: str, operation: dict[str, Any]) -> list[str]:
         contents: list[dict[str, Any]] = list(response.get("content", {}).values())
         schema = contents[0].get("schema") if contents else None
         shown = f" ({_schema_name(schema)})" if schema else ""
-        lines.append(f"| {status} | {_cell(response.get('description', ''))}{_cell(shown)} |")
+        lines.append(f"| {status} | {_cell(response.get('description', '') + shown)} |")
     lines.append("")
     return lines
 
