@@ -27,7 +27,8 @@ _FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory):
-    """(the environment the examples run in, their working folder): a server and a ``kg`` on PATH."""
+    """(the environment the examples run in, their working folder): a server and a ``kg`` on PATH,
+    both with a key pepper (so that the access page can make keys; ``KG_AUTH`` stays off)."""
     base = tmp_path_factory.mktemp("docs-examples")
     work, data, bin_dir = base / "work", base / "data", base / "bin"
     for folder in (work, bin_dir, base / "peps"):
@@ -39,7 +40,7 @@ def site(tmp_path_factory: pytest.TempPathFactory):
     kg.chmod(kg.stat().st_mode | stat.S_IEXEC)
     env = {key: value for key, value in os.environ.items() if not key.startswith("KG_")}
     env.update(KG_DATA_DIR=str(data), PYTHONPATH=str(ROOT), PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}",
-               KG_INDEX_FLUSH_INTERVAL_S="0")
+               KG_INDEX_FLUSH_INTERVAL_S="0", KG_KEY_PEPPER="a pepper for the manual's examples only")
     subprocess.run([sys.executable, "-m", "kg.cli", "ingest", str(base / "peps"), "--repo", "peps",
                     "--workspace", "peps", "--format", "pep"], env=env, cwd=ROOT, check=True,
                    capture_output=True, timeout=600)
