@@ -75,6 +75,8 @@ def test_the_site_builds_strict_and_offline(tmp_path: Path):
     assert "research_assistant" in mcp and "include_invalid" in mcp
     errors = (site / "reference" / "error-codes.html").read_text(encoding="utf-8")
     assert "merge_conflict" in errors and "409" in errors
+    classes = (site / "reference" / "errors.html").read_text(encoding="utf-8")  # mkdocstrings: ::: kg.errors
+    assert "A merge found changes on both sides that it will not resolve silently" in classes
     search = (site / "reference" / "http" / "search.html").read_text(encoding="utf-8")
     assert "/api/repos/{repo}/search" in search
     assert (site / "changelog.html").exists()
