@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PG_URL ?= postgresql+psycopg://postgres@127.0.0.1:5432/test
 export KG_DATA_DIR ?= .kg
 
-.PHONY: install run demo serve test test-sqlite bench clean
+.PHONY: install run demo serve test test-sqlite bench docs clean
 
 install: $(VENV)/.installed
 
@@ -38,10 +38,14 @@ test: install
 test-sqlite: install
 	$(BIN)/python -m pytest -q $(PYTEST_PARALLEL)
 
+## The documentation site (mkdocs.yml), built strict into site/.
+docs: install
+	$(BIN)/python -m mkdocs build --strict
+
 bench: install
 	$(BIN)/python bench/branch_create.py
 	$(BIN)/python bench/ingest.py
 	PYTHONPATH=$(CURDIR) $(BIN)/python bench/redesign_figures.py
 
 clean:
-	rm -rf .kg .pytest_cache bench/results
+	rm -rf .kg .pytest_cache bench/results site

@@ -8,7 +8,7 @@ allowed and with a random 50 % / 10 % of the content keys allowed (a branch), re
 against the exact index for each ef in ``--ef``, and the estimated memory of each.
 
 The threshold ``KG_INDEX_ANN_MIN_ROWS`` is set where the tier's p50 at the default ef falls
-clearly below the exact p50 (docs/ann.md).
+clearly below the exact p50 (docs/concepts/ann.md).
 
 Prints a table and writes JSON (default ``bench/results/ann_tier.json``).
 Run: ``python bench/ann_tier.py [--sizes 5000,10000,20000,50000] [--ef 32,64,96,128]``.

@@ -22,7 +22,7 @@ MiniLM-L6 int8 R@10 .870, RRF R@10 .919, AllSup@5 .549 / .634 / .669.
 
 ``--graph`` also runs ``hybrid+subjects``: the subject leg (``graph-context`` with ``follow:
 "subjects"``, hybrid's top 5 as seeds, their subject passages first: the settings
-``bench/cv_graph.py`` chose by cross-validation, docs/retrieval.md).
+``bench/cv_graph.py`` chose by cross-validation, docs/benchmarks/retrieval.md).
 
 With ``--graph --resolve`` also ``hybrid+graph resolved`` and ``hybrid+subjects resolved``:
 ``resolve-entities`` runs on a fresh branch made from ``main`` (its defaults: names and mention

@@ -89,7 +89,7 @@ def resolve_onto_branch(services: Any, workspace: str) -> tuple[str, dict[str, A
 
 
 #: The subject leg's settings chosen by 5-fold cross-validation in bench/cv_graph.py (the same
-#: choice on every fold; docs/retrieval.md): the subject passages of hybrid's top 5 first.
+#: choice on every fold; docs/benchmarks/retrieval.md): the subject passages of hybrid's top 5 first.
 SUBJECT_SEEDS, SUBJECT_KEEP = 5, 0
 
 

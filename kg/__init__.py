@@ -1,3 +1,3 @@
 """kg: a knowledge-graph service with branching storage for AI agents."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -457,7 +457,7 @@ def lineage(path: Annotated[str, typer.Argument(help="The node's path (/docs/a),
             as_json: Annotated[bool, typer.Option("--json", help="Print the lineage's JSON.")] = False) -> None:
     """What was derived from a node (chunks, entity mentions, its extraction record, stored
     answers) with the source revision each recorded and whether it is current, and what the
-    node was derived from (docs/lineage.md)."""
+    node was derived from (docs/concepts/lineage.md)."""
     if ":" in path and not path.startswith("/"):
         workspace, path = path.split(":", 1)
     try:

@@ -60,9 +60,13 @@ class Settings(BaseSettings):
     ask_absent_words : {"all", "salient"}
         Which uncovered words the check counts: all, or those naming the subject (numbers,
         names, rare words: :func:`kg.rag.functions.salient_words`).
+    rag_repo : str
+        The repository that holds the RAG node's collections (``POST /api/rag``); reserved:
+        made by the node's first call, refused to ``POST /api/repos``, reached only by a grant
+        naming it.
     rag_max_distance : float
-        The RAG node injects only chunks within this cosine distance of the query (the seed's
-        null context when nothing relevant is found); 2 injects the top k however far.
+        The RAG node injects only chunks within this cosine distance of the query (a null
+        context when nothing relevant is found); 2 injects the top k however far.
         Measured on held data by ``bench/rag_null_context.py``.
     research_max_steps : int
         Most tool calls one ``research-assistant`` run makes (its input ``max_steps`` may only
@@ -83,9 +87,11 @@ class Settings(BaseSettings):
         Chunks the background indexer embeds of large texts per pass: a text with more is
         embedded in steps across passes (its chunks stored only once all are embedded), so
         other jobs are claimed and done in between.
+    host, port : str, int
+        Where ``kg serve`` listens (``--host``, ``--port`` override them).
     index : {"embedded", "weaviate"}
         The search index: the embedded one in :attr:`data_dir` (default), or Weaviate at
-        :attr:`weaviate_url` (needs ``pip install 'kg[weaviate]'``; see docs/scale-out.md).
+        :attr:`weaviate_url` (needs ``pip install 'kg[weaviate]'``; see docs/guides/scale-out.md).
     weaviate_url : str or None
         ``http[s]://host:port`` of Weaviate (gRPC on port 50051 of the same host, or
         ``?grpc_port=N``); required when ``index`` is ``weaviate``.
@@ -96,7 +102,7 @@ class Settings(BaseSettings):
     index_ann_min_rows : int
         The embedded index searches a model's vectors through an HNSW graph once it has this
         many rows (and a search allows this many); below it, exactly (0: always exactly).
-        Where the two cross on 2 cores, docs/ann.md.
+        Where the two cross on 2 cores, docs/concepts/ann.md.
     index_ann_m, index_ann_ef_construction, index_ann_ef_search : int
         The HNSW graph's neighbours per node, its insertion candidate list and its search
         candidate list (every candidate is reranked exactly); chosen for recall@10 >= 0.98.
@@ -113,7 +119,7 @@ class Settings(BaseSettings):
         bound.
     search_rrf_k : int
         The rank constant of kg's reciprocal rank fusion of hybrid search (chosen by
-        cross-validation, ``bench/cv_fusion.py``; docs/retrieval.md).
+        cross-validation, ``bench/cv_fusion.py``; docs/benchmarks/retrieval.md).
     search_title_weight : float
         The weight of the ``title`` field in the node-level BM25F of the fulltext leg (other
         fields weigh 1; chosen by cross-validation like :attr:`search_rrf_k`).

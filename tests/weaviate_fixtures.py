@@ -5,7 +5,7 @@
 - ``weaviate_test_server``: the same server emptied for one test, for tests that read its state
   or use its hooks (call counts, refusals, faults).
 - ``weaviate_url`` (session): where the Weaviate tests run -- ``KG_TEST_WEAVIATE_URL`` when set (a
-  real Weaviate, see docs/scale-out.md), else the test server.
+  real Weaviate, see docs/guides/scale-out.md), else the test server.
 
 While a server is up, the client's best-effort PyPI version check
 (``weaviate.connect.v4.PYPI_PACKAGE_URL``) is pointed at the test server, so no test reaches the

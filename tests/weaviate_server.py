@@ -59,7 +59,7 @@ name equals an existing one without regard to case is refused with Weaviate's 42
 must be unique when lowercased``). Property names get their first letter lower-cased. Schema
 validation covers names, data types, tokenizations, ``indexSearchable`` on non-text, the
 vectorizer (only ``none``: ``DEFAULT_VECTORIZER_MODULE=none``) and the index type. Auto-schema
-is off (``AUTOSCHEMA_ENABLED=false``, as docs/scale-out.md recommends): an unknown property is
+is off (``AUTOSCHEMA_ENABLED=false``, as docs/guides/scale-out.md recommends): an unknown property is
 refused per object. ``limit + offset`` above 10,000 (``QUERY_MAXIMUM_RESULTS``) is refused.
 Hybrid search fuses exactly as ``hybrid_fusion.go``: each leg asks for max(100, limit + offset)
 objects; ranked fusion adds ``weight / (rank + 60)`` with ranks from 0; relative-score fusion

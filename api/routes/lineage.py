@@ -1,4 +1,4 @@
-"""Lineage: what was derived from a node, and from what it was derived (docs/lineage.md).
+"""Lineage: what was derived from a node, and from what it was derived (docs/concepts/lineage.md).
 
 The route is ``/workspaces/{ws}/lineage/{path}``, not ``/nodes/{path}/lineage``: ``nodes/{path:path}``
 takes every segment, so a suffix would be ambiguous with a node whose last segment is

@@ -8,5 +8,5 @@ package imports none of them):
 
 Both talk to a kg server over HTTP through :class:`kg.client.Client` / :class:`kg.client.AsyncClient`;
 :mod:`kg.adapters.hits` holds what they share (the search options, the hits' citation handles).
-See docs/frameworks.md.
+See docs/guides/frameworks.md.
 """

@@ -2,7 +2,7 @@
 :func:`kg_tools` (the MCP server's tools as LangChain tools), through :mod:`kg.client`.
 
 Needs the ``langchain`` extra (``pip install 'kg[langchain]'``: langchain-core). See
-docs/frameworks.md.
+docs/guides/frameworks.md.
 """
 
 from __future__ import annotations

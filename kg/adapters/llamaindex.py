@@ -2,7 +2,7 @@
 :mod:`kg.client`.
 
 Needs the ``llamaindex`` extra (``pip install 'kg[llamaindex]'``: llama-index-core). The
-retriever uses no tokenizer and no NLTK data: nothing is downloaded (docs/frameworks.md).
+retriever uses no tokenizer and no NLTK data: nothing is downloaded (docs/guides/frameworks.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One method per operation of the OpenAPI document, taking the API's fields as keywords and
 answering the result models of :mod:`kg.types`; refusals raise the classes of :mod:`kg.errors`.
-See docs/client.md.
+See docs/guides/client.md.
 """
 
 from __future__ import annotations

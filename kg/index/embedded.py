@@ -115,7 +115,7 @@ _ANN_TAIL_ROWS = 1024
 _ANN_MIN_SHARE = 0.1
 # The widest candidate list a filtered walk uses (ef / share, capped).
 _ANN_MAX_EF = 1024
-#: Rows up to which the configured ef_search keeps recall@10 >= 0.98 (M 32; docs/ann.md).
+#: Rows up to which the configured ef_search keeps recall@10 >= 0.98 (M 32; docs/concepts/ann.md).
 _ANN_EF_ROWS = 1_000_000
 
 
@@ -127,7 +127,7 @@ class AnnConfig:
     ----------
     min_rows : int
         A model with at least this many rows gets a graph, and a search with at least this many
-        allowed rows uses it; below it the exact scan is faster (docs/ann.md). 0 turns the tier
+        allowed rows uses it; below it the exact scan is faster (docs/concepts/ann.md). 0 turns the tier
         off.
     m : int
         HNSW neighbours per node and layer.
@@ -677,7 +677,7 @@ class EmbeddedVectorIndex:
         the square of the graph's rows over a million past a million, at most 1,024), the
         rows added since the graph was last extended (at most about a thousand) are added to
         them, and all are reranked with exact dot products, so every distance returned is exact
-        and only recall is approximate (>= 0.98 of exact at 10, docs/ann.md).
+        and only recall is approximate (>= 0.98 of exact at 10, docs/concepts/ann.md).
         O(ef * M * dim * log m) for the walk. The memoised masks make the O(m) row mask a
         once-per-branch-state cost for an immutable set (a ``frozenset`` or a ``KeySet``).
 

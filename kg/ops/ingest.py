@@ -1,6 +1,6 @@
 """``kg ingest``: files become nodes, their text chunked and embedded, a format's relations edges.
 
-The lifecycle (``docs/ingest.md``) is per file content hash, and people's edits of ingested
+The lifecycle (``docs/guides/ingest.md``) is per file content hash, and people's edits of ingested
 nodes survive it: a file whose sha256 is the one the branch's last ingest of it recorded
 (:mod:`kg.store.ingest_records`) is skipped, whatever happened to its node since (no write, no
 embedding); a changed file is a three-way merge (:func:`plan_file`, :func:`merge_file`) of the

@@ -336,7 +336,7 @@ def node_lineage(
     at_revision: int | None = None,
 ) -> dict[str, Any]:
     """What was derived from a node and what it was derived from (:class:`kg.types.lineage.Lineage`,
-    docs/lineage.md), as far as the caller may read. ``derived`` rows: ``chunks``, ``mention``
+    docs/concepts/lineage.md), as far as the caller may read. ``derived`` rows: ``chunks``, ``mention``
     (``current`` when its ``source_hash`` is this text's; ``orphan``), ``extraction``, ``answer``
     (``stale``, ``stale_citations``); ``derived_from`` rows: ``mentioned_in``, ``extraction_of``,
     ``cites``.

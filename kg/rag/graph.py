@@ -127,7 +127,7 @@ def load_view(graph: GraphView, rows: Iterable[EdgeRow], resolve: Callable[[set[
     of them (gen 0, then 1, then 2), and a full pass recurs whenever the oldest generation has
     grown by a quarter: at 1,000,000 edges a full pass took 0.9 s, at 5,000,000 several
     seconds, with the interpreter lock held, so every other request of the process waited.
-    That was the 2 s NEIGHBORS measured while a cold 5M-edge view was built (docs/scale.md).
+    That was the 2 s NEIGHBORS measured while a cold 5M-edge view was built (docs/benchmarks/scale.md).
     Frozen objects are skipped by every later pass. A view holds no reference cycle, so a view
     dropped from the cache is still freed by reference counting (tested). Each freeze also
     moves whatever else the process holds at that moment, which is harmless for objects that

@@ -44,7 +44,7 @@ Fusion = Literal["kg", "index"]
 FusionType = Literal["ranked", "relative_score"]
 PrefixMode = Literal["segments", "raw"]
 RRF_K = 60
-"""The default rank constant of kg's fusion (``KG_SEARCH_RRF_K``; see docs/retrieval.md)."""
+"""The default rank constant of kg's fusion (``KG_SEARCH_RRF_K``; see docs/benchmarks/retrieval.md)."""
 MAX_K = 1000
 #: Relative score fusion normalises each leg over its first this many items: what a k = 10
 #: search reads per leg (``max(8 k, 50)`` at node granularity, ``max(3 k, 50)`` per passage), so

@@ -232,7 +232,7 @@ class MergeApplied(Schema):
 
 class DerivedRefresh(Schema):
     """What lineage did, in the same revision, to the records derived from the nodes a write
-    changed (docs/lineage.md)."""
+    changed (docs/concepts/lineage.md)."""
 
     unlinked: int = Field(description="``mentioned_in`` edges removed: the entity is no longer named in the text.")
     restamped: int = Field(description="``mentioned_in`` edges kept and stamped with the text's new hash.")
@@ -254,7 +254,7 @@ class MergeResult(Schema):
                                      "in the merge's revision: the counts of ``derived_writes`` (a dry run "
                                      "says what the merge will do).")
     derived_writes: list[JSONObject] = absent(
-        "Lineage's writes, in the order applied (docs/lineage.md, \"Branches and merges\"): ``kind`` "
+        "Lineage's writes, in the order applied (docs/concepts/lineage.md, \"Branches and merges\"): ``kind`` "
         "``unlinked`` / ``restamped`` (``from``, ``type``, ``to``; a restamp's ``source_hash``), "
         "``orphaned`` / ``queued`` (``workspace``, ``path``), ``stale`` (``workspace``, ``path``, "
         "``stale_citations``). The merge writes exactly the list of the dry run it was asked from.")

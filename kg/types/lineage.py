@@ -15,7 +15,7 @@ from kg.types.common import (
 
 class Lineage(Schema):
     """``GET .../lineage/{path}``: what was derived from a node and what it was derived from
-    (docs/lineage.md)."""
+    (docs/concepts/lineage.md)."""
 
     workspace: str
     path: str

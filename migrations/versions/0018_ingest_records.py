@@ -6,7 +6,7 @@ ingested folder, the relations the file asserted and, when the node written diff
 file's parse (people's edits kept by a three-way merge), the patch that turns the written node
 back into the parse. A branch
 sees the rows of its chain, as it sees node versions. Nodes ingested before this migration have
-no row: ``docs/ingest.md`` says how their first ingest after the upgrade treats them.
+no row: ``docs/guides/ingest.md`` says how their first ingest after the upgrade treats them.
 
 Revision ID: 0018
 Revises: 0017

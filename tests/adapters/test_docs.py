@@ -1,4 +1,4 @@
-"""docs/frameworks.md's python blocks run, in order, against a real ``kg serve`` (``KG_URL``,
+"""docs/guides/frameworks.md's python blocks run, in order, against a real ``kg serve`` (``KG_URL``,
 ``KG_API_KEY``) and print what the page says they print."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from tests.client.conftest import Server
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "frameworks.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "frameworks.md"
 
 
 def blocks() -> list[str]:

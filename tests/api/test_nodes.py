@@ -205,7 +205,7 @@ def test_a_put_runs_a_pinned_number_of_sql_statements(settings):
     validated its input twice, read the repository row twice (the lock, then a refresh) and
     wrote its head twice: 15 statements for a node with text, 13 without; 12 and 10 now.
     Replacing a node adds one: the indexed lookup of records derived from it (issue 17,
-    docs/lineage.md); creating one adds none. Counted on SQLite, in-process, with no
+    docs/concepts/lineage.md); creating one adds none. Counted on SQLite, in-process, with no
     background indexer (the app's lifespan is not run) and no inline indexing, so every
     statement counted is the PUT's own."""
     settings = settings.model_copy(update={"index_inline": False})

@@ -188,7 +188,7 @@ def test_hybrid_echoes_its_fusion(client, repo):
     seed(client)
     body = search(client, {"query": "rotate api key", "vector_weight": 2.0, "fusion_type": "ranked"}).json()
     assert body["fusion"] == {"engine": "kg", "method": "rrf", "k": 60, "weights": {"vector": 2.0, "fulltext": 1.0}}
-    # the shipped defaults (docs/retrieval.md): relative score fusion, vector 0.25, fulltext 1
+    # the shipped defaults (docs/benchmarks/retrieval.md): relative score fusion, vector 0.25, fulltext 1
     default = search(client, {"query": "rotate api key"}).json()
     assert default["fusion"] == {"engine": "kg", "method": "relative_score",
                                  "weights": {"vector": 0.25, "fulltext": 1.0}}

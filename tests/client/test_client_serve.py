@@ -63,7 +63,7 @@ def client_of(kind: str, server: Server, key: str | None = None, **kwargs: Any) 
 
 
 async def tour(kg: Client | AsyncClient, server: Server, kind: str) -> None:
-    """The tour of docs/client.md: one script for both clients."""
+    """The tour of docs/guides/client.md: one script for both clients."""
     name = f"tour-{uuid.uuid4().hex[:8]}"
     repo = await ready(kg.create_repo(name))
     assert isinstance(repo, Repo) and repo.name == name

@@ -1,4 +1,4 @@
-"""The python examples of docs/client.md run, in order, against a real ``kg serve`` (the address
+"""The python examples of docs/guides/client.md run, in order, against a real ``kg serve`` (the address
 from ``KG_URL``, the administrator's key from ``KG_API_KEY``), and print what the page says."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tests.serve import ROOT
 
 
 def blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "client.md").read_text(), re.S)
+    return re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "guides" / "client.md").read_text(), re.S)
 
 
 def test_the_page_has_an_example_of_each_section() -> None:
@@ -27,7 +27,7 @@ def test_the_examples_run_against_a_real_server(server: Server, monkeypatch: pyt
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         for block in blocks():
-            exec(compile(block, "docs/client.md", "exec"), {"__name__": "docs"})
+            exec(compile(block, "docs/guides/client.md", "exec"), {"__name__": "docs"})
     lines = out.getvalue().splitlines()
     assert lines[0] == __import__("kg").__version__
     assert lines[1].startswith("/docs/keys ")

@@ -7,7 +7,7 @@ how to make its writes durable, and whether a second instance over the same stor
 Weaviate runs the suite in every run through the real ``weaviate-client``: against the
 Weaviate-compatible test server of ``tests/weaviate_server.py`` (REST and gRPC on loopback
 ports), or against a real Weaviate instead when ``KG_TEST_WEAVIATE_URL`` is set
-(docs/scale-out.md says how to start one). Its index has the other layout
+(docs/guides/scale-out.md says how to start one). Its index has the other layout
 (:class:`~kg.index.base.ScopedIndex`, a collection per workspace and branch), so the suite drives
 it through :class:`PlacedByContentKey`: what the suite asserts of ranking, filtering and
 refusals holds for the scoped searches; ``tests/index/test_weaviate_scoped.py`` tests the rest of

@@ -3,7 +3,7 @@ agent's branch and merged; then, on another agent's branch that forked before th
 document edited and its entities extracted again, and that branch merged.
 
 The second merge is where lineage writes on main: main's mention of a name the edited text no
-longer has is unlinked and its entity flagged orphan (``docs/lineage.md``). The intended
+longer has is unlinked and its entity flagged orphan (``docs/concepts/lineage.md``). The intended
 behaviour: every such write is in the dry run the reviewer saw, and no edge either side
 asserted is removed without the reviewer being shown it."""
 

@@ -25,7 +25,7 @@ target; a mention either side holds that the merged text no longer names is a ``
 conflict, resolved ``keep`` or ``drop``. Every merge is asked from its dry run's ``plan``, and
 its ``applied``, ``derived`` and ``derived_writes`` must be the dry run's and the model's.
 
-Ingest (``docs/ingest.md``): a small folder of text files, their texts drawn (unchanged,
+Ingest (``docs/guides/ingest.md``): a small folder of text files, their texts drawn (unchanged,
 changed, a heading and a body both a person and the file changed), is ingested on a branch
 through ``kg.ops.ingest.ingest_path``, between people's edits, deletes and re-creations of the
 files' nodes. The model keeps, per branch, the last ingested hash and parse of each file (a

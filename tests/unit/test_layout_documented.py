@@ -1,5 +1,5 @@
-"""The README's layout section matches the code: the tree names every package and module of
-``kg`` (and names none that is gone), and its import chain is the import-linter layers'."""
+"""The development page's layout section matches the code: the tree names every package and module
+of ``kg`` (and names none that is gone), and its import chain is the import-linter layers'."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _layout() -> tuple[str, str]:
-    """(the tree block, the paragraph after it) of the README's ``## Layout`` section."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    """(the tree block, the paragraph after it) of docs/development.md's ``## Layout`` section."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    section = page.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
     tree = section.split("```", 2)[1]
     return tree, section.split("```", 2)[2]
 
@@ -51,6 +51,6 @@ def test_the_import_chain_is_the_layers_contract():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     (layers,) = [c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "layers"]
     drawn = [[name.strip() for name in re.split(r"[|:]", layer)] for layer in layers]
-    # The README leaves out kg.lru beside errors and settings; every other name is in both.
+    # The page leaves out kg.lru beside errors and settings; every other name is in both.
     drawn[-1] = [n for n in drawn[-1] if n != "kg.lru"]
     assert said == drawn
