@@ -329,7 +329,7 @@ class Indexer(PollingWorker):
                 complete.append(job)
         # The whole texts first: stored (searchable) before the large ones' steps are embedded.
         stored_repos = self._store(complete, rows_by_job, run, failures)
-        if stored_repos and self.services.index.layout == "scoped" and (going or started):
+        if stored_repos and self.services.index.eager_catch_up and (going or started):
             self._push(stored_repos)
             stored_repos = set()
         finished: list[_Job] = []
@@ -358,7 +358,7 @@ class Indexer(PollingWorker):
                 run.stepped += n
         stored_repos |= self._store(finished, rows_by_job, run, failures)
         complete += finished
-        if stored_repos and self.services.index.layout == "scoped":
+        if stored_repos and self.services.index.eager_catch_up:
             self._push(stored_repos)
         claim_of = {job.id: job.claim for job in claimed}
         claim_of.update((f.job.id, f.job.claim) for f in going)
@@ -461,8 +461,9 @@ class Indexer(PollingWorker):
 
 
     def _push(self, repo_ids: Iterable[int]) -> None:
-        """Place what was just embedded in a remote scoped index (Weaviate), so the next search
-        does not pay for it; a failure only logs (a search syncs before it reads)."""
+        """Catch an index with ``eager_catch_up`` (a remote one) up on what was just embedded,
+        so the next search does not pay for it; a failure only logs (a search catches up
+        before it reads)."""
         for repo_id in repo_ids:
             try:
                 with self.services.db.read() as session:

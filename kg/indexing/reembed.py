@@ -35,7 +35,7 @@ from sqlalchemy import func, select, update
 
 from kg.context import SYSTEM, Actor, Resources, unit_of_work
 from kg.errors import InvalidInput, KGError, ModelLocked
-from kg.index.base import ScopedIndex, VectorIndex
+from kg.index.base import SearchIndex
 from kg.indexing.chunks import existing_content_keys, plan_text, sync_index
 from kg.indexing.config import HELD, NEXT, EmbeddingConfig, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import REEMBED_PRIORITY, enqueue
@@ -212,13 +212,11 @@ def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bo
         config["embedding"] = config.pop(NEXT)
         ws.config = config
     services.search_cache.clear()
-    index: VectorIndex = services.index
-    if index.layout != "scoped":
-        return True
+    index: SearchIndex = services.index
     if lowest is not None:
         _replace(services, index, repo_id, repo_key, lowest)
     if canonical_model_name(old_model) != canonical_model_name(wanted.model):
-        try:  # a scoped index's collections of the old model are never read again
+        try:  # what the index holds apart for the old model is never read again
             index.drop_workspace_model(repo_key, workspace_id, old_model)
         except KGError as exc:
             log.warning("re-embed of workspace %s: the old model's collections stay: %s", workspace_id, exc.message)
@@ -263,11 +261,12 @@ def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
     return lowest
 
 
-def _replace(services: Resources, index: ScopedIndex, repo_id: int, repo_key: str, lowest: int) -> None:
-    """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
-    their new chunks while no version pointed at them yet (they were built beside the old)."""
+def _replace(services: Resources, index: SearchIndex, repo_id: int, repo_key: str, lowest: int) -> None:
+    """Catch the index up on the re-pointed versions now, if it needs to (it may have passed
+    their new chunks while no version pointed at them yet: they were built beside the old)."""
     try:
-        index.rewind_placement(repo_key, lowest - 1)
+        if not index.rewind(repo_key, lowest - 1):
+            return
     except KGError as exc:
         log.error("re-embed switched with the index unreachable (%s): run `kg reindex --repo <repo> "
                   "--index weaviate` to place the re-embedded texts", exc.message)

@@ -18,7 +18,7 @@ from kg.access import (
 from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit, throttle
 from kg.errors import InvalidInput
 from kg.graph.neighbors import MAX_LIMIT, check_limit
-from kg.index.base import VectorIndex
+from kg.index.base import SearchIndex
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import parse_embedding_config
 from kg.indexing.index_jobs import retry_failed
@@ -420,7 +420,7 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
     return run
 
 
-def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorIndex | None = None) -> dict[str, Any]:
+def rebuild_index(services: Resources, caller: Actor, repo: str, target: SearchIndex | None = None) -> dict[str, Any]:
     """Rebuild a search index of ``repo`` from the chunks and vectors stored in SQL (no
     re-embedding), after finishing the repository's queued indexing.
 
@@ -432,7 +432,7 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorI
         Who asks.
     repo : str
         The repository.
-    target : VectorIndex, optional
+    target : SearchIndex, optional
         The index to fill (default: the service's own).
 
     Returns
@@ -486,7 +486,7 @@ def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
     return {"retried": len(keys)}
 
 
-def _drain_and_sync(services: Resources, caller: Actor, repo: str, index: VectorIndex, *,
+def _drain_and_sync(services: Resources, caller: Actor, repo: str, index: SearchIndex, *,
                     rebuild: bool) -> tuple[IndexRunCounts, int]:
     """Run ``repo``'s queued indexing, then bring ``index`` up to date from SQL (emptied first
     when ``rebuild``) and save it: the jobs run and the chunks placed. It works on every
