@@ -488,21 +488,7 @@ class SearchIndex(Protocol):
 
 
 def query_vector(vector: np.ndarray) -> np.ndarray:
-    """A query embedding as a unit vector.
-
-    Parameters
-    ----------
-    vector : ndarray, shape (dim,), float
-
-    Returns
-    -------
-    ndarray, shape (dim,), float32, L2-normalised
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        Not 1-D, not finite, or all zeros.
-    """
+    """A query embedding as a float32 unit vector; ``InvalidInput`` when not 1-D, not finite, or all zeros."""
     query = np.asarray(vector, dtype=np.float64)
     norm = float(np.linalg.norm(query)) if query.ndim == 1 else 0.0
     if query.ndim != 1 or not np.isfinite(norm) or norm == 0.0:
@@ -518,24 +504,8 @@ def query_vector(vector: np.ndarray) -> np.ndarray:
 def fresh_chunks(
     chunks: Sequence[IndexedChunk], held: np.ndarray, watermark: int
 ) -> list[IndexedChunk]:
-    """The chunks whose seq is not held yet, first occurrence of each, in seq order.
-
-    Parameters
-    ----------
-    chunks : sequence of IndexedChunk
-    held : ndarray, shape (n,), int64
-        The seqs an index holds.
-    watermark : int
-        The highest of them (0 when empty).
-
-    Returns
-    -------
-    list of IndexedChunk
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A seq <= 0.
+    """The chunks whose seq is not in ``held`` (the seqs an index holds, ``watermark`` the highest),
+    first occurrence of each, in seq order; ``InvalidInput`` for a seq <= 0.
     """
     seqs = np.array([c.seq for c in chunks], dtype=np.int64)
     if (seqs <= 0).any():
@@ -550,22 +520,10 @@ def fresh_chunks(
 def checked_vectors(
     chunks: list[IndexedChunk], dims: dict[str, int]
 ) -> dict[str, np.ndarray]:
-    """Per model, the chunks' vectors (in chunk order) checked and L2-normalised.
-
-    Parameters
-    ----------
-    chunks : list of IndexedChunk
-    dims : dict of str to int
-        The dimension an index already holds per model (a new model takes its first vector's).
-
-    Returns
-    -------
-    dict of str to ndarray, shape (m, dim), float32
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A vector of the wrong shape, non-finite or all zeros (naming the chunk's seq).
+    """Per model, the chunks' vectors (in chunk order) checked and L2-normalised as float32
+    ``(m, dim)`` matrices. ``dims`` is the dimension an index already holds per model (a new
+    model takes its first vector's); ``InvalidInput`` names the seq of a vector of the wrong
+    shape, non-finite or all zeros.
     """
     by_model: dict[str, list[int]] = {}
     for i, chunk in enumerate(chunks):

@@ -606,22 +606,12 @@ class EmbeddedVectorIndex:
         return []
 
     def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
-        """Add chunks; a ``seq`` the index already holds is skipped (idempotent).
+        """Add chunks in any order; a ``seq`` already held is skipped (idempotent), one below the
+        watermark not held yet is added (a transaction that committed late). Vectors are stored
+        L2-normalised as ``float32``.
 
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-        chunks : sequence of IndexedChunk
-            In any order; seqs below the watermark that are not held yet are added too (a
-            transaction that committed late). Each ``vector`` is 1-D, finite and non-zero, of the
-            dimension of its model's earlier vectors; it is stored L2-normalised as ``float32``.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            A ``seq`` <= 0, or a vector that is not 1-D, has a dimension other than its model's,
-            or is non-finite or all zeros. The whole call is refused; nothing is added.
+        Raises ``InvalidInput`` for the whole call, nothing added: a ``seq`` <= 0, or a vector that
+        is not 1-D, has a dimension other than its model's, or is non-finite or all zeros.
 
         Notes
         -----
@@ -642,17 +632,7 @@ class EmbeddedVectorIndex:
         self._evict(keep=repo_key)
 
     def watermark(self, repo_key: str) -> int:
-        """Highest ``seq`` held for the repository, 0 when it holds nothing.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-
-        Returns
-        -------
-        int
-        """
+        """Highest ``seq`` held for the repository, 0 when it holds nothing."""
         return self._view(repo_key).watermark
 
     def knn(
@@ -830,17 +810,8 @@ class EmbeddedVectorIndex:
         raise InvalidInput("this index has no hybrid query of its own: use fusion 'kg' (the default)")
 
     def drop(self, repo_key: str) -> None:
-        """Forget every chunk of the repository, in memory and its snapshot folder.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key; an unknown one is a no-op.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            The snapshot folder could not be removed.
+        """Forget every chunk of the repository, in memory and its snapshot folder (an unknown one
+        is a no-op); ``BackendUnavailable`` when the folder could not be removed.
         """
         _check_repo_key(repo_key)
         # Under the registry lock, so the repository cannot be re-created (and its old snapshot
@@ -865,22 +836,10 @@ class EmbeddedVectorIndex:
     # -- persistence and status ----------------------------------------------------------------
 
     def flush(self, repo_key: str) -> None:
-        """Write the repository's snapshot to ``data_dir`` (no-op without ``data_dir``).
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            The snapshot could not be written; the previous one (if any) stays valid.
-
-        Notes
-        -----
-        Skipped when nothing was added since the last flush or load. Otherwise writes every
-        row: O(n * dim + text length) bytes. Searches go on meanwhile; syncs wait.
+        """Write the repository's snapshot to ``data_dir`` (no-op without it, or when nothing was
+        added since the last flush or load): O(n * dim + text length) bytes; searches go on
+        meanwhile, syncs wait. ``BackendUnavailable`` when it could not be written (the previous
+        snapshot stays valid).
         """
         if self._root is None:
             return
@@ -897,38 +856,15 @@ class EmbeddedVectorIndex:
             repo.flushed_at = time.monotonic()
 
     def memory_bytes(self) -> int:
-        """Estimated bytes the repositories held in memory take (arrays, texts, postings,
-        graphs).
-
-        Returns
-        -------
-        int
-        """
+        """Estimated bytes the loaded repositories take (arrays, texts, postings, graphs)."""
         return sum(repo.nbytes() for repo in list(self._repos.values()))
 
     def loaded_repositories(self) -> list[str]:
-        """Keys of the repositories held in memory, least recently used first.
-
-        Returns
-        -------
-        list of str
-        """
+        """Keys of the repositories held in memory, least recently used first."""
         return [key for key, _ in sorted(list(self._repos.items()), key=lambda item: item[1].last_used)]
 
     def stats(self, repo_key: str) -> dict[str, Any]:
-        """What the index holds for a repository, for a status route.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-
-        Returns
-        -------
-        dict
-            ``{"chunks": int, "models": {model: chunks}, "dims": {model: dim},
-            "watermark": int}``.
-        """
+        """``{"chunks", "models": {model: chunks}, "dims": {model: dim}, "watermark"}``."""
         view = self._view(repo_key)
         return {
             "chunks": view.n,
@@ -940,10 +876,7 @@ class EmbeddedVectorIndex:
     def close(self) -> None:
         """Stop the background thread (a graph it was extending keeps the rows it has), then,
         with ``data_dir``, write the snapshot of every loaded repository that changed since
-        its last one, so that the next process loads it instead of re-syncing from SQL.
-
-        A snapshot that cannot be written is logged and skipped (the rows are in SQL). The
-        index holds no connection.
+        its last one (one that cannot be written is logged: the rows are in SQL).
         """
         with self._builder_cond:
             self._closed = True
@@ -965,22 +898,9 @@ class EmbeddedVectorIndex:
                 log.warning("closing without the index snapshot of %r: %s", key, exc)
 
     def wait_for_background(self, repo_key: str, timeout: float | None = None) -> bool:
-        """Wait until the background thread has nothing left to do for ``repo_key`` (graph
-        building and a snapshot flush).
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-        timeout : float or None
-            Seconds; None waits as long as it takes.
-
-        Returns
-        -------
-        bool
-            True when nothing of the repository waits for the background thread (searches may
-            still scan up to ``_ANN_TAIL_ROWS`` recent rows of a model exactly), False on
-            timeout.
+        """Wait (``timeout`` seconds, None: as long as it takes) until the background thread has
+        nothing left to do for ``repo_key`` (graph building, a snapshot flush); False on timeout.
+        Searches may still scan up to ``_ANN_TAIL_ROWS`` recent rows of a model exactly.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._builder_cond:

@@ -183,26 +183,9 @@ def existing_content_keys(session: Session, repo_id: int, keys: Iterable[str]) -
 
 def embed_plans(plans: Sequence[TextPlan], embedder: Embedder, *, batch_size: int = 32,
                 progress: Callable[[int], None] | None = None) -> dict[str, list[ChunkRow]]:
-    """Chunk and embed the texts of ``plans`` (distinct content keys), batched across nodes.
-
-    Parameters
-    ----------
-    plans : sequence of TextPlan
-        Plans whose chunks are not stored yet.
-    embedder : Embedder
-    batch_size : int
-        Passages per embedder call.
-    progress : callable(int), optional
-        Called with the number of passages embedded after each batch.
-
-    Returns
-    -------
-    dict of content key -> list of ChunkRow
-
-    Raises
-    ------
-    kg.errors.ProviderError
-        The embedder failed or answered something unusable.
+    """Chunk and embed the texts of ``plans`` (distinct content keys, chunks not stored yet),
+    ``batch_size`` passages a model call across nodes; ``progress`` gets the passages embedded
+    after each batch. ``ProviderError`` when the embedder failed or answered something unusable.
     """
     todo: list[Piece] = []
     seen: set[str] = set()
@@ -253,26 +236,9 @@ def plan_pieces(plan: TextPlan, embedder: Embedder) -> list[Piece]:
 
 def embed_pieces(pieces: Sequence[Piece], embedder: Embedder, *, batch_size: int = 32,
                  progress: Callable[[int], None] | None = None) -> list[ChunkRow]:
-    """Embed chunks, ``batch_size`` a model call.
-
-    Parameters
-    ----------
-    pieces : sequence of Piece
-    embedder : Embedder
-    batch_size : int
-        Passages per embedder call.
-    progress : callable(int), optional
-        Called with the number of passages embedded after each batch.
-
-    Returns
-    -------
-    list of ChunkRow
-        One per piece, in order.
-
-    Raises
-    ------
-    kg.errors.ProviderError
-        The embedder failed or answered something unusable.
+    """Embed chunks, ``batch_size`` a model call: one row per piece, in order; ``progress`` gets
+    the passages embedded after each batch. ``ProviderError`` when the embedder failed or
+    answered something unusable.
     """
     rows: list[ChunkRow] = []
     for offset in range(0, len(pieces), batch_size):

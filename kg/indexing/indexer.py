@@ -178,22 +178,10 @@ class Indexer(PollingWorker):
     # -- one pass ---------------------------------------------------------------------------
 
     def run_pending(self, *, repo_id: int | None = None, content_keys: Iterable[str] | None = None) -> IndexRun:
-        """Claim up to ``batch_jobs`` jobs, embed them, store their chunks.
+        """Claim up to ``batch_jobs`` jobs (of ``repo_id``, of ``content_keys``: a write indexing its
+        own text inline), embed them, store their chunks; ``failed`` includes the jobs failed
+        because their attempts were used up.
 
-        Parameters
-        ----------
-        repo_id : int, optional
-            Only this repository's jobs.
-        content_keys : iterable of str, optional
-            Only these keys (a write indexing its own text inline).
-
-        Returns
-        -------
-        IndexRun
-            ``failed`` includes the jobs failed because their attempts were used up.
-
-        Notes
-        -----
         Without filters, jobs are shared across repositories and workspaces (:mod:`kg.indexing.queue`);
         their leases are renewed while the batch is embedded and stored.
         """

@@ -60,43 +60,19 @@ def _requested(raw: Any, current: EmbeddingConfig) -> EmbeddingConfig:
 
 def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, *,
                       reembed: bool = False, caller: Actor = SYSTEM) -> tuple[dict[str, Any], list[str]]:
-    """Change a workspace's embedding model or chunking; with ``reembed``, rebuild it.
+    """Change a workspace's embedding model or chunking (``raw``: ``{"model"?, "chunking"?}``,
+    omitted keys kept); with ``reembed``, rebuild it, without it any change is refused
+    (``ModelLocked``, naming the locked model).
 
-    Reads the current settings, probes the new model with no write lock held, then writes the
-    new settings and queues the texts as one unit of work (:func:`kg.context.unit_of_work`),
-    whose commit wakes the indexer.
+    Reads the current settings, probes the new model with no write lock held (a model that
+    cannot be loaded changes nothing), then writes the new settings and queues the texts as one
+    unit of work (:func:`kg.context.unit_of_work`), whose commit wakes the indexer.
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-    repo, workspace : str
-    raw : dict
-        The new ``embedding`` object (``{"model"?, "chunking"?}``); omitted keys keep their
-        current value.
-    reembed : bool
-        Rebuild the workspace under the new settings. Without it, any change is refused.
-    caller : kg.context.Actor
-        Who asks.
-
-    Returns
-    -------
-    (dict, list of str)
-        ``{"workspace", "embedding", "reembedded": bool, "node_versions": int, "queued": int,
-        "switched": bool}``: the requested settings, the versions to re-point, the texts queued
-        for embedding and whether the new settings are current already (with inline indexing,
-        or when every text had its chunks); and the content keys queued. Asking for the current
-        settings while a re-embed is under way cancels it (``reembedded`` false).
-
-    Raises
-    ------
-    ModelLocked
-        The settings differ and ``reembed`` is false (the message names the locked model).
-    kg.errors.InvalidInput
-        A bad embedding object or model name.
-    kg.errors.NotFound
-        Unknown repository or workspace.
-    kg.errors.ProviderError, kg.errors.BackendUnavailable
-        The new model cannot be loaded (nothing is changed).
+    Returns ``({"workspace", "embedding", "reembedded", "node_versions", "queued", "switched"},
+    queued content keys)``: the requested settings, the versions to re-point, the texts queued
+    and whether the new settings are current already (with inline indexing, or when every text
+    had its chunks). Asking for the current settings while a re-embed is under way cancels it
+    (``reembedded`` false).
     """
     default = services.settings.embedding_model
     with services.db.read() as session:
@@ -149,22 +125,10 @@ def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, 
 
 
 def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bool:
-    """Make a workspace's ``embedding_next`` current once its texts are embedded under it.
+    """Make a workspace's ``embedding_next`` current once its texts are embedded under it: True
+    when the switch happened now; False when no re-embed is under way, a job of the workspace
+    is still pending or running, or texts were missing (queued here, for a later pass).
 
-    Parameters
-    ----------
-    services : kg.services.Services
-    repo_id, workspace_id : int
-
-    Returns
-    -------
-    bool
-        True when the switch happened now; False when no re-embed is under way, or a job of
-        the workspace is still pending or running, or texts were missing (they are queued
-        here, for a later pass).
-
-    Notes
-    -----
     Runs under the repository's lock, so no write slips between the check and the switch.
     A text whose job failed under the new model does not hold the switch back: after it, that
     text is unsearchable until written again, and ``index/status`` lists the failure.

@@ -105,11 +105,9 @@ class WeaviateVectorIndex:
     url : str
         The server, ``http://host:8080`` (see :func:`parse_weaviate_url`).
     api_key : str, optional
-        Weaviate API key; empty for an unauthenticated instance.
-    timeout_s : float
-        Query timeout, in seconds.
-    init_timeout_s : float
-        Connection-check timeout, in seconds.
+        Empty for an unauthenticated instance.
+    timeout_s, init_timeout_s : float
+        Query and connection-check timeouts, in seconds.
     client : weaviate.WeaviateClient, optional
         A connected client to use instead of connecting to ``url`` (tests); not closed by
         :meth:`close`.
@@ -118,14 +116,10 @@ class WeaviateVectorIndex:
     probe_depth : int
         Depth of the unfiltered probe query for large allowed sets.
 
-    Raises
-    ------
-    kg.errors.BackendUnavailable
-        The ``weaviate`` extra is not installed (checked here, at start-up); the server is
-        contacted on first use.
-
     Notes
     -----
+    Raises ``BackendUnavailable`` here when the ``weaviate`` extra is not installed, and from
+    every call that reaches the server when it is unreachable or fails (contacted on first use).
     Thread-safe: one client, created on first use under a lock. Several processes may share a
     server: writes are idempotent (deterministic ids) and the placement marks only ever lag.
     """
@@ -475,26 +469,11 @@ class WeaviateVectorIndex:
         return HybridResult(_hits(_merged(rows)[:k]), float(alpha), fusion_type)
 
     def flush(self, repo_key: str) -> None:
-        """Nothing to do: Weaviate persists every acknowledged write.
-
-        Parameters
-        ----------
-        repo_key : str
-        """
+        """Nothing to do: Weaviate persists every acknowledged write."""
 
     def drop(self, repo_key: str) -> None:
         """Delete every collection of the repository and its marks (also those an earlier kg's
-        shared layout left, see the package notes).
-
-        Parameters
-        ----------
-        repo_key : str
-            An unknown one is a no-op.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or failed.
+        shared layout left, see the package notes); an unknown repository is a no-op.
         """
         held, legacy = self._listed(repo_key)
         names = [h.name for h in held] + legacy
@@ -508,23 +487,9 @@ class WeaviateVectorIndex:
                     state.data.delete_by_id(uid)
 
     def drop_branch(self, repo_key: str, branch_id: int) -> list[str]:
-        """Delete the collections of one branch (every workspace and model), after SQL deleted
-        the branch; its id is never reused, so nothing else ever reads them.
-
-        Parameters
-        ----------
-        repo_key : str
-        branch_id : int
-
-        Returns
-        -------
-        list of str
-            The chunks collections deleted (the documents collections beside them go too).
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or failed.
+        """Delete the collections of one branch (every workspace and model; chunks and documents),
+        after SQL deleted the branch: its id is never reused. Returns the chunks collections'
+        names.
         """
         names = [h.name for h in self._collections(repo_key) if h.branch_id == branch_id]
         if names:
@@ -533,24 +498,9 @@ class WeaviateVectorIndex:
         return names
 
     def drop_workspace_model(self, repo_key: str, workspace_id: int, model: str) -> list[str]:
-        """Delete a workspace's collections of one embedding model (every branch), once a
-        re-embed made another model current: no version points at their chunks any more.
-
-        Parameters
-        ----------
-        repo_key : str
-        workspace_id : int
-        model : str
-            Compared by canonical name (``nomic-embed-text`` is ``ollama:nomic-embed-text:latest``).
-
-        Returns
-        -------
-        list of str
-            The chunks collections deleted (the documents collections beside them go too).
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
+        """Delete a workspace's collections of one model (every branch), once a re-embed made another
+        model current; models compare by canonical name (``nomic-embed-text`` is
+        ``ollama:nomic-embed-text:latest``). Returns the chunks collections' names.
         """
         wanted = canonical_model_name(model)
         names = [h.name for h in self._collections(repo_key)
@@ -561,18 +511,8 @@ class WeaviateVectorIndex:
         return names
 
     def stats(self, repo_key: str) -> dict[str, Any]:
-        """What the index holds for a repository, for a status route.
-
-        Returns
-        -------
-        dict
-            ``{"chunks": int, "models": {model: objects}, "dims": {model: dim},
-            "placed": {"seq": int, "version": int},
-            "collections": [{"name", "model", "workspace_id", "branch_id", "objects"}]}``.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
+        """``{"chunks", "models": {model: objects}, "dims": {model: dim}, "placed": {"seq",
+        "version"}, "collections": [{"name", "model", "workspace_id", "branch_id", "objects"}]}``.
         """
         counts: dict[str, int] = {}
         dims: dict[str, int] = {}
@@ -648,30 +588,12 @@ class WeaviateVectorIndex:
         return True
 
     def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
-        """Store node versions' chunks in the collections of their (workspace, branch).
+        """Store node versions' chunks in the collections of their (workspace, branch): the objects
+        written.
 
-        Parameters
-        ----------
-        repo_key : str
-        placements : sequence of Placement
-            In version order: a later placement of the same node and content key overwrites
-            an earlier one (its path and properties win). Placements without chunks are
-            skipped.
-
-        Returns
-        -------
-        int
-            Objects written.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            A bad vector, or chunks of one placement from several content keys or models:
-            checked for the whole call before anything is sent.
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or refused objects (each named). Marks are advanced by the
-            caller only after every call succeeded, so a failed pass is redone whole, and
-            deterministic ids make the redo overwrite.
+        ``placements`` are in version order: a later placement of the same node and content key
+        overwrites an earlier one. A bad vector, or chunks of one placement from several content
+        keys or models, raise ``InvalidInput`` for the whole call before anything is sent.
 
         Notes
         -----
@@ -686,7 +608,8 @@ class WeaviateVectorIndex:
         collection without one is an earlier kg's: its versions get no document objects
         (their nodes rank by their best passage) until ``kg reindex`` places them afresh. The
         document is written after the version's chunks, so a failed call leaves at worst
-        chunks without a document, which the caller's redo completes.
+        chunks without a document, which the caller's redo completes (deterministic ids make it
+        overwrite).
         """
         todo = [p for p in placements if p.chunks]
         if not todo:
@@ -791,17 +714,7 @@ class WeaviateVectorIndex:
             insert_objects(collection, objects[start : start + _INSERT_BATCH], labels[start : start + _INSERT_BATCH])
 
     def placement_marks(self, repo_key: str) -> tuple[int, int]:
-        """How far :meth:`place` has been fed from SQL: (chunk seq, revision).
-
-        Returns
-        -------
-        (int, int)
-            Both 0 for a repository never placed.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-        """
+        """How far :meth:`place` has been fed from SQL: (chunk seq, revision), both 0 at first."""
         marks = []
         with vendor_errors("read the index placement marks"):
             exists = self.client.collections.exists(STATE_COLLECTION)
@@ -812,20 +725,8 @@ class WeaviateVectorIndex:
         return marks[0], marks[1]
 
     def advance_placement_marks(self, repo_key: str, seq: int, version: int) -> None:
-        """Store the placement marks (after every placement up to them succeeded; or lower, to
-        place again, see :meth:`rewind_placement`).
-
-        Parameters
-        ----------
-        repo_key : str
-        seq : int
-            Chunks with ``seq <= seq`` are placed wherever SQL's node versions point at them.
-        version : int
-            Node versions of revisions ``<= version`` are placed wherever their chunks exist.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
+        """Store the placement marks: chunks with seq ``<= seq`` and node versions of revisions
+        ``<= version`` are placed (or lower marks, to place again: :meth:`rewind_placement`).
         """
         from weaviate.classes.data import DataObject
 
@@ -839,10 +740,6 @@ class WeaviateVectorIndex:
         """Lower the placed-seq mark to ``seq``, so the next pass places again every version
         pointing at chunks above it (a re-embed re-points versions at chunks that may have
         been fed before any version pointed at them).
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
         """
         placed_seq, placed_revision = self.placement_marks(repo_key)
         if seq < placed_seq:
