@@ -298,6 +298,11 @@ _CHUNK_COLUMNS = (Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, C
                   Chunk.field)
 
 
+_VERSION_COLUMNS = (NodeVersion.id, NodeVersion.revision, NodeVersion.workspace_id, NodeVersion.branch_id,
+                    NodeVersion.node_id, NodeVersion.path, NodeVersion.node_type, NodeVersion.properties,
+                    NodeVersion.content_key)
+
+
 def _indexed(r: Any) -> IndexedChunk:
     return IndexedChunk(seq=r.seq, content_key=r.content_key, chunk_index=r.chunk_index, text=r.text,
                         model=r.model, vector=np.frombuffer(r.embedding, dtype=np.float32), field=r.field)
@@ -383,11 +388,6 @@ class SqlChunkFeed:
                       tuple(chunks[v.content_key]))
             for v in versions if v.content_key in chunks
         ]
-
-
-_VERSION_COLUMNS = (NodeVersion.id, NodeVersion.revision, NodeVersion.workspace_id, NodeVersion.branch_id,
-                    NodeVersion.node_id, NodeVersion.path, NodeVersion.node_type, NodeVersion.properties,
-                    NodeVersion.content_key)
 
 
 def sync_index(session: Session, index: SearchIndex, repo_id: int, repo_key: str) -> int:
