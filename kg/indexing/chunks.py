@@ -212,19 +212,8 @@ class Piece(NamedTuple):
 
 
 def plan_pieces(plan: TextPlan, embedder: Embedder) -> list[Piece]:
-    """The chunks of a plan's text, in order, not embedded (no model call).
-
-    Parameters
-    ----------
-    plan : TextPlan
-        A plan with a content key.
-    embedder : Embedder
-        The model: its context caps a token chunk size (:func:`effective_chunking`).
-
-    Returns
-    -------
-    list of Piece
-        Empty for a plan without text.
+    """The chunks of a plan's text, in order, not embedded (no model call); empty for a plan
+    without text. The embedder's context caps a token chunk size (:func:`effective_chunking`).
     """
     if plan.content_key is None:
         return []
@@ -254,13 +243,7 @@ def embed_pieces(pieces: Sequence[Piece], embedder: Embedder, *, batch_size: int
 
 
 def store_chunks(session: Session, repo_id: int, rows: Iterable[ChunkRow]) -> int:
-    """Insert chunk rows, skipping any (content key, index) a concurrent writer stored.
-
-    Returns
-    -------
-    int
-        Rows offered.
-    """
+    """Insert chunk rows, skipping any (content key, index) a concurrent writer stored: the rows offered."""
     values = [
         {
             "repo_id": repo_id, "content_key": r.content_key, "chunk_index": r.chunk_index,

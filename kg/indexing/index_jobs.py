@@ -138,17 +138,8 @@ def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, st
 
 
 def retry_failed(session: Session, repo: Repository) -> list[str]:
-    """Queue a repository's failed texts again, afresh: ``pending``, no attempt used, no reason.
-
-    Parameters
-    ----------
-    session : Session
-        A write transaction.
-
-    Returns
-    -------
-    list of str
-        The content keys of the jobs set back to ``pending``.
+    """Queue a repository's failed texts again, afresh (``pending``, no attempt used, no reason),
+    in a write transaction: their content keys.
     """
     failed = list(session.scalars(select(IndexJob.content_key).where(
         IndexJob.repo_id == repo.id, IndexJob.status == "failed").order_by(IndexJob.id)))

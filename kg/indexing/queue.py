@@ -573,18 +573,9 @@ class DurableQueue:
                     or_(*(and_(t.c.attempts == attempt, t.c.id.in_(ids)) for attempt, ids in by_attempt.items())))
 
     def held(self, session: Session, claims: Iterable[Claim]) -> list[Claim]:
-        """The claims this worker still holds, locked until the transaction ends.
-
-        Parameters
-        ----------
-        session : Session
-            A write transaction: finish the held jobs in it.
-
-        Returns
-        -------
-        list of Claim
-            The claims whose job is still ``running`` under this worker and attempt (a lost
-            claim, taken over by another worker, is left out).
+        """The claims this worker still holds (its job ``running`` under this worker and attempt; a
+        claim another worker took over is left out), locked until the write transaction ends:
+        finish them in it.
         """
         claims = list(claims)
         if not claims:
