@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import RESULTS, machine, percentile, table, write_results  # noqa: E402
 from bench.ann_libraries import clustered  # noqa: E402
-from kg.index.base import IndexedChunk  # noqa: E402
+from kg.index.base import IndexedChunk, SearchScope  # noqa: E402
 from kg.index.embedded import AnnConfig, EmbeddedVectorIndex  # noqa: E402
 
 DIM = 384
@@ -46,11 +46,11 @@ def timed(
     index: EmbeddedVectorIndex, queries: np.ndarray, keys: frozenset[str]
 ) -> tuple[dict[str, float], list[set[int]]]:
     """p50/p95 of knn at k=10 (ms) and the seqs found per query."""
-    index.knn("r", queries[0], 10, model=MODEL, content_keys=keys)  # warm the memoised masks
+    index.knn("r", queries[0], 10, model=MODEL, scope=SearchScope(keys))  # warm the memoised masks
     samples, found = [], []
     for q in queries:
         t = time.perf_counter()
-        hits = index.knn("r", q, 10, model=MODEL, content_keys=keys)
+        hits = index.knn("r", q, 10, model=MODEL, scope=SearchScope(keys))
         samples.append((time.perf_counter() - t) * 1000)
         found.append({h.seq for h in hits})
     return {"p50_ms": round(percentile(samples, 50), 3), "p95_ms": round(percentile(samples, 95), 3)}, found

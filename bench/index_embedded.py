@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kg.index.base import IndexedChunk  # noqa: E402
+from kg.index.base import IndexedChunk, SearchScope  # noqa: E402
 from kg.index.bm25 import BM25Index  # noqa: E402
 from kg.index.embedded import EmbeddedVectorIndex  # noqa: E402
 
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         results["sync_again_noop_s"] = round(resync_s, 3)
 
         def knn(i: int, content_keys: set[str] = searched) -> list:
-            return index.knn(REPO, queries[i], args.k, model=MODEL, content_keys=content_keys)
+            return index.knn(REPO, queries[i], args.k, model=MODEL, scope=SearchScope(content_keys))
 
         matrix = np.ascontiguousarray(vectors)
 
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         results["knn_agrees_with_baseline"] = agree
 
         def bm25(i: int, content_keys: set[str] = searched) -> list:
-            return index.bm25(REPO, titles[i], args.k, content_keys=content_keys)
+            return index.bm25(REPO, titles[i], args.k, scope=SearchScope(content_keys))
 
         results["bm25_masked"] = latencies_ms(bm25, args.queries)
         results["bm25_all_keys"] = latencies_ms(lambda i: bm25(i, set(keys)), args.queries)
@@ -219,8 +219,8 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         results["bm25_vocabulary"] = rebuilt.n_terms
         results["reloaded_results_equal"] = all(
             [h.seq for h in reopened.knn(REPO, queries[i], args.k, model=MODEL,
-                                         content_keys=searched)] == [h.seq for h in knn(i)]
-            and reopened.bm25(REPO, titles[i], args.k, content_keys=searched) == bm25(i)
+                                         scope=SearchScope(searched))] == [h.seq for h in knn(i)]
+            and reopened.bm25(REPO, titles[i], args.k, scope=SearchScope(searched)) == bm25(i)
             for i in range(args.queries)
         )
 

@@ -69,6 +69,7 @@ from bench._common import (  # noqa: E402
     write_results,
 )
 from kg.context import OPERATOR, run  # noqa: E402
+from kg.index.base import SearchScope  # noqa: E402
 from kg.indexing.chunks import plan_pieces, plan_text, sync_index  # noqa: E402
 from kg.indexing.config import workspace_embedding  # noqa: E402
 from kg.ops import branches as branch_ops  # noqa: E402
@@ -485,7 +486,7 @@ def recall(services: Services, data: dict[str, Any], rng: random.Random, queries
         vector /= np.linalg.norm(vector)
         scores = np.asarray(matrix @ vector)
         exact = {keys[i] for i in np.argpartition(-scores, 10)[:10]}
-        hits = services.index.knn(repo_key, vector, 10, model=MODEL, content_keys=allowed)
+        hits = services.index.knn(repo_key, vector, 10, model=MODEL, scope=SearchScope(allowed))
         found.append(len({(h.content_key, h.chunk_index) for h in hits} & exact) / 10)
     return round(statistics.fmean(found), 4)
 

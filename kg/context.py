@@ -79,7 +79,7 @@ from kg.access import Action, KeyCache, authorize, authorize_actor_name, readabl
 from kg.access import Actor as Actor
 from kg.errors import NotFound, RateLimited, Unauthenticated
 from kg.graph.cache import GraphCache
-from kg.index.base import VectorIndex
+from kg.index.base import SearchIndex
 from kg.index.weaviate import ClientPool
 from kg.lru import LRUCache
 from kg.providers.base import Embedder, Reranker
@@ -135,7 +135,7 @@ class Resources(Protocol):
     ----------
     settings : Settings
     db : Database
-    index : VectorIndex
+    index : SearchIndex
         The search index chosen at start-up (``KG_INDEX``).
     graphs : GraphCache
         networkx views of branch states, by state.
@@ -160,7 +160,7 @@ class Resources(Protocol):
 
     settings: Settings
     db: Database
-    index: VectorIndex
+    index: SearchIndex
     graphs: GraphCache
     search_cache: LRUCache[Any]
     llm: LLM

@@ -22,7 +22,7 @@ from typing import Any
 from kg.access import KeyCache
 from kg.errors import InvalidInput
 from kg.graph.cache import GraphCache
-from kg.index.base import VectorIndex
+from kg.index.base import SearchIndex
 from kg.index.embedded import AnnConfig, EmbeddedVectorIndex
 from kg.index.weaviate import ClientPool, WeaviateVectorIndex
 from kg.indexing.indexer import Indexer
@@ -49,8 +49,8 @@ class Services:
     ----------
     settings : Settings
     db : Database
-    index : VectorIndex
-        Either layout (:mod:`kg.index.base`): callers dispatch on ``index.layout``.
+    index : SearchIndex
+        The configured engine (:mod:`kg.index.base`); callers use the protocol alone.
     embedder_factory : callable(str) -> Embedder
         Makes the embedder named ``<provider>:<model>``.
     graphs : GraphCache
@@ -71,7 +71,7 @@ class Services:
 
     settings: Settings
     db: Database
-    index: VectorIndex
+    index: SearchIndex
     embedder_factory: Callable[[str], Embedder]
     graphs: GraphCache = field(default_factory=GraphCache)
     indexer: Indexer = field(init=False)
@@ -131,7 +131,7 @@ class Services:
         self.weaviate_clients.close()  # the RAG node's Weaviate connections
 
 
-def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:
+def build_index(settings: Settings, kind: str | None = None) -> SearchIndex:
     """The search index ``kind`` (default ``settings.index``) configured by ``settings``.
 
     Parameters
@@ -141,10 +141,9 @@ def build_index(settings: Settings, kind: str | None = None) -> VectorIndex:
 
     Returns
     -------
-    VectorIndex
-        :class:`~kg.index.embedded.EmbeddedVectorIndex` (a
-        :class:`~kg.index.base.ContentAddressedIndex`) over ``settings.data_dir``, or
-        :class:`~kg.index.weaviate.WeaviateVectorIndex` (a :class:`~kg.index.base.ScopedIndex`)
+    SearchIndex
+        :class:`~kg.index.embedded.EmbeddedVectorIndex` over ``settings.data_dir``, or
+        :class:`~kg.index.weaviate.WeaviateVectorIndex`
         at ``settings.weaviate_url`` (which connects on first use).
 
     Raises

@@ -60,12 +60,7 @@ def _faiss() -> Any:
 
 
 def available() -> bool:
-    """Whether faiss (``faiss-cpu``) can be imported.
-
-    Returns
-    -------
-    bool
-    """
+    """Whether faiss (``faiss-cpu``) can be imported."""
     try:
         _faiss()
     except ImportError:

@@ -1,34 +1,28 @@
-"""The contracts of the search indexes, and the values they exchange.
+"""The contract of the search indexes, and the values they exchange.
 
 An index holds *chunks*: passages of node text with their vectors. Chunks are keyed by a
 ``content_key`` (sha256 of a node's text fields, the chunking settings and the embedding model)
 and their ``chunk_index`` within it; a node version points at one content key. The SQL store
 is the source of truth; an index is derived state rebuilt from SQL and brought up to date by
-the chunk sequence number ``seq`` (chunks are append-only in SQL).
+:meth:`SearchIndex.catch_up` from a :class:`ChunkFeed` (chunks are append-only in SQL, their
+sequence number ``seq`` grows in commit order).
 
 Which chunks a search may return is decided by the caller (the branch's visible node versions
-after filters), so a filter never truncates a top-k after the fact. How it says so depends on
-the index's layout, one of two protocols:
-
-- :class:`ContentAddressedIndex` (the embedded index): one chunk store per repository, filled by
-  ``sync`` from SQL's chunk sequence; a search passes the allowed content keys.
-- :class:`ScopedIndex` (the Weaviate index): a collection per (workspace, branch) and model,
-  filled by ``place`` with node versions; a search passes one :class:`SearchScope` per
-  collection (its version keys), and the index has a hybrid query of its own.
-
-Both share :class:`SearchIndex`. :data:`VectorIndex` is either; its ``layout`` attribute
-(``"content-addressed"`` or ``"scoped"``) is fixed by the class, so callers dispatch on it
-once per call and a type checker narrows the union.
+after filters), so a filter never truncates a top-k after the fact. It says so with one
+:class:`SearchScope`, which carries what either engine needs: the visible content keys (the
+embedded index: one chunk store per repository, shared by every branch) and, per (workspace,
+branch) collection, the visible version keys (Weaviate: a collection per workspace, branch and
+model). Every engine implements :class:`SearchIndex`; callers never ask which one they hold.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -98,9 +92,8 @@ class IndexHit:
 class Placement:
     """One node version's chunks, to store in the collection of its (workspace, branch).
 
-    A :class:`ScopedIndex` (a collection per (workspace, branch): the Weaviate index) stores
-    every chunk once per node version placed there; a :class:`ContentAddressedIndex` (the
-    embedded one) takes chunks by ``sync`` alone and has no ``place``.
+    What a :class:`ChunkFeed` hands an engine that stores chunks per node version (Weaviate);
+    an engine keyed by content (the embedded one) reads :meth:`ChunkFeed.chunk_pages` instead.
 
     Attributes
     ----------
@@ -125,13 +118,13 @@ class Placement:
 
     @property
     def version_key(self) -> str:
-        """``"{node_id}:{content_key}"``: the key a search allows (see :class:`SearchScope`)."""
+        """``"{node_id}:{content_key}"``: the key a search allows (see :class:`CollectionScope`)."""
         return version_key(self.node_id, self.chunks[0].content_key) if self.chunks else ""
 
 
 @dataclass(frozen=True, slots=True)
-class SearchScope:
-    """What a search may read in one (workspace, branch) collection of a scoped index.
+class CollectionScope:
+    """What a search may read in one (workspace, branch) collection (a part of a :class:`SearchScope`).
 
     Attributes
     ----------
@@ -153,6 +146,67 @@ class SearchScope:
     branch_id: int
     version_keys: frozenset[str]
     filters: dict[str, Any] | None = None
+
+
+class SearchScope:
+    """What one search may read, in the terms of every engine.
+
+    Built once per search (:mod:`kg.rag.search`) from the branch state's visible node versions
+    after filters; each engine reads the part its storage needs. Both parts name the same node
+    versions.
+
+    Parameters
+    ----------
+    content_keys : collection of str
+        The visible content keys. An engine keyed by content ranks only chunks of these; pass
+        the same object (a :class:`KeySet`) for the same branch state, so an engine may memoise
+        its mask of it.
+    collections : iterable of CollectionScope, or a callable returning one
+        Per (model, workspace, branch) collection providing visible versions, their version
+        keys. A callable is called on the first read of :attr:`collections` and its answer
+        kept: an engine that never reads them never pays for the version keys (one string per
+        visible node).
+
+    Examples
+    --------
+    >>> scope = SearchScope({"k1"}, lambda: [CollectionScope("m", 1, 2, frozenset({"n1:k1"}))])
+    >>> sorted(scope.content_keys), [c.branch_id for c in scope.collections]
+    (['k1'], [2])
+    >>> [c.workspace_id for c in scope.of_model("m", {"k1"}).collections], scope.of_model("x", ()).collections
+    ([1], ())
+    """
+
+    __slots__ = ("content_keys", "_collections", "_make")
+
+    content_keys: Collection[str]
+    _collections: tuple[CollectionScope, ...] | None
+    _make: Callable[[], Iterable[CollectionScope]] | None
+
+    def __init__(self, content_keys: Collection[str] = (),
+                 collections: Iterable[CollectionScope] | Callable[[], Iterable[CollectionScope]] = ()) -> None:
+        self.content_keys = content_keys
+        if callable(collections):
+            self._collections, self._make = None, collections
+        else:
+            self._collections, self._make = tuple(collections), None
+
+    @property
+    def collections(self) -> tuple[CollectionScope, ...]:
+        """The collection scopes (made on first read when given as a callable)."""
+        made = self._collections
+        if made is None:
+            assert self._make is not None
+            made = self._collections = tuple(self._make())
+        return made
+
+    def of_model(self, model: str, content_keys: Collection[str]) -> SearchScope:
+        """This scope narrowed to one embedding model, whose visible content keys the caller
+        knows; its collections are made lazily as well."""
+        return SearchScope(content_keys, lambda: [c for c in self.collections if c.model == model])
+
+    def __repr__(self) -> str:
+        made = "lazy" if self._collections is None else len(self._collections)
+        return f"SearchScope({len(self.content_keys)} content keys, collections: {made})"
 
 
 class KeySet(AbstractSet[str]):
@@ -251,13 +305,13 @@ class KeySet(AbstractSet[str]):
 
 
 def version_key(node_id: str, content_key: str) -> str:
-    """The key of one node version's chunks in a scoped index: ``"{node_id}:{content_key}"``."""
+    """The key of one node version's chunks in a collection: ``"{node_id}:{content_key}"``."""
     return f"{node_id}:{content_key}"
 
 
 @dataclass(frozen=True, slots=True)
 class HybridResult:
-    """What :meth:`ScopedIndex.hybrid` answers: the hits and the fusion that ranked them.
+    """What :meth:`SearchIndex.hybrid` answers: the hits and the fusion that ranked them.
 
     Attributes
     ----------
@@ -274,25 +328,143 @@ class HybridResult:
     fusion_type: str
 
 
-# -- the protocols -----------------------------------------------------------------------------
-#
-# Two layouts, chosen once when the index is built (kg.services.build_index): callers dispatch
-# on ``index.layout`` (a Literal, so a type checker narrows the union), never by probing for
-# methods.
+# -- the feed and the protocol -----------------------------------------------------------------
 
 
+class ChunkFeed(Protocol):
+    """What SQL holds for one repository, as an engine's :meth:`SearchIndex.catch_up` reads it.
+
+    Implemented over a session by :class:`kg.indexing.chunks.SqlChunkFeed`. Complete because a
+    repository's revisions and chunks are written under its revision lock: revision numbers
+    and chunk ``seq`` grow in commit order, so "above a mark" never misses a row.
+    """
+
+    def heads(self) -> tuple[int, int]:
+        """``(highest chunk seq, head revision)`` of the repository (0 when none)."""
+        ...
+
+    def chunk_pages(self, after_seq: int) -> Iterator[list[IndexedChunk]]:
+        """The chunks with ``seq > after_seq``, in seq order, a page at a time."""
+        ...
+
+    def versions(self, after_revision: int, upto_revision: int) -> Iterator[list[Placement]]:
+        """The live node versions with text of revisions in ``(after_revision, upto_revision]``
+        whose chunks exist, as placements in version order, a batch at a time."""
+        ...
+
+    def versions_of_chunks(self, after_seq: int, upto_seq: int, upto_revision: int) -> Iterator[list[Placement]]:
+        """The live node versions of revisions ``<= upto_revision`` that point at the content
+        keys of chunks with seq in ``(after_seq, upto_seq]``, as placements, a batch at a time."""
+        ...
+
+    def deleted_branches(self, branch_ids: set[int]) -> set[int] | None:
+        """Which of these branches SQL no longer has, read afresh; None when the repository
+        itself is gone."""
+        ...
+
+
+@runtime_checkable
 class SearchIndex(Protocol):
-    """What every search index has, whatever its layout.
+    """A search index over the chunks of each repository: the one contract of every engine.
+
+    Implemented by :class:`kg.index.embedded.EmbeddedVectorIndex` (in process; chunks keyed by
+    content, shared by every branch) and :class:`kg.index.weaviate.WeaviateVectorIndex` (a
+    collection per workspace, branch and model). Chosen once by ``kg.services.build_index``;
+    every caller uses this interface alone.
+
+    Searches. Every query takes the repository key and one :class:`SearchScope`, and returns
+    only chunks of the node versions it allows (the embedded index reads
+    :attr:`SearchScope.content_keys`, Weaviate :attr:`SearchScope.collections`), best first,
+    ties by ``seq``, ranks 1..len, never more than ``k`` (``k <= 0`` gives ``[]``).
+
+    Catch-up. SQL is the truth; an engine is brought up to date by :meth:`catch_up` from a
+    :class:`ChunkFeed`, in whatever way its storage needs (the embedded index reads the chunks
+    above its watermark; Weaviate places the node versions written or re-pointed since its
+    placement marks, and drops the collections of branches deleted meanwhile). A catch-up is
+    idempotent and resumable: a failed one leaves its marks where they were, the next redoes
+    the work. Branch deletion (:meth:`drop_branch`), a re-embed's switch (:meth:`rewind`,
+    :meth:`drop_workspace_model`) are told to every engine; one that keeps nothing per branch
+    or model does nothing.
 
     Attributes
     ----------
     engine : str
         The index's name in a search answer's ``fusion`` (``"embedded"``, ``"weaviate"``).
+    native_hybrid : bool
+        Whether :meth:`hybrid` fuses BM25 and vectors in the engine itself (Weaviate); without
+        it kg fuses the legs (:mod:`kg.rag.fusion`) and :meth:`hybrid` raises ``InvalidInput``.
+    eager_catch_up : bool
+        Whether the indexer should catch the engine up right after storing chunks (a remote
+        engine, whose catch-up costs round trips a search should not pay); False where a
+        search's own catch-up is cheap (in process).
     """
 
     @property
-    def engine(self) -> str:
-        """The index's name (``"embedded"``, ``"weaviate"``)."""
+    def engine(self) -> str: ...
+
+    @property
+    def native_hybrid(self) -> bool: ...
+
+    @property
+    def eager_catch_up(self) -> bool: ...
+
+    # -- searches
+
+    def knn(self, repo_key: str, vector: np.ndarray, k: int, *, model: str, scope: SearchScope,
+            max_distance: float | None = None) -> list[IndexHit]:
+        """Top ``k`` chunks embedded by ``model`` by cosine similarity to ``vector`` (any
+        non-zero length; normalised by the engine).
+
+        ``score`` is the similarity, ``distance`` ``max(0, 1 - score)``; chunks farther than
+        ``max_distance`` are left out. Raises ``InvalidInput`` for a vector that is not 1-D,
+        finite and non-zero or whose dimension is not the model's, and a NaN ``max_distance``.
+        """
+        ...
+
+    def bm25(self, repo_key: str, query: str, k: int, *, scope: SearchScope) -> list[IndexHit]:
+        """Top ``k`` chunks (any model) by BM25 of ``query`` (analysed by
+        :func:`kg.index.tokenize.analyze`); never a zero score, ``distance`` None."""
+        ...
+
+    def bm25_documents(self, repo_key: str, query: str, k: int, *, scope: SearchScope,
+                       field_weights: Mapping[str, float] | None = None) -> list[IndexHit]:
+        """Top ``k`` node texts (content keys) by BM25F over their fields, one hit per key
+        carrying its best passage (``seq``, ``chunk_index``, ``text``) and the key's score.
+
+        A field not in ``field_weights`` weighs 1.0; a negative or non-finite weight raises
+        ``InvalidInput``.
+        """
+        ...
+
+    def hybrid(self, repo_key: str, query: str, vector: np.ndarray, k: int, *, model: str, scope: SearchScope,
+               alpha: float = 0.5, fusion_type: str = "ranked",
+               max_vector_distance: float | None = None) -> HybridResult:
+        """Top ``k`` chunks by the engine's own fusion of BM25 and vector search (``alpha``:
+        weight of the vector leg, 0 to 1; ``fusion_type`` ``"ranked"`` or
+        ``"relative_score"``). Only where :attr:`native_hybrid`; else ``InvalidInput``."""
+        ...
+
+    # -- catch-up and lifecycle
+
+    def catch_up(self, repo_key: str, feed: ChunkFeed) -> int:
+        """Bring the repository up to date with SQL; returns what was written (chunks added,
+        objects placed). Idempotent; a failure raises and the next call redoes the work."""
+        ...
+
+    def rewind(self, repo_key: str, seq: int) -> bool:
+        """Node versions were re-pointed in place at chunks with seq above ``seq`` (a
+        re-embed's switch, no new revision): make the next :meth:`catch_up` take them again.
+        True when that catch-up is needed for searches to see them (False: nothing to redo)."""
+        ...
+
+    def drop_branch(self, repo_key: str, branch_id: int) -> list[str]:
+        """Forget what is held for one branch, after SQL deleted or reset it; the names of what
+        was deleted (``[]`` for an engine that holds nothing per branch)."""
+        ...
+
+    def drop_workspace_model(self, repo_key: str, workspace_id: int, model: str) -> list[str]:
+        """Forget what a workspace holds of a model no version of it uses any more (after a
+        re-embed); the names of what was deleted, ``[]`` when nothing is held apart."""
         ...
 
     def flush(self, repo_key: str) -> None:
@@ -308,176 +480,15 @@ class SearchIndex(Protocol):
         ...
 
     def close(self) -> None:
-        """Release the index's connections (a no-op for an in-process index)."""
+        """Release the index's connections and threads."""
         ...
-
-
-@runtime_checkable
-class ContentAddressedIndex(SearchIndex, Protocol):
-    """A vector + BM25 index over the chunks of each repository, keyed by content key.
-
-    Every branch shares a chunk: a search passes the content keys its branch state sees, and
-    the index ranks only those. Filled by :meth:`sync` from SQL's chunk sequence (the embedded
-    index).
-    """
-
-    @property
-    def layout(self) -> Literal["content-addressed"]:
-        """``"content-addressed"``: the tag callers dispatch on."""
-        ...
-
-    def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
-        """Add chunks (idempotent by ``seq``)."""
-        ...
-
-    def watermark(self, repo_key: str) -> int:
-        """Highest ``seq`` the index holds for the repository (0 when empty)."""
-        ...
-
-    def knn(
-        self,
-        repo_key: str,
-        vector: np.ndarray,
-        k: int,
-        *,
-        model: str,
-        content_keys: Collection[str],
-        max_distance: float | None = None,
-    ) -> list[IndexHit]:
-        """Top ``k`` chunks by cosine similarity among ``content_keys`` embedded by ``model``."""
-        ...
-
-    def bm25(
-        self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]
-    ) -> list[IndexHit]:
-        """Top ``k`` chunks by BM25 among ``content_keys``; never a zero-score row."""
-        ...
-
-    def bm25_documents(
-        self,
-        repo_key: str,
-        query: str,
-        k: int,
-        *,
-        content_keys: Collection[str],
-        field_weights: Mapping[str, float] | None = None,
-    ) -> list[IndexHit]:
-        """Top ``k`` content keys by BM25F over all their chunks (one hit per key, carrying
-        its best passage); never a zero score."""
-        ...
-
-
-@runtime_checkable
-class ScopedIndex(SearchIndex, Protocol):
-    """An index with a collection per (workspace, branch) and model (the Weaviate index).
-
-    Filled by :meth:`place` with node versions' chunks (``kg.indexing.chunks.sync_placements``,
-    which keeps its progress in the placement marks) and searched through
-    :class:`SearchScope` objects: per (workspace, branch) the version keys the searched branch state
-    sees there. It also fuses BM25 and vectors itself (:meth:`hybrid`).
-    """
-
-    @property
-    def layout(self) -> Literal["scoped"]:
-        """``"scoped"``: the tag callers dispatch on."""
-        ...
-
-    def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
-        """Store node versions' chunks in the collections of their (workspace, branch)."""
-        ...
-
-    def placement_marks(self, repo_key: str) -> tuple[int, int]:
-        """How far :meth:`place` has been fed from SQL: (chunk seq, revision)."""
-        ...
-
-    def advance_placement_marks(self, repo_key: str, seq: int, version: int) -> None:
-        """Store the placement marks, once every placement up to them succeeded."""
-        ...
-
-    def rewind_placement(self, repo_key: str, seq: int) -> None:
-        """Lower the placed-seq mark to ``seq`` so the next pass places again above it."""
-        ...
-
-    def knn(
-        self,
-        repo_key: str,
-        vector: np.ndarray,
-        k: int,
-        *,
-        model: str,
-        scopes: Sequence[SearchScope],
-        max_distance: float | None = None,
-    ) -> list[IndexHit]:
-        """Top ``k`` chunks by cosine similarity among the versions ``scopes`` allow."""
-        ...
-
-    def bm25(
-        self, repo_key: str, query: str, k: int, *, scopes: Sequence[SearchScope]
-    ) -> list[IndexHit]:
-        """Top ``k`` chunks by BM25 among the versions ``scopes`` allow; never a zero score."""
-        ...
-
-    def bm25_documents(
-        self,
-        repo_key: str,
-        query: str,
-        k: int,
-        *,
-        scopes: Sequence[SearchScope],
-        field_weights: Mapping[str, float] | None = None,
-    ) -> list[IndexHit]:
-        """Top ``k`` node texts (content keys) by BM25F over their fields among the versions
-        ``scopes`` allow, one hit each carrying its best passage."""
-        ...
-
-    def hybrid(
-        self,
-        repo_key: str,
-        query: str,
-        vector: np.ndarray,
-        k: int,
-        *,
-        model: str,
-        scopes: Sequence[SearchScope],
-        alpha: float = 0.5,
-        fusion_type: str = "ranked",
-        max_vector_distance: float | None = None,
-    ) -> HybridResult:
-        """Top ``k`` chunks by the index's own fusion of BM25 and vector search."""
-        ...
-
-    def drop_branch(self, repo_key: str, branch_id: int) -> list[str]:
-        """Delete the collections of one branch (after SQL deleted or reset it)."""
-        ...
-
-    def drop_workspace_model(self, repo_key: str, workspace_id: int, model: str) -> list[str]:
-        """Delete a workspace's collections of a model no version uses any more."""
-        ...
-
-
-VectorIndex = ContentAddressedIndex | ScopedIndex
-"""A search index of either layout; ``index.layout`` tells which."""
 
 
 # -- checks shared by the index implementations ----------------------------------------------
 
 
 def query_vector(vector: np.ndarray) -> np.ndarray:
-    """A query embedding as a unit vector.
-
-    Parameters
-    ----------
-    vector : ndarray, shape (dim,), float
-
-    Returns
-    -------
-    ndarray, shape (dim,), float32, L2-normalised
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        Not 1-D, not finite, or all zeros.
-    """
+    """A query embedding as a float32 unit vector; ``InvalidInput`` when not 1-D, not finite, or all zeros."""
     query = np.asarray(vector, dtype=np.float64)
     norm = float(np.linalg.norm(query)) if query.ndim == 1 else 0.0
     if query.ndim != 1 or not np.isfinite(norm) or norm == 0.0:
@@ -493,24 +504,8 @@ def query_vector(vector: np.ndarray) -> np.ndarray:
 def fresh_chunks(
     chunks: Sequence[IndexedChunk], held: np.ndarray, watermark: int
 ) -> list[IndexedChunk]:
-    """The chunks whose seq is not held yet, first occurrence of each, in seq order.
-
-    Parameters
-    ----------
-    chunks : sequence of IndexedChunk
-    held : ndarray, shape (n,), int64
-        The seqs an index holds.
-    watermark : int
-        The highest of them (0 when empty).
-
-    Returns
-    -------
-    list of IndexedChunk
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A seq <= 0.
+    """The chunks whose seq is not in ``held`` (the seqs an index holds, ``watermark`` the highest),
+    first occurrence of each, in seq order; ``InvalidInput`` for a seq <= 0.
     """
     seqs = np.array([c.seq for c in chunks], dtype=np.int64)
     if (seqs <= 0).any():
@@ -525,22 +520,10 @@ def fresh_chunks(
 def checked_vectors(
     chunks: list[IndexedChunk], dims: dict[str, int]
 ) -> dict[str, np.ndarray]:
-    """Per model, the chunks' vectors (in chunk order) checked and L2-normalised.
-
-    Parameters
-    ----------
-    chunks : list of IndexedChunk
-    dims : dict of str to int
-        The dimension an index already holds per model (a new model takes its first vector's).
-
-    Returns
-    -------
-    dict of str to ndarray, shape (m, dim), float32
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        A vector of the wrong shape, non-finite or all zeros (naming the chunk's seq).
+    """Per model, the chunks' vectors (in chunk order) checked and L2-normalised as float32
+    ``(m, dim)`` matrices. ``dims`` is the dimension an index already holds per model (a new
+    model takes its first vector's); ``InvalidInput`` names the seq of a vector of the wrong
+    shape, non-finite or all zeros.
     """
     by_model: dict[str, list[int]] = {}
     for i, chunk in enumerate(chunks):

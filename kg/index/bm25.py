@@ -334,26 +334,10 @@ class BM25Index:
         b: float = 0.75,
         analyzer: Callable[[str], list[str]] = analyze,
     ) -> BM25Index:
-        """An index from the arrays of :meth:`to_arrays`, without analysing any text.
-
-        Parameters
-        ----------
-        arrays : mapping of str to ndarray
-            What :meth:`to_arrays` returned (e.g. an ``NpzFile``).
-        k1, b, analyzer
-            As for :class:`BM25Index`; the analyzer must be the one the arrays were built with.
-
-        Returns
-        -------
-        BM25Index
-            Scores exactly as the index the arrays came from.
-
-        Raises
-        ------
-        ValueError
-            The arrays are of another format or do not fit together (a damaged snapshot).
-        KeyError
-            An array is missing.
+        """An index from the arrays of :meth:`to_arrays` (e.g. an ``NpzFile``), without analysing
+        any text; ``analyzer`` must be the one the arrays were built with. It scores exactly as
+        the index the arrays came from. ``ValueError`` for arrays of another format or that do
+        not fit together (a damaged snapshot), ``KeyError`` for a missing one.
 
         Notes
         -----

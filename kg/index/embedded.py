@@ -23,7 +23,7 @@ slice of 512 rows at a time), and a view reads only the graph ids it was publish
 Memory: with a budget (``memory_budget_bytes``) the least recently used repositories are
 unloaded when the estimate passes it, after writing their snapshot if ``data_dir`` is set; the
 next use loads it again. Without ``data_dir`` an unloaded repository comes back empty with
-watermark 0, and the caller re-syncs it from SQL (search does, through ``sync_index``).
+watermark 0, and the caller re-syncs it from SQL (search does, through :meth:`EmbeddedVectorIndex.catch_up`).
 
 Persistence (when ``data_dir`` is given): :meth:`EmbeddedVectorIndex.flush` writes a snapshot
 to ``data_dir/index/<repo_key>/``::
@@ -74,13 +74,23 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import numpy as np
 
 from kg.errors import BackendUnavailable, InvalidInput
 from kg.index import ann
-from kg.index.base import IndexedChunk, IndexHit, KeySet, checked_vectors, fresh_chunks, query_vector
+from kg.index.base import (
+    ChunkFeed,
+    HybridResult,
+    IndexedChunk,
+    IndexHit,
+    KeySet,
+    SearchScope,
+    checked_vectors,
+    fresh_chunks,
+    query_vector,
+)
 from kg.index.bm25 import BM25Index, GroupStats, top_k_indices
 
 __all__ = ["AnnConfig", "EmbeddedVectorIndex"]
@@ -516,8 +526,11 @@ class _Repo:
 
 
 class EmbeddedVectorIndex:
-    """The default index, a :class:`~kg.index.base.ContentAddressedIndex`: in process memory,
-    optional snapshots.
+    """The default :class:`~kg.index.base.SearchIndex`: in process memory, optional snapshots.
+
+    Chunks are keyed by content and shared by every branch: a search reads its scope's
+    :attr:`~kg.index.base.SearchScope.content_keys`; nothing is held per branch or model, so
+    branch and model drops are no-ops, and :meth:`catch_up` adds the chunks above the watermark.
 
     Parameters
     ----------
@@ -548,10 +561,8 @@ class EmbeddedVectorIndex:
     """
 
     engine = "embedded"
-    """The index's name in a search answer."""
-
-    layout: Literal["content-addressed"] = "content-addressed"
-    """Chunks by content key, shared by every branch (:class:`~kg.index.base.ContentAddressedIndex`)."""
+    native_hybrid = False  # kg fuses the legs (kg.rag.fusion)
+    eager_catch_up = False  # a search's catch-up reads the chunks above the watermark: cheap
 
     def __init__(self, data_dir: Path | None = None, *, ann: AnnConfig | None = None,
                  memory_budget_bytes: int | None = None, flush_interval_s: float | None = None) -> None:
@@ -571,25 +582,36 @@ class EmbeddedVectorIndex:
         self._flush_interval = flush_interval_s if data_dir is not None else None
         self._flush_queue: dict[str, None] = {}
 
-    # -- the ContentAddressedIndex protocol -----------------------------------------------------
+    # -- catch-up -----------------------------------------------------------------------------------
+
+    def catch_up(self, repo_key: str, feed: ChunkFeed) -> int:
+        """Add the chunks above the watermark, a page at a time: the chunks added."""
+        added = 0
+        for page in feed.chunk_pages(self.watermark(repo_key)):
+            self.sync(repo_key, page)
+            added += len(page)
+        return added
+
+    def rewind(self, repo_key: str, seq: int) -> bool:
+        """Nothing to redo: a re-pointed version's new chunks arrive by the watermark like any
+        others, and a search's content keys pick them."""
+        return False
+
+    def drop_branch(self, repo_key: str, branch_id: int) -> list[str]:
+        """Nothing is held per branch."""
+        return []
+
+    def drop_workspace_model(self, repo_key: str, workspace_id: int, model: str) -> list[str]:
+        """Nothing is held per workspace: an unused model's chunks are never in a search's keys."""
+        return []
 
     def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None:
-        """Add chunks; a ``seq`` the index already holds is skipped (idempotent).
+        """Add chunks in any order; a ``seq`` already held is skipped (idempotent), one below the
+        watermark not held yet is added (a transaction that committed late). Vectors are stored
+        L2-normalised as ``float32``.
 
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-        chunks : sequence of IndexedChunk
-            In any order; seqs below the watermark that are not held yet are added too (a
-            transaction that committed late). Each ``vector`` is 1-D, finite and non-zero, of the
-            dimension of its model's earlier vectors; it is stored L2-normalised as ``float32``.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            A ``seq`` <= 0, or a vector that is not 1-D, has a dimension other than its model's,
-            or is non-finite or all zeros. The whole call is refused; nothing is added.
+        Raises ``InvalidInput`` for the whole call, nothing added: a ``seq`` <= 0, or a vector that
+        is not 1-D, has a dimension other than its model's, or is non-finite or all zeros.
 
         Notes
         -----
@@ -610,17 +632,7 @@ class EmbeddedVectorIndex:
         self._evict(keep=repo_key)
 
     def watermark(self, repo_key: str) -> int:
-        """Highest ``seq`` held for the repository, 0 when it holds nothing.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-
-        Returns
-        -------
-        int
-        """
+        """Highest ``seq`` held for the repository, 0 when it holds nothing."""
         return self._view(repo_key).watermark
 
     def knn(
@@ -630,38 +642,11 @@ class EmbeddedVectorIndex:
         k: int,
         *,
         model: str,
-        content_keys: Collection[str],
+        scope: SearchScope,
         max_distance: float | None = None,
     ) -> list[IndexHit]:
-        """Top ``k`` chunks by cosine similarity among ``content_keys`` embedded by ``model``.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-        vector : ndarray, shape (dim,), float
-            The query embedding; normalised here, so any non-zero length will do.
-        k : int
-            Maximum number of hits; ``k <= 0`` gives ``[]``.
-        model : str
-            Only chunks embedded by this model are ranked.
-        content_keys : collection of str
-            Only chunks of these content keys are ranked (the caller's visible, filtered set).
-        max_distance : float, optional
-            Leave out chunks with cosine distance ``1 - similarity`` above this.
-
-        Returns
-        -------
-        list of IndexHit
-            By similarity descending, ties by ``seq`` ascending; ``score`` the cosine
-            similarity, ``distance`` ``max(0, 1 - score)``, ranks 1..len. ``[]`` for an empty
-            repository, an unknown model, no known content key or ``k <= 0``.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            ``vector`` is not 1-D, non-finite or zero, or its dimension differs from the one of
-            ``model``'s stored vectors; ``max_distance`` is NaN.
+        """Top ``k`` chunks of ``model`` by cosine similarity among the scope's content keys
+        (the contract of :meth:`kg.index.base.SearchIndex.knn`).
 
         Notes
         -----
@@ -687,6 +672,7 @@ class EmbeddedVectorIndex:
            neighbor search using Hierarchical Navigable Small World graphs", IEEE TPAMI 42(4),
            2018, pp. 824-836.
         """
+        content_keys = scope.content_keys
         query = query_vector(vector)
         if max_distance is not None and np.isnan(max_distance):
             raise InvalidInput("max_distance must be a number", details={"max_distance": None})
@@ -747,29 +733,9 @@ class EmbeddedVectorIndex:
         found = store.graph.search(query, max(k, ef), ef=ef, bitmap=bitmap, limit=covered)
         return np.concatenate((np.sort(found), tail)) if len(tail) else np.sort(found)
 
-    def bm25(
-        self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]
-    ) -> list[IndexHit]:
-        """Top ``k`` chunks by BM25 among ``content_keys`` (any model); never a zero score.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-        query : str
-            Free text, analysed by :func:`kg.index.tokenize.analyze`.
-        k : int
-            Maximum number of hits; ``k <= 0`` gives ``[]``.
-        content_keys : collection of str
-            Only chunks of these content keys are ranked; BM25's N, df and avgdl are computed
-            over them.
-
-        Returns
-        -------
-        list of IndexHit
-            By BM25 score descending, ties by row (sync order: ``seq`` order within a call);
-            ``distance`` None, ranks 1..len. ``[]`` for an empty repository, a query without
-            terms (blank, punctuation, stop words), no known content key or no match.
+    def bm25(self, repo_key: str, query: str, k: int, *, scope: SearchScope) -> list[IndexHit]:
+        """Top ``k`` chunks by BM25 among the scope's content keys (any model); never a zero
+        score. BM25's N, df and avgdl are computed over those keys; ties by row (sync order).
 
         Notes
         -----
@@ -784,7 +750,7 @@ class EmbeddedVectorIndex:
         if k <= 0 or not query.strip():
             return []
         view = self._view(repo_key)
-        allowed = view.allowed_keys(content_keys)
+        allowed = view.allowed_keys(scope.content_keys)
         if allowed is None:
             return []
         ranked = view.bm25.search(query, k, allowed[view.key_id])
@@ -798,38 +764,13 @@ class EmbeddedVectorIndex:
         query: str,
         k: int,
         *,
-        content_keys: Collection[str],
+        scope: SearchScope,
         field_weights: Mapping[str, float] | None = None,
     ) -> list[IndexHit]:
-        """Top ``k`` content keys (node texts) by BM25F over all their chunks.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-        query : str
-            Free text, analysed by :func:`kg.index.tokenize.analyze`.
-        k : int
-            Maximum number of hits; ``k <= 0`` gives ``[]``.
-        content_keys : collection of str
-            Only these content keys are ranked; N, df and the average field lengths are
-            computed over them.
-        field_weights : mapping of str to float, optional
-            Weight of each field (``{"title": 2.0}``); a field not named, and a chunk whose
-            field is unknown, weighs 1.0.
-
-        Returns
-        -------
-        list of IndexHit
-            One per content key, by BM25F score descending (ties by key id: sync order);
-            each carries the key's passage with the best passage-level BM25 (its
-            ``chunk_index``, ``text`` and ``seq``), ``score`` the key's BM25F score,
-            ``distance`` None, ranks 1..len.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            A field weight that is negative or not finite.
+        """Top ``k`` of the scope's content keys (node texts) by BM25F over all their chunks
+        (the contract of :meth:`kg.index.base.SearchIndex.bm25_documents`): N, df and the
+        average field lengths are computed over those keys, a chunk of unknown field weighs
+        1.0, ties by key id (sync order).
 
         Notes
         -----
@@ -851,6 +792,7 @@ class EmbeddedVectorIndex:
                                    details={"field": name, "weight": weight})
         if k <= 0 or not query.strip():
             return []
+        content_keys = scope.content_keys
         view = self._view(repo_key)
         allowed = view.allowed_keys(content_keys)
         if allowed is None:
@@ -861,18 +803,15 @@ class EmbeddedVectorIndex:
         return [view.hit(hit.best_doc, rank, hit.score, None)
                 for rank, hit in enumerate(ranked, start=1)]
 
+    def hybrid(self, repo_key: str, query: str, vector: np.ndarray, k: int, *, model: str, scope: SearchScope,
+               alpha: float = 0.5, fusion_type: str = "ranked",
+               max_vector_distance: float | None = None) -> HybridResult:
+        """No hybrid query of its own (:attr:`native_hybrid` is False): always ``InvalidInput``."""
+        raise InvalidInput("this index has no hybrid query of its own: use fusion 'kg' (the default)")
+
     def drop(self, repo_key: str) -> None:
-        """Forget every chunk of the repository, in memory and its snapshot folder.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key; an unknown one is a no-op.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            The snapshot folder could not be removed.
+        """Forget every chunk of the repository, in memory and its snapshot folder (an unknown one
+        is a no-op); ``BackendUnavailable`` when the folder could not be removed.
         """
         _check_repo_key(repo_key)
         # Under the registry lock, so the repository cannot be re-created (and its old snapshot
@@ -897,22 +836,10 @@ class EmbeddedVectorIndex:
     # -- persistence and status ----------------------------------------------------------------
 
     def flush(self, repo_key: str) -> None:
-        """Write the repository's snapshot to ``data_dir`` (no-op without ``data_dir``).
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            The snapshot could not be written; the previous one (if any) stays valid.
-
-        Notes
-        -----
-        Skipped when nothing was added since the last flush or load. Otherwise writes every
-        row: O(n * dim + text length) bytes. Searches go on meanwhile; syncs wait.
+        """Write the repository's snapshot to ``data_dir`` (no-op without it, or when nothing was
+        added since the last flush or load): O(n * dim + text length) bytes; searches go on
+        meanwhile, syncs wait. ``BackendUnavailable`` when it could not be written (the previous
+        snapshot stays valid).
         """
         if self._root is None:
             return
@@ -929,38 +856,15 @@ class EmbeddedVectorIndex:
             repo.flushed_at = time.monotonic()
 
     def memory_bytes(self) -> int:
-        """Estimated bytes the repositories held in memory take (arrays, texts, postings,
-        graphs).
-
-        Returns
-        -------
-        int
-        """
+        """Estimated bytes the loaded repositories take (arrays, texts, postings, graphs)."""
         return sum(repo.nbytes() for repo in list(self._repos.values()))
 
     def loaded_repositories(self) -> list[str]:
-        """Keys of the repositories held in memory, least recently used first.
-
-        Returns
-        -------
-        list of str
-        """
+        """Keys of the repositories held in memory, least recently used first."""
         return [key for key, _ in sorted(list(self._repos.items()), key=lambda item: item[1].last_used)]
 
     def stats(self, repo_key: str) -> dict[str, Any]:
-        """What the index holds for a repository, for a status route.
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-
-        Returns
-        -------
-        dict
-            ``{"chunks": int, "models": {model: chunks}, "dims": {model: dim},
-            "watermark": int}``.
-        """
+        """``{"chunks", "models": {model: chunks}, "dims": {model: dim}, "watermark"}``."""
         view = self._view(repo_key)
         return {
             "chunks": view.n,
@@ -972,10 +876,7 @@ class EmbeddedVectorIndex:
     def close(self) -> None:
         """Stop the background thread (a graph it was extending keeps the rows it has), then,
         with ``data_dir``, write the snapshot of every loaded repository that changed since
-        its last one, so that the next process loads it instead of re-syncing from SQL.
-
-        A snapshot that cannot be written is logged and skipped (the rows are in SQL). The
-        index holds no connection.
+        its last one (one that cannot be written is logged: the rows are in SQL).
         """
         with self._builder_cond:
             self._closed = True
@@ -997,22 +898,9 @@ class EmbeddedVectorIndex:
                 log.warning("closing without the index snapshot of %r: %s", key, exc)
 
     def wait_for_background(self, repo_key: str, timeout: float | None = None) -> bool:
-        """Wait until the background thread has nothing left to do for ``repo_key`` (graph
-        building and a snapshot flush).
-
-        Parameters
-        ----------
-        repo_key : str
-            Repository key.
-        timeout : float or None
-            Seconds; None waits as long as it takes.
-
-        Returns
-        -------
-        bool
-            True when nothing of the repository waits for the background thread (searches may
-            still scan up to ``_ANN_TAIL_ROWS`` recent rows of a model exactly), False on
-            timeout.
+        """Wait (``timeout`` seconds, None: as long as it takes) until the background thread has
+        nothing left to do for ``repo_key`` (graph building, a snapshot flush); False on timeout.
+        Searches may still scan up to ``_ANN_TAIL_ROWS`` recent rows of a model exactly.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._builder_cond:

@@ -100,10 +100,6 @@ MAX_STEM_CHARS = 64
 def stem(word: str) -> str:
     """The Snowball English stem of a lower-case word of ASCII letters; other words unchanged.
 
-    Parameters
-    ----------
-    word : str
-
     Returns
     -------
     str

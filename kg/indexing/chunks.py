@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -24,7 +24,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from kg.errors import KGError, ProviderError
-from kg.index.base import IndexedChunk, Placement, ScopedIndex, VectorIndex
+from kg.index.base import IndexedChunk, Placement, SearchIndex
 from kg.indexing.config import EmbeddingConfig, IndexedProperties
 from kg.providers.base import Embedder
 from kg.store.models import Branch, Chunk, NodeVersion, Repository
@@ -183,26 +183,9 @@ def existing_content_keys(session: Session, repo_id: int, keys: Iterable[str]) -
 
 def embed_plans(plans: Sequence[TextPlan], embedder: Embedder, *, batch_size: int = 32,
                 progress: Callable[[int], None] | None = None) -> dict[str, list[ChunkRow]]:
-    """Chunk and embed the texts of ``plans`` (distinct content keys), batched across nodes.
-
-    Parameters
-    ----------
-    plans : sequence of TextPlan
-        Plans whose chunks are not stored yet.
-    embedder : Embedder
-    batch_size : int
-        Passages per embedder call.
-    progress : callable(int), optional
-        Called with the number of passages embedded after each batch.
-
-    Returns
-    -------
-    dict of content key -> list of ChunkRow
-
-    Raises
-    ------
-    kg.errors.ProviderError
-        The embedder failed or answered something unusable.
+    """Chunk and embed the texts of ``plans`` (distinct content keys, chunks not stored yet),
+    ``batch_size`` passages a model call across nodes; ``progress`` gets the passages embedded
+    after each batch. ``ProviderError`` when the embedder failed or answered something unusable.
     """
     todo: list[Piece] = []
     seen: set[str] = set()
@@ -229,19 +212,8 @@ class Piece(NamedTuple):
 
 
 def plan_pieces(plan: TextPlan, embedder: Embedder) -> list[Piece]:
-    """The chunks of a plan's text, in order, not embedded (no model call).
-
-    Parameters
-    ----------
-    plan : TextPlan
-        A plan with a content key.
-    embedder : Embedder
-        The model: its context caps a token chunk size (:func:`effective_chunking`).
-
-    Returns
-    -------
-    list of Piece
-        Empty for a plan without text.
+    """The chunks of a plan's text, in order, not embedded (no model call); empty for a plan
+    without text. The embedder's context caps a token chunk size (:func:`effective_chunking`).
     """
     if plan.content_key is None:
         return []
@@ -253,26 +225,9 @@ def plan_pieces(plan: TextPlan, embedder: Embedder) -> list[Piece]:
 
 def embed_pieces(pieces: Sequence[Piece], embedder: Embedder, *, batch_size: int = 32,
                  progress: Callable[[int], None] | None = None) -> list[ChunkRow]:
-    """Embed chunks, ``batch_size`` a model call.
-
-    Parameters
-    ----------
-    pieces : sequence of Piece
-    embedder : Embedder
-    batch_size : int
-        Passages per embedder call.
-    progress : callable(int), optional
-        Called with the number of passages embedded after each batch.
-
-    Returns
-    -------
-    list of ChunkRow
-        One per piece, in order.
-
-    Raises
-    ------
-    kg.errors.ProviderError
-        The embedder failed or answered something unusable.
+    """Embed chunks, ``batch_size`` a model call: one row per piece, in order; ``progress`` gets
+    the passages embedded after each batch. ``ProviderError`` when the embedder failed or
+    answered something unusable.
     """
     rows: list[ChunkRow] = []
     for offset in range(0, len(pieces), batch_size):
@@ -288,13 +243,7 @@ def embed_pieces(pieces: Sequence[Piece], embedder: Embedder, *, batch_size: int
 
 
 def store_chunks(session: Session, repo_id: int, rows: Iterable[ChunkRow]) -> int:
-    """Insert chunk rows, skipping any (content key, index) a concurrent writer stored.
-
-    Returns
-    -------
-    int
-        Rows offered.
-    """
+    """Insert chunk rows, skipping any (content key, index) a concurrent writer stored: the rows offered."""
     values = [
         {
             "repo_id": repo_id, "content_key": r.content_key, "chunk_index": r.chunk_index,
@@ -321,203 +270,122 @@ def _store_stmt(dialect: str) -> Any:
 
 
 _SYNC_PAGE = 20_000
-"""Chunks read and placed at a time by :func:`sync_index` (about 40 MB of 384-d rows with their
-texts): the BM25 postings of a page are grouped in one pass, so fewer, larger pages cost less
-(a 10,000-node import's 20,000 chunks: 0.85 s of postings in pages of 5,000, 0.48 s in one)."""
-
-
-def sync_index(session: Session, index: VectorIndex, repo_id: int, repo_key: str) -> int:
-    """Bring the index up to date with the chunks stored in SQL for one repository.
-
-    A scoped index (``index.layout == "scoped"``: a collection per workspace and branch) is
-    brought up to date by :func:`sync_placements` instead.
-
-    Parameters
-    ----------
-    session : Session
-    index : VectorIndex
-        Either layout (:mod:`kg.index.base`).
-    repo_id : int
-    repo_key : str
-
-    Returns
-    -------
-    int
-        Chunks added to the index (objects placed, for a scoped index).
-
-    Notes
-    -----
-    Chunks are append-only and their ``seq`` grows in commit order per repository (writers
-    hold the repository's revision lock), so reading ``seq > watermark`` is complete.
-    """
-    if index.layout == "scoped":
-        return sync_placements(session, index, repo_id, repo_key)
-    mark = index.watermark(repo_key)
-    added = 0
-    while True:
-        rows = session.execute(
-            select(Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, Chunk.model,
-                   Chunk.embedding, Chunk.field)
-            .where(Chunk.repo_id == repo_id, Chunk.seq > mark)
-            .order_by(Chunk.seq)
-            .limit(_SYNC_PAGE)
-        ).all()
-        if not rows:
-            return added
-        index.sync(repo_key, [
-            IndexedChunk(seq=r.seq, content_key=r.content_key, chunk_index=r.chunk_index,
-                         text=r.text, model=r.model,
-                         vector=np.frombuffer(r.embedding, dtype=np.float32), field=r.field)
-            for r in rows
-        ])
-        added += len(rows)
-        mark = rows[-1].seq
-
+"""Chunks read at a time by :meth:`SqlChunkFeed.chunk_pages` (about 40 MB of 384-d rows with
+their texts): the embedded index groups a page's BM25 postings in one pass, so fewer, larger
+pages cost less (a 10,000-node import's 20,000 chunks: 0.85 s of postings in pages of 5,000,
+0.48 s in one)."""
 
 _PLACE_BATCH = 500
 
+_CHUNK_COLUMNS = (Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, Chunk.model, Chunk.embedding,
+                  Chunk.field)
 
-def sync_placements(session: Session, index: ScopedIndex, repo_id: int, repo_key: str) -> int:
-    """Bring a scoped index up to date: every live node version's chunks in the collection of
-    its (workspace, branch).
 
-    Parameters
-    ----------
-    session : Session
-    index : ScopedIndex
-        The Weaviate index.
-    repo_id : int
-    repo_key : str
+_VERSION_COLUMNS = (NodeVersion.id, NodeVersion.revision, NodeVersion.workspace_id, NodeVersion.branch_id,
+                    NodeVersion.node_id, NodeVersion.path, NodeVersion.node_type, NodeVersion.properties,
+                    NodeVersion.content_key)
 
-    Returns
-    -------
-    int
-        Objects written.
 
-    Raises
-    ------
-    kg.errors.BackendUnavailable
-        The index failed; the marks stay where they were and the next pass redoes the work
-        (placement is idempotent).
+def _indexed(r: Any) -> IndexedChunk:
+    return IndexedChunk(seq=r.seq, content_key=r.content_key, chunk_index=r.chunk_index, text=r.text,
+                        model=r.model, vector=np.frombuffer(r.embedding, dtype=np.float32), field=r.field)
 
-    Notes
-    -----
-    Two feeds, both complete because a repository's revisions and chunks are written under its
-    revision lock, so revision numbers and chunk seqs grow in commit order:
 
-    1. node versions of revisions above the revision mark (writes, merges) whose chunks exist;
-    2. chunks with ``seq`` above the seq mark (embedded by the queue after their version was
-       written, or by a re-embed that re-pointed versions in place): every version of a
-       revision at or below the revision mark that points at their content keys.
+class SqlChunkFeed:
+    """What SQL holds for one repository, read through ``session``: the
+    :class:`~kg.index.base.ChunkFeed` an index catches up from."""
 
-    The marks advance to the repository's head revision and highest seq read at the start of
-    the pass, once all of it is placed; a pass with nothing new reads two numbers. Tombstones
-    and versions without text place nothing: the version keys of the searched branch state,
-    decided in SQL, hide whatever they replaced.
-    """
-    placed_in: set[int] = set()
-    seq_mark, revision_mark = index.placement_marks(repo_key)
-    top_seq = session.scalar(select(func.max(Chunk.seq)).where(Chunk.repo_id == repo_id)) or 0
-    top_revision = session.scalar(select(Repository.head_revision).where(Repository.id == repo_id)) or 0
-    if (top_seq, top_revision) == (seq_mark, revision_mark):
-        return 0
-    live = (NodeVersion.repo_id == repo_id, NodeVersion.deleted == false(),
-            NodeVersion.content_key.is_not(None))
-    columns = (NodeVersion.id, NodeVersion.revision, NodeVersion.workspace_id, NodeVersion.branch_id,
-               NodeVersion.node_id, NodeVersion.path, NodeVersion.node_type, NodeVersion.properties,
-               NodeVersion.content_key)
-    placed = 0
-    after = (revision_mark, 0)
-    while True:
-        versions = session.execute(
-            select(*columns).where(
-                *live, NodeVersion.revision <= top_revision,
-                or_(NodeVersion.revision > after[0],
-                    and_(NodeVersion.revision == after[0], NodeVersion.id > after[1])))
-            .order_by(NodeVersion.revision, NodeVersion.id).limit(_PLACE_BATCH)
-        ).all()
-        if not versions:
-            break
-        placed += _place(session, index, repo_id, repo_key, versions, placed_in)
-        after = (versions[-1].revision, versions[-1].id)
-    if top_seq > seq_mark and revision_mark > 0:
-        keys = session.scalars(
-            select(Chunk.content_key).where(Chunk.repo_id == repo_id, Chunk.seq > seq_mark,
-                                            Chunk.seq <= top_seq).distinct()
+    def __init__(self, session: Session, repo_id: int) -> None:
+        self.session, self.repo_id = session, repo_id
+
+    def heads(self) -> tuple[int, int]:
+        session, repo_id = self.session, self.repo_id
+        top_seq = session.scalar(select(func.max(Chunk.seq)).where(Chunk.repo_id == repo_id)) or 0
+        top_revision = session.scalar(select(Repository.head_revision).where(Repository.id == repo_id)) or 0
+        return top_seq, top_revision
+
+    def chunk_pages(self, after_seq: int) -> Iterator[list[IndexedChunk]]:
+        mark = after_seq
+        while True:
+            rows = self.session.execute(
+                select(*_CHUNK_COLUMNS).where(Chunk.repo_id == self.repo_id, Chunk.seq > mark)
+                .order_by(Chunk.seq).limit(_SYNC_PAGE)
+            ).all()
+            if not rows:
+                return
+            yield [_indexed(r) for r in rows]
+            mark = rows[-1].seq
+
+    def versions(self, after_revision: int, upto_revision: int) -> Iterator[list[Placement]]:
+        after = (after_revision, 0)
+        while True:
+            versions = self.session.execute(
+                select(*_VERSION_COLUMNS).where(
+                    *self._live(), NodeVersion.revision <= upto_revision,
+                    or_(NodeVersion.revision > after[0],
+                        and_(NodeVersion.revision == after[0], NodeVersion.id > after[1])))
+                .order_by(NodeVersion.revision, NodeVersion.id).limit(_PLACE_BATCH)
+            ).all()
+            if not versions:
+                return
+            yield self._placements(versions)
+            after = (versions[-1].revision, versions[-1].id)
+
+    def versions_of_chunks(self, after_seq: int, upto_seq: int, upto_revision: int) -> Iterator[list[Placement]]:
+        keys = self.session.scalars(
+            select(Chunk.content_key).where(Chunk.repo_id == self.repo_id, Chunk.seq > after_seq,
+                                            Chunk.seq <= upto_seq).distinct()
         ).all()
         for start in range(0, len(keys), _PLACE_BATCH):
-            versions = session.execute(
-                select(*columns).where(*live, NodeVersion.revision <= revision_mark,
-                                       NodeVersion.content_key.in_(keys[start:start + _PLACE_BATCH]))
+            versions = self.session.execute(
+                select(*_VERSION_COLUMNS).where(*self._live(), NodeVersion.revision <= upto_revision,
+                                                NodeVersion.content_key.in_(keys[start:start + _PLACE_BATCH]))
                 .order_by(NodeVersion.revision, NodeVersion.id)
             ).all()
-            placed += _place(session, index, repo_id, repo_key, versions, placed_in)
-    if placed_in and _forget_deleted(session, index, repo_id, repo_key, placed_in):
-        return placed
-    index.advance_placement_marks(repo_key, max(top_seq, seq_mark), max(top_revision, revision_mark))
-    return placed
+            yield self._placements(versions)
+
+    def deleted_branches(self, branch_ids: set[int]) -> set[int] | None:
+        """Read in a session of its own: the feed's may be a snapshot from before the delete."""
+        with Session(self.session.get_bind()) as fresh:
+            if fresh.get(Repository, self.repo_id) is None:
+                return None
+            return branch_ids - set(fresh.scalars(select(Branch.id).where(Branch.id.in_(sorted(branch_ids)))))
+
+    def _live(self) -> tuple[Any, ...]:
+        return (NodeVersion.repo_id == self.repo_id, NodeVersion.deleted == false(),
+                NodeVersion.content_key.is_not(None))
+
+    def _placements(self, versions: Sequence[Any]) -> list[Placement]:
+        """These node versions (rows of ``_VERSION_COLUMNS``) whose chunks exist, with them."""
+        keys = sorted({v.content_key for v in versions})
+        chunks: dict[str, list[IndexedChunk]] = {}
+        for start in range(0, len(keys), _PLACE_BATCH):
+            for r in self.session.execute(
+                select(*_CHUNK_COLUMNS)
+                .where(Chunk.repo_id == self.repo_id, Chunk.content_key.in_(keys[start:start + _PLACE_BATCH]))
+                .order_by(Chunk.content_key, Chunk.chunk_index)
+            ):
+                chunks.setdefault(r.content_key, []).append(_indexed(r))
+        return [
+            Placement(v.workspace_id, v.branch_id, v.node_id, v.path, v.node_type, dict(v.properties or {}),
+                      tuple(chunks[v.content_key]))
+            for v in versions if v.content_key in chunks
+        ]
 
 
-def _forget_deleted(session: Session, index: ScopedIndex, repo_id: int, repo_key: str, branch_ids: set[int]) -> bool:
-    """After placing: drop the collections of branches (or the whole repository) deleted in SQL
-    meanwhile, whose own drop may have run before this pass created them. Read in a session of
-    its own (this pass's may be a snapshot from before the delete). True when the repository
-    is gone."""
-    with Session(session.get_bind()) as fresh:
-        if fresh.get(Repository, repo_id) is None:
-            gone, repo_gone = branch_ids, True
-        else:
-            gone = branch_ids - set(fresh.scalars(select(Branch.id).where(Branch.id.in_(sorted(branch_ids)))))
-            repo_gone = False
-    if repo_gone:
-        index.drop(repo_key)
-        return True
-    for branch_id in sorted(gone):
-        index.drop_branch(repo_key, branch_id)
-    return False
+def sync_index(session: Session, index: SearchIndex, repo_id: int, repo_key: str) -> int:
+    """Bring the index up to date with what SQL holds for one repository
+    (:meth:`~kg.index.base.SearchIndex.catch_up`): the chunks added or objects placed."""
+    return index.catch_up(repo_key, SqlChunkFeed(session, repo_id))
 
 
-def _place(session: Session, index: ScopedIndex, repo_id: int, repo_key: str, versions: Sequence[Any],
-           placed_in: set[int]) -> int:
-    """Place these node versions (rows of ``sync_placements``' columns) whose chunks exist;
-    add the branches placed in to ``placed_in``."""
-    keys = sorted({v.content_key for v in versions})
-    chunks: dict[str, list[IndexedChunk]] = {}
-    for start in range(0, len(keys), _PLACE_BATCH):
-        for r in session.execute(
-            select(Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, Chunk.model,
-                   Chunk.embedding, Chunk.field)
-            .where(Chunk.repo_id == repo_id, Chunk.content_key.in_(keys[start:start + _PLACE_BATCH]))
-            .order_by(Chunk.content_key, Chunk.chunk_index)
-        ):
-            chunks.setdefault(r.content_key, []).append(IndexedChunk(
-                seq=r.seq, content_key=r.content_key, chunk_index=r.chunk_index, text=r.text,
-                model=r.model, vector=np.frombuffer(r.embedding, dtype=np.float32), field=r.field))
-    placements = [
-        Placement(v.workspace_id, v.branch_id, v.node_id, v.path, v.node_type, dict(v.properties or {}),
-                  tuple(chunks[v.content_key]))
-        for v in versions if v.content_key in chunks
-    ]
-    placed_in.update(p.branch_id for p in placements)
-    return index.place(repo_key, placements) if placements else 0
+def forget_branch(index: SearchIndex, repo_key: str, branch_id: int) -> None:
+    """After SQL deleted or reset a branch: tell the index (:meth:`~kg.index.base.SearchIndex.drop_branch`).
 
-
-def forget_branch(index: VectorIndex, repo_key: str, branch_id: int) -> None:
-    """After SQL deleted or reset a branch: delete its collections in a scoped index.
-
-    A failure only logs: SQL is the truth, and a deleted branch's id is never reused, so a
-    collection left behind is never read (a reset branch's stale objects are never in the
-    version keys it sees, and its next writes overwrite or add objects).
-
-    Parameters
-    ----------
-    index : VectorIndex
-        A content-addressed index (the embedded one) has no branch collections: left alone.
-    repo_key : str
-    branch_id : int
+    A failure only logs: SQL is the truth, and a deleted branch's id is never reused, so what
+    is left behind is never read (a reset branch's stale objects are never in the version keys
+    it sees, and its next writes overwrite or add objects).
     """
-    if index.layout != "scoped":
-        return
     try:
         index.drop_branch(repo_key, branch_id)
     except KGError as exc:

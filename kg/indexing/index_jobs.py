@@ -89,28 +89,14 @@ REEMBED_PRIORITY = 1
 
 def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: str | None,
             node_version_id: int, priority: int = WRITE_PRIORITY) -> bool:
-    """Queue the embedding of a content key unless its chunks exist (call inside the write).
+    """Queue the embedding of a content key (None: no text, nothing queued) unless its chunks
+    exist, inside the write's transaction; whether a job is pending for the key after the call.
 
-    A job that failed before is set back to ``pending`` with no attempt used: the text was
-    written again. Jobs are claimed by ``priority`` (lower first), shared across repositories
-    and workspaces, then in order (:mod:`kg.indexing.queue`).
-
-    Parameters
-    ----------
-    session : Session
-        The write's transaction.
-    repo_id, workspace_id : int
-    content_key : str or None
-        The text's content key; ``None`` (no text) queues nothing.
-    node_version_id : int
-        A version holding the text (its properties are embedded).
-    priority : int
-        :data:`WRITE_PRIORITY` or :data:`REEMBED_PRIORITY`.
-
-    Returns
-    -------
-    bool
-        Whether a job is pending for the key after the call.
+    ``node_version_id`` is a version holding the text (its properties are embedded);
+    ``priority`` is :data:`WRITE_PRIORITY` or :data:`REEMBED_PRIORITY`. A job that failed before
+    is set back to ``pending`` with no attempt used: the text was written again. Jobs are
+    claimed by ``priority`` (lower first), shared across repositories and workspaces, then in
+    order (:mod:`kg.indexing.queue`).
     """
     if content_key is None:
         return False
@@ -125,36 +111,14 @@ def enqueue(session: Session, *, repo_id: int, workspace_id: int, content_key: s
 
 def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, str | None, int]],
                  priority: int = WRITE_PRIORITY, stored: Set[str] | None = None) -> list[str]:
-    """:func:`enqueue` for many node versions at once: the same rows, one executemany.
+    """:func:`enqueue` for many ``(workspace id, content key, node version id)`` at once, in write
+    order: the same rows, one executemany; the content keys with a job pending after the
+    call, in first-seen order.
 
     For each content key, the job names the first version of ``jobs`` that holds it (as
-    :func:`enqueue` called once per version, in order, would: a later call for a pending key
-    changes nothing); keys whose chunks are stored queue nothing.
-
-    Parameters
-    ----------
-    session : Session
-        The write's transaction.
-    repo_id : int
-        The repository.
-    jobs : sequence of (int, str or None, int)
-        ``(workspace id, content key, node version id)`` per written version, in write order;
-        a ``None`` key (no text) queues nothing.
-    priority : int
-        :data:`WRITE_PRIORITY` or :data:`REEMBED_PRIORITY`.
-    stored : set of str, optional
-        Which of the keys have their chunks stored, when the caller knows it (a bulk import
-        asks before it inserts its own chunks); None: looked up here.
-
-    Returns
-    -------
-    list of str
-        The content keys with a job pending after the call, in first-seen order.
-
-    Notes
-    -----
-    One chunk lookup per 500 distinct keys (none when ``stored`` is given), then one statement
-    executed for every key.
+    :func:`enqueue` called once per version would). ``stored`` says which keys have their
+    chunks stored when the caller knows it (a bulk import asks before it inserts its own
+    chunks); None: one chunk lookup per 500 distinct keys here.
     """
     first: dict[str, tuple[int, int]] = {}
     for wid, key, vid in jobs:
@@ -174,18 +138,8 @@ def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, st
 
 
 def retry_failed(session: Session, repo: Repository) -> list[str]:
-    """Queue a repository's failed texts again, afresh: ``pending``, no attempt used, no reason.
-
-    Parameters
-    ----------
-    session : Session
-        A write transaction.
-    repo : Repository
-
-    Returns
-    -------
-    list of str
-        The content keys of the jobs set back to ``pending``.
+    """Queue a repository's failed texts again, afresh (``pending``, no attempt used, no reason),
+    in a write transaction: their content keys.
     """
     failed = list(session.scalars(select(IndexJob.content_key).where(
         IndexJob.repo_id == repo.id, IndexJob.status == "failed").order_by(IndexJob.id)))
@@ -197,27 +151,18 @@ def retry_failed(session: Session, repo: Repository) -> list[str]:
 
 
 def index_status(session: Session, repo: Repository, *, now: datetime | None = None) -> dict[str, Any]:
-    """Pending, running and failed jobs of a repository (API: ``index/status``).
+    """Pending, running and failed jobs of a repository (API: ``index/status``), estimated at
+    ``now`` (default: now).
 
-    Parameters
-    ----------
-    session : Session
-    repo : Repository
-    now : datetime, optional
-        The time the estimates are made at (default: now).
-
-    Returns
-    -------
-    dict
-        ``{"pending", "running", "failed", "failures", "waiting", "progress", "next"}``:
-        ``failures`` describes the failed jobs (at most 100), ``waiting`` the pending ones with
-        a reason to wait (their model could not be reached at their last attempt, or their
-        indexer stopped while embedding them: they are retried); ``progress`` the running jobs
-        of large texts embedded in steps (at most 100), each ``{"content_key", "workspace",
-        "path", "chunks_done", "chunks_total", "started_at", "elapsed_s", "eta_s"}``; ``eta_s``
-        (seconds left) assumes the rate so far holds, None before the first chunk. ``next``
-        is the oldest pending job and what it waits behind (:func:`next_pending`), None when
-        nothing is pending.
+    ``{"pending", "running", "failed", "failures", "waiting", "progress", "next"}``:
+    ``failures`` describes the failed jobs (at most 100), ``waiting`` the pending ones with
+    a reason to wait (their model could not be reached at their last attempt, or their
+    indexer stopped while embedding them: they are retried); ``progress`` the running jobs
+    of large texts embedded in steps (at most 100), each ``{"content_key", "workspace",
+    "path", "chunks_done", "chunks_total", "started_at", "elapsed_s", "eta_s"}``; ``eta_s``
+    (seconds left) assumes the rate so far holds, None before the first chunk. ``next``
+    is the oldest pending job and what it waits behind (:func:`next_pending`), None when
+    nothing is pending.
     """
     counts = dict(session.execute(
         select(IndexJob.status, func.count()).where(IndexJob.repo_id == repo.id).group_by(IndexJob.status)
@@ -254,28 +199,17 @@ def _text_chars(session: Session, version: NodeVersion | None) -> int | None:
 
 
 def next_pending(session: Session, repo: Repository, *, now: datetime | None = None) -> dict[str, Any] | None:
-    """The oldest pending job of a repository (writes' texts first) and what it waits behind.
+    """The oldest pending job of a repository (writes' texts first) and what it waits behind, at
+    ``now`` (default: now); None when nothing is pending.
 
-    Parameters
-    ----------
-    session : Session
-    repo : Repository
-    now : datetime, optional
-        The time waits are measured at (default: now).
-
-    Returns
-    -------
-    dict or None
-        None when nothing is pending, else ``{"content_key", "workspace", "path", "chars",
-        "waiting_s", "retry_at", "alone", "reason", "behind"}``: ``chars`` is the size of its
-        text, ``retry_at`` the end of its backoff (None: it may be claimed at once), ``alone``
-        whether it will be run by itself (its indexer stopped while embedding it), ``reason``
-        why it last went back to the queue. ``behind`` is the job being embedded that it waits
-        for (one of the same workspace first, else of the repository; the largest, by chunks
-        left), ``{"content_key", "workspace", "path", "chars", "chunks_done", "chunks_total",
-        "elapsed_s"}``, or None when none of the repository's runs (it waits for the next
-        pass, other repositories' jobs or its backoff). Chunk counts are None before a large
-        text's first step is recorded.
+    ``{"content_key", "workspace", "path", "chars", "waiting_s", "retry_at", "alone", "reason",
+    "behind"}``: ``chars`` is the size of its text, ``retry_at`` the end of its backoff (None:
+    it may be claimed at once), ``alone`` whether it will be run by itself (its indexer stopped
+    while embedding it), ``reason`` why it last went back to the queue. ``behind`` is the job
+    being embedded that it waits for (one of the same workspace first, else of the repository;
+    the largest, by chunks left), ``{"content_key", "workspace", "path", "chars",
+    "chunks_done", "chunks_total", "elapsed_s"}``, or None when none of the repository's runs.
+    Chunk counts are None before a large text's first step is recorded.
     """
     now = now or utcnow()
     job = session.scalar(select(IndexJob).where(IndexJob.repo_id == repo.id, IndexJob.status == "pending")

@@ -178,22 +178,10 @@ class Indexer(PollingWorker):
     # -- one pass ---------------------------------------------------------------------------
 
     def run_pending(self, *, repo_id: int | None = None, content_keys: Iterable[str] | None = None) -> IndexRun:
-        """Claim up to ``batch_jobs`` jobs, embed them, store their chunks.
+        """Claim up to ``batch_jobs`` jobs (of ``repo_id``, of ``content_keys``: a write indexing its
+        own text inline), embed them, store their chunks; ``failed`` includes the jobs failed
+        because their attempts were used up.
 
-        Parameters
-        ----------
-        repo_id : int, optional
-            Only this repository's jobs.
-        content_keys : iterable of str, optional
-            Only these keys (a write indexing its own text inline).
-
-        Returns
-        -------
-        IndexRun
-            ``failed`` includes the jobs failed because their attempts were used up.
-
-        Notes
-        -----
         Without filters, jobs are shared across repositories and workspaces (:mod:`kg.indexing.queue`);
         their leases are renewed while the batch is embedded and stored.
         """
@@ -329,7 +317,7 @@ class Indexer(PollingWorker):
                 complete.append(job)
         # The whole texts first: stored (searchable) before the large ones' steps are embedded.
         stored_repos = self._store(complete, rows_by_job, run, failures)
-        if stored_repos and self.services.index.layout == "scoped" and (going or started):
+        if stored_repos and self.services.index.eager_catch_up and (going or started):
             self._push(stored_repos)
             stored_repos = set()
         finished: list[_Job] = []
@@ -358,7 +346,7 @@ class Indexer(PollingWorker):
                 run.stepped += n
         stored_repos |= self._store(finished, rows_by_job, run, failures)
         complete += finished
-        if stored_repos and self.services.index.layout == "scoped":
+        if stored_repos and self.services.index.eager_catch_up:
             self._push(stored_repos)
         claim_of = {job.id: job.claim for job in claimed}
         claim_of.update((f.job.id, f.job.claim) for f in going)
@@ -461,8 +449,9 @@ class Indexer(PollingWorker):
 
 
     def _push(self, repo_ids: Iterable[int]) -> None:
-        """Place what was just embedded in a remote scoped index (Weaviate), so the next search
-        does not pay for it; a failure only logs (a search syncs before it reads)."""
+        """Catch an index with ``eager_catch_up`` (a remote one) up on what was just embedded,
+        so the next search does not pay for it; a failure only logs (a search catches up
+        before it reads)."""
         for repo_id in repo_ids:
             try:
                 with self.services.db.read() as session:

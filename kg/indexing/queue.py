@@ -340,25 +340,14 @@ class DurableQueue:
 
     def claim(self, session: Session, limit: int, *,
               where: Sequence[ColumnElement[bool]] = ()) -> Claimed:
-        """Take back lost claims, then claim up to ``limit`` queued jobs (call in a write).
+        """Take back lost claims, then claim up to ``limit`` queued jobs, in the write transaction
+        ``session`` (committed with it); ``where`` restricts the jobs (a repository, some keys) and
+        takes them in priority, then spec order, without sharing across lanes.
 
-        Parameters
-        ----------
-        session : Session
-            A write transaction (``Database.write``): the claim is committed with it.
-        limit : int
-            Most jobs claimed.
-        where : sequence of ColumnElement, optional
-            Only jobs matching these conditions (a repository, some keys). A filtered claim
-            takes jobs in priority, then spec order, without sharing across lanes.
-
-        Returns
-        -------
-        Claimed
-            The claims (``running`` under this worker, ``attempts`` + 1, a fresh lease), and the
-            ids of jobs failed because their attempts were used up. A job marked ``alone`` is
-            claimed by itself, and only by a worker that holds nothing. Jobs whose backoff
-            (``not_before``) has not passed wait.
+        Returns the claims (``running`` under this worker, ``attempts`` + 1, a fresh lease) and the
+        ids of jobs failed because their attempts were used up. A job marked ``alone`` is claimed by
+        itself, and only by a worker that holds nothing. Jobs whose backoff (``not_before``) has not
+        passed wait.
 
         Notes
         -----
@@ -387,21 +376,10 @@ class DurableQueue:
         return Claimed(claims, exhausted)
 
     def sweep(self, session: Session, now: datetime | None = None) -> list[Any]:
-        """Take back the jobs of expired leases and of gone workers (call in a write).
-
-        Also registers this worker, or refreshes its heartbeat, in the same transaction.
-
-        Parameters
-        ----------
-        session : Session
-            A write transaction.
-        now : datetime, optional
-
-        Returns
-        -------
-        list
-            Ids of the jobs failed because their worker died while they ran alone for the
-            ``max_attempts``-th time (the others went back to ``queued``, with a backoff).
+        """Take back the jobs of expired leases and of gone workers, and register this worker (or
+        refresh its heartbeat), in the write transaction ``session``. Returns the ids of the jobs
+        failed because their worker died while they ran alone for the ``max_attempts``-th time (the
+        others went back to ``queued``, with a backoff).
         """
         now = now or utcnow()
         self._bury_gone_workers(session, now)
@@ -580,10 +558,6 @@ class DurableQueue:
     def fence(self, claims: Iterable[Claim]) -> ColumnElement[bool]:
         """The condition that selects these jobs while this worker still holds them.
 
-        Parameters
-        ----------
-        claims : iterable of Claim
-
         Returns
         -------
         ColumnElement
@@ -599,19 +573,9 @@ class DurableQueue:
                     or_(*(and_(t.c.attempts == attempt, t.c.id.in_(ids)) for attempt, ids in by_attempt.items())))
 
     def held(self, session: Session, claims: Iterable[Claim]) -> list[Claim]:
-        """The claims this worker still holds, locked until the transaction ends.
-
-        Parameters
-        ----------
-        session : Session
-            A write transaction: finish the held jobs in it.
-        claims : iterable of Claim
-
-        Returns
-        -------
-        list of Claim
-            The claims whose job is still ``running`` under this worker and attempt (a lost
-            claim, taken over by another worker, is left out).
+        """The claims this worker still holds (its job ``running`` under this worker and attempt; a
+        claim another worker took over is left out), locked until the write transaction ends:
+        finish them in it.
         """
         claims = list(claims)
         if not claims:
@@ -623,21 +587,9 @@ class DurableQueue:
 
     def finish(self, session: Session, claims: Iterable[Claim],
                values: Mapping[str, Any] | None = None) -> list[Claim]:
-        """Finish held jobs: delete them, or store ``values`` (their end state and result).
-
-        Parameters
-        ----------
-        session : Session
-            A write transaction.
-        claims : iterable of Claim
-        values : mapping, optional
-            Column values, the end state included (``{"state": "succeeded", ...}``); without
-            it the jobs are deleted.
-
-        Returns
-        -------
-        list of Claim
-            The claims finished; a lost claim finishes nothing.
+        """Finish held jobs, in a write transaction: delete them, or store ``values`` (column values,
+        the end state included: ``{"state": "succeeded", ...}``). Returns the claims finished; a
+        lost claim finishes nothing.
         """
         held = self.held(session, claims)
         if held:
@@ -650,23 +602,10 @@ class DurableQueue:
 
     def release(self, session: Session, claims: Iterable[Claim],
                 values: Mapping[str, Any] | None = None, *, count_attempt: bool = False) -> list[Claim]:
-        """Put held jobs back in the queue (their work could not start: a backend is down).
-
-        Parameters
-        ----------
-        session : Session
-            A write transaction.
-        claims : iterable of Claim
-        values : mapping, optional
-            More column values (why the job waits).
-        count_attempt : bool
-            Whether the attempt counts towards ``max_attempts`` (by default it is given back:
-            a job that waits for its backend is not failed by the attempt cap).
-
-        Returns
-        -------
-        list of Claim
-            The claims released; a lost claim releases nothing.
+        """Put held jobs back in the queue (their work could not start: a backend is down), in a
+        write transaction, with more column ``values`` (why the job waits). The attempt is given
+        back unless ``count_attempt`` (a job that waits for its backend is not failed by the attempt
+        cap). Returns the claims released; a lost claim releases nothing.
         """
         held = self.held(session, claims)
         if held:
@@ -681,10 +620,6 @@ class DurableQueue:
     @contextmanager
     def renewing(self, claims: Sequence[Claim]) -> Iterator[None]:
         """Renew the leases of ``claims`` (and this worker's heartbeat) while the block runs.
-
-        Parameters
-        ----------
-        claims : sequence of Claim
 
         Notes
         -----

@@ -35,7 +35,7 @@ from sqlalchemy import func, select, update
 
 from kg.context import SYSTEM, Actor, Resources, unit_of_work
 from kg.errors import InvalidInput, KGError, ModelLocked
-from kg.index.base import ScopedIndex, VectorIndex
+from kg.index.base import SearchIndex
 from kg.indexing.chunks import existing_content_keys, plan_text, sync_index
 from kg.indexing.config import HELD, NEXT, EmbeddingConfig, parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import REEMBED_PRIORITY, enqueue
@@ -60,43 +60,19 @@ def _requested(raw: Any, current: EmbeddingConfig) -> EmbeddingConfig:
 
 def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, *,
                       reembed: bool = False, caller: Actor = SYSTEM) -> tuple[dict[str, Any], list[str]]:
-    """Change a workspace's embedding model or chunking; with ``reembed``, rebuild it.
+    """Change a workspace's embedding model or chunking (``raw``: ``{"model"?, "chunking"?}``,
+    omitted keys kept); with ``reembed``, rebuild it, without it any change is refused
+    (``ModelLocked``, naming the locked model).
 
-    Reads the current settings, probes the new model with no write lock held, then writes the
-    new settings and queues the texts as one unit of work (:func:`kg.context.unit_of_work`),
-    whose commit wakes the indexer.
+    Reads the current settings, probes the new model with no write lock held (a model that
+    cannot be loaded changes nothing), then writes the new settings and queues the texts as one
+    unit of work (:func:`kg.context.unit_of_work`), whose commit wakes the indexer.
 
-    Parameters
-    ----------
-    services : kg.context.Resources
-    repo, workspace : str
-    raw : dict
-        The new ``embedding`` object (``{"model"?, "chunking"?}``); omitted keys keep their
-        current value.
-    reembed : bool
-        Rebuild the workspace under the new settings. Without it, any change is refused.
-    caller : kg.context.Actor
-        Who asks.
-
-    Returns
-    -------
-    (dict, list of str)
-        ``{"workspace", "embedding", "reembedded": bool, "node_versions": int, "queued": int,
-        "switched": bool}``: the requested settings, the versions to re-point, the texts queued
-        for embedding and whether the new settings are current already (with inline indexing,
-        or when every text had its chunks); and the content keys queued. Asking for the current
-        settings while a re-embed is under way cancels it (``reembedded`` false).
-
-    Raises
-    ------
-    ModelLocked
-        The settings differ and ``reembed`` is false (the message names the locked model).
-    kg.errors.InvalidInput
-        A bad embedding object or model name.
-    kg.errors.NotFound
-        Unknown repository or workspace.
-    kg.errors.ProviderError, kg.errors.BackendUnavailable
-        The new model cannot be loaded (nothing is changed).
+    Returns ``({"workspace", "embedding", "reembedded", "node_versions", "queued", "switched"},
+    queued content keys)``: the requested settings, the versions to re-point, the texts queued
+    and whether the new settings are current already (with inline indexing, or when every text
+    had its chunks). Asking for the current settings while a re-embed is under way cancels it
+    (``reembedded`` false).
     """
     default = services.settings.embedding_model
     with services.db.read() as session:
@@ -149,22 +125,10 @@ def reembed_workspace(services: Resources, repo: str, workspace: str, raw: Any, 
 
 
 def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bool:
-    """Make a workspace's ``embedding_next`` current once its texts are embedded under it.
+    """Make a workspace's ``embedding_next`` current once its texts are embedded under it: True
+    when the switch happened now; False when no re-embed is under way, a job of the workspace
+    is still pending or running, or texts were missing (queued here, for a later pass).
 
-    Parameters
-    ----------
-    services : kg.services.Services
-    repo_id, workspace_id : int
-
-    Returns
-    -------
-    bool
-        True when the switch happened now; False when no re-embed is under way, or a job of
-        the workspace is still pending or running, or texts were missing (they are queued
-        here, for a later pass).
-
-    Notes
-    -----
     Runs under the repository's lock, so no write slips between the check and the switch.
     A text whose job failed under the new model does not hold the switch back: after it, that
     text is unsearchable until written again, and ``index/status`` lists the failure.
@@ -212,13 +176,11 @@ def complete_reembed(services: Resources, repo_id: int, workspace_id: int) -> bo
         config["embedding"] = config.pop(NEXT)
         ws.config = config
     services.search_cache.clear()
-    index: VectorIndex = services.index
-    if index.layout != "scoped":
-        return True
+    index: SearchIndex = services.index
     if lowest is not None:
         _replace(services, index, repo_id, repo_key, lowest)
     if canonical_model_name(old_model) != canonical_model_name(wanted.model):
-        try:  # a scoped index's collections of the old model are never read again
+        try:  # what the index holds apart for the old model is never read again
             index.drop_workspace_model(repo_key, workspace_id, old_model)
         except KGError as exc:
             log.warning("re-embed of workspace %s: the old model's collections stay: %s", workspace_id, exc.message)
@@ -263,11 +225,12 @@ def _lowest_seq(session: Any, repo_id: int, keys: set[str]) -> int | None:
     return lowest
 
 
-def _replace(services: Resources, index: ScopedIndex, repo_id: int, repo_key: str, lowest: int) -> None:
-    """Place the re-pointed versions in a scoped index now: its chunk feed may have passed
-    their new chunks while no version pointed at them yet (they were built beside the old)."""
+def _replace(services: Resources, index: SearchIndex, repo_id: int, repo_key: str, lowest: int) -> None:
+    """Catch the index up on the re-pointed versions now, if it needs to (it may have passed
+    their new chunks while no version pointed at them yet: they were built beside the old)."""
     try:
-        index.rewind_placement(repo_key, lowest - 1)
+        if not index.rewind(repo_key, lowest - 1):
+            return
     except KGError as exc:
         log.error("re-embed switched with the index unreachable (%s): run `kg reindex --repo <repo> "
                   "--index weaviate` to place the re-embedded texts", exc.message)

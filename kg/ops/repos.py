@@ -19,7 +19,7 @@ from kg.access import (
 from kg.context import Actor, IndexRunCounts, Resources, UnitOfWork, admit, permit, throttle
 from kg.errors import InvalidInput
 from kg.graph.neighbors import MAX_LIMIT, check_limit
-from kg.index.base import VectorIndex
+from kg.index.base import SearchIndex
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import parse_embedding_config
 from kg.indexing.index_jobs import retry_failed
@@ -210,7 +210,7 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
     return run
 
 
-def rebuild_index(services: Resources, caller: Actor, repo: str, target: VectorIndex | None = None) -> dict[str, Any]:
+def rebuild_index(services: Resources, caller: Actor, repo: str, target: SearchIndex | None = None) -> dict[str, Any]:
     """Rebuild a search index (``target``, default the service's) of ``repo`` from the chunks and
     vectors in SQL (no re-embedding) once its queue is done: ``{"chunks", "jobs_done",
     "jobs_failed"}``. Needs ``admin`` over every workspace and branch.
@@ -238,7 +238,7 @@ def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
     return {"retried": len(keys)}
 
 
-def _drain_and_sync(services: Resources, caller: Actor, repo: str, index: VectorIndex, *,
+def _drain_and_sync(services: Resources, caller: Actor, repo: str, index: SearchIndex, *,
                     rebuild: bool) -> tuple[IndexRunCounts, int]:
     """Run ``repo``'s queue, then bring ``index`` up to date from SQL (emptied first when
     ``rebuild``) and save it: the jobs run and the chunks placed. ``caller`` needs ``admin`` over

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from kg import collector
 from kg.context import Actor, Resources, reading
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError, invalid_fields
-from kg.index.base import IndexHit, KeySet, ScopedIndex, SearchScope, VectorIndex, version_key
+from kg.index.base import CollectionScope, IndexHit, KeySet, SearchIndex, SearchScope, version_key
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
 from kg.providers.base import Reranker
@@ -529,33 +529,27 @@ def _fulltext_leg(services: Resources, repo_key: str, searchable: _Searchable, r
     fields, the title weighted by ``KG_SEARCH_TITLE_WEIGHT``: the embedded index's, or
     Weaviate's over its documents collections), one hit per text carrying its best passage; at
     chunk granularity passages are ranked and a node takes its best passage's rank."""
-    index: VectorIndex = services.index
-    weights = {"title": services.settings.search_title_weight}
-    if index.layout == "scoped":
-        if request.granularity == "node":
-            return index.bm25_documents(repo_key, request.query, depth, scopes=searchable.scopes,
-                                        field_weights=weights)
-        return index.bm25(repo_key, request.query, depth, scopes=searchable.scopes)
+    index: SearchIndex = services.index
     if request.granularity == "node":
-        return index.bm25_documents(repo_key, request.query, depth, content_keys=searchable.keys,
-                                    field_weights=weights)
-    return index.bm25(repo_key, request.query, depth, content_keys=searchable.keys)
+        return index.bm25_documents(repo_key, request.query, depth, scope=searchable.scope,
+                                    field_weights={"title": services.settings.search_title_weight})
+    return index.bm25(repo_key, request.query, depth, scope=searchable.scope)
 
 
-def _native_fusion(services: Resources, request: SearchRequest) -> ScopedIndex | None:
+def _native_fusion(services: Resources, request: SearchRequest) -> SearchIndex | None:
     """The index whose own hybrid query fuses this search, or None (kg fuses it)."""
     if request.mode != "hybrid" or request.fusion == "kg":
         return None
-    index = services.index
-    if index.layout != "scoped":  # only a scoped index has a hybrid query of its own
+    index: SearchIndex = services.index
+    if not index.native_hybrid:
         if request.fusion == "index":
             raise InvalidInput("this index has no hybrid query of its own: use fusion 'kg' (the default)")
         return None
     return index if request.vector_weight > 0 and request.fulltext_weight > 0 else None
 
 
-def _native_hybrid(index: ScopedIndex, services: Resources, view, searchable: _Searchable, request, depth):
-    """The scoped index's hybrid query (one model only), as rows and the fusion it used; None
+def _native_hybrid(index: SearchIndex, services: Resources, view, searchable: _Searchable, request, depth):
+    """The index's own hybrid query (one model only), as rows and the fusion it used; None
     when the searched workspaces use several models (kg fuses those)."""
     keys_by_model = searchable.keys_by_model
     by_key = searchable.by_key
@@ -569,7 +563,7 @@ def _native_hybrid(index: ScopedIndex, services: Resources, view, searchable: _S
     vector = embedder.embed([request.query])[0]
     alpha = request.vector_weight / (request.vector_weight + request.fulltext_weight)
     answer = index.hybrid(view.repo.uid, request.query, vector, depth, model=embedder.name,
-                          scopes=searchable.scopes_of(model), alpha=alpha,
+                          scope=searchable.scope_of(model), alpha=alpha,
                           fusion_type=request.fusion_type or services.settings.search_fusion_type,
                           max_vector_distance=request.max_distance)
     names = view.workspaces
@@ -719,10 +713,11 @@ class _Searchable:
     keys_by_model : dict of str to KeySet
         The content keys by the embedding model of their workspace (``keys`` itself when one
         model covers them all).
-    scopes : tuple of SearchScope
-        For a scoped index (a collection per workspace and branch): per (model, workspace,
-        branch) providing visible versions, their version keys; the filters go along for the
-        searched branch's own collections when it is read at its head. Empty otherwise.
+    scope : SearchScope
+        What the index may read: ``keys``, and per (model, workspace, branch) collection
+        providing visible versions their version keys (made on an engine's first read of
+        them), with the filters for the searched branch's own collections when it is read at
+        its head.
     node_key : dict of str to str
         Node id -> its content key, for the nodes in ``by_key`` (what a change replaces).
     revision : int
@@ -732,13 +727,13 @@ class _Searchable:
     by_key: dict[str, list]
     keys: KeySet
     keys_by_model: dict[str, KeySet]
-    scopes: tuple[SearchScope, ...] = ()
+    scope: SearchScope
     node_key: dict[str, str] = field(default_factory=dict)
     revision: int = 0
 
-    def scopes_of(self, model: str) -> list[SearchScope]:
-        """The scopes of one embedding model."""
-        return [s for s in self.scopes if s.model == model]
+    def scope_of(self, model: str) -> SearchScope:
+        """The scope of one embedding model."""
+        return self.scope.of_model(model, self.keys_by_model[model])
 
     def __len__(self) -> int:
         """The searchable nodes (what the state weighs in the search cache)."""
@@ -763,15 +758,14 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     models = {wid: workspace_embedding(config, default_model=services.settings.embedding_model).model
               for wid, config in rows}
 
-    scoped = services.index.layout == "scoped"
-    # Whether the state is the branch's head decides which filters a scoped index is sent.
+    # Whether the state is the branch's head decides which filters the collections are sent.
     at_head = view.revision == view.branch.head_revision
+    branch_id = view.branch.id
 
     def shaped(by_key: dict[str, list], node_key: dict[str, str], keys: KeySet,
                keys_by_model: dict[str, KeySet]) -> _Searchable:
-        return _Searchable(by_key, keys, keys_by_model,
-                           _scopes(view, by_key, models, request, at_head) if scoped else (),
-                           node_key, view.revision)
+        scope = SearchScope(keys, lambda: _collection_scopes(branch_id, by_key, models, request, at_head))
+        return _Searchable(by_key, keys, keys_by_model, scope, node_key, view.revision)
 
     def build() -> _Searchable:
         # A row per visible node, all kept: the collector's passes over them are waste.
@@ -883,9 +877,9 @@ def _brought_forward(session: Session, view: BranchView, request: SearchRequest,
     return by_key, node_key, keys, keys_by_model
 
 
-def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
-            request: SearchRequest, at_head: bool) -> tuple[SearchScope, ...]:
-    """The (workspace, branch) collections a scoped index reads for these nodes: the branch's
+def _collection_scopes(branch_id: int, by_key: dict[str, list], models: dict[int, str],
+                       request: SearchRequest, at_head: bool) -> tuple[CollectionScope, ...]:
+    """The (workspace, branch) collections an index of collections reads for these nodes: the branch's
     own and its ancestors' that provide visible versions, each with the version keys it may
     return. The request's filters go along only to the branch's own collections read at its
     head: an object holds the newest path and properties of its node there, which is what the
@@ -903,7 +897,7 @@ def _scopes(view: BranchView, by_key: dict[str, list], models: dict[int, str],
     if sent is not None and prefix is not None:
         sent = {**sent, "path_prefix_mode": request.path_prefix_mode}
     return tuple(
-        SearchScope(model, wid, bid, frozenset(vkeys), sent if bid == view.branch.id else None)
+        CollectionScope(model, wid, bid, frozenset(vkeys), sent if bid == branch_id else None)
         for (model, wid, bid), vkeys in sorted(keys.items())
     )
 
@@ -916,10 +910,10 @@ def _vector_leg(services: Resources, view, searchable: _Searchable, request, dep
     other legs remain (another model, or BM25 in a hybrid search); alone, its error is raised.
     """
     keys_by_model = searchable.keys_by_model
-    index: VectorIndex = services.index
+    index: SearchIndex = services.index
     merged: list[IndexHit] = []
     failed: list[KGError] = []
-    for model, keys in keys_by_model.items():
+    for model in keys_by_model:
         try:
             embedder = services.embedder(model)
             vector = embedder.embed([request.query])[0]
@@ -928,12 +922,8 @@ def _vector_leg(services: Resources, view, searchable: _Searchable, request, dep
             warnings.append({"code": exc.code, "leg": "vector", "model": model,
                              "message": f"the vector leg skipped model {model!r}: {exc.message}"})
             continue
-        if index.layout == "scoped":
-            merged.extend(index.knn(view.repo.uid, vector, depth, model=embedder.name,
-                                    scopes=searchable.scopes_of(model), max_distance=request.max_distance))
-        else:
-            merged.extend(index.knn(view.repo.uid, vector, depth, model=embedder.name,
-                                    content_keys=keys, max_distance=request.max_distance))
+        merged.extend(index.knn(view.repo.uid, vector, depth, model=embedder.name,
+                                scope=searchable.scope_of(model), max_distance=request.max_distance))
     if failed and len(failed) == len(keys_by_model) and request.mode == "vector":
         raise failed[0]
     if len(keys_by_model) > 1:

@@ -140,7 +140,7 @@ class NodeVersion(Base):
         Index("ix_node_versions_node_id", "branch_id", "node_id", "revision"),
         Index("ix_node_versions_content_key", "repo_id", "content_key"),
         Index("ix_node_versions_branch_revision", "branch_id", "revision"),
-        # The feed of a scoped search index (kg.indexing.chunks.sync_placements).
+        # The feed of the Weaviate index's catch-up (kg.indexing.chunks.SqlChunkFeed.versions).
         Index("ix_node_versions_repo_revision", "repo_id", "revision", "id"),
     )
 

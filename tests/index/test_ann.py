@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kg.index.base import IndexedChunk
+from kg.index.base import IndexedChunk, SearchScope
 from kg.index.embedded import AnnConfig, EmbeddedVectorIndex
 
 DIM = 32
@@ -61,8 +61,8 @@ def seqs(hits) -> list[int]:
 def recall(approximate, exact, keys, k: int = 10) -> float:
     found = []
     for q in QUERIES:
-        truth = set(seqs(exact.knn("r", q, k, model=MODEL, content_keys=keys)))
-        found.append(len(truth & set(seqs(approximate.knn("r", q, k, model=MODEL, content_keys=keys)))) / k)
+        truth = set(seqs(exact.knn("r", q, k, model=MODEL, scope=SearchScope(keys))))
+        found.append(len(truth & set(seqs(approximate.knn("r", q, k, model=MODEL, scope=SearchScope(keys))))) / k)
     return float(np.mean(found))
 
 
@@ -96,11 +96,11 @@ def test_the_walks_list_grows_with_the_square_of_the_graph_past_the_size_ef_hold
         return original(query, k, ef=ef, **kwargs)
 
     monkeypatch.setattr(graph, "search", spy)
-    approximate.knn("r", QUERIES[0], 10, model=MODEL, content_keys=EVERY)
+    approximate.knn("r", QUERIES[0], 10, model=MODEL, scope=SearchScope(EVERY))
     monkeypatch.setattr(embedded, "_ANN_EF_ROWS", N // 2)  # the graph is twice the size: ef x 4
-    approximate.knn("r", QUERIES[0], 10, model=MODEL, content_keys=EVERY)
+    approximate.knn("r", QUERIES[0], 10, model=MODEL, scope=SearchScope(EVERY))
     half = frozenset(f"k{i}" for i in range(1, N + 1, 2))
-    approximate.knn("r", QUERIES[0], 10, model=MODEL, content_keys=half)  # x 4 again: 1024, the cap
+    approximate.knn("r", QUERIES[0], 10, model=MODEL, scope=SearchScope(half))  # x 4 again: 1024, the cap
     assert seen == [64, 256, 1024]
     assert recall(approximate, exact, EVERY) >= 0.98
 
@@ -111,13 +111,13 @@ def test_a_row_not_allowed_is_never_returned_even_when_nearest(pair):
     allowed = frozenset(f"k{i}" for i in range(1, N + 1) if rng.random() < 0.5)
     for row in range(0, N, 97):
         key = f"k{row + 1}"
-        hits = approximate.knn("r", VECTORS[row], 10, model=MODEL, content_keys=allowed)
+        hits = approximate.knn("r", VECTORS[row], 10, model=MODEL, scope=SearchScope(allowed))
         assert {h.content_key for h in hits} <= allowed
         if key in allowed:
             assert hits[0].content_key == key and hits[0].distance == pytest.approx(0.0, abs=1e-6)
         else:
             assert key not in {h.content_key for h in hits}
-            truth = exact.knn("r", VECTORS[row], 1, model=MODEL, content_keys=allowed)
+            truth = exact.knn("r", VECTORS[row], 1, model=MODEL, scope=SearchScope(allowed))
             assert hits[0].distance >= truth[0].distance - 1e-6  # float32 rounding of the products
 
 
@@ -125,18 +125,18 @@ def test_a_selective_filter_is_searched_exactly(pair):
     approximate, exact = pair
     few = frozenset(f"k{i}" for i in range(1, N + 1, 50))  # 60 rows: below min_rows
     for q in QUERIES[:10]:
-        assert seqs(approximate.knn("r", q, 10, model=MODEL, content_keys=few)) == seqs(
-            exact.knn("r", q, 10, model=MODEL, content_keys=few))
+        assert seqs(approximate.knn("r", q, 10, model=MODEL, scope=SearchScope(few))) == seqs(
+            exact.knn("r", q, 10, model=MODEL, scope=SearchScope(few)))
 
 
 def test_max_distance_and_large_k_keep_the_contract(pair):
     approximate, exact = pair
     q = QUERIES[0]
-    hits = approximate.knn("r", q, 50, model=MODEL, content_keys=EVERY, max_distance=0.3)
+    hits = approximate.knn("r", q, 50, model=MODEL, scope=SearchScope(EVERY), max_distance=0.3)
     assert all(h.distance <= 0.3 for h in hits)
     assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
-    assert len(approximate.knn("r", q, N + 10, model=MODEL, content_keys=EVERY)) >= 0.95 * N
+    assert len(approximate.knn("r", q, N + 10, model=MODEL, scope=SearchScope(EVERY))) >= 0.95 * N
 
 
 def test_incremental_adds_are_found_at_once_and_join_the_graph():
@@ -146,13 +146,13 @@ def test_incremental_adds_are_found_at_once_and_join_the_graph():
     extra = clustered(1500, seed=3)
     index.sync("r", chunks(extra[:1], start=N + 1))  # one row: in the exact tail
     assert index._view("r").models[MODEL].graph_rows == 1000
-    hit = index.knn("r", extra[0], 1, model=MODEL, content_keys=frozenset({f"k{N + 1}"} | EVERY))[0]
+    hit = index.knn("r", extra[0], 1, model=MODEL, scope=SearchScope(frozenset({f"k{N + 1}"} | EVERY)))[0]
     assert hit.seq == N + 1 and hit.distance == pytest.approx(0.0, abs=1e-6)
     index.sync("r", chunks(extra[1:], start=N + 2))  # past the tail: added to the graph
     assert index._view("r").models[MODEL].graph_rows == 2500
     keys = frozenset(f"k{i}" for i in [*range(1, 1001), *range(N + 1, N + 1501)])
     for i in range(1, 1500, 149):
-        assert index.knn("r", extra[i], 1, model=MODEL, content_keys=keys)[0].seq == N + 1 + i
+        assert index.knn("r", extra[i], 1, model=MODEL, scope=SearchScope(keys))[0].seq == N + 1 + i
 
 
 def test_searches_run_while_a_sync_extends_the_graph():
@@ -165,7 +165,7 @@ def test_searches_run_while_a_sync_extends_the_graph():
         try:
             while not done.is_set():
                 for row in (0, 500, 999):
-                    hits = index.knn("r", VECTORS[row], 5, model=MODEL, content_keys=EVERY)
+                    hits = index.knn("r", VECTORS[row], 5, model=MODEL, scope=SearchScope(EVERY))
                     assert hits[0].seq == row + 1
                     assert len({h.seq for h in hits}) == len(hits)
         except BaseException as exc:  # reported below
@@ -185,7 +185,7 @@ def test_searches_run_while_a_sync_extends_the_graph():
 
 def _answers(index: EmbeddedVectorIndex) -> list[list[tuple[int, float | None]]]:
     half = frozenset(f"k{i}" for i in range(1, N + 1, 2))
-    return [[(h.seq, h.distance) for h in index.knn("r", q, 10, model=MODEL, content_keys=keys)]
+    return [[(h.seq, h.distance) for h in index.knn("r", q, 10, model=MODEL, scope=SearchScope(keys))]
             for q in QUERIES[:10] for keys in (EVERY, half)]
 
 
@@ -238,7 +238,7 @@ def test_drop_removes_the_graph(tmp_path):
     index.drop("r")
     assert not (tmp_path / "index" / "r").exists()
     assert index._view("r").models == {}
-    assert index.knn("r", VECTORS[0], 5, model=MODEL, content_keys=EVERY) == []
+    assert index.knn("r", VECTORS[0], 5, model=MODEL, scope=SearchScope(EVERY)) == []
 
 
 def _small_repo(index: EmbeddedVectorIndex, key: str, offset: int) -> None:
@@ -253,7 +253,7 @@ def test_eviction_under_a_tiny_budget_unloads_the_least_recently_used(tmp_path, 
     one_repo = probe.memory_bytes()
     index = EmbeddedVectorIndex(data_dir, ann=CONFIG, memory_budget_bytes=int(one_repo * 1.5))
     _small_repo(index, "a", 0)
-    expected = [(h.seq, h.distance) for h in index.knn("a", VECTORS[3], 5, model=MODEL, content_keys=EVERY)]
+    expected = [(h.seq, h.distance) for h in index.knn("a", VECTORS[3], 5, model=MODEL, scope=SearchScope(EVERY))]
     _small_repo(index, "b", 1000)
     assert index.loaded_repositories() == ["b"]
     assert index.memory_bytes() <= int(one_repo * 1.5)
@@ -262,14 +262,14 @@ def test_eviction_under_a_tiny_budget_unloads_the_least_recently_used(tmp_path, 
         assert (tmp_path / "index" / "a" / "meta.json").is_file()
         assert index.watermark("a") == 600
         assert [(h.seq, h.distance) for h in index.knn("a", VECTORS[3], 5, model=MODEL,
-                                                        content_keys=EVERY)] == expected
+                                                        scope=SearchScope(EVERY))] == expected
         assert index._view("a").models[MODEL].graph_rows == 600
     else:
         # nothing to reload from: empty, watermark 0, and the caller re-syncs from SQL
         assert index.watermark("a") == 0
         _small_repo(index, "a", 0)
         assert [(h.seq, h.distance) for h in index.knn("a", VECTORS[3], 5, model=MODEL,
-                                                        content_keys=EVERY)] == expected
+                                                        scope=SearchScope(EVERY))] == expected
     assert index.loaded_repositories() == ["a"]  # b was least recently used this time
 
 
@@ -295,15 +295,15 @@ def test_returned_distances_are_exact(pair, row, noise_seed, k, keep):
     rng = np.random.default_rng(noise_seed)
     query = VECTORS[row] + rng.standard_normal(DIM).astype(np.float32) * 0.05
     keys = EVERY if keep == 1.0 else frozenset(f"k{i}" for i in range(1, N + 1) if rng.random() < keep)
-    hits = approximate.knn("r", query, k, model=MODEL, content_keys=keys)
+    hits = approximate.knn("r", query, k, model=MODEL, scope=SearchScope(keys))
     assert hits and len(hits) == min(k, len(keys))
     for hit in hits:
         assert hit.content_key in keys
-        truth = exact.knn("r", query, 1, model=MODEL, content_keys=frozenset({hit.content_key}))[0]
+        truth = exact.knn("r", query, 1, model=MODEL, scope=SearchScope(frozenset({hit.content_key})))[0]
         # exact up to float32 rounding: the same dot product, summed by BLAS in another order
         assert hit.distance == pytest.approx(truth.distance, abs=1e-6)
         assert hit.score == pytest.approx(truth.score, abs=1e-6)
-    best = exact.knn("r", query, 1, model=MODEL, content_keys=keys)[0]
+    best = exact.knn("r", query, 1, model=MODEL, scope=SearchScope(keys))[0]
     assert hits[0].distance >= best.distance - 1e-6
     if f"k{row + 1}" in keys:  # the perturbed row itself is nearest by far: found
         assert hits[0].seq == row + 1
@@ -343,8 +343,8 @@ def test_a_large_build_runs_in_the_background_and_searches_stay_exact_meanwhile(
         assert index._view("r").models[MODEL].graph_rows == 0  # returned before the graph was built
         assert not index.wait_for_background("r", timeout=0.05)
         for q in QUERIES[:10]:
-            assert seqs(index.knn("r", q, 10, model=MODEL, content_keys=EVERY)) == \
-                seqs(exact.knn("r", q, 10, model=MODEL, content_keys=EVERY))
+            assert seqs(index.knn("r", q, 10, model=MODEL, scope=SearchScope(EVERY))) == \
+                seqs(exact.knn("r", q, 10, model=MODEL, scope=SearchScope(EVERY)))
     finally:
         gate.set()
     assert index.wait_for_background("r", timeout=60)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kg.errors import InvalidInput
-from kg.index.base import IndexedChunk
+from kg.index.base import IndexedChunk, SearchScope
 from kg.index.embedded import EmbeddedVectorIndex
 
 REPO = "r1"
@@ -39,7 +39,7 @@ def index(tmp_path):
 
 
 def test_one_hit_per_content_key_carrying_its_best_passage(index):
-    hits = index.bm25_documents(REPO, "heart", 10, content_keys={"k-title", "k-body", "k-other"})
+    hits = index.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-title", "k-body", "k-other"}))
     assert [h.content_key for h in hits] == ["k-body", "k-title"]
     assert [(h.chunk_index, h.rank) for h in hits] == [(1, 1), (0, 2)]
     assert hits[0].text.startswith("Heart rate")
@@ -47,37 +47,37 @@ def test_one_hit_per_content_key_carrying_its_best_passage(index):
 
 
 def test_a_title_weight_reorders_nodes(index):
-    hits = index.bm25_documents(REPO, "heart", 10, content_keys={"k-title", "k-body"},
+    hits = index.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-title", "k-body"}),
                                 field_weights={"title": 10.0})
     assert [h.content_key for h in hits] == ["k-title", "k-body"]
 
 
 def test_only_the_allowed_content_keys_are_ranked_and_counted(index):
-    hits = index.bm25_documents(REPO, "heart", 10, content_keys={"k-title", "k-other"})
+    hits = index.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-title", "k-other"}))
     assert [h.content_key for h in hits] == ["k-title"]
-    assert index.bm25_documents(REPO, "heart", 10, content_keys={"k-other"}) == []
-    assert index.bm25_documents(REPO, "heart", 10, content_keys={"unknown"}) == []
+    assert index.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-other"})) == []
+    assert index.bm25_documents(REPO, "heart", 10, scope=SearchScope({"unknown"})) == []
 
 
 def test_k_and_queries_without_terms(index):
     keys = {"k-title", "k-body"}
-    assert len(index.bm25_documents(REPO, "heart", 1, content_keys=keys)) == 1
-    assert index.bm25_documents(REPO, "heart", 0, content_keys=keys) == []
-    assert index.bm25_documents(REPO, "   ", 10, content_keys=keys) == []
+    assert len(index.bm25_documents(REPO, "heart", 1, scope=SearchScope(keys))) == 1
+    assert index.bm25_documents(REPO, "heart", 0, scope=SearchScope(keys)) == []
+    assert index.bm25_documents(REPO, "   ", 10, scope=SearchScope(keys)) == []
 
 
 @pytest.mark.parametrize("weight", [-1.0, float("inf"), "2"])
 def test_a_bad_field_weight_is_refused(index, weight):
     with pytest.raises(InvalidInput):
-        index.bm25_documents(REPO, "heart", 10, content_keys={"k-body"}, field_weights={"title": weight})
+        index.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-body"}), field_weights={"title": weight})
 
 
 def test_fields_survive_a_snapshot(index, tmp_path):
-    before = index.bm25_documents(REPO, "heart", 10, content_keys={"k-title", "k-body"},
+    before = index.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-title", "k-body"}),
                                   field_weights={"title": 10.0})
     index.flush(REPO)
     again = EmbeddedVectorIndex(tmp_path)
-    after = again.bm25_documents(REPO, "heart", 10, content_keys={"k-title", "k-body"},
+    after = again.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-title", "k-body"}),
                                  field_weights={"title": 10.0})
     assert [(h.content_key, h.chunk_index, h.score) for h in after] == \
         [(h.content_key, h.chunk_index, h.score) for h in before]
@@ -97,8 +97,8 @@ def test_a_snapshot_written_without_fields_loads_with_fields_unknown(index, tmp_
     again = EmbeddedVectorIndex(tmp_path)
     assert again.stats(REPO)["chunks"] == len(CHUNKS)
     # Every field is unknown, so a title weight changes nothing.
-    plain = again.bm25_documents(REPO, "heart", 10, content_keys={"k-title", "k-body"})
-    titled = again.bm25_documents(REPO, "heart", 10, content_keys={"k-title", "k-body"},
+    plain = again.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-title", "k-body"}))
+    titled = again.bm25_documents(REPO, "heart", 10, scope=SearchScope({"k-title", "k-body"}),
                                   field_weights={"title": 10.0})
     assert [(h.content_key, h.score) for h in plain] == [(h.content_key, h.score) for h in titled]
 
@@ -113,14 +113,14 @@ def test_statistics_memoised_per_branch_state_are_never_served_to_another(index)
     everything = frozenset({"k-title", "k-body", "k-other"})
     branch = frozenset({"k-title", "k-other"})  # a branch that deleted k-body
     for keys in (everything, branch, everything, branch):
-        assert _scores(index.bm25_documents(REPO, "heart disease", 10, content_keys=keys)) == \
-            _scores(index.bm25_documents(REPO, "heart disease", 10, content_keys=set(keys)))
+        assert _scores(index.bm25_documents(REPO, "heart disease", 10, scope=SearchScope(keys))) == \
+            _scores(index.bm25_documents(REPO, "heart disease", 10, scope=SearchScope(set(keys))))
     view = index._view(REPO)
     assert {id(everything), id(branch)} == set(view.group_memo)
-    assert [h.content_key for h in index.bm25_documents(REPO, "heart", 10, content_keys=branch)] == ["k-title"]
+    assert [h.content_key for h in index.bm25_documents(REPO, "heart", 10, scope=SearchScope(branch))] == ["k-title"]
     # a sync publishes a new snapshot: the new text is counted (N, df, lengths), nothing stale
     index.sync(REPO, [_chunk(7, "k-new", 0, "Heart heart heart", "text")])
-    grown = index.bm25_documents(REPO, "heart", 10, content_keys=everything | {"k-new"})
+    grown = index.bm25_documents(REPO, "heart", 10, scope=SearchScope(everything | {"k-new"}))
     assert grown[0].content_key == "k-new"
-    assert _scores(index.bm25_documents(REPO, "heart", 10, content_keys=everything)) == \
-        _scores(index.bm25_documents(REPO, "heart", 10, content_keys=set(everything)))
+    assert _scores(index.bm25_documents(REPO, "heart", 10, scope=SearchScope(everything))) == \
+        _scores(index.bm25_documents(REPO, "heart", 10, scope=SearchScope(set(everything))))

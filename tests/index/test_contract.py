@@ -1,5 +1,5 @@
-"""The ContentAddressedIndex contract, run against every backend; then the embedded index's own
-duties.
+"""The SearchIndex contract (searches through a SearchScope), run against every backend; then the
+embedded index's own duties.
 
 A backend enters the suite through :data:`BACKENDS`: how to open an instance over some storage,
 how to make its writes durable, and whether a second instance over the same storage sees them.
@@ -7,11 +7,11 @@ how to make its writes durable, and whether a second instance over the same stor
 Weaviate runs the suite in every run through the real ``weaviate-client``: against the
 Weaviate-compatible test server of ``tests/weaviate_server.py`` (REST and gRPC on loopback
 ports), or against a real Weaviate instead when ``KG_TEST_WEAVIATE_URL`` is set
-(docs/guides/scale-out.md says how to start one). Its index has the other layout
-(:class:`~kg.index.base.ScopedIndex`, a collection per workspace and branch), so the suite drives
-it through :class:`PlacedByContentKey`: what the suite asserts of ranking, filtering and
-refusals holds for the scoped searches; ``tests/index/test_weaviate_scoped.py`` tests the rest of
-that layout (several branches, version keys, translated filters).
+(docs/guides/scale-out.md says how to start one). Weaviate keeps a collection per workspace and branch
+and reads a scope's collections, so the suite drives it through :class:`PlacedByContentKey`
+(the scope's collections made from its content keys): what the suite asserts of ranking,
+filtering and refusals holds for its searches; ``tests/index/test_weaviate_scoped.py`` tests the
+rest (several branches, version keys, translated filters).
 """
 
 from __future__ import annotations
@@ -20,21 +20,20 @@ import dataclasses
 import json
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pytest
 
 from kg.errors import BackendUnavailable, InvalidInput
 from kg.index.base import (
-    ContentAddressedIndex,
+    CollectionScope,
     IndexedChunk,
     IndexHit,
     Placement,
-    ScopedIndex,
     SearchScope,
 )
 from kg.index.embedded import EmbeddedVectorIndex
@@ -50,8 +49,8 @@ class Backend:
     """How the suite drives one kind of index."""
 
     name: str
-    open: Callable[[], ContentAddressedIndex]  # a new instance over this test's storage
-    persist: Callable[[ContentAddressedIndex, str], None]  # make a repository's writes durable
+    open: Callable[[], ContentKeyed]  # a new instance over this test's storage
+    persist: Callable[[ContentKeyed, str], None]  # make a repository's writes durable
     durable: bool  # whether a new instance sees what an earlier one persisted
     close: Callable[[], None] = lambda: None  # release what open() made, after the test
 
@@ -71,17 +70,33 @@ def _embedded_disk(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     )
 
 
+class ContentKeyed(Protocol):
+    """What the suite drives: a :class:`~kg.index.base.SearchIndex`'s searches, fed chunk by
+    chunk (the embedded index's own ``sync`` and ``watermark``)."""
+
+    engine: str
+
+    def sync(self, repo_key: str, chunks: Sequence[IndexedChunk]) -> None: ...
+    def watermark(self, repo_key: str) -> int: ...
+    def knn(self, repo_key: str, vector: np.ndarray, k: int, *, model: str, scope: SearchScope,
+            max_distance: float | None = None) -> list[IndexHit]: ...
+    def bm25(self, repo_key: str, query: str, k: int, *, scope: SearchScope) -> list[IndexHit]: ...
+    def flush(self, repo_key: str) -> None: ...
+    def drop(self, repo_key: str) -> None: ...
+    def stats(self, repo_key: str) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
 class PlacedByContentKey:
-    """A :class:`~kg.index.base.ScopedIndex` driven through the ContentAddressedIndex contract.
+    """A :class:`~kg.index.weaviate.WeaviateVectorIndex` fed chunk by chunk, its scopes' collections
+    made from their content keys.
 
     Each content key (per model) is the one node version ``n-<key>`` of workspace 1, branch 1,
     so a search allowing content keys is a search of that collection allowing their version
     keys; ``sync`` places chunks and keeps its watermark in the placement marks.
     """
 
-    layout = "content-addressed"
-
-    def __init__(self, index: ScopedIndex) -> None:
+    def __init__(self, index: WeaviateVectorIndex) -> None:
         self.index = index
         self.engine = index.engine
 
@@ -103,12 +118,12 @@ class PlacedByContentKey:
         return self.index.placement_marks(repo_key)[0]
 
     def knn(self, repo_key: str, vector: np.ndarray, k: int, *, model: str,
-            content_keys: Collection[str], max_distance: float | None = None) -> list[IndexHit]:
+            scope: SearchScope, max_distance: float | None = None) -> list[IndexHit]:
         return self.index.knn(repo_key, vector, k, model=model, max_distance=max_distance,
-                              scopes=self._scopes(content_keys, model))
+                              scope=self._placed(scope, model))
 
-    def bm25(self, repo_key: str, query: str, k: int, *, content_keys: Collection[str]) -> list[IndexHit]:
-        return self.index.bm25(repo_key, query, k, scopes=self._scopes(content_keys, "any model"))
+    def bm25(self, repo_key: str, query: str, k: int, *, scope: SearchScope) -> list[IndexHit]:
+        return self.index.bm25(repo_key, query, k, scope=self._placed(scope, "any model"))
 
     def flush(self, repo_key: str) -> None:
         self.index.flush(repo_key)
@@ -123,8 +138,9 @@ class PlacedByContentKey:
         self.index.close()
 
     @staticmethod
-    def _scopes(content_keys: Collection[str], model: str) -> list[SearchScope]:
-        return [SearchScope(model, 1, 1, frozenset(f"n-{key}:{key}" for key in content_keys))]
+    def _placed(scope: SearchScope, model: str) -> SearchScope:
+        keys = scope.content_keys
+        return SearchScope(keys, [CollectionScope(model, 1, 1, frozenset(f"n-{key}:{key}" for key in keys))])
 
 
 def _weaviate(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
@@ -159,12 +175,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 
 @pytest.fixture
-def index(backend: Backend) -> ContentAddressedIndex:
+def index(backend: Backend) -> ContentKeyed:
     return backend.open()
 
 
 @pytest.fixture
-def repo(index: ContentAddressedIndex) -> Iterator[str]:
+def repo(index: ContentKeyed) -> Iterator[str]:
     """A fresh repository key, dropped afterwards."""
     key = uuid.uuid4().hex
     yield key
@@ -218,8 +234,8 @@ def seqs(hits: list[IndexHit]) -> list[int]:
 
 def test_an_unknown_repository_is_empty(index, repo):
     assert index.watermark(repo) == 0
-    assert index.knn(repo, unit_vectors(1)[0], 5, model=MODEL, content_keys={"key1"}) == []
-    assert index.bm25(repo, "alpha", 5, content_keys={"key1"}) == []
+    assert index.knn(repo, unit_vectors(1)[0], 5, model=MODEL, scope=SearchScope({"key1"})) == []
+    assert index.bm25(repo, "alpha", 5, scope=SearchScope({"key1"})) == []
 
 
 def test_watermark_is_the_highest_seq_held(index, repo):
@@ -238,14 +254,14 @@ def test_sync_is_idempotent_by_seq(index, repo):
     assert index.watermark(repo) == 20
     every = keys_of(chunks)
     query = unit_vectors(1, seed=9)[0]
-    assert len(index.knn(repo, query, 100, model=MODEL, content_keys=every)) == 20
-    assert seqs(index.bm25(repo, "chunk7", 10, content_keys=every)) == [7]
+    assert len(index.knn(repo, query, 100, model=MODEL, scope=SearchScope(every))) == 20
+    assert seqs(index.bm25(repo, "chunk7", 10, scope=SearchScope(every))) == [7]
 
 
 def test_duplicate_seqs_in_one_batch_are_added_once(index, repo):
     chunks = make_chunks(4)
     index.sync(repo, chunks + chunks[1:3])
-    hits = index.bm25(repo, "chunk2", 10, content_keys=keys_of(chunks))
+    hits = index.bm25(repo, "chunk2", 10, scope=SearchScope(keys_of(chunks)))
     assert seqs(hits) == [2]
 
 
@@ -253,9 +269,9 @@ def test_a_late_seq_below_the_watermark_is_still_added(index, repo):
     # A transaction that took seq 5 but committed after seq 6..10 were synced.
     chunks = make_chunks(10)
     index.sync(repo, chunks[:4] + chunks[5:])
-    assert index.bm25(repo, "chunk5", 5, content_keys=keys_of(chunks)) == []
+    assert index.bm25(repo, "chunk5", 5, scope=SearchScope(keys_of(chunks))) == []
     index.sync(repo, chunks)
-    assert seqs(index.bm25(repo, "chunk5", 5, content_keys=keys_of(chunks))) == [5]
+    assert seqs(index.bm25(repo, "chunk5", 5, scope=SearchScope(keys_of(chunks)))) == [5]
     assert index.watermark(repo) == 10
 
 
@@ -266,7 +282,7 @@ def test_repositories_are_isolated(index, repo):
         index.sync(other, make_chunks(3, start=100))
         assert index.watermark(repo) == 6
         assert index.watermark(other) == 102
-        assert index.bm25(other, "chunk2", 5, content_keys={"key1"}) == []
+        assert index.bm25(other, "chunk2", 5, scope=SearchScope({"key1"})) == []
     finally:
         index.drop(other)
 
@@ -291,14 +307,14 @@ def test_a_bad_vector_refuses_the_whole_batch_and_keeps_earlier_data(index, repo
     with pytest.raises(InvalidInput):
         index.sync(repo, [*good, bad])
     assert index.watermark(repo) == 4
-    assert seqs(index.bm25(repo, "chunk2", 5, content_keys={"key1"})) == [2]
-    assert index.bm25(repo, "chunk5", 5, content_keys={"key2"}) == []
+    assert seqs(index.bm25(repo, "chunk2", 5, scope=SearchScope({"key1"}))) == [2]
+    assert index.bm25(repo, "chunk5", 5, scope=SearchScope({"key2"})) == []
 
 
 def test_vectors_are_normalised_on_the_way_in(index, repo):
     chunk = make_chunks(1)[0]
     index.sync(repo, [dataclasses.replace(chunk, vector=chunk.vector * 7.5)])
-    (hit,) = index.knn(repo, chunk.vector * 0.1, 1, model=MODEL, content_keys={chunk.content_key})
+    (hit,) = index.knn(repo, chunk.vector * 0.1, 1, model=MODEL, scope=SearchScope({chunk.content_key}))
     assert hit.score == pytest.approx(1.0, abs=1e-6)
     assert hit.distance == pytest.approx(0.0, abs=1e-6)
 
@@ -310,7 +326,7 @@ def test_knn_ranks_by_cosine_similarity(index, repo):
     chunks = make_chunks(60)
     index.sync(repo, chunks)
     query = unit_vectors(1, seed=42)[0]
-    hits = index.knn(repo, query, 10, model=MODEL, content_keys=keys_of(chunks))
+    hits = index.knn(repo, query, 10, model=MODEL, scope=SearchScope(keys_of(chunks)))
     assert seqs(hits) == brute_force(chunks, query, 10)
     assert [h.rank for h in hits] == list(range(1, 11))
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
@@ -335,7 +351,7 @@ def test_knn_ranks_only_the_given_content_keys(index, repo):
     best = set(brute_force(chunks, query, 10))
     allowed_keys = keys_of(chunks) - {c.content_key for c in chunks if c.seq in best}
     allowed = [c for c in chunks if c.content_key in allowed_keys]
-    hits = index.knn(repo, query, 10, model=MODEL, content_keys=allowed_keys)
+    hits = index.knn(repo, query, 10, model=MODEL, scope=SearchScope(allowed_keys))
     assert seqs(hits) == brute_force(allowed, query, 10)
     assert {h.content_key for h in hits} <= allowed_keys
 
@@ -346,17 +362,17 @@ def test_knn_ranks_only_the_given_model(index, repo):
     index.sync(repo, small + large)
     every = keys_of(small) | keys_of(large)
     query_a, query_b = unit_vectors(1, 8, seed=3)[0], unit_vectors(1, 32, seed=3)[0]
-    hits_a = index.knn(repo, query_a, 50, model="model-a", content_keys=every)
-    hits_b = index.knn(repo, query_b, 50, model="model-b", content_keys=every)
+    hits_a = index.knn(repo, query_a, 50, model="model-a", scope=SearchScope(every))
+    hits_b = index.knn(repo, query_b, 50, model="model-b", scope=SearchScope(every))
     assert sorted(seqs(hits_a)) == [c.seq for c in small]
     assert sorted(seqs(hits_b)) == [c.seq for c in large]
-    assert index.knn(repo, unit_vectors(1, 8)[0], 5, model="model-c", content_keys=every) == []
+    assert index.knn(repo, unit_vectors(1, 8)[0], 5, model="model-c", scope=SearchScope(every)) == []
 
 
 def test_knn_with_a_vector_of_the_wrong_dimension_is_refused(index, repo):
     index.sync(repo, make_chunks(4))
     with pytest.raises(InvalidInput):
-        index.knn(repo, unit_vectors(1, DIM + 1)[0], 3, model=MODEL, content_keys={"key1"})
+        index.knn(repo, unit_vectors(1, DIM + 1)[0], 3, model=MODEL, scope=SearchScope({"key1"}))
 
 
 @pytest.mark.parametrize(
@@ -365,7 +381,7 @@ def test_knn_with_a_vector_of_the_wrong_dimension_is_refused(index, repo):
 def test_knn_with_an_unusable_query_vector_is_refused(index, repo, vector):
     index.sync(repo, make_chunks(4))
     with pytest.raises(InvalidInput):
-        index.knn(repo, vector, 3, model=MODEL, content_keys={"key1"})
+        index.knn(repo, vector, 3, model=MODEL, scope=SearchScope({"key1"}))
 
 
 def test_knn_max_distance_leaves_out_far_chunks(index, repo):
@@ -373,12 +389,12 @@ def test_knn_max_distance_leaves_out_far_chunks(index, repo):
     index.sync(repo, chunks)
     query = unit_vectors(1, seed=5)[0]
     every = keys_of(chunks)
-    unlimited = index.knn(repo, query, 60, model=MODEL, content_keys=every)
+    unlimited = index.knn(repo, query, 60, model=MODEL, scope=SearchScope(every))
     limit = unlimited[7].distance
-    hits = index.knn(repo, query, 60, model=MODEL, content_keys=every, max_distance=limit)
+    hits = index.knn(repo, query, 60, model=MODEL, scope=SearchScope(every), max_distance=limit)
     assert seqs(hits) == seqs(unlimited[:8])
     assert all(h.distance <= limit for h in hits)
-    assert index.knn(repo, query, 60, model=MODEL, content_keys=every, max_distance=-0.5) == []
+    assert index.knn(repo, query, 60, model=MODEL, scope=SearchScope(every), max_distance=-0.5) == []
 
 
 def test_knn_ties_break_by_seq(index, repo):
@@ -388,7 +404,7 @@ def test_knn_ties_break_by_seq(index, repo):
         for s in (9, 3, 6, 1)
     ]
     index.sync(repo, chunks)
-    hits = index.knn(repo, same, 3, model=MODEL, content_keys=keys_of(chunks))
+    hits = index.knn(repo, same, 3, model=MODEL, scope=SearchScope(keys_of(chunks)))
     assert seqs(hits) == [1, 3, 6]
     assert [h.rank for h in hits] == [1, 2, 3]
 
@@ -399,7 +415,7 @@ def test_knn_on_a_large_and_a_small_share_of_rows_matches_brute_force(index, rep
     query = unit_vectors(1, seed=12)[0]
     for share in (0.02, 0.1, 0.5, 1.0):
         allowed = [c for c in chunks if (c.seq // 2) % 100 < share * 100]
-        hits = index.knn(repo, query, 15, model=MODEL, content_keys=keys_of(allowed))
+        hits = index.knn(repo, query, 15, model=MODEL, scope=SearchScope(keys_of(allowed)))
         assert seqs(hits) == brute_force(allowed, query, 15), share
 
 
@@ -431,7 +447,7 @@ def test_bm25_ranks_by_term_frequency_and_rarity(index, repo):
         ]
     )
     index.sync(repo, chunks)
-    hits = index.bm25(repo, "api key", 10, content_keys=keys_of(chunks))
+    hits = index.bm25(repo, "api key", 10, scope=SearchScope(keys_of(chunks)))
     assert seqs(hits) == [2, 1, 4]
     assert [h.rank for h in hits] == [1, 2, 3]
     assert all(h.score > 0 and h.distance is None for h in hits)
@@ -441,7 +457,7 @@ def test_bm25_ranks_by_term_frequency_and_rarity(index, repo):
 def test_bm25_ranks_only_the_given_content_keys(index, repo):
     chunks = _text_chunks(["api key api key", "api key notes", "api docs", "nothing here"])
     index.sync(repo, chunks)
-    hits = index.bm25(repo, "api key", 10, content_keys={"doc2", "doc3", "doc4"})
+    hits = index.bm25(repo, "api key", 10, scope=SearchScope({"doc2", "doc3", "doc4"}))
     assert seqs(hits) == [2, 3]
 
 
@@ -449,19 +465,19 @@ def test_bm25_covers_every_model(index, repo):
     a = _text_chunks(["shared word one"], start=1, model="model-a")
     b = _text_chunks(["shared word two"], start=2, model="model-b")
     index.sync(repo, a + b)
-    assert sorted(seqs(index.bm25(repo, "shared", 10, content_keys={"doc1", "doc2"}))) == [1, 2]
+    assert sorted(seqs(index.bm25(repo, "shared", 10, scope=SearchScope({"doc1", "doc2"})))) == [1, 2]
 
 
 def test_bm25_finds_cjk_text(index, repo):
     chunks = _text_chunks(["人工智能技术发展迅速", "机器学习的方法", "plain english"])
     index.sync(repo, chunks)
-    assert seqs(index.bm25(repo, "人工智能", 5, content_keys=keys_of(chunks))) == [1]
+    assert seqs(index.bm25(repo, "人工智能", 5, scope=SearchScope(keys_of(chunks)))) == [1]
 
 
 def test_bm25_a_word_in_every_chunk_still_matches(index, repo):
     chunks = _text_chunks(["cat one", "cat two", "cat three"])
     index.sync(repo, chunks)
-    hits = index.bm25(repo, "cat", 5, content_keys=keys_of(chunks))
+    hits = index.bm25(repo, "cat", 5, scope=SearchScope(keys_of(chunks)))
     assert seqs(hits) == [1, 2, 3]
     assert all(h.score > 0 for h in hits)
 
@@ -473,13 +489,13 @@ def test_bm25_a_word_in_every_chunk_still_matches(index, repo):
 def test_bm25_with_a_query_without_terms_gives_nothing(index, repo, query):
     chunks = make_chunks(6)
     index.sync(repo, chunks)
-    assert index.bm25(repo, query, 5, content_keys=keys_of(chunks)) == []
+    assert index.bm25(repo, query, 5, scope=SearchScope(keys_of(chunks))) == []
 
 
 def test_searches_of_an_empty_repository_give_nothing(index, repo):
     query = unit_vectors(1)[0]
-    assert index.knn(repo, query, 5, model=MODEL, content_keys={"key1"}) == []
-    assert index.bm25(repo, "alpha", 5, content_keys={"key1"}) == []
+    assert index.knn(repo, query, 5, model=MODEL, scope=SearchScope({"key1"})) == []
+    assert index.bm25(repo, "alpha", 5, scope=SearchScope({"key1"})) == []
 
 
 @pytest.mark.parametrize(
@@ -488,16 +504,16 @@ def test_searches_of_an_empty_repository_give_nothing(index, repo):
 def test_a_filter_matching_nothing_gives_nothing(index, repo, content_keys):
     index.sync(repo, make_chunks(6))
     query = unit_vectors(1)[0]
-    assert index.knn(repo, query, 5, model=MODEL, content_keys=content_keys) == []
-    assert index.bm25(repo, "alpha chunk3", 5, content_keys=content_keys) == []
+    assert index.knn(repo, query, 5, model=MODEL, scope=SearchScope(content_keys)) == []
+    assert index.bm25(repo, "alpha chunk3", 5, scope=SearchScope(content_keys)) == []
 
 
 @pytest.mark.parametrize("k", [0, -1])
 def test_a_nonpositive_k_gives_nothing(index, repo, k):
     chunks = make_chunks(6)
     index.sync(repo, chunks)
-    assert index.knn(repo, unit_vectors(1)[0], k, model=MODEL, content_keys=keys_of(chunks)) == []
-    assert index.bm25(repo, "chunk3", k, content_keys=keys_of(chunks)) == []
+    assert index.knn(repo, unit_vectors(1)[0], k, model=MODEL, scope=SearchScope(keys_of(chunks))) == []
+    assert index.bm25(repo, "chunk3", k, scope=SearchScope(keys_of(chunks))) == []
 
 
 def test_a_sync_of_nothing_changes_nothing(index, repo):
@@ -514,7 +530,7 @@ def test_drop_forgets_everything(backend, index, repo):
     backend.persist(index, repo)
     index.drop(repo)
     assert index.watermark(repo) == 0
-    assert index.bm25(repo, "chunk3", 5, content_keys=keys_of(chunks)) == []
+    assert index.bm25(repo, "chunk3", 5, scope=SearchScope(keys_of(chunks))) == []
     assert backend.open().watermark(repo) == 0
     # The repository can be filled again.
     index.sync(repo, chunks[:2])
@@ -535,24 +551,24 @@ def test_a_new_instance_gives_the_same_results_after_persist(backend, index, rep
     every = keys_of(chunks)
     query = unit_vectors(1, seed=21)[0]
     assert reopened.watermark(repo) == index.watermark(repo) == 60
-    before = index.knn(repo, query, 10, model=MODEL, content_keys=every, max_distance=1.2)
-    after = reopened.knn(repo, query, 10, model=MODEL, content_keys=every, max_distance=1.2)
+    before = index.knn(repo, query, 10, model=MODEL, scope=SearchScope(every), max_distance=1.2)
+    after = reopened.knn(repo, query, 10, model=MODEL, scope=SearchScope(every), max_distance=1.2)
     assert seqs(after) == seqs(before)
     assert [h.score for h in after] == pytest.approx([h.score for h in before], abs=1e-6)
     assert [(h.content_key, h.chunk_index, h.text) for h in after] == [
         (h.content_key, h.chunk_index, h.text) for h in before
     ]
     other_query = unit_vectors(1, 8, seed=4)[0]
-    assert seqs(reopened.knn(repo, other_query, 5, model="other", content_keys=every)) == seqs(
-        index.knn(repo, other_query, 5, model="other", content_keys=every)
+    assert seqs(reopened.knn(repo, other_query, 5, model="other", scope=SearchScope(every))) == seqs(
+        index.knn(repo, other_query, 5, model="other", scope=SearchScope(every))
     )
-    assert reopened.bm25(repo, "alpha beta", 10, content_keys=every) == index.bm25(
-        repo, "alpha beta", 10, content_keys=every
+    assert reopened.bm25(repo, "alpha beta", 10, scope=SearchScope(every)) == index.bm25(
+        repo, "alpha beta", 10, scope=SearchScope(every)
     )
     # And it goes on from the persisted watermark.
     reopened.sync(repo, make_chunks(70))
     assert reopened.watermark(repo) == 70
-    assert seqs(reopened.bm25(repo, "chunk65", 5, content_keys={"key32"})) == [65]
+    assert seqs(reopened.bm25(repo, "chunk65", 5, scope=SearchScope({"key32"}))) == [65]
 
 
 # -- concurrency ----------------------------------------------------------------------------------
@@ -569,8 +585,8 @@ def test_searches_run_safely_while_a_sync_appends(index, repo):
         query = unit_vectors(1, seed=14)[0]
         try:
             while not done.is_set():
-                hits = index.knn(repo, query, 5, model=MODEL, content_keys=every)
-                found = index.bm25(repo, "alpha", 5, content_keys=every)
+                hits = index.knn(repo, query, 5, model=MODEL, scope=SearchScope(every))
+                found = index.bm25(repo, "alpha", 5, scope=SearchScope(every))
                 for batch in (hits, found):
                     assert [h.rank for h in batch] == list(range(1, len(batch) + 1))
                     assert len({h.seq for h in batch}) == len(batch)
@@ -592,7 +608,7 @@ def test_searches_run_safely_while_a_sync_appends(index, repo):
     assert seen
     assert index.watermark(repo) == 3000
     query = unit_vectors(1, seed=14)[0]
-    assert seqs(index.knn(repo, query, 5, model=MODEL, content_keys=every)) == brute_force(
+    assert seqs(index.knn(repo, query, 5, model=MODEL, scope=SearchScope(every))) == brute_force(
         chunks, query, 5
     )
 
@@ -673,7 +689,7 @@ def test_embedded_a_bad_snapshot_is_ignored(data_dir, damage):
     damage(data_dir / "index" / "repo-1")
     index = EmbeddedVectorIndex(data_dir)
     assert index.watermark("repo-1") == 0
-    assert index.bm25("repo-1", "chunk3", 5, content_keys={"key1"}) == []
+    assert index.bm25("repo-1", "chunk3", 5, scope=SearchScope({"key1"})) == []
     # The caller re-syncs from SQL; the next flush replaces the bad snapshot.
     index.sync("repo-1", make_chunks(12))
     index.flush("repo-1")
@@ -720,7 +736,7 @@ def test_embedded_texts_round_trip_exactly(data_dir):
     index.flush("r")
     reopened = EmbeddedVectorIndex(data_dir)
     keys = {f"doc{i}" for i in range(1, 6)}
-    hits = reopened.knn("r", unit_vectors(1)[0], 10, model=MODEL, content_keys=keys)
+    hits = reopened.knn("r", unit_vectors(1)[0], 10, model=MODEL, scope=SearchScope(keys))
     assert sorted(h.text for h in hits) == sorted(texts)
 
 
@@ -749,7 +765,7 @@ def test_embedded_content_keys_must_not_be_a_single_string():
     index = EmbeddedVectorIndex(None)
     index.sync("r", make_chunks(3))
     with pytest.raises(TypeError):
-        index.bm25("r", "alpha", 5, content_keys="key1")
+        index.bm25("r", "alpha", 5, scope=SearchScope("key1"))
 
 
 def test_a_kept_frozenset_of_keys_sees_chunks_synced_after_its_first_use(index, repo):
@@ -759,11 +775,11 @@ def test_a_kept_frozenset_of_keys_sees_chunks_synced_after_its_first_use(index, 
     index.sync(repo, first)
     allowed = frozenset(keys_of(first) | keys_of(later))
     query = later[0].vector
-    assert set(seqs(index.knn(repo, query, 8, model=MODEL, content_keys=allowed))) == {c.seq for c in first}
+    assert set(seqs(index.knn(repo, query, 8, model=MODEL, scope=SearchScope(allowed)))) == {c.seq for c in first}
     index.sync(repo, later)
-    hits = index.knn(repo, query, 8, model=MODEL, content_keys=allowed)
+    hits = index.knn(repo, query, 8, model=MODEL, scope=SearchScope(allowed))
     assert hits[0].seq == later[0].seq and len(hits) == 8
-    assert set(seqs(index.bm25(repo, "chunk5", 8, content_keys=allowed))) == {5}
+    assert set(seqs(index.bm25(repo, "chunk5", 8, scope=SearchScope(allowed)))) == {5}
     # the same set again, and an equal but distinct set: the same answer
-    assert seqs(index.knn(repo, query, 8, model=MODEL, content_keys=allowed)) == seqs(hits)
-    assert seqs(index.knn(repo, query, 8, model=MODEL, content_keys=frozenset(allowed))) == seqs(hits)
+    assert seqs(index.knn(repo, query, 8, model=MODEL, scope=SearchScope(allowed))) == seqs(hits)
+    assert seqs(index.knn(repo, query, 8, model=MODEL, scope=SearchScope(frozenset(allowed)))) == seqs(hits)

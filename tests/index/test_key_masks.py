@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kg.index import embedded
-from kg.index.base import KeySet
+from kg.index.base import KeySet, SearchScope
 from kg.index.embedded import EmbeddedVectorIndex
 from tests.index.test_contract import MODEL, brute_force, make_chunks, seqs, unit_vectors
 
@@ -29,8 +29,8 @@ def lookups(monkeypatch):
 
 
 def _both_legs(index, keys, query):
-    return (seqs(index.knn(REPO, query, 10, model=MODEL, content_keys=keys)),
-            seqs(index.bm25(REPO, "alpha gamma", 10, content_keys=keys)))
+    return (seqs(index.knn(REPO, query, 10, model=MODEL, scope=SearchScope(keys))),
+            seqs(index.bm25(REPO, "alpha gamma", 10, scope=SearchScope(keys))))
 
 
 def test_a_derived_set_after_new_chunks_ranks_what_a_whole_lookup_ranks(lookups):
@@ -59,10 +59,11 @@ def test_a_set_memoised_before_its_keys_were_indexed_finds_them_once_they_are():
     index.sync(REPO, first)
     keys = KeySet(c.content_key for c in first + later)  # a search's set ahead of the index
     query = unit_vectors(1, seed=2)[0]
-    assert seqs(index.knn(REPO, query, 30, model=MODEL, content_keys=keys)) == brute_force(first, query, 30)
+    assert seqs(index.knn(REPO, query, 30, model=MODEL, scope=SearchScope(keys))) == brute_force(first, query, 30)
     index.sync(REPO, later)
-    assert seqs(index.knn(REPO, query, 30, model=MODEL, content_keys=keys)) == brute_force(first + later, query, 30)
-    assert seqs(index.bm25(REPO, "chunk25", 30, content_keys=keys)) == [25]
+    assert (seqs(index.knn(REPO, query, 30, model=MODEL, scope=SearchScope(keys)))
+            == brute_force(first + later, query, 30))
+    assert seqs(index.bm25(REPO, "chunk25", 30, scope=SearchScope(keys))) == [25]
 
 
 def test_a_derived_set_whose_base_is_not_memoised_is_looked_up_whole(lookups):
@@ -72,7 +73,7 @@ def test_a_derived_set_whose_base_is_not_memoised_is_looked_up_whole(lookups):
     base = KeySet(c.content_key for c in chunks)
     derived = base.derive(removed={"key1"})
     query = unit_vectors(1, seed=5)[0]
-    hits = index.knn(REPO, query, 40, model=MODEL, content_keys=derived)
+    hits = index.knn(REPO, query, 40, model=MODEL, scope=SearchScope(derived))
     assert lookups == [len(derived)]
     assert seqs(hits) == brute_force([c for c in chunks if c.content_key != "key1"], query, 40)
 
@@ -82,13 +83,13 @@ def test_a_reset_index_drops_the_kept_masks():
     chunks = make_chunks(20)
     index.sync(REPO, chunks)
     keys = KeySet(c.content_key for c in chunks)
-    index.knn(REPO, unit_vectors(1)[0], 5, model=MODEL, content_keys=keys)
+    index.knn(REPO, unit_vectors(1)[0], 5, model=MODEL, scope=SearchScope(keys))
     index.drop(REPO)
     renumbered = make_chunks(6, start=100)  # other keys take the freed key ids
     index.sync(REPO, renumbered)
-    assert index.knn(REPO, unit_vectors(1)[0], 5, model=MODEL, content_keys=keys) == []
-    assert index.bm25(REPO, "chunk100 chunk101", 5, content_keys=keys) == []
-    assert seqs(index.bm25(REPO, "chunk101", 5, content_keys={"key50"})) == [101]
+    assert index.knn(REPO, unit_vectors(1)[0], 5, model=MODEL, scope=SearchScope(keys)) == []
+    assert index.bm25(REPO, "chunk100 chunk101", 5, scope=SearchScope(keys)) == []
+    assert seqs(index.bm25(REPO, "chunk101", 5, scope=SearchScope({"key50"}))) == [101]
 
 
 def test_a_key_set_is_a_read_only_set_the_collector_does_not_walk():

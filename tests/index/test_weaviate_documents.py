@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from kg.errors import BackendUnavailable, InvalidInput
-from kg.index.base import IndexedChunk, IndexHit, Placement, SearchScope
+from kg.index.base import CollectionScope, IndexedChunk, IndexHit, Placement, SearchScope
 from kg.index.embedded import EmbeddedVectorIndex
 from kg.index.weaviate import WeaviateVectorIndex, connect
 from kg.index.weaviate.index import _integer_boosts
@@ -85,8 +85,8 @@ def put(node: str, cs: tuple[IndexedChunk, ...], *, ws: int = 1, br: int = 1, pa
     return Placement(ws, br, node, path or f"/docs/{node}", "note", {}, cs)
 
 
-def scope(keys, *, ws: int = 1, br: int = 1, filters: dict | None = None) -> SearchScope:
-    return SearchScope(MODEL, ws, br, frozenset(keys), filters)
+def scope(keys, *, ws: int = 1, br: int = 1, filters: dict | None = None) -> CollectionScope:
+    return CollectionScope(MODEL, ws, br, frozenset(keys), filters)
 
 
 def embedded(placements: Sequence[Placement]) -> EmbeddedVectorIndex:
@@ -130,8 +130,8 @@ ALL = {p.version_key for p in CORPUS}
 def test_node_ranking_equals_the_embedded_index_where_passage_ranking_differs(index, repo, algorithm):
     index.place(repo, CORPUS)
     keys = {p.chunks[0].content_key for p in CORPUS}
-    expected = embedded(CORPUS).bm25_documents("r", "heart disease", 10, content_keys=keys)
-    hits = index.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL)])
+    expected = embedded(CORPUS).bm25_documents("r", "heart disease", 10, scope=SearchScope(keys))
+    hits = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)]))
     assert ranking(hits) == ranking(expected)
     assert ranking(hits) == [("K-titled", 0), ("K-spread", 2), ("K-single", 1)]
     assert [h.rank for h in hits] == [1, 2, 3]
@@ -139,7 +139,7 @@ def test_node_ranking_equals_the_embedded_index_where_passage_ranking_differs(in
     assert [h.text for h in hits] == [h.text for h in expected]
     assert [h.seq for h in hits] == [h.seq for h in expected]
     # Passages alone rank differently: SINGLE's passage beats both of SPREAD's.
-    passages = index.bm25(repo, "heart disease", 10, scopes=[scope(ALL)])
+    passages = index.bm25(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)]))
     first_of = [h.content_key for h in passages]
     assert first_of.index("K-single") < first_of.index("K-spread")
     spread_at = [h.content_key for h in hits].index("K-spread")
@@ -152,16 +152,17 @@ def test_the_title_weight_orders_nodes_as_the_embedded_index(index, repo, algori
         pytest.skip("the WAND searcher saturates boosted frequencies: a scaled boost is not the weight")
     index.place(repo, CORPUS)
     keys = {p.chunks[0].content_key for p in CORPUS}
-    expected = embedded(CORPUS).bm25_documents("r", "heart disease", 10, content_keys=keys,
+    expected = embedded(CORPUS).bm25_documents("r", "heart disease", 10, scope=SearchScope(keys),
                                                field_weights={"title": weight})
-    hits = index.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL)], field_weights={"title": weight})
+    hits = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)]),
+                                field_weights={"title": weight})
     assert ranking(hits) == ranking(expected)
 
 
 def test_a_title_weight_changes_the_order(index, repo, algorithm):
     index.place(repo, CORPUS)
-    plain = index.bm25_documents(repo, "heart", 10, scopes=[scope(ALL)], field_weights={"title": 0.0})
-    titled = index.bm25_documents(repo, "heart", 10, scopes=[scope(ALL)], field_weights={"title": 8.0})
+    plain = index.bm25_documents(repo, "heart", 10, scope=SearchScope((), [scope(ALL)]), field_weights={"title": 0.0})
+    titled = index.bm25_documents(repo, "heart", 10, scope=SearchScope((), [scope(ALL)]), field_weights={"title": 8.0})
     assert [h.content_key for h in plain][0] == "K-single"
     assert [h.content_key for h in titled][0] == "K-titled"
 
@@ -173,19 +174,20 @@ def test_a_node_deleted_or_rewritten_on_a_branch(index, repo, algorithm):
     # The branch sees its own version of "single", no "titled" (deleted there), main's others.
     branch = [scope({rewritten.version_key}, br=2),
               scope({SPREAD.version_key, OTHER.version_key})]
-    hits = index.bm25_documents(repo, "heart disease", 10, scopes=branch)
+    hits = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), branch))
     assert [h.content_key for h in hits] == ["K-spread"]
-    kidney = index.bm25_documents(repo, "kidney", 10, scopes=branch)
+    kidney = index.bm25_documents(repo, "kidney", 10, scope=SearchScope((), branch))
     assert {h.content_key for h in kidney} == {"K-single-2", "K-other"}
     assert next(h for h in kidney if h.content_key == "K-single-2").text == "Kidney stones"
     # main still sees its own versions.
-    assert "K-titled" in {h.content_key for h in index.bm25_documents(repo, "heart", 10, scopes=[scope(ALL)])}
+    found = index.bm25_documents(repo, "heart", 10, scope=SearchScope((), [scope(ALL)]))
+    assert "K-titled" in {h.content_key for h in found}
 
 
 def test_scope_filters_narrow_documents_too(index, repo, algorithm):
     index.place(repo, [put(p.node_id, p.chunks, path=f"/a/{p.node_id}" if p is TITLED else None)
                        for p in CORPUS])
-    hits = index.bm25_documents(repo, "heart", 10, scopes=[scope(ALL, filters={"path_prefix": "/a"})])
+    hits = index.bm25_documents(repo, "heart", 10, scope=SearchScope((), [scope(ALL, filters={"path_prefix": "/a"})]))
     assert [h.content_key for h in hits] == ["K-titled"]
 
 
@@ -194,11 +196,12 @@ def test_large_allowed_sets_probe_and_batch_documents(weaviate_url, repo, algori
     try:
         ix.place(repo, CORPUS)
         keys = {p.chunks[0].content_key for p in CORPUS}
-        expected = embedded(CORPUS).bm25_documents("r", "heart disease", 10, content_keys=keys)
-        assert ranking(ix.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL)])) == ranking(expected)
+        expected = embedded(CORPUS).bm25_documents("r", "heart disease", 10, scope=SearchScope(keys))
+        assert (ranking(ix.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)])))
+                == ranking(expected))
         hidden = ALL - {TITLED.version_key}
         assert "K-titled" not in {h.content_key for h in ix.bm25_documents(repo, "heart", 10,
-                                                                            scopes=[scope(hidden)])}
+                                                                            scope=SearchScope((), [scope(hidden)]))}
     finally:
         ix.close()
 
@@ -206,9 +209,9 @@ def test_large_allowed_sets_probe_and_batch_documents(weaviate_url, repo, algori
 def test_one_hit_per_content_key_shown_by_two_nodes(index, repo, algorithm):
     twin = put("twin", SPREAD.chunks)
     index.place(repo, [*CORPUS, twin])
-    hits = index.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL | {twin.version_key})])
+    hits = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL | {twin.version_key})]))
     assert [h.content_key for h in hits].count("K-spread") == 1
-    only_twin = index.bm25_documents(repo, "disease", 10, scopes=[scope({twin.version_key})])
+    only_twin = index.bm25_documents(repo, "disease", 10, scope=SearchScope((), [scope({twin.version_key})]))
     assert ranking(only_twin) == [("K-spread", 2)]
 
 
@@ -220,12 +223,12 @@ def test_placing_again_is_idempotent(index, repo, algorithm, weaviate_test_serve
         index.place(repo, CORPUS)
     weaviate_test_server.refuse = None
     # The chunks were written, their documents refused: nothing to rank until the redo.
-    assert index.bm25(repo, "heart", 10, scopes=[scope(ALL)])
-    assert index.bm25_documents(repo, "heart", 10, scopes=[scope(ALL)]) == []
+    assert index.bm25(repo, "heart", 10, scope=SearchScope((), [scope(ALL)]))
+    assert index.bm25_documents(repo, "heart", 10, scope=SearchScope((), [scope(ALL)])) == []
     index.place(repo, CORPUS)
-    first = index.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL)])
+    first = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)]))
     index.place(repo, CORPUS)
-    again = index.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL)])
+    again = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)]))
     assert [(h.content_key, h.seq, h.score) for h in again] == [(h.content_key, h.seq, h.score) for h in first]
     docs = index.client.collections.get(docs_name(repo, 1, 1))
     assert docs.aggregate.over_all(total_count=True).total_count == len(CORPUS)
@@ -248,8 +251,8 @@ def test_drops_delete_the_documents_collections(index, repo):
 def test_a_collection_placed_before_documents_ranks_nodes_by_their_best_passage(index, repo):
     index.place(repo, CORPUS)
     index.client.collections.delete(docs_name(repo, 1, 1))
-    hits = index.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL)])
-    passages = index.bm25(repo, "heart disease", 10, scopes=[scope(ALL)])
+    hits = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)]))
+    passages = index.bm25(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)]))
     best: dict[str, IndexHit] = {}
     for h in passages:
         best.setdefault(h.content_key, h)
@@ -261,7 +264,7 @@ def test_a_collection_placed_before_documents_ranks_nodes_by_their_best_passage(
     index.drop(repo)
     index.place(repo, CORPUS)
     assert index.client.collections.exists(docs_name(repo, 1, 1))
-    again = index.bm25_documents(repo, "heart disease", 10, scopes=[scope(ALL)])
+    again = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope(ALL)]))
     assert [h.content_key for h in again] == ["K-titled", "K-spread", "K-single"]
 
 
@@ -270,19 +273,20 @@ def test_fields_become_properties_as_they_appear(index, repo):
     index.place(repo, [put("b", node_chunks("B", [("Summary Text", "heart heart"), ("", "disease")]))])
     names = {p.name for p in index.client.collections.get(docs_name(repo, 1, 1)).config.get().properties}
     assert {terms_property("title"), terms_property("Summary Text"), terms_property("")} <= names
-    hits = index.bm25_documents(repo, "heart disease", 10, scopes=[scope({"a:A", "b:B"})])
+    hits = index.bm25_documents(repo, "heart disease", 10, scope=SearchScope((), [scope({"a:A", "b:B"})]))
     assert [h.content_key for h in hits][0] == "B"
 
 
 def test_queries_without_terms_k_and_bad_weights(index, repo):
     index.place(repo, CORPUS)
-    assert index.bm25_documents(repo, "  ", 10, scopes=[scope(ALL)]) == []
-    assert index.bm25_documents(repo, "heart", 0, scopes=[scope(ALL)]) == []
-    assert len(index.bm25_documents(repo, "heart", 1, scopes=[scope(ALL)])) == 1
-    assert index.bm25_documents(repo, "heart", 10, scopes=[scope(ALL, br=9)]) == []
+    assert index.bm25_documents(repo, "  ", 10, scope=SearchScope((), [scope(ALL)])) == []
+    assert index.bm25_documents(repo, "heart", 0, scope=SearchScope((), [scope(ALL)])) == []
+    assert len(index.bm25_documents(repo, "heart", 1, scope=SearchScope((), [scope(ALL)]))) == 1
+    assert index.bm25_documents(repo, "heart", 10, scope=SearchScope((), [scope(ALL, br=9)])) == []
     for weight in (-1.0, float("nan"), "2"):
         with pytest.raises(InvalidInput):
-            index.bm25_documents(repo, "heart", 10, scopes=[scope(ALL)], field_weights={"title": weight})
+            index.bm25_documents(repo, "heart", 10, scope=SearchScope((), [scope(ALL)]),
+                                 field_weights={"title": weight})
 
 
 def test_integer_boosts_and_terms_property_names():

@@ -1,7 +1,7 @@
 """The scoped layout of :class:`~kg.index.weaviate.WeaviateVectorIndex`.
 
 One Weaviate collection per (workspace, branch, embedding model), filled by ``place`` and read
-through :class:`~kg.index.base.SearchScope` by ``knn``, ``bm25`` and ``hybrid``. Every test runs
+through :class:`~kg.index.base.CollectionScope` by ``knn``, ``bm25`` and ``hybrid``. Every test runs
 the real ``weaviate-client`` against the test server of ``tests/weaviate_server.py`` (or the
 Weaviate of ``KG_TEST_WEAVIATE_URL``), each in a repository of its own, dropped afterwards.
 
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from kg.errors import InvalidInput
-from kg.index.base import IndexedChunk, IndexHit, Placement, SearchScope
+from kg.index.base import CollectionScope, IndexedChunk, IndexHit, Placement, SearchScope
 from kg.index.weaviate import WeaviateVectorIndex, object_id
 
 MODEL = "scoped-test-model"
@@ -73,15 +73,15 @@ def put(ws: int, br: int, node: str, cs: tuple[IndexedChunk, ...], *, path: str 
     return Placement(ws, br, node, path, node_type, properties or {}, cs)
 
 
-def scope(ws: int, br: int, keys, filters: dict | None = None, model: str = MODEL) -> SearchScope:
-    return SearchScope(model, ws, br, frozenset(keys), filters)
+def scope(ws: int, br: int, keys, filters: dict | None = None, model: str = MODEL) -> CollectionScope:
+    return CollectionScope(model, ws, br, frozenset(keys), filters)
 
 
 def seqs(hits: list[IndexHit]) -> list[int]:
     return [h.seq for h in hits]
 
 
-def brute(placements: Sequence[Placement], scopes: Sequence[SearchScope], query: np.ndarray,
+def brute(placements: Sequence[Placement], scopes: Sequence[CollectionScope], query: np.ndarray,
           k: int) -> list[tuple[int, float]]:
     """(seq, similarity) of the exact top k of a search of ``MODEL``, as the module docstring
     describes (a scope reads its (workspace, branch) collection of the searched model)."""
@@ -133,7 +133,7 @@ def test_place_creates_only_the_placed_collection(index, repo):
     assert stats["chunks"] == 3 and stats["models"] == {MODEL: 3} and stats["dims"] == {MODEL: DIM}
     assert index.client.collections.exists(name)
     assert not index.client.collections.exists(scoped_name(repo, MODEL, 1, 8))
-    assert index.knn(repo, v[0], 5, model=MODEL, scopes=[scope(1, 8, {"n1:K1"})]) == []
+    assert index.knn(repo, v[0], 5, model=MODEL, scope=SearchScope((), [scope(1, 8, {"n1:K1"})])) == []
 
 
 # -- 2. visibility ---------------------------------------------------------------------------------
@@ -146,13 +146,13 @@ def test_knn_returns_only_allowed_version_keys(index, repo):
     index.place(repo, ps)
     allowed = {"n0:K0", "n2:K2", "n4:K4", "n1:K0"}  # n4 is not in branch 1; n1 never had K0
     sc = [scope(1, 1, allowed)]
-    hits = index.knn(repo, v[1], 10, model=MODEL, scopes=sc)
+    hits = index.knn(repo, v[1], 10, model=MODEL, scope=SearchScope((), sc))
     assert_exact(hits, brute(ps, sc, v[1], 10))
     assert sorted(seqs(hits)) == [1, 3]
     for missing in (scope(1, 9, {"n0:K0"}), scope(2, 1, {"n0:K0"})):
-        assert index.knn(repo, v[0], 5, model=MODEL, scopes=[missing]) == []
-    assert index.knn(repo, v[0], 5, model="other-model", scopes=[scope(1, 1, {"n0:K0"})]) == []
-    assert index.knn(repo, v[0], 5, model=MODEL, scopes=[scope(1, 1, set())]) == []
+        assert index.knn(repo, v[0], 5, model=MODEL, scope=SearchScope((), [missing])) == []
+    assert index.knn(repo, v[0], 5, model="other-model", scope=SearchScope((), [scope(1, 1, {"n0:K0"})])) == []
+    assert index.knn(repo, v[0], 5, model=MODEL, scope=SearchScope((), [scope(1, 1, set())])) == []
 
 
 # -- 3. several scopes -----------------------------------------------------------------------------
@@ -172,9 +172,9 @@ def test_own_and_ancestor_scopes_merge_exactly_and_once_per_chunk(index, repo):
           scope(1, 1, {p.version_key for p in parent if p.node_id != "p3"})]
     for q in [*unit(4, 33), v[8]]:
         for k in (1, 3, 20):
-            hits = index.knn(repo, q, k, model=MODEL, scopes=sc)
+            hits = index.knn(repo, q, k, model=MODEL, scope=SearchScope((), sc))
             assert_exact(hits, brute(ps, sc, q, k))
-    everything = index.knn(repo, v[8], 50, model=MODEL, scopes=sc)
+    everything = index.knn(repo, v[8], 50, model=MODEL, scope=SearchScope((), sc))
     assert seqs(everything)[0] == 30 and seqs(everything).count(30) == 1
     assert len(everything) == 6 + 1 + 2  # p0..p2 two chunks each, shared once, c0, c1
     assert not {16, 17} & set(seqs(everything))
@@ -189,12 +189,12 @@ def test_a_child_override_hides_the_parents_version(index, repo):
           put(1, 2, "n1", chunks("K2", [3, 4], v[2:4]))]
     index.place(repo, ps)
     sc = [scope(1, 2, {"n1:K2"}), scope(1, 1, {"n2:K3"})]
-    hits = index.knn(repo, v[0], 10, model=MODEL, scopes=sc)
+    hits = index.knn(repo, v[0], 10, model=MODEL, scope=SearchScope((), sc))
     assert_exact(hits, brute(ps, sc, v[0], 10))
     assert sorted(seqs(hits)) == [3, 4, 5]
     assert {h.content_key for h in hits} == {"K2", "K3"}
     text = index.bm25(repo, "chunk1 chunk2 chunk3 chunk4", 10,
-                      scopes=[scope(1, 2, {"n1:K2"}), scope(1, 1, {"n2:K3"})])
+                      scope=SearchScope((), [scope(1, 2, {"n1:K2"}), scope(1, 1, {"n2:K3"})]))
     assert sorted(seqs(text)) == [3, 4]
 
 
@@ -238,9 +238,9 @@ def test_scope_filters_narrow_inside_weaviate(index, repo, filters, expected):
     sc = [scope(3, 4, keys, filters)]
     only = [p for p in ps if p.node_id in expected]
     for k in (1, 2, 8):  # the filter applies before the top k: k hits whenever k exist
-        hits = index.knn(repo, v[7], k, model=MODEL, scopes=sc)
+        hits = index.knn(repo, v[7], k, model=MODEL, scope=SearchScope((), sc))
         assert_exact(hits, brute(only, [scope(3, 4, keys)], v[7], k))
-    text = index.bm25(repo, "chunk10 chunk12 chunk14 chunk16", 8, scopes=sc)
+    text = index.bm25(repo, "chunk10 chunk12 chunk14 chunk16", 8, scope=SearchScope((), sc))
     assert sorted(seqs(text)) == sorted(10 + 2 * i for i, n in enumerate("abcd") if n in expected)
 
 
@@ -265,7 +265,7 @@ def test_placing_again_is_idempotent_and_the_latest_placement_wins(index, repo):
     keys = {"n1:K1", "n2:K2"}
 
     def found(filters):
-        return sorted(seqs(index.knn(repo, v[0], 10, model=MODEL, scopes=[scope(2, 5, keys, filters)])))
+        return sorted(seqs(index.knn(repo, v[0], 10, model=MODEL, scope=SearchScope((), [scope(2, 5, keys, filters)]))))
 
     assert found({"path_prefix": "/moved/"}) == [1, 2]
     assert found({"path_prefix": "/docs/"}) == [3]
@@ -297,8 +297,8 @@ def test_marks_drop_and_drop_branch(index, repo):
     assert sorted(index.drop_branch(repo, 2)) == sorted([names[1, 2], names[2, 2], two])
     assert counts(index, repo) == {(names[1, 1], 1, 1): 1}
     assert index.drop_branch(repo, 2) == []
-    assert index.knn(repo, v[1], 5, model=MODEL, scopes=[scope(1, 2, {"b:B"})]) == []
-    assert seqs(index.knn(repo, v[0], 5, model=MODEL, scopes=[scope(1, 1, {"a:A"})])) == [1]
+    assert index.knn(repo, v[1], 5, model=MODEL, scope=SearchScope((), [scope(1, 2, {"b:B"})])) == []
+    assert seqs(index.knn(repo, v[0], 5, model=MODEL, scope=SearchScope((), [scope(1, 1, {"a:A"})]))) == [1]
     index.drop(repo)
     assert index.placement_marks(repo) == (0, 0)
     assert index.stats(repo)["collections"] == []
@@ -317,19 +317,20 @@ def test_bm25_and_hybrid_with_scopes(index, repo):
     index.place(repo, ps)
     allowed = {"n0:K0", "n1:K1", "n3:K3", "copy:K0"}
     sc = [scope(1, 2, {"n5:K5", "copy2:K0"}), scope(1, 1, allowed)]
-    hits = index.bm25(repo, "golf", 10, scopes=sc)
+    hits = index.bm25(repo, "golf", 10, scope=SearchScope((), sc))
     assert sorted(seqs(hits)) == [1, 2, 6]  # seq 3 and 5 not allowed, seq 4 has no golf
     assert all(h.score > 0 and h.distance is None for h in hits)
     assert [h.rank for h in hits] == [1, 2, 3]
     for fusion in ("ranked", "relative_score"):
-        result = index.hybrid(repo, "golf", v[3], 10, model=MODEL, alpha=0.25, fusion_type=fusion, scopes=sc)
+        result = index.hybrid(repo, "golf", v[3], 10, model=MODEL, alpha=0.25, fusion_type=fusion,
+                              scope=SearchScope((), sc))
         assert (result.alpha, result.fusion_type) == (0.25, fusion)
         assert sorted(seqs(result.hits)) == [1, 2, 4, 6]
         assert [h.rank for h in result.hits] == [1, 2, 3, 4]
-    only_vector = index.hybrid(repo, "golf", v[3], 3, model=MODEL, alpha=1.0, scopes=sc[1:])
-    knn = index.knn(repo, v[3], 3, model=MODEL, scopes=sc[1:])
+    only_vector = index.hybrid(repo, "golf", v[3], 3, model=MODEL, alpha=1.0, scope=SearchScope((), sc[1:]))
+    knn = index.knn(repo, v[3], 3, model=MODEL, scope=SearchScope((), sc[1:]))
     assert seqs(only_vector.hits) == seqs(knn)
-    assert index.hybrid(repo, "golf", v[0], 5, model=MODEL, scopes=[scope(1, 9, {"n0:K0"})]).hits == []
+    assert index.hybrid(repo, "golf", v[0], 5, model=MODEL, scope=SearchScope((), [scope(1, 9, {"n0:K0"})])).hits == []
 
 
 # -- 9. large allowed sets -------------------------------------------------------------------------
@@ -372,17 +373,17 @@ def test_large_allowed_sets_are_exact(open_index, repo):
         visible = [p for p in ps if filters is None or p.path.startswith("/p1/")]
         for q in [U, -U, *unit(4, 99), *(ps[i].chunks[0].vector for i in (1, 2, 3, 5))]:
             for k in (1, 2, 5, 40):
-                hits = small.knn(repo, q, k, model=MODEL, scopes=sc)
+                hits = small.knn(repo, q, k, model=MODEL, scope=SearchScope((), sc))
                 assert_exact(hits, brute(visible, sc, q, k))
         allowed_seqs = {c.seq for p in visible if _shown(p) for c in p.chunks}
         for query in ("zulu", "alpha", "bravo extra1", "golf hotel extra3", "echo"):
             for k in (1, 3, 40):
-                got = small.bm25(repo, query, k, scopes=sc)
-                want = big.bm25(repo, query, k, scopes=sc)
+                got = small.bm25(repo, query, k, scope=SearchScope((), sc))
+                want = big.bm25(repo, query, k, scope=SearchScope((), sc))
                 assert [(h.seq, h.content_key) for h in got] == [(h.seq, h.content_key) for h in want]
                 assert [h.score for h in got] == pytest.approx([h.score for h in want])
                 assert len(want) == len(set(seqs(want))) and set(seqs(got)) <= allowed_seqs
-        assert len(small.bm25(repo, "zulu", 40, scopes=sc)) == len(allowed_seqs)
+        assert len(small.bm25(repo, "zulu", 40, scope=SearchScope((), sc))) == len(allowed_seqs)
 
 
 def test_large_allowed_set_counts_a_chunk_shown_by_two_nodes_once(open_index, repo):
@@ -401,11 +402,11 @@ def test_large_allowed_set_counts_a_chunk_shown_by_two_nodes_once(open_index, re
     big = open_index(filter_batch_keys=1000)
     sc = [scope(1, 1, {"a1:KA", "a2:KA", "f0:F0", "f1:F1", "f2:F2"})]
     for index in (big, small):
-        hits = index.knn(repo, q, 2, model=MODEL, scopes=sc)
+        hits = index.knn(repo, q, 2, model=MODEL, scope=SearchScope((), sc))
         assert_exact(hits, brute(ps, sc, q, 2))  # [1, 21]
-    want = big.bm25(repo, "golf", 2, scopes=sc)
+    want = big.bm25(repo, "golf", 2, scope=SearchScope((), sc))
     assert seqs(want) == [1, 20]
-    assert seqs(small.bm25(repo, "golf", 2, scopes=sc)) == seqs(want)
+    assert seqs(small.bm25(repo, "golf", 2, scope=SearchScope((), sc))) == seqs(want)
 
 
 def test_a_chunk_placed_for_many_nodes_leaves_k_distinct_hits(index, repo):
@@ -418,10 +419,10 @@ def test_a_chunk_placed_for_many_nodes_leaves_k_distinct_hits(index, repo):
           + [put(1, 1, "c", c)])
     index.place(repo, ps)
     sc = [scope(1, 1, {p.version_key for p in ps})]
-    hits = index.knn(repo, e[0], 3, model=MODEL, scopes=sc)
+    hits = index.knn(repo, e[0], 3, model=MODEL, scope=SearchScope((), sc))
     assert_exact(hits, brute(ps, sc, e[0], 3))  # [1, 2, 3]
-    assert seqs(index.bm25(repo, "golf", 3, scopes=sc)) == [1, 2, 3]
-    fused = index.hybrid(repo, "golf", e[0], 3, model=MODEL, scopes=sc)
+    assert seqs(index.bm25(repo, "golf", 3, scope=SearchScope((), sc))) == [1, 2, 3]
+    fused = index.hybrid(repo, "golf", e[0], 3, model=MODEL, scope=SearchScope((), sc))
     assert seqs(fused.hits) == [1, 2, 3]
 
 
@@ -454,10 +455,10 @@ def test_a_collection_dropped_during_a_search_answers_nothing_instead_of_failing
     index.place(repo, [own, parent])
     scopes = [scope(1, 2, {own.version_key}), scope(1, 1, {parent.version_key})]
     listed = index._collections(repo)
-    assert len(seqs(index.knn(repo, vectors[0], 4, model=MODEL, scopes=scopes))) == 4
+    assert len(seqs(index.knn(repo, vectors[0], 4, model=MODEL, scope=SearchScope((), scopes)))) == 4
     index.drop_branch(repo, 2)  # deleted after the search listed it
     monkeypatch.setattr(index, "_collections", lambda repo_key: listed)
-    for hits in (index.knn(repo, vectors[0], 4, model=MODEL, scopes=scopes),
-                 index.bm25(repo, " ".join(WORDS), 4, scopes=scopes),
-                 index.hybrid(repo, " ".join(WORDS), vectors[0], 4, model=MODEL, scopes=scopes).hits):
+    for hits in (index.knn(repo, vectors[0], 4, model=MODEL, scope=SearchScope((), scopes)),
+                 index.bm25(repo, " ".join(WORDS), 4, scope=SearchScope((), scopes)),
+                 index.hybrid(repo, " ".join(WORDS), vectors[0], 4, model=MODEL, scope=SearchScope((), scopes)).hits):
         assert set(seqs(hits)) <= {3, 4} and seqs(hits)

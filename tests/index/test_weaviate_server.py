@@ -23,7 +23,7 @@ from weaviate.classes.query import Filter, HybridFusion, MetadataQuery
 from weaviate.exceptions import UnexpectedStatusCodeError, WeaviateQueryError
 
 from kg.errors import BackendUnavailable
-from kg.index.base import IndexedChunk, Placement, SearchScope
+from kg.index.base import CollectionScope, IndexedChunk, Placement, SearchScope
 from kg.index.weaviate import WeaviateVectorIndex, connect
 from kg.index.weaviate.schema import _chunks_schema
 from kg.ragnode.weaviate import chunks_class_schema, meta_class_schema
@@ -437,10 +437,10 @@ def test_newer_wire_formats_carry_kgs_calls(version):
                                    model="m", vector=vectors[i]) for i in range(8)]
             placements = [Placement(1, 1, f"n{c.seq}", f"/n{c.seq}", "note", {}, (c,)) for c in chunks]
             index.place("r", placements)
-            scopes = [SearchScope("m", 1, 1, frozenset(p.version_key for p in placements))]
-            assert [h.seq for h in index.knn("r", vectors[3], 1, model="m", scopes=scopes)] == [4]
-            assert sorted(h.seq for h in index.bm25("r", "word1", 5, scopes=scopes)) == [2, 5, 8]
-            hybrid = index.hybrid("r", "word1", vectors[3], 3, model="m", scopes=scopes, alpha=0.4)
+            scopes = [CollectionScope("m", 1, 1, frozenset(p.version_key for p in placements))]
+            assert [h.seq for h in index.knn("r", vectors[3], 1, model="m", scope=SearchScope((), scopes))] == [4]
+            assert sorted(h.seq for h in index.bm25("r", "word1", 5, scope=SearchScope((), scopes))) == [2, 5, 8]
+            hybrid = index.hybrid("r", "word1", vectors[3], 3, model="m", scope=SearchScope((), scopes), alpha=0.4)
             assert len(hybrid.hits) == 3
             assert index.stats("r")["chunks"] == 8
             assert server.calls["Aggregate"] == 1 and server.calls["POST /v1/graphql"] == 0

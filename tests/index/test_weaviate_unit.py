@@ -20,7 +20,7 @@ from weaviate.collections.classes.batch import BatchObjectReturn, ErrorObject
 from weaviate.collections.classes.filters import _FilterAnd, _FilterOr, _FilterValue
 
 from kg.errors import BackendUnavailable, InvalidInput, UpstreamUnavailable
-from kg.index.base import IndexedChunk, Placement, SearchScope
+from kg.index.base import CollectionScope, IndexedChunk, Placement, SearchScope
 from kg.index.weaviate import (
     WeaviateVectorIndex,
     check_batch_result,
@@ -55,16 +55,16 @@ def chunks(n: int, *, start: int = 1, model: str = MODEL, dim: int = DIM, seed: 
             for i in range(n)]
 
 
-def place(index: WeaviateVectorIndex, repo: str, cs: list[IndexedChunk]) -> list[SearchScope]:
+def place(index: WeaviateVectorIndex, repo: str, cs: list[IndexedChunk]) -> list[CollectionScope]:
     """Place each chunk as the one chunk of node ``n<seq>`` in (WS, BR); the scopes allowing
     them all."""
     index.place(repo, [Placement(WS, BR, f"n{c.seq}", f"/docs/n{c.seq}", "note", {}, (c,)) for c in cs])
     return scopes_of(cs)
 
 
-def scopes_of(cs: list[IndexedChunk], model: str = MODEL) -> list[SearchScope]:
+def scopes_of(cs: list[IndexedChunk], model: str = MODEL) -> list[CollectionScope]:
     """The scopes allowing exactly the versions :func:`place` made of ``cs``."""
-    return [SearchScope(model, WS, BR, frozenset(f"n{c.seq}:{c.content_key}" for c in cs))]
+    return [CollectionScope(model, WS, BR, frozenset(f"n{c.seq}:{c.content_key}" for c in cs))]
 
 
 @pytest.fixture
@@ -329,7 +329,7 @@ def test_vectors_of_the_wrong_dimension_are_refused_before_the_call(index, serve
         place(index, "r", chunks(2, start=3, dim=DIM + 1))
     assert server.calls["BatchObjects"] == calls
     with pytest.raises(InvalidInput):
-        index.knn("r", np.ones(DIM + 1), 3, model=MODEL, scopes=allowed)
+        index.knn("r", np.ones(DIM + 1), 3, model=MODEL, scope=SearchScope((), allowed))
     assert server.calls["Search.near_vector"] == 0
 
 
@@ -412,18 +412,18 @@ def test_a_large_allowed_set_is_probed_then_batched_and_stays_exact(server):
     # Nearly everything allowed: the unfiltered probe answers alone.
     allowed = [c for c in cs if c.seq % 10 != 0]
     before = server.calls["Search.near_vector"]
-    hits = index.knn("r", query, 5, model=MODEL, scopes=scopes_of(allowed))
+    hits = index.knn("r", query, 5, model=MODEL, scope=SearchScope((), scopes_of(allowed)))
     assert [h.seq for h in hits] == _brute(allowed, query, 5)
     assert server.calls["Search.near_vector"] - before == 1
     # A small share allowed (12 keys): the probe falls short, 3 filtered batches of 4 follow.
     allowed = [c for c in cs if c.seq % 10 == 0]
     before = server.calls["Search.near_vector"]
-    hits = index.knn("r", query, 5, model=MODEL, scopes=scopes_of(allowed))
+    hits = index.knn("r", query, 5, model=MODEL, scope=SearchScope((), scopes_of(allowed)))
     assert [h.seq for h in hits] == _brute(allowed, query, 5)
     assert server.calls["Search.near_vector"] - before == 1 + 3
-    found = index.bm25("r", "word2", 50, scopes=scopes_of(allowed))
+    found = index.bm25("r", "word2", 50, scope=SearchScope((), scopes_of(allowed)))
     assert sorted(h.seq for h in found) == sorted(c.seq for c in allowed if c.seq % 5 == 2)
-    found = index.bm25("r", "word0", 50, scopes=scopes_of(allowed))
+    found = index.bm25("r", "word0", 50, scope=SearchScope((), scopes_of(allowed)))
     assert sorted(h.seq for h in found) == [c.seq for c in allowed]
     index.close()
 
@@ -435,7 +435,7 @@ def test_hybrid_goes_through_weaviate_and_echoes_alpha_and_fusion(index, server)
     cs = chunks(20)
     allowed = place(index, "r", cs)
     keys = {c.content_key for c in cs}
-    result = index.hybrid("r", "word3", cs[2].vector, 5, model=MODEL, scopes=allowed,
+    result = index.hybrid("r", "word3", cs[2].vector, 5, model=MODEL, scope=SearchScope((), allowed),
                           alpha=0.25, fusion_type="relative_score")
     assert (result.alpha, result.fusion_type) == (0.25, "relative_score")
     assert server.calls["Search.hybrid"] == 1
@@ -451,7 +451,7 @@ def test_hybrid_goes_through_weaviate_and_echoes_alpha_and_fusion(index, server)
 def test_hybrid_refuses_bad_alpha_or_fusion(index, kwargs):
     allowed = place(index, "r", chunks(2))
     with pytest.raises(InvalidInput):
-        index.hybrid("r", "word1", unit_vectors(1)[0], 3, model=MODEL, scopes=allowed, **kwargs)
+        index.hybrid("r", "word1", unit_vectors(1)[0], 3, model=MODEL, scope=SearchScope((), allowed), **kwargs)
 
 
 def test_hybrid_over_a_large_allowed_set_is_weaviates_filtered_query(server):
@@ -469,15 +469,15 @@ def test_hybrid_over_a_large_allowed_set_is_weaviates_filtered_query(server):
             keys = scopes_of(allowed)[0].version_keys
             for fusion in ("ranked", "relative_score"):
                 before = server.calls["Search.hybrid"]
-                got = batched.hybrid("r", "word2 word3", query, 5, model=MODEL, scopes=scopes_of(allowed),
-                                     alpha=0.5, fusion_type=fusion)
+                got = batched.hybrid("r", "word2 word3", query, 5, model=MODEL,
+                                     scope=SearchScope((), scopes_of(allowed)), alpha=0.5, fusion_type=fusion)
                 assert server.calls["Search.hybrid"] - before == 1
                 sent = server.recorded("Search.hybrid")[-1].filters
                 assert sent.operator == sent.OPERATOR_OR
                 assert all(len(f.value_text_array.values) <= 4 for f in sent.filters)
                 assert sum(len(f.value_text_array.values) for f in sent.filters) == len(keys)
-                want = single.hybrid("r", "word2 word3", query, 5, model=MODEL, scopes=scopes_of(allowed),
-                                     alpha=0.5, fusion_type=fusion)
+                want = single.hybrid("r", "word2 word3", query, 5, model=MODEL,
+                                     scope=SearchScope((), scopes_of(allowed)), alpha=0.5, fusion_type=fusion)
                 assert [h.seq for h in got.hits] == [h.seq for h in want.hits], (len(keys), fusion)
                 assert [h.score for h in got.hits] == [h.score for h in want.hits]
     finally:
@@ -512,9 +512,9 @@ def test_a_failing_weaviate_call_is_backend_unavailable(index, server):
     place(index, "r", cs)
     server.fail_next("Search.bm25", "shard KgChunks is read-only")
     with pytest.raises(BackendUnavailable, match="read-only") as caught:
-        index.bm25("r", "word1", 3, scopes=scopes_of(cs[:1]))
+        index.bm25("r", "word1", 3, scope=SearchScope((), scopes_of(cs[:1])))
     assert "search" in caught.value.message and "BM25" in caught.value.message
-    assert [h.seq for h in index.bm25("r", "word1", 3, scopes=scopes_of(cs[:1]))] == [1]
+    assert [h.seq for h in index.bm25("r", "word1", 3, scope=SearchScope((), scopes_of(cs[:1])))] == [1]
 
 
 def test_a_collection_created_meanwhile_by_another_process_is_used(server):

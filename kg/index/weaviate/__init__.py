@@ -1,4 +1,4 @@
-"""The Weaviate search index: the :class:`~kg.index.base.ScopedIndex` contract over Weaviate.
+"""The Weaviate search index: the :class:`~kg.index.base.SearchIndex` contract over Weaviate.
 
 Selected by ``KG_INDEX=weaviate`` with ``KG_WEAVIATE_URL`` (and ``KG_WEAVIATE_API_KEY``); it
 needs the optional extra ``pip install 'kg[weaviate]'`` (the official ``weaviate-client``, v4
@@ -22,7 +22,7 @@ Everything other modules use is imported from this package.
 Layout in Weaviate
 ------------------
 kg's workspaces: one collection per (workspace, branch) and embedding model, filled by
-:meth:`WeaviateVectorIndex.place` from SQL's node versions (``kg.indexing.chunks.sync_placements``)::
+:meth:`WeaviateVectorIndex.place` from SQL's node versions (:meth:`WeaviateVectorIndex.catch_up`)::
 
     KgChunks_<sha256(repo_key)[:12]>_<sha256(model)[:10]>_w<workspace id>_b<branch id>
         vectorizer "none", HNSW, cosine distance; description = JSON {"kg": "chunks",
@@ -62,7 +62,7 @@ those nodes' version keys. Weaviate's own hybrid query stays passage-level.
 with one model at a time). The SQL ids make the names stable and collision-free (branch ids are
 never reused), and a collection is created on its branch's first write: a new branch reads its
 ancestors' collections and is searchable at once, with nothing copied. A search passes one
-:class:`~kg.index.base.SearchScope` per (workspace, branch) that provides visible versions, with
+:class:`~kg.index.base.CollectionScope` per (workspace, branch) that provides visible versions, with
 the version keys SQL resolved for the searched branch state (so what a branch rewrote or
 deleted is hidden, and an ancestor is read as of the fork); the search's path, type and
 property filters are sent as well where the objects carry the searched versions' own values.

@@ -95,35 +95,14 @@ def connect(
     init_timeout_s: float = 5.0,
     error: type[BackendUnavailable] = BackendUnavailable,
 ) -> Any:
-    """Connect to a Weaviate instance and check that it answers (REST and gRPC).
+    """Connect to a Weaviate instance (``url``: see :func:`parse_weaviate_url`; ``api_key`` None or
+    empty for an unauthenticated one) and check that it answers, REST and gRPC, within
+    ``init_timeout_s``; the caller closes the client.
 
-    Parameters
-    ----------
-    url : str
-        See :func:`parse_weaviate_url`.
-    api_key : str, optional
-        Weaviate API key; ``None`` or ``""`` for an unauthenticated instance.
-    timeout_s : float
-        Timeout of queries and inserts, in seconds.
-    init_timeout_s : float
-        Timeout of the connection checks, in seconds: an unreachable server fails this fast.
-    error : type
-        The kg error raised when the server cannot be used: :class:`~kg.errors.BackendUnavailable`
-        for the configured index (503), :class:`~kg.errors.UpstreamUnavailable` for a URL a
-        request named (502).
-
-    Returns
-    -------
-    weaviate.WeaviateClient
-        Connected; the caller closes it (``client.close()``).
-
-    Raises
-    ------
-    kg.errors.BackendUnavailable
-        The extra is missing (always this class), or, as ``error``, the server is unreachable,
-        refuses the key, or its gRPC port does not answer.
-    kg.errors.InvalidInput
-        A malformed URL.
+    ``error`` is what an unusable server raises (naming it unreachable, refusing the key, or
+    its gRPC port silent): :class:`~kg.errors.BackendUnavailable` for the configured index
+    (503), :class:`~kg.errors.UpstreamUnavailable` for a URL a request named (502). A missing
+    extra is always ``BackendUnavailable``; a malformed URL ``InvalidInput``.
     """
     weaviate = import_weaviate()
     from weaviate.classes.init import AdditionalConfig, Auth, Timeout

@@ -15,17 +15,8 @@ from kg.errors import BackendUnavailable, KGError
 
 
 def import_weaviate() -> Any:
-    """The ``weaviate`` package, imported on first use.
-
-    Returns
-    -------
-    module
-        ``weaviate`` (weaviate-client v4).
-
-    Raises
-    ------
-    kg.errors.BackendUnavailable
-        The optional extra is not installed; the message says how to install it.
+    """The ``weaviate`` package (weaviate-client v4), imported on first use;
+    ``BackendUnavailable`` saying how to install the extra when it is missing.
     """
     try:
         import weaviate
@@ -73,26 +64,14 @@ def check_batch_result(
     collection: str,
     error: type[BackendUnavailable] = BackendUnavailable,
 ) -> None:
-    """Raise for every object a Weaviate batch refused; return quietly when all were stored.
+    """Raise ``error`` (``BackendUnavailable``) for every object a Weaviate batch refused; return
+    quietly when all were stored.
 
-    Parameters
-    ----------
-    result : weaviate BatchObjectReturn
-        What ``collection.data.insert_many`` answered: ``errors`` maps the index of each
-        failed object in the batch to an ``ErrorObject`` (``message``, ``original_uuid``);
-        ``has_errors`` says whether any failed.
-    labels : sequence of str, length n_objects
-        A name per object of the batch, in batch order (``"seq 12"``, ``"file a.txt chunk 3"``).
-    collection : str
-        The collection written, for the message.
-    error : type
-        The kg error class to raise.
-
-    Raises
-    ------
-    kg.errors.BackendUnavailable
-        (as ``error``) naming each failed object, its uuid and Weaviate's message; the full
-        list is in ``details["failed"]`` as ``[{"index", "object", "uuid", "message"}]``.
+    ``result`` is what ``collection.data.insert_many`` answered (``errors`` maps a failed
+    object's index in the batch to its ``ErrorObject``); ``labels`` name the objects in batch
+    order (``"seq 12"``, ``"file a.txt chunk 3"``). The error names each failed object, its
+    uuid and Weaviate's message; ``details["failed"]`` lists ``[{"index", "object", "uuid",
+    "message"}]``.
     """
     errors = dict(getattr(result, "errors", None) or {})
     if not errors and not getattr(result, "has_errors", False):

@@ -1,6 +1,6 @@
-"""The Weaviate search index, :class:`WeaviateVectorIndex`: a :class:`~kg.index.base.ScopedIndex`.
+"""The Weaviate search index, :class:`WeaviateVectorIndex`: a :class:`~kg.index.base.SearchIndex`.
 
-Placement (writes), searches (KNN, BM25 of passages, BM25F of node texts, Weaviate's own hybrid
+Catch-up and placement (writes), searches (KNN, BM25 of passages, BM25F of node texts, Weaviate's own hybrid
 query), the placement marks and the drops; :mod:`kg.index.weaviate` describes the layout and
 the strategy for large allowed sets.
 """
@@ -15,12 +15,14 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from kg.errors import BackendUnavailable, InvalidInput
 from kg.index.base import (
+    ChunkFeed,
+    CollectionScope,
     HybridResult,
     IndexedChunk,
     IndexHit,
@@ -93,21 +95,19 @@ class _Held:
 
 
 class WeaviateVectorIndex:
-    """The :class:`~kg.index.base.ScopedIndex` contract over a Weaviate server.
-
-    ``engine = "weaviate"`` names it in a search answer's ``fusion`` when its own hybrid query
-    fused the legs.
+    """The :class:`~kg.index.base.SearchIndex` contract over a Weaviate server: a collection per
+    (workspace, branch) and model, searched through a scope's
+    :attr:`~kg.index.base.SearchScope.collections`, filled by :meth:`catch_up` (:meth:`place`
+    of the node versions written or re-pointed since the placement marks).
 
     Parameters
     ----------
     url : str
         The server, ``http://host:8080`` (see :func:`parse_weaviate_url`).
     api_key : str, optional
-        Weaviate API key; empty for an unauthenticated instance.
-    timeout_s : float
-        Query timeout, in seconds.
-    init_timeout_s : float
-        Connection-check timeout, in seconds.
+        Empty for an unauthenticated instance.
+    timeout_s, init_timeout_s : float
+        Query and connection-check timeouts, in seconds.
     client : weaviate.WeaviateClient, optional
         A connected client to use instead of connecting to ``url`` (tests); not closed by
         :meth:`close`.
@@ -116,25 +116,17 @@ class WeaviateVectorIndex:
     probe_depth : int
         Depth of the unfiltered probe query for large allowed sets.
 
-    Raises
-    ------
-    kg.errors.BackendUnavailable
-        The ``weaviate`` extra is not installed (checked here, at start-up); the server is
-        contacted on first use.
-
     Notes
     -----
+    Raises ``BackendUnavailable`` here when the ``weaviate`` extra is not installed, and from
+    every call that reaches the server when it is unreachable or fails (contacted on first use).
     Thread-safe: one client, created on first use under a lock. Several processes may share a
     server: writes are idempotent (deterministic ids) and the placement marks only ever lag.
     """
 
     engine = "weaviate"
-    """The index's name in a search answer's ``fusion``."""
-
-    layout: Literal["scoped"] = "scoped"
-    """A collection per (workspace, branch) and model, searched through
-    :class:`~kg.index.base.SearchScope` and filled with :meth:`place`
-    (``kg.indexing.chunks.sync_placements``)."""
+    native_hybrid = True  # Weaviate's own hybrid query (:meth:`hybrid`)
+    eager_catch_up = True  # placing costs round trips: the indexer places right after storing
 
     def __init__(
         self,
@@ -194,42 +186,16 @@ class WeaviateVectorIndex:
         k: int,
         *,
         model: str,
-        scopes: Sequence[SearchScope],
+        scope: SearchScope,
         max_distance: float | None = None,
     ) -> list[IndexHit]:
-        """Top ``k`` chunks by cosine similarity among the versions ``scopes`` allow, embedded
-        by ``model``.
+        """Top ``k`` chunks of ``model`` by cosine similarity among the versions the scope's
+        collections allow (:meth:`kg.index.base.SearchIndex.knn`).
 
-        Parameters
-        ----------
-        repo_key : str
-        vector : ndarray, shape (dim,), float
-            The query embedding; normalised here.
-        k : int
-            Maximum number of hits; ``k <= 0`` gives ``[]``.
-        model : str
-            Only collections of this model are searched.
-        scopes : sequence of SearchScope
-            Search the (workspace, branch) collections of these scopes (those of ``model``),
-            each filtered by its version keys (and its ``filters``; see the package notes for
-            large sets); hits of one chunk in several collections are returned once. A scope
-            whose collection does not exist yet finds nothing.
-        max_distance : float, optional
-            Leave out chunks with cosine distance above this.
-
-        Returns
-        -------
-        list of IndexHit
-            By similarity descending, ties by ``seq``; ``score = 1 - distance``,
-            ``distance >= 0``; ranks 1..len.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            An unusable query vector (not 1-D, non-finite, zero), one whose dimension differs
-            from the model's collection, or a NaN ``max_distance``.
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or failed.
+        Each of the scope's collections of ``model`` is filtered by its version keys (and its
+        ``filters``; see the package notes for large sets); a chunk held by several collections
+        is returned once; a collection not created yet finds nothing. Raises
+        ``BackendUnavailable`` when Weaviate is unreachable or failed (so do all searches).
 
         Notes
         -----
@@ -241,7 +207,7 @@ class WeaviateVectorIndex:
         query = query_vector(vector)
         if max_distance is not None and math.isnan(max_distance):
             raise InvalidInput("max_distance must be a number", details={"max_distance": None})
-        targets = self._targets(repo_key, scopes, {model})
+        targets = self._targets(repo_key, scope.collections, {model})
         if not targets:
             return []
         for held, _, _ in targets:
@@ -280,30 +246,10 @@ class WeaviateVectorIndex:
         query: str,
         k: int,
         *,
-        scopes: Sequence[SearchScope],
+        scope: SearchScope,
     ) -> list[IndexHit]:
-        """Top ``k`` chunks by BM25 among the versions ``scopes`` allow, over every model's
-        collection.
-
-        Parameters
-        ----------
-        repo_key : str
-        query : str
-            Analyzed with :func:`kg.index.tokenize.analyze`, as the chunks' ``terms`` were.
-        k : int
-        scopes : sequence of SearchScope
-            Search these (workspace, branch) collections (see :meth:`knn`).
-
-        Returns
-        -------
-        list of IndexHit
-            By BM25 score descending, ties by ``seq``; ``distance`` None. ``[]`` for a query
-            without terms, no scope, or ``k <= 0``.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or failed.
+        """Top ``k`` chunks by BM25 among the versions the scope's collections allow, every
+        model's (filtered as :meth:`knn` filters).
 
         Notes
         -----
@@ -324,7 +270,7 @@ class WeaviateVectorIndex:
 
         text = " ".join(terms)
         rows: list[_Row] = []
-        for held, keys, base in self._targets(repo_key, scopes, None):
+        for held, keys, base in self._targets(repo_key, scope.collections, None):
             collection = self.client.collections.get(held.name)
 
             def run(filters: Any, limit: int, collection: Any = collection, held: _Held = held) -> list[_Row]:
@@ -345,43 +291,16 @@ class WeaviateVectorIndex:
         query: str,
         k: int,
         *,
-        scopes: Sequence[SearchScope],
+        scope: SearchScope,
         field_weights: Mapping[str, float] | None = None,
     ) -> list[IndexHit]:
         """Top ``k`` node texts (content keys) by Weaviate's BM25F over all their fields, each
-        carrying its best passage.
+        carrying its best passage (:meth:`kg.index.base.SearchIndex.bm25_documents`).
 
-        Parameters
-        ----------
-        repo_key : str
-            The repository (its collections' name prefix).
-        query : str
-            Analyzed with :func:`kg.index.tokenize.analyze`, as the documents' terms were.
-        k : int
-            Maximum number of hits; ``k <= 0`` gives ``[]``.
-        scopes : sequence of SearchScope
-            Search the documents collections beside these scopes' chunks collections (every
-            model), each filtered by its version keys and filters as :meth:`bm25` filters.
-        field_weights : mapping of str to float, optional
-            Weight of each field (``{"title": 2.0}``), finite and >= 0; a field not named weighs
-            1.0, and a field of weight 0 is not searched.
-
-        Returns
-        -------
-        list of IndexHit
-            One per content key, by BM25F score descending (ties by ``seq`` of the key's first
-            chunk); each carries the key's passage with the best passage-level BM25 among the
-            key's chunks in the collection that scored it (``seq``, ``chunk_index``, ``text``;
-            the lowest seq on a tie), ``score`` the key's BM25F score, ``distance`` None,
-            ranks 1..len: the contract of
-            :meth:`kg.index.embedded.EmbeddedVectorIndex.bm25_documents`.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            A field weight that is negative or not finite.
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or failed.
+        Searches the documents collections beside the scope's chunks collections (every model),
+        filtered as :meth:`bm25` filters; a field of weight 0 is not searched. Ties by ``seq``
+        of the key's first chunk; the best passage is the one with the best passage-level BM25
+        among the key's chunks in the collection that scored it (the lowest seq on a tie).
 
         Notes
         -----
@@ -424,7 +343,7 @@ class WeaviateVectorIndex:
         text = " ".join(terms)
         docs = self._docs_collections(repo_key)
         found: list[tuple[_Row, _Held]] = []
-        for held, keys, base in self._targets(repo_key, scopes, None):
+        for held, keys, base in self._targets(repo_key, scope.collections, None):
             fields = docs.get(_docs_name(held.name))
             if fields is None:
                 found.extend((row, held) for row in self._passage_documents(text, held, keys, base, k))
@@ -478,45 +397,18 @@ class WeaviateVectorIndex:
         k: int,
         *,
         model: str,
-        scopes: Sequence[SearchScope],
+        scope: SearchScope,
         alpha: float = 0.5,
         fusion_type: str = "ranked",
         max_vector_distance: float | None = None,
     ) -> HybridResult:
-        """Top ``k`` chunks by Weaviate's own hybrid query (BM25 and vector, fused in Weaviate).
+        """Top ``k`` chunks by Weaviate's own hybrid query (BM25 and vector, fused in Weaviate)
+        over the scope's collections of ``model``.
 
-        Parameters
-        ----------
-        repo_key : str
-        query : str
-            The full-text leg, analyzed like :meth:`bm25`'s.
-        vector : ndarray, shape (dim,), float
-            The vector leg, embedded by ``model``.
-        k : int
-        model : str
-            The collections searched.
-        scopes : sequence of SearchScope
-            Search these (workspace, branch) collections (see :meth:`knn`).
-        alpha : float
-            0 (BM25 only) to 1 (vector only); sent explicitly, never Weaviate's default.
-        fusion_type : {"ranked", "relative_score"}
-            Weaviate's ``rankedFusion`` (reciprocal rank fusion) or ``relativeScoreFusion``.
-        max_vector_distance : float, optional
-            The vector leg keeps only objects within this cosine distance (Weaviate's
-            ``max_vector_distance``); the BM25 leg is not bounded.
-
-        Returns
-        -------
-        HybridResult
-            The hits (fused score descending, ties by ``seq``) with the ``alpha`` and
-            ``fusion_type`` used, to echo in a response.
-
-        Raises
-        ------
-        kg.errors.InvalidInput
-            ``alpha`` outside [0, 1], an unknown fusion type, or a bad query vector.
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or failed.
+        ``alpha`` is always sent (never Weaviate's default); ``fusion_type`` is Weaviate's
+        ``rankedFusion`` (reciprocal rank fusion) or ``relativeScoreFusion``;
+        ``max_vector_distance`` bounds the vector leg only. Raises ``InvalidInput`` for an
+        ``alpha`` outside [0, 1], an unknown fusion type or a bad query vector.
 
         Notes
         -----
@@ -543,7 +435,7 @@ class WeaviateVectorIndex:
                                details={"max_vector_distance": repr(max_vector_distance)})
         unit = query_vector(vector)
         result = HybridResult([], float(alpha), fusion_type)
-        targets = self._targets(repo_key, scopes, {model})
+        targets = self._targets(repo_key, scope.collections, {model})
         if not targets:
             return result
         for held, _, _ in targets:
@@ -577,26 +469,11 @@ class WeaviateVectorIndex:
         return HybridResult(_hits(_merged(rows)[:k]), float(alpha), fusion_type)
 
     def flush(self, repo_key: str) -> None:
-        """Nothing to do: Weaviate persists every acknowledged write.
-
-        Parameters
-        ----------
-        repo_key : str
-        """
+        """Nothing to do: Weaviate persists every acknowledged write."""
 
     def drop(self, repo_key: str) -> None:
         """Delete every collection of the repository and its marks (also those an earlier kg's
-        shared layout left, see the package notes).
-
-        Parameters
-        ----------
-        repo_key : str
-            An unknown one is a no-op.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or failed.
+        shared layout left, see the package notes); an unknown repository is a no-op.
         """
         held, legacy = self._listed(repo_key)
         names = [h.name for h in held] + legacy
@@ -610,23 +487,9 @@ class WeaviateVectorIndex:
                     state.data.delete_by_id(uid)
 
     def drop_branch(self, repo_key: str, branch_id: int) -> list[str]:
-        """Delete the collections of one branch (every workspace and model), after SQL deleted
-        the branch; its id is never reused, so nothing else ever reads them.
-
-        Parameters
-        ----------
-        repo_key : str
-        branch_id : int
-
-        Returns
-        -------
-        list of str
-            The chunks collections deleted (the documents collections beside them go too).
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-            Weaviate is unreachable or failed.
+        """Delete the collections of one branch (every workspace and model; chunks and documents),
+        after SQL deleted the branch: its id is never reused. Returns the chunks collections'
+        names.
         """
         names = [h.name for h in self._collections(repo_key) if h.branch_id == branch_id]
         if names:
@@ -635,24 +498,9 @@ class WeaviateVectorIndex:
         return names
 
     def drop_workspace_model(self, repo_key: str, workspace_id: int, model: str) -> list[str]:
-        """Delete a workspace's collections of one embedding model (every branch), once a
-        re-embed made another model current: no version points at their chunks any more.
-
-        Parameters
-        ----------
-        repo_key : str
-        workspace_id : int
-        model : str
-            Compared by canonical name (``nomic-embed-text`` is ``ollama:nomic-embed-text:latest``).
-
-        Returns
-        -------
-        list of str
-            The chunks collections deleted (the documents collections beside them go too).
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
+        """Delete a workspace's collections of one model (every branch), once a re-embed made another
+        model current; models compare by canonical name (``nomic-embed-text`` is
+        ``ollama:nomic-embed-text:latest``). Returns the chunks collections' names.
         """
         wanted = canonical_model_name(model)
         names = [h.name for h in self._collections(repo_key)
@@ -663,18 +511,8 @@ class WeaviateVectorIndex:
         return names
 
     def stats(self, repo_key: str) -> dict[str, Any]:
-        """What the index holds for a repository, for a status route.
-
-        Returns
-        -------
-        dict
-            ``{"chunks": int, "models": {model: objects}, "dims": {model: dim},
-            "placed": {"seq": int, "version": int},
-            "collections": [{"name", "model", "workspace_id", "branch_id", "objects"}]}``.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
+        """``{"chunks", "models": {model: objects}, "dims": {model: dim}, "placed": {"seq",
+        "version"}, "collections": [{"name", "model", "workspace_id", "branch_id", "objects"}]}``.
         """
         counts: dict[str, int] = {}
         dims: dict[str, int] = {}
@@ -696,33 +534,66 @@ class WeaviateVectorIndex:
             "collections": listed,
         }
 
-    # -- placement -----------------------------------------------------------------------------
+    # -- catch-up and placement -------------------------------------------------------------------
 
-    def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
-        """Store node versions' chunks in the collections of their (workspace, branch).
-
-        Parameters
-        ----------
-        repo_key : str
-        placements : sequence of Placement
-            In version order: a later placement of the same node and content key overwrites
-            an earlier one (its path and properties win). Placements without chunks are
-            skipped.
-
-        Returns
-        -------
-        int
-            Objects written.
+    def catch_up(self, repo_key: str, feed: ChunkFeed) -> int:
+        """Place every live node version's chunks in the collection of its (workspace, branch),
+        from the placement marks on; returns the objects written.
 
         Raises
         ------
-        kg.errors.InvalidInput
-            A bad vector, or chunks of one placement from several content keys or models:
-            checked for the whole call before anything is sent.
         kg.errors.BackendUnavailable
-            Weaviate is unreachable or refused objects (each named). Marks are advanced by the
-            caller only after every call succeeded, so a failed pass is redone whole, and
-            deterministic ids make the redo overwrite.
+            Weaviate failed; the marks stay where they were and the next call redoes the work
+            (placement is idempotent).
+
+        Notes
+        -----
+        Two feeds (:class:`~kg.index.base.ChunkFeed`): node versions of revisions above the
+        revision mark (writes, merges) whose chunks exist; and for chunks above the seq mark
+        (embedded by the queue after their version was written, or by a re-embed that
+        re-pointed versions in place) every version of a revision at or below the revision
+        mark that points at their content keys. The marks advance to the heads read at the
+        start, once all of it is placed; a call with nothing new reads two numbers. Tombstones
+        and versions without text place nothing: the version keys of the searched branch
+        state, decided in SQL, hide whatever they replaced. Collections of branches (or the
+        whole repository) deleted in SQL meanwhile are dropped after placing, as their own
+        drop may have run before this pass created them.
+        """
+        seq_mark, revision_mark = self.placement_marks(repo_key)
+        top_seq, top_revision = feed.heads()
+        if (top_seq, top_revision) == (seq_mark, revision_mark):
+            return 0
+        placed, placed_in = 0, set[int]()
+        batches = [feed.versions(revision_mark, top_revision)]
+        if top_seq > seq_mark and revision_mark > 0:
+            batches.append(feed.versions_of_chunks(seq_mark, top_seq, revision_mark))
+        for source in batches:
+            for placements in source:
+                placed_in.update(p.branch_id for p in placements)
+                placed += self.place(repo_key, placements) if placements else 0
+        if placed_in:
+            gone = feed.deleted_branches(placed_in)
+            if gone is None:
+                self.drop(repo_key)
+                return placed
+            for branch_id in sorted(gone):
+                self.drop_branch(repo_key, branch_id)
+        self.advance_placement_marks(repo_key, max(top_seq, seq_mark), max(top_revision, revision_mark))
+        return placed
+
+    def rewind(self, repo_key: str, seq: int) -> bool:
+        """:meth:`rewind_placement` to ``seq``: the re-pointed versions are placed again by the
+        next :meth:`catch_up`, which a search needs (True)."""
+        self.rewind_placement(repo_key, seq)
+        return True
+
+    def place(self, repo_key: str, placements: Sequence[Placement]) -> int:
+        """Store node versions' chunks in the collections of their (workspace, branch): the objects
+        written.
+
+        ``placements`` are in version order: a later placement of the same node and content key
+        overwrites an earlier one. A bad vector, or chunks of one placement from several content
+        keys or models, raise ``InvalidInput`` for the whole call before anything is sent.
 
         Notes
         -----
@@ -737,7 +608,8 @@ class WeaviateVectorIndex:
         collection without one is an earlier kg's: its versions get no document objects
         (their nodes rank by their best passage) until ``kg reindex`` places them afresh. The
         document is written after the version's chunks, so a failed call leaves at worst
-        chunks without a document, which the caller's redo completes.
+        chunks without a document, which the caller's redo completes (deterministic ids make it
+        overwrite).
         """
         todo = [p for p in placements if p.chunks]
         if not todo:
@@ -842,17 +714,7 @@ class WeaviateVectorIndex:
             insert_objects(collection, objects[start : start + _INSERT_BATCH], labels[start : start + _INSERT_BATCH])
 
     def placement_marks(self, repo_key: str) -> tuple[int, int]:
-        """How far :meth:`place` has been fed from SQL: (chunk seq, revision).
-
-        Returns
-        -------
-        (int, int)
-            Both 0 for a repository never placed.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
-        """
+        """How far :meth:`place` has been fed from SQL: (chunk seq, revision), both 0 at first."""
         marks = []
         with vendor_errors("read the index placement marks"):
             exists = self.client.collections.exists(STATE_COLLECTION)
@@ -863,20 +725,8 @@ class WeaviateVectorIndex:
         return marks[0], marks[1]
 
     def advance_placement_marks(self, repo_key: str, seq: int, version: int) -> None:
-        """Store the placement marks (after every placement up to them succeeded; or lower, to
-        place again, see :meth:`rewind_placement`).
-
-        Parameters
-        ----------
-        repo_key : str
-        seq : int
-            Chunks with ``seq <= seq`` are placed wherever SQL's node versions point at them.
-        version : int
-            Node versions of revisions ``<= version`` are placed wherever their chunks exist.
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
+        """Store the placement marks: chunks with seq ``<= seq`` and node versions of revisions
+        ``<= version`` are placed (or lower marks, to place again: :meth:`rewind_placement`).
         """
         from weaviate.classes.data import DataObject
 
@@ -890,10 +740,6 @@ class WeaviateVectorIndex:
         """Lower the placed-seq mark to ``seq``, so the next pass places again every version
         pointing at chunks above it (a re-embed re-points versions at chunks that may have
         been fed before any version pointed at them).
-
-        Raises
-        ------
-        kg.errors.BackendUnavailable
         """
         placed_seq, placed_revision = self.placement_marks(repo_key)
         if seq < placed_seq:
@@ -901,7 +747,7 @@ class WeaviateVectorIndex:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _targets(self, repo_key: str, scopes: Sequence[SearchScope],
+    def _targets(self, repo_key: str, scopes: Sequence[CollectionScope],
                  models: set[str] | None) -> list[tuple[_Held, Collection[str], Any]]:
         """The collections a search reads, each with its allowed version keys and extra filter:
         the collection of each scope that exists (a scope not placed yet has nothing to find)

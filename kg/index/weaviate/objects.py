@@ -78,7 +78,6 @@ def property_pair(name: str, value: Any) -> str | None:
 
     Parameters
     ----------
-    name : str
     value : Any
         A str of at most 256 characters, an int, float or bool; anything else gives None.
 
@@ -105,21 +104,9 @@ def property_pair(name: str, value: Any) -> str | None:
 
 
 def check_vector_dimension(vectors: np.ndarray, dim: int | None, *, what: str) -> None:
-    """Refuse vectors whose dimension differs from a collection's, before any write.
-
-    Parameters
-    ----------
-    vectors : ndarray, shape (n, d) or (d,)
-        The vectors about to be written or queried.
-    dim : int or None
-        The collection's dimension; ``None`` when it holds no vector yet (anything goes).
-    what : str
-        The collection or model, for the message.
-
-    Raises
-    ------
-    kg.errors.InvalidInput
-        ``d != dim``, or ``vectors`` is neither 1-D nor 2-D.
+    """Refuse vectors (``(n, d)`` or ``(d,)``) whose dimension differs from a collection's ``dim``
+    (None: it holds no vector yet, anything goes) with ``InvalidInput`` naming ``what``, before
+    any write.
     """
     array = np.asarray(vectors)
     if array.ndim not in (1, 2):
@@ -139,23 +126,10 @@ def insert_objects(
     *,
     error: type[BackendUnavailable] = BackendUnavailable,
 ) -> None:
-    """Insert one batch with ``collection.data.insert_many`` and check every object's outcome.
-
-    Parameters
-    ----------
-    collection : weaviate Collection
-    objects : sequence of weaviate.classes.data.DataObject, length n
-    labels : sequence of str, length n
-        A name per object, for errors (see :func:`check_batch_result`).
-    error : type
-        The kg error class to raise.
-
-    Raises
-    ------
-    kg.errors.BackendUnavailable
-        (as ``error``) some objects were refused (each named), all of them were (the client
-        then raises ``WeaviateInsertManyAllFailedError`` with the distinct messages: every
-        object is named with them), or the call failed.
+    """Insert one batch with ``collection.data.insert_many`` and check every object's outcome:
+    ``error`` (``BackendUnavailable``) names each refused object by its label (see
+    :func:`check_batch_result`), also when all were refused (the client then raises
+    ``WeaviateInsertManyAllFailedError`` with the distinct messages) or the call failed.
     """
     weaviate = import_weaviate()
     name = getattr(collection, "name", "?")
