@@ -1,0 +1,1 @@
+"""kg's typed contract: the request and result models every surface derives from."""
