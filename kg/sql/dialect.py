@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
+from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokens import TokenType
 
 
@@ -24,12 +25,12 @@ class KG(Postgres):
 
         COMMANDS: ClassVar[set[Any]] = set()
 
-    class Parser(Postgres.Parser):
+    class Parser(PostgresParser):
         """PostgreSQL's parser; ``a <=> b`` is :class:`sqlglot.exp.CosineDistance`."""
 
-        EQUALITY: ClassVar[dict[Any, Any]] = {k: v for k, v in Postgres.Parser.EQUALITY.items()
+        EQUALITY: ClassVar[dict[Any, Any]] = {k: v for k, v in PostgresParser.EQUALITY.items()
                                               if k != TokenType.NULLSAFE_EQ}
-        TERM: ClassVar[dict[Any, Any]] = {**Postgres.Parser.TERM, TokenType.NULLSAFE_EQ: exp.CosineDistance}
+        TERM: ClassVar[dict[Any, Any]] = {**PostgresParser.TERM, TokenType.NULLSAFE_EQ: exp.CosineDistance}
 
 
 DIALECT = KG()

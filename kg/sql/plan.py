@@ -190,13 +190,14 @@ class _Planner:
             return None
         return _Eval(self, {}).value(node)
 
-    def string(self, node: exp.Expr | None, what: str, *, optional: bool = False) -> str | None:
+    def string(self, node: exp.Expr | None, what: str) -> str:
         value = self.constant(node, what)
-        if value is None and optional:
-            return None
         if not isinstance(value, str):
             raise self.error(f"{what} must be a string", node, what)
         return value
+
+    def optional_string(self, node: exp.Expr | None, what: str) -> str | None:
+        return None if node is None or self.constant(node, what) is None else self.string(node, what)
 
     def integer(self, node: exp.Expr | None, what: str) -> int:
         value = self.constant(node, what)
@@ -234,7 +235,7 @@ class _Planner:
             return self._plan([step], lambda: _dict_table(branch_ops.list_branches(t.services, t.caller, t.repo)))
         if isinstance(node, CreateBranch):
             name = self.string(node.name, "branch name")
-            from_branch = self.string(node.from_branch, "branch name", optional=True) or t.branch
+            from_branch = self.optional_string(node.from_branch, "branch name") or t.branch
             at_revision = None if node.at_revision is None else self.integer(node.at_revision, "revision")
             args = {"repo": t.repo, "name": name, "from_branch": from_branch, "at_revision": at_revision}
             return self._plan([Step("kg.ops.branches.create_branch", args, write=True)],
@@ -243,7 +244,7 @@ class _Planner:
                                                        at_revision=at_revision)]))
         if isinstance(node, MergeBranch):
             source = self.string(node.source, "branch name")
-            into = self.string(node.into, "branch name", optional=True)
+            into = self.optional_string(node.into, "branch name")
             args = {"repo": t.repo, "source": source, "into": into}
             return self._plan([Step("kg.ops.merge.merge_branch", args, write=True)],
                               lambda: _dict_table([run(t.services, t.caller, merge_ops.merge_branch, t.repo,
@@ -259,20 +260,22 @@ class _Planner:
                 raise self.error("an endpoint needs IN WORKSPACE '...'", path, "IN WORKSPACE")
             ends.append(f"{self.string(workspace, 'workspace')}:{self.string(path, 'path')}")
         from_, to = ends
-        rel_type = self.string(node.rel_type, "relation type", optional=node.unrelate)
+        rel_type = self.optional_string(node.rel_type, "relation type") if node.unrelate \
+            else self.string(node.rel_type, "relation type")
         if node.unrelate:
-            args = {"repo": t.repo, "branch": t.branch, "from": from_, "to": to, "type": rel_type}
-            return self._plan([Step("kg.ops.relations.unrelate", args, write=True)],
+            unrelate_args = {"repo": t.repo, "branch": t.branch, "from": from_, "to": to, "type": rel_type}
+            return self._plan([Step("kg.ops.relations.unrelate", unrelate_args, write=True)],
                               lambda: _dict_table([run(t.services, t.caller, relation_ops.unrelate, t.repo,
                                                        t.branch, from_, to, rel_type)]))
         weight = self.constant(node.weight, "weight")
         if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)):
             raise self.error("WEIGHT must be a number", node.weight, "WEIGHT")
-        args = {"repo": t.repo, "branch": t.branch, "from": from_, "to": to, "type": rel_type, "weight": weight}
-        assert rel_type is not None
+        args: dict[str, Any] = {"repo": t.repo, "branch": t.branch, "from": from_, "to": to, "type": rel_type,
+                                "weight": weight}
+        relation_type = self.string(node.rel_type, "relation type")
 
         def execute() -> Table:
-            relation, _ = run(t.services, t.caller, relation_ops.relate, t.repo, t.branch, from_, to, rel_type,
+            relation, _ = run(t.services, t.caller, relation_ops.relate, t.repo, t.branch, from_, to, relation_type,
                               weight=None if weight is None else float(weight))
             return _dict_table([relation])
 
@@ -396,9 +399,10 @@ class _Planner:
             current = self._current(workspace, path)
             if current is None:
                 return _written([], None)
+            node_type = str(changes.get("node_type", current["node_type"]))
+            properties: dict[str, Any] = changes["properties"] if "properties" in changes else current["properties"]
             node_out, _ = run(t.services, t.caller, node_ops.put_node, t.repo, t.branch, workspace, path,
-                              node_type=changes.get("node_type", current["node_type"]),
-                              properties=changes.get("properties", current["properties"]),
+                              node_type=node_type, properties=properties,
                               order=changes.get("order", current["order"]), if_revision=current["revision"],
                               message=f"SQL: UPDATE {workspace}")
             return _written([node_out], node_out["revision"])
@@ -569,7 +573,6 @@ class _Planner:
                 return
             if term.name.upper() == "DESCENDANT_OF" and len(args) == 1:
                 prefix = self.string(args[0], "path")
-                assert prefix is not None
                 raw["path_prefix"] = prefix.rstrip("/") + "/"
                 return
         if isinstance(term, exp.EQ):
@@ -596,8 +599,7 @@ class _Planner:
                              function, "NEIGHBORS")
         address = self.string(positional[0], "address")
         direction = self.string(positional[1], "direction") if len(positional) > 1 else "BOTH"
-        rel_type = self.string(positional[2], "relation type", optional=True) if len(positional) > 2 else None
-        assert address is not None and direction is not None
+        rel_type = self.optional_string(positional[2], "relation type") if len(positional) > 2 else None
         types = [x.strip() for x in rel_type.split(",") if x.strip()] if rel_type else None
         args = {"repo": t.repo, "branch": t.branch, "address": address, "direction": direction.upper(),
                 "types": types, "at_revision": at_revision, "limit": NEIGHBORS_MAX}
@@ -616,7 +618,6 @@ class _Planner:
         if named or len(positional) != 1:
             raise self.error("REFERENCES takes ('workspace:/path')", function, "REFERENCES")
         address = self.string(positional[0], "address")
-        assert address is not None
         args = {"repo": t.repo, "branch": t.branch, "target": address, "at_revision": at_revision,
                 "limit": REFERENCES_MAX}
 
@@ -645,7 +646,6 @@ class _Planner:
                 if len(term.expressions) != 1:
                     raise self.error(f"{term.name.upper()} takes one path", term, term.name.upper())
                 path = self.string(term.expressions[0], "path")
-                assert path is not None
                 kind = term.name.upper()
                 if kind == "CHILD_OF":
                     return (self._children(workspace, path, at_revision),
@@ -664,7 +664,6 @@ class _Planner:
                     and len(term.expressions) == 2 and isinstance(term.expressions[0], exp.Column) \
                     and term.expressions[0].name.lower() == "path":
                 prefix = self.string(term.expressions[1], "prefix")
-                assert prefix is not None
                 if prefix.startswith("/"):
                     return (self._prefix(workspace, prefix, "raw", at_revision),
                             [Step("kg.ops.queries.list_prefix", base | {"prefix": prefix, "mode": "raw"})],
@@ -969,14 +968,14 @@ class _Eval:
             if self.check:
                 return 0
             raise self.p.error(f"{v!r} is not a number", node, _name(node))
-        return v
+        return float(v) if isinstance(v, float) else int(v)
 
     def _cmp(self, a: Any, b: Any, node: exp.Expr) -> int:
         if isinstance(a, bool) != isinstance(b, bool) or (
                 isinstance(a, int | float) != isinstance(b, int | float)) or (
                 not isinstance(a, int | float | str | bool)):
             raise self.p.error(f"cannot compare {a!r} with {b!r}", node, _name(node))
-        return (a > b) - (a < b)
+        return int(a > b) - int(a < b)
 
     def compare(self, node: exp.Expr) -> Any:
         a, b = self.value(node.this), self.value(node.expression)
