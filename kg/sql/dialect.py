@@ -4,7 +4,8 @@ PostgreSQL's tokenizer gives ``'...'::jsonb``, ``->>``, ``$1`` and ``name => val
 reads ``<=>`` as null-safe equality (MySQL's), which kg's dialect makes pgvector's cosine
 distance (:class:`sqlglot.exp.CosineDistance`), binding as tightly as ``+``. The tokenizer has no
 "command" statements (PostgreSQL's reads ``SHOW ...`` and ``EXPLAIN ...`` as one opaque string),
-so every statement is tokenized, strings and comments included, before it is split at ``;``.
+so every statement is tokenized, strings and comments included, before it is split at ``;``;
+``REFERENCES`` is a function name (kg's ``REFERENCES('ws:/path')``), not a keyword.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class KG(Postgres):
         """PostgreSQL's tokenizer without opaque commands."""
 
         COMMANDS: ClassVar[set[Any]] = set()
+        #: ``REFERENCES(...)`` is kg's table function, not the constraint keyword.
+        KEYWORDS: ClassVar[dict[str, Any]] = {k: v for k, v in Postgres.Tokenizer.KEYWORDS.items()
+                                              if k != "REFERENCES"}
 
     class Parser(PostgresParser):
         """PostgreSQL's parser; ``a <=> b`` is :class:`sqlglot.exp.CosineDistance`."""

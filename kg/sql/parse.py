@@ -88,6 +88,8 @@ class Statement:
         ``AS OF REVISION n``.
     source : str
         The whole text (positions in errors are in it).
+    offset : int
+        Where the statement starts in it.
     """
 
     index: int
@@ -98,6 +100,7 @@ class Statement:
     explain: bool = False
     at_revision: int | None = None
     source: str = field(default="", repr=False)
+    offset: int = 0
 
 
 def position(source: str, offset: int) -> tuple[int, int]:
@@ -219,7 +222,7 @@ def _statement(sql: str, index: int, tokens: list[Token]) -> Statement:
     else:
         node = _sqlglot(sql, index, tokens)
     return Statement(index=index, text=text, line=line, column=column, node=node, explain=explain,
-                     at_revision=at_revision, source=sql)
+                     at_revision=at_revision, source=sql, offset=tokens[0].start)
 
 
 def tokens_end(sql: str) -> int:

@@ -122,11 +122,12 @@ def _name(node: exp.Expr) -> str:
 
 
 def _offset(node: exp.Expr) -> int | None:
-    for sub in node.walk():
-        meta = sub.meta if hasattr(sub, "_meta") and sub._meta else {}
-        if "start" in meta:
-            return int(meta["start"])
-    return None
+    """Where ``node`` starts in the text: its leftmost token that sqlglot placed (``$n`` starts
+    at its ``$``)."""
+    starts = [int(sub.meta["start"]) for sub in node.walk() if getattr(sub, "_meta", None) and "start" in sub.meta]
+    if not starts:
+        return None
+    return min(starts) - (1 if isinstance(node, exp.Parameter) else 0)
 
 
 def _text(value: Any) -> str | None:
@@ -166,14 +167,17 @@ class _Planner:
     # --- errors and values ---------------------------------------------------------------
 
     def error(self, message: str, node: exp.Expr | None, construct: str | None = None) -> InvalidInput:
+        """The 422 of ``node`` (None: the statement): its construct and where it starts."""
+        statement = self.statement
         offset = _offset(node) if node is not None else None
         construct = construct or (_name(node) if node is not None else "statement")
+        if offset is None and node is not None:
+            # a construct sqlglot did not place (``?``): its first occurrence in the statement
+            found = statement.text.find(node.sql(dialect="postgres"))
+            offset = statement.offset + found if found >= 0 else None
         if offset is None:
-            line, column = self.statement.line, self.statement.column
-            return InvalidInput(f"{message} (line {line}, column {column})",
-                                details={"construct": construct, "line": line, "column": column,
-                                         "statement": self.statement.index})
-        return refuse(message, self.statement.source, offset, construct, self.statement.index)
+            offset = statement.offset
+        return refuse(message, statement.source, offset, construct, statement.index)
 
     def param(self, node: exp.Parameter) -> Any:
         index = node.this.this if isinstance(node.this, exp.Literal) else None
@@ -220,7 +224,7 @@ class _Planner:
         if isinstance(node, exp.Delete):
             return self.delete(node)
         if isinstance(node, exp.Expr):
-            raise self.error(f"{_name(node)} statements are not supported", node)
+            raise self.error(f"{_name(node)} statements are not supported", None, _name(node))
         return self.command(node)
 
     def _plan(self, steps: list[Step], execute: Callable[[], Table]) -> Plan:
@@ -288,8 +292,8 @@ class _Planner:
             if key in allowed or value in (None, False, []):
                 continue
             sub = value[0] if isinstance(value, list) else value
-            raise self.error(f"{key.rstrip('_').upper()} is not supported here",
-                             sub if isinstance(sub, exp.Expr) else node, key.rstrip("_").upper())
+            at = None if key == "with_" or not isinstance(sub, exp.Expr) else sub  # WITH comes first
+            raise self.error(f"{key.rstrip('_').upper()} is not supported here", at, key.rstrip("_").upper())
 
     def workspace(self, table: exp.Expr | None) -> str:
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) \
@@ -316,7 +320,7 @@ class _Planner:
             raise self.error("INSERT needs the columns path and node_type", schema, "INSERT")
         values = node.expression
         if not isinstance(values, exp.Values):
-            raise self.error("INSERT takes VALUES (...)", values, "INSERT")
+            raise self.error("INSERT takes VALUES (...)", values, f"INSERT ... {_name(values)}")
         upserts = []
         for row in values.expressions:
             items = row.expressions if isinstance(row, exp.Tuple) else [row]
@@ -766,7 +770,8 @@ class _Shaper:
         row (unknown columns, functions and constructs raise)."""
         aliases = {e.alias.lower() for e in self.node.expressions if isinstance(e, exp.Alias)}
         for sub in [*self.node.expressions, *self.group]:
-            _Eval(self.p, {}, check=known).value(sub)
+            if not isinstance(sub, exp.Star):
+                _Eval(self.p, {}, check=known).value(sub)
         for sub in self.order:
             _Eval(self.p, {}, check=known | aliases | ({"count"} if self.aggregate else set())).value(sub.this)
         for cond in (self.where, self.having):
@@ -904,9 +909,8 @@ class _Eval:
         if isinstance(node, exp.Is):
             v = self.value(node.this)
             target = node.expression
-            if isinstance(target, exp.Null):
-                return v is None
-            return v is self.value(target)
+            result = v is None if isinstance(target, exp.Null) else v is self.value(target)
+            return not result if node.args.get("negate") else result
         if isinstance(node, exp.In):
             if node.args.get("query") is not None or node.args.get("unnest") is not None:
                 raise self.p.error("IN takes a list of values", node, "IN")
