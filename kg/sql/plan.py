@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from kg.context import Actor, Resources, run
+from kg.context import Actor, Resources, permit, run
 from kg.errors import InvalidInput, NotFound
 from kg.graph.neighbors import MAX_LIMIT as NEIGHBORS_MAX
 from kg.ops import branches as branch_ops
@@ -419,7 +419,10 @@ class _Planner:
         try:
             return queries.get_node(t.services, t.caller, t.repo, t.branch, workspace, path, at_revision=at_revision)
         except NotFound:
-            # An unknown node is no row; an unknown (or unreadable) workspace stays a 404.
+            # An unknown node is no row; a branch or workspace that does not exist, or that the
+            # caller may not read, stays the 404 it is over HTTP.
+            permit(t.services, t.caller, "read", t.repo, t.branch, workspace)
+            branch_ops.get_branch(t.services, t.caller, t.repo, t.branch)
             repo_ops.get_workspace(t.services, t.caller, t.repo, workspace)
             return None
 

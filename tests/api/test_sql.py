@@ -204,3 +204,12 @@ def test_a_bad_statement_anywhere_runs_nothing(kb):
     assert error["details"]["statement"] == 2 and error["details"]["line"] == 2
     assert head(kb) == rev
     assert kb.get("/api/repos/acme/workspaces/knowledge/nodes/kb/x").status_code == 404
+
+
+def test_an_unknown_branch_is_a_404_not_an_empty_answer(kb):
+    for text in ("SELECT path FROM 'knowledge' WHERE path = '/kb/a'",
+                 "SELECT path FROM 'knowledge' WHERE CHILD_OF('/kb')",
+                 "UPDATE 'knowledge' SET node_type = 'x' WHERE path = '/nope'"):
+        r = kb.post("/api/sql/acme/no-such-branch", json={"sql": text})
+        assert r.status_code == 404, r.text
+        assert r.json()["error"]["code"] == "not_found"
