@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kg.context import Actor, Resources
-from kg.errors import InvalidInput, KGError
+from kg.errors import Forbidden, InvalidInput, KGError
 from kg.sql.parse import parse
 from kg.sql.plan import Plan, Target, plan
 from kg.types.sql import MAX_SQL_PARAMS, SqlResponse, SqlStatementResult
@@ -58,7 +58,7 @@ def compile_sql(services: Resources, caller: Actor, repo: str, branch: str, sql:
 
 
 def run_sql(services: Resources, caller: Actor, repo: str, branch: str, sql: str,
-            params: Sequence[Any] = ()) -> SqlResponse:
+            params: Sequence[Any] = (), *, read_only: bool = False) -> SqlResponse:
     """Run ``sql`` on ``branch`` of ``repo`` for ``caller``: the SQL endpoint's use case.
 
     Parameters
@@ -72,6 +72,8 @@ def run_sql(services: Resources, caller: Actor, repo: str, branch: str, sql: str
         ``;``-separated statements (docs/sql.md).
     params : sequence
         The values of ``$1``, ``$2``, ... (bound in the parsed tree).
+    read_only : bool
+        Refuse every write statement, before anything runs (a read-only MCP server).
 
     Returns
     -------
@@ -82,11 +84,18 @@ def run_sql(services: Resources, caller: Actor, repo: str, branch: str, sql: str
     ------
     kg.errors.InvalidInput
         A statement kg cannot parse or does not run; nothing ran.
+    kg.errors.Forbidden
+        A write statement while ``read_only``; nothing ran.
     kg.errors.KGError
         What a statement's use case raised (``details["statement"]`` is its number and
         ``details["statements_run"]`` how many ran before it, each committed).
     """
     plans = compile_sql(services, caller, repo, branch, sql, params)
+    if read_only:
+        for compiled in plans:
+            if compiled.writes and not compiled.statement.explain:
+                raise Forbidden(f"statement {compiled.statement.index} writes, and this endpoint is read-only",
+                                details={"statement": compiled.statement.index, "statements_run": 0})
     results: list[SqlStatementResult] = []
     for done, compiled in enumerate(plans):
         started = time.perf_counter()
