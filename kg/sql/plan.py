@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from kg.context import Actor, Resources, permit, run
+from kg.context import Actor, Resources, run
 from kg.errors import InvalidInput, NotFound
 from kg.graph.neighbors import MAX_LIMIT as NEIGHBORS_MAX
 from kg.ops import branches as branch_ops
@@ -26,10 +26,10 @@ from kg.ops import merge as merge_ops
 from kg.ops import nodes as node_ops
 from kg.ops import queries
 from kg.ops import relations as relation_ops
-from kg.ops import repos as repo_ops
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.search import SearchRequest, SearchResult, search_branch
 from kg.sql.parse import Command, CreateBranch, MergeBranch, Relate, ShowBranches, Statement, refuse
+from kg.store.paths import validate_path
 from kg.store.references import MAX_LIMIT as REFERENCES_MAX
 
 Row = dict[str, Any]
@@ -299,8 +299,10 @@ class _Planner:
         if not isinstance(table, exp.Table) or not isinstance(table.this, exp.Identifier) \
                 or table.args.get("db") or table.args.get("catalog"):
             raise self.error("expected a workspace name ('knowledge')", table, "FROM")
-        if table.args.get("alias") is not None or table.args.get("joins"):
-            raise self.error("a workspace takes no alias here", table, "ALIAS")
+        for key, value in table.args.items():
+            if key != "this" and value not in (None, False, []):
+                construct = "ALIAS" if key == "alias" else key.rstrip("_").upper()
+                raise self.error(f"a workspace takes no {construct} here", table, construct)
         return str(table.this.this)
 
     def insert(self, node: exp.Insert) -> Plan:
@@ -415,15 +417,19 @@ class _Planner:
                            Step("kg.ops.nodes.put_node", args, write=True)], execute)
 
     def _current(self, workspace: str, path: str, at_revision: int | None = None) -> Row | None:
+        """The node at ``path`` (None: no such node, or a value that is no path at all)."""
         t = self.target
         try:
+            validate_path(path)
             return queries.get_node(t.services, t.caller, t.repo, t.branch, workspace, path, at_revision=at_revision)
-        except NotFound:
-            # An unknown node is no row; a branch or workspace that does not exist, or that the
-            # caller may not read, stays the 404 it is over HTTP.
-            permit(t.services, t.caller, "read", t.repo, t.branch, workspace)
-            branch_ops.get_branch(t.services, t.caller, t.repo, t.branch)
-            repo_ops.get_workspace(t.services, t.caller, t.repo, workspace)
+        except (NotFound, InvalidInput) as exc:
+            # No row, once the read the caller asked for is one it may make: a branch, workspace
+            # or revision that does not exist or that it may not read stays the error it is over
+            # HTTP (the same read of the workspace's first node answers it).
+            queries.list_prefix(t.services, t.caller, t.repo, t.branch, workspace, "/", limit=1,
+                                at_revision=at_revision)
+            if isinstance(exc, InvalidInput) and _is_path(path):
+                raise
             return None
 
     def delete(self, node: exp.Delete) -> Plan:
@@ -461,6 +467,10 @@ class _Planner:
                 and not isinstance(table.this, exp.Identifier):
             function = table.this
             name = _name(function)
+            for key, value in table.args.items():
+                if key not in ("this", "alias") and value not in (None, False, []):
+                    raise self.error(f"{key.rstrip('_').upper()} is not supported here", table,
+                                     key.rstrip("_").upper())
             if name in SEARCH_FUNCTIONS:
                 fetch, steps, columns = self.search_source(function, SEARCH_FUNCTIONS[name], at_revision)
             elif name == "NEIGHBORS":
@@ -711,6 +721,14 @@ class _Planner:
                     return out
 
         return fetch
+
+
+def _is_path(value: str) -> bool:
+    try:
+        validate_path(value)
+    except InvalidInput:
+        return False
+    return True
 
 
 def _conjuncts(condition: exp.Expr | None) -> list[exp.Expr]:
