@@ -10,6 +10,7 @@ details name the construct and where it is (``line``, ``column``, 1-based, in th
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,6 +169,22 @@ def parse(sql: str) -> list[Statement]:
     >>> [type(s.node).__name__ for s in parse("SHOW BRANCHES; SELECT path FROM 'knowledge'")]
     ['ShowBranches', 'Select']
     """
+    if len(sql) <= CACHED_CHARS:
+        return list(_parse_cached(sql))
+    return _parse(sql)
+
+
+#: Texts up to this long are parsed once and kept (a statement with ``$n`` parameters is the
+#: same text call after call; the trees are never changed once parsed).
+CACHED_CHARS = 4096
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_cached(sql: str) -> tuple[Statement, ...]:
+    return tuple(_parse(sql))
+
+
+def _parse(sql: str) -> list[Statement]:
     parts = _split(_tokens(sql))
     if not parts:
         raise InvalidInput("no SQL statement", details={"construct": "empty"})
