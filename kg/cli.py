@@ -18,6 +18,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from kg.access import parse_grant
 from kg.context import OPERATOR, run
@@ -40,6 +41,7 @@ from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
 from kg.settings import Settings
+from kg.sql.execute import run_sql
 from kg.store.db import Database
 from kg.store.models import utcnow
 from kg.store.paths import validate_path
@@ -424,8 +426,6 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
 
 def _sql_table(result: Any) -> None:
     """One statement's result as a rich table on stdout (then its row count)."""
-    from rich.table import Table
-
     table = Table(*result.columns, show_lines=False)
     for row in result.rows:
         table.add_row(*(_sql_cell(v) for v in row))
@@ -443,8 +443,6 @@ def _sql_cell(value: Any) -> str:
 
 
 def _sql_run(services: Any, repo: str, branch: str, text: str, params: list[Any], as_json: bool) -> None:
-    from kg.sql.execute import run_sql
-
     answer = run_sql(services, OPERATOR, repo, branch, text, params)
     if as_json:
         typer.echo(json.dumps(answer.model_dump(), indent=2, default=str))

@@ -15,7 +15,8 @@ def test_a_person_runs_sql_and_reads_the_tables(page, live):
     assert "HYBRID_SEARCH" in page.input_value("#sql-form textarea[name=sql]")
     page.fill("#sql-form textarea[name=sql]",
               "INSERT INTO 'knowledge' (path, name, node_type, properties) VALUES\n"
-              "  ('/docs/a', 'a', 'kb:Article', '{\"title\": \"Alpha <b>\", \"content\": \"Rotate an API key.\"}'::jsonb);\n"
+              "  ('/docs/a', 'a', 'kb:Article',\n"
+              "   '{\"title\": \"Alpha <b>\", \"content\": \"Rotate an API key.\"}'::jsonb);\n"
               "SELECT path, properties->>'title' AS title FROM 'knowledge' WHERE DESCENDANT_OF('/docs');")
     page.click("#sql-form button[type=submit]")
     page.wait_for_selector("#sql-results")
