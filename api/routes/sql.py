@@ -21,7 +21,7 @@ _REFUSALS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/{repo}/{branch:path}", response_model=SqlResponse, responses=_REFUSALS)
+@router.post("/{repo}/{branch:path}", response_model=SqlResponse, responses=_REFUSALS, summary="Run SQL statements")
 def sql_route(repo: RepoP, branch: BranchP, body: SqlRequest, services: ServicesDep, caller: CallerDep) -> dict:
     """Run `;`-separated statements on the branch, in order: one result per statement,
     `{"results": [{"columns", "rows", "row_count", "execution_time_ms"}]}`. Every statement is

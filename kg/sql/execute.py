@@ -1,7 +1,8 @@
 """Run SQL text: parse it, compile every statement, then run them in order.
 
-Every statement is parsed and compiled before the first one runs, so a text with a statement
-kg cannot run runs nothing. Each statement then runs as the use cases it compiled to, a write
+Every statement is parsed and compiled, and the caller's permission for each write checked,
+before the first one runs, so a text with a statement kg cannot run, or that the key may not
+run, runs nothing. Each statement then runs as the use cases it compiled to, a write
 in a unit of work of its own (committed when it ends); a statement that fails stops the run,
 and its error says which statement it was and how many ran before it (docs/sql.md).
 """
@@ -13,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kg.context import Actor, Resources
+from kg.context import Actor, Resources, permit
 from kg.errors import Forbidden, InvalidInput, KGError
 from kg.sql.parse import parse
 from kg.sql.plan import Plan, Target, plan
@@ -84,13 +85,22 @@ def run_sql(services: Resources, caller: Actor, repo: str, branch: str, sql: str
     ------
     kg.errors.InvalidInput
         A statement kg cannot parse or does not run; nothing ran.
-    kg.errors.Forbidden
-        A write statement while ``read_only``; nothing ran.
+    kg.errors.Forbidden, kg.errors.NotFound
+        A write statement while ``read_only``, or one the caller may not make (or a branch or
+        workspace it cannot see); nothing ran.
     kg.errors.KGError
         What a statement's use case raised (``details["statement"]`` is its number and
         ``details["statements_run"]`` how many ran before it, each committed).
     """
     plans = compile_sql(services, caller, repo, branch, sql, params)
+    for compiled in plans:
+        if not compiled.statement.explain:
+            for action, on_branch, workspace in compiled.checks:
+                try:
+                    permit(services, caller, action, repo, on_branch, workspace)
+                except KGError as exc:
+                    exc.details = {**exc.details, "statement": compiled.statement.index, "statements_run": 0}
+                    raise
     if read_only:
         for compiled in plans:
             if compiled.writes and not compiled.statement.explain:

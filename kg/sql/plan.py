@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from kg.access import Action
 from kg.context import Actor, Resources, run
 from kg.errors import InvalidInput, NotFound
 from kg.graph.neighbors import MAX_LIMIT as NEIGHBORS_MAX
@@ -76,6 +77,10 @@ class Plan:
     statement: Statement
     steps: list[Step]
     execute: Callable[[], Table] = field(repr=False)
+    #: ``(action, branch, workspace)`` the caller must be allowed (:func:`kg.context.permit`),
+    #: checked for every statement before the first runs: a write a key may not make refuses the
+    #: whole text, not the statements after those that ran. The use cases check again.
+    checks: list[tuple[Action, str, str | None]] = field(default_factory=list)
 
     @property
     def writes(self) -> bool:
@@ -227,8 +232,9 @@ class _Planner:
             raise self.error(f"{_name(node)} statements are not supported", None, _name(node))
         return self.command(node)
 
-    def _plan(self, steps: list[Step], execute: Callable[[], Table]) -> Plan:
-        return Plan(self.statement, steps, execute)
+    def _plan(self, steps: list[Step], execute: Callable[[], Table],
+              checks: list[tuple[Action, str, str | None]] | None = None) -> Plan:
+        return Plan(self.statement, steps, execute, checks or [])
 
     # --- commands ---------------------------------------------------------------------------
 
@@ -245,32 +251,41 @@ class _Planner:
             return self._plan([Step("kg.ops.branches.create_branch", args, write=True)],
                               lambda: _dict_table([run(t.services, t.caller, branch_ops.create_branch, t.repo,
                                                        name=name, from_branch=from_branch,
-                                                       at_revision=at_revision)]))
+                                                       at_revision=at_revision)]),
+                              [("read", from_branch, None), ("branch:create", name, None)])
         if isinstance(node, MergeBranch):
             source = self.string(node.source, "branch name")
             into = self.optional_string(node.into, "branch name")
             args = {"repo": t.repo, "source": source, "into": into}
+            merge_checks: list[tuple[Action, str, str | None]] = [("read", source, None)]
+            if into:
+                merge_checks.append(("merge", into, None))
             return self._plan([Step("kg.ops.merge.merge_branch", args, write=True)],
                               lambda: _dict_table([run(t.services, t.caller, merge_ops.merge_branch, t.repo,
-                                                       source, into, message=None)]))
+                                                       source, into, message=None)]),
+                              merge_checks)
         assert isinstance(node, Relate)
         return self.relate(node)
 
     def relate(self, node: Relate) -> Plan:
         t = self.target
         ends = []
+        spaces = []
         for path, workspace in ((node.from_path, node.from_workspace), (node.to_path, node.to_workspace)):
             if workspace is None:
                 raise self.error("an endpoint needs IN WORKSPACE '...'", path, "IN WORKSPACE")
-            ends.append(f"{self.string(workspace, 'workspace')}:{self.string(path, 'path')}")
+            spaces.append(self.string(workspace, "workspace"))
+            ends.append(f"{spaces[-1]}:{self.string(path, 'path')}")
         from_, to = ends
+        checks: list[tuple[Action, str, str | None]] = [("write", t.branch, spaces[0]),
+                                                        ("read", t.branch, spaces[1])]
         rel_type = self.optional_string(node.rel_type, "relation type") if node.unrelate \
             else self.string(node.rel_type, "relation type")
         if node.unrelate:
             unrelate_args = {"repo": t.repo, "branch": t.branch, "from": from_, "to": to, "type": rel_type}
             return self._plan([Step("kg.ops.relations.unrelate", unrelate_args, write=True)],
                               lambda: _dict_table([run(t.services, t.caller, relation_ops.unrelate, t.repo,
-                                                       t.branch, from_, to, rel_type)]))
+                                                       t.branch, from_, to, rel_type)]), checks)
         weight = self.constant(node.weight, "weight")
         if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)):
             raise self.error("WEIGHT must be a number", node.weight, "WEIGHT")
@@ -283,7 +298,7 @@ class _Planner:
                               weight=None if weight is None else float(weight))
             return _dict_table([relation])
 
-        return self._plan([Step("kg.ops.relations.relate", args, write=True)], execute)
+        return self._plan([Step("kg.ops.relations.relate", args, write=True)], execute, checks)
 
     # --- writes ------------------------------------------------------------------------------
 
@@ -338,7 +353,8 @@ class _Planner:
                       message=f"SQL: INSERT INTO {workspace}")
             return _written(out["upserted"], out["revision"])
 
-        return self._plan([Step("kg.ops.nodes.batch", args, write=True)], execute)
+        return self._plan([Step("kg.ops.nodes.batch", args, write=True)], execute,
+                          [("write", t.branch, workspace)])
 
     def _node_record(self, workspace: str, record: dict[str, Any], at: exp.Expr) -> dict[str, Any]:
         path = record.get("path")
@@ -414,7 +430,8 @@ class _Planner:
             return _written([node_out], node_out["revision"])
 
         return self._plan([Step("kg.ops.queries.get_node", {"workspace": workspace, "path": path}),
-                           Step("kg.ops.nodes.put_node", args, write=True)], execute)
+                           Step("kg.ops.nodes.put_node", args, write=True)], execute,
+                          [("write", t.branch, workspace)])
 
     def _current(self, workspace: str, path: str, at_revision: int | None = None) -> Row | None:
         """The node at ``path`` (None: no such node, or a value that is no path at all)."""
@@ -446,7 +463,8 @@ class _Planner:
                       message=f"SQL: DELETE FROM {workspace}")
             return ["path", "deleted", "revision"], [[path, out["deleted"], out["revision"]]]
 
-        return self._plan([Step("kg.ops.nodes.delete_node", args, write=True)], execute)
+        return self._plan([Step("kg.ops.nodes.delete_node", args, write=True)], execute,
+                          [("write", t.branch, workspace)])
 
     # --- SELECT -------------------------------------------------------------------------------
 

@@ -51,3 +51,25 @@ def test_bad_sql_is_a_tool_error_in_kgs_shape(acme):  # noqa: F811
     bad = call(server, None, "sql", {"sql": "SELECT path FROM 'kb' JOIN x ON 1 = 1"}, error=True)
     assert bad["error"]["code"] == "invalid_input"
     assert bad["error"]["details"] == {"construct": "JOINS", "line": 1, "column": 28, "statement": 1}
+
+
+def test_a_write_the_key_may_not_make_refuses_the_whole_text_before_anything_runs(acme):  # noqa: F811
+    from kg.context import run
+    from kg.ops import repos as repo_ops
+
+    run(acme, OPERATOR, repo_ops.create_workspace, "acme", "notes")
+    head = run_sql(acme, OPERATOR, "acme", "main", "SHOW BRANCHES").model_dump()["results"][0]
+    before = head["rows"][0][head["columns"].index("head_revision")]
+    writer = Actor("key", "writer", "3" * 16, (make_grant("acme", ["main", "*"], ["notes"], ["read", "write"]),))
+    server = build_server(acme, fixed_binding("acme", "main", writer))
+    refused = call(server, None, "sql", {"sql": "INSERT INTO 'notes' (path, node_type) VALUES ('/n', 'kb:Note'); "
+                                                "INSERT INTO 'kb' (path, node_type) VALUES ('/k', 'kb:Note')"},
+                   error=True)
+    assert refused["error"]["code"] == "not_found"  # kb is a workspace the key cannot see
+    assert refused["error"]["details"]["statement"] == 2 and refused["error"]["details"]["statements_run"] == 0
+    after = run_sql(acme, OPERATOR, "acme", "main", "SHOW BRANCHES").model_dump()["results"][0]
+    assert after["rows"][0][after["columns"].index("head_revision")] == before
+    assert call(server, None, "sql", {"sql": "SELECT path FROM 'notes'"})["results"][0]["rows"] == []
+    # alone, the first statement is one the key may run
+    alone = call(server, None, "sql", {"sql": "INSERT INTO 'notes' (path, node_type) VALUES ('/n', 'kb:Note')"})
+    assert alone["results"][0]["rows"][0][1] == "/n"
