@@ -26,6 +26,7 @@ from api.routes import (
     relations,
     repos,
     search,
+    sql,
 )
 from kg.services import Services
 from kg.settings import Settings
@@ -67,7 +68,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     # Every other route needs the caller (a 401 with KG_AUTH on and no valid key), even one
     # that does not use it; FastAPI resolves get_caller once per request.
     for module in (repos, history, branches, nodes, search, relations, references, rag, functions, jobs, keys,
-                   lineage):
+                   lineage, sql):
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[Depends(get_caller)])
     # MCP over streamable HTTP: /mcp/{repo}/{branch} (the branch may hold '/'), the same keys.
     app.mount("/mcp", mcp_asgi)

@@ -1,5 +1,5 @@
-"""The ``kg`` command line: serve, db upgrade, ingest, import, export, search, ask, log, diff, merge, branch,
-keys, mcp, relate, invalidate, relation-types, neighbors."""
+"""The ``kg`` command line: serve, db upgrade, ingest, import, export, search, sql, ask, log, diff, merge,
+branch, keys, mcp, relate, invalidate, relation-types, neighbors."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from kg.access import parse_grant
 from kg.context import OPERATOR, run
@@ -40,6 +41,7 @@ from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.search import SearchRequest, search_branch
 from kg.services import Services, build_index
 from kg.settings import Settings
+from kg.sql.execute import run_sql
 from kg.store.db import Database
 from kg.store.models import utcnow
 from kg.store.paths import validate_path
@@ -420,6 +422,90 @@ def search(query: Annotated[str, typer.Argument(help="What to look for.")],
             for label in ("before", "after"):
                 if r.context.get(label):
                     typer.echo(f"   {label}: " + ", ".join(n["path"] for n in r.context[label]))
+
+
+def _sql_table(result: Any) -> None:
+    """One statement's result as a rich table on stdout (then its row count)."""
+    table = Table(*result.columns, show_lines=False)
+    for row in result.rows:
+        table.add_row(*(_sql_cell(v) for v in row))
+    out = Console()
+    out.print(table)
+    out.print(f"({result.row_count} row{'s' if result.row_count != 1 else ''}, {result.execution_time_ms:g} ms)")
+
+
+def _sql_cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _sql_run(services: Any, repo: str, branch: str, text: str, params: list[Any], as_json: bool) -> None:
+    answer = run_sql(services, OPERATOR, repo, branch, text, params)
+    if as_json:
+        typer.echo(json.dumps(answer.model_dump(), indent=2, default=str))
+        return
+    for result in answer.results:
+        _sql_table(result)
+
+
+@app.command("sql")
+def sql(statement: Annotated[str | None, typer.Argument(
+            help="Statements separated by ';'; none and no --file: an interactive prompt.")] = None,
+        repo: Annotated[str, typer.Option(help="Repository.")] = "",
+        branch: Annotated[str, typer.Option(help="Branch.")] = "main",
+        file: Annotated[Path | None, typer.Option("--file", help="Read the statements from this file.")] = None,
+        param: Annotated[list[str] | None, typer.Option(
+            "--param", help="The value of $1, $2, ... in order (repeatable); JSON when it parses as JSON, "
+                            "else the string.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False) -> None:
+    """Run SQL statements (RAG patterns: KNN, HYBRID_SEARCH, INSERT, RELATE, NEIGHBORS, CREATE BRANCH, ...) on
+    a branch, as the operator; each result is printed as a table."""
+    params: list[Any] = []
+    for raw in param or []:
+        try:
+            params.append(json.loads(raw))
+        except ValueError:
+            params.append(raw)
+    try:
+        if not repo:
+            raise InvalidInput("--repo is required")
+        if statement is not None and file is not None:
+            raise InvalidInput("give a statement or --file, not both")
+        text = statement
+        if file is not None:
+            try:
+                text = file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise InvalidInput(f"cannot read {file}: {exc.strerror}") from exc
+        services = _services()
+        if text is not None:
+            _sql_run(services, repo, branch, text, params, as_json)
+            return
+    except KGError as exc:
+        _fail(exc)
+    _sql_prompt(services, repo, branch, params, as_json)
+
+
+def _sql_prompt(services: Any, repo: str, branch: str, params: list[Any], as_json: bool) -> None:
+    """The interactive prompt: statements end with ';'; an error is printed and the prompt goes on."""
+    err.print(f"kg sql on {repo}/{branch}: statements end with ';', Ctrl-D to quit")
+    buffer = ""
+    while True:
+        try:
+            line = input("kg> " if not buffer else "... ")
+        except EOFError:
+            break
+        buffer += line + "\n"
+        if not line.rstrip().endswith(";"):
+            continue
+        text, buffer = buffer, ""
+        try:
+            _sql_run(services, repo, branch, text, params, as_json)
+        except KGError as exc:
+            typer.echo(f"error: {_one_line(exc.message)}", err=True)
 
 
 @app.command()

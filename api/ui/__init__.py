@@ -11,12 +11,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 
-from api.ui import admin, auth, branches, graph, nodes, playground, review
+from api.ui import admin, auth, branches, graph, nodes, playground, review, sql
 from api.ui.core import STATIC, error_page, sign_in_redirect
 from api.ui.session import SessionCodec, SignInRequired, signed_in
 
 #: The console's screens, in the order of the navigation.
-SCREENS = (auth, branches, review, nodes, graph, playground, admin)
+SCREENS = (auth, branches, review, nodes, graph, playground, sql, admin)
 
 
 def install(app: FastAPI) -> None:

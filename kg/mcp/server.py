@@ -61,6 +61,7 @@ from kg.rag.functions import FUNCTIONS, invoke
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.graph import walk
 from kg.rag.search import SearchRequest, search_branch
+from kg.sql.execute import run_sql
 from kg.store.paths import validate_path
 
 #: The route of the streamable HTTP endpoint inside its mount (``/mcp``): ``{branch}`` may hold ``/``.
@@ -70,7 +71,7 @@ NODE_URI_TEMPLATE = "kg://{repo}/{workspace}/{+path}{?branch}"
 #: The function of the research assistant (issue 13), offered as a tool once kg.rag has it.
 RESEARCH_ASSISTANT = "research-assistant"
 
-READ_TOOLS = ("search", "ask", "graph_context", "get_node", "neighbors", "traverse", "diff", "lineage")
+READ_TOOLS = ("search", "ask", "graph_context", "get_node", "neighbors", "traverse", "diff", "lineage", "sql")
 #: Tool name -> the action a caller must hold somewhere in the repository to be offered it.
 WRITE_TOOLS: dict[str, Action] = {
     "put_node": "write", "relate": "write", "invalidate_relation": "write", "unrelate": "write",
@@ -537,6 +538,17 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
     async def lineage(ctx: Context, workspace: Workspace, path: NodePath, branch: BranchArg = None) -> CallToolResult:
         return await call(ctx, lambda b: {"branch": b.on(branch), **node_lineage(
             services, b.caller, b.repo, b.on(branch), workspace, validate_path(path))})
+
+    @tool(_READ if read_only else _ADD,
+          "Run SQL statements separated by ';' (RAG patterns: KNN, HYBRID_SEARCH, FULLTEXT_SEARCH, SELECT over a "
+          "workspace with CHILD_OF / DESCENDANT_OF / PATH_STARTS_WITH, NEIGHBORS, REFERENCES"
+          + ("" if read_only else ", INSERT, UPDATE, DELETE, RELATE, CREATE BRANCH, MERGE BRANCH")
+          + "); one result per statement: columns, rows, row_count. $1, $2... take params.")
+    async def sql(ctx: Context, sql: Annotated[str, Field(description="The statements.")],
+                  params: Annotated[list[Any] | None, Field(description="The values of $1, $2, ...")] = None,
+                  branch: BranchArg = None) -> CallToolResult:
+        return await call(ctx, lambda b: {"branch": b.on(branch), **run_sql(
+            services, b.caller, b.repo, b.on(branch), sql, params or [], read_only=read_only).model_dump()})
 
     if not read_only:
         _write_tools(services, call, tool)

@@ -5,7 +5,7 @@ OpenAPI document), the MCP tools' results, the CLI's JSON output and :mod:`kg.cl
 defined here once. The modules follow the use cases: :mod:`~kg.types.repos`,
 :mod:`~kg.types.branches` (history, diff, merge), :mod:`~kg.types.nodes`, :mod:`~kg.types.search`,
 :mod:`~kg.types.relations`, :mod:`~kg.types.rag`, :mod:`~kg.types.functions` (and jobs),
-:mod:`~kg.types.keys`, :mod:`~kg.types.lineage`; :mod:`~kg.types.common` holds what they share.
+:mod:`~kg.types.keys`, :mod:`~kg.types.lineage`, :mod:`~kg.types.sql`; :mod:`~kg.types.common` holds what they share.
 """
 
 from __future__ import annotations
@@ -158,6 +158,11 @@ from kg.types.search import (
     SearchRow,
     SearchWarning,
 )
+from kg.types.sql import (
+    SqlRequest,
+    SqlResponse,
+    SqlStatementResult,
+)
 
 __all__ = [
     "Address",
@@ -276,6 +281,9 @@ __all__ = [
     "SearchResponse",
     "SearchRow",
     "SearchWarning",
+    "SqlRequest",
+    "SqlResponse",
+    "SqlStatementResult",
     "StoredAnswer",
     "Strict",
     "Timestamp",

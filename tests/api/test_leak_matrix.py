@@ -193,6 +193,8 @@ REPO_READ = (200, 404, 200, 200, 200)       # the repository as a whole
 WRITE = (403, 404, 404, 404, 200)           # content of knowledge on main
 ADMIN_ONLY = (403, 404, 403, 403, 200)      # on acme
 SEARCH = {"query": "harbour survey", "k": 5}
+SQL_ROUTE = "/api/sql/{repo}/{branch:path}"
+SQL = "/api/sql/acme"
 
 ROWS = [
     Row("health", "GET", "/api/health", "/api/health", (200,) * 5, public=True),
@@ -258,6 +260,16 @@ ROWS = [
         f"{ACME}/workspaces/knowledge/relation-types", (200, 404, 404, 200, 200)),
     Row("put relation types", "PUT", f"{R}/workspaces/{{ws}}/relation-types",
         f"{ACME}/workspaces/knowledge/relation-types", (403, 404, 404, 403, 200), body={"single_valued": []}),
+    Row("sql select", "POST", SQL_ROUTE, f"{SQL}/main", READ,
+        body={"sql": "SELECT path FROM 'knowledge' WHERE CHILD_OF('/docs')"}),
+    Row("sql knn of a workspace", "POST", SQL_ROUTE, f"{SQL}/main", READ,
+        body={"sql": "SELECT path FROM KNN('harbour survey', 5, workspaces => 'knowledge')"}),
+    Row("sql knn", "POST", SQL_ROUTE, f"{SQL}/main", BRANCH_READ,
+        body={"sql": "SELECT workspace_id, path FROM KNN('harbour survey', 5)"}),
+    Row("sql neighbors", "POST", SQL_ROUTE, f"{SQL}/main", READ,
+        body={"sql": "SELECT path FROM NEIGHBORS('knowledge:/docs', 'BOTH', NULL)"}),
+    Row("sql insert", "POST", SQL_ROUTE, f"{SQL}/main", WRITE,
+        body={"sql": "INSERT INTO 'knowledge' (path, node_type) VALUES ('/sql{n}', 'kb:Doc')"}),
     Row("neighbors", "GET", f"{R}/neighbors", f"{ACME}/neighbors", READ, params={"node": "knowledge:/docs"}),
     Row("traverse", "POST", f"{R}/traverse", f"{ACME}/traverse", READ, body={"seeds": ["knowledge:/docs"]}),
     Row("lineage", "GET", f"{R}/workspaces/{{ws}}/lineage/{{path:path}}", f"{ACME}/workspaces/knowledge/lineage/docs",
