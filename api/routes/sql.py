@@ -8,8 +8,8 @@ from fastapi import APIRouter
 
 from api.deps import BranchP, CallerDep, RepoP, ServicesDep
 from api.guard import GuardedRoute
-from api.models import ErrorBody
 from kg.sql.execute import run_sql
+from kg.types import ErrorBody
 from kg.types.sql import SqlRequest, SqlResponse
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/sql", tags=["sql"])
