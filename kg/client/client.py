@@ -182,6 +182,7 @@ class Operations:
     get_relation_types = operation(ops.get_relation_types)
     put_relation_types = operation(ops.put_relation_types)
     rag = operation(ops.rag)
+    sql = operation(ops.sql)
     invoke_function = operation(ops.invoke_function)
     get_job = operation(ops.get_job)
     create_key = operation(ops.create_key)

@@ -292,6 +292,11 @@ def rag(config: JSON, input: Any, *, branch: str | None = None) -> Call[t.RagAns
     return _call("POST", "/api/rag", returns(t.RagAnswer), locals(), t.RagBody)
 
 
+def sql(repo: str, branch: str, sql: str, *, params: list[Any] | None = None) -> Call[t.SqlResponse]:
+    """Run ``;``-separated SQL statements on a branch (``$1``, ``$2``... bound to ``params``)."""
+    return _call("POST", "/api/sql/{repo}/{branch}", returns(t.SqlResponse), locals(), t.SqlRequest)
+
+
 def invoke_function(repo: str, name: str, input: JSON, *, branch: str | None = None,
                     wait_for_completion: bool | None = None) -> Call[t.FunctionOutput | t.JobAccepted]:
     """Invoke an agent function: its output (200), or with ``wait_for_completion=False`` the queued job (202)."""

@@ -104,6 +104,10 @@ async def tour(kg: Client | AsyncClient, server: Server, kind: str) -> None:
     assert not merged.dry_run and merged.revision is not None
     assert [a.path for a in merged.applied.nodes.added] == ["/docs/billing"]
     assert (await ready(kg.get_node(name, "kb", "/docs/billing"))).properties["title"] == "Billing"
+    # The same read through SQL: the merged node, $1 bound as a value.
+    answer = await ready(kg.sql(name, "main", "SELECT path, properties->>'title' AS title FROM 'kb' WHERE path = $1",
+                                params=["/docs/billing"]))
+    assert [(r.columns, r.rows) for r in answer.results] == [(["path", "title"], [["/docs/billing", "Billing"]])]
 
     relation = await ready(kg.relate(name, "kb:/docs/keys", "kb:/docs/billing", "see_also", weight=0.5))
     assert isinstance(relation, Relation) and (relation.from_, relation.to, relation.weight) == (

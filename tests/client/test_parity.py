@@ -55,6 +55,7 @@ OPERATIONS: dict[tuple[str, str], str] = {
     ("GET", "/api/repos/{repo}/workspaces/{ws}/relation-types"): "get_relation_types",
     ("PUT", "/api/repos/{repo}/workspaces/{ws}/relation-types"): "put_relation_types",
     ("POST", "/api/rag"): "rag",
+    ("POST", "/api/sql/{repo}/{branch}"): "sql",
     ("POST", "/api/functions/{repo}/{name}/invoke"): "invoke_function",
     ("GET", "/api/jobs/{job_id}"): "get_job",
     ("POST", "/api/keys"): "create_key",
@@ -66,7 +67,7 @@ OPERATIONS: dict[tuple[str, str], str] = {
 SAMPLES: dict[str, Any] = {
     "repo": "acme", "ws": "kb", "path": "/docs/a b?", "branch": "feature/x", "name": "n1", "key_id": "k1",
     "job_id": "j1", "from_": "kb:/a", "to": "kb:/b", "type": "cites", "node": "kb:/a", "target": "kb:/a",
-    "query": "rotate", "seeds": ["kb:/a"], "input": {"query": "x"}, "config": {}, "single_valued": [],
+    "query": "rotate", "seeds": ["kb:/a"], "input": {"query": "x"}, "config": {}, "single_valued": [], "sql": "SHOW BRANCHES",
     "embedding": {"model": "fake:hash-64"},
 }
 
