@@ -67,8 +67,8 @@ OPERATIONS: dict[tuple[str, str], str] = {
 SAMPLES: dict[str, Any] = {
     "repo": "acme", "ws": "kb", "path": "/docs/a b?", "branch": "feature/x", "name": "n1", "key_id": "k1",
     "job_id": "j1", "from_": "kb:/a", "to": "kb:/b", "type": "cites", "node": "kb:/a", "target": "kb:/a",
-    "query": "rotate", "seeds": ["kb:/a"], "input": {"query": "x"}, "config": {}, "single_valued": [], "sql": "SHOW BRANCHES",
-    "embedding": {"model": "fake:hash-64"},
+    "query": "rotate", "seeds": ["kb:/a"], "input": {"query": "x"}, "config": {}, "single_valued": [],
+    "embedding": {"model": "fake:hash-64"}, "sql": "SHOW BRANCHES",
 }
 
 
