@@ -12,7 +12,7 @@ from kg.types.common import Glob, Schema, Strict, Timestamp, absent
 #: The kinds of change event: a write, a merge (a write that merged a branch), a branch created,
 #: reset (forked again from its parent) or deleted.
 EventKind = Literal["revision", "merge", "branch.created", "branch.reset", "branch.deleted"]
-EVENT_KINDS: tuple[str, ...] = ("revision", "merge", "branch.created", "branch.reset", "branch.deleted")
+EVENT_KINDS: tuple[EventKind, ...] = ("revision", "merge", "branch.created", "branch.reset", "branch.deleted")
 
 
 class MergeSource(Schema):
