@@ -30,6 +30,9 @@ from kg.services import Services
 from kg.store.history import DEFAULT_LOG_CHANGES, MAX_LOG_CHANGES
 from kg.types.changes import ChangePage, DeliveryList, WebhookCreate, WebhookCreated, WebhookList
 
+#: A cursor of the feed (:func:`kg.ops.changes.parse_cursor`).
+CURSOR_PATTERN = r"^\d{1,12}(\.\d{1,12})?$"
+
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["changes"])
 
 _streams: dict[str, int] = {}
@@ -66,7 +69,7 @@ def stream_slot(services: Services, caller: Actor) -> Iterator[None]:
 async def changes(
     repo: RepoP, request: Request, services: ServicesDep, caller: CallerDep,
     branch: Annotated[str | None, Query(min_length=1, max_length=255, description="Only this branch.")] = None,
-    after: Annotated[str | None, Query(max_length=40, description=(
+    after: Annotated[str | None, Query(max_length=40, pattern=CURSOR_PATTERN, description=(
         "Resume after this cursor (`<revision>` or `<revision>.<event>`, an event's `id`); "
         "default: the start."))] = None,
     fmt: Annotated[Literal["json", "sse"] | None, Query(alias="format", description=(
@@ -74,7 +77,8 @@ async def changes(
     limit: Annotated[int, Query(ge=1, le=change_ops.MAX_PAGE)] = change_ops.DEFAULT_PAGE,
     changes: Annotated[int, Query(ge=0, le=MAX_LOG_CHANGES, description="Writes listed per revision.")]
     = DEFAULT_LOG_CHANGES,
-    last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    last_event_id: Annotated[str | None, Header(max_length=40, pattern=CURSOR_PATTERN, description=(
+        "An SSE client's reconnect: resume after this event id (it wins over `after`)."))] = None,
 ) -> Any:
     """The repository's revisions and branch events after ``after``, in order, as the caller may
     see them: a JSON page, or Server-Sent Events (``Accept: text/event-stream``) that follow
