@@ -14,6 +14,7 @@ from api.guard import RequestGuard
 from api.mcp import mcp_app
 from api.routes import (
     branches,
+    changes,
     functions,
     health,
     history,
@@ -51,6 +52,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     async def lifespan(app: FastAPI):
         services.indexer.start()
         services.jobs.start()
+        services.webhooks.start()
         try:
             # A mounted app's lifespan never runs: the MCP session manager is run here.
             async with mcp_server.session_manager.run():
@@ -67,8 +69,8 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     app.include_router(health.router, responses=ERROR_RESPONSES)
     # Every other route needs the caller (a 401 with KG_AUTH on and no valid key), even one
     # that does not use it; FastAPI resolves get_caller once per request.
-    for module in (repos, history, branches, nodes, search, relations, references, rag, functions, jobs, keys,
-                   lineage, sql):
+    for module in (repos, history, changes, branches, nodes, search, relations, references, rag, functions, jobs,
+                   keys, lineage, sql):
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[Depends(get_caller)])
     # MCP over streamable HTTP: /mcp/{repo}/{branch} (the branch may hold '/'), the same keys.
     app.mount("/mcp", mcp_asgi)

@@ -26,11 +26,13 @@ from kg.errors import InvalidInput, KGError, MergeConflict
 from kg.graph.validity import maybe_aware
 from kg.ops import branches as branch_ops
 from kg.ops import bulk as bulk_ops
+from kg.ops import changes as change_ops
 from kg.ops import keys as key_ops
 from kg.ops import memory as memory_ops
 from kg.ops import queries
 from kg.ops import relations as relation_ops
 from kg.ops import repos as repo_ops
+from kg.ops import webhooks as webhook_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
 from kg.ops.ingest import IngestReport, ingest_path
 from kg.ops.lineage import describe_derived, node_lineage
@@ -61,6 +63,9 @@ app.add_typer(keys_app, name="keys")
 import_app = typer.Typer(help="Import other tools' data into a branch.", no_args_is_help=True,
                          rich_markup_mode=_HELP_MARKUP)
 app.add_typer(import_app, name="import")
+webhooks_app = typer.Typer(help="Webhooks of a repository (on the local database).", no_args_is_help=True,
+                           rich_markup_mode=_HELP_MARKUP)
+app.add_typer(webhooks_app, name="webhooks")
 err = Console(stderr=True)
 
 
@@ -1035,6 +1040,71 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (`kg_<i
     except KGError as exc:
         _fail(exc)
     typer.echo(json.dumps(revoked))
+
+
+@app.command("changes")
+def changes(repo: Annotated[str, typer.Option(help="Repository.")],
+            branch: Annotated[str | None, typer.Option(help="Only this branch.")] = None,
+            after: Annotated[str | None, typer.Option(
+                help="Resume after this cursor (an event's id, `<revision>[.<event>]`).")] = None,
+            follow: Annotated[bool, typer.Option("--follow", help="Keep waiting for new events.")] = False,
+            limit: Annotated[int, typer.Option(help="Events read at a time (1 to 1000).")] = 100) -> None:
+    """The repository's change feed: one JSON line per event (revision, merge, branch created,
+    reset, deleted), oldest first; with --follow, new ones as they are written."""
+    try:
+        services = _services()
+        while True:
+            page = change_ops.changes(services, OPERATOR, repo, branch=branch, after=after, limit=limit)
+            for event in page["events"]:
+                typer.echo(json.dumps(event))
+            after = page["next_after"]
+            if not page["has_more"]:
+                if not follow:
+                    return
+                time.sleep(services.settings.changes_poll_s)
+    except KGError as exc:
+        _fail(exc)
+
+
+@webhooks_app.command("add")
+def webhooks_add(repo: Annotated[str, typer.Option(help="Repository.")],
+                 url: Annotated[str, typer.Option(help="Where to POST events (allowed by KG_WEBHOOK_ALLOWED_URLS).")],
+                 branch: Annotated[list[str] | None, typer.Option(help="Branch glob (repeatable; default *).")] = None,
+                 event: Annotated[list[str] | None, typer.Option(
+                     help="Event kind: revision, merge, branch.created, branch.reset, branch.deleted "
+                          "(repeatable; default all).")] = None) -> None:
+    """Register a webhook; prints it with its signing secret, shown this once."""
+    try:
+        services = _services()
+        created = run(services, OPERATOR, webhook_ops.add_webhook, repo, url, branches=branch or ["*"],
+                      events=event)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(created))
+    err.print("[bold]Keep the secret now: it is not shown again.[/bold]")
+
+
+@webhooks_app.command("list")
+def webhooks_list(repo: Annotated[str, typer.Option(help="Repository.")]) -> None:
+    """List the repository's webhooks (never their secrets), one JSON object a line."""
+    try:
+        services = _services()
+        for hook in webhook_ops.list_webhooks(services, OPERATOR, repo):
+            typer.echo(json.dumps(hook))
+    except KGError as exc:
+        _fail(exc)
+
+
+@webhooks_app.command("remove")
+def webhooks_remove(repo: Annotated[str, typer.Option(help="Repository.")],
+                    webhook_id: Annotated[str, typer.Argument(help="The webhook's id.")]) -> None:
+    """Delete a webhook and its delivery log."""
+    try:
+        services = _services()
+        run(services, OPERATOR, webhook_ops.remove_webhook, repo, webhook_id)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps({"removed": webhook_id}))
 
 
 def main() -> None:

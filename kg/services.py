@@ -27,6 +27,7 @@ from kg.index.embedded import AnnConfig, EmbeddedVectorIndex
 from kg.index.weaviate import ClientPool, WeaviateVectorIndex
 from kg.indexing.indexer import Indexer
 from kg.lru import LRUCache
+from kg.ops.webhooks import WebhookWorker
 from kg.providers.base import Embedder, Reranker
 from kg.providers.llm import LLM, NoLLM
 from kg.providers.registry import make_embedder, make_llm
@@ -58,6 +59,8 @@ class Services:
         Drains the queue of texts to embed.
     jobs : kg.rag.function_jobs.JobRunner
         Runs asynchronous function invocations.
+    webhooks : kg.ops.webhooks.WebhookWorker
+        Queues and delivers webhook events.
     reranker : Reranker or None
         The reranker of search (``KG_RERANK_MODEL``), None without one.
     weaviate_clients : kg.index.weaviate.ClientPool
@@ -76,6 +79,7 @@ class Services:
     graphs: GraphCache = field(default_factory=GraphCache)
     indexer: Indexer = field(init=False)
     jobs: JobRunner = field(init=False)
+    webhooks: WebhookWorker = field(init=False)
     llm: LLM = field(default_factory=NoLLM)
     reranker: Reranker | None = None
     # Searchable sets of branch states, bounded by their nodes (a million-node state is ~100 MB).
@@ -106,6 +110,7 @@ class Services:
         self.indexer = Indexer(self, poll_s=self.settings.index_poll_s,
                                step_chunks=self.settings.index_step_chunks)
         self.jobs = JobRunner(self, poll_s=self.settings.index_poll_s)
+        self.webhooks = WebhookWorker(self, poll_s=self.settings.changes_poll_s)
         self.rate_limiter = RateLimiter(self.settings.rate_expensive_per_min, self.settings.rate_expensive_burst)
         self.key_cache = KeyCache(self.settings.key_cache_s)
 
@@ -125,6 +130,7 @@ class Services:
             self.indexer.close()
         if self.jobs is not None:
             self.jobs.close()
+        self.webhooks.close()
         self.graphs.join_builds(timeout_s=5.0)  # a view built in the background reads the database
         self.db.dispose()
         self.index.close()  # a remote index's connection

@@ -144,6 +144,29 @@ class Settings(BaseSettings):
     max_chunks_per_request : int
         Chunks one RAG-node request may make of its input's files (default 20,000); more is
         refused with 413 before anything is embedded or written.
+    webhook_allowed_urls : list of str
+        The URLs a webhook may deliver to (``KG_WEBHOOK_ALLOWED_URLS``, comma-separated or a JSON
+        list), compared as endpoints the way ``KG_RAG_WEAVIATE_URLS`` is (scheme, host without
+        regard to case, port with its default), the webhook's path starting with the listed
+        one's. Any other URL is refused (422) at registration and never contacted at delivery.
+        Default: none (no webhook can be registered).
+    webhook_timeout_s : float
+        How long one delivery may take (connect, send, each read of the answer), in seconds
+        (default 10): a receiver that hangs is cut then and the attempt counts as failed.
+    webhook_max_attempts : int
+        Attempts of one delivery before it is marked ``failed`` (default 8).
+    webhook_backoff_s : float
+        The wait before a failed delivery's first retry, in seconds (default 5), doubled at each
+        further attempt, at most an hour.
+    changes_poll_s : float
+        How often an open change feed stream reads the store for new revisions, in seconds
+        (default 1; writes of any process, on SQLite or PostgreSQL, are seen so).
+    changes_heartbeat_s : float
+        How often a change feed stream sends a comment while idle, in seconds (default 15), so
+        that proxies keep it open.
+    changes_max_streams : int
+        Change feed streams one key (or the anonymous caller) may hold open at once, per process
+        (default 4); one more is refused with 429.
     allow_fake_embedder : bool
         Allow the ``fake:`` embedding provider (tests only; default off, so a client cannot
         name it).
@@ -251,6 +274,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     max_chunks_per_request: int = Field(default=20_000, gt=0)
     allow_fake_embedder: bool = False
+    webhook_allowed_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=300)
+    webhook_max_attempts: int = Field(default=8, ge=1, le=100)
+    webhook_backoff_s: float = Field(default=5.0, ge=0, le=3600)
+    changes_poll_s: float = Field(default=1.0, gt=0, le=60)
+    changes_heartbeat_s: float = Field(default=15.0, gt=0, le=600)
+    changes_max_streams: int = Field(default=4, ge=1, le=1000)
     keepalive_timeout_s: int = Field(default=5, gt=0)
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     body_timeout_s: float = Field(default=20.0, gt=0, le=600)
@@ -268,7 +298,7 @@ class Settings(BaseSettings):
     ui_secret: SecretStr | None = None
     ui_session_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 24 * 3600.0)
 
-    @field_validator("rag_weaviate_urls", "allowed_hosts", mode="before")
+    @field_validator("rag_weaviate_urls", "allowed_hosts", "webhook_allowed_urls", mode="before")
     @classmethod
     def _split_urls(cls, value: object) -> object:
         """``KG_RAG_WEAVIATE_URLS``, ``KG_ALLOWED_HOSTS``: a JSON list, or values separated by commas."""

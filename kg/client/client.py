@@ -20,7 +20,7 @@ import httpx
 
 from kg.client import operations as ops
 from kg.client.calls import Call, Connection, retry_delay
-from kg.types import Node, Repo, Revision
+from kg.types import ChangeEvent, Node, Repo, Revision
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -118,6 +118,16 @@ def _after_revision(page: Any) -> dict[str, Any] | None:
     return {"before": page.revisions[-1].revision} if page.revisions else None
 
 
+def _after_next(page: Any) -> dict[str, Any] | None:
+    """The next page of the change feed: after ``next_after`` while ``has_more``; None at the end
+    (call ``changes`` again later with the last ``next_after`` to follow)."""
+    return {"after": page.next_after} if page.has_more else None
+
+
+def _events(page: Any) -> list[ChangeEvent]:
+    return list(page.events)
+
+
 def _repos(page: Any) -> list[Repo]:
     return list(page.repos)
 
@@ -188,10 +198,16 @@ class Operations:
     create_key = operation(ops.create_key)
     list_keys = operation(ops.list_keys)
     revoke_key = operation(ops.revoke_key)
+    changes = operation(ops.changes)
+    add_webhook = operation(ops.add_webhook)
+    list_webhooks = operation(ops.list_webhooks)
+    remove_webhook = operation(ops.remove_webhook)
+    webhook_deliveries = operation(ops.webhook_deliveries)
 
     iter_repos = pages(ops.list_repos, _repos, _after_cursor)
     iter_nodes = pages(ops.list_nodes, _nodes, _after_cursor)
     iter_log = pages(ops.log, _revisions, _after_revision)
+    iter_changes = pages(ops.changes, _events, _after_next)
 
 
 _CLIENT_DOC = """

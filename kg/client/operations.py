@@ -326,3 +326,34 @@ def list_keys() -> Call[t.ApiKeyList]:
 def revoke_key(key_id: str) -> Call[t.ApiKeyInfo]:
     """Revoke a key."""
     return _call("DELETE", "/api/keys/{key_id}", returns(t.ApiKeyInfo), locals())
+
+
+# The change feed and webhooks
+
+
+def changes(repo: str, *, branch: str | None = None, after: str | None = None, limit: int | None = None,
+            changes: int | None = None) -> Call[t.ChangePage]:
+    """One JSON page of the repository's change feed after the cursor ``after`` (``iter_changes``:
+    every event up to now, page by page)."""
+    return _call("GET", "/api/repos/{repo}/changes", returns(t.ChangePage), locals())
+
+
+def add_webhook(repo: str, *, url: str, branches: list[str] | None = None,
+                events: list[str] | None = None) -> Call[t.WebhookCreated]:
+    """Register a webhook; its signing ``secret`` is in this answer only."""
+    return _call("POST", "/api/repos/{repo}/webhooks", returns(t.WebhookCreated), locals(), t.WebhookCreate)
+
+
+def list_webhooks(repo: str) -> Call[t.WebhookList]:
+    """The repository's webhooks, without their secrets."""
+    return _call("GET", "/api/repos/{repo}/webhooks", returns(t.WebhookList), locals())
+
+
+def remove_webhook(repo: str, webhook_id: str) -> Call[None]:
+    """Delete a webhook and its delivery log."""
+    return _call("DELETE", "/api/repos/{repo}/webhooks/{webhook_id}", returns_nothing, locals())
+
+
+def webhook_deliveries(repo: str, webhook_id: str, *, limit: int | None = None) -> Call[t.DeliveryList]:
+    """A webhook's delivery log, newest first."""
+    return _call("GET", "/api/repos/{repo}/webhooks/{webhook_id}/deliveries", returns(t.DeliveryList), locals())

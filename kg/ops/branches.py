@@ -14,6 +14,7 @@ from kg.access import can_see, readable_workspaces
 from kg.context import Actor, Resources, UnitOfWork, permit, reading
 from kg.errors import Forbidden, NotFound
 from kg.indexing.chunks import forget_branch
+from kg.ops.changes import record_branch_event
 from kg.store import history
 from kg.store import nodes as node_store
 from kg.store import repos as repo_store
@@ -149,6 +150,7 @@ def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "
     r = repo_store.get_repository(uow.session, repo, lock=True)
     created = repo_store.create_branch(uow.session, r, name=name, from_branch=from_branch,
                                        at_revision=at_revision)
+    record_branch_event(uow.session, r.id, r.head_revision, name, "created", uow.actor.name)
     return branch_dict(uow.session, created)
 
 
@@ -166,6 +168,7 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
     r = repo_store.get_repository(uow.session, repo, lock=True)
     branch_id = _authorize_discard(uow, r, branch).id
     repo_store.delete_branch(uow.session, r, branch)
+    record_branch_event(uow.session, r.id, r.head_revision, branch, "deleted", uow.actor.name)
     _forget_after_commit(uow, r.uid, branch_id)
 
 
@@ -191,6 +194,7 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
                             "its parent, which the key may not read",
                             details={"action": "branch:delete", "repo": repo, "branch": branch}) from None
     b = history.reset_branch(uow.session, r, branch)
+    record_branch_event(uow.session, r.id, r.head_revision, branch, "reset", uow.actor.name)
     _forget_after_commit(uow, r.uid, b.id)
     return {"name": b.name, "parent": repo_store.parent_name(uow.session, b),
             "base_revision": b.base_revision, "head_revision": b.head_revision}

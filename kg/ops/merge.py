@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.errors import Conflict, InvalidInput, MergeConflict, NotFound
 from kg.indexing.index_jobs import enqueue
+from kg.ops.changes import record_branch_event
 from kg.ops.lineage import view_before
 from kg.ops.merge_lineage import DerivedPlan, apply_derived, plan_derived, plan_digest, split_resolutions
 from kg.ops.text_store import plan_for
@@ -129,6 +130,8 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
             keys[(change.key[0], history.canonical(change.value["properties"]))] = text.content_key
     applied = history.apply_merge(session, ctx, plan, keys)
     counts = apply_derived(uow, ctx, derived)
+    record_branch_event(session, ctx.repo.id, ctx.revision, into, "merge", uow.actor.name, source=source,
+                        source_revision=plan.source_revision)
     queued: list[str] = []
     texts = {k for k in keys.values() if k}
     if texts:

@@ -996,43 +996,49 @@ def revision_log(session: Session, view: BranchView, *, limit: int = 100, before
         raise InvalidInput(f"changes must be between 0 and {MAX_LOG_CHANGES}", details={"changes": max_changes})
     revisions = last_revisions(session, view, limit=limit, before=before)
     names = {b.id: b.name for b in session.scalars(select(Branch).where(Branch.repo_id == view.repo.id))}
+    return [revision_entry(session, view, rev, names, max_changes) for rev in revisions]
+
+
+def revision_entry(session: Session, view: BranchView, rev: Revision, names: dict[int, str],
+                   max_changes: int = DEFAULT_LOG_CHANGES) -> dict[str, Any]:
+    """One revision of the log (:class:`kg.types.branches.Revision`) as the view's reader sees it:
+    its changes in the workspaces it reads (``change_count`` 0 when it sees none), at most
+    ``max_changes`` listed; ``names`` the repository's branch names by id.
+    """
     node_scope, rel_scope = reader_scope(NodeVersion, view), reader_scope(RelationVersion, view)
-    out = []
-    for rev in revisions:
-        node_where = (NodeVersion.branch_id == rev.branch_id, NodeVersion.revision == rev.number, *node_scope)
-        rel_where = (RelationVersion.branch_id == rev.branch_id, RelationVersion.revision == rev.number,
-                     *rel_scope)
-        # One row past the cap says whether the rows read are all there are; only then is a
-        # count needed (a small revision costs no count at all).
-        nodes = session.execute(
-            select(NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
-            .where(*node_where).order_by(NodeVersion.id).limit(max_changes + 1)
-        ).all()
-        rels = session.execute(
-            select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
-                   RelationVersion.deleted)
-            .where(*rel_where).order_by(RelationVersion.id).limit(max_changes - len(nodes) + 1)
-        ).all() if len(nodes) <= max_changes else []
-        if len(nodes) > max_changes:
-            count = (session.scalar(select(func.count()).select_from(NodeVersion).where(*node_where)) or 0) + (
-                session.scalar(select(func.count()).select_from(RelationVersion).where(*rel_where)) or 0)
-        elif len(nodes) + len(rels) > max_changes:
-            count = len(nodes) + (session.scalar(select(func.count()).select_from(RelationVersion)
-                                                 .where(*rel_where)) or 0)
-        else:
-            count = len(nodes) + len(rels)
-        nodes = nodes[:max_changes]
-        rels = rels[:max_changes - len(nodes)]
-        changes = [{"kind": "node", "op": "delete" if d else "put", "workspace": view.workspaces.get(w), "path": p}
-                   for w, p, d in nodes]
-        if rels:
-            addresses = _addresses(session, [view], {r[0] for r in rels} | {r[2] for r in rels})
-            changes += [{"kind": "relation", "op": "delete" if d else "put", "from": addresses.get(f),
-                         "type": t, "to": addresses.get(to)} for f, t, to, d in rels]
-        out.append({"revision": rev.number, "branch": names.get(rev.branch_id),
-                    "created_at": rev.created_at.isoformat(),
-                    "message": rev.message, "actor": rev.actor, "changes": changes, "change_count": count})
-    return out
+    node_where = (NodeVersion.branch_id == rev.branch_id, NodeVersion.revision == rev.number, *node_scope)
+    rel_where = (RelationVersion.branch_id == rev.branch_id, RelationVersion.revision == rev.number,
+                 *rel_scope)
+    # One row past the cap says whether the rows read are all there are; only then is a
+    # count needed (a small revision costs no count at all).
+    nodes = session.execute(
+        select(NodeVersion.workspace_id, NodeVersion.path, NodeVersion.deleted)
+        .where(*node_where).order_by(NodeVersion.id).limit(max_changes + 1)
+    ).all()
+    rels = session.execute(
+        select(RelationVersion.from_node_id, RelationVersion.rel_type, RelationVersion.to_node_id,
+               RelationVersion.deleted)
+        .where(*rel_where).order_by(RelationVersion.id).limit(max_changes - len(nodes) + 1)
+    ).all() if len(nodes) <= max_changes else []
+    if len(nodes) > max_changes:
+        count = (session.scalar(select(func.count()).select_from(NodeVersion).where(*node_where)) or 0) + (
+            session.scalar(select(func.count()).select_from(RelationVersion).where(*rel_where)) or 0)
+    elif len(nodes) + len(rels) > max_changes:
+        count = len(nodes) + (session.scalar(select(func.count()).select_from(RelationVersion)
+                                             .where(*rel_where)) or 0)
+    else:
+        count = len(nodes) + len(rels)
+    nodes = nodes[:max_changes]
+    rels = rels[:max_changes - len(nodes)]
+    changes = [{"kind": "node", "op": "delete" if d else "put", "workspace": view.workspaces.get(w), "path": p}
+               for w, p, d in nodes]
+    if rels:
+        addresses = _addresses(session, [view], {r[0] for r in rels} | {r[2] for r in rels})
+        changes += [{"kind": "relation", "op": "delete" if d else "put", "from": addresses.get(f),
+                     "type": t, "to": addresses.get(to)} for f, t, to, d in rels]
+    return {"revision": rev.number, "branch": names.get(rev.branch_id),
+            "created_at": rev.created_at.isoformat(),
+            "message": rev.message, "actor": rev.actor, "changes": changes, "change_count": count}
 
 
 def last_revisions(session: Session, view: BranchView, *, limit: int = 100,

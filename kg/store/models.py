@@ -452,6 +452,82 @@ class QueueWorker(Base):
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+
+class BranchEvent(Base):
+    """A branch created, reset or deleted, or a merge: what the change feed (:mod:`kg.ops.changes`)
+    tells beside revisions. ``revision`` is the repository's head when it happened (the event
+    comes after that revision's writes; a merge: the revision it wrote, with its source branch
+    and revision kept here, as the ``merges`` rows go with a deleted branch); written under the
+    repository's row lock, so ids grow in the order events commit.
+    """
+
+    __tablename__ = "branch_events"
+    __table_args__ = (Index("ix_branch_events_repo", "repo_id", "id"), {"sqlite_autoincrement": True})
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    branch: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))
+    revision: Mapped[int] = mapped_column(Integer)
+    actor: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    source_branch: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    source_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Webhook(Base):
+    """A receiver of a repository's changes (:mod:`kg.ops.webhooks`): its URL, its signing secret,
+    the branch globs and event kinds it wants, and how far the dispatcher has read the feed for
+    it (``after_revision``, ``after_event``).
+    """
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(String(128))
+    branches: Mapped[list[str]] = mapped_column(JSON)
+    events: Mapped[list[str]] = mapped_column(JSON)
+    created_by: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    after_revision: Mapped[int] = mapped_column(Integer, default=0)
+    after_event: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One change event to deliver to one webhook: a job of the durable queue
+    (:mod:`kg.indexing.queue`; group the repository, lane the webhook), retried with exponential
+    backoff until delivered or its attempts are used up; its rows are the hook's delivery log.
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_lane", "state", "webhook_id", "id"),
+        Index("ix_webhook_deliveries_alone", "state", "alone", "id"),
+        Index("ix_webhook_deliveries_hook", "webhook_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer(), "sqlite"), primary_key=True,
+                                    autoincrement=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"))
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(String(64))
+    event: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    claimed_by: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    alone: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    not_before: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
 def node_dict(version: NodeVersion, workspace: str) -> dict[str, Any]:
     """The API shape of a node version (:class:`kg.types.nodes.Node`)."""
     return {

@@ -5,7 +5,8 @@ OpenAPI document), the MCP tools' results, the CLI's JSON output and :mod:`kg.cl
 defined here once. The modules follow the use cases: :mod:`~kg.types.repos`,
 :mod:`~kg.types.branches` (history, diff, merge), :mod:`~kg.types.nodes`, :mod:`~kg.types.search`,
 :mod:`~kg.types.relations`, :mod:`~kg.types.rag`, :mod:`~kg.types.functions` (and jobs),
-:mod:`~kg.types.keys`, :mod:`~kg.types.lineage`, :mod:`~kg.types.sql`; :mod:`~kg.types.common` holds what they share.
+:mod:`~kg.types.keys`, :mod:`~kg.types.lineage`, :mod:`~kg.types.sql`, :mod:`~kg.types.changes` (the
+change feed, webhooks); :mod:`~kg.types.common` holds what they share.
 """
 
 from __future__ import annotations
@@ -36,6 +37,17 @@ from kg.types.branches import (
     RelationValue,
     Revision,
     RevisionLog,
+)
+from kg.types.changes import (
+    ChangeEvent,
+    ChangePage,
+    Delivery,
+    DeliveryList,
+    MergeSource,
+    Webhook,
+    WebhookCreate,
+    WebhookCreated,
+    WebhookList,
 )
 from kg.types.common import (
     Address,
@@ -296,4 +308,13 @@ __all__ = [
     "WorkspacePatch",
     "WriteMeta",
     "absent",
+    "ChangeEvent",
+    "ChangePage",
+    "Delivery",
+    "DeliveryList",
+    "MergeSource",
+    "Webhook",
+    "WebhookCreate",
+    "WebhookCreated",
+    "WebhookList",
 ]

@@ -151,6 +151,20 @@ def _key(w: World, n: int) -> dict:
     return {"key_id": made["id"]}
 
 
+HOOKS = "http://127.0.0.1:9/kg"
+
+
+def _allow_hooks(w: World, n: int) -> dict:
+    w.app.services.settings.webhook_allowed_urls = [HOOKS]
+    return {}
+
+
+def _hook(w: World, n: int) -> dict:
+    _allow_hooks(w, n)
+    made = _ok(w.app.client.post(f"{ACME}/webhooks", json={"url": HOOKS}, headers=w.app.admin))
+    return {"hook": made["id"]}
+
+
 # -- the rows -------------------------------------------------------------------------------
 
 
@@ -293,6 +307,15 @@ ROWS = [
     Row("get job", "GET", "/api/jobs/{job_id}", "/api/jobs/{job_id}", (404, 404, 404, 404, 200)),
     Row("create key", "POST", "/api/keys", "/api/keys", (403, 403, 403, 403, 201),
         body={"name": "made{n}", "grants": [{"repo": "acme"}]}),
+    Row("changes", "GET", f"{R}/changes", f"{ACME}/changes", REPO_READ),
+    Row("changes of a branch", "GET", f"{R}/changes", f"{ACME}/changes", BRANCH_READ, params={"branch": "main"}),
+    Row("add webhook", "POST", f"{R}/webhooks", f"{ACME}/webhooks", (403, 404, 403, 403, 201), body={"url": HOOKS},
+        setup=_allow_hooks),
+    Row("list webhooks", "GET", f"{R}/webhooks", f"{ACME}/webhooks", ADMIN_ONLY),
+    Row("remove webhook", "DELETE", f"{R}/webhooks/{{webhook_id}}", f"{ACME}/webhooks/{{hook}}",
+        (403, 404, 403, 403, 204), setup=_hook),
+    Row("webhook deliveries", "GET", f"{R}/webhooks/{{webhook_id}}/deliveries", f"{ACME}/webhooks/{{hook}}/deliveries",
+        ADMIN_ONLY, setup=_hook),
     Row("list keys", "GET", "/api/keys", "/api/keys", (403, 403, 403, 403, 200)),
     Row("revoke key", "DELETE", "/api/keys/{key_id}", "/api/keys/{key_id}", (403, 403, 403, 403, 200),
         setup=_key),

@@ -61,6 +61,11 @@ OPERATIONS: dict[tuple[str, str], str] = {
     ("POST", "/api/keys"): "create_key",
     ("GET", "/api/keys"): "list_keys",
     ("DELETE", "/api/keys/{key_id}"): "revoke_key",
+    ("GET", "/api/repos/{repo}/changes"): "changes",
+    ("POST", "/api/repos/{repo}/webhooks"): "add_webhook",
+    ("GET", "/api/repos/{repo}/webhooks"): "list_webhooks",
+    ("DELETE", "/api/repos/{repo}/webhooks/{webhook_id}"): "remove_webhook",
+    ("GET", "/api/repos/{repo}/webhooks/{webhook_id}/deliveries"): "webhook_deliveries",
 }
 
 #: A value of each required parameter (a branch with '/', a node path with a space and a '?').
@@ -68,7 +73,8 @@ SAMPLES: dict[str, Any] = {
     "repo": "acme", "ws": "kb", "path": "/docs/a b?", "branch": "feature/x", "name": "n1", "key_id": "k1",
     "job_id": "j1", "from_": "kb:/a", "to": "kb:/b", "type": "cites", "node": "kb:/a", "target": "kb:/a",
     "query": "rotate", "seeds": ["kb:/a"], "input": {"query": "x"}, "config": {}, "single_valued": [],
-    "embedding": {"model": "fake:hash-64"}, "sql": "SHOW BRANCHES",
+    "embedding": {"model": "fake:hash-64"}, "sql": "SHOW BRANCHES", "webhook_id": "h1",
+    "url": "http://hooks.invalid/kg",
 }
 
 
@@ -92,7 +98,7 @@ def test_every_operation_has_a_method_and_every_method_an_operation(document: di
     assert set(OPERATIONS) - declared(document) == set(), "table rows the API does not have"
     assert set(methods()) == set(OPERATIONS.values())
     listings = {value.build.__name__ for value in vars(Operations).values() if isinstance(value, pages)}
-    assert listings == {"list_repos", "list_nodes", "log"}
+    assert listings == {"list_repos", "list_nodes", "log", "changes"}
 
 
 def test_methods_have_their_builders_signature_and_docstring() -> None:

@@ -1,0 +1,420 @@
+"""Webhooks: a repository's change events (:mod:`kg.ops.changes`) delivered, signed, to URLs the
+operator allows, from a durable queue with retries and exponential backoff.
+
+Registration, listing, removal and the delivery log need ``admin`` over the whole repository
+(:func:`kg.access.authorize_whole_repository`): a webhook receives every branch and workspace
+its globs match, unscoped, so only a caller who may administer all of them may register one.
+
+Delivery
+    :meth:`WebhookWorker.dispatch` reads the feed after each hook's cursor (as :data:`SYSTEM`)
+    and queues one ``webhook_deliveries`` row per event its branch globs and event kinds match,
+    moving the cursor in the same transaction (each event queued once per hook, in order).
+    :meth:`WebhookWorker.run_pending` claims deliveries through :class:`kg.indexing.queue.DurableQueue`
+    (group the repository, lane the hook) and POSTs each event as JSON, signed::
+
+        kg-signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>
+
+    (Stripe's scheme: the receiver recomputes the HMAC over the timestamp, a dot and the raw
+    body, compares in constant time and refuses an old timestamp). A 2xx answer delivers; any
+    other answer, a refused connection or the deadline (``KG_WEBHOOK_TIMEOUT_S``) fails the
+    attempt: it is retried after ``KG_WEBHOOK_BACKOFF_S`` times 1, 2, 4, ... (at most an hour)
+    until ``KG_WEBHOOK_MAX_ATTEMPTS``, then ``failed``. The URL is checked against
+    ``KG_WEBHOOK_ALLOWED_URLS`` again before each attempt; redirects are not followed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kg.access import SYSTEM, authorize_whole_repository
+from kg.context import Actor, Resources, UnitOfWork, permit
+from kg.errors import InvalidInput, NotFound
+from kg.indexing.queue import Claim, DurableQueue, QueueSpec
+from kg.ops import changes as feed
+from kg.store import repos as repo_store
+from kg.store.models import BranchEvent, Repository, Webhook, WebhookDelivery, utcnow
+from kg.types.changes import EVENT_KINDS
+
+log = logging.getLogger("kg.ops.webhooks")
+
+#: Webhooks one repository may hold.
+MAX_WEBHOOKS = 100
+#: Longest wait between two attempts of a delivery, in seconds.
+MAX_BACKOFF_S = 3600.0
+SIGNATURE_HEADER = "kg-signature"
+
+
+# -- URLs and signatures ----------------------------------------------------------------------
+
+
+def _endpoint(url: str) -> tuple[str, str, int, str]:
+    """``(scheme, host, port, path)`` of an http(s) URL, host lower-cased, port defaulted.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Not an http(s) URL with a host.
+    """
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise InvalidInput(f"{url!r} is not a URL", details={"url": url}) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        raise InvalidInput(f"{url!r} is not an http(s) URL with a host (and no credentials)", details={"url": url})
+    return parts.scheme, parts.hostname.lower(), port or (443 if parts.scheme == "https" else 80), parts.path or "/"
+
+
+def check_webhook_url_allowed(url: str, allowed: Sequence[str]) -> None:
+    """Refuse a webhook URL the operator did not allow: the rule of ``KG_RAG_WEAVIATE_URLS``
+    (endpoints compared: scheme, host without regard to case, port with its default), the URL's
+    path starting with the allowed one's. An allowed entry that does not parse matches nothing.
+
+    >>> check_webhook_url_allowed("http://Hooks:80/kg/1", ["http://hooks/kg/"])
+    >>> check_webhook_url_allowed("http://hooks:81/kg/1", ["http://hooks/kg/"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    kg.errors.InvalidInput: webhook URL 'http://hooks:81/kg/1' is not allowed: ...
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A malformed URL, or none of ``allowed`` (422, naming the setting).
+    """
+    scheme, host, port, path = _endpoint(url)
+    for entry in allowed:
+        try:
+            a_scheme, a_host, a_port, a_path = _endpoint(entry)
+        except InvalidInput:
+            log.warning("KG_WEBHOOK_ALLOWED_URLS holds %r, which is not an http(s) URL; ignored", entry)
+            continue
+        if (a_scheme, a_host, a_port) == (scheme, host, port) and path.startswith(a_path):
+            return
+    raise InvalidInput(f"webhook URL {url!r} is not allowed: the operator lists the allowed ones in "
+                       "KG_WEBHOOK_ALLOWED_URLS", details={"url": url, "setting": "KG_WEBHOOK_ALLOWED_URLS"})
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The ``kg-signature`` header value of ``body`` sent at ``timestamp`` (Unix seconds).
+
+    >>> sign("whsec_x", 1700000000, b"{}")[:15]
+    't=1700000000,v1'
+    """
+    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={mac}"
+
+
+def verify(secret: str, header: str, body: bytes, *, now: float | None = None, tolerance_s: float = 300) -> bool:
+    """Whether ``header`` (``kg-signature``) signs ``body`` with ``secret``, sent within
+    ``tolerance_s`` of ``now``: what a receiver runs (docs/guides/changes-and-webhooks.md).
+
+    >>> verify("s", sign("s", 100, b"x"), b"x", now=100), verify("s", sign("s", 100, b"x"), b"y", now=100)
+    (True, False)
+    """
+    fields = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
+    try:
+        timestamp = int(fields["t"])
+    except (KeyError, ValueError):
+        return False
+    if abs((time.time() if now is None else now) - timestamp) > tolerance_s:
+        return False
+    expected = sign(secret, timestamp, body).split("v1=", 1)[1]
+    return hmac.compare_digest(expected, fields.get("v1", ""))
+
+
+# -- use cases --------------------------------------------------------------------------------
+
+
+def _authorize(services: Resources, caller: Actor, session: Session, repo: str) -> Repository:
+    """``admin`` over the whole of ``repo`` (every workspace and branch): the one decision of
+    every webhook use case."""
+    permit(services, caller, "admin", repo)
+    r = repo_store.get_repository(session, repo)
+    authorize_whole_repository(caller, "admin", repo, [w.name for w in repo_store.list_workspaces(session, r)],
+                               [b.name for b in repo_store.list_branches(session, r)])
+    return r
+
+
+def webhook_dict(hook: Webhook) -> dict[str, Any]:
+    """The API shape of a webhook (:class:`kg.types.changes.Webhook`), without its secret."""
+    return {"id": hook.id, "url": hook.url, "branches": list(hook.branches), "events": list(hook.events),
+            "created_by": hook.created_by, "created_at": hook.created_at.isoformat(),
+            "after": feed.cursor(hook.after_revision, hook.after_event)}
+
+
+def add_webhook(uow: UnitOfWork, repo: str, url: str, *, branches: Sequence[str] = ("*",),
+                events: Sequence[str] | None = None) -> dict[str, Any]:
+    """Register a webhook on ``repo`` delivering the events (kinds ``events``, default all) of the
+    branches matching ``branches`` (globs) written from now on (:class:`kg.types.changes.WebhookCreated`,
+    with its secret).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A URL not allowed (``KG_WEBHOOK_ALLOWED_URLS``), an unknown event kind, no glob, or the
+        repository already holds :data:`MAX_WEBHOOKS`.
+    """
+    kinds = list(dict.fromkeys(events or EVENT_KINDS))
+    unknown = [k for k in kinds if k not in EVENT_KINDS]
+    if unknown:
+        raise InvalidInput(f"unknown event kinds: {', '.join(unknown)} (known: {', '.join(EVENT_KINDS)})",
+                           details={"events": unknown})
+    globs = list(dict.fromkeys(branches))
+    if not globs or any(not g or len(g) > 255 for g in globs):
+        raise InvalidInput("branches must hold 1 to 100 globs of 1 to 255 characters", details={"branches": globs})
+    r = _authorize(uow.services, uow.actor, uow.session, repo)
+    check_webhook_url_allowed(url, uow.services.settings.webhook_allowed_urls)
+    held = uow.session.scalars(select(Webhook.id).where(Webhook.repo_id == r.id)).all()
+    if len(held) >= MAX_WEBHOOKS:
+        raise InvalidInput(f"repository {repo!r} already holds {MAX_WEBHOOKS} webhooks",
+                           details={"limit": MAX_WEBHOOKS})
+    r = repo_store.get_repository(uow.session, repo, lock=True)  # the head and last event, as of the lock
+    last_event = uow.session.scalar(select(BranchEvent.id).where(BranchEvent.repo_id == r.id)
+                                    .order_by(BranchEvent.id.desc()).limit(1)) or 0
+    hook = Webhook(id=uuid.uuid4().hex, repo_id=r.id, url=url.strip(), secret="whsec_" + secrets.token_hex(24),
+                   branches=globs, events=kinds, created_by=uow.actor.name, after_revision=r.head_revision,
+                   after_event=last_event, created_at=utcnow())
+    uow.session.add(hook)
+    uow.session.flush()
+    return {**webhook_dict(hook), "secret": hook.secret}
+
+
+def list_webhooks(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
+    """The webhooks of ``repo``, oldest first (:class:`kg.types.changes.Webhook`, no secret)."""
+    with services.db.read() as session:
+        r = _authorize(services, caller, session, repo)
+        hooks = session.scalars(select(Webhook).where(Webhook.repo_id == r.id).order_by(Webhook.created_at))
+        return [webhook_dict(h) for h in hooks]
+
+
+def _hook(session: Session, r: Repository, webhook_id: str) -> Webhook:
+    hook = session.get(Webhook, webhook_id)
+    if hook is None or hook.repo_id != r.id:
+        raise NotFound(f"no webhook {webhook_id!r} in repository {r.name!r}", details={"webhook": webhook_id})
+    return hook
+
+
+def remove_webhook(uow: UnitOfWork, repo: str, webhook_id: str) -> None:
+    """Delete a webhook, its queued deliveries and its log.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        No such webhook in ``repo``.
+    """
+    r = _authorize(uow.services, uow.actor, uow.session, repo)
+    uow.session.delete(_hook(uow.session, r, webhook_id))
+    uow.session.flush()
+
+
+def deliveries(services: Resources, caller: Actor, repo: str, webhook_id: str, *,
+               limit: int = 100) -> list[dict[str, Any]]:
+    """The delivery log of a webhook, newest first (:class:`kg.types.changes.Delivery`).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        No such webhook in ``repo``.
+    kg.errors.InvalidInput
+        ``limit`` outside 1..1000.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise InvalidInput("limit must be between 1 and 1000", details={"limit": limit})
+    with services.db.read() as session:
+        r = _authorize(services, caller, session, repo)
+        hook = _hook(session, r, webhook_id)
+        rows = session.scalars(select(WebhookDelivery).where(WebhookDelivery.webhook_id == hook.id)
+                               .order_by(WebhookDelivery.id.desc()).limit(limit))
+        return [delivery_dict(d) for d in rows]
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def delivery_dict(d: WebhookDelivery) -> dict[str, Any]:
+    """The API shape of a delivery (:class:`kg.types.changes.Delivery`)."""
+    return {"id": d.id, "event_id": d.event_id, "event_type": d.event.get("type", ""), "state": d.state,
+            "attempts": d.attempts, "status_code": d.status_code, "error": d.error,
+            "created_at": d.created_at.isoformat(), "last_attempt_at": _iso(d.last_attempt_at),
+            "next_attempt_at": _iso(d.not_before) if d.state == "queued" else None,
+            "delivered_at": _iso(d.delivered_at)}
+
+
+# -- the worker -------------------------------------------------------------------------------
+
+
+def _spec() -> QueueSpec:
+    t = WebhookDelivery
+    return QueueSpec(
+        name="webhook", model=t, state="state", queued="queued", group="repo_id", lane="webhook_id",
+        order=("id",), priority=None,
+        claim_values=lambda now, lease: {"lease_until": now + lease},
+        renew_values=lambda now, lease: {"lease_until": now + lease},
+        lease_expired=lambda now, lease: (t.state == "running") & (t.lease_until < now),
+        requeue_values=lambda now: {"lease_until": None},
+        exhausted_values=lambda deaths, cap, now: {"error": f"its worker died {deaths} times while delivering it",
+                                                    "lease_until": None},
+    )
+
+
+class WebhookWorker:
+    """Queues and delivers webhook events (one per process, :class:`kg.services.Services`).
+
+    Parameters
+    ----------
+    services : Resources
+    poll_s : float
+        How often the background thread (:meth:`start`) looks for new events and due deliveries.
+    post : callable, optional
+        ``post(url, body, headers, timeout_s) -> status code`` (default: httpx, no redirects);
+        it raises on a connection error or timeout.
+    """
+
+    def __init__(self, services: Resources, *, poll_s: float = 1.0,
+                 post: Callable[[str, bytes, dict[str, str], float], int] | None = None) -> None:
+        self.services = services
+        self.poll_s = poll_s
+        self.post = post or _post
+        self.queue = DurableQueue(services.db, _spec(), lease_s=max(60.0, 3 * services.settings.webhook_timeout_s))
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def dispatch(self, repo_id: int | None = None) -> int:
+        """Queue the events written since each hook's cursor that it wants; return how many."""
+        queued = 0
+        with self.services.db.read() as session:
+            hooks = [(h.id, h.repo_id) for h in session.scalars(
+                select(Webhook).where(*([] if repo_id is None else [Webhook.repo_id == repo_id])))]
+            repos = {r.id: r.name for r in session.scalars(select(Repository))}
+        for hook_id, rid in hooks:
+            with self.services.db.write() as session:
+                hook = session.scalars(select(Webhook).where(Webhook.id == hook_id).with_for_update()).first()
+                if hook is None:
+                    continue
+                while True:
+                    page = feed.changes(self.services, SYSTEM, repos[rid],
+                                        after=feed.cursor(hook.after_revision, hook.after_event), limit=200)
+                    for event in page["events"]:
+                        if event["type"] in hook.events and any(fnmatchcase(event["branch"], g)
+                                                                 for g in hook.branches):
+                            session.add(WebhookDelivery(repo_id=rid, webhook_id=hook.id, event_id=event["id"],
+                                                        event=event, state="queued", created_at=utcnow()))
+                            queued += 1
+                    hook.after_revision, event_part = feed.parse_cursor(page["next_after"])
+                    hook.after_event = event_part or 0
+                    if not page["has_more"]:
+                        break
+        return queued
+
+    def backoff(self, attempts: int) -> timedelta:
+        """The wait after the ``attempts``-th failed attempt: ``KG_WEBHOOK_BACKOFF_S`` times
+        2 ** (attempts - 1), at most an hour."""
+        base = self.services.settings.webhook_backoff_s
+        return timedelta(seconds=min(base * 2 ** min(max(attempts - 1, 0), 32), MAX_BACKOFF_S))
+
+    def run_pending(self, limit: int = 16) -> int:
+        """Claim up to ``limit`` due deliveries and attempt each once; return how many were attempted."""
+        with self.services.db.write() as session:
+            claims = self.queue.claim(session, limit).claims
+            rows = {d.id: (d.webhook_id, d.event) for d in session.scalars(
+                select(WebhookDelivery).where(WebhookDelivery.id.in_([c.id for c in claims])))}
+            hooks = {h.id: (h.url, h.secret) for h in session.scalars(
+                select(Webhook).where(Webhook.id.in_([w for w, _ in rows.values()])))}
+        with self.queue.renewing(claims):
+            for claim in claims:
+                hook_id, event = rows[claim.id]
+                url, secret = hooks[hook_id]
+                self._attempt(claim, url, secret, event)
+        return len(claims)
+
+    def _attempt(self, claim: Claim, url: str, secret: str, event: dict[str, Any]) -> None:
+        settings = self.services.settings
+        body = json.dumps(event, separators=(",", ":"), sort_keys=True).encode()
+        status: int | None = None
+        error: str | None = None
+        try:
+            check_webhook_url_allowed(url, settings.webhook_allowed_urls)  # the operator may have changed it
+            headers = {"content-type": "application/json", SIGNATURE_HEADER: sign(secret, int(time.time()), body),
+                       "kg-event": event.get("type", ""), "kg-event-id": event.get("id", "")}
+            status = self.post(url, body, headers, settings.webhook_timeout_s)
+            if not 200 <= status < 300:
+                error = f"the receiver answered {status}"
+        except InvalidInput as exc:
+            error = str(exc)
+        except httpx.TimeoutException:
+            error = f"no answer within {settings.webhook_timeout_s:g} s (KG_WEBHOOK_TIMEOUT_S)"
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        now = utcnow()
+        with self.services.db.write() as session:
+            done = {"status_code": status, "error": error, "last_attempt_at": now, "lease_until": None}
+            if error is None:
+                self.queue.finish(session, [claim], {**done, "state": "delivered", "delivered_at": now})
+            elif claim.attempt >= settings.webhook_max_attempts:
+                self.queue.finish(session, [claim], {**done, "state": "failed"})
+            else:
+                self.queue.release(session, [claim], {**done, "not_before": now + self.backoff(claim.attempt)},
+                                   count_attempt=True)
+
+    def drain(self) -> int:
+        """Dispatch, then attempt due deliveries until none is due; return how many attempts ran
+        (nothing, not even a claim, while no webhook is registered)."""
+        with self.services.db.read() as session:
+            if session.scalar(select(Webhook.id).limit(1)) is None:
+                return 0
+        self.dispatch()
+        total = 0
+        while n := self.run_pending():
+            total += n
+        return total
+
+    def wake(self) -> None:
+        """Look for new events now."""
+        self._wake.set()
+
+    def start(self) -> None:
+        """Deliver in a daemon thread until :meth:`close`."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="kg-webhooks", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.drain()
+            except Exception:  # noqa: BLE001 - the loop must survive a database hiccup
+                log.exception("webhook delivery pass failed")
+            self._wake.wait(self.poll_s)
+            self._wake.clear()
+
+    def close(self) -> None:
+        """Stop the thread; claims held go back to the queue."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.services.settings.webhook_timeout_s + 5)
+            self._thread = None
+        self.queue.close()
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
+    """POST ``body`` to ``url`` within ``timeout_s`` (each phase), following no redirect."""
+    with httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False, trust_env=False) as client:
+        return client.post(url, content=body, headers=headers).status_code
