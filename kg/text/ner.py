@@ -212,7 +212,7 @@ def refine(text: str, raw: Sequence[tuple[int, int, str]]) -> list[Mention]:
             continue  # code, an e-mail address, a URL: not a name
         if any(a == start and b == end for a, b in headings):
             continue  # a heading names a section
-        if text[end:end + 1] == "-" and text[end + 1:end + 2].islower():
+        if (text[end:end + 1] == "-" and text[end + 1:end + 2].islower()) or re.search(r"\w-[a-z]+$", quote):
             continue  # a name inside a hyphenated modifier ("Python-level")
         typed.append(Mention(start, end, quote, kind, label))
     organisations = [m for m in typed if m.type == "organization"]
