@@ -237,14 +237,14 @@ def refine(text: str, raw: Sequence[tuple[int, int, str]]) -> list[Mention]:
 class SpacyRecognizer:
     """spaCy's small English pipeline (:data:`MODEL_PACKAGE`) with :func:`refine`.
 
-    Loaded on first use, once per process, under a lock (spaCy's ``Language`` is then shared:
-    ``nlp.pipe`` keeps no state between calls).
+    Loaded on first use, once per process, under a lock; runs are serialised by another lock.
     """
 
     def __init__(self, package: str = MODEL_PACKAGE) -> None:
         self.package = package
         self._nlp: Any = None
         self._lock = threading.Lock()
+        self._run_lock = threading.Lock()
         try:
             version = importlib.metadata.version(package.replace("_", "-"))
         except importlib.metadata.PackageNotFoundError:
@@ -262,10 +262,12 @@ class SpacyRecognizer:
 
     def recognize(self, texts: Sequence[str]) -> list[list[Mention]]:
         nlp = self._load()
-        out = []
-        for text, doc in zip(texts, nlp.pipe(texts, batch_size=BATCH_SIZE), strict=True):
-            out.append(refine(text, [(e.start_char, e.end_char, e.label_) for e in doc.ents]))
-        return out
+        # spaCy does not promise that one pipeline runs safely in two threads at once: one run
+        # at a time (the API serves requests from a thread pool)
+        with self._run_lock:
+            found = [[(e.start_char, e.end_char, e.label_) for e in doc.ents]
+                     for doc in nlp.pipe(texts, batch_size=BATCH_SIZE)]
+        return [refine(text, raw) for text, raw in zip(texts, found, strict=True)]
 
 
 _RECOGNIZER: SpacyRecognizer | None = None

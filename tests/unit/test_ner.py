@@ -144,3 +144,15 @@ def test_the_model_loads_and_runs_with_the_network_blocked():
 def test_a_mention_names_a_reference_by_its_number():
     assert Mention(0, 10, ":pep:`386`", "work", "rule").name == "PEP 386"
     assert Mention(0, 9, "Guido  van", "person", "PERSON").name == "Guido van"
+
+
+def test_one_recogniser_per_process_shared_by_threads(model):
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"Guido van Rossum met Ada Lovelace in London in {1990 + i}." for i in range(8)]
+    alone = [model.recognize([t])[0] for t in texts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda t: ner.recognizer().recognize([t])[0], texts))
+        same = set(pool.map(lambda _: id(ner.recognizer()), range(8)))
+    assert together == alone and same == {id(model)}
+    assert [m.quote for m in alone[3]] == ["Guido van Rossum", "Ada Lovelace", "London", "1993"]
