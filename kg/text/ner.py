@@ -14,8 +14,9 @@ technical text (:func:`refine`):
   ``---``...) or the title line is not an entity: a section title names a section; the names
   inside a longer heading stay;
 - a generic technical acronym (API, ASCII, RPC, JSON... :data:`TECHNICAL_ACRONYMS`) is not an
-  entity, and another all-capitals word typed ORG is one only when the text expands it nearby
-  as an organisation (its initials: "Python Software Foundation (PSF)");
+  entity unless the text expands it nearby as an organisation (its initials: "Python Software
+  Foundation (PSF)"), nor is an all-capitals word the text also writes in lower case (SHOULD,
+  MAY, RECORD: emphasis, a constant, a file name);
 - a reference to a numbered document ("PEP 386", "RFC 2119", the reStructuredText role
   ``:pep:`386```) is a ``work``, whatever the model said of its number;
 - spans never overlap (the longest wins), wrapping quotes and a possessive ``'s`` are outside.
@@ -61,6 +62,9 @@ TECHNICAL_ACRONYMS = frozenset("""API APIS ABI ASCII RPC URL URLS URI URIS URN J
     FTP SSH SSL TLS TCP UDP IP DNS SQL CSV TSV YAML TOML PDF PNG GIF SVG UTF UCS GIL REPL CLI GUI
     IDE SDK JIT AST VM CPU GPU RAM ROM OS SBOM DVD CD USB SHA MD5 HMAC UUID ID IDS ISBN MIME
     EOF EOL BOM ABC ORM CRUD JWT OAUTH REST SOAP RSS IO FAQ PR CI CD NA TBD""".split())
+
+#: The requirement keywords of RFC 2119 (and RFC 8174), written in capitals by specifications.
+RFC_2119_KEYWORDS = frozenset("MUST SHALL SHOULD MAY REQUIRED RECOMMENDED OPTIONAL NOT".split())
 
 _DOC_REF_RE = re.compile(r"\b(PEP|RFC|BIP|EIP|JEP|KEP|JSR)[ \-]?(\d{1,5})\b")
 _DOC_ROLE_RE = re.compile(r":(pep|rfc):`(?:[^`<]*<)?(\d{1,5})(?:#[^`>]*)?>?`", re.IGNORECASE)
@@ -160,9 +164,10 @@ def _trim(text: str, start: int, end: int, kind: str) -> tuple[int, int]:
     leading article unless the name is a title ("The Life and Music of ...")."""
     while start < end and text[start] in "\"'`“”‘’([{ \t\n":
         start += 1
-    if kind not in ("work", "person", "product") and re.match(r"(?:the|The)\s+\S", text[start:end]):
+    lead = re.match(r"(the|The)\s+\S", text[start:end])
+    if lead is not None and (lead.group(1) == "the" or kind not in ("work", "person", "product")):
         start += 4
-        while start < end and text[start].isspace():
+        while start < end and text[start] in "\"'`“”‘’([{ \t\n":
             start += 1
     changed = True
     while changed and end > start:
@@ -222,10 +227,12 @@ def refine(text: str, raw: Sequence[tuple[int, int, str]]) -> list[Mention]:
         acronym = bool(_ACRONYM_RE.fullmatch(m.quote)) and m.quote.rstrip("s").isupper()
         if acronym and not (m.type == "organization" and _expansion_near(text, m, organisations)):
             bare = m.quote[:-1] if m.quote.endswith("s") and m.quote[:-1].isupper() else m.quote
-            if bare in TECHNICAL_ACRONYMS:
+            if bare in TECHNICAL_ACRONYMS or bare in RFC_2119_KEYWORDS:
                 continue  # a term of the trade, unless the text expands it as an organisation
-            if m.type == "organization" and len(bare) > 3 and bare.casefold() in lower:
-                continue  # a word the text also writes in lower case: a constant, a file name
+            if len(bare) > 2 and bare.isalpha() and bare.casefold() in lower:
+                # a word the text also writes in lower case: emphasis (the RFC 2119 keywords
+                # SHOULD, MAY), a constant, a file name (RECORD)
+                continue
         kept.append(m)
     chosen: list[Mention] = []
     for m in sorted([*refs, *kept], key=lambda m: (m.label != "rule", -(m.end - m.start), m.start)):

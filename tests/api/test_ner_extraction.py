@@ -79,3 +79,31 @@ def test_with_the_ner_off_the_deterministic_rules_run(client, peps, services):
     body = extract(client, "/pep-0440").json()
     assert body["extractor"] == "deterministic"
     assert {"/entities/pep-386", "/pep-0386"} & {e["path"] for e in body["entities"]} == {"/pep-0386"}
+
+
+def test_the_real_pep_440_links_pep_386_and_keeps_acronyms_and_headings_out(client, repo):
+    from pathlib import Path
+
+    from kg.ops.formats.pep import parse_pep
+
+    root = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
+    headers, body = parse_pep((root / "pep-0440.rst").read_text(encoding="utf-8"))
+    put(client, "/pep-0440", body, node_type="pep:PEP", title=headers["title"])
+    r = client.put(f"{NODES}/pep-0386", json={"node_type": "pep:External", "properties": {"pep": 386}})
+    assert r.status_code == 201, r.text
+    answer = extract(client, "/pep-0440", max_chars=100_000)
+    assert answer.status_code == 200, answer.text
+    entities = answer.json()["entities"]
+    paths = {e["path"] for e in entities}
+    assert "/pep-0386" in paths and "/entities/pep-386" not in paths
+    assert get(client, "/entities/pep-386").status_code == 404
+    names = {e["name"] for e in entities}
+    assert not names & {"API", "ASCII", "RPC", "URL", "Summary of differences from PEP 386", "Summary of Changes"}
+    content = get(client, "/pep-0440").json()["properties"]
+    for entity in entities:
+        for span in entity.get("spans", []):
+            assert content[span["field"]][span["start"]:span["end"]] == span["quote"]
+    pep386 = next(e for e in entities if e["path"] == "/pep-0386")
+    heading = content["content"].index("Summary of differences from PEP 386")
+    # the reference inside the heading is a mention; the heading itself is not an entity
+    assert any(s["start"] == heading + len("Summary of differences from ") for s in pep386["spans"])

@@ -156,3 +156,10 @@ def test_one_recogniser_per_process_shared_by_threads(model):
         same = set(pool.map(lambda _: id(ner.recognizer()), range(8)))
     assert together == alone and same == {id(model)}
     assert [m.quote for m in alone[3]] == ["Guido van Rossum", "Ada Lovelace", "London", "1993"]
+
+
+def test_capitalised_keywords_and_shouted_words_are_not_entities():
+    text = "Tools SHOULD sort; they MAY warn. A RECORD file lists the record of files. See the `Python Package Index`."
+    got = refine(text, spans(text, ("SHOULD", "LAW"), ("MAY", "WORK_OF_ART"), ("RECORD", "ORG"),
+                             ("the `Python Package Index", "ORG")))
+    assert [(m.quote, m.type) for m in got] == [("Python Package Index", "organization")]
