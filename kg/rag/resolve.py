@@ -185,8 +185,14 @@ def leading_genders(name: str) -> frozenset[str]:
 
 
 def numbers_of(name: str) -> frozenset[int]:
-    """The numbers a name states: digits, ordinals ("3rd", "third") and Roman numerals after
-    the first word ("Henry VIII"; a lone "I" or "V" as the first word is a word)."""
+    """The numbers a name states: digits, also inside a word ("SHA2", "Python3"), ordinals
+    ("3rd", "third") and Roman numerals after the first word ("Henry VIII"; a lone "I" or "V"
+    as the first word is a word). Two names whose numbers differ are never merged: "PEP 458"
+    and "PEP 480", "Python 2" and "Python 3" are two things however alike the rest is.
+
+    >>> sorted(numbers_of("SHA2-256")), sorted(numbers_of("Python 3")) == sorted(numbers_of("Python3"))
+    ([2, 256], True)
+    """
     out: set[int] = set()
     tokens = _TOKEN_RE.findall(_fold(name))
     for position, token in enumerate(tokens):
@@ -198,6 +204,8 @@ def numbers_of(name: str) -> frozenset[int]:
             out.add(_ORDINAL_WORDS[token])
         elif position > 0 and (value := _roman(token)) is not None:
             out.add(value)
+        else:  # digits inside a word: "SHA2-256" and "SHA3-256", "Python3" and "Python 3"
+            out.update(int(run) for run in re.findall(r"\d+", token))
     return frozenset(out)
 
 

@@ -140,12 +140,23 @@ class GraphContextOutput(Schema):
     warnings: list[GraphContextWarning] | None = None
 
 
+class EntitySpan(Schema):
+    """Where the document names an entity: ``node[field][start:end] == quote``."""
+
+    field: str = Field(description="The node's text field (title, content, body, text).")
+    start: int = Field(description="Offset of the first character in the field, in code points.")
+    end: int = Field(description="Offset one past the last character.")
+    quote: str
+    chunk: int | None = Field(description="The index of the indexing's chunk that holds the start.")
+
+
 class ExtractedEntity(Schema):
     """An entity node ``extract-entities`` wrote or recorded."""
 
     path: str
     name: str
     type: str
+    spans: list[EntitySpan] = absent("Where the document names it (at most 10).")
 
 
 class ExtractedRelation(Schema):

@@ -52,14 +52,18 @@ def entities_reply(entities, relations=()):
 
 
 def test_two_documents_naming_one_entity_converge_on_one_node(client, repo, services):
+    services.settings.entity_ner = "off"  # the deterministic rules (the NER: tests/api/test_ner_extraction.py)
     put(client, "/bio", "Guido van Rossum created Python at CWI in Amsterdam.")
     put(client, "/news", "In 2018 Guido Van Rossum's retirement from the role was announced.")
     first = extract(client, "/bio")
     assert first.status_code == 200, first.text
     body = first.json()
     assert body["extractor"] == "deterministic" and body["skipped"] is False and body["revision"]
-    assert {"path": "/entities/guido-van-rossum", "name": "Guido van Rossum", "type": "person"} in body["entities"]
-    assert {"path": "/entities/cwi", "name": "CWI", "type": "organization"} in body["entities"]
+    found = [{k: e[k] for k in ("path", "name", "type")} for e in body["entities"]]
+    assert {"path": "/entities/guido-van-rossum", "name": "Guido van Rossum", "type": "person"} in found
+    assert {"path": "/entities/cwi", "name": "CWI", "type": "organization"} in found
+    cwi = next(e for e in body["entities"] if e["name"] == "CWI")  # the rules' entities carry spans too
+    assert cwi["spans"] == [{"field": "content", "start": 35, "end": 38, "quote": "CWI", "chunk": 0}]
     second = extract(client, "/news").json()
     assert "/entities/guido-van-rossum" in [e["path"] for e in second["entities"]]
 
@@ -238,9 +242,10 @@ def test_an_existing_node_of_another_type_is_linked_and_never_replaced(client, r
     assert {n["path"] for n in neighbors(client, "knowledge:/bio")} == {"/entities/guido-van-rossum", "/entities/cwi"}
 
 
-def test_deterministic_extraction_splits_x_of_y_and_says_why_it_drops(client, repo):
+def test_deterministic_extraction_splits_x_of_y_and_says_why_it_drops(client, repo, services):
     """Regression (issue 15): "Dana Weber of Acme Marine" was one entity; "Marine Handbook" and
     "Python Package Index" were persons; a dropped candidate gave no reason."""
+    services.settings.entity_ner = "off"
     put(client, "/handbook", "Marine Handbook\n===============\n\nDana Weber of Acme Marine maintains it. "
                              "Packages come from the Python Package Index.\n\nRejected Ideas\n--------------\n\n"
                              "The I/O Library was considered.")
@@ -563,6 +568,7 @@ def test_an_llm_invalidation_of_a_fact_no_longer_current_is_not_reported(client,
 
 
 def test_the_deterministic_extractor_never_invalidates(client, repo, services):
+    services.settings.entity_ner = "off"
     put(client, "/a", "Guido van Rossum works at CWI in Amsterdam.")
     r = client.post(f"{API}/relations", json={"from": "knowledge:/a", "to": "knowledge:/a", "type": "self"})
     assert r.status_code == 201

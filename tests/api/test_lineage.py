@@ -9,6 +9,14 @@ import json
 
 import pytest
 
+
+@pytest.fixture(autouse=True)
+def _rules(services):
+    """Lineage is tested over the deterministic extractor, whose entities these texts are
+    written for (the offline NER: tests/api/test_ner_extraction.py)."""
+    services.settings.entity_ner = "off"
+
+
 API = "/api/repos/acme"
 NODES = f"{API}/workspaces/knowledge/nodes"
 LINEAGE = f"{API}/workspaces/knowledge/lineage"

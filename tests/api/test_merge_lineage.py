@@ -4,6 +4,16 @@ decision, and entity names match with punctuation folded (SQLite and PostgreSQL)
 
 from __future__ import annotations
 
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _rules(services):
+    """Lineage is tested over the deterministic extractor, whose entities these texts are
+    written for (the offline NER: tests/api/test_ner_extraction.py)."""
+    services.settings.entity_ner = "off"
+
+
 API = "/api/repos/acme"
 NODES = f"{API}/workspaces/knowledge/nodes"
 SPEC = "JavaScript is standardised as ECMA-262 by Ecma International."

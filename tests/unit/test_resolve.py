@@ -37,6 +37,12 @@ def c(name, kind=None, edges=0, created="", path=None):
         ("3rd Battalion", "4th Battalion"),
         ("First Crusade", "Second Crusade"),
         ("2008 Summer Olympics", "Summer Olympics"),
+        # names that differ only by a number are different documents, versions, releases
+        ("PEP 458", "PEP 480"),
+        ("Python 2", "Python 3"),
+        ("Fedora 38", "Fedora 39"),
+        ("SHA2-256", "SHA3-256"),
+        ("Python 3.12", "Python 3.13"),
     ],
 )
 def test_names_differing_in_a_number_never_merge(a, b):
@@ -151,3 +157,32 @@ def test_cluster_groups_components_and_names_the_kept_node():
     assert m["kept"] is es[1]
     assert [x.name for x in m["merged"]] == ["Ahab", "Capt. Ahab"]
     assert m["score"] == 0.95 and m["reasons"] == ["fuzzy:0.950", "same_name"]
+
+
+def test_a_number_written_inside_a_word_is_the_same_number():
+    assert score_pair(c("Python3"), c("Python 3")).score is not None  # not blocked: one number
+    assert numbers_of("SHA2-256") == frozenset({2, 256})
+
+
+@pytest.mark.parametrize("a, b", [(("Georgia", "organization"), ("Georgia", "place")),
+                                  (("Python", "product"), ("Python", "person")),
+                                  (("Victoria", "person"), ("Victoria", "place")),
+                                  (("PEP 386", "work"), ("PEP 386", "concept"))])
+def test_names_the_ner_typed_differently_never_merge_even_when_equal(a, b):
+    scored = score_pair(c(*a), c(*b), similarity=1.0)
+    assert scored.score is None and scored.reasons == ["types_differ"]
+
+
+def test_find_merges_proposes_none_of_the_blocked_pairs_and_keeps_the_true_one():
+    from types import SimpleNamespace
+
+    from kg.rag.resolve import find_merges
+
+    entities = sorted([c("PEP 458", "work"), c("PEP 480", "work"), c("Fedora 38", "product"),
+                       c("Fedora 39", "product"), c("Georgia", "organization", path="/entities/georgia-team"),
+                       c("Georgia", "place"), c("Guido van Rossum", "person"), c("Guido Van Rossum", "person",
+                                                                                path="/entities/guido-van-rossum-2")],
+                      key=lambda e: e.path)
+    merges = find_merges(SimpleNamespace(llm=SimpleNamespace(name="none")), entities, threshold=0.8, model=None)
+    assert [(m["kept"].name, [x.name for x in m["merged"]]) for m in merges] == [
+        ("Guido van Rossum", ["Guido Van Rossum"])]
