@@ -10,13 +10,15 @@ that matched (``/api/repos/{repo}/search``), never the raw path; a path no route
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi.routing import APIRoute
 from prometheus_client import start_http_server
-from starlette.routing import Match, Mount
+from starlette.routing import Mount, Route, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import CallerDep, ServicesDep
@@ -47,20 +49,45 @@ def route_template(app: Any, scope: Scope) -> str:
     """The template of the route ``scope`` was (or would have been) routed to.
 
     The router leaves the matched route in ``scope["route"]``; a request refused before routing
-    (by the guard) is matched here against the app's routes, as the router would.
+    (by the guard), or routed to a mounted app (``/mcp``), is matched here against the app's
+    route templates (:func:`_templates`), as the router would.
     """
     route = scope.get("route")
-    if route is None:
-        for candidate in app.router.routes:
-            match, _ = candidate.matches(scope)
-            if match == Match.FULL:
-                route = candidate
-                break
-    if route is None:
-        return UNMATCHED
-    if isinstance(route, Mount):
-        return route.path + "/*"
-    return str(getattr(route, "path", UNMATCHED))
+    if isinstance(route, APIRoute | Route) and not isinstance(route, Mount):
+        return route.path
+    path, method = scope.get("path", ""), scope.get("method", "GET")
+    partial = None
+    for template, regex, methods in _templates(app):
+        if regex.match(path):
+            if methods is None or method in methods:
+                return template
+            partial = partial or template
+    return partial or UNMATCHED
+
+
+def _templates(app: Any) -> list[tuple[str, re.Pattern[str], frozenset[str] | None]]:
+    """Every route of ``app`` as ``(template, regex, methods)`` in routing order (a mount's
+    template is its path and ``/*``), walking the included routers; made once per app."""
+    cached = getattr(app.state, "route_templates", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    out: list[tuple[str, re.Pattern[str], frozenset[str] | None]] = []
+
+    def walk(routes: Any, prefix: str) -> None:
+        for route in routes:
+            if isinstance(route, Mount):
+                template = prefix + route.path + "/*"
+                regex, _, _ = compile_path(prefix + route.path + "/{rest:path}")
+                out.append((template, regex, None))
+            elif isinstance(route, APIRoute | Route):
+                regex, _, _ = compile_path(prefix + route.path)
+                out.append((prefix + route.path, regex, frozenset(route.methods or ()) or None))
+            elif hasattr(route, "original_router"):  # an included router (FastAPI >= 0.16x)
+                walk(route.original_router.routes, prefix + (route.include_context.prefix or ""))
+
+    walk(app.router.routes, "")
+    app.state.route_templates = out
+    return out
 
 
 class RequestMetrics:

@@ -201,6 +201,8 @@ class UnitOfWork:
         self.actor = actor
         self._hooks: list[Callable[[], None]] = []
         self._queued: dict[int, list[str]] = {}
+        #: The use case's span (:func:`run`), which :meth:`begin` names the branch on.
+        self.span: Any = None
 
     def begin(self, repo: str, branch: str = MAIN, *, message: str | None = None,
               actor: str | None = None, action: Action = "write") -> WriteContext:
@@ -221,7 +223,8 @@ class UnitOfWork:
             An ``actor`` longer than 255 characters.
         """
         self.authorize(action, repo, branch)
-        annotate(repo=repo, branch=branch)
+        if self.span is not None:
+            annotate(self.span, repo=repo, branch=branch)
         return begin_write(self.session, repo, branch, message=message,
                            actor=authorize_actor_name(self.actor, repo, actor))
 
@@ -463,7 +466,8 @@ def run(services: Resources, actor: Actor, use_case: Callable[Concatenate[UnitOf
     started = time.perf_counter()
     outcome = "error"
     try:
-        with span("kg.use_case", use_case=name), unit_of_work(services, actor) as uow:
+        with span("kg.use_case", use_case=name) as traced, unit_of_work(services, actor) as uow:
+            uow.span = traced
             result = use_case(uow, *args, **kwargs)
         outcome = "ok"
     finally:

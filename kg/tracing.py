@@ -65,7 +65,7 @@ def active() -> bool:
 
 
 @contextmanager
-def span(name: str, **attributes: Any) -> Iterator[None]:
+def span(name: str, **attributes: Any) -> Iterator[Any]:
     """Run the block in a span called ``name`` (one of :data:`SPAN_NAMES`) with ``attributes``
     (keywords of :data:`ATTRIBUTES`: ``repo="peps"``; None values are left out). A no-op when :func:`active` is false.
 
@@ -77,18 +77,19 @@ def span(name: str, **attributes: Any) -> Iterator[None]:
     if name not in SPAN_NAMES:
         raise ValueError(f"unknown span name {name!r}: add it to kg.tracing.SPAN_NAMES and document it")
     if not active():
-        yield
+        yield None
         return
     tracer = _trace.get_tracer(_TRACER_NAME)
-    with tracer.start_as_current_span(name, attributes=_attributes(attributes)):
-        yield
+    with tracer.start_as_current_span(name, attributes=_attributes(attributes)) as current:
+        yield current
 
 
-def annotate(**attributes: Any) -> None:
-    """Set ``attributes`` (as for :func:`span`) on the current span, if any is recorded."""
+def annotate(target: Any = None, /, **attributes: Any) -> None:
+    """Set ``attributes`` (as for :func:`span`) on ``target`` (a span :func:`span` yielded;
+    default: the current span), if it is recorded."""
     if not active():
         return
-    current = _trace.get_current_span()
+    current = target if target is not None else _trace.get_current_span()
     if current.is_recording():
         current.set_attributes(_attributes(attributes))
 
