@@ -5,8 +5,10 @@ case -> search legs with the repository and branch, never a value, a query or a 
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
 from kg.context import OPERATOR, run
+from kg.ops import observability
 from kg.ops import keys as key_ops
 from kg.ratelimit import RateLimiter
 from kg.services import Services
@@ -330,3 +333,40 @@ def test_spans_nest_request_use_case_and_search_legs_without_values(exporter, db
             text = f"{key}={attribute}"
             for secret in (SECRET_VALUE, SECRET_QUERY, token, token.split("_")[-1]):
                 assert secret not in text, (span.name, text)
+
+
+def test_a_span_attribute_that_is_not_a_name_or_count_is_refused(exporter):
+    from kg.tracing import span
+
+    with pytest.raises(ValueError, match="query"):
+        with span("kg.search.bm25", query="what the user typed"):
+            pass
+    with pytest.raises(ValueError, match="unknown span name"):
+        with span("kg.made.up"):
+            pass
+
+
+# -- every metric and span is documented ------------------------------------------------------------
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "observability.md"
+
+
+def exposed_names(services) -> set[str]:
+    """The names as a scrape shows them (a counter's with ``_total``), of every family kg
+    registers: the process's and the state collector's."""
+    names = set()
+    for family in observability.registry(services).collect():
+        names.add(family.name + ("_total" if family.type == "counter" else ""))
+    return names
+
+
+def test_every_metric_and_span_name_is_documented_and_every_documented_one_exists(services):
+    guide = GUIDE.read_text()
+    exposed = exposed_names(services)
+    assert {"kg_http_requests_total", "kg_index_lag_seconds", "kg_db_pool_connections"} <= exposed
+    documented_metrics = set(re.findall(r"^\| `(kg_[a-z0-9_]+)` \|", guide, flags=re.M))
+    assert exposed - documented_metrics == set(), "metrics without documentation"
+    assert documented_metrics - exposed == set(), "documented metrics that do not exist"
+    documented_spans = set(re.findall(r"^\| `(kg\.[a-z0-9_.]+)` \|", guide, flags=re.M))
+    assert set(SPAN_NAMES) - documented_spans == set(), "spans without documentation"
+    assert documented_spans - set(SPAN_NAMES) == set(), "documented spans that do not exist"
