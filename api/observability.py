@@ -70,7 +70,7 @@ def _templates(app: Any) -> list[tuple[str, re.Pattern[str], frozenset[str] | No
     template is its path and ``/*``), walking the included routers; made once per app."""
     cached = getattr(app.state, "route_templates", None)
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     out: list[tuple[str, re.Pattern[str], frozenset[str] | None]] = []
 
     def walk(routes: Any, prefix: str) -> None:

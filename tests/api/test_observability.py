@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from api.app import create_app
 from kg.context import OPERATOR, run
-from kg.ops import observability
 from kg.ops import keys as key_ops
+from kg.ops import observability
 from kg.ratelimit import RateLimiter
 from kg.services import Services
 from kg.settings import Settings
