@@ -34,9 +34,8 @@ UNMATCHED = "<unmatched>"
 router = APIRouter(route_class=GuardedRoute, tags=["health"])
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {observability.CONTENT_TYPE: {}},
-                             "description": "The metrics in Prometheus's text format."}})
+# Not in the OpenAPI document: it is for Prometheus, not an operation of the API (nor of kg.client).
+@router.get("/metrics", response_class=Response, include_in_schema=False)
 def metrics(request: Request, services: ServicesDep, caller: CallerDep) -> Response:
     """The process's metrics in Prometheus's text format (docs/guides/observability.md): for an
     admin key while ``KG_AUTH`` is on, for a loopback client while it is off; 404 with
