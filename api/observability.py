@@ -95,7 +95,9 @@ class RequestMetrics:
     def __init__(self, app: ASGIApp, *, fastapi_app: FastAPI, count: bool) -> None:
         self.app = app
         self.fastapi_app = fastapi_app
+        #: Whether requests are counted (``KG_METRICS``); a benchmark flips it at run time.
         self.count = count
+        fastapi_app.state.request_metrics = self
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
