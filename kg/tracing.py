@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+from importlib.metadata import entry_points
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar
@@ -133,8 +134,6 @@ def configure() -> bool:
         log.warning("OTEL_TRACES_EXPORTER is set but opentelemetry-sdk is not installed (pip install 'kg[otel]'): "
                     "no traces")
         return False
-    from importlib.metadata import entry_points
-
     resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME", "kg")})
     provider = TracerProvider(resource=resource)
     for name in names:

@@ -118,6 +118,7 @@ def registry(services: Resources) -> CollectorRegistry:
     Returns
     -------
     prometheus_client.CollectorRegistry
+        A new registry; the process's families in it are shared, the state collector is its own.
     """
     out = CollectorRegistry(auto_describe=False)
     for collector in COLLECTORS:  # the process's counters and histograms, shared
@@ -133,7 +134,9 @@ def scrape(services: Resources, caller: Actor, client_host: str | None) -> bytes
     Parameters
     ----------
     services : kg.context.Resources
+        The settings (``KG_METRICS``, ``KG_AUTH``), the store and caches read.
     caller : kg.context.Actor
+        Who asks.
     client_host : str or None
         The client's address.
 
