@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import os
-from importlib.metadata import entry_points
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from typing import Any, ParamSpec, TypeVar
 
 log = logging.getLogger("kg.tracing")
