@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 import kg
-from api import docs, errors, ui
+from api import docs, errors, observability, ui
 from api.deps import get_caller
 from api.errors import ERROR_RESPONSES
 from api.guard import RequestGuard
@@ -31,6 +31,7 @@ from api.routes import (
 )
 from kg.services import Services
 from kg.settings import Settings
+from kg.tracing import configure as configure_tracing
 
 
 def create_app(settings: Settings | None = None, *, services: Services | None = None) -> FastAPI:
@@ -47,17 +48,22 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
         services = Services.from_settings(settings or Settings())
 
     mcp_server, mcp_asgi = mcp_app(services)
+    configure_tracing()  # from the OTEL_* variables, once per process; nothing when unset
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         services.indexer.start()
         services.jobs.start()
         services.webhooks.start()
+        metrics_server = observability.start_metrics_server(services)
         try:
             # A mounted app's lifespan never runs: the MCP session manager is run here.
             async with mcp_server.session_manager.run():
                 yield
         finally:
+            if metrics_server is not None:
+                metrics_server.shutdown()
+                metrics_server.server_close()
             services.close()
 
     services.db.upgrade()
@@ -78,4 +84,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     ui.install(app)
     # /docs and /redoc from the assets shipped with kg: no CDN, they work offline.
     docs.install(app)
+    # Outermost: counts and traces every answer, the guard's refusals too.
+    observability.install(app)
     return app

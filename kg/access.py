@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import logging
 import re
 import secrets
@@ -434,6 +435,44 @@ def readable_workspaces(actor: Actor, repo: str, branch: str, workspaces: Iterab
     covering = [g for g in actor.grants_on(repo) if "read" in g.actions and g.covers_branch(branch)]
     readable = frozenset(n for n in names if any(g.covers_workspace(n) for g in covering))
     return None if len(readable) == len(set(names)) else readable
+
+
+def authorize_monitoring(actor: Actor, *, auth: bool, client_host: str | None) -> None:
+    """Decide whether ``actor``, calling from ``client_host``, may read the process's metrics.
+
+    With ``KG_AUTH`` on (``auth``): an admin key (admin on repository ``*``) only. With it off:
+    a client on a loopback address only (the server listens on loopback then; a proxy in front
+    of it, or a test client with no address, is refused), whoever it says it is.
+
+    Parameters
+    ----------
+    actor : Actor
+        The caller.
+    auth : bool
+        ``Settings.auth``.
+    client_host : str or None
+        The client's address as the transport saw it (None: unknown).
+
+    Raises
+    ------
+    kg.errors.Unauthenticated
+        An anonymous caller while ``auth`` is on.
+    kg.errors.Forbidden
+        A key that is not an admin (auth on); a client not on loopback (auth off).
+    """
+    if auth:
+        if actor.kind == "anonymous":
+            raise Unauthenticated("the metrics need an admin key (Authorization: Bearer kg_...)")
+        if not actor.is_admin:
+            raise Forbidden("only an admin key (admin on repo=*) may read the metrics", details={"action": "admin"})
+        return
+    try:
+        loopback = client_host is not None and ipaddress.ip_address(client_host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise Forbidden("the metrics are served to loopback clients only while KG_AUTH is off",
+                        details={"client": client_host})
 
 
 def authorize(actor: Actor, action: Action, repo: str, branch: str | None = None,

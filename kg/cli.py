@@ -126,6 +126,13 @@ def serve(host: Annotated[str | None, typer.Option(help="Interface to listen on.
                    "(and KG_KEY_PEPPER) or listen on 127.0.0.1", err=True)
         raise typer.Exit(1)
     _check_can_listen(host, port)
+    if workers > 1 and settings.metrics:
+        # Each worker counts for itself (docs/guides/observability.md): a scrape reads one of them.
+        typer.echo(f"note: {workers} workers keep {workers} sets of metrics; /metrics answers one worker's. "
+                   "Run one process per port to scrape them all", err=True)
+        if settings.metrics_port is not None:
+            typer.echo("error: KG_METRICS_PORT needs one worker (each would bind the port)", err=True)
+            raise typer.Exit(1)
     # The app (built in each worker from the environment) needs the interface it is served on:
     # the MCP transport accepts only localhost Host headers on a loopback one.
     os.environ["KG_HOST"], os.environ["KG_PORT"] = host, str(port)

@@ -66,6 +66,8 @@ to its function (and any class its own body raises):
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
@@ -82,6 +84,7 @@ from kg.graph.cache import GraphCache
 from kg.index.base import SearchIndex
 from kg.index.weaviate import ClientPool
 from kg.lru import LRUCache
+from kg.metrics import RATE_LIMITED, USE_CASE_DURATION
 from kg.providers.base import Embedder, Reranker
 from kg.providers.llm import LLM
 from kg.ratelimit import RateLimiter
@@ -89,6 +92,7 @@ from kg.settings import Settings
 from kg.store.db import Database
 from kg.store.paths import parse_address
 from kg.store.repos import MAIN, BranchView, WriteContext, begin_write, branch_view
+from kg.tracing import annotate, span
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -197,6 +201,8 @@ class UnitOfWork:
         self.actor = actor
         self._hooks: list[Callable[[], None]] = []
         self._queued: dict[int, list[str]] = {}
+        #: The use case's span (:func:`run`), which :meth:`begin` names the branch on.
+        self.span: Any = None
 
     def begin(self, repo: str, branch: str = MAIN, *, message: str | None = None,
               actor: str | None = None, action: Action = "write") -> WriteContext:
@@ -217,6 +223,8 @@ class UnitOfWork:
             An ``actor`` longer than 255 characters.
         """
         self.authorize(action, repo, branch)
+        if self.span is not None:
+            annotate(self.span, repo=repo, branch=branch)
         return begin_write(self.session, repo, branch, message=message,
                            actor=authorize_actor_name(self.actor, repo, actor))
 
@@ -369,6 +377,7 @@ def throttle(services: Resources, caller: Actor, call: str) -> None:
     identity = f"key:{caller.key_id}" if caller.kind == "key" else ANONYMOUS_BUCKET
     wait_s = limiter.take(identity)
     if wait_s > 0:
+        RATE_LIMITED.labels(call).inc()
         who = f"key {caller.name!r}" if caller.kind == "key" else "anonymous callers"
         raise RateLimited(
             f"{call}: {who} made more expensive calls than allowed ({limiter.per_min:g} a minute, "
@@ -409,9 +418,27 @@ def reading(services: Resources, caller: Actor, repo: str, branch: str = MAIN,
     kg.errors.InvalidInput
         A revision not written yet.
     """
-    permit(services, caller, "read", repo, branch)
-    with services.db.read() as session:
-        yield session, scoped_view(caller, branch_view(session, repo, branch, at_revision=at_revision))
+    # The reading use case is the function that entered this block (the frame above
+    # contextlib's __enter__): its module and name label the duration and the span.
+    name = _use_case_name(sys._getframe(2))
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        with span("kg.read", use_case=name, repo=repo, branch=branch):
+            permit(services, caller, "read", repo, branch)
+            with services.db.read() as session:
+                yield session, scoped_view(caller, branch_view(session, repo, branch, at_revision=at_revision))
+        outcome = "ok"
+    finally:
+        if services.settings.metrics:
+            USE_CASE_DURATION.labels(name, outcome).observe(time.perf_counter() - started)
+
+
+def _use_case_name(frame: Any) -> str:
+    """``module.function`` of a frame's code, the module without its ``kg.`` prefix (a bounded
+    label: one value per function of kg)."""
+    module = str(frame.f_globals.get("__name__", "?"))
+    return f"{module.removeprefix('kg.')}.{frame.f_code.co_name}"
 
 
 def scoped_view(caller: Actor, view: BranchView) -> BranchView:
@@ -435,6 +462,15 @@ def run(services: Resources, actor: Actor, use_case: Callable[Concatenate[UnitOf
     kg.errors.KGError
         What the use case raised; nothing of it is written.
     """
-    with unit_of_work(services, actor) as uow:
-        result = use_case(uow, *args, **kwargs)
+    name = f"{use_case.__module__.removeprefix('kg.')}.{getattr(use_case, '__name__', '?')}"
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        with span("kg.use_case", use_case=name) as traced, unit_of_work(services, actor) as uow:
+            uow.span = traced
+            result = use_case(uow, *args, **kwargs)
+        outcome = "ok"
+    finally:
+        if services.settings.metrics:
+            USE_CASE_DURATION.labels(name, outcome).observe(time.perf_counter() - started)
     return result

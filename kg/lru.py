@@ -44,14 +44,19 @@ class LRUCache(Generic[T]):
         self._items: OrderedDict[Hashable, tuple[T, int]] = OrderedDict()
         self._weight = 0
         self._lock = threading.Lock()
+        #: Lookups answered from the cache, and not (:meth:`get` and :meth:`peek`), since start.
+        self.hits = 0
+        self.misses = 0
 
     def get(self, key: Hashable, build: Callable[[], T]) -> T:
         """The value of ``key``, built with ``build()`` on a miss."""
         with self._lock:
             held = self._items.get(key)
             if held is not None:
+                self.hits += 1
                 self._items.move_to_end(key)
                 return held[0]
+            self.misses += 1
         value = build()
         self.put(key, value)
         return value
@@ -61,7 +66,9 @@ class LRUCache(Generic[T]):
         with self._lock:
             held = self._items.get(key)
             if held is None:
+                self.misses += 1
                 return None
+            self.hits += 1
             self._items.move_to_end(key)
             return held[0]
 
@@ -79,6 +86,14 @@ class LRUCache(Generic[T]):
                     self.max_weight is not None and self._weight > self.max_weight and len(self._items) > 1):
                 _, (_, dropped) = self._items.popitem(last=False)
                 self._weight -= dropped
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def weight(self) -> int:
+        """What the entries held weigh together (0 without ``weigh``)."""
+        return self._weight
 
     def clear(self) -> None:
         """Forget everything."""

@@ -228,6 +228,16 @@ class Settings(BaseSettings):
     ui_session_s : float
         How long a console sign-in lasts, in seconds (default 12 hours); the key itself is
         checked again on every page, so a revoked or expired key ends the session at once.
+    metrics : bool
+        Count requests and use cases and serve them in Prometheus's format (``KG_METRICS``,
+        default on; off: nothing is counted and ``/metrics`` answers 404).
+    metrics_port : int or None
+        Serve the metrics on this port of their own (``KG_METRICS_PORT``, by prometheus-client's
+        server, without authentication) instead of ``/metrics`` on the API's port (which then
+        answers 404). Unset: ``/metrics`` on the API's port, for an admin key (``KG_AUTH`` on)
+        or a loopback client (off).
+    metrics_host : str
+        The interface of the metrics port (``KG_METRICS_HOST``, default ``127.0.0.1``).
     """
 
     model_config = SettingsConfigDict(env_prefix="KG_", extra="ignore")
@@ -302,6 +312,9 @@ class Settings(BaseSettings):
     mcp_read_only: bool = False
     ui_secret: SecretStr | None = None
     ui_session_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 24 * 3600.0)
+    metrics: bool = True
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
 
     @field_validator("rag_weaviate_urls", "allowed_hosts", "webhook_allowed_urls", mode="before")
     @classmethod

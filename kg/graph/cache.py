@@ -75,13 +75,19 @@ class GraphCache:
         self._stripes = tuple(threading.Lock() for _ in range(_LOCK_STRIPES))
         self._builds: dict[Hashable, threading.Thread] = {}
         self._lock = threading.Lock()
+        #: :meth:`get` calls that found a view, and that did not, since start.
+        self.hits = 0
+        self.misses = 0
 
     def get(self, key: Hashable) -> GraphView | None:
         """The view held for ``key`` (now the most recently used), or None."""
         with self._lock:
             view = self._views.get(key)
             if view is not None:
+                self.hits += 1
                 self._views.move_to_end(key)
+            else:
+                self.misses += 1
             return view
 
     def put(self, key: Hashable, view: GraphView) -> None:

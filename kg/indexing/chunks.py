@@ -26,10 +26,12 @@ from sqlalchemy.orm import Session
 from kg.errors import KGError, ProviderError
 from kg.index.base import IndexedChunk, Placement, SearchIndex
 from kg.indexing.config import EmbeddingConfig, IndexedProperties
+from kg.metrics import EMBEDDED_PASSAGES
 from kg.providers.base import Embedder
 from kg.store.models import Branch, Chunk, NodeVersion, Repository
 from kg.text.chunking import ChunkingConfig, recursive_split
 from kg.text.hashing import content_key
+from kg.tracing import span
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +235,9 @@ def embed_pieces(pieces: Sequence[Piece], embedder: Embedder, *, batch_size: int
     for offset in range(0, len(pieces), batch_size):
         batch = pieces[offset:offset + batch_size]
         texts = [item.text for item in batch]
-        vectors = check_vectors(embedder.embed(texts), len(texts), embedder.dim, texts)
+        with span("kg.embed.batch", model=embedder.name, count=len(texts)):
+            vectors = check_vectors(embedder.embed(texts), len(texts), embedder.dim, texts)
+        EMBEDDED_PASSAGES.inc(len(texts))
         for item, vector in zip(batch, vectors, strict=True):
             rows.append(ChunkRow(item.content_key, item.chunk_index, item.field, item.text, item.start, item.end,
                                  embedder.name, vector))

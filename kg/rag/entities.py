@@ -86,6 +86,7 @@ from kg.store.repos import workspace_id
 from kg.text import ner
 from kg.text.names import entity_slug, name_key
 from kg.text.slugs import slugify
+from kg.tracing import traced
 
 log = logging.getLogger(__name__)
 
@@ -820,7 +821,7 @@ def _extract(llm: Any, extractor: str, text: str,
         relations, lost = resolve_relations(entities, list(found.relations))
         return entities, relations, {"entities": dropped + len(found.dropped), "relations": lost,
                                      "reasons": found.dropped + why}, []
-    reply = llm.chat([
+    reply = traced("kg.llm.call", llm.chat)([
         {"role": "system", "content": _SYSTEM},
         {"role": "user", "content": _INSTRUCTIONS.format(types=", ".join(ENTITY_TYPES), text=text)},
     ], json_schema=EXTRACTION_SCHEMA, timeout_s=120)

@@ -79,6 +79,7 @@ from kg.store.nodes import find_node, nodes_by_id
 from kg.store.paths import parse_address, validate_path
 from kg.store.repos import BranchView, workspace_id
 from kg.text.sentences import split_sentences
+from kg.tracing import traced
 
 log = logging.getLogger(__name__)
 
@@ -546,7 +547,7 @@ def _llm_grade(llm, question: str, passages: list[dict]) -> bool:
     schema = {"type": "object", "properties": {"sufficient": {"type": "boolean"}}, "required": ["sufficient"]}
     context = "\n\n".join(f"[{i}] {p['text']}" for i, p in enumerate(passages, start=1))
     try:
-        reply = llm.chat([
+        reply = traced("kg.llm.call", llm.chat)([
             {"role": "system", "content": "You grade retrieval. Answer with JSON only."},
             {"role": "user", "content": f"Question: {question}\n\nPassages:\n{context}\n\n"
                                         "Do the passages contain the answer? {\"sufficient\": true|false}"},
@@ -560,7 +561,7 @@ def _llm_rewrite(llm, question: str, passages: list[dict]) -> str | None:
     schema = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
     sample = "\n".join(p["text"][:300] for p in passages[:3])
     try:
-        reply = llm.chat([
+        reply = traced("kg.llm.call", llm.chat)([
             {"role": "system", "content": "Rewrite search queries in the vocabulary of the documents. JSON only."},
             {"role": "user", "content": f"Question: {question}\n\nDocument excerpts:\n{sample}\n\n"
                                         "Give one search query: {\"query\": \"...\"}"},
@@ -689,7 +690,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         return result
     if has_llm:
         context = "\n\n".join(f"[{i}] {p['text']}" for i, p in enumerate(passages, start=1))
-        reply = llm.chat([
+        reply = traced("kg.llm.call", llm.chat)([
             {"role": "system", "content": "Answer only from the numbered passages. Cite every claim with its "
                                           "passage number in brackets, like [1]. If the passages do not "
                                           f"answer the question, say: {NOT_COVERED}"},

@@ -35,6 +35,7 @@ from typing import Any
 
 from kg.errors import InvalidInput, KGError, ProviderError
 from kg.providers.llm import ToolLLM
+from kg.tracing import traced
 
 __all__ = ["TOOLS", "LoopResult", "PassageRegistry", "check_arguments", "run_fixed_plan", "run_tool_loop",
            "tool_definitions"]
@@ -427,7 +428,7 @@ def run_tool_loop(llm: ToolLLM, question: str, run_tool: ToolRunner, *, max_step
             break
         turns += 1
         try:
-            reply = llm.chat_tools(messages, tools, timeout_s=timeout_s)
+            reply = traced("kg.llm.call", llm.chat_tools)(messages, tools, timeout_s=timeout_s)
         except ProviderError as exc:
             if exc.details.get("reason") == "malformed_tool_call" and turns <= max_steps:
                 out.steps += 1
@@ -465,7 +466,7 @@ def run_tool_loop(llm: ToolLLM, question: str, run_tool: ToolRunner, *, max_step
     if final is None and out.stopped in ("max_steps", "loop") and session.retrieved:
         messages.append({"role": "user", "content": ANSWER_NOW})
         try:
-            reply = llm.chat_tools(messages, [], timeout_s=timeout_s)
+            reply = traced("kg.llm.call", llm.chat_tools)(messages, [], timeout_s=timeout_s)
             text = reply.content.strip()
             session.note("model", result=_cut(text, SUMMARY_CHARS) or None,
                          error=None if text and not reply.tool_calls else "no answer when asked to answer")

@@ -57,6 +57,7 @@ from kg.store.models import RelationVersion, Workspace, utcnow
 from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.relations import find_relation, visible_relations
 from kg.store.repos import BranchView, workspace_id
+from kg.tracing import traced
 
 PROPOSAL_PREFIX = "proposals/entities-"
 DEFAULT_THRESHOLD = 0.8  # between the cross-validated thresholds of FEBRL1 (0.756) and HotpotQA (0.798)
@@ -433,7 +434,7 @@ _CONFIRM = (
 
 
 def _llm_confirms(llm: Any, a: Candidate, b: Candidate) -> bool:
-    reply = llm.chat(
+    reply = traced("kg.llm.call", llm.chat)(
         [{"role": "user", "content": _CONFIRM.format(a=a.context or a.name, b=b.context or b.name)}], timeout_s=60
     )
     parsed = parse_json_reply(reply)

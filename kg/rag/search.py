@@ -37,6 +37,7 @@ from kg.store.numbers import Integer
 from kg.store.paths import MAX_PATH_CHARS, NON_BLANK_PATTERN, PREFIX_PATTERN, path_has_prefix, validate_prefix
 from kg.store.relations import list_node_changes
 from kg.store.repos import BranchView, workspace_id
+from kg.tracing import span
 
 Mode = Literal["vector", "fulltext", "hybrid"]
 Granularity = Literal["chunk", "node"]
@@ -434,7 +435,8 @@ def _reranked(answer: SearchAnswer, reranker: Reranker, request: SearchRequest, 
         return answer
     rerank_started = time.perf_counter()
     try:
-        scores = reranker.score(request.query, [_rerank_text(r) for r in head])
+        with span("kg.search.rerank", model=reranker.name, count=len(head)):
+            scores = reranker.score(request.query, [_rerank_text(r) for r in head])
         if len(scores) != len(head) or not all(math.isfinite(float(x)) for x in scores):
             raise ProviderError(f"{reranker.name} answered {len(scores)} scores for {len(head)} passages",
                                 details={"model": reranker.name, "reason": "bad_scores"})
@@ -485,7 +487,8 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
     depth = min(MAX_DEPTH, max(request.k * (8 if request.granularity == "node" else 3), 50))
 
     if fusing is not None:
-        native = _native_hybrid(fusing, services, view, searchable, request, depth)
+        with span("kg.search.fusion", mode=request.mode):
+            native = _native_hybrid(fusing, services, view, searchable, request, depth)
         if native is not None:
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
@@ -497,13 +500,18 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
         vector_hits: list[IndexHit] = []
         fulltext_hits: list[IndexHit] = []
         if use_vector:
-            vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
+            with span("kg.search.knn", k=depth):
+                vector_hits = _vector_leg(services, view, searchable, request, depth, warnings)
         if use_fulltext:
-            fulltext_hits = _fulltext_leg(services, repo_key, searchable, request, depth)
+            with span("kg.search.bm25", k=depth):
+                fulltext_hits = _fulltext_leg(services, repo_key, searchable, request, depth)
+        with span("kg.search.fusion", mode=request.mode):
+            if request.granularity == "chunk":
+                results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method)
+            else:
+                results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method)
         if request.granularity == "chunk":
-            results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method)
             break
-        results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method)
         # A node row per node: when a few long documents fill the legs' top chunks, fewer than
         # k nodes are found though more match. Read deeper while a leg was cut at the depth.
         cut = len(vector_hits) >= depth or len(fulltext_hits) >= depth
@@ -916,7 +924,8 @@ def _vector_leg(services: Resources, view, searchable: _Searchable, request, dep
     for model in keys_by_model:
         try:
             embedder = services.embedder(model)
-            vector = embedder.embed([request.query])[0]
+            with span("kg.embed.batch", model=model, count=1):
+                vector = embedder.embed([request.query])[0]
         except (BackendUnavailable, ProviderError) as exc:
             failed.append(exc)
             warnings.append({"code": exc.code, "leg": "vector", "model": model,

@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kg.errors import BackendUnavailable
+from kg.tracing import span
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -65,7 +66,7 @@ class Database:
     @contextmanager
     def read(self) -> Iterator[Session]:
         """A read session, rolled back at the end; the objects it loaded stay readable."""
-        with self._reader() as session:
+        with span("kg.db.read"), self._reader() as session:
             yield session
 
     @contextmanager
@@ -81,7 +82,7 @@ class Database:
         """A write transaction (``BEGIN IMMEDIATE`` on SQLite): committed on success, rolled back on any
         error, so no error leaves a partial write. Store functions flush; this commits.
         """
-        with self._writer() as session:
+        with span("kg.db.write"), self._writer() as session:
             try:
                 yield session
                 session.commit()
