@@ -479,6 +479,11 @@ class SearchIndex(Protocol):
         """What the index holds for the repository, for a status route."""
         ...
 
+    def held_in_memory(self) -> tuple[int, int] | None:
+        """What this process holds in memory for the index: (estimated bytes, repositories
+        loaded), or None for an index whose data lives in another service."""
+        ...
+
     def close(self) -> None:
         """Release the index's connections and threads."""
         ...

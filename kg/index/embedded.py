@@ -863,6 +863,9 @@ class EmbeddedVectorIndex:
         """Keys of the repositories held in memory, least recently used first."""
         return [key for key, _ in sorted(list(self._repos.items()), key=lambda item: item[1].last_used)]
 
+    def held_in_memory(self) -> tuple[int, int] | None:
+        return self.memory_bytes(), len(self._repos)
+
     def stats(self, repo_key: str) -> dict[str, Any]:
         """``{"chunks", "models": {model: chunks}, "dims": {model: dim}, "watermark"}``."""
         view = self._view(repo_key)

@@ -84,10 +84,10 @@ class StateCollector(Collector):
             hits.add_metric([name], float(hit))
             misses.add_metric([name], float(miss))
             ratio.add_metric([name], hit / (hit + miss) if hit + miss else 0.0)
-        memory = getattr(services.index, "memory_bytes", None)
-        if memory is not None:  # the embedded index: what its repositories hold in memory
-            size.add_metric(["index_memory"], float(memory()))
-            entries.add_metric(["index_memory"], float(len(services.index.loaded_repositories())))  # type: ignore[union-attr]
+        held = services.index.held_in_memory()
+        if held is not None:  # an index held in this process: its bytes and repositories
+            size.add_metric(["index_memory"], float(held[0]))
+            entries.add_metric(["index_memory"], float(held[1]))
         yield from (entries, size, hits, misses, ratio)
 
     def _pool(self) -> Iterator[Metric]:

@@ -30,7 +30,7 @@ def test_mypy_core_strict():
     """``mypy`` over the store, the use cases, the indexing, the index, the MCP server, the typed contract, the
     client and the framework adapters: the ``[tool.mypy]`` overrides make it ``--strict`` for them."""
     done = _run("mypy", "kg/store", "kg/ops", "kg/context.py", "kg/indexing", "kg/index", "kg/mcp", "kg/types",
-                "kg/client", "kg/adapters")
+                "kg/client", "kg/adapters", "kg/sql")
     assert done.returncode == 0, done.stdout + done.stderr
 
 

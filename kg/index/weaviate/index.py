@@ -510,6 +510,9 @@ class WeaviateVectorIndex:
                 self.client.collections.delete(names + [_docs_name(n) for n in names])
         return names
 
+    def held_in_memory(self) -> tuple[int, int] | None:
+        return None  # the vectors live in Weaviate
+
     def stats(self, repo_key: str) -> dict[str, Any]:
         """``{"chunks", "models": {model: objects}, "dims": {model: dim}, "placed": {"seq",
         "version"}, "collections": [{"name", "model", "workspace_id", "branch_id", "objects"}]}``.
