@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 from pydantic.config import JsonDict
@@ -20,6 +20,7 @@ from kg.types.common import (
     Number,
     RevisionNumber,
     Schema,
+    StorableObject,
     Timestamp,
     WriteMeta,
     absent,
@@ -33,21 +34,30 @@ from kg.types.common import (
 _REFERENCE: JsonDict = {"if": {"type": "object", "required": [REF_KEY]}, "then": {"properties": {
     REF_KEY: {"type": "string", "pattern": PATH_PATTERN, "maxLength": MAX_PATH_CHARS},
     WORKSPACE_KEY: {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128}}}}
-#: Node properties: keys the store can hold (no NUL), references in top-level values and in the
-#: items of top-level lists (the ones kg reads) well formed.
-_PROPERTIES: JsonDict = {"propertyNames": {"pattern": TEXT_PATTERN}, "additionalProperties": {
-    "allOf": [_REFERENCE, {"if": {"type": "array"}, "then": {"items": _REFERENCE}}]}}
+
+
+def _properties(schema: dict[str, Any]) -> None:
+    """Node properties: JSON the store can hold at any depth (:data:`~kg.types.common.StorableJSON`:
+    no NUL in a key or a string), with well-formed references in top-level values and in the items
+    of top-level lists (the ones kg reads)."""
+    schema["propertyNames"] = {"pattern": TEXT_PATTERN}
+    schema["additionalProperties"] = {"allOf": [_REFERENCE, {"if": {"type": "array"}, "then": {"items": _REFERENCE}},
+                                                schema["additionalProperties"]]}
+
+
+#: Node properties (a node write's, a batch upsert's, a merge resolution's value).
+NodeProperties = Annotated[StorableObject, Field(json_schema_extra=_properties)]
 
 
 class NodePut(WriteMeta):
     node_type: str = Field(default="kg:Node", json_schema_extra=GLOB_RULE)
-    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
+    properties: NodeProperties = Field(default_factory=dict)
     order: float | None = None
     if_revision: RevisionNumber | None = None
 
 
 class NodePatch(WriteMeta):
-    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
+    properties: NodeProperties = Field(default_factory=dict)
     node_type: str | None = Field(default=None, json_schema_extra=GLOB_RULE)
     order: float | None = None
     if_revision: RevisionNumber | None = None
