@@ -361,7 +361,8 @@ class MergeBase:
         return {"kind": self.kind, "branch": self.view.branch.name, "revision": self.revision}
 
 
-def merge_base(session: Session, repo: Repository, source: Branch, target: Branch) -> MergeBase:
+def merge_base(session: Session, repo: Repository, source: Branch, target: Branch, *,
+               field: str = "into") -> MergeBase:
     """The merge base of ``source`` and ``target``: their fork point or their last merge.
 
     Parameters
@@ -372,6 +373,9 @@ def merge_base(session: Session, repo: Repository, source: Branch, target: Branc
         The repository of both branches.
     source, target : Branch
         Parent and child, in either order.
+    field : str
+        The request's field that named the other branch (``into``, ``against``), for the refusal's
+        ``details.field``.
 
     Returns
     -------
@@ -391,7 +395,7 @@ def merge_base(session: Session, repo: Repository, source: Branch, target: Branc
         raise InvalidInput(
             f"branches {source.name!r} and {target.name!r} are not parent and child; "
             "merge a branch into its parent or its parent into it",
-            details={"source": source.name, "target": target.name},
+            details={"field": field, "source": source.name, "target": target.name},
         )
     parent = target if child is source else source
     fork = child.base_revision or 0
@@ -454,7 +458,8 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     branch_name : str
         The branch whose changes are listed.
     against : str or None, optional
-        Its parent or one of its children; None for its parent.
+        Its parent, one of its children, or itself (an empty diff, based on its head); None for
+        its parent.
     readable : frozenset of int or None, optional
         Only changes in these workspaces (node ids), and of relations whose endpoints are both
         in them: a restricted reader's scope, applied in the queries that find the changes.
@@ -472,7 +477,8 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
     kg.errors.NotFound
         Unknown branch.
     kg.errors.InvalidInput
-        ``against`` is neither the branch's parent nor its child.
+        ``against`` is neither the branch's parent, nor its child, nor itself
+        (``details.field``: ``against``).
     kg.errors.Conflict
         ``against`` is None and the branch (``main``) has no parent: a state of the branch,
         like a reset of ``main`` (:func:`reset_branch`).
@@ -488,8 +494,14 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
             raise Conflict("main has no parent: name a branch to diff against with 'against'",
                            details={"branch": source.name})
     target = get_branch(session, repo, against)
-    base = merge_base(session, repo, source, target)
     theirs = _view(session, repo, source.name, None)
+    if target.id == source.id:
+        # A branch against itself: nothing changed since its own head (an empty diff).
+        return {"branch": source.name, "against": target.name,
+                "base": {"kind": "head", "branch": source.name, "revision": theirs.revision},
+                "nodes": {"added": [], "modified": [], "deleted": []},
+                "relations": {"added": [], "removed": [], "modified": []}}
+    base = merge_base(session, repo, source, target, field="against")
     node_keys = _changed_node_keys(session, source.id, base.since, theirs.revision, readable=readable)
     before = node_states(session, base.view, node_keys)
     after = node_states(session, theirs, node_keys)
@@ -625,7 +637,8 @@ def _resolution_index(resolutions: list[dict[str, Any]] | None,
                 raise InvalidInput("a node resolution's 'workspace' and 'path' are strings",
                                    details={"resolution": raw})
             if ws not in names:
-                raise InvalidInput(f"resolution names unknown workspace {ws!r}", details={"resolution": raw})
+                raise InvalidInput(f"resolution names unknown workspace {ws!r}",
+                                   details={"field": "resolutions", "resolution": raw})
             by_node[(names[ws], validate_path(raw["path"]))] = raw
         elif {"from", "to", "type"} <= set(raw):
             if not all(isinstance(raw[key], str) for key in ("from", "to", "type")):
@@ -680,7 +693,7 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
     :func:`three_way_properties`.
     """
     if source_name == target_name:
-        raise InvalidInput("a branch cannot be merged into itself")
+        raise InvalidInput("a branch cannot be merged into itself", details={"field": "into", "branch": source_name})
     source = get_branch(session, repo, source_name)
     target = get_branch(session, repo, target_name)
     base = merge_base(session, repo, source, target)
@@ -800,7 +813,7 @@ def _check_resolutions_name_conflicts(session: Session, repo: Repository, source
                if ("relation", k[0], k[1], k[2]) not in named]
     if unused:
         raise InvalidInput(f"{len(unused)} resolution(s) name no conflict of this merge",
-                           details={"unused": unused})
+                           details={"field": "resolutions", "unused": unused})
 
 
 def _resolved_relations(view: BranchView, rel_res: dict[RelKey, dict[str, Any]]) -> dict[RelKey, str]:

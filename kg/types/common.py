@@ -117,6 +117,12 @@ def _json_object(value: Any) -> dict[str, Any]:
     return value
 
 
+def shaped(schema_type: Any) -> PlainValidator:
+    """Validated as a JSON object, as it came (the use case checks it and says why it refuses),
+    and documented as ``schema_type``: every object the document admits is one kg accepts."""
+    return PlainValidator(_json_object, json_schema_input_type=schema_type)
+
+
 #: A JSON object of user data (node properties, relation properties, a function's input):
 #: validated as an object, documented as :data:`StorableJSON` at any depth.
 StorableObject = Annotated[dict[str, Any], PlainValidator(

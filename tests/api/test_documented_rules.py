@@ -65,5 +65,96 @@ def test_invalidating_a_relation_before_its_valid_from_is_refused(client, repo):
     assert client.post("/api/repos/acme/relations",
                        json={**relation, "valid_from": "2024-06-01T00:00:00Z"}).status_code == 201
     error = _refused(client.post("/api/repos/acme/workspaces/knowledge/relations/invalidate",
-                                 json={**relation, "valid_to": "2024-01-01T00:00:00Z"}), 422, "invalid_input", "valid_to")
+                                 json={**relation, "valid_to": "2024-01-01T00:00:00Z"}),
+                     422, "invalid_input", "valid_to")
     assert error["details"]["valid_from"] == "2024-06-01T00:00:00+00:00"
+
+
+def test_a_diff_of_a_branch_against_itself_is_empty(client, repo):
+    """Not a refusal (it was a 422 'not parent and child'): nothing changed since its own head."""
+    _nodes(client, "/a")
+    assert client.post("/api/repos/acme/branches", json={"name": "feature/x"}).status_code == 201
+    assert client.put(f"{NODES}/b", params={"branch": "feature/x"}, json={}).status_code == 201
+    for branch in ("main", "feature/x"):
+        head = client.get(f"/api/repos/acme/branches/{branch}").json()["head_revision"]
+        diff = client.get(f"/api/repos/acme/branches/{branch}/diff", params={"against": branch})
+        assert diff.status_code == 200, diff.text
+        assert diff.json() == {"branch": branch, "against": branch,
+                               "base": {"kind": "head", "branch": branch, "revision": head},
+                               "nodes": {"added": [], "modified": [], "deleted": []},
+                               "relations": {"added": [], "removed": [], "modified": []}}
+    # A branch that is neither parent nor child nor itself stays refused.
+    assert client.post("/api/repos/acme/branches", json={"name": "feature/y"}).status_code == 201
+    _refused(client.get("/api/repos/acme/branches/feature/x/diff", params={"against": "feature/y"}),
+             422, "invalid_input", "against")
+    _documented(client, "get", "/api/repos/{repo}/branches/{branch}/diff", 422, "`against`", "itself")
+
+
+def _conflicting_branch(client) -> None:
+    _nodes(client, "/a")
+    assert client.post("/api/repos/acme/branches", json={"name": "feature/x"}).status_code == 201
+    assert client.patch(f"{NODES}/a", params={"branch": "feature/x"},
+                        json={"properties": {"title": "x"}}).status_code == 200
+    assert client.patch(f"{NODES}/a", json={"properties": {"title": "main"}}).status_code == 200
+
+
+def test_merging_a_branch_into_itself_is_refused(client, repo):
+    _conflicting_branch(client)
+    head = client.get("/api/repos/acme/branches/feature/x").json()["head_revision"]
+    for dry_run in (True, False):
+        _refused(client.post("/api/repos/acme/branches/feature/x/merge",
+                             json={"into": "feature/x", "dry_run": dry_run}), 422, "invalid_input", "into")
+    assert client.get("/api/repos/acme/branches/feature/x").json()["head_revision"] == head
+    _documented(client, "post", "/api/repos/{repo}/branches/{branch}/merge", 422, "`into`", "itself",
+                "`resolutions`", "`if_plan`")
+
+
+def test_a_resolution_naming_no_conflict_of_the_merge_is_refused(client, repo):
+    _conflicting_branch(client)
+    _nodes(client, "/b")
+    merge = "/api/repos/acme/branches/feature/x/merge"
+    resolutions = [{"workspace": "knowledge", "path": "/a", "take": "theirs"},
+                   {"workspace": "knowledge", "path": "/b", "take": "ours"}]
+    error = _refused(client.post(merge, json={"into": "main", "resolutions": resolutions}), 422, "invalid_input",
+                     "resolutions")
+    assert error["details"]["unused"] == [{"workspace": "knowledge", "path": "/b"}]
+    _refused(client.post(merge, json={"into": "main", "resolutions": [{**resolutions[0], "workspace": "nope"}]}),
+             422, "invalid_input", "resolutions")
+    assert client.get(f"{NODES}/a").json()["properties"]["title"] == "main"  # nothing merged
+    assert client.post(merge, json={"into": "main", "resolutions": resolutions[:1]}).status_code == 200
+    assert client.get(f"{NODES}/a").json()["properties"]["title"] == "x"
+
+
+def test_an_if_plan_of_other_branches_is_refused(client, repo):
+    _conflicting_branch(client)
+    assert client.post("/api/repos/acme/branches", json={"name": "feature/y"}).status_code == 201
+    plan = client.post("/api/repos/acme/branches/feature/y/merge", json={"dry_run": True}).json()["plan"]
+    _refused(client.post("/api/repos/acme/branches/feature/x/merge",
+                         json={"into": "main", "if_plan": plan, "resolutions": [
+                             {"workspace": "knowledge", "path": "/a", "take": "ours"}]}),
+             422, "invalid_input", "if_plan")
+
+
+def test_a_node_listing_takes_exactly_one_of_parent_and_prefix(client, repo):
+    _nodes(client, "/a")
+    for params in ({}, {"parent": "/", "prefix": "/"}):
+        _refused(client.get(NODES, params=params), 422, "invalid_input", "parent")
+    for name, value in (("order_by", "name"), ("direction", "desc"), ("node_type", "kg:Node")):
+        _refused(client.get(NODES, params={"prefix": "/", name: value}), 422, "invalid_input", name)
+    _refused(client.get(NODES, params={"parent": "/", "prefix_mode": "raw"}), 422, "invalid_input", "prefix_mode")
+    _refused(client.get(NODES, params={"parent": "/", "order_by": "-name", "direction": "asc"}),
+             422, "invalid_input", "direction")
+    _documented(client, "get", "/api/repos/{repo}/workspaces/{ws}/nodes", 422, "`parent`", "`prefix`", "`cursor`")
+    assert [n["path"] for n in client.get(NODES, params={"parent": "/"}).json()["nodes"]] == ["/a"]
+    assert [n["path"] for n in client.get(NODES, params={"prefix": "/"}).json()["nodes"]] == ["/a"]
+
+
+def test_a_cursor_that_is_no_next_cursor_of_the_listing_is_refused(client, repo):
+    _nodes(client, "/a", "/b")
+    _refused(client.get(NODES, params={"prefix": "/", "cursor": "0"}), 422, "invalid_input", "cursor")
+    _refused(client.get(NODES, params={"parent": "/", "cursor": "0"}), 422, "invalid_input", "cursor")
+    _refused(client.get("/api/repos", params={"cursor": "0"}), 422, "invalid_input", "cursor")
+    _documented(client, "get", "/api/repos", 422, "`cursor`")
+    page = client.get(NODES, params={"prefix": "/", "limit": 1}).json()
+    rest = client.get(NODES, params={"prefix": "/", "cursor": page["next_cursor"]}).json()
+    assert [n["path"] for n in page["nodes"] + rest["nodes"]] == ["/a", "/b"]

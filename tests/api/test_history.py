@@ -231,7 +231,7 @@ def test_conflicts_are_409_and_write_nothing_until_resolved(client, repo):
                                               "take": "ours"}])
     assert_error(unused, 422)
     # named back as written: the workspace by name, the relation by its addresses
-    assert unused.json()["error"]["details"] == {"unused": [
+    assert unused.json()["error"]["details"] == {"field": "resolutions", "unused": [
         {"workspace": "knowledge", "path": "/zzz"}, {"from": "knowledge:/a", "type": "t", "to": "knowledge:/zzz"}]}
     # names of the wrong type are a 422, not a 500 (a list is unhashable), dry run or not
     for bad in ({"workspace": ["knowledge"], "path": "/a", "take": "ours"},
