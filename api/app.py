@@ -75,4 +75,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     ui.install(app)
     # /docs and /redoc from the assets shipped with kg: no CDN, they work offline.
     docs.install(app)
+    # The document says what this server's settings allow (fake embedders, reranking).
+    docs.install_document(app, services)
     return app

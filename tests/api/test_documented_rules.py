@@ -158,3 +158,54 @@ def test_a_cursor_that_is_no_next_cursor_of_the_listing_is_refused(client, repo)
     page = client.get(NODES, params={"prefix": "/", "limit": 1}).json()
     rest = client.get(NODES, params={"prefix": "/", "cursor": page["next_cursor"]}).json()
     assert [n["path"] for n in page["nodes"] + rest["nodes"]] == ["/a", "/b"]
+
+
+def test_the_embedding_configuration_rules_across_fields(client, repo):
+    """The overlap (a count) below the chunk size; a property indexed once, in one list."""
+    workspaces = "/api/repos/acme/workspaces"
+    for chunking in ({"chunk_size": 100, "overlap": 100},
+                     {"chunk_size": 100, "overlap": {"type": "Tokens", "value": 150}}):
+        _refused(client.post(workspaces, json={"name": "w", "embedding": {"chunking": chunking}}),
+                 422, "invalid_input", "embedding.chunking")
+    _refused(client.post(workspaces, json={"name": "w", "embedding": {
+        "indexed_properties": {"short": ["title"], "body": ["title", "content"]}}}),
+        422, "invalid_input", "embedding.indexed_properties")
+    _refused(client.patch(f"{workspaces}/knowledge", json={"embedding": {"chunking": {"chunk_size": 8, "overlap": 9}},
+                                                            "reembed": True}),
+             422, "invalid_input", "embedding.chunking")
+    assert client.get(f"{workspaces}/w").status_code == 404  # nothing written
+    document = client.app.openapi()["components"]["schemas"]
+    assert "overlap" in document["ChunkingRequest"]["description"]
+    assert "one list only" in document["IndexedPropertiesRequest"]["description"]
+    # The documented models are accepted: the local one, an Ollama one (not contacted to create).
+    for name, model in (("local", "local:all-MiniLM-L6-v2"), ("ollama", "ollama:nomic-embed-text"),
+                        ("fake", "fake:hash-32")):
+        created = client.post(workspaces, json={"name": name, "embedding": {
+            "model": model, "chunking": {"chunk_size": 100, "overlap": 99, "splitter": "words"}}})
+        assert created.status_code == 201, created.text
+        assert created.json()["embedding"]["chunking"]["unit"] == "words"
+
+
+def test_the_document_says_what_this_server_allows(services, client, repo):
+    """Built per server: ``rerank`` only false without a reranker (true is refused there); the
+    ``fake:`` embedders only where they are allowed."""
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from kg.providers.fake import FakeReranker
+
+    schemas = client.app.openapi()["components"]["schemas"]
+    assert schemas["SearchRequest"]["properties"]["rerank"]["anyOf"] == [{"type": "boolean", "const": False},
+                                                                       {"type": "null"}]
+    error = client.post("/api/repos/acme/search", json={"query": "x", "rerank": True}).json()["error"]
+    assert (error["code"], error["details"]) == ("invalid_input", {"rerank": True})
+    models = schemas["EmbeddingRequest"]["properties"]["model"]["anyOf"]
+    assert [m["title"] for m in models] == ["local", "ollama", "fake"]
+
+    services.reranker = FakeReranker()
+    services.settings = services.settings.model_copy(update={"allow_fake_embedder": False})
+    with TestClient(create_app(services=services), raise_server_exceptions=False) as other:
+        schemas = other.app.openapi()["components"]["schemas"]
+        assert {"type": "boolean"} in schemas["SearchRequest"]["properties"]["rerank"]["anyOf"]
+        models = schemas["EmbeddingRequest"]["properties"]["model"]["anyOf"]
+        assert [m["title"] for m in models] == ["local", "ollama"]

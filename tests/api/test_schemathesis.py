@@ -79,8 +79,10 @@ class _CurrentApp:
 
 
 # The OpenAPI document does not depend on the database: an app on no services serves it.
-_SCHEMA_ONLY = create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None),
-                                                  settings=Settings(), key_cache=None))
+# Built with the settings the document depends on as the tests' app has them: fake embedders
+# allowed (tests/conftest.py), no reranker (api.docs.describe_server).
+_SCHEMA_ONLY = create_app(services=SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None), key_cache=None,
+                                                  settings=Settings(allow_fake_embedder=True), reranker=None))
 APP = _CurrentApp(_SCHEMA_ONLY)
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 APP.target = None
@@ -142,7 +144,7 @@ REAL_BODY: dict[str, st.SearchStrategy] = {
     "workspaces": st.just(["knowledge"]),
     "path_prefix": st.sampled_from(["/docs", "/docs/"]),
     "name": st.sampled_from(["acme", "knowledge", "feature/y"]),
-    "query": st.sampled_from(["getting started guide"]) | st.text(max_size=30),
+    "query": st.sampled_from(["getting started guide"]) | st.text(_STORABLE, min_size=1, max_size=30).filter(str.strip),
     "where": st.dictionaries(st.sampled_from(["title", "status"]), _SCALARS, max_size=2),
     "properties": _PROPS,
     "upserts": st.lists(st.fixed_dictionaries({"workspace": st.just("knowledge"), "path": _PATHS}, optional={
@@ -275,6 +277,37 @@ def _one_listing(case) -> None:
             query.pop(name, None)
 
 
+def _embedding_rules(case) -> None:
+    """``POST .../workspaces`` and ``PATCH .../workspaces/{ws}``: the chunk overlap (a count)
+    below the chunk size, a property indexed once (short or body), at most 32 in all (documented
+    rules); and, as the test runs no Ollama server, a re-embed (whose probe of the model would
+    be a 502) to an Ollama model goes to a fake one instead."""
+    embedding = case.body.get("embedding")
+    if not isinstance(embedding, dict):
+        return
+    embedding = case.body["embedding"] = dict(embedding)
+    chunking = embedding.get("chunking")
+    if isinstance(chunking, dict):
+        chunking = embedding["chunking"] = dict(chunking)
+        size = chunking.get("chunk_size", 512)
+        overlap = chunking.get("overlap", 64)
+        count = overlap.get("value") if isinstance(overlap, dict) and overlap.get("type") == "Tokens" else overlap
+        if isinstance(size, int) and isinstance(count, int) and not isinstance(count, bool) and count >= size:
+            chunking["overlap"] = size - 1
+    indexed = embedding.get("indexed_properties")
+    if isinstance(indexed, dict):
+        indexed = embedding["indexed_properties"] = dict(indexed)
+        short = indexed.get("short", ["title", "question"])
+        body = indexed.get("body", ["content", "body", "text", "answer"])
+        if isinstance(short, list) and isinstance(body, list):
+            indexed["short"], indexed["body"] = short[:32], [p for p in body if p not in short][:32 - len(short[:32])]
+            if not indexed["short"] and not indexed["body"]:
+                indexed["body"] = ["content"]
+    model = embedding.get("model")
+    if case.body.get("reembed") is True and isinstance(model, str) and model.startswith("ollama:"):
+        embedding["model"] = "fake:hash-64"
+
+
 #: The rules across fields (or with the server's state) each operation documents, in its
 #: description and its 422 / 409 answer: a generated request is made to obey them, so that the
 #: positive-data check holds the server to the rest of the document. Each rule's refusal has a
@@ -285,6 +318,8 @@ DOCUMENTED_RULES: dict[str, Any] = {
     "POST /api/repos/{repo}/branches/{branch}/merge": _mergeable,
     "GET /api/repos": _next_cursor_of_repositories,
     "GET /api/repos/{repo}/workspaces/{ws}/nodes": _one_listing,
+    "POST /api/repos/{repo}/workspaces": _embedding_rules,
+    "PATCH /api/repos/{repo}/workspaces/{ws}": _embedding_rules,
 }
 
 
@@ -385,11 +420,6 @@ CHECKS = [not_a_server_error, kg_error_shape, response_schema_conformance, statu
 POSITIVE_DATA_GAPS = {
     "POST /api/repos/{repo}/nodes:batch": "an item's (workspace, path) once in the batch, no upsert below a "
                                           "deleted node, at least one item: rules across items",
-    "POST /api/repos/{repo}/workspaces": "the embedding configuration: a model any provider may name, an "
-                                         "overlap below the chunk size (a comparison of two values)",
-    "PATCH /api/repos/{repo}/workspaces/{ws}": "the embedding configuration, as for POST .../workspaces",
-    "POST /api/repos/{repo}/search": "rerank: true is refused when the server has no reranker "
-                                     "(KG_RERANK_MODEL, a setting of the server)",
     "POST /api/rag": "the input is a string or an object by the RAG configuration the body names",
     "POST /api/functions/{repo}/{name}/invoke": "each function's input is its own: it depends on {name}",
 }
