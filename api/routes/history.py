@@ -34,9 +34,17 @@ def log(repo: RepoP, services: ServicesDep, caller: CallerDep, branch: BranchQ =
                                               at_revision=at_revision, max_changes=changes)}
 
 
-@router.post("/nodes:batch", response_model=BatchResult)
+@router.post("/nodes:batch", response_model=BatchResult,
+             responses={422: refusal("`invalid_input`: a (workspace, path) named twice in the batch, an upsert "
+                                     "below a node the batch deletes, more than 10,000 items in all "
+                                     "(`details.field`: `upserts` or `deletes`)")})
 def batch(repo: RepoP, body: BatchBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main") -> dict:
-    """Deletes then upserts as one revision: all or nothing."""
+    """Deletes then upserts as one revision: all or nothing.
+
+    Rules across the items, each a 422 ``invalid_input`` naming the list in ``details.field``
+    (and the items in ``details.items``): a batch names each (workspace, path) once, in either
+    list; no upsert below a node the batch deletes (the deletes come first); at most 10,000
+    items in all."""
     return run(services, caller, node_ops.batch, repo, branch, upserts=body.upserts, deletes=body.deletes,
                parents=body.parents, message=body.message, actor=body.actor)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from kg.store.paths import (
@@ -16,14 +16,17 @@ from kg.store.paths import (
 from kg.store.references import REF_KEY, WORKSPACE_KEY
 from kg.types.common import (
     GLOB_RULE,
+    NAME_RULE,
     JSONObject,
     Number,
     RevisionNumber,
     Schema,
     StorableObject,
+    Strict,
     Timestamp,
     WriteMeta,
     absent,
+    shaped,
 )
 
 # -- requests ----------------------------------------------------------------------
@@ -63,9 +66,39 @@ class NodePatch(WriteMeta):
     if_revision: RevisionNumber | None = None
 
 
+class BatchUpsert(Strict):
+    """A node a batch creates or replaces."""
+
+    workspace: str = Field(json_schema_extra=NAME_RULE)
+    path: str = Field(max_length=MAX_PATH_CHARS, json_schema_extra={"pattern": PATH_PATTERN})
+    node_type: str = Field(default="kg:Node", json_schema_extra=GLOB_RULE)
+    properties: NodeProperties = Field(default_factory=dict)
+    order: float | None = None
+
+
+class BatchDelete(Strict):
+    """A node a batch deletes (with its descendants when ``recursive``)."""
+
+    workspace: str = Field(json_schema_extra=NAME_RULE)
+    path: str = Field(max_length=MAX_PATH_CHARS, json_schema_extra={"pattern": PATH_PATTERN})
+    recursive: bool = False
+
+
+#: At most this many items (upserts and deletes together) in a batch.
+MAX_BATCH_ITEMS = 10_000
+#: A batch has at least one item.
+_SOME_ITEM: JsonDict = {"anyOf": [{"required": ["upserts"], "properties": {"upserts": {"minItems": 1}}},
+                                  {"required": ["deletes"], "properties": {"deletes": {"minItems": 1}}}]}
+
+
 class BatchBody(WriteMeta):
-    upserts: list[dict[str, Any]] = Field(default_factory=list)
-    deletes: list[dict[str, Any]] = Field(default_factory=list)
+    """Deletes, then upserts, as one revision. Rules across the items (422 ``invalid_input``,
+    ``details.field`` the list): each (workspace, path) once in the batch, in either list; no upsert
+    below a node the batch deletes; at most 10,000 items in all."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_SOME_ITEM)
+    upserts: list[Annotated[JSONObject, shaped(BatchUpsert)]] = Field(default_factory=list, max_length=MAX_BATCH_ITEMS)
+    deletes: list[Annotated[JSONObject, shaped(BatchDelete)]] = Field(default_factory=list, max_length=MAX_BATCH_ITEMS)
     parents: bool = False
 
 

@@ -209,3 +209,21 @@ def test_the_document_says_what_this_server_allows(services, client, repo):
         assert {"type": "boolean"} in schemas["SearchRequest"]["properties"]["rerank"]["anyOf"]
         models = schemas["EmbeddingRequest"]["properties"]["model"]["anyOf"]
         assert [m["title"] for m in models] == ["local", "ollama"]
+
+
+def test_a_batch_names_each_node_once_and_writes_nothing_below_its_deletes(client, repo):
+    _nodes(client, "/a")
+    batch = "/api/repos/acme/nodes:batch"
+    head = client.get("/api/repos/acme/branches/main").json()["head_revision"]
+    twice = [{"workspace": "knowledge", "path": "/b"}, {"workspace": "knowledge", "path": "/b"}]
+    error = _refused(client.post(batch, json={"upserts": twice}), 422, "invalid_input", "upserts")
+    assert error["details"]["items"] == ["upserts[0]", "upserts[1]"]
+    error = _refused(client.post(batch, json={"deletes": [{"workspace": "knowledge", "path": "/a"}],
+                                              "upserts": [{"workspace": "knowledge", "path": "/a/b"}]}),
+                     422, "invalid_input", "upserts")
+    assert error["details"]["deleted"] == "/a"
+    _refused(client.post(batch, json={}), 422, "invalid_input", "upserts")
+    assert client.get("/api/repos/acme/branches/main").json()["head_revision"] == head
+    _documented(client, "post", "/api/repos/{repo}/nodes:batch", 422, "twice", "deletes")
+    schema = client.app.openapi()["components"]["schemas"]["BatchBody"]
+    assert {"required": ["upserts"], "properties": {"upserts": {"minItems": 1}}} in schema["anyOf"]

@@ -504,7 +504,7 @@ def test_a_batch_upsert_below_a_node_it_deletes_is_422_naming_the_parent_and_wri
                 "upserts": [{**item, "path": "/keep"}, {**item, "path": path}]})
             assert_error(r, 422)
             error = r.json()["error"]
-            assert error["details"] == {"workspace": "knowledge", "path": path, "parent": parent,
+            assert error["details"] == {"field": "upserts", "workspace": "knowledge", "path": path, "parent": parent,
                                         "deleted": deleted, "items": ["deletes[0]", "upserts[1]"]}
             assert f"knowledge:{parent} would not exist" in error["message"]
     assert client.get(BASE).json()["head_revision"] == head

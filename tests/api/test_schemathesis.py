@@ -120,7 +120,8 @@ _SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=Fals
             | st.text(_STORABLE, max_size=20))
 _JSON = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=3)
                      | st.dictionaries(st.text(_STORABLE, max_size=5), inner, max_size=3), max_leaves=8)
-_PATHS = st.sampled_from(["/docs", "/docs/guide", "/docs/guide/intro", "/docs/new", "/other"]) | st.text(max_size=12)
+_PATHS = (st.sampled_from(["/docs", "/docs/guide", "/docs/guide/intro", "/docs/new", "/other"])
+          | st.from_regex(r"\A/[a-z][a-z0-9_-]{0,8}(/[a-z][a-z0-9_-]{0,8}){0,2}\Z"))
 #: References as the document describes them (a node path; the target need not exist).
 _REF = st.fixed_dictionaries({"kg:ref": st.sampled_from(["/docs", "/docs/guide", "/docs/new", "/other"])},
                              optional={"kg:workspace": st.sampled_from(["knowledge", "nope"])})
@@ -148,7 +149,7 @@ REAL_BODY: dict[str, st.SearchStrategy] = {
     "where": st.dictionaries(st.sampled_from(["title", "status"]), _SCALARS, max_size=2),
     "properties": _PROPS,
     "upserts": st.lists(st.fixed_dictionaries({"workspace": st.just("knowledge"), "path": _PATHS}, optional={
-        "node_type": st.text(max_size=10), "properties": _PROPS,
+        "node_type": st.sampled_from(["kg:Node", "kb:Article"]), "properties": _PROPS,
         "order": st.none() | st.floats(allow_nan=False, allow_infinity=False)}), max_size=3),
     "deletes": st.lists(st.fixed_dictionaries({"workspace": st.just("knowledge"), "path": _PATHS},
                                               optional={"recursive": st.booleans()}), max_size=2),
@@ -308,6 +309,34 @@ def _embedding_rules(case) -> None:
         embedding["model"] = "fake:hash-64"
 
 
+def _batch_rules(case) -> None:
+    """``POST .../nodes:batch``: each (workspace, path) once (deletes first, then upserts); no
+    upsert below a node the batch deletes (documented rules)."""
+    seen: set[tuple[Any, Any]] = set()
+    kept: dict[str, list[Any]] = {}
+    for kind in ("deletes", "upserts"):
+        items = case.body.get(kind)
+        if not isinstance(items, list):
+            continue
+        kept[kind] = []
+        for item in items:
+            if not isinstance(item, dict):
+                kept[kind].append(item)
+                continue
+            key = (repr(item.get("workspace")), item.get("path"))
+            below = kind == "upserts" and isinstance(key[1], str) and any(
+                isinstance(d, dict) and repr(d.get("workspace")) == key[0] and isinstance(d.get("path"), str)
+                and key[1].startswith(d["path"] + "/") for d in kept.get("deletes", []))
+            if not isinstance(key[1], str):
+                kept[kind].append(item)
+            elif key not in seen and not below:
+                seen.add(key)
+                kept[kind].append(item)
+        case.body[kind] = kept[kind]
+    if not case.body.get("upserts") and not case.body.get("deletes") and kept:
+        case.body["upserts"] = [{"workspace": "knowledge", "path": "/docs/new"}]
+
+
 #: The rules across fields (or with the server's state) each operation documents, in its
 #: description and its 422 / 409 answer: a generated request is made to obey them, so that the
 #: positive-data check holds the server to the rest of the document. Each rule's refusal has a
@@ -320,6 +349,7 @@ DOCUMENTED_RULES: dict[str, Any] = {
     "GET /api/repos/{repo}/workspaces/{ws}/nodes": _one_listing,
     "POST /api/repos/{repo}/workspaces": _embedding_rules,
     "PATCH /api/repos/{repo}/workspaces/{ws}": _embedding_rules,
+    "POST /api/repos/{repo}/nodes:batch": _batch_rules,
 }
 
 
@@ -418,8 +448,6 @@ CHECKS = [not_a_server_error, kg_error_shape, response_schema_conformance, statu
 #: a 4xx other than 401, 403, 404, 409, 429) is not applied to them. Every other operation is
 #: held to it.
 POSITIVE_DATA_GAPS = {
-    "POST /api/repos/{repo}/nodes:batch": "an item's (workspace, path) once in the batch, no upsert below a "
-                                          "deleted node, at least one item: rules across items",
     "POST /api/rag": "the input is a string or an object by the RAG configuration the body names",
     "POST /api/functions/{repo}/{name}/invoke": "each function's input is its own: it depends on {name}",
 }
