@@ -59,7 +59,8 @@ FAKE_MODELS = ("fake:hash-32", "fake:hash-64", "fake:hash-384")
 def describe_server(document: dict[str, Any], services: Services) -> dict[str, Any]:
     """Say in the OpenAPI document what this server's settings allow, where a request's validity
     depends on them: the ``fake:`` embedding models only where ``KG_ALLOW_FAKE_EMBEDDER`` is on;
-    a search's ``rerank: true`` only where a reranker is configured (``KG_RERANK_MODEL``).
+    a search's ``rerank: true`` only where a reranker is configured (``KG_RERANK_MODEL``); the RAG
+    node's Weaviate URLs, ``embedded`` and those of ``KG_RAG_WEAVIATE_URLS``.
 
     Parameters
     ----------
@@ -74,9 +75,13 @@ def describe_server(document: dict[str, Any], services: Services) -> dict[str, A
         ``document``.
     """
     schemas = document.get("components", {}).get("schemas", {})
-    model = schemas.get("EmbeddingRequest", {}).get("properties", {}).get("model")
-    if model is not None and services.settings.allow_fake_embedder:
-        model["anyOf"] = [*model["anyOf"], {"title": "fake", "type": "string", "enum": list(FAKE_MODELS)}]
+    for model in (schemas.get("EmbeddingRequest", {}).get("properties", {}).get("model"),
+                  schemas.get("RagConfigRequest", {}).get("properties", {}).get("embeddingModel")):
+        if model is not None and services.settings.allow_fake_embedder:
+            model["anyOf"] = [*model["anyOf"], {"title": "fake", "type": "string", "enum": list(FAKE_MODELS)}]
+    url = schemas.get("RagConfigRequest", {}).get("properties", {}).get("weaviateUrl")
+    if url is not None:
+        url["enum"] = ["embedded", *services.settings.rag_weaviate_urls]
     rerank = schemas.get("SearchRequest", {}).get("properties", {}).get("rerank")
     if rerank is not None and services.reranker is None:
         rerank["anyOf"] = [{"type": "boolean", "const": False}, {"type": "null"}]

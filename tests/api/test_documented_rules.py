@@ -227,3 +227,26 @@ def test_a_batch_names_each_node_once_and_writes_nothing_below_its_deletes(clien
     _documented(client, "post", "/api/repos/{repo}/nodes:batch", 422, "twice", "deletes")
     schema = client.app.openapi()["components"]["schemas"]["BatchBody"]
     assert {"required": ["upserts"], "properties": {"upserts": {"minItems": 1}}} in schema["anyOf"]
+
+
+RAG_CONFIG = {"embeddingModel": "fake:hash-64", "collectionName": "docs", "chunkSize": 50, "chunkOverlap": 5,
+              "topK": 3, "weaviateUrl": "embedded"}
+
+
+def test_the_rag_node_rules_across_fields_and_in_its_input(client):
+    _refused(client.post("/api/rag", json={"config": {**RAG_CONFIG, "chunkOverlap": 50}, "input": "q"}),
+             422, "invalid_input", "config.chunkOverlap")
+    twice = 'q\n### File name "a.md"\none\n### File name "a.md"\ntwo\n'
+    error = _refused(client.post("/api/rag", json={"config": RAG_CONFIG, "input": twice}), 422, "invalid_input",
+                     "input")
+    assert error["details"]["blocks"] == [1, 2]
+    _refused(client.post("/api/rag", json={"config": RAG_CONFIG, "input": 'q\n### File name " "\none\n'}),
+             422, "invalid_input", "input")
+    _refused(client.post("/api/rag", json={"config": RAG_CONFIG, "input": 'q\n### File name ".."\none\n'}),
+             422, "invalid_input", "input")
+    schemas = client.app.openapi()["components"]["schemas"]
+    assert "below chunkSize" in schemas["RagConfigRequest"]["properties"]["chunkOverlap"]["description"]
+    assert schemas["RagConfigRequest"]["properties"]["weaviateUrl"]["enum"] == ["embedded"]
+    answer = client.post("/api/rag", json={"config": RAG_CONFIG, "input": 'q\n### File name "a.md"\none\n'})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["ingestion"]["inserted"] == ["a.md"]

@@ -46,6 +46,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from api.app import create_app
+from kg.ragnode.spec import _FILE_HEADER
 from kg.settings import Settings
 
 #: Examples per operation; ``KG_FUZZ_EXAMPLES=500`` for a longer local hunt.
@@ -135,7 +136,8 @@ _CHUNKING = st.fixed_dictionaries({}, optional={
     "unit": st.sampled_from(["tokens", "chars", "words"]),
 })
 _MARKDOWN = st.builds(lambda q, name, body: f'{q}\n\n### File name "{name}"\n{body}',
-                      st.text(max_size=20), st.text(max_size=12), st.text(max_size=200))
+                      st.text(_STORABLE, max_size=20), st.text(_STORABLE, max_size=12),
+                      st.text(_STORABLE, max_size=200))
 REAL_BODY: dict[str, st.SearchStrategy] = {
     "from": st.sampled_from(["main", "feature/x", *ADDRESSES]),
     "to": st.sampled_from(ADDRESSES),
@@ -160,9 +162,9 @@ REAL_BODY: dict[str, st.SearchStrategy] = {
                                                      "chunking": _CHUNKING}),
     "config": st.fixed_dictionaries({
         "embeddingModel": st.just("fake:hash-64"), "collectionName": st.sampled_from(["kcol", "rag_collection"]),
-        "chunkSize": st.integers(-1, 300), "chunkOverlap": st.integers(-1, 300), "topK": st.integers(-1, 10),
+        "chunkSize": st.integers(1, 300), "chunkOverlap": st.integers(0, 300), "topK": st.integers(1, 10),
         "weaviateUrl": st.just("embedded")}),
-    "input": _MARKDOWN | st.fixed_dictionaries({}, optional={
+    "input": st.fixed_dictionaries({}, optional={
         "query": st.text(max_size=20), "question": st.text(max_size=20), "k": st.integers(-1, 200),
         "hops": st.integers(-1, 5), "seeds": st.lists(st.sampled_from(ADDRESSES), max_size=2),
         "path": _PATHS, "workspace": st.sampled_from(["knowledge", "nope"]),
@@ -202,6 +204,8 @@ _NAMES = st.sampled_from(["acme", "knowledge", "other"])
 def flatmap_body(context, body):
     if context.operation.path.endswith("/branches"):  # "name" and "from" are branches there
         return _mixed(body, {**REAL_BODY, "from": st.sampled_from(["main", "feature/x"])})
+    if context.operation.path == "/api/rag":  # the RAG node's input is its markdown
+        return _mixed(body, {**REAL_BODY, "input": _MARKDOWN})
     return _mixed(body, {**REAL_BODY, "name": _NAMES, "from": st.sampled_from(ADDRESSES)})
 
 
@@ -278,6 +282,18 @@ def _one_listing(case) -> None:
             query.pop(name, None)
 
 
+def _integral(value: Any) -> int | None:
+    """A JSON integer (``3`` or ``3.0``), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer():
+        return None
+    return int(value)
+
+
+def _ollama(model: Any) -> bool:
+    """An Ollama model name (any name not of the ``local:`` or ``fake:`` provider)."""
+    return isinstance(model, str) and not model.startswith(("local:", "fake:"))
+
+
 def _embedding_rules(case) -> None:
     """``POST .../workspaces`` and ``PATCH .../workspaces/{ws}``: the chunk overlap (a count)
     below the chunk size, a property indexed once (short or body), at most 32 in all (documented
@@ -290,10 +306,11 @@ def _embedding_rules(case) -> None:
     chunking = embedding.get("chunking")
     if isinstance(chunking, dict):
         chunking = embedding["chunking"] = dict(chunking)
-        size = chunking.get("chunk_size", 512)
+        size = _integral(chunking.get("chunk_size", 512))
         overlap = chunking.get("overlap", 64)
-        count = overlap.get("value") if isinstance(overlap, dict) and overlap.get("type") == "Tokens" else overlap
-        if isinstance(size, int) and isinstance(count, int) and not isinstance(count, bool) and count >= size:
+        count = _integral(overlap.get("value") if isinstance(overlap, dict) and overlap.get("type") == "Tokens"
+                          else overlap)
+        if size is not None and count is not None and count >= size:
             chunking["overlap"] = size - 1
     indexed = embedding.get("indexed_properties")
     if isinstance(indexed, dict):
@@ -304,8 +321,7 @@ def _embedding_rules(case) -> None:
             indexed["short"], indexed["body"] = short[:32], [p for p in body if p not in short][:32 - len(short[:32])]
             if not indexed["short"] and not indexed["body"]:
                 indexed["body"] = ["content"]
-    model = embedding.get("model")
-    if case.body.get("reembed") is True and isinstance(model, str) and model.startswith("ollama:"):
+    if case.body.get("reembed") is True and _ollama(embedding.get("model")):
         embedding["model"] = "fake:hash-64"
 
 
@@ -337,6 +353,24 @@ def _batch_rules(case) -> None:
         case.body["upserts"] = [{"workspace": "knowledge", "path": "/docs/new"}]
 
 
+def _rag_rules(case) -> None:
+    """``POST /api/rag``: ``chunkOverlap`` below ``chunkSize``; each file block of the input names
+    a file once, by a name that is not blank (documented rules); and, as the test runs no Ollama
+    server, an Ollama model (which the node would call to embed: a 502) is a fake one instead."""
+    config = case.body.get("config")
+    if isinstance(config, dict):
+        config = case.body["config"] = dict(config)
+        size, overlap = _integral(config.get("chunkSize")), _integral(config.get("chunkOverlap"))
+        if size is not None and overlap is not None and overlap >= size:
+            config["chunkOverlap"] = size - 1
+        if _ollama(config.get("embeddingModel")):
+            config["embeddingModel"] = "fake:hash-64"
+    text = case.body.get("input")
+    if isinstance(text, str):
+        names = iter(range(1, 1 << 30))
+        case.body["input"] = _FILE_HEADER.sub(lambda _: f'### File name "file-{next(names)}.md"', text)
+
+
 #: The rules across fields (or with the server's state) each operation documents, in its
 #: description and its 422 / 409 answer: a generated request is made to obey them, so that the
 #: positive-data check holds the server to the rest of the document. Each rule's refusal has a
@@ -350,6 +384,7 @@ DOCUMENTED_RULES: dict[str, Any] = {
     "POST /api/repos/{repo}/workspaces": _embedding_rules,
     "PATCH /api/repos/{repo}/workspaces/{ws}": _embedding_rules,
     "POST /api/repos/{repo}/nodes:batch": _batch_rules,
+    "POST /api/rag": _rag_rules,
 }
 
 
@@ -448,7 +483,6 @@ CHECKS = [not_a_server_error, kg_error_shape, response_schema_conformance, statu
 #: a 4xx other than 401, 403, 404, 409, 429) is not applied to them. Every other operation is
 #: held to it.
 POSITIVE_DATA_GAPS = {
-    "POST /api/rag": "the input is a string or an object by the RAG configuration the body names",
     "POST /api/functions/{repo}/{name}/invoke": "each function's input is its own: it depends on {name}",
 }
 
