@@ -60,7 +60,8 @@ def describe_server(document: dict[str, Any], services: Services) -> dict[str, A
     """Say in the OpenAPI document what this server's settings allow, where a request's validity
     depends on them: the ``fake:`` embedding models only where ``KG_ALLOW_FAKE_EMBEDDER`` is on;
     a search's ``rerank: true`` only where a reranker is configured (``KG_RERANK_MODEL``); the RAG
-    node's Weaviate URLs, ``embedded`` and those of ``KG_RAG_WEAVIATE_URLS``.
+    node's Weaviate URLs, ``embedded`` and those of ``KG_RAG_WEAVIATE_URLS``; the research
+    assistant's most steps (``KG_RESEARCH_MAX_STEPS``).
 
     Parameters
     ----------
@@ -79,6 +80,9 @@ def describe_server(document: dict[str, Any], services: Services) -> dict[str, A
                   schemas.get("RagConfigRequest", {}).get("properties", {}).get("embeddingModel")):
         if model is not None and services.settings.allow_fake_embedder:
             model["anyOf"] = [*model["anyOf"], {"title": "fake", "type": "string", "enum": list(FAKE_MODELS)}]
+    steps = schemas.get("ResearchAssistantInput", {}).get("properties", {}).get("max_steps")
+    if steps is not None:
+        steps["maximum"] = services.settings.research_max_steps
     url = schemas.get("RagConfigRequest", {}).get("properties", {}).get("weaviateUrl")
     if url is not None:
         url["enum"] = ["embedded", *services.settings.rag_weaviate_urls]

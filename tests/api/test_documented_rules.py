@@ -250,3 +250,35 @@ def test_the_rag_node_rules_across_fields_and_in_its_input(client):
     answer = client.post("/api/rag", json={"config": RAG_CONFIG, "input": 'q\n### File name "a.md"\none\n'})
     assert answer.status_code == 200, answer.text
     assert answer.json()["ingestion"]["inserted"] == ["a.md"]
+
+
+def test_each_function_is_an_operation_with_its_own_input(client, repo):
+    _nodes(client, "/a")
+    paths = client.app.openapi()["paths"]
+    body = paths["/api/functions/{repo}/ask/invoke"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    schemas = client.app.openapi()["components"]["schemas"]
+    invoke_ask = schemas[body["$ref"].rsplit("/", 1)[1]]
+    assert invoke_ask["properties"]["input"]["$ref"].endswith("/AskInput")
+    assert schemas["AskInput"]["required"] == ["question"]
+    assert schemas["ResearchAssistantInput"]["properties"]["max_steps"]["maximum"] == \
+        client.app.state.services.settings.research_max_steps
+    unknown = client.post("/api/functions/acme/nope/invoke", json={"input": {}})
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "not_found")
+    # An integral number is an integer (as in JSON Schema); a null direction is the default.
+    found = client.post("/api/functions/acme/search-documents/invoke", json={"input": {"query": "a", "k": 2.0}})
+    assert found.status_code == 200, found.text
+    walked = client.post("/api/functions/acme/graph-context/invoke",
+                         json={"input": {"seeds": ["knowledge:/a"], "direction": None, "hops": 1.0}})
+    assert walked.status_code == 200, walked.text
+
+
+def test_extracting_entities_of_an_entity_is_refused(client, repo):
+    _nodes(client, "/a")
+    assert client.put(f"{NODES}/entities", json={}).status_code == 201
+    assert client.put(f"{NODES}/entities/acme", json={"properties": {"name": "acme"}}).status_code == 201
+    error = client.post("/api/functions/acme/extract-entities/invoke",
+                        json={"input": {"workspace": "knowledge", "path": "/entities/acme"}})
+    assert (error.status_code, error.json()["error"]["code"]) == (422, "invalid_input"), error.text
+    assert error.json()["error"]["details"] == {"field": "path", "path": "/entities/acme"}
+    schema = client.app.openapi()["components"]["schemas"]["ExtractEntitiesInput"]
+    assert "/entities" in schema["description"] and "422" in schema["description"]
