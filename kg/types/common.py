@@ -9,7 +9,7 @@ serialises with ``exclude_unset`` so that left out stays left out and ``null`` s
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, WithJsonSchema
 from pydantic.config import JsonDict
@@ -103,11 +103,14 @@ def _named_keys(schema: dict[str, Any]) -> None:
 #: JSON the store can hold, at any depth: no NUL in a key or a string (the request guard refuses
 #: one, :func:`kg.text.storable.check_json`). For the document only (``json_schema_input_type`` of
 #: :data:`StorableObject`): a recursive schema, ``#/components/schemas/StorableJSON``.
-StorableJSON = TypeAliasType(  # type: ignore[misc]
-    "StorableJSON",
-    Union[None, bool, int, float, StorableText, list["StorableJSON"],  # noqa: UP007
-          Annotated[dict[StorableText, "StorableJSON"], Field(json_schema_extra=_named_keys)]],
-)
+if TYPE_CHECKING:  # mypy reads no recursive TypeAliasType made by a call
+    StorableJSON = Any
+else:
+    StorableJSON = TypeAliasType(
+        "StorableJSON",
+        Union[None, bool, int, float, StorableText, list["StorableJSON"],  # noqa: UP007
+              Annotated[dict[StorableText, "StorableJSON"], Field(json_schema_extra=_named_keys)]],
+    )
 
 
 def _json_object(value: Any) -> dict[str, Any]:

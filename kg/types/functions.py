@@ -123,7 +123,7 @@ class ResearchAssistantInput(Strict):
 
     question: NonBlank
     workspaces: Workspaces = None
-    max_steps: int = Field(default=None, ge=1, description="At most KG_RESEARCH_MAX_STEPS (the server's).",
+    max_steps: int = Field(default=6, ge=1, description="At most KG_RESEARCH_MAX_STEPS (the server's).",
                            json_schema_extra=_drop_default)
     workspace: WorkspaceName | None = Field(default=None, description="Where the answer is stored.")
 

@@ -109,7 +109,7 @@ class EmbeddingRequest(Strict):
     out is the server's default (``KG_EMBEDDING_MODEL``) on create, the current value on a
     change."""
 
-    model: str = Field(default=None, description="``<provider>:<model>``.", json_schema_extra=_model_rule)
+    model: str = Field(default="", description="``<provider>:<model>``.", json_schema_extra=_model_rule)
     chunking: ChunkingRequest = absent("How body fields are chunked.")
     indexed_properties: IndexedPropertiesRequest = absent("Which properties are indexed.")
 
