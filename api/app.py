@@ -86,4 +86,6 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     docs.install(app)
     # Outermost: counts and traces every answer, the guard's refusals too.
     observability.install(app)
+    # The document says what this server's settings allow (fake embedders, reranking).
+    docs.install_document(app, services)
     return app

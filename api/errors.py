@@ -23,6 +23,14 @@ from kg.types import ErrorBody
 
 log = logging.getLogger("kg.api")
 
+
+def refusal(description: str) -> dict[str, Any]:
+    """A documented refusal of a route (its 422 or 409): :class:`ErrorBody`, described by the rule
+    (across fields, or with the server's state) that the schema cannot state, with its error code
+    and the field ``details.field`` names."""
+    return {"model": ErrorBody, "description": description}
+
+
 #: Status of every error class; the most specific class wins.
 #: Documented on every route (api/app.py): errors answer :class:`ErrorBody`, not FastAPI's
 #: ``HTTPValidationError``.

@@ -20,6 +20,7 @@ from api.deps import (
     ServicesDep,
     WorkspaceP,
 )
+from api.errors import refusal
 from api.guard import GuardedRoute
 from kg.context import run
 from kg.errors import InvalidInput
@@ -46,10 +47,15 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["
 
 @router.post("/relations", response_model=Relation,
              responses={200: {"description": "Re-asserted: weight and properties replaced"},
-                        201: {"description": "Created: a new edge", "model": Relation}})
+                        201: {"description": "Created: a new edge", "model": Relation},
+                        422: refusal("`invalid_input`: `valid_to` earlier than `valid_from` (`details.field`: "
+                                     "`valid_to`), or another rule of kg's")})
 def relate(repo: RepoP, body: RelationCreate, services: ServicesDep, caller: CallerDep, response: Response,
            branch: BranchQ = "main") -> dict:
-    """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced)."""
+    """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced).
+
+    ``valid_to``, when given with ``valid_from``, is not earlier than it (a rule across two fields:
+    422 ``invalid_input``, ``details.field`` ``valid_to``)."""
     relation, created = run(services, caller, relation_ops.relate, repo, branch, body.from_, body.to,
                             body.type, weight=body.weight, properties=body.properties,
                             valid_from=body.valid_from, valid_to=body.valid_to,
@@ -98,14 +104,22 @@ def traverse(repo: RepoP, body: TraverseBody, services: ServicesDep, caller: Cal
                 as_of=body.as_of, include_invalid=body.include_invalid)
 
 
-@router.post("/workspaces/{ws}/relations/invalidate", response_model=Relation)
+@router.post("/workspaces/{ws}/relations/invalidate", response_model=Relation,
+             responses={422: refusal("`invalid_input`: `from` is not a node of `{ws}` (`details.field`: `from`), "
+                                     "or `valid_to` is earlier than the relation's `valid_from` "
+                                     "(`details.field`: `valid_to`), or another rule of kg's")})
 def invalidate(repo: RepoP, ws: WorkspaceP, body: RelationInvalidate, services: ServicesDep, caller: CallerDep,
                branch: BranchQ = "main") -> dict:
     """Close a relation's validity at ``valid_to`` (default now), naming what superseded it
-    (``invalidated_by``); ``from`` must be a node of ``ws``. The relation stays readable with
-    ``include_invalid`` or an ``as_of`` before ``valid_to``."""
+    (``invalidated_by``). The relation stays readable with ``include_invalid`` or an ``as_of``
+    before ``valid_to``.
+
+    Rules across the path, the body and the stored relation: ``from`` is a node of ``{ws}``
+    (``ws:/path``), and ``valid_to`` is not earlier than the relation's ``valid_from``; either
+    broken is a 422 ``invalid_input`` whose ``details.field`` names the field."""
     if body.from_.partition(":")[0] != ws:
-        raise InvalidInput(f"'from' must be a node of workspace {ws!r}", details={"from": body.from_, "workspace": ws})
+        raise InvalidInput(f"'from' must be a node of workspace {ws!r}", details={"field": "from", "from": body.from_,
+                                                                                 "workspace": ws})
     return run(services, caller, relation_ops.invalidate, repo, branch, body.from_, body.to, body.type,
                valid_to=body.valid_to, invalidated_by=body.invalidated_by, message=body.message,
                actor=body.actor)

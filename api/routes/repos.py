@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from api.deps import CallerDep, RepoP, ServicesDep, WorkspaceP
+from api.errors import refusal
 from api.guard import GuardedRoute
 from kg.context import run
 from kg.ops import repos as repo_ops
@@ -30,12 +31,19 @@ def create_repo(body: RepoCreate, services: ServicesDep, caller: CallerDep) -> d
     return run(services, caller, repo_ops.create_repository, body.name)
 
 
-@router.get("", response_model=RepoList)
+@router.get("", response_model=RepoList,
+            responses={422: refusal("`invalid_input`: a `cursor` that is not a `next_cursor` of this listing "
+                                    "(`details.field`: `cursor`)")})
 def list_repos(services: ServicesDep, caller: CallerDep,
                limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-               cursor: Annotated[str | None, Query(min_length=1, description="The previous page's next_cursor.")]
+               cursor: Annotated[str | None, Query(min_length=1, description="The previous page's next_cursor "
+                                                   "(an opaque token of this listing).")]
                = None) -> dict:
-    """The repositories the caller may see, by name, paginated with ``limit`` and ``cursor``."""
+    """The repositories the caller may see, by name, paginated with ``limit`` and ``cursor``.
+
+    ``cursor`` is a ``next_cursor`` this listing answered: any other string is a 422
+    ``invalid_input`` (``details.field``: ``cursor``), a rule no pattern states (the token is
+    opaque)."""
     repos, next_cursor = repo_ops.list_repositories(services, caller, limit=limit, cursor=cursor)
     return {"repos": repos, "next_cursor": next_cursor}
 

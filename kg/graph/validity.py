@@ -130,7 +130,7 @@ def check_interval(valid_from: datetime | None, valid_to: datetime | None) -> No
     if valid_from is not None and valid_to is not None and valid_to < valid_from:
         raise InvalidInput(
             "valid_to must not be earlier than valid_from",
-            details={"valid_from": valid_from.isoformat(), "valid_to": valid_to.isoformat()},
+            details={"field": "valid_to", "valid_from": valid_from.isoformat(), "valid_to": valid_to.isoformat()},
         )
 
 

@@ -109,7 +109,8 @@ def parse_embedding_config(raw: Any, *, default_model: str) -> EmbeddingConfig:
         where = ".".join(str(p) for p in first.get("loc", ()))
         raise InvalidInput(
             f"invalid embedding configuration: {where + ': ' if where else ''}{first['msg']}",
-            details={"errors": [{"loc": list(e.get("loc", ())), "msg": e["msg"]} for e in exc.errors()]},
+            details={"field": f"embedding.{where}" if where else "embedding",
+                     "errors": [{"loc": list(e.get("loc", ())), "msg": e["msg"]} for e in exc.errors()]},
         ) from exc
 
 

@@ -222,7 +222,7 @@ def _check_plan(token: str, expected: str | None, source: str, target: str) -> s
     if shape is None or ours is None or shape.group(2, 3) != ours.group(2, 3):
         raise InvalidInput(f"if_plan {str(expected)[:80]!r} is not the plan token of a merge of {source} into "
                            f"{target}: pass the 'plan' of that merge's dry run",
-                           details={"if_plan": str(expected)[:200], "plan": token})
+                           details={"field": "if_plan", "if_plan": str(expected)[:200], "plan": token})
     if shape.group(1) != token:
         raise Conflict(f"{source} or {target} changed since the dry run this merge was asked from: "
                        "review the branch again (nothing was written)",

@@ -125,7 +125,7 @@ def _refuse_repeated_paths(upserts: list[dict[str, Any]], deletes: list[dict[str
                 raise InvalidInput(
                     f"{where} names {key[0]}:{key[1]}, which {seen[key]} names already: a batch names each "
                     "node once (one revision holds one version of a node)",
-                    details={"workspace": key[0], "path": key[1], "items": [seen[key], where]})
+                    details={"field": kind, "workspace": key[0], "path": key[1], "items": [seen[key], where]})
             seen[key] = where
 
 
@@ -146,7 +146,8 @@ def _refuse_writes_under_deletes(upserts: list[dict[str, Any]], deletes: list[di
                 f"upserts[{index}] writes {workspace}:{path} below {workspace}:{ancestor}, which {where} deletes: "
                 f"its parent {workspace}:{parent} would not exist (a batch applies its deletes first, and names "
                 "each node once)",
-                details={"workspace": workspace, "path": path, "parent": parent, "deleted": ancestor,
+                details={"field": "upserts", "workspace": workspace, "path": path, "parent": parent,
+                         "deleted": ancestor,
                          "items": [where, f"upserts[{index}]"]})
 
 
@@ -177,9 +178,9 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
     upserts = [_batch_item(u, "upserts", i) for i, u in enumerate(upserts or [])]
     deletes = [_batch_item(d, "deletes", i) for i, d in enumerate(deletes or [])]
     if not upserts and not deletes:
-        raise InvalidInput("a batch needs at least one upsert or delete")
+        raise InvalidInput("a batch needs at least one upsert or delete", details={"field": "upserts"})
     if len(upserts) + len(deletes) > 10_000:
-        raise InvalidInput("a batch holds at most 10000 items")
+        raise InvalidInput("a batch holds at most 10000 items", details={"field": "upserts"})
     _refuse_repeated_paths(upserts, deletes)
     _refuse_writes_under_deletes(upserts, deletes)
     for item in upserts:

@@ -86,7 +86,7 @@ def _decode_repo_cursor(cursor: str) -> str:
         return validate_name("repository", name)
     except InvalidInput as exc:
         raise InvalidInput("invalid cursor: not one of this listing's next_cursor values",
-                           details={"cursor": cursor}) from exc
+                           details={"field": "cursor", "cursor": cursor}) from exc
 
 
 def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, Any]:

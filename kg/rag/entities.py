@@ -80,6 +80,7 @@ from kg.ops.text_store import chunk_pieces
 from kg.providers.jsonreply import parse_json_reply
 from kg.rag.aliases import ALIASES, ENTITY_NODE_TYPE, ENTITY_ROOT
 from kg.store.nodes import find_node, get_node, node_uid
+from kg.store.numbers import integral
 from kg.store.paths import validate_path
 from kg.store.relations import visible_relations
 from kg.store.repos import workspace_id
@@ -731,13 +732,13 @@ def _options(raw: Any) -> tuple[str, str, bool, int]:
     force = raw.get("force", False)
     if not isinstance(force, bool):
         raise InvalidInput("input.force must be true or false", details={"force": force})
-    max_chars = raw.get("max_chars", DEFAULT_MAX_CHARS)
+    max_chars = integral(raw.get("max_chars", DEFAULT_MAX_CHARS))
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or not 1 <= max_chars <= MAX_MAX_CHARS:
         raise InvalidInput(f"input.max_chars must be an integer between 1 and {MAX_MAX_CHARS}",
                            details={"max_chars": max_chars})
     if path == ENTITY_ROOT or path.startswith(ENTITY_ROOT + "/") or path.startswith(EXTRACTION_ROOT + "/"):
         raise InvalidInput(f"{path} is an entity or an extraction record, not a document",
-                           details={"path": path})
+                           details={"field": "path", "path": path})
     return raw["workspace"], path, force, max_chars
 
 

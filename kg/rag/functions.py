@@ -76,6 +76,7 @@ from kg.rag.resolve import resolve_entities
 from kg.rag.search import SearchRequest, search
 from kg.store.models import Chunk, Workspace
 from kg.store.nodes import find_node, nodes_by_id
+from kg.store.numbers import integral
 from kg.store.paths import parse_address, validate_path
 from kg.store.repos import BranchView, workspace_id
 from kg.text.sentences import split_sentences
@@ -127,7 +128,7 @@ def _workspaces(raw: dict) -> list[str] | None:
 
 
 def _k(raw: dict, default: int) -> int:
-    value = raw.get("k", default)
+    value = integral(raw.get("k", default))  # 5.0 is the integer 5, as in JSON Schema
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
         raise InvalidInput("input.k must be an integer between 1 and 100", details={"k": value})
     return value
@@ -744,7 +745,7 @@ def _valid_at(raw: dict) -> ValidAt:
 
 
 def _int_option(raw: dict, key: str, default: int, low: int, high: int) -> int:
-    value = raw.get(key, default)
+    value = integral(raw.get(key, default))  # 5.0 is the integer 5, as in JSON Schema
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidInput(f"input.{key} must be an integer between {low} and {high}", details={key: value})
     return value
@@ -788,7 +789,7 @@ def _follow(raw: dict) -> str:
             raise InvalidInput(f"input.{' and input.'.join(given)} apply to follow 'walk'; follow 'subjects' "
                                "follows mentioned_in edges into the seeds, then about edges into the entities",
                                details={"follow": follow, "unexpected": given})
-        hops = raw.get("hops", 2)
+        hops = integral(raw.get("hops", 2))
         if isinstance(hops, bool) or not isinstance(hops, int) or not 0 <= hops <= 2:
             raise InvalidInput("input.hops must be an integer between 0 and 2 with follow 'subjects' "
                                "(1: the seeds' entities, 2: and the documents about them)", details={"hops": hops})
@@ -865,7 +866,7 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
     hops = _int_option(raw, "hops", 2, 0, 4 if follow == "walk" else 2)
     max_nodes = _int_option(raw, "max_nodes", 50, 1, 1000)
     fan_out = _int_option(raw, "fan_out", 20, 1, 1000)
-    direction = check_direction(raw.get("direction", "BOTH"))
+    direction = check_direction(raw.get("direction") or "BOTH")  # null: the default, as for types
     types = _relation_types(raw)
     workspaces = _workspaces(raw)
     k = _k(raw, 5)

@@ -87,7 +87,7 @@ def file_path(name: str) -> str:
     try:
         return node_store.validate_path(path)
     except InvalidInput as exc:
-        raise InvalidInput(f"file name {name!r} cannot be stored", details={"file": name}) from exc
+        raise InvalidInput(f"file name {name!r} cannot be stored", details={"field": "input", "file": name}) from exc
 
 
 def collection_workspace(uow: UnitOfWork, config: RagConfig, branch: str = "main") -> tuple[str, bool]:

@@ -216,13 +216,13 @@ def parse_rag_input(text: str) -> tuple[str, list[tuple[str, str]]]:
         if not name.strip():
             raise InvalidInput(
                 f"file block {i + 1} of the RAG input names no file",
-                details={"block": i + 1, "name": name},
+                details={"field": "input", "block": i + 1, "name": name},
             )
         if name in seen:
             raise InvalidInput(
                 f"the RAG input has two file blocks named {name!r} (blocks {seen[name]} "
                 f"and {i + 1}); file names must be unique",
-                details={"name": name, "blocks": [seen[name], i + 1]},
+                details={"field": "input", "name": name, "blocks": [seen[name], i + 1]},
             )
         seen[name] = i + 1
         body_start = header.end() + 1 if header.end() < len(text) else header.end()
@@ -370,7 +370,8 @@ def validate_rag_config(config: Mapping[str, Any]) -> RagConfig:
         message = "invalid RAG config: " + "; ".join(f"{field} {text}" for field, text in errors)
         raise InvalidInput(
             message,
-            details={"errors": [{"field": field, "message": text} for field, text in errors]},
+            details={"field": f"config.{errors[0][0]}",
+                     "errors": [{"field": field, "message": text} for field, text in errors]},
         )
     assert name is not None and model is not None
     return RagConfig(

@@ -246,8 +246,11 @@ class MergeBase:
         return {"kind": self.kind, "branch": self.view.branch.name, "revision": self.revision}
 
 
-def merge_base(session: Session, repo: Repository, source: Branch, target: Branch) -> MergeBase:
-    """The merge base of a parent and its child: their fork point or their last merge.
+def merge_base(session: Session, repo: Repository, source: Branch, target: Branch, *,
+               field: str = "into") -> MergeBase:
+    """The merge base of a parent and its child (in either order): their fork point or their
+    last merge. ``field`` names the request's field that named the other branch (``into``,
+    ``against``) in the refusal's ``details.field``.
 
     Raises
     ------
@@ -262,7 +265,7 @@ def merge_base(session: Session, repo: Repository, source: Branch, target: Branc
         raise InvalidInput(
             f"branches {source.name!r} and {target.name!r} are not parent and child; "
             "merge a branch into its parent or its parent into it",
-            details={"source": source.name, "target": target.name},
+            details={"field": field, "source": source.name, "target": target.name},
         )
     parent = target if child is source else source
     fork = child.base_revision or 0
@@ -314,15 +317,16 @@ def _addresses(session: Session, views: list[BranchView], ids: set[str]) -> dict
 
 def diff_branches(session: Session, repo: Repository, branch_name: str, against: str | None = None, *,
                   readable: frozenset[int] | None = None) -> dict[str, Any]:
-    """What ``branch_name`` changed since its merge base with ``against`` (its parent by default, or
-    a child): :class:`kg.types.branches.Diff`'s shape. ``readable`` (workspace ids) keeps a
-    restricted reader's scope, in the queries that find the changes. O(c log n) for c changed
-    entities and n versions.
+    """What ``branch_name`` changed since its merge base with ``against`` (its parent by default, a
+    child, or itself: an empty diff based on its head): :class:`kg.types.branches.Diff`'s shape.
+    ``readable`` (workspace ids) keeps a restricted reader's scope, in the queries that find the
+    changes. O(c log n) for c changed entities and n versions.
 
     Raises
     ------
     kg.errors.InvalidInput
-        ``against`` is neither the branch's parent nor its child.
+        ``against`` is neither the branch's parent, nor its child, nor itself
+        (``details.field``: ``against``).
     kg.errors.Conflict
         ``against`` is None and the branch (``main``) has no parent.
     """
@@ -333,8 +337,14 @@ def diff_branches(session: Session, repo: Repository, branch_name: str, against:
             raise Conflict("main has no parent: name a branch to diff against with 'against'",
                            details={"branch": source.name})
     target = get_branch(session, repo, against)
-    base = merge_base(session, repo, source, target)
     theirs = _view(session, repo, source.name, None)
+    if target.id == source.id:
+        # A branch against itself: nothing changed since its own head (an empty diff).
+        return {"branch": source.name, "against": target.name,
+                "base": {"kind": "head", "branch": source.name, "revision": theirs.revision},
+                "nodes": {"added": [], "modified": [], "deleted": []},
+                "relations": {"added": [], "removed": [], "modified": []}}
+    base = merge_base(session, repo, source, target, field="against")
     node_keys = _changed_node_keys(session, source.id, base.since, theirs.revision, readable=readable)
     before = node_states(session, base.view, node_keys)
     after = node_states(session, theirs, node_keys)
@@ -465,7 +475,8 @@ def _resolution_index(resolutions: list[dict[str, Any]] | None,
                 raise InvalidInput("a node resolution's 'workspace' and 'path' are strings",
                                    details={"resolution": raw})
             if ws not in names:
-                raise InvalidInput(f"resolution names unknown workspace {ws!r}", details={"resolution": raw})
+                raise InvalidInput(f"resolution names unknown workspace {ws!r}",
+                                   details={"field": "resolutions", "resolution": raw})
             by_node[(names[ws], validate_path(raw["path"]))] = raw
         elif {"from", "to", "type"} <= set(raw):
             if not all(isinstance(raw[key], str) for key in ("from", "to", "type")):
@@ -496,7 +507,7 @@ def plan_merge(session: Session, repo: Repository, source_name: str, target_name
         Not parent and child, the same branch, a malformed resolution or one naming no conflict.
     """
     if source_name == target_name:
-        raise InvalidInput("a branch cannot be merged into itself")
+        raise InvalidInput("a branch cannot be merged into itself", details={"field": "into", "branch": source_name})
     source = get_branch(session, repo, source_name)
     target = get_branch(session, repo, target_name)
     base = merge_base(session, repo, source, target)
@@ -617,7 +628,7 @@ def _check_resolutions_name_conflicts(session: Session, repo: Repository, source
                if ("relation", k[0], k[1], k[2]) not in named]
     if unused:
         raise InvalidInput(f"{len(unused)} resolution(s) name no conflict of this merge",
-                           details={"unused": unused})
+                           details={"field": "resolutions", "unused": unused})
 
 
 def _resolved_relations(view: BranchView, rel_res: dict[RelKey, dict[str, Any]]) -> dict[RelKey, str]:

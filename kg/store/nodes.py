@@ -421,7 +421,7 @@ def child_order(order_by: str | None = None, direction: str | None = None) -> Ch
     descending = spec.startswith("-")
     if descending and direction == "asc":
         raise InvalidInput("order_by with '-' is descending: it contradicts direction=asc",
-                           details={"order_by": order_by, "direction": direction})
+                           details={"field": "direction", "order_by": order_by, "direction": direction})
     return ChildOrder(spec.lstrip("-"), descending or direction == "desc")
 
 
@@ -521,7 +521,8 @@ def _encode_child_cursor(order: ChildOrder, key: SortKey) -> str:
 
 def _decode_child_cursor(cursor: str, order: ChildOrder) -> SortKey:
     """The sort key a children cursor points after; it must have been made with ``order``."""
-    bad = InvalidInput("invalid cursor: not one of this listing's next_cursor values", details={"cursor": cursor})
+    bad = InvalidInput("invalid cursor: not one of this listing's next_cursor values",
+                       details={"field": "cursor", "cursor": cursor})
     try:
         data = json.loads(decode_cursor(cursor))
         missing, rank, value, name = data["k"]
@@ -534,7 +535,7 @@ def _decode_child_cursor(cursor: str, order: ChildOrder) -> SortKey:
         raise bad
     if spec != order.spec:
         raise InvalidInput(f"the cursor was made for order_by {spec!r}, not {order.spec!r}",
-                           details={"cursor": cursor})
+                           details={"field": "cursor", "cursor": cursor})
     return (missing, rank, float(value) if rank == 0 else value, name)
 
 
@@ -575,7 +576,7 @@ def decode_cursor(cursor: str) -> str:
     try:
         return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidInput("invalid cursor", details={"cursor": cursor}) from exc
+        raise InvalidInput("invalid cursor", details={"field": "cursor", "cursor": cursor}) from exc
 
 
 def path_under(prefix: str, mode: str = "segments") -> ColumnElement[bool] | None:
@@ -596,7 +597,8 @@ def path_under(prefix: str, mode: str = "segments") -> ColumnElement[bool] | Non
 
 def _decode_prefix_cursor(cursor: str, prefix: str, mode: str) -> str:
     """The path under ``prefix`` a listing's cursor points after, or a 422 (never a silent restart)."""
-    bad = InvalidInput("invalid cursor: not one of this listing's next_cursor values", details={"cursor": cursor})
+    bad = InvalidInput("invalid cursor: not one of this listing's next_cursor values",
+                       details={"field": "cursor", "cursor": cursor})
     try:
         after = decode_cursor(cursor)
         validate_path(after)

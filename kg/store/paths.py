@@ -43,6 +43,9 @@ _VISIBLE = r"[^\x00\t\n\x0b\x0c\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u202
 NON_BLANK_PATTERN = rf"^[^\x00]*{_VISIBLE}[^\x00]*$"
 #: Text the store can hold (no NUL: :func:`kg.text.storable.check_text`).
 TEXT_PATTERN = r"^[^\x00]*$"
+#: Text the store can hold that neither starts nor ends with a blank (``value == value.strip()``,
+#: not empty).
+TRIMMED_PATTERN = rf"^{_VISIBLE}(?:[^\x00]*{_VISIBLE})?$"
 
 
 def validate_path(path: str) -> str:

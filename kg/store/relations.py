@@ -210,7 +210,8 @@ def invalidate(session: Session, ctx: WriteContext, source: str, target: str, re
                        details={"from": source, "to": target, "type": rel_type})
     if old.valid_from is not None and valid_to < old.valid_from:
         raise InvalidInput("valid_to must not be earlier than the relation's valid_from",
-                           details={"valid_from": old.valid_from.isoformat(), "valid_to": valid_to.isoformat()})
+                           details={"field": "valid_to", "valid_from": old.valid_from.isoformat(),
+                                    "valid_to": valid_to.isoformat()})
     version = _successor(ctx, old, valid_to=valid_to, invalidated_by=invalidated_by)
     session.add(version)
     session.flush()

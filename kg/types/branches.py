@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
 
+from kg.store.paths import MAX_PATH_CHARS, PATH_PATTERN
 from kg.types.common import (
+    ADDRESS_RULE,
     BRANCH_RULE,
+    NAME_RULE,
+    TYPE_RULE,
     JSONObject,
     Number,
     RevisionNumber,
@@ -16,7 +21,9 @@ from kg.types.common import (
     Timestamp,
     WriteMeta,
     absent,
+    shaped,
 )
+from kg.types.nodes import NodeProperties
 
 # -- requests ----------------------------------------------------------------------
 
@@ -28,12 +35,48 @@ class BranchCreate(Strict):
     at_revision: RevisionNumber | None = None
 
 
+#: A take 'value' resolution carries the node's properties.
+_VALUE_NEEDS_PROPERTIES: JsonDict = {"if": {"properties": {"take": {"const": "value"}}, "required": ["take"]},
+                                     "then": {"required": ["value"], "properties": {"value": {"type": "object"}}}}
+
+
+class NodeResolution(Strict):
+    """How a node conflict of the merge is resolved: the target's value (``ours``), the source's
+    (``theirs``), or ``value``, the node's properties given here."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_VALUE_NEEDS_PROPERTIES)
+    workspace: str = Field(json_schema_extra=NAME_RULE)
+    path: str = Field(max_length=MAX_PATH_CHARS, json_schema_extra={"pattern": PATH_PATTERN})
+    take: Literal["ours", "theirs", "value"]
+    value: NodeProperties | None = Field(default=None, description="With take 'value': the node's properties.")
+
+
+class RelationResolution(Strict):
+    """How a relation conflict of the merge is resolved: the target's (``ours``) or the source's
+    (``theirs``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    from_: str = Field(alias="from", json_schema_extra=ADDRESS_RULE)
+    to: str = Field(json_schema_extra=ADDRESS_RULE)
+    type: str = Field(json_schema_extra=TYPE_RULE)
+    take: Literal["ours", "theirs"]
+
+
+#: A merge's plan token (:func:`kg.ops.merge.plan_token`, with its digest).
+PLAN_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+\.[0-9]+(\.[0-9a-f]{12})?$"
+
+
 class MergeBody(WriteMeta):
-    into: str | None = Field(default=None, json_schema_extra=BRANCH_RULE)
+    into: str | None = Field(default=None, json_schema_extra=BRANCH_RULE, description=(
+        "The branch's parent or one of its children (default: its parent); not the branch itself."))
     dry_run: bool = False
-    resolutions: list[dict[str, Any]] = Field(default_factory=list)
+    resolutions: list[Annotated[JSONObject, shaped(NodeResolution | RelationResolution)]] = Field(
+        default_factory=list, description="One per conflict of the merge (as its dry run lists them): a resolution "
+                                          "naming no conflict is refused.")
     #: The ``plan`` a dry run answered: the merge is refused (409) if either branch changed since.
-    if_plan: str | None = Field(default=None, max_length=200)
+    if_plan: str | None = Field(default=None, max_length=200, json_schema_extra={"pattern": PLAN_PATTERN},
+                                description="The `plan` of a dry run of this merge (these two branches): 409 "
+                                            "`conflict` when either changed since.")
 
 
 # -- branches and history -------------------------------------------------------------------
@@ -107,9 +150,10 @@ class RevisionLog(Schema):
 
 
 class MergePoint(Schema):
-    """The merge base: a fork point or the last merge between the two branches."""
+    """The merge base: a fork point or the last merge between the two branches (a diff of a
+    branch against itself: its head)."""
 
-    kind: Literal["fork", "merge"]
+    kind: Literal["fork", "merge", "head"]
     branch: str
     revision: int
 

@@ -9,10 +9,11 @@ serialises with ``exclude_unset`` so that left out stays left out and ``null`` s
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, WithJsonSchema
 from pydantic.config import JsonDict
+from typing_extensions import TypeAliasType
 
 from kg.store.numbers import integral
 from kg.store.paths import (
@@ -83,6 +84,53 @@ Number = Annotated[int | float, WithJsonSchema({"type": "number"})]
 Timestamp = Annotated[str, Field(description="ISO 8601 timestamp.")]
 #: Node properties, relation properties and other user JSON: any object.
 JSONObject = dict[str, Any]
+
+#: A string the store can hold (no NUL): :data:`~kg.store.paths.TEXT_PATTERN`.
+StorableText = Annotated[str, Field(pattern=TEXT_PATTERN)]
+
+
+def _named_keys(schema: dict[str, Any]) -> None:
+    """An object whose keys all match the pattern (``propertyNames``) and whose values all are
+    the value schema (``additionalProperties``): pydantic writes ``patternProperties``, which
+    lets a key that does not match through with any value."""
+    patterns = schema.pop("patternProperties", None)
+    if patterns:
+        ((pattern, value),) = patterns.items()
+        schema["propertyNames"] = {"pattern": pattern}
+        schema["additionalProperties"] = value
+
+
+#: JSON the store can hold, at any depth: no NUL in a key or a string (the request guard refuses
+#: one, :func:`kg.text.storable.check_json`). For the document only (``json_schema_input_type`` of
+#: :data:`StorableObject`): a recursive schema, ``#/components/schemas/StorableJSON``.
+if TYPE_CHECKING:  # mypy reads no recursive TypeAliasType made by a call
+    StorableJSON = Any
+else:
+    StorableJSON = TypeAliasType(
+        "StorableJSON",
+        Union[None, bool, int, float, StorableText, list["StorableJSON"],  # noqa: UP007
+              Annotated[dict[StorableText, "StorableJSON"], Field(json_schema_extra=_named_keys)]],
+    )
+
+
+def _json_object(value: Any) -> dict[str, Any]:
+    """A JSON object, as it came (its values are not copied nor coerced)."""
+    if not isinstance(value, dict):
+        raise ValueError("Input should be a valid dictionary")
+    return value
+
+
+def shaped(schema_type: Any) -> PlainValidator:
+    """Validated as a JSON object, as it came (the use case checks it and says why it refuses),
+    and documented as ``schema_type``: every object the document admits is one kg accepts."""
+    return PlainValidator(_json_object, json_schema_input_type=schema_type)
+
+
+#: A JSON object of user data (node properties, relation properties, a function's input):
+#: validated as an object, documented as :data:`StorableJSON` at any depth.
+StorableObject = Annotated[dict[str, Any], PlainValidator(
+    _json_object, json_schema_input_type=Annotated[dict[StorableText, StorableJSON],
+                                                   Field(json_schema_extra=_named_keys)])]
 
 
 def _drop_default(schema: dict[str, Any]) -> None:

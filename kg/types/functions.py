@@ -3,17 +3,23 @@ resolve-entities): their invocation, outputs and jobs."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, RootModel
+from pydantic.config import JsonDict
 
+from kg.store.paths import MAX_PATH_CHARS, NAME_PATTERN, NON_BLANK_PATTERN, PATH_PATTERN
 from kg.types.common import (
+    BRANCH_RULE,
+    Address,
     ErrorInfo,
     JSONObject,
     Number,
+    RelationType,
     Schema,
     Strict,
     Timestamp,
+    _drop_default,
     absent,
 )
 from kg.types.relations import TraversedNode
@@ -26,8 +32,117 @@ from kg.types.relations import TraversedNode
 
 class InvokeBody(Strict):
     input: dict[str, Any]
-    branch: str = Field(default="main", min_length=1, max_length=255)
+    branch: str = Field(default="main", min_length=1, max_length=255, json_schema_extra=BRANCH_RULE)
     wait_for_completion: bool = True
+
+
+# Each function's input, as the document states it (the function checks it and says why it
+# refuses: kg.rag.functions.INPUT_KEYS and each function's own checks).
+
+#: A non-blank text (a query, a question).
+NonBlank = Annotated[str, Field(min_length=1, json_schema_extra={"pattern": NON_BLANK_PATTERN})]
+#: A workspace name.
+WorkspaceName = Annotated[str, Field(max_length=128, json_schema_extra={"pattern": NAME_PATTERN})]
+#: A node path.
+NodePath = Annotated[str, Field(max_length=MAX_PATH_CHARS, json_schema_extra={"pattern": PATH_PATTERN})]
+#: A world time (ISO 8601 with a zone).
+WorldTime = Annotated[str, Field(json_schema_extra={"format": "date-time"},
+                                 description="ISO 8601 time with a zone: read the relations valid then.")]
+#: The workspaces searched (default: all).
+Workspaces = Annotated[list[WorkspaceName] | None, Field(description="The workspaces searched (default: all).")]
+#: At most this many passages (``k``).
+PassageCount = Annotated[int, Field(ge=1, le=100)]
+
+
+class SearchDocumentsInput(Strict):
+    """``search-documents``: the passages of a hybrid search."""
+
+    query: NonBlank
+    k: PassageCount = 10
+    workspaces: Workspaces = None
+
+
+class StoreAnswer(Strict):
+    """Where ``ask`` stores its answer (a ``kb:Answer`` node): a workspace of the repository, and a
+    path (default: ``/answers/<slug of the question>``)."""
+
+    workspace: WorkspaceName
+    path: NodePath | None = Field(default=None, description="The answer node's path.")
+
+
+class AskInput(Strict):
+    """``ask``: a grounded answer from the documents, with citations."""
+
+    question: NonBlank
+    workspaces: Workspaces = None
+    use_graph: bool = False
+    store_answer: StoreAnswer | None = None
+    as_of: WorldTime | None = None
+    include_invalid: bool = False
+
+
+#: graph-context starts from a query or from seeds (or both); ``follow: subjects`` takes neither
+#: ``types`` nor ``direction``, and at most 2 hops.
+_GRAPH_RULES: JsonDict = {"anyOf": [{"required": ["query"], "properties": {"query": {"type": "string"}}},
+                                    {"required": ["seeds"], "properties": {"seeds": {"type": "array", "minItems": 1}}}],
+                          "if": {"required": ["follow"], "properties": {"follow": {"const": "subjects"}}},
+                          "then": {"properties": {"types": {"type": "null"}, "direction": {"type": "null"},
+                                                  "hops": {"maximum": 2}}}}
+
+
+class GraphContextInput(Strict):
+    """``graph-context``: the nodes around a query's hits or given seeds, by relevance."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_GRAPH_RULES)
+    query: NonBlank | None = None
+    seeds: list[Address] | None = Field(default=None, max_length=1000)
+    hops: int = Field(default=2, ge=0, le=4)
+    max_nodes: int = Field(default=50, ge=1, le=1000)
+    fan_out: int = Field(default=20, ge=1, le=1000)
+    types: list[RelationType] | None = Field(default=None, min_length=1)
+    direction: Literal["OUT", "IN", "BOTH"] | None = None
+    workspaces: Workspaces = None
+    k: PassageCount = 5
+    follow: Literal["walk", "subjects"] = "walk"
+    as_of: WorldTime | None = None
+    include_invalid: bool = False
+
+
+class ExtractEntitiesInput(Strict):
+    """``extract-entities``: the entities and relations of a document node (not of an entity
+    under ``/entities`` nor of an extraction record under ``/kg/extractions``: 422)."""
+
+    workspace: WorkspaceName
+    path: NodePath
+    force: bool = False
+    max_chars: int = Field(default=8_000, ge=1, le=100_000)
+
+
+class ResearchAssistantInput(Strict):
+    """``research-assistant``: a multi-step answer on a session branch."""
+
+    question: NonBlank
+    workspaces: Workspaces = None
+    max_steps: int = Field(default=6, ge=1, description="At most KG_RESEARCH_MAX_STEPS (the server's).",
+                           json_schema_extra=_drop_default)
+    workspace: WorkspaceName | None = Field(default=None, description="Where the answer is stored.")
+
+
+class ResolveEntitiesInput(Strict):
+    """``resolve-entities``: duplicate entities merged on a proposal branch."""
+
+    workspace: WorkspaceName
+    threshold: float = Field(default=0.8, ge=0.5, le=1.0)
+    dry_run: bool = False
+    use_embeddings: bool = True
+
+
+#: Each function's input model, by the function's name (kg.rag.functions.FUNCTIONS).
+FUNCTION_INPUTS: dict[str, type[Strict]] = {
+    "search-documents": SearchDocumentsInput, "ask": AskInput, "graph-context": GraphContextInput,
+    "extract-entities": ExtractEntitiesInput, "research-assistant": ResearchAssistantInput,
+    "resolve-entities": ResolveEntitiesInput,
+}
 
 
 

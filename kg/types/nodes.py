@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from kg.store.paths import (
@@ -16,13 +16,17 @@ from kg.store.paths import (
 from kg.store.references import REF_KEY, WORKSPACE_KEY
 from kg.types.common import (
     GLOB_RULE,
+    NAME_RULE,
     JSONObject,
     Number,
     RevisionNumber,
     Schema,
+    StorableObject,
+    Strict,
     Timestamp,
     WriteMeta,
     absent,
+    shaped,
 )
 
 # -- requests ----------------------------------------------------------------------
@@ -33,29 +37,68 @@ from kg.types.common import (
 _REFERENCE: JsonDict = {"if": {"type": "object", "required": [REF_KEY]}, "then": {"properties": {
     REF_KEY: {"type": "string", "pattern": PATH_PATTERN, "maxLength": MAX_PATH_CHARS},
     WORKSPACE_KEY: {"type": "string", "pattern": NAME_PATTERN, "maxLength": 128}}}}
-#: Node properties: keys the store can hold (no NUL), references in top-level values and in the
-#: items of top-level lists (the ones kg reads) well formed.
-_PROPERTIES: JsonDict = {"propertyNames": {"pattern": TEXT_PATTERN}, "additionalProperties": {
-    "allOf": [_REFERENCE, {"if": {"type": "array"}, "then": {"items": _REFERENCE}}]}}
+
+
+def _properties(schema: dict[str, Any]) -> None:
+    """Node properties: JSON the store can hold at any depth (:data:`~kg.types.common.StorableJSON`:
+    no NUL in a key or a string), with well-formed references in top-level values and in the items
+    of top-level lists (the ones kg reads)."""
+    schema["propertyNames"] = {"pattern": TEXT_PATTERN}
+    schema["additionalProperties"] = {"allOf": [_REFERENCE, {"if": {"type": "array"}, "then": {"items": _REFERENCE}},
+                                                schema["additionalProperties"]]}
+
+
+#: Node properties (a node write's, a batch upsert's, a merge resolution's value).
+NodeProperties = Annotated[StorableObject, Field(json_schema_extra=_properties)]
 
 
 class NodePut(WriteMeta):
     node_type: str = Field(default="kg:Node", json_schema_extra=GLOB_RULE)
-    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
+    properties: NodeProperties = Field(default_factory=dict)
     order: float | None = None
     if_revision: RevisionNumber | None = None
 
 
 class NodePatch(WriteMeta):
-    properties: dict[str, Any] = Field(default_factory=dict, json_schema_extra=_PROPERTIES)
+    properties: NodeProperties = Field(default_factory=dict)
     node_type: str | None = Field(default=None, json_schema_extra=GLOB_RULE)
     order: float | None = None
     if_revision: RevisionNumber | None = None
 
 
+class BatchUpsert(Strict):
+    """A node a batch creates or replaces."""
+
+    workspace: str = Field(json_schema_extra=NAME_RULE)
+    path: str = Field(max_length=MAX_PATH_CHARS, json_schema_extra={"pattern": PATH_PATTERN})
+    node_type: str = Field(default="kg:Node", json_schema_extra=GLOB_RULE)
+    properties: NodeProperties = Field(default_factory=dict)
+    order: float | None = None
+
+
+class BatchDelete(Strict):
+    """A node a batch deletes (with its descendants when ``recursive``)."""
+
+    workspace: str = Field(json_schema_extra=NAME_RULE)
+    path: str = Field(max_length=MAX_PATH_CHARS, json_schema_extra={"pattern": PATH_PATTERN})
+    recursive: bool = False
+
+
+#: At most this many items (upserts and deletes together) in a batch.
+MAX_BATCH_ITEMS = 10_000
+#: A batch has at least one item.
+_SOME_ITEM: JsonDict = {"anyOf": [{"required": ["upserts"], "properties": {"upserts": {"minItems": 1}}},
+                                  {"required": ["deletes"], "properties": {"deletes": {"minItems": 1}}}]}
+
+
 class BatchBody(WriteMeta):
-    upserts: list[dict[str, Any]] = Field(default_factory=list)
-    deletes: list[dict[str, Any]] = Field(default_factory=list)
+    """Deletes, then upserts, as one revision. Rules across the items (422 ``invalid_input``,
+    ``details.field`` the list): each (workspace, path) once in the batch, in either list; no upsert
+    below a node the batch deletes; at most 10,000 items in all."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_SOME_ITEM)
+    upserts: list[Annotated[JSONObject, shaped(BatchUpsert)]] = Field(default_factory=list, max_length=MAX_BATCH_ITEMS)
+    deletes: list[Annotated[JSONObject, shaped(BatchDelete)]] = Field(default_factory=list, max_length=MAX_BATCH_ITEMS)
     parents: bool = False
 
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, PlainValidator
 
+from kg.store.paths import TEXT_PATTERN
 from kg.types.common import (
+    JSONObject,
     Number,
     Schema,
     Strict,
     absent,
+    shaped,
 )
+from kg.types.repos import EMBEDDING_MODEL_RULE
 
 # -- the RAG node ---------------------------------------------------------------------------
 
@@ -19,9 +23,43 @@ from kg.types.common import (
 # -- requests ----------------------------------------------------------------------
 
 
+#: A collection name whose Weaviate class is valid (:func:`kg.ragnode.spec.class_name`): ASCII,
+#: its first letter or digit a letter.
+COLLECTION_PATTERN = r"^[A-Za-z][A-Za-z0-9_\-]*$"
+
+
+class RagConfigRequest(Strict):
+    """The RAG node's configuration (:data:`kg.ragnode.spec.RAG_CONFIG_SCHEMA`).
+
+    ``chunkOverlap`` is below ``chunkSize``: a rule across the two fields (422 ``invalid_input``,
+    ``details.errors`` naming ``chunkOverlap``). ``weaviateUrl`` is ``embedded`` or a URL the
+    server lists (``KG_RAG_WEAVIATE_URLS``): the document of each server lists them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    embedding_model: str = Field(alias="embeddingModel", json_schema_extra=EMBEDDING_MODEL_RULE,
+                                 description="``<provider>:<model>``; a bare name is an Ollama model.")
+    collection_name: str = Field(alias="collectionName", max_length=64,
+                                 json_schema_extra={"pattern": COLLECTION_PATTERN})
+    chunk_size: int = Field(alias="chunkSize", ge=1, le=100_000, description="Words per chunk.")
+    chunk_overlap: int = Field(alias="chunkOverlap", ge=0, description="Words shared by consecutive chunks; below "
+                                                                        "chunkSize.")
+    top_k: int = Field(alias="topK", ge=1, le=1000)
+    weaviate_url: str = Field(alias="weaviateUrl", json_schema_extra={"enum": ["embedded"]},
+                              description="``embedded`` (kg's own index) or a Weaviate URL the server lists.")
+    weaviate_api_key: str = absent("The Weaviate instance's API key.", alias="weaviateApiKey")
+
+
+def _any(value: Any) -> Any:
+    """The value as it came (the RAG node says what it refuses)."""
+    return value
+
+
 class RagBody(Strict):
-    config: dict[str, Any]
-    input: Any = Field(description="The node's markdown input: query, then ### File name blocks.")
+    config: Annotated[JSONObject, shaped(RagConfigRequest)]
+    input: Annotated[Any, PlainValidator(_any, json_schema_input_type=Annotated[str, Field(pattern=TEXT_PATTERN)])] = (
+        Field(description="The node's markdown input: the query, then ``### File name \"<name>\"`` blocks, each "
+                          "naming a file once (a name that is not blank, nor ``.`` or ``..``): a repeated or "
+                          "blank name is a 422 ``invalid_input``."))
 
 
 

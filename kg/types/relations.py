@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field
 
@@ -10,12 +10,14 @@ from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.store.numbers import Integer
 from kg.types.common import (
     ADDRESS_RULE,
+    TEXT_RULE,
     TYPE_RULE,
     Address,
     JSONObject,
     Number,
     RelationType,
     Schema,
+    StorableObject,
     Strict,
     WriteMeta,
 )
@@ -44,10 +46,12 @@ class RelationCreate(WriteMeta):
     to: str = Field(json_schema_extra=ADDRESS_RULE)
     type: str = Field(json_schema_extra=TYPE_RULE)
     weight: float | None = None
-    properties: dict[str, Any] = Field(default_factory=dict)
+    properties: StorableObject = Field(default_factory=dict)
     #: World time the fact holds from / until (ISO 8601 with a zone; a naive time is a 422).
     valid_from: AwareDatetime | None = Field(default=None, strict=False)
-    valid_to: AwareDatetime | None = Field(default=None, strict=False)
+    valid_to: AwareDatetime | None = Field(default=None, strict=False, description=(
+        "Not earlier than valid_from (a rule across the two fields: 422 invalid_input, details.field "
+        "'valid_to')."))
 
 
 class RelationInvalidate(WriteMeta):
@@ -57,7 +61,7 @@ class RelationInvalidate(WriteMeta):
     type: str = Field(json_schema_extra=TYPE_RULE)
     #: When the fact stopped holding (ISO 8601 with a zone); default now.
     valid_to: AwareDatetime | None = Field(default=None, strict=False)
-    invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000)
+    invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000, json_schema_extra=TEXT_RULE)
 
 
 class RelationTypesPut(Strict):

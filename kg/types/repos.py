@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
 
+from kg.indexing.config import BODY_FIELDS, MAX_INDEXED_PROPERTIES, SHORT_FIELDS
+from kg.providers.registry import LOCAL_MODELS
+from kg.store.paths import TRIMMED_PATTERN
 from kg.types.common import (
     NAME_RULE,
+    JSONObject,
     Number,
     Schema,
     Strict,
     Timestamp,
+    absent,
+    shaped,
 )
 
 # -- requests ----------------------------------------------------------------------
@@ -21,13 +28,99 @@ class RepoCreate(Strict):
     name: str = Field(json_schema_extra=NAME_RULE)
 
 
+#: An Ollama model (:func:`kg.providers.ollama.canonical_ollama_model`): ``ollama:`` and a name,
+#: with a namespace or registry host before ``/`` and a tag after ``:`` (``:latest`` when none).
+#: The prefix is required here (a bare name is read as an Ollama name too: the document says
+#: the one spelling). Ollama must have the model: a re-embed probes it (502 ``provider_error``).
+OLLAMA_MODEL_PATTERN = r"^ollama:(?:[A-Za-z0-9._\-]+/)*[A-Za-z0-9._\-]+(?::[A-Za-z0-9._\-]+)?$"
+#: The embedding models by provider (``<provider>:<model>``): ``local:`` the models kg ships
+#: (:data:`kg.providers.registry.LOCAL_MODELS`), ``ollama:`` any model of the Ollama server. The
+#: ``fake:`` provider (tests only) is added by a server that allows it (``KG_ALLOW_FAKE_EMBEDDER``:
+#: ``api.docs``).
+EMBEDDING_MODEL_RULE: JsonDict = {"anyOf": [
+    {"title": "local", "type": "string", "enum": list(LOCAL_MODELS)},
+    {"title": "ollama", "type": "string", "pattern": OLLAMA_MODEL_PATTERN, "maxLength": 240},
+]}
+
+
+def _model_rule(schema: JsonDict) -> None:
+    """The model by provider (:data:`EMBEDDING_MODEL_RULE`); left out, not null, for the default."""
+    schema.pop("default", None)
+    schema.update(EMBEDDING_MODEL_RULE)
+
+
+class OverlapCount(Strict):
+    """An overlap given as a count of units."""
+
+    type: Literal["Tokens"]
+    value: int = Field(ge=0, description="Units; below the chunk size.")
+
+
+class OverlapFraction(Strict):
+    """An overlap given as a fraction of the chunk size, ``floor(chunk_size * value)`` units."""
+
+    type: Literal["Percentage"]
+    value: float = Field(ge=0.0, le=0.5)
+
+
+#: The words splitter counts words.
+_WORDS_IN_WORDS: JsonDict = {"if": {"required": ["splitter"], "properties": {"splitter": {"const": "words"}}},
+                             "then": {"properties": {"unit": {"const": "words"}}}}
+
+
+class ChunkingRequest(Strict):
+    """How a workspace's body fields are chunked (:class:`kg.text.chunking.ChunkingConfig`).
+
+    The overlap, resolved to units, is below ``chunk_size``: a rule across the two fields (422
+    ``invalid_input``, the message naming both)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_WORDS_IN_WORDS)
+    splitter: Literal["recursive", "fixed_size", "markdown", "code", "words"] = "recursive"
+    chunk_size: int = Field(default=512, ge=1, le=1_000_000)
+    overlap: Annotated[int, Field(ge=0)] | Annotated[OverlapCount | OverlapFraction, Field(discriminator="type")] = (
+        Field(default=64, description="A count below chunk_size, or {type: Tokens, value} / "
+                                      "{type: Percentage, value: 0..0.5}."))
+    unit: Literal["tokens", "chars", "words"] = Field(default="tokens", description="The words splitter: words "
+                                                                                   "(its default).")
+
+
+#: A property name (kg.indexing.config.IndexedProperties).
+PropertyName = Annotated[str, Field(min_length=1, max_length=128, json_schema_extra={"pattern": TRIMMED_PATTERN})]
+#: At least one property is indexed (both lists empty is refused).
+_SOME_PROPERTY: JsonDict = {"not": {"required": ["short", "body"], "properties": {
+    "short": {"maxItems": 0}, "body": {"maxItems": 0}}}}
+
+
+class IndexedPropertiesRequest(Strict):
+    """Which properties a workspace indexes (:class:`kg.indexing.config.IndexedProperties`).
+
+    A property is in one list only, and at most 32 in all: rules across the two lists (422
+    ``invalid_input``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=_SOME_PROPERTY)
+    short: list[PropertyName] = Field(default_factory=lambda: list(SHORT_FIELDS), max_length=MAX_INDEXED_PROPERTIES,
+                                      json_schema_extra={"uniqueItems": True})
+    body: list[PropertyName] = Field(default_factory=lambda: list(BODY_FIELDS), max_length=MAX_INDEXED_PROPERTIES,
+                                     json_schema_extra={"uniqueItems": True})
+
+
+class EmbeddingRequest(Strict):
+    """A workspace's embedding settings (:class:`kg.indexing.config.EmbeddingConfig`); a key left
+    out is the server's default (``KG_EMBEDDING_MODEL``) on create, the current value on a
+    change."""
+
+    model: str = Field(default="", description="``<provider>:<model>``.", json_schema_extra=_model_rule)
+    chunking: ChunkingRequest = absent("How body fields are chunked.")
+    indexed_properties: IndexedPropertiesRequest = absent("Which properties are indexed.")
+
+
 class WorkspaceCreate(Strict):
     name: str = Field(json_schema_extra=NAME_RULE)
-    embedding: dict[str, Any] | None = None
+    embedding: Annotated[JSONObject, shaped(EmbeddingRequest)] | None = None
 
 
 class WorkspacePatch(Strict):
-    embedding: dict[str, Any]
+    embedding: Annotated[JSONObject, shaped(EmbeddingRequest)]
     reembed: bool = False
 
 

@@ -231,7 +231,7 @@ def test_conflicts_are_409_and_write_nothing_until_resolved(client, repo):
                                               "take": "ours"}])
     assert_error(unused, 422)
     # named back as written: the workspace by name, the relation by its addresses
-    assert unused.json()["error"]["details"] == {"unused": [
+    assert unused.json()["error"]["details"] == {"field": "resolutions", "unused": [
         {"workspace": "knowledge", "path": "/zzz"}, {"from": "knowledge:/a", "type": "t", "to": "knowledge:/zzz"}]}
     # names of the wrong type are a 422, not a 500 (a list is unhashable), dry run or not
     for bad in ({"workspace": ["knowledge"], "path": "/a", "take": "ours"},
@@ -504,7 +504,7 @@ def test_a_batch_upsert_below_a_node_it_deletes_is_422_naming_the_parent_and_wri
                 "upserts": [{**item, "path": "/keep"}, {**item, "path": path}]})
             assert_error(r, 422)
             error = r.json()["error"]
-            assert error["details"] == {"workspace": "knowledge", "path": path, "parent": parent,
+            assert error["details"] == {"field": "upserts", "workspace": "knowledge", "path": path, "parent": parent,
                                         "deleted": deleted, "items": ["deletes[0]", "upserts[1]"]}
             assert f"knowledge:{parent} would not exist" in error["message"]
     assert client.get(BASE).json()["head_revision"] == head

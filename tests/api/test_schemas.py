@@ -21,7 +21,8 @@ NODES = "/api/repos/acme/workspaces/knowledge/nodes"
 
 
 def _doc() -> dict[str, Any]:
-    services = SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None), settings=Settings(), key_cache=None)
+    services = SimpleNamespace(db=SimpleNamespace(upgrade=lambda: None), settings=Settings(), key_cache=None,
+                               reranker=None)
     return create_app(services=services).openapi()
 
 

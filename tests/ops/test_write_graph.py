@@ -50,7 +50,8 @@ def test_a_plan_that_names_one_path_twice_is_refused_and_writes_nothing(services
     ]
     with pytest.raises(InvalidInput) as caught:
         run(services, OPERATOR, write_graph, "acme", "main", lambda session, view: GraphWrite(upserts=upserts))
-    assert caught.value.details == {"workspace": "w", "path": "/caf\u00e9", "items": ["upserts[0]", "upserts[2]"]}
+    assert caught.value.details == {"field": "upserts", "workspace": "w", "path": "/caf\u00e9",
+                                    "items": ["upserts[0]", "upserts[2]"]}
     for path in ("/caf\u00e9", "/other"):
         with pytest.raises(NotFound):
             queries.get_node(services, OPERATOR, "acme", "main", "w", path)

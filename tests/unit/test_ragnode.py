@@ -129,7 +129,7 @@ def test_duplicate_file_names_are_refused() -> None:
     with pytest.raises(InvalidInput) as info:
         parse_rag_input(text)
     assert "'a.txt'" in info.value.message and "unique" in info.value.message
-    assert info.value.details == {"name": "a.txt", "blocks": [1, 3]}
+    assert info.value.details == {"field": "input", "name": "a.txt", "blocks": [1, 3]}
 
 
 @pytest.mark.parametrize("name", ["", "   "])
