@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,12 @@ OPERATIONS: dict[tuple[str, str], str] = {
     ("PUT", "/api/repos/{repo}/workspaces/{ws}/relation-types"): "put_relation_types",
     ("POST", "/api/rag"): "rag",
     ("POST", "/api/sql/{repo}/{branch}"): "sql",
-    ("POST", "/api/functions/{repo}/{name}/invoke"): "invoke_function",
+    ("POST", "/api/functions/{repo}/search-documents/invoke"): "invoke_function",
+    ("POST", "/api/functions/{repo}/ask/invoke"): "invoke_function",
+    ("POST", "/api/functions/{repo}/graph-context/invoke"): "invoke_function",
+    ("POST", "/api/functions/{repo}/extract-entities/invoke"): "invoke_function",
+    ("POST", "/api/functions/{repo}/research-assistant/invoke"): "invoke_function",
+    ("POST", "/api/functions/{repo}/resolve-entities/invoke"): "invoke_function",
     ("GET", "/api/jobs/{job_id}"): "get_job",
     ("POST", "/api/keys"): "create_key",
     ("GET", "/api/keys"): "list_keys",
@@ -136,9 +142,12 @@ def expected_path(template: str) -> str:
     return template.format(**values)
 
 
-def sent_by(kg: Client | AsyncClient, name: str, run: Any) -> httpx.Request:
+def sent_by(kg: Client | AsyncClient, name: str, run: Any, template: str = "") -> httpx.Request:
     build = methods()[name].build
     args, kwargs = arguments(build)
+    function = re.fullmatch(r"/api/functions/\{repo\}/([a-z-]+)/invoke", template)
+    if function:  # one method, invoke_function, for each function's documented operation
+        args[list(inspect.signature(build).parameters).index("name")] = function.group(1)
     with pytest.raises(Sent) as sent:
         run(getattr(kg, name)(*args, **kwargs))
     request: httpx.Request = sent.value.args[0]
@@ -165,7 +174,7 @@ def test_each_method_sends_its_operation(kind: str) -> None:
     for (method, template), name in OPERATIONS.items():
         if template == "/health":
             continue  # health() asks /api/health, the same operation
-        request = sent_by(kg, name, run)
+        request = sent_by(kg, name, run, template)
         assert (request.method, request.url.path) == (method, expected_path(template)), name
         assert request.headers["authorization"] == "Bearer kg_a_b"
     # Path values are percent-encoded; a branch and a node path keep their '/'.
