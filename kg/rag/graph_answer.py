@@ -19,6 +19,10 @@ only, as of the request's revision, relations valid at its world time):
    "maintain", ...). The candidates are the relation types of the node's edges and the node's
    property names: nothing is read from a fixed list of a corpus's fields. A property must also
    hold the answer type (a date for "when", a name for "who", a number for "how many").
+   A question with more than :data:`MAX_PREDICATE_WORDS` content words beside its mentions
+   asks about something else, which the mention only situates: not a graph question. A
+   property that mirrors a relation type of the node's edges is never the answer to a
+   question about that relation.
 4. **Direction**: the mention before the matched verb and no "by" after it ("What does PEP 440
    replace?") makes it the subject: its outgoing edges answer; otherwise ("What replaced PEP
    386?", "What is PEP 386 replaced by?") it is the object: its incoming edges answer. A type
@@ -69,6 +73,9 @@ LEXICON: tuple[frozenset[str], ...] = tuple(frozenset(stem(w) for w in group.spl
 #: Properties never quoted as an answer: the text itself and kg's own bookkeeping.
 SKIPPED_PROPERTIES = frozenset({"body", "text", "content", "aliases", "in_corpus"})
 MAX_EDGES = 10
+#: Most content words a question about a node's relation or property has beside the mention:
+#: the relation or property word and one modifier ("What python version does PEP 8 require?").
+MAX_PREDICATE_WORDS = 2
 
 
 def mention_key(text: str) -> tuple[str, ...]:
@@ -238,25 +245,30 @@ def graph_answer(services: Resources, caller: Actor, repo: str, branch: str, que
     NEIGHBORS read per resolved node (at most :data:`MAX_EDGES` answer edges).
     """
     q = analyze_question(question)
-    if not q.mentions or q.answer_type in ("yes_no", "definition"):
+    if not q.mentions or q.answer_type in ("yes_no", "definition") or len(q.predicate) > MAX_PREDICATE_WORDS:
+        # a longer predicate asks about something the mention only situates ("What must a
+        # lock file be named under PEP 751?"): the passages answer it
         return None
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         for mention in q.mentions:
             nodes = resolve_mention(session, services, view, mention, workspaces)
             for node in nodes:
                 ws = view.workspaces[node.workspace_id]
-                found = _relation_answer(session, services, view, q, mention, node, ws, at)
+                edges = neighbors_of(session, services, view, f"{ws}:{node.path}", direction="BOTH",
+                                     limit=1_000, at=at)["neighbors"]
+                found = _relation_answer(session, view, q, mention, node, ws, edges)
                 if found is None:
-                    found = _property_answer(q, node, ws)
+                    # a property that mirrors a relation type of the node ("replaces: 386") is
+                    # not an answer: the question asked the edge, in the other direction
+                    mirrored = {e["relation_type"] for e in edges if match_predicate(q.predicate, e["relation_type"])}
+                    found = _property_answer(q, node, ws, mirrored)
                 if found is not None:
                     return found
     return None
 
 
-def _relation_answer(session: Session, services: Resources, view: BranchView, q: Question, mention: str,
-                     node: NodeVersion, ws: str, at: ValidAt) -> dict[str, Any] | None:
-    edges = neighbors_of(session, services, view, f"{ws}:{node.path}", direction="BOTH", limit=1_000,
-                         at=at)["neighbors"]
+def _relation_answer(session: Session, view: BranchView, q: Question, mention: str, node: NodeVersion, ws: str,
+                     edges: list[dict[str, Any]]) -> dict[str, Any] | None:
     chosen = []
     for edge in edges:
         word = match_predicate(q.predicate, edge["relation_type"])
@@ -294,9 +306,9 @@ def _relation_answer(session: Session, services: Resources, view: BranchView, q:
     return {"answer": " ".join(parts), "citations": citations}
 
 
-def _property_answer(q: Question, node: NodeVersion, ws: str) -> dict[str, Any] | None:
+def _property_answer(q: Question, node: NodeVersion, ws: str, mirrored: set[str]) -> dict[str, Any] | None:
     for name, value in node.properties.items():
-        if name in SKIPPED_PROPERTIES or name.startswith("_"):
+        if name in SKIPPED_PROPERTIES or name.startswith("_") or name in mirrored:
             continue
         if match_predicate(q.predicate, name) is None or not _fits(q, value):
             continue

@@ -15,7 +15,8 @@ Moldovan et al. 2000, Li and Roth 2002, Jurafsky and Martin, *Speech and Languag
   a node of the graph (:func:`mentions_in`).
 
 :func:`answers_type` then checks a candidate sentence: it must hold the focus (a quoted term
-literally) and something of the answer type that the question itself does not hold: a date
+literally), name the question's numbered mentions ("PEP 241": an answer about another PEP is not
+one about this one), and hold something of the answer type that the question itself does not hold: a date
 pattern for a date, a number for a number, a capitalised name for a person or a name, the
 focus followed by a definitional verb ("is", "means", "refers to", ...) or set off by a colon or
 dash for a definition (Hearst 1992-style lexico-syntactic patterns; Klavans and Muresan 2001,
@@ -38,7 +39,8 @@ from typing import Literal
 
 from kg.text.names import name_key
 
-__all__ = ["AnswerType", "Question", "analyze_question", "answers_type", "mentions_in", "has_date", "has_number"]
+__all__ = ["AnswerType", "Question", "analyze_question", "answers_type", "has_date", "has_number", "holds_focus",
+           "holds_numbered_mentions", "mentions_in"]
 
 AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "other"]
 
@@ -46,6 +48,9 @@ AUXILIARIES = frozenset("is are was were do does did can could will would should
                         .split())
 _WH = frozenset("what which who whom whose when where why how".split())
 _DETERMINERS = frozenset("a an the this that these those".split())
+#: Words before a number that do not make it a name ("in 1991", "over 60", "top 10").
+_PREPOSITIONS = frozenset("""in on at by of from to since until till before after around about than over under
+    between during for with within without into onto per via and or but nearly almost roughly some top""".split())
 _NUMBER_WORDS = frozenset("""zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
     fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred
     thousand million billion dozen""".split())
@@ -71,6 +76,9 @@ _QUOTED_RE = re.compile(r"``(.+?)``|`(.+?)`|\"(.+?)\"|\u201c(.+?)\u201d|'([^'\s]
 _DEFINITION_CUES = (r"(?:is|are|was|were|means?|meant|refers?\s+to|denotes?|stands?\s+for|represents?"
                     r"|indicates?|specifies|defines?|describes?|signals?|(?:is\s+)?(?:called|known\s+as|defined\s+as))")
 _WORD_RE = re.compile(r"[\w~=!<>+#*^@|&%$-]+|[^\w\s]+")
+
+
+_NOT_NAMES = _WH | AUXILIARIES | _DETERMINERS | _PREPOSITIONS
 
 
 @dataclass(frozen=True)
@@ -118,19 +126,23 @@ def mentions_in(text: str) -> list[str]:
     ['PEP 386']
     >>> mentions_in("who is the author of pep-0008 and Carl Meyer?")
     ['pep-0008', 'Carl Meyer']
+    >>> mentions_in("In 1991 it was bought by a chain with over 60 shops in March 2013")
+    []
     """
     found: list[str] = []
     for m in _NUMBERED_RE.finditer(text):
-        if m.group(1).lower() in _WH | AUXILIARIES | _DETERMINERS:
+        if m.group(1).lower() in _NOT_NAMES or re.fullmatch(_MONTHS, m.group(1), re.IGNORECASE):
             continue
         found.append(m.group(0))
     covered = " ".join(found)
     for m in _CAPITALISED_RE.finditer(text):
         span = m.group(0).strip(" .")
         words = span.split()
-        while words and words[0].lower() in _WH | AUXILIARIES | _DETERMINERS:
+        while words and words[0].lower() in _NOT_NAMES:
             words = words[1:]
         span = " ".join(words)
+        if re.fullmatch(_MONTHS, span, re.IGNORECASE):
+            continue
         if span and name_key(span) not in name_key(covered) and not span.isdigit():
             found.append(span)
     return found
@@ -298,6 +310,22 @@ def holds_focus(question: Question, text: str) -> bool:
     return any(f" {name_key(f)} " in haystack for f in question.focus if name_key(f))
 
 
+def holds_numbered_mentions(question: Question, text: str) -> bool:
+    """Whether ``text`` names every numbered mention of the question ("PEP 241", "RFC 2119"),
+    numbers compared by value (":pep:`241`", "PEP 0241"): an answer about another PEP does
+    not answer a question about this one.
+
+    >>> q = analyze_question("Which PEP superseded PEP 241?")
+    >>> holds_numbered_mentions(q, "PEP 566: supersedes :pep:`241`."), holds_numbered_mentions(q, "PEP 649 ...")
+    (True, False)
+    """
+    def key(value: str) -> str:
+        return " ".join(str(int(t)) if t.isdigit() else t for t in name_key(value).split())
+
+    haystack = f" {key(text)} "
+    return all(f" {key(m)} " in haystack for m in question.mentions if _NUMBERED_RE.fullmatch(m))
+
+
 def answers_type(question: Question, text: str) -> bool:
     """Whether a candidate sentence holds what the question asks for (its focus and its answer
     type); the check of :func:`kg.rag.functions.ask`'s extractive answer.
@@ -323,7 +351,7 @@ def answers_type(question: Question, text: str) -> bool:
     >>> answers_type(analyze_question("When was PEP 440 created?"), "PEP 440 describes a scheme.")
     False
     """
-    if not holds_focus(question, text):
+    if not holds_focus(question, text) or not holds_numbered_mentions(question, text):
         return False
     kind = question.answer_type
     if kind == "date":
