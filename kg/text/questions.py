@@ -248,8 +248,9 @@ def has_number(text: str, *, besides: str = "") -> bool:
 
 def _has_name(text: str, question: str, *, person: bool) -> bool:
     """Whether ``text`` holds a name the question does not: a capitalised word past the
-    sentence's first word, an acronym, a numbered name ("PEP 440") or a code literal; for a
-    person, two capitalised words in a row (or an e-mail address)."""
+    sentence's first word, an acronym, a numbered name ("PEP 440"), a code literal or a value (a
+    number: "what dividend" is answered by "40 cents"); for a person, two capitalised words in a
+    row (or an e-mail address)."""
     asked = set(name_key(question).split())
     if person:
         if re.search(r"[\w.+-]+@[\w-]+\.[\w.]+", text):
@@ -259,6 +260,8 @@ def _has_name(text: str, question: str, *, person: bool) -> bool:
     for m in _NUMBERED_RE.finditer(text):
         if m.group(1)[0].isupper() and name_key(m.group(0)) not in name_key(question):
             return True
+    if has_number(text, besides=question):  # "what dividend": an instance may be a value ("40 cents")
+        return True
     tokens = re.findall(r"\S+", text)
     for i, token in enumerate(tokens):
         word = token.strip("\"'`()[]{},.;:!?*")

@@ -147,3 +147,20 @@ def test_a_bad_revision_is_a_422(api, demo):
     r = api.post("/api/functions/acme/ask/invoke", headers=demo,
                  json={"input": {"question": "When was PEP 440 created?", "revision": "x"}})
     assert r.status_code == 422 and r.json()["error"]["code"]
+
+
+def test_a_graph_answer_is_stored_with_its_edge_and_property_citations(api, demo):
+    for question in ("When was PEP 440 created?", "What replaced PEP 386?"):
+        body = ask(api, demo, question, store_answer={"workspace": "other", "path": f"/answers/{len(question)}"})
+        assert body["grounded"] is True and body["stored"]["workspace"] == "other"
+        r = api.get(f"/api/repos/acme/workspaces/other/nodes/answers/{len(question)}", headers=demo)
+        assert r.status_code == 200, r.text
+        props = r.json()["properties"]
+        assert props["grounded"] is True and props["sources"] == ["/pep-0440"]
+        (cite,) = props["citations"]
+        assert cite["kind"] == body["citations"][0]["kind"] and cite["path"] == "/pep-0440"
+        assert cite["chunk_sha256"] is None and isinstance(cite["source_revision"], int)
+        r = api.get("/api/repos/acme/neighbors", headers=demo,
+                    params={"node": f"other:/answers/{len(question)}", "direction": "OUT"})
+        assert r.status_code == 200, r.text
+        assert [(n["path"], n["relation_type"]) for n in r.json()["neighbors"]] == [("/pep-0440", "cites")]

@@ -78,3 +78,11 @@ def test_predicate_lexicon(words, name, matched):
 def test_mention_keys_compare_numbers_by_value():
     assert mention_key("PEP 386") == mention_key("pep-0386") == mention_key("PEP-386") == ("pep", "386")
     assert mention_key("PEP 386") != mention_key("PEP 38")
+
+
+def test_a_what_noun_question_is_answered_by_a_value():
+    """Regression: "What dividend did the board approve in March?" declined its answer, "a
+    quarterly dividend of 40 cents" (no capitalised word but the question's own "March")."""
+    q = analyze_question("What dividend did the board approve in March?")
+    assert answers_type(q, "The board approved a quarterly dividend of 40 cents per share payable in March.")
+    assert not answers_type(q, "The board met in March.")
