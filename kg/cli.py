@@ -544,7 +544,14 @@ def ask(question: Annotated[str, typer.Argument(help="The question.")],
     typer.echo(f"grounded: {'yes' if answer['grounded'] else 'no'} ({answer['mode']})")
     for c in answer["citations"]:
         via = "  (graph)" if c.get("via") == "graph" else ""
-        typer.echo(f"[{c['marker']}] {c['workspace']}:{c['path']} chunk {c['chunk_index']}{via}")
+        if c.get("kind") == "relation":
+            typer.echo(f"[{c['marker']}] {c['workspace']}:{c['from']} -{c['type']}-> {c['to']}")
+        elif c.get("kind") == "property":
+            typer.echo(f"[{c['marker']}] {c['workspace']}:{c['path']} {c['property']}: {c['value']}")
+        else:
+            typer.echo(f"[{c['marker']}] {c['workspace']}:{c['path']} chunk {c['chunk_index']}{via}")
+    for c in answer.get("leads") or []:
+        typer.echo(f"lead: {c['workspace']}:{c['path']} chunk {c['chunk_index']}")
 
 
 @app.command()

@@ -71,14 +71,16 @@ from kg.providers.jsonreply import parse_json_reply
 from kg.providers.llm import ToolLLM
 from kg.rag.entities import extract_entities, slugify
 from kg.rag.graph import follow_subjects, spread_activation, traverse_from
+from kg.rag.graph_answer import graph_answer
 from kg.rag.research import run_fixed_plan, run_tool_loop
 from kg.rag.resolve import resolve_entities
 from kg.rag.search import SearchRequest, search
 from kg.store.models import Chunk, Workspace
-from kg.store.nodes import find_node, nodes_by_id
+from kg.store.nodes import NodeHead, find_node, nodes_by_id, visible_node_heads
 from kg.store.numbers import integral
 from kg.store.paths import parse_address, validate_path
 from kg.store.repos import BranchView, workspace_id
+from kg.text.questions import Question, analyze_question, answers_type
 from kg.text.sentences import split_sentences
 from kg.tracing import traced
 
@@ -92,6 +94,11 @@ _MARKER_RE = re.compile(r"\[(\d+)\]")
 #: A footnote reference inside a source sentence: "[2]_" (reStructuredText), "[2]", "[#]_".
 _FOOTNOTE_RE = re.compile(r"\s?\[(?:\d+|#\w*|\*)\]_?")
 NOT_COVERED = "The documents do not cover this."
+#: The answer when sentences pass the semantic grade but none holds what the question asks for
+#: (:func:`kg.text.questions.answers_type`): the nearest passages follow as ``leads``.
+NOT_SAID = 'The documents do not say what is asked: "{question}"'
+FOCUS_PASSAGES = 8           # most passages read for a quoted focus the index cannot search
+MAX_LEADS = 3                # nearest passages given as leads of an answer that is not grounded
 MAX_SENTENCES = 3            # most sentences of an extractive answer
 SENTENCE_MARGIN = 0.3        # a sentence further than this below the best one is left out (2-fold CV, bench)
 REWRITE_PASSAGES = 2         # vector-leg passages that lend their words to the rewrite
@@ -185,8 +192,9 @@ def _public(passages: list[dict]) -> list[dict]:
 
 
 def _passages(services: Resources, caller: Actor, repo: str, branch: str, query: str, k: int, workspaces, *,
-              relevant_only: bool, mode: Literal["vector", "fulltext", "hybrid"] = "hybrid"):
-    with reading(services, caller, repo, branch) as (session, view):
+              relevant_only: bool, mode: Literal["vector", "fulltext", "hybrid"] = "hybrid",
+              at_revision: int | None = None):
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
         return _search_passages(session, services, view, query, k, workspaces, relevant_only=relevant_only,
                                 mode=mode)
 
@@ -617,20 +625,36 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     if not isinstance(use_graph, bool):
         raise InvalidInput("input.use_graph must be true or false", details={"use_graph": use_graph})
     at = _valid_at(raw)
+    revision = raw.get("revision")
+    if revision is not None and (isinstance(revision, bool) or not isinstance(revision, int) or revision < 0):
+        raise InvalidInput("input.revision must be a revision number", details={"revision": revision})
     target = _answer_target(services, caller, repo, branch, raw, question)
     llm = services.llm
     has_llm = getattr(llm, "name", "none") != "none"
-    attempts = []
+    attempts: list[dict[str, Any]] = []
+    analysed = analyze_question(question)
+    if not has_llm:
+        # A relation or a property of a named node: answered from the graph, cited as the edge
+        # or the property (kg.rag.graph_answer), under the caller's grants, at the revision asked.
+        fact = graph_answer(services, caller, repo, branch, question, workspaces, at, revision)
+        if fact is not None:
+            attempts.append({"query": question, "leg": "facts", "passages": len(fact["citations"])})
+            result = {"answer": fact["answer"], "grounded": True, "citations": fact["citations"],
+                      "attempts": attempts, "mode": "extractive"}
+            if target is not None:
+                result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
+            return result
     threshold = services.settings.ask_min_similarity
     passages = _evidence(_passages(services, caller, repo, branch, question, MAX_PASSAGES + ANSWER_SLACK,
-                                   workspaces, relevant_only=True))[:MAX_PASSAGES]
+                                   workspaces, relevant_only=True, at_revision=revision))[:MAX_PASSAGES]
     attempts.append({"query": question, "passages": len(passages)})
     scored: list[ScoredSentence] = []
     if has_llm:
         sufficient = bool(passages) and _llm_grade(llm, question, passages)
     else:
         scored = score_sentences(services, question, passages) if passages else []
-        sufficient = any(s.similarity >= threshold for s in scored)
+        # sufficient: a sentence passes the semantic grade and holds what the question asks for
+        sufficient = _grade(analysed, scored, passages)[0] >= threshold
     rewritten: str | None = None
     if has_llm and passages and not sufficient:
         # Nothing relevant at all: no model is called (CASES #24), the answer is ungrounded.
@@ -640,17 +664,27 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         rewritten = vocabulary_rewrite(services, caller, repo, branch, question, workspaces)
     if rewritten and rewritten != question:
         again = _evidence(_passages(services, caller, repo, branch, rewritten, MAX_PASSAGES + ANSWER_SLACK,
-                                    workspaces, relevant_only=True))[:MAX_PASSAGES]
+                                    workspaces, relevant_only=True, at_revision=revision))[:MAX_PASSAGES]
         attempts.append({"query": rewritten, "passages": len(again)})
         if again and has_llm:
             passages = again
         elif again:
             # Graded against the question itself, never against the rewrite.
             scored_again = score_sentences(services, question, again)
-            if max((s.similarity for s in scored_again), default=-1.0) > max(
-                    (s.similarity for s in scored), default=-1.0):
+            if _grade(analysed, scored_again, again) > _grade(analysed, scored, passages):
                 passages, scored = again, scored_again
+    if not has_llm and analysed.quoted and _grade(analysed, scored, passages)[0] < threshold:
+        # A quoted focus ("`~=`") BM25 does not index and KNN does not tell from its neighbours
+        # ("!="): the passages holding it literally are read and graded as well.
+        extra = focus_passages(services, caller, repo, branch, analysed.focus, workspaces, revision)
+        seen = {(p["workspace"], p["path"], p["chunk_index"]) for p in passages}
+        extra = [p for p in extra if (p["workspace"], p["path"], p["chunk_index"]) not in seen]
+        attempts.append({"query": " ".join(analysed.focus), "leg": "focus", "passages": len(extra)})
+        if extra:
+            passages = passages + extra
+            scored = score_sentences(services, question, passages)
     mode = "llm" if has_llm else "extractive"
+    retrieved, retrieved_scores = passages, scored
     if not has_llm and any(s.similarity >= threshold for s in scored):
         # The semantic grade passed: the documents must also use enough of the question's own
         # words, or words near them in meaning; else the sentences are about something near
@@ -686,6 +720,8 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
                 scored = score_sentences(services, question, passages)
     if not passages:
         result = {"answer": NOT_COVERED, "grounded": False, "citations": [], "attempts": attempts, "mode": mode}
+        if retrieved and not has_llm:
+            result["leads"] = leads(retrieved, retrieved_scores)
         if target is not None:
             result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
         return result
@@ -710,9 +746,17 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     else:
         # Without a model a sentence is quoted only when it passes the semantic grade: no
         # passing sentence is the not-covered answer, never unrelated sentences.
-        answer, valid = compose_answer(select_sentences(scored, threshold=threshold), passages)
+        # and only when it holds what the question asks for (its focus and answer type).
+        typed = [s for s in scored if answers_type(analysed, _quoted_text(s, passages))]
+        answer, valid = compose_answer(select_sentences(typed, threshold=threshold), passages)
         if not valid:
-            answer = NOT_COVERED
+            passed = any(s.similarity >= threshold for s in scored)
+            answer = not_said(analysed) if passed else NOT_COVERED
+            result = {"answer": answer, "grounded": False, "citations": [], "attempts": attempts, "mode": mode,
+                      "leads": leads(passages, scored)}
+            if target is not None:
+                result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
+            return result
     citations = []
     for number, m in enumerate(valid, start=1):
         p = passages[m - 1]
@@ -726,6 +770,83 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     if target is not None:
         result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
     return result
+
+
+def focus_passages(services: Resources, caller: Actor, repo: str, branch: str, focus: tuple[str, ...],
+                   workspaces: list[str] | None, at_revision: int | None = None, *,
+                   most: int = FOCUS_PASSAGES) -> list[dict[str, Any]]:
+    """The passages (chunks) of the nodes the caller reads that hold a quoted focus literally,
+    first ones first, at most ``most``: a substring match in SQL (``LIKE``, escaped), for terms
+    the BM25 analyzer drops (operators such as ``~=``)."""
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        wanted = [wid for wid, name in view.workspaces.items() if view.can_read(wid)
+                  and (workspaces is None or name in workspaces)]
+        heads = {h.content_key: h for h in visible_node_heads(session, view, workspace_ids=wanted) if h.content_key}
+        found: list[tuple[NodeHead, int, str]] = []
+        for term in focus:
+            if not term.strip():
+                continue
+            rows = session.execute(
+                select(Chunk.content_key, Chunk.chunk_index, Chunk.text)
+                .where(Chunk.repo_id == view.repo.id, Chunk.text.contains(term, autoescape=True))
+                .order_by(Chunk.seq).limit(50 * most)).all()
+            found += [(heads[key], index, text) for key, index, text in rows if key in heads]
+        found = found[:most]
+        nodes = nodes_by_id(session, view, [h.node_id for h, _, _ in found])
+        models = _workspace_models(session, services, view)
+        out = []
+        for head, index, text in found:
+            ws = view.workspaces[head.workspace_id]
+            node = nodes.get(head.node_id)
+            out.append({"workspace": ws, "path": head.path, "node_id": head.node_id, "chunk_index": index,
+                        "text": text, "score": 0.0, "text_is_exact": True, "node_type": head.node_type,
+                        "is_answer": head.node_type == ANSWER_NODE_TYPE,
+                        "_title": document_label(node.properties) if node is not None else None,
+                        "_model": models.get(ws, services.settings.embedding_model)})
+        return [p for p in out if not p["is_answer"]]
+
+
+def _grade(asked: Question, scored: list[ScoredSentence], passages: list[dict]) -> tuple[float, float]:
+    """(best similarity of a sentence that holds what ``asked`` asks for, best similarity of any
+    sentence); -1.0 for none: retrievals are compared by it, the first part first."""
+    typed = max((s.similarity for s in scored if answers_type(asked, _quoted_text(s, passages))), default=-1.0)
+    return typed, max((s.similarity for s in scored), default=-1.0)
+
+
+def _quoted_text(sentence: ScoredSentence, passages: list[dict]) -> str:
+    """A sentence as the answer would quote it: prefixed by its document's title when it does
+    not name it (:func:`compose_answer`), so that "What replaced PEP 386?" is answered by a
+    sentence of PEP 440 that says "This PEP supersedes PEP 386"."""
+    title = passages[sentence.marker - 1].get("_title")
+    if isinstance(title, str) and title.strip() and " ".join(title.split()).lower() not in sentence.text.lower():
+        return f"{' '.join(title.split())}: {sentence.text}"
+    return sentence.text
+
+
+def not_said(question: Question) -> str:
+    """The answer when no sentence holds what ``question`` asks for: "The documents do not say
+    ..." with the question.
+
+    >>> not_said(analyze_question("What does `~=` mean?"))
+    'The documents do not say what is asked: "What does `~=` mean?"'
+    """
+    return NOT_SAID.format(question=" ".join(question.text.split()))
+
+
+def leads(passages: list[dict], scored: list[ScoredSentence], *, most: int = MAX_LEADS) -> list[dict[str, Any]]:
+    """The nearest passages of an answer that is not grounded, as passage citations, most
+    similar first (by their best sentence's similarity to the question; retrieval order
+    without scores)."""
+    best: dict[int, float] = {}
+    for s in scored:
+        best[s.marker] = max(best.get(s.marker, -1.0), s.similarity)
+    order = sorted(range(1, len(passages) + 1), key=lambda m: (-best.get(m, -1.0), m))[:most]
+    out = []
+    for number, m in enumerate(order, start=1):
+        p = passages[m - 1]
+        out.append({"marker": number, "workspace": p["workspace"], "path": p["path"], "node_id": p["node_id"],
+                    "chunk_index": p["chunk_index"], "text_is_exact": p["text_is_exact"]})
+    return out
 
 
 # -- graph-context ---------------------------------------------------------------------------
@@ -1290,7 +1411,8 @@ EXPENSIVE_FUNCTIONS = frozenset({"ask", "extract-entities", "research-assistant"
 #: The input keys each function reads; any other key is refused (a typo must not be ignored).
 INPUT_KEYS: dict[str, frozenset[str]] = {
     "search-documents": frozenset({"query", "k", "workspaces"}),
-    "ask": frozenset({"question", "workspaces", "use_graph", "store_answer", "as_of", "include_invalid"}),
+    "ask": frozenset({"question", "workspaces", "use_graph", "store_answer", "as_of", "include_invalid",
+                              "revision"}),
     "graph-context": frozenset({"query", "seeds", "hops", "max_nodes", "fan_out", "types", "direction",
                                 "workspaces", "k", "follow", "as_of", "include_invalid"}),
     "extract-entities": frozenset({"path", "workspace", "force", "max_chars"}),

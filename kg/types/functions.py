@@ -167,7 +167,11 @@ class SearchDocumentsOutput(Schema):
 
 
 class Citation(Schema):
-    """A cited passage of an ``ask`` answer."""
+    """What an ``ask`` answer cites: a passage (no ``kind``), or, for a question about a relation
+    or a property of a named node, the edge (``kind: "relation"``: ``from``, ``to``, ``type``;
+    ``path`` and ``node_id`` are the edge's source node) or the property (``kind: "property"``:
+    ``property``, ``value``; ``path`` and ``node_id`` its node). Edges and properties have no
+    chunk: their ``chunk_index`` is null."""
 
     marker: int
     workspace: str
@@ -176,6 +180,13 @@ class Citation(Schema):
     chunk_index: int | None
     text_is_exact: bool
     via: Literal["graph"] = absent("The graph leg found the passage.")
+    kind: Literal["relation", "property"] = absent("An edge or a property of the graph, not a passage.")
+    from_: str = absent("Relation: the source node's path.", alias="from")
+    to: str = absent("Relation: the target node's path.")
+    to_workspace: str = absent("Relation: the target's workspace, when not ``workspace``.")
+    type: str = absent("Relation: its type.")
+    property: str = absent("Property: its name.")
+    value: Any = absent("Property: its value, as stored.")
 
 
 class NearestWord(Schema):
@@ -190,7 +201,9 @@ class AskAttempt(Schema):
     its check that the documents use the question's words (``leg: "coverage"``)."""
 
     query: str
-    leg: Literal["graph", "coverage"] = absent("The graph leg, or the coverage check of the question's words.")
+    leg: Literal["graph", "coverage", "facts", "focus"] = absent(
+        "The graph leg, the coverage check of the question's words, ``facts`` (the answer from the named "
+        "node's relations and properties) or ``focus`` (the passages holding the question's quoted term).")
     error: str = absent("Why the graph leg failed (the answer did not).")
     passages: int
     absent_terms: list[str] = absent("Coverage check: the question's content words no searchable passage holds.")
@@ -217,6 +230,7 @@ class AskOutput(Schema):
     citations: list[Citation]
     attempts: list[AskAttempt]
     mode: Literal["llm", "extractive"]
+    leads: list[Citation] = absent("Not grounded, passages retrieved: the nearest passages, most similar first.")
     stored: StoredAnswer = absent("With ``store_answer``.")
 
 

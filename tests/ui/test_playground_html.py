@@ -223,3 +223,19 @@ def test_a_get_of_the_ask_page_spends_no_rate_limit(console):
     assert console.post("/ui/r/acme/ask", {"q": "dividend"}).status_code == 200
     assert console.post("/ui/r/acme/ask", {"q": "dividend"}).status_code == 429
     assert console.post("/ui/r/acme/ask", {"q": "dividend"}, csrf=False).status_code == 403
+
+
+def test_ask_shows_a_property_citation_from_the_graph(console):
+    """A question about a named node's property is answered from the node: the console shows
+    the property and its value where a passage shows its chunk."""
+    seed(console)
+    r = console.http.put("/api/repos/acme/workspaces/kb/nodes/pep-0440", headers=bearer(console.admin),
+                         json={"node_type": "pep:PEP", "properties": {
+                             "pep": 440, "title": "Version Identification", "created": "18-Mar-2013"}})
+    assert r.status_code == 201, r.text
+    r = console.post("/ui/r/acme/ask", {"q": "When was PEP 440 created?"})
+    assert r.status_code == 200, r.text
+    assert "18-Mar-2013" in re.search(r'<p class="answer-text">(.*?)</p>', r.text, re.S).group(1)
+    citations = re.search(r'<table id="citations">(.*?)</table>', r.text, re.S).group(1)
+    assert ">kb:/pep-0440</a>" in citations and "created: 18-Mar-2013" in citations
+    assert "<td>property</td>" in citations

@@ -1,0 +1,370 @@
+"""Question analysis and the answer-type check of ``ask``'s extractive answer. Pure.
+
+A question is read for three things (the classic pipeline of factoid question answering:
+Moldovan et al. 2000, Li and Roth 2002, Jurafsky and Martin, *Speech and Language Processing*,
+3rd ed., ch. 14 "Question Answering"):
+
+- its **answer type**, from the wh-word and what follows it (:func:`analyze_question`): ``who``
+  / ``whom`` / ``whose`` ask for a person, ``when`` / "what year" for a date, "how many" / "how
+  much" for a number, "what is X" / "what does X mean" / "what does X stand for" for a
+  definition, "which/what <noun>" and "what <verb>" for a name, a question opening with an
+  auxiliary for yes or no;
+- its **focus**: the quoted or code-marked term it asks about (``~=``, "wheel"), else, for a
+  definition, the words between the copula and the end;
+- the **named mentions** it holds ("PEP 386", "RFC-2119", a capitalised name), candidates for
+  a node of the graph (:func:`mentions_in`).
+
+:func:`answers_type` then checks a candidate sentence: it must hold the focus (a quoted term
+literally), name the question's numbered mentions ("PEP 241": an answer about another PEP is not
+one about this one), and hold something of the answer type that the question itself does not hold: a date
+pattern for a date, a number for a number, a capitalised name for a person or a name, the
+focus followed by a definitional verb ("is", "means", "refers to", ...) or set off by a colon or
+dash for a definition (Hearst 1992-style lexico-syntactic patterns; Klavans and Muresan 2001,
+"Evaluation of the DEFINDER system").
+
+References
+----------
+Moldovan, Harabagiu, Pasca et al. (2000), "The structure and performance of an open-domain
+question answering system", ACL. Li and Roth (2002), "Learning question classifiers", COLING.
+Hearst (1992), "Automatic acquisition of hyponyms from large text corpora", COLING.
+Klavans and Muresan (2001), "Evaluation of the DEFINDER system for fully automatic glossary
+construction", AMIA.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kg.text.names import name_key
+
+__all__ = ["AnswerType", "Question", "analyze_question", "answers_type", "has_date", "has_number", "holds_focus",
+           "holds_numbered_mentions", "mentions_in"]
+
+AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "other"]
+
+AUXILIARIES = frozenset("is are was were do does did can could will would should shall may might must has have had"
+                        .split())
+_WH = frozenset("what which who whom whose when where why how".split())
+_DETERMINERS = frozenset("a an the this that these those".split())
+#: Words before a number that do not make it a name ("in 1991", "over 60", "top 10").
+_PREPOSITIONS = frozenset("""in on at by of from to since until till before after around about than over under
+    between during for with within without into onto per via and or but nearly almost roughly some top""".split())
+_NUMBER_WORDS = frozenset("""zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+    fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred
+    thousand million billion dozen""".split())
+_MONTHS = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|jun(?:e)?|jul(?:y)?|aug(?:ust)?"
+           r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
+#: A calendar date or a year: "18-Mar-2013", "18 March 2013", "March 18, 2013", "2013-03-18",
+#: "March 2013", "in 1998", "1990s".
+DATE_RE = re.compile(
+    rf"\b\d{{1,2}}[-\s/]{_MONTHS}\.?[-\s/,]+\d{{2,4}}\b"
+    rf"|\b{_MONTHS}\.?\s+\d{{1,2}}(?:st|nd|rd|th)?,?\s+\d{{4}}\b"
+    rf"|\b{_MONTHS}\.?,?\s+\d{{4}}\b"
+    r"|\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+    r"|\b(?:1[0-9]|20)\d{2}s?\b",
+    re.IGNORECASE)
+_NUMBER_RE = re.compile(r"\b\d+(?:[.,]\d+)*\b")
+#: A named mention: a capitalised word or an acronym followed by a number ("PEP 386", "PEP-386",
+#: "RFC 2119", "pep 0386"), or a run of capitalised words ("Carl Meyer", "Python Packaging
+#: Authority").
+_NUMBERED_RE = re.compile(r"\b([A-Za-z][A-Za-z]*)[\s\-_]?(\d{1,6})\b")
+_CAPITALISED_RE = re.compile(r"\b[A-Z][\w'\u2019.+#-]*(?:\s+(?:of|the|de|van|von|la|le|du|del|for|and)?\s*"
+                             r"[A-Z][\w'\u2019.+#-]*)*")
+_QUOTED_RE = re.compile(r"``(.+?)``|`(.+?)`|\"(.+?)\"|\u201c(.+?)\u201d|'([^'\s][^']*?)'(?!\w)")
+_DEFINITION_CUES = (r"(?:is|are|was|were|means?|meant|refers?\s+to|denotes?|stands?\s+for|represents?"
+                    r"|indicates?|specifies|defines?|describes?|signals?|(?:is\s+)?(?:called|known\s+as|defined\s+as))")
+_WORD_RE = re.compile(r"[\w~=!<>+#*^@|&%$-]+|[^\w\s]+")
+
+
+_NOT_NAMES = _WH | AUXILIARIES | _DETERMINERS | _PREPOSITIONS
+
+
+@dataclass(frozen=True)
+class Question:
+    """What a question asks for (:func:`analyze_question`).
+
+    Attributes
+    ----------
+    text : str
+    wh : str or None
+        The wh-word (``what``, ``who``, ...), or the opening auxiliary of a yes/no question.
+    answer_type : AnswerType
+    focus : tuple of str
+        The quoted or code-marked terms it asks about (a sentence must hold one literally);
+        for a definition without quotes, the words of the defined term.
+    quoted : bool
+        The focus was quoted (``~=``, "wheel"): matched literally, not as words.
+    predicate : tuple of str
+        The question's content words outside its mentions, lower-cased ("replaced", "created",
+        "author"): what is asked of the mention.
+    mentions : tuple of str
+        The named mentions (:func:`mentions_in`), in order.
+    """
+
+    text: str
+    wh: str | None
+    answer_type: AnswerType
+    focus: tuple[str, ...] = ()
+    quoted: bool = False
+    predicate: tuple[str, ...] = ()
+    mentions: tuple[str, ...] = field(default=())
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in re.findall(r"[A-Za-z][A-Za-z'\-]*", text)]
+
+
+def mentions_in(text: str) -> list[str]:
+    """The named mentions of a question: numbered names ("PEP 386", "pep-0386", "RFC 2119"), then
+    runs of capitalised words that do not open the question (a wh-word or auxiliary does).
+
+    Examples
+    --------
+    >>> mentions_in("What replaced PEP 386?")
+    ['PEP 386']
+    >>> mentions_in("who is the author of pep-0008 and Carl Meyer?")
+    ['pep-0008', 'Carl Meyer']
+    >>> mentions_in("In 1991 it was bought by a chain with over 60 shops in March 2013")
+    []
+    """
+    found: list[str] = []
+    for m in _NUMBERED_RE.finditer(text):
+        if m.group(1).lower() in _NOT_NAMES or re.fullmatch(_MONTHS, m.group(1), re.IGNORECASE):
+            continue
+        found.append(m.group(0))
+    covered = " ".join(found)
+    for m in _CAPITALISED_RE.finditer(text):
+        span = m.group(0).strip(" .")
+        words = span.split()
+        while words and words[0].lower() in _NOT_NAMES:
+            words = words[1:]
+        span = " ".join(words)
+        if re.fullmatch(_MONTHS, span, re.IGNORECASE):
+            continue
+        if span and name_key(span) not in name_key(covered) and not span.isdigit():
+            found.append(span)
+    return found
+
+
+def _quoted(text: str) -> list[str]:
+    return [next(g for g in m.groups() if g) for m in _QUOTED_RE.finditer(text)]
+
+
+def analyze_question(text: str) -> Question:
+    """The answer type, focus, predicate and mentions of a question.
+
+    Parameters
+    ----------
+    text : str
+        A question in English.
+
+    Returns
+    -------
+    Question
+
+    Notes
+    -----
+    Rules, first match wins (Li and Roth 2002's coarse classes, reduced to what an extractive
+    answer can check): ``who``/``whom``/``whose`` -> person; ``when``, "what/which year, date,
+    day, month, century" -> date; "how many/much/long/old/far/big" -> number; "what does X
+    mean", "what does X stand for", "what is/are X" without "of" (an attribute) -> definition;
+    ``what``/``which``/``where`` otherwise -> name; an opening auxiliary -> yes_no; else other.
+
+    Examples
+    --------
+    >>> q = analyze_question("What does `~=` mean?")
+    >>> q.answer_type, q.focus, q.quoted
+    ('definition', ('~=',), True)
+    >>> q = analyze_question("When was PEP 440 created?")
+    >>> q.answer_type, q.predicate, q.mentions
+    ('date', ('created',), ('PEP 440',))
+    >>> analyze_question("What replaced PEP 386?").answer_type
+    'name'
+    >>> analyze_question("How many PEPs does PEP 440 replace?").answer_type
+    'number'
+    """
+    words = _words(text)
+    first = words[0] if words else None
+    second = words[1] if len(words) > 1 else ""
+    quoted = _quoted(text)
+    mentions = mentions_in(text)
+    mention_words = {w for m in mentions for w in _words(m)}
+    answer_type: AnswerType
+    wh = next((w for w in words[:3] if w in _WH), None) if first not in AUXILIARIES else first
+    lowered = " ".join(words)
+    if wh in ("who", "whom", "whose"):
+        answer_type = "person"
+    elif wh == "when" or re.search(r"\b(what|which|in what|in which)\s+(year|date|day|month|century|decade)\b",
+                                    lowered):
+        answer_type = "date"
+    elif wh == "how" and second in ("many", "much", "long", "old", "far", "big", "large", "often"):
+        answer_type = "number"
+    elif wh == "what" and (re.search(r"\b(mean|means|meaning|stand for|stands for|defined as|definition)\b", lowered)
+                           or (second in ("is", "are") and " of " not in f" {lowered} "
+                               and len(words) <= 8 and not mentions)):
+        answer_type = "definition"
+    elif wh in ("what", "which", "where"):
+        answer_type = "name"
+    elif first in AUXILIARIES:
+        answer_type = "yes_no"
+    else:
+        answer_type = "other"
+    focus: tuple[str, ...] = tuple(quoted)
+    if not focus and answer_type == "definition":
+        rest = re.sub(r"^\s*what\s+(?:is|are|does|do|did)\s+(?:a|an|the)?\s*", "", text, flags=re.IGNORECASE)
+        rest = re.sub(r"\s+(?:mean|means|stand\s+for|refer\s+to)\s*\??\s*$", "", rest, flags=re.IGNORECASE)
+        focus = (rest.strip(" ?.!"),) if rest.strip(" ?.!") else ()
+    skip = _WH | AUXILIARIES | _DETERMINERS | {"of", "to", "in", "on", "for", "by", "with", "and", "or", "at",
+                                               "from", "it", "its", "that", "s"}
+    quoted_words = {w for q in quoted for w in _words(q)}
+    predicate = tuple(w for w in words if w not in skip and w not in mention_words and w not in quoted_words)
+    return Question(text=text, wh=wh, answer_type=answer_type, focus=focus, quoted=bool(quoted),
+                    predicate=predicate, mentions=tuple(mentions))
+
+
+def has_date(text: str, *, besides: str = "") -> bool:
+    """Whether ``text`` holds a date or a year that ``besides`` (the question) does not.
+
+    >>> has_date("Created: 18-Mar-2013"), has_date("It was accepted in 2014."), has_date("PEP 440")
+    (True, True, False)
+    """
+    asked = {m.group(0).lower() for m in DATE_RE.finditer(besides)}
+    return any(m.group(0).lower() not in asked for m in DATE_RE.finditer(text))
+
+
+def has_number(text: str, *, besides: str = "") -> bool:
+    """Whether ``text`` holds a number (digits or a number word) that ``besides`` does not.
+
+    >>> has_number("It lists three operators."), has_number("See PEP 440.", besides="PEP 440?")
+    (True, False)
+    """
+    asked = {m.group(0) for m in _NUMBER_RE.finditer(besides)} | (set(_words(besides)) & _NUMBER_WORDS)
+    if any(m.group(0) not in asked for m in _NUMBER_RE.finditer(text)):
+        return True
+    return bool((set(_words(text)) & _NUMBER_WORDS) - asked)
+
+
+def _has_name(text: str, question: str, *, person: bool) -> bool:
+    """Whether ``text`` holds a name the question does not: a capitalised word past the
+    sentence's first word, an acronym, a numbered name ("PEP 440"), a code literal or a value (a
+    number: "what dividend" is answered by "40 cents"); for a person, two capitalised words in a
+    row (or an e-mail address)."""
+    asked = set(name_key(question).split())
+    if person:
+        if re.search(r"[\w.+-]+@[\w-]+\.[\w.]+", text):
+            return True
+        runs = re.findall(r"\b[A-Z][\w'\u2019.-]+(?:\s+(?:van|von|de|del|da|der|la|le)?\s*[A-Z][\w'\u2019.-]+)+", text)
+        return any(set(name_key(r).split()) - asked for r in runs)
+    for m in _NUMBERED_RE.finditer(text):
+        if m.group(1)[0].isupper() and name_key(m.group(0)) not in name_key(question):
+            return True
+    if has_number(text, besides=question):  # "what dividend": an instance may be a value ("40 cents")
+        return True
+    tokens = re.findall(r"\S+", text)
+    for i, token in enumerate(tokens):
+        word = token.strip("\"'`()[]{},.;:!?*")
+        if not word or word.lower() in asked:
+            continue
+        if word.startswith("`") or token.startswith("``"):
+            return True
+        if word[0].isupper() and (i > 0 or word.isupper() and len(word) > 1):
+            return True
+    return False
+
+
+def _defines(text: str, term: str) -> bool:
+    """Whether ``text`` defines ``term``: the term followed (within a few words) by a
+    definitional verb, or set off by a colon or dash, or a parenthesis; "X, a/the ..."; "called
+    X"; or a noun phrase naming it in apposition ("the compatible release operator ``~=``").
+
+    >>> _defines("A clause consists of the compatible release operator ``~=`` and a version.", "~=")
+    True
+    >>> _defines("This operator MUST NOT be used with ``~=1``.", "~=")
+    False
+    """
+    escaped = re.escape(term)
+    cue = rf"{escaped}[`'\"\u201d*_]*\s*(?:\)|,)?\s*(?:\S+\s+){{0,3}}?{_DEFINITION_CUES}\b"
+    if re.search(cue, text, re.IGNORECASE):
+        return True
+    set_off = rf"{escaped}[`'\"\u201d*_]*\s*(?::|\u2013|\u2014|--|\s-\s|\(|,\s+(?:a|an|the)\s)"
+    if re.search(set_off, text, re.IGNORECASE):
+        return True
+    if re.search(rf"(?:called|named|known\s+as|termed)\s+[`'\"\u201c*_]*{escaped}", text, re.IGNORECASE):
+        return True
+    # apposition naming the term: "the compatible release operator ``~=``"
+    return bool(re.search(rf"\b(?:the|a|an)\s+(?:[A-Za-z][\w-]*\s+){{1,4}}[`'\"\u201c*_(]*{escaped}(?![\w.~=<>!])",
+                          text, re.IGNORECASE))
+
+
+def holds_focus(question: Question, text: str) -> bool:
+    """Whether ``text`` holds the question's focus: a quoted focus literally (``~=`` is not
+    ``!=``), a definition's unquoted term by its words (case-insensitive); True without a focus.
+
+    >>> holds_focus(analyze_question("What does `~=` mean?"), "The ``!=`` operator excludes.")
+    False
+    """
+    if not question.focus:
+        return True
+    if question.quoted:
+        return any(f.lower() in text.lower() for f in question.focus)
+    haystack = f" {name_key(text)} "
+    return any(f" {name_key(f)} " in haystack for f in question.focus if name_key(f))
+
+
+def holds_numbered_mentions(question: Question, text: str) -> bool:
+    """Whether ``text`` names every numbered mention of the question ("PEP 241", "RFC 2119"),
+    numbers compared by value (":pep:`241`", "PEP 0241"): an answer about another PEP does
+    not answer a question about this one.
+
+    >>> q = analyze_question("Which PEP superseded PEP 241?")
+    >>> holds_numbered_mentions(q, "PEP 566: supersedes :pep:`241`."), holds_numbered_mentions(q, "PEP 649 ...")
+    (True, False)
+    """
+    def key(value: str) -> str:
+        return " ".join(str(int(t)) if t.isdigit() else t for t in name_key(value).split())
+
+    haystack = f" {key(text)} "
+    return all(f" {key(m)} " in haystack for m in question.mentions if _NUMBERED_RE.fullmatch(m))
+
+
+def answers_type(question: Question, text: str) -> bool:
+    """Whether a candidate sentence holds what the question asks for (its focus and its answer
+    type); the check of :func:`kg.rag.functions.ask`'s extractive answer.
+
+    Parameters
+    ----------
+    question : Question
+    text : str
+        The candidate sentence, as it will be quoted.
+
+    Returns
+    -------
+    bool
+        False when the sentence lacks the focus or the answer type: no date for "when", no number
+        for "how many", no name besides the question's for "who" / "which", no definitional
+        pattern around the focus for a definition. ``yes_no`` and ``other`` check the focus only.
+
+    Examples
+    --------
+    >>> q = analyze_question("What does `~=` mean?")
+    >>> answers_type(q, "``~=``: Compatible release clause"), answers_type(q, "``!=``: Version exclusion clause")
+    (True, False)
+    >>> answers_type(analyze_question("When was PEP 440 created?"), "PEP 440 describes a scheme.")
+    False
+    """
+    if not holds_focus(question, text) or not holds_numbered_mentions(question, text):
+        return False
+    kind = question.answer_type
+    if kind == "date":
+        return has_date(text, besides=question.text)
+    if kind == "number":
+        return has_number(text, besides=question.text)
+    if kind == "person":
+        return _has_name(text, question.text, person=True)
+    if kind == "name":
+        return _has_name(text, question.text, person=False)
+    if kind == "definition":
+        return any(_defines(text, f) for f in question.focus) if question.focus else True
+    return True
