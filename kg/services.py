@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kg.access import KeyCache
+from kg.delivery import WebhookWorker
 from kg.errors import InvalidInput
 from kg.graph.cache import GraphCache
 from kg.index.base import SearchIndex
@@ -27,7 +28,6 @@ from kg.index.embedded import AnnConfig, EmbeddedVectorIndex
 from kg.index.weaviate import ClientPool, WeaviateVectorIndex
 from kg.indexing.indexer import Indexer
 from kg.lru import LRUCache
-from kg.ops.webhooks import WebhookWorker
 from kg.providers.base import Embedder, Reranker
 from kg.providers.llm import LLM, NoLLM
 from kg.providers.registry import make_embedder, make_llm
@@ -59,7 +59,7 @@ class Services:
         Drains the queue of texts to embed.
     jobs : kg.rag.function_jobs.JobRunner
         Runs asynchronous function invocations.
-    webhooks : kg.ops.webhooks.WebhookWorker
+    webhooks : kg.delivery.WebhookWorker
         Queues and delivers webhook events.
     reranker : Reranker or None
         The reranker of search (``KG_RERANK_MODEL``), None without one.

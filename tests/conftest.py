@@ -67,10 +67,12 @@ def db_url(request, tmp_path: Path) -> Iterator[str]:
 def settings(db_url: str, tmp_path: Path) -> Settings:
     # The RAG node's relevance cut (KG_RAG_MAX_DISTANCE) is measured for a real model; the fake
     # embedder's hashed bag-of-words distances are no model's, so it is off here (the test of
-    # the cut, tests/api/test_rag_node.py, uses the local model and the default).
+    # the cut, tests/api/test_rag_node.py, uses the local model and the default). Extraction runs
+    # the deterministic rules the tests' texts were written for; the NER's own tests turn it on
+    # (tests/api/test_ner_extraction.py).
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
                     index_inline=True, allow_fake_embedder=True, rag_max_distance=2.0,
-                    ask_min_similarity=FAKE_ASK_MIN_SIMILARITY)
+                    ask_min_similarity=FAKE_ASK_MIN_SIMILARITY, entity_ner="off")
 
 
 @pytest.fixture

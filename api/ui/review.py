@@ -274,6 +274,9 @@ def _open_conflicts(console: Console, repo: str, branch: str, into: str | None) 
 def review(repo: str, console: PageDep, branch: str, into: str | None = None) -> Response:
     """A branch's diff against its parent (or ``into``), what lineage would write on merging it,
     and the merge panel."""
+    if into == branch:  # a diff against itself is empty, but the page is a merge's review
+        raise InvalidInput(f"branch {branch!r} is not merged into itself: choose another target",
+                           details={"field": "into", "into": into})
     merging = queries.merge_review(console.services, console.caller, repo, branch, into)
     seen = queries.branch_review(console.services, console.caller, repo, branch, into)
     target = seen["into"]["name"] if seen["into"] else None

@@ -39,6 +39,7 @@ from kg.store.repos import BranchView, branch_view, get_repository
 #: Events a page lists by default, and at most.
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
+_MAX_ID = 2_147_483_647
 _CURSOR = re.compile(r"^(\d{1,12})(?:\.(\d{1,12}))?$")
 
 
@@ -46,8 +47,8 @@ def parse_cursor(text: str | None) -> tuple[int, int | None]:
     """``(revision, event)`` of a cursor ``<revision>[.<event>]`` (None: from the start; an event
     None: every branch event up to that revision counts as seen).
 
-    >>> parse_cursor("42.7"), parse_cursor("42"), parse_cursor(None)
-    ((42, 7), (42, None), (0, 0))
+    >>> parse_cursor("42.7"), parse_cursor("42"), parse_cursor(None), parse_cursor("3000000000")
+    ((42, 7), (42, None), (0, 0), (2147483647, None))
 
     Raises
     ------
@@ -60,7 +61,8 @@ def parse_cursor(text: str | None) -> tuple[int, int | None]:
     if match is None:
         raise InvalidInput(f"after {text!r} is not a change feed cursor: <revision> or <revision>.<event>",
                            details={"after": text})
-    return int(match[1]), None if match[2] is None else int(match[2])
+    # Revisions and event ids are 32-bit columns: a cursor past them is past everything there is.
+    return min(int(match[1]), _MAX_ID), None if match[2] is None else min(int(match[2]), _MAX_ID)
 
 
 def cursor(revision: int, event: int) -> str:

@@ -99,6 +99,12 @@ def test_reset_is_an_event(client, repo):
     assert client.get(f"{BASE}/changes", params={"after": "1"}).json()["events"] == []
 
 
+def test_a_cursor_past_the_32_bit_ids_is_past_everything(client, repo):
+    """The document allows twelve digits; ids are 32-bit columns (a 500 on PostgreSQL before)."""
+    page = client.get(f"{BASE}/changes", params={"after": "3000000000.3000000000"})
+    assert page.status_code == 200 and page.json()["events"] == [] and page.json()["has_more"] is False
+
+
 @pytest.mark.parametrize("after", ["x", "1.2.3", "-1", "1.", ".1"])
 def test_a_malformed_cursor_is_a_422_in_the_error_shape(client, repo, after):
     assert_error(client.get(f"{BASE}/changes", params={"after": after}), 422, "invalid_input")

@@ -23,6 +23,12 @@ Nick Coghlan and the Python Software Foundation in Amsterdam discussed it.
 
 
 @pytest.fixture
+def settings(settings):
+    """The shared test settings with the NER on (they turn it off for the rules' tests)."""
+    return settings.model_copy(update={"entity_ner": "auto"})
+
+
+@pytest.fixture
 def peps(client, repo):
     r = client.put(f"{NODES}/pep-0386", json={"node_type": "pep:PEP",
                                               "properties": {"title": "Changing the version comparison module",
