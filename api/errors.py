@@ -73,7 +73,7 @@ def status_for(exc: errors.KGError) -> int:
 
 
 def error_response(exc: errors.KGError) -> JSONResponse:
-    """The answer to a kg error: its class's status and the API.md error shape.
+    """The answer to a kg error: its class's status and the API's error shape.
 
     Parameters
     ----------
@@ -118,7 +118,7 @@ def retry_after_header(retry_after_s: float) -> int:
     return max(1, math.ceil(round(retry_after_s, 6)))
 
 
-#: The API.md error shape (:func:`kg.errors.error_body`).
+#: The API's error shape (:func:`kg.errors.error_body`).
 error_body = errors.error_body
 
 
@@ -242,9 +242,9 @@ def _validation_response(request: Request, exc: RequestValidationError) -> JSONR
 
 
 def _http_response(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    """Starlette's own errors (404 route, 405 method) in the API.md shape."""
+    """Starlette's own errors (404 route, 405 method) in the API's error shape."""
     # FastAPI answers a body it cannot parse (not UTF-8, nested past the parser's depth) with
-    # its own 400: that is API.md's "malformed" as well.
+    # its own 400: that is a malformed request as well.
     code = {400: "malformed", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
     headers = dict(getattr(exc, "headers", None) or {})
     if exc.status_code == 405:

@@ -2,7 +2,7 @@
 (not encodable as UTF-8), NUL characters (PostgreSQL text cannot hold them), and the JSON
 constants NaN / Infinity (not JSON). Each is a kg error (:class:`kg.errors.InvalidInput`, 422,
 or :class:`kg.errors.MalformedInput`, 400) answered by the one error mapper
-(:func:`api.errors.error_response`) with the API.md error shape, never a 500 or a stored value
+(:func:`api.errors.error_response`) with the API's error shape, never a 500 or a stored value
 that later breaks every read.
 
 It also bounds the work one request can cause before any route runs: a body larger than

@@ -24,6 +24,9 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+#: Kept databases, indexes and embeddings of the dataset benchmarks (outside git): ``KG_BENCH_CACHE``,
+#: default ``~/.cache/kg-bench``.
+CACHE = Path(os.environ.get("KG_BENCH_CACHE") or Path.home() / ".cache" / "kg-bench")
 
 
 @contextmanager

@@ -19,7 +19,7 @@ Published reference points (printed beside the figures): BM25 0.665 nDCG@10 on S
 et al. 2021, BEIR, Table 2), all-MiniLM-L6-v2 0.645 (MTEB). Both are on the full 300-query
 test set; ``shared/datasets/scifact`` holds 210 of those queries (see its PROVENANCE.md).
 
-Run: ``python bench/beir.py ../shared/datasets/scifact [--queries N] [--fresh]``.
+Run: ``python bench/beir.py DATASETS/scifact [--queries N] [--fresh]``.
 """
 
 from __future__ import annotations

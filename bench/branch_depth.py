@@ -1,7 +1,7 @@
 """Benchmark of reads on a branch five levels deep against the same reads on ``main``.
 
 A branch reads its own versions, then its parent's as of the fork, and so on up the chain
-(DESIGN.md, copy-on-write by revision), so a deep branch resolves every read through more
+(copy-on-write by revision, docs/concepts/branches.md), so a deep branch resolves every read through more
 candidate versions. The issue: a read on a branch five levels deep costs under 1.5 times the
 same read on ``main`` (GET node, children, search).
 

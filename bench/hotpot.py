@@ -32,7 +32,7 @@ unresolved, so the kept database can be run again), and both graph legs are run 
 The resolution's own figures (entities, merges, edges re-pointed, seconds) are reported beside
 the modes.
 
-Run: ``python bench/hotpot.py ../shared/datasets/hotpotqa-500 [--questions N] [--graph [--resolve]]``.
+Run: ``python bench/hotpot.py DATASETS/hotpotqa-500 [--questions N] [--graph [--resolve]]``.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ The ratio MCP / HTTP of the medians is what the MCP layer costs per call (JSON-R
 SDK's argument validation, the thread hop, the structured and text copies of the answer).
 
 The tool list: the ``tools`` array of ``tools/list`` as JSON (the wire form), counted in tokens of
-the packaged WordPiece tokenizer (``/work/shared/models/all-MiniLM-L6-v2/tokenizer.json``, the same
+the packaged WordPiece tokenizer (``kg/data/tokenizer.json``, the same
 file as ``kg/data/tokenizer.json``; tiktoken is not installed here, so an LLM's BPE count will
 differ somewhat), for an admin key (every tool) and a read-only key (the read tools), and in
 bytes.
@@ -57,7 +57,7 @@ from bench._common import (  # noqa: E402
 
 PEPPER = "bench-pepper-not-a-secret"
 MODEL = "fake:hash-384"
-TOKENIZER = Path("/work/shared/models/all-MiniLM-L6-v2/tokenizer.json")
+TOKENIZER = Path(__file__).resolve().parent.parent / "kg" / "data" / "tokenizer.json"
 QUERY = {"query": "how are packages installed and uninstalled", "k": 5, "mode": "hybrid"}
 
 

@@ -20,7 +20,7 @@ choices, rounded to 0.05.
 
 Embeddings are cached under ``--cache`` (shared with ``bench/extractive_ask.py``).
 
-Run: ``python bench/rag_null_context.py /work/shared/datasets``.
+Run: ``python bench/rag_null_context.py DATASETS``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import RESULTS, machine, write_results  # noqa: E402
+from bench._common import CACHE, RESULTS, machine, write_results  # noqa: E402
 from bench.extractive_ask import MODEL, CachedEmbedder  # noqa: E402
 from bench.extractive_ask import load as load_hotpot  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
@@ -127,7 +127,7 @@ def nearest(embedder, questions: list[str], texts: list[str]) -> tuple[np.ndarra
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("datasets", type=Path, help="folder with hotpotqa-500 and scifact")
-    parser.add_argument("--cache", type=Path, default=Path("/work/cache/kg-extractive-ask"))
+    parser.add_argument("--cache", type=Path, default=Path(CACHE / "kg-extractive-ask"))
     parser.add_argument("--out", type=Path, default=RESULTS / "rag-null-context.json")
     args = parser.parse_args(argv)
     embedder = CachedEmbedder(make_embedder(MODEL), args.cache)

@@ -41,10 +41,10 @@ Modes::
 
     # one run of the code on PYTHONPATH (prints the figures; JSON in
     # bench/results/redesign_figures_run_<backend>.json, or --out)
-    PYTHONPATH=/work/main python bench/redesign_figures.py
+    python bench/redesign_figures.py --dataset DATASETS/python-peps
     # old against new, each checkout in its own subprocess (PYTHONPATH=that checkout),
     # their blocks interleaved: old, new / new, old / ... (who goes first alternates)
-    python bench/redesign_figures.py --compare /work/wt-baseline /work/main [--rounds 20]
+    python bench/redesign_figures.py --dataset DATASETS/python-peps --compare OLD_CHECKOUT NEW_CHECKOUT [--rounds 20]
 
 ``--compare`` starts both checkouts' workers (each sets up its own database, ingest and
 repositories), then runs every block in old and new back to back, a few seconds apart, so both
@@ -93,7 +93,6 @@ def _load_common():
 common = _load_common()
 
 MODEL = "fake:hash-384"
-DATASET = Path("/work/shared/datasets/python-peps")
 STATUSES = ("draft", "review", "published", "archived")
 OWNERS = ("ada", "grace", "linus", "barbara", "ken", "margaret")
 WORDS = ("branch", "merge", "node", "graph", "index", "search", "revision", "workspace", "chunk",
@@ -620,7 +619,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="rounds of blocks (one block of each figure)")
     parser.add_argument("--postgres", metavar="URL", help="PostgreSQL server (a fresh schema per worker)")
     parser.add_argument("--merge-nodes", type=int, default=2000, help="nodes on main of the merge repository")
-    parser.add_argument("--dataset", type=Path, default=DATASET, help="the PEP dataset (docs/, index.jsonl)")
+    parser.add_argument("--dataset", type=Path, required=True, help="the PEP dataset (docs/, index.jsonl)")
     parser.add_argument("--out", type=Path, help="JSON output (default bench/results/redesign_figures*.json)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the worker subprocess
     parser.add_argument("--expect-root", help=argparse.SUPPRESS)                 # its checkout

@@ -5,7 +5,7 @@ labelled sets; prints a table and writes JSON (``--out``).
     synthetic person records, 500 of them corrupted duplicates of the others (the 500 true
     links). An entity's name is "given_name surname"; its mention context (the embedding leg)
     is the name with the suburb and state.
-(b) HotpotQA-500 (/work/shared/datasets/hotpotqa-500, the distractor passages of 500 dev
+(b) HotpotQA-500 (``DATASETS/hotpotqa-500``, the argument; the distractor passages of 500 dev
     questions): entities are the 4,858 passage titles (distinct Wikipedia pages, so two titles
     are two entities: the hard negatives, e.g. years and numbered events) and the full name the
     lead sentence gives the page's subject (the words before the first " (" or " is "/" was ",
@@ -40,7 +40,6 @@ import numpy as np  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
 from kg.rag.resolve import DEFAULT_THRESHOLD, Candidate, candidate_pairs, score_pair  # noqa: E402
 
-HOTPOT = Path("/work/shared/datasets/hotpotqa-500/corpus.jsonl")
 MODEL = "local:all-MiniLM-L6-v2"
 THRESHOLDS = [round(0.5 + 0.01 * i, 2) for i in range(51)]
 _LEAD_RE = re.compile(r"^(.*?)(?: \(| is | was | are | were )")
@@ -63,11 +62,11 @@ def febrl() -> tuple[list[Candidate], list[int], int]:
     return out, group, len(links)
 
 
-def hotpot() -> tuple[list[Candidate], list[int], int]:
+def hotpot(corpus: Path) -> tuple[list[Candidate], list[int], int]:
     out: list[Candidate] = []
     group: list[int] = []
     positives = 0
-    with HOTPOT.open() as fh:
+    with corpus.open() as fh:
         for g, line in enumerate(fh):
             doc = json.loads(line)
             title, text = doc["title"], " ".join(doc["text"].split())
@@ -140,11 +139,13 @@ def cross_validate(items: list[tuple[float, bool]], folds: int = 5, seed: int = 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("hotpotqa", type=Path, help="the HotpotQA-500 folder (corpus.jsonl)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "resolve_quality.json")
     args = ap.parse_args()
     embedder = make_embedder(MODEL)
     results: dict[str, Any] = {}
-    for name, load in (("febrl1", febrl), ("hotpotqa500", hotpot)):
+    loaders = (("febrl1", febrl), ("hotpotqa500", lambda: hotpot(args.hotpotqa / "corpus.jsonl")))
+    for name, load in loaders:
         entities, group, positives = load()
         started = time.perf_counter()
         vectors = embedder.embed([e.context for e in entities])

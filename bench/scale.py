@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import (  # noqa: E402
+    CACHE,
     RESULTS,
     isolated_database,
     load_average,
@@ -604,7 +605,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--graph-max-edges", type=int, default=None,
                         help="KG_GRAPH_MAX_EDGES of the measured process (and a byte budget of 600 per edge): "
                              "kg's default, 2M, answers a 5M-edge branch from SQL")
-    parser.add_argument("--workdir", type=Path, default=Path("/work/cache/scale"))
+    parser.add_argument("--workdir", type=Path, default=Path(CACHE / "scale"))
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--part-nodes", type=int, default=None,

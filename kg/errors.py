@@ -22,7 +22,7 @@
 
 Vendor errors (SQLAlchemy, onnxruntime, httpx) are translated into this tree at the boundary,
 ``raise ... from exc``. Every error class of kg is defined here and drawn above, with its own
-``code`` (the API.md error code); ``api/errors.py`` maps each class to one HTTP status
+``code`` (kg's error code); ``api/errors.py`` maps each class to one HTTP status
 (``tests/api/test_errors.py`` holds both to it); the CLI maps every ``KGError`` to exit code 1.
 """
 
@@ -51,7 +51,7 @@ class KGError(Exception):
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The one error shape of every surface (API.md, "Errors"): HTTP answers, MCP tool errors,
+    """The one error shape of every surface (docs/reference/errors.md): HTTP answers, MCP tool errors,
     and the answers ``kg serve`` gives to requests that are not HTTP at all.
 
     Parameters

@@ -1,4 +1,4 @@
-"""Function invocation (API.md, "Functions"): one documented operation per function, with the
+"""Function invocation: one documented operation per function, with the
 function's own input, and the generic ``{name}`` route for the others (404)."""
 
 from __future__ import annotations

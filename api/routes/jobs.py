@@ -1,4 +1,4 @@
-"""Jobs of asynchronous function invocations (API.md, "Functions")."""
+"""Jobs of asynchronous function invocations."""
 
 from __future__ import annotations
 

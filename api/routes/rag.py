@@ -1,4 +1,4 @@
-"""The RAG node endpoint, compatible with the workflow tool's RAG node."""
+"""The RAG node endpoint, compatible with the RAG node contract of workflow engines."""
 
 from __future__ import annotations
 

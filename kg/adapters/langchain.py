@@ -92,7 +92,7 @@ class KGRetriever(BaseRetriever, SearchOptions):
 
 
 class AskInput(BaseModel):
-    """The input of the ``ask`` function (API.md, "Functions")."""
+    """The input of the ``ask`` function."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -104,7 +104,7 @@ class AskInput(BaseModel):
 
 
 class GraphContextInput(BaseModel):
-    """The input of the ``graph-context`` function (API.md, "Functions")."""
+    """The input of the ``graph-context`` function."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -288,7 +288,7 @@ def put_relation_types(repo: str, ws: str, single_valued: list[str]) -> Call[t.R
 
 
 def rag(config: JSON, input: Any, *, branch: str | None = None) -> Call[t.RagAnswer]:
-    """The workflow tool's RAG node: ingest the input's file blocks, answer the context."""
+    """The RAG node: ingest the input's file blocks, answer the context."""
     return _call("POST", "/api/rag", returns(t.RagAnswer), locals(), t.RagBody)
 
 

@@ -1,6 +1,6 @@
 """The networkx view of one branch's relations, kept current by applying newer versions.
 
-A :class:`GraphView` holds what a branch sees at one revision (DESIGN.md, "Graph"): a
+A :class:`GraphView` holds what a branch sees at one revision: a
 ``networkx.MultiDiGraph`` with one node per live node id and one edge per live relation, keyed
 by relation type, with ``weight`` and ``properties`` attributes. It is built once from SQL and
 then brought forward by :meth:`GraphView.apply` with the node and relation versions written on

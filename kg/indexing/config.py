@@ -11,7 +11,7 @@ from kg.text.chunking import ChunkingConfig
 
 #: The default indexed properties (a workspace's ``embedding.indexed_properties``). Body fields
 #: are chunked; short fields are one passage. ``question`` and ``answer`` are those of a stored
-#: answer (seed 001, "Store the answer": ``kb:Answer`` with ``question``, ``answer``, ``sources``).
+#: answer (the "store the answer" pattern: ``kb:Answer`` with ``question``, ``answer``, ``sources``).
 BODY_FIELDS: tuple[str, ...] = ("content", "body", "text", "answer")
 SHORT_FIELDS: tuple[str, ...] = ("title", "question")
 TEXT_FIELDS: tuple[str, ...] = SHORT_FIELDS + BODY_FIELDS

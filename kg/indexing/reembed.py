@@ -23,7 +23,7 @@ workspace's model.
 
 The models are compared by canonical name (``nomic-embed-text`` is
 ``ollama:nomic-embed-text:latest``), never by dimension: two models of one dimension are
-still different spaces (seed 000, "embedding model changed").
+still different spaces (the RAG node's "embedding model changed").
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Derived records say which source version they were made from, in their own prope
   revision, so one text extracted on two branches derives equal records and merges clean;
 - a stored answer's ``citations`` and ``cites`` edges carry ``source_revision`` and
   ``chunk_sha256`` of each cited passage (:func:`kg.ops.text_store.chunk_hashes`);
-- chunks are keyed by content already (DESIGN.md, "Vectors").
+- chunks are keyed by content already.
 
 Every node write through the unit of work (PUT, PATCH, delete, batch, merge) calls
 :func:`refresh_derived` with the nodes it replaced or deleted: one indexed query

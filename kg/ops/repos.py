@@ -152,7 +152,7 @@ def _authorize_whole(session: Session, actor: Actor, repo: Repository) -> None:
 
 
 def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = None) -> dict[str, Any]:
-    """Create a workspace with its ``embedding`` (``{"model", "chunking"}``, API.md; default the
+    """Create a workspace with its ``embedding`` (``{"model", "chunking"}``; default the
     service's model), refusing an unknown model before anything is written. Needs ``admin`` with a
     workspace glob matching ``name``, decided before the name is looked up (a name taken by a
     workspace the key cannot see answers as free: :func:`kg.access.authorize_new_workspace`).

@@ -2,7 +2,7 @@
 
 A model is named ``<provider>:<model>`` (``local:all-MiniLM-L6-v2``,
 ``ollama:nomic-embed-text:latest``); a name whose first part is no known provider is an
-Ollama model name (``nomic-embed-text:latest``), as in the RAG node (API.md, "Model names").
+Ollama model name (``nomic-embed-text:latest``), as in the RAG node.
 """
 
 from __future__ import annotations

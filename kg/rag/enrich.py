@@ -1,4 +1,4 @@
-"""The guide's enrichment loop as a search option: each hit with its parent and neighbouring sections.
+"""The enrichment loop of RAG patterns as a search option: each hit with its parent and neighbouring sections.
 
 The second seed's step 4 ("Enrich with hierarchy context") fetches, after retrieval, the parent
 document of each hit and the sections next to it, in their order, so that a prompt can be

@@ -1,5 +1,4 @@
-"""``extract-entities``: build the graph from a document (seed 001, "Building the graph from
-documents"; API.md, "Functions").
+"""``extract-entities``: build the graph from a document (docs/concepts/entities.md).
 
 The function reads a node's text (its ``title``, ``content``, ``body`` and ``text`` fields,
 capped), asks the LLM for the entities it names (person, organization, place, product, concept,
@@ -903,7 +902,7 @@ def _record_holds(session: Any, view: Any, workspace: str, source_id: str, recor
 
 
 def extract_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
-    """Extract a document's entities and relations into the graph (API.md ``extract-entities``).
+    """Extract a document's entities and relations into the graph.
 
     Parameters
     ----------

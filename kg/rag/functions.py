@@ -1,5 +1,4 @@
-"""The functions agents call (API.md, "Functions"; seed 001, "Ready-made: the built-in RAG
-functions"): ``search-documents``, ``ask``, ``graph-context``, ``extract-entities``
+"""The functions agents call: ``search-documents``, ``ask``, ``graph-context``, ``extract-entities``
 (:mod:`kg.rag.entities`) and ``research-assistant`` (the loop is :mod:`kg.rag.research`). Each
 runs on one branch and sees exactly that branch, except ``research-assistant``, which opens a
 session branch of its own from the request's branch and works there only.
@@ -582,7 +581,7 @@ def _llm_rewrite(llm, question: str, passages: list[dict]) -> str | None:
 
 
 def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
-    """Answer a question from the documents only, with citations (API.md ``ask``).
+    """Answer a question from the documents only, with citations.
 
     Parameters
     ----------
@@ -925,7 +924,7 @@ def _title(properties: dict) -> str | None:
 
 
 def graph_context(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
-    """Seeds by meaning (or given), then the relations around them (API.md ``graph-context``).
+    """Seeds by meaning (or given), then the relations around them.
 
     Parameters
     ----------
@@ -1192,7 +1191,7 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
     revision's message (``"ask: store answer ws:/path"``).
 
     The node's properties are ``question``, ``answer``, ``grounded``, ``mode``, ``citations``
-    and ``sources`` (the cited paths, as the guide stores them). ``question`` and ``answer`` are
+    and ``sources`` (the cited paths). ``question`` and ``answer`` are
     indexed by default (a workspace's ``embedding.indexed_properties``), so search finds the
     answer next time, marked as one (``node_type`` ``kb:Answer``; ``is_answer`` in
     ``search-documents``); ``ask`` never takes a stored answer as evidence, so an answer is never
@@ -1450,7 +1449,7 @@ def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *
     Returns
     -------
     dict
-        The function's output (API.md, "Functions").
+        The function's output.
 
     Raises
     ------

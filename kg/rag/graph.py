@@ -1,6 +1,6 @@
 """Graph reads on a branch: NEIGHBORS and traversal, through the networkx view or through SQL.
 
-Which path answers (DESIGN.md, "Graph"):
+Which path answers:
 
 - The branch's :class:`~kg.graph.view.GraphView` when the process holds one: it is brought
   forward first by applying the node and relation versions written on the branch since its

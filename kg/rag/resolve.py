@@ -601,7 +601,7 @@ def apply_merges(
 
 
 def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
-    """Find duplicate entities of a workspace and propose their merges (API.md ``resolve-entities``).
+    """Find duplicate entities of a workspace and propose their merges.
 
     Parameters
     ----------

@@ -69,7 +69,7 @@ _RULES: dict[str, Any] = {"allOf": [
 
 
 class SearchRequest(BaseModel):
-    """A search, as API.md describes it: the one model of a search request.
+    """A search: the one model of a search request.
 
     The HTTP route takes it as its body, the agent functions, the RAG node and the CLI build
     it; it is validated once, when it is made, and cannot change afterwards (frozen). Types
@@ -123,7 +123,7 @@ class SearchRequest(BaseModel):
         one is refused.
     context : kg.rag.enrich.HitContext, optional
         Attach to each hit its parent node and its neighbouring siblings of the same node type,
-        in order (the guide's enrichment loop; :func:`kg.rag.enrich.attach_context`).
+        in order (the enrichment loop of RAG patterns; :func:`kg.rag.enrich.attach_context`).
 
     Raises
     ------
@@ -212,7 +212,7 @@ class SearchRequest(BaseModel):
         Parameters
         ----------
         raw : mapping
-            The request's fields (API.md, "Search").
+            The request's fields.
 
         Returns
         -------
@@ -234,7 +234,7 @@ class SearchRequest(BaseModel):
 
 @dataclass
 class SearchResult:
-    """One row of a search answer (API.md, Search)."""
+    """One row of a search answer."""
 
     workspace: str
     path: str

@@ -1,1 +1,1 @@
-"""The workflow tool's RAG node (``POST /api/rag``): its spec, embedded and Weaviate backends."""
+"""The RAG node (``POST /api/rag``): its spec, embedded and Weaviate backends."""

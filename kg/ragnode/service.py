@@ -1,10 +1,10 @@
-"""The RAG node over kg (API.md, "The RAG node"; seed 000): ingest the file blocks of the
+"""The RAG node over kg (docs/guides/rag-node.md): ingest the file blocks of the
 node's markdown input into a collection, then retrieve the chunks closest to its query.
 
 A collection is a workspace of the repository ``settings.rag_repo`` named by its class name
 (``rag_collection`` -> ``Ragcollection``); the workspace records the collection's original
 name, so two collection names that map to one class are refused, never merged. Each file is a
-node holding its text and the sha256 of its bytes. The lifecycle table of the seed holds:
+node holding its text and the sha256 of its bytes. The lifecycle of a file holds:
 
 ========================  =====================================================
 file new                  chunked (words), embedded and inserted
@@ -260,7 +260,7 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
     caller : kg.context.Actor
         Who calls (the HTTP caller).
     config_raw : dict
-        The node's configuration, validated exactly as the seed's JSON Schema says.
+        The node's configuration, validated exactly as its JSON Schema says.
     text : str
         The node's markdown input: a query, then ``### File name "..."`` blocks.
     branch : str
@@ -358,7 +358,7 @@ def run_rag_node(services, caller: Actor, config_raw: Any, text: Any, *, branch:
 def _reembed(services, caller: Actor, repo_name: str, workspace: str, branch: str,
              config: RagConfig) -> list[str]:
     """The collection's model changed: re-embed every file it holds, from SQL, before the
-    input's files are ingested (the issue's "model changed: collection re-embedded"; the seed
+    input's files are ingested ("model changed: collection re-embedded"; the contract
     drops the class and re-ingests only the input's files, which would lose the files other
     workflows stored). The new model must answer first: if it does not, nothing changes.
 

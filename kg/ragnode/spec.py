@@ -497,7 +497,7 @@ def classes_collide(first: str, second: str) -> bool:
 def relevant_results(results: list[dict[str, Any]], max_distance: float | None) -> list[dict[str, Any]]:
     """The retrieved chunks relevant enough to inject: cosine distance at most ``max_distance``.
 
-    The seed: "If no relevant chunks are found, the output is empty (null context)". A vector
+    The contract: "If no relevant chunks are found, the output is empty (null context)". A vector
     search always answers its top k, however far; this cut is what "relevant" means.
 
     Parameters

@@ -1,4 +1,4 @@
-"""The RAG node over a Weaviate instance: ``weaviateUrl`` other than ``"embedded"`` (seed 000).
+"""The RAG node over a Weaviate instance: ``weaviateUrl`` other than ``"embedded"``.
 
 The collection lives in the Weaviate instance the request names, in exactly the schema of the
 RAG node's specification, so a collection the original node wrote is queried without
@@ -11,7 +11,7 @@ re-ingestion and one kg wrote is usable by the node:
   the sha256 hex of its UTF-8 content), ``embeddingModel`` (as the node's configuration names
   it) and ``originalName`` (the collection name).
 
-The lifecycle table of the seed, per file of the input:
+The lifecycle of each file of the input:
 
 ========================  ======================================================================
 file new                  chunked (words), embedded and inserted
@@ -555,7 +555,7 @@ def _ingest(services: Any, client: Any, config: RagConfig, layers: list[_Layer],
     # Writes: chunks first, then the meta object.
     hashes = {} if model_changed else dict(own.hashes)
     if model_changed and own.chunks_exists:
-        client.collections.delete(own.chunks)  # the seed: "entire chunks class dropped"
+        client.collections.delete(own.chunks)  # "entire chunks class dropped"
         own.chunks_exists = False
     _ensure_class(client, own, "chunks")
     _ensure_class(client, own, "meta")

@@ -1,6 +1,6 @@
 """History of branches: the revision log, diff, three-way merge, reset, ahead / behind.
 
-Merge model (DESIGN.md): the *base* is the last point both branches shared (the fork, or the
+Merge model (docs/concepts/branches.md): the *base* is the last point both branches shared (the fork, or the
 last merge between them); *ours* is the target, *theirs* the source. Only entities that the
 source changed since the base are candidates, so diff and merge cost grows with the changes,
 not with the repository. Nodes merge at property level (``node_type`` and ``order`` count as

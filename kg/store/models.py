@@ -1,6 +1,6 @@
 """SQLAlchemy models of the store; Alembic migrations (``migrations/``) alone create the schema.
 
-Content is stored as *versions* (DESIGN.md, "Branches: copy-on-write by revision"): a write
+Content is stored as *versions* (docs/concepts/branches.md): a write
 adds a row on the writing branch at the new revision, a delete a tombstone (``deleted``). A
 branch is one row naming its parent and fork revision. Chunks are keyed by ``content_key``,
 shared by every node version with that key.

@@ -34,7 +34,7 @@ NODE_ID_NAMESPACE = uuid.UUID("6f1c9f0e-4d0b-5b8e-9a51-2f7e0c3d9b11")
 def node_uid(repo_uid: str, workspace_id: int, path: str) -> str:
     """The id of the node at ``path`` of a workspace: the same on every branch, for ever.
 
-    A node's identity across branches is its address (DESIGN.md, "Branches"): two branches that
+    A node's identity across branches is its address (docs/concepts/branches.md): two branches that
     both create ``/entities/acme`` made one node, a node deleted and created again is that node
     again. So the id is a name-based UUID (version 5, RFC 9562 section 5.5) of the repository's
     uid, the workspace and the path: relations, references, index placements are keyed by address.

@@ -1,6 +1,6 @@
 """References: node properties that point at other nodes, indexed in SQL.
 
-A property value ``{"kg:ref": "/path", "kg:workspace": "ws"}`` (API.md, "Nodes"), at the top
+A property value ``{"kg:ref": "/path", "kg:workspace": "ws"}``, at the top
 level or an item of a top-level list, is a *reference* (deeper ones are not indexed); without
 ``kg:workspace`` it points into the node's workspace; a malformed one fails the write. It is
 part of a node's content, unlike a relation (a typed, weighted assertion about two nodes: the

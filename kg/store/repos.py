@@ -34,7 +34,7 @@ MAX_ACTOR = 255
 @dataclass(frozen=True)
 class BranchView:
     """What one branch sees at one revision: ``chain``, the branch then its ancestors, nearest first,
-    each ``(branch_id, max_revision)`` (an ancestor read as of the fork, DESIGN.md); ``workspaces``
+    each ``(branch_id, max_revision)`` (an ancestor read as of the fork, docs/concepts/branches.md); ``workspaces``
     by id; ``readable``, the workspaces its reader may read (None: all), set from the caller's
     grants by :func:`kg.context.reading`: a node, chunk, endpoint or log entry elsewhere is not
     there for it.
@@ -318,7 +318,7 @@ def create_branch(
     at_revision: int | None = None,
 ) -> Branch:
     """Create a branch forked from ``from_branch`` at ``at_revision`` (default now): one row, nothing
-    copied (DESIGN.md, copy-on-write by revision). ``repo`` must be locked
+    copied (copy-on-write by revision, docs/concepts/branches.md). ``repo`` must be locked
     (``get_repository(..., lock=True)``) so two creations of one name serialise.
 
     Raises

@@ -2,7 +2,7 @@
 
 At revision r a branch sees, per entity, its newest version on the branch with revision <= r;
 failing that, the newest on its parent with revision <= the fork, and so on up the chain
-(DESIGN.md); a tombstone hides the entity. One window query: rank the versions the chain
+(docs/concepts/branches.md); a tombstone hides the entity. One window query: rank the versions the chain
 allows by (chain position, revision desc) and keep the first.
 """
 

@@ -49,7 +49,7 @@ class ErrorInfo(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    """The one error shape of every 4xx/5xx answer (API.md, "Errors")."""
+    """The one error shape of every 4xx/5xx answer (docs/reference/errors.md)."""
 
     model_config = ConfigDict(extra="forbid")
     error: ErrorInfo

@@ -106,7 +106,7 @@ class BatchBody(WriteMeta):
 
 
 class Node(Schema):
-    """A node (API.md, "Nodes")."""
+    """A node."""
 
     id: str = Field(description="The node's id: derived from its workspace and path, the same on "
                                 "every branch and after a delete and re-creation.")

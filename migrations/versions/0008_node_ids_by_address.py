@@ -1,6 +1,6 @@
 """node ids by address: a node's id is derived from (repository, workspace, path)
 
-A node's identity across branches is its address (DESIGN.md): two branches that create one path
+A node's identity across branches is its address (docs/concepts/branches.md): two branches that create one path
 made one node. Ids were random until now, so one path could hold several ids (one per branch
 that created it, one per re-creation), and relations keyed by the losing id were hidden after a
 merge. This migration rewrites every node id to ``kg.store.nodes.node_uid`` of its address (in

@@ -1,4 +1,4 @@
-"""Index job progress: chunks done / total and when embedding started (issue 15)
+"""Index job progress: chunks done / total and when embedding started
 
 A large text is embedded in bounded steps across indexer passes (small jobs interleave);
 ``index/status`` shows each such job's progress and an estimate from these columns.

@@ -177,7 +177,7 @@ def peps(client, docs):
 @pytest.mark.parametrize("question", ["how much warning do we get before eviction?",
                                       "how much warning before we get kicked out?"])
 def test_extractive_ask_paraphrase_is_answered_through_the_vector_leg_rewrite(client, docs, services, question):
-    """Regression (issue 15): "how much warning before we get kicked out?" answered "The
+    """Regression: "how much warning before we get kicked out?" answered "The
     documents do not cover this" (no BM25 match, the vector hit beyond the distance cut, the
     rewrite made of unrelated documents' terms).
 
@@ -211,7 +211,7 @@ def test_extractive_ask_paraphrase_is_answered_through_the_vector_leg_rewrite(cl
 
 
 def test_extractive_ask_quotes_only_sentences_that_answer(client, docs):
-    """Regression (issue 15): a correct sentence was followed by an irrelevant one."""
+    """Regression: a correct sentence was followed by an irrelevant one."""
     body = invoke(client, "ask", {"question": "What dividend did the board approve?"}).json()
     assert body["answer"] == ("The board approved a quarterly dividend of 40 cents per share payable in March. "
                               "[1]")
@@ -219,7 +219,7 @@ def test_extractive_ask_quotes_only_sentences_that_answer(client, docs):
 
 
 def test_extractive_ask_names_the_document_and_quotes_whole_sentences(client, peps):
-    """Regression (issue 15): "What replaced PEP 386?" never named PEP 440 and ended with an
+    """Regression: "What replaced PEP 386?" never named PEP 440 and ended with an
     unrelated sentence cut mid-parenthesis."""
     body = invoke(client, "ask", {"question": "What replaced PEP 386?"}).json()
     assert body["grounded"] is True

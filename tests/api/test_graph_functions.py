@@ -227,7 +227,7 @@ def test_entities_on_a_branch_are_invisible_on_main(client, repo):
 
 
 def test_an_existing_node_of_another_type_is_linked_and_never_replaced(client, repo):
-    """Regression (issue 15): an entity node made by hand with another type was refused
+    """Regression: an entity node made by hand with another type was refused
     (``dropped: {"entities": 2}``, no reason); it is that entity: linked as it is."""
     r = client.put(f"{NODES}/entities/cwi", params={"parents": "true"},
                    json={"node_type": "kb:Org", "properties": {"content": "my notes on CWI"}})
@@ -243,7 +243,7 @@ def test_an_existing_node_of_another_type_is_linked_and_never_replaced(client, r
 
 
 def test_deterministic_extraction_splits_x_of_y_and_says_why_it_drops(client, repo, services):
-    """Regression (issue 15): "Dana Weber of Acme Marine" was one entity; "Marine Handbook" and
+    """Regression: "Dana Weber of Acme Marine" was one entity; "Marine Handbook" and
     "Python Package Index" were persons; a dropped candidate gave no reason."""
     services.settings.entity_ner = "off"
     put(client, "/handbook", "Marine Handbook\n===============\n\nDana Weber of Acme Marine maintains it. "

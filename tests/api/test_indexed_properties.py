@@ -17,7 +17,7 @@ def test_workspaces_index_the_guides_answer_properties_by_default(client, repo):
     ws = client.get("/api/repos/acme/workspaces/knowledge").json()
     assert ws["embedding"]["indexed_properties"] == {"short": ["title", "question"],
                                                      "body": ["content", "body", "text", "answer"]}
-    # seed 001, "Store the answer": a kb:Answer with question, answer, sources
+    # "Store the answer": a kb:Answer with question, answer, sources
     r = client.put("/api/repos/acme/workspaces/knowledge/nodes/answers/answer-12345?parents=true", json={
         "node_type": "kb:Answer", "properties": {
             "question": "How does the storage layer work?",

@@ -1,5 +1,5 @@
 """The leak matrix of issue 12 ("Proof"): every route of the app x every kind of caller -> the
-exact status, with API.md's error shape for the errors. On SQLite and PostgreSQL.
+exact status, with the API's error shape for the errors. On SQLite and PostgreSQL.
 
 The callers: no key, an unknown key, a revoked one, an expired one, a read-only key on the
 repository, a key on another repository, one on another workspace only, one on another branch

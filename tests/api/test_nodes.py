@@ -257,7 +257,7 @@ def _sections(client):
 
 
 def test_children_ordered_by_a_property_with_direction(client, repo):
-    """Issue 15: the guide's sections carry ``position``; children can be ordered by it, nodes
+    """Sections carry ``position``; children can be ordered by it, nodes
     without it last, ties by name, numbers numerically (10 after 2), strings after numbers."""
     _sections(client)
     names = [n["name"] for n in _children(client, order_by="properties.position")["nodes"]]

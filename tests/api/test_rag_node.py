@@ -1,4 +1,4 @@
-"""The RAG node endpoint: the seed's lifecycle table row by row, validation, naming, output."""
+"""The RAG node endpoint: the lifecycle table row by row, validation, naming, output."""
 
 from __future__ import annotations
 
@@ -182,8 +182,8 @@ SAILING = [("rigging.txt", "Standing rigging must be replaced every ten years in
 
 
 def test_an_off_topic_question_gets_a_null_context_not_the_nearest_chunks(client, services):
-    """Regression (issue 15): a football question on a sailing collection returned four rigging
-    chunks at distances 0.84 to 0.95; the seed says null when nothing relevant is found."""
+    """Regression: a football question on a sailing collection returned four rigging
+    chunks at distances 0.84 to 0.95; the contract says null when nothing relevant is found."""
     services.settings = services.settings.model_copy(
         update={"rag_max_distance": Settings.model_fields["rag_max_distance"].default})
     config = {"embeddingModel": "local:all-MiniLM-L6-v2", "chunkSize": 200, "chunkOverlap": 20, "topK": 4}

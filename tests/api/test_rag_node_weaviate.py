@@ -1,4 +1,4 @@
-"""The RAG node over Weaviate (``weaviateUrl`` other than ``embedded``): the seed's schema and
+"""The RAG node over Weaviate (``weaviateUrl`` other than ``embedded``): the contract's schema and
 lifecycle, interoperability with collections the original node wrote, branches.
 
 Every test goes through the real ``weaviate-client``: against the Weaviate-compatible test server
@@ -125,7 +125,7 @@ def test_collections_are_written_in_the_spec_schema(client, target):
 
 
 def test_a_collection_written_by_the_original_node_is_queried_without_reingestion(client, services, target):
-    # The seed's "minimum viable external collection": the chunks class with vectors, and one
+    # The "minimum viable external collection": the chunks class with vectors, and one
     # meta object with an empty documentHash.
     chunks, meta = rag_class_names(target.collection)
     target.db.collections.create_from_dict(chunks_class_schema(chunks))

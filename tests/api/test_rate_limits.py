@@ -1,5 +1,5 @@
 """Per-key limits of expensive calls (issue 12): a token bucket per API key, decided in the use
-cases, answered 429 with ``Retry-After`` and API.md's error shape. On SQLite and PostgreSQL.
+cases, answered 429 with ``Retry-After`` and the API's error shape. On SQLite and PostgreSQL.
 
 The app's rate limiter is replaced by one on a fake clock, so that every figure is exact."""
 

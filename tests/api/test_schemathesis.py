@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every API operation with schemathesis (API.md: "Never a 500 for bad
+"""Property-based fuzzing of every API operation with schemathesis ("Never a 500 for bad
 input"; every error is ``{"error": {"code", "message", "details"}}``).
 
 The schema is read once from the app's own ``/openapi.json``; each operation is one pytest test
@@ -10,7 +10,7 @@ resolutions, embedding and RAG configurations) into the generated path parameter
 strings and bodies, so that requests reach the data paths and not only the 404s.
 
 Checks, per response: no 5xx (``not_a_server_error``; a body its route's response model refuses
-is a 500 as well); every 4xx/5xx carries the API.md error shape with a specific code; the
+is a 500 as well); every 4xx/5xx carries the API's error shape with a specific code; the
 response conforms to the OpenAPI document (``response_schema_conformance``,
 ``status_code_conformance``, ``content_type_conformance``): every 2xx body against its response
 model (kg.types, which refuses unknown keys), errors against ``ErrorBody``; and the
@@ -509,7 +509,7 @@ GENERIC_CODES = {"error", "http_error", "internal"}
 
 
 def kg_error_shape(ctx, response, case) -> None:
-    """Every 4xx/5xx body is ``{"error": {"code", "message", "details"}}`` (API.md, "Errors")
+    """Every 4xx/5xx body is ``{"error": {"code", "message", "details"}}`` (docs/reference/errors.md)
     with a specific code."""
     if response.status_code < 400:
         return None
@@ -517,10 +517,10 @@ def kg_error_shape(ctx, response, case) -> None:
         body = response.json()
     except Exception as exc:  # noqa: BLE001
         raise AssertionError(f"{response.status_code} without a JSON body: {response.text[:200]!r}") from exc
-    assert isinstance(body, dict) and set(body) == {"error"}, f"not the API.md error shape: {body!r}"
+    assert isinstance(body, dict) and set(body) == {"error"}, f"not the API's error shape: {body!r}"
     error = body["error"]
     assert isinstance(error, dict) and set(error) == {"code", "message", "details"}, \
-        f"not the API.md error shape: {body!r}"
+        f"not the API's error shape: {body!r}"
     assert isinstance(error["code"], str) and error["code"] not in GENERIC_CODES, f"generic error code: {body!r}"
     assert isinstance(error["message"], str) and error["message"], f"empty error message: {body!r}"
     assert isinstance(error["details"], dict), f"details is not an object: {body!r}"

@@ -1,4 +1,4 @@
-"""The guide's enrichment loop as a search option (issue 15): ``context`` attaches to each hit
+"""The enrichment loop of RAG patterns as a search option: ``context`` attaches to each hit
 its parent document and its neighbouring sections, in order, on the branch searched."""
 
 from __future__ import annotations

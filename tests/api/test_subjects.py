@@ -1,6 +1,6 @@
 """A document's subject (the ``about`` edge extract-entities writes from its title) and the
 graph leg that follows mentions to subjects: graph-context ``follow: "subjects"`` and ask's
-graph leg (issue 15), over SQLite and PostgreSQL."""
+graph leg, over SQLite and PostgreSQL."""
 
 from __future__ import annotations
 

@@ -482,7 +482,7 @@ def test_bm25_a_word_in_every_chunk_still_matches(index, repo):
     assert all(h.score > 0 for h in hits)
 
 
-# -- empty cases (CASES.md #13) -------------------------------------------------------------------
+# -- empty cases  -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("query", ["", "   ", "the of and ?!", "\n"])

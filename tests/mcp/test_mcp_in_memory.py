@@ -117,7 +117,7 @@ def test_refused_arguments_are_tool_errors_in_kgs_error_shape(acme, tool, argume
 
 
 def test_search_attaches_each_hits_parent_and_neighbouring_sections(acme):
-    """The guide's enrichment loop over MCP: ``context_siblings`` attaches the parent and the
+    """The enrichment loop of RAG patterns over MCP: ``context_siblings`` attaches the parent and the
     sections beside each hit, in order, each with its kg:// citation handle."""
     run(acme, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/guide", node_type="kb:Article",
         properties={"title": "Rigging guide"})

@@ -2,10 +2,10 @@
 branches (hypothesis stateful testing), on SQLite and PostgreSQL.
 
 The model keeps, per branch, a full copy of what a reader sees: its nodes (path -> value) and
-its relations, keyed by endpoint *addresses* ((from path, type, to path) -> weight), as DESIGN.md
+its relations, keyed by endpoint *addresses* ((from path, type, to path) -> weight), as docs/concepts/merge.md
 states identity: a node is its (workspace, path), a relation is (from path, to path, type).
 Creating a branch copies the parent; deleting a node removes its edges; a merge of a child into
-its parent is the three-way merge of DESIGN.md computed on the copies against the base copy
+its parent is the three-way merge (docs/concepts/merge.md) computed on the copies against the base copy
 (the fork, then the last merge), and a merge that would leave an edge on a deleted endpoint or
 a node under a deleted parent is a conflict. Every read of kg must equal the model; every merge
 kg refuses must be refused by the model with the same conflicts, and the other way round; a

@@ -3,7 +3,7 @@
 Every write transaction takes the repository's revision lock (``BEGIN IMMEDIATE`` on SQLite,
 the repository row lock on PostgreSQL), so concurrent writers serialise: each acknowledged write
 has its own revision, none is lost, and the last acknowledged write of a path (the highest
-revision) is what a read returns afterwards. CASES.md #23: an ingest running beside node writers
+revision) is what a read returns afterwards. An ingest running beside node writers
 on SQLite must not surface "database is locked" as a 500, and reads go on succeeding meanwhile.
 """
 
@@ -192,7 +192,7 @@ def _write_notes(folder: Path, round_: int) -> dict[str, str]:
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_node_writes_beside_an_ingest_all_land_and_reads_keep_succeeding(client, repo, services, tmp_path):
-    """CASES.md #23, on SQLite ("database is locked"): 8 threads x 50 node writes while an ingest
+    """On SQLite ("database is locked"): 8 threads x 50 node writes while an ingest
     runs; all written, no 500, reads (GET, children, search) succeed meanwhile."""
     writers, writes = 8, 50
     folder = tmp_path / "notes"

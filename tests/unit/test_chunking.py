@@ -1,4 +1,4 @@
-"""Chunkers: exact CASES.md values and property tests of the invariants every splitter keeps."""
+"""Chunkers: exact values of known failures and property tests of the invariants every splitter keeps."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def size_and_overlap(draw: st.DrawFn, max_size: int = 60) -> tuple[int, int]:
     return size, draw(st.integers(min_value=0, max_value=size - 1))
 
 
-# --- settings (CASES.md #1: a splitter that never ends) ------------------------------------
+# --- settings (a splitter that never ends) ------------------------------------
 
 BAD_SETTINGS = [(5, 5), (5, 6), (0, 0), (0, 2), (5, -1), (-3, 0)]
 
@@ -174,7 +174,7 @@ def test_case1_config_refuses_bad_settings_naming_both(chunk_size: int, overlap:
     assert "chunk size" in text and "chunk overlap" in text
 
 
-# --- CASES.md #2: unbounded recursion -------------------------------------------------------
+# --- unbounded recursion -------------------------------------------------------
 
 
 @pytest.mark.parametrize(("overlap", "n_chunks"), [(0, 100), (10, 111), (99, 9901)])
@@ -211,7 +211,7 @@ def test_separators_must_be_a_sequence_of_strings() -> None:
         recursive_split("a b", chunk_size=2, overlap=0, separators=" ")  # type: ignore[arg-type]
 
 
-# --- CASES.md #3: a character cut in half ---------------------------------------------------
+# --- a character cut in half ---------------------------------------------------
 
 
 def test_case3_token_mode_size2_mixed_scripts() -> None:
@@ -244,9 +244,9 @@ def test_case3_cluster_longer_than_size_is_cut_at_code_points() -> None:
     assert [c.text for c in chunks] == ["👋", "🏻"]
 
 
-# --- CASES.md #4 (structure-aware markdown) comes with the markdown splitter ----------------
+# --- structure-aware markdown comes with the markdown splitter ----------------
 
-# --- CASES.md #15: a document of only whitespace --------------------------------------------
+# --- a document of only whitespace --------------------------------------------
 
 
 @pytest.mark.parametrize("text", ["", " ", "   \n\t \n\n", "\u3000\u00a0\r\n"])
@@ -472,7 +472,7 @@ def test_word_split_invariants(text: str, sizes: tuple[int, int]) -> None:
         assert chunks[-1].end == words[-1].end
 
 
-# --- CASES.md #1 in every unit and splitter, through the configuration ---------------------
+# --- a splitter that never ends, in every unit and splitter, through the configuration ---------------------
 
 ALL_SPLITTERS = ["recursive", "fixed_size", "markdown", "code", "words"]
 

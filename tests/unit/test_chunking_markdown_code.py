@@ -1,4 +1,4 @@
-"""Structure-aware chunkers: the Markdown splitter (CASES.md #4) and the code splitter.
+"""Structure-aware chunkers: the Markdown splitter (it must not drop text) and the code splitter.
 
 Exact values for the cases, and property tests of the invariants every splitter keeps
 (spans slice the source, no empty chunk, every non-space character covered, sizes kept),
@@ -83,7 +83,7 @@ def texts_of(chunks: list[Chunk]) -> list[str]:
     return [c.text for c in chunks]
 
 
-# --- CASES.md #4: a structure-aware splitter drops text ------------------------------------
+# --- a structure-aware splitter drops text ------------------------------------
 
 CASE4 = "# Title\nintro\n```python\n# not a heading\nx = 1\n```\n## Part 2\nbody"
 CASE4_UNCLOSED = "# Notes\nsetup:\n```bash\nmake install\n## Important\ncritical"
@@ -283,7 +283,7 @@ def test_markdown_heading_only_sections() -> None:
     assert texts_of(markdown_split("#\n##\n###", chunk_size=10, overlap=0)) == ["#", "##", "###"]
 
 
-# --- settings (CASES.md #1) in the new splitters -------------------------------------------
+# --- settings (a splitter that never ends) in the new splitters -------------------------------------------
 
 BAD_SETTINGS = [(5, 5), (5, 6), (0, 0), (5, -1)]
 

@@ -1,4 +1,4 @@
-"""The docstring gate: kg.store, kg.ops and kg.mcp document their public API in numpydoc (STYLE.md).
+"""The docstring gate: kg.store, kg.ops and kg.mcp document their public API in numpydoc.
 
 Every public function and method (a name without a leading ``_``, defined in the module, of a
 module-level function or of a public class) is run through numpydoc's validator, and these of

@@ -187,7 +187,7 @@ def test_deterministic_extractor_reads_rst_pep_roles():
 
 
 def test_names_of_documents_indexes_and_companies_are_not_persons():
-    """Regression (issue 15): "Python Package Index", "Marine Handbook" and a company were
+    """Regression: "Python Package Index", "Marine Handbook" and a company were
     typed as persons."""
     text = "Get it from the Python Package Index. It is in the Marine Handbook. Films by Starz Home Entertainment."
     assert deterministic_entities(text) == [("Python Package Index", "concept", []),

@@ -1,4 +1,4 @@
-"""The package layout holds the layers (DESIGN.md, "Layers"): arrows point down only.
+"""The package layout holds the layers: arrows point down only.
 
 ``api -> {kg.ops, kg.rag, kg.ragnode} -> kg.indexing -> {kg.index, kg.providers, kg.text,
 kg.graph} -> kg.store -> {kg.errors, kg.settings}``; ``kg`` never imports ``api`` or FastAPI.

@@ -6,7 +6,7 @@ from kg.text.sentences import is_whole, split_sentences
 
 
 def test_a_parenthesis_is_never_cut():
-    """Regression (issue 15): an answer ended with a sentence cut mid-parenthesis."""
+    """Regression: an answer ended with a sentence cut mid-parenthesis."""
     text = ("A wheel is a ZIP-format archive (see the convention. It is e.g. name-1.0.whl) with a name. "
             "It holds one distribution.")
     assert split_sentences(text) == [
