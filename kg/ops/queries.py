@@ -24,8 +24,8 @@ from kg.types.nodes import (
     Node,
     NodeChunk,
     NodeChunks,
+    NodeHistoryEntry,
     NodeList,
-    NodeWrite,
     Reference,
     ReferenceList,
     TreeNode,
@@ -143,7 +143,7 @@ def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, work
 
 
 def node_history(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
-                 limit: int = 100, at_revision: int | None = None) -> list[NodeWrite]:
+                 limit: int = 100, at_revision: int | None = None) -> list[NodeHistoryEntry]:
     """The revisions of the branch's history (with its ancestors' up to the fork, merges included)
     that wrote the node at ``path``, which need not exist now; newest first, ``op`` ``put`` or
     ``delete``. A query over ``ix_node_versions_path`` per chain entry.
@@ -169,8 +169,8 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
             .order_by(NodeVersion.revision.desc(), NodeVersion.id.desc())
             .limit(limit)
         ).all()
-        return [NodeWrite(revision=rev, branch=name, actor=actor, message=message, created_at=created.isoformat(),
-                          op="delete" if deleted else "put")
+        return [NodeHistoryEntry(revision=rev, branch=name, actor=actor, message=message,
+                                 created_at=created.isoformat(), op="delete" if deleted else "put")
                 for rev, deleted, name, actor, message, created in rows]
 
 

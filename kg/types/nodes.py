@@ -164,7 +164,7 @@ class NodeChunks(Schema):
     chunks: list[NodeChunk]
 
 
-class NodeWrite(Schema):
+class NodeHistoryEntry(Schema):
     """A revision of a branch's history that wrote a node."""
 
     revision: int
