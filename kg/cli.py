@@ -47,6 +47,7 @@ from kg.sql.execute import run_sql
 from kg.store.db import Database
 from kg.store.models import utcnow
 from kg.store.paths import validate_path
+from kg.types.branches import DerivedRefresh, Diff, NodeChangeEntry
 
 # Help texts are Markdown: a docstring's hard line ends flow as one paragraph, ``code`` is styled
 # (typer's default "rich" mode kept the line ends in the command list, breaking sentences).
@@ -634,33 +635,29 @@ def _value(value: object) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def _diff_lines(report: dict) -> list[str]:
-    """A diff report (:func:`kg.store.history.diff_branches`) as readable lines."""
-    nodes, rels = report["nodes"], report["relations"]
-    base = report["base"]
+def _diff_lines(report: Diff) -> list[str]:
+    """A diff (:func:`kg.ops.queries.diff`) as readable lines."""
+    nodes, rels, base = report.nodes, report.relations, report.base
     # Revision numbers are the repository's (every branch's writes draw from one sequence): the
     # base is the parent as of that number, which may have been written on another branch.
-    lines = [f"diff {report['branch']} against {report['against']} (base: {base['branch']} as of revision "
-             f"{base['revision']})",
-             f"nodes: {len(nodes['added'])} added, {len(nodes['modified'])} modified, "
-             f"{len(nodes['deleted'])} deleted"]
-    for n in nodes["added"]:
-        lines.append(f"  + {n['workspace']}:{n['path']}  {n['node_type']}")
-    for n in nodes["modified"]:
-        lines.append(f"  ~ {n['workspace']}:{n['path']}  {n['node_type']}")
-        for key, change in sorted(n["changes"].items()):
-            lines.append(f"      {key}: {_value(change.get('old'))} -> {_value(change.get('new'))}")
-    for n in nodes["deleted"]:
-        lines.append(f"  - {n['workspace']}:{n['path']}  {n['node_type']}")
-    lines.append(f"relations: {len(rels['added'])} added, {len(rels['modified'])} modified, "
-                 f"{len(rels['removed'])} removed")
-    for r in rels["added"]:
-        lines.append(f"  + {r['from']} -[{r['type']}]-> {r['to']}  weight {r['weight']}")
-    for r in rels["modified"]:
-        lines.append(f"  ~ {r['from']} -[{r['type']}]-> {r['to']}  weight {r['old']['weight']} -> "
-                     f"{r['new']['weight']}")
-    for r in rels["removed"]:
-        lines.append(f"  - {r['from']} -[{r['type']}]-> {r['to']}")
+    lines = [f"diff {report.branch} against {report.against} (base: {base.branch} as of revision "
+             f"{base.revision})",
+             f"nodes: {len(nodes.added)} added, {len(nodes.modified)} modified, {len(nodes.deleted)} deleted"]
+    for n in nodes.added:
+        lines.append(f"  + {n.workspace}:{n.path}  {n.node_type}")
+    for m in nodes.modified:
+        lines.append(f"  ~ {m.workspace}:{m.path}  {m.node_type}")
+        for key, change in sorted(m.changes.items()):
+            lines.append(f"      {key}: {_value(change.old)} -> {_value(change.new)}")
+    for n in nodes.deleted:
+        lines.append(f"  - {n.workspace}:{n.path}  {n.node_type}")
+    lines.append(f"relations: {len(rels.added)} added, {len(rels.modified)} modified, {len(rels.removed)} removed")
+    for r in rels.added:
+        lines.append(f"  + {r.from_} -[{r.type}]-> {r.to}  weight {r.weight}")
+    for c in rels.modified:
+        lines.append(f"  ~ {c.from_} -[{c.type}]-> {c.to}  weight {c.old.weight} -> {c.new.weight}")
+    for r in rels.removed:
+        lines.append(f"  - {r.from_} -[{r.type}]-> {r.to}")
     return lines
 
 
@@ -677,7 +674,7 @@ def diff(repo: Annotated[str, typer.Option(help="Repository.")],
     except KGError as exc:
         _fail(exc)
     if as_json:
-        typer.echo(json.dumps(report, indent=2, default=str))
+        typer.echo(json.dumps(report.as_json(), indent=2))
         return
     typer.echo("\n".join(_diff_lines(report)))
 
@@ -698,19 +695,19 @@ def log(repo: Annotated[str, typer.Option(help="Repository.")],
     except KGError as exc:
         _fail(exc)
     if as_json:
-        typer.echo(json.dumps({"revisions": revisions}, indent=2))
+        typer.echo(json.dumps(revisions.as_json(), indent=2))
         return
-    for rev in revisions:
-        count = rev["change_count"]
-        typer.echo(f"r{rev['revision']}  {rev['created_at'][:19].replace('T', ' ')}  {rev['branch']}  "
-                   f"{rev['actor'] or '-'}  ({count} change{'' if count == 1 else 's'})  {rev['message'] or ''}")
-        for change in rev["changes"]:
-            if change["kind"] == "node":
-                typer.echo(f"    {change['op']:<6} {change['workspace']}:{change['path']}")
+    for rev in revisions.revisions:
+        count = rev.change_count
+        typer.echo(f"r{rev.revision}  {rev.created_at[:19].replace('T', ' ')}  {rev.branch}  "
+                   f"{rev.actor or '-'}  ({count} change{'' if count == 1 else 's'})  {rev.message or ''}")
+        for change in rev.changes:
+            if isinstance(change, NodeChangeEntry):
+                typer.echo(f"    {change.op:<6} {change.workspace}:{change.path}")
             else:
-                typer.echo(f"    {change['op']:<6} {change['from']} -{change['type']}-> {change['to']}")
-        if count > len(rev["changes"]) and changes:
-            typer.echo(f"    ... and {count - len(rev['changes'])} more")
+                typer.echo(f"    {change.op:<6} {change.from_} -{change.type}-> {change.to}")
+        if count > len(rev.changes) and changes:
+            typer.echo(f"    ... and {count - len(rev.changes)} more")
 
 
 def _conflict_lines(conflicts: list[dict]) -> list[str]:
@@ -789,32 +786,32 @@ def merge(repo: Annotated[str, typer.Option(help="Repository.")],
     except KGError as exc:
         _fail(exc)
     if as_json:
-        typer.echo(json.dumps(result, indent=2, default=str))
+        typer.echo(json.dumps(result.as_json(), indent=2))
         return
-    target = into or branch_ops.get_branch(services, OPERATOR, repo, branch)["parent"]
-    nodes, rels = result["applied"]["nodes"], result["applied"]["relations"]
-    how = "fast-forward" if result["fast_forward"] else "three-way"
-    counts = (f"nodes {len(nodes['added'])} added, {len(nodes['modified'])} modified, "
-              f"{len(nodes['deleted'])} deleted; relations {rels['upserted']} upserted, {rels['removed']} removed")
+    target = into or branch_ops.get_branch(services, OPERATOR, repo, branch).parent
+    nodes, rels = result.applied.nodes, result.applied.relations
+    how = "fast-forward" if result.fast_forward else "three-way"
+    counts = (f"nodes {len(nodes.added)} added, {len(nodes.modified)} modified, "
+              f"{len(nodes.deleted)} deleted; relations {rels.upserted} upserted, {rels.removed} removed")
     where = f"{branch} into {target}"
     if dry_run:
         typer.echo(f"dry run: merging {where} ({how}) would write {counts}")
-        lineage = _derived_line(result.get("derived") or {})
+        lineage = _derived_line(result.derived)
         if lineage:
             typer.echo(f"{lineage} (would be)")
-    elif result["revision"] is None:
+    elif result.revision is None:
         typer.echo(f"merged {where}: nothing to apply (up to date)")
     else:
-        typer.echo(f"merged {where} ({how}) as revision {result['revision']}: {counts}")
-        lineage = _derived_line(result.get("derived") or {})
+        typer.echo(f"merged {where} ({how}) as revision {result.revision}: {counts}")
+        lineage = _derived_line(result.derived)
         if lineage:
             typer.echo(lineage)
 
 
-def _derived_line(derived: dict[str, int]) -> str:
+def _derived_line(derived: DerivedRefresh | None) -> str:
     """One line of what lineage did in a write (empty when nothing), e.g. ``lineage: 2
     mention(s) unlinked, 1 entity(ies) flagged orphan``."""
-    told = describe_derived(derived)
+    told = describe_derived(derived.model_dump() if derived is not None else {})
     return f"lineage: {told}" if told else ""
 
 
@@ -846,7 +843,7 @@ def relate(repo: Annotated[str, typer.Option(help="Repository.")],
                                 weight=weight, valid_from=valid_from, valid_to=valid_to, message=message)
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps({"created": created, **relation}))
+    typer.echo(json.dumps({"created": created, **relation.as_json()}))
 
 
 @app.command()
@@ -867,7 +864,7 @@ def invalidate(repo: Annotated[str, typer.Option(help="Repository.")],
                        valid_to=valid_to, invalidated_by=invalidated_by, message=message)
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps(relation))
+    typer.echo(json.dumps(relation.as_json()))
 
 
 @app.command("relation-types")
@@ -888,7 +885,7 @@ def relation_types(repo: Annotated[str, typer.Option(help="Repository.")],
             answer = relation_ops.get_relation_types(services, OPERATOR, repo, workspace)
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps(answer))
+    typer.echo(json.dumps(answer.as_json()))
 
 
 @app.command()
@@ -946,7 +943,7 @@ def branch_create(name: str, repo: Annotated[str, typer.Option()],
     try:
         services = _services()
         created = run(services, OPERATOR, branch_ops.create_branch, repo, name=name, from_branch=from_)
-        typer.echo(json.dumps({"name": created["name"], "base_revision": created["base_revision"]}))
+        typer.echo(json.dumps({"name": created.name, "base_revision": created.base_revision}))
     except KGError as exc:
         _fail(exc)
 
@@ -956,8 +953,8 @@ def branch_list(repo: Annotated[str, typer.Option()]) -> None:
     """List branches."""
     try:
         services = _services()
-        for b in branch_ops.list_branches(services, OPERATOR, repo):
-            typer.echo(f"{b['name']}\tbase={b['base_revision']}\thead={b['head_revision']}")
+        for b in branch_ops.list_branches(services, OPERATOR, repo).branches:
+            typer.echo(f"{b.name}\tbase={b.base_revision}\thead={b.head_revision}")
     except KGError as exc:
         _fail(exc)
 
@@ -981,7 +978,7 @@ def branch_reset(name: str, repo: Annotated[str, typer.Option()]) -> None:
         reset = run(services, OPERATOR, branch_ops.reset_branch, repo, name)
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps(reset))
+    typer.echo(json.dumps(reset.as_json()))
 
 
 @app.command("mcp")

@@ -14,20 +14,20 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}/branches"
 
 
 @router.post("", status_code=201, response_model=Branch, response_model_exclude_unset=True)
-def create_branch(repo: RepoP, body: BranchCreate, services: ServicesDep, caller: CallerDep) -> dict:
+def create_branch(repo: RepoP, body: BranchCreate, services: ServicesDep, caller: CallerDep) -> Branch:
     """Create a branch from ``from`` (at ``at_revision``, default now)."""
     return run(services, caller, branch_ops.create_branch, repo, name=body.name, from_branch=body.from_,
                at_revision=body.at_revision)
 
 
 @router.get("", response_model=BranchList, response_model_exclude_unset=True)
-def list_branches(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
+def list_branches(repo: RepoP, services: ServicesDep, caller: CallerDep) -> BranchList:
     """Every branch of the repository."""
-    return {"branches": branch_ops.list_branches(services, caller, repo)}
+    return branch_ops.list_branches(services, caller, repo)
 
 
 @router.get("/{branch:path}", response_model=Branch, response_model_exclude_unset=True)
-def get_branch(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep) -> dict:
+def get_branch(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep) -> Branch:
     """One branch (its name may contain '/')."""
     return branch_ops.get_branch(services, caller, repo, branch)
 

@@ -28,17 +28,18 @@ def log(repo: RepoP, services: ServicesDep, caller: CallerDep, branch: BranchQ =
         changes: Annotated[int, Query(ge=0, le=queries.MAX_LOG_CHANGES, description=(
             "Changes listed per revision (nodes first, then relations, in write order); "
             "`change_count` counts them all."))] = queries.DEFAULT_LOG_CHANGES,
-        ) -> dict:
+        ) -> RevisionLog:
     """Revisions of the branch's history (its own, then its ancestors' up to the fork), newest first."""
-    return {"revisions": queries.revision_log(services, caller, repo, branch, limit=limit, before=before,
-                                              at_revision=at_revision, max_changes=changes)}
+    return queries.revision_log(services, caller, repo, branch, limit=limit, before=before, at_revision=at_revision,
+                                max_changes=changes)
 
 
 @router.post("/nodes:batch", response_model=BatchResult,
              responses={422: refusal("`invalid_input`: a (workspace, path) named twice in the batch, an upsert "
                                      "below a node the batch deletes, more than 10,000 items in all "
                                      "(`details.field`: `upserts` or `deletes`)")})
-def batch(repo: RepoP, body: BatchBody, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main") -> dict:
+def batch(repo: RepoP, body: BatchBody, services: ServicesDep, caller: CallerDep,
+          branch: BranchQ = "main") -> BatchResult:
     """Deletes then upserts as one revision: all or nothing.
 
     Rules across the items, each a 422 ``invalid_input`` naming the list in ``details.field``
@@ -56,7 +57,7 @@ def batch(repo: RepoP, body: BatchBody, services: ServicesDep, caller: CallerDep
 def diff(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep,
          against: Annotated[str | None, Query(min_length=1, max_length=255, json_schema_extra={
              "pattern": BRANCH_PATTERN}, description="The branch's parent, one of its children, or the branch "
-                                                     "itself (an empty diff); default: its parent.")] = None) -> dict:
+                                                     "itself (an empty diff); default: its parent.")] = None) -> Diff:
     """What the branch changed since its merge base with ``against`` (default: its parent).
 
     ``against`` names the branch's parent, one of its children, or the branch itself (an empty
@@ -72,7 +73,7 @@ def diff(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep,
                                      "its child (`details.field`: `into`); a resolution naming no conflict of "
                                      "the merge or an unknown workspace (`resolutions`); an `if_plan` that is "
                                      "not a plan of these two branches (`if_plan`)")})
-def merge(repo: RepoP, branch: BranchP, body: MergeBody, services: ServicesDep, caller: CallerDep) -> dict:
+def merge(repo: RepoP, branch: BranchP, body: MergeBody, services: ServicesDep, caller: CallerDep) -> MergeResult:
     """Merge the branch into ``into`` (default: its parent): fast-forward or three-way.
 
     Rules with the branches' state, each a 422 ``invalid_input`` naming its field in
@@ -88,6 +89,6 @@ def merge(repo: RepoP, branch: BranchP, body: MergeBody, services: ServicesDep, 
 
 
 @router.post("/branches/{branch:path}/reset", response_model=BranchReset)
-def reset(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep) -> dict:
+def reset(repo: RepoP, branch: BranchP, services: ServicesDep, caller: CallerDep) -> BranchReset:
     """Drop what was written on the branch and fork it again from its parent's head."""
     return run(services, caller, reset_branch, repo, branch)

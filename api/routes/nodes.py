@@ -38,7 +38,7 @@ def _path(raw: str) -> str:
             responses={200: {"description": "Replaced: the node"},
                        201: {"description": "Created: the node", "model": Node}})
 def put_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, body: NodePut, services: ServicesDep, caller: CallerDep,
-             response: Response, branch: BranchQ = "main", parents: bool = False) -> dict:
+             response: Response, branch: BranchQ = "main", parents: bool = False) -> Node:
     """Create (201) or replace (200) the node at ``path``; its text is chunked and embedded."""
     node, created = run(
         services, caller, node_ops.put_node, repo, branch, ws, _path(path), node_type=body.node_type,
@@ -51,7 +51,7 @@ def put_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, body: NodePut, servic
 
 @router.patch("/{path:path}", response_model=Node)
 def patch_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, body: NodePatch, services: ServicesDep, caller: CallerDep,
-               branch: BranchQ = "main") -> dict:
+               branch: BranchQ = "main") -> Node:
     """Merge properties into the node (``null`` removes a key)."""
     return run(services, caller, node_ops.patch_node, repo, branch, ws, _path(path),
                properties=body.properties, node_type=body.node_type, order=body.order,
@@ -60,7 +60,7 @@ def patch_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, body: NodePatch, se
 
 @router.get("/{path:path}", response_model=Node)
 def get_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, services: ServicesDep, caller: CallerDep,
-             branch: BranchQ = "main", at_revision: RevisionQ = None) -> dict:
+             branch: BranchQ = "main", at_revision: RevisionQ = None) -> Node:
     """The node at ``path`` on the branch."""
     return queries.get_node(services, caller, repo, branch, ws, _path(path), at_revision=at_revision)
 
@@ -68,7 +68,7 @@ def get_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, services: ServicesDep
 @router.delete("/{path:path}", response_model=NodesDeleted)
 def delete_node(repo: RepoP, ws: WorkspaceP, path: NodePathP, services: ServicesDep, caller: CallerDep,
                 branch: BranchQ = "main", recursive: bool = False, message: MessageQ = None, actor: ActorQ = None,
-                if_revision: Annotated[int | None, Query(ge=0, le=MAX_REVISION)] = None) -> dict:
+                if_revision: Annotated[int | None, Query(ge=0, le=MAX_REVISION)] = None) -> NodesDeleted:
     """Delete the node (a tombstone on the branch); with children only when ``recursive``."""
     return run(services, caller, node_ops.delete_node, repo, branch, ws, _path(path), recursive=recursive,
                message=message, actor=actor, if_revision=if_revision)
@@ -110,7 +110,7 @@ def list_nodes(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: Calle
                limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
                cursor: Annotated[str | None, Query(min_length=1, description="The previous page's next_cursor "
                                                    "(of this listing: same parent or prefix, same order).")]
-               = None) -> dict:
+               = None) -> NodeList:
     """Children of ``parent`` in order, or all nodes under ``prefix`` by path, paginated.
 
     Rules across the query parameters, each a 422 ``invalid_input`` naming its parameter in
@@ -124,15 +124,13 @@ def list_nodes(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: Calle
         if prefix_mode != "segments":
             raise InvalidInput("prefix_mode applies to a prefix listing (prefix=...), not to children",
                                details={"field": "prefix_mode", "prefix_mode": prefix_mode})
-        nodes, next_cursor = queries.children_page(
-            services, caller, repo, branch, ws, parent, limit=limit, cursor=cursor, at_revision=at_revision,
-            order_by=order_by, direction=direction, node_type=node_type, has_children=False)
-        return {"nodes": nodes, "next_cursor": next_cursor}
+        return queries.children_page(services, caller, repo, branch, ws, parent, limit=limit, cursor=cursor,
+                                     at_revision=at_revision, order_by=order_by, direction=direction,
+                                     node_type=node_type)
     assert prefix is not None
     for name, value in (("order_by", order_by), ("direction", direction), ("node_type", node_type)):
         if value is not None:
             raise InvalidInput(f"{name} applies to children (parent=...), not to a prefix listing",
                                details={"field": name, name: value})
-    nodes, next_cursor = queries.list_prefix(services, caller, repo, branch, ws, prefix, limit=limit,
-                                             cursor=cursor, at_revision=at_revision, mode=prefix_mode)
-    return {"nodes": nodes, "next_cursor": next_cursor}
+    return queries.list_prefix(services, caller, repo, branch, ws, prefix, limit=limit, cursor=cursor,
+                               at_revision=at_revision, mode=prefix_mode)

@@ -18,10 +18,8 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["
 @router.get("/references", response_model=ReferenceList)
 def references(repo: RepoP, target: AddressQ,
                services: ServicesDep, caller: CallerDep, branch: BranchQ = "main", at_revision: RevisionQ = None,
-               limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000) -> dict:
+               limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 1000) -> ReferenceList:
     """Nodes whose visible version holds a reference ``{"kg:ref": path, "kg:workspace": ws}`` to
     ``target`` (top-level property values and items of top-level lists), with the property key;
     answered through the reference index."""
-    rows, truncated = queries.references(services, caller, repo, branch, target, limit=limit,
-                                         at_revision=at_revision)
-    return {"references": rows, "truncated": truncated}
+    return queries.references(services, caller, repo, branch, target, limit=limit, at_revision=at_revision)

@@ -51,7 +51,7 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["
                         422: refusal("`invalid_input`: `valid_to` earlier than `valid_from` (`details.field`: "
                                      "`valid_to`), or another rule of kg's")})
 def relate(repo: RepoP, body: RelationCreate, services: ServicesDep, caller: CallerDep, response: Response,
-           branch: BranchQ = "main") -> dict:
+           branch: BranchQ = "main") -> Relation:
     """Assert a typed, weighted edge: 201 new, 200 re-asserted (weight and properties replaced).
 
     ``valid_to``, when given with ``valid_from``, is not earlier than it (a rule across two fields:
@@ -69,7 +69,7 @@ def unrelate(repo: RepoP, services: ServicesDep, caller: CallerDep,
              from_: Annotated[str, Query(alias="from", json_schema_extra={"pattern": ADDRESS_PATTERN,
                                                                           "maxLength": 1300})],
              to: AddressQ, branch: BranchQ = "main", type: RelationTypeQ = None, message: MessageQ = None,
-             actor: ActorQ = None) -> dict:
+             actor: ActorQ = None) -> RelationsDeleted:
     """Remove the edges from ``from`` to ``to`` (of ``type``, or all types); when there was
     none, no revision is made (``revision`` is null)."""
     return run(services, caller, relation_ops.unrelate, repo, branch, from_, to, type, message=message,
@@ -109,7 +109,7 @@ def traverse(repo: RepoP, body: TraverseBody, services: ServicesDep, caller: Cal
                                      "or `valid_to` is earlier than the relation's `valid_from` "
                                      "(`details.field`: `valid_to`), or another rule of kg's")})
 def invalidate(repo: RepoP, ws: WorkspaceP, body: RelationInvalidate, services: ServicesDep, caller: CallerDep,
-               branch: BranchQ = "main") -> dict:
+               branch: BranchQ = "main") -> Relation:
     """Close a relation's validity at ``valid_to`` (default now), naming what superseded it
     (``invalidated_by``). The relation stays readable with ``include_invalid`` or an ``as_of``
     before ``valid_to``.
@@ -126,14 +126,14 @@ def invalidate(repo: RepoP, ws: WorkspaceP, body: RelationInvalidate, services: 
 
 
 @router.get("/workspaces/{ws}/relation-types", response_model=RelationTypes)
-def get_relation_types(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: CallerDep) -> dict:
+def get_relation_types(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: CallerDep) -> RelationTypes:
     """The relation types declared single-valued per source in the workspace."""
     return relation_ops.get_relation_types(services, caller, repo, ws)
 
 
 @router.put("/workspaces/{ws}/relation-types", response_model=RelationTypes)
 def put_relation_types(repo: RepoP, ws: WorkspaceP, body: RelationTypesPut, services: ServicesDep,
-                       caller: CallerDep) -> dict:
+                       caller: CallerDep) -> RelationTypes:
     """Declare the workspace's single-valued relation types (replaced whole; admin): asserting
     one from a source with a current one to another target invalidates the old one."""
     return run(services, caller, relation_ops.set_relation_types, repo, ws, body.single_valued)

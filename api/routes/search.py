@@ -23,7 +23,7 @@ def search_route(repo: RepoP, body: SearchRequest, services: ServicesDep, caller
 
 
 @router.get("/index/status", response_model=IndexStatus, response_model_exclude_unset=True)
-def index_status(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
+def index_status(repo: RepoP, services: ServicesDep, caller: CallerDep) -> IndexStatus:
     """What the indexer has pending, running and failed for this repository, and what the
     search index holds."""
     return queries.index_status(services, caller, repo)

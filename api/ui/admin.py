@@ -30,7 +30,7 @@ def index_page(repo: str, console: PageDep) -> Response:
     repository), and the function jobs the key may see."""
     jobs = function_jobs.list_jobs(console.services, console.caller, repo, limit=100)
     try:
-        queue = index_status(console.services, console.caller, repo)
+        queue = index_status(console.services, console.caller, repo).as_json()
         refused = None
     except Forbidden as exc:  # the status names every branch: admins only
         queue, refused = None, exc.message

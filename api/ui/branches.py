@@ -72,7 +72,7 @@ def sort_agents(branches: list[dict[str, Any]], sort: Sort) -> list[dict[str, An
 def branches(repo: str, console: PageDep, sort: Annotated[Sort, Query()] = "stale",
              done: str | None = None) -> Response:
     """The repository's branches."""
-    every = branch_ops.branch_overview(console.services, console.caller, repo)
+    every = [b.as_json() for b in branch_ops.branch_overview(console.services, console.caller, repo)]
     agents = [b for b in every if b["name"].startswith(AGENT_PREFIXES)]
     others = [b for b in every if not b["name"].startswith(AGENT_PREFIXES)]
     return console.render("branches.html", section="branches", repo=repo, tree=tree_order(others),
@@ -88,7 +88,7 @@ def reset(repo: str, console: ActionDep) -> Response:
     out = run(console.services, console.caller, branch_ops.reset_branch, repo, name)
     return console.redirect(ui_url(f"/r/{repo}/branches",
                                    done=console.flash(f"reset {name}: it now forks at revision "
-                                                      f"{out.get('base_revision')}")))
+                                                      f"{out.base_revision}")))
 
 
 @router.post("/branches/delete")

@@ -23,6 +23,7 @@ from kg.rag.graph import neighbors as graph_neighbors
 from kg.store.paths import validate_path
 from kg.store.references import extract_references
 from kg.text.storable import MAX_DEPTH, check_json
+from kg.types.nodes import Node
 
 router = APIRouter(prefix="/ui/r/{repo}")
 PageDep = Annotated[Console, Depends(page)]
@@ -95,9 +96,9 @@ def _branches(console: Console, repo: str) -> list[str]:
 def _children(console: Console, repo: str, branch: str, workspace: str, parent: str,
               cursor: str | None, limit: int) -> dict[str, Any]:
     """The context of ``_tree_children.html``: one page of ``parent``'s children."""
-    nodes, next_cursor = queries.children_page(console.services, console.caller, repo, branch, workspace, parent,
-                                               limit=limit, cursor=cursor)
-    return {"nodes": nodes, "next_cursor": next_cursor, "parent": parent, "workspace": workspace,
+    page = queries.tree_page(console.services, console.caller, repo, branch, workspace, parent, limit=limit,
+                             cursor=cursor)
+    return {"nodes": page.nodes, "next_cursor": page.next_cursor, "parent": parent, "workspace": workspace,
             "branch": branch, "repo": repo, "limit": limit}
 
 
@@ -181,10 +182,10 @@ def tree_children(repo: str, workspace: str, console: PageDep, branch: str = "ma
     return console.render("_tree_children.html", **_children(console, repo, branch, workspace, parent, cursor, limit))
 
 
-def _outgoing(node: dict[str, Any]) -> list[dict[str, str]]:
+def _outgoing(node: Node) -> list[dict[str, str]]:
     """The references the node's own properties hold (property key, target workspace and path)."""
     try:
-        found = extract_references(node["properties"], workspace=node["workspace"])
+        found = extract_references(node.properties, workspace=node.workspace)
     except InvalidInput:
         return []
     return [{"property_key": key, "workspace": ws, "path": path} for key, ws, path in found]
@@ -225,21 +226,21 @@ def node(repo: str, workspace: str, path: str, console: PageDep, branch: str = "
     found = queries.get_node(services, caller, repo, branch, workspace, path, at_revision=at_revision)
     chunks = queries.node_chunks(services, caller, repo, branch, workspace, path, at_revision=at_revision)
     address = f"{workspace}:{path}"
-    incoming, truncated_refs = queries.references(services, caller, repo, branch, address, limit=RELATIONS_SHOWN,
-                                                  at_revision=at_revision)
+    incoming = queries.references(services, caller, repo, branch, address, limit=RELATIONS_SHOWN,
+                                  at_revision=at_revision)
     relations = {d: graph_neighbors(services, caller, repo, branch, address, direction=d, limit=RELATIONS_SHOWN,
                                     at_revision=at_revision) for d in ("OUT", "IN")}
     history = queries.node_history(services, caller, repo, branch, workspace, path, limit=HISTORY_SHOWN,
                                    at_revision=at_revision)
     writable = at_revision is None and console.may("write", repo, branch, workspace)
-    properties_json = json.dumps(found["properties"], indent=2, sort_keys=True, ensure_ascii=False)
+    properties_json = json.dumps(found.properties, indent=2, sort_keys=True, ensure_ascii=False)
     too_large = too_large_to_edit(properties_json)
     return console.render(
         "node.html", section="tree", repo=repo, branch=branch, workspace=workspace, node=found,
-        at_revision=at_revision, chunks=chunks, chunks_shown=CHUNKS_SHOWN, references_in=incoming,
-        references_truncated=truncated_refs, references_out=_outgoing(found), relations=relations,
+        at_revision=at_revision, chunks=chunks, chunks_shown=CHUNKS_SHOWN, references_in=incoming.references,
+        references_truncated=incoming.truncated, references_out=_outgoing(found), relations=relations,
         history=history, writable=writable, branches=_branches(console, repo), done=console.flashed(done),
-        shown=shown_properties(found["properties"]), too_large=too_large,
+        shown=shown_properties(found.properties), too_large=too_large,
         properties_size=len(properties_json), properties_json="" if too_large else properties_json,
         max_field_chars=MAX_FIELD_CHARS, api_url=api_node_url(repo, workspace, path, branch, at_revision))
 
@@ -325,11 +326,11 @@ def edit(repo: str, console: ActionDep) -> Response:
     if_revision = _revision(console.field("if_revision"))
     current = queries.get_node(console.services, console.caller, repo, branch, workspace, path)
     stored, _ = run(console.services, console.caller, node_ops.put_node, repo, branch, workspace, path,
-                    node_type=node_type, properties=properties, order=current["order"],
+                    node_type=node_type, properties=properties, order=current.order,
                     message=console.field("message") or f"edited {workspace}:{path} in the console",
                     if_revision=if_revision)
     return console.redirect(ui_url(f"/r/{repo}/node", branch=branch, workspace=workspace, path=path,
-                                   done=console.flash(f"saved: revision {stored['revision']}")))
+                                   done=console.flash(f"saved: revision {stored.revision}")))
 
 
 @router.post("/node/delete")
@@ -362,6 +363,6 @@ def delete(repo: str, console: ActionDep) -> Response:
     out = run(console.services, console.caller, node_ops.delete_node, repo, branch, workspace, path,
               recursive=recursive, message=console.field("message") or f"deleted {workspace}:{path} in the console")
     return console.redirect(ui_url(f"/r/{repo}/tree", branch=branch, workspace=workspace,
-                                   done=console.flash(f"deleted {workspace}:{path} ({out['deleted']} node"
-                                                      f"{'' if out['deleted'] == 1 else 's'}): "
-                                                      f"revision {out['revision']}")))
+                                   done=console.flash(f"deleted {workspace}:{path} ({out.deleted} node"
+                                                      f"{'' if out.deleted == 1 else 's'}): "
+                                                      f"revision {out.revision}")))

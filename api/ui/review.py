@@ -277,8 +277,9 @@ def review(repo: str, console: PageDep, branch: str, into: str | None = None) ->
     if into == branch:  # a diff against itself is empty, but the page is a merge's review
         raise InvalidInput(f"branch {branch!r} is not merged into itself: choose another target",
                            details={"field": "into", "into": into})
-    merging = queries.merge_review(console.services, console.caller, repo, branch, into)
-    seen = queries.branch_review(console.services, console.caller, repo, branch, into)
+    review = queries.merge_review(console.services, console.caller, repo, branch, into)
+    merging = review.as_json() if review is not None else None
+    seen = queries.branch_review(console.services, console.caller, repo, branch, into).as_json()
     target = seen["into"]["name"] if seen["into"] else None
     # The dry run's token was read before the diff: what the page shows is no older than it.
     plan = merging["plan"] if merging is not None and merging["plan"] else seen.get("plan")
@@ -311,6 +312,7 @@ def merge(repo: str, console: ActionDep) -> Response:
         else:
             out = run(console.services, console.caller, merge_ops.merge_branch, repo, branch, into,
                       resolutions=resolutions, message=message, if_plan=seen)
+        shown = out.as_json()
     except MergeConflict as exc:  # a Conflict: before the stale-plan clause
         left = list(exc.details.get("conflicts", []))
         context["plan"] = exc.details.get("plan", seen)
@@ -332,9 +334,9 @@ def merge(repo: str, console: ActionDep) -> Response:
             raise
         return _panel(console, "conflicts", 422, context, rows=conflict_rows(every, picks), problem=exc.message)
     if dry_run:
-        context["plan"] = out.get("plan", seen)
-    return _panel(console, "preview" if dry_run else "result", 200, context, out=out,
-                  lineage=describe_derived(out.get("derived")))
+        context["plan"] = shown.get("plan", seen)
+    return _panel(console, "preview" if dry_run else "result", 200, context, out=shown,
+                  lineage=describe_derived(shown.get("derived")))
 
 
 def _panel(console: Console, state: str, status: int, context: dict[str, Any], **more: Any) -> Response:

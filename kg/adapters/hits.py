@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from kg.client import AsyncClient, Client
-from kg.errors import NotFound
 from kg.types import SearchResponse, SearchRow
 
 #: The metadata keys a language model does not need to read (ids, ranks, distances): the
@@ -54,8 +52,8 @@ class SearchOptions(BaseModel):
     at_revision : int, optional
         Read the branch as of this revision.
     titles : bool
-        Put each hit's node ``title`` property in its metadata (one node read per distinct node
-        of the answer; off: no read, no ``title``).
+        Put each hit's node ``title`` property in its metadata (the search's own ``title``: no
+        node is read; off: ``title`` None).
 
     Notes
     -----
@@ -108,7 +106,7 @@ class Hit:
     metadata: dict[str, Any]
 
 
-def citation(row: SearchRow, options: SearchOptions, title: str | None) -> dict[str, Any]:
+def citation(row: SearchRow, options: SearchOptions) -> dict[str, Any]:
     """The citation handles of a search row.
 
     Parameters
@@ -116,9 +114,7 @@ def citation(row: SearchRow, options: SearchOptions, title: str | None) -> dict[
     row : kg.types.SearchRow
         One result of ``POST .../search``.
     options : SearchOptions
-        The search's repository, branch and revision.
-    title : str or None
-        The node's ``title`` property (None: not read, or the node has none).
+        The search's repository, branch and revision, and whether to cite the node's title.
 
     Returns
     -------
@@ -132,8 +128,8 @@ def citation(row: SearchRow, options: SearchOptions, title: str | None) -> dict[
     out: dict[str, Any] = {
         "repo": options.repo, "branch": options.branch, "at_revision": options.at_revision,
         "workspace": row.workspace, "path": row.path, "node_id": row.node_id, "node_type": row.node_type,
-        "chunk_index": row.chunk_index, "title": title, "score": row.score, "vector_rank": row.vector_rank,
-        "fulltext_rank": row.fulltext_rank, "vector_distance": row.vector_distance}
+        "chunk_index": row.chunk_index, "title": row.title if options.titles else None, "score": row.score,
+        "vector_rank": row.vector_rank, "fulltext_rank": row.fulltext_rank, "vector_distance": row.vector_distance}
     if "rerank_score" in row.model_fields_set:
         out["rerank_score"] = row.rerank_score
     if "context" in row.model_fields_set:
@@ -141,20 +137,9 @@ def citation(row: SearchRow, options: SearchOptions, title: str | None) -> dict[
     return out
 
 
-def _hits(answer: SearchResponse, options: SearchOptions, titles: dict[tuple[str, str], str | None]) -> list[Hit]:
-    return [Hit(f"{row.node_id}#{row.chunk_index}", row.chunk_text, float(row.score),
-                citation(row, options, titles.get((row.workspace, row.path))))
+def _hits(answer: SearchResponse, options: SearchOptions) -> list[Hit]:
+    return [Hit(f"{row.node_id}#{row.chunk_index}", row.chunk_text, float(row.score), citation(row, options))
             for row in answer.results]
-
-
-def _nodes(answer: SearchResponse) -> list[tuple[str, str]]:
-    """The distinct (workspace, path) of the answer's rows, in order."""
-    return list(dict.fromkeys((row.workspace, row.path) for row in answer.results))
-
-
-def _title(properties: dict[str, Any]) -> str | None:
-    title = properties.get("title")
-    return title if isinstance(title, str) else None
 
 
 def search(client: Client, options: SearchOptions, query: str) -> list[Hit]:
@@ -165,38 +150,9 @@ def search(client: Client, options: SearchOptions, query: str) -> list[Hit]:
     kg.errors.KGError
         The server's refusal (``NotFound``, ``Forbidden``, ``InvalidInput``...).
     """
-    answer = client.search(options.repo, query, **options.search_kwargs())
-    titles: dict[tuple[str, str], str | None] = {}
-    if options.titles:
-        for ws, path in _nodes(answer):
-            try:
-                titles[ws, path] = _title(client.get_node(options.repo, ws, path, branch=options.branch,
-                                                          at_revision=options.at_revision).properties)
-            except NotFound:  # deleted since the search answered
-                titles[ws, path] = None
-    return _hits(answer, options, titles)
+    return _hits(client.search(options.repo, query, **options.search_kwargs()), options)
 
 
 async def asearch(client: AsyncClient, options: SearchOptions, query: str) -> list[Hit]:
-    """:func:`search` through an :class:`kg.client.AsyncClient` (the titles read concurrently)."""
-    answer = await client.search(options.repo, query, **options.search_kwargs())
-    titles: dict[tuple[str, str], str | None] = {}
-    failed: list[Exception] = []
-
-    async def read_title(ws: str, path: str) -> None:
-        try:
-            node = await client.get_node(options.repo, ws, path, branch=options.branch,
-                                         at_revision=options.at_revision)
-            titles[ws, path] = _title(node.properties)
-        except NotFound:
-            titles[ws, path] = None
-        except Exception as exc:  # raised below as itself, not in the task group's ExceptionGroup
-            failed.append(exc)
-
-    if options.titles:
-        async with anyio.create_task_group() as group:
-            for ws, path in _nodes(answer):
-                group.start_soon(read_title, ws, path)
-    if failed:
-        raise failed[0]
-    return _hits(answer, options, titles)
+    """:func:`search` through an :class:`kg.client.AsyncClient`."""
+    return _hits(await client.search(options.repo, query, **options.search_kwargs()), options)

@@ -494,13 +494,14 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
             on, where = b.on(branch), validate_path(path)
             node = queries.get_node(services, b.caller, b.repo, on, workspace, where)
             parent = None
-            if node["parent_path"] not in (None, "/"):
-                parent = queries.get_node(services, b.caller, b.repo, on, workspace, node["parent_path"])
+            if node.parent_path not in (None, "/"):
+                parent = queries.get_node(services, b.caller, b.repo, on, workspace, node.parent_path)
             # A page, not every child: a folder of an imported corpus holds up to millions.
-            children, next_cursor = queries.children_page(services, b.caller, b.repo, on, workspace, where,
-                                                          limit=children_limit, cursor=cursor)
-            return {"branch": on, "uri": node_uri(b.repo, on, workspace, where), "node": node, "parent": parent,
-                    "children": children, "next_cursor": next_cursor}
+            children = queries.tree_page(services, b.caller, b.repo, on, workspace, where, limit=children_limit,
+                                         cursor=cursor)
+            return {"branch": on, "uri": node_uri(b.repo, on, workspace, where), "node": node.as_json(),
+                    "parent": parent.as_json() if parent is not None else None,
+                    "children": children.as_json()["nodes"], "next_cursor": children.next_cursor}
         return await call(ctx, use_case)
 
     @tool(_READ, "The edges around a node (NEIGHBORS), strongest first; 'truncated' when more exist.")
@@ -530,7 +531,7 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                    against: Annotated[str | None, Field(description="Compare with; default: the parent.")] = None,
                    ) -> CallToolResult:
         return await call(ctx, lambda b: {"branch": b.on(branch), "against": against,
-                                          **queries.diff(services, b.caller, b.repo, b.on(branch), against)})
+                                          **queries.diff(services, b.caller, b.repo, b.on(branch), against).as_json()})
 
     @tool(_READ, "What was derived from a node (chunks, entity mentions, its extraction record, stored answers "
                  "citing it) with the source revision each recorded and whether it is current or stale, and "
@@ -584,7 +585,7 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
             node, created = run(services, b.caller, node_ops.put_node, b.repo, b.on(branch), workspace,
                                 validate_path(path), node_type=node_type, properties=properties, order=order,
                                 parents=parents, message=message)
-            return {"branch": b.on(branch), "created": created, "node": node}
+            return {"branch": b.on(branch), "created": created, "node": node.as_json()}
         return await call(ctx, use_case)
 
     @tool(_UPSERT, "Assert a typed edge between two nodes; the same (from, to, type) again replaces its weight.")
@@ -600,7 +601,7 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
             relation, created = run(services, b.caller, relation_ops.relate, b.repo, b.on(branch), source, target,
                                     type, weight=weight, properties=properties, valid_from=valid_from,
                                     valid_to=valid_to, message=message)
-            return {"branch": b.on(branch), "created": created, "relation": relation}
+            return {"branch": b.on(branch), "created": created, "relation": relation.as_json()}
         return await call(ctx, use_case)
 
     @tool(_UPSERT, "Mark a relation as no longer holding from valid_to (default now), naming what superseded "
@@ -615,14 +616,15 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
                                   message: Message = None, branch: BranchArg = None) -> CallToolResult:
         return await call(ctx, lambda b: {"branch": b.on(branch), "relation": run(
             services, b.caller, relation_ops.invalidate, b.repo, b.on(branch), source, target, type,
-            valid_to=valid_to, invalidated_by=invalidated_by, message=message)})
+            valid_to=valid_to, invalidated_by=invalidated_by, message=message).as_json()})
 
     @tool(_UPSERT, "Remove the edges from source to target (of one type, or all).")
     async def unrelate(ctx: Context, source: Address, target: Address,
                        type: Annotated[str | None, Field(description="Relation type; default: all.")] = None,
                        message: Message = None, branch: BranchArg = None) -> CallToolResult:
         return await call(ctx, lambda b: {"branch": b.on(branch), **run(
-            services, b.caller, relation_ops.unrelate, b.repo, b.on(branch), source, target, type, message=message)})
+            services, b.caller, relation_ops.unrelate, b.repo, b.on(branch), source, target, type,
+            message=message).as_json()})
 
     @tool(_UPSERT, "Extract a document's entities and relations into the graph (skipped when unchanged).")
     async def extract_entities(ctx: Context, workspace: Workspace, path: NodePath,
@@ -639,7 +641,7 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
         def use_case(b: Binding) -> dict[str, Any]:
             created = run(services, b.caller, branch_ops.create_branch, b.repo, name=name,
                           from_branch=b.on(from_branch))
-            return {**created, "mcp_path": f"/mcp/{quote(b.repo, safe='')}/{quote(created['name'], safe='/')}"}
+            return {**created.as_json(), "mcp_path": f"/mcp/{quote(b.repo, safe='')}/{quote(created.name, safe='/')}"}
         return await call(ctx, use_case)
 
     @tool(_ADD, "Merge this branch into its parent (or 'into'); conflicts are reported and nothing is written. "
@@ -660,9 +662,9 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
         def use_case(b: Binding) -> dict[str, Any]:
             if dry_run:
                 return merge_ops.preview_merge(services, b.caller, b.repo, b.on(branch), into,
-                                               resolutions=resolutions, if_plan=if_plan)
+                                               resolutions=resolutions, if_plan=if_plan).as_json()
             return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into,
-                       resolutions=resolutions, if_plan=if_plan)
+                       resolutions=resolutions, if_plan=if_plan).as_json()
         return await call(ctx, lambda b: {"branch": b.on(branch), **use_case(b)})
 
     if RESEARCH_ASSISTANT in FUNCTIONS:  # the research assistant of issue 13, once kg.rag has it
@@ -707,7 +709,7 @@ def _add_resources(server: MCPServer, services: Resources, binder: Binder) -> No
             code = INTERNAL_ERROR if isinstance(exc, BackendUnavailable | ProviderError) else INVALID_PARAMS
             raise MCPError(code=code, message=f"{exc.code}: {exc.message}",
                            data={"uri": node_uri(repo, on, workspace, "/" + path), **error_shape(exc)}) from exc
-        return json.dumps(pydantic_core.to_jsonable_python({"branch": on, **found}, fallback=str), ensure_ascii=False)
+        return json.dumps({"branch": on, **found.as_json()}, ensure_ascii=False)
 
 
 def _tool_list_for(binder: Binder, registered: Callable[[], list[str]]) -> Any:

@@ -20,11 +20,13 @@ from kg.store import nodes as node_store
 from kg.store import repos as repo_store
 from kg.store.history import ahead_behind
 from kg.store.models import Branch, Repository, Workspace
+from kg.types.branches import Branch as BranchInfo
+from kg.types.branches import BranchList, BranchOverview, BranchReset, LastRevision
 
 
-def branch_dict(session: Session, branch: Branch, repo: Repository | None = None,
-                caller: Actor | None = None) -> dict[str, Any]:
-    """The API shape of a branch (:class:`kg.types.branches.Branch`); with ``repo``, ``ahead`` and
+def _branch(session: Session, branch: Branch, repo: Repository | None = None,
+            caller: Actor | None = None) -> dict[str, Any]:
+    """A branch's fields (:class:`kg.types.branches.Branch`); with ``repo``, ``ahead`` and
     ``behind``. A ``caller`` who may not see the parent learns nothing of it: ``parent`` null,
     no counts (None: a caller who sees every branch).
     """
@@ -58,12 +60,17 @@ def _readable_on_both(session: Session, repo: Repository, branch: Branch, parent
     return frozenset(wid for wid, name in workspaces.items() if name in both)
 
 
-def list_branches(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """Every branch (:func:`branch_dict`, by name) with its counts ahead and behind."""
+def list_branches(services: Resources, caller: Actor, repo: str) -> BranchList:
+    """Every branch the caller sees, by name, with its counts ahead and behind."""
+    return BranchList(branches=[BranchInfo.model_validate(b) for b in _branch_rows(services, caller, repo)])
+
+
+def _branch_rows(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
+    """The fields of every branch the caller sees, by name (:func:`_branch`)."""
     permit(services, caller, "read", repo)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
-        return [branch_dict(session, b, r, caller) for b in repo_store.list_branches(session, r)
+        return [_branch(session, b, r, caller) for b in repo_store.list_branches(session, r)
                 if can_see(caller, repo, b.name)]
 
 
@@ -92,23 +99,24 @@ def home_branch(services: Resources, caller: Actor, repo: str) -> str:
     return next((name for name in names if can_see(caller, repo, name)), "main")
 
 
-def branch_overview(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """Every branch the caller sees, by name: :func:`branch_dict` with ``last_revision`` (the newest
-    that changed what it reads, or None), ``protected`` and ``children``.
+def branch_overview(services: Resources, caller: Actor, repo: str) -> list[BranchOverview]:
+    """Every branch the caller sees, by name, with its newest revision that changed what it reads,
+    whether it is protected, and its children.
     """
-    branches = list_branches(services, caller, repo)
-    names = {b["name"] for b in branches}
+    branches = _branch_rows(services, caller, repo)
+    out = []
     for b in branches:
         with reading(services, caller, repo, b["name"]) as (session, view):
             # The row alone: a branch whose last revision is a bulk import wrote millions of
             # versions, which this listing has no use for.
             last = next(iter(history.last_revisions(session, view, limit=1)), None)
             b["last_revision"] = (None if last is None else
-                                  {"revision": last.number, "created_at": last.created_at.isoformat(),
-                                   "message": last.message, "actor": last.actor})
+                                  LastRevision(revision=last.number, created_at=last.created_at.isoformat(),
+                                               message=last.message, actor=last.actor))
         b["protected"] = is_protected(services, b["name"])
-        b["children"] = sorted(c["name"] for c in branches if c.get("parent") == b["name"] and c["name"] in names)
-    return branches
+        b["children"] = sorted(c["name"] for c in branches if c.get("parent") == b["name"])
+        out.append(BranchOverview.model_validate(b))
+    return out
 
 
 def is_protected(services: Resources, branch: str) -> bool:
@@ -123,16 +131,16 @@ def is_protected(services: Resources, branch: str) -> bool:
     return any(fnmatchcase(branch, glob) for glob in services.settings.protected())
 
 
-def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> dict[str, Any]:
+def get_branch(services: Resources, caller: Actor, repo: str, branch: str) -> BranchInfo:
     """One branch, with its counts ahead and behind."""
     permit(services, caller, "read", repo, branch)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
-        return branch_dict(session, repo_store.get_branch(session, r, branch), r, caller)
+        return BranchInfo.model_validate(_branch(session, repo_store.get_branch(session, r, branch), r, caller))
 
 
 def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "main",
-                  at_revision: int | None = None) -> dict[str, Any]:
+                  at_revision: int | None = None) -> BranchInfo:
     """Create the branch ``name`` from ``from_branch`` at ``at_revision`` (default: its head). Needs
     ``read`` on ``from_branch`` and ``branch:create`` with a glob matching ``name``.
 
@@ -151,7 +159,7 @@ def create_branch(uow: UnitOfWork, repo: str, *, name: str, from_branch: str = "
     created = repo_store.create_branch(uow.session, r, name=name, from_branch=from_branch,
                                        at_revision=at_revision)
     record_branch_event(uow.session, r.id, r.head_revision, name, "created", uow.actor.name)
-    return branch_dict(uow.session, created)
+    return BranchInfo.model_validate(_branch(uow.session, created))
 
 
 def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
@@ -172,9 +180,9 @@ def delete_branch(uow: UnitOfWork, repo: str, branch: str) -> None:
     _forget_after_commit(uow, r.uid, branch_id)
 
 
-def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
+def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> BranchReset:
     """Drop what was written on the branch and fork it again from its parent's head; once committed,
-    drop its search index state (:class:`kg.types.branches.BranchReset`).
+    drop its search index state.
 
     Raises
     ------
@@ -196,8 +204,8 @@ def reset_branch(uow: UnitOfWork, repo: str, branch: str) -> dict[str, Any]:
     b = history.reset_branch(uow.session, r, branch)
     record_branch_event(uow.session, r.id, r.head_revision, branch, "reset", uow.actor.name)
     _forget_after_commit(uow, r.uid, b.id)
-    return {"name": b.name, "parent": repo_store.parent_name(uow.session, b),
-            "base_revision": b.base_revision, "head_revision": b.head_revision}
+    return BranchReset(name=b.name, parent=repo_store.parent_name(uow.session, b), base_revision=b.base_revision,
+                       head_revision=b.head_revision)
 
 
 def _authorize_discard(uow: UnitOfWork, repo: Repository, branch: str) -> Branch:

@@ -213,7 +213,7 @@ def import_memory_jsonl(uow: UnitOfWork, repo: str, branch: str, text: str, *,
         return todo if todo.upserts or todo.relations else None
 
     written = write_graph(uow, repo, branch, plan, message=f"import memory-jsonl into {workspace}")
-    return {"revision": written["revision"] if written is not None else None,
+    return {"revision": written.revision if written is not None else None,
             "entities": len(graph.entities), "relations": len(graph.relations),
             "nodes_written": counts["nodes"], "relations_written": counts["relations"],
             "unchanged": written is None}

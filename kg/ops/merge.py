@@ -24,10 +24,11 @@ from kg.store import history
 from kg.store import nodes as node_store
 from kg.store.models import Branch, NodeVersion, Repository
 from kg.store.repos import WriteContext, branch_view, get_branch, get_repository, parent_name
+from kg.types.branches import MergeResult
 
 
 def preview_merge(services: Resources, caller: Actor, repo_name: str, source: str, into: str | None, *,
-                  resolutions: list[dict[str, Any]] | None = None, if_plan: str | None = None) -> dict[str, Any]:
+                  resolutions: list[dict[str, Any]] | None = None, if_plan: str | None = None) -> MergeResult:
     """The dry run of :func:`merge_branch`, writing nothing; its ``plan`` is the token to pass back
     as ``if_plan`` so the merge applies exactly what this said.
 
@@ -72,17 +73,17 @@ def preview_merge(services: Resources, caller: Actor, repo_name: str, source: st
     applied = plan.preview()
     full = _with_digest(token, applied, derived)
     _check_digest(full, if_plan, wanted, source, target)
-    return {"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
-            "applied": applied, "base": _base(plan), "derived": derived.counts(),
-            "derived_writes": derived.writes, "plan": full}
+    return MergeResult.model_validate({"revision": None, "dry_run": True, "fast_forward": plan.fast_forward,
+                                       "applied": applied, "base": _base(plan), "derived": derived.counts(),
+                                       "derived_writes": derived.writes, "plan": full})
 
 
 def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None, *,
                  resolutions: list[dict[str, Any]] | None = None,
                  message: str | None = None, actor: str | None = None,
-                 if_plan: str | None = None) -> dict[str, Any]:
+                 if_plan: str | None = None) -> MergeResult:
     """Merge ``source`` into ``into`` (None: its parent) as one revision (message by default
-    ``merge <source> into <into>``; :class:`kg.types.branches.MergeResult`); ``resolutions`` as
+    ``merge <source> into <into>``); ``resolutions`` as
     :func:`kg.store.history.plan_merge` takes them. With nothing to apply no revision is made
     (``revision`` None), but the merge point is recorded. ``if_plan``, the dry run's token,
     refuses the merge when either branch changed since or the writes differ (a reviewer never
@@ -119,9 +120,9 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
     if not plan.node_changes and not plan.relation_changes:
         # No revision for an empty merge; only its point is recorded.
         history.record_merge(session, ctx.repo, plan, ctx.branch.head_revision)
-        return {"revision": None, "dry_run": False, "fast_forward": plan.fast_forward,
-                "applied": preview, "base": _base(plan), "up_to_date": True,
-                "derived": derived.counts(), "derived_writes": derived.writes}
+        return MergeResult.model_validate({"revision": None, "dry_run": False, "fast_forward": plan.fast_forward,
+                                           "applied": preview, "base": _base(plan), "up_to_date": True,
+                                           "derived": derived.counts(), "derived_writes": derived.writes})
     names = plan.workspaces
     keys: dict[tuple[int, str], str | None] = {}
     for change in plan.node_changes:
@@ -144,8 +145,9 @@ def merge_branch(uow: UnitOfWork, repo_name: str, source: str, into: str | None,
                                            node_version_id=version_id):
                 queued.append(key)
     uow.index_after_commit(ctx.repo.id, queued)
-    return {"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
-            "applied": applied, "base": _base(plan), "derived": counts, "derived_writes": derived.writes}
+    return MergeResult.model_validate({"revision": ctx.revision, "dry_run": False, "fast_forward": plan.fast_forward,
+                                       "applied": applied, "base": _base(plan), "derived": counts,
+                                       "derived_writes": derived.writes})
 
 
 def _authorize_changes(uow: UnitOfWork, repo: str, into: str, ctx: WriteContext, plan: history.MergePlan) -> None:

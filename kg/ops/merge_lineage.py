@@ -38,6 +38,7 @@ from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.repos import BranchView, WriteContext
 from kg.text.names import mentions
+from kg.types.branches import DerivedRefresh
 
 RelKey = tuple[str, str, str]
 Take = Literal["keep", "drop"]
@@ -71,12 +72,12 @@ class DerivedPlan:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     _ids: list[tuple[str, str]] = field(default_factory=list)  # per write: (from or node id, to id)
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> DerivedRefresh:
         """The writes by kind."""
         out = dict.fromkeys(KINDS, 0)
         for write in self.writes:
             out[write["kind"]] += 1
-        return out
+        return DerivedRefresh(**out)
 
     def _add(self, write: dict[str, Any], ids: tuple[str, str]) -> None:
         """Add a write in its kind's place (:data:`KINDS` order, then the order added)."""
@@ -284,7 +285,7 @@ def plan_digest(applied: dict[str, Any], derived: DerivedPlan) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
-def apply_derived(uow: UnitOfWork, ctx: WriteContext, derived: DerivedPlan) -> dict[str, int]:
+def apply_derived(uow: UnitOfWork, ctx: WriteContext, derived: DerivedPlan) -> DerivedRefresh:
     """Write ``derived`` in the merge's revision after its own writes; :meth:`DerivedPlan.counts`.
     These writes derive nothing (:func:`kg.ops.text_store.put_text`).
     """

@@ -23,12 +23,14 @@ from kg.store.models import node_dict, utcnow
 from kg.store.nodes import check_if_revision, merge_properties
 from kg.store.paths import ancestors_of, parent_of, parse_address
 from kg.store.repos import BranchView
+from kg.types.nodes import BatchResult, GraphWritten, Node, NodesDeleted
+from kg.types.relations import RelationKey
 
 
 def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *, node_type: str,
              properties: dict[str, Any], order: float | None = None, parents: bool = False,
              message: str | None = None, actor: str | None = None,
-             if_revision: int | None = None) -> tuple[dict[str, Any], bool]:
+             if_revision: int | None = None) -> tuple[Node, bool]:
     """Create or replace a node (``parents``: missing ancestors as ``kg:Folder``), refused if it
     changed after ``if_revision``; ``(node, created)``.
 
@@ -41,13 +43,13 @@ def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path:
     ctx = uow.begin(repo_name, branch, message=message, actor=actor)
     version, created = write_node(uow, ctx, workspace, path, node_type=node_type, properties=properties,
                                   order=order, parents=parents, if_revision=if_revision)
-    return node_dict(version, workspace), created
+    return Node.model_validate(node_dict(version, workspace)), created
 
 
 def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *,
                properties: dict[str, Any], node_type: str | None = None, order: float | None = None,
                message: str | None = None, actor: str | None = None,
-               if_revision: int | None = None) -> dict[str, Any]:
+               if_revision: int | None = None) -> Node:
     """Merge ``properties`` into a node (a ``None`` value removes the key; ``node_type`` and
     ``order`` None keep theirs); the stored node.
 
@@ -71,14 +73,14 @@ def patch_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pat
     new_type = node_type if node_type is not None else current.node_type
     new_order = order if order is not None else current.order
     version, _ = write_node(uow, ctx, workspace, path, node_type=new_type, properties=merged, order=new_order)
-    return node_dict(version, workspace)
+    return Node.model_validate(node_dict(version, workspace))
 
 
 def delete_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *,
                 recursive: bool = False, message: str | None = None, actor: str | None = None,
-                if_revision: int | None = None) -> dict[str, Any]:
+                if_revision: int | None = None) -> NodesDeleted:
     """Tombstone a node (with ``recursive`` its descendants; else one with children is refused) and
-    their edges: ``{"revision", "deleted"}``.
+    their edges: the revision and how many nodes it tombstoned.
 
     Raises
     ------
@@ -91,7 +93,7 @@ def delete_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, pa
     check_if_revision(node_store.find_node(session, ctx.view, workspace, path), if_revision, workspace, path)
     hidden = node_store.delete_node(session, ctx, workspace, path, recursive=recursive)
     refresh_derived(uow, ctx, [Changed(workspace, v.path, v.node_id, None) for v in hidden])
-    return {"revision": ctx.revision, "deleted": len(hidden)}
+    return NodesDeleted(revision=ctx.revision, deleted=len(hidden))
 
 
 _BATCH_KEYS = {"upserts": {"workspace", "path", "node_type", "properties", "order"},
@@ -160,10 +162,9 @@ def _ancestors_first(upserts: list[dict[str, Any]]) -> list[int]:
 
 def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[str, Any]] | None = None,
           deletes: list[dict[str, Any]] | None = None, parents: bool = False, message: str | None = None,
-          actor: str | None = None) -> dict[str, Any]:
+          actor: str | None = None) -> BatchResult:
     """Apply node deletes (``{"workspace", "path", "recursive"}``), then upserts (``{"workspace",
-    "path", "node_type", "properties", "order"}``), as one revision, all or nothing
-    (:class:`kg.types.nodes.BatchResult`).
+    "path", "node_type", "properties", "order"}``), as one revision, all or nothing.
 
     Raises
     ------
@@ -197,18 +198,18 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
         gone.extend(Changed(item["workspace"], v.path, v.node_id, None) for v in hidden)
     refresh_derived(uow, ctx, gone)
     # Ancestors first, answered in the order given.
-    written: dict[int, dict[str, Any]] = {}
+    written: dict[int, Node] = {}
     for index in _ancestors_first(upserts):
         item = upserts[index]
         version, _ = write_node(uow, ctx, item["workspace"], item["path"],
                                 node_type=item.get("node_type", "kg:Node"),
                                 properties=item.get("properties", {}), order=item.get("order"),
                                 parents=parents)
-        written[index] = node_dict(version, item["workspace"])
+        written[index] = Node.model_validate(node_dict(version, item["workspace"]))
     out = [written[i] for i in range(len(upserts))]
     if len(upserts) + len(deletes) >= 1000:
         uow.after_commit(uow.services.db.analyze)  # fresh planner statistics after a large write
-    return {"revision": ctx.revision, "upserted": out, "deleted": deleted}
+    return BatchResult(revision=ctx.revision, upserted=out, deleted=deleted)
 
 
 # -- nodes and relations in one revision ----------------------------------------------------
@@ -219,8 +220,8 @@ class GraphWrite:
     """Nodes and relations to write as one revision (:func:`write_graph`): ``upserts`` (as
     :func:`batch`'s, missing ancestors made ``kg:Folder``, answered in list order), then
     ``relations`` (``{"from", "to", "type", "weight"?, "properties"?}``), ``unrelations`` and
-    ``invalidations`` (``{"from", "to", "type", "invalidated_by"?}``: edges that stop holding now,
-    issue 17); an unrelation or invalidation of no current edge is ignored.
+    ``invalidations`` (``{"from", "to", "type", "invalidated_by"?}``: edges that stop holding
+    now); an unrelation or invalidation of no current edge is ignored.
     """
 
     upserts: list[dict[str, Any]] = field(default_factory=list)
@@ -231,7 +232,7 @@ class GraphWrite:
 
 def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
                 plan: Callable[[Session, BranchView], GraphWrite | None], *,
-                message: str | None = None, actor: str | None = None) -> dict[str, Any] | None:
+                message: str | None = None, actor: str | None = None) -> GraphWritten | None:
     """Write nodes and the relations between them as one revision, all or nothing, as :func:`batch`.
     ``plan(session, view)`` runs in the write transaction once the branch is locked, on the head
     as the caller may read it, so what it reads cannot change before the commit; its None writes
@@ -254,14 +255,14 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     uow.authorize_workspaces("write", repo_name, branch, [u["workspace"] for u in todo.upserts])
     for r in [*todo.unrelations, *todo.relations, *todo.invalidations]:
         uow.authorize_relation(repo_name, branch, r["from"], r["to"])
-    written: dict[int, dict[str, Any]] = {}
+    written: dict[int, Node] = {}
     for index in _ancestors_first(todo.upserts):
         item = todo.upserts[index]
         version, _ = write_node(uow, ctx, item["workspace"], item["path"],
                                 node_type=item.get("node_type", "kg:Node"),
                                 properties=item.get("properties", {}), order=item.get("order"),
                                 parents=True)
-        written[index] = node_dict(version, item["workspace"])
+        written[index] = Node.model_validate(node_dict(version, item["workspace"]))
     out = [written[i] for i in range(len(todo.upserts))]
     unrelated = sum(relation_store.unrelate(session, ctx, u["from"], u["to"], u["type"])
                     for u in todo.unrelations)
@@ -269,7 +270,7 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     for r in todo.relations:
         relation_store.relate(session, ctx, r["from"], r["to"], r["type"], weight=r.get("weight"),
                               properties=r.get("properties"), now=now)
-    invalidated: list[dict[str, str]] = []
+    invalidated: list[RelationKey] = []
     for r in todo.invalidations:
         src = node_store.find_node(session, ctx.view, *parse_address(r["from"]))
         dst = node_store.find_node(session, ctx.view, *parse_address(r["to"]))
@@ -280,6 +281,6 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
             continue
         relation_store.invalidate(session, ctx, r["from"], r["to"], r["type"], valid_to=now,
                                   invalidated_by=r.get("invalidated_by"))
-        invalidated.append({"from": r["from"], "type": r["type"], "to": r["to"]})
-    return {"revision": ctx.revision, "upserted": out, "related": len(todo.relations),
-            "unrelated": unrelated, "invalidated": invalidated}
+        invalidated.append(RelationKey.model_validate({"from": r["from"], "type": r["type"], "to": r["to"]}))
+    return GraphWritten(revision=ctx.revision, upserted=out, related=len(todo.relations), unrelated=unrelated,
+                        invalidated=invalidated)

@@ -5,8 +5,6 @@ of :mod:`kg.types`, read through :func:`kg.context.reading`; search and graph wa
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import or_, select
 
 from kg.access import authorize_whole_repository, can_see
@@ -21,10 +19,23 @@ from kg.store.models import Branch, Chunk, IndexJob, NodeVersion, Revision, Work
 from kg.store.paths import validate_path
 from kg.store.references import list_references
 from kg.store.repos import branch_view, get_repository, parent_name, workspace_id
+from kg.types.branches import BranchReview, Diff, MergeReview, MergeTarget, ReviewedBranch, RevisionLog
+from kg.types.nodes import (
+    Node,
+    NodeChunk,
+    NodeChunks,
+    NodeHistoryEntry,
+    NodeList,
+    Reference,
+    ReferenceList,
+    TreeNode,
+    TreePage,
+)
+from kg.types.search import IndexStatus
 
 
 def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
-             at_revision: int | None = None) -> dict[str, Any]:
+             at_revision: int | None = None) -> Node:
     """The node at ``path`` as the branch sees it.
 
     Raises
@@ -34,12 +45,12 @@ def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspa
     """
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        return node_dict(node_store.get_node(session, view, workspace, path), workspace)
+        return Node.model_validate(node_dict(node_store.get_node(session, view, workspace, path), workspace))
 
 
 def list_children(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
                   at_revision: int | None = None, order_by: str | None = None, direction: str | None = None,
-                  node_type: str | None = None) -> list[dict[str, Any]]:
+                  node_type: str | None = None) -> list[Node]:
     """The children of ``parent`` (``/``: top level) in their order: ``order_by`` ``order``
     (default), ``name`` or ``properties.<key>`` (:func:`kg.store.nodes.child_order`).
 
@@ -55,16 +66,15 @@ def list_children(services: Resources, caller: Actor, repo: str, branch: str, wo
     order = node_store.child_order(order_by, direction)
     permit(services, caller, "read", repo, branch, workspace)
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        return [node_dict(v, workspace) for v in node_store.list_children(session, view, workspace, parent,
-                                                                           order=order, node_type=node_type)]
+        return [Node.model_validate(node_dict(v, workspace))
+                for v in node_store.list_children(session, view, workspace, parent, order=order, node_type=node_type)]
 
 
 def children_page(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
                   limit: int = 100, cursor: str | None = None, at_revision: int | None = None,
                   order_by: str | None = None, direction: str | None = None,
-                  node_type: str | None = None, has_children: bool = True) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of :func:`list_children`, each child with ``"has_children"`` when ``has_children``
-    (one more query: what a lazily expanded tree needs).
+                  node_type: str | None = None) -> NodeList:
+    """One page of :func:`list_children`.
 
     Raises
     ------
@@ -80,19 +90,37 @@ def children_page(services: Resources, caller: Actor, repo: str, branch: str, wo
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         rows, next_cursor = node_store.list_children_page(session, view, workspace, parent, limit=limit,
                                                           cursor=cursor, order=order, node_type=node_type)
-        if not has_children:
-            return [node_dict(v, workspace) for v in rows], next_cursor
+        return NodeList(nodes=[Node.model_validate(node_dict(v, workspace)) for v in rows], next_cursor=next_cursor)
+
+
+def tree_page(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, parent: str, *,
+              limit: int = 100, cursor: str | None = None, at_revision: int | None = None) -> TreePage:
+    """One page of :func:`list_children` in their order, each child with whether it has children
+    (one more query: what a lazily expanded tree needs).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        No parent node.
+    kg.errors.InvalidInput
+        A malformed cursor or limit.
+    """
+    if parent != "/":
+        parent = validate_path(parent)
+    permit(services, caller, "read", repo, branch, workspace)
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
+        rows, next_cursor = node_store.list_children_page(session, view, workspace, parent, limit=limit,
+                                                          cursor=cursor, order=node_store.child_order())
         parents = node_store.parents_with_children(session, view, workspace, [v.path for v in rows])
-        return [{**node_dict(v, workspace), "has_children": v.path in parents} for v in rows], next_cursor
+        return TreePage(nodes=[TreeNode.model_validate({**node_dict(v, workspace), "has_children": v.path in parents})
+                               for v in rows], next_cursor=next_cursor)
 
 
 def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
-                at_revision: int | None = None) -> dict[str, Any]:
-    """The passages the node's text was split into and embedded: ``{"content_key", "pending",
-    "chunks": [{"chunk_index", "field", "text", "char_start", "char_end", "model", "dim"}]}``,
-    ``content_key`` None without text, ``pending`` while the text waits in (or failed in) the
-    index queue. Chunks are shared by content key: a branch that did not change the node shows its
-    parent's.
+                at_revision: int | None = None) -> NodeChunks:
+    """The passages the node's text was split into and embedded, ``content_key`` None without text,
+    ``pending`` while the text waits in (or failed in) the index queue. Chunks are shared by
+    content key: a branch that did not change the node shows its parent's.
 
     Raises
     ------
@@ -104,18 +132,18 @@ def node_chunks(services: Resources, caller: Actor, repo: str, branch: str, work
         version = node_store.get_node(session, view, workspace, path)
         key = version.content_key
         if key is None:
-            return {"content_key": None, "pending": False, "chunks": []}
+            return NodeChunks(content_key=None, pending=False, chunks=[])
         rows = session.scalars(select(Chunk).where(Chunk.repo_id == view.repo.id, Chunk.content_key == key)
                                .order_by(Chunk.chunk_index))
-        chunks = [{"chunk_index": c.chunk_index, "field": c.field, "text": c.text, "char_start": c.char_start,
-                   "char_end": c.char_end, "model": c.model, "dim": c.dim} for c in rows]
+        chunks = [NodeChunk(chunk_index=c.chunk_index, field=c.field, text=c.text, char_start=c.char_start,
+                            char_end=c.char_end, model=c.model, dim=c.dim) for c in rows]
         queued = session.scalar(select(IndexJob.id).where(IndexJob.repo_id == view.repo.id,
                                                           IndexJob.content_key == key).limit(1))
-        return {"content_key": key, "pending": queued is not None, "chunks": chunks}
+        return NodeChunks(content_key=key, pending=queued is not None, chunks=chunks)
 
 
 def node_history(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
-                 limit: int = 100, at_revision: int | None = None) -> list[dict[str, Any]]:
+                 limit: int = 100, at_revision: int | None = None) -> list[NodeHistoryEntry]:
     """The revisions of the branch's history (with its ancestors' up to the fork, merges included)
     that wrote the node at ``path``, which need not exist now; newest first, ``op`` ``put`` or
     ``delete``. A query over ``ix_node_versions_path`` per chain entry.
@@ -141,14 +169,14 @@ def node_history(services: Resources, caller: Actor, repo: str, branch: str, wor
             .order_by(NodeVersion.revision.desc(), NodeVersion.id.desc())
             .limit(limit)
         ).all()
-        return [{"revision": rev, "branch": name, "actor": actor, "message": message,
-                 "created_at": created.isoformat(), "op": "delete" if deleted else "put"}
+        return [NodeHistoryEntry(revision=rev, branch=name, actor=actor, message=message,
+                                 created_at=created.isoformat(), op="delete" if deleted else "put")
                 for rev, deleted, name, actor, message, created in rows]
 
 
 def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, prefix: str, *,
                 limit: int = 1000, cursor: str | None = None, at_revision: int | None = None,
-                mode: str = "segments") -> tuple[list[dict[str, Any]], str | None]:
+                mode: str = "segments") -> NodeList:
     """A page of the nodes under ``prefix`` by path (:func:`kg.store.paths.path_has_prefix` in
     ``mode``).
     """
@@ -156,14 +184,16 @@ def list_prefix(services: Resources, caller: Actor, repo: str, branch: str, work
     with reading(services, caller, repo, branch, at_revision) as (session, view):
         rows, next_cursor = node_store.list_prefix(session, view, workspace, prefix, limit=limit, cursor=cursor,
                                                    mode=mode)
-        return [node_dict(v, workspace) for v in rows], next_cursor
+        return NodeList(nodes=[Node.model_validate(node_dict(v, workspace)) for v in rows], next_cursor=next_cursor)
 
 
 def references(services: Resources, caller: Actor, repo: str, branch: str, target: str, *, limit: int = 1000,
-               at_revision: int | None = None) -> tuple[list[dict[str, Any]], bool]:
-    """``(rows, truncated)``: the nodes whose properties refer to ``target``, with the property key."""
+               at_revision: int | None = None) -> ReferenceList:
+    """The nodes whose properties refer to ``target``, with the property key (at most ``limit``;
+    ``truncated`` when more do)."""
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        return list_references(session, view, target, limit=limit)
+        rows, truncated = list_references(session, view, target, limit=limit)
+        return ReferenceList(references=[Reference.model_validate(r) for r in rows], truncated=truncated)
 
 
 #: Changes the revision log lists per revision by default, and at most.
@@ -173,15 +203,16 @@ MAX_LOG_CHANGES = history.MAX_LOG_CHANGES
 
 def revision_log(services: Resources, caller: Actor, repo: str, branch: str, *, limit: int = 100,
                  before: int | None = None, at_revision: int | None = None,
-                 max_changes: int = DEFAULT_LOG_CHANGES) -> list[dict[str, Any]]:
+                 max_changes: int = DEFAULT_LOG_CHANGES) -> RevisionLog:
     """The branch's history, newest first, before ``before`` (:func:`kg.store.history.revision_log`;
     ``max_changes`` 0 to 10,000).
     """
     with reading(services, caller, repo, branch, at_revision) as (session, view):
-        return history.revision_log(session, view, limit=limit, before=before, max_changes=max_changes)
+        return RevisionLog.model_validate(
+            {"revisions": history.revision_log(session, view, limit=limit, before=before, max_changes=max_changes)})
 
 
-def diff(services: Resources, caller: Actor, repo: str, branch: str, against: str | None = None) -> dict[str, Any]:
+def diff(services: Resources, caller: Actor, repo: str, branch: str, against: str | None = None) -> Diff:
     """What ``branch`` changed since its merge base with ``against`` (default: its parent).
 
     Raises
@@ -207,7 +238,7 @@ def diff(services: Resources, caller: Actor, repo: str, branch: str, against: st
             readable = _both(view.readable, other.readable)
         else:
             readable = view.readable
-        return history.diff_branches(session, view.repo, branch, against, readable=readable)
+        return Diff.model_validate(history.diff_branches(session, view.repo, branch, against, readable=readable))
 
 
 def _both(one: frozenset[int] | None, other: frozenset[int] | None) -> frozenset[int] | None:
@@ -217,9 +248,8 @@ def _both(one: frozenset[int] | None, other: frozenset[int] | None) -> frozenset
     return one & other
 
 
-def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any]:
-    """The indexer's queue for ``repo`` and what the search index holds
-    (:class:`kg.types.search.IndexStatus`); an index that cannot answer is reported as an
+def index_status(services: Resources, caller: Actor, repo: str) -> IndexStatus:
+    """The indexer's queue for ``repo`` and what the search index holds; an index that cannot answer is reported as an
     ``error`` (the queue is in SQL and still worth seeing). Needs ``admin`` over every workspace
     and branch (it names them all: :func:`kg.access.authorize_whole_repository`).
     """
@@ -242,15 +272,13 @@ def index_status(services: Resources, caller: Actor, repo: str) -> dict[str, Any
             c["workspace"] = names["workspace"].get(c.get("workspace_id", -1))
             c["branch"] = names["branch"].get(c.get("branch_id", -1))
     out["index"] = stats
-    return out
+    return IndexStatus.model_validate(out)
 
 
 def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
-                  against: str | None = None) -> dict[str, Any]:
-    """What a person reviews before merging ``branch`` into ``against`` (default: its parent).
-
-    ``{"branch", "into", "diff", "plan"}``: the branch (:func:`kg.ops.branches.get_branch` with
-    ``protected``), ``into`` (``{"name", "protected"}``), :func:`diff`, and ``plan``,
+                  against: str | None = None) -> BranchReview:
+    """What a person reviews before merging ``branch`` into ``against`` (default: its parent): the
+    branch (:func:`kg.ops.branches.get_branch`), the target, :func:`diff`, and ``plan``,
     :func:`kg.ops.merge.plan_token` read before the diff (for ``if_plan``: a merge of what the page
     showed, or none); ``into``, ``diff`` and ``plan`` are None for ``main`` without ``against``.
 
@@ -259,26 +287,26 @@ def branch_review(services: Resources, caller: Actor, repo: str, branch: str,
     kg.errors.InvalidInput
         ``against`` is neither the branch's parent nor its child.
     """
-    info = branch_ops.get_branch(services, caller, repo, branch)
-    info["protected"] = branch_ops.is_protected(services, info["name"])
-    compared = against if against is not None else info.get("parent")
+    found = branch_ops.get_branch(services, caller, repo, branch)
+    info = ReviewedBranch.model_validate({**found.model_dump(exclude_unset=True),
+                                          "protected": branch_ops.is_protected(services, found.name)})
+    compared = against if against is not None else info.parent
     if compared is None:
-        return {"branch": info, "into": None, "diff": None, "plan": None}
+        return BranchReview(branch=info, into=None, diff=None, plan=None)
     # The token is read before the diff: a write between the two makes it older than what the
     # page shows, so the dry run asked from the page is refused rather than merging unseen work.
     with services.db.read() as session:
         token = merge_ops.plan_token(session, get_repository(session, repo), branch, compared)
     changes = diff(services, caller, repo, branch, compared)
-    into = {"name": changes["against"], "protected": branch_ops.is_protected(services, compared)}
-    return {"branch": info, "into": into, "diff": changes, "plan": token}
+    into = MergeTarget(name=changes.against, protected=branch_ops.is_protected(services, compared))
+    return BranchReview(branch=info, into=into, diff=changes, plan=token)
 
 
 def merge_review(services: Resources, caller: Actor, repo: str, branch: str,
-                 into: str | None = None) -> dict[str, Any] | None:
+                 into: str | None = None) -> MergeReview | None:
     """The dry run (:func:`kg.ops.merge.preview_merge`, no resolutions) of merging ``branch`` into
-    ``into`` as the review page shows it: ``{"plan", "derived", "derived_writes", "decisions",
-    "conflicts"}``, the ``plan`` token read first (before the page's diff), the lineage decisions,
-    and how many other conflicts. None when there is no merge (``main`` without ``into``) or the
+    ``into`` as the review page shows it: the ``plan`` token read first (before the page's diff),
+    the lineage decisions, and how many other conflicts. None when there is no merge (``main`` without ``into``) or the
     caller may not dry-run it.
     """
     try:
@@ -286,9 +314,9 @@ def merge_review(services: Resources, caller: Actor, repo: str, branch: str,
     except MergeConflict as exc:
         conflicts = list(exc.details.get("conflicts", []))
         decisions = [c for c in conflicts if c.get("kind") == "lineage"]
-        return {"plan": exc.details.get("plan"), "derived": None, "derived_writes": [], "decisions": decisions,
-                "conflicts": len(conflicts) - len(decisions)}
+        return MergeReview(plan=exc.details.get("plan"), derived=None, derived_writes=[], decisions=decisions,
+                           conflicts=len(conflicts) - len(decisions))
     except (Conflict, InvalidInput, NotFound, Forbidden):  # Conflict: main has no parent
         return None
-    return {"plan": out["plan"], "derived": out["derived"], "derived_writes": out["derived_writes"],
-            "decisions": [], "conflicts": 0}
+    return MergeReview(plan=out.plan, derived=out.derived, derived_writes=out.derived_writes, decisions=[],
+                       conflicts=0)

@@ -1,5 +1,5 @@
 """Relation writes, RELATE, UNRELATE and INVALIDATE, one revision at most each; and a workspace's
-single-valued relation types (issue 17).
+single-valued relation types.
 """
 
 from __future__ import annotations
@@ -13,24 +13,23 @@ from kg.graph.validity import aware, check_interval, iso, maybe_aware
 from kg.store import relations as relation_store
 from kg.store import repos as repo_store
 from kg.store.models import RelationVersion, utcnow
+from kg.types.relations import Relation, RelationsDeleted, RelationTypes
 
 #: Longest ``invalidated_by`` accepted.
 MAX_INVALIDATED_BY = 2000
 
 
-def relation_dict(from_: str, to: str, version: RelationVersion, revision: int) -> dict[str, Any]:
-    """The API shape of a written relation version (:class:`kg.types.relations.Relation`), endpoints
-    as the caller named them.
-    """
-    return {"from": from_, "to": to, "type": version.rel_type, "weight": version.weight,
+def _relation(from_: str, to: str, version: RelationVersion, revision: int) -> Relation:
+    """A written relation version, endpoints as the caller named them."""
+    return Relation.model_validate({"from": from_, "to": to, "type": version.rel_type, "weight": version.weight,
             "properties": version.properties, "valid_from": iso(version.valid_from),
-            "valid_to": iso(version.valid_to), "invalidated_by": version.invalidated_by, "revision": revision}
+            "valid_to": iso(version.valid_to), "invalidated_by": version.invalidated_by, "revision": revision})
 
 
 def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str, *,
            weight: float | None = None, properties: dict[str, Any] | None = None,
            valid_from: datetime | str | None = None, valid_to: datetime | str | None = None,
-           message: str | None = None, actor: str | None = None) -> tuple[dict[str, Any], bool]:
+           message: str | None = None, actor: str | None = None) -> tuple[Relation, bool]:
     """Assert a typed, weighted edge between two addresses as one revision: ``(relation, created)``,
     a re-assertion replacing weight and properties. Needs ``write`` on the source's workspace and
     ``read`` on the target's. ``valid_from``/``valid_to`` (timezone-aware or ISO 8601 with a zone;
@@ -52,12 +51,12 @@ def relate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_typ
     ctx = uow.begin(repo, branch, message=message, actor=actor)
     version, created = relation_store.relate(uow.session, ctx, from_, to, rel_type,
                                              weight=weight, properties=properties, valid_from=start, valid_to=end)
-    return relation_dict(from_, to, version, ctx.revision), created
+    return _relation(from_, to, version, ctx.revision), created
 
 
 def invalidate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str, *,
                valid_to: datetime | str | None = None, invalidated_by: str | None = None,
-               message: str | None = None, actor: str | None = None) -> dict[str, Any]:
+               message: str | None = None, actor: str | None = None) -> Relation:
     """Close a relation's validity at ``valid_to`` (None: now), as one revision; ``invalidated_by``
     (at most 2,000 characters) says what superseded it, e.g. the new relation's ``from|type|to``.
 
@@ -77,18 +76,19 @@ def invalidate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel
     ctx = uow.begin(repo, branch, message=message, actor=actor)
     version = relation_store.invalidate(uow.session, ctx, from_, to, rel_type, valid_to=end,
                                         invalidated_by=invalidated_by)
-    return relation_dict(from_, to, version, ctx.revision)
+    return _relation(from_, to, version, ctx.revision)
 
 
-def get_relation_types(services: Resources, caller: Actor, repo: str, workspace: str) -> dict[str, Any]:
-    """A workspace's single-valued relation types, sorted: ``{"workspace", "single_valued"}``."""
+def get_relation_types(services: Resources, caller: Actor, repo: str, workspace: str) -> RelationTypes:
+    """A workspace's single-valued relation types, sorted."""
     permit(services, caller, "read", repo, workspace=workspace)
     with services.db.read() as session:
         ws = repo_store.get_workspace(session, repo_store.get_repository(session, repo), workspace)
-        return {"workspace": ws.name, "single_valued": sorted(relation_store.single_valued_types(session, ws.id))}
+        return RelationTypes(workspace=ws.name,
+                             single_valued=sorted(relation_store.single_valued_types(session, ws.id)))
 
 
-def set_relation_types(uow: UnitOfWork, repo: str, workspace: str, single_valued: Any) -> dict[str, Any]:
+def set_relation_types(uow: UnitOfWork, repo: str, workspace: str, single_valued: Any) -> RelationTypes:
     """Declare a workspace's single-valued relation types (at most 1,000, replaced whole; ``admin``):
     a relation of such a type from a source with a current one to another target invalidates it
     in the same revision (:func:`relate`). Workspace configuration: on every branch, unversioned.
@@ -107,13 +107,13 @@ def set_relation_types(uow: UnitOfWork, repo: str, workspace: str, single_valued
     ws = repo_store.get_workspace(session, repo_store.get_repository(session, repo, lock=True), workspace)
     ws.config = {**(ws.config or {}), relation_store.SINGLE_VALUED_KEY: types}
     session.flush()
-    return {"workspace": ws.name, "single_valued": types}
+    return RelationTypes(workspace=ws.name, single_valued=types)
 
 
 def unrelate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_type: str | None = None, *,
-             message: str | None = None, actor: str | None = None) -> dict[str, Any]:
-    """Remove the edges from ``from_`` to ``to`` of ``rel_type`` (None: every type):
-    ``{"revision", "deleted"}``, no revision (None) when there was none.
+             message: str | None = None, actor: str | None = None) -> RelationsDeleted:
+    """Remove the edges from ``from_`` to ``to`` of ``rel_type`` (None: every type): the revision
+    (None when there was no such edge) and how many were removed.
 
     Raises
     ------
@@ -123,4 +123,4 @@ def unrelate(uow: UnitOfWork, repo: str, branch: str, from_: str, to: str, rel_t
     uow.authorize_relation(repo, branch, from_, to)
     ctx = uow.begin(repo, branch, message=message, actor=actor)
     deleted = relation_store.unrelate(uow.session, ctx, from_, to, rel_type)
-    return {"revision": ctx.revision_if_written, "deleted": deleted}
+    return RelationsDeleted(revision=ctx.revision_if_written, deleted=deleted)

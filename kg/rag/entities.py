@@ -1094,8 +1094,8 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
     if result is None:
         return skipped(state["skipped"])
     answer = {**base, "entities": state["entities"], "relations": state["relations"], "skipped": False,
-              "fingerprint": digest, "revision": result["revision"], "dropped": dropped}
-    closed = {(r["from"], r["type"], r["to"]) for r in result.get("invalidated") or []}
+              "fingerprint": digest, "revision": result.revision, "dropped": dropped}
+    closed = {(r.from_, r.type, r.to) for r in result.invalidated}
     if closed:
         # what the model said no longer holds, and was current: invalidated now, by this document
         answer["invalidated"] = [r for r in state["invalidated"]

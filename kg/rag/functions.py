@@ -1258,8 +1258,8 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
     written = run(services, caller, write_graph, repo, branch, plan, message=f"{by}: store answer {address}",
                   actor=actor if caller.unrestricted else None)
     assert written is not None  # plan always writes the answer node
-    node = written["upserted"][-1]
-    return {"workspace": workspace, "path": path, "node_id": node["id"], "revision": written["revision"]}
+    node = written.upserted[-1]
+    return {"workspace": workspace, "path": path, "node_id": node.id, "revision": written.revision}
 
 
 # -- the research assistant ----------------------------------------------------------------
@@ -1390,7 +1390,7 @@ def research_assistant(services: Resources, caller: Actor, repo: str, branch: st
         answer = NOT_COVERED if not loop.registry.entries or not answer else answer
     result: dict[str, Any] = {"answer": answer, "grounded": bool(citations), "citations": citations,
                               "trace": loop.trace, "mode": mode, "stopped": loop.stopped, "steps": loop.steps,
-                              "max_steps": max_steps, "branch": created["name"], "from": branch}
+                              "max_steps": max_steps, "branch": created.name, "from": branch}
     workspace = _answer_workspace(services, caller, repo, session_branch, given, citations, workspaces)
     path = f"/answers/{slugify(question)[:60].rstrip('-') or 'answer'}-{session_branch.rsplit('/', 1)[1]}"
     result["stored"] = store_answer(services, caller, repo, session_branch, workspace, path, question, result,

@@ -247,6 +247,7 @@ class SearchResult:
     vector_rank: int | None
     fulltext_rank: int | None
     properties: dict[str, Any] = field(default_factory=dict, repr=False)
+    title: str | None = None
     rerank_score: float | None = None
     context: dict[str, Any] | None = field(default=None, repr=False)
 
@@ -254,7 +255,7 @@ class SearchResult:
         """The API shape."""
         return {
             "workspace": self.workspace, "path": self.path, "node_id": self.node_id,
-            "node_type": self.node_type, "chunk_index": self.chunk_index,
+            "node_type": self.node_type, "title": self.title, "chunk_index": self.chunk_index,
             "chunk_text": self.chunk_text, "score": self.score,
             "vector_distance": self.vector_distance, "vector_rank": self.vector_rank,
             "fulltext_rank": self.fulltext_rank,
@@ -692,11 +693,13 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
 
 
 def _with_properties(session: Session, view: BranchView, results: list[SearchResult]) -> list[SearchResult]:
-    """Attach each result node's properties (loaded for the returned rows only)."""
+    """Attach each result node's properties and title (loaded for the returned rows only)."""
     found = nodes_by_id(session, view, {r.node_id for r in results})
     for r in results:
         if r.node_id in found:
             r.properties = found[r.node_id].properties
+            title = r.properties.get("title")
+            r.title = title if isinstance(title, str) else None
     return results
 
 

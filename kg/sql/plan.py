@@ -32,6 +32,8 @@ from kg.rag.search import SearchRequest, SearchResult, search_branch
 from kg.sql.parse import Command, CreateBranch, MergeBranch, Relate, ShowBranches, Statement, refuse
 from kg.store.paths import validate_path
 from kg.store.references import MAX_LIMIT as REFERENCES_MAX
+from kg.types.common import Schema
+from kg.types.nodes import Node
 
 Row = dict[str, Any]
 Table = tuple[list[str], list[list[Any]]]
@@ -242,7 +244,8 @@ class _Planner:
         t = self.target
         if isinstance(node, ShowBranches):
             step = Step("kg.ops.branches.list_branches", {"repo": t.repo})
-            return self._plan([step], lambda: _dict_table(branch_ops.list_branches(t.services, t.caller, t.repo)))
+            return self._plan([step], lambda: _dict_table(
+                branch_ops.list_branches(t.services, t.caller, t.repo).branches))
         if isinstance(node, CreateBranch):
             name = self.string(node.name, "branch name")
             from_branch = self.optional_string(node.from_branch, "branch name") or t.branch
@@ -351,7 +354,7 @@ class _Planner:
         def execute() -> Table:
             out = run(t.services, t.caller, node_ops.batch, t.repo, t.branch, upserts=upserts, parents=True,
                       message=f"SQL: INSERT INTO {workspace}")
-            return _written(out["upserted"], out["revision"])
+            return _written(out.upserted, out.revision)
 
         return self._plan([Step("kg.ops.nodes.batch", args, write=True)], execute,
                           [("write", t.branch, workspace)])
@@ -421,19 +424,19 @@ class _Planner:
             current = self._current(workspace, path)
             if current is None:
                 return _written([], None)
-            node_type = str(changes.get("node_type", current["node_type"]))
-            properties: dict[str, Any] = changes["properties"] if "properties" in changes else current["properties"]
+            node_type = str(changes.get("node_type", current.node_type))
+            properties: dict[str, Any] = changes["properties"] if "properties" in changes else current.properties
             node_out, _ = run(t.services, t.caller, node_ops.put_node, t.repo, t.branch, workspace, path,
                               node_type=node_type, properties=properties,
-                              order=changes.get("order", current["order"]), if_revision=current["revision"],
+                              order=changes.get("order", current.order), if_revision=current.revision,
                               message=f"SQL: UPDATE {workspace}")
-            return _written([node_out], node_out["revision"])
+            return _written([node_out], node_out.revision)
 
         return self._plan([Step("kg.ops.queries.get_node", {"workspace": workspace, "path": path}),
                            Step("kg.ops.nodes.put_node", args, write=True)], execute,
                           [("write", t.branch, workspace)])
 
-    def _current(self, workspace: str, path: str, at_revision: int | None = None) -> Row | None:
+    def _current(self, workspace: str, path: str, at_revision: int | None = None) -> Node | None:
         """The node at ``path`` (None: no such node, or a value that is no path at all)."""
         t = self.target
         try:
@@ -461,7 +464,7 @@ class _Planner:
                 return ["path", "deleted", "revision"], []
             out = run(t.services, t.caller, node_ops.delete_node, t.repo, t.branch, workspace, path,
                       message=f"SQL: DELETE FROM {workspace}")
-            return ["path", "deleted", "revision"], [[path, out["deleted"], out["revision"]]]
+            return ["path", "deleted", "revision"], [[path, out.deleted, out.revision]]
 
         return self._plan([Step("kg.ops.nodes.delete_node", args, write=True)], execute,
                           [("write", t.branch, workspace)])
@@ -657,9 +660,9 @@ class _Planner:
                 "limit": REFERENCES_MAX}
 
         def fetch() -> list[Row]:
-            rows, _ = queries.references(t.services, t.caller, t.repo, t.branch, address, limit=REFERENCES_MAX,
-                                         at_revision=at_revision)
-            return [_node_row(r) | {"property_key": r.get("property_key")} for r in rows]
+            found = queries.references(t.services, t.caller, t.repo, t.branch, address, limit=REFERENCES_MAX,
+                                       at_revision=at_revision)
+            return [_node_row(r) for r in found.references]
 
         return fetch, [Step("kg.ops.queries.references", args)], REFERENCE_COLUMNS
 
@@ -732,9 +735,10 @@ class _Planner:
             out: list[Row] = []
             cursor = None
             while True:
-                rows, cursor = queries.list_prefix(t.services, t.caller, t.repo, t.branch, workspace, prefix,
-                                                   limit=PAGE, cursor=cursor, at_revision=at_revision, mode=mode)
-                out.extend(_node_row(r) for r in rows)
+                page = queries.list_prefix(t.services, t.caller, t.repo, t.branch, workspace, prefix,
+                                           limit=PAGE, cursor=cursor, at_revision=at_revision, mode=mode)
+                out.extend(_node_row(r) for r in page.nodes)
+                cursor = page.next_cursor
                 if cursor is None:
                     return out
 
@@ -759,21 +763,24 @@ def _conjuncts(condition: exp.Expr | None) -> list[exp.Expr]:
     return [condition]
 
 
-def _node_row(node: Row) -> Row:
-    """A node's API shape as a row (``node_id``, ``workspace_id``, ``__order`` added)."""
-    return {**node, "node_id": node["id"], "workspace_id": node["workspace"], "__order": node.get("order")}
+def _node_row(node: Node) -> Row:
+    """A node (a :class:`~kg.types.nodes.Reference` with its ``property_key``) as a row: its JSON,
+    ``node_id``, ``workspace_id`` and ``__order`` added."""
+    return {**node.as_json(), "node_id": node.id, "workspace_id": node.workspace, "__order": node.order}
 
 
 def _search_row(result: SearchResult) -> Row:
     return {**result.as_dict(), "workspace_id": result.workspace, "properties": result.properties}
 
 
-def _written(nodes: list[Row], revision: int | None) -> Table:
+def _written(nodes: list[Node], revision: int | None) -> Table:
     return (["workspace_id", "path", "node_id", "node_type", "revision"],
-            [[n["workspace"], n["path"], n["id"], n["node_type"], revision] for n in nodes])
+            [[n.workspace, n.path, n.id, n.node_type, revision] for n in nodes])
 
 
-def _dict_table(rows: list[dict[str, Any]]) -> Table:
+def _dict_table(results: Sequence[Schema]) -> Table:
+    """Use case results as a table: a column per key of their JSON, in order."""
+    rows = [r.as_json() for r in results]
     columns: list[str] = []
     for row in rows:
         for key in row:

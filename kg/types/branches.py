@@ -95,6 +95,23 @@ class Branch(Schema):
     behind: int = absent("Revisions on the parent since that merge base (listing and reading a branch).")
 
 
+class LastRevision(Schema):
+    """The newest revision that changed what a branch reads."""
+
+    revision: int
+    created_at: Timestamp
+    message: str | None
+    actor: str | None
+
+
+class BranchOverview(Branch):
+    """A branch as the console's branches page lists it."""
+
+    last_revision: LastRevision | None = Field(description="null: no revision changed what it reads.")
+    protected: bool = Field(description="Matches ``KG_PROTECTED_BRANCHES``.")
+    children: list[str] = Field(description="The branches forked from it that the caller sees, by name.")
+
+
 class BranchList(Schema):
     """Every branch of a repository."""
 
@@ -305,3 +322,35 @@ class MergeResult(Schema):
     plan: str = absent("A dry run's token of what it planned from: send it as ``if_plan`` with the merge.")
 
 
+
+
+class ReviewedBranch(Branch):
+    """The branch a review is of."""
+
+    protected: bool = Field(description="Matches ``KG_PROTECTED_BRANCHES``.")
+
+
+class MergeTarget(Schema):
+    """The branch a review merges into."""
+
+    name: str
+    protected: bool = Field(description="Matches ``KG_PROTECTED_BRANCHES``.")
+
+
+class BranchReview(Schema):
+    """What a person reviews before merging a branch (:func:`kg.ops.queries.branch_review`)."""
+
+    branch: ReviewedBranch
+    into: MergeTarget | None = Field(description="null: ``main`` without a target.")
+    diff: Diff | None = Field(description="What the branch changed since its merge base with ``into``.")
+    plan: str | None = Field(description="The plan token read before the diff (for ``if_plan``).")
+
+
+class MergeReview(Schema):
+    """A merge's dry run as the review page shows it (:func:`kg.ops.queries.merge_review`)."""
+
+    plan: str | None = Field(description="The dry run's plan token.")
+    derived: DerivedRefresh | None = Field(description="Lineage's write counts; null while conflicts remain.")
+    derived_writes: list[JSONObject] = Field(description="Lineage's writes, as :class:`MergeResult` lists them.")
+    decisions: list[JSONObject] = Field(description="The lineage decisions (conflicts of kind ``lineage``).")
+    conflicts: int = Field(description="How many other conflicts the merge has.")

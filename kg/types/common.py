@@ -162,4 +162,16 @@ class Schema(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
+    def as_json(self) -> dict[str, Any]:
+        """The result as the HTTP API answers it, for the surfaces that are not HTTP (MCP tools,
+        the CLI's JSON, the console, SQL rows).
+
+        Returns
+        -------
+        dict
+            JSON values under the fields' aliases (``from``), a key the use case left out
+            (:func:`absent`) left out: ``model_dump(mode="json", by_alias=True, exclude_unset=True)``.
+        """
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
@@ -28,6 +28,7 @@ from kg.types.common import (
     absent,
     shaped,
 )
+from kg.types.relations import RelationKey
 
 # -- requests ----------------------------------------------------------------------
 
@@ -129,6 +130,51 @@ class NodeList(Schema):
     next_cursor: str | None = absent("The cursor of the next page, null on the last.")
 
 
+class TreeNode(Node):
+    """A child in a lazily expanded tree: the node, and whether it has children of its own."""
+
+    has_children: bool
+
+
+class TreePage(Schema):
+    """A page of a node's children as a tree shows them (the MCP ``get_node`` tool, the console)."""
+
+    nodes: list[TreeNode]
+    next_cursor: str | None = Field(description="The cursor of the next page, null on the last.")
+
+
+class NodeChunk(Schema):
+    """A passage of a node's text as it was embedded."""
+
+    chunk_index: int
+    field: str = Field(description="The property the passage is from.")
+    text: str
+    char_start: int
+    char_end: int
+    model: str = Field(description="The embedding model.")
+    dim: int = Field(description="The vector's dimension.")
+
+
+class NodeChunks(Schema):
+    """The passages a node's text was split into and embedded (shared by content key: a branch
+    that did not change the node shows its parent's)."""
+
+    content_key: str | None = Field(description="The text's content key; null: the node has no text.")
+    pending: bool = Field(description="The text waits in (or failed in) the index queue.")
+    chunks: list[NodeChunk]
+
+
+class NodeHistoryEntry(Schema):
+    """A revision of a branch's history that wrote a node."""
+
+    revision: int
+    branch: str = Field(description="The branch the revision was written on (the branch or an ancestor).")
+    actor: str | None
+    message: str | None
+    created_at: Timestamp
+    op: Literal["put", "delete"]
+
+
 class NodesDeleted(Schema):
     """``DELETE`` of a node: the revision made and how many nodes it tombstoned."""
 
@@ -142,6 +188,16 @@ class BatchResult(Schema):
     revision: int
     upserted: list[Node]
     deleted: int
+
+
+class GraphWritten(Schema):
+    """Nodes and the relations between them written as one revision (:func:`kg.ops.nodes.write_graph`)."""
+
+    revision: int
+    upserted: list[Node] = Field(description="The nodes written, in the order planned.")
+    related: int = Field(description="Relations asserted.")
+    unrelated: int = Field(description="Edges removed.")
+    invalidated: list[RelationKey] = Field(description="Relations whose validity ended now.")
 
 
 class Reference(Node):

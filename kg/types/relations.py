@@ -84,6 +84,14 @@ class Relation(Schema):
     revision: int
 
 
+class RelationKey(Schema):
+    """A relation by its ends (``workspace:/path``) and type."""
+
+    from_: str = Field(alias="from")
+    type: str
+    to: str
+
+
 class RelationTypes(Schema):
     """A workspace's single-valued relation types."""
 

@@ -31,6 +31,7 @@ class SearchRow(Schema):
     path: str
     node_id: str
     node_type: str
+    title: str | None = Field(description="The node's `title` property (null: it has none, or not a string).")
     chunk_index: int
     chunk_text: str
     score: Number

@@ -142,7 +142,7 @@ def test_eight_concurrent_writers_lose_and_repeat_nothing(services, repo):
                 node, _ = run(services, OPERATOR, node_ops.put_node, "acme", branch, "knowledge", f"/w{i}-n{j}",
                               node_type="kb:Doc", properties={"i": i, "j": j})
                 with lock:
-                    written.append((node["revision"], branch))
+                    written.append((node.revision, branch))
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             errors.append(exc)
 

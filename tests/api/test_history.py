@@ -84,11 +84,11 @@ def test_a_revision_of_nodes_and_relations_lists_nodes_first_up_to_the_cap(servi
     relations = [{"from": "w:/n0", "to": f"w:/n{i}", "type": "links"} for i in (1, 2, 3)]
     run(services, OPERATOR, write_graph, "capped", "main",
         lambda session, view: GraphWrite(upserts=nodes, relations=relations))
-    (rev,) = queries.revision_log(services, OPERATOR, "capped", "main", max_changes=6)
-    assert rev["change_count"] == 7
-    assert [c["kind"] for c in rev["changes"]] == ["node"] * 4 + ["relation"] * 2
-    (rev,) = queries.revision_log(services, OPERATOR, "capped", "main", max_changes=3)
-    assert [c.get("path") for c in rev["changes"]] == ["/n0", "/n1", "/n2"]
+    (rev,) = queries.revision_log(services, OPERATOR, "capped", "main", max_changes=6).revisions
+    assert rev.change_count == 7
+    assert [c.kind for c in rev.changes] == ["node"] * 4 + ["relation"] * 2
+    (rev,) = queries.revision_log(services, OPERATOR, "capped", "main", max_changes=3).revisions
+    assert [getattr(c, "path", None) for c in rev.changes] == ["/n0", "/n1", "/n2"]
 
 
 def test_a_branch_listing_reads_no_write_of_the_last_revisions(services, repo, client):
@@ -110,9 +110,10 @@ def test_a_branch_listing_reads_no_write_of_the_last_revisions(services, repo, c
         listed = branch_ops.branch_overview(services, OPERATOR, "acme")
     finally:
         event.remove(services.db.engine, "before_cursor_execute", record)
-    main = next(b for b in listed if b["name"] == "main")
-    assert main["last_revision"]["message"] == "first" and main["last_revision"]["actor"] == "dana"
-    assert main["last_revision"]["revision"] == 1 and main["last_revision"]["created_at"]
+    main = next(b for b in listed if b.name == "main")
+    assert main.last_revision is not None
+    assert main.last_revision.message == "first" and main.last_revision.actor == "dana"
+    assert main.last_revision.revision == 1 and main.last_revision.created_at
     assert not any("from node_versions" in s and "node_versions.revision =" in s for s in statements)
 
 
@@ -520,7 +521,7 @@ def test_a_batch_upsert_below_a_node_it_deletes_is_422_naming_the_parent_and_wri
     revision = ok.json()["revision"]
     for path in ("/a", "/a/b", "/a/b/c", "/a/bb"):
         versions = node_history(services, OPERATOR, "acme", "main", "knowledge", path)
-        assert [v["revision"] for v in versions].count(revision) == 1, (path, versions)
+        assert [v.revision for v in versions].count(revision) == 1, (path, versions)
 
 
 def test_a_batch_child_before_its_parent_makes_one_version_of_the_parent(client, repo, services):
@@ -537,7 +538,7 @@ def test_a_batch_child_before_its_parent_makes_one_version_of_the_parent(client,
     parent = get(client, "/p")
     assert parent["node_type"] == "kb:Doc" and parent["properties"] == {"v": "parent"}
     versions = node_history(services, OPERATOR, "acme", "main", "knowledge", "/p")
-    assert [v["revision"] for v in versions] == [r.json()["revision"]]
+    assert [v.revision for v in versions] == [r.json()["revision"]]
 
 
 def test_if_plan_garbage_or_of_other_branches_is_422_and_a_stale_one_409(client, repo):

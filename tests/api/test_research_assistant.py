@@ -111,7 +111,7 @@ def test_a_normal_run_searches_then_answers_on_its_own_branch(client, model, ser
                                                    "branch": body["branch"], "direction": "OUT"}).json()
     assert [(n["path"], n["relation_type"]) for n in cites["neighbors"]] == [("/rigging", "cites")]
     merged = run(services, OPERATOR, merge_branch, "acme", body["branch"], "main")
-    assert merged["revision"] is not None
+    assert merged.revision is not None
     on_main = client.get(f"{NODES}{body['stored']['path']}").json()
     assert on_main["properties"]["answer"] == body["answer"] and on_main["properties"]["grounded"] is True
 

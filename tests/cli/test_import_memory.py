@@ -14,6 +14,7 @@ from kg.ops import queries
 from kg.rag.graph import neighbors
 from kg.services import Services
 from kg.settings import Settings
+from kg.types import Revision
 
 runner = CliRunner()
 
@@ -48,8 +49,8 @@ def _services() -> Services:
     return Services.from_settings(Settings())
 
 
-def _log(services: Services, branch: str = "main") -> list[dict]:
-    return queries.revision_log(services, OPERATOR, "mem", branch)
+def _log(services: Services, branch: str = "main") -> list[Revision]:
+    return queries.revision_log(services, OPERATOR, "mem", branch).revisions
 
 
 def test_import_writes_entities_observations_and_relations_in_one_revision(env):
@@ -60,18 +61,18 @@ def test_import_writes_entities_observations_and_relations_in_one_revision(env):
                       "unchanged": False, "index_failures": 0}
     services = _services()
     try:
-        assert [r["revision"] for r in _log(services)] == [1]
+        assert [r.revision for r in _log(services)] == [1]
         dana = queries.get_node(services, OPERATOR, "mem", "main", "memory", "/entities/dana-weber")
-        assert dana["node_type"] == "kg:Entity"
-        assert dana["properties"]["name"] == "Dana Weber"
-        assert dana["properties"]["entity_type"] == "person"
-        assert dana["properties"]["observations"] == SAMPLE[0]["observations"]
+        assert dana.node_type == "kg:Entity"
+        assert dana.properties["name"] == "Dana Weber"
+        assert dana.properties["entity_type"] == "person"
+        assert dana.properties["observations"] == SAMPLE[0]["observations"]
         # A '/' in a name is punctuation: one path segment, never a nested path.
         acdc = queries.get_node(services, OPERATOR, "mem", "main", "memory", "/entities/ac-dc")
-        assert acdc["properties"]["name"] == "AC/DC" and "content" not in acdc["properties"]
+        assert acdc.properties["name"] == "AC/DC" and "content" not in acdc.properties
         # "ac dc" has the same slug: it gets the slug plus its name's hash.
         other = queries.list_prefix(services, OPERATOR, "mem", "main", "memory", "/entities/ac-dc-", mode="raw")
-        assert [n["properties"]["name"] for n in other[0]] == ["ac dc"]
+        assert [n.properties["name"] for n in other.nodes] == ["ac dc"]
         out = neighbors(services, OPERATOR, "mem", "main", "memory:/entities/dana-weber", direction="OUT")
         edges = sorted((n["path"], n["relation_type"]) for n in out["neighbors"])
         assert edges == [("/entities/ac-dc", "is_a_fan_of"), ("/entities/acme-marine", "works_at")]
@@ -92,7 +93,7 @@ def test_a_second_import_writes_no_revision(env):
     assert report["nodes_written"] == report["relations_written"] == 0
     services = _services()
     try:
-        assert [r["revision"] for r in _log(services)] == [1]
+        assert [r.revision for r in _log(services)] == [1]
     finally:
         services.close()
     # A changed observation writes that node only, in a new revision.
@@ -123,9 +124,9 @@ def test_a_malformed_line_is_refused_with_its_number_and_nothing_is_written(env,
     assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
     services = _services()
     try:
-        assert [r["revision"] for r in _log(services)] == [1]
-        nodes = queries.list_prefix(services, OPERATOR, "mem", "main", "memory", "/entities/")[0]
-        assert [n["path"] for n in nodes] == ["/entities/ac-dc"]
+        assert [r.revision for r in _log(services)] == [1]
+        nodes = queries.list_prefix(services, OPERATOR, "mem", "main", "memory", "/entities/").nodes
+        assert [n.path for n in nodes] == ["/entities/ac-dc"]
     finally:
         services.close()
 
@@ -144,9 +145,9 @@ def test_import_into_a_branch_leaves_main_unchanged(env):
     assert result.exit_code == 0, result.output
     services = _services()
     try:
-        main_nodes = queries.list_prefix(services, OPERATOR, "mem", "main", "memory", "/entities/")[0]
-        branch_nodes = queries.list_prefix(services, OPERATOR, "mem", "agent/memory", "memory", "/entities/")[0]
-        assert [n["path"] for n in main_nodes] == ["/entities/dana-weber"]
+        main_nodes = queries.list_prefix(services, OPERATOR, "mem", "main", "memory", "/entities/").nodes
+        branch_nodes = queries.list_prefix(services, OPERATOR, "mem", "agent/memory", "memory", "/entities/").nodes
+        assert [n.path for n in main_nodes] == ["/entities/dana-weber"]
         assert len(branch_nodes) == 4
     finally:
         services.close()

@@ -145,7 +145,7 @@ def test_merge_with_resolutions_from_a_file(repo, cli_env):
         node = get_node(services, context.OPERATOR, "acme", "main", "docs", "/contract")
     finally:
         services.close()
-    assert node["properties"]["title"] == "Title on review"
+    assert node.properties["title"] == "Title on review"
 
 
 @pytest.mark.parametrize("content, expected", [

@@ -994,7 +994,8 @@ def machine_for(kind, tmp_root):
         def _merge_kg(self, child, parent, resolutions):
             """The dry run, then the merge: the dry run must say what the merge then does."""
             try:
-                preview = preview_merge(self.services, OPERATOR, "m", child, parent, resolutions=resolutions)
+                preview = preview_merge(self.services, OPERATOR, "m", child, parent,
+                                        resolutions=resolutions).as_json()
             except MergeConflict as dry:
                 with pytest.raises(MergeConflict) as real:
                     run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions)
@@ -1002,7 +1003,7 @@ def machine_for(kind, tmp_root):
                 raise real.value from dry
             # the merge is asked from the dry run's plan: it applies that plan, derived writes included
             got = run(self.services, OPERATOR, merge_branch, "m", child, parent, resolutions=resolutions,
-                      if_plan=preview["plan"])
+                      if_plan=preview["plan"]).as_json()
             for key in ("applied", "base", "fast_forward", "derived", "derived_writes"):
                 assert preview[key] == got[key], (key, preview[key], got[key])
             return got, preview

@@ -108,17 +108,18 @@ def _reads(services, repo: str, branch: str = "main", *, timestamps: bool = True
 
     out: dict[str, Any] = {}
     for ws in ("knowledge", "library"):
-        nodes, _ = queries.list_prefix(services, OPERATOR, repo, branch, ws, "/")
+        nodes = queries.list_prefix(services, OPERATOR, repo, branch, ws, "/").as_json()["nodes"]
         for node in nodes:
             address = f"{ws}:{node['path']}"
             out[address] = {
-                "node": strip(queries.get_node(services, OPERATOR, repo, branch, ws, node["path"])),
-                "children": [c["path"] for c in queries.list_children(services, OPERATOR, repo, branch, ws,
+                "node": strip(queries.get_node(services, OPERATOR, repo, branch, ws, node["path"]).as_json()),
+                "children": [c.path for c in queries.list_children(services, OPERATOR, repo, branch, ws,
                                                                       node["path"])],
                 "neighbors": [strip(n) for n in neighbors(services, OPERATOR, repo, branch, address)["neighbors"]],
-                "references": [strip(n) for n in queries.references(services, OPERATOR, repo, branch, address)[0]],
+                "references": [strip(n.as_json()) for n in queries.references(services, OPERATOR, repo, branch,
+                                                                              address).references],
             }
-        out[f"{ws}:/"] = [c["path"] for c in queries.list_children(services, OPERATOR, repo, branch, ws, "/")]
+        out[f"{ws}:/"] = [c.path for c in queries.list_children(services, OPERATOR, repo, branch, ws, "/")]
     return out
 
 
@@ -157,7 +158,7 @@ def test_ordered_children_and_relations_survive(services):
     _build(services)
     bulk.import_ndjson(services, OPERATOR, "copy", _export(services, "acme"))
     children = queries.list_children(services, OPERATOR, "copy", "main", "knowledge", "/docs/guides")
-    assert [c["path"] for c in children] == ["/docs/guides/getting-started", "/docs/guides/rotate-keys",
+    assert [c.path for c in children] == ["/docs/guides/getting-started", "/docs/guides/rotate-keys",
                                              "/docs/guides/ünïcode é"]
     out = neighbors(services, OPERATOR, "copy", "main", "knowledge:/docs/guides/rotate-keys", direction="OUT")
     assert {(n["path"], n["relation_type"], n["weight"]) for n in out["neighbors"]} == {
@@ -239,13 +240,13 @@ def test_the_rows_are_those_of_the_normal_write_path(services):
     assert len(bulked["jobs"]) == report["queued"]
     assert _reads(services, "bulk", timestamps=False) == _reads(services, "normal", timestamps=False)
     # And on a branch holding content already: the replaced nodes keep their created_at.
-    before = queries.get_node(services, OPERATOR, "bulk", "main", "library", "/people/dana")
+    before = queries.get_node(services, OPERATOR, "bulk", "main", "library", "/people/dana").as_json()
     again = [json.dumps(header), json.dumps({"record": "node", "workspace": "library", "path": "/people/dana",
                                              "node_type": "kg:Person", "properties": {"name": "Dana W."}})]
     bulk.import_ndjson(services, OPERATOR, "bulk", again)
     run(services, OPERATOR, batch, "normal", "main", upserts=[
         {"workspace": "library", "path": "/people/dana", "node_type": "kg:Person", "properties": {"name": "Dana W."}}])
-    after = queries.get_node(services, OPERATOR, "bulk", "main", "library", "/people/dana")
+    after = queries.get_node(services, OPERATOR, "bulk", "main", "library", "/people/dana").as_json()
     assert after["created_at"] == before["created_at"] and after["revision"] == 2
     assert _rows(services, "bulk") == _rows(services, "normal")
 
@@ -322,7 +323,7 @@ def test_batches_make_one_revision_each_and_the_same_content(services):
     report = bulk.import_ndjson(services, OPERATOR, "copy", lines, batch_size=4)
     n = len(lines) - 1
     assert report["revisions"] == list(range(1, (n + 3) // 4 + 1))
-    log = queries.revision_log(services, OPERATOR, "copy", "main")
+    log = queries.revision_log(services, OPERATOR, "copy", "main").as_json()["revisions"]
     assert "(batch 1 of" in log[-1]["message"]
     assert _body(_export(services, "copy")) == _body(lines)
     with pytest.raises(InvalidInput, match="batch_size"):
@@ -352,12 +353,12 @@ def test_a_re_import_writes_only_what_changed_and_of_the_same_file_nothing(servi
     first = bulk.import_ndjson(services, OPERATOR, "copy", lines)
     n_nodes, n_relations = first["nodes"], first["relations"]
     assert first["unchanged"] == {"nodes": 0, "relations": 0} and n_nodes > 3 and n_relations > 1
-    before = queries.revision_log(services, OPERATOR, "copy", "main")
+    before = queries.revision_log(services, OPERATOR, "copy", "main").as_json()["revisions"]
     again = bulk.import_ndjson(services, OPERATOR, "copy", lines)
     assert again["revision"] is None and again["revisions"] == []
     assert (again["nodes"], again["relations"]) == (0, 0)
     assert again["unchanged"] == {"nodes": n_nodes, "relations": n_relations}
-    assert queries.revision_log(services, OPERATOR, "copy", "main") == before
+    assert queries.revision_log(services, OPERATOR, "copy", "main").as_json()["revisions"] == before
     records = [json.loads(line) for line in _export(services, "copy")]  # no chunks: a text changes
     node = next(r for r in records if r["record"] == "node" and r["path"] == "/docs/guides/rotate-keys")
     node["properties"] = {**node["properties"], "title": "Rotating keys, revised"}
@@ -367,12 +368,12 @@ def test_a_re_import_writes_only_what_changed_and_of_the_same_file_nothing(servi
     third = bulk.import_ndjson(services, OPERATOR, "copy", changed)
     assert (third["nodes"], third["relations"]) == (1, 1) and len(third["revisions"]) == 1
     assert third["unchanged"] == {"nodes": n_nodes - 1, "relations": n_relations - 1}
-    got = queries.get_node(services, OPERATOR, "copy", "main", "knowledge", "/docs/guides/rotate-keys")
+    got = queries.get_node(services, OPERATOR, "copy", "main", "knowledge", "/docs/guides/rotate-keys").as_json()
     assert got["properties"]["title"] == "Rotating keys, revised" and got["revision"] == third["revision"]
     weights = {(n["path"], n["relation_type"]): n["weight"] for n in neighbors(
         services, OPERATOR, "copy", "main", edge["from"], direction="OUT")["neighbors"]}
     assert weights[(edge["to"].split(":", 1)[1], edge["type"])] == 0.125
-    log = queries.revision_log(services, OPERATOR, "copy", "main")
+    log = queries.revision_log(services, OPERATOR, "copy", "main").as_json()["revisions"]
     assert len(log) == len(before) + 1
     assert log[0]["message"].startswith("import ndjson: 1 nodes, 1 relations from ")  # what it wrote
     assert log[0]["message"].endswith(f"({n_nodes - 1 + n_relations - 1} records unchanged)")
@@ -470,13 +471,13 @@ def test_a_bad_record_is_named_by_its_line_and_nothing_is_written(services, case
 
 def test_a_bad_record_writes_nothing_into_an_existing_repository(services):
     _build(services)
-    head = queries.revision_log(services, OPERATOR, "acme", "main")[0]["revision"]
+    head = queries.revision_log(services, OPERATOR, "acme", "main").revisions[0].revision
     lines = _export(services, "acme")
     lines.append(json.dumps({"record": "relation", "from": "knowledge:/docs", "to": "library:/gone", "type": "t"}))
     lines[0] = json.dumps({**json.loads(lines[0]), "counts": None})
     with pytest.raises(InvalidInput, match=f"line {len(lines)}: relation to library:/gone"):
         bulk.import_ndjson(services, OPERATOR, "acme", lines, batch_size=2)
-    assert queries.revision_log(services, OPERATOR, "acme", "main")[0]["revision"] == head
+    assert queries.revision_log(services, OPERATOR, "acme", "main").revisions[0].revision == head
 
 
 def test_a_chunk_whose_text_is_numbered_with_a_gap_is_refused(services):
@@ -515,7 +516,7 @@ def test_access_is_decided_as_for_every_write_and_read(services):
     with pytest.raises(Forbidden):  # a new repository needs admin
         bulk.import_ndjson(services, WRITER, "newrepo", lines)
     report = bulk.import_ndjson(services, WRITER, "acme", lines, branch="agent/imports")
-    assert queries.revision_log(services, OPERATOR, "acme", "agent/imports")[0]["actor"] == "writer"
+    assert queries.revision_log(services, OPERATOR, "acme", "agent/imports").revisions[0].actor == "writer"
     assert report["nodes"] == len([line for line in lines if '"record":"node"' in line])
     # Export needs read; a key restricted to a workspace exports it only.
     with pytest.raises(NotFound):
@@ -600,7 +601,7 @@ def test_a_large_import_leaves_sqlite_no_write_ahead_log_to_search(services):
     assert report["revision"] == 1
     # the import's frames are in the database file and the log is truncated: readers search nothing
     assert _wal_bytes(services) == 0
-    assert queries.get_node(services, OPERATOR, "big", "main", "knowledge", "/n1199")["properties"] == {
+    assert queries.get_node(services, OPERATOR, "big", "main", "knowledge", "/n1199").properties == {
         "title": "note 1199"}
 
 
@@ -616,7 +617,7 @@ def test_a_checkpoint_held_back_by_a_reader_says_so_and_loses_nothing(services):
             {"workspace": "knowledge", "path": "/b", "node_type": "kb:Note", "properties": {"title": "b"}}])
         assert services.db.checkpoint(wait_s=0.05) is False
     assert services.db.checkpoint() is True and _wal_bytes(services) == 0
-    assert queries.get_node(services, OPERATOR, "held", "main", "knowledge", "/b")["properties"] == {"title": "b"}
+    assert queries.get_node(services, OPERATOR, "held", "main", "knowledge", "/b").properties == {"title": "b"}
 
 
 def test_a_re_import_compares_relations_by_properties_and_validity_as_json(services):

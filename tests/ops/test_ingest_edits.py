@@ -160,10 +160,11 @@ def test_review_leaves_main_alone_and_puts_the_files_version_on_a_branch_to_merg
     assert proposed.properties["status"] == "Active"
     assert proposed.properties["sha256"] != edited.properties["sha256"]
     changes = queries.diff(services, OPERATOR, "peps", report.review_branch)
-    (modified,) = changes["nodes"]["modified"]
-    assert modified["path"] == "/pep-0440" and modified["changes"]["status"] == {"old": "Withdrawn", "new": "Active"}
+    (modified,) = changes.nodes.modified
+    assert modified.path == "/pep-0440"
+    assert modified.changes["status"].as_json() == {"old": "Withdrawn", "new": "Active"}
     merged = run(services, OPERATOR, merge_branch, "peps", report.review_branch, "main")
-    assert merged["revision"] is not None
+    assert merged.revision is not None
     assert node(services).properties == proposed.properties
     # main now holds the file's version: the next ingest keeps nothing and changes no value
     after = ingest(services, corpus)

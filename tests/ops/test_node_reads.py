@@ -25,21 +25,21 @@ def _repo(services) -> None:
 def test_node_history_lists_the_revisions_that_wrote_the_node_newest_first(services):
     _repo(services)
     r1 = run(services, OPERATOR, put_node, "acme", "main", "kb", "/a", node_type="kb:Doc",
-             properties={"title": "one"}, message="create a", actor="alice")[0]["revision"]
+             properties={"title": "one"}, message="create a", actor="alice")[0].revision
     run(services, OPERATOR, put_node, "acme", "main", "kb", "/b", node_type="kb:Doc", properties={})
     r3 = run(services, OPERATOR, patch_node, "acme", "main", "kb", "/a", properties={"title": "two"},
-             message="retitle", actor="bob")["revision"]
+             message="retitle", actor="bob").revision
     history = queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a")
-    assert [(h["revision"], h["actor"], h["message"], h["op"], h["branch"]) for h in history] == [
+    assert [(h.revision, h.actor, h.message, h.op, h.branch) for h in history] == [
         (r3, "bob", "retitle", "put", "main"), (r1, "alice", "create a", "put", "main")]
     # as of an older revision: only what was written by then
-    assert [h["revision"] for h in queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a",
+    assert [h.revision for h in queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a",
                                                          at_revision=r1)] == [r1]
-    assert [h["revision"] for h in queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a",
+    assert [h.revision for h in queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a",
                                                          limit=1)] == [r3]
     # a deleted node keeps its history, its tombstone first
-    r4 = run(services, OPERATOR, delete_node, "acme", "main", "kb", "/a")["revision"]
-    assert [(h["revision"], h["op"]) for h in queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a")] \
+    r4 = run(services, OPERATOR, delete_node, "acme", "main", "kb", "/a").revision
+    assert [(h.revision, h.op) for h in queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a")] \
         == [(r4, "delete"), (r3, "put"), (r1, "put")]
     assert queries.node_history(services, OPERATOR, "acme", "main", "kb", "/never") == []
 
@@ -47,15 +47,15 @@ def test_node_history_lists_the_revisions_that_wrote_the_node_newest_first(servi
 def test_node_history_on_a_branch_is_its_own_then_its_parents_up_to_the_fork(services):
     _repo(services)
     r1 = run(services, OPERATOR, put_node, "acme", "main", "kb", "/a", node_type="kb:Doc",
-             properties={"title": "one"})[0]["revision"]
+             properties={"title": "one"})[0].revision
     run(services, OPERATOR, create_branch, "acme", name="agent/s1", from_branch="main")
     r2 = run(services, OPERATOR, patch_node, "acme", "agent/s1", "kb", "/a", properties={"title": "two"},
-             message="on the branch")["revision"]
+             message="on the branch").revision
     r3 = run(services, OPERATOR, patch_node, "acme", "main", "kb", "/a",
-             properties={"other": 1})["revision"]  # on main after the fork: not in the branch's history
+             properties={"other": 1}).revision  # on main after the fork: not in the branch's history
     on_branch = queries.node_history(services, OPERATOR, "acme", "agent/s1", "kb", "/a")
-    assert [(h["revision"], h["branch"]) for h in on_branch] == [(r2, "agent/s1"), (r1, "main")]
-    assert [h["revision"] for h in queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a")] == [r3, r1]
+    assert [(h.revision, h.branch) for h in on_branch] == [(r2, "agent/s1"), (r1, "main")]
+    assert [h.revision for h in queries.node_history(services, OPERATOR, "acme", "main", "kb", "/a")] == [r3, r1]
 
 
 def test_node_history_refuses_a_workspace_the_caller_cannot_read_and_bad_input(services):
@@ -78,36 +78,39 @@ def test_node_chunks_are_the_passages_of_the_node_by_index_with_their_model(serv
     run(services, OPERATOR, put_node, "acme", "main", "kb", "/a", node_type="kb:Doc",
         properties={"title": "Rotation", "body": body})
     out = queries.node_chunks(services, OPERATOR, "acme", "main", "kb", "/a")
-    assert out["pending"] is False and out["content_key"]
-    chunks = out["chunks"]
-    assert [c["chunk_index"] for c in chunks] == list(range(len(chunks))) and len(chunks) >= 2
-    assert {c["model"] for c in chunks} == {services.settings.embedding_model}
-    assert {c["field"] for c in chunks} == {"title", "body"}
-    assert any(c["text"] == "Rotation" for c in chunks)
+    assert out.pending is False and out.content_key
+    chunks = out.chunks
+    assert [c.chunk_index for c in chunks] == list(range(len(chunks))) and len(chunks) >= 2
+    assert {c.model for c in chunks} == {services.settings.embedding_model}
+    assert {c.field for c in chunks} == {"title", "body"}
+    assert any(c.text == "Rotation" for c in chunks)
     run(services, OPERATOR, put_node, "acme", "main", "kb", "/empty", node_type="kb:Doc", properties={"n": 1})
-    assert queries.node_chunks(services, OPERATOR, "acme", "main", "kb", "/empty") == {
+    assert queries.node_chunks(services, OPERATOR, "acme", "main", "kb", "/empty").as_json() == {
         "content_key": None, "pending": False, "chunks": []}
     with pytest.raises(NotFound):
         queries.node_chunks(services, OPERATOR, "acme", "main", "kb", "/nope")
 
 
-def test_children_page_keeps_the_order_pages_by_cursor_and_says_who_has_children(services):
+def test_tree_page_keeps_the_order_pages_by_cursor_and_says_who_has_children(services):
     _repo(services)
     for name, order in (("c", 2.0), ("a", 1.0), ("b", None), ("d", None)):
         run(services, OPERATOR, put_node, "acme", "main", "kb", f"/{name}", node_type="kb:Doc", properties={},
             order=order)
     run(services, OPERATOR, put_node, "acme", "main", "kb", "/b/x", node_type="kb:Doc", properties={})
-    first, cursor = queries.children_page(services, OPERATOR, "acme", "main", "kb", "/", limit=2)
-    assert [(n["name"], n["has_children"]) for n in first] == [("a", False), ("c", False)]
-    assert cursor is not None
+    first = queries.tree_page(services, OPERATOR, "acme", "main", "kb", "/", limit=2)
+    assert [(n.name, n.has_children) for n in first.nodes] == [("a", False), ("c", False)]
+    assert first.next_cursor is not None
+    # the listing's page: the same children, without has_children (its HTTP shape)
+    plain = queries.children_page(services, OPERATOR, "acme", "main", "kb", "/", limit=2)
+    assert [n.name for n in plain.nodes] == ["a", "c"] and "has_children" not in plain.as_json()["nodes"][0]
     # a child written before the cursor's place between two pages does not shift the next one
     run(services, OPERATOR, put_node, "acme", "main", "kb", "/0", node_type="kb:Doc", properties={}, order=0.5)
-    second, cursor = queries.children_page(services, OPERATOR, "acme", "main", "kb", "/", limit=2, cursor=cursor)
-    assert [(n["name"], n["has_children"]) for n in second] == [("b", True), ("d", False)]
-    assert cursor is None
+    second = queries.tree_page(services, OPERATOR, "acme", "main", "kb", "/", limit=2, cursor=first.next_cursor)
+    assert [(n.name, n.has_children) for n in second.nodes] == [("b", True), ("d", False)]
+    assert second.next_cursor is None
     with pytest.raises(InvalidInput):
-        queries.children_page(services, OPERATOR, "acme", "main", "kb", "/", cursor="not-a-cursor")
+        queries.tree_page(services, OPERATOR, "acme", "main", "kb", "/", cursor="not-a-cursor")
     with pytest.raises(InvalidInput):
-        queries.children_page(services, OPERATOR, "acme", "main", "kb", "/", limit=0)
+        queries.tree_page(services, OPERATOR, "acme", "main", "kb", "/", limit=0)
     with pytest.raises(NotFound):
-        queries.children_page(services, KB_READER, "acme", "main", "other", "/")
+        queries.tree_page(services, KB_READER, "acme", "main", "other", "/")

@@ -37,11 +37,11 @@ def head(services, repo: str = "acme") -> tuple[int, int]:
 def test_a_write_that_writes_nothing_allocates_no_revision(services, acme):
     before = head(services)
     out = run(services, OPERATOR, relations.unrelate, "acme", "main", "w:/a", "w:/b", "cites")
-    assert out == {"revision": None, "deleted": 0}
+    assert out.as_json() == {"revision": None, "deleted": 0}
     assert head(services) == before
     # the next write takes the very next number: nothing was allocated and rolled back
     edge, created = run(services, OPERATOR, relations.relate, "acme", "main", "w:/a", "w:/b", "cites")
-    assert created and edge["revision"] == before[0] + 1
+    assert created and edge.revision == before[0] + 1
     assert head(services) == (before[0] + 1, before[1] + 1)
 
 
@@ -49,7 +49,7 @@ def test_an_empty_merge_records_its_point_without_a_revision(services, acme):
     run(services, OPERATOR, branches.create_branch, "acme", name="agent/x")
     before = head(services)
     out = run(services, OPERATOR, merge.merge_branch, "acme", "agent/x", None)
-    assert out["revision"] is None and out["up_to_date"] is True
+    assert out.revision is None and out.up_to_date is True
     assert head(services) == before
 
 

@@ -23,13 +23,13 @@ def test_a_parent_listed_after_its_child_is_written_as_given_in_one_version(serv
     relations = [{"from": "w:/p/c/leaf", "to": "w:/p", "type": "part_of"}]
     out = run(services, OPERATOR, write_graph, "acme", "main",
               lambda session, view: GraphWrite(upserts=upserts, relations=relations))
-    assert [n["path"] for n in out["upserted"]] == ["/p/c/leaf", "/p/c", "/p"]  # answered in the order given
-    assert out["related"] == 1
+    assert [n.path for n in out.upserted] == ["/p/c/leaf", "/p/c", "/p"]  # answered in the order given
+    assert out.related == 1
     for item in upserts:
         node = queries.get_node(services, OPERATOR, "acme", "main", "w", item["path"])
-        assert (node["node_type"], node["properties"]) == (item["node_type"], item["properties"])
+        assert (node.node_type, node.properties) == (item["node_type"], item["properties"])
         versions = queries.node_history(services, OPERATOR, "acme", "main", "w", item["path"])
-        assert [v["revision"] for v in versions] == [out["revision"]], (item["path"], versions)
+        assert [v.revision for v in versions] == [out.revision], (item["path"], versions)
 
 
 def test_a_plan_that_names_one_path_twice_is_refused_and_writes_nothing(services):

@@ -89,7 +89,7 @@ def test_neighbors_answer_the_models_facts(services, ops, reads):
     for path in ["/s", *(f"/t{i}" for i in range(TARGETS))]:
         base = run(services, OPERATOR, node_ops.put_node, repo, "main", "w", path, node_type="kg:Node", properties={})[
             0
-        ]["revision"]
+        ].revision
     model = Model()
     revisions = [base]
     for kind, target, a, b in ops:
@@ -116,8 +116,8 @@ def test_neighbors_answer_the_models_facts(services, ops, reads):
             done, _ = run(
                 services, OPERATOR, relation_ops.relate, repo, "main", "w:/s", address, "r", valid_from=vf, valid_to=vt
             )
-            model.facts.append((done["revision"], target, vf, vt))
-            revisions.append(done["revision"])
+            model.facts.append((done.revision, target, vf, vt))
+            revisions.append(done.revision)
             continue
         held = model.held(revisions[-1]).get(target)
         now = datetime.now(UTC)
@@ -136,10 +136,10 @@ def test_neighbors_answer_the_models_facts(services, ops, reads):
                 continue
             raise AssertionError("an invalidation before the relation's valid_from was accepted")
         done = run(services, OPERATOR, relation_ops.invalidate, repo, "main", "w:/s", address, "r", valid_to=a)
-        stored_end = datetime.fromisoformat(done["valid_to"])
+        stored_end = datetime.fromisoformat(done.valid_to)
         assert a is None or stored_end == a
-        model.facts.append((done["revision"], target, vf, stored_end))
-        revisions.append(done["revision"])
+        model.facts.append((done.revision, target, vf, stored_end))
+        revisions.append(done.revision)
     head = revisions[-1]
     for pick, as_of, include_invalid in reads:
         at_revision = revisions[pick % len(revisions)]
