@@ -892,7 +892,7 @@ def machine_for(kind, tmp_root):
             before = self._head(branch)
             report = ingest_path(self.services, OPERATOR, folder, repo="m", workspace="w", branch=branch)
             got = {"inserted": report.inserted, "replaced": report.replaced, "skipped": report.skipped,
-                   "kept_edits": report.kept_edits, "kept_deleted": report.kept_deleted}
+                   "kept_edits": [k.model_dump() for k in report.kept_edits], "kept_deleted": report.kept_deleted}
             assert got == expected, (branch, held, got, expected)
             assert report.review_branch is None
             with self.services.db.read() as s:
