@@ -111,7 +111,6 @@ def test_a_use_case_answers_a_kg_types_model(name):
 
 @pytest.mark.parametrize("module_name", ["kg.rag.entities", "kg.rag.resolve"])
 def test_the_agent_functions_of_other_modules_answer_models_too(module_name):
-    module = importlib.import_module(module_name)
     agents = [fn for fn in functions.FUNCTIONS.values() if fn.__module__ == module_name]
     assert agents
     for fn in agents:
