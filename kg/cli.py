@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final
 
 import anyio
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -34,7 +34,7 @@ from kg.ops import relations as relation_ops
 from kg.ops import repos as repo_ops
 from kg.ops import webhooks as webhook_ops
 from kg.ops.formats import DEFAULT_FORMAT, FORMATS
-from kg.ops.ingest import IngestReport, ingest_path
+from kg.ops.ingest import ingest_path
 from kg.ops.lineage import describe_derived, node_lineage
 from kg.ops.merge import merge_branch, preview_merge
 from kg.rag.functions import ask as ask_question
@@ -48,6 +48,8 @@ from kg.store.db import Database
 from kg.store.models import utcnow
 from kg.store.paths import validate_path
 from kg.types.branches import DerivedRefresh, Diff, NodeChangeEntry
+from kg.types.bulk import IngestReport
+from kg.types.functions import ResolveEntitiesOutput
 
 # Help texts are Markdown: a docstring's hard line ends flow as one paragraph, ``code`` is styled
 # (typer's default "rich" mode kept the line ends in the command list, breaking sentences).
@@ -228,9 +230,9 @@ def ingest(path: Annotated[Path, typer.Argument(help="A file or a folder of text
     if report.unreadable:
         typer.echo(f"skipped {len(report.unreadable)} unreadable file(s):", err=True)
         for entry in report.unreadable:
-            typer.echo(f"  {entry['file']}: {entry['reason']}", err=True)
+            typer.echo(f"  {entry.file}: {entry.reason}", err=True)
     _echo_kept(report, repo)
-    typer.echo(json.dumps(report.as_dict()))
+    typer.echo(_model_json(report.summary()))
 
 
 def _shown(value: Any, width: int = 60) -> str:
@@ -239,13 +241,17 @@ def _shown(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+def _model_json(model: BaseModel, **options: Any) -> str:
+    """A use case's answer as the JSON every surface answers (aliases, keys left out stay out)."""
+    return json.dumps(model.model_dump(mode="json", by_alias=True, exclude_unset=True), **options)
+
+
 def _echo_kept(report: IngestReport, repo: str) -> None:
     """The people's edits an ingest kept, and the review branch, on stderr."""
     if report.kept_edits:
         typer.echo(f"kept {len(report.kept_edits)} edited propert(ies) the files also changed:", err=True)
         for entry in report.kept_edits:
-            typer.echo(f"  {entry['path']} {entry['key']}: kept {_shown(entry['kept'])}, "
-                       f"file {_shown(entry['file'])}", err=True)
+            typer.echo(f"  {entry.path} {entry.key}: kept {_shown(entry.kept)}, file {_shown(entry.file)}", err=True)
     if report.kept_deleted:
         typer.echo(f"kept {len(report.kept_deleted)} deleted node(s) whose file changed:", err=True)
         for path in report.kept_deleted:
@@ -312,10 +318,10 @@ def import_memory_jsonl(
     try:
         services = _services()
         report = run(services, OPERATOR, memory_ops.import_memory_jsonl, repo, branch, text, workspace=workspace)
-        report["index_failures"] = repo_ops.settle_index(services, OPERATOR, repo).failed
+        report.index_failures = repo_ops.settle_index(services, OPERATOR, repo).failed
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps(report))
+    typer.echo(_model_json(report))
 
 
 @import_app.command("ndjson")
@@ -335,13 +341,13 @@ def import_ndjson(
             services = _services()
             report = bulk_ops.import_ndjson(services, OPERATOR, repo, handle, branch=branch,
                                             batch_size=batch_size, message=message)
-        report["index_failures"] = repo_ops.settle_index(services, OPERATOR, repo).failed
+        report.index_failures = repo_ops.settle_index(services, OPERATOR, repo).failed
     except OSError as exc:
         typer.echo(f"error: cannot read {file}: {_one_line(exc.strerror or str(exc))}", err=True)
         raise typer.Exit(1) from exc
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps(report))
+    typer.echo(_model_json(report))
 
 
 @app.command("export")
@@ -376,8 +382,9 @@ def export(repo: Annotated[str, typer.Option(help="Repository.")],
         raise typer.Exit(1) from exc
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps({"out": str(out), "repo": header["repo"], "branch": header["branch"],
-                           "revision": header["revision"], **header["counts"]}))
+    assert header.counts is not None  # an export writes them
+    typer.echo(json.dumps({"out": str(out), "repo": header.repo, "branch": header.branch,
+                           "revision": header.revision, **header.counts.model_dump()}))
 
 
 @app.command()
@@ -538,21 +545,21 @@ def ask(question: Annotated[str, typer.Argument(help="The question.")],
     except KGError as exc:
         _fail(exc)
     if as_json:
-        typer.echo(json.dumps(answer, indent=2))
+        typer.echo(_model_json(answer, indent=2))
         return
-    typer.echo(answer["answer"])
+    typer.echo(answer.answer)
     typer.echo("")
-    typer.echo(f"grounded: {'yes' if answer['grounded'] else 'no'} ({answer['mode']})")
-    for c in answer["citations"]:
-        via = "  (graph)" if c.get("via") == "graph" else ""
-        if c.get("kind") == "relation":
-            typer.echo(f"[{c['marker']}] {c['workspace']}:{c['from']} -{c['type']}-> {c['to']}")
-        elif c.get("kind") == "property":
-            typer.echo(f"[{c['marker']}] {c['workspace']}:{c['path']} {c['property']}: {c['value']}")
+    typer.echo(f"grounded: {'yes' if answer.grounded else 'no'} ({answer.mode})")
+    for c in answer.citations:
+        via = "  (graph)" if c.via == "graph" else ""
+        if c.kind == "relation":
+            typer.echo(f"[{c.marker}] {c.workspace}:{c.from_} -{c.type}-> {c.to}")
+        elif c.kind == "property":
+            typer.echo(f"[{c.marker}] {c.workspace}:{c.path} {c.property}: {c.value}")
         else:
-            typer.echo(f"[{c['marker']}] {c['workspace']}:{c['path']} chunk {c['chunk_index']}{via}")
-    for c in answer.get("leads") or []:
-        typer.echo(f"lead: {c['workspace']}:{c['path']} chunk {c['chunk_index']}")
+            typer.echo(f"[{c.marker}] {c.workspace}:{c.path} chunk {c.chunk_index}{via}")
+    for c in answer.leads or []:
+        typer.echo(f"lead: {c.workspace}:{c.path} chunk {c.chunk_index}")
 
 
 @app.command()
@@ -574,10 +581,10 @@ def lineage(path: Annotated[str, typer.Argument(help="The node's path (/docs/a),
     except KGError as exc:
         _fail(exc)
     if as_json:
-        typer.echo(json.dumps(report, indent=2))
+        typer.echo(_model_json(report, indent=2))
         return
-    typer.echo(f"{report['workspace']}:{report['path']} (revision {report['revision']})")
-    for row in report["derived"]:
+    typer.echo(f"{report.workspace}:{report.path} (revision {report.revision})")
+    for row in report.derived:
         if row["kind"] == "chunks":
             typer.echo(f"  derived  chunks {row['count']} of {row['content_key'][:12]}")
             continue
@@ -585,7 +592,7 @@ def lineage(path: Annotated[str, typer.Argument(help="The node's path (/docs/a),
         flags = [f for f in ("orphan", "stale") if row.get(f) is True]
         extra = f" [{', '.join(flags)}]" if flags else ""
         typer.echo(f"  derived  {row['kind']} {row['workspace']}:{row['path']} from {_read_of(row)} ({state}){extra}")
-    for row in report["derived_from"]:
+    for row in report.derived_from:
         state = "current" if row["current"] else "stale"
         typer.echo(f"  from     {row['kind']} {row['workspace']}:{row['path']} {_read_of(row)} ({state})")
 
@@ -616,15 +623,16 @@ def resolve_entities(workspace: Annotated[str, typer.Argument(help="The workspac
         out = invoke_function(services, OPERATOR, repo, "resolve-entities", raw, branch=branch, charged=True)
     except KGError as exc:
         _fail(exc)
+    assert isinstance(out, ResolveEntitiesOutput)
     if as_json:
-        typer.echo(json.dumps(out, indent=2))
+        typer.echo(_model_json(out, indent=2))
         return
-    for m in out["merges"]:
-        typer.echo(f"{m['kept']} <- {', '.join(m['merged'])}  score {m['score']}  ({', '.join(m['reasons'])})")
-        for held in m.get("held_back", []):
-            typer.echo(f"  held back: {held['path']} (has children; not merged)")
-    typer.echo(f"{len(out['merges'])} merge(s) among {out['entities']} entities; "
-               + (f"proposal branch {out['branch']}" if out["branch"] else "nothing written"))
+    for m in out.merges:
+        typer.echo(f"{m.kept} <- {', '.join(m.merged)}  score {m.score}  ({', '.join(m.reasons)})")
+        for held in m.held_back or []:
+            typer.echo(f"  held back: {held.path} (has children; not merged)")
+    typer.echo(f"{len(out.merges)} merge(s) among {out.entities} entities; "
+               + (f"proposal branch {out.branch}" if out.branch else "nothing written"))
 
 
 def _value(value: object) -> str:
@@ -923,7 +931,7 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
     many (``retried``)."""
     try:
         services = _services()
-        retried = run(services, OPERATOR, repo_ops.retry_failed_index, repo) if retry_failed else {}
+        retried = run(services, OPERATOR, repo_ops.retry_failed_index, repo) if retry_failed else None
         target = services.index if index in (None, services.settings.index) else build_index(
             services.settings, index)
         try:
@@ -933,7 +941,8 @@ def reindex(repo: Annotated[str, typer.Option(help="Repository whose search inde
                 target.close()
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index, **retried, **rebuilt}))
+    typer.echo(json.dumps({"repo": repo, "index": index or services.settings.index,
+                           **(retried.model_dump() if retried is not None else {}), **rebuilt.model_dump()}))
 
 
 @branch_app.command("create")
@@ -1025,9 +1034,9 @@ def keys_create(name: Annotated[str, typer.Option(help="The key's name: the acto
                       admin=admin)
     except KGError as exc:
         _fail(exc)
-    for warning in created["warnings"]:
+    for warning in created.warnings:
         typer.echo(f"warning: {warning}", err=True)
-    typer.echo(json.dumps(created))
+    typer.echo(_model_json(created))
     err.print("[bold]Keep the key now: it is not shown again.[/bold]")
 
 
@@ -1036,8 +1045,8 @@ def keys_list() -> None:
     """List API keys (never their secrets), one JSON object a line."""
     try:
         services = _services()
-        for key in key_ops.list_keys(services, OPERATOR):
-            typer.echo(json.dumps(key))
+        for key in key_ops.list_keys(services, OPERATOR).keys:
+            typer.echo(_model_json(key))
     except KGError as exc:
         _fail(exc)
 
@@ -1050,7 +1059,7 @@ def keys_revoke(key_id: Annotated[str, typer.Argument(help="The key's id (`kg_<i
         revoked = run(services, OPERATOR, key_ops.revoke_key, key_id)
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps(revoked))
+    typer.echo(_model_json(revoked))
 
 
 @app.command("changes")
@@ -1066,10 +1075,10 @@ def changes(repo: Annotated[str, typer.Option(help="Repository.")],
         services = _services()
         while True:
             page = change_ops.changes(services, OPERATOR, repo, branch=branch, after=after, limit=limit)
-            for event in page["events"]:
-                typer.echo(json.dumps(event))
-            after = page["next_after"]
-            if not page["has_more"]:
+            for event in page.events:
+                typer.echo(_model_json(event))
+            after = page.next_after
+            if not page.has_more:
                 if not follow:
                     return
                 time.sleep(services.settings.changes_poll_s)
@@ -1091,7 +1100,7 @@ def webhooks_add(repo: Annotated[str, typer.Option(help="Repository.")],
                       events=event)
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps(created))
+    typer.echo(_model_json(created))
     err.print("[bold]Keep the secret now: it is not shown again.[/bold]")
 
 
@@ -1100,8 +1109,8 @@ def webhooks_list(repo: Annotated[str, typer.Option(help="Repository.")]) -> Non
     """List the repository's webhooks (never their secrets), one JSON object a line."""
     try:
         services = _services()
-        for hook in webhook_ops.list_webhooks(services, OPERATOR, repo):
-            typer.echo(json.dumps(hook))
+        for hook in webhook_ops.list_webhooks(services, OPERATOR, repo).webhooks:
+            typer.echo(_model_json(hook))
     except KGError as exc:
         _fail(exc)
 

@@ -83,15 +83,16 @@ class WebhookWorker:
                 while True:
                     page = feed.changes(self.services, SYSTEM, repos[rid],
                                         after=feed.cursor(hook.after_revision, hook.after_event), limit=200)
-                    for event in page["events"]:
-                        if event["type"] in hook.events and any(fnmatchcase(event["branch"], g)
-                                                                 for g in hook.branches):
-                            session.add(WebhookDelivery(repo_id=rid, webhook_id=hook.id, event_id=event["id"],
-                                                        event=event, state="queued", created_at=utcnow()))
+                    for event in page.events:
+                        if event.type in hook.events and any(fnmatchcase(event.branch, g) for g in hook.branches):
+                            session.add(WebhookDelivery(
+                                repo_id=rid, webhook_id=hook.id, event_id=event.id, state="queued",
+                                event=event.model_dump(mode="json", by_alias=True, exclude_unset=True),
+                                created_at=utcnow()))
                             queued += 1
-                    hook.after_revision, event_part = feed.parse_cursor(page["next_after"])
+                    hook.after_revision, event_part = feed.parse_cursor(page.next_after)
                     hook.after_event = event_part or 0
-                    if not page["has_more"]:
+                    if not page.has_more:
                         break
         return queued
 

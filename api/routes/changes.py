@@ -86,13 +86,13 @@ async def changes(
     start = last_event_id if last_event_id else after
     stream = fmt == "sse" or (fmt is None and "text/event-stream" in request.headers.get("accept", ""))
 
-    def page(cursor: str | None) -> dict[str, Any]:
+    def page(cursor: str | None) -> ChangePage:
         return change_ops.changes(services, caller, repo, branch=branch, after=cursor, limit=limit,
                                   max_changes=changes)
 
     first = await run_in_threadpool(page, start)  # errors (a bad cursor, no access) answer before streaming
     if not stream:
-        return JSONResponse(first)
+        return JSONResponse(first.model_dump(mode="json", by_alias=True, exclude_unset=True))
     slot = stream_slot(services, caller)
     slot.__enter__()
 
@@ -100,13 +100,14 @@ async def changes(
         try:
             current = first
             while True:
-                for event in current["events"]:
-                    yield {"id": event["id"], "event": event["type"], "data": json.dumps(event)}
-                if not current["has_more"]:
+                for event in current.events:
+                    yield {"id": event.id, "event": event.type,
+                           "data": json.dumps(event.model_dump(mode="json", by_alias=True, exclude_unset=True))}
+                if not current.has_more:
                     if await request.is_disconnected():
                         return
                     await asyncio.sleep(services.settings.changes_poll_s)
-                current = await run_in_threadpool(page, current["next_after"])
+                current = await run_in_threadpool(page, current.next_after)
         finally:
             slot.__exit__(None, None, None)
 
@@ -115,15 +116,15 @@ async def changes(
 
 
 @router.post("/webhooks", status_code=201, response_model=WebhookCreated)
-def add_webhook(repo: RepoP, body: WebhookCreate, services: ServicesDep, caller: CallerDep) -> dict:
+def add_webhook(repo: RepoP, body: WebhookCreate, services: ServicesDep, caller: CallerDep) -> WebhookCreated:
     """Register a webhook; its signing secret is in this answer only."""
     return run(services, caller, hook_ops.add_webhook, repo, body.url, branches=body.branches, events=body.events)
 
 
 @router.get("/webhooks", response_model=WebhookList)
-def list_webhooks(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
+def list_webhooks(repo: RepoP, services: ServicesDep, caller: CallerDep) -> WebhookList:
     """The repository's webhooks, without their secrets."""
-    return {"webhooks": hook_ops.list_webhooks(services, caller, repo)}
+    return hook_ops.list_webhooks(services, caller, repo)
 
 
 @router.delete("/webhooks/{webhook_id}", status_code=204)
@@ -134,9 +135,9 @@ def remove_webhook(repo: RepoP, webhook_id: str, services: ServicesDep, caller: 
 
 @router.get("/webhooks/{webhook_id}/deliveries", response_model=DeliveryList)
 def webhook_deliveries(repo: RepoP, webhook_id: str, services: ServicesDep, caller: CallerDep,
-                       limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> dict:
+                       limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> DeliveryList:
     """The webhook's delivery log, newest first: state, attempts, last answer, error, times."""
-    return {"deliveries": hook_ops.deliveries(services, caller, repo, webhook_id, limit=limit)}
+    return hook_ops.deliveries(services, caller, repo, webhook_id, limit=limit)
 
 
 

@@ -4,10 +4,9 @@ function's own input, and the generic ``{name}`` route for the others (404)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter, Response
-from pydantic import create_model
 
 from api.deps import CallerDep, RepoP, ServicesDep
 from api.guard import GuardedRoute
@@ -15,8 +14,7 @@ from kg.context import run
 from kg.rag import function_jobs
 from kg.rag.functions import invoke
 from kg.types import FunctionOutput, InvokeBody, JobAccepted
-from kg.types.common import JSONObject, shaped
-from kg.types.functions import FUNCTION_INPUTS
+from kg.types.functions import FUNCTION_INPUTS, INVOKE_BODIES
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/functions", tags=["functions"])
 
@@ -37,10 +35,10 @@ def _invoke(services: Any, caller: Any, repo: str, name: str, body: InvokeBody) 
 
 
 def _route(name: str, model: type) -> Callable[..., Any]:
-    """The operation of one function: its body's ``input`` documented as ``model``."""
+    """The operation of one function: its body (:data:`kg.types.functions.INVOKE_BODIES`) with
+    ``input`` documented as ``model``."""
     title = "".join(part.capitalize() for part in name.split("-"))
-    body_model = create_model(f"Invoke{title}", __base__=InvokeBody,
-                              input=(Annotated[JSONObject, shaped(model)], ...))
+    body_model = INVOKE_BODIES[name]
 
     def invoke_one(repo: RepoP, body: InvokeBody, services: ServicesDep, caller: CallerDep) -> Any:
         return _invoke(services, caller, repo, name, body)

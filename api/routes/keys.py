@@ -18,7 +18,7 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/keys", tags=["keys"])
 
 
 @router.post("", status_code=201, response_model=ApiKeyCreated)
-def create_key(body: KeyCreate, services: ServicesDep, caller: CallerDep) -> dict:
+def create_key(body: KeyCreate, services: ServicesDep, caller: CallerDep) -> ApiKeyCreated:
     """Create a key; its token ``kg_<id>_<secret>`` is in this answer only."""
     grants = [make_grant(g.repo, g.branches, g.workspaces, g.actions) for g in body.grants]
     expires = utcnow() + timedelta(seconds=body.expires_in_s) if body.expires_in_s is not None else None
@@ -27,12 +27,12 @@ def create_key(body: KeyCreate, services: ServicesDep, caller: CallerDep) -> dic
 
 
 @router.get("", response_model=ApiKeyList)
-def list_keys(services: ServicesDep, caller: CallerDep) -> dict:
+def list_keys(services: ServicesDep, caller: CallerDep) -> ApiKeyList:
     """Every key, without secrets."""
-    return {"keys": key_ops.list_keys(services, caller)}
+    return key_ops.list_keys(services, caller)
 
 
 @router.delete("/{key_id}", response_model=ApiKeyInfo)
-def revoke_key(key_id: str, services: ServicesDep, caller: CallerDep) -> dict:
+def revoke_key(key_id: str, services: ServicesDep, caller: CallerDep) -> ApiKeyInfo:
     """Revoke a key: refused from the next request on."""
     return run(services, caller, key_ops.revoke_key, key_id)

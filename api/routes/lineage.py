@@ -27,7 +27,7 @@ def lineage(
     caller: CallerDep,
     branch: BranchQ = "main",
     at_revision: RevisionQ = None,
-) -> dict:
+) -> Lineage:
     """Records derived from the node at ``path`` (chunks, entity mentions, its extraction record,
     stored answers citing it) with the source revision each recorded and whether it is current,
     and what the node itself was derived from."""

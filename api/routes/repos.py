@@ -26,7 +26,7 @@ router = APIRouter(route_class=GuardedRoute, prefix="/api/repos", tags=["reposit
 
 
 @router.post("", status_code=201, response_model=Repo)
-def create_repo(body: RepoCreate, services: ServicesDep, caller: CallerDep) -> dict:
+def create_repo(body: RepoCreate, services: ServicesDep, caller: CallerDep) -> Repo:
     """Create a repository; it starts with the branch ``main``."""
     return run(services, caller, repo_ops.create_repository, body.name)
 
@@ -38,18 +38,17 @@ def list_repos(services: ServicesDep, caller: CallerDep,
                limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
                cursor: Annotated[str | None, Query(min_length=1, description="The previous page's next_cursor "
                                                    "(an opaque token of this listing).")]
-               = None) -> dict:
+               = None) -> RepoList:
     """The repositories the caller may see, by name, paginated with ``limit`` and ``cursor``.
 
     ``cursor`` is a ``next_cursor`` this listing answered: any other string is a 422
     ``invalid_input`` (``details.field``: ``cursor``), a rule no pattern states (the token is
     opaque)."""
-    repos, next_cursor = repo_ops.list_repositories(services, caller, limit=limit, cursor=cursor)
-    return {"repos": repos, "next_cursor": next_cursor}
+    return repo_ops.list_repositories(services, caller, limit=limit, cursor=cursor)
 
 
 @router.get("/{repo}", response_model=Repo)
-def get_repo(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
+def get_repo(repo: RepoP, services: ServicesDep, caller: CallerDep) -> Repo:
     """One repository."""
     return repo_ops.get_repository(services, caller, repo)
 
@@ -62,26 +61,26 @@ def delete_repo(repo: RepoP, services: ServicesDep, caller: CallerDep) -> Respon
 
 
 @router.post("/{repo}/workspaces", status_code=201, response_model=Workspace)
-def create_workspace(repo: RepoP, body: WorkspaceCreate, services: ServicesDep, caller: CallerDep) -> dict:
+def create_workspace(repo: RepoP, body: WorkspaceCreate, services: ServicesDep, caller: CallerDep) -> Workspace:
     """Create a workspace, optionally with its embedding model and chunking settings."""
     return run(services, caller, repo_ops.create_workspace, repo, body.name, body.embedding)
 
 
 @router.get("/{repo}/workspaces", response_model=WorkspaceList)
-def list_workspaces(repo: RepoP, services: ServicesDep, caller: CallerDep) -> dict:
+def list_workspaces(repo: RepoP, services: ServicesDep, caller: CallerDep) -> WorkspaceList:
     """The workspaces of a repository."""
-    return {"workspaces": repo_ops.list_workspaces(services, caller, repo)}
+    return repo_ops.list_workspaces(services, caller, repo)
 
 
 @router.get("/{repo}/workspaces/{ws}", response_model=Workspace)
-def get_workspace(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: CallerDep) -> dict:
+def get_workspace(repo: RepoP, ws: WorkspaceP, services: ServicesDep, caller: CallerDep) -> Workspace:
     """One workspace."""
     return repo_ops.get_workspace(services, caller, repo, ws)
 
 
 @router.patch("/{repo}/workspaces/{ws}", response_model=EmbeddingChange)
 def patch_workspace(repo: RepoP, ws: WorkspaceP, body: WorkspacePatch, services: ServicesDep,
-                    caller: CallerDep) -> dict:
+                    caller: CallerDep) -> EmbeddingChange:
     """Change a workspace's embedding model or chunking.
 
     The workspace is locked to its model: a change is 409 ``model_locked`` (naming the locked

@@ -30,6 +30,6 @@ def index_status(repo: RepoP, services: ServicesDep, caller: CallerDep) -> Index
 
 
 @router.post("/index/retry-failed", response_model=IndexRetried)
-def retry_failed(repo: str, services: ServicesDep, caller: CallerDep) -> dict:
+def retry_failed(repo: str, services: ServicesDep, caller: CallerDep) -> IndexRetried:
     """Embed the repository's failed texts again: their jobs go back to pending, afresh (admin)."""
     return run(services, caller, repo_ops.retry_failed_index, repo)

@@ -40,7 +40,7 @@ def index_page(repo: str, console: PageDep) -> Response:
 @router.get("/keys")
 def keys_page(console: PageDep) -> Response:
     """Every API key (admins only), the form that makes one, and revoke buttons."""
-    keys = key_ops.list_keys(console.services, console.caller)
+    keys = key_ops.list_keys(console.services, console.caller).keys
     return console.render("keys.html", section="keys", keys=keys, token=None, made=None)
 
 
@@ -72,8 +72,8 @@ def create_key(console: ActionDep) -> Response:
         expires = utcnow() + timedelta(hours=value)
     made = run(console.services, console.caller, key_ops.create_key, name=name, grants=grants,
                expires_at=expires, admin=admin)
-    keys = key_ops.list_keys(console.services, console.caller)
-    return console.render("keys.html", status=201, section="keys", keys=keys, token=made["key"], made=made)
+    keys = key_ops.list_keys(console.services, console.caller).keys
+    return console.render("keys.html", status=201, section="keys", keys=keys, token=made.key, made=made)
 
 
 @router.post("/keys/revoke")

@@ -102,5 +102,5 @@ async def logout(request: Request) -> Response:
 @router.get("/repos")
 def repositories(console: PageDep) -> Response:
     """The repositories the key may read."""
-    repos = repo_ops.all_repositories(console.services, console.caller)
+    repos = repo_ops.all_repositories(console.services, console.caller).repos
     return console.render("repos.html", section="repos", repos=repos)

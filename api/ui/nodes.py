@@ -86,7 +86,7 @@ def too_large_to_edit(properties_json: str) -> bool:
 
 
 def _workspaces(console: Console, repo: str) -> list[str]:
-    return [w["name"] for w in repo_ops.list_workspaces(console.services, console.caller, repo)]
+    return [w.name for w in repo_ops.list_workspaces(console.services, console.caller, repo).workspaces]
 
 
 def _branches(console: Console, repo: str) -> list[str]:

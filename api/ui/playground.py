@@ -165,5 +165,7 @@ def ask(repo: str, console: ActionDep) -> Response:
     q = console.field("q", required=True)
     assert q is not None
     branch = console.home_branch(repo, console.field("branch"))
-    result = invoke(console.services, console.caller, repo, "ask", {"question": q}, branch=branch)
+    answer = invoke(console.services, console.caller, repo, "ask", {"question": q}, branch=branch)
+    # The page reads the answer as the API answers it: a key left out is undefined to the template.
+    result = answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
     return console.render("ask.html", section="ask", repo=repo, branch=branch, q=q, result=result)

@@ -11,7 +11,7 @@ import inspect
 import json
 import typing
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -27,6 +27,7 @@ from kg.adapters.hits import Hit, SearchOptions, asearch, search
 from kg.client import AsyncClient, Client
 from kg.client import operations as ops
 from kg.errors import InvalidInput, KGError, error_body
+from kg.types.functions import InvokeAsk, InvokeBody, InvokeGraphContext, invoke_input
 
 
 def document(hit: Hit) -> Document:
@@ -91,35 +92,6 @@ class KGRetriever(BaseRetriever, SearchOptions):
 # -- tools ------------------------------------------------------------------------------------
 
 
-class AskInput(BaseModel):
-    """The input of the ``ask`` function."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    question: str = Field(description="The question.")
-    workspaces: list[str] | None = Field(default=None, description="Only these workspaces (default: all).")
-    use_graph: bool = Field(default=False, description="Also follow relations from the passages.")
-    as_of: str | None = Field(default=None, description="Relations valid at this time (ISO 8601 with a zone).")
-    include_invalid: bool = Field(default=False, description="Also relations no longer valid.")
-
-
-class GraphContextInput(BaseModel):
-    """The input of the ``graph-context`` function."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    query: str | None = Field(default=None, description="Seeds by meaning.")
-    seeds: list[str] | None = Field(default=None, description="Seed addresses workspace:/path.")
-    hops: int = Field(default=2, description="0..4 (walk), 0..2 (subjects).")
-    types: list[str] | None = Field(default=None, description="Only these relation types.")
-    follow: Literal["walk", "subjects"] | None = Field(
-        default=None, description="walk: every relation around the seeds; subjects: the entities a seed mentions, "
-                                  "then the documents about them.")
-    workspaces: list[str] | None = Field(default=None, description="Only these workspaces (default: all).")
-    as_of: str | None = Field(default=None, description="Relations valid at this time (ISO 8601 with a zone).")
-    include_invalid: bool = Field(default=False, description="Also relations no longer valid.")
-
-
 #: Descriptions of the client's parameters as the tools show them to a model.
 _DESCRIPTIONS = {
     "query": "What to look for.", "k": "Results (1..1000).", "mode": "hybrid (BM25 + vector), vector or fulltext.",
@@ -176,6 +148,36 @@ def args_schema(build: Callable[..., Any], name: str, *, drop: tuple[str, ...] =
         fields[field] = (hints[param.name], Field(default=default, description=descriptions.get(field)))
     model: type[BaseModel] = create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
     return model
+
+
+def function_args_schema(body: type[InvokeBody], name: str, *, branch: str) -> type[BaseModel]:
+    """A function tool's argument model, from the function's invocation body.
+
+    Parameters
+    ----------
+    body : type of kg.types.InvokeBody
+        The function's body (:data:`kg.types.functions.INVOKE_BODIES`: ``InvokeAsk``,
+        ``InvokeGraphContext``).
+    name : str
+        The model's name.
+    branch : str
+        The default of its ``branch`` (the tool set's).
+
+    Returns
+    -------
+    type of pydantic.BaseModel
+        The fields of the function's input model (:func:`kg.types.functions.invoke_input`:
+        names, types, constraints, defaults) and the body's ``branch``; unknown arguments
+        refused. The input model's rules across fields stay the function's to check (a model's
+        tool schema is an object with properties, no ``anyOf`` at its top).
+    """
+    given = body.model_fields["branch"]
+    fields: dict[str, Any] = {"branch": (given.annotation, Field(
+        default=branch, description=_DESCRIPTIONS["branch"], json_schema_extra=given.json_schema_extra))}
+    made: type[BaseModel] = create_model(name, __base__=invoke_input(body), **fields)
+    made.model_config["json_schema_extra"] = None
+    made.model_rebuild(force=True)
+    return made
 
 
 def _dump(value: Any) -> Any:
@@ -268,9 +270,10 @@ def kg_tools(repo: str, *, client: Client | None = None, async_client: AsyncClie
     def search_args(query: str, **kw: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (repo, query), kw
 
-    def function_args(name: str, model: type[BaseModel]) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
+    def function_args(name: str, body: type[InvokeBody]) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
         def adapt(branch: str = branch, **kw: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            return (repo, name, model(**kw).model_dump(exclude_defaults=True)), {"branch": branch}
+            given = invoke_input(body)(**kw).model_dump(mode="json", exclude_defaults=True)
+            return (repo, name, given), {"branch": branch}
         return adapt
 
     def branch_args(name: str, from_branch: str = branch, at_revision: int | None = None
@@ -280,11 +283,6 @@ def kg_tools(repo: str, *, client: Client | None = None, async_client: AsyncClie
     def node_args(workspace: str, path: str, **kw: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return (repo, workspace, path), kw
 
-    def with_branch(model: type[BaseModel], name: str) -> type[BaseModel]:
-        extended: type[BaseModel] = create_model(name, __base__=model, branch=(str, Field(
-            default=branch, description=_DESCRIPTIONS["branch"])))
-        return extended
-
     both = (client, async_client)
     return [
         _tool("kg_search", "Search the repository's documents (hybrid BM25 + vector rank fusion by default). Each "
@@ -293,11 +291,12 @@ def kg_tools(repo: str, *, client: Client | None = None, async_client: AsyncClie
               args_schema(ops.search, "KgSearch", drop=("repo",), defaults=mine), "search", search_args, *both),
         _tool("kg_ask", "Answer a question from the repository's documents only, with numbered citations; "
                         "'grounded' is false when the documents do not cover it.",
-              with_branch(AskInput, "KgAsk"), "invoke_function", function_args("ask", AskInput), *both),
+              function_args_schema(InvokeAsk, "KgAsk", branch=branch), "invoke_function",
+              function_args("ask", InvokeAsk), *both),
         _tool("kg_graph_context", "The relations around the nodes a query finds (or given seeds): nodes with "
                                   "hop, via, score.",
-              with_branch(GraphContextInput, "KgGraphContext"), "invoke_function",
-              function_args("graph-context", GraphContextInput), *both),
+              function_args_schema(InvokeGraphContext, "KgGraphContext", branch=branch), "invoke_function",
+              function_args("graph-context", InvokeGraphContext), *both),
         _tool("kg_create_branch", "Open a new branch from this one (nothing is copied); write on it, then merge.",
               args_schema(ops.create_branch, "KgCreateBranch", drop=("repo",), rename={"from_": "from_branch"},
                           defaults={"from_branch": branch}), "create_branch", branch_args, *both),

@@ -25,10 +25,11 @@ is a courtesy: a call is decided by the use case, whoever lists what.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import anyio.to_thread
@@ -41,7 +42,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
-from pydantic import AnyHttpUrl, ConfigDict, Field, ValidationError
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
 import kg
 from kg.access import OPERATOR, Action, Actor, may_somewhere
@@ -63,6 +64,13 @@ from kg.rag.graph import walk
 from kg.rag.search import SearchRequest, search_branch
 from kg.sql.execute import run_sql
 from kg.store.paths import validate_path
+from kg.types.functions import (
+    AskInput,
+    ExtractEntitiesInput,
+    GraphContextInput,
+    ResearchAssistantInput,
+    ResolveEntitiesInput,
+)
 
 #: The route of the streamable HTTP endpoint inside its mount (``/mcp``): ``{branch}`` may hold ``/``.
 HTTP_PATH = "/{repo}/{branch:path}"
@@ -343,6 +351,96 @@ def compact_schema(schema: Any) -> Any:
     return out
 
 
+def answer_json(answer: BaseModel) -> dict[str, Any]:
+    """A use case's answer as a tool's result: the JSON the HTTP API answers.
+
+    Parameters
+    ----------
+    answer : pydantic.BaseModel
+        The :mod:`kg.types` model a use case returned.
+
+    Returns
+    -------
+    dict
+        ``model_dump(mode="json")`` by alias, keys the use case left out left out.
+    """
+    return answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+#: An argument left out: the use case's default applies.
+_LEFT_OUT: Any = None
+
+
+def model_arguments(model: type[BaseModel], fields: Sequence[str]) -> list[inspect.Parameter]:
+    """A tool's arguments typed by fields of a :mod:`kg.types` input model.
+
+    Parameters
+    ----------
+    model : type of pydantic.BaseModel
+        The use case's input model (:mod:`kg.types.functions`).
+    fields : sequence of str
+        The fields the tool takes, in order.
+
+    Returns
+    -------
+    list of inspect.Parameter
+        Keyword-only, each with the field's type, constraints and description; a required field
+        is required, an optional one defaults to None (left out, the use case's default applies,
+        named in the description).
+    """
+    params = []
+    for name in fields:
+        info = model.model_fields[name]
+        description = info.description or ""
+        default = info.get_default(call_default_factory=True)
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else None
+        if not info.is_required() and default is not None and info.json_schema_extra is None:
+            description = f"{description} Default: {json.dumps(default)}.".strip()
+        annotation: Any = Annotated[(info.annotation, *info.metadata,
+                                     Field(description=description or None, json_schema_extra=extra))]
+        if info.is_required():
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+        else:
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=_LEFT_OUT,
+                                            annotation=annotation | None))
+    return params
+
+
+def typed_tool(name: str, model: type[BaseModel], fields: Sequence[str],
+               run_tool: Callable[[Context, dict[str, Any], str | None], Awaitable[CallToolResult]],
+               ) -> Callable[..., Awaitable[CallToolResult]]:
+    """A tool function taking ``fields`` of ``model`` (:func:`model_arguments`) and ``branch``.
+
+    Parameters
+    ----------
+    name : str
+        The tool's name.
+    model : type of pydantic.BaseModel
+        The use case's input model.
+    fields : sequence of str
+        The fields the tool takes.
+    run_tool : callable(ctx, input, branch)
+        Runs the use case with the arguments given (left-out ones absent from ``input``).
+
+    Returns
+    -------
+    callable
+        An async function whose signature the SDK reads as the tool's input schema.
+    """
+    params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context),
+              *model_arguments(model, fields),
+              inspect.Parameter("branch", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=BranchArg)]
+
+    async def tool_fn(ctx: Context, **arguments: Any) -> CallToolResult:
+        branch = arguments.pop("branch", None)
+        return await run_tool(ctx, {k: v for k, v in arguments.items() if v is not _LEFT_OUT}, branch)
+
+    tool_fn.__name__ = tool_fn.__qualname__ = name
+    tool_fn.__signature__ = inspect.Signature(params, return_annotation=CallToolResult)  # type: ignore[attr-defined]
+    tool_fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": CallToolResult}
+    return tool_fn
+
+
 def _request_of(ctx: Context) -> Any:
     """The transport's request of a tool or resource call (None over stdio)."""
     return ctx.request_context.request
@@ -450,38 +548,24 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
             return {"branch": b.on(branch), **answer}
         return await call(ctx, use_case)
 
-    @tool(_READ, "Answer a question from the branch's documents only, with numbered citations; "
-                 "'grounded' is false when the documents do not cover it.")
-    async def ask(ctx: Context, question: Annotated[str, Field(description="The question.")],
-                  workspaces: Workspaces = None,
-                  use_graph: Annotated[bool, Field(description="Also follow relations from the passages.")] = False,
-                  as_of: AsOf = None, include_invalid: IncludeInvalid = False,
-                  branch: BranchArg = None) -> CallToolResult:
-        raw: dict[str, Any] = {"question": question, "use_graph": use_graph, "include_invalid": include_invalid}
-        if workspaces is not None:
-            raw["workspaces"] = workspaces
-        if as_of is not None:
-            raw["as_of"] = as_of
-        return await call(ctx, lambda b: {"branch": b.on(branch),
-                                          **invoke(services, b.caller, b.repo, "ask", raw, branch=b.on(branch))})
+    def function_tool(function: str, *, with_branch: bool = True) -> Callable[
+            [Context, dict[str, Any], str | None], Awaitable[CallToolResult]]:
+        """Run an agent function with a tool's arguments; its output as the HTTP API answers it,
+        with the branch it ran on first when ``with_branch`` (the output names none)."""
+        async def run_tool(ctx: Context, given: dict[str, Any], branch: str | None) -> CallToolResult:
+            def use_case(b: Binding) -> dict[str, Any]:
+                answer = answer_json(invoke(services, b.caller, b.repo, function, given, branch=b.on(branch)))
+                return {"branch": b.on(branch), **answer} if with_branch else answer
+            return await call(ctx, use_case)
+        return run_tool
 
-    @tool(_READ, "The relations around the nodes a query finds (or given seeds): nodes with hop, via, score.")
-    async def graph_context(ctx: Context, query: Annotated[str | None, Field(description="Seeds by meaning.")] = None,
-                            seeds: Annotated[list[str] | None, Field(description="Seed addresses.")] = None,
-                            hops: Annotated[int, Field(description="0..4 (walk), 0..2 (subjects).")] = 2,
-                            types: Types = None,
-                            follow: Annotated[Literal["walk", "subjects"] | None, Field(
-                                description="walk: every relation around the seeds; subjects: the entities a "
-                                            "seed mentions, then the documents about them (multi-hop).")] = None,
-                            as_of: AsOf = None, include_invalid: IncludeInvalid = False,
-                            branch: BranchArg = None) -> CallToolResult:
-        raw: dict[str, Any] = {"hops": hops, "include_invalid": include_invalid}
-        for key, value in (("query", query), ("seeds", seeds), ("types", types), ("follow", follow),
-                           ("as_of", as_of)):
-            if value is not None:
-                raw[key] = value
-        return await call(ctx, lambda b: {"branch": b.on(branch), **invoke(services, b.caller, b.repo,
-                                                                           "graph-context", raw, branch=b.on(branch))})
+    # store_answer is a write: the read tool does not take it.
+    tool(_READ, "Answer a question from the branch's documents only, with numbered citations; "
+                "'grounded' is false when the documents do not cover it.")(
+        typed_tool("ask", AskInput, [f for f in AskInput.model_fields if f != "store_answer"], function_tool("ask")))
+    tool(_READ, "The relations around the nodes a query finds (or given seeds): nodes with hop, via, score.")(
+        typed_tool("graph_context", GraphContextInput, list(GraphContextInput.model_fields),
+                   function_tool("graph-context")))
 
     @tool(_READ, "A node with its parent and a page of its children in order ('next_cursor' for the next page).")
     async def get_node(ctx: Context, workspace: Workspace, path: NodePath, branch: BranchArg = None,
@@ -537,8 +621,8 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                  "citing it) with the source revision each recorded and whether it is current or stale, and "
                  "what the node was derived from.")
     async def lineage(ctx: Context, workspace: Workspace, path: NodePath, branch: BranchArg = None) -> CallToolResult:
-        return await call(ctx, lambda b: {"branch": b.on(branch), **node_lineage(
-            services, b.caller, b.repo, b.on(branch), workspace, validate_path(path))})
+        return await call(ctx, lambda b: {"branch": b.on(branch), **answer_json(node_lineage(
+            services, b.caller, b.repo, b.on(branch), workspace, validate_path(path)))})
 
     @tool(_READ if read_only else _ADD,
           "Run SQL statements separated by ';' (RAG patterns: KNN, HYBRID_SEARCH, FULLTEXT_SEARCH, SELECT over a "
@@ -552,7 +636,7 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
             services, b.caller, b.repo, b.on(branch), sql, params or [], read_only=read_only).model_dump()})
 
     if not read_only:
-        _write_tools(services, call, tool)
+        _write_tools(services, call, tool, function_tool)
     names = [t.name for t in tools]
     server: MCPServer = MCPServer(
         # The SDK configures the root logger at construction: at WARNING, kg's own logs stay as they were.
@@ -568,9 +652,10 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
 
 Caller = Callable[[Context, Callable[[Binding], Any]], Awaitable[CallToolResult]]
 Register = Callable[[ToolAnnotations, str], Callable[[Callable[..., Any]], Any]]
+FunctionTool = Callable[..., Callable[[Context, dict[str, Any], str | None], Awaitable[CallToolResult]]]
 
 
-def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
+def _write_tools(services: Resources, call: Caller, tool: Register, function_tool: FunctionTool) -> None:
     """Define the write tools (none under ``KG_MCP_READ_ONLY``)."""
 
 
@@ -626,13 +711,9 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
             services, b.caller, relation_ops.unrelate, b.repo, b.on(branch), source, target, type,
             message=message).as_json()})
 
-    @tool(_UPSERT, "Extract a document's entities and relations into the graph (skipped when unchanged).")
-    async def extract_entities(ctx: Context, workspace: Workspace, path: NodePath,
-                               force: Annotated[bool, Field(description="Extract again even if unchanged.")] = False,
-                               branch: BranchArg = None) -> CallToolResult:
-        raw = {"workspace": workspace, "path": path, "force": force}
-        return await call(ctx, lambda b: {"branch": b.on(branch), **invoke(
-            services, b.caller, b.repo, "extract-entities", raw, branch=b.on(branch))})
+    tool(_UPSERT, "Extract a document's entities and relations into the graph (skipped when unchanged).")(
+        typed_tool("extract_entities", ExtractEntitiesInput, list(ExtractEntitiesInput.model_fields),
+                   function_tool("extract-entities")))
 
     @tool(_ADD, "Open a new session branch from this one (nothing is copied). Answers its name and its MCP path.")
     async def branch_create(ctx: Context, name: Annotated[str, Field(description="e.g. agent/session-1.")],
@@ -667,31 +748,17 @@ def _write_tools(services: Resources, call: Caller, tool: Register) -> None:
                        resolutions=resolutions, if_plan=if_plan).as_json()
         return await call(ctx, lambda b: {"branch": b.on(branch), **use_case(b)})
 
-    if RESEARCH_ASSISTANT in FUNCTIONS:  # the research assistant of issue 13, once kg.rag has it
-        @tool(_ADD, "Research a question on a new session branch research/<id>: searches, reads the graph, "
-                    "answers with citations stored on that branch; answers the branch for a person to review.")
-        async def research_assistant(ctx: Context, question: Annotated[str, Field(description="The question.")],
-                                     workspaces: Workspaces = None,
-                                     max_steps: Annotated[int | None, Field(description="Most tool calls.")] = None,
-                                     branch: BranchArg = None) -> CallToolResult:
-            raw: dict[str, Any] = {"question": question}
-            for key, value in (("workspaces", workspaces), ("max_steps", max_steps)):
-                if value is not None:
-                    raw[key] = value
-            return await call(ctx, lambda b: invoke(services, b.caller, b.repo, RESEARCH_ASSISTANT, raw,
-                                                    branch=b.on(branch)))
+    if RESEARCH_ASSISTANT in FUNCTIONS:  # the research assistant, once kg.rag has it
+        tool(_ADD, "Research a question on a new session branch research/<id>: searches, reads the graph, "
+                   "answers with citations stored on that branch; answers the branch for a person to review.")(
+            typed_tool("research_assistant", ResearchAssistantInput, list(ResearchAssistantInput.model_fields),
+                       function_tool(RESEARCH_ASSISTANT, with_branch=False)))
 
-    @tool(_ADD, "Find duplicate entity nodes of a workspace and propose their merges on a new branch "
-                "proposals/entities-<timestamp> (dry_run: only list them); review its diff, then merge it.")
-    async def resolve_entities(ctx: Context, workspace: Workspace,
-                               threshold: Annotated[float | None, Field(description="Score to merge, 0.5..1.")] = None,
-                               dry_run: Annotated[bool, Field(description="List the merges, write nothing.")] = False,
-                               branch: BranchArg = None) -> CallToolResult:
-        raw: dict[str, Any] = {"workspace": workspace, "dry_run": dry_run}
-        if threshold is not None:
-            raw["threshold"] = threshold
-        return await call(ctx, lambda b: invoke(services, b.caller, b.repo, "resolve-entities", raw,
-                                                branch=b.on(branch)))
+    tool(_ADD, "Find duplicate entity nodes of a workspace and propose their merges on a new branch "
+               "proposals/entities-<timestamp> (dry_run: only list them); review its diff, then merge it.")(
+        typed_tool("resolve_entities", ResolveEntitiesInput, list(ResolveEntitiesInput.model_fields),
+                   function_tool("resolve-entities", with_branch=False)))
+
 
 def _add_resources(server: MCPServer, services: Resources, binder: Binder) -> None:
     """Register the node resource template :data:`NODE_URI_TEMPLATE`."""

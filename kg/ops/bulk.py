@@ -45,10 +45,10 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, Annotated, Any, Literal, NamedTuple
+from typing import IO, Annotated, Any, NamedTuple
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 from sqlalchemy import JSON, Table, Text, cast, func, insert, select, text
 from sqlalchemy.orm import Session
 
@@ -77,14 +77,21 @@ from kg.store.relations import RELATION_KEY, validate_relation_type
 from kg.store.repos import MAIN, BranchView, WriteContext
 from kg.store.visibility import visible_select
 from kg.text.storable import check_json
+from kg.types.bulk import (
+    FORMAT,
+    FORMAT_VERSION,
+    ChunkRecord,
+    HeaderRecord,
+    NdjsonImport,
+    NodeRecord,
+    RelationRecord,
+    UnchangedRecords,
+)
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "BulkFile", "export_ndjson", "import_ndjson", "parse_ndjson"]
 
 log = logging.getLogger(__name__)
 
-FORMAT = "kg-ndjson"
-FORMAT_VERSION = 1
-DEFAULT_NODE_TYPE = "kg:Node"
 #: Addresses looked up one statement per this many; above ``_SCAN_ABOVE`` a workspace is scanned.
 _LOOKUP_BATCH = 500
 _SCAN_ABOVE = 5_000
@@ -94,87 +101,7 @@ _INSERT_BATCH = 20_000
 _SQLITE_CACHE_KIB = 256 * 1024
 
 
-# -- records --------------------------------------------------------------------------------
-
-
-class _Record(BaseModel):
-    """A record of the file: strict JSON types, no unknown field, no NaN or infinity."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-
-
-class WorkspaceSpec(_Record):
-    """A workspace of the header: its name and embedding settings (None: the service's)."""
-
-    name: str
-    embedding: dict[str, Any] | None = None
-
-
-class Counts(_Record):
-    """How many records of each kind follow the header."""
-
-    nodes: int = Field(ge=0)
-    relations: int = Field(ge=0)
-    chunks: int = Field(ge=0)
-
-
-class HeaderRecord(_Record):
-    """The first record: the format, where the content was read, the workspaces."""
-
-    record: Literal["header"]
-    format: Literal["kg-ndjson"]
-    version: Literal[1]
-    repo: str
-    branch: str
-    revision: int = Field(ge=0)
-    with_chunks: bool = False
-    workspaces: list[WorkspaceSpec]
-    counts: Counts | None = None
-
-
-class NodeRecord(_Record):
-    """A node: its address, type, properties, order and timestamps."""
-
-    record: Literal["node"]
-    workspace: str
-    path: str
-    node_type: str = DEFAULT_NODE_TYPE
-    properties: dict[str, Any] = Field(default_factory=dict)
-    order: float | None = None
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-
-
-class RelationRecord(_Record):
-    """A relation between two node addresses."""
-
-    record: Literal["relation"]
-    source: str = Field(alias="from")
-    to: str
-    type: str
-    weight: float | None = None
-    properties: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime | None = None
-    #: Validity in world time (issue 17): ISO 8601 with a zone; absent or null: unbounded.
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
-    invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000)
-
-
-class ChunkRecord(_Record):
-    """A chunk of a node's indexed text with its embedding (base64 float32 little-endian)."""
-
-    record: Literal["chunk"]
-    content_key: str = Field(pattern=r"^[0-9a-f]{64}$")
-    chunk_index: int = Field(ge=0)
-    field: str
-    text: str
-    char_start: int = Field(ge=0)
-    char_end: int = Field(ge=0)
-    model: str
-    dim: int = Field(gt=0)
-    vector: str
-
+# -- records (kg.types.bulk) -----------------------------------------------------------------
 
 _ANY_RECORD: TypeAdapter[HeaderRecord | NodeRecord | RelationRecord | ChunkRecord] = TypeAdapter(
     Annotated[HeaderRecord | NodeRecord | RelationRecord | ChunkRecord, Field(discriminator="record")])
@@ -834,7 +761,7 @@ def _batches(n_nodes: int, n_relations: int, batch_size: int | None) -> list[tup
 
 def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable[str | bytes], *,
                   branch: str = MAIN, batch_size: int | None = None, create: bool = True,
-                  message: str | None = None) -> dict[str, Any]:
+                  message: str | None = None) -> NdjsonImport:
     """Import a file of records (:mod:`kg.ops.bulk`) into a branch: one revision, or one per
     ``batch_size`` records (nodes, then relations; a batch the database refuses leaves the earlier,
     committed, ones written). Chunks with vectors are stored and placed in the search index; only
@@ -866,7 +793,7 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
 
 
 def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable[str | bytes], *,
-                   branch: str, batch_size: int | None, create: bool, message: str | None) -> dict[str, Any]:
+                   branch: str, batch_size: int | None, create: bool, message: str | None) -> NdjsonImport:
     """:func:`import_ndjson` once its arguments are checked."""
     bulk = parse_ndjson(lines)
     source = f"{bulk.header.repo}@{bulk.header.branch} r{bulk.header.revision}"
@@ -900,10 +827,10 @@ def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterabl
             revisions.append(revision)
             queued_total += len(queued)
             _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
-    return {"repo": repo, "branch": branch, "revision": revisions[-1] if revisions else None,
-            "revisions": revisions, "nodes": len(plan.nodes), "relations": len(plan.relations),
-            "unchanged": {"nodes": plan.unchanged_nodes, "relations": plan.unchanged_relations},
-            "chunks": len(plan.chunks), "queued": queued_total, "created_repository": plan.created_repository}
+    return NdjsonImport(repo=repo, branch=branch, revision=revisions[-1] if revisions else None,
+                        revisions=revisions, nodes=len(plan.nodes), relations=len(plan.relations),
+                        unchanged=UnchangedRecords(nodes=plan.unchanged_nodes, relations=plan.unchanged_relations),
+                        chunks=len(plan.chunks), queued=queued_total, created_repository=plan.created_repository)
 
 
 def _batch_message(summary: str, number: int, total: int) -> str:
@@ -922,7 +849,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = MAIN, *, out: IO[str],
-                  at_revision: int | None = None, with_chunks: bool = False) -> dict[str, Any]:
+                  at_revision: int | None = None, with_chunks: bool = False) -> HeaderRecord:
     r"""Write a branch's content to ``out`` as a file of records (:mod:`kg.ops.bulk`, lines ending
     ``\n``); the header written. A key restricted to some workspaces exports those (and the
     relations between their nodes); ``with_chunks`` adds the stored chunks with their vectors.
@@ -975,7 +902,7 @@ def export_ndjson(services: Resources, caller: Actor, repo: str, branch: str = M
             out.write(_dumps(record) + "\n")
         for line in _chunk_lines(session, view.repo.id, keys):
             out.write(line + "\n")
-    return header
+    return HeaderRecord.model_validate(header)
 
 
 def _count_chunks(session: Session, repo_id: int, keys: Sequence[str]) -> int:

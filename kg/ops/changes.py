@@ -35,6 +35,7 @@ from kg.errors import Forbidden, InvalidInput, NotFound
 from kg.store import history
 from kg.store.models import Branch, BranchEvent, Revision
 from kg.store.repos import BranchView, branch_view, get_repository
+from kg.types.changes import ChangeEvent, ChangePage
 
 #: Events a page lists by default, and at most.
 DEFAULT_PAGE = 100
@@ -82,7 +83,7 @@ def record_branch_event(session: Session, repo_id: int, head: int, branch: str, 
 
 def changes(services: Resources, caller: Actor, repo: str, *, branch: str | None = None,
             after: str | None = None, limit: int = DEFAULT_PAGE,
-            max_changes: int = history.DEFAULT_LOG_CHANGES) -> dict[str, Any]:
+            max_changes: int = history.DEFAULT_LOG_CHANGES) -> ChangePage:
     """The events of ``repo`` (of ``branch`` only, if named) after the cursor ``after``, oldest
     first, at most ``limit`` (1 to 1000), each revision with at most ``max_changes`` writes listed
     (:class:`kg.types.changes.ChangePage`).
@@ -124,7 +125,7 @@ def changes(services: Resources, caller: Actor, repo: str, *, branch: str | None
             key=lambda item: item[0])
         page, has_more = merged[:limit], len(merged) > limit
         views: dict[int, BranchView | None] = {}
-        out: list[dict[str, Any]] = []
+        out: list[ChangeEvent] = []
         rev_at, ev_at = after_rev, after_event
         for _, item in page:
             if isinstance(item, Revision):
@@ -135,10 +136,10 @@ def changes(services: Resources, caller: Actor, repo: str, *, branch: str | None
                 entry = _branch_event(caller, repo, item)
             if entry is not None:
                 entry["id"] = cursor(rev_at, ev_at)
-                out.append(entry)
+                out.append(ChangeEvent.model_validate(entry))
         if not has_more:
             rev_at = max(rev_at, head)  # everything up to the head was read
-        return {"events": out, "next_after": cursor(rev_at, ev_at), "has_more": has_more}
+        return ChangePage(events=out, next_after=cursor(rev_at, ev_at), has_more=has_more)
 
 
 def _revision_event(session: Session, caller: Actor, repo: str, rev: Revision, names: dict[int, str],

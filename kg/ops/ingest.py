@@ -55,56 +55,18 @@ from kg.store.repos import (
     get_workspace,
     list_branches,
 )
+from kg.types.bulk import IngestReport, KeptEdit, UnreadableFile
 
 GROUP_FILES = 16
 
 
-@dataclass
-class IngestReport:
-    """What an ingest did."""
-
-    files: int = 0
-    inserted: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    passages_embedded: int = 0
-    relations_added: int = 0
-    relations_unchanged: int = 0
-    relations_removed: int = 0
-    """Relations a changed file no longer asserts, removed."""
-    stub_nodes: list[str] = field(default_factory=list)
-    index_failures: int = 0
-    unreadable: list[dict[str, str]] = field(default_factory=list)
-    """Files skipped because they could not be read: ``{"file", "reason"}``."""
-    kept_edits: list[dict[str, Any]] = field(default_factory=list)
-    """Properties a person and the file both changed, kept as the person wrote them:
-    ``{"path", "key", "kept", "file"}`` (``kg:node_type`` for the type; a value absent on one
-    side is null)."""
-    kept_deleted: list[str] = field(default_factory=list)
-    """Paths of nodes people deleted whose file changed since: they stay deleted."""
-    review_branch: str | None = None
-    """The branch holding the files' versions of the nodes above (``conflicts="review"``)."""
-
-    def add(self, plan: FilePlan) -> None:
-        """Count what the ingest of one file did."""
-        path = plan.node.path
-        {"insert": self.inserted, "write": self.replaced}.get(plan.action, self.skipped).append(path)
-        self.kept_edits += plan.kept
-        if plan.kept_deleted:
-            self.kept_deleted.append(path)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The counts as ``kg ingest`` prints them, and ``review_branch``."""
-        return {
-            "files": self.files, "inserted": len(self.inserted), "replaced": len(self.replaced),
-            "skipped": len(self.skipped), "passages_embedded": self.passages_embedded,
-            "relations_added": self.relations_added,
-            "relations_unchanged": self.relations_unchanged, "relations_removed": self.relations_removed,
-            "stub_nodes": len(self.stub_nodes),
-            "index_failures": self.index_failures, "unreadable": len(self.unreadable),
-            "kept_edits": len(self.kept_edits), "kept_deleted": len(self.kept_deleted),
-            "review_branch": self.review_branch,
-        }
+def _count(report: IngestReport, plan: FilePlan) -> None:
+    """Count in ``report`` what the ingest of one file did."""
+    path = plan.node.path
+    {"insert": report.inserted, "write": report.replaced}.get(plan.action, report.skipped).append(path)
+    report.kept_edits += plan.kept
+    if plan.kept_deleted:
+        report.kept_deleted.append(path)
 
 
 def ensure_repo_workspace(uow: UnitOfWork, repo: str, workspace: str, *, create: bool = True) -> None:
@@ -162,15 +124,15 @@ class FilePlan:
     ``action``: ``insert`` a new node; ``write`` the merged ``value``; ``skip`` an unchanged file
     or a node that is its parse; ``record`` the hash alone, keeping ``value`` (people deleted the
     node, ``kept_deleted``, or hold every value the file changed); ``review``: the file's version
-    (``review_value``) goes to the review branch. ``kept`` lists ``{"path", "key", "kept",
-    "file"}`` per property both sides changed; ``base_relations`` the relations of the last
+    (``review_value``) goes to the review branch. ``kept`` lists a :class:`kg.types.bulk.KeptEdit`
+    per property both sides changed; ``base_relations`` the relations of the last
     ingest (None: unknown).
     """
 
     node: FileNode
     action: FileAction
     value: dict[str, Any] | None = None
-    kept: list[dict[str, Any]] = field(default_factory=list)
+    kept: list[KeptEdit] = field(default_factory=list)
     kept_deleted: bool = False
     review_value: dict[str, Any] | None = None
     base_relations: list[tuple[str, str]] | None = None
@@ -276,7 +238,7 @@ def plan_file(session: Session, view: BranchView, workspace: str, node: FileNode
                                 base_relations=base_relations)
             return FilePlan(node, "record", None, kept_deleted=True, base_relations=base_relations)
     merged, clashes = merge_file(base, ours, theirs)
-    kept = [{"path": path, "key": key, "kept": ours.get(key), "file": theirs.get(key)} for key in clashes]
+    kept = [KeptEdit(path=path, key=key, kept=ours.get(key), file=theirs.get(key)) for key in clashes]
     if clashes and conflicts == "review":
         review_value = {k: v for k, v in merged.items() if k not in clashes}
         review_value.update({k: theirs[k] for k in clashes if k in theirs})
@@ -460,14 +422,14 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
     files = list(iter_files(root))  # a missing path is refused before anything is created
     base = root if root.is_dir() else root.parent
     parsed: list[FileNode] = []
-    unreadable: list[dict[str, str]] = []
+    unreadable: list[UnreadableFile] = []
     for path in files:
         try:
             parsed.append(read_file_node(path, base, file_format))
         except InvalidInput as exc:
             if not skip_unreadable:
                 raise
-            unreadable.append({"file": str(path), "reason": exc.details.get("reason", exc.message)})
+            unreadable.append(UnreadableFile(file=str(path), reason=exc.details.get("reason", exc.message)))
     _refuse_one_path_for_two_files(parsed)
     if review_branch is not None:
         _refuse_existing_branch(services, repo, review_branch)
@@ -500,7 +462,7 @@ def ingest_path(services: Resources, caller: Actor, root: Path, *, repo: str, wo
                 continue
             done = run(services, caller, ingest_file, repo, branch, workspace, node, texts.get(id(node)),
                        conflicts=conflicts)
-            report.add(done)
+            _count(report, done)
             if done.action in ("insert", "write"):
                 # The file's relation changes since its last ingest, as for its properties: a
                 # relation it asserted before is not asserted again (a person may have removed it).

@@ -25,22 +25,28 @@ from kg.context import Resources, UnitOfWork, admit
 from kg.errors import Forbidden, InvalidInput
 from kg.store import keys as key_store
 from kg.store.models import ApiKey, utcnow
+from kg.types.keys import ApiKeyCreated, ApiKeyInfo, ApiKeyList, KeyGrant
 
 #: The grant of ``kg keys create --admin``: everything, everywhere.
 ADMIN_GRANT = make_grant("*", ("*",), ("*",), ACTIONS)
 
 
-def key_dict(key: ApiKey, grants: Sequence[Grant], now: datetime | None = None) -> dict[str, Any]:
-    """The API shape of a key, never its secret nor hash (:class:`kg.types.keys.ApiKeyInfo`),
-    ``state`` judged at ``now``.
-    """
-    def iso(value: datetime | None) -> str | None:
-        return value.isoformat() if value is not None else None
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
 
+
+def _fields(key: ApiKey, grants: Sequence[Grant], now: datetime | None) -> dict[str, Any]:
+    """The fields of :class:`kg.types.keys.ApiKeyInfo` of a key, never its secret nor hash,
+    ``state`` judged at ``now``."""
     return {"id": key.id, "name": key.name, "state": key_state(key, now or utcnow()),
             "created_by": key.created_by, "created_at": key.created_at.isoformat(),
-            "expires_at": iso(key.expires_at), "revoked_at": iso(key.revoked_at),
-            "last_used_at": iso(key.last_used_at), "grants": [g.as_dict() for g in grants]}
+            "expires_at": _iso(key.expires_at), "revoked_at": _iso(key.revoked_at),
+            "last_used_at": _iso(key.last_used_at), "grants": [KeyGrant.model_validate(g.as_dict()) for g in grants]}
+
+
+def key_info(key: ApiKey, grants: Sequence[Grant], now: datetime | None = None) -> ApiKeyInfo:
+    """A key as every surface lists it, never its secret nor hash; ``state`` judged at ``now``."""
+    return ApiKeyInfo(**_fields(key, grants, now))
 
 
 def _require_admin(actor: Actor) -> None:
@@ -50,7 +56,7 @@ def _require_admin(actor: Actor) -> None:
 
 
 def create_key(uow: UnitOfWork, *, name: str, grants: Sequence[Grant], expires_at: datetime | None = None,
-               admin: bool = False) -> dict[str, Any]:
+               admin: bool = False) -> ApiKeyCreated:
     """Create a key: the token ``kg_<id>_<secret>`` is in the answer and nowhere else, ever, with
     ``warnings`` for grants ``*`` everywhere. ``name`` (unique, 1 to 255 characters) is the
     ``actor`` of its revisions; ``expires_at`` timezone-aware; ``admin`` adds :data:`ADMIN_GRANT`.
@@ -80,10 +86,10 @@ def create_key(uow: UnitOfWork, *, name: str, grants: Sequence[Grant], expires_a
                                created_by=uow.actor.name or uow.actor.kind, created_at=now, expires_at=expires_at,
                                grants=[g.as_dict() for g in all_grants])
     warnings = warn_if_everywhere(tuple(grants), name)  # the admin grant is everywhere by design
-    return {**key_dict(key, all_grants, now), "key": token, "warnings": warnings}
+    return ApiKeyCreated(**_fields(key, all_grants, now), key=token, warnings=warnings)
 
 
-def list_keys(services: Resources, caller: Actor) -> list[dict[str, Any]]:
+def list_keys(services: Resources, caller: Actor) -> ApiKeyList:
     """Every key (revoked and expired included), by creation.
 
     Raises
@@ -95,10 +101,11 @@ def list_keys(services: Resources, caller: Actor) -> list[dict[str, Any]]:
     _require_admin(caller)
     now = utcnow()
     with services.db.read() as session:
-        return [key_dict(k, grants_of(key_store.key_grants(session, k.id)), now) for k in key_store.list_keys(session)]
+        return ApiKeyList(keys=[key_info(k, grants_of(key_store.key_grants(session, k.id)), now)
+                                for k in key_store.list_keys(session)])
 
 
-def revoke_key(uow: UnitOfWork, key_id: str) -> dict[str, Any]:
+def revoke_key(uow: UnitOfWork, key_id: str) -> ApiKeyInfo:
     """Revoke a key: refused from the next request on, in every process.
 
     Raises
@@ -112,4 +119,4 @@ def revoke_key(uow: UnitOfWork, key_id: str) -> dict[str, Any]:
     _require_admin(uow.actor)
     key = key_store.revoke_key(uow.session, key_id, at=utcnow())
     uow.after_commit(lambda: uow.services.key_cache.forget(key_id))  # this process: the next request
-    return key_dict(key, grants_of(key_store.key_grants(uow.session, key_id)))
+    return key_info(key, grants_of(key_store.key_grants(uow.session, key_id)))

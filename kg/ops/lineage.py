@@ -42,6 +42,8 @@ from kg.store.models import Chunk, NodeVersion, RelationVersion
 from kg.store.repos import BranchView, WriteContext, workspace_id
 from kg.store.visibility import Unindexed
 from kg.text.names import mentions
+from kg.types.branches import DerivedRefresh
+from kg.types.lineage import Lineage
 
 MENTIONED_IN = "mentioned_in"
 CITES = "cites"
@@ -131,26 +133,25 @@ DERIVED_LABELS = (
 )
 
 
-def describe_derived(counts: dict[str, int] | None) -> str:
+def describe_derived(derived: DerivedRefresh | dict[str, int] | None) -> str:
     """The non-zero counts of :func:`refresh_derived`, for a person (empty when nothing was done).
 
-    >>> describe_derived({"unlinked": 2, "restamped": 0, "orphaned": 1, "stale": 0, "queued": 0})
+    >>> describe_derived(DerivedRefresh(unlinked=2, restamped=0, orphaned=1, stale=0, queued=0))
     '2 mention(s) unlinked, 1 entity(ies) flagged orphan'
-    >>> describe_derived(None)
-    ''
+    >>> describe_derived({"stale": 1}), describe_derived(None)
+    ('1 answer(s) marked stale', '')
     """
-    counts = counts or {}
+    counts = derived.model_dump() if isinstance(derived, DerivedRefresh) else derived or {}
     return ", ".join(f"{counts[key]} {label}" for key, label in DERIVED_LABELS if counts.get(key))
 
 
 def refresh_derived(
     uow: UnitOfWork, ctx: WriteContext, changed: list[Changed], *, recheck: bool = False, written: bool = False
-) -> dict[str, int]:
+) -> DerivedRefresh:
     """Recompute, flag or leave what was derived from the nodes this write (already written through
-    ``ctx``) replaced or deleted; the ``{"unlinked", "restamped", "orphaned", "stale", "queued"}``
-    counts. One query when nothing was derived; else O(e) for e derived edges, and a chunking of
-    each changed source an answer cites. Its own writes derive nothing
-    (:func:`kg.ops.text_store.put_text`): no recursion.
+    ``ctx``) replaced or deleted; what it did, counted. One query when nothing was derived; else
+    O(e) for e derived edges, and a chunking of each changed source an answer cites. Its own
+    writes derive nothing (:func:`kg.ops.text_store.put_text`): no recursion.
 
     ``recheck``: read each edge again as the transaction sees it (a merge may have brought the
     recomputed edges); ``written``: read the edges as this transaction wrote them (a merge's pass
@@ -159,18 +160,18 @@ def refresh_derived(
     counts = {"unlinked": 0, "restamped": 0, "orphaned": 0, "stale": 0, "queued": 0}
     session = uow.session
     if not changed:
-        return counts
+        return DerivedRefresh(**counts)
     if written:
         session.flush()
     seen = _at(ctx.view, ctx.pending_revision) if written else view_before(ctx.view, ctx.pending_revision)
     edges = derived_edges(session, seen, [c.node_id for c in changed])
     if not edges:
-        return counts
+        return DerivedRefresh(**counts)
     by_id = {c.node_id: c for c in changed}
     mentioned = [e for e in edges if e.rel_type == MENTIONED_IN]
     _refresh_mentions(uow, ctx, by_id, mentioned, counts, recheck)
     _refresh_answers(uow, ctx, by_id, [e for e in edges if e.rel_type == CITES], counts)
-    return counts
+    return DerivedRefresh(**counts)
 
 
 def _write_props(uow: UnitOfWork, ctx: WriteContext, version: NodeVersion, properties: dict[str, Any]) -> None:
@@ -334,12 +335,11 @@ def node_lineage(
     path: str,
     *,
     at_revision: int | None = None,
-) -> dict[str, Any]:
-    """What was derived from a node and what it was derived from (:class:`kg.types.lineage.Lineage`,
-    docs/concepts/lineage.md), as far as the caller may read. ``derived`` rows: ``chunks``, ``mention``
-    (``current`` when its ``source_hash`` is this text's; ``orphan``), ``extraction``, ``answer``
-    (``stale``, ``stale_citations``); ``derived_from`` rows: ``mentioned_in``, ``extraction_of``,
-    ``cites``.
+) -> Lineage:
+    """What was derived from a node and what it was derived from (docs/concepts/lineage.md), as
+    far as the caller may read. ``derived`` rows: ``chunks``, ``mention`` (``current`` when its
+    ``source_hash`` is this text's; ``orphan``), ``extraction``, ``answer`` (``stale``,
+    ``stale_citations``); ``derived_from`` rows: ``mentioned_in``, ``extraction_of``, ``cites``.
 
     Raises
     ------
@@ -448,13 +448,5 @@ def node_lineage(
                     and node.properties.get("source_hash") == source_hash(found.properties),
                 }
             )
-        return {
-            "workspace": workspace,
-            "path": node.path,
-            "node_id": node.node_id,
-            "node_type": node.node_type,
-            "revision": node.revision,
-            "source_hash": digest,
-            "derived": derived,
-            "derived_from": derived_from_rows,
-        }
+        return Lineage(workspace=workspace, path=node.path, node_id=node.node_id, node_type=node.node_type,
+                       revision=node.revision, source_hash=digest, derived=derived, derived_from=derived_from_rows)

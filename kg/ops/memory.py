@@ -40,6 +40,7 @@ from kg.store.nodes import find_node
 from kg.store.relations import find_relation
 from kg.store.repos import BranchView
 from kg.text.names import entity_slug
+from kg.types.bulk import MemoryImport
 
 __all__ = ["MemoryGraph", "import_memory_jsonl", "parse_memory_jsonl"]
 
@@ -162,7 +163,7 @@ def _entity_paths(session: Session, view: BranchView, workspace: str, graph: Mem
 
 
 def import_memory_jsonl(uow: UnitOfWork, repo: str, branch: str, text: str, *,
-                        workspace: str = DEFAULT_WORKSPACE, create: bool = True) -> dict[str, Any]:
+                        workspace: str = DEFAULT_WORKSPACE, create: bool = True) -> MemoryImport:
     """Import a memory file into ``workspace`` of a branch as one revision, or none when the branch
     holds it all (``revision`` null, ``unchanged``); the file is checked whole first, then what
     differs is written by :func:`kg.ops.nodes.write_graph`. ``create``: a missing repository and
@@ -213,7 +214,6 @@ def import_memory_jsonl(uow: UnitOfWork, repo: str, branch: str, text: str, *,
         return todo if todo.upserts or todo.relations else None
 
     written = write_graph(uow, repo, branch, plan, message=f"import memory-jsonl into {workspace}")
-    return {"revision": written.revision if written is not None else None,
-            "entities": len(graph.entities), "relations": len(graph.relations),
-            "nodes_written": counts["nodes"], "relations_written": counts["relations"],
-            "unchanged": written is None}
+    return MemoryImport(revision=written.revision if written is not None else None,
+                        entities=len(graph.entities), relations=len(graph.relations),
+                        nodes_written=counts["nodes"], relations_written=counts["relations"], unchanged=written is None)

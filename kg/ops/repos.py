@@ -28,31 +28,36 @@ from kg.store import repos as repo_store
 from kg.store.models import Repository, Workspace
 from kg.store.nodes import decode_cursor, encode_cursor
 from kg.store.paths import validate_name
+from kg.types.repos import EmbeddingChange, EmbeddingSettings, IndexRebuilt, Reembedding, Repo, RepoList, WorkspaceList
+from kg.types.repos import Workspace as WorkspaceInfo
+from kg.types.search import IndexRetried
 
 
-def repo_dict(repo: Repository) -> dict[str, Any]:
-    """The API shape of a repository (:class:`kg.types.repos.Repo`)."""
-    return {"name": repo.name, "created_at": repo.created_at.isoformat(), "head_revision": repo.head_revision}
+def repo_info(repo: Repository) -> Repo:
+    """A repository as every surface answers it."""
+    return Repo(name=repo.name, created_at=repo.created_at.isoformat(), head_revision=repo.head_revision)
 
 
-def workspace_dict(ws: Workspace, default_model: str) -> dict[str, Any]:
-    """The API shape of a workspace (:class:`kg.types.repos.Workspace`); ``default_model`` is the
-    service's, for settings that name none.
+def workspace_info(ws: Workspace, default_model: str) -> WorkspaceInfo:
+    """A workspace as every surface answers it; ``default_model`` is the service's, for settings
+    that name none.
     """
     config = parse_embedding_config((ws.config or {}).get("embedding"), default_model=default_model)
-    return {"name": ws.name, "created_at": ws.created_at.isoformat(), "embedding": config.model_dump(),
-            "reembedding": reembed_status(ws.config)}
+    status = reembed_status(ws.config)
+    return WorkspaceInfo(name=ws.name, created_at=ws.created_at.isoformat(),
+                         embedding=EmbeddingSettings.model_validate(config.model_dump()),
+                         reembedding=None if status is None else Reembedding.model_validate(status))
 
 
 def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
-                      cursor: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+                      cursor: str | None = None) -> RepoList:
     """A page of the repositories ``caller`` may see, by name: ``limit + 1`` rows at a time after
     the cursor, skipping the unseen, so O(limit) for a caller who sees them all.
     """
     admit(services, caller)
     check_limit(limit)
     after = _decode_repo_cursor(cursor) if cursor is not None else None
-    page: list[dict[str, Any]] = []
+    page: list[Repo] = []
     more = False
     with services.db.read() as session:
         while True:
@@ -63,20 +68,23 @@ def list_repositories(services: Resources, caller: Actor, *, limit: int = 1000,
                 if len(page) == limit:
                     more = True
                     break
-                page.append(repo_dict(repo))
+                page.append(repo_info(repo))
             if more or len(rows) <= limit:
                 break
             after = rows[-1].name
-    return page, (encode_cursor(page[-1]["name"]) if more else None)
+    return RepoList(repos=page, next_cursor=encode_cursor(page[-1].name) if more else None)
 
 
-def all_repositories(services: Resources, caller: Actor) -> list[dict[str, Any]]:
-    """Every repository ``caller`` may see: :func:`list_repositories` page after page."""
-    found, cursor = list_repositories(services, caller, limit=MAX_LIMIT)
+def all_repositories(services: Resources, caller: Actor) -> RepoList:
+    """Every repository ``caller`` may see: :func:`list_repositories` page after page (no
+    ``next_cursor``)."""
+    found = list_repositories(services, caller, limit=MAX_LIMIT)
+    cursor = found.next_cursor
     while cursor is not None:
-        page, cursor = list_repositories(services, caller, limit=MAX_LIMIT, cursor=cursor)
-        found.extend(page)
-    return found
+        page = list_repositories(services, caller, limit=MAX_LIMIT, cursor=cursor)
+        found.repos.extend(page.repos)
+        cursor = page.next_cursor
+    return RepoList(repos=found.repos)
 
 
 def _decode_repo_cursor(cursor: str) -> str:
@@ -89,32 +97,32 @@ def _decode_repo_cursor(cursor: str) -> str:
                            details={"field": "cursor", "cursor": cursor}) from exc
 
 
-def get_repository(services: Resources, caller: Actor, name: str) -> dict[str, Any]:
+def get_repository(services: Resources, caller: Actor, name: str) -> Repo:
     """One repository."""
     permit(services, caller, "read", name)
     with services.db.read() as session:
-        return repo_dict(repo_store.get_repository(session, name))
+        return repo_info(repo_store.get_repository(session, name))
 
 
-def list_workspaces(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
+def list_workspaces(services: Resources, caller: Actor, repo: str) -> WorkspaceList:
     """The workspaces of ``repo``, by name."""
     permit(services, caller, "read", repo)
     default = services.settings.embedding_model
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
-        return [workspace_dict(w, default) for w in repo_store.list_workspaces(session, r)
-                if can_see(caller, repo, workspace=w.name)]
+        return WorkspaceList(workspaces=[workspace_info(w, default) for w in repo_store.list_workspaces(session, r)
+                                         if can_see(caller, repo, workspace=w.name)])
 
 
-def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> dict[str, Any]:
+def get_workspace(services: Resources, caller: Actor, repo: str, name: str) -> WorkspaceInfo:
     """One workspace of ``repo``."""
     permit(services, caller, "read", repo, workspace=name)
     with services.db.read() as session:
         r = repo_store.get_repository(session, repo)
-        return workspace_dict(repo_store.get_workspace(session, r, name), services.settings.embedding_model)
+        return workspace_info(repo_store.get_workspace(session, r, name), services.settings.embedding_model)
 
 
-def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
+def create_repository(uow: UnitOfWork, name: str) -> Repo:
     """Create a repository with its ``main`` branch; needs ``admin`` on a repository glob matching
     ``name``.
 
@@ -127,7 +135,7 @@ def create_repository(uow: UnitOfWork, name: str) -> dict[str, Any]:
     """
     admit(uow.services, uow.actor)
     authorize_new_repository(uow.actor, name, reserved_repositories(uow.services.settings))
-    return repo_dict(repo_store.create_repository(uow.session, name=name))
+    return repo_info(repo_store.create_repository(uow.session, name=name))
 
 
 def delete_repository(uow: UnitOfWork, name: str) -> None:
@@ -151,7 +159,7 @@ def _authorize_whole(session: Session, actor: Actor, repo: Repository) -> None:
                                [b.name for b in repo_store.list_branches(session, repo)])
 
 
-def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = None) -> dict[str, Any]:
+def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = None) -> WorkspaceInfo:
     """Create a workspace with its ``embedding`` (``{"model", "chunking"}``; default the
     service's model), refusing an unknown model before anything is written. Needs ``admin`` with a
     workspace glob matching ``name``, decided before the name is looked up (a name taken by a
@@ -174,11 +182,11 @@ def create_workspace(uow: UnitOfWork, repo: str, name: str, embedding: Any = Non
     uow.services.embedder(config.model)  # an unknown model is refused before anything is written
     r = repo_store.get_repository(uow.session, repo, lock=True)
     ws = repo_store.create_workspace(uow.session, r, name=name, config={"embedding": config.model_dump()})
-    return workspace_dict(ws, default)
+    return workspace_info(ws, default)
 
 
 def set_workspace_embedding(services: Resources, caller: Actor, repo: str, workspace: str, raw: Any, *,
-                            reembed: bool = False) -> dict[str, Any]:
+                            reembed: bool = False) -> EmbeddingChange:
     """Change a workspace's embedding model or chunking (``raw``: ``{"model"?, "chunking"?}``), with
     ``reembed`` rebuilding it blue/green; needs ``admin``. Not one unit of work: the new model is
     probed (a remote server may take seconds) with no lock held;
@@ -197,7 +205,7 @@ def set_workspace_embedding(services: Resources, caller: Actor, repo: str, works
     if reembed:
         throttle(services, caller, "re-embed")
     answer, _ = reembed_workspace(services, repo, workspace, raw, reembed=reembed, caller=caller)
-    return answer
+    return EmbeddingChange.model_validate(answer)
 
 
 def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCounts:
@@ -210,10 +218,10 @@ def settle_index(services: Resources, caller: Actor, repo: str) -> IndexRunCount
     return run
 
 
-def rebuild_index(services: Resources, caller: Actor, repo: str, target: SearchIndex | None = None) -> dict[str, Any]:
+def rebuild_index(services: Resources, caller: Actor, repo: str, target: SearchIndex | None = None) -> IndexRebuilt:
     """Rebuild a search index (``target``, default the service's) of ``repo`` from the chunks and
-    vectors in SQL (no re-embedding) once its queue is done: ``{"chunks", "jobs_done",
-    "jobs_failed"}``. Needs ``admin`` over every workspace and branch.
+    vectors in SQL (no re-embedding) once its queue is done. Needs ``admin`` over every workspace
+    and branch.
 
     Raises
     ------
@@ -222,20 +230,20 @@ def rebuild_index(services: Resources, caller: Actor, repo: str, target: SearchI
     """
     permit(services, caller, "admin", repo)
     run, added = _drain_and_sync(services, caller, repo, services.index if target is None else target, rebuild=True)
-    return {"chunks": added, "jobs_done": run.done, "jobs_failed": run.failed}
+    return IndexRebuilt(chunks=added, jobs_done=run.done, jobs_failed=run.failed)
 
 
-def retry_failed_index(uow: UnitOfWork, repo: str) -> dict[str, int]:
+def retry_failed_index(uow: UnitOfWork, repo: str) -> IndexRetried:
     """Queue a repository's failed texts again, afresh (no attempt used), and wake the indexer
-    (indexed before returning with ``KG_INDEX_INLINE``): ``{"retried"}``. Needs ``admin`` over
-    every workspace and branch.
+    (indexed before returning with ``KG_INDEX_INLINE``). Needs ``admin`` over every workspace and
+    branch.
     """
     uow.authorize("admin", repo)
     r = repo_store.get_repository(uow.session, repo, lock=True)
     _authorize_whole(uow.session, uow.actor, r)  # the failed texts of every workspace and branch
     keys = retry_failed(uow.session, r)
     uow.index_after_commit(r.id, keys)
-    return {"retried": len(keys)}
+    return IndexRetried(retried=len(keys))
 
 
 def _drain_and_sync(services: Resources, caller: Actor, repo: str, index: SearchIndex, *,

@@ -44,7 +44,8 @@ from kg.errors import InvalidInput, NotFound
 from kg.ops import changes as feed
 from kg.store import repos as repo_store
 from kg.store.models import BranchEvent, Repository, Webhook, WebhookDelivery, utcnow
-from kg.types.changes import EVENT_KINDS
+from kg.types.changes import EVENT_KINDS, Delivery, DeliveryList, WebhookCreated, WebhookList
+from kg.types.changes import Webhook as WebhookInfo
 
 log = logging.getLogger("kg.ops.webhooks")
 
@@ -145,15 +146,20 @@ def _authorize(services: Resources, caller: Actor, session: Session, repo: str) 
     return r
 
 
-def webhook_dict(hook: Webhook) -> dict[str, Any]:
-    """The API shape of a webhook (:class:`kg.types.changes.Webhook`), without its secret."""
+def _webhook_fields(hook: Webhook) -> dict[str, Any]:
+    """The fields of :class:`kg.types.changes.Webhook` of a hook, without its secret."""
     return {"id": hook.id, "url": hook.url, "branches": list(hook.branches), "events": list(hook.events),
             "created_by": hook.created_by, "created_at": hook.created_at.isoformat(),
             "after": feed.cursor(hook.after_revision, hook.after_event)}
 
 
+def webhook_info(hook: Webhook) -> WebhookInfo:
+    """A webhook as every surface lists it, without its secret."""
+    return WebhookInfo(**_webhook_fields(hook))
+
+
 def add_webhook(uow: UnitOfWork, repo: str, url: str, *, branches: Sequence[str] = ("*",),
-                events: Sequence[str] | None = None) -> dict[str, Any]:
+                events: Sequence[str] | None = None) -> WebhookCreated:
     """Register a webhook on ``repo`` delivering the events (kinds ``events``, default all) of the
     branches matching ``branches`` (globs) written from now on (:class:`kg.types.changes.WebhookCreated`,
     with its secret).
@@ -186,15 +192,15 @@ def add_webhook(uow: UnitOfWork, repo: str, url: str, *, branches: Sequence[str]
                    after_event=last_event, created_at=utcnow())
     uow.session.add(hook)
     uow.session.flush()
-    return {**webhook_dict(hook), "secret": hook.secret}
+    return WebhookCreated(**_webhook_fields(hook), secret=hook.secret)
 
 
-def list_webhooks(services: Resources, caller: Actor, repo: str) -> list[dict[str, Any]]:
-    """The webhooks of ``repo``, oldest first (:class:`kg.types.changes.Webhook`, no secret)."""
+def list_webhooks(services: Resources, caller: Actor, repo: str) -> WebhookList:
+    """The webhooks of ``repo``, oldest first (no secret)."""
     with services.db.read() as session:
         r = _authorize(services, caller, session, repo)
         hooks = session.scalars(select(Webhook).where(Webhook.repo_id == r.id).order_by(Webhook.created_at))
-        return [webhook_dict(h) for h in hooks]
+        return WebhookList(webhooks=[webhook_info(h) for h in hooks])
 
 
 def _hook(session: Session, r: Repository, webhook_id: str) -> Webhook:
@@ -218,8 +224,8 @@ def remove_webhook(uow: UnitOfWork, repo: str, webhook_id: str) -> None:
 
 
 def deliveries(services: Resources, caller: Actor, repo: str, webhook_id: str, *,
-               limit: int = 100) -> list[dict[str, Any]]:
-    """The delivery log of a webhook, newest first (:class:`kg.types.changes.Delivery`).
+               limit: int = 100) -> DeliveryList:
+    """The delivery log of a webhook, newest first.
 
     Raises
     ------
@@ -235,17 +241,18 @@ def deliveries(services: Resources, caller: Actor, repo: str, webhook_id: str, *
         hook = _hook(session, r, webhook_id)
         rows = session.scalars(select(WebhookDelivery).where(WebhookDelivery.webhook_id == hook.id)
                                .order_by(WebhookDelivery.id.desc()).limit(limit))
-        return [delivery_dict(d) for d in rows]
+        return DeliveryList(deliveries=[delivery_info(d) for d in rows])
 
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
-def delivery_dict(d: WebhookDelivery) -> dict[str, Any]:
-    """The API shape of a delivery (:class:`kg.types.changes.Delivery`)."""
-    return {"id": d.id, "event_id": d.event_id, "event_type": d.event.get("type", ""), "state": d.state,
-            "attempts": d.attempts, "status_code": d.status_code, "error": d.error,
-            "created_at": d.created_at.isoformat(), "last_attempt_at": _iso(d.last_attempt_at),
-            "next_attempt_at": _iso(d.not_before) if d.state == "queued" else None,
-            "delivered_at": _iso(d.delivered_at)}
+def delivery_info(d: WebhookDelivery) -> Delivery:
+    """A delivery of the log, as every surface answers it."""
+    return Delivery.model_validate({
+        "id": d.id, "event_id": d.event_id, "event_type": d.event.get("type", ""), "state": d.state,
+        "attempts": d.attempts, "status_code": d.status_code, "error": d.error,
+        "created_at": d.created_at.isoformat(), "last_attempt_at": _iso(d.last_attempt_at),
+        "next_attempt_at": _iso(d.not_before) if d.state == "queued" else None,
+        "delivered_at": _iso(d.delivered_at)})

@@ -87,6 +87,7 @@ from kg.text import ner
 from kg.text.names import entity_slug, name_key
 from kg.text.slugs import slugify
 from kg.tracing import traced
+from kg.types.functions import ExtractEntitiesOutput
 
 log = logging.getLogger(__name__)
 
@@ -901,7 +902,7 @@ def _record_holds(session: Any, view: Any, workspace: str, source_id: str, recor
     return wanted <= seen
 
 
-def extract_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def extract_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> ExtractEntitiesOutput:
     """Extract a document's entities and relations into the graph.
 
     Parameters
@@ -918,13 +919,10 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
 
     Returns
     -------
-    dict
-        ``{"workspace", "source", "entities": [{"path", "name", "type", "spans"?}], "relations":
-        [{"from", "type", "to"}] (entity paths), "skipped", "extractor", "fingerprint",
-        "revision", "dropped": {"entities", "relations", "reasons": [{"name", "reason"}]}}``.
-        An existing node at an entity's path is linked (``mentioned_in``) whatever its node
-        type, and never replaced; its ``type`` in the answer is its ``entity_type``, else its
-        node type. ``skipped`` is True (and
+    kg.types.functions.ExtractEntitiesOutput
+        The entities and relations (between entity paths) written or recorded. An existing
+        node at an entity's path is linked (``mentioned_in``) whatever its node type, and never
+        replaced; its ``type`` in the answer is its ``entity_type``, else its node type. ``skipped`` is True (and
         ``revision`` null) when the record's fingerprint matched: the lists are then the
         recorded ones. A document without text gives empty lists and no revision.
         The document's subject (:func:`find_subject`: the entity its title names) is among
@@ -961,14 +959,15 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
             and _record_holds(session, view, workspace, source_id, record_props)
     base = {"workspace": workspace, "source": path, "extractor": extractor}
     if not text:
-        return {**base, "entities": [], "relations": [], "skipped": False, "fingerprint": None,
-                "revision": None, "dropped": {"entities": 0, "relations": 0, "reasons": []},
-                "reason": "the node has no text"}
+        return ExtractEntitiesOutput.model_validate({
+            **base, "entities": [], "relations": [], "skipped": False, "fingerprint": None, "revision": None,
+            "dropped": {"entities": 0, "relations": 0, "reasons": []}, "reason": "the node has no text"})
 
-    def skipped(props: dict[str, Any]) -> dict[str, Any]:
-        return {**base, "entities": props.get("entities", []), "relations": props.get("relations", []),
-                "skipped": True, "fingerprint": digest, "revision": None,
-                "dropped": {"entities": 0, "relations": 0, "reasons": []}}
+    def skipped(props: dict[str, Any]) -> ExtractEntitiesOutput:
+        return ExtractEntitiesOutput.model_validate({
+            **base, "entities": props.get("entities", []), "relations": props.get("relations", []),
+            "skipped": True, "fingerprint": digest, "revision": None,
+            "dropped": {"entities": 0, "relations": 0, "reasons": []}})
 
     if not force and trusted and record_props is not None:
         return skipped(record_props)
@@ -1100,4 +1099,4 @@ def extract_entities(services: Resources, caller: Actor, repo: str, branch: str,
         # what the model said no longer holds, and was current: invalidated now, by this document
         answer["invalidated"] = [r for r in state["invalidated"]
                                  if (f"{workspace}:{r['from']}", r["type"], f"{workspace}:{r['to']}") in closed]
-    return answer
+    return ExtractEntitiesOutput.model_validate(answer)

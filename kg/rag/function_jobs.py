@@ -403,8 +403,9 @@ class JobRunner(PollingWorker):
         held = Claim(claim.job_id, claim.attempt)
         with self.queue.renewing([held]):
             try:
-                output = _json_safe(invoke(self.services, claim.actor, claim.repo, claim.function, claim.input,
-                                           branch=claim.branch, charged=True))
+                answer = invoke(self.services, claim.actor, claim.repo, claim.function, claim.input,
+                                branch=claim.branch, charged=True)
+                output = _json_safe(answer.model_dump(mode="json", by_alias=True, exclude_unset=True))
                 state, error = "succeeded", None
             except KGError as exc:
                 output, state, error = None, "failed", error_shape(exc)

@@ -50,6 +50,7 @@ import math
 import re
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -82,6 +83,20 @@ from kg.store.repos import BranchView, workspace_id
 from kg.text.questions import Question, analyze_question, answers_type
 from kg.text.sentences import split_sentences
 from kg.tracing import traced
+from kg.types.functions import (
+    AskOutput,
+    ExtractEntitiesOutput,
+    GraphContextOutput,
+    Passage,
+    ResearchAssistantOutput,
+    ResolveEntitiesOutput,
+    SearchDocumentsOutput,
+    StoredAnswer,
+)
+
+#: What a function answers (:data:`FUNCTIONS`): one of :class:`kg.types.functions.FunctionOutput`'s models.
+FunctionResult = (SearchDocumentsOutput | AskOutput | GraphContextOutput | ExtractEntitiesOutput
+                  | ResearchAssistantOutput | ResolveEntitiesOutput)
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +213,7 @@ def _passages(services: Resources, caller: Actor, repo: str, branch: str, query:
                                 mode=mode)
 
 
-def search_documents(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def search_documents(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> SearchDocumentsOutput:
     """Hybrid search at chunk granularity: passages with their citation handles.
 
     Raises
@@ -207,7 +222,7 @@ def search_documents(services: Resources, caller: Actor, repo: str, branch: str,
     """
     query = _input(raw, "query")
     passages = _passages(services, caller, repo, branch, query, _k(raw, 10), _workspaces(raw), relevant_only=False)
-    return {"passages": _public(passages)}
+    return SearchDocumentsOutput(passages=[Passage.model_validate(p) for p in _public(passages)])
 
 
 # -- ask ------------------------------------------------------------------------------------
@@ -580,7 +595,7 @@ def _llm_rewrite(llm, question: str, passages: list[dict]) -> str | None:
         return None
 
 
-def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> AskOutput:
     """Answer a question from the documents only, with citations.
 
     Parameters
@@ -596,10 +611,9 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
 
     Returns
     -------
-    dict
-        ``{"answer", "grounded", "citations": [{"marker", "path", "workspace", "node_id",
-        "chunk_index", "text_is_exact", "via"?}], "attempts": [{"query", "passages",
-        "leg"?, "error"?}], "mode", "stored"?}``; ``mode`` is ``"llm"`` or ``"extractive"``.
+    kg.types.functions.AskOutput
+        ``answer``, ``grounded``, ``citations``, ``attempts``, ``mode`` (``"llm"`` or
+        ``"extractive"``), ``leads`` and ``stored`` when there are.
         The graph leg's attempt has ``"leg": "graph"`` (and ``error`` when it failed), its
         citations ``"via": "graph"``; without an LLM, once a sentence passed the semantic
         grade, an attempt ``"leg": "coverage"`` with ``terms`` (the question's content words),
@@ -642,7 +656,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
                       "attempts": attempts, "mode": "extractive"}
             if target is not None:
                 result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
-            return result
+            return AskOutput.model_validate(result)
     threshold = services.settings.ask_min_similarity
     passages = _evidence(_passages(services, caller, repo, branch, question, MAX_PASSAGES + ANSWER_SLACK,
                                    workspaces, relevant_only=True, at_revision=revision))[:MAX_PASSAGES]
@@ -723,7 +737,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
             result["leads"] = leads(retrieved, retrieved_scores)
         if target is not None:
             result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
-        return result
+        return AskOutput.model_validate(result)
     if has_llm:
         context = "\n\n".join(f"[{i}] {p['text']}" for i, p in enumerate(passages, start=1))
         reply = traced("kg.llm.call", llm.chat)([
@@ -755,7 +769,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
                       "leads": leads(passages, scored)}
             if target is not None:
                 result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
-            return result
+            return AskOutput.model_validate(result)
     citations = []
     for number, m in enumerate(valid, start=1):
         p = passages[m - 1]
@@ -768,7 +782,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
               "mode": mode}
     if target is not None:
         result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
-    return result
+    return AskOutput.model_validate(result)
 
 
 def focus_passages(services: Resources, caller: Actor, repo: str, branch: str, focus: tuple[str, ...],
@@ -923,7 +937,7 @@ def _title(properties: dict) -> str | None:
     return None
 
 
-def graph_context(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def graph_context(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> GraphContextOutput:
     """Seeds by meaning (or given), then the relations around them.
 
     Parameters
@@ -1002,7 +1016,7 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
                     "workspace": p["workspace"], "path": p["path"], "node_id": p["node_id"],
                     "score": p["score"], "source": "search"})
         if not seeds:
-            return {"seeds": [], "nodes": [], "truncated": False}
+            return GraphContextOutput(seeds=[], nodes=[], truncated=False)
         addresses = [f"{w}:{p}" for w, p in seeds]
         if follow == "subjects":
             walk = follow_subjects(session, services, view, addresses, hops=hops, max_nodes=max_nodes,
@@ -1047,7 +1061,7 @@ def graph_context(services: Resources, caller: Actor, repo: str, branch: str, ra
             "message": "no seed mentions an entity on this branch: follow 'subjects' walks the "
                        "mentioned_in relations that extract-entities writes (run it on the branch, "
                        "or follow 'walk' for every relation)"}]
-    return result
+    return GraphContextOutput.model_validate(result)
 
 
 # -- ask's graph leg and stored answers ------------------------------------------------------
@@ -1183,7 +1197,7 @@ def _check_answer_slot(existing, workspace: str, path: str) -> None:
 
 
 def store_answer(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, question: str,
-                 result: dict[str, Any], *, actor: str | None = "ask", by: str = "ask") -> dict[str, Any]:
+                 result: dict[str, Any], *, actor: str | None = "ask", by: str = "ask") -> StoredAnswer:
     """Write an answer as a ``kb:Answer`` node with ``cites`` relations, as one revision.
 
     ``actor`` is the revision's actor (None: the caller's name); a key records its own name
@@ -1259,13 +1273,19 @@ def store_answer(services: Resources, caller: Actor, repo: str, branch: str, wor
                   actor=actor if caller.unrestricted else None)
     assert written is not None  # plan always writes the answer node
     node = written.upserted[-1]
-    return {"workspace": workspace, "path": path, "node_id": node.id, "revision": written.revision}
+    return StoredAnswer(workspace=workspace, path=path, node_id=node.id, revision=written.revision)
 
 
 # -- the research assistant ----------------------------------------------------------------
 
 RESEARCH_BRANCH_PREFIX = "research/"
-RESEARCH_TOOLS = {"search-documents": search_documents, "ask": ask, "graph-context": graph_context}
+RESEARCH_TOOLS: dict[str, Callable[..., FunctionResult]] = {
+    "search-documents": search_documents, "ask": ask, "graph-context": graph_context}
+
+
+def _tool_json(answer: FunctionResult) -> dict[str, Any]:
+    """A research tool's answer as the model reads it: the JSON every surface answers."""
+    return answer.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def _answer_workspace(services: Resources, caller: Actor, repo: str, branch: str, given: str | None,
@@ -1302,7 +1322,8 @@ def _extractive_from(question: str, entries: list[dict[str, Any]], trace: list[d
     return _MARKER_RE.sub(lambda m: f"[{passages[int(m.group(1)) - 1]['marker']}]", text)
 
 
-def research_assistant(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def research_assistant(services: Resources, caller: Actor, repo: str, branch: str,
+                       raw: Any) -> ResearchAssistantOutput:
     """Research a question on a session branch of its own, with the model calling kg's tools.
 
     Opens the branch ``research/<12 hex digits>`` from ``branch``, then runs
@@ -1324,13 +1345,11 @@ def research_assistant(services: Resources, caller: Actor, repo: str, branch: st
 
     Returns
     -------
-    dict
-        ``{"answer", "grounded", "citations": [{"marker", "workspace", "path", "node_id",
-        "chunk_index", "text_is_exact"}], "trace": [{"step", "by", "tool", "arguments",
-        "result", "passages"?, "error"?}], "mode": "llm" | "fixed-plan", "stopped", "steps",
-        "max_steps", "branch", "from", "stored": {"workspace", "path", "node_id", "revision"}}``.
-        ``grounded`` is true exactly when the answer cites a passage; with nothing found the
-        answer is "The documents do not cover this." ``stopped`` says how the loop ended:
+    kg.types.functions.ResearchAssistantOutput
+        The answer, its citations, the trace, the session ``branch`` and where the answer is
+        ``stored``; ``mode`` is ``"llm"`` or ``"fixed-plan"``. ``grounded`` is true exactly
+        when the answer cites a passage; with nothing found the answer is "The documents do not
+        cover this." ``stopped`` says how the loop ended:
         ``answered``, ``max_steps``, ``loop`` (a call repeated twice), ``early_stop`` (the model
         answered before any tool call ran: the answer is then kg's own ``ask``),
         ``model_error``, or ``plan``.
@@ -1372,7 +1391,7 @@ def research_assistant(services: Resources, caller: Actor, repo: str, branch: st
 
     def run_tool(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         scoped = {**arguments, "workspaces": workspaces} if workspaces else arguments
-        return RESEARCH_TOOLS[tool](services, caller, repo, session_branch, scoped)
+        return _tool_json(RESEARCH_TOOLS[tool](services, caller, repo, session_branch, scoped))
 
     llm = services.llm
     if isinstance(llm, ToolLLM) and getattr(llm, "name", "none") != "none":
@@ -1395,12 +1414,13 @@ def research_assistant(services: Resources, caller: Actor, repo: str, branch: st
     path = f"/answers/{slugify(question)[:60].rstrip('-') or 'answer'}-{session_branch.rsplit('/', 1)[1]}"
     result["stored"] = store_answer(services, caller, repo, session_branch, workspace, path, question, result,
                                     actor=None, by="research-assistant")
-    return result
+    return ResearchAssistantOutput.model_validate(result)
 
 
-FUNCTIONS = {"search-documents": search_documents, "ask": ask, "graph-context": graph_context,
-             "extract-entities": extract_entities, "research-assistant": research_assistant,
-             "resolve-entities": resolve_entities}
+FUNCTIONS: dict[str, Callable[..., FunctionResult]] = {
+    "search-documents": search_documents, "ask": ask, "graph-context": graph_context,
+    "extract-entities": extract_entities, "research-assistant": research_assistant,
+    "resolve-entities": resolve_entities}
 
 #: The functions charged to the caller's token bucket (:func:`kg.context.throttle`): the ones
 #: that may call a language model. ``search-documents`` and ``graph-context`` cost one search,
@@ -1421,7 +1441,7 @@ INPUT_KEYS: dict[str, frozenset[str]] = {
 
 
 def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *,
-           branch: str = "main", charged: bool = False) -> dict[str, Any]:
+           branch: str = "main", charged: bool = False) -> FunctionResult:
     """Run the function ``name`` on a branch for ``caller``.
 
     The functions are orchestrations, not units of work: they read, may call a language model
@@ -1448,8 +1468,8 @@ def invoke(services: Resources, caller: Actor, repo: str, name: str, raw: Any, *
 
     Returns
     -------
-    dict
-        The function's output.
+    FunctionResult
+        The function's output: the model of :class:`kg.types.functions.FunctionOutput` it answers.
 
     Raises
     ------

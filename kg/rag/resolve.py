@@ -58,6 +58,7 @@ from kg.store.nodes import nodes_by_id, visible_nodes
 from kg.store.relations import find_relation, visible_relations
 from kg.store.repos import BranchView, workspace_id
 from kg.tracing import traced
+from kg.types.functions import ResolveEntitiesOutput
 
 PROPOSAL_PREFIX = "proposals/entities-"
 DEFAULT_THRESHOLD = 0.8  # between the cross-validated thresholds of FEBRL1 (0.756) and HotpotQA (0.798)
@@ -600,7 +601,7 @@ def apply_merges(
     return {"revision": ctx.revision, "repointed": repointed, "combined": combined, "dropped": dropped}
 
 
-def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> dict[str, Any]:
+def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) -> ResolveEntitiesOutput:
     """Find duplicate entities of a workspace and propose their merges.
 
     Parameters
@@ -617,10 +618,8 @@ def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str,
 
     Returns
     -------
-    dict
-        ``{"workspace", "from", "branch": proposal branch or null, "revision", "merges":
-        [{"kept", "merged": [paths], "names": [merged names], "score", "reasons",
-        "held_back"?: [{"path", "reason": "has_children"}]}], "entities": n, "dry_run"}``. A
+    kg.types.functions.ResolveEntitiesOutput
+        The merges, and the proposal ``branch`` holding them (null for a dry run). A
         duplicate with children is kept rather than merged; when two of a cluster have
         children, those not kept are held back (left for a person), never a 409.
 
@@ -680,7 +679,7 @@ def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str,
     ]
     base = {"workspace": workspace, "from": branch, "merges": out, "entities": len(entities), "dry_run": dry_run}
     if dry_run or not out:
-        return {**base, "branch": None, "revision": None}
+        return ResolveEntitiesOutput.model_validate({**base, "branch": None, "revision": None})
     run(services, caller, create_branch, repo, name=proposal, from_branch=branch)
     written = run(
         services,
@@ -692,12 +691,12 @@ def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str,
         [{"kept": m["kept"], "merged": m["merged"]} for m in out],
         message=f"resolve-entities {workspace}: {len(out)} merge(s)",
     )
-    return {
+    return ResolveEntitiesOutput.model_validate({
         **base,
         "branch": proposal,
         "revision": written["revision"],
         "edges": {k: written[k] for k in ("repointed", "combined", "dropped")},
-    }
+    })
 
 
 __all__ = [

@@ -417,7 +417,7 @@ def _ingest(services, caller: Actor, repo_name: str, workspace: str, branch: str
             plan.action, ingestion["skipped"]).append(plan.node.source)
         if plan.kept:
             ingestion.setdefault("kept_edits", []).extend(
-                {"file": plan.node.source, "key": k["key"], "kept": k["kept"], "file_value": k["file"]}
+                {"file": plan.node.source, "key": k.key, "kept": k.kept, "file_value": k.file}
                 for k in plan.kept)
 
 

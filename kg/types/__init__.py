@@ -6,7 +6,8 @@ defined here once. The modules follow the use cases: :mod:`~kg.types.repos`,
 :mod:`~kg.types.branches` (history, diff, merge), :mod:`~kg.types.nodes`, :mod:`~kg.types.search`,
 :mod:`~kg.types.relations`, :mod:`~kg.types.rag`, :mod:`~kg.types.functions` (and jobs),
 :mod:`~kg.types.keys`, :mod:`~kg.types.lineage`, :mod:`~kg.types.sql`, :mod:`~kg.types.changes` (the
-change feed, webhooks); :mod:`~kg.types.common` holds what they share.
+change feed, webhooks), :mod:`~kg.types.bulk` (NDJSON records, import and ingest reports);
+:mod:`~kg.types.common` holds what they share.
 """
 
 from __future__ import annotations

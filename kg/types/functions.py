@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, RootModel
+from pydantic import ConfigDict, Field, RootModel, create_model
 from pydantic.config import JsonDict
 
 from kg.store.paths import MAX_PATH_CHARS, NAME_PATTERN, NON_BLANK_PATTERN, PATH_PATTERN
@@ -21,6 +21,7 @@ from kg.types.common import (
     Timestamp,
     _drop_default,
     absent,
+    shaped,
 )
 from kg.types.relations import TraversedNode
 
@@ -143,6 +144,43 @@ FUNCTION_INPUTS: dict[str, type[Strict]] = {
     "extract-entities": ExtractEntitiesInput, "research-assistant": ResearchAssistantInput,
     "resolve-entities": ResolveEntitiesInput,
 }
+
+
+def _invoke_body(name: str) -> type[InvokeBody]:
+    """The body of ``POST /api/functions/{repo}/<name>/invoke``: its ``input`` documented as the
+    function's input model (:data:`FUNCTION_INPUTS`), checked by the function itself."""
+    title = "".join(part.capitalize() for part in name.split("-"))
+    body: type[InvokeBody] = create_model(f"Invoke{title}", __base__=InvokeBody,
+                                          input=(Annotated[JSONObject, shaped(FUNCTION_INPUTS[name])], ...))
+    return body
+
+
+#: Each function's invocation body, by the function's name (``InvokeAsk``, ``InvokeGraphContext``, ...).
+INVOKE_BODIES: dict[str, type[InvokeBody]] = {name: _invoke_body(name) for name in FUNCTION_INPUTS}
+InvokeAsk = INVOKE_BODIES["ask"]
+InvokeGraphContext = INVOKE_BODIES["graph-context"]
+
+
+def invoke_input(body: type[InvokeBody]) -> type[Strict]:
+    """The input model of a function's invocation body.
+
+    Parameters
+    ----------
+    body : type of InvokeBody
+        One of :data:`INVOKE_BODIES`.
+
+    Returns
+    -------
+    type of Strict
+        The model its ``input`` is documented as.
+
+    Examples
+    --------
+    >>> invoke_input(InvokeAsk) is AskInput
+    True
+    """
+    (name,) = [name for name, made in INVOKE_BODIES.items() if made is body]
+    return FUNCTION_INPUTS[name]
 
 
 

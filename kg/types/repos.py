@@ -214,3 +214,12 @@ class EmbeddingChange(Schema):
     switched: bool = Field(description="Whether the new settings are current already.")
 
 
+
+
+class IndexRebuilt(Schema):
+    """``kg index rebuild``: a repository's search index rebuilt from the chunks and vectors in SQL,
+    once its queue was run."""
+
+    chunks: int = Field(description="Chunks placed in the index.")
+    jobs_done: int = Field(description="Queued texts embedded before the rebuild.")
+    jobs_failed: int = Field(description="Queued texts that failed before the rebuild.")

@@ -142,3 +142,24 @@ async def test_the_tools_run_async(server: Server) -> None:
         (r.path, r.chunk_index, r.score) for r in answer.results]
     assert asked["grounded"] is True
     assert error_of(missing)["code"] == "not_found"
+
+
+def test_the_function_tools_take_their_input_models_fields() -> None:
+    """kg_ask and kg_graph_context: the fields of the kg.types input model of InvokeAsk /
+    InvokeGraphContext (names, types, constraints, defaults), then InvokeBody's branch, its
+    default the tool set's; a value out of the model's bounds is refused before any request."""
+    from kg.types.functions import InvokeAsk, InvokeGraphContext, invoke_input
+
+    found = tools(Client("http://127.0.0.1:9"), branch="agent/x")
+    for name, body in (("kg_ask", InvokeAsk), ("kg_graph_context", InvokeGraphContext)):
+        schema = found[name].args_schema
+        assert isinstance(schema, type)
+        model = invoke_input(body)
+        assert list(schema.model_fields) == [*model.model_fields, "branch"]
+        for field, info in model.model_fields.items():
+            got = schema.model_fields[field]
+            assert (got.annotation, got.metadata, got.default) == (info.annotation, info.metadata, info.default)
+        assert schema.model_fields["branch"].annotation is body.model_fields["branch"].annotation
+        assert schema.model_fields["branch"].default == "agent/x"
+    refused = json.loads(found["kg_graph_context"].invoke({"seeds": ["notes:/guide/upgrade"], "hops": 9}))
+    assert refused["error"]["code"] == "invalid_input" and "hops" in refused["error"]["message"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import fastapi.routing
 import pytest
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from kg.types import Schema
 from tests.weaviate_fixtures import weaviate_server, weaviate_test_server, weaviate_url  # noqa: F401
@@ -17,18 +17,19 @@ _AS_BUILT = TypeAdapter(Any)
 
 @pytest.fixture(autouse=True)
 def bodies_are_as_the_routes_built_them(monkeypatch):
-    """Every 2xx body in every API test is, byte for byte, the JSON of the dict its route
-    returned, which is what the route answered before it had a response model (``-> dict``):
-    the model (:mod:`kg.types`) drops, adds, reorders and converts nothing; a route answering a
-    use case's model answers its :meth:`~kg.types.common.Schema.as_json`, the JSON MCP, the CLI
-    and the console show. A mismatch fails the test at teardown, with the route and both bodies."""
+    """Every 2xx body in every API test is, byte for byte, the JSON of what its route returned:
+    a dict as it is, which is what the route answered before it had a response model (``-> dict``),
+    or the :mod:`kg.types` model a use case answered as that model's JSON (by alias, the keys it
+    left out left out): the response model drops, adds, reorders and converts nothing. A
+    mismatch fails the test at teardown, with the route and both bodies."""
     original = fastapi.routing.serialize_response
     mismatches: list[str] = []
 
     async def checked(*, field=None, response_content: Any, dump_json: bool = False, **kwargs: Any) -> Any:
         out = await original(field=field, response_content=response_content, dump_json=dump_json, **kwargs)
         if field is not None:
-            built = response_content.as_json() if isinstance(response_content, Schema) else response_content
+            built = response_content.model_dump(mode="json", by_alias=True, exclude_unset=True) \
+                if isinstance(response_content, BaseModel) else response_content
             as_built = _AS_BUILT.dump_json(built) if dump_json else _AS_BUILT.dump_python(built, mode="json")
             if out != as_built:
                 route = kwargs.get("endpoint_ctx") or {}

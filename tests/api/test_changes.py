@@ -129,7 +129,7 @@ def test_eight_concurrent_writers_lose_and_repeat_nothing(services, repo):
     branches = ["main", "b1", "b2", "b3"]
     for name in branches[1:]:
         run(services, OPERATOR, create_branch, "acme", name=name)
-    start = change_ops.changes(services, OPERATOR, "acme")["next_after"]
+    start = change_ops.changes(services, OPERATOR, "acme").next_after
     written: list[tuple[int, str]] = []
     lock = threading.Lock()
     done = threading.Event()
@@ -153,9 +153,9 @@ def test_eight_concurrent_writers_lose_and_repeat_nothing(services, repo):
         while True:
             finished = done.is_set()
             page = change_ops.changes(services, OPERATOR, "acme", after=after, limit=5)
-            seen.extend(page["events"])
-            after = page["next_after"]
-            if finished and not page["has_more"]:
+            seen.extend(e.model_dump(mode="json", by_alias=True, exclude_unset=True) for e in page.events)
+            after = page.next_after
+            if finished and not page.has_more:
                 return
 
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]

@@ -141,9 +141,9 @@ def test_a_concurrent_run_on_the_same_text_writes_once(client, repo, services):
 
     services.llm = ScriptedLLM(default=reply)
     outer = extract(client, "/bio").json()
-    assert nested[0]["skipped"] is False and nested[0]["revision"] == before + 1
+    assert nested[0].skipped is False and nested[0].revision == before + 1
     assert outer["skipped"] is True and outer["revision"] is None and head(client) == before + 1
-    assert outer["entities"] == nested[0]["entities"]
+    assert outer["entities"] == nested[0].model_dump(mode="json", by_alias=True, exclude_unset=True)["entities"]
 
 
 def test_changed_text_is_extracted_again_and_stale_mentions_go(client, repo, services):

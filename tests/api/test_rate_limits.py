@@ -117,8 +117,8 @@ def test_a_queued_job_is_charged_once_when_submitted(client, keys, clock, servic
 
 
 def job_key_id(services, name: str) -> str:
-    (key,) = [k for k in key_ops.list_keys(services, OPERATOR) if k["name"] == name]
-    return key["id"]
+    (key,) = [k for k in key_ops.list_keys(services, OPERATOR).keys if k.name == name]
+    return key.id
 
 
 def test_cheap_functions_and_refused_calls_are_not_charged(client, keys, clock):

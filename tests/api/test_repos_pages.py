@@ -67,8 +67,9 @@ def test_a_bad_cursor_or_limit_or_an_unknown_parameter_is_422(client):
 def test_the_use_case_pages_and_all_repositories_pages_through(services):
     for name in ("r1", "r2", "r3"):
         run(services, OPERATOR, repo_ops.create_repository, name)
-    page, cursor = repo_ops.list_repositories(services, OPERATOR, limit=2)
-    assert [r["name"] for r in page] == ["r1", "r2"] and cursor is not None
-    page, cursor = repo_ops.list_repositories(services, OPERATOR, limit=2, cursor=cursor)
-    assert [r["name"] for r in page] == ["r3"] and cursor is None
-    assert [r["name"] for r in repo_ops.all_repositories(services, OPERATOR)] == ["r1", "r2", "r3"]
+    page = repo_ops.list_repositories(services, OPERATOR, limit=2)
+    assert [r.name for r in page.repos] == ["r1", "r2"] and page.next_cursor is not None
+    page = repo_ops.list_repositories(services, OPERATOR, limit=2, cursor=page.next_cursor)
+    assert [r.name for r in page.repos] == ["r3"] and page.next_cursor is None
+    every = repo_ops.all_repositories(services, OPERATOR)
+    assert [r.name for r in every.repos] == ["r1", "r2", "r3"] and every.next_cursor is None

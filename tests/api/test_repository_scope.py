@@ -99,7 +99,7 @@ def test_settling_or_rebuilding_the_index_needs_a_grant_over_the_whole_repositor
         with pytest.raises(Forbidden):
             use_case(auth_services, team, "acme")
     everyone = Actor("key", "all", "0123456789abcdee", (make_grant("acme", ["*"], ["*"], ["admin"]),))
-    assert repo_ops.rebuild_index(auth_services, everyone, "acme")["chunks"] >= 2
+    assert repo_ops.rebuild_index(auth_services, everyone, "acme").chunks >= 2
 
 
 def test_retrying_failed_texts_needs_a_grant_over_the_whole_repository(api, acme):

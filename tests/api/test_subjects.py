@@ -197,10 +197,10 @@ def test_follow_subjects_never_reaches_what_the_caller_cannot_read(client, films
         assert r.status_code == 201, r.text
     raw = {"seeds": ["knowledge:/film"], "follow": "subjects"}
     everyone = invoke_function(services, Actor("operator"), "acme", "graph-context", raw)
-    assert {"/bio", "/entities/hidden", "/hidden-page"} <= {n["path"] for n in everyone["nodes"]}
+    assert {"/bio", "/entities/hidden", "/hidden-page"} <= {n.path for n in everyone.nodes}
     reader = Actor("key", name="reader", key_id="k-reader",
                    grants=(Grant(repo="acme", workspaces=("knowledge",)),))
-    scoped = invoke_function(services, reader, "acme", "graph-context", raw)
+    scoped = invoke_function(services, reader, "acme", "graph-context", raw).model_dump(mode="json")
     assert {n["workspace"] for n in scoped["nodes"]} == {"knowledge"}
     assert "/hidden-page" not in [n["path"] for n in scoped["nodes"]]      # nor what lies beyond
     assert _docs(scoped) == ["/wood", "/depp", "/burton"]

@@ -79,7 +79,7 @@ def test_a_bad_line_is_one_error_naming_it_and_nothing_is_written(env):
     assert result.output.strip().splitlines() == ["error: line 3: node record has an unknown field 'colour'"]
     services = _services()
     try:
-        assert [r["name"] for r in repo_ops.all_repositories(services, OPERATOR)] == ["acme"]
+        assert [r.name for r in repo_ops.all_repositories(services, OPERATOR).repos] == ["acme"]
     finally:
         services.close()
 

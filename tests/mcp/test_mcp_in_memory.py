@@ -21,7 +21,7 @@ from kg.ops import branches as branch_ops
 from kg.ops import nodes as node_ops
 from kg.ops import repos as repo_ops
 from kg.rag.functions import FUNCTIONS
-from tests.mcp.client import call, tool_names
+from tests.mcp.client import call, mcp_session, tool_names
 
 AGENT = Actor("key", "agent", "0" * 16, (make_grant("acme", ["main"], ["*"], ["read"]),
                                          make_grant("acme", ["agent/*"], ["*"], ["read", "write", "branch:create"])))
@@ -325,3 +325,38 @@ def test_a_merge_conflict_is_resolved_over_mcp(acme):
     bad = call(server, None, "merge", {"resolutions": [{"workspace": "kb", "path": "/keys", "take": "mine"}]},
                error=True)
     assert bad["error"]["code"] == "invalid_input" and "take" in bad["error"]["message"]
+
+
+def test_the_function_tools_take_the_fields_of_the_functions_input_models(acme):
+    """Each tool over an agent function is typed by the fields of its kg.types input model (ask
+    without store_answer, a write), and branch; an argument out of the model's bounds is refused
+    as invalid_input before the function runs."""
+    from kg.types.functions import (
+        AskInput,
+        ExtractEntitiesInput,
+        GraphContextInput,
+        ResearchAssistantInput,
+        ResolveEntitiesInput,
+    )
+
+    async def listed(client):
+        return {t.name: t.input_schema for t in (await client.list_tools()).tools}
+
+    schemas = mcp_session(build_server(acme, fixed_binding("acme", "main")), None, listed)
+    expected = {"ask": [f for f in AskInput.model_fields if f != "store_answer"],
+                "graph_context": list(GraphContextInput.model_fields),
+                "extract_entities": list(ExtractEntitiesInput.model_fields),
+                "resolve_entities": list(ResolveEntitiesInput.model_fields)}
+    if "research_assistant" in schemas:
+        expected["research_assistant"] = list(ResearchAssistantInput.model_fields)
+    for tool, fields in expected.items():
+        assert list(schemas[tool]["properties"]) == [*fields, "branch"], tool
+    assert schemas["ask"]["required"] == ["question"]
+    assert schemas["graph_context"]["properties"]["hops"] == {
+        "type": "integer", "minimum": 0, "maximum": 4, "description": "Default: 2."}
+    assert schemas["resolve_entities"]["properties"]["threshold"]["maximum"] == 1.0
+    server = build_server(acme, fixed_binding("acme", "main"))
+    bad = call(server, None, "graph_context", {"seeds": ["kb:/keys"], "max_nodes": 0}, error=True)
+    assert bad["error"]["code"] == "invalid_input"
+    answer = call(server, None, "ask", {"question": "How do I rotate an API key?", "use_graph": False})
+    assert answer["branch"] == "main" and answer["citations"][0]["path"] == "/keys"

@@ -788,7 +788,7 @@ def machine_for(kind, tmp_root):
             before_nodes, before_edges = dict(self.model.nodes[branch]), dict(self.model.edges[branch])
             out = invoke(self.services, OPERATOR, "m", "extract-entities", {"workspace": "w", "path": doc},
                          branch=branch)
-            _event(f"extract-entities: {'skipped' if out['skipped'] else 'wrote'}")
+            _event(f"extract-entities: {'skipped' if out.skipped else 'wrote'}")
             got_nodes, got_edges, _ = self.read(branch)
             for path, val in got_nodes.items():
                 if path not in before_nodes or before_nodes[path] != val:
@@ -797,11 +797,11 @@ def machine_for(kind, tmp_root):
             for key in set(got_edges) | set(before_edges):
                 if got_edges.get(key, ABSENT) != before_edges.get(key, ABSENT):
                     assert key[1] == "mentioned_in" and key[2] == doc, key
-            if out["skipped"]:
+            if out.skipped:
                 assert (got_nodes, got_edges) == (before_nodes, before_edges)
             # what the record lists is there: a trusted record never hides a lost edge
-            for entity in out["entities"]:
-                assert (entity["path"], "mentioned_in", doc) in got_edges
+            for entity in out.entities:
+                assert (entity.path, "mentioned_in", doc) in got_edges
             for key in got_edges:
                 if key[1] == "mentioned_in" and key[2] == doc and got_edges[key] != before_edges.get(key, ABSENT):
                     assert got_edges[key][1] == text_hash(before_nodes[doc]["content"]), key
@@ -892,7 +892,7 @@ def machine_for(kind, tmp_root):
             before = self._head(branch)
             report = ingest_path(self.services, OPERATOR, folder, repo="m", workspace="w", branch=branch)
             got = {"inserted": report.inserted, "replaced": report.replaced, "skipped": report.skipped,
-                   "kept_edits": report.kept_edits, "kept_deleted": report.kept_deleted}
+                   "kept_edits": [k.model_dump() for k in report.kept_edits], "kept_deleted": report.kept_deleted}
             assert got == expected, (branch, held, got, expected)
             assert report.review_branch is None
             with self.services.db.read() as s:

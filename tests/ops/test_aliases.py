@@ -106,5 +106,5 @@ def test_a_corpus_extracted_document_by_document_reads_the_entities_whole_once(s
         run(store, OPERATOR, put_node, "crew", "main", "kb", f"/doc/{i}", node_type="kg:Document",
             properties={"text": f"Person{i} Alpha met Person{i + 1} Beta in Town{i}."}, parents=True)
         out = invoke(store, OPERATOR, "crew", "extract-entities", {"workspace": "kb", "path": f"/doc/{i}"})
-        assert out["entities"], out
+        assert out.entities, out
     assert ALIASES.reads - before == 1

@@ -92,8 +92,11 @@ def _build(services, repo: str = "acme") -> None:
 
 def _export(services, repo: str, branch: str = "main", **kw: Any) -> list[str]:
     out = io.StringIO()
-    bulk.export_ndjson(services, OPERATOR, repo, branch, out=out, **kw)
+    header = bulk.export_ndjson(services, OPERATOR, repo, branch, out=out, **kw)
     assert out.getvalue().endswith("\n")
+    # the use case answers the header it wrote, as the file has it
+    first_line = out.getvalue().split("\n")[0]
+    assert header.model_dump(mode="json", by_alias=True, exclude_unset=True) == json.loads(first_line)
     return out.getvalue().splitlines()
 
 
@@ -144,13 +147,13 @@ def test_a_round_trip_is_identical_and_reads_agree(services, branch, with_chunks
                                 "chunks": kinds.count("chunk")}
     assert (kinds.count("chunk") > 0) == with_chunks
     report = bulk.import_ndjson(services, OPERATOR, "copy", first)
-    assert report["created_repository"] and len(report["revisions"]) == 1
-    assert report["queued"] == (0 if with_chunks else report["queued"])
+    assert report.created_repository and len(report.revisions) == 1
+    assert report.queued == (0 if with_chunks else report.queued)
     second = _export(services, "copy", "main", with_chunks=with_chunks)
     (old_header, old_body), (new_header, new_body) = _body(first), _body(second)
     assert new_body == old_body
     assert new_header == {**old_header, "branch": "main"}  # imported into main
-    assert json.loads(second[0])["revision"] == report["revision"]
+    assert json.loads(second[0])["revision"] == report.revision
     assert _reads(services, "copy") == _reads(services, "acme", branch)
 
 
@@ -233,11 +236,11 @@ def test_the_rows_are_those_of_the_normal_write_path(services):
     lines = [json.dumps(header)] + [json.dumps({"record": "node", **u}) for u in UPSERTS] + [
         json.dumps({"record": "relation", **r}) for r in RELATIONS]
     report = bulk.import_ndjson(services, OPERATOR, "bulk", lines)
-    assert report["revision"] == 1 and report["queued"] > 0
+    assert report.revision == 1 and report.queued > 0
     normal, bulked = _rows(services, "normal"), _rows(services, "bulk")
     assert bulked == normal
     assert _stored(services, "bulk") == _stored(services, "normal")
-    assert len(bulked["jobs"]) == report["queued"]
+    assert len(bulked["jobs"]) == report.queued
     assert _reads(services, "bulk", timestamps=False) == _reads(services, "normal", timestamps=False)
     # And on a branch holding content already: the replaced nodes keep their created_at.
     before = queries.get_node(services, OPERATOR, "bulk", "main", "library", "/people/dana").as_json()
@@ -265,7 +268,7 @@ def test_chunks_with_vectors_are_stored_not_embedded(services):
     embedder.embed = counting  # type: ignore[method-assign]
     try:
         report = bulk.import_ndjson(services, OPERATOR, "copy", lines)
-        assert report["queued"] == 0 and report["chunks"] > 0
+        assert report.queued == 0 and report.chunks > 0
         assert calls == []  # nothing embedded, inline indexing on or not
         with services.db.read() as s:
             copy_id = s.scalar(select(Repository.id).where(Repository.name == "copy"))
@@ -308,7 +311,7 @@ def test_the_chunk_lookup_asks_only_for_texts_without_chunks_and_before_the_chun
         report = bulk.import_ndjson(services, OPERATOR, "copy", lines)
     finally:
         event.remove(services.db.engine, "before_cursor_execute", record)
-    assert report["queued"] == 1 and report["chunks"] == header["counts"]["chunks"]
+    assert report.queued == 1 and report.chunks == header["counts"]["chunks"]
     lookups = [i for i, (sql, _) in enumerate(statements)
                if sql.startswith("select chunks.content_key from chunks")]
     inserts = [i for i, (sql, _) in enumerate(statements) if sql.startswith("insert into chunks")]
@@ -322,7 +325,7 @@ def test_batches_make_one_revision_each_and_the_same_content(services):
     lines = _export(services, "acme")
     report = bulk.import_ndjson(services, OPERATOR, "copy", lines, batch_size=4)
     n = len(lines) - 1
-    assert report["revisions"] == list(range(1, (n + 3) // 4 + 1))
+    assert report.revisions == list(range(1, (n + 3) // 4 + 1))
     log = queries.revision_log(services, OPERATOR, "copy", "main").as_json()["revisions"]
     assert "(batch 1 of" in log[-1]["message"]
     assert _body(_export(services, "copy")) == _body(lines)
@@ -336,7 +339,7 @@ def test_into_an_existing_branch(services):
     _setup(services, "other")
     run(services, OPERATOR, branch_ops.create_branch, "other", name="imports")
     report = bulk.import_ndjson(services, OPERATOR, "other", lines, branch="imports")
-    assert not report["created_repository"]
+    assert not report.created_repository
     assert queries.list_children(services, OPERATOR, "other", "main", "knowledge", "/") == []
     assert _reads(services, "other", "imports") == _reads(services, "acme", "main")
     with pytest.raises(NotFound, match="branch"):
@@ -351,13 +354,13 @@ def test_a_re_import_writes_only_what_changed_and_of_the_same_file_nothing(servi
     _build(services)
     lines = _export(services, "acme", with_chunks=True)
     first = bulk.import_ndjson(services, OPERATOR, "copy", lines)
-    n_nodes, n_relations = first["nodes"], first["relations"]
-    assert first["unchanged"] == {"nodes": 0, "relations": 0} and n_nodes > 3 and n_relations > 1
+    n_nodes, n_relations = first.nodes, first.relations
+    assert first.unchanged.model_dump() == {"nodes": 0, "relations": 0} and n_nodes > 3 and n_relations > 1
     before = queries.revision_log(services, OPERATOR, "copy", "main").as_json()["revisions"]
     again = bulk.import_ndjson(services, OPERATOR, "copy", lines)
-    assert again["revision"] is None and again["revisions"] == []
-    assert (again["nodes"], again["relations"]) == (0, 0)
-    assert again["unchanged"] == {"nodes": n_nodes, "relations": n_relations}
+    assert again.revision is None and again.revisions == []
+    assert (again.nodes, again.relations) == (0, 0)
+    assert again.unchanged.model_dump() == {"nodes": n_nodes, "relations": n_relations}
     assert queries.revision_log(services, OPERATOR, "copy", "main").as_json()["revisions"] == before
     records = [json.loads(line) for line in _export(services, "copy")]  # no chunks: a text changes
     node = next(r for r in records if r["record"] == "node" and r["path"] == "/docs/guides/rotate-keys")
@@ -366,10 +369,10 @@ def test_a_re_import_writes_only_what_changed_and_of_the_same_file_nothing(servi
     edge["weight"] = 0.125
     changed = [json.dumps(r) for r in records]
     third = bulk.import_ndjson(services, OPERATOR, "copy", changed)
-    assert (third["nodes"], third["relations"]) == (1, 1) and len(third["revisions"]) == 1
-    assert third["unchanged"] == {"nodes": n_nodes - 1, "relations": n_relations - 1}
+    assert (third.nodes, third.relations) == (1, 1) and len(third.revisions) == 1
+    assert third.unchanged.model_dump() == {"nodes": n_nodes - 1, "relations": n_relations - 1}
     got = queries.get_node(services, OPERATOR, "copy", "main", "knowledge", "/docs/guides/rotate-keys").as_json()
-    assert got["properties"]["title"] == "Rotating keys, revised" and got["revision"] == third["revision"]
+    assert got["properties"]["title"] == "Rotating keys, revised" and got["revision"] == third.revision
     weights = {(n["path"], n["relation_type"]): n["weight"] for n in neighbors(
         services, OPERATOR, "copy", "main", edge["from"], direction="OUT")["neighbors"]}
     assert weights[(edge["to"].split(":", 1)[1], edge["type"])] == 0.125
@@ -517,7 +520,7 @@ def test_access_is_decided_as_for_every_write_and_read(services):
         bulk.import_ndjson(services, WRITER, "newrepo", lines)
     report = bulk.import_ndjson(services, WRITER, "acme", lines, branch="agent/imports")
     assert queries.revision_log(services, OPERATOR, "acme", "agent/imports").revisions[0].actor == "writer"
-    assert report["nodes"] == len([line for line in lines if '"record":"node"' in line])
+    assert report.nodes == len([line for line in lines if '"record":"node"' in line])
     # Export needs read; a key restricted to a workspace exports it only.
     with pytest.raises(NotFound):
         _export_as(services, STRANGER, "acme")
@@ -598,7 +601,7 @@ def test_a_large_import_leaves_sqlite_no_write_ahead_log_to_search(services):
         json.dumps({"record": "node", "workspace": "knowledge", "path": f"/n{i}", "node_type": "kb:Note",
                     "properties": {"title": f"note {i}"}}) for i in range(1200)]
     report = bulk.import_ndjson(services, OPERATOR, "big", lines)
-    assert report["revision"] == 1
+    assert report.revision == 1
     # the import's frames are in the database file and the log is truncated: readers search nothing
     assert _wal_bytes(services) == 0
     assert queries.get_node(services, OPERATOR, "big", "main", "knowledge", "/n1199").properties == {
@@ -632,7 +635,7 @@ def test_a_re_import_compares_relations_by_properties_and_validity_as_json(servi
     first = [rel("b", properties={"x": 1, "y": [1, 2]}), rel("c", properties={"flag": True}),
              rel("d", weight=0.5), rel("e", valid_from="2026-01-01T00:00:00Z"), rel("f"), rel("g")]
     lines = [json.dumps(r) for r in [HEADER, *nodes, *first]]
-    assert bulk.import_ndjson(services, OPERATOR, "rels", lines)["relations"] == 6
+    assert bulk.import_ndjson(services, OPERATOR, "rels", lines).relations == 6
     run(services, OPERATOR, relation_ops.unrelate, "rels", "main", "w:/a", "w:/g", "cites")
     again = [rel("b", properties={"y": [1, 2], "x": 1}),  # the same JSON, keys in another order
              rel("c", properties={"flag": 1}),  # 1 is not true
@@ -641,8 +644,8 @@ def test_a_re_import_compares_relations_by_properties_and_validity_as_json(servi
              rel("f", valid_to="2027-01-01T00:00:00Z"),  # a validity added
              rel("g")]  # deleted on the branch: written again
     report = bulk.import_ndjson(services, OPERATOR, "rels", [json.dumps(r) for r in [HEADER, *nodes, *again]])
-    assert report["unchanged"] == {"nodes": 7, "relations": 3}
-    assert report["relations"] == 3
+    assert report.unchanged.model_dump() == {"nodes": 7, "relations": 3}
+    assert report.relations == 3
     out = {n["path"]: n for n in neighbors(services, OPERATOR, "rels", "main", "w:/a", direction="OUT")["neighbors"]}
     assert sorted(out) == ["/b", "/c", "/d", "/e", "/f", "/g"]
     assert out["/c"]["properties"] == {"flag": 1} and out["/b"]["properties"] == {"x": 1, "y": [1, 2]}
@@ -660,7 +663,7 @@ def test_an_import_reads_the_branch_the_same_by_address_batches_or_scan(services
     first = [HEADER, _node("/p"), *[_node(f"/p/c{i}", properties={"i": i}) for i in range(5)],
              *[{"record": "relation", "from": "w:/p/c0", "to": f"w:/p/c{i}", "type": "t", "weight": 0.5}
                for i in range(1, 5)]]
-    assert bulk.import_ndjson(services, OPERATOR, "reads", [json.dumps(r) for r in first])["nodes"] == 6
+    assert bulk.import_ndjson(services, OPERATOR, "reads", [json.dumps(r) for r in first]).nodes == 6
     second = [HEADER,
               _node("/p/c0", properties={"i": 0}),  # unchanged
               _node("/p/c1", properties={"i": 100}),  # changed
@@ -669,8 +672,8 @@ def test_an_import_reads_the_branch_the_same_by_address_batches_or_scan(services
               {"record": "relation", "from": "w:/p/c0", "to": "w:/p/c2", "type": "t", "weight": 0.9},  # changed
               {"record": "relation", "from": "w:/p/new", "to": "w:/p/c3", "type": "t"}]  # to a node on the branch
     report = bulk.import_ndjson(services, OPERATOR, "reads", [json.dumps(r) for r in second])
-    assert report["unchanged"] == {"nodes": 1, "relations": 1}
-    assert (report["nodes"], report["relations"]) == (2, 2)
+    assert report.unchanged.model_dump() == {"nodes": 1, "relations": 1}
+    assert (report.nodes, report.relations) == (2, 2)
     out = {n["path"]: n["weight"] for n in neighbors(services, OPERATOR, "reads", "main", "w:/p/c0",
                                                      direction="OUT")["neighbors"]}
     assert out == {"/p/c1": 0.5, "/p/c2": 0.9, "/p/c3": 0.5, "/p/c4": 0.5}
@@ -702,4 +705,4 @@ def test_a_workspace_outside_the_keys_globs_is_refused_alike_whether_it_exists_o
             bulk.import_ndjson(services, KB_ADMIN, "acme", lines, branch="agent/imports")
         refused[name] = caught.value.message.replace(name, "NAME")
     assert refused["library"] == refused["archive"]
-    assert [w["name"] for w in repo_ops.list_workspaces(services, OPERATOR, "acme")] == ["knowledge", "library"]
+    assert [w.name for w in repo_ops.list_workspaces(services, OPERATOR, "acme").workspaces] == ["knowledge", "library"]

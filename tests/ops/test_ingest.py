@@ -189,6 +189,6 @@ def test_unreadable_files_are_skipped_with_their_reason_or_refuse_the_whole_inge
     assert refused.value.message == f"{folder / 'b.txt'} is not UTF-8 text (byte 0xe9 at offset 3)"
     assert count(services, Repository) == 0  # refused before anything was written
     report = ingest_path(services, OPERATOR, folder, repo="mixed", workspace="w", skip_unreadable=True)
-    assert (report.files, report.inserted, report.as_dict()["unreadable"]) == (2, ["/a"], 1)
-    assert report.unreadable == [{"file": str(folder / "b.txt"),
+    assert (report.files, report.inserted, report.summary().unreadable) == (2, ["/a"], 1)
+    assert [u.model_dump() for u in report.unreadable] == [{"file": str(folder / "b.txt"),
                                   "reason": "is not UTF-8 text (byte 0xe9 at offset 3)"}]

@@ -38,6 +38,11 @@ def corpus(tmp_path) -> Path:
     return folder
 
 
+def kept(report):
+    """The report's kept edits as JSON objects."""
+    return [k.model_dump() for k in report.kept_edits]
+
+
 def ingest(services, corpus, **kwargs):
     return ingest_path(services, OPERATOR, corpus, repo="peps", workspace="peps", format_name="pep", **kwargs)
 
@@ -72,7 +77,7 @@ def test_an_unchanged_file_is_skipped_and_the_edit_kept_without_a_revision(servi
     before = head(services)
     again = ingest(services, corpus)
     assert (again.replaced, sorted(again.skipped)) == ([], ["/pep-0440", "/pep-0508", "/pep-0517"])
-    assert again.as_dict()["kept_edits"] == 0 and again.review_branch is None
+    assert again.summary().kept_edits == 0 and again.review_branch is None
     assert node(services).properties["status"] == "Withdrawn"
     assert head(services) == before
 
@@ -92,8 +97,8 @@ def test_a_property_both_changed_keeps_the_persons_value_and_is_listed(services,
     edit(services, status="Withdrawn")
     change_header(corpus, "pep-0440", "Status", "Active")
     again = ingest(services, corpus)
-    assert again.kept_edits == [{"path": "/pep-0440", "key": "status", "kept": "Withdrawn", "file": "Active"}]
-    assert again.as_dict()["kept_edits"] == 1
+    assert kept(again) == [{"path": "/pep-0440", "key": "status", "kept": "Withdrawn", "file": "Active"}]
+    assert again.summary().kept_edits == 1
     assert node(services).properties["status"] == "Withdrawn"
     # listed once: the same file again is skipped, nothing written
     before = head(services)
@@ -123,9 +128,9 @@ def test_the_text_follows_the_same_rule(services, corpus):
     target = corpus / "pep-0440.rst"
     target.write_text(target.read_text(encoding="utf-8").replace("Abstract", "Summary", 1), encoding="utf-8")
     third = ingest(services, corpus)
-    assert [(k["path"], k["key"], k["kept"]) for k in third.kept_edits] == [
+    assert [(k.path, k.key, k.kept) for k in third.kept_edits] == [
         ("/pep-0440", "body", "A quokka rewrote this specification.")]
-    assert "Summary" in third.kept_edits[0]["file"]
+    assert "Summary" in third.kept_edits[0].file
 
 
 def test_a_type_change_merges_like_a_property(services, corpus):
@@ -139,7 +144,7 @@ def test_a_type_change_merges_like_a_property(services, corpus):
     # the file now stops being a PEP (a plain document): the type both changed is kept
     (corpus / "pep-0508.rst").write_text("# Dependency specification\n\nNo header any more.\n", encoding="utf-8")
     third = ingest(services, corpus)
-    assert {"path": "/pep-0508", "key": "kg:node_type", "kept": "pep:Spec", "file": "kg:Document"} in third.kept_edits
+    assert {"path": "/pep-0508", "key": "kg:node_type", "kept": "pep:Spec", "file": "kg:Document"} in kept(third)
     assert node(services, "/pep-0508").node_type == "pep:Spec"
 
 
@@ -151,8 +156,8 @@ def test_review_leaves_main_alone_and_puts_the_files_version_on_a_branch_to_merg
     change_header(corpus, "pep-0508", "Title", "Dependency specification, revised", file="pep-0508.rst")
     report = ingest(services, corpus, conflicts="review")
     assert re.fullmatch(r"ingest/\d{8}-\d{6}", report.review_branch)
-    assert report.as_dict()["review_branch"] == report.review_branch
-    assert report.kept_edits == [{"path": "/pep-0440", "key": "status", "kept": "Withdrawn", "file": "Active"}]
+    assert report.summary().review_branch == report.review_branch
+    assert kept(report) == [{"path": "/pep-0440", "key": "status", "kept": "Withdrawn", "file": "Active"}]
     assert report.replaced == ["/pep-0508"]  # a file without clashes is written on main as usual
     main = node(services)
     assert (main.revision, main.properties) == (edited.revision, edited.properties)
@@ -197,7 +202,7 @@ def test_a_deleted_node_stays_deleted(services, corpus):
     assert "/pep-0517" in again.skipped and node(services, "/pep-0517") is None and head(services) == before
     change_header(corpus, "pep-0517", "Status", "Active", file="pep-0517.rst")
     changed = ingest(services, corpus)
-    assert changed.kept_deleted == ["/pep-0517"] and changed.as_dict()["kept_deleted"] == 1
+    assert changed.kept_deleted == ["/pep-0517"] and changed.summary().kept_deleted == 1
     assert node(services, "/pep-0517") is None
     assert ingest(services, corpus).kept_deleted == []  # recorded: listed once
     change_header(corpus, "pep-0517", "Status", "Final\nRequires: 518", file="pep-0517.rst")
@@ -221,7 +226,7 @@ def test_records_are_per_branch(services, corpus):
     assert ingest(services, corpus, branch="feature").skipped == ["/pep-0440", "/pep-0508", "/pep-0517"]
     change_header(corpus, "pep-0440", "Status", "Active")
     on_feature = ingest(services, corpus, branch="feature")
-    assert [k["key"] for k in on_feature.kept_edits] == ["status"]
+    assert [k.key for k in on_feature.kept_edits] == ["status"]
     on_main = ingest(services, corpus)
     assert on_main.replaced == ["/pep-0440"] and node(services).properties["status"] == "Active"
     assert node(services, branch="feature").properties["status"] == "Withdrawn"
@@ -257,7 +262,7 @@ def test_a_node_no_ingest_wrote_keeps_every_value_that_differs(services, corpus)
     edit(services, status="Withdrawn")
     change_header(corpus, "pep-0440", "Title", "Versions")
     changed = ingest(services, corpus)
-    assert sorted(k["key"] for k in changed.kept_edits) == ["status", "title"]
+    assert sorted(k.key for k in changed.kept_edits) == ["status", "title"]
     props = node(services).properties
     assert (props["status"], props["title"]) == ("Withdrawn", "Version Identification and Dependency Specification")
     with services.db.read() as s:
@@ -392,7 +397,7 @@ def test_relations_follow_the_same_rule(services, corpus):
     change_header(corpus, "pep-0440", "Requires", "517")
     moved = ingest(services, corpus)
     assert (moved.relations_added, moved.relations_removed) == (1, 1)
-    assert moved.as_dict()["relations_removed"] == 1
+    assert moved.summary().relations_removed == 1
     assert relations_of(services) == [("requires", "/pep-0517")]
 
 

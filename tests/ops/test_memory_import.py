@@ -23,10 +23,10 @@ LINES = "\n".join(json.dumps(r) for r in [
 
 def test_one_revision_then_none_and_the_relation_type_is_made_a_kg_type(services):
     first = run(services, OPERATOR, import_memory_jsonl, "mem", "main", LINES)
-    assert (first["revision"], first["nodes_written"], first["relations_written"]) == (1, 2, 1)
-    assert first["relations"] == 1  # the duplicate record is one relation
+    assert (first.revision, first.nodes_written, first.relations_written) == (1, 2, 1)
+    assert first.relations == 1  # the duplicate record is one relation
     again = run(services, OPERATOR, import_memory_jsonl, "mem", "main", LINES)
-    assert again["revision"] is None and again["unchanged"] is True
+    assert again.revision is None and again.unchanged is True
     assert [r["revision"] for r in queries.revision_log(services, OPERATOR, "mem", "main")] == [1]
     out = neighbors(services, OPERATOR, "mem", "main", "memory:/entities/dana-weber", direction="OUT")
     (edge,) = out["neighbors"]
@@ -57,7 +57,7 @@ def test_c_and_cpp_are_two_entities_at_the_paths_extraction_gives_them(services)
     lines = "\n".join(json.dumps({"type": "entity", "name": n, "entityType": "product", "observations": []})
                       for n in ("C", "C++")) + "\n"
     out = run(services, OPERATOR, import_memory_jsonl, "mem", "main", lines)
-    assert out["nodes_written"] == 2
+    assert out.nodes_written == 2
     for path, name in (("/entities/c", "C"), ("/entities/c-plus-plus", "C++")):
         node = queries.get_node(services, OPERATOR, "mem", "main", "memory", path)
         assert node["properties"]["name"] == name

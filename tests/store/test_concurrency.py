@@ -229,7 +229,8 @@ def test_node_writes_beside_an_ingest_all_land_and_reads_keep_succeeding(client,
             while round_ < 2 or (not writers_done.is_set() and round_ < 4):
                 round_ += 1
                 expected_docs.update(_write_notes(folder, round_))
-                ingest_reports.append(ingest_path(services, OPERATOR, folder, repo="acme", workspace="docs").as_dict())
+                report = ingest_path(services, OPERATOR, folder, repo="acme", workspace="docs")
+                ingest_reports.append(report.summary().model_dump())
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             ingest_errors.append(exc)
 
