@@ -9,7 +9,6 @@ import fastapi.routing
 import pytest
 from pydantic import BaseModel, TypeAdapter
 
-from kg.types import Schema
 from tests.weaviate_fixtures import weaviate_server, weaviate_test_server, weaviate_url  # noqa: F401
 
 _AS_BUILT = TypeAdapter(Any)
