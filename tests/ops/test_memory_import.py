@@ -27,7 +27,7 @@ def test_one_revision_then_none_and_the_relation_type_is_made_a_kg_type(services
     assert first["relations"] == 1  # the duplicate record is one relation
     again = run(services, OPERATOR, import_memory_jsonl, "mem", "main", LINES)
     assert again["revision"] is None and again["unchanged"] is True
-    assert [r["revision"] for r in queries.revision_log(services, OPERATOR, "mem", "main")] == [1]
+    assert [r.revision for r in queries.revision_log(services, OPERATOR, "mem", "main").revisions] == [1]
     out = neighbors(services, OPERATOR, "mem", "main", "memory:/entities/dana-weber", direction="OUT")
     (edge,) = out["neighbors"]
     assert (edge["path"], edge["relation_type"]) == ("/entities/acme-marine", "works_at")
@@ -40,7 +40,7 @@ def test_a_node_of_another_type_at_an_entity_path_is_a_conflict_and_nothing_is_w
         properties={"content": "not an entity"})
     with pytest.raises(Conflict, match="line 1: memory:/entities/dana-weber is a kb:Doc"):
         run(services, OPERATOR, import_memory_jsonl, "mem", "main", LINES)
-    assert len(queries.revision_log(services, OPERATOR, "mem", "main")) == 2
+    assert len(queries.revision_log(services, OPERATOR, "mem", "main").revisions) == 2
 
 
 def test_an_extracted_entity_keeps_its_aliases(services):
@@ -49,7 +49,7 @@ def test_an_extracted_entity_keeps_its_aliases(services):
         properties={"name": "Acme Marine", "entity_type": "organization", "aliases": ["Acme"]})
     run(services, OPERATOR, import_memory_jsonl, "mem", "main", LINES)
     node = queries.get_node(services, OPERATOR, "mem", "main", "memory", "/entities/acme-marine")
-    assert node["properties"]["aliases"] == ["Acme"] and node["properties"]["observations"] == []
+    assert node.properties["aliases"] == ["Acme"] and node.properties["observations"] == []
 
 
 def test_c_and_cpp_are_two_entities_at_the_paths_extraction_gives_them(services):
@@ -60,7 +60,7 @@ def test_c_and_cpp_are_two_entities_at_the_paths_extraction_gives_them(services)
     assert out["nodes_written"] == 2
     for path, name in (("/entities/c", "C"), ("/entities/c-plus-plus", "C++")):
         node = queries.get_node(services, OPERATOR, "mem", "main", "memory", path)
-        assert node["properties"]["name"] == name
+        assert node.properties["name"] == name
 
 
 @pytest.mark.parametrize(("given", "expected"), [
