@@ -353,3 +353,35 @@ def test_where_operators_compare_and_bad_ones_are_refused(client, repo):
         r = search(client, {"query": "quarterly report", "where": where})
         assert_error(r, 422, "invalid_input")
         assert needle in r.json()["error"]["message"], r.json()
+
+
+def test_a_hit_carries_its_nodes_title_read_with_its_properties(client, repo, services):
+    """Each hit names its node's ``title`` property (null without one, or when it is not a
+    string), read in the one query that loads the hits' properties: not a query per hit."""
+    from sqlalchemy import event
+
+    seed(client)
+    assert put(client, "/untitled", {"content": "rotate the api key by hand"}).status_code == 201
+    assert put(client, "/numbered", {"title": 7, "content": "rotate api key numbers"}).status_code == 201
+    def counted(k: int) -> tuple[dict, int]:
+        statements: list[str] = []
+
+        def record(conn, cursor, statement, parameters, context, executemany):
+            statements.append(statement)
+
+        event.listen(services.db.engine, "before_cursor_execute", record)
+        try:
+            body = search(client, {"query": "rotate api key", "k": k, "mode": "fulltext", "granularity": "chunk"})
+        finally:
+            event.remove(services.db.engine, "before_cursor_execute", record)
+        return body.json(), len(statements)
+
+    counted(10)  # the branch's searchable state is built once, then cached
+    few, one_hit = counted(1)
+    many, more_hits = counted(10)
+    titles = {r["path"]: r["title"] for r in many["results"]}
+    assert titles["/rotate"] == "Rotating API keys"
+    assert titles["/untitled"] is None and titles["/numbered"] is None
+    assert len(few["results"]) == 1 and len(many["results"]) > 3
+    # as many statements for one hit as for many: the titles cost no query of their own
+    assert one_hit == more_hits

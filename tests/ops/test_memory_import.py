@@ -26,7 +26,7 @@ def test_one_revision_then_none_and_the_relation_type_is_made_a_kg_type(services
     assert (first.revision, first.nodes_written, first.relations_written) == (1, 2, 1)
     assert first.relations == 1  # the duplicate record is one relation
     again = run(services, OPERATOR, import_memory_jsonl, "mem", "main", LINES)
-    assert again.revision is None and again.unchanged is True
+    assert again["revision"] is None and again["unchanged"] is True
     assert [r.revision for r in queries.revision_log(services, OPERATOR, "mem", "main").revisions] == [1]
     out = neighbors(services, OPERATOR, "mem", "main", "memory:/entities/dana-weber", direction="OUT")
     (edge,) = out["neighbors"]
@@ -48,8 +48,8 @@ def test_an_extracted_entity_keeps_its_aliases(services):
     run(services, OPERATOR, put_node, "mem", "main", "memory", "/entities/acme-marine", node_type="kg:Entity",
         properties={"name": "Acme Marine", "entity_type": "organization", "aliases": ["Acme"]})
     run(services, OPERATOR, import_memory_jsonl, "mem", "main", LINES)
-    node = queries.get_node(services, OPERATOR, "mem", "main", "memory", "/entities/acme-marine").as_json()
-    assert node["properties"]["aliases"] == ["Acme"] and node["properties"]["observations"] == []
+    node = queries.get_node(services, OPERATOR, "mem", "main", "memory", "/entities/acme-marine")
+    assert node.properties["aliases"] == ["Acme"] and node.properties["observations"] == []
 
 
 def test_c_and_cpp_are_two_entities_at_the_paths_extraction_gives_them(services):
@@ -59,8 +59,8 @@ def test_c_and_cpp_are_two_entities_at_the_paths_extraction_gives_them(services)
     out = run(services, OPERATOR, import_memory_jsonl, "mem", "main", lines)
     assert out.nodes_written == 2
     for path, name in (("/entities/c", "C"), ("/entities/c-plus-plus", "C++")):
-        node = queries.get_node(services, OPERATOR, "mem", "main", "memory", path).as_json()
-        assert node["properties"]["name"] == name
+        node = queries.get_node(services, OPERATOR, "mem", "main", "memory", path)
+        assert node.properties["name"] == name
 
 
 @pytest.mark.parametrize(("given", "expected"), [
