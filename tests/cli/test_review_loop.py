@@ -208,7 +208,7 @@ def test_merge_says_what_lineage_recomputed(repo, tmp_path):
     services = Services.from_settings(Settings())
     try:
         out = invoke(services, context.OPERATOR, "acme", "extract-entities", {"workspace": "docs", "path": "/bio"})
-        assert sorted(e["name"] for e in out["entities"]) == ["Ada Lovelace", "Charles Babbage"]
+        assert sorted(e.name for e in out.entities) == ["Ada Lovelace", "Charles Babbage"]
     finally:
         services.close()
     _write((put_node, ("acme", "late", "docs", "/bio"),
