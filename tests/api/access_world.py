@@ -47,7 +47,7 @@ def auth_app(backend: str, folder: Path) -> Iterator[App]:
         try:
             with TestClient(create_app(services=services), raise_server_exceptions=False) as client:
                 admin = run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True)
-                yield App(client, services, bearer(admin["key"]))
+                yield App(client, services, bearer(admin.key))
         finally:
             services.close()
 

@@ -51,7 +51,7 @@ def bearer(token: str) -> dict[str, str]:
 def admin(auth_services) -> dict[str, str]:
     """The bootstrap admin key (as ``kg keys create --admin`` makes it), as request headers."""
     created = run(auth_services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True)
-    return bearer(created["key"])
+    return bearer(created.key)
 
 
 @pytest.fixture
@@ -267,8 +267,8 @@ def test_with_auth_off_a_sent_key_still_binds_its_holder(client, services):
     assert client.post("/api/repos", json={"name": "acme"}).status_code == 201
     created = run(services, OPERATOR, key_ops.create_key, name="reader",
                   grants=[make_grant("acme", actions=("read",))])
-    assert client.get("/api/repos/acme", headers=bearer(created["key"])).status_code == 200
-    assert_error(client.post("/api/repos/acme/branches", json={"name": "b"}, headers=bearer(created["key"])),
+    assert client.get("/api/repos/acme", headers=bearer(created.key)).status_code == 200
+    assert_error(client.post("/api/repos/acme/branches", json={"name": "b"}, headers=bearer(created.key)),
                  403, "forbidden")
     assert_error(client.get("/api/repos/acme", headers=bearer("kg_0123456789abcdef_" + "x" * 43)),
                  401, "unauthenticated")

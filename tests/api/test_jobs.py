@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import BaseModel, ConfigDict
 from sqlalchemy import func, select, update
 
 from api.app import create_app
@@ -20,6 +21,12 @@ from kg.services import Services
 from kg.store.db import Database
 from kg.store.models import FunctionJob, utcnow
 from tests.api.test_nodes import assert_error
+
+
+class Output(BaseModel):
+    """A stand-in function's output: a model, as every function answers (its keys as given)."""
+
+    model_config = ConfigDict(extra="allow")
 
 QUERY = {"query": "quarterly dividend", "k": 2}
 
@@ -104,7 +111,7 @@ def test_job_reads_its_branch(client, queued):
 
 def test_background_runner_is_woken_by_submit(client, docs, services, monkeypatch):
     ran = threading.Event()
-    monkeypatch.setitem(functions.FUNCTIONS, "signal", lambda *args: ran.set() or {"ok": True})
+    monkeypatch.setitem(functions.FUNCTIONS, "signal", lambda *args: ran.set() or Output(ok=True))
     monkeypatch.setattr(services.settings, "index_inline", False)
     services.jobs.stop()
     services.jobs.poll_s = 600.0  # only a wake-up can make it run within the wait below
@@ -187,7 +194,7 @@ def test_running_job_with_live_lease_is_left_alone(client, queued):
 
 def test_job_whose_attempts_are_exhausted_fails_without_running(client, queued, monkeypatch):
     calls = []
-    monkeypatch.setitem(functions.FUNCTIONS, "count", lambda *args: calls.append(args) or {})
+    monkeypatch.setitem(functions.FUNCTIONS, "count", lambda *args: calls.append(args) or Output())
     job_id = submit(client, name="count").json()["job_id"]
     # Its runner died while it ran alone, the last time its cap allows.
     set_job(queued, job_id, state="running", attempts=function_jobs.MAX_ATTEMPTS + 1, started_at=utcnow(),
@@ -204,7 +211,7 @@ def test_job_whose_attempts_are_exhausted_fails_without_running(client, queued, 
 def test_a_job_whose_runner_died_beside_nothing_counted_runs_again(client, queued, monkeypatch):
     """A runner's first death is not the job's failure, whatever its attempts: it runs again."""
     calls = []
-    monkeypatch.setitem(functions.FUNCTIONS, "count", lambda *args: calls.append(args) or {})
+    monkeypatch.setitem(functions.FUNCTIONS, "count", lambda *args: calls.append(args) or Output())
     job_id = submit(client, name="count").json()["job_id"]
     set_job(queued, job_id, state="running", attempts=function_jobs.MAX_ATTEMPTS, started_at=utcnow(),
             lease_until=utcnow() - timedelta(seconds=1))
@@ -238,7 +245,7 @@ def test_a_job_runs_as_the_caller_that_submitted_it(services, docs, monkeypatch,
     from kg.context import Actor, run
 
     def whoami(services, caller, repo, branch, raw):
-        return {"kind": caller.kind, "name": caller.name}
+        return Output(kind=caller.kind, name=caller.name)
 
     monkeypatch.setitem(functions.FUNCTIONS, "whoami", whoami)
     if not inline:
@@ -260,7 +267,7 @@ def test_a_job_stored_without_its_submitter_runs_as_kg(services, queued, monkeyp
     from kg.context import OPERATOR, run
 
     monkeypatch.setitem(functions.FUNCTIONS, "whoami",
-                        lambda services, caller, repo, branch, raw: {"kind": caller.kind, "name": caller.name})
+                        lambda services, caller, repo, branch, raw: Output(kind=caller.kind, name=caller.name))
     job_id = run(services, OPERATOR, function_jobs.submit, "acme", "whoami", {})
     set_job(services, job_id, actor=None)
     assert queued.jobs.run_pending() == 1

@@ -156,9 +156,9 @@ def test_a_client_off_loopback_is_refused_while_auth_is_off(services):
 
 def test_an_admin_key_is_required_while_auth_is_on(db_url, tmp_path):
     services = make_services(base_settings(db_url, tmp_path, auth=True, key_pepper=PEPPER))
-    admin = run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True)["key"]
+    admin = run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True).key
     reader = run(services, OPERATOR, key_ops.create_key, name="reader",
-                 grants=[key_ops.Grant(repo="*", actions=frozenset({"read", "write"}))])["key"]
+                 grants=[key_ops.Grant(repo="*", actions=frozenset({"read", "write"}))]).key
     try:
         # a far client: with auth on, the key decides, not the address
         with TestClient(create_app(services=services), raise_server_exceptions=False,
@@ -176,9 +176,9 @@ def test_rate_limit_refusals_are_counted_by_call(db_url, tmp_path):
     services = make_services(base_settings(db_url, tmp_path, auth=True, key_pepper=PEPPER))
     services.rate_limiter = RateLimiter(per_min=1, burst=1, clock=lambda: 10.0)
     admin = {"Authorization": "Bearer " + run(services, OPERATOR, key_ops.create_key, name="admin", grants=[],
-                                              admin=True)["key"]}
+                                              admin=True).key}
     reader = {"Authorization": "Bearer " + run(services, OPERATOR, key_ops.create_key, name="reader", grants=[
-        key_ops.Grant(repo="acme", actions=frozenset({"read", "write"}))])["key"]}
+        key_ops.Grant(repo="acme", actions=frozenset({"read", "write"}))]).key}
     try:
         with TestClient(create_app(services=services), raise_server_exceptions=False) as c:
             seed(c, admin)
@@ -289,7 +289,7 @@ def chain(span: ReadableSpan, spans: list[ReadableSpan]) -> list[str]:
 
 def test_spans_nest_request_use_case_and_search_legs_without_values(exporter, db_url, tmp_path):
     services = make_services(base_settings(db_url, tmp_path, auth=True, key_pepper=PEPPER))
-    token = run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True)["key"]
+    token = run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True).key
     headers = {"Authorization": f"Bearer {token}"}
     try:
         with TestClient(create_app(services=services), raise_server_exceptions=False) as c:

@@ -55,7 +55,7 @@ def bearer(token: str) -> dict[str, str]:
 @pytest.fixture
 def keys(client, services, clock) -> dict[str, dict[str, str]]:
     """acme with a document, and four keys: admin, two readers of acme, one of another repo."""
-    admin = bearer(run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True)["key"])
+    admin = bearer(run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True).key)
     assert client.post("/api/repos", json={"name": "acme"}, headers=admin).status_code == 201
     assert client.post("/api/repos/acme/workspaces", json={"name": "knowledge"}, headers=admin).status_code == 201
     r = client.put(f"{NODE}/dividends", headers=admin, json={"node_type": "kb:Doc", "properties": {

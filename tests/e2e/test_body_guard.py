@@ -38,7 +38,7 @@ def _admin_token(data: Path) -> str:
     services = Services.from_settings(settings)
     try:
         services.db.upgrade()
-        return str(run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True)["key"])
+        return str(run(services, OPERATOR, key_ops.create_key, name="admin", grants=[], admin=True).key)
     finally:
         services.close()
 

@@ -90,7 +90,7 @@ def new_key(services: Services, name: str, *grants: dict) -> str:
     made = run(services, OPERATOR, create_key, name=name,
                grants=[make_grant(g["repo"], g.get("branches", ("*",)), g.get("workspaces", ("*",)),
                                   g["actions"]) for g in grants])
-    return made["key"]
+    return made.key
 
 
 @pytest.fixture
