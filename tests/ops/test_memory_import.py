@@ -26,7 +26,7 @@ def test_one_revision_then_none_and_the_relation_type_is_made_a_kg_type(services
     assert (first.revision, first.nodes_written, first.relations_written) == (1, 2, 1)
     assert first.relations == 1  # the duplicate record is one relation
     again = run(services, OPERATOR, import_memory_jsonl, "mem", "main", LINES)
-    assert again["revision"] is None and again["unchanged"] is True
+    assert again.revision is None and again.unchanged is True
     assert [r.revision for r in queries.revision_log(services, OPERATOR, "mem", "main").revisions] == [1]
     out = neighbors(services, OPERATOR, "mem", "main", "memory:/entities/dana-weber", direction="OUT")
     (edge,) = out["neighbors"]
