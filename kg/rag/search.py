@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from kg import collector
@@ -32,7 +32,14 @@ from kg.rag.fusion import Item, reciprocal_rank_fusion, relative_score_fusion
 from kg.rag.where import matches as where_matches
 from kg.rag.where import validate_where
 from kg.store.models import Workspace
-from kg.store.nodes import node_heads_by_id, nodes_by_id, visible_node_heads, visible_nodes
+from kg.store.nodes import (
+    NodeHead,
+    node_heads_by_id,
+    node_properties_by_id,
+    version_properties,
+    visible_node_heads,
+    visible_nodes,
+)
 from kg.store.numbers import Integer
 from kg.store.paths import MAX_PATH_CHARS, NON_BLANK_PATTERN, PREFIX_PATTERN, path_has_prefix, validate_prefix
 from kg.store.relations import list_node_changes
@@ -491,7 +498,7 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
             native = _native_hybrid(fusing, services, view, searchable, request, depth)
         if native is not None:
             results, fusion = native
-            return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
+            return SearchAnswer(_with_properties(session, view, results, searchable), _ms(started), fusion)
 
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
@@ -518,7 +525,7 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
         if len(results) >= request.k or not cut or depth >= MAX_DEPTH:
             break
         depth = min(depth * 4, MAX_DEPTH)
-    return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
+    return SearchAnswer(_with_properties(session, view, results, searchable), _ms(started), fusion, warnings)
 
 
 def _kg_fusion(request: SearchRequest, method: str, rrf_k: int) -> dict[str, Any] | None:
@@ -691,12 +698,30 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
     return results
 
 
-def _with_properties(session: Session, view: BranchView, results: list[SearchResult]) -> list[SearchResult]:
-    """Attach each result node's properties (loaded for the returned rows only)."""
-    found = nodes_by_id(session, view, {r.node_id for r in results})
+def _with_properties(session: Session, view: BranchView, results: list[SearchResult],
+                     searchable: _Searchable) -> list[SearchResult]:
+    """Attach each result node's properties, loaded for the returned rows only: the versions the
+    searchable set holds (the ones ``view`` sees) read by primary key in one statement of two
+    columns, or taken from the set itself when it holds whole versions (a ``where`` filter's)."""
+    if not results:
+        return results
+    versions: dict[str, Any] = {}
+    for r in results:
+        key = searchable.node_key.get(r.node_id)
+        node = next((n for n in searchable.by_key.get(key, ()) if n.node_id == r.node_id), None) if key else None
+        if node is not None:
+            versions[r.node_id] = node
+    found: dict[str, dict[str, Any]] = {}
+    by_version = {n.id: node_id for node_id, n in versions.items() if isinstance(n, NodeHead)}
+    for version_id, properties in version_properties(session, by_version).items():
+        found[by_version[version_id]] = properties
+    found.update({node_id: n.properties for node_id, n in versions.items() if not isinstance(n, NodeHead)})
+    missing = {r.node_id: None for r in results if r.node_id not in found}
+    if missing:  # not in the set (never, as the legs rank its keys): by the view's window query
+        found.update(node_properties_by_id(session, view, missing))
     for r in results:
         if r.node_id in found:
-            r.properties = found[r.node_id].properties
+            r.properties = found[r.node_id]
     return results
 
 
@@ -748,6 +773,11 @@ class _Searchable:
         return len(self.node_key)
 
 
+#: Built once: the compiled statement and its result columns are reused as they are.
+_WORKSPACE_CONFIGS = (select(Workspace.id, Workspace.config).where(Workspace.id.in_(bindparam("ids", expanding=True)))
+                      .order_by(Workspace.id))
+
+
 def _searchable(session: Session, services: Resources, view: BranchView, wids: list[int],
                 request: SearchRequest) -> _Searchable:
     """The searchable nodes of a branch state after the filters; cached (a branch state never
@@ -760,9 +790,7 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     """
     # Re-embedding a workspace re-points its node versions at new content keys without a new
     # revision, so the key includes the workspaces' embedding settings.
-    rows = session.execute(
-        select(Workspace.id, Workspace.config).where(Workspace.id.in_(wids)).order_by(Workspace.id)
-    ).all()
+    rows = session.connection().execute(_WORKSPACE_CONFIGS, {"ids": wids}).all()
     models = {wid: workspace_embedding(config, default_model=services.settings.embedding_model).model
               for wid, config in rows}
 

@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -476,6 +476,9 @@ def bump_layout(session: Session, repo: Repository) -> None:
 #: The repository columns a branch view keeps (its row, as a detached copy) and keys on.
 _REPO_COLUMNS = (Repository.id, Repository.uid, Repository.name, Repository.head_revision, Repository.created_at,
                  Repository.layout_version)
+#: Built once (their compiled forms and result columns reused as they are): a read's one check.
+_REPO_ROW = select(*_REPO_COLUMNS).where(Repository.name == bindparam("name"))
+_REPO_KEY = select(Repository.head_revision, Repository.layout_version).where(Repository.id == bindparam("id"))
 _BRANCH_COLUMNS = (Branch.id, Branch.repo_id, Branch.name, Branch.parent_id, Branch.base_revision,
                    Branch.head_revision, Branch.created_at)
 
@@ -567,7 +570,7 @@ class ViewCache:
             An ``at_revision`` below 0.
         """
         connection = session.connection()
-        row = connection.execute(select(*_REPO_COLUMNS).where(Repository.name == repo_name)).first()
+        row = connection.execute(_REPO_ROW, {"name": repo_name}).first()
         if row is None:
             raise NotFound(f"repository {repo_name!r} not found", details={"repo": repo_name})
         key = (row.head_revision, row.layout_version)
@@ -577,8 +580,7 @@ class ViewCache:
         else:
             self.misses += 1
             layout = _load_layout(connection, row)
-            again = connection.execute(select(Repository.head_revision, Repository.layout_version)
-                                       .where(Repository.id == row.id)).first()
+            again = connection.execute(_REPO_KEY, {"id": row.id}).first()
             if again is not None and tuple(again) == key:
                 self._layouts.put(row.id, layout)
         return layout.view(branch_name, at_revision)
