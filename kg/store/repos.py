@@ -553,8 +553,12 @@ class ViewCache:
         ----------
         session : Session
             A read session (its transaction, on SQLite, is the snapshot the view is of).
-        repo_name, branch_name : str
+        repo_name : str
+            The repository.
+        branch_name : str
+            The branch.
         at_revision : int or None
+            Read as of this revision (None: the branch's head).
 
         Returns
         -------
