@@ -31,7 +31,7 @@ from kg.rag.enrich import HitContext, attach_context
 from kg.rag.fusion import Item, reciprocal_rank_fusion, relative_score_fusion
 from kg.rag.where import matches as where_matches
 from kg.rag.where import validate_where
-from kg.store.models import Workspace
+from kg.store.models import Branch, Workspace
 from kg.store.nodes import (
     NodeHead,
     node_heads_by_id,
@@ -773,7 +773,8 @@ class _Searchable:
         return len(self.node_key)
 
 
-#: Built once: the compiled statement and its result columns are reused as they are.
+#: Built once: the compiled statements and their result columns are reused as they are.
+_BRANCH_REVISIONS = select(Branch.base_revision, Branch.head_revision).where(Branch.id == bindparam("id"))
 _WORKSPACE_CONFIGS = (select(Workspace.id, Workspace.config).where(Workspace.id.in_(bindparam("ids", expanding=True)))
                       .order_by(Workspace.id))
 
@@ -786,7 +787,9 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     A state not cached is the last one cached on its branch (same read chain, filters and
     embedding settings) brought forward by the node versions written since, O(changes) reads
     and O(nodes) dict and set copies, or else one read of every visible node, O(nodes) rows.
-    An agent's write then search pays the first.
+    An agent's write then search pays the first. A branch's first state starts from its
+    parent's state at the fork when that is cached (the branch's own versions are its changes),
+    so an agent's new branch pays O(changes) too.
     """
     # Re-embedding a workspace re-points its node versions at new content keys without a new
     # revision, so the key includes the workspaces' embedding settings.
@@ -840,11 +843,31 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
             configs, request.path_prefix, request.path_prefix_mode, request.node_type)
     cache = services.search_cache
 
+    def parent_at_fork() -> _Searchable | None:
+        # A branch's first state: its parent's state at the fork has the read chain of the
+        # branch's ancestors (``view.chain[1:]``), and every version on the branch itself is
+        # above the fork, so that state brought forward by them is the branch's.
+        if len(view.chain) < 2:
+            return None
+        parent_id, fork = view.chain[1]
+        row = session.connection().execute(_BRANCH_REVISIONS, {"id": parent_id}).first()
+        if row is None:
+            return None
+        revision = min(fork, row.head_revision)  # the parent's state read as of the fork
+        for head in (True, False):
+            parent_line = ("searchable", view.repo.id, parent_id, row.base_revision, view.chain[2:], head, *line[6:])
+            for key in (("last", *parent_line), (*parent_line, revision)):
+                held = cache.peek(key)
+                if held is not None and held.revision == revision:
+                    return held
+        return None
+
     def build_or_bring_forward() -> _Searchable:
         last = cache.peek(("last", *line))
+        start = last if last is not None else parent_at_fork()
         made = None
-        if last is not None and last.revision < view.revision:
-            forward = _brought_forward(session, view, request, models, last)
+        if start is not None and start.revision <= view.revision:
+            forward = _brought_forward(session, view, request, models, start)
             made = shaped(*forward) if forward is not None else None
         if made is None:
             made = build()
