@@ -91,7 +91,7 @@ from kg.ratelimit import RateLimiter
 from kg.settings import Settings
 from kg.store.db import Database
 from kg.store.paths import parse_address
-from kg.store.repos import MAIN, BranchView, WriteContext, begin_write, branch_view
+from kg.store.repos import MAIN, BranchView, ViewCache, WriteContext, begin_write
 from kg.tracing import annotate, span
 
 P = ParamSpec("P")
@@ -145,6 +145,8 @@ class Resources(Protocol):
         networkx views of branch states, by state.
     search_cache : LRUCache
         Searchable sets of branch states.
+    views : ViewCache
+        Branch views, checked against the database on every read (:func:`reading`).
     llm : LLM
         The configured language model (``NoLLM`` without one).
     weaviate_clients : ClientPool
@@ -167,6 +169,7 @@ class Resources(Protocol):
     index: SearchIndex
     graphs: GraphCache
     search_cache: LRUCache[Any]
+    views: ViewCache
     llm: LLM
     weaviate_clients: ClientPool
     rate_limiter: RateLimiter
@@ -427,7 +430,8 @@ def reading(services: Resources, caller: Actor, repo: str, branch: str = MAIN,
         with span("kg.read", use_case=name, repo=repo, branch=branch):
             permit(services, caller, "read", repo, branch)
             with services.db.read() as session:
-                yield session, scoped_view(caller, branch_view(session, repo, branch, at_revision=at_revision))
+                view = services.views.view(session, repo, branch, at_revision=at_revision)
+                yield session, scoped_view(caller, view)
         outcome = "ok"
     finally:
         if services.settings.metrics:

@@ -36,6 +36,7 @@ from kg.rag.function_jobs import JobRunner
 from kg.ratelimit import RateLimiter
 from kg.settings import Settings
 from kg.store.db import Database
+from kg.store.repos import ViewCache
 
 #: Nodes the cached searchable sets may hold together (a state at its head is held twice: as
 #: itself and as its branch's last state); the newest is kept whatever it holds.
@@ -63,6 +64,8 @@ class Services:
         Queues and delivers webhook events.
     reranker : Reranker or None
         The reranker of search (``KG_RERANK_MODEL``), None without one.
+    views : kg.store.repos.ViewCache
+        Branch views of the repositories read lately, checked against the database per read.
     weaviate_clients : kg.index.weaviate.ClientPool
         The RAG node's Weaviate connections, reused across requests.
     rate_limiter : kg.ratelimit.RateLimiter
@@ -84,6 +87,8 @@ class Services:
     reranker: Reranker | None = None
     # Searchable sets of branch states, bounded by their nodes (a million-node state is ~100 MB).
     search_cache: LRUCache[Any] = field(default_factory=lambda: LRUCache(32, max_weight=SEARCH_CACHE_NODES, weigh=len))
+    # Branch views (repository, branches, workspaces), checked by one read of the repository's row.
+    views: ViewCache = field(default_factory=ViewCache)
     weaviate_clients: ClientPool = field(default_factory=ClientPool)
     rate_limiter: RateLimiter = field(init=False)
     key_cache: KeyCache = field(init=False)

@@ -283,6 +283,10 @@ _PLACE_BATCH = 500
 
 _CHUNK_COLUMNS = (Chunk.seq, Chunk.content_key, Chunk.chunk_index, Chunk.text, Chunk.model, Chunk.embedding,
                   Chunk.field)
+#: A page of the feed, built once: every search's catch-up runs it (and mostly reads no row), so
+#: its compiled form and result columns are reused as they are.
+_CHUNK_PAGE = (select(*_CHUNK_COLUMNS).where(Chunk.repo_id == bindparam("repo_id"), Chunk.seq > bindparam("mark"))
+               .order_by(Chunk.seq).limit(_SYNC_PAGE))
 
 
 _VERSION_COLUMNS = (NodeVersion.id, NodeVersion.revision, NodeVersion.workspace_id, NodeVersion.branch_id,
@@ -311,10 +315,7 @@ class SqlChunkFeed:
     def chunk_pages(self, after_seq: int) -> Iterator[list[IndexedChunk]]:
         mark = after_seq
         while True:
-            rows = self.session.execute(
-                select(*_CHUNK_COLUMNS).where(Chunk.repo_id == self.repo_id, Chunk.seq > mark)
-                .order_by(Chunk.seq).limit(_SYNC_PAGE)
-            ).all()
+            rows = self.session.connection().execute(_CHUNK_PAGE, {"repo_id": self.repo_id, "mark": mark}).all()
             if not rows:
                 return
             yield [_indexed(r) for r in rows]

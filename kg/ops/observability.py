@@ -75,12 +75,14 @@ class StateCollector(Collector):
         misses = CounterMetricFamily("kg_cache_misses", "Cache lookups that were not.", labels=["cache"])
         ratio = GaugeMetricFamily("kg_cache_hit_ratio", "hits / (hits + misses) since start (0 before any lookup).",
                                   labels=["cache"])
-        graphs, sets = services.graphs, services.search_cache
+        graphs, sets, views = services.graphs, services.search_cache, services.views
         entries.add_metric(["graph_views"], float(len(graphs)))
         size.add_metric(["graph_views"], float(graphs.bytes_held))
         entries.add_metric(["branch_search_sets"], float(len(sets)))
+        entries.add_metric(["branch_views"], float(len(views)))
         for name, hit, miss in (("graph_views", graphs.hits, graphs.misses),
-                                ("branch_search_sets", sets.hits, sets.misses)):
+                                ("branch_search_sets", sets.hits, sets.misses),
+                                ("branch_views", views.hits, views.misses)):
             hits.add_metric([name], float(hit))
             misses.add_metric([name], float(miss))
             ratio.add_metric([name], hit / (hit + miss) if hit + miss else 0.0)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from kg import collector
@@ -31,8 +31,15 @@ from kg.rag.enrich import HitContext, attach_context
 from kg.rag.fusion import Item, reciprocal_rank_fusion, relative_score_fusion
 from kg.rag.where import matches as where_matches
 from kg.rag.where import validate_where
-from kg.store.models import Workspace
-from kg.store.nodes import node_heads_by_id, nodes_by_id, visible_node_heads, visible_nodes
+from kg.store.models import Branch, Workspace
+from kg.store.nodes import (
+    NodeHead,
+    node_heads_by_id,
+    node_properties_by_id,
+    version_properties,
+    visible_node_heads,
+    visible_nodes,
+)
 from kg.store.numbers import Integer
 from kg.store.paths import MAX_PATH_CHARS, NON_BLANK_PATTERN, PREFIX_PATTERN, path_has_prefix, validate_prefix
 from kg.store.relations import list_node_changes
@@ -492,7 +499,7 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
             native = _native_hybrid(fusing, services, view, searchable, request, depth)
         if native is not None:
             results, fusion = native
-            return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion)
+            return SearchAnswer(_with_properties(session, view, results, searchable), _ms(started), fusion)
 
     use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
     use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
@@ -519,7 +526,7 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
         if len(results) >= request.k or not cut or depth >= MAX_DEPTH:
             break
         depth = min(depth * 4, MAX_DEPTH)
-    return SearchAnswer(_with_properties(session, view, results), _ms(started), fusion, warnings)
+    return SearchAnswer(_with_properties(session, view, results, searchable), _ms(started), fusion, warnings)
 
 
 def _kg_fusion(request: SearchRequest, method: str, rrf_k: int) -> dict[str, Any] | None:
@@ -692,12 +699,30 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
     return results
 
 
-def _with_properties(session: Session, view: BranchView, results: list[SearchResult]) -> list[SearchResult]:
-    """Attach each result node's properties and title (loaded for the returned rows only)."""
-    found = nodes_by_id(session, view, {r.node_id for r in results})
+def _with_properties(session: Session, view: BranchView, results: list[SearchResult],
+                     searchable: _Searchable) -> list[SearchResult]:
+    """Attach each result node's properties and title, loaded for the returned rows only: the versions the
+    searchable set holds (the ones ``view`` sees) read by primary key in one statement of two
+    columns, or taken from the set itself when it holds whole versions (a ``where`` filter's)."""
+    if not results:
+        return results
+    versions: dict[str, Any] = {}
+    for r in results:
+        key = searchable.node_key.get(r.node_id)
+        node = next((n for n in searchable.by_key.get(key, ()) if n.node_id == r.node_id), None) if key else None
+        if node is not None:
+            versions[r.node_id] = node
+    found: dict[str, dict[str, Any]] = {}
+    by_version = {n.id: node_id for node_id, n in versions.items() if isinstance(n, NodeHead)}
+    for version_id, properties in version_properties(session, by_version).items():
+        found[by_version[version_id]] = properties
+    found.update({node_id: n.properties for node_id, n in versions.items() if not isinstance(n, NodeHead)})
+    missing = {r.node_id: None for r in results if r.node_id not in found}
+    if missing:  # not in the set (never, as the legs rank its keys): by the view's window query
+        found.update(node_properties_by_id(session, view, missing))
     for r in results:
         if r.node_id in found:
-            r.properties = found[r.node_id].properties
+            r.properties = found[r.node_id]
             title = r.properties.get("title")
             r.title = title if isinstance(title, str) else None
     return results
@@ -751,6 +776,12 @@ class _Searchable:
         return len(self.node_key)
 
 
+#: Built once: the compiled statements and their result columns are reused as they are.
+_BRANCH_REVISIONS = select(Branch.base_revision, Branch.head_revision).where(Branch.id == bindparam("id"))
+_WORKSPACE_CONFIGS = (select(Workspace.id, Workspace.config).where(Workspace.id.in_(bindparam("ids", expanding=True)))
+                      .order_by(Workspace.id))
+
+
 def _searchable(session: Session, services: Resources, view: BranchView, wids: list[int],
                 request: SearchRequest) -> _Searchable:
     """The searchable nodes of a branch state after the filters; cached (a branch state never
@@ -759,13 +790,13 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     A state not cached is the last one cached on its branch (same read chain, filters and
     embedding settings) brought forward by the node versions written since, O(changes) reads
     and O(nodes) dict and set copies, or else one read of every visible node, O(nodes) rows.
-    An agent's write then search pays the first.
+    An agent's write then search pays the first. A branch's first state starts from its
+    parent's state at the fork when that is cached (the branch's own versions are its changes),
+    so an agent's new branch pays O(changes) too.
     """
     # Re-embedding a workspace re-points its node versions at new content keys without a new
     # revision, so the key includes the workspaces' embedding settings.
-    rows = session.execute(
-        select(Workspace.id, Workspace.config).where(Workspace.id.in_(wids)).order_by(Workspace.id)
-    ).all()
+    rows = session.connection().execute(_WORKSPACE_CONFIGS, {"ids": wids}).all()
     models = {wid: workspace_embedding(config, default_model=services.settings.embedding_model).model
               for wid, config in rows}
 
@@ -815,11 +846,31 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
             configs, request.path_prefix, request.path_prefix_mode, request.node_type)
     cache = services.search_cache
 
+    def parent_at_fork() -> _Searchable | None:
+        # A branch's first state: its parent's state at the fork has the read chain of the
+        # branch's ancestors (``view.chain[1:]``), and every version on the branch itself is
+        # above the fork, so that state brought forward by them is the branch's.
+        if len(view.chain) < 2:
+            return None
+        parent_id, fork = view.chain[1]
+        row = session.connection().execute(_BRANCH_REVISIONS, {"id": parent_id}).first()
+        if row is None:
+            return None
+        revision = min(fork, row.head_revision)  # the parent's state read as of the fork
+        for head in (True, False):
+            parent_line = ("searchable", view.repo.id, parent_id, row.base_revision, view.chain[2:], head, *line[6:])
+            for key in (("last", *parent_line), (*parent_line, revision)):
+                held = cache.peek(key)
+                if held is not None and held.revision == revision:
+                    return held
+        return None
+
     def build_or_bring_forward() -> _Searchable:
         last = cache.peek(("last", *line))
+        start = last if last is not None else parent_at_fork()
         made = None
-        if last is not None and last.revision < view.revision:
-            forward = _brought_forward(session, view, request, models, last)
+        if start is not None and start.revision <= view.revision:
+            forward = _brought_forward(session, view, request, models, start)
             made = shaped(*forward) if forward is not None else None
         if made is None:
             made = build()

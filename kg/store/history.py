@@ -36,7 +36,7 @@ from kg.store.nodes import node_addresses, node_uid, nodes_by_id, validate_node_
 from kg.store.paths import ancestors_of, name_of, parent_of, parse_address, validate_path
 from kg.store.references import index_references
 from kg.store.relations import visible_relations
-from kg.store.repos import BranchView, WriteContext, _view, get_branch, parent_name
+from kg.store.repos import BranchView, WriteContext, _view, bump_layout, get_branch, parent_name
 from kg.store.visibility import readable_node, reader_scope, visible_select
 
 NodeKey = tuple[int, str]                 # (workspace id, path)
@@ -1133,4 +1133,5 @@ def reset_branch(session: Session, repo: Repository, branch_name: str) -> Branch
     branch.base_revision = repo.head_revision
     branch.head_revision = repo.head_revision
     session.flush()
+    bump_layout(session, repo)
     return branch

@@ -76,6 +76,11 @@ class Repository(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     head_revision: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: Bumped by every write that changes its branches or workspaces without a revision (a branch
+    #: created, deleted or reset, a workspace created): with ``head_revision``, the key of the
+    #: cached branch views (:class:`kg.store.repos.ViewCache`). Deferred and set by the database:
+    #: only the view cache reads it and :func:`kg.store.repos.bump_layout` writes it.
+    layout_version: Mapped[int] = mapped_column(Integer, server_default="0", deferred=True)
 
 
 class Branch(Base):

@@ -146,6 +146,27 @@ def test_cache_gauges_and_hit_counters_move(local):
     assert value(after, "kg_db_pool_connections", state="size") == 8
 
 
+def test_branch_view_cache_gauges_count_reads_and_writes(local):
+    seed(local)
+    assert local.put(f"{NODES}/a", json={"properties": {"content": "alpha"}}).status_code == 201
+    before = scrape(local)
+    for _ in range(3):  # nothing written between them: the first may read the layout, the others not
+        assert local.post("/api/repos/acme/search", json={"query": "alpha"}).status_code == 200
+    middle = scrape(local)
+    assert local.put(f"{NODES}/b", json={"properties": {"content": "beta"}}).status_code == 201
+    assert local.post("/api/repos/acme/search", json={"query": "beta"}).status_code == 200
+    after = scrape(local)
+
+    def moved(kind, a, b):
+        return value(b, f"kg_cache_{kind}_total", cache="branch_views") - value(a, f"kg_cache_{kind}_total",
+                                                                               cache="branch_views")
+
+    assert moved("hits", before, middle) >= 2 and moved("misses", before, middle) <= 1
+    assert moved("misses", middle, after) >= 1  # the write changed the repository's revision
+    assert value(after, "kg_cache_entries", cache="branch_views") >= 1
+    assert 0 < value(after, "kg_cache_hit_ratio", cache="branch_views") < 1
+
+
 def test_a_client_off_loopback_is_refused_while_auth_is_off(services):
     with TestClient(create_app(services=services), raise_server_exceptions=False,
                     client=("203.0.113.9", 40000)) as far:

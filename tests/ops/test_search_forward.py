@@ -139,6 +139,32 @@ def test_an_agents_writes_read_the_visible_nodes_whole_once(store, monkeypatch):
     assert _shape(earlier) == before and len(before["node_key"]) == 3
 
 
+def test_a_new_branchs_first_state_is_its_parents_at_the_fork_brought_forward(store, monkeypatch):
+    rng = random.Random(5)
+    for i in range(6):
+        run(store, OPERATOR, put_node, "sea", "main", "kb", f"/facts/{i}", node_type="kb:Fact",
+            properties={"text": _text(rng)}, parents=True)
+    reads = []
+    whole = search_module.visible_node_heads
+    monkeypatch.setattr(search_module, "visible_node_heads", lambda *a, **kw: reads.append(1) or whole(*a, **kw))
+    for request in REQUESTS:
+        search_branch(store, OPERATOR, "sea", "main", request)
+    searched = len(reads)
+    run(store, OPERATOR, create_branch, "sea", name="agent/new", from_branch="main")
+    _check(store, "agent/new")  # no write yet: the parent's state itself
+    run(store, OPERATOR, put_node, "sea", "agent/new", "kb", "/facts/1", node_type="kb:Note",  # an override
+        properties={"text": "storm island"}, parents=True)
+    run(store, OPERATOR, delete_node, "sea", "agent/new", "kb", "/facts/2")                   # a tombstone
+    run(store, OPERATOR, put_node, "sea", "main", "kb", "/facts/7", node_type="kb:Fact",     # after the fork
+        properties={"text": "storm ship"}, parents=True)
+    for request in REQUESTS:  # main's state at the next fork, brought forward from its last
+        search_branch(store, OPERATOR, "sea", "main", request)
+    run(store, OPERATOR, create_branch, "sea", name="agent/late", from_branch="main")          # forked later
+    _check(store, "agent/new")
+    _check(store, "agent/late")
+    assert len(reads) - searched == 3 * len(REQUESTS)  # _check's fresh whole reads only: none by the kept sets
+
+
 def test_a_bulk_write_is_read_whole_not_node_by_node(store, monkeypatch):
     reads = []
     whole = search_module.visible_node_heads

@@ -144,9 +144,10 @@ def test_invalid_names_and_revisions(db):
 
 @pytest.mark.parametrize("prefix", [None, "/docs"])
 def test_visible_node_heads_are_the_visible_nodes_columns(db, prefix):
-    """Search reads the searchable nodes as six columns (no ORM instance per node); they are
-    exactly the visible versions' columns, on a branch that replaced, deleted and added nodes,
-    at its head and as of its fork."""
+    """Search reads the searchable nodes as seven columns (no ORM instance per node); they are
+    exactly the visible versions' columns (the version's id too, by which search reads its hits'
+    properties), on a branch that replaced, deleted and added nodes, at its head and as of its
+    fork."""
     for path in ("/docs", "/docs/a", "/docs/b", "/docs/c", "/other"):
         write(db, "main", path, path)
     with db.write() as s:
@@ -162,7 +163,8 @@ def test_visible_node_heads_are_the_visible_nodes_columns(db, prefix):
             view = branch_view(s, "r", branch, at_revision=at)
             full = nodes.visible_nodes(s, view, path_prefix=prefix)
             heads = nodes.visible_node_heads(s, view, path_prefix=prefix)
-            expect = sorted((n.node_id, n.workspace_id, n.branch_id, n.path, n.node_type, n.content_key) for n in full)
+            expect = sorted((n.node_id, n.workspace_id, n.branch_id, n.path, n.node_type, n.content_key, n.id)
+                            for n in full)
             assert sorted(tuple(h) for h in heads) == expect and expect
             assert {h.path for h in heads} >= {"/docs/a"}
     with db.read() as s:

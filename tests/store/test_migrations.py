@@ -47,6 +47,36 @@ def _upgrade_to(db, url, target):
         command.upgrade(cfg, target)
 
 
+def _legacy_repository(s, name):
+    """A repository, its main branch and its workspace ``w`` in the columns every revision has (the
+    store's functions write columns added since): ``(uid, workspace id)``."""
+    import uuid
+
+    from kg.store.models import Branch, Repository, Workspace, utcnow
+
+    uid = str(uuid.uuid4())
+    repo_id = s.execute(insert(Repository.__table__).values(uid=uid, name=name, head_revision=0, created_at=utcnow())
+                        .returning(Repository.__table__.c.id)).scalar_one()
+    s.execute(insert(Branch.__table__).values(repo_id=repo_id, name="main", parent_id=None, base_revision=None,
+                                              head_revision=0, created_at=utcnow()))
+    wid = s.execute(insert(Workspace.__table__).values(repo_id=repo_id, name="w", config={}, created_at=utcnow())
+                    .returning(Workspace.__table__.c.id)).scalar_one()
+    return uid, wid
+
+
+def _legacy_branch(s, repo_name, name):
+    """Branch ``name`` forked from main at the head, in the columns every revision has."""
+    from sqlalchemy import select
+
+    from kg.store.models import Branch, Repository, utcnow
+
+    repo_id, head = s.execute(select(Repository.id, Repository.head_revision)
+                              .where(Repository.name == repo_name)).one()
+    main = s.scalar(select(Branch.id).where(Branch.repo_id == repo_id, Branch.name == "main"))
+    s.execute(insert(Branch.__table__).values(repo_id=repo_id, name=name, parent_id=main, base_revision=head,
+                                              head_revision=head, created_at=utcnow()))
+
+
 def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url):
     """Legacy data (random ids, deletes that wrote no edge tombstones, a merge that hid an
     edge by replacing a node's id) read the same after 0008, except the hidden edge."""
@@ -58,9 +88,6 @@ def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url)
     from kg.store.repos import (
         begin_write,
         branch_view,
-        create_branch,
-        create_repository,
-        create_workspace,
         get_repository,
     )
     from kg.store.visibility import visible_select
@@ -84,8 +111,7 @@ def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url)
             rel_type="links", weight=None, properties={}, deleted=deleted, created_at=utcnow()))
 
     with db.write() as s:
-        repo = create_repository(s, name="r")
-        wid = create_workspace(s, repo, name="w").id
+        _, wid = _legacy_repository(s, "r")
     with db.write() as s:
         ctx = begin_write(s, "r", "main")
         a, b, d = node(s, ctx, "/a", {"t": "a"}), node(s, ctx, "/b", {"t": "b"}), node(s, ctx, "/d", {"t": "d"})
@@ -94,7 +120,7 @@ def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url)
         record = node(s, ctx, f"/kg/extractions/{d}", {"fingerprint": "x"})
         edge(s, ctx, a, b)
     with db.write() as s:
-        create_branch(s, get_repository(s, "r", lock=True), name="br")
+        _legacy_branch(s, "r", "br")
     with db.write() as s:
         ctx = begin_write(s, "r", "br")
         e_branch = node(s, ctx, "/e", {"t": "e"})
@@ -153,10 +179,6 @@ def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(d
     from kg.store.repos import (
         begin_write,
         branch_view,
-        create_branch,
-        create_repository,
-        create_workspace,
-        get_repository,
     )
 
     nfd_dir, nfd_cafe = unicodedata.normalize("NFD", "/caf\u00e9"), unicodedata.normalize("NFD", "caf\u00e9")
@@ -181,8 +203,7 @@ def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(d
             rel_type="links", weight=weight, properties={}, deleted=False, created_at=utcnow()))
 
     with db.write() as s:
-        repo = create_repository(s, name="r")
-        repo_uid, wid = repo.uid, create_workspace(s, repo, name="w").id
+        repo_uid, wid = _legacy_repository(s, "r")
     with db.write() as s:
         ctx = begin_write(s, "r", "main")
         folder = node(s, ctx, nfd_dir, {"v": "folder"})
@@ -194,7 +215,7 @@ def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(d
                         source_version_id=version.id, property_key="see", target_workspace="w",
                         target_path=nfd_dir + "/menu"))
     with db.write() as s:
-        create_branch(s, get_repository(s, "r", lock=True), name="br")
+        _legacy_branch(s, "r", "br")
     with db.write() as s:   # the NFC spelling written later on the branch: a second node then
         ctx = begin_write(s, "r", "br")
         nfc_menu = node(s, ctx, "/caf\u00e9/menu", {"v": "menu, later"})

@@ -1,0 +1,164 @@
+"""The branch view cache (kg.store.repos.ViewCache) and search's hit properties.
+
+Every read goes through the cache (kg.context.reading); a write that changes what a view holds
+(a revision, a branch created, deleted or reset, a workspace created, a merge) must be seen by
+the next read, in the same process and in another one: two Services objects on one database
+stand for two servers. The hits' properties, read by version id, must be what the view's
+window query (nodes_by_id) gives, on a branch with overrides and tombstones. Both databases.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kg.context import OPERATOR, reading, run
+from kg.errors import NotFound
+from kg.index.embedded import EmbeddedVectorIndex
+from kg.ops.branches import create_branch, delete_branch, reset_branch
+from kg.ops.merge import merge_branch
+from kg.ops.nodes import delete_node, put_node
+from kg.ops.queries import get_node
+from kg.ops.repos import create_repository, create_workspace
+from kg.providers.registry import make_embedder
+from kg.rag.search import SearchRequest, search_branch
+from kg.services import Services
+from kg.store.db import Database
+from kg.store.nodes import node_properties_by_id, nodes_by_id
+
+
+@pytest.fixture
+def pair(services):
+    """The test's services and a second Services object on the same database (another server)."""
+    settings = services.settings
+    other = Services(settings=settings, db=Database(settings.resolved_database_url()),
+                     index=EmbeddedVectorIndex(settings.data_dir.parent / "other-index"),
+                     embedder_factory=lambda name: make_embedder(name, allow_fake=True))
+    run(services, OPERATOR, create_repository, "r")
+    run(services, OPERATOR, create_workspace, "r", "kb")
+    run(services, OPERATOR, put_node, "r", "main", "kb", "/a", node_type="t", properties={"v": 1})
+    yield services, other
+    other.close()
+
+
+def _view(services, branch="main"):
+    with reading(services, OPERATOR, "r", branch) as (_, view):
+        return view
+
+
+def _warm(*all_services, branch="main"):
+    for services in all_services:
+        _view(services, branch)
+
+
+def test_a_read_is_answered_from_the_cache_until_a_write(pair):
+    one, _ = pair
+    first = _view(one)
+    hits = one.views.hits
+    again = _view(one)
+    assert again is first and one.views.hits == hits + 1
+    run(one, OPERATOR, put_node, "r", "main", "kb", "/b", node_type="t", properties={})
+    after = _view(one)
+    assert after is not first and after.revision == first.revision + 1
+
+
+def test_a_write_on_a_branch_is_seen_by_the_next_read_of_either_server(pair):
+    one, other = pair
+    run(one, OPERATOR, create_branch, "r", name="b")
+    _warm(one, other, branch="b")
+    before = _view(other, "b").revision
+    run(one, OPERATOR, put_node, "r", "b", "kb", "/a", node_type="t", properties={"v": 2})
+    for services in (one, other):
+        assert _view(services, "b").revision == before + 1
+        assert get_node(services, OPERATOR, "r", "b", "kb", "/a")["properties"] == {"v": 2}
+    assert get_node(other, OPERATOR, "r", "main", "kb", "/a")["properties"] == {"v": 1}
+
+
+def test_a_branch_created_or_deleted_by_one_server_is_seen_by_the_other(pair):
+    one, other = pair
+    _warm(one, other)
+    run(other, OPERATOR, create_branch, "r", name="b")
+    assert _view(one, "b").branch.name == "b"  # no revision was written: the layout counter says it
+    _warm(one, other, branch="b")
+    run(one, OPERATOR, delete_branch, "r", "b")
+    for services in (one, other):
+        with pytest.raises(NotFound):
+            _view(services, "b")
+    run(other, OPERATOR, create_branch, "r", name="b")  # created again: a new branch id
+    assert _view(one, "b").branch.id != _view(one).branch.id
+
+
+def test_a_workspace_created_by_one_server_is_seen_by_the_other(pair):
+    one, other = pair
+    _warm(one, other)
+    run(one, OPERATOR, create_workspace, "r", "notes")
+    assert sorted(_view(other).workspaces.values()) == ["kb", "notes"]
+    run(other, OPERATOR, put_node, "r", "main", "notes", "/n", node_type="t", properties={"x": 1})
+    assert get_node(one, OPERATOR, "r", "main", "notes", "/n")["properties"] == {"x": 1}
+
+
+def test_a_merge_and_a_reset_are_seen_by_the_other_server(pair):
+    one, other = pair
+    run(one, OPERATOR, create_branch, "r", name="b")
+    run(one, OPERATOR, put_node, "r", "b", "kb", "/c", node_type="t", properties={"on": "b"})
+    _warm(one, other)
+    _warm(one, other, branch="b")
+    run(other, OPERATOR, merge_branch, "r", "b", "main")
+    assert get_node(one, OPERATOR, "r", "main", "kb", "/c")["properties"] == {"on": "b"}
+    run(one, OPERATOR, put_node, "r", "main", "kb", "/d", node_type="t", properties={})
+    run(one, OPERATOR, put_node, "r", "b", "kb", "/e", node_type="t", properties={})
+    _warm(one, other, branch="b")
+    before = _view(other, "b")
+    run(one, OPERATOR, reset_branch, "r", "b")  # forked again at the repository's head: no revision
+    view = _view(other, "b")
+    assert view.repo.head_revision == before.repo.head_revision
+    assert view.branch.base_revision == view.repo.head_revision != before.branch.base_revision
+    with pytest.raises(NotFound):
+        get_node(other, OPERATOR, "r", "b", "kb", "/e")
+    assert get_node(other, OPERATOR, "r", "b", "kb", "/d")["path"] == "/d"
+
+
+def test_a_view_is_scoped_per_caller_though_shared(pair):
+    from kg.access import Actor, Grant
+
+    one, _ = pair
+    run(one, OPERATOR, create_workspace, "r", "notes")
+    whole = _view(one)
+    reader = Actor(kind="key", name="reader", key_id="1", grants=(Grant(repo="r", workspaces=("notes",)),))
+    with reading(one, reader, "r") as (_, scoped):
+        assert scoped.readable == frozenset(w for w, n in whole.workspaces.items() if n == "notes")
+    assert _view(one).readable is None  # the cached view is not the reader's
+
+
+def test_at_revision_reads_are_checked_against_the_cached_head(pair):
+    one, _ = pair
+    head = _view(one).revision
+    with reading(one, OPERATOR, "r", "main", at_revision=head) as (_, view):
+        assert view.revision == head
+    with pytest.raises(NotFound):
+        with reading(one, OPERATOR, "r", "main", at_revision=head + 1):
+            pass
+
+
+def test_hit_properties_are_what_the_window_query_gives_on_a_branch(pair):
+    one, _ = pair
+    for i in range(6):
+        run(one, OPERATOR, put_node, "r", "main", "kb", f"/p{i}", node_type="t",
+            properties={"content": f"whale sea number {i}", "i": i})
+    run(one, OPERATOR, create_branch, "r", name="b")
+    run(one, OPERATOR, put_node, "r", "b", "kb", "/p1", node_type="t",   # an override on the branch
+        properties={"content": "whale sea number 1 again", "i": 10})
+    run(one, OPERATOR, delete_node, "r", "b", "kb", "/p2")                # a tombstone
+    run(one, OPERATOR, put_node, "r", "main", "kb", "/p3", node_type="t",  # after the fork: not on b
+        properties={"content": "whale sea number 3 later", "i": 30})
+    for branch, mode in (("b", "vector"), ("b", "fulltext"), ("b", "hybrid"), ("main", "vector")):
+        answer = search_branch(one, OPERATOR, "r", branch, SearchRequest(query="whale sea", k=10, mode=mode))
+        with reading(one, OPERATOR, "r", branch) as (session, view):
+            ids = [r.node_id for r in answer.results]
+            expected = {nid: v.properties for nid, v in nodes_by_id(session, view, ids).items()}
+            assert node_properties_by_id(session, view, ids) == expected
+        assert {r.node_id: r.properties for r in answer.results} == expected
+        got = {r.path: r.properties["i"] for r in answer.results}
+        if branch == "b":
+            assert got["/p1"] == 10 and got["/p3"] == 3 and "/p2" not in got
+        else:
+            assert got["/p1"] == 1 and got["/p3"] == 30 and "/p2" in got
