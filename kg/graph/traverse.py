@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
 
 from kg.errors import InvalidInput
 from kg.graph.neighbors import Neighbor
@@ -131,20 +131,22 @@ def traverse(
         reached: list[Hashable] = []
         for node in frontier:
             edges = iter(neighbors(node))
-            for taken, edge in enumerate(edges):
-                if taken == fan_out:
-                    cut.append(chain((edge,), edges))
-                    break
-                if edge.node_id in seen:
+            for edge in islice(edges, fan_out):
+                other = edge[0]
+                if other in seen:
                     continue
                 if len(visits) == max_nodes:
                     truncated = True
                     break
-                seen.add(edge.node_id)
-                visits.append(Visit(edge.node_id, hop + 1, edge.relation_type, edge.weight, node))
-                reached.append(edge.node_id)
-            if truncated:
-                break
+                seen.add(other)
+                visits.append(Visit(other, hop + 1, edge[1], edge[2], node))
+                reached.append(other)
+            else:
+                rest = next(edges, None)  # past the fan-out: kept to decide ``truncated``
+                if rest is not None:
+                    cut.append(chain((rest,), edges))
+                continue
+            break
         frontier = reached
         hop += 1
     if not truncated:

@@ -254,6 +254,12 @@ class GraphView:
             found = self._sorted_list(node_id, direction, first=limit + 1)[:limit + 1]  # type: ignore[arg-type]
         return found[:limit], len(found) > limit
 
+    @property
+    def holds_validity(self) -> bool:
+        """Whether any edge (live or dormant) carries a validity; when none does, every edge
+        is valid always and :meth:`validity` answers ``(None, None, None)``. O(1)."""
+        return bool(self._validity)
+
     def validity(self, from_id: str, rel_type: str, to_id: str) -> Validity:
         """The world-time validity of one edge: ``(valid_from, valid_to, invalidated_by)``,
         each None when unset (an edge without any is valid always). O(1)."""

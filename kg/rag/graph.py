@@ -378,8 +378,8 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
 
     Notes
     -----
-    From the view: O(limit) for a hub (its sorted edges), O(d log d) for a node of degree d
-    below ``SORTED_MIN_DEGREE``, no SQL. From SQL (no view held): one statement returning at
+    From the view: O(limit) once a node's sorted edges are held (the first read of a direction
+    of d edges sorts them, O(d log d)), no SQL. From SQL (no view held): one statement returning at
     most ``limit + 1`` rows.
     """
     direction = check_direction(direction)
@@ -390,14 +390,7 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
         if graph is not None:
             found, truncated = graph.neighbors(node_id, direction=direction, types=wanted, limit=limit,
                                                workspaces=readable_names(view), at=at)
-            rows = []
-            for other, rel_type, weight, d, properties in found:
-                where = graph.address(other)
-                key = (node_id, rel_type, other) if d == "OUT" else (other, rel_type, node_id)
-                rows.append({"workspace": where.workspace, "path": where.path, "node_id": other,
-                             "relation_type": rel_type, "weight": weight, "direction": d,
-                             "properties": properties, **_validity_fields(*graph.validity(*key))})
-            return {"neighbors": rows, "truncated": truncated}
+            return {"neighbors": _view_rows(graph, node_id, found), "truncated": truncated}
     page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1, at=at)
     return {
         "neighbors": [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id,
@@ -406,6 +399,42 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
                       for r in page[:limit]],
         "truncated": len(page) > limit,
     }
+
+
+def _view_rows(graph: GraphView, node_id: str, found: Sequence[Neighbor]) -> list[dict[str, Any]]:
+    """NEIGHBORS rows of the view's edges around ``node_id``, in one pass.
+
+    The edges are the view's own (nothing is made per edge before this); each row is made
+    once here, its ISO 8601 times formatted once per distinct time, and an edge without
+    properties gets a dict of its own (the view's empty one is shared).
+    """
+    address = graph.address
+    if not graph.holds_validity:
+        return [{"workspace": (where := address(other)).workspace, "path": where.path, "node_id": other,
+                 "relation_type": rel_type, "weight": weight, "direction": d, "properties": properties or {},
+                 "valid_from": None, "valid_to": None, "invalidated_by": None}
+                for other, rel_type, weight, d, properties in found]
+    times: dict[tuple[datetime, Any], str] = {}  # by the time and its zone: equal instants may print apart
+
+    def text(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        key = (value, value.tzinfo)
+        found_text = times.get(key)
+        if found_text is None:
+            found_text = times[key] = value.isoformat()
+        return found_text
+
+    rows = []
+    validity = graph.validity
+    for other, rel_type, weight, d, properties in found:
+        where = address(other)
+        valid_from, valid_to, invalidated_by = (validity(node_id, rel_type, other) if d == "OUT"  # type: ignore[arg-type]
+                                                else validity(other, rel_type, node_id))  # type: ignore[arg-type]
+        rows.append({"workspace": where.workspace, "path": where.path, "node_id": other,
+                     "relation_type": rel_type, "weight": weight, "direction": d, "properties": properties or {},
+                     "valid_from": text(valid_from), "valid_to": text(valid_to), "invalidated_by": invalidated_by})
+    return rows
 
 
 def _validity_fields(valid_from: datetime | None, valid_to: datetime | None,
