@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import chain, islice
 
 from kg.errors import InvalidInput
-from kg.graph.neighbors import Neighbor
+from kg.graph.neighbors import Edge
 
 MAX_HOPS = 10
 MAX_NODES = 10_000
@@ -57,7 +57,7 @@ def check_walk_bounds(hops: int, max_nodes: int, fan_out: int) -> None:
 
 def traverse(
     seeds: Sequence[Hashable],
-    neighbors: Callable[[Hashable], Iterable[Neighbor]],
+    neighbors: Callable[[Hashable], Iterable[Edge]],
     *,
     hops: int = 2,
     max_nodes: int = 200,
@@ -70,7 +70,7 @@ def traverse(
     seeds : sequence of hashable
         Start nodes, hop 0, in the order given (repeats are ignored). They count towards
         ``max_nodes``.
-    neighbors : callable(node) -> iterable of Neighbor
+    neighbors : callable(node) -> iterable of Edge
         The edges around a node in the stable order (weight desc with null last, address, type,
         direction), already filtered by direction and relation type. Consumed lazily: the walk
         reads at most ``fan_out`` edges of a node, plus, only to decide ``truncated``, as many
@@ -125,7 +125,7 @@ def traverse(
         seen.add(seed)
         visits.append(Visit(seed, 0, None, None, None))
         frontier.append(seed)
-    cut: list[Iterator[Neighbor]] = []  # edges past a node's fan-out, not yet read
+    cut: list[Iterator[Edge]] = []  # edges past a node's fan-out, not yet read
     hop = 0
     while frontier and hop < hops and not truncated:
         reached: list[Hashable] = []
@@ -150,5 +150,5 @@ def traverse(
         frontier = reached
         hop += 1
     if not truncated:
-        truncated = any(edge.node_id not in seen for rest in cut for edge in rest)
+        truncated = any(edge[0] not in seen for rest in cut for edge in rest)
     return Walk(visits, truncated)

@@ -21,11 +21,14 @@ plain weighted edges.
 
 Reads: each node keeps its out-edges and its in-edges apart (networkx's ``succ`` and ``pred``),
 and the first read of one direction of a node sorts that direction's edges once, in the stable
-order, into a list of :class:`~kg.graph.neighbors.Neighbor` kept for the next reads (updated in
-place by :meth:`GraphView.apply`). A walk in one direction reads only that direction's edges and
-makes no object per edge; NEIGHBORS with a limit reads ``limit + 1`` of them; ``BOTH`` merges the
-two sorted lists lazily. The lists are bounded by ``max_sorted_entries`` and evicted
-least-recently-used.
+order, into a list of plain tuples (:data:`~kg.graph.neighbors.Edge`: a
+:class:`~kg.graph.neighbors.Neighbor`'s fields) kept for the next reads (updated in place by
+:meth:`GraphView.apply`). An edge without properties holds None there, so its tuple holds no
+container and the cyclic collector stops tracking it (it untracks exact tuples only, not named
+tuples): a million tracked entries would make every full collection walk them. A walk in one
+direction reads only that direction's edges and makes no object per edge; NEIGHBORS with a
+limit reads ``limit + 1`` of them; ``BOTH`` merges the two sorted lists lazily. The lists are
+bounded by ``max_sorted_entries`` and evicted least-recently-used.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from typing import Any, Literal
 
 import networkx as nx
 
-from kg.graph.neighbors import Direction, Neighbor, SortKey
+from kg.graph.neighbors import Direction, Edge, Neighbor, SortKey
 from kg.graph.validity import ValidAt, valid_at
 
 #: The estimate of a view's memory (:attr:`GraphView.estimated_bytes`), measured with
@@ -62,8 +65,6 @@ SMALL_MERGE = 64
 EdgeKey = tuple[str, str, str]  # (from node id, relation type, to node id)
 #: A node's sorted list of one direction: ``(node id, "OUT" or "IN")``.
 ListKey = tuple[str, str]
-#: The properties of an edge without any, shared by every Neighbor of the view: never mutate.
-NO_PROPERTIES: dict[str, Any] = {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,7 @@ class GraphView:
         self._by_address: dict[tuple[str, str], str] = {}
         self._dormant: dict[EdgeKey, tuple[float | None, dict | None]] = {}
         self._dormant_by_node: dict[str, set[EdgeKey]] = {}
-        self._sorted: OrderedDict[ListKey, list[Neighbor]] = OrderedDict()
+        self._sorted: OrderedDict[ListKey, list[Edge]] = OrderedDict()
         self._sorted_entries = 0
         self._shared_attrs: dict[float | None, dict] = {}
         self._ids: dict[str, str] = {}
@@ -179,7 +180,7 @@ class GraphView:
 
     def iter_neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
                        types: Collection[str] | None = None,
-                       workspaces: Collection[str] | None = None, at: ValidAt = None) -> Iterator[Neighbor]:
+                       workspaces: Collection[str] | None = None, at: ValidAt = None) -> Iterator[Edge]:
         """The edges around ``node_id`` in the stable order, lazily.
 
         Parameters
@@ -196,8 +197,10 @@ class GraphView:
 
         Returns
         -------
-        iterator of Neighbor
-            The view's own Neighbor objects (their ``properties`` must not be mutated).
+        iterator of Edge
+            The view's own tuples, in :class:`~kg.graph.neighbors.Neighbor`'s field order (read
+            them by index or unpacking; :meth:`neighbors` answers Neighbor objects):
+            ``properties`` is the edge's own dict (never mutate it), or None when it has none.
 
         Notes
         -----
@@ -208,7 +211,7 @@ class GraphView:
         """
         if node_id not in self.graph:
             return iter(())
-        edges: Iterable[Neighbor]
+        edges: Iterable[Edge]
         if direction == "BOTH":
             edges = self._merged(self._sorted_list(node_id, "IN"), self._sorted_list(node_id, "OUT"))  # type: ignore[arg-type]
         else:
@@ -218,9 +221,9 @@ class GraphView:
             return iter(edges)
         return self._filtered(edges, node_id, types, workspaces, validity, at)  # type: ignore[arg-type]
 
-    def _filtered(self, edges: Iterable[Neighbor], node_id: str, types: Collection[str] | None,
+    def _filtered(self, edges: Iterable[Edge], node_id: str, types: Collection[str] | None,
                   workspaces: Collection[str] | None, validity: dict[EdgeKey, Validity] | None,
-                  at: ValidAt) -> Iterator[Neighbor]:
+                  at: ValidAt) -> Iterator[Edge]:
         addresses = self._addresses
         for edge in edges:
             other, rel_type = edge[0], edge[1]
@@ -240,9 +243,20 @@ class GraphView:
                   workspaces: Collection[str] | None = None, at: ValidAt = None) -> tuple[list[Neighbor], bool]:
         """At most ``limit`` edges around ``node_id`` in the stable order, and whether more
         matched (reads ``limit + 1`` of a node's sorted edges, not its degree); ``workspaces``
-        and ``at`` as in :meth:`iter_neighbors`: the filters apply before the cut."""
+        and ``at`` as in :meth:`iter_neighbors`: the filters apply before the cut. As
+        :meth:`edges`, each made a :class:`~kg.graph.neighbors.Neighbor`."""
+        found, more = self.edges(node_id, direction=direction, types=types, limit=limit, workspaces=workspaces,
+                                 at=at)
+        return list(map(Neighbor._make, found)), more
+
+    def edges(self, node_id: Hashable, *, direction: Direction = "BOTH",
+              types: Collection[str] | None = None, limit: int,
+              workspaces: Collection[str] | None = None, at: ValidAt = None) -> tuple[list[Edge], bool]:
+        """:meth:`neighbors` as the view's own tuples (:data:`~kg.graph.neighbors.Edge`): nothing
+        is made per edge (a slice of a node's sorted list when no filter applies)."""
         if node_id not in self.graph:
             return [], False
+        found: list[Edge]
         if (types is not None or workspaces is not None or (at is not None and self._validity)):
             found = list(itertools.islice(self.iter_neighbors(
                 node_id, direction=direction, types=types, workspaces=workspaces, at=at), limit + 1))
@@ -420,7 +434,7 @@ class GraphView:
             shared = self._shared_attrs[weight] = {"weight": weight, "properties": None}
         return shared
 
-    def _order_key(self, edge: Neighbor) -> SortKey:
+    def _order_key(self, edge: Edge) -> SortKey:
         """The stable-order key of an edge of a node's sorted list (:mod:`kg.graph.neighbors`)."""
         w = edge[2]
         return (w is None, -w if w is not None else 0.0, self._addresses[edge[0]].address,  # type: ignore[index]
@@ -433,9 +447,9 @@ class GraphView:
             # networkx's own adjacency dict (succ and pred share it): swap in the shared attrs.
             self.graph._succ[f][to][t] = self._attrs(weight, properties or None)
             self.edge_count += 1
-            shown = properties or NO_PROPERTIES
-            self._sorted_insert((f, "OUT"), Neighbor(to, t, weight, "OUT", shown))
-            self._sorted_insert((to, "IN"), Neighbor(f, t, weight, "IN", shown))
+            shown = properties or None
+            self._sorted_insert((f, "OUT"), (to, t, weight, "OUT", shown))
+            self._sorted_insert((to, "IN"), (f, t, weight, "IN", shown))
         else:
             self._dormant[key] = (weight, properties or None)
             for end in (f, to):
@@ -446,8 +460,8 @@ class GraphView:
         keyed = self.graph._succ.get(f, {}).get(to)
         if keyed is not None and t in keyed:
             weight = keyed[t]["weight"]
-            self._sorted_delete((f, "OUT"), Neighbor(to, t, weight, "OUT", NO_PROPERTIES))
-            self._sorted_delete((to, "IN"), Neighbor(f, t, weight, "IN", NO_PROPERTIES))
+            self._sorted_delete((f, "OUT"), (to, t, weight, "OUT", None))
+            self._sorted_delete((to, "IN"), (f, t, weight, "IN", None))
             self.graph.remove_edge(f, to, key=t)
             self.edge_count -= 1
         elif self._dormant.pop(key, None) is not None:
@@ -493,7 +507,7 @@ class GraphView:
                 self._put_edge(key, weight, properties)
 
     def _sorted_list(self, node_id: str, direction: Literal["OUT", "IN"], *,
-                     first: int | None = None) -> list[Neighbor]:
+                     first: int | None = None) -> list[Edge]:
         """The edges of one direction of ``node_id`` in the stable order: kept from an earlier
         read, or sorted now and kept (within ``max_sorted_entries``, least-recently-used).
 
@@ -509,15 +523,15 @@ class GraphView:
         where = self._addresses
         # the sort key inlined: this runs once per node and direction read
         items = [((w := data["weight"]) is None, -w if w is not None else 0.0, where[other].address, t,
-                  Neighbor(other, t, w, direction, data["properties"] or NO_PROPERTIES))
+                  (other, t, w, direction, data["properties"] or None))
                  for other, keyed in adjacency.items() for t, data in keyed.items()]
         if len(items) > self.max_sorted_entries:  # never kept: sort only what is asked for
             if first is not None and first < len(items):
                 return [item[4] for item in heapq.nsmallest(first, items)]
             items.sort()
             return [item[4] for item in items]
-        items.sort()  # (address, type) is unique within a direction: the Neighbor is never compared
-        edges = [item[4] for item in items]
+        items.sort()  # (address, type) is unique within a direction: the edge is never compared
+        edges: list[Edge] = [item[4] for item in items]
         self._sorted[key] = edges
         self._sorted_entries += len(edges)
         while self._sorted_entries > self.max_sorted_entries:
@@ -525,7 +539,7 @@ class GraphView:
             self._sorted_entries -= len(dropped)
         return edges
 
-    def _merged(self, a: Sequence[Neighbor], b: Sequence[Neighbor]) -> Iterable[Neighbor]:
+    def _merged(self, a: Sequence[Edge], b: Sequence[Edge]) -> Iterable[Edge]:
         """Two sorted lists of a node (its in- and out-edges) as one, in the stable order.
 
         Small lists are sorted together; otherwise each edge of the shorter list is placed into
@@ -544,8 +558,8 @@ class GraphView:
         return self._merging(a, b, key)
 
     @staticmethod
-    def _merging(short: Sequence[Neighbor], long: Sequence[Neighbor],
-                 key: Callable[[Neighbor], SortKey]) -> Iterator[Neighbor]:
+    def _merging(short: Sequence[Edge], long: Sequence[Edge],
+                 key: Callable[[Edge], SortKey]) -> Iterator[Edge]:
         at = 0
         for edge in short:
             to = bisect.bisect_left(long, key(edge), lo=at, key=key)
@@ -555,13 +569,13 @@ class GraphView:
             at = to
         yield from itertools.islice(long, at, None)
 
-    def _sorted_insert(self, key: ListKey, edge: Neighbor) -> None:
+    def _sorted_insert(self, key: ListKey, edge: Edge) -> None:
         edges = self._sorted.get(key)
         if edges is not None:
             bisect.insort(edges, edge, key=self._order_key)
             self._sorted_entries += 1
 
-    def _sorted_delete(self, key: ListKey, edge: Neighbor) -> None:
+    def _sorted_delete(self, key: ListKey, edge: Edge) -> None:
         """Remove the edge of ``edge``'s other node and type (its weight as held: the key)."""
         edges = self._sorted.get(key)
         if edges is not None:

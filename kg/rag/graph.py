@@ -35,6 +35,7 @@ from kg.errors import InvalidInput
 from kg.graph.neighbors import (
     DEFAULT_LIMIT,
     Direction,
+    Edge,
     Neighbor,
     check_direction,
     check_limit,
@@ -388,8 +389,8 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     with current_graph(session, services, view, build=False) as graph:
         node_id, _, _ = _node_id(session, view, graph, address)
         if graph is not None:
-            found, truncated = graph.neighbors(node_id, direction=direction, types=wanted, limit=limit,
-                                               workspaces=readable_names(view), at=at)
+            found, truncated = graph.edges(node_id, direction=direction, types=wanted, limit=limit,
+                                           workspaces=readable_names(view), at=at)
             return {"neighbors": _view_rows(graph, node_id, found), "truncated": truncated}
     page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1, at=at)
     return {
@@ -401,7 +402,7 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     }
 
 
-def _view_rows(graph: GraphView, node_id: str, found: Sequence[Neighbor]) -> list[dict[str, Any]]:
+def _view_rows(graph: GraphView, node_id: str, found: Sequence[Edge]) -> list[dict[str, Any]]:
     """NEIGHBORS rows of the view's edges around ``node_id``, in one pass.
 
     The edges are the view's own (nothing is made per edge before this); each row is made
@@ -669,8 +670,9 @@ def follow_subjects(session: Session, services: Resources, view: BranchView, see
                                                  at=at):
                     if len(found) == fan_out:
                         return found, True
-                    where = graph.address(edge.node_id)
-                    found.append((edge.node_id, where.workspace, where.path, edge.weight))
+                    other, weight = edge[0], edge[2]
+                    where = graph.address(other)
+                    found.append((other, where.workspace, where.path, weight))
                 return found, False
             rows = store.list_neighbors(session, view, node_id, direction=direction,  # type: ignore[arg-type]
                                         types=wanted, limit=fan_out + 1, at=at)
@@ -771,8 +773,8 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
                 for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted,
                                                  workspaces=scope, at=at):
                     degree += 1
-                    if edge.node_id in members:
-                        inside.append(edge.node_id)
+                    if edge[0] in members:
+                        inside.append(edge[0])
                     if degree >= max_degree:
                         break
                 for other in inside:

@@ -51,7 +51,7 @@ class Model:
                 g.add_node(node)
         for (f, t, to), (w, props, window) in self.rels.items():
             if f in g and to in g:
-                g.add_edge(f, to, key=t, weight=w, properties=props or {}, window=window)
+                g.add_edge(f, to, key=t, weight=w, properties=props or None, window=window)
         return g
 
     def address(self, node: str) -> str:
