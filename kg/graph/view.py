@@ -53,11 +53,12 @@ from kg.graph.validity import ValidAt, valid_at
 #: ``tracemalloc``: an empty view (its graph, dicts and lock) about 1.4 kB,
 #: a node with relations (adjacency dicts, address, id) about 950 B, a plain edge about 200 B
 #: (a million edges between 100,000 nodes: about 350 MB, as ``bench/graph.py`` measures), an
-#: edge in a node's sorted list (a ``Neighbor`` and its slot) about 90 B.
+#: edge in a node's sorted list (its 5-tuple, its slot, the list and key of each node and
+#: direction) about 110 B at ten edges per list.
 VIEW_BYTES = 2_000
 NODE_BYTES = 1_000
 EDGE_BYTES = 250
-SORTED_ENTRY_BYTES = 100
+SORTED_ENTRY_BYTES = 110
 #: Two sorted lists together at most this long are merged by sorting their concatenation
 #: (``BOTH`` on a node of small degree); longer ones lazily.
 SMALL_MERGE = 64
