@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice
+from typing import NamedTuple
 
 from kg.errors import InvalidInput
 from kg.graph.neighbors import Edge
@@ -20,11 +21,10 @@ MAX_NODES = 10_000
 MAX_FAN_OUT = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class Visit:
+class Visit(NamedTuple):
     """A node the walk reached: at ``hop`` from the nearest seed, through the edge that first
     reached it (``via`` its type, ``weight``, ``parent`` the node it came from; all None for a
-    seed)."""
+    seed). A named tuple: a walk makes one per node reached, and it is the cheapest to make."""
 
     node_id: Hashable
     hop: int
