@@ -407,7 +407,7 @@ def _view_rows(graph: GraphView, node_id: str, found: Sequence[Edge]) -> list[di
 
     The edges are the view's own (nothing is made per edge before this); each row is made
     once here, its ISO 8601 times formatted once per distinct time, and an edge without
-    properties gets a dict of its own (the view's empty one is shared).
+    properties (None in the view) gets an empty dict of its own.
     """
     address = graph.address
     if not graph.holds_validity:
