@@ -30,17 +30,23 @@ DEFAULT_LIMIT = 100
 SortKey = tuple[bool, float, str, str, str]
 
 
+#: One edge seen from a node as a plain tuple, in :class:`Neighbor`'s field order (a Neighbor is
+#: one): what the networkx view keeps and what walks read, by index or by unpacking.
+Edge = tuple[Hashable, str, float | None, str, dict[str, Any] | None]
+
+
 class Neighbor(NamedTuple):
     """One edge seen from a node: the node at the other end, type, weight, direction, properties.
 
-    A named tuple: traversals make one per edge read, and tuples are the cheapest to make.
+    A named tuple, the cheapest object to make. ``properties`` is None for an edge without any
+    in the networkx view's answers (:mod:`kg.graph.view`); read it as ``edge.properties or {}``.
     """
 
     node_id: Hashable
     relation_type: str
     weight: float | None
     direction: Literal["OUT", "IN"]
-    properties: dict[str, Any]
+    properties: dict[str, Any] | None
 
 
 def sort_key(weight: float | None, address: str, relation_type: str, direction: str) -> SortKey:

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
+from typing import NamedTuple
 
 from kg.errors import InvalidInput
-from kg.graph.neighbors import Neighbor
+from kg.graph.neighbors import Edge
 
 MAX_HOPS = 10
 MAX_NODES = 10_000
 MAX_FAN_OUT = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class Visit:
+class Visit(NamedTuple):
     """A node the walk reached: at ``hop`` from the nearest seed, through the edge that first
     reached it (``via`` its type, ``weight``, ``parent`` the node it came from; all None for a
-    seed)."""
+    seed). A named tuple: a walk makes one per node reached, and it is the cheapest to make."""
 
     node_id: Hashable
     hop: int
@@ -57,7 +57,7 @@ def check_walk_bounds(hops: int, max_nodes: int, fan_out: int) -> None:
 
 def traverse(
     seeds: Sequence[Hashable],
-    neighbors: Callable[[Hashable], Iterable[Neighbor]],
+    neighbors: Callable[[Hashable], Iterable[Edge]],
     *,
     hops: int = 2,
     max_nodes: int = 200,
@@ -70,7 +70,7 @@ def traverse(
     seeds : sequence of hashable
         Start nodes, hop 0, in the order given (repeats are ignored). They count towards
         ``max_nodes``.
-    neighbors : callable(node) -> iterable of Neighbor
+    neighbors : callable(node) -> iterable of Edge
         The edges around a node in the stable order (weight desc with null last, address, type,
         direction), already filtered by direction and relation type. Consumed lazily: the walk
         reads at most ``fan_out`` edges of a node, plus, only to decide ``truncated``, as many
@@ -125,28 +125,30 @@ def traverse(
         seen.add(seed)
         visits.append(Visit(seed, 0, None, None, None))
         frontier.append(seed)
-    cut: list[Iterator[Neighbor]] = []  # edges past a node's fan-out, not yet read
+    cut: list[Iterator[Edge]] = []  # edges past a node's fan-out, not yet read
     hop = 0
     while frontier and hop < hops and not truncated:
         reached: list[Hashable] = []
         for node in frontier:
             edges = iter(neighbors(node))
-            for taken, edge in enumerate(edges):
-                if taken == fan_out:
-                    cut.append(chain((edge,), edges))
-                    break
-                if edge.node_id in seen:
+            for edge in islice(edges, fan_out):
+                other = edge[0]
+                if other in seen:
                     continue
                 if len(visits) == max_nodes:
                     truncated = True
                     break
-                seen.add(edge.node_id)
-                visits.append(Visit(edge.node_id, hop + 1, edge.relation_type, edge.weight, node))
-                reached.append(edge.node_id)
-            if truncated:
-                break
+                seen.add(other)
+                visits.append(Visit(other, hop + 1, edge[1], edge[2], node))
+                reached.append(other)
+            else:
+                rest = next(edges, None)  # past the fan-out: kept to decide ``truncated``
+                if rest is not None:
+                    cut.append(chain((rest,), edges))
+                continue
+            break
         frontier = reached
         hop += 1
     if not truncated:
-        truncated = any(edge.node_id not in seen for rest in cut for edge in rest)
+        truncated = any(edge[0] not in seen for rest in cut for edge in rest)
     return Walk(visits, truncated)

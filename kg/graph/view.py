@@ -17,41 +17,55 @@ Rules kept here, the same as SQL visibility (``kg.store.relations.visible_relati
 
 Memory: the edge attribute dicts of edges with no properties are shared per weight value (they
 are never mutated: an update replaces the dict), which roughly halves the size of a graph of
-plain weighted edges. Hubs (degree >= ``SORTED_MIN_DEGREE``) keep their edges sorted in the
-stable order, so NEIGHBORS with a limit reads only ``limit + 1`` of them; those lists are
+plain weighted edges.
+
+Reads: each node keeps its out-edges and its in-edges apart (networkx's ``succ`` and ``pred``),
+and the first read of one direction of a node sorts that direction's edges once, in the stable
+order, into a list of plain tuples (:data:`~kg.graph.neighbors.Edge`: a
+:class:`~kg.graph.neighbors.Neighbor`'s fields) kept for the next reads (updated in place by
+:meth:`GraphView.apply`). An edge without properties holds None there, so its tuple holds no
+container and the cyclic collector stops tracking it (it untracks exact tuples only, not named
+tuples): a million tracked entries would make every full collection walk them. A walk in one
+direction reads only that direction's edges and makes no object per edge; NEIGHBORS with a
+limit reads ``limit + 1`` of them; ``BOTH`` merges the two sorted lists lazily. The lists are
 bounded by ``max_sorted_entries`` and evicted least-recently-used.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
 import networkx as nx
 
-from kg.graph.neighbors import Direction, Neighbor, SortKey, sort_key
+from kg.graph.neighbors import Direction, Edge, Neighbor, SortKey
 from kg.graph.validity import ValidAt, valid_at
-
-SORTED_MIN_DEGREE = 64
 
 #: The estimate of a view's memory (:attr:`GraphView.estimated_bytes`), measured with
 #: ``tracemalloc``: an empty view (its graph, dicts and lock) about 1.4 kB,
 #: a node with relations (adjacency dicts, address, id) about 950 B, a plain edge about 200 B
-#: (a million edges between 100,000 nodes: about 350 MB, as ``bench/graph.py`` measures).
+#: (a million edges between 100,000 nodes: about 350 MB, as ``bench/graph.py`` measures), an
+#: edge in a node's sorted list (its 5-tuple, its slot, the list and key of each node and
+#: direction) about 110 B at ten edges per list.
 VIEW_BYTES = 2_000
 NODE_BYTES = 1_000
 EDGE_BYTES = 250
+SORTED_ENTRY_BYTES = 110
+#: Two sorted lists together at most this long are merged by sorting their concatenation
+#: (``BOTH`` on a node of small degree); longer ones lazily.
+SMALL_MERGE = 64
 
 EdgeKey = tuple[str, str, str]  # (from node id, relation type, to node id)
-# (sort key..., other node id): one edge seen from one node.
-Entry = tuple[bool, float, str, str, Literal["OUT", "IN"], str]
+#: A node's sorted list of one direction: ``(node id, "OUT" or "IN")``.
+ListKey = tuple[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +106,6 @@ class NodeRow:
     deleted: bool = False
 
 
-def _entry(key: SortKey, other: str) -> Entry:
-    return (*key, other)  # type: ignore[return-value]
-
-
 class GraphView:
     """What one branch's relations look like at :attr:`revision`, in memory.
 
@@ -104,7 +114,8 @@ class GraphView:
     revision : int
         The revision the rows given to :meth:`load` were read at.
     max_sorted_entries : int
-        Budget of the hubs' sorted edge lists (entries, across all hubs of this view).
+        Budget of the nodes' sorted edge lists (entries, across every node and direction of
+        this view).
 
     Attributes
     ----------
@@ -124,7 +135,7 @@ class GraphView:
         self._by_address: dict[tuple[str, str], str] = {}
         self._dormant: dict[EdgeKey, tuple[float | None, dict | None]] = {}
         self._dormant_by_node: dict[str, set[EdgeKey]] = {}
-        self._sorted: OrderedDict[str, list[Entry]] = OrderedDict()
+        self._sorted: OrderedDict[ListKey, list[Edge]] = OrderedDict()
         self._sorted_entries = 0
         self._shared_attrs: dict[float | None, dict] = {}
         self._ids: dict[str, str] = {}
@@ -145,11 +156,12 @@ class GraphView:
     def estimated_bytes(self) -> int:
         """An estimate of the memory the view holds, in bytes: what the cache's budget counts.
 
-        ``VIEW_BYTES + NODE_BYTES * nodes + EDGE_BYTES * (edges + dormant + sorted entries)``;
+        ``VIEW_BYTES + NODE_BYTES * nodes + EDGE_BYTES * (edges + dormant)
+        + SORTED_ENTRY_BYTES * sorted entries``;
         a view without edges still costs ``VIEW_BYTES``. O(1).
         """
-        return (VIEW_BYTES + NODE_BYTES * len(self._ids)
-                + EDGE_BYTES * (self.cost + self._sorted_entries // 4))
+        return (VIEW_BYTES + NODE_BYTES * len(self._ids) + EDGE_BYTES * self.cost
+                + SORTED_ENTRY_BYTES * self._sorted_entries)
 
     @property
     def node_count(self) -> int:
@@ -169,7 +181,7 @@ class GraphView:
 
     def iter_neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
                        types: Collection[str] | None = None,
-                       workspaces: Collection[str] | None = None, at: ValidAt = None) -> Iterator[Neighbor]:
+                       workspaces: Collection[str] | None = None, at: ValidAt = None) -> Iterator[Edge]:
         """The edges around ``node_id`` in the stable order, lazily.
 
         Parameters
@@ -184,56 +196,86 @@ class GraphView:
             Only edges valid at this world time (:func:`kg.graph.validity.valid_at`); None:
             every edge, whatever its validity.
 
+        Returns
+        -------
+        iterator of Edge
+            The view's own tuples, in :class:`~kg.graph.neighbors.Neighbor`'s field order (read
+            them by index or unpacking; :meth:`neighbors` answers Neighbor objects):
+            ``properties`` is the edge's own dict (never mutate it), or None when it has none.
+
         Notes
         -----
-        A hub's sorted list is kept (and updated in place by :meth:`apply`): reading k edges
-        costs O(k) plus the edges skipped by the direction, type and workspace filters. A node
-        of smaller degree d is sorted per call, O(d log d).
+        A direction's sorted list is made on its first read, O(d log d) for d edges in that
+        direction, and kept: a later read of k edges costs O(k) plus the edges skipped by the
+        type, workspace and validity filters. ``OUT`` and ``IN`` read only their own edges;
+        ``BOTH`` merges the two lists lazily (:meth:`_merged`).
         """
         if node_id not in self.graph:
-            return
-        entries = self._entries(node_id)  # type: ignore[arg-type]
-        succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
-        addresses = self._addresses
+            return iter(())
+        edges: Iterable[Edge]
+        if direction == "BOTH":
+            edges = self._merged(self._sorted_list(node_id, "IN"), self._sorted_list(node_id, "OUT"))  # type: ignore[arg-type]
+        else:
+            edges = self._sorted_list(node_id, direction)  # type: ignore[arg-type]
         validity = self._validity if at is not None and self._validity else None
-        for _, _, _, rel_type, d, other in entries:
-            if direction != "BOTH" and d != direction:
-                continue
+        if types is None and workspaces is None and validity is None:
+            return iter(edges)
+        return self._filtered(edges, node_id, types, workspaces, validity, at)  # type: ignore[arg-type]
+
+    def _filtered(self, edges: Iterable[Edge], node_id: str, types: Collection[str] | None,
+                  workspaces: Collection[str] | None, validity: dict[EdgeKey, Validity] | None,
+                  at: ValidAt) -> Iterator[Edge]:
+        addresses = self._addresses
+        for edge in edges:
+            other, rel_type = edge[0], edge[1]
             if types is not None and rel_type not in types:
                 continue
-            if workspaces is not None and addresses[other].workspace not in workspaces:
+            if workspaces is not None and addresses[other].workspace not in workspaces:  # type: ignore[index]
                 continue
             if validity is not None:
-                interval = validity.get((node_id, rel_type, other) if d == "OUT" else (other, rel_type, node_id))  # type: ignore[arg-type]
+                interval = validity.get((node_id, rel_type, other) if edge[3] == "OUT"  # type: ignore[arg-type]
+                                        else (other, rel_type, node_id))
                 if interval is not None and not valid_at(interval[0], interval[1], at):
                     continue
-            data = (succ if d == "OUT" else pred)[other][rel_type]
-            yield Neighbor(other, rel_type, data["weight"], d, data["properties"] or {})
+            yield edge
 
     def neighbors(self, node_id: Hashable, *, direction: Direction = "BOTH",
                   types: Collection[str] | None = None, limit: int,
                   workspaces: Collection[str] | None = None, at: ValidAt = None) -> tuple[list[Neighbor], bool]:
         """At most ``limit`` edges around ``node_id`` in the stable order, and whether more
-        matched (reads ``limit + 1`` of a hub's sorted edges, not its degree); ``workspaces``
-        and ``at`` as in :meth:`iter_neighbors`: the filters apply before the cut."""
-        if (direction != "BOTH" or types is not None or workspaces is not None
-                or (at is not None and self._validity)):
-            found: list[Neighbor] = []
-            for edge in self.iter_neighbors(node_id, direction=direction, types=types, workspaces=workspaces,
-                                            at=at):
-                if len(found) == limit:
-                    return found, True
-                found.append(edge)
-            return found, False
+        matched (reads ``limit + 1`` of a node's sorted edges, not its degree); ``workspaces``
+        and ``at`` as in :meth:`iter_neighbors`: the filters apply before the cut. As
+        :meth:`edges`, each made a :class:`~kg.graph.neighbors.Neighbor`."""
+        found, more = self.edges(node_id, direction=direction, types=types, limit=limit, workspaces=workspaces,
+                                 at=at)
+        # tuple.__new__ in C: a Neighbor per edge without a Python call per edge (Neighbor._make is one)
+        made: list[Neighbor] = list(map(tuple.__new__, itertools.repeat(Neighbor), found))
+        return made, more
+
+    def edges(self, node_id: Hashable, *, direction: Direction = "BOTH",
+              types: Collection[str] | None = None, limit: int,
+              workspaces: Collection[str] | None = None, at: ValidAt = None) -> tuple[list[Edge], bool]:
+        """:meth:`neighbors` as the view's own tuples (:data:`~kg.graph.neighbors.Edge`): nothing
+        is made per edge (a slice of a node's sorted list when no filter applies)."""
         if node_id not in self.graph:
             return [], False
-        entries = self._entries(node_id)  # type: ignore[arg-type]
-        succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
-        rows = []
-        for _, _, _, rel_type, d, other in entries[:limit]:  # every edge matches: a slice
-            data = (succ if d == "OUT" else pred)[other][rel_type]
-            rows.append(Neighbor(other, rel_type, data["weight"], d, data["properties"] or {}))
-        return rows, len(entries) > limit
+        found: list[Edge]
+        if (types is not None or workspaces is not None or (at is not None and self._validity)):
+            found = list(itertools.islice(self.iter_neighbors(
+                node_id, direction=direction, types=types, workspaces=workspaces, at=at), limit + 1))
+        elif direction == "BOTH":
+            incoming = self._sorted_list(node_id, "IN", first=limit + 1)  # type: ignore[arg-type]
+            outgoing = self._sorted_list(node_id, "OUT", first=limit + 1)  # type: ignore[arg-type]
+            found = list(itertools.islice(self._merged(incoming[:limit + 1], outgoing[:limit + 1]), limit + 1))
+        else:
+            found = self._sorted_list(node_id, direction, first=limit + 1)[:limit + 1]  # type: ignore[arg-type]
+        return found[:limit], len(found) > limit
+
+    @property
+    def holds_validity(self) -> bool:
+        """Whether any edge (live or dormant) carries a validity; when none does, every edge
+        is valid always and :meth:`validity` answers ``(None, None, None)``. O(1)."""
+        return bool(self._validity)
 
     def validity(self, from_id: str, rel_type: str, to_id: str) -> Validity:
         """The world-time validity of one edge: ``(valid_from, valid_to, invalidated_by)``,
@@ -395,10 +437,11 @@ class GraphView:
             shared = self._shared_attrs[weight] = {"weight": weight, "properties": None}
         return shared
 
-    def _keys(self, key: EdgeKey, weight: float | None) -> tuple[Entry, Entry]:
-        f, t, to = key
-        return (_entry(sort_key(weight, self._addresses[to].address, t, "OUT"), to),
-                _entry(sort_key(weight, self._addresses[f].address, t, "IN"), f))
+    def _order_key(self, edge: Edge) -> SortKey:
+        """The stable-order key of an edge of a node's sorted list (:mod:`kg.graph.neighbors`)."""
+        w = edge[2]
+        return (w is None, -w if w is not None else 0.0, self._addresses[edge[0]].address,  # type: ignore[index]
+                edge[1], edge[3])
 
     def _put_edge(self, key: EdgeKey, weight: float | None, properties: dict | None) -> None:
         f, t, to = key
@@ -407,9 +450,9 @@ class GraphView:
             # networkx's own adjacency dict (succ and pred share it): swap in the shared attrs.
             self.graph._succ[f][to][t] = self._attrs(weight, properties or None)
             self.edge_count += 1
-            out_entry, in_entry = self._keys(key, weight)
-            self._sorted_insert(f, out_entry)
-            self._sorted_insert(to, in_entry)
+            shown = properties or None
+            self._sorted_insert((f, "OUT"), (to, t, weight, "OUT", shown))
+            self._sorted_insert((to, "IN"), (f, t, weight, "IN", shown))
         else:
             self._dormant[key] = (weight, properties or None)
             for end in (f, to):
@@ -419,11 +462,11 @@ class GraphView:
         f, t, to = key
         keyed = self.graph._succ.get(f, {}).get(to)
         if keyed is not None and t in keyed:
-            out_entry, in_entry = self._keys(key, keyed[t]["weight"])
+            weight = keyed[t]["weight"]
+            self._sorted_delete((f, "OUT"), (to, t, weight, "OUT", None))
+            self._sorted_delete((to, "IN"), (f, t, weight, "IN", None))
             self.graph.remove_edge(f, to, key=t)
             self.edge_count -= 1
-            self._sorted_delete(f, out_entry)
-            self._sorted_delete(to, in_entry)
         elif self._dormant.pop(key, None) is not None:
             for end in (f, to):
                 keys = self._dormant_by_node.get(end)
@@ -451,8 +494,10 @@ class GraphView:
             where = self._addresses.pop(node_id)
         if self._by_address.get((where.workspace, where.path)) == node_id:
             del self._by_address[(where.workspace, where.path)]
-        if self._sorted.pop(node_id, None) is not None:
-            self._recount_sorted()
+        for d in ("OUT", "IN"):
+            dropped = self._sorted.pop((node_id, d), None)
+            if dropped is not None:
+                self._sorted_entries -= len(dropped)
 
     def _revive(self, node_id: str, where: NodeAddress) -> None:
         """A node version is live: record its address; its dormant edges may come back."""
@@ -464,41 +509,80 @@ class GraphView:
                 self._remove_edge(key)
                 self._put_edge(key, weight, properties)
 
-    def _entries(self, node_id: str) -> list[Entry]:
-        cached = self._sorted.get(node_id)
-        if cached is not None:
-            self._sorted.move_to_end(node_id)
-            return cached
-        succ, pred = self.graph._succ[node_id], self.graph._pred[node_id]
-        where = self._addresses
-        # sort_key inlined: this runs per NEIGHBORS call for every node below the hub threshold
-        entries: list[Entry]
-        entries = [((w := data["weight"]) is None, -w if w is not None else 0.0, where[to].address, t, "OUT", to)
-                   for to, keyed in succ.items() for t, data in keyed.items()]
-        entries += [((w := data["weight"]) is None, -w if w is not None else 0.0, where[f].address, t, "IN", f)
-                    for f, keyed in pred.items() for t, data in keyed.items()]
-        entries.sort()
-        if len(entries) >= SORTED_MIN_DEGREE and len(entries) <= self.max_sorted_entries:
-            self._sorted[node_id] = entries
-            self._sorted_entries += len(entries)
-            while self._sorted_entries > self.max_sorted_entries:
-                _, dropped = self._sorted.popitem(last=False)
-                self._sorted_entries -= len(dropped)
-        return entries
+    def _sorted_list(self, node_id: str, direction: Literal["OUT", "IN"], *,
+                     first: int | None = None) -> list[Edge]:
+        """The edges of one direction of ``node_id`` in the stable order: kept from an earlier
+        read, or sorted now and kept (within ``max_sorted_entries``, least-recently-used).
 
-    def _sorted_insert(self, node_id: str, entry: Entry) -> None:
-        entries = self._sorted.get(node_id)
-        if entries is not None:
-            bisect.insort(entries, entry)
+        ``first``: only the first this many are needed; a list too long to keep is then cut
+        with a bounded heap (O(d log first)) instead of sorted whole.
+        """
+        key = (node_id, direction)
+        cached = self._sorted.get(key)
+        if cached is not None:
+            self._sorted.move_to_end(key)
+            return cached
+        adjacency = (self.graph._succ if direction == "OUT" else self.graph._pred)[node_id]
+        where = self._addresses
+        # the sort key inlined: this runs once per node and direction read
+        items = [((w := data["weight"]) is None, -w if w is not None else 0.0, where[other].address, t,
+                  (other, t, w, direction, data["properties"] or None))
+                 for other, keyed in adjacency.items() for t, data in keyed.items()]
+        if len(items) > self.max_sorted_entries:  # never kept: sort only what is asked for
+            if first is not None and first < len(items):
+                return [item[4] for item in heapq.nsmallest(first, items)]
+            items.sort()
+            return [item[4] for item in items]
+        items.sort()  # (address, type) is unique within a direction: the edge is never compared
+        edges: list[Edge] = [item[4] for item in items]
+        self._sorted[key] = edges
+        self._sorted_entries += len(edges)
+        while self._sorted_entries > self.max_sorted_entries:
+            _, dropped = self._sorted.popitem(last=False)
+            self._sorted_entries -= len(dropped)
+        return edges
+
+    def _merged(self, a: Sequence[Edge], b: Sequence[Edge]) -> Iterable[Edge]:
+        """Two sorted lists of a node (its in- and out-edges) as one, in the stable order.
+
+        Small lists are sorted together; otherwise each edge of the shorter list is placed into
+        the longer by binary search, O(s log l) key computations, lazily (a hub's first k
+        edges cost O(min(s, k) log l), not its degree).
+        """
+        if not a:
+            return b
+        if not b:
+            return a
+        key = self._order_key
+        if len(a) + len(b) <= SMALL_MERGE:
+            return sorted(itertools.chain(a, b), key=key)
+        if len(a) > len(b):
+            a, b = b, a
+        return self._merging(a, b, key)
+
+    @staticmethod
+    def _merging(short: Sequence[Edge], long: Sequence[Edge],
+                 key: Callable[[Edge], SortKey]) -> Iterator[Edge]:
+        at = 0
+        for edge in short:
+            to = bisect.bisect_left(long, key(edge), lo=at, key=key)
+            if to > at:
+                yield from itertools.islice(long, at, to)
+            yield edge
+            at = to
+        yield from itertools.islice(long, at, None)
+
+    def _sorted_insert(self, key: ListKey, edge: Edge) -> None:
+        edges = self._sorted.get(key)
+        if edges is not None:
+            bisect.insort(edges, edge, key=self._order_key)
             self._sorted_entries += 1
 
-    def _sorted_delete(self, node_id: str, entry: Entry) -> None:
-        entries = self._sorted.get(node_id)
-        if entries is not None:
-            i = bisect.bisect_left(entries, entry)
-            if i < len(entries) and entries[i] == entry:
-                del entries[i]
+    def _sorted_delete(self, key: ListKey, edge: Edge) -> None:
+        """Remove the edge of ``edge``'s other node and type (its weight as held: the key)."""
+        edges = self._sorted.get(key)
+        if edges is not None:
+            i = bisect.bisect_left(edges, self._order_key(edge), key=self._order_key)
+            if i < len(edges) and edges[i][0] == edge[0] and edges[i][1] == edge[1]:
+                del edges[i]
                 self._sorted_entries -= 1
-
-    def _recount_sorted(self) -> None:
-        self._sorted_entries = sum(len(v) for v in self._sorted.values())

@@ -35,6 +35,7 @@ from kg.errors import InvalidInput
 from kg.graph.neighbors import (
     DEFAULT_LIMIT,
     Direction,
+    Edge,
     Neighbor,
     check_direction,
     check_limit,
@@ -378,8 +379,8 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
 
     Notes
     -----
-    From the view: O(limit) for a hub (its sorted edges), O(d log d) for a node of degree d
-    below ``SORTED_MIN_DEGREE``, no SQL. From SQL (no view held): one statement returning at
+    From the view: O(limit) once a node's sorted edges are held (the first read of a direction
+    of d edges sorts them, O(d log d)), no SQL. From SQL (no view held): one statement returning at
     most ``limit + 1`` rows.
     """
     direction = check_direction(direction)
@@ -388,16 +389,9 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     with current_graph(session, services, view, build=False) as graph:
         node_id, _, _ = _node_id(session, view, graph, address)
         if graph is not None:
-            found, truncated = graph.neighbors(node_id, direction=direction, types=wanted, limit=limit,
-                                               workspaces=readable_names(view), at=at)
-            rows = []
-            for other, rel_type, weight, d, properties in found:
-                where = graph.address(other)
-                key = (node_id, rel_type, other) if d == "OUT" else (other, rel_type, node_id)
-                rows.append({"workspace": where.workspace, "path": where.path, "node_id": other,
-                             "relation_type": rel_type, "weight": weight, "direction": d,
-                             "properties": properties, **_validity_fields(*graph.validity(*key))})
-            return {"neighbors": rows, "truncated": truncated}
+            found, truncated = graph.edges(node_id, direction=direction, types=wanted, limit=limit,
+                                           workspaces=readable_names(view), at=at)
+            return {"neighbors": _view_rows(graph, node_id, found), "truncated": truncated}
     page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1, at=at)
     return {
         "neighbors": [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id,
@@ -406,6 +400,42 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
                       for r in page[:limit]],
         "truncated": len(page) > limit,
     }
+
+
+def _view_rows(graph: GraphView, node_id: str, found: Sequence[Edge]) -> list[dict[str, Any]]:
+    """NEIGHBORS rows of the view's edges around ``node_id``, in one pass.
+
+    The edges are the view's own (nothing is made per edge before this); each row is made
+    once here, its ISO 8601 times formatted once per distinct time, and an edge without
+    properties (None in the view) gets an empty dict of its own.
+    """
+    address = graph.address
+    if not graph.holds_validity:
+        return [{"workspace": (where := address(other)).workspace, "path": where.path, "node_id": other,
+                 "relation_type": rel_type, "weight": weight, "direction": d, "properties": properties or {},
+                 "valid_from": None, "valid_to": None, "invalidated_by": None}
+                for other, rel_type, weight, d, properties in found]
+    times: dict[tuple[datetime, Any], str] = {}  # by the time and its zone: equal instants may print apart
+
+    def text(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        key = (value, value.tzinfo)
+        found_text = times.get(key)
+        if found_text is None:
+            found_text = times[key] = value.isoformat()
+        return found_text
+
+    rows = []
+    validity = graph.validity
+    for other, rel_type, weight, d, properties in found:
+        where = address(other)
+        valid_from, valid_to, invalidated_by = (validity(node_id, rel_type, other) if d == "OUT"  # type: ignore[arg-type]
+                                                else validity(other, rel_type, node_id))  # type: ignore[arg-type]
+        rows.append({"workspace": where.workspace, "path": where.path, "node_id": other,
+                     "relation_type": rel_type, "weight": weight, "direction": d, "properties": properties or {},
+                     "valid_from": text(valid_from), "valid_to": text(valid_to), "invalidated_by": invalidated_by})
+    return rows
 
 
 def _validity_fields(valid_from: datetime | None, valid_to: datetime | None,
@@ -640,8 +670,9 @@ def follow_subjects(session: Session, services: Resources, view: BranchView, see
                                                  at=at):
                     if len(found) == fan_out:
                         return found, True
-                    where = graph.address(edge.node_id)
-                    found.append((edge.node_id, where.workspace, where.path, edge.weight))
+                    other, weight = edge[0], edge[2]
+                    where = graph.address(other)
+                    found.append((other, where.workspace, where.path, weight))
                 return found, False
             rows = store.list_neighbors(session, view, node_id, direction=direction,  # type: ignore[arg-type]
                                         types=wanted, limit=fan_out + 1, at=at)
@@ -742,8 +773,8 @@ def spread_activation(session: Session, services: Resources, view: BranchView, n
                 for edge in graph.iter_neighbors(node_id, direction=direction, types=wanted,
                                                  workspaces=scope, at=at):
                     degree += 1
-                    if edge.node_id in members:
-                        inside.append(edge.node_id)
+                    if edge[0] in members:
+                        inside.append(edge[0])
                     if degree >= max_degree:
                         break
                 for other in inside:

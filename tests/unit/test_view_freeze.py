@@ -108,3 +108,17 @@ def test_a_load_given_up_past_the_budget_is_released_not_dropped_whole(monkeypat
     assert not load_view(kept, _edges(2_000), _resolve, max_edges=1_000, release=False)
     assert released == [view]  # release=False: left to the caller (dropped whole)
     assert gc.isenabled()
+
+
+def test_the_sorted_lists_of_plain_edges_are_not_tracked_by_the_collector():
+    """A node's sorted list holds a plain tuple per edge: without properties it holds None, so
+    the collector untracks the tuple at its first pass and full passes do not walk the lists."""
+    view = GraphView(1)
+    rows = [EdgeRow("n0", "cites", f"n{i}", float(i % 3), {"k": i} if i == 7 else None) for i in range(1, 50)]
+    assert load_view(view, rows, _resolve)
+    edges = list(view.iter_neighbors("n0", direction="OUT"))
+    gc.collect()
+    plain = [e for e in edges if e[4] is None]
+    assert len(plain) == 48 and not any(gc.is_tracked(e) for e in plain)
+    assert [e[4] for e in edges if e[4] is not None] == [{"k": 7}]
+    assert view.neighbors("n0", direction="OUT", limit=1)[0][0].properties is None  # a Neighbor, made per call
