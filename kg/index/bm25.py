@@ -42,7 +42,7 @@ import numpy as np
 
 from kg.index.tokenize import TermNumbering, analyze, analyze_numbered
 
-__all__ = ["BM25Index", "GroupHit", "GroupStats", "top_k_indices"]
+__all__ = ["BM25Index", "GroupHit", "GroupStats", "Selection", "top_k_indices"]
 
 _MIN_TAIL_POSTINGS = 1 << 20
 """The tail is merged into the frozen segment once it holds this many postings (about 10,000
@@ -103,6 +103,28 @@ class GroupStats(NamedTuple):
     sorted_groups: bool
     """Whether ``groups`` never decreases along the selected documents (sync order), so a
     term's groups can be summed by runs instead of over every group."""
+
+
+class Selection(NamedTuple):
+    """The documents one search ranks, with their collection statistics (:meth:`BM25Index.selection`).
+
+    They depend on the mask only, not on the query, so a caller that searches one set of
+    documents many times (a branch state's chunks) computes them once. Immutable; valid for the
+    index that computed them (documents are only appended, so later additions do not change the
+    first ``n``).
+    """
+
+    n: int
+    """Documents ``0..n-1`` may be selected; the rest are left out."""
+    mask: np.ndarray | None
+    """(n,) bool: the documents selected; None when every one of the ``n`` is."""
+    n_selected: int
+    """BM25's N."""
+    avgdl: float
+    """Mean length of the selected documents (0.0 for none)."""
+    doc_norm: np.ndarray
+    """(n,) float64: ``k1 (1 - b + b |D| / avgdl)`` of each document, infinite for one left
+    out; empty when nothing is selected or every selected document is empty."""
 
 
 class _Frozen(NamedTuple):
@@ -402,8 +424,56 @@ class BM25Index:
             ids, tfs = ids[:cut], tfs[:cut]
         return (ids, tfs) if len(ids) else None
 
+    def selection(self, mask: np.ndarray | None = None) -> Selection:
+        """The query-independent part of :meth:`search` for one set of documents.
+
+        Parameters
+        ----------
+        mask : ndarray, shape (n,), bool, optional
+            As in :meth:`search`; not copied (the caller does not change it afterwards).
+
+        Returns
+        -------
+        Selection
+            To pass to :meth:`search` or :meth:`rank` as ``selection``, for as long as this
+            index lives.
+
+        Raises
+        ------
+        ValueError
+            ``mask`` is longer than :attr:`n_docs` or not one-dimensional.
+
+        Notes
+        -----
+        O(n): the selected documents' count and total length, and each document's length
+        normalisation ``k1 (1 - b + b |D| / avgdl)`` (infinite for one left out, so its
+        contributions are exactly 0). A mask selecting every document is kept as None: the
+        same statistics (the same integer total), and no per-posting mask lookups.
+        """
+        state = self._state
+        lengths_buf, n_docs = state.lengths, state.n_docs
+        if mask is None:
+            n, n_selected, total = n_docs, n_docs, state.total
+        else:
+            mask = np.asarray(mask, dtype=bool)
+            if mask.ndim != 1 or len(mask) > n_docs:
+                raise ValueError(f"mask must have shape (n,) with n <= {n_docs}: {mask.shape}")
+            n = len(mask)
+            n_selected = int(np.count_nonzero(mask))
+            # The exact integer sum, as the float64 mean of the selected lengths has it.
+            total = int(np.add.reduce(lengths_buf[:n], where=mask, dtype=np.int64))
+            if n_selected == n:
+                mask = None
+        avgdl = total / n_selected if n_selected else 0.0
+        if not n_selected or avgdl == 0.0:
+            return Selection(n, mask, n_selected, avgdl, np.zeros(0))
+        doc_norm = self.k1 * (1.0 - self.b + self.b * (lengths_buf[:n] / avgdl))
+        if mask is not None:
+            doc_norm[~mask] = np.inf
+        return Selection(n, mask, n_selected, avgdl, doc_norm)
+
     def search(
-        self, query: str, k: int, mask: np.ndarray | None = None
+        self, query: str, k: int, mask: np.ndarray | None = None, *, selection: Selection | None = None,
     ) -> list[tuple[int, float]]:
         r"""Rank documents by BM25 for ``query`` among the documents ``mask`` selects.
 
@@ -420,6 +490,9 @@ class BM25Index:
         mask : ndarray, shape (n,), bool, optional
             Candidate documents: ``mask[d]`` selects document ``d``; ``n <= n_docs`` and the
             documents from ``n`` on are left out. ``None`` selects every document.
+        selection : Selection, optional
+            :meth:`selection` of ``mask`` computed earlier by this index (then ``mask`` is not
+            given): the O(n) part of a search, done once for documents searched many times.
 
         Returns
         -------
@@ -431,7 +504,8 @@ class BM25Index:
         Raises
         ------
         ValueError
-            ``mask`` is longer than :attr:`n_docs` or not one-dimensional.
+            ``mask`` is longer than :attr:`n_docs` or not one-dimensional, or both ``mask``
+            and ``selection`` are given.
 
         Notes
         -----
@@ -459,8 +533,10 @@ class BM25Index:
         document's score is the same float sum, in query-term order.
 
         Time O(n + sum of df over the query terms + r log r) for r matching documents in the
-        worst case; with pruning the frequent terms cost O(df) (one boolean gather, for their
-        df among the selected documents) plus O(c log df) for c candidates. Memory O(n).
+        worst case, or O(sum of df + r log r) with ``selection`` (the O(n) part done); with
+        pruning the frequent terms cost O(df) (one boolean gather, for their df among the
+        selected documents; none when every document is selected) plus O(c log df) for c
+        candidates. Memory O(n) for the dense accumulator only.
 
         References
         ----------
@@ -469,74 +545,73 @@ class BM25Index:
         .. [2] H. Turtle and J. Flood, "Query evaluation: strategies and optimizations",
            Information Processing & Management 31(6), 1995, pp. 831-850.
         """
+        if selection is not None and mask is not None:
+            raise ValueError("search takes mask or selection, not both")
+        docs, scores = self.rank(query, k, mask, selection=selection)
+        return list(zip(docs.tolist(), scores.tolist(), strict=True))
+
+    def rank(
+        self, query: str, k: int, mask: np.ndarray | None = None, *, selection: Selection | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search`'s answer as two arrays: document ids (int64) and their scores (float64).
+
+        Raises
+        ------
+        ValueError
+            As :meth:`search`.
+        """
+        none = (np.zeros(0, np.int64), np.zeros(0))
         if k <= 0:
-            return []
+            return none
         query_terms = list(dict.fromkeys(self._analyze(query)))
         if not query_terms:
-            return []
+            return none
+        if selection is None:
+            selection = self.selection(mask)
+        elif mask is not None:
+            raise ValueError("rank takes mask or selection, not both")
+        n, chosen, n_selected, doc_norm = selection.n, selection.mask, selection.n_selected, selection.doc_norm
+        if not len(doc_norm):  # nothing selected, or only empty documents
+            return none
         state = self._state
-        lengths_buf, n_docs, total = state.lengths, state.n_docs, state.total
-        if mask is None:
-            n, n_selected, avgdl = n_docs, n_docs, total / n_docs if n_docs else 0.0
-        else:
-            mask = np.asarray(mask, dtype=bool)
-            if mask.ndim != 1 or len(mask) > n_docs:
-                raise ValueError(f"mask must have shape (n,) with n <= {n_docs}: {mask.shape}")
-            n = len(mask)
-            n_selected = int(np.count_nonzero(mask))
-            # The exact integer sum, as the float64 mean of the selected lengths has it.
-            selected_total = int(np.add.reduce(lengths_buf[:n], where=mask, dtype=np.int64))
-            avgdl = selected_total / n_selected if n_selected else 0.0
-        if n_selected == 0 or avgdl == 0.0:
-            return []
-        lengths = lengths_buf[:n]
         terms: list[_Term] = []
         for term in query_terms:
             postings = self._postings(state, term, n)
             if postings is None:
                 continue
             ids, tfs = postings
-            keep = None if mask is None else mask[ids]
+            keep = None if chosen is None else chosen[ids]
             df = len(ids) if keep is None else int(np.count_nonzero(keep))
             if df == 0:
                 continue
             terms.append(_Term(ids, tfs, keep, df, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
         if not terms:
-            return []
-        candidates = self._candidates(terms, k, lengths, avgdl, n)
-        if candidates is not None:
-            scores = self._score_docs(terms, candidates, lengths, avgdl)
+            return none
+        norm_of = doc_norm.__getitem__
+        pruned = self._candidates(terms, k, norm_of, n)
+        if pruned is not None:
+            candidates, scores = pruned
             hit = scores > 0
             candidates, scores = candidates[hit], scores[hit]
             best = top_k_indices(scores, k, tiebreak=candidates)
-            return [(int(candidates[i]), float(scores[i])) for i in best]
+            return candidates[best].astype(np.int64), scores[best]
         scores = np.zeros(n, dtype=np.float64)
-        doc_norm = None
-        if sum(len(t.ids) for t in terms) > n // 2:
-            # Frequent terms: every document's normalisation once, infinite where the mask
-            # leaves a document out (its contributions are then exactly 0), instead of
-            # selecting and normalising each term's postings.
-            doc_norm = self.k1 * (1.0 - self.b + self.b * (lengths / avgdl))
-            if mask is not None:
-                doc_norm[~mask] = np.inf
         for t in terms:
             ids, tfs = t.ids, t.tfs
-            if doc_norm is not None:
-                norm = doc_norm[ids]
-            else:
-                if t.keep is not None:
-                    ids, tfs = ids[t.keep], tfs[t.keep]
-                norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
+            if t.keep is not None and 2 * t.df < len(ids):  # mostly left out: score the selected only
+                ids, tfs = ids[t.keep], tfs[t.keep]
+            # a document left out has an infinite norm: its contribution is exactly 0
             tf = tfs.astype(np.float64)
-            scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + norm)
+            scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + doc_norm[ids])
         hits = np.flatnonzero(scores > 0)
         best = hits[top_k_indices(scores[hits], k)] if hits.size else hits
-        return [(int(d), float(scores[d])) for d in best]
+        return best.astype(np.int64), scores[best]
 
     def _candidates(
-        self, terms: list[_Term], k: int, lengths: np.ndarray, avgdl: float, n: int
-    ) -> np.ndarray | None:
-        """MaxScore: ascending doc ids outside which no document reaches the top ``k``, or None."""
+        self, terms: list[_Term], k: int, norm_of: Callable[[np.ndarray], np.ndarray], n: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """MaxScore: ascending doc ids outside which no document reaches the top ``k``, with
+        their full scores; or None (score every posting)."""
         if len(terms) < 2:
             return None
         order = sorted(range(len(terms)), key=lambda i: (terms[i].df, i))  # rarest first
@@ -544,9 +619,7 @@ class BM25Index:
         union = np.zeros(0, np.int32)
         for p in range(1, len(terms)):
             t = terms[order[p - 1]]
-            union = np.concatenate((union, t.ids if t.keep is None else t.ids[t.keep]))
-            union.sort()
-            union = union[np.flatnonzero(np.diff(union, prepend=-1))]
+            union = np.union1d(union, t.ids if t.keep is None else t.ids[t.keep])
             if len(union) > n * _CANDIDATE_SHARE:
                 return None
             rest = sum(bounds[p:])
@@ -554,32 +627,42 @@ class BM25Index:
             if (len(union) < k or rest >= sum(bounds[:p])
                     or sum(terms[i].df for i in order[p:]) < _PRUNE_GAIN * len(union)):
                 continue
-            partial = self._score_docs([terms[i] for i in sorted(order[:p])], union, lengths, avgdl)
+            parts = {i: self._contributions(terms[i], union, norm_of) for i in order[:p]}
+            partial = np.zeros(len(union))
+            for i in sorted(parts):  # query-term order
+                partial += parts[i]
             kth = float(np.partition(partial, len(partial) - k)[len(partial) - k])
             if rest < kth * (1.0 - 1e-9):  # a margin for the rounding of float sums
-                return union
+                scores = np.zeros(len(union))
+                for i, t in enumerate(terms):  # the same float sum as a full evaluation
+                    scores += parts[i] if i in parts else self._contributions(t, union, norm_of)
+                return union, scores
         return None
+
+    def _contributions(self, t: _Term, docs: np.ndarray, norm_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Term ``t``'s BM25 contribution to each of the selected, ascending ``docs`` (0 where
+        absent): float64, shape (len(docs),)."""
+        pos = np.searchsorted(t.ids, docs)
+        found = pos < len(t.ids)
+        found[found] = t.ids[pos[found]] == docs[found]
+        tf = t.tfs[pos[found]].astype(np.float64)
+        out = np.zeros(len(docs))
+        out[found] = t.idf * tf * (self.k1 + 1.0) / (tf + norm_of(docs[found]))
+        return out
 
     def _score_docs(
         self, terms: list[_Term], docs: np.ndarray, lengths: np.ndarray, avgdl: float,
-        *, grouped: bool = False,
     ) -> np.ndarray:
-        """BM25 scores of the selected, ascending ``docs``: float64, shape (len(docs),).
+        """BM25 scores of the selected, ascending ``docs`` (:meth:`search_groups`'s passages):
+        float64, shape (len(docs),)."""
 
-        ``grouped`` rounds the length normalisation as :meth:`search_groups` always has.
-        """
+        def norm_of(ids: np.ndarray) -> np.ndarray:
+            norm: np.ndarray = self.k1 * (1.0 - self.b + self.b * lengths[ids].astype(np.float64) / avgdl)
+            return norm
+
         scores = np.zeros(len(docs), dtype=np.float64)
         for t in terms:
-            pos = np.searchsorted(t.ids, docs)
-            found = pos < len(t.ids)
-            found[found] = t.ids[pos[found]] == docs[found]
-            ids = docs[found]
-            tf = t.tfs[pos[found]].astype(np.float64)
-            if grouped:
-                norm = self.k1 * (1.0 - self.b + self.b * lengths[ids].astype(np.float64) / avgdl)
-            else:
-                norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
-            scores[found] += t.idf * tf * (self.k1 + 1.0) / (tf + norm)
+            scores += self._contributions(t, docs, norm_of)
         return scores
 
     def group_stats(self, groups: np.ndarray, fields: np.ndarray | None = None,
@@ -792,7 +875,7 @@ class BM25Index:
         rows = np.concatenate([t.ids[wanted[g]] for t, g in zip(terms, term_groups, strict=True)])
         rows.sort()
         rows = rows[np.flatnonzero(np.diff(rows, prepend=-1))]
-        doc_scores = self._score_docs(terms, rows, lengths, stats.doc_avgdl, grouped=True)
+        doc_scores = self._score_docs(terms, rows, lengths, stats.doc_avgdl)
         order = np.lexsort((rows, -doc_scores, groups[rows]))
         rows = rows[order]
         first = rows[np.flatnonzero(np.diff(groups[rows], prepend=-1))]
