@@ -34,6 +34,7 @@ floating-point operations, in the query's term order, as a full evaluation.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -55,6 +56,10 @@ then as cheap)."""
 _PRUNE_GAIN = 4
 """MaxScore prunes only when the remaining terms hold this many times more postings than there
 are candidates (below that, scoring them in full costs no more than looking them up)."""
+
+_SPARSE_SHARE = 8
+"""A search scoring every posting of its terms reads its hits among the documents scored (a
+union of the postings) while they are fewer than this share of the documents, else among all."""
 
 _ARRAYS_FORMAT = 1
 """Version of the layout of :meth:`BM25Index.to_arrays`."""
@@ -125,6 +130,8 @@ class Selection(NamedTuple):
     doc_norm: np.ndarray
     """(n,) float64: ``k1 (1 - b + b |D| / avgdl)`` of each document, infinite for one left
     out; empty when nothing is selected or every selected document is empty."""
+    min_norm: float
+    """The smallest of ``doc_norm`` (MaxScore's term bounds); inf when it is empty."""
 
 
 class _Frozen(NamedTuple):
@@ -135,6 +142,7 @@ class _Frozen(NamedTuple):
     doc_ids: np.ndarray  # (n_postings,) int32, ascending within a term
     tfs: np.ndarray  # (n_postings,) uint16 or int32
     n_docs: int  # the segment holds documents 0..n_docs-1
+    max_tfs: np.ndarray  # (n_terms,) int64, each term's highest frequency (MaxScore's bounds)
 
 
 class _State(NamedTuple):
@@ -156,10 +164,21 @@ class _Term(NamedTuple):
     keep: np.ndarray | None  # (m,) bool, selected postings; None: all
     df: int
     idf: float
+    max_tf: int  # >= every frequency in tfs
 
 
 def _empty_frozen() -> _Frozen:
-    return _Frozen({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint16), 0)
+    return _Frozen({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint16), 0, np.zeros(0, np.int64))
+
+
+def _max_tfs(indptr: np.ndarray, tfs: np.ndarray) -> np.ndarray:
+    """Each term's highest frequency in CSR postings (0 for a term without any); O(postings)."""
+    counts = np.diff(indptr)
+    out = np.zeros(len(counts), np.int64)
+    held = counts > 0
+    if held.any():
+        out[held] = np.maximum.reduceat(tfs, indptr[:-1][held])
+    return out
 
 
 class BM25Index:
@@ -398,31 +417,35 @@ class BM25Index:
         if len(vocabulary) != n_terms:
             raise ValueError("BM25 terms are not distinct")
         index = cls(k1=k1, b=b, analyzer=analyzer)
-        frozen = _Frozen(vocabulary, indptr, doc_ids, tfs, n_docs)
+        frozen = _Frozen(vocabulary, indptr, doc_ids, tfs, n_docs, _max_tfs(indptr, tfs))
         index._state = _State(frozen, {}, 0, lengths, n_docs, int(lengths.sum(dtype=np.int64)))
         return index
 
-    def _postings(self, state: _State, term: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(doc ids, tfs)`` of ``term`` among documents ``0..n-1``, ascending; None if none."""
+    def _postings(self, state: _State, term: str, n: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """``(doc ids, tfs, max tf)`` of ``term`` among documents ``0..n-1``, ascending; None if
+        none. The max tf is at least every frequency returned (it may count documents past n)."""
         frozen = state.frozen
         tid = frozen.vocabulary.get(term)
         entry = state.tail.get(term) if n > frozen.n_docs else None
         if tid is not None:
             start, end = int(frozen.indptr[tid]), int(frozen.indptr[tid + 1])
             ids, tfs = frozen.doc_ids[start:end], frozen.tfs[start:end]
+            max_tf = int(frozen.max_tfs[tid])
             if entry is not None:
                 buf, size = entry
                 ids = np.concatenate((ids, buf[0, :size]))
                 tfs = np.concatenate((tfs, buf[1, :size]))
+                max_tf = max(max_tf, int(buf[1, :size].max()))
         elif entry is not None:
             buf, size = entry
             ids, tfs = buf[0, :size], buf[1, :size]
+            max_tf = int(tfs.max())
         else:
             return None
         if len(ids) and ids[-1] >= n:  # documents past the mask (or added since it was made)
             cut = int(np.searchsorted(ids, n))
             ids, tfs = ids[:cut], tfs[:cut]
-        return (ids, tfs) if len(ids) else None
+        return (ids, tfs, max_tf) if len(ids) else None
 
     def selection(self, mask: np.ndarray | None = None) -> Selection:
         """The query-independent part of :meth:`search` for one set of documents.
@@ -466,11 +489,11 @@ class BM25Index:
                 mask = None
         avgdl = total / n_selected if n_selected else 0.0
         if not n_selected or avgdl == 0.0:
-            return Selection(n, mask, n_selected, avgdl, np.zeros(0))
+            return Selection(n, mask, n_selected, avgdl, np.zeros(0), np.inf)
         doc_norm = self.k1 * (1.0 - self.b + self.b * (lengths_buf[:n] / avgdl))
         if mask is not None:
             doc_norm[~mask] = np.inf
-        return Selection(n, mask, n_selected, avgdl, doc_norm)
+        return Selection(n, mask, n_selected, avgdl, doc_norm, float(doc_norm.min()))
 
     def search(
         self, query: str, k: int, mask: np.ndarray | None = None, *, selection: Selection | None = None,
@@ -579,23 +602,24 @@ class BM25Index:
             postings = self._postings(state, term, n)
             if postings is None:
                 continue
-            ids, tfs = postings
+            ids, tfs, max_tf = postings
             keep = None if chosen is None else chosen[ids]
             df = len(ids) if keep is None else int(np.count_nonzero(keep))
             if df == 0:
                 continue
-            terms.append(_Term(ids, tfs, keep, df, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
+            terms.append(_Term(ids, tfs, keep, df, np.log1p((n_selected - df + 0.5) / (df + 0.5)), max_tf))
         if not terms:
             return none
         norm_of = doc_norm.__getitem__
-        pruned = self._candidates(terms, k, norm_of, n)
+        pruned = self._candidates(terms, k, norm_of, selection.min_norm, n)
         if pruned is not None:
             candidates, scores = pruned
             hit = scores > 0
             candidates, scores = candidates[hit], scores[hit]
             best = top_k_indices(scores, k, tiebreak=candidates)
             return candidates[best].astype(np.int64), scores[best]
-        scores = np.zeros(n, dtype=np.float64)
+        scores = np.zeros(n, dtype=np.float64)  # calloc: the pages never written are not touched
+        postings = []
         for t in terms:
             ids, tfs = t.ids, t.tfs
             if t.keep is not None and 2 * t.df < len(ids):  # mostly left out: score the selected only
@@ -603,23 +627,36 @@ class BM25Index:
             # a document left out has an infinite norm: its contribution is exactly 0
             tf = tfs.astype(np.float64)
             scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + doc_norm[ids])
-        hits = np.flatnonzero(scores > 0)
+            postings.append(ids)
+        if sum(map(len, postings)) * _SPARSE_SHARE < n:  # the documents scored, not all n
+            touched = functools.reduce(_sorted_union, postings)
+            hits = touched[scores[touched] > 0]
+        else:
+            hits = np.flatnonzero(scores > 0)
         best = hits[top_k_indices(scores[hits], k)] if hits.size else hits
         return best.astype(np.int64), scores[best]
 
     def _candidates(
-        self, terms: list[_Term], k: int, norm_of: Callable[[np.ndarray], np.ndarray], n: int
+        self, terms: list[_Term], k: int, norm_of: Callable[[np.ndarray], np.ndarray], min_norm: float, n: int
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """MaxScore: ascending doc ids outside which no document reaches the top ``k``, with
-        their full scores; or None (score every posting)."""
+        their full scores; or None (score every posting).
+
+        A term's bound is its contribution at its highest frequency in the shortest selected
+        document, ``idf max_tf (k1 + 1) / (max_tf + min_norm)``: no document's is higher, as
+        ``tf / (tf + norm)`` grows with tf and falls with the norm. Tighter than the saturation
+        ``idf (k1 + 1)`` (a term seen at most once in documents of about the mean length: about
+        half of it), so the rare terms' candidates exceed it sooner.
+        """
         if len(terms) < 2:
             return None
         order = sorted(range(len(terms)), key=lambda i: (terms[i].df, i))  # rarest first
-        bounds = [float(terms[i].idf) * (self.k1 + 1.0) for i in order]
+        bounds = [float(terms[i].idf) * terms[i].max_tf * (self.k1 + 1.0) / (terms[i].max_tf + min_norm)
+                  for i in order]
         union = np.zeros(0, np.int32)
         for p in range(1, len(terms)):
             t = terms[order[p - 1]]
-            union = np.union1d(union, t.ids if t.keep is None else t.ids[t.keep])
+            union = _sorted_union(union, t.ids if t.keep is None else t.ids[t.keep])
             if len(union) > n * _CANDIDATE_SHARE:
                 return None
             rest = sum(bounds[p:])
@@ -841,13 +878,13 @@ class BM25Index:
             postings = self._postings(state, term, n)
             if postings is None:
                 continue
-            ids, tfs = postings
+            ids, tfs, max_tf = postings
             keep = selected[ids]
             ids, tfs = ids[keep], tfs[keep]
             if not len(ids):
                 continue
             terms.append(_Term(ids, tfs, None, len(ids),
-                               np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))))
+                               np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5)), max_tf))
             ftfs = tfs.astype(np.float64)
             g, f = groups[ids], fields[ids]
             term_groups.append(g)
@@ -963,13 +1000,31 @@ def _merged(state: _State, batch: _Batch | None = None) -> _Frozen:
     counts = np.zeros(n_terms, np.int64)
     counts[:n_old] = np.diff(frozen.indptr)
     counts += np.bincount(term_of, minlength=n_terms)
+    # Each term's highest frequency: the frozen one's, raised by its new postings'.
+    max_tfs = np.zeros(n_terms, np.int64)
+    max_tfs[:n_old] = frozen.max_tfs
+    np.maximum.at(max_tfs, term_of, tail_tfs.astype(np.int64))
     return _Frozen(
         vocabulary,
         np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
         np.insert(frozen.doc_ids, positions, tail_ids.astype(np.int32, copy=False)),
         np.insert(frozen.tfs.astype(dtype, copy=False), positions, tail_tfs.astype(dtype)),
         state.n_docs,
+        max_tfs,
     )
+
+
+def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The distinct values of two ascending arrays, ascending (a sort: NumPy's ``union1d``
+    hashes, several times slower on these int32 ids)."""
+    union = np.concatenate((a, b))
+    union.sort()
+    if len(union) < 2:
+        return union
+    distinct = np.empty(len(union), dtype=bool)
+    distinct[0] = True
+    np.not_equal(union[1:], union[:-1], out=distinct[1:])
+    return union[distinct]
 
 
 def _reserve(buf: np.ndarray, size: int) -> np.ndarray:
