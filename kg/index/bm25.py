@@ -619,7 +619,7 @@ class BM25Index:
             best = top_k_indices(scores, k, tiebreak=candidates)
             return candidates[best].astype(np.int64), scores[best]
         scores = np.zeros(n, dtype=np.float64)  # calloc: the pages never written are not touched
-        postings = []
+        scored: list[np.ndarray] = []
         for t in terms:
             ids, tfs = t.ids, t.tfs
             if t.keep is not None and 2 * t.df < len(ids):  # mostly left out: score the selected only
@@ -627,9 +627,9 @@ class BM25Index:
             # a document left out has an infinite norm: its contribution is exactly 0
             tf = tfs.astype(np.float64)
             scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + doc_norm[ids])
-            postings.append(ids)
-        if sum(map(len, postings)) * _SPARSE_SHARE < n:  # the documents scored, not all n
-            touched = functools.reduce(_sorted_union, postings)
+            scored.append(ids)
+        if sum(map(len, scored)) * _SPARSE_SHARE < n:  # the documents scored, not all n
+            touched = functools.reduce(_sorted_union, scored)
             hits = touched[scores[touched] > 0]
         else:
             hits = np.flatnonzero(scores > 0)
