@@ -108,6 +108,9 @@ class GroupStats(NamedTuple):
     sorted_groups: bool
     """Whether ``groups`` never decreases along the selected documents (sync order), so a
     term's groups can be summed by runs instead of over every group."""
+    doc_norm: np.ndarray
+    """(n,) float64: ``norm[groups[d], fields[d]]`` of each selected document ``d`` (inf for
+    one left out), so a term's postings read their normalisation with one gather."""
 
 
 class Selection(NamedTuple):
@@ -744,7 +747,7 @@ class BM25Index:
         n_groups = int(groups.max()) + 1 if n else 0
         if not selected.any():
             return GroupStats(n, groups, fields, selected, n_groups, n_fields, 0,
-                              np.ones((n_groups, n_fields)), 0.0, 0, True)
+                              np.ones((n_groups, n_fields)), 0.0, 0, True, np.full(n, np.inf))
         flengths = state.lengths[:n].astype(np.float64)
         # Per (group, field) length, and each selected group's presence.
         cell = groups.astype(np.int64) * n_fields + fields
@@ -756,9 +759,11 @@ class BM25Index:
         with np.errstate(divide="ignore", invalid="ignore"):
             norm = 1.0 - self.b + self.b * np.where(avg_len > 0, field_len / avg_len, 0.0)
         chosen = groups[selected]
+        doc_norm = np.full(n, np.inf)
+        doc_norm[selected] = norm[chosen, fields[selected]]
         return GroupStats(n, groups, fields, selected, n_groups, n_fields, n_selected, norm,
                           float(flengths[selected].mean()), int(np.count_nonzero(selected)),
-                          bool(np.all(chosen[1:] >= chosen[:-1])))
+                          bool(np.all(chosen[1:] >= chosen[:-1])), doc_norm)
 
     def search_groups(
         self,
@@ -869,7 +874,10 @@ class BM25Index:
             return []
         state = self._state
         n, groups, fields, selected = stats.n, stats.groups, stats.fields, stats.selected
-        n_groups, n_selected, norm = stats.n_groups, stats.n_selected, stats.norm
+        n_groups, n_selected, doc_norm = stats.n_groups, stats.n_selected, stats.doc_norm
+        every = stats.n_docs_selected == n  # no posting to leave out
+        # One weight for every field: a scalar times each frequency, the same floats as gathered.
+        uniform = weights[0] if n_fields == 1 or (weights[:n_fields] == weights[0]).all() else None
         lengths = state.lengths[:n]
         scores = np.zeros(n_groups, dtype=np.float64)
         terms: list[_Term] = []
@@ -879,16 +887,17 @@ class BM25Index:
             if postings is None:
                 continue
             ids, tfs, max_tf = postings
-            keep = selected[ids]
-            ids, tfs = ids[keep], tfs[keep]
-            if not len(ids):
-                continue
+            if not every:
+                keep = selected[ids]
+                ids, tfs = ids[keep], tfs[keep]
+                if not len(ids):
+                    continue
             terms.append(_Term(ids, tfs, None, len(ids),
                                np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5)), max_tf))
             ftfs = tfs.astype(np.float64)
-            g, f = groups[ids], fields[ids]
+            g = groups[ids]
             term_groups.append(g)
-            contribution = weights[f] * ftfs / norm[g, f]
+            contribution = (uniform if uniform is not None else weights[fields[ids]]) * ftfs / doc_norm[ids]
             if stats.sorted_groups:
                 # ids ascend and so do their groups: one run per group holding the term
                 starts = np.flatnonzero(np.diff(g, prepend=-1))
