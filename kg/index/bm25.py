@@ -170,6 +170,17 @@ class _Term(NamedTuple):
     max_tf: int  # >= every frequency in tfs
 
 
+class _GroupTerm(NamedTuple):
+    """A query term's selected postings in :meth:`BM25Index.search_groups`."""
+
+    ids: np.ndarray  # (m,) ascending passage ids
+    tfs: np.ndarray  # (m,) their frequencies
+    groups: np.ndarray  # (m,) each passage's group
+    starts: np.ndarray | None  # the first posting of each group's run (sorted groups), else None
+    holding: np.ndarray  # the groups holding the term, ascending
+    idf: float  # over groups
+
+
 def _empty_frozen() -> _Frozen:
     return _Frozen({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint16), 0, np.zeros(0, np.int64))
 
@@ -879,9 +890,9 @@ class BM25Index:
         # One weight for every field: a scalar times each frequency, the same floats as gathered.
         uniform = weights[0] if n_fields == 1 or (weights[:n_fields] == weights[0]).all() else None
         lengths = state.lengths[:n]
-        scores = np.zeros(n_groups, dtype=np.float64)
         terms: list[_Term] = []
         term_groups: list[np.ndarray] = []
+        parts: list[_GroupTerm] = []
         for term in query_terms:
             postings = self._postings(state, term, n)
             if postings is None:
@@ -894,26 +905,50 @@ class BM25Index:
                     continue
             terms.append(_Term(ids, tfs, None, len(ids),
                                np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5)), max_tf))
-            ftfs = tfs.astype(np.float64)
             g = groups[ids]
             term_groups.append(g)
-            contribution = (uniform if uniform is not None else weights[fields[ids]]) * ftfs / doc_norm[ids]
             if stats.sorted_groups:
                 # ids ascend and so do their groups: one run per group holding the term
+                starts: np.ndarray | None = np.flatnonzero(np.diff(g, prepend=-1))
+                holding = g[starts]
+            else:
+                starts = None
+                holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
+            df = len(holding)
+            parts.append(_GroupTerm(ids, tfs, g, starts, holding, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
+
+        def saturated(part: _GroupTerm, chosen: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+            """The groups holding a term (those ``chosen`` selects only) and its contribution to
+            each one's score."""
+            ids, tfs, g, starts, holding = part.ids, part.tfs, part.groups, part.starts, part.holding
+            if chosen is not None:  # sorted groups: a chosen group's postings are one run, kept whole
+                inside = chosen[g]
+                ids, tfs, g = ids[inside], tfs[inside], g[inside]
                 starts = np.flatnonzero(np.diff(g, prepend=-1))
                 holding = g[starts]
-                pseudo = np.add.reduceat(contribution, starts)
+            ftfs = tfs.astype(np.float64)
+            contribution = (uniform if uniform is not None else weights[fields[ids]]) * ftfs / doc_norm[ids]
+            if starts is not None:
+                pseudo = np.add.reduceat(contribution, starts) if len(starts) else contribution[:0]
             else:
-                pseudo = np.bincount(g, weights=contribution, minlength=n_groups)
-                holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
-                pseudo = pseudo[holding]  # the other groups would add 0
-            df = len(holding)
-            idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
-            scores[holding] += idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
-        hits = np.flatnonzero(scores > 0)
-        if not hits.size:
-            return []
-        best = hits[top_k_indices(scores[hits], k)]
+                pseudo = np.bincount(g, weights=contribution, minlength=n_groups)[holding]  # others add 0
+            return holding, part.idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
+
+        done, candidates = self._group_candidates(parts, k, n_groups, saturated)
+        scores = np.zeros(n_groups, dtype=np.float64)
+        for i, part in enumerate(parts):  # query-term order: the same float sum as a full evaluation
+            holding, term_scores = done[i] if i in done else saturated(part)
+            scores[holding] += term_scores
+        if candidates is not None:
+            hits = candidates[scores[candidates] > 0]
+            if not hits.size:
+                return []
+            best = hits[top_k_indices(scores[hits], k)]
+        else:
+            hits = np.flatnonzero(scores > 0)
+            if not hits.size:
+                return []
+            best = hits[top_k_indices(scores[hits], k)]
         # The best passage of each returned group: highest passage score, lowest id on a tie,
         # scored for the passages of those groups only.
         wanted = np.zeros(n_groups, dtype=bool)
@@ -928,6 +963,46 @@ class BM25Index:
         best_doc = dict(zip(groups[first].tolist(), first.tolist(), strict=True))
         return [GroupHit(int(gid), float(scores[gid]), best_doc[int(gid)]) for gid in best]
 
+
+    def _group_candidates(
+        self, parts: list[_GroupTerm], k: int, n_groups: int,
+        saturated: Callable[[_GroupTerm, np.ndarray | None], tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
+        """MaxScore over groups (sorted groups only): the terms' contributions computed so far
+        (by term index), and the ascending groups outside which none reaches the top ``k`` (the
+        other terms' contributions computed for those groups only), or None (every group).
+
+        A term adds less than ``idf (k1 + 1)`` to any group (the saturation); the rarest
+        terms' groups are the candidates once k of them score above the other terms' bounds.
+        """
+        done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if len(parts) < 2 or parts[0].starts is None:
+            return done, None
+        order = sorted(range(len(parts)), key=lambda i: (len(parts[i].holding), i))  # rarest first
+        bounds = [float(parts[i].idf) * (self.k1 + 1.0) for i in order]
+        union = parts[order[0]].holding[:0]
+        for p in range(1, len(parts)):
+            i = order[p - 1]
+            done[i] = saturated(parts[i], None)
+            union = _sorted_union(union, parts[i].holding)
+            if len(union) > n_groups * _CANDIDATE_SHARE:
+                break
+            rest = sum(bounds[p:])
+            if (len(union) < k or rest >= sum(bounds[:p])
+                    or sum(len(parts[j].ids) for j in order[p:]) < _PRUNE_GAIN * len(union)):
+                continue
+            partial = np.zeros(n_groups)
+            for holding, term_scores in done.values():
+                partial[holding] += term_scores
+            at = partial[union]
+            kth = float(np.partition(at, len(at) - k)[len(at) - k])
+            if rest < kth * (1.0 - 1e-9):  # a margin for the rounding of float sums
+                chosen = np.zeros(n_groups, dtype=bool)
+                chosen[union] = True
+                for j in order[p:]:
+                    done[j] = saturated(parts[j], chosen)
+                return done, union
+        return done, None
 
 def _ids(values: np.ndarray) -> np.ndarray:
     """``values`` as an array of integers: int32 and int64 ones as they are (no copy), others

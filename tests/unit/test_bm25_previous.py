@@ -14,7 +14,7 @@ from kg.index import bm25 as bm25_module
 from kg.index.bm25 import BM25Index
 
 # Zipf-like: the first words are frequent, the last ones rare, so MaxScore has work to skip.
-WORDS = ["w0"] * 8 + ["w1"] * 4 + ["w2"] * 2 + ["w3", "w4", "w5", "w6", "w7", "w8", "w9"]
+WORDS = ["w0"] * 30 + ["w1"] * 10 + ["w2"] * 4 + ["w3", "w4", "w5", "w6", "w7", "w8", "w9"]
 
 docs_st = st.lists(st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join), min_size=1, max_size=60)
 query_st = st.lists(st.sampled_from(sorted(set(WORDS))), min_size=1, max_size=5).map(" ".join)
@@ -79,7 +79,7 @@ def test_the_first_results_are_the_same_for_any_larger_k(thresholds, texts, quer
        data=st.data())
 def test_search_groups_equals_the_previous_implementation(thresholds, texts, query, k, cuts, data):
     n = data.draw(st.integers(0, len(texts)))
-    n_groups = data.draw(st.integers(1, 6))
+    n_groups = data.draw(st.integers(1, 30))
     groups = np.array(data.draw(st.lists(st.integers(-1, n_groups - 1), min_size=n, max_size=n)), np.int64)
     if data.draw(st.booleans()):
         groups = np.sort(groups)  # sync order: a group's passages together
@@ -116,3 +116,43 @@ def test_a_selection_of_only_empty_documents_finds_nothing():
     index.add_many(enumerate(["", "a"]))
     assert index.search("a", 3, selection=index.selection(np.array([True, False]))) == []
     assert index.search("a", 3, selection=index.selection(np.zeros(2, bool))) == []
+
+
+@pytest.fixture
+def pruned(monkeypatch):
+    """Records whether each search's MaxScore pruned (chunk and group level)."""
+    seen: list[tuple[str, bool]] = []
+    chunks, groups = BM25Index._candidates, BM25Index._group_candidates
+
+    def spy_chunks(self, *args, **kwargs):
+        out = chunks(self, *args, **kwargs)
+        seen.append(("chunks", out is not None))
+        return out
+
+    def spy_groups(self, *args, **kwargs):
+        out = groups(self, *args, **kwargs)
+        seen.append(("groups", out[1] is not None))
+        return out
+
+    monkeypatch.setattr(BM25Index, "_candidates", spy_chunks)
+    monkeypatch.setattr(BM25Index, "_group_candidates", spy_groups)
+    return seen
+
+
+def test_pruned_searches_equal_the_previous_implementation(pruned):
+    """A rare term in a few passages and a term in every one: both levels prune the frequent
+    term to the rare term's candidates, and score exactly as before."""
+    rng = np.random.default_rng(3)
+    texts = [" ".join(["common"] * int(rng.integers(1, 4)) + ["rare"] * int(i % 37 == 0)
+                      + ["filler"] * int(rng.integers(0, 5))) for i in range(400)]
+    groups = np.repeat(np.arange(200), 2)  # two passages a group, in order
+    fields = np.tile([0, 1], 200)
+    new, old = build(BM25Index, texts, [150]), build(previous_module.BM25Index, texts, [150])
+    for mask in (None, rng.random(400) < 0.8):
+        for k in (1, 3, 10):
+            assert new.search("rare common", k, mask) == old.search("rare common", k, mask)
+            chosen = np.ones(400, bool) if mask is None else mask
+            assert new.search_groups("rare common", k, groups=groups, fields=fields, field_weights=[2.0, 1.0],
+                                     mask=chosen) == \
+                old.search_groups("rare common", k, groups=groups, fields=fields, field_weights=[2.0, 1.0], mask=chosen)
+    assert ("chunks", True) in pruned and ("groups", True) in pruned
