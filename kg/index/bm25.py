@@ -152,7 +152,7 @@ class _State(NamedTuple):
     """What a search reads, published with one assignment."""
 
     frozen: _Frozen
-    tail: dict[str, tuple[np.ndarray, int]]  # term -> ((2, capacity) int32, size); ids >= frozen.n_docs
+    tail: dict[str, tuple[np.ndarray, int, int]]  # term -> ((2, capacity) int32, size, max tf); ids >= frozen.n_docs
     tail_postings: int
     lengths: np.ndarray  # (capacity,) int32, document lengths in terms; the first n_docs are set
     n_docs: int
@@ -176,8 +176,8 @@ class _GroupTerm(NamedTuple):
     ids: np.ndarray  # (m,) ascending passage ids
     tfs: np.ndarray  # (m,) their frequencies
     groups: np.ndarray  # (m,) each passage's group
-    starts: np.ndarray | None  # the first posting of each group's run (sorted groups), else None
-    holding: np.ndarray  # the groups holding the term, ascending
+    holding: np.ndarray | None  # the groups holding the term, ascending; None for sorted groups (runs)
+    df: int  # groups holding the term
     idf: float  # over groups
 
 
@@ -254,7 +254,7 @@ class BM25Index:
         state = self._state
         frozen = state.frozen
         arrays = frozen.indptr.nbytes + frozen.doc_ids.nbytes + frozen.tfs.nbytes
-        return arrays + state.lengths.nbytes + sum(buf.nbytes for buf, _ in list(state.tail.values()))
+        return arrays + state.lengths.nbytes + sum(entry[0].nbytes for entry in list(state.tail.values()))
 
     def add(self, doc_id: int, text: str) -> None:
         """Add one document.
@@ -325,16 +325,17 @@ class BM25Index:
         starts = np.flatnonzero(np.diff(batch.term_ids, prepend=-1))
         ends = [*starts[1:].tolist(), len(batch.term_ids)] if len(starts) else []
         terms = map(batch.vocabulary.__getitem__, batch.term_ids[starts].tolist())
-        for term, start, end in zip(terms, starts.tolist(), ends, strict=True):
+        highest = np.maximum.reduceat(batch.tfs, starts).tolist() if len(starts) else []
+        for term, start, end, max_tf in zip(terms, starts.tolist(), ends, highest, strict=True):
             old = tail.get(term)
             if old is None:  # a view of the batch, full: it is copied when it grows
-                tail[term] = (block[:, start:end], end - start)
+                tail[term] = (block[:, start:end], end - start, max_tf)
                 continue
-            buf, size = old
+            buf, size, old_max = old
             grown = size + end - start
             buf = _reserve(buf, grown)
             buf[:, size:grown] = block[:, start:end]
-            tail[term] = (buf, grown)
+            tail[term] = (buf, grown, max(old_max, max_tf))
         self._state = _State(state.frozen, tail, tail_postings, lengths_buf, new_n, total)
 
     def freeze(self) -> None:
@@ -446,14 +447,13 @@ class BM25Index:
             ids, tfs = frozen.doc_ids[start:end], frozen.tfs[start:end]
             max_tf = int(frozen.max_tfs[tid])
             if entry is not None:
-                buf, size = entry
+                buf, size, tail_max = entry
                 ids = np.concatenate((ids, buf[0, :size]))
                 tfs = np.concatenate((tfs, buf[1, :size]))
-                max_tf = max(max_tf, int(buf[1, :size].max()))
+                max_tf = max(max_tf, tail_max)
         elif entry is not None:
-            buf, size = entry
+            buf, size, max_tf = entry
             ids, tfs = buf[0, :size], buf[1, :size]
-            max_tf = int(tfs.max())
         else:
             return None
         if len(ids) and ids[-1] >= n:  # documents past the mask (or added since it was made)
@@ -909,32 +909,32 @@ class BM25Index:
             term_groups.append(g)
             if stats.sorted_groups:
                 # ids ascend and so do their groups: one run per group holding the term
-                starts: np.ndarray | None = np.flatnonzero(np.diff(g, prepend=-1))
-                holding = g[starts]
+                holding: np.ndarray | None = None
+                df = 1 + int(np.count_nonzero(g[1:] != g[:-1]))
             else:
-                starts = None
                 holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
-            df = len(holding)
-            parts.append(_GroupTerm(ids, tfs, g, starts, holding, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
+                df = len(holding)
+            parts.append(_GroupTerm(ids, tfs, g, holding, df, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
 
         def saturated(part: _GroupTerm, chosen: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
             """The groups holding a term (those ``chosen`` selects only) and its contribution to
             each one's score."""
-            ids, tfs, g, starts, holding = part.ids, part.tfs, part.groups, part.starts, part.holding
+            ids, tfs, g, holding = part.ids, part.tfs, part.groups, part.holding
             if chosen is not None:  # sorted groups: a chosen group's postings are one run, kept whole
                 inside = chosen[g]
                 ids, tfs, g = ids[inside], tfs[inside], g[inside]
-                starts = np.flatnonzero(np.diff(g, prepend=-1))
-                holding = g[starts]
             ftfs = tfs.astype(np.float64)
             contribution = (uniform if uniform is not None else weights[fields[ids]]) * ftfs / doc_norm[ids]
-            if starts is not None:
+            if holding is None or chosen is not None:
+                starts = np.flatnonzero(np.diff(g, prepend=-1))
+                holding = g[starts]
                 pseudo = np.add.reduceat(contribution, starts) if len(starts) else contribution[:0]
             else:
                 pseudo = np.bincount(g, weights=contribution, minlength=n_groups)[holding]  # others add 0
             return holding, part.idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
 
-        done, candidates = self._group_candidates(parts, k, n_groups, saturated)
+        done, candidates = (self._group_candidates(parts, k, n_groups, saturated) if stats.sorted_groups
+                            else ({}, None))
         scores = np.zeros(n_groups, dtype=np.float64)
         for i, part in enumerate(parts):  # query-term order: the same float sum as a full evaluation
             holding, term_scores = done[i] if i in done else saturated(part)
@@ -951,9 +951,13 @@ class BM25Index:
             best = hits[top_k_indices(scores[hits], k)]
         # The best passage of each returned group: highest passage score, lowest id on a tie,
         # scored for the passages of those groups only.
-        wanted = np.zeros(n_groups, dtype=bool)
-        wanted[best] = True
-        rows = np.concatenate([t.ids[wanted[g]] for t, g in zip(terms, term_groups, strict=True)])
+        if stats.sorted_groups:  # each term's postings of a returned group: one run, found by bisection
+            ordered = np.sort(best)
+            rows = np.concatenate([t.ids[_runs(g, ordered)] for t, g in zip(terms, term_groups, strict=True)])
+        else:
+            wanted = np.zeros(n_groups, dtype=bool)
+            wanted[best] = True
+            rows = np.concatenate([t.ids[wanted[g]] for t, g in zip(terms, term_groups, strict=True)])
         rows.sort()
         rows = rows[np.flatnonzero(np.diff(rows, prepend=-1))]
         doc_scores = self._score_docs(terms, rows, lengths, stats.doc_avgdl)
@@ -976,15 +980,15 @@ class BM25Index:
         terms' groups are the candidates once k of them score above the other terms' bounds.
         """
         done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        if len(parts) < 2 or parts[0].starts is None:
+        if len(parts) < 2:
             return done, None
-        order = sorted(range(len(parts)), key=lambda i: (len(parts[i].holding), i))  # rarest first
+        order = sorted(range(len(parts)), key=lambda i: (parts[i].df, i))  # rarest first
         bounds = [float(parts[i].idf) * (self.k1 + 1.0) for i in order]
-        union = parts[order[0]].holding[:0]
+        union = parts[order[0]].groups[:0]
         for p in range(1, len(parts)):
             i = order[p - 1]
             done[i] = saturated(parts[i], None)
-            union = _sorted_union(union, parts[i].holding)
+            union = _sorted_union(union, done[i][0])
             if len(union) > n_groups * _CANDIDATE_SHARE:
                 break
             rest = sum(bounds[p:])
@@ -1053,7 +1057,7 @@ def _merged(state: _State, batch: _Batch | None = None) -> _Frozen:
     vocabulary = dict(frozen.vocabulary)
     for term in tail:
         vocabulary.setdefault(term, len(vocabulary))
-    entries = sorted((vocabulary[term], buf, size) for term, (buf, size) in tail.items())
+    entries = sorted((vocabulary[term], buf, size) for term, (buf, size, _) in tail.items())
     sizes = np.array([e[2] for e in entries], np.int64)
     new_terms = [np.repeat(np.array([e[0] for e in entries], np.int64), sizes)]
     new_ids = [buf[0, :size] for _, buf, size in entries]
@@ -1096,6 +1100,19 @@ def _merged(state: _State, batch: _Batch | None = None) -> _Frozen:
         state.n_docs,
         max_tfs,
     )
+
+
+def _runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The positions in ascending ``values`` holding one of the ascending ``wanted``: O(w log m)."""
+    lo = np.searchsorted(values, wanted, side="left")
+    hi = np.searchsorted(values, wanted, side="right")
+    sizes = hi - lo
+    total = int(sizes.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    # lo[j], lo[j] + 1, ..., hi[j] - 1 for each j, concatenated
+    positions: np.ndarray = np.arange(total) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
+    return positions
 
 
 def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
