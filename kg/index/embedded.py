@@ -116,8 +116,9 @@ def _lookup(content_keys: Collection[str]) -> Collection[str]:
     the collection itself."""
     return content_keys.members if isinstance(content_keys, KeySet) else content_keys
 _GROUP_MEMO = 4
-"""BM25F statistics memoised per snapshot: about 40 bytes a row and group each (the groups,
-the selection and the (groups, fields) normalisation), 40 MB at a million node texts."""
+"""BM25F statistics, and BM25 selections, memoised per snapshot (each up to this many): about 48
+bytes a row and group each for BM25F (the groups, the selection, the (groups, fields)
+normalisation and each row's), 9 bytes a row for BM25 (the mask and each row's normalisation)."""
 # Rows of a model past its HNSW graph that knn scans exactly before a sync adds them to the graph.
 _ANN_TAIL_ROWS = 1024
 # Below this share of a model's rows allowed, knn scans the allowed rows exactly: a filtered
