@@ -34,6 +34,7 @@ floating-point operations, in the query's term order, as a full evaluation.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -42,7 +43,7 @@ import numpy as np
 
 from kg.index.tokenize import TermNumbering, analyze, analyze_numbered
 
-__all__ = ["BM25Index", "GroupHit", "GroupStats", "top_k_indices"]
+__all__ = ["BM25Index", "GroupHit", "GroupStats", "Selection", "top_k_indices"]
 
 _MIN_TAIL_POSTINGS = 1 << 20
 """The tail is merged into the frozen segment once it holds this many postings (about 10,000
@@ -55,6 +56,10 @@ then as cheap)."""
 _PRUNE_GAIN = 4
 """MaxScore prunes only when the remaining terms hold this many times more postings than there
 are candidates (below that, scoring them in full costs no more than looking them up)."""
+
+_SPARSE_SHARE = 8
+"""A search scoring every posting of its terms reads its hits among the documents scored (a
+union of the postings) while they are fewer than this share of the documents, else among all."""
 
 _ARRAYS_FORMAT = 1
 """Version of the layout of :meth:`BM25Index.to_arrays`."""
@@ -103,6 +108,33 @@ class GroupStats(NamedTuple):
     sorted_groups: bool
     """Whether ``groups`` never decreases along the selected documents (sync order), so a
     term's groups can be summed by runs instead of over every group."""
+    doc_norm: np.ndarray
+    """(n,) float64: ``norm[groups[d], fields[d]]`` of each selected document ``d`` (inf for
+    one left out), so a term's postings read their normalisation with one gather."""
+
+
+class Selection(NamedTuple):
+    """The documents one search ranks, with their collection statistics (:meth:`BM25Index.selection`).
+
+    They depend on the mask only, not on the query, so a caller that searches one set of
+    documents many times (a branch state's chunks) computes them once. Immutable; valid for the
+    index that computed them (documents are only appended, so later additions do not change the
+    first ``n``).
+    """
+
+    n: int
+    """Documents ``0..n-1`` may be selected; the rest are left out."""
+    mask: np.ndarray | None
+    """(n,) bool: the documents selected; None when every one of the ``n`` is."""
+    n_selected: int
+    """BM25's N."""
+    avgdl: float
+    """Mean length of the selected documents (0.0 for none)."""
+    doc_norm: np.ndarray
+    """(n,) float64: ``k1 (1 - b + b |D| / avgdl)`` of each document, infinite for one left
+    out; empty when nothing is selected or every selected document is empty."""
+    min_norm: float
+    """The smallest of ``doc_norm`` (MaxScore's term bounds); inf when it is empty."""
 
 
 class _Frozen(NamedTuple):
@@ -113,13 +145,14 @@ class _Frozen(NamedTuple):
     doc_ids: np.ndarray  # (n_postings,) int32, ascending within a term
     tfs: np.ndarray  # (n_postings,) uint16 or int32
     n_docs: int  # the segment holds documents 0..n_docs-1
+    max_tfs: np.ndarray  # (n_terms,) int64, each term's highest frequency (MaxScore's bounds)
 
 
 class _State(NamedTuple):
     """What a search reads, published with one assignment."""
 
     frozen: _Frozen
-    tail: dict[str, tuple[np.ndarray, int]]  # term -> ((2, capacity) int32, size); ids >= frozen.n_docs
+    tail: dict[str, tuple[np.ndarray, int, int]]  # term -> ((2, capacity) int32, size, max tf); ids >= frozen.n_docs
     tail_postings: int
     lengths: np.ndarray  # (capacity,) int32, document lengths in terms; the first n_docs are set
     n_docs: int
@@ -134,10 +167,32 @@ class _Term(NamedTuple):
     keep: np.ndarray | None  # (m,) bool, selected postings; None: all
     df: int
     idf: float
+    max_tf: int  # >= every frequency in tfs
+
+
+class _GroupTerm(NamedTuple):
+    """A query term's selected postings in :meth:`BM25Index.search_groups`."""
+
+    ids: np.ndarray  # (m,) ascending passage ids
+    tfs: np.ndarray  # (m,) their frequencies
+    groups: np.ndarray  # (m,) each passage's group
+    holding: np.ndarray | None  # the groups holding the term, ascending; None for sorted groups (runs)
+    df: int  # groups holding the term
+    idf: float  # over groups
 
 
 def _empty_frozen() -> _Frozen:
-    return _Frozen({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint16), 0)
+    return _Frozen({}, np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint16), 0, np.zeros(0, np.int64))
+
+
+def _max_tfs(indptr: np.ndarray, tfs: np.ndarray) -> np.ndarray:
+    """Each term's highest frequency in CSR postings (0 for a term without any); O(postings)."""
+    counts = np.diff(indptr)
+    out = np.zeros(len(counts), np.int64)
+    held = counts > 0
+    if held.any():
+        out[held] = np.maximum.reduceat(tfs, indptr[:-1][held])
+    return out
 
 
 class BM25Index:
@@ -199,7 +254,7 @@ class BM25Index:
         state = self._state
         frozen = state.frozen
         arrays = frozen.indptr.nbytes + frozen.doc_ids.nbytes + frozen.tfs.nbytes
-        return arrays + state.lengths.nbytes + sum(buf.nbytes for buf, _ in list(state.tail.values()))
+        return arrays + state.lengths.nbytes + sum(entry[0].nbytes for entry in list(state.tail.values()))
 
     def add(self, doc_id: int, text: str) -> None:
         """Add one document.
@@ -270,16 +325,17 @@ class BM25Index:
         starts = np.flatnonzero(np.diff(batch.term_ids, prepend=-1))
         ends = [*starts[1:].tolist(), len(batch.term_ids)] if len(starts) else []
         terms = map(batch.vocabulary.__getitem__, batch.term_ids[starts].tolist())
-        for term, start, end in zip(terms, starts.tolist(), ends, strict=True):
+        highest = np.maximum.reduceat(batch.tfs, starts).tolist() if len(starts) else []
+        for term, start, end, max_tf in zip(terms, starts.tolist(), ends, highest, strict=True):
             old = tail.get(term)
             if old is None:  # a view of the batch, full: it is copied when it grows
-                tail[term] = (block[:, start:end], end - start)
+                tail[term] = (block[:, start:end], end - start, max_tf)
                 continue
-            buf, size = old
+            buf, size, old_max = old
             grown = size + end - start
             buf = _reserve(buf, grown)
             buf[:, size:grown] = block[:, start:end]
-            tail[term] = (buf, grown)
+            tail[term] = (buf, grown, max(old_max, max_tf))
         self._state = _State(state.frozen, tail, tail_postings, lengths_buf, new_n, total)
 
     def freeze(self) -> None:
@@ -376,34 +432,85 @@ class BM25Index:
         if len(vocabulary) != n_terms:
             raise ValueError("BM25 terms are not distinct")
         index = cls(k1=k1, b=b, analyzer=analyzer)
-        frozen = _Frozen(vocabulary, indptr, doc_ids, tfs, n_docs)
+        frozen = _Frozen(vocabulary, indptr, doc_ids, tfs, n_docs, _max_tfs(indptr, tfs))
         index._state = _State(frozen, {}, 0, lengths, n_docs, int(lengths.sum(dtype=np.int64)))
         return index
 
-    def _postings(self, state: _State, term: str, n: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """``(doc ids, tfs)`` of ``term`` among documents ``0..n-1``, ascending; None if none."""
+    def _postings(self, state: _State, term: str, n: int) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """``(doc ids, tfs, max tf)`` of ``term`` among documents ``0..n-1``, ascending; None if
+        none. The max tf is at least every frequency returned (it may count documents past n)."""
         frozen = state.frozen
         tid = frozen.vocabulary.get(term)
         entry = state.tail.get(term) if n > frozen.n_docs else None
         if tid is not None:
             start, end = int(frozen.indptr[tid]), int(frozen.indptr[tid + 1])
             ids, tfs = frozen.doc_ids[start:end], frozen.tfs[start:end]
+            max_tf = int(frozen.max_tfs[tid])
             if entry is not None:
-                buf, size = entry
+                buf, size, tail_max = entry
                 ids = np.concatenate((ids, buf[0, :size]))
                 tfs = np.concatenate((tfs, buf[1, :size]))
+                max_tf = max(max_tf, tail_max)
         elif entry is not None:
-            buf, size = entry
+            buf, size, max_tf = entry
             ids, tfs = buf[0, :size], buf[1, :size]
         else:
             return None
         if len(ids) and ids[-1] >= n:  # documents past the mask (or added since it was made)
             cut = int(np.searchsorted(ids, n))
             ids, tfs = ids[:cut], tfs[:cut]
-        return (ids, tfs) if len(ids) else None
+        return (ids, tfs, max_tf) if len(ids) else None
+
+    def selection(self, mask: np.ndarray | None = None) -> Selection:
+        """The query-independent part of :meth:`search` for one set of documents.
+
+        Parameters
+        ----------
+        mask : ndarray, shape (n,), bool, optional
+            As in :meth:`search`; not copied (the caller does not change it afterwards).
+
+        Returns
+        -------
+        Selection
+            To pass to :meth:`search` or :meth:`rank` as ``selection``, for as long as this
+            index lives.
+
+        Raises
+        ------
+        ValueError
+            ``mask`` is longer than :attr:`n_docs` or not one-dimensional.
+
+        Notes
+        -----
+        O(n): the selected documents' count and total length, and each document's length
+        normalisation ``k1 (1 - b + b |D| / avgdl)`` (infinite for one left out, so its
+        contributions are exactly 0). A mask selecting every document is kept as None: the
+        same statistics (the same integer total), and no per-posting mask lookups.
+        """
+        state = self._state
+        lengths_buf, n_docs = state.lengths, state.n_docs
+        if mask is None:
+            n, n_selected, total = n_docs, n_docs, state.total
+        else:
+            mask = np.asarray(mask, dtype=bool)
+            if mask.ndim != 1 or len(mask) > n_docs:
+                raise ValueError(f"mask must have shape (n,) with n <= {n_docs}: {mask.shape}")
+            n = len(mask)
+            n_selected = int(np.count_nonzero(mask))
+            # The exact integer sum, as the float64 mean of the selected lengths has it.
+            total = int(np.add.reduce(lengths_buf[:n], where=mask, dtype=np.int64))
+            if n_selected == n:
+                mask = None
+        avgdl = total / n_selected if n_selected else 0.0
+        if not n_selected or avgdl == 0.0:
+            return Selection(n, mask, n_selected, avgdl, np.zeros(0), np.inf)
+        doc_norm = self.k1 * (1.0 - self.b + self.b * (lengths_buf[:n] / avgdl))
+        if mask is not None:
+            doc_norm[~mask] = np.inf
+        return Selection(n, mask, n_selected, avgdl, doc_norm, float(doc_norm.min()))
 
     def search(
-        self, query: str, k: int, mask: np.ndarray | None = None
+        self, query: str, k: int, mask: np.ndarray | None = None, *, selection: Selection | None = None,
     ) -> list[tuple[int, float]]:
         r"""Rank documents by BM25 for ``query`` among the documents ``mask`` selects.
 
@@ -420,6 +527,9 @@ class BM25Index:
         mask : ndarray, shape (n,), bool, optional
             Candidate documents: ``mask[d]`` selects document ``d``; ``n <= n_docs`` and the
             documents from ``n`` on are left out. ``None`` selects every document.
+        selection : Selection, optional
+            :meth:`selection` of ``mask`` computed earlier by this index (then ``mask`` is not
+            given): the O(n) part of a search, done once for documents searched many times.
 
         Returns
         -------
@@ -431,7 +541,8 @@ class BM25Index:
         Raises
         ------
         ValueError
-            ``mask`` is longer than :attr:`n_docs` or not one-dimensional.
+            ``mask`` is longer than :attr:`n_docs` or not one-dimensional, or both ``mask``
+            and ``selection`` are given.
 
         Notes
         -----
@@ -459,8 +570,10 @@ class BM25Index:
         document's score is the same float sum, in query-term order.
 
         Time O(n + sum of df over the query terms + r log r) for r matching documents in the
-        worst case; with pruning the frequent terms cost O(df) (one boolean gather, for their
-        df among the selected documents) plus O(c log df) for c candidates. Memory O(n).
+        worst case, or O(sum of df + r log r) with ``selection`` (the O(n) part done); with
+        pruning the frequent terms cost O(df) (one boolean gather, for their df among the
+        selected documents; none when every document is selected) plus O(c log df) for c
+        candidates. Memory O(n) for the dense accumulator only.
 
         References
         ----------
@@ -469,84 +582,95 @@ class BM25Index:
         .. [2] H. Turtle and J. Flood, "Query evaluation: strategies and optimizations",
            Information Processing & Management 31(6), 1995, pp. 831-850.
         """
+        if selection is not None and mask is not None:
+            raise ValueError("search takes mask or selection, not both")
+        docs, scores = self.rank(query, k, mask, selection=selection)
+        return list(zip(docs.tolist(), scores.tolist(), strict=True))
+
+    def rank(
+        self, query: str, k: int, mask: np.ndarray | None = None, *, selection: Selection | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`search`'s answer as two arrays: document ids (int64) and their scores (float64).
+
+        Raises
+        ------
+        ValueError
+            As :meth:`search`.
+        """
+        none = (np.zeros(0, np.int64), np.zeros(0))
         if k <= 0:
-            return []
+            return none
         query_terms = list(dict.fromkeys(self._analyze(query)))
         if not query_terms:
-            return []
+            return none
+        if selection is None:
+            selection = self.selection(mask)
+        elif mask is not None:
+            raise ValueError("rank takes mask or selection, not both")
+        n, chosen, n_selected, doc_norm = selection.n, selection.mask, selection.n_selected, selection.doc_norm
+        if not len(doc_norm):  # nothing selected, or only empty documents
+            return none
         state = self._state
-        lengths_buf, n_docs, total = state.lengths, state.n_docs, state.total
-        if mask is None:
-            n, n_selected, avgdl = n_docs, n_docs, total / n_docs if n_docs else 0.0
-        else:
-            mask = np.asarray(mask, dtype=bool)
-            if mask.ndim != 1 or len(mask) > n_docs:
-                raise ValueError(f"mask must have shape (n,) with n <= {n_docs}: {mask.shape}")
-            n = len(mask)
-            n_selected = int(np.count_nonzero(mask))
-            # The exact integer sum, as the float64 mean of the selected lengths has it.
-            selected_total = int(np.add.reduce(lengths_buf[:n], where=mask, dtype=np.int64))
-            avgdl = selected_total / n_selected if n_selected else 0.0
-        if n_selected == 0 or avgdl == 0.0:
-            return []
-        lengths = lengths_buf[:n]
         terms: list[_Term] = []
         for term in query_terms:
             postings = self._postings(state, term, n)
             if postings is None:
                 continue
-            ids, tfs = postings
-            keep = None if mask is None else mask[ids]
+            ids, tfs, max_tf = postings
+            keep = None if chosen is None else chosen[ids]
             df = len(ids) if keep is None else int(np.count_nonzero(keep))
             if df == 0:
                 continue
-            terms.append(_Term(ids, tfs, keep, df, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
+            terms.append(_Term(ids, tfs, keep, df, np.log1p((n_selected - df + 0.5) / (df + 0.5)), max_tf))
         if not terms:
-            return []
-        candidates = self._candidates(terms, k, lengths, avgdl, n)
-        if candidates is not None:
-            scores = self._score_docs(terms, candidates, lengths, avgdl)
+            return none
+        norm_of = doc_norm.__getitem__
+        pruned = self._candidates(terms, k, norm_of, selection.min_norm, n)
+        if pruned is not None:
+            candidates, scores = pruned
             hit = scores > 0
             candidates, scores = candidates[hit], scores[hit]
             best = top_k_indices(scores, k, tiebreak=candidates)
-            return [(int(candidates[i]), float(scores[i])) for i in best]
-        scores = np.zeros(n, dtype=np.float64)
-        doc_norm = None
-        if sum(len(t.ids) for t in terms) > n // 2:
-            # Frequent terms: every document's normalisation once, infinite where the mask
-            # leaves a document out (its contributions are then exactly 0), instead of
-            # selecting and normalising each term's postings.
-            doc_norm = self.k1 * (1.0 - self.b + self.b * (lengths / avgdl))
-            if mask is not None:
-                doc_norm[~mask] = np.inf
+            return candidates[best].astype(np.int64), scores[best]
+        scores = np.zeros(n, dtype=np.float64)  # calloc: the pages never written are not touched
+        scored: list[np.ndarray] = []
         for t in terms:
             ids, tfs = t.ids, t.tfs
-            if doc_norm is not None:
-                norm = doc_norm[ids]
-            else:
-                if t.keep is not None:
-                    ids, tfs = ids[t.keep], tfs[t.keep]
-                norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
+            if t.keep is not None and 2 * t.df < len(ids):  # mostly left out: score the selected only
+                ids, tfs = ids[t.keep], tfs[t.keep]
+            # a document left out has an infinite norm: its contribution is exactly 0
             tf = tfs.astype(np.float64)
-            scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + norm)
-        hits = np.flatnonzero(scores > 0)
+            scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + doc_norm[ids])
+            scored.append(ids)
+        if sum(map(len, scored)) * _SPARSE_SHARE < n:  # the documents scored, not all n
+            touched = functools.reduce(_sorted_union, scored)
+            hits = touched[scores[touched] > 0]
+        else:
+            hits = np.flatnonzero(scores > 0)
         best = hits[top_k_indices(scores[hits], k)] if hits.size else hits
-        return [(int(d), float(scores[d])) for d in best]
+        return best.astype(np.int64), scores[best]
 
     def _candidates(
-        self, terms: list[_Term], k: int, lengths: np.ndarray, avgdl: float, n: int
-    ) -> np.ndarray | None:
-        """MaxScore: ascending doc ids outside which no document reaches the top ``k``, or None."""
+        self, terms: list[_Term], k: int, norm_of: Callable[[np.ndarray], np.ndarray], min_norm: float, n: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """MaxScore: ascending doc ids outside which no document reaches the top ``k``, with
+        their full scores; or None (score every posting).
+
+        A term's bound is its contribution at its highest frequency in the shortest selected
+        document, ``idf max_tf (k1 + 1) / (max_tf + min_norm)``: no document's is higher, as
+        ``tf / (tf + norm)`` grows with tf and falls with the norm. Tighter than the saturation
+        ``idf (k1 + 1)`` (a term seen at most once in documents of about the mean length: about
+        half of it), so the rare terms' candidates exceed it sooner.
+        """
         if len(terms) < 2:
             return None
         order = sorted(range(len(terms)), key=lambda i: (terms[i].df, i))  # rarest first
-        bounds = [float(terms[i].idf) * (self.k1 + 1.0) for i in order]
+        bounds = [float(terms[i].idf) * terms[i].max_tf * (self.k1 + 1.0) / (terms[i].max_tf + min_norm)
+                  for i in order]
         union = np.zeros(0, np.int32)
         for p in range(1, len(terms)):
             t = terms[order[p - 1]]
-            union = np.concatenate((union, t.ids if t.keep is None else t.ids[t.keep]))
-            union.sort()
-            union = union[np.flatnonzero(np.diff(union, prepend=-1))]
+            union = _sorted_union(union, t.ids if t.keep is None else t.ids[t.keep])
             if len(union) > n * _CANDIDATE_SHARE:
                 return None
             rest = sum(bounds[p:])
@@ -554,32 +678,42 @@ class BM25Index:
             if (len(union) < k or rest >= sum(bounds[:p])
                     or sum(terms[i].df for i in order[p:]) < _PRUNE_GAIN * len(union)):
                 continue
-            partial = self._score_docs([terms[i] for i in sorted(order[:p])], union, lengths, avgdl)
+            parts = {i: self._contributions(terms[i], union, norm_of) for i in order[:p]}
+            partial = np.zeros(len(union))
+            for i in sorted(parts):  # query-term order
+                partial += parts[i]
             kth = float(np.partition(partial, len(partial) - k)[len(partial) - k])
             if rest < kth * (1.0 - 1e-9):  # a margin for the rounding of float sums
-                return union
+                scores = np.zeros(len(union))
+                for i, t in enumerate(terms):  # the same float sum as a full evaluation
+                    scores += parts[i] if i in parts else self._contributions(t, union, norm_of)
+                return union, scores
         return None
+
+    def _contributions(self, t: _Term, docs: np.ndarray, norm_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """Term ``t``'s BM25 contribution to each of the selected, ascending ``docs`` (0 where
+        absent): float64, shape (len(docs),)."""
+        pos = np.searchsorted(t.ids, docs)
+        found = pos < len(t.ids)
+        found[found] = t.ids[pos[found]] == docs[found]
+        tf = t.tfs[pos[found]].astype(np.float64)
+        out = np.zeros(len(docs))
+        out[found] = t.idf * tf * (self.k1 + 1.0) / (tf + norm_of(docs[found]))
+        return out
 
     def _score_docs(
         self, terms: list[_Term], docs: np.ndarray, lengths: np.ndarray, avgdl: float,
-        *, grouped: bool = False,
     ) -> np.ndarray:
-        """BM25 scores of the selected, ascending ``docs``: float64, shape (len(docs),).
+        """BM25 scores of the selected, ascending ``docs`` (:meth:`search_groups`'s passages):
+        float64, shape (len(docs),)."""
 
-        ``grouped`` rounds the length normalisation as :meth:`search_groups` always has.
-        """
+        def norm_of(ids: np.ndarray) -> np.ndarray:
+            norm: np.ndarray = self.k1 * (1.0 - self.b + self.b * lengths[ids].astype(np.float64) / avgdl)
+            return norm
+
         scores = np.zeros(len(docs), dtype=np.float64)
         for t in terms:
-            pos = np.searchsorted(t.ids, docs)
-            found = pos < len(t.ids)
-            found[found] = t.ids[pos[found]] == docs[found]
-            ids = docs[found]
-            tf = t.tfs[pos[found]].astype(np.float64)
-            if grouped:
-                norm = self.k1 * (1.0 - self.b + self.b * lengths[ids].astype(np.float64) / avgdl)
-            else:
-                norm = self.k1 * (1.0 - self.b + self.b * (lengths[ids] / avgdl))
-            scores[found] += t.idf * tf * (self.k1 + 1.0) / (tf + norm)
+            scores += self._contributions(t, docs, norm_of)
         return scores
 
     def group_stats(self, groups: np.ndarray, fields: np.ndarray | None = None,
@@ -624,7 +758,7 @@ class BM25Index:
         n_groups = int(groups.max()) + 1 if n else 0
         if not selected.any():
             return GroupStats(n, groups, fields, selected, n_groups, n_fields, 0,
-                              np.ones((n_groups, n_fields)), 0.0, 0, True)
+                              np.ones((n_groups, n_fields)), 0.0, 0, True, np.full(n, np.inf))
         flengths = state.lengths[:n].astype(np.float64)
         # Per (group, field) length, and each selected group's presence.
         cell = groups.astype(np.int64) * n_fields + fields
@@ -636,9 +770,11 @@ class BM25Index:
         with np.errstate(divide="ignore", invalid="ignore"):
             norm = 1.0 - self.b + self.b * np.where(avg_len > 0, field_len / avg_len, 0.0)
         chosen = groups[selected]
+        doc_norm = np.full(n, np.inf)
+        doc_norm[selected] = norm[chosen, fields[selected]]
         return GroupStats(n, groups, fields, selected, n_groups, n_fields, n_selected, norm,
                           float(flengths[selected].mean()), int(np.count_nonzero(selected)),
-                          bool(np.all(chosen[1:] >= chosen[:-1])))
+                          bool(np.all(chosen[1:] >= chosen[:-1])), doc_norm)
 
     def search_groups(
         self,
@@ -749,56 +885,128 @@ class BM25Index:
             return []
         state = self._state
         n, groups, fields, selected = stats.n, stats.groups, stats.fields, stats.selected
-        n_groups, n_selected, norm = stats.n_groups, stats.n_selected, stats.norm
+        n_groups, n_selected, doc_norm = stats.n_groups, stats.n_selected, stats.doc_norm
+        every = stats.n_docs_selected == n  # no posting to leave out
+        # One weight for every field: a scalar times each frequency, the same floats as gathered.
+        uniform = weights[0] if n_fields == 1 or (weights[:n_fields] == weights[0]).all() else None
         lengths = state.lengths[:n]
-        scores = np.zeros(n_groups, dtype=np.float64)
         terms: list[_Term] = []
         term_groups: list[np.ndarray] = []
+        parts: list[_GroupTerm] = []
         for term in query_terms:
             postings = self._postings(state, term, n)
             if postings is None:
                 continue
-            ids, tfs = postings
-            keep = selected[ids]
-            ids, tfs = ids[keep], tfs[keep]
-            if not len(ids):
-                continue
+            ids, tfs, max_tf = postings
+            if not every:
+                keep = selected[ids]
+                ids, tfs = ids[keep], tfs[keep]
+                if not len(ids):
+                    continue
             terms.append(_Term(ids, tfs, None, len(ids),
-                               np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))))
-            ftfs = tfs.astype(np.float64)
-            g, f = groups[ids], fields[ids]
+                               np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5)), max_tf))
+            g = groups[ids]
             term_groups.append(g)
-            contribution = weights[f] * ftfs / norm[g, f]
             if stats.sorted_groups:
                 # ids ascend and so do their groups: one run per group holding the term
+                holding: np.ndarray | None = None
+                df = 1 + int(np.count_nonzero(g[1:] != g[:-1]))
+            else:
+                holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
+                df = len(holding)
+            parts.append(_GroupTerm(ids, tfs, g, holding, df, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
+
+        def saturated(part: _GroupTerm, chosen: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+            """The groups holding a term (those ``chosen`` selects only) and its contribution to
+            each one's score."""
+            ids, tfs, g, holding = part.ids, part.tfs, part.groups, part.holding
+            if chosen is not None:  # sorted groups: a chosen group's postings are one run, kept whole
+                inside = chosen[g]
+                ids, tfs, g = ids[inside], tfs[inside], g[inside]
+            ftfs = tfs.astype(np.float64)
+            contribution = (uniform if uniform is not None else weights[fields[ids]]) * ftfs / doc_norm[ids]
+            if holding is None or chosen is not None:
                 starts = np.flatnonzero(np.diff(g, prepend=-1))
                 holding = g[starts]
-                pseudo = np.add.reduceat(contribution, starts)
+                pseudo = np.add.reduceat(contribution, starts) if len(starts) else contribution[:0]
             else:
-                pseudo = np.bincount(g, weights=contribution, minlength=n_groups)
-                holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
-                pseudo = pseudo[holding]  # the other groups would add 0
-            df = len(holding)
-            idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
-            scores[holding] += idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
-        hits = np.flatnonzero(scores > 0)
-        if not hits.size:
-            return []
-        best = hits[top_k_indices(scores[hits], k)]
+                pseudo = np.bincount(g, weights=contribution, minlength=n_groups)[holding]  # others add 0
+            return holding, part.idf * pseudo * (self.k1 + 1.0) / (self.k1 + pseudo)
+
+        done, candidates = (self._group_candidates(parts, k, n_groups, saturated) if stats.sorted_groups
+                            else ({}, None))
+        scores = np.zeros(n_groups, dtype=np.float64)
+        for i, part in enumerate(parts):  # query-term order: the same float sum as a full evaluation
+            holding, term_scores = done[i] if i in done else saturated(part)
+            scores[holding] += term_scores
+        if candidates is not None:
+            hits = candidates[scores[candidates] > 0]
+            if not hits.size:
+                return []
+            best = hits[top_k_indices(scores[hits], k)]
+        else:
+            hits = np.flatnonzero(scores > 0)
+            if not hits.size:
+                return []
+            best = hits[top_k_indices(scores[hits], k)]
         # The best passage of each returned group: highest passage score, lowest id on a tie,
         # scored for the passages of those groups only.
-        wanted = np.zeros(n_groups, dtype=bool)
-        wanted[best] = True
-        rows = np.concatenate([t.ids[wanted[g]] for t, g in zip(terms, term_groups, strict=True)])
+        if stats.sorted_groups:  # each term's postings of a returned group: one run, found by bisection
+            ordered = np.sort(best)
+            rows = np.concatenate([t.ids[_runs(g, ordered)] for t, g in zip(terms, term_groups, strict=True)])
+        else:
+            wanted = np.zeros(n_groups, dtype=bool)
+            wanted[best] = True
+            rows = np.concatenate([t.ids[wanted[g]] for t, g in zip(terms, term_groups, strict=True)])
         rows.sort()
         rows = rows[np.flatnonzero(np.diff(rows, prepend=-1))]
-        doc_scores = self._score_docs(terms, rows, lengths, stats.doc_avgdl, grouped=True)
+        doc_scores = self._score_docs(terms, rows, lengths, stats.doc_avgdl)
         order = np.lexsort((rows, -doc_scores, groups[rows]))
         rows = rows[order]
         first = rows[np.flatnonzero(np.diff(groups[rows], prepend=-1))]
         best_doc = dict(zip(groups[first].tolist(), first.tolist(), strict=True))
         return [GroupHit(int(gid), float(scores[gid]), best_doc[int(gid)]) for gid in best]
 
+
+    def _group_candidates(
+        self, parts: list[_GroupTerm], k: int, n_groups: int,
+        saturated: Callable[[_GroupTerm, np.ndarray | None], tuple[np.ndarray, np.ndarray]],
+    ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], np.ndarray | None]:
+        """MaxScore over groups (sorted groups only): the terms' contributions computed so far
+        (by term index), and the ascending groups outside which none reaches the top ``k`` (the
+        other terms' contributions computed for those groups only), or None (every group).
+
+        A term adds less than ``idf (k1 + 1)`` to any group (the saturation); the rarest
+        terms' groups are the candidates once k of them score above the other terms' bounds.
+        """
+        done: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if len(parts) < 2:
+            return done, None
+        order = sorted(range(len(parts)), key=lambda i: (parts[i].df, i))  # rarest first
+        bounds = [float(parts[i].idf) * (self.k1 + 1.0) for i in order]
+        union = parts[order[0]].groups[:0]
+        for p in range(1, len(parts)):
+            i = order[p - 1]
+            done[i] = saturated(parts[i], None)
+            union = _sorted_union(union, done[i][0])
+            if len(union) > n_groups * _CANDIDATE_SHARE:
+                break
+            rest = sum(bounds[p:])
+            if (len(union) < k or rest >= sum(bounds[:p])
+                    or sum(len(parts[j].ids) for j in order[p:]) < _PRUNE_GAIN * len(union)):
+                continue
+            partial = np.zeros(n_groups)
+            for holding, term_scores in done.values():
+                partial[holding] += term_scores
+            at = partial[union]
+            kth = float(np.partition(at, len(at) - k)[len(at) - k])
+            if rest < kth * (1.0 - 1e-9):  # a margin for the rounding of float sums
+                chosen = np.zeros(n_groups, dtype=bool)
+                chosen[union] = True
+                for j in order[p:]:
+                    done[j] = saturated(parts[j], chosen)
+                return done, union
+        return done, None
 
 def _ids(values: np.ndarray) -> np.ndarray:
     """``values`` as an array of integers: int32 and int64 ones as they are (no copy), others
@@ -849,7 +1057,7 @@ def _merged(state: _State, batch: _Batch | None = None) -> _Frozen:
     vocabulary = dict(frozen.vocabulary)
     for term in tail:
         vocabulary.setdefault(term, len(vocabulary))
-    entries = sorted((vocabulary[term], buf, size) for term, (buf, size) in tail.items())
+    entries = sorted((vocabulary[term], buf, size) for term, (buf, size, _) in tail.items())
     sizes = np.array([e[2] for e in entries], np.int64)
     new_terms = [np.repeat(np.array([e[0] for e in entries], np.int64), sizes)]
     new_ids = [buf[0, :size] for _, buf, size in entries]
@@ -880,13 +1088,44 @@ def _merged(state: _State, batch: _Batch | None = None) -> _Frozen:
     counts = np.zeros(n_terms, np.int64)
     counts[:n_old] = np.diff(frozen.indptr)
     counts += np.bincount(term_of, minlength=n_terms)
+    # Each term's highest frequency: the frozen one's, raised by its new postings'.
+    max_tfs = np.zeros(n_terms, np.int64)
+    max_tfs[:n_old] = frozen.max_tfs
+    np.maximum.at(max_tfs, term_of, tail_tfs.astype(np.int64))
     return _Frozen(
         vocabulary,
         np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
         np.insert(frozen.doc_ids, positions, tail_ids.astype(np.int32, copy=False)),
         np.insert(frozen.tfs.astype(dtype, copy=False), positions, tail_tfs.astype(dtype)),
         state.n_docs,
+        max_tfs,
     )
+
+
+def _runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The positions in ascending ``values`` holding one of the ascending ``wanted``: O(w log m)."""
+    lo = np.searchsorted(values, wanted, side="left")
+    hi = np.searchsorted(values, wanted, side="right")
+    sizes = hi - lo
+    total = int(sizes.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    # lo[j], lo[j] + 1, ..., hi[j] - 1 for each j, concatenated
+    positions: np.ndarray = np.arange(total) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
+    return positions
+
+
+def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The distinct values of two ascending arrays, ascending (a sort: NumPy's ``union1d``
+    hashes, several times slower on these int32 ids)."""
+    union = np.concatenate((a, b))
+    union.sort()
+    if len(union) < 2:
+        return union
+    distinct = np.empty(len(union), dtype=bool)
+    distinct[0] = True
+    np.not_equal(union[1:], union[:-1], out=distinct[1:])
+    return union[distinct]
 
 
 def _reserve(buf: np.ndarray, size: int) -> np.ndarray:

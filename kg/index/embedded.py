@@ -91,7 +91,7 @@ from kg.index.base import (
     fresh_chunks,
     query_vector,
 )
-from kg.index.bm25 import BM25Index, GroupStats, top_k_indices
+from kg.index.bm25 import BM25Index, GroupStats, Selection, top_k_indices
 
 __all__ = ["AnnConfig", "EmbeddedVectorIndex"]
 
@@ -116,8 +116,9 @@ def _lookup(content_keys: Collection[str]) -> Collection[str]:
     the collection itself."""
     return content_keys.members if isinstance(content_keys, KeySet) else content_keys
 _GROUP_MEMO = 4
-"""BM25F statistics memoised per snapshot: about 40 bytes a row and group each (the groups,
-the selection and the (groups, fields) normalisation), 40 MB at a million node texts."""
+"""BM25F statistics, and BM25 selections, memoised per snapshot (each up to this many): about 48
+bytes a row and group each for BM25F (the groups, the selection, the (groups, fields)
+normalisation and each row's), 9 bytes a row for BM25 (the mask and each row's normalisation)."""
 # Rows of a model past its HNSW graph that knn scans exactly before a sync adds them to the graph.
 _ANN_TAIL_ROWS = 1024
 # Below this share of a model's rows allowed, knn scans the allowed rows exactly: a filtered
@@ -249,6 +250,8 @@ class _View:
     # (id(set), model) -> (the set, its rows of that model)
     group_memo: dict[int, tuple[frozenset[str] | KeySet, GroupStats]] = field(default_factory=dict)
     # id(set) -> (the set, BM25F's statistics over its node texts)
+    selection_memo: dict[int, tuple[frozenset[str] | KeySet, Selection]] = field(default_factory=dict)
+    # id(set) -> (the set, BM25's selection of its chunks)
 
     def allowed_keys(self, content_keys: Collection[str]) -> np.ndarray | None:
         """Boolean mask over key ids for ``content_keys``; None when none of them is held.
@@ -311,6 +314,31 @@ class _View:
                 self.group_memo.pop(next(iter(self.group_memo)), None)
             self.group_memo[id(content_keys)] = (content_keys, stats)
         return stats
+
+    def selection(self, content_keys: Collection[str], allowed: np.ndarray) -> Selection:
+        """BM25's selection of the chunks whose content key ``allowed`` holds, with its collection
+        statistics, memoised like :meth:`group_stats`: the O(rows) part of
+        :meth:`EmbeddedVectorIndex.bm25`, once per branch state and snapshot instead of once per
+        query."""
+        if isinstance(content_keys, _Memoisable):
+            held = self.selection_memo.get(id(content_keys))
+            if held is not None and held[0] is content_keys:
+                return held[1]
+        selection = self.bm25.selection(allowed[self.key_id])
+        if isinstance(content_keys, _Memoisable):
+            if len(self.selection_memo) >= _GROUP_MEMO:
+                self.selection_memo.pop(next(iter(self.selection_memo)), None)
+            self.selection_memo[id(content_keys)] = (content_keys, selection)
+        return selection
+
+    def hits(self, rows: np.ndarray, scores: Sequence[float]) -> list[IndexHit]:
+        """The hits for repository rows ``rows`` with their ``scores``, ranked in that order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        keys, texts = self.keys, self.texts
+        return [IndexHit(seq, keys[key], chunk, texts[row], score, rank, None)  # positional: 30 % faster
+                for rank, (row, seq, key, chunk, score) in enumerate(zip(
+                    rows.tolist(), self.seq[rows].tolist(), self.key_id[rows].tolist(),
+                    self.chunk_index[rows].tolist(), scores, strict=True), start=1)]
 
     def _mask(self, content_keys: Collection[str]) -> np.ndarray:
         """(n_keys,) bool: the key ids of ``content_keys``, each looked up."""
@@ -753,10 +781,8 @@ class EmbeddedVectorIndex:
         allowed = view.allowed_keys(scope.content_keys)
         if allowed is None:
             return []
-        ranked = view.bm25.search(query, k, allowed[view.key_id])
-        return [
-            view.hit(row, rank, score, None) for rank, (row, score) in enumerate(ranked, start=1)
-        ]
+        rows, scores = view.bm25.rank(query, k, selection=view.selection(scope.content_keys, allowed))
+        return view.hits(rows, scores.tolist())
 
     def bm25_documents(
         self,
@@ -800,8 +826,7 @@ class EmbeddedVectorIndex:
         weights = [float(weights_by_name.get(name, 1.0)) for name in view.fields[: int(view.field_id.max()) + 1]]
         ranked = view.bm25.search_groups(query, k, field_weights=weights,
                                          stats=view.group_stats(content_keys, allowed))
-        return [view.hit(hit.best_doc, rank, hit.score, None)
-                for rank, hit in enumerate(ranked, start=1)]
+        return view.hits(np.array([hit.best_doc for hit in ranked], np.int64), [hit.score for hit in ranked])
 
     def hybrid(self, repo_key: str, query: str, vector: np.ndarray, k: int, *, model: str, scope: SearchScope,
                alpha: float = 0.5, fusion_type: str = "ranked",
