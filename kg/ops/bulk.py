@@ -53,7 +53,7 @@ from typing import IO, Annotated, Any, Literal, NamedTuple
 import numpy as np
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-from sqlalchemy import JSON, Table, Text, cast, func, insert, select, text
+from sqlalchemy import JSON, Table, Text, bindparam, cast, func, insert, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -80,7 +80,7 @@ from kg.store.paths import name_of, parent_of, parse_address, validate_name, val
 from kg.store.references import extract_references
 from kg.store.relations import RELATION_KEY, validate_relation_type
 from kg.store.repos import MAIN, BranchView, WriteContext
-from kg.store.visibility import visible_select
+from kg.store.visibility import Chain, visible_select
 from kg.text.storable import check_json
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "BulkFile", "export_ndjson", "import_ndjson", "parse_ndjson"]
@@ -813,10 +813,22 @@ def _live_at(session: Session, view: BranchView, addresses: set[tuple[int, str]]
             yield from (row for row in connection.execute(stmt.with_only_columns(*cols)) if row[1] in wanted)
             continue
         for start in range(0, len(paths), _LOOKUP_BATCH):
+            part = paths[start:start + _LOOKUP_BATCH]
+            if view.readable is None:  # the statement of the chain, built once (a small write's cost)
+                yield from connection.execute(_lookup_stmt(view.chain, cols), {"wid": wid, "paths": part})
+                continue
             stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
-                                     NodeVersion.workspace_id == wid,
-                                     NodeVersion.path.in_(paths[start:start + _LOOKUP_BATCH]))
+                                     NodeVersion.workspace_id == wid, NodeVersion.path.in_(part))
             yield from connection.execute(stmt.with_only_columns(*cols))
+
+
+@functools.lru_cache(maxsize=256)
+def _lookup_stmt(chain: tuple[tuple[int, int], ...], columns: tuple[Any, ...]) -> Any:
+    """:func:`_live_at`'s lookup of paths of a workspace (``wid``, ``paths``) on ``chain``."""
+    stmt, _ = visible_select(NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == bindparam("wid"),
+                             NodeVersion.path.in_(bindparam("paths", expanding=True)))
+    return stmt.with_only_columns(*columns)
 
 
 def _canonical(value: Any) -> str:
