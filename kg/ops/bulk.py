@@ -95,8 +95,9 @@ _LOOKUP_BATCH = 500
 _SCAN_ABOVE = 5_000
 #: Rows per executemany (bounded memory for the driver's parameter lists).
 _INSERT_BATCH = 20_000
-#: SQLite's page cache while an import writes, in KiB (given back afterwards).
+#: SQLite's page cache while an import of at least ``_BIG_WRITE`` rows writes, in KiB (given back afterwards).
 _SQLITE_CACHE_KIB = 256 * 1024
+_BIG_WRITE = 5_000
 
 
 # -- records --------------------------------------------------------------------------------
@@ -814,17 +815,23 @@ def _live_at(session: Session, view: BranchView, addresses: set[tuple[int, str]]
             continue
         for start in range(0, len(paths), _LOOKUP_BATCH):
             part = paths[start:start + _LOOKUP_BATCH]
-            if view.readable is None:  # the statement of the chain, built once (a small write's cost)
-                yield from connection.execute(_lookup_stmt(view.chain, cols), {"wid": wid, "paths": part})
+            if view.readable is None:  # one statement per chain length, built once (a small write's cost)
+                params: dict[str, Any] = {"wid": wid, "paths": part}
+                for i, (branch_id, revision) in enumerate(view.chain):
+                    params[f"chain_b{i}"], params[f"chain_r{i}"] = branch_id, revision
+                yield from connection.execute(_lookup_stmt(len(view.chain), cols), params)
                 continue
             stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
                                      NodeVersion.workspace_id == wid, NodeVersion.path.in_(part))
             yield from connection.execute(stmt.with_only_columns(*cols))
 
 
-@functools.lru_cache(maxsize=256)
-def _lookup_stmt(chain: tuple[tuple[int, int], ...], columns: tuple[Any, ...]) -> Any:
-    """:func:`_live_at`'s lookup of paths of a workspace (``wid``, ``paths``) on ``chain``."""
+@functools.lru_cache(maxsize=64)
+def _lookup_stmt(depth: int, columns: tuple[Any, ...]) -> Any:
+    """:func:`_live_at`'s lookup of paths of a workspace (``wid``, ``paths``) on a chain of
+    ``depth`` branches, each ``(chain_b<i>, chain_r<i>)`` a bound parameter: the window query is
+    built once for every branch as deep (a new branch's first write builds none)."""
+    chain: Any = tuple((bindparam(f"chain_b{i}"), bindparam(f"chain_r{i}")) for i in range(depth))
     stmt, _ = visible_select(NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
                              NodeVersion.workspace_id == bindparam("wid"),
                              NodeVersion.path.in_(bindparam("paths", expanding=True)))
@@ -1120,7 +1127,8 @@ def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relati
            with_chunks: bool) -> tuple[int, list[str]]:
     """Write one batch of the plan at the context's revision; its number and the keys queued."""
     session = uow.session
-    sqlite = session.get_bind().dialect.name == "sqlite"
+    # a small write (an agent's batch on a branch) fits the default cache: no PRAGMA round trips
+    sqlite = session.get_bind().dialect.name == "sqlite" and len(nodes) + len(relations) >= _BIG_WRITE
     cache = session.scalar(text("PRAGMA cache_size")) if sqlite else None
     if sqlite:  # a page cache that holds the indexes being filled (the default holds 2 MiB)
         session.execute(text(f"PRAGMA cache_size = {-_SQLITE_CACHE_KIB}"))

@@ -213,3 +213,25 @@ def test_a_batch_queues_its_texts_together_as_node_by_node(services):
         {"workspace": "w", "path": "/d", "properties": same}])  # its chunks are stored: no job
     with services.db.read() as s:
         assert s.scalar(select(IndexJob.id).where(IndexJob.status == "pending")) is None
+
+
+def test_an_import_into_a_branch_of_a_branch_compares_with_the_version_that_branch_sees(services):
+    """The branch lookups are one statement per chain depth with the chain's branches and
+    revisions bound: a branch of a branch sees its parent's change over main's version, and
+    main's node where the parent changed nothing."""
+    node = {"record": "node", "workspace": "w", "path": "/a", "properties": {"v": 1}}
+    bulk.import_ndjson(services, OPERATOR, "acme", [_header(), json.dumps(node),
+                                                      json.dumps({**node, "path": "/b"})])
+    run(services, OPERATOR, branch_ops.create_branch, "acme", name="one")
+    bulk.import_ndjson(services, OPERATOR, "acme", [_header(branch="one"),
+                                                      json.dumps({**node, "properties": {"v": 2}})], branch="one")
+    run(services, OPERATOR, branch_ops.create_branch, "acme", name="two", from_branch="one")
+    for branch in ("two", "two"):  # the second time the statement is the cached one
+        same = bulk.import_ndjson(services, OPERATOR, "acme", [
+            _header(branch=branch), json.dumps({**node, "properties": {"v": 2}}),
+            json.dumps({**node, "path": "/b"})], branch=branch)
+        assert (same["revision"], same["unchanged"]["nodes"]) == (None, 2)
+    changed = bulk.import_ndjson(services, OPERATOR, "acme", [_header(branch="two"), json.dumps(node)], branch="two")
+    assert (changed["nodes"], changed["unchanged"]["nodes"]) == (1, 0)
+    assert queries.get_node(services, OPERATOR, "acme", "two", "w", "/a")["properties"] == {"v": 1}
+    assert queries.get_node(services, OPERATOR, "acme", "one", "w", "/a")["properties"] == {"v": 2}
