@@ -20,6 +20,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -449,6 +450,14 @@ class SearchIndex(Protocol):
     def catch_up(self, repo_key: str, feed: ChunkFeed) -> int:
         """Bring the repository up to date with SQL; returns what was written (chunks added,
         objects placed). Idempotent; a failure raises and the next call redoes the work."""
+        ...
+
+    def catch_up_later(self, repo_key: str, open_feed: Callable[[], AbstractContextManager[ChunkFeed]]) -> None:
+        """:meth:`catch_up` off the caller's thread where the engine has one (a write that stored
+        many chunks answers once they are durable, not once they are placed): ``open_feed``
+        opens a feed there (its own session). A search's :meth:`catch_up` meanwhile waits for
+        it, then finds nothing left to add; a failure only logs (the next catch-up redoes it).
+        An engine without a thread of its own catches up before returning."""
         ...
 
     def rewind(self, repo_key: str, seq: int) -> bool:

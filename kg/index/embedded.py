@@ -71,7 +71,7 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -609,16 +609,33 @@ class EmbeddedVectorIndex:
         # Snapshots written by the same thread, at most once per interval a repository.
         self._flush_interval = flush_interval_s if data_dir is not None else None
         self._flush_queue: dict[str, None] = {}
+        # Catch-ups handed to the same thread (catch_up_later), each with the feed opener it runs.
+        self._catch_up_queue: dict[str, Callable[[], AbstractContextManager[ChunkFeed]]] = {}
+        self._catching: dict[str, threading.Lock] = {}  # one catch-up at a time a repository
 
     # -- catch-up -----------------------------------------------------------------------------------
 
     def catch_up(self, repo_key: str, feed: ChunkFeed) -> int:
-        """Add the chunks above the watermark, a page at a time: the chunks added."""
-        added = 0
-        for page in feed.chunk_pages(self.watermark(repo_key)):
-            self.sync(repo_key, page)
-            added += len(page)
-        return added
+        """Add the chunks above the watermark, a page at a time: the chunks added. One catch-up
+        of a repository at a time: a search arriving during a background one (:meth:`catch_up_later`)
+        waits for it, then reads only what is still above the watermark."""
+        with self._registry_lock:
+            lock = self._catching.setdefault(repo_key, threading.Lock())
+        with lock:
+            added = 0
+            for page in feed.chunk_pages(self.watermark(repo_key)):
+                self.sync(repo_key, page)
+                added += len(page)
+            return added
+
+    def catch_up_later(self, repo_key: str, open_feed: Callable[[], AbstractContextManager[ChunkFeed]]) -> None:
+        """:meth:`catch_up` in the background thread (before any graph it then extends);
+        :meth:`wait_for_background` waits for it too."""
+        with self._builder_cond:
+            if self._closed:
+                return
+            self._catch_up_queue[repo_key] = open_feed
+        self._background(self._catch_up_queue, repo_key)
 
     def rewind(self, repo_key: str, seq: int) -> bool:
         """Nothing to redo: a re-pointed version's new chunks arrive by the watermark like any
@@ -910,6 +927,7 @@ class EmbeddedVectorIndex:
             self._closed = True
             self._builder_queue.clear()
             self._flush_queue.clear()
+            self._catch_up_queue.clear()
             self._builder_cond.notify_all()
             builder = self._builder
         if builder is not None and builder is not threading.current_thread():
@@ -932,7 +950,8 @@ class EmbeddedVectorIndex:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._builder_cond:
-            while repo_key in self._builder_queue or repo_key in self._flush_queue or self._building == repo_key:
+            while (repo_key in self._catch_up_queue or repo_key in self._builder_queue
+                   or repo_key in self._flush_queue or self._building == repo_key):
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -952,12 +971,13 @@ class EmbeddedVectorIndex:
             return
         self._background(self._builder_queue, repo_key)
 
-    def _background(self, queue: dict[str, None], repo_key: str) -> None:
+    def _background(self, queue: dict[str, Any], repo_key: str) -> None:
         """Queue ``repo_key`` for the background thread (started on first use)."""
         with self._builder_cond:
             if self._closed:
                 return
-            queue[repo_key] = None
+            if queue is not self._catch_up_queue:
+                queue[repo_key] = None
             if self._builder is None or not self._builder.is_alive():
                 self._builder = threading.Thread(target=self._build_graphs, name="kg-index-background",
                                                  daemon=True)
@@ -976,19 +996,29 @@ class EmbeddedVectorIndex:
         """
         while True:
             with self._builder_cond:
-                while not self._builder_queue and not self._flush_queue and not self._closed:
+                while (not self._catch_up_queue and not self._builder_queue and not self._flush_queue
+                       and not self._closed):
                     self._builder_cond.wait()
                 if self._closed:
                     self._building = None
                     self._builder_cond.notify_all()
                     return
-                graphs = bool(self._builder_queue)
-                queue = self._builder_queue if graphs else self._flush_queue
-                repo_key = next(iter(queue))
-                del queue[repo_key]
+                opener = None
+                if self._catch_up_queue:  # rows first: the graphs and snapshots then hold them
+                    repo_key = next(iter(self._catch_up_queue))
+                    opener = self._catch_up_queue.pop(repo_key)
+                    graphs = False
+                else:
+                    graphs = bool(self._builder_queue)
+                    queue = self._builder_queue if graphs else self._flush_queue
+                    repo_key = next(iter(queue))
+                    del queue[repo_key]
                 self._building = repo_key
             try:
-                if graphs:
+                if opener is not None:
+                    with opener() as feed:
+                        self.catch_up(repo_key, feed)
+                elif graphs:
                     self._grow_in_background(repo_key)
                 elif repo_key in self._repos:
                     self.flush(repo_key)

@@ -87,15 +87,31 @@ def plan_text(properties: Mapping[str, object], config: EmbeddingConfig, embedde
     fields = text_fields(properties, config.indexed_properties)
     if not fields:
         return TextPlan({}, None, config)
-    chunking = effective_chunking(config.chunking, embedder)
-    fingerprint = chunking.fingerprint()
+    return TextPlan(fields, content_key(fields, chunking=_fingerprint(config, embedder), model=embedder.name), config)
+
+
+def _fingerprint(config: EmbeddingConfig, embedder: Embedder) -> str:
+    """The settings' part of a content key: the chunking applied and, when not kg's, the fields."""
+    fingerprint = effective_chunking(config.chunking, embedder).fingerprint()
     indexed = config.indexed_properties
     if not indexed.is_default():
         # Which fields are chunked changes the chunks: it is part of the key (the defaults are
         # left out, so the keys of texts written before the setting existed stay valid).
         fingerprint += f"|short={','.join(indexed.short)}|body={','.join(indexed.body)}"
-    key = content_key(fields, chunking=fingerprint, model=embedder.name)
-    return TextPlan(fields, key, config)
+    return fingerprint
+
+
+def content_keyer(config: EmbeddingConfig, embedder: Embedder) -> Callable[[Mapping[str, object]], str | None]:
+    """The content key of :func:`plan_text` (None: no text) as a function of properties, the
+    settings' part computed once: what a bulk import computes for each of its nodes.
+    """
+    fingerprint, model, indexed = _fingerprint(config, embedder), embedder.name, config.indexed_properties
+
+    def key(properties: Mapping[str, object]) -> str | None:
+        fields = text_fields(properties, indexed)
+        return content_key(fields, chunking=fingerprint, model=model) if fields else None
+
+    return key
 
 
 def split_fields(fields: Mapping[str, str], chunking: ChunkingConfig,

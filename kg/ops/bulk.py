@@ -39,17 +39,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import json
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Annotated, Any, NamedTuple
 
 import numpy as np
-from pydantic import Field, TypeAdapter, ValidationError
-from sqlalchemy import JSON, Table, Text, cast, func, insert, select, text
+import orjson
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
+from sqlalchemy import JSON, Table, Text, bindparam, cast, func, insert, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from kg import collector
@@ -63,21 +69,21 @@ from kg.access import (
 from kg.context import Actor, Resources, UnitOfWork, reading, unit_of_work
 from kg.errors import InvalidInput, KGError, NotFound
 from kg.graph.validity import check_interval, maybe_aware
-from kg.indexing.chunks import ChunkRow, existing_content_keys, store_chunks, sync_index
+from kg.indexing.chunks import SqlChunkFeed, content_keyer, existing_content_keys, sync_index
 from kg.indexing.config import parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import enqueue_many
-from kg.ops.text_store import plan_for
 from kg.providers.base import Embedder
 from kg.store import repos as repo_store
-from kg.store.models import Chunk, NodeVersion, Reference, RelationVersion, utcnow
-from kg.store.nodes import node_uid, validate_node_input
+from kg.store.models import Base, Chunk, NodeVersion, Reference, RelationVersion, utcnow
+from kg.store.nodes import node_uids, validate_node_input
 from kg.store.paths import name_of, parent_of, parse_address, validate_name, validate_path
 from kg.store.references import extract_references
 from kg.store.relations import RELATION_KEY, validate_relation_type
 from kg.store.repos import MAIN, BranchView, WriteContext
-from kg.store.visibility import visible_select
+from kg.store.visibility import Chain, visible_select
 from kg.text.storable import check_json
 from kg.types.bulk import (
+    DEFAULT_NODE_TYPE,
     FORMAT,
     FORMAT_VERSION,
     ChunkRecord,
@@ -97,8 +103,9 @@ _LOOKUP_BATCH = 500
 _SCAN_ABOVE = 5_000
 #: Rows per executemany (bounded memory for the driver's parameter lists).
 _INSERT_BATCH = 20_000
-#: SQLite's page cache while an import writes, in KiB (given back afterwards).
+#: SQLite's page cache while an import of at least ``_BIG_WRITE`` rows writes, in KiB (given back afterwards).
 _SQLITE_CACHE_KIB = 256 * 1024
+_BIG_WRITE = 5_000
 
 
 # -- records (kg.types.bulk) -----------------------------------------------------------------
@@ -108,40 +115,90 @@ _ANY_RECORD: TypeAdapter[HeaderRecord | NodeRecord | RelationRecord | ChunkRecor
 _KINDS = "'header', 'node', 'relation' or 'chunk'"
 
 
-@dataclass(frozen=True, slots=True)
-class _Node:
-    line: int
-    workspace: str
-    path: str
-    record: NodeRecord
-    references: list[tuple[str, str, str]]
+class _Slow(Exception):  # noqa: N818 (a signal, not an error)
+    """A line the fast reader does not take as it stands: pydantic reads it (and names the problem)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Relation:
-    line: int
-    source: tuple[str, str]
-    target: tuple[str, str]
-    record: RelationRecord
+_NODE_FIELDS = frozenset(NodeRecord.model_fields)
+_RELATION_FIELDS = frozenset(f.alias or name for name, f in RelationRecord.model_fields.items())
+_CHUNK_FIELDS = frozenset(ChunkRecord.model_fields)
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+#: orjson reads an integer past 64 bits as a float: a whole float this large sends the line to pydantic.
+_LONG_FLOAT = 2.0**63
+_WHEN: TypeAdapter[datetime] = TypeAdapter(datetime, config=ConfigDict(strict=True))
+#: Chunks whose vectors are decoded together (one base64 decode and one check of a matrix).
+_VECTOR_BATCH = 4096
+_MISSING: Any = object()
 
 
-@dataclass(frozen=True, slots=True)
-class _Chunk:
-    line: int
-    record: ChunkRecord
-    vector: np.ndarray
+@dataclass
+class _Nodes:
+    """The node records of a file as columns, in file order (paths in NFC)."""
+
+    line: list[int] = field(default_factory=list)
+    workspace: list[str] = field(default_factory=list)
+    path: list[str] = field(default_factory=list)
+    node_type: list[str] = field(default_factory=list)
+    properties: list[dict[str, Any]] = field(default_factory=list)
+    order: list[float | None] = field(default_factory=list)
+    created_at: list[datetime | None] = field(default_factory=list)
+    updated_at: list[datetime | None] = field(default_factory=list)
+    references: list[list[tuple[str, str, str]]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+
+@dataclass
+class _Relations:
+    """The relation records of a file as columns, in file order (endpoints parsed)."""
+
+    line: list[int] = field(default_factory=list)
+    source: list[tuple[str, str]] = field(default_factory=list)
+    target: list[tuple[str, str]] = field(default_factory=list)
+    type: list[str] = field(default_factory=list)
+    weight: list[float | None] = field(default_factory=list)
+    properties: list[dict[str, Any]] = field(default_factory=list)
+    created_at: list[datetime | None] = field(default_factory=list)
+    valid_from: list[datetime | None] = field(default_factory=list)
+    valid_to: list[datetime | None] = field(default_factory=list)
+    invalidated_by: list[str | None] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.line)
+
+
+@dataclass
+class _Chunks:
+    """The chunk records of a file as columns, in file order; ``embedding`` the vector's float32
+    bytes (native order, as the store holds them) once decoded and checked."""
+
+    line: list[int] = field(default_factory=list)
+    content_key: list[str] = field(default_factory=list)
+    chunk_index: list[int] = field(default_factory=list)
+    source_field: list[str] = field(default_factory=list)  # the record's ``field``
+    text: list[str] = field(default_factory=list)
+    char_start: list[int] = field(default_factory=list)
+    char_end: list[int] = field(default_factory=list)
+    model: list[str] = field(default_factory=list)
+    dim: list[int] = field(default_factory=list)
+    embedding: list[bytes] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.line)
 
 
 @dataclass
 class BulkFile:
     """A file of records checked on its own (:func:`parse_ndjson`): the header, then the node
-    (paths in NFC), relation (endpoints parsed) and chunk records (vectors decoded) in file order.
+    (paths in NFC), relation (endpoints parsed) and chunk records (vectors decoded) as columns,
+    in file order.
     """
 
     header: HeaderRecord
-    nodes: list[_Node] = field(default_factory=list)
-    relations: list[_Relation] = field(default_factory=list)
-    chunks: list[_Chunk] = field(default_factory=list)
+    nodes: _Nodes = field(default_factory=_Nodes)
+    relations: _Relations = field(default_factory=_Relations)
+    chunks: _Chunks = field(default_factory=_Chunks)
     last_line: int = 0
 
 
@@ -170,21 +227,48 @@ def _record_error(line: int, exc: ValidationError) -> InvalidInput:
     return _bad(line, f"{kind_name} record field {where!r}: {msg}")
 
 
-def _decode_vector(line: int, record: ChunkRecord) -> np.ndarray:
-    """The chunk's vector, checked: ``dim`` finite float32 values, not all zero."""
+def _decode_vector(line: int, vector: str, dim: int) -> np.ndarray:
+    """One chunk's vector, checked: ``dim`` finite float32 values, not all zero."""
     try:
-        raw = base64.b64decode(record.vector, validate=True)
+        raw = base64.b64decode(vector, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise _bad(line, f"chunk vector is not base64: {exc}") from exc
-    if len(raw) != 4 * record.dim:
-        raise _bad(line, f"chunk vector holds {len(raw) / 4:g} float32 values, but its dim is {record.dim}",
-                   dim=record.dim)
-    vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
-    if not np.isfinite(vector).all():
+    if len(raw) != 4 * dim:
+        raise _bad(line, f"chunk vector holds {len(raw) / 4:g} float32 values, but its dim is {dim}", dim=dim)
+    values = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.isfinite(values).all():
         raise _bad(line, "chunk vector has non-finite values (NaN or inf)")
-    if not vector.any():
+    if not values.any():
         raise _bad(line, "chunk vector is all zeros")
-    return vector
+    return values
+
+
+def _decode_vectors(lines: Sequence[int], vectors: Sequence[str], dim: int) -> list[bytes]:
+    """The vectors of chunks of one dimension, decoded and checked together: their base64 texts
+    joined and decoded by one call when each is whole (``4 * dim`` bytes need no padding when
+    ``dim`` is a multiple of 3), else one call each; then the matrix checked for finite, non-zero
+    rows at once. A bad vector is named as :func:`_decode_vector` names it (the first by line).
+    O(total base64 length) in C, with no array per chunk.
+    """
+    width = 4 * dim
+    try:
+        if dim % 3 == 0 and all(len(v) == width // 3 * 4 for v in vectors):
+            raw = base64.b64decode("".join(vectors), validate=True)
+        else:
+            parts = [base64.b64decode(v, validate=True) for v in vectors]
+            if any(len(p) != width for p in parts):
+                raise ValueError("a vector of another length")
+            raw = b"".join(parts)
+        matrix = np.frombuffer(raw, dtype="<f4").reshape(len(vectors), dim)
+        bad = ~(np.isfinite(matrix).all(axis=1) & matrix.any(axis=1))
+    except (binascii.Error, ValueError):
+        bad = np.ones(len(vectors), dtype=bool)
+    if bad.any():
+        for i in np.flatnonzero(bad):
+            _decode_vector(lines[int(i)], vectors[int(i)], dim)  # raises for the first bad one
+        matrix = np.stack([_decode_vector(line, vector, dim) for line, vector in zip(lines, vectors, strict=True)])
+    native = matrix.astype(np.float32, copy=False).tobytes()
+    return [native[i:i + width] for i in range(0, len(native), width)]
 
 
 def _plain_json(line: int, what: str, value: dict[str, Any]) -> None:
@@ -194,9 +278,328 @@ def _plain_json(line: int, what: str, value: dict[str, Any]) -> None:
         raise _bad(line, f"{what} must be plain JSON: {exc}") from exc
 
 
+class _Reader:
+    """:func:`parse_ndjson`'s state: the file's columns and what was seen so far.
+
+    A line is parsed by orjson and its fields checked by hand against the record's model (exact
+    JSON types, no unknown field, the constraints); a line that does not pass as it stands (a
+    wrong type, a header, a number past 64 bits) is read by pydantic, which names its problem,
+    so every line is accepted or refused as the models decide, with one dict per line and no
+    model object per record. Chunk vectors are decoded in batches of :data:`_VECTOR_BATCH`.
+    """
+
+    def __init__(self) -> None:
+        self.bulk: BulkFile | None = None
+        self.workspaces: set[str] = set()
+        self.nodes: dict[tuple[str, str], int] = {}
+        self.relations: dict[tuple[tuple[str, str], tuple[str, str], str], int] = {}
+        self.chunks: dict[tuple[str, int], int] = {}
+        self.addresses: dict[str, tuple[str, str]] = {}
+        self.types: set[str] = set()
+        self.times: dict[str, datetime] = {}
+        self.pending: list[tuple[int, str, int]] = []  # (line, base64, dim) of chunks not decoded yet
+
+    # -- reading a line
+
+    def read(self, number: int, raw: str | bytes) -> None:
+        """Take one non-blank line (a bad one raises, after any earlier bad vector)."""
+        try:
+            self._read(number, raw)
+        except InvalidInput:
+            self.flush()  # a bad vector on an earlier line is the first problem
+            raise
+
+    def _read(self, number: int, raw: str | bytes) -> None:
+        escaped = ("\\u" if isinstance(raw, str) else b"\\u") in raw  # type: ignore[operator]
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = None
+        kind: str | None = value.get("record") if type(value) is dict else None
+        fields: dict[str, Any] | None = None
+        record: Any = None
+        if kind in ("node", "relation", "chunk") and self.bulk is not None:
+            try:
+                fields = self._fields(kind, value)
+            except _Slow:
+                fields = None
+        fast = fields is not None
+        if not fast:
+            try:
+                record = _ANY_RECORD.validate_json(raw)
+            except ValidationError as exc:
+                raise _record_error(number, exc) from exc
+            kind, value = record.record, record.model_dump(by_alias=True)
+            fields = None if isinstance(record, HeaderRecord) else record.model_dump()
+        # text the store cannot hold (a NUL, a lone surrogate) can only come as a \u escape
+        if escaped:
+            try:
+                check_json(value, "the record")
+            except InvalidInput as exc:
+                raise _bad(number, exc.message) from exc
+        if self.bulk is None:
+            if kind != "header":
+                raise _bad(number, f"the first record must be the header, not a {kind}")
+            self._header(number, record)  # a header is always read by pydantic
+            return
+        if kind == "header":
+            raise _bad(number, "a second header: a file holds one")
+        assert fields is not None
+        if kind == "node":
+            refs = escaped or ("kg:ref" if isinstance(raw, str) else b"kg:ref") in raw  # type: ignore[operator]
+            growth = _JSON_GROWTH if isinstance(raw, bytes) else 2 * _JSON_GROWTH  # a character: 4 bytes
+            self._node(number, fields, size=growth * len(raw) if fast else None, refs=refs)
+        elif kind == "relation":
+            self._relation(number, fields, plain=fast)
+        else:
+            self._chunk(number, fields)
+
+    def _fields(self, kind: str, value: dict[str, Any]) -> dict[str, Any]:
+        """The record's fields as its model would give them (defaults, floats, datetimes), or
+        :class:`_Slow` when the line is not plainly valid."""
+        get = value.get
+        if kind == "node":
+            if not value.keys() <= _NODE_FIELDS:
+                raise _Slow
+            properties = get("properties", _MISSING)
+            out = {"workspace": _text(get("workspace")), "path": _text(get("path")),
+                   "node_type": _text(get("node_type", DEFAULT_NODE_TYPE)),
+                   "properties": {} if properties is _MISSING else _object(properties),
+                   "order": _number(get("order")), "created_at": self._when(get("created_at")),
+                   "updated_at": self._when(get("updated_at"))}
+            return out
+        if kind == "relation":
+            if not value.keys() <= _RELATION_FIELDS:
+                raise _Slow
+            properties = get("properties", _MISSING)
+            by = get("invalidated_by")
+            if by is not None and (type(by) is not str or not 1 <= len(by) <= 2000):
+                raise _Slow
+            return {"source": _text(get("from")), "to": _text(get("to")), "type": _text(get("type")),
+                    "weight": _number(get("weight")),
+                    "properties": {} if properties is _MISSING else _object(properties),
+                    "created_at": self._when(get("created_at")), "valid_from": self._when(get("valid_from")),
+                    "valid_to": self._when(get("valid_to")), "invalidated_by": by}
+        if value.keys() != _CHUNK_FIELDS:
+            raise _Slow
+        key = _text(value["content_key"])
+        if not _HEX64.fullmatch(key):
+            raise _Slow
+        out = {"content_key": key, "chunk_index": _count(value["chunk_index"]), "field": _text(value["field"]),
+               "text": _text(value["text"]), "char_start": _count(value["char_start"]),
+               "char_end": _count(value["char_end"]), "model": _text(value["model"]),
+               "dim": _count(value["dim"]), "vector": _text(value["vector"])}
+        if out["dim"] == 0:
+            raise _Slow
+        return out
+
+    def _when(self, value: Any) -> datetime | None:
+        """A timestamp field as pydantic reads it (strict, from JSON), each distinct text once."""
+        if value is None:
+            return None
+        if type(value) is not str:
+            raise _Slow
+        found = self.times.get(value)
+        if found is None:
+            try:
+                found = _WHEN.validate_json(orjson.dumps(value))
+            except ValidationError as exc:
+                raise _Slow from exc
+            if len(self.times) < 100_000:
+                self.times[value] = found
+        return found
+
+    # -- checking a record
+
+    def _header(self, number: int, header: Any) -> None:
+        assert isinstance(header, HeaderRecord)
+        self.bulk = BulkFile(header=header)
+        for ws in header.workspaces:
+            try:
+                validate_name("workspace", ws.name)
+                parse_embedding_config(ws.embedding, default_model="none")
+            except InvalidInput as exc:
+                raise _bad(number, f"header workspace {ws.name!r}: {exc.message}") from exc
+            if ws.name in self.workspaces:
+                raise _bad(number, f"header names workspace {ws.name!r} twice")
+            self.workspaces.add(ws.name)
+
+    def _node(self, line: int, f: dict[str, Any], *, size: int | None, refs: bool) -> None:
+        """A node record checked as a write checks it. ``size`` (a line parsed as plain JSON): its
+        length bounds the properties' serialisation; ``refs``: the line may hold a reference."""
+        assert self.bulk is not None
+        workspace = f["workspace"]
+        if workspace not in self.workspaces:
+            raise _bad(line, f"node workspace {workspace!r} is not one of the header's workspaces")
+        try:
+            path = validate_path(f["path"])
+            validate_node_input(f["node_type"], f["properties"], f["order"],
+                                json_size_bound=None if size is None else size)
+            references = extract_references(f["properties"], workspace=workspace) if refs else []
+        except InvalidInput as exc:
+            raise _bad(line, exc.message) from exc
+        address = (workspace, path)
+        if address in self.nodes:
+            raise _bad(line, f"node {workspace}:{path} is named twice (first on line {self.nodes[address]})",
+                       workspace=workspace, path=path)
+        self.nodes[address] = line
+        n = self.bulk.nodes
+        n.line.append(line)
+        n.workspace.append(workspace)
+        n.path.append(path)
+        n.node_type.append(f["node_type"])
+        n.properties.append(f["properties"])
+        n.order.append(f["order"])
+        n.created_at.append(f["created_at"])
+        n.updated_at.append(f["updated_at"])
+        n.references.append(references)
+
+    def _relation(self, line: int, f: dict[str, Any], *, plain: bool) -> None:
+        """A relation record checked as a relate checks it (``plain``: parsed as plain JSON)."""
+        assert self.bulk is not None
+        addresses, raw_source, raw_target, rel_type = self.addresses, f["source"], f["to"], f["type"]
+        try:
+            source = addresses.get(raw_source) or addresses.setdefault(raw_source, parse_address(raw_source))
+            target = addresses.get(raw_target) or addresses.setdefault(raw_target, parse_address(raw_target))
+            if rel_type not in self.types:
+                self.types.add(validate_relation_type(rel_type))
+        except InvalidInput as exc:
+            raise _bad(line, exc.message) from exc
+        if f["properties"] and not plain:
+            _plain_json(line, "relation properties", f["properties"])
+        try:
+            check_interval(maybe_aware(f["valid_from"], "valid_from"), maybe_aware(f["valid_to"], "valid_to"))
+        except InvalidInput as exc:
+            raise _bad(line, exc.message) from exc
+        key = (source, target, rel_type)
+        if key in self.relations:
+            raise _bad(line, f"relation {raw_source} -[{rel_type}]-> {raw_target} is named twice "
+                             f"(first on line {self.relations[key]})")
+        self.relations[key] = line
+        r = self.bulk.relations
+        r.line.append(line)
+        r.source.append(source)
+        r.target.append(target)
+        r.type.append(rel_type)
+        r.weight.append(f["weight"])
+        r.properties.append(f["properties"])
+        r.created_at.append(f["created_at"])
+        r.valid_from.append(f["valid_from"])
+        r.valid_to.append(f["valid_to"])
+        r.invalidated_by.append(f["invalidated_by"])
+
+    def _chunk(self, line: int, f: dict[str, Any]) -> None:
+        assert self.bulk is not None
+        key = (f["content_key"], f["chunk_index"])
+        if key in self.chunks:
+            raise _bad(line, f"chunk {key[1]} of content key {key[0]} is named twice (first on line "
+                             f"{self.chunks[key]})")
+        self.chunks[key] = line
+        if f["char_end"] < f["char_start"]:
+            raise _bad(line, "chunk char_end is before its char_start")
+        c = self.bulk.chunks
+        c.line.append(line)
+        c.content_key.append(f["content_key"])
+        c.chunk_index.append(f["chunk_index"])
+        c.source_field.append(f["field"])
+        c.text.append(f["text"])
+        c.char_start.append(f["char_start"])
+        c.char_end.append(f["char_end"])
+        c.model.append(f["model"])
+        c.dim.append(f["dim"])
+        self.pending.append((line, f["vector"], f["dim"]))
+        if len(self.pending) >= _VECTOR_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Decode and check the vectors read so far (by dimension), in file order."""
+        pending, self.pending = self.pending, []
+        if not pending or self.bulk is None:
+            return
+        by_dim: dict[int, list[int]] = {}
+        for i, (_, _, dim) in enumerate(pending):
+            by_dim.setdefault(dim, []).append(i)
+        decoded: list[bytes] = [b""] * len(pending)
+        failures: list[tuple[int, InvalidInput]] = []
+        for dim, positions in by_dim.items():
+            try:
+                vectors = _decode_vectors([pending[i][0] for i in positions], [pending[i][1] for i in positions], dim)
+            except InvalidInput as exc:
+                failures.append((exc.details["line"], exc))
+                continue
+            for i, vector in zip(positions, vectors, strict=True):
+                decoded[i] = vector
+        if failures:
+            raise min(failures, key=lambda f: f[0])[1]
+        self.bulk.chunks.embedding.extend(decoded)
+
+    def finish(self, number: int) -> BulkFile:
+        """The file once its last line is read; its counts checked against the header's."""
+        self.flush()
+        bulk = self.bulk
+        if bulk is None:
+            raise _bad(max(number, 1), "the file holds no header record (is it empty?)")
+        bulk.last_line = number
+        counts = bulk.header.counts
+        if counts is not None:
+            held = {"nodes": len(bulk.nodes), "relations": len(bulk.relations), "chunks": len(bulk.chunks)}
+            for kind, announced in counts.model_dump().items():
+                if held[kind] != announced:
+                    raise _bad(number, f"the file ends with {held[kind]} {kind} records where its header announces "
+                                       f"{announced} (a truncated file?)", announced=announced, held=held[kind])
+        return bulk
+
+
+#: How much longer than its line's bytes a record's properties can serialise as :func:`json.dumps`
+#: does (ASCII escapes of non-ASCII text, ", " separators, floats written out: "9e15" is 18
+#: characters); twice that per character of a line given as text.
+_JSON_GROWTH = 6
+
+
+def _text(value: Any) -> str:
+    if type(value) is not str:
+        raise _Slow
+    return value
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object none of whose numbers may have been an integer past 64 bits."""
+    if type(value) is not dict:
+        raise _Slow
+    todo: list[Any] = [value]
+    while todo:
+        item = todo.pop()
+        for v in item.values() if type(item) is dict else item:
+            t = type(v)
+            if t is dict or t is list:
+                todo.append(v)
+            elif t is float and abs(v) >= _LONG_FLOAT and v.is_integer():
+                raise _Slow
+    return value
+
+
+def _count(value: Any) -> int:
+    """A non-negative JSON integer (not a boolean, not a float)."""
+    if type(value) is not int or value < 0:
+        raise _Slow
+    return value
+
+
+def _number(value: Any) -> float | None:
+    """A finite JSON number as a float, or None."""
+    if value is None:
+        return None
+    if type(value) is int:
+        return float(value)
+    if type(value) is not float or not math.isfinite(value):
+        raise _Slow
+    return value
+
+
 def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
     """Read and check a file of records on its own (no database; blank lines skipped). O(size):
-    pydantic-core parses and validates each line in one call.
+    orjson parses each line, its fields are checked as its pydantic model checks them (pydantic
+    reads and names any line that is not plainly valid), vectors are decoded a batch at a time.
 
     Raises
     ------
@@ -206,114 +609,13 @@ def parse_ndjson(lines: Iterable[str | bytes]) -> BulkFile:
         list, a bad path, type, properties, reference, relation type or weight, a node, relation
         or chunk named twice, a vector not of ``dim`` finite float32; other counts than announced.
     """
-    header: HeaderRecord | None = None
-    bulk: BulkFile | None = None
-    workspaces: set[str] = set()
-    nodes: dict[tuple[str, str], int] = {}
-    relations: dict[tuple[tuple[str, str], tuple[str, str], str], int] = {}
-    chunks: dict[tuple[str, int], int] = {}
-    addresses: dict[str, tuple[str, str]] = {}
-    types: set[str] = set()
+    reader = _Reader()
     number = 0
     for number, raw in enumerate(lines, start=1):
-        if not raw.strip():
+        if raw.isspace() or not raw:
             continue
-        try:
-            record = _ANY_RECORD.validate_json(raw)
-        except ValidationError as exc:
-            raise _record_error(number, exc) from exc
-        # text the store cannot hold (a NUL, a lone surrogate) can only come as a \u escape
-        if ("\\u" if isinstance(raw, str) else b"\\u") in raw:  # type: ignore[operator]
-            try:
-                check_json(record.model_dump(by_alias=True), "the record")
-            except InvalidInput as exc:
-                raise _bad(number, exc.message) from exc
-        if bulk is None:
-            if not isinstance(record, HeaderRecord):
-                raise _bad(number, f"the first record must be the header, not a {record.record}")
-            header = record
-            bulk = BulkFile(header=header)
-            for ws in header.workspaces:
-                try:
-                    validate_name("workspace", ws.name)
-                    parse_embedding_config(ws.embedding, default_model="none")
-                except InvalidInput as exc:
-                    raise _bad(number, f"header workspace {ws.name!r}: {exc.message}") from exc
-                if ws.name in workspaces:
-                    raise _bad(number, f"header names workspace {ws.name!r} twice")
-                workspaces.add(ws.name)
-            continue
-        if isinstance(record, HeaderRecord):
-            raise _bad(number, "a second header: a file holds one")
-        if isinstance(record, NodeRecord):
-            bulk.nodes.append(_check_node(number, record, workspaces, nodes))
-        elif isinstance(record, RelationRecord):
-            bulk.relations.append(_check_relation(number, record, relations, addresses, types))
-        else:
-            key = (record.content_key, record.chunk_index)
-            if key in chunks:
-                raise _bad(number, f"chunk {record.chunk_index} of content key {record.content_key} is named "
-                                   f"twice (first on line {chunks[key]})")
-            chunks[key] = number
-            if record.char_end < record.char_start:
-                raise _bad(number, "chunk char_end is before its char_start")
-            bulk.chunks.append(_Chunk(number, record, _decode_vector(number, record)))
-    if bulk is None:
-        raise _bad(max(number, 1), "the file holds no header record (is it empty?)")
-    bulk.last_line = number
-    counts = bulk.header.counts
-    if counts is not None:
-        held = {"nodes": len(bulk.nodes), "relations": len(bulk.relations), "chunks": len(bulk.chunks)}
-        for kind, announced in counts.model_dump().items():
-            if held[kind] != announced:
-                raise _bad(number, f"the file ends with {held[kind]} {kind} records where its header announces "
-                                   f"{announced} (a truncated file?)", announced=announced, held=held[kind])
-    return bulk
-
-
-def _check_node(line: int, record: NodeRecord, workspaces: set[str], seen: dict[tuple[str, str], int]) -> _Node:
-    """A node record checked as a write checks it; ``seen`` holds the addresses so far."""
-    if record.workspace not in workspaces:
-        raise _bad(line, f"node workspace {record.workspace!r} is not one of the header's workspaces")
-    try:
-        path = validate_path(record.path)
-        validate_node_input(record.node_type, record.properties, record.order)
-        references = extract_references(record.properties, workspace=record.workspace)
-    except InvalidInput as exc:
-        raise _bad(line, exc.message) from exc
-    address = (record.workspace, path)
-    if address in seen:
-        raise _bad(line, f"node {record.workspace}:{path} is named twice (first on line {seen[address]})",
-                   workspace=record.workspace, path=path)
-    seen[address] = line
-    return _Node(line, record.workspace, path, record, references)
-
-
-def _check_relation(line: int, record: RelationRecord,
-                    seen: dict[tuple[tuple[str, str], tuple[str, str], str], int],
-                    addresses: dict[str, tuple[str, str]], types: set[str]) -> _Relation:
-    """A relation record checked as a relate checks it; ``addresses`` and ``types`` cache what was
-    checked (an endpoint recurs).
-    """
-    try:
-        source = addresses.get(record.source) or addresses.setdefault(record.source, parse_address(record.source))
-        target = addresses.get(record.to) or addresses.setdefault(record.to, parse_address(record.to))
-        if record.type not in types:
-            types.add(validate_relation_type(record.type))
-    except InvalidInput as exc:
-        raise _bad(line, exc.message) from exc
-    if record.properties:
-        _plain_json(line, "relation properties", record.properties)
-    try:
-        check_interval(maybe_aware(record.valid_from, "valid_from"), maybe_aware(record.valid_to, "valid_to"))
-    except InvalidInput as exc:
-        raise _bad(line, exc.message) from exc
-    key = (source, target, record.type)
-    if key in seen:
-        raise _bad(line, f"relation {record.source} -[{record.type}]-> {record.to} is named twice "
-                         f"(first on line {seen[key]})")
-    seen[key] = line
-    return _Relation(line, source, target, record)
+        reader.read(number, raw)
+    return reader.finish(number)
 
 
 # -- import ---------------------------------------------------------------------------------
@@ -321,23 +623,36 @@ def _check_relation(line: int, record: RelationRecord,
 
 @dataclass
 class _Plan:
-    """What an import writes, resolved against the target branch (inside its first transaction)."""
+    """What an import writes, resolved against the target branch (inside its first transaction):
+    the rows of each table as columns, in the order they are written."""
 
     repo_id: int
     repo_uid: str
     wids: dict[str, int]
-    nodes: list[dict[str, Any]]
+    nodes: dict[str, list[Any]]
     references: list[list[tuple[str, str, str]]]
-    relations: list[dict[str, Any]]
-    chunks: list[ChunkRow]
+    relations: dict[str, list[Any]]
+    chunks: dict[str, list[Any]]
     created_repository: bool
     unchanged_nodes: int = 0
     unchanged_relations: int = 0
 
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes["node_id"])
+
+    @property
+    def n_relations(self) -> int:
+        return len(self.relations["rel_type"])
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunks["content_key"])
+
     @functools.cached_property
     def chunk_keys(self) -> frozenset[str]:
         """The content keys of the file's chunks (stored by the first batch)."""
-        return frozenset(c.content_key for c in self.chunks)
+        return frozenset(self.chunks["content_key"])
 
 
 def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, create: bool) -> bool:
@@ -378,8 +693,8 @@ def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, c
 def _authorize_content(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile) -> None:
     """Write on each node's workspace; write on each relation's source workspace, read on its
     target's (as :meth:`kg.context.UnitOfWork.authorize_relation`), each pair checked once."""
-    uow.authorize_workspaces("write", repo, branch, [n.workspace for n in bulk.nodes])
-    pairs = dict.fromkeys((r.source[0], r.target[0]) for r in bulk.relations)
+    uow.authorize_workspaces("write", repo, branch, bulk.nodes.workspace)
+    pairs = dict.fromkeys((s[0], t[0]) for s, t in zip(bulk.relations.source, bulk.relations.target, strict=True))
     uow.authorize_workspaces("write", repo, branch, [s for s, _ in pairs])
     uow.authorize_workspaces("read", repo, branch, [t for _, t in pairs])
 
@@ -427,10 +742,28 @@ def _live_at(session: Session, view: BranchView, addresses: set[tuple[int, str]]
             yield from (row for row in connection.execute(stmt.with_only_columns(*cols)) if row[1] in wanted)
             continue
         for start in range(0, len(paths), _LOOKUP_BATCH):
+            part = paths[start:start + _LOOKUP_BATCH]
+            if view.readable is None:  # one statement per chain length, built once (a small write's cost)
+                params: dict[str, Any] = {"wid": wid, "paths": part}
+                for i, (branch_id, revision) in enumerate(view.chain):
+                    params[f"chain_b{i}"], params[f"chain_r{i}"] = branch_id, revision
+                yield from connection.execute(_lookup_stmt(len(view.chain), cols), params)
+                continue
             stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
-                                     NodeVersion.workspace_id == wid,
-                                     NodeVersion.path.in_(paths[start:start + _LOOKUP_BATCH]))
+                                     NodeVersion.workspace_id == wid, NodeVersion.path.in_(part))
             yield from connection.execute(stmt.with_only_columns(*cols))
+
+
+@functools.lru_cache(maxsize=64)
+def _lookup_stmt(depth: int, columns: tuple[Any, ...]) -> Any:
+    """:func:`_live_at`'s lookup of paths of a workspace (``wid``, ``paths``) on a chain of
+    ``depth`` branches, each ``(chain_b<i>, chain_r<i>)`` a bound parameter: the window query is
+    built once for every branch as deep (a new branch's first write builds none)."""
+    chain: Any = tuple((bindparam(f"chain_b{i}"), bindparam(f"chain_r{i}")) for i in range(depth))
+    stmt, _ = visible_select(NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == bindparam("wid"),
+                             NodeVersion.path.in_(bindparam("paths", expanding=True)))
+    return stmt.with_only_columns(*columns)
 
 
 def _canonical(value: Any) -> str:
@@ -438,7 +771,7 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _unchanged_relations(session: Session, view: BranchView, relations: list[dict[str, Any]],
+def _unchanged_relations(session: Session, view: BranchView, relations: dict[str, list[Any]],
                          existing_ids: set[str]) -> set[int]:
     """The positions in ``relations`` of rows the branch holds alike (weight, properties, validity):
     a re-import writes nothing for them. Only sources on the branch before the import are looked
@@ -447,9 +780,10 @@ def _unchanged_relations(session: Session, view: BranchView, relations: list[dic
     importing 500,000 relations beside 1M (``bench/import_rate.py --growth-parts``).
     """
     wanted: dict[tuple[str, str, str], int] = {}
-    for i, r in enumerate(relations):
-        if r["from_node_id"] in existing_ids:
-            wanted[(r["from_node_id"], r["rel_type"], r["to_node_id"])] = i
+    for i, key in enumerate(zip(relations["from_node_id"], relations["rel_type"], relations["to_node_id"],
+                                strict=True)):
+        if key[0] in existing_ids:
+            wanted[key] = i
     if not wanted:
         return set()
     sources = sorted({source for source, _, _ in wanted})
@@ -466,11 +800,12 @@ def _unchanged_relations(session: Session, view: BranchView, relations: list[dic
             position = wanted.get((source, rel_type, target))
             if position is None:
                 continue
-            r = relations[position]
+            r = relations
             if ((weight, _utc(valid_from), _utc(valid_to), invalidated_by)
-                    == (r["weight"], r["valid_from"], r["valid_to"], r["invalidated_by"])
+                    == (r["weight"][position], r["valid_from"][position], r["valid_to"][position],
+                        r["invalidated_by"][position])
                     and _canonical((json.loads(properties) if properties else None) or {})
-                    == _canonical(r["properties"] or {})):
+                    == _canonical(r["properties"][position] or {})):
                 same.add(position)
     return same
 
@@ -482,10 +817,12 @@ def _utc(value: datetime | None) -> datetime | None:
 
 
 def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) -> _Plan:
-    """Check the file against the branch (parents, endpoints, chunks) and compute every row."""
+    """Check the file against the branch (parents, endpoints, chunks) and compute every row, as
+    columns: content keys by each workspace's settings read once, ids a workspace at a time."""
     session, services, view = uow.session, uow.services, ctx.view
     repo = ctx.repo
     wids = {name: wid for wid, name in view.workspaces.items()}
+    f = bulk.nodes
 
     def wid_of(line: int, workspace: str) -> int:
         wid = wids.get(workspace)
@@ -493,138 +830,163 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
             raise _bad(line, f"workspace {workspace!r} not found in repository {repo.name!r}", workspace=workspace)
         return wid
 
-    in_file = {(n.workspace, n.path) for n in bulk.nodes}
-    own = {(wid_of(n.line, n.workspace), n.path) for n in bulk.nodes}
+    in_file = set(zip(f.workspace, f.path, strict=True))
+    own = {(wid_of(line, ws), path) for line, ws, path in zip(f.line, f.workspace, f.path, strict=True)}
     others: set[tuple[int, str]] = set()  # parents and endpoints the file does not hold
-    for n in bulk.nodes:
-        parent = parent_of(n.path)
-        if parent != "/" and (n.workspace, parent) not in in_file:
-            others.add((wids[n.workspace], parent))
-    for r in bulk.relations:
-        for ws, path in (r.source, r.target):
+    parents = [parent_of(path) for path in f.path]
+    for ws, parent in zip(f.workspace, parents, strict=True):
+        if parent != "/" and (ws, parent) not in in_file:
+            others.add((wids[ws], parent))
+    r = bulk.relations
+    for line, source, target in zip(r.line, r.source, r.target, strict=True):
+        for ws, path in (source, target):
             if (ws, path) not in in_file:
-                others.add((wid_of(r.line, ws), path))
+                others.add((wid_of(line, ws), path))
     on_branch = _branch_nodes(session, view, own)
     present = _branch_ids(session, view, others)
 
     now = utcnow()
-    nodes: list[dict[str, Any]] = []
-    references: list[list[tuple[str, str, str]]] = []
-    keys: dict[str, tuple[int, str]] = {}  # content key -> (line, workspace) of its first node
     names = {wid: name for name, wid in wids.items()}
     ids: dict[tuple[str, str], str] = {(names[wid], path): node_id for (wid, path), node_id in present.items()}
     ids.update(((names[wid], path), found.node_id) for (wid, path), found in on_branch.items())
     existing_ids = set(ids.values())  # the nodes on the branch before the import
+    default = services.settings.embedding_model
+    keyers: dict[str, Callable[[dict[str, Any]], str | None]] = {}
+    embedders: dict[str, Embedder] = {}
+    for ws in dict.fromkeys(f.workspace):
+        config = workspace_embedding(repo_store.get_workspace(session, repo, ws).config, default_model=default)
+        embedders[ws] = services.embedder(config.model)
+        keyers[ws] = content_keyer(config, embedders[ws])
+    keys: dict[str, tuple[int, str]] = {}  # content key -> (line, workspace) of its first node
+    written: list[int] = []
+    content_keys: list[str | None] = []
     unchanged_nodes = 0
-    ordered = sorted(bulk.nodes, key=lambda n: n.path.count("/"))  # ancestors first, as batch writes
-    for n in ordered:
-        wid = wids[n.workspace]
-        parent = parent_of(n.path)
-        if parent != "/" and (n.workspace, parent) not in in_file and (wid, parent) not in present:
-            raise _bad(n.line, f"parent {n.workspace}:{parent} of node {n.workspace}:{n.path} is neither in the "
-                               "file nor on the branch", workspace=n.workspace, path=n.path, parent=parent)
-        rec = n.record
-        key = plan_for(services, session, repo, n.workspace, rec.properties).content_key
-        if key is not None:
-            keys.setdefault(key, (n.line, n.workspace))
-        existing = on_branch.get((wid, n.path))
-        if (existing is not None and existing.node_type == rec.node_type and existing.order == rec.order
-                and _canonical(existing.properties) == _canonical(rec.properties)):
+    for i in sorted(range(len(f)), key=lambda i: f.path[i].count("/")):  # ancestors first, as batch writes
+        ws, path, parent = f.workspace[i], f.path[i], parents[i]
+        if parent != "/" and (ws, parent) not in in_file and (wids[ws], parent) not in present:
+            raise _bad(f.line[i], f"parent {ws}:{parent} of node {ws}:{path} is neither in the file nor on the "
+                                  "branch", workspace=ws, path=path, parent=parent)
+        properties = f.properties[i]
+        key = keyers[ws](properties)
+        if key is not None and key not in keys:
+            keys[key] = (f.line[i], ws)
+        existing = on_branch.get((wids[ws], path))
+        if (existing is not None and existing.node_type == f.node_type[i] and existing.order == f.order[i]
+                and _canonical(existing.properties) == _canonical(properties)):
             unchanged_nodes += 1  # the branch holds this node as the file has it: no new version
             continue
-        stamp = _utc(rec.updated_at) or now
-        node_id = ids[(n.workspace, n.path)] = node_uid(repo.uid, wid, n.path)
-        nodes.append({
-            "repo_id": repo.id, "branch_id": ctx.branch.id, "workspace_id": wid,
-            "node_id": node_id, "path": n.path, "parent_path": parent,
-            "name": name_of(n.path), "node_type": rec.node_type, "properties": rec.properties,
-            "sort_order": rec.order, "deleted": False, "content_key": key,
-            "created_at": _utc(rec.created_at) or (existing.created_at if existing is not None else now),
-            "updated_at": stamp,
-        })
-        references.append(n.references)
+        written.append(i)
+        content_keys.append(key)
+    by_ws: dict[str, list[int]] = {}
+    for i in written:
+        by_ws.setdefault(f.workspace[i], []).append(i)
+    for ws, positions in by_ws.items():
+        ids.update(zip(((ws, f.path[i]) for i in positions),
+                       node_uids(repo.uid, wids[ws], [f.path[i] for i in positions]), strict=True))
+    created_at: list[datetime | None] = []
+    for i in written:
+        stamp = f.created_at[i]
+        if stamp is None:
+            existing = on_branch.get((wids[f.workspace[i]], f.path[i]))
+            created_at.append(existing.created_at if existing is not None else now)
+        else:
+            created_at.append(_utc(stamp))
+    nodes: dict[str, list[Any]] = {
+        "workspace_id": [wids[f.workspace[i]] for i in written],
+        "node_id": [ids[(f.workspace[i], f.path[i])] for i in written],
+        "path": [f.path[i] for i in written],
+        "parent_path": [parents[i] for i in written],
+        "name": [name_of(f.path[i]) for i in written],
+        "node_type": [f.node_type[i] for i in written],
+        "properties": [f.properties[i] for i in written],
+        "sort_order": [f.order[i] for i in written],
+        "content_key": content_keys,
+        "created_at": created_at,
+        "updated_at": [_utc(f.updated_at[i]) or now for i in written],
+    }
+    references = [f.references[i] for i in written]
 
-    relations = []
-    for r in bulk.relations:
-        for end, address in (("from", r.source), ("to", r.target)):
+    for line, source, target in zip(r.line, r.source, r.target, strict=True):
+        for end, address in (("from", source), ("to", target)):
             if address not in ids:
-                raise _bad(r.line, f"relation {end} {address[0]}:{address[1]} is neither a node of the file nor on "
-                                   "the branch", endpoint=f"{address[0]}:{address[1]}")
-        edge = r.record
-        relations.append({
-            "repo_id": repo.id, "branch_id": ctx.branch.id, "from_node_id": ids[r.source],
-            "to_node_id": ids[r.target], "from_address": f"{r.source[0]}:{r.source[1]}",
-            "to_address": f"{r.target[0]}:{r.target[1]}", "rel_type": edge.type, "weight": edge.weight,
-            "properties": edge.properties,
-            "deleted": False, "created_at": _utc(edge.created_at) or now,
-            "valid_from": _utc(edge.valid_from), "valid_to": _utc(edge.valid_to),
-            "invalidated_by": edge.invalidated_by})
+                raise _bad(line, f"relation {end} {address[0]}:{address[1]} is neither a node of the file nor on "
+                                 "the branch", endpoint=f"{address[0]}:{address[1]}")
+    relations: dict[str, list[Any]] = {
+        "from_node_id": [ids[s] for s in r.source],
+        "to_node_id": [ids[t] for t in r.target],
+        "from_address": [f"{s[0]}:{s[1]}" for s in r.source],
+        "to_address": [f"{t[0]}:{t[1]}" for t in r.target],
+        "rel_type": list(r.type),
+        "weight": list(r.weight),
+        "properties": list(r.properties),
+        "created_at": [_utc(c) or now for c in r.created_at],
+        "valid_from": [_utc(v) for v in r.valid_from],
+        "valid_to": [_utc(v) for v in r.valid_to],
+        "invalidated_by": list(r.invalidated_by),
+    }
     same = _unchanged_relations(session, view, relations, existing_ids)
-    if same:
-        relations = [r for i, r in enumerate(relations) if i not in same]
     # Inserted by source node: the two indexes that lead with it (the key, NEIGHBORS' out
     # order) then fill in order instead of at random pages (node ids are uuid5 hashes); a file
     # names each relation once, so no two rows share a key and the order changes nothing else.
-    relations.sort(key=lambda r: str(r["from_node_id"]))
+    kept = sorted((i for i in range(len(r)) if i not in same), key=lambda i: relations["from_node_id"][i])
+    relations = {name: [column[i] for i in kept] for name, column in relations.items()}
     return _Plan(repo.id, repo.uid, wids, nodes, references, relations,
-                 _check_chunks(services, session, repo, bulk, keys), created, unchanged_nodes, len(same))
+                 _check_chunks(bulk.chunks, keys, embedders), created, unchanged_nodes, len(same))
 
 
-def _check_chunks(services: Resources, session: Session, repo: Any, bulk: BulkFile,
-                  keys: dict[str, tuple[int, str]]) -> list[ChunkRow]:
-    """The chunk rows to store: each chunk's key must be a node's of the file, its model and
-    dimension the workspace's, and each key's chunks numbered 0..n-1."""
-    rows: list[ChunkRow] = []
+def _check_chunks(c: _Chunks, keys: dict[str, tuple[int, str]], embedders: dict[str, Embedder]) -> dict[str, list[Any]]:
+    """The chunk rows to store, as columns: each chunk's key must be a node's of the file, its
+    model and dimension the workspace's, and each key's chunks numbered 0..n-1."""
     indexes: dict[str, list[tuple[int, int]]] = {}
-    embedders: dict[str, Embedder] = {}
-    for c in bulk.chunks:
-        rec = c.record
-        owner = keys.get(rec.content_key)
+    for line, key, index, model, dim in zip(c.line, c.content_key, c.chunk_index, c.model, c.dim, strict=True):
+        owner = keys.get(key)
         if owner is None:
-            raise _bad(c.line, f"chunk content key {rec.content_key} is the key of no node of the file (under the "
-                               "target workspaces' embedding settings)", content_key=rec.content_key)
-        embedder = embedders.get(owner[1])
-        if embedder is None:
-            config = workspace_embedding(repo_store.get_workspace(session, repo, owner[1]).config,
-                                         default_model=services.settings.embedding_model)
-            embedder = embedders[owner[1]] = services.embedder(config.model)
-        if rec.model != embedder.name:
-            raise _bad(c.line, f"chunk model {rec.model!r} is not {embedder.name!r}, the model of workspace "
-                               f"{owner[1]!r} (line {owner[0]})")
-        if rec.dim != embedder.dim:
-            raise _bad(c.line, f"chunk vector dim {rec.dim} is not {embedder.dim}, the dimension of {embedder.name}",
-                       dim=rec.dim, expected=embedder.dim)
-        indexes.setdefault(rec.content_key, []).append((rec.chunk_index, c.line))
-        rows.append(ChunkRow(rec.content_key, rec.chunk_index, rec.field, rec.text, rec.char_start, rec.char_end,
-                             rec.model, c.vector))
+            raise _bad(line, f"chunk content key {key} is the key of no node of the file (under the "
+                             "target workspaces' embedding settings)", content_key=key)
+        embedder = embedders[owner[1]]
+        if model != embedder.name:
+            raise _bad(line, f"chunk model {model!r} is not {embedder.name!r}, the model of workspace "
+                             f"{owner[1]!r} (line {owner[0]})")
+        if dim != embedder.dim:
+            raise _bad(line, f"chunk vector dim {dim} is not {embedder.dim}, the dimension of {embedder.name}",
+                       dim=dim, expected=embedder.dim)
+        indexes.setdefault(key, []).append((index, line))
     for key, found in indexes.items():
         numbers = sorted(i for i, _ in found)
         if numbers != list(range(len(numbers))):
             raise _bad(min(line for _, line in found), f"the chunks of content key {key} are numbered "
                        f"{numbers[:5]}{'...' if len(numbers) > 5 else ''}, not 0 to {len(numbers) - 1}")
-    return rows
+    return {"content_key": c.content_key, "chunk_index": c.chunk_index, "field": c.source_field, "text": c.text,
+            "char_start": c.char_start, "char_end": c.char_end, "model": c.model, "dim": c.dim,
+            "embedding": c.embedding}
 
 
-def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], **constant: Any) -> None:
-    """Insert ``rows`` (plus the ``constant`` columns) into ``table`` by the driver's bulk path.
+def _insert_rows(session: Session, table: Any, columns: Mapping[str, Sequence[Any]], *,
+                 conflict: tuple[str, ...] | None = None, **constant: Any) -> None:
+    """Insert rows given as ``columns`` (equal lengths; plus the ``constant`` columns) into
+    ``table`` by the driver's bulk path; with ``conflict``, rows whose key exists are skipped.
 
-    Values are bound by each column's bind processor, then written by one ``cursor.executemany``
-    on SQLite, one ``COPY ... FROM STDIN`` (psycopg) on PostgreSQL, SQLAlchemy's executemany
-    elsewhere: the per-row parameter handling of a compiled statement is spared (and on
-    PostgreSQL a protocol round per row: 100,000 relations took 7.1 s through psycopg's
-    executemany pipeline); the stored values are the same.
+    Values are bound by each column's bind processor, a column at a time, then written by one
+    ``cursor.executemany`` on SQLite, one ``COPY ... FROM STDIN`` (psycopg) on PostgreSQL,
+    SQLAlchemy's executemany elsewhere (and for ``conflict`` on PostgreSQL, which COPY cannot
+    skip): the per-row parameter handling of a compiled statement is spared (and on PostgreSQL
+    a protocol round per row: 100,000 relations took 7.1 s through psycopg's executemany
+    pipeline); the stored values are the same.
     """
-    if not rows:
+    n = len(next(iter(columns.values())))
+    if not n:
         return
     connection = session.connection()
     dialect = connection.dialect
-    names = [c.name for c in table.c if c.name in rows[0] or c.name in constant]
-    if dialect.name not in ("sqlite", "postgresql"):
-        session.execute(insert(table), [{**row, **constant} for row in rows])
+    names = [c.name for c in table.c if c.name in columns or c.name in constant]
+    if dialect.name not in ("sqlite", "postgresql") or (conflict and dialect.name == "postgresql"):
+        stmt = insert(table) if not conflict else _conflict_insert(dialect.name, table.name, conflict)
+        session.execute(stmt, [{name: constant[name] if name in constant else columns[name][i] for name in names}
+                               for i in range(n)])
         return
-    columns: list[list[Any]] = []
+    bound: list[Sequence[Any]] = []
     for name in names:
-        values = [constant[name]] * len(rows) if name in constant else [row[name] for row in rows]
+        values: Sequence[Any] = [constant[name]] * n if name in constant else columns[name]
         process = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
         if process is not None and isinstance(table.c[name].type, JSON):
             # An empty JSON object, the usual relation properties, binds as the text "{}" always.
@@ -635,7 +997,7 @@ def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], *
             memo: dict[Any, Any] = {}
             values = [None if v is None else memo[v] if v in memo else memo.setdefault(v, process(v))
                       for v in values]
-        columns.append(values)
+        bound.append(values)
     quote = dialect.identifier_preparer.quote
     listed = ", ".join(quote(n) for n in names)
     if dialect.name == "postgresql":
@@ -643,11 +1005,19 @@ def _insert_rows(session: Session, table: Any, rows: Sequence[dict[str, Any]], *
         if driver is None:
             raise KGError("the database connection is closed")
         with driver.cursor() as cursor, cursor.copy(f"COPY {quote(table.name)} ({listed}) FROM STDIN") as copy:
-            for row in zip(*columns, strict=True):
+            for row in zip(*bound, strict=True):
                 copy.write_row(row)
         return
-    sql = f"INSERT INTO {quote(table.name)} ({listed}) VALUES ({', '.join('?' * len(names))})"
-    connection.exec_driver_sql(sql, list(zip(*columns, strict=True)))
+    skip = f" ON CONFLICT ({', '.join(quote(c) for c in conflict)}) DO NOTHING" if conflict else ""
+    sql = f"INSERT INTO {quote(table.name)} ({listed}) VALUES ({', '.join('?' * len(names))}){skip}"
+    connection.exec_driver_sql(sql, list(zip(*bound, strict=True)))
+
+
+@functools.lru_cache(maxsize=8)
+def _conflict_insert(dialect: str, table: str, conflict: tuple[str, ...]) -> Any:
+    """An insert into ``table`` that skips the rows whose ``conflict`` key exists."""
+    make = pg_insert if dialect == "postgresql" else sqlite_insert
+    return make(Base.metadata.tables[table]).on_conflict_do_nothing(index_elements=list(conflict))
 
 
 @functools.lru_cache(maxsize=4)
@@ -657,26 +1027,27 @@ def _returning_insert(dialect: str) -> Any:
     return insert(table).returning(table.c.id, sort_by_parameter_order=True)
 
 
-def _insert_nodes(session: Session, values: list[dict[str, Any]], revision: int) -> list[int]:
-    """Insert node versions at ``revision``; their ids, in order.
+def _insert_nodes(session: Session, columns: dict[str, list[Any]], revision: int, **constant: Any) -> list[int]:
+    """Insert node versions (columns, plus the ``constant`` ones) at ``revision``; their ids, in order.
 
     SQLite has no ordered ``RETURNING`` for many rows, so the ids are given: the transaction holds
     the write lock (``BEGIN IMMEDIATE``) and a rowid table without AUTOINCREMENT gives a new row
     the largest id plus one. PostgreSQL's come from the sequence in one statement, then the rows
     are copied in.
     """
+    n = len(columns["node_id"])
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         ids = list(session.scalars(text("SELECT nextval(pg_get_serial_sequence('node_versions', 'id')) "
-                                        "FROM generate_series(1, :n)"), {"n": len(values)}))
+                                        "FROM generate_series(1, :n)"), {"n": n}))
     elif dialect == "sqlite":
         top = session.scalar(select(func.max(NodeVersion.id))) or 0
-        ids = list(range(top + 1, top + 1 + len(values)))
+        ids = list(range(top + 1, top + 1 + n))
     else:
-        return list(session.execute(_returning_insert(dialect), [{**row, "revision": revision} for row in values])
-                    .scalars())
-    _insert_rows(session, NodeVersion.__table__, [{**row, "id": vid} for row, vid in zip(values, ids, strict=True)],
-                 revision=revision)
+        rows = [{**{name: column[i] for name, column in columns.items()}, **constant, "revision": revision}
+                for i in range(n)]
+        return list(session.execute(_returning_insert(dialect), rows).scalars())
+    _insert_rows(session, NodeVersion.__table__, {**columns, "id": ids}, revision=revision, **constant)
     return ids
 
 
@@ -684,7 +1055,8 @@ def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relati
            with_chunks: bool) -> tuple[int, list[str]]:
     """Write one batch of the plan at the context's revision; its number and the keys queued."""
     session = uow.session
-    sqlite = session.get_bind().dialect.name == "sqlite"
+    # a small write (an agent's batch on a branch) fits the default cache: no PRAGMA round trips
+    sqlite = session.get_bind().dialect.name == "sqlite" and len(nodes) + len(relations) >= _BIG_WRITE
     cache = session.scalar(text("PRAGMA cache_size")) if sqlite else None
     if sqlite:  # a page cache that holds the indexes being filled (the default holds 2 MiB)
         session.execute(text(f"PRAGMA cache_size = {-_SQLITE_CACHE_KIB}"))
@@ -695,6 +1067,13 @@ def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relati
             session.execute(text(f"PRAGMA cache_size = {int(cache if cache is not None else -2000)}"))
 
 
+def _store_chunks(session: Session, plan: _Plan) -> None:
+    """The file's chunks inserted (a key a concurrent writer stored is skipped, as
+    :func:`kg.indexing.chunks.store_chunks` skips it), in file order: their seqs follow it."""
+    _insert_rows(session, Chunk.__table__, plan.chunks, conflict=("repo_id", "content_key", "chunk_index"),
+                 repo_id=plan.repo_id)
+
+
 def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relations: range, *,
                 with_chunks: bool) -> tuple[int, list[str]]:
     """:func:`_write` once the connection is set up."""
@@ -703,40 +1082,50 @@ def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, r
     # Which texts have chunks stored, asked before this write inserts the file's: on PostgreSQL
     # the lookup after 40,000 fresh chunk rows in the same transaction (no statistics yet)
     # scanned the table once per 500 keys (11.5 s of a 20,000-node import).
-    keys = {key for i in nodes if (key := plan.nodes[i]["content_key"]) is not None and key not in plan.chunk_keys}
+    content_keys = plan.nodes["content_key"]
+    keys = {key for i in nodes if (key := content_keys[i]) is not None and key not in plan.chunk_keys}
     stored = existing_content_keys(session, plan.repo_id, keys) | plan.chunk_keys
-    if with_chunks and plan.chunks:
-        store_chunks(session, plan.repo_id, plan.chunks)
+    if with_chunks and plan.n_chunks:
+        _store_chunks(session, plan)
+    branch_id = ctx.branch.id
     jobs: list[tuple[int, str | None, int]] = []
     reference_rows: list[dict[str, Any]] = []
     for start in range(nodes.start, nodes.stop, _INSERT_BATCH):
-        part = range(start, min(start + _INSERT_BATCH, nodes.stop))
-        values = [plan.nodes[i] for i in part]
-        ids = _insert_nodes(session, values, revision)
-        for i, vid, row in zip(part, ids, values, strict=True):
-            jobs.append((row["workspace_id"], row["content_key"], vid))
+        stop = min(start + _INSERT_BATCH, nodes.stop)
+        part = {name: column[start:stop] for name, column in plan.nodes.items()}
+        ids = _insert_nodes(session, part, revision, repo_id=plan.repo_id, branch_id=branch_id, deleted=False)
+        jobs.extend(zip(part["workspace_id"], part["content_key"], ids, strict=True))
+        for i, vid, node_id in zip(range(start, stop), ids, part["node_id"], strict=True):
             reference_rows.extend(
-                {"repo_id": plan.repo_id, "branch_id": row["branch_id"], "revision": revision,
-                 "source_node_id": row["node_id"], "source_version_id": vid, "property_key": key,
+                {"repo_id": plan.repo_id, "branch_id": branch_id, "revision": revision,
+                 "source_node_id": node_id, "source_version_id": vid, "property_key": key,
                  "target_workspace": ws, "target_path": path}
                 for key, ws, path in plan.references[i])
     if reference_rows:
         session.execute(insert(Reference.__table__), reference_rows)  # type: ignore[arg-type]
     queued = enqueue_many(session, repo_id=plan.repo_id, jobs=jobs, stored=stored)
     for start in range(relations.start, relations.stop, _INSERT_BATCH):
-        _insert_rows(session, RelationVersion.__table__,
-                     plan.relations[start:min(start + _INSERT_BATCH, relations.stop)], revision=revision)
+        stop = min(start + _INSERT_BATCH, relations.stop)
+        _insert_rows(session, RelationVersion.__table__, {name: column[start:stop]
+                                                          for name, column in plan.relations.items()},
+                     revision=revision, repo_id=plan.repo_id, branch_id=branch_id, deleted=False)
     return revision, queued
 
 
 def _after_commit(uow: UnitOfWork, plan: _Plan, queued: list[str], *, synced: bool, items: int) -> None:
     """The hooks of every write (index the queued texts, statistics after a large write), and the
-    stored chunks placed in the search index.
+    stored chunks placed in the search index: at once with ``KG_INDEX_INLINE``, else by the
+    index's background catch-up (the import answers once its rows are durable; a search waits
+    for that catch-up as after any write, and ``index/status`` compares the index's watermark
+    with the chunks stored).
     """
     services = uow.services
     uow.index_after_commit(plan.repo_id, queued)
     if synced:
         def sync() -> None:
+            if not services.settings.index_inline:
+                services.index.catch_up_later(plan.repo_uid, functools.partial(_feed, services, plan.repo_id))
+                return
             try:
                 with services.db.read() as session:
                     sync_index(session, services.index, plan.repo_id, plan.repo_uid)
@@ -745,6 +1134,13 @@ def _after_commit(uow: UnitOfWork, plan: _Plan, queued: list[str], *, synced: bo
         uow.after_commit(sync)
     if items >= 1000:
         uow.after_commit(services.db.analyze)
+
+
+@contextlib.contextmanager
+def _feed(services: Resources, repo_id: int) -> Iterator[SqlChunkFeed]:
+    """What SQL holds for the repository, read in a session of its own (a background catch-up)."""
+    with services.db.read() as session:
+        yield SqlChunkFeed(session, repo_id)
 
 
 def _batches(n_nodes: int, n_relations: int, batch_size: int | None) -> list[tuple[range, range]]:
@@ -806,9 +1202,9 @@ def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterabl
         # as the file has them (a re-import of the same file writes no revision).
         ctx = uow.begin(repo, branch, message=message)
         plan = _resolve(uow, ctx, bulk, created)
-        batches = _batches(len(plan.nodes), len(plan.relations), batch_size)
+        batches = _batches(plan.n_nodes, plan.n_relations, batch_size)
         unchanged = plan.unchanged_nodes + plan.unchanged_relations
-        summary = message or (f"import ndjson: {len(plan.nodes)} nodes, {len(plan.relations)} relations from "
+        summary = message or (f"import ndjson: {plan.n_nodes} nodes, {plan.n_relations} relations from "
                               f"{source}" + (f" ({unchanged} records unchanged)" if unchanged else ""))
         ctx.retitle(_batch_message(summary, 0, len(batches)))
         nodes, relations = batches[0]
@@ -817,20 +1213,20 @@ def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterabl
             revision, queued = _write(uow, ctx, plan, nodes, relations, with_chunks=True)
             revisions.append(revision)
             queued_total += len(queued)
-        elif plan.chunks:  # vectors for texts the branch holds already: stored, no revision
-            store_chunks(uow.session, plan.repo_id, plan.chunks)
-        _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
+        elif plan.n_chunks:  # vectors for texts the branch holds already: stored, no revision
+            _store_chunks(uow.session, plan)
+        _after_commit(uow, plan, queued, synced=bool(plan.n_chunks), items=len(nodes) + len(relations))
     for number, (nodes, relations) in enumerate(batches[1:], start=1):
         with unit_of_work(services, caller) as uow:
             ctx = uow.begin(repo, branch, message=_batch_message(summary, number, len(batches)))
             revision, queued = _write(uow, ctx, plan, nodes, relations, with_chunks=False)
             revisions.append(revision)
             queued_total += len(queued)
-            _after_commit(uow, plan, queued, synced=bool(plan.chunks), items=len(nodes) + len(relations))
+            _after_commit(uow, plan, queued, synced=bool(plan.n_chunks), items=len(nodes) + len(relations))
     return NdjsonImport(repo=repo, branch=branch, revision=revisions[-1] if revisions else None,
-                        revisions=revisions, nodes=len(plan.nodes), relations=len(plan.relations),
+                        revisions=revisions, nodes=plan.n_nodes, relations=plan.n_relations,
                         unchanged=UnchangedRecords(nodes=plan.unchanged_nodes, relations=plan.unchanged_relations),
-                        chunks=len(plan.chunks), queued=queued_total, created_repository=plan.created_repository)
+                        chunks=plan.n_chunks, queued=queued_total, created_repository=plan.created_repository)
 
 
 def _batch_message(summary: str, number: int, total: int) -> str:

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from kg.context import UnitOfWork
 from kg.errors import InvalidInput
 from kg.ops.lineage import Changed, refresh_derived
+from kg.ops.text_store import queue_jobs
 from kg.ops.texts import write_node
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
@@ -197,15 +198,17 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
         deleted += len(hidden)
         gone.extend(Changed(item["workspace"], v.path, v.node_id, None) for v in hidden)
     refresh_derived(uow, ctx, gone)
-    # Ancestors first, answered in the order given.
+    # Ancestors first, answered in the order given; the texts queued together at the end.
     written: dict[int, Node] = {}
+    jobs: list[tuple[int, str | None, int]] = []
     for index in _ancestors_first(upserts):
         item = upserts[index]
         version, _ = write_node(uow, ctx, item["workspace"], item["path"],
                                 node_type=item.get("node_type", "kg:Node"),
                                 properties=item.get("properties", {}), order=item.get("order"),
-                                parents=parents)
+                                parents=parents, jobs=jobs)
         written[index] = Node.model_validate(node_dict(version, item["workspace"]))
+    queue_jobs(uow, ctx, jobs)
     out = [written[i] for i in range(len(upserts))]
     if len(upserts) + len(deletes) >= 1000:
         uow.after_commit(uow.services.db.analyze)  # fresh planner statistics after a large write

@@ -5,7 +5,7 @@ of :mod:`kg.types`, read through :func:`kg.context.reading`; search and graph wa
 
 from __future__ import annotations
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 
 from kg.access import authorize_whole_repository, can_see
 from kg.context import Actor, Resources, permit, reading, scoped_view
@@ -263,8 +263,9 @@ def index_status(services: Resources, caller: Actor, repo: str) -> IndexStatus:
         }
         authorize_whole_repository(caller, "admin", repo, names["workspace"].values(), names["branch"].values())
         out = index_jobs.index_status(session, r)
+        stored = session.scalar(select(func.max(Chunk.seq)).where(Chunk.repo_id == r.id)) or 0
     try:
-        stats = services.index.stats(r.uid)
+        stats = {**services.index.stats(r.uid), "stored": stored}
     except KGError as exc:
         stats = {"error": {"code": exc.code, "message": exc.message}}
     for c in stats.get("collections") or []:

@@ -30,7 +30,7 @@ from kg.indexing.chunks import (
     store_chunks,
 )
 from kg.indexing.config import workspace_embedding
-from kg.indexing.index_jobs import enqueue
+from kg.indexing.index_jobs import enqueue, enqueue_many
 from kg.providers.base import Embedder
 from kg.store import nodes as node_store
 from kg.store.models import NodeVersion, Repository
@@ -116,11 +116,13 @@ def prepare_chunks(services: Resources, repo_name: str, items: Sequence[tuple[st
 
 def put_text(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *, node_type: str,
                properties: dict[str, Any], order: float | None = None, parents: bool = False,
-               if_revision: int | None = None,
-               embedded: EmbeddedText | None = None) -> tuple[NodeVersion, bool]:
+               if_revision: int | None = None, embedded: EmbeddedText | None = None,
+               jobs: list[tuple[int, str | None, int]] | None = None) -> tuple[NodeVersion, bool]:
     """Write a node with its text, deriving nothing (the module's path): ``(version, created)``;
     ``embedded`` (:func:`prepare_chunks`) is stored if made under the same settings, else the
-    indexer embeds the text anew.
+    indexer embeds the text anew. ``jobs``: the embedding job is appended there as ``(workspace
+    id, content key, version id)``, for the caller to queue with the others of its write
+    (:func:`queue_jobs`), instead of a chunk lookup and an insert for this node alone.
 
     Raises
     ------
@@ -140,7 +142,17 @@ def put_text(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *, n
                                            parents=parents, if_revision=if_revision, validated=True)
     if key is not None and embedded is not None and embedded.chunks and embedded.plan.content_key == key:
         store_chunks(session, ctx.repo.id, embedded.chunks)
-    if key is not None and enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
-                                   content_key=key, node_version_id=version.id):
+    if key is not None and jobs is not None:
+        jobs.append((version.workspace_id, key, version.id))
+    elif key is not None and enqueue(session, repo_id=ctx.repo.id, workspace_id=version.workspace_id,
+                                     content_key=key, node_version_id=version.id):
         uow.index_after_commit(ctx.repo.id, [key])
     return version, created
+
+
+def queue_jobs(uow: UnitOfWork, ctx: WriteContext, jobs: list[tuple[int, str | None, int]]) -> None:
+    """Queue the embedding jobs :func:`put_text` collected (``jobs``) in one statement, the texts
+    whose chunks are stored left out (one lookup per 500 keys), and index them once committed:
+    the rows :func:`kg.indexing.index_jobs.enqueue` makes node by node."""
+    queued = enqueue_many(uow.session, repo_id=ctx.repo.id, jobs=jobs)
+    uow.index_after_commit(ctx.repo.id, queued)

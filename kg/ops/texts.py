@@ -17,10 +17,11 @@ from kg.store.repos import WriteContext
 
 def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *, node_type: str,
                properties: dict[str, Any], order: float | None = None, parents: bool = False,
-               if_revision: int | None = None,
-               embedded: EmbeddedText | None = None) -> tuple[NodeVersion, bool]:
+               if_revision: int | None = None, embedded: EmbeddedText | None = None,
+               jobs: list[tuple[int, str | None, int]] | None = None) -> tuple[NodeVersion, bool]:
     """Write a node with its text (:func:`kg.ops.text_store.put_text`), then refresh what was derived
-    from a node it replaced, in the same transaction (:func:`kg.ops.lineage.refresh_derived`).
+    from a node it replaced, in the same transaction (:func:`kg.ops.lineage.refresh_derived`);
+    ``jobs`` as :func:`~kg.ops.text_store.put_text`'s.
 
     Raises
     ------
@@ -28,7 +29,7 @@ def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *,
         As :func:`kg.ops.text_store.put_text`.
     """
     version, created = put_text(uow, ctx, workspace, path, node_type=node_type, properties=properties, order=order,
-                                parents=parents, if_revision=if_revision, embedded=embedded)
+                                parents=parents, if_revision=if_revision, embedded=embedded, jobs=jobs)
     if not created:  # nothing is derived from a node just created
         refresh_derived(uow, ctx, [Changed(workspace, version.path, version.node_id, properties)])
     return version, created

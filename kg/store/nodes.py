@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import json
 import math
 import re
@@ -48,6 +49,28 @@ def node_uid(repo_uid: str, workspace_id: int, path: str) -> str:
     return str(uuid.uuid5(NODE_ID_NAMESPACE, f"{repo_uid}\x1f{workspace_id}\x1f{path}"))
 
 
+def node_uids(repo_uid: str, workspace_id: int, paths: Iterable[str]) -> list[str]:
+    """:func:`node_uid` of many paths of one workspace: the name-based UUID (version 5, RFC 9562
+    section 5.5: SHA-1 of the namespace and the name, version and variant bits set) computed with
+    the shared prefix hashed once and no :class:`uuid.UUID` object per path (a bulk import's ids).
+
+    >>> repo = "00000000-0000-0000-0000-000000000001"
+    >>> node_uids(repo, 1, ["/entities/acme", "/é"]) == [node_uid(repo, 1, "/entities/acme"), node_uid(repo, 1, "/é")]
+    True
+    """
+    prefix = hashlib.sha1(NODE_ID_NAMESPACE.bytes + f"{repo_uid}\x1f{workspace_id}\x1f".encode())
+    out = []
+    for path in paths:
+        digest = prefix.copy()
+        digest.update(path.encode())
+        raw = bytearray(digest.digest()[:16])
+        raw[6] = (raw[6] & 0x0F) | 0x50  # version 5
+        raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 9562 variant
+        h = raw.hex()
+        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return out
+
+
 @dataclass(frozen=True)
 class NodeWrite:
     """What a write asks for, before it is stored (the content key is computed by the caller)."""
@@ -58,9 +81,12 @@ class NodeWrite:
     content_key: str | None
 
 
-def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
+def validate_node_input(node_type: Any, properties: Any, order: Any, *, json_size_bound: int | None = None) -> None:
     """Check a node's type (1 to 255 characters), properties (a JSON object of at most
     ``MAX_PROPERTIES_BYTES`` as compact JSON, no NaN or infinity) and order (finite, or None).
+    ``json_size_bound``: the caller parsed the properties from JSON text (so they are plain JSON,
+    finite) and knows their serialisation is at most this long; within the limit they are not
+    serialised again.
 
     Raises
     ------
@@ -74,6 +100,8 @@ def validate_node_input(node_type: Any, properties: Any, order: Any) -> None:
     if order is not None and (isinstance(order, bool) or not isinstance(order, (int, float))
                               or not math.isfinite(order)):
         raise InvalidInput("order must be a finite number")
+    if json_size_bound is not None and json_size_bound <= MAX_PROPERTIES_BYTES:
+        return
     try:
         size = len(json.dumps(properties, allow_nan=False))
     except (TypeError, ValueError) as exc:

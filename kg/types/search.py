@@ -137,6 +137,8 @@ class IndexStats(Schema):
     models: dict[str, int] = absent("Chunks by embedding model.")
     dims: dict[str, int | None] = absent("Vector dimension by embedding model.")
     watermark: int = absent("Content-addressed index: the newest chunk seq it holds.")
+    stored: int = absent("The newest chunk seq stored in SQL: a content-addressed index has placed every "
+                         "stored chunk when its watermark reaches it (a bulk import's are placed in the background).")
     placed: PlacementMarks = absent("Scoped index: placement marks.")
     collections: list[IndexCollection] = absent("Scoped index: its collections.")
     error: IndexUnavailable = absent("The index could not be asked.")

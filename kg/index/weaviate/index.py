@@ -13,6 +13,7 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -538,6 +539,11 @@ class WeaviateVectorIndex:
         }
 
     # -- catch-up and placement -------------------------------------------------------------------
+
+    def catch_up_later(self, repo_key: str, open_feed: Callable[[], AbstractContextManager[ChunkFeed]]) -> None:
+        """:meth:`catch_up` now (the indexer already catches a remote index up eagerly)."""
+        with open_feed() as feed:
+            self.catch_up(repo_key, feed)
 
     def catch_up(self, repo_key: str, feed: ChunkFeed) -> int:
         """Place every live node version's chunks in the collection of its (workspace, branch),
