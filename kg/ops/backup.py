@@ -184,6 +184,13 @@ def copy_index(source: Path, target: Path) -> None:
     readable), again from a fresh ``meta.json`` when one was removed first. A folder without
     ``meta.json`` (none written yet) is skipped: its repository is rebuilt from SQL.
 
+    Parameters
+    ----------
+    source : Path
+        The live index folder.
+    target : Path
+        Where the copies go (``<target>/<repository uid>/``).
+
     Raises
     ------
     kg.errors.BackendUnavailable
@@ -494,6 +501,16 @@ def _answer(store: Resources, caller: Actor, probe: Probe) -> Probe:
 def read_manifest(src: Path) -> Manifest:
     """The manifest of the backup folder ``src``.
 
+    Parameters
+    ----------
+    src : Path
+        A backup folder.
+
+    Returns
+    -------
+    kg.types.backup.Manifest
+        As written, not checked against the files (:func:`check_backup` does).
+
     Raises
     ------
     kg.errors.InvalidInput
@@ -522,10 +539,12 @@ def check_backup(src: Path) -> Manifest:
     Parameters
     ----------
     src : Path
+        A folder written by :func:`backup_store`.
 
     Returns
     -------
     kg.types.backup.Manifest
+        Its manifest, checked.
 
     Raises
     ------
@@ -740,6 +759,7 @@ def verify_store(settings: Settings, caller: Actor, src: Path, *, open_store: St
     Returns
     -------
     kg.types.backup.VerifyReport
+        How many probes matched, and what each one that did not answered.
 
     Raises
     ------
