@@ -637,7 +637,7 @@ def restore_store(settings: Settings, caller: Actor, src: Path, *, force: bool =
         if kind == "sqlite":
             _restore_sqlite(src / SQLITE_FILE, _sqlite_path(url))
         else:
-            _restore_postgres(src / DUMP_FILE, url, clean=held)
+            _restore_postgres(src / DUMP_FILE, url)
         _swap_in(staged_index, index_dir)
     except BaseException:
         shutil.rmtree(staged_index, ignore_errors=True)
@@ -715,16 +715,14 @@ def _restore_sqlite(copy: Path, target: Path) -> None:
         raise
 
 
-def _restore_postgres(dump: Path, url: str, *, clean: bool) -> None:
-    """``pg_restore`` in one transaction: all of it or nothing (``--clean`` drops the objects it
-    restores first)."""
+def _restore_postgres(dump: Path, url: str) -> None:
+    """``pg_restore`` in one transaction: all of it or nothing. ``--clean --if-exists`` drops each
+    object it restores first, the schema too: a dump of ``public`` recreates it, which a new
+    database already has (and a forced restore replaces what the target held)."""
     pg_restore = _pg_tool("pg_restore")
     conninfo, env = _libpq(url)
-    argv = [pg_restore, "--single-transaction", "--exit-on-error", "--no-owner", "--no-acl",
-            f"--dbname={conninfo}"]
-    if clean:
-        argv += ["--clean", "--if-exists"]
-    _run_tool([*argv, str(dump)], env)
+    _run_tool([pg_restore, "--single-transaction", "--exit-on-error", "--no-owner", "--no-acl", "--clean",
+               "--if-exists", f"--dbname={conninfo}", str(dump)], env)
 
 
 def _swap_in(staged: Path, index_dir: Path) -> None:

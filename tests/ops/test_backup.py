@@ -345,3 +345,46 @@ def test_index_snapshots_are_copied_whole_while_the_index_keeps_flushing(tmp_pat
         stop.set()
         thread.join(30)
         index.close()
+
+
+@contextmanager
+def _scratch_database(prefix: str) -> Iterator[str]:
+    """A new PostgreSQL database (its schema ``public``), dropped afterwards."""
+    assert POSTGRES_URL
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="needs KG_TEST_POSTGRES_URL")
+def test_a_store_in_the_public_schema_restores_into_a_new_database(settings, tmp_path):
+    """The usual deployment: kg's tables in ``public`` of their own database, restored into a new
+    database (which has a ``public`` schema already)."""
+    if not settings.resolved_database_url().startswith("postgresql"):
+        pytest.skip("once, with the PostgreSQL settings")
+    with _scratch_database("test_backup_src") as source, _scratch_database("test_restore") as target_url:
+        live = settings.model_copy(update={"database_url": source, "data_dir": tmp_path / "live"})
+        services = _open(live)
+        try:
+            services.db.upgrade()
+            _build(services)
+            manifest = backup_ops.backup_store(services, OPERATOR, tmp_path / "backup", open_store=_open)
+            assert manifest.schema_name == "public"
+            target = _restored_settings(settings, target_url, tmp_path)
+            backup_ops.restore_store(target, OPERATOR, tmp_path / "backup")
+            assert backup_ops.verify_store(target, OPERATOR, tmp_path / "backup", open_store=_open).ok
+            restored = _open(target)
+            try:
+                head = manifest.repositories[0].head_revision
+                assert _reads(restored, "acme", "main", head) == _reads(services, "acme", "main", head)
+            finally:
+                restored.close()
+        finally:
+            services.close()
