@@ -26,23 +26,43 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy is imported
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import json  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
+
+from sqlalchemy.engine import make_url  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import RESULTS, isolated_database, load_average, machine, redact, table, write_results  # noqa: E402
-from bench.scale import generate, import_file, make_services, sync  # noqa: E402
+from bench.scale import MODEL, generate, import_file, sync  # noqa: E402
 from kg.context import OPERATOR  # noqa: E402
+from kg.errors import NotFound  # noqa: E402
 from kg.ops import backup as backup_ops  # noqa: E402
 from kg.services import Services  # noqa: E402
+from kg.settings import Settings  # noqa: E402
 from kg.store.repos import get_repository  # noqa: E402
+
+#: KG_INDEX_ANN_MIN_ROWS of the run (``--ann-min-rows``; None: kg's default).
+ANN_MIN_ROWS: list[int | None] = [None]
+
+
+def make_services(url: str, data_dir: Path) -> Services:
+    """The services as ``kg serve`` builds them, on the fake model of the generated vectors."""
+    extra = {} if ANN_MIN_ROWS[0] is None else {"index_ann_min_rows": ANN_MIN_ROWS[0]}
+    settings = Settings(database_url=url, data_dir=data_dir, embedding_model=MODEL, allow_fake_embedder=True,
+                        **extra)
+    services = Services.from_settings(settings)
+    services.db.upgrade()
+    return services
 
 
 def folder_bytes(path: Path) -> int:
@@ -50,21 +70,35 @@ def folder_bytes(path: Path) -> int:
 
 
 def build(n: int, args: argparse.Namespace, url: str, data_dir: Path) -> dict[str, Any]:
-    """Import the generated store and write its index snapshot; the import's figures."""
+    """Import the generated store (unless ``data_dir`` holds it already: a SQLite store is kept
+    in ``--workdir`` between runs) and write its index snapshot; the figures of what was done."""
+    marker = data_dir.parent / "built.json"
+    if marker.exists():
+        return {**json.loads(marker.read_text()), "reused": True}
     data = generate(args.workdir, n, args.edges_per_node, args.seed)
+    out: dict[str, Any] = {"nodes": n, "chunks": data["chunks"], "relations": data["relations"],
+                           "ann_min_rows": ANN_MIN_ROWS[0]}
     services = make_services(url, data_dir)
     try:
-        nodes_s, _ = import_file(services, "scale", data["nodes_file"], part=args.part_nodes)
-        relations_s, _ = import_file(services, "scale", data["relations_file"])
+        try:
+            with services.db.read() as session:
+                get_repository(session, "scale")
+            out["import"] = "imported by an earlier run"
+        except NotFound:
+            nodes_s, _ = import_file(services, "scale", data["nodes_file"], part=args.part_nodes)
+            relations_s, _ = import_file(services, "scale", data["relations_file"])
+            out["import_nodes_s"], out["import_relations_s"] = round(nodes_s, 1), round(relations_s, 1)
         sync_s, graph_s = sync(services, "scale")
+        out["index_sync_s"] = round(sync_s + graph_s, 1)
         with services.db.read() as session:
             uid = get_repository(session, "scale").uid
         services.index.flush(uid)
         services.db.checkpoint(wait_s=5.0)
     finally:
         services.close()
-    return {"nodes": n, "chunks": data["chunks"], "relations": data["relations"], "import_nodes_s": round(nodes_s, 1),
-            "import_relations_s": round(relations_s, 1), "index_sync_s": round(sync_s + graph_s, 1)}
+    if make_url(url).get_backend_name() == "sqlite":
+        marker.write_text(json.dumps(out))
+    return out
 
 
 def plain_copy(data_dir: Path, tmp: Path, repeats: int) -> tuple[float, int]:
@@ -112,12 +146,24 @@ def restore_target(url: str, backend: str, tmp: Path) -> tuple[str, Any]:
     return parsed.set(database=name).render_as_string(hide_password=False), drop
 
 
+@contextlib.contextmanager
+def store_database(args: argparse.Namespace, n: int, tmp: Path) -> Iterator[tuple[str, str, Path]]:
+    """The store's URL, backend and data directory: SQLite in ``--workdir/store-<n>/data``
+    (kept, so a second run skips the import), PostgreSQL in a schema of its own (dropped)."""
+    if args.database_url is None:
+        data_dir = args.workdir / f"store-{n}" / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        yield f"sqlite:///{data_dir / 'kg.sqlite3'}", "sqlite", data_dir
+        return
+    with isolated_database(args.database_url, tmp) as (url, backend):
+        yield url, backend, tmp / "data"
+
+
 def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp_name, \
-            isolated_database(args.database_url, Path(tmp_name) / "data") as (url, backend):
+            store_database(args, n, Path(tmp_name)) as (url, backend, data_dir):
         tmp = Path(tmp_name)
-        data_dir = tmp / "data"
         out["database"], out["url"] = backend, redact(url)
         out.update(build(n, args, url, data_dir))
         print(f"  [{n:,}] store built", file=sys.stderr, flush=True)
@@ -135,8 +181,9 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
         print(f"  [{n:,}] backed up", file=sys.stderr, flush=True)
         target_url, drop = restore_target(url, backend, tmp)
         try:
-            settings = make_services(url, data_dir).settings.model_copy(
-                update={"database_url": target_url, "data_dir": tmp / "restored"})
+            extra = {} if ANN_MIN_ROWS[0] is None else {"index_ann_min_rows": ANN_MIN_ROWS[0]}
+            settings = Settings(database_url=target_url, data_dir=tmp / "restored", embedding_model=MODEL,
+                                allow_fake_embedder=True, **extra)
             start = time.perf_counter()
             backup_ops.restore_store(settings, OPERATOR, tmp / "backup")
             out["restore"] = {"s": round(time.perf_counter() - start, 2)}
@@ -165,8 +212,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--part-nodes", type=int, default=None,
                         help="import the nodes file in parts of this many nodes (1M: 100000)")
+    parser.add_argument("--ann-min-rows", type=int, default=None,
+                        help="KG_INDEX_ANN_MIN_ROWS (above the chunks: no HNSW graph is built or copied)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    ANN_MIN_ROWS[0] = args.ann_min_rows
     args.workdir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"benchmark": "backup", "machine": machine()}
     r = measure(args.nodes, args)
