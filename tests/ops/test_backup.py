@@ -110,9 +110,14 @@ def _reads(services: Any, repo: str, branch: str, revision: int) -> dict[str, An
     out: dict[str, Any] = {"log": queries.revision_log(services, OPERATOR, repo, branch, at_revision=revision,
                                                        limit=100, max_changes=10)}
     for query in ("rotate keys", "restored scratch database", "cosine ranking of passages"):
-        answer = search_branch(services, OPERATOR, repo, branch, SearchRequest(query=query, k=5),
+        # Every hit (k above the passages held), in order; hits of equal score are ordered by
+        # address: a text embedded again from the restored queue gets a new chunk number, and
+        # the index breaks ties by chunk number.
+        answer = search_branch(services, OPERATOR, repo, branch, SearchRequest(query=query, k=500),
                                at_revision=revision)
-        out[query] = [(r.workspace, r.path, r.chunk_index, round(r.score, 6)) for r in answer.results]
+        rows = [(round(r.score, 6), r.workspace, r.path, r.chunk_index) for r in answer.results]
+        assert [row[0] for row in rows] == sorted((row[0] for row in rows), reverse=True)
+        out[query] = sorted(rows, key=lambda row: (-row[0], row[1:]))
         assert out[query], query
     for i in range(len(TOPICS)):
         out[f"t{i}"] = neighbors(services, OPERATOR, repo, branch, f"notes:/t{i}", at_revision=revision)
