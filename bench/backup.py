@@ -8,10 +8,10 @@
 2. **Plain copy** (the peer, SQLite only): the stopped store's database file and index folder
    copied with ``shutil.copy2`` (best of ``--repeats``): what an operator would do with the
    server down.
-3. **Backup** through :func:`kg.ops.backup.backup_store` (what ``kg backup`` runs): without
+3. **Backup** through :func:`kg.backup.backup_store` (what ``kg backup`` runs): without
    probes, then with them (the recorded searches, logs and NEIGHBORS), each timed; its size.
 4. **Restore** into a fresh data directory (PostgreSQL: a scratch database, dropped after)
-   through :func:`kg.ops.backup.restore_store`, timed; then :func:`kg.ops.backup.verify_store`,
+   through :func:`kg.backup.restore_store`, timed; then :func:`kg.backup.verify_store`,
    timed, and whether every probe matched.
 
 Prints a table with each time's ratio to the plain copy and writes
@@ -44,9 +44,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench._common import RESULTS, isolated_database, load_average, machine, redact, table, write_results  # noqa: E402
 from bench.scale import MODEL, generate, import_file, sync  # noqa: E402
+from kg import backup as backup_ops  # noqa: E402
 from kg.context import OPERATOR  # noqa: E402
 from kg.errors import NotFound  # noqa: E402
-from kg.ops import backup as backup_ops  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.repos import get_repository  # noqa: E402

@@ -20,11 +20,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kg import backup as backup_ops
 from kg.access import parse_grant
 from kg.context import OPERATOR, run
 from kg.errors import InvalidInput, KGError, MergeConflict
 from kg.graph.validity import maybe_aware
-from kg.ops import backup as backup_ops
 from kg.ops import branches as branch_ops
 from kg.ops import bulk as bulk_ops
 from kg.ops import changes as change_ops

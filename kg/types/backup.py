@@ -1,6 +1,6 @@
 """A backup of a whole store: its manifest (what restore checks) and the probes it recorded.
 
-The manifest is ``manifest.json`` at the top of a backup folder (:mod:`kg.ops.backup` writes and
+The manifest is ``manifest.json`` at the top of a backup folder (:mod:`kg.backup` writes and
 reads it; docs/guides/operating.md describes the folder).
 """
 

@@ -1,4 +1,4 @@
-"""Backup and restore of a whole store (``kg.ops.backup``), on both databases: a backup taken while a
+"""Backup and restore of a whole store (``kg.backup``), on both databases: a backup taken while a
 writer keeps writing is one consistent point (every revision up to some R, nothing after); the
 store restored into a new data directory or database answers the same searches (hits and order),
 log and NEIGHBORS as the original as of R; the manifest's refusals write nothing."""
@@ -20,12 +20,12 @@ from pydantic import SecretStr
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
+from kg import backup as backup_ops
 from kg.access import Actor, make_grant
 from kg.context import OPERATOR, run
 from kg.errors import Conflict, Forbidden, InvalidInput
 from kg.index.base import IndexedChunk
 from kg.index.embedded import EmbeddedVectorIndex
-from kg.ops import backup as backup_ops
 from kg.ops import branches as branch_ops
 from kg.ops import keys as key_ops
 from kg.ops import queries
