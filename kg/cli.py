@@ -1,5 +1,5 @@
-"""The ``kg`` command line: serve, db upgrade, ingest, import, export, search, sql, ask, log, diff, merge,
-branch, keys, mcp, relate, invalidate, relation-types, neighbors."""
+"""The ``kg`` command line: serve, db upgrade, backup, restore, ingest, import, export, search, sql, ask, log,
+diff, merge, branch, keys, mcp, relate, invalidate, relation-types, neighbors."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from kg import backup as backup_ops
 from kg.access import parse_grant
 from kg.context import OPERATOR, run
 from kg.errors import InvalidInput, KGError, MergeConflict
@@ -188,6 +189,58 @@ def db_upgrade() -> None:
     except KGError as exc:
         _fail(exc)
     typer.echo("database is up to date")
+
+
+@app.command("backup")
+def backup(dest: Annotated[Path, typer.Argument(help="A new folder for the backup.")],
+           probes: Annotated[bool, typer.Option(
+               "--probes/--no-probes", help="Record searches, logs and NEIGHBORS for `kg restore --verify`.")]
+           = True) -> None:
+    """Back up the whole store (every repository, branch, revision, key and queued job, and the
+    embedded index's snapshots) into a new folder, while `kg serve` keeps serving and writing:
+    SQLite through its online backup API, PostgreSQL through `pg_dump -Fc`."""
+    try:
+        services = _services()
+        manifest = backup_ops.backup_store(services, OPERATOR, dest, open_store=Services.from_settings,
+                                           probes=probes)
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps({"backup": str(dest), "database": manifest.database,
+                           "migration_head": manifest.migration_head,
+                           "repositories": len(manifest.repositories), "files": len(manifest.files),
+                           "bytes": sum(f.bytes for f in manifest.files), "probes": len(manifest.probes)}))
+
+
+@app.command("restore")
+def restore(src: Annotated[Path, typer.Argument(help="A folder written by `kg backup`.")],
+            force: Annotated[bool, typer.Option("--force", help="Replace a target store that holds data.")] = False,
+            verify: Annotated[bool, typer.Option(
+                "--verify", help="Then check that the store answers the backup's recorded probes alike.")]
+            = False,
+            verify_only: Annotated[bool, typer.Option(
+                "--verify-only", help="Restore nothing: check the configured store against the probes.")]
+            = False) -> None:
+    """Restore a backup into the store KG_DATABASE_URL / KG_DATA_DIR name (stop `kg serve` first):
+    its manifest and every file's SHA-256 are checked first; a newer migration head, a corrupted
+    file or a target that holds data (without `--force`) is refused and nothing is written."""
+    settings = Settings()
+    try:
+        out: dict[str, Any] = {}
+        if not verify_only:
+            manifest = backup_ops.restore_store(settings, OPERATOR, src, force=force)
+            out = {"restored": str(src), "database": manifest.database,
+                   "repositories": len(manifest.repositories), "files": len(manifest.files)}
+        if verify or verify_only:
+            report = backup_ops.verify_store(settings, OPERATOR, src, open_store=Services.from_settings)
+            out["verify"] = report.model_dump()
+    except KGError as exc:
+        _fail(exc)
+    typer.echo(json.dumps(out))
+    if "verify" in out and not out["verify"]["ok"]:
+        first = out["verify"]["mismatches"][0]
+        typer.echo(f"error: the store answers {len(out['verify']['mismatches'])} of {out['verify']['probes']} "
+                   f"probes otherwise, first a {first['kind']} on {first['repo']}/{first['branch']}", err=True)
+        raise typer.Exit(1)
 
 
 @app.command()
