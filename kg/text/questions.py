@@ -75,6 +75,9 @@ _CAPITALISED_RE = re.compile(r"\b[A-Z][\w'\u2019.+#-]*(?:\s+(?:of|the|de|van|von
 _QUOTED_RE = re.compile(r"``(.+?)``|`(.+?)`|\"(.+?)\"|\u201c(.+?)\u201d|'([^'\s][^']*?)'(?!\w)")
 _DEFINITION_CUES = (r"(?:is|are|was|were|means?|meant|refers?\s+to|denotes?|stands?\s+for|represents?"
                     r"|indicates?|specifies|defines?|describes?|signals?|(?:is\s+)?(?:called|known\s+as|defined\s+as))")
+#: What follows a copula that defines ("is a ...", "is the ...", "is called ..."), not describes.
+_NOUN_PHRASE_RE = re.compile(r"\s+(?:a|an|the|one|any|some|two|three|called|known|defined)\b|\s*[`'\"\u201c]",
+                             re.IGNORECASE)
 _WORD_RE = re.compile(r"[\w~=!<>+#*^@|&%$-]+|[^\w\s]+")
 
 
@@ -256,7 +259,13 @@ def _has_name(text: str, question: str, *, person: bool) -> bool:
         if re.search(r"[\w.+-]+@[\w-]+\.[\w.]+", text):
             return True
         runs = re.findall(r"\b[A-Z][\w'\u2019.-]+(?:\s+(?:van|von|de|del|da|der|la|le)?\s*[A-Z][\w'\u2019.-]+)+", text)
-        return any(set(name_key(r).split()) - asked for r in runs)
+        for run in runs:
+            words = run.split()
+            while words and words[0].lower() in _NOT_NAMES:  # "This PEP", "The Python ..."
+                words = words[1:]
+            if len(words) >= 2 and set(name_key(" ".join(words)).split()) - asked:
+                return True
+        return False
     for m in _NUMBERED_RE.finditer(text):
         if m.group(1)[0].isupper() and name_key(m.group(0)) not in name_key(question):
             return True
@@ -265,7 +274,7 @@ def _has_name(text: str, question: str, *, person: bool) -> bool:
     tokens = re.findall(r"\S+", text)
     for i, token in enumerate(tokens):
         word = token.strip("\"'`()[]{},.;:!?*")
-        if not word or word.lower() in asked:
+        if not word or word.lower() in asked or word.lower() in _NOT_NAMES:
             continue
         if word.startswith("`") or token.startswith("``"):
             return True
@@ -286,8 +295,13 @@ def _defines(text: str, term: str) -> bool:
     """
     escaped = re.escape(term)
     cue = rf"{escaped}[`'\"\u201d*_]*\s*(?:\)|,)?\s*(?:\S+\s+){{0,3}}?{_DEFINITION_CUES}\b"
-    if re.search(cue, text, re.IGNORECASE):
-        return True
+    for m in re.finditer(cue, text, re.IGNORECASE):
+        # "X is a / the / one ...": a copula defines with a noun phrase after it ("Wheel is
+        # lossless" describes, it does not define); the other cues define by themselves
+        if not re.search(r"(?:is|are|was|were)\s*$", m.group(0), re.IGNORECASE):
+            return True
+        if _NOUN_PHRASE_RE.match(text[m.end():]):
+            return True
     set_off = rf"{escaped}[`'\"\u201d*_]*\s*(?::|\u2013|\u2014|--|\s-\s|\(|,\s+(?:a|an|the)\s)"
     if re.search(set_off, text, re.IGNORECASE):
         return True
@@ -329,7 +343,7 @@ def holds_numbered_mentions(question: Question, text: str) -> bool:
     return all(f" {key(m)} " in haystack for m in question.mentions if _NUMBERED_RE.fullmatch(m))
 
 
-def answers_type(question: Question, text: str) -> bool:
+def answers_type(question: Question, text: str, *, context: str = "") -> bool:
     """Whether a candidate sentence holds what the question asks for (its focus and its answer
     type); the check of :func:`kg.rag.functions.ask`'s extractive answer.
 
@@ -337,14 +351,20 @@ def answers_type(question: Question, text: str) -> bool:
     ----------
     question : Question
     text : str
-        The candidate sentence, as it will be quoted.
+        The candidate sentence.
+    context : str, optional
+        What the answer quotes with it (its document's title): it may hold the focus and the
+        numbered mentions, never the answer's value (a title's "PEP 784" is not the number asked
+        for, nor its capitalised words a name).
 
     Returns
     -------
     bool
         False when the sentence lacks the focus or the answer type: no date for "when", no number
-        for "how many", no name besides the question's for "who" / "which", no definitional
-        pattern around the focus for a definition. ``yes_no`` and ``other`` check the focus only.
+        for "how many", no name besides the question's for "who" / "which" (a person: two
+        capitalised words that are not a determiner's run, "This PEP"), no definitional pattern
+        around the focus for a definition (a copula followed by a noun phrase: "X is a ...").
+        ``yes_no`` and ``other`` check the focus only.
 
     Examples
     --------
@@ -353,8 +373,12 @@ def answers_type(question: Question, text: str) -> bool:
     (True, False)
     >>> answers_type(analyze_question("When was PEP 440 created?"), "PEP 440 describes a scheme.")
     False
+    >>> answers_type(analyze_question("How many levels does PEP 784 define?"), "Zstandard is fast.",
+    ...              context="PEP 784 \u2013 Adding Zstandard")
+    False
     """
-    if not holds_focus(question, text) or not holds_numbered_mentions(question, text):
+    quoted = f"{context}: {text}" if context else text
+    if not holds_focus(question, quoted) or not holds_numbered_mentions(question, quoted):
         return False
     kind = question.answer_type
     if kind == "date":
