@@ -856,9 +856,10 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     """Whether ``sentence`` answers ``asked`` as quoted: it holds the answer type
     (:func:`kg.text.questions.answers_type`, its value in the sentence, not the title), and,
     with its title, at least ``coverage`` of the question's content words
-    (:func:`answer_coverage`; ``excused`` words count as held; a definition is checked by its
-    focus and pattern instead). A yes/no question is never answered by a quote: a sentence
-    does not say yes or no."""
+    (:func:`answer_coverage`; ``excused`` words count as held), one of them a word of its
+    predicate (what it asks of its mentions); a definition is checked by its focus and pattern
+    instead. A yes/no question is never answered by a quote: a sentence does not say yes or
+    no; nor is a choice between the question's own options (``choice``)."""
     if asked.answer_type == "yes_no":
         return False
     title = _title_context(sentence, passages)
@@ -866,7 +867,16 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
         return False
     if asked.answer_type == "definition":  # its focus and a definitional pattern are the check
         return True
-    return coverage <= 0 or answer_coverage(asked.text, _quoted_text(sentence, passages), excused) >= coverage
+    quoted = _quoted_text(sentence, passages)
+    if coverage <= 0:
+        return True
+    # what is asked of the mentions: one of the question's own words for it must be there
+    # ("Which PEP superseded PEP 241?" is not answered by a sentence naming PEP 241 and 314)
+    predicate = set(analyze(" ".join(w for w in asked.predicate if w not in QUESTION_WORDS and w not in FRAME_WORDS)))
+    held = set(analyze(quoted)) | set(analyze(" ".join(excused)))
+    if predicate and not predicate & held:
+        return False
+    return answer_coverage(asked.text, quoted, excused) >= coverage
 
 
 def _unheld(question: str, passages: list[dict]) -> list[str]:

@@ -42,7 +42,7 @@ from kg.text.names import name_key
 __all__ = ["AnswerType", "Question", "analyze_question", "answers_type", "has_date", "has_number", "holds_focus",
            "holds_numbered_mentions", "mentions_in"]
 
-AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "other"]
+AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "choice", "other"]
 
 AUXILIARIES = frozenset("is are was were do does did can could will would should shall may might must has have had"
                         .split())
@@ -66,6 +66,8 @@ DATE_RE = re.compile(
     r"|\b(?:1[0-9]|20)\d{2}s?\b",
     re.IGNORECASE)
 _NUMBER_RE = re.compile(r"\b\d+(?:[.,]\d+)*\b")
+#: A number as a question states it: digits with their decimals and an ordinal suffix ("17th").
+_ANY_NUMBER_RE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?:st|nd|rd|th)?(?![\w])", re.IGNORECASE)
 #: A named mention: a capitalised word or an acronym followed by a number ("PEP 386", "PEP-386",
 #: "RFC 2119", "pep 0386"), or a run of capitalised words ("Carl Meyer", "Python Packaging
 #: Authority").
@@ -82,6 +84,16 @@ _WORD_RE = re.compile(r"[\w~=!<>+#*^@|&%$-]+|[^\w\s]+")
 
 
 _NOT_NAMES = _WH | AUXILIARIES | _DETERMINERS | _PREPOSITIONS
+#: Head nouns of a wh-phrase or of "what is the X of" that ask for a person or a quantity (Li
+#: and Roth 2002's HUM:ind and NUM classes are told by the question's head noun).
+_PERSON_NOUNS = frozenset("""person people man woman director actor actress singer songwriter singer-songwriter
+    author writer novelist poet composer musician player athlete president founder inventor designer architect
+    artist producer host presenter politician scientist engineer maintainer creator""".split())
+_QUANTITY_NOUNS = frozenset("""population budget capacity size length height width depth weight area number count
+    amount cost price level age distance speed percentage rate total score salary revenue duration""".split())
+#: A choice between the question's own options ("Which film came out first, A or B?"): a quote
+#: does not compare.
+_CHOICE_RE = re.compile(r",\s*[^,?]+\s+or\s+[^,?]+\?\s*$")
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,25 @@ class Question:
     quoted: bool = False
     predicate: tuple[str, ...] = ()
     mentions: tuple[str, ...] = field(default=())
+
+
+def _head_noun(words: list[str], wh: str | None) -> str | None:
+    """The noun a wh-word asks about: "which director" -> director, "what is the population of"
+    -> population (skipping a determiner and adjectives is beyond a rule; the next word or
+    the word after "is the")."""
+    if wh not in ("what", "which") or wh not in words:
+        return None
+    rest = words[words.index(wh) + 1:]
+    if rest and rest[0] in ("is", "was", "are", "were"):
+        rest = rest[1:]
+    while rest and rest[0] in _DETERMINERS:
+        rest = rest[1:]
+    for word in rest[:3]:  # "which american film director", "what british singer-songwriter"
+        if word in _PERSON_NOUNS or word in _QUANTITY_NOUNS:
+            return word
+        if word in AUXILIARIES or word in _PREPOSITIONS:
+            break
+    return None
 
 
 def _words(text: str) -> list[str]:
@@ -196,13 +227,19 @@ def analyze_question(text: str) -> Question:
     mention_words = {w for m in mentions for w in _words(m)}
     answer_type: AnswerType
     wh = next((w for w in words[:3] if w in _WH), None) if first not in AUXILIARIES else first
+    if wh is None:  # "... in a movie directed by who?": the wh-word where the answer goes
+        wh = next((w for w in reversed(words) if w in _WH), None)
     lowered = " ".join(words)
-    if wh in ("who", "whom", "whose"):
+    head = _head_noun(words, wh)
+    if _CHOICE_RE.search(text) and wh in ("which", "who", "what", "whom"):
+        answer_type = "choice"
+    elif wh in ("who", "whom", "whose") or (wh in ("what", "which") and head in _PERSON_NOUNS):
         answer_type = "person"
     elif wh == "when" or re.search(r"\b(what|which|in what|in which)\s+(year|date|day|month|century|decade)\b",
                                     lowered):
         answer_type = "date"
-    elif wh == "how" and second in ("many", "much", "long", "old", "far", "big", "large", "often"):
+    elif (wh == "how" and second in ("many", "much", "long", "old", "far", "big", "large", "often")) \
+            or (wh in ("what", "which") and head in _QUANTITY_NOUNS):
         answer_type = "number"
     elif wh == "what" and (re.search(r"\b(mean|means|meaning|stand for|stands for|defined as|definition)\b", lowered)
                            or (second in ("is", "are") and " of " not in f" {lowered} "
@@ -308,7 +345,7 @@ def _defines(text: str, term: str) -> bool:
     if re.search(rf"(?:called|named|known\s+as|termed)\s+[`'\"\u201c*_]*{escaped}", text, re.IGNORECASE):
         return True
     # apposition naming the term: "the compatible release operator ``~=``"
-    return bool(re.search(rf"\b(?:the|a|an)\s+(?:[A-Za-z][\w-]*\s+){{1,4}}[`'\"\u201c*_(]*{escaped}(?![\w.~=<>!])",
+    return bool(re.search(rf"\b(?:the|a|an)\s+(?:[A-Za-z][\w-]*\s+){{1,4}}[`'\"\u201c*_(]+{escaped}(?![\w.~=<>!])",
                           text, re.IGNORECASE))
 
 
@@ -341,6 +378,19 @@ def holds_numbered_mentions(question: Question, text: str) -> bool:
 
     haystack = f" {key(text)} "
     return all(f" {key(m)} " in haystack for m in question.mentions if _NUMBERED_RE.fullmatch(m))
+
+
+def holds_numbers(question: Question, text: str) -> bool:
+    """Whether ``text`` holds every number the question states ("in 2024", "the 17th awards",
+    "Python 3.13"): a constraint of what is asked, which an answer about another year or
+    edition does not meet.
+
+    >>> q = analyze_question("Who hosted the 17th Annual Young Hollywood Awards?")
+    >>> holds_numbers(q, "The 16th Annual Young Hollywood Awards were hosted by Kelly Osbourne.")
+    False
+    """
+    haystack = {m.group(0).lower() for m in _ANY_NUMBER_RE.finditer(text)}
+    return all(m.group(0).lower() in haystack for m in _ANY_NUMBER_RE.finditer(question.text))
 
 
 def answers_type(question: Question, text: str, *, context: str = "") -> bool:
@@ -380,7 +430,11 @@ def answers_type(question: Question, text: str, *, context: str = "") -> bool:
     quoted = f"{context}: {text}" if context else text
     if not holds_focus(question, quoted) or not holds_numbered_mentions(question, quoted):
         return False
+    if not holds_numbers(question, quoted):
+        return False
     kind = question.answer_type
+    if kind == "choice":
+        return False
     if kind == "date":
         return has_date(text, besides=question.text)
     if kind == "number":
