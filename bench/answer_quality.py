@@ -227,12 +227,16 @@ def main(argv: list[str] | None = None) -> dict:
             ingest_path(services, context.OPERATOR, hp, repo=REPO, workspace="hotpotqa")
             results["ingest_s"] = round(time.perf_counter() - started, 1)
             started = time.perf_counter()
-            by_set = {name: _ask_all(services, questions) for name, questions in sets.items()}
             by_value: dict[float, list[dict]] = {}
             for value in sweep:
                 print(f"asking under ask_answer_coverage {value} ...", file=sys.stderr, flush=True)
                 services.settings = settings.model_copy(update={"ask_answer_coverage": value})
                 by_value[value] = _ask_all(services, next(iter(sets.values())))
+            if by_value:  # every set is measured under the value the cross-validation ships
+                ship = cross_validate(by_value, args.folds, args.target)["ship"]
+                services.settings = settings.model_copy(update={"ask_answer_coverage": ship})
+                results["ask_answer_coverage"] = ship
+            by_set = {name: _ask_all(services, questions) for name, questions in sets.items()}
             results["ask_s"] = round(time.perf_counter() - started, 1)
         finally:
             services.close()

@@ -81,7 +81,7 @@ from kg.store.nodes import NodeHead, find_node, nodes_by_id, visible_node_heads
 from kg.store.numbers import integral
 from kg.store.paths import parse_address, validate_path
 from kg.store.repos import BranchView, workspace_id
-from kg.text.questions import Question, analyze_question, answers_type
+from kg.text.questions import Question, analyze_question, answers_type, slot_words
 from kg.text.sentences import split_sentences
 from kg.tracing import traced
 
@@ -857,7 +857,8 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     (:func:`kg.text.questions.answers_type`, its value in the sentence, not the title), and,
     with its title, at least ``coverage`` of the question's content words
     (:func:`answer_coverage`; ``excused`` words count as held), one of them a word of its
-    predicate (what it asks of its mentions); a definition is checked by its focus and pattern
+    predicate (what it asks of its mentions) and one of its answer slot's words when it has
+    any (:func:`kg.text.questions.slot_words`); a definition is checked by its focus and pattern
     instead. A yes/no question is never answered by a quote: a sentence does not say yes or
     no; nor is a choice between the question's own options (``choice``)."""
     if asked.answer_type == "yes_no":
@@ -875,6 +876,9 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     predicate = set(analyze(" ".join(w for w in asked.predicate if w not in QUESTION_WORDS and w not in FRAME_WORDS)))
     held = set(analyze(quoted)) | set(analyze(" ".join(excused)))
     if predicate and not predicate & held:
+        return False
+    slot = set(analyze(" ".join(slot_words(asked))))
+    if slot and not slot & held:  # the sentence must say what the answer's slot is
         return False
     return answer_coverage(asked.text, quoted, excused) >= coverage
 

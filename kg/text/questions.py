@@ -40,7 +40,7 @@ from typing import Literal
 from kg.text.names import name_key
 
 __all__ = ["AnswerType", "Question", "analyze_question", "answers_type", "has_date", "has_number", "holds_focus",
-           "holds_numbered_mentions", "mentions_in"]
+           "holds_numbered_mentions", "holds_numbers", "mentions_in", "slot_words"]
 
 AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "choice", "other"]
 
@@ -378,6 +378,40 @@ def holds_numbered_mentions(question: Question, text: str) -> bool:
 
     haystack = f" {key(text)} "
     return all(f" {key(m)} " in haystack for m in question.mentions if _NUMBERED_RE.fullmatch(m))
+
+
+_SLOT_SKIP = _DETERMINERS | AUXILIARIES | _PREPOSITIONS | _WH | frozenset(
+    "name names named kind type sort one ones it its they their there s many much long old far big large often"
+    .split())
+
+
+def slot_words(question: Question) -> tuple[str, ...]:
+    """The words around the question's answer slot: the content word before the wh-word ("a
+    movie *directed* by who", "the league cup *known* as what") and the first after it ("what
+    *campaign*", "which *director*", "where did X *study*"), mentions and function words
+    skipped. A sentence that answers says what the slot is (Moldovan et al. 2000's answer
+    window around the question's keywords; Jurafsky and Martin ch. 14's question-focus
+    alignment), not only the rest of the question.
+
+    >>> slot_words(analyze_question("Jamie Harris is known for a movie directed by who?"))
+    ('directed',)
+    >>> slot_words(analyze_question("Both Truth in Science and Discovery embrace what campaign?"))
+    ('embrace', 'campaign')
+    """
+    words = _words(question.text)
+    named = {w for m in question.mentions for w in _words(m)} | {w for q in question.focus for w in _words(q)}
+    if question.wh is None or question.wh not in words:
+        return ()
+    at = words.index(question.wh) if question.wh in words[:3] else len(words) - 1 - words[::-1].index(question.wh)
+    out: list[str] = []
+    for side in (reversed(words[:at]), words[at + 1:]):
+        for word in side:
+            if word in _SLOT_SKIP or len(word) < 3:
+                continue
+            if word not in named:
+                out.append(word)
+            break
+    return tuple(out)
 
 
 def holds_numbers(question: Question, text: str) -> bool:
