@@ -149,3 +149,25 @@ def test_a_choice_is_not_answered_by_a_quote_and_the_questions_numbers_must_be_h
     q = analyze_question("How many projects were hosted on PyPI in 2024?")
     assert not answers_type(q, "At the time of this writing there are 65,232 projects hosted on PyPI.")
     assert answers_type(q, "In 2024 there were 500,000 projects hosted on PyPI.")
+
+
+@pytest.mark.parametrize(("question", "sentence", "title", "answers"), [
+    # a quote says neither yes nor no
+    ("Are Ganzhou and Jimo District both located in China?", "Ganzhou is a city in Jiangxi, China.", "Ganzhou",
+     False),
+    # a relation word the sentence lacks: not an answer about it
+    ("Which PEP superseded PEP 241?", "Metadata v1.0 (:pep:`241`) and v1.1 (:pep:`314`) specify no scheme.",
+     "PEP 440", False),
+    ("Which PEP superseded PEP 241?", "This PEP supersedes :pep:`241` and PEP 314.", "PEP 566", True),
+    # the answer slot ("directed by who") must be said
+    ("Jamie Harris is best known for his role in a movie directed by who?",
+     "He is best known for his role in Lemony Snicket's A Series of Unfortunate Events.", "Jamie Harris", False),
+    ("Jamie Harris is best known for his role in a movie directed by who?",
+     "Jamie Harris is best known for his role in a 2004 film directed by Brad Silberling.", "", True),
+])
+def test_an_extractive_answer_says_what_is_asked(question, sentence, title, answers):
+    from kg.rag.functions import ScoredSentence, _answers
+
+    passages = [{"text": sentence, "_title": title}]
+    found = _answers(analyze_question(question), ScoredSentence(1, 0, sentence, 0.9), passages, 0.3, [])
+    assert found is answers
