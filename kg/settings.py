@@ -262,7 +262,7 @@ class Settings(BaseSettings):
     ask_min_similarity: float = Field(default=0.32, ge=-1.0, le=1.0)
     ask_max_absent_share: float = Field(default=0.05, ge=0.0, le=1.0)
     ask_word_similarity: float = Field(default=0.55, ge=-1.0, le=1.01)
-    ask_answer_coverage: float = Field(default=0.5, ge=0.0, le=1.0)
+    ask_answer_coverage: float = Field(default=0.6, ge=0.0, le=1.0)
     ask_absent_words: Literal["all", "salient"] = "salient"
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)
