@@ -698,9 +698,15 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
             hit = f
         elif request.mode == "vector" or f is None:
             hit = v
-        else:  # the passage the stronger leg put first for this node
-            hit = v if request.vector_weight / (rrf_k + vector_rank[nid]) >= \
-                request.fulltext_weight / (rrf_k + fulltext_rank[nid]) else f
+        else:  # the passage the stronger leg put first for this node, over the legs' windows
+            # only, then the better rank: what a deeper read of the legs does not change
+            vr, fr = vector_rank[nid], fulltext_rank[nid]
+            if vr <= window and fr <= window:
+                hit = v if request.vector_weight / (rrf_k + vr) >= request.fulltext_weight / (rrf_k + fr) else f
+            elif vr <= window or fr <= window:
+                hit = v if vr <= window else f
+            else:
+                hit = v if vr <= fr else f
         assert hit is not None  # a ranked node is in at least one leg
         results.append(_row(view, nodes[nid], hit, score, v, f, vector_rank.get(nid) if v else None,
                             fulltext_rank.get(nid) if f else None))
