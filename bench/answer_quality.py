@@ -22,6 +22,20 @@ Every question is asked with ``workspaces: [its corpus]`` and no LLM. Figures pe
 
 Embeddings are cached on disk (``--cache``, keyed by model and text SHA-256): a rerun embeds
 nothing. Run: ``python bench/answer_quality.py [--peps N] [--label before|after]``.
+
+Sets: ``--gold`` names the question files (default ``answers_gold.jsonl``; the held-out
+``answers_heldout.jsonl`` too, see its ``.md``); the corpus is the same whichever is asked (the
+PEPs the gold evidence names plus the first ``--peps`` others, which hold every held-out PEP
+from 20 on).
+
+Choosing ``KG_ASK_ANSWER_COVERAGE`` (``--sweep 0,0.3,...``): the corpus is ingested once and
+every question of the first gold file is asked under each value; then 5-fold cross-validation
+(``--folds``, questions shuffled with a fixed seed): on each fold the value is chosen on the
+other four (the highest ``answered_recall`` among the values whose grounded precision is at
+least ``--target`` on both corpora, else the highest of the lower of the two precisions) and
+measured on the fold itself. The figures of the held-out folds are reported per fold, their
+mean and standard deviation, and pooled; the value to ship is the one most folds chose (ties:
+the stricter). No other set is used to choose it.
 """
 
 from __future__ import annotations
@@ -32,11 +46,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy is imported
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import random  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections import Counter  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +68,7 @@ from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 
 GOLD = ROOT / "bench" / "data" / "answers_gold.jsonl"
+HELDOUT = ROOT / "bench" / "data" / "answers_heldout.jsonl"
 PEPS = ROOT / "fixtures" / "peps" / "docs"
 REPO = "answers"
 MODEL = "local:all-MiniLM-L6-v2"
@@ -61,9 +79,11 @@ def _norm(text: str) -> str:
 
 
 def contains(answer: str, accepted: list[str]) -> bool:
-    """Whether one accepted answer occurs in ``answer`` (normalised, on word boundaries)."""
+    """Whether one accepted answer occurs in ``answer`` (normalised, on word boundaries); an
+    accepted answer of symbols only (``~>``), which normalising would empty, literally."""
     haystack = f" {_norm(answer)} "
-    return any(_norm(a) and f" {_norm(a)} " in haystack for a in accepted)
+    return any(f" {_norm(a)} " in haystack if _norm(a) else bool(a.strip("` ")) and a.strip("` ") in answer
+               for a in accepted)
 
 
 def figures(rows: list[dict]) -> dict:
@@ -83,19 +103,97 @@ def figures(rows: list[dict]) -> dict:
             "answered_recall": share(len(right), len(answerable))}
 
 
+def _load(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _ask_all(services, questions: list[dict]) -> list[dict]:
+    from kg.rag.functions import ask
+
+    rows = []
+    for g in questions:
+        body = ask(services, context.OPERATOR, REPO, "main", {"question": g["question"], "workspaces": [g["corpus"]]})
+        rows.append({"id": g["id"], "corpus": g["corpus"], "kind": g["kind"], "answerable": g["answerable"],
+                     "answer_type": g["answer_type"], "grounded": body["grounded"],
+                     "exact": contains(body["answer"], g["answers"]), "answer": body["answer"],
+                     "citations": [c.get("kind", "passage") for c in body["citations"]]})
+    return rows
+
+
+def _precisions(rows: list[dict]) -> list[float]:
+    """Grounded precision per corpus (1.0 for a corpus with nothing grounded)."""
+    out = []
+    for corpus in ("peps", "hotpotqa"):
+        f = figures([r for r in rows if r["corpus"] == corpus])
+        out.append(1.0 if f["grounded_precision"] is None else f["grounded_precision"])
+    return out
+
+
+def choose(by_value: dict[float, list[dict]], ids: set[str], target: float) -> float:
+    """The coverage value chosen on the questions ``ids``: the highest answered recall among the
+    values whose grounded precision reaches ``target`` on both corpora, else the highest lower
+    precision of the two; ties go to the stricter value."""
+    def key(value: float) -> tuple:
+        rows = [r for r in by_value[value] if r["id"] in ids]
+        low = min(_precisions(rows))
+        recall = figures(rows)["answered_recall"] or 0.0
+        return (low >= target, recall if low >= target else low, value)
+    return max(by_value, key=key)
+
+
+def cross_validate(by_value: dict[float, list[dict]], folds: int, target: float, seed: int = 20261205) -> dict:
+    """k-fold cross-validation of the coverage value (see the module docstring)."""
+    ids = [r["id"] for r in next(iter(by_value.values()))]
+    random.Random(seed).shuffle(ids)
+    parts = [set(ids[i::folds]) for i in range(folds)]
+    per_fold, pooled = [], []
+    for i, test in enumerate(parts):
+        train = set(ids) - test
+        value = choose(by_value, train, target)
+        rows = [r for r in by_value[value] if r["id"] in test]
+        pooled += rows
+        f = figures(rows)
+        per_fold.append({"fold": i, "chosen": value, "questions": len(rows), **{k: f[k] for k in (
+            "grounded", "grounded_precision", "answered_recall", "declined", "exact")}})
+
+    def spread(key: str) -> dict:
+        values = [f[key] for f in per_fold if f[key] is not None]
+        return {"mean": round(statistics.mean(values), 4), "sd": round(statistics.stdev(values), 4),
+                "min": min(values), "max": max(values)}
+
+    chosen = Counter(f["chosen"] for f in per_fold)
+    top = max(chosen.values())
+    ship = max(v for v, n in chosen.items() if n == top)
+    return {"folds": per_fold, "precision": spread("grounded_precision"), "recall": spread("answered_recall"),
+            "pooled": {c: figures([r for r in pooled if r["corpus"] == c]) for c in ("peps", "hotpotqa")},
+            "chosen": dict(chosen), "ship": ship}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peps", type=int, default=None, help="distractor PEPs beside the evidence (default all)")
     parser.add_argument("--cache", type=Path, default=Path("bench/results/embedding-cache"))
     parser.add_argument("--label", default="after")
+    parser.add_argument("--gold", type=Path, action="append", default=None,
+                        help="a question file (repeatable; default bench/data/answers_gold.jsonl)")
+    parser.add_argument("--sweep", default=None,
+                        help="KG_ASK_ANSWER_COVERAGE values to cross-validate, comma-separated")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    gold = [json.loads(line) for line in GOLD.read_text().splitlines() if line.strip()]
+    sets = {path.stem: _load(path) for path in (args.gold or [GOLD])}
+    gold = _load(GOLD)
+    everything = gold + (_load(HELDOUT) if HELDOUT.exists() else [])
     evidence_peps = sorted({Path(e["path"]).name for g in gold if g["corpus"] == "peps" for e in g["evidence"]})
     others = sorted(p.name for p in PEPS.glob("*.rst") if p.name not in evidence_peps)
     chosen = evidence_peps + (others if args.peps is None else others[:args.peps])
+    # the held-out questions are about PEPs of this corpus (checked): one corpus for both sets
+    missing = {Path(e["path"]).name for g in everything if g["corpus"] == "peps" for e in g["evidence"]} - set(chosen)
+    if missing:
+        raise SystemExit(f"the corpus lacks the evidence PEPs {sorted(missing)}: raise --peps")
     passages = {e["passage_id"]: {"title": e["title"], "text": e["text"]}
-                for g in gold if g["corpus"] == "hotpotqa" for e in g["evidence"]}
+                for g in everything if g["corpus"] == "hotpotqa" for e in g["evidence"]}
     embedders: dict[str, CachedEmbedder] = {}
 
     def factory(name: str) -> CachedEmbedder:
@@ -104,10 +202,12 @@ def main(argv: list[str] | None = None) -> dict:
         return embedders[name]
 
     results: dict = {"machine": machine(), "model": MODEL, "peps": len(chosen), "hotpot_passages": len(passages)}
+    sweep = [float(v) for v in args.sweep.split(",")] if args.sweep else []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         settings = Settings(database_url=f"sqlite:///{work / 'kg.sqlite3'}", data_dir=work / "data",
                             embedding_model=MODEL, index_inline=True)
+        results["ask_answer_coverage"] = getattr(settings, "ask_answer_coverage", None)  # None: before it existed
         services = Services.from_settings(settings)
         services.embedder_factory = factory
         try:
@@ -126,30 +226,53 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"ingesting {len(passages)} HotpotQA passages ...", file=sys.stderr, flush=True)
             ingest_path(services, context.OPERATOR, hp, repo=REPO, workspace="hotpotqa")
             results["ingest_s"] = round(time.perf_counter() - started, 1)
-            from kg.rag.functions import ask
-
-            rows = []
-            for g in gold:
-                body = ask(services, context.OPERATOR, REPO, "main",
-                           {"question": g["question"], "workspaces": [g["corpus"]]})
-                rows.append({"id": g["id"], "corpus": g["corpus"], "kind": g["kind"], "answerable": g["answerable"],
-                             "answer_type": g["answer_type"], "grounded": body["grounded"],
-                             "exact": contains(body["answer"], g["answers"]), "answer": body["answer"],
-                             "citations": [c.get("kind", "passage") for c in body["citations"]]})
+            started = time.perf_counter()
+            by_value: dict[float, list[dict]] = {}
+            for value in sweep:
+                print(f"asking under ask_answer_coverage {value} ...", file=sys.stderr, flush=True)
+                services.settings = settings.model_copy(update={"ask_answer_coverage": value})
+                by_value[value] = _ask_all(services, next(iter(sets.values())))
+            if by_value:  # every set is measured under the value the cross-validation ships
+                ship = cross_validate(by_value, args.folds, args.target)["ship"]
+                services.settings = settings.model_copy(update={"ask_answer_coverage": ship})
+                results["ask_answer_coverage"] = ship
+            by_set = {name: _ask_all(services, questions) for name, questions in sets.items()}
+            results["ask_s"] = round(time.perf_counter() - started, 1)
         finally:
             services.close()
     results["embedded_now"] = sum(e.computed for e in embedders.values())
-    results["by_corpus"] = {c: figures([r for r in rows if r["corpus"] == c]) for c in ("peps", "hotpotqa")}
-    results["by_corpus"]["all"] = figures(rows)
-    results["peps_by_kind"] = {k: figures([r for r in rows if r["corpus"] == "peps" and r["kind"] == k])
-                               for k in ("passage", "property", "relation")}
-    results["rows"] = rows
     keys = ("questions", "exact", "grounded", "grounded_precision", "declined", "answered_recall")
-    print(f"label: {args.label}")
-    print(table([[name, *(f[k] for k in keys)] for name, f in {**results["by_corpus"],
-                                                               **{f"peps/{k}": v for k, v in
-                                                                  results["peps_by_kind"].items()}}.items()],
-                ["corpus", *keys]))
+    print(f"label: {args.label}  (ask_answer_coverage {results['ask_answer_coverage']})")
+    results["sets"] = {}
+    for name, rows in by_set.items():
+        entry = {"by_corpus": {c: figures([r for r in rows if r["corpus"] == c]) for c in ("peps", "hotpotqa")},
+                 "peps_by_kind": {k: figures([r for r in rows if r["corpus"] == "peps" and r["kind"] == k])
+                                  for k in ("passage", "property", "relation")},
+                 "rows": rows}
+        entry["by_corpus"]["all"] = figures(rows)
+        results["sets"][name] = entry
+        print(f"\n{name}")
+        print(table([[c, *(f[k] for k in keys)] for c, f in {**entry["by_corpus"],
+                                                            **{f"peps/{k}": v for k, v in
+                                                               entry["peps_by_kind"].items()}}.items()],
+                    ["corpus", *keys]))
+    if by_value:
+        results["sweep"] = {str(v): {c: figures([r for r in rows if r["corpus"] == c]) for c in ("peps", "hotpotqa")}
+                            for v, rows in by_value.items()}
+        print("\nsweep (whole set, for reading only; the choice is cross-validated)")
+        print(table([[v, c, *(f[k] for k in keys)] for v, per in results["sweep"].items() for c, f in per.items()],
+                    ["coverage", "corpus", *keys]))
+        cv = cross_validate(by_value, args.folds, args.target)
+        results["cv"] = cv
+        print(f"\n{args.folds}-fold cross-validation (held-out folds)")
+        print(table([[f["fold"], f["chosen"], f["questions"], f["grounded"], f["grounded_precision"],
+                      f["answered_recall"], f["declined"]] for f in cv["folds"]],
+                    ["fold", "chosen", "questions", "grounded", "precision", "recall", "declined"]))
+        print(f"precision mean {cv['precision']['mean']} sd {cv['precision']['sd']} "
+              f"(min {cv['precision']['min']}, max {cv['precision']['max']}); "
+              f"recall mean {cv['recall']['mean']} sd {cv['recall']['sd']}")
+        print(table([[c, *(f[k] for k in keys)] for c, f in cv["pooled"].items()], ["pooled", *keys]))
+        print(f"chosen per fold: {cv['chosen']}; ship {cv['ship']}")
     write_results(results, args.out or RESULTS / f"answer-quality-{args.label}.json")
     return results
 

@@ -291,13 +291,13 @@ def legs_of(services: Any, workspace: str, queries: dict[str, str], *, lexical: 
 def fused_relative(legs: dict[str, Any], title_weight: float, vector_weight: float) -> list[str]:
     """The node ranking of kg's relative score fusion (fulltext weight 1) of one query's legs."""
     from kg.rag.fusion import relative_score_fusion
-    from kg.rag.search import RELATIVE_WINDOW
+    from kg.rag.search import FUSION_WINDOW
 
     fulltext = f"bm25f:{title_weight}"
     pairs = {"vector": list(zip(legs["vector"], legs["vector:scores"], strict=True)),
              "fulltext": list(zip(legs[fulltext], legs[f"{fulltext}:scores"], strict=True))}
     return [item for item, _, _ in relative_score_fusion(pairs, weights={"vector": vector_weight, "fulltext": 1.0},
-                                                         window=RELATIVE_WINDOW["node"])]
+                                                         window=FUSION_WINDOW)]
 
 
 #: A fusion choice: (method, BM25F title weight, RRF k (0 for relative score), vector weight).

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
         (:func:`kg.rag.functions.absent_terms`) and near no quoted word in meaning
         (``ask_word_similarity``); 1 turns the check off (chosen by cross-validation on
         HotpotQA, ``bench/extractive_ask.py``).
+    ask_answer_coverage : float
+        ``ask`` without an LLM quotes a sentence as the answer only when it, with its
+        document's title, holds at least this share of the question's content words (stems)
+        (:func:`kg.rag.functions.answer_coverage`); 0 turns the check off (chosen by 5-fold
+        cross-validation on the answer gold set, ``bench/answer_quality.py --sweep``).
     ask_word_similarity : float
         A question's word that no passage holds still counts as covered when its cosine
         similarity with a word of the quoted sentences reaches this
@@ -257,6 +262,7 @@ class Settings(BaseSettings):
     ask_min_similarity: float = Field(default=0.32, ge=-1.0, le=1.0)
     ask_max_absent_share: float = Field(default=0.05, ge=0.0, le=1.0)
     ask_word_similarity: float = Field(default=0.55, ge=-1.0, le=1.01)
+    ask_answer_coverage: float = Field(default=0.6, ge=0.0, le=1.0)
     ask_absent_words: Literal["all", "salient"] = "salient"
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)

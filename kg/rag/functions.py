@@ -50,7 +50,7 @@ import math
 import re
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
@@ -80,7 +80,7 @@ from kg.store.nodes import NodeHead, find_node, nodes_by_id, visible_node_heads
 from kg.store.numbers import integral
 from kg.store.paths import parse_address, validate_path
 from kg.store.repos import BranchView, workspace_id
-from kg.text.questions import Question, analyze_question, answers_type
+from kg.text.questions import Question, analyze_question, answers_type, slot_words
 from kg.text.sentences import split_sentences
 from kg.tracing import traced
 from kg.types.functions import (
@@ -658,6 +658,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
                 result["stored"] = store_answer(services, caller, repo, branch, *target, question, result)
             return AskOutput.model_validate(result)
     threshold = services.settings.ask_min_similarity
+    coverage = services.settings.ask_answer_coverage
     passages = _evidence(_passages(services, caller, repo, branch, question, MAX_PASSAGES + ANSWER_SLACK,
                                    workspaces, relevant_only=True, at_revision=revision))[:MAX_PASSAGES]
     attempts.append({"query": question, "passages": len(passages)})
@@ -667,7 +668,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     else:
         scored = score_sentences(services, question, passages) if passages else []
         # sufficient: a sentence passes the semantic grade and holds what the question asks for
-        sufficient = _grade(analysed, scored, passages)[0] >= threshold
+        sufficient = _grade(analysed, scored, passages, coverage)[0] >= threshold
     rewritten: str | None = None
     if has_llm and passages and not sufficient:
         # Nothing relevant at all: no model is called (CASES #24), the answer is ungrounded.
@@ -684,9 +685,9 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         elif again:
             # Graded against the question itself, never against the rewrite.
             scored_again = score_sentences(services, question, again)
-            if _grade(analysed, scored_again, again) > _grade(analysed, scored, passages):
+            if _grade(analysed, scored_again, again, coverage) > _grade(analysed, scored, passages, coverage):
                 passages, scored = again, scored_again
-    if not has_llm and analysed.quoted and _grade(analysed, scored, passages)[0] < threshold:
+    if not has_llm and analysed.quoted and _grade(analysed, scored, passages, coverage)[0] < threshold:
         # A quoted focus ("`~=`") BM25 does not index and KNN does not tell from its neighbours
         # ("!="): the passages holding it literally are read and graded as well.
         extra = focus_passages(services, caller, repo, branch, analysed.focus, workspaces, revision)
@@ -698,6 +699,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
             scored = score_sentences(services, question, passages)
     mode = "llm" if has_llm else "extractive"
     retrieved, retrieved_scores = passages, scored
+    excused: list[str] = []
     if not has_llm and any(s.similarity >= threshold for s in scored):
         # The semantic grade passed: the documents must also use enough of the question's own
         # words, or words near them in meaning; else the sentences are about something near
@@ -710,6 +712,9 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         uncovered = [w for w in absent if w not in misspelt and (w not in nearest or nearest[w][1] < word_similarity)]
         if services.settings.ask_absent_words == "salient":
             uncovered = salient_words(services, uncovered, question)
+        # the words no document uses that the check does not count (said in other words,
+        # misspelt, or not naming the subject) are excused from the answer's own coverage
+        excused = [w for w in absent if w not in uncovered]
         if asked and len(uncovered) / asked > services.settings.ask_max_absent_share:
             passages, scored = [], []
         attempts.append({"query": question, "leg": "coverage", "passages": len(passages), "absent_terms": absent,
@@ -760,7 +765,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         # Without a model a sentence is quoted only when it passes the semantic grade: no
         # passing sentence is the not-covered answer, never unrelated sentences.
         # and only when it holds what the question asks for (its focus and answer type).
-        typed = [s for s in scored if answers_type(analysed, _quoted_text(s, passages))]
+        typed = [s for s in scored if _answers(analysed, s, passages, coverage, excused)]
         answer, valid = compose_answer(select_sentences(typed, threshold=threshold), passages)
         if not valid:
             passed = any(s.similarity >= threshold for s in scored)
@@ -819,21 +824,97 @@ def focus_passages(services: Resources, caller: Actor, repo: str, branch: str, f
         return [p for p in out if not p["is_answer"]]
 
 
-def _grade(asked: Question, scored: list[ScoredSentence], passages: list[dict]) -> tuple[float, float]:
+def _grade(asked: Question, scored: list[ScoredSentence], passages: list[dict],
+           coverage: float) -> tuple[float, float]:
     """(best similarity of a sentence that holds what ``asked`` asks for, best similarity of any
     sentence); -1.0 for none: retrievals are compared by it, the first part first."""
-    typed = max((s.similarity for s in scored if answers_type(asked, _quoted_text(s, passages))), default=-1.0)
+    # before the coverage leg has looked for them in other words, a word no passage holds is
+    # excused here (the leg declines a question with too many; the answer's check then excuses
+    # only those the quoted sentences say in other words)
+    excused = _unheld(asked.text, passages) if coverage > 0 and scored else []
+    typed = max((s.similarity for s in scored if _answers(asked, s, passages, coverage, excused)), default=-1.0)
     return typed, max((s.similarity for s in scored), default=-1.0)
+
+
+#: Words of a question's frame that an answer need not repeat ("what does X mean": "X: ...").
+FRAME_WORDS = frozenset("mean means meaning meant stand stands refer refers called".split())
+
+
+def answer_coverage(question: str, quoted: str, excused: Collection[str] = ()) -> float:
+    """The share of the question's content words (:func:`_content_words`, by their BM25 stems)
+    that ``quoted`` holds, the words of ``excused`` counting as held (words no document uses
+    that the quoted sentences say in other words: :func:`nearest_words`); 1.0 for a question
+    without any.
+
+    A sentence that answers a factoid question shares its words beside the answer (the
+    keyword window of Moldovan et al. 2000, "The structure and performance of an open-domain
+    question answering system", ACL; Jurafsky and Martin, ch. 14, answer-passage features):
+    "Who hosted the 18th Independent Spirit Awards?" is answered by "It was hosted by John
+    Waters" under that title, not by "The 2002 Independent Spirit Awards were announced on
+    March 22, 2003".
+
+    >>> answer_coverage("Who hosted the awards in 2002?", "The awards: It was hosted by John Waters.")
+    0.6666666666666666
+    """
+    asked = set(analyze(" ".join(w for w in _content_words(question) if w not in FRAME_WORDS)))
+    if not asked:
+        return 1.0
+    held = set(analyze(quoted)) | set(analyze(" ".join(excused)))
+    return len(asked & held) / len(asked)
+
+
+def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], coverage: float,
+             excused: Collection[str]) -> bool:
+    """Whether ``sentence`` answers ``asked`` as quoted: it holds the answer type
+    (:func:`kg.text.questions.answers_type`, its value in the sentence, not the title), and,
+    with its title, at least ``coverage`` of the question's content words
+    (:func:`answer_coverage`; ``excused`` words count as held), one of them a word of its
+    predicate (what it asks of its mentions) and one of its answer slot's words when it has
+    any (:func:`kg.text.questions.slot_words`); a definition is checked by its focus and pattern
+    instead. A yes/no question is never answered by a quote: a sentence does not say yes or
+    no; nor is a choice between the question's own options (``choice``)."""
+    if asked.answer_type == "yes_no":
+        return False
+    title = _title_context(sentence, passages)
+    if not answers_type(asked, sentence.text, context=title):
+        return False
+    if asked.answer_type == "definition":  # its focus and a definitional pattern are the check
+        return True
+    quoted = _quoted_text(sentence, passages)
+    if coverage <= 0:
+        return True
+    # what is asked of the mentions: one of the question's own words for it must be there
+    # ("Which PEP superseded PEP 241?" is not answered by a sentence naming PEP 241 and 314)
+    predicate = set(analyze(" ".join(w for w in asked.predicate if w not in QUESTION_WORDS and w not in FRAME_WORDS)))
+    held = set(analyze(quoted)) | set(analyze(" ".join(excused)))
+    if predicate and not predicate & held:
+        return False
+    slot = set(analyze(" ".join(slot_words(asked))))
+    if slot and not slot & held:  # the sentence must say what the answer's slot is
+        return False
+    return answer_coverage(asked.text, quoted, excused) >= coverage
+
+
+def _unheld(question: str, passages: list[dict]) -> list[str]:
+    """The question's content words that none of ``passages`` (text or title) holds."""
+    held = set(analyze(" ".join(f"{p['text']} {p.get('_title') or ''}" for p in passages)))
+    return [w for w in _content_words(question) if not set(analyze(w)) & held]
+
+
+def _title_context(sentence: ScoredSentence, passages: list[dict]) -> str:
+    """The document title the answer quotes before ``sentence``, or "" when the sentence names it."""
+    title = passages[sentence.marker - 1].get("_title")
+    if isinstance(title, str) and title.strip() and " ".join(title.split()).lower() not in sentence.text.lower():
+        return " ".join(title.split())
+    return ""
 
 
 def _quoted_text(sentence: ScoredSentence, passages: list[dict]) -> str:
     """A sentence as the answer would quote it: prefixed by its document's title when it does
     not name it (:func:`compose_answer`), so that "What replaced PEP 386?" is answered by a
     sentence of PEP 440 that says "This PEP supersedes PEP 386"."""
-    title = passages[sentence.marker - 1].get("_title")
-    if isinstance(title, str) and title.strip() and " ".join(title.split()).lower() not in sentence.text.lower():
-        return f"{' '.join(title.split())}: {sentence.text}"
-    return sentence.text
+    title = _title_context(sentence, passages)
+    return f"{title}: {sentence.text}" if title else sentence.text
 
 
 def not_said(question: Question) -> str:

@@ -1,15 +1,21 @@
 """Fusion of ranked legs (KNN, BM25, ...) into one ranking: weighted reciprocal rank fusion, and
-relative score fusion (a convex combination of min-max normalised scores)."""
+relative score fusion (a convex combination of min-max normalised scores).
+
+Both take a ``window``: only each leg's first ``window`` items score (Elasticsearch's
+``rank_window_size``), so that a leg read deeper changes no score, and :func:`certain_prefix`
+tells how many of the fused items are those a read of the whole legs would put first: the
+k-prefix property of a search (the first n hits are the same for any k >= n) rests on both.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 from kg.errors import InvalidInput
 
-__all__ = ["reciprocal_rank_fusion", "relative_score_fusion"]
+__all__ = ["certain_prefix", "reciprocal_rank_fusion", "relative_score_fusion"]
 
 #: An item of the legs: any hashable (a chunk key, a node id); the result holds the same items.
 Item = TypeVar("Item", bound=Hashable)
@@ -31,6 +37,7 @@ def reciprocal_rank_fusion(
     *,
     weights: Mapping[str, float],
     k: int = 60,
+    window: int | None = None,
 ) -> list[tuple[Item, float, dict[str, int | None]]]:
     r"""Fuse ranked lists by weighted reciprocal rank.
 
@@ -44,19 +51,23 @@ def reciprocal_rank_fusion(
         items enter the result only through other legs, and its ranks are reported as None.
     k : int, default 60
         Rank constant, >= 0; larger values flatten the difference between top ranks.
+    window : int or None, optional
+        Only a leg's first ``window`` items score; an item further down adds 0 from that leg
+        (it is still listed, with its rank). None: every listed item scores.
 
     Returns
     -------
     list of (item, score, ranks)
         Every item ranked by at least one weighted leg, by ``score`` descending, then by its
-        best rank in a weighted leg, then by first appearance (legs in mapping order, each
-        best first). ``ranks`` maps every leg name to the item's 1-based rank in it, or None
-        when the leg did not rank it or is off.
+        best rank in a weighted leg, then by the leg holding that rank (mapping order): a
+        total order on the items' ranks, so reading the legs deeper never reorders two items
+        whose ranks it does not change. ``ranks`` maps every leg name to the item's 1-based
+        rank in it, or None when the leg did not rank it or is off.
 
     Raises
     ------
     kg.errors.InvalidInput
-        A leg has no weight, a weight is negative or not finite, or ``k < 0``.
+        A leg has no weight, a weight is negative or not finite, ``k < 0`` or ``window < 1``.
 
     Notes
     -----
@@ -91,11 +102,12 @@ def reciprocal_rank_fusion(
     """
     if k < 0:
         raise InvalidInput(f"the RRF constant k must be >= 0, got {k}", details={"k": k})
+    _check_window(window)
     _check_weights(legs, weights)
     scores: dict[Item, float] = {}
-    best: dict[Item, int] = {}
+    best: dict[Item, tuple[int, int]] = {}
     ranks: dict[Item, dict[str, int | None]] = {}
-    for name, items in legs.items():
+    for position, (name, items) in enumerate(legs.items()):
         weight = weights[name]
         if weight == 0:
             continue
@@ -104,15 +116,20 @@ def reciprocal_rank_fusion(
             if item_ranks is None:
                 item_ranks = ranks[item] = dict.fromkeys(legs)
                 scores[item] = 0.0
-                best[item] = rank
+                best[item] = (rank, position)
             elif item_ranks[name] is not None:
                 continue
             item_ranks[name] = rank
-            scores[item] += weight / (k + rank)
-            best[item] = min(best[item], rank)
-    # sorted() is stable, so equal (score, best rank) keep their first-appearance order.
+            if window is None or rank <= window:
+                scores[item] += weight / (k + rank)
+            best[item] = min(best[item], (rank, position))
     order = sorted(scores, key=lambda item: (-scores[item], best[item]))
     return [(item, scores[item], ranks[item]) for item in order]
+
+
+def _check_window(window: int | None) -> None:
+    if window is not None and window < 1:
+        raise InvalidInput(f"the fusion window must be >= 1, got {window}", details={"window": window})
 
 
 def relative_score_fusion(
@@ -135,15 +152,16 @@ def relative_score_fusion(
         weight 0 is off (no score, ranks None).
     window : int or None, optional
         Normalise over each leg's first ``window`` distinct items (their minimum is 0; items
-        further down score 0 from that leg). None: over everything listed. With a window, a
-        deeper read of the legs (a larger k) does not change how the first items are scored.
+        further down score 0 from that leg, ties with the minimum too). None: over everything
+        listed. With a window, a deeper read of the legs (a larger k) does not change how the
+        first items are scored.
 
     Returns
     -------
     list of (item, score, ranks)
         Every item of a weighted leg, by fused ``score`` (0..1) descending, then by its best
-        rank in a weighted leg, then by first appearance. ``ranks`` as in
-        :func:`reciprocal_rank_fusion`.
+        rank in a weighted leg, then by the leg holding that rank (mapping order). ``ranks`` as
+        in :func:`reciprocal_rank_fusion`.
 
     Raises
     ------
@@ -179,15 +197,14 @@ def relative_score_fusion(
     {'vector': 2, 'fulltext': 1}
     """
     _check_weights(legs, weights)
-    if window is not None and window < 1:
-        raise InvalidInput(f"the normalisation window must be >= 1, got {window}", details={"window": window})
+    _check_window(window)
     total = sum(weights[name] for name in legs)
     if legs and total <= 0:
         raise InvalidInput("at least one leg needs a weight > 0")
     scores: dict[Item, float] = {}
-    best: dict[Item, int] = {}
+    best: dict[Item, tuple[int, int]] = {}
     ranks: dict[Item, dict[str, int | None]] = {}
-    for name, pairs in legs.items():
+    for position, (name, pairs) in enumerate(legs.items()):
         weight = weights[name] / total if total else 0.0
         if weight == 0:
             continue
@@ -204,9 +221,74 @@ def relative_score_fusion(
             if item_ranks is None:
                 item_ranks = ranks[item] = dict.fromkeys(legs)
                 scores[item] = 0.0
-                best[item] = rank
+                best[item] = (rank, position)
             item_ranks[name] = rank
-            scores[item] += weight * (max(0.0, (score - low) / span) if span > 0 else float(score >= low))
-            best[item] = min(best[item], rank)
+            if window is None or rank <= window:
+                scores[item] += weight * (max(0.0, (score - low) / span) if span > 0 else float(score >= low))
+            best[item] = min(best[item], (rank, position))
     order = sorted(scores, key=lambda item: (-scores[item], best[item]))
     return [(item, scores[item], ranks[item]) for item in order]
+
+
+def certain_prefix(
+    fused: Sequence[tuple[Item, float, Mapping[str, int | None]]],
+    seen: Mapping[str, int],
+    cut: Collection[str],
+    window: int,
+) -> int:
+    r"""How many of the first fused items a fusion of the whole legs would put first, in the
+    same order and with the same scores, when each leg was read only to some depth.
+
+    Parameters
+    ----------
+    fused : sequence of (item, score, ranks)
+        The answer of :func:`reciprocal_rank_fusion` or :func:`relative_score_fusion` over the
+        legs as read, with the same ``window``.
+    seen : mapping of str to int
+        Each weighted leg's distinct items as read.
+    cut : collection of str
+        The legs that hold more items than were read (the others were read whole).
+    window : int
+        The fusion's window.
+
+    Returns
+    -------
+    int
+        A length n such that ``fused[:n]`` is the first n items of the fusion of the whole
+        legs; 0 when a cut leg was read to fewer than ``window`` items (its scores are not
+        known yet).
+
+    Notes
+    -----
+    With a window every score depends only on the legs' first ``window`` items, so once each
+    cut leg was read that far, the items of positive score are all there with their final
+    scores, ranks within the window and order. The rest score 0 and are ordered by their best
+    rank (then leg): an item whose best rank is at most :math:`M`, the fewest items read of a
+    cut leg, has that best rank for good (any rank it has in a cut leg where it was not read is
+    above :math:`M`), and every item of a smaller best rank was read. So the prefix runs
+    through the positive items and the zero items of best rank <= :math:`M`: the threshold
+    argument of Fagin, Lotem and Naor (2003), "Optimal aggregation algorithms for middleware",
+    JCSS 66(4), on ranks instead of grades. O(len(fused)).
+
+    Examples
+    --------
+    >>> legs = {"vector": ["a", "b", "c"], "fulltext": ["c", "d", "e"]}
+    >>> fused = reciprocal_rank_fusion(legs, weights={"vector": 1.0, "fulltext": 1.0}, window=2)
+    >>> [item for item, _, _ in fused]
+    ['a', 'c', 'b', 'd', 'e']
+    >>> certain_prefix(fused, {"vector": 3, "fulltext": 3}, cut={"vector", "fulltext"}, window=2)
+    5
+    >>> certain_prefix(fused, {"vector": 3, "fulltext": 3}, cut={"vector"}, window=4)
+    0
+    """
+    if any(seen.get(name, 0) < window for name in cut):
+        return 0
+    bound = min((seen.get(name, 0) for name in cut), default=None)
+    count = 0
+    for _, score, ranks in fused:
+        if score <= 0 and bound is not None:
+            best = min(r for r in ranks.values() if r is not None)
+            if best > bound:
+                break
+        count += 1
+    return count

@@ -28,7 +28,7 @@ from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
 from kg.providers.base import Reranker
 from kg.rag.enrich import HitContext, attach_context
-from kg.rag.fusion import Item, reciprocal_rank_fusion, relative_score_fusion
+from kg.rag.fusion import Item, certain_prefix, reciprocal_rank_fusion, relative_score_fusion
 from kg.rag.where import matches as where_matches
 from kg.rag.where import validate_where
 from kg.store.models import Branch, Workspace
@@ -54,11 +54,15 @@ PrefixMode = Literal["segments", "raw"]
 RRF_K = 60
 """The default rank constant of kg's fusion (``KG_SEARCH_RRF_K``; see docs/benchmarks/retrieval.md)."""
 MAX_K = 1000
-#: Relative score fusion normalises each leg over its first this many items: what a k = 10
-#: search reads per leg (``max(8 k, 50)`` at node granularity, ``max(3 k, 50)`` per passage), so
-#: a larger k reads deeper without changing how the first hits are scored.
-RELATIVE_WINDOW = {"node": 80, "chunk": 50}
-#: Most chunks a leg reads for one search (node rows read deeper until they have k nodes).
+#: kg's fusion scores each leg's first this many items only (RRF's ranks, relative score
+#: fusion's normalisation; :mod:`kg.rag.fusion`), at both granularities: what a k = 10 node
+#: search read per leg before, so its figures hold. A larger k reads deeper without changing
+#: how the first hits are scored, and one chunk per node ranks alike at both granularities.
+FUSION_WINDOW = 80
+#: Rows a leg reads per hit asked for, per granularity (at least the window); a search reads
+#: deeper, four times at a time, until its first k rows are certain (:func:`_first_stage`).
+DEPTH_PER_HIT = {"node": 8, "chunk": 3}
+#: Most chunks a leg reads for one search: past it the rows are returned as fused, certain or not.
 MAX_DEPTH = MAX_K * 4
 
 
@@ -492,7 +496,8 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
 
     repo_key = view.repo.uid
     sync_index(session, services.index, view.repo.id, repo_key)
-    depth = min(MAX_DEPTH, max(request.k * (8 if request.granularity == "node" else 3), 50))
+    window = FUSION_WINDOW
+    depth = min(MAX_DEPTH, max(request.k * DEPTH_PER_HIT[request.granularity], window))
 
     if fusing is not None:
         with span("kg.search.fusion", mode=request.mode):
@@ -513,17 +518,20 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
         if use_fulltext:
             with span("kg.search.bm25", k=depth):
                 fulltext_hits = _fulltext_leg(services, repo_key, searchable, request, depth)
+        # A leg that returned `depth` hits may hold more: its unread part can still change the
+        # fused order past what the window decides (kg.rag.fusion.certain_prefix), and at node
+        # granularity a few long documents filling a leg's top chunks leave fewer than k nodes.
+        cut = {name for name, hits in (("vector", vector_hits), ("fulltext", fulltext_hits)) if len(hits) >= depth}
+        last = depth >= MAX_DEPTH
         with span("kg.search.fusion", mode=request.mode):
             if request.granularity == "chunk":
-                results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method)
+                results = _rank_chunks(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method,
+                                       cut=set() if last else cut, window=window)
             else:
-                results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method)
-        if request.granularity == "chunk":
-            break
-        # A node row per node: when a few long documents fill the legs' top chunks, fewer than
-        # k nodes are found though more match. Read deeper while a leg was cut at the depth.
-        cut = len(vector_hits) >= depth or len(fulltext_hits) >= depth
-        if len(results) >= request.k or not cut or depth >= MAX_DEPTH:
+                results = _rank_nodes(view, by_key, vector_hits, fulltext_hits, request, rrf_k, method,
+                                      cut=set() if last else cut, window=window)
+        # Only certain rows were kept: the first n rows are those of any larger k (n <= k).
+        if len(results) >= request.k or not cut or last:
             break
         depth = min(depth * 4, MAX_DEPTH)
     return SearchAnswer(_with_properties(session, view, results, searchable), _ms(started), fusion, warnings)
@@ -610,25 +618,30 @@ def _row(view: BranchView, node: Any, hit: IndexHit, score: float, v: IndexHit |
 
 
 def _fuse(vector: Mapping[Item, IndexHit], fulltext: Mapping[Item, IndexHit], request: SearchRequest,
-          rrf_k: int, method: str) -> list[tuple[Item, float]]:
+          rrf_k: int, method: str, *, cut: set[str], window: int) -> list[tuple[Item, float]]:
     """The hybrid ranking of two legs (items best first, each with its hit): weighted RRF on
-    their ranks, or relative score fusion on their scores."""
+    their ranks, or relative score fusion on their scores, each over the legs' first ``window``
+    items; only its certain prefix (:func:`kg.rag.fusion.certain_prefix`) given the legs in
+    ``cut`` (read to their depth, not whole)."""
     weights = {"vector": request.vector_weight, "fulltext": request.fulltext_weight}
     if method == "relative_score":
-        window = RELATIVE_WINDOW[request.granularity]
         fused = relative_score_fusion({"vector": [(i, h.score) for i, h in vector.items()],
                                        "fulltext": [(i, h.score) for i, h in fulltext.items()]}, weights=weights,
                                       window=window)
     else:
         fused = reciprocal_rank_fusion({"vector": list(vector), "fulltext": list(fulltext)}, weights=weights,
-                                       k=rrf_k)
-    return [(item, score) for item, score, _ in fused]
+                                       k=rrf_k, window=window)
+    weighted = {name for name, weight in weights.items() if weight > 0}
+    certain = certain_prefix(fused, {"vector": len(vector), "fulltext": len(fulltext)}, cut & weighted, window)
+    return [(item, score) for item, score, _ in fused[:certain]]
 
 
 def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
                  fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int,
-                 method: str = "ranked") -> list[SearchResult]:
-    """One row per passage (and per node holding it), at most ``max_per_node`` per node."""
+                 method: str = "ranked", *, cut: set[str] | None = None,
+                 window: int = FUSION_WINDOW) -> list[SearchResult]:
+    """One row per passage (and per node holding it), at most ``max_per_node`` per node; a
+    hybrid search's rows are its fusion's certain prefix given the legs in ``cut``."""
     hits: dict[tuple[str, int], IndexHit] = {}
     for hit in fulltext_hits + vector_hits:
         hits[(hit.content_key, hit.chunk_index)] = hit
@@ -639,7 +652,7 @@ def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[In
     elif request.mode == "fulltext":
         ranked = [((h.content_key, h.chunk_index), h.score) for h in fulltext_hits]
     else:
-        ranked = _fuse(vector_by, fulltext_by, request, rrf_k, method)
+        ranked = _fuse(vector_by, fulltext_by, request, rrf_k, method, cut=cut or set(), window=window)
     names = view.workspaces
     per_node: Counter[str] = Counter()
     results: list[SearchResult] = []
@@ -668,10 +681,13 @@ def _node_leg(view: BranchView, by_key: dict[str, list], hits: list[IndexHit]) -
 
 def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[IndexHit],
                 fulltext_hits: list[IndexHit], request: SearchRequest, rrf_k: int,
-                method: str = "ranked") -> list[SearchResult]:
+                method: str = "ranked", *, cut: set[str] | None = None,
+                window: int = FUSION_WINDOW) -> list[SearchResult]:
     """One row per node. Each leg ranks nodes by their best passage; hybrid fuses the node
     rankings (so a node whose title leads one leg and whose body leads the other gets both
-    legs' credit), and the row carries the node's best passage and its per-leg node ranks."""
+    legs' credit), and the row carries the node's best passage and its per-leg node ranks.
+    The chunks are collapsed to nodes before the fusion and the cut, and a hybrid search's
+    rows are the fusion's certain prefix given the legs in ``cut``."""
     nodes = {n.node_id: n for group in by_key.values() for n in group}
     vector_best = _node_leg(view, by_key, vector_hits)
     fulltext_best = _node_leg(view, by_key, fulltext_hits)
@@ -682,7 +698,7 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
     elif request.mode == "fulltext":
         ranked = [(nid, hit.score) for nid, hit in fulltext_best.items()]
     else:
-        ranked = _fuse(vector_best, fulltext_best, request, rrf_k, method)
+        ranked = _fuse(vector_best, fulltext_best, request, rrf_k, method, cut=cut or set(), window=window)
     results = []
     for nid, score in ranked[:request.k]:
         v, f = vector_best.get(nid), fulltext_best.get(nid)
@@ -690,9 +706,15 @@ def _rank_nodes(view: BranchView, by_key: dict[str, list], vector_hits: list[Ind
             hit = f
         elif request.mode == "vector" or f is None:
             hit = v
-        else:  # the passage the stronger leg put first for this node
-            hit = v if request.vector_weight / (rrf_k + vector_rank[nid]) >= \
-                request.fulltext_weight / (rrf_k + fulltext_rank[nid]) else f
+        else:  # the passage the stronger leg put first for this node, over the legs' windows
+            # only, then the better rank: what a deeper read of the legs does not change
+            vr, fr = vector_rank[nid], fulltext_rank[nid]
+            if vr <= window and fr <= window:
+                hit = v if request.vector_weight / (rrf_k + vr) >= request.fulltext_weight / (rrf_k + fr) else f
+            elif vr <= window or fr <= window:
+                hit = v if vr <= window else f
+            else:
+                hit = v if vr <= fr else f
         assert hit is not None  # a ranked node is in at least one leg
         results.append(_row(view, nodes[nid], hit, score, v, f, vector_rank.get(nid) if v else None,
                             fulltext_rank.get(nid) if f else None))

@@ -40,9 +40,9 @@ from typing import Literal
 from kg.text.names import name_key
 
 __all__ = ["AnswerType", "Question", "analyze_question", "answers_type", "has_date", "has_number", "holds_focus",
-           "holds_numbered_mentions", "mentions_in"]
+           "holds_numbered_mentions", "holds_numbers", "mentions_in", "slot_words"]
 
-AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "other"]
+AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "choice", "other"]
 
 AUXILIARIES = frozenset("is are was were do does did can could will would should shall may might must has have had"
                         .split())
@@ -66,6 +66,8 @@ DATE_RE = re.compile(
     r"|\b(?:1[0-9]|20)\d{2}s?\b",
     re.IGNORECASE)
 _NUMBER_RE = re.compile(r"\b\d+(?:[.,]\d+)*\b")
+#: A number as a question states it: digits with their decimals and an ordinal suffix ("17th").
+_ANY_NUMBER_RE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?:st|nd|rd|th)?(?![\w])", re.IGNORECASE)
 #: A named mention: a capitalised word or an acronym followed by a number ("PEP 386", "PEP-386",
 #: "RFC 2119", "pep 0386"), or a run of capitalised words ("Carl Meyer", "Python Packaging
 #: Authority").
@@ -75,10 +77,23 @@ _CAPITALISED_RE = re.compile(r"\b[A-Z][\w'\u2019.+#-]*(?:\s+(?:of|the|de|van|von
 _QUOTED_RE = re.compile(r"``(.+?)``|`(.+?)`|\"(.+?)\"|\u201c(.+?)\u201d|'([^'\s][^']*?)'(?!\w)")
 _DEFINITION_CUES = (r"(?:is|are|was|were|means?|meant|refers?\s+to|denotes?|stands?\s+for|represents?"
                     r"|indicates?|specifies|defines?|describes?|signals?|(?:is\s+)?(?:called|known\s+as|defined\s+as))")
+#: What follows a copula that defines ("is a ...", "is the ...", "is called ..."), not describes.
+_NOUN_PHRASE_RE = re.compile(r"\s+(?:a|an|the|one|any|some|two|three|called|known|defined)\b|\s*[`'\"\u201c]",
+                             re.IGNORECASE)
 _WORD_RE = re.compile(r"[\w~=!<>+#*^@|&%$-]+|[^\w\s]+")
 
 
 _NOT_NAMES = _WH | AUXILIARIES | _DETERMINERS | _PREPOSITIONS
+#: Head nouns of a wh-phrase or of "what is the X of" that ask for a person or a quantity (Li
+#: and Roth 2002's HUM:ind and NUM classes are told by the question's head noun).
+_PERSON_NOUNS = frozenset("""person people man woman director actor actress singer songwriter singer-songwriter
+    author writer novelist poet composer musician player athlete president founder inventor designer architect
+    artist producer host presenter politician scientist engineer maintainer creator""".split())
+_QUANTITY_NOUNS = frozenset("""population budget capacity size length height width depth weight area number count
+    amount cost price level age distance speed percentage rate total score salary revenue duration""".split())
+#: A choice between the question's own options ("Which film came out first, A or B?"): a quote
+#: does not compare.
+_CHOICE_RE = re.compile(r",\s*[^,?]+\s+or\s+[^,?]+\?\s*$")
 
 
 @dataclass(frozen=True)
@@ -110,6 +125,25 @@ class Question:
     quoted: bool = False
     predicate: tuple[str, ...] = ()
     mentions: tuple[str, ...] = field(default=())
+
+
+def _head_noun(words: list[str], wh: str | None) -> str | None:
+    """The noun a wh-word asks about: "which director" -> director, "what is the population of"
+    -> population (skipping a determiner and adjectives is beyond a rule; the next word or
+    the word after "is the")."""
+    if wh not in ("what", "which") or wh not in words:
+        return None
+    rest = words[words.index(wh) + 1:]
+    if rest and rest[0] in ("is", "was", "are", "were"):
+        rest = rest[1:]
+    while rest and rest[0] in _DETERMINERS:
+        rest = rest[1:]
+    for word in rest[:3]:  # "which american film director", "what british singer-songwriter"
+        if word in _PERSON_NOUNS or word in _QUANTITY_NOUNS:
+            return word
+        if word in AUXILIARIES or word in _PREPOSITIONS:
+            break
+    return None
 
 
 def _words(text: str) -> list[str]:
@@ -193,13 +227,19 @@ def analyze_question(text: str) -> Question:
     mention_words = {w for m in mentions for w in _words(m)}
     answer_type: AnswerType
     wh = next((w for w in words[:3] if w in _WH), None) if first not in AUXILIARIES else first
+    if wh is None:  # "... in a movie directed by who?": the wh-word where the answer goes
+        wh = next((w for w in reversed(words) if w in _WH), None)
     lowered = " ".join(words)
-    if wh in ("who", "whom", "whose"):
+    head = _head_noun(words, wh)
+    if _CHOICE_RE.search(text) and wh in ("which", "who", "what", "whom"):
+        answer_type = "choice"
+    elif wh in ("who", "whom", "whose") or (wh in ("what", "which") and head in _PERSON_NOUNS):
         answer_type = "person"
     elif wh == "when" or re.search(r"\b(what|which|in what|in which)\s+(year|date|day|month|century|decade)\b",
                                     lowered):
         answer_type = "date"
-    elif wh == "how" and second in ("many", "much", "long", "old", "far", "big", "large", "often"):
+    elif (wh == "how" and second in ("many", "much", "long", "old", "far", "big", "large", "often")) \
+            or (wh in ("what", "which") and head in _QUANTITY_NOUNS):
         answer_type = "number"
     elif wh == "what" and (re.search(r"\b(mean|means|meaning|stand for|stands for|defined as|definition)\b", lowered)
                            or (second in ("is", "are") and " of " not in f" {lowered} "
@@ -256,7 +296,13 @@ def _has_name(text: str, question: str, *, person: bool) -> bool:
         if re.search(r"[\w.+-]+@[\w-]+\.[\w.]+", text):
             return True
         runs = re.findall(r"\b[A-Z][\w'\u2019.-]+(?:\s+(?:van|von|de|del|da|der|la|le)?\s*[A-Z][\w'\u2019.-]+)+", text)
-        return any(set(name_key(r).split()) - asked for r in runs)
+        for run in runs:
+            words = run.split()
+            while words and words[0].lower() in _NOT_NAMES:  # "This PEP", "The Python ..."
+                words = words[1:]
+            if len(words) >= 2 and set(name_key(" ".join(words)).split()) - asked:
+                return True
+        return False
     for m in _NUMBERED_RE.finditer(text):
         if m.group(1)[0].isupper() and name_key(m.group(0)) not in name_key(question):
             return True
@@ -265,7 +311,7 @@ def _has_name(text: str, question: str, *, person: bool) -> bool:
     tokens = re.findall(r"\S+", text)
     for i, token in enumerate(tokens):
         word = token.strip("\"'`()[]{},.;:!?*")
-        if not word or word.lower() in asked:
+        if not word or word.lower() in asked or word.lower() in _NOT_NAMES:
             continue
         if word.startswith("`") or token.startswith("``"):
             return True
@@ -286,15 +332,20 @@ def _defines(text: str, term: str) -> bool:
     """
     escaped = re.escape(term)
     cue = rf"{escaped}[`'\"\u201d*_]*\s*(?:\)|,)?\s*(?:\S+\s+){{0,3}}?{_DEFINITION_CUES}\b"
-    if re.search(cue, text, re.IGNORECASE):
-        return True
+    for m in re.finditer(cue, text, re.IGNORECASE):
+        # "X is a / the / one ...": a copula defines with a noun phrase after it ("Wheel is
+        # lossless" describes, it does not define); the other cues define by themselves
+        if not re.search(r"(?:is|are|was|were)\s*$", m.group(0), re.IGNORECASE):
+            return True
+        if _NOUN_PHRASE_RE.match(text[m.end():]):
+            return True
     set_off = rf"{escaped}[`'\"\u201d*_]*\s*(?::|\u2013|\u2014|--|\s-\s|\(|,\s+(?:a|an|the)\s)"
     if re.search(set_off, text, re.IGNORECASE):
         return True
     if re.search(rf"(?:called|named|known\s+as|termed)\s+[`'\"\u201c*_]*{escaped}", text, re.IGNORECASE):
         return True
     # apposition naming the term: "the compatible release operator ``~=``"
-    return bool(re.search(rf"\b(?:the|a|an)\s+(?:[A-Za-z][\w-]*\s+){{1,4}}[`'\"\u201c*_(]*{escaped}(?![\w.~=<>!])",
+    return bool(re.search(rf"\b(?:the|a|an)\s+(?:[A-Za-z][\w-]*\s+){{1,4}}[`'\"\u201c*_(]+{escaped}(?![\w.~=<>!])",
                           text, re.IGNORECASE))
 
 
@@ -329,7 +380,54 @@ def holds_numbered_mentions(question: Question, text: str) -> bool:
     return all(f" {key(m)} " in haystack for m in question.mentions if _NUMBERED_RE.fullmatch(m))
 
 
-def answers_type(question: Question, text: str) -> bool:
+_SLOT_SKIP = _DETERMINERS | AUXILIARIES | _PREPOSITIONS | _WH | frozenset(
+    "name names named kind type sort one ones it its they their there s many much long old far big large often"
+    .split())
+
+
+def slot_words(question: Question) -> tuple[str, ...]:
+    """The words around the question's answer slot: the content word before the wh-word ("a
+    movie *directed* by who", "the league cup *known* as what") and the first after it ("what
+    *campaign*", "which *director*", "where did X *study*"), mentions and function words
+    skipped. A sentence that answers says what the slot is (Moldovan et al. 2000's answer
+    window around the question's keywords; Jurafsky and Martin ch. 14's question-focus
+    alignment), not only the rest of the question.
+
+    >>> slot_words(analyze_question("Jamie Harris is known for a movie directed by who?"))
+    ('directed',)
+    >>> slot_words(analyze_question("Both Truth in Science and Discovery embrace what campaign?"))
+    ('embrace', 'campaign')
+    """
+    words = _words(question.text)
+    named = {w for m in question.mentions for w in _words(m)} | {w for q in question.focus for w in _words(q)}
+    if question.wh is None or question.wh not in words:
+        return ()
+    at = words.index(question.wh) if question.wh in words[:3] else len(words) - 1 - words[::-1].index(question.wh)
+    out: list[str] = []
+    for side in (reversed(words[:at]), words[at + 1:]):
+        for word in side:
+            if word in _SLOT_SKIP or len(word) < 3:
+                continue
+            if word not in named:
+                out.append(word)
+            break
+    return tuple(out)
+
+
+def holds_numbers(question: Question, text: str) -> bool:
+    """Whether ``text`` holds every number the question states ("in 2024", "the 17th awards",
+    "Python 3.13"): a constraint of what is asked, which an answer about another year or
+    edition does not meet.
+
+    >>> q = analyze_question("Who hosted the 17th Annual Young Hollywood Awards?")
+    >>> holds_numbers(q, "The 16th Annual Young Hollywood Awards were hosted by Kelly Osbourne.")
+    False
+    """
+    haystack = {m.group(0).lower() for m in _ANY_NUMBER_RE.finditer(text)}
+    return all(m.group(0).lower() in haystack for m in _ANY_NUMBER_RE.finditer(question.text))
+
+
+def answers_type(question: Question, text: str, *, context: str = "") -> bool:
     """Whether a candidate sentence holds what the question asks for (its focus and its answer
     type); the check of :func:`kg.rag.functions.ask`'s extractive answer.
 
@@ -337,14 +435,20 @@ def answers_type(question: Question, text: str) -> bool:
     ----------
     question : Question
     text : str
-        The candidate sentence, as it will be quoted.
+        The candidate sentence.
+    context : str, optional
+        What the answer quotes with it (its document's title): it may hold the focus and the
+        numbered mentions, never the answer's value (a title's "PEP 784" is not the number asked
+        for, nor its capitalised words a name).
 
     Returns
     -------
     bool
         False when the sentence lacks the focus or the answer type: no date for "when", no number
-        for "how many", no name besides the question's for "who" / "which", no definitional
-        pattern around the focus for a definition. ``yes_no`` and ``other`` check the focus only.
+        for "how many", no name besides the question's for "who" / "which" (a person: two
+        capitalised words that are not a determiner's run, "This PEP"), no definitional pattern
+        around the focus for a definition (a copula followed by a noun phrase: "X is a ...").
+        ``yes_no`` and ``other`` check the focus only.
 
     Examples
     --------
@@ -353,10 +457,18 @@ def answers_type(question: Question, text: str) -> bool:
     (True, False)
     >>> answers_type(analyze_question("When was PEP 440 created?"), "PEP 440 describes a scheme.")
     False
+    >>> answers_type(analyze_question("How many levels does PEP 784 define?"), "Zstandard is fast.",
+    ...              context="PEP 784 \u2013 Adding Zstandard")
+    False
     """
-    if not holds_focus(question, text) or not holds_numbered_mentions(question, text):
+    quoted = f"{context}: {text}" if context else text
+    if not holds_focus(question, quoted) or not holds_numbered_mentions(question, quoted):
+        return False
+    if not holds_numbers(question, quoted):
         return False
     kind = question.answer_type
+    if kind == "choice":
+        return False
     if kind == "date":
         return has_date(text, besides=question.text)
     if kind == "number":

@@ -29,6 +29,15 @@ def test_answers_gold_is_sound() -> None:
     assert questions["When was PEP 440 created?"]["answers"][0] == "18-Mar-2013"
 
 
+def test_answers_heldout_is_sound_and_disjoint() -> None:
+    rows = [json.loads(line) for line in (DATA / "answers_heldout.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert _checker().check_answers(DATA / "answers_heldout.jsonl") == []
+    gold = {json.loads(line)["question"] for line in (DATA / "answers_gold.jsonl").read_text().splitlines()}
+    assert len(rows) == 43
+    assert sum(1 for r in rows if not r["answerable"]) == 13
+    assert not {r["question"] for r in rows} & gold
+
+
 def test_ner_gold_is_sound() -> None:
     rows = [json.loads(line) for line in (DATA / "ner_gold.jsonl").read_text(encoding="utf-8").splitlines()]
     assert _checker().check_ner(DATA / "ner_gold.jsonl", DATA / "ner_passages.jsonl") == []

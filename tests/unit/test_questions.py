@@ -86,3 +86,88 @@ def test_a_what_noun_question_is_answered_by_a_value():
     q = analyze_question("What dividend did the board approve in March?")
     assert answers_type(q, "The board approved a quarterly dividend of 40 cents per share payable in March.")
     assert not answers_type(q, "The board met in March.")
+
+
+@pytest.mark.parametrize(("question", "sentence", "title", "answers"), [
+    # the answer's value comes from the sentence: a title's number or capitalised words are not it
+    ("How many compression levels does the compression.zstd module have?",
+     "The new module will be named compression.zstd.", "PEP 784 \u2013 Adding Zstandard", False),
+    ("How many members would the typing council have?", "The council is recorded in a repository.",
+     "PEP 729 \u2013 Typing governance process", False),
+    ("How many members would the typing council have?", "The council has three to five members.",
+     "PEP 729 \u2013 Typing governance process", True),
+    # ... while the title may still name the question's numbered mention
+    ("Which PEP superseded PEP 241?", "This PEP supersedes :pep:`241` and PEP 314.", "PEP 566", True),
+])
+def test_the_value_is_in_the_sentence_not_the_title(question, sentence, title, answers):
+    assert answers_type(analyze_question(question), sentence, context=title) is answers
+
+
+def test_a_determiners_run_is_not_a_person():
+    q = analyze_question("Who accepted the wheel format?")
+    assert not answers_type(q, "This PEP describes a built-package format for Python called wheel.")
+    assert answers_type(q, "Alyssa Coghlan accepted the wheel format.")
+
+
+@pytest.mark.parametrize(("sentence", "answers"), [
+    ("Wheel is lossless.", False),  # a description, not a definition
+    ("A wheel is a ZIP-format archive.", True),
+    ("The wheel is called a built distribution.", True),
+    ("Wheel means a ZIP archive with metadata.", True),
+])
+def test_a_copula_defines_with_a_noun_phrase(sentence, answers):
+    assert answers_type(analyze_question("What is a wheel?"), sentence) is answers
+
+
+def test_answer_coverage_counts_the_questions_words_held():
+    from kg.rag.functions import answer_coverage
+
+    question = "Who hosted the 18th Independent Spirit Awards?"
+    right = "18th Independent Spirit Awards: It was hosted by John Waters."
+    wrong = "18th Independent Spirit Awards: The awards were announced on March 22, 2003."
+    assert (answer_coverage(question, right), answer_coverage(question, wrong)) == (1.0, 0.8)
+    # the frame of a definition ("mean") is not asked of the answer; excused words count as held
+    assert answer_coverage("What does `~=` mean?", "``~=``: Compatible release clause") == 1.0
+    assert answer_coverage("how much warning before eviction?", "Thirty days notice.", ["warning", "eviction"]) == 1.0
+    assert answer_coverage("how much warning before eviction?", "Thirty days notice.") == 0.0
+
+
+@pytest.mark.parametrize(("question", "kind"), [
+    ("Which canal began operating first, the Carondelet Canal or the Miami and Erie Canal?", "choice"),
+    ("What was the budget of the 2008 Canadian film Time Bombs?", "number"),
+    ("What is the population of Jimo District?", "number"),
+    ("Which American film director hosted the 18th Independent Spirit Awards in 2002?", "person"),
+    ("Jamie Harris is best known for his role in a movie directed by who ?", "person"),
+])
+def test_head_nouns_choices_and_a_trailing_wh_word(question, kind):
+    assert analyze_question(question).answer_type == kind
+
+
+def test_a_choice_is_not_answered_by_a_quote_and_the_questions_numbers_must_be_held():
+    q = analyze_question("Which game was released first, Icehouse pieces or Kill Doctor Lucky?")
+    assert not answers_type(q, "Kill Doctor Lucky is a board game released in 1996 by Cheapass Games.")
+    q = analyze_question("How many projects were hosted on PyPI in 2024?")
+    assert not answers_type(q, "At the time of this writing there are 65,232 projects hosted on PyPI.")
+    assert answers_type(q, "In 2024 there were 500,000 projects hosted on PyPI.")
+
+
+@pytest.mark.parametrize(("question", "sentence", "title", "answers"), [
+    # a quote says neither yes nor no
+    ("Are Ganzhou and Jimo District both located in China?", "Ganzhou is a city in Jiangxi, China.", "Ganzhou",
+     False),
+    # a relation word the sentence lacks: not an answer about it
+    ("Which PEP superseded PEP 241?", "Metadata v1.0 (:pep:`241`) and v1.1 (:pep:`314`) specify no scheme.",
+     "PEP 440", False),
+    ("Which PEP superseded PEP 241?", "This PEP supersedes :pep:`241` and PEP 314.", "PEP 566", True),
+    # the answer slot ("directed by who") must be said
+    ("Jamie Harris is best known for his role in a movie directed by who?",
+     "He is best known for his role in Lemony Snicket's A Series of Unfortunate Events.", "Jamie Harris", False),
+    ("Jamie Harris is best known for his role in a movie directed by who?",
+     "Jamie Harris is best known for his role in a 2004 film directed by Brad Silberling.", "", True),
+])
+def test_an_extractive_answer_says_what_is_asked(question, sentence, title, answers):
+    from kg.rag.functions import ScoredSentence, _answers
+
+    passages = [{"text": sentence, "_title": title}]
+    found = _answers(analyze_question(question), ScoredSentence(1, 0, sentence, 0.9), passages, 0.3, [])
+    assert found is answers
