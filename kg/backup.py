@@ -75,7 +75,8 @@ from kg.types.backup import (
     VerifyReport,
 )
 
-__all__ = ["MANIFEST", "StoreFactory", "backup_store", "check_backup", "restore_store", "verify_store"]
+__all__ = ["MANIFEST", "StoreFactory", "backup_store", "check_backup", "copy_index", "read_manifest", "restore_store",
+           "verify_store"]
 
 MANIFEST = "manifest.json"
 SQLITE_FILE = "kg.sqlite3"

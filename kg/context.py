@@ -94,6 +94,12 @@ from kg.store.paths import parse_address
 from kg.store.repos import MAIN, BranchView, ViewCache, WriteContext, begin_write
 from kg.tracing import annotate, span
 
+__all__ = [
+    "ANONYMOUS_BUCKET", "FunctionJobQueue", "IndexRunCounts", "IndexWorker", "P", "Resources", "T",
+    "UNLIMITED_KINDS", "UnitOfWork", "admit", "permit", "reading", "run", "scoped_view", "throttle",
+    "unit_of_work",
+]
+
 P = ParamSpec("P")
 T = TypeVar("T")
 

@@ -30,6 +30,13 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = [
+    "BackendUnavailable", "Conflict", "ERROR_CLASSES", "Forbidden", "InvalidInput", "KGError",
+    "MalformedInput", "MergeConflict", "Misdirected", "ModelLocked", "NotFound", "Overloaded",
+    "ProviderError", "RateLimited", "RequestTimeout", "TooLarge", "Unauthenticated", "UpstreamUnavailable",
+    "error_body", "error_from_body", "invalid_fields",
+]
+
 
 class KGError(Exception):
     """Base of every error kg raises on purpose.

@@ -38,6 +38,8 @@ from kg.settings import Settings
 from kg.store.db import Database
 from kg.store.repos import ViewCache
 
+__all__ = ["SEARCH_CACHE_NODES", "Services", "build_index"]
+
 #: Nodes the cached searchable sets may hold together (a state at its head is held twice: as
 #: itself and as its branch's last state); the newest is kept whatever it holds.
 SEARCH_CACHE_NODES = 4_000_000

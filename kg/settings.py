@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+__all__ = ["Settings"]
+
 
 class Settings(BaseSettings):
     """Configuration of one kg process.

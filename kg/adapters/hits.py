@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from kg.client import AsyncClient, Client
 from kg.types import SearchResponse, SearchRow
 
+__all__ = ["Hit", "MACHINE_KEYS", "SearchOptions", "asearch", "citation", "search"]
+
 #: The metadata keys a language model does not need to read (ids, ranks, distances): the
 #: LlamaIndex retriever leaves them out of the text it gives a model.
 MACHINE_KEYS = ("repo", "branch", "node_id", "node_type", "chunk_index", "score", "vector_rank", "fulltext_rank",

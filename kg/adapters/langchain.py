@@ -13,6 +13,11 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+__all__ = [
+    "KGRetriever", "args_schema", "document", "function_args_schema", "kg_tools", "tool_error",
+    "validation_error",
+]
+
 try:
     from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
     from langchain_core.documents import Document

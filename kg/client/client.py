@@ -22,6 +22,8 @@ from kg.client import operations as ops
 from kg.client.calls import Call, Connection, retry_delay
 from kg.types import ChangeEvent, Node, Repo, Revision
 
+__all__ = ["AsyncClient", "Client", "I", "Operations", "P", "R", "T", "operation", "pages"]
+
 P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")

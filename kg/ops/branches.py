@@ -23,6 +23,11 @@ from kg.store.models import Branch, Repository, Workspace
 from kg.types.branches import Branch as BranchInfo
 from kg.types.branches import BranchList, BranchOverview, BranchReset, LastRevision
 
+__all__ = [
+    "branch_names", "branch_overview", "create_branch", "delete_branch", "get_branch", "home_branch",
+    "is_protected", "list_branches", "reset_branch",
+]
+
 
 def _branch(session: Session, branch: Branch, repo: Repository | None = None,
             caller: Actor | None = None) -> dict[str, Any]:

@@ -57,6 +57,12 @@ from kg.store.repos import (
 )
 from kg.types.bulk import IngestReport, KeptEdit, UnreadableFile
 
+__all__ = [
+    "CONFLICT_MODES", "FilePlan", "GROUP_FILES", "RELATIONS_MESSAGE", "REVIEW_BRANCH_FORMAT",
+    "ensure_repo_workspace", "file_sha256", "ingest_file", "ingest_files", "ingest_message", "ingest_path",
+    "merge_file", "plan_file", "relate_files", "unrelate_files", "write_review",
+]
+
 GROUP_FILES = 16
 
 

@@ -27,6 +27,8 @@ from kg.store import keys as key_store
 from kg.store.models import ApiKey, utcnow
 from kg.types.keys import ApiKeyCreated, ApiKeyInfo, ApiKeyList, KeyGrant
 
+__all__ = ["ADMIN_GRANT", "create_key", "key_info", "list_keys", "revoke_key"]
+
 #: The grant of ``kg keys create --admin``: everything, everywhere.
 ADMIN_GRANT = make_grant("*", ("*",), ("*",), ACTIONS)
 

@@ -45,6 +45,12 @@ from kg.text.names import mentions
 from kg.types.branches import DerivedRefresh
 from kg.types.lineage import Lineage
 
+__all__ = [
+    "CITES", "Changed", "DERIVED_EDGE_TYPES", "DERIVED_LABELS", "EXTRACTION_ROOT", "MENTIONED_IN",
+    "derived_edges", "describe_derived", "node_lineage", "refresh_derived", "source_hash", "source_text",
+    "stale_citations", "view_before",
+]
+
 MENTIONED_IN = "mentioned_in"
 CITES = "cites"
 DERIVED_EDGE_TYPES = (MENTIONED_IN, CITES)

@@ -42,7 +42,7 @@ from kg.store.repos import BranchView
 from kg.text.names import entity_slug
 from kg.types.bulk import MemoryImport
 
-__all__ = ["MemoryGraph", "import_memory_jsonl", "parse_memory_jsonl"]
+__all__ = ["MemoryGraph", "import_memory_jsonl", "parse_memory_jsonl", "relation_type"]
 
 ENTITY_ROOT = "/entities"
 ENTITY_NODE_TYPE = "kg:Entity"

@@ -27,6 +27,8 @@ from kg.store.repos import BranchView
 from kg.types.nodes import BatchResult, GraphWritten, Node, NodesDeleted
 from kg.types.relations import RelationKey
 
+__all__ = ["GraphWrite", "batch", "delete_node", "patch_node", "put_node", "write_graph"]
+
 
 def put_node(uow: UnitOfWork, repo_name: str, branch: str, workspace: str, path: str, *, node_type: str,
              properties: dict[str, Any], order: float | None = None, parents: bool = False,

@@ -23,6 +23,8 @@ from kg.errors import NotFound
 from kg.metrics import COLLECTORS
 from kg.store.models import FunctionJob, IndexJob
 
+__all__ = ["CONTENT_TYPE", "StateCollector", "registry", "scrape"]
+
 #: The content type of the text exposition format.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

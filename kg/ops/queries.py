@@ -33,6 +33,12 @@ from kg.types.nodes import (
 )
 from kg.types.search import IndexStatus
 
+__all__ = [
+    "DEFAULT_LOG_CHANGES", "MAX_LOG_CHANGES", "branch_review", "children_page", "diff", "get_node",
+    "index_status", "list_children", "list_prefix", "merge_review", "node_chunks", "node_history",
+    "references", "revision_log", "tree_page",
+]
+
 
 def get_node(services: Resources, caller: Actor, repo: str, branch: str, workspace: str, path: str, *,
              at_revision: int | None = None) -> Node:

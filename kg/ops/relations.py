@@ -15,6 +15,10 @@ from kg.store import repos as repo_store
 from kg.store.models import RelationVersion, utcnow
 from kg.types.relations import Relation, RelationsDeleted, RelationTypes
 
+__all__ = [
+    "MAX_INVALIDATED_BY", "get_relation_types", "invalidate", "relate", "set_relation_types", "unrelate",
+]
+
 #: Longest ``invalidated_by`` accepted.
 MAX_INVALIDATED_BY = 2000
 

@@ -32,6 +32,12 @@ from kg.types.repos import EmbeddingChange, EmbeddingSettings, IndexRebuilt, Ree
 from kg.types.repos import Workspace as WorkspaceInfo
 from kg.types.search import IndexRetried
 
+__all__ = [
+    "all_repositories", "create_repository", "create_workspace", "delete_repository", "get_repository",
+    "get_workspace", "list_repositories", "list_workspaces", "rebuild_index", "repo_info",
+    "retry_failed_index", "set_workspace_embedding", "settle_index", "workspace_info",
+]
+
 
 def repo_info(repo: Repository) -> Repo:
     """A repository as every surface answers it."""

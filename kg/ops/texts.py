@@ -14,6 +14,8 @@ from kg.ops.text_store import EmbeddedText, put_text
 from kg.store.models import NodeVersion
 from kg.store.repos import WriteContext
 
+__all__ = ["write_node"]
+
 
 def write_node(uow: UnitOfWork, ctx: WriteContext, workspace: str, path: str, *, node_type: str,
                properties: dict[str, Any], order: float | None = None, parents: bool = False,

@@ -47,6 +47,11 @@ from kg.store.models import BranchEvent, Repository, Webhook, WebhookDelivery, u
 from kg.types.changes import EVENT_KINDS, Delivery, DeliveryList, WebhookCreated, WebhookList
 from kg.types.changes import Webhook as WebhookInfo
 
+__all__ = [
+    "MAX_BACKOFF_S", "MAX_WEBHOOKS", "SIGNATURE_HEADER", "add_webhook", "check_webhook_url_allowed",
+    "deliveries", "delivery_info", "list_webhooks", "remove_webhook", "sign", "verify", "webhook_info",
+]
+
 log = logging.getLogger("kg.ops.webhooks")
 
 #: Webhooks one repository may hold.

@@ -89,6 +89,16 @@ from kg.text.slugs import slugify
 from kg.tracing import traced
 from kg.types.functions import ExtractEntitiesOutput
 
+__all__ = [
+    "ABOUT", "DEFAULT_MAX_CHARS", "ENTITY_TYPES", "EXTRACTION_NODE_TYPE", "EXTRACTION_ROOT",
+    "EXTRACTION_SCHEMA", "EXTRACTOR_VERSION", "Entity", "Extraction", "MAX_ALIASES", "MAX_ENTITIES",
+    "MAX_MAX_CHARS", "MAX_NAME_CHARS", "MAX_RELATIONS", "MAX_SPANS", "MAX_SUBJECT_WORDS", "MENTIONED_IN",
+    "Relation", "clean_name", "collect", "deterministic_entities", "deterministic_extraction",
+    "document_text", "entity_type", "extract_entities", "field_spans", "find_subject", "fingerprint",
+    "locate", "looks_like_name", "ner_extraction", "parse_extraction", "parse_invalidations", "relation_type",
+    "resolve_relations", "subject_name",
+]
+
 log = logging.getLogger(__name__)
 
 EXTRACTION_ROOT = "/kg/extractions"

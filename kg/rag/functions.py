@@ -94,6 +94,19 @@ from kg.types.functions import (
     StoredAnswer,
 )
 
+__all__ = [
+    "ANSWER_NODE_TYPE", "ANSWER_SLACK", "CITES", "COVERAGE_SUFFICIENT", "EXPENSIVE_FUNCTIONS",
+    "FOCUS_PASSAGES", "FOLLOWS", "FRAME_WORDS", "FUNCTIONS", "GRAPH_FAN_OUT", "GRAPH_HOPS", "GRAPH_MAX_NODES",
+    "GRAPH_PASSAGES", "GRAPH_PASSAGE_CHARS", "GRAPH_SUBJECT_FAN_OUT", "GRAPH_SUBJECT_SEEDS", "INPUT_KEYS",
+    "MAX_DISTANCE", "MAX_LEADS", "MAX_PASSAGES", "MAX_SEEDS", "MAX_SENTENCES", "NOT_COVERED", "NOT_SAID",
+    "QUESTION_WORDS", "RESEARCH_BRANCH_PREFIX", "RESEARCH_TOOLS", "REWRITE_PASSAGES", "REWRITE_TERMS",
+    "SALIENT_PIECES", "SENTENCE_MARGIN", "SPELLING_RATIO", "ScoredSentence", "absent_terms",
+    "answer_coverage", "ask", "compose_answer", "coverage", "document_label", "extractive_answer",
+    "focus_passages", "graph_context", "graph_passages", "invoke", "leads", "misspelt_words", "nearest_words",
+    "not_said", "research_assistant", "salient_words", "score_sentences", "search_documents",
+    "select_sentences", "store_answer", "vocabulary_rewrite",
+]
+
 #: What a function answers (:data:`FUNCTIONS`): one of :class:`kg.types.functions.FunctionOutput`'s models.
 FunctionResult = (SearchDocumentsOutput | AskOutput | GraphContextOutput | ExtractEntitiesOutput
                   | ResearchAssistantOutput | ResolveEntitiesOutput)

@@ -53,6 +53,12 @@ from kg.store.relations import validate_relation_type
 from kg.store.repos import BranchView
 from kg.store.visibility import Chain, visible_select
 
+__all__ = [
+    "FREEZE_EVERY", "SUBJECT_HOPS", "current_graph", "follow_subjects", "load_view", "neighborhood",
+    "neighbors", "neighbors_of", "readable_names", "spread_activation", "traverse_from", "view_key", "walk",
+    "warm_graph",
+]
+
 #: What identifies one relation across its versions.
 
 

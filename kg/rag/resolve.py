@@ -701,6 +701,8 @@ def resolve_entities(services: Resources, caller: Actor, repo: str, branch: str,
 
 __all__ = [
     "resolve_entities",
+    "leading_genders",
+    "load_candidates",
     "apply_merges",
     "find_merges",
     "score_pair",

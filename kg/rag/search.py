@@ -46,6 +46,12 @@ from kg.store.relations import list_node_changes
 from kg.store.repos import BranchView, workspace_id
 from kg.tracing import span
 
+__all__ = [
+    "DEPTH_PER_HIT", "FORWARD_MAX_SHARE", "FORWARD_MIN_CHANGES", "FUSION_WINDOW", "MAX_DEPTH", "MAX_K",
+    "RRF_K", "SearchAnswer", "SearchRequest", "SearchResult", "search", "search_answer", "search_branch",
+    "with_default_weights",
+]
+
 Mode = Literal["vector", "fulltext", "hybrid"]
 Granularity = Literal["chunk", "node"]
 Fusion = Literal["kg", "index"]
