@@ -70,7 +70,7 @@ def make_keys(db_url: str, data: Path) -> dict[str, str]:
             "merger": ["repo=acme,branches=main+agent/*,actions=read+write+branch:create+merge"],
         }
         return {name: run(services, OPERATOR, key_ops.create_key, name=name,
-                          grants=[parse_grant(g) for g in wanted], admin=name == "admin")["key"]
+                          grants=[parse_grant(g) for g in wanted], admin=name == "admin").key
                 for name, wanted in grants.items()}
     finally:
         services.close()
