@@ -169,6 +169,30 @@ def test_a_subscription_is_refused_what_the_key_may_not_read(session_server):
     assert "only a branch's change feed" in mcp_error(not_a_feed).error.message
 
 
+def test_subscriptions_are_bounded_per_key_and_released(session_server):
+    base, _, _, kb_key = session_server
+    feeds = [f"{MAIN}&after={n}" for n in range(4)]  # four URIs, four subscriptions (KG_CHANGES_MAX_STREAMS)
+
+    async def session(expect_refusal: bool) -> BaseException | None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {kb_key}"}, timeout=60) as http, \
+                _client(f"{base}/mcp/acme/main", kb_key, Listener(), http) as client:
+            for uri in feeds:
+                await client.subscribe_resource(uri)
+            await client.subscribe_resource(feeds[0])  # again: nothing changes
+            if not expect_refusal:
+                return None
+            with pytest.raises(Exception) as refused:
+                await client.subscribe_resource(AGENT)
+            await client.unsubscribe_resource(feeds[0])
+            await client.subscribe_resource(AGENT)  # the slot it released
+            return refused.value
+
+    refused = anyio.run(session, True)
+    assert mcp_error(refused).error.message.startswith("rate_limited:")
+    # The session's end released its four slots: a new one holds four again.
+    assert anyio.run(session, False) is None
+
+
 def test_a_stateless_server_does_not_offer_subscriptions(tmp_path):
     with seeded_server(tmp_path) as (base, keys):
         async def main() -> tuple:
