@@ -251,12 +251,6 @@ class ChangeSubscriptions:
         for key in [k for k in self._followers if k[0] is connection]:
             self._followers.pop(key).cancel()
 
-    def close(self) -> None:
-        """Stop every follower (the server is shutting down)."""
-        for task in list(self._followers.values()):
-            task.cancel()
-        self._followers.clear()
-
     async def _follow(self, connection: Any, uri: str, caller: Actor, repo: str, branch: str, after: str,
                       slot: AbstractContextManager[None]) -> None:
         """Read the feed after ``after`` every poll; notify ``connection`` when it lists an event."""

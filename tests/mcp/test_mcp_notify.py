@@ -169,6 +169,22 @@ def test_a_subscription_is_refused_what_the_key_may_not_read(session_server):
     assert "only a branch's change feed" in mcp_error(not_a_feed).error.message
 
 
+def test_kg_mcp_relays_subscriptions_and_notifications(session_server):
+    base, admin, _, kb_key = session_server
+    relay = StdioServerParameters(command=sys.executable,
+                                  args=["-m", "kg.cli", "mcp", "--url", f"{base}/mcp/acme/main"],
+                                  env={"OPENBLAS_NUM_THREADS": "1", "KG_MCP_KEY": kb_key}, cwd=str(ROOT))
+
+    async def main() -> str:
+        listener = Listener()
+        async with Client(relay, mode="legacy", message_handler=listener) as client:
+            await client.subscribe_resource(MAIN)
+            await anyio.to_thread.run_sync(_put, admin, "main", "kb", "/docs/relayed", "through the relay")
+            return await listener.next()
+
+    assert anyio.run(main) == MAIN
+
+
 def test_subscriptions_are_bounded_per_key_and_released(session_server):
     base, _, _, kb_key = session_server
     feeds = [f"{MAIN}&after={n}" for n in range(4)]  # four URIs, four subscriptions (KG_CHANGES_MAX_STREAMS)
