@@ -39,7 +39,8 @@ def mcp_app(services: Services) -> tuple[MCPServer, ASGIApp]:
     """
     server = http_server(services)
     # With KG_AUTH off the request guard checks Host and Origin on every path, /mcp included.
-    app: ASGIApp = http_app(server, services.settings.host, check_host=services.settings.auth)
+    app: ASGIApp = http_app(server, services.settings.host, check_host=services.settings.auth,
+                           sessions=services.settings.mcp_sessions)
     if not services.settings.auth:
         app = AuthenticationMiddleware(_RefuseInvalidKey(app),
                                        backend=BearerAuthBackend(KeyVerifier(services.db, services.settings,

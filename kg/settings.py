@@ -228,6 +228,13 @@ class Settings(BaseSettings):
     mcp_read_only : bool
         Serve only the MCP server's read tools (``KG_MCP_READ_ONLY``): no write, branch or
         merge tool is registered, whatever the caller's grants.
+    mcp_sessions : bool
+        Mount the MCP streamable HTTP endpoint with sessions and a server-to-client SSE stream
+        (``KG_MCP_SESSIONS``; default off: stateless, plain JSON answers). On, clients may
+        subscribe to a branch's change feed (``resources/subscribe``) and are sent
+        ``notifications/resources/updated``; a session lives in the process that opened it, so
+        behind a load balancer (or ``kg serve --workers N``) requests must be routed stickily by
+        their ``Mcp-Session-Id``.
     ui_secret : SecretStr or None
         The key that signs the review console's session cookie (``KG_UI_SECRET``). Unset, it is
         derived from ``key_pepper`` (so every process of one deployment shares it), or, with no
@@ -318,6 +325,7 @@ class Settings(BaseSettings):
     rate_expensive_per_min: float = Field(default=60.0, ge=0)
     rate_expensive_burst: int = Field(default=20, ge=1)
     mcp_read_only: bool = False
+    mcp_sessions: bool = False
     ui_secret: SecretStr | None = None
     ui_session_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 24 * 3600.0)
     metrics: bool = True

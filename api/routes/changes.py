@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request
@@ -22,11 +20,9 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import CallerDep, RepoP, ServicesDep
 from api.guard import GuardedRoute
-from kg.context import Actor, run
-from kg.errors import RateLimited
+from kg.context import run
 from kg.ops import changes as change_ops
 from kg.ops import webhooks as hook_ops
-from kg.services import Services
 from kg.store.history import DEFAULT_LOG_CHANGES, MAX_LOG_CHANGES
 from kg.types.changes import ChangePage, DeliveryList, WebhookCreate, WebhookCreated, WebhookList
 
@@ -34,36 +30,6 @@ from kg.types.changes import ChangePage, DeliveryList, WebhookCreate, WebhookCre
 CURSOR_PATTERN = r"^\d{1,12}(\.\d{1,12})?$"
 
 router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["changes"])
-
-_streams: dict[str, int] = {}
-_streams_lock = threading.Lock()
-
-
-@contextmanager
-def stream_slot(services: Services, caller: Actor) -> Iterator[None]:
-    """Hold one of the caller's ``KG_CHANGES_MAX_STREAMS`` stream slots while the block runs.
-
-    Raises
-    ------
-    kg.errors.RateLimited
-        The caller already holds that many streams (429).
-    """
-    who = f"{caller.kind}:{caller.name}"
-    cap = services.settings.changes_max_streams
-    with _streams_lock:
-        if _streams.get(who, 0) >= cap:
-            raise RateLimited(f"{caller.name or caller.kind} already holds {cap} open change streams "
-                              "(KG_CHANGES_MAX_STREAMS); close one first", retry_after_s=5.0,
-                              details={"limit": cap})
-        _streams[who] = _streams.get(who, 0) + 1
-    try:
-        yield
-    finally:
-        with _streams_lock:
-            _streams[who] -= 1
-            if not _streams[who]:
-                del _streams[who]
-
 
 @router.get("/changes", response_model=ChangePage, responses={200: {"content": {"text/event-stream": {}}}})
 async def changes(
@@ -93,7 +59,7 @@ async def changes(
     first = await run_in_threadpool(page, start)  # errors (a bad cursor, no access) answer before streaming
     if not stream:
         return JSONResponse(first.model_dump(mode="json", by_alias=True, exclude_unset=True))
-    slot = stream_slot(services, caller)
+    slot = change_ops.stream_slot(services, caller)
     slot.__enter__()
 
     async def events() -> AsyncIterator[dict[str, Any]]:

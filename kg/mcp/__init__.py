@@ -7,6 +7,8 @@ there, never here.
 
 - :mod:`kg.mcp.server` builds the :class:`mcp.server.mcpserver.MCPServer` (tools, the node
   resource template, the per-caller tool list);
+- :mod:`kg.mcp.changes` serves a branch's change feed as a resource and notifies the sessions
+  subscribed to it;
 - :mod:`kg.mcp.auth` checks the API keys of a streamable HTTP request through the SDK's token
   verification.
 

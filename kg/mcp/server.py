@@ -41,7 +41,16 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
+from mcp.types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    CallToolResult,
+    SubscribeRequestParams,
+    TextContent,
+    ToolAnnotations,
+    UnsubscribeRequestParams,
+)
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError
 
 import kg
@@ -52,7 +61,9 @@ from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
 from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.graph.validity import maybe_aware
 from kg.mcp.auth import KeyVerifier, caller_of_request
+from kg.mcp.changes import CHANGES_URI_TEMPLATE, NO_SESSIONS, ChangeSubscriptions
 from kg.ops import branches as branch_ops
+from kg.ops import changes as change_ops
 from kg.ops import merge as merge_ops
 from kg.ops import nodes as node_ops
 from kg.ops import queries
@@ -464,7 +475,8 @@ IncludeInvalid = Annotated[bool, Field(description="Every relation, whatever its
 
 
 def build_server(services: Resources, binder: Binder, *, read_only: bool = False,
-                 token_verifier: KeyVerifier | None = None, auth: AuthSettings | None = None) -> MCPServer:
+                 token_verifier: KeyVerifier | None = None, auth: AuthSettings | None = None,
+                 sessions: bool = True) -> MCPServer:
     """The MCP server of kg over ``services``.
 
     Parameters
@@ -479,13 +491,19 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
         With ``auth``: every streamable HTTP request must carry a valid key.
     auth : mcp.server.auth.settings.AuthSettings, optional
         The SDK's resource-server settings, with ``token_verifier``.
+    sessions : bool
+        The transport keeps a session and can push (stdio; streamable HTTP with
+        ``KG_MCP_SESSIONS``): ``resources/subscribe`` to a change feed is served and the
+        capability ``resources.subscribe`` advertised (:class:`kg.mcp.changes.ChangeSubscriptions`).
+        False: neither, and a subscribe is an MCP error saying why.
 
     Returns
     -------
     mcp.server.mcpserver.MCPServer
         Its tools are :data:`READ_TOOLS` and (unless ``read_only``) the write tools of
         :data:`WRITE_TOOLS` (``research_assistant`` when :mod:`kg.rag.functions` has it);
-        its resource template is :data:`NODE_URI_TEMPLATE`.
+        its resource templates are :data:`kg.mcp.changes.CHANGES_URI_TEMPLATE` and
+        :data:`NODE_URI_TEMPLATE`.
     """
     tools: list[Tool] = []
 
@@ -644,9 +662,18 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
         instructions=("kg: a knowledge graph with branches. The connection names a repository and a branch; "
                       "every tool acts there unless its 'branch' argument names another, and says which. "
                       "Write on a session branch (branch_create), never on main; a person reviews its diff."),
-        middleware=[_tool_list_for(binder, registered=lambda: names)],
+        middleware=[_tool_list_for(binder, registered=lambda: names), _subscriptions_need_sessions(sessions)],
     )
     _add_resources(server, services, binder)
+    if sessions:
+        def caller_of(request: Any) -> tuple[str, str, Actor]:
+            binding = binder(request)
+            return binding.repo, binding.branch, binding.caller
+
+        follow = ChangeSubscriptions(services, caller_of)
+        lowlevel = server._lowlevel_server  # noqa: SLF001 - MCPServer has no public way to add handlers
+        lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, follow.subscribe)
+        lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, follow.unsubscribe)
     return server
 
 
@@ -761,7 +788,28 @@ def _write_tools(services: Resources, call: Caller, tool: Register, function_too
 
 
 def _add_resources(server: MCPServer, services: Resources, binder: Binder) -> None:
-    """Register the node resource template :data:`NODE_URI_TEMPLATE`."""
+    """Register the resource templates: a branch's change feed (first: ``kg://acme/changes`` is
+    not a node) and :data:`NODE_URI_TEMPLATE`."""
+
+    @server.resource(CHANGES_URI_TEMPLATE, name="changes", mime_type="application/json",
+                     description="A branch's change feed (JSON, as GET /api/repos/{repo}/changes answers it): "
+                                 "the latest page, or with 'after' the page after that cursor. Subscribe to be "
+                                 "notified when a revision lands on the branch.")
+    async def changes(repo: str, ctx: Context, branch: str | None = None, after: str | None = None) -> str:
+        binding = binder(_request_of(ctx))
+        on = branch or binding.branch
+
+        def read() -> BaseModel:
+            if after:
+                return change_ops.changes(services, binding.caller, repo, branch=on, after=after)
+            return change_ops.latest_changes(services, binding.caller, repo, branch=on)
+        try:
+            page = await anyio.to_thread.run_sync(read)
+        except KGError as exc:
+            code = INTERNAL_ERROR if isinstance(exc, BackendUnavailable | ProviderError) else INVALID_PARAMS
+            raise MCPError(code=code, message=f"{exc.code}: {exc.message}",
+                           data={"uri": f"kg://{repo}/changes", **error_shape(exc)}) from exc
+        return json.dumps({"branch": on, **answer_json(page)}, ensure_ascii=False)
 
     @server.resource(NODE_URI_TEMPLATE, name="node", mime_type="application/json",
                      description="A node (JSON) by repository, workspace, path and branch (default: the "
@@ -795,6 +843,18 @@ def _tool_list_for(binder: Binder, registered: Callable[[], list[str]]) -> Any:
     return middleware
 
 
+def _subscriptions_need_sessions(sessions: bool) -> Any:
+    """The server middleware that answers a subscribe on a transport without sessions with
+    :data:`kg.mcp.changes.NO_SESSIONS` (the SDK would say only "Method not found")."""
+
+    async def middleware(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if not sessions and ctx.method in ("resources/subscribe", "resources/unsubscribe"):
+            raise MCPError(code=METHOD_NOT_FOUND, message=NO_SESSIONS)
+        return await call_next(ctx)
+
+    return middleware
+
+
 def http_server(services: Resources) -> MCPServer:
     """The server of the streamable HTTP transport, with the keys of ``KG_AUTH``.
 
@@ -815,10 +875,11 @@ def http_server(services: Resources) -> MCPServer:
     if settings.auth:
         verifier = KeyVerifier(services.db, settings, services.key_cache)
         auth = AuthSettings(issuer_url=AnyHttpUrl(f"http://{settings.host}:{settings.port}"), resource_server_url=None)
-    return build_server(services, http_binding, read_only=settings.mcp_read_only, token_verifier=verifier, auth=auth)
+    return build_server(services, http_binding, read_only=settings.mcp_read_only, token_verifier=verifier, auth=auth,
+                        sessions=settings.mcp_sessions)
 
 
-def http_app(server: MCPServer, host: str, *, check_host: bool = True) -> Any:
+def http_app(server: MCPServer, host: str, *, check_host: bool = True, sessions: bool = False) -> Any:
     """The streamable HTTP ASGI app of ``server``, to mount at ``/mcp``.
 
     Stateless (any worker of ``kg serve --workers N`` answers any request; no server-to-client
@@ -838,6 +899,11 @@ def http_app(server: MCPServer, host: str, *, check_host: bool = True) -> Any:
         False: the SDK checks no ``Host`` or ``Origin`` header, whatever the interface (the app
         that mounts it checks them on every path, in its own error shape: api/guard.py while
         ``KG_AUTH`` is off).
+    sessions : bool
+        ``KG_MCP_SESSIONS``: with sessions and SSE answers instead, so that the server can push
+        (``notifications/resources/updated`` of a change feed subscription) on the session's
+        GET stream; a session lives in the process that opened it (sticky routing behind a
+        load balancer).
 
     Returns
     -------
@@ -845,5 +911,5 @@ def http_app(server: MCPServer, host: str, *, check_host: bool = True) -> Any:
         One route, :data:`HTTP_PATH`.
     """
     security = None if check_host else TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    return server.streamable_http_app(streamable_http_path=HTTP_PATH, stateless_http=True, json_response=True,
-                                      host=host, transport_security=security)
+    return server.streamable_http_app(streamable_http_path=HTTP_PATH, stateless_http=not sessions,
+                                      json_response=not sessions, host=host, transport_security=security)

@@ -23,6 +23,7 @@ import httpx2
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.stdio import stdio_server
 from mcp.types import INTERNAL_ERROR, JSONRPCError, JSONRPCRequest, JSONRPCResponse
+from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from kg.access import OPERATOR
 from kg.context import Resources
@@ -58,7 +59,8 @@ async def relay_stdio(url: str, key: str | None, *, timeout_s: float = 300.0,
                       connect_timeout_s: float = 10.0) -> None:
     """Relay MCP messages between stdin/stdout and a kg server's streamable HTTP endpoint.
 
-    The server is asked first (an MCP ``ping``) whether it admits the relay: a key it refuses,
+    The server is asked first (an MCP ``initialize``; a session it opens for it is closed at once)
+    whether it admits the relay: a key it refuses,
     a URL that is not its MCP endpoint or a server that cannot be reached ends the relay before
     anything is relayed, with the error below (``kg mcp`` prints its one line and exits 1). A key
     refused later (revoked during the session) ends it the same way, once the agent has had the
@@ -144,18 +146,24 @@ def _kg_message(body: bytes) -> str:
         return ""
 
 
-#: The relay's question to the server before it relays anything: an MCP ``ping``.
-_PING = {"jsonrpc": "2.0", "id": "kg-mcp-relay", "method": "ping"}
+#: The relay's question to the server before it relays anything: an MCP ``initialize`` (a ``ping``
+#: without a session is refused by a server with ``KG_MCP_SESSIONS``).
+_HELLO = {"jsonrpc": "2.0", "id": "kg-mcp-relay", "method": "initialize",
+          "params": {"protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {},
+                     "clientInfo": {"name": "kg-mcp-relay", "version": "1"}}}
 _ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 async def _admitted(url: str, headers: dict[str, str], timeout: httpx2.Timeout) -> None:
-    """The server answers the relay's ``ping`` with a 2xx; else the error it is refused with."""
+    """The server answers the relay's ``initialize`` with a 2xx; else the error it is refused with."""
     if not url.startswith(("http://", "https://")):
         raise InvalidInput(f"--url {url!r} is not an http:// or https:// URL of a kg server's /mcp endpoint")
     async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
         try:
-            response = await http.post(url, json=_PING, headers=_ACCEPT)
+            response = await http.post(url, json=_HELLO, headers=_ACCEPT)
+            session = response.headers.get("mcp-session-id")
+            if session:  # a server with sessions opened one for the question: close it
+                await http.delete(url, headers={"mcp-session-id": session})
         except httpx2.TransportError as exc:
             raise BackendUnavailable(f"cannot reach the kg server at {url}: {exc or type(exc).__name__}") from exc
     if not 200 <= response.status_code < 300:

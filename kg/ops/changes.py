@@ -24,6 +24,9 @@ Visibility
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import func, select
@@ -31,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from kg.access import authorize, can_see
 from kg.context import Actor, Resources, permit, scoped_view
-from kg.errors import Forbidden, InvalidInput, NotFound
+from kg.errors import Forbidden, InvalidInput, NotFound, RateLimited
 from kg.store import history
 from kg.store.models import Branch, BranchEvent, Revision
 from kg.store.repos import BranchView, branch_view, get_repository
@@ -42,6 +45,8 @@ DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 _MAX_ID = 2_147_483_647
 _CURSOR = re.compile(r"^(\d{1,12})(?:\.(\d{1,12}))?$")
+_streams: dict[str, int] = {}
+_streams_lock = threading.Lock()
 
 
 def parse_cursor(text: str | None) -> tuple[int, int | None]:
@@ -177,3 +182,130 @@ def _branch_event(caller: Actor, repo: str, event: BranchEvent) -> dict[str, Any
         return None
     return {"type": f"branch.{event.kind}", "revision": event.revision, "branch": event.branch,
             "created_at": event.created_at.isoformat(), "actor": event.actor}
+
+
+@contextmanager
+def stream_slot(services: Resources, caller: Actor) -> Iterator[None]:
+    """Hold one of the caller's ``KG_CHANGES_MAX_STREAMS`` slots while the block runs: an open
+    change feed stream over HTTP, or an MCP subscription to a branch's changes.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        Its settings' ``changes_max_streams``.
+    caller : kg.access.Actor
+        Who holds the slot (a key, or the anonymous caller: one count per process).
+
+    Yields
+    ------
+    None
+        While the slot is held.
+
+    Raises
+    ------
+    kg.errors.RateLimited
+        The caller already holds that many (429).
+    """
+    who = f"{caller.kind}:{caller.name}"
+    cap = services.settings.changes_max_streams
+    with _streams_lock:
+        if _streams.get(who, 0) >= cap:
+            raise RateLimited(f"{caller.name or caller.kind} already holds {cap} open change streams or "
+                              "subscriptions (KG_CHANGES_MAX_STREAMS); close one first", retry_after_s=5.0,
+                              details={"limit": cap})
+        _streams[who] = _streams.get(who, 0) + 1
+    try:
+        yield
+    finally:
+        with _streams_lock:
+            _streams[who] -= 1
+            if not _streams[who]:
+                del _streams[who]
+
+
+def head_cursor(services: Resources, caller: Actor, repo: str, *, branch: str | None = None) -> str:
+    """The cursor of the feed now: a page read after it lists only what is written from now on.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The store.
+    caller : kg.access.Actor
+        Who asks: it must be allowed to read ``repo`` (``branch``, if named).
+    repo : str
+        The repository.
+    branch : str, optional
+        The branch the caller will follow.
+
+    Returns
+    -------
+    str
+        ``<head revision>.<last branch event>``.
+
+    Raises
+    ------
+    kg.errors.NotFound
+        No such repository (or branch).
+    kg.errors.Forbidden
+        The caller may not read it.
+    """
+    if branch is not None:
+        permit(services, caller, "read", repo, branch)
+    else:
+        permit(services, caller, "read", repo)
+    with services.db.read() as session:
+        r = get_repository(session, repo)
+        head = r.head_revision
+        event = session.scalar(select(func.max(BranchEvent.id)).where(
+            BranchEvent.repo_id == r.id, BranchEvent.revision <= head)) or 0
+        return cursor(head, event)
+
+
+def latest_changes(services: Resources, caller: Actor, repo: str, *, branch: str | None = None,
+                   limit: int = DEFAULT_PAGE, max_changes: int = history.DEFAULT_LOG_CHANGES) -> ChangePage:
+    """The latest page of the feed: the events of the last ``limit`` revisions (of ``branch``, if
+    named) and the branch events since, oldest first, as the caller may see them.
+
+    Parameters
+    ----------
+    services : kg.context.Resources
+        The store.
+    caller : kg.access.Actor
+        Who reads (:func:`changes` decides what it sees).
+    repo : str
+        The repository.
+    branch : str, optional
+        Only this branch.
+    limit : int
+        Events at most (1 to 1000).
+    max_changes : int
+        Writes listed per revision.
+
+    Returns
+    -------
+    kg.types.changes.ChangePage
+        As :func:`changes` answers it; ``next_after`` resumes after it.
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        ``limit`` or ``max_changes`` out of range.
+    kg.errors.NotFound
+        No such repository (or branch).
+    kg.errors.Forbidden
+        The caller may not read it.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}", details={"limit": limit})
+    if branch is not None:
+        permit(services, caller, "read", repo, branch)
+    else:
+        permit(services, caller, "read", repo)
+    with services.db.read() as session:
+        r = get_repository(session, repo)
+        stmt = select(Revision.number).where(Revision.repo_id == r.id, Revision.number <= r.head_revision)
+        if branch is not None:
+            stmt = stmt.join(Branch, Branch.id == Revision.branch_id).where(Branch.name == branch)
+        numbers = list(session.scalars(stmt.order_by(Revision.number.desc()).limit(limit)))
+    start = str(numbers[-1] - 1) if numbers else None
+    return changes(services, caller, repo, branch=branch, after=start, limit=limit, max_changes=max_changes)

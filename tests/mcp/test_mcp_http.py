@@ -70,7 +70,7 @@ def make_keys(db_url: str, data: Path) -> dict[str, str]:
             "merger": ["repo=acme,branches=main+agent/*,actions=read+write+branch:create+merge"],
         }
         return {name: run(services, OPERATOR, key_ops.create_key, name=name,
-                          grants=[parse_grant(g) for g in wanted], admin=name == "admin")["key"]
+                          grants=[parse_grant(g) for g in wanted], admin=name == "admin").key
                 for name, wanted in grants.items()}
     finally:
         services.close()
@@ -256,7 +256,8 @@ def test_a_node_resource_by_repository_workspace_path_and_branch(server):
     async def templates(session):
         return [t.uri_template for t in (await session.list_resource_templates()).resource_templates]
 
-    assert mcp_session(url, keys["reader"], templates) == ["kg://{repo}/{workspace}/{+path}{?branch}"]
+    assert mcp_session(url, keys["reader"], templates) == ["kg://{repo}/changes{?branch,after}",
+                                                            "kg://{repo}/{workspace}/{+path}{?branch}"]
     with pytest.raises(Exception) as raised:
         read(url, keys["reader"], "kg://acme/kb/docs/nothing-here?branch=main")
     error = mcp_error(raised.value)

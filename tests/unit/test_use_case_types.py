@@ -27,6 +27,7 @@ PENDING: set[str] = set()
 
 #: Functions that take a unit of work or a caller but answer something else, and why.
 ALLOWED: dict[str, str] = {
+    "kg.ops.changes.stream_slot": "a context manager that holds one of the caller's change stream slots: no answer",
     "kg.ops.observability.scrape": "Prometheus's text exposition format (bytes), not a JSON answer",
     "kg.ops.texts.write_node": "a step inside a write's transaction (it takes the use case's WriteContext): the "
                                "stored version, which the use case answers as a kg.types.Node",
