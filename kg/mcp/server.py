@@ -403,7 +403,7 @@ def model_arguments(model: type[BaseModel], fields: Sequence[str], *, names: Map
         name = (names or {}).get(field, field)
         description = (notes or {}).get(field, info.description or "")
         default = info.get_default(call_default_factory=True)
-        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else None
+        extra = info.json_schema_extra  # a dict or a function of the schema (NodeProperties: references)
         if not info.is_required() and default is not None and info.json_schema_extra is None:
             description = f"{description} Default: {json.dumps(default)}.".strip()
         annotation: Any = Annotated[(info.annotation, *info.metadata,
@@ -411,8 +411,9 @@ def model_arguments(model: type[BaseModel], fields: Sequence[str], *, names: Map
         if info.is_required():
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
         else:
+            nullable = type(None) in typing.get_args(info.annotation)  # not None twice, nested
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=_LEFT_OUT,
-                                            annotation=annotation | None))
+                                            annotation=annotation if nullable else annotation | None))
     return params
 
 
