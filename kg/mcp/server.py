@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import typing
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -58,7 +59,6 @@ from kg.access import OPERATOR, Action, Actor, may_somewhere
 from kg.context import Resources, run
 from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError, error_body, invalid_fields
 from kg.graph.neighbors import DEFAULT_LIMIT, MAX_LIMIT
-from kg.graph.traverse import MAX_FAN_OUT, MAX_HOPS, MAX_NODES
 from kg.graph.validity import maybe_aware
 from kg.mcp.auth import KeyVerifier, caller_of_request
 from kg.mcp.changes import CHANGES_URI_TEMPLATE, NO_SESSIONS, ChangeSubscriptions
@@ -75,6 +75,7 @@ from kg.rag.graph import walk
 from kg.rag.search import SearchRequest, search_branch
 from kg.sql.execute import run_sql
 from kg.store.paths import validate_path
+from kg.types.branches import BranchCreate, MergeBody
 from kg.types.functions import (
     AskInput,
     ExtractEntitiesInput,
@@ -82,6 +83,8 @@ from kg.types.functions import (
     ResearchAssistantInput,
     ResolveEntitiesInput,
 )
+from kg.types.nodes import NodePut
+from kg.types.relations import RelationCreate, RelationInvalidate, TraverseBody
 
 #: The route of the streamable HTTP endpoint inside its mount (``/mcp``): ``{branch}`` may hold ``/``.
 HTTP_PATH = "/{repo}/{branch:path}"
@@ -382,15 +385,21 @@ def answer_json(answer: BaseModel) -> dict[str, Any]:
 _LEFT_OUT: Any = None
 
 
-def model_arguments(model: type[BaseModel], fields: Sequence[str]) -> list[inspect.Parameter]:
+def model_arguments(model: type[BaseModel], fields: Sequence[str], *, names: Mapping[str, str] | None = None,
+                    notes: Mapping[str, str] | None = None) -> list[inspect.Parameter]:
     """A tool's arguments typed by fields of a :mod:`kg.types` input model.
 
     Parameters
     ----------
     model : type of pydantic.BaseModel
-        The use case's input model (:mod:`kg.types.functions`).
+        The use case's input model (:mod:`kg.types.functions`, or the body of an HTTP route).
     fields : sequence of str
         The fields the tool takes, in order.
+    names : mapping of str to str, optional
+        A field's argument name where the tool's differs from the model's (``from_`` is ``source``).
+    notes : mapping of str to str, optional
+        A field's description where its meaning differs over MCP (a default of the connection's
+        branch): its type and bounds are still the model's.
 
     Returns
     -------
@@ -400,11 +409,12 @@ def model_arguments(model: type[BaseModel], fields: Sequence[str]) -> list[inspe
         named in the description).
     """
     params = []
-    for name in fields:
-        info = model.model_fields[name]
-        description = info.description or ""
+    for field in fields:
+        info = model.model_fields[field]
+        name = (names or {}).get(field, field)
+        description = (notes or {}).get(field, info.description or "")
         default = info.get_default(call_default_factory=True)
-        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else None
+        extra = info.json_schema_extra  # a dict or a function of the schema (NodeProperties: references)
         if not info.is_required() and default is not None and info.json_schema_extra is None:
             description = f"{description} Default: {json.dumps(default)}.".strip()
         annotation: Any = Annotated[(info.annotation, *info.metadata,
@@ -412,8 +422,9 @@ def model_arguments(model: type[BaseModel], fields: Sequence[str]) -> list[inspe
         if info.is_required():
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
         else:
+            nullable = type(None) in typing.get_args(info.annotation)  # not None twice, nested
             params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=_LEFT_OUT,
-                                            annotation=annotation | None))
+                                            annotation=annotation if nullable else annotation | None))
     return params
 
 
@@ -452,6 +463,53 @@ def typed_tool(name: str, model: type[BaseModel], fields: Sequence[str],
     return tool_fn
 
 
+def model_tool(model: type[BaseModel], fields: Sequence[str], *, names: Mapping[str, str] | None = None,
+               notes: Mapping[str, str] | None = None,
+               ) -> Callable[[Callable[..., Awaitable[CallToolResult]]], Callable[..., Awaitable[CallToolResult]]]:
+    """Type a hand-written tool's ``**fields`` by fields of ``model`` (:func:`model_arguments`).
+
+    The tool keeps its own arguments (the MCP-only ones: ``branch``, a node's ``workspace`` and
+    ``path``); its ``**fields`` become the model's fields, so a field's type, bounds and description
+    are the request model's (the HTTP route's body), written once.
+
+    Parameters
+    ----------
+    model : type of pydantic.BaseModel
+        The request model (:mod:`kg.types`).
+    fields : sequence of str
+        The model's fields the tool takes, in order.
+    names, notes : mapping of str to str, optional
+        As :func:`model_arguments`: an argument named apart from its field, a description of what
+        differs over MCP.
+
+    Returns
+    -------
+    callable(fn) -> callable
+        Wraps ``fn(ctx, ..., **fields)``: its signature (which the SDK reads as the input schema) is
+        ``ctx``, ``fn``'s required arguments, the model's fields, then ``fn``'s optional arguments;
+        ``fn`` receives in ``fields`` the model's arguments given (a left-out or null one is absent:
+        the use case's default applies), under the tool's argument names.
+    """
+    def wrap(fn: Callable[..., Awaitable[CallToolResult]]) -> Callable[..., Awaitable[CallToolResult]]:
+        hints = typing.get_type_hints(fn, include_extras=True)
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints[p.name])
+               for p in list(inspect.signature(fn).parameters.values())[1:] if p.kind != p.VAR_KEYWORD]
+        derived = model_arguments(model, fields, names=names, notes=notes)
+        from_model = {p.name for p in derived}
+        params = [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Context),
+                  *[p for p in own if p.default is p.empty], *derived, *[p for p in own if p.default is not p.empty]]
+
+        async def tool_fn(ctx: Context, **arguments: Any) -> CallToolResult:
+            given = {k: v for k, v in arguments.items() if k not in from_model or v is not _LEFT_OUT}
+            return await fn(ctx, **given)
+
+        tool_fn.__name__ = tool_fn.__qualname__ = fn.__name__
+        tool_fn.__signature__ = inspect.Signature(params, return_annotation=CallToolResult)  # type: ignore[attr-defined]
+        tool_fn.__annotations__ = {p.name: p.annotation for p in params} | {"return": CallToolResult}
+        return tool_fn
+    return wrap
+
+
 def _request_of(ctx: Context) -> Any:
     """The transport's request of a tool or resource call (None over stdio)."""
     return ctx.request_context.request
@@ -472,6 +530,10 @@ Message = Annotated[str | None, Field(description="Why: kept in the revision log
 AsOf = Annotated[str | None, Field(description="World time (ISO 8601 with a zone): relations valid then; "
                                                "default now.")]
 IncludeInvalid = Annotated[bool, Field(description="Every relation, whatever its validity.")]
+#: A relation's ends are ``source`` and ``target`` over MCP (``from`` and ``to`` over HTTP).
+ENDS = {"from_": "source", "to": "target"}
+ENDS_NOTES = {"from_": "The source node's address 'workspace:/path'.",
+              "to": "The target node's address 'workspace:/path'."}
 
 
 def build_server(services: Resources, binder: Binder, *, read_only: bool = False,
@@ -616,17 +678,10 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
             as_of=maybe_aware(as_of, "as_of"), include_invalid=include_invalid)})
 
     @tool(_READ, "A bounded breadth-first walk from seed nodes; each node once at its shortest hop.")
-    async def traverse(ctx: Context, seeds: Annotated[list[str], Field(min_length=1, max_length=MAX_NODES,
-                                                                       description="Seed addresses.")],
-                       hops: Annotated[int, Field(ge=0, le=MAX_HOPS)] = 2, direction: Direction = "BOTH",
-                       types: Types = None, max_nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = 200,
-                       fan_out: Annotated[int, Field(ge=1, le=MAX_FAN_OUT)] = 50,
-                       as_of: AsOf = None, include_invalid: IncludeInvalid = False,
-                       branch: BranchArg = None) -> CallToolResult:
+    @model_tool(TraverseBody, list(TraverseBody.model_fields))
+    async def traverse(ctx: Context, branch: BranchArg = None, **fields: Any) -> CallToolResult:
         return await call(ctx, lambda b: {"branch": b.on(branch), **walk(
-            services, b.caller, b.repo, b.on(branch), seeds, hops=hops, direction=direction, types=types,
-            max_nodes=max_nodes, fan_out=fan_out, as_of=maybe_aware(as_of, "as_of"),
-            include_invalid=include_invalid)})
+            services, b.caller, b.repo, b.on(branch), **fields)})
 
     @tool(_READ, "What a branch wrote since it forked: nodes and relations added, modified, deleted.")
     async def diff(ctx: Context, branch: BranchArg = None,
@@ -687,48 +742,40 @@ def _write_tools(services: Resources, call: Caller, tool: Register, function_too
 
 
     @tool(_UPSERT, "Create or replace a node (its text is chunked and embedded).")
+    @model_tool(NodePut, ["node_type", "properties", "order", "message"])
     async def put_node(ctx: Context, workspace: Workspace, path: NodePath,
-                       node_type: Annotated[str, Field(description="e.g. kb:Note.")],
-                       properties: Annotated[dict[str, Any], Field(description="JSON properties.")],
-                       order: Annotated[float | None, Field(description="Place among siblings.")] = None,
                        parents: Annotated[bool, Field(description="Create missing parents.")] = False,
-                       message: Message = None, branch: BranchArg = None) -> CallToolResult:
+                       branch: BranchArg = None, **fields: Any) -> CallToolResult:
+        # A type or properties left out: the request model's defaults (kg:Node, none).
+        defaults = NodePut().model_dump(include={"node_type", "properties"})
+
         def use_case(b: Binding) -> dict[str, Any]:
             node, created = run(services, b.caller, node_ops.put_node, b.repo, b.on(branch), workspace,
-                                validate_path(path), node_type=node_type, properties=properties, order=order,
-                                parents=parents, message=message)
+                                validate_path(path), parents=parents, **{**defaults, **fields})
             return {"branch": b.on(branch), "created": created, "node": node.as_json()}
         return await call(ctx, use_case)
 
     @tool(_UPSERT, "Assert a typed edge between two nodes; the same (from, to, type) again replaces its weight.")
-    async def relate(ctx: Context, source: Address, target: Address,
-                     type: Annotated[str, Field(description="Relation type, e.g. cites.")],
-                     weight: float | None = None, properties: dict[str, Any] | None = None,
-                     valid_from: Annotated[str | None, Field(
-                         description="World time the fact holds from (ISO 8601 with a zone).")] = None,
-                     valid_to: Annotated[str | None, Field(
-                         description="World time the fact holds until (ISO 8601 with a zone).")] = None,
-                     message: Message = None, branch: BranchArg = None) -> CallToolResult:
+    @model_tool(RelationCreate, ["from_", "to", "type", "weight", "properties", "valid_from", "valid_to", "message"],
+                names=ENDS, notes=ENDS_NOTES)
+    async def relate(ctx: Context, branch: BranchArg = None, **fields: Any) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
-            relation, created = run(services, b.caller, relation_ops.relate, b.repo, b.on(branch), source, target,
-                                    type, weight=weight, properties=properties, valid_from=valid_from,
-                                    valid_to=valid_to, message=message)
+            given = dict(fields)
+            relation, created = run(services, b.caller, relation_ops.relate, b.repo, b.on(branch),
+                                    given.pop("source"), given.pop("target"), given.pop("type"), **given)
             return {"branch": b.on(branch), "created": created, "relation": relation.as_json()}
         return await call(ctx, use_case)
 
     @tool(_UPSERT, "Mark a relation as no longer holding from valid_to (default now), naming what superseded "
                    "it; it stays readable with include_invalid or an earlier as_of.")
-    async def invalidate_relation(ctx: Context, source: Address, target: Address,
-                                  type: Annotated[str, Field(description="Relation type, e.g. works_at.")],
-                                  valid_to: Annotated[str | None, Field(
-                                      description="When it stopped holding (ISO 8601 with a zone); default now.")]
-                                  = None,
-                                  invalidated_by: Annotated[str | None, Field(
-                                      max_length=2000, description="What superseded it.")] = None,
-                                  message: Message = None, branch: BranchArg = None) -> CallToolResult:
+    @model_tool(RelationInvalidate, ["from_", "to", "type", "valid_to", "invalidated_by", "message"],
+                names=ENDS, notes=ENDS_NOTES)
+    async def invalidate_relation(ctx: Context, branch: BranchArg = None, **fields: Any) -> CallToolResult:
+        given = dict(fields)
+        source, target, rel_type = given.pop("source"), given.pop("target"), given.pop("type")
         return await call(ctx, lambda b: {"branch": b.on(branch), "relation": run(
-            services, b.caller, relation_ops.invalidate, b.repo, b.on(branch), source, target, type,
-            valid_to=valid_to, invalidated_by=invalidated_by, message=message).as_json()})
+            services, b.caller, relation_ops.invalidate, b.repo, b.on(branch), source, target, rel_type,
+            **given).as_json()})
 
     @tool(_UPSERT, "Remove the edges from source to target (of one type, or all).")
     async def unrelate(ctx: Context, source: Address, target: Address,
@@ -743,36 +790,24 @@ def _write_tools(services: Resources, call: Caller, tool: Register, function_too
                    function_tool("extract-entities")))
 
     @tool(_ADD, "Open a new session branch from this one (nothing is copied). Answers its name and its MCP path.")
-    async def branch_create(ctx: Context, name: Annotated[str, Field(description="e.g. agent/session-1.")],
-                            from_branch: Annotated[str | None, Field(
-                                description="Parent; default: the connection's branch.")] = None) -> CallToolResult:
+    @model_tool(BranchCreate, ["name", "from_"], names={"from_": "from_branch"},
+                notes={"from_": "The parent; default: the connection's branch."})
+    async def branch_create(ctx: Context, **fields: Any) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
-            created = run(services, b.caller, branch_ops.create_branch, b.repo, name=name,
-                          from_branch=b.on(from_branch))
+            created = run(services, b.caller, branch_ops.create_branch, b.repo, name=fields["name"],
+                          from_branch=b.on(fields.get("from_branch")))
             return {**created.as_json(), "mcp_path": f"/mcp/{quote(b.repo, safe='')}/{quote(created.name, safe='/')}"}
         return await call(ctx, use_case)
 
     @tool(_ADD, "Merge this branch into its parent (or 'into'); conflicts are reported and nothing is written. "
                 "A dry run answers 'plan': pass it as 'if_plan' to merge exactly what the dry run showed.")
-    async def merge(ctx: Context, branch: BranchArg = None,
-                    into: Annotated[str | None, Field(description="Target; default: the parent.")] = None,
-                    dry_run: Annotated[bool, Field(description="Only report what would change.")] = False,
-                    if_plan: Annotated[str | None, Field(
-                        max_length=200, description="A dry run's 'plan': refused (stale_plan, nothing written) "
-                                                    "when either branch changed since.")] = None,
-                    resolutions: Annotated[list[dict[str, Any]] | None, Field(
-                        max_length=10_000,
-                        description="How to settle the conflicts a merge reported: a node's "
-                                    "{workspace, path, take: ours|theirs|value[, value]}, a relation's "
-                                    "{from, type, to, take: ours|theirs}, a lineage decision's "
-                                    "{from, type, to, take: keep|drop}.")] = None,
-                    ) -> CallToolResult:
+    @model_tool(MergeBody, ["into", "dry_run", "if_plan", "resolutions"])
+    async def merge(ctx: Context, branch: BranchArg = None, **fields: Any) -> CallToolResult:
         def use_case(b: Binding) -> dict[str, Any]:
-            if dry_run:
-                return merge_ops.preview_merge(services, b.caller, b.repo, b.on(branch), into,
-                                               resolutions=resolutions, if_plan=if_plan).as_json()
-            return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into,
-                       resolutions=resolutions, if_plan=if_plan).as_json()
+            into, given = fields.get("into"), {k: fields[k] for k in ("resolutions", "if_plan") if k in fields}
+            if fields.get("dry_run"):
+                return merge_ops.preview_merge(services, b.caller, b.repo, b.on(branch), into, **given).as_json()
+            return run(services, b.caller, merge_ops.merge_branch, b.repo, b.on(branch), into, **given).as_json()
         return await call(ctx, lambda b: {"branch": b.on(branch), **use_case(b)})
 
     if RESEARCH_ASSISTANT in FUNCTIONS:  # the research assistant, once kg.rag has it

@@ -30,8 +30,9 @@ from kg.types.nodes import NodeProperties
 
 class BranchCreate(Strict):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
-    name: str = Field(json_schema_extra=BRANCH_RULE)
-    from_: str = Field(default="main", alias="from", json_schema_extra=BRANCH_RULE)
+    name: str = Field(json_schema_extra=BRANCH_RULE, description="The new branch, e.g. agent/session-1.")
+    from_: str = Field(default="main", alias="from", json_schema_extra=BRANCH_RULE,
+                       description="Its parent (default main).")
     at_revision: RevisionNumber | None = None
 
 
@@ -69,7 +70,7 @@ PLAN_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\.[0-9]+\.[0-9]+(\.[0-9a-f]{12})?
 class MergeBody(WriteMeta):
     into: str | None = Field(default=None, json_schema_extra=BRANCH_RULE, description=(
         "The branch's parent or one of its children (default: its parent); not the branch itself."))
-    dry_run: bool = False
+    dry_run: bool = Field(default=False, description="Only report what would change.")
     resolutions: list[Annotated[JSONObject, shaped(NodeResolution | RelationResolution)]] = Field(
         default_factory=list, description="One per conflict of the merge (as its dry run lists them): a resolution "
                                           "naming no conflict is refused.")

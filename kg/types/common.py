@@ -70,7 +70,8 @@ Glob = Annotated[str, Field(min_length=1, max_length=255, json_schema_extra=GLOB
 class WriteMeta(Strict):
     """Optional on every write: why, by whom, and the revision the writer's view was at."""
 
-    message: str | None = Field(default=None, max_length=10_000, json_schema_extra=TEXT_RULE)
+    message: str | None = Field(default=None, max_length=10_000, json_schema_extra=TEXT_RULE,
+                                description="Why: kept in the revision log.")
     actor: str | None = Field(default=None, max_length=255, json_schema_extra=TEXT_RULE)
 
 

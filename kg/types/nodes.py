@@ -54,9 +54,10 @@ NodeProperties = Annotated[StorableObject, Field(json_schema_extra=_properties)]
 
 
 class NodePut(WriteMeta):
-    node_type: str = Field(default="kg:Node", json_schema_extra=GLOB_RULE)
-    properties: NodeProperties = Field(default_factory=dict)
-    order: float | None = None
+    node_type: str = Field(default="kg:Node", json_schema_extra=GLOB_RULE,
+                           description="The node's type, e.g. kb:Note (default kg:Node).")
+    properties: NodeProperties = Field(default_factory=dict, description="The node's JSON properties.")
+    order: float | None = Field(default=None, description="Its place among its siblings.")
     if_revision: RevisionNumber | None = None
 
 

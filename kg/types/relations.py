@@ -28,40 +28,40 @@ from kg.types.common import (
 class TraverseBody(Strict):
     """``POST /traverse``: seeds, hop bound, direction, relation types and the two budgets."""
 
-    seeds: list[Address] = Field(min_length=1, max_length=MAX_NODES)
-    hops: Integer = Field(default=2, ge=0, le=MAX_HOPS)
-    direction: Literal["OUT", "IN", "BOTH"] = "BOTH"
-    types: list[RelationType] | None = None
-    max_nodes: Integer = Field(default=200, ge=1, le=MAX_NODES)
-    fan_out: Integer = Field(default=50, ge=1, le=MAX_FAN_OUT)
-    #: World time (ISO 8601 with a zone): follow the relations valid then; default now.
-    as_of: AwareDatetime | None = Field(default=None, strict=False)
-    #: Follow every relation, whatever its validity.
-    include_invalid: bool = False
+    seeds: list[Address] = Field(min_length=1, max_length=MAX_NODES, description="The seed nodes' addresses.")
+    hops: Integer = Field(default=2, ge=0, le=MAX_HOPS, description="Hops from the seeds at most.")
+    direction: Literal["OUT", "IN", "BOTH"] = Field(default="BOTH", description="The edges followed.")
+    types: list[RelationType] | None = Field(default=None, description="Relation types followed; default: all.")
+    max_nodes: Integer = Field(default=200, ge=1, le=MAX_NODES, description="Nodes reached at most (seeds count).")
+    fan_out: Integer = Field(default=50, ge=1, le=MAX_FAN_OUT, description="Edges followed per node at most.")
+    as_of: AwareDatetime | None = Field(default=None, strict=False, description=(
+        "World time (ISO 8601 with a zone): follow the relations valid then; default now."))
+    include_invalid: bool = Field(default=False, description="Follow every relation, whatever its validity.")
 
 
 class RelationCreate(WriteMeta):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
     from_: str = Field(alias="from", json_schema_extra=ADDRESS_RULE)
     to: str = Field(json_schema_extra=ADDRESS_RULE)
-    type: str = Field(json_schema_extra=TYPE_RULE)
-    weight: float | None = None
-    properties: StorableObject = Field(default_factory=dict)
-    #: World time the fact holds from / until (ISO 8601 with a zone; a naive time is a 422).
-    valid_from: AwareDatetime | None = Field(default=None, strict=False)
+    type: str = Field(json_schema_extra=TYPE_RULE, description="The relation type, e.g. cites.")
+    weight: float | None = Field(default=None, description="The edge's weight.")
+    properties: StorableObject = Field(default_factory=dict, description="The relation's JSON properties.")
+    valid_from: AwareDatetime | None = Field(default=None, strict=False, description=(
+        "World time the fact holds from (ISO 8601 with a zone; a naive time is refused)."))
     valid_to: AwareDatetime | None = Field(default=None, strict=False, description=(
-        "Not earlier than valid_from (a rule across the two fields: 422 invalid_input, details.field "
-        "'valid_to')."))
+        "World time the fact holds until (ISO 8601 with a zone), not earlier than valid_from (a rule across "
+        "the two fields: invalid_input, details.field 'valid_to')."))
 
 
 class RelationInvalidate(WriteMeta):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
     from_: str = Field(alias="from", json_schema_extra=ADDRESS_RULE)
     to: str = Field(json_schema_extra=ADDRESS_RULE)
-    type: str = Field(json_schema_extra=TYPE_RULE)
-    #: When the fact stopped holding (ISO 8601 with a zone); default now.
-    valid_to: AwareDatetime | None = Field(default=None, strict=False)
-    invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000, json_schema_extra=TEXT_RULE)
+    type: str = Field(json_schema_extra=TYPE_RULE, description="The relation type, e.g. works_at.")
+    valid_to: AwareDatetime | None = Field(default=None, strict=False, description=(
+        "When the fact stopped holding (ISO 8601 with a zone); default now."))
+    invalidated_by: str | None = Field(default=None, min_length=1, max_length=2000, json_schema_extra=TEXT_RULE,
+                                       description="What superseded it.")
 
 
 class RelationTypesPut(Strict):

@@ -139,7 +139,7 @@ def test_tools_carry_json_schemas_and_annotations(server):
     assert search.input_schema["type"] == "object" and search.input_schema["required"] == ["query"]
     assert search.annotations.read_only_hint is True and search.annotations.idempotent_hint is True
     put = listed["put_node"]
-    assert set(put.input_schema["required"]) == {"workspace", "path", "node_type", "properties"}
+    assert put.input_schema["required"] == ["workspace", "path"]  # NodePut's type and properties have defaults
     assert put.annotations.read_only_hint is False and put.annotations.destructive_hint is True
     assert listed["branch_create"].annotations.destructive_hint is False
     assert all(t.description for t in listed.values())

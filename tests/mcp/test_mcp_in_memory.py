@@ -100,7 +100,7 @@ def test_search_takes_where_and_no_tool_takes_an_argument_it_does_not_know(acme)
     ("get_node", {"workspace": "kb", "path": "/keys", "depth": 3}, "depth", "extra_forbidden"),
     ("get_node", {"workspace": ["kb"], "path": "/keys"}, "workspace", "string_type"),
     ("put_node", {"workspace": "kb", "path": "/x", "node_type": "kb:Note", "properties": "{}x"},
-     "properties", "dict_type"),
+     "properties", "value_error"),  # NodePut's validator, as the HTTP body's
     ("merge", {"dry_run": "perhaps"}, "dry_run", "bool_parsing"),
 ])
 def test_refused_arguments_are_tool_errors_in_kgs_error_shape(acme, tool, arguments, loc, kind):
