@@ -445,7 +445,7 @@ class Model:
                 touched.add(entity)
                 continue
             text = nodes[doc].get("content", "")
-            weight, stamp, extracted = edges[key]
+            weight, stamp, extracted = edges[key]   # a restamp keeps what the extraction recorded
             if stamp == text_hash(text):
                 continue
             names = [nodes[entity].get("name"), *(nodes[entity].get("aliases") or [])]
@@ -486,11 +486,15 @@ def ancestors(path):
 
 def _edge_value(edge):
     """What the model compares of an edge: its weight; a mention's also the text hash it read
-    (lineage's stamp, which a merge compares like any property) and whether an extraction
-    wrote it (its ``extractor``; a mention asserted by hand has none, restamped or not)."""
+    (lineage's stamp) and, when an extraction wrote it (its ``extractor``), the ``spans`` it
+    recorded, ``False`` for a mention asserted by hand (restamped or not). A merge compares a
+    mention's properties like any edge's, spans included, and a restamp keeps the extraction's
+    spans (docs/concepts/entities.md), so a mention restamped after an edit is not the one an
+    extraction of the new text writes: ``Model.refresh_derived`` keeps this third part as it is."""
     if edge.rel_type == "mentioned_in":
         props = edge.properties or {}
-        return (edge.weight, props.get("source_hash"), "extractor" in props)
+        spans = tuple(tuple(sorted(s.items())) for s in props.get("spans") or ()) if "extractor" in props else False
+        return (edge.weight, props.get("source_hash"), spans)
     return edge.weight
 
 
@@ -1233,6 +1237,18 @@ FOUND = {
         ("extract_entities", {"doc": "/d1"}, ["main"]),
         ("assert_mention", {"doc": "/d2"}, ["main"]),
         ("edit_document", {"doc": "/d1", "text_": TEXTS[2]}, ["b1"]),
+        ("merge", {}, ["b1", "theirs"]),
+    ],
+    # a mention main extracted from another text and restamped after main's edit keeps that
+    # extraction's spans: it is not the branch's mention of the same text, a relation conflict
+    # beside the extraction record's (the model compared the stamp and not the spans)
+    "restamped_mention_against_one_extracted_from_the_same_text": [
+        ("create_branch", {}, ["main"]),
+        ("put_document", {"path": "/d2", "text_": TEXTS[2]}, ["main"]),
+        ("extract_entities", {"doc": "/d2"}, ["main"]),
+        ("put_document", {"path": "/d2", "text_": TEXTS[1]}, ["b1"]),
+        ("extract_entities", {"doc": "/d2"}, ["b1"]),
+        ("edit_document", {"doc": "/d2", "text_": TEXTS[1]}, ["main"]),
         ("merge", {}, ["b1", "theirs"]),
     ],
     "delete_under_relation_then_merge": [
