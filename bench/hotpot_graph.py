@@ -81,7 +81,8 @@ def resolve_onto_branch(services: Any, workspace: str) -> tuple[str, dict[str, A
     if proposal.branch:
         merged = run(services, OPERATOR, merge_branch, REPO, proposal.branch, target,
                      message="bench: the resolve-entities proposal")
-        merge_changes = merged.applied.as_json()
+        merge_changes = {"nodes": {k: len(v) for k, v in merged.applied.nodes.as_json().items()},
+                         "relations": merged.applied.relations.as_json()}
         run(services, OPERATOR, delete_branch, REPO, proposal.branch)
     figures = {
         "entities": proposal.entities, "merges": len(proposal.merges),
