@@ -114,9 +114,9 @@ def _ask_all(services, questions: list[dict]) -> list[dict]:
     for g in questions:
         body = ask(services, context.OPERATOR, REPO, "main", {"question": g["question"], "workspaces": [g["corpus"]]})
         rows.append({"id": g["id"], "corpus": g["corpus"], "kind": g["kind"], "answerable": g["answerable"],
-                     "answer_type": g["answer_type"], "grounded": body["grounded"],
-                     "exact": contains(body["answer"], g["answers"]), "answer": body["answer"],
-                     "citations": [c.get("kind", "passage") for c in body["citations"]]})
+                     "answer_type": g["answer_type"], "grounded": body.grounded,
+                     "exact": contains(body.answer, g["answers"]), "answer": body.answer,
+                     "citations": [c.kind or "passage" for c in body.citations]})
     return rows
 
 

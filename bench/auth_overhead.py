@@ -46,6 +46,7 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -104,14 +105,14 @@ class Bench:
         from kg.ops import keys as key_ops
         from kg.settings import Settings
 
-        common = {"database_url": url, "data_dir": tmp / "data", "embedding_model": MODEL,
+        common: dict[str, Any] = {"database_url": url, "data_dir": tmp / "data", "embedding_model": MODEL,
                   "allow_fake_embedder": True, "key_pepper": PEPPER}
         self.apps = {"unauthenticated": create_app(Settings(**common, auth=False)),
                      "authenticated": create_app(Settings(**common, auth=True))}
         services = self.apps["authenticated"].state.services
         created = run(services, OPERATOR, key_ops.create_key, name="bench-reader",
                       grants=[make_grant("peps", ["main"], ["*"], ["read"])])
-        self.token = created["key"]
+        self.token = created.key
         self.settings = services.settings
         self.db = services.db
         headers = {"unauthenticated": {}, "authenticated": {"Authorization": f"Bearer {self.token}"}}
@@ -183,7 +184,7 @@ async def measure(bench: Bench, rounds: int, n: int) -> tuple[dict, float]:
 
 async def _measure(bench: Bench, rounds: int, n: int) -> dict:
     await bench.setup()
-    samples = {(figure, mode): [] for figure, _ in FIGURES for mode in MODES}
+    samples: dict[tuple[str, str], list[float]] = {(figure, mode): [] for figure, _ in FIGURES for mode in MODES}
     ratios: dict[str, list[float]] = {figure: [] for figure, _ in FIGURES}
     for r in range(-1, rounds):  # round -1 warms both apps (caches, the query embedder, the index files)
         for figure, _ in FIGURES:

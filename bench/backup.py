@@ -85,8 +85,8 @@ def build(n: int, args: argparse.Namespace, url: str, data_dir: Path) -> dict[st
                 get_repository(session, "scale")
             out["import"] = "imported by an earlier run"
         except NotFound:
-            nodes_s, _ = import_file(services, "scale", data["nodes_file"], part=args.part_nodes)
-            relations_s, _ = import_file(services, "scale", data["relations_file"])
+            nodes_s, _, _ = import_file(services, "scale", data["nodes_file"], part=args.part_nodes)
+            relations_s, _, _ = import_file(services, "scale", data["relations_file"])
             out["import_nodes_s"], out["import_relations_s"] = round(nodes_s, 1), round(relations_s, 1)
         sync_s, graph_s = sync(services, "scale")
         out["index_sync_s"] = round(sync_s + graph_s, 1)

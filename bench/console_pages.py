@@ -52,6 +52,8 @@ def _slug(text: str) -> str:
 
 def _app(folder: Path) -> tuple[TestClient, str]:
     """The app on a fresh SQLite file, and an admin token."""
+    from pydantic import SecretStr
+
     from api.app import create_app
     from kg.access import make_grant
     from kg.context import OPERATOR, run
@@ -60,10 +62,10 @@ def _app(folder: Path) -> tuple[TestClient, str]:
     from kg.settings import Settings
 
     settings = Settings(data_dir=folder, embedding_model=MODEL, allow_fake_embedder=True, index_inline=True,
-                        auth=True, key_pepper=PEPPER, rate_expensive_per_min=0)
+                        auth=True, key_pepper=SecretStr(PEPPER), rate_expensive_per_min=0)
     services = Services.from_settings(settings)
     services.db.upgrade()
-    token = run(services, OPERATOR, create_key, name="bench", grants=[make_grant("*", actions=["admin"])])["key"]
+    token = run(services, OPERATOR, create_key, name="bench", grants=[make_grant("*", actions=["admin"])]).key
     return TestClient(create_app(services=services)), token
 
 

@@ -84,14 +84,16 @@ def legs(services: Any, workspace: str, ranked: list[str], seeds: int) -> tuple[
     from bench.beir import REPO
     from kg.context import OPERATOR
     from kg.rag.functions import invoke
+    from kg.types.functions import GraphContextOutput
 
     started = time.perf_counter()
     context = invoke(services, OPERATOR, REPO, "graph-context", {
         "seeds": [f"{workspace}:/doc/{did}" for did in ranked[:seeds]], "hops": 2, "types": ["mentioned_in"],
         "direction": "BOTH", "max_nodes": 200, "fan_out": 25})
-    found = [n for n in context["nodes"] if n["hop"] == 2 and n["path"].startswith("/doc/")]
-    found.sort(key=lambda n: -(n["score"] or 0.0))
-    return [n["path"].rsplit("/", 1)[-1] for n in found], time.perf_counter() - started
+    assert isinstance(context, GraphContextOutput)
+    found = [n for n in context.nodes if n.hop == 2 and n.path.startswith("/doc/")]
+    found.sort(key=lambda n: -(n.score or 0.0))
+    return [n.path.rsplit("/", 1)[-1] for n in found], time.perf_counter() - started
 
 
 def subject_leg(services: Any, workspace: str, ranked: list[str], seeds: int,
@@ -102,6 +104,7 @@ def subject_leg(services: Any, workspace: str, ranked: list[str], seeds: int,
     from bench.beir import REPO
     from kg.context import OPERATOR
     from kg.rag.functions import invoke
+    from kg.types.functions import GraphContextOutput
 
     started = time.perf_counter()
     addresses = [f"{workspace}:/doc/{did}" for did in ranked[:seeds]]
@@ -109,11 +112,12 @@ def subject_leg(services: Any, workspace: str, ranked: list[str], seeds: int,
         return [], 0.0
     context = invoke(services, OPERATOR, REPO, "graph-context", {
         "seeds": addresses, "follow": "subjects", "hops": 2, "max_nodes": 1000, "fan_out": 100}, branch=branch)
+    assert isinstance(context, GraphContextOutput)
     rank = {address: i for i, address in enumerate(addresses)}
-    reached_from = {f"{n['workspace']}:{n['path']}": n["from"] for n in context["nodes"]}
+    reached_from = {f"{n.workspace}:{n.path}": n.from_ or "" for n in context.nodes}
     # a passage's "from" is the entity it is about; the entity's "from" is the seed mentioning it
-    found = [(rank[reached_from[n["from"]]], n["path"].rsplit("/", 1)[-1]) for n in context["nodes"]
-             if n["hop"] == 2 and n["path"].startswith("/doc/")]
+    found = [(rank[reached_from[n.from_]], n.path.rsplit("/", 1)[-1]) for n in context.nodes
+             if n.hop == 2 and n.from_ is not None and n.path.startswith("/doc/")]
     return found, time.perf_counter() - started
 
 

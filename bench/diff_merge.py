@@ -39,8 +39,10 @@ import random  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import ParamSpec, TypeVar  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -71,6 +73,10 @@ from kg.store.models import NodeVersion, RelationVersion, utcnow  # noqa: E402
 from kg.store.nodes import NodeWrite, node_uid  # noqa: E402
 from kg.store.paths import name_of, parent_of  # noqa: E402
 from kg.store.repos import begin_write, create_branch, create_repository, create_workspace, get_repository  # noqa: E402
+from kg.types.branches import MergeResult  # noqa: E402
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 WORKSPACE = "knowledge"
 MODEL = "fake:hash-64"
@@ -218,7 +224,7 @@ def make_changes(db: Database, repo: Repo, branch: str, rep: int, rng: random.Ra
         relation_store.unrelate(session, ctx, f"{WORKSPACE}:{removed[0]}", f"{WORKSPACE}:{removed[1]}", "links")
 
 
-def timed(fn, *args, **kwargs):
+def timed(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> tuple[float, T]:
     """(seconds, answer) of one call."""
     started = time.perf_counter()
     answer = fn(*args, **kwargs)
@@ -231,7 +237,7 @@ def diff(db: Database, repo: str, branch: str) -> dict:
         return diff_branches(session, get_repository(session, repo), branch)
 
 
-def check(rep_label: str, d: dict, dry: dict, merged: dict) -> list[str]:
+def check(rep_label: str, d: dict, dry: MergeResult, merged: MergeResult) -> list[str]:
     """What differs from the 100 node and 5 relation changes that were written."""
     problems = []
     got = {k: len(v) for k, v in d["nodes"].items()}
@@ -240,12 +246,13 @@ def check(rep_label: str, d: dict, dry: dict, merged: dict) -> list[str]:
     rels = {k: len(v) for k, v in d["relations"].items()}
     if rels != {"added": 3, "removed": 1, "modified": 1}:
         problems.append(f"{rep_label}: diff relations {rels}")
-    for label, answer in (("dry run", dry["applied"]), ("merge", merged["applied"])):
-        nodes = {k: len(v) for k, v in answer["nodes"].items()}
+    for label, answer in (("dry run", dry.applied), ("merge", merged.applied)):
+        nodes = {k: len(v) for k, v in answer.nodes.as_json().items()}
+        relations = answer.relations.as_json()
         if nodes != {"added": N_ADD, "modified": N_MODIFY, "deleted": N_DELETE, "kept": 0} or \
-                answer["relations"] != {"upserted": 4, "removed": 1, "kept": 0}:
-            problems.append(f"{rep_label}: {label} applied {nodes} {answer['relations']}")
-    if merged["revision"] is None:
+                relations != {"upserted": 4, "removed": 1, "kept": 0}:
+            problems.append(f"{rep_label}: {label} applied {nodes} {relations}")
+    if merged.revision is None:
         problems.append(f"{rep_label}: the merge made no revision")
     return problems
 

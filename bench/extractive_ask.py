@@ -195,18 +195,18 @@ def evaluate(services: Services, questions: list[dict]) -> dict:
     started = time.perf_counter()
     for q in questions:
         body = ask(services, context.OPERATOR, REPO, "main", {"question": q["text"], "workspaces": [WORKSPACE]})
-        got = retrieved_ids(services, [a["query"] for a in body["attempts"] if "leg" not in a])
-        check = next((a for a in body["attempts"] if a.get("leg") == "coverage"), None)
-        cited = {c["path"].rsplit("/", 1)[-1] for c in body["citations"]}
-        hit = contains_answer(body["answer"], q["answers"]) if q["answers"] else \
-            body["grounded"] and bool(cited & set(q["supporting_ids"]))  # a claim: its evidence cited
-        rows.append({"id": q["_id"], "question": q["text"], "answers": q["answers"], "answer": body["answer"],
-                     "grounded": body["grounded"], "hit": hit,
+        got = retrieved_ids(services, [a.query for a in body.attempts if a.leg is None])
+        check = next((a.as_json() for a in body.attempts if a.leg == "coverage"), None)
+        cited = {c.path.rsplit("/", 1)[-1] for c in body.citations}
+        hit = contains_answer(body.answer, q["answers"]) if q["answers"] else \
+            body.grounded and bool(cited & set(q["supporting_ids"]))  # a claim: its evidence cited
+        rows.append({"id": q["_id"], "question": q["text"], "answers": q["answers"], "answer": body.answer,
+                     "grounded": body.grounded, "hit": hit,
                      "support_retrieved": bool(got & set(q["supporting_ids"])),
                      "yes_no": q["answer"].lower() in ("yes", "no"),
-                     "sentences": len(re.findall(r"\[\d+\]", body["answer"])),
+                     "sentences": len(re.findall(r"\[\d+\]", body.answer)),
                      "coverage": check,
-                     "attempts": [a["query"] for a in body["attempts"]]})
+                     "attempts": [a.query for a in body.attempts]})
     n = len(rows)
     open_rows = [r for r in rows if not r["yes_no"]]
     return {
@@ -295,8 +295,8 @@ def off_topic(services: Services) -> dict:
     answers = [ask(services, context.OPERATOR, REPO, "main", {"question": q, "workspaces": [WORKSPACE]})
                for q in OFF_TOPIC]
     return {"questions": len(OFF_TOPIC),
-            "not_covered": round(sum(not a["grounded"] for a in answers) / len(OFF_TOPIC), 4),
-            "answers": [{"question": q, "answer": a["answer"]} for q, a in zip(OFF_TOPIC, answers, strict=True)]}
+            "not_covered": round(sum(not a.grounded for a in answers) / len(OFF_TOPIC), 4),
+            "answers": [{"question": q, "answer": a.answer} for q, a in zip(OFF_TOPIC, answers, strict=True)]}
 
 
 def salience(model: str = MODEL):

@@ -27,6 +27,7 @@ from typing import Any
 
 from kg.context import OPERATOR
 from kg.rag.functions import invoke
+from kg.types.functions import ExtractEntitiesOutput, GraphContextOutput, ResolveEntitiesOutput
 
 RRF_K = 60
 
@@ -37,18 +38,21 @@ def extract_all(services: Any, workspace: str, corpus: dict[str, dict]) -> dict[
 
     started = time.perf_counter()
     done = skipped = entities = mentions = 0
+    extractor: str | None = None
     for n, did in enumerate(corpus, start=1):
         out = invoke(services, OPERATOR, REPO, "extract-entities", {"workspace": workspace, "path": f"/doc/{did}"})
-        if out.get("skipped"):
+        assert isinstance(out, ExtractEntitiesOutput)
+        extractor = out.extractor
+        if out.skipped:
             skipped += 1
         else:
             done += 1
-            entities += len(out.get("entities", []))
-            mentions += sum(1 for r in out.get("relations", []) if r.get("type") == "mentioned_in")
+            entities += len(out.entities)
+            mentions += sum(1 for r in out.relations if r.type == "mentioned_in")
         if n % 500 == 0:
             print(f"  extracted {n}/{len(corpus)}", file=sys.stderr, flush=True)
     return {"extracted": done, "skipped": skipped, "entities_named": entities,
-            "extractor": out.get("extractor") if corpus else None,
+            "extractor": extractor,
             "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -71,18 +75,21 @@ def resolve_onto_branch(services: Any, workspace: str) -> tuple[str, dict[str, A
     run(services, OPERATOR, create_branch, REPO, name=target, from_branch="main")
     started = time.perf_counter()
     proposal = invoke(services, OPERATOR, REPO, "resolve-entities", {"workspace": workspace}, branch=target)
+    assert isinstance(proposal, ResolveEntitiesOutput)
     resolved = time.perf_counter() - started
-    merged: dict[str, Any] = {}
-    if proposal["branch"]:
-        merged = run(services, OPERATOR, merge_branch, REPO, proposal["branch"], target,
+    merge_changes: dict[str, Any] = {}
+    if proposal.branch:
+        merged = run(services, OPERATOR, merge_branch, REPO, proposal.branch, target,
                      message="bench: the resolve-entities proposal")
-        run(services, OPERATOR, delete_branch, REPO, proposal["branch"])
+        merge_changes = {"nodes": {k: len(v) for k, v in merged.applied.nodes.as_json().items()},
+                         "relations": merged.applied.relations.as_json()}
+        run(services, OPERATOR, delete_branch, REPO, proposal.branch)
     figures = {
-        "entities": proposal["entities"], "merges": len(proposal["merges"]),
-        "names_merged": sum(len(m["merged"]) for m in proposal["merges"]),
-        "edges": proposal.get("edges", {}),
-        "merge_changes": {key: value for key, value in merged.items() if isinstance(value, int)},
-        "examples": [[m["kept_name"], *m["names"]] for m in proposal["merges"][:8]],
+        "entities": proposal.entities, "merges": len(proposal.merges),
+        "names_merged": sum(len(m.merged) for m in proposal.merges),
+        "edges": proposal.edges.as_json() if proposal.edges else {},
+        "merge_changes": merge_changes,
+        "examples": [[m.kept_name, *m.names] for m in proposal.merges[:8]],
         "resolve_seconds": round(resolved, 1), "seconds": round(time.perf_counter() - started, 1),
     }
     return target, figures
@@ -120,11 +127,12 @@ def graph_ranking(services: Any, workspace: str, question: str, *, keep: int = 5
         context = invoke(services, OPERATOR, REPO, "graph-context", {
             "seeds": seeds, "hops": 2, "types": ["mentioned_in"], "direction": "BOTH",
             "max_nodes": 200, "fan_out": 25}, branch=branch)
-        found = [node for node in context["nodes"] if node["hop"] == 2 and node["path"].startswith("/doc/")]
+        assert isinstance(context, GraphContextOutput)
+        found = [node for node in context.nodes if node.hop == 2 and node.path.startswith("/doc/")]
         # graph-context's relevance score (seed mass spread over the entity edges, split by
         # degree), best first; the walk order breaks ties
-        found.sort(key=lambda node: -(node["score"] or 0.0))
-        reached = [node["path"].rsplit("/", 1)[-1] for node in found]
+        found.sort(key=lambda node: -(node.score or 0.0))
+        reached = [node.path.rsplit("/", 1)[-1] for node in found]
     score: dict[str, float] = {}
     for rank, did in enumerate(ranked, start=1):
         score[did] = score.get(did, 0.0) + 1 / (RRF_K + rank)

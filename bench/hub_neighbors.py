@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import RESULTS, isolated_database, machine, percentile, redact, write_results  # noqa: E402
 from kg.context import OPERATOR, run  # noqa: E402
 from kg.graph.cache import GraphCache  # noqa: E402
+from kg.graph.validity import iso  # noqa: E402
 from kg.ops import nodes as node_ops  # noqa: E402
 from kg.ops import repos as repo_ops  # noqa: E402
 from kg.rag.graph import neighbors, walk  # noqa: E402
@@ -230,7 +231,8 @@ def baseline_call(services: Services, branch: str, limit: int) -> dict:
         page = baseline_list_neighbors(session, view, node_id, limit=limit + 1)
     return {"neighbors": [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id,
                            "relation_type": r.relation_type, "weight": r.weight, "direction": r.direction,
-                           "properties": r.properties} for r in page[:limit]], "truncated": len(page) > limit}
+                           "properties": r.properties, "valid_from": iso(r.valid_from), "valid_to": iso(r.valid_to),
+                           "invalidated_by": r.invalidated_by} for r in page[:limit]], "truncated": len(page) > limit}
 
 
 def hub_figures(services: Services, repeat: int) -> dict:

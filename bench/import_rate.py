@@ -59,6 +59,7 @@ from kg.providers.registry import make_embedder  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
 from kg.store.db import Database  # noqa: E402
+from kg.types.bulk import NdjsonImport  # noqa: E402
 
 MODEL = "fake:hash-64"
 WORKSPACES = ("knowledge", "library")
@@ -143,7 +144,7 @@ def write_file(path: Path, nodes: list[dict], relations: list[dict]) -> Path:
     return path
 
 
-def timed_import(services: Services, repo: str, path: Path) -> tuple[float, float, dict]:
+def timed_import(services: Services, repo: str, path: Path) -> tuple[float, float, NdjsonImport]:
     """Wall and CPU seconds (this process) to import the file (read from disk, parsed, checked,
     written, committed)."""
     start, cpu = time.perf_counter(), time.process_time()
@@ -223,13 +224,13 @@ def main() -> None:
     bulk_relations = len(relations) / relations_s
     results = {
         "benchmark": "import_rate", "database": backend, "url": redact(url), "machine": facts,
-        "nodes": len(nodes), "relations": len(relations), "queued_texts": node_report["queued"],
+        "nodes": len(nodes), "relations": len(relations), "queued_texts": node_report.queued,
         "bulk": {"nodes_s": round(nodes_s, 3), "nodes_per_s": round(bulk_nodes, 1),
                  "nodes_cpu_s": round(nodes_cpu, 3), "nodes_per_cpu_s": round(len(nodes) / nodes_cpu, 1),
                  "relations_s": round(relations_s, 3), "relations_per_s": round(bulk_relations, 1),
                  "relations_cpu_s": round(relations_cpu, 3),
                  "relations_per_cpu_s": round(len(relations) / relations_cpu, 1),
-                 "both_s": round(both_s, 3), "both_revisions": both_report["revisions"]},
+                 "both_s": round(both_s, 3), "both_revisions": both_report.revisions},
         "normal": normal,
         "growth": grown,
         "load_average_at_end": load_average(),

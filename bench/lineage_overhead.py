@@ -35,11 +35,15 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import RESULTS, isolated_database, machine, redact, table, write_results  # noqa: E402
+
+if TYPE_CHECKING:
+    from kg.context import Actor
+    from kg.services import Services
 
 MODEL = "fake:hash-384"
 NAMES = [
@@ -82,7 +86,6 @@ def main() -> None:
     from kg.ops import nodes as node_ops
     from kg.ops import repos as repo_ops
     from kg.rag.entities import extract_entities
-    from kg.rag.functions import ask
     from kg.services import Services
     from kg.settings import Settings
 
@@ -129,7 +132,7 @@ def main() -> None:
         def counted(*a: Any) -> None:
             statements.append(a[2])
 
-        original = texts.refresh_derived
+        original = texts.refresh_derived  # type: ignore[attr-defined]  # patched where the write path calls it
 
         inside: list[int] = []
 
@@ -141,9 +144,9 @@ def main() -> None:
                 inside.append(len(statements) - before)
 
         def hooked(hook: bool) -> None:
-            texts.refresh_derived = watched if hook else (lambda *a, **k: {})  # type: ignore[assignment]
+            texts.refresh_derived = watched if hook else (lambda *a, **k: None)  # type: ignore[attr-defined,assignment]
 
-        cited = ask_and_store(services, ask, OPERATOR)
+        cited = ask_and_store(services, OPERATOR)
         plans = [
             ("plain_no_lineage", "/plain", (one, two), False),
             ("plain", "/plain", (one, two), True),
@@ -179,7 +182,7 @@ def main() -> None:
                 for name in block:
                     samples[name].append(block[name])
         finally:
-            texts.refresh_derived = original
+            texts.refresh_derived = original  # type: ignore[attr-defined]
         for name in figures:
             rounds = [statistics.median(b) for b in samples[name]]
             figures[name]["p50_ms"] = round(statistics.median(rounds) * 1000, 3)
@@ -206,15 +209,17 @@ def main() -> None:
         "machine": machine(),
         "rounds": args.rounds,
         "block": args.block,
-        "entities": len(extracted["entities"]),
+        "entities": len(extracted.entities),
         "answer_citations": cited,
         "figures": figures,
     }
     write_results(results, args.out or RESULTS / f"lineage_overhead_{backend}.json")
 
 
-def ask_and_store(services: Any, ask: Any, caller: Any) -> int:
+def ask_and_store(services: Services, caller: Actor) -> int:
     """Store an answer citing /cited (extractive, no model); the number of its citations."""
+    from kg.rag.functions import ask
+
     services.indexer.drain()  # search needs the chunks embedded and indexed
     out = ask(
         services,
@@ -226,7 +231,7 @@ def ask_and_store(services: Any, ask: Any, caller: Any) -> int:
             "store_answer": {"workspace": "kb", "path": "/answers/a"},
         },
     )
-    return len(out["citations"])
+    return len(out.citations)
 
 
 if __name__ == "__main__":

@@ -43,12 +43,15 @@ import statistics  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from datetime import datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sqlalchemy import func, select  # noqa: E402
+from sqlalchemy import ColumnElement, func, select  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
 
 from bench._common import (  # noqa: E402
     RESULTS,
@@ -61,7 +64,7 @@ from bench._common import (  # noqa: E402
 )
 from kg import context  # noqa: E402
 from kg.indexing.index_jobs import INDEX_QUEUE  # noqa: E402
-from kg.indexing.queue import DurableQueue  # noqa: E402
+from kg.indexing.queue import Claim, DurableQueue  # noqa: E402
 from kg.ops.nodes import batch, put_node  # noqa: E402
 from kg.rag.search import SearchRequest, search  # noqa: E402
 from kg.services import Services  # noqa: E402
@@ -80,8 +83,9 @@ class OldOrderQueue(DurableQueue):
     """The baseline: the claim order before the fair queue (priority, then id, across all
     repositories); the rest of the queue (leases, fencing, reclaim) is the same."""
 
-    def _claim_fairly(self, session, limit, now):
-        return self._take(session, [], limit, now, by_priority=True)
+    def _claim_fairly(self, session: Session, limit: int, now: datetime,
+                      extra: Sequence[ColumnElement[bool]] = ()) -> list[Claim]:
+        return self._take(session, list(extra), limit, now, by_priority=True)
 
 
 def backlog_text(i: int) -> str:

@@ -234,8 +234,9 @@ def make_services(url: str, data_dir: Path) -> Services:
 
 
 def import_file(services: Services, repo: str, path: Path, branch: str = "main",
-                part: int | None = None) -> tuple[float, dict]:
-    """Import ``path`` through :func:`kg.ops.bulk.import_ndjson`; seconds and the last report.
+                part: int | None = None) -> tuple[float, int, int]:
+    """Import ``path`` through :func:`kg.ops.bulk.import_ndjson`; seconds, the texts queued for
+    embedding and the parts imported.
 
     ``part``: import it as consecutive files of at most ``part`` node or relation records each
     (a node's chunk records stay with it), one revision each, so the importing process holds one
@@ -244,21 +245,20 @@ def import_file(services: Services, repo: str, path: Path, branch: str = "main",
     with path.open("rb") as fh:
         if part is None:
             report = bulk.import_ndjson(services, OPERATOR, repo, fh, branch=branch)
-            return time.perf_counter() - start, report
+            return time.perf_counter() - start, report.queued, 1
         header = fh.readline()
         lines, records, queued, parts = [header], 0, 0, 0
         for line in fh:
             if records >= part and b'"record":"chunk"' not in line[:24]:
                 report = bulk.import_ndjson(services, OPERATOR, repo, lines, branch=branch)
-                queued, parts = queued + (report.get("queued") or 0), parts + 1
+                queued, parts = queued + report.queued, parts + 1
                 lines, records = [header], 0
                 print(f"    part {parts} imported ({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
             lines.append(line)
             if b'"record":"chunk"' not in line[:24]:
                 records += 1
         report = bulk.import_ndjson(services, OPERATOR, repo, lines, branch=branch)
-        report = {**report, "queued": queued + (report.get("queued") or 0), "parts": parts + 1}
-    return time.perf_counter() - start, report
+    return time.perf_counter() - start, queued + report.queued, parts + 1
 
 
 def sync(services: Services, repo: str) -> tuple[float, float]:
@@ -290,13 +290,13 @@ def measure(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         rss_start = rss_mb()
         services = make_services(url, tmp / "data")
         try:
-            seconds, report = import_file(services, "scale", data["nodes_file"], part=args.part_nodes)
+            seconds, queued, parts = import_file(services, "scale", data["nodes_file"], part=args.part_nodes)
             out["import_nodes"] = {"s": round(seconds, 1), "nodes_per_s": round((n + data["sections"]) / seconds),
-                                   "chunks_per_s": round(data["chunks"] / seconds), "queued": report.get("queued"),
-                                   "parts": report.get("parts", 1)}
-            seconds, report = import_file(services, "scale", data["relations_file"], part=args.part_relations)
+                                   "chunks_per_s": round(data["chunks"] / seconds), "queued": queued,
+                                   "parts": parts}
+            seconds, _, parts = import_file(services, "scale", data["relations_file"], part=args.part_relations)
             out["import_relations"] = {"s": round(seconds, 1), "relations_per_s": round(data["relations"] / seconds),
-                                       "parts": report.get("parts", 1)}
+                                       "parts": parts}
             print(f"  [{n:,}] imported", file=sys.stderr, flush=True)
             sync_s, graph_wait_s = sync(services, "scale")
             out["index_sync_s"], out["graph_wait_s"] = round(sync_s, 1), round(graph_wait_s, 1)
@@ -550,8 +550,7 @@ def branches(services: Services, url: str, tmp: Path, n: int, data: dict[str, An
     run(services, OPERATOR, merge_ops.merge_branch, "scale", "agent/hundred", "main")
     merge_ms = (time.perf_counter() - start) * 1000
     got["diff_100_ms"], got["merge_100_ms"] = round(diff_ms, 1), round(merge_ms, 1)
-    got["diff_changes"] = sum(len(v) for v in report.get("nodes", {}).values()) if isinstance(
-        report.get("nodes"), dict) else None
+    got["diff_changes"] = len(report.nodes.added) + len(report.nodes.modified) + len(report.nodes.deleted)
     return got
 
 

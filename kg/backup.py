@@ -477,9 +477,10 @@ def _answer(store: Resources, caller: Actor, probe: Probe) -> Probe:
     summary: Any
     try:
         if probe.kind == "log":
-            answer = queries.revision_log(store, caller, probe.repo, probe.branch, limit=probe.args["limit"],
-                                          at_revision=probe.at_revision, max_changes=5)
-            summary = [r["revision"] for r in answer]
+            log = queries.revision_log(store, caller, probe.repo, probe.branch, limit=probe.args["limit"],
+                                       at_revision=probe.at_revision, max_changes=5)
+            answer = [r.as_json() for r in log.revisions]
+            summary = [r.revision for r in log.revisions]
         elif probe.kind == "search":
             result = search_branch(store, caller, probe.repo, probe.branch,
                                    SearchRequest(query=probe.args["query"], k=probe.args["k"]),

@@ -139,7 +139,7 @@ def test_a_backup_taken_while_writing_restores_one_consistent_point(services, se
                     {"workspace": "notes", "path": f"/w/{i}", "node_type": "kb:Note",
                      "properties": {"title": f"Write {i}", "content": f"write number {i} of the writer"}}],
                     parents=True)
-                written.append((i, done["revision"]))
+                written.append((i, done.revision))
                 i += 1
                 if i >= 3:
                     started.set()
@@ -174,12 +174,12 @@ def test_a_backup_taken_while_writing_restores_one_consistent_point(services, se
         try:
             # every revision up to the cut, nothing after
             log = queries.revision_log(restored, OPERATOR, "acme", "main", limit=1000, max_changes=0)
-            assert [r["revision"] for r in log] == sorted(
-                {r["revision"] for r in queries.revision_log(services, OPERATOR, "acme", "main", limit=1000,
-                                                             at_revision=cut, max_changes=0)}, reverse=True)
-            assert log[0]["revision"] == cut
-            nodes, _ = queries.list_prefix(restored, OPERATOR, "acme", "main", "notes", "/w/")
-            assert sorted(int(n["path"].rsplit("/", 1)[1]) for n in nodes) == sorted(before)
+            assert [r.revision for r in log.revisions] == sorted(
+                {r.revision for r in queries.revision_log(services, OPERATOR, "acme", "main", limit=1000,
+                                                          at_revision=cut, max_changes=0).revisions}, reverse=True)
+            assert log.revisions[0].revision == cut
+            nodes = queries.list_prefix(restored, OPERATOR, "acme", "main", "notes", "/w/").nodes
+            assert sorted(int(n.path.rsplit("/", 1)[1]) for n in nodes) == sorted(before)
             # the texts whose embedding was still queued at the cut are embedded from the restored
             # queue (as kg serve's indexer does); then the same answers as the original as of the
             # cut, on both branches
@@ -188,8 +188,8 @@ def test_a_backup_taken_while_writing_restores_one_consistent_point(services, se
                 revision = cut if branch == "main" else repo_state.branches["draft"]
                 assert _reads(restored, "acme", branch, revision) == _reads(services, "acme", branch, revision)
             # keys and the queue state came along
-            assert [k["name"] for k in key_ops.list_keys(restored, OPERATOR)] == ["reader"]
-            assert queries.index_status(restored, OPERATOR, "acme")["failed"] == 0
+            assert [k.name for k in key_ops.list_keys(restored, OPERATOR).keys] == ["reader"]
+            assert queries.index_status(restored, OPERATOR, "acme").failed == 0
         finally:
             restored.close()
 
@@ -271,14 +271,14 @@ def test_restore_refuses_a_store_with_data_unless_forced(backed_up, services, se
     run(services, OPERATOR, repo_ops.create_repository, "other")
     with pytest.raises(Conflict, match="not empty.*--force"):
         backup_ops.restore_store(settings, OPERATOR, backed_up)
-    assert [r["name"] for r in repo_ops.list_repositories(services, OPERATOR)[0]] == ["acme", "other"]
+    assert [r.name for r in repo_ops.list_repositories(services, OPERATOR).repos] == ["acme", "other"]
     assert queries.revision_log(services, OPERATOR, "acme", "main", limit=1000) == before
     # forced: the store is the backup's again (the repository made after it is gone)
     services.close()
     backup_ops.restore_store(settings, OPERATOR, backed_up, force=True)
     again = _open(settings)
     try:
-        assert [r["name"] for r in repo_ops.list_repositories(again, OPERATOR)[0]] == ["acme"]
+        assert [r.name for r in repo_ops.list_repositories(again, OPERATOR).repos] == ["acme"]
         assert queries.revision_log(again, OPERATOR, "acme", "main", limit=1000) == before
     finally:
         again.close()
