@@ -206,18 +206,6 @@ class ChangeSubscriptions:
         self._followers[key] = asyncio.get_running_loop().create_task(
             self._follow(connection, uri, caller, address.repo, branch, start, slot))
         return EmptyResult()
-        _repo, connection_branch, caller = self.caller_of(ctx.request)
-        branch = address.branch or connection_branch
-        try:
-            start = await anyio.to_thread.run_sync(
-                lambda: change_ops.head_cursor(self.services, caller, address.repo, branch=branch))
-            slot = change_ops.stream_slot(self.services, caller)
-            slot.__enter__()
-        except KGError as exc:
-            raise mcp_error(exc, uri) from exc
-        self._followers[key] = asyncio.get_running_loop().create_task(
-            self._follow(ctx.session, uri, caller, address.repo, branch, start, slot))
-        return EmptyResult()
 
     async def unsubscribe(self, ctx: ServerRequestContext[Any, Any], params: UnsubscribeRequestParams) -> EmptyResult:
         """``resources/unsubscribe``: stop following the feed for this session.
