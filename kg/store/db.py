@@ -90,34 +90,74 @@ class Database:
                 session.rollback()
                 raise
 
-    def upgrade(self) -> None:
-        """Apply pending Alembic migrations (the only way kg creates tables).
+    def upgrade(self, target: str = "head") -> None:
+        """Apply pending Alembic migrations up to ``target`` (the only way kg creates tables).
 
         Raises
         ------
         kg.errors.BackendUnavailable
             The database cannot be reached.
         """
+        self._migrate("upgrade", target)
+
+    def downgrade(self, target: str) -> None:
+        """Undo migrations down to ``target`` (a revision id, or ``base``): what a store of that
+        age holds stays, what later migrations added is dropped.
+
+        Raises
+        ------
+        kg.errors.BackendUnavailable
+            The database cannot be reached.
+        """
+        self._migrate("downgrade", target)
+
+    def _migrate(self, direction: str, target: str) -> None:
+        """One migration run in one transaction, one migrator at a time.
+
+        Notes
+        -----
+        On SQLite, Alembic's batch mode changes a table by copying it into a new one and dropping
+        the old; with foreign keys on, that drop is a DELETE that cascades (sqlite.org/lang_droptable.html):
+        changing ``repositories`` deleted every branch, workspace and version. So foreign keys are
+        off while migrating (the pragma is ignored inside a transaction: it is set before BEGIN),
+        ``PRAGMA foreign_key_check`` must find no orphan before the commit, and they are on again
+        after (sqlite.org/lang_altertable.html, "Making Other Kinds Of Table Schema Changes").
+        """
         with _upgrade_lock:
             from alembic import command
 
-            # The write lock up front (BEGIN IMMEDIATE on SQLite): Alembic reads the version
-            # table before it creates anything, and a deferred transaction that must turn a
-            # read into a write while another process migrates the same fresh file fails at
-            # once with "database is locked" (SQLite cannot wait: its snapshot is stale). With
-            # the lock taken first, the second process waits, then finds the schema at head.
+            run = command.upgrade if direction == "upgrade" else command.downgrade
             try:
-                with self.engine.execution_options(kg_write=True).begin() as connection:
-                    if self.dialect == "postgresql":
-                        # The same for PostgreSQL: one migrator of a schema at a time (the
-                        # second would fail creating a table the first made), released at
-                        # commit.
-                        connection.exec_driver_sql(
-                            "SELECT pg_advisory_xact_lock(hashtext('kg migrations in '"
-                            " || current_schema()))")
-                    cfg = alembic_config(self.url)
-                    cfg.attributes["connection"] = connection
-                    command.upgrade(cfg, "head")
+                with self.engine.execution_options(kg_write=True).connect() as connection:
+                    sqlite = self.dialect == "sqlite"
+                    if sqlite:
+                        connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
+                    try:
+                        # The write lock up front (BEGIN IMMEDIATE on SQLite): Alembic reads the
+                        # version table before it creates anything, and a deferred transaction
+                        # that must turn a read into a write while another process migrates the
+                        # same fresh file fails at once with "database is locked" (SQLite cannot
+                        # wait: its snapshot is stale). With the lock taken first, the second
+                        # process waits, then finds the schema at head.
+                        with connection.begin():
+                            if self.dialect == "postgresql":
+                                # The same for PostgreSQL: one migrator of a schema at a time (the
+                                # second would fail creating a table the first made), released at
+                                # commit.
+                                connection.exec_driver_sql(
+                                    "SELECT pg_advisory_xact_lock(hashtext('kg migrations in '"
+                                    " || current_schema()))")
+                            cfg = alembic_config(self.url)
+                            cfg.attributes["connection"] = connection
+                            run(cfg, target)
+                            if sqlite:
+                                orphans = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                                if orphans:
+                                    raise RuntimeError(f"migrating to {target} left rows whose foreign key "
+                                                       f"points nowhere (rolled back): {orphans[:5]}")
+                    finally:
+                        if sqlite:
+                            connection.connection.driver_connection.execute("PRAGMA foreign_keys=ON")  # type: ignore[union-attr]
             except OperationalError as exc:
                 raise BackendUnavailable(f"cannot reach the database: {exc.orig}") from exc
 

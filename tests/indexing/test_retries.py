@@ -171,7 +171,7 @@ def test_a_text_that_kills_its_indexer_every_time_still_ends_failed(db_url, tmp_
     assert (row.status, row.failures) == ("failed", MAX_ATTEMPTS)
     assert row.error.startswith(f"the indexer process died {MAX_ATTEMPTS} times")
     assert found(restarted, "enormous") == []
-    assert context.run(restarted, context.OPERATOR, retry_failed_index, "r") == {"retried": 1}
+    assert context.run(restarted, context.OPERATOR, retry_failed_index, "r").retried == 1
     assert restarted.indexer.drain().done == 1 and found(restarted, "enormous") == ["/oom"]
     restarted.close()
     services.close()

@@ -69,8 +69,8 @@ def test_a_write_on_a_branch_is_seen_by_the_next_read_of_either_server(pair):
     run(one, OPERATOR, put_node, "r", "b", "kb", "/a", node_type="t", properties={"v": 2})
     for services in (one, other):
         assert _view(services, "b").revision == before + 1
-        assert get_node(services, OPERATOR, "r", "b", "kb", "/a")["properties"] == {"v": 2}
-    assert get_node(other, OPERATOR, "r", "main", "kb", "/a")["properties"] == {"v": 1}
+        assert get_node(services, OPERATOR, "r", "b", "kb", "/a").properties == {"v": 2}
+    assert get_node(other, OPERATOR, "r", "main", "kb", "/a").properties == {"v": 1}
 
 
 def test_a_branch_created_or_deleted_by_one_server_is_seen_by_the_other(pair):
@@ -93,7 +93,7 @@ def test_a_workspace_created_by_one_server_is_seen_by_the_other(pair):
     run(one, OPERATOR, create_workspace, "r", "notes")
     assert sorted(_view(other).workspaces.values()) == ["kb", "notes"]
     run(other, OPERATOR, put_node, "r", "main", "notes", "/n", node_type="t", properties={"x": 1})
-    assert get_node(one, OPERATOR, "r", "main", "notes", "/n")["properties"] == {"x": 1}
+    assert get_node(one, OPERATOR, "r", "main", "notes", "/n").properties == {"x": 1}
 
 
 def test_a_merge_and_a_reset_are_seen_by_the_other_server(pair):
@@ -103,7 +103,7 @@ def test_a_merge_and_a_reset_are_seen_by_the_other_server(pair):
     _warm(one, other)
     _warm(one, other, branch="b")
     run(other, OPERATOR, merge_branch, "r", "b", "main")
-    assert get_node(one, OPERATOR, "r", "main", "kb", "/c")["properties"] == {"on": "b"}
+    assert get_node(one, OPERATOR, "r", "main", "kb", "/c").properties == {"on": "b"}
     run(one, OPERATOR, put_node, "r", "main", "kb", "/d", node_type="t", properties={})
     run(one, OPERATOR, put_node, "r", "b", "kb", "/e", node_type="t", properties={})
     _warm(one, other, branch="b")
@@ -114,7 +114,7 @@ def test_a_merge_and_a_reset_are_seen_by_the_other_server(pair):
     assert view.branch.base_revision == view.repo.head_revision != before.branch.base_revision
     with pytest.raises(NotFound):
         get_node(other, OPERATOR, "r", "b", "kb", "/e")
-    assert get_node(other, OPERATOR, "r", "b", "kb", "/d")["path"] == "/d"
+    assert get_node(other, OPERATOR, "r", "b", "kb", "/d").path == "/d"
 
 
 def test_a_view_is_scoped_per_caller_though_shared(pair):

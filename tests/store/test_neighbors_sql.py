@@ -59,7 +59,8 @@ def apply(services, repo: str, branch: str, step) -> None:
 
 def from_view(graph, node_id, direction, types, readable):
     found, _ = graph.neighbors(node_id, direction=direction, types=types, limit=10_000, workspaces=readable)
-    return [(other, graph.address(other).workspace, graph.address(other).path, t, w, props, d)
+    # the view answers None for an edge without properties (kg.graph.neighbors.Neighbor), SQL {}
+    return [(other, graph.address(other).workspace, graph.address(other).path, t, w, props or {}, d)
             for other, t, w, d, props in found]
 
 
