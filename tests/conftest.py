@@ -4,10 +4,12 @@ set), Services with the deterministic fake embedder, and an in-process API clien
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -38,28 +40,151 @@ def _pg_schema_url(schema: str) -> str:
 
 
 @contextmanager
-def database_url(backend: str, folder: Path) -> Iterator[str]:
-    """A fresh, empty database on ``backend``: a SQLite file in ``folder``, or a new PostgreSQL
-    schema dropped afterwards."""
+def empty_database_url(backend: str, folder: Path) -> Iterator[str]:
+    """A fresh, empty database on ``backend`` (no table, not even Alembic's): a SQLite file in
+    ``folder``, or a new PostgreSQL schema dropped afterwards."""
     if backend == "sqlite":
         yield f"sqlite:///{folder / 'kg.sqlite3'}"
         return
-    schema = f"kg_test_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    schema = _create_schema()
     try:
         yield _pg_schema_url(schema)
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+        _drop_schema(schema)
+
+
+@contextmanager
+def database_url(backend: str, folder: Path) -> Iterator[str]:
+    """A fresh database on ``backend`` with kg's schema at the migration head and no row: what
+    ``Database.upgrade`` makes of an empty one, without replaying every migration per test.
+
+    SQLite: a copy of a file this process migrated once. PostgreSQL: a schema this process
+    migrated, emptied after the test that had it (every table's rows deleted, children first,
+    and the sequences restarted) and handed to the next test; a schema a test left anywhere but
+    at the head, with other tables, or locked, is dropped instead. Migrating took 0.2 s (SQLite)
+    and 0.42 s (PostgreSQL) per test; the copy and the emptying take 1 ms and 30 ms.
+    """
+    if backend == "sqlite":
+        target = folder / "kg.sqlite3"
+        shutil.copyfile(_sqlite_template(), target)
+        yield f"sqlite:///{target}"
+        return
+    schema = _FREE_SCHEMAS.pop() if _FREE_SCHEMAS else _migrated_schema()
+    try:
+        yield _pg_schema_url(schema)
+    finally:
+        if _emptied(schema):
+            _FREE_SCHEMAS.append(schema)
+        else:
+            _drop_schema(schema)
+
+
+#: Schemas at the head with no row, this process's (PostgreSQL).
+_FREE_SCHEMAS: list[str] = []
+_CACHE: dict[str, Any] = {}
+
+
+def _admin_engine() -> Any:
+    if "engine" not in _CACHE:
+        _CACHE["engine"] = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    return _CACHE["engine"]
+
+
+def _create_schema() -> str:
+    schema = f"kg_test_{uuid.uuid4().hex[:12]}"
+    with _admin_engine().connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    return schema
+
+
+def _drop_schema(schema: str) -> None:
+    with _admin_engine().connect() as conn:
+        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+def _migrated_schema() -> str:
+    schema = _create_schema()
+    db = Database(_pg_schema_url(schema))
+    try:
+        db.upgrade()
+    finally:
+        db.dispose()
+    return schema
+
+
+def _head() -> str:
+    if "head" not in _CACHE:
+        from alembic.script import ScriptDirectory
+
+        from kg.store.db import alembic_config
+
+        _CACHE["head"] = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    return str(_CACHE["head"])
+
+
+def _sqlite_template() -> Path:
+    if "sqlite" not in _CACHE:
+        import tempfile
+
+        template = Path(tempfile.mkdtemp(prefix="kg-test-template-")) / "kg.sqlite3"
+        db = Database(f"sqlite:///{template}")
+        db.upgrade()
+        db.checkpoint(wait_s=5)  # everything in the main file: the copy needs no -wal file
+        db.dispose()
+        _CACHE["sqlite"] = template
+    return Path(_CACHE["sqlite"])
+
+
+def _emptied(schema: str) -> bool:
+    """Delete every row of ``schema``'s tables (children first) and restart its sequences; False,
+    with nothing deleted, when the schema is not at the head with exactly kg's tables, or a lock
+    is held (a connection a test left open)."""
+    from kg.store.models import Base
+
+    tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
+    try:
+        with _admin_engine().connect() as conn, conn.begin():
+            conn.execute(text(f'SET LOCAL search_path TO "{schema}"'))
+            conn.execute(text("SET LOCAL lock_timeout = '2s'"))
+            found = set(conn.execute(text(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")).scalars())
+            if found != {*tables, "alembic_version"}:
+                return False
+            if conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() != [_head()]:
+                return False
+            for table in tables:
+                conn.execute(text(f'DELETE FROM "{table}"'))
+            for seq in conn.execute(text(
+                    "SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()")).scalars().all():
+                conn.execute(text(f'ALTER SEQUENCE "{seq}" RESTART'))
+    except Exception:  # a lock wait timed out, a table a test dropped: drop the schema instead
+        return False
+    return True
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_free_schemas() -> Iterator[None]:
+    """Drop this process's pooled PostgreSQL schemas at the end of the session."""
+    yield
+    while _FREE_SCHEMAS:
+        _drop_schema(_FREE_SCHEMAS.pop())
+    engine = _CACHE.pop("engine", None)
+    if engine is not None:
+        engine.dispose()
 
 
 @pytest.fixture(params=BACKENDS)
 def db_url(request, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database: a SQLite file, or a new PostgreSQL schema dropped afterwards."""
+    """A fresh database at the migration head, with no row: a SQLite file, or a PostgreSQL
+    schema (:func:`database_url`)."""
     with database_url(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_db_url(request, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database (no table): for the tests of the migrations themselves."""
+    with empty_database_url(request.param, tmp_path) as url:
         yield url
 
 

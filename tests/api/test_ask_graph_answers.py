@@ -6,16 +6,21 @@ and 405 embedded by the real local model; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kg.context import OPERATOR
+from kg.index.embedded import EmbeddedVectorIndex
 from kg.ops.ingest import ingest_path
+from kg.services import Services
 from kg.settings import Settings
+from kg.store.db import Database
 from tests.api import test_access
 from tests.api.test_access import bearer, make_key
 from tests.conftest import FAKE_MODEL
+from tests.memo_embedder import memo_embedder_factory
 
 PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
 LOCAL_MODEL = "local:all-MiniLM-L6-v2"
@@ -29,6 +34,18 @@ def settings(db_url, tmp_path) -> Settings:
     return Settings(database_url=db_url, data_dir=tmp_path / "data", embedding_model=FAKE_MODEL,
                     index_inline=True, allow_fake_embedder=True, auth=True, key_pepper=PEPPER, key_cache_s=60,
                     rag_max_distance=2.0)
+
+
+@pytest.fixture
+def services(settings: Settings) -> Iterator[Services]:
+    """The conftest's services, the local model's vectors remembered across the module's tests
+    (each ingests the same two PEPs: tests/memo_embedder.py)."""
+    db = Database(settings.resolved_database_url())
+    db.upgrade()
+    svc = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
+                   embedder_factory=memo_embedder_factory())
+    yield svc
+    svc.close()
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ from sqlalchemy import insert, inspect
 from kg.store.db import Database, alembic_config
 
 
-def test_upgrade_downgrade_upgrade_and_check(db_url):
-    db = Database(db_url)
+def test_upgrade_downgrade_upgrade_and_check(empty_db_url):
+    db = Database(empty_db_url)
     db.upgrade()
     tables = set(inspect(db.engine).get_table_names())
     assert {"repositories", "branches", "revisions", "workspaces", "node_versions",
@@ -19,7 +19,7 @@ def test_upgrade_downgrade_upgrade_and_check(db_url):
     assert set(inspect(db.engine).get_table_names()) - {"alembic_version"} == set()
     db.upgrade()
     with db.engine.begin() as conn:
-        cfg = alembic_config(db_url)
+        cfg = alembic_config(empty_db_url)
         cfg.attributes["connection"] = conn
         try:
             command.check(cfg)
@@ -28,7 +28,7 @@ def test_upgrade_downgrade_upgrade_and_check(db_url):
     db.dispose()
 
 
-def test_a_migration_down_and_up_again_keeps_the_repositories_data(db_url, tmp_path):
+def test_a_migration_down_and_up_again_keeps_the_repositories_data(empty_db_url, tmp_path):
     """Undoing 0020 rebuilds ``repositories`` on SQLite (batch mode copies the table and drops
     the old one); with foreign keys on, the drop cascaded and every branch, workspace, revision
     and node of the store was deleted. Both databases; foreign keys are on again after."""
@@ -46,9 +46,9 @@ def test_a_migration_down_and_up_again_keeps_the_repositories_data(db_url, tmp_p
             return {t: conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar()
                     for t in ("repositories", "branches", "workspaces", "revisions", "node_versions")}
 
-    db = Database(db_url)
+    db = Database(empty_db_url)
     db.upgrade()
-    services = Services(settings=Settings(data_dir=tmp_path, database_url=db_url), db=db,
+    services = Services(settings=Settings(data_dir=tmp_path, database_url=empty_db_url), db=db,
                         index=EmbeddedVectorIndex(tmp_path),
                         embedder_factory=lambda name: make_embedder(name, allow_fake=True))
     run(services, OPERATOR, create_repository, "r")
@@ -115,7 +115,7 @@ def _legacy_branch(s, repo_name, name):
                                               head_revision=head, created_at=utcnow()))
 
 
-def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url):
+def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(empty_db_url):
     """Legacy data (random ids, deletes that wrote no edge tombstones, a merge that hid an
     edge by replacing a node's id) read the same after 0008, except the hidden edge."""
     import uuid
@@ -130,8 +130,8 @@ def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url)
     )
     from kg.store.visibility import visible_select
 
-    db = Database(db_url)
-    _upgrade_to(db, db_url, "0007")
+    db = Database(empty_db_url)
+    _upgrade_to(db, empty_db_url, "0007")
 
     def node(s, ctx, path, props, node_id=None, deleted=False):
         node_id = node_id or str(uuid.uuid4())
@@ -205,7 +205,7 @@ def test_0008_gives_every_node_its_address_id_and_keeps_what_readers_saw(db_url)
     db.dispose()
 
 
-def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(db_url):
+def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(empty_db_url):
     """Versions written before paths were normalised (NFD paths, ids derived from the NFD
     spelling) become readable at the NFC path after 0014, keep their edges, and a branch that
     held both spellings as two nodes holds one node whose latest version wins."""
@@ -221,8 +221,8 @@ def test_0014_nfd_paths_join_their_nfc_address_with_their_edges_and_references(d
 
     nfd_dir, nfd_cafe = unicodedata.normalize("NFD", "/caf\u00e9"), unicodedata.normalize("NFD", "caf\u00e9")
     assert nfd_dir != "/caf\u00e9"
-    db = Database(db_url)
-    _upgrade_to(db, db_url, "0013")
+    db = Database(empty_db_url)
+    _upgrade_to(db, empty_db_url, "0013")
 
     def node(s, ctx, path, props, name=None):
         parent = path.rsplit("/", 1)[0] or "/"
@@ -294,7 +294,7 @@ def _upgrade_in_another_process(url: str) -> str:
         db.dispose()
 
 
-def test_processes_migrating_one_fresh_database_at_once_all_succeed(db_url):
+def test_processes_migrating_one_fresh_database_at_once_all_succeed(empty_db_url):
     """Several processes started together on a fresh database (a server and a CLI, or test
     workers importing ``api.main``) each run the upgrade: the first migrates, the others wait
     for it and find the schema at head. SQLite answered "database is locked" to all but one
@@ -303,7 +303,7 @@ def test_processes_migrating_one_fresh_database_at_once_all_succeed(db_url):
 
     from alembic.script import ScriptDirectory
 
-    head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
+    head = ScriptDirectory.from_config(alembic_config(empty_db_url)).get_current_head()
     with multiprocessing.get_context("spawn").Pool(4) as pool:
-        versions = pool.map(_upgrade_in_another_process, [db_url] * 8)
+        versions = pool.map(_upgrade_in_another_process, [empty_db_url] * 8)
     assert versions == [head] * 8
