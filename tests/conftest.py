@@ -142,21 +142,22 @@ def _emptied(schema: str) -> bool:
     from kg.store.models import Base
 
     tables = [t.name for t in reversed(Base.metadata.sorted_tables)]
+    q = f'"{schema}"'
     try:
-        with _admin_engine().connect() as conn, conn.begin():
-            conn.execute(text(f'SET LOCAL search_path TO "{schema}"'))
+        # a transaction (the admin engine autocommits each statement): all rows or none
+        with _admin_engine().execution_options(isolation_level="READ COMMITTED").begin() as conn:
             conn.execute(text("SET LOCAL lock_timeout = '2s'"))
-            found = set(conn.execute(text(
-                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")).scalars())
+            found = set(conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = :s"),
+                                     {"s": schema}).scalars())
             if found != {*tables, "alembic_version"}:
                 return False
-            if conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() != [_head()]:
+            if conn.execute(text(f"SELECT version_num FROM {q}.alembic_version")).scalars().all() != [_head()]:
                 return False
             for table in tables:
-                conn.execute(text(f'DELETE FROM "{table}"'))
-            for seq in conn.execute(text(
-                    "SELECT sequencename FROM pg_sequences WHERE schemaname = current_schema()")).scalars().all():
-                conn.execute(text(f'ALTER SEQUENCE "{seq}" RESTART'))
+                conn.execute(text(f'DELETE FROM {q}."{table}"'))
+            for seq in conn.execute(text("SELECT sequencename FROM pg_sequences WHERE schemaname = :s"),
+                                    {"s": schema}).scalars().all():
+                conn.execute(text(f'ALTER SEQUENCE {q}."{seq}" RESTART'))
     except Exception:  # a lock wait timed out, a table a test dropped: drop the schema instead
         return False
     return True
