@@ -165,6 +165,7 @@ class WebhookWorker:
     def start(self) -> None:
         """Deliver in a daemon thread until :meth:`close`."""
         if self._thread is None:
+            self._stop.clear()
             self._thread = threading.Thread(target=self._loop, name="kg-webhooks", daemon=True)
             self._thread.start()
 
@@ -177,13 +178,17 @@ class WebhookWorker:
             self._wake.wait(self.poll_s)
             self._wake.clear()
 
-    def close(self) -> None:
-        """Stop the thread; claims held go back to the queue."""
+    def stop(self) -> None:
+        """Stop the thread (after its current pass); :meth:`drain` still delivers when called."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=self.services.settings.webhook_timeout_s + 5)
             self._thread = None
+
+    def close(self) -> None:
+        """Stop the thread; claims held go back to the queue."""
+        self.stop()
         self.queue.close()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from kg.index.embedded import EmbeddedVectorIndex
+from kg.providers.base import Embedder
 from kg.providers.registry import make_embedder
 from kg.services import Services
 from kg.settings import Settings
@@ -202,12 +203,18 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def services(settings: Settings) -> Iterator[Services]:
+def embedder_factory(settings: Settings) -> Callable[[str], Embedder]:
+    """How ``services`` makes an embedder from a model name (a module may override it)."""
+    return lambda name: make_embedder(name, allow_fake=settings.allow_fake_embedder)
+
+
+@pytest.fixture
+def services(settings: Settings, embedder_factory: Callable[[str], Embedder]) -> Iterator[Services]:
     """Services on the test database with the fake embedder and a temporary index folder."""
     db = Database(settings.resolved_database_url())
     db.upgrade()
     svc = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
-                   embedder_factory=lambda name: make_embedder(name, allow_fake=settings.allow_fake_embedder))
+                   embedder_factory=embedder_factory)
     yield svc
     svc.close()
 

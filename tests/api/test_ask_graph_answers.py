@@ -6,17 +6,13 @@ and 405 embedded by the real local model; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kg.context import OPERATOR
-from kg.index.embedded import EmbeddedVectorIndex
 from kg.ops.ingest import ingest_path
-from kg.services import Services
 from kg.settings import Settings
-from kg.store.db import Database
 from tests.api import test_access
 from tests.api.test_access import bearer, make_key
 from tests.conftest import FAKE_MODEL
@@ -37,15 +33,10 @@ def settings(db_url, tmp_path) -> Settings:
 
 
 @pytest.fixture
-def services(settings: Settings) -> Iterator[Services]:
-    """The conftest's services, the local model's vectors remembered across the module's tests
-    (each ingests the same two PEPs: tests/memo_embedder.py)."""
-    db = Database(settings.resolved_database_url())
-    db.upgrade()
-    svc = Services(settings=settings, db=db, index=EmbeddedVectorIndex(settings.data_dir),
-                   embedder_factory=memo_embedder_factory())
-    yield svc
-    svc.close()
+def embedder_factory():
+    """The local model's vectors remembered across the module's tests (each ingests the same
+    two PEPs: tests/memo_embedder.py)."""
+    return memo_embedder_factory()
 
 
 @pytest.fixture
