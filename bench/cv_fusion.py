@@ -346,14 +346,20 @@ def choose(train: Sequence[str], legs: dict[str, dict], qrels: dict[str, dict[st
     return best
 
 
-def main(argv: list[str] | None = None) -> dict:
-    from bench.beir import load_dataset
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def cv_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every cross-validation bench takes: the dataset, metric, folds and seed."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("dataset", type=Path, help="a BEIR-layout folder")
     parser.add_argument("--metric", choices=sorted(METRICS), default="ndcg@10")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=15)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from bench.beir import load_dataset
+
+    parser = cv_parser(__doc__.splitlines()[0])
     parser.add_argument("--lexical", action="store_true",
                         help="hashing vectors with the real chunking: BM25 legs only (no embedding cost)")
     parser.add_argument("--model", default="local:all-MiniLM-L6-v2")

@@ -3,9 +3,9 @@
 HotpotQA questions need two passages; the second often shares an entity with the first but
 little vocabulary with the question. The graph leg (as ``bench/hotpot_graph.py``):
 
-1. every passage's entities are extracted once with the ``extract-entities`` function (its
-   deterministic extractor: no LLM), making ``/entities/<slug>`` nodes with ``mentioned_in``
-   edges to the passages;
+1. every passage's entities are extracted once with the ``extract-entities`` function (no LLM:
+   the offline NER, or with ``--extractor rules`` the deterministic rules it replaced),
+   making ``/entities/<slug>`` nodes with ``mentioned_in`` edges to the passages;
 2. per question, kg's hybrid search (node granularity, top 100, the shipped fusion settings)
    ranks the passages, and ``graph-context`` walks 2 hops over ``mentioned_in`` from the
    hybrid top ``seeds`` (passage -> entity -> passage), scoring what it reaches by the seeds'
@@ -157,11 +157,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--embed-cache", type=Path, nargs="*", default=())
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument("--extractor", choices=("ner", "rules"), default="ner",
+                        help="extract-entities with the offline NER (KG_ENTITY_NER=auto) or the deterministic "
+                             "rules (KG_ENTITY_NER=off): the graph leg before and after the NER")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     name = args.dataset.resolve().name
     source = args.source or CACHE / f"cv-{name}"
-    workdir = args.workdir or CACHE / f"cv-graph-{name}"
+    workdir = args.workdir or CACHE / f"cv-graph-{name}-{args.extractor}"
     if not workdir.exists():
         if not (source / "kg.sqlite3").is_file():
             parser.error(f"{source} holds no database: run bench/cv_fusion.py on {args.dataset} first")
@@ -169,7 +172,9 @@ def main(argv: list[str] | None = None) -> dict:
     corpus, queries, qrels = load_dataset(args.dataset)
     services, workspace, _ = open_services(args.dataset, workdir, lexical=False, model=args.model,
                                            embed_cache=args.embed_cache)
+    services.settings.entity_ner = "auto" if args.extractor == "ner" else "off"
     results: dict[str, Any] = {"machine": machine(), "dataset": name, "questions": len(queries),
+                               "extractor_asked": args.extractor,
                                "folds": args.folds, "seed": args.seed,
                                "fusion": {"rrf_k": services.settings.search_rrf_k,
                                           "title_weight": services.settings.search_title_weight,
@@ -177,6 +182,9 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         print("extracting entities ...", file=sys.stderr, flush=True)
         results["extraction"] = extract_all(services, workspace, corpus)
+        if args.extractor == "ner" and not str(results["extraction"]["extractor"]).startswith("ner:"):
+            raise SystemExit(f"the NER did not run (extractor {results['extraction']['extractor']!r}): "
+                             "install the ner extra")
         print(f"reading the legs of {len(queries)} questions ...", file=sys.stderr, flush=True)
         per_q: dict[str, dict[int, tuple[list[str], list[str]]]] = {}
         subjects: dict[str, tuple[list[str], list[tuple[int, str]]]] = {}
@@ -249,7 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(table(rows, ["split", "hybrid", "hybrid+graph", "chosen (graph)", "hybrid+subjects", "chosen (subjects)"]))
     print("graph leg above hybrid on every fold:", all(r["graph_over_hybrid"] for r in per_fold))
     print("subject leg above hybrid on every fold:", all(r["subjects_over_hybrid"] for r in per_fold))
-    write_results(results, args.out or ROOT / "bench" / "results" / f"cv-graph-{name}.json")
+    write_results(results, args.out or ROOT / "bench" / "results" / f"cv-graph-{name}-{args.extractor}.json")
     return results
 
 

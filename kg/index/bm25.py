@@ -461,6 +461,53 @@ class BM25Index:
             ids, tfs = ids[:cut], tfs[:cut]
         return (ids, tfs, max_tf) if len(ids) else None
 
+    def terms(self, text: str) -> list[str]:
+        """The index terms of ``text``, in order, repeats kept: what :meth:`add` counts."""
+        return self._analyze(text)
+
+    def query_weights(self, query: str | Mapping[str, float]) -> dict[str, float]:
+        """A query's distinct terms and their weights, in query order.
+
+        Free text is analysed like the documents, each distinct term weighing 1.0. A mapping is
+        a weighted query of analysed terms: a term of weight 0 is dropped, and its terms are not
+        analysed again (an expansion term is already an index term).
+
+        Raises
+        ------
+        ValueError
+            A weight is not a finite number >= 0.
+
+        Examples
+        --------
+        >>> BM25Index().query_weights("Running the runners' runs")
+        {'run': 1.0, 'runner': 1.0}
+        >>> BM25Index().query_weights({"run": 0.75, "stride": 0.25, "walk": 0})
+        {'run': 0.75, 'stride': 0.25}
+        """
+        if isinstance(query, str):
+            return dict.fromkeys(self._analyze(query), 1.0)
+        out: dict[str, float] = {}
+        for term, weight in query.items():
+            value = float(weight)
+            if not np.isfinite(value) or value < 0:
+                raise ValueError(f"the weight of query term {term!r} must be a finite number >= 0, got {weight!r}")
+            if value > 0:
+                out[term] = value
+        return out
+
+    def document_frequency(self, term: str, selection: Selection | None = None) -> int:
+        """How many documents hold the analysed ``term``: all of them, or those ``selection``
+        selects; O(df) (O(1) for every document)."""
+        state = self._state
+        n = state.n_docs if selection is None else selection.n
+        postings = self._postings(state, term, n)
+        if postings is None:
+            return 0
+        ids = postings[0]
+        if selection is None or selection.mask is None:
+            return len(ids)
+        return int(np.count_nonzero(selection.mask[ids]))
+
     def selection(self, mask: np.ndarray | None = None) -> Selection:
         """The query-independent part of :meth:`search` for one set of documents.
 
@@ -510,7 +557,8 @@ class BM25Index:
         return Selection(n, mask, n_selected, avgdl, doc_norm, float(doc_norm.min()))
 
     def search(
-        self, query: str, k: int, mask: np.ndarray | None = None, *, selection: Selection | None = None,
+        self, query: str | Mapping[str, float], k: int, mask: np.ndarray | None = None, *,
+        selection: Selection | None = None,
     ) -> list[tuple[int, float]]:
         r"""Rank documents by BM25 for ``query`` among the documents ``mask`` selects.
 
@@ -520,8 +568,11 @@ class BM25Index:
 
         Parameters
         ----------
-        query : str
-            Free text, analysed like the documents; repeated query terms count once.
+        query : str or mapping of str to float
+            Free text, analysed like the documents; repeated query terms count once. Or a
+            weighted query (:meth:`query_weights`): analysed terms and their weights, each
+            term's contribution multiplied by its weight (Lucene's boost; what a query expanded
+            by relevance feedback is).
         k : int
             Maximum number of results; ``k <= 0`` gives ``[]``.
         mask : ndarray, shape (n,), bool, optional
@@ -541,8 +592,8 @@ class BM25Index:
         Raises
         ------
         ValueError
-            ``mask`` is longer than :attr:`n_docs` or not one-dimensional, or both ``mask``
-            and ``selection`` are given.
+            ``mask`` is longer than :attr:`n_docs` or not one-dimensional, both ``mask``
+            and ``selection`` are given, or a query weight is not finite or < 0.
 
         Notes
         -----
@@ -588,7 +639,8 @@ class BM25Index:
         return list(zip(docs.tolist(), scores.tolist(), strict=True))
 
     def rank(
-        self, query: str, k: int, mask: np.ndarray | None = None, *, selection: Selection | None = None,
+        self, query: str | Mapping[str, float], k: int, mask: np.ndarray | None = None, *,
+        selection: Selection | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`search`'s answer as two arrays: document ids (int64) and their scores (float64).
 
@@ -600,7 +652,7 @@ class BM25Index:
         none = (np.zeros(0, np.int64), np.zeros(0))
         if k <= 0:
             return none
-        query_terms = list(dict.fromkeys(self._analyze(query)))
+        query_terms = self.query_weights(query)
         if not query_terms:
             return none
         if selection is None:
@@ -612,7 +664,7 @@ class BM25Index:
             return none
         state = self._state
         terms: list[_Term] = []
-        for term in query_terms:
+        for term, weight in query_terms.items():
             postings = self._postings(state, term, n)
             if postings is None:
                 continue
@@ -621,7 +673,8 @@ class BM25Index:
             df = len(ids) if keep is None else int(np.count_nonzero(keep))
             if df == 0:
                 continue
-            terms.append(_Term(ids, tfs, keep, df, np.log1p((n_selected - df + 0.5) / (df + 0.5)), max_tf))
+            idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
+            terms.append(_Term(ids, tfs, keep, df, idf if weight == 1.0 else idf * weight, max_tf))
         if not terms:
             return none
         norm_of = doc_norm.__getitem__
@@ -778,7 +831,7 @@ class BM25Index:
 
     def search_groups(
         self,
-        query: str,
+        query: str | Mapping[str, float],
         k: int,
         *,
         groups: np.ndarray | None = None,
@@ -796,8 +849,9 @@ class BM25Index:
 
         Parameters
         ----------
-        query : str
-            Free text, analysed like the documents; repeated query terms count once.
+        query : str or mapping of str to float
+            Free text, analysed like the documents; repeated query terms count once. Or a
+            weighted query, as in :meth:`search`.
         k : int
             Maximum number of groups; ``k <= 0`` gives ``[]``.
         groups : ndarray, shape (n,), int, optional
@@ -880,7 +934,7 @@ class BM25Index:
             raise ValueError(f"{n_fields} fields need as many weights, got {len(weights)}")
         if k <= 0:
             return []
-        query_terms = list(dict.fromkeys(self._analyze(query)))
+        query_terms = self.query_weights(query)
         if not query_terms or not stats.n_docs_selected:
             return []
         state = self._state
@@ -893,7 +947,7 @@ class BM25Index:
         terms: list[_Term] = []
         term_groups: list[np.ndarray] = []
         parts: list[_GroupTerm] = []
-        for term in query_terms:
+        for term, weight in query_terms.items():
             postings = self._postings(state, term, n)
             if postings is None:
                 continue
@@ -903,8 +957,9 @@ class BM25Index:
                 ids, tfs = ids[keep], tfs[keep]
                 if not len(ids):
                     continue
-            terms.append(_Term(ids, tfs, None, len(ids),
-                               np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5)), max_tf))
+            passage_idf = np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))
+            terms.append(_Term(ids, tfs, None, len(ids), passage_idf if weight == 1.0 else passage_idf * weight,
+                               max_tf))
             g = groups[ids]
             term_groups.append(g)
             if stats.sorted_groups:
@@ -914,7 +969,8 @@ class BM25Index:
             else:
                 holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
                 df = len(holding)
-            parts.append(_GroupTerm(ids, tfs, g, holding, df, np.log1p((n_selected - df + 0.5) / (df + 0.5))))
+            group_idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
+            parts.append(_GroupTerm(ids, tfs, g, holding, df, group_idf if weight == 1.0 else group_idf * weight))
 
         def saturated(part: _GroupTerm, chosen: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
             """The groups holding a term (those ``chosen`` selects only) and its contribution to

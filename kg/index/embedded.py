@@ -778,9 +778,11 @@ class EmbeddedVectorIndex:
         found = store.graph.search(query, max(k, ef), ef=ef, bitmap=bitmap, limit=covered)
         return np.concatenate((np.sort(found), tail)) if len(tail) else np.sort(found)
 
-    def bm25(self, repo_key: str, query: str, k: int, *, scope: SearchScope) -> list[IndexHit]:
+    def bm25(self, repo_key: str, query: str | Mapping[str, float], k: int, *, scope: SearchScope) -> list[IndexHit]:
         """Top ``k`` chunks by BM25 among the scope's content keys (any model); never a zero
         score. BM25's N, df and avgdl are computed over those keys; ties by row (sync order).
+        ``query`` may also be a weighted query of index terms
+        (:meth:`kg.index.bm25.BM25Index.query_weights`: a query expanded by relevance feedback).
 
         Notes
         -----
@@ -792,7 +794,7 @@ class EmbeddedVectorIndex:
         .. [1] S. Robertson and H. Zaragoza, "The Probabilistic Relevance Framework: BM25 and
            Beyond", Foundations and Trends in Information Retrieval 3(4), 2009, pp. 333-389.
         """
-        if k <= 0 or not query.strip():
+        if k <= 0 or not _has_terms(query):
             return []
         view = self._view(repo_key)
         allowed = view.allowed_keys(scope.content_keys)
@@ -804,7 +806,7 @@ class EmbeddedVectorIndex:
     def bm25_documents(
         self,
         repo_key: str,
-        query: str,
+        query: str | Mapping[str, float],
         k: int,
         *,
         scope: SearchScope,
@@ -813,7 +815,8 @@ class EmbeddedVectorIndex:
         """Top ``k`` of the scope's content keys (node texts) by BM25F over all their chunks
         (the contract of :meth:`kg.index.base.SearchIndex.bm25_documents`): N, df and the
         average field lengths are computed over those keys, a chunk of unknown field weighs
-        1.0, ties by key id (sync order).
+        1.0, ties by key id (sync order). ``query`` may also be a weighted query, as in
+        :meth:`bm25`.
 
         Notes
         -----
@@ -833,7 +836,7 @@ class EmbeddedVectorIndex:
             if not isinstance(weight, int | float) or not np.isfinite(weight) or weight < 0:
                 raise InvalidInput(f"field weight of {name!r} must be a finite number >= 0",
                                    details={"field": name, "weight": weight})
-        if k <= 0 or not query.strip():
+        if k <= 0 or not _has_terms(query):
             return []
         content_keys = scope.content_keys
         view = self._view(repo_key)
@@ -1369,3 +1372,8 @@ def _plain_name(name: object) -> str:
     if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
         raise ValueError(f"bad file name in meta.json: {name!r}")
     return name
+
+
+def _has_terms(query: str | Mapping[str, float]) -> bool:
+    """Whether a query can match anything: text that is not blank, or a weighted query with a term."""
+    return bool(query.strip()) if isinstance(query, str) else bool(query)
