@@ -33,6 +33,10 @@ FAKE_ASK_MIN_SIMILARITY = 0.15
 POSTGRES_URL = os.environ.get("KG_TEST_POSTGRES_URL")
 
 BACKENDS = ["sqlite"] + (["postgresql"] if POSTGRES_URL else [])
+#: The databases of the adapters' own tests (the console, MCP, the framework adapters): SQLite
+#: only. They reach the store through the use cases alone, which the store, API and client tests
+#: run on both databases; what an adapter adds (pages, tools, retrievers) does not depend on one.
+ADAPTER_BACKENDS = ["sqlite"]
 
 
 def _pg_schema_url(schema: str) -> str:
@@ -175,12 +179,21 @@ def _drop_free_schemas() -> Iterator[None]:
         engine.dispose()
 
 
-@pytest.fixture(params=BACKENDS)
-def db_url(request, tmp_path: Path) -> Iterator[str]:
-    """A fresh database at the migration head, with no row: a SQLite file, or a PostgreSQL
-    schema (:func:`database_url`)."""
-    with database_url(request.param, tmp_path) as url:
-        yield url
+def db_url_on(backends: list[str]) -> Any:
+    """A ``db_url`` fixture over ``backends``: a folder's conftest narrows its tests' databases
+    with ``db_url = db_url_on(ADAPTER_BACKENDS)``."""
+
+    @pytest.fixture(params=backends)
+    def db_url(request, tmp_path: Path) -> Iterator[str]:
+        """A fresh database at the migration head, with no row: a SQLite file, or a PostgreSQL
+        schema (:func:`database_url`)."""
+        with database_url(request.param, tmp_path) as url:
+            yield url
+
+    return db_url
+
+
+db_url = db_url_on(BACKENDS)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -536,6 +536,29 @@ ENDS_NOTES = {"from_": "The source node's address 'workspace:/path'.",
               "to": "The target node's address 'workspace:/path'."}
 
 
+#: A tool's definition made once per process: its argument model and JSON schema depend on the
+#: function's signature and description alone, and building them (pydantic models, schemas) cost
+#: each app about 60 ms; a later server copies the definition with its own function.
+_TOOL_DEFINITIONS: dict[tuple[str, str, str, str], Tool] = {}
+
+
+def _kg_tool(fn: Callable[..., Any], description: str, annotations: ToolAnnotations) -> Tool:
+    """The MCP tool of ``fn`` (a :class:`KgTool`): its arguments from its signature, an unknown
+    one refused."""
+    key = (fn.__qualname__, description, str(inspect.signature(fn)), repr(annotations))
+    made = _TOOL_DEFINITIONS.get(key)
+    if made is None:
+        made = KgTool.from_function(fn, description=description, annotations=annotations, structured_output=False)
+        # An argument the tool does not take is an error, as an unknown field is over HTTP: the
+        # SDK's argument model ignores extras, so a misspelt filter ("wehre") ran unfiltered.
+        loose = made.fn_metadata.arg_model
+        made.fn_metadata.arg_model = type(loose.__name__, (loose,), {
+            "model_config": ConfigDict(**{**loose.model_config, "extra": "forbid"})})
+        made.parameters = compact_schema({**made.parameters, "additionalProperties": False})
+        _TOOL_DEFINITIONS[key] = made
+    return made.model_copy(update={"fn": fn})
+
+
 def build_server(services: Resources, binder: Binder, *, read_only: bool = False,
                  token_verifier: KeyVerifier | None = None, auth: AuthSettings | None = None,
                  sessions: bool = True) -> MCPServer:
@@ -578,14 +601,7 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
 
     def tool(annotations: ToolAnnotations, description: str) -> Callable[[Callable[..., Any]], Any]:
         def register(fn: Callable[..., Any]) -> Any:
-            made = KgTool.from_function(fn, description=description, annotations=annotations, structured_output=False)
-            # An argument the tool does not take is an error, as an unknown field is over HTTP: the
-            # SDK's argument model ignores extras, so a misspelt filter ("wehre") ran unfiltered.
-            loose = made.fn_metadata.arg_model
-            made.fn_metadata.arg_model = type(loose.__name__, (loose,), {
-                "model_config": ConfigDict(**loose.model_config, extra="forbid")})
-            made.parameters = compact_schema({**made.parameters, "additionalProperties": False})
-            tools.append(made)
+            tools.append(_kg_tool(fn, description, annotations))
             return fn
         return register
 

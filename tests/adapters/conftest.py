@@ -17,8 +17,11 @@ from kg.ops.ingest import ingest_path
 from kg.services import Services
 from kg.settings import Settings
 from tests.client.conftest import PEPPER, Server, admin_key, serve_env
-from tests.conftest import BACKENDS, FAKE_MODEL, database_url
+from tests.conftest import ADAPTER_BACKENDS, FAKE_MODEL, database_url, db_url_on
 from tests.serve import start_server, stop_server
+
+#: The adapters' in-process tests: SQLite (tests/conftest.py, ADAPTER_BACKENDS).
+db_url = db_url_on(ADAPTER_BACKENDS)
 
 PEPS = Path(__file__).resolve().parents[2] / "fixtures" / "peps" / "docs"
 #: Build backends, version specifiers, dependency specifiers, pyproject metadata, inline script metadata.
@@ -52,7 +55,7 @@ def write_guide(kg: Client) -> None:
     kg.relate("peps", "notes:/guide/upgrade", "notes:/guide/install", "requires")
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=ADAPTER_BACKENDS)
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A real ``kg serve`` on a fresh SQLite file or PostgreSQL schema, the corpus in ``peps``."""
     folder = tmp_path_factory.mktemp(f"adapters-{request.param}")

@@ -21,7 +21,7 @@ from kg.mcp.server import READ_TOOLS, WRITE_TOOLS
 from kg.ops import keys as key_ops
 from kg.services import Services
 from kg.settings import Settings
-from tests.conftest import BACKENDS, FAKE_MODEL, POSTGRES_URL, _pg_schema_url
+from tests.conftest import ADAPTER_BACKENDS, FAKE_MODEL, POSTGRES_URL, _pg_schema_url
 from tests.mcp.client import call, mcp_error, mcp_session, read, tool_names
 from tests.serve import start_server, stop_server
 
@@ -97,7 +97,7 @@ def seed(base: str, admin: str) -> None:
     assert r.status_code == 201, r.text
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=ADAPTER_BACKENDS)
 def server(request, tmp_path_factory):
     """A real ``kg serve`` (auth on) with ``acme`` seeded: (base URL, tokens by key name, backend)."""
     folder = tmp_path_factory.mktemp(f"mcp-{request.param}")

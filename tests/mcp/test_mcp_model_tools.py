@@ -138,3 +138,47 @@ def test_an_argument_out_of_the_models_bounds_is_invalid_input(acme, tool, argum
     assert refused["error"]["details"]["errors"][0]["loc"] == [loc]
     assert refused["error"]["details"]["errors"][0]["type"] == kind
     assert call(server, None, "get_node", {"workspace": "kb", "path": "/x"}, error=True)["error"]["code"] == "not_found"
+
+
+def test_a_second_server_lists_the_same_tools_and_runs_its_own_services(acme, tmp_path, monkeypatch):
+    """Tool definitions are made once per process (kg.mcp.server._TOOL_DEFINITIONS): a server
+    built later lists exactly what a fresh build lists, and its tools run over its own services."""
+    import kg.mcp.server as server_module
+    from kg.index.embedded import EmbeddedVectorIndex
+    from kg.services import Services
+    from kg.store.db import Database
+    from tests.conftest import database_url
+
+    async def listed(client):
+        return [(t.name, t.description, t.input_schema, t.annotations) for t in (await client.list_tools()).tools]
+
+    for read_only in (False, True):
+        monkeypatch.setattr(server_module, "_TOOL_DEFINITIONS", {})
+        fresh = mcp_session(build_server(acme, fixed_binding("acme", "main"), read_only=read_only), None, listed)
+        assert server_module._TOOL_DEFINITIONS  # filled by that build
+        again = mcp_session(build_server(acme, fixed_binding("acme", "main"), read_only=read_only), None, listed)
+        assert again == fresh and len(fresh) >= 9
+    # both kinds of server from one process's definitions: each lists what a fresh build lists
+    both = mcp_session(build_server(acme, fixed_binding("acme", "main")), None, listed)
+    assert both == mcp_session(build_server(acme, fixed_binding("acme", "main")), None, listed)
+    assert mcp_session(build_server(acme, fixed_binding("acme", "main"), read_only=True), None, listed) == fresh
+    assert len(fresh) < len(both)
+
+    (tmp_path / "other").mkdir()
+    with database_url("sqlite", tmp_path / "other") as url:
+        settings = acme.settings.model_copy(update={"database_url": url, "data_dir": tmp_path / "other" / "data"})
+        other = Services(settings=settings, db=Database(url), index=EmbeddedVectorIndex(settings.data_dir),
+                         embedder_factory=acme.embedder_factory)
+        try:
+            run(other, OPERATOR, repo_ops.create_repository, "acme")
+            run(other, OPERATOR, repo_ops.create_workspace, "acme", "kb")
+            run(other, OPERATOR, node_ops.put_node, "acme", "main", "kb", "/other", node_type="kb:Note",
+                properties={"content": "another store"})
+            mine = call(build_server(other, fixed_binding("acme", "main")), None, "get_node",
+                        {"workspace": "kb", "path": "/other"})
+            assert mine["node"]["properties"] == {"content": "another store"}, mine
+            theirs = call(build_server(acme, fixed_binding("acme", "main")), None, "get_node",
+                          {"workspace": "kb", "path": "/other"}, error=True)
+            assert theirs["error"]["code"] == "not_found"
+        finally:
+            other.close()

@@ -22,7 +22,7 @@ from kg.ops import nodes as node_ops
 from kg.ops import repos as repo_ops
 from kg.services import Services
 from kg.settings import Settings
-from tests.conftest import BACKENDS, FAKE_MODEL
+from tests.conftest import ADAPTER_BACKENDS, FAKE_MODEL
 from tests.mcp.client import mcp_error
 from tests.mcp.test_mcp_http import _database, make_keys, seed, seeded_server, serve_env
 from tests.serve import start_server, stop_server
@@ -66,7 +66,7 @@ def _client(url: str, key: str, listener: Listener, http: httpx2.AsyncClient) ->
     return Client(streamable_http_client(url, http_client=http), mode="legacy", message_handler=listener)
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=ADAPTER_BACKENDS)
 def session_server(request, tmp_path_factory):
     """A real ``kg serve`` with ``KG_MCP_SESSIONS`` on, ``acme`` seeded with a second workspace
     ``secret`` and a branch ``agent/x``; the admin's token and a key reading only ``kb``."""

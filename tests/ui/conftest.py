@@ -26,9 +26,12 @@ from kg.access import make_grant
 from kg.context import OPERATOR, run
 from kg.ops.keys import create_key
 from kg.services import Services
-from tests.conftest import FAKE_MODEL
+from tests.conftest import ADAPTER_BACKENDS, FAKE_MODEL, db_url_on
 from tests.conftest import database_url as fresh_database
 from tests.serve import start_server, stop_server
+
+#: The console's in-process tests: SQLite (tests/conftest.py, ADAPTER_BACKENDS).
+db_url = db_url_on(ADAPTER_BACKENDS)
 
 PEPPER = "console-tests-pepper-0123456789abcdef"
 CHROMIUM = os.environ.get("KG_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -164,8 +167,7 @@ class Live:
         return r.json()["key"]
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"] if os.environ.get("KG_TEST_POSTGRES_URL")
-                else ["sqlite"])
+@pytest.fixture(scope="module", params=ADAPTER_BACKENDS)
 def live(request, tmp_path_factory) -> Iterator[Live]:
     """A real ``kg serve`` (auth on, the fake embedder, inline indexing) on a fresh database, and
     an admin key made with the CLI as an operator bootstraps one."""
