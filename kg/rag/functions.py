@@ -305,15 +305,15 @@ def _content_words(text: str) -> list[str]:
 
 
 def absent_terms(services: Resources, caller: Actor, repo: str, branch: str, question: str,
-                 workspaces: list[str] | None) -> tuple[list[str], int]:
+                 workspaces: list[str] | None, at_revision: int | None = None) -> tuple[list[str], int]:
     """The question's content words that no searchable passage holds, and how many it has.
 
     A content word is one of the question's BM25 terms (:func:`kg.index.tokenize.analyze`: no
     stop word) of at least three characters, or a number, and none of :data:`QUESTION_WORDS`;
     words of one stem count once. Each
     is looked up by a BM25 search of the branch as the caller reads it (its workspaces, the
-    request's ``workspaces``), so what it may not read counts as absent; a stored answer
-    (``kb:Answer``) is not a document that holds it.
+    request's ``workspaces``; as of ``at_revision`` when given), so what it may not read counts
+    as absent; a stored answer (``kb:Answer``) is not a document that holds it.
 
     Returns
     -------
@@ -335,7 +335,7 @@ def absent_terms(services: Resources, caller: Actor, repo: str, branch: str, que
         words.setdefault(stem(word), word)
     if not words:
         return [], 0
-    with reading(services, caller, repo, branch) as (session, view):
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
         absent = [word for word in words.values()
                   if not _evidence(_search_passages(session, services, view, word, 5, workspaces,
                                                     relevant_only=False, mode="fulltext"))]
@@ -529,7 +529,7 @@ def compose_answer(chosen: list[ScoredSentence], passages: list[dict]) -> tuple[
 
 def vocabulary_rewrite(services: Resources, caller: Actor, repo: str, branch: str, question: str,
                        workspaces: list[str] | None, *, passages: int = REWRITE_PASSAGES,
-                       extra_terms: int = REWRITE_TERMS) -> str | None:
+                       extra_terms: int = REWRITE_TERMS, at_revision: int | None = None) -> str | None:
     """The question rewritten in the vocabulary of its best vector-leg passages.
 
     The vector leg alone (KNN, no distance cut) retrieves ``passages`` passages; from each, the
@@ -550,7 +550,7 @@ def vocabulary_rewrite(services: Resources, caller: Actor, repo: str, branch: st
     relevance feedback for multiple representation dense retrieval" (ColBERT-PRF).
     """
     hits = _passages(services, caller, repo, branch, question, passages + ANSWER_SLACK, workspaces,
-                     relevant_only=False, mode="vector")
+                     relevant_only=False, mode="vector", at_revision=at_revision)
     hits = _evidence(hits)[:passages]
     if not hits:
         return None
@@ -686,9 +686,10 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     if has_llm and passages and not sufficient:
         # Nothing relevant at all: no model is called (CASES #24), the answer is ungrounded.
         rewritten = (_llm_rewrite(llm, question, passages)
-                     or vocabulary_rewrite(services, caller, repo, branch, question, workspaces))
+                     or vocabulary_rewrite(services, caller, repo, branch, question, workspaces,
+                                           at_revision=revision))
     elif not has_llm and not sufficient:
-        rewritten = vocabulary_rewrite(services, caller, repo, branch, question, workspaces)
+        rewritten = vocabulary_rewrite(services, caller, repo, branch, question, workspaces, at_revision=revision)
     if rewritten and rewritten != question:
         again = _evidence(_passages(services, caller, repo, branch, rewritten, MAX_PASSAGES + ANSWER_SLACK,
                                     workspaces, relevant_only=True, at_revision=revision))[:MAX_PASSAGES]
@@ -717,7 +718,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         # The semantic grade passed: the documents must also use enough of the question's own
         # words, or words near them in meaning; else the sentences are about something near
         # the question, not its subject. KG_ASK_MAX_ABSENT_SHARE 1: reported, never declined.
-        absent, asked = absent_terms(services, caller, repo, branch, question, workspaces)
+        absent, asked = absent_terms(services, caller, repo, branch, question, workspaces, revision)
         quoted = select_sentences(scored, threshold=threshold)
         nearest = nearest_words(services, absent, quoted, passages)
         misspelt = misspelt_words(absent, quoted)
@@ -738,7 +739,8 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         searched = [a for a in attempts if "leg" not in a][-1]["query"]
         leg: dict[str, Any] = {"query": searched, "leg": "graph"}
         try:
-            extra = graph_passages(services, caller, repo, branch, question, passages, workspaces, at)
+            extra = graph_passages(services, caller, repo, branch, question, passages, workspaces, at,
+                                   at_revision=revision)
         except Exception as exc:  # the graph leg never fails the answer
             log.warning("ask: the graph leg failed on %s/%s: %s", repo, branch, exc, exc_info=True)
             extra = []
@@ -1188,7 +1190,8 @@ def _best_passage(session, repo_id: int, version, terms: set[str]) -> dict[str, 
 
 
 def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, question: str, passages: list[dict],
-                   workspaces: list[str] | None, at: ValidAt = None) -> list[dict[str, Any]]:
+                   workspaces: list[str] | None, at: ValidAt = None, *,
+                   at_revision: int | None = None) -> list[dict[str, Any]]:
     """Passages of the nodes around the retrieved ones: ``ask``'s graph leg.
 
     First the subjects (:func:`kg.rag.graph.follow_subjects`): from the first
@@ -1200,6 +1203,7 @@ def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, q
     30 nodes beyond the seeds), ranked by shared question terms, then hop, then walk order.
     Only nodes with text that are not already retrieved (and in ``workspaces`` when given) are
     kept; the best passage of up to ``GRAPH_PASSAGES`` (3) of them is returned, subjects first.
+    The branch is read as of ``at_revision`` when given (``ask``'s ``revision``).
 
     Returns
     -------
@@ -1226,7 +1230,7 @@ def graph_passages(services: Resources, caller: Actor, repo: str, branch: str, q
         return (node["hop"] > 0 and node["node_id"] not in have
                 and (workspaces is None or node["workspace"] in workspaces))
 
-    with reading(services, caller, repo, branch) as (session, view):
+    with reading(services, caller, repo, branch, at_revision) as (session, view):
         followed = follow_subjects(session, services, view, seeds[:GRAPH_SUBJECT_SEEDS], hops=2,
                                    max_nodes=10_000, fan_out=GRAPH_SUBJECT_FAN_OUT, at=at)
         subjects = [n for n in followed["nodes"] if n["hop"] == 2 and wanted(n)]
