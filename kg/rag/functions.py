@@ -885,7 +885,7 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     with its title, at least ``coverage`` of the question's content words
     (:func:`answer_coverage`; ``excused`` words count as held), one of them a word of its
     predicate (what it asks of its mentions) and one of its answer slot's words when it has
-    any (:func:`kg.text.questions.slot_words`; never excused); a definition is checked by its focus and pattern
+    any (:func:`kg.text.questions.slot_words`); a definition is checked by its focus and pattern
     instead. A yes/no question is never answered by a quote: a sentence does not say yes or
     no; nor is a choice between the question's own options (``choice``)."""
     if asked.answer_type == "yes_no":
@@ -905,10 +905,7 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     if predicate and not predicate & held:
         return False
     slot = set(analyze(" ".join(slot_words(asked))))
-    # the sentence must say what the answer's slot is, in the question's own word: a slot word
-    # no document uses is not excused ("What is the mascot of X?" over documents that never
-    # say "mascot" is not answered by a sentence about X)
-    if slot and not slot & set(analyze(quoted)):
+    if slot and not slot & held:  # the sentence must say what the answer's slot is
         return False
     return answer_coverage(asked.text, quoted, excused) >= coverage
 
