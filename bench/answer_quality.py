@@ -129,27 +129,37 @@ def _precisions(rows: list[dict]) -> list[float]:
     return out
 
 
-def choose(by_value: dict[float, list[dict]], ids: set[str], target: float) -> float:
-    """The coverage value chosen on the questions ``ids``: the highest answered recall among the
-    values whose grounded precision reaches ``target`` on both corpora, else the highest lower
-    precision of the two; ties go to the stricter value."""
+#: How a tie between swept values is broken. The answer coverage: the stricter (a higher share
+#: of the question's words). The slot word's similarity floor: the lowest, since values the gold
+#: set cannot tell apart differ only on paraphrases it lacks ("replaced" said as "supersedes",
+#: 0.45), which a lower floor keeps answering.
+TIES = {"ask_answer_coverage": "stricter", "ask_slot_similarity": "lenient"}
+
+
+def choose(by_value: dict[float, list[dict]], ids: set[str], target: float, ties: str = "stricter") -> float:
+    """The value chosen on the questions ``ids``: the highest answered recall among the values
+    whose grounded precision reaches ``target`` on both corpora, else the highest lower precision
+    of the two; ties go to the stricter (highest) value, or with ``ties="lenient"`` the lowest."""
     def key(value: float) -> tuple:
         rows = [r for r in by_value[value] if r["id"] in ids]
         low = min(_precisions(rows))
         recall = figures(rows)["answered_recall"] or 0.0
-        return (low >= target, recall if low >= target else low, value)
+        return (low >= target, recall if low >= target else low, value if ties == "stricter" else -value)
     return max(by_value, key=key)
 
 
-def cross_validate(by_value: dict[float, list[dict]], folds: int, target: float, seed: int = 20261205) -> dict:
-    """k-fold cross-validation of the coverage value (see the module docstring)."""
+def cross_validate(by_value: dict[float, list[dict]], folds: int, target: float, seed: int = 20261205, *,
+                   ties: str = "stricter") -> dict:
+    """k-fold cross-validation of the swept value (see the module docstring); the value to ship
+    is the one most folds chose, a tie broken by ``ties``: ``"stricter"`` (the highest) or
+    ``"lenient"`` (the lowest)."""
     ids = [r["id"] for r in next(iter(by_value.values()))]
     random.Random(seed).shuffle(ids)
     parts = [set(ids[i::folds]) for i in range(folds)]
     per_fold, pooled = [], []
     for i, test in enumerate(parts):
         train = set(ids) - test
-        value = choose(by_value, train, target)
+        value = choose(by_value, train, target, ties)
         rows = [r for r in by_value[value] if r["id"] in test]
         pooled += rows
         f = figures(rows)
@@ -163,7 +173,8 @@ def cross_validate(by_value: dict[float, list[dict]], folds: int, target: float,
 
     chosen = Counter(f["chosen"] for f in per_fold)
     top = max(chosen.values())
-    ship = max(v for v, n in chosen.items() if n == top)
+    tied = [v for v, n in chosen.items() if n == top]
+    ship = max(tied) if ties == "stricter" else min(tied)
     return {"folds": per_fold, "precision": spread("grounded_precision"), "recall": spread("answered_recall"),
             "pooled": {c: figures([r for r in pooled if r["corpus"] == c]) for c in ("peps", "hotpotqa")},
             "chosen": dict(chosen), "ship": ship}
@@ -177,7 +188,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--gold", type=Path, action="append", default=None,
                         help="a question file (repeatable; default bench/data/answers_gold.jsonl)")
     parser.add_argument("--sweep", default=None,
-                        help="KG_ASK_ANSWER_COVERAGE values to cross-validate, comma-separated")
+                        help="values of --sweep-setting to cross-validate, comma-separated")
+    parser.add_argument("--sweep-setting", default="ask_answer_coverage",
+                        choices=("ask_answer_coverage", "ask_slot_similarity"),
+                        help="the setting --sweep varies (the other keeps its default)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--target", type=float, default=0.95)
     parser.add_argument("--out", type=Path, default=None)
@@ -208,6 +222,8 @@ def main(argv: list[str] | None = None) -> dict:
         settings = Settings(database_url=f"sqlite:///{work / 'kg.sqlite3'}", data_dir=work / "data",
                             embedding_model=MODEL, index_inline=True)
         results["ask_answer_coverage"] = getattr(settings, "ask_answer_coverage", None)  # None: before it existed
+        results["ask_slot_similarity"] = getattr(settings, "ask_slot_similarity", None)
+        results["sweep_setting"] = args.sweep_setting
         services = Services.from_settings(settings)
         services.embedder_factory = factory
         try:
@@ -229,20 +245,21 @@ def main(argv: list[str] | None = None) -> dict:
             started = time.perf_counter()
             by_value: dict[float, list[dict]] = {}
             for value in sweep:
-                print(f"asking under ask_answer_coverage {value} ...", file=sys.stderr, flush=True)
-                services.settings = settings.model_copy(update={"ask_answer_coverage": value})
+                print(f"asking under {args.sweep_setting} {value} ...", file=sys.stderr, flush=True)
+                services.settings = settings.model_copy(update={args.sweep_setting: value})
                 by_value[value] = _ask_all(services, next(iter(sets.values())))
             if by_value:  # every set is measured under the value the cross-validation ships
-                ship = cross_validate(by_value, args.folds, args.target)["ship"]
-                services.settings = settings.model_copy(update={"ask_answer_coverage": ship})
-                results["ask_answer_coverage"] = ship
+                ship = cross_validate(by_value, args.folds, args.target, ties=TIES[args.sweep_setting])["ship"]
+                services.settings = settings.model_copy(update={args.sweep_setting: ship})
+                results[args.sweep_setting] = ship
             by_set = {name: _ask_all(services, questions) for name, questions in sets.items()}
             results["ask_s"] = round(time.perf_counter() - started, 1)
         finally:
             services.close()
     results["embedded_now"] = sum(e.computed for e in embedders.values())
     keys = ("questions", "exact", "grounded", "grounded_precision", "declined", "answered_recall")
-    print(f"label: {args.label}  (ask_answer_coverage {results['ask_answer_coverage']})")
+    print(f"label: {args.label}  (ask_answer_coverage {results['ask_answer_coverage']}, "
+          f"ask_slot_similarity {results['ask_slot_similarity']})")
     results["sets"] = {}
     for name, rows in by_set.items():
         entry = {"by_corpus": {c: figures([r for r in rows if r["corpus"] == c]) for c in ("peps", "hotpotqa")},
@@ -262,7 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
         print("\nsweep (whole set, for reading only; the choice is cross-validated)")
         print(table([[v, c, *(f[k] for k in keys)] for v, per in results["sweep"].items() for c, f in per.items()],
                     ["coverage", "corpus", *keys]))
-        cv = cross_validate(by_value, args.folds, args.target)
+        cv = cross_validate(by_value, args.folds, args.target, ties=TIES[args.sweep_setting])
         results["cv"] = cv
         print(f"\n{args.folds}-fold cross-validation (held-out folds)")
         print(table([[f["fold"], f["chosen"], f["questions"], f["grounded"], f["grounded_precision"],

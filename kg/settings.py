@@ -68,6 +68,13 @@ class Settings(BaseSettings):
         A question's word that no passage holds still counts as covered when its cosine
         similarity with a word of the quoted sentences reaches this
         (:func:`kg.rag.functions.nearest_words`); above 1 no word is.
+    ask_slot_similarity : float
+        ``ask`` without an LLM quotes a sentence only when it says what the question's answer
+        slot is (:func:`kg.text.questions.slot_words`: "What is the *mascot* of X?"); a slot
+        word no passage holds counts as said only when a word of the quoted sentences is this
+        near it in meaning (:func:`kg.rag.functions.nearest_words`: "warning" said as "notice")
+        or it is misspelt; -1: whenever the coverage check excuses it (chosen by 5-fold
+        cross-validation on the answer gold set, ``bench/answer_quality.py --sweep-setting``).
     ask_absent_words : {"all", "salient"}
         Which uncovered words the check counts: all, or those naming the subject (numbers,
         names, rare words: :func:`kg.rag.functions.salient_words`).
@@ -271,6 +278,7 @@ class Settings(BaseSettings):
     ask_min_similarity: float = Field(default=0.32, ge=-1.0, le=1.0)
     ask_max_absent_share: float = Field(default=0.05, ge=0.0, le=1.0)
     ask_word_similarity: float = Field(default=0.55, ge=-1.0, le=1.01)
+    ask_slot_similarity: float = Field(default=0.4, ge=-1.0, le=1.01)
     ask_answer_coverage: float = Field(default=0.6, ge=0.0, le=1.0)
     ask_absent_words: Literal["all", "salient"] = "salient"
     research_max_steps: int = Field(default=6, ge=1, le=50)

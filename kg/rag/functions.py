@@ -714,6 +714,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     mode = "llm" if has_llm else "extractive"
     retrieved, retrieved_scores = passages, scored
     excused: list[str] = []
+    paraphrased: list[str] | None = None
     if not has_llm and any(s.similarity >= threshold for s in scored):
         # The semantic grade passed: the documents must also use enough of the question's own
         # words, or words near them in meaning; else the sentences are about something near
@@ -729,6 +730,10 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         # the words no document uses that the check does not count (said in other words,
         # misspelt, or not naming the subject) are excused from the answer's own coverage
         excused = [w for w in absent if w not in uncovered]
+        # the answer slot's word is said only in other words near enough, or misspelt
+        slot_floor = services.settings.ask_slot_similarity
+        if slot_floor > -1.0:
+            paraphrased = [w for w in absent if w in misspelt or (w in nearest and nearest[w][1] >= slot_floor)]
         if asked and len(uncovered) / asked > services.settings.ask_max_absent_share:
             passages, scored = [], []
         attempts.append({"query": question, "leg": "coverage", "passages": len(passages), "absent_terms": absent,
@@ -780,7 +785,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         # Without a model a sentence is quoted only when it passes the semantic grade: no
         # passing sentence is the not-covered answer, never unrelated sentences.
         # and only when it holds what the question asks for (its focus and answer type).
-        typed = [s for s in scored if _answers(analysed, s, passages, coverage, excused)]
+        typed = [s for s in scored if _answers(analysed, s, passages, coverage, excused, paraphrased)]
         answer, valid = compose_answer(select_sentences(typed, threshold=threshold), passages)
         if not valid:
             passed = any(s.similarity >= threshold for s in scored)
@@ -879,13 +884,15 @@ def answer_coverage(question: str, quoted: str, excused: Collection[str] = ()) -
 
 
 def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], coverage: float,
-             excused: Collection[str]) -> bool:
+             excused: Collection[str], paraphrased: Collection[str] | None = None) -> bool:
     """Whether ``sentence`` answers ``asked`` as quoted: it holds the answer type
     (:func:`kg.text.questions.answers_type`, its value in the sentence, not the title), and,
     with its title, at least ``coverage`` of the question's content words
     (:func:`answer_coverage`; ``excused`` words count as held), one of them a word of its
     predicate (what it asks of its mentions) and one of its answer slot's words when it has
-    any (:func:`kg.text.questions.slot_words`); a definition is checked by its focus and pattern
+    any (:func:`kg.text.questions.slot_words`; a slot word no document uses counts only when it
+    is in ``paraphrased``, said in other words or misspelt; ``None``: whenever it is excused); a
+    definition is checked by its focus and pattern
     instead. A yes/no question is never answered by a quote: a sentence does not say yes or
     no; nor is a choice between the question's own options (``choice``)."""
     if asked.answer_type == "yes_no":
@@ -905,7 +912,8 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     if predicate and not predicate & held:
         return False
     slot = set(analyze(" ".join(slot_words(asked))))
-    if slot and not slot & held:  # the sentence must say what the answer's slot is
+    said = held if paraphrased is None else set(analyze(quoted)) | set(analyze(" ".join(paraphrased)))
+    if slot and not slot & said:  # the sentence must say what the answer's slot is
         return False
     return answer_coverage(asked.text, quoted, excused) >= coverage
 

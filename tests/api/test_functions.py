@@ -285,3 +285,19 @@ def test_the_extractive_answer_numbers_its_citations_from_one():
     assert answer == ("Doc 3: Local versions denote patched builds. They sort after the public version. [1] "
                       "Doc 6: Labels may hold letters and digits. [2]")
     assert markers == [3, 6]  # the quote's own footnote "[2]_" is dropped: it read as citation 2
+
+
+def test_extractive_ask_declines_when_nothing_says_the_answer_slot(client, docs, services):
+    """ "What is the mascot of the board ...?": no document says "mascot" or anything near it
+    (KG_ASK_SLOT_SIMILARITY), so the sentence about the board's dividend does not answer it; the
+    coverage check alone excused the word and quoted that sentence as a grounded answer."""
+    question = "What is the mascot of the board that approved the quarterly dividend?"
+    body = invoke(client, "ask", {"question": question}).json()
+    assert body["grounded"] is False and body["citations"] == []
+    assert body["answer"] == f'The documents do not say what is asked: "{question}"'
+    assert [lead["path"] for lead in body["leads"]][:1] == ["/dividends"]
+    (check,) = [a for a in body["attempts"] if a.get("leg") == "coverage"]
+    assert check["absent_terms"] == ["mascot"] and check["uncovered"] == []
+    services.settings = services.settings.model_copy(update={"ask_slot_similarity": -1.0})
+    excused = invoke(client, "ask", {"question": question}).json()
+    assert excused["grounded"] is True and [c["path"] for c in excused["citations"]] == ["/dividends"]

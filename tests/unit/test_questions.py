@@ -171,3 +171,28 @@ def test_an_extractive_answer_says_what_is_asked(question, sentence, title, answ
     passages = [{"text": sentence, "_title": title}]
     found = _answers(analyze_question(question), ScoredSentence(1, 0, sentence, 0.9), passages, 0.3, [])
     assert found is answers
+
+
+def test_an_answer_slot_word_no_document_uses_counts_only_when_said_in_other_words():
+    """ "What is the mascot of the PSF?" over documents that never say "mascot" nor anything near
+    it: the coverage check excuses the word (it names no subject), but a sentence about the PSF
+    does not say what its mascot is. With ``paraphrased`` (KG_ASK_SLOT_SIMILARITY above -1) the
+    slot word counts only when the quoted sentences say it in other words; the other excused
+    words still count as held; ``None`` keeps the excused slot word as held."""
+    from kg.rag.functions import ScoredSentence, _answers
+
+    question = analyze_question("What is the mascot of the Python Software Foundation?")
+    sentence = ("The Python Software Foundation is the non-profit legal entity that provides the Package Index "
+                "as a community service.")
+    passages = [{"text": sentence, "_title": "PEP 541 - Package Index Name Retention"}]
+    scored = ScoredSentence(1, 0, sentence, 0.9)
+    assert _answers(question, scored, passages, 0.3, ["mascot"])  # excused: held
+    assert not _answers(question, scored, passages, 0.3, ["mascot"], [])  # nothing says it
+    said = "The mascot of the Python Software Foundation is a snake named Guido."
+    assert _answers(question, ScoredSentence(1, 0, said, 0.9), [{"text": said, "_title": ""}], 0.3, ["mascot"], [])
+    # said in other words: "warning" as "notice"
+    q = analyze_question("How much warning do we get before eviction?")
+    notice = "The landlord must give thirty days notice before the tenancy ends."
+    ok = [{"text": notice, "_title": "Tenancy"}]
+    assert _answers(q, ScoredSentence(1, 0, notice, 0.9), ok, 0.3, ["warning", "eviction"], ["warning"])
+    assert not _answers(q, ScoredSentence(1, 0, notice, 0.9), ok, 0.3, ["warning", "eviction"], ["eviction"])
