@@ -36,6 +36,9 @@ least ``--target`` on both corpora, else the highest of the lower of the two pre
 measured on the fold itself. The figures of the held-out folds are reported per fold, their
 mean and standard deviation, and pooled; the value to ship is the one most folds chose (ties:
 the stricter). No other set is used to choose it.
+
+``--sweep-setting ask_slot_similarity`` sweeps ``KG_ASK_SLOT_SIMILARITY`` the same way (the
+coverage at its default), ties going to the lowest value (:data:`TIES`).
 """
 
 from __future__ import annotations
@@ -278,7 +281,7 @@ def main(argv: list[str] | None = None) -> dict:
                             for v, rows in by_value.items()}
         print("\nsweep (whole set, for reading only; the choice is cross-validated)")
         print(table([[v, c, *(f[k] for k in keys)] for v, per in results["sweep"].items() for c, f in per.items()],
-                    ["coverage", "corpus", *keys]))
+                    [args.sweep_setting, "corpus", *keys]))
         cv = cross_validate(by_value, args.folds, args.target, ties=TIES[args.sweep_setting])
         results["cv"] = cv
         print(f"\n{args.folds}-fold cross-validation (held-out folds)")

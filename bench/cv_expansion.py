@@ -155,12 +155,9 @@ def main(argv: list[str] | None = None) -> dict:
     from bench.beir import load_dataset
 
     parser = cv_parser(__doc__.splitlines()[0])
-    parser.add_argument("--model", default="local:all-MiniLM-L6-v2")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="kept database and index (default $KG_BENCH_CACHE/cv-<dataset>, shared with "
                              "bench/cv_fusion.py)")
-    parser.add_argument("--embed-cache", type=Path, nargs="*", default=(),
-                        help="folders of cached vectors (<sha256>.npy); the first is also written")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     name = args.dataset.resolve().name

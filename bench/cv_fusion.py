@@ -347,12 +347,16 @@ def choose(train: Sequence[str], legs: dict[str, dict], qrels: dict[str, dict[st
 
 
 def cv_parser(description: str) -> argparse.ArgumentParser:
-    """The arguments every cross-validation bench takes: the dataset, metric, folds and seed."""
+    """The arguments every cross-validation bench takes: the dataset, metric, folds, seed, model
+    and embedding cache."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("dataset", type=Path, help="a BEIR-layout folder")
     parser.add_argument("--metric", choices=sorted(METRICS), default="ndcg@10")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=15)
+    parser.add_argument("--model", default="local:all-MiniLM-L6-v2")
+    parser.add_argument("--embed-cache", type=Path, nargs="*", default=(),
+                        help="folders of cached vectors (<sha256>.npy); the first is also written")
     return parser
 
 
@@ -362,11 +366,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = cv_parser(__doc__.splitlines()[0])
     parser.add_argument("--lexical", action="store_true",
                         help="hashing vectors with the real chunking: BM25 legs only (no embedding cost)")
-    parser.add_argument("--model", default="local:all-MiniLM-L6-v2")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="kept database and index (default $KG_BENCH_CACHE/cv-<dataset>[-lexical])")
-    parser.add_argument("--embed-cache", type=Path, nargs="*", default=(),
-                        help="folders of cached vectors (<sha256>.npy); the first is also written")
     parser.add_argument("--methods", nargs="+", choices=("rrf", "relative_score"), default=("rrf", "relative_score"),
                         help="the fusion functions in the grid (each also chosen on its own, offline)")
     parser.add_argument("--out", type=Path, default=None)

@@ -674,7 +674,7 @@ class BM25Index:
             if df == 0:
                 continue
             idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
-            terms.append(_Term(ids, tfs, keep, df, idf if weight == 1.0 else idf * weight, max_tf))
+            terms.append(_Term(ids, tfs, keep, df, idf * weight, max_tf))
         if not terms:
             return none
         norm_of = doc_norm.__getitem__
@@ -958,7 +958,7 @@ class BM25Index:
                 if not len(ids):
                     continue
             passage_idf = np.log1p((stats.n_docs_selected - len(ids) + 0.5) / (len(ids) + 0.5))
-            terms.append(_Term(ids, tfs, None, len(ids), passage_idf if weight == 1.0 else passage_idf * weight,
+            terms.append(_Term(ids, tfs, None, len(ids), passage_idf * weight,
                                max_tf))
             g = groups[ids]
             term_groups.append(g)
@@ -970,7 +970,7 @@ class BM25Index:
                 holding = np.flatnonzero(np.bincount(g, minlength=n_groups))
                 df = len(holding)
             group_idf = np.log1p((n_selected - df + 0.5) / (df + 0.5))
-            parts.append(_GroupTerm(ids, tfs, g, holding, df, group_idf if weight == 1.0 else group_idf * weight))
+            parts.append(_GroupTerm(ids, tfs, g, holding, df, group_idf * weight))
 
         def saturated(part: _GroupTerm, chosen: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
             """The groups holding a term (those ``chosen`` selects only) and its contribution to

@@ -57,7 +57,7 @@ def write_guide(kg: Client) -> None:
 
 @pytest.fixture(scope="module", params=ADAPTER_BACKENDS)
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A real ``kg serve`` on a fresh SQLite file or PostgreSQL schema, the corpus in ``peps``."""
+    """A real ``kg serve`` on a fresh database of ``ADAPTER_BACKENDS``, the corpus in ``peps``."""
     folder = tmp_path_factory.mktemp(f"adapters-{request.param}")
     corpus = folder / "peps"
     corpus.mkdir()
