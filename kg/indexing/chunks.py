@@ -29,6 +29,7 @@ from kg.indexing.config import EmbeddingConfig, IndexedProperties
 from kg.metrics import EMBEDDED_PASSAGES
 from kg.providers.base import Embedder
 from kg.store.models import Branch, Chunk, NodeVersion, Repository
+from kg.store.repos import TOP_CHUNK_SEQ
 from kg.text.chunking import ChunkingConfig, recursive_split
 from kg.text.hashing import content_key
 from kg.tracing import span
@@ -319,8 +320,9 @@ class SqlChunkFeed:
     """What SQL holds for one repository, read through ``session``: the
     :class:`~kg.index.base.ChunkFeed` an index catches up from."""
 
-    def __init__(self, session: Session, repo_id: int) -> None:
-        self.session, self.repo_id = session, repo_id
+    def __init__(self, session: Session, repo_id: int, *, top_seq: int | None = None) -> None:
+        #: The highest chunk ``seq`` the session's snapshot holds, when known (None: ask).
+        self.session, self.repo_id, self.top_seq = session, repo_id, top_seq
 
     def heads(self) -> tuple[int, int]:
         session, repo_id = self.session, self.repo_id
@@ -330,6 +332,8 @@ class SqlChunkFeed:
 
     def chunk_pages(self, after_seq: int) -> Iterator[list[IndexedChunk]]:
         mark = after_seq
+        if self.top_seq is not None and mark >= self.top_seq:
+            return
         while True:
             rows = self.session.connection().execute(_CHUNK_PAGE, {"repo_id": self.repo_id, "mark": mark}).all()
             if not rows:
@@ -396,8 +400,14 @@ class SqlChunkFeed:
 
 def sync_index(session: Session, index: SearchIndex, repo_id: int, repo_key: str) -> int:
     """Bring the index up to date with what SQL holds for one repository
-    (:meth:`~kg.index.base.SearchIndex.catch_up`): the chunks added or objects placed."""
-    return index.catch_up(repo_key, SqlChunkFeed(session, repo_id))
+    (:meth:`~kg.index.base.SearchIndex.catch_up`): the chunks added or objects placed.
+
+    In a read whose branch view came from :class:`~kg.store.repos.ViewCache`, the session
+    already knows the repository's highest chunk ``seq`` (:data:`~kg.store.repos.TOP_CHUNK_SEQ`,
+    read with the view's check in the same snapshot): an index at or above it reads nothing.
+    """
+    top_seq = session.info.get(TOP_CHUNK_SEQ, {}).get(repo_id)
+    return index.catch_up(repo_key, SqlChunkFeed(session, repo_id, top_seq=top_seq))
 
 
 def forget_branch(index: SearchIndex, repo_key: str, branch_id: int) -> None:

@@ -12,7 +12,7 @@ import math
 import time
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -26,6 +26,7 @@ from kg.errors import BackendUnavailable, InvalidInput, KGError, ProviderError, 
 from kg.index.base import CollectionScope, IndexHit, KeySet, SearchIndex, SearchScope, version_key
 from kg.indexing.chunks import sync_index
 from kg.indexing.config import workspace_embedding
+from kg.lru import LRUCache
 from kg.providers.base import Reranker
 from kg.rag.enrich import HitContext, attach_context
 from kg.rag.fusion import Item, certain_prefix, reciprocal_rank_fusion, relative_score_fusion
@@ -503,7 +504,10 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
     repo_key = view.repo.uid
     sync_index(session, services.index, view.repo.id, repo_key)
     window = FUSION_WINDOW
-    depth = min(MAX_DEPTH, max(request.k * DEPTH_PER_HIT[request.granularity], window))
+    use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
+    use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
+    depth = min(MAX_DEPTH, _first_depth(request, fused=fusing is not None or (use_vector and use_fulltext),
+                                             window=window))
 
     if fusing is not None:
         with span("kg.search.fusion", mode=request.mode):
@@ -512,8 +516,6 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
             results, fusion = native
             return SearchAnswer(_with_properties(session, view, results, searchable), _ms(started), fusion)
 
-    use_vector = request.mode == "vector" or (request.mode == "hybrid" and request.vector_weight > 0)
-    use_fulltext = request.mode == "fulltext" or (request.mode == "hybrid" and request.fulltext_weight > 0)
     while True:
         warnings: list[dict[str, Any]] = []
         vector_hits: list[IndexHit] = []
@@ -541,6 +543,19 @@ def _first_stage(session: Session, services: Resources, view: BranchView, reques
             break
         depth = min(depth * 4, MAX_DEPTH)
     return SearchAnswer(_with_properties(session, view, results, searchable), _ms(started), fusion, warnings)
+
+
+def _first_depth(request: SearchRequest, *, fused: bool, window: int) -> int:
+    """How many hits a leg reads first. Two legs fused: at least the fusion's window (what it
+    scores). One leg at chunk granularity with no per-node cap: ``k`` (every hit is at least one
+    row, and a leg's first n hits are those of any deeper read). Otherwise ``k`` times
+    :data:`DEPTH_PER_HIT` (several hits of one node make one row); :func:`_first_stage` reads
+    deeper until its first ``k`` rows are certain."""
+    if fused:
+        return max(request.k * DEPTH_PER_HIT[request.granularity], window)
+    if request.granularity == "chunk" and request.max_per_node is None:
+        return request.k
+    return request.k * DEPTH_PER_HIT[request.granularity]
 
 
 def _kg_fusion(request: SearchRequest, method: str, rrf_k: int) -> dict[str, Any] | None:
@@ -824,9 +839,7 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
     """
     # Re-embedding a workspace re-points its node versions at new content keys without a new
     # revision, so the key includes the workspaces' embedding settings.
-    rows = session.connection().execute(_WORKSPACE_CONFIGS, {"ids": wids}).all()
-    models = {wid: workspace_embedding(config, default_model=services.settings.embedding_model).model
-              for wid, config in rows}
+    models, configs = _embedding_settings(session, view, wids, services.settings.embedding_model)
 
     # Whether the state is the branch's head decides which filters the collections are sent.
     at_head = view.revision == view.branch.head_revision
@@ -866,7 +879,6 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
 
     if request.where:
         return build()
-    configs = tuple((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)) for wid, config in rows)
     # A branch's read chain is fixed from its fork on (a reset forks it again: a new base
     # revision); its revisions only grow, so the versions written on it after a state's
     # revision are exactly what the state lacks.
@@ -907,6 +919,38 @@ def _searchable(session: Session, services: Resources, view: BranchView, wids: l
         return made
 
     return cache.get((*line, view.revision), build_or_bring_forward)
+
+
+#: (id of a view's workspace configs, searched ids, default model) -> (configs, models, settings):
+#: a cached view's configs never change (a change makes a new layout), so their parse is kept.
+_EMBEDDING_MEMO: LRUCache[tuple[Any, dict[int, str], tuple[tuple[int, str], ...]]] = LRUCache(256)
+
+
+def _embedding_settings(session: Session, view: BranchView, wids: list[int], default_model: str
+                        ) -> tuple[dict[int, str], tuple[tuple[int, str], ...]]:
+    """The embedding model of each searched workspace, and their embedding settings as a key
+    (re-embedding a workspace re-points its versions at new content keys without a revision):
+    from the view's workspace configs when it carries them, else one statement."""
+    held = view.workspace_configs
+    if held is None:
+        rows = session.connection().execute(_WORKSPACE_CONFIGS, {"ids": wids}).all()
+        return _parse_embedding(rows, default_model)
+    memo_key = (id(held), tuple(wids), default_model)
+    memo = _EMBEDDING_MEMO.peek(memo_key)
+    if memo is not None and memo[0] is held:
+        return memo[1], memo[2]
+    models, configs = _parse_embedding([(wid, held.get(wid)) for wid in wids], default_model)
+    _EMBEDDING_MEMO.put(memo_key, (held, models, configs))
+    return models, configs
+
+
+def _parse_embedding(rows: Iterable[Any], default_model: str) -> tuple[dict[int, str], tuple[tuple[int, str], ...]]:
+    models: dict[int, str] = {}
+    configs: list[tuple[int, str]] = []
+    for wid, config in rows:
+        models[wid] = workspace_embedding(config, default_model=default_model).model
+        configs.append((wid, json.dumps((config or {}).get("embedding"), sort_keys=True)))
+    return models, tuple(configs)
 
 
 def _searchable_node(node: Any, request: SearchRequest) -> bool:

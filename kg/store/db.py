@@ -20,6 +20,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from kg.errors import BackendUnavailable
+from kg.store.repos import count_config_changes
 from kg.tracing import span
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class Database:
         self._writer = sessionmaker(
             self.engine.execution_options(kg_write=True), expire_on_commit=False
         )
+        for factory in (self._reader, self._writer):
+            event.listen(factory, "before_flush", count_config_changes)
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -240,9 +243,9 @@ def _configure_sqlite(engine: Engine, busy_timeout_s: float) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Connection) -> None:  # pragma: no cover - driver hook
         if connection.get_execution_options().get("kg_write"):
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            connection.exec_driver_sql("BEGIN")
+            connection.exec_driver_sql("BEGIN IMMEDIATE")  # may wait for the lock: errors wrapped
+        else:  # never waits: on the driver's connection, every read's first statement
+            connection.connection.driver_connection.execute("BEGIN")  # type: ignore[union-attr]
 
 
 __all__ = ["Database", "alembic_config", "SQLAlchemyError"]

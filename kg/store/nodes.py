@@ -19,6 +19,7 @@ from sqlalchemy import ColumnElement, Select, and_, bindparam, or_, select
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
+from kg.store.driver import DriverStatement, in_list_statement, in_params, json_value
 from kg.store.models import Branch, NodeVersion, RelationVersion, Workspace, utcnow
 from kg.store.paths import ancestors_of, name_of, parent_of, path_has_prefix, validate_prefix, validate_prefix_mode
 from kg.store.paths import validate_path as validate_path  # re-exported: kg.ops.nodes, kg.ragnode.service
@@ -183,7 +184,21 @@ def version_properties(session: Session, version_ids: Iterable[int]) -> dict[int
     ids = list(dict.fromkeys(version_ids))
     if not ids:
         return {}
-    return {vid: properties for vid, properties in session.connection().execute(_VERSION_PROPERTIES, {"ids": ids})}
+    connection = session.connection()
+    if len(ids) > _DRIVER_IN_MAX:
+        return {vid: properties for vid, properties in connection.execute(_VERSION_PROPERTIES, {"ids": ids})}
+    statement = in_list_statement(_properties_of, _PROPERTIES_BY_COUNT, len(ids))
+    return {vid: json_value(properties) for vid, properties in statement.rows(connection, in_params(ids))}
+
+
+#: A search's page of hits (k <= 100 at chunk or node granularity, a few more with context) reads
+#: its properties on the driver's cursor, one statement compiled per length; more by SQLAlchemy.
+_DRIVER_IN_MAX = 128
+_PROPERTIES_BY_COUNT: dict[int, DriverStatement] = {}
+
+
+def _properties_of(names: list[str]) -> Any:
+    return select(NodeVersion.id, NodeVersion.properties).where(NodeVersion.id.in_([bindparam(n) for n in names]))
 
 
 def _by_id_selects(view: BranchView, node_ids: Iterable[str]) -> Iterator[Any]:

@@ -6,13 +6,14 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import Table, bindparam, event, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.lru import LRUCache
+from kg.store.driver import DriverStatement
 from kg.store.models import (
     Branch,
     Chunk,
@@ -28,6 +29,10 @@ from kg.store.models import (
 from kg.store.paths import validate_name
 
 MAIN = "main"
+#: ``session.info`` key: repository id -> the highest chunk ``seq`` the session's read of its
+#: view found (:meth:`ViewCache.view`), so an index catch-up in the same read knows there is
+#: nothing above its watermark without asking (:func:`kg.indexing.chunks.sync_index`).
+TOP_CHUNK_SEQ = "kg.top_chunk_seq"
 #: Longest ``actor`` of a revision (its column is 255 characters).
 MAX_ACTOR = 255
 
@@ -47,6 +52,10 @@ class BranchView:
     chain: tuple[tuple[int, int], ...]
     workspaces: dict[int, str] = field(default_factory=dict, compare=False)
     readable: frozenset[int] | None = field(default=None, compare=False)
+    #: Each workspace's ``config`` by id, when the view came from :class:`ViewCache` (which keys
+    #: it on the layout: a config change bumps it, :func:`count_config_changes`); None: read
+    #: them from the session.
+    workspace_configs: dict[int, dict[str, Any]] | None = field(default=None, compare=False)
 
     def can_read(self, workspace_id: int) -> bool:
         """Whether this view's reader may read workspace ``workspace_id``."""
@@ -435,7 +444,8 @@ def _check_revision(repo: Repository, at_revision: int | None) -> None:
 
 
 def _chained(repo: Repository, branches: dict[str, Branch], by_id: dict[int, Branch], workspaces: dict[int, str],
-             branch_name: str, at_revision: int | None, *, own_cap: int | None = None) -> BranchView:
+             branch_name: str, at_revision: int | None, *, own_cap: int | None = None,
+             configs: dict[int, dict[str, Any]] | None = None) -> BranchView:
     """The view of ``branch_name`` from the repository's branches and workspaces: its chain, each
     ancestor capped at the fork (O(depth))."""
     branch = branches.get(branch_name)
@@ -455,29 +465,63 @@ def _chained(repo: Repository, branches: dict[str, Branch], by_id: dict[int, Bra
         current = by_id[current.parent_id]
         chain.append((current.id, cap))
     return BranchView(repo=repo, branch=branch, revision=chain[0][1], chain=tuple(chain),
-                      workspaces=workspaces)
+                      workspaces=workspaces, workspace_configs=configs)
 
 
 def bump_layout(session: Session, repo: Repository) -> None:
     """Count a change to ``repo``'s branches or workspaces made without a revision (a branch created,
     deleted or reset, a workspace created), in the writing transaction: the cached branch views of
-    every process see it at their next read (:class:`ViewCache`). Every such write calls it.
+    every process see it at their next read (:class:`ViewCache`). Every such write calls it; a
+    workspace's changed ``config`` is counted at flush (:func:`count_config_changes`).
     """
-    version = session.execute(
-        update(Repository)
-        .where(Repository.id == repo.id)
-        .values(layout_version=Repository.layout_version + 1)
-        .returning(Repository.layout_version)
-        .execution_options(synchronize_session=False)
-    ).scalar_one()
+    version = session.execute(_bump(repo.id)).scalar_one()
     set_committed_value(repo, "layout_version", version)
+
+
+def _bump(repo_id: int) -> Any:
+    return (update(Repository).where(Repository.id == repo_id)
+            .values(layout_version=Repository.layout_version + 1).returning(Repository.layout_version)
+            .execution_options(synchronize_session=False))
+
+
+def count_config_changes(session: Session, _context: Any, _instances: Any) -> None:
+    """A session's ``before_flush`` hook (:class:`kg.store.db.Database` installs it): a workspace
+    whose ``config`` was set (embedding model, relation types, a re-embed's progress: noted by
+    :func:`_config_set`) bumps its repository's ``layout_version`` in the same transaction, as
+    :func:`bump_layout`. The branch views keep the configs (:attr:`BranchView.workspace_configs`),
+    so no writer of a config can forget to count it.
+    """
+    repos = session.info.pop(_CONFIG_SET, None)
+    for repo_id in sorted(repos or ()):
+        session.execute(_bump(repo_id))
+
+
+#: ``session.info`` key: the repositories whose workspace configs the session set.
+_CONFIG_SET = "kg.workspace_config_set"
+
+
+@event.listens_for(Workspace.config, "set")
+def _config_set(target: Workspace, value: Any, _old: Any, _initiator: Any) -> None:
+    """Note a workspace's new ``config`` in its session, for :func:`count_config_changes` (a
+    workspace not in a session yet is being created: :func:`create_workspace` bumps)."""
+    session = object_session(target)
+    if session is not None and target.repo_id is not None:
+        session.info.setdefault(_CONFIG_SET, set()).add(target.repo_id)
 
 
 #: The repository columns a branch view keeps (its row, as a detached copy) and keys on.
 _REPO_COLUMNS = (Repository.id, Repository.uid, Repository.name, Repository.head_revision, Repository.created_at,
                  Repository.layout_version)
 #: Built once (their compiled forms and result columns reused as they are): a read's one check.
-_REPO_ROW = select(*_REPO_COLUMNS).where(Repository.name == bindparam("name"))
+_REPO_ROW = select(*_REPO_COLUMNS).where(Repository.id == bindparam("id"))
+#: A read's one statement when its layout is cached, on the driver's cursor: the repository's id,
+#: its layout key, and its highest chunk seq (the ``(repo_id, seq)`` index's last entry).
+_REPO_CHECK = DriverStatement(select(
+    Repository.id, Repository.head_revision, Repository.layout_version,
+    select(func.max(Chunk.seq)).where(Chunk.repo_id == Repository.id).correlate(Repository).scalar_subquery(),
+).where(Repository.name == bindparam("name")))
+_WORKSPACE_ROWS = (select(Workspace.id, Workspace.name, Workspace.config)
+                   .where(Workspace.repo_id == bindparam("repo_id")))
 _REPO_KEY = select(Repository.head_revision, Repository.layout_version).where(Repository.id == bindparam("id"))
 _BRANCH_COLUMNS = (Branch.id, Branch.repo_id, Branch.name, Branch.parent_id, Branch.base_revision,
                    Branch.head_revision, Branch.created_at)
@@ -493,6 +537,7 @@ class _Layout:
     branches: dict[str, Branch]
     by_id: dict[int, Branch]
     workspaces: dict[int, str]
+    configs: dict[int, dict[str, Any]]
     heads: dict[str, BranchView] = field(default_factory=dict)
 
     def view(self, branch_name: str, at_revision: int | None) -> BranchView:
@@ -501,7 +546,8 @@ class _Layout:
             if held is not None:
                 return held
         _check_revision(self.repo, at_revision)
-        made = _chained(self.repo, self.branches, self.by_id, self.workspaces, branch_name, at_revision)
+        made = _chained(self.repo, self.branches, self.by_id, self.workspaces, branch_name, at_revision,
+                        configs=self.configs)
         if at_revision is None:
             self.heads[branch_name] = made
         return made
@@ -510,12 +556,14 @@ class _Layout:
 class ViewCache:
     """Branch views of the repositories read lately, checked against the database on every read.
 
-    A view (:func:`branch_view`) is made of the repository's row, its branches and its workspaces:
-    three reads, ~2 ms of a search's 7 at 100,000 nodes. It changes only when a write commits a
-    revision (``repositories.head_revision``, which moves a branch's head) or changes the
-    repository's layout without one (``repositories.layout_version``, :func:`bump_layout`: a
-    branch created, deleted or reset, a workspace created). :meth:`view` reads those two columns
-    in one indexed single-row read (the unique index on ``repositories.name``) and answers from
+    A view (:func:`branch_view`) is made of the repository's row, its branches and its workspaces
+    (names and configs): three reads, ~2 ms of a search's 7 at 100,000 nodes. It changes only when
+    a write commits a revision (``repositories.head_revision``, which moves a branch's head) or
+    changes the repository's layout without one (``repositories.layout_version``,
+    :func:`bump_layout`: a branch created, deleted or reset, a workspace created or its config
+    changed). :meth:`view` reads those two columns in one indexed single-row read (the unique
+    index on ``repositories.name``, with the repository's highest chunk ``seq`` from the
+    ``(repo_id, seq)`` index in the same statement: :data:`TOP_CHUNK_SEQ`) and answers from
     the cache when they equal the cached layout's; otherwise it reads the layout again. The
     check is a read of the database, in the caller's session, so a write committed by another
     process (another server on one PostgreSQL database or SQLite file) is seen at the next read
@@ -574,18 +622,23 @@ class ViewCache:
             An ``at_revision`` below 0.
         """
         connection = session.connection()
-        row = connection.execute(_REPO_ROW, {"name": repo_name}).first()
-        if row is None:
+        found = _REPO_CHECK.rows(connection, {"name": repo_name})
+        if not found:
             raise NotFound(f"repository {repo_name!r} not found", details={"repo": repo_name})
-        key = (row.head_revision, row.layout_version)
-        layout = self._layouts.peek(row.id)
+        repo_id, head_revision, layout_version, top_chunk_seq = found[0]
+        session.info.setdefault(TOP_CHUNK_SEQ, {})[repo_id] = top_chunk_seq or 0
+        key = (head_revision, layout_version)
+        layout = self._layouts.peek(repo_id)
         if layout is not None and layout.key == key:
             self.hits += 1
         else:
             self.misses += 1
+            row = connection.execute(_REPO_ROW, {"id": repo_id}).first()
+            if row is None:  # deleted since the check (PostgreSQL: each statement sees new commits)
+                raise NotFound(f"repository {repo_name!r} not found", details={"repo": repo_name})
             layout = _load_layout(connection, row)
             again = connection.execute(_REPO_KEY, {"id": row.id}).first()
-            if again is not None and tuple(again) == key:
+            if again is not None and tuple(again) == layout.key:
                 self._layouts.put(row.id, layout)
         return layout.view(branch_name, at_revision)
 
@@ -602,11 +655,13 @@ def _load_layout(connection: Any, row: Any) -> _Layout:
                        head_revision=b.head_revision, created_at=b.created_at)
         for b in connection.execute(select(*_BRANCH_COLUMNS).where(Branch.repo_id == row.id))
     }
-    workspaces = dict(
-        connection.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == row.id)).all()
-    )
+    workspaces: dict[int, str] = {}
+    configs: dict[int, dict[str, Any]] = {}
+    for wid, name, config in connection.execute(_WORKSPACE_ROWS, {"repo_id": row.id}):
+        workspaces[wid] = name
+        configs[wid] = config or {}
     return _Layout((row.head_revision, row.layout_version), repo, branches, {b.id: b for b in branches.values()},
-                   workspaces)
+                   workspaces, configs)
 
 
 def begin_write(

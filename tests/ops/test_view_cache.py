@@ -162,3 +162,57 @@ def test_hit_properties_are_what_the_window_query_gives_on_a_branch(pair):
             assert got["/p1"] == 10 and got["/p3"] == 3 and "/p2" not in got
         else:
             assert got["/p1"] == 1 and got["/p3"] == 30 and "/p2" in got
+
+
+def test_a_workspace_config_set_by_one_server_is_seen_by_the_other(pair):
+    """A config is set without a revision (relation types here, a re-embed's model there): the
+    views carry the configs, so the layout counter must move."""
+    from kg.ops.relations import set_relation_types
+    from kg.store.relations import SINGLE_VALUED_KEY
+
+    one, other = pair
+    _warm(one, other)
+    before = _view(other)
+    wid = next(w for w, name in before.workspaces.items() if name == "kb")
+    assert SINGLE_VALUED_KEY not in before.workspace_configs[wid]
+    run(one, OPERATOR, set_relation_types, "r", "kb", ["owned_by"])
+    for services in (one, other):
+        after = _view(services)
+        assert after.repo.head_revision == before.repo.head_revision  # no revision written
+        assert after.repo.layout_version > before.repo.layout_version
+        assert after.workspace_configs[wid][SINGLE_VALUED_KEY] == ["owned_by"]
+
+
+def test_a_search_catches_up_with_chunks_another_server_wrote_and_reads_none_when_there_are_none(pair):
+    """The view's check reads the repository's highest chunk seq: a search whose index holds it
+    reads no chunk page; one whose index lags reads the new chunks and finds the node."""
+    from sqlalchemy import event
+
+    one, other = pair
+    request = SearchRequest(query="narwhal tusk", k=5, mode="fulltext")
+    assert search_branch(other, OPERATOR, "r", "main", request).results == []
+    statements: list[str] = []
+    event.listen(other.db.engine, "before_cursor_execute",
+                 lambda conn, cursor, statement, *rest: statements.append(statement))
+    search_branch(other, OPERATOR, "r", "main", request)
+    assert not [s for s in statements if "FROM chunks" in s]  # the index holds every chunk
+    run(one, OPERATOR, put_node, "r", "main", "kb", "/narwhal", node_type="t",
+        properties={"content": "the narwhal has a long tusk"})
+    statements.clear()
+    answer = search_branch(other, OPERATOR, "r", "main", request)
+    assert [r.path for r in answer.results] == ["/narwhal"]
+    assert [s for s in statements if "FROM chunks" in s]  # the new chunk was read
+
+
+def test_hit_properties_read_on_the_driver_keep_every_json_value(pair):
+    """Hit properties are decoded from the driver's value: integers past 64 bits, floats, nesting
+    and unicode come back as the node was written."""
+    one, _ = pair
+    properties = {"content": "walrus ivory", "big": 2**70, "negative": -(2**65) + 3, "edge": 2**63,
+                  "float": 1.5, "whole_float": 2.0**64, "nested": {"list": [1, 2**80, "é", None, True]}}
+    run(one, OPERATOR, put_node, "r", "main", "kb", "/walrus", node_type="t", properties=properties)
+    for mode in ("fulltext", "vector"):
+        answer = search_branch(one, OPERATOR, "r", "main", SearchRequest(query="walrus ivory", k=3, mode=mode))
+        got = next(r.properties for r in answer.results if r.path == "/walrus")
+        assert got == properties
+        assert type(got["big"]) is int and type(got["whole_float"]) is float
