@@ -47,6 +47,7 @@ from typing import Any, Literal
 import networkx as nx
 
 from kg.graph.neighbors import Direction, Edge, Neighbor, SortKey
+from kg.graph.rows import Validity
 from kg.graph.validity import ValidAt, valid_at
 
 #: The estimate of a view's memory (:attr:`GraphView.estimated_bytes`), measured with
@@ -91,9 +92,6 @@ class EdgeRow:
     valid_to: datetime | None = None
     invalidated_by: str | None = None
 
-
-#: An edge's validity as the view keeps it: (valid_from, valid_to, invalidated_by).
-Validity = tuple[datetime | None, datetime | None, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +279,21 @@ class GraphView:
         """The world-time validity of one edge: ``(valid_from, valid_to, invalidated_by)``,
         each None when unset (an edge without any is valid always). O(1)."""
         return self._validity.get((from_id, rel_type, to_id), (None, None, None))
+
+    def addresses_of(self, node_ids: Iterable[Hashable]) -> list[NodeAddress]:
+        """The addresses of live nodes of the view, in the given order (a KeyError for any
+        other). One lookup per id, made in C: no object per node."""
+        return list(map(self._addresses.__getitem__, node_ids))  # type: ignore[arg-type]
+
+    def validities(self, node_id: Hashable, edges: Iterable[Edge]) -> list[Validity] | None:
+        """:meth:`validity` of each of the edges around ``node_id`` (as :meth:`edges` answers
+        them), in their order; None when no edge of the view carries a validity (every edge
+        then answers ``(None, None, None)``)."""
+        if not self._validity:
+            return None
+        get, unset = self._validity.get, (None, None, None)
+        return [get((node_id, rel_type, other) if d == "OUT" else (other, rel_type, node_id), unset)  # type: ignore[arg-type]
+                for other, rel_type, _, d, _ in edges]
 
     # -- loading and applying versions -----------------------------------------------------
 
