@@ -26,7 +26,6 @@ import gc
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from operator import itemgetter
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -402,12 +401,11 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     with current_graph(session, services, view, build=False) as graph:
         node_id, _, _ = _node_id(session, view, graph, address)
         if graph is not None:
-            found, truncated = graph.edges(node_id, direction=direction, types=wanted, limit=limit,
-                                           workspaces=readable_names(view), at=at)
+            found, where, truncated = graph.edges_located(node_id, direction=direction, types=wanted, limit=limit,
+                                                          workspaces=readable_names(view), at=at)
             # the columns read under the view's lock: a node deleted after it is released keeps its row
-            rows = NeighborRows(found, graph.addresses_of(map(itemgetter(0), found)),
-                                graph.validities(node_id, found))
-            return {"neighbors": rows, "truncated": truncated}
+            return {"neighbors": NeighborRows(found, where, graph.validities(node_id, found)),
+                    "truncated": truncated}
     page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1, at=at)
     shown = page[:limit]
     return {
