@@ -28,12 +28,15 @@ a weight of 6 decimals each (``graph_edges`` below is the peers bench's generato
    the ordinary node whose limit takes all its edges; the walk: the set of nodes reached).
 3. ``--profile N``: cProfile of N calls of each kg use case, the top functions by own time.
 
+``--clock cpu`` times each call by the calling thread's CPU time (every engine runs in this
+thread, SQLite included): on a loaded machine elapsed times measure the scheduler too.
+
 Prints a table (p50 / p95 ms, kg / SQLite and kg / networkx ratios of the p50) and writes JSON
 (``bench/results/graph_peers.json``; ``graph_peers_<backend>.json`` on another database). The
 kg store and the SQLite file are kept in ``bench/results/graph-peers-<nodes>/`` for the next run
 (``--fresh`` rebuilds them; a PostgreSQL run loads a fresh schema each time).
 
-Run: ``python bench/graph_peers.py [--nodes 100000] [--queries 200] [--profile 50]
+Run: ``python bench/graph_peers.py [--nodes 100000] [--queries 200] [--profile 50] [--clock cpu]
 [--database-url postgresql+psycopg://postgres@127.0.0.1:5432/test]``.
 """
 
@@ -212,9 +215,10 @@ def load_networkx(n: int, g: dict[str, Any]) -> nx.DiGraph:
 
 
 def interleaved(calls: dict[str, Callable[[int], Any]], n: int, warmup: int,
-                check: Callable[[str, int, Any], None]) -> dict[str, list[float]]:
+                check: Callable[[str, int, Any], None],
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Run ``calls[name](i)`` for i in 0..n-1, every engine once per i, the order rotated with i;
-    each engine's seconds per call."""
+    each engine's seconds per call by ``clock``."""
     names = list(calls)
     for name in names:
         for i in range(min(warmup, n)):
@@ -223,9 +227,9 @@ def interleaved(calls: dict[str, Callable[[int], Any]], n: int, warmup: int,
     for i in range(n):
         shift = i % len(names)
         for name in names[shift:] + names[:shift]:
-            started = time.perf_counter()
+            started = clock()
             got = calls[name](i)
-            samples[name].append(time.perf_counter() - started)
+            samples[name].append(clock() - started)
             check(name, i, got)
     return samples
 
@@ -283,6 +287,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", type=int, default=0, help="cProfile this many calls of each kg use case")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: the calling thread's CPU time (every engine runs in this thread), steadier "
+                             "than elapsed time when other processes load the machine")
     parser.add_argument("--fresh", action="store_true", help="rebuild the kept stores")
     parser.add_argument("--database-url", default=None, help="PostgreSQL: a fresh schema, loaded each run")
     parser.add_argument("--out", type=Path, default=None)
@@ -296,6 +303,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     hub, ordinary = g["hub"], g["ordinary"]
     results: dict[str, Any] = {"machine": machine(), "nodes": n, "edges": len(g["src"]), "hub_degree": g["hub_degree"],
                                "next_largest_degree": g["max_other_degree"], "queries": args.queries,
+                               "clock": args.clock,
                                "setup_note": "kg loaded with bulk inserts (the columns the store writes); "
                                              "everything timed goes through kg's own functions"}
     print(f"{len(g['src']):,} edges over {n:,} nodes, hub degree {g['hub_degree']:,} "
@@ -407,7 +415,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      f: Callable[[Any], Any] = norm) -> None:
                 a[name][i] = f(got)
 
-            samples = interleaved(calls, reps, args.warmup, keep)
+            samples = interleaved(calls, reps, args.warmup, keep,
+                                  time.perf_counter if args.clock == "wall" else time.thread_time)
             for name in calls:
                 wrong = [i for i in range(reps) if answers[name][i] != answers["networkx"][i]]
                 assert not wrong, f"{label}: {name} answers differently from networkx at query {wrong[0]}"
@@ -427,7 +436,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sq.close()
     print(table(rows, ["figure (p50 ms)", "kg use case", "kg p95", "kg view held", "sqlite", "networkx",
                        "kg / sqlite", "kg / networkx"]))
-    print(f"load average before {results['load_average_before']}, after {results['load_average_after']}")
+    print(f"{args.clock} clock; load average before {results['load_average_before']}, "
+          f"after {results['load_average_after']}")
     for label, top in profiles.items():
         print(f"\nprofile, {label}, kg use case (ms per call):")
         print(table([[r["function"][-70:], r["calls_per_call"], r["own_ms_per_call"], r["cumulative_ms_per_call"]]

@@ -312,7 +312,7 @@ class GraphView:
         if where is None:
             where = self._where[key] = []
         if len(where) < count:
-            where += map(self._addresses.__getitem__, map(itemgetter(0), edges[len(where):count]))  # type: ignore[arg-type]
+            where += map(self._addresses.__getitem__, map(itemgetter(0), edges[len(where):count]))
         return where
 
     def _merged_located(self, a: list[Edge], a_where: list[NodeAddress], b: list[Edge], b_where: list[NodeAddress],
