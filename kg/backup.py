@@ -488,9 +488,10 @@ def _answer(store: Resources, caller: Actor, probe: Probe) -> Probe:
             answer = [[r.workspace, r.path, r.chunk_index, round(r.score, 6)] for r in result.results]
             summary = [f"{r[0]}:{r[1]}" for r in answer]
         else:
-            answer = graph_neighbors(store, caller, probe.repo, probe.branch, probe.args["address"], limit=50,
-                                     at_revision=probe.at_revision)
-            summary = len(answer.get("neighbors", []))
+            found = graph_neighbors(store, caller, probe.repo, probe.branch, probe.args["address"], limit=50,
+                                    at_revision=probe.at_revision)
+            answer = {"neighbors": list(found["neighbors"]), "truncated": found["truncated"]}
+            summary = len(answer["neighbors"])
     except KGError as exc:
         answer = summary = {"error": exc.code}
     digest = hashlib.sha256(_canonical(answer).encode()).hexdigest()

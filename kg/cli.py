@@ -968,7 +968,7 @@ def neighbors(repo: Annotated[str, typer.Option(help="Repository.")],
                                  include_invalid=include_invalid, at_revision=at_revision)
     except KGError as exc:
         _fail(exc)
-    typer.echo(json.dumps(answer))
+    typer.echo(json.dumps({"neighbors": list(answer["neighbors"]), "truncated": answer["truncated"]}))
 
 
 @app.command()

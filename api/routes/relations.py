@@ -87,9 +87,10 @@ def neighbors(repo: RepoP, node: AddressQ, services: ServicesDep, caller: Caller
     ``workspace:path``, type, direction), at most ``limit``; ``truncated`` when more exist.
     Only relations current now (or valid at ``as_of``) unless ``include_invalid``."""
     types = [t for t in type.split(",") if t] if type else None
-    return graph_neighbors(services, caller, repo, branch, node, direction=direction,
-                           types=types or None, limit=limit, at_revision=at_revision, as_of=as_of,
-                           include_invalid=include_invalid)
+    answer = graph_neighbors(services, caller, repo, branch, node, direction=direction,
+                             types=types or None, limit=limit, at_revision=at_revision, as_of=as_of,
+                             include_invalid=include_invalid)
+    return {"neighbors": list(answer["neighbors"]), "truncated": answer["truncated"]}  # rows made here, once
 
 
 @router.post("/traverse", response_model=Traversal)

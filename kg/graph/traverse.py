@@ -41,6 +41,21 @@ class Walk:
     truncated: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Reached:
+    """A walk's nodes as columns (:func:`reach`), in visiting order: node ``i`` is
+    ``node_ids[i]``, at ``hops[i]``, reached over an edge of type ``vias[i]`` and weight
+    ``weights[i]`` from node ``parents[i]`` (an index into the columns; -1, and None for the
+    edge, for a seed); ``truncated`` as :attr:`Walk.truncated`."""
+
+    node_ids: list[Hashable]
+    hops: list[int]
+    vias: list[str | None]
+    weights: list[float | None]
+    parents: list[int]
+    truncated: bool
+
+
 def check_walk_bounds(hops: int, max_nodes: int, fan_out: int) -> None:
     """Check ``hops`` in 0..10, ``max_nodes`` and ``fan_out`` in 1..10,000.
 
@@ -111,44 +126,90 @@ def traverse(
     .. [2] T. H. Cormen, C. E. Leiserson, R. L. Rivest and C. Stein, "Introduction to
        Algorithms", 3rd ed., section 22.2, "Breadth-first search", MIT Press, 2009.
     """
+    walked = reach(seeds, neighbors, hops=hops, max_nodes=max_nodes, fan_out=fan_out)
+    ids = walked.node_ids
+    visits = [Visit(node_id, hop, via, weight, ids[parent] if parent >= 0 else None)
+              for node_id, hop, via, weight, parent in zip(ids, walked.hops, walked.vias, walked.weights,
+                                                            walked.parents, strict=True)]
+    return Walk(visits, walked.truncated)
+
+
+def reach(
+    seeds: Sequence[Hashable],
+    neighbors: Callable[[Hashable], Iterable[Edge]],
+    *,
+    hops: int = 2,
+    max_nodes: int = 200,
+    fan_out: int = 50,
+) -> Reached:
+    """:func:`traverse`, answered as columns: no object per node reached.
+
+    Parameters
+    ----------
+    seeds, neighbors, hops, max_nodes, fan_out
+        As :func:`traverse`.
+
+    Returns
+    -------
+    Reached
+        The nodes of :func:`traverse`'s ``visits``, in the same order, one entry per node in
+        each column; a node's ``parents`` entry is the index of the node that reached it (-1
+        for a seed).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        A bound out of range.
+    """
     check_walk_bounds(hops, max_nodes, fan_out)
-    visits: list[Visit] = []
+    ids: list[Hashable] = []
+    levels: list[int] = []
+    vias: list[str | None] = []
+    weights: list[float | None] = []
+    parents: list[int] = []
     seen: set[Hashable] = set()
     truncated = False
-    frontier: list[Hashable] = []
     for seed in seeds:
         if seed in seen:
             continue
-        if len(visits) == max_nodes:
+        if len(ids) == max_nodes:
             truncated = True
             break
         seen.add(seed)
-        visits.append(Visit(seed, 0, None, None, None))
-        frontier.append(seed)
+        ids.append(seed)
+    count = len(ids)
+    levels += [0] * count
+    vias += [None] * count
+    weights += [None] * count
+    parents += [-1] * count
+    frontier = range(count)
     cut: list[Iterator[Edge]] = []  # edges past a node's fan-out, not yet read
     hop = 0
     while frontier and hop < hops and not truncated:
-        reached: list[Hashable] = []
-        for node in frontier:
-            edges = iter(neighbors(node))
+        first = len(ids)
+        for parent in frontier:
+            edges = iter(neighbors(ids[parent]))
             for edge in islice(edges, fan_out):
                 other = edge[0]
                 if other in seen:
                     continue
-                if len(visits) == max_nodes:
+                if len(ids) == max_nodes:
                     truncated = True
                     break
                 seen.add(other)
-                visits.append(Visit(other, hop + 1, edge[1], edge[2], node))
-                reached.append(other)
+                ids.append(other)
+                vias.append(edge[1])
+                weights.append(edge[2])
+                parents.append(parent)
             else:
                 rest = next(edges, None)  # past the fan-out: kept to decide ``truncated``
                 if rest is not None:
                     cut.append(chain((rest,), edges))
                 continue
             break
-        frontier = reached
         hop += 1
+        levels += [hop] * (len(ids) - first)
+        frontier = range(first, len(ids))  # the nodes reached at this level, in order
     if not truncated:
         truncated = any(edge[0] not in seen for rest in cut for edge in rest)
-    return Walk(visits, truncated)
+    return Reached(ids, levels, vias, weights, parents, truncated)

@@ -42,11 +42,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, Literal
 
 import networkx as nx
 
 from kg.graph.neighbors import Direction, Edge, Neighbor, SortKey
+from kg.graph.rows import Validity
 from kg.graph.validity import ValidAt, valid_at
 
 #: The estimate of a view's memory (:attr:`GraphView.estimated_bytes`), measured with
@@ -92,9 +94,6 @@ class EdgeRow:
     invalidated_by: str | None = None
 
 
-#: An edge's validity as the view keeps it: (valid_from, valid_to, invalidated_by).
-Validity = tuple[datetime | None, datetime | None, str | None]
-
 
 @dataclass(frozen=True, slots=True)
 class NodeRow:
@@ -136,6 +135,9 @@ class GraphView:
         self._dormant: dict[EdgeKey, tuple[float | None, dict | None]] = {}
         self._dormant_by_node: dict[str, set[EdgeKey]] = {}
         self._sorted: OrderedDict[ListKey, list[Edge]] = OrderedDict()
+        # The other node's address of the first edges of a kept sorted list, as far as NEIGHBORS
+        # has read them (:meth:`edges_located`): a change to the list cuts it at the change.
+        self._where: dict[ListKey, list[NodeAddress]] = {}
         self._sorted_entries = 0
         self._shared_attrs: dict[float | None, dict] = {}
         self._ids: dict[str, str] = {}
@@ -271,6 +273,80 @@ class GraphView:
             found = self._sorted_list(node_id, direction, first=limit + 1)[:limit + 1]  # type: ignore[arg-type]
         return found[:limit], len(found) > limit
 
+    def edges_located(self, node_id: Hashable, *, direction: Direction = "BOTH",
+                      types: Collection[str] | None = None, limit: int, workspaces: Collection[str] | None = None,
+                      at: ValidAt = None) -> tuple[list[Edge], list[NodeAddress], bool]:
+        """:meth:`edges` and the other node's address of each edge, in the same order.
+
+        Without a filter (types, workspaces, a validity to check), the addresses of a kept
+        sorted list's first edges are kept with it as far as they were read (a change to the
+        list cuts them at the change; they go with the list): a hub's first 10,000 edges are
+        then a slice of each, no lookup per edge. Otherwise one lookup per edge
+        (:meth:`addresses_of`).
+        """
+        if node_id not in self.graph:
+            return [], [], False
+        if types is not None or workspaces is not None or (at is not None and self._validity):
+            found, more = self.edges(node_id, direction=direction, types=types, limit=limit, workspaces=workspaces,
+                                     at=at)
+            return found, self.addresses_of(map(itemgetter(0), found)), more
+        first = limit + 1
+        if direction != "BOTH":
+            edges = self._sorted_list(node_id, direction, first=first)  # type: ignore[arg-type]
+            found = edges[:first]
+            where = self._located((node_id, direction), edges, len(found))  # type: ignore[arg-type]
+        else:
+            incoming = self._sorted_list(node_id, "IN", first=first)  # type: ignore[arg-type]
+            in_where = self._located((node_id, "IN"), incoming, min(first, len(incoming)))  # type: ignore[arg-type]
+            outgoing = self._sorted_list(node_id, "OUT", first=first)  # type: ignore[arg-type]
+            out_where = self._located((node_id, "OUT"), outgoing, min(first, len(outgoing)))  # type: ignore[arg-type]
+            found, where = self._merged_located(incoming[:first], in_where, outgoing[:first], out_where, first)
+        return found[:limit], where[:min(limit, len(found))], len(found) > limit
+
+    def _located(self, key: ListKey, edges: list[Edge], count: int) -> list[NodeAddress]:
+        """The addresses of the first ``count`` edges of a node's sorted list ``edges`` (or more,
+        aligned with it): kept with the list when it is kept, else looked up."""
+        if self._sorted.get(key) is not edges:  # too long to keep: sorted for this read only
+            return self.addresses_of(map(itemgetter(0), edges[:count]))
+        where = self._where.get(key)
+        if where is None:
+            where = self._where[key] = []
+        if len(where) < count:
+            where += map(self._addresses.__getitem__, map(itemgetter(0), edges[len(where):count]))
+        return where
+
+    def _merged_located(self, a: list[Edge], a_where: list[NodeAddress], b: list[Edge], b_where: list[NodeAddress],
+                        first: int) -> tuple[list[Edge], list[NodeAddress]]:
+        """The first ``first`` edges of two sorted lists (each at most that long) in the
+        stable order, and their addresses (aligned lists, each at least as long as its edges):
+        :meth:`_merged`, eager, carrying the addresses along by slices."""
+        if not a or not b:
+            edges, where = (b, b_where) if not a else (a, a_where)
+            return edges, where[:len(edges)]
+        key = self._order_key
+        if len(a) + len(b) <= SMALL_MERGE:
+            # the address lists may run on past their edges: zip stops at the edges
+            pairs = sorted(itertools.chain(zip(a, a_where, strict=False), zip(b, b_where, strict=False)),
+                           key=lambda pair: key(pair[0]))
+            return [e for e, _ in pairs][:first], [w for _, w in pairs][:first]
+        if len(a) > len(b):
+            a, a_where, b, b_where = b, b_where, a, a_where
+        edges, where = [], []
+        at = 0
+        for i, edge in enumerate(a):  # the shorter placed into the longer by binary search
+            to = bisect.bisect_left(b, key(edge), lo=at, key=key)
+            edges += b[at:to]
+            where += b_where[at:to]
+            edges.append(edge)
+            where.append(a_where[i])
+            at = to
+            if len(edges) >= first:
+                break
+        else:
+            edges += b[at:]
+            where += b_where[at:len(b)]
+        return edges[:first], where[:first]
+
     @property
     def holds_validity(self) -> bool:
         """Whether any edge (live or dormant) carries a validity; when none does, every edge
@@ -281,6 +357,21 @@ class GraphView:
         """The world-time validity of one edge: ``(valid_from, valid_to, invalidated_by)``,
         each None when unset (an edge without any is valid always). O(1)."""
         return self._validity.get((from_id, rel_type, to_id), (None, None, None))
+
+    def addresses_of(self, node_ids: Iterable[Hashable]) -> list[NodeAddress]:
+        """The addresses of live nodes of the view, in the given order (a KeyError for any
+        other). One lookup per id, made in C: no object per node."""
+        return list(map(self._addresses.__getitem__, node_ids))  # type: ignore[arg-type]
+
+    def validities(self, node_id: Hashable, edges: Iterable[Edge]) -> list[Validity] | None:
+        """:meth:`validity` of each of the edges around ``node_id`` (as :meth:`edges` answers
+        them), in their order; None when no edge of the view carries a validity (every edge
+        then answers ``(None, None, None)``)."""
+        if not self._validity:
+            return None
+        get, unset = self._validity.get, (None, None, None)
+        return [get((node_id, rel_type, other) if d == "OUT" else (other, rel_type, node_id), unset)  # type: ignore[arg-type]
+                for other, rel_type, _, d, _ in edges]
 
     # -- loading and applying versions -----------------------------------------------------
 
@@ -298,7 +389,7 @@ class GraphView:
             Entries freed between two hand-overs of the lock.
         """
         tables: list[Any] = [self.graph._succ, self.graph._pred, self.graph._node, self._addresses,
-                             self._by_address, self._ids, self._sorted, self._validity, self._dormant,
+                             self._by_address, self._ids, self._sorted, self._where, self._validity, self._dormant,
                              self._dormant_by_node, self._shared_attrs]
         for table in tables:
             while table:
@@ -496,6 +587,7 @@ class GraphView:
             del self._by_address[(where.workspace, where.path)]
         for d in ("OUT", "IN"):
             dropped = self._sorted.pop((node_id, d), None)
+            self._where.pop((node_id, d), None)
             if dropped is not None:
                 self._sorted_entries -= len(dropped)
 
@@ -538,7 +630,8 @@ class GraphView:
         self._sorted[key] = edges
         self._sorted_entries += len(edges)
         while self._sorted_entries > self.max_sorted_entries:
-            _, dropped = self._sorted.popitem(last=False)
+            evicted, dropped = self._sorted.popitem(last=False)
+            self._where.pop(evicted, None)
             self._sorted_entries -= len(dropped)
         return edges
 
@@ -575,8 +668,16 @@ class GraphView:
     def _sorted_insert(self, key: ListKey, edge: Edge) -> None:
         edges = self._sorted.get(key)
         if edges is not None:
-            bisect.insort(edges, edge, key=self._order_key)
+            i = bisect.bisect_right(edges, self._order_key(edge), key=self._order_key)
+            edges.insert(i, edge)
             self._sorted_entries += 1
+            self._cut_where(key, i)
+
+    def _cut_where(self, key: ListKey, at: int) -> None:
+        """The sorted list of ``key`` changed at index ``at``: its addresses hold from there no more."""
+        where = self._where.get(key)
+        if where is not None and len(where) > at:
+            del where[at:]
 
     def _sorted_delete(self, key: ListKey, edge: Edge) -> None:
         """Remove the edge of ``edge``'s other node and type (its weight as held: the key)."""
@@ -586,3 +687,4 @@ class GraphView:
             if i < len(edges) and edges[i][0] == edge[0] and edges[i][1] == edge[1]:
                 del edges[i]
                 self._sorted_entries -= 1
+                self._cut_where(key, i)

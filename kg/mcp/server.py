@@ -689,9 +689,13 @@ def build_server(services: Resources, binder: Binder, *, read_only: bool = False
                         limit: Annotated[int, Field(ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
                         as_of: AsOf = None, include_invalid: IncludeInvalid = False,
                         branch: BranchArg = None) -> CallToolResult:
-        return await call(ctx, lambda b: {"branch": b.on(branch), **graph_neighbors(
-            services, b.caller, b.repo, b.on(branch), node, direction=direction, types=types, limit=limit,
-            as_of=maybe_aware(as_of, "as_of"), include_invalid=include_invalid)})
+        def use_case(b: Binding) -> dict[str, Any]:
+            answer = graph_neighbors(services, b.caller, b.repo, b.on(branch), node, direction=direction,
+                                     types=types, limit=limit, as_of=maybe_aware(as_of, "as_of"),
+                                     include_invalid=include_invalid)
+            return {"branch": b.on(branch), "neighbors": list(answer["neighbors"]), "truncated": answer["truncated"]}
+
+        return await call(ctx, use_case)
 
     @tool(_READ, "A bounded breadth-first walk from seed nodes; each node once at its shortest hop.")
     @model_tool(TraverseBody, list(TraverseBody.model_fields))

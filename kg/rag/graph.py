@@ -21,6 +21,7 @@ Both paths give the same answers in the same order; ``tests/api/test_graph.py`` 
 
 from __future__ import annotations
 
+import bisect
 import gc
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -35,13 +36,13 @@ from kg.errors import InvalidInput
 from kg.graph.neighbors import (
     DEFAULT_LIMIT,
     Direction,
-    Edge,
     Neighbor,
     check_direction,
     check_limit,
     check_types,
 )
-from kg.graph.traverse import check_walk_bounds, traverse
+from kg.graph.rows import NeighborRows
+from kg.graph.traverse import check_walk_bounds, reach
 from kg.graph.validity import ValidAt, iso, read_time, valid_at
 from kg.graph.view import EdgeRow, GraphView, NodeAddress, NodeRow
 from kg.rag.entities import ABOUT, MENTIONED_IN
@@ -375,6 +376,9 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
         bool}`` in the stable order (weight desc with null last, address, type, direction);
         ``truncated`` when more edges matched. The validity keys are ISO 8601 times in UTC or
         null (unbounded), ``invalidated_by`` the reference of what superseded the relation.
+        ``neighbors`` is a :class:`~kg.graph.rows.NeighborRows`: a read-only sequence whose
+        row dicts are made when read (equal to the list of them; ``tolist()`` gives that list,
+        for a JSON encoder or pydantic).
 
     Raises
     ------
@@ -386,8 +390,10 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     Notes
     -----
     From the view: O(limit) once a node's sorted edges are held (the first read of a direction
-    of d edges sorts them, O(d log d)), no SQL. From SQL (no view held): one statement returning at
-    most ``limit + 1`` rows.
+    of d edges sorts them, O(d log d)), no SQL, and no object per edge: the answer holds a slice
+    of the node's sorted edge tuples, the other nodes' addresses and (when the view holds any)
+    the edges' validity, read under the view's lock. From SQL (no view held): one statement
+    returning at most ``limit + 1`` rows.
     """
     direction = check_direction(direction)
     wanted = _check_types(types)
@@ -395,53 +401,18 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     with current_graph(session, services, view, build=False) as graph:
         node_id, _, _ = _node_id(session, view, graph, address)
         if graph is not None:
-            found, truncated = graph.edges(node_id, direction=direction, types=wanted, limit=limit,
-                                           workspaces=readable_names(view), at=at)
-            return {"neighbors": _view_rows(graph, node_id, found), "truncated": truncated}
+            found, where, truncated = graph.edges_located(node_id, direction=direction, types=wanted, limit=limit,
+                                                          workspaces=readable_names(view), at=at)
+            # the columns read under the view's lock: a node deleted after it is released keeps its row
+            return {"neighbors": NeighborRows(found, where, graph.validities(node_id, found)),
+                    "truncated": truncated}
     page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1, at=at)
+    shown = page[:limit]
     return {
-        "neighbors": [{"workspace": r.workspace, "path": r.path, "node_id": r.node_id,
-                       "relation_type": r.relation_type, "weight": r.weight, "direction": r.direction,
-                       "properties": r.properties, **_validity_fields(r.valid_from, r.valid_to, r.invalidated_by)}
-                      for r in page[:limit]],
+        "neighbors": NeighborRows([(r.node_id, r.relation_type, r.weight, r.direction, r.properties) for r in shown],
+                                  shown, [(r.valid_from, r.valid_to, r.invalidated_by) for r in shown]),
         "truncated": len(page) > limit,
     }
-
-
-def _view_rows(graph: GraphView, node_id: str, found: Sequence[Edge]) -> list[dict[str, Any]]:
-    """NEIGHBORS rows of the view's edges around ``node_id``, in one pass.
-
-    The edges are the view's own (nothing is made per edge before this); each row is made
-    once here, its ISO 8601 times formatted once per distinct time, and an edge without
-    properties (None in the view) gets an empty dict of its own.
-    """
-    address = graph.address
-    if not graph.holds_validity:
-        return [{"workspace": (where := address(other)).workspace, "path": where.path, "node_id": other,
-                 "relation_type": rel_type, "weight": weight, "direction": d, "properties": properties or {},
-                 "valid_from": None, "valid_to": None, "invalidated_by": None}
-                for other, rel_type, weight, d, properties in found]
-    times: dict[tuple[datetime, Any], str] = {}  # by the time and its zone: equal instants may print apart
-
-    def text(value: datetime | None) -> str | None:
-        if value is None:
-            return None
-        key = (value, value.tzinfo)
-        found_text = times.get(key)
-        if found_text is None:
-            found_text = times[key] = value.isoformat()
-        return found_text
-
-    rows = []
-    validity = graph.validity
-    for other, rel_type, weight, d, properties in found:
-        where = address(other)
-        valid_from, valid_to, invalidated_by = (validity(node_id, rel_type, other) if d == "OUT"  # type: ignore[arg-type]
-                                                else validity(other, rel_type, node_id))  # type: ignore[arg-type]
-        rows.append({"workspace": where.workspace, "path": where.path, "node_id": other,
-                     "relation_type": rel_type, "weight": weight, "direction": d, "properties": properties or {},
-                     "valid_from": text(valid_from), "valid_to": text(valid_to), "invalidated_by": invalidated_by})
-    return rows
 
 
 def _validity_fields(valid_from: datetime | None, valid_to: datetime | None,
@@ -545,8 +516,10 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
 
     Notes
     -----
-    On the view: O(max_nodes * fan_out) edge reads, no SQL once the view is current. On SQL:
-    one statement per expanded node.
+    On the view: O(max_nodes * fan_out) edge reads, no SQL once the view is current, and no
+    object per edge or per node before the answer's rows: the walk keeps columns
+    (:func:`kg.graph.traverse.reach`), the reached nodes' addresses are read from the view under
+    its lock, and each row is made once. On SQL: one statement per expanded node.
     """
     check_walk_bounds(hops, max_nodes, fan_out)
     direction = check_direction(direction)
@@ -557,35 +530,34 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
         parse_address(seed)  # every address checked (422) before any is looked up (404)
     with current_graph(session, services, view, build=True) as graph:
         addresses: dict[str, tuple[str, str]] = {}
+        seeds_at: list[NodeAddress] = []
         ids = []
         for seed in seeds:
             node_id, workspace, path = _node_id(session, view, graph, seed)
             addresses[node_id] = (workspace, path)
+            seeds_at.append(NodeAddress(workspace, path, f"{workspace}:{path}"))
             ids.append(node_id)
         if graph is not None:
             scope = readable_names(view)
-            walk = traverse(ids, lambda n: graph.iter_neighbors(n, direction=direction, types=wanted,
-                                                                workspaces=scope, at=at),
-                            hops=hops, max_nodes=max_nodes, fan_out=fan_out)
-            for visit in walk.visits:
-                if visit.node_id not in addresses:
-                    where = graph.address(visit.node_id)
-                    addresses[visit.node_id] = (where.workspace, where.path)  # type: ignore[index]
+            walked = reach(ids, lambda n: graph.iter_neighbors(n, direction=direction, types=wanted,
+                                                               workspaces=scope, at=at),
+                           hops=hops, max_nodes=max_nodes, fan_out=fan_out)
+            # the seeds first (hop 0, in the order given, repeats dropped): a seed without
+            # relations is not in the view; the others' addresses read under the view's lock
+            first = bisect.bisect_right(walked.hops, 0)
+            by_seed = dict(zip(ids, seeds_at, strict=True))
+            where = [by_seed[n] for n in walked.node_ids[:first]]  # type: ignore[index]
+            where += graph.addresses_of(walked.node_ids[first:])
         else:
-            walk = traverse(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses, at),
-                            hops=hops, max_nodes=max_nodes, fan_out=fan_out)
-
-    def address_of(node_id: Hashable) -> str:
-        workspace, path = addresses[node_id]  # type: ignore[index]
-        return f"{workspace}:{path}"
-
-    nodes = []
-    for visit in walk.visits:
-        workspace, path = addresses[visit.node_id]  # type: ignore[index]
-        nodes.append({"workspace": workspace, "path": path, "node_id": visit.node_id, "hop": visit.hop,
-                      "via": visit.via, "weight": visit.weight,
-                      "from": address_of(visit.parent) if visit.parent is not None else None})
-    return {"nodes": nodes, "truncated": walk.truncated}
+            walked = reach(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses, at),
+                           hops=hops, max_nodes=max_nodes, fan_out=fan_out)
+            where = [NodeAddress(w, p, f"{w}:{p}") for w, p in map(addresses.__getitem__, walked.node_ids)]  # type: ignore[arg-type]
+    return {"nodes": [{"workspace": located.workspace, "path": located.path, "node_id": node_id, "hop": hop,
+                       "via": via, "weight": weight, "from": where[parent].address if parent >= 0 else None}
+                      for node_id, hop, via, weight, parent, located in zip(
+                          walked.node_ids, walked.hops, walked.vias, walked.weights, walked.parents, where,
+                          strict=True)],
+            "truncated": walked.truncated}
 
 
 #: The two hops of :func:`follow_subjects`: a document's entities (their ``mentioned_in``

@@ -91,11 +91,16 @@ def check(view: GraphView, model: Model) -> None:
                         got = list(view.iter_neighbors(node, direction=direction, types=types,
                                                        workspaces=workspaces, at=at))
                         assert [tuple(e) for e in got] == want, (node, direction, types, workspaces, at)
-                        for limit in (1, 3):
+                        for limit in (1, 3, 100):
                             top, more = view.neighbors(node, direction=direction, types=types, limit=limit,
                                                        workspaces=workspaces, at=at)
                             assert [tuple(e) for e in top] == want[:limit]
                             assert more is (len(want) > limit)
+                            # with the other nodes' addresses (kept with the sorted lists as read)
+                            found, where, more = view.edges_located(node, direction=direction, types=types,
+                                                                    limit=limit, workspaces=workspaces, at=at)
+                            assert [tuple(e) for e in found] == want[:limit] and more is (len(want) > limit)
+                            assert [w.address for w in where] == [model.address(e[0]) for e in want[:limit]]
     # walks: level by level in the stable order; without budgets, networkx's distances
     for direction in ("OUT", "IN", "BOTH"):
         for types in (None, {"a", "b"}):
