@@ -1,6 +1,6 @@
-"""Benchmark of kg's graph use cases against SQLite and networkx on the peers' graph (issue 37).
+"""Benchmark of kg's graph use cases against SQLite and networkx on the peers' graph.
 
-The graph of the peers bench (``../shared/bench/peers_bench.py``, figure ``graph``): ``--nodes``
+The graph of the peers bench (``bench/peers.py``, figure ``graph``): ``--nodes``
 nodes (default 100,000) at ``kb:/s<i // 1000>/n<i>``, 10 edges per node, one hub with
 ``nodes / 2`` in-edges, the other edges from uniform sources to power-law targets (Zipf 0.7 over
 a permutation of the nodes), no self-loop nor repeated (source, target), three relation types,
