@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 from sqlalchemy.orm.attributes import set_committed_value
 
 from kg.errors import Conflict, InvalidInput, NotFound
@@ -417,12 +417,25 @@ def branch_view(
 def _view(session: Session, repo: Repository, branch_name: str, at_revision: int | None, *,
           own_cap: int | None = None) -> BranchView:
     _check_revision(repo, at_revision)
-    branches = _branches(session, repo)
+    branches = {b.name: b for b in _chain_of(session, repo, branch_name)}
     workspaces = dict(
         session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == repo.id)).all()
     )
     return _chained(repo, branches, {b.id: b for b in branches.values()}, workspaces, branch_name, at_revision,
                     own_cap=own_cap)
+
+
+def _chain_of(session: Session, repo: Repository, branch_name: str) -> list[Branch]:
+    """The branch ``branch_name`` and its ancestors (none if there is no such branch): one
+    recursive statement, O(depth), not a read of every branch of the repository (an agent's
+    write in a repository of thousands of branches reads its own chain).
+    """
+    chain = (select(Branch.id, Branch.parent_id)
+             .where(Branch.repo_id == repo.id, Branch.name == branch_name)
+             .cte("branch_chain", recursive=True))
+    up = aliased(Branch)
+    chain = chain.union_all(select(up.id, up.parent_id).join(chain, up.id == chain.c.parent_id))
+    return list(session.scalars(select(Branch).join(chain, Branch.id == chain.c.id)))
 
 
 def _check_revision(repo: Repository, at_revision: int | None) -> None:
