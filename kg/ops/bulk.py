@@ -45,7 +45,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Annotated, Any, NamedTuple
@@ -654,9 +654,12 @@ class _Plan:
         return frozenset(self.chunks["content_key"])
 
 
-def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, create: bool) -> bool:
-    """Create the repository and the header's workspaces when missing (and ``create``); whether the
-    repository was. Checks write on the branch first in an existing repository.
+def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *,
+                   create: bool) -> tuple[bool, dict[str, dict[str, Any]]]:
+    """Create the repository and the header's workspaces when missing (and ``create``): whether the
+    repository was, and the configs of the repository's workspaces by name (read once, as the
+    import's content keys are computed under them). Checks write on the branch first in an
+    existing repository.
     """
     session, services = uow.session, uow.services
     created = False
@@ -670,12 +673,12 @@ def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, c
         created = True
     uow.authorize("write", repo, branch)
     default = services.settings.embedding_model
-    existing = {w.name for w in repo_store.list_workspaces(session, r)}
+    configs = {w.name: w.config for w in repo_store.list_workspaces(session, r)}
     for spec in bulk.header.workspaces:
         if create and not can_see(uow.actor, repo, workspace=spec.name):
             # Before existence: a name outside the key's workspaces answers alike, taken or free.
             authorize_new_workspace(uow.actor, repo, spec.name)
-        if spec.name in existing:
+        if spec.name in configs:
             continue
         if not create:
             raise NotFound(f"workspace {spec.name!r} not found in repository {repo!r}",
@@ -685,8 +688,9 @@ def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, c
         refuse_reserved_workspace(repo, spec.name, reserved_repositories(services.settings))
         config = parse_embedding_config(spec.embedding, default_model=default)
         services.embedder(config.model)  # an unknown model is refused before anything is written
-        repo_store.create_workspace(session, r, name=spec.name, config={"embedding": config.model_dump()})
-    return created
+        configs[spec.name] = {"embedding": config.model_dump()}
+        repo_store.create_workspace(session, r, name=spec.name, config=configs[spec.name])
+    return created, configs
 
 
 def _authorize_content(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile) -> None:
@@ -773,9 +777,11 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) -> _Plan:
+def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool,
+             configs: Mapping[str, dict[str, Any]]) -> _Plan:
     """Check the file against the branch (parents, endpoints, chunks) and compute every row, as
-    columns: content keys by each workspace's settings read once, ids a workspace at a time."""
+    columns: content keys by each workspace's settings (``configs``, by name), ids a workspace at
+    a time."""
     session, services, view = uow.session, uow.services, ctx.view
     repo = ctx.repo
     wids = {name: wid for wid, name in view.workspaces.items()}
@@ -811,7 +817,7 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
     keyers: dict[str, Callable[[dict[str, Any]], str | None]] = {}
     embedders: dict[str, Embedder] = {}
     for ws in dict.fromkeys(f.workspace):
-        config = workspace_embedding(repo_store.get_workspace(session, repo, ws).config, default_model=default)
+        config = workspace_embedding(configs[ws], default_model=default)
         embedders[ws] = services.embedder(config.model)
         keyers[ws] = content_keyer(config, embedders[ws])
     keys: dict[str, tuple[int, str]] = {}  # content key -> (line, workspace) of its first node
@@ -1063,12 +1069,12 @@ def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterabl
     revisions: list[int] = []
     queued_total = 0
     with unit_of_work(services, caller) as uow:
-        created = _ensure_target(uow, repo, branch, bulk, create=create)
+        created, configs = _ensure_target(uow, repo, branch, bulk, create=create)
         _authorize_content(uow, repo, branch, bulk)
         # The batches count what is written: the nodes and relations the branch does not hold
         # as the file has them (a re-import of the same file writes no revision).
         ctx = uow.begin(repo, branch, message=message)
-        plan = _resolve(uow, ctx, bulk, created)
+        plan = _resolve(uow, ctx, bulk, created, configs)
         batches = _batches(plan.n_nodes, plan.n_relations, batch_size)
         unchanged = plan.unchanged_nodes + plan.unchanged_relations
         summary = message or (f"import ndjson: {plan.n_nodes} nodes, {plan.n_relations} relations from "

@@ -6,12 +6,12 @@ refresh what was derived from the node it replaced. Every use case writing node 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kg.context import UnitOfWork
 from kg.ops.lineage import Changed, refresh_derived
-from kg.ops.text_store import EmbeddedText, plan_for, put_text, queue_jobs
+from kg.ops.text_store import EmbeddedText, content_keyer_for, put_text, queue_jobs
 from kg.store import nodes as node_store
 from kg.store.models import NodeVersion
 from kg.store.nodes import NodePut, NodeWrite
@@ -49,10 +49,11 @@ def write_nodes(uow: UnitOfWork, ctx: WriteContext, items: Sequence[Mapping[str,
     validated (NFC) and each address named once; ``validated``: their inputs were checked
     (:func:`kg.store.nodes.validate_node_input`) already.
 
-    The rows are those of the calls one by one: each content key planned once, the versions
-    stored by :func:`kg.store.nodes.put_nodes` (a lookup and an insert for all of them), what was
-    derived from the nodes replaced refreshed in one call, the embedding jobs queued in one
-    statement (each naming the first version written with its text).
+    The rows are those of the calls one by one: each content key computed once (the settings'
+    part once per workspace), the versions stored by :func:`kg.store.nodes.put_nodes` (a lookup
+    and an insert for all of them), what was derived from the nodes replaced refreshed in one
+    call, the embedding jobs queued in one statement (each naming the first version written
+    with its text).
 
     Raises
     ------
@@ -63,11 +64,15 @@ def write_nodes(uow: UnitOfWork, ctx: WriteContext, items: Sequence[Mapping[str,
     """
     session, services = uow.session, uow.services
     writes = []
+    keyers: dict[str, Callable[[dict[str, Any]], str | None]] = {}
     for item in items:
         workspace, properties = item["workspace"], item.get("properties", {})
         if not validated:
             node_store.validate_node_input(item.get("node_type", "kg:Node"), properties, item.get("order"))
-        key = plan_for(services, session, ctx.repo, workspace, properties).content_key
+        keyer = keyers.get(workspace)
+        if keyer is None:
+            keyer = keyers[workspace] = content_keyer_for(services, session, ctx.repo, workspace)
+        key = keyer(properties)
         writes.append((workspace, item["path"], NodeWrite(item.get("node_type", "kg:Node"), properties,
                                                           item.get("order"), key)))
     put = node_store.put_nodes(session, ctx, writes, parents=parents)

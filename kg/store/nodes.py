@@ -417,7 +417,11 @@ def put_nodes(session: Session, ctx: WriteContext, writes: Sequence[tuple[str, s
         present.add((wid, path))
     references = [extract_references(write.properties, workspace=view.workspaces[wid]) if write.properties else []
                   for wid, _, write, _ in rows]
-    uids = {(wid, path): node_uid(ctx.repo.uid, wid, path) for wid, path, _, _ in rows}
+    by_workspace: dict[int, list[str]] = {}
+    for wid, path, _, _ in rows:
+        by_workspace.setdefault(wid, []).append(path)
+    uids = {(wid, path): uid for wid, paths in by_workspace.items()
+            for path, uid in zip(paths, node_uids(ctx.repo.uid, wid, paths), strict=True)}
     revision = ctx.revision
     columns: dict[str, list[Any]] = {
         "workspace_id": [r[0] for r in rows],

@@ -311,3 +311,38 @@ def test_an_import_on_a_branch_makes_as_many_statements_for_100_records_as_for_1
         assert report.nodes == n and report.chunks >= n
     assert counts[10] == counts[100], counts
     assert counts[100] <= 20, counts
+
+
+def test_a_batch_queues_a_failed_text_again_through_the_driver_executemany(services, acme):
+    """The jobs are inserted by the driver's executemany (:func:`kg.store.rows.execute_rows`):
+    a text whose job failed is queued afresh, as the statement's ON CONFLICT says, and a new
+    one gets every column the model's defaults would give."""
+    from sqlalchemy import update
+
+    services.settings.index_inline = False
+    upserts = [{"workspace": "w", "path": "/docs/f1", "properties": {"content": "a text that failed"}}]
+    run(services, OPERATOR, batch, acme, "main", upserts=upserts)
+    with services.db.write() as s:
+        s.execute(update(IndexJob).values(status="failed", attempts=3, failures=2, alone=True, error="boom"))
+    run(services, OPERATOR, batch, acme, "main", upserts=[{**upserts[0], "path": "/docs/f2"},
+                                                         {"workspace": "w", "path": "/docs/f3",
+                                                          "properties": {"content": "a new text"}}])
+    with services.db.read() as s:
+        jobs = {j.content_key: j for j in s.scalars(select(IndexJob))}
+        keys = dict(s.execute(select(NodeVersion.path, NodeVersion.content_key)).all())
+        ids = dict(s.execute(select(NodeVersion.path, NodeVersion.id)).all())
+    again, new = jobs[keys["/docs/f2"]], jobs[keys["/docs/f3"]]
+    assert (again.status, again.attempts, again.failures, again.alone, again.error, again.node_version_id) == (
+        "pending", 0, 0, False, None, ids["/docs/f2"])
+    assert (new.status, new.attempts, new.failures, new.alone, new.priority, new.node_version_id) == (
+        "pending", 0, 0, False, 0, ids["/docs/f3"])
+
+
+def test_execute_rows_refuses_a_statement_whose_defaults_are_computed_in_python(services):
+    from sqlalchemy import insert
+
+    from kg.store.rows import execute_rows
+
+    with services.db.write() as s, pytest.raises(ValueError, match="name every value"):  # status, created_at...
+        execute_rows(s, insert(IndexJob), [{"repo_id": 1, "content_key": "k", "workspace_id": 1,
+                                            "node_version_id": 1}])
