@@ -32,6 +32,11 @@ def insert_rows(session: Session, table: Any, columns: Mapping[str, Sequence[Any
     skip): the per-row parameter handling of a compiled statement is spared (and on PostgreSQL
     a protocol round per row: 100,000 relations took 7.1 s through psycopg's executemany
     pipeline); the stored values are the same.
+
+    Raises
+    ------
+    kg.errors.KGError
+        The connection was closed under the write (PostgreSQL).
     """
     n = len(next(iter(columns.values())))
     if not n:
