@@ -187,16 +187,18 @@ def has_chunks(session: Session, repo_id: int, key: str) -> bool:
     return session.scalar(_HAS_CHUNKS, {"c_repo_id": repo_id, "c_key": key}) is not None
 
 
+_STORED_KEYS = select(Chunk.content_key).where(
+    Chunk.repo_id == bindparam("c_repo_id"), Chunk.content_key.in_(bindparam("c_keys", expanding=True)),
+    Chunk.chunk_index == 0)
+
+
 def existing_content_keys(session: Session, repo_id: int, keys: Iterable[str]) -> set[str]:
-    """Which content keys already have their chunks stored."""
+    """Which content keys already have their chunks stored: a statement (built once) per 500 keys."""
     wanted = list(set(keys))
     found: set[str] = set()
+    connection = session.connection()
     for start in range(0, len(wanted), 500):
-        part = wanted[start:start + 500]
-        found.update(session.scalars(
-            select(Chunk.content_key).where(Chunk.repo_id == repo_id, Chunk.content_key.in_(part),
-                                            Chunk.chunk_index == 0)
-        ))
+        found.update(connection.scalars(_STORED_KEYS, {"c_repo_id": repo_id, "c_keys": wanted[start:start + 500]}))
     return found
 
 

@@ -23,6 +23,7 @@ from kg.indexing.chunks import existing_content_keys, has_chunks, text_fields
 from kg.indexing.config import workspace_embedding
 from kg.indexing.queue import QueueSpec
 from kg.store.models import IndexJob, NodeVersion, Repository, Workspace, utcnow
+from kg.store.rows import execute_rows
 
 LEASE = timedelta(minutes=5)
 """How long a claim holds a job without renewal (renewed while its batch runs)."""
@@ -71,6 +72,7 @@ def _enqueue_stmt(dialect: str) -> Any:
         node_version_id=bindparam("q_vid"), status="pending", attempts=0, priority=bindparam("q_priority"),
         created_at=bindparam("q_now", type_=IndexJob.created_at.type),
         updated_at=bindparam("q_now2", type_=IndexJob.updated_at.type),
+        failures=0, alone=False,  # their defaults, named: every value is in the statement (execute_rows)
     )
     return stmt.on_conflict_do_update(
         index_elements=["repo_id", "content_key"],
@@ -131,7 +133,7 @@ def enqueue_many(session: Session, *, repo_id: int, jobs: Sequence[tuple[int, st
     now = utcnow()
     queued = [key for key in first if key not in stored]
     if queued:
-        session.execute(_enqueue_stmt(session.get_bind().dialect.name), [
+        execute_rows(session, _enqueue_stmt(session.get_bind().dialect.name), [
             {"q_repo_id": repo_id, "q_key": key, "q_wid": first[key][0], "q_vid": first[key][1], "q_now": now,
              "q_now2": now, "q_priority": priority} for key in queued])
     return queued

@@ -53,9 +53,7 @@ from typing import IO, Annotated, Any, NamedTuple
 import numpy as np
 import orjson
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
-from sqlalchemy import JSON, Table, Text, bindparam, cast, func, insert, select, text
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Text, cast, func, insert, select, text
 from sqlalchemy.orm import Session
 
 from kg import collector
@@ -74,13 +72,14 @@ from kg.indexing.config import parse_embedding_config, workspace_embedding
 from kg.indexing.index_jobs import enqueue_many
 from kg.providers.base import Embedder
 from kg.store import repos as repo_store
-from kg.store.models import Base, Chunk, NodeVersion, Reference, RelationVersion, utcnow
-from kg.store.nodes import node_uids, validate_node_input
+from kg.store.models import Chunk, NodeVersion, Reference, RelationVersion, utcnow
+from kg.store.nodes import live_rows, node_uids, validate_node_input
 from kg.store.paths import name_of, parent_of, parse_address, validate_name, validate_path
 from kg.store.references import extract_references
 from kg.store.relations import RELATION_KEY, validate_relation_type
 from kg.store.repos import MAIN, BranchView, WriteContext
-from kg.store.visibility import Chain, visible_select
+from kg.store.rows import insert_node_versions, insert_rows
+from kg.store.visibility import visible_select
 from kg.text.storable import check_json
 from kg.types.bulk import (
     DEFAULT_NODE_TYPE,
@@ -655,9 +654,12 @@ class _Plan:
         return frozenset(self.chunks["content_key"])
 
 
-def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, create: bool) -> bool:
-    """Create the repository and the header's workspaces when missing (and ``create``); whether the
-    repository was. Checks write on the branch first in an existing repository.
+def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *,
+                   create: bool) -> tuple[bool, dict[str, dict[str, Any]]]:
+    """Create the repository and the header's workspaces when missing (and ``create``): whether the
+    repository was, and the configs of the repository's workspaces by name (read once, as the
+    import's content keys are computed under them). Checks write on the branch first in an
+    existing repository.
     """
     session, services = uow.session, uow.services
     created = False
@@ -671,12 +673,12 @@ def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, c
         created = True
     uow.authorize("write", repo, branch)
     default = services.settings.embedding_model
-    existing = {w.name for w in repo_store.list_workspaces(session, r)}
+    configs = {w.name: w.config for w in repo_store.list_workspaces(session, r)}
     for spec in bulk.header.workspaces:
         if create and not can_see(uow.actor, repo, workspace=spec.name):
             # Before existence: a name outside the key's workspaces answers alike, taken or free.
             authorize_new_workspace(uow.actor, repo, spec.name)
-        if spec.name in existing:
+        if spec.name in configs:
             continue
         if not create:
             raise NotFound(f"workspace {spec.name!r} not found in repository {repo!r}",
@@ -686,8 +688,9 @@ def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *, c
         refuse_reserved_workspace(repo, spec.name, reserved_repositories(services.settings))
         config = parse_embedding_config(spec.embedding, default_model=default)
         services.embedder(config.model)  # an unknown model is refused before anything is written
-        repo_store.create_workspace(session, r, name=spec.name, config={"embedding": config.model_dump()})
-    return created
+        configs[spec.name] = {"embedding": config.model_dump()}
+        repo_store.create_workspace(session, r, name=spec.name, config=configs[spec.name])
+    return created, configs
 
 
 def _authorize_content(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile) -> None:
@@ -714,56 +717,14 @@ def _branch_nodes(session: Session, view: BranchView,
     """The live nodes on the branch among ``addresses`` (the file's own, compared with the file)."""
     cols = (NodeVersion.node_id, NodeVersion.created_at, NodeVersion.node_type, NodeVersion.properties,
             NodeVersion.order)
-    return {(wid, path): _OnBranch(*found) for wid, path, *found in _live_at(session, view, addresses, cols)}
+    found = live_rows(session, view, addresses, cols, lookup_batch=_LOOKUP_BATCH, scan_above=_SCAN_ABOVE)
+    return {(wid, path): _OnBranch(*rest) for wid, path, *rest in found}
 
 
 def _branch_ids(session: Session, view: BranchView, addresses: set[tuple[int, str]]) -> dict[tuple[int, str], str]:
     """The ids of the live nodes among ``addresses`` (parents and endpoints outside the file)."""
-    return {(wid, path): node_id for wid, path, node_id in _live_at(session, view, addresses, (NodeVersion.node_id,))}
-
-
-def _live_at(session: Session, view: BranchView, addresses: set[tuple[int, str]],
-             columns: tuple[Any, ...]) -> Iterator[Sequence[Any]]:
-    """``(workspace id, path, *columns)`` of the live nodes among ``addresses``: 500 addresses a
-    statement, or one scan of a workspace holding many; plain Core rows, no ORM row per node.
-    """
-    if not addresses or view.repo.head_revision == 0:
-        return
-    by_ws: dict[int, list[str]] = {}
-    for wid, path in addresses:
-        by_ws.setdefault(wid, []).append(path)
-    cols = (NodeVersion.workspace_id, NodeVersion.path, *columns)
-    connection = session.connection()
-    for wid, paths in by_ws.items():
-        if len(paths) > _SCAN_ABOVE:
-            stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
-                                     NodeVersion.workspace_id == wid)
-            wanted = set(paths)
-            yield from (row for row in connection.execute(stmt.with_only_columns(*cols)) if row[1] in wanted)
-            continue
-        for start in range(0, len(paths), _LOOKUP_BATCH):
-            part = paths[start:start + _LOOKUP_BATCH]
-            if view.readable is None:  # one statement per chain length, built once (a small write's cost)
-                params: dict[str, Any] = {"wid": wid, "paths": part}
-                for i, (branch_id, revision) in enumerate(view.chain):
-                    params[f"chain_b{i}"], params[f"chain_r{i}"] = branch_id, revision
-                yield from connection.execute(_lookup_stmt(len(view.chain), cols), params)
-                continue
-            stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
-                                     NodeVersion.workspace_id == wid, NodeVersion.path.in_(part))
-            yield from connection.execute(stmt.with_only_columns(*cols))
-
-
-@functools.lru_cache(maxsize=64)
-def _lookup_stmt(depth: int, columns: tuple[Any, ...]) -> Any:
-    """:func:`_live_at`'s lookup of paths of a workspace (``wid``, ``paths``) on a chain of
-    ``depth`` branches, each ``(chain_b<i>, chain_r<i>)`` a bound parameter: the window query is
-    built once for every branch as deep (a new branch's first write builds none)."""
-    chain: Any = tuple((bindparam(f"chain_b{i}"), bindparam(f"chain_r{i}")) for i in range(depth))
-    stmt, _ = visible_select(NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
-                             NodeVersion.workspace_id == bindparam("wid"),
-                             NodeVersion.path.in_(bindparam("paths", expanding=True)))
-    return stmt.with_only_columns(*columns)
+    return {(wid, path): node_id for wid, path, node_id in live_rows(
+        session, view, addresses, (NodeVersion.node_id,), lookup_batch=_LOOKUP_BATCH, scan_above=_SCAN_ABOVE)}
 
 
 def _canonical(value: Any) -> str:
@@ -816,9 +777,11 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) -> _Plan:
+def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool,
+             configs: Mapping[str, dict[str, Any]]) -> _Plan:
     """Check the file against the branch (parents, endpoints, chunks) and compute every row, as
-    columns: content keys by each workspace's settings read once, ids a workspace at a time."""
+    columns: content keys by each workspace's settings (``configs``, by name), ids a workspace at
+    a time."""
     session, services, view = uow.session, uow.services, ctx.view
     repo = ctx.repo
     wids = {name: wid for wid, name in view.workspaces.items()}
@@ -854,7 +817,7 @@ def _resolve(uow: UnitOfWork, ctx: WriteContext, bulk: BulkFile, created: bool) 
     keyers: dict[str, Callable[[dict[str, Any]], str | None]] = {}
     embedders: dict[str, Embedder] = {}
     for ws in dict.fromkeys(f.workspace):
-        config = workspace_embedding(repo_store.get_workspace(session, repo, ws).config, default_model=default)
+        config = workspace_embedding(configs[ws], default_model=default)
         embedders[ws] = services.embedder(config.model)
         keyers[ws] = content_keyer(config, embedders[ws])
     keys: dict[str, tuple[int, str]] = {}  # content key -> (line, workspace) of its first node
@@ -961,96 +924,6 @@ def _check_chunks(c: _Chunks, keys: dict[str, tuple[int, str]], embedders: dict[
             "embedding": c.embedding}
 
 
-def _insert_rows(session: Session, table: Any, columns: Mapping[str, Sequence[Any]], *,
-                 conflict: tuple[str, ...] | None = None, **constant: Any) -> None:
-    """Insert rows given as ``columns`` (equal lengths; plus the ``constant`` columns) into
-    ``table`` by the driver's bulk path; with ``conflict``, rows whose key exists are skipped.
-
-    Values are bound by each column's bind processor, a column at a time, then written by one
-    ``cursor.executemany`` on SQLite, one ``COPY ... FROM STDIN`` (psycopg) on PostgreSQL,
-    SQLAlchemy's executemany elsewhere (and for ``conflict`` on PostgreSQL, which COPY cannot
-    skip): the per-row parameter handling of a compiled statement is spared (and on PostgreSQL
-    a protocol round per row: 100,000 relations took 7.1 s through psycopg's executemany
-    pipeline); the stored values are the same.
-    """
-    n = len(next(iter(columns.values())))
-    if not n:
-        return
-    connection = session.connection()
-    dialect = connection.dialect
-    names = [c.name for c in table.c if c.name in columns or c.name in constant]
-    if dialect.name not in ("sqlite", "postgresql") or (conflict and dialect.name == "postgresql"):
-        stmt = insert(table) if not conflict else _conflict_insert(dialect.name, table.name, conflict)
-        session.execute(stmt, [{name: constant[name] if name in constant else columns[name][i] for name in names}
-                               for i in range(n)])
-        return
-    bound: list[Sequence[Any]] = []
-    for name in names:
-        values: Sequence[Any] = [constant[name]] * n if name in constant else columns[name]
-        process = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
-        if process is not None and isinstance(table.c[name].type, JSON):
-            # An empty JSON object, the usual relation properties, binds as the text "{}" always.
-            empty = process({})
-            values = [None if v is None else empty if v == {} else process(v) for v in values]
-        elif process is not None:
-            # Timestamps, flags and numbers repeat (one import time for every row): bound once each.
-            memo: dict[Any, Any] = {}
-            values = [None if v is None else memo[v] if v in memo else memo.setdefault(v, process(v))
-                      for v in values]
-        bound.append(values)
-    quote = dialect.identifier_preparer.quote
-    listed = ", ".join(quote(n) for n in names)
-    if dialect.name == "postgresql":
-        driver = connection.connection.driver_connection  # psycopg's, inside this transaction
-        if driver is None:
-            raise KGError("the database connection is closed")
-        with driver.cursor() as cursor, cursor.copy(f"COPY {quote(table.name)} ({listed}) FROM STDIN") as copy:
-            for row in zip(*bound, strict=True):
-                copy.write_row(row)
-        return
-    skip = f" ON CONFLICT ({', '.join(quote(c) for c in conflict)}) DO NOTHING" if conflict else ""
-    sql = f"INSERT INTO {quote(table.name)} ({listed}) VALUES ({', '.join('?' * len(names))}){skip}"
-    connection.exec_driver_sql(sql, list(zip(*bound, strict=True)))
-
-
-@functools.lru_cache(maxsize=8)
-def _conflict_insert(dialect: str, table: str, conflict: tuple[str, ...]) -> Any:
-    """An insert into ``table`` that skips the rows whose ``conflict`` key exists."""
-    make = pg_insert if dialect == "postgresql" else sqlite_insert
-    return make(Base.metadata.tables[table]).on_conflict_do_nothing(index_elements=list(conflict))
-
-
-@functools.lru_cache(maxsize=4)
-def _returning_insert(dialect: str) -> Any:
-    """The node-version insert returning ids in parameter order (batched ``INSERT ... RETURNING``)."""
-    table: Table = NodeVersion.__table__  # type: ignore[assignment]
-    return insert(table).returning(table.c.id, sort_by_parameter_order=True)
-
-
-def _insert_nodes(session: Session, columns: dict[str, list[Any]], revision: int, **constant: Any) -> list[int]:
-    """Insert node versions (columns, plus the ``constant`` ones) at ``revision``; their ids, in order.
-
-    SQLite has no ordered ``RETURNING`` for many rows, so the ids are given: the transaction holds
-    the write lock (``BEGIN IMMEDIATE``) and a rowid table without AUTOINCREMENT gives a new row
-    the largest id plus one. PostgreSQL's come from the sequence in one statement, then the rows
-    are copied in.
-    """
-    n = len(columns["node_id"])
-    dialect = session.get_bind().dialect.name
-    if dialect == "postgresql":
-        ids = list(session.scalars(text("SELECT nextval(pg_get_serial_sequence('node_versions', 'id')) "
-                                        "FROM generate_series(1, :n)"), {"n": n}))
-    elif dialect == "sqlite":
-        top = session.scalar(select(func.max(NodeVersion.id))) or 0
-        ids = list(range(top + 1, top + 1 + n))
-    else:
-        rows = [{**{name: column[i] for name, column in columns.items()}, **constant, "revision": revision}
-                for i in range(n)]
-        return list(session.execute(_returning_insert(dialect), rows).scalars())
-    _insert_rows(session, NodeVersion.__table__, {**columns, "id": ids}, revision=revision, **constant)
-    return ids
-
-
 def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relations: range, *,
            with_chunks: bool) -> tuple[int, list[str]]:
     """Write one batch of the plan at the context's revision; its number and the keys queued."""
@@ -1070,7 +943,7 @@ def _write(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, relati
 def _store_chunks(session: Session, plan: _Plan) -> None:
     """The file's chunks inserted (a key a concurrent writer stored is skipped, as
     :func:`kg.indexing.chunks.store_chunks` skips it), in file order: their seqs follow it."""
-    _insert_rows(session, Chunk.__table__, plan.chunks, conflict=("repo_id", "content_key", "chunk_index"),
+    insert_rows(session, Chunk.__table__, plan.chunks, conflict=("repo_id", "content_key", "chunk_index"),
                  repo_id=plan.repo_id)
 
 
@@ -1093,7 +966,7 @@ def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, r
     for start in range(nodes.start, nodes.stop, _INSERT_BATCH):
         stop = min(start + _INSERT_BATCH, nodes.stop)
         part = {name: column[start:stop] for name, column in plan.nodes.items()}
-        ids = _insert_nodes(session, part, revision, repo_id=plan.repo_id, branch_id=branch_id, deleted=False)
+        ids = insert_node_versions(session, part, revision, repo_id=plan.repo_id, branch_id=branch_id, deleted=False)
         jobs.extend(zip(part["workspace_id"], part["content_key"], ids, strict=True))
         for i, vid, node_id in zip(range(start, stop), ids, part["node_id"], strict=True):
             reference_rows.extend(
@@ -1106,7 +979,7 @@ def _write_rows(uow: UnitOfWork, ctx: WriteContext, plan: _Plan, nodes: range, r
     queued = enqueue_many(session, repo_id=plan.repo_id, jobs=jobs, stored=stored)
     for start in range(relations.start, relations.stop, _INSERT_BATCH):
         stop = min(start + _INSERT_BATCH, relations.stop)
-        _insert_rows(session, RelationVersion.__table__, {name: column[start:stop]
+        insert_rows(session, RelationVersion.__table__, {name: column[start:stop]
                                                           for name, column in plan.relations.items()},
                      revision=revision, repo_id=plan.repo_id, branch_id=branch_id, deleted=False)
     return revision, queued
@@ -1196,12 +1069,12 @@ def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterabl
     revisions: list[int] = []
     queued_total = 0
     with unit_of_work(services, caller) as uow:
-        created = _ensure_target(uow, repo, branch, bulk, create=create)
+        created, configs = _ensure_target(uow, repo, branch, bulk, create=create)
         _authorize_content(uow, repo, branch, bulk)
         # The batches count what is written: the nodes and relations the branch does not hold
         # as the file has them (a re-import of the same file writes no revision).
         ctx = uow.begin(repo, branch, message=message)
-        plan = _resolve(uow, ctx, bulk, created)
+        plan = _resolve(uow, ctx, bulk, created, configs)
         batches = _batches(plan.n_nodes, plan.n_relations, batch_size)
         unchanged = plan.unchanged_nodes + plan.unchanged_relations
         summary = message or (f"import ndjson: {plan.n_nodes} nodes, {plan.n_relations} relations from "

@@ -107,7 +107,9 @@ def derived_edges(session: Any, view: BranchView, node_ids: list[str]) -> list[R
     revision = Unindexed(rv.revision)  # beside an IN list (SQLite 3.40's seek-scan: kg.store.visibility)
     reach = [and_(rv.branch_id == branch_id, revision <= upto) for branch_id, upto in view.chain]
     stmt = select(rv.id, rv.from_node_id, rv.rel_type, rv.to_node_id, rv.branch_id, rv.revision, rv.deleted).where(
-        rv.to_node_id.in_(node_ids), rv.rel_type.in_(DERIVED_EDGE_TYPES), or_(*reach)
+        # the branches listed too: SQLite seeks each, not every branch id (kg.store.visibility._chain_filter)
+        rv.to_node_id.in_(node_ids), rv.rel_type.in_(DERIVED_EDGE_TYPES),
+        rv.branch_id.in_([branch_id for branch_id, _ in view.chain]), or_(*reach)
     )
     rows = session.execute(stmt).all()
     if not rows:

@@ -16,8 +16,7 @@ from sqlalchemy.orm import Session
 from kg.context import UnitOfWork
 from kg.errors import InvalidInput
 from kg.ops.lineage import Changed, refresh_derived
-from kg.ops.text_store import queue_jobs
-from kg.ops.texts import write_node
+from kg.ops.texts import write_node, write_nodes
 from kg.store import nodes as node_store
 from kg.store import relations as relation_store
 from kg.store.models import node_dict, utcnow
@@ -156,13 +155,6 @@ def _refuse_writes_under_deletes(upserts: list[dict[str, Any]], deletes: list[di
                          "items": [where, f"upserts[{index}]"]})
 
 
-def _ancestors_first(upserts: list[dict[str, Any]]) -> list[int]:
-    """The upserts' indexes, shallowest path first (stable): a parent is written before a child's
-    ``parents`` would make it a folder (two versions at one revision).
-    """
-    return sorted(range(len(upserts)), key=lambda i: upserts[i]["path"].count("/"))
-
-
 def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[str, Any]] | None = None,
           deletes: list[dict[str, Any]] | None = None, parents: bool = False, message: str | None = None,
           actor: str | None = None) -> BatchResult:
@@ -200,18 +192,8 @@ def batch(uow: UnitOfWork, repo_name: str, branch: str, *, upserts: list[dict[st
         deleted += len(hidden)
         gone.extend(Changed(item["workspace"], v.path, v.node_id, None) for v in hidden)
     refresh_derived(uow, ctx, gone)
-    # Ancestors first, answered in the order given; the texts queued together at the end.
-    written: dict[int, Node] = {}
-    jobs: list[tuple[int, str | None, int]] = []
-    for index in _ancestors_first(upserts):
-        item = upserts[index]
-        version, _ = write_node(uow, ctx, item["workspace"], item["path"],
-                                node_type=item.get("node_type", "kg:Node"),
-                                properties=item.get("properties", {}), order=item.get("order"),
-                                parents=parents, jobs=jobs)
-        written[index] = Node.model_validate(node_dict(version, item["workspace"]))
-    queue_jobs(uow, ctx, jobs)
-    out = [written[i] for i in range(len(upserts))]
+    out = [Node.model_validate(p.api_dict()) for p in write_nodes(uow, ctx, upserts, parents=parents,
+                                                                validated=True)]
     if len(upserts) + len(deletes) >= 1000:
         uow.after_commit(uow.services.db.analyze)  # fresh planner statistics after a large write
     return BatchResult(revision=ctx.revision, upserted=out, deleted=deleted)
@@ -260,15 +242,7 @@ def write_graph(uow: UnitOfWork, repo_name: str, branch: str,
     uow.authorize_workspaces("write", repo_name, branch, [u["workspace"] for u in todo.upserts])
     for r in [*todo.unrelations, *todo.relations, *todo.invalidations]:
         uow.authorize_relation(repo_name, branch, r["from"], r["to"])
-    written: dict[int, Node] = {}
-    for index in _ancestors_first(todo.upserts):
-        item = todo.upserts[index]
-        version, _ = write_node(uow, ctx, item["workspace"], item["path"],
-                                node_type=item.get("node_type", "kg:Node"),
-                                properties=item.get("properties", {}), order=item.get("order"),
-                                parents=True)
-        written[index] = Node.model_validate(node_dict(version, item["workspace"]))
-    out = [written[i] for i in range(len(todo.upserts))]
+    out = [Node.model_validate(p.api_dict()) for p in write_nodes(uow, ctx, todo.upserts, parents=True)]
     unrelated = sum(relation_store.unrelate(session, ctx, u["from"], u["to"], u["type"])
                     for u in todo.unrelations)
     now = utcnow()

@@ -23,6 +23,7 @@ from kg.indexing.chunks import (
     ChunkRow,
     Piece,
     TextPlan,
+    content_keyer,
     embed_plans,
     existing_content_keys,
     plan_pieces,
@@ -68,6 +69,21 @@ def plan_for(services: Resources, session: Session, repo: Repository, workspace_
     ``session`` sees them; no model call.
     """
     return _plan(services, session, repo, workspace_name, properties)[0]
+
+
+def content_keyer_for(services: Resources, session: Session, repo: Repository,
+                      workspace_name: str) -> Callable[[dict[str, Any]], str | None]:
+    """The content key of properties (:func:`plan_for`'s, None: no text) under the workspace's
+    settings as ``session`` sees them, as a function: the settings' part computed once for the
+    many nodes of one write."""
+    memo = session.info.setdefault("kg_content_keyer", {})
+    key = (repo.id, workspace_name)
+    if key not in memo:
+        _plan(services, session, repo, workspace_name, {})  # the settings, read once per transaction
+        config, embedder = session.info["kg_workspace_embedding"][key]
+        memo[key] = content_keyer(config, embedder)
+    keyer: Callable[[dict[str, Any]], str | None] = memo[key]
+    return keyer
 
 
 def chunk_hashes(services: Resources, session: Session, repo: Repository, workspace_name: str,

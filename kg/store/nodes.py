@@ -15,16 +15,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, or_, select
+from sqlalchemy import ColumnElement, Select, and_, bindparam, insert, or_, select
 from sqlalchemy.orm import Session, defer
 
 from kg.errors import Conflict, InvalidInput, NotFound
 from kg.store.driver import DriverStatement, in_list_statement, in_params, json_value
-from kg.store.models import Branch, NodeVersion, RelationVersion, Workspace, utcnow
+from kg.store.models import Branch, NodeVersion, Reference, RelationVersion, Workspace, utcnow
 from kg.store.paths import ancestors_of, name_of, parent_of, path_has_prefix, validate_prefix, validate_prefix_mode
 from kg.store.paths import validate_path as validate_path  # re-exported: kg.ops.nodes, kg.ragnode.service
-from kg.store.references import index_references
+from kg.store.references import extract_references, index_references
 from kg.store.repos import BranchView, WriteContext, workspace_id
+from kg.store.rows import insert_node_versions
 from kg.store.visibility import Chain, visible_select
 
 FOLDER_TYPE = "kg:Folder"
@@ -226,6 +227,55 @@ def _insert_version(session: Session, ctx: WriteContext, wid: int, path: str, *,
     return version
 
 
+def live_rows(session: Session, view: BranchView, addresses: Iterable[tuple[int, str]],
+              columns: tuple[Any, ...], *, lookup_batch: int = 500,
+              scan_above: int = 5_000) -> Iterator[Sequence[Any]]:
+    """``(workspace id, path, *columns)`` of the live nodes among ``addresses`` (``(workspace id,
+    path)``, paths in NFC) as ``view`` sees them, in no order: a statement per ``lookup_batch``
+    paths of a workspace, or one scan of a workspace when more than ``scan_above`` of its paths are
+    asked; plain Core rows, no ORM row per node. What the session flushed is seen; flush the ORM's
+    pending writes first.
+    """
+    by_ws: dict[int, list[str]] = {}
+    for wid, path in addresses:
+        by_ws.setdefault(wid, []).append(path)
+    if not by_ws or view.repo.head_revision == 0:
+        return
+    cols = (NodeVersion.workspace_id, NodeVersion.path, *columns)
+    connection = session.connection()
+    for wid, paths in by_ws.items():
+        if len(paths) > scan_above:
+            stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                                     NodeVersion.workspace_id == wid)
+            wanted = set(paths)
+            yield from (row for row in connection.execute(stmt.with_only_columns(*cols)) if row[1] in wanted)
+            continue
+        for start in range(0, len(paths), lookup_batch):
+            part = paths[start:start + lookup_batch]
+            if view.readable is None:  # one statement per chain length, built once (a small write's cost)
+                params: dict[str, Any] = {"wid": wid, "paths": part}
+                for i, (branch_id, revision) in enumerate(view.chain):
+                    params[f"chain_b{i}"], params[f"chain_r{i}"] = branch_id, revision
+                yield from connection.execute(_lookup_stmt(len(view.chain), cols), params)
+                continue
+            stmt, _ = visible_select(NodeVersion, view, (NodeVersion.workspace_id, NodeVersion.path),
+                                     NodeVersion.workspace_id == wid, NodeVersion.path.in_(part))
+            yield from connection.execute(stmt.with_only_columns(*cols))
+
+
+@functools.lru_cache(maxsize=64)
+def _lookup_stmt(depth: int, columns: tuple[Any, ...]) -> Any:
+    """:func:`live_rows`'s lookup of paths of a workspace (``wid``, ``paths``) on a chain of
+    ``depth`` branches, each ``(chain_b<i>, chain_r<i>)`` a bound parameter: the window query is
+    built once for every branch as deep (a new branch's first write builds none)."""
+    chain: Any = tuple((bindparam(f"chain_b{i}"), bindparam(f"chain_r{i}")) for i in range(depth))
+    stmt, _ = visible_select(NodeVersion, Chain(chain), (NodeVersion.workspace_id, NodeVersion.path),
+                             NodeVersion.workspace_id == bindparam("wid"),
+                             NodeVersion.path.in_(bindparam("paths", expanding=True)))
+    return stmt.with_only_columns(*columns)
+
+
+
 def check_if_revision(current: NodeVersion | None, if_revision: int | None, workspace: str, path: str) -> None:
     """Refuse a write based on a stale read (optimistic concurrency): ``current``, the node in the
     write transaction, changed after ``if_revision``, was deleted, or appeared when the writer saw
@@ -301,6 +351,122 @@ def put_node(
                                created_at=None), True
     return _insert_version(session, ctx, wid, path, node_id=node_id, write=write,
                            created_at=existing.created_at), False
+
+
+@dataclass(frozen=True)
+class NodePut:
+    """A node version :func:`put_nodes` wrote, as stored; ``created``: no live node was there."""
+
+    workspace: str
+    workspace_id: int
+    version_id: int
+    node_id: str
+    path: str
+    node_type: str
+    properties: dict[str, Any]
+    order: float | None
+    content_key: str | None
+    revision: int
+    created_at: datetime
+    updated_at: datetime
+    created: bool
+
+    def api_dict(self) -> dict[str, Any]:
+        """The API shape of the version, as :func:`kg.store.models.node_dict` gives it."""
+        return {"id": self.node_id, "workspace": self.workspace, "path": self.path, "name": name_of(self.path),
+                "parent_path": parent_of(self.path), "node_type": self.node_type, "properties": self.properties,
+                "order": self.order, "revision": self.revision, "created_at": self.created_at.isoformat(),
+                "updated_at": self.updated_at.isoformat()}
+
+
+def put_nodes(session: Session, ctx: WriteContext, writes: Sequence[tuple[str, str, NodeWrite]], *,
+              parents: bool = False) -> list[NodePut]:
+    """Create or replace many nodes, ``(workspace, path, write)`` each, as :func:`put_node` would one
+    after the other, ancestors first (by depth, stably): the versions written, in the order given.
+
+    The same rows as those calls (versions, ``kg:Folder`` ancestors made by ``parents``, reference
+    rows; ids in write order, a folder before the node it was made for), set-based: one lookup of
+    the paths and their ancestors on the branch chain per workspace, one insert of the versions
+    and one of the references, whatever the number of writes. The caller validated the paths (NFC,
+    :func:`validate_path`) and inputs (:func:`validate_node_input`), and names each address once
+    (a second version at one revision would be refused nowhere).
+
+    Raises
+    ------
+    kg.errors.NotFound
+        An unknown workspace, or a parent neither on the branch nor written here, without
+        ``parents`` (the first such write, shallowest first).
+    kg.errors.InvalidInput
+        A malformed reference in some properties.
+    """
+    view = ctx.view
+    wids = [workspace_id(view, ws) for ws, _, _ in writes]
+    wanted: set[tuple[int, str]] = set()
+    for wid, (_, path, _) in zip(wids, writes, strict=True):
+        wanted.add((wid, path))
+        wanted.update((wid, ancestor) for ancestor in ancestors_of(path))
+    session.flush()  # what this transaction wrote through the ORM (a batch's deletes) is seen
+    live: dict[tuple[int, str], datetime] = {
+        (wid, path): created_at
+        for wid, path, created_at in live_rows(session, view, wanted, (NodeVersion.created_at,))}
+    present = set(live)
+    now = utcnow()
+    rows: list[tuple[int, str, NodeWrite, datetime]] = []  # (wid, path, write, created_at), in write order
+    row_of = [0] * len(writes)
+    folder = NodeWrite(FOLDER_TYPE, {}, None, None)
+    for i in sorted(range(len(writes)), key=lambda i: writes[i][1].count("/")):
+        workspace, path, write = writes[i]
+        wid, parent = wids[i], parent_of(path)
+        if parent != "/" and (wid, parent) not in present:
+            if not parents:
+                raise NotFound(
+                    f"parent {workspace}:{parent} does not exist (use parents=true to create it)",
+                    details={"workspace": workspace, "path": path, "parent": parent},
+                )
+            for ancestor in ancestors_of(path):
+                if (wid, ancestor) not in present:
+                    rows.append((wid, ancestor, folder, now))
+                    present.add((wid, ancestor))
+        row_of[i] = len(rows)
+        rows.append((wid, path, write, live.get((wid, path), now)))
+        present.add((wid, path))
+    references = [extract_references(write.properties, workspace=view.workspaces[wid]) if write.properties else []
+                  for wid, _, write, _ in rows]
+    by_workspace: dict[int, list[str]] = {}
+    for wid, path, _, _ in rows:
+        by_workspace.setdefault(wid, []).append(path)
+    uids = {(wid, path): uid for wid, paths in by_workspace.items()
+            for path, uid in zip(paths, node_uids(ctx.repo.uid, wid, paths), strict=True)}
+    revision = ctx.revision
+    columns: dict[str, list[Any]] = {
+        "workspace_id": [r[0] for r in rows],
+        "node_id": [uids[(r[0], r[1])] for r in rows],
+        "path": [r[1] for r in rows],
+        "parent_path": [parent_of(r[1]) for r in rows],
+        "name": [name_of(r[1]) for r in rows],
+        "node_type": [r[2].node_type for r in rows],
+        "properties": [r[2].properties for r in rows],
+        "sort_order": [r[2].order for r in rows],
+        "content_key": [r[2].content_key for r in rows],
+        "created_at": [r[3] for r in rows],
+        "updated_at": [now] * len(rows),
+    }
+    ids = insert_node_versions(session, columns, revision, repo_id=ctx.repo.id, branch_id=ctx.branch.id,
+                               deleted=False)
+    reference_rows = [
+        {"repo_id": ctx.repo.id, "branch_id": ctx.branch.id, "revision": revision, "source_node_id": node_id,
+         "source_version_id": vid, "property_key": key, "target_workspace": ws, "target_path": target}
+        for refs, vid, node_id in zip(references, ids, columns["node_id"], strict=True)
+        for key, ws, target in refs]
+    if reference_rows:
+        session.execute(insert(Reference), reference_rows)
+    out = []
+    for i, (workspace, path, write) in enumerate(writes):
+        at = row_of[i]
+        out.append(NodePut(workspace, wids[i], ids[at], columns["node_id"][at], path, write.node_type,
+                           write.properties, write.order, write.content_key, revision, rows[at][3], now,
+                           (wids[i], path) not in live))
+    return out
 
 
 def merge_properties(current: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:

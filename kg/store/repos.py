@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, event, func, select, update
+from sqlalchemy import Select, Table, bindparam, event, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, object_session
+from sqlalchemy.orm import Session, aliased, object_session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from kg.errors import Conflict, InvalidInput, NotFound
@@ -138,23 +138,28 @@ class WriteContext:
         return self._allocated
 
 
+#: A revision's statements, built once (a small write's cost is its statements' making too).
+_BUMP_HEAD = (update(Repository).where(Repository.id == bindparam("repo_id"))
+              .values(head_revision=Repository.head_revision + 1).returning(Repository.head_revision))
+_LOG_REVISION = insert(Revision.__table__)  # type: ignore[arg-type]
+_MOVE_BRANCH = (update(Branch.__table__).where(Branch.__table__.c.id == bindparam("branch_id"))  # type: ignore[arg-type]
+                .values(head_revision=bindparam("head")))
+
+
 def _allocate_revision(session: Session, view: BranchView, expected: int, *, message: str | None,
                        actor: str | None) -> int:
+    """Three Core statements: the counter, the log entry, the branch head (the ORM rows of the
+    repository and branch set to what they wrote, as committed values: nothing left to flush)."""
     repo, branch = view.repo, view.branch
-    number = session.execute(
-        update(Repository)
-        .where(Repository.id == repo.id)
-        .values(head_revision=Repository.head_revision + 1)
-        .returning(Repository.head_revision)
-        .execution_options(synchronize_session=False)
-    ).scalar_one()
+    connection = session.connection()
+    number = connection.execute(_BUMP_HEAD, {"repo_id": repo.id}).scalar_one()
     if number != expected:  # the row lock of begin_write makes this impossible
         raise RuntimeError(f"revision {number} allocated where {expected} was locked for")
-    set_committed_value(repo, "head_revision", number)  # the UPDATE above wrote it already
-    branch.head_revision = number
-    session.add(Revision(repo_id=repo.id, number=number, branch_id=branch.id, message=message,
-                         actor=actor, created_at=utcnow()))
-    session.flush()
+    connection.execute(_LOG_REVISION, {"repo_id": repo.id, "number": number, "branch_id": branch.id,
+                                       "message": message, "actor": actor, "created_at": utcnow()})
+    connection.execute(_MOVE_BRANCH, {"branch_id": branch.id, "head": number})
+    set_committed_value(repo, "head_revision", number)
+    set_committed_value(branch, "head_revision", number)
     return number
 
 
@@ -193,13 +198,14 @@ def get_repository(session: Session, name: str, *, lock: bool = False) -> Reposi
     kg.errors.NotFound
         No repository of that name.
     """
-    stmt = select(Repository).where(Repository.name == name)
-    if lock:
-        stmt = stmt.with_for_update().execution_options(populate_existing=True)
-    repo = session.scalar(stmt)
+    repo = session.scalar(_LOCK_REPO if lock else _REPO, {"repo_name": name})
     if repo is None:
         raise NotFound(f"repository {name!r} not found", details={"repo": name})
     return repo
+
+
+_REPO = select(Repository).where(Repository.name == bindparam("repo_name"))
+_LOCK_REPO = _REPO.with_for_update().execution_options(populate_existing=True)
 
 
 def list_repositories(session: Session, *, after: str | None = None, limit: int | None = None) -> list[Repository]:
@@ -427,12 +433,32 @@ def branch_view(
 def _view(session: Session, repo: Repository, branch_name: str, at_revision: int | None, *,
           own_cap: int | None = None) -> BranchView:
     _check_revision(repo, at_revision)
-    branches = _branches(session, repo)
+    branches = {b.name: b for b in _chain_of(session, repo, branch_name)}
     workspaces = dict(
         session.execute(select(Workspace.id, Workspace.name).where(Workspace.repo_id == repo.id)).all()
     )
     return _chained(repo, branches, {b.id: b for b in branches.values()}, workspaces, branch_name, at_revision,
                     own_cap=own_cap)
+
+
+def _chain_of(session: Session, repo: Repository, branch_name: str) -> list[Branch]:
+    """The branch ``branch_name`` and its ancestors (none if there is no such branch): one
+    recursive statement, O(depth), not a read of every branch of the repository (an agent's
+    write in a repository of thousands of branches reads its own chain).
+    """
+    return list(session.scalars(_CHAIN, {"chain_repo": repo.id, "chain_name": branch_name}))
+
+
+def _chain_select() -> Select[Any]:
+    chain = (select(Branch.id, Branch.parent_id)
+             .where(Branch.repo_id == bindparam("chain_repo"), Branch.name == bindparam("chain_name"))
+             .cte("branch_chain", recursive=True))
+    up = aliased(Branch)
+    chain = chain.union_all(select(up.id, up.parent_id).join(chain, up.id == chain.c.parent_id))
+    return select(Branch).join(chain, Branch.id == chain.c.id)
+
+
+_CHAIN = _chain_select()  # built once: its compiled form is reused as it is
 
 
 def _check_revision(repo: Repository, at_revision: int | None) -> None:
