@@ -24,7 +24,7 @@ Embeddings are cached on disk (``--cache``, keyed by model and text SHA-256): a 
 nothing. Run: ``python bench/answer_quality.py [--peps N] [--label before|after]``.
 
 Sets: ``--gold`` names the question files (default ``answers_gold.jsonl``; the held-out
-``answers_heldout.jsonl`` too, see its ``.md``); the corpus is the same whichever is asked (the
+``answers_heldout.jsonl`` and ``answers_heldout2.jsonl`` too, see their ``.md``); the corpus is the same whichever is asked (the
 PEPs the gold evidence names plus the first ``--peps`` others, which hold every held-out PEP
 from 20 on).
 
@@ -72,6 +72,8 @@ from kg.settings import Settings  # noqa: E402
 
 GOLD = ROOT / "bench" / "data" / "answers_gold.jsonl"
 HELDOUT = ROOT / "bench" / "data" / "answers_heldout.jsonl"
+#: The second held-out set (see its ``.md``): about the same corpus, its passages among the gold's.
+HELDOUT2 = ROOT / "bench" / "data" / "answers_heldout2.jsonl"
 PEPS = ROOT / "fixtures" / "peps" / "docs"
 REPO = "answers"
 MODEL = "local:all-MiniLM-L6-v2"
@@ -201,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     sets = {path.stem: _load(path) for path in (args.gold or [GOLD])}
     gold = _load(GOLD)
-    everything = gold + (_load(HELDOUT) if HELDOUT.exists() else [])
+    everything = gold + [q for path in (HELDOUT, HELDOUT2) if path.exists() for q in _load(path)]
     evidence_peps = sorted({Path(e["path"]).name for g in gold if g["corpus"] == "peps" for e in g["evidence"]})
     others = sorted(p.name for p in PEPS.glob("*.rst") if p.name not in evidence_peps)
     chosen = evidence_peps + (others if args.peps is None else others[:args.peps])
