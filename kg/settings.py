@@ -75,6 +75,18 @@ class Settings(BaseSettings):
         near it in meaning (:func:`kg.rag.functions.nearest_words`: "warning" said as "notice")
         or it is misspelt; -1: whenever the coverage check excuses it (chosen by 5-fold
         cross-validation on the answer gold set, ``bench/answer_quality.py --sweep-setting``).
+    ask_code_names : bool
+        ``ask`` without an LLM answers a question asking for a name of code or of a file system
+        ("what *file* ...", "which *attribute* ...", "what is the *directory* ... called") only
+        with a sentence holding a term written as code (``__pycache__``, ``py.typed``,
+        ``RECORD``: :func:`kg.text.questions.has_code_term`), not any capitalised word (chosen
+        by 5-fold cross-validation on the answer gold set, ``bench/answer_quality.py
+        --sweep-setting``).
+    ask_definition_article : bool
+        A term asked with an indefinite article ("What is *a* wheel?") is defined by "X is a
+        ..." only when a determiner precedes it in the sentence ("A wheel is a ZIP-format
+        archive", not "Wheel is an installation format"; :class:`kg.text.questions.TypeChecks`;
+        chosen as ``ask_code_names``).
     ask_absent_words : {"all", "salient"}
         Which uncovered words the check counts: all, or those naming the subject (numbers,
         names, rare words: :func:`kg.rag.functions.salient_words`).
@@ -280,6 +292,8 @@ class Settings(BaseSettings):
     ask_word_similarity: float = Field(default=0.55, ge=-1.0, le=1.01)
     ask_slot_similarity: float = Field(default=0.4, ge=-1.0, le=1.01)
     ask_answer_coverage: float = Field(default=0.6, ge=0.0, le=1.0)
+    ask_code_names: bool = True
+    ask_definition_article: bool = True
     ask_absent_words: Literal["all", "salient"] = "salient"
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)

@@ -80,7 +80,7 @@ from kg.store.nodes import NodeHead, find_node, nodes_by_id, visible_node_heads
 from kg.store.numbers import integral
 from kg.store.paths import parse_address, validate_path
 from kg.store.repos import BranchView, workspace_id
-from kg.text.questions import Question, analyze_question, answers_type, slot_words
+from kg.text.questions import ALL_CHECKS, Question, TypeChecks, analyze_question, answers_type, slot_words
 from kg.text.sentences import split_sentences
 from kg.tracing import traced
 from kg.types.functions import (
@@ -672,6 +672,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
             return AskOutput.model_validate(result)
     threshold = services.settings.ask_min_similarity
     coverage = services.settings.ask_answer_coverage
+    checks = type_checks(services)
     passages = _evidence(_passages(services, caller, repo, branch, question, MAX_PASSAGES + ANSWER_SLACK,
                                    workspaces, relevant_only=True, at_revision=revision))[:MAX_PASSAGES]
     attempts.append({"query": question, "passages": len(passages)})
@@ -681,7 +682,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
     else:
         scored = score_sentences(services, question, passages) if passages else []
         # sufficient: a sentence passes the semantic grade and holds what the question asks for
-        sufficient = _grade(analysed, scored, passages, coverage)[0] >= threshold
+        sufficient = _grade(analysed, scored, passages, coverage, checks)[0] >= threshold
     rewritten: str | None = None
     if has_llm and passages and not sufficient:
         # Nothing relevant at all: no model is called (CASES #24), the answer is ungrounded.
@@ -699,9 +700,10 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         elif again:
             # Graded against the question itself, never against the rewrite.
             scored_again = score_sentences(services, question, again)
-            if _grade(analysed, scored_again, again, coverage) > _grade(analysed, scored, passages, coverage):
+            if (_grade(analysed, scored_again, again, coverage, checks)
+                    > _grade(analysed, scored, passages, coverage, checks)):
                 passages, scored = again, scored_again
-    if not has_llm and analysed.quoted and _grade(analysed, scored, passages, coverage)[0] < threshold:
+    if not has_llm and analysed.quoted and _grade(analysed, scored, passages, coverage, checks)[0] < threshold:
         # A quoted focus ("`~=`") BM25 does not index and KNN does not tell from its neighbours
         # ("!="): the passages holding it literally are read and graded as well.
         extra = focus_passages(services, caller, repo, branch, analysed.focus, workspaces, revision)
@@ -785,7 +787,7 @@ def ask(services: Resources, caller: Actor, repo: str, branch: str, raw: Any) ->
         # Without a model a sentence is quoted only when it passes the semantic grade: no
         # passing sentence is the not-covered answer, never unrelated sentences.
         # and only when it holds what the question asks for (its focus and answer type).
-        typed = [s for s in scored if _answers(analysed, s, passages, coverage, excused, paraphrased)]
+        typed = [s for s in scored if _answers(analysed, s, passages, coverage, excused, paraphrased, checks=checks)]
         answer, valid = compose_answer(select_sentences(typed, threshold=threshold), passages)
         if not valid:
             passed = any(s.similarity >= threshold for s in scored)
@@ -844,15 +846,23 @@ def focus_passages(services: Resources, caller: Actor, repo: str, branch: str, f
         return [p for p in out if not p["is_answer"]]
 
 
+def type_checks(services: Resources) -> TypeChecks:
+    """The optional answer-type checks the settings turn on (``KG_ASK_CODE_NAMES``,
+    ``KG_ASK_DEFINITION_ARTICLE``)."""
+    return TypeChecks(code_names=services.settings.ask_code_names,
+                      definition_article=services.settings.ask_definition_article)
+
+
 def _grade(asked: Question, scored: list[ScoredSentence], passages: list[dict],
-           coverage: float) -> tuple[float, float]:
+           coverage: float, checks: TypeChecks = ALL_CHECKS) -> tuple[float, float]:
     """(best similarity of a sentence that holds what ``asked`` asks for, best similarity of any
     sentence); -1.0 for none: retrievals are compared by it, the first part first."""
     # before the coverage leg has looked for them in other words, a word no passage holds is
     # excused here (the leg declines a question with too many; the answer's check then excuses
     # only those the quoted sentences say in other words)
     excused = _unheld(asked.text, passages) if coverage > 0 and scored else []
-    typed = max((s.similarity for s in scored if _answers(asked, s, passages, coverage, excused)), default=-1.0)
+    typed = max((s.similarity for s in scored if _answers(asked, s, passages, coverage, excused, checks=checks)),
+                default=-1.0)
     return typed, max((s.similarity for s in scored), default=-1.0)
 
 
@@ -884,7 +894,8 @@ def answer_coverage(question: str, quoted: str, excused: Collection[str] = ()) -
 
 
 def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], coverage: float,
-             excused: Collection[str], paraphrased: Collection[str] | None = None) -> bool:
+             excused: Collection[str], paraphrased: Collection[str] | None = None, *,
+             checks: TypeChecks = ALL_CHECKS) -> bool:
     """Whether ``sentence`` answers ``asked`` as quoted: it holds the answer type
     (:func:`kg.text.questions.answers_type`, its value in the sentence, not the title), and,
     with its title, at least ``coverage`` of the question's content words
@@ -894,11 +905,12 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     is in ``paraphrased``, said in other words or misspelt; ``None``: whenever it is excused); a
     definition is checked by its focus and pattern
     instead. A yes/no question is never answered by a quote: a sentence does not say yes or
-    no; nor is a choice between the question's own options (``choice``)."""
+    no; nor is a choice between the question's own options (``choice``). ``checks``: the
+    optional parts of the answer-type check (:func:`type_checks`)."""
     if asked.answer_type == "yes_no":
         return False
     title = _title_context(sentence, passages)
-    if not answers_type(asked, sentence.text, context=title):
+    if not answers_type(asked, sentence.text, context=title, checks=checks):
         return False
     if asked.answer_type == "definition":  # its focus and a definitional pattern are the check
         return True

@@ -39,8 +39,9 @@ from typing import Literal
 
 from kg.text.names import name_key
 
-__all__ = ["AnswerType", "Question", "analyze_question", "answers_type", "has_date", "has_number", "holds_focus",
-           "holds_numbered_mentions", "holds_numbers", "mentions_in", "slot_words"]
+__all__ = ["ALL_CHECKS", "NO_CHECKS", "AnswerType", "Question", "TypeChecks", "analyze_question", "answers_type",
+           "has_code_term", "has_date", "has_number", "holds_focus", "holds_numbered_mentions", "holds_numbers",
+           "mentions_in", "slot_words"]
 
 AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "choice", "other"]
 
@@ -77,6 +78,10 @@ _CAPITALISED_RE = re.compile(r"\b[A-Z][\w'\u2019.+#-]*(?:\s+(?:of|the|de|van|von
 _QUOTED_RE = re.compile(r"``(.+?)``|`(.+?)`|\"(.+?)\"|\u201c(.+?)\u201d|'([^'\s][^']*?)'(?!\w)")
 _DEFINITION_CUES = (r"(?:is|are|was|were|means?|meant|refers?\s+to|denotes?|stands?\s+for|represents?"
                     r"|indicates?|specifies|defines?|describes?|signals?|(?:is\s+)?(?:called|known\s+as|defined\s+as))")
+#: Cues that define whatever the term's form ("X means ...", "X is called ..."): not a copula nor
+#: a loose verb ("indicates", "describes").
+_STRONG_CUE_RE = re.compile(
+    r"means?|meant|refers?\s+to|denotes?|stands?\s+for|(?:is\s+)?(?:called|known\s+as|defined\s+as)", re.IGNORECASE)
 #: What follows a copula that defines ("is a ...", "is the ...", "is called ..."), not describes.
 _NOUN_PHRASE_RE = re.compile(r"\s+(?:a|an|the|one|any|some|two|three|called|known|defined)\b|\s*[`'\"\u201c]",
                              re.IGNORECASE)
@@ -91,6 +96,22 @@ _PERSON_NOUNS = frozenset("""person people man woman director actor actress sing
     artist producer host presenter politician scientist engineer maintainer creator""".split())
 _QUANTITY_NOUNS = frozenset("""population budget capacity size length height width depth weight area number count
     amount cost price level age distance speed percentage rate total score salary revenue duration""".split())
+#: Head nouns that ask for a term of code or of a file system ("what *file* marks ...", "which
+#: *attribute* holds ...", "what is the *directory* ... called"): such a name is written as code
+#: (``__pycache__``, ``py.typed``, ``RECORD``), not as a capitalised word ("Python's").
+_CODE_NOUNS = frozenset("""file files filename directory directories folder attribute attributes method methods
+    function functions module modules package packages decorator decorators class classes operator operators
+    prefix suffix extension extensions keyword keywords variable variables field fields key keys table tables
+    header headers command commands option options flag flags marker markers tag tags identifier identifiers
+    literal literals statement builtin dunder""".split())
+#: RFC 2119 keywords: capitals that are not a term ("MUST", "SHOULD").
+_RFC_2119 = frozenset("MUST SHOULD SHALL MAY NOT REQUIRED RECOMMENDED OPTIONAL".split())
+#: A term written as code: marked (``x``, `x`), or a token with an inner ``_ . / @ : + =`` next
+#: to a letter (``py.typed``, ``__qualname__``, ``@override``), or a word in capitals of four
+#: letters or more (``RECORD``, ``EXTERNALLY-MANAGED``) that is not an RFC 2119 keyword.
+_CODE_MARKED_RE = re.compile(r"``[^`]+``|`[^`\s][^`]*`")
+_CODE_TOKEN_RE = re.compile(r"(?:[A-Za-z0-9]*[_./@:+=])+[A-Za-z0-9][\w./@:+=-]*|@[A-Za-z_]\w*")
+_CAPITALS_RE = re.compile(r"\b[A-Z][A-Z0-9]*(?:[-_][A-Z0-9]+)*\b")
 #: A choice between the question's own options ("Which film came out first, A or B?"): a quote
 #: does not compare.
 _CHOICE_RE = re.compile(r",\s*[^,?]+\s+or\s+[^,?]+\?\s*$")
@@ -125,12 +146,43 @@ class Question:
     quoted: bool = False
     predicate: tuple[str, ...] = ()
     mentions: tuple[str, ...] = field(default=())
+    head: str | None = None
+    countable: bool = False
+
+
+@dataclass(frozen=True)
+class TypeChecks:
+    """Optional parts of :func:`answers_type` (settings ``KG_ASK_CODE_NAMES``,
+    ``KG_ASK_DEFINITION_ARTICLE``, chosen by cross-validation on the answer gold set).
+
+    Attributes
+    ----------
+    code_names : bool
+        A name asked with a head noun of code or of a file system (:data:`_CODE_NOUNS`: "what
+        *file*", "which *attribute*", "what is the *directory* ... called") must be a term
+        written as code (:func:`has_code_term`), not any capitalised word.
+    definition_article : bool
+        A term asked with an indefinite article ("What is *a* wheel?", a common noun) is
+        defined by a copula only with a determiner before it ("A wheel is a ZIP-format
+        archive"); the bare "Wheel is an installation format" speaks of Wheel, the format's
+        name, and describes it. The other definitional patterns ("means", "refers to",
+        "called", a colon, an apposition) are unchanged.
+    """
+
+    code_names: bool = True
+    definition_article: bool = True
+
+
+#: Every optional check on (the default) / off (:func:`answers_type` as before they existed).
+ALL_CHECKS = TypeChecks()
+NO_CHECKS = TypeChecks(code_names=False, definition_article=False)
 
 
 def _head_noun(words: list[str], wh: str | None) -> str | None:
     """The noun a wh-word asks about: "which director" -> director, "what is the population of"
-    -> population (skipping a determiner and adjectives is beyond a rule; the next word or
-    the word after "is the")."""
+    -> population, "what marker file" -> marker (skipping a determiner and adjectives is beyond
+    a rule; the next word or the word after "is the"); only the nouns of a person, a quantity
+    or a term of code (:data:`_CODE_NOUNS`)."""
     if wh not in ("what", "which") or wh not in words:
         return None
     rest = words[words.index(wh) + 1:]
@@ -138,12 +190,14 @@ def _head_noun(words: list[str], wh: str | None) -> str | None:
         rest = rest[1:]
     while rest and rest[0] in _DETERMINERS:
         rest = rest[1:]
+    window: list[str] = []
     for word in rest[:3]:  # "which american film director", "what british singer-songwriter"
-        if word in _PERSON_NOUNS or word in _QUANTITY_NOUNS:
-            return word
         if word in AUXILIARIES or word in _PREPOSITIONS:
             break
-    return None
+        window.append(word)
+    # a person or a quantity first ("what file size": a number), then a term of code
+    return (next((w for w in window if w in _PERSON_NOUNS or w in _QUANTITY_NOUNS), None)
+            or next((w for w in window if w in _CODE_NOUNS), None))
 
 
 def _words(text: str) -> list[str]:
@@ -252,7 +306,9 @@ def analyze_question(text: str) -> Question:
     else:
         answer_type = "other"
     focus: tuple[str, ...] = tuple(quoted)
+    countable = False
     if not focus and answer_type == "definition":
+        countable = bool(re.match(r"^\s*what\s+(?:is|are|does|do|did)\s+(?:a|an)\s", text, flags=re.IGNORECASE))
         rest = re.sub(r"^\s*what\s+(?:is|are|does|do|did)\s+(?:a|an|the)?\s*", "", text, flags=re.IGNORECASE)
         rest = re.sub(r"\s+(?:mean|means|stand\s+for|refer\s+to)\s*\??\s*$", "", rest, flags=re.IGNORECASE)
         focus = (rest.strip(" ?.!"),) if rest.strip(" ?.!") else ()
@@ -261,7 +317,7 @@ def analyze_question(text: str) -> Question:
     quoted_words = {w for q in quoted for w in _words(q)}
     predicate = tuple(w for w in words if w not in skip and w not in mention_words and w not in quoted_words)
     return Question(text=text, wh=wh, answer_type=answer_type, focus=focus, quoted=bool(quoted),
-                    predicate=predicate, mentions=tuple(mentions))
+                    predicate=predicate, mentions=tuple(mentions), head=head, countable=countable)
 
 
 def has_date(text: str, *, besides: str = "") -> bool:
@@ -284,6 +340,34 @@ def has_number(text: str, *, besides: str = "") -> bool:
     if any(m.group(0) not in asked for m in _NUMBER_RE.finditer(text)):
         return True
     return bool((set(_words(text)) & _NUMBER_WORDS) - asked)
+
+
+def has_code_term(text: str, *, besides: str = "") -> bool:
+    """Whether ``text`` holds a term written as code that ``besides`` (the question) does not: a
+    marked literal (````__pycache__````), a token such as ``py.typed``, ``__qualname__`` or
+    ``@override``, or a word in capitals of four letters or more (``RECORD``) other than an RFC
+    2119 keyword.
+
+    >>> has_code_term("This directory will be called ``__pycache__``."), has_code_term("Python's import machinery.")
+    (True, False)
+    >>> has_code_term("Files MUST be listed in RECORD."), has_code_term("It MUST NOT be used.")
+    (True, False)
+    """
+    asked = besides.lower()
+    for m in _CODE_MARKED_RE.finditer(text):
+        if m.group(0).strip("`").lower() not in asked:
+            return True
+    for m in _CODE_TOKEN_RE.finditer(text):
+        token = m.group(0).rstrip(".:")
+        if re.fullmatch(r"(?:[A-Za-z]\.)+[A-Za-z]?", token):  # "e.g", "i.e.": abbreviations
+            continue
+        if any(c.isalpha() for c in token) and re.search(r"[_./@:+=]", token) and token.lower() not in asked:
+            return True
+    for m in _CAPITALS_RE.finditer(text):
+        word = m.group(0)
+        if sum(c.isalpha() for c in word) >= 4 and word not in _RFC_2119 and word.lower() not in asked:
+            return True
+    return False
 
 
 def _has_name(text: str, question: str, *, person: bool) -> bool:
@@ -320,10 +404,12 @@ def _has_name(text: str, question: str, *, person: bool) -> bool:
     return False
 
 
-def _defines(text: str, term: str) -> bool:
+def _defines(text: str, term: str, *, article: bool = False) -> bool:
     """Whether ``text`` defines ``term``: the term followed (within a few words) by a
     definitional verb, or set off by a colon or dash, or a parenthesis; "X, a/the ..."; "called
     X"; or a noun phrase naming it in apposition ("the compatible release operator ``~=``").
+    With ``article`` (the term was asked as "a/an X"), a copula defines only a term with a
+    determiner before it ("A wheel is a ...", not "Wheel is an installation format").
 
     >>> _defines("A clause consists of the compatible release operator ``~=`` and a version.", "~=")
     True
@@ -331,8 +417,15 @@ def _defines(text: str, term: str) -> bool:
     False
     """
     escaped = re.escape(term)
-    cue = rf"{escaped}[`'\"\u201d*_]*\s*(?:\)|,)?\s*(?:\S+\s+){{0,3}}?{_DEFINITION_CUES}\b"
+    cue = rf"{escaped}[`'\"\u201d*_]*\s*(?:\)|,)?\s*(?:\S+\s+){{0,3}}?(?P<cue>{_DEFINITION_CUES})\b"
     for m in re.finditer(cue, text, re.IGNORECASE):
+        # a term asked as "a/an X" is the subject of a copula or of a loose cue ("indicates",
+        # "describes") only with its determiner: "A wheel is ...", not "Wheel is an installation
+        # format" nor "A single wheel archive can indicate ..."; "X means / refers to / is
+        # called ..." define as they stand
+        if article and not _STRONG_CUE_RE.fullmatch(m.group("cue")) and not re.search(
+                r"\b(?:a|an|the|each|every|any)\s+[`'\"\u201c*_]*$", text[:m.start()], re.IGNORECASE):
+            continue
         # "X is a / the / one ...": a copula defines with a noun phrase after it ("Wheel is
         # lossless" describes, it does not define); the other cues define by themselves
         if not re.search(r"(?:is|are|was|were)\s*$", m.group(0), re.IGNORECASE):
@@ -427,7 +520,7 @@ def holds_numbers(question: Question, text: str) -> bool:
     return all(m.group(0).lower() in haystack for m in _ANY_NUMBER_RE.finditer(question.text))
 
 
-def answers_type(question: Question, text: str, *, context: str = "") -> bool:
+def answers_type(question: Question, text: str, *, context: str = "", checks: TypeChecks = ALL_CHECKS) -> bool:
     """Whether a candidate sentence holds what the question asks for (its focus and its answer
     type); the check of :func:`kg.rag.functions.ask`'s extractive answer.
 
@@ -440,6 +533,8 @@ def answers_type(question: Question, text: str, *, context: str = "") -> bool:
         What the answer quotes with it (its document's title): it may hold the focus and the
         numbered mentions, never the answer's value (a title's "PEP 784" is not the number asked
         for, nor its capitalised words a name).
+    checks : TypeChecks, optional
+        The optional checks (all on by default; :data:`NO_CHECKS` turns them off).
 
     Returns
     -------
@@ -476,7 +571,10 @@ def answers_type(question: Question, text: str, *, context: str = "") -> bool:
     if kind == "person":
         return _has_name(text, question.text, person=True)
     if kind == "name":
+        if checks.code_names and question.head in _CODE_NOUNS:
+            return has_code_term(text, besides=question.text)
         return _has_name(text, question.text, person=False)
     if kind == "definition":
-        return any(_defines(text, f) for f in question.focus) if question.focus else True
+        article = checks.definition_article and question.countable
+        return any(_defines(text, f, article=article) for f in question.focus) if question.focus else True
     return True

@@ -196,3 +196,70 @@ def test_an_answer_slot_word_no_document_uses_counts_only_when_said_in_other_wor
     ok = [{"text": notice, "_title": "Tenancy"}]
     assert _answers(q, ScoredSentence(1, 0, notice, 0.9), ok, 0.3, ["warning", "eviction"], ["warning"])
     assert not _answers(q, ScoredSentence(1, 0, notice, 0.9), ok, 0.3, ["warning", "eviction"], ["eviction"])
+
+
+@pytest.mark.parametrize(("question", "sentence", "answers", "answers_off"), [
+    # a name of code or of a file system is written as code, not any capitalised word (gold pep-p10)
+    ("What is the directory that holds byte code cache files called?",
+     "Python's import machinery is extended to write and search for byte code cache files in a single directory "
+     "inside every Python package directory.", False, True),
+    ("What is the directory that holds byte code cache files called?",
+     "This directory will be called ``__pycache__``.", True, True),
+    ("What marker file must a package that supports type checking include?",
+     "Package maintainers who wish to support type checking MUST add a marker file named ``py.typed``.", True, True),
+    ("Which file in a wheel lists all the files in the wheel?", "RECORD lists every file of the wheel.", True, True),
+    ("Which file in a wheel lists all the files in the wheel?", "Installers MUST NOT skip the Wheel files.",
+     False, True),
+    # a name of another kind is still any capitalised word ("what campaign", "which club")
+    ("What football club plays at Old Trafford?", "Manchester United plays at Old Trafford.", True, True),
+])
+def test_a_name_of_code_is_a_term_written_as_code(question, sentence, answers, answers_off):
+    from kg.text.questions import NO_CHECKS
+
+    q = analyze_question(question)
+    assert answers_type(q, sentence) is answers
+    # off (KG_ASK_CODE_NAMES=false): a capitalised word passes for the name
+    assert answers_type(q, sentence, checks=NO_CHECKS) is answers_off
+
+
+def test_a_head_noun_of_quantity_still_asks_a_number():
+    assert analyze_question("What file size does PyPI allow?").answer_type == "number"
+    assert analyze_question("What attribute does PEP 3155 add to functions?").head == "attribute"
+
+
+@pytest.mark.parametrize(("question", "sentence", "answers"), [
+    # a term asked as "a/an X" is defined with its determiner (gold pep-p05)
+    ("What is a wheel?", "Wheel is an installation format; egg is importable.", False),
+    ("What is a wheel?", "A single wheel archive can indicate its compatibility with a number of Python versions.",
+     False),
+    ("What is a wheel?", "A wheel is a ZIP-format archive with a specially formatted file name.", True),
+    ("What is a wheel?", "Wheel means a ZIP archive with metadata.", True),  # "means" defines as it stands
+    ("What is a wheel?", "The wheel is called a built distribution.", True),
+    # a term asked without an article (a name) is defined by its bare form
+    ("What is pip?", "Pip is the package installer for Python.", True),
+])
+def test_a_term_asked_with_an_article_is_defined_with_a_determiner(question, sentence, answers):
+    from kg.text.questions import NO_CHECKS
+
+    q = analyze_question(question)
+    assert answers_type(q, sentence) is answers
+    if not answers:  # KG_ASK_DEFINITION_ARTICLE=false: the loose definitions pass
+        assert answers_type(q, sentence, checks=NO_CHECKS)
+
+
+def test_the_answer_type_checks_follow_the_settings():
+    from kg.rag.functions import ScoredSentence, _answers, type_checks
+    from kg.settings import Settings
+    from kg.text.questions import TypeChecks
+
+    class Resources:
+        settings = Settings(ask_code_names=False, ask_definition_article=True)
+
+    assert type_checks(Resources()) == TypeChecks(code_names=False, definition_article=True)
+    assert Settings().ask_code_names and Settings().ask_definition_article
+    q = analyze_question("What is a wheel?")
+    loose = "Wheel is an installation format; egg is importable."
+    passages = [{"text": loose, "_title": "PEP 427"}]
+    scored = ScoredSentence(1, 0, loose, 0.9)
+    assert not _answers(q, scored, passages, 0.6, [])
+    assert _answers(q, scored, passages, 0.6, [], checks=TypeChecks(definition_article=False))
