@@ -167,6 +167,14 @@ def hold_view(services, client, branch: str) -> GraphView:
     return graph
 
 
+def _sql_checked(services, as_of, include_invalid, direction, limit) -> bool:
+    """Whether this case's answer is also read from SQL: every case on SQLite; on PostgreSQL, where a
+    10,000-row NEIGHBORS from SQL takes seconds per call (its winners' probes), the short pages and
+    one 10,000-row case (OUT, at a past time: validity filtered inside the SQL): the same SQL, fewer
+    of its slowest calls."""
+    return services.db.dialect == "sqlite" or limit != 10_000 or (direction == "OUT" and as_of is not None)
+
+
 # -- the tests ----------------------------------------------------------------------------------
 
 
@@ -191,11 +199,13 @@ def test_a_10000_row_answer_is_the_previous_construction_row_for_row(client, rep
                         found, more = graph.edges(hub, direction=direction, limit=limit,
                                                   workspaces=readable_names(view), at=at)
                         before = view_rows_before(graph, hub, found)
+                    sql = _sql_checked(services, as_of, include_invalid, direction, limit)
                     page = relation_store.list_neighbors(session, view, hub, direction=direction, limit=limit + 1,
-                                                         at=at)
+                                                         at=at) if sql else None
                 assert answer["truncated"] is more
                 assert len(rows) == len(before) and list(rows) == before and rows == before and before == rows
-                assert sql_rows_before(page[:limit]) == before and (len(page) > limit) is more
+                if page is not None:
+                    assert sql_rows_before(page[:limit]) == before and (len(page) > limit) is more
                 if direction != "BOTH" or limit != 10_000:
                     continue
                 assert len(rows) == 10_000 and more
@@ -214,6 +224,8 @@ def test_a_10000_row_answer_is_the_previous_construction_row_for_row(client, rep
         for (as_of, include_invalid, direction, limit), answer in by_view.items():
             if as_of is None and not include_invalid:
                 continue  # now moved on since: a relation valid then may have closed
+            if not _sql_checked(services, as_of, include_invalid, direction, limit):
+                continue
             from_sql = neighbors(services, OPERATOR, "acme", branch, "knowledge:/hub", direction=direction,
                                  limit=limit, as_of=as_of, include_invalid=include_invalid)
             assert isinstance(from_sql["neighbors"], NeighborRows)
