@@ -104,7 +104,7 @@ __all__ = [
     "answer_coverage", "ask", "compose_answer", "coverage", "document_label", "extractive_answer",
     "focus_passages", "graph_context", "graph_passages", "invoke", "leads", "misspelt_words", "nearest_words",
     "not_said", "research_assistant", "salient_words", "score_sentences", "search_documents",
-    "select_sentences", "store_answer", "vocabulary_rewrite",
+    "select_sentences", "store_answer", "type_checks", "vocabulary_rewrite",
 ]
 
 #: What a function answers (:data:`FUNCTIONS`): one of :class:`kg.types.functions.FunctionOutput`'s models.

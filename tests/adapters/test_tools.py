@@ -48,7 +48,7 @@ def test_kg_search_answers_the_search(server: Server) -> None:
 
 def test_kg_ask_answers_from_the_documents(server: Server) -> None:
     with Client(server.url, api_key=server.admin_key) as kg:
-        out = tools(kg)["kg_ask"].invoke({"question": "What is a build backend?"})
+        out = tools(kg)["kg_ask"].invoke({"question": "What is a build frontend?"})
     assert out["mode"] == "extractive" and out["grounded"] is True
     assert out["citations"] and {c["path"] for c in out["citations"]} >= {"/pep-0517"}
 
@@ -134,7 +134,7 @@ async def test_the_tools_run_async(server: Server) -> None:
     async with AsyncClient(server.url, api_key=server.admin_key) as akg:
         found = tools(akg=akg)
         out = await found["kg_search"].ainvoke({"query": "What is a build backend?", "k": 3})
-        asked = await found["kg_ask"].ainvoke({"question": "What is a build backend?"})
+        asked = await found["kg_ask"].ainvoke({"question": "What is a build frontend?"})
         missing = await tools(akg=akg, repo="no-such-repo")["kg_search"].ainvoke({"query": "anything"})
     with Client(server.url, api_key=server.admin_key) as kg:
         answer = kg.search("peps", "What is a build backend?", k=3)

@@ -32,6 +32,8 @@ ALLOWED: dict[str, str] = {
     "kg.ops.texts.write_node": "a step inside a write's transaction (it takes the use case's WriteContext): the "
                                "stored version, which the use case answers as a kg.types.Node",
     "kg.ops.text_store.put_text": "a step inside a write's transaction, as kg.ops.texts.write_node",
+    "kg.ops.texts.write_nodes": "a step inside a write's transaction (batch, graph writes), as "
+                                "kg.ops.texts.write_node: the stored versions, answered as kg.types.Node",
     "kg.ops.repos.settle_index": "the indexer's run counts (kg.context.IndexRunCounts) the CLI reads",
     "kg.ops.ingest.ingest_file": "a step of ingest_path: the plan it carried out, counted into the report",
     "kg.ops.ingest.ingest_files": "a step of ingest_path (and the RAG node's ingestion): the plans carried out",
