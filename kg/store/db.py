@@ -6,6 +6,7 @@ transaction (:meth:`Database.write`, :meth:`Database.read`); store functions nev
 from __future__ import annotations
 
 import logging
+import sqlite3
 import sys
 import threading
 from collections.abc import Iterator
@@ -59,6 +60,12 @@ class Database:
             raise BackendUnavailable(
                 f"unsupported database {self.dialect!r}: use sqlite:/// or postgresql+psycopg://"
             )
+        # SQLite's change counter (data_version), read on a connection of its own: None on
+        # PostgreSQL or an in-memory database.
+        self._sentinel_path = (parsed.database if self.dialect == "sqlite" and parsed.database
+                               and parsed.database != ":memory:" and not parsed.query else None)
+        self._sentinel: sqlite3.Connection | None = None
+        self._sentinel_lock = threading.Lock()
         self._reader = sessionmaker(self.engine, expire_on_commit=False)
         self._writer = sessionmaker(
             self.engine.execution_options(kg_write=True), expire_on_commit=False
@@ -206,8 +213,33 @@ class Database:
             return False
         return busy == 0
 
+    def data_version(self) -> int | None:
+        """SQLite: a number that changes whenever a transaction commits on the database file, in
+        this process or another (``PRAGMA data_version`` on a connection of its own that never
+        writes: sqlite.org/pragma.html#pragma_data_version; a few microseconds, no transaction).
+        Equal numbers mean nothing was committed in between, so what was read from the database
+        then is what it holds now (:class:`kg.store.repos.ViewCache` answers a read from its
+        cache without a statement). None on PostgreSQL, an in-memory database, or when the
+        counter cannot be read: the caller asks the database.
+        """
+        if self._sentinel_path is None:
+            return None
+        with self._sentinel_lock:
+            try:
+                if self._sentinel is None:
+                    self._sentinel = sqlite3.connect(self._sentinel_path, timeout=self.busy_timeout_s,
+                                                     isolation_level=None, check_same_thread=False)
+                return int(self._sentinel.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.Error as exc:
+                log.warning("SQLite's change counter could not be read (reads check the database): %s", exc)
+                return None
+
     def dispose(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (and the change counter's)."""
+        with self._sentinel_lock:
+            if self._sentinel is not None:
+                self._sentinel.close()
+                self._sentinel = None
         self.engine.dispose()
 
 

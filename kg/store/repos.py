@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -610,6 +611,9 @@ class ViewCache:
 
     def __init__(self, max_repos: int = 256) -> None:
         self._layouts: LRUCache[_Layout] = LRUCache(max_repos)
+        #: Repository name -> (its layout, the change counter when the layout was found current,
+        #: the highest chunk seq then): SQLite's reads with an unmoved counter ask nothing.
+        self._checked: LRUCache[tuple[_Layout, int, int]] = LRUCache(max_repos)
         #: Reads answered from the cache, and not, since start.
         self.hits = 0
         self.misses = 0
@@ -619,7 +623,7 @@ class ViewCache:
         return len(self._layouts)
 
     def view(self, session: Session, repo_name: str, branch_name: str = MAIN, *,
-             at_revision: int | None = None) -> BranchView:
+             at_revision: int | None = None, data_version: Callable[[], int | None] | None = None) -> BranchView:
         """:func:`branch_view`, from the cache when the repository's revision and layout are the cached
         ones.
 
@@ -633,6 +637,10 @@ class ViewCache:
             The branch.
         at_revision : int or None
             Read as of this revision (None: the branch's head).
+        data_version : callable or None
+            The database's change counter (:meth:`kg.store.db.Database.data_version`): when it
+            has not moved since the repository's layout was last checked, the read is answered
+            without a statement (the session opens no connection for it).
 
         Returns
         -------
@@ -647,6 +655,13 @@ class ViewCache:
         kg.errors.InvalidInput
             An ``at_revision`` below 0.
         """
+        version = data_version() if data_version is not None else None
+        if version is not None:
+            held = self._checked.peek(repo_name)
+            if held is not None and held[1] == version:
+                self.hits += 1
+                session.info.setdefault(TOP_CHUNK_SEQ, {})[held[0].repo.id] = held[2]
+                return held[0].view(branch_name, at_revision)
         connection = session.connection()
         found = _REPO_CHECK.rows(connection, {"name": repo_name})
         if not found:
@@ -657,6 +672,8 @@ class ViewCache:
         layout = self._layouts.peek(repo_id)
         if layout is not None and layout.key == key:
             self.hits += 1
+            if version is not None:  # read before the check: a commit since moves it again
+                self._checked.put(repo_name, (layout, version, top_chunk_seq or 0))
         else:
             self.misses += 1
             row = connection.execute(_REPO_ROW, {"id": repo_id}).first()
@@ -671,6 +688,7 @@ class ViewCache:
     def clear(self) -> None:
         """Forget every layout (a test's reset; never needed for correctness)."""
         self._layouts.clear()
+        self._checked.clear()
 
 
 def _load_layout(connection: Any, row: Any) -> _Layout:

@@ -216,3 +216,73 @@ def test_hit_properties_read_on_the_driver_keep_every_json_value(pair):
         got = next(r.properties for r in answer.results if r.path == "/walrus")
         assert got == properties
         assert type(got["big"]) is int and type(got["whole_float"]) is float
+
+
+def test_the_change_counter_moves_with_every_commit_of_any_connection(pair):
+    """SQLite's data_version read by the sentinel moves with a commit of this server, of another
+    one, and of a plain connection; PostgreSQL has none (reads check the database)."""
+    one, other = pair
+    first = one.db.data_version()
+    if one.db.dialect != "sqlite":
+        assert first is None
+        return
+    assert isinstance(first, int) and one.db.data_version() == first  # nothing committed
+    run(one, OPERATOR, put_node, "r", "main", "kb", "/c1", node_type="t", properties={})
+    second = one.db.data_version()
+    assert second != first
+    run(other, OPERATOR, put_node, "r", "main", "kb", "/c2", node_type="t", properties={})
+    third = one.db.data_version()
+    assert third != second
+    _view(one)  # a read commits nothing
+    assert one.db.data_version() == third
+
+
+def test_a_read_of_an_unchanged_store_opens_no_connection_on_sqlite(pair):
+    """With the counter unmoved, the view is answered from the cache before the session needs a
+    connection; a write (by either server) makes the next read check the database again."""
+    from sqlalchemy import event
+
+    one, other = pair
+    checkouts: list[int] = []
+    event.listen(one.db.engine, "checkout", lambda *args: checkouts.append(1))
+    _warm(one)
+    _warm(one)  # the first read after a change checks; from here the counter is unmoved
+    checkouts.clear()
+    view = _view(one)
+    assert checkouts == ([] if one.db.dialect == "sqlite" else [1])
+    run(other, OPERATOR, put_node, "r", "main", "kb", "/seen", node_type="t", properties={"by": "other"})
+    checkouts.clear()
+    after = _view(one)
+    assert checkouts == [1] and after.revision == view.revision + 1
+    assert get_node(one, OPERATOR, "r", "main", "kb", "/seen").properties == {"by": "other"}
+
+
+def test_a_write_by_another_process_is_seen_by_the_next_read(services, tmp_path):
+    """A real second process writes the SQLite file: the counter moves, the cached view does not
+    answer the next read."""
+    import subprocess
+    import sys
+    import textwrap
+
+    if services.db.dialect != "sqlite":
+        pytest.skip("the change counter is SQLite's")
+    run(services, OPERATOR, create_repository, "r")
+    run(services, OPERATOR, create_workspace, "r", "kb")
+    run(services, OPERATOR, put_node, "r", "main", "kb", "/a", node_type="t", properties={"v": 1})
+    _warm(services)
+    _warm(services)
+    before = _view(services).revision
+    script = textwrap.dedent(f"""
+        from kg.context import OPERATOR, run
+        from kg.ops.nodes import put_node
+        from kg.services import Services
+        from kg.settings import Settings
+        settings = Settings(database_url={services.settings.database_url!r}, data_dir={str(tmp_path / "p2")!r},
+                            embedding_model="fake:hash-384", allow_fake_embedder=True, index_inline=False)
+        services = Services.from_settings(settings)
+        run(services, OPERATOR, put_node, "r", "main", "kb", "/a", node_type="t", properties={{"v": 2}})
+        services.close()
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    assert _view(services).revision == before + 1
+    assert get_node(services, OPERATOR, "r", "main", "kb", "/a").properties == {"v": 2}
