@@ -65,7 +65,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import networkx as nx  # noqa: E402
-import numpy as np  # noqa: E402
 from sqlalchemy import insert, text  # noqa: E402
 
 from bench._common import (  # noqa: E402
@@ -78,6 +77,7 @@ from bench._common import (  # noqa: E402
     table,
     write_results,
 )
+from bench.peers import graph_edges, leaf_index, leaf_path  # noqa: E402
 from kg.context import OPERATOR  # noqa: E402
 from kg.graph.traverse import traverse  # noqa: E402
 from kg.graph.view import GraphView  # noqa: E402
@@ -95,47 +95,7 @@ MODEL = "fake:hash-64"
 SECTION = 1_000
 
 
-def leaf_path(i: int) -> str:
-    return f"/s{i // SECTION}/n{i}"
-
-
-def leaf_index(path: str) -> int:
-    return int(path.rsplit("/n", 1)[1])
-
-
-# -- the graph (the peers bench's generator) -----------------------------------------------------
-
-
-def graph_edges(n: int, seed: int) -> dict[str, Any]:
-    """10 n directed edges over n nodes: one hub with n / 2 in-edges, the rest from uniform
-    sources to power-law targets (Zipf 0.7 over a permutation; the hub excluded), no
-    self-loop, no repeated (source, target); a type and a weight (6 decimals) each."""
-    rng = np.random.default_rng(seed + 1)
-    total, hub_degree = 10 * n, n // 2
-    hub = int(rng.integers(n))
-    src_h = rng.choice(n - 1, size=hub_degree, replace=False)
-    src_h = src_h + (src_h >= hub)
-    targets = rng.permutation(np.delete(np.arange(n), hub))
-    p = 1.0 / np.arange(1, n) ** 0.7
-    p /= p.sum()
-    rest = total - hub_degree
-    s = rng.integers(n, size=int(rest * 1.3))
-    t = targets[rng.choice(n - 1, size=len(s), p=p)]
-    keep = s != t
-    s, t = s[keep], t[keep]
-    _, first = np.unique(s.astype(np.int64) * n + t, return_index=True)
-    first = np.sort(first)[:rest]
-    assert len(first) == rest, "not enough distinct edges drawn"
-    src = np.concatenate([src_h, s[first]])
-    dst = np.concatenate([np.full(hub_degree, hub), t[first]])
-    types = rng.integers(len(TYPES), size=total)
-    weights = np.round(rng.random(total), 6)
-    degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
-    ordinary = np.flatnonzero((degree >= 5) & (degree <= 40))
-    ordinary = ordinary[ordinary != hub]
-    return {"src": src, "dst": dst, "types": types, "weights": weights, "hub": hub, "hub_degree": int(degree[hub]),
-            "ordinary": rng.choice(ordinary, size=min(len(ordinary), 1000), replace=False).tolist(),
-            "max_other_degree": int(np.sort(degree)[-2])}
+# -- the graph: the peers bench's generator and addresses (bench/peers.py), one copy ---------------
 
 
 # -- loads -------------------------------------------------------------------------------------
