@@ -24,6 +24,12 @@ catch-up adds the chunks above ``W`` from SQL, as it does after any restart. Row
 that the copy no longer references (a node deleted meanwhile) are in no branch state's content
 keys, so no search sees them.
 
+**Claims.** A copy of a live store holds the jobs its workers were running at the cut
+(``running``, claimed by a worker of the original) and those workers' rows. They belong to no
+process of the restored store, and the original's processes may still run, so neither their pid
+nor a lease would free them before the lease expired: :func:`restore_store` requeues them as they
+were (no death counted) and forgets the workers, and the restored store's first worker runs them.
+
 **Probes.** After the copy, kg reads the copy itself (SQLite: the copied file; PostgreSQL: the
 exported snapshot) through the ordinary read use cases: per repository (at most
 :data:`MAX_REPOSITORIES`) and branch (``main`` and at most :data:`MAX_BRANCHES` in all), the log,
@@ -38,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -57,7 +64,11 @@ from sqlalchemy.orm import Session
 import kg
 from kg.context import Actor, Resources
 from kg.errors import BackendUnavailable, Conflict, Forbidden, InvalidInput, KGError
+from kg.indexing.index_jobs import INDEX_QUEUE
+from kg.indexing.queue import release_claims
 from kg.ops import queries
+from kg.ops.webhooks import WEBHOOK_QUEUE
+from kg.rag.function_jobs import FUNCTION_QUEUE
 from kg.rag.graph import neighbors as graph_neighbors
 from kg.rag.search import SearchRequest, search_branch
 from kg.settings import Settings
@@ -77,6 +88,8 @@ from kg.types.backup import (
 
 __all__ = ["MANIFEST", "StoreFactory", "backup_store", "check_backup", "copy_index", "read_manifest", "restore_store",
            "verify_store"]
+
+log = logging.getLogger("kg.backup")
 
 MANIFEST = "manifest.json"
 SQLITE_FILE = "kg.sqlite3"
@@ -586,7 +599,8 @@ def _known_migrations() -> set[str]:
 
 def restore_store(settings: Settings, caller: Actor, src: Path, *, force: bool = False) -> Manifest:
     """Restore the backup folder ``src`` into the store ``settings`` names (its database and
-    ``data_dir``), then apply any migration newer than the backup's. Stop ``kg serve`` first.
+    ``data_dir``), then apply any migration newer than the backup's and requeue the jobs that
+    were running at the cut (the module's **Claims**). Stop ``kg serve`` first.
 
     Parameters
     ----------
@@ -648,6 +662,10 @@ def restore_store(settings: Settings, caller: Actor, src: Path, *, force: bool =
     db = Database(url, busy_timeout_s=settings.sqlite_busy_timeout_s)
     try:
         db.upgrade()
+        with db.write() as session:
+            released = release_claims(session, (INDEX_QUEUE, FUNCTION_QUEUE, WEBHOOK_QUEUE))
+        if released:
+            log.info("restore: %d job(s) claimed by the original's workers at the cut requeued", released)
     finally:
         db.dispose()
     return manifest

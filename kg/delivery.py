@@ -20,29 +20,15 @@ from sqlalchemy import select
 from kg.access import SYSTEM
 from kg.context import Resources
 from kg.errors import InvalidInput
-from kg.indexing.queue import Claim, DurableQueue, QueueSpec
+from kg.indexing.queue import Claim, DurableQueue
 from kg.ops import changes as feed
-from kg.ops.webhooks import MAX_BACKOFF_S, SIGNATURE_HEADER, check_webhook_url_allowed, sign
+from kg.ops.webhooks import MAX_BACKOFF_S, SIGNATURE_HEADER, WEBHOOK_QUEUE, check_webhook_url_allowed, sign
 from kg.store.models import Repository, Webhook, WebhookDelivery, utcnow
 
 log = logging.getLogger("kg.delivery")
 
 
 # -- the worker -------------------------------------------------------------------------------
-
-
-def _spec() -> QueueSpec:
-    t = WebhookDelivery
-    return QueueSpec(
-        name="webhook", model=t, state="state", queued="queued", group="repo_id", lane="webhook_id",
-        order=("id",), priority=None,
-        claim_values=lambda now, lease: {"lease_until": now + lease},
-        renew_values=lambda now, lease: {"lease_until": now + lease},
-        lease_expired=lambda now, lease: (t.state == "running") & (t.lease_until < now),
-        requeue_values=lambda now: {"lease_until": None},
-        exhausted_values=lambda deaths, cap, now: {"error": f"its worker died {deaths} times while delivering it",
-                                                    "lease_until": None},
-    )
 
 
 class WebhookWorker:
@@ -63,7 +49,8 @@ class WebhookWorker:
         self.services = services
         self.poll_s = poll_s
         self.post = post or _post
-        self.queue = DurableQueue(services.db, _spec(), lease_s=max(60.0, 3 * services.settings.webhook_timeout_s))
+        self.queue = DurableQueue(services.db, WEBHOOK_QUEUE,
+                                  lease_s=max(60.0, 3 * services.settings.webhook_timeout_s))
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None

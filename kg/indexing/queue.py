@@ -733,4 +733,27 @@ def _process_gone(pid: int, ticks: str) -> bool | None:
 
 
 __all__ = ["Claim", "Claimed", "DurableQueue", "HEARTBEAT_S", "LEASE_S", "MAX_ATTEMPTS", "MAX_RETRY_BACKOFF_S",
-           "QueueSpec", "RETRY_BACKOFF_S"]
+           "QueueSpec", "RETRY_BACKOFF_S", "release_claims"]
+
+
+def release_claims(session: Session, specs: Sequence[QueueSpec], now: datetime | None = None) -> int:
+    """Requeue every ``running`` job of the queues ``specs`` as it was (no death counted, no
+    backoff) and forget every registered worker, in the write transaction ``session``: the
+    number of jobs requeued.
+
+    For a store whose claims belong to no worker of its own: a restored copy of another store
+    (:func:`kg.backup.restore_store`) holds the claims and the worker rows of the processes that
+    served the original when it was copied. Those may still run (a backup of a live store), so
+    neither a pid check nor a lease would free the claims before the lease expires: the restored
+    store's first worker would wait that long for texts that were being embedded at the cut.
+    """
+    now = now or utcnow()
+    released = 0
+    for spec in specs:
+        table: Table = spec.model.__table__  # type: ignore[attr-defined]  # a declarative model
+        result = session.execute(update(table).where(table.c[spec.state] == spec.running).values(
+            {spec.state: spec.queued, "claimed_by": None, **spec.requeue_values(now)}))
+        released += int(getattr(result, "rowcount", 0) or 0)
+    session.execute(delete(QueueWorker))
+    return released
+

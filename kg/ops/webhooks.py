@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session
 from kg.access import authorize_whole_repository
 from kg.context import Actor, Resources, UnitOfWork, permit
 from kg.errors import InvalidInput, NotFound
+from kg.indexing.queue import QueueSpec
 from kg.ops import changes as feed
 from kg.store import repos as repo_store
 from kg.store.models import BranchEvent, Repository, Webhook, WebhookDelivery, utcnow
@@ -48,11 +49,24 @@ from kg.types.changes import EVENT_KINDS, Delivery, DeliveryList, WebhookCreated
 from kg.types.changes import Webhook as WebhookInfo
 
 __all__ = [
-    "MAX_BACKOFF_S", "MAX_WEBHOOKS", "SIGNATURE_HEADER", "add_webhook", "check_webhook_url_allowed",
+    "MAX_BACKOFF_S", "MAX_WEBHOOKS", "SIGNATURE_HEADER", "WEBHOOK_QUEUE", "add_webhook", "check_webhook_url_allowed",
     "deliveries", "delivery_info", "list_webhooks", "remove_webhook", "sign", "verify", "webhook_info",
 ]
 
 log = logging.getLogger("kg.ops.webhooks")
+
+WEBHOOK_QUEUE = QueueSpec(
+    name="webhook", model=WebhookDelivery, state="state", queued="queued", group="repo_id", lane="webhook_id",
+    order=("id",), priority=None,
+    claim_values=lambda now, lease: {"lease_until": now + lease},
+    renew_values=lambda now, lease: {"lease_until": now + lease},
+    lease_expired=lambda now, lease: (WebhookDelivery.state == "running") & (WebhookDelivery.lease_until < now),
+    requeue_values=lambda now: {"lease_until": None},
+    exhausted_values=lambda deaths, cap, now: {"error": f"its worker died {deaths} times while delivering it",
+                                                "lease_until": None},
+)
+"""``webhook_deliveries`` as a durable queue (:class:`kg.delivery.WebhookWorker` runs it): shared
+across repositories, then their webhooks; the lease is ``lease_until``."""
 
 #: Webhooks one repository may hold.
 MAX_WEBHOOKS = 100
