@@ -87,6 +87,17 @@ class Settings(BaseSettings):
         ..." only when a determiner precedes it in the sentence ("A wheel is a ZIP-format
         archive", not "Wheel is an installation format"; :class:`kg.text.questions.TypeChecks`;
         chosen as ``ask_code_names``).
+    ask_named_mentions : bool
+        ``ask`` without an LLM quotes a sentence only when it or its document's title names each
+        named mention of the question (every word of it): a sentence about the entity beside the
+        one asked about does not answer (:func:`kg.text.questions.holds_named_mentions`;
+        chosen as ``ask_code_names``).
+    ask_reference_values : bool
+        The number of a cited name ("PEP 480", ":pep:`480`", "RFC 2119") is not the value of a
+        number or a date (:func:`kg.text.questions.strip_references`; chosen as ``ask_code_names``).
+    ask_name_meanings : bool
+        "What does X mean?" of a proper name is answered only by a sentence saying what the name
+        means, not what X is (:class:`kg.text.questions.TypeChecks`; chosen as ``ask_code_names``).
     ask_absent_words : {"all", "salient"}
         Which uncovered words the check counts: all, or those naming the subject (numbers,
         names, rare words: :func:`kg.rag.functions.salient_words`).
@@ -294,6 +305,9 @@ class Settings(BaseSettings):
     ask_answer_coverage: float = Field(default=0.6, ge=0.0, le=1.0)
     ask_code_names: bool = True
     ask_definition_article: bool = True
+    ask_named_mentions: bool = True
+    ask_reference_values: bool = True
+    ask_name_meanings: bool = True
     ask_absent_words: Literal["all", "salient"] = "salient"
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)

@@ -40,8 +40,8 @@ from typing import Literal
 from kg.text.names import name_key
 
 __all__ = ["ALL_CHECKS", "NO_CHECKS", "AnswerType", "Question", "TypeChecks", "analyze_question", "answers_type",
-           "has_code_term", "has_date", "has_number", "holds_focus", "holds_numbered_mentions", "holds_numbers",
-           "mentions_in", "slot_words"]
+           "has_code_term", "has_date", "has_number", "holds_focus", "holds_named_mentions", "holds_numbered_mentions",
+           "holds_numbers", "mentions_in", "slot_words", "strip_references"]
 
 AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "choice", "other"]
 
@@ -167,15 +167,32 @@ class TypeChecks:
         archive"); the bare "Wheel is an installation format" speaks of Wheel, the format's
         name, and describes it. The other definitional patterns ("means", "refers to",
         "called", a colon, an apposition) are unchanged.
+    named_mentions : bool
+        The quoted sentence, with its document's title, names each of the question's named
+        mentions that is not numbered (every word of it: :func:`holds_named_mentions`): a
+        sentence about the entity beside it does not answer a question about this one.
+    reference_values : bool
+        A number of a numbered name ("PEP 480", ":pep:`480`", "RFC 2119") is not the value of
+        a number or a date (:func:`strip_references`): "What is the maximum length of a
+        project name?" is not answered by a sentence citing :pep:`480`.
+    name_meanings : bool
+        "What does X mean?" of a proper name (capitalised, not an acronym, not quoted) is
+        answered only by a sentence saying what the name means ("means", "meaning",
+        "literally", "named after", "translates"), not by one saying what X is ("Ganzhou is a
+        prefecture-level city").
     """
 
     code_names: bool = True
     definition_article: bool = True
+    named_mentions: bool = True
+    reference_values: bool = True
+    name_meanings: bool = True
 
 
 #: Every optional check on (the default) / off (:func:`answers_type` as before they existed).
 ALL_CHECKS = TypeChecks()
-NO_CHECKS = TypeChecks(code_names=False, definition_article=False)
+NO_CHECKS = TypeChecks(code_names=False, definition_article=False, named_mentions=False, reference_values=False,
+                       name_meanings=False)
 
 
 def _head_noun(words: list[str], wh: str | None) -> str | None:
@@ -520,6 +537,59 @@ def holds_numbers(question: Question, text: str) -> bool:
     return all(m.group(0).lower() in haystack for m in _ANY_NUMBER_RE.finditer(question.text))
 
 
+#: A numbered name as a sentence cites it: a reST role (":pep:`480`", ":rfc:`2119`") or the
+#: acronym of a numbered series before a number ("PEP 480", "PEP-0480", "RFC 2119").
+_REFERENCE_RE = re.compile(r":[a-z]+:`[^`]*\d[^`]*`"
+                           r"|\b(?:PEP|RFC|ISO|ECMA|IEEE|CVE|BPO|GH|ISSUE|bpo|gh)[\s\-_]?\d{1,6}\b")
+#: What says a name's meaning: "X means ...", "meaning ...", "literally ...", "named after",
+#: "translates as", "stands for", "short for".
+_MEANING_RE = re.compile(r"\b(?:means?|meant|meaning|literally|named\s+(?:after|for)|translat\w*|stands?\s+for"
+                         r"|short\s+for|derived\s+from|comes?\s+from|etymolog\w*)\b", re.IGNORECASE)
+
+
+def strip_references(text: str) -> str:
+    """``text`` without its citations of numbered names (:data:`_REFERENCE_RE`): their numbers
+    are names, not values.
+
+    >>> strip_references("Names are normalised as in :pep:`503` and PEP 426, up to 64 characters.")
+    'Names are normalised as in  and , up to 64 characters.'
+    """
+    return _REFERENCE_RE.sub("", text)
+
+
+def holds_named_mentions(question: Question, text: str) -> bool:
+    """Whether ``text`` (a sentence with its document's title) names each of the question's
+    named mentions that is not numbered (those: :func:`holds_numbered_mentions`): every word of
+    the mention of three letters or more that is not a function word, compared as
+    :func:`kg.text.names.name_key` writes them. A sentence that names its subject by a shorter
+    form ("Bishop Gorman") holds it through its document's title.
+
+    >>> q = analyze_question("How many students attend Bishop Gorman High School?")
+    >>> holds_named_mentions(q, "Faith Lutheran High School: It has 1,600 students.")
+    False
+    >>> holds_named_mentions(q, "Bishop Gorman High School: The school has 1,400 students.")
+    True
+    """
+    haystack = f" {name_key(text)} "
+    for mention in question.mentions:
+        if _NUMBERED_RE.fullmatch(mention):
+            continue
+        if any(f" {w} " not in haystack for w in name_key(mention).split() if len(w) > 2 and w not in _NOT_NAMES):
+            return False
+    return True
+
+
+def _asks_name_meaning(question: Question) -> bool:
+    """Whether the question asks what a proper name means ("What does Ganzhou mean?"): a
+    definition asked with "mean", its focus unquoted, capitalised and not an acronym."""
+    if question.answer_type != "definition" or question.quoted or len(question.focus) != 1:
+        return False
+    if not re.search(r"\b(?:mean|means|meaning)\b", question.text, re.IGNORECASE):
+        return False
+    focus = question.focus[0].strip()  # "Ganzhou", not "PyPA", "NumPy" nor "API"
+    return len(focus) > 1 and focus[0].isupper() and focus[1:].islower() and " " not in focus
+
+
 def answers_type(question: Question, text: str, *, context: str = "", checks: TypeChecks = ALL_CHECKS) -> bool:
     """Whether a candidate sentence holds what the question asks for (its focus and its answer
     type); the check of :func:`kg.rag.functions.ask`'s extractive answer.
@@ -561,13 +631,16 @@ def answers_type(question: Question, text: str, *, context: str = "", checks: Ty
         return False
     if not holds_numbers(question, quoted):
         return False
+    if checks.named_mentions and not holds_named_mentions(question, quoted):
+        return False
     kind = question.answer_type
     if kind == "choice":
         return False
+    value = strip_references(text) if checks.reference_values else text
     if kind == "date":
-        return has_date(text, besides=question.text)
+        return has_date(value, besides=question.text)
     if kind == "number":
-        return has_number(text, besides=question.text)
+        return has_number(value, besides=question.text)
     if kind == "person":
         return _has_name(text, question.text, person=True)
     if kind == "name":
@@ -575,6 +648,8 @@ def answers_type(question: Question, text: str, *, context: str = "", checks: Ty
             return has_code_term(text, besides=question.text)
         return _has_name(text, question.text, person=False)
     if kind == "definition":
+        if checks.name_meanings and _asks_name_meaning(question):  # its meaning, not what it is
+            return holds_focus(question, text) and _MEANING_RE.search(text) is not None
         article = checks.definition_article and question.countable
         return any(_defines(text, f, article=article) for f in question.focus) if question.focus else True
     return True

@@ -263,3 +263,73 @@ def test_the_answer_type_checks_follow_the_settings():
     scored = ScoredSentence(1, 0, loose, 0.9)
     assert not _answers(q, scored, passages, 0.6, [])
     assert _answers(q, scored, passages, 0.6, [], checks=TypeChecks(definition_article=False))
+
+
+@pytest.mark.parametrize(("question", "sentence", "context", "answers"), [
+    # a sentence about the entity beside the one asked about (a near miss of the passages)
+    ("How many passengers did LaGuardia Airport handle in 2016?",
+     "Logan handled 36.3 million passengers in 2016.", "Logan International Airport", False),
+    ("How many passengers did LaGuardia Airport handle in 2016?",
+     "It handled 29.8 million passengers in 2016.", "LaGuardia Airport", True),
+    # every word of the mention, in the sentence or its title
+    ("How many students attend Bishop Gorman High School?",
+     "Bishop Gorman has about 1,400 students.", "Bishop Gorman High School", True),
+    ("How many students attend Bishop Gorman High School?",
+     "Bishop Gorman has about 1,400 students.", "", False),
+    ("How many singles titles did Sergio Casal win?",
+     "John Newcombe won 32 singles titles.", "John Newcombe", False),
+])
+def test_a_quote_names_the_question_s_named_mentions(question, sentence, context, answers):
+    from kg.text.questions import NO_CHECKS
+
+    q = analyze_question(question)
+    assert answers_type(q, sentence, context=context) is answers
+    assert answers_type(q, sentence, context=context, checks=NO_CHECKS)  # KG_ASK_NAMED_MENTIONS=false
+
+
+@pytest.mark.parametrize(("question", "sentence", "answers"), [
+    ("What is the maximum length of a project name?",
+     "Project names are normalised as described in :pep:`503` and PEP 426.", False),
+    ("What is the maximum length of a project name?", "A project name is at most 64 characters long.", True),
+    ("When was the metadata format accepted?", "The format follows RFC 1808 for its links.", False),
+    ("When was the metadata format accepted?", "The format was accepted in 2016, after RFC 1808.", True),
+    # a name question keeps a cited name as its value ("Which PEP ...": PEP 440)
+    ("Which PEP defines the version scheme?", "The version scheme is defined in PEP 440.", True),
+])
+def test_the_number_of_a_cited_name_is_not_a_value(question, sentence, answers):
+    from kg.text.questions import NO_CHECKS, strip_references
+
+    q = analyze_question(question)
+    assert answers_type(q, sentence) is answers
+    if not answers:  # KG_ASK_REFERENCE_VALUES=false: the cited number passes
+        assert answers_type(q, sentence, checks=NO_CHECKS)
+    assert strip_references("see :pep:`480`, PEP-0427 and RFC 2119 (64 chars)") == "see ,  and  (64 chars)"
+
+
+@pytest.mark.parametrize(("question", "sentence", "answers"), [
+    ("What does Ganzhou mean?", "Ganzhou is a prefecture-level city in the south of Jiangxi province.", False),
+    ("What does Ganzhou mean?", "The name Ganzhou means 'Gan prefecture', after the Gan River.", True),
+    ("What does Ganzhou mean?", "Ganzhou, literally 'the prefecture on the Gan', lies in Jiangxi.", True),
+    # not a proper name: a quoted symbol, an acronym, a common noun keep the definitional patterns
+    ("What does `~=` mean?", "``~=``: Compatible release clause", True),
+    ("What does PyPA mean?", "PyPA is the Python Packaging Authority.", True),
+    ("What does immutable mean?", "Immutable is a property of objects whose value cannot change.", True),
+])
+def test_what_a_name_means_is_not_what_it_is(question, sentence, answers):
+    from kg.text.questions import NO_CHECKS
+
+    q = analyze_question(question)
+    assert answers_type(q, sentence) is answers
+    if not answers:  # KG_ASK_NAME_MEANINGS=false: the copula defines
+        assert answers_type(q, sentence, checks=NO_CHECKS)
+
+
+def test_the_new_answer_type_checks_follow_the_settings():
+    from kg.rag.functions import type_checks
+    from kg.settings import Settings
+    from kg.text.questions import TypeChecks
+
+    class Resources:
+        settings = Settings(ask_named_mentions=False, ask_reference_values=True, ask_name_meanings=False)
+
+    assert type_checks(Resources()) == TypeChecks(named_mentions=False, reference_values=True, name_meanings=False)
