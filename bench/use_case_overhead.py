@@ -21,8 +21,10 @@ the deterministic ``fake:hash-384`` embedder (a query's cost does not depend on 
 mean), and ``--nodes // 2`` relations to a hub node plus as many between random nodes. The data
 folder is ``bench/results/use-case-overhead-<nodes>/`` (``--fresh`` rebuilds it).
 
-Run: ``python bench/use_case_overhead.py [--nodes 10000] [--queries 200] [--clock cpu]`` (``cpu``: the
-calling thread's CPU time, steadier than elapsed time when other processes load the machine).
+Run: ``python bench/use_case_overhead.py [--nodes 10000] [--queries 200] [--clock cpu] [--pollute-mb 64]``
+(``cpu``: the calling thread's CPU time, steadier than elapsed time when other processes load the
+machine; ``--pollute-mb``: that much memory written before each call, so each runs with the CPU's
+caches cold, as in a process where other engines run between kg's calls: the peers bench).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from typing import Any  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
 
 from bench._common import RESULTS, load_average, machine, percentile, table, write_results  # noqa: E402
 from kg import context  # noqa: E402
@@ -105,16 +109,21 @@ def write_on_branch(services: Services, writes: int, seed: int) -> None:
 
 
 def interleaved(calls: dict[str, Callable[[int], Any]], queries: int, warmup: int,
-                clock: Callable[[], float]) -> dict[str, list[float]]:
-    """Each query runs every call in turn, the order rotated per query; ms per call by ``clock``."""
+                clock: Callable[[], float], pollute_mb: int = 0) -> dict[str, list[float]]:
+    """Each query runs every call in turn, the order rotated per query; ms per call by ``clock``.
+    With ``pollute_mb``, that many MB of memory are written before each call (not timed): what
+    the other engines of a process do between two of kg's calls, evicting the CPU's caches."""
     names = list(calls)
     for i in range(warmup):
         for name in names:
             calls[name](i)
+    dirt = np.zeros(pollute_mb * 2**20 // 8) if pollute_mb else None
     samples: dict[str, list[float]] = {name: [] for name in names}
     for i in range(queries):
         shift = i % len(names)
         for name in names[shift:] + names[:shift]:
+            if dirt is not None:
+                dirt += 1.0
             started = clock()
             calls[name](i)
             samples[name].append((clock() - started) * 1000)
@@ -131,6 +140,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="wall: elapsed time; cpu: this thread's CPU time (steadier on a loaded machine: "
                              "leaves out the time other processes held the cores)")
+    parser.add_argument("--pollute-mb", type=int, default=0,
+                        help="MB of memory written before each call (the CPU's caches cold, as between other "
+                             "engines' calls in one process; default 0: warm)")
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS / "use_case_overhead.json")
     args = parser.parse_args(argv)
@@ -143,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         embedding_model=MODEL, index_inline=False, allow_fake_embedder=True)
     services = Services.from_settings(settings)
     results: dict[str, Any] = {"machine": machine(), "load_average_before": load_average(), "k": 10,
-                               "clock": args.clock, "nodes": args.nodes}
+                               "clock": args.clock, "nodes": args.nodes, "pollute_mb": args.pollute_mb}
     rows = []
     try:
         services.db.upgrade()
@@ -189,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if held is not None:
                 calls["neighbors held view"] = lambda i, g=held, h=hub_id: g.neighbors(h, limit=10)
             clock = time.perf_counter if args.clock == "wall" else time.thread_time
-            samples = interleaved(calls, args.queries, args.warmup, clock)
+            samples = interleaved(calls, args.queries, args.warmup, clock, args.pollute_mb)
             figures = {name: {"p50_ms": round(percentile(s, 50), 3), "p95_ms": round(percentile(s, 95), 3),
                               "max_ms": round(max(s), 3)} for name, s in samples.items()}
             results[branch] = figures
@@ -204,7 +216,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         services.close()
     print(table(rows, ["branch", "figure", "stat", "use case ms", "engine ms", "added ms", "ratio"]))
-    print(f"{args.nodes:,} nodes, {args.clock} clock; load average before {results['load_average_before']}, "
+    print(f"{args.nodes:,} nodes, {args.clock} clock, {args.pollute_mb} MB written before each call; "
+          f"load average before {results['load_average_before']}, "
           f"after {results['load_average_after']}")
     write_results(results, args.out)
     return results

@@ -435,7 +435,7 @@ def reading(services: Resources, caller: Actor, repo: str, branch: str = MAIN,
     try:
         with span("kg.read", use_case=name, repo=repo, branch=branch):
             permit(services, caller, "read", repo, branch)
-            with services.db.read() as session:
+            with services.db.read_lazily() as session:
                 view = services.views.view(session, repo, branch, at_revision=at_revision,
                                            data_version=services.db.data_version)
                 yield session, scoped_view(caller, view)

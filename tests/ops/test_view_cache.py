@@ -257,6 +257,52 @@ def test_a_read_of_an_unchanged_store_opens_no_connection_on_sqlite(pair):
     assert get_node(one, OPERATOR, "r", "main", "kb", "/seen").properties == {"by": "other"}
 
 
+def test_neighbors_from_a_held_view_of_an_unchanged_store_makes_no_session_on_sqlite(pair):
+    """A read answered from what the process holds (the cached view under an unmoved change
+    counter, a held graph view) never makes a session (kg.store.db.Database.read_lazily); the
+    answer is the one read from SQL. A search needs SQL (the hits' properties) and makes one."""
+    from kg.ops.relations import relate
+    from kg.rag import graph as graph_ops
+
+    one, _ = pair
+    run(one, OPERATOR, put_node, "r", "main", "kb", "/b", node_type="t", properties={"v": 2})
+    run(one, OPERATOR, relate, "r", "main", "kb:/a", "kb:/b", "cites", weight=0.5)
+    from_sql = graph_ops.neighbors(one, OPERATOR, "r", "main", "kb:/a").copy()
+    with one.db.read() as session:
+        assert graph_ops.warm_graph(session, one, _view(one))
+    made: list[int] = []
+    reader = one.db._reader
+
+    def counted():
+        made.append(1)
+        return reader()
+
+    one.db._reader = counted
+    try:
+        _warm(one)
+        made.clear()
+        answer = graph_ops.neighbors(one, OPERATOR, "r", "main", "kb:/a")
+        assert answer["neighbors"] == from_sql["neighbors"] and [r["path"] for r in answer["neighbors"]] == ["/b"]
+        assert made == ([] if one.db.dialect == "sqlite" else [1])
+        made.clear()
+        search_branch(one, OPERATOR, "r", "main", SearchRequest(query="anything", k=1))
+        assert made == [1]
+    finally:
+        one.db._reader = reader
+
+
+def test_a_lazy_read_session_carries_what_was_noted_before_it_was_made(services):
+    with services.db.read_lazily() as session:
+        session.info["noted"] = 1
+        assert session.info == {"noted": 1}
+        assert session.connection() is not None  # made here
+        assert session.info["noted"] == 1
+        session.info["after"] = 2
+        assert session.info == {"noted": 1, "after": 2}
+    with services.db.read_lazily() as session:  # never used: closed without being made
+        session.info["only"] = True
+
+
 def test_a_write_by_another_process_is_seen_by_the_next_read(services, tmp_path):
     """A real second process writes the SQLite file: the counter moves, the cached view does not
     answer the next read."""
