@@ -66,3 +66,40 @@ def test_nothing_is_set_up_without_otel_traces_exporter():
                          env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+INACTIVE_THEN_SET = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from kg import tracing
+assert not tracing.active()
+first = tracing.span("kg.read", repo="r")
+assert first is tracing.span("kg.db.read")  # one shared null context while nothing records
+with first as current:
+    assert current is None
+try:
+    tracing.span("kg.read", password="x")  # an unknown attribute is refused even when inactive
+except ValueError:
+    pass
+else:
+    raise AssertionError("an unknown attribute passed")
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)  # set by a test or opentelemetry-instrument, after import
+assert tracing.active()
+with tracing.span("kg.read", repo="r") as current:
+    assert current is not None
+assert [s.name for s in exporter.get_finished_spans()] == ["kg.read"]
+print("ok")
+"""
+
+
+def test_a_provider_set_after_import_is_seen_and_an_unknown_attribute_is_refused_while_inactive():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run([sys.executable, "-c", INACTIVE_THEN_SET], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
