@@ -18,6 +18,8 @@ from typing import Any, cast
 
 import orjson
 from sqlalchemy import Connection
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import Session
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -46,8 +48,7 @@ class DriverStatement:
         self._compiled: dict[str, tuple[str, tuple[str, ...] | None]] = {}
         self._lock = threading.Lock()
 
-    def _sql(self, connection: Connection) -> tuple[str, tuple[str, ...] | None]:
-        dialect = connection.dialect
+    def _sql_for(self, dialect: Dialect) -> tuple[str, tuple[str, ...] | None]:
         held = self._compiled.get(dialect.name)
         if held is None:
             compiled = cast(SQLCompiler, self.statement.compile(dialect=dialect))
@@ -59,10 +60,22 @@ class DriverStatement:
 
     def rows(self, connection: Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """The statement's rows as the driver returns them, in ``connection``'s transaction."""
-        sql, order = self._sql(connection)
-        driver = connection.connection.driver_connection
+        return self._run(connection.connection.driver_connection, connection.dialect, params)
+
+    def rows_in(self, session: Session, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """The statement's rows in the read ``session``: on the connection its
+        ``kg_driver()`` gives when it has one (:meth:`kg.store.db.Database.read_lazily`), else
+        in its transaction."""
+        driver = getattr(session, "kg_driver", None)
+        if driver is None:
+            return self.rows(session.connection(), params)
+        connection, dialect = driver()
+        return self._run(connection, dialect, params)
+
+    def _run(self, driver: Any, dialect: Dialect, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        sql, order = self._sql_for(dialect)
         arguments: Any = tuple(params[name] for name in order) if order is not None else dict(params)
-        cursor = driver.cursor()  # type: ignore[union-attr]
+        cursor = driver.cursor()
         try:
             cursor.execute(sql, arguments)
             return list(cursor.fetchall())

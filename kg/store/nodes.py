@@ -185,11 +185,10 @@ def version_properties(session: Session, version_ids: Iterable[int]) -> dict[int
     ids = list(dict.fromkeys(version_ids))
     if not ids:
         return {}
-    connection = session.connection()
     if len(ids) > _DRIVER_IN_MAX:
-        return {vid: properties for vid, properties in connection.execute(_VERSION_PROPERTIES, {"ids": ids})}
+        return {vid: properties for vid, properties in session.connection().execute(_VERSION_PROPERTIES, {"ids": ids})}
     statement = in_list_statement(_properties_of, _PROPERTIES_BY_COUNT, len(ids))
-    return {vid: json_value(properties) for vid, properties in statement.rows(connection, in_params(ids))}
+    return {vid: json_value(properties) for vid, properties in statement.rows_in(session, in_params(ids))}
 
 
 #: A search's page of hits (k <= 100 at chunk or node granularity, a few more with context) reads

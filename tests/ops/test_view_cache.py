@@ -260,7 +260,8 @@ def test_a_read_of_an_unchanged_store_opens_no_connection_on_sqlite(pair):
 def test_neighbors_from_a_held_view_of_an_unchanged_store_makes_no_session_on_sqlite(pair):
     """A read answered from what the process holds (the cached view under an unmoved change
     counter, a held graph view) never makes a session (kg.store.db.Database.read_lazily); the
-    answer is the one read from SQL. A search needs SQL (the hits' properties) and makes one."""
+    answer is the one read from SQL. A search's hit properties are read on SQLite on a pooled
+    connection without a session, and are what a session reads."""
     from kg.ops.relations import relate
     from kg.rag import graph as graph_ops
 
@@ -284,9 +285,18 @@ def test_neighbors_from_a_held_view_of_an_unchanged_store_makes_no_session_on_sq
         answer = graph_ops.neighbors(one, OPERATOR, "r", "main", "kb:/a")
         assert answer["neighbors"] == from_sql["neighbors"] and [r["path"] for r in answer["neighbors"]] == ["/b"]
         assert made == ([] if one.db.dialect == "sqlite" else [1])
+        # a search reads its hits' properties: on SQLite on a pooled connection of the read's
+        # own (no session, back in the pool after), on PostgreSQL in a session
+        run(one, OPERATOR, put_node, "r", "main", "kb", "/text", node_type="t",
+            properties={"title": "Alpha", "content": "alpha beta gamma", "n": 2**70})
+        search_branch(one, OPERATOR, "r", "main", SearchRequest(query="alpha", k=5))  # the index catches up
+        _warm(one)
         made.clear()
-        search_branch(one, OPERATOR, "r", "main", SearchRequest(query="anything", k=1))
-        assert made == [1]
+        answer = search_branch(one, OPERATOR, "r", "main", SearchRequest(query="alpha", k=5, mode="fulltext", granularity="node"))
+        assert [(r.path, r.properties, r.title) for r in answer.results] == [
+            ("/text", {"title": "Alpha", "content": "alpha beta gamma", "n": 2**70}, "Alpha")]
+        assert made == ([] if one.db.dialect == "sqlite" else [1])
+        assert one.db.engine.pool.checkedout() == 0
     finally:
         one.db._reader = reader
 
