@@ -41,7 +41,8 @@ the stricter). No other set is used to choose it, unless ``--choose-on N`` pools
 ``--sweep-setting ask_slot_similarity`` sweeps ``KG_ASK_SLOT_SIMILARITY`` the same way (the
 coverage at its default), ties going to the lowest value (:data:`TIES`). ``--sweep-setting
 ask_code_names --sweep 0,1`` (and ``ask_definition_article``, ``ask_named_mentions``,
-``ask_reference_values``, ``ask_name_meanings``) sweep the answer-type checks of
+``ask_reference_values``, ``ask_name_meanings``, ``ask_acronym_expansions``, ``ask_mixed_case_mentions``,
+``ask_literal_roles``) sweep the answer-type checks of
 :class:`kg.text.questions.TypeChecks` (off / on; the others at their defaults), ties going to off.
 
 A tie is the same on the training folds: whether the target is met, then the answered recall,
@@ -83,6 +84,7 @@ HELDOUT = ROOT / "bench" / "data" / "answers_heldout.jsonl"
 #: The second held-out set (see its ``.md``): about the same corpus, its passages among the gold's.
 HELDOUT2 = ROOT / "bench" / "data" / "answers_heldout2.jsonl"
 HELDOUT3 = ROOT / "bench" / "data" / "answers_heldout3.jsonl"
+HELDOUT4 = ROOT / "bench" / "data" / "answers_heldout4.jsonl"
 PEPS = ROOT / "fixtures" / "peps" / "docs"
 REPO = "answers"
 MODEL = "local:all-MiniLM-L6-v2"
@@ -149,10 +151,11 @@ def _precisions(rows: list[dict]) -> list[float]:
 #: 0.45), which a lower floor keeps answering.
 TIES = {"ask_answer_coverage": "stricter", "ask_slot_similarity": "lenient", "ask_code_names": "lenient",
         "ask_definition_article": "lenient", "ask_named_mentions": "lenient", "ask_reference_values": "lenient",
-        "ask_name_meanings": "lenient"}
+        "ask_name_meanings": "lenient", "ask_acronym_expansions": "lenient", "ask_mixed_case_mentions": "lenient",
+        "ask_literal_roles": "lenient"}
 #: Settings swept as off (0) / on (1).
 BOOLEAN = frozenset({"ask_code_names", "ask_definition_article", "ask_named_mentions", "ask_reference_values",
-                     "ask_name_meanings"})
+                     "ask_name_meanings", "ask_acronym_expansions", "ask_mixed_case_mentions", "ask_literal_roles"})
 
 
 def _typed(setting: str, value: float) -> float | bool:
@@ -225,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     sets = {path.stem: _load(path) for path in (args.gold or [GOLD])}
     gold = _load(GOLD)
-    everything = gold + [q for path in (HELDOUT, HELDOUT2, HELDOUT3) if path.exists() for q in _load(path)]
+    everything = gold + [q for path in (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4) if path.exists() for q in _load(path)]
     evidence_peps = sorted({Path(e["path"]).name for g in gold if g["corpus"] == "peps" for e in g["evidence"]})
     others = sorted(p.name for p in PEPS.glob("*.rst") if p.name not in evidence_peps)
     chosen = evidence_peps + (others if args.peps is None else others[:args.peps])

@@ -98,6 +98,17 @@ class Settings(BaseSettings):
     ask_name_meanings : bool
         "What does X mean?" of a proper name is answered only by a sentence saying what the name
         means, not what X is (:class:`kg.text.questions.TypeChecks`; chosen as ``ask_code_names``).
+    ask_acronym_expansions : bool
+        "What does X stand for?" of an acronym is answered only by a sentence holding its
+        expansion next to it ("The Update Framework (TUF)"), not one that only uses it
+        (:func:`kg.text.questions.expands`, Schwartz and Hearst 2003; chosen as ``ask_code_names``).
+    ask_mixed_case_mentions : bool
+        A word with a capital past its first letter ("tvOS") is a named mention the quoted
+        sentence or its title must hold (chosen as ``ask_code_names``).
+    ask_literal_roles : bool
+        "Who composed / produced / designed X?" is answered only by a sentence saying that role
+        in one of its forms, not a role near it in meaning (:func:`kg.text.questions.holds_roles`;
+        chosen as ``ask_code_names``).
     ask_absent_words : {"all", "salient"}
         Which uncovered words the check counts: all, or those naming the subject (numbers,
         names, rare words: :func:`kg.rag.functions.salient_words`).
@@ -308,6 +319,9 @@ class Settings(BaseSettings):
     ask_named_mentions: bool = True
     ask_reference_values: bool = True
     ask_name_meanings: bool = True
+    ask_acronym_expansions: bool = True
+    ask_mixed_case_mentions: bool = True
+    ask_literal_roles: bool = True
     ask_absent_words: Literal["all", "salient"] = "salient"
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)

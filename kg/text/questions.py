@@ -39,9 +39,10 @@ from typing import Literal
 
 from kg.text.names import name_key
 
-__all__ = ["ALL_CHECKS", "NO_CHECKS", "AnswerType", "Question", "TypeChecks", "analyze_question", "answers_type",
-           "has_code_term", "has_date", "has_number", "holds_focus", "holds_named_mentions", "holds_numbered_mentions",
-           "holds_numbers", "mentions_in", "slot_words", "strip_references"]
+__all__ = ["ALL_CHECKS", "NO_CHECKS", "ROLE_WORDS", "AnswerType", "Question", "TypeChecks", "analyze_question",
+           "answers_type", "expands", "has_code_term", "has_date", "has_number", "holds_focus",
+           "holds_named_mentions", "holds_numbered_mentions", "holds_numbers", "holds_roles", "mentions_in",
+           "slot_words", "strip_references"]
 
 AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "choice", "other"]
 
@@ -180,6 +181,21 @@ class TypeChecks:
         answered only by a sentence saying what the name means ("means", "meaning",
         "literally", "named after", "translates"), not by one saying what X is ("Ganzhou is a
         prefecture-level city").
+    acronym_expansions : bool
+        "What does X stand for?" (or "mean", "is X short for") of an acronym is answered only
+        by a sentence holding its expansion next to it ("The Update Framework (TUF)", "TUF
+        (The Update Framework)", "TUF stands for ..."), found by Schwartz and Hearst's
+        algorithm (:func:`expands`), not by one that only uses it ("files called TUF
+        metadata").
+    mixed_case_mentions : bool
+        A word with a capital after its first letter ("tvOS", "iPadOS", "eBay") counts as a
+        named mention for :attr:`named_mentions` (:func:`mentions_in` reads capitalised words
+        only): iOS's sentence does not answer a question about tvOS.
+    literal_roles : bool
+        A person asked by the role they had ("Who *composed* ...", "Who *produced* ...": the
+        answer slot is a word of a role of :data:`ROLE_WORDS`) is answered only by a sentence
+        saying that role in one of its forms ("composer", "composed": :func:`holds_roles`),
+        never by one whose words are near it in meaning ("written", "directed").
     """
 
     code_names: bool = True
@@ -187,12 +203,16 @@ class TypeChecks:
     named_mentions: bool = True
     reference_values: bool = True
     name_meanings: bool = True
+    acronym_expansions: bool = True
+    mixed_case_mentions: bool = True
+    literal_roles: bool = True
 
 
 #: Every optional check on (the default) / off (:func:`answers_type` as before they existed).
 ALL_CHECKS = TypeChecks()
 NO_CHECKS = TypeChecks(code_names=False, definition_article=False, named_mentions=False, reference_values=False,
-                       name_meanings=False)
+                       name_meanings=False, acronym_expansions=False, mixed_case_mentions=False,
+                       literal_roles=False)
 
 
 def _head_noun(words: list[str], wh: str | None) -> str | None:
@@ -579,6 +599,13 @@ def holds_named_mentions(question: Question, text: str) -> bool:
     return True
 
 
+def _holds_mixed_case(question: Question, text: str) -> bool:
+    """Whether ``text`` holds each word of the question with a capital past its first letter
+    ("tvOS"), compared without case."""
+    lowered = f" {name_key(text)} "
+    return all(f" {name_key(w)} " in lowered for w in _MIXED_CASE_RE.findall(question.text))
+
+
 def _asks_name_meaning(question: Question) -> bool:
     """Whether the question asks what a proper name means ("What does Ganzhou mean?"): a
     definition asked with "mean", its focus unquoted, capitalised and not an acronym."""
@@ -588,6 +615,136 @@ def _asks_name_meaning(question: Question) -> bool:
         return False
     focus = question.focus[0].strip()  # "Ganzhou", not "PyPA", "NumPy" nor "API"
     return len(focus) > 1 and focus[0].isupper() and focus[1:].islower() and " " not in focus
+
+
+#: What a person did to a work or an organisation, each role with the words that say it: a
+#: question asking who had the role is answered only by a sentence saying that role
+#: (:attr:`TypeChecks.literal_roles`), not one naming a role near it in meaning.
+ROLE_WORDS: tuple[frozenset[str], ...] = tuple(frozenset(words.split()) for words in (
+    "compose composed composes composing composer composers composition",
+    "write wrote written writes writing writer writers author authored co-wrote co-written",
+    "direct directed directs directing director directors",
+    "produce produced produces producing producer producers",
+    "design designed designs designing designer designers",
+    "found founded founds founding founder founders co-founded co-founder cofounded cofounder",
+    "create created creates creating creator creators co-created",
+    "invent invented invents inventing inventor inventors",
+    "develop developed develops developing developer developers",
+    "paint painted paints painting painter",
+    "sing sang sung sings singing singer singers vocalist",
+    "narrate narrated narrates narrating narrator",
+    "illustrate illustrated illustrates illustrating illustrator",
+    "edit edited edits editing editor",
+    "publish published publishes publishing publisher",
+    "coach coached coaches coaching",
+    "own owned owns owner owners",
+    "star starred stars starring",
+    "host hosted hosts hosting",
+    "translate translated translates translating translator",
+))
+#: A word with a capital past its first letter: "tvOS", "iPadOS", "eBay" (not "McDonald", whose
+#: first letter is a capital already, nor "API", all capitals).
+_MIXED_CASE_RE = re.compile(r"\b[a-z]+[A-Z][A-Za-z0-9]*\b")
+#: An acronym asked about: two or more capitals, with lower-case letters or digits between
+#: ("TUF", "PyPA", "PEP", "W3C").
+_ACRONYM_RE = re.compile(r"^(?=(?:.*[A-Z]){2})[A-Za-z][A-Za-z0-9&.-]{1,11}$")
+
+
+def _long_form_matches(short: str, long: str) -> bool:
+    """Schwartz and Hearst's test (2003, "A simple algorithm for identifying abbreviation
+    definitions in biomedical text", PSB): every letter or digit of ``short``, from its last,
+    is found in ``long`` from its end backwards, the first one at the start of a word of
+    ``long``."""
+    s, i = len(short) - 1, len(long) - 1
+    while s >= 0:
+        c = short[s].lower()
+        if not c.isalnum():
+            s -= 1
+            continue
+        while i >= 0 and (long[i].lower() != c or (s == 0 and i > 0 and long[i - 1].isalnum())):
+            i -= 1
+        if i < 0:
+            return False
+        i -= 1
+        s -= 1
+    return True
+
+
+def expands(text: str, acronym: str) -> bool:
+    """Whether ``text`` holds the expansion of ``acronym`` next to it: "long form (ACRONYM)",
+    "ACRONYM (long form)", or "ACRONYM stands for / is short for / means / is (the) long form", the long
+    form at most min(n + 5, 2n) words for an acronym of n letters (Schwartz and Hearst 2003),
+    its first word starting with the acronym's first letter.
+
+    >>> expands("PEP 458 proposes The Update Framework (TUF) for PyPI.", "TUF")
+    True
+    >>> expands("These extra repository files are called TUF metadata.", "TUF")
+    False
+    >>> expands("The Python Packaging Authority (PyPA) maintains pip.", "PyPA")
+    True
+    >>> expands("PEP stands for Python Enhancement Proposal.", "PEP")
+    True
+    >>> expands("PyPA is the Python Packaging Authority.", "PyPA"), expands("TUF is a framework.", "TUF")
+    (True, False)
+    """
+    letters = sum(c.isalnum() for c in acronym)
+    window = min(letters + 5, 2 * letters)
+    escaped = re.escape(acronym)
+    for m in re.finditer(rf"(?<![\w-]){escaped}(?![\w-])", text):
+        before = text[:m.start()].rstrip()
+        if before.endswith("("):  # "long form (ACRONYM)"
+            words = before[:-1].split()[-window:]
+            for start in range(len(words)):
+                candidate = " ".join(words[start:]).strip(" ,;:\"'")
+                if (candidate and candidate[0].lower() == acronym[0].lower()
+                        and acronym.lower() not in candidate.lower() and _long_form_matches(acronym, candidate)):
+                    return True
+        after = text[m.end():]
+        inside = re.match(r"\s*\(([^()]+)\)", after) or re.match(
+            r"\s*(?:,\s*)?(?:stands\s+for|is\s+short\s+for|short\s+for|means|is\s+an\s+acronym\s+for|"
+            r"is\s+an\s+abbreviation\s+(?:of|for)|(?:is|was|are)(?:\s+(?:the|an?))?)\s+[\"'`]*([^.;:()]+)", after,
+            re.IGNORECASE)
+        if inside:
+            words = inside.group(1).split()[:window]
+            for end in range(len(words), 0, -1):
+                candidate = " ".join(words[:end]).strip(" ,;:\"'`")
+                if candidate and candidate[0].lower() == acronym[0].lower() and _long_form_matches(acronym, candidate):
+                    return True
+    return False
+
+
+def _asks_expansion(question: Question) -> str | None:
+    """The acronym a question asks the expansion of ("What does TUF stand for?", "What is PEP
+    short for?", "What does PyPA mean?"), or None."""
+    if question.answer_type != "definition" or len(question.focus) != 1:
+        return None
+    if not re.search(r"\b(?:stand|stands|short|mean|means|abbreviation|acronym)\b", question.text, re.IGNORECASE):
+        return None
+    focus = question.focus[0].strip().strip("`'\"")
+    return focus if _ACRONYM_RE.match(focus) else None
+
+
+def _asked_roles(question: Question) -> list[frozenset[str]]:
+    """The roles (:data:`ROLE_WORDS`) a person question asks by its answer slot's words."""
+    if question.answer_type != "person":
+        return []
+    slot = set(slot_words(question))
+    return [family for family in ROLE_WORDS if slot & family]
+
+
+def holds_roles(question: Question, text: str) -> bool:
+    """Whether ``text`` says each role the question asks a person by: one of the role's words
+    (:data:`ROLE_WORDS`), in any of its forms ("composer" for "composed").
+
+    >>> q = analyze_question("Who composed the music for This Is Elvis?")
+    >>> holds_roles(q, "This Is Elvis is a 1981 documentary film written and directed by Andrew Solt.")
+    False
+    >>> holds_roles(q, "The score was composed by Walter Scharf."), holds_roles(
+    ...     analyze_question("Who is the author of PEP 440?"), "Nick Coghlan wrote it.")
+    (True, True)
+    """
+    words = set(_words(text))
+    return all(words & family for family in _asked_roles(question))
 
 
 def answers_type(question: Question, text: str, *, context: str = "", checks: TypeChecks = ALL_CHECKS) -> bool:
@@ -633,6 +790,8 @@ def answers_type(question: Question, text: str, *, context: str = "", checks: Ty
         return False
     if checks.named_mentions and not holds_named_mentions(question, quoted):
         return False
+    if checks.mixed_case_mentions and not _holds_mixed_case(question, quoted):
+        return False
     kind = question.answer_type
     if kind == "choice":
         return False
@@ -642,12 +801,17 @@ def answers_type(question: Question, text: str, *, context: str = "", checks: Ty
     if kind == "number":
         return has_number(value, besides=question.text)
     if kind == "person":
+        if checks.literal_roles and not holds_roles(question, quoted):
+            return False
         return _has_name(text, question.text, person=True)
     if kind == "name":
         if checks.code_names and question.head in _CODE_NOUNS:
             return has_code_term(text, besides=question.text)
         return _has_name(text, question.text, person=False)
     if kind == "definition":
+        acronym = _asks_expansion(question) if checks.acronym_expansions else None
+        if acronym is not None:  # its expansion, not a use of it
+            return expands(text, acronym)
         if checks.name_meanings and _asks_name_meaning(question):  # its meaning, not what it is
             return holds_focus(question, text) and _MEANING_RE.search(text) is not None
         article = checks.definition_article and question.countable

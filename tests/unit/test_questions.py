@@ -333,3 +333,67 @@ def test_the_new_answer_type_checks_follow_the_settings():
         settings = Settings(ask_named_mentions=False, ask_reference_values=True, ask_name_meanings=False)
 
     assert type_checks(Resources()) == TypeChecks(named_mentions=False, reference_values=True, name_meanings=False)
+
+
+@pytest.mark.parametrize(("question", "sentence", "answers"), [
+    # an acronym's expansion next to it, not a use of it
+    ("What does TUF stand for?", "These extra repository files are called TUF metadata.", False),
+    ("What does TUF stand for?", "This PEP describes how PyPI adopts The Update Framework (TUF).", True),
+    ("What does PEP stand for?", "PyPI has no plans at this time to drop support for PEP 503.", False),
+    ("What does PEP stand for?", "PEP stands for Python Enhancement Proposal.", True),
+    ("What is PyPA short for?", "The Python Packaging Authority (PyPA) maintains pip.", True),
+    ("What does PyPA mean?", "PyPA is the Python Packaging Authority.", True),
+    # a long form that does not spell it is not its expansion
+    ("What does TUF stand for?", "Updates use a signed manifest (TUF).", False),
+])
+def test_an_acronym_is_answered_by_its_expansion(question, sentence, answers):
+    from kg.text.questions import NO_CHECKS
+
+    q = analyze_question(question)
+    assert answers_type(q, sentence) is answers
+    if not answers and "TUF metadata" in sentence:  # KG_ASK_ACRONYM_EXPANSIONS=false: "called X" defines
+        assert answers_type(q, sentence, checks=NO_CHECKS)
+
+
+@pytest.mark.parametrize(("question", "sentence", "context", "answers"), [
+    ("What will sys.platform identify as on tvOS?", '``sys.platform`` will identify as ``"ios"`` on both devices.',
+     "PEP 730 - Adding iOS as a supported platform", False),
+    ("What will sys.platform identify as on iOS?", '``sys.platform`` will identify as ``"ios"`` on both devices.',
+     "PEP 730 - Adding iOS as a supported platform", True),
+])
+def test_a_mixed_case_name_is_a_mention_the_quote_must_hold(question, sentence, context, answers):
+    from kg.text.questions import NO_CHECKS
+
+    q = analyze_question(question)
+    assert answers_type(q, sentence, context=context) is answers
+    assert answers_type(q, sentence, context=context, checks=NO_CHECKS)
+
+
+@pytest.mark.parametrize(("question", "sentence", "context", "answers"), [
+    ("Who composed the music for This Is Elvis?",
+     "It is a 1981 documentary film written and directed by Andrew Solt and Malcolm Leo.", "This Is Elvis", False),
+    ("Who composed the music for This Is Elvis?", "The film's score was composed by Walter Scharf.", "This Is Elvis",
+     True),
+    ("Who was the producer of Catwoman?", "Catwoman was produced by Denise Di Novi and Edward McDonnell.", "", True),
+    ("Who was the producer of Catwoman?", "Catwoman was directed by Pitof and written by John Rogers.", "", False),
+    # a question not asking by a role is unchanged; a role's other form says it ("author": "wrote")
+    ("Who is the author of PEP 440?", "Nick Coghlan and Donald Stufft wrote this PEP.", "PEP 440", True),
+])
+def test_a_person_asked_by_a_role_is_answered_by_that_role(question, sentence, context, answers):
+    from kg.text.questions import NO_CHECKS
+
+    q = analyze_question(question)
+    assert answers_type(q, sentence, context=context) is answers
+    assert answers_type(q, sentence, context=context, checks=NO_CHECKS)  # KG_ASK_LITERAL_ROLES=false
+
+
+def test_the_later_answer_type_checks_follow_the_settings():
+    from kg.rag.functions import type_checks
+    from kg.settings import Settings
+    from kg.text.questions import TypeChecks
+
+    class Resources:
+        settings = Settings(ask_acronym_expansions=False, ask_mixed_case_mentions=True, ask_literal_roles=False)
+
+    assert type_checks(Resources()) == TypeChecks(acronym_expansions=False, mixed_case_mentions=True,
+                                                  literal_roles=False)
