@@ -84,7 +84,7 @@ from kg.graph.cache import GraphCache
 from kg.index.base import SearchIndex
 from kg.index.weaviate import ClientPool
 from kg.lru import LRUCache
-from kg.metrics import RATE_LIMITED, USE_CASE_DURATION
+from kg.metrics import RATE_LIMITED, observe_use_case
 from kg.providers.base import Embedder, Reranker
 from kg.providers.llm import LLM
 from kg.ratelimit import RateLimiter
@@ -442,14 +442,22 @@ def reading(services: Resources, caller: Actor, repo: str, branch: str = MAIN,
         outcome = "ok"
     finally:
         if services.settings.metrics:
-            USE_CASE_DURATION.labels(name, outcome).observe(time.perf_counter() - started)
+            observe_use_case(name, outcome, time.perf_counter() - started)
 
 
 def _use_case_name(frame: Any) -> str:
     """``module.function`` of a frame's code, the module without its ``kg.`` prefix (a bounded
-    label: one value per function of kg)."""
-    module = str(frame.f_globals.get("__name__", "?"))
-    return f"{module.removeprefix('kg.')}.{frame.f_code.co_name}"
+    label: one value per function of kg), made once per code object."""
+    code = frame.f_code
+    name = _USE_CASE_NAMES.get(code)
+    if name is None:
+        module = str(frame.f_globals.get("__name__", "?"))
+        name = _USE_CASE_NAMES.setdefault(code, f"{module.removeprefix('kg.')}.{code.co_name}")
+    return name
+
+
+#: :func:`_use_case_name` by code object (one per reading function of kg).
+_USE_CASE_NAMES: dict[Any, str] = {}
 
 
 def scoped_view(caller: Actor, view: BranchView) -> BranchView:
@@ -483,5 +491,5 @@ def run(services: Resources, actor: Actor, use_case: Callable[Concatenate[UnitOf
         outcome = "ok"
     finally:
         if services.settings.metrics:
-            USE_CASE_DURATION.labels(name, outcome).observe(time.perf_counter() - started)
+            observe_use_case(name, outcome, time.perf_counter() - started)
     return result

@@ -13,6 +13,8 @@ The metrics are per process: ``kg serve --workers N`` runs N processes, each wit
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 #: Where kg's own counters and histograms are registered (not prometheus-client's global one:
@@ -35,6 +37,19 @@ EMBEDDED_PASSAGES = Counter("kg_index_embedded_passages", "Passages embedded for
                             "rate).", registry=REGISTRY)
 RATE_LIMITED = Counter("kg_rate_limit_refusals", "Expensive calls refused by the rate limiter "
                        "(KG_RATE_EXPENSIVE_*), by call.", ["call"], registry=REGISTRY)
+
+#: The use-case histogram's children by (use case, outcome): a bounded set (one name per
+#: function of kg), looked up without the family's lock and label checks on every call.
+_USE_CASE_CHILDREN: dict[tuple[str, str], Any] = {}
+
+
+def observe_use_case(use_case: str, outcome: str, seconds: float) -> None:
+    """Record one use case's duration in :data:`USE_CASE_DURATION`."""
+    child = _USE_CASE_CHILDREN.get((use_case, outcome))
+    if child is None:
+        child = _USE_CASE_CHILDREN.setdefault((use_case, outcome), USE_CASE_DURATION.labels(use_case, outcome))
+    child.observe(seconds)
+
 
 #: Every family above (what :func:`kg.ops.observability.registry` registers).
 COLLECTORS = (HTTP_REQUESTS, HTTP_DURATION, USE_CASE_DURATION, EMBEDDED_PASSAGES, RATE_LIMITED)
