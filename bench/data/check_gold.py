@@ -99,7 +99,7 @@ def check_ner(path: Path, passages_path: Path) -> list[str]:
 
 def main() -> int:
     errors = [e for name in ("answers_gold", "answers_heldout", "answers_heldout2", "answers_heldout3",
-                                         "answers_heldout4")
+                             "answers_heldout4")
               for e in check_answers(DATA / f"{name}.jsonl")]
     ner = DATA / "ner_gold.jsonl"
     if ner.exists():
