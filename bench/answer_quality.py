@@ -46,8 +46,8 @@ ask_code_names --sweep 0,1`` (and ``ask_definition_article``, ``ask_named_mentio
 :class:`kg.text.questions.TypeChecks` (off / on; the others at their defaults), ties going to off.
 
 A tie is the same on the training folds: whether the target is met, then the answered recall,
-then the lower of the two precisions (between values of equal recall the more precise is better:
-the target is a floor, not the aim); only then the tie rule.
+then the lower of the two precisions, then the higher (between values of equal recall the more
+precise is better: the target is a floor, not the aim); only then the tie rule.
 """
 
 from __future__ import annotations
@@ -166,13 +166,16 @@ def _typed(setting: str, value: float) -> float | bool:
 def choose(by_value: dict[float, list[dict]], ids: set[str], target: float, ties: str = "stricter") -> float:
     """The value chosen on the questions ``ids``: the highest answered recall among the values
     whose grounded precision reaches ``target`` on both corpora, else the highest lower precision
-    of the two; between equal recalls the higher lower precision; ties go to the stricter
-    (highest) value, or with ``ties="lenient"`` the lowest."""
+    of the two; between equal recalls the higher lower precision, then the higher other one (a
+    value that removes wrong answers from one corpus only is more precise, though the lower of
+    the two is the other corpus's and stays); ties go to the stricter (highest) value, or with
+    ``ties="lenient"`` the lowest."""
     def key(value: float) -> tuple:
         rows = [r for r in by_value[value] if r["id"] in ids]
-        low = min(_precisions(rows))
+        precisions = _precisions(rows)
+        low, high = min(precisions), max(precisions)
         recall = figures(rows)["answered_recall"] or 0.0
-        return (low >= target, recall if low >= target else low, low, value if ties == "stricter" else -value)
+        return (low >= target, recall if low >= target else low, low, high, value if ties == "stricter" else -value)
     return max(by_value, key=key)
 
 

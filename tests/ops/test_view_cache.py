@@ -292,7 +292,8 @@ def test_neighbors_from_a_held_view_of_an_unchanged_store_makes_no_session_on_sq
         search_branch(one, OPERATOR, "r", "main", SearchRequest(query="alpha", k=5))  # the index catches up
         _warm(one)
         made.clear()
-        answer = search_branch(one, OPERATOR, "r", "main", SearchRequest(query="alpha", k=5, mode="fulltext", granularity="node"))
+        answer = search_branch(one, OPERATOR, "r", "main",
+                               SearchRequest(query="alpha", k=5, mode="fulltext", granularity="node"))
         assert [(r.path, r.properties, r.title) for r in answer.results] == [
             ("/text", {"title": "Alpha", "content": "alpha beta gamma", "n": 2**70}, "Alpha")]
         assert made == ([] if one.db.dialect == "sqlite" else [1])
