@@ -27,6 +27,12 @@ only, as of the request's revision, relations valid at its world time):
    replace?") makes it the subject: its outgoing edges answer; otherwise ("What replaced PEP
    386?", "What is PEP 386 replaced by?") it is the object: its incoming edges answer. A type
    ending in ``_by`` (``superseded_by``) is passive: the roles swap.
+5. **Through a relation**: when the question's other predicate words name a property of the
+   node at the edge's other end ("*Who wrote* the PEP that replaced PEP 438?", "*When* was the
+   PEP that replaced PEP 722 *created*?"), that property answers, cited as the edge [1] and the
+   property [2]. A question asking a person, a date or a number is never answered by the edge
+   alone (its other end is a node), nor by a property of the mentioned node: without the
+   related node's property the graph does not answer and the passages are read.
 
 References
 ----------
@@ -38,6 +44,7 @@ Pairs", EMNLP (a lexicon mapping phrases to KB predicates); Porter (1980) / Snow
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -257,6 +264,8 @@ def graph_answer(services: Resources, caller: Actor, repo: str, branch: str, que
                 edges = neighbors_of(session, services, view, f"{ws}:{node.path}", direction="BOTH",
                                      limit=1_000, at=at)["neighbors"]
                 found = _relation_answer(session, view, q, mention, node, ws, edges)
+                if found is _NOT_ANSWERED:  # a relation matched, but what is asked of it is not held
+                    return None
                 if found is None:
                     # a property that mirrors a relation type of the node ("replaces: 386") is
                     # not an answer: the question asked the edge, in the other direction
@@ -267,9 +276,22 @@ def graph_answer(services: Resources, caller: Actor, repo: str, branch: str, que
     return None
 
 
+#: :func:`_relation_answer`'s answer when a relation of the node matched the question but what the
+#: question asks of the related node (its author, its date) is not in the graph: the graph does not
+#: answer, and no property of the mentioned node may answer instead.
+_NOT_ANSWERED: dict[str, Any] = {}
+
+
 def _relation_answer(session: Session, view: BranchView, q: Question, mention: str, node: NodeVersion, ws: str,
                      edges: list[dict[str, Any]]) -> dict[str, Any] | None:
-    chosen = []
+    """The answer from the node's edges that the question's relation word names: the edges
+    themselves ("What replaced PEP 386?"), or, when the question asks something of the node at
+    the other end ("Who wrote the PEP that replaced PEP 438?", "When was the PEP that replaced
+    PEP 722 created?": its other predicate words name a property of that node), that property,
+    cited as the edge and the property. A question whose answer is a person, a date or a number
+    is never answered by the edge alone (its other end is a node): without the property it is
+    :data:`_NOT_ANSWERED`."""
+    chosen, words = [], set()
     for edge in edges:
         word = match_predicate(q.predicate, edge["relation_type"])
         if word is None:
@@ -280,10 +302,21 @@ def _relation_answer(session: Session, view: BranchView, q: Question, mention: s
         # The mention as subject: its outgoing edges answer; as object, its incoming ones.
         if (edge["direction"] == "OUT") == subject:
             chosen.append(edge)
+            words.add(word)
     if not chosen:
         return None
     chosen = chosen[:MAX_EDGES]
     others = nodes_by_id(session, view, [e["node_id"] for e in chosen])
+    rest = tuple(w for w in q.predicate if w not in words)
+    if rest:  # asked of the node at the other end: one of its properties
+        asked = dataclasses.replace(q, predicate=rest)
+        for edge in chosen:
+            other = others.get(edge["node_id"])
+            found = None if other is None else _property_answer(asked, other, edge["workspace"], set())
+            if found is not None:
+                return _chained(node, ws, edge, other, found)  # type: ignore[arg-type]
+    if q.answer_type in ("person", "date", "number") and (rest or q.answer_type != "person"):
+        return _NOT_ANSWERED
     parts, citations = [], []
     for marker, edge in enumerate(chosen, start=1):
         other = others.get(edge["node_id"])
@@ -304,6 +337,26 @@ def _relation_answer(session: Session, view: BranchView, q: Question, mention: s
         citation["type"] = edge["relation_type"]
         citations.append(citation)
     return {"answer": " ".join(parts), "citations": citations}
+
+
+def _chained(node: NodeVersion, ws: str, edge: dict[str, Any], other: NodeVersion,
+             found: dict[str, Any]) -> dict[str, Any]:
+    """The edge from ``node`` to ``other`` and ``other``'s property ``found`` answers, as one
+    answer with two citations: the relation [1], the property [2]."""
+    here, there = (node, ws), (other, edge["workspace"])
+    src, dst = (here, there) if edge["direction"] == "OUT" else (there, here)
+    verb = edge["relation_type"].rsplit(":", 1)[-1].replace("_", " ")
+    relation: dict[str, Any] = {
+        "marker": 1, "workspace": src[1], "path": src[0].path, "node_id": src[0].node_id, "chunk_index": None,
+        "text_is_exact": True, "kind": "relation", "from": src[0].path, "to": dst[0].path}
+    if dst[1] != src[1]:
+        relation["to_workspace"] = dst[1]
+    relation["type"] = edge["relation_type"]
+    src_label = _label(src[0], src[0].path.rsplit("/", 1)[-1])
+    dst_label = _label(dst[0], dst[0].path.rsplit("/", 1)[-1])
+    (cited,) = found["citations"]
+    answer = f"{src_label} {verb} {dst_label} [1]. " + found["answer"].replace("[1]", "[2]")
+    return {"answer": answer, "citations": [relation, {**cited, "marker": 2}]}
 
 
 def _property_answer(q: Question, node: NodeVersion, ws: str, mirrored: set[str]) -> dict[str, Any] | None:

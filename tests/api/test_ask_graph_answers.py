@@ -172,3 +172,21 @@ def test_a_graph_answer_is_stored_with_its_edge_and_property_citations(api, demo
                     params={"node": f"other:/answers/{len(question)}", "direction": "OUT"})
         assert r.status_code == 200, r.text
         assert [(n["path"], n["relation_type"]) for n in r.json()["neighbors"]] == [("/pep-0440", "cites")]
+
+
+def test_a_property_of_the_related_node_is_answered_through_the_relation(api, demo):
+    """"Who wrote the PEP that replaced PEP 386?" asks PEP 440's author: the answer cites the edge
+    and the property; the edge alone ("PEP 440 replaces PEP 386") does not answer a question
+    asking a person or a date, and no property of PEP 386 answers instead."""
+    body = ask(api, demo, "Who wrote the PEP that replaced PEP 386?")
+    assert body["grounded"] is True and "Alyssa Coghlan" in body["answer"]
+    assert [(c["marker"], c["kind"]) for c in body["citations"]] == [(1, "relation"), (2, "property")]
+    assert (body["citations"][0]["from"], body["citations"][0]["to"]) == ("/pep-0440", "/pep-0386")
+    assert (body["citations"][1]["path"], body["citations"][1]["property"]) == ("/pep-0440", "author")
+    body = ask(api, demo, "When was the PEP that replaced PEP 386 created?")
+    assert body["grounded"] is True and "18-Mar-2013" in body["answer"]
+    assert body["citations"][1]["property"] == "created"
+    # a date the related node does not hold: no answer from the edge
+    body = ask(api, demo, "When was the PEP that replaced PEP 386 withdrawn?")
+    assert not any(c.get("kind") == "relation" for c in body["citations"])
+    assert "replaces" not in body["answer"] or body["grounded"] is False
