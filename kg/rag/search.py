@@ -398,7 +398,8 @@ def search_answer(session: Session, services: Resources, view: BranchView, reque
     BERT" (reranking the first candidates of a first-stage ranking).
     """
     started = time.perf_counter()
-    request = with_default_weights(request, services.settings)
+    if request.mode == "hybrid":  # only a fusion reads the legs' weights
+        request = with_default_weights(request, services.settings)
     reranker = services.reranker
     if request.rerank and reranker is None:
         raise InvalidInput("rerank: no reranker is configured (KG_RERANK_MODEL)", details={"rerank": True})
