@@ -57,6 +57,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy is imported
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
@@ -78,6 +79,7 @@ from kg.ops.ingest import ingest_path  # noqa: E402
 from kg.providers.registry import make_embedder  # noqa: E402
 from kg.services import Services  # noqa: E402
 from kg.settings import Settings  # noqa: E402
+from kg.text.questions import TypeChecks  # noqa: E402
 
 GOLD = ROOT / "bench" / "data" / "answers_gold.jsonl"
 HELDOUT = ROOT / "bench" / "data" / "answers_heldout.jsonl"
@@ -149,13 +151,9 @@ def _precisions(rows: list[dict]) -> list[float]:
 #: of the question's words). The slot word's similarity floor: the lowest, since values the gold
 #: set cannot tell apart differ only on paraphrases it lacks ("replaced" said as "supersedes",
 #: 0.45), which a lower floor keeps answering.
-TIES = {"ask_answer_coverage": "stricter", "ask_slot_similarity": "lenient", "ask_code_names": "lenient",
-        "ask_definition_article": "lenient", "ask_named_mentions": "lenient", "ask_reference_values": "lenient",
-        "ask_name_meanings": "lenient", "ask_acronym_expansions": "lenient", "ask_mixed_case_mentions": "lenient",
-        "ask_literal_roles": "lenient"}
-#: Settings swept as off (0) / on (1).
-BOOLEAN = frozenset({"ask_code_names", "ask_definition_article", "ask_named_mentions", "ask_reference_values",
-                     "ask_name_meanings", "ask_acronym_expansions", "ask_mixed_case_mentions", "ask_literal_roles"})
+#: Settings swept as off (0) / on (1): the answer-type checks (kg.text.questions.TypeChecks).
+BOOLEAN = frozenset(f"ask_{f.name}" for f in dataclasses.fields(TypeChecks))
+TIES = {"ask_answer_coverage": "stricter", "ask_slot_similarity": "lenient", **dict.fromkeys(BOOLEAN, "lenient")}
 
 
 def _typed(setting: str, value: float) -> float | bool:

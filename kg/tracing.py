@@ -102,8 +102,7 @@ def span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
         raise ValueError(f"unknown span name {name!r}: add it to kg.tracing.SPAN_NAMES and document it")
     if not active():
         for key in attributes:
-            if key not in ATTRIBUTES:
-                raise ValueError(f"span attribute {key!r} is not one of kg.tracing.ATTRIBUTES")
+            _attribute_key(key)
         return _NOT_RECORDED
     return _recorded(name, attributes)
 
@@ -125,15 +124,17 @@ def annotate(target: Any = None, /, **attributes: Any) -> None:
         current.set_attributes(_attributes(attributes))
 
 
+def _attribute_key(key: str) -> str:
+    """The span attribute of the keyword ``key`` (:data:`ATTRIBUTES`); ValueError for another."""
+    name = ATTRIBUTES.get(key)
+    if name is None:
+        raise ValueError(f"span attribute {key!r} is not one of kg.tracing.ATTRIBUTES")
+    return name
+
+
 def _attributes(given: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in given.items():
-        name = ATTRIBUTES.get(key)
-        if name is None:
-            raise ValueError(f"span attribute {key!r} is not one of kg.tracing.ATTRIBUTES")
-        if value is not None:
-            out[name] = value
-    return out
+    named = {_attribute_key(key): value for key, value in given.items()}
+    return {name: value for name, value in named.items() if value is not None}
 
 
 def configure() -> bool:

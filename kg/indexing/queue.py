@@ -732,10 +732,6 @@ def _process_gone(pid: int, ticks: str) -> bool | None:
     return state in ("Z", "X") or bool(ticks and started != ticks)
 
 
-__all__ = ["Claim", "Claimed", "DurableQueue", "HEARTBEAT_S", "LEASE_S", "MAX_ATTEMPTS", "MAX_RETRY_BACKOFF_S",
-           "QueueSpec", "RETRY_BACKOFF_S", "release_claims"]
-
-
 def release_claims(session: Session, specs: Sequence[QueueSpec], now: datetime | None = None) -> int:
     """Requeue every ``running`` job of the queues ``specs`` as it was (no death counted, no
     backoff) and forget every registered worker, in the write transaction ``session``: the
@@ -757,3 +753,6 @@ def release_claims(session: Session, specs: Sequence[QueueSpec], now: datetime |
     session.execute(delete(QueueWorker))
     return released
 
+
+__all__ = ["Claim", "Claimed", "DurableQueue", "HEARTBEAT_S", "LEASE_S", "MAX_ATTEMPTS", "MAX_RETRY_BACKOFF_S",
+           "QueueSpec", "RETRY_BACKOFF_S", "release_claims"]

@@ -51,7 +51,7 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Literal, cast
 
 from rapidfuzz import fuzz, process
@@ -847,16 +847,10 @@ def focus_passages(services: Resources, caller: Actor, repo: str, branch: str, f
 
 
 def type_checks(services: Resources) -> TypeChecks:
-    """The optional answer-type checks the settings turn on (``KG_ASK_CODE_NAMES``,
-    ``KG_ASK_DEFINITION_ARTICLE``, ``KG_ASK_NAMED_MENTIONS``, ``KG_ASK_REFERENCE_VALUES``,
-    ``KG_ASK_NAME_MEANINGS``, ``KG_ASK_ACRONYM_EXPANSIONS``, ``KG_ASK_MIXED_CASE_MENTIONS``,
-    ``KG_ASK_LITERAL_ROLES``)."""
-    settings = services.settings
-    return TypeChecks(code_names=settings.ask_code_names, definition_article=settings.ask_definition_article,
-                      named_mentions=settings.ask_named_mentions, reference_values=settings.ask_reference_values,
-                      name_meanings=settings.ask_name_meanings, acronym_expansions=settings.ask_acronym_expansions,
-                      mixed_case_mentions=settings.ask_mixed_case_mentions,
-                      literal_roles=settings.ask_literal_roles)
+    """The optional answer-type checks the settings turn on: each field ``f`` of
+    :class:`~kg.text.questions.TypeChecks` is the setting ``ask_f`` (``KG_ASK_CODE_NAMES``,
+    ``KG_ASK_NAMED_MENTIONS``, ...)."""
+    return TypeChecks(**{f.name: getattr(services.settings, f"ask_{f.name}") for f in fields(TypeChecks)})
 
 
 def _grade(asked: Question, scored: list[ScoredSentence], passages: list[dict],

@@ -319,44 +319,41 @@ def _relation_answer(session: Session, view: BranchView, q: Question, mention: s
         return _NOT_ANSWERED
     parts, citations = [], []
     for marker, edge in enumerate(chosen, start=1):
-        other = others.get(edge["node_id"])
-        here, there = (node, ws), (other, edge["workspace"])
-        src, dst = (here, there) if edge["direction"] == "OUT" else (there, here)
-        src_path = src[0].path if src[0] is not None else edge["path"]
-        dst_path = dst[0].path if dst[0] is not None else edge["path"]
-        src_label = _label(src[0], src_path.rsplit("/", 1)[-1])
-        dst_label = _label(dst[0], dst_path.rsplit("/", 1)[-1])
-        verb = edge["relation_type"].rsplit(":", 1)[-1].replace("_", " ")
-        parts.append(f"{src_label} {verb} {dst_label} [{marker}].")
-        citation: dict[str, Any] = {
-            "marker": marker, "workspace": src[1], "path": src_path,
-            "node_id": src[0].node_id if src[0] is not None else edge["node_id"], "chunk_index": None,
-            "text_is_exact": True, "kind": "relation", "from": src_path, "to": dst_path}
-        if dst[1] != src[1]:
-            citation["to_workspace"] = dst[1]
-        citation["type"] = edge["relation_type"]
+        sentence, citation = _edge_cited(node, ws, edge, others.get(edge["node_id"]), marker)
+        parts.append(sentence)
         citations.append(citation)
     return {"answer": " ".join(parts), "citations": citations}
+
+
+def _edge_cited(node: NodeVersion, ws: str, edge: dict[str, Any], other: NodeVersion | None,
+                marker: int) -> tuple[str, dict[str, Any]]:
+    """The sentence "<from> <type> <to> [marker]." of an edge of ``node`` and its relation
+    citation (``other``: the node at its other end, None when the view does not hold it)."""
+    here, there = (node, ws), (other, edge["workspace"])
+    src, dst = (here, there) if edge["direction"] == "OUT" else (there, here)
+    src_path = src[0].path if src[0] is not None else edge["path"]
+    dst_path = dst[0].path if dst[0] is not None else edge["path"]
+    src_label = _label(src[0], src_path.rsplit("/", 1)[-1])
+    dst_label = _label(dst[0], dst_path.rsplit("/", 1)[-1])
+    verb = edge["relation_type"].rsplit(":", 1)[-1].replace("_", " ")
+    citation: dict[str, Any] = {
+        "marker": marker, "workspace": src[1], "path": src_path,
+        "node_id": src[0].node_id if src[0] is not None else edge["node_id"], "chunk_index": None,
+        "text_is_exact": True, "kind": "relation", "from": src_path, "to": dst_path}
+    if dst[1] != src[1]:
+        citation["to_workspace"] = dst[1]
+    citation["type"] = edge["relation_type"]
+    return f"{src_label} {verb} {dst_label} [{marker}].", citation
 
 
 def _chained(node: NodeVersion, ws: str, edge: dict[str, Any], other: NodeVersion,
              found: dict[str, Any]) -> dict[str, Any]:
     """The edge from ``node`` to ``other`` and ``other``'s property ``found`` answers, as one
     answer with two citations: the relation [1], the property [2]."""
-    here, there = (node, ws), (other, edge["workspace"])
-    src, dst = (here, there) if edge["direction"] == "OUT" else (there, here)
-    verb = edge["relation_type"].rsplit(":", 1)[-1].replace("_", " ")
-    relation: dict[str, Any] = {
-        "marker": 1, "workspace": src[1], "path": src[0].path, "node_id": src[0].node_id, "chunk_index": None,
-        "text_is_exact": True, "kind": "relation", "from": src[0].path, "to": dst[0].path}
-    if dst[1] != src[1]:
-        relation["to_workspace"] = dst[1]
-    relation["type"] = edge["relation_type"]
-    src_label = _label(src[0], src[0].path.rsplit("/", 1)[-1])
-    dst_label = _label(dst[0], dst[0].path.rsplit("/", 1)[-1])
+    sentence, relation = _edge_cited(node, ws, edge, other, 1)
     (cited,) = found["citations"]
-    answer = f"{src_label} {verb} {dst_label} [1]. " + found["answer"].replace("[1]", "[2]")
-    return {"answer": answer, "citations": [relation, {**cited, "marker": 2}]}
+    return {"answer": f"{sentence} " + found["answer"].replace("[1]", "[2]"),
+            "citations": [relation, {**cited, "marker": 2}]}
 
 
 def _property_answer(q: Question, node: NodeVersion, ws: str, mirrored: set[str]) -> dict[str, Any] | None:

@@ -34,7 +34,7 @@ construction", AMIA.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 from kg.text.names import name_key
@@ -153,8 +153,8 @@ class Question:
 
 @dataclass(frozen=True)
 class TypeChecks:
-    """Optional parts of :func:`answers_type` (settings ``KG_ASK_CODE_NAMES``,
-    ``KG_ASK_DEFINITION_ARTICLE``, chosen by cross-validation on the answer gold set).
+    """Optional parts of :func:`answers_type`, each the setting ``KG_ASK_<FIELD>``
+    (:func:`kg.rag.functions.type_checks`), chosen by cross-validation on the answer sets.
 
     Attributes
     ----------
@@ -210,9 +210,7 @@ class TypeChecks:
 
 #: Every optional check on (the default) / off (:func:`answers_type` as before they existed).
 ALL_CHECKS = TypeChecks()
-NO_CHECKS = TypeChecks(code_names=False, definition_article=False, named_mentions=False, reference_values=False,
-                       name_meanings=False, acronym_expansions=False, mixed_case_mentions=False,
-                       literal_roles=False)
+NO_CHECKS = TypeChecks(**{f.name: False for f in fields(TypeChecks)})
 
 
 def _head_noun(words: list[str], wh: str | None) -> str | None:

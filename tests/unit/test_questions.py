@@ -397,3 +397,18 @@ def test_the_later_answer_type_checks_follow_the_settings():
 
     assert type_checks(Resources()) == TypeChecks(acronym_expansions=False, mixed_case_mentions=True,
                                                   literal_roles=False)
+
+
+def test_every_answer_type_check_is_a_setting_on_by_default():
+    from dataclasses import fields
+
+    from kg.rag.functions import type_checks
+    from kg.settings import Settings
+    from kg.text.questions import ALL_CHECKS, NO_CHECKS, TypeChecks
+
+    class Resources:
+        settings = Settings()
+
+    assert all(f"ask_{f.name}" in Settings.model_fields for f in fields(TypeChecks))
+    assert type_checks(Resources()) == ALL_CHECKS
+    assert not any(getattr(NO_CHECKS, f.name) for f in fields(TypeChecks))
