@@ -537,12 +537,16 @@ def chroma_ingest(data: dict[str, Any], folder: Path) -> tuple[Any, dict[str, An
 
 
 def faiss_build(vectors: np.ndarray) -> tuple[Any, float]:
-    import faiss
+    """faiss's HNSW graph, built as kg's builder builds its own (kg/index/ann.py: the usable
+    cores, OpenMP waiting passively), searched on one thread as kg searches."""
+    from kg.index import ann
 
-    faiss.omp_set_num_threads(1)  # as kg runs it (kg/index/ann.py)
+    faiss = ann._faiss()  # imported as kg imports it: OMP_WAIT_POLICY=PASSIVE
+    faiss.omp_set_num_threads(ann.usable_cores())
     index = faiss.IndexHNSWFlat(DIM, 32, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = 128
     seconds, _ = timed_once(lambda: index.add(vectors))
+    faiss.omp_set_num_threads(1)
     index.hnsw.efSearch = 128
     return index, seconds
 
@@ -552,7 +556,10 @@ def hnswlib_build(vectors: np.ndarray) -> tuple[Any, float]:
 
     index = hnswlib.Index(space="ip", dim=DIM)
     index.init_index(max_elements=len(vectors), M=32, ef_construction=128)
-    seconds, _ = timed_once(lambda: index.add_items(vectors, np.arange(len(vectors)), num_threads=1))
+    from kg.index import ann
+
+    seconds, _ = timed_once(lambda: index.add_items(vectors, np.arange(len(vectors)),
+                                                    num_threads=ann.usable_cores()))
     index.set_ef(128)
     index.set_num_threads(1)
     return index, seconds

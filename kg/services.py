@@ -171,7 +171,8 @@ def build_index(settings: Settings, kind: str | None = None) -> SearchIndex:
         ann = AnnConfig(min_rows=settings.index_ann_min_rows, m=settings.index_ann_m,
                         ef_construction=settings.index_ann_ef_construction,
                         ef_search=settings.index_ann_ef_search,
-                        background_rows=settings.index_ann_background_rows)
+                        background_rows=settings.index_ann_background_rows,
+                        build_threads=settings.index_ann_build_threads)
         budget = settings.index_memory_budget_mb * 2**20 or None
         return EmbeddedVectorIndex(settings.data_dir, ann=ann, memory_budget_bytes=budget,
                                    flush_interval_s=settings.index_flush_interval_s)

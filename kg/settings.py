@@ -165,6 +165,8 @@ class Settings(BaseSettings):
     index_ann_background_rows : int
         A sync or snapshot load that leaves more rows than this to add to a graph hands them
         to a background builder thread (the rows are searched exactly meanwhile); 0: always.
+    index_ann_build_threads : int
+        Threads that builder adds rows to a graph on (0: every core the process may use).
     index_memory_budget_mb : int
         Memory the embedded index's repositories may hold together, in MiB (estimated); past
         it the least recently used are unloaded (snapshotted first, reloaded on use). 0: no
@@ -341,6 +343,7 @@ class Settings(BaseSettings):
     index_ann_ef_construction: int = Field(default=128, ge=8, le=4096)
     index_ann_ef_search: int = Field(default=128, ge=8, le=4096)
     index_ann_background_rows: int = Field(default=4096, ge=0)
+    index_ann_build_threads: int = Field(default=0, ge=0, le=256)
     index_flush_interval_s: float = Field(default=300.0, ge=0)
     index_memory_budget_mb: int = Field(default=4096, ge=0)
     search_rrf_k: int = Field(default=60, ge=0, le=10_000)

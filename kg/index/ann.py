@@ -10,7 +10,9 @@ Branch visibility is applied inside the graph walk: a search passes a bitmap of 
 (:func:`allowed_bitmap`) as a faiss ``IDSelectorBitmap``, and faiss only collects allowed ids
 (it still walks through the others, so the graph stays connected for any filter).
 
-faiss runs on one OpenMP thread in kg (see :func:`_faiss`).
+Threads: a search runs on one OpenMP thread; :meth:`HnswGraph.add` on as many as its caller asks
+(the index's builder thread: the usable cores, ``KG_INDEX_ANN_BUILD_THREADS``), OpenMP's workers
+waiting passively (see :func:`_faiss`).
 
 Concurrency: faiss allows concurrent searches but not a search during an ``add``
 (hnswlib and faiss both say so), so :class:`HnswGraph` holds a readers-writer lock: searches
@@ -32,6 +34,7 @@ References
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,24 +42,37 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ADD_SLICE", "HnswGraph", "allowed_bitmap", "available"]
+__all__ = ["ADD_SLICE", "HnswGraph", "allowed_bitmap", "available", "usable_cores"]
 
 ADD_SLICE = 512
-"""Rows added to a graph per exclusive hold of its lock (about 0.2 s on a loaded core)."""
+"""Rows added to a graph per thread per exclusive hold of its lock (about 0.2 s on a loaded core)."""
 
 
 @functools.cache
 def _faiss() -> Any:
-    """The faiss module (imported once, on first use), set to one OpenMP thread.
+    """The faiss module, imported once, on first use, with OpenMP's workers waiting passively.
 
-    A search is one query (sequential in faiss anyway); an ``add`` on two OpenMP threads ran
-    5x slower than on one on a shared 2-core machine (spinning workers), and the server's other
-    threads need the cores too.
+    OpenMP's thread count is per calling thread (libgomp keeps it in the thread's own control
+    variables), so each call here sets its own: a search one thread (one query: a second
+    worker only adds a visited table to clear), an ``add`` the caller's ``threads``.
+    ``OMP_WAIT_POLICY=PASSIVE`` (unless the environment says otherwise; read by the libgomp
+    faiss ships when faiss is imported) makes idle workers sleep instead of spinning: with
+    the default active wait, an ``add`` on two threads of a 2-core machine spent 56 % more CPU
+    than on one for 12 % less wall time; waiting passively, 0.62 of one thread's wall time for
+    the same CPU (``bench/ann_build.py``).
     """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import faiss
 
-    faiss.omp_set_num_threads(1)
     return faiss
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask; ``os.cpu_count()`` where none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def available() -> bool:
@@ -167,26 +183,35 @@ class HnswGraph:
         """Approximate bytes held: codes plus links (``dim + 8 * M`` per row, a little more)."""
         return self.count * (self.dim + 10 * self.m) + 8 * self.dim
 
-    def add(self, vectors: np.ndarray) -> None:
+    def add(self, vectors: np.ndarray, *, threads: int = 1) -> None:
         """Append rows; their ids continue from :attr:`count`.
 
         Parameters
         ----------
         vectors : ndarray, shape (r, dim), float32, L2-normalised
             The first call trains the scalar quantiser (per-dimension ranges) on these rows.
+        threads : int
+            OpenMP threads inserting at once (faiss inserts a slice's rows in parallel, level by
+            level, locking each node it links).
 
         Notes
         -----
-        O(r * ef_construction * log(count) * dim), in slices of :data:`ADD_SLICE` rows, each under
-        the graph's lock alone (searches wait for one slice at most).
+        O(r * ef_construction * log(count) * dim) work, in slices of ``threads *``
+        :data:`ADD_SLICE` rows, each under the graph's lock alone (searches wait for one slice
+        at most, about as long on any thread count). On 2 cores, 100,000 384-d rows took 0.54
+        of one thread's wall time on two (``bench/ann_tier.py --build-threads``).
         """
+        faiss = _faiss()
+        threads = max(1, threads)
+        faiss.omp_set_num_threads(threads)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if not self._index.is_trained:
             with self._lock.writing():
                 self._index.train(vectors)
-        for start in range(0, len(vectors), ADD_SLICE):
+        step = ADD_SLICE * threads
+        for start in range(0, len(vectors), step):
             with self._lock.writing():
-                self._index.add(vectors[start : start + ADD_SLICE])
+                self._index.add(vectors[start : start + step])
 
     def search(self, query: np.ndarray, k: int, *, ef: int, bitmap: np.ndarray | None, limit: int) -> np.ndarray:
         """Ids of up to ``k`` allowed rows near ``query``, best first (by quantised similarity).
@@ -213,6 +238,7 @@ class HnswGraph:
         rows (the walk passes through rejected nodes).
         """
         faiss = _faiss()
+        faiss.omp_set_num_threads(1)
         params = faiss.SearchParametersHNSW()
         params.efSearch = max(ef, k)
         selector = None

@@ -152,6 +152,9 @@ class AnnConfig:
         hands the work to the index's builder thread and returns (the rows not in the graph
         yet are searched exactly meanwhile); up to this many are added inline. 0: always in
         the background.
+    build_threads : int
+        Threads the builder thread adds rows to a graph on (0: the usable cores,
+        :func:`kg.index.ann.usable_cores`). Rows added inline, by a request, use one.
     """
 
     min_rows: int = 20_000
@@ -159,6 +162,11 @@ class AnnConfig:
     ef_construction: int = 128
     ef_search: int = 128
     background_rows: int = 4096
+    build_threads: int = 0
+
+    def threads(self) -> int:
+        """The builder's thread count: :attr:`build_threads`, or the usable cores if 0."""
+        return self.build_threads or ann.usable_cores()
 
 
 class _Growable:
@@ -1048,10 +1056,11 @@ class EmbeddedVectorIndex:
                     graph = ann.HnswGraph(vectors.shape[1], repo.config.m, repo.config.ef_construction)
                     repo.graphs[name] = graph
                 start = graph.count
-            stop = min(len(vectors), start + 8 * ann.ADD_SLICE)
+            threads = repo.config.threads()
+            stop = min(len(vectors), start + 8 * ann.ADD_SLICE * threads)
             failed: BaseException | None = None
             try:
-                graph.add(vectors[start:stop])
+                graph.add(vectors[start:stop], threads=threads)
             except (RuntimeError, MemoryError) as exc:
                 failed = exc
             with repo.lock:

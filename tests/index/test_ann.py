@@ -4,7 +4,9 @@ a memory budget, and exact distances for every returned row."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -314,8 +316,9 @@ def test_the_configured_index_is_built_from_settings(tmp_path):
     from kg.services import build_index
     from kg.settings import Settings
 
-    index = build_index(Settings(data_dir=Path(tmp_path), index_ann_min_rows=123, index_memory_budget_mb=1))
-    assert index._ann.min_rows == 123 and index._budget == 2**20
+    index = build_index(Settings(data_dir=Path(tmp_path), index_ann_min_rows=123, index_memory_budget_mb=1,
+                                 index_ann_build_threads=3))
+    assert index._ann.min_rows == 123 and index._budget == 2**20 and index._ann.build_threads == 3
 
 
 BACKGROUND = AnnConfig(min_rows=500, m=16, ef_construction=64, ef_search=64, background_rows=0)
@@ -332,9 +335,9 @@ def test_a_large_build_runs_in_the_background_and_searches_stay_exact_meanwhile(
     gate = threading.Event()
     real_add = ann.HnswGraph.add
 
-    def held_add(self, vectors):  # the builder waits for the test's word: the sync must not
+    def held_add(self, vectors, **options):  # the builder waits for the test's word: the sync must not
         gate.wait(timeout=30)
-        real_add(self, vectors)
+        real_add(self, vectors, **options)
 
     monkeypatch.setattr(ann.HnswGraph, "add", held_add)
     try:
@@ -351,6 +354,53 @@ def test_a_large_build_runs_in_the_background_and_searches_stay_exact_meanwhile(
     assert index._view("r").models[MODEL].graph_rows == N
     assert recall(index, exact, EVERY) >= 0.98
     index.close()
+
+
+def test_the_builder_adds_on_its_threads_and_searches_and_inline_adds_on_one(monkeypatch):
+    """The builder thread adds on ``build_threads`` OpenMP threads (the count faiss holds per
+    calling thread), an inline add and every search on one; the graph built on two threads
+    answers as well as one built on one."""
+    from kg.index import ann
+
+    faiss = ann._faiss()
+    seen: list[tuple[str, int, int]] = []
+    real_add, real_search = ann.HnswGraph.add, ann.HnswGraph.search
+
+    def spied_add(self, vectors, threads=1):
+        real_add(self, vectors, threads=threads)
+        seen.append(("add", threads, faiss.omp_get_max_threads()))
+
+    def spied_search(self, *args, **kwargs):
+        found = real_search(self, *args, **kwargs)
+        seen.append(("search", 1, faiss.omp_get_max_threads()))
+        return found
+
+    monkeypatch.setattr(ann.HnswGraph, "add", spied_add)
+    monkeypatch.setattr(ann.HnswGraph, "search", spied_search)
+    parallel = EmbeddedVectorIndex(None, ann=dataclasses.replace(BACKGROUND, build_threads=2))
+    parallel.sync("r", chunks(VECTORS))
+    assert parallel.wait_for_background("r", timeout=60)
+    assert {s for s in seen if s[0] == "add"} == {("add", 2, 2)}
+    before = len(seen)
+    inline = EmbeddedVectorIndex(None, ann=dataclasses.replace(BACKGROUND, background_rows=N, build_threads=2))
+    inline.sync("r", chunks(VECTORS))
+    assert inline._view("r").models[MODEL].graph_rows == N
+    assert set(seen[before:]) == {("add", 1, 1)}
+    exact = EmbeddedVectorIndex(None, ann=EXACT)
+    exact.sync("r", chunks(VECTORS))
+    assert parallel._view("r").models[MODEL].graph_rows == N
+    assert recall(parallel, exact, EVERY) >= 0.98
+    assert recall(inline, exact, EVERY) >= 0.98
+    assert {s for s in seen if s[0] == "search"} == {("search", 1, 1)}
+    for index in (parallel, inline, exact):
+        index.close()
+
+
+def test_the_builder_threads_default_to_the_usable_cores():
+    from kg.index import ann
+
+    assert AnnConfig(build_threads=3).threads() == 3
+    assert AnnConfig().threads() == ann.usable_cores() == len(os.sched_getaffinity(0))
 
 
 def test_a_background_build_is_flushed_and_a_dropped_repository_stops_it(tmp_path):
