@@ -78,6 +78,42 @@ def test_sqlite_pragmas(tmp_path):
     db.dispose()
 
 
+def test_a_new_sqlite_store_has_8_kib_pages_and_an_older_one_keeps_its_own(tmp_path):
+    import sqlite3
+
+    from kg.context import OPERATOR, run
+    from kg.index.embedded import EmbeddedVectorIndex
+    from kg.ops.nodes import put_node
+    from kg.ops.queries import get_node
+    from kg.ops.repos import create_repository, create_workspace
+    from kg.providers.registry import make_embedder
+    from kg.services import Services
+    from kg.settings import Settings
+    from kg.store.db import SQLITE_PAGE_SIZE
+
+    assert SQLITE_PAGE_SIZE == 8192
+    old = tmp_path / "old.sqlite3"
+    made = sqlite3.connect(old)  # a store created before: 4 KiB pages
+    made.execute("PRAGMA page_size=4096")
+    made.execute("PRAGMA journal_mode=WAL")
+    made.close()
+    for path, size in ((tmp_path / "new.sqlite3", 8192), (old, 4096)):
+        url = f"sqlite:///{path}"
+        db = Database(url)
+        db.upgrade()
+        services = Services(settings=Settings(data_dir=tmp_path / path.stem, database_url=url), db=db,
+                            index=EmbeddedVectorIndex(tmp_path / path.stem),
+                            embedder_factory=lambda name: make_embedder(name, allow_fake=True))
+        run(services, OPERATOR, create_repository, "r")
+        run(services, OPERATOR, create_workspace, "r", "w")
+        run(services, OPERATOR, put_node, "r", "main", "w", "/a", node_type="t", properties={"v": "x" * 5000})
+        assert get_node(services, OPERATOR, "r", "main", "w", "/a").properties == {"v": "x" * 5000}
+        with db.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA page_size").scalar() == size
+        services.close()
+        db.dispose()
+
+
 def _upgrade_to(db, url, target):
     with db.engine.begin() as conn:
         cfg = alembic_config(url)
