@@ -386,12 +386,37 @@ def kg_import(services: Any, lines_or_file: Any, branch: str = "main", repo: str
     return bulk.import_ndjson(services, OPERATOR, repo, lines_or_file, branch=branch)
 
 
-def kg_ingest(data: dict[str, Any], folder: Path) -> tuple[Any, dict[str, Any]]:
-    """kg's bulk import of the N records into a fresh database and index; then its background
-    HNSW build (from ``KG_INDEX_ANN_MIN_ROWS`` rows) waited for, timed apart."""
+def kg_parquet_file(data: dict[str, Any]) -> Path | None:
+    """The N records as a kg-parquet file (``kg import parquet``), written once beside the NDJSON
+    one by kg's own writer (not timed); None when the kg measured has no columnar import."""
+    try:
+        from kg.ops import bulk_parquet
+    except ImportError:
+        return None
+    path = Path(data["nodes_file"]).with_suffix(".parquet")
+    if not path.exists():
+        sink = bulk_parquet.ParquetSink(path)
+        with Path(data["nodes_file"]).open(encoding="utf-8") as fh:
+            for line in fh:
+                sink.write(line)
+        sink.close()
+    return path
+
+
+def kg_ingest(data: dict[str, Any], folder: Path, file_format: str = "ndjson") -> tuple[Any, dict[str, Any]]:
+    """kg's bulk import of the N records into a fresh database and index (``file_format``:
+    ``ndjson`` or ``parquet``); then its background HNSW build (from ``KG_INDEX_ANN_MIN_ROWS``
+    rows) waited for, timed apart."""
     gc.collect()
     services = kg_services(folder, data["lookup"])
-    seconds, report = timed_once(lambda: kg_import(services, data["nodes_file"]))
+    if file_format == "parquet":
+        from kg.context import OPERATOR
+        from kg.ops import bulk_parquet
+
+        source = kg_parquet_file(data)
+        seconds, report = timed_once(lambda: bulk_parquet.import_parquet(services, OPERATOR, REPO, source))
+    else:
+        seconds, report = timed_once(lambda: kg_import(services, data["nodes_file"]))
     key = kg_repo_key(services, REPO)
     wait_s, _ = timed_once(lambda: services.index.wait_for_background(key))
     return services, {"import_s": seconds, "records_per_s": data["n"] / seconds, "hnsw_background_s": wait_s,
@@ -539,10 +564,10 @@ def chroma_ingest(data: dict[str, Any], folder: Path) -> tuple[Any, dict[str, An
 def faiss_build(vectors: np.ndarray) -> tuple[Any, float]:
     """faiss's HNSW graph, built as kg's builder builds its own (kg/index/ann.py: the usable
     cores, OpenMP waiting passively), searched on one thread as kg searches."""
-    from kg.index import ann
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as kg imports faiss (kg.index.ann._faiss)
+    import faiss
 
-    faiss = ann._faiss()  # imported as kg imports it: OMP_WAIT_POLICY=PASSIVE
-    faiss.omp_set_num_threads(ann.usable_cores())
+    faiss.omp_set_num_threads(len(os.sched_getaffinity(0)))
     index = faiss.IndexHNSWFlat(DIM, 32, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = 128
     seconds, _ = timed_once(lambda: index.add(vectors))
@@ -556,10 +581,8 @@ def hnswlib_build(vectors: np.ndarray) -> tuple[Any, float]:
 
     index = hnswlib.Index(space="ip", dim=DIM)
     index.init_index(max_elements=len(vectors), M=32, ef_construction=128)
-    from kg.index import ann
-
     seconds, _ = timed_once(lambda: index.add_items(vectors, np.arange(len(vectors)),
-                                                    num_threads=ann.usable_cores()))
+                                                    num_threads=len(os.sched_getaffinity(0))))
     index.set_ef(128)
     index.set_num_threads(1)
     return index, seconds
@@ -779,6 +802,8 @@ def fig_ingest(data: dict[str, Any], args: argparse.Namespace, work: Path, res: 
     n = data["n"]
     rounds = args.ingest_rounds or (2 if n >= 50_000 else 3)
     trio = [e for e in ("kg", "lancedb", "chroma") if e in needs]
+    if "kg" in trio and kg_parquet_file(data) is not None:
+        trio.insert(1, "kg-parquet")
     got: dict[str, list[dict[str, Any]]] = {e: [] for e in trio}
     kept: dict[str, Any] = {}
     for r in range(rounds):
@@ -791,6 +816,8 @@ def fig_ingest(data: dict[str, Any], args: argparse.Namespace, work: Path, res: 
             folder = work / f"{name}-{r}"
             if name == "kg":
                 engine, m = kg_ingest(data, folder)
+            elif name == "kg-parquet":
+                engine, m = kg_ingest(data, folder, "parquet")
             elif name == "lancedb":
                 engine, m = lance_ingest(data, folder)
             else:
@@ -798,6 +825,8 @@ def fig_ingest(data: dict[str, Any], args: argparse.Namespace, work: Path, res: 
             kept[name] = (engine, folder)
             got[name].append(m)
             log(f"  {name}: " + ", ".join(f"{k} {v:,.2f}" for k, v in m.items() if isinstance(v, float)))
+    if "kg-parquet" in kept:  # measured for its import alone: the later figures read the NDJSON import's
+        close_engine("kg-parquet", kept.pop("kg-parquet"))
     refs: dict[str, Any] = {}
     builds: dict[str, float] = {}
     for name in ("faiss", "hnswlib", "tantivy", "bm25s", "sqlite_fts5"):
@@ -827,6 +856,11 @@ def fig_ingest(data: dict[str, Any], args: argparse.Namespace, work: Path, res: 
     if "lancedb" in got:
         table.add(fig, "records/s (add)", "bulk import", kg_rate, "lancedb create_table", m("lancedb", "records_per_s"),
                   False)
+        if got.get("kg-parquet"):
+            table.add(fig, "records/s (add)", "import parquet", m("kg-parquet", "records_per_s"),
+                      "lancedb create_table", m("lancedb", "records_per_s"), False)
+            table.add(fig, "s to searchable, all indexes", "parquet + HNSW", m("kg-parquet", "to_ann_searchable_s"),
+                      "lancedb add+IVF_HNSW_SQ+FTS", m("lancedb", "to_searchable_s"), True)
         table.add(fig, "s to searchable, all indexes", "import + HNSW", kg_ann, "lancedb add+IVF_HNSW_SQ+FTS",
                   m("lancedb", "to_searchable_s"), True)
         if kg_hnsw is not None:
@@ -851,7 +885,7 @@ def fig_ingest(data: dict[str, Any], args: argparse.Namespace, work: Path, res: 
 
 def close_engine(name: str, value: Any) -> None:
     engine, folder = value
-    if name == "kg":
+    if name.startswith("kg"):
         engine.close()
     del engine
     gc.collect()

@@ -9,9 +9,10 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, BinaryIO, Final
 
 import anyio
 import typer
@@ -27,6 +28,7 @@ from kg.errors import InvalidInput, KGError, MergeConflict
 from kg.graph.validity import maybe_aware
 from kg.ops import branches as branch_ops
 from kg.ops import bulk as bulk_ops
+from kg.ops import bulk_parquet as parquet_ops
 from kg.ops import changes as change_ops
 from kg.ops import keys as key_ops
 from kg.ops import memory as memory_ops
@@ -49,7 +51,7 @@ from kg.store.db import Database
 from kg.store.models import utcnow
 from kg.store.paths import validate_path
 from kg.types.branches import DerivedRefresh, Diff, NodeChangeEntry
-from kg.types.bulk import IngestReport
+from kg.types.bulk import IngestReport, NdjsonImport
 from kg.types.functions import ResolveEntitiesOutput
 
 # Help texts are Markdown: a docstring's hard line ends flow as one paragraph, ``code`` is styled
@@ -377,23 +379,20 @@ def import_memory_jsonl(
     typer.echo(_model_json(report))
 
 
-@import_app.command("ndjson")
-def import_ndjson(
-        file: Annotated[Path, typer.Argument(help="A file `kg export` wrote (kg-ndjson records).")],
-        repo: Annotated[str, typer.Option(help="Repository (created with the file's workspaces if missing).")],
-        branch: Annotated[str, typer.Option(help="Branch to write on (must exist).")] = "main",
-        batch_size: Annotated[int | None, typer.Option(
-            help="Records (nodes, then relations) per revision; default: the whole file as one.")] = None,
-        message: Annotated[str | None, typer.Option(help="The revisions' message.")] = None) -> None:
-    """Import nodes, relations and chunks with their vectors from an NDJSON export, as one
-    revision (or one per --batch-size records). Every record is checked first: the first bad one
-    is named by its line and nothing is written. Chunks with vectors are stored as they are (not
-    embedded again); texts without them are embedded after the import."""
+_ImportRepo = Annotated[str, typer.Option("--repo", help="Repository (created with the file's workspaces if missing).")]
+_ImportBranch = Annotated[str, typer.Option("--branch", help="Branch to write on (must exist).")]
+_ImportBatch = Annotated[int | None, typer.Option(
+    "--batch-size", help="Records (nodes, then relations) per revision; default: the whole file as one.")]
+_ImportMessage = Annotated[str | None, typer.Option("--message", help="The revisions' message.")]
+
+
+def _import_file(file: Path, repo: str, read: Callable[[Services, BinaryIO], NdjsonImport]) -> None:
+    """Open ``file``, import it with ``read`` (a use case of kg.ops), settle the index, print the
+    report; an unreadable file or a refused record is one line and exit 1."""
     try:
         with file.open("rb") as handle:
             services = _services()
-            report = bulk_ops.import_ndjson(services, OPERATOR, repo, handle, branch=branch,
-                                            batch_size=batch_size, message=message)
+            report = read(services, handle)
         report.index_failures = repo_ops.settle_index(services, OPERATOR, repo).failed
     except OSError as exc:
         typer.echo(f"error: cannot read {file}: {_one_line(exc.strerror or str(exc))}", err=True)
@@ -403,30 +402,74 @@ def import_ndjson(
     typer.echo(_model_json(report))
 
 
+@import_app.command("ndjson")
+def import_ndjson(
+        file: Annotated[Path, typer.Argument(help="A file `kg export` wrote (kg-ndjson records).")],
+        repo: _ImportRepo, branch: _ImportBranch = "main", batch_size: _ImportBatch = None,
+        message: _ImportMessage = None) -> None:
+    """Import nodes, relations and chunks with their vectors from an NDJSON export, as one
+    revision (or one per --batch-size records). Every record is checked first: the first bad one
+    is named by its line and nothing is written. Chunks with vectors are stored as they are (not
+    embedded again); texts without them are embedded after the import."""
+    _import_file(file, repo, lambda services, handle: bulk_ops.import_ndjson(
+        services, OPERATOR, repo, handle, branch=branch, batch_size=batch_size, message=message))
+
+
+@import_app.command("parquet")
+def import_parquet(
+        file: Annotated[Path, typer.Argument(help="A kg-parquet file (`kg export --format parquet` writes one).")],
+        repo: _ImportRepo, branch: _ImportBranch = "main", batch_size: _ImportBatch = None,
+        message: _ImportMessage = None) -> None:
+    """Import the records of a kg-parquet file (the NDJSON export's records as columns; vectors
+    as float32 lists): checked a row group at a time, the first bad row named and nothing
+    written; then as `kg import ndjson`."""
+    _import_file(file, repo, lambda services, handle: parquet_ops.import_parquet(
+        services, OPERATOR, repo, handle, branch=branch, batch_size=batch_size, message=message))
+
+
 @app.command("export")
 def export(repo: Annotated[str, typer.Option(help="Repository.")],
            branch: Annotated[str, typer.Option(help="Branch.")] = "main",
            out: Annotated[Path | None, typer.Option(help="Write to this file (default: standard output).")] = None,
            with_chunks: Annotated[bool, typer.Option(
                "--with-chunks", help="Add the chunks of the nodes' texts with their vectors.")] = False,
-           at_revision: Annotated[int | None, typer.Option(help="The branch as of this revision.")] = None) -> None:
+           at_revision: Annotated[int | None, typer.Option(help="The branch as of this revision.")] = None,
+           file_format: Annotated[str, typer.Option(
+               "--format", help="ndjson (records a line) or parquet (the same records as columns; needs --out)."
+           )] = "ndjson") -> None:
     """Export a branch as NDJSON: a header, then its nodes, relations and (--with-chunks) chunks
-    with their vectors; `kg import ndjson` reads it back. With --out the file appears only once
-    complete, and a summary is printed."""
+    with their vectors; `kg import ndjson` reads it back (--format parquet: `kg import parquet`).
+    With --out the file appears only once complete, and a summary is printed."""
+    if file_format not in ("ndjson", "parquet"):
+        typer.echo(f"error: --format must be ndjson or parquet, not {file_format!r}", err=True)
+        raise typer.Exit(1)
+    if file_format == "parquet" and out is None:
+        typer.echo("error: --format parquet writes a file: give --out", err=True)
+        raise typer.Exit(1)
     try:
         services = _services()
-        if out is None:
+        if file_format == "parquet":
+            assert out is not None
+            partial = out.with_name(out.name + ".partial")
+            try:
+                header = parquet_ops.export_parquet(services, OPERATOR, repo, branch, out=partial,
+                                                    at_revision=at_revision, with_chunks=with_chunks)
+                partial.replace(out)
+            finally:
+                partial.unlink(missing_ok=True)
+        elif out is None:
             bulk_ops.export_ndjson(services, OPERATOR, repo, branch, out=sys.stdout, at_revision=at_revision,
                                    with_chunks=with_chunks)
             return
-        partial = out.with_name(out.name + ".partial")
-        try:
-            with partial.open("w", encoding="utf-8") as handle:
-                header = bulk_ops.export_ndjson(services, OPERATOR, repo, branch, out=handle,
-                                                at_revision=at_revision, with_chunks=with_chunks)
-            partial.replace(out)
-        finally:
-            partial.unlink(missing_ok=True)
+        else:
+            partial = out.with_name(out.name + ".partial")
+            try:
+                with partial.open("w", encoding="utf-8") as handle:
+                    header = bulk_ops.export_ndjson(services, OPERATOR, repo, branch, out=handle,
+                                                    at_revision=at_revision, with_chunks=with_chunks)
+                partial.replace(out)
+            finally:
+                partial.unlink(missing_ok=True)
     except BrokenPipeError:
         raise  # the reader left (`kg export | head`): click exits quietly with status 1
     except OSError as exc:

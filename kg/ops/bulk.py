@@ -93,7 +93,8 @@ from kg.types.bulk import (
     UnchangedRecords,
 )
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "BulkFile", "export_ndjson", "import_ndjson", "parse_ndjson"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "BulkFile", "check_batch_size", "export_ndjson", "import_ndjson",
+           "import_records", "parse_ndjson"]
 
 log = logging.getLogger(__name__)
 
@@ -410,8 +411,10 @@ class _Reader:
 
     # -- checking a record
 
-    def _header(self, number: int, header: Any) -> None:
+    def _header(self, number: int, header: Any, *, format_name: str = FORMAT) -> None:
         assert isinstance(header, HeaderRecord)
+        if header.format != format_name:
+            raise _bad(number, f"the header says {header.format!r}: this reader takes {format_name!r} files")
         self.bulk = BulkFile(header=header)
         for ws in header.workspaces:
             try:
@@ -1051,20 +1054,28 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
     kg.errors.NotFound
         Repository or workspace missing without ``create``.
     """
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                   or batch_size < 1):
-        raise InvalidInput("batch_size must be an integer >= 1", details={"batch_size": batch_size})
+    check_batch_size(batch_size)
     # An import keeps millions of records and rows until it ends: the collector's passes over
     # them are waste (kg.collector).
     with collector.held():
-        return _import_ndjson(services, caller, repo, lines, branch=branch, batch_size=batch_size, create=create,
-                              message=message)
+        return import_records(services, caller, repo, parse_ndjson(lines), branch=branch, batch_size=batch_size,
+                              create=create, message=message)
 
 
-def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable[str | bytes], *,
-                   branch: str, batch_size: int | None, create: bool, message: str | None) -> NdjsonImport:
-    """:func:`import_ndjson` once its arguments are checked."""
-    bulk = parse_ndjson(lines)
+def check_batch_size(batch_size: int | None) -> None:
+    """Refuse a ``batch_size`` that is not None or an integer >= 1 (before a file is read)."""
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise InvalidInput("batch_size must be an integer >= 1", details={"batch_size": batch_size})
+
+
+def import_records(services: Resources, caller: Actor, repo: str, bulk: BulkFile, *, branch: str = MAIN,
+                   batch_size: int | None = None, create: bool = True, message: str | None = None) -> NdjsonImport:
+    """Import records already read and checked on their own (:func:`parse_ndjson`,
+    :func:`kg.ops.bulk_parquet.read_parquet`): :func:`import_ndjson` after its parse, whatever
+    the file's format. Call it with the cyclic collector held (:func:`kg.collector.held`) for a
+    large file."""
+    check_batch_size(batch_size)
     source = f"{bulk.header.repo}@{bulk.header.branch} r{bulk.header.revision}"
     revisions: list[int] = []
     queued_total = 0
@@ -1077,8 +1088,9 @@ def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterabl
         plan = _resolve(uow, ctx, bulk, created, configs)
         batches = _batches(plan.n_nodes, plan.n_relations, batch_size)
         unchanged = plan.unchanged_nodes + plan.unchanged_relations
-        summary = message or (f"import ndjson: {plan.n_nodes} nodes, {plan.n_relations} relations from "
-                              f"{source}" + (f" ({unchanged} records unchanged)" if unchanged else ""))
+        summary = message or (f"import {_KIND_OF[bulk.header.format]}: {plan.n_nodes} nodes, {plan.n_relations} "
+                              f"relations from {source}"
+                              + (f" ({unchanged} records unchanged)" if unchanged else ""))
         ctx.retitle(_batch_message(summary, 0, len(batches)))
         nodes, relations = batches[0]
         queued: list[str] = []
@@ -1100,6 +1112,9 @@ def _import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterabl
                         revisions=revisions, nodes=plan.n_nodes, relations=plan.n_relations,
                         unchanged=UnchangedRecords(nodes=plan.unchanged_nodes, relations=plan.unchanged_relations),
                         chunks=plan.n_chunks, queued=queued_total, created_repository=plan.created_repository)
+
+
+_KIND_OF = {FORMAT: "ndjson", "kg-parquet": "parquet"}
 
 
 def _batch_message(summary: str, number: int, total: int) -> str:

@@ -13,6 +13,8 @@ from kg.types.common import Schema, absent
 #: The format's name and version (the header's ``format`` and ``version``).
 FORMAT = "kg-ndjson"
 FORMAT_VERSION = 1
+#: The columnar format's name (the same records as columns of one Parquet file, the header in its metadata).
+PARQUET_FORMAT = "kg-parquet"
 #: The type of a node record that names none.
 DEFAULT_NODE_TYPE = "kg:Node"
 
@@ -44,7 +46,7 @@ class HeaderRecord(_Record):
     """The first record: the format, where the content was read, the workspaces."""
 
     record: Literal["header"]
-    format: Literal["kg-ndjson"]
+    format: Literal["kg-ndjson", "kg-parquet"]
     version: Literal[1]
     repo: str
     branch: str

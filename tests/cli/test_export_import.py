@@ -136,3 +136,66 @@ def test_export_to_a_full_disk_names_standard_output(env):
                               stdout=full, stderr=subprocess.PIPE, text=True, env=os.environ.copy(), timeout=120)
     assert done.returncode == 1
     assert done.stderr == "error: cannot write to standard output: No space left on device\n"
+
+
+def test_a_parquet_export_imports_to_what_the_ndjson_export_holds(env):
+    _ingest(env)
+    columns, lines = env / "acme.parquet", env / "acme.ndjson"
+    exported = runner.invoke(app, ["export", "--repo", "acme", "--format", "parquet", "--out", str(columns),
+                                   "--with-chunks"])
+    assert exported.exit_code == 0, exported.output
+    summary = json.loads(exported.stdout.strip().splitlines()[-1])
+    assert summary["out"] == str(columns) and summary["nodes"] >= 2 and summary["chunks"] >= 2
+    assert not columns.with_name(columns.name + ".partial").exists()
+    assert runner.invoke(app, ["export", "--repo", "acme", "--out", str(lines), "--with-chunks"]).exit_code == 0
+    imported = runner.invoke(app, ["import", "parquet", str(columns), "--repo", "copy"])
+    assert imported.exit_code == 0, imported.output
+    report = json.loads(imported.stdout.strip().splitlines()[-1])
+    assert report["revision"] == 1 and report["queued"] == 0 and report["chunks"] == summary["chunks"]
+    again = runner.invoke(app, ["export", "--repo", "copy", "--with-chunks"])
+    assert again.exit_code == 0, again.output
+    assert lines.read_text().splitlines()[1:] == again.stdout.splitlines()[1:]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["export", "--repo", "acme", "--format", "parquet"], "error: --format parquet writes a file: give --out"),
+    (["export", "--repo", "acme", "--format", "csv", "--out", "x"], "error: --format must be ndjson or parquet, "
+                                                                    "not 'csv'"),
+])
+def test_export_format_mistakes_are_one_error(env, args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [message]
+
+
+def test_a_bad_parquet_row_is_one_error_naming_it_and_nothing_is_written(env):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _ingest(env)
+    columns = env / "acme.parquet"
+    assert runner.invoke(app, ["export", "--repo", "acme", "--format", "parquet", "--out", str(columns)]).exit_code == 0
+    table = pq.read_table(columns)
+    paths = table.column("path").to_pylist()
+    paths[1] = "/a//b"
+    table = table.set_column(table.schema.get_field_index("path"), "path", pa.array(paths))
+    bad = env / "bad.parquet"
+    pq.write_table(table, bad)
+    result = runner.invoke(app, ["import", "parquet", str(bad), "--repo", "copy"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: row 2: ") and "empty segment" in lines[0], lines
+    not_parquet = env / "notes.parquet"
+    not_parquet.write_text("not a parquet file\n")
+    result = runner.invoke(app, ["import", "parquet", str(not_parquet), "--repo", "copy"])
+    assert result.exit_code == 1 and result.output.startswith("error: not a Parquet file")
+    assert len(result.output.strip().splitlines()) == 1
+    missing = runner.invoke(app, ["import", "parquet", str(env / "nowhere.parquet"), "--repo", "copy"])
+    assert missing.exit_code == 1
+    assert missing.output.strip().splitlines() == [f"error: cannot read {env / 'nowhere.parquet'}: "
+                                                   "No such file or directory"]
+    services = _services()
+    try:
+        assert [r.name for r in repo_ops.all_repositories(services, OPERATOR).repos] == ["acme"]
+    finally:
+        services.close()
