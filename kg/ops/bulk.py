@@ -1063,7 +1063,13 @@ def import_ndjson(services: Resources, caller: Actor, repo: str, lines: Iterable
 
 
 def check_batch_size(batch_size: int | None) -> None:
-    """Refuse a ``batch_size`` that is not None or an integer >= 1 (before a file is read)."""
+    """Refuse a ``batch_size`` that is not None or an integer >= 1 (before a file is read).
+
+    Raises
+    ------
+    kg.errors.InvalidInput
+        Not None and not an integer >= 1 (a boolean is not one).
+    """
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
         raise InvalidInput("batch_size must be an integer >= 1", details={"batch_size": batch_size})

@@ -504,7 +504,13 @@ class ParquetSink:
         self._writer.write_table(pa.Table.from_arrays(columns, schema=self._schema))
 
     def close(self) -> None:
-        """Write what is left and the file's footer."""
+        """Write what is left and the file's footer.
+
+        Raises
+        ------
+        kg.errors.InvalidInput
+            No header record was written.
+        """
         if self._partial.strip():
             self._record(orjson.loads(self._partial))
             self._partial = ""

@@ -112,6 +112,20 @@ def test_a_new_sqlite_store_has_8_kib_pages_and_an_older_one_keeps_its_own(tmp_p
             assert conn.exec_driver_sql("PRAGMA page_size").scalar() == size
         services.close()
         db.dispose()
+    # docs/guides/operating.md's conversion of an older file, the service stopped: 8 KiB pages, the same content
+    converted = sqlite3.connect(old, isolation_level=None)
+    for statement in ("PRAGMA journal_mode=DELETE", "PRAGMA page_size=8192", "VACUUM", "PRAGMA journal_mode=WAL"):
+        converted.execute(statement)
+    converted.close()
+    db = Database(f"sqlite:///{old}")
+    services = Services(settings=Settings(data_dir=tmp_path / "old", database_url=f"sqlite:///{old}"), db=db,
+                        index=EmbeddedVectorIndex(tmp_path / "old"),
+                        embedder_factory=lambda name: make_embedder(name, allow_fake=True))
+    assert get_node(services, OPERATOR, "r", "main", "w", "/a").properties == {"v": "x" * 5000}
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA page_size").scalar() == 8192
+    services.close()
+    db.dispose()
 
 
 def _upgrade_to(db, url, target):
