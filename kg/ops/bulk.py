@@ -85,6 +85,7 @@ from kg.types.bulk import (
     DEFAULT_NODE_TYPE,
     FORMAT,
     FORMAT_VERSION,
+    PARQUET_FORMAT,
     ChunkRecord,
     HeaderRecord,
     NdjsonImport,
@@ -1120,7 +1121,7 @@ def import_records(services: Resources, caller: Actor, repo: str, bulk: BulkFile
                         chunks=plan.n_chunks, queued=queued_total, created_repository=plan.created_repository)
 
 
-_KIND_OF = {FORMAT: "ndjson", "kg-parquet": "parquet"}
+_KIND_OF = {FORMAT: "ndjson", PARQUET_FORMAT: "parquet"}
 
 
 def _batch_message(summary: str, number: int, total: int) -> str:

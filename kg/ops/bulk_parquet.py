@@ -405,11 +405,22 @@ def _batch(reader: Any, batch: Any, start: int, pa: Any, pc: Any) -> None:
         if kind == "chunk":
             _chunks(reader, rows, table, pa, pc)
             continue
-        cols = {name: table.column(name).to_pylist() if name in names else [None] * len(rows) for name in fields}
+        cols = {name: _values(table.column(name), pa, pc) if name in names else [None] * len(rows)
+                for name in fields}
         if kind == "node":
             _nodes(reader, rows.tolist(), cols)
         else:
             _relations(reader, rows.tolist(), cols)
+
+
+def _values(column: Any, pa: Any, pc: Any) -> list[Any]:
+    """A column's values as Python objects; a timestamp column's as ``datetime`` in microseconds
+    (pyarrow gives a nanosecond one as pandas' ``Timestamp``; the store keeps microseconds)."""
+    kind = column.type
+    if pa.types.is_timestamp(kind) and kind.unit == "ns":
+        column = pc.cast(column, pa.timestamp("us", tz=kind.tz), safe=False)
+    values: list[Any] = column.to_pylist()
+    return values
 
 
 def import_parquet(services: Resources, caller: Actor, repo: str, source: str | Path | BinaryIO, *,

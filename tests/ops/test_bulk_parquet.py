@@ -211,3 +211,28 @@ def test_without_pyarrow_the_columnar_import_names_the_extra(monkeypatch, tmp_pa
     monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` raises ImportError
     with pytest.raises(InvalidInput, match=r"^reading Parquet needs pyarrow: pip install 'kg\[parquet\]'$"):
         bulk_parquet.read_parquet(tmp_path / "x.parquet")
+
+
+def test_times_as_timestamp_columns_are_stored_as_their_iso_texts_would_be(services, tmp_path):
+    """A timestamp column (nanoseconds with a zone, microseconds without: read as UTC, as an ISO
+    text without a zone is) stores the same times as the ISO texts of an NDJSON record."""
+    from datetime import UTC, datetime
+
+    created = datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
+    updated = datetime(2025, 6, 7, 8, 9, 10)
+    columns = {**_nodes("/a"), "created_at": pa.array([created], type=pa.timestamp("ns", tz="UTC")),
+               "updated_at": pa.array([updated], type=pa.timestamp("us"))}
+    bulk_parquet.import_parquet(services, OPERATOR, "columns", _write(tmp_path / "t.parquet", columns))
+    lines = [json.dumps(HEADER), json.dumps({"record": "node", "workspace": "w", "path": "/a", "properties": {},
+                                             "created_at": created.isoformat(), "updated_at": updated.isoformat()})]
+    bulk.import_ndjson(services, OPERATOR, "lines", lines)
+    by_columns, by_lines = (json.loads(_export(services, repo)[1]) for repo in ("columns", "lines"))
+    assert by_columns == by_lines
+    assert by_columns["created_at"] == "2024-01-02T03:04:05.123456+00:00"
+    assert by_columns["updated_at"] == "2025-06-07T08:09:10+00:00"
+
+
+def test_each_reader_refuses_the_other_formats_header():
+    with pytest.raises(InvalidInput) as caught:
+        bulk.parse_ndjson([json.dumps(PARQUET_HEADER)])
+    assert caught.value.message == "line 1: the header says 'kg-parquet': this reader takes 'kg-ndjson' files"
