@@ -87,6 +87,7 @@ HELDOUT = ROOT / "bench" / "data" / "answers_heldout.jsonl"
 HELDOUT2 = ROOT / "bench" / "data" / "answers_heldout2.jsonl"
 HELDOUT3 = ROOT / "bench" / "data" / "answers_heldout3.jsonl"
 HELDOUT4 = ROOT / "bench" / "data" / "answers_heldout4.jsonl"
+HELDOUT5 = ROOT / "bench" / "data" / "answers_heldout5.jsonl"
 PEPS = ROOT / "fixtures" / "peps" / "docs"
 REPO = "answers"
 MODEL = "local:all-MiniLM-L6-v2"
@@ -229,7 +230,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     sets = {path.stem: _load(path) for path in (args.gold or [GOLD])}
     gold = _load(GOLD)
-    everything = gold + [q for path in (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4) if path.exists() for q in _load(path)]
+    everything = gold + [q for path in (HELDOUT, HELDOUT2, HELDOUT3, HELDOUT4, HELDOUT5)
+                           if path.exists() for q in _load(path)]
     evidence_peps = sorted({Path(e["path"]).name for g in gold if g["corpus"] == "peps" for e in g["evidence"]})
     others = sorted(p.name for p in PEPS.glob("*.rst") if p.name not in evidence_peps)
     chosen = evidence_peps + (others if args.peps is None else others[:args.peps])

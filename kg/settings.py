@@ -109,6 +109,10 @@ class Settings(BaseSettings):
         "Who composed / produced / designed X?" is answered only by a sentence saying that role
         in one of its forms, not a role near it in meaning (:func:`kg.text.questions.holds_roles`;
         chosen as ``ask_code_names``).
+    ask_event_words : bool
+        "When did X close?" is answered only by a sentence that, with its title, holds every word
+        asked of X ("close", by stem), never one dating another event of X
+        (:func:`kg.rag.functions.holds_asked_words`; chosen as ``ask_code_names``).
     ask_absent_words : {"all", "salient"}
         Which uncovered words the check counts: all, or those naming the subject (numbers,
         names, rare words: :func:`kg.rag.functions.salient_words`).
@@ -324,6 +328,7 @@ class Settings(BaseSettings):
     ask_acronym_expansions: bool = True
     ask_mixed_case_mentions: bool = True
     ask_literal_roles: bool = True
+    ask_event_words: bool = True
     ask_absent_words: Literal["all", "salient"] = "salient"
     research_max_steps: int = Field(default=6, ge=1, le=50)
     research_result_chars: int = Field(default=4_000, ge=200, le=100_000)

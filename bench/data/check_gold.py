@@ -1,5 +1,6 @@
 """Check the hand-labelled gold sets in ``bench/data``: answers_gold.jsonl, answers_heldout.jsonl,
-answers_heldout2.jsonl, answers_heldout3.jsonl, answers_heldout4.jsonl and ner_gold.jsonl.
+answers_heldout2.jsonl, answers_heldout3.jsonl, answers_heldout4.jsonl, answers_heldout5.jsonl and
+ner_gold.jsonl.
 
 Answers: every field is present and typed, ids are unique, an unanswerable question has no
 answers and an answerable one has at least one answer and one evidence quote; every quote is
@@ -99,7 +100,7 @@ def check_ner(path: Path, passages_path: Path) -> list[str]:
 
 def main() -> int:
     errors = [e for name in ("answers_gold", "answers_heldout", "answers_heldout2", "answers_heldout3",
-                             "answers_heldout4")
+                             "answers_heldout4", "answers_heldout5")
               for e in check_answers(DATA / f"{name}.jsonl")]
     ner = DATA / "ner_gold.jsonl"
     if ner.exists():

@@ -80,7 +80,15 @@ from kg.store.nodes import NodeHead, find_node, nodes_by_id, visible_node_heads
 from kg.store.numbers import integral
 from kg.store.paths import parse_address, validate_path
 from kg.store.repos import BranchView, workspace_id
-from kg.text.questions import ALL_CHECKS, Question, TypeChecks, analyze_question, answers_type, slot_words
+from kg.text.questions import (
+    ALL_CHECKS,
+    Question,
+    TypeChecks,
+    analyze_question,
+    answers_type,
+    event_words,
+    slot_words,
+)
 from kg.text.sentences import split_sentences
 from kg.tracing import traced
 from kg.types.functions import (
@@ -912,9 +920,11 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     title = _title_context(sentence, passages)
     if not answers_type(asked, sentence.text, context=title, checks=checks):
         return False
+    quoted = _quoted_text(sentence, passages)
+    if not holds_asked_words(asked, quoted, checks):
+        return False
     if asked.answer_type == "definition":  # its focus and a definitional pattern are the check
         return True
-    quoted = _quoted_text(sentence, passages)
     if coverage <= 0:
         return True
     # what is asked of the mentions: one of the question's own words for it must be there
@@ -928,6 +938,24 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     if slot and not slot & said:  # the sentence must say what the answer's slot is
         return False
     return answer_coverage(asked.text, quoted, excused) >= coverage
+
+
+def holds_asked_words(asked: Question, quoted: str, checks: TypeChecks = ALL_CHECKS) -> bool:
+    """Whether ``quoted`` (a sentence with its title) holds, by Snowball stem, every event word
+    of a date question (:func:`kg.text.questions.event_words`) when ``checks.event_words``
+    is on. No word is excused as said in other words: "opened" is near "closed" in meaning.
+
+    >>> q = analyze_question("When did the Miami and Erie Canal close?")
+    >>> holds_asked_words(q, "Construction began in 1825 and was completed in 1845.")
+    False
+    >>> holds_asked_words(q, "The canal was closed to traffic in 1913.")
+    True
+    >>> holds_asked_words(analyze_question("When was Zstandard first released?"),
+    ...                   "Zstandard v1.4.5 was released in May of 2020.")
+    False
+    """
+    wanted = event_words(asked) if checks.event_words else ()
+    return not wanted or set(analyze(" ".join(wanted))) <= set(analyze(quoted))
 
 
 def _unheld(question: str, passages: list[dict]) -> list[str]:

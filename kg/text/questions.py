@@ -39,10 +39,10 @@ from typing import Literal
 
 from kg.text.names import name_key
 
-__all__ = ["ALL_CHECKS", "NO_CHECKS", "ROLE_WORDS", "AnswerType", "Question", "TypeChecks", "analyze_question",
-           "answers_type", "expands", "has_code_term", "has_date", "has_number", "holds_focus",
-           "holds_named_mentions", "holds_numbered_mentions", "holds_numbers", "holds_roles", "mentions_in",
-           "slot_words", "strip_references"]
+__all__ = ["ALL_CHECKS", "NO_CHECKS", "ROLE_WORDS", "AnswerType", "Question", "TypeChecks",
+           "analyze_question", "answers_type", "event_words", "expands", "has_code_term", "has_date", "has_number",
+           "holds_focus", "holds_named_mentions", "holds_numbered_mentions", "holds_numbers", "holds_roles",
+           "mentions_in", "slot_words", "strip_references"]
 
 AnswerType = Literal["person", "date", "number", "definition", "name", "yes_no", "choice", "other"]
 
@@ -196,6 +196,14 @@ class TypeChecks:
         answer slot is a word of a role of :data:`ROLE_WORDS`) is answered only by a sentence
         saying that role in one of its forms ("composer", "composed": :func:`holds_roles`),
         never by one whose words are near it in meaning ("written", "directed").
+    event_words : bool
+        A date is answered only by a quote (the sentence with its document's title) holding
+        every word of what the question asks of its mentions (:func:`event_words`, by
+        Snowball stem, never excused by similarity: :func:`kg.rag.functions.holds_asked_words`):
+        a sentence dates several events ("Construction began in 1825 and was completed in
+        1845"), and its date answers "When did the canal *close*?" only if it says the canal
+        closed. A date belongs to the event it is anchored to (TimeML's anchoring of times to
+        events: Pustejovsky et al. 2003).
     """
 
     code_names: bool = True
@@ -206,6 +214,11 @@ class TypeChecks:
     acronym_expansions: bool = True
     mixed_case_mentions: bool = True
     literal_roles: bool = True
+    event_words: bool = True
+
+
+#: Head nouns of a date question ("in what *year*"): the answer's form, not its event.
+_DATE_NOUNS = frozenset("year years date day month century decade time".split())
 
 
 #: Every optional check on (the default) / off (:func:`answers_type` as before they existed).
@@ -728,6 +741,23 @@ def _asked_roles(question: Question) -> list[frozenset[str]]:
         return []
     slot = set(slot_words(question))
     return [family for family in ROLE_WORDS if slot & family]
+
+
+def event_words(question: Question) -> tuple[str, ...]:
+    """The words a date question asks of its mentions, which the quote must hold
+    (:attr:`TypeChecks.event_words`): its predicate without the date's own nouns ("year",
+    "date"); empty for a question of another type.
+
+    >>> event_words(analyze_question("When did the Miami and Erie Canal close?"))
+    ('close',)
+    >>> event_words(analyze_question("In what year was the Carondelet Canal filled in?"))
+    ('filled',)
+    >>> event_words(analyze_question("Who closed the canal?"))
+    ()
+    """
+    if question.answer_type != "date":
+        return ()
+    return tuple(w for w in question.predicate if w not in _DATE_NOUNS)
 
 
 def holds_roles(question: Question, text: str) -> bool:

@@ -38,6 +38,22 @@ def test_answers_heldout_is_sound_and_disjoint() -> None:
     assert not {r["question"] for r in rows} & gold
 
 
+ANSWER_SETS = ("answers_gold", "answers_heldout", "answers_heldout2", "answers_heldout3", "answers_heldout4",
+               "answers_heldout5")
+
+
+def test_each_later_answer_set_is_sound_and_asks_nothing_an_earlier_one_asked() -> None:
+    earlier: set[str] = set()
+    for name in ANSWER_SETS:
+        rows = [json.loads(line) for line in (DATA / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert _checker().check_answers(DATA / f"{name}.jsonl") == [], name
+        asked = {" ".join(r["question"].lower().split()) for r in rows}
+        assert len(asked) == len(rows), name
+        assert not asked & earlier, name
+        assert {r["corpus"] for r in rows} == {"peps", "hotpotqa"}, name
+        earlier |= asked
+
+
 def test_ner_gold_is_sound() -> None:
     rows = [json.loads(line) for line in (DATA / "ner_gold.jsonl").read_text(encoding="utf-8").splitlines()]
     assert _checker().check_ner(DATA / "ner_gold.jsonl", DATA / "ner_passages.jsonl") == []

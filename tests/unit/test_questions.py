@@ -387,6 +387,43 @@ def test_a_person_asked_by_a_role_is_answered_by_that_role(question, sentence, c
     assert answers_type(q, sentence, context=context, checks=NO_CHECKS)  # KG_ASK_LITERAL_ROLES=false
 
 
+@pytest.mark.parametrize(("question", "quoted", "checks", "holds"), [
+    # a date answers the event the question names, not another event of the same subject
+    ("When did the Miami and Erie Canal close?",
+     "Miami and Erie Canal: Construction on the canal began in 1825 and was completed in 1845.", {}, False),
+    ("When did the Miami and Erie Canal close?", "Miami and Erie Canal: The canal closed in 1913.", {}, True),
+    ("In what year was the Carondelet Canal filled in?",
+     "The Carondelet Canal was a canal operating from 1794 into the 1920s.", {}, False),
+    ("In what year was the Carondelet Canal filled in?", "Carondelet Canal: It was filled in 1938.", {}, True),
+    # the event word in the quote's title counts: the title is quoted with the sentence
+    ("When was PEP 440 created?", "PEP 440 \u2013 Version Identification: Created on 18 March 2013.", {}, True),
+    # an ordinal is part of the event: the first release is not the minimum supported one
+    ("When was Zstandard first released?", "The minimum supported Zstandard, v1.4.5, was released in May of 2020.",
+     {}, False),
+    ("When was Zstandard first released?", "Zstandard was first released in 2016.", {}, True),
+    # off with its setting
+    ("When did the Miami and Erie Canal close?", "Construction was completed in 1845.", {"event_words": False}, True),
+    # a question of another type is not held to its predicate's words
+    ("Who originally wrote the pyzstd code?", "The pyzstd code was written by Ma Lin.", {}, True),
+    ("Who designed the Livesey Hall War Memorial?", "The monument was executed by British sculptor Sydney March.",
+     {}, True),
+])
+def test_a_date_answers_the_event_the_question_names(question, quoted, checks, holds):
+    from kg.rag.functions import holds_asked_words
+    from kg.text.questions import TypeChecks
+
+    assert holds_asked_words(analyze_question(question), quoted, TypeChecks(**checks)) is holds
+
+
+def test_the_event_words_of_a_date_question():
+    from kg.text.questions import event_words
+
+    assert event_words(analyze_question("When did Euromarch\u00e9 close its last store?")) == ("close", "last", "store")
+    # the date's own noun is its form, not its event
+    assert event_words(analyze_question("In which year was PEP 8 created?")) == ("created",)
+    assert event_words(analyze_question("How many stores did Euromarch\u00e9 close?")) == ()
+
+
 def test_the_later_answer_type_checks_follow_the_settings():
     from kg.rag.functions import type_checks
     from kg.settings import Settings
