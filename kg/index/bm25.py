@@ -25,11 +25,12 @@ of the lengths (or into a fresh, larger copy), and a freeze builds new arrays, s
 sees a consistent prefix.
 
 Ranking is exact. :meth:`BM25Index.search` skips most of the work for the frequent terms of a
-query with the MaxScore idea of Turtle and Flood (1995): a term's contribution is below
-``idf * (k1 + 1)``, so once the rare terms' candidates hold k documents scoring above the sum of
-the other terms' bounds, no other document can enter the top k, and the frequent terms are
-looked up (binary search) for the candidates only. Every score is computed with the same
-floating-point operations, in the query's term order, as a full evaluation.
+query with the MaxScore idea of Turtle and Flood (1995): the k-th best full score among the
+rarest terms' documents is a floor for the k-th of the answer, and a term's contribution has a
+bound, so a document holding only terms whose bounds together stay below the floor cannot enter
+the top k; the frequent terms are looked up (binary search) for the other documents only. Every
+score is computed with the same floating-point operations, in the query's term order, as a full
+evaluation.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ are candidates (below that, scoring them in full costs no more than looking them
 _SPARSE_SHARE = 8
 """A search scoring every posting of its terms reads its hits among the documents scored (a
 union of the postings) while they are fewer than this share of the documents, else among all."""
+
+_MARGIN = 1e-9
+"""MaxScore's floor is the k-th best score less this share of it: a margin for the rounding of
+float sums (a bound and a score add their terms in different orders)."""
 
 _ARRAYS_FORMAT = 1
 """Version of the layout of :meth:`BM25Index.to_arrays`."""
@@ -613,12 +618,15 @@ class BM25Index:
         by ``k1 + 1`` (same ranking); it also stores lengths lossily, which shifts its scores a
         little.
 
-        Evaluation (MaxScore, Turtle and Flood 1995): the terms are taken rarest first; as soon
-        as the documents holding the rarest ones (the candidates) include k whose partial score
-        exceeds the sum of the remaining terms' bounds ``idf * (k1 + 1)``, no other document can
-        reach the top k, and the remaining terms are looked up for the candidates only, by
-        binary search. Otherwise every posting is scored into a dense accumulator. Either way a
-        document's score is the same float sum, in query-term order.
+        Evaluation (MaxScore, Turtle and Flood 1995): the documents of the rarest terms, at
+        least k of them, are scored in full (every term looked up by binary search); their k-th
+        best score is a floor under the answer's k-th. A term whose bound (its contribution at
+        its highest frequency in the shortest document) reaches the floor makes each of its
+        documents a candidate; of the weaker terms, only documents holding two of them or more
+        are (one weak term alone scores below the floor). The candidates are scored in full and
+        nothing else is read. When they are too many, every posting is scored into a dense
+        accumulator and the top k are selected among the documents at or above the floor.
+        Either way a document's score is the same float sum, in query-term order.
 
         Time O(n + sum of df over the query terms + r log r) for r matching documents in the
         worst case, or O(sum of df + r log r) with ``selection`` (the O(n) part done); with
@@ -678,13 +686,17 @@ class BM25Index:
         if not terms:
             return none
         norm_of = doc_norm.__getitem__
-        pruned = self._candidates(terms, k, norm_of, selection.min_norm, n)
-        if pruned is not None:
-            candidates, scores = pruned
-            hit = scores > 0
-            candidates, scores = candidates[hit], scores[hit]
-            best = top_k_indices(scores, k, tiebreak=candidates)
-            return candidates[best].astype(np.int64), scores[best]
+        seeded = self._seed(terms, k, norm_of, n)
+        floor = None
+        if seeded is not None:
+            seed, seed_scores = seeded
+            if len(seed) < k:  # every document holding a term: the whole answer
+                return self._best(seed, seed_scores, k)
+            # the k-th best score of real documents: the k-th of the answer is at least this
+            floor = float(np.partition(seed_scores, len(seed) - k)[len(seed) - k]) * (1.0 - _MARGIN)
+            pruned = self._candidates(terms, k, norm_of, selection.min_norm, n, floor)
+            if pruned is not None:
+                return self._best(*pruned, k)
         scores = np.zeros(n, dtype=np.float64)  # calloc: the pages never written are not touched
         scored: list[np.ndarray] = []
         for t in terms:
@@ -695,7 +707,9 @@ class BM25Index:
             tf = tfs.astype(np.float64)
             scores[ids] += t.idf * tf * (self.k1 + 1.0) / (tf + doc_norm[ids])
             scored.append(ids)
-        if sum(map(len, scored)) * _SPARSE_SHARE < n:  # the documents scored, not all n
+        if floor is not None:  # every document of the top k (and its ties) scores at least the floor
+            hits = np.flatnonzero(scores >= floor)
+        elif sum(map(len, scored)) * _SPARSE_SHARE < n:  # the documents scored, not all n
             touched = functools.reduce(_sorted_union, scored)
             hits = touched[scores[touched] > 0]
         else:
@@ -703,45 +717,80 @@ class BM25Index:
         best = hits[top_k_indices(scores[hits], k)] if hits.size else hits
         return best.astype(np.int64), scores[best]
 
+    @staticmethod
+    def _best(docs: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` of ascending ``docs`` with their full ``scores`` (a zero score left out)."""
+        hit = scores > 0
+        docs, scores = docs[hit], scores[hit]
+        best = top_k_indices(scores, k, tiebreak=docs)
+        return docs[best].astype(np.int64), scores[best]
+
+    def _seed(
+        self, terms: list[_Term], k: int, norm_of: Callable[[np.ndarray], np.ndarray], n: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The documents of the rarest terms, at least ``k`` when the terms hold that many
+        (fewer: every document holding a term), ascending, with their full scores; None when
+        they pass :data:`_CANDIDATE_SHARE` of the documents. The k-th best of those scores is a
+        floor for the k-th of the answer (:meth:`_candidates`, and the dense pass's selection)."""
+        order = sorted(range(len(terms)), key=lambda i: (terms[i].df, i))  # rarest first
+        seed = _selected(terms[order[0]])
+        for i in order[1:]:
+            if len(seed) >= k:
+                break
+            seed = _sorted_union(seed, _selected(terms[i]))
+        if len(seed) > n * _CANDIDATE_SHARE:
+            return None
+        return seed, self._full_scores(terms, seed, norm_of)
+
+    def _full_scores(self, terms: list[_Term], docs: np.ndarray,
+                     norm_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The BM25 scores of the selected, ascending ``docs``: each term's contribution added in
+        query-term order, the same float sum as the dense pass's."""
+        scores = np.zeros(len(docs))
+        for t in terms:
+            scores += self._contributions(t, docs, norm_of)
+        return scores
+
     def _candidates(
-        self, terms: list[_Term], k: int, norm_of: Callable[[np.ndarray], np.ndarray], min_norm: float, n: int
+        self, terms: list[_Term], k: int, norm_of: Callable[[np.ndarray], np.ndarray], min_norm: float, n: int,
+        floor: float,
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """MaxScore: ascending doc ids outside which no document reaches the top ``k``, with
         their full scores; or None (score every posting).
 
-        A term's bound is its contribution at its highest frequency in the shortest selected
-        document, ``idf max_tf (k1 + 1) / (max_tf + min_norm)``: no document's is higher, as
-        ``tf / (tf + norm)`` grows with tf and falls with the norm. Tighter than the saturation
-        ``idf (k1 + 1)`` (a term seen at most once in documents of about the mean length: about
-        half of it), so the rare terms' candidates exceed it sooner.
+        ``floor`` is at most the k-th best score (:meth:`_seed`'s, less a margin for the
+        rounding of float sums). A term's bound is its contribution at its highest frequency in
+        the shortest selected document, ``idf max_tf (k1 + 1) / (max_tf + min_norm)``: no
+        document's is higher, as ``tf / (tf + norm)`` grows with tf and falls with the norm. A
+        term whose bound reaches the floor is *strong*: each of its documents is a candidate.
+        A weaker term's documents are candidates only when they hold another weak term too (and
+        the weak terms' bounds together reach the floor): a document holding one weak term and
+        no strong one scores below the floor. Every other posting is looked up (binary search)
+        for the candidates only.
         """
-        if len(terms) < 2:
+        bounds = [float(t.idf) * t.max_tf * (self.k1 + 1.0) / (t.max_tf + min_norm) for t in terms]
+        weak = sorted((i for i in range(len(terms)) if bounds[i] < floor), key=lambda i: (terms[i].df, i))
+        if not weak:
             return None
-        order = sorted(range(len(terms)), key=lambda i: (terms[i].df, i))  # rarest first
-        bounds = [float(terms[i].idf) * terms[i].max_tf * (self.k1 + 1.0) / (terms[i].max_tf + min_norm)
-                  for i in order]
-        union = np.zeros(0, np.int32)
-        for p in range(1, len(terms)):
-            t = terms[order[p - 1]]
-            union = _sorted_union(union, t.ids if t.keep is None else t.ids[t.keep])
-            if len(union) > n * _CANDIDATE_SHARE:
+        parts = [_selected(t) for i, t in enumerate(terms) if bounds[i] >= floor]
+        if len(weak) > 1 and sum(bounds[i] for i in weak) >= floor:
+            # documents of two weak terms or more, found from the rarer one's side
+            if sum(terms[i].df for i in weak[:-1]) + sum(map(len, parts)) > n * _CANDIDATE_SHARE:
                 return None
-            rest = sum(bounds[p:])
-            # The k-th partial score is at most the candidates' bound: no use trying below it.
-            if (len(union) < k or rest >= sum(bounds[:p])
-                    or sum(terms[i].df for i in order[p:]) < _PRUNE_GAIN * len(union)):
-                continue
-            parts = {i: self._contributions(terms[i], union, norm_of) for i in order[:p]}
-            partial = np.zeros(len(union))
-            for i in sorted(parts):  # query-term order
-                partial += parts[i]
-            kth = float(np.partition(partial, len(partial) - k)[len(partial) - k])
-            if rest < kth * (1.0 - 1e-9):  # a margin for the rounding of float sums
-                scores = np.zeros(len(union))
-                for i, t in enumerate(terms):  # the same float sum as a full evaluation
-                    scores += parts[i] if i in parts else self._contributions(t, union, norm_of)
-                return union, scores
-        return None
+            for a, i in enumerate(weak[:-1]):
+                ids = _selected(terms[i])
+                paired = np.zeros(len(ids), dtype=bool)
+                for j in weak[a + 1:]:
+                    paired |= _holds(_selected(terms[j]), ids)
+                parts.append(ids[paired])
+        if not parts:
+            return None
+        union = functools.reduce(_sorted_union, parts)
+        # pruning pays when the postings not scored in full outnumber the candidates
+        if (len(union) > n * _CANDIDATE_SHARE
+                or sum(terms[i].df for i in weak) < _PRUNE_GAIN * len(union)):
+            return None
+        return union, self._full_scores(terms, union, norm_of)
 
     def _contributions(self, t: _Term, docs: np.ndarray, norm_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         """Term ``t``'s BM25 contribution to each of the selected, ascending ``docs`` (0 where
@@ -1169,6 +1218,19 @@ def _runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     # lo[j], lo[j] + 1, ..., hi[j] - 1 for each j, concatenated
     positions: np.ndarray = np.arange(total) + np.repeat(lo - (np.cumsum(sizes) - sizes), sizes)
     return positions
+
+
+def _selected(t: _Term) -> np.ndarray:
+    """A term's postings among the selected documents: its doc ids, ascending."""
+    return t.ids if t.keep is None else t.ids[t.keep]
+
+
+def _holds(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Whether each of ``wanted`` is in the ascending ``values``: O(len(wanted) log len(values))."""
+    pos = np.searchsorted(values, wanted)
+    inside = pos < len(values)
+    inside[inside] = values[pos[inside]] == wanted[inside]
+    return inside
 
 
 def _sorted_union(a: np.ndarray, b: np.ndarray) -> np.ndarray:

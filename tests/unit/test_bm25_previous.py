@@ -156,3 +156,43 @@ def test_pruned_searches_equal_the_previous_implementation(pruned):
                                      mask=chosen) == \
                 old.search_groups("rare common", k, groups=groups, fields=fields, field_weights=[2.0, 1.0], mask=chosen)
     assert ("chunks", True) in pruned and ("groups", True) in pruned
+
+
+def test_documents_of_two_frequent_terms_are_candidates_beside_the_rare_terms(pruned, monkeypatch):
+    """MaxScore's floor is the k-th best full score among the rare term's documents; each
+    frequent term alone stays below it, but a document holding both may not: those documents
+    (no rare term in them) are found by looking one term's documents up in the other's
+    postings, and rank exactly as a full evaluation ranks them."""
+    monkeypatch.setattr(bm25_module, "_CANDIDATE_SHARE", 1.0)
+    monkeypatch.setattr(bm25_module, "_PRUNE_GAIN", 0)
+    rng = np.random.default_rng(5)
+    texts = []
+    for i in range(600):
+        words = ["filler"] * int(rng.integers(2, 6)) + ["rare"] * int(i % 50 == 0)
+        for term in ("alpha", "beta"):
+            if rng.random() < 0.12:
+                words += [term] * int(rng.integers(1, 4))
+        texts.append(" ".join(words))
+    new, old = build(BM25Index, texts, [250]), build(previous_module.BM25Index, texts, [250])
+    looked_up: list[int] = []
+    holds = bm25_module._holds
+    monkeypatch.setattr(bm25_module, "_holds", lambda values, wanted: looked_up.append(len(wanted)) or holds(values,
+                                                                                                              wanted))
+    for mask in (None, rng.random(600) < 0.9):
+        for k in (3, 5, 10):
+            got = new.search("rare alpha beta", k, mask)
+            assert got == old.search("rare alpha beta", k, mask)
+        assert any("rare" not in texts[doc].split() for doc, _ in got)  # a pair's document ranks
+    assert looked_up and all(found for _, found in pruned)
+
+
+def test_the_dense_pass_keeps_every_tie_of_the_kth_score(monkeypatch):
+    """Unpruned, the dense pass selects its top k among the documents scoring at least the
+    rare term's k-th (less a margin): documents tied with the k-th score across that floor keep
+    their order by id, as a full sort orders them."""
+    monkeypatch.setattr(bm25_module, "_PRUNE_GAIN", 10**9)  # never prune: the dense pass with its floor
+    texts = ["rare common"] * 6 + ["common filler"] * 50 + ["rare common"] * 6 + ["filler"] * 40
+    new, old = build(BM25Index, texts, [30]), build(previous_module.BM25Index, texts, [30])
+    for mask in (None, np.arange(len(texts)) % 3 != 0):
+        for k in (1, 4, 6, 7, 12, 13, 40):
+            assert new.search("rare common", k, mask) == old.search("rare common", k, mask)
