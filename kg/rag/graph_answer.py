@@ -356,14 +356,29 @@ def _chained(node: NodeVersion, ws: str, edge: dict[str, Any], other: NodeVersio
             "citations": [relation, {**cited, "marker": 2}]}
 
 
+def _asked_already(question: Question, value: str) -> bool:
+    """Whether the question holds ``value`` itself (by name key, :func:`mention_key`): the
+    property named the node the question is about, so it does not answer it ("What was the EFL
+    Cup historically called?" is not answered by its ``title``, "EFL Cup").
+
+    >>> q = analyze_question("What was the EFL Cup historically called?")
+    >>> _asked_already(q, "EFL Cup"), _asked_already(q, "League Cup")
+    (True, False)
+    """
+    key, asked = mention_key(value), mention_key(question.text)
+    return bool(key) and any(asked[i:i + len(key)] == key for i in range(len(asked) - len(key) + 1))
+
+
 def _property_answer(q: Question, node: NodeVersion, ws: str, mirrored: set[str]) -> dict[str, Any] | None:
     for name, value in node.properties.items():
         if name in SKIPPED_PROPERTIES or name.startswith("_") or name in mirrored:
             continue
         if match_predicate(q.predicate, name) is None or not _fits(q, value):
             continue
-        label = _label(node, node.path.rsplit("/", 1)[-1])
         shown = " ".join(str(value).split())
+        if _asked_already(q, shown):
+            continue
+        label = _label(node, node.path.rsplit("/", 1)[-1])
         return {"answer": f"{label}: {name.replace('_', ' ')} {shown} [1].",
                 "citations": [{"marker": 1, "workspace": ws, "path": node.path, "node_id": node.node_id,
                                "chunk_index": None, "text_is_exact": True, "kind": "property",

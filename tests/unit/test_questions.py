@@ -401,6 +401,11 @@ def test_a_person_asked_by_a_role_is_answered_by_that_role(question, sentence, c
     ("When was Zstandard first released?", "The minimum supported Zstandard, v1.4.5, was released in May of 2020.",
      {}, False),
     ("When was Zstandard first released?", "Zstandard was first released in 2016.", {}, True),
+    # an irregular verb's forms are one event by lemma, though their stems differ ("begin", "began")
+    ("When did construction of the Miami and Erie Canal begin?",
+     "Miami and Erie Canal: Construction on the canal began in 1825 and was completed in 1845.", {}, True),
+    ("When was the Livesey Hall War Memorial built?", "The memorial was erected in 1920.", {}, False),
+    ("When was the Livesey Hall War Memorial built?", "The memorial was built in 1920.", {}, True),
     # off with its setting
     ("When did the Miami and Erie Canal close?", "Construction was completed in 1845.", {"event_words": False}, True),
     # a question of another type is not held to its predicate's words
