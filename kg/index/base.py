@@ -17,6 +17,7 @@ model). Every engine implements :class:`SearchIndex`; callers never ask which on
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -504,8 +505,9 @@ class SearchIndex(Protocol):
 def query_vector(vector: np.ndarray) -> np.ndarray:
     """A query embedding as a float32 unit vector; ``InvalidInput`` when not 1-D, not finite, or all zeros."""
     query = np.asarray(vector, dtype=np.float64)
-    norm = float(np.linalg.norm(query)) if query.ndim == 1 else 0.0
-    if query.ndim != 1 or not np.isfinite(norm) or norm == 0.0:
+    # numpy.linalg.norm's own sum for a vector (sqrt of the dot product), without its dispatch
+    norm = math.sqrt(float(query.dot(query))) if query.ndim == 1 else 0.0
+    if query.ndim != 1 or not math.isfinite(norm) or norm == 0.0:
         raise InvalidInput(
             "query vector must be 1-D, finite and non-zero", details={"shape": list(query.shape)}
         )

@@ -62,6 +62,9 @@ _SPARSE_SHARE = 8
 """A search scoring every posting of its terms reads its hits among the documents scored (a
 union of the postings) while they are fewer than this share of the documents, else among all."""
 
+_SORT_WHOLE = 256
+"""Up to this many scores, :func:`top_k_indices` sorts them all (a KNN leg's reranked candidates)."""
+
 _MARGIN = 1e-9
 """MaxScore's floor is the k-th best score less this share of it: a margin for the rounding of
 float sums (a bound and a score add their terms in different orders)."""
@@ -1277,8 +1280,11 @@ def top_k_indices(scores: np.ndarray, k: int, *, tiebreak: np.ndarray | None = N
     -----
     O(n + t log t) with :func:`numpy.partition`, where t >= k counts the scores at least as
     high as the k-th best: every score tied with the k-th is kept until the exact sort, so the
-    result does not depend on how the partition split a tie.
+    result does not depend on how the partition split a tie. Up to :data:`_SORT_WHOLE` scores,
+    one stable sort of them all (the same order).
     """
+    if len(scores) <= _SORT_WHOLE:  # one sort: fewer calls than a partition first
+        return np.lexsort((np.arange(len(scores)) if tiebreak is None else tiebreak, -scores))[:k]
     candidates = np.arange(len(scores))
     if len(scores) > k:
         kth = np.partition(scores, len(scores) - k)[len(scores) - k]

@@ -105,6 +105,7 @@ _REPO_KEY = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,127}")
 # above it, one product over the whole matrix and then the selection is faster (measured with
 # 20,000 x 384 float32 rows: the two cross near 20 %).
 _GATHER_SHARE = 0.2
+_NO_ROWS = np.zeros(0, np.int64)
 # Key masks memoised per index snapshot (search passes one KeySet per branch state).
 _MASK_MEMO = 16
 # The immutable sets of content keys whose masks and statistics are memoised by identity.
@@ -251,9 +252,9 @@ class _View:
     n_keys: int
     models: dict[str, _ModelView]
     bm25: BM25Index  # shared: may hold documents past n, which the mask leaves out
-    masks: dict[int, tuple[frozenset[str] | KeySet, np.ndarray]] = field(default_factory=dict)
+    masks: dict[int, tuple[frozenset[str] | KeySet, np.ndarray, bool]] = field(default_factory=dict)
     # id(set) -> (the set, its mask over the first n_keys key ids or fewer: one
-    # carried from an earlier snapshot is extended when used)
+    # carried from an earlier snapshot is extended when used, whether it allows any key)
     model_masks: dict[tuple[int, str], tuple[frozenset[str] | KeySet, _ModelMask]] = field(default_factory=dict)
     # (id(set), model) -> (the set, its rows of that model)
     group_memo: dict[int, tuple[frozenset[str] | KeySet, GroupStats]] = field(default_factory=dict)
@@ -280,16 +281,16 @@ class _View:
             return mask if mask.any() else None
         held = self.masks.get(id(content_keys))
         if held is not None and held[0] is content_keys and len(held[1]) == self.n_keys:
-            mask = held[1]
+            return held[1] if held[2] else None  # whether it allows a key, kept: not a pass over it
+        if held is not None and held[0] is content_keys:
+            mask = self._extended(content_keys, held[1])
         else:
-            if held is not None and held[0] is content_keys:
-                mask = self._extended(content_keys, held[1])
-            else:
-                mask = self._derived(content_keys)
-            if len(self.masks) >= _MASK_MEMO:
-                self.masks.pop(next(iter(self.masks)), None)
-            self.masks[id(content_keys)] = (content_keys, mask)
-        return mask if mask.any() else None
+            mask = self._derived(content_keys)
+        if len(self.masks) >= _MASK_MEMO:
+            self.masks.pop(next(iter(self.masks)), None)
+        allows = bool(mask.any())
+        self.masks[id(content_keys)] = (content_keys, mask, allows)
+        return mask if allows else None
 
     def model_mask(self, content_keys: Collection[str], model: str, allowed: np.ndarray) -> _ModelMask:
         """The rows of ``model`` whose content key ``allowed`` holds (memoised like
@@ -339,14 +340,17 @@ class _View:
             self.selection_memo[id(content_keys)] = (content_keys, selection)
         return selection
 
-    def hits(self, rows: np.ndarray, scores: Sequence[float]) -> list[IndexHit]:
-        """The hits for repository rows ``rows`` with their ``scores``, ranked in that order."""
+    def hits(self, rows: np.ndarray, scores: Sequence[float],
+             distances: Sequence[float] | None = None) -> list[IndexHit]:
+        """The hits for repository rows ``rows`` with their ``scores`` (and cosine ``distances``),
+        ranked in that order: each column read for all rows at once, not an element at a time."""
         rows = np.asarray(rows, dtype=np.int64)
         keys, texts = self.keys, self.texts
-        return [IndexHit(seq, keys[key], chunk, texts[row], score, rank, None)  # positional: 30 % faster
-                for rank, (row, seq, key, chunk, score) in enumerate(zip(
+        return [IndexHit(seq, keys[key], chunk, texts[row], score, rank, distance)  # positional: 30 % faster
+                for rank, (row, seq, key, chunk, score, distance) in enumerate(zip(
                     rows.tolist(), self.seq[rows].tolist(), self.key_id[rows].tolist(),
-                    self.chunk_index[rows].tolist(), scores, strict=True), start=1)]
+                    self.chunk_index[rows].tolist(), scores,
+                    [None] * len(rows) if distances is None else distances, strict=True), start=1)]
 
     def _mask(self, content_keys: Collection[str]) -> np.ndarray:
         """(n_keys,) bool: the key ids of ``content_keys``, each looked up."""
@@ -761,10 +765,7 @@ class EmbeddedVectorIndex:
             return []
         rows = store.rows[local]
         best = top_k_indices(sims, k, tiebreak=view.seq[rows])
-        return [
-            view.hit(int(rows[i]), rank, float(sims[i]), float(distances[i]))
-            for rank, i in enumerate(best, start=1)
-        ]
+        return view.hits(rows[best], sims[best].astype(np.float64).tolist(), distances[best].tolist())
 
     def _ann_candidates(self, store: _ModelView, rows_of: _ModelMask, query: np.ndarray, k: int) -> np.ndarray:
         """Model rows to rerank exactly: the graph's allowed candidates plus every allowed row
@@ -772,7 +773,8 @@ class EmbeddedVectorIndex:
         assert store.graph is not None
         covered = store.graph_rows
         bitmap, allowed_in_graph = rows_of.bitmap(covered)
-        tail = np.flatnonzero(rows_of.mask[covered:]) + covered
+        mask = rows_of.mask
+        tail = np.flatnonzero(mask[covered:]) + covered if covered < len(mask) else _NO_ROWS
         if not allowed_in_graph:
             return tail
         share = allowed_in_graph / covered

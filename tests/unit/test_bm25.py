@@ -200,3 +200,23 @@ def test_top_k_indices_matches_a_full_sort(scores, k, seed):
     got = top_k_indices(values, k, tiebreak=tiebreak)
     expected = sorted(range(len(values)), key=lambda i: (-values[i], tiebreak[i]))[:k]
     assert got.tolist() == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 600),
+    k=st.integers(1, 40),
+    levels=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+    with_tiebreak=st.booleans(),
+)
+def test_top_k_indices_sorts_small_and_large_score_sets_alike(size, k, levels, seed, with_tiebreak):
+    """Below and above the size where it sorts every score instead of partitioning first: best
+    first, ties by the tiebreak (repeats of it by position), or by position without one."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, levels, size).astype(np.float64)  # few levels: many ties
+    tiebreak = rng.integers(0, size // 2 + 1, size) if with_tiebreak else None
+    got = top_k_indices(values, k, tiebreak=tiebreak)
+    second = tiebreak if tiebreak is not None else np.arange(size)
+    expected = sorted(range(size), key=lambda i: (-values[i], second[i], i))[:k]
+    assert got.tolist() == expected
