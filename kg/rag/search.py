@@ -664,6 +664,9 @@ def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[In
                  window: int = FUSION_WINDOW) -> list[SearchResult]:
     """One row per passage (and per node holding it), at most ``max_per_node`` per node; a
     hybrid search's rows are its fusion's certain prefix given the legs in ``cut``."""
+    if request.mode != "hybrid" and request.max_per_node is None:
+        return _one_leg_rows(view, by_key, vector_hits if request.mode == "vector" else fulltext_hits,
+                             request.mode == "vector", request.k)
     hits: dict[tuple[str, int], IndexHit] = {}
     for hit in fulltext_hits + vector_hits:
         hits[(hit.content_key, hit.chunk_index)] = hit
@@ -687,6 +690,25 @@ def _rank_chunks(view: BranchView, by_key: dict[str, list], vector_hits: list[In
             results.append(_row(view, node, hits[key], score, v, f,
                                 None if v is None else v.rank, None if f is None else f.rank))
             if len(results) >= request.k:
+                return results
+    return results
+
+
+def _one_leg_rows(view: BranchView, by_key: dict[str, list], hits: list[IndexHit], vector: bool,
+                  k: int) -> list[SearchResult]:
+    """:func:`_rank_chunks` of one leg with no per-node cap: each hit in the leg's order (a
+    passage is one hit of a leg), a row per node holding it, by workspace and path; its leg's
+    rank and score."""
+    names = view.workspaces
+    results: list[SearchResult] = []
+    for hit in hits:
+        nodes = by_key[hit.content_key]
+        if len(nodes) > 1:
+            nodes = sorted(nodes, key=lambda n: (names[n.workspace_id], n.path))
+        for node in nodes:
+            results.append(_row(view, node, hit, hit.score, hit, None, hit.rank, None) if vector else
+                           _row(view, node, hit, hit.score, None, hit, None, hit.rank))
+            if len(results) >= k:
                 return results
     return results
 
@@ -751,11 +773,13 @@ def _with_properties(session: Session, view: BranchView, results: list[SearchRes
     if not results:
         return results
     versions: dict[str, Any] = {}
+    by_key, node_key = searchable.by_key, searchable.node_key
     for r in results:
-        key = searchable.node_key.get(r.node_id)
-        node = next((n for n in searchable.by_key.get(key, ()) if n.node_id == r.node_id), None) if key else None
-        if node is not None:
-            versions[r.node_id] = node
+        key = node_key.get(r.node_id)
+        for node in by_key.get(key, ()) if key else ():
+            if node.node_id == r.node_id:
+                versions[r.node_id] = node
+                break
     found: dict[str, dict[str, Any]] = {}
     by_version = {n.id: node_id for node_id, n in versions.items() if isinstance(n, NodeHead)}
     for version_id, properties in version_properties(session, by_version).items():

@@ -298,8 +298,29 @@ def test_neighbors_from_a_held_view_of_an_unchanged_store_makes_no_session_on_sq
             ("/text", {"title": "Alpha", "content": "alpha beta gamma", "n": 2**70}, "Alpha")]
         assert made == ([] if one.db.dialect == "sqlite" else [1])
         assert one.db.engine.pool.checkedout() == 0
+        if one.db.dialect == "sqlite":  # the read's connection is idle again, with no transaction open
+            drivers = one.db._drivers
+            assert len(drivers) == 1 and not drivers._idle[0].in_transaction
+            held = drivers._idle[0]
+            search_branch(one, OPERATOR, "r", "main", SearchRequest(query="alpha", k=5, mode="fulltext"))
+            assert drivers._idle == [held]  # taken and given back: one connection serves the reads
     finally:
         one.db._reader = reader
+
+
+def test_a_read_on_an_idle_driver_connection_sees_the_latest_commit(pair):
+    """The driver statements of a lazy read run in autocommit on a connection kept idle between
+    reads: a node rewritten by either server since is read as it is now, never as an idle
+    connection's old snapshot."""
+    one, other = pair
+    request = SearchRequest(query="walrus", k=3, mode="fulltext")
+    run(one, OPERATOR, put_node, "r", "main", "kb", "/w", node_type="t", properties={"content": "walrus", "v": 1})
+    assert [r.properties["v"] for r in search_branch(one, OPERATOR, "r", "main", request).results] == [1]
+    for writer, value in ((other, 2), (one, 3), (other, 4)):
+        run(writer, OPERATOR, put_node, "r", "main", "kb", "/w", node_type="t",
+            properties={"content": "walrus", "v": value})
+        for reader in (one, other):
+            assert [r.properties["v"] for r in search_branch(reader, OPERATOR, "r", "main", request).results] == [value]
 
 
 def test_a_lazy_read_session_carries_what_was_noted_before_it_was_made(services):
