@@ -65,6 +65,7 @@ class Database:
         self._sentinel_path = (parsed.database if self.dialect == "sqlite" and parsed.database
                                and parsed.database != ":memory:" and not parsed.query else None)
         self._sentinel: sqlite3.Connection | None = None
+        self._sentinel_cursor: sqlite3.Cursor | None = None
         self._sentinel_lock = threading.Lock()
         # A SQLite file: the connections lazy reads run their driver statements on, apart from the
         # pool (an in-memory database is its pool's one connection: those reads make a session).
@@ -246,10 +247,12 @@ class Database:
             return None
         with self._sentinel_lock:
             try:
-                if self._sentinel is None:
+                cursor = self._sentinel_cursor
+                if cursor is None:
                     self._sentinel = sqlite3.connect(self._sentinel_path, timeout=self.busy_timeout_s,
                                                      isolation_level=None, check_same_thread=False)
-                return int(self._sentinel.execute("PRAGMA data_version").fetchone()[0])
+                    cursor = self._sentinel_cursor = self._sentinel.cursor()  # one cursor, not one a read
+                return int(cursor.execute("PRAGMA data_version").fetchone()[0])
             except sqlite3.Error as exc:
                 log.warning("SQLite's change counter could not be read (reads check the database): %s", exc)
                 return None
@@ -259,7 +262,7 @@ class Database:
         with self._sentinel_lock:
             if self._sentinel is not None:
                 self._sentinel.close()
-                self._sentinel = None
+                self._sentinel = self._sentinel_cursor = None
         if self._drivers is not None:
             self._drivers.close()
         self.engine.dispose()

@@ -123,6 +123,35 @@ def test_a_row_not_allowed_is_never_returned_even_when_nearest(pair):
             assert hits[0].distance >= truth[0].distance - 1e-6  # float32 rounding of the products
 
 
+def test_a_thread_s_kept_search_parameters_never_carry_a_filter_to_the_next_search(pair):
+    """Each thread keeps its faiss search parameters: a filtered search, then unfiltered ones and
+    another filter, on one thread and on others, each walk the graph with its own filter (or
+    none) only."""
+    approximate, _ = pair
+    graph = approximate._view("r").models[MODEL].graph
+    rows = np.arange(N)
+    evens, thirds = rows % 2 == 0, rows % 3 == 0
+    from kg.index.ann import allowed_bitmap
+
+    def walks() -> list[set[int]]:
+        out = []
+        for bitmap in (allowed_bitmap(evens), None, allowed_bitmap(thirds), None):
+            out.append({int(i) for i in graph.search(QUERIES[3], 64, ef=64, bitmap=bitmap, limit=N)})
+        return out
+
+    filtered, unfiltered, other, again = walks()
+    assert filtered and all(i % 2 == 0 for i in filtered)
+    assert other and all(i % 3 == 0 for i in other)
+    assert unfiltered == again and any(i % 2 for i in unfiltered) and any(i % 3 for i in unfiltered)
+    seen: list[list[set[int]]] = []
+    threads = [threading.Thread(target=lambda: seen.append(walks())) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [[filtered, unfiltered, other, again]] * 3
+
+
 def test_a_selective_filter_is_searched_exactly(pair):
     approximate, exact = pair
     few = frozenset(f"k{i}" for i in range(1, N + 1, 50))  # 60 rows: below min_rows
