@@ -101,8 +101,9 @@ def span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
     if name not in SPAN_NAMES:
         raise ValueError(f"unknown span name {name!r}: add it to kg.tracing.SPAN_NAMES and document it")
     if not active():
-        for key in attributes:
-            _attribute_key(key)
+        if not attributes.keys() <= ATTRIBUTES.keys():  # one test in C for the usual case
+            for key in attributes:
+                _attribute_key(key)  # raises for the unknown one
         return _NOT_RECORDED
     return _recorded(name, attributes)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain, islice, repeat
+from operator import itemgetter
 from typing import NamedTuple
 
 from kg.errors import InvalidInput
@@ -89,7 +90,10 @@ def traverse(
         The edges around a node in the stable order (weight desc with null last, address, type,
         direction), already filtered by direction and relation type. Consumed lazily: the walk
         reads at most ``fan_out`` edges of a node, plus, only to decide ``truncated``, as many
-        more as it takes to find one leading to a node it did not visit.
+        more as it takes to find one leading to a node it did not visit. A ``list`` answered
+        (a view's own sorted list: :meth:`kg.graph.view.GraphView.lookup`) is read by slices,
+        with no Python step per edge beyond the test of its node; it must not change while the
+        walk runs.
     hops : int, 0..10
         Nodes at distance ``hops`` are reached but not expanded.
     max_nodes : int, 1..10,000
@@ -185,10 +189,29 @@ def reach(
     frontier = range(count)
     cut: list[Iterator[Edge]] = []  # edges past a node's fan-out, not yet read
     hop = 0
+    add = seen.add
     while frontier and hop < hops and not truncated:
         first = len(ids)
         for parent in frontier:
-            edges = iter(neighbors(ids[parent]))
+            found = neighbors(ids[parent])
+            if type(found) is list:  # a node's edges as a list: a slice at a time, no Python step per column
+                head = found[:fan_out] if len(found) > fan_out else found
+                # each new node once, at its first edge, in order (``add`` answers None)
+                fresh = [edge for edge in head if edge[0] not in seen and not add(edge[0])]
+                if len(fresh) > max_nodes - len(ids):
+                    del fresh[max_nodes - len(ids):]
+                    truncated = True
+                if fresh:
+                    ids += map(itemgetter(0), fresh)
+                    vias += map(itemgetter(1), fresh)
+                    weights += map(itemgetter(2), fresh)
+                    parents += repeat(parent, len(fresh))
+                if truncated:
+                    break
+                if len(found) > fan_out:
+                    cut.append(islice(found, fan_out, None))
+                continue
+            edges = iter(found)
             for edge in islice(edges, fan_out):
                 other = edge[0]
                 if other in seen:

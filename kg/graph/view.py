@@ -224,6 +224,36 @@ class GraphView:
             return iter(edges)
         return self._filtered(edges, node_id, types, workspaces, validity, at)  # type: ignore[arg-type]
 
+    def lookup(self, *, direction: Direction = "BOTH", types: Collection[str] | None = None,
+               workspaces: Collection[str] | None = None,
+               at: ValidAt = None) -> Callable[[Hashable], Iterable[Edge]]:
+        """A walk's neighbor lookup (:func:`kg.graph.traverse.reach`): :meth:`iter_neighbors`
+        with these arguments, decided once for every node the walk expands.
+
+        Parameters
+        ----------
+        direction, types, workspaces, at
+            As :meth:`iter_neighbors`.
+
+        Returns
+        -------
+        callable(node id) -> iterable of Edge
+            The edges around a node in the stable order. In one direction with no filter to
+            apply (no types, no workspaces, no validity held or asked), the node's sorted list
+            itself (never mutate it; it is changed only by :meth:`apply`, under :attr:`lock`),
+            which a walk reads by slices; otherwise :meth:`iter_neighbors`'s iterator.
+        """
+        validity = at is not None and bool(self._validity)
+        if direction == "BOTH" or types is not None or workspaces is not None or validity:
+            def filtered(node_id: Hashable) -> Iterable[Edge]:
+                return self.iter_neighbors(node_id, direction=direction, types=types, workspaces=workspaces, at=at)
+            return filtered
+        nodes, sorted_list, one = self.graph._node, self._sorted_list, direction
+
+        def listed(node_id: Hashable) -> Iterable[Edge]:
+            return sorted_list(node_id, one) if node_id in nodes else ()  # type: ignore[arg-type]
+        return listed
+
     def _filtered(self, edges: Iterable[Edge], node_id: str, types: Collection[str] | None,
                   workspaces: Collection[str] | None, validity: dict[EdgeKey, Validity] | None,
                   at: ValidAt) -> Iterator[Edge]:
@@ -325,10 +355,29 @@ class GraphView:
             return edges, where[:len(edges)]
         key = self._order_key
         if len(a) + len(b) <= SMALL_MERGE:
-            # the address lists may run on past their edges: zip stops at the edges
-            pairs = sorted(itertools.chain(zip(a, a_where, strict=False), zip(b, b_where, strict=False)),
-                           key=lambda pair: key(pair[0]))
-            return [e for e, _ in pairs][:first], [w for _, w in pairs][:first]
+            # a merge of the two heads up to ``first``: weights decide unless equal or null,
+            # the whole key (address, type, direction) then
+            edges, where = [], []
+            i = j = 0
+            while i < len(a) and j < len(b) and len(edges) < first:
+                x, y = a[i], b[j]
+                wx, wy = x[2], y[2]
+                if wx is not None and wy is not None and wx != wy:
+                    x_first = wx > wy
+                else:
+                    x_first = key(x) < key(y)
+                if x_first:
+                    edges.append(x)
+                    where.append(a_where[i])
+                    i += 1
+                else:
+                    edges.append(y)
+                    where.append(b_where[j])
+                    j += 1
+            if len(edges) < first:  # one list is spent: the rest of the other follows
+                edges += a[i:] if i < len(a) else b[j:]
+                where += a_where[i:len(a)] if i < len(a) else b_where[j:len(b)]
+            return edges[:first], where[:first]
         if len(a) > len(b):
             a, a_where, b, b_where = b, b_where, a, a_where
         edges, where = [], []

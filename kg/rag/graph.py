@@ -26,6 +26,7 @@ import gc
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -59,6 +60,9 @@ __all__ = [
     "neighbors", "neighbors_of", "readable_names", "spread_activation", "traverse_from", "view_key", "walk",
     "warm_graph",
 ]
+
+#: A node's ``workspace:path`` (:class:`~kg.graph.view.NodeAddress`), read in C.
+_ADDRESS = attrgetter("address")
 
 #: What identifies one relation across its versions.
 
@@ -217,7 +221,8 @@ def current_graph(session: Session, services: Resources, view: BranchView, *,
     key = view_key(view)
     # The view held in memory is the branch's whole graph, shared by every reader: built and
     # brought forward unrestricted; a restricted reader's scope applies when it is read.
-    view = view.scoped(None)
+    if view.readable is not None:
+        view = view.scoped(None)
     graph = cache.get(key)
     if graph is None:
         if not build or view.revision != view.branch.head_revision or cache.too_big(key):
@@ -539,8 +544,7 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
             ids.append(node_id)
         if graph is not None:
             scope = readable_names(view)
-            walked = reach(ids, lambda n: graph.iter_neighbors(n, direction=direction, types=wanted,
-                                                               workspaces=scope, at=at),
+            walked = reach(ids, graph.lookup(direction=direction, types=wanted, workspaces=scope, at=at),
                            hops=hops, max_nodes=max_nodes, fan_out=fan_out)
             # the seeds first (hop 0, in the order given, repeats dropped): a seed without
             # relations is not in the view; the others' addresses read under the view's lock
@@ -552,11 +556,14 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
             walked = reach(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses, at),
                            hops=hops, max_nodes=max_nodes, fan_out=fan_out)
             where = [NodeAddress(w, p, f"{w}:{p}") for w, p in map(addresses.__getitem__, walked.node_ids)]  # type: ignore[arg-type]
+    # each row's ``from``: its parent's address, looked up in C (a seed has none)
+    seeds_count = bisect.bisect_right(walked.hops, 0)
+    froms: list[str | None] = [None] * seeds_count
+    froms += map(_ADDRESS, map(where.__getitem__, walked.parents[seeds_count:]))
     return {"nodes": [{"workspace": located.workspace, "path": located.path, "node_id": node_id, "hop": hop,
-                       "via": via, "weight": weight, "from": where[parent].address if parent >= 0 else None}
+                       "via": via, "weight": weight, "from": parent}
                       for node_id, hop, via, weight, parent, located in zip(
-                          walked.node_ids, walked.hops, walked.vias, walked.weights, walked.parents, where,
-                          strict=True)],
+                          walked.node_ids, walked.hops, walked.vias, walked.weights, froms, where, strict=True)],
             "truncated": walked.truncated}
 
 

@@ -149,3 +149,9 @@ def test_the_walk_as_columns_is_the_walk_before(edges, seeds, hops, max_nodes, f
     assert [(n, h, v, w, got.node_ids[p] if p >= 0 else None) for n, h, v, w, p in zip(
         got.node_ids, got.hops, got.vias, got.weights, got.parents, strict=True)] == [tuple(v) for v in want.visits]
     assert got.hops == sorted(got.hops)  # level by level: the seeds first
+    # a lookup answering lists (a view's own sorted lists) is read by slices: the same walk
+    listed = reach(seeds, lambda n: around.get(n, []), hops=hops, max_nodes=max_nodes, fan_out=fan_out)
+    assert listed == got
+    mixed = reach(seeds, lambda n: around.get(n, []) if n % 2 else iter(around.get(n, ())), hops=hops,
+                  max_nodes=max_nodes, fan_out=fan_out)
+    assert mixed == got

@@ -122,6 +122,9 @@ def check(view: GraphView, model: Model) -> None:
                     ours = traverse([seed], lookup, hops=hops, max_nodes=max_nodes, fan_out=fan_out)
                     theirs = traverse([seed], reference_lookup, hops=hops, max_nodes=max_nodes, fan_out=fan_out)
                     assert ours == theirs
+                    # the walk's lookup (a node's sorted list itself where no filter applies)
+                    assert traverse([seed], view.lookup(direction=direction, types=types), hops=hops,
+                                    max_nodes=max_nodes, fan_out=fan_out) == theirs
                     if max_nodes == fan_out == 10_000:
                         distance = nx.single_source_shortest_path_length(plain, seed, cutoff=hops)
                         assert {v.node_id: v.hop for v in ours.visits} == distance
