@@ -90,6 +90,19 @@ class GraphCache:
                 self.misses += 1
             return view
 
+    def current(self, key: Hashable, revision: int) -> GraphView | None:
+        """The view held for ``key`` if it is at ``revision`` exactly (then the most recently
+        used, and a hit), else None with nothing counted: the caller then takes the general path
+        (:meth:`get`, a build or bringing the view forward). The view may move past
+        ``revision`` before its lock is taken: read its revision again under the lock."""
+        with self._lock:
+            view = self._views.get(key)
+            if view is None or view.revision != revision:
+                return None
+            self.hits += 1
+            self._views.move_to_end(key)
+            return view
+
     def put(self, key: Hashable, view: GraphView) -> None:
         """Hold ``view`` for ``key`` and evict others down to the budgets."""
         with self._lock:

@@ -212,7 +212,7 @@ class GraphView:
         type, workspace and validity filters. ``OUT`` and ``IN`` read only their own edges;
         ``BOTH`` merges the two lists lazily (:meth:`_merged`).
         """
-        if node_id not in self.graph:
+        if node_id not in self.graph._node:  # networkx's node dict: no call of its __contains__
             return iter(())
         edges: Iterable[Edge]
         if direction == "BOTH":
@@ -289,7 +289,7 @@ class GraphView:
               workspaces: Collection[str] | None = None, at: ValidAt = None) -> tuple[list[Edge], bool]:
         """:meth:`neighbors` as the view's own tuples (:data:`~kg.graph.neighbors.Edge`): nothing
         is made per edge (a slice of a node's sorted list when no filter applies)."""
-        if node_id not in self.graph:
+        if node_id not in self.graph._node:
             return [], False
         found: list[Edge]
         if (types is not None or workspaces is not None or (at is not None and self._validity)):
@@ -314,7 +314,7 @@ class GraphView:
         then a slice of each, no lookup per edge. Otherwise one lookup per edge
         (:meth:`addresses_of`).
         """
-        if node_id not in self.graph:
+        if node_id not in self.graph._node:
             return [], [], False
         if types is not None or workspaces is not None or (at is not None and self._validity):
             found, more = self.edges(node_id, direction=direction, types=types, limit=limit, workspaces=workspaces,
@@ -359,7 +359,8 @@ class GraphView:
             # the whole key (address, type, direction) then
             edges, where = [], []
             i = j = 0
-            while i < len(a) and j < len(b) and len(edges) < first:
+            na, nb, last = len(a), len(b), min(first, len(a) + len(b))
+            while i < na and j < nb and i + j < last:
                 x, y = a[i], b[j]
                 wx, wy = x[2], y[2]
                 if wx is not None and wy is not None and wx != wy:
@@ -374,9 +375,9 @@ class GraphView:
                     edges.append(y)
                     where.append(b_where[j])
                     j += 1
-            if len(edges) < first:  # one list is spent: the rest of the other follows
-                edges += a[i:] if i < len(a) else b[j:]
-                where += a_where[i:len(a)] if i < len(a) else b_where[j:len(b)]
+            if i + j < last:  # one list is spent: the rest of the other follows
+                edges += a[i:] if i < na else b[j:]
+                where += a_where[i:na] if i < na else b_where[j:nb]
             return edges[:first], where[:first]
         if len(a) > len(b):
             a, a_where, b, b_where = b, b_where, a, a_where

@@ -43,7 +43,7 @@ from kg.graph.neighbors import (
     check_types,
 )
 from kg.graph.rows import NeighborRows
-from kg.graph.traverse import check_walk_bounds, reach
+from kg.graph.traverse import Reached, check_walk_bounds, reach
 from kg.graph.validity import ValidAt, iso, read_time, valid_at
 from kg.graph.view import EdgeRow, GraphView, NodeAddress, NodeRow
 from kg.rag.entities import ABOUT, MENTIONED_IN
@@ -70,7 +70,7 @@ _ADDRESS = attrgetter("address")
 def view_key(view: BranchView) -> tuple[Hashable, ...]:
     """The cache key of a branch's graph: repository, branch, and the rest of its read chain
     (fixed from the fork on; a reset re-forks and so changes it)."""
-    return (view.repo.id, view.branch.id, view.chain[1:])
+    return (view.repo.id, view.chain[0][0], view.chain[1:])  # the chain's first entry is the branch's own id
 
 
 def _resolver(session: Session, view: BranchView):
@@ -403,14 +403,15 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
     direction = check_direction(direction)
     wanted = _check_types(types)
     check_limit(limit)
+    held = services.graphs.current(view_key(view), view.revision)
+    if held is not None:  # at the read's revision: what current_graph would yield, without its machinery
+        with held.lock:
+            if held.revision == view.revision:
+                return _neighbors_in(session, view, held, address, direction, wanted, limit, at)
     with current_graph(session, services, view, build=False) as graph:
-        node_id, _, _ = _node_id(session, view, graph, address)
         if graph is not None:
-            found, where, truncated = graph.edges_located(node_id, direction=direction, types=wanted, limit=limit,
-                                                          workspaces=readable_names(view), at=at)
-            # the columns read under the view's lock: a node deleted after it is released keeps its row
-            return {"neighbors": NeighborRows(found, where, graph.validities(node_id, found)),
-                    "truncated": truncated}
+            return _neighbors_in(session, view, graph, address, direction, wanted, limit, at)
+        node_id, _, _ = _node_id(session, view, None, address)
     page = store.list_neighbors(session, view, node_id, direction=direction, types=wanted, limit=limit + 1, at=at)
     shown = page[:limit]
     return {
@@ -418,6 +419,16 @@ def neighbors_of(session: Session, services: Resources, view: BranchView, addres
                                   shown, [(r.valid_from, r.valid_to, r.invalidated_by) for r in shown]),
         "truncated": len(page) > limit,
     }
+
+
+def _neighbors_in(session: Session, view: BranchView, graph: GraphView, address: str, direction: Direction,
+                  wanted: frozenset[str] | None, limit: int, at: ValidAt) -> dict[str, Any]:
+    """:func:`neighbors_of` from ``graph``, the branch's view at ``view.revision``, its lock held."""
+    node_id, _, _ = _node_id(session, view, graph, address)
+    found, where, truncated = graph.edges_located(node_id, direction=direction, types=wanted, limit=limit,
+                                                  workspaces=readable_names(view), at=at)
+    # the columns read under the view's lock: a node deleted after it is released keeps its row
+    return {"neighbors": NeighborRows(found, where, graph.validities(node_id, found)), "truncated": truncated}
 
 
 def _validity_fields(valid_from: datetime | None, valid_to: datetime | None,
@@ -533,29 +544,16 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
         raise InvalidInput("seeds must be a non-empty list of node addresses 'workspace:/path'")
     for seed in seeds:
         parse_address(seed)  # every address checked (422) before any is looked up (404)
-    with current_graph(session, services, view, build=True) as graph:
-        addresses: dict[str, tuple[str, str]] = {}
-        seeds_at: list[NodeAddress] = []
-        ids = []
-        for seed in seeds:
-            node_id, workspace, path = _node_id(session, view, graph, seed)
-            addresses[node_id] = (workspace, path)
-            seeds_at.append(NodeAddress(workspace, path, f"{workspace}:{path}"))
-            ids.append(node_id)
-        if graph is not None:
-            scope = readable_names(view)
-            walked = reach(ids, graph.lookup(direction=direction, types=wanted, workspaces=scope, at=at),
-                           hops=hops, max_nodes=max_nodes, fan_out=fan_out)
-            # the seeds first (hop 0, in the order given, repeats dropped): a seed without
-            # relations is not in the view; the others' addresses read under the view's lock
-            first = bisect.bisect_right(walked.hops, 0)
-            by_seed = dict(zip(ids, seeds_at, strict=True))
-            where = [by_seed[n] for n in walked.node_ids[:first]]  # type: ignore[index]
-            where += graph.addresses_of(walked.node_ids[first:])
-        else:
-            walked = reach(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses, at),
-                           hops=hops, max_nodes=max_nodes, fan_out=fan_out)
-            where = [NodeAddress(w, p, f"{w}:{p}") for w, p in map(addresses.__getitem__, walked.node_ids)]  # type: ignore[arg-type]
+    held = services.graphs.current(view_key(view), view.revision)
+    walk: tuple[Reached, list[NodeAddress]] | None = None
+    if held is not None:  # at the read's revision: what current_graph would yield, without its machinery
+        with held.lock:
+            if held.revision == view.revision:
+                walk = _walk_in(session, view, held, seeds, direction, wanted, hops, max_nodes, fan_out, at)
+    if walk is None:
+        with current_graph(session, services, view, build=True) as graph:
+            walk = _walk_in(session, view, graph, seeds, direction, wanted, hops, max_nodes, fan_out, at)
+    walked, where = walk
     # each row's ``from``: its parent's address, looked up in C (a seed has none)
     seeds_count = bisect.bisect_right(walked.hops, 0)
     froms: list[str | None] = [None] * seeds_count
@@ -565,6 +563,35 @@ def traverse_from(session: Session, services: Resources, view: BranchView, seeds
                       for node_id, hop, via, weight, parent, located in zip(
                           walked.node_ids, walked.hops, walked.vias, walked.weights, froms, where, strict=True)],
             "truncated": walked.truncated}
+
+
+def _walk_in(session: Session, view: BranchView, graph: GraphView | None, seeds: Sequence[str], direction: Direction,
+             wanted: frozenset[str] | None, hops: int, max_nodes: int, fan_out: int,
+             at: ValidAt) -> tuple[Reached, list[NodeAddress]]:
+    """:func:`traverse_from`'s walk on ``graph`` (the branch's view at ``view.revision``, its
+    lock held) or, when None, on SQL: the reached columns and each node's address."""
+    addresses: dict[str, tuple[str, str]] = {}
+    seeds_at: list[NodeAddress] = []
+    ids = []
+    for seed in seeds:
+        node_id, workspace, path = _node_id(session, view, graph, seed)
+        addresses[node_id] = (workspace, path)
+        seeds_at.append(NodeAddress(workspace, path, f"{workspace}:{path}"))
+        ids.append(node_id)
+    if graph is None:
+        walked = reach(ids, _sql_lookup(session, view, direction, wanted, fan_out, addresses, at),
+                       hops=hops, max_nodes=max_nodes, fan_out=fan_out)
+        return walked, [NodeAddress(w, p, f"{w}:{p}")
+                        for w, p in map(addresses.__getitem__, walked.node_ids)]  # type: ignore[arg-type]
+    walked = reach(ids, graph.lookup(direction=direction, types=wanted, workspaces=readable_names(view), at=at),
+                   hops=hops, max_nodes=max_nodes, fan_out=fan_out)
+    # the seeds first (hop 0, in the order given, repeats dropped): a seed without
+    # relations is not in the view; the others' addresses read under the view's lock
+    first = bisect.bisect_right(walked.hops, 0)
+    by_seed = dict(zip(ids, seeds_at, strict=True))
+    where = [by_seed[n] for n in walked.node_ids[:first]]  # type: ignore[index]
+    where += graph.addresses_of(walked.node_ids[first:])
+    return walked, where
 
 
 #: The two hops of :func:`follow_subjects`: a document's entities (their ``mentioned_in``

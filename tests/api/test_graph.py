@@ -184,7 +184,7 @@ def test_hub_with_100000_edges_neighbors_limit_100_stops_early(client, repo, ser
 # -- NEIGHBORS ------------------------------------------------------------------------------
 
 
-def test_neighbors_stable_order_properties_and_cross_workspace(client, repo, lib, path):
+def test_neighbors_stable_order_properties_and_cross_workspace(client, repo, lib, path, services):
     for p in ("/n", "/a", "/b", "/c"):
         node(client, k(p))
     node(client, "lib:/a")
@@ -217,6 +217,13 @@ def test_neighbors_stable_order_properties_and_cross_workspace(client, repo, lib
     assert [(r["workspace"], r["path"], r["direction"]) for r in back] == [("knowledge", "/n", "OUT")]
     # traverse crosses workspaces too
     assert "lib:/a" in paths(walk(client, [k("/c")], hops=2))
+    # the walk built the view (path "view"): NEIGHBORS now reads it, in and out merged with the
+    # same ties (equal weights, then address, type, direction) and the same cuts as SQL
+    assert len(services.graphs) == (1 if path == "view" else 0)
+    assert nb(client, k("/n")) == answer and nb(client, k("/n"), limit=2) == first
+    for limit in (1, 3, 4, 5):
+        cut = nb(client, k("/n"), limit=limit)
+        assert cut["neighbors"] == answer["neighbors"][:limit] and cut["truncated"] is (limit < 6)
 
 
 def test_neighbors_validation(client, repo):
@@ -307,6 +314,30 @@ def test_view_is_brought_forward_on_writes_not_rebuilt(client, repo, services):
     node(client, k("/l1"))                                            # same path, new node: no old edge
     assert paths(walk(client, [k("/c")], hops=1)) == [k("/c"), k("/l0"), k("/new")]
     assert [r["path"] for r in nb(client, k("/c"))["neighbors"]] == ["/l0", "/new"]
+
+
+def test_a_read_at_the_views_revision_is_one_hit_and_a_write_is_brought_forward(client, repo, services):
+    star(client, 3)
+    rel(client, k("/l1"), k("/c"), weight=2.0)
+    walk(client, [k("/c")], hops=1)  # builds the view
+    (key,) = list(services.graphs._views)
+    view = services.graphs.get(key)
+    hits, misses = services.graphs.hits, services.graphs.misses
+    top = nb(client, k("/c"), limit=2)
+    walked = walk(client, [k("/c")], hops=2, max_nodes=3)
+    assert (services.graphs.hits, services.graphs.misses) == (hits + 2, misses)  # one lookup a read
+    assert [r["path"] for r in top["neighbors"]] == ["/l1", "/l0"] and top["truncated"] is True
+    assert paths(walked) == [k("/c"), k("/l1"), k("/l0")] and walked["truncated"] is True
+    assert [n["from"] for n in walked["nodes"]] == [None, k("/c"), k("/c")]
+    before = view.revision
+    rel(client, k("/c"), k("/l2"), weight=7.0)  # the view is behind the next read: brought forward
+    top = nb(client, k("/c"), limit=2)
+    walked = walk(client, [k("/c")], hops=2, max_nodes=3)
+    assert services.graphs.get(key) is view and view.revision > before
+    assert [r["path"] for r in top["neighbors"]] == ["/l2", "/l1"]
+    assert paths(walked) == [k("/c"), k("/l2"), k("/l1")]
+    services.graphs = GraphCache(max_edges=0)  # SQL answers the same
+    assert nb(client, k("/c"), limit=2) == top and walk(client, [k("/c")], hops=2, max_nodes=3) == walked
 
 
 def test_traverse_and_neighbors_are_branch_isolated(client, repo, path):
