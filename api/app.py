@@ -14,6 +14,7 @@ from api.guard import RequestGuard
 from api.mcp import mcp_app
 from api.routes import (
     branches,
+    bulk,
     changes,
     functions,
     health,
@@ -76,7 +77,7 @@ def create_app(settings: Settings | None = None, *, services: Services | None = 
     # Every other route needs the caller (a 401 with KG_AUTH on and no valid key), even one
     # that does not use it; FastAPI resolves get_caller once per request.
     for module in (repos, history, changes, branches, nodes, search, relations, references, rag, functions, jobs,
-                   keys, lineage, sql):
+                   keys, lineage, sql, bulk):
         app.include_router(module.router, responses=ERROR_RESPONSES, dependencies=[Depends(get_caller)])
     # MCP over streamable HTTP: /mcp/{repo}/{branch} (the branch may hold '/'), the same keys.
     app.mount("/mcp", mcp_asgi)

@@ -43,6 +43,11 @@ def returns_by_status(models: Mapping[int, type[BaseModel]], default: type[M]) -
     return lambda status, content: models.get(status, default).model_validate_json(content)
 
 
+def returns_bytes(status: int, content: bytes) -> bytes:
+    """The decoder of an answer that is a file (an export): its bytes as they came."""
+    return content
+
+
 def returns_nothing(status: int, content: bytes) -> None:
     """The decoder of a 204."""
     return None

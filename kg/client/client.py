@@ -184,6 +184,7 @@ class Operations:
     lineage = operation(ops.lineage)
     references = operation(ops.references)
     search = operation(ops.search)
+    export = operation(ops.export)
     index_status = operation(ops.index_status)
     retry_failed = operation(ops.retry_failed)
     relate = operation(ops.relate)

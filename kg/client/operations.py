@@ -16,7 +16,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel
 
 from kg import types as t
-from kg.client.calls import Call, Decoder, returns, returns_by_status, returns_nothing
+from kg.client.calls import Call, Decoder, returns, returns_by_status, returns_bytes, returns_nothing
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -220,6 +220,13 @@ def search(repo: str, query: str, *, k: int | None = None,
            at_revision: int | None = None) -> Call[t.SearchResponse]:
     """Search the chunks of the nodes the branch sees: vector KNN, BM25 or hybrid rank fusion."""
     return _call("POST", "/api/repos/{repo}/search", returns(t.SearchResponse), locals(), SEARCH_FIELDS)
+
+
+def export(repo: str, *, branch: str | None = None, at_revision: int | None = None, with_chunks: bool | None = None,
+           format: Literal["ndjson", "parquet"] | None = None) -> Call[bytes]:
+    """A branch's content as one file of records (``kg-ndjson`` lines, or with ``format="parquet"``
+    a ``kg-parquet`` file), as bytes; ``kg import`` reads it back."""
+    return _call("GET", "/api/repos/{repo}/export", returns_bytes, locals())
 
 
 def index_status(repo: str) -> Call[t.IndexStatus]:

@@ -262,6 +262,7 @@ ROWS = [
     Row("search a workspace", "POST", f"{R}/search", f"{ACME}/search", READ,
         body={**SEARCH, "workspaces": ["knowledge"]}),
     Row("index status", "GET", f"{R}/index/status", f"{ACME}/index/status", ADMIN_ONLY),
+    Row("export", "GET", f"{R}/export", f"{ACME}/export", BRANCH_READ),
     Row("retry failed texts", "POST", f"{R}/index/retry-failed", f"{ACME}/index/retry-failed", ADMIN_ONLY),
     Row("relate", "POST", f"{R}/relations", f"{ACME}/relations", (403, 404, 404, 404, 201),
         body={"from": "knowledge:/docs", "to": "knowledge:/docs/a", "type": "r{n}"}),

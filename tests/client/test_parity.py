@@ -47,6 +47,7 @@ OPERATIONS: dict[tuple[str, str], str] = {
     ("GET", "/api/repos/{repo}/references"): "references",
     ("POST", "/api/repos/{repo}/search"): "search",
     ("GET", "/api/repos/{repo}/index/status"): "index_status",
+    ("GET", "/api/repos/{repo}/export"): "export",
     ("POST", "/api/repos/{repo}/index/retry-failed"): "retry_failed",
     ("POST", "/api/repos/{repo}/relations"): "relate",
     ("DELETE", "/api/repos/{repo}/relations"): "unrelate",
