@@ -84,7 +84,11 @@ def reference_bm25(passages: dict[str, str], query: str, k1: float = 1.2, b: flo
 
 @pytest.fixture
 def pruned(monkeypatch):
-    """Whether each fulltext search's MaxScore pruned."""
+    """Whether each fulltext search's MaxScore pruned (tried from the first posting on: the
+    corpus is small)."""
+    from kg.index import bm25 as bm25_module
+
+    monkeypatch.setattr(bm25_module, "_PRUNE_MIN_POSTINGS", 0)
     seen: list[bool] = []
     candidates = BM25Index._candidates
 

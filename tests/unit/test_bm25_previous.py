@@ -38,6 +38,8 @@ def thresholds(request, monkeypatch):
         if request.param == "pruning":
             monkeypatch.setattr(module, "_CANDIDATE_SHARE", 1.0)
             monkeypatch.setattr(module, "_PRUNE_GAIN", 0)
+    if request.param == "pruning":
+        monkeypatch.setattr(bm25_module, "_PRUNE_MIN_POSTINGS", 0)
 
 
 def draw_mask(data, n_docs: int) -> np.ndarray | None:
@@ -139,9 +141,10 @@ def pruned(monkeypatch):
     return seen
 
 
-def test_pruned_searches_equal_the_previous_implementation(pruned):
+def test_pruned_searches_equal_the_previous_implementation(pruned, monkeypatch):
     """A rare term in a few passages and a term in every one: both levels prune the frequent
     term to the rare term's candidates, and score exactly as before."""
+    monkeypatch.setattr(bm25_module, "_PRUNE_MIN_POSTINGS", 0)  # a small corpus
     rng = np.random.default_rng(3)
     texts = [" ".join(["common"] * int(rng.integers(1, 4)) + ["rare"] * int(i % 37 == 0)
                       + ["filler"] * int(rng.integers(0, 5))) for i in range(400)]
@@ -165,6 +168,7 @@ def test_documents_of_two_frequent_terms_are_candidates_beside_the_rare_terms(pr
     postings, and rank exactly as a full evaluation ranks them."""
     monkeypatch.setattr(bm25_module, "_CANDIDATE_SHARE", 1.0)
     monkeypatch.setattr(bm25_module, "_PRUNE_GAIN", 0)
+    monkeypatch.setattr(bm25_module, "_PRUNE_MIN_POSTINGS", 0)
     rng = np.random.default_rng(5)
     texts = []
     for i in range(600):
@@ -191,6 +195,7 @@ def test_the_dense_pass_keeps_every_tie_of_the_kth_score(monkeypatch):
     rare term's k-th (less a margin): documents tied with the k-th score across that floor keep
     their order by id, as a full sort orders them."""
     monkeypatch.setattr(bm25_module, "_PRUNE_GAIN", 10**9)  # never prune: the dense pass with its floor
+    monkeypatch.setattr(bm25_module, "_PRUNE_MIN_POSTINGS", 0)
     texts = ["rare common"] * 6 + ["common filler"] * 50 + ["rare common"] * 6 + ["filler"] * 40
     new, old = build(BM25Index, texts, [30]), build(previous_module.BM25Index, texts, [30])
     for mask in (None, np.arange(len(texts)) % 3 != 0):
