@@ -42,7 +42,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from operator import itemgetter
+from operator import eq, itemgetter
 from typing import Any, Literal
 
 import networkx as nx
@@ -61,6 +61,8 @@ VIEW_BYTES = 2_000
 NODE_BYTES = 1_000
 EDGE_BYTES = 250
 SORTED_ENTRY_BYTES = 110
+#: An edge's weight (:data:`~kg.graph.neighbors.Edge`'s third field), read in C.
+_WEIGHT = itemgetter(2)
 #: Two sorted lists together at most this long are merged by sorting their concatenation
 #: (``BOTH`` on a node of small degree); longer ones lazily.
 SMALL_MERGE = 64
@@ -249,8 +251,14 @@ class GraphView:
                 return self.iter_neighbors(node_id, direction=direction, types=types, workspaces=workspaces, at=at)
             return filtered
         nodes, sorted_list, one = self.graph._node, self._sorted_list, direction
+        kept, use = self._sorted.get, self._sorted.move_to_end
 
         def listed(node_id: Hashable) -> Iterable[Edge]:
+            key = (node_id, one)
+            found = kept(key)  # type: ignore[arg-type]
+            if found is not None:  # kept from an earlier read: _sorted_list's first answer, inlined
+                use(key)  # type: ignore[arg-type]
+                return found
             return sorted_list(node_id, one) if node_id in nodes else ()  # type: ignore[arg-type]
         return listed
 
@@ -665,18 +673,18 @@ class GraphView:
             self._sorted.move_to_end(key)
             return cached
         adjacency = (self.graph._succ if direction == "OUT" else self.graph._pred)[node_id]
-        where = self._addresses
-        # the sort key inlined: this runs once per node and direction read
-        items = [((w := data["weight"]) is None, -w if w is not None else 0.0, where[other].address, t,
-                  (other, t, w, direction, data["properties"] or None))
-                 for other, keyed in adjacency.items() for t, data in keyed.items()]
-        if len(items) > self.max_sorted_entries:  # never kept: sort only what is asked for
+        edges: list[Edge] = [(other, t, data["weight"], direction, data["properties"] or None)
+                             for other, keyed in adjacency.items() for t, data in keyed.items()]
+        if len(edges) <= self.max_sorted_entries:
+            edges = self._ordered(edges)
+        else:  # never kept: the whole key, and only what is asked for
+            where = self._addresses
+            items = [(w is None, -w if w is not None else 0.0, where[edge[0]].address, edge[1], edge)  # type: ignore[index]
+                     for edge in edges for w in (edge[2],)]
             if first is not None and first < len(items):
                 return [item[4] for item in heapq.nsmallest(first, items)]
-            items.sort()
+            items.sort()  # (address, type) is unique within a direction: the edge is never compared
             return [item[4] for item in items]
-        items.sort()  # (address, type) is unique within a direction: the edge is never compared
-        edges: list[Edge] = [item[4] for item in items]
         self._sorted[key] = edges
         self._sorted_entries += len(edges)
         while self._sorted_entries > self.max_sorted_entries:
@@ -684,6 +692,36 @@ class GraphView:
             self._where.pop(evicted, None)
             self._sorted_entries -= len(dropped)
         return edges
+
+    def _ordered(self, edges: list[Edge]) -> list[Edge]:
+        """The edges of one direction of a node in the stable order: sorted by weight alone
+        (descending; a float key sorts in C, no key tuple per edge), then each run of equal
+        weights, and the edges without a weight (last), by the other node's address and the
+        type. Addresses are read only for those: most weights of a node differ."""
+        weights = list(map(_WEIGHT, edges))
+        nulls: list[Edge] = []
+        if None in weights:
+            nulls = sorted((e for e in edges if e[2] is None), key=self._address_type)
+            edges = [e for e in edges if e[2] is not None]
+            weights = list(map(_WEIGHT, edges))
+        if len(set(weights)) < len(weights):  # ties: sorted by weight, then each run of them
+            edges.sort(key=_WEIGHT, reverse=True)  # stable; equal weights (0.0 and -0.0, 1 and 1.0) lie together
+            weights = list(map(_WEIGHT, edges))
+            tied = itertools.compress(range(len(weights) - 1), map(eq, weights, itertools.islice(weights, 1, None)))
+            start = end = -2
+            for i in itertools.chain(tied, (-2,)):  # i: weights[i] == weights[i + 1]; -2 closes the last run
+                if i != end + 1:
+                    if start >= 0:
+                        edges[start:end + 2] = sorted(edges[start:end + 2], key=self._address_type)
+                    start = i
+                end = i
+        else:
+            edges.sort(key=_WEIGHT, reverse=True)
+        return edges + nulls if nulls else edges
+
+    def _address_type(self, edge: Edge) -> tuple[str, str]:
+        """The stable order's key among edges of one direction and weight: address, then type."""
+        return self._addresses[edge[0]].address, edge[1]  # type: ignore[index]
 
     def _merged(self, a: Sequence[Edge], b: Sequence[Edge]) -> Iterable[Edge]:
         """Two sorted lists of a node (its in- and out-edges) as one, in the stable order.

@@ -174,3 +174,22 @@ def test_view_answers_as_the_networkx_reference(edges, changes, budget, dead):
                 node_rows.append(NodeRow(node, ws, p, deleted=alive))
         view.apply(node_rows, edge_rows, model.resolve, revision=revision)
         check(view, model)
+
+
+@settings(max_examples=60, deadline=None)
+@given(weights=st.lists(st.one_of(st.none(), st.integers(-3, 3), st.sampled_from([-0.0, 0.0, 0.25, -2.5, 1e300])),
+                        min_size=1, max_size=30),
+       budget=st.sampled_from([0, 1_000_000]), first=st.integers(1, 5))
+def test_a_sorted_list_by_weight_alone_or_by_the_whole_key_is_the_stable_order(weights, budget, first):
+    """A node's list is sorted by weight alone when its weights are distinct and not null, by the
+    whole key otherwise (ties, 0.0 and -0.0, 1 and 1.0, nulls): the stable order either way, kept
+    or not (a budget of 0 keeps nothing and cuts the first edges with a heap)."""
+    model = Model(31)
+    for i, w in enumerate(weights, start=1):
+        model.rels[("n0", TYPES[i % 3], f"n{i}")] = (float(w) if i % 2 and w is not None else w, None, (None, None))
+    view = GraphView(0, max_sorted_entries=budget)
+    assert view.load([model.row(key) for key in model.rels], model.resolve)
+    want = expected(model, model.reference(), "n0", "OUT", None, None, None)
+    assert [tuple(e) for e in view.iter_neighbors("n0", direction="OUT")] == want
+    assert [tuple(e) for e in view.neighbors("n0", direction="OUT", limit=first)[0]] == want[:first]
+    assert [tuple(e) for e in view.neighbors("n0", direction="BOTH", limit=first)[0]] == want[:first]
