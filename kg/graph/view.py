@@ -63,8 +63,10 @@ EDGE_BYTES = 250
 SORTED_ENTRY_BYTES = 110
 #: An edge's weight (:data:`~kg.graph.neighbors.Edge`'s third field), read in C.
 _WEIGHT = itemgetter(2)
-#: Two sorted lists together at most this long are merged by sorting their concatenation
-#: (``BOTH`` on a node of small degree); longer ones lazily.
+#: Two sorted lists together at most this long (``BOTH`` on a node of small degree) are merged
+#: by sorting their concatenation (:meth:`GraphView._merged`) or, for NEIGHBORS, by a merge of
+#: their heads that compares weights first (:meth:`GraphView._merged_located`); longer ones by
+#: binary search of the shorter's edges in the longer.
 SMALL_MERGE = 64
 
 EdgeKey = tuple[str, str, str]  # (from node id, relation type, to node id)
