@@ -111,8 +111,8 @@ class Settings(BaseSettings):
         chosen as ``ask_code_names``).
     ask_event_words : bool
         "When did X close?" is answered only by a sentence that, with its title, holds every word
-        asked of X ("close", by stem), never one dating another event of X
-        (:func:`kg.rag.functions.holds_asked_words`; chosen as ``ask_code_names``).
+        asked of X ("close", by stem or lemma), never one dating another event of X
+        (:func:`kg.rag.functions.holds_event_words`; chosen as ``ask_code_names``).
     ask_absent_words : {"all", "salient"}
         Which uncovered words the check counts: all, or those naming the subject (numbers,
         names, rare words: :func:`kg.rag.functions.salient_words`).

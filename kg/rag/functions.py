@@ -111,7 +111,7 @@ __all__ = [
     "RESEARCH_BRANCH_PREFIX", "RESEARCH_TOOLS", "REWRITE_PASSAGES", "REWRITE_TERMS", "SALIENT_PIECES",
     "SENTENCE_MARGIN", "SPELLING_RATIO", "ScoredSentence", "absent_terms", "answer_coverage", "ask", "compose_answer",
     "coverage", "document_label", "extractive_answer", "focus_passages", "graph_context", "graph_passages",
-    "holds_asked_words", "invoke", "leads", "lemmas", "misspelt_words", "nearest_words", "not_said",
+    "holds_event_words", "invoke", "leads", "lemmas", "misspelt_words", "nearest_words", "not_said",
     "research_assistant", "salient_words", "score_sentences", "search_documents", "select_sentences", "store_answer",
     "type_checks", "vocabulary_rewrite",
 ]
@@ -922,7 +922,7 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     if not answers_type(asked, sentence.text, context=title, checks=checks):
         return False
     quoted = _quoted_text(sentence, passages)
-    if not holds_asked_words(asked, quoted, checks):
+    if not holds_event_words(asked, quoted, checks):
         return False
     if asked.answer_type == "definition":  # its focus and a definitional pattern are the check
         return True
@@ -941,20 +941,21 @@ def _answers(asked: Question, sentence: ScoredSentence, passages: list[dict], co
     return answer_coverage(asked.text, quoted, excused) >= coverage
 
 
-def holds_asked_words(asked: Question, quoted: str, checks: TypeChecks = ALL_CHECKS) -> bool:
+def holds_event_words(asked: Question, quoted: str, checks: TypeChecks = ALL_CHECKS) -> bool:
     """Whether ``quoted`` (a sentence with its title) holds, by Snowball stem or by lemma
     (:func:`lemmas`), every event word of a date question (:func:`kg.text.questions.event_words`)
-    when ``checks.event_words`` is on. No word is excused as said in other words: "opened" is near "closed" in meaning.
+    when ``checks.event_words`` is on. No word is excused as said in other words: "opened" is
+    near "closed" in meaning.
 
     >>> q = analyze_question("When did the Miami and Erie Canal close?")
-    >>> holds_asked_words(q, "Construction began in 1825 and was completed in 1845.")
+    >>> holds_event_words(q, "Construction began in 1825 and was completed in 1845.")
     False
-    >>> holds_asked_words(q, "The canal was closed to traffic in 1913.")
+    >>> holds_event_words(q, "The canal was closed to traffic in 1913.")
     True
-    >>> holds_asked_words(analyze_question("When was Zstandard first released?"),
+    >>> holds_event_words(analyze_question("When was Zstandard first released?"),
     ...                   "Zstandard v1.4.5 was released in May of 2020.")
     False
-    >>> holds_asked_words(analyze_question("When did construction of the canal begin?"),
+    >>> holds_event_words(analyze_question("When did construction of the canal begin?"),
     ...                   "Construction on the canal began in 1825.")
     True
     """

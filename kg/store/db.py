@@ -290,12 +290,13 @@ class _DriverConnections:
     is given back with no transaction open (a read's statements run in autocommit, each reading
     the latest commit), and at most ``keep`` are kept idle."""
 
-    __slots__ = ("_engine", "_idle", "_keep", "dialect")
+    __slots__ = ("_closed", "_engine", "_idle", "_keep", "dialect")
 
     def __init__(self, engine: Engine, keep: int = 8) -> None:
         self._engine = engine
         self._idle: list[Any] = []
         self._keep = keep
+        self._closed = False
         self.dialect = engine.dialect
 
     def __len__(self) -> int:
@@ -316,13 +317,14 @@ class _DriverConnections:
         """``connection`` back, idle; closed past ``keep``."""
         if connection.in_transaction:  # never after autocommit reads; not kept open across reads
             connection.rollback()
-        if len(self._idle) < self._keep:
+        if not self._closed and len(self._idle) < self._keep:
             self._idle.append(connection)
         else:
             connection.close()
 
     def close(self) -> None:
-        """Close the idle connections."""
+        """Close the idle connections; one given back afterwards (a read still open) is closed."""
+        self._closed = True
         while self._idle:
             self._idle.pop().close()
 
@@ -343,11 +345,11 @@ class _LazySession:
 
     def kg_driver(self) -> tuple[Any, Dialect]:
         """The DBAPI connection and dialect a :class:`kg.store.driver.DriverStatement` runs on:
-        the session's when it exists (its transaction), else, on SQLite, a pooled connection of
-        its own in autocommit (each statement reads the latest commit: the read is capped at its
-        view's revision, as every statement after the view's check is), which costs a fifth of
-        a session and its transaction with the CPU's caches cold (0.14 against 0.37 ms); it is
-        one of :class:`_DriverConnections`, not the pool's."""
+        the session's when it exists (its transaction), else, on a SQLite file, a connection of
+        its own (one of :class:`_DriverConnections`, not the pool's) in autocommit (each
+        statement reads the latest commit: the read is capped at its view's revision, as every
+        statement after the view's check is), which costs a fifth of a session and its
+        transaction with the CPU's caches cold (0.14 against 0.37 ms)."""
         if self._session is None and self._drivers is not None:
             if self._raw is None:
                 self._raw = self._drivers.take()

@@ -199,7 +199,7 @@ class TypeChecks:
     event_words : bool
         A date is answered only by a quote (the sentence with its document's title) holding
         every word of what the question asks of its mentions (:func:`event_words`, by
-        Snowball stem, never excused by similarity: :func:`kg.rag.functions.holds_asked_words`):
+        Snowball stem or lemma, never excused by similarity: :func:`kg.rag.functions.holds_event_words`):
         a sentence dates several events ("Construction began in 1825 and was completed in
         1845"), and its date answers "When did the canal *close*?" only if it says the canal
         closed. A date belongs to the event it is anchored to (TimeML's anchoring of times to

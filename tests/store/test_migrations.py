@@ -78,6 +78,27 @@ def test_sqlite_pragmas(tmp_path):
     db.dispose()
 
 
+def test_a_read_connection_given_back_after_the_database_closed_is_closed_not_kept(tmp_path):
+    import sqlite3
+
+    import pytest
+
+    db = Database(f"sqlite:///{tmp_path / 'kg.sqlite3'}")
+    drivers = db._drivers
+    assert drivers is not None
+    kept, open_during_close = drivers.take(), drivers.take()
+    drivers.give(kept)
+    assert len(drivers) == 1
+    db.dispose()  # a read still holds open_during_close
+    assert len(drivers) == 0
+    with pytest.raises(sqlite3.ProgrammingError):
+        kept.execute("SELECT 1")
+    drivers.give(open_during_close)
+    assert len(drivers) == 0
+    with pytest.raises(sqlite3.ProgrammingError):
+        open_during_close.execute("SELECT 1")
+
+
 def test_a_new_sqlite_store_has_8_kib_pages_and_an_older_one_keeps_its_own(tmp_path):
     import sqlite3
 

@@ -414,10 +414,10 @@ def test_a_person_asked_by_a_role_is_answered_by_that_role(question, sentence, c
      {}, True),
 ])
 def test_a_date_answers_the_event_the_question_names(question, quoted, checks, holds):
-    from kg.rag.functions import holds_asked_words
+    from kg.rag.functions import holds_event_words
     from kg.text.questions import TypeChecks
 
-    assert holds_asked_words(analyze_question(question), quoted, TypeChecks(**checks)) is holds
+    assert holds_event_words(analyze_question(question), quoted, TypeChecks(**checks)) is holds
 
 
 def test_the_event_words_of_a_date_question():
