@@ -100,7 +100,8 @@ class Services:
     @classmethod
     def from_settings(cls, settings: Settings) -> Services:
         """Build the services: the configured database and index (``KG_INDEX``)."""
-        db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s)
+        db = Database(settings.resolved_database_url(), busy_timeout_s=settings.sqlite_busy_timeout_s,
+                      checkpoint=settings.sqlite_checkpoint)
         index = build_index(settings)
         graphs = GraphCache(settings.graph_max_edges, max_bytes=settings.graph_max_bytes,
                             max_views=settings.graph_max_views)

@@ -36,6 +36,11 @@ class Settings(BaseSettings):
         session, ``bench/embedder_runtime.py``).
     sqlite_busy_timeout_s : float
         How long a SQLite writer waits for the write lock, in seconds.
+    sqlite_checkpoint : {"background", "commit"}
+        Who folds SQLite's write-ahead log into the database file: ``background`` (default), a
+        thread of the process, after writes and never inside one; ``commit``: SQLite's automatic
+        checkpoint, run by the write whose commit takes the log past 1,000 pages (that write
+        waits for it).
     index_inline : bool
         Index a write's text before answering it (tests, scripts). Default: a write is
         answered once stored and the background indexer embeds its text.
@@ -309,6 +314,7 @@ class Settings(BaseSettings):
     embed_batch_size: int = Field(default=32, gt=0)
     embed_local_batch_size: int = Field(default=1, gt=0)
     sqlite_busy_timeout_s: float = Field(default=30.0, gt=0)
+    sqlite_checkpoint: Literal["background", "commit"] = "background"
     index_inline: bool = False
     index_poll_s: float = Field(default=1.0, gt=0)
     index_step_chunks: int = Field(default=16, gt=0)
