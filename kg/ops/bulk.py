@@ -677,7 +677,7 @@ def _ensure_target(uow: UnitOfWork, repo: str, branch: str, bulk: BulkFile, *,
         created = True
     uow.authorize("write", repo, branch)
     default = services.settings.embedding_model
-    configs = {w.name: w.config for w in repo_store.list_workspaces(session, r)}
+    configs = repo_store.workspace_configs(session, r)
     for spec in bulk.header.workspaces:
         if create and not can_see(uow.actor, repo, workspace=spec.name):
             # Before existence: a name outside the key's workspaces answers alike, taken or free.

@@ -291,6 +291,12 @@ def get_workspace(session: Session, repo: Repository, name: str) -> Workspace:
     return workspace
 
 
+def workspace_configs(session: Session, repo: Repository) -> dict[str, dict[str, Any]]:
+    """The configs of ``repo``'s workspaces by name: one Core statement, no ORM object (a small
+    import reads them on every call)."""
+    return {name: config or {} for _, name, config in session.execute(_WORKSPACE_ROWS, {"repo_id": repo.id})}
+
+
 def list_workspaces(session: Session, repo: Repository) -> list[Workspace]:
     """The workspaces of ``repo``, by name."""
     return list(
