@@ -67,14 +67,15 @@ _COUNTS = ("chunk_index", "char_start", "char_end", "dim")
 _TIMES = frozenset(("created_at", "updated_at", "valid_from", "valid_to"))
 
 
-def _pyarrow() -> tuple[Any, Any, Any]:
-    """pyarrow, its compute module and its Parquet module; an error naming the extra without it."""
+def _pyarrow(doing: str = "reading") -> tuple[Any, Any, Any]:
+    """pyarrow, its compute module and its Parquet module; without it, an error naming what
+    needed it (``doing``: ``reading`` or ``writing``) and the extra."""
     try:
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise InvalidInput("reading Parquet needs pyarrow: pip install 'kg[parquet]'") from exc
+        raise InvalidInput(f"{doing} Parquet needs pyarrow: pip install 'kg[parquet]'") from exc
     return pa, pc, pq
 
 
@@ -483,7 +484,7 @@ class ParquetSink:
 
     def _record(self, record: dict[str, Any]) -> None:
         if record.get("record") == "header":
-            pa, _, pq = _pyarrow()
+            pa, _, pq = _pyarrow("writing")
             header = {**record, "format": PARQUET_FORMAT}
             fields = [pa.field("record", pa.string())]
             for name in sorted(_COLUMNS - {"record"}, key=_column_order):
@@ -501,7 +502,7 @@ class ParquetSink:
         rows, self._rows = self._rows, []
         if not rows:
             return
-        pa, _, _ = _pyarrow()
+        pa, _, _ = _pyarrow("writing")
         columns = []
         for field in self._schema:
             name = field.name
@@ -578,7 +579,7 @@ def export_parquet(services: Resources, caller: Actor, repo: str, branch: str = 
     """A branch's content as a ``kg-parquet`` file: the records :func:`kg.ops.bulk.export_ndjson`
     writes, as columns (the same access, order and counts); the header written (its format
     ``kg-parquet``). :func:`import_parquet` reads it back."""
-    _pyarrow()
+    _pyarrow("writing")
     sink = ParquetSink(out)
     header = ndjson.export_ndjson(services, caller, repo, branch, out=sink, at_revision=at_revision,  # type: ignore[arg-type]
                                   with_chunks=with_chunks)

@@ -213,6 +213,16 @@ def test_without_pyarrow_the_columnar_import_names_the_extra(monkeypatch, tmp_pa
         bulk_parquet.read_parquet(tmp_path / "x.parquet")
 
 
+def test_without_pyarrow_the_columnar_export_says_writing_needs_it(monkeypatch, services, tmp_path):
+    import sys
+
+    _build(services)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(InvalidInput, match=r"^writing Parquet needs pyarrow: pip install 'kg\[parquet\]'$"):
+        bulk_parquet.export_parquet(services, OPERATOR, "acme", out=tmp_path / "x.parquet")
+    assert not (tmp_path / "x.parquet").exists()
+
+
 def test_times_as_timestamp_columns_are_stored_as_their_iso_texts_would_be(services, tmp_path):
     """A timestamp column (nanoseconds with a zone, microseconds without: read as UTC, as an ISO
     text without a zone is) stores the same times as the ISO texts of an NDJSON record."""
