@@ -143,3 +143,34 @@ def test_use_cases_never_open_a_write_transaction_nor_roll_back(path):
 def test_routes_open_no_session(path):
     calls = _calls(path)
     assert not {c for c in calls if c.endswith("db.write") or c.endswith("db.read")}, path
+
+
+def _read_counts(use_case: str) -> dict[str, float]:
+    from prometheus_client import generate_latest
+
+    from kg.metrics import REGISTRY
+
+    counts = {"ok": 0.0, "error": 0.0}
+    for line in generate_latest(REGISTRY).decode().splitlines():
+        if line.startswith("kg_use_case_duration_seconds_count") and f'use_case="{use_case}"' in line:
+            counts["ok" if 'outcome="ok"' in line else "error"] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_read_counts_its_outcome_under_its_use_case_traced_or_not(services, acme, monkeypatch, traced):
+    """A read that answers counts ok; one refused before its body (an unknown repository) and one
+    whose body raises (an unknown node) count error; the label is the reading use case, with and
+    without a tracer provider (two code paths of kg.context.reading)."""
+    from kg import context
+    from kg.ops import queries
+
+    monkeypatch.setattr(context, "active", lambda: traced)
+    before = _read_counts("ops.queries.get_node")
+    queries.get_node(services, OPERATOR, "acme", "main", "w", "/a")
+    with pytest.raises(NotFound):
+        queries.get_node(services, OPERATOR, "nope", "main", "w", "/a")
+    with pytest.raises(NotFound):
+        queries.get_node(services, OPERATOR, "acme", "main", "w", "/missing")
+    after = _read_counts("ops.queries.get_node")
+    assert (after["ok"] - before["ok"], after["error"] - before["error"]) == (1, 2)
