@@ -350,6 +350,24 @@ _WAL_INDEX_VERSION = 3007000
 _WAL_HEADER = 48
 
 
+def _wal_unfolded(fd: int) -> int | None:
+    """How many frames of the log are not folded into the database yet: the WAL-index header's
+    ``mxFrame`` less the checkpoint information's ``nBackfill`` (the 32-bit words at bytes 16 and
+    96 of an open ``-shm`` file, sqlite.org/walformat.html); None when the header cannot be
+    trusted (as :func:`_wal_index_header`)."""
+    try:
+        raw = os.pread(fd, 2 * _WAL_HEADER + 4, 0)
+    except OSError:
+        return None
+    first = raw[:_WAL_HEADER]
+    if (len(raw) != 2 * _WAL_HEADER + 4 or first != raw[_WAL_HEADER:2 * _WAL_HEADER] or first[12] != 1
+            or int.from_bytes(first[:4], sys.byteorder) != _WAL_INDEX_VERSION):
+        return None
+    frames = int.from_bytes(first[16:20], sys.byteorder)
+    backfilled = int.from_bytes(raw[2 * _WAL_HEADER:], sys.byteorder)
+    return max(frames - backfilled, 0)
+
+
 def _wal_index_header(fd: int) -> int | None:
     """The WAL-index header of an open ``-shm`` file as one number, or None when it cannot be
     trusted: its two copies differ (a writer is updating it), it is not initialised, or not of
@@ -514,21 +532,27 @@ class _Checkpointer:
     about eight, and it took the writes' p95 from 17.6 to 33 ms and their median from 14.0 to
     16.7. Here every connection of the engine has ``wal_autocheckpoint=0``; each committed
     write (:meth:`Database.write`) calls :meth:`wrote`, and this thread, woken, waits
-    ``settle_s`` (commits in that time are folded by the same pass), then runs ``PRAGMA
-    wal_checkpoint(PASSIVE)`` on a connection of its own: it copies what no reader still
-    needs, waits for no reader or writer, and takes no write lock (writes go on while it
-    copies). What readers held back is copied by the next pass.
-    A thread idle for ``idle_s`` runs a last pass, closes its connection and ends; the next
-    write starts another (a forked child too: its parent's thread is not alive there).
+    ``settle_s`` (commits in that time are judged by the same pass), reads how many of the log's
+    frames are not folded yet (the WAL-index's ``mxFrame`` less its ``nBackfill``, one
+    ``pread`` of the ``-shm`` file), and when they are ``min_frames`` or more (SQLite's own
+    threshold: checkpoints as often as before, each a pair of syncs) runs ``PRAGMA
+    wal_checkpoint(PASSIVE)`` on a connection of its own: it copies what no reader still needs,
+    waits for no reader or writer, and takes no write lock (writes go on while it copies). What
+    readers held back is copied by a later pass. A thread idle for ``idle_s`` folds whatever is
+    left, closes its connection and ends; the next write starts another (a forked child too: its
+    parent's thread is not alive there).
 
-    The log's size is bounded as with SQLite's own checkpoint: by what readers hold and by the
-    writes of one ``settle_s``; a process that ends (or :meth:`close`) folds the rest.
+    The log's size is bounded as with SQLite's own checkpoint: by what readers hold, by
+    ``min_frames`` and by the writes of one ``settle_s``; :meth:`close` folds the rest.
     """
 
-    def __init__(self, path: str, busy_timeout_s: float, *, settle_s: float = 0.2, idle_s: float = 30.0) -> None:
+    def __init__(self, path: str, busy_timeout_s: float, *, settle_s: float = 0.2, idle_s: float = 30.0,
+                 min_frames: int = 1000) -> None:
         self._path = path
         self._busy_timeout_s = busy_timeout_s
         self.settle_s = settle_s
+        self.min_frames = min_frames
+        self._shm: int | None = None  # the -shm file, opened once the thread's connection has read
         self._idle_s = idle_s
         self._wake = threading.Condition(threading.Lock())
         self._stop = threading.Event()
@@ -587,17 +611,30 @@ class _Checkpointer:
                         break
                     self._pending = False
                 self._stop.wait(self.settle_s)  # commits of this time join the pass; close ends the wait
-                connection = self._checkpoint(connection)
-            self._checkpoint(connection)
+                connection = self._checkpoint(connection, every_frame=self._closed)
+            self._checkpoint(connection, every_frame=True)
         finally:
+            if self._shm is not None:
+                os.close(self._shm)
+                self._shm = None
             if connection is not None:
                 connection.close()
 
-    def _checkpoint(self, connection: sqlite3.Connection | None) -> sqlite3.Connection | None:
+    def _checkpoint(self, connection: sqlite3.Connection | None, *, every_frame: bool) -> sqlite3.Connection | None:
+        """One pass: fold the log when ``min_frames`` of it are unfolded (or any, ``every_frame``)."""
         try:
             if connection is None:
                 connection = sqlite3.connect(self._path, timeout=self._busy_timeout_s, isolation_level=None,
                                              check_same_thread=False)
+            if self._shm is None:
+                connection.execute("PRAGMA data_version").fetchone()  # a read: the connection holds -shm open
+                try:
+                    self._shm = os.open(f"{self._path}-shm", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    self._shm = None
+            unfolded = _wal_unfolded(self._shm) if self._shm is not None else None
+            if unfolded == 0 or (not every_frame and unfolded is not None and unfolded < self.min_frames):
+                return connection
             busy, log_frames, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             self.last = (int(busy), int(log_frames), int(copied))
             self.passes += 1

@@ -51,9 +51,28 @@ def test_writes_do_not_checkpoint_and_the_thread_folds_the_log_after_them(tmp_pa
         busy, frames, copied = db.checkpointer.last
         assert busy == 0 and frames == copied > 1000
         db.checkpointer.settle_s = 0.0
+        passes = db.checkpointer.passes
         _write(db, "small")
         assert db.checkpointer.wait_idle()
+        # below SQLite's own threshold of 1,000 frames the thread leaves the log as SQLite would
+        assert not _in_file(path, tmp_path, "small") and db.checkpointer.passes == passes
+        db.checkpointer.close()  # folds the rest
         assert _in_file(path, tmp_path, "small")
+    finally:
+        db.dispose()
+
+
+def test_with_no_threshold_every_write_is_folded_after_it(tmp_path):
+    path = tmp_path / "kg.sqlite3"
+    db = Database(f"sqlite:///{path}")
+    try:
+        assert db.checkpointer is not None
+        db.checkpointer.settle_s, db.checkpointer.min_frames = 0.0, 0
+        for value in ("one", "two"):
+            _write(db, value)
+            assert db.checkpointer.wait_idle()
+            assert _in_file(path, tmp_path, value)
+            assert db.checkpointer.last is not None and db.checkpointer.last[1] == db.checkpointer.last[2]
     finally:
         db.dispose()
 
@@ -161,11 +180,12 @@ def test_a_header_being_written_or_not_readable_is_no_counter(tmp_path):
 
     from kg.store.db import _wal_index_header
 
-    def header(*, version=3007000, init=1, change=5):
+    def header(*, version=3007000, init=1, change=5, frames=0):
         one = bytearray(48)
         one[0:4] = version.to_bytes(4, sys.byteorder)
         one[8:12] = change.to_bytes(4, sys.byteorder)
         one[12] = init
+        one[16:20] = frames.to_bytes(4, sys.byteorder)
         return bytes(one)
 
     path = tmp_path / "x-shm"
@@ -182,6 +202,22 @@ def test_a_header_being_written_or_not_readable_is_no_counter(tmp_path):
     assert got["whole"] == int.from_bytes(header(), "little")
     assert [got[n] for n in ("torn", "uninitialised", "other format", "short")] == [None] * 4
 
+    from kg.store.db import _wal_unfolded
+
+    def unfolded(data: bytes):
+        path.write_bytes(data)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return _wal_unfolded(fd)
+        finally:
+            os.close(fd)
+
+    backfill = (300).to_bytes(4, sys.byteorder)
+    assert unfolded(header(frames=1200) * 2 + backfill) == 900
+    assert unfolded(header(frames=1200) * 2 + (1200).to_bytes(4, sys.byteorder)) == 0
+    assert unfolded(header(frames=1200) + header(frames=1201) + backfill) is None
+    assert unfolded(header(frames=1200) * 2) is None  # no checkpoint information
+
 
 def test_two_stores_on_one_file_each_fold_their_writes(tmp_path):
     """Two processes' stores on one file (a server and a CLI import): each folds the log after its
@@ -191,7 +227,7 @@ def test_two_stores_on_one_file_each_fold_their_writes(tmp_path):
     try:
         for db in (one, two):
             assert db.checkpointer is not None
-            db.checkpointer.settle_s = 0.0
+            db.checkpointer.settle_s, db.checkpointer.min_frames = 0.0, 0
         for i in range(6):
             _write(one if i % 2 else two, f"row{i}")
             before = one.data_version()
@@ -203,3 +239,27 @@ def test_two_stores_on_one_file_each_fold_their_writes(tmp_path):
     finally:
         one.dispose()
         two.dispose()
+
+
+def test_the_unfolded_frames_read_off_the_shm_file_are_what_sqlite_folds(tmp_path):
+    import os
+
+    from kg.store.db import _wal_unfolded
+
+    path = tmp_path / "kg.sqlite3"
+    db = Database(f"sqlite:///{path}", checkpoint="commit")
+    try:
+        for i in range(5):
+            _write(db, f"row{i}")
+        connection = sqlite3.connect(path)
+        fd = os.open(f"{path}-shm", os.O_RDONLY)
+        try:
+            before = _wal_unfolded(fd)
+            busy, frames, copied = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            assert busy == 0 and before == frames == copied > 0
+            assert _wal_unfolded(fd) == 0
+        finally:
+            os.close(fd)
+            connection.close()
+    finally:
+        db.dispose()
