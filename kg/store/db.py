@@ -350,37 +350,37 @@ _WAL_INDEX_VERSION = 3007000
 _WAL_HEADER = 48
 
 
-def _wal_unfolded(fd: int) -> int | None:
-    """How many frames of the log are not folded into the database yet: the WAL-index header's
-    ``mxFrame`` less the checkpoint information's ``nBackfill`` (the 32-bit words at bytes 16 and
-    96 of an open ``-shm`` file, sqlite.org/walformat.html); None when the header cannot be
-    trusted (as :func:`_wal_index_header`)."""
+def _wal_index(fd: int, extra: int = 0) -> bytes | None:
+    """The first copy of the WAL-index header of an open ``-shm`` file followed by the ``extra``
+    bytes after the second copy, or None when the header cannot be trusted: its two copies
+    differ (a writer is updating it), it is not initialised, or not of the format this reads
+    (sqlite.org/walformat.html)."""
     try:
-        raw = os.pread(fd, 2 * _WAL_HEADER + 4, 0)
+        raw = os.pread(fd, 2 * _WAL_HEADER + extra, 0)
     except OSError:
         return None
     first = raw[:_WAL_HEADER]
-    if (len(raw) != 2 * _WAL_HEADER + 4 or first != raw[_WAL_HEADER:2 * _WAL_HEADER] or first[12] != 1
+    if (len(raw) != 2 * _WAL_HEADER + extra or first != raw[_WAL_HEADER:2 * _WAL_HEADER] or first[12] != 1
             or int.from_bytes(first[:4], sys.byteorder) != _WAL_INDEX_VERSION):
         return None
-    frames = int.from_bytes(first[16:20], sys.byteorder)
-    backfilled = int.from_bytes(raw[2 * _WAL_HEADER:], sys.byteorder)
-    return max(frames - backfilled, 0)
+    return first + raw[2 * _WAL_HEADER:]
+
+
+def _wal_unfolded(fd: int) -> int | None:
+    """How many frames of the log are not folded into the database yet: the header's ``mxFrame``
+    less the checkpoint information's ``nBackfill`` (the 32-bit words at bytes 16 and 96 of the
+    ``-shm`` file); None as :func:`_wal_index`."""
+    raw = _wal_index(fd, 4)
+    if raw is None:
+        return None
+    return max(int.from_bytes(raw[16:20], sys.byteorder) - int.from_bytes(raw[_WAL_HEADER:], sys.byteorder), 0)
 
 
 def _wal_index_header(fd: int) -> int | None:
-    """The WAL-index header of an open ``-shm`` file as one number, or None when it cannot be
-    trusted: its two copies differ (a writer is updating it), it is not initialised, or not of
-    the format this reads (:meth:`Database.data_version`)."""
-    try:
-        raw = os.pread(fd, 2 * _WAL_HEADER, 0)
-    except OSError:
-        return None
-    first = raw[:_WAL_HEADER]
-    if (len(raw) != 2 * _WAL_HEADER or first != raw[_WAL_HEADER:] or first[12] != 1
-            or int.from_bytes(first[:4], sys.byteorder) != _WAL_INDEX_VERSION):
-        return None
-    return int.from_bytes(first, "little")
+    """The WAL-index header of an open ``-shm`` file as one number (:meth:`Database.data_version`),
+    or None as :func:`_wal_index`."""
+    raw = _wal_index(fd)
+    return None if raw is None else int.from_bytes(raw, "little")
 
 
 class _DriverConnections:
