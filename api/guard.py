@@ -41,9 +41,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import tempfile
 import time
-from collections.abc import Callable, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import IO, Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
 import anyio
@@ -92,11 +93,20 @@ def _check_target(scope: Scope) -> None:
             raise InvalidInput("the path is not valid UTF-8 once percent-decoded") from None
 
 
-def _too_large(limit: int, length: int | None = None) -> TooLarge:
-    """The 413 of a body over ``limit`` bytes."""
+def _too_large(limit: int, length: int | None = None, *, setting: str = "max_body_bytes") -> TooLarge:
+    """The 413 of a body over ``limit`` bytes, naming the setting that bounds it."""
     size = f"of {length} bytes " if length is not None else ""
     return TooLarge(f"the request body {size}is larger than the {limit} bytes this server accepts "
-                    "(KG_MAX_BODY_BYTES)", details={"max_body_bytes": limit})
+                    f"(KG_{setting.upper()})", details={setting: limit})
+
+
+#: ``POST`` paths whose body is a file to import (``/api/repos/{repo}/import``): received into a
+#: temporary file on disk, bounded by ``KG_MAX_IMPORT_BYTES``, never held in memory nor parsed
+#: as JSON here.
+UPLOAD_PATH = re.compile(r"^/api/repos/[^/]+/import$")
+#: Where the guard leaves an upload's file (a binary file at its start) in the ASGI scope, for
+#: the route; the guard closes it once the route has answered.
+UPLOADED_FILE = "kg.uploaded_file"
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -337,6 +347,8 @@ class RequestGuard:
         self.services = services
         settings = services.settings
         self.max_body_bytes = settings.max_body_bytes
+        self.max_import_bytes = settings.max_import_bytes
+        self.upload_dir = settings.data_dir / "uploads"
         self.allowed_hosts = frozenset(h.strip().lower() for h in settings.allowed_hosts if h.strip())
         self.budget = BodyBudget(settings.max_buffered_body_bytes)
         self._clock = clock
@@ -392,15 +404,20 @@ class RequestGuard:
         except KGError as exc:
             await self._refuse(exc, scope, receive, send, close=True)
             return
-        limit = self.max_body_bytes
+        upload = scope.get("method") == "POST" and UPLOAD_PATH.match(scope.get("path", "")) is not None
+        limit, setting = (self.max_import_bytes, "max_import_bytes") if upload else (self.max_body_bytes,
+                                                                                      "max_body_bytes")
         if self.services.settings.auth and not credentials:
             limit = min(limit, ANONYMOUS_BODY_BYTES)
         declared = _declared_length(scope)
         if declared is not None and declared > limit:
-            await self._refuse(_too_large(limit, declared), scope, receive, send, close=True)
+            await self._refuse(_too_large(limit, declared, setting=setting), scope, receive, send, close=True)
             return
         if scope.get("method") not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
+            return
+        if upload:
+            await self._upload(scope, receive, send, limit)
             return
         if declared is not None and not self.budget.fits(declared):
             await self._refuse(_overloaded(self.budget.limit), scope, receive, send, close=True)
@@ -437,41 +454,94 @@ class RequestGuard:
         """Receive the whole body, within its deadline and the budget: (the body, None), or
         (what was held, the refusal), or (None, None) when the client disconnected. Every byte
         returned is held in :attr:`budget` until the caller gives it back."""
+        chunks: list[bytes] = []
+
+        async def keep(chunk: bytes) -> KGError | None:
+            if not self.budget.take(len(chunk)):
+                return _overloaded(self.budget.limit)
+            chunks.append(chunk)
+            return None
+
+        try:
+            refusal, gone = await self._receive(receive, limit, "max_body_bytes", keep)
+        except BaseException:
+            self.budget.give(sum(map(len, chunks)))
+            raise
+        if gone:
+            self.budget.give(sum(map(len, chunks)))
+            return None, None
+        return b"".join(chunks), refusal
+
+    async def _upload(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """Receive a file to import into a temporary file of :attr:`upload_dir` (the same
+        deadline as any body; bounded by ``limit``, not by the memory budget: its bytes are on
+        disk), then run the app with the file in the scope (:data:`UPLOADED_FILE`) and an empty
+        body; the file is gone once the app has answered."""
+        def open_file() -> IO[bytes]:
+            self.upload_dir.mkdir(parents=True, exist_ok=True)
+            return tempfile.TemporaryFile(prefix="kg-import-", dir=self.upload_dir)  # noqa: SIM115 (closed below)
+
+        file = await anyio.to_thread.run_sync(open_file)
+        try:
+            async def keep(chunk: bytes) -> KGError | None:
+                await anyio.to_thread.run_sync(file.write, chunk)
+                return None
+
+            refusal, gone = await self._receive(receive, limit, "max_import_bytes", keep)
+            if refusal is not None:
+                await self._refuse(refusal, scope, receive, send, close=True)
+                return
+            if gone:
+                return
+            await anyio.to_thread.run_sync(file.seek, 0)
+            scope[UPLOADED_FILE] = file
+            sent = False
+
+            async def empty() -> MutableMapping[str, Any]:
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": b"", "more_body": False}
+                return await receive()
+
+            await self.app(scope, empty, send)
+        finally:
+            scope.pop(UPLOADED_FILE, None)
+            await anyio.to_thread.run_sync(file.close)
+
+    async def _receive(self, receive: Receive, limit: int, setting: str,
+                       keep: Callable[[bytes], Awaitable[KGError | None]]) -> tuple[KGError | None, bool]:
+        """Receive a body a part at a time, each given to ``keep`` (which may refuse it), within
+        its deadline and ``limit`` (``setting`` names it in a 413): ``(None, False)`` once
+        whole, ``(the refusal, False)``, or ``(None, True)`` when the client disconnected."""
         settings = self.services.settings
         started = last = self._clock()
-        chunks: list[bytes] = []
         received = 0
         more = True
-        try:
-            while more:
-                # The whole body: the timeout plus a second per min-rate bytes received; and no
-                # pause longer than the timeout between two parts (sent fast, then held open).
-                allowed = settings.body_timeout_s + received / settings.body_min_bytes_per_s
-                deadline = min(started + allowed, last + settings.body_timeout_s)
-                message: MutableMapping[str, Any] | None = None
-                with anyio.move_on_after(max(0.0, deadline - self._clock())):
-                    message = await receive()
-                last = self._clock()
-                if message is None:
-                    return b"".join(chunks), RequestTimeout(
-                        f"the request body did not arrive in time: {received} bytes in "
-                        f"{self._clock() - started:.1f} s (KG_BODY_TIMEOUT_S={settings.body_timeout_s:g}, "
-                        f"KG_BODY_MIN_BYTES_PER_S={settings.body_min_bytes_per_s})",
-                        details={"received_bytes": received, "body_timeout_s": settings.body_timeout_s,
-                                 "body_min_bytes_per_s": settings.body_min_bytes_per_s})
-                if message["type"] == "http.disconnect":
-                    self.budget.give(received)
-                    received = 0
-                    return None, None
-                chunk = message.get("body", b"")
-                if received + len(chunk) > limit:  # a streamed body (no Content-Length, or a false one)
-                    return b"".join(chunks), _too_large(limit)
-                if not self.budget.take(len(chunk)):
-                    return b"".join(chunks), _overloaded(self.budget.limit)
-                received += len(chunk)
-                chunks.append(chunk)
-                more = message.get("more_body", False)
-        except BaseException:
-            self.budget.give(received)
-            raise
-        return b"".join(chunks), None
+        while more:
+            # The whole body: the timeout plus a second per min-rate bytes received; and no
+            # pause longer than the timeout between two parts (sent fast, then held open).
+            allowed = settings.body_timeout_s + received / settings.body_min_bytes_per_s
+            deadline = min(started + allowed, last + settings.body_timeout_s)
+            message: MutableMapping[str, Any] | None = None
+            with anyio.move_on_after(max(0.0, deadline - self._clock())):
+                message = await receive()
+            last = self._clock()
+            if message is None:
+                return RequestTimeout(
+                    f"the request body did not arrive in time: {received} bytes in "
+                    f"{self._clock() - started:.1f} s (KG_BODY_TIMEOUT_S={settings.body_timeout_s:g}, "
+                    f"KG_BODY_MIN_BYTES_PER_S={settings.body_min_bytes_per_s})",
+                    details={"received_bytes": received, "body_timeout_s": settings.body_timeout_s,
+                             "body_min_bytes_per_s": settings.body_min_bytes_per_s}), False
+            if message["type"] == "http.disconnect":
+                return None, True
+            chunk = message.get("body", b"")
+            if received + len(chunk) > limit:  # a streamed body (no Content-Length, or a false one)
+                return _too_large(limit, setting=setting), False
+            refusal = await keep(chunk)
+            if refusal is not None:
+                return refusal, False
+            received += len(chunk)
+            more = message.get("more_body", False)
+        return None, False

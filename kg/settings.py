@@ -204,6 +204,12 @@ class Settings(BaseSettings):
     max_body_bytes : int
         Largest request body, in bytes (default 10 MiB); a larger one is refused with 413
         from its ``Content-Length``, or as soon as a streamed body passes the limit.
+    max_import_bytes : int
+        Largest file ``POST /api/repos/{repo}/import`` takes, in bytes (default 256 MiB),
+        refused with 413 as :attr:`max_body_bytes` refuses a body. The file is received into
+        ``data_dir/uploads`` (on disk, not counted in :attr:`max_buffered_body_bytes`) and gone
+        once the import has answered; the import holds the file's records in memory while it
+        checks them, as ``kg import`` does.
     max_chunks_per_request : int
         Chunks one RAG-node request may make of its input's files (default 20,000); more is
         refused with 413 before anything is embedded or written.
@@ -366,6 +372,7 @@ class Settings(BaseSettings):
     rerank_depth: int = Field(default=20, ge=1, le=1000)
     rag_weaviate_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_body_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    max_import_bytes: int = Field(default=256 * 1024 * 1024, gt=0)
     max_chunks_per_request: int = Field(default=20_000, gt=0)
     allow_fake_embedder: bool = False
     webhook_allowed_urls: Annotated[list[str], NoDecode] = Field(default_factory=list)

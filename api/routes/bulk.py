@@ -1,9 +1,13 @@
-"""Export: a branch's content as one file of records (NDJSON or Parquet), over HTTP.
+"""Export and import: a branch's content as one file of records (NDJSON or Parquet), over HTTP.
 
-The file is written whole by :func:`kg.ops.bulk.export_ndjson` (or
+Export: the file is written whole by :func:`kg.ops.bulk.export_ndjson` (or
 :func:`kg.ops.bulk_parquet.export_parquet`) in one read of the branch, into a temporary file
 (memory up to :data:`SPOOL_BYTES`, then disk), and only then sent: the answer is one revision's
-content, and no database connection waits on a slow reader. Imports stay with ``kg import``
+content, and no database connection waits on a slow reader.
+
+Import: the request guard receives the body into a temporary file on disk (bounded by
+``KG_MAX_IMPORT_BYTES``, with any body's deadline; :class:`api.guard.RequestGuard`), and the
+route hands that file to :func:`kg.ops.imports.import_file`, what ``kg import`` does with a file
 (docs/guides/export-import.md).
 """
 
@@ -15,23 +19,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
-from api.deps import BranchQ, CallerDep, RepoP, RevisionQ, ServicesDep
-from api.guard import GuardedRoute
-from kg.ops import bulk
+from api.deps import BranchQ, CallerDep, MessageQ, RepoP, RevisionQ, ServicesDep
+from api.guard import UPLOADED_FILE, GuardedRoute
+from kg.errors import MalformedInput
+from kg.ops import bulk, imports
 from kg.ops.bulk_parquet import export_parquet
-from kg.types.bulk import HeaderRecord
+from kg.types.bulk import MEDIA_TYPES, HeaderRecord, NdjsonImport
 
-router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["export"])
+router = APIRouter(route_class=GuardedRoute, prefix="/api/repos/{repo}", tags=["export and import"])
 
 #: An export is held in memory up to this size, then in a temporary file.
 SPOOL_BYTES = 8 * 1024 * 1024
 #: The size of each part of the answer.
 PART_BYTES = 64 * 1024
-#: The media type of each format.
-MEDIA_TYPES = {"ndjson": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
 
 
 def _parts(source: IO[bytes]) -> Iterator[bytes]:
@@ -81,3 +84,39 @@ def export(repo: RepoP, services: ServicesDep, caller: CallerDep, branch: Branch
     return StreamingResponse(_parts(body), media_type=MEDIA_TYPES[format],
                              headers={"Content-Disposition": f'attachment; filename="{name}"',
                                       "X-KG-Revision": str(header.revision)})
+
+
+#: The import's body: the file, in the format the ``format`` parameter names.
+IMPORT_BODY = {"required": True, "description": "The file: `kg-ndjson` lines (`format=ndjson`) or a `kg-parquet` "
+                                                "file (`format=parquet`), as `GET /export` answers it.",
+               "content": {media: {"schema": {"type": "string", "format": "binary"}}
+                           for media in MEDIA_TYPES.values()}}
+
+
+@router.post("/import", response_model=NdjsonImport, response_model_exclude_unset=True,
+             openapi_extra={"requestBody": IMPORT_BODY})
+def import_file(request: Request, repo: RepoP, services: ServicesDep, caller: CallerDep, branch: BranchQ = "main",
+                format: Annotated[Literal["ndjson", "parquet"], Query(  # noqa: A002 (the API's field name)
+                    description="What the body is: `ndjson` (`kg-ndjson` lines) or `parquet` (a `kg-parquet` file, "
+                                "the server's `parquet` extra).")] = "ndjson",
+                batch_size: Annotated[int | None, Query(
+                    ge=1, le=2_147_483_647,
+                    description="Records (nodes, then relations) per revision; default: the whole file as one.")]
+                = None,
+                create: Annotated[bool, Query(
+                    description="Create the repository (with the file's workspaces) and the workspaces it lacks, "
+                                "as far as the key may.")] = True,
+                message: MessageQ = None) -> NdjsonImport:
+    """Import a file of records (what `GET /export` and `kg export` write) into `branch`, as
+    `kg import` does: every record is checked first, the first bad one named (`line N` /
+    `row N`, 422) and nothing written; then one revision (or one per `batch_size` records).
+    Chunks with their vectors are stored as they are; texts without them are queued for
+    embedding (`queued`), and search finds them once embedded. The body may be as large as
+    `KG_MAX_IMPORT_BYTES` (413 past it); it is received into a temporary file on disk. Needs
+    write on the branch and on each node's (and relation source's) workspace, read on each
+    relation target's; with `create`, what creating the repository or a workspace needs."""
+    source = request.scope.get(UPLOADED_FILE)
+    if source is None:  # the request guard receives every import's body: not reached through the app
+        raise MalformedInput("the file to import was not received")
+    return imports.import_file(services, caller, repo, source, format=format, branch=branch, batch_size=batch_size,
+                            create=create, message=message)

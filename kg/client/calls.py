@@ -71,6 +71,9 @@ class Call(Generic[T]):
         Query parameters; ``None`` values are left out.
     body : dict, optional
         The JSON body; ``None`` values are left out.
+    content : bytes, optional
+        A body of raw bytes instead (a file to import), sent as ``content_type``.
+    content_type : str, optional
     """
 
     method: str
@@ -79,6 +82,8 @@ class Call(Generic[T]):
     path_params: dict[str, str] = field(default_factory=dict)
     query: dict[str, Any] = field(default_factory=dict)
     body: dict[str, Any] | None = None
+    content: bytes | None = None
+    content_type: str | None = None
 
     @property
     def path(self) -> str:
@@ -206,5 +211,9 @@ class Connection:
 
     def request(self, call: Call[Any]) -> dict[str, Any]:
         """The keyword arguments of ``httpx.Client.request`` for ``call``."""
+        if call.content is not None:
+            return {"method": call.method, "url": self.base_url + call.path, "params": call.params(),
+                    "content": call.content, "headers": {**self.headers, "content-type": call.content_type
+                                                         or "application/octet-stream"}}
         return {"method": call.method, "url": self.base_url + call.path, "params": call.params(),
                 "json": call.json(), "headers": self.headers}

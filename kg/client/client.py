@@ -185,6 +185,7 @@ class Operations:
     references = operation(ops.references)
     search = operation(ops.search)
     export = operation(ops.export)
+    import_file = operation(ops.import_file)
     index_status = operation(ops.index_status)
     retry_failed = operation(ops.retry_failed)
     relate = operation(ops.relate)

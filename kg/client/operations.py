@@ -10,6 +10,7 @@ the same name and signature that sends the call and answers its result model.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -17,6 +18,7 @@ from pydantic import BaseModel
 
 from kg import types as t
 from kg.client.calls import Call, Decoder, returns, returns_by_status, returns_bytes, returns_nothing
+from kg.types.bulk import MEDIA_TYPES
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -227,6 +229,18 @@ def export(repo: str, *, branch: str | None = None, at_revision: int | None = No
     """A branch's content as one file of records (``kg-ndjson`` lines, or with ``format="parquet"``
     a ``kg-parquet`` file), as bytes; ``kg import`` reads it back."""
     return _call("GET", "/api/repos/{repo}/export", returns_bytes, locals())
+
+
+def import_file(repo: str, data: bytes, *, branch: str | None = None,
+                format: Literal["ndjson", "parquet"] | None = None, batch_size: int | None = None,
+                create: bool | None = None, message: str | None = None) -> Call[t.NdjsonImport]:
+    """Import a file of records (what :func:`export` answers: ``kg-ndjson`` bytes, or with
+    ``format="parquet"`` a ``kg-parquet`` file) into ``branch``, as ``kg import`` does: every
+    record checked first, nothing written on a refusal; one revision, or one per ``batch_size``
+    records. ``create``: the repository and its missing workspaces (default true)."""
+    query = {name: value for name, value in locals().items() if name != "data"}
+    call = _call("POST", "/api/repos/{repo}/import", returns(t.NdjsonImport), query)
+    return replace(call, content=bytes(data), content_type=MEDIA_TYPES[format or "ndjson"])
 
 
 def index_status(repo: str) -> Call[t.IndexStatus]:

@@ -15,6 +15,9 @@ FORMAT = "kg-ndjson"
 FORMAT_VERSION = 1
 #: The columnar format's name (the same records as columns of one Parquet file, the header in its metadata).
 PARQUET_FORMAT = "kg-parquet"
+#: The media type of each file format (``format``: ``ndjson`` or ``parquet``), as the export
+#: answers it and the import takes it.
+MEDIA_TYPES = {"ndjson": "application/x-ndjson", "parquet": "application/vnd.apache.parquet"}
 #: The type of a node record that names none.
 DEFAULT_NODE_TYPE = "kg:Node"
 

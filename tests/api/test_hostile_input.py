@@ -152,7 +152,8 @@ def test_a_json_body_that_is_not_an_object_keeps_its_message(client):
 # --- request size and the event loop (issue 12, "one request stalls the server") -------------
 
 
-async def _asgi_post(app, body_chunks, *, content_length=None, path="/api/repos"):
+async def _asgi_post(app, body_chunks, *, content_length=None, path="/api/repos", query=b"",
+                     content_type=b"application/json"):
     """POST ``body_chunks`` to ``app`` over raw ASGI; answer (status, JSON body, chunks read)."""
     import json as _json
 
@@ -170,11 +171,11 @@ async def _asgi_post(app, body_chunks, *, content_length=None, path="/api/repos"
     async def send(message):
         sent.append(message)
 
-    headers = [(b"host", b"localhost"), (b"content-type", b"application/json")]
+    headers = [(b"host", b"localhost"), (b"content-type", content_type)]
     if content_length is not None:
         headers.append((b"content-length", str(content_length).encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,
              "root_path": "", "headers": headers, "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")

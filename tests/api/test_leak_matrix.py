@@ -184,6 +184,7 @@ class Row:
     url: str
     statuses: tuple[int, int, int, int, int]
     body: Any = None
+    content: bytes | None = None
     params: dict[str, str] = field(default_factory=dict)
     setup: Callable[[World, int], dict] | None = None
     public: bool = False
@@ -200,6 +201,12 @@ R = "/api/repos/{repo}"
 NODE_ROUTE = f"{R}/workspaces/{{ws}}/nodes/{{path:path}}"
 BRANCH_ROUTE = f"{R}/branches/{{branch:path}}"
 DOC = {"node_type": "kb:Doc", "properties": {"content": "written by the matrix"}}
+#: A file of records to import: one node of knowledge on main (written again alike: unchanged).
+IMPORTED = "\n".join(json.dumps(record) for record in (
+    {"record": "header", "format": "kg-ndjson", "version": 1, "repo": "acme", "branch": "main", "revision": 0,
+     "workspaces": [{"name": "knowledge"}]},
+    {"record": "node", "workspace": "knowledge", "path": "/imported", "node_type": "kb:Doc",
+     "properties": {"content": "imported by the matrix"}})).encode()
 #: Columns: read_only, other_repo, other_workspace, other_branch, admin.
 READ = (200, 404, 404, 404, 200)            # content of knowledge on main
 BRANCH_READ = (200, 404, 200, 404, 200)     # a branch as a whole: scoped to the readable workspaces
@@ -263,6 +270,9 @@ ROWS = [
         body={**SEARCH, "workspaces": ["knowledge"]}),
     Row("index status", "GET", f"{R}/index/status", f"{ACME}/index/status", ADMIN_ONLY),
     Row("export", "GET", f"{R}/export", f"{ACME}/export", BRANCH_READ),
+    # a workspace the key cannot see is one the file would create, which needs admin (create=true):
+    # 403 whether or not it exists
+    Row("import", "POST", f"{R}/import", f"{ACME}/import", (403, 404, 403, 404, 200), content=IMPORTED),
     Row("retry failed texts", "POST", f"{R}/index/retry-failed", f"{ACME}/index/retry-failed", ADMIN_ONLY),
     Row("relate", "POST", f"{R}/relations", f"{ACME}/relations", (403, 404, 404, 404, 201),
         body={"from": "knowledge:/docs", "to": "knowledge:/docs/a", "type": "r{n}"}),
@@ -360,6 +370,8 @@ def test_leak_matrix(world, row, caller):
     kwargs: dict[str, Any] = {"params": _fill(row.params, ctx), "headers": world.headers[caller]}
     if row.body is not None:
         kwargs["json"] = _fill(row.body, ctx)
+    if row.content is not None:
+        kwargs["content"] = row.content
     r = world.app.client.request(row.method, _fill(row.url, ctx), **kwargs)
     expected = row.status(caller)
     if expected >= 400:

@@ -28,8 +28,11 @@ random data.
 from __future__ import annotations
 
 import base64
+import json
 import os
+import tempfile
 from datetime import datetime
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -50,6 +53,7 @@ from schemathesis.specs.openapi.checks import (
 from api.app import create_app
 from kg.ragnode.spec import _FILE_HEADER
 from kg.settings import Settings
+from kg.types.bulk import MEDIA_TYPES
 
 #: Examples per operation; ``KG_FUZZ_EXAMPLES=500`` for a longer local hunt.
 MAX_EXAMPLES = int(os.environ.get("KG_FUZZ_EXAMPLES", "30"))
@@ -421,6 +425,45 @@ def _allowed_webhook_url(case) -> None:
     case.body["url"] = WEBHOOK_URL + "kg"
 
 
+#: Node texts the store can hold (no NUL, no lone surrogate), for the files the import is sent.
+STORABLE_TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=120)
+
+
+def _ndjson_file(texts: list[str]) -> bytes:
+    """A ``kg-ndjson`` file for ``acme``'s ``knowledge``: a folder and a node per text."""
+    records: list[dict[str, Any]] = [
+        {"record": "header", "format": "kg-ndjson", "version": 1, "repo": "acme", "branch": "main", "revision": 0,
+         "workspaces": [{"name": "knowledge"}]},
+        {"record": "node", "workspace": "knowledge", "path": "/imported", "node_type": "kg:Folder"}]
+    records += [{"record": "node", "workspace": "knowledge", "path": f"/imported/n{i}", "node_type": "kb:Doc",
+                 "properties": {"content": text}} for i, text in enumerate(texts)]
+    return "".join(json.dumps(record) + "\n" for record in records).encode("utf-8")
+
+
+def _parquet_file(texts: list[str]) -> bytes:
+    """The same records as a ``kg-parquet`` file."""
+    from kg.ops.bulk_parquet import ParquetSink
+
+    with tempfile.TemporaryDirectory() as folder:
+        target = Path(folder) / "records.parquet"
+        sink = ParquetSink(target)
+        for line in _ndjson_file(texts).decode("utf-8").splitlines():
+            sink.write(line + "\n")
+        sink.close()
+        return target.read_bytes()
+
+
+# The import's body: a file of records in the media type's format (JSON Schema says "binary").
+schemathesis.openapi.media_type(MEDIA_TYPES["ndjson"], st.lists(STORABLE_TEXT, max_size=4).map(_ndjson_file))
+schemathesis.openapi.media_type(MEDIA_TYPES["parquet"], st.lists(STORABLE_TEXT, max_size=4).map(_parquet_file))
+
+
+def _format_of_the_body(case) -> None:
+    """``POST /api/repos/{repo}/import``: ``format`` names what the body is (documented rule: a
+    Parquet file sent as ``ndjson`` is refused with 422, tests/api/test_import_http.py)."""
+    case.query = {**(case.query or {}), "format": "parquet" if case.media_type == MEDIA_TYPES["parquet"] else "ndjson"}
+
+
 #: The rules across fields (or with the server's state) each operation documents, in its
 #: description and its 422 / 409 answer: a generated request is made to obey them, so that the
 #: positive-data check holds the server to the rest of the document. Each rule's refusal has a
@@ -438,13 +481,14 @@ DOCUMENTED_RULES: dict[str, Any] = {
     "POST /api/functions/{repo}/extract-entities/invoke": _a_document,
     "POST /api/sql/{repo}/{branch}": _parsable_sql,
     "POST /api/repos/{repo}/webhooks": _allowed_webhook_url,
+    "POST /api/repos/{repo}/import": _format_of_the_body,
 }
 
 
 @schema.hook
 def map_case(context, case):
     rule = DOCUMENTED_RULES.get(case.operation.label)
-    if rule is not None and (isinstance(case.body, dict) or case.operation.method.upper() == "GET"):
+    if rule is not None and (isinstance(case.body, dict | bytes) or case.operation.method.upper() == "GET"):
         # The coverage phase shares one container between cases: each rule edits its own copy.
         if isinstance(case.body, dict):
             case.body = dict(case.body)

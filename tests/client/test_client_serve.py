@@ -20,6 +20,7 @@ from kg.types import (
     Job,
     JobAccepted,
     MergeResult,
+    NdjsonImport,
     NeighborList,
     Node,
     Relation,
@@ -144,6 +145,18 @@ async def tour(kg: Client | AsyncClient, server: Server, kind: str) -> None:
             await ready(reader.get_repo(name))
     finally:
         await close(reader)
+
+    # The branch as a file of records, imported into another repository over HTTP.
+    exported = await ready(kg.export(name, with_chunks=True))
+    copy = f"{name}-copy"
+    imported = await ready(kg.import_file(copy, exported, message="copied"))
+    assert isinstance(imported, NdjsonImport) and imported.created_repository
+    assert (imported.nodes, imported.relations, imported.queued) == (3, 1, 0)
+    assert (await ready(kg.get_node(copy, "kb", "/docs/billing"))).properties["title"] == "Billing"
+    with pytest.raises(InvalidInput) as bad:
+        await ready(kg.import_file(copy, exported[:exported.index(b"\n") + 1] + b"{\n"))
+    assert bad.value.message.startswith("line 2: ") and bad.value.details["line"] == 2
+    assert await ready(kg.delete_repo(copy)) is None
 
     assert await ready(kg.delete_repo(name)) is None
     with pytest.raises(NotFound):

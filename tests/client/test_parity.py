@@ -48,6 +48,7 @@ OPERATIONS: dict[tuple[str, str], str] = {
     ("POST", "/api/repos/{repo}/search"): "search",
     ("GET", "/api/repos/{repo}/index/status"): "index_status",
     ("GET", "/api/repos/{repo}/export"): "export",
+    ("POST", "/api/repos/{repo}/import"): "import_file",
     ("POST", "/api/repos/{repo}/index/retry-failed"): "retry_failed",
     ("POST", "/api/repos/{repo}/relations"): "relate",
     ("DELETE", "/api/repos/{repo}/relations"): "unrelate",
@@ -81,7 +82,7 @@ SAMPLES: dict[str, Any] = {
     "job_id": "j1", "from_": "kb:/a", "to": "kb:/b", "type": "cites", "node": "kb:/a", "target": "kb:/a",
     "query": "rotate", "seeds": ["kb:/a"], "input": {"query": "x"}, "config": {}, "single_valued": [],
     "embedding": {"model": "fake:hash-64"}, "sql": "SHOW BRANCHES", "webhook_id": "h1",
-    "url": "http://hooks.invalid/kg",
+    "url": "http://hooks.invalid/kg", "data": b"{}",
 }
 
 
@@ -197,3 +198,18 @@ def test_query_and_body_use_the_api_field_names() -> None:
     with pytest.raises(Sent) as sent:
         kg.neighbors("acme", "kb:/a", type=["cites", "see_also"], include_invalid=True)
     assert dict(sent.value.args[0].url.params) == {"node": "kb:/a", "type": "cites,see_also", "include_invalid": "true"}
+
+
+def test_an_import_sends_the_file_as_its_body() -> None:
+    kg = Client("http://kg.test", transport=httpx.MockTransport(record))
+    with pytest.raises(Sent) as sent:
+        kg.import_file("acme", b"PAR1 columns", format="parquet", branch="agent/x", batch_size=10, create=False)
+    request: httpx.Request = sent.value.args[0]
+    assert request.content == b"PAR1 columns"
+    assert request.headers["content-type"] == "application/vnd.apache.parquet"
+    assert dict(request.url.params) == {"branch": "agent/x", "format": "parquet", "batch_size": "10",
+                                        "create": "false"}
+    with pytest.raises(Sent) as sent:
+        kg.import_file("acme", b'{"record": "header"}\n')
+    assert sent.value.args[0].headers["content-type"] == "application/x-ndjson"
+    assert dict(sent.value.args[0].url.params) == {}
