@@ -44,6 +44,7 @@ import re
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qsl, unquote, unquote_to_bytes
 
@@ -58,6 +59,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api.deps import CALLER, caller_of_header
 from api.errors import answer, error_response
 from kg.errors import (
+    BackendUnavailable,
     Forbidden,
     InvalidInput,
     KGError,
@@ -321,6 +323,13 @@ class BodyBudget:
         self.held -= n
 
 
+def _unstorable(folder: Path, exc: OSError) -> BackendUnavailable:
+    """The 503 of a file to import the server could not write (a full disk, a folder it may not
+    write in): said with the folder, never a 500."""
+    return BackendUnavailable(f"the server could not store the file to import in {folder}: "
+                              f"{exc.strerror or exc}", details={"folder": str(folder)})
+
+
 def _overloaded(limit: int) -> Overloaded:
     return Overloaded("the server is receiving as many request bodies as it may hold "
                       "(KG_MAX_BUFFERED_BODY_BYTES); send it again shortly", retry_after_s=1.0,
@@ -481,10 +490,17 @@ class RequestGuard:
             self.upload_dir.mkdir(parents=True, exist_ok=True)
             return tempfile.TemporaryFile(prefix="kg-import-", dir=self.upload_dir)  # noqa: SIM115 (closed below)
 
-        file = await anyio.to_thread.run_sync(open_file)
+        try:
+            file = await anyio.to_thread.run_sync(open_file)
+        except OSError as exc:
+            await self._refuse(_unstorable(self.upload_dir, exc), scope, receive, send, close=True)
+            return
         try:
             async def keep(chunk: bytes) -> KGError | None:
-                await anyio.to_thread.run_sync(file.write, chunk)
+                try:
+                    await anyio.to_thread.run_sync(file.write, chunk)
+                except OSError as exc:  # a full disk: the rest of the body is not read
+                    return _unstorable(self.upload_dir, exc)
                 return None
 
             refusal, gone = await self._receive(receive, limit, "max_import_bytes", keep)

@@ -283,3 +283,16 @@ def test_the_route_reads_the_file_the_guard_received(client, source, monkeypatch
     monkeypatch.setattr(imports, "import_file", spy)
     assert client.post("/api/repos/spied/import", content=_file(client)).status_code == 200
     assert seen == [0]
+
+
+def test_a_file_the_server_cannot_store_is_503_never_a_500(client, services, source, monkeypatch):
+    exported = _file(client)
+    blocked = services.settings.data_dir / "not-a-folder"
+    blocked.parent.mkdir(parents=True, exist_ok=True)
+    blocked.write_text("a file where the uploads' folder would be")
+    monkeypatch.setattr(services.settings, "data_dir", blocked)
+    app = _app(services, monkeypatch, import_limit=len(exported))
+    status, body, reads = asyncio.run(_post(app, [exported], content_length=len(exported)))
+    assert status == 503 and body["error"]["code"] == "backend_unavailable", body
+    assert body["error"]["details"] == {"folder": str(blocked / "uploads")}
+    assert reads == 0
