@@ -330,6 +330,13 @@ def _unstorable(folder: Path, exc: OSError) -> BackendUnavailable:
                               f"{exc.strerror or exc}", details={"folder": str(folder)})
 
 
+def _uploads_full(limit: int) -> Overloaded:
+    """The 503 of a file to import while others hold the process's share of the disk."""
+    return Overloaded("the server holds as many bytes of files to import as it may (KG_MAX_IMPORT_BYTES, "
+                      "the files being received or imported); send it again once they are done",
+                      retry_after_s=5.0, details={"max_import_bytes": limit})
+
+
 def _overloaded(limit: int) -> Overloaded:
     return Overloaded("the server is receiving as many request bodies as it may hold "
                       "(KG_MAX_BUFFERED_BODY_BYTES); send it again shortly", retry_after_s=1.0,
@@ -358,6 +365,10 @@ class RequestGuard:
         self.max_body_bytes = settings.max_body_bytes
         self.max_import_bytes = settings.max_import_bytes
         self.upload_dir = settings.data_dir / "uploads"
+        #: The bytes of files to import held on disk (received, or being imported) in this
+        #: process: at most ``KG_MAX_IMPORT_BYTES`` in all, so that concurrent uploads (by any
+        #: key, before the route decides its grants) cannot fill the disk.
+        self.uploads = BodyBudget(settings.max_import_bytes)
         self.allowed_hosts = frozenset(h.strip().lower() for h in settings.allowed_hosts if h.strip())
         self.budget = BodyBudget(settings.max_buffered_body_bytes)
         self._clock = clock
@@ -483,9 +494,16 @@ class RequestGuard:
 
     async def _upload(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         """Receive a file to import into a temporary file of :attr:`upload_dir` (the same
-        deadline as any body; bounded by ``limit``, not by the memory budget: its bytes are on
-        disk), then run the app with the file in the scope (:data:`UPLOADED_FILE`) and an empty
-        body; the file is gone once the app has answered."""
+        deadline as any body; bounded by ``limit`` and, with the other files being received or
+        imported, by :attr:`uploads`, not by the memory budget: its bytes are on disk), then run
+        the app with the file in the scope (:data:`UPLOADED_FILE`) and an empty body; the file
+        is gone once the app has answered."""
+        declared = _declared_length(scope)
+        if declared is not None and not self.uploads.fits(declared):
+            await self._refuse(_uploads_full(self.uploads.limit), scope, receive, send, close=True)
+            return
+        held = 0
+
         def open_file() -> IO[bytes]:
             self.upload_dir.mkdir(parents=True, exist_ok=True)
             return tempfile.TemporaryFile(prefix="kg-import-", dir=self.upload_dir)  # noqa: SIM115 (closed below)
@@ -497,6 +515,10 @@ class RequestGuard:
             return
         try:
             async def keep(chunk: bytes) -> KGError | None:
+                nonlocal held
+                if not self.uploads.take(len(chunk)):
+                    return _uploads_full(self.uploads.limit)
+                held += len(chunk)
                 try:
                     await anyio.to_thread.run_sync(file.write, chunk)
                 except OSError as exc:  # a full disk: the rest of the body is not read
@@ -523,6 +545,7 @@ class RequestGuard:
             await self.app(scope, empty, send)
         finally:
             scope.pop(UPLOADED_FILE, None)
+            self.uploads.give(held)
             await anyio.to_thread.run_sync(file.close)
 
     async def _receive(self, receive: Receive, limit: int, setting: str,

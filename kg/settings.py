@@ -206,7 +206,9 @@ class Settings(BaseSettings):
         from its ``Content-Length``, or as soon as a streamed body passes the limit.
     max_import_bytes : int
         Largest file ``POST /api/repos/{repo}/import`` takes, in bytes (default 256 MiB),
-        refused with 413 as :attr:`max_body_bytes` refuses a body. The file is received into
+        refused with 413 as :attr:`max_body_bytes` refuses a body; and the most bytes the files
+        being received or imported hold at once in a process (past it, 503 with
+        ``Retry-After``: the disk is not filled by concurrent uploads). The file is received into
         ``data_dir/uploads`` (on disk, not counted in :attr:`max_buffered_body_bytes`) and gone
         once the import has answered; the import holds the file's records in memory while it
         checks them, as ``kg import`` does.

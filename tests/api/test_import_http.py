@@ -7,8 +7,11 @@ grants, batches. On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
+import os
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
@@ -53,8 +56,17 @@ def content(rows: list[dict]) -> list[dict]:
 
 
 def uploads(services) -> list[str]:
-    folder = services.settings.data_dir / "uploads"
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+    """The files of the uploads' folder this process holds open (a received file has no name
+    there: it is a temporary file, unlinked as it is made), and any that has a name."""
+    folder = str(services.settings.data_dir / "uploads")
+    held = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith(folder + "/"):
+                held.append(target)
+    named = sorted(p.name for p in Path(folder).iterdir()) if Path(folder).exists() else []
+    return sorted(held) + named
 
 
 def test_an_ndjson_export_imports_into_a_new_repository_as_kg_import_does(client, services, source):
@@ -296,3 +308,60 @@ def test_a_file_the_server_cannot_store_is_503_never_a_500(client, services, sou
     assert status == 503 and body["error"]["code"] == "backend_unavailable", body
     assert body["error"]["details"] == {"folder": str(blocked / "uploads")}
     assert reads == 0
+
+
+def test_files_being_received_share_one_bound_and_a_late_one_is_503_until_they_are_done(client, services, source,
+                                                                                     monkeypatch):
+    """The files to import a process holds on disk, received or being imported, are bounded in
+    all by KG_MAX_IMPORT_BYTES: while one is half received, another that would pass the bound is
+    refused from its Content-Length (503, Retry-After) and is taken once the first is done."""
+    exported = _file(client)
+    app = _app(services, monkeypatch, import_limit=len(exported) + 10)
+    half = len(exported) // 2
+    resume = asyncio.Event()
+
+    async def first() -> tuple[int, dict, int]:
+        reads = 0
+
+        async def receive():
+            nonlocal reads
+            reads += 1
+            if reads == 1:
+                return {"type": "http.request", "body": exported[:half], "more_body": True}
+            if reads == 2:
+                await resume.wait()
+                return {"type": "http.request", "body": exported[half:], "more_body": False}
+            return {"type": "http.disconnect"}
+
+        sent = []
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+                 "scheme": "http", "path": "/api/repos/first/import", "raw_path": b"/api/repos/first/import",
+                 "query_string": b"", "root_path": "", "client": ("127.0.0.1", 1), "server": ("testserver", 80),
+                 "headers": [(b"host", b"localhost"), (b"content-length", str(len(exported)).encode())]}
+        await app(scope, receive, send)
+        start = next(m for m in sent if m["type"] == "http.response.start")
+        return start["status"], json.loads(b"".join(m.get("body", b"") for m in sent if "body" in m)), reads
+
+    async def both():
+        running = asyncio.create_task(first())
+        for _ in range(1000):  # the first file is open and half written
+            if uploads(services):
+                break
+            await asyncio.sleep(0.01)
+        assert uploads(services), "the first file was never opened"
+        await asyncio.sleep(0.05)
+        refused = await _post(app, [exported], content_length=len(exported), path="/api/repos/second/import")
+        resume.set()
+        done = await running
+        taken = await _post(app, [exported], content_length=len(exported), path="/api/repos/second/import")
+        return refused, done, taken
+
+    (status, body, reads), (done, _, _), (taken, _, _) = asyncio.run(both())
+    assert status == 503 and body["error"]["code"] == "overloaded", body
+    assert body["error"]["details"] == {"max_import_bytes": len(exported) + 10} and reads == 0
+    assert (done, taken) == (200, 200)
+    assert uploads(services) == []
