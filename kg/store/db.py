@@ -87,7 +87,10 @@ class Database:
                                and parsed.database != ":memory:" and not parsed.query else None)
         self._sentinel: sqlite3.Connection | None = None
         self._sentinel_cursor: sqlite3.Cursor | None = None
-        #: The -shm file, opened once the sentinel has read the database (data_version).
+        #: This store's place among the users of the file's -shm descriptor (:class:`_ShmFiles`),
+        #: taken before any connection opens and given back after all are closed.
+        self._shm_key = _ShmFiles.join(self._sentinel_path) if self._sentinel_path is not None else None
+        #: The -shm file's descriptor, once the sentinel has read the database (data_version).
         self._shm: int | None = None
         self._sentinel_lock = threading.Lock()
         #: The thread that folds the write-ahead log (a SQLite file, ``checkpoint="background"``).
@@ -284,7 +287,8 @@ class Database:
         cold) where the pragma, a statement on a connection of its own, costs 40 to 55 µs. The
         header is read only while that connection (which never writes) holds the file open, so
         the ``-shm`` read is the one SQLite keeps (it is removed only by the file's last
-        connection). While a writer is halfway through updating it (its two copies differ), or
+        connection), through the process's one descriptor of it (:class:`_ShmFiles`: closing a
+        descriptor of the file would drop SQLite's locks on it). While a writer is halfway through updating it (its two copies differ), or
         on any doubt, the answer is None (the read asks the database); the pragma answers only
         until the ``-shm`` file is open (numbers of the two are never equal: the header's
         initialised flag is its 13th byte, so its number is at least 2**96).
@@ -305,11 +309,10 @@ class Database:
             except sqlite3.Error as exc:
                 log.warning("SQLite's change counter could not be read (reads check the database): %s", exc)
                 return None
-            if self._shm is None and self._sentinel is not None:
+            if self._shm is None and self._sentinel is not None and self._shm_key is not None:
                 # The sentinel has read the database: its connection holds the -shm file open.
-                try:
-                    self._shm = os.open(f"{self._sentinel_path}-shm", os.O_RDONLY | os.O_CLOEXEC)
-                except OSError:
+                self._shm = _ShmFiles.fd(self._shm_key)
+                if self._shm is None:
                     return version
                 return _wal_index_header(self._shm)  # from here on the header alone answers
             return version
@@ -320,15 +323,17 @@ class Database:
         if self.checkpointer is not None:
             self.checkpointer.close()
         with self._sentinel_lock:
-            if self._shm is not None:
-                os.close(self._shm)
-                self._shm = None
+            self._shm = None  # the shared descriptor: closed below by the file's last user, if this is it
             if self._sentinel is not None:
                 self._sentinel.close()
                 self._sentinel = self._sentinel_cursor = None
         if self._drivers is not None:
             self._drivers.close()
         self.engine.dispose()
+        with self._sentinel_lock:
+            key, self._shm_key = self._shm_key, None
+        if key is not None:  # every connection of this store is closed: no lock of it is left to drop
+            _ShmFiles.leave(key)
 
 
 def alembic_config(url: str) -> Config:
@@ -342,6 +347,64 @@ def alembic_config(url: str) -> Config:
     cfg.set_main_option("script_location", script_location)
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
+
+
+class _ShmFiles:
+    """One read-only descriptor per ``-shm`` file for the whole process, kept open while kg uses
+    the database in this process, shared by every :class:`Database` of the file and its
+    checkpoint thread.
+
+    POSIX record locks belong to the process and the file, not to a descriptor: closing any
+    descriptor of the file drops every lock the process holds on it, SQLite's own (its shared
+    "dead man switch" lock that tells other processes the ``-shm`` file is in use, and its reader
+    and writer locks; sqlite.org/howtocorrupt.html, section 2.2). So the descriptor is closed only
+    when the last user of the file in the process has left, after its SQLite connections were
+    closed (when this process holds no SQLite lock there). A user joins before it opens any
+    connection (:meth:`join`) and leaves after it closed them all (:meth:`leave`); the descriptor
+    itself is opened on first need (:meth:`fd`), once a connection of a user has read the
+    database (the ``-shm`` file exists then, and stays while that connection is open).
+    """
+
+    _lock = threading.Lock()
+    #: realpath of the database file -> [users, descriptor or None]
+    _files: dict[str, list[Any]] = {}
+
+    @classmethod
+    def join(cls, path: str) -> str:
+        """Count a user of the database file at ``path``; answers the key to give back."""
+        key = os.path.realpath(path)
+        with cls._lock:
+            cls._files.setdefault(key, [0, None])[0] += 1
+        return key
+
+    @classmethod
+    def fd(cls, key: str) -> int | None:
+        """The file's ``-shm`` descriptor (opened now if it is not yet), None when it cannot be
+        opened or no user has joined."""
+        with cls._lock:
+            entry = cls._files.get(key)
+            if entry is None:
+                return None
+            if entry[1] is None:
+                try:
+                    entry[1] = os.open(f"{key}-shm", os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    return None
+            return int(entry[1])
+
+    @classmethod
+    def leave(cls, key: str) -> None:
+        """A user has closed its connections: the last to leave closes the descriptor."""
+        with cls._lock:
+            entry = cls._files.get(key)
+            if entry is None:
+                return
+            entry[0] -= 1
+            if entry[0] > 0:
+                return
+            del cls._files[key]
+            if entry[1] is not None:
+                os.close(entry[1])
 
 
 #: The WAL-index format's version, the header's first field (sqlite.org/walformat.html).
@@ -552,7 +615,8 @@ class _Checkpointer:
         self._busy_timeout_s = busy_timeout_s
         self.settle_s = settle_s
         self.min_frames = min_frames
-        self._shm: int | None = None  # the -shm file, opened once the thread's connection has read
+        self._shm: int | None = None  # the -shm file's shared descriptor, once the thread's connection has read
+        self._shm_key = ""  # its place among the file's users (_ShmFiles), while the thread runs
         self._idle_s = idle_s
         self._wake = threading.Condition(threading.Lock())
         self._stop = threading.Event()
@@ -599,6 +663,7 @@ class _Checkpointer:
 
     def _run(self) -> None:
         connection: sqlite3.Connection | None = None
+        self._shm_key = _ShmFiles.join(self._path)  # before the connection opens, left after it closes
         try:
             while True:
                 with self._wake:
@@ -614,11 +679,10 @@ class _Checkpointer:
                 connection = self._checkpoint(connection, every_frame=self._closed)
             self._checkpoint(connection, every_frame=True)
         finally:
-            if self._shm is not None:
-                os.close(self._shm)
-                self._shm = None
+            self._shm = None
             if connection is not None:
                 connection.close()
+            _ShmFiles.leave(self._shm_key)  # never closes a descriptor while a connection of the file is open here
 
     def _checkpoint(self, connection: sqlite3.Connection | None, *, every_frame: bool) -> sqlite3.Connection | None:
         """One pass: fold the log when ``min_frames`` of it are unfolded (or any, ``every_frame``)."""
@@ -628,10 +692,7 @@ class _Checkpointer:
                                              check_same_thread=False)
             if self._shm is None:
                 connection.execute("PRAGMA data_version").fetchone()  # a read: the connection holds -shm open
-                try:
-                    self._shm = os.open(f"{self._path}-shm", os.O_RDONLY | os.O_CLOEXEC)
-                except OSError:
-                    self._shm = None
+                self._shm = _ShmFiles.fd(self._shm_key)
             unfolded = _wal_unfolded(self._shm) if self._shm is not None else None
             if unfolded == 0 or (not every_frame and unfolded is not None and unfolded < self.min_frames):
                 return connection
