@@ -38,6 +38,7 @@ of the body is never read."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import re
@@ -58,6 +59,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import CALLER, caller_of_header
 from api.errors import answer, error_response
+from kg.access import Actor, authorize, may_somewhere
 from kg.errors import (
     BackendUnavailable,
     Forbidden,
@@ -105,7 +107,7 @@ def _too_large(limit: int, length: int | None = None, *, setting: str = "max_bod
 #: ``POST`` paths whose body is a file to import (``/api/repos/{repo}/import``): received into a
 #: temporary file on disk, bounded by ``KG_MAX_IMPORT_BYTES``, never held in memory nor parsed
 #: as JSON here.
-UPLOAD_PATH = re.compile(r"^/api/repos/[^/]+/import$")
+UPLOAD_PATH = re.compile(r"^/api/repos/(?P<repo>[^/]+)/import$")
 #: Where the guard leaves an upload's file (a binary file at its start) in the ASGI scope, for
 #: the route; the guard closes it once the route has answered.
 UPLOADED_FILE = "kg.uploaded_file"
@@ -323,6 +325,29 @@ class BodyBudget:
         self.held -= n
 
 
+def _write_all(file: IO[bytes], chunk: bytes) -> None:
+    """Write ``chunk`` whole to an unbuffered file (a raw write may take part of it)."""
+    view = memoryview(chunk)
+    while view:
+        written = file.write(view)
+        view = view[written or 0:]
+        if not written:
+            raise OSError("the file to import could not be written")
+
+
+def _may_import(scope: Scope) -> None:
+    """Refuse, before the body is read, a key that may write nowhere in the repository the
+    import names (:func:`kg.access.may_somewhere`), as :func:`kg.access.authorize` refuses
+    ``write`` on it: 403 where the key sees the repository, 404 where it does not (a repository
+    it may not see is one it may not create either). Everything else (the branch, the
+    workspaces, creating the repository) the use case decides; this only spares receiving a
+    file that could not be written. Without a key (``KG_AUTH`` off) nothing is refused here."""
+    caller = scope.get(CALLER)
+    match = UPLOAD_PATH.match(scope.get("path", ""))
+    if isinstance(caller, Actor) and match is not None and not may_somewhere(caller, "write", match.group("repo")):
+        authorize(caller, "write", match.group("repo"))
+
+
 def _unstorable(folder: Path, exc: OSError) -> BackendUnavailable:
     """The 503 of a file to import the server could not write (a full disk, a folder it may not
     write in): said with the folder, never a 500."""
@@ -498,29 +523,41 @@ class RequestGuard:
         imported, by :attr:`uploads`, not by the memory budget: its bytes are on disk), then run
         the app with the file in the scope (:data:`UPLOADED_FILE`) and an empty body; the file
         is gone once the app has answered."""
-        declared = _declared_length(scope)
-        if declared is not None and not self.uploads.fits(declared):
-            await self._refuse(_uploads_full(self.uploads.limit), scope, receive, send, close=True)
+        try:  # a key that may write nowhere the file could go sends no byte of it
+            _may_import(scope)
+        except KGError as exc:
+            await self._refuse(exc, scope, receive, send, close=True)
             return
+        declared = _declared_length(scope)
         held = 0
+        if declared is not None:  # the whole file's share, before a byte is read
+            if not self.uploads.take(declared):
+                await self._refuse(_uploads_full(self.uploads.limit), scope, receive, send, close=True)
+                return
+            held = declared
 
         def open_file() -> IO[bytes]:
             self.upload_dir.mkdir(parents=True, exist_ok=True)
-            return tempfile.TemporaryFile(prefix="kg-import-", dir=self.upload_dir)  # noqa: SIM115 (closed below)
+            # unbuffered: a full disk is met by the write that fills it, not later by a seek or close
+            return tempfile.TemporaryFile(prefix="kg-import-", dir=self.upload_dir, buffering=0)  # noqa: SIM115 (closed below)
 
         try:
             file = await anyio.to_thread.run_sync(open_file)
         except OSError as exc:
+            self.uploads.give(held)
             await self._refuse(_unstorable(self.upload_dir, exc), scope, receive, send, close=True)
             return
+        received = 0
         try:
             async def keep(chunk: bytes) -> KGError | None:
-                nonlocal held
-                if not self.uploads.take(len(chunk)):
-                    return _uploads_full(self.uploads.limit)
-                held += len(chunk)
+                nonlocal held, received
+                received += len(chunk)
+                if received > held:  # a streamed body (no Content-Length) takes its share as it comes
+                    if not self.uploads.take(received - held):
+                        return _uploads_full(self.uploads.limit)
+                    held = received
                 try:
-                    await anyio.to_thread.run_sync(file.write, chunk)
+                    await anyio.to_thread.run_sync(_write_all, file, chunk)
                 except OSError as exc:  # a full disk: the rest of the body is not read
                     return _unstorable(self.upload_dir, exc)
                 return None
@@ -546,7 +583,8 @@ class RequestGuard:
         finally:
             scope.pop(UPLOADED_FILE, None)
             self.uploads.give(held)
-            await anyio.to_thread.run_sync(file.close)
+            with contextlib.suppress(OSError):
+                file.close()  # here, not in a worker: a cancelled request closes it too
 
     async def _receive(self, receive: Receive, limit: int, setting: str,
                        keep: Callable[[bytes], Awaitable[KGError | None]]) -> tuple[KGError | None, bool]:

@@ -5,6 +5,7 @@ transaction (:meth:`Database.write`, :meth:`Database.read`); store functions nev
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -288,10 +289,11 @@ class Database:
         header is read only while that connection (which never writes) holds the file open, so
         the ``-shm`` read is the one SQLite keeps (it is removed only by the file's last
         connection), through the process's one descriptor of it (:class:`_ShmFiles`: closing a
-        descriptor of the file would drop SQLite's locks on it). While a writer is halfway through updating it (its two copies differ), or
-        on any doubt, the answer is None (the read asks the database); the pragma answers only
-        until the ``-shm`` file is open (numbers of the two are never equal: the header's
-        initialised flag is its 13th byte, so its number is at least 2**96).
+        descriptor of the file would drop SQLite's locks on it). While a writer is halfway through
+        updating it (its two copies differ), or on any doubt, the answer is None (the read asks the
+        database); the pragma answers only until the ``-shm`` file is open (numbers of the two are
+        never equal: the header's initialised flag is its 13th byte, so its number is at least
+        2**96).
         """
         if self._sentinel_path is None:
             return None
@@ -350,24 +352,30 @@ def alembic_config(url: str) -> Config:
 
 
 class _ShmFiles:
-    """One read-only descriptor per ``-shm`` file for the whole process, kept open while kg uses
-    the database in this process, shared by every :class:`Database` of the file and its
-    checkpoint thread.
+    """One read-only descriptor per ``-shm`` file for the whole process, shared by every
+    :class:`Database` of the file and its checkpoint thread, and never closed while SQLite may
+    hold a lock on the file in this process.
 
     POSIX record locks belong to the process and the file, not to a descriptor: closing any
     descriptor of the file drops every lock the process holds on it, SQLite's own (its shared
     "dead man switch" lock that tells other processes the ``-shm`` file is in use, and its reader
-    and writer locks; sqlite.org/howtocorrupt.html, section 2.2). So the descriptor is closed only
-    when the last user of the file in the process has left, after its SQLite connections were
-    closed (when this process holds no SQLite lock there). A user joins before it opens any
-    connection (:meth:`join`) and leaves after it closed them all (:meth:`leave`); the descriptor
-    itself is opened on first need (:meth:`fd`), once a connection of a user has read the
-    database (the ``-shm`` file exists then, and stays while that connection is open).
+    and writer locks; sqlite.org/howtocorrupt.html, section 2.2). A user joins before it opens
+    any connection (:meth:`join`) and leaves once it has closed them (:meth:`leave`); the
+    descriptor is opened on first need (:meth:`fd`, after a connection of the caller has read
+    the database: the ``-shm`` file exists then, and stays while that connection is open), and
+    is replaced if the file was removed and made anew meanwhile (SQLite's last connection removes
+    it). When the last user has left, the descriptor is closed only if SQLite itself holds no
+    descriptor of the file in this process any more (``/proc/self/fd``: SQLite keeps one while a
+    connection of the process maps the file, such as a pooled connection still checked out);
+    otherwise it is kept and closed by a later call once SQLite has let go. Where
+    ``/proc/self/fd`` cannot be read, it is never closed.
     """
 
     _lock = threading.Lock()
     #: realpath of the database file -> [users, descriptor or None]
     _files: dict[str, list[Any]] = {}
+    #: Descriptors whose users have all left while SQLite still held the file: (path, fd).
+    _kept: list[tuple[str, int]] = []
 
     @classmethod
     def join(cls, path: str) -> str:
@@ -375,26 +383,31 @@ class _ShmFiles:
         key = os.path.realpath(path)
         with cls._lock:
             cls._files.setdefault(key, [0, None])[0] += 1
+            cls._close_kept()
         return key
 
     @classmethod
     def fd(cls, key: str) -> int | None:
-        """The file's ``-shm`` descriptor (opened now if it is not yet), None when it cannot be
-        opened or no user has joined."""
+        """The file's current ``-shm`` descriptor (opened now, or anew if the file was made anew),
+        None when it cannot be opened or no user has joined."""
+        shm = f"{key}-shm"
         with cls._lock:
             entry = cls._files.get(key)
             if entry is None:
                 return None
+            if entry[1] is not None and not cls._current(entry[1], shm):
+                os.close(entry[1])  # a removed file's inode: no lock of this process is on it any more
+                entry[1] = None
             if entry[1] is None:
                 try:
-                    entry[1] = os.open(f"{key}-shm", os.O_RDONLY | os.O_CLOEXEC)
+                    entry[1] = os.open(shm, os.O_RDONLY | os.O_CLOEXEC)
                 except OSError:
                     return None
             return int(entry[1])
 
     @classmethod
     def leave(cls, key: str) -> None:
-        """A user has closed its connections: the last to leave closes the descriptor."""
+        """A user has closed its connections: the last to leave lets go of the descriptor."""
         with cls._lock:
             entry = cls._files.get(key)
             if entry is None:
@@ -404,7 +417,55 @@ class _ShmFiles:
                 return
             del cls._files[key]
             if entry[1] is not None:
-                os.close(entry[1])
+                cls._kept.append((f"{key}-shm", int(entry[1])))
+            cls._close_kept()
+
+    @staticmethod
+    def _current(fd: int, shm: str) -> bool:
+        """Whether ``fd`` is the file now at ``shm``."""
+        try:
+            held, now = os.fstat(fd), os.stat(shm)
+        except OSError:
+            return False
+        return held.st_nlink > 0 and (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
+
+    @classmethod
+    def _close_kept(cls) -> None:
+        """Close the kept descriptors of files SQLite no longer holds open in this process."""
+        if not cls._kept:
+            return
+        try:
+            others = cls._descriptors()
+        except OSError:
+            return  # no /proc: never closed
+        still = []
+        for shm, fd in cls._kept:
+            try:
+                inode = os.fstat(fd).st_ino
+            except OSError:
+                continue
+            if any(ino == inode and other != fd for other, ino in others):
+                still.append((shm, fd))  # SQLite still maps the file here: its locks would go
+            else:
+                os.close(fd)
+        cls._kept = still
+
+    @staticmethod
+    def _descriptors() -> list[tuple[int, int]]:
+        """(descriptor, inode) of every open descriptor of this process."""
+        out = []
+        for name in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError, ValueError):
+                out.append((int(name), os.stat(f"/proc/self/fd/{name}").st_ino))
+        return out
+
+
+def _reset_shm_lock() -> None:
+    """A forked child starts with a lock no thread of it holds."""
+    _ShmFiles._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_shm_lock)
 
 
 #: The WAL-index format's version, the header's first field (sqlite.org/walformat.html).

@@ -153,7 +153,7 @@ def test_a_json_body_that_is_not_an_object_keeps_its_message(client):
 
 
 async def _asgi_post(app, body_chunks, *, content_length=None, path="/api/repos", query=b"",
-                     content_type=b"application/json"):
+                     content_type=b"application/json", headers=()):
     """POST ``body_chunks`` to ``app`` over raw ASGI; answer (status, JSON body, chunks read)."""
     import json as _json
 
@@ -171,7 +171,7 @@ async def _asgi_post(app, body_chunks, *, content_length=None, path="/api/repos"
     async def send(message):
         sent.append(message)
 
-    headers = [(b"host", b"localhost"), (b"content-type", content_type)]
+    headers = [(b"host", b"localhost"), (b"content-type", content_type), *headers]
     if content_length is not None:
         headers.append((b"content-length", str(content_length).encode()))
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",

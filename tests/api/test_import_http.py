@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
+from kg.access import make_grant
 from kg.context import OPERATOR, run
 from kg.errors import InvalidInput
 from kg.ops import imports
@@ -211,7 +212,7 @@ def test_with_auth_a_key_writes_only_where_its_grants_allow(client, services, so
     assert_error(client.post("/api/repos/acme/import", params=on_w, headers=reader, content=changed),
                  403, "forbidden")
     assert_error(client.post("/api/repos/acme/import", headers=writer, content=changed), 404, "not_found")
-    assert_error(client.post("/api/repos/elsewhere/import", headers=writer, content=changed), 403, "forbidden")
+    assert_error(client.post("/api/repos/elsewhere/import", headers=writer, content=changed), 404, "not_found")
     node = client.get("/api/repos/acme/workspaces/knowledge/nodes/a", params=on_w, headers=admin).json()
     assert node["properties"]["title"] == "Alpha"  # nothing written by the refusals
     assert_error(client.get("/api/repos/elsewhere", headers=admin), 404, "not_found")
@@ -224,9 +225,10 @@ def test_with_auth_a_key_writes_only_where_its_grants_allow(client, services, so
 # --- the body's own limit, over raw ASGI (what a server receives) ----------------------------
 
 
-async def _post(app, chunks, *, content_length=None, path="/api/repos/acme/import"):
+async def _post(app, chunks, *, content_length=None, path="/api/repos/acme/import", query=b"", headers=()):
     """POST ``chunks`` to ``app`` over raw ASGI as an NDJSON file; answer (status, JSON body, chunks read)."""
-    return await _asgi_post(app, chunks, content_length=content_length, path=path, content_type=b"application/x-ndjson")
+    return await _asgi_post(app, chunks, content_length=content_length, path=path, query=query, headers=headers,
+                            content_type=b"application/x-ndjson")
 
 
 def _app(services, monkeypatch, *, import_limit: int, body_limit: int = 1000):
@@ -365,3 +367,49 @@ def test_files_being_received_share_one_bound_and_a_late_one_is_503_until_they_a
     assert body["error"]["details"] == {"max_import_bytes": len(exported) + 10} and reads == 0
     assert (done, taken) == (200, 200)
     assert uploads(services) == []
+
+
+def test_a_key_that_may_write_nowhere_there_sends_no_byte(client, services, source, monkeypatch):
+    """With auth on, a key that may write nowhere in the repository is refused from the
+    request's head (403 for a repository it sees, 404 for one it does not), before any of the
+    file is received; a key that may write somewhere there sends the file and the use case
+    decides."""
+    exported = _file(client)
+    monkeypatch.setattr(services.settings, "key_pepper", SecretStr(PEPPER))
+    monkeypatch.setattr(services.settings, "auth", True)
+    reader = run(services, OPERATOR, key_ops.create_key, name="reader", grants=[make_grant("acme")]).key
+    agent = run(services, OPERATOR, key_ops.create_key, name="agent", grants=[
+        make_grant("acme", ["agent/*"], actions=["read", "write"])]).key
+    app = _app(services, monkeypatch, import_limit=len(exported))
+    parts = [exported[:100], exported[100:]]
+
+    def post(key: str, query: bytes = b"", path: str = "/api/repos/acme/import"):
+        return asyncio.run(_post(app, parts, path=path, query=query,
+                                 headers=[(b"authorization", f"Bearer {key}".encode())]))
+
+    status, body, reads = post(reader)
+    assert (status, body["error"]["code"], reads) == (403, "forbidden", 0), body
+    status, body, reads = post(agent)  # it may write on agent/*: the use case refuses main
+    assert (status, body["error"]["code"], reads) == (404, "not_found", 2), body
+    status, body, reads = post(agent, path="/api/repos/elsewhere/import")
+    assert (status, body["error"]["code"], reads) == (404, "not_found", 0), body
+    status, body, reads = post(agent, query=b"branch=agent/none")  # may write there: received, then 404
+    assert (status, body["error"]["code"], reads) == (404, "not_found", 2), body
+
+
+def test_a_full_disk_is_503_and_the_file_is_closed(client, services, source, monkeypatch):
+    import api.guard as guard
+
+    exported = _file(client)
+    opened = []
+
+    def full(*args, **kwargs):
+        opened.append(open("/dev/full", "w+b", buffering=0))  # noqa: SIM115 (closed by the guard)
+        return opened[-1]
+
+    monkeypatch.setattr(guard.tempfile, "TemporaryFile", full)
+    app = _app(services, monkeypatch, import_limit=len(exported))
+    status, body, _ = asyncio.run(_post(app, [exported], content_length=len(exported)))
+    assert status == 503 and body["error"]["code"] == "backend_unavailable", body
+    assert "could not store the file to import" in body["error"]["message"]
+    assert len(opened) == 1 and opened[0].closed

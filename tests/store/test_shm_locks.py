@@ -17,6 +17,7 @@ held after each way kg can let go of its descriptor.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import subprocess
 import sys
@@ -118,3 +119,52 @@ def open_descriptors(target: str) -> int:
             if os.readlink(fd) == str(Path(target).resolve()):
                 count += 1
     return count
+
+
+def test_a_file_made_anew_is_read_anew(tmp_path):
+    """The -shm file removed by the file's last connection and made anew by the next: the
+    change counter reads the new one (it read a removed inode, so it never moved and the view
+    cache answered stale reads), and the checkpoint thread folds the new log."""
+    path = tmp_path / "kg.sqlite3"
+    later = Database(f"sqlite:///{path}")  # a user of the file that has opened nothing yet
+    first = Database(f"sqlite:///{path}")
+    try:
+        _write(first, "a")
+        assert first.data_version() is not None
+        first.dispose()  # the last connection: SQLite removes -shm (later holds none open)
+        assert not (tmp_path / "kg.sqlite3-shm").exists()
+        seen = []
+        for value in ("b", "c", "d"):
+            _write(later, value)
+            seen.append(later.data_version())
+        assert None not in seen and len(set(seen)) == 3
+        assert later.checkpointer is not None
+        later.checkpointer.min_frames = 0
+        later.checkpointer.settle_s = 0.0
+        _write(later, "e")
+        assert later.checkpointer.wait_idle()
+        assert later.checkpointer.last is not None and later.checkpointer.last[2] > 0  # frames folded
+    finally:
+        later.dispose()
+
+
+def test_a_connection_still_open_at_dispose_keeps_the_lock(tmp_path):
+    """A connection still checked out when its store is disposed keeps SQLite's lock: the
+    descriptor is closed only once SQLite has let go of the file in the process."""
+    path = tmp_path / "kg.sqlite3"
+    db = Database(f"sqlite:///{path}")
+    _write(db, "a")
+    assert db.data_version() is not None
+    connection = db.engine.connect()
+    connection.exec_driver_sql("SELECT count(*) FROM t").scalar()
+    db.dispose()
+    try:
+        assert held_by_another_process(f"{path}-shm")
+        assert open_descriptors(f"{path}-shm") == 2  # SQLite's and kg's, kept
+    finally:
+        connection.close()  # back to the disposed pool, closed once that pool is collected
+    del connection
+    gc.collect()
+    other = Database(f"sqlite:///{tmp_path / 'other.sqlite3'}")  # any later use closes what was kept
+    other.dispose()
+    assert open_descriptors(f"{path}-shm") == 0
