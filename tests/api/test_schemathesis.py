@@ -488,7 +488,10 @@ DOCUMENTED_RULES: dict[str, Any] = {
 @schema.hook
 def map_case(context, case):
     rule = DOCUMENTED_RULES.get(case.operation.label)
-    if rule is not None and (isinstance(case.body, dict | bytes) or case.operation.method.upper() == "GET"):
+    if rule is _format_of_the_body:  # a file, whatever schemathesis made of it: the query names its format
+        rule(case)
+        return case
+    if rule is not None and (isinstance(case.body, dict) or case.operation.method.upper() == "GET"):
         # The coverage phase shares one container between cases: each rule edits its own copy.
         if isinstance(case.body, dict):
             case.body = dict(case.body)
