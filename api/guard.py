@@ -335,17 +335,16 @@ def _write_all(file: IO[bytes], chunk: bytes) -> None:
             raise OSError("the file to import could not be written")
 
 
-def _may_import(scope: Scope) -> None:
-    """Refuse, before the body is read, a key that may write nowhere in the repository the
-    import names (:func:`kg.access.may_somewhere`), as :func:`kg.access.authorize` refuses
+def _may_import(scope: Scope, repo: str) -> None:
+    """Refuse, before the body is read, a key that may write nowhere in ``repo``, the repository
+    the import names (:func:`kg.access.may_somewhere`), as :func:`kg.access.authorize` refuses
     ``write`` on it: 403 where the key sees the repository, 404 where it does not (a repository
     it may not see is one it may not create either). Everything else (the branch, the
     workspaces, creating the repository) the use case decides; this only spares receiving a
     file that could not be written. Without a key (``KG_AUTH`` off) nothing is refused here."""
     caller = scope.get(CALLER)
-    match = UPLOAD_PATH.match(scope.get("path", ""))
-    if isinstance(caller, Actor) and match is not None and not may_somewhere(caller, "write", match.group("repo")):
-        authorize(caller, "write", match.group("repo"))
+    if isinstance(caller, Actor) and not may_somewhere(caller, "write", repo):
+        authorize(caller, "write", repo)
 
 
 def _unstorable(folder: Path, exc: OSError) -> BackendUnavailable:
@@ -449,7 +448,7 @@ class RequestGuard:
         except KGError as exc:
             await self._refuse(exc, scope, receive, send, close=True)
             return
-        upload = scope.get("method") == "POST" and UPLOAD_PATH.match(scope.get("path", "")) is not None
+        upload = UPLOAD_PATH.match(scope.get("path", "")) if scope.get("method") == "POST" else None
         limit, setting = (self.max_import_bytes, "max_import_bytes") if upload else (self.max_body_bytes,
                                                                                       "max_body_bytes")
         if self.services.settings.auth and not credentials:
@@ -462,7 +461,7 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         if upload:
-            await self._upload(scope, receive, send, limit)
+            await self._upload(scope, receive, send, limit, upload.group("repo"))
             return
         if declared is not None and not self.budget.fits(declared):
             await self._refuse(_overloaded(self.budget.limit), scope, receive, send, close=True)
@@ -517,14 +516,14 @@ class RequestGuard:
             return None, None
         return b"".join(chunks), refusal
 
-    async def _upload(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+    async def _upload(self, scope: Scope, receive: Receive, send: Send, limit: int, repo: str) -> None:
         """Receive a file to import into a temporary file of :attr:`upload_dir` (the same
         deadline as any body; bounded by ``limit`` and, with the other files being received or
         imported, by :attr:`uploads`, not by the memory budget: its bytes are on disk), then run
         the app with the file in the scope (:data:`UPLOADED_FILE`) and an empty body; the file
         is gone once the app has answered."""
         try:  # a key that may write nowhere the file could go sends no byte of it
-            _may_import(scope)
+            _may_import(scope, repo)
         except KGError as exc:
             await self._refuse(exc, scope, receive, send, close=True)
             return

@@ -30,6 +30,7 @@ from kg.ops import branches as branch_ops
 from kg.ops import bulk as bulk_ops
 from kg.ops import bulk_parquet as parquet_ops
 from kg.ops import changes as change_ops
+from kg.ops import imports as import_ops
 from kg.ops import keys as key_ops
 from kg.ops import memory as memory_ops
 from kg.ops import queries
@@ -411,8 +412,8 @@ def import_ndjson(
     revision (or one per --batch-size records). Every record is checked first: the first bad one
     is named by its line and nothing is written. Chunks with vectors are stored as they are (not
     embedded again); texts without them are embedded after the import."""
-    _import_file(file, repo, lambda services, handle: bulk_ops.import_ndjson(
-        services, OPERATOR, repo, handle, branch=branch, batch_size=batch_size, message=message))
+    _import_file(file, repo, lambda services, handle: import_ops.import_file(
+        services, OPERATOR, repo, handle, format="ndjson", branch=branch, batch_size=batch_size, message=message))
 
 
 @import_app.command("parquet")
@@ -423,8 +424,8 @@ def import_parquet(
     """Import the records of a kg-parquet file (the NDJSON export's records as columns; vectors
     as float32 lists): checked a row group at a time, the first bad row named and nothing
     written; then as `kg import ndjson`."""
-    _import_file(file, repo, lambda services, handle: parquet_ops.import_parquet(
-        services, OPERATOR, repo, handle, branch=branch, batch_size=batch_size, message=message))
+    _import_file(file, repo, lambda services, handle: import_ops.import_file(
+        services, OPERATOR, repo, handle, format="parquet", branch=branch, batch_size=batch_size, message=message))
 
 
 @app.command("export")

@@ -119,4 +119,4 @@ def import_file(request: Request, repo: RepoP, services: ServicesDep, caller: Ca
     if source is None:  # the request guard receives every import's body: not reached through the app
         raise MalformedInput("the file to import was not received")
     return imports.import_file(services, caller, repo, source, format=format, branch=branch, batch_size=batch_size,
-                            create=create, message=message)
+                               create=create, message=message)

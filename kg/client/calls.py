@@ -211,9 +211,8 @@ class Connection:
 
     def request(self, call: Call[Any]) -> dict[str, Any]:
         """The keyword arguments of ``httpx.Client.request`` for ``call``."""
-        if call.content is not None:
-            return {"method": call.method, "url": self.base_url + call.path, "params": call.params(),
-                    "content": call.content, "headers": {**self.headers, "content-type": call.content_type
-                                                         or "application/octet-stream"}}
-        return {"method": call.method, "url": self.base_url + call.path, "params": call.params(),
-                "json": call.json(), "headers": self.headers}
+        sent: dict[str, Any] = {"method": call.method, "url": self.base_url + call.path, "params": call.params()}
+        if call.content is None:
+            return {**sent, "json": call.json(), "headers": self.headers}
+        return {**sent, "content": call.content,
+                "headers": {**self.headers, "content-type": call.content_type or "application/octet-stream"}}

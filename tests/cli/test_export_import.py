@@ -199,3 +199,14 @@ def test_a_bad_parquet_row_is_one_error_naming_it_and_nothing_is_written(env):
         assert [r.name for r in repo_ops.all_repositories(services, OPERATOR).repos] == ["acme"]
     finally:
         services.close()
+
+
+def test_a_parquet_file_given_to_import_ndjson_is_named_as_one(env):
+    """``kg import ndjson`` goes through the same use case as the import route: a Parquet file is
+    said to be one (it said "line 1: not JSON"), in one line, and nothing is written."""
+    _ingest(env)
+    columns = env / "acme.parquet"
+    assert runner.invoke(app, ["export", "--repo", "acme", "--format", "parquet", "--out", str(columns)]).exit_code == 0
+    result = runner.invoke(app, ["import", "ndjson", str(columns), "--repo", "copy"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == ["error: the file is a Parquet file: import it with format parquet"]
